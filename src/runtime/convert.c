@@ -1,0 +1,2 @@
+/* stub: being written */
+typedef int al_stub_convert;

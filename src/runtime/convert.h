@@ -1,0 +1,29 @@
+/* convert.h - exact conversions between f32/f64 and every storage dtype. */
+#ifndef ALLOY_CONVERT_H
+#define ALLOY_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/base.h"
+
+/* IEEE binary16 and bfloat16 <-> binary32, round to nearest even, NaN kept NaN
+ * (quiet), overflow to infinity, subnormals exact. */
+AL_HIDDEN float cvt_f16_to_f32(uint16_t h);
+AL_HIDDEN uint16_t cvt_f32_to_f16(float f);
+AL_HIDDEN float cvt_bf16_to_f32(uint16_t h);
+AL_HIDDEN uint16_t cvt_f32_to_bf16(float f);
+/* f64 -> f16/bf16 rounded once (not via f32, which would round twice). */
+AL_HIDDEN uint16_t cvt_f64_to_f16(double d);
+AL_HIDDEN uint16_t cvt_f64_to_bf16(double d);
+
+/* Bulk: n elements of `dtype` at src (any alloy dtype) to f32 / f64, and back.
+ * Integer and bool sources convert by value; stores to integers truncate
+ * toward zero with saturation at the type's range (NaN -> 0); stores to bool
+ * write 1 for any non-zero value (NaN included). */
+AL_HIDDEN void cvt_load_f32(alloy_dtype dtype, const void *src, float *dst, size_t n);
+AL_HIDDEN void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, size_t n);
+AL_HIDDEN void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n);
+AL_HIDDEN void cvt_store_f64(alloy_dtype dtype, const double *src, void *dst, size_t n);
+
+#endif
