@@ -26,4 +26,9 @@ AL_HIDDEN void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, siz
 AL_HIDDEN void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n);
 AL_HIDDEN void cvt_store_f64(alloy_dtype dtype, const double *src, void *dst, size_t n);
 
+/* For tests and benchmarks: `on` makes the bulk functions take the portable C
+ * paths even where a SIMD path (x86 AVX2+F16C) exists; the results are the same
+ * bit for bit either way. Returns whether this CPU has a SIMD path. */
+AL_HIDDEN bool cvt_force_portable(bool on);
+
 #endif

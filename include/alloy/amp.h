@@ -1,0 +1,58 @@
+/* alloy/amp.h - automatic mixed precision: enable_amp, the editable op lists, markers, the report. */
+#ifndef ALLOY_AMP_H
+#define ALLOY_AMP_H
+
+#include "alloy/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The four AMP lists (docs/amp.md): ALLOW ops run in low precision; DENY
+ * ops in f32; INFER ops in the widest precision of their inputs unless
+ * colouring makes them allow; CLEAR ops (data movement) follow their
+ * neighbours. An op on no list is treated as the "unlisted" class (DENY
+ * unless changed); an op on two lists is an error at compile time. */
+typedef enum alloy_amp_list {
+    ALLOY_AMP_ALLOWLIST = 1,
+    ALLOY_AMP_DENYLIST,
+    ALLOY_AMP_INFERLIST,
+    ALLOY_AMP_CLEARLIST,
+} alloy_amp_list;
+
+/* Switches AMP on with dtype ALLOY_F16 or ALLOY_BF16 (ALLOY_F32 switches it
+ * off, the default). Takes effect at the next compile. */
+ALLOY_API alloy_status alloy_graph_enable_amp(alloy_graph *g, alloy_dtype dtype);
+/* Edits g's lists by op name ("matmul", "gelu", ...): ALLOY_ERR_NOT_FOUND
+ * for an unknown op. The environment variables
+ * ALLOY_AMP_{ALLOWLIST,DENYLIST,INFERLIST,CLEARLIST}_{ADD,REMOVE}=op,op
+ * apply on top at compile time. */
+ALLOY_API alloy_status alloy_amp_lists_add(alloy_graph *g, alloy_amp_list list, const char *op);
+ALLOY_API alloy_status alloy_amp_lists_remove(alloy_graph *g, alloy_amp_list list, const char *op);
+/* The class an op on no list gets (default ALLOY_AMP_DENYLIST). */
+ALLOY_API alloy_status alloy_amp_set_unlisted(alloy_graph *g, alloy_amp_list list);
+
+/* Markers that pin one tensor, as OneFlow's amp_white/black_identity:
+ * amp_allow(x) makes x low precision where AMP is on, amp_deny(x) keeps it
+ * f32. They are identities and disappear after colouring. */
+ALLOY_API alloy_tensor *alloy_amp_allow(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_amp_deny(alloy_graph *g, alloy_tensor *x);
+
+/* What the AMP pass did in the last compile. */
+typedef struct alloy_amp_report {
+    alloy_dtype dtype;   /* ALLOY_F32 when AMP was off */
+    int float_nodes;     /* f32 compute nodes AMP could colour */
+    int low_nodes;       /* of those, how many run in low precision */
+    int casts;           /* casts inserted (weight casts included) */
+    int weight_casts;    /* casts of parameters: the per-step low-precision weight copies */
+} alloy_amp_report;
+
+/* Compiles g if needed and fills out with the AMP pass's counts. The same
+ * summary, plus why each f32 node next to a low-precision one was kept in
+ * f32, is printed to stderr when ALLOY_AMP_LOG=1. */
+ALLOY_API alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,214 @@
+/* alloy/graph.h - build a static graph, run it, read and write its state. */
+#ifndef ALLOY_GRAPH_H
+#define ALLOY_GRAPH_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "alloy/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A graph: nodes built through the calls below, the state its parameters
+ * own, and (after the first run) the compiled step. */
+typedef struct alloy_graph alloy_graph;
+/* A handle to one node of a graph. NULL is the poisoned handle: a builder
+ * call that fails records an error on the graph and returns NULL; calls that
+ * get NULL after an error pass it on quietly; the next alloy_graph_run
+ * returns the first error. */
+typedef struct alloy_tensor alloy_tensor;
+
+/* ---- lifecycle and errors ---- */
+
+/* A new empty graph; NULL only when out of memory. */
+ALLOY_API alloy_graph *alloy_graph_new(const char *name);
+ALLOY_API void alloy_graph_free(alloy_graph *g);
+/* The first error recorded on g (builder, compile or run), or ALLOY_OK. */
+ALLOY_API alloy_status alloy_graph_status(const alloy_graph *g);
+/* The message of the most recent failing call on g ("" when none). */
+ALLOY_API const char *alloy_last_error(const alloy_graph *g);
+/* Seed for parameter initialization (default 0). Each parameter draws from
+ * a stream derived from (seed, parameter name), so adding a parameter does
+ * not change the others' initial values. */
+ALLOY_API void alloy_graph_set_seed(alloy_graph *g, uint64_t seed);
+
+/* Parses IR text (docs/ir.md) into a new graph. On error returns NULL and
+ * writes "file:line:col: message" into err. */
+ALLOY_API alloy_graph *alloy_graph_parse(const char *text, size_t len, const char *filename,
+                                         char *err, size_t errlen);
+/* Reads and parses an IR file. */
+ALLOY_API alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen);
+
+/* ---- leaves ---- */
+
+typedef enum alloy_init_kind {
+    ALLOY_INIT_ZEROS,
+    ALLOY_INIT_ONES,
+    ALLOY_INIT_CONSTANT,        /* a = value */
+    ALLOY_INIT_NORMAL,          /* a = mean, b = std */
+    ALLOY_INIT_UNIFORM,         /* a = low, b = high */
+    ALLOY_INIT_KAIMING_UNIFORM, /* a = gain: U(-gain*sqrt(3/fan_in), +...) */
+    ALLOY_INIT_KAIMING_NORMAL,  /* a = gain: N(0, gain/sqrt(fan_in)) */
+    ALLOY_INIT_XAVIER_UNIFORM,  /* a = gain: U(+-gain*sqrt(6/(fan_in+fan_out))) */
+    ALLOY_INIT_XAVIER_NORMAL,   /* a = gain: N(0, gain*sqrt(2/(fan_in+fan_out))) */
+} alloy_init_kind;
+
+/* How a parameter starts. Fans follow alloy's weight layout [in, out]
+ * (x @ W): fan_in = dims[rank-2], fan_out = dims[rank-1]; a rank-1 tensor
+ * has fan_in = fan_out = dims[0]. */
+typedef struct alloy_init {
+    alloy_init_kind kind;
+    double a, b;
+} alloy_init;
+
+ALLOY_API alloy_init alloy_init_zeros(void);
+ALLOY_API alloy_init alloy_init_ones(void);
+ALLOY_API alloy_init alloy_init_constant(double value);
+ALLOY_API alloy_init alloy_init_normal(double std); /* mean 0 */
+ALLOY_API alloy_init alloy_init_uniform(double low, double high);
+ALLOY_API alloy_init alloy_init_kaiming_uniform(double gain); /* gain sqrt(2) for relu */
+ALLOY_API alloy_init alloy_init_kaiming_normal(double gain);
+ALLOY_API alloy_init alloy_init_xavier_uniform(double gain);
+ALLOY_API alloy_init alloy_init_xavier_normal(double gain);
+
+/* A value fed on every run, by name. */
+ALLOY_API alloy_tensor *alloy_input(alloy_graph *g, const char *name, alloy_dtype dtype, int rank,
+                                    const int64_t *dims);
+/* A parameter: state owned by the graph, initialized once, kept across runs. */
+ALLOY_API alloy_tensor *alloy_param(alloy_graph *g, const char *name, alloy_dtype dtype, int rank,
+                                    const int64_t *dims, alloy_init init);
+/* A constant tensor from numel(dims) values given as doubles. */
+ALLOY_API alloy_tensor *alloy_constant(alloy_graph *g, alloy_dtype dtype, int rank,
+                                       const int64_t *dims, const double *values);
+/* A constant tensor filled with one value. */
+ALLOY_API alloy_tensor *alloy_full(alloy_graph *g, alloy_dtype dtype, int rank, const int64_t *dims,
+                                   double value);
+/* A rank-0 constant. */
+ALLOY_API alloy_tensor *alloy_scalar(alloy_graph *g, alloy_dtype dtype, double value);
+
+/* ---- ops (docs/ir.md lists their semantics) ---- */
+
+/* Elementwise, numpy broadcasting; operand dtypes must agree (cast first). */
+ALLOY_API alloy_tensor *alloy_add(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_sub(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_mul(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_div(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_maximum(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_minimum(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_pow(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_neg(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_relu(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_gelu(alloy_graph *g, alloy_tensor *x);      /* erf form */
+ALLOY_API alloy_tensor *alloy_gelu_tanh(alloy_graph *g, alloy_tensor *x); /* tanh approximation */
+ALLOY_API alloy_tensor *alloy_tanh(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_sigmoid(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_exp(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_log(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_sqrt(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_rsqrt(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_square(alloy_graph *g, alloy_tensor *x);
+/* Comparisons give bool; where(cond, a, b) picks a where cond. */
+ALLOY_API alloy_tensor *alloy_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_not_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_less(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_less_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_greater(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_greater_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
+ALLOY_API alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a,
+                                    alloy_tensor *b);
+
+/* a [..., M, K] @ b [..., K, N] (transposes swap the last two dims first);
+ * batch dims broadcast. f16/bf16 accumulate in f32 and round once. */
+ALLOY_API alloy_tensor *alloy_matmul(alloy_graph *g, alloy_tensor *a, alloy_tensor *b,
+                                     bool transpose_a, bool transpose_b);
+
+/* Reductions over `axes` (naxes of them; axes NULL = all axes). */
+ALLOY_API alloy_tensor *alloy_reduce_sum(alloy_graph *g, alloy_tensor *x, int naxes,
+                                         const int64_t *axes, bool keepdims);
+ALLOY_API alloy_tensor *alloy_reduce_mean(alloy_graph *g, alloy_tensor *x, int naxes,
+                                          const int64_t *axes, bool keepdims);
+ALLOY_API alloy_tensor *alloy_reduce_max(alloy_graph *g, alloy_tensor *x, int naxes,
+                                         const int64_t *axes, bool keepdims);
+ALLOY_API alloy_tensor *alloy_softmax(alloy_graph *g, alloy_tensor *x, int axis);
+ALLOY_API alloy_tensor *alloy_log_softmax(alloy_graph *g, alloy_tensor *x, int axis);
+/* Normalizes over the last axis; gamma and beta ([D]) both or neither (NULL). */
+ALLOY_API alloy_tensor *alloy_layer_norm(alloy_graph *g, alloy_tensor *x, alloy_tensor *gamma,
+                                         alloy_tensor *beta, double eps);
+/* Mean over positions of -log_softmax(logits)[target]; logits [..., C],
+ * targets i32/i64 [...]. A scalar of the logits' dtype. */
+ALLOY_API alloy_tensor *alloy_cross_entropy(alloy_graph *g, alloy_tensor *logits,
+                                            alloy_tensor *targets);
+
+/* Data movement. */
+/* Rows of table [V, D] picked by integer ids [...] -> [..., D]. */
+ALLOY_API alloy_tensor *alloy_embedding(alloy_graph *g, alloy_tensor *ids, alloy_tensor *table);
+/* Same elements, new shape; one dim may be -1 (inferred). */
+ALLOY_API alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank,
+                                      const int64_t *dims);
+/* Result dim i is x's dim perm[i]; perm has rank(x) entries. */
+ALLOY_API alloy_tensor *alloy_transpose(alloy_graph *g, alloy_tensor *x, const int64_t *perm);
+ALLOY_API alloy_tensor *alloy_broadcast_to(alloy_graph *g, alloy_tensor *x, int rank,
+                                           const int64_t *dims);
+/* x[start:end] along axis (negative values count from the end, as in Python). */
+ALLOY_API alloy_tensor *alloy_slice(alloy_graph *g, alloy_tensor *x, int axis, int64_t start,
+                                    int64_t end);
+ALLOY_API alloy_tensor *alloy_concat(alloy_graph *g, int n, alloy_tensor *const *xs, int axis);
+/* x [..., Tq, Tk] with -inf where key j > query i + (Tk - Tq). */
+ALLOY_API alloy_tensor *alloy_causal_mask(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_cast(alloy_graph *g, alloy_tensor *x, alloy_dtype dtype);
+
+/* ---- naming, outputs, lookup ---- */
+
+/* Names t (unique in g) and returns it; NULL and an error if taken. */
+ALLOY_API alloy_tensor *alloy_set_name(alloy_graph *g, alloy_tensor *t, const char *name);
+/* Declares t a graph output fetchable by name. */
+ALLOY_API alloy_status alloy_output(alloy_graph *g, const char *name, alloy_tensor *t);
+/* The node named name (input, param or any named node), or NULL. */
+ALLOY_API alloy_tensor *alloy_graph_find(alloy_graph *g, const char *name);
+/* The type of t: dtype, rank and dims (name and data are NULL). */
+ALLOY_API alloy_host_tensor alloy_tensor_info(const alloy_tensor *t);
+
+/* ---- running ---- */
+
+/* Compiles g on the first call (and after it changes), then runs it:
+ * feeds give every input by name (dtype and shape must match exactly);
+ * fetches name outputs, parameters or any named node; run fills their
+ * dtype, rank, dims and a data pointer owned by g, valid until the next run,
+ * state change or alloy_graph_free. */
+ALLOY_API alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int nfeeds,
+                                       alloy_host_tensor *fetches, int nfetches);
+
+/* ---- state (parameters and, with training, optimizer and scaler state) ---- */
+
+/* Number of state tensors (initializing them if needed) and the i-th one:
+ * name, dtype, shape and a read-only pointer owned by g. */
+ALLOY_API int alloy_graph_state_count(alloy_graph *g);
+ALLOY_API alloy_status alloy_graph_state_at(alloy_graph *g, int i, alloy_host_tensor *out);
+/* The state tensor called name (as above); ALLOY_ERR_NOT_FOUND if none. */
+ALLOY_API alloy_status alloy_graph_get_state(alloy_graph *g, const char *name,
+                                             alloy_host_tensor *out);
+/* Copies src into the state tensor src->name; dtype and shape must match. */
+ALLOY_API alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src);
+/* Writes all state to a safetensors file, atomically. */
+ALLOY_API alloy_status alloy_graph_save_state(alloy_graph *g, const char *path);
+/* Loads state from a safetensors file. Every state tensor of g must be in
+ * the file with the same dtype and shape, else nothing changes and the error
+ * names the tensor; tensors in the file that g lacks are errors too. */
+ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
+
+/* ---- inspection ---- */
+
+typedef enum alloy_dump_kind {
+    ALLOY_DUMP_SOURCE = 1, /* the graph as built */
+    ALLOY_DUMP_IR = 2,     /* the compiled graph after every pass */
+} alloy_dump_kind;
+
+/* Prints g as IR text (docs/ir.md); DUMP_IR compiles first if needed. */
+ALLOY_API alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

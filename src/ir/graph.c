@@ -1,0 +1,381 @@
+/* graph.c - graphs and nodes: creation with type checking, names, attributes, clone. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+ir_graph *ir_graph_new(const char *name)
+{
+    ir_graph *g = al_calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->loss = -1;
+    g->name = al_arena_strdup(&g->arena, name ? name : "graph");
+    if (!g->name) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void ir_graph_free(ir_graph *g)
+{
+    if (!g) return;
+    al_free(g->nodes);
+    al_free(g->outputs);
+    al_free(g->name_slots);
+    al_arena_free(&g->arena);
+    al_free(g);
+}
+
+alloy_status ir_error(ir_graph *g, alloy_status status, const char *fmt, ...)
+{
+    if (g->status) return g->status;
+    g->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+int ir_find_name(const ir_graph *g, const char *name)
+{
+    if (!g->name_cap || !name) return -1;
+    size_t mask = (size_t)g->name_cap - 1;
+    for (size_t i = hash_str(name) & mask;; i = (i + 1) & mask) {
+        int id = g->name_slots[i];
+        if (id < 0) return -1;
+        if (strcmp(g->nodes[id]->name, name) == 0) return id;
+    }
+}
+
+static bool name_insert(ir_graph *g, int id)
+{
+    if ((g->name_count + 1) * 2 > g->name_cap) {
+        int cap = g->name_cap ? g->name_cap * 2 : 64;
+        int *slots = al_malloc(sizeof(int) * (size_t)cap);
+        if (!slots) return false;
+        for (int i = 0; i < cap; i++) slots[i] = -1;
+        for (int i = 0; i < g->name_cap; i++) {
+            int old = g->name_slots[i];
+            if (old < 0) continue;
+            size_t j = hash_str(g->nodes[old]->name) & (size_t)(cap - 1);
+            while (slots[j] >= 0) j = (j + 1) & (size_t)(cap - 1);
+            slots[j] = old;
+        }
+        al_free(g->name_slots);
+        g->name_slots = slots;
+        g->name_cap = cap;
+    }
+    size_t mask = (size_t)g->name_cap - 1;
+    size_t j = hash_str(g->nodes[id]->name) & mask;
+    while (g->name_slots[j] >= 0) j = (j + 1) & mask;
+    g->name_slots[j] = id;
+    g->name_count++;
+    return true;
+}
+
+alloy_status ir_set_name(ir_graph *g, ir_node *n, const char *name)
+{
+    if (!name || !*name) return ir_error(g, ALLOY_ERR_INVALID, "empty node name");
+    if (n->name && strcmp(n->name, name) == 0) return ALLOY_OK;
+    if (n->name) return ir_error(g, ALLOY_ERR_INVALID, "node '%s' is already named", n->name);
+    if (ir_find_name(g, name) >= 0)
+        return ir_error(g, ALLOY_ERR_INVALID, "name '%s' is already used by another node", name);
+    n->name = al_arena_strdup(&g->arena, name);
+    if (!n->name || !name_insert(g, n->id)) {
+        n->name = NULL;
+        return ir_error(g, ALLOY_ERR_OOM, "out of memory naming node '%s'", name);
+    }
+    return ALLOY_OK;
+}
+
+static bool copy_attr(al_arena *a, ir_attr *dst, const ir_attr *src, const char *schema_name)
+{
+    *dst = *src;
+    dst->name = schema_name;
+    if (src->kind == IR_ATTR_STR) dst->s = al_arena_strdup(a, src->s ? src->s : "");
+    if (src->kind == IR_ATTR_INTS && src->n)
+        dst->ints = al_arena_memdup(a, src->ints, sizeof(int64_t) * (size_t)src->n);
+    if (src->kind == IR_ATTR_FLOATS && src->n)
+        dst->floats = al_arena_memdup(a, src->floats, sizeof(double) * (size_t)src->n);
+    return !a->failed;
+}
+
+/* Describes "op(f32[2,3], f32[3,4]) 'name'" for error messages. */
+static void describe(const ir_graph *g, int op, int nin, const int *in, const char *name,
+                     char *buf, size_t len)
+{
+    size_t used;
+    al_fmt(buf, len, "%s(", ir_ops[op].name);
+    for (int i = 0; i < nin; i++) {
+        char t[96] = "?";
+        if (in[i] >= 0 && in[i] < g->nnodes) ir_fmt_type(t, sizeof t, &g->nodes[in[i]]->type);
+        used = strlen(buf);
+        al_fmt(buf + used, len - used, "%s%s", i ? ", " : "", t);
+    }
+    used = strlen(buf);
+    if (name) al_fmt(buf + used, len - used, ") '%s'", name);
+    else al_fmt(buf + used, len - used, ") at node %%%d", g->nnodes);
+}
+
+ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
+                     const ir_attr *attrs, const ir_type *declared, const char *name)
+{
+    char what[512];
+    if (op < 0 || op >= IR_OP_COUNT) {
+        ir_error(g, ALLOY_ERR_INVALID, "unknown op number %d", op);
+        return NULL;
+    }
+    const ir_op_info *info = &ir_ops[op];
+    for (int i = 0; i < nin; i++) {
+        if (in[i] < 0 || in[i] >= g->nnodes) {
+            ir_error(g, ALLOY_ERR_INVALID, "%s: operand %d refers to node %d, which does not exist",
+                     info->name, i, in[i]);
+            return NULL;
+        }
+    }
+    describe(g, op, nin, in, name, what, sizeof what);
+    if (nin < info->min_in || (info->max_in >= 0 && nin > info->max_in)) {
+        if (info->max_in < 0)
+            ir_error(g, ALLOY_ERR_INVALID, "%s: takes at least %d operands, got %d", what, info->min_in, nin);
+        else if (info->min_in == info->max_in)
+            ir_error(g, ALLOY_ERR_INVALID, "%s: takes %d operands, got %d", what, info->min_in, nin);
+        else
+            ir_error(g, ALLOY_ERR_INVALID, "%s: takes %d to %d operands, got %d", what,
+                     info->min_in, info->max_in, nin);
+        return NULL;
+    }
+    /* check attributes against the schema */
+    for (int i = 0; i < nattrs; i++) {
+        const ir_attr_spec *spec = info->attrs;
+        while (spec->name && strcmp(spec->name, attrs[i].name) != 0) spec++;
+        if (!spec->name) {
+            ir_error(g, ALLOY_ERR_INVALID, "%s: unknown attribute '%s'", what, attrs[i].name);
+            return NULL;
+        }
+        bool kind_ok = spec->kind == attrs[i].kind ||
+                       (spec->kind == IR_ATTR_FLOAT && attrs[i].kind == IR_ATTR_INT) ||
+                       (spec->kind == IR_ATTR_FLOATS && attrs[i].kind == IR_ATTR_INTS);
+        if (!kind_ok) {
+            ir_error(g, ALLOY_ERR_INVALID, "%s: attribute '%s' has the wrong kind", what, attrs[i].name);
+            return NULL;
+        }
+        for (int j = 0; j < i; j++) {
+            if (strcmp(attrs[j].name, attrs[i].name) == 0) {
+                ir_error(g, ALLOY_ERR_INVALID, "%s: attribute '%s' given twice", what, attrs[i].name);
+                return NULL;
+            }
+        }
+    }
+    for (const ir_attr_spec *spec = info->attrs; spec->name; spec++) {
+        if (!spec->required) continue;
+        int j = 0;
+        while (j < nattrs && strcmp(attrs[j].name, spec->name) != 0) j++;
+        if (j == nattrs) {
+            ir_error(g, ALLOY_ERR_INVALID, "%s: missing attribute '%s'", what, spec->name);
+            return NULL;
+        }
+    }
+    if (g->nnodes == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 64;
+        ir_node **nodes = al_realloc(g->nodes, sizeof *nodes * (size_t)cap);
+        if (!nodes) {
+            ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+            return NULL;
+        }
+        g->nodes = nodes;
+        g->cap = cap;
+    }
+    ir_node *n = al_arena_alloc(&g->arena, sizeof *n);
+    int *ins = nin ? al_arena_memdup(&g->arena, in, sizeof(int) * (size_t)nin) : NULL;
+    ir_attr *as = nattrs ? al_arena_alloc(&g->arena, sizeof(ir_attr) * (size_t)nattrs) : NULL;
+    if (!n || (nin && !ins) || (nattrs && !as)) {
+        ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+        return NULL;
+    }
+    for (int i = 0; i < nattrs; i++) {
+        const ir_attr_spec *spec = info->attrs;
+        while (strcmp(spec->name, attrs[i].name) != 0) spec++;
+        ir_attr a = attrs[i];
+        if (spec->kind == IR_ATTR_FLOAT && a.kind == IR_ATTR_INT) {
+            a.kind = IR_ATTR_FLOAT;
+            a.f = (double)attrs[i].i;
+        }
+        if (spec->kind == IR_ATTR_FLOATS && a.kind == IR_ATTR_INTS) {
+            double *f = al_arena_alloc(&g->arena, sizeof(double) * (size_t)(a.n ? a.n : 1));
+            if (!f) {
+                ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+                return NULL;
+            }
+            for (int j = 0; j < a.n; j++) f[j] = (double)attrs[i].ints[j];
+            a.kind = IR_ATTR_FLOATS;
+            a.floats = f;
+        }
+        if (!copy_attr(&g->arena, &as[i], &a, spec->name)) {
+            ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+            return NULL;
+        }
+    }
+    n->id = g->nnodes;
+    n->op = (uint16_t)op;
+    n->nin = nin;
+    n->in = ins;
+    n->nattrs = nattrs;
+    n->attrs = as;
+    n->group = -1;
+    if (declared) n->type = *declared;
+    const ir_type *in_types[64];
+    const ir_type **tin = nin <= 64 ? in_types : al_malloc(sizeof(ir_type *) * (size_t)nin);
+    if (!tin) {
+        ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+        return NULL;
+    }
+    for (int i = 0; i < nin; i++) tin[i] = &g->nodes[in[i]]->type;
+    char why[256] = "";
+    alloy_status st = info->type(n, tin, &n->type, why, sizeof why);
+    if (tin != in_types) al_free(tin);
+    if (st) {
+        ir_error(g, st, "%s: %s", what, why);
+        return NULL;
+    }
+    g->nodes[g->nnodes++] = n;
+    if (name && ir_set_name(g, n, name)) {
+        g->nnodes--;
+        return NULL;
+    }
+    return n;
+}
+
+alloy_status ir_add_output(ir_graph *g, const char *name, int node)
+{
+    if (!name || !*name) return ir_error(g, ALLOY_ERR_INVALID, "output needs a name");
+    if (node < 0 || node >= g->nnodes)
+        return ir_error(g, ALLOY_ERR_INVALID, "output '%s' refers to no node", name);
+    for (int i = 0; i < g->noutputs; i++)
+        if (strcmp(g->outputs[i].name, name) == 0)
+            return ir_error(g, ALLOY_ERR_INVALID, "output '%s' is declared twice", name);
+    if (g->noutputs == g->outcap) {
+        int cap = g->outcap ? g->outcap * 2 : 8;
+        ir_output *o = al_realloc(g->outputs, sizeof *o * (size_t)cap);
+        if (!o) return ir_error(g, ALLOY_ERR_OOM, "out of memory adding output '%s'", name);
+        g->outputs = o;
+        g->outcap = cap;
+    }
+    const char *copy = al_arena_strdup(&g->arena, name);
+    if (!copy) return ir_error(g, ALLOY_ERR_OOM, "out of memory adding output '%s'", name);
+    g->outputs[g->noutputs++] = (ir_output){copy, node};
+    return ALLOY_OK;
+}
+
+ir_graph *ir_graph_clone(const ir_graph *src)
+{
+    ir_graph *g = ir_graph_new(src->name);
+    if (!g) return NULL;
+    for (int i = 0; i < src->nnodes; i++) {
+        const ir_node *s = src->nodes[i];
+        ir_node *n = ir_add_node(g, s->op, s->nin, s->in, s->nattrs, s->attrs, &s->type, s->name);
+        if (!n) {
+            ir_graph_free(g);
+            return NULL;
+        }
+        n->amp = s->amp;
+        n->flags = s->flags;
+        n->group = s->group;
+    }
+    for (int i = 0; i < src->noutputs; i++) {
+        if (ir_add_output(g, src->outputs[i].name, src->outputs[i].node)) {
+            ir_graph_free(g);
+            return NULL;
+        }
+    }
+    g->loss = src->loss;
+    return g;
+}
+
+const ir_attr *ir_attr_find(const ir_node *n, const char *name)
+{
+    for (int i = 0; i < n->nattrs; i++)
+        if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+    return NULL;
+}
+
+int64_t ir_attr_int(const ir_node *n, const char *name, int64_t def)
+{
+    const ir_attr *a = ir_attr_find(n, name);
+    return a && (a->kind == IR_ATTR_INT || a->kind == IR_ATTR_BOOL) ? a->i : def;
+}
+
+double ir_attr_float(const ir_node *n, const char *name, double def)
+{
+    const ir_attr *a = ir_attr_find(n, name);
+    if (!a) return def;
+    return a->kind == IR_ATTR_FLOAT ? a->f : a->kind == IR_ATTR_INT ? (double)a->i : def;
+}
+
+const char *ir_attr_str(const ir_node *n, const char *name, const char *def)
+{
+    const ir_attr *a = ir_attr_find(n, name);
+    return a && a->kind == IR_ATTR_STR ? a->s : def;
+}
+
+const int64_t *ir_attr_ints(const ir_node *n, const char *name, int *count)
+{
+    const ir_attr *a = ir_attr_find(n, name);
+    if (!a || a->kind != IR_ATTR_INTS) {
+        *count = 0;
+        return NULL;
+    }
+    *count = a->n;
+    return a->ints;
+}
+
+ir_attr ir_a_int(const char *name, int64_t v) { return (ir_attr){.name = name, .kind = IR_ATTR_INT, .i = v}; }
+ir_attr ir_a_bool(const char *name, bool v) { return (ir_attr){.name = name, .kind = IR_ATTR_BOOL, .i = v}; }
+ir_attr ir_a_float(const char *name, double v) { return (ir_attr){.name = name, .kind = IR_ATTR_FLOAT, .f = v}; }
+ir_attr ir_a_str(const char *name, const char *v) { return (ir_attr){.name = name, .kind = IR_ATTR_STR, .s = v}; }
+ir_attr ir_a_ints(const char *name, int n, const int64_t *v)
+{
+    return (ir_attr){.name = name, .kind = IR_ATTR_INTS, .n = n, .ints = (int64_t *)v};
+}
+ir_attr ir_a_floats(const char *name, int n, const double *v)
+{
+    return (ir_attr){.name = name, .kind = IR_ATTR_FLOATS, .n = n, .floats = (double *)v};
+}
+
+int64_t ir_numel(const ir_type *t) { return al_numel(t->rank, t->dims); }
+size_t ir_nbytes(const ir_type *t) { return (size_t)ir_numel(t) * alloy_dtype_size(t->dtype); }
+
+bool ir_type_eq(const ir_type *a, const ir_type *b)
+{
+    return a->dtype == b->dtype && a->rank == b->rank &&
+           memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+bool ir_is_float(alloy_dtype dt)
+{
+    return dt == ALLOY_F32 || dt == ALLOY_F16 || dt == ALLOY_BF16 || dt == ALLOY_F64;
+}
+
+bool ir_is_int(alloy_dtype dt) { return dt == ALLOY_I32 || dt == ALLOY_I64; }
+
+void ir_fmt_type(char *buf, size_t len, const ir_type *t)
+{
+    char dims[80];
+    al_fmt_dims(dims, sizeof dims, t->rank, t->dims);
+    al_fmt(buf, len, "%s%s", alloy_dtype_name(t->dtype), dims);
+}
+
+const char *ir_node_label(const ir_node *n, char *buf, size_t len)
+{
+    if (n->name) return n->name;
+    al_fmt(buf, len, "%%%d", n->id);
+    return buf;
+}

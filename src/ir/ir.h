@@ -1,0 +1,214 @@
+/* ir.h - the IR: types, attributes, nodes, graphs and the op table (QBE's all.h, sectioned by file). */
+#ifndef ALLOY_IR_H
+#define ALLOY_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/base.h"
+
+/* A result type: dtype and static shape. rank 0 is a scalar. */
+typedef struct ir_type {
+    alloy_dtype dtype;
+    int rank;
+    int64_t dims[ALLOY_MAX_RANK];
+} ir_type;
+
+typedef enum ir_attr_kind {
+    IR_ATTR_INT,
+    IR_ATTR_BOOL,
+    IR_ATTR_FLOAT,
+    IR_ATTR_INTS,
+    IR_ATTR_FLOATS,
+    IR_ATTR_STR,
+} ir_attr_kind;
+
+/* One named attribute. `name` points at the op's schema (never freed). */
+typedef struct ir_attr {
+    const char *name;
+    ir_attr_kind kind;
+    int n; /* element count for INTS / FLOATS */
+    union {
+        int64_t i; /* INT, BOOL */
+        double f;
+        const char *s;
+        int64_t *ints;
+        double *floats;
+    };
+} ir_attr;
+
+/* An op's attribute schema entry; schemas end with {NULL}. */
+typedef struct ir_attr_spec {
+    const char *name;
+    ir_attr_kind kind;
+    bool required;
+} ir_attr_spec;
+
+/* AMP classes (issue: enable_amp), see DESIGN.md section 5. */
+typedef enum ir_amp_class {
+    AMP_NONE = 0, /* not coloured (no AMP pass ran) */
+    AMP_ALLOW,
+    AMP_DENY,
+    AMP_INFER,
+    AMP_CLEAR,
+} ir_amp_class;
+
+/* Node flags. */
+enum {
+    IR_NODE_INSERTED = 1, /* added by a pass (e.g. an AMP cast), shown in the text */
+};
+
+typedef struct ir_node {
+    int id;        /* index in graph->nodes; operands always have smaller ids */
+    uint16_t op;   /* ir_op */
+    uint8_t amp;   /* ir_amp_class after the amp pass */
+    uint8_t flags;
+    int nin;
+    int *in;       /* operand ids */
+    ir_type type;
+    int nattrs;
+    ir_attr *attrs;
+    const char *name; /* unique in the graph, or NULL */
+    int group;        /* fusion group id after fuse, else -1 */
+} ir_node;
+
+typedef struct ir_output {
+    const char *name;
+    int node;
+} ir_output;
+
+/* A graph owns everything in its arena. Errors collect here (first wins). */
+typedef struct ir_graph {
+    al_arena arena;
+    const char *name;
+    ir_node **nodes;
+    int nnodes, cap;
+    ir_output *outputs;
+    int noutputs, outcap;
+    int loss; /* node id of the scalar loss, or -1 */
+    /* name -> node id, open addressing, capacity a power of two */
+    int *name_slots;
+    int name_cap, name_count;
+    alloy_status status;
+    char error[1024];
+} ir_graph;
+
+/* ---- the op table (ops.c, entries in ops.def) ---- */
+
+typedef enum ir_op {
+#define OP(name, ...) IR_OP_##name,
+#define EW(name, ...) IR_OP_##name,
+#include "ir/ops.def"
+#undef OP
+#undef EW
+    IR_OP_COUNT
+} ir_op;
+
+typedef struct cpu_exec cpu_exec;
+typedef struct rt_tensor rt_tensor;
+
+/* Type rule: from the node's operands' types (and its attributes, and for ops
+ * whose result type is declared - input, param, constant, cast, reshape,
+ * broadcast_to - the node's current type in *out) compute the result type.
+ * Returns ALLOY_OK or a status with the reason in why. */
+typedef alloy_status (*ir_type_rule)(const ir_node *n, const ir_type *const *in, ir_type *out,
+                                     char *why, size_t whylen);
+/* CPU kernel: computes out from in (see runtime/cpu.h). */
+typedef alloy_status (*ir_cpu_kernel)(cpu_exec *x, const ir_node *n, rt_tensor *out,
+                                      const rt_tensor *in);
+/* Elementwise chunk function: y[i] = f(a[i], b[i], c[i]) for i < n in the
+ * compute type (f32 or f64); unused operands are NULL. */
+typedef void (*ir_ew_f32)(int64_t n, float *y, const float *a, const float *b, const float *c);
+typedef void (*ir_ew_f64)(int64_t n, double *y, const double *a, const double *b,
+                          const double *c);
+
+typedef struct ir_op_info {
+    const char *name;
+    int min_in, max_in; /* max_in < 0: variadic */
+    const ir_attr_spec *attrs;
+    ir_type_rule type;
+    ir_cpu_kernel cpu;
+    ir_amp_class amp;
+    bool elementwise;
+    ir_ew_f32 ew_f32;
+    ir_ew_f64 ew_f64;
+    const char *expr; /* elementwise: the C/CUDA expression of a, b, c in type T */
+} ir_op_info;
+
+AL_HIDDEN extern const ir_op_info ir_ops[IR_OP_COUNT];
+/* The op named `name`, or -1. */
+AL_HIDDEN int ir_op_lookup(const char *name);
+
+/* ---- graph.c ---- */
+
+AL_HIDDEN ir_graph *ir_graph_new(const char *name); /* NULL on OOM */
+AL_HIDDEN void ir_graph_free(ir_graph *g);
+/* Records the first error on g (later ones are dropped); returns status. */
+AL_HIDDEN alloy_status ir_error(ir_graph *g, alloy_status status, const char *fmt, ...)
+    AL_PRINTF(3, 4);
+/* Appends a node whose operands, attributes and (for declared-type ops) type
+ * are given; runs the op's type rule, and on success returns the new node.
+ * On failure records an error naming the op, operand types and `name`, and
+ * returns NULL. attrs are copied into the graph's arena; unknown attribute
+ * names or kinds, missing required ones, bad operand counts are errors. */
+AL_HIDDEN ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
+                               const ir_attr *attrs, const ir_type *declared, const char *name);
+/* Gives node a unique name; error if taken. */
+AL_HIDDEN alloy_status ir_set_name(ir_graph *g, ir_node *n, const char *name);
+/* Node id named name, or -1. */
+AL_HIDDEN int ir_find_name(const ir_graph *g, const char *name);
+AL_HIDDEN alloy_status ir_add_output(ir_graph *g, const char *name, int node);
+/* Deep copy (nodes, attributes, names, outputs, loss, annotations). */
+AL_HIDDEN ir_graph *ir_graph_clone(const ir_graph *g);
+
+/* Attribute accessors: the value of attribute `name`, or def when absent. */
+AL_HIDDEN const ir_attr *ir_attr_find(const ir_node *n, const char *name);
+AL_HIDDEN int64_t ir_attr_int(const ir_node *n, const char *name, int64_t def);
+AL_HIDDEN double ir_attr_float(const ir_node *n, const char *name, double def);
+AL_HIDDEN const char *ir_attr_str(const ir_node *n, const char *name, const char *def);
+/* INTS attribute: sets *count and returns the array (NULL, *count 0 if absent). */
+AL_HIDDEN const int64_t *ir_attr_ints(const ir_node *n, const char *name, int *count);
+/* Attribute constructors for callers building attr arrays. */
+AL_HIDDEN ir_attr ir_a_int(const char *name, int64_t v);
+AL_HIDDEN ir_attr ir_a_bool(const char *name, bool v);
+AL_HIDDEN ir_attr ir_a_float(const char *name, double v);
+AL_HIDDEN ir_attr ir_a_str(const char *name, const char *v);
+AL_HIDDEN ir_attr ir_a_ints(const char *name, int n, const int64_t *v);
+AL_HIDDEN ir_attr ir_a_floats(const char *name, int n, const double *v);
+
+/* Type helpers. */
+AL_HIDDEN int64_t ir_numel(const ir_type *t);
+AL_HIDDEN size_t ir_nbytes(const ir_type *t);
+AL_HIDDEN bool ir_type_eq(const ir_type *a, const ir_type *b);
+AL_HIDDEN bool ir_is_float(alloy_dtype dt); /* f32 f16 bf16 f64 */
+AL_HIDDEN bool ir_is_int(alloy_dtype dt);   /* i32 i64 */
+/* "f32[4,8]" */
+AL_HIDDEN void ir_fmt_type(char *buf, size_t len, const ir_type *t);
+/* The node's name for messages: its name, else "%id". */
+AL_HIDDEN const char *ir_node_label(const ir_node *n, char *buf, size_t len);
+
+/* ---- typerules.c ---- */
+/* Broadcasts a and b numpy-style into out (dims only); false if they clash. */
+AL_HIDDEN bool ir_broadcast_dims(int ra, const int64_t *da, int rb, const int64_t *db, int *rout,
+                                 int64_t *dout);
+/* Normalizes axis for rank (negative counts from the end); false if out of range. */
+AL_HIDDEN bool ir_norm_axis(int64_t axis, int rank, int *out);
+
+/* ---- verify.c ---- */
+/* Checks every IR invariant (ids dense and topological, operands earlier,
+ * types match the type rules, attributes match schemas, names unique,
+ * outputs and loss valid); records the first problem on g. */
+AL_HIDDEN alloy_status ir_verify(ir_graph *g);
+
+/* ---- print.c / parse.c ---- */
+/* Prints g in the IR text format (docs/ir.md). */
+AL_HIDDEN void ir_print(const ir_graph *g, FILE *out);
+/* Prints into a newly allocated string (al_free it); NULL on OOM. */
+AL_HIDDEN char *ir_print_string(const ir_graph *g);
+/* Parses IR text; on error returns NULL and writes "file:line:col: message"
+ * into err. `filename` is used only in messages. */
+AL_HIDDEN ir_graph *ir_parse(const char *text, size_t len, const char *filename, char *err,
+                             size_t errlen);
+
+#endif

@@ -1,0 +1,48 @@
+/* ops.c - expands ops.def into the op table and holds the attribute schemas. */
+#include <string.h>
+
+#include "ir/ir.h"
+#include "ir/typerules.h"
+#include "runtime/cpu.h"
+
+static const ir_attr_spec A_NONE[] = {{NULL, 0, false}};
+static const ir_attr_spec A_PARAM[] = {
+    {"init", IR_ATTR_STR, true},   {"mean", IR_ATTR_FLOAT, false}, {"std", IR_ATTR_FLOAT, false},
+    {"low", IR_ATTR_FLOAT, false}, {"high", IR_ATTR_FLOAT, false}, {"value", IR_ATTR_FLOAT, false},
+    {"gain", IR_ATTR_FLOAT, false}, {"frozen", IR_ATTR_BOOL, false}, {NULL, 0, false}};
+static const ir_attr_spec A_CONSTANT[] = {
+    {"value", IR_ATTR_FLOAT, false}, {"values", IR_ATTR_FLOATS, false}, {NULL, 0, false}};
+static const ir_attr_spec A_MATMUL[] = {
+    {"transpose_a", IR_ATTR_BOOL, false}, {"transpose_b", IR_ATTR_BOOL, false}, {NULL, 0, false}};
+static const ir_attr_spec A_REDUCE[] = {
+    {"axes", IR_ATTR_INTS, false}, {"keepdims", IR_ATTR_BOOL, false}, {NULL, 0, false}};
+static const ir_attr_spec A_AXIS[] = {{"axis", IR_ATTR_INT, false}, {NULL, 0, false}};
+static const ir_attr_spec A_LAYER_NORM[] = {{"eps", IR_ATTR_FLOAT, false}, {NULL, 0, false}};
+static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true}, {NULL, 0, false}};
+static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true},
+                                       {"start", IR_ATTR_INT, true},
+                                       {"end", IR_ATTR_INT, true},
+                                       {NULL, 0, false}};
+
+/* Elementwise ops have no attributes; their CPU kernel is the shared
+ * broadcasting loop over the generated chunk functions. */
+#define EW_ATTRS A_NONE
+#define STR(x) #x
+
+const ir_op_info ir_ops[IR_OP_COUNT] = {
+#define OP(nm, mn, mx, at, ty, cpu, amp) \
+    [IR_OP_##nm] = {#nm, mn, mx, at, ty, cpu, amp, false, NULL, NULL, NULL},
+#define EW(nm, nin, ty, amp, expr)                                                        \
+    [IR_OP_##nm] = {#nm, nin, nin, EW_ATTRS, ty, cpu_elementwise, amp, true, ew_##nm##_f32, \
+                    ew_##nm##_f64, STR(expr)},
+#include "ir/ops.def"
+#undef OP
+#undef EW
+};
+
+int ir_op_lookup(const char *name)
+{
+    for (int i = 0; i < IR_OP_COUNT; i++)
+        if (strcmp(ir_ops[i].name, name) == 0) return i;
+    return -1;
+}

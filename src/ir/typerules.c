@@ -1,0 +1,331 @@
+/* typerules.c - result type (dtype + static shape) of every op from its operands and attributes. */
+#include <string.h>
+
+#include "ir/typerules.h"
+
+#define FAIL(status, ...)                                                                \
+    do {                                                                                 \
+        al_fmt(why, whylen, __VA_ARGS__);                                                \
+        return status;                                                                   \
+    } while (0)
+
+#define RULE(name)                                                                       \
+    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
+                      size_t whylen)
+
+bool ir_broadcast_dims(int ra, const int64_t *da, int rb, const int64_t *db, int *rout,
+                       int64_t *dout)
+{
+    int r = ra > rb ? ra : rb;
+    for (int i = 0; i < r; i++) {
+        int64_t x = i < r - ra ? 1 : da[i - (r - ra)];
+        int64_t y = i < r - rb ? 1 : db[i - (r - rb)];
+        if (x != y && x != 1 && y != 1) return false;
+        dout[i] = x == 1 ? y : x;
+    }
+    *rout = r;
+    return true;
+}
+
+bool ir_norm_axis(int64_t axis, int rank, int *out)
+{
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return false;
+    *out = (int)axis;
+    return true;
+}
+
+static bool dims_ok(const ir_type *t)
+{
+    return t->rank >= 0 && t->rank <= ALLOY_MAX_RANK && al_numel(t->rank, t->dims) >= 0;
+}
+
+RULE(ty_declared)
+{
+    if ((unsigned)out->dtype >= ALLOY_DTYPE_COUNT) FAIL(ALLOY_ERR_DTYPE, "unknown dtype");
+    if (!dims_ok(out)) FAIL(ALLOY_ERR_SHAPE, "declared shape has a negative or overflowing dim");
+    return ALLOY_OK;
+}
+
+RULE(ty_constant)
+{
+    alloy_status st = ty_declared(n, in, out, why, whylen);
+    if (st) return st;
+    const ir_attr *value = ir_attr_find(n, "value"), *values = ir_attr_find(n, "values");
+    if (!!value == !!values) FAIL(ALLOY_ERR_INVALID, "a constant needs exactly one of value= or values=");
+    if (values && values->n != ir_numel(out))
+        FAIL(ALLOY_ERR_SHAPE, "%d values for %lld elements", values->n, (long long)ir_numel(out));
+    return ALLOY_OK;
+}
+
+RULE(ty_unary)
+{
+    if (in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operand must be numeric, not bool");
+    *out = *in[0];
+    return ALLOY_OK;
+}
+
+RULE(ty_unary_float)
+{
+    if (!ir_is_float(in[0]->dtype))
+        FAIL(ALLOY_ERR_DTYPE, "operand must be floating point, not %s", alloy_dtype_name(in[0]->dtype));
+    *out = *in[0];
+    return ALLOY_OK;
+}
+
+static alloy_status broadcast_n(int nin, const ir_type *const *in, ir_type *out, char *why,
+                                size_t whylen)
+{
+    *out = *in[0];
+    for (int i = 1; i < nin; i++) {
+        if (!ir_broadcast_dims(out->rank, out->dims, in[i]->rank, in[i]->dims, &out->rank, out->dims))
+            FAIL(ALLOY_ERR_SHAPE, "shapes do not broadcast");
+    }
+    return ALLOY_OK;
+}
+
+RULE(ty_binary)
+{
+    if (in[0]->dtype != in[1]->dtype)
+        FAIL(ALLOY_ERR_DTYPE, "operand dtypes differ (%s vs %s); insert a cast",
+             alloy_dtype_name(in[0]->dtype), alloy_dtype_name(in[1]->dtype));
+    if (in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operands must be numeric, not bool");
+    return broadcast_n(2, in, out, why, whylen);
+}
+
+RULE(ty_binary_float)
+{
+    if (!ir_is_float(in[0]->dtype))
+        FAIL(ALLOY_ERR_DTYPE, "operands must be floating point, not %s", alloy_dtype_name(in[0]->dtype));
+    return ty_binary(n, in, out, why, whylen);
+}
+
+RULE(ty_compare)
+{
+    if (in[0]->dtype != in[1]->dtype)
+        FAIL(ALLOY_ERR_DTYPE, "operand dtypes differ (%s vs %s)", alloy_dtype_name(in[0]->dtype),
+             alloy_dtype_name(in[1]->dtype));
+    alloy_status st = broadcast_n(2, in, out, why, whylen);
+    out->dtype = ALLOY_BOOL;
+    return st;
+}
+
+RULE(ty_where)
+{
+    if (in[0]->dtype != ALLOY_BOOL)
+        FAIL(ALLOY_ERR_DTYPE, "condition must be bool, not %s", alloy_dtype_name(in[0]->dtype));
+    if (in[1]->dtype != in[2]->dtype)
+        FAIL(ALLOY_ERR_DTYPE, "branch dtypes differ (%s vs %s)", alloy_dtype_name(in[1]->dtype),
+             alloy_dtype_name(in[2]->dtype));
+    alloy_status st = broadcast_n(3, in, out, why, whylen);
+    out->dtype = in[1]->dtype;
+    return st;
+}
+
+RULE(ty_matmul)
+{
+    const ir_type *a = in[0], *b = in[1];
+    if (a->dtype != b->dtype)
+        FAIL(ALLOY_ERR_DTYPE, "operand dtypes differ (%s vs %s)", alloy_dtype_name(a->dtype),
+             alloy_dtype_name(b->dtype));
+    if (!ir_is_float(a->dtype)) FAIL(ALLOY_ERR_DTYPE, "operands must be floating point");
+    if (a->rank < 2 || b->rank < 2) FAIL(ALLOY_ERR_SHAPE, "operands must have rank >= 2");
+    bool ta = ir_attr_int(n, "transpose_a", 0), tb = ir_attr_int(n, "transpose_b", 0);
+    int64_t m = a->dims[a->rank - (ta ? 1 : 2)], ka = a->dims[a->rank - (ta ? 2 : 1)];
+    int64_t kb = b->dims[b->rank - (tb ? 1 : 2)], nn = b->dims[b->rank - (tb ? 2 : 1)];
+    if (ka != kb)
+        FAIL(ALLOY_ERR_SHAPE, "inner dimensions differ: %lld vs %lld", (long long)ka, (long long)kb);
+    int rb;
+    int64_t batch[ALLOY_MAX_RANK];
+    if (!ir_broadcast_dims(a->rank - 2, a->dims, b->rank - 2, b->dims, &rb, batch))
+        FAIL(ALLOY_ERR_SHAPE, "batch dimensions do not broadcast");
+    out->dtype = a->dtype;
+    out->rank = rb + 2;
+    memcpy(out->dims, batch, sizeof(int64_t) * (size_t)rb);
+    out->dims[rb] = m;
+    out->dims[rb + 1] = nn;
+    return ALLOY_OK;
+}
+
+RULE(ty_reduce)
+{
+    const ir_type *x = in[0];
+    if (x->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "cannot reduce bool");
+    int naxes;
+    const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
+    bool keep = ir_attr_int(n, "keepdims", 0);
+    bool reduced[ALLOY_MAX_RANK] = {false};
+    for (int i = 0; i < naxes; i++) {
+        int ax;
+        if (!ir_norm_axis(axes[i], x->rank, &ax))
+            FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)axes[i], x->rank);
+        if (reduced[ax]) FAIL(ALLOY_ERR_INVALID, "axis %d listed twice", ax);
+        reduced[ax] = true;
+    }
+    if (!ir_attr_find(n, "axes"))
+        for (int i = 0; i < x->rank; i++) reduced[i] = true;
+    out->dtype = x->dtype;
+    out->rank = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (!reduced[i]) out->dims[out->rank++] = x->dims[i];
+        else if (keep) out->dims[out->rank++] = 1;
+        else continue;
+    }
+    if (n->op == IR_OP_reduce_max) {
+        for (int i = 0; i < x->rank; i++)
+            if (reduced[i] && x->dims[i] == 0) FAIL(ALLOY_ERR_SHAPE, "reduce_max over an empty axis");
+    }
+    return ALLOY_OK;
+}
+
+RULE(ty_softmax)
+{
+    int ax;
+    if (!ir_is_float(in[0]->dtype)) FAIL(ALLOY_ERR_DTYPE, "operand must be floating point");
+    if (!ir_norm_axis(ir_attr_int(n, "axis", -1), in[0]->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d",
+             (long long)ir_attr_int(n, "axis", -1), in[0]->rank);
+    *out = *in[0];
+    return ALLOY_OK;
+}
+
+RULE(ty_layer_norm)
+{
+    const ir_type *x = in[0];
+    if (!ir_is_float(x->dtype)) FAIL(ALLOY_ERR_DTYPE, "input must be floating point");
+    if (x->rank < 1) FAIL(ALLOY_ERR_SHAPE, "input must have rank >= 1");
+    if (n->nin == 2) FAIL(ALLOY_ERR_INVALID, "give both gamma and beta, or neither");
+    int64_t d = x->dims[x->rank - 1];
+    for (int i = 1; i < n->nin; i++) {
+        if (in[i]->rank != 1 || in[i]->dims[0] != d)
+            FAIL(ALLOY_ERR_SHAPE, "%s must have shape [%lld]", i == 1 ? "gamma" : "beta", (long long)d);
+        if (in[i]->dtype != x->dtype)
+            FAIL(ALLOY_ERR_DTYPE, "%s dtype %s differs from input %s", i == 1 ? "gamma" : "beta",
+                 alloy_dtype_name(in[i]->dtype), alloy_dtype_name(x->dtype));
+    }
+    if (ir_attr_float(n, "eps", 1e-5) < 0) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    *out = *x;
+    return ALLOY_OK;
+}
+
+RULE(ty_cross_entropy)
+{
+    const ir_type *logits = in[0], *target = in[1];
+    if (!ir_is_float(logits->dtype)) FAIL(ALLOY_ERR_DTYPE, "logits must be floating point");
+    if (!ir_is_int(target->dtype)) FAIL(ALLOY_ERR_DTYPE, "targets must be i32 or i64");
+    if (logits->rank < 1 || target->rank != logits->rank - 1)
+        FAIL(ALLOY_ERR_SHAPE, "targets must have the logits' shape without the class axis");
+    for (int i = 0; i < target->rank; i++)
+        if (target->dims[i] != logits->dims[i])
+            FAIL(ALLOY_ERR_SHAPE, "targets dim %d is %lld, logits have %lld", i,
+                 (long long)target->dims[i], (long long)logits->dims[i]);
+    out->dtype = logits->dtype;
+    out->rank = 0;
+    return ALLOY_OK;
+}
+
+RULE(ty_embedding)
+{
+    const ir_type *ids = in[0], *table = in[1];
+    if (!ir_is_int(ids->dtype)) FAIL(ALLOY_ERR_DTYPE, "ids must be i32 or i64");
+    if (table->rank != 2) FAIL(ALLOY_ERR_SHAPE, "table must have rank 2 [rows, dim]");
+    if (ids->rank + 1 > ALLOY_MAX_RANK) FAIL(ALLOY_ERR_SHAPE, "result rank exceeds %d", ALLOY_MAX_RANK);
+    out->dtype = table->dtype;
+    out->rank = ids->rank + 1;
+    memcpy(out->dims, ids->dims, sizeof(int64_t) * (size_t)ids->rank);
+    out->dims[ids->rank] = table->dims[1];
+    return ALLOY_OK;
+}
+
+RULE(ty_reshape)
+{
+    if (!dims_ok(out)) FAIL(ALLOY_ERR_SHAPE, "target shape has a negative or overflowing dim");
+    if (ir_numel(out) != ir_numel(in[0]))
+        FAIL(ALLOY_ERR_SHAPE, "element counts differ: %lld vs %lld", (long long)ir_numel(in[0]),
+             (long long)ir_numel(out));
+    out->dtype = in[0]->dtype;
+    return ALLOY_OK;
+}
+
+RULE(ty_transpose)
+{
+    int np;
+    const int64_t *perm = ir_attr_ints(n, "perm", &np);
+    if (np != in[0]->rank) FAIL(ALLOY_ERR_INVALID, "perm has %d entries for rank %d", np, in[0]->rank);
+    bool seen[ALLOY_MAX_RANK] = {false};
+    out->dtype = in[0]->dtype;
+    out->rank = np;
+    for (int i = 0; i < np; i++) {
+        if (perm[i] < 0 || perm[i] >= np || seen[perm[i]])
+            FAIL(ALLOY_ERR_INVALID, "perm is not a permutation of 0..%d", np - 1);
+        seen[perm[i]] = true;
+        out->dims[i] = in[0]->dims[perm[i]];
+    }
+    return ALLOY_OK;
+}
+
+RULE(ty_broadcast_to)
+{
+    int r;
+    int64_t dims[ALLOY_MAX_RANK];
+    if (!dims_ok(out)) FAIL(ALLOY_ERR_SHAPE, "target shape has a negative or overflowing dim");
+    if (in[0]->rank > out->rank || !ir_broadcast_dims(in[0]->rank, in[0]->dims, out->rank, out->dims, &r, dims) ||
+        memcmp(dims, out->dims, sizeof(int64_t) * (size_t)r) != 0)
+        FAIL(ALLOY_ERR_SHAPE, "operand does not broadcast to the target shape");
+    out->dtype = in[0]->dtype;
+    return ALLOY_OK;
+}
+
+RULE(ty_slice)
+{
+    int ax;
+    if (!ir_norm_axis(ir_attr_int(n, "axis", 0), in[0]->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis", 0),
+             in[0]->rank);
+    int64_t start = ir_attr_int(n, "start", 0), end = ir_attr_int(n, "end", 0);
+    if (start < 0 || end < start || end > in[0]->dims[ax])
+        FAIL(ALLOY_ERR_INVALID, "range [%lld, %lld) is not within [0, %lld] of axis %d",
+             (long long)start, (long long)end, (long long)in[0]->dims[ax], ax);
+    *out = *in[0];
+    out->dims[ax] = end - start;
+    return ALLOY_OK;
+}
+
+RULE(ty_concat)
+{
+    int ax;
+    if (!ir_norm_axis(ir_attr_int(n, "axis", 0), in[0]->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis", 0),
+             in[0]->rank);
+    *out = *in[0];
+    out->dims[ax] = 0;
+    for (int i = 0; i < n->nin; i++) {
+        if (in[i]->dtype != in[0]->dtype) FAIL(ALLOY_ERR_DTYPE, "operand %d dtype differs", i);
+        if (in[i]->rank != in[0]->rank) FAIL(ALLOY_ERR_SHAPE, "operand %d rank differs", i);
+        for (int d = 0; d < in[0]->rank; d++)
+            if (d != ax && in[i]->dims[d] != in[0]->dims[d])
+                FAIL(ALLOY_ERR_SHAPE, "operand %d dim %d is %lld, expected %lld", i, d,
+                     (long long)in[i]->dims[d], (long long)in[0]->dims[d]);
+        out->dims[ax] += in[i]->dims[ax];
+    }
+    return ALLOY_OK;
+}
+
+RULE(ty_causal_mask)
+{
+    if (!ir_is_float(in[0]->dtype)) FAIL(ALLOY_ERR_DTYPE, "operand must be floating point");
+    if (in[0]->rank < 2) FAIL(ALLOY_ERR_SHAPE, "operand must have rank >= 2 [..., queries, keys]");
+    if (in[0]->dims[in[0]->rank - 2] > in[0]->dims[in[0]->rank - 1])
+        FAIL(ALLOY_ERR_SHAPE, "more queries than keys");
+    *out = *in[0];
+    return ALLOY_OK;
+}
+
+RULE(ty_cast)
+{
+    if ((unsigned)out->dtype >= ALLOY_DTYPE_COUNT) FAIL(ALLOY_ERR_DTYPE, "unknown target dtype");
+    alloy_dtype dt = out->dtype;
+    *out = *in[0];
+    out->dtype = dt;
+    return ALLOY_OK;
+}

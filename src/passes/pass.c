@@ -1,0 +1,63 @@
+/* pass.c - the pass manager: runs the pipeline in order, verifies and prints after each pass, times them. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "passes/pass.h"
+
+static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
+{
+    (void)opts;
+    return ir_verify(*g);
+}
+
+/* The pipeline, in order (DESIGN.md section 3); later passes join here. */
+static const pass pipeline[] = {
+    {"verify", pass_verify},
+    {"amp", pass_amp},
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* True when `name` is in the comma-separated list (or the list is "all"). */
+static bool listed(const char *list, const char *name)
+{
+    if (!list || !*list) return false;
+    if (strcmp(list, "all") == 0) return true;
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, name, len) == 0) return true;
+        p += n + (end ? 1 : 0);
+    }
+    return false;
+}
+
+alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const char *print_after,
+                               FILE *log, pass_timing *timings, int max, int *ntimings)
+{
+    const char *env = getenv("ALLOY_PRINT_AFTER");
+    if (!print_after) print_after = env;
+    if (ntimings) *ntimings = 0;
+    for (size_t i = 0; i < sizeof pipeline / sizeof pipeline[0]; i++) {
+        const pass *p = &pipeline[i];
+        double t0 = now_ms();
+        alloy_status st = p->run(g, opts);
+        if (!st && strcmp(p->name, "verify") != 0) st = ir_verify(*g);
+        double ms = now_ms() - t0;
+        if (timings && ntimings && *ntimings < max)
+            timings[(*ntimings)++] = (pass_timing){p->name, ms, (*g)->nnodes};
+        if (st) return st;
+        if (listed(print_after, p->name)) {
+            fprintf(log ? log : stderr, "# after %s (%.3f ms)\n", p->name, ms);
+            ir_print(*g, log ? log : stderr);
+        }
+    }
+    return ALLOY_OK;
+}

@@ -1,0 +1,50 @@
+/* pass.h - the pass manager: a pipeline of named graph-to-graph passes, with printing, verifying and timing. */
+#ifndef ALLOY_PASS_H
+#define ALLOY_PASS_H
+
+#include "alloy/amp.h"
+#include "ir/ir.h"
+
+/* AMP configuration: the dtype and the per-op list membership. */
+typedef struct amp_config {
+    alloy_dtype dtype;           /* ALLOY_F32: AMP off; ALLOY_F16 or ALLOY_BF16 */
+    uint8_t lists[IR_OP_COUNT];  /* bit (1 << ir_amp_class) per list the op is on */
+    ir_amp_class unlisted;       /* class of an op on no list */
+} amp_config;
+
+/* Fills c with AMP off and every op on the list of its table class. */
+AL_HIDDEN void amp_config_init(amp_config *c);
+
+/* Options every pass may read; filled from the alloy_graph's configuration. */
+typedef struct pass_options {
+    amp_config amp;
+    alloy_amp_report *amp_report; /* filled by the amp pass when non-NULL */
+    FILE *log;                    /* where ALLOY_AMP_LOG and print-after go (stderr if NULL) */
+} pass_options;
+
+/* A pass takes *g and leaves the result in *g (it may replace the graph,
+ * freeing the old one). It returns ALLOY_OK or an error recorded on *g. */
+typedef struct pass {
+    const char *name;
+    alloy_status (*run)(ir_graph **g, const pass_options *opts);
+} pass;
+
+/* Per-pass timing of the last pipeline run. */
+typedef struct pass_timing {
+    const char *name;
+    double ms;
+    int nodes_after;
+} pass_timing;
+
+/* Runs the standard pipeline on *g. After each pass the graph is verified;
+ * ALLOY_PRINT_AFTER=name,name|all (or print_after) prints it to `log` with
+ * a "# after <pass>" header. timings (may be NULL) gets up to max entries,
+ * *ntimings the count. On error *g holds the graph with the error recorded. */
+AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts,
+                                         const char *print_after, FILE *log,
+                                         pass_timing *timings, int max, int *ntimings);
+
+/* The passes (one file each). */
+AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts); /* amp.c */
+
+#endif

@@ -1,0 +1,70 @@
+/* cpu.h - the CPU reference backend: tensors in host memory, kernels per op, the executor. */
+#ifndef ALLOY_CPU_H
+#define ALLOY_CPU_H
+
+#include "ir/ir.h"
+
+/* A value during execution: the node's type and its dense row-major data. */
+struct rt_tensor {
+    ir_type type;
+    void *data;
+};
+
+/* Execution context: the first error of a run and worker settings. */
+struct cpu_exec {
+    alloy_status status;
+    char error[512];
+    int nthreads; /* worker threads kernels may use (>= 1) */
+};
+
+/* Records a run-time error on x (first wins) and returns status. Messages
+ * name the op and node: "embedding 'tok_emb': id 70 out of range [0, 65)". */
+AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
+    AL_PRINTF(3, 4);
+
+/* Executes g's nodes in order over values[0..nnodes). The caller fills
+ * values[i].data for input and param nodes (not owned); every other value
+ * is allocated here (al_malloc, owned by values[i], release with
+ * cpu_release_values). A value whose last consumer has run is freed early
+ * unless keep[i]. Stops at the first error. */
+AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values,
+                                     const bool *keep);
+/* Frees every value cpu_run_graph allocated. */
+AL_HIDDEN void cpu_release_values(const ir_graph *g, rt_tensor *values);
+
+/* The compute type of an elementwise op: f64 when any operand is f64 or an
+ * integer, else f32 (f16/bf16 load to f32 and round once on store). */
+AL_HIDDEN bool cpu_ew_uses_f64(const ir_node *n, const rt_tensor *in);
+
+#define CPU_KERNEL(name)                                                                  \
+    AL_HIDDEN alloy_status name(cpu_exec *x, const ir_node *n, rt_tensor *out,             \
+                                const rt_tensor *in)
+CPU_KERNEL(cpu_elementwise);   /* cpu_elementwise.c */
+CPU_KERNEL(cpu_matmul);        /* cpu_matmul.c */
+CPU_KERNEL(cpu_reduce);        /* cpu_reduce.c: reduce_sum/mean/max */
+CPU_KERNEL(cpu_softmax);       /* cpu_norm.c: softmax, log_softmax */
+CPU_KERNEL(cpu_layer_norm);    /* cpu_norm.c */
+CPU_KERNEL(cpu_cross_entropy); /* cpu_norm.c */
+CPU_KERNEL(cpu_constant);      /* cpu_movement.c */
+CPU_KERNEL(cpu_embedding);
+CPU_KERNEL(cpu_copy);          /* reshape: same bytes */
+CPU_KERNEL(cpu_transpose);
+CPU_KERNEL(cpu_broadcast_to);
+CPU_KERNEL(cpu_slice);
+CPU_KERNEL(cpu_concat);
+CPU_KERNEL(cpu_causal_mask);
+CPU_KERNEL(cpu_cast);
+#undef CPU_KERNEL
+
+/* The chunk functions generated from ops.def expressions (cpu_elementwise.c). */
+#define OP(...)
+#define EW(nm, ...)                                                                        \
+    AL_HIDDEN void ew_##nm##_f32(int64_t n, float *y, const float *a, const float *b,      \
+                                 const float *c);                                          \
+    AL_HIDDEN void ew_##nm##_f64(int64_t n, double *y, const double *a, const double *b,   \
+                                 const double *c);
+#include "ir/ops.def"
+#undef OP
+#undef EW
+
+#endif

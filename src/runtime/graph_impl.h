@@ -1,0 +1,53 @@
+/* graph_impl.h - what an alloy_graph holds: the built IR, its state, the compiled step. */
+#ifndef ALLOY_GRAPH_IMPL_H
+#define ALLOY_GRAPH_IMPL_H
+
+#include "alloy/graph.h"
+#include "ir/ir.h"
+#include "passes/pass.h"
+#include "runtime/cpu.h"
+
+/* One state tensor (a parameter; later optimizer moments and scaler state). */
+typedef struct rt_state {
+    char *name;
+    ir_type type;
+    void *data;
+} rt_state;
+
+struct alloy_graph {
+    ir_graph *ir;       /* as built; builder errors live in ir->status/error */
+    ir_graph *compiled; /* after the pass pipeline; NULL until compiled */
+    rt_tensor *values;  /* the last run's values over compiled->nodes */
+    rt_state *state;
+    int nstate, state_cap;
+    bool state_ready; /* every param of ir has its state tensor */
+    uint64_t seed;
+    amp_config amp;             /* lists and dtype as the user set them */
+    alloy_amp_report amp_report; /* from the last compile */
+    alloy_status status; /* last failing call's status, message below */
+    char error[1024];
+};
+
+/* amp_api.c */
+/* The options for compiling g: its AMP config with the environment's list
+ * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
+AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
+
+/* run.c */
+/* Compiles g's built graph into g->compiled unless it is already. */
+AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
+/* Drops the compiled step (after the graph or its configuration changed). */
+AL_HIDDEN void graph_invalidate(alloy_graph *g);
+
+/* state.c */
+/* Creates and initializes a state tensor for every param node still lacking one. */
+AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
+/* The state tensor called name, or NULL. */
+AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
+AL_HIDDEN void state_free_all(alloy_graph *g);
+
+/* Records an error on g's run status (the builder's first error stays in ir). */
+AL_HIDDEN alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
+    AL_PRINTF(3, 4);
+
+#endif

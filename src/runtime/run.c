@@ -1,0 +1,263 @@
+/* run.c - alloy_graph: lifecycle, compile on first run, feeds and fetches, dumps. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/pass.h"
+#include "runtime/graph_impl.h"
+
+alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
+{
+    g->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+alloy_graph *alloy_graph_new(const char *name)
+{
+    alloy_graph *g = al_calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->ir = ir_graph_new(name);
+    if (!g->ir) {
+        al_free(g);
+        return NULL;
+    }
+    amp_config_init(&g->amp);
+    return g;
+}
+
+static void release_values(alloy_graph *g)
+{
+    if (g->values && g->compiled) cpu_release_values(g->compiled, g->values);
+    al_free(g->values);
+    g->values = NULL;
+}
+
+void alloy_graph_free(alloy_graph *g)
+{
+    if (!g) return;
+    release_values(g);
+    ir_graph_free(g->compiled);
+    ir_graph_free(g->ir);
+    state_free_all(g);
+    al_free(g);
+}
+
+alloy_status alloy_graph_status(const alloy_graph *g)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    return g->ir->status ? g->ir->status : g->status;
+}
+
+const char *alloy_last_error(const alloy_graph *g)
+{
+    if (!g) return "no graph (NULL)";
+    if (g->ir->status) return g->ir->error;
+    return g->status ? g->error : "";
+}
+
+void alloy_graph_set_seed(alloy_graph *g, uint64_t seed)
+{
+    if (g) g->seed = seed;
+}
+
+alloy_graph *alloy_graph_parse(const char *text, size_t len, const char *filename, char *err,
+                               size_t errlen)
+{
+    if (!text) {
+        al_fmt(err, errlen, "%s: no text (NULL)", filename ? filename : "<input>");
+        return NULL;
+    }
+    ir_graph *ir = ir_parse(text, len, filename ? filename : "<input>", err, errlen);
+    if (!ir) return NULL;
+    alloy_graph *g = al_calloc(1, sizeof *g);
+    if (!g) {
+        ir_graph_free(ir);
+        al_fmt(err, errlen, "out of memory");
+        return NULL;
+    }
+    g->ir = ir;
+    amp_config_init(&g->amp);
+    return g;
+}
+
+alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        al_fmt(err, errlen, "%s: cannot open", path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *text = al_malloc(cap);
+    size_t got;
+    while (text && (got = fread(text + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            char *bigger = al_realloc(text, cap * 2);
+            if (!bigger) {
+                al_free(text);
+                text = NULL;
+                break;
+            }
+            text = bigger;
+            cap *= 2;
+        }
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (!text || bad) {
+        al_free(text);
+        al_fmt(err, errlen, "%s: %s", path, bad ? "read error" : "out of memory");
+        return NULL;
+    }
+    alloy_graph *g = alloy_graph_parse(text, len, path, err, errlen);
+    al_free(text);
+    return g;
+}
+
+/* Builds the compiled step from the built graph. */
+alloy_status graph_compile(alloy_graph *g)
+{
+    if (g->compiled) return ALLOY_OK;
+    ir_graph *c = ir_graph_clone(g->ir);
+    if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");
+    pass_options opts;
+    alloy_status st = graph_pass_options(g, &opts);
+    if (st) {
+        ir_graph_free(c);
+        return st;
+    }
+    opts.amp_report = &g->amp_report;
+    st = pass_run_pipeline(&c, &opts, NULL, stderr, NULL, 0, NULL);
+    if (st) {
+        graph_fail(g, st, "compiling graph '%s': %s", g->ir->name, c->error);
+        ir_graph_free(c);
+        return st;
+    }
+    g->compiled = c;
+    return ALLOY_OK;
+}
+
+/* The node a fetch name refers to: an output name first, else a node name. */
+static int fetch_node(const ir_graph *c, const char *name)
+{
+    for (int i = 0; i < c->noutputs; i++)
+        if (strcmp(c->outputs[i].name, name) == 0) return c->outputs[i].node;
+    return ir_find_name(c, name);
+}
+
+static alloy_status bind_feeds(alloy_graph *g, const alloy_host_tensor *feeds, int nfeeds)
+{
+    const ir_graph *c = g->compiled;
+    for (int i = 0; i < nfeeds; i++) {
+        const alloy_host_tensor *f = &feeds[i];
+        if (!f->name) return graph_fail(g, ALLOY_ERR_INVALID, "feed %d has no name", i);
+        int id = ir_find_name(c, f->name);
+        if (id < 0 || c->nodes[id]->op != IR_OP_input)
+            return graph_fail(g, ALLOY_ERR_NOT_FOUND, "feed '%s': graph '%s' has no input of that name",
+                              f->name, c->name);
+        const ir_type *t = &c->nodes[id]->type;
+        ir_type given = {.dtype = f->dtype, .rank = f->rank};
+        if (f->rank < 0 || f->rank > ALLOY_MAX_RANK)
+            return graph_fail(g, ALLOY_ERR_SHAPE, "feed '%s': rank %d out of range", f->name, f->rank);
+        memcpy(given.dims, f->dims, sizeof(int64_t) * (size_t)f->rank);
+        if (!ir_type_eq(t, &given)) {
+            char want[96], got[96];
+            ir_fmt_type(want, sizeof want, t);
+            ir_fmt_type(got, sizeof got, &given);
+            return graph_fail(g, f->dtype != t->dtype ? ALLOY_ERR_DTYPE : ALLOY_ERR_SHAPE,
+                              "feed '%s': input is %s, fed %s", f->name, want, got);
+        }
+        if (!f->data && ir_nbytes(t))
+            return graph_fail(g, ALLOY_ERR_INVALID, "feed '%s': data is NULL", f->name);
+        g->values[id].data = f->data;
+    }
+    for (int i = 0; i < c->nnodes; i++) {
+        const ir_node *n = c->nodes[i];
+        if (n->op == IR_OP_input && !g->values[i].data && ir_nbytes(&n->type))
+            return graph_fail(g, ALLOY_ERR_NOT_FOUND, "input '%s' was not fed", n->name);
+        if (n->op == IR_OP_param) {
+            rt_state *s = state_find(g, n->name);
+            if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "param '%s' has no state", n->name);
+            g->values[i].data = s->data;
+        }
+    }
+    return ALLOY_OK;
+}
+
+alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int nfeeds,
+                             alloy_host_tensor *fetches, int nfetches)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    g->status = ALLOY_OK;
+    if (g->ir->status) return g->ir->status;
+    if ((nfeeds && !feeds) || (nfetches && !fetches) || nfeeds < 0 || nfetches < 0)
+        return graph_fail(g, ALLOY_ERR_INVALID, "run: feeds/fetches NULL with a non-zero count");
+    alloy_status st = graph_compile(g);
+    if (!st) st = state_ensure(g);
+    if (st) return st;
+    release_values(g);
+    const ir_graph *c = g->compiled;
+    g->values = al_calloc((size_t)c->nnodes + 1, sizeof(rt_tensor));
+    bool *keep = al_calloc((size_t)c->nnodes + 1, sizeof(bool));
+    if (!g->values || !keep) {
+        al_free(keep);
+        return graph_fail(g, ALLOY_ERR_OOM, "out of memory starting a run");
+    }
+    for (int i = 0; i < nfetches; i++) {
+        int id = fetches[i].name ? fetch_node(c, fetches[i].name) : -1;
+        if (id < 0) {
+            al_free(keep);
+            return graph_fail(g, ALLOY_ERR_NOT_FOUND, "fetch '%s': no output or named node of that name",
+                              fetches[i].name ? fetches[i].name : "(NULL)");
+        }
+        keep[id] = true;
+    }
+    st = bind_feeds(g, feeds, nfeeds);
+    if (!st) {
+        cpu_exec x = {.nthreads = 1};
+        st = cpu_run_graph(&x, c, g->values, keep);
+        if (st) graph_fail(g, st, "running graph '%s': %s", c->name, x.error);
+    }
+    for (int i = 0; i < c->nnodes; i++) /* feeds belong to the caller */
+        if (c->nodes[i]->op == IR_OP_input) g->values[i].data = NULL;
+    for (int i = 0; !st && i < nfetches; i++) {
+        int id = fetch_node(c, fetches[i].name);
+        const ir_node *n = c->nodes[id];
+        fetches[i].dtype = n->type.dtype;
+        fetches[i].rank = n->type.rank;
+        memcpy(fetches[i].dims, n->type.dims, sizeof fetches[i].dims);
+        fetches[i].data = n->op == IR_OP_input ? NULL : g->values[id].data;
+        if (n->op == IR_OP_input) {
+            for (int j = 0; j < nfeeds; j++)
+                if (strcmp(feeds[j].name, n->name) == 0) fetches[i].data = feeds[j].data;
+        }
+    }
+    al_free(keep);
+    return st;
+}
+
+alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
+{
+    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (kind == ALLOY_DUMP_SOURCE) {
+        ir_print(g->ir, out);
+        return ALLOY_OK;
+    }
+    if (g->ir->status) return g->ir->status;
+    alloy_status st = graph_compile(g);
+    if (st) return st;
+    ir_print(g->compiled, out);
+    return ALLOY_OK;
+}
+
+void graph_invalidate(alloy_graph *g)
+{
+    release_values(g);
+    ir_graph_free(g->compiled);
+    g->compiled = NULL;
+}

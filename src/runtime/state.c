@@ -1,0 +1,233 @@
+/* state.c - state tensors: creation and seeded initialization, get/set, safetensors save and load. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/safetensors.h"
+#include "runtime/convert.h"
+#include "runtime/graph_impl.h"
+
+/* splitmix64: a small, well-mixed generator; one stream per (seed, name). */
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double next_unit(uint64_t *s) /* uniform in (0, 1) */
+{
+    return ((double)(next_u64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static uint64_t stream_seed(uint64_t seed, const char *name)
+{
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    next_u64(&h);
+    return h;
+}
+
+/* Fills v[0..n) with the param's initial values in f64. */
+static void init_values(const ir_node *n, uint64_t seed, double *v, int64_t count)
+{
+    const char *kind = ir_attr_str(n, "init", "zeros");
+    const ir_type *t = &n->type;
+    double fan_in = t->rank >= 2 ? (double)t->dims[t->rank - 2] : t->rank == 1 ? (double)t->dims[0] : 1;
+    double fan_out = t->rank >= 1 ? (double)t->dims[t->rank - 1] : 1;
+    double gain = ir_attr_float(n, "gain", 1.0);
+    double mean = ir_attr_float(n, "mean", 0.0), std = ir_attr_float(n, "std", 1.0);
+    double low = ir_attr_float(n, "low", 0.0), high = ir_attr_float(n, "high", 1.0);
+    bool normal = false;
+    if (strcmp(kind, "zeros") == 0 || strcmp(kind, "ones") == 0 || strcmp(kind, "constant") == 0) {
+        double c = kind[0] == 'z' ? 0.0 : kind[0] == 'o' ? 1.0 : ir_attr_float(n, "value", 0.0);
+        for (int64_t i = 0; i < count; i++) v[i] = c;
+        return;
+    } else if (strcmp(kind, "normal") == 0) {
+        normal = true;
+    } else if (strcmp(kind, "kaiming_uniform") == 0) {
+        high = gain * sqrt(3.0 / fan_in), low = -high;
+    } else if (strcmp(kind, "kaiming_normal") == 0) {
+        normal = true, mean = 0, std = gain / sqrt(fan_in);
+    } else if (strcmp(kind, "xavier_uniform") == 0) {
+        high = gain * sqrt(6.0 / (fan_in + fan_out)), low = -high;
+    } else if (strcmp(kind, "xavier_normal") == 0) {
+        normal = true, mean = 0, std = gain * sqrt(2.0 / (fan_in + fan_out));
+    }
+    uint64_t s = stream_seed(seed, n->name);
+    for (int64_t i = 0; i < count; i++) {
+        if (normal) { /* Box-Muller, one value per pair of draws */
+            double u1 = next_unit(&s), u2 = next_unit(&s);
+            v[i] = mean + std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        } else {
+            v[i] = low + (high - low) * next_unit(&s);
+        }
+    }
+}
+
+rt_state *state_find(alloy_graph *g, const char *name)
+{
+    for (int i = 0; i < g->nstate; i++)
+        if (strcmp(g->state[i].name, name) == 0) return &g->state[i];
+    return NULL;
+}
+
+alloy_status state_ensure(alloy_graph *g)
+{
+    if (g->state_ready) return ALLOY_OK;
+    if (g->ir->status) return g->ir->status;
+    const ir_graph *ir = g->ir;
+    for (int i = 0; i < ir->nnodes; i++) {
+        const ir_node *n = ir->nodes[i];
+        if (n->op != IR_OP_param || state_find(g, n->name)) continue;
+        if (g->nstate == g->state_cap) {
+            int cap = g->state_cap ? g->state_cap * 2 : 16;
+            rt_state *s = al_realloc(g->state, sizeof *s * (size_t)cap);
+            if (!s) return graph_fail(g, ALLOY_ERR_OOM, "out of memory creating state '%s'", n->name);
+            g->state = s;
+            g->state_cap = cap;
+        }
+        int64_t count = ir_numel(&n->type);
+        size_t bytes = ir_nbytes(&n->type);
+        rt_state s = {al_strdup(n->name), n->type, al_malloc(bytes ? bytes : 1)};
+        double *tmp = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
+        if (!s.name || !s.data || !tmp) {
+            al_free(s.name);
+            al_free(s.data);
+            al_free(tmp);
+            return graph_fail(g, ALLOY_ERR_OOM, "out of memory creating state '%s' (%zu bytes)",
+                              n->name, bytes);
+        }
+        init_values(n, g->seed, tmp, count);
+        cvt_store_f64(n->type.dtype, tmp, s.data, (size_t)count);
+        al_free(tmp);
+        g->state[g->nstate++] = s;
+    }
+    g->state_ready = true;
+    return ALLOY_OK;
+}
+
+void state_free_all(alloy_graph *g)
+{
+    for (int i = 0; i < g->nstate; i++) {
+        al_free(g->state[i].name);
+        al_free(g->state[i].data);
+    }
+    al_free(g->state);
+    g->state = NULL;
+    g->nstate = g->state_cap = 0;
+}
+
+static void describe_state(const rt_state *s, alloy_host_tensor *out)
+{
+    out->name = s->name;
+    out->dtype = s->type.dtype;
+    out->rank = s->type.rank;
+    memcpy(out->dims, s->type.dims, sizeof out->dims);
+    out->data = s->data;
+}
+
+int alloy_graph_state_count(alloy_graph *g)
+{
+    if (!g || state_ensure(g)) return 0;
+    return g->nstate;
+}
+
+alloy_status alloy_graph_state_at(alloy_graph *g, int i, alloy_host_tensor *out)
+{
+    if (!g || !out) return ALLOY_ERR_INVALID;
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    if (i < 0 || i >= g->nstate)
+        return graph_fail(g, ALLOY_ERR_NOT_FOUND, "state index %d out of range [0, %d)", i, g->nstate);
+    describe_state(&g->state[i], out);
+    return ALLOY_OK;
+}
+
+alloy_status alloy_graph_get_state(alloy_graph *g, const char *name, alloy_host_tensor *out)
+{
+    if (!g || !name || !out) return ALLOY_ERR_INVALID;
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    rt_state *s = state_find(g, name);
+    if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "no state tensor named '%s'", name);
+    describe_state(s, out);
+    return ALLOY_OK;
+}
+
+/* Checks that src may replace s (same dtype and shape); names both on error. */
+static alloy_status check_match(alloy_graph *g, const rt_state *s, const alloy_host_tensor *src,
+                                const char *where)
+{
+    ir_type given = {.dtype = src->dtype, .rank = src->rank};
+    if (src->rank < 0 || src->rank > ALLOY_MAX_RANK)
+        return graph_fail(g, ALLOY_ERR_SHAPE, "%s'%s': rank %d out of range", where, s->name, src->rank);
+    memcpy(given.dims, src->dims, sizeof(int64_t) * (size_t)src->rank);
+    if (!ir_type_eq(&s->type, &given)) {
+        char want[96], got[96];
+        ir_fmt_type(want, sizeof want, &s->type);
+        ir_fmt_type(got, sizeof got, &given);
+        return graph_fail(g, src->dtype != s->type.dtype ? ALLOY_ERR_DTYPE : ALLOY_ERR_SHAPE,
+                          "%sstate '%s' is %s, given %s", where, s->name, want, got);
+    }
+    return ALLOY_OK;
+}
+
+alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
+{
+    if (!g || !src || !src->name) return ALLOY_ERR_INVALID;
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    rt_state *s = state_find(g, src->name);
+    if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "no state tensor named '%s'", src->name);
+    if ((st = check_match(g, s, src, ""))) return st;
+    if (ir_nbytes(&s->type)) memcpy(s->data, src->data, ir_nbytes(&s->type));
+    return ALLOY_OK;
+}
+
+alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
+{
+    if (!g || !path) return ALLOY_ERR_INVALID;
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
+    if (!ts) return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
+    for (int i = 0; i < g->nstate; i++) describe_state(&g->state[i], &ts[i]);
+    const char *keys[] = {"format", "graph"}, *vals[] = {"alloy-state-1", g->ir->name};
+    char err[512] = "";
+    st = alloy_safetensors_save(path, ts, g->nstate, keys, vals, 2, err, sizeof err);
+    al_free(ts);
+    return st ? graph_fail(g, st, "%s", err) : ALLOY_OK;
+}
+
+alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
+{
+    if (!g || !path) return ALLOY_ERR_INVALID;
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    char err[512] = "";
+    alloy_safetensors *file = NULL;
+    st = alloy_safetensors_load(path, &file, err, sizeof err);
+    if (st) return graph_fail(g, st, "%s", err);
+    char where[600];
+    al_fmt(where, sizeof where, "%s: ", path);
+    /* validate everything before changing anything */
+    for (int i = 0; !st && i < g->nstate; i++) {
+        const alloy_host_tensor *t = alloy_safetensors_find(file, g->state[i].name);
+        if (!t) st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
+        else st = check_match(g, &g->state[i], t, where);
+    }
+    for (int i = 0; !st && i < alloy_safetensors_count(file); i++) {
+        const alloy_host_tensor *t = alloy_safetensors_get(file, i);
+        if (!state_find(g, t->name))
+            st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%stensor '%s' matches no state of graph '%s'",
+                            where, t->name, g->ir->name);
+    }
+    for (int i = 0; !st && i < g->nstate; i++) {
+        const alloy_host_tensor *t = alloy_safetensors_find(file, g->state[i].name);
+        if (ir_nbytes(&g->state[i].type)) memcpy(g->state[i].data, t->data, ir_nbytes(&g->state[i].type));
+    }
+    alloy_safetensors_free(file);
+    return st;
+}
