@@ -1,8 +1,346 @@
-/* stub: being written */
+/* test_gemm.c - the CPU GEMM (BLAS, portable f32 kernel, f64) against a long double triple loop. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-static void test_placeholder(void **state) { (void)state; fail_msg("not written yet"); }
-int main(void) { const struct CMUnitTest t[] = {cmocka_unit_test(test_placeholder)}; return cmocka_run_group_tests(t, NULL, NULL); }
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ir/base.h"
+#include "runtime/gemm.h"
+
+extern char **environ;
+
+typedef void (*gemm_f32_fn)(bool, bool, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                            const float *, int64_t, float, float *, int64_t);
+
+/* Which implementation a check runs: an f32 entry point, or gemm_f64. */
+typedef struct impl {
+    const char *name;
+    gemm_f32_fn f32; /* NULL: gemm_f64 */
+} impl;
+
+static const impl impl_portable = {"gemm_f32_portable", gemm_f32_portable};
+static const impl impl_dispatch = {"gemm_f32", gemm_f32};
+static const impl impl_f64 = {"gemm_f64", NULL};
+
+static const char *self_path; /* argv[0], for the child runs */
+
+static uint64_t rng_state;
+
+/* Uniform in [-1, 1), exactly representable in f32 (24-bit mantissa). */
+static float rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((int32_t)(rng_state >> 40) - (1 << 23)) / (float)(1 << 23);
+}
+
+static void *xalloc(size_t n)
+{
+    void *p = al_malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* Shapes that hit every edge: unit dimensions, sizes off the 6 x 8 register
+ * tile and the 96 / 384 / 3072 cache blocks, k == 0, and products large
+ * enough to be split over threads. */
+static const int64_t shapes[][3] = {
+    {1, 1, 1},     {1, 1, 17},    {1, 17, 3},    {3, 1, 17},    {17, 3, 1},   {3, 3, 3},
+    {6, 8, 384},   {7, 9, 385},   {5, 7, 0},     {17, 17, 17},  {1, 129, 65}, {129, 1, 65},
+    {65, 65, 1},   {65, 129, 17}, {129, 65, 129}, {121, 17, 513}, {7, 3100, 5}, {130, 200, 300},
+    {200, 131, 65},
+};
+
+/* alpha, beta; beta == 0 runs with C full of NaN, which must not show. */
+static const float scalars[][2] = {{1.0f, 0.0f}, {0.5f, -1.5f}, {-2.0f, 1.0f}, {0.0f, 0.5f},
+                                   {0.0f, 0.0f}, {1.0f, 1.0f}};
+
+/* One product checked element by element against a long double reference:
+ * with u = eps/2, |fl(x.y) - x.y| <= k*u/(1 - k*u) * |x|.|y| for any summation
+ * order, and alpha, beta and the final add cost a few u more, so
+ * |C - ref| <= (k + 3) * eps * (|alpha| |op(A)| |op(B)| + |beta| |C0|)
+ * bounds the error of every correct implementation (eps of the tested type;
+ * for f64 it also covers the reference's own rounding). Elements of every
+ * operand outside the m x n x k product (the lda/ldb/ldc padding) hold NaN or
+ * a sentinel: reading or writing them fails the check. */
+static void check(const impl *im, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  float beta, int pad)
+{
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int64_t lda = ac + pad, ldb = bc + pad + 1, ldc = n + 2 * pad;
+    size_t na = (size_t)(ar * lda), nb = (size_t)(br * ldb), nc = (size_t)(m * ldc);
+    double *a = xalloc(na * sizeof *a), *b = xalloc(nb * sizeof *b);
+    double *c0 = xalloc(nc * sizeof *c0), *c = xalloc(nc * sizeof *c);
+    float *af = xalloc(na * sizeof *af), *bf = xalloc(nb * sizeof *bf);
+    float *cf = xalloc(nc * sizeof *cf);
+    for (size_t i = 0; i < na; i++) a[i] = (int64_t)i % lda < ac ? rnd() : NAN;
+    for (size_t i = 0; i < nb; i++) b[i] = (int64_t)i % ldb < bc ? rnd() : NAN;
+    for (size_t i = 0; i < nc; i++)
+        c0[i] = (int64_t)i % ldc >= n ? 1234.5 : beta == 0.0f ? NAN : rnd();
+    for (size_t i = 0; i < na; i++) af[i] = (float)a[i];
+    for (size_t i = 0; i < nb; i++) bf[i] = (float)b[i];
+    for (size_t i = 0; i < nc; i++) cf[i] = (float)c0[i];
+    memcpy(c, c0, nc * sizeof *c);
+
+    if (im->f32)
+        im->f32(ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, ldc);
+    else
+        gemm_f64(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+
+    double eps = im->f32 ? FLT_EPSILON : DBL_EPSILON;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ldc; j++) {
+            double got = im->f32 ? cf[i * ldc + j] : c[i * ldc + j];
+            if (j >= n) { /* padding: untouched */
+                if (got != 1234.5)
+                    fail_msg("%s wrote C padding (%d,%d)", im->name, (int)i, (int)j);
+                continue;
+            }
+            long double dot = 0.0L, mag = 0.0L;
+            for (int64_t p = 0; p < k; p++) {
+                long double x = ta ? a[p * lda + i] : a[i * lda + p];
+                long double y = tb ? b[j * ldb + p] : b[p * ldb + j];
+                dot += x * y;
+                mag += fabsl(x * y);
+            }
+            double cin = c0[i * ldc + j];
+            long double bc0 = beta == 0.0f ? 0.0L : (long double)beta * cin; /* NaN unread */
+            long double ref = (long double)alpha * dot + bc0;
+            long double scale = fabsl((long double)alpha) * mag + fabsl(bc0);
+            double bound = (double)(k + 3) * eps * (double)scale;
+            double err = fabs(got - (double)ref);
+            if (!(err <= bound))
+                fail_msg("%s ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g: C(%d,%d) = %.9g, "
+                         "want %.9g (error %.3g > bound %.3g)",
+                         im->name, ta, tb, (int)m, (int)n, (int)k, alpha, beta, (int)i, (int)j, got,
+                         (double)ref, err, bound);
+        }
+    al_free(a), al_free(b), al_free(c0), al_free(c), al_free(af), al_free(bf), al_free(cf);
+}
+
+/* Every shape x transpose pair x alpha/beta case, with and without padding. */
+static void check_all(const impl *im)
+{
+    rng_state = 42;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (size_t ab = 0; ab < sizeof scalars / sizeof scalars[0]; ab++)
+                check(im, t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], scalars[ab][0],
+                      scalars[ab][1], (int)((s + ab + (size_t)t) % 3) * 2);
+}
+
+static void test_f32_portable(void **state)
+{
+    (void)state;
+    check_all(&impl_portable);
+}
+
+static void test_f32_dispatch(void **state)
+{
+    (void)state;
+    check_all(&impl_dispatch);
+}
+
+static void test_f64(void **state)
+{
+    (void)state;
+    check_all(&impl_f64);
+}
+
+/* m == 0 or n == 0 touch nothing (pointers may be NULL); k == 0 is C = beta*C,
+ * and with beta == 0 writes exact zeros over NaN. */
+static void test_degenerate(void **state)
+{
+    (void)state;
+    gemm_f32_portable(false, false, 0, 5, 5, 1.0f, NULL, 5, NULL, 5, 0.0f, NULL, 5);
+    gemm_f32(true, true, 5, 0, 5, 1.0f, NULL, 5, NULL, 5, 0.0f, NULL, 5);
+    gemm_f64(false, true, 0, 0, 0, 1.0, NULL, 1, NULL, 1, 0.0, NULL, 1);
+    float c[6] = {NAN, NAN, NAN, 2.0f, NAN, -4.0f};
+    gemm_f32(false, false, 2, 3, 0, 1.0f, NULL, 0, NULL, 3, 0.0f, c, 3);
+    for (int i = 0; i < 6; i++) assert_true(c[i] == 0.0f && !signbit(c[i]));
+    float d[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    gemm_f32_portable(true, false, 2, 2, 0, 1.0f, NULL, 2, NULL, 2, 0.5f, d, 2);
+    assert_true(d[0] == 0.5f && d[1] == 1.0f && d[2] == 1.5f && d[3] == 2.0f);
+    double e[2] = {NAN, NAN};
+    gemm_f64(false, false, 1, 2, 0, 3.0, NULL, 0, NULL, 2, 0.0, e, 2);
+    assert_true(e[0] == 0.0 && e[1] == 0.0);
+}
+
+/* An exact case: small integers sum exactly in any order, so every backend
+ * must agree bit for bit with the hand-computed product. */
+static void test_exact_small(void **state)
+{
+    (void)state;
+    const float a[6] = {1, 2, 3, 4, 5, 6};    /* 2 x 3 */
+    const float b[6] = {7, 8, 9, 10, 11, 12}; /* 3 x 2 */
+    const float want[4] = {58, 64, 139, 154}; /* a * b */
+    float c[4];
+    gemm_f32_portable(false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);
+    assert_memory_equal(c, want, sizeof c);
+    gemm_f32(false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);
+    assert_memory_equal(c, want, sizeof c);
+    /* op(A) = a viewed 3x2 transposed -> 2x3: [[1,3,5],[2,4,6]]; op(B) = b viewed
+     * 2x3 transposed -> 3x2: [[7,10],[8,11],[9,12]]. */
+    gemm_f32_portable(true, true, 2, 2, 3, 1.0f, a, 2, b, 3, 0.0f, c, 2);
+    const float want_tt[4] = {1 * 7 + 3 * 8 + 5 * 9, 1 * 10 + 3 * 11 + 5 * 12,
+                              2 * 7 + 4 * 8 + 6 * 9, 2 * 10 + 4 * 11 + 6 * 12};
+    assert_memory_equal(c, want_tt, sizeof c);
+    double cd[4];
+    const double ad[6] = {1, 2, 3, 4, 5, 6}, bd[6] = {7, 8, 9, 10, 11, 12};
+    gemm_f64(false, false, 2, 2, 3, 1.0, ad, 3, bd, 2, 0.0, cd, 2);
+    for (int i = 0; i < 4; i++) assert_true(cd[i] == (double)want[i]);
+}
+
+static void test_backend_name(void **state)
+{
+    (void)state;
+    const char *name = gemm_backend_name();
+    assert_non_null(name);
+    const char *blas = getenv("ALLOY_BLAS");
+    if (blas && strcmp(blas, "0") == 0) assert_string_equal(name, "portable");
+    print_message("gemm_f32 backend: %s\n", name);
+}
+
+/* The product the --emit children write: two shapes, one split over rows and
+ * one over columns when threaded, with edges in every block dimension. */
+static float *emit_product(size_t *len)
+{
+    static const int64_t sh[2][3] = {{301, 263, 517}, {97, 389, 300}};
+    size_t total = 0;
+    for (int s = 0; s < 2; s++) total += (size_t)(sh[s][0] * sh[s][1]);
+    float *out = xalloc(total * sizeof *out), *c = out;
+    rng_state = 7;
+    for (int s = 0; s < 2; s++) {
+        int64_t m = sh[s][0], n = sh[s][1], k = sh[s][2];
+        float *a = xalloc((size_t)(m * k) * sizeof *a), *b = xalloc((size_t)(k * n) * sizeof *b);
+        for (int64_t i = 0; i < m * k; i++) a[i] = rnd();
+        for (int64_t i = 0; i < k * n; i++) b[i] = rnd();
+        for (int64_t i = 0; i < m * n; i++) c[i] = rnd();
+        gemm_f32_portable(s == 1, s == 0, m, n, k, 0.75f, a, s == 1 ? m : k, b, s == 0 ? k : n,
+                          0.5f, c, n);
+        c += m * n;
+        al_free(a), al_free(b);
+    }
+    *len = total;
+    return out;
+}
+
+/* Runs this executable again with extra environment settings (NULL-ended
+ * "NAME=value" list) and the given argument; returns its exit status, or
+ * reads its stdout into *out (al_malloc'd) when out is non-NULL. */
+static int run_self(const char *const *env_add, const char *arg, char **out, size_t *out_len)
+{
+    size_t ne = 0, na = 0;
+    while (environ[ne]) ne++;
+    while (env_add[na]) na++;
+    char **envp = xalloc((ne + na + 1) * sizeof *envp);
+    size_t k = 0;
+    for (size_t i = 0; i < na; i++) envp[k++] = (char *)env_add[i];
+    for (size_t i = 0; i < ne; i++) {
+        bool overridden = false;
+        for (size_t j = 0; j < na; j++) {
+            size_t l = strcspn(env_add[j], "=") + 1;
+            if (strncmp(environ[i], env_add[j], l) == 0) overridden = true;
+        }
+        if (!overridden) envp[k++] = environ[i];
+    }
+    envp[k] = NULL;
+    int fd[2] = {-1, -1};
+    if (out) assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (out) {
+            dup2(fd[1], STDOUT_FILENO);
+            close(fd[0]);
+            close(fd[1]);
+        }
+        char *argv[] = {(char *)self_path, (char *)arg, NULL};
+        execve(self_path, argv, envp);
+        _exit(127);
+    }
+    al_free(envp);
+    if (out) {
+        close(fd[1]);
+        size_t cap = 1 << 16, len = 0;
+        char *buf = xalloc(cap);
+        ssize_t r;
+        while ((r = read(fd[0], buf + len, cap - len)) > 0) {
+            len += (size_t)r;
+            if (len == cap) {
+                buf = al_realloc(buf, cap *= 2);
+                assert_non_null(buf);
+            }
+        }
+        close(fd[0]);
+        *out = buf;
+        *out_len = len;
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* Each element is computed by one thread in a fixed order: the portable
+ * kernel's result is bit-identical whatever ALLOY_NUM_THREADS says. */
+static void test_deterministic_across_threads(void **state)
+{
+    (void)state;
+    size_t len;
+    float *here = emit_product(&len);
+    static const char *const counts[] = {"ALLOY_NUM_THREADS=1", "ALLOY_NUM_THREADS=2",
+                                         "ALLOY_NUM_THREADS=3", "ALLOY_NUM_THREADS=8"};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        const char *env[] = {counts[i], NULL};
+        char *got;
+        size_t got_len;
+        assert_int_equal(run_self(env, "--emit", &got, &got_len), 0);
+        assert_int_equal(got_len, len * sizeof(float));
+        if (memcmp(got, here, got_len) != 0) fail_msg("result differs with %s", counts[i]);
+        al_free(got);
+    }
+    al_free(here);
+}
+
+int main(int argc, char **argv)
+{
+    self_path = argv[0];
+    if (argc == 2 && strcmp(argv[1], "--emit") == 0) {
+        size_t len;
+        float *c = emit_product(&len);
+        size_t w = fwrite(c, sizeof *c, len, stdout);
+        al_free(c);
+        return w == len && fflush(stdout) == 0 ? 0 : 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_name),
+        cmocka_unit_test(test_exact_small),
+        cmocka_unit_test(test_degenerate),
+        cmocka_unit_test(test_f32_portable),
+        cmocka_unit_test(test_f32_dispatch),
+        cmocka_unit_test(test_f64),
+        cmocka_unit_test(test_deterministic_across_threads),
+    };
+    const char *blas = getenv("ALLOY_BLAS");
+    bool forced_portable = blas && strcmp(blas, "0") == 0;
+    const char *group = forced_portable ? "gemm (ALLOY_BLAS=0)" : "gemm";
+    int failed = cmocka_run_group_tests_name(group, tests, NULL, NULL);
+    /* With a BLAS, gemm_f32/gemm_f64's portable paths only run when ALLOY_BLAS
+     * is "0", read once per process: run the suite again in a child that says so. */
+    if (!forced_portable && strcmp(gemm_backend_name(), "portable") != 0) {
+        static const char *const env[] = {"ALLOY_BLAS=0", NULL};
+        int rc = run_self(env, "--suite", NULL, NULL);
+        if (rc != 0) failed += rc;
+    }
+    return failed;
+}

@@ -24,5 +24,6 @@
 #include "alloy/graph.h"
 #include "alloy/amp.h"
 #include "alloy/safetensors.h"
+#include "alloy/train.h"
 
 #endif

@@ -167,6 +167,12 @@ ALLOY_API alloy_tensor *alloy_set_name(alloy_graph *g, alloy_tensor *t, const ch
 ALLOY_API alloy_status alloy_output(alloy_graph *g, const char *name, alloy_tensor *t);
 /* The node named name (input, param or any named node), or NULL. */
 ALLOY_API alloy_tensor *alloy_graph_find(alloy_graph *g, const char *name);
+/* The graph's declared outputs (as built, before training adds "grad:..."). */
+ALLOY_API int alloy_graph_output_count(const alloy_graph *g);
+ALLOY_API const char *alloy_graph_output_name(const alloy_graph *g, int i);
+/* The graph's inputs: the i-th input's name, dtype and shape (data NULL). */
+ALLOY_API int alloy_graph_input_count(const alloy_graph *g);
+ALLOY_API alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor *out);
 /* The type of t: dtype, rank and dims (name and data are NULL). */
 ALLOY_API alloy_host_tensor alloy_tensor_info(const alloy_tensor *t);
 

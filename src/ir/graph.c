@@ -102,10 +102,10 @@ static bool copy_attr(al_arena *a, ir_attr *dst, const ir_attr *src, const char 
     *dst = *src;
     dst->name = schema_name;
     if (src->kind == IR_ATTR_STR) dst->s = al_arena_strdup(a, src->s ? src->s : "");
-    if (src->kind == IR_ATTR_INTS && src->n)
-        dst->ints = al_arena_memdup(a, src->ints, sizeof(int64_t) * (size_t)src->n);
-    if (src->kind == IR_ATTR_FLOATS && src->n)
-        dst->floats = al_arena_memdup(a, src->floats, sizeof(double) * (size_t)src->n);
+    if (src->kind == IR_ATTR_INTS)
+        dst->ints = src->n ? al_arena_memdup(a, src->ints, sizeof(int64_t) * (size_t)src->n) : NULL;
+    if (src->kind == IR_ATTR_FLOATS)
+        dst->floats = src->n ? al_arena_memdup(a, src->floats, sizeof(double) * (size_t)src->n) : NULL;
     return !a->failed;
 }
 

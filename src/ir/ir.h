@@ -123,6 +123,12 @@ typedef void (*ir_ew_f32)(int64_t n, float *y, const float *a, const float *b, c
 typedef void (*ir_ew_f64)(int64_t n, double *y, const double *a, const double *b,
                           const double *c);
 
+/* Gradient rule (src/passes/grad_rules.c): given the gradient dy of node n's
+ * result, emits the gradients of its operands into dx[j] (a node id, or -1
+ * for an operand with no gradient). */
+typedef struct ad_ctx ad_ctx;
+typedef alloy_status (*ir_grad_rule)(ad_ctx *c, const ir_node *n, int dy, int *dx);
+
 typedef struct ir_op_info {
     const char *name;
     int min_in, max_in; /* max_in < 0: variadic */
@@ -130,6 +136,7 @@ typedef struct ir_op_info {
     ir_type_rule type;
     ir_cpu_kernel cpu;
     ir_amp_class amp;
+    ir_grad_rule grad;
     bool elementwise;
     ir_ew_f32 ew_f32;
     ir_ew_f64 ew_f64;

@@ -3,6 +3,7 @@
 
 #include "ir/ir.h"
 #include "ir/typerules.h"
+#include "passes/grad_rules.h"
 #include "runtime/cpu.h"
 
 static const ir_attr_spec A_NONE[] = {{NULL, 0, false}};
@@ -19,6 +20,11 @@ static const ir_attr_spec A_REDUCE[] = {
 static const ir_attr_spec A_AXIS[] = {{"axis", IR_ATTR_INT, false}, {NULL, 0, false}};
 static const ir_attr_spec A_LAYER_NORM[] = {{"eps", IR_ATTR_FLOAT, false}, {NULL, 0, false}};
 static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true}, {NULL, 0, false}};
+static const ir_attr_spec A_CAUSAL[] = {{"value", IR_ATTR_FLOAT, false}, {NULL, 0, false}};
+static const ir_attr_spec A_PAD[] = {{"axis", IR_ATTR_INT, true},
+                                     {"before", IR_ATTR_INT, true},
+                                     {"after", IR_ATTR_INT, true},
+                                     {NULL, 0, false}};
 static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true},
                                        {"start", IR_ATTR_INT, true},
                                        {"end", IR_ATTR_INT, true},
@@ -30,11 +36,11 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true},
 #define STR(x) #x
 
 const ir_op_info ir_ops[IR_OP_COUNT] = {
-#define OP(nm, mn, mx, at, ty, cpu, amp) \
-    [IR_OP_##nm] = {#nm, mn, mx, at, ty, cpu, amp, false, NULL, NULL, NULL},
-#define EW(nm, nin, ty, amp, expr)                                                        \
-    [IR_OP_##nm] = {#nm, nin, nin, EW_ATTRS, ty, cpu_elementwise, amp, true, ew_##nm##_f32, \
-                    ew_##nm##_f64, STR(expr)},
+#define OP(nm, mn, mx, at, ty, cpu, amp, grad) \
+    [IR_OP_##nm] = {#nm, mn, mx, at, ty, cpu, amp, grad, false, NULL, NULL, NULL},
+#define EW(nm, nin, ty, amp, grad, expr)                                                    \
+    [IR_OP_##nm] = {#nm,          nin,  nin,           EW_ATTRS,      ty,  cpu_elementwise,  \
+                    amp,          grad, true,          ew_##nm##_f32, ew_##nm##_f64, STR(expr)},
 #include "ir/ops.def"
 #undef OP
 #undef EW

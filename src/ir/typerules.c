@@ -329,3 +329,69 @@ RULE(ty_cast)
     out->dtype = dt;
     return ALLOY_OK;
 }
+
+RULE(ty_ternary)
+{
+    for (int i = 1; i < 3; i++)
+        if (in[i]->dtype != in[0]->dtype)
+            FAIL(ALLOY_ERR_DTYPE, "operand dtypes differ (%s vs %s)", alloy_dtype_name(in[0]->dtype),
+                 alloy_dtype_name(in[i]->dtype));
+    if (!ir_is_float(in[0]->dtype)) FAIL(ALLOY_ERR_DTYPE, "operands must be floating point");
+    return broadcast_n(3, in, out, why, whylen);
+}
+
+/* (y, dy) of softmax / log_softmax: same type, the axis in range. */
+RULE(ty_softmax_grad)
+{
+    if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "y and dy must have the same type");
+    return ty_softmax(n, in, out, why, whylen);
+}
+
+/* (x, dy[, gamma]) -> dx */
+RULE(ty_layer_norm_grad)
+{
+    if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "x and dy must have the same type");
+    const ir_type *ins[3] = {in[0], n->nin > 2 ? in[2] : NULL, n->nin > 2 ? in[2] : NULL};
+    ir_node fake = *n;
+    fake.nin = n->nin > 2 ? 3 : 1;
+    return ty_layer_norm(&fake, ins, out, why, whylen);
+}
+
+/* (logits, targets, dloss) -> dlogits */
+RULE(ty_cross_entropy_grad)
+{
+    ir_type loss;
+    alloy_status st = ty_cross_entropy(n, in, &loss, why, whylen);
+    if (st) return st;
+    if (in[2]->rank != 0 || in[2]->dtype != in[0]->dtype)
+        FAIL(ALLOY_ERR_SHAPE, "dloss must be a scalar of the logits' dtype");
+    *out = *in[0];
+    return ALLOY_OK;
+}
+
+/* (ids [...], dy [..., D]) -> dtable, declared [rows, D] */
+RULE(ty_embedding_grad)
+{
+    const ir_type *ids = in[0], *dy = in[1];
+    if (!ir_is_int(ids->dtype)) FAIL(ALLOY_ERR_DTYPE, "ids must be i32 or i64");
+    if (dy->rank != ids->rank + 1) FAIL(ALLOY_ERR_SHAPE, "dy must have rank(ids) + 1");
+    for (int i = 0; i < ids->rank; i++)
+        if (dy->dims[i] != ids->dims[i]) FAIL(ALLOY_ERR_SHAPE, "dy dim %d differs from ids", i);
+    if (out->rank != 2 || out->dims[1] != dy->dims[dy->rank - 1] || out->dims[0] < 0)
+        FAIL(ALLOY_ERR_SHAPE, "result must be declared [rows, %lld]", (long long)dy->dims[dy->rank - 1]);
+    out->dtype = dy->dtype;
+    return ALLOY_OK;
+}
+
+/* zero padding along one axis */
+RULE(ty_pad)
+{
+    int ax;
+    if (!ir_norm_axis(ir_attr_int(n, "axis", 0), in[0]->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis out of range for rank %d", in[0]->rank);
+    int64_t before = ir_attr_int(n, "before", 0), after = ir_attr_int(n, "after", 0);
+    if (before < 0 || after < 0) FAIL(ALLOY_ERR_INVALID, "padding must be >= 0");
+    *out = *in[0];
+    out->dims[ax] += before + after;
+    return ALLOY_OK;
+}

@@ -28,6 +28,12 @@ TYPE_RULE(ty_slice);
 TYPE_RULE(ty_concat);
 TYPE_RULE(ty_causal_mask);
 TYPE_RULE(ty_cast);
+TYPE_RULE(ty_ternary);
+TYPE_RULE(ty_softmax_grad);
+TYPE_RULE(ty_layer_norm_grad);
+TYPE_RULE(ty_cross_entropy_grad);
+TYPE_RULE(ty_embedding_grad);
+TYPE_RULE(ty_pad);
 #undef TYPE_RULE
 
 #endif

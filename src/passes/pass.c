@@ -15,6 +15,8 @@ static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
 static const pass pipeline[] = {
     {"verify", pass_verify},
     {"amp", pass_amp},
+    {"autodiff", pass_autodiff},
+    {"dce", pass_dce},
 };
 
 static double now_ms(void)

@@ -20,6 +20,10 @@ typedef struct pass_options {
     amp_config amp;
     alloy_amp_report *amp_report; /* filled by the amp pass when non-NULL */
     FILE *log;                    /* where ALLOY_AMP_LOG and print-after go (stderr if NULL) */
+    bool train;                   /* build the backward from the loss */
+    const char *const *grad_inputs; /* inputs whose gradients are wanted too */
+    int ngrad_inputs;
+    int loss_seed;                /* node id seeding the backward, or -1 for 1.0 */
 } pass_options;
 
 /* A pass takes *g and leaves the result in *g (it may replace the graph,
@@ -45,6 +49,8 @@ AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts,
                                          pass_timing *timings, int max, int *ntimings);
 
 /* The passes (one file each). */
-AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts); /* amp.c */
+AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /* amp.c */
+AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */
+AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
 
 #endif

@@ -82,6 +82,7 @@ alloy_status graph_pass_options(alloy_graph *g, pass_options *opts)
 {
     memset(opts, 0, sizeof *opts);
     opts->amp = g->amp;
+    opts->loss_seed = -1;
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
         for (int add = 1; add >= 0; add--) {
             char var[64];

@@ -1,2 +1,355 @@
-/* stub: being written */
-typedef int al_stub_convert;
+/* convert.c - exact f16/bf16/f64 <-> f32 conversions and bulk load/store for every dtype. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "runtime/convert.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HAVE_X86_SIMD 1
+#else
+#define HAVE_X86_SIMD 0
+#endif
+
+/* Bit views and unaligned little-endian element access (tensors from files
+ * need not be aligned, so every element goes through memcpy). */
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint64_t f64_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    return u;
+}
+#define LOADER(name, T)                                                                  \
+    static inline T name(const unsigned char *p)                                         \
+    {                                                                                    \
+        T v;                                                                             \
+        memcpy(&v, p, sizeof v);                                                         \
+        return v;                                                                        \
+    }
+LOADER(ld_u16, uint16_t)
+LOADER(ld_f32, float)
+LOADER(ld_f64, double)
+LOADER(ld_i32, int32_t)
+LOADER(ld_i64, int64_t)
+#undef LOADER
+#define STORER(name, T)                                                                  \
+    static inline void name(unsigned char *p, T v) { memcpy(p, &v, sizeof v); }
+STORER(st_u16, uint16_t)
+STORER(st_f32, float)
+STORER(st_f64, double)
+STORER(st_i32, int32_t)
+STORER(st_i64, int64_t)
+#undef STORER
+
+/* The scalar kernels work on bit patterns in integer arithmetic (the one FP
+ * multiply is exact with a normal result), so the FP rounding mode and
+ * FTZ/DAZ do not change them, and they treat NaNs the way x86 F16C does:
+ * quiet bit set, payload shifted (truncated when narrowing), sign kept. */
+
+static inline uint32_t h2f(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, a = h & 0x7fffu;
+    uint32_t r = (a << 13) + 0x38000000u; /* normal: rebias exponent 15 -> 127 */
+    if (a >= 0x7c00u) r = (a << 13) | 0x7f800000u | (a > 0x7c00u ? 0x400000u : 0u);
+    if (a < 0x0400u) r = f32_bits((float)(int32_t)a * 0x1p-24f); /* zero and subnormals, exact */
+    return sign | r;
+}
+
+static inline uint32_t f2h(uint32_t x)
+{
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    /* normal result: rebias 127 -> 15, round the 13 dropped bits to nearest even;
+     * a carry out of the mantissa correctly bumps the exponent */
+    uint32_t n = a - 0x38000000u;
+    n = (n + 0xfffu + ((n >> 13) & 1u)) >> 13;
+    /* subnormal result (a < 2^-14): m * 2^(e-150) in units of 2^-24 is m >> (126-e);
+     * shifts of 25 and more give 0 (below half the smallest subnormal) */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t s = 126u - (e < 101u || e > 112u ? 101u : e);
+    uint32_t sub = (m + (1u << (s - 1)) - 1u + ((m >> s) & 1u)) >> s;
+    uint32_t r = a < 0x38800000u ? sub : n;
+    r = a >= 0x477ff000u ? 0x7c00u : r; /* >= 65520 rounds to infinity */
+    r = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : r;
+    return sign | r;
+}
+
+static inline uint32_t bf2f(uint32_t h)
+{
+    return ((h & 0x7fffu) > 0x7f80u ? h | 0x40u : h) << 16;
+}
+
+static inline uint32_t f2bf(uint32_t x)
+{
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* overflow carries into inf */
+    return (x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r;
+}
+
+static inline uint64_t rne_shift(uint64_t v, unsigned s)
+{
+    return (v + ((uint64_t)1 << (s - 1)) - 1u + ((v >> s) & 1u)) >> s;
+}
+
+/* A double rounded once to a binary format with `mbits` stored mantissa bits
+ * and exponent bias `bias` (f16: 10, 15; bf16: 7, 127). */
+static uint16_t narrow_f64(uint64_t x, unsigned mbits, unsigned bias)
+{
+    const unsigned shift = 52 - mbits;
+    const uint64_t inf = (uint64_t)(2 * bias + 1) << mbits, mmask = ((uint64_t)1 << mbits) - 1;
+    uint64_t sign = (x >> 48) & 0x8000u, a = x & 0x7fffffffffffffffu;
+    if (a > 0x7ff0000000000000u) /* NaN: quiet, top of the payload kept */
+        return (uint16_t)(sign | inf | (mmask & ~(mmask >> 1)) | ((a >> shift) & mmask));
+    /* halfway between the largest finite value and 2^(bias+1) */
+    uint64_t ovf = ((uint64_t)(1023 + bias) << 52) | ((((uint64_t)2 << mbits) - 1) << (shift - 1));
+    if (a >= ovf) return (uint16_t)(sign | inf);
+    if (a >= (uint64_t)(1024 - bias) << 52) /* normal: rebias, round, carries are right */
+        return (uint16_t)(sign | rne_shift(a - ((uint64_t)(1023 - bias) << 52), shift));
+    /* subnormal: the ulp is 2^(1-bias-mbits); shifts past 54 all give 0 */
+    unsigned e = (unsigned)(a >> 52), s = 1076 - bias - mbits - e;
+    if (s > 54) s = 54;
+    return (uint16_t)(sign | rne_shift((a & 0xfffffffffffffu) | (uint64_t)1 << 52, s));
+}
+
+float cvt_f16_to_f32(uint16_t h) { return bits_f32(h2f(h)); }
+uint16_t cvt_f32_to_f16(float f) { return (uint16_t)f2h(f32_bits(f)); }
+float cvt_bf16_to_f32(uint16_t h) { return bits_f32(bf2f(h)); }
+uint16_t cvt_f32_to_bf16(float f) { return (uint16_t)f2bf(f32_bits(f)); }
+uint16_t cvt_f64_to_f16(double d) { return narrow_f64(f64_bits(d), 10, 15); }
+uint16_t cvt_f64_to_bf16(double d) { return narrow_f64(f64_bits(d), 7, 127); }
+
+/* Truncation toward zero with saturation; NaN -> 0. */
+static inline int32_t sat_i32(double d)
+{
+    if (d != d) return 0;
+    if (d >= 0x1p31) return INT32_MAX;
+    if (d <= -0x1p31) return INT32_MIN;
+    return (int32_t)d;
+}
+static inline int64_t sat_i64(double d)
+{
+    if (d != d) return 0;
+    if (d >= 0x1p63) return INT64_MAX;
+    if (d <= -0x1p63) return INT64_MIN;
+    return (int64_t)d;
+}
+
+/* Portable bulk kernels for f16/bf16 in blocks of a fixed 16, with restrict,
+ * so that GCC vectorizes them even at -O2 (its cheapest cost model adds no
+ * epilogue loop and no aliasing check). The bf16 ones vectorize with plain
+ * SSE2 (3-5x faster); the f16 ones stay scalar on x86, which has F16C. */
+#define PORTABLE_LOAD(name, conv)                                                        \
+    static void name(const unsigned char *restrict s, float *restrict d, size_t n)       \
+    {                                                                                    \
+        size_t i = 0;                                                                    \
+        for (; i + 16 <= n; i += 16)                                                     \
+            for (size_t j = i; j < i + 16; j++)                                          \
+                d[j] = bits_f32(conv(ld_u16(s + 2 * j)));                                \
+        for (; i < n; i++) d[i] = bits_f32(conv(ld_u16(s + 2 * i)));                     \
+    }
+#define PORTABLE_STORE(name, conv)                                                       \
+    static void name(const float *restrict s, unsigned char *restrict d, size_t n)       \
+    {                                                                                    \
+        size_t i = 0;                                                                    \
+        for (; i + 16 <= n; i += 16)                                                     \
+            for (size_t j = i; j < i + 16; j++)                                          \
+                st_u16(d + 2 * j, (uint16_t)conv(f32_bits(s[j])));                       \
+        for (; i < n; i++) st_u16(d + 2 * i, (uint16_t)conv(f32_bits(s[i])));            \
+    }
+PORTABLE_LOAD(f16_load, h2f)
+PORTABLE_LOAD(bf16_load, bf2f)
+PORTABLE_STORE(f16_store, f2h)
+PORTABLE_STORE(bf16_store, f2bf)
+#undef PORTABLE_LOAD
+#undef PORTABLE_STORE
+
+static atomic_bool portable_only;
+
+#if HAVE_X86_SIMD
+/* x86 AVX2 + F16C paths. Each handles a multiple of 8 elements and returns how
+ * many; the caller finishes with the scalar kernels, which agree bit for bit. */
+#define SIMD __attribute__((target("avx2,f16c")))
+
+/* 0: not looked yet, 1: no, 2: yes. AVX2 through the builtin, which also
+ * checks that the OS saves ymm state; F16C through cpuid, since older
+ * clangs do not know the builtin's "f16c". */
+static atomic_int simd_present;
+
+static bool simd_present_now(void)
+{
+    int p = atomic_load_explicit(&simd_present, memory_order_relaxed);
+    if (p == 0) {
+        unsigned a, b, c = 0, d;
+        __builtin_cpu_init();
+        bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+        p = f16c && __builtin_cpu_supports("avx2") ? 2 : 1;
+        atomic_store_explicit(&simd_present, p, memory_order_relaxed);
+    }
+    return p == 2;
+}
+
+static bool simd_ok(void)
+{
+    return !atomic_load_explicit(&portable_only, memory_order_relaxed) && simd_present_now();
+}
+
+SIMD static size_t f16_load_simd(const unsigned char *s, float *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(s + 2 * i))));
+    return i;
+}
+
+SIMD static size_t f16_store_simd(const float *s, unsigned char *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) /* imm 0: round to nearest even whatever MXCSR says */
+        _mm_storeu_si128((void *)(d + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), 0));
+    return i;
+}
+
+SIMD static size_t bf16_load_simd(const unsigned char *s, float *d, size_t n)
+{
+    const __m256i abs = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(0x7f80);
+    const __m256i quiet = _mm256_set1_epi16(0x40), zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm256_loadu_si256((const void *)(s + 2 * i));
+        __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, abs), inf);
+        h = _mm256_or_si256(h, _mm256_and_si256(nan, quiet));
+        /* order the 64-bit quarters 0,2,1,3 so the in-lane unpacks give 0-7, 8-15 */
+        h = _mm256_permute4x64_epi64(h, 0xd8);
+        _mm256_storeu_si256((void *)(d + i), _mm256_unpacklo_epi16(zero, h));
+        _mm256_storeu_si256((void *)(d + i + 8), _mm256_unpackhi_epi16(zero, h));
+    }
+    return i;
+}
+
+SIMD static inline __m256i f2bf8(__m256i x)
+{
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    __m256i hi = _mm256_srli_epi32(x, 16);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(hi, one));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+    __m256i quiet = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), quiet, nan);
+}
+
+SIMD static size_t bf16_store_simd(const float *s, unsigned char *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i a = f2bf8(_mm256_loadu_si256((const void *)(s + i)));
+        __m256i b = f2bf8(_mm256_loadu_si256((const void *)(s + i + 8)));
+        /* packus interleaves 128-bit lanes; the permute puts them back in order */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+        _mm256_storeu_si256((void *)(d + 2 * i), p);
+    }
+    return i;
+}
+#endif
+
+bool cvt_force_portable(bool on)
+{
+    atomic_store_explicit(&portable_only, on, memory_order_relaxed);
+#if HAVE_X86_SIMD
+    return simd_present_now();
+#else
+    return false;
+#endif
+}
+
+#if HAVE_X86_SIMD
+#define TRY_SIMD(fn, s, d, n) (simd_ok() ? fn(s, d, n) : 0)
+#else
+#define TRY_SIMD(fn, s, d, n) ((void)(s), (void)(d), (size_t)0 * (n))
+#endif
+
+void cvt_load_f32(alloy_dtype dtype, const void *src, float *dst, size_t n)
+{
+    const unsigned char *s = src;
+    size_t i = 0;
+    switch (dtype) {
+    case ALLOY_F32: memmove(dst, src, n * sizeof(float)); return;
+    case ALLOY_F16:
+        i = TRY_SIMD(f16_load_simd, s, dst, n);
+        f16_load(s + 2 * i, dst + i, n - i);
+        return;
+    case ALLOY_BF16:
+        i = TRY_SIMD(bf16_load_simd, s, dst, n);
+        bf16_load(s + 2 * i, dst + i, n - i);
+        return;
+    case ALLOY_F64: for (; i < n; i++) dst[i] = (float)ld_f64(s + 8 * i); return;
+    case ALLOY_I32: for (; i < n; i++) dst[i] = (float)ld_i32(s + 4 * i); return;
+    case ALLOY_I64: for (; i < n; i++) dst[i] = (float)ld_i64(s + 8 * i); return;
+    case ALLOY_BOOL: for (; i < n; i++) dst[i] = s[i] ? 1.0f : 0.0f; return;
+    default: al_assert_fail("valid dtype", __FILE__, __LINE__);
+    }
+}
+
+void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, size_t n)
+{
+    unsigned char *d = dst;
+    size_t i = 0;
+    switch (dtype) {
+    case ALLOY_F32: memmove(dst, src, n * sizeof(float)); return;
+    case ALLOY_F16:
+        i = TRY_SIMD(f16_store_simd, src, d, n);
+        f16_store(src + i, d + 2 * i, n - i);
+        return;
+    case ALLOY_BF16:
+        i = TRY_SIMD(bf16_store_simd, src, d, n);
+        bf16_store(src + i, d + 2 * i, n - i);
+        return;
+    case ALLOY_F64: for (; i < n; i++) st_f64(d + 8 * i, (double)src[i]); return;
+    case ALLOY_I32: for (; i < n; i++) st_i32(d + 4 * i, sat_i32(src[i])); return;
+    case ALLOY_I64: for (; i < n; i++) st_i64(d + 8 * i, sat_i64(src[i])); return;
+    case ALLOY_BOOL: for (; i < n; i++) d[i] = src[i] != 0.0f; return;
+    default: al_assert_fail("valid dtype", __FILE__, __LINE__);
+    }
+}
+
+void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n)
+{
+    const unsigned char *s = src;
+    size_t i = 0;
+    switch (dtype) {
+    case ALLOY_F32: for (; i < n; i++) dst[i] = ld_f32(s + 4 * i); return;
+    case ALLOY_F16: for (; i < n; i++) dst[i] = bits_f32(h2f(ld_u16(s + 2 * i))); return;
+    case ALLOY_BF16: for (; i < n; i++) dst[i] = bits_f32(bf2f(ld_u16(s + 2 * i))); return;
+    case ALLOY_F64: memmove(dst, src, n * sizeof(double)); return;
+    case ALLOY_I32: for (; i < n; i++) dst[i] = ld_i32(s + 4 * i); return;
+    case ALLOY_I64: for (; i < n; i++) dst[i] = (double)ld_i64(s + 8 * i); return;
+    case ALLOY_BOOL: for (; i < n; i++) dst[i] = s[i] ? 1.0 : 0.0; return;
+    default: al_assert_fail("valid dtype", __FILE__, __LINE__);
+    }
+}
+
+void cvt_store_f64(alloy_dtype dtype, const double *src, void *dst, size_t n)
+{
+    unsigned char *d = dst;
+    size_t i = 0;
+    switch (dtype) {
+    case ALLOY_F32: for (; i < n; i++) st_f32(d + 4 * i, (float)src[i]); return;
+    case ALLOY_F16: for (; i < n; i++) st_u16(d + 2 * i, cvt_f64_to_f16(src[i])); return;
+    case ALLOY_BF16: for (; i < n; i++) st_u16(d + 2 * i, cvt_f64_to_bf16(src[i])); return;
+    case ALLOY_F64: memmove(dst, src, n * sizeof(double)); return;
+    case ALLOY_I32: for (; i < n; i++) st_i32(d + 4 * i, sat_i32(src[i])); return;
+    case ALLOY_I64: for (; i < n; i++) st_i64(d + 8 * i, sat_i64(src[i])); return;
+    case ALLOY_BOOL: for (; i < n; i++) d[i] = src[i] != 0.0; return;
+    default: al_assert_fail("valid dtype", __FILE__, __LINE__);
+    }
+}

@@ -20,7 +20,8 @@ AL_HIDDEN uint16_t cvt_f64_to_bf16(double d);
 /* Bulk: n elements of `dtype` at src (any alloy dtype) to f32 / f64, and back.
  * Integer and bool sources convert by value; stores to integers truncate
  * toward zero with saturation at the type's range (NaN -> 0); stores to bool
- * write 1 for any non-zero value (NaN included). */
+ * write 1 for any non-zero value (NaN included). src and dst must not overlap
+ * (except f32 -> f32 and f64 -> f64, which are plain copies). */
 AL_HIDDEN void cvt_load_f32(alloy_dtype dtype, const void *src, float *dst, size_t n);
 AL_HIDDEN void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, size_t n);
 AL_HIDDEN void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n);

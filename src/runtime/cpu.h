@@ -54,6 +54,11 @@ CPU_KERNEL(cpu_slice);
 CPU_KERNEL(cpu_concat);
 CPU_KERNEL(cpu_causal_mask);
 CPU_KERNEL(cpu_cast);
+CPU_KERNEL(cpu_softmax_grad);       /* cpu_grad.c: softmax_grad, log_softmax_grad */
+CPU_KERNEL(cpu_layer_norm_grad);    /* cpu_grad.c */
+CPU_KERNEL(cpu_cross_entropy_grad); /* cpu_grad.c */
+CPU_KERNEL(cpu_embedding_grad);     /* cpu_grad.c */
+CPU_KERNEL(cpu_pad);                /* cpu_grad.c */
 #undef CPU_KERNEL
 
 /* The chunk functions generated from ops.def expressions (cpu_elementwise.c). */

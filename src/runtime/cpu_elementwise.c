@@ -21,7 +21,7 @@
     }
 typedef float f32_t;
 typedef double f64_t;
-#define EW(nm, nin, ty, amp, expr) EW_BODY(f32, nm, expr) EW_BODY(f64, nm, expr)
+#define EW(nm, nin, ty, amp, grad, expr) EW_BODY(f32, nm, expr) EW_BODY(f64, nm, expr)
 #include "ir/ops.def"
 #undef OP
 #undef EW

@@ -24,6 +24,9 @@ struct alloy_graph {
     uint64_t seed;
     amp_config amp;             /* lists and dtype as the user set them */
     alloy_amp_report amp_report; /* from the last compile */
+    bool training;               /* build the backward (set with the loss) */
+    char **grad_inputs;          /* inputs whose gradients were asked for */
+    int ngrad_inputs;
     alloy_status status; /* last failing call's status, message below */
     char error[1024];
 };

@@ -1,4 +1,5 @@
 /* run.c - alloy_graph: lifecycle, compile on first run, feeds and fetches, dumps. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ void alloy_graph_free(alloy_graph *g)
     ir_graph_free(g->compiled);
     ir_graph_free(g->ir);
     state_free_all(g);
+    for (int i = 0; i < g->ngrad_inputs; i++) al_free(g->grad_inputs[i]);
+    al_free(g->grad_inputs);
     al_free(g);
 }
 
@@ -88,7 +91,7 @@ alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        al_fmt(err, errlen, "%s: cannot open", path);
+        al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, len = 0;
@@ -132,6 +135,9 @@ alloy_status graph_compile(alloy_graph *g)
         return st;
     }
     opts.amp_report = &g->amp_report;
+    opts.train = g->training;
+    opts.grad_inputs = (const char *const *)g->grad_inputs;
+    opts.ngrad_inputs = g->ngrad_inputs;
     st = pass_run_pipeline(&c, &opts, NULL, stderr, NULL, 0, NULL);
     if (st) {
         graph_fail(g, st, "compiling graph '%s': %s", g->ir->name, c->error);
@@ -174,6 +180,9 @@ static alloy_status bind_feeds(alloy_graph *g, const alloy_host_tensor *feeds, i
         }
         if (!f->data && ir_nbytes(t))
             return graph_fail(g, ALLOY_ERR_INVALID, "feed '%s': data is NULL", f->name);
+        for (int j = 0; j < i; j++)
+            if (feeds[j].name && strcmp(feeds[j].name, f->name) == 0)
+                return graph_fail(g, ALLOY_ERR_INVALID, "input '%s' is fed twice", f->name);
         g->values[id].data = f->data;
     }
     for (int i = 0; i < c->nnodes; i++) {
@@ -260,4 +269,31 @@ void graph_invalidate(alloy_graph *g)
     release_values(g);
     ir_graph_free(g->compiled);
     g->compiled = NULL;
+}
+
+int alloy_graph_output_count(const alloy_graph *g) { return g ? g->ir->noutputs : 0; }
+
+const char *alloy_graph_output_name(const alloy_graph *g, int i)
+{
+    return g && i >= 0 && i < g->ir->noutputs ? g->ir->outputs[i].name : NULL;
+}
+
+int alloy_graph_input_count(const alloy_graph *g)
+{
+    int n = 0;
+    for (int i = 0; g && i < g->ir->nnodes; i++) n += g->ir->nodes[i]->op == IR_OP_input;
+    return n;
+}
+
+alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor *out)
+{
+    if (!g || !out) return ALLOY_ERR_INVALID;
+    for (int k = 0; k < g->ir->nnodes; k++) {
+        const ir_node *n = g->ir->nodes[k];
+        if (n->op != IR_OP_input || i--) continue;
+        *out = (alloy_host_tensor){.name = n->name, .dtype = n->type.dtype, .rank = n->type.rank};
+        memcpy(out->dims, n->type.dims, sizeof out->dims);
+        return ALLOY_OK;
+    }
+    return ALLOY_ERR_NOT_FOUND;
 }

@@ -1,0 +1,104 @@
+/* autodiff.c - reverse-mode differentiation from the loss, appending the backward to the same graph.
+ *
+ * After this pass (when the graph has a loss and training is on): for every
+ * trainable parameter (and every input asked for) that the loss depends on,
+ * the graph has an output "grad:<name>" holding d loss / d tensor, with the
+ * tensor's exact type. Gradients are built only for nodes that both depend
+ * on such a tensor and reach the loss. A node's gradient has the node's
+ * dtype, so under AMP the gradients of low-precision nodes are low precision
+ * and the cast back at each weight cast makes parameter gradients f32.
+ * Fan-out gradients are summed with add in that dtype. The seed is 1 (or
+ * opts->loss_seed when a later pass provides one, e.g. the loss scale).
+ */
+#include <string.h>
+
+#include "passes/grad_rules.h"
+#include "passes/pass.h"
+
+static bool wants_grad(const ir_node *n, const pass_options *opts)
+{
+    if (n->op == IR_OP_param) return !ir_attr_int(n, "frozen", 0) && ir_is_float(n->type.dtype);
+    if (n->op != IR_OP_input || !n->name) return false;
+    for (int i = 0; i < opts->ngrad_inputs; i++)
+        if (strcmp(opts->grad_inputs[i], n->name) == 0) return true;
+    return false;
+}
+
+alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
+{
+    ir_graph *g = *gp;
+    if (!opts->train) return ALLOY_OK;
+    if (g->loss < 0) return ir_error(g, ALLOY_ERR_INVALID, "autodiff: training needs a loss (alloy_graph_set_loss)");
+    int loss = g->loss, nfwd = g->nnodes;
+    const ir_type *lt = &g->nodes[loss]->type;
+    if (lt->rank != 0 || !ir_is_float(lt->dtype)) {
+        char t[96];
+        ir_fmt_type(t, sizeof t, lt);
+        return ir_error(g, ALLOY_ERR_SHAPE, "autodiff: the loss must be a floating-point scalar, not %s", t);
+    }
+    uint8_t *active = al_calloc((size_t)nfwd + 1, 1);
+    uint8_t *reach = al_calloc((size_t)nfwd + 1, 1);
+    int *grad = al_malloc(sizeof(int) * ((size_t)nfwd + 1));
+    if (!active || !reach || !grad) {
+        al_free(active), al_free(reach), al_free(grad);
+        return ir_error(g, ALLOY_ERR_OOM, "autodiff: out of memory");
+    }
+    for (int i = 0; i < nfwd; i++) {
+        const ir_node *n = g->nodes[i];
+        grad[i] = -1;
+        if (n->nin == 0) active[i] = wants_grad(n, opts);
+        else if (ir_is_float(n->type.dtype))
+            for (int j = 0; j < n->nin; j++) active[i] |= active[n->in[j]];
+    }
+    reach[loss] = 1;
+    for (int i = loss; i >= 0; i--)
+        if (reach[i])
+            for (int j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]] = 1;
+    ad_ctx ctx = {g};
+    grad[loss] = opts->loss_seed >= 0 ? opts->loss_seed : ad_scalar(&ctx, lt->dtype, 1.0);
+    int dx_small[16];
+    for (int i = loss; i >= 0 && !g->status; i--) {
+        if (!active[i] || !reach[i] || grad[i] < 0 || g->nodes[i]->nin == 0) continue;
+        const ir_node *n = g->nodes[i];
+        ir_grad_rule rule = ir_ops[n->op].grad;
+        char label[64];
+        if (!rule) {
+            ir_error(g, ALLOY_ERR_UNSUPPORTED, "autodiff: %s (node %s) has no gradient rule",
+                     ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
+            break;
+        }
+        int *dx = n->nin <= 16 ? dx_small : al_malloc(sizeof(int) * (size_t)n->nin);
+        if (!dx) {
+            ir_error(g, ALLOY_ERR_OOM, "autodiff: out of memory");
+            break;
+        }
+        for (int j = 0; j < n->nin; j++) dx[j] = -1;
+        rule(&ctx, n, grad[i], dx);
+        for (int j = 0; j < n->nin && !g->status; j++) {
+            int u = n->in[j];
+            if (!active[u] || dx[j] < 0) continue;
+            const ir_type *want = &g->nodes[u]->type, *got = &g->nodes[dx[j]]->type;
+            if (!ir_type_eq(want, got)) {
+                char a[96], b[96];
+                ir_fmt_type(a, sizeof a, want);
+                ir_fmt_type(b, sizeof b, got);
+                ir_error(g, ALLOY_ERR_VERIFY, "autodiff: gradient rule of %s (node %s) gave %s for operand %d of type %s",
+                         ir_ops[n->op].name, ir_node_label(n, label, sizeof label), b, j, a);
+                break;
+            }
+            grad[u] = grad[u] < 0 ? dx[j] : ad_emit(&ctx, IR_OP_add, 2, (int[]){grad[u], dx[j]}, 0, NULL, NULL);
+        }
+        if (dx != dx_small) al_free(dx);
+    }
+    for (int i = 0; i < nfwd && !g->status; i++) {
+        const ir_node *n = g->nodes[i];
+        if (n->nin || !active[i] || grad[i] < 0) continue;
+        char name[512];
+        al_fmt(name, sizeof name, "grad:%s", n->name);
+        ir_add_output(g, name, grad[i]);
+    }
+    al_free(active);
+    al_free(reach);
+    al_free(grad);
+    return g->status;
+}

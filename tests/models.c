@@ -1,0 +1,76 @@
+/* models.c - graphs several test suites share: a two-layer MLP and a transformer block. */
+#include <math.h>
+#include <stdio.h>
+
+#include "models.h"
+
+#define DIMS(...) (int64_t[]){__VA_ARGS__}
+
+test_mlp build_mlp(alloy_graph *g, alloy_dtype dt, int batch, int in, int hidden, int out)
+{
+    test_mlp m;
+    m.x = alloy_input(g, "x", dt, 2, DIMS(batch, in));
+    m.targets = alloy_input(g, "targets", ALLOY_I32, 1, DIMS(batch));
+    alloy_tensor *w1 = alloy_param(g, "w1", dt, 2, DIMS(in, hidden), alloy_init_kaiming_uniform(sqrt(2.0)));
+    alloy_tensor *b1 = alloy_param(g, "b1", dt, 1, DIMS(hidden), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *w2 = alloy_param(g, "w2", dt, 2, DIMS(hidden, out), alloy_init_xavier_uniform(1.0));
+    alloy_tensor *b2 = alloy_param(g, "b2", dt, 1, DIMS(out), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *h = alloy_relu(g, alloy_add(g, alloy_matmul(g, m.x, w1, false, false), b1));
+    m.logits = alloy_set_name(g, alloy_add(g, alloy_matmul(g, h, w2, false, false), b2), "logits");
+    m.loss = alloy_set_name(g, alloy_cross_entropy(g, m.logits, m.targets), "loss");
+    alloy_output(g, "loss", m.loss);
+    return m;
+}
+
+static alloy_tensor *linear(alloy_graph *g, alloy_tensor *x, const char *name, alloy_dtype dt, int in, int out)
+{
+    alloy_tensor *w = alloy_param(g, name, dt, 2, DIMS(in, out), alloy_init_normal(0.2 / sqrt((double)in)));
+    return alloy_matmul(g, x, w, false, false);
+}
+
+static alloy_tensor *norm(alloy_graph *g, alloy_tensor *x, const char *prefix, alloy_dtype dt, int dim)
+{
+    char gn[32], bn[32];
+    snprintf(gn, sizeof gn, "%s.g", prefix);
+    snprintf(bn, sizeof bn, "%s.b", prefix);
+    alloy_tensor *gamma = alloy_param(g, gn, dt, 1, DIMS(dim), alloy_init_uniform(0.8, 1.2));
+    alloy_tensor *beta = alloy_param(g, bn, dt, 1, DIMS(dim), alloy_init_uniform(-0.1, 0.1));
+    return alloy_layer_norm(g, x, gamma, beta, 1e-5);
+}
+
+test_block build_transformer_block(alloy_graph *g, alloy_dtype dt, int B, int T, int V, int D, int H)
+{
+    test_block m;
+    int hd = D / H, N = B * T;
+    m.tokens = alloy_input(g, "tokens", ALLOY_I32, 2, DIMS(B, T));
+    m.targets = alloy_input(g, "targets", ALLOY_I32, 1, DIMS(N));
+    alloy_tensor *tok = alloy_param(g, "tok_emb", dt, 2, DIMS(V, D), alloy_init_normal(0.5));
+    alloy_tensor *pos = alloy_param(g, "pos_emb", dt, 2, DIMS(T, D), alloy_init_normal(0.5));
+    alloy_tensor *x = alloy_add(g, alloy_embedding(g, m.tokens, tok), pos); /* [B,T,D] */
+    x = alloy_reshape(g, x, 2, DIMS(N, D));
+    /* attention */
+    alloy_tensor *h = norm(g, x, "ln1", dt, D);
+    alloy_tensor *q = linear(g, h, "attn.wq", dt, D, D), *k = linear(g, h, "attn.wk", dt, D, D),
+                 *v = linear(g, h, "attn.wv", dt, D, D);
+    alloy_tensor *qkv[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) /* [N,D] -> [B,H,T,hd] */
+        qkv[i] = alloy_transpose(g, alloy_reshape(g, qkv[i], 4, DIMS(B, T, H, hd)), DIMS(0, 2, 1, 3));
+    alloy_tensor *scores = alloy_matmul(g, qkv[0], qkv[1], false, true); /* [B,H,T,T] */
+    scores = alloy_mul(g, scores, alloy_scalar(g, dt, 1.0 / sqrt((double)hd)));
+    alloy_tensor *att = alloy_softmax(g, alloy_causal_mask(g, scores), -1);
+    alloy_tensor *y = alloy_matmul(g, att, qkv[2], false, false); /* [B,H,T,hd] */
+    y = alloy_reshape(g, alloy_transpose(g, y, DIMS(0, 2, 1, 3)), 2, DIMS(N, D));
+    x = alloy_add(g, x, linear(g, y, "attn.wo", dt, D, D));
+    /* MLP */
+    h = norm(g, x, "ln2", dt, D);
+    alloy_tensor *b1 = alloy_param(g, "mlp.b1", dt, 1, DIMS(4 * D), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *b2 = alloy_param(g, "mlp.b2", dt, 1, DIMS(D), alloy_init_uniform(-0.1, 0.1));
+    h = alloy_gelu(g, alloy_add(g, linear(g, h, "mlp.w1", dt, D, 4 * D), b1));
+    x = alloy_add(g, x, alloy_add(g, linear(g, h, "mlp.w2", dt, 4 * D, D), b2));
+    /* head */
+    h = norm(g, x, "lnf", dt, D);
+    m.logits = alloy_set_name(g, linear(g, h, "head.w", dt, D, V), "logits");
+    m.loss = alloy_set_name(g, alloy_cross_entropy(g, m.logits, m.targets), "loss");
+    alloy_output(g, "loss", m.loss);
+    return m;
+}

@@ -1,0 +1,665 @@
+/* test_api.c - the public builder API's contract: error messages, poisoned handles, feeds and fetches, state round trips, parameter init. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloy/alloy.h"
+
+/* ---- helpers ---- */
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+/* All of alloy's host memory goes through cmocka, so a leak fails the test. */
+static void *cmocka_realloc(void *ptr, size_t size, void *user)
+{
+    (void)user;
+    return test_realloc(ptr, size);
+}
+
+static char tmpdir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(tmpdir, "/tmp/alloy-api-XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    alloy_set_allocator(cmocka_realloc, NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    alloy_set_allocator(NULL, NULL);
+    static const char *const files[] = {"state.safetensors", "bad.safetensors", "extra.safetensors"};
+    char p[128];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmpdir, files[i]);
+        remove(p);
+    }
+    rmdir(tmpdir);
+    return 0;
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char p[128];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    return p;
+}
+
+/* Checks g's first error: its status and that its message holds each of
+ * the substrings (EXPECT_ERROR(g, status, "part", ...); "" checks none). */
+static void expect_error(const alloy_graph *g, alloy_status status, const char *const *parts)
+{
+    const char *msg = alloy_last_error(g);
+    if (alloy_graph_status(g) != status)
+        fail_msg("status %s, expected %s (message: %s)", alloy_status_name(alloy_graph_status(g)),
+                 alloy_status_name(status), msg);
+    for (; *parts; parts++)
+        if (!strstr(msg, *parts)) fail_msg("message \"%s\" lacks \"%s\"", msg, *parts);
+}
+#define EXPECT_ERROR(g, status, ...) \
+    expect_error((g), (status), (const char *const[]){__VA_ARGS__, NULL})
+
+/* A graph with one f32[2,3] input "x" and output "y" = relu(x). */
+static alloy_graph *relu_graph(void)
+{
+    alloy_graph *g = alloy_graph_new("relu_graph");
+    assert_non_null(g);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_int_equal(alloy_output(g, "y", alloy_relu(g, x)), ALLOY_OK);
+    return g;
+}
+
+/* A graph with params "w" f32[rows,cols] (init) and "b" f32[cols] (zeros). */
+static alloy_graph *param_graph(uint64_t seed, int64_t rows, int64_t cols, alloy_init init)
+{
+    alloy_graph *g = alloy_graph_new("params");
+    assert_non_null(g);
+    alloy_graph_set_seed(g, seed);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(1, rows));
+    alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 2, DIMS(rows, cols), init);
+    alloy_tensor *b = alloy_param(g, "b", ALLOY_F32, 1, DIMS(cols), alloy_init_zeros());
+    assert_int_equal(alloy_output(g, "y", alloy_add(g, alloy_matmul(g, x, w, false, false), b)),
+                     ALLOY_OK);
+    return g;
+}
+
+/* A copy of state tensor name (caller frees). */
+static float *state_copy(alloy_graph *g, const char *name, int64_t *n)
+{
+    alloy_host_tensor t;
+    assert_int_equal(alloy_graph_get_state(g, name, &t), ALLOY_OK);
+    assert_int_equal(t.dtype, ALLOY_F32);
+    *n = alloy_host_tensor_numel(&t);
+    float *copy = malloc(sizeof(float) * (size_t)*n);
+    assert_non_null(copy);
+    memcpy(copy, t.data, sizeof(float) * (size_t)*n);
+    return copy;
+}
+
+/* ---- builder errors ---- */
+
+static void test_add_of_unbroadcastable_shapes_names_op_operand_types_and_node(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *a = alloy_input(g, "a", ALLOY_F32, 2, DIMS(2, 3));
+    alloy_tensor *b = alloy_input(g, "b", ALLOY_F32, 2, DIMS(4, 5));
+    assert_null(alloy_add(g, a, b));
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "add(f32[2,3], f32[4,5])", "node %2", "broadcast");
+    alloy_graph_free(g);
+}
+
+static void test_add_of_different_dtypes_is_a_dtype_error_that_suggests_a_cast(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *a = alloy_input(g, "a", ALLOY_F32, 1, DIMS(3));
+    alloy_tensor *b = alloy_input(g, "b", ALLOY_F16, 1, DIMS(3));
+    assert_null(alloy_add(g, a, b));
+    EXPECT_ERROR(g, ALLOY_ERR_DTYPE, "add(f32[3], f16[3])", "cast");
+    alloy_graph_free(g);
+}
+
+static void test_matmul_with_different_inner_dims_names_both_dims(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *a = alloy_input(g, "a", ALLOY_F32, 2, DIMS(2, 3));
+    alloy_tensor *b = alloy_input(g, "b", ALLOY_F32, 2, DIMS(4, 5));
+    assert_null(alloy_matmul(g, a, b, false, false));
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "matmul(f32[2,3], f32[4,5])", "node %2", "3 vs 4");
+    alloy_graph_free(g);
+}
+
+static void test_matmul_transpose_flags_make_the_same_operands_fit(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *a = alloy_input(g, "a", ALLOY_F32, 2, DIMS(3, 2));
+    alloy_tensor *b = alloy_input(g, "b", ALLOY_F32, 2, DIMS(5, 3));
+    alloy_tensor *c = alloy_matmul(g, a, b, true, true);
+    assert_non_null(c);
+    alloy_host_tensor info = alloy_tensor_info(c);
+    assert_int_equal(info.rank, 2);
+    assert_int_equal(info.dims[0], 2);
+    assert_int_equal(info.dims[1], 5);
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    alloy_graph_free(g);
+}
+
+static void test_softmax_axis_out_of_range_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_softmax(g, x, 2));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "softmax", "axis 2 out of range for rank 2");
+    alloy_graph_free(g);
+}
+
+static void test_reduce_and_slice_reject_bad_axes(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_reduce_sum(g, x, 1, DIMS(-3), false));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "reduce_sum", "axis -3 out of range for rank 2");
+    alloy_graph_free(g);
+
+    g = alloy_graph_new("g");
+    x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_slice(g, x, 5, 0, 1));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "slice", "axis 5 out of range for rank 2");
+    alloy_graph_free(g);
+}
+
+static void test_negative_axes_count_from_the_end(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 3, DIMS(2, 3, 4));
+    alloy_host_tensor r = alloy_tensor_info(alloy_reduce_sum(g, x, 1, DIMS(-1), false));
+    assert_int_equal(r.rank, 2);
+    assert_int_equal(r.dims[1], 3);
+    alloy_host_tensor s = alloy_tensor_info(alloy_slice(g, x, -2, 1, -1));
+    assert_int_equal(s.rank, 3);
+    assert_int_equal(s.dims[1], 1);
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    alloy_graph_free(g);
+}
+
+static void test_null_operand_is_an_invalid_argument_naming_the_op(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 1, DIMS(3));
+    assert_null(alloy_mul(g, x, NULL));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "mul: operand 1 is NULL");
+    alloy_graph_free(g);
+}
+
+static void test_calls_on_a_null_graph_return_null_or_invalid_without_crashing(void **state)
+{
+    (void)state;
+    assert_null(alloy_input(NULL, "x", ALLOY_F32, 1, DIMS(3)));
+    assert_null(alloy_relu(NULL, NULL));
+    assert_int_equal(alloy_output(NULL, "y", NULL), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_run(NULL, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_status(NULL), ALLOY_ERR_INVALID);
+    assert_non_null(alloy_last_error(NULL));
+    alloy_graph_free(NULL);
+}
+
+static void test_poisoned_handle_passes_through_quietly_and_run_returns_the_first_error(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    alloy_tensor *w = alloy_input(g, "w", ALLOY_F32, 2, DIMS(4, 5));
+    alloy_tensor *bad = alloy_matmul(g, x, w, false, false); /* the first error */
+    assert_null(bad);
+    char first[1024];
+    snprintf(first, sizeof first, "%s", alloy_last_error(g));
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "matmul");
+
+    /* later calls, good or bad, return NULL and keep the first message */
+    assert_null(alloy_relu(g, bad));
+    assert_null(alloy_add(g, bad, x));
+    assert_null(alloy_exp(g, x));                      /* valid on its own */
+    assert_null(alloy_softmax(g, x, 9));               /* a second, different error */
+    assert_null(alloy_input(g, "x", ALLOY_F32, 1, DIMS(1))); /* a duplicate name */
+    assert_int_equal(alloy_output(g, "y", bad), ALLOY_ERR_SHAPE);
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "");
+    assert_string_equal(alloy_last_error(g), first);
+
+    float data[6] = {0};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {2, 3}, data};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_SHAPE);
+    assert_string_equal(alloy_last_error(g), first);
+    assert_null(fetch.data);
+    alloy_graph_free(g);
+}
+
+static void test_handle_from_another_graph_is_rejected(void **state)
+{
+    (void)state;
+    alloy_graph *g1 = alloy_graph_new("one"), *g2 = alloy_graph_new("two");
+    alloy_tensor *x1 = alloy_input(g1, "x", ALLOY_F32, 1, DIMS(3));
+    alloy_tensor *x2 = alloy_input(g2, "x", ALLOY_F32, 1, DIMS(3)); /* same id in g2 */
+    assert_null(alloy_add(g2, x2, x1));
+    EXPECT_ERROR(g2, ALLOY_ERR_INVALID, "add: operand 1 belongs to another graph");
+    assert_int_equal(alloy_graph_status(g1), ALLOY_OK);
+    alloy_graph_free(g1);
+    alloy_graph_free(g2);
+}
+
+static void test_duplicate_node_names_are_rejected(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    assert_non_null(alloy_input(g, "x", ALLOY_F32, 1, DIMS(3)));
+    assert_null(alloy_param(g, "x", ALLOY_F32, 1, DIMS(3), alloy_init_zeros()));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "'x'", "already used");
+    alloy_graph_free(g);
+
+    g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 1, DIMS(3));
+    alloy_tensor *h = alloy_relu(g, x);
+    assert_ptr_equal(alloy_set_name(g, h, "h"), h);
+    assert_ptr_equal(alloy_graph_find(g, "h"), h);
+    assert_null(alloy_set_name(g, alloy_neg(g, x), "h"));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "'h'", "already used");
+    alloy_graph_free(g);
+}
+
+static void test_duplicate_output_names_are_rejected(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 1, DIMS(3));
+    assert_int_equal(alloy_output(g, "y", alloy_relu(g, x)), ALLOY_OK);
+    assert_int_equal(alloy_output(g, "y", alloy_neg(g, x)), ALLOY_ERR_INVALID);
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "output 'y' is declared twice");
+    alloy_graph_free(g);
+}
+
+static void test_reshape_infers_one_minus_one_dim(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(4, 6));
+    alloy_host_tensor r = alloy_tensor_info(alloy_reshape(g, x, 3, DIMS(2, -1, 3)));
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    assert_int_equal(r.rank, 3);
+    assert_int_equal(r.dims[0], 2);
+    assert_int_equal(r.dims[1], 4);
+    assert_int_equal(r.dims[2], 3);
+    alloy_graph_free(g);
+}
+
+static void test_reshape_rejects_two_minus_ones_an_uneven_split_and_a_count_change(void **state)
+{
+    (void)state;
+    static const int64_t bad[3][2] = {{-1, -1}, {-1, 5}, {5, 5}};
+    static const char *const why[3] = {"only one -1", "cannot infer", "24 vs 25"};
+    for (int i = 0; i < 3; i++) {
+        alloy_graph *g = alloy_graph_new("g");
+        alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(4, 6));
+        assert_null(alloy_reshape(g, x, 2, bad[i]));
+        EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "reshape", why[i]);
+        alloy_graph_free(g);
+    }
+}
+
+/* ---- running: feeds and fetches ---- */
+
+static void test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    float x[6] = {-1, 2, -3, 4, -5, 6};
+    alloy_host_tensor feed = {"nope", ALLOY_F32, 2, {2, 3}, x};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_NOT_FOUND);
+    feed.name = "x";
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_OK);
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    assert_string_equal(alloy_last_error(g), "");
+    assert_int_equal(fetch.dtype, ALLOY_F32);
+    assert_int_equal(fetch.rank, 2);
+    assert_int_equal(fetch.dims[0], 2);
+    assert_int_equal(fetch.dims[1], 3);
+    const float *y = fetch.data;
+    static const float want[6] = {0, 2, 0, 4, 0, 6};
+    for (int i = 0; i < 6; i++) assert_true(y[i] == want[i]);
+    alloy_graph_free(g);
+}
+
+static void test_feed_with_an_unknown_name_is_not_found(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    float x[6] = {0};
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {2, 3}, x}, {"nope", ALLOY_F32, 2, {2, 3}, x}};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, feeds, 2, &fetch, 1), ALLOY_ERR_NOT_FOUND);
+    EXPECT_ERROR(g, ALLOY_ERR_NOT_FOUND, "feed 'nope'", "no input");
+    alloy_graph_free(g);
+}
+
+static void test_fetch_with_an_unknown_name_is_not_found(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    float x[6] = {0};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {2, 3}, x};
+    alloy_host_tensor fetch = {.name = "nope"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_NOT_FOUND);
+    EXPECT_ERROR(g, ALLOY_ERR_NOT_FOUND, "fetch 'nope'");
+    alloy_graph_free(g);
+}
+
+static void test_an_input_left_unfed_is_not_found(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, NULL, 0, &fetch, 1), ALLOY_ERR_NOT_FOUND);
+    EXPECT_ERROR(g, ALLOY_ERR_NOT_FOUND, "input 'x' was not fed");
+    alloy_graph_free(g);
+}
+
+static void test_feed_of_the_wrong_dtype_is_a_dtype_error_naming_both_types(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    double x[6] = {0};
+    alloy_host_tensor feed = {"x", ALLOY_F64, 2, {2, 3}, x};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_DTYPE);
+    EXPECT_ERROR(g, ALLOY_ERR_DTYPE, "feed 'x'", "f32[2,3]", "f64[2,3]");
+    alloy_graph_free(g);
+}
+
+static void test_feed_of_the_wrong_shape_is_a_shape_error_naming_both_shapes(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    float x[6] = {0};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {3, 2}, x};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_SHAPE);
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "feed 'x'", "f32[2,3]", "f32[3,2]");
+    feed.rank = 1;
+    feed.dims[0] = 6;
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_SHAPE);
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "f32[6]");
+    alloy_graph_free(g);
+}
+
+/* ---- state ---- */
+
+static void test_state_set_get_save_and_load_round_trip_through_a_file(void **state)
+{
+    (void)state;
+    alloy_graph *g = param_graph(3, 2, 3, alloy_init_normal(1.0));
+    assert_int_equal(alloy_graph_state_count(g), 2);
+    alloy_host_tensor t;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(alloy_graph_state_at(g, i, &t), ALLOY_OK);
+        assert_true(strcmp(t.name, "w") == 0 || strcmp(t.name, "b") == 0);
+    }
+    assert_int_equal(alloy_graph_state_at(g, 2, &t), ALLOY_ERR_NOT_FOUND);
+
+    float w[6] = {1, -2, 3.5f, -4, 5, 0.25f}, b[3] = {7, 8, 9};
+    alloy_host_tensor ws = {"w", ALLOY_F32, 2, {2, 3}, w}, bs = {"b", ALLOY_F32, 1, {3}, b};
+    assert_int_equal(alloy_graph_set_state(g, &ws), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_state(g, &bs), ALLOY_OK);
+    assert_int_equal(alloy_graph_get_state(g, "w", &t), ALLOY_OK);
+    assert_memory_equal(t.data, w, sizeof w);
+    assert_int_equal(alloy_graph_save_state(g, tmp_path("state.safetensors")), ALLOY_OK);
+
+    /* a second graph with other initial values takes the saved ones */
+    alloy_graph *g2 = param_graph(99, 2, 3, alloy_init_normal(1.0));
+    assert_int_equal(alloy_graph_get_state(g2, "w", &t), ALLOY_OK);
+    assert_memory_not_equal(t.data, w, sizeof w);
+    assert_int_equal(alloy_graph_load_state(g2, tmp_path("state.safetensors")), ALLOY_OK);
+    assert_int_equal(alloy_graph_get_state(g2, "w", &t), ALLOY_OK);
+    assert_memory_equal(t.data, w, sizeof w);
+    assert_int_equal(alloy_graph_get_state(g2, "b", &t), ALLOY_OK);
+    assert_memory_equal(t.data, b, sizeof b);
+
+    /* and runs with them: y = x @ w + b */
+    float x[2] = {1, 2};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {1, 2}, x};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g2, &feed, 1, &fetch, 1), ALLOY_OK);
+    const float *y = fetch.data;
+    assert_true(y[0] == 1 * 1 + 2 * -4 + 7);
+    assert_true(y[1] == 1 * -2 + 2 * 5 + 8);
+    assert_true(y[2] == 1 * 3.5f + 2 * 0.25f + 9);
+    alloy_graph_free(g);
+    alloy_graph_free(g2);
+}
+
+static void test_set_state_of_the_wrong_shape_or_name_changes_nothing(void **state)
+{
+    (void)state;
+    alloy_graph *g = param_graph(3, 2, 3, alloy_init_normal(1.0));
+    int64_t n;
+    float *before = state_copy(g, "w", &n);
+    float w[6] = {0};
+    alloy_host_tensor ws = {"w", ALLOY_F32, 2, {3, 2}, w};
+    assert_int_equal(alloy_graph_set_state(g, &ws), ALLOY_ERR_SHAPE);
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "'w'", "f32[2,3]", "f32[3,2]");
+    ws.name = "nope";
+    assert_int_equal(alloy_graph_set_state(g, &ws), ALLOY_ERR_NOT_FOUND);
+    alloy_host_tensor t;
+    assert_int_equal(alloy_graph_get_state(g, "nope", &t), ALLOY_ERR_NOT_FOUND);
+    float *after = state_copy(g, "w", &n);
+    assert_memory_equal(before, after, sizeof(float) * (size_t)n);
+    free(before);
+    free(after);
+    alloy_graph_free(g);
+}
+
+static void test_load_state_rejects_a_wrong_shaped_tensor_and_changes_nothing(void **state)
+{
+    (void)state;
+    alloy_graph *g = param_graph(5, 2, 3, alloy_init_normal(1.0));
+    int64_t nw, nb;
+    float *w_before = state_copy(g, "w", &nw), *b_before = state_copy(g, "b", &nb);
+    /* b is right and comes first; w has the wrong shape */
+    float b[3] = {1, 2, 3}, w[6] = {1, 2, 3, 4, 5, 6};
+    alloy_host_tensor file[2] = {{"b", ALLOY_F32, 1, {3}, b}, {"w", ALLOY_F32, 2, {3, 2}, w}};
+    char err[512];
+    assert_int_equal(alloy_safetensors_save(tmp_path("bad.safetensors"), file, 2, NULL, NULL, 0,
+                                            err, sizeof err),
+                     ALLOY_OK);
+    assert_int_equal(alloy_graph_load_state(g, tmp_path("bad.safetensors")), ALLOY_ERR_SHAPE);
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "bad.safetensors", "'w'", "f32[2,3]", "f32[3,2]");
+    float *w_after = state_copy(g, "w", &nw), *b_after = state_copy(g, "b", &nb);
+    assert_memory_equal(w_before, w_after, sizeof(float) * (size_t)nw);
+    assert_memory_equal(b_before, b_after, sizeof(float) * (size_t)nb);
+    free(w_before);
+    free(b_before);
+    free(w_after);
+    free(b_after);
+    alloy_graph_free(g);
+}
+
+static void test_load_state_rejects_a_file_with_a_tensor_the_graph_lacks(void **state)
+{
+    (void)state;
+    alloy_graph *g = param_graph(5, 2, 3, alloy_init_zeros());
+    float b[3] = {1, 2, 3}, w[6] = {1, 2, 3, 4, 5, 6}, extra[1] = {42};
+    alloy_host_tensor file[3] = {{"b", ALLOY_F32, 1, {3}, b},
+                                 {"w", ALLOY_F32, 2, {2, 3}, w},
+                                 {"extra", ALLOY_F32, 1, {1}, extra}};
+    char err[512];
+    assert_int_equal(alloy_safetensors_save(tmp_path("extra.safetensors"), file, 3, NULL, NULL, 0,
+                                            err, sizeof err),
+                     ALLOY_OK);
+    assert_int_equal(alloy_graph_load_state(g, tmp_path("extra.safetensors")), ALLOY_ERR_NOT_FOUND);
+    EXPECT_ERROR(g, ALLOY_ERR_NOT_FOUND, "'extra'");
+    alloy_host_tensor t;
+    assert_int_equal(alloy_graph_get_state(g, "b", &t), ALLOY_OK);
+    assert_true(((const float *)t.data)[0] == 0);
+    assert_int_equal(alloy_graph_load_state(g, tmp_path("missing.safetensors")), ALLOY_ERR_IO);
+    alloy_graph_free(g);
+}
+
+/* ---- parameter init ---- */
+
+static void test_same_seed_and_name_give_the_same_initial_values(void **state)
+{
+    (void)state;
+    alloy_graph *a = param_graph(42, 8, 8, alloy_init_normal(1.0));
+    alloy_graph *b = param_graph(42, 8, 8, alloy_init_normal(1.0));
+    int64_t n;
+    float *va = state_copy(a, "w", &n), *vb = state_copy(b, "w", &n);
+    assert_memory_equal(va, vb, sizeof(float) * (size_t)n);
+    free(va);
+    free(vb);
+    alloy_graph_free(a);
+    alloy_graph_free(b);
+}
+
+static void test_another_seed_or_name_gives_other_values_and_neighbours_do_not_matter(void **state)
+{
+    (void)state;
+    alloy_graph *a = param_graph(42, 8, 8, alloy_init_normal(1.0));
+    alloy_graph *b = param_graph(43, 8, 8, alloy_init_normal(1.0));
+    /* c has "v" with w's shape declared before "w", and the same seed as a */
+    alloy_graph *c = alloy_graph_new("c");
+    alloy_graph_set_seed(c, 42);
+    alloy_param(c, "v", ALLOY_F32, 2, DIMS(8, 8), alloy_init_normal(1.0));
+    alloy_param(c, "w", ALLOY_F32, 2, DIMS(8, 8), alloy_init_normal(1.0));
+    int64_t n;
+    float *wa = state_copy(a, "w", &n), *wb = state_copy(b, "w", &n);
+    float *vc = state_copy(c, "v", &n), *wc = state_copy(c, "w", &n);
+    size_t bytes = sizeof(float) * (size_t)n;
+    assert_memory_not_equal(wa, wb, bytes); /* other seed */
+    assert_memory_not_equal(wa, vc, bytes); /* other name */
+    assert_memory_equal(wa, wc, bytes);     /* adding "v" left "w" alone */
+    free(wa);
+    free(wb);
+    free(vc);
+    free(wc);
+    alloy_graph_free(a);
+    alloy_graph_free(b);
+    alloy_graph_free(c);
+}
+
+static void test_kaiming_uniform_stays_within_its_bound_and_fills_it(void **state)
+{
+    (void)state;
+    const int64_t fan_in = 400, fan_out = 500;
+    const double gain = sqrt(2.0), bound = gain * sqrt(3.0 / (double)fan_in);
+    alloy_graph *g = param_graph(7, fan_in, fan_out, alloy_init_kaiming_uniform(gain));
+    int64_t n;
+    float *w = state_copy(g, "w", &n);
+    double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lo = fmin(lo, w[i]);
+        hi = fmax(hi, w[i]);
+        sum += w[i];
+        sq += (double)w[i] * w[i];
+    }
+    double mean = sum / (double)n, var = sq / (double)n - mean * mean;
+    assert_true(lo >= -bound && hi <= bound);
+    assert_true(lo < -0.999 * bound && hi > 0.999 * bound);
+    /* U(-b, b): mean 0, variance b^2/3; 200000 draws, 6 sigma */
+    assert_true(fabs(mean) < 6 * bound / sqrt(3.0 * (double)n));
+    assert_true(fabs(var / (bound * bound / 3) - 1) < 0.02);
+    free(w);
+    alloy_graph_free(g);
+}
+
+static void test_normal_init_has_the_requested_mean_and_std(void **state)
+{
+    (void)state;
+    const double std = 0.5;
+    alloy_graph *g = param_graph(11, 500, 500, alloy_init_normal(std));
+    int64_t n;
+    float *w = state_copy(g, "w", &n);
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < n; i++) sum += w[i];
+    double mean = sum / (double)n;
+    for (int64_t i = 0; i < n; i++) sq += (w[i] - mean) * (w[i] - mean);
+    double got_std = sqrt(sq / (double)(n - 1));
+    /* 250000 draws: the mean's sd is std/500, the std's about std/707; 6 sigma */
+    assert_true(fabs(mean) < 6 * std / sqrt((double)n));
+    assert_true(fabs(got_std - std) < 6 * std / sqrt(2.0 * (double)n));
+    free(w);
+    alloy_graph_free(g);
+}
+
+static void test_zeros_ones_and_constant_init_fill_exactly(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_param(g, "z", ALLOY_F32, 1, DIMS(5), alloy_init_zeros());
+    alloy_param(g, "o", ALLOY_F32, 1, DIMS(5), alloy_init_ones());
+    alloy_param(g, "c", ALLOY_F32, 1, DIMS(5), alloy_init_constant(-2.5));
+    static const char *const names[3] = {"z", "o", "c"};
+    static const float want[3] = {0, 1, -2.5f};
+    for (int k = 0; k < 3; k++) {
+        int64_t n;
+        float *v = state_copy(g, names[k], &n);
+        for (int64_t i = 0; i < n; i++) assert_true(v[i] == want[k]);
+        free(v);
+    }
+    alloy_graph_free(g);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_add_of_unbroadcastable_shapes_names_op_operand_types_and_node),
+        T(test_add_of_different_dtypes_is_a_dtype_error_that_suggests_a_cast),
+        T(test_matmul_with_different_inner_dims_names_both_dims),
+        T(test_matmul_transpose_flags_make_the_same_operands_fit),
+        T(test_softmax_axis_out_of_range_is_an_invalid_argument),
+        T(test_reduce_and_slice_reject_bad_axes),
+        T(test_negative_axes_count_from_the_end),
+        T(test_null_operand_is_an_invalid_argument_naming_the_op),
+        T(test_calls_on_a_null_graph_return_null_or_invalid_without_crashing),
+        T(test_poisoned_handle_passes_through_quietly_and_run_returns_the_first_error),
+        T(test_handle_from_another_graph_is_rejected),
+        T(test_duplicate_node_names_are_rejected),
+        T(test_duplicate_output_names_are_rejected),
+        T(test_reshape_infers_one_minus_one_dim),
+        T(test_reshape_rejects_two_minus_ones_an_uneven_split_and_a_count_change),
+        T(test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable),
+        T(test_feed_with_an_unknown_name_is_not_found),
+        T(test_fetch_with_an_unknown_name_is_not_found),
+        T(test_an_input_left_unfed_is_not_found),
+        T(test_feed_of_the_wrong_dtype_is_a_dtype_error_naming_both_types),
+        T(test_feed_of_the_wrong_shape_is_a_shape_error_naming_both_shapes),
+        T(test_state_set_get_save_and_load_round_trip_through_a_file),
+        T(test_set_state_of_the_wrong_shape_or_name_changes_nothing),
+        T(test_load_state_rejects_a_wrong_shaped_tensor_and_changes_nothing),
+        T(test_load_state_rejects_a_file_with_a_tensor_the_graph_lacks),
+        T(test_same_seed_and_name_give_the_same_initial_values),
+        T(test_another_seed_or_name_gives_other_values_and_neighbours_do_not_matter),
+        T(test_kaiming_uniform_stays_within_its_bound_and_fills_it),
+        T(test_normal_init_has_the_requested_mean_and_std),
+        T(test_zeros_ones_and_constant_init_fill_exactly),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

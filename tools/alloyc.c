@@ -1,0 +1,593 @@
+/* alloyc.c - the alloy command-line driver: prints a graph's compiled IR, or runs it once on the CPU with safetensors in and out. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+
+enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
+
+static const char usage_text[] =
+    "usage: alloyc print FILE.ir\n"
+    "       alloyc run FILE.ir [--feed NAME=FILE | --feed FILE]... [--params FILE]\n"
+    "                          [--seed N] [--fetch NAME]... --out FILE\n"
+    "       alloyc --help | --version\n"
+    "\n"
+    "Commands:\n"
+    "  print   parse and verify FILE.ir, compile it and print the compiled IR on stdout\n"
+    "  run     run FILE.ir once on the CPU and write the fetched tensors to a\n"
+    "          safetensors file\n"
+    "\n"
+    "Options of run (each also accepted as --option=VALUE):\n"
+    "  --feed NAME=FILE  feed graph input NAME with the tensor called NAME in the\n"
+    "                    safetensors FILE (a value with '=' always reads this way)\n"
+    "  --feed FILE       feed every tensor of the safetensors FILE whose name is an\n"
+    "                    input of the graph; --feed repeats, each input fed once\n"
+    "  --params FILE     load every parameter from the safetensors FILE (it must hold\n"
+    "                    exactly the graph's parameters, with their dtypes and shapes);\n"
+    "                    without it parameters start from their init attributes\n"
+    "  --seed N          seed for parameter initialization (default 0)\n"
+    "  --fetch NAME      write the output or named node NAME (an input, parameter or\n"
+    "                    intermediate); repeats; default: every\n"
+    "                    'output \"NAME\" = ...' line of FILE.ir\n"
+    "  --out FILE        the safetensors file to write, one tensor per fetched name;\n"
+    "                    on success run prints the names and types it wrote\n"
+    "\n"
+    "  -h, --help        print this help and exit\n"
+    "  --version         print the version and exit\n"
+    "\n"
+    "Exit status: 0 on success, 1 on an error (unreadable file, bad IR, dtype or\n"
+    "shape mismatch), 2 on a usage error. Errors are one line on stderr.\n";
+
+/* Prints "alloyc: <message>" as one line on stderr (control characters in
+ * the message become spaces) and returns code. */
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+    fflush(stdout);
+    fprintf(stderr, "alloyc: %s\n", msg);
+    return code;
+}
+
+/* A usage error: the message, a pointer to --help, exit status 2. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fail(EXIT_USAGE, "%s (see alloyc --help)", msg);
+}
+
+/* The message that goes with a failed call on g. */
+static const char *graph_error(const alloy_graph *g, alloy_status st)
+{
+    const char *msg = alloy_last_error(g);
+    return msg && *msg ? msg : alloy_status_name(st);
+}
+
+/* ---- command line ---- */
+
+typedef struct options {
+    const char *command; /* "print" or "run" */
+    const char *ir_path;
+    const char **feeds; /* NAME=FILE or FILE, as given */
+    int nfeeds;
+    const char **fetches;
+    int nfetches;
+    const char *params, *out;
+    bool have_seed;
+    uint64_t seed;
+    const char *run_only; /* the first run-only option seen, for print's message */
+} options;
+
+/* Matches argv[*i] against --flag and --flag=VALUE. Returns 1 and sets
+ * *value on a match, 0 when argv[*i] is another argument, -1 when the value
+ * is missing. */
+static int take_value(int argc, char **argv, int *i, const char *flag, const char **value)
+{
+    const char *arg = argv[*i];
+    size_t n = strlen(flag);
+    if (strncmp(arg, flag, n) != 0) return 0;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return 1;
+    }
+    if (arg[n] != '\0') return 0;
+    if (*i + 1 >= argc) return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+static bool parse_seed(const char *text, uint64_t *out)
+{
+    if (!(*text >= '0' && *text <= '9')) return false; /* strtoull takes "-1" and " 1" */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* Fills o from argv; returns 0, or an exit code after printing (help,
+ * version or a usage error). *done is set when the program should exit. */
+static int parse_args(int argc, char **argv, options *o, bool *done)
+{
+    *done = true;
+    if (argc < 2) return usage_error("no command given");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("alloyc %d.%d.%d\n", ALLOY_VERSION_MAJOR, ALLOY_VERSION_MINOR, ALLOY_VERSION_PATCH);
+        return 0;
+    }
+    if (strcmp(cmd, "print") != 0 && strcmp(cmd, "run") != 0) {
+        if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
+        return usage_error("unknown command '%s' (commands: print, run)", cmd);
+    }
+    o->command = cmd;
+    o->feeds = calloc((size_t)argc, sizeof *o->feeds);
+    o->fetches = calloc((size_t)argc, sizeof *o->fetches);
+    if (!o->feeds || !o->fetches) return fail(EXIT_ERROR, "out of memory");
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i], *value = NULL;
+        int got;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("alloyc %d.%d.%d\n", ALLOY_VERSION_MAJOR, ALLOY_VERSION_MINOR,
+                   ALLOY_VERSION_PATCH);
+            return 0;
+        }
+        static const char *const flags[] = {"--feed", "--fetch", "--params", "--seed", "--out"};
+        int which = -1;
+        for (int f = 0; f < 5 && which < 0; f++) {
+            got = take_value(argc, argv, &i, flags[f], &value);
+            if (got < 0) return usage_error("%s needs a value", flags[f]);
+            if (got > 0) which = f;
+        }
+        if (which >= 0) {
+            if (!o->run_only) o->run_only = flags[which];
+            if (!*value) return usage_error("%s needs a non-empty value", flags[which]);
+        }
+        switch (which) {
+        case 0:
+            if (value[0] == '=') return usage_error("--feed '%s': the input name before '=' is empty", value);
+            o->feeds[o->nfeeds++] = value;
+            break;
+        case 1:
+            for (int k = 0; k < o->nfetches; k++)
+                if (strcmp(o->fetches[k], value) == 0)
+                    return usage_error("--fetch '%s' is given twice", value);
+            o->fetches[o->nfetches++] = value;
+            break;
+        case 2:
+            if (o->params) return usage_error("--params is given twice");
+            o->params = value;
+            break;
+        case 3:
+            if (o->have_seed) return usage_error("--seed is given twice");
+            if (!parse_seed(value, &o->seed))
+                return usage_error("--seed wants an integer in [0, 2^64), got '%s'", value);
+            o->have_seed = true;
+            break;
+        case 4:
+            if (o->out) return usage_error("--out is given twice");
+            o->out = value;
+            break;
+        default:
+            if (arg[0] == '-' && arg[1] != '\0') return usage_error("unknown option '%s'", arg);
+            if (o->ir_path) return usage_error("unexpected argument '%s'", arg);
+            o->ir_path = arg;
+        }
+    }
+    if (!o->ir_path) return usage_error("'%s' needs an IR file", cmd);
+    if (strcmp(cmd, "print") == 0 && o->run_only)
+        return usage_error("%s is an option of 'run', not 'print'", o->run_only);
+    if (strcmp(cmd, "run") == 0 && !o->out)
+        return usage_error("run needs --out FILE");
+    *done = false;
+    return 0;
+}
+
+/* ---- the IR file ---- */
+
+/* Reads path whole into a new NUL-terminated buffer; NULL after printing. */
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fail(EXIT_ERROR, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    char *text = malloc(cap);
+    while (text && (got = fread(text + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *bigger = cap < ((size_t)1 << 40) ? realloc(text, cap * 2) : NULL;
+            if (!bigger) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = bigger;
+            cap *= 2;
+        }
+    }
+    bool bad = ferror(f);
+    int read_errno = errno ? errno : EIO;
+    fclose(f);
+    if (!text || bad) {
+        free(text);
+        fail(EXIT_ERROR, "%s: %s", path, text ? strerror(read_errno) : "out of memory reading it");
+        return NULL;
+    }
+    text[n] = '\0';
+    *len = n;
+    return text;
+}
+
+/* A growing list of malloc'd strings. */
+typedef struct names {
+    char **at;
+    int n, cap;
+} names;
+
+static bool names_add(names *l, char *s)
+{
+    if (!s) return false;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 8;
+        char **at = realloc(l->at, sizeof *at * (size_t)cap);
+        if (!at) {
+            free(s);
+            return false;
+        }
+        l->at = at;
+        l->cap = cap;
+    }
+    l->at[l->n++] = s;
+    return true;
+}
+
+static bool names_has(const names *l, const char *s)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->at[i], s) == 0) return true;
+    return false;
+}
+
+static void names_free(names *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->at[i]);
+    free(l->at);
+    *l = (names){0};
+}
+
+static int hex_digit(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes the IR string literal at *p (which is at the opening quote) with
+ * the escapes of docs/ir.md; advances *p past it. NULL if malformed. */
+static char *read_string(const char **p, const char *end)
+{
+    const char *s = *p + 1;
+    char *out = malloc((size_t)(end - s) + 1);
+    size_t k = 0;
+    if (!out) return NULL;
+    while (s < end && *s != '"' && *s != '\n') {
+        char c = *s++;
+        if (c == '\\' && s < end) {
+            char e = *s++;
+            switch (e) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            case 'x':
+                if (end - s >= 2 && hex_digit(s[0]) >= 0 && hex_digit(s[1]) >= 0) {
+                    c = (char)(hex_digit(s[0]) * 16 + hex_digit(s[1]));
+                    s += 2;
+                }
+                break;
+            default: c = e; /* \" \\ \' */
+            }
+        }
+        out[k++] = c;
+    }
+    if (s >= end || *s != '"') {
+        free(out);
+        return NULL;
+    }
+    out[k] = '\0';
+    *p = s + 1;
+    return out;
+}
+
+static bool is_ident_char(char c)
+{
+    return c == '_' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9');
+}
+
+static const char *skip_blanks(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+    return p;
+}
+
+/* True when p starts the word w (not followed by an identifier character). */
+static bool at_word(const char *p, const char *end, const char *w)
+{
+    size_t n = strlen(w);
+    return (size_t)(end - p) >= n && memcmp(p, w, n) == 0 && (p + n == end || !is_ident_char(p[n]));
+}
+
+/* Collects from IR text that already parsed the names of its outputs
+ * (`output "NAME" = ...`) and of its inputs (`%NAME = input ...`). The
+ * public API has no call that lists them. Returns false when out of memory. */
+static bool scan_ir(const char *text, size_t len, names *outputs, names *inputs)
+{
+    const char *end = text + len;
+    for (const char *line = text; line < end;) {
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+        if (!eol) eol = end;
+        const char *p = skip_blanks(line, eol);
+        if (at_word(p, eol, "output")) {
+            p = skip_blanks(p + 6, eol);
+            if (p < eol && *p == '"') {
+                char *name = read_string(&p, eol);
+                if (name && !names_add(outputs, name)) return false;
+            }
+        } else if (p < eol && *p == '%') {
+            char *name = NULL;
+            p++;
+            if (p < eol && *p == '"') {
+                name = read_string(&p, eol);
+            } else if (p < eol && !(*p >= '0' && *p <= '9')) { /* %12 labels carry no name */
+                const char *start = p;
+                while (p < eol && is_ident_char(*p)) p++;
+                name = p > start ? strndup(start, (size_t)(p - start)) : NULL;
+            }
+            p = skip_blanks(p, eol);
+            if (name && p < eol && *p == '=' && at_word(skip_blanks(p + 1, eol), eol, "input")) {
+                if (!names_add(inputs, name)) return false;
+            } else {
+                free(name);
+            }
+        }
+        line = eol + 1;
+    }
+    return true;
+}
+
+/* ---- commands ---- */
+
+/* Reads and parses the IR file; NULL after printing the parser's message. */
+static alloy_graph *load_graph(const char *path, char **text, size_t *len)
+{
+    char err[1024] = "";
+    *text = read_text(path, len);
+    if (!*text) return NULL;
+    alloy_graph *g = alloy_graph_parse(*text, *len, path, err, sizeof err);
+    if (!g) fail(EXIT_ERROR, "%s", err[0] ? err : "cannot parse the IR file");
+    return g;
+}
+
+static int cmd_print(const options *o)
+{
+    char *text;
+    size_t len;
+    alloy_graph *g = load_graph(o->ir_path, &text, &len);
+    free(text);
+    if (!g) return EXIT_ERROR;
+    alloy_status st = alloy_graph_dump(g, stdout, ALLOY_DUMP_IR);
+    int rc = 0;
+    if (st) rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st));
+    else if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing the IR to stdout failed");
+    alloy_graph_free(g);
+    return rc;
+}
+
+/* What a run holds, freed at once by run_free. */
+typedef struct run_ctx {
+    const char *ir_path;
+    char *text;
+    alloy_graph *g;
+    names outputs, inputs;
+    alloy_safetensors **files; /* one per --feed */
+    alloy_host_tensor *feeds;
+    const char **feed_file; /* the file each feed came from, for messages */
+    int nfeeds, feed_cap;
+    alloy_host_tensor *fetches;
+} run_ctx;
+
+static void run_free(run_ctx *r, int nfiles)
+{
+    for (int i = 0; i < nfiles; i++) alloy_safetensors_free(r->files[i]);
+    free(r->files);
+    free(r->feeds);
+    free(r->feed_file);
+    free(r->fetches);
+    names_free(&r->outputs);
+    names_free(&r->inputs);
+    alloy_graph_free(r->g);
+    free(r->text);
+}
+
+/* Adds tensor t (from file) to the feeds; fails if its input is fed already. */
+static int add_feed(run_ctx *r, const alloy_host_tensor *t, const char *file)
+{
+    for (int i = 0; i < r->nfeeds; i++)
+        if (strcmp(r->feeds[i].name, t->name) == 0)
+            return fail(EXIT_USAGE, "input '%s' is fed twice (from %s and from %s)", t->name,
+                        r->feed_file[i], file);
+    if (r->nfeeds == r->feed_cap) {
+        int cap = r->feed_cap ? r->feed_cap * 2 : 8;
+        alloy_host_tensor *feeds = realloc(r->feeds, sizeof *feeds * (size_t)cap);
+        if (!feeds) return fail(EXIT_ERROR, "out of memory");
+        r->feeds = feeds;
+        const char **from = realloc(r->feed_file, sizeof *from * (size_t)cap);
+        if (!from) return fail(EXIT_ERROR, "out of memory");
+        r->feed_file = from;
+        r->feed_cap = cap;
+    }
+    r->feeds[r->nfeeds] = *t;
+    r->feed_file[r->nfeeds++] = file;
+    return 0;
+}
+
+/* Loads the file of the i-th --feed and adds what it names to the feeds. */
+static int load_feed(run_ctx *r, const char *spec, int i)
+{
+    const char *eq = strchr(spec, '=');
+    char name[512] = "";
+    const char *path = spec;
+    if (eq) {
+        if ((size_t)(eq - spec) >= sizeof name) return fail(EXIT_USAGE, "--feed: input name is too long");
+        memcpy(name, spec, (size_t)(eq - spec));
+        name[eq - spec] = '\0';
+        path = eq + 1;
+        if (!*path) return fail(EXIT_USAGE, "--feed %s: no file after '='", spec);
+    }
+    char err[1024] = "";
+    alloy_status st = alloy_safetensors_load(path, &r->files[i], err, sizeof err);
+    if (st) return fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
+    const alloy_safetensors *file = r->files[i];
+    if (eq) {
+        const alloy_host_tensor *t = alloy_safetensors_find(file, name);
+        if (!t) return fail(EXIT_ERROR, "%s: no tensor named '%s' to feed", path, name);
+        return add_feed(r, t, path);
+    }
+    int matched = 0;
+    for (int k = 0; k < alloy_safetensors_count(file); k++) {
+        const alloy_host_tensor *t = alloy_safetensors_get(file, k);
+        if (!names_has(&r->inputs, t->name)) continue;
+        int rc = add_feed(r, t, path);
+        if (rc) return rc;
+        matched++;
+    }
+    if (!matched) {
+        char list[512] = "";
+        for (int k = 0; k < r->inputs.n; k++) {
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s'%s'", k ? ", " : "", r->inputs.at[k]);
+        }
+        return fail(EXIT_ERROR, "%s: no tensor in it is named like an input of %s (inputs: %s)", path,
+                    r->ir_path, r->inputs.n ? list : "none");
+    }
+    return 0;
+}
+
+static int cmd_run(const options *o)
+{
+    run_ctx r = {.ir_path = o->ir_path};
+    int rc = 0, nfiles = 0;
+    /* run is the CPU reference run, whatever device the environment picks */
+    setenv("ALLOY_DEVICE", "cpu", 1);
+    size_t len = 0;
+    char err[1024] = "";
+    r.g = load_graph(o->ir_path, &r.text, &len);
+    if (!r.g) {
+        rc = EXIT_ERROR;
+        goto done;
+    }
+    if (!scan_ir(r.text, len, &r.outputs, &r.inputs)) {
+        rc = fail(EXIT_ERROR, "out of memory");
+        goto done;
+    }
+    if (o->have_seed) alloy_graph_set_seed(r.g, o->seed);
+    if (o->params) {
+        alloy_status st = alloy_graph_load_state(r.g, o->params);
+        if (st) {
+            rc = fail(EXIT_ERROR, "%s", graph_error(r.g, st));
+            goto done;
+        }
+    }
+    r.files = calloc((size_t)o->nfeeds + 1, sizeof *r.files);
+    if (!r.files) {
+        rc = fail(EXIT_ERROR, "out of memory");
+        goto done;
+    }
+    for (; nfiles < o->nfeeds; nfiles++) {
+        if ((rc = load_feed(&r, o->feeds[nfiles], nfiles))) {
+            nfiles++;
+            goto done;
+        }
+    }
+    const char *const *fetch_names = o->fetches;
+    int nfetch = o->nfetches;
+    if (!nfetch) {
+        fetch_names = (const char *const *)r.outputs.at;
+        nfetch = r.outputs.n;
+    }
+    if (!nfetch) {
+        rc = fail(EXIT_ERROR, "%s declares no output; name what to write with --fetch", o->ir_path);
+        goto done;
+    }
+    r.fetches = calloc((size_t)nfetch, sizeof *r.fetches);
+    if (!r.fetches) {
+        rc = fail(EXIT_ERROR, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nfetch; i++) r.fetches[i].name = fetch_names[i];
+    alloy_status st = alloy_graph_run(r.g, r.feeds, r.nfeeds, r.fetches, nfetch);
+    if (st) {
+        rc = fail(EXIT_ERROR, "%s", graph_error(r.g, st));
+        goto done;
+    }
+    static const char *const keys[] = {"producer", "graph_file"};
+    const char *values[] = {"alloyc", o->ir_path};
+    st = alloy_safetensors_save(o->out, r.fetches, nfetch, keys, values, 2, err, sizeof err);
+    if (st) {
+        rc = fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
+        goto done;
+    }
+    printf("wrote %s:", o->out);
+    for (int i = 0; i < nfetch; i++) {
+        const alloy_host_tensor *t = &r.fetches[i];
+        printf("%s %s %s[", i ? "," : "", t->name, alloy_dtype_name(t->dtype));
+        for (int d = 0; d < t->rank; d++) printf("%s%lld", d ? "," : "", (long long)t->dims[d]);
+        printf("]");
+    }
+    printf("\n");
+    if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing to stdout failed");
+done:
+    run_free(&r, nfiles);
+    return rc;
+}
+
+/* Parses the command line and runs the command; the exit status says how it went. */
+int main(int argc, char **argv)
+{
+    options o = {0};
+    bool done;
+    int rc = parse_args(argc, argv, &o, &done);
+    if (!done) rc = strcmp(o.command, "print") == 0 ? cmd_print(&o) : cmd_run(&o);
+    free(o.feeds);
+    free(o.fetches);
+    return rc;
+}
