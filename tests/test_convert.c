@@ -495,6 +495,10 @@ static void test_bulk_loads_convert_every_dtype_by_value(void **state)
     const int64_t i64[] = {-7, INT64_MAX, INT64_MIN, ((int64_t)1 << 53) + 1};
     cvt_load_f32(ALLOY_I64, i64, lf, 4);
     assert_true(lf[0] == -7.0f && lf[1] == 0x1p63f && lf[2] == -0x1p63f && lf[3] == 0x1p53f);
+    /* rounded once: through double this would become a tie and round down */
+    const int64_t above_tie = ((int64_t)1 << 62) + ((int64_t)1 << 38) + 1;
+    cvt_load_f32(ALLOY_I64, &above_tie, lf, 1);
+    assert_true(lf[0] == 0x1p62f + 0x1p39f);
     cvt_load_f64(ALLOY_I64, i64, ld, 4);
     assert_true(ld[0] == -7.0 && ld[1] == 0x1p63 && ld[2] == -0x1p63 && ld[3] == 0x1p53);
     const double f64[] = {1.0 + 0x1p-24, 1e300, -0x1p-149, 1.0 + 0x3p-24}; /* ties to even in f32 */

@@ -352,6 +352,8 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
           "t.ir:3:8: reshape(f32[4,8]) 'y': element counts differ: 32 vs 5"},
         {G "  %a = input : f32[4611686018427387904]\n  %b = concat(%a, %a) : f32[1]\n" END,
           "t.ir:3:8: concat: the result's dims would exceed 2^63-1"},
+        {HDR "  %y = pad(%x) {axis=0, before=4611686018427387904, after=4611686018427387904} : f32[2]\n" END,
+         "t.ir:3:8: pad: the result's dims would exceed 2^63-1"},
         {G "  %a = input : f32[1099511627776,1]\n  %b = input : f32[1,1099511627776]\n  %c = matmul(%a, %b) : f32[1]\n" END,
           "t.ir:4:25: declared f32[1] but matmul gives f32[1099511627776,1099511627776]"},
         {G "  %x = input : f32[2] extra\n" END, "t.ir:2:23: expected end of line after node, found 'extra'"},

@@ -20,6 +20,95 @@ ALLOY_API alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *in
 /* Marks a parameter frozen: it gets no gradient (and no update). */
 ALLOY_API alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param);
 
+/* ---- loss scaling (DESIGN.md section 7; PyTorch GradScaler semantics) ---- */
+
+typedef enum alloy_scaler_kind {
+    ALLOY_SCALER_NONE = 0, /* no scaling (the default; bf16 needs none) */
+    ALLOY_SCALER_DYNAMIC,
+    ALLOY_SCALER_STATIC,
+} alloy_scaler_kind;
+
+typedef struct alloy_grad_scaler {
+    alloy_scaler_kind kind;
+    double init_scale;     /* 65536 */
+    double growth_factor;  /* 2.0 */
+    double backoff_factor; /* 0.5 */
+    int growth_interval;   /* 2000 finite steps between growths */
+    double min_scale;      /* lower bound after backoff; 0 = none (PyTorch) */
+} alloy_grad_scaler;
+
+/* PyTorch GradScaler's defaults: 2^16, x2 every 2000 finite steps, x0.5 on
+ * inf/NaN. */
+ALLOY_API alloy_grad_scaler alloy_dynamic_scaler(void);
+/* A constant scale; steps with inf/NaN gradients are still skipped. */
+ALLOY_API alloy_grad_scaler alloy_static_scaler(double scale);
+/* Scales the loss before the backward, unscales gradients in f32, skips the
+ * whole update (parameters, moments, step counter) when any gradient is
+ * inf/NaN, and updates the scale. Needs a loss. With bf16 AMP a scaler is
+ * accepted and works, though bf16 does not need one (docs/training.md). */
+ALLOY_API alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler scaler);
+
+/* ---- optimizers (DESIGN.md section 8) ---- */
+
+typedef enum alloy_optimizer_kind {
+    ALLOY_OPTIM_SGD = 1,
+    ALLOY_OPTIM_ADAM,  /* weight decay as L2 added to the gradient */
+    ALLOY_OPTIM_ADAMW, /* decoupled weight decay */
+} alloy_optimizer_kind;
+
+typedef enum alloy_lr_schedule {
+    ALLOY_LR_CONSTANT = 0,
+    ALLOY_LR_WARMUP_LINEAR, /* lr * min(1, (step+1)/warmup) */
+    ALLOY_LR_WARMUP_COSINE, /* linear warmup, then cosine from lr to min_lr at total_steps */
+} alloy_lr_schedule;
+
+typedef struct alloy_optimizer {
+    alloy_optimizer_kind kind;
+    double lr;
+    double momentum;     /* SGD */
+    bool nesterov;       /* SGD */
+    double beta1, beta2; /* Adam(W) */
+    double eps;          /* Adam(W) */
+    double weight_decay;
+    alloy_lr_schedule schedule;
+    int warmup_steps, total_steps;
+    double min_lr;
+    double clip_norm;       /* clip the global norm of the unscaled gradients; 0 = off */
+    int accumulation_steps; /* micro-batches per update; 1 = update on every run */
+} alloy_optimizer;
+
+ALLOY_API alloy_optimizer alloy_sgd(double lr, double momentum, double weight_decay, bool nesterov);
+ALLOY_API alloy_optimizer alloy_adam(double lr, double beta1, double beta2, double eps,
+                                     double weight_decay);
+ALLOY_API alloy_optimizer alloy_adamw(double lr, double beta1, double beta2, double eps,
+                                      double weight_decay);
+/* Adds the update of every trainable parameter to the step: state tensors
+ * for moments ("<p>.m", "<p>.v" or "<p>.momentum") and the step counter
+ * ("optim.step", i32) are created, saved and loaded with the rest. */
+ALLOY_API alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer opt);
+
+/* What the last run of a training step did. */
+typedef struct alloy_step_info {
+    double loss;            /* the (unscaled) loss */
+    bool skipped;           /* inf/NaN gradients: nothing was updated */
+    double scale;           /* the loss scale used by this step (1 without a scaler) */
+    double next_scale;      /* the scale the next step will use */
+    int64_t step;           /* optimizer steps taken so far (not counting skipped ones) */
+    int64_t skipped_steps;  /* skipped steps since the graph was created or loaded */
+    double lr;              /* learning rate of this step */
+    double grad_norm;       /* global norm of the unscaled gradients (NaN if not finite) */
+    bool updated;           /* an update happened (false inside gradient accumulation) */
+} alloy_step_info;
+
+ALLOY_API alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out);
+
+/* Saves all state (parameters, moments, step, scale, growth tracker) to one
+ * safetensors file, atomically (temp file + rename); load checks names,
+ * dtypes and shapes of every tensor before changing anything. Same as
+ * alloy_graph_save_state / alloy_graph_load_state. */
+ALLOY_API alloy_status alloy_graph_save_checkpoint(alloy_graph *g, const char *path);
+ALLOY_API alloy_status alloy_graph_load_checkpoint(alloy_graph *g, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@ void ir_graph_free(ir_graph *g)
     if (!g) return;
     al_free(g->nodes);
     al_free(g->outputs);
+    al_free(g->updates);
     al_free(g->name_slots);
     al_arena_free(&g->arena);
     al_free(g);
@@ -242,6 +243,11 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
     char why[256] = "";
     alloy_status st = info->type(n, tin, &n->type, why, sizeof why);
     if (tin != in_types) al_free(tin);
+    if (!st && (al_numel(n->type.rank, n->type.dims) < 0 ||
+                (size_t)al_numel(n->type.rank, n->type.dims) > SIZE_MAX / 8)) {
+        st = ALLOY_ERR_SHAPE;
+        al_fmt(why, sizeof why, "the result has more elements than fit in memory");
+    }
     if (st) {
         ir_error(g, st, "%s: %s", what, why);
         return NULL;
@@ -275,6 +281,34 @@ alloy_status ir_add_output(ir_graph *g, const char *name, int node)
     return ALLOY_OK;
 }
 
+alloy_status ir_add_update(ir_graph *g, const char *name, int node)
+{
+    if (!name || !*name) return ir_error(g, ALLOY_ERR_INVALID, "update needs a state name");
+    if (node < 0 || node >= g->nnodes)
+        return ir_error(g, ALLOY_ERR_INVALID, "update of '%s' refers to no node", name);
+    for (int i = 0; i < g->nupdates; i++)
+        if (strcmp(g->updates[i].name, name) == 0)
+            return ir_error(g, ALLOY_ERR_INVALID, "state '%s' is updated twice", name);
+    if (g->nupdates == g->updcap) {
+        int cap = g->updcap ? g->updcap * 2 : 8;
+        ir_output *u = al_realloc(g->updates, sizeof *u * (size_t)cap);
+        if (!u) return ir_error(g, ALLOY_ERR_OOM, "out of memory adding update of '%s'", name);
+        g->updates = u;
+        g->updcap = cap;
+    }
+    const char *copy = al_arena_strdup(&g->arena, name);
+    if (!copy) return ir_error(g, ALLOY_ERR_OOM, "out of memory adding update of '%s'", name);
+    g->updates[g->nupdates++] = (ir_output){copy, node};
+    return ALLOY_OK;
+}
+
+int ir_find_output(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->noutputs; i++)
+        if (strcmp(g->outputs[i].name, name) == 0) return i;
+    return -1;
+}
+
 ir_graph *ir_graph_clone(const ir_graph *src)
 {
     ir_graph *g = ir_graph_new(src->name);
@@ -292,6 +326,12 @@ ir_graph *ir_graph_clone(const ir_graph *src)
     }
     for (int i = 0; i < src->noutputs; i++) {
         if (ir_add_output(g, src->outputs[i].name, src->outputs[i].node)) {
+            ir_graph_free(g);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < src->nupdates; i++) {
+        if (ir_add_update(g, src->updates[i].name, src->updates[i].node)) {
             ir_graph_free(g);
             return NULL;
         }

@@ -86,6 +86,10 @@ typedef struct ir_graph {
     int nnodes, cap;
     ir_output *outputs;
     int noutputs, outcap;
+    /* state writes of a training step: after a successful run the value of
+     * node `node` becomes the new value of the param/state leaf `name` */
+    ir_output *updates;
+    int nupdates, updcap;
     int loss; /* node id of the scalar loss, or -1 */
     /* name -> node id, open addressing, capacity a power of two */
     int *name_slots;
@@ -166,6 +170,10 @@ AL_HIDDEN alloy_status ir_set_name(ir_graph *g, ir_node *n, const char *name);
 /* Node id named name, or -1. */
 AL_HIDDEN int ir_find_name(const ir_graph *g, const char *name);
 AL_HIDDEN alloy_status ir_add_output(ir_graph *g, const char *name, int node);
+/* Declares that node's value replaces the state leaf `name` after a run. */
+AL_HIDDEN alloy_status ir_add_update(ir_graph *g, const char *name, int node);
+/* Index of the output called name, or -1. */
+AL_HIDDEN int ir_find_output(const ir_graph *g, const char *name);
 /* Deep copy (nodes, attributes, names, outputs, loss, annotations). */
 AL_HIDDEN ir_graph *ir_graph_clone(const ir_graph *g);
 

@@ -585,26 +585,32 @@ static bool parse_node(parser *p, bufs *b)
     return !p->failed;
 }
 
-/* output "name" = %ref   |   loss %ref */
+/* output "name" = %ref   |   update "state" = %ref   |   loss %ref */
 static bool parse_output_or_loss(parser *p)
 {
-    bool is_loss = is_word(p, "loss");
+    bool is_loss = is_word(p, "loss"), is_update = is_word(p, "update");
     token kw = p->tok, name = {0};
     char s[64], t[128];
     next(p);
     if (!is_loss) {
         name = p->tok;
-        if (name.kind != T_STR) return fail_expected(p, "the output's name as a string after 'output'");
-        if (!name.s[0]) return FAIL(&name, "output name must not be empty");
-        for (int i = 0; i < p->g->noutputs; i++)
+        if (name.kind != T_STR)
+            return fail_expected(p, is_update ? "the state's name as a string after 'update'"
+                                              : "the output's name as a string after 'output'");
+        if (!name.s[0]) return FAIL(&name, "%s name must not be empty", is_update ? "update" : "output");
+        for (int i = 0; !is_update && i < p->g->noutputs; i++)
             if (strcmp(p->g->outputs[i].name, name.s) == 0)
                 return FAIL(&name, "output %s is declared twice", SRC(&name, s));
+        for (int i = 0; is_update && i < p->g->nupdates; i++)
+            if (strcmp(p->g->updates[i].name, name.s) == 0)
+                return FAIL(&name, "state %s is updated twice", SRC(&name, s));
         next(p);
         if (!expect(p, '=', "after the output's name")) return false;
     }
     token ref = p->tok;
     int id = parse_use(p);
     if (id < 0) return false;
+    if (is_update) return ir_add_update(p->g, name.s, id) ? FAIL(&kw, "%s", p->g->error) : true;
     if (!is_loss) return ir_add_output(p->g, name.s, id) ? FAIL(&kw, "%s", p->g->error) : true;
     if (p->g->loss >= 0) return FAIL(&kw, "loss is declared twice");
     const ir_type *ty = &p->g->nodes[id]->type;
@@ -634,11 +640,12 @@ static bool parse_graph(parser *p, bufs *b)
     if (!expect(p, '{', "after the graph name")) return false;
     if (p->tok.kind != T_NL && p->tok.kind != T_EOF) return fail_expected(p, "end of line after '{'");
     for (skip_newlines(p); !p->failed && !is_punct(p, '}'); skip_newlines(p)) {
-        const char *what = p->tok.kind == T_REF ? "node" : is_word(p, "output") ? "output" : "loss";
+        const char *what = p->tok.kind == T_REF ? "node" : is_word(p, "output") ? "output"
+                           : is_word(p, "update") ? "update" : "loss";
         if (p->tok.kind == T_EOF) return FAIL(&p->tok, "expected '}' before end of file");
         if (p->tok.kind == T_REF) parse_node(p, b);
-        else if (is_word(p, "output") || is_word(p, "loss")) parse_output_or_loss(p);
-        else return fail_expected(p, "a statement (%name = op..., output, loss) or '}'");
+        else if (is_word(p, "output") || is_word(p, "update") || is_word(p, "loss")) parse_output_or_loss(p);
+        else return fail_expected(p, "a statement (%name = op..., output, update, loss) or '}'");
         if (p->tok.kind != T_NL && p->tok.kind != T_EOF)
             return FAIL(&p->tok, "expected end of line after %s, found %s", what,
                         found(p, &p->tok, f, sizeof f));

@@ -242,6 +242,13 @@ static void put_graph(sink *s, const ir_graph *g)
         put_ref(s, g, g->outputs[i].node);
         put(s, "\n", 1);
     }
+    for (int i = 0; i < g->nupdates && g->updates; i++) {
+        put_str(s, "  update ");
+        put_quoted(s, g->updates[i].name);
+        put(s, " = ", 3);
+        put_ref(s, g, g->updates[i].node);
+        put(s, "\n", 1);
+    }
     if (g->loss >= 0) {
         put_str(s, "  loss ");
         put_ref(s, g, g->loss);

@@ -306,6 +306,7 @@ RULE(ty_concat)
             if (d != ax && in[i]->dims[d] != in[0]->dims[d])
                 FAIL(ALLOY_ERR_SHAPE, "operand %d dim %d is %lld, expected %lld", i, d,
                      (long long)in[i]->dims[d], (long long)in[0]->dims[d]);
+        if (in[i]->dims[ax] > INT64_MAX - out->dims[ax]) FAIL(ALLOY_ERR_SHAPE, "concatenated dim overflows");
         out->dims[ax] += in[i]->dims[ax];
     }
     return ALLOY_OK;
@@ -391,7 +392,26 @@ RULE(ty_pad)
         FAIL(ALLOY_ERR_INVALID, "axis out of range for rank %d", in[0]->rank);
     int64_t before = ir_attr_int(n, "before", 0), after = ir_attr_int(n, "after", 0);
     if (before < 0 || after < 0) FAIL(ALLOY_ERR_INVALID, "padding must be >= 0");
+    if (before > INT64_MAX - in[0]->dims[ax] - after) FAIL(ALLOY_ERR_SHAPE, "padded dim overflows");
     *out = *in[0];
     out->dims[ax] += before + after;
+    return ALLOY_OK;
+}
+
+RULE(ty_isfinite)
+{
+    if (!ir_is_float(in[0]->dtype)) FAIL(ALLOY_ERR_DTYPE, "operand must be floating point");
+    *out = *in[0];
+    out->dtype = ALLOY_BOOL;
+    return ALLOY_OK;
+}
+
+/* any number of floating-point tensors -> bool scalar */
+RULE(ty_found_inf)
+{
+    for (int i = 0; i < n->nin; i++)
+        if (!ir_is_float(in[i]->dtype)) FAIL(ALLOY_ERR_DTYPE, "operand %d must be floating point", i);
+    out->dtype = ALLOY_BOOL;
+    out->rank = 0;
     return ALLOY_OK;
 }

@@ -34,6 +34,8 @@ TYPE_RULE(ty_layer_norm_grad);
 TYPE_RULE(ty_cross_entropy_grad);
 TYPE_RULE(ty_embedding_grad);
 TYPE_RULE(ty_pad);
+TYPE_RULE(ty_isfinite);
+TYPE_RULE(ty_found_inf);
 #undef TYPE_RULE
 
 #endif

@@ -171,6 +171,23 @@ static alloy_status check_outputs(ir_graph *g)
             if (g->outputs[j].name && strcmp(g->outputs[j].name, o->name) == 0)
                 return ir_error(g, ALLOY_ERR_VERIFY, "output '%s' is declared twice", o->name);
     }
+    for (int i = 0; i < g->nupdates; i++) {
+        const ir_output *u = &g->updates[i];
+        if (!u->name || u->node < 0 || u->node >= g->nnodes)
+            return ir_error(g, ALLOY_ERR_VERIFY, "update %d is corrupt", i);
+        int target = ir_find_name(g, u->name);
+        if (target < 0 || (g->nodes[target]->op != IR_OP_param && g->nodes[target]->op != IR_OP_state))
+            return ir_error(g, ALLOY_ERR_VERIFY, "update of '%s': no param or state of that name", u->name);
+        if (!ir_type_eq(&g->nodes[target]->type, &g->nodes[u->node]->type)) {
+            char a[128], b[128];
+            ir_fmt_type(a, sizeof a, &g->nodes[target]->type);
+            ir_fmt_type(b, sizeof b, &g->nodes[u->node]->type);
+            return ir_error(g, ALLOY_ERR_VERIFY, "update of '%s' (%s) with a value of type %s", u->name, a, b);
+        }
+        for (int j = 0; j < i; j++)
+            if (strcmp(g->updates[j].name, u->name) == 0)
+                return ir_error(g, ALLOY_ERR_VERIFY, "state '%s' is updated twice", u->name);
+    }
     if (g->loss == -1) return ALLOY_OK;
     if (g->loss < 0 || g->loss >= g->nnodes)
         return ir_error(g, ALLOY_ERR_VERIFY, "loss refers to node %d, which does not exist", g->loss);

@@ -384,6 +384,11 @@ static alloy_status rewrite(const amp_state *s, alloy_dtype low, ir_graph **resu
         int id = convert(rw, map[o->node], g->nodes[o->node]->type.dtype);
         if (id >= 0) ir_add_output(out, o->name, id);
     }
+    for (int i = 0; i < g->nupdates && !out->status; i++) {
+        const ir_output *u = &g->updates[i];
+        int id = convert(rw, map[u->node], g->nodes[u->node]->type.dtype);
+        if (id >= 0) ir_add_update(out, u->name, id);
+    }
     if (g->loss >= 0 && !out->status) out->loss = convert(rw, map[g->loss], g->nodes[g->loss]->type.dtype);
     *map_out = map;
     al_free(rw->cast_low);

@@ -55,7 +55,13 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
         if (reach[i])
             for (int j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]] = 1;
     ad_ctx ctx = {g};
-    grad[loss] = opts->loss_seed >= 0 ? opts->loss_seed : ad_scalar(&ctx, lt->dtype, 1.0);
+    if (opts->scaler.kind != ALLOY_SCALER_NONE) { /* seed with the loss scale: d(loss*s)/d loss */
+        int scale = pass_state_leaf(g, STEP_SCALE, ALLOY_F32, 0, NULL, opts->scaler.init_scale);
+        grad[loss] = lt->dtype == ALLOY_F32 ? scale
+                                            : ad_emit(&ctx, IR_OP_cast, 1, &scale, 0, NULL, lt);
+    } else {
+        grad[loss] = opts->loss_seed >= 0 ? opts->loss_seed : ad_scalar(&ctx, lt->dtype, 1.0);
+    }
     int dx_small[16];
     for (int i = loss; i >= 0 && !g->status; i--) {
         if (!active[i] || !reach[i] || grad[i] < 0 || g->nodes[i]->nin == 0) continue;

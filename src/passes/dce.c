@@ -18,11 +18,12 @@ alloy_status pass_dce(ir_graph **gp, const pass_options *opts)
         return ir_error(g, ALLOY_ERR_OOM, "dce: out of memory");
     }
     for (int i = 0; i < g->noutputs; i++) live[g->outputs[i].node] = 1;
+    for (int i = 0; i < g->nupdates; i++) live[g->updates[i].node] = 1;
     if (g->loss >= 0) live[g->loss] = 1;
     int dead = 0;
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const ir_node *n = g->nodes[i];
-        if (n->op == IR_OP_input || n->op == IR_OP_param) live[i] = 1;
+        if (n->nin == 0 && n->op != IR_OP_constant) live[i] = 1; /* inputs, params, state */
         if (!live[i]) {
             dead++;
             continue;
@@ -54,6 +55,8 @@ alloy_status pass_dce(ir_graph **gp, const pass_options *opts)
     }
     for (int i = 0; out && i < g->noutputs && !out->status; i++)
         ir_add_output(out, g->outputs[i].name, map[g->outputs[i].node]);
+    for (int i = 0; out && i < g->nupdates && !out->status; i++)
+        ir_add_update(out, g->updates[i].name, map[g->updates[i].node]);
     if (out && g->loss >= 0) out->loss = map[g->loss];
     al_free(live);
     al_free(map);

@@ -16,6 +16,8 @@ static const pass pipeline[] = {
     {"verify", pass_verify},
     {"amp", pass_amp},
     {"autodiff", pass_autodiff},
+    {"grad_scaler", pass_grad_scaler},
+    {"optimizer", pass_optimizer},
     {"dce", pass_dce},
 };
 
@@ -62,4 +64,16 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const cha
         }
     }
     return ALLOY_OK;
+}
+
+int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank, const int64_t *dims,
+                    double value)
+{
+    int id = ir_find_name(g, name);
+    if (id >= 0) return id;
+    ir_type t = {.dtype = dtype, .rank = rank};
+    for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+    ir_attr attrs[2] = {ir_a_str("init", value == 0 ? "zeros" : "constant"), ir_a_float("value", value)};
+    ir_node *n = ir_add_node(g, IR_OP_state, 0, NULL, value == 0 ? 1 : 2, attrs, &t, name);
+    return n ? n->id : -1;
 }

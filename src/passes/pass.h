@@ -3,6 +3,7 @@
 #define ALLOY_PASS_H
 
 #include "alloy/amp.h"
+#include "alloy/train.h"
 #include "ir/ir.h"
 
 /* AMP configuration: the dtype and the per-op list membership. */
@@ -24,6 +25,8 @@ typedef struct pass_options {
     const char *const *grad_inputs; /* inputs whose gradients are wanted too */
     int ngrad_inputs;
     int loss_seed;                /* node id seeding the backward, or -1 for 1.0 */
+    alloy_grad_scaler scaler;     /* kind NONE: no loss scaling */
+    alloy_optimizer optimizer;    /* kind 0: no optimizer */
 } pass_options;
 
 /* A pass takes *g and leaves the result in *g (it may replace the graph,
@@ -52,5 +55,24 @@ AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts,
 AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /* amp.c */
 AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
+AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
+AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
+
+/* Names the training passes agree on (docs/training.md). */
+#define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */
+#define STEP_TRACKER "scaler.growth_tracker" /* state i32[] */
+#define STEP_FOUND_ACC "scaler.found_inf_acc" /* state bool[]: inf seen in this step's micro-batches */
+#define STEP_MICRO "step.micro_batch"        /* state i32[]: micro-batches into this step */
+#define STEP_SKIPPED "step.skipped_steps"    /* state i32[]: steps skipped for inf/NaN */
+#define STEP_COUNT "optim.step"              /* state i32[]: optimizer updates applied */
+#define OUT_FOUND_INF "step.found_inf"       /* output bool[]: this step's gradients were not finite */
+#define OUT_APPLY "step.apply"               /* output bool[]: the optimizer updates this run */
+#define OUT_NEXT_SCALE "scaler.next_scale"   /* output f32[] */
+#define OUT_LR "step.lr"                     /* output f32[] */
+#define OUT_GRAD_NORM "step.grad_norm"       /* output f32[]: global norm of unscaled gradients */
+
+/* A state leaf (created once per graph, initialized to value) named name. */
+AL_HIDDEN int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank,
+                              const int64_t *dims, double value);
 
 #endif

@@ -15,7 +15,8 @@ alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
     return status;
 }
 
-static bool owns_value(const ir_node *n) { return n->op != IR_OP_input && n->op != IR_OP_param; }
+/* Leaves other than constants are bound by the caller (feeds, state). */
+static bool owns_value(const ir_node *n) { return n->nin > 0 || n->op == IR_OP_constant; }
 
 alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, const bool *keep)
 {

@@ -59,6 +59,7 @@ CPU_KERNEL(cpu_layer_norm_grad);    /* cpu_grad.c */
 CPU_KERNEL(cpu_cross_entropy_grad); /* cpu_grad.c */
 CPU_KERNEL(cpu_embedding_grad);     /* cpu_grad.c */
 CPU_KERNEL(cpu_pad);                /* cpu_grad.c */
+CPU_KERNEL(cpu_found_inf);          /* cpu_train.c */
 #undef CPU_KERNEL
 
 /* The chunk functions generated from ops.def expressions (cpu_elementwise.c). */

@@ -3,6 +3,7 @@
 #define ALLOY_GRAPH_IMPL_H
 
 #include "alloy/graph.h"
+#include "alloy/train.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
 #include "runtime/cpu.h"
@@ -25,6 +26,9 @@ struct alloy_graph {
     amp_config amp;             /* lists and dtype as the user set them */
     alloy_amp_report amp_report; /* from the last compile */
     bool training;               /* build the backward (set with the loss) */
+    alloy_grad_scaler scaler;    /* kind NONE unless set */
+    alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
+    alloy_step_info step;        /* what the last run did */
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
     alloy_status status; /* last failing call's status, message below */
@@ -41,6 +45,10 @@ AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
 AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
 /* Drops the compiled step (after the graph or its configuration changed). */
 AL_HIDDEN void graph_invalidate(alloy_graph *g);
+
+/* train_api.c */
+/* Fills g->step from the values of the run that just finished. */
+AL_HIDDEN void step_info_capture(alloy_graph *g);
 
 /* state.c */
 /* Creates and initializes a state tensor for every param node still lacking one. */

@@ -136,6 +136,8 @@ alloy_status graph_compile(alloy_graph *g)
     }
     opts.amp_report = &g->amp_report;
     opts.train = g->training;
+    opts.scaler = g->scaler;
+    opts.optimizer = g->optimizer;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     st = pass_run_pipeline(&c, &opts, NULL, stderr, NULL, 0, NULL);
@@ -189,9 +191,9 @@ static alloy_status bind_feeds(alloy_graph *g, const alloy_host_tensor *feeds, i
         const ir_node *n = c->nodes[i];
         if (n->op == IR_OP_input && !g->values[i].data && ir_nbytes(&n->type))
             return graph_fail(g, ALLOY_ERR_NOT_FOUND, "input '%s' was not fed", n->name);
-        if (n->op == IR_OP_param) {
+        if (n->op == IR_OP_param || n->op == IR_OP_state) {
             rt_state *s = state_find(g, n->name);
-            if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "param '%s' has no state", n->name);
+            if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "%s '%s' has no state", ir_ops[n->op].name, n->name);
             g->values[i].data = s->data;
         }
     }
@@ -206,8 +208,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     if (g->ir->status) return g->ir->status;
     if ((nfeeds && !feeds) || (nfetches && !fetches) || nfeeds < 0 || nfetches < 0)
         return graph_fail(g, ALLOY_ERR_INVALID, "run: feeds/fetches NULL with a non-zero count");
-    alloy_status st = graph_compile(g);
-    if (!st) st = state_ensure(g);
+    alloy_status st = state_ensure(g); /* compiles first */
     if (st) return st;
     release_values(g);
     const ir_graph *c = g->compiled;
@@ -226,11 +227,22 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
         }
         keep[id] = true;
     }
+    for (int i = 0; i < c->noutputs; i++) keep[c->outputs[i].node] = true; /* step info reads them */
+    for (int i = 0; i < c->nupdates; i++) keep[c->updates[i].node] = true;
+    if (c->loss >= 0) keep[c->loss] = true;
     st = bind_feeds(g, feeds, nfeeds);
     if (!st) {
         cpu_exec x = {.nthreads = 1};
         st = cpu_run_graph(&x, c, g->values, keep);
         if (st) graph_fail(g, st, "running graph '%s': %s", c->name, x.error);
+    }
+    if (!st) {
+        step_info_capture(g); /* reads the scale used before the updates replace it */
+        for (int i = 0; i < c->nupdates; i++) {
+            rt_state *s = state_find(g, c->updates[i].name);
+            size_t bytes = ir_nbytes(&c->nodes[c->updates[i].node]->type);
+            if (s && bytes) memcpy(s->data, g->values[c->updates[i].node].data, bytes);
+        }
     }
     for (int i = 0; i < c->nnodes; i++) /* feeds belong to the caller */
         if (c->nodes[i]->op == IR_OP_input) g->values[i].data = NULL;
@@ -266,6 +278,7 @@ alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
 
 void graph_invalidate(alloy_graph *g)
 {
+    g->state_ready = false; /* a recompile may add state (moments, scale) */
     release_values(g);
     ir_graph_free(g->compiled);
     g->compiled = NULL;

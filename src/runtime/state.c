@@ -77,10 +77,12 @@ alloy_status state_ensure(alloy_graph *g)
 {
     if (g->state_ready) return ALLOY_OK;
     if (g->ir->status) return g->ir->status;
-    const ir_graph *ir = g->ir;
+    alloy_status st = graph_compile(g);
+    if (st) return st;
+    const ir_graph *ir = g->compiled;
     for (int i = 0; i < ir->nnodes; i++) {
         const ir_node *n = ir->nodes[i];
-        if (n->op != IR_OP_param || state_find(g, n->name)) continue;
+        if ((n->op != IR_OP_param && n->op != IR_OP_state) || state_find(g, n->name)) continue;
         if (g->nstate == g->state_cap) {
             int cap = g->state_cap ? g->state_cap * 2 : 16;
             rt_state *s = al_realloc(g->state, sizeof *s * (size_t)cap);

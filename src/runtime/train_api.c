@@ -1,4 +1,5 @@
 /* train_api.c - the public training calls: loss, training switch, input gradients, frozen params. */
+#include <math.h>
 #include <string.h>
 
 #include "runtime/graph_impl.h"
@@ -79,4 +80,144 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
     n->nattrs++;
     graph_invalidate(g);
     return ALLOY_OK;
+}
+
+alloy_grad_scaler alloy_dynamic_scaler(void)
+{
+    return (alloy_grad_scaler){ALLOY_SCALER_DYNAMIC, 65536.0, 2.0, 0.5, 2000, 0.0};
+}
+
+alloy_grad_scaler alloy_static_scaler(double scale)
+{
+    return (alloy_grad_scaler){ALLOY_SCALER_STATIC, scale, 1.0, 1.0, 0, 0.0};
+}
+
+alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler s)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (s.kind != ALLOY_SCALER_NONE && s.kind != ALLOY_SCALER_DYNAMIC && s.kind != ALLOY_SCALER_STATIC)
+        return graph_fail(g, ALLOY_ERR_INVALID, "set_grad_scaler: unknown kind %d", (int)s.kind);
+    if (s.kind != ALLOY_SCALER_NONE && !(s.init_scale > 0 && s.init_scale < 3.4e38))
+        return graph_fail(g, ALLOY_ERR_INVALID, "set_grad_scaler: init_scale %g must be a positive finite f32", s.init_scale);
+    if (s.kind == ALLOY_SCALER_DYNAMIC &&
+        (!(s.growth_factor > 1) || !(s.backoff_factor > 0 && s.backoff_factor < 1) || s.growth_interval < 1 || s.min_scale < 0))
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "set_grad_scaler: need growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1, min_scale >= 0 "
+                          "(got %g, %g, %d, %g)", s.growth_factor, s.backoff_factor, s.growth_interval, s.min_scale);
+    g->scaler = s;
+    graph_invalidate(g);
+    return ALLOY_OK;
+}
+
+static alloy_optimizer base_optimizer(alloy_optimizer_kind kind, double lr, double wd)
+{
+    return (alloy_optimizer){.kind = kind, .lr = lr, .weight_decay = wd, .accumulation_steps = 1};
+}
+
+alloy_optimizer alloy_sgd(double lr, double momentum, double weight_decay, bool nesterov)
+{
+    alloy_optimizer o = base_optimizer(ALLOY_OPTIM_SGD, lr, weight_decay);
+    o.momentum = momentum;
+    o.nesterov = nesterov;
+    return o;
+}
+
+alloy_optimizer alloy_adam(double lr, double beta1, double beta2, double eps, double weight_decay)
+{
+    alloy_optimizer o = base_optimizer(ALLOY_OPTIM_ADAM, lr, weight_decay);
+    o.beta1 = beta1, o.beta2 = beta2, o.eps = eps;
+    return o;
+}
+
+alloy_optimizer alloy_adamw(double lr, double beta1, double beta2, double eps, double weight_decay)
+{
+    alloy_optimizer o = alloy_adam(lr, beta1, beta2, eps, weight_decay);
+    o.kind = ALLOY_OPTIM_ADAMW;
+    return o;
+}
+
+alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (o.kind < ALLOY_OPTIM_SGD || o.kind > ALLOY_OPTIM_ADAMW)
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: unknown kind %d", (int)o.kind);
+    if (!(o.lr >= 0) || o.weight_decay < 0 || o.momentum < 0 || o.clip_norm < 0 || o.min_lr < 0)
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: lr, weight_decay, momentum, clip_norm, min_lr must be >= 0");
+    if (o.kind != ALLOY_OPTIM_SGD && !(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0))
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: Adam needs 0 <= beta1, beta2 < 1 and eps > 0");
+    if (o.nesterov && o.momentum <= 0)
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: nesterov needs momentum > 0");
+    if (o.schedule < ALLOY_LR_CONSTANT || o.schedule > ALLOY_LR_WARMUP_COSINE || o.warmup_steps < 0 ||
+        (o.schedule == ALLOY_LR_WARMUP_COSINE && o.total_steps <= o.warmup_steps))
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: bad schedule (cosine needs total_steps > warmup_steps)");
+    if (o.accumulation_steps < 1) o.accumulation_steps = 1;
+    if (g->ir->loss < 0) return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: set a loss first (alloy_graph_set_loss)");
+    g->optimizer = o;
+    graph_invalidate(g);
+    return ALLOY_OK;
+}
+
+/* The scalar value of the compiled output `name` as a double, or def. */
+static double scalar_output(alloy_graph *g, const char *name, double def)
+{
+    const ir_graph *c = g->compiled;
+    int i = ir_find_output(c, name);
+    if (i < 0) return def;
+    int id = c->outputs[i].node;
+    const rt_tensor *v = &g->values[id];
+    if (!v->data) return def;
+    switch (c->nodes[id]->type.dtype) {
+    case ALLOY_F32: return *(const float *)v->data;
+    case ALLOY_F64: return *(const double *)v->data;
+    case ALLOY_I32: return *(const int32_t *)v->data;
+    case ALLOY_BOOL: return *(const uint8_t *)v->data;
+    default: return def;
+    }
+}
+
+static double state_scalar(alloy_graph *g, const char *name, double def)
+{
+    rt_state *s = state_find(g, name);
+    if (!s || s->type.rank != 0) return def;
+    return s->type.dtype == ALLOY_F32 ? *(const float *)s->data
+           : s->type.dtype == ALLOY_I32 ? *(const int32_t *)s->data : def;
+}
+
+void step_info_capture(alloy_graph *g)
+{
+    const ir_graph *c = g->compiled;
+    alloy_step_info *s = &g->step;
+    memset(s, 0, sizeof *s);
+    s->loss = NAN;
+    if (c->loss >= 0 && g->values[c->loss].data) {
+        const void *p = g->values[c->loss].data;
+        alloy_dtype dt = c->nodes[c->loss]->type.dtype;
+        s->loss = dt == ALLOY_F64 ? *(const double *)p : dt == ALLOY_F32 ? *(const float *)p : NAN;
+    }
+    s->scale = scalar_output(g, STEP_SCALE, 1.0);
+    s->next_scale = scalar_output(g, OUT_NEXT_SCALE, s->scale);
+    s->skipped = scalar_output(g, OUT_FOUND_INF, 0) != 0;
+    s->updated = g->optimizer.kind && scalar_output(g, OUT_APPLY, 1) != 0;
+    s->lr = scalar_output(g, OUT_LR, 0);
+    s->grad_norm = scalar_output(g, OUT_GRAD_NORM, NAN);
+    /* counters after this run's updates: before + what the run added */
+    s->step = (int64_t)state_scalar(g, STEP_COUNT, 0) + (s->updated ? 1 : 0);
+    s->skipped_steps = (int64_t)state_scalar(g, STEP_SKIPPED, 0) + (s->skipped ? 1 : 0);
+}
+
+alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out)
+{
+    if (!g || !out) return ALLOY_ERR_INVALID;
+    *out = g->step;
+    return ALLOY_OK;
+}
+
+alloy_status alloy_graph_save_checkpoint(alloy_graph *g, const char *path)
+{
+    return alloy_graph_save_state(g, path);
+}
+
+alloy_status alloy_graph_load_checkpoint(alloy_graph *g, const char *path)
+{
+    return alloy_graph_load_state(g, path);
 }

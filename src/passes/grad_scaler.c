@@ -1,0 +1,126 @@
+/* grad_scaler.c - dynamic loss scaling and gradient accumulation: unscale, found_inf, skip, scale update.
+ *
+ * Runs after autodiff (which seeded the backward with the state "scaler.scale"
+ * when a scaler is set). After this pass, when training:
+ *   - every "grad:<name>" output holds the UNSCALED gradient (g * f32(1/scale)),
+ *     averaged over the micro-batches of the step when accumulating;
+ *   - "step.found_inf" (bool) says some unscaled gradient of this step had an
+ *     inf/NaN (with accumulation: reported on the step's last micro-batch), "step.apply" (bool) says the optimizer must update on this run
+ *     (last micro-batch and all finite); the optimizer pass gates on it;
+ *   - the scale and growth tracker follow PyTorch's GradScaler exactly:
+ *     inf/NaN -> scale *= backoff (not below min_scale), tracker = 0;
+ *     else tracker += 1 and at growth_interval scale *= growth when the
+ *     grown scale is finite, tracker = 0. With accumulation they change only
+ *     on the last micro-batch, from the inf/NaN seen over all of them.
+ * Nothing is emitted when training has neither a scaler nor accumulation.
+ */
+#include <string.h>
+
+#include "passes/grad_rules.h"
+#include "passes/pass.h"
+
+#define E2(op, a, b) ad_emit(&c, IR_OP_##op, 2, (int[]){a, b}, 0, NULL, NULL)
+#define E3(op, a, b, x) ad_emit(&c, IR_OP_##op, 3, (int[]){a, b, x}, 0, NULL, NULL)
+
+static bool is_grad_output(const ir_output *o) { return strncmp(o->name, "grad:", 5) == 0; }
+
+/* A scalar constant of dtype. */
+static int scalar(ad_ctx *c, alloy_dtype dt, double v) { return ad_scalar(c, dt, v); }
+
+/* x cast to dtype (x itself when it already is). */
+static int as_dtype(ad_ctx *c, int x, alloy_dtype dt)
+{
+    if (x < 0 || c->g->nodes[x]->type.dtype == dt) return x;
+    ir_type t = c->g->nodes[x]->type;
+    t.dtype = dt;
+    return ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &t);
+}
+
+alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
+{
+    ir_graph *g = *gp;
+    const alloy_grad_scaler *sc = &opts->scaler;
+    int k = opts->optimizer.accumulation_steps > 1 ? opts->optimizer.accumulation_steps : 1;
+    bool scaling = sc->kind != ALLOY_SCALER_NONE;
+    if (!opts->train || (!scaling && k == 1)) return ALLOY_OK;
+    ad_ctx c = {g};
+    int no = g->noutputs;
+    int found = -1, is_last = -1;
+    int scale = scaling ? ir_find_name(g, STEP_SCALE) : -1;
+    if (scaling && scale < 0) return ir_error(g, ALLOY_ERR_VERIFY, "grad_scaler: no '%s' state (autodiff did not seed)", STEP_SCALE);
+    int inv = scaling ? E2(div, scalar(&c, ALLOY_F32, 1.0), scale) : -1;
+    /* unscale */
+    int *grads = al_calloc((size_t)no + 1, sizeof(int));
+    int ng = 0;
+    if (!grads) return ir_error(g, ALLOY_ERR_OOM, "grad_scaler: out of memory");
+    for (int i = 0; i < no && !g->status; i++) {
+        if (!is_grad_output(&g->outputs[i])) continue;
+        int gr = g->outputs[i].node;
+        if (scaling) gr = E2(mul, gr, as_dtype(&c, inv, g->nodes[gr]->type.dtype));
+        g->outputs[i].node = gr;
+        grads[ng++] = gr;
+    }
+    if (scaling && ng) found = ad_emit(&c, IR_OP_found_inf, ng, grads, 0, NULL, NULL);
+    al_free(grads);
+    if (scaling && !ng) found = ad_emit(&c, IR_OP_constant, 0, NULL, 1, (ir_attr[]){ir_a_float("value", 0)},
+                                        &(ir_type){.dtype = ALLOY_BOOL});
+    int f_false = ad_emit(&c, IR_OP_constant, 0, NULL, 1, (ir_attr[]){ir_a_float("value", 0)},
+                          &(ir_type){.dtype = ALLOY_BOOL});
+    int i_zero = scalar(&c, ALLOY_I32, 0);
+    /* accumulation: average the unscaled gradients over k micro-batches */
+    if (k > 1) {
+        int micro = pass_state_leaf(g, STEP_MICRO, ALLOY_I32, 0, NULL, 0);
+        int next = E2(add, micro, scalar(&c, ALLOY_I32, 1));
+        is_last = E2(equal, next, scalar(&c, ALLOY_I32, k));
+        ir_add_update(g, STEP_MICRO, E3(where, is_last, i_zero, next));
+        for (int i = 0; i < no && !g->status; i++) {
+            if (!is_grad_output(&g->outputs[i])) continue;
+            const ir_type *t = &g->nodes[g->outputs[i].node]->type;
+            char name[512];
+            al_fmt(name, sizeof name, "%s.grad_acc", g->outputs[i].name + 5);
+            int acc = pass_state_leaf(g, name, t->dtype, t->rank, t->dims, 0);
+            int sum = E2(add, acc, g->outputs[i].node);
+            ir_add_update(g, name, E3(where, is_last, scalar(&c, t->dtype, 0), sum));
+            g->outputs[i].node = E2(mul, sum, scalar(&c, t->dtype, 1.0 / k));
+        }
+        if (scaling) { /* inf/NaN in any micro-batch of the step */
+            int acc = pass_state_leaf(g, STEP_FOUND_ACC, ALLOY_BOOL, 0, NULL, 0);
+            found = E3(where, acc, acc, found);
+            ir_add_update(g, STEP_FOUND_ACC, E3(where, is_last, f_false, found));
+        }
+    }
+    int apply = scaling ? (k > 1 ? E3(where, found, f_false, is_last) : E2(equal, found, f_false)) : is_last;
+    if (!scaling) found = f_false;
+    /* scale update (PyTorch's _amp_update_scale_) */
+    if (scaling) {
+        int next_scale = scale, skipped = pass_state_leaf(g, STEP_SKIPPED, ALLOY_I32, 0, NULL, 0);
+        int counted = E3(where, found, E2(add, skipped, scalar(&c, ALLOY_I32, 1)), skipped);
+        if (sc->kind == ALLOY_SCALER_DYNAMIC) {
+            int tracker = pass_state_leaf(g, STEP_TRACKER, ALLOY_I32, 0, NULL, 0);
+            int t1 = E2(add, tracker, scalar(&c, ALLOY_I32, 1));
+            int at = E2(equal, t1, scalar(&c, ALLOY_I32, sc->growth_interval));
+            int grown = E2(mul, scale, scalar(&c, ALLOY_F32, sc->growth_factor));
+            int grown_ok = ad_emit(&c, IR_OP_where, 3, (int[]){ad_emit(&c, IR_OP_isfinite, 1, &grown, 0, NULL, NULL), grown, scale}, 0, NULL, NULL);
+            int backed = E2(mul, scale, scalar(&c, ALLOY_F32, sc->backoff_factor));
+            if (sc->min_scale > 0) backed = E2(maximum, backed, scalar(&c, ALLOY_F32, sc->min_scale));
+            next_scale = E3(where, found, backed, E3(where, at, grown_ok, scale));
+            int next_tracker = E3(where, found, i_zero, E3(where, at, i_zero, t1));
+            if (k > 1) {
+                next_scale = E3(where, is_last, next_scale, scale);
+                next_tracker = E3(where, is_last, next_tracker, tracker);
+            }
+            ir_add_update(g, STEP_TRACKER, next_tracker);
+            ir_add_update(g, STEP_SCALE, next_scale);
+        }
+        if (k > 1) counted = E3(where, is_last, counted, skipped);
+        ir_add_update(g, STEP_SKIPPED, counted);
+        ir_add_output(g, OUT_NEXT_SCALE, next_scale);
+        ir_add_output(g, STEP_SCALE, scale);
+    }
+    /* reported once per step: on the micro-batch that decides it */
+    if (!g->status) ir_add_output(g, OUT_FOUND_INF, k > 1 ? E3(where, is_last, found, f_false) : found);
+    if (!g->status && apply >= 0) {
+        ir_add_output(g, OUT_APPLY, apply);
+    }
+    return g->status;
+}

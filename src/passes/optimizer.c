@@ -1,0 +1,134 @@
+/* optimizer.c - the optimizer update of every trained parameter, as graph nodes gated by step.apply.
+ *
+ * After this pass (when training with an optimizer): each parameter with a
+ * "grad:<name>" output has an update p <- p' computed from its gradient (the
+ * unscaled, accumulated one when grad_scaler ran), with SGD (momentum,
+ * nesterov, weight decay) or Adam/AdamW on the parameter's own dtype (f32
+ * master weights under AMP); moments are state "<name>.m", "<name>.v" or
+ * "<name>.momentum"; the update counter "optim.step" advances only when the
+ * update is applied; when "step.apply" exists every state update is
+ * where(apply, new, old), so a skipped step leaves parameters, moments and
+ * the counter bit-for-bit unchanged. The learning rate of the step is
+ * computed in the graph from the counter (constant, linear warmup, warmup +
+ * cosine) and output as "step.lr"; the global gradient norm as
+ * "step.grad_norm"; with clip_norm > 0 gradients are scaled by
+ * min(1, clip_norm / (norm + 1e-6)) first (PyTorch's clip_grad_norm_).
+ * Updates follow PyTorch's formulas (torch.optim.SGD, Adam, AdamW).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "passes/grad_rules.h"
+#include "passes/pass.h"
+
+#define E1(op, a) ad_emit(c, IR_OP_##op, 1, (int[]){a}, 0, NULL, NULL)
+#define E2(op, a, b) ad_emit(c, IR_OP_##op, 2, (int[]){a, b}, 0, NULL, NULL)
+#define E3(op, a, b, x) ad_emit(c, IR_OP_##op, 3, (int[]){a, b, x}, 0, NULL, NULL)
+#define S(dt, v) ad_scalar(c, dt, v)
+
+static int cast_to(ad_ctx *c, int x, alloy_dtype dt)
+{
+    if (x < 0 || c->g->nodes[x]->type.dtype == dt) return x;
+    ir_type t = c->g->nodes[x]->type;
+    t.dtype = dt;
+    return ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &t);
+}
+
+/* The learning rate for the update after `done` completed updates (f32). */
+static int learning_rate(ad_ctx *c, const alloy_optimizer *o, int done)
+{
+    const alloy_dtype F = ALLOY_F32;
+    if (o->schedule == ALLOY_LR_CONSTANT) return S(F, o->lr);
+    int t = cast_to(c, done, F); /* 0-based index of this update */
+    int warm = o->warmup_steps > 0 ? o->warmup_steps : 1;
+    int ramp = E2(minimum, S(F, 1.0), E2(div, E2(add, t, S(F, 1.0)), S(F, warm)));
+    int lr = E2(mul, S(F, o->lr), ramp);
+    if (o->schedule == ALLOY_LR_WARMUP_COSINE) {
+        double span = o->total_steps > warm ? o->total_steps - warm : 1;
+        int progress = E2(minimum, S(F, 1.0), E2(maximum, S(F, 0.0), E2(div, E2(sub, t, S(F, warm)), S(F, span))));
+        int cosine = E2(mul, S(F, 0.5), E2(add, S(F, 1.0), E1(cos, E2(mul, progress, S(F, M_PI)))));
+        int decayed = E2(add, S(F, o->min_lr), E2(mul, S(F, o->lr - o->min_lr), cosine));
+        lr = E3(where, E2(less, t, S(F, warm)), lr, decayed);
+    }
+    return lr;
+}
+
+/* p' for one parameter; adds the moment updates itself. */
+static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, int p, int grad,
+                        int lr, int step_after, int apply)
+{
+    const ir_type *t = &c->g->nodes[p]->type;
+    alloy_dtype dt = t->dtype;
+    char sname[512];
+    lr = cast_to(c, lr, dt);
+    if (o->kind == ALLOY_OPTIM_SGD) {
+        if (o->weight_decay) grad = E2(add, grad, E2(mul, p, S(dt, o->weight_decay)));
+        int dir = grad;
+        if (o->momentum) {
+            al_fmt(sname, sizeof sname, "%s.momentum", name);
+            int buf = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+            int nbuf = E2(add, E2(mul, buf, S(dt, o->momentum)), grad);
+            ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nbuf, buf) : nbuf);
+            dir = o->nesterov ? E2(add, grad, E2(mul, nbuf, S(dt, o->momentum))) : nbuf;
+        }
+        return E2(sub, p, E2(mul, dir, lr));
+    }
+    /* Adam / AdamW */
+    if (o->kind == ALLOY_OPTIM_ADAM && o->weight_decay) grad = E2(add, grad, E2(mul, p, S(dt, o->weight_decay)));
+    if (o->kind == ALLOY_OPTIM_ADAMW && o->weight_decay)
+        p = E2(mul, p, E2(sub, S(dt, 1.0), E2(mul, lr, S(dt, o->weight_decay))));
+    al_fmt(sname, sizeof sname, "%s.m", name);
+    int m = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+    int nm = E2(add, E2(mul, m, S(dt, o->beta1)), E2(mul, grad, S(dt, 1.0 - o->beta1)));
+    ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nm, m) : nm);
+    al_fmt(sname, sizeof sname, "%s.v", name);
+    int v = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+    int nv = E2(add, E2(mul, v, S(dt, o->beta2)), E2(mul, E1(square, grad), S(dt, 1.0 - o->beta2)));
+    ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nv, v) : nv);
+    int tf = cast_to(c, step_after, dt);
+    int bc1 = E2(sub, S(dt, 1.0), E2(pow, S(dt, o->beta1), tf));
+    int bc2 = E2(sub, S(dt, 1.0), E2(pow, S(dt, o->beta2), tf));
+    /* PyTorch: denom = sqrt(v') / sqrt(bc2) + eps; p -= (lr / bc1) * m' / denom */
+    int denom = E2(add, E2(div, E1(sqrt, nv), E1(sqrt, bc2)), S(dt, o->eps));
+    return E2(sub, p, E2(mul, E2(div, lr, bc1), E2(div, nm, denom)));
+}
+
+alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
+{
+    ir_graph *g = *gp;
+    const alloy_optimizer *o = &opts->optimizer;
+    if (!opts->train || !o->kind) return ALLOY_OK;
+    ad_ctx ctx = {g}, *c = &ctx;
+    int apply_out = ir_find_output(g, OUT_APPLY);
+    int apply = apply_out >= 0 ? g->outputs[apply_out].node : -1;
+    int done = pass_state_leaf(g, STEP_COUNT, ALLOY_I32, 0, NULL, 0);
+    int next = E2(add, done, S(ALLOY_I32, 1));
+    ir_add_update(g, STEP_COUNT, apply >= 0 ? E3(where, apply, next, done) : next);
+    int lr = learning_rate(c, o, done);
+    /* global norm of the gradients of trained parameters, in f32 */
+    int no = g->noutputs, sumsq = -1;
+    for (int i = 0; i < no && !g->status; i++) {
+        const char *nm = g->outputs[i].name;
+        if (strncmp(nm, "grad:", 5) || ir_find_name(g, nm + 5) < 0 || g->nodes[ir_find_name(g, nm + 5)]->op != IR_OP_param)
+            continue;
+        int sq = cast_to(c, ad_emit(c, IR_OP_reduce_sum, 1, (int[]){E1(square, g->outputs[i].node)}, 0, NULL, NULL), ALLOY_F32);
+        sumsq = sumsq < 0 ? sq : E2(add, sumsq, sq);
+    }
+    if (sumsq < 0) return ir_error(g, ALLOY_ERR_INVALID, "optimizer: no trainable parameter gets a gradient from the loss");
+    int norm = E1(sqrt, sumsq);
+    int coef = o->clip_norm > 0 ? E2(minimum, S(ALLOY_F32, 1.0),
+                                     E2(div, S(ALLOY_F32, o->clip_norm), E2(add, norm, S(ALLOY_F32, 1e-6))))
+                                : -1;
+    for (int i = 0; i < no && !g->status; i++) {
+        const char *nm = g->outputs[i].name;
+        int p = strncmp(nm, "grad:", 5) ? -1 : ir_find_name(g, nm + 5);
+        if (p < 0 || g->nodes[p]->op != IR_OP_param) continue;
+        int grad = g->outputs[i].node;
+        if (coef >= 0) grad = E2(mul, grad, cast_to(c, coef, g->nodes[p]->type.dtype));
+        int np = update_param(c, o, nm + 5, p, grad, lr, next, apply);
+        ir_add_update(g, nm + 5, apply >= 0 ? E3(where, apply, np, p) : np);
+    }
+    if (!g->status) ir_add_output(g, OUT_LR, lr);
+    if (!g->status) ir_add_output(g, OUT_GRAD_NORM, norm);
+    return g->status;
+}
