@@ -72,11 +72,15 @@ static const char every_op[] =
     "  %70 = layer_norm_grad(%mm, %mm, %g) {eps=0.001} : f32[2,4]\n"
     "  %71 = layer_norm_grad(%mm, %mm) : f32[2,4]\n" "  %72 = cross_entropy_grad(%ln, %ids, %xent) : f32[2,4]\n"
     "  %73 = embedding_grad(%ids, %mm) : f32[10,4]\n" "  %74 = pad(%x) {axis=1, before=1, after=2} : f32[2,7]\n"
-    "  %75 = causal_mask(%sl) {value=-1e9} : f32[2,4]\n" "  %\"grad:w\" = neg(%w) : f32[4,4] !amp=deny\n"
+    "  %75 = causal_mask(%sl) {value=-1e9} : f32[2,4]\n"
+    "  %st = state {init=\"zeros\"} : i32[]\n" "  %st1 = add(%st, %st) : i32[]\n"
+    "  %cs = cos(%x) : f32[2,4]\n" "  %fin = isfinite(%x) : bool[2,4]\n"
+    "  %fi = found_inf(%x, %w) : bool[]\n" "  %\"grad:w\" = neg(%w) : f32[4,4] !amp=deny\n"
     "  %\"a b\\\"c\\\\\\n\" = relu(%\"grad:w\") : f32[4,4] !amp=infer\n"
     "  %h.1_B = square(%\"a b\\\"c\\\\\\n\") : f32[4,4] !amp=clear !inserted\n"
     "  %\"12\" = neg(%h16) : f16[2,4]\n" "  output \"logits\" = %h16\n"
     "  output \"weird \\\"out\\\"\\t\" = %\"12\"\n" "  output \"loss\" = %xent\n"
+    "  update \"st\" = %st1\n"
     "  loss %xent\n" "}\n";
 
 /* Parses len bytes from an exact-size heap copy, so ASan sees any over-read. */
@@ -309,7 +313,7 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
         {"graph g\n" END, "t.ir:1:8: expected '{' after the graph name, found end of line"},
         {G "}\n" END, "t.ir:3:1: expected end of file after '}', found '}'"},
         {G "  x = input : f32[2]\n" END,
-          "t.ir:2:3: expected a statement (%name = op..., output, loss) or '}', found 'x'"},
+          "t.ir:2:3: expected a statement (%name = op..., output, update, loss) or '}', found 'x'"},
         {G "  %x input : f32[2]\n" END, "t.ir:2:6: expected '=' after the node name, found 'input'"},
         {G "  %x = : f32[2]\n" END, "t.ir:2:8: expected an op name after '=', found ':'"},
         {HDR "  %y = matmull(%x, %x) : f32[2]\n" END, "t.ir:3:8: unknown op 'matmull'"},
@@ -351,11 +355,11 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
         {G "  %x = input : f32[4,8]\n  %y = reshape(%x) : f32[5]\n" END,
           "t.ir:3:8: reshape(f32[4,8]) 'y': element counts differ: 32 vs 5"},
         {G "  %a = input : f32[4611686018427387904]\n  %b = concat(%a, %a) : f32[1]\n" END,
-          "t.ir:3:8: concat: the result's dims would exceed 2^63-1"},
+          "t.ir:2:8: input() 'a': the result has more elements than fit in memory"},
         {HDR "  %y = pad(%x) {axis=0, before=4611686018427387904, after=4611686018427387904} : f32[2]\n" END,
          "t.ir:3:8: pad: the result's dims would exceed 2^63-1"},
         {G "  %a = input : f32[1099511627776,1]\n  %b = input : f32[1,1099511627776]\n  %c = matmul(%a, %b) : f32[1]\n" END,
-          "t.ir:4:25: declared f32[1] but matmul gives f32[1099511627776,1099511627776]"},
+          "t.ir:4:8: matmul(f32[1099511627776,1], f32[1,1099511627776]) 'c': the result has more elements than fit in memory"},
         {G "  %x = input : f32[2] extra\n" END, "t.ir:2:23: expected end of line after node, found 'extra'"},
         /* attributes */
         {HDR "  %y = relu(%x) {foo=1} : f32[2]\n" END,

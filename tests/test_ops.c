@@ -282,6 +282,8 @@ static double ew_ref(int op, double a, double b, double c)
     case IR_OP_greater: return a > b;
     case IR_OP_greater_equal: return a >= b;
     case IR_OP_where: return a != 0 ? b : c;
+    case IR_OP_cos: return cos(a);
+    case IR_OP_isfinite: return isfinite(a) ? 1 : 0;
     case IR_OP_amp_allow:
     case IR_OP_amp_deny: return a;
     /* the backward ops autodiff emits: a is the forward input or output, b or c dy */
@@ -840,12 +842,36 @@ static void test_cast_converts_between_every_pair_of_dtypes_rounding_once(void *
         }
 }
 
+/* found_inf: true exactly when some element of some operand is inf or NaN,
+ * whatever the operands' float dtypes. */
+static void test_found_inf_sees_an_inf_or_nan_in_any_operand_of_any_float_dtype(void **state)
+{
+    (void)state;
+    const alloy_dtype dts[] = {F32, F16, BF16, F64};
+    const double bad[] = {INFINITY, -INFINITY, NAN};
+    for (size_t d = 0; d < 4; d++) {
+        for (size_t b = 0; b < 3; b++) {
+            tensor in[3];
+            for (int k = 0; k < 3; k++) {
+                in[k] = zeros(ty(dts[(d + (size_t)k) % 4], 2, 3, 5));
+                for (int i = 0; i < 15; i++) in[k].v[i] = round_to(in[k].type.dtype, uniform(-100, 100));
+            }
+            tensor ok = expect_op(IR_OP_found_inf, 3, in, 0, NULL, NULL);
+            assert_int_equal(ok.type.rank, 0);
+            assert_true(ok.v[0] == 0);
+            in[2].v[14] = bad[b]; /* the last element of the last operand */
+            tensor hit = expect_op(IR_OP_found_inf, 3, in, 0, NULL, NULL);
+            assert_true(hit.v[0] == 1);
+        }
+    }
+}
+
 static void test_every_op_in_the_table_was_run(void **state)
 {
     (void)state;
-    /* param is a leaf like input (the executor only reads its value); the
+    /* param and state are leaves like input (the executor only reads them); the
      * structured backward ops (kernels in cpu_grad.c) are outside this suite */
-    static const char *elsewhere[] = {"param", "softmax_grad", "log_softmax_grad", "layer_norm_grad",
+    static const char *elsewhere[] = {"param", "state", "softmax_grad", "log_softmax_grad", "layer_norm_grad",
                                       "cross_entropy_grad", "embedding_grad", "pad"};
     for (size_t i = 0; i < sizeof elsewhere / sizeof elsewhere[0]; i++)
         if (ir_op_lookup(elsewhere[i]) >= 0) covered[ir_op_lookup(elsewhere[i])] = true;
@@ -866,6 +892,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         TEST(test_elementwise_ops_match_a_double_reference_in_f32),
+        TEST(test_found_inf_sees_an_inf_or_nan_in_any_operand_of_any_float_dtype),
         TEST(test_elementwise_ops_round_once_in_f16_bf16_and_f64),
         TEST(test_elementwise_ops_on_integers_are_exact),
         TEST(test_matmul_matches_reference_for_every_transpose_and_broadcast_batch),

@@ -11,7 +11,8 @@
 enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
 static const char usage_text[] =
-    "usage: alloyc print FILE.ir\n"
+    "usage: alloyc print FILE.ir [--amp=f16|bf16|off] [--train [--optimizer=sgd|adam|adamw]\n"
+    "                            [--scaler=dynamic|static:S|none]] [--print-after=PASS,...|all]\n"
     "       alloyc run FILE.ir [--feed NAME=FILE | --feed FILE]... [--params FILE]\n"
     "                          [--seed N] [--fetch NAME]... --out FILE\n"
     "       alloyc --help | --version\n"
@@ -20,6 +21,17 @@ static const char usage_text[] =
     "  print   parse and verify FILE.ir, compile it and print the compiled IR on stdout\n"
     "  run     run FILE.ir once on the CPU and write the fetched tensors to a\n"
     "          safetensors file\n"
+    "\n"
+    "Compile options (print and run):\n"
+    "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); ALLOY_AMP_LOG=1\n"
+    "                    prints what it converted and why nodes stayed f32\n"
+    "\n"
+    "Options of print:\n"
+    "  --train           also build the backward from the IR's 'loss' (grad:NAME outputs)\n"
+    "  --optimizer=KIND  with --train: add an sgd, adam or adamw update (lr 1e-3)\n"
+    "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
+    "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
+    "                    result; passes: verify, amp, autodiff, grad_scaler, optimizer, dce\n"
     "\n"
     "Options of run (each also accepted as --option=VALUE):\n"
     "  --feed NAME=FILE  feed graph input NAME with the tensor called NAME in the\n"
@@ -91,6 +103,10 @@ typedef struct options {
     bool have_seed;
     uint64_t seed;
     const char *run_only; /* the first run-only option seen, for print's message */
+    const char *print_only; /* the first print-only option seen, for run's message */
+    alloy_dtype amp;      /* ALLOY_F32: off */
+    bool train;
+    const char *optimizer, *scaler, *print_after;
 } options;
 
 /* Matches argv[*i] against --flag and --flag=VALUE. Returns 1 and sets
@@ -157,15 +173,22 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
                    ALLOY_VERSION_PATCH);
             return 0;
         }
-        static const char *const flags[] = {"--feed", "--fetch", "--params", "--seed", "--out"};
+        if (strcmp(arg, "--train") == 0) {
+            o->train = true;
+            if (!o->print_only) o->print_only = arg;
+            continue;
+        }
+        static const char *const flags[] = {"--feed", "--fetch", "--params", "--seed", "--out",
+                                            "--amp", "--optimizer", "--scaler", "--print-after"};
         int which = -1;
-        for (int f = 0; f < 5 && which < 0; f++) {
+        for (int f = 0; f < 9 && which < 0; f++) {
             got = take_value(argc, argv, &i, flags[f], &value);
             if (got < 0) return usage_error("%s needs a value", flags[f]);
             if (got > 0) which = f;
         }
         if (which >= 0) {
-            if (!o->run_only) o->run_only = flags[which];
+            if (which < 5 && !o->run_only) o->run_only = flags[which];
+            if (which > 5 && !o->print_only) o->print_only = flags[which];
             if (!*value) return usage_error("%s needs a non-empty value", flags[which]);
         }
         switch (which) {
@@ -193,6 +216,25 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             if (o->out) return usage_error("--out is given twice");
             o->out = value;
             break;
+        case 5:
+            if (strcmp(value, "f16") == 0 || strcmp(value, "fp16") == 0) o->amp = ALLOY_F16;
+            else if (strcmp(value, "bf16") == 0) o->amp = ALLOY_BF16;
+            else if (strcmp(value, "off") == 0 || strcmp(value, "f32") == 0) o->amp = ALLOY_F32;
+            else return usage_error("--amp wants f16, bf16 or off, got '%s'", value);
+            break;
+        case 6:
+            if (strcmp(value, "sgd") && strcmp(value, "adam") && strcmp(value, "adamw"))
+                return usage_error("--optimizer wants sgd, adam or adamw, got '%s'", value);
+            o->optimizer = value;
+            break;
+        case 7:
+            if (strcmp(value, "dynamic") && strcmp(value, "none") && strncmp(value, "static:", 7))
+                return usage_error("--scaler wants dynamic, static:SCALE or none, got '%s'", value);
+            o->scaler = value;
+            break;
+        case 8:
+            o->print_after = value;
+            break;
         default:
             if (arg[0] == '-' && arg[1] != '\0') return usage_error("unknown option '%s'", arg);
             if (o->ir_path) return usage_error("unexpected argument '%s'", arg);
@@ -204,6 +246,10 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         return usage_error("%s is an option of 'run', not 'print'", o->run_only);
     if (strcmp(cmd, "run") == 0 && !o->out)
         return usage_error("run needs --out FILE");
+    if (strcmp(cmd, "run") == 0 && o->print_only)
+        return usage_error("%s is an option of 'print', not 'run'", o->print_only);
+    if ((o->optimizer || o->scaler) && !o->train)
+        return usage_error("--optimizer and --scaler need --train");
     *done = false;
     return 0;
 }
@@ -397,6 +443,27 @@ static alloy_graph *load_graph(const char *path, char **text, size_t *len)
     return g;
 }
 
+/* Applies the compile options to g; returns the first failing status. */
+static alloy_status configure(alloy_graph *g, const options *o)
+{
+    alloy_status st = ALLOY_OK;
+    if (o->amp != ALLOY_F32) st = alloy_graph_enable_amp(g, o->amp);
+    if (!st && o->train) st = alloy_graph_set_training(g, true);
+    if (!st && o->scaler && strcmp(o->scaler, "none") != 0) {
+        alloy_grad_scaler s = alloy_dynamic_scaler();
+        if (strncmp(o->scaler, "static:", 7) == 0) s = alloy_static_scaler(strtod(o->scaler + 7, NULL));
+        st = alloy_graph_set_grad_scaler(g, s);
+    }
+    if (!st && o->optimizer) {
+        alloy_optimizer opt = strcmp(o->optimizer, "sgd") == 0    ? alloy_sgd(1e-3, 0.9, 0.0, false)
+                              : strcmp(o->optimizer, "adam") == 0 ? alloy_adam(1e-3, 0.9, 0.999, 1e-8, 0.0)
+                                                                  : alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
+        st = alloy_graph_add_optimizer(g, opt);
+    }
+    if (!st && o->print_after) st = alloy_graph_print_after(g, o->print_after, stdout);
+    return st;
+}
+
 static int cmd_print(const options *o)
 {
     char *text;
@@ -404,7 +471,8 @@ static int cmd_print(const options *o)
     alloy_graph *g = load_graph(o->ir_path, &text, &len);
     free(text);
     if (!g) return EXIT_ERROR;
-    alloy_status st = alloy_graph_dump(g, stdout, ALLOY_DUMP_IR);
+    alloy_status st = configure(g, o);
+    if (!st) st = alloy_graph_dump(g, stdout, ALLOY_DUMP_IR);
     int rc = 0;
     if (st) rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st));
     else if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing the IR to stdout failed");
@@ -517,6 +585,10 @@ static int cmd_run(const options *o)
     }
     if (!scan_ir(r.text, len, &r.outputs, &r.inputs)) {
         rc = fail(EXIT_ERROR, "out of memory");
+        goto done;
+    }
+    if (o->amp != ALLOY_F32 && alloy_graph_enable_amp(r.g, o->amp)) {
+        rc = fail(EXIT_ERROR, "%s", alloy_last_error(r.g));
         goto done;
     }
     if (o->have_seed) alloy_graph_set_seed(r.g, o->seed);

@@ -211,6 +211,11 @@ typedef enum alloy_dump_kind {
     ALLOY_DUMP_IR = 2,     /* the compiled graph after every pass */
 } alloy_dump_kind;
 
+/* Prints the IR after each named pass of the next compiles ("amp,dce" or
+ * "all") to out (stderr when NULL); NULL or "" stops. The environment
+ * variable ALLOY_PRINT_AFTER does the same for programs. */
+ALLOY_API alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out);
+
 /* Prints g as IR text (docs/ir.md); DUMP_IR compiles first if needed. */
 ALLOY_API alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind);
 

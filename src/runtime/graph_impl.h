@@ -29,6 +29,8 @@ struct alloy_graph {
     alloy_grad_scaler scaler;    /* kind NONE unless set */
     alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
     alloy_step_info step;        /* what the last run did */
+    char *print_after;           /* passes to print after (NULL: ALLOY_PRINT_AFTER) */
+    FILE *print_to;
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
     alloy_status status; /* last failing call's status, message below */

@@ -44,6 +44,7 @@ void alloy_graph_free(alloy_graph *g)
     ir_graph_free(g->compiled);
     ir_graph_free(g->ir);
     state_free_all(g);
+    al_free(g->print_after);
     for (int i = 0; i < g->ngrad_inputs; i++) al_free(g->grad_inputs[i]);
     al_free(g->grad_inputs);
     al_free(g);
@@ -140,7 +141,7 @@ alloy_status graph_compile(alloy_graph *g)
     opts.optimizer = g->optimizer;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
-    st = pass_run_pipeline(&c, &opts, NULL, stderr, NULL, 0, NULL);
+    st = pass_run_pipeline(&c, &opts, g->print_after, g->print_to ? g->print_to : stderr, NULL, 0, NULL);
     if (st) {
         graph_fail(g, st, "compiling graph '%s': %s", g->ir->name, c->error);
         ir_graph_free(c);
@@ -309,4 +310,16 @@ alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor
         return ALLOY_OK;
     }
     return ALLOY_ERR_NOT_FOUND;
+}
+
+alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    char *copy = passes && *passes ? al_strdup(passes) : NULL;
+    if (passes && *passes && !copy) return graph_fail(g, ALLOY_ERR_OOM, "print_after: out of memory");
+    al_free(g->print_after);
+    g->print_after = copy;
+    g->print_to = out;
+    graph_invalidate(g);
+    return ALLOY_OK;
 }
