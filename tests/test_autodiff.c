@@ -49,10 +49,10 @@
 
 /* AMP (f16) gradients of the transformer block against the f32 graph's:
  * norm-wise relative error per parameter, ||g_amp - g_f32|| / ||g_f32||.
- * Measured at most ~4e-3 (f16 has 11 significant bits, 4.9e-4 per
- * rounding, and the errors of the f16 forward compound through the
- * backward); the bound keeps an order of margin. */
-#define AMP_BOUND 5e-2
+ * Measured 1.2e-3 to 1.6e-3 for the worst parameter (f16 keeps 11
+ * significant bits, 4.9e-4 per rounding, and the f16 forward's errors
+ * compound through the backward); the bound leaves more than 10x margin. */
+#define AMP_BOUND 2e-2
 
 static al_arena arena; /* the test's scratch, freed at its end (finish) */
 static uint64_t rng = 0x9b1d5c2a7e3f4861u;
@@ -164,6 +164,19 @@ static const char *shape_str(shape s)
     return al_arena_strdup(&arena, buf);
 }
 
+/* numpy's broadcast of a and b (they must be compatible). */
+static shape broadcast_shape(shape a, shape b)
+{
+    shape out = {.rank = a.rank > b.rank ? a.rank : b.rank};
+    for (int d = 0; d < out.rank; d++) {
+        int da = d - (out.rank - a.rank), db = d - (out.rank - b.rank);
+        int64_t x = da >= 0 ? a.dims[da] : 1, y = db >= 0 ? b.dims[db] : 1;
+        assert_true(x == y || x == 1 || y == 1);
+        out.dims[d] = x == 1 ? y : x;
+    }
+    return out;
+}
+
 /* Every test ends here: its scratch is freed (the allocator checks leaks)
  * and it fails if any of its cases did. */
 static void finish(void)
@@ -219,7 +232,8 @@ typedef struct gcase {
     int nleaf;
     alloy_host_tensor feed[MAX_FEEDS];
     int nfeed;
-    int sample; /* elements checked per tensor, at random: 0 = every one */
+    bool check_shape; /* the op's result must have shape `want` */
+    shape want;
 } gcase;
 
 /* A case over graph g (which it owns from now on). */
@@ -304,11 +318,13 @@ static void adopt_params(gcase *c, int n, const char *const *names)
     }
 }
 
-static void set_param(gcase *c, const leaf *l)
+static bool set_param(gcase *c, const leaf *l)
 {
     alloy_host_tensor t = {.name = l->name, .dtype = F64, .rank = l->rank, .data = l->v};
     memcpy(t.dims, l->dims, sizeof t.dims);
-    if (alloy_graph_set_state(c->g, &t)) fail_msg("%s: set_state '%s': %s", c->what, l->name, alloy_last_error(c->g));
+    if (!alloy_graph_set_state(c->g, &t)) return true;
+    case_failed("%s: set_state '%s': %s", c->what, l->name, alloy_last_error(c->g));
+    return false;
 }
 
 static double loss_of(gcase *c)
@@ -328,8 +344,9 @@ static double drop_case(gcase *c)
 }
 
 /* Makes `loss` c's loss, runs once fetching "grad:<leaf>" for every leaf
- * (each must be f64 with the leaf's shape) and compares each with central
- * finite differences (FD_BOUND). Frees the graph; returns the worst error. */
+ * (each must be f64 with the leaf's shape) and compares every element of
+ * each with central finite differences (FD_BOUND). Frees the graph; returns
+ * the worst error. AUTODIFF_VERBOSE=1 prints each tensor's error. */
 static double check_case(gcase *c, alloy_tensor *loss)
 {
     alloy_graph *g = c->g;
@@ -338,7 +355,7 @@ static double check_case(gcase *c, alloy_tensor *loss)
         return drop_case(c);
     }
     for (int j = 0; j < c->nleaf; j++)
-        if (!c->leaf[j].input) set_param(c, &c->leaf[j]);
+        if (!c->leaf[j].input && !set_param(c, &c->leaf[j])) return drop_case(c);
     alloy_host_tensor *f = scratch(sizeof *f * (size_t)(c->nleaf + 1));
     f[0].name = "loss";
     for (int j = 0; j < c->nleaf; j++) f[j + 1].name = fmt("grad:%s", c->leaf[j].name);
@@ -361,19 +378,18 @@ static double check_case(gcase *c, alloy_tensor *loss)
     double worst = 0;
     for (int j = 0; j < c->nleaf; j++) {
         leaf *l = &c->leaf[j];
-        int64_t m = c->sample && c->sample < l->count ? c->sample : l->count, at = -1;
+        int64_t at = -1;
         double maxdiff = 0, maxfd = 0, at_g = 0, at_fd = 0;
-        for (int64_t k = 0; k < m; k++) {
-            int64_t i = m == l->count ? k : irand(0, (int)l->count - 1);
+        for (int64_t i = 0; i < l->count; i++) {
             double x0 = l->v[i], h = FD_STEP * fmax(1, fabs(x0)), xp = x0 + h, xm = x0 - h;
             l->v[i] = xp;
-            if (!l->input) set_param(c, l);
+            if (!l->input) assert_true(set_param(c, l));
             double lp = loss_of(c);
             l->v[i] = xm;
-            if (!l->input) set_param(c, l);
+            if (!l->input) assert_true(set_param(c, l));
             double lm = loss_of(c);
             l->v[i] = x0;
-            if (!l->input) set_param(c, l);
+            if (!l->input) assert_true(set_param(c, l));
             double fd = (lp - lm) / (xp - xm), diff = fabs(grad[j][i] - fd);
             if (!isfinite(fd) || !isfinite(grad[j][i])) {
                 case_failed("%s: grad:%s element %lld is %g, finite differences %g", c->what, l->name,
@@ -405,6 +421,12 @@ static double check_op(gcase *c, alloy_tensor *out)
         return drop_case(c);
     }
     alloy_host_tensor t = alloy_tensor_info(out);
+    if (c->check_shape && (t.rank != c->want.rank || memcmp(t.dims, c->want.dims, sizeof(int64_t) * (size_t)t.rank))) {
+        shape got = {.rank = t.rank};
+        memcpy(got.dims, t.dims, sizeof got.dims);
+        case_failed("%s: result shape %s, expected %s", c->what, shape_str(got), shape_str(c->want));
+        return drop_case(c);
+    }
     double *r = randoms(numel(t.rank, t.dims), -1, 1, 0.1);
     alloy_tensor *R = alloy_constant(c->g, F64, t.rank, t.dims, r);
     alloy_tensor *loss = alloy_reduce_sum(c->g, alloy_mul(c->g, out, R), 0, NULL, false);
@@ -472,35 +494,48 @@ static void test_binary_elementwise_gradients_match_finite_differences_when_broa
         binary_fn f;
     } ops[] = {{"add", alloy_add},         {"sub", alloy_sub},         {"mul", alloy_mul}, {"div", alloy_div},
                {"maximum", alloy_maximum}, {"minimum", alloy_minimum}, {"pow", alloy_pow}};
-    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
-        for (int trial = 0; trial < 5; trial++) {
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        for (int trial = 0; trial < 7; trial++) {
             shape s = random_shape(trial < 3 ? 1 : 2, 3), a = s, b = s;
             if (trial == 1) b = partner_of(s); /* b broadcasts */
             if (trial == 2) a = partner_of(s); /* a broadcasts */
-            if (trial >= 3)                    /* both broadcast: [3,1] with [1,4] and the like */
+            if (trial == 3 || trial == 4)      /* both broadcast: [3,1] with [1,4] and the like */
                 for (int d = 0; d < s.rank; d++) {
                     int which = d % 2 == trial % 2 ? 0 : 1;
                     (which ? &b : &a)->dims[d] = 1;
                 }
+            if (trial == 5) a = (shape){2, {3, 1}}, b = (shape){3, {2, 3, 4}}; /* a of lower rank */
+            if (trial == 6) a = (shape){1, {1}}, b = (shape){2, {5, 1}};
             gcase *c = new_case(fmt("%s %s %s%s", ops[k].name, shape_str(a), shape_str(b), trial == 4 ? " (b an input)" : ""));
+            c->check_shape = true, c->want = broadcast_shape(a, b);
             alloy_tensor *ta = param(c, "a", a, binary_values(ops[k].name, 0, a));
-            /* the last trial feeds b as an input whose gradient is requested */
+            /* trial 4 feeds b as an input whose gradient is requested */
             alloy_tensor *tb = trial == 4 ? grad_feed(c, "b", b, binary_values(ops[k].name, 1, b))
                                           : param(c, "b", b, binary_values(ops[k].name, 1, b));
             check_op(c, ops[k].f(c->g, ta, tb));
         }
+        /* one tensor reaching both operands: the two gradients add up (x and
+         * tanh(x) never tie on the grid max/min use, and keep div's divisor
+         * away from 0) */
+        shape s = random_shape(1, 3);
+        gcase *c = new_case(fmt("%s(x, tanh(x)) %s", ops[k].name, shape_str(s)));
+        alloy_tensor *x = param(c, "x", s, binary_values(ops[k].name, strcmp(ops[k].name, "div") ? 0 : 1, s));
+        check_op(c, ops[k].f(c->g, x, alloy_tanh(c->g, x)));
+    }
     finish();
 }
 
 static void test_where_sends_the_gradient_to_the_selected_operand_when_broadcasting(void **state)
 {
     (void)state;
-    for (int trial = 0; trial < 4; trial++) {
+    for (int trial = 0; trial < 5; trial++) {
         shape s = random_shape(1, 3), cs = s, as = s, bs = s;
         if (trial == 1) cs = partner_of(s), bs = partner_of(s);
         if (trial == 2) as = partner_of(s);
         if (trial == 3) bs = partner_of(s), as = partner_of(s);
+        if (trial == 4) cs = (shape){2, {3, 1}}, as = (shape){3, {2, 3, 4}}, bs = (shape){1, {4}}; /* cond of lower rank */
         gcase *c = new_case(fmt("where %s %s %s", shape_str(cs), shape_str(as), shape_str(bs)));
+        c->check_shape = true, c->want = broadcast_shape(broadcast_shape(cs, as), bs);
         int64_t n = numel(cs.rank, cs.dims);
         double *cond = scratch(sizeof(double) * (size_t)n);
         for (int64_t i = 0; i < n; i++) cond[i] = i == 0 ? 1 : i == 1 ? 0 : irand(0, 1);
@@ -739,14 +774,20 @@ static void test_causal_mask_gradient_is_zero_exactly_where_the_mask_holds(void 
 static void test_slice_and_concat_with_negative_axes_from_ir_text_differentiate(void **state)
 {
     (void)state;
-    gcase *c = new_case_on("slice/concat axis -1 from IR text",
-                           parse_graph("graph negative_axes {\n"
+    gcase *c = new_case_on("slice {axis=-1} [2,5] -> [2,3] from IR text",
+                           parse_graph("graph negative_slice {\n"
                                        "  %x = param {init=\"uniform\", low=-1.0, high=1.0} : f64[2,5]\n"
-                                       "  %y = input : f64[2,3]\n"
                                        "  %s = slice(%x) {axis=-1, start=1, end=4} : f64[2,3]\n"
-                                       "  %c = concat(%s, %y) {axis=-1} : f64[2,6]\n"
                                        "}\n"));
     add_leaf(c, "x", 2, DIMS(2, 5), randoms(10, -1, 1, 0), false);
+    check_op(c, alloy_graph_find(c->g, "s"));
+    c = new_case_on("concat {axis=-1} [2,2] [2,3] from IR text (y an input)",
+                    parse_graph("graph negative_concat {\n"
+                                "  %x = param {init=\"uniform\", low=-1.0, high=1.0} : f64[2,2]\n"
+                                "  %y = input : f64[2,3]\n"
+                                "  %c = concat(%x, %y) {axis=-1} : f64[2,5]\n"
+                                "}\n"));
+    add_leaf(c, "x", 2, DIMS(2, 2), randoms(4, -1, 1, 0), false);
     double *y = randoms(6, -1, 1, 0);
     c->feed[c->nfeed++] = (alloy_host_tensor){.name = "y", .dtype = F64, .rank = 2, .dims = {2, 3}, .data = y};
     assert_int_equal(alloy_graph_request_grad(c->g, alloy_graph_find(c->g, "y")), ALLOY_OK);
@@ -788,7 +829,7 @@ static void block_feeds(gcase *c, int B, int T, int V)
 static void test_transformer_block_parameter_gradients_match_finite_differences(void **state)
 {
     (void)state;
-    gcase *c = new_case("transformer block f64 B2 T3 V7 D8 H2 (10 elements/param)");
+    gcase *c = new_case("transformer block f64 B2 T3 V7 D8 H2");
     test_block m = build_transformer_block(c->g, F64, 2, 3, 7, 8, 2);
     block_feeds(c, 2, 3, 7);
     adopt_params(c, NBLOCK, block_params);
@@ -805,7 +846,6 @@ static void test_transformer_block_parameter_gradients_match_finite_differences(
         memcpy(l->v, randoms(l->count, gamma ? 0.5 : beta ? -0.5 : -0.6, gamma ? 1.5 : beta ? 0.5 : 0.6, 0),
                sizeof(double) * (size_t)l->count);
     }
-    c->sample = 0;
     check_case(c, m.loss);
     finish();
 }
@@ -989,8 +1029,6 @@ static void test_autodiff_of_a_100k_node_chain_is_fast_and_matches_a_hand_writte
     for (int k = 0; k < STEPS; k++) h = alloy_add(g, alloy_mul(g, alloy_tanh(g, alloy_matmul(g, h, W, false, false)), half), X);
     alloy_tensor *loss = alloy_reduce_sum(g, alloy_mul(g, h, alloy_constant(g, F64, 2, DIMS(N, N), r)), 0, NULL, false);
     assert_int_equal(alloy_graph_set_loss(g, loss), ALLOY_OK);
-    alloy_graph_set_state(g, &(alloy_host_tensor){.name = "X", .dtype = F64, .rank = 2, .dims = {N, N}, .data = x});
-    alloy_graph_set_state(g, &(alloy_host_tensor){.name = "W", .dtype = F64, .rank = 2, .dims = {N, N}, .data = w});
     int fwd = g->ir->nnodes;
     assert_true(fwd > 100000);
     /* the pipeline pass by pass on a copy, then the compile the run uses */
@@ -1002,12 +1040,23 @@ static void test_autodiff_of_a_100k_node_chain_is_fast_and_matches_a_hand_writte
     int nt = 0;
     if (pass_run_pipeline(&copy, &opts, "", stderr, tm, 8, &nt)) fail_msg("%s", copy->error);
     double autodiff_ms = -1;
-    for (int i = 0; i < nt; i++)
+    char passes[256] = "";
+    for (int i = 0; i < nt; i++) {
         if (!strcmp(tm[i].name, "autodiff")) autodiff_ms = tm[i].ms;
+        size_t len = strlen(passes);
+        al_fmt(passes + len, sizeof passes - len, "%s%s %.0f ms -> %d nodes", i ? ", " : "", tm[i].name, tm[i].ms,
+               tm[i].nodes_after);
+    }
+    printf("  chain pipeline: %s\n", passes);
+    assert_true(autodiff_ms >= 0);
     ir_graph_free(copy);
     double t0 = now_ms();
     if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
     double compile_ms = now_ms() - t0;
+    assert_int_equal(alloy_graph_set_state(g, &(alloy_host_tensor){.name = "X", .dtype = F64, .rank = 2, .dims = {N, N}, .data = x}),
+                     ALLOY_OK);
+    assert_int_equal(alloy_graph_set_state(g, &(alloy_host_tensor){.name = "W", .dtype = F64, .rank = 2, .dims = {N, N}, .data = w}),
+                     ALLOY_OK);
     alloy_host_tensor f[2] = {{.name = "grad:W"}, {.name = "grad:X"}};
     t0 = now_ms();
     if (alloy_graph_run(g, NULL, 0, f, 2)) fail_msg("%s", alloy_last_error(g));
@@ -1327,8 +1376,8 @@ static void test_embedding_grad_rejects_an_id_out_of_range_naming_the_node(void 
 {
     (void)state;
     static const double bad[][4] = {{0, 1, 6, 2}, {-3, 0, 0, 0}};
-    static const char *const msg[] = {"embedding_grad 'under_test': id 6 at position [1,0] out of range [0, 6)",
-                                      "embedding_grad 'under_test': id -3 at position [0,0] out of range [0, 6)"};
+    static const char *const msg[] = {"embedding_grad 'under_test': id 6 out of range [0, 6) at position [1,0]",
+                                      "embedding_grad 'under_test': id -3 out of range [0, 6) at position [0,0]"};
     for (int k = 0; k < 2; k++) {
         ktensor in[2] = {kvalues(kty(I64, 2, DIMS(2, 2)), bad[k]), krandom(kty(F32, 3, DIMS(2, 2, 3)), -1, 1)};
         ir_type table = kty(F32, 2, DIMS(6, 3));

@@ -122,10 +122,13 @@ static int64_t int_at(const rt_tensor *t, int64_t i)
 }
 
 /* Checks every element of the integer tensor ids is in [0, limit); else an
- * error naming the op, the node, the value, the range and the position. */
+ * error naming the op, the node, the value, the range and the position, in
+ * the words of the forward kernel's message (embedding names the range
+ * first, cross_entropy the position). */
 static alloy_status check_range(cpu_exec *x, const ir_node *n, const rt_tensor *ids, int64_t limit,
                                 const char *what)
 {
+    bool range_first = n->op == IR_OP_embedding_grad;
     int64_t count = ir_numel(&ids->type);
     for (int64_t p = 0; p < count; p++) {
         int64_t v = int_at(ids, p);
@@ -137,9 +140,12 @@ static alloy_status check_range(cpu_exec *x, const ir_node *n, const rt_tensor *
         }
         char label[32], where[128];
         al_fmt_dims(where, sizeof where, ids->type.rank, idx);
+        const char *name = ir_node_label(n, label, sizeof label);
+        if (range_first)
+            return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': %s %lld out of range [0, %lld) at position %s",
+                            ir_ops[n->op].name, name, what, (long long)v, (long long)limit, where);
         return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': %s %lld at position %s out of range [0, %lld)",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), what,
-                        (long long)v, where, (long long)limit);
+                        ir_ops[n->op].name, name, what, (long long)v, where, (long long)limit);
     }
     return ALLOY_OK;
 }

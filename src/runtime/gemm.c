@@ -9,9 +9,8 @@
 
 #include "alloy_config.h"
 
-/* meson's conf.set() writes an empty "#define ALLOY_HAVE_CBLAS" (or #undef),
- * conf.set10() writes 1/0: accept every spelling. */
-#if defined(ALLOY_HAVE_CBLAS) && ((ALLOY_HAVE_CBLAS + 0) || (1 - ALLOY_HAVE_CBLAS - 1 == 2))
+/* ALLOY_HAVE_CBLAS is 1 when meson found OpenBLAS/cblas, else 0. */
+#if ALLOY_HAVE_CBLAS
 #define USE_CBLAS 1
 #include <cblas.h>
 #ifdef OPENBLAS_VERSION
