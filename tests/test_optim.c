@@ -443,11 +443,39 @@ static void test_clipping_under_a_loss_scale_uses_the_unscaled_gradient_norm(voi
  * too, and each update applies the lr it reports. */
 static double schedule_lr(const alloy_optimizer *o, int t)
 {
-    int warm = o->warmup_steps > 0 ? o->warmup_steps : 1;
+    int warm = o->warmup_steps; /* 0: no warmup at all */
     if (o->schedule == ALLOY_LR_CONSTANT) return o->lr;
-    if (o->schedule == ALLOY_LR_WARMUP_LINEAR || t < warm) return o->lr * fmin(1.0, (t + 1.0) / warm);
+    if (o->schedule == ALLOY_LR_WARMUP_LINEAR) return warm ? o->lr * fmin(1.0, (t + 1.0) / warm) : o->lr;
+    if (t < warm) return o->lr * (t + 1.0) / warm;
     double progress = fmin(1.0, (double)(t - warm) / (o->total_steps - warm));
     return o->min_lr + (o->lr - o->min_lr) * 0.5 * (1 + cos(M_PI * progress));
+}
+
+/* Checks step.lr and the update over `updates` steps of schedule o. */
+static void check_schedule(const alloy_optimizer *o, const char *name, int updates)
+{
+    alloy_graph *g = quad_graph(o, NULL);
+    for (int t = 0; t < updates; t++) {
+        double x[NP], before[NP], after[NP], grad[NP], applied[NP];
+        random_x(x);
+        ref_opt r = {.t = 0};
+        read_pair(g, "", before);
+        memcpy(r.p, before, sizeof before);
+        ref_grad(&r, x, grad);
+        alloy_host_tensor fetch = {.name = "step.lr"};
+        run_x(g, x, &fetch, 1);
+        double lr = fetched_scalar(&fetch), want = schedule_lr(o, t);
+        char what[96];
+        snprintf(what, sizeof what, "%s: step.lr of update %d", name, t);
+        close_all(what, &lr, &want, 1, REL_F32);
+        alloy_step_info info = step_info(g);
+        if (info.lr != lr) case_failed("%s: step_info.lr %.9g, step.lr %.9g", what, info.lr, lr);
+        read_pair(g, "", after);
+        for (int i = 0; i < NP; i++) applied[i] = before[i] - lr * grad[i];
+        snprintf(what, sizeof what, "%s: update %d applies the lr it reports", name, t);
+        close_all(what, after, applied, NP, REL);
+    }
+    alloy_graph_free(g);
 }
 
 static void test_learning_rate_schedules_follow_their_formulas_step_by_step_and_hold_min_lr_after_total_steps(void **state)
@@ -458,35 +486,28 @@ static void test_learning_rate_schedules_follow_their_formulas_step_by_step_and_
     alloy_optimizer cosine = alloy_sgd(0.5, 0, 0, false);
     cosine.schedule = ALLOY_LR_WARMUP_COSINE, cosine.warmup_steps = 3, cosine.total_steps = 9, cosine.min_lr = 0.05;
     alloy_optimizer constant = alloy_sgd(0.5, 0, 0, false);
-    const alloy_optimizer *opts[] = {&lin, &cosine, &constant};
-    const char *names[] = {"warmup linear", "warmup cosine", "constant"};
-    for (int k = 0; k < 3; k++) {
-        alloy_graph *g = quad_graph(opts[k], NULL);
-        for (int t = 0; t < 12; t++) {
-            double x[NP], before[NP], after[NP], grad[NP], applied[NP];
-            random_x(x);
-            ref_opt r = {.t = 0};
-            read_pair(g, "", before);
-            memcpy(r.p, before, sizeof before);
-            ref_grad(&r, x, grad);
-            alloy_host_tensor fetch = {.name = "step.lr"};
-            run_x(g, x, &fetch, 1);
-            double lr = fetched_scalar(&fetch), want = schedule_lr(opts[k], t);
-            char what[96];
-            snprintf(what, sizeof what, "%s: step.lr of update %d", names[k], t);
-            close_all(what, &lr, &want, 1, REL_F32);
-            alloy_step_info info = step_info(g);
-            if (info.lr != lr) case_failed("%s: step_info.lr %.9g, step.lr %.9g", what, info.lr, lr);
-            read_pair(g, "", after);
-            for (int i = 0; i < NP; i++) applied[i] = before[i] - lr * grad[i];
-            snprintf(what, sizeof what, "%s: update %d applies the lr it reports", names[k], t);
-            close_all(what, after, applied, NP, REL);
-        }
-        alloy_graph_free(g);
-    }
+    alloy_optimizer lin0 = lin;
+    lin0.warmup_steps = 0;
+    check_schedule(&lin, "warmup linear", 12);
+    check_schedule(&lin0, "linear without warmup", 4);
+    check_schedule(&cosine, "warmup cosine", 12);
+    check_schedule(&constant, "constant", 4);
     /* the schedule's shape, in the reference itself: the peak at the end of
      * warmup, min_lr from total_steps on */
     assert_true(schedule_lr(&cosine, 3) == 0.5 && schedule_lr(&cosine, 9) == 0.05 && schedule_lr(&cosine, 11) == 0.05);
+    finish();
+}
+
+/* warmup_steps = 0 is no warmup: the cosine runs from lr at update 0 to
+ * min_lr at total_steps, progress t / total_steps. */
+static void test_warmup_cosine_without_warmup_decays_from_the_first_update(void **state)
+{
+    (void)state;
+    alloy_optimizer cosine = alloy_sgd(0.5, 0, 0, false);
+    cosine.schedule = ALLOY_LR_WARMUP_COSINE, cosine.total_steps = 8, cosine.min_lr = 0.1;
+    /* the reference: 0.5 at t = 0, (0.1 + 0.4 * (1 + cos(pi / 8)) / 2) = 0.4848 at t = 1, 0.3 at t = 4 */
+    assert_true(fabs(schedule_lr(&cosine, 4) - 0.3) < 1e-15);
+    check_schedule(&cosine, "cosine without warmup", 10);
     finish();
 }
 
@@ -526,8 +547,12 @@ static void test_gradient_accumulation_over_three_micro_batches_equals_one_step_
 {
     (void)state;
     enum { K = 3 };
-    const alloy_optimizer base[] = {alloy_adam(0.0625, 0.9, 0.999, 1e-8, 0.01), alloy_sgd(0.125, 0.9, 0.01, true)};
-    for (int k = 0; k < 2; k++) {
+    alloy_optimizer clipped = alloy_sgd(0.125, 0, 0, false);
+    clipped.clip_norm = 0.05; /* below every mean gradient's norm: clipping is on */
+    const alloy_optimizer base[] = {alloy_adam(0.0625, 0.9, 0.999, 1e-8, 0.01), alloy_sgd(0.125, 0.9, 0.01, true),
+                                    clipped};
+    const char *const names[] = {"Adam", "SGD", "clipped SGD"};
+    for (int k = 0; k < 3; k++) {
         alloy_optimizer o = base[k];
         o.accumulation_steps = K;
         alloy_graph *g = quad_graph(&o, NULL);
@@ -555,22 +580,35 @@ static void test_gradient_accumulation_over_three_micro_batches_equals_one_step_
                         case_failed("update %d micro-batch %d: parameters changed inside accumulation", step, micro);
                 }
             }
+            char what[96];
+            if (o.clip_norm > 0) { /* clip the mean gradient (not each micro-batch's) by its norm */
+                double norm = 0;
+                for (int i = 0; i < NP; i++) norm += mean_grad[i] * mean_grad[i];
+                norm = sqrt(norm);
+                assert_true(norm > o.clip_norm);
+                for (int i = 0; i < NP; i++) mean_grad[i] *= o.clip_norm / (norm + 1e-6);
+                alloy_step_info info = step_info(g);
+                snprintf(what, sizeof what, "%s update %d: grad_norm of the mean gradient", names[k], step);
+                close_all(what, &info.grad_norm, &norm, 1, REL_F32);
+            }
             ref_update(&o, &r, mean_grad, o.lr);
             read_pair(g, "", got);
-            char what[96];
-            snprintf(what, sizeof what, "%s update %d: parameters", k ? "SGD" : "Adam", step);
-            close_all(what, got, r.p, NP, REL);
-            read_pair(g, k ? ".momentum" : ".m", got);
-            snprintf(what, sizeof what, "%s update %d: first moment", k ? "SGD" : "Adam", step);
-            close_all(what, got, k ? r.buf : r.m, NP, REL);
+            snprintf(what, sizeof what, "%s update %d: parameters", names[k], step);
+            close_all(what, got, r.p, NP, o.clip_norm > 0 ? REL_F32 : REL);
+            if (k < 2) {
+                read_pair(g, k ? ".momentum" : ".m", got);
+                snprintf(what, sizeof what, "%s update %d: first moment", names[k], step);
+                close_all(what, got, k ? r.buf : r.m, NP, REL);
+            }
+            if (o.clip_norm > 0) memcpy(r.p, got, sizeof got); /* go on from alloy's (f32 coefficient) */
             /* and the graph without accumulation, fed the mean input (its
              * gradient is mean(x) + p, the mean gradient) */
             run_x(mean_graph, mean_x, NULL, 0);
             double other[NP];
             read_pair(mean_graph, "", other);
             read_pair(g, "", got);
-            snprintf(what, sizeof what, "%s update %d: against one step on the mean input", k ? "SGD" : "Adam", step);
-            close_all(what, got, other, NP, REL);
+            snprintf(what, sizeof what, "%s update %d: against one step on the mean input", names[k], step);
+            close_all(what, got, other, NP, o.clip_norm > 0 ? REL_F32 : REL);
         }
         alloy_graph_free(g);
         alloy_graph_free(mean_graph);
@@ -639,6 +677,28 @@ static void test_accumulation_with_a_scaler_keeps_the_scale_within_a_step_and_an
     finish();
 }
 
+/* step_info.grad_norm is documented as NaN when the gradients are not
+ * finite; the step itself is skipped (a scaler is set). */
+static void test_grad_norm_is_nan_when_a_gradient_is_inf_or_nan(void **state)
+{
+    (void)state;
+    alloy_optimizer o = alloy_sgd(0.125, 0, 0, false);
+    alloy_grad_scaler sc = alloy_dynamic_scaler();
+    alloy_graph *g = quad_graph(&o, &sc);
+    for (int k = 0; k < 2; k++) {
+        double x[NP];
+        random_x(x);
+        x[3] = k ? NAN : -INFINITY;
+        run_x(g, x, NULL, 0);
+        alloy_step_info info = step_info(g);
+        if (!info.skipped) case_failed("%s gradient: the step was not skipped", k ? "NaN" : "inf");
+        if (!isnan(info.grad_norm))
+            case_failed("%s gradient: step_info.grad_norm is %g, documented NaN", k ? "NaN" : "inf", info.grad_norm);
+    }
+    alloy_graph_free(g);
+    finish();
+}
+
 static void test_optimizer_parameters_out_of_range_are_rejected_with_a_message(void **state)
 {
     (void)state;
@@ -701,9 +761,11 @@ int main(void)
         TEST(test_clipping_scales_gradients_by_clip_over_the_global_norm_only_when_the_norm_exceeds_it),
         TEST(test_clipping_under_a_loss_scale_uses_the_unscaled_gradient_norm),
         TEST(test_learning_rate_schedules_follow_their_formulas_step_by_step_and_hold_min_lr_after_total_steps),
+        TEST(test_warmup_cosine_without_warmup_decays_from_the_first_update),
         TEST(test_a_skipped_step_does_not_advance_the_learning_rate_schedule),
         TEST(test_gradient_accumulation_over_three_micro_batches_equals_one_step_on_the_mean_gradient),
         TEST(test_accumulation_with_a_scaler_keeps_the_scale_within_a_step_and_an_inf_in_any_micro_batch_skips_it),
+        TEST(test_grad_norm_is_nan_when_a_gradient_is_inf_or_nan),
         TEST(test_optimizer_parameters_out_of_range_are_rejected_with_a_message),
         TEST(test_f64_parameters_are_updated_with_the_learning_rate_in_f64),
     };

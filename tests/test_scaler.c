@@ -277,13 +277,6 @@ static void step_input(char kind, float huge, float *x)
     else assert_true(kind == 'F');
 }
 
-/* Runs one step per letter of `pattern` and checks, on every step, the scale
- * used, the next scale, found_inf, the growth tracker, the skipped count,
- * the optimizer step, step_info, the unscaled gradient (exactly
- * f32(f32(scale * x) * f32(1 / scale)), which is x itself for a power-of-two
- * scale and within max_grad_ulps of x otherwise) and that a skipped step left
- * everything but the scaler's state untouched. Returns the
- * reference at the end (what the trajectory went through). */
 /* The first failure of a trajectory, reported after the graph is freed. */
 #define TRAJ_FAIL(...)                                     \
     do {                                                   \
@@ -291,6 +284,13 @@ static void step_input(char kind, float huge, float *x)
         goto done;                                         \
     } while (0)
 
+/* Runs one step per letter of `pattern` and checks, on every step, the scale
+ * used, the next scale, found_inf, the growth tracker, the skipped count,
+ * the optimizer step, step_info, the unscaled gradient (exactly
+ * f32(f32(scale * x) * f32(1 / scale)), which is x itself for a power-of-two
+ * scale and within max_grad_ulps of x otherwise) and that a skipped step left
+ * everything but the scaler's state untouched. Returns the reference at
+ * the end (what the trajectory went through). */
 static ref_scaler check_trajectory(alloy_grad_scaler sc, const alloy_optimizer *opt, const char *pattern,
                                    float huge, int max_grad_ulps)
 {
@@ -305,9 +305,8 @@ static ref_scaler check_trajectory(alloy_grad_scaler sc, const alloy_optimizer *
         float used = r.scale;
         before = take_snapshot(g);
         alloy_host_tensor feed = {"x", F32, 1, {N}, x};
-        /* the fetch "scaler.scale" would alias the state, which the run's
-         * updates overwrite: the scale used is read from the state before the
-         * run and from step_info after it */
+        /* the scale used: the state before the run and step_info after it
+         * (the fetched "scaler.scale" output has a test of its own) */
         alloy_host_tensor fetch[4] = {{.name = "step.apply"}, {.name = "scaler.next_scale"},
                                       {.name = "step.found_inf"}, {.name = "grad:w"}};
         char when[64];
@@ -657,6 +656,32 @@ static void test_bf16_amp_accepts_a_scaler_and_its_unscaled_gradients_match_the_
     alloy_graph_free(gp);
 }
 
+/* docs/training.md lists "scaler.scale" as a state and an output: "loss
+ * scale used by this step". Fetched after a run it must be the scale the
+ * step used (step_info.scale), not the one the update wrote for the next. */
+static void test_the_fetched_scaler_scale_output_is_the_scale_the_step_used(void **state)
+{
+    (void)state;
+    alloy_optimizer sgd = alloy_sgd(0.1, 0, 0, false);
+    alloy_graph *g = linear_graph(dynamic(1024, 2, 0.5, 1, 0), &sgd); /* x2 on every finite step */
+    double got[3], used[3];
+    for (int step = 0; step < 3; step++) {
+        float x[N] = {0.5f, -0.5f, 0.25f, 1};
+        alloy_host_tensor feed = {"x", F32, 1, {N}, x};
+        alloy_host_tensor fetch[2] = {{.name = "scaler.scale"}, {.name = "scaler.next_scale"}};
+        run(g, &feed, 1, fetch, 2);
+        alloy_step_info info;
+        check(g, alloy_graph_step_info(g, &info), "step_info");
+        got[step] = fetched_scalar(&fetch[0]);
+        used[step] = info.scale;
+        assert_true(info.scale == ldexp(1024, step) && fetched_scalar(&fetch[1]) == ldexp(1024, step + 1));
+    }
+    alloy_graph_free(g);
+    for (int step = 0; step < 3; step++)
+        if (got[step] != used[step])
+            fail_msg("step %d: fetched scaler.scale is %g, the step used %g", step, got[step], used[step]);
+}
+
 #define EXPECT_REJECTED(g, sc, ...)                                                                       \
     do {                                                                                                  \
         alloy_status st_ = alloy_graph_set_grad_scaler(g, sc);                                            \
@@ -720,6 +745,7 @@ int main(void)
         TEST(test_unscaled_mlp_gradients_equal_the_gradients_without_a_scaler_for_power_of_two_scales),
         TEST(test_f16_amp_scaler_backs_off_until_the_half_precision_gradients_fit),
         TEST(test_bf16_amp_accepts_a_scaler_and_its_unscaled_gradients_match_the_unscaled_graph),
+        TEST(test_the_fetched_scaler_scale_output_is_the_scale_the_step_used),
         TEST(test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previous_scaler_stays),
     };
     return cmocka_run_group_tests_name("scaler", tests, NULL, NULL);

@@ -460,7 +460,8 @@ static void test_a_truncated_checkpoint_is_rejected_with_a_clear_error_and_the_g
         fail_msg("loading a truncated checkpoint returned %s (%s)", alloy_status_name(st), alloy_last_error(g));
     const char *msg = alloy_last_error(g);
     print_message("truncated checkpoint: %s: %s\n", alloy_status_name(st), msg);
-    assert_non_null(strstr(msg, cut)); /* names the file */
+    assert_non_null(strstr(msg, cut));       /* names the file */
+    assert_non_null(strstr(msg, "tensor '")); /* and the tensor cut short */
     assert_true(strstr(msg, "byte") || strstr(msg, "ended") || strstr(msg, "short"));
     expect_state_equals(g, &before, "after the rejected load");
     /* and the graph goes on training */
@@ -574,6 +575,40 @@ static void test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_te
     alloy_graph_free(small);
 }
 
+/* A checkpoint of a graph without a scaler lacks the scaler's state: loading
+ * it into a graph with one is an error naming the missing tensor; and the
+ * other way round the file has tensors the graph lacks. */
+static void test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_tensor(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *plain = mlp_trainer((setup_opts){.amp = ALLOY_F16});
+    alloy_graph *scaled = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true});
+    train(plain, 0, 2, NULL);
+    train(scaled, 0, 2, NULL);
+    const char *p_plain = tmp_path("plain.safetensors"), *p_scaled = tmp_path("scaled.safetensors");
+    check(plain, alloy_graph_save_checkpoint(plain, p_plain), "save_checkpoint");
+    check(scaled, alloy_graph_save_checkpoint(scaled, p_scaled), "save_checkpoint");
+    snapshot before = take_snapshot(scaled);
+    alloy_status st = alloy_graph_load_checkpoint(scaled, p_plain);
+    const char *msg = alloy_last_error(scaled);
+    print_message("no scaler state in the file: %s: %s\n", alloy_status_name(st), msg);
+    assert_int_equal(st, ALLOY_ERR_NOT_FOUND);
+    assert_non_null(strstr(msg, p_plain));
+    assert_true(strstr(msg, "scaler.") || strstr(msg, "step.skipped_steps"));
+    expect_state_equals(scaled, &before, "after the rejected load");
+    free_snapshot(&before);
+    before = take_snapshot(plain);
+    st = alloy_graph_load_checkpoint(plain, p_scaled);
+    msg = alloy_last_error(plain);
+    assert_int_equal(st, ALLOY_ERR_NOT_FOUND);
+    assert_true(strstr(msg, "scaler.") || strstr(msg, "step.skipped_steps"));
+    expect_state_equals(plain, &before, "after the rejected load");
+    free_snapshot(&before);
+    alloy_graph_free(plain);
+    alloy_graph_free(scaled);
+}
+
 /* ---- step_info around training ---- */
 
 /* A graph built in f16 or bf16 throughout (no AMP) has an f16/bf16 loss;
@@ -651,6 +686,7 @@ int main(void)
         TEST(test_a_truncated_checkpoint_is_rejected_with_a_clear_error_and_the_graph_state_is_unchanged),
         TEST(test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_intact),
         TEST(test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_tensor_and_changes_nothing),
+        TEST(test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_tensor),
         TEST(test_step_info_reports_the_loss_of_an_f16_or_bf16_graph),
         TEST(test_an_evaluation_run_with_training_off_updates_nothing_and_step_info_says_so),
     };

@@ -13,6 +13,7 @@
     alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
                       size_t whylen)
 
+/* dout may not overlap da or db. */
 bool ir_broadcast_dims(int ra, const int64_t *da, int rb, const int64_t *db, int *rout,
                        int64_t *dout)
 {
@@ -78,7 +79,8 @@ static alloy_status broadcast_n(int nin, const ir_type *const *in, ir_type *out,
 {
     *out = *in[0];
     for (int i = 1; i < nin; i++) {
-        if (!ir_broadcast_dims(out->rank, out->dims, in[i]->rank, in[i]->dims, &out->rank, out->dims))
+        ir_type prev = *out; /* ir_broadcast_dims must not read what it writes */
+        if (!ir_broadcast_dims(prev.rank, prev.dims, in[i]->rank, in[i]->dims, &out->rank, out->dims))
             FAIL(ALLOY_ERR_SHAPE, "shapes do not broadcast");
     }
     return ALLOY_OK;

@@ -253,9 +253,18 @@ RULE(gr_transpose)
     DONE;
 }
 
+/* The op's axis attribute normalized for its first operand (parsed IR may
+ * say axis=-1). */
+static int norm_axis(ad_ctx *c, const ir_node *n)
+{
+    int ax = 0;
+    ir_norm_axis(ir_attr_int(n, "axis", 0), TYPE(IN(0))->rank, &ax);
+    return ax;
+}
+
 RULE(gr_slice)
 {
-    int ax = (int)ir_attr_int(n, "axis", 0);
+    int ax = norm_axis(c, n);
     int64_t dim = TYPE(IN(0))->dims[ax];
     ir_attr a[3] = {ir_a_int("axis", ax), ir_a_int("before", ir_attr_int(n, "start", 0)),
                     ir_a_int("after", dim - ir_attr_int(n, "end", 0))};
@@ -265,7 +274,7 @@ RULE(gr_slice)
 
 RULE(gr_concat)
 {
-    int ax = (int)ir_attr_int(n, "axis", 0);
+    int ax = norm_axis(c, n);
     int64_t start = 0;
     for (int j = 0; j < n->nin; j++) {
         int64_t len = TYPE(IN(j))->dims[ax];

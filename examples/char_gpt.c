@@ -1,0 +1,369 @@
+/* char_gpt.c - example: train a small GPT on the characters of a text file with fp16 AMP, report validation loss, sample from it. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloy/alloy.h"
+#include "gpt_model.h"
+
+static const char usage[] =
+    "usage: char_gpt [options]\n"
+    "Trains a character-level GPT on a text file (vocabulary: its distinct bytes), on\n"
+    "random windows of the first 90%%; reports the loss on the last 10%%; samples.\n"
+    "  --text FILE        training text (default /usr/share/common-licenses/GPL-3)\n"
+    "  --steps N          optimizer steps to run (default 300)\n"
+    "  --amp f16|bf16|off mixed precision (default f16, with a dynamic loss scaler)\n"
+    "  --seed S           seed of the initialization and the batch sampler (default 1)\n"
+    "  --device D         auto|cpu|cuda (default auto = cpu; cuda is not built yet: error)\n"
+    "  --checkpoint FILE  resume from FILE if it exists; save to it at the end\n"
+    "  --batch N          sequences per step (default 32)\n"
+    "  --context N        tokens per sequence (default 64)\n"
+    "  --dim N            embedding width (default 128; MLP width 4*dim)\n"
+    "  --layers N         transformer blocks (default 2)\n"
+    "  --heads N          attention heads (default 4)\n"
+    "  --lr X             peak AdamW learning rate (default 3e-3)\n"
+    "  --log-every N      print a line every N steps (default 10)\n"
+    "  --eval-every N     validation loss every N steps, 0 = only at the end (default 100)\n"
+    "  --help             this text\n"
+    "Prints `step N loss X scale S skipped K tok/s T lr L`: N counts every step run\n"
+    "(across resumes), X is that step's training loss, K the steps skipped for inf/NaN\n"
+    "gradients. A resumed run needs the same --text, --amp and model flags.\n";
+
+enum { SAMPLE_CHARS = 200, EVAL_BATCHES = 4 };
+static const double SAMPLE_TEMPERATURE = 0.8;
+
+typedef struct options {
+    const char *text_path, *checkpoint, *device;
+    int steps, batch, log_every, eval_every;
+    alloy_dtype amp; /* ALLOY_F32 = off */
+    unsigned long long seed;
+    double lr;
+    gpt_config model;
+} options;
+
+/* The text as token ids and the byte each id stands for. */
+typedef struct corpus {
+    int *ids;
+    long len, train_len; /* ids[0, train_len) train, the rest validate */
+    unsigned char byte_of[256];
+    int id_of[256]; /* -1 for bytes the text lacks */
+} corpus;
+
+/* Prints "char_gpt: <message>" and exits with status (2 for bad usage, 1 otherwise). */
+static void fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void fail(int status, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    fputs("char_gpt: ", stderr);
+    vfprintf(stderr, fmt, args);
+    fputc('\n', stderr);
+    va_end(args);
+    exit(status);
+}
+
+static long parse_int(const char *flag, const char *s, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < min || v > max)
+        fail(2, "%s wants an integer in [%ld, %ld], got '%s'", flag, min, max, s ? s : "");
+    return v;
+}
+
+/* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
+static void parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", 300, 32, 10, 100, ALLOY_F16,
+                   1, 3e-3, {0, 64, 128, 2, 4, 512}};
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(flag, "--help")) { fputs(usage, stdout); exit(0); }
+        if (strncmp(flag, "--", 2)) fail(2, "unexpected argument '%s' (see --help)", flag);
+        if (!val) fail(2, "%s needs a value (see --help)", flag);
+        i++;
+        if (!strcmp(flag, "--text")) o->text_path = val;
+        else if (!strcmp(flag, "--checkpoint")) o->checkpoint = val;
+        else if (!strcmp(flag, "--device")) o->device = val;
+        else if (!strcmp(flag, "--steps")) o->steps = (int)parse_int(flag, val, 0, 100000000);
+        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)parse_int(flag, val, 0, 2147483647);
+        else if (!strcmp(flag, "--batch")) o->batch = (int)parse_int(flag, val, 1, 65536);
+        else if (!strcmp(flag, "--context")) o->model.context = (int)parse_int(flag, val, 1, 65536);
+        else if (!strcmp(flag, "--dim")) o->model.dim = (int)parse_int(flag, val, 1, 65536);
+        else if (!strcmp(flag, "--layers")) o->model.layers = (int)parse_int(flag, val, 1, 1024);
+        else if (!strcmp(flag, "--heads")) o->model.heads = (int)parse_int(flag, val, 1, 65536);
+        else if (!strcmp(flag, "--log-every")) o->log_every = (int)parse_int(flag, val, 1, 100000000);
+        else if (!strcmp(flag, "--eval-every")) o->eval_every = (int)parse_int(flag, val, 0, 100000000);
+        else if (!strcmp(flag, "--lr")) {
+            char *end;
+            o->lr = strtod(val, &end);
+            if (*end || !(o->lr > 0 && o->lr < 10)) fail(2, "--lr wants a number in (0, 10), got '%s'", val);
+        } else if (!strcmp(flag, "--amp")) {
+            if (!strcmp(val, "f16")) o->amp = ALLOY_F16;
+            else if (!strcmp(val, "bf16")) o->amp = ALLOY_BF16;
+            else if (!strcmp(val, "off")) o->amp = ALLOY_F32;
+            else fail(2, "--amp wants f16, bf16 or off, got '%s'", val);
+        } else {
+            fail(2, "unknown option %s (see --help)", flag);
+        }
+    }
+    o->model.mlp_width = 4 * o->model.dim;
+    /* Only the CPU backend exists in this build: an explicit cuda request
+     * fails loudly rather than quietly training on the CPU. */
+    if (!strcmp(o->device, "cuda"))
+        fail(2, "--device %s: this alloy build has no CUDA backend yet; use --device cpu or auto", o->device);
+    if (strcmp(o->device, "auto") && strcmp(o->device, "cpu"))
+        fail(2, "--device wants auto, cpu or cuda, got '%s'", o->device);
+}
+
+/* Reads the text, builds the sorted byte vocabulary and splits 90/10. */
+static void load_corpus(const char *path, int context, corpus *c, int *vocab)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) fail(1, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0, got;
+    unsigned char *bytes = malloc(cap);
+    while (bytes && (got = fread(bytes + len, 1, cap - len, f)) > 0)
+        if ((len += got) == cap) bytes = realloc(bytes, cap *= 2);
+    if (!bytes || ferror(f)) fail(1, "cannot read %s", path);
+    fclose(f);
+    c->len = (long)len;
+    c->train_len = c->len * 9 / 10;
+    if (c->train_len < context + 2 || c->len - c->train_len < context + 1)
+        fail(1, "%s is too short: both splits (90%%/10%%) need more than --context bytes", path);
+    bool seen[256] = {false};
+    for (size_t i = 0; i < len; i++) seen[bytes[i]] = true;
+    *vocab = 0;
+    for (int b = 0; b < 256; b++) {
+        c->id_of[b] = seen[b] ? *vocab : -1;
+        if (seen[b]) c->byte_of[(*vocab)++] = (unsigned char)b;
+    }
+    if (!(c->ids = malloc(sizeof(int) * len))) fail(1, "out of memory reading %s", path);
+    for (size_t i = 0; i < len; i++) c->ids[i] = c->id_of[bytes[i]];
+    free(bytes);
+}
+
+/* splitmix64: a tiny seeded generator, so runs repeat exactly. */
+static unsigned long long next_random(unsigned long long *state)
+{
+    unsigned long long z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(unsigned long long *state) { return (double)(next_random(state) >> 11) * 0x1p-53; }
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Window i of a batch starts at starts[i]: tokens are ids[s, s+T), targets ids[s+1, s+T+1). */
+static void fill_batch(const corpus *c, const long *starts, int batch, int T, int *tokens, int *targets)
+{
+    for (int b = 0; b < batch; b++)
+        for (int t = 0; t < T; t++) {
+            tokens[b * T + t] = c->ids[starts[b] + t];
+            targets[b * T + t] = c->ids[starts[b] + t + 1];
+        }
+}
+
+/* Copies every state tensor of dst (its parameters) from the same-named one in src. */
+static void copy_params(alloy_graph *dst, alloy_graph *src)
+{
+    int n = alloy_graph_state_count(dst);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor want, have;
+        if (alloy_graph_state_at(dst, i, &want))
+            fail(1, "copying parameters: %s", alloy_last_error(dst));
+        if (alloy_graph_get_state(src, want.name, &have))
+            fail(1, "copying parameters: %s", alloy_last_error(src));
+        if (alloy_graph_set_state(dst, &have))
+            fail(1, "copying parameters: %s", alloy_last_error(dst));
+    }
+}
+
+/* Mean loss of the f32 evaluation graph over EVAL_BATCHES batches of windows
+ * spread evenly over the validation split (the same windows every time). */
+static double validation_loss(alloy_graph *eval, alloy_graph *train, const corpus *c, int batch,
+                              int T, long *starts, int *tokens, int *targets)
+{
+    copy_params(eval, train);
+    long first = c->train_len, span = c->len - c->train_len - T - 1, n = (long)EVAL_BATCHES * batch;
+    double sum = 0;
+    for (int e = 0; e < EVAL_BATCHES; e++) {
+        for (int b = 0; b < batch; b++) starts[b] = first + span * (e * batch + b) / (n > 1 ? n - 1 : 1);
+        fill_batch(c, starts, batch, T, tokens, targets);
+        alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {batch, T}, tokens},
+                                      {"targets", ALLOY_I32, 1, {(int64_t)batch * T}, targets}};
+        alloy_host_tensor loss = {.name = "loss"};
+        if (alloy_graph_run(eval, feeds, 2, &loss, 1)) fail(1, "evaluating: %s", alloy_last_error(eval));
+        sum += *(const float *)loss.data;
+    }
+    return sum / EVAL_BATCHES;
+}
+
+/* Prints `prompt` and SAMPLE_CHARS sampled characters, running the batch-1
+ * graph over the last `context` tokens each time (shorter histories sit at
+ * the start of the window: the causal mask keeps the padding unseen). */
+static void sample(alloy_graph *g, const corpus *c, const gpt_config *cfg, const int *prompt,
+                   int prompt_len, unsigned long long *rng)
+{
+    int T = cfg->context, V = cfg->vocab;
+    int len = 0;
+    int *history = malloc(sizeof(int) * (size_t)(prompt_len + SAMPLE_CHARS));
+    int *window = calloc((size_t)T, sizeof(int));
+    double *prob = malloc(sizeof(double) * (size_t)V);
+    if (!history || !window || !prob) fail(1, "%s", "out of memory sampling");
+    printf("--- sample (temperature %.1f) ---\n", SAMPLE_TEMPERATURE);
+    for (; len < prompt_len; len++) putchar(c->byte_of[history[len] = prompt[len]]);
+    for (int n = 0; n < SAMPLE_CHARS; n++) {
+        int used = len < T ? len : T;
+        memcpy(window, history + len - used, sizeof(int) * (size_t)used);
+        alloy_host_tensor feed = {"tokens", ALLOY_I32, 2, {1, T}, window};
+        alloy_host_tensor logits = {.name = "logits"};
+        if (alloy_graph_run(g, &feed, 1, &logits, 1)) fail(1, "sampling: %s", alloy_last_error(g));
+        const float *row = (const float *)logits.data + (size_t)(used - 1) * (size_t)V;
+        double max = row[0], total = 0;
+        for (int v = 1; v < V; v++) max = row[v] > max ? row[v] : max;
+        for (int v = 0; v < V; v++) total += prob[v] = exp((row[v] - max) / SAMPLE_TEMPERATURE);
+        double r = uniform01(rng) * total;
+        int next = 0;
+        while (next < V - 1 && (r -= prob[next]) > 0) next++;
+        history[len++] = next;
+        putchar(c->byte_of[next]);
+    }
+    printf("\n---\n");
+    free(history), free(window), free(prob);
+}
+
+/* Steps already taken by the checkpoint at path (optim.step plus skipped
+ * steps), read before the optimizer is built so its schedule continues. */
+static long checkpoint_steps(const char *path)
+{
+    alloy_safetensors *st;
+    char err[512];
+    if (alloy_safetensors_load(path, &st, err, sizeof err)) fail(1, "%s", err);
+    long steps = 0;
+    const char *names[2] = {"optim.step", "step.skipped_steps"};
+    for (int i = 0; i < 2; i++) {
+        const alloy_host_tensor *t = alloy_safetensors_find(st, names[i]);
+        if (t && t->dtype == ALLOY_I32 && t->rank == 0) steps += *(const int32_t *)t->data;
+    }
+    alloy_safetensors_free(st);
+    return steps;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse_args(argc, argv, &o);
+    corpus text;
+    load_corpus(o.text_path, o.model.context, &text, &o.model.vocab);
+    const char *problem = gpt_config_problem(&o.model);
+    if (problem) fail(1, "%s", problem);
+    int B = o.batch, T = o.model.context;
+    FILE *resume = o.checkpoint ? fopen(o.checkpoint, "rb") : NULL;
+    long first_step = resume ? (fclose(resume), checkpoint_steps(o.checkpoint)) : 0;
+
+    /* The training step: forward, loss, backward, loss scaling, AdamW. */
+    alloy_graph *train = alloy_graph_new("char_gpt");
+    if (!train) fail(1, "%s", "out of memory");
+    alloy_graph_set_seed(train, o.seed);
+    gpt_model model = gpt_build(train, &o.model, B, true);
+    alloy_graph_set_loss(train, model.loss);
+    if (o.amp != ALLOY_F32) alloy_graph_enable_amp(train, o.amp);
+    /* f16 has 5 exponent bits: small gradients underflow unless the loss is
+     * scaled up first. bf16 has f32's range and needs no scaler. */
+    if (o.amp == ALLOY_F16) alloy_graph_set_grad_scaler(train, alloy_dynamic_scaler());
+    /* beta2 0.99 rather than 0.999: with 2k tokens a step and a few hundred
+     * steps, v must follow the gradients' scale within ~100 steps. Weight
+     * decay 0.01 (PyTorch's default) is light because it reaches every
+     * parameter, gains and biases too. A warmup keeps the first Adam steps
+     * (poor v estimates) small; the cosine decay then settles the loss. */
+    alloy_optimizer adamw = alloy_adamw(o.lr, 0.9, 0.99, 1e-8, 0.01);
+    adamw.schedule = ALLOY_LR_WARMUP_COSINE;
+    adamw.total_steps = first_step + o.steps > 1 ? (int)(first_step + o.steps) : 1;
+    adamw.warmup_steps = adamw.total_steps / 6 > 0 ? adamw.total_steps / 6 : 1;
+    adamw.min_lr = o.lr / 10;
+    alloy_graph_add_optimizer(train, adamw);
+    if (alloy_graph_status(train)) fail(1, "building the model: %s", alloy_last_error(train));
+    if (resume) {
+        if (alloy_graph_load_checkpoint(train, o.checkpoint)) fail(1, "%s", alloy_last_error(train));
+        printf("resumed from %s at step %ld\n", o.checkpoint, first_step);
+    }
+
+    /* Same builder and parameter names: f32 graphs for validation (same
+     * batch) and sampling (batch 1), their parameters copied from train. */
+    alloy_graph *eval = alloy_graph_new("char_gpt_eval"), *sampler = alloy_graph_new("char_gpt_sample");
+    if (!eval || !sampler) fail(1, "%s", "out of memory");
+    gpt_build(eval, &o.model, B, true);
+    gpt_build(sampler, &o.model, 1, false);
+
+    static const char *amp_names[] = {[ALLOY_F32] = "off", [ALLOY_F16] = "f16", [ALLOY_BF16] = "bf16"};
+    printf("text %s: %ld bytes, vocab %d (ln %.3f); model: %d layers, dim %d, %d heads, "
+           "context %d, batch %d; amp %s; device cpu\n", o.text_path, text.len, o.model.vocab,
+           log((double)o.model.vocab), o.model.layers, o.model.dim, o.model.heads, T, B,
+           amp_names[o.amp]);
+
+    int *tokens = malloc(sizeof(int) * (size_t)B * (size_t)T);
+    int *targets = malloc(sizeof(int) * (size_t)B * (size_t)T);
+    long *starts = malloc(sizeof(long) * (size_t)B);
+    if (!tokens || !targets || !starts) fail(1, "%s", "out of memory");
+    unsigned long long rng = o.seed * 0x2545F4914F6CDD1Dull + (unsigned long long)first_step;
+    alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {B, T}, tokens},
+                                  {"targets", ALLOY_I32, 1, {(int64_t)B * T}, targets}};
+    int since_log = 0;
+    double train_seconds = 0; /* since the last line: batches and steps, not evaluation */
+    for (int i = 1; i <= o.steps; i++) {
+        double started = now_seconds();
+        for (int b = 0; b < B; b++)
+            starts[b] = (long)(next_random(&rng) % (unsigned long long)(text.train_len - T));
+        fill_batch(&text, starts, B, T, tokens, targets);
+        alloy_step_info info;
+        if (alloy_graph_run(train, feeds, 2, NULL, 0) || alloy_graph_step_info(train, &info))
+            fail(1, "training: %s", alloy_last_error(train));
+        train_seconds += now_seconds() - started;
+        long step = first_step + i;
+        if (++since_log == o.log_every || i == o.steps) {
+            printf("step %ld loss %.4f scale %g skipped %lld tok/s %.0f lr %.2e\n", step, info.loss,
+                   info.scale, (long long)info.skipped_steps, (double)since_log * B * T / train_seconds,
+                   info.lr);
+            fflush(stdout);
+            since_log = 0, train_seconds = 0;
+        }
+        if (o.eval_every && i % o.eval_every == 0 && i != o.steps) {
+            printf("step %ld val_loss %.4f\n", step, validation_loss(eval, train, &text, B, T, starts, tokens, targets));
+            fflush(stdout);
+        }
+    }
+    printf("val_loss %.4f\n", validation_loss(eval, train, &text, B, T, starts, tokens, targets));
+
+    if (o.checkpoint) {
+        if (alloy_graph_save_checkpoint(train, o.checkpoint)) fail(1, "%s", alloy_last_error(train));
+        printf("saved checkpoint %s at step %ld\n", o.checkpoint, first_step + o.steps);
+    }
+    /* A fixed prompt, or the validation text's first bytes if the text lacks its characters. */
+    const char *fixed = "The Program ";
+    int prompt[16], prompt_len = 0;
+    for (const char *p = fixed; *p && prompt_len >= 0; p++)
+        prompt_len = text.id_of[(unsigned char)*p] < 0 ? -1 : prompt_len + 1;
+    if (prompt_len > 0)
+        for (int k = 0; k < prompt_len; k++) prompt[k] = text.id_of[(unsigned char)fixed[k]];
+    else
+        for (prompt_len = 0; prompt_len < 8; prompt_len++) prompt[prompt_len] = text.ids[text.train_len + prompt_len];
+    copy_params(sampler, train);
+    sample(sampler, &text, &o.model, prompt, prompt_len, &rng);
+
+    alloy_graph_free(train), alloy_graph_free(eval), alloy_graph_free(sampler);
+    free(text.ids), free(tokens), free(targets), free(starts);
+    return 0;
+}
