@@ -57,6 +57,8 @@ AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /*
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
+AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
+AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
 
 /* Names the training passes agree on (docs/training.md). */
 #define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */

@@ -1,0 +1,2 @@
+/* plan.c - stub until written */
+typedef int al_stub_plan;
