@@ -96,7 +96,7 @@ typedef struct alloy_step_info {
     int64_t step;           /* optimizer steps taken so far (not counting skipped ones) */
     int64_t skipped_steps;  /* skipped steps since the graph was created or loaded */
     double lr;              /* learning rate of this step */
-    double grad_norm;       /* global norm of the unscaled gradients (NaN if not finite) */
+    double grad_norm;       /* global norm of the unscaled gradients (inf or NaN when a gradient is) */
     bool updated;           /* an update happened (false inside gradient accumulation) */
 } alloy_step_info;
 

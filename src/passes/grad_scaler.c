@@ -99,9 +99,11 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
             int tracker = pass_state_leaf(g, STEP_TRACKER, ALLOY_I32, 0, NULL, 0);
             int t1 = E2(add, tracker, scalar(&c, ALLOY_I32, 1));
             int at = E2(equal, t1, scalar(&c, ALLOY_I32, sc->growth_interval));
-            int grown = E2(mul, scale, scalar(&c, ALLOY_F32, sc->growth_factor));
+            /* f32(scale * factor) with the product in f64, as PyTorch's kernels */
+            int scale64 = as_dtype(&c, scale, ALLOY_F64);
+            int grown = as_dtype(&c, E2(mul, scale64, scalar(&c, ALLOY_F64, sc->growth_factor)), ALLOY_F32);
             int grown_ok = ad_emit(&c, IR_OP_where, 3, (int[]){ad_emit(&c, IR_OP_isfinite, 1, &grown, 0, NULL, NULL), grown, scale}, 0, NULL, NULL);
-            int backed = E2(mul, scale, scalar(&c, ALLOY_F32, sc->backoff_factor));
+            int backed = as_dtype(&c, E2(mul, scale64, scalar(&c, ALLOY_F64, sc->backoff_factor)), ALLOY_F32);
             if (sc->min_scale > 0) backed = E2(maximum, backed, scalar(&c, ALLOY_F32, sc->min_scale));
             next_scale = E3(where, found, backed, E3(where, at, grown_ok, scale));
             int next_tracker = E3(where, found, i_zero, E3(where, at, i_zero, t1));

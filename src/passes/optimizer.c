@@ -10,8 +10,8 @@
  * where(apply, new, old), so a skipped step leaves parameters, moments and
  * the counter bit-for-bit unchanged. The learning rate of the step is
  * computed in the graph from the counter (constant, linear warmup, warmup +
- * cosine) and output as "step.lr"; the global gradient norm as
- * "step.grad_norm"; with clip_norm > 0 gradients are scaled by
+ * cosine) in f64, like the bias corrections, and output as "step.lr" (f64); the global gradient norm as
+ * "step.grad_norm" (f64); with clip_norm > 0 gradients are scaled by
  * min(1, clip_norm / (norm + 1e-6)) first (PyTorch's clip_grad_norm_).
  * Updates follow PyTorch's formulas (torch.optim.SGD, Adam, AdamW).
  */
@@ -34,21 +34,24 @@ static int cast_to(ad_ctx *c, int x, alloy_dtype dt)
     return ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &t);
 }
 
-/* The learning rate for the update after `done` completed updates (f32). */
+/* Scalars of the step (learning rate, bias corrections) are computed in f64,
+ * as PyTorch computes them in Python floats, and cast once where used. */
+#define F ALLOY_F64
+
+/* The learning rate (f64) for the update after `done` completed updates. */
 static int learning_rate(ad_ctx *c, const alloy_optimizer *o, int done)
 {
-    const alloy_dtype F = ALLOY_F32;
     if (o->schedule == ALLOY_LR_CONSTANT) return S(F, o->lr);
     int t = cast_to(c, done, F); /* 0-based index of this update */
-    int warm = o->warmup_steps > 0 ? o->warmup_steps : 1;
-    int ramp = E2(minimum, S(F, 1.0), E2(div, E2(add, t, S(F, 1.0)), S(F, warm)));
-    int lr = E2(mul, S(F, o->lr), ramp);
+    int warm = o->warmup_steps;
+    int lr = S(F, o->lr);
+    if (warm > 0) lr = E2(mul, lr, E2(minimum, S(F, 1.0), E2(div, E2(add, t, S(F, 1.0)), S(F, warm))));
     if (o->schedule == ALLOY_LR_WARMUP_COSINE) {
         double span = o->total_steps > warm ? o->total_steps - warm : 1;
         int progress = E2(minimum, S(F, 1.0), E2(maximum, S(F, 0.0), E2(div, E2(sub, t, S(F, warm)), S(F, span))));
         int cosine = E2(mul, S(F, 0.5), E2(add, S(F, 1.0), E1(cos, E2(mul, progress, S(F, M_PI)))));
         int decayed = E2(add, S(F, o->min_lr), E2(mul, S(F, o->lr - o->min_lr), cosine));
-        lr = E3(where, E2(less, t, S(F, warm)), lr, decayed);
+        lr = warm > 0 ? E3(where, E2(less, t, S(F, warm)), lr, decayed) : decayed;
     }
     return lr;
 }
@@ -60,6 +63,7 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     const ir_type *t = &c->g->nodes[p]->type;
     alloy_dtype dt = t->dtype;
     char sname[512];
+    int lr64 = lr;
     lr = cast_to(c, lr, dt);
     if (o->kind == ALLOY_OPTIM_SGD) {
         if (o->weight_decay) grad = E2(add, grad, E2(mul, p, S(dt, o->weight_decay)));
@@ -76,7 +80,7 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     /* Adam / AdamW */
     if (o->kind == ALLOY_OPTIM_ADAM && o->weight_decay) grad = E2(add, grad, E2(mul, p, S(dt, o->weight_decay)));
     if (o->kind == ALLOY_OPTIM_ADAMW && o->weight_decay)
-        p = E2(mul, p, E2(sub, S(dt, 1.0), E2(mul, lr, S(dt, o->weight_decay))));
+        p = E2(mul, p, cast_to(c, E2(sub, S(F, 1.0), E2(mul, lr64, S(F, o->weight_decay))), dt));
     al_fmt(sname, sizeof sname, "%s.m", name);
     int m = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
     int nm = E2(add, E2(mul, m, S(dt, o->beta1)), E2(mul, grad, S(dt, 1.0 - o->beta1)));
@@ -85,12 +89,12 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     int v = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
     int nv = E2(add, E2(mul, v, S(dt, o->beta2)), E2(mul, E1(square, grad), S(dt, 1.0 - o->beta2)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nv, v) : nv);
-    int tf = cast_to(c, step_after, dt);
-    int bc1 = E2(sub, S(dt, 1.0), E2(pow, S(dt, o->beta1), tf));
-    int bc2 = E2(sub, S(dt, 1.0), E2(pow, S(dt, o->beta2), tf));
+    int tf = cast_to(c, step_after, F);
+    int bc1 = E2(sub, S(F, 1.0), E2(pow, S(F, o->beta1), tf));
+    int bc2 = E2(sub, S(F, 1.0), E2(pow, S(F, o->beta2), tf));
     /* PyTorch: denom = sqrt(v') / sqrt(bc2) + eps; p -= (lr / bc1) * m' / denom */
-    int denom = E2(add, E2(div, E1(sqrt, nv), E1(sqrt, bc2)), S(dt, o->eps));
-    return E2(sub, p, E2(mul, E2(div, lr, bc1), E2(div, nm, denom)));
+    int denom = E2(add, E2(div, E1(sqrt, nv), cast_to(c, E1(sqrt, bc2), dt)), S(dt, o->eps));
+    return E2(sub, p, E2(mul, cast_to(c, E2(div, lr64, bc1), dt), E2(div, nm, denom)));
 }
 
 alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
@@ -111,13 +115,12 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
         const char *nm = g->outputs[i].name;
         if (strncmp(nm, "grad:", 5) || ir_find_name(g, nm + 5) < 0 || g->nodes[ir_find_name(g, nm + 5)]->op != IR_OP_param)
             continue;
-        int sq = cast_to(c, ad_emit(c, IR_OP_reduce_sum, 1, (int[]){E1(square, g->outputs[i].node)}, 0, NULL, NULL), ALLOY_F32);
+        int sq = cast_to(c, ad_emit(c, IR_OP_reduce_sum, 1, (int[]){E1(square, g->outputs[i].node)}, 0, NULL, NULL), F);
         sumsq = sumsq < 0 ? sq : E2(add, sumsq, sq);
     }
     if (sumsq < 0) return ir_error(g, ALLOY_ERR_INVALID, "optimizer: no trainable parameter gets a gradient from the loss");
     int norm = E1(sqrt, sumsq);
-    int coef = o->clip_norm > 0 ? E2(minimum, S(ALLOY_F32, 1.0),
-                                     E2(div, S(ALLOY_F32, o->clip_norm), E2(add, norm, S(ALLOY_F32, 1e-6))))
+    int coef = o->clip_norm > 0 ? E2(minimum, S(F, 1.0), E2(div, S(F, o->clip_norm), E2(add, norm, S(F, 1e-6))))
                                 : -1;
     for (int i = 0; i < no && !g->status; i++) {
         const char *nm = g->outputs[i].name;

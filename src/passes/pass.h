@@ -70,8 +70,8 @@ AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);       
 #define OUT_FOUND_INF "step.found_inf"       /* output bool[]: this step's gradients were not finite */
 #define OUT_APPLY "step.apply"               /* output bool[]: the optimizer updates this run */
 #define OUT_NEXT_SCALE "scaler.next_scale"   /* output f32[] */
-#define OUT_LR "step.lr"                     /* output f32[] */
-#define OUT_GRAD_NORM "step.grad_norm"       /* output f32[]: global norm of unscaled gradients */
+#define OUT_LR "step.lr"                     /* output f64[] */
+#define OUT_GRAD_NORM "step.grad_norm"       /* output f64[]: global norm of unscaled gradients */
 
 /* A state leaf (created once per graph, initialized to value) named name. */
 AL_HIDDEN int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank,

@@ -1,3 +1,424 @@
-/* simplify.c - stub until written */
+/* simplify.c - one sweep of common-subexpression elimination, cast folding, constant folding and exact identities.
+ *
+ * After this pass, among the nodes it kept or made (the graph is rebuilt in
+ * order, old ids mapped to new ones as in dce.c):
+ * - no two nodes have the same op, operands, attributes (compared exactly,
+ *   floats by bits, in any order), type and fusion group, unless both are
+ *   named or they are input/param/state leaves, which never merge; the
+ *   first one stays;
+ * - no cast is to its operand's dtype, and no cast reads a cast that
+ *   converts exactly (widening, e.g. f16 -> f32, i32 -> f64, bool -> any):
+ *   cast(cast(x, B), C) became cast(x, C), or x itself when C is x's dtype.
+ *   A narrowing inner cast (f32 -> f16, f32 -> i32) changes values and is
+ *   never folded;
+ * - no non-leaf node whose operands are all constants and whose result has
+ *   at most FOLD_MAX elements: it was run on the CPU and replaced by a
+ *   constant of the same type ({value=v} when all elements are equal,
+ *   else {values=[...]}), unless running it failed (the error is then left
+ *   for the real run) or a value does not survive the trip through double
+ *   (i64 beyond 2^53);
+ * - no x*1, 1*x, x/1, x-(+0), x+(-0), (-0)+x, neg(neg(x)), reshape or
+ *   broadcast_to to the operand's own shape, or transpose by the identity
+ *   perm whose result type (dtype and shape) equals the kept operand's: an
+ *   identity that broadcasts is kept. The arithmetic ones need a floating
+ *   or integer dtype (for integers any zero counts). x+(+0) is NOT an
+ *   identity (-0 + +0 = +0). A constant counts as 1 or 0 only when every
+ *   element, as stored in its dtype, is exactly that value.
+ * Leaves, outputs, updates and the loss are kept, pointing at the
+ * replacements; amp, flags and group stay on surviving nodes (a folded
+ * constant takes the annotations of the node it replaces). Names: a named
+ * node replaced by another gives its name to the replacement when that one
+ * has none and is not an input/param/state (whose names are their feed and
+ * state keys), else the name is lost, so it can no longer be fetched by
+ * name; outputs are unaffected. Nodes left without consumers (a constant
+ * 1, an inner cast) are dce's to remove. Linear in nodes + edges, plus one
+ * tiny CPU run per folded node. No state is kept between runs.
+ */
+#include <math.h>
+#include <string.h>
+
 #include "passes/pass.h"
-alloy_status pass_simplify(ir_graph **g, const pass_options *opts) { (void)g; (void)opts; return ALLOY_OK; }
+#include "runtime/convert.h"
+#include "runtime/cpu.h"
+
+enum { FOLD_MAX = 4096 }; /* largest result constant folding evaluates */
+
+/* What a node is, apart from its name and annotations: what CSE compares. */
+typedef struct node_key {
+    int op, nin;
+    const int *in;
+    int nattrs;
+    const ir_attr *attrs;
+    ir_type type;
+    int group;
+} node_key;
+
+typedef struct sweep {
+    const ir_graph *g; /* the graph being simplified */
+    ir_graph *out;     /* the rebuilt graph */
+    int *map;          /* old id -> new id */
+    int *slots;        /* CSE table over new ids, open addressing, -1 empty */
+    uint64_t *hashes;  /* new id -> key hash */
+    size_t mask;
+    int *ins;          /* operand buffer for the node being rewritten */
+} sweep;
+
+static bool is_state_leaf(const ir_node *n) { return n->nin == 0 && n->op != IR_OP_constant; }
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15u + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    return h * 0xbf58476d1ce4e5b9u;
+}
+
+static uint64_t bits_of(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+static uint64_t hash_attr(const ir_attr *a)
+{
+    uint64_t h = mix((uint64_t)a->kind, 0);
+    for (const char *p = a->name; *p; p++) h = mix(h, (unsigned char)*p);
+    switch (a->kind) {
+    case IR_ATTR_INT:
+    case IR_ATTR_BOOL: return mix(h, (uint64_t)a->i);
+    case IR_ATTR_FLOAT: return mix(h, bits_of(a->f));
+    case IR_ATTR_STR:
+        for (const char *p = a->s; *p; p++) h = mix(h, (unsigned char)*p);
+        return h;
+    case IR_ATTR_INTS:
+        for (int i = 0; i < a->n; i++) h = mix(h, (uint64_t)a->ints[i]);
+        return mix(h, (uint64_t)a->n);
+    case IR_ATTR_FLOATS:
+        for (int i = 0; i < a->n; i++) h = mix(h, bits_of(a->floats[i]));
+        return mix(h, (uint64_t)a->n);
+    }
+    return h;
+}
+
+static uint64_t hash_key(const node_key *k)
+{
+    uint64_t h = mix((uint64_t)k->op, (uint64_t)k->nin);
+    for (int i = 0; i < k->nin; i++) h = mix(h, (uint64_t)k->in[i]);
+    h = mix(h, (uint64_t)k->type.dtype);
+    for (int i = 0; i < k->type.rank; i++) h = mix(h, (uint64_t)k->type.dims[i]);
+    h = mix(h, (uint64_t)(k->group + 1));
+    uint64_t attrs = 0; /* a sum, so the attributes' order does not matter */
+    for (int i = 0; i < k->nattrs; i++) attrs += hash_attr(&k->attrs[i]);
+    return mix(h, attrs);
+}
+
+static bool attr_eq(const ir_attr *a, const ir_attr *b)
+{
+    if (a->kind != b->kind) return false;
+    switch (a->kind) {
+    case IR_ATTR_INT:
+    case IR_ATTR_BOOL: return a->i == b->i;
+    case IR_ATTR_FLOAT: return bits_of(a->f) == bits_of(b->f);
+    case IR_ATTR_STR: return strcmp(a->s, b->s) == 0;
+    case IR_ATTR_INTS:
+        return a->n == b->n && (!a->n || memcmp(a->ints, b->ints, sizeof(int64_t) * (size_t)a->n) == 0);
+    case IR_ATTR_FLOATS:
+        if (a->n != b->n) return false;
+        for (int i = 0; i < a->n; i++)
+            if (bits_of(a->floats[i]) != bits_of(b->floats[i])) return false;
+        return true;
+    }
+    return false;
+}
+
+static bool key_eq(const node_key *a, const node_key *b)
+{
+    if (a->op != b->op || a->nin != b->nin || a->nattrs != b->nattrs || a->group != b->group ||
+        !ir_type_eq(&a->type, &b->type))
+        return false;
+    for (int i = 0; i < a->nin; i++)
+        if (a->in[i] != b->in[i]) return false;
+    for (int i = 0; i < a->nattrs; i++) { /* attribute names are unique within a node */
+        int j = 0;
+        while (j < b->nattrs && strcmp(a->attrs[i].name, b->attrs[j].name) != 0) j++;
+        if (j == b->nattrs || !attr_eq(&a->attrs[i], &b->attrs[j])) return false;
+    }
+    return true;
+}
+
+static node_key key_of(const ir_node *n)
+{
+    return (node_key){n->op, n->nin, n->in, n->nattrs, n->attrs, n->type, n->group};
+}
+
+/* The new node equal to k (hash h), or -1; *slot gets where k would go. */
+static int cse_find(const sweep *s, const node_key *k, uint64_t h, size_t *slot)
+{
+    size_t i = h & s->mask;
+    for (; s->slots[i] >= 0; i = (i + 1) & s->mask) {
+        int id = s->slots[i];
+        node_key other = key_of(s->out->nodes[id]);
+        if (s->hashes[id] == h && key_eq(k, &other)) return id;
+    }
+    *slot = i;
+    return -1;
+}
+
+/* Whether converting any value of dtype a to dtype b is exact, so that a
+ * cast through b changes nothing (bool's 0/1 fit everywhere). */
+static bool widens_exactly(alloy_dtype a, alloy_dtype b)
+{
+    switch (a) {
+    case ALLOY_BOOL: return true;
+    case ALLOY_F16:
+    case ALLOY_BF16: return b == ALLOY_F32 || b == ALLOY_F64;
+    case ALLOY_F32: return b == ALLOY_F64;
+    case ALLOY_I32: return b == ALLOY_I64 || b == ALLOY_F64;
+    default: return false;
+    }
+}
+
+/* v as an element of dtype stores it (rounded, truncated or saturated). */
+static double as_stored(alloy_dtype dtype, double v)
+{
+    uint64_t buf = 0;
+    double back;
+    cvt_store_f64(dtype, &v, &buf, 1);
+    cvt_load_f64(dtype, &buf, &back, 1);
+    return back;
+}
+
+typedef enum { IS_ONE, IS_POS_ZERO, IS_NEG_ZERO } const_kind;
+
+static bool element_is(alloy_dtype dtype, double v, const_kind want)
+{
+    double x = as_stored(dtype, v);
+    if (want == IS_ONE) return x == 1.0;
+    if (x != 0.0) return false;
+    if (!ir_is_float(dtype)) return true; /* integers have one zero */
+    return want == IS_NEG_ZERO ? signbit(x) != 0 : signbit(x) == 0;
+}
+
+/* Whether node n is a constant every element of which is `want`. */
+static bool constant_is(const ir_node *n, const_kind want)
+{
+    if (n->op != IR_OP_constant) return false;
+    const ir_attr *value = ir_attr_find(n, "value"), *values = ir_attr_find(n, "values");
+    if (value) return element_is(n->type.dtype, value->kind == IR_ATTR_INT ? (double)value->i : value->f, want);
+    if (!values || values->kind != IR_ATTR_FLOATS) return false;
+    for (int i = 0; i < values->n; i++)
+        if (!element_is(n->type.dtype, values->floats[i], want)) return false;
+    return true;
+}
+
+/* The operand a node reduces to by an exact identity, or -1. k's operands
+ * are new ids. */
+static int identity_of(const sweep *s, const node_key *k)
+{
+    const ir_graph *out = s->out;
+    if (k->nin < 1) return -1;
+    const ir_node *a = out->nodes[k->in[0]], *b = k->nin > 1 ? out->nodes[k->in[1]] : NULL;
+    bool same_a = ir_type_eq(&k->type, &a->type), same_b = b && ir_type_eq(&k->type, &b->type);
+    switch (k->op) { /* data movement: the same bytes in any dtype */
+    case IR_OP_reshape:
+    case IR_OP_broadcast_to: return same_a ? k->in[0] : -1;
+    case IR_OP_transpose: {
+        int n = 0;
+        const int64_t *perm = NULL;
+        for (int i = 0; i < k->nattrs; i++)
+            if (strcmp(k->attrs[i].name, "perm") == 0) perm = k->attrs[i].ints, n = k->attrs[i].n;
+        for (int i = 0; i < n; i++)
+            if (perm[i] != i) return -1;
+        return same_a ? k->in[0] : -1;
+    }
+    default: break;
+    }
+    alloy_dtype dt = k->type.dtype;
+    if (!ir_is_float(dt) && !ir_is_int(dt)) return -1;
+    const_kind add_zero = ir_is_float(dt) ? IS_NEG_ZERO : IS_POS_ZERO;
+    switch (k->op) {
+    case IR_OP_mul:
+        if (same_a && constant_is(b, IS_ONE)) return k->in[0];
+        if (same_b && constant_is(a, IS_ONE)) return k->in[1];
+        return -1;
+    case IR_OP_div: return same_a && constant_is(b, IS_ONE) ? k->in[0] : -1;
+    case IR_OP_sub: return same_a && constant_is(b, IS_POS_ZERO) ? k->in[0] : -1;
+    case IR_OP_add:
+        if (same_a && constant_is(b, add_zero)) return k->in[0];
+        if (same_b && constant_is(a, add_zero)) return k->in[1];
+        return -1;
+    case IR_OP_neg: return a->op == IR_OP_neg ? a->in[0] : -1;
+    default: return -1;
+    }
+}
+
+/* Casts: to the operand's own dtype -> the operand; of an exact (widening)
+ * cast -> of the inner cast's operand, or that operand itself. Returns the
+ * node to forward to, or -1 after possibly rewriting k's operand. */
+static int fold_cast(const sweep *s, node_key *k)
+{
+    const ir_node *x = s->out->nodes[k->in[0]];
+    if (x->type.dtype == k->type.dtype) return k->in[0];
+    if (x->op != IR_OP_cast) return -1;
+    const ir_node *inner = s->out->nodes[x->in[0]];
+    if (!widens_exactly(inner->type.dtype, x->type.dtype)) return -1;
+    if (inner->type.dtype == k->type.dtype) return inner->id;
+    s->ins[0] = inner->id;
+    return -1;
+}
+
+/* Runs k (all operands constants in s->out) on the CPU. On success *values
+ * (al_free it) holds its ir_numel(&k->type) elements as doubles; returns
+ * ALLOY_OK, ALLOY_ERR_OOM, or another status when the node cannot be folded. */
+static alloy_status evaluate(const sweep *s, const node_key *k, double **values)
+{
+    *values = NULL;
+    ir_graph *tiny = ir_graph_new("fold");
+    if (!tiny) return ALLOY_ERR_OOM;
+    int in[64];
+    for (int j = 0; j < k->nin; j++) {
+        const ir_node *c = s->out->nodes[k->in[j]];
+        ir_node *m = ir_add_node(tiny, IR_OP_constant, 0, NULL, c->nattrs, c->attrs, &c->type, NULL);
+        in[j] = m ? m->id : 0;
+    }
+    ir_add_node(tiny, k->op, k->nin, in, k->nattrs, k->attrs, &k->type, NULL);
+    alloy_status st = tiny->status;
+    if (st) {
+        ir_graph_free(tiny);
+        return st;
+    }
+    int64_t count = ir_numel(&k->type);
+    rt_tensor *vals = al_calloc((size_t)tiny->nnodes, sizeof *vals);
+    bool *keep = al_calloc((size_t)tiny->nnodes, sizeof *keep);
+    double *v = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
+    void *check = al_malloc(count ? ir_nbytes(&k->type) : 1);
+    if (!vals || !keep || !v || !check) st = ALLOY_ERR_OOM;
+    if (!st) {
+        keep[k->nin] = true;
+        cpu_exec x = {.nthreads = 1};
+        st = cpu_run_graph(&x, tiny, vals, keep);
+    }
+    if (!st && count) {
+        /* values must come back bit for bit from doubles (not so for i64 > 2^53) */
+        cvt_load_f64(k->type.dtype, vals[k->nin].data, v, (size_t)count);
+        cvt_store_f64(k->type.dtype, v, check, (size_t)count);
+        if (memcmp(check, vals[k->nin].data, ir_nbytes(&k->type)) != 0) st = ALLOY_ERR_INVALID;
+    }
+    if (vals) cpu_release_values(tiny, vals);
+    al_free(vals);
+    al_free(keep);
+    al_free(check);
+    ir_graph_free(tiny);
+    if (st) al_free(v);
+    else *values = v;
+    return st;
+}
+
+/* Rewrites k into the constant holding its value when all its operands are
+ * constants; *values keeps the attribute's storage until k is emitted. */
+static alloy_status fold_constants(const sweep *s, node_key *k, ir_attr *attr, double **values)
+{
+    *values = NULL;
+    if (k->nin == 0 || k->nin > 64 || !ir_ops[k->op].cpu || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
+    for (int j = 0; j < k->nin; j++)
+        if (s->out->nodes[k->in[j]]->op != IR_OP_constant) return ALLOY_OK;
+    alloy_status st = evaluate(s, k, values);
+    if (st) return st == ALLOY_ERR_OOM ? st : ALLOY_OK; /* a failing node fails in the real run */
+    int count = (int)ir_numel(&k->type);
+    bool uniform = count > 0;
+    for (int i = 1; i < count && uniform; i++) uniform = bits_of((*values)[i]) == bits_of((*values)[0]);
+    *attr = uniform ? ir_a_float("value", (*values)[0]) : ir_a_floats("values", count, *values);
+    *k = (node_key){IR_OP_constant, 0, NULL, 1, attr, k->type, k->group};
+    return ALLOY_OK;
+}
+
+/* Old node n now stands for new node id: carry its name over if allowed. */
+static void forward(sweep *s, const ir_node *n, int id)
+{
+    s->map[n->id] = id;
+    ir_node *to = s->out->nodes[id];
+    if (n->name && !to->name && !is_state_leaf(to)) ir_set_name(s->out, to, n->name);
+}
+
+/* Simplifies old node n into s->out; records where it went in s->map. */
+static alloy_status simplify_node(sweep *s, const ir_node *n)
+{
+    for (int j = 0; j < n->nin; j++) s->ins[j] = s->map[n->in[j]];
+    node_key k = {n->op, n->nin, s->ins, n->nattrs, n->attrs, n->type, n->group};
+    if (is_state_leaf(n)) { /* inputs, params, state: kept as they are, never merged */
+        ir_node *m = ir_add_node(s->out, n->op, 0, NULL, n->nattrs, n->attrs, &n->type, n->name);
+        if (!m) return s->out->status;
+        m->amp = n->amp, m->flags = n->flags, m->group = n->group;
+        s->map[n->id] = m->id;
+        s->hashes[m->id] = 0;
+        return ALLOY_OK;
+    }
+    int to = n->op == IR_OP_cast ? fold_cast(s, &k) : -1;
+    if (to < 0) to = identity_of(s, &k);
+    if (to >= 0) {
+        forward(s, n, to);
+        return s->out->status;
+    }
+    ir_attr folded;
+    double *values;
+    alloy_status st = fold_constants(s, &k, &folded, &values);
+    if (st) {
+        al_free(values);
+        return ir_error(s->out, st, "simplify: out of memory folding constants");
+    }
+    uint64_t h = hash_key(&k);
+    size_t slot = 0;
+    int same = cse_find(s, &k, h, &slot);
+    if (same >= 0 && !(n->name && s->out->nodes[same]->name)) { /* never merge two named nodes */
+        al_free(values);
+        forward(s, n, same);
+        return s->out->status;
+    }
+    ir_node *m = ir_add_node(s->out, k.op, k.nin, k.in, k.nattrs, k.attrs, &k.type, n->name);
+    al_free(values);
+    if (!m) return s->out->status;
+    m->amp = n->amp, m->flags = n->flags, m->group = n->group;
+    s->map[n->id] = m->id;
+    s->hashes[m->id] = h;
+    if (same < 0) s->slots[slot] = m->id;
+    return ALLOY_OK;
+}
+
+alloy_status pass_simplify(ir_graph **gp, const pass_options *opts)
+{
+    (void)opts;
+    ir_graph *g = *gp;
+    sweep s = {.g = g};
+    int maxin = 1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->nin > maxin) maxin = g->nodes[i]->nin;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)g->nnodes) cap *= 2;
+    s.mask = cap - 1;
+    s.map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+    s.hashes = al_malloc(sizeof(uint64_t) * ((size_t)g->nnodes + 1));
+    s.slots = al_malloc(sizeof(int) * cap);
+    s.ins = al_malloc(sizeof(int) * (size_t)maxin);
+    s.out = ir_graph_new(g->name);
+    alloy_status st = ALLOY_OK;
+    if (!s.map || !s.hashes || !s.slots || !s.ins || !s.out) st = ALLOY_ERR_OOM;
+    for (size_t i = 0; !st && i < cap; i++) s.slots[i] = -1;
+    for (int i = 0; !st && i < g->nnodes; i++) st = simplify_node(&s, g->nodes[i]);
+    for (int i = 0; !st && i < g->noutputs; i++)
+        st = ir_add_output(s.out, g->outputs[i].name, s.map[g->outputs[i].node]);
+    for (int i = 0; !st && i < g->nupdates; i++)
+        st = ir_add_update(s.out, g->updates[i].name, s.map[g->updates[i].node]);
+    if (!st && g->loss >= 0) s.out->loss = s.map[g->loss];
+    al_free(s.map);
+    al_free(s.hashes);
+    al_free(s.slots);
+    al_free(s.ins);
+    if (st) {
+        ir_error(g, st, "simplify: %s", s.out && s.out->status ? s.out->error : "out of memory");
+        ir_graph_free(s.out);
+        return st;
+    }
+    ir_graph_free(g);
+    *gp = s.out;
+    return ALLOY_OK;
+}

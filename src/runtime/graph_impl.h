@@ -19,6 +19,8 @@ struct alloy_graph {
     ir_graph *ir;       /* as built; builder errors live in ir->status/error */
     ir_graph *compiled; /* after the pass pipeline; NULL until compiled */
     rt_tensor *values;  /* the last run's values over compiled->nodes */
+    void **snapshots;   /* copies of fetched state taken before the run's updates */
+    int nsnapshots;
     rt_state *state;
     int nstate, state_cap;
     bool state_ready; /* every param of ir has its state tensor */

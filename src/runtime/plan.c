@@ -1,2 +1,377 @@
-/* plan.c - stub until written */
-typedef int al_stub_plan;
+/* plan.c - the memory planner: liveness over the schedule, best-fit offsets in one arena, in-place reuse. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/plan.h"
+
+/* ---- free blocks: two treaps over one pool, by offset (to merge
+ * neighbours) and by (size, offset) (to find the best fit) ---- */
+
+enum { BY_OFFSET, BY_SIZE };
+
+typedef struct free_block {
+    int64_t off, size;
+    uint32_t prio;
+    int kid[2][2]; /* kid[tree][0: smaller keys, 1: larger] */
+} free_block;
+
+typedef struct free_space {
+    free_block *pool;
+    int *spare; /* unused pool entries */
+    int nspare;
+    int root[2];
+    uint32_t seed;
+    int64_t top; /* high-water mark of the arena */
+} free_space;
+
+static bool key_less(const free_space *f, int tree, int a, int b)
+{
+    const free_block *x = &f->pool[a], *y = &f->pool[b];
+    if (tree == BY_SIZE && x->size != y->size) return x->size < y->size;
+    return x->off < y->off;
+}
+
+/* Joins two treaps where every key of a is below every key of b. */
+static int treap_merge(free_space *f, int tree, int a, int b)
+{
+    if (a < 0) return b;
+    if (b < 0) return a;
+    if (f->pool[a].prio > f->pool[b].prio) {
+        f->pool[a].kid[tree][1] = treap_merge(f, tree, f->pool[a].kid[tree][1], b);
+        return a;
+    }
+    f->pool[b].kid[tree][0] = treap_merge(f, tree, a, f->pool[b].kid[tree][0]);
+    return b;
+}
+
+/* Splits root into keys below x's (*lo) and the rest (*hi). */
+static void treap_split(free_space *f, int tree, int root, int x, int *lo, int *hi)
+{
+    if (root < 0) {
+        *lo = *hi = -1;
+        return;
+    }
+    if (key_less(f, tree, root, x)) {
+        treap_split(f, tree, f->pool[root].kid[tree][1], x, &f->pool[root].kid[tree][1], hi);
+        *lo = root;
+    } else {
+        treap_split(f, tree, f->pool[root].kid[tree][0], x, lo, &f->pool[root].kid[tree][0]);
+        *hi = root;
+    }
+}
+
+/* Removes x (which is in the treap) from the treap at root; returns the new root. */
+static int treap_remove(free_space *f, int tree, int root, int x)
+{
+    free_block *r = &f->pool[root];
+    if (root == x) return treap_merge(f, tree, r->kid[tree][0], r->kid[tree][1]);
+    int side = key_less(f, tree, x, root) ? 0 : 1;
+    r->kid[tree][side] = treap_remove(f, tree, r->kid[tree][side], x);
+    return root;
+}
+
+static void block_insert(free_space *f, int64_t off, int64_t size)
+{
+    ALLOY_ASSERT(f->nspare > 0); /* the pool holds one more block than there are slots */
+    int x = f->spare[--f->nspare];
+    f->seed ^= f->seed << 13, f->seed ^= f->seed >> 17, f->seed ^= f->seed << 5;
+    f->pool[x] = (free_block){.off = off, .size = size, .prio = f->seed,
+                              .kid = {{-1, -1}, {-1, -1}}};
+    for (int t = 0; t < 2; t++) {
+        int lo, hi;
+        treap_split(f, t, f->root[t], x, &lo, &hi);
+        f->root[t] = treap_merge(f, t, treap_merge(f, t, lo, x), hi);
+    }
+}
+
+static void block_remove(free_space *f, int x)
+{
+    for (int t = 0; t < 2; t++) f->root[t] = treap_remove(f, t, f->root[t], x);
+    f->spare[f->nspare++] = x;
+}
+
+/* The free block with the largest offset below off (below = 1) or the
+ * smallest above it (below = 0), or -1. */
+static int block_beside(const free_space *f, int64_t off, int below)
+{
+    int best = -1;
+    for (int x = f->root[BY_OFFSET]; x >= 0;) {
+        const free_block *b = &f->pool[x];
+        bool go_right = below ? b->off < off : b->off <= off;
+        if (go_right == (bool)below) best = x;
+        x = b->kid[BY_OFFSET][go_right];
+    }
+    return best;
+}
+
+/* Takes size bytes: the smallest free block that fits (lowest offset among
+ * equals), else the free block at the top of the arena grown, else new
+ * space at the top. Returns the offset. */
+static int64_t space_alloc(free_space *f, int64_t size)
+{
+    int fit = -1;
+    for (int x = f->root[BY_SIZE]; x >= 0;) {
+        bool fits = f->pool[x].size >= size;
+        if (fits) fit = x;
+        x = f->pool[x].kid[BY_SIZE][!fits];
+    }
+    if (fit >= 0) {
+        free_block b = f->pool[fit];
+        block_remove(f, fit);
+        if (b.size > size) block_insert(f, b.off + size, b.size - size);
+        return b.off;
+    }
+    int last = block_beside(f, f->top, 1);
+    int64_t off = f->top;
+    if (last >= 0 && f->pool[last].off + f->pool[last].size == f->top) {
+        off = f->pool[last].off;
+        block_remove(f, last);
+    }
+    f->top = off + size;
+    return off;
+}
+
+/* Returns [off, off + size) to the free space, merged with free neighbours. */
+static void space_free(free_space *f, int64_t off, int64_t size)
+{
+    int before = block_beside(f, off, 1), after = block_beside(f, off, 0);
+    if (before >= 0 && f->pool[before].off + f->pool[before].size == off) {
+        off = f->pool[before].off;
+        size += f->pool[before].size;
+        block_remove(f, before);
+    }
+    if (after >= 0 && f->pool[after].off == off + size) {
+        size += f->pool[after].size;
+        block_remove(f, after);
+    }
+    block_insert(f, off, size);
+}
+
+/* ---- the plan ---- */
+
+static bool is_bound_leaf(const ir_node *n)
+{
+    return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+enum { F_MAT = 1, F_KEEP = 2, F_TAKEN = 4, F_FREED = 8 };
+
+/* Scratch of one plan_build call. */
+typedef struct planner {
+    const ir_graph *g;
+    const int *exec_pos;
+    uint8_t *flags;     /* F_* per node */
+    int *last;          /* last position the value is needed at (INT_MAX: kept) */
+    int *users_at_last; /* distinct consumers at that position */
+    int *stamp;         /* per value: the consumer that last counted it */
+    int *order;         /* non-leaf nodes by (position, id) */
+    int norder;
+    free_space space;
+} planner;
+
+static int pos_of(const planner *p, int i) { return p->exec_pos ? p->exec_pos[i] : i; }
+
+static int64_t slot_bytes(const ir_node *n)
+{
+    size_t b = ir_nbytes(&n->type);
+    return (int64_t)((b + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN);
+}
+
+/* Fills flags, last, users_at_last and order; checks the schedule. */
+static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size_t errlen)
+{
+    const ir_graph *g = p->g;
+    char a[64], b[64];
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (is_bound_leaf(n)) continue;
+        p->flags[i] = (!s || !s->materialized || s->materialized[i] ? F_MAT : 0) |
+                      (s && s->keep && s->keep[i] ? F_KEEP : 0);
+        if (pos_of(p, i) < 0) {
+            al_fmt(err, errlen, "schedule: %s '%s' has position %d", ir_ops[n->op].name,
+                   ir_node_label(n, a, sizeof a), pos_of(p, i));
+            return ALLOY_ERR_INVALID;
+        }
+        if ((p->flags[i] & (F_MAT | F_KEEP)) == F_KEEP) {
+            al_fmt(err, errlen, "schedule: %s '%s' must be kept but is not materialized",
+                   ir_ops[n->op].name, ir_node_label(n, a, sizeof a));
+            return ALLOY_ERR_INVALID;
+        }
+        p->last[i] = p->flags[i] & F_KEEP ? INT_MAX : pos_of(p, i);
+        p->stamp[i] = -1;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            int j = n->in[k];
+            if (is_bound_leaf(g->nodes[j])) continue;
+            if (pos_of(p, j) > pos_of(p, i) || (!(p->flags[j] & F_MAT) && pos_of(p, j) != pos_of(p, i))) {
+                al_fmt(err, errlen,
+                       "schedule: %s '%s' at position %d uses '%s' at position %d%s",
+                       ir_ops[n->op].name, ir_node_label(n, a, sizeof a), pos_of(p, i),
+                       ir_node_label(g->nodes[j], b, sizeof b), pos_of(p, j),
+                       pos_of(p, j) > pos_of(p, i) ? ", produced later" : ", which is not materialized");
+                return ALLOY_ERR_INVALID;
+            }
+            if (p->last[j] < pos_of(p, i)) p->last[j] = pos_of(p, i);
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            int j = n->in[k];
+            if (!(p->flags[j] & F_MAT) || p->stamp[j] == i) continue;
+            p->stamp[j] = i;
+            p->users_at_last[j] += p->last[j] == pos_of(p, i);
+        }
+    }
+    /* schedule order: by position, then id (the IR order within a group) */
+    p->norder = 0;
+    if (!p->exec_pos) {
+        for (int i = 0; i < g->nnodes; i++)
+            if (!is_bound_leaf(g->nodes[i])) p->order[p->norder++] = i;
+        return ALLOY_OK;
+    }
+    uint64_t *keys = al_malloc(sizeof(uint64_t) * ((size_t)g->nnodes + 1));
+    if (!keys) {
+        al_fmt(err, errlen, "out of memory planning %d nodes", g->nnodes);
+        return ALLOY_ERR_OOM;
+    }
+    int nkeys = 0;
+    bool sorted = true;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (is_bound_leaf(g->nodes[i])) continue;
+        keys[nkeys] = (uint64_t)pos_of(p, i) << 32 | (uint32_t)i;
+        sorted = sorted && (nkeys == 0 || keys[nkeys - 1] < keys[nkeys]);
+        nkeys++;
+    }
+    if (!sorted) qsort(keys, (size_t)nkeys, sizeof *keys, cmp_u64);
+    for (int k = 0; k < nkeys; k++) p->order[p->norder++] = (int)(keys[k] & 0xffffffffu);
+    al_free(keys);
+    return ALLOY_OK;
+}
+
+/* The operand of node i whose slot i may take in place, or -1. */
+static int inplace_operand(const planner *p, const plan_schedule *s, int i)
+{
+    const ir_node *n = p->g->nodes[i];
+    bool ok = s && s->inplace_ok ? s->inplace_ok[i] != 0 : ir_ops[n->op].elementwise;
+    if (!ok) return -1;
+    for (int k = 0; k < n->nin; k++) {
+        int j = n->in[k];
+        const ir_node *o = p->g->nodes[j];
+        if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) continue;
+        if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || p->users_at_last[j] != 1)
+            continue;
+        if (ir_nbytes(&o->type) == 0 || o->type.rank != n->type.rank ||
+            alloy_dtype_size(o->type.dtype) != alloy_dtype_size(n->type.dtype) ||
+            memcmp(o->type.dims, n->type.dims, sizeof(int64_t) * (size_t)n->type.rank) != 0)
+            continue;
+        return j;
+    }
+    return -1;
+}
+
+/* Gives value i a slot (in place, or from the free space); returns the slot's new bytes. */
+static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
+{
+    const ir_node *n = p->g->nodes[i];
+    out->bytes_by_dtype[n->type.dtype] += ir_nbytes(&n->type);
+    int64_t bytes = slot_bytes(n);
+    if (bytes == 0) {
+        out->offset[i] = 0;
+        p->flags[i] |= F_FREED; /* nothing to give back */
+        return 0;
+    }
+    int j = inplace_operand(p, s, i);
+    if (j >= 0) {
+        out->offset[i] = out->offset[j];
+        p->flags[j] |= F_TAKEN;
+        out->inplace++;
+        return 0;
+    }
+    out->offset[i] = space_alloc(&p->space, bytes);
+    return bytes;
+}
+
+/* Gives back value j's slot if position pos was its last use; returns the bytes freed. */
+static int64_t release(planner *p, const mem_plan *out, int j, int pos)
+{
+    if ((p->flags[j] & (F_MAT | F_TAKEN | F_FREED)) != F_MAT || p->last[j] != pos) return 0;
+    p->flags[j] |= F_FREED;
+    int64_t bytes = slot_bytes(p->g->nodes[j]);
+    space_free(&p->space, out->offset[j], bytes);
+    return bytes;
+}
+
+alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out, char *err,
+                        size_t errlen)
+{
+    if (out) memset(out, 0, sizeof *out);
+    if (!g || !out) {
+        al_fmt(err, errlen, "plan_build: graph or plan is NULL");
+        return ALLOY_ERR_INVALID;
+    }
+    size_t n = (size_t)g->nnodes;
+    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL};
+    p.flags = al_calloc(n + 1, 1);
+    p.last = al_calloc(n + 1, sizeof(int));
+    p.users_at_last = al_calloc(n + 1, sizeof(int));
+    p.stamp = al_calloc(n + 1, sizeof(int));
+    p.order = al_calloc(n + 1, sizeof(int));
+    p.space.pool = al_calloc(n + 2, sizeof(free_block));
+    p.space.spare = al_calloc(n + 2, sizeof(int));
+    out->offset = al_calloc(n + 1, sizeof(int64_t));
+    alloy_status st = ALLOY_OK;
+    if (!p.flags || !p.last || !p.users_at_last || !p.stamp || !p.order || !p.space.pool ||
+        !p.space.spare || !out->offset) {
+        al_fmt(err, errlen, "out of memory planning %d nodes", g->nnodes);
+        st = ALLOY_ERR_OOM;
+    }
+    if (!st) st = liveness(&p, s, err, errlen);
+    if (!st) {
+        out->nnodes = g->nnodes;
+        for (size_t i = 0; i < n; i++) out->offset[i] = -1;
+        for (int k = 0; k < g->nnodes + 2; k++) p.space.spare[p.space.nspare++] = g->nnodes + 1 - k;
+        p.space.root[BY_OFFSET] = p.space.root[BY_SIZE] = -1;
+        p.space.seed = 0x9e3779b9u;
+        int64_t live = 0, peak = 0;
+        /* per position: place what it produces, then free what it used last */
+        for (int a = 0, b; a < p.norder; a = b) {
+            int pos = pos_of(&p, p.order[a]);
+            for (b = a; b < p.norder && pos_of(&p, p.order[b]) == pos; b++)
+                if (p.flags[p.order[b]] & F_MAT) live += place(&p, s, out, p.order[b]);
+            if (live > peak) peak = live;
+            for (int k = a; k < b; k++) {
+                const ir_node *node = g->nodes[p.order[k]];
+                for (int q = 0; q < node->nin; q++) live -= release(&p, out, node->in[q], pos);
+                live -= release(&p, out, node->id, pos);
+            }
+        }
+        out->arena_bytes = (size_t)p.space.top;
+        out->peak_live_bytes = (size_t)peak;
+    }
+    al_free(p.flags);
+    al_free(p.last);
+    al_free(p.users_at_last);
+    al_free(p.stamp);
+    al_free(p.order);
+    al_free(p.space.pool);
+    al_free(p.space.spare);
+    if (st) plan_free(out);
+    return st;
+}
+
+void plan_free(mem_plan *p)
+{
+    if (!p) return;
+    al_free(p->offset);
+    memset(p, 0, sizeof *p);
+}

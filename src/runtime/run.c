@@ -32,6 +32,10 @@ alloy_graph *alloy_graph_new(const char *name)
 
 static void release_values(alloy_graph *g)
 {
+    for (int i = 0; i < g->nsnapshots; i++) al_free(g->snapshots[i]);
+    al_free(g->snapshots);
+    g->snapshots = NULL;
+    g->nsnapshots = 0;
     if (g->values && g->compiled) cpu_release_values(g->compiled, g->values);
     al_free(g->values);
     g->values = NULL;
@@ -201,6 +205,33 @@ static alloy_status bind_feeds(alloy_graph *g, const alloy_host_tensor *feeds, i
     return ALLOY_OK;
 }
 
+/* A fetched param/state that this run updates is copied first, so the fetch
+ * shows the value the step used, not the one it wrote. */
+static alloy_status snapshot_fetched_state(alloy_graph *g, const alloy_host_tensor *fetches, int nfetches)
+{
+    const ir_graph *c = g->compiled;
+    for (int i = 0; i < nfetches; i++) {
+        int id = fetch_node(c, fetches[i].name);
+        const ir_node *n = c->nodes[id];
+        if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
+        bool updated = false;
+        for (int u = 0; u < c->nupdates && !updated; u++) updated = strcmp(c->updates[u].name, n->name) == 0;
+        if (!updated) continue;
+        void **list = al_realloc(g->snapshots, sizeof(void *) * (size_t)(g->nsnapshots + 1));
+        size_t bytes = ir_nbytes(&n->type);
+        void *copy = al_malloc(bytes ? bytes : 1);
+        if (list) g->snapshots = list;
+        if (!list || !copy) {
+            al_free(copy);
+            return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying fetched state '%s'", n->name);
+        }
+        memcpy(copy, g->values[id].data, bytes);
+        g->snapshots[g->nsnapshots++] = copy;
+        g->values[id].data = copy; /* the fetch below reads this copy */
+    }
+    return ALLOY_OK;
+}
+
 alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int nfeeds,
                              alloy_host_tensor *fetches, int nfetches)
 {
@@ -237,6 +268,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
         st = cpu_run_graph(&x, c, g->values, keep);
         if (st) graph_fail(g, st, "running graph '%s': %s", c->name, x.error);
     }
+    if (!st) st = snapshot_fetched_state(g, fetches, nfetches);
     if (!st) {
         step_info_capture(g); /* reads the scale used before the updates replace it */
         for (int i = 0; i < c->nupdates; i++) {

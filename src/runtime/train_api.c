@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/convert.h"
 #include "runtime/graph_impl.h"
 
 /* The node behind handle t when it belongs to g, else NULL with an error. */
@@ -189,15 +190,12 @@ void step_info_capture(alloy_graph *g)
     alloy_step_info *s = &g->step;
     memset(s, 0, sizeof *s);
     s->loss = NAN;
-    if (c->loss >= 0 && g->values[c->loss].data) {
-        const void *p = g->values[c->loss].data;
-        alloy_dtype dt = c->nodes[c->loss]->type.dtype;
-        s->loss = dt == ALLOY_F64 ? *(const double *)p : dt == ALLOY_F32 ? *(const float *)p : NAN;
-    }
+    if (c->loss >= 0 && g->values[c->loss].data)
+        cvt_load_f64(c->nodes[c->loss]->type.dtype, g->values[c->loss].data, &s->loss, 1);
     s->scale = scalar_output(g, STEP_SCALE, 1.0);
     s->next_scale = scalar_output(g, OUT_NEXT_SCALE, s->scale);
     s->skipped = scalar_output(g, OUT_FOUND_INF, 0) != 0;
-    s->updated = g->optimizer.kind && scalar_output(g, OUT_APPLY, 1) != 0;
+    s->updated = g->training && g->optimizer.kind && scalar_output(g, OUT_APPLY, 1) != 0;
     s->lr = scalar_output(g, OUT_LR, 0);
     s->grad_norm = scalar_output(g, OUT_GRAD_NORM, NAN);
     /* counters after this run's updates: before + what the run added */

@@ -1,0 +1,185 @@
+/* char_gpt_bench.c - benchmark: training tokens/s of examples/char_gpt's model in alloy (f32, f16 and bf16 AMP) and, side by side, in PyTorch on the same CPU. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloy/alloy.h"
+#include "gpt_model.h"
+
+#ifndef CHAR_GPT_TORCH_SCRIPT
+#define CHAR_GPT_TORCH_SCRIPT "bench/char_gpt_torch.py"
+#endif
+
+static const char usage[] =
+    "usage: char_gpt_bench [options]\n"
+    "Times training steps (forward, backward, AdamW) of the char_gpt model on random\n"
+    "tokens: alloy f32, f16 AMP (dynamic scaler), bf16 AMP, then PyTorch f32 and bf16\n"
+    "autocast through bench/char_gpt_torch.py when `import torch` works.\n"
+    "  --steps N      timed steps per config (default 20)\n"
+    "  --warmup N     untimed steps first; alloy compiles on the first (default 3)\n"
+    "  --batch N --context N --dim N --layers N --heads N   the model (char_gpt's defaults)\n"
+    "  --vocab N      vocabulary (default 76, the bytes of GPL-3)\n"
+    "  --python EXE   interpreter for the PyTorch side (default python3)\n"
+    "  --no-torch     skip PyTorch\n"
+    "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count.\n";
+
+typedef struct bench_result {
+    char config[48];
+    double tokens_per_s;
+} bench_result;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    fputs("char_gpt_bench: ", stderr);
+    vfprintf(stderr, fmt, args);
+    fputc('\n', stderr);
+    va_end(args);
+    exit(1);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int parse_int(const char *flag, const char *s)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : -1;
+    if (!s || !*s || *end || errno || v < 0 || v > 1 << 20)
+        fail("%s wants an integer in [0, %d], got '%s'", flag, 1 << 20, s ? s : "");
+    return (int)v;
+}
+
+/* Tokens/s of `steps` training steps of the model with AMP dtype amp
+ * (ALLOY_F32 = off), after `warmup` untimed ones, as char_gpt trains it. */
+static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int warmup, int steps)
+{
+    alloy_graph *g = alloy_graph_new("char_gpt_bench");
+    if (!g) fail("out of memory");
+    gpt_model m = gpt_build(g, cfg, batch, true);
+    alloy_graph_set_loss(g, m.loss);
+    if (amp != ALLOY_F32) alloy_graph_enable_amp(g, amp);
+    if (amp == ALLOY_F16) alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler());
+    alloy_optimizer adamw = alloy_adamw(3e-3, 0.9, 0.99, 1e-8, 0.01);
+    adamw.schedule = ALLOY_LR_WARMUP_COSINE;
+    adamw.warmup_steps = 50, adamw.total_steps = 300, adamw.min_lr = 3e-4;
+    alloy_graph_add_optimizer(g, adamw);
+    if (alloy_graph_status(g)) fail("building the model: %s", alloy_last_error(g));
+
+    size_t n = (size_t)batch * (size_t)cfg->context;
+    int *tokens = malloc(sizeof(int) * n), *targets = malloc(sizeof(int) * n);
+    if (!tokens || !targets) fail("out of memory");
+    unsigned seed = 1;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tokens[i] = (int)((seed >> 16) % (unsigned)cfg->vocab);
+        targets[i] = (int)((seed >> 8) % (unsigned)cfg->vocab);
+    }
+    alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {batch, cfg->context}, tokens},
+                                  {"targets", ALLOY_I32, 1, {(int64_t)n}, targets}};
+    double start = 0;
+    for (int i = 0; i < warmup + steps; i++) {
+        if (i == warmup) start = now_seconds();
+        if (alloy_graph_run(g, feeds, 2, NULL, 0)) fail("training step: %s", alloy_last_error(g));
+    }
+    double seconds = now_seconds() - start;
+    alloy_graph_free(g);
+    free(tokens), free(targets);
+    return (double)steps * (double)n / seconds;
+}
+
+/* Runs the PyTorch script with the same model and step counts; appends its
+ * "tokens_per_s<TAB>config<TAB>value" lines to results and echoes the rest. */
+static int time_torch(const char *python, const gpt_config *cfg, int batch, int warmup, int steps,
+                      int threads, bench_result *results, int nresults)
+{
+    const char *script = CHAR_GPT_TORCH_SCRIPT;
+    if (strchr(script, '\'') || strchr(python, '\'')) {
+        printf("torch: skipped (a quote in the interpreter's or the script's path)\n");
+        return nresults;
+    }
+    char command[1024];
+    snprintf(command, sizeof command,
+             "'%s' '%s' --steps %d --warmup %d --batch %d --context %d --dim %d --layers %d "
+             "--heads %d --vocab %d --threads %d 2>&1",
+             python, script, steps, warmup, batch, cfg->context, cfg->dim, cfg->layers, cfg->heads,
+             cfg->vocab, threads);
+    fflush(stdout);
+    FILE *pipe = popen(command, "r");
+    if (!pipe) {
+        printf("torch: cannot run %s: %s\n", python, strerror(errno));
+        return nresults;
+    }
+    char line[512];
+    while (fgets(line, sizeof line, pipe)) {
+        bench_result r;
+        if (nresults < 8 && sscanf(line, "tokens_per_s\t%47[^\t]\t%lf", r.config, &r.tokens_per_s) == 2)
+            results[nresults++] = r;
+        else
+            printf("torch: %s", line);
+    }
+    int status = pclose(pipe);
+    if (status != 0) printf("torch: %s exited with status %d\n", script, status);
+    return nresults;
+}
+
+int main(int argc, char **argv)
+{
+    gpt_config cfg = {76, 64, 128, 2, 4, 512};
+    int batch = 32, warmup = 3, steps = 20;
+    bool torch = true;
+    const char *python = "python3";
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(flag, "--help")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(flag, "--no-torch")) { torch = false; continue; }
+        i++;
+        if (!strcmp(flag, "--steps")) steps = parse_int(flag, val);
+        else if (!strcmp(flag, "--warmup")) warmup = parse_int(flag, val);
+        else if (!strcmp(flag, "--batch")) batch = parse_int(flag, val);
+        else if (!strcmp(flag, "--context")) cfg.context = parse_int(flag, val);
+        else if (!strcmp(flag, "--dim")) cfg.dim = parse_int(flag, val);
+        else if (!strcmp(flag, "--layers")) cfg.layers = parse_int(flag, val);
+        else if (!strcmp(flag, "--heads")) cfg.heads = parse_int(flag, val);
+        else if (!strcmp(flag, "--vocab")) cfg.vocab = parse_int(flag, val);
+        else if (!strcmp(flag, "--python") && val) python = val;
+        else fail("unknown option or missing value: %s (see --help)", flag);
+    }
+    cfg.mlp_width = 4 * cfg.dim;
+    const char *problem = gpt_config_problem(&cfg);
+    if (problem) fail("%s", problem);
+    if (steps < 1 || batch < 1) fail("--steps and --batch must be at least 1");
+    const char *env = getenv("ALLOY_NUM_THREADS");
+    int threads = env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+    printf("char_gpt model: vocab %d, context %d, batch %d, dim %d, %d layers, %d heads, MLP %d; "
+           "%d warmup + %d timed steps; %d threads\n", cfg.vocab, cfg.context, batch, cfg.dim,
+           cfg.layers, cfg.heads, cfg.mlp_width, warmup, steps, threads);
+    bench_result results[8];
+    int n = 0;
+    const struct { const char *name; alloy_dtype amp; } alloy_configs[] = {
+        {"alloy fp32", ALLOY_F32}, {"alloy fp16 AMP", ALLOY_F16}, {"alloy bf16 AMP", ALLOY_BF16}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(results[n].config, sizeof results[n].config, "%s", alloy_configs[i].name);
+        results[n++].tokens_per_s = time_alloy(&cfg, batch, alloy_configs[i].amp, warmup, steps);
+    }
+    if (torch) n = time_torch(python, &cfg, batch, warmup, steps, threads, results, n);
+
+    printf("\n%-22s | %10s | %8s | %s\n", "config", "tokens/s", "ms/step", "ratio to alloy fp32");
+    for (int i = 0; i < n; i++)
+        printf("%-22s | %10.0f | %8.1f | %.2f\n", results[i].config, results[i].tokens_per_s,
+               1e3 * batch * cfg.context / results[i].tokens_per_s,
+               results[i].tokens_per_s / results[0].tokens_per_s);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* plan.h - the memory planner: one arena offset per materialized value from liveness over the schedule. */
+#ifndef ALLOY_PLAN_H
+#define ALLOY_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+/* Every arena offset is a multiple of this (and every slot a multiple in size). */
+#define PLAN_ALIGN 64
+
+/* Where every value of one compiled graph lives during a run. */
+typedef struct mem_plan {
+    int nnodes;
+    /* byte offset of node i's value in the arena, or -1 when it has no arena
+     * slot (leaves bound from outside: input, param, state; nodes not
+     * materialized). A materialized value of 0 bytes gets offset 0 and
+     * occupies nothing. */
+    int64_t *offset;
+    size_t arena_bytes; /* size of the arena = its high-water mark */
+    /* total bytes (ir_nbytes, unaligned) of materialized values per dtype; a sum, not a peak */
+    size_t bytes_by_dtype[ALLOY_DTYPE_COUNT];
+    /* max over positions of the bytes of the slots live there (64-aligned
+     * sizes; a value written in place over its operand shares that
+     * operand's slot and counts once): a lower bound, arena_bytes >= it */
+    size_t peak_live_bytes;
+    int inplace; /* how many values reuse their operand's slot in place */
+} mem_plan;
+
+/* The schedule the plan is for. Every array has g->nnodes entries; NULL
+ * means the default given with it. */
+typedef struct plan_schedule {
+    /* position where node i's value is produced (node i itself when NULL);
+     * nodes of one fusion group share their group's position. Positions are
+     * >= 0 and no node precedes an operand (pos[in] <= pos[node]). */
+    const int *exec_pos;
+    /* node i needs memory (every node but input, param, state when NULL);
+     * leaves are never given a slot whatever this says. A non-leaf that is
+     * not materialized must be used only at its own position (inside its group). */
+    const uint8_t *materialized;
+    /* node i must survive the whole run (outputs, updates' values, loss,
+     * fetches; may be NULL) */
+    const uint8_t *keep;
+    /* node i may write over one of its operands (elementwise ops; NULL =
+     * ir_ops[op].elementwise) */
+    const uint8_t *inplace_ok;
+} plan_schedule;
+
+/* Plans the arena for g under schedule s (NULL: node order, the defaults
+ * above). A value is live from its position to the last position of any
+ * consumer (materialized or not), or to the end when kept; values live at
+ * one position never share bytes, except that a value may take exactly the
+ * slot of one operand when inplace_ok, the operand is materialized, not
+ * kept, produced at an earlier position, last used at this node's position
+ * by this node alone, and has the result's shape and element size. Other
+ * slots are placed best-fit (smallest free block that fits, lowest offset
+ * on ties; adjacent free blocks merge; the block at the top of the arena
+ * grows when nothing fits). O(n log n) in the nodes plus the operand count.
+ * Fills *out (release with plan_free) and returns ALLOY_OK; on a bad
+ * schedule returns ALLOY_ERR_INVALID, on OOM ALLOY_ERR_OOM, with the reason
+ * in err, and leaves *out empty. */
+AL_HIDDEN alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out,
+                                  char *err, size_t errlen);
+/* Frees what plan_build allocated and empties p (safe on an empty plan). */
+AL_HIDDEN void plan_free(mem_plan *p);
+
+#endif
