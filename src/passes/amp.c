@@ -408,6 +408,27 @@ static alloy_status rewrite(const amp_state *s, alloy_dtype low, ir_graph **resu
 
 /* ---- report ---- */
 
+/* Counts the inserted casts of out that something uses (a marker's cast can
+ * be bypassed by the fold in convert() and is then dead until dce). */
+static void count_live_casts(const ir_graph *out, alloy_amp_report *rep)
+{
+    uint8_t *used = al_calloc((size_t)out->nnodes + 1, 1);
+    if (!used) return; /* keep the rewriter's counts */
+    for (int i = 0; i < out->nnodes; i++)
+        for (int j = 0; j < out->nodes[i]->nin; j++) used[out->nodes[i]->in[j]] = 1;
+    for (int i = 0; i < out->noutputs; i++) used[out->outputs[i].node] = 1;
+    for (int i = 0; i < out->nupdates; i++) used[out->updates[i].node] = 1;
+    if (out->loss >= 0) used[out->loss] = 1;
+    rep->casts = rep->weight_casts = 0;
+    for (int i = 0; i < out->nnodes; i++) {
+        const ir_node *n = out->nodes[i];
+        if (!(n->flags & IR_NODE_INSERTED) || n->op != IR_OP_cast || !used[i]) continue;
+        rep->casts++;
+        rep->weight_casts += out->nodes[n->in[0]]->op == IR_OP_param;
+    }
+    al_free(used);
+}
+
 static const char *deny_reason(const amp_state *s, int i, char *buf, size_t len)
 {
     const ir_graph *g = s->g;
@@ -474,6 +495,7 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
         st = rewrite(&s, cfg->dtype, &out, &rw, &map);
         if (!st) {
             alloy_amp_report rep = {.dtype = cfg->dtype, .casts = rw.casts, .weight_casts = rw.weight_casts};
+            count_live_casts(out, &rep);
             for (int i = 0; i < s.n; i++) {
                 if (!s.colourable[i] || is_marker(g->nodes[i]->op)) continue;
                 rep.float_nodes++;
