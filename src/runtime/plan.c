@@ -91,15 +91,15 @@ static void block_remove(free_space *f, int x)
     f->spare[f->nspare++] = x;
 }
 
-/* The free block with the largest offset below off (below = 1) or the
- * smallest above it (below = 0), or -1. */
-static int block_beside(const free_space *f, int64_t off, int below)
+/* The free block with the largest offset below off (below true) or the
+ * smallest above it (below false), or -1. */
+static int block_beside(const free_space *f, int64_t off, bool below)
 {
     int best = -1;
     for (int x = f->root[BY_OFFSET]; x >= 0;) {
         const free_block *b = &f->pool[x];
         bool go_right = below ? b->off < off : b->off <= off;
-        if (go_right == (bool)below) best = x;
+        if (go_right == below) best = x;
         x = b->kid[BY_OFFSET][go_right];
     }
     return best;
@@ -122,7 +122,7 @@ static int64_t space_alloc(free_space *f, int64_t size)
         if (b.size > size) block_insert(f, b.off + size, b.size - size);
         return b.off;
     }
-    int last = block_beside(f, f->top, 1);
+    int last = block_beside(f, f->top, true);
     int64_t off = f->top;
     if (last >= 0 && f->pool[last].off + f->pool[last].size == f->top) {
         off = f->pool[last].off;
@@ -135,7 +135,7 @@ static int64_t space_alloc(free_space *f, int64_t size)
 /* Returns [off, off + size) to the free space, merged with free neighbours. */
 static void space_free(free_space *f, int64_t off, int64_t size)
 {
-    int before = block_beside(f, off, 1), after = block_beside(f, off, 0);
+    int before = block_beside(f, off, true), after = block_beside(f, off, false);
     if (before >= 0 && f->pool[before].off + f->pool[before].size == off) {
         off = f->pool[before].off;
         size += f->pool[before].size;
@@ -194,7 +194,7 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
         if (is_bound_leaf(n)) continue;
         p->flags[i] = (!s || !s->materialized || s->materialized[i] ? F_MAT : 0) |
                       (s && s->keep && s->keep[i] ? F_KEEP : 0);
-        if (pos_of(p, i) < 0) {
+        if (pos_of(p, i) < 0 || pos_of(p, i) == INT_MAX) {
             al_fmt(err, errlen, "schedule: %s '%s' has position %d", ir_ops[n->op].name,
                    ir_node_label(n, a, sizeof a), pos_of(p, i));
             return ALLOY_ERR_INVALID;

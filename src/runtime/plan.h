@@ -33,7 +33,7 @@ typedef struct mem_plan {
 typedef struct plan_schedule {
     /* position where node i's value is produced (node i itself when NULL);
      * nodes of one fusion group share their group's position. Positions are
-     * >= 0 and no node precedes an operand (pos[in] <= pos[node]). */
+     * in [0, INT_MAX) and no node precedes an operand (pos[in] <= pos[node]). */
     const int *exec_pos;
     /* node i needs memory (every node but input, param, state when NULL);
      * leaves are never given a slot whatever this says. A non-leaf that is
