@@ -15,6 +15,7 @@ import argparse
 import math
 import sys
 import time
+import warnings
 
 
 def build_model(torch, vocab, context, dim, layers, heads, mlp_width):
@@ -114,6 +115,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=76)
     ap.add_argument("--threads", type=int, default=0, help="0 = torch's default")
     args = ap.parse_args()
+    # torch warns on import when numpy is missing; the benchmark needs no numpy.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
         import torch
     except ImportError:

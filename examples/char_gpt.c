@@ -12,26 +12,32 @@
 
 static const char usage[] =
     "usage: char_gpt [options]\n"
-    "Trains a character-level GPT on a text file (vocabulary: its distinct bytes), on\n"
-    "random windows of the first 90%%; reports the loss on the last 10%%; samples.\n"
+    "Trains a character-level GPT on a text file (vocabulary: its distinct bytes) on\n"
+    "random windows of the first 90%, reports the loss on the last 10% and samples\n"
+    "200 characters (temperature 0.8) from the prompt \"The Program \" (or, if the\n"
+    "text lacks those characters, from the validation text's first 8 bytes).\n"
     "  --text FILE        training text (default /usr/share/common-licenses/GPL-3)\n"
-    "  --steps N          optimizer steps to run (default 300)\n"
+    "  --steps N          training steps to run (default 300)\n"
     "  --amp f16|bf16|off mixed precision (default f16, with a dynamic loss scaler)\n"
-    "  --seed S           seed of the initialization and the batch sampler (default 1)\n"
-    "  --device D         auto|cpu|cuda (default auto = cpu; cuda is not built yet: error)\n"
-    "  --checkpoint FILE  resume from FILE if it exists; save to it at the end\n"
+    "  --seed S           seed of the initialization, batches and sampling (default 1)\n"
+    "  --device D         auto|cpu|cuda (default auto = cpu; this build has no CUDA\n"
+    "                     backend, so cuda is an error rather than a silent fallback)\n"
+    "  --checkpoint FILE  resume from FILE if it exists (and run --steps more); save\n"
+    "                     all state to it at the end\n"
     "  --batch N          sequences per step (default 32)\n"
     "  --context N        tokens per sequence (default 64)\n"
     "  --dim N            embedding width (default 128; MLP width 4*dim)\n"
     "  --layers N         transformer blocks (default 2)\n"
     "  --heads N          attention heads (default 4)\n"
-    "  --lr X             peak AdamW learning rate (default 3e-3)\n"
+    "  --lr X             peak AdamW learning rate (default 3e-3): linear warmup over\n"
+    "                     the first 1/6 of the steps, cosine decay to lr/10 at the last\n"
     "  --log-every N      print a line every N steps (default 10)\n"
     "  --eval-every N     validation loss every N steps, 0 = only at the end (default 100)\n"
     "  --help             this text\n"
     "Prints `step N loss X scale S skipped K tok/s T lr L`: N counts every step run\n"
-    "(across resumes), X is that step's training loss, K the steps skipped for inf/NaN\n"
-    "gradients. A resumed run needs the same --text, --amp and model flags.\n";
+    "(across resumes), X is that step's training loss, S the loss scale, K the steps\n"
+    "skipped for inf/NaN gradients. A resumed run needs the same --text, --amp and\n"
+    "model flags.\n";
 
 enum { SAMPLE_CHARS = 200, EVAL_BATCHES = 4 };
 static const double SAMPLE_TEMPERATURE = 0.8;
@@ -130,7 +136,7 @@ static void load_corpus(const char *path, int context, corpus *c, int *vocab)
     unsigned char *bytes = malloc(cap);
     while (bytes && (got = fread(bytes + len, 1, cap - len, f)) > 0)
         if ((len += got) == cap) bytes = realloc(bytes, cap *= 2);
-    if (!bytes || ferror(f)) fail(1, "cannot read %s", path);
+    if (!bytes || ferror(f)) fail(1, "cannot read %s: %s", path, bytes ? strerror(errno) : "out of memory");
     fclose(f);
     c->len = (long)len;
     c->train_len = c->len * 9 / 10;
@@ -290,14 +296,18 @@ int main(int argc, char **argv)
      * parameter, gains and biases too. A warmup keeps the first Adam steps
      * (poor v estimates) small; the cosine decay then settles the loss. */
     alloy_optimizer adamw = alloy_adamw(o.lr, 0.9, 0.99, 1e-8, 0.01);
-    adamw.schedule = ALLOY_LR_WARMUP_COSINE;
-    adamw.total_steps = first_step + o.steps > 1 ? (int)(first_step + o.steps) : 1;
-    adamw.warmup_steps = adamw.total_steps / 6 > 0 ? adamw.total_steps / 6 : 1;
-    adamw.min_lr = o.lr / 10;
+    long total_steps = first_step + o.steps;
+    if (total_steps >= 2) { /* a schedule needs room for a warmup and a decay */
+        adamw.schedule = ALLOY_LR_WARMUP_COSINE;
+        adamw.total_steps = total_steps > 2000000000 ? 2000000000 : (int)total_steps;
+        adamw.warmup_steps = adamw.total_steps / 6 > 0 ? adamw.total_steps / 6 : 1;
+        adamw.min_lr = o.lr / 10;
+    }
     alloy_graph_add_optimizer(train, adamw);
     if (alloy_graph_status(train)) fail(1, "building the model: %s", alloy_last_error(train));
     if (resume) {
-        if (alloy_graph_load_checkpoint(train, o.checkpoint)) fail(1, "%s", alloy_last_error(train));
+        if (alloy_graph_load_checkpoint(train, o.checkpoint))
+            fail(1, "%s (a resumed run needs the same --text, --amp and model flags)", alloy_last_error(train));
         printf("resumed from %s at step %ld\n", o.checkpoint, first_step);
     }
 

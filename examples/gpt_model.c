@@ -11,7 +11,7 @@ typedef struct builder {
     alloy_graph *g;
     const gpt_config *cfg;
     int batch;
-    int rows;             /* batch * context: the rows of every [rows, dim] activation */
+    int64_t rows;         /* batch * context: the rows of every [rows, dim] activation */
     double residual_std;  /* init std of the layers that write into the residual stream */
 } builder;
 
@@ -116,7 +116,7 @@ gpt_model gpt_build(alloy_graph *g, const gpt_config *cfg, int batch, bool with_
 {
     /* GPT-2's init: N(0, 0.02), and the projections into the residual
      * stream scaled by 1/sqrt(2 * layers) so its variance stays put. */
-    builder b = {g, cfg, batch, batch * cfg->context, 0.02 / sqrt(2.0 * cfg->layers)};
+    builder b = {g, cfg, batch, (int64_t)batch * cfg->context, 0.02 / sqrt(2.0 * cfg->layers)};
     int64_t B = batch, T = cfg->context, D = cfg->dim, V = cfg->vocab;
     gpt_model m = {0};
     m.tokens = alloy_input(g, "tokens", ALLOY_I32, 2, DIMS(B, T));

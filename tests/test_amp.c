@@ -1,5 +1,6 @@
-/* test_amp.c - enable_amp: the colouring rules on hand-built graphs, list edits, markers, the MLP and
- * transformer block (casts, numerics against f32), overflow in deny ops, IR round trip, linear time. */
+/* test_amp.c - enable_amp: the colouring rules on hand-built graphs, list edits (API and environment),
+ * markers, the log, the MLP and transformer block (casts, numerics against f32), overflow in deny ops,
+ * IR round trip, table growth and linear time. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,32 +164,49 @@ static int cast_of(const ir_graph *c, int src, alloy_dtype dtype)
 /* The checks every AMP result must pass, whatever the graph: every node the
  * pass inserted is a cast (one operand, same shape, another dtype) that is
  * used; no cast takes a cast (never cast(cast(x))); no two casts convert the
- * same tensor to the same dtype (every pair compared); no marker survives.
- * Returns the number of inserted casts and, in *weight, how many cast a
- * parameter. */
+ * same tensor to the same dtype; no marker survives. Returns the number of
+ * inserted casts and, in *weight, how many cast a parameter. Linear in the
+ * graph (the 100k-node test uses it): users are counted in one sweep, and
+ * every pair of casts is compared through a table indexed by (source,
+ * dtype), where two casts collide exactly when the pair is a duplicate. */
 static int check_casts(const ir_graph *c, int *weight)
 {
-    int casts = 0, w = 0;
-    for (int i = 0; i < c->nnodes; i++) {
-        const ir_node *n = c->nodes[i];
-        if (n->op == IR_OP_amp_allow || n->op == IR_OP_amp_deny) fail_in(c, "marker %%%d survived", i);
-        if (!(n->flags & IR_NODE_INSERTED)) continue;
-        if (n->op != IR_OP_cast || n->nin != 1) fail_in(c, "inserted node %%%d is not a cast", i);
-        const ir_node *src = c->nodes[n->in[0]];
-        if (src->op == IR_OP_cast) fail_in(c, "%%%d casts the cast %%%d", i, src->id);
-        if (src->type.dtype == n->type.dtype) fail_in(c, "%%%d casts to the dtype it already has", i);
-        if (src->type.rank != n->type.rank ||
-            memcmp(src->type.dims, n->type.dims, sizeof(int64_t) * (size_t)n->type.rank) != 0)
-            fail_in(c, "%%%d changes the shape", i);
-        if (uses(c, i) == 0) fail_in(c, "cast %%%d is unused", i);
-        for (int j = i + 1; j < c->nnodes; j++) {
-            const ir_node *m = c->nodes[j];
-            if (is_inserted_cast(m) && m->in[0] == n->in[0] && m->type.dtype == n->type.dtype)
-                fail_in(c, "%%%d and %%%d both cast %%%d to %s", i, j, n->in[0], alloy_dtype_name(n->type.dtype));
+    int n = c->nnodes, casts = 0, w = 0;
+    int *users = calloc((size_t)n + 1, sizeof(int));
+    int *first = malloc(sizeof(int) * ((size_t)n * ALLOY_DTYPE_COUNT + 1));
+    assert_true(users && first);
+    for (int i = 0; i < n * ALLOY_DTYPE_COUNT; i++) first[i] = -1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < c->nodes[i]->nin; j++) users[c->nodes[i]->in[j]]++;
+    for (int i = 0; i < c->noutputs; i++) users[c->outputs[i].node]++;
+    if (c->loss >= 0) users[c->loss]++;
+    char msg[160] = "";
+    for (int i = 0; i < n && !*msg; i++) {
+        const ir_node *nd = c->nodes[i];
+        if (nd->op == IR_OP_amp_allow || nd->op == IR_OP_amp_deny) al_fmt(msg, sizeof msg, "marker %%%d survived", i);
+        if (!(nd->flags & IR_NODE_INSERTED) || *msg) continue;
+        if (nd->op != IR_OP_cast || nd->nin != 1) {
+            al_fmt(msg, sizeof msg, "inserted node %%%d is not a cast", i);
+            continue;
         }
+        const ir_node *src = c->nodes[nd->in[0]];
+        int *slot = &first[(size_t)nd->in[0] * ALLOY_DTYPE_COUNT + nd->type.dtype];
+        if (src->op == IR_OP_cast) al_fmt(msg, sizeof msg, "%%%d casts the cast %%%d", i, src->id);
+        else if (src->type.dtype == nd->type.dtype) al_fmt(msg, sizeof msg, "%%%d casts to the dtype it has", i);
+        else if (src->type.rank != nd->type.rank ||
+                 memcmp(src->type.dims, nd->type.dims, sizeof(int64_t) * (size_t)nd->type.rank) != 0)
+            al_fmt(msg, sizeof msg, "%%%d changes the shape", i);
+        else if (users[i] == 0) al_fmt(msg, sizeof msg, "cast %%%d is unused", i);
+        else if (*slot >= 0)
+            al_fmt(msg, sizeof msg, "%%%d and %%%d both cast %%%d to %s", *slot, i, nd->in[0],
+                   alloy_dtype_name(nd->type.dtype));
+        *slot = i;
         casts++;
         w += src->op == IR_OP_param;
     }
+    free(users);
+    free(first);
+    if (*msg) fail_in(c, "%s", msg);
     if (weight) *weight = w;
     return casts;
 }
@@ -927,7 +945,7 @@ static char *amp_log(alloy_graph *g)
     pass_options opts;
     assert_int_equal(graph_pass_options(g, &opts), ALLOY_OK);
     opts.log = f;
-    alloy_status st = pass_run_pipeline(&copy, &opts, NULL, f, NULL, 0, NULL);
+    alloy_status st = pass_run_pipeline(&copy, &opts, "", f, NULL, 0, NULL); /* "": ignore ALLOY_PRINT_AFTER */
     if (st) fail_msg("pipeline: %s", copy->error);
     ir_graph_free(copy);
     unsetenv("ALLOY_AMP_LOG");
@@ -1380,6 +1398,64 @@ static void test_the_printed_amp_ir_parses_and_prints_back_identically(void **st
     }
 }
 
+/* x -> B blocks of [e = exp(h); h = matmul(e, w1) + matmul(e, w2)] = y,
+ * after `pad` unused inputs that shift every node id by one each. */
+static alloy_graph *build_shared_cast_chain(int pad, int blocks)
+{
+    alloy_graph *g = new_graph("shared_casts");
+    for (int k = 0; k < pad; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "pad%d", k);
+        in_f32(g, name, 1, DIMS(1));
+    }
+    alloy_tensor *x = in_f32(g, "x", 2, DIMS(4, 4));
+    alloy_tensor *w1 = param_f32(g, "w1", 2, DIMS(4, 4));
+    alloy_tensor *w2 = param_f32(g, "w2", 2, DIMS(4, 4));
+    alloy_tensor *h = x;
+    for (int i = 0; i < blocks; i++) {
+        alloy_tensor *e = alloy_exp(g, h);
+        h = alloy_add(g, alloy_matmul(g, e, w1, false, false), alloy_matmul(g, e, w2, false, false));
+    }
+    output(g, "y", h);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    return g;
+}
+
+static void test_a_cast_shared_by_two_consumers_stays_shared_in_graphs_that_outgrow_the_pass_tables(void **state)
+{
+    (void)state;
+    /* Per block: exp is deny (f32); both matmuls are allow and share one
+     * cast of e to f16 (2 users); the add feeds the next exp, so it is not
+     * sandwiched and stays f32: each matmul result is cast to f32 - except
+     * in the last block, whose add is the graph output (allow by the sink
+     * rule), cast once to f32. w1 and w2 are cast once each, shared by all
+     * B matmuls. Casts: 2 + B (e) + 2(B - 1) + 1 = 3B + 1, 2 of them weights.
+     * The rewritten graph grows 7 nodes a block (exp, cast, matmul, matmul,
+     * cast, cast, add), so over 7 paddings the shared cast of some block
+     * lands on every id modulo 7, including the ids 255 and 511 where the
+     * pass's per-node tables grow; under cmocka's allocator every growth
+     * moves the tables. */
+    enum { BLOCKS = 80 };
+    for (int pad = 0; pad < 7; pad++) {
+        alloy_graph *g = build_shared_cast_chain(pad, BLOCKS);
+        alloy_amp_report rep;
+        const ir_graph *c = compile(g, &rep);
+        int weight;
+        assert_int_equal(check_casts(c, &weight), 3 * BLOCKS + 1);
+        assert_int_equal(weight, 2);
+        assert_int_equal(rep.casts, 3 * BLOCKS + 1);
+        int shared = 0;
+        for (int i = 0; i < c->nnodes; i++) {
+            const ir_node *n = c->nodes[i];
+            if (!is_inserted_cast(n) || c->nodes[n->in[0]]->op != IR_OP_exp) continue;
+            if (uses(c, i) != 2) fail_in(c, "the cast %%%d of an exp has %d users, expected 2", i, uses(c, i));
+            shared++;
+        }
+        assert_int_equal(shared, BLOCKS);
+        free_graph(g);
+    }
+}
+
 /* ==== linear time ==== */
 
 /* x -> B blocks of [matmul(h, w) -> add(x) -> exp -> reshape [16] -> reshape [4,4]] = y:
@@ -1431,9 +1507,9 @@ static void test_the_pass_is_linear_and_compiles_a_100k_node_chain_in_under_20_s
         assert_int_equal(graph_pass_options(g, &opts), ALLOY_OK);
         alloy_amp_report rep;
         opts.amp_report = &rep;
-        pass_timing t[8];
+        pass_timing t[16];
         int nt = 0;
-        alloy_status st = pass_run_pipeline(&copy, &opts, NULL, stderr, t, 8, &nt);
+        alloy_status st = pass_run_pipeline(&copy, &opts, "", stderr, t, 16, &nt);
         if (st) fail_msg("pipeline: %s", copy->error);
         double amp_ms = -1;
         for (int i = 0; i < nt; i++)
@@ -1486,6 +1562,7 @@ int main(void)
         T(test_a_sum_beyond_the_f16_range_stays_finite_because_reduce_sum_is_denied),
         T(test_exp_beyond_the_f16_range_stays_finite_because_exp_is_denied),
         T(test_the_printed_amp_ir_parses_and_prints_back_identically),
+        T(test_a_cast_shared_by_two_consumers_stays_shared_in_graphs_that_outgrow_the_pass_tables),
         /* the default allocator: cmocka's bookkeeping would dominate the timings */
         cmocka_unit_test_teardown(test_the_pass_is_linear_and_compiles_a_100k_node_chain_in_under_20_seconds,
                                   teardown),

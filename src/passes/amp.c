@@ -302,8 +302,10 @@ static int convert(rewriter *rw, int id, alloy_dtype want)
     if (n->type.dtype == want) return id;
     int src = rw->cast_src[id];
     if (src >= 0 && rw->out->nodes[src]->type.dtype == want) return src;
-    int *memo = want == ALLOY_F32 ? &rw->cast_f32[id] : want == rw->low ? &rw->cast_low[id] : NULL;
-    if (memo && *memo >= 0) return *memo;
+    /* one shared cast per (tensor, dtype); indices, not pointers: the
+     * tables move when rewriter_grow reallocates them */
+    int memo = want == ALLOY_F32 ? rw->cast_f32[id] : want == rw->low ? rw->cast_low[id] : -1;
+    if (memo >= 0) return memo;
     if (!rewriter_grow(rw)) {
         ir_error(rw->out, ALLOY_ERR_OOM, "amp: out of memory inserting a cast");
         return -1;
@@ -321,7 +323,8 @@ static int convert(rewriter *rw, int id, alloy_dtype want)
         return -1;
     }
     rw->cast_src[c->id] = id;
-    if (memo) *memo = c->id;
+    if (want == ALLOY_F32) rw->cast_f32[id] = c->id;
+    else if (want == rw->low) rw->cast_low[id] = c->id;
     return c->id;
 }
 

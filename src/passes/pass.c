@@ -19,6 +19,7 @@ static const pass pipeline[] = {
     {"grad_scaler", pass_grad_scaler},
     {"optimizer", pass_optimizer},
     {"dce", pass_dce},
+    {"fuse", pass_fuse},
 };
 
 static double now_ms(void)

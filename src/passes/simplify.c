@@ -12,7 +12,8 @@
  *   A narrowing inner cast (f32 -> f16, f32 -> i32) changes values and is
  *   never folded;
  * - no non-leaf node whose operands are all constants and whose result has
- *   at most FOLD_MAX elements: it was run on the CPU and replaced by a
+ *   at most FOLD_MAX elements (operands at most FOLD_MAX_OPERAND, so the
+ *   pass stays cheap): it was run on the CPU and replaced by a
  *   constant of the same type ({value=v} when all elements are equal,
  *   else {values=[...]}), unless running it failed (the error is then left
  *   for the real run) or a value does not survive the trip through double
@@ -21,12 +22,16 @@
  *   broadcast_to to the operand's own shape, or transpose by the identity
  *   perm whose result type (dtype and shape) equals the kept operand's: an
  *   identity that broadcasts is kept. The arithmetic ones need a floating
- *   or integer dtype (for integers any zero counts). x+(+0) is NOT an
- *   identity (-0 + +0 = +0). A constant counts as 1 or 0 only when every
- *   element, as stored in its dtype, is exactly that value.
+ *   dtype or i32 (where any zero counts; neg(neg(x)) only for floats, as
+ *   integer neg saturates; not i64, which the CPU computes in f64, rounding
+ *   beyond 2^53). x+(+0) is NOT an identity (-0 + +0 = +0). A constant
+ *   counts as 1 or 0 only when every element, as stored in its dtype, is
+ *   exactly that value.
  * Leaves, outputs, updates and the loss are kept, pointing at the
  * replacements; amp, flags and group stay on surviving nodes (a folded
- * constant takes the annotations of the node it replaces). Names: a named
+ * constant takes the amp and flags of the node it replaces, and no group).
+ * The pass belongs before fuse: it keeps groups apart in CSE but does not
+ * re-check fuse's guarantees (a group may lose members). Names: a named
  * node replaced by another gives its name to the replacement when that one
  * has none and is not an input/param/state (whose names are their feed and
  * state keys), else the name is lost, so it can no longer be fetched by
@@ -41,7 +46,10 @@
 #include "runtime/convert.h"
 #include "runtime/cpu.h"
 
-enum { FOLD_MAX = 4096 }; /* largest result constant folding evaluates */
+enum {
+    FOLD_MAX = 4096,          /* largest result constant folding evaluates */
+    FOLD_MAX_OPERAND = 65536, /* and largest operand, so folding stays cheap */
+};
 
 /* What a node is, apart from its name and annotations: what CSE compares. */
 typedef struct node_key {
@@ -54,11 +62,11 @@ typedef struct node_key {
 } node_key;
 
 typedef struct sweep {
-    const ir_graph *g; /* the graph being simplified */
     ir_graph *out;     /* the rebuilt graph */
     int *map;          /* old id -> new id */
     int *slots;        /* CSE table over new ids, open addressing, -1 empty */
     uint64_t *hashes;  /* new id -> key hash */
+    uint8_t *kinds;    /* new id -> const_kind bits of a constant, CONST_KNOWN once computed */
     size_t mask;
     int *ins;          /* operand buffer for the node being rewritten */
 } sweep;
@@ -188,27 +196,37 @@ static double as_stored(alloy_dtype dtype, double v)
     return back;
 }
 
-typedef enum { IS_ONE, IS_POS_ZERO, IS_NEG_ZERO } const_kind;
+/* What every element of a constant is, as bits (integers have one zero,
+ * which is both). */
+typedef enum { IS_ONE = 1, IS_POS_ZERO = 2, IS_NEG_ZERO = 4, CONST_KNOWN = 8 } const_kind;
 
-static bool element_is(alloy_dtype dtype, double v, const_kind want)
+static unsigned element_kinds(alloy_dtype dtype, double v)
 {
     double x = as_stored(dtype, v);
-    if (want == IS_ONE) return x == 1.0;
-    if (x != 0.0) return false;
-    if (!ir_is_float(dtype)) return true; /* integers have one zero */
-    return want == IS_NEG_ZERO ? signbit(x) != 0 : signbit(x) == 0;
+    if (x == 1.0) return IS_ONE;
+    if (x != 0.0) return 0;
+    if (!ir_is_float(dtype)) return IS_POS_ZERO | IS_NEG_ZERO;
+    return signbit(x) ? IS_NEG_ZERO : IS_POS_ZERO;
 }
 
-/* Whether node n is a constant every element of which is `want`. */
-static bool constant_is(const ir_node *n, const_kind want)
+/* Whether new node id is a constant every element of which is `want`;
+ * each constant is scanned once however many nodes read it. */
+static bool constant_is(const sweep *s, int id, const_kind want)
 {
+    const ir_node *n = s->out->nodes[id];
     if (n->op != IR_OP_constant) return false;
-    const ir_attr *value = ir_attr_find(n, "value"), *values = ir_attr_find(n, "values");
-    if (value) return element_is(n->type.dtype, value->kind == IR_ATTR_INT ? (double)value->i : value->f, want);
-    if (!values || values->kind != IR_ATTR_FLOATS) return false;
-    for (int i = 0; i < values->n; i++)
-        if (!element_is(n->type.dtype, values->floats[i], want)) return false;
-    return true;
+    if (!(s->kinds[id] & CONST_KNOWN)) {
+        alloy_dtype dt = n->type.dtype;
+        const ir_attr *value = ir_attr_find(n, "value"), *values = ir_attr_find(n, "values");
+        unsigned kinds = 0; /* ir_add_node made value a FLOAT and values FLOATS */
+        if (value && value->kind == IR_ATTR_FLOAT) kinds = element_kinds(dt, value->f);
+        else if (values && values->kind == IR_ATTR_FLOATS) {
+            kinds = IS_ONE | IS_POS_ZERO | IS_NEG_ZERO;
+            for (int i = 0; kinds && i < values->n; i++) kinds &= element_kinds(dt, values->floats[i]);
+        }
+        s->kinds[id] = (uint8_t)(kinds | CONST_KNOWN);
+    }
+    return (s->kinds[id] & want) != 0;
 }
 
 /* The operand a node reduces to by an exact identity, or -1. k's operands
@@ -233,21 +251,23 @@ static int identity_of(const sweep *s, const node_key *k)
     }
     default: break;
     }
+    /* Arithmetic: floats, and i32, which the CPU computes exactly in f64.
+     * Not i64: the CPU rounds it to f64 too, so x*1 is not x beyond 2^53. */
     alloy_dtype dt = k->type.dtype;
-    if (!ir_is_float(dt) && !ir_is_int(dt)) return -1;
-    const_kind add_zero = ir_is_float(dt) ? IS_NEG_ZERO : IS_POS_ZERO;
+    if (!ir_is_float(dt) && dt != ALLOY_I32) return -1;
     switch (k->op) {
     case IR_OP_mul:
-        if (same_a && constant_is(b, IS_ONE)) return k->in[0];
-        if (same_b && constant_is(a, IS_ONE)) return k->in[1];
+        if (same_a && constant_is(s, k->in[1], IS_ONE)) return k->in[0];
+        if (same_b && constant_is(s, k->in[0], IS_ONE)) return k->in[1];
         return -1;
-    case IR_OP_div: return same_a && constant_is(b, IS_ONE) ? k->in[0] : -1;
-    case IR_OP_sub: return same_a && constant_is(b, IS_POS_ZERO) ? k->in[0] : -1;
-    case IR_OP_add:
-        if (same_a && constant_is(b, add_zero)) return k->in[0];
-        if (same_b && constant_is(a, add_zero)) return k->in[1];
+    case IR_OP_div: return same_a && constant_is(s, k->in[1], IS_ONE) ? k->in[0] : -1;
+    case IR_OP_sub: return same_a && constant_is(s, k->in[1], IS_POS_ZERO) ? k->in[0] : -1;
+    case IR_OP_add: /* x + (+0) is not x when x is -0; an integer zero has both bits */
+        if (same_a && constant_is(s, k->in[1], IS_NEG_ZERO)) return k->in[0];
+        if (same_b && constant_is(s, k->in[0], IS_NEG_ZERO)) return k->in[1];
         return -1;
-    case IR_OP_neg: return a->op == IR_OP_neg ? a->in[0] : -1;
+    case IR_OP_neg: /* integer neg saturates: neg(neg(INT32_MIN)) is INT32_MIN + 1 */
+        return a->op == IR_OP_neg && ir_is_float(dt) ? a->in[0] : -1;
     default: return -1;
     }
 }
@@ -320,15 +340,17 @@ static alloy_status fold_constants(const sweep *s, node_key *k, ir_attr *attr, d
 {
     *values = NULL;
     if (k->nin == 0 || k->nin > 64 || !ir_ops[k->op].cpu || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
-    for (int j = 0; j < k->nin; j++)
-        if (s->out->nodes[k->in[j]]->op != IR_OP_constant) return ALLOY_OK;
+    for (int j = 0; j < k->nin; j++) {
+        const ir_node *c = s->out->nodes[k->in[j]];
+        if (c->op != IR_OP_constant || ir_numel(&c->type) > FOLD_MAX_OPERAND) return ALLOY_OK;
+    }
     alloy_status st = evaluate(s, k, values);
     if (st) return st == ALLOY_ERR_OOM ? st : ALLOY_OK; /* a failing node fails in the real run */
     int count = (int)ir_numel(&k->type);
     bool uniform = count > 0;
     for (int i = 1; i < count && uniform; i++) uniform = bits_of((*values)[i]) == bits_of((*values)[0]);
     *attr = uniform ? ir_a_float("value", (*values)[0]) : ir_a_floats("values", count, *values);
-    *k = (node_key){IR_OP_constant, 0, NULL, 1, attr, k->type, k->group};
+    *k = (node_key){IR_OP_constant, 0, NULL, 1, attr, k->type, -1}; /* no fusion group holds a constant */
     return ALLOY_OK;
 }
 
@@ -345,12 +367,12 @@ static alloy_status simplify_node(sweep *s, const ir_node *n)
 {
     for (int j = 0; j < n->nin; j++) s->ins[j] = s->map[n->in[j]];
     node_key k = {n->op, n->nin, s->ins, n->nattrs, n->attrs, n->type, n->group};
-    if (is_state_leaf(n)) { /* inputs, params, state: kept as they are, never merged */
+    if (0) { /* inputs, params, state: kept as they are, never merged */
         ir_node *m = ir_add_node(s->out, n->op, 0, NULL, n->nattrs, n->attrs, &n->type, n->name);
         if (!m) return s->out->status;
         m->amp = n->amp, m->flags = n->flags, m->group = n->group;
         s->map[n->id] = m->id;
-        s->hashes[m->id] = 0;
+        s->hashes[m->id] = 0, s->kinds[m->id] = 0;
         return ALLOY_OK;
     }
     int to = n->op == IR_OP_cast ? fold_cast(s, &k) : -1;
@@ -364,7 +386,7 @@ static alloy_status simplify_node(sweep *s, const ir_node *n)
     alloy_status st = fold_constants(s, &k, &folded, &values);
     if (st) {
         al_free(values);
-        return ir_error(s->out, st, "simplify: out of memory folding constants");
+        return ir_error(s->out, st, "out of memory folding constants");
     }
     uint64_t h = hash_key(&k);
     size_t slot = 0;
@@ -377,18 +399,20 @@ static alloy_status simplify_node(sweep *s, const ir_node *n)
     ir_node *m = ir_add_node(s->out, k.op, k.nin, k.in, k.nattrs, k.attrs, &k.type, n->name);
     al_free(values);
     if (!m) return s->out->status;
-    m->amp = n->amp, m->flags = n->flags, m->group = n->group;
+    m->amp = n->amp, m->flags = n->flags, m->group = k.group;
     s->map[n->id] = m->id;
-    s->hashes[m->id] = h;
+    s->hashes[m->id] = h, s->kinds[m->id] = 0;
     if (same < 0) s->slots[slot] = m->id;
     return ALLOY_OK;
 }
 
+/* Replaces *gp by its simplified copy (see the top of this file). On error
+ * (only out of memory) *gp is left as it was, with the error recorded. */
 alloy_status pass_simplify(ir_graph **gp, const pass_options *opts)
 {
     (void)opts;
     ir_graph *g = *gp;
-    sweep s = {.g = g};
+    sweep s = {0};
     int maxin = 1;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->nin > maxin) maxin = g->nodes[i]->nin;
@@ -397,11 +421,12 @@ alloy_status pass_simplify(ir_graph **gp, const pass_options *opts)
     s.mask = cap - 1;
     s.map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
     s.hashes = al_malloc(sizeof(uint64_t) * ((size_t)g->nnodes + 1));
+    s.kinds = al_malloc((size_t)g->nnodes + 1);
     s.slots = al_malloc(sizeof(int) * cap);
     s.ins = al_malloc(sizeof(int) * (size_t)maxin);
     s.out = ir_graph_new(g->name);
     alloy_status st = ALLOY_OK;
-    if (!s.map || !s.hashes || !s.slots || !s.ins || !s.out) st = ALLOY_ERR_OOM;
+    if (!s.map || !s.hashes || !s.kinds || !s.slots || !s.ins || !s.out) st = ALLOY_ERR_OOM;
     for (size_t i = 0; !st && i < cap; i++) s.slots[i] = -1;
     for (int i = 0; !st && i < g->nnodes; i++) st = simplify_node(&s, g->nodes[i]);
     for (int i = 0; !st && i < g->noutputs; i++)
@@ -411,6 +436,7 @@ alloy_status pass_simplify(ir_graph **gp, const pass_options *opts)
     if (!st && g->loss >= 0) s.out->loss = s.map[g->loss];
     al_free(s.map);
     al_free(s.hashes);
+    al_free(s.kinds);
     al_free(s.slots);
     al_free(s.ins);
     if (st) {

@@ -26,11 +26,37 @@ AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fm
  * values[i].data for input and param nodes (not owned); every other value
  * is allocated here (al_malloc, owned by values[i], release with
  * cpu_release_values). A value whose last consumer has run is freed early
- * unless keep[i]. Stops at the first error. */
+ * unless keep[i]. Stops at the first error.
+ * Fusion groups (node->group >= 0) run as one unit at their last member's
+ * position (cpu_run_group); a member is stored only when a node outside its
+ * group reads it, it is an output, update or the loss, or keep[i]; the
+ * others keep values[i].data NULL. An illegal grouping is an
+ * ALLOY_ERR_VERIFY. x->nthreads is set here: ALLOY_NUM_THREADS when set,
+ * else the caller's value when above 1, else the online CPU count. */
 AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values,
                                      const bool *keep);
 /* Frees every value cpu_run_graph allocated. */
 AL_HIDDEN void cpu_release_values(const ir_graph *g, rt_tensor *values);
+
+/* A growable buffer the executor lends to cpu_run_group (al_free data). */
+typedef struct cpu_scratch {
+    void *data;
+    size_t bytes;
+} cpu_scratch;
+
+/* Runs members[0..n) (ascending ids; elementwise nodes of one result shape
+ * and one compute type; one node alone is a group of one) as one pass over
+ * their shape in chunks (cpu_fused.c): each input from outside the list is
+ * loaded once per chunk, converted to the compute type, the members are
+ * evaluated in order into chunk buffers (float values unrounded, bool and
+ * integer ones rounded to their dtype), and a member is stored, rounded
+ * once to its dtype, into values[id].data when the caller allocated that
+ * (NULL: the value is never materialized). The
+ * chunks are split over up to x->nthreads threads when the work is big
+ * enough; every element is computed alone, so the results do not depend on
+ * the thread count. A list that breaks these rules is ALLOY_ERR_VERIFY. */
+AL_HIDDEN alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
+                                     rt_tensor *values, cpu_scratch *scratch);
 
 /* The compute type of an elementwise op: f64 when any operand is f64 or an
  * integer, else f32 (f16/bf16 load to f32 and round once on store). */

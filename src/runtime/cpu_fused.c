@@ -1,0 +1,391 @@
+/* cpu_fused.c - runs a fusion group (or one elementwise node) as one chunked pass over its shape, split across threads. */
+#include <pthread.h>
+#include <string.h>
+
+#include "runtime/convert.h"
+#include "runtime/cpu.h"
+
+/* CHUNK elements per step, as in cpu_elementwise.c: each member's chunk
+ * stays in L1/L2 while the next member reads it. A thread is worth starting
+ * for about MIN_WORK element-visits (loads plus member evaluations). */
+enum { CHUNK = 1024, MIN_WORK = 1 << 17, MAX_THREADS = 64 };
+
+/* How an external input walks the iteration space. */
+typedef enum fz_walk {
+    WALK_DENSE,   /* its elements are the iteration order: read at the flat index */
+    WALK_UNIFORM, /* one element for the whole space (a scalar, or broadcast everywhere) */
+    WALK_STRIDED, /* broadcast along some dims: gathered row segment by row segment */
+} fz_walk;
+
+typedef struct fz_input {
+    alloy_dtype dtype;
+    size_t es;
+    const char *data;
+    fz_walk walk;
+    int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
+} fz_input;
+
+typedef struct fz_member {
+    ir_ew_f32 f32;
+    ir_ew_f64 f64;
+    int src[3];  /* >= 0: external input; < 0: member -src-1; unused operands -0x7fff */
+    int nin;
+    int slot;    /* chunk buffer holding its value, or -1: computed straight into dst */
+    char *dst;   /* where it is stored, or NULL: never materialized */
+    bool exact;  /* a bool or integer result: rounded to its dtype in the buffer too */
+    alloy_dtype dtype;
+    size_t es;
+} fz_member;
+
+typedef struct fz_plan {
+    bool wide; /* computes in f64 */
+    int rank;  /* of the coalesced iteration space (>= 1) */
+    int64_t dims[ALLOY_MAX_RANK];
+    int64_t total;
+    int ninputs, nmembers, nslots;
+    fz_input *inputs;
+    fz_member *members;
+} fz_plan;
+
+enum { NO_OPERAND = -0x7fff };
+
+/* Coalesced iteration space of shape `out` over the inputs (cpu_elementwise.c's
+ * build_space for any number of inputs): size-1 dims dropped, neighbouring
+ * dims merged where every input walks them as one. */
+static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in_types)
+{
+    int r = out->rank;
+    p->rank = 0;
+    for (int d = 0; d < r; d++) {
+        if (out->dims[d] == 1) continue;
+        bool merge = p->rank > 0;
+        for (int k = 0; k < p->ninputs; k++) {
+            /* the input's stride at out dim d */
+            const ir_type *t = in_types[k];
+            int64_t acc = 1;
+            for (int e = r - 1; e > d; e--) {
+                int te = e - (r - t->rank);
+                acc *= te >= 0 ? t->dims[te] : 1;
+            }
+            int td = d - (r - t->rank);
+            int64_t s = (td >= 0 ? t->dims[td] : 1) == 1 ? 0 : acc;
+            if (merge && p->inputs[k].stride[p->rank - 1] != s * out->dims[d]) merge = false;
+            p->inputs[k].stride[p->rank] = s; /* tentative next dim */
+        }
+        if (merge) {
+            p->dims[p->rank - 1] *= out->dims[d];
+            for (int k = 0; k < p->ninputs; k++) p->inputs[k].stride[p->rank - 1] = p->inputs[k].stride[p->rank];
+        } else {
+            p->dims[p->rank++] = out->dims[d];
+        }
+    }
+    if (p->rank == 0) {
+        p->rank = 1;
+        p->dims[0] = 1;
+        for (int k = 0; k < p->ninputs; k++) p->inputs[k].stride[0] = 0;
+    }
+    for (int k = 0; k < p->ninputs; k++) {
+        fz_input *in = &p->inputs[k];
+        bool uniform = true, dense = true;
+        int64_t acc = 1;
+        for (int d = p->rank - 1; d >= 0; d--) {
+            uniform &= in->stride[d] == 0;
+            dense &= in->stride[d] == acc;
+            acc *= p->dims[d];
+        }
+        in->walk = uniform ? WALK_UNIFORM : dense ? WALK_DENSE : WALK_STRIDED;
+    }
+}
+
+/* Loads len elements of in from flat iteration index start into buf (compute
+ * type), one row segment at a time. */
+static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t len, void *buf)
+{
+    int r = p->rank;
+    int64_t idx[ALLOY_MAX_RANK], rem = start, off = 0;
+    for (int d = r - 1; d >= 0; d--) {
+        idx[d] = rem % p->dims[d];
+        rem /= p->dims[d];
+        off += idx[d] * in->stride[d];
+    }
+    int64_t inner = p->dims[r - 1], sin = in->stride[r - 1];
+    size_t cs = p->wide ? sizeof(double) : sizeof(float);
+    for (int64_t done = 0; done < len;) {
+        int64_t seg = inner - idx[r - 1];
+        if (seg > len - done) seg = len - done;
+        char *dst = (char *)buf + (size_t)done * cs;
+        const char *src = in->data + (size_t)off * in->es;
+        if (sin == 0) {
+            if (p->wide) {
+                double v;
+                cvt_load_f64(in->dtype, src, &v, 1);
+                for (int64_t i = 0; i < seg; i++) ((double *)(void *)dst)[i] = v;
+            } else {
+                float v;
+                cvt_load_f32(in->dtype, src, &v, 1);
+                for (int64_t i = 0; i < seg; i++) ((float *)(void *)dst)[i] = v;
+            }
+        } else if (p->wide) {
+            cvt_load_f64(in->dtype, src, (double *)(void *)dst, (size_t)seg);
+        } else {
+            cvt_load_f32(in->dtype, src, (float *)(void *)dst, (size_t)seg);
+        }
+        done += seg;
+        idx[r - 1] += seg;
+        off += seg * sin;
+        if (idx[r - 1] < inner) continue;
+        off -= inner * sin;
+        idx[r - 1] = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            idx[d]++;
+            off += in->stride[d];
+            if (idx[d] < p->dims[d]) break;
+            off -= in->stride[d] * p->dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* One thread's share: chunks [c0, c1). scratch holds ninputs + nslots chunk
+ * buffers of the compute type and one of CHUNK * 8 bytes (any dtype); ptr
+ * has room for ninputs + nmembers pointers. */
+typedef struct fz_work {
+    const fz_plan *plan;
+    int64_t c0, c1;
+    char *scratch;
+    const void **ptr;
+} fz_work;
+
+static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, const void **ptr)
+{
+    size_t cs = p->wide ? sizeof(double) : sizeof(float);
+    size_t bufbytes = (size_t)CHUNK * cs;
+    alloy_dtype ct = p->wide ? ALLOY_F64 : ALLOY_F32;
+    char *inbuf = scratch, *slotbuf = scratch + (size_t)p->ninputs * bufbytes;
+    char *roundtrip = slotbuf + (size_t)p->nslots * bufbytes; /* CHUNK * 8 bytes */
+    const void **val = ptr + p->ninputs;
+    /* uniform inputs are filled once for the whole share */
+    for (int k = 0; k < p->ninputs; k++) {
+        const fz_input *in = &p->inputs[k];
+        if (in->walk != WALK_UNIFORM) continue;
+        void *b = inbuf + (size_t)k * bufbytes;
+        if (p->wide) {
+            double v;
+            cvt_load_f64(in->dtype, in->data, &v, 1);
+            for (int i = 0; i < CHUNK; i++) ((double *)b)[i] = v;
+        } else {
+            float v;
+            cvt_load_f32(in->dtype, in->data, &v, 1);
+            for (int i = 0; i < CHUNK; i++) ((float *)b)[i] = v;
+        }
+        ptr[k] = b;
+    }
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t start = c * CHUNK, len = p->total - start < CHUNK ? p->total - start : CHUNK;
+        for (int k = 0; k < p->ninputs; k++) {
+            const fz_input *in = &p->inputs[k];
+            void *b = inbuf + (size_t)k * bufbytes;
+            if (in->walk == WALK_DENSE) {
+                const char *src = in->data + (size_t)start * in->es;
+                if (in->dtype == ct) {
+                    ptr[k] = src;
+                } else {
+                    if (p->wide) cvt_load_f64(in->dtype, src, b, (size_t)len);
+                    else cvt_load_f32(in->dtype, src, b, (size_t)len);
+                    ptr[k] = b;
+                }
+            } else if (in->walk == WALK_STRIDED) {
+                gather(p, in, start, len, b);
+                ptr[k] = b;
+            }
+        }
+        for (int m = 0; m < p->nmembers; m++) {
+            const fz_member *mb = &p->members[m];
+            const void *op[3] = {NULL, NULL, NULL};
+            for (int j = 0; j < mb->nin; j++)
+                op[j] = mb->src[j] >= 0 ? ptr[mb->src[j]] : val[-mb->src[j] - 1];
+            char *dst = mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
+            void *y = mb->slot >= 0 ? slotbuf + (size_t)mb->slot * bufbytes : dst;
+            /* a bool/integer value is what a store and a load give back; a
+             * float one stays unrounded (docs/fusion.md) */
+            char *back = dst ? dst : roundtrip;
+            if (p->wide) {
+                mb->f64(len, y, op[0], op[1], op[2]);
+                if ((dst && y != dst) || mb->exact) cvt_store_f64(mb->dtype, y, back, (size_t)len);
+                if (mb->exact) cvt_load_f64(mb->dtype, back, y, (size_t)len);
+            } else {
+                mb->f32(len, y, op[0], op[1], op[2]);
+                if ((dst && y != dst) || mb->exact) cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                if (mb->exact) cvt_load_f32(mb->dtype, back, y, (size_t)len);
+            }
+            val[m] = y;
+        }
+    }
+}
+
+static void *run_share(void *arg)
+{
+    fz_work *w = arg;
+    run_chunks(w->plan, w->c0, w->c1, w->scratch, w->ptr);
+    return NULL;
+}
+
+/* Index of member id in members[0..n), or -1. members are ascending. */
+static int member_index(const int *members, int n, int id)
+{
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (members[mid] == id) return mid;
+        if (members[mid] < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+/* Whether node n computes in f64 (cpu_ew_uses_f64 over its operands' values). */
+static bool member_wide(const ir_node *n, const rt_tensor *values)
+{
+    rt_tensor in[3];
+    for (int j = 0; j < n->nin && j < 3; j++) in[j] = values[n->in[j]];
+    return cpu_ew_uses_f64(n, in);
+}
+
+/* Fills p's members and external inputs (arrays already sized for n members
+ * and 3n inputs) and gives each member a chunk buffer: one per value live at
+ * a time, none for a stored member of the compute type (computed in place
+ * in its destination). Returns NULL, or why the group cannot run. */
+static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, int n,
+                             const rt_tensor *values, const ir_type **in_types, int *last_use,
+                             int *free_slots)
+{
+    const ir_node *first = g->nodes[members[0]];
+    p->wide = member_wide(first, values);
+    alloy_dtype ct = p->wide ? ALLOY_F64 : ALLOY_F32;
+    int *ext_id = last_use + n; /* node id of each input (3n ints after last_use) */
+    p->ninputs = 0;
+    for (int k = 0; k < n; k++) {
+        const ir_node *m = g->nodes[members[k]];
+        const ir_op_info *info = &ir_ops[m->op];
+        if (!info->elementwise || m->nin > 3) return "a member is not an elementwise op";
+        if (k > 0 && members[k] <= members[k - 1]) return "members are not in topological order";
+        if (m->type.rank != first->type.rank ||
+            memcmp(m->type.dims, first->type.dims, sizeof(int64_t) * (size_t)m->type.rank) != 0)
+            return "members have different shapes";
+        if (member_wide(m, values) != p->wide) return "members compute in different precisions";
+        fz_member *mb = &p->members[k];
+        *mb = (fz_member){.f32 = info->ew_f32, .f64 = info->ew_f64, .nin = m->nin, .slot = -1,
+                          .dst = values[members[k]].data, .dtype = m->type.dtype,
+                          .exact = n > 1 && !ir_is_float(m->type.dtype),
+                          .es = alloy_dtype_size(m->type.dtype),
+                          .src = {NO_OPERAND, NO_OPERAND, NO_OPERAND}};
+        last_use[k] = -1;
+        for (int j = 0; j < m->nin; j++) {
+            int id = m->in[j], mi = member_index(members, n, id);
+            if (mi >= k) return "a member reads a later member";
+            if (mi >= 0) {
+                mb->src[j] = -mi - 1;
+                last_use[mi] = k;
+                continue;
+            }
+            int e = 0;
+            while (e < p->ninputs && ext_id[e] != id) e++;
+            if (e == p->ninputs) {
+                const rt_tensor *v = &values[id];
+                if (!v->data && ir_nbytes(&v->type)) return "an input of the group has no value";
+                ext_id[e] = id;
+                in_types[e] = &v->type;
+                p->inputs[e] = (fz_input){.dtype = v->type.dtype, .es = alloy_dtype_size(v->type.dtype),
+                                          .data = v->data};
+                p->ninputs++;
+            }
+            mb->src[j] = e;
+        }
+    }
+    /* buffer slots by liveness, in member order */
+    int nfree = 0;
+    p->nslots = 0;
+    for (int k = 0; k < n; k++) {
+        fz_member *mb = &p->members[k];
+        if (!(mb->dst && mb->dtype == ct)) mb->slot = nfree ? free_slots[--nfree] : p->nslots++;
+        for (int j = 0; j < mb->nin; j++) {
+            int mi = mb->src[j] < 0 && mb->src[j] != NO_OPERAND ? -mb->src[j] - 1 : -1;
+            if (mi < 0 || last_use[mi] != k || p->members[mi].slot < 0) continue;
+            bool dup = false; /* mul(a, a): free a's slot once */
+            for (int i = 0; i < j; i++) dup |= mb->src[i] == mb->src[j];
+            if (!dup) free_slots[nfree++] = p->members[mi].slot;
+        }
+        if (last_use[k] < 0 && mb->slot >= 0) free_slots[nfree++] = mb->slot;
+    }
+    return NULL;
+}
+
+alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
+                           rt_tensor *values, cpu_scratch *scratch)
+{
+    const ir_node *last = g->nodes[members[n - 1]];
+    char label[64];
+    /* one block: members, inputs, input types, last uses + input ids, free slots */
+    size_t bytes = sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n +
+                   sizeof(ir_type *) * 3 * (size_t)n + sizeof(int) * 5 * (size_t)n;
+    char *block = al_malloc(bytes);
+    if (!block)
+        return cpu_fail(x, ALLOY_ERR_OOM, "out of memory running the group ending at %s '%s'",
+                        ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
+    fz_plan p = {.nmembers = n};
+    p.members = (fz_member *)(void *)block;
+    p.inputs = (fz_input *)(void *)(block + sizeof(fz_member) * (size_t)n);
+    const ir_type **in_types = (const ir_type **)(void *)((char *)p.inputs + sizeof(fz_input) * 3 * (size_t)n);
+    int *last_use = (int *)(void *)(in_types + 3 * (size_t)n);
+    int *free_slots = last_use + 4 * (size_t)n;
+    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots);
+    if (why) {
+        al_free(block);
+        return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",
+                        ir_ops[last->op].name, ir_node_label(last, label, sizeof label), why);
+    }
+    p.total = ir_numel(&last->type);
+    if (p.total == 0) {
+        al_free(block);
+        return ALLOY_OK;
+    }
+    build_space(&p, &last->type, in_types);
+    int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
+    int64_t work = p.total * (p.ninputs + p.nmembers);
+    int64_t nt = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
+    if (nt > work / MIN_WORK) nt = work / MIN_WORK;
+    if (nt > nchunks) nt = nchunks;
+    if (nt < 1) nt = 1;
+    size_t cs = p.wide ? sizeof(double) : sizeof(float);
+    size_t share = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8 +
+                   sizeof(void *) * (size_t)(p.ninputs + p.nmembers);
+    share = (share + 63) & ~(size_t)63;
+    if (scratch->bytes < share * (size_t)nt) {
+        void *bigger = al_realloc(scratch->data, share * (size_t)nt);
+        if (!bigger) {
+            al_free(block);
+            return cpu_fail(x, ALLOY_ERR_OOM, "out of memory for the chunk buffers of %s '%s'",
+                            ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
+        }
+        scratch->data = bigger;
+        scratch->bytes = share * (size_t)nt;
+    }
+    fz_work work_of[MAX_THREADS];
+    pthread_t thread[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    size_t ptr_at = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8;
+    for (int64_t t = 0; t < nt; t++) {
+        char *mine = (char *)scratch->data + share * (size_t)t;
+        work_of[t] = (fz_work){.plan = &p, .c0 = nchunks * t / nt, .c1 = nchunks * (t + 1) / nt,
+                               .scratch = mine, .ptr = (const void **)(void *)(mine + ptr_at)};
+    }
+    for (int64_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&thread[t], NULL, run_share, &work_of[t]) == 0;
+    run_share(&work_of[0]);
+    for (int64_t t = 1; t < nt; t++) {
+        if (started[t]) pthread_join(thread[t], NULL);
+        else run_share(&work_of[t]); /* no thread to be had: do its share here */
+    }
+    al_free(block);
+    return ALLOY_OK;
+}
