@@ -18,6 +18,7 @@ static const pass pipeline[] = {
     {"autodiff", pass_autodiff},
     {"grad_scaler", pass_grad_scaler},
     {"optimizer", pass_optimizer},
+    {"simplify", pass_simplify},
     {"dce", pass_dce},
     {"fuse", pass_fuse},
 };

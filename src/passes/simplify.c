@@ -367,7 +367,7 @@ static alloy_status simplify_node(sweep *s, const ir_node *n)
 {
     for (int j = 0; j < n->nin; j++) s->ins[j] = s->map[n->in[j]];
     node_key k = {n->op, n->nin, s->ins, n->nattrs, n->attrs, n->type, n->group};
-    if (0) { /* inputs, params, state: kept as they are, never merged */
+    if (is_state_leaf(n)) { /* inputs, params, state: kept as they are, never merged */
         ir_node *m = ir_add_node(s->out, n->op, 0, NULL, n->nattrs, n->attrs, &n->type, n->name);
         if (!m) return s->out->status;
         m->amp = n->amp, m->flags = n->flags, m->group = n->group;
