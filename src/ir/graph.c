@@ -143,14 +143,15 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
             return NULL;
         }
     }
-    describe(g, op, nin, in, name, what, sizeof what);
+    /* the description is formatted only when an error needs it */
+#define WHAT (describe(g, op, nin, in, name, what, sizeof what), what)
     if (nin < info->min_in || (info->max_in >= 0 && nin > info->max_in)) {
         if (info->max_in < 0)
-            ir_error(g, ALLOY_ERR_INVALID, "%s: takes at least %d operands, got %d", what, info->min_in, nin);
+            ir_error(g, ALLOY_ERR_INVALID, "%s: takes at least %d operands, got %d", WHAT, info->min_in, nin);
         else if (info->min_in == info->max_in)
-            ir_error(g, ALLOY_ERR_INVALID, "%s: takes %d operands, got %d", what, info->min_in, nin);
+            ir_error(g, ALLOY_ERR_INVALID, "%s: takes %d operands, got %d", WHAT, info->min_in, nin);
         else
-            ir_error(g, ALLOY_ERR_INVALID, "%s: takes %d to %d operands, got %d", what,
+            ir_error(g, ALLOY_ERR_INVALID, "%s: takes %d to %d operands, got %d", WHAT,
                      info->min_in, info->max_in, nin);
         return NULL;
     }
@@ -159,19 +160,19 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
         const ir_attr_spec *spec = info->attrs;
         while (spec->name && strcmp(spec->name, attrs[i].name) != 0) spec++;
         if (!spec->name) {
-            ir_error(g, ALLOY_ERR_INVALID, "%s: unknown attribute '%s'", what, attrs[i].name);
+            ir_error(g, ALLOY_ERR_INVALID, "%s: unknown attribute '%s'", WHAT, attrs[i].name);
             return NULL;
         }
         bool kind_ok = spec->kind == attrs[i].kind ||
                        (spec->kind == IR_ATTR_FLOAT && attrs[i].kind == IR_ATTR_INT) ||
                        (spec->kind == IR_ATTR_FLOATS && attrs[i].kind == IR_ATTR_INTS);
         if (!kind_ok) {
-            ir_error(g, ALLOY_ERR_INVALID, "%s: attribute '%s' has the wrong kind", what, attrs[i].name);
+            ir_error(g, ALLOY_ERR_INVALID, "%s: attribute '%s' has the wrong kind", WHAT, attrs[i].name);
             return NULL;
         }
         for (int j = 0; j < i; j++) {
             if (strcmp(attrs[j].name, attrs[i].name) == 0) {
-                ir_error(g, ALLOY_ERR_INVALID, "%s: attribute '%s' given twice", what, attrs[i].name);
+                ir_error(g, ALLOY_ERR_INVALID, "%s: attribute '%s' given twice", WHAT, attrs[i].name);
                 return NULL;
             }
         }
@@ -181,7 +182,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
         int j = 0;
         while (j < nattrs && strcmp(attrs[j].name, spec->name) != 0) j++;
         if (j == nattrs) {
-            ir_error(g, ALLOY_ERR_INVALID, "%s: missing attribute '%s'", what, spec->name);
+            ir_error(g, ALLOY_ERR_INVALID, "%s: missing attribute '%s'", WHAT, spec->name);
             return NULL;
         }
     }
@@ -189,7 +190,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
         int cap = g->cap ? g->cap * 2 : 64;
         ir_node **nodes = al_realloc(g->nodes, sizeof *nodes * (size_t)cap);
         if (!nodes) {
-            ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+            ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
             return NULL;
         }
         g->nodes = nodes;
@@ -199,7 +200,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
     int *ins = nin ? al_arena_memdup(&g->arena, in, sizeof(int) * (size_t)nin) : NULL;
     ir_attr *as = nattrs ? al_arena_alloc(&g->arena, sizeof(ir_attr) * (size_t)nattrs) : NULL;
     if (!n || (nin && !ins) || (nattrs && !as)) {
-        ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+        ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
         return NULL;
     }
     for (int i = 0; i < nattrs; i++) {
@@ -213,7 +214,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
         if (spec->kind == IR_ATTR_FLOATS && a.kind == IR_ATTR_INTS) {
             double *f = al_arena_alloc(&g->arena, sizeof(double) * (size_t)(a.n ? a.n : 1));
             if (!f) {
-                ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+                ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
                 return NULL;
             }
             for (int j = 0; j < a.n; j++) f[j] = (double)attrs[i].ints[j];
@@ -221,7 +222,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
             a.floats = f;
         }
         if (!copy_attr(&g->arena, &as[i], &a, spec->name)) {
-            ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+            ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
             return NULL;
         }
     }
@@ -236,7 +237,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
     const ir_type *in_types[64];
     const ir_type **tin = nin <= 64 ? in_types : al_malloc(sizeof(ir_type *) * (size_t)nin);
     if (!tin) {
-        ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", what);
+        ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
         return NULL;
     }
     for (int i = 0; i < nin; i++) tin[i] = &g->nodes[in[i]]->type;
@@ -249,7 +250,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
         al_fmt(why, sizeof why, "the result has more elements than fit in memory");
     }
     if (st) {
-        ir_error(g, st, "%s: %s", what, why);
+        ir_error(g, st, "%s: %s", WHAT, why);
         return NULL;
     }
     g->nodes[g->nnodes++] = n;
@@ -259,6 +260,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
     }
     return n;
 }
+#undef WHAT
 
 alloy_status ir_add_output(ir_graph *g, const char *name, int node)
 {

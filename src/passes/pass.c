@@ -49,10 +49,12 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const cha
                                FILE *log, pass_timing *timings, int max, int *ntimings)
 {
     const char *env = getenv("ALLOY_PRINT_AFTER");
+    const char *disabled = getenv("ALLOY_DISABLE_PASSES");
     if (!print_after) print_after = env;
     if (ntimings) *ntimings = 0;
     for (size_t i = 0; i < sizeof pipeline / sizeof pipeline[0]; i++) {
         const pass *p = &pipeline[i];
+        if (listed(disabled, p->name) && strcmp(disabled, "all") != 0) continue;
         double t0 = now_ms();
         alloy_status st = p->run(g, opts);
         if (!st && strcmp(p->name, "verify") != 0) st = ir_verify(*g);

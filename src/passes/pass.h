@@ -43,7 +43,9 @@ typedef struct pass_timing {
     int nodes_after;
 } pass_timing;
 
-/* Runs the standard pipeline on *g. After each pass the graph is verified;
+/* Runs the standard pipeline on *g, skipping the passes named in
+ * ALLOY_DISABLE_PASSES=name,name (e.g. "simplify,fuse"; needed passes like
+ * autodiff can be disabled too, at the user's risk). After each pass the graph is verified;
  * ALLOY_PRINT_AFTER=name,name|all (or print_after) prints it to `log` with
  * a "# after <pass>" header. timings (may be NULL) gets up to max entries,
  * *ntimings the count. On error *g holds the graph with the error recorded. */
