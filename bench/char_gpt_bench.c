@@ -17,7 +17,8 @@
 static const char usage[] =
     "usage: char_gpt_bench [options]\n"
     "Times training steps (forward, backward, AdamW) of the char_gpt model on random\n"
-    "tokens: alloy f32, f16 AMP (dynamic scaler), bf16 AMP, then PyTorch f32 and bf16\n"
+    "tokens, reported from the median timed step; configs:\n"
+    "alloy f32, f16 AMP (dynamic scaler), bf16 AMP, then PyTorch f32 and bf16\n"
     "autocast through bench/char_gpt_torch.py when `import torch` works.\n"
     "  --steps N      timed steps per config (default 20)\n"
     "  --warmup N     untimed steps first; alloy compiles on the first (default 3)\n"
@@ -61,8 +62,15 @@ static int parse_int(const char *flag, const char *s)
     return (int)v;
 }
 
-/* Tokens/s of `steps` training steps of the model with AMP dtype amp
- * (ALLOY_F32 = off), after `warmup` untimed ones, as char_gpt trains it. */
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Tokens/s of the model with AMP dtype amp (ALLOY_F32 = off) trained as
+ * char_gpt trains it: `warmup` untimed steps, then the median of `steps`
+ * timed ones (the median shrugs off steps slowed by other processes). */
 static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int warmup, int steps)
 {
     alloy_graph *g = alloy_graph_new("char_gpt_bench");
@@ -88,15 +96,18 @@ static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int 
     }
     alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {batch, cfg->context}, tokens},
                                   {"targets", ALLOY_I32, 1, {(int64_t)n}, targets}};
-    double start = 0;
+    double *seconds = malloc(sizeof(double) * (size_t)steps);
+    if (!seconds) fail("out of memory");
     for (int i = 0; i < warmup + steps; i++) {
-        if (i == warmup) start = now_seconds();
+        double start = now_seconds();
         if (alloy_graph_run(g, feeds, 2, NULL, 0)) fail("training step: %s", alloy_last_error(g));
+        if (i >= warmup) seconds[i - warmup] = now_seconds() - start;
     }
-    double seconds = now_seconds() - start;
+    qsort(seconds, (size_t)steps, sizeof(double), compare_doubles);
+    double median = steps % 2 ? seconds[steps / 2] : 0.5 * (seconds[steps / 2 - 1] + seconds[steps / 2]);
     alloy_graph_free(g);
-    free(tokens), free(targets);
-    return (double)steps * (double)n / seconds;
+    free(tokens), free(targets), free(seconds);
+    return (double)n / median;
 }
 
 /* Runs the PyTorch script with the same model and step counts; appends its

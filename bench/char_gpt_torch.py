@@ -8,12 +8,14 @@ attention, GELU MLP), final LayerNorm, untied head without bias; AdamW
 (matmul, mask, softmax, matmul) as alloy computes it. Works with any
 torch >= 2.0; prints "torch not installed" and exits 0 without it.
 
-Output: a line per config, "tokens_per_s<TAB>config<TAB>value" (read by
-bench/char_gpt_bench.c), after a line naming the torch version and threads.
+Output: a line per config, "tokens_per_s<TAB>config<TAB>value" from the
+median of the timed steps (read by bench/char_gpt_bench.c), after a line
+naming the torch version and threads.
 """
 import argparse
 import math
 import sys
+import statistics
 import time
 import warnings
 
@@ -96,11 +98,12 @@ def time_config(torch, args, autocast_dtype):
 
     for _ in range(args.warmup):
         step()
-    start = time.perf_counter()
+    seconds = []
     for _ in range(args.steps):
+        start = time.perf_counter()
         step()
-    seconds = time.perf_counter() - start
-    return args.steps * args.batch * args.context / seconds
+        seconds.append(time.perf_counter() - start)
+    return args.batch * args.context / statistics.median(seconds)
 
 
 def main():
