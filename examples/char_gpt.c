@@ -33,6 +33,8 @@ static const char usage[] =
     "                     the first 1/6 of the steps, cosine decay to lr/10 at the last\n"
     "  --log-every N      print a line every N steps (default 10)\n"
     "  --eval-every N     validation loss every N steps, 0 = only at the end (default 100)\n"
+    "  --dump-ir FILE     write the model with its loss as IR text (docs/ir.md) to FILE\n"
+    "                     and exit, e.g. for `alloyc print --train --amp=f16 FILE`\n"
     "  --help             this text\n"
     "Prints `step N loss X scale S skipped K tok/s T lr L`: N counts every step run\n"
     "(across resumes), X is that step's training loss, S the loss scale, K the steps\n"
@@ -43,7 +45,7 @@ enum { SAMPLE_CHARS = 200, EVAL_BATCHES = 4 };
 static const double SAMPLE_TEMPERATURE = 0.8;
 
 typedef struct options {
-    const char *text_path, *checkpoint, *device;
+    const char *text_path, *checkpoint, *device, *dump_ir;
     int steps, batch, log_every, eval_every;
     alloy_dtype amp; /* ALLOY_F32 = off */
     unsigned long long seed;
@@ -85,7 +87,7 @@ static long parse_int(const char *flag, const char *s, long min, long max)
 /* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
 static void parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", 300, 32, 10, 100, ALLOY_F16,
+    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", NULL, 300, 32, 10, 100, ALLOY_F16,
                    1, 3e-3, {0, 64, 128, 2, 4, 512}};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -95,6 +97,7 @@ static void parse_args(int argc, char **argv, options *o)
         i++;
         if (!strcmp(flag, "--text")) o->text_path = val;
         else if (!strcmp(flag, "--checkpoint")) o->checkpoint = val;
+        else if (!strcmp(flag, "--dump-ir")) o->dump_ir = val;
         else if (!strcmp(flag, "--device")) o->device = val;
         else if (!strcmp(flag, "--steps")) o->steps = (int)parse_int(flag, val, 0, 100000000);
         else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)parse_int(flag, val, 0, 2147483647);
@@ -286,6 +289,14 @@ int main(int argc, char **argv)
     alloy_graph_set_seed(train, o.seed);
     gpt_model model = gpt_build(train, &o.model, B, true);
     alloy_graph_set_loss(train, model.loss);
+    if (o.dump_ir) { /* the graph as built: forward and loss, before any pass */
+        FILE *f = fopen(o.dump_ir, "w");
+        if (!f) fail(1, "%s: cannot open for writing", o.dump_ir);
+        alloy_status st = alloy_graph_dump(train, f, ALLOY_DUMP_SOURCE);
+        if (fclose(f) || st) fail(1, "%s: writing the IR failed", o.dump_ir);
+        alloy_graph_free(train);
+        return 0;
+    }
     if (o.amp != ALLOY_F32) alloy_graph_enable_amp(train, o.amp);
     /* f16 has 5 exponent bits: small gradients underflow unless the loss is
      * scaled up first. bf16 has f32's range and needs no scaler. */
