@@ -73,7 +73,7 @@ static alloy_graph *trainer(const config *c, const mode *m)
     return g;
 }
 
-enum { NMODES = sizeof modes / sizeof modes[0], MAX_ROUNDS = 200 };
+enum { NMODES = sizeof modes / sizeof modes[0], ROUNDS = 3, STEPS = 6 };
 
 static int by_value(const void *a, const void *b)
 {
@@ -81,51 +81,143 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Runs the modes' steps round-robin (one step each per round, so a busy
- * machine slows them alike) for >= 7 rounds and ~3 s after 2 warm-up rounds
- * (the first compiles); best[k] and median[k] get seconds per step. */
-static bool measure(const config *c, double *best, double *median)
+static bool run_mode[NMODES] = {true, true, true, true};
+
+/* A graph and its feeds, built fresh for each measurement. */
+typedef alloy_graph *(*make_graph)(const void *arg, const mode *m);
+typedef void (*make_feeds)(const void *arg, alloy_host_tensor *feeds, int *nfeeds);
+
+/* For ROUNDS rounds, each mode in turn builds its graph, runs 2 warm-up
+ * steps (the first compiles) and STEPS timed ones, and frees it: each graph
+ * is alone in the process while it runs (as one training graph would be;
+ * graphs interleaved step by step would recycle each other's freed memory),
+ * and the rounds spread a busy machine's noise over the modes. best[k] and
+ * median[k] get seconds per step. */
+static bool measure(make_graph mk, make_feeds feed, const void *arg, double *best, double *median)
 {
-    alloy_graph *g[NMODES];
-    for (int k = 0; k < NMODES; k++) g[k] = trainer(c, &modes[k]);
-    unsetenv("ALLOY_NO_FUSE");
-    int n = c->batch * c->seq;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n), *targets = malloc(sizeof(int32_t) * (size_t)n);
-    static double times[NMODES][MAX_ROUNDS];
-    int rounds = 0;
-    bool ok = true;
-    double start = now();
-    for (int r = 0; ok && r < 2 + MAX_ROUNDS && (rounds < 7 || now() - start < 3.0); r++) {
-        for (int i = 0; i < n; i++) tokens[i] = next_token(c->vocab), targets[i] = next_token(c->vocab);
-        alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {c->batch, c->seq}, tokens},
-                                      {"targets", ALLOY_I32, 1, {n}, targets}};
-        for (int k = 0; ok && k < NMODES; k++) {
+    static double times[NMODES][ROUNDS * STEPS];
+    int count[NMODES] = {0};
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < NMODES; k++) {
+            if (!run_mode[k]) continue;
+            alloy_graph *g = mk(arg, &modes[k]); /* sets ALLOY_NO_FUSE for its compile */
             use_threads(&modes[k]);
-            double t0 = now();
-            if (alloy_graph_run(g[k], feeds, 2, NULL, 0)) {
-                fprintf(stderr, "run failed: %s\n", alloy_last_error(g[k]));
-                ok = false;
+            for (int s = 0; s < 2 + STEPS; s++) {
+                alloy_host_tensor feeds[4];
+                int nfeeds;
+                feed(arg, feeds, &nfeeds);
+                double t0 = now();
+                if (alloy_graph_run(g, feeds, nfeeds, NULL, 0)) {
+                    fprintf(stderr, "run failed: %s\n", alloy_last_error(g));
+                    alloy_graph_free(g);
+                    return false;
+                }
+                if (s >= 2) times[k][count[k]++] = now() - t0;
             }
-            if (r >= 2) times[k][rounds] = now() - t0;
+            unsetenv("ALLOY_NO_FUSE");
+            alloy_graph_free(g);
         }
-        if (r >= 2) rounds++;
-    }
-    for (int k = 0; k < NMODES; k++) {
-        alloy_graph_free(g[k]);
-        qsort(times[k], (size_t)rounds, sizeof(double), by_value);
-        best[k] = times[k][0];
-        median[k] = times[k][rounds / 2];
-    }
-    free(tokens);
-    free(targets);
     unsetenv("ALLOY_NUM_THREADS");
-    return ok && rounds > 0;
+    for (int k = 0; k < NMODES; k++) {
+        if (!run_mode[k]) continue;
+        qsort(times[k], (size_t)count[k], sizeof(double), by_value);
+        best[k] = times[k][0];
+        median[k] = times[k][count[k] / 2];
+    }
+    return true;
 }
 
-int main(void)
+static alloy_graph *block_graph(const void *arg, const mode *m) { return trainer(arg, m); }
+
+static void block_feeds(const void *arg, alloy_host_tensor *feeds, int *nfeeds)
 {
+    const config *c = arg;
+    static int32_t tokens[1 << 16], targets[1 << 16];
+    int n = c->batch * c->seq;
+    for (int i = 0; i < n; i++) tokens[i] = next_token(c->vocab), targets[i] = next_token(c->vocab);
+    feeds[0] = (alloy_host_tensor){"tokens", ALLOY_I32, 2, {c->batch, c->seq}, tokens};
+    feeds[1] = (alloy_host_tensor){"targets", ALLOY_I32, 1, {n}, targets};
+    *nfeeds = 2;
+}
+
+/* An AdamW update alone over n f32 elements (the optimizer's formulas with
+ * the scalars folded in): inputs p, g, m, v; outputs p', m', v'. Where
+ * fusion pays on a CPU: 14 ops, 4 tensors in, 3 out. */
+typedef struct adamw_arg {
+    int64_t n;
+    float *data; /* p, g, m, v */
+} adamw_arg;
+
+static alloy_graph *adamw_graph(const void *arg, const mode *mo)
+{
+    int64_t n = ((const adamw_arg *)arg)->n;
+    if (mo->fuse) unsetenv("ALLOY_NO_FUSE");
+    else setenv("ALLOY_NO_FUSE", "1", 1);
+    alloy_graph *g = alloy_graph_new("adamw");
+    alloy_tensor *p = alloy_input(g, "p", ALLOY_F32, 1, (int64_t[]){n});
+    alloy_tensor *gr = alloy_input(g, "g", ALLOY_F32, 1, (int64_t[]){n});
+    alloy_tensor *m = alloy_input(g, "m", ALLOY_F32, 1, (int64_t[]){n});
+    alloy_tensor *v = alloy_input(g, "v", ALLOY_F32, 1, (int64_t[]){n});
+#define S(x) alloy_scalar(g, ALLOY_F32, x)
+    alloy_tensor *m2 = alloy_add(g, alloy_mul(g, m, S(0.9)), alloy_mul(g, gr, S(0.1)));
+    alloy_tensor *v2 = alloy_add(g, alloy_mul(g, v, S(0.999)), alloy_mul(g, alloy_square(g, gr), S(0.001)));
+    alloy_tensor *den = alloy_add(g, alloy_div(g, alloy_sqrt(g, v2), S(0.03)), S(1e-8));
+    alloy_tensor *p2 = alloy_sub(g, alloy_mul(g, p, S(0.99999)), alloy_mul(g, S(0.01), alloy_div(g, m2, den)));
+#undef S
+    alloy_output(g, "p2", p2);
+    alloy_output(g, "m2", m2);
+    alloy_output(g, "v2", v2);
+    return g;
+}
+
+static void adamw_feeds(const void *arg, alloy_host_tensor *feeds, int *nfeeds)
+{
+    const adamw_arg *a = arg;
+    static const char *names[4] = {"p", "g", "m", "v"};
+    for (int i = 0; i < 4; i++)
+        feeds[i] = (alloy_host_tensor){names[i], ALLOY_F32, 1, {a->n}, a->data + (size_t)i * (size_t)a->n};
+    *nfeeds = 4;
+}
+
+static bool bench_adamw(void)
+{
+    printf("\nan AdamW update chain alone (14 elementwise ops; 4 f32 tensors in, 3 out)\n");
+    printf("%-12s %-28s %9s %9s %9s %8s\n", "elements", "mode", "best ms", "median ms", "GB/s", "x before");
+    static const int64_t sizes[] = {1 << 18, 1 << 22};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        adamw_arg a = {sizes[i], malloc(sizeof(float) * 4 * (size_t)sizes[i])};
+        for (int64_t e = 0; e < 4 * a.n; e++) a.data[e] = 0.5f + 0.1f * (float)(e % 7);
+        double best[NMODES], median[NMODES];
+        bool ok = measure(adamw_graph, adamw_feeds, &a, best, median);
+        free(a.data);
+        if (!ok) return false;
+        int first = -1;
+        for (int k = 0; k < NMODES; k++) {
+            if (!run_mode[k]) continue;
+            if (first < 0) first = k;
+            char what[32];
+            snprintf(what, sizeof what, "%lld", (long long)a.n);
+            printf("%-12s %-28s %9.2f %9.2f %9.1f %7.2fx\n", k == first ? what : "", modes[k].name,
+                   best[k] * 1e3, median[k] * 1e3, 7.0 * 4 * (double)a.n / best[k] / 1e9,
+                   best[first] / best[k]);
+        }
+    }
+    return true;
+}
+
+/* fuse_cpu [adamw] [MODE...]: MODE 0..3 runs only those rows of `modes`;
+ * `adamw` runs only the AdamW table. */
+int main(int argc, char **argv)
+{
+    int from = argc > 1 && strcmp(argv[1], "adamw") == 0 ? 2 : 1;
+    for (int i = from; i < argc; i++) {
+        if (i == from) memset(run_mode, 0, sizeof run_mode);
+        int k = atoi(argv[i]);
+        if (k >= 0 && k < NMODES) run_mode[k] = true;
+    }
+    if (from == 2) return bench_adamw() ? 0 : 1;
     printf("transformer block training step (forward, backward, scaler, AdamW) on the CPU;\n"
-           "modes run round-robin; best and median of >= 7 steps; tokens/s from the best\n");
+           "each mode's graph alone, %d rounds of %d steps; tokens/s from the best step\n", ROUNDS, STEPS);
     printf("%-28s %-28s %9s %9s %10s %9s\n", "config", "mode", "best ms", "median ms", "tokens/s",
            "x before");
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
@@ -134,10 +226,14 @@ int main(void)
         snprintf(what, sizeof what, "B%d T%d V%d D%d H%d %s", c->batch, c->seq, c->vocab, c->dim,
                  c->heads, c->amp == ALLOY_F32 ? "f32" : "amp-f16");
         double best[NMODES], median[NMODES];
-        if (!measure(c, best, median)) return 1;
-        for (int k = 0; k < NMODES; k++)
-            printf("%-28s %-28s %9.2f %9.2f %10.0f %8.2fx\n", k ? "" : what, modes[k].name,
-                   best[k] * 1e3, median[k] * 1e3, c->batch * c->seq / best[k], best[0] / best[k]);
+        if (!measure(block_graph, block_feeds, c, best, median)) return 1;
+        int first = -1;
+        for (int k = 0; k < NMODES; k++) {
+            if (!run_mode[k]) continue;
+            if (first < 0) first = k;
+            printf("%-28s %-28s %9.2f %9.2f %10.0f %8.2fx\n", k == first ? what : "", modes[k].name,
+                   best[k] * 1e3, median[k] * 1e3, c->batch * c->seq / best[k], best[first] / best[k]);
+        }
     }
-    return 0;
+    return bench_adamw() ? 0 : 1;
 }

@@ -43,24 +43,32 @@ static bool same_shape(const ir_type *a, const ir_type *b)
     return true;
 }
 
-/* Working state: tentative groups as member lists, consumers as CSR. */
+/* Working state. Tentative groups are named by a member's id and kept as
+ * member lists. For legality each group also keeps the edges that leave it
+ * towards nodes already placed: an edge to a node in no group seals it
+ * (sealed: it can never take another node), an edge to a grouped node is
+ * listed (out_head/out_next/out_node) and checked, or dropped once both
+ * ends share a group. So a placement costs about the edges it looks at,
+ * not the size of the groups. */
 typedef struct fuser {
     const ir_graph *g;
-    int *grp;      /* node -> tentative group (the id of a member), -1 none */
+    int *grp;      /* node -> tentative group, -1 none */
     int *next;     /* next member of the same group, -1 at the tail */
-    int *head;     /* group -> first member (indexed by group id) */
+    int *head;     /* group -> first member */
     int *tail;
     int *size;
-    int *use_start; /* consumers of node i: use[use_start[i] .. use_start[i+1]) */
-    int *use;
+    uint8_t *sealed;
+    int *out_head; /* group -> first listed outgoing edge, -1 none */
+    int *out_tail;
+    int *out_next; /* edge pool: next edge of the same group's list */
+    int *out_node; /* the placed node the edge goes to */
+    int nedges;
 } fuser;
 
-/* True when node c is node n or a member of one of the groups in cand[0..k). */
-static bool in_merge(const fuser *f, int c, int n, const int *cand, int k)
+static bool in_set(int x, const int *set, int k)
 {
-    if (c == n) return true;
     for (int i = 0; i < k; i++)
-        if (f->grp[c] == cand[i]) return true;
+        if (set[i] == x) return true;
     return false;
 }
 
@@ -74,19 +82,41 @@ static bool in_merge(const fuser *f, int c, int n, const int *cand, int k)
  * are computed before n: they precede their consumer in the topological
  * order, and a group of theirs has its last member < n, and stays before n
  * because that group can never take a node beyond n without this same test
- * failing on the edge into the merge. So the test is all there is. */
-static bool legal_merge(const fuser *f, int n, const int *cand, int k)
+ * failing on the edge into the merge. So the test is all there is: no
+ * candidate is sealed, and every listed edge of a candidate ends in the
+ * merge. Edges that have become internal are unlinked on the way; a failing
+ * edge moves to the front, where the next test meets it first. */
+static bool legal_merge(fuser *f, const int *cand, int k)
 {
-    for (int i = 0; i < k; i++)
-        for (int m = f->head[cand[i]]; m >= 0; m = f->next[m])
-            for (int u = f->use_start[m]; u < f->use_start[m + 1]; u++) {
-                int c = f->use[u];
-                if (c < n && !in_merge(f, c, n, cand, k)) return false;
+    for (int i = 0; i < k; i++) {
+        int gi = cand[i];
+        if (f->sealed[gi]) return false;
+        int prev = -1;
+        for (int e = f->out_head[gi]; e >= 0;) {
+            int to = f->grp[f->out_node[e]], nx = f->out_next[e];
+            if (to == gi || !in_set(to, cand, k)) { /* unlink e */
+                if (prev < 0) f->out_head[gi] = nx;
+                else f->out_next[prev] = nx;
+                if (f->out_tail[gi] == e) f->out_tail[gi] = prev;
+                if (to == gi) {
+                    e = nx;
+                    continue;
+                }
+                f->out_next[e] = f->out_head[gi]; /* to the front */
+                f->out_head[gi] = e;
+                if (f->out_tail[gi] < 0) f->out_tail[gi] = e;
+                return false;
             }
+            prev = e;
+            e = nx;
+        }
+    }
     return true;
 }
 
-/* Puts n into group `into`, appending the members of groups cand[0..k) too. */
+/* Puts n into group `into`, taking in the members and edge lists of the
+ * groups cand[0..k) (`into` is the largest, so a node is relabelled
+ * O(log n) times in all). */
 static void merge(fuser *f, int n, int into, const int *cand, int k)
 {
     for (int i = 0; i < k; i++) {
@@ -98,6 +128,12 @@ static void merge(fuser *f, int n, int into, const int *cand, int k)
         f->size[into] += f->size[gi];
         f->head[gi] = -1;
         f->size[gi] = 0;
+        if (f->out_head[gi] >= 0) {
+            if (f->out_head[into] < 0) f->out_head[into] = f->out_head[gi];
+            else f->out_next[f->out_tail[into]] = f->out_head[gi];
+            f->out_tail[into] = f->out_tail[gi];
+            f->out_head[gi] = f->out_tail[gi] = -1;
+        }
     }
     f->grp[n] = into;
     f->next[f->tail[into]] = n;
@@ -107,7 +143,7 @@ static void merge(fuser *f, int n, int into, const int *cand, int k)
 
 /* Decides n's group: the union of its candidate operands' groups if legal,
  * else the first candidate group it may join alone, else a group of its own. */
-static void place(fuser *f, int n)
+static void join(fuser *f, int n)
 {
     const ir_graph *g = f->g;
     const ir_node *node = g->nodes[n];
@@ -117,11 +153,9 @@ static void place(fuser *f, int n)
         const ir_node *o = g->nodes[node->in[j]];
         int go = f->grp[o->id];
         if (go < 0 || !same_shape(&o->type, &node->type) || computes_wide(g, o) != wide) continue;
-        bool seen = false;
-        for (int i = 0; i < k; i++) seen |= cand[i] == go;
-        if (!seen) cand[k++] = go;
+        if (!in_set(go, cand, k)) cand[k++] = go;
     }
-    if (k > 0 && legal_merge(f, n, cand, k)) {
+    if (k > 0 && legal_merge(f, cand, k)) {
         int into = cand[0];
         for (int i = 1; i < k; i++)
             if (f->size[cand[i]] > f->size[into]) into = cand[i];
@@ -129,7 +163,7 @@ static void place(fuser *f, int n)
         return;
     }
     for (int i = 0; k > 1 && i < k; i++) {
-        if (legal_merge(f, n, &cand[i], 1)) {
+        if (legal_merge(f, &cand[i], 1)) {
             merge(f, n, cand[i], &cand[i], 1);
             return;
         }
@@ -139,28 +173,30 @@ static void place(fuser *f, int n)
     f->size[n] = 1;
 }
 
-/* Builds consumer lists (CSR) for every node. */
-static bool build_uses(fuser *f)
+/* Places node n (fusible or not) and records the edges from its operands'
+ * groups to it. */
+static void place(fuser *f, int n)
 {
-    const ir_graph *g = f->g;
-    size_t nn = (size_t)g->nnodes;
-    f->use_start = al_calloc(nn + 2, sizeof(int));
-    if (!f->use_start) return false;
-    int edges = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        edges += g->nodes[i]->nin;
-        for (int j = 0; j < g->nodes[i]->nin; j++) f->use_start[g->nodes[i]->in[j] + 2]++;
-    }
-    for (size_t i = 2; i < nn + 2; i++) f->use_start[i] += f->use_start[i - 1];
-    f->use = al_malloc(sizeof(int) * (size_t)(edges ? edges : 1));
-    if (!f->use) return false;
-    /* use_start[i + 1] is the fill cursor of node i; it ends at i's end */
-    for (int i = 0; i < g->nnodes; i++)
-        for (int j = 0; j < g->nodes[i]->nin; j++) {
-            int o = g->nodes[i]->in[j];
-            f->use[f->use_start[o + 1]++] = i;
+    const ir_node *node = f->g->nodes[n];
+    if (fusible(node)) join(f, n);
+    int gn = f->grp[n];
+    for (int j = 0; j < node->nin; j++) {
+        int go = f->grp[node->in[j]];
+        if (go < 0 || go == gn) continue;
+        if (gn < 0) {
+            f->sealed[go] = 1;
+            continue;
         }
-    return true;
+        bool listed = false; /* two operands from one group: one edge is enough */
+        for (int i = 0; i < j; i++) listed |= f->grp[node->in[i]] == go;
+        if (listed) continue;
+        int e = f->nedges++;
+        f->out_node[e] = n;
+        f->out_next[e] = -1;
+        if (f->out_head[go] < 0) f->out_head[go] = e;
+        else f->out_next[f->out_tail[go]] = e;
+        f->out_tail[go] = e;
+    }
 }
 
 static bool fusion_disabled(void)
@@ -175,18 +211,25 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     ir_graph *g = *gp;
     for (int i = 0; i < g->nnodes; i++) g->nodes[i]->group = -1;
     if (fusion_disabled() || g->nnodes == 0) return ALLOY_OK;
-    size_t nn = (size_t)g->nnodes;
+    size_t nn = (size_t)g->nnodes, edges = 1;
+    for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
     fuser f = {.g = g};
-    f.grp = al_malloc(sizeof(int) * nn);
-    f.next = al_malloc(sizeof(int) * nn);
-    f.head = al_malloc(sizeof(int) * nn);
-    f.tail = al_malloc(sizeof(int) * nn);
-    f.size = al_calloc(nn, sizeof(int));
-    bool ok = f.grp && f.next && f.head && f.tail && f.size && build_uses(&f);
+    int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.out_head, &f.out_tail};
+    bool ok = true;
+    for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) {
+        *per_node[a] = al_malloc(sizeof(int) * nn);
+        ok &= *per_node[a] != NULL;
+    }
+    f.out_next = al_malloc(sizeof(int) * edges);
+    f.out_node = al_malloc(sizeof(int) * edges);
+    f.sealed = al_calloc(nn, 1);
+    ok &= f.out_next && f.out_node && f.sealed;
     if (ok) {
-        for (size_t i = 0; i < nn; i++) f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = -1;
-        for (int i = 0; i < g->nnodes; i++)
-            if (fusible(g->nodes[i])) place(&f, i);
+        for (size_t i = 0; i < nn; i++) {
+            f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = f.out_head[i] = f.out_tail[i] = -1;
+            f.size[i] = 0;
+        }
+        for (int i = 0; i < g->nnodes; i++) place(&f, i);
         /* number the groups of two or more in the order of their first
          * member (member lists are not sorted; `tail` now holds the number) */
         for (size_t i = 0; i < nn; i++) f.tail[i] = -1;
@@ -198,8 +241,8 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
             g->nodes[i]->group = f.tail[gi];
         }
     }
-    al_free(f.grp), al_free(f.next), al_free(f.head), al_free(f.tail), al_free(f.size);
-    al_free(f.use_start), al_free(f.use);
+    for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) al_free(*per_node[a]);
+    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed);
     if (!ok) return ir_error(g, ALLOY_ERR_OOM, "fuse: out of memory for %d nodes", g->nnodes);
     return ALLOY_OK;
 }

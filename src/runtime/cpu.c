@@ -103,7 +103,7 @@ static alloy_status plan_groups(cpu_exec *x, const ir_graph *g, run_groups *rg)
 /* Runs the elementwise node i alone, or the group whose last member it is,
  * allocating the values that must be stored. */
 static void run_fused(cpu_exec *x, const ir_graph *g, const run_groups *rg, int i, rt_tensor *values,
-                      const bool *keep, cpu_scratch *scratch)
+                      const bool *keep, cpu_workers *w)
 {
     int k = g->nodes[i]->group;
     const int *members = k >= 0 ? &rg->member[rg->start[k]] : &i;
@@ -121,7 +121,7 @@ static void run_fused(cpu_exec *x, const ir_graph *g, const run_groups *rg, int 
             return;
         }
     }
-    cpu_run_group(x, g, members, n, values, scratch);
+    cpu_run_group(x, g, members, n, values, w);
 }
 
 /* Frees the operands of node n whose last consumer this was. */
@@ -150,7 +150,8 @@ alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, co
     }
     for (int i = 0; i < g->nnodes; i++)
         for (int j = 0; j < g->nodes[i]->nin; j++) uses[g->nodes[i]->in[j]]++;
-    cpu_scratch scratch = {NULL, 0};
+    cpu_workers *workers = cpu_workers_new();
+    if (!workers) cpu_fail(x, ALLOY_ERR_OOM, "out of memory starting a run of %d nodes", g->nnodes);
     rt_tensor in_small[8];
     for (int i = 0; i < g->nnodes && !x->status; i++) {
         const ir_node *n = g->nodes[i];
@@ -165,7 +166,7 @@ alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, co
         int k = n->group;
         if (k >= 0 && rg.member[rg.start[k + 1] - 1] != i) continue; /* runs with its group */
         if (k >= 0 || ir_ops[n->op].elementwise) {
-            run_fused(x, g, &rg, i, values, keep, &scratch);
+            run_fused(x, g, &rg, i, values, keep, workers);
             if (k < 0) {
                 release_operands(g, n, uses, values, keep);
                 continue;
@@ -193,7 +194,7 @@ alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, co
         if (in != in_small) al_free(in);
         release_operands(g, n, uses, values, keep);
     }
-    al_free(scratch.data);
+    cpu_workers_free(workers);
     free_groups(&rg);
     al_free(uses);
     return x->status;

@@ -38,11 +38,13 @@ AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *
 /* Frees every value cpu_run_graph allocated. */
 AL_HIDDEN void cpu_release_values(const ir_graph *g, rt_tensor *values);
 
-/* A growable buffer the executor lends to cpu_run_group (al_free data). */
-typedef struct cpu_scratch {
-    void *data;
-    size_t bytes;
-} cpu_scratch;
+/* What one run lends its groups (cpu_fused.c): chunk buffers and worker
+ * threads, started when a group is first big enough to split. */
+typedef struct cpu_workers cpu_workers;
+/* NULL on OOM. Threads need not start: without them all runs on the caller. */
+AL_HIDDEN cpu_workers *cpu_workers_new(void);
+/* Stops and joins the threads and frees w (NULL is fine). */
+AL_HIDDEN void cpu_workers_free(cpu_workers *w);
 
 /* Runs members[0..n) (ascending ids; elementwise nodes of one result shape
  * and one compute type; one node alone is a group of one) as one pass over
@@ -51,12 +53,12 @@ typedef struct cpu_scratch {
  * evaluated in order into chunk buffers (float values unrounded, bool and
  * integer ones rounded to their dtype), and a member is stored, rounded
  * once to its dtype, into values[id].data when the caller allocated that
- * (NULL: the value is never materialized). The
- * chunks are split over up to x->nthreads threads when the work is big
- * enough; every element is computed alone, so the results do not depend on
- * the thread count. A list that breaks these rules is ALLOY_ERR_VERIFY. */
+ * (NULL: the value is never materialized). The chunks are split over up to
+ * x->nthreads threads when the work is big enough; every element is
+ * computed alone, so the results do not depend on the thread count. A list
+ * that breaks these rules is ALLOY_ERR_VERIFY. */
 AL_HIDDEN alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                                     rt_tensor *values, cpu_scratch *scratch);
+                                     rt_tensor *values, cpu_workers *w);
 
 /* The compute type of an elementwise op: f64 when any operand is f64 or an
  * integer, else f32 (f16/bf16 load to f32 and round once on store). */

@@ -1,14 +1,64 @@
 /* cpu_fused.c - runs a fusion group (or one elementwise node) as one chunked pass over its shape, split across threads. */
 #include <pthread.h>
 #include <string.h>
+#include <tgmath.h>
 
 #include "runtime/convert.h"
 #include "runtime/cpu.h"
 
-/* CHUNK elements per step, as in cpu_elementwise.c: each member's chunk
- * stays in L1/L2 while the next member reads it. A thread is worth starting
- * for about MIN_WORK element-visits (loads plus member evaluations). */
-enum { CHUNK = 1024, MIN_WORK = 1 << 17, MAX_THREADS = 64 };
+/* Each EW line of ops.def becomes two more chunk functions for groups of two
+ * or more: the expression of cpu_elementwise.c's, so the same values (a NaN's
+ * sign and payload may differ: vector code may take the other operand's), over
+ * operands that are never NULL (an unused one points at a, and its loads are
+ * dead) and never alias y, in blocks of 8 the compiler can turn into vector
+ * code at -O2 (libm calls stay scalar: no fast-math, no contraction). */
+typedef void (*fz_f32)(int64_t n, float *restrict y, const float *restrict a, const float *restrict b,
+                       const float *restrict c);
+typedef void (*fz_f64)(int64_t n, double *restrict y, const double *restrict a,
+                       const double *restrict b, const double *restrict c);
+#define OP(...)
+#define FZ_BODY(T_, nm, expr)                                                              \
+    static void fz_##nm##_##T_(int64_t n, T_##_t *restrict y, const T_##_t *restrict pa,   \
+                               const T_##_t *restrict pb, const T_##_t *restrict pc)       \
+    {                                                                                      \
+        typedef T_##_t T;                                                                  \
+        int64_t i = 0;                                                                     \
+        for (; i + 8 <= n; i += 8)                                                         \
+            for (int j = 0; j < 8; j++) {                                                  \
+                T a = pa[i + j], b = pb[i + j], c = pc[i + j];                             \
+                (void)a, (void)b, (void)c;                                                 \
+                y[i + j] = (T)(expr);                                                      \
+            }                                                                              \
+        for (; i < n; i++) {                                                               \
+            T a = pa[i], b = pb[i], c = pc[i];                                             \
+            (void)a, (void)b, (void)c;                                                     \
+            y[i] = (T)(expr);                                                              \
+        }                                                                                  \
+    }
+typedef float f32_t;
+typedef double f64_t;
+#define EW(nm, nin, ty, amp, grad, expr) FZ_BODY(f32, nm, expr) FZ_BODY(f64, nm, expr)
+#include "ir/ops.def"
+#undef EW
+
+static const struct {
+    fz_f32 f32;
+    fz_f64 f64;
+} fz_kernels[IR_OP_COUNT] = {
+#define EW(nm, ...) [IR_OP_##nm] = {fz_##nm##_f32, fz_##nm##_f64},
+#include "ir/ops.def"
+#undef EW
+};
+#undef OP
+
+/* CHUNK elements per step: every buffer of a chunk (one per input that is
+ * converted, gathered or a broadcast scalar, one per live member) must stay
+ * in L1 while the members run, and an AdamW update has ~20 of them. On an
+ * AdamW-like chain of 4M f32 (bench notes in docs/fusion.md) 128 ran in
+ * 12 ms, 256 in 17 ms, 1024 in 20 ms; unfused ops do not care. A thread
+ * is worth waking for about MIN_WORK element-visits (loads plus member
+ * evaluations). */
+enum { CHUNK = 128, MIN_WORK = 1 << 17, MAX_THREADS = 64 };
 
 /* How an external input walks the iteration space. */
 typedef enum fz_walk {
@@ -26,8 +76,8 @@ typedef struct fz_input {
 } fz_input;
 
 typedef struct fz_member {
-    ir_ew_f32 f32;
-    ir_ew_f64 f64;
+    fz_f32 f32;
+    fz_f64 f64;
     int src[3];  /* >= 0: external input; < 0: member -src-1; unused operands -0x7fff */
     int nin;
     int slot;    /* chunk buffer holding its value, or -1: computed straight into dst */
@@ -146,16 +196,9 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
     }
 }
 
-/* One thread's share: chunks [c0, c1). scratch holds ninputs + nslots chunk
- * buffers of the compute type and one of CHUNK * 8 bytes (any dtype); ptr
- * has room for ninputs + nmembers pointers. */
-typedef struct fz_work {
-    const fz_plan *plan;
-    int64_t c0, c1;
-    char *scratch;
-    const void **ptr;
-} fz_work;
-
+/* Runs chunks [c0, c1) of p on one thread. scratch holds ninputs + nslots
+ * chunk buffers of the compute type and one of CHUNK * 8 bytes (any dtype);
+ * ptr has room for ninputs + nmembers pointers. */
 static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, const void **ptr)
 {
     size_t cs = p->wide ? sizeof(double) : sizeof(float);
@@ -164,7 +207,8 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
     char *inbuf = scratch, *slotbuf = scratch + (size_t)p->ninputs * bufbytes;
     char *roundtrip = slotbuf + (size_t)p->nslots * bufbytes; /* CHUNK * 8 bytes */
     const void **val = ptr + p->ninputs;
-    /* uniform inputs are filled once for the whole share */
+    /* uniform inputs are filled once for all chunks [c0, c1) */
+    int64_t fill = p->total - c0 * CHUNK < CHUNK ? p->total - c0 * CHUNK : CHUNK;
     for (int k = 0; k < p->ninputs; k++) {
         const fz_input *in = &p->inputs[k];
         if (in->walk != WALK_UNIFORM) continue;
@@ -172,11 +216,11 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
         if (p->wide) {
             double v;
             cvt_load_f64(in->dtype, in->data, &v, 1);
-            for (int i = 0; i < CHUNK; i++) ((double *)b)[i] = v;
+            for (int64_t i = 0; i < fill; i++) ((double *)b)[i] = v;
         } else {
             float v;
             cvt_load_f32(in->dtype, in->data, &v, 1);
-            for (int i = 0; i < CHUNK; i++) ((float *)b)[i] = v;
+            for (int64_t i = 0; i < fill; i++) ((float *)b)[i] = v;
         }
         ptr[k] = b;
     }
@@ -204,6 +248,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             const void *op[3] = {NULL, NULL, NULL};
             for (int j = 0; j < mb->nin; j++)
                 op[j] = mb->src[j] >= 0 ? ptr[mb->src[j]] : val[-mb->src[j] - 1];
+            for (int j = mb->nin; j < 3; j++) op[j] = op[0];
             char *dst = mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
             void *y = mb->slot >= 0 ? slotbuf + (size_t)mb->slot * bufbytes : dst;
             /* a bool/integer value is what a store and a load give back; a
@@ -223,11 +268,133 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
     }
 }
 
-static void *run_share(void *arg)
+/* ---- the worker threads of one run ---- */
+
+typedef struct worker_arg {
+    cpu_workers *w;
+    int index; /* 1.. : thread t uses the t-th chunk buffers; the caller is 0 */
+} worker_arg;
+
+/* The job in flight is split into blocks of chunks that threads claim one
+ * at a time under mu, the caller too: a thread that is late (descheduled on
+ * a busy machine) finds the blocks taken and costs nothing, and the caller
+ * waits only for blocks already claimed. */
+struct cpu_workers {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* a job was posted, or stop */
+    pthread_cond_t done; /* the job's last block finished */
+    bool ready;          /* mu and the conditions exist; else one thread */
+    bool stop;
+    int started;         /* worker threads running */
+    pthread_t thread[MAX_THREADS];
+    worker_arg arg[MAX_THREADS];
+    /* the job, under mu */
+    const fz_plan *plan;
+    int threads;         /* that take part, the caller included */
+    int64_t nblocks, next, finished, per_block, nchunks;
+    /* chunk buffers: thread t's at scratch + t * share */
+    char *scratch;
+    size_t scratch_bytes, share, ptr_at;
+};
+
+static void run_block(cpu_workers *w, const fz_plan *p, int64_t b, int t)
 {
-    fz_work *w = arg;
-    run_chunks(w->plan, w->c0, w->c1, w->scratch, w->ptr);
+    int64_t c0 = b * w->per_block, c1 = c0 + w->per_block < w->nchunks ? c0 + w->per_block : w->nchunks;
+    char *mine = w->scratch + w->share * (size_t)t;
+    run_chunks(p, c0, c1, mine, (const void **)(void *)(mine + w->ptr_at));
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *a = arg;
+    cpu_workers *w = a->w;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stop && (!w->plan || w->next >= w->nblocks || a->index >= w->threads))
+            pthread_cond_wait(&w->wake, &w->mu);
+        if (w->stop) break;
+        int64_t b = w->next++;
+        const fz_plan *p = w->plan;
+        pthread_mutex_unlock(&w->mu);
+        run_block(w, p, b, a->index);
+        pthread_mutex_lock(&w->mu);
+        if (++w->finished == w->nblocks) pthread_cond_signal(&w->done);
+    }
+    pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+cpu_workers *cpu_workers_new(void)
+{
+    cpu_workers *w = al_calloc(1, sizeof *w);
+    if (!w) return NULL;
+    if (pthread_mutex_init(&w->mu, NULL) == 0) {
+        if (pthread_cond_init(&w->wake, NULL) == 0) {
+            if (pthread_cond_init(&w->done, NULL) == 0) w->ready = true;
+            else pthread_cond_destroy(&w->wake);
+        }
+        if (!w->ready) pthread_mutex_destroy(&w->mu);
+    }
+    return w;
+}
+
+void cpu_workers_free(cpu_workers *w)
+{
+    if (!w) return;
+    if (w->ready) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_broadcast(&w->wake);
+        pthread_mutex_unlock(&w->mu);
+        for (int t = 0; t < w->started; t++) pthread_join(w->thread[t], NULL);
+        pthread_cond_destroy(&w->done);
+        pthread_cond_destroy(&w->wake);
+        pthread_mutex_destroy(&w->mu);
+    }
+    al_free(w->scratch);
+    al_free(w);
+}
+
+/* Up to `want` threads in all, the caller included; returns how many there are. */
+static int start_workers(cpu_workers *w, int want)
+{
+    if (!w->ready) return 1;
+    while (w->started + 1 < want) {
+        int t = w->started;
+        w->arg[t] = (worker_arg){w, t + 1};
+        if (pthread_create(&w->thread[t], NULL, worker_main, &w->arg[t]) != 0) break;
+        w->started++;
+    }
+    return w->started + 1 < want ? w->started + 1 : want;
+}
+
+/* Runs all of p's chunks on `threads` threads (the caller one of them). */
+static void run_parallel(cpu_workers *w, const fz_plan *p, int threads, int64_t nchunks)
+{
+    w->nchunks = nchunks;
+    w->per_block = nchunks / ((int64_t)threads * 4);
+    if (w->per_block < 1) w->per_block = 1;
+    if (threads == 1) {
+        w->per_block = nchunks;
+        run_block(w, p, 0, 0);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->plan = p;
+    w->threads = threads;
+    w->nblocks = (nchunks + w->per_block - 1) / w->per_block;
+    w->next = w->finished = 0;
+    pthread_cond_broadcast(&w->wake);
+    while (w->next < w->nblocks) {
+        int64_t b = w->next++;
+        pthread_mutex_unlock(&w->mu);
+        run_block(w, p, b, 0);
+        pthread_mutex_lock(&w->mu);
+        w->finished++;
+    }
+    while (w->finished < w->nblocks) pthread_cond_wait(&w->done, &w->mu);
+    w->plan = NULL;
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Index of member id in members[0..n), or -1. members are ascending. */
@@ -267,14 +434,17 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
     for (int k = 0; k < n; k++) {
         const ir_node *m = g->nodes[members[k]];
         const ir_op_info *info = &ir_ops[m->op];
-        if (!info->elementwise || m->nin > 3) return "a member is not an elementwise op";
+        if (!info->elementwise || m->nin < 1 || m->nin > 3) return "a member is not an elementwise op";
         if (k > 0 && members[k] <= members[k - 1]) return "members are not in topological order";
         if (m->type.rank != first->type.rank ||
             memcmp(m->type.dims, first->type.dims, sizeof(int64_t) * (size_t)m->type.rank) != 0)
             return "members have different shapes";
         if (member_wide(m, values) != p->wide) return "members compute in different precisions";
         fz_member *mb = &p->members[k];
-        *mb = (fz_member){.f32 = info->ew_f32, .f64 = info->ew_f64, .nin = m->nin, .slot = -1,
+        /* a node alone runs the op table's own chunk function: bit for bit
+         * cpu_elementwise, NaN payloads included */
+        *mb = (fz_member){.f32 = n > 1 ? fz_kernels[m->op].f32 : info->ew_f32,
+                          .f64 = n > 1 ? fz_kernels[m->op].f64 : info->ew_f64, .nin = m->nin, .slot = -1,
                           .dst = values[members[k]].data, .dtype = m->type.dtype,
                           .exact = n > 1 && !ir_is_float(m->type.dtype),
                           .es = alloy_dtype_size(m->type.dtype),
@@ -321,7 +491,7 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
 }
 
 alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                           rt_tensor *values, cpu_scratch *scratch)
+                           rt_tensor *values, cpu_workers *w)
 {
     const ir_node *last = g->nodes[members[n - 1]];
     char label[64];
@@ -352,40 +522,24 @@ alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, i
     build_space(&p, &last->type, in_types);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
-    int64_t nt = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
-    if (nt > work / MIN_WORK) nt = work / MIN_WORK;
-    if (nt > nchunks) nt = nchunks;
-    if (nt < 1) nt = 1;
+    int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
+    if (want > work / MIN_WORK) want = work / MIN_WORK;
+    if (want > nchunks) want = nchunks;
+    int threads = want > 1 ? start_workers(w, (int)want) : 1;
     size_t cs = p.wide ? sizeof(double) : sizeof(float);
-    size_t share = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8 +
-                   sizeof(void *) * (size_t)(p.ninputs + p.nmembers);
-    share = (share + 63) & ~(size_t)63;
-    if (scratch->bytes < share * (size_t)nt) {
-        void *bigger = al_realloc(scratch->data, share * (size_t)nt);
+    w->ptr_at = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8;
+    w->share = (w->ptr_at + sizeof(void *) * (size_t)(p.ninputs + p.nmembers) + 63) & ~(size_t)63;
+    if (w->scratch_bytes < w->share * (size_t)threads) {
+        void *bigger = al_realloc(w->scratch, w->share * (size_t)threads);
         if (!bigger) {
             al_free(block);
             return cpu_fail(x, ALLOY_ERR_OOM, "out of memory for the chunk buffers of %s '%s'",
                             ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
         }
-        scratch->data = bigger;
-        scratch->bytes = share * (size_t)nt;
+        w->scratch = bigger;
+        w->scratch_bytes = w->share * (size_t)threads;
     }
-    fz_work work_of[MAX_THREADS];
-    pthread_t thread[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
-    size_t ptr_at = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8;
-    for (int64_t t = 0; t < nt; t++) {
-        char *mine = (char *)scratch->data + share * (size_t)t;
-        work_of[t] = (fz_work){.plan = &p, .c0 = nchunks * t / nt, .c1 = nchunks * (t + 1) / nt,
-                               .scratch = mine, .ptr = (const void **)(void *)(mine + ptr_at)};
-    }
-    for (int64_t t = 1; t < nt; t++)
-        started[t] = pthread_create(&thread[t], NULL, run_share, &work_of[t]) == 0;
-    run_share(&work_of[0]);
-    for (int64_t t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(thread[t], NULL);
-        else run_share(&work_of[t]); /* no thread to be had: do its share here */
-    }
+    run_parallel(w, &p, threads, nchunks);
     al_free(block);
     return ALLOY_OK;
 }
