@@ -18,18 +18,12 @@
 #include "models.h"
 #include "passes/pass.h"
 #include "runtime/graph_impl.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* ---- allocator and environment ---- */
-
-/* All of alloy's host memory goes through cmocka, so a leak fails the test. */
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
 
 static const char *const env_vars[] = {
     "ALLOY_AMP_ALLOWLIST_ADD", "ALLOY_AMP_ALLOWLIST_REMOVE", "ALLOY_AMP_DENYLIST_ADD",
@@ -70,7 +64,7 @@ static int setup(void **state)
 {
     (void)state;
     clear_env();
-    alloy_set_allocator(cmocka_realloc, NULL);
+    alloy_set_allocator(test_cmocka_realloc, NULL);
     return 0;
 }
 

@@ -12,17 +12,11 @@
 #include <unistd.h>
 
 #include "alloy/alloy.h"
+#include "support.h"
 
 /* ---- helpers ---- */
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-
-/* All of alloy's host memory goes through cmocka, so a leak fails the test. */
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
 
 static char tmpdir[64];
 
@@ -31,7 +25,7 @@ static int setup(void **state)
     (void)state;
     strcpy(tmpdir, "/tmp/alloy-api-XXXXXX");
     if (!mkdtemp(tmpdir)) return -1;
-    alloy_set_allocator(cmocka_realloc, NULL);
+    alloy_set_allocator(test_cmocka_realloc, NULL);
     return 0;
 }
 

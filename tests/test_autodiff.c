@@ -18,6 +18,7 @@
 #include "runtime/convert.h"
 #include "runtime/cpu.h"
 #include "runtime/graph_impl.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define F32 ALLOY_F32
@@ -187,20 +188,6 @@ static void finish(void)
     int n = failures;
     failures = 0;
     if (n) fail_msg("%d case(s) failed, each reported above", n);
-}
-
-/* All of alloy's host memory goes through cmocka, so a leak fails the test. */
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
-
-static int checked_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(cmocka_realloc, NULL);
-    return 0;
 }
 
 static int plain_alloc(void **state)
@@ -1434,7 +1421,7 @@ static void test_pad_surrounds_the_operand_with_zeros_along_any_axis(void **stat
     finish();
 }
 
-#define TEST(f) cmocka_unit_test_setup_teardown(f, checked_alloc, plain_alloc)
+#define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, plain_alloc)
 #define TEST_PLAIN(f) cmocka_unit_test_teardown(f, plain_alloc)
 
 int main(void)

@@ -15,6 +15,7 @@
 #include "models.h"
 #include "runtime/convert.h"
 #include "runtime/graph_impl.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define F32 ALLOY_F32
@@ -77,12 +78,6 @@ enum { BLOCK_GROUPS = 28, ADAMW_MEMBERS = 16, PARAMS = 17 };
 
 /* ---- helpers ---- */
 
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
-
 static long alloc_count, fail_at = -1;
 static void *failing_realloc(void *ptr, size_t size, void *user)
 {
@@ -94,7 +89,7 @@ static void *failing_realloc(void *ptr, size_t size, void *user)
 static int setup(void **state)
 {
     (void)state;
-    alloy_set_allocator(cmocka_realloc, NULL);
+    alloy_set_allocator(test_cmocka_realloc, NULL);
     unsetenv("ALLOY_NO_FUSE");
     unsetenv("ALLOY_NUM_THREADS");
     return 0;
@@ -687,7 +682,7 @@ static void test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allo
         alloy_status st = g ? alloy_graph_run(g, &feed, 1, NULL, 0) : ALLOY_ERR_OOM;
         bool failed = alloc_count > fail_at;
         alloy_graph_free(g);
-        alloy_set_allocator(cmocka_realloc, NULL);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
         if (!failed) {
             assert_int_equal(st, ALLOY_OK);
             break;

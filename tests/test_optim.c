@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "alloy/alloy.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define F64 ALLOY_F64
@@ -26,26 +27,6 @@
 #define REL_F32 1e-6
 
 /* ---- helpers ---- */
-
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
-
-static int checked_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(cmocka_realloc, NULL);
-    return 0;
-}
-
-static int plain_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    return 0;
-}
 
 static uint64_t rng = 0x0b7e151628aed2a6u;
 
@@ -752,7 +733,7 @@ static void test_f64_parameters_are_updated_with_the_learning_rate_in_f64(void *
     finish();
 }
 
-#define TEST(f) cmocka_unit_test_setup_teardown(f, checked_alloc, plain_alloc)
+#define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, test_plain_alloc)
 
 int main(void)
 {

@@ -15,18 +15,12 @@
 #include "models.h"
 #include "runtime/graph_impl.h"
 #include "runtime/plan.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define F32 ALLOY_F32
 
 /* ---- helpers ---- */
-
-/* All of alloy's host memory goes through cmocka, so a leak fails the test. */
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
 
 /* Fails allocation number fail_at (0-based, counted from when it is set). */
 static long alloc_count, fail_at = -1;
@@ -35,20 +29,6 @@ static void *failing_realloc(void *ptr, size_t size, void *user)
     (void)user;
     if (size && alloc_count++ == fail_at) return NULL;
     return test_realloc(ptr, size);
-}
-
-static int checked_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(cmocka_realloc, NULL);
-    return 0;
-}
-
-static int plain_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    return 0;
 }
 
 static uint64_t rng;
@@ -727,7 +707,7 @@ static void test_every_failed_allocation_returns_oom_and_leaks_nothing(void **st
         mem_plan p;
         char err[256] = "";
         alloy_status st = plan_build(c, &f.s, &p, err, sizeof err);
-        alloy_set_allocator(cmocka_realloc, NULL);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
         if (st == ALLOY_OK) {
             check_plan(c, &f.s, &p, "after failures");
             plan_free(&p);
@@ -917,8 +897,8 @@ int main(void)
         cmocka_unit_test(test_runs_from_the_arena_match_the_malloc_executor_bit_for_bit),
         cmocka_unit_test(test_plans_for_a_reordered_schedule_are_valid_and_run),
         /* timing without cmocka's bookkeeping allocator */
-        cmocka_unit_test_setup_teardown(test_plan_build_takes_milliseconds_on_100k_nodes, plain_alloc,
-                                        checked_alloc),
+        cmocka_unit_test_setup_teardown(test_plan_build_takes_milliseconds_on_100k_nodes, test_plain_alloc,
+                                        test_checked_alloc),
     };
-    return cmocka_run_group_tests_name("plan", tests, checked_alloc, plain_alloc);
+    return cmocka_run_group_tests_name("plan", tests, test_checked_alloc, test_plain_alloc);
 }

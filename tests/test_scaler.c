@@ -13,6 +13,7 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define F32 ALLOY_F32
@@ -25,27 +26,6 @@
 #define F16_OVERFLOW 65520.0
 
 /* ---- helpers ---- */
-
-/* All of alloy's host memory goes through cmocka, so a leak fails the test. */
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
-
-static int checked_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(cmocka_realloc, NULL);
-    return 0;
-}
-
-static int plain_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    return 0;
-}
 
 static uint64_t rng = 0x5ca1ab1e0ddba11u;
 
@@ -730,7 +710,7 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
     alloy_graph_free(g);
 }
 
-#define TEST(f) cmocka_unit_test_setup_teardown(f, checked_alloc, plain_alloc)
+#define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, test_plain_alloc)
 
 int main(void)
 {

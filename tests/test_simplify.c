@@ -18,6 +18,7 @@
 #include "runtime/convert.h"
 #include "runtime/cpu.h"
 #include "runtime/graph_impl.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -169,18 +170,6 @@ static ir_node *leaf(ir_graph *g, int op, const ir_type *t, double value, const 
 }
 
 /* All host memory goes through cmocka, so a leak fails the test. */
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
-
-static int checked_alloc(void **state)
-{
-    (void)state;
-    alloy_set_allocator(cmocka_realloc, NULL);
-    return 0;
-}
 
 static int plain_alloc(void **state)
 {
@@ -1096,7 +1085,7 @@ static void test_simplify_survives_every_allocation_failure_leaving_the_graph_as
     al_arena_free(&arena);
 }
 
-#define TEST(f) cmocka_unit_test_setup_teardown(f, checked_alloc, plain_alloc)
+#define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, plain_alloc)
 #define TEST_PLAIN(f) cmocka_unit_test_teardown(f, plain_alloc)
 
 int main(void)

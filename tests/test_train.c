@@ -18,6 +18,7 @@
 #include "alloy/alloy.h"
 #include "models.h"
 #include "runtime/convert.h"
+#include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define F32 ALLOY_F32
@@ -48,12 +49,6 @@ enum { DIM = 8, CLASSES = 3, TRAIN = 512, HELD_OUT = 256, BATCH = 64, HIDDEN = 3
 
 /* ---- helpers ---- */
 
-static void *cmocka_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    return test_realloc(ptr, size);
-}
-
 /* Fails allocation number fail_at (0-based, counted from when it is set)
  * and passes every other one to cmocka. */
 static long alloc_count, fail_at = -1;
@@ -71,7 +66,7 @@ static int setup(void **state)
     (void)state;
     strcpy(tmpdir, "/tmp/alloy-train-XXXXXX");
     if (!mkdtemp(tmpdir)) return -1;
-    alloy_set_allocator(cmocka_realloc, NULL);
+    alloy_set_allocator(test_cmocka_realloc, NULL);
     return 0;
 }
 
@@ -514,7 +509,7 @@ static void test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_i
         alloc_count = 0;
         alloy_set_allocator(failing_realloc, NULL);
         st = alloy_graph_save_checkpoint(g, path);
-        alloy_set_allocator(cmocka_realloc, NULL);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
         if (st == ALLOY_OK) break;
         if (st != ALLOY_ERR_OOM) fail_msg("allocation %ld failing: %s (%s)", fail_at, alloy_status_name(st), alloy_last_error(g));
         failures++;
