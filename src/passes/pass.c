@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "passes/pass.h"
+#include "runtime/cpu.h"
 
 static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
 {
@@ -45,6 +46,25 @@ static bool listed(const char *list, const char *name)
     return false;
 }
 
+/* The "plan" summary printed after fuse: the CPU arena for the default keep
+ * set (outputs, updates, loss), one comment line (the IR printer never
+ * prints it, so printed IR still parses). */
+static void print_plan_summary(const ir_graph *g, FILE *out)
+{
+    cpu_exec x = {.nthreads = 1};
+    mem_plan p;
+    if (cpu_plan_arena(&x, g, NULL, &p)) {
+        fprintf(out, "# plan: none (%s)\n", x.error);
+        return;
+    }
+    fprintf(out, "# plan: arena %zu bytes, peak live %zu bytes, in place %d", p.arena_bytes,
+            p.peak_live_bytes, p.inplace);
+    for (int d = 0; d < ALLOY_DTYPE_COUNT; d++)
+        if (p.bytes_by_dtype[d]) fprintf(out, ", %s %zu B", alloy_dtype_name((alloy_dtype)d), p.bytes_by_dtype[d]);
+    fputc('\n', out);
+    plan_free(&p);
+}
+
 alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const char *print_after,
                                FILE *log, pass_timing *timings, int max, int *ntimings)
 {
@@ -65,6 +85,7 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const cha
         if (listed(print_after, p->name)) {
             fprintf(log ? log : stderr, "# after %s (%.3f ms)\n", p->name, ms);
             ir_print(*g, log ? log : stderr);
+            if (strcmp(p->name, "fuse") == 0) print_plan_summary(*g, log ? log : stderr);
         }
     }
     return ALLOY_OK;

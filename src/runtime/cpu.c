@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "runtime/cpu.h"
+#include "runtime/plan.h"
 
 enum { MAX_THREADS = 64 };
 
@@ -100,45 +101,120 @@ static alloy_status plan_groups(cpu_exec *x, const ir_graph *g, run_groups *rg)
     return ALLOY_OK;
 }
 
+/* Members of node id's fusion group (1 when it has none). */
+static int group_size(const ir_graph *g, const run_groups *rg, int id)
+{
+    int k = g->nodes[id]->group;
+    return k >= 0 ? rg->start[k + 1] - rg->start[k] : 1;
+}
+
+/* The one rule for which values of a fusion group are stored (materialized):
+ * every node outside a group of 2+, and a member of one when a node outside
+ * its group reads it, it is an output, update or the loss, or keep[id]. The
+ * executor and the arena plan (cpu_plan_arena) both decide by this. */
+static bool member_stored(const ir_graph *g, const run_groups *rg, int id, const bool *keep)
+{
+    return group_size(g, rg, id) == 1 || rg->must_store[id] || (keep && keep[id]);
+}
+
+/* Where node id's value goes: its arena slot, or a fresh al_malloc block
+ * when there is no arena. NULL (after recording why on x) on failure. */
+static void *value_memory(cpu_exec *x, const ir_graph *g, int id, const mem_plan *plan, char *arena)
+{
+    const ir_node *n = g->nodes[id];
+    size_t bytes = ir_nbytes(&n->type);
+    void *p = NULL;
+    if (arena) {
+        if (plan->offset[id] >= 0) return arena + plan->offset[id];
+        char t[64];
+        cpu_fail(x, ALLOY_ERR_VERIFY, "%s %s has no slot in the arena plan", ir_ops[n->op].name,
+                 ir_node_label(n, t, sizeof t));
+        return NULL;
+    }
+    p = al_malloc(bytes ? bytes : 1);
+    if (!p) {
+        char t[96];
+        ir_fmt_type(t, sizeof t, &n->type);
+        cpu_fail(x, ALLOY_ERR_OOM, "out of memory allocating %zu bytes for %s %s", bytes,
+                 ir_ops[n->op].name, t);
+    }
+    return p;
+}
+
 /* Runs the elementwise node i alone, or the group whose last member it is,
- * allocating the values that must be stored. */
+ * giving memory to the values that must be stored. */
 static void run_fused(cpu_exec *x, const ir_graph *g, const run_groups *rg, int i, rt_tensor *values,
-                      const bool *keep, cpu_workers *w)
+                      const bool *keep, cpu_workers *w, const mem_plan *plan, char *arena)
 {
     int k = g->nodes[i]->group;
     const int *members = k >= 0 ? &rg->member[rg->start[k]] : &i;
     int n = k >= 0 ? rg->start[k + 1] - rg->start[k] : 1;
     for (int m = 0; m < n; m++) {
         int id = members[m];
-        if (n > 1 && !rg->must_store[id] && !(keep && keep[id])) continue;
-        size_t bytes = ir_nbytes(&g->nodes[id]->type);
-        values[id].data = al_malloc(bytes ? bytes : 1);
-        if (!values[id].data) {
-            char t[96];
-            ir_fmt_type(t, sizeof t, &g->nodes[id]->type);
-            cpu_fail(x, ALLOY_ERR_OOM, "out of memory allocating %zu bytes for %s %s", bytes,
-                     ir_ops[g->nodes[id]->op].name, t);
-            return;
-        }
+        if (!member_stored(g, rg, id, keep)) continue;
+        values[id].data = value_memory(x, g, id, plan, arena);
+        if (!values[id].data) return;
     }
     cpu_run_group(x, g, members, n, values, w);
 }
 
-/* Frees the operands of node n whose last consumer this was. */
+/* Drops the operands of node n whose last consumer this was: frees them, or
+ * (from an arena) only forgets them. */
 static void release_operands(const ir_graph *g, const ir_node *n, int *uses, rt_tensor *values,
-                             const bool *keep)
+                             const bool *keep, bool arena)
 {
     for (int j = 0; j < n->nin; j++) {
         int id = n->in[j];
         if (--uses[id] == 0 && !(keep && keep[id]) && owns_value(g->nodes[id])) {
-            al_free(values[id].data);
+            if (!arena) al_free(values[id].data);
             values[id].data = NULL;
         }
     }
 }
 
+alloy_status cpu_plan_arena(cpu_exec *x, const ir_graph *g, const bool *keep, mem_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    int nn = g->nnodes;
+    run_groups rg = {0};
+    int *pos = al_calloc((size_t)nn + 1, sizeof(int));
+    uint8_t *mat = al_calloc((size_t)nn + 1, 1), *inplace = al_calloc((size_t)nn + 1, 1);
+    uint8_t *keep8 = al_calloc((size_t)nn + 1, 1);
+    if (!pos || !mat || !inplace || !keep8)
+        cpu_fail(x, ALLOY_ERR_OOM, "out of memory planning the arena of %d nodes", nn);
+    else if (!plan_groups(x, g, &rg)) {
+        for (int i = 0; i < nn; i++) {
+            const ir_node *n = g->nodes[i];
+            int k = n->group;
+            pos[i] = k >= 0 ? rg.member[rg.start[k + 1] - 1] : i;
+            bool leaf = n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state;
+            mat[i] = !leaf && member_stored(g, &rg, i, keep);
+            /* a group of 2+ reads its inputs while it writes its members */
+            inplace[i] = ir_ops[n->op].elementwise && group_size(g, &rg, i) == 1;
+            keep8[i] = keep && keep[i];
+        }
+        plan_schedule s = {.exec_pos = pos, .materialized = mat, .keep = keep8, .inplace_ok = inplace};
+        char err[256];
+        alloy_status st = plan_build(g, &s, out, err, sizeof err);
+        if (st) cpu_fail(x, st, "planning the arena: %s", err);
+    }
+    free_groups(&rg);
+    al_free(pos), al_free(mat), al_free(inplace), al_free(keep8);
+    return x->status;
+}
+
 alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, const bool *keep)
 {
+    return cpu_run_graph_arena(x, g, values, keep, NULL, NULL);
+}
+
+alloy_status cpu_run_graph_arena(cpu_exec *x, const ir_graph *g, rt_tensor *values, const bool *keep,
+                                 const mem_plan *plan, char *arena)
+{
+    if (!plan) arena = NULL;
+    if (arena && plan->nnodes != g->nnodes)
+        return cpu_fail(x, ALLOY_ERR_INVALID, "the arena plan is for %d nodes, the graph has %d",
+                        plan->nnodes, g->nnodes);
     x->nthreads = resolve_threads(x->nthreads);
     run_groups rg = {0};
     int *uses = al_calloc((size_t)g->nnodes + 1, sizeof(int));
@@ -153,6 +229,7 @@ alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, co
     cpu_workers *workers = cpu_workers_new();
     if (!workers) cpu_fail(x, ALLOY_ERR_OOM, "out of memory starting a run of %d nodes", g->nnodes);
     rt_tensor in_small[8];
+    bool in_arena = arena != NULL;
     for (int i = 0; i < g->nnodes && !x->status; i++) {
         const ir_node *n = g->nodes[i];
         rt_tensor *v = &values[i];
@@ -166,24 +243,17 @@ alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, co
         int k = n->group;
         if (k >= 0 && rg.member[rg.start[k + 1] - 1] != i) continue; /* runs with its group */
         if (k >= 0 || ir_ops[n->op].elementwise) {
-            run_fused(x, g, &rg, i, values, keep, workers);
+            run_fused(x, g, &rg, i, values, keep, workers, plan, arena);
             if (k < 0) {
-                release_operands(g, n, uses, values, keep);
+                release_operands(g, n, uses, values, keep, in_arena);
                 continue;
             }
             for (int m = rg.start[k]; m < rg.start[k + 1]; m++)
-                release_operands(g, g->nodes[rg.member[m]], uses, values, keep);
+                release_operands(g, g->nodes[rg.member[m]], uses, values, keep, in_arena);
             continue;
         }
-        size_t bytes = ir_nbytes(&n->type);
-        v->data = al_malloc(bytes ? bytes : 1);
-        if (!v->data) {
-            char t[96];
-            ir_fmt_type(t, sizeof t, &n->type);
-            cpu_fail(x, ALLOY_ERR_OOM, "out of memory allocating %zu bytes for %s %s", bytes,
-                     ir_ops[n->op].name, t);
-            break;
-        }
+        v->data = value_memory(x, g, i, plan, arena);
+        if (!v->data) break;
         rt_tensor *in = n->nin <= 8 ? in_small : al_malloc(sizeof(rt_tensor) * (size_t)n->nin);
         if (!in) {
             cpu_fail(x, ALLOY_ERR_OOM, "out of memory running %s", ir_ops[n->op].name);
@@ -192,7 +262,7 @@ alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, co
         for (int j = 0; j < n->nin; j++) in[j] = values[n->in[j]];
         ir_ops[n->op].cpu(x, n, v, in);
         if (in != in_small) al_free(in);
-        release_operands(g, n, uses, values, keep);
+        release_operands(g, n, uses, values, keep, in_arena);
     }
     cpu_workers_free(workers);
     free_groups(&rg);

@@ -3,6 +3,7 @@
 #define ALLOY_CPU_H
 
 #include "ir/ir.h"
+#include "runtime/plan.h"
 
 /* A value during execution: the node's type and its dense row-major data. */
 struct rt_tensor {
@@ -35,6 +36,21 @@ AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fm
  * else the caller's value when above 1, else the online CPU count. */
 AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values,
                                      const bool *keep);
+/* cpu_run_graph with every value that needs memory (constants and non-leaf
+ * nodes; of a fusion group of 2+ only its stored members) at arena +
+ * plan->offset[i] instead of al_malloc: plan from cpu_plan_arena for this g
+ * and this keep, arena at least plan->arena_bytes (PLAN_ALIGN-aligned).
+ * Nothing is allocated or freed for values: do not cpu_release_values them;
+ * a value past its last use is set to NULL, a kept one stays valid until
+ * the arena is reused. plan or arena NULL: exactly cpu_run_graph. */
+AL_HIDDEN alloy_status cpu_run_graph_arena(cpu_exec *x, const ir_graph *g, rt_tensor *values,
+                                           const bool *keep, const mem_plan *plan, char *arena);
+/* Plans the arena of a cpu_run_graph_arena run of g keeping keep[] (NULL:
+ * outputs, updates and the loss only): positions as the executor runs
+ * (groups at their last member), materialized values by the executor's own
+ * stored-member rule, in place only for elementwise nodes outside groups of
+ * 2+. Fills *out (plan_free) or records why not on x and leaves it empty. */
+AL_HIDDEN alloy_status cpu_plan_arena(cpu_exec *x, const ir_graph *g, const bool *keep, mem_plan *out);
 /* Frees every value cpu_run_graph allocated. */
 AL_HIDDEN void cpu_release_values(const ir_graph *g, rt_tensor *values);
 

@@ -19,6 +19,15 @@ struct alloy_graph {
     ir_graph *ir;       /* as built; builder errors live in ir->status/error */
     ir_graph *compiled; /* after the pass pipeline; NULL until compiled */
     rt_tensor *values;  /* the last run's values over compiled->nodes */
+    bool values_in_arena; /* the last run's values live in arena (own nothing) */
+    /* The CPU arena of compiled: allocated once and reused on every run;
+     * plan is for the keep set plan_keep (outputs, updates, loss and the
+     * fetches of the run that planned it), rebuilt only when that changes. */
+    mem_plan plan;
+    bool *plan_keep;   /* compiled->nnodes flags; NULL: no plan */
+    void *arena_block; /* al_malloc'd; arena is it rounded up to PLAN_ALIGN */
+    char *arena;
+    size_t arena_cap;  /* usable bytes at arena */
     void **snapshots;   /* copies of fetched state taken before the run's updates */
     int nsnapshots;
     rt_state *state;

@@ -36,15 +36,75 @@ static void release_values(alloy_graph *g)
     al_free(g->snapshots);
     g->snapshots = NULL;
     g->nsnapshots = 0;
-    if (g->values && g->compiled) cpu_release_values(g->compiled, g->values);
+    if (g->values && g->compiled && !g->values_in_arena) cpu_release_values(g->compiled, g->values);
     al_free(g->values);
     g->values = NULL;
+    g->values_in_arena = false;
+}
+
+/* Drops the arena and its plan (after release_values: no value may point there). */
+static void release_arena(alloy_graph *g)
+{
+    plan_free(&g->plan);
+    al_free(g->plan_keep);
+    al_free(g->arena_block);
+    g->plan_keep = NULL;
+    g->arena_block = NULL;
+    g->arena = NULL;
+    g->arena_cap = 0;
+}
+
+/* ALLOY_NO_ARENA=1 (read per run): every value gets its own al_malloc block. */
+static bool arena_disabled(void)
+{
+    const char *env = getenv("ALLOY_NO_ARENA");
+    return env && *env && strcmp(env, "0") != 0;
+}
+
+/* Makes g->plan and g->arena fit a run of compiled keeping keep[]: the
+ * cached plan when the keep set is the same, else a new plan, the arena
+ * grown only when the new plan needs more. False when there is no plan
+ * (out of memory): the run then falls back to al_malloc per value. */
+static bool arena_ready(alloy_graph *g, const bool *keep)
+{
+    const ir_graph *c = g->compiled;
+    size_t n = (size_t)c->nnodes;
+    if (g->plan_keep && g->arena && memcmp(g->plan_keep, keep, n * sizeof(bool)) == 0) return true;
+    plan_free(&g->plan);
+    al_free(g->plan_keep);
+    g->plan_keep = NULL;
+    cpu_exec x = {.nthreads = 1};
+    if (cpu_plan_arena(&x, c, keep, &g->plan)) return false;
+    g->plan_keep = al_malloc(n * sizeof(bool) + 1);
+    if (!g->plan_keep) {
+        plan_free(&g->plan);
+        return false;
+    }
+    memcpy(g->plan_keep, keep, n * sizeof(bool));
+    if (!g->arena || g->arena_cap < g->plan.arena_bytes) {
+        al_free(g->arena_block);
+        g->arena = NULL;
+        g->arena_cap = 0;
+        size_t want = g->plan.arena_bytes ? g->plan.arena_bytes : PLAN_ALIGN;
+        g->arena_block = al_malloc(want + PLAN_ALIGN);
+        if (!g->arena_block) {
+            plan_free(&g->plan);
+            al_free(g->plan_keep);
+            g->plan_keep = NULL;
+            return false;
+        }
+        uintptr_t a = (uintptr_t)g->arena_block;
+        g->arena = (char *)g->arena_block + ((PLAN_ALIGN - a % PLAN_ALIGN) % PLAN_ALIGN);
+        g->arena_cap = want;
+    }
+    return true;
 }
 
 void alloy_graph_free(alloy_graph *g)
 {
     if (!g) return;
     release_values(g);
+    release_arena(g);
     ir_graph_free(g->compiled);
     ir_graph_free(g->ir);
     state_free_all(g);
@@ -265,7 +325,9 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     st = bind_feeds(g, feeds, nfeeds);
     if (!st) {
         cpu_exec x = {.nthreads = 1};
-        st = cpu_run_graph(&x, c, g->values, keep);
+        bool arena = !arena_disabled() && arena_ready(g, keep);
+        g->values_in_arena = arena;
+        st = cpu_run_graph_arena(&x, c, g->values, keep, arena ? &g->plan : NULL, arena ? g->arena : NULL);
         if (st) graph_fail(g, st, "running graph '%s': %s", c->name, x.error);
     }
     if (!st) st = snapshot_fetched_state(g, fetches, nfetches);
@@ -313,6 +375,7 @@ void graph_invalidate(alloy_graph *g)
 {
     g->state_ready = false; /* a recompile may add state (moments, scale) */
     release_values(g);
+    release_arena(g);
     ir_graph_free(g->compiled);
     g->compiled = NULL;
 }
