@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/convert.h"
 #include "runtime/cpu.h"
 #include "runtime/plan.h"
 
@@ -278,4 +279,28 @@ void cpu_release_values(const ir_graph *g, rt_tensor *values)
             values[i].data = NULL;
         }
     }
+}
+
+void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
+{
+    if (wide) cvt_load_f64(dt, src, dst, (size_t)n);
+    else cvt_load_f32(dt, src, dst, (size_t)n);
+}
+
+void cpu_store_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
+{
+    if (wide) cvt_store_f64(dt, src, dst, (size_t)n);
+    else cvt_store_f32(dt, src, dst, (size_t)n);
+}
+
+void *cpu_alloc_compute(bool wide, int64_t n)
+{
+    return al_malloc((wide ? sizeof(double) : sizeof(float)) * (size_t)(n > 0 ? n : 1));
+}
+
+alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n)
+{
+    char label[32];
+    return cpu_fail(x, ALLOY_ERR_OOM, "%s '%s': out of memory", ir_ops[n->op].name,
+                    ir_node_label(n, label, sizeof label));
 }

@@ -76,6 +76,15 @@ AL_HIDDEN void cpu_workers_free(cpu_workers *w);
 AL_HIDDEN alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
                                      rt_tensor *values, cpu_workers *w);
 
+/* Row kernels (cpu_norm.c, cpu_grad.c) compute in f64 when `wide`, else f32:
+ * n elements of dtype dt at src into a compute buffer, and back. */
+AL_HIDDEN void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);
+AL_HIDDEN void cpu_store_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);
+/* al_malloc of n compute elements (at least one, so n == 0 is not a failure). */
+AL_HIDDEN void *cpu_alloc_compute(bool wide, int64_t n);
+/* Records "op 'node': out of memory" on x. */
+AL_HIDDEN alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n);
+
 /* The compute type of an elementwise op: f64 when any operand is f64 or an
  * integer, else f32 (f16/bf16 load to f32 and round once on store). */
 AL_HIDDEN bool cpu_ew_uses_f64(const ir_node *n, const rt_tensor *in);

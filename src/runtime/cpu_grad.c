@@ -88,31 +88,6 @@ enum { LEAF = 16, COLS = 16 };
 DEFINE_ROWS(f32, float)
 DEFINE_ROWS(f64, double)
 
-/* Compute buffers hold f64 when `wide`, else f32. */
-static void load(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
-{
-    if (wide) cvt_load_f64(dt, src, dst, (size_t)n);
-    else cvt_load_f32(dt, src, dst, (size_t)n);
-}
-
-static void store(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
-{
-    if (wide) cvt_store_f64(dt, src, dst, (size_t)n);
-    else cvt_store_f32(dt, src, dst, (size_t)n);
-}
-
-/* al_malloc of n compute elements (at least one, so n == 0 is not a failure). */
-static void *alloc_compute(bool wide, int64_t n)
-{
-    return al_malloc((wide ? sizeof(double) : sizeof(float)) * (size_t)(n > 0 ? n : 1));
-}
-
-static alloy_status out_of_memory(cpu_exec *x, const ir_node *n)
-{
-    char label[32];
-    return cpu_fail(x, ALLOY_ERR_OOM, "%s '%s': out of memory", ir_ops[n->op].name,
-                    ir_node_label(n, label, sizeof label));
-}
 
 /* Element i of an i32 or i64 tensor. */
 static int64_t int_at(const rt_tensor *t, int64_t i)
@@ -164,20 +139,20 @@ alloy_status cpu_softmax_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, con
     bool wide = t->dtype == ALLOY_F64, log_out = n->op == IR_OP_log_softmax_grad;
     size_t slab_bytes = (size_t)(len * inner) * alloy_dtype_size(t->dtype);
     int64_t cols = inner < COLS ? inner : COLS;
-    void *y = alloc_compute(wide, len * inner), *dy = alloc_compute(wide, len * inner);
-    void *ry = alloc_compute(wide, len * cols), *rd = alloc_compute(wide, len * cols);
-    void *tmp = alloc_compute(wide, len);
+    void *y = cpu_alloc_compute(wide, len * inner), *dy = cpu_alloc_compute(wide, len * inner);
+    void *ry = cpu_alloc_compute(wide, len * cols), *rd = cpu_alloc_compute(wide, len * cols);
+    void *tmp = cpu_alloc_compute(wide, len);
     if (!y || !dy || !ry || !rd || !tmp) {
         al_free(y), al_free(dy), al_free(ry), al_free(rd), al_free(tmp);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
     for (int64_t o = 0; o < outer; o++) {
         size_t off = (size_t)o * slab_bytes;
-        load(wide, t->dtype, (const char *)in[0].data + off, y, len * inner);
-        load(wide, in[1].type.dtype, (const char *)in[1].data + off, dy, len * inner);
+        cpu_load_compute(wide, t->dtype, (const char *)in[0].data + off, y, len * inner);
+        cpu_load_compute(wide, in[1].type.dtype, (const char *)in[1].data + off, dy, len * inner);
         if (wide) softmax_grad_slab_f64(y, dy, len, inner, log_out, ry, rd, tmp);
         else softmax_grad_slab_f32(y, dy, len, inner, log_out, ry, rd, tmp);
-        store(wide, t->dtype, dy, (char *)out->data + off, len * inner);
+        cpu_store_compute(wide, t->dtype, dy, (char *)out->data + off, len * inner);
     }
     al_free(y), al_free(dy), al_free(ry), al_free(rd), al_free(tmp);
     return ALLOY_OK;
@@ -193,21 +168,21 @@ alloy_status cpu_layer_norm_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, 
     bool wide = t->dtype == ALLOY_F64, affine = n->nin == 3;
     double eps = ir_attr_float(n, "eps", 1e-5);
     size_t row_bytes = (size_t)d * alloy_dtype_size(t->dtype);
-    void *xr = alloc_compute(wide, d), *dy = alloc_compute(wide, d);
-    void *t1 = alloc_compute(wide, d), *t2 = alloc_compute(wide, d);
-    void *gamma = affine ? alloc_compute(wide, d) : NULL;
+    void *xr = cpu_alloc_compute(wide, d), *dy = cpu_alloc_compute(wide, d);
+    void *t1 = cpu_alloc_compute(wide, d), *t2 = cpu_alloc_compute(wide, d);
+    void *gamma = affine ? cpu_alloc_compute(wide, d) : NULL;
     if (!xr || !dy || !t1 || !t2 || (affine && !gamma)) {
         al_free(xr), al_free(dy), al_free(t1), al_free(t2), al_free(gamma);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
-    if (affine) load(wide, in[2].type.dtype, in[2].data, gamma, d);
+    if (affine) cpu_load_compute(wide, in[2].type.dtype, in[2].data, gamma, d);
     for (int64_t r = 0; r < rows; r++) {
         size_t off = (size_t)r * row_bytes;
-        load(wide, t->dtype, (const char *)in[0].data + off, xr, d);
-        load(wide, in[1].type.dtype, (const char *)in[1].data + off, dy, d);
+        cpu_load_compute(wide, t->dtype, (const char *)in[0].data + off, xr, d);
+        cpu_load_compute(wide, in[1].type.dtype, (const char *)in[1].data + off, dy, d);
         if (wide) layer_norm_grad_row_f64(xr, dy, d, eps, gamma, t1, t2);
         else layer_norm_grad_row_f32(xr, dy, d, (float)eps, gamma, t1, t2);
-        store(wide, t->dtype, dy, (char *)out->data + off, d);
+        cpu_store_compute(wide, t->dtype, dy, (char *)out->data + off, d);
     }
     al_free(xr), al_free(dy), al_free(t1), al_free(t2), al_free(gamma);
     return ALLOY_OK;
@@ -226,10 +201,10 @@ alloy_status cpu_cross_entropy_grad(cpu_exec *x, const ir_node *n, rt_tensor *ou
     if (positions == 0 || classes == 0) return ALLOY_OK;
     bool wide = t->dtype == ALLOY_F64;
     size_t row_bytes = (size_t)classes * alloy_dtype_size(t->dtype);
-    void *row = alloc_compute(wide, classes), *e = alloc_compute(wide, classes);
+    void *row = cpu_alloc_compute(wide, classes), *e = cpu_alloc_compute(wide, classes);
     if (!row || !e) {
         al_free(row), al_free(e);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
     double dloss64;
     float dloss32;
@@ -237,10 +212,10 @@ alloy_status cpu_cross_entropy_grad(cpu_exec *x, const ir_node *n, rt_tensor *ou
     cvt_load_f32(in[2].type.dtype, in[2].data, &dloss32, 1);
     for (int64_t p = 0; p < positions; p++) {
         size_t off = (size_t)p * row_bytes;
-        load(wide, t->dtype, (const char *)in[0].data + off, row, classes);
+        cpu_load_compute(wide, t->dtype, (const char *)in[0].data + off, row, classes);
         if (wide) cross_entropy_grad_row_f64(row, classes, int_at(&in[1], p), dloss64 / (double)positions, e);
         else cross_entropy_grad_row_f32(row, classes, int_at(&in[1], p), dloss32 / (float)positions, e);
-        store(wide, t->dtype, row, (char *)out->data + off, classes);
+        cpu_store_compute(wide, t->dtype, row, (char *)out->data + off, classes);
     }
     al_free(row), al_free(e);
     return ALLOY_OK;
@@ -258,14 +233,14 @@ alloy_status cpu_embedding_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, c
     if (rows * d == 0) return ALLOY_OK;
     bool wide = out->type.dtype == ALLOY_F64;
     size_t es = wide ? sizeof(double) : sizeof(float);
-    void *table = al_calloc((size_t)(rows * d), es), *row = alloc_compute(wide, d);
+    void *table = al_calloc((size_t)(rows * d), es), *row = cpu_alloc_compute(wide, d);
     if (!table || !row) {
         al_free(table), al_free(row);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
     size_t row_bytes = (size_t)d * alloy_dtype_size(dy->type.dtype);
     for (int64_t p = 0; p < count; p++) {
-        load(wide, dy->type.dtype, (const char *)dy->data + (size_t)p * row_bytes, row, d);
+        cpu_load_compute(wide, dy->type.dtype, (const char *)dy->data + (size_t)p * row_bytes, row, d);
         int64_t id = int_at(ids, p);
         if (wide) {
             double *acc = (double *)table + id * d;
@@ -275,7 +250,7 @@ alloy_status cpu_embedding_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, c
             for (int64_t j = 0; j < d; j++) acc[j] += ((const float *)row)[j];
         }
     }
-    store(wide, out->type.dtype, table, out->data, rows * d);
+    cpu_store_compute(wide, out->type.dtype, table, out->data, rows * d);
     al_free(table), al_free(row);
     return ALLOY_OK;
 }

@@ -84,31 +84,6 @@ enum { LEAF = 16, COLS = 16 };
 DEFINE_ROWS(f32, float)
 DEFINE_ROWS(f64, double)
 
-/* Compute buffers hold f64 when `wide`, else f32. */
-static void load(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
-{
-    if (wide) cvt_load_f64(dt, src, dst, (size_t)n);
-    else cvt_load_f32(dt, src, dst, (size_t)n);
-}
-
-static void store(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
-{
-    if (wide) cvt_store_f64(dt, src, dst, (size_t)n);
-    else cvt_store_f32(dt, src, dst, (size_t)n);
-}
-
-/* al_malloc of n compute elements (at least one, so n == 0 is not a failure). */
-static void *alloc_compute(bool wide, int64_t n)
-{
-    return al_malloc((wide ? sizeof(double) : sizeof(float)) * (size_t)(n > 0 ? n : 1));
-}
-
-static alloy_status out_of_memory(cpu_exec *x, const ir_node *n)
-{
-    char label[32];
-    return cpu_fail(x, ALLOY_ERR_OOM, "%s '%s': out of memory", ir_ops[n->op].name,
-                    ir_node_label(n, label, sizeof label));
-}
 
 /* softmax / log_softmax along `axis` (default -1). */
 alloy_status cpu_softmax(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
@@ -122,17 +97,17 @@ alloy_status cpu_softmax(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
     bool wide = t->dtype == ALLOY_F64, log_out = n->op == IR_OP_log_softmax;
     size_t es = alloy_dtype_size(t->dtype), slab_bytes = (size_t)(len * inner) * es;
-    void *slab = alloc_compute(wide, len * inner), *e = alloc_compute(wide, len);
-    void *rows = alloc_compute(wide, len * (inner < COLS ? inner : COLS));
+    void *slab = cpu_alloc_compute(wide, len * inner), *e = cpu_alloc_compute(wide, len);
+    void *rows = cpu_alloc_compute(wide, len * (inner < COLS ? inner : COLS));
     if (!slab || !rows || !e) {
         al_free(slab), al_free(rows), al_free(e);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
     for (int64_t o = 0; o < outer; o++) {
-        load(wide, t->dtype, (const char *)in[0].data + (size_t)o * slab_bytes, slab, len * inner);
+        cpu_load_compute(wide, t->dtype, (const char *)in[0].data + (size_t)o * slab_bytes, slab, len * inner);
         if (wide) softmax_slab_f64(slab, len, inner, log_out, rows, e);
         else softmax_slab_f32(slab, len, inner, log_out, rows, e);
-        store(wide, t->dtype, slab, (char *)out->data + (size_t)o * slab_bytes, len * inner);
+        cpu_store_compute(wide, t->dtype, slab, (char *)out->data + (size_t)o * slab_bytes, len * inner);
     }
     al_free(slab), al_free(rows), al_free(e);
     return ALLOY_OK;
@@ -148,21 +123,21 @@ alloy_status cpu_layer_norm(cpu_exec *x, const ir_node *n, rt_tensor *out, const
     bool wide = t->dtype == ALLOY_F64, affine = n->nin == 3;
     double eps = ir_attr_float(n, "eps", 1e-5);
     size_t row_bytes = (size_t)d * alloy_dtype_size(t->dtype);
-    void *row = alloc_compute(wide, d), *scratch = alloc_compute(wide, d);
-    void *gamma = affine ? alloc_compute(wide, d) : NULL, *beta = affine ? alloc_compute(wide, d) : NULL;
+    void *row = cpu_alloc_compute(wide, d), *scratch = cpu_alloc_compute(wide, d);
+    void *gamma = affine ? cpu_alloc_compute(wide, d) : NULL, *beta = affine ? cpu_alloc_compute(wide, d) : NULL;
     if (!row || !scratch || (affine && (!gamma || !beta))) {
         al_free(row), al_free(scratch), al_free(gamma), al_free(beta);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
     if (affine) {
-        load(wide, in[1].type.dtype, in[1].data, gamma, d);
-        load(wide, in[2].type.dtype, in[2].data, beta, d);
+        cpu_load_compute(wide, in[1].type.dtype, in[1].data, gamma, d);
+        cpu_load_compute(wide, in[2].type.dtype, in[2].data, beta, d);
     }
     for (int64_t r = 0; r < rows; r++) {
-        load(wide, t->dtype, (const char *)in[0].data + (size_t)r * row_bytes, row, d);
+        cpu_load_compute(wide, t->dtype, (const char *)in[0].data + (size_t)r * row_bytes, row, d);
         if (wide) layer_norm_row_f64(row, d, eps, gamma, beta, scratch);
         else layer_norm_row_f32(row, d, (float)eps, gamma, beta, scratch);
-        store(wide, t->dtype, row, (char *)out->data + (size_t)r * row_bytes, d);
+        cpu_store_compute(wide, t->dtype, row, (char *)out->data + (size_t)r * row_bytes, d);
     }
     al_free(row), al_free(scratch), al_free(gamma), al_free(beta);
     return ALLOY_OK;
@@ -197,24 +172,24 @@ alloy_status cpu_cross_entropy(cpu_exec *x, const ir_node *n, rt_tensor *out, co
     }
     bool wide = t->dtype == ALLOY_F64;
     size_t row_bytes = (size_t)classes * alloy_dtype_size(t->dtype);
-    void *row = alloc_compute(wide, classes), *e = alloc_compute(wide, classes);
-    void *losses = alloc_compute(wide, positions);
+    void *row = cpu_alloc_compute(wide, classes), *e = cpu_alloc_compute(wide, classes);
+    void *losses = cpu_alloc_compute(wide, positions);
     if (!row || !e || !losses) {
         al_free(row), al_free(e), al_free(losses);
-        return out_of_memory(x, n);
+        return cpu_out_of_memory(x, n);
     }
     for (int64_t p = 0; p < positions; p++) {
-        load(wide, t->dtype, (const char *)in[0].data + (size_t)p * row_bytes, row, classes);
+        cpu_load_compute(wide, t->dtype, (const char *)in[0].data + (size_t)p * row_bytes, row, classes);
         if (wide) ((double *)losses)[p] = nll_row_f64(row, classes, target_at(&in[1], p), e);
         else ((float *)losses)[p] = nll_row_f32(row, classes, target_at(&in[1], p), e);
     }
     /* the mean over no positions is 0/0 = NaN, as in PyTorch */
     if (wide) {
         double mean = sum_f64(losses, positions) / (double)positions;
-        store(wide, t->dtype, &mean, out->data, 1);
+        cpu_store_compute(wide, t->dtype, &mean, out->data, 1);
     } else {
         float mean = sum_f32(losses, positions) / (float)positions;
-        store(wide, t->dtype, &mean, out->data, 1);
+        cpu_store_compute(wide, t->dtype, &mean, out->data, 1);
     }
     al_free(row), al_free(e), al_free(losses);
     return ALLOY_OK;
