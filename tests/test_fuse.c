@@ -781,6 +781,167 @@ static void block_batch(int step, int32_t *tokens, int32_t *targets, alloy_host_
     feeds[1] = (alloy_host_tensor){"targets", ALLOY_I32, 1, {BB * BT}, targets};
 }
 
+/* ---- the transformer block's grouping, written down ----
+ *
+ * Every group of the block's training graph (AMP f16 + dynamic scaler +
+ * AdamW, after fuse), read off its printed IR. Each entry: what the group
+ * is, the type of its last member (the type on its last `!group=k` line),
+ * how to find it in the IR (the anchor) and its members' ops in node order
+ * (the ops of its `!group=k` lines, top to bottom). A group matches an entry
+ * when all of that holds; the test wants every entry to match exactly one
+ * group and every group to be matched by exactly one entry. */
+typedef enum {
+    BY_OPS,     /* the type and op sequence alone pick it out */
+    BY_UPDATE,  /* it holds the node of `update "<anchor>" = %n` */
+    BY_OUTPUT,  /* it holds the node of `output "<anchor>" = %n` */
+    BY_READING, /* a member reads %<anchor>, or the node of output "<anchor>" */
+    BY_OP,      /* a member is an <anchor> op */
+} anchor_kind;
+
+typedef struct expected_group {
+    const char *what;
+    alloy_dtype dtype;
+    anchor_kind by;
+    const char *anchor;
+    const char *ops[ADAMW_MEMBERS + 2]; /* NULL-terminated */
+} expected_group;
+
+static const expected_group block_groups[] = {
+    /* forward: the MLP's first bias add + GELU, in f16 (%51, %52 in the
+     * printed IR); the add stays stored because gelu_grad reads it */
+    {"mlp bias add + gelu", F16, BY_OP, "gelu", {"add", "gelu"}},
+    /* forward: the second bias add and the residual add, f32 */
+    {"mlp.b2 bias add + residual add", F32, BY_READING, "mlp.b2", {"add", "add"}},
+    /* backward: the f16 sum of the q, k and v input gradients (the only
+     * f16 add + add group; a cast of it feeds ln1's layer_norm_grad) */
+    {"q/k/v input gradient sum", F16, BY_OPS, NULL, {"add", "add"}},
+    /* step bookkeeping, scalars */
+    {"skipped_steps + 1 and its where", ALLOY_I32, BY_UPDATE, "step.skipped_steps", {"add", "where"}},
+    {"growth_tracker + 1 == growth_interval", ALLOY_BOOL, BY_READING, "scaler.growth_tracker", {"add", "equal"}},
+    {"next loss scale", F32, BY_UPDATE, "scaler.scale", {"isfinite", "where", "where", "where"}},
+    {"next growth tracker", ALLOY_I32, BY_UPDATE, "scaler.growth_tracker", {"where", "where"}},
+    {"optim.step + 1 and its where", ALLOY_I32, BY_UPDATE, "optim.step", {"add", "where"}},
+    /* the global gradient norm: one f64 add per parameter after the first
+     * (16) and the sqrt */
+    {"global gradient norm", ALLOY_F64, BY_OUTPUT, OUT_GRAD_NORM,
+     {"add", "add", "add", "add", "add", "add", "add", "add", "add", "add", "add", "add", "add", "add", "add", "add",
+      "sqrt"}},
+    /* the bias corrections, f64 scalars shared by every parameter (CSE):
+     * 1 - 0.9^t and lr / (1 - 0.9^t); 1 - 0.999^t and its sqrt */
+    {"lr / (1 - b1^t)", ALLOY_F64, BY_READING, "step.lr", {"pow", "sub", "div"}},
+    {"sqrt(1 - b2^t)", ALLOY_F64, BY_OPS, NULL, {"pow", "sub", "sqrt"}},
+};
+
+/* The AdamW update of one parameter p (17 groups, one per parameter, found
+ * through `update "<p>"`, which must sit in the same group as `update
+ * "<p>.m"` and `update "<p>.v"`), f32:
+ *   mul            p * (1 - lr*wd)
+ *   mul mul add    m' = m*b1 + g*(1-b1)
+ *   where          where(apply, m', m)            -> update "<p>.m"
+ *   mul mul add    v' = v*b2 + g^2*(1-b2)
+ *   where          where(apply, v', v)            -> update "<p>.v"
+ *   sqrt div add   sqrt(v') / sqrt(1-b2^t) + eps
+ *   div mul sub    p*(1-lr*wd) - lr/(1-b1^t) * m' / that
+ *   where          where(apply, p', p)            -> update "<p>" */
+static const char *const adamw_ops[] = {"mul", "mul", "mul", "add", "where", "mul", "mul", "add",
+                                        "where", "sqrt", "div", "add", "div", "mul", "sub", "where", NULL};
+
+static const char *const block_params[PARAMS] = {"tok_emb", "pos_emb", "ln1.g", "ln1.b", "attn.wq", "attn.wk",
+                                                 "attn.wv", "attn.wo", "ln2.g", "ln2.b", "mlp.b1", "mlp.b2",
+                                                 "mlp.w1", "mlp.w2", "lnf.g", "lnf.b", "head.w"};
+
+static bool group_has_ops(const ir_graph *c, int k, const char *const *ops)
+{
+    int j = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        if (c->nodes[i]->group != k) continue;
+        if (!ops[j] || strcmp(ir_ops[c->nodes[i]->op].name, ops[j]) != 0) return false;
+        j++;
+    }
+    return ops[j] == NULL;
+}
+
+static int group_last(const ir_graph *c, int k)
+{
+    int last = -1;
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i]->group == k) last = i;
+    return last;
+}
+
+static bool group_has_anchor(const ir_graph *c, int k, const expected_group *e)
+{
+    switch (e->by) {
+    case BY_OPS: return true;
+    case BY_UPDATE: return c->nodes[update_node(c, e->anchor)]->group == k;
+    case BY_OUTPUT: return c->nodes[output_node(c, e->anchor)]->group == k;
+    case BY_READING: {
+        int target = ir_find_name(c, e->anchor);
+        if (target < 0) target = output_node(c, e->anchor);
+        for (int i = 0; i < c->nnodes; i++)
+            for (int j = 0; c->nodes[i]->group == k && j < c->nodes[i]->nin; j++)
+                if (c->nodes[i]->in[j] == target) return true;
+        return false;
+    }
+    case BY_OP:
+        for (int i = 0; i < c->nnodes; i++)
+            if (c->nodes[i]->group == k && strcmp(ir_ops[c->nodes[i]->op].name, e->anchor) == 0) return true;
+        return false;
+    }
+    return false;
+}
+
+/* Prints every group as its op sequence (to compare with the table), then
+ * checks that the groups are exactly block_groups + one AdamW group per
+ * parameter. */
+static void expect_block_grouping(const ir_graph *c)
+{
+    int ng = group_count(c);
+    for (int k = 0; k < ng; k++) {
+        printf("group %d (%s, ends at %%%d):", k, alloy_dtype_name(c->nodes[group_last(c, k)]->type.dtype),
+               group_last(c, k));
+        for (int i = 0; i < c->nnodes; i++)
+            if (c->nodes[i]->group == k) printf(" %s", ir_ops[c->nodes[i]->op].name);
+        printf("\n");
+    }
+    enum { NEXPECTED = sizeof block_groups / sizeof block_groups[0] };
+    assert_int_equal(ng, NEXPECTED + PARAMS);
+    int *used = test_calloc((size_t)ng, sizeof(int));
+    for (int e = 0; e < NEXPECTED; e++) {
+        const expected_group *x = &block_groups[e];
+        int found = -1, matches = 0;
+        for (int k = 0; k < ng; k++)
+            if (c->nodes[group_last(c, k)]->type.dtype == x->dtype && group_has_ops(c, k, x->ops) &&
+                group_has_anchor(c, k, x)) {
+                found = k;
+                matches++;
+            }
+        if (matches != 1) fail_msg("expected group '%s': %d groups match, want 1", x->what, matches);
+        if (used[found]++) fail_msg("group %d matched twice ('%s')", found, x->what);
+    }
+    /* AdamW: one group per parameter, holding p, m and v's updates */
+    for (int i = 0; i < PARAMS; i++) {
+        char m[64], v[64];
+        snprintf(m, sizeof m, "%s.m", block_params[i]);
+        snprintf(v, sizeof v, "%s.v", block_params[i]);
+        int k = c->nodes[update_node(c, block_params[i])]->group;
+        if (k < 0) fail_msg("the update of '%s' is in no group", block_params[i]);
+        if (!group_has_ops(c, k, adamw_ops)) fail_msg("group %d ('%s' AdamW) has other ops", k, block_params[i]);
+        assert_int_equal(c->nodes[group_last(c, k)]->type.dtype, F32);
+        assert_int_equal(group_last(c, k), update_node(c, block_params[i]));
+        assert_int_equal(c->nodes[update_node(c, m)]->group, k);
+        assert_int_equal(c->nodes[update_node(c, v)]->group, k);
+        if (used[k]++) fail_msg("group %d ('%s' AdamW) matched twice", k, block_params[i]);
+    }
+    int adamw = 0;
+    for (int k = 0; k < ng; k++) {
+        adamw += group_has_ops(c, k, adamw_ops);
+        if (used[k] != 1) fail_msg("group %d matches no expected group", k);
+    }
+    assert_int_equal(adamw, PARAMS);
+    test_free(used);
+}
+
 static void test_the_transformer_training_graph_has_28_groups_and_each_adamw_update_is_one(void **state)
 {
     (void)state;
@@ -797,7 +958,7 @@ static void test_the_transformer_training_graph_has_28_groups_and_each_adamw_upd
     }
     printf("\n");
     assert_int_equal(ng, BLOCK_GROUPS);
-    /* the AdamW update of every parameter: p, m and v in one 17-member group */
+    /* the AdamW update of every parameter: p, m and v in one 16-member group */
     static const char *params[PARAMS] = {"tok_emb", "pos_emb", "ln1.g", "ln1.b", "attn.wq", "attn.wk",
                                          "attn.wv", "attn.wo", "ln2.g", "ln2.b", "mlp.b1", "mlp.b2",
                                          "mlp.w1", "mlp.w2", "lnf.g", "lnf.b", "head.w"};
@@ -838,6 +999,8 @@ static void test_the_transformer_training_graph_has_28_groups_and_each_adamw_upd
     assert_int_equal(group_size(c, bias_add->group), 2);
     assert_int_equal(c->nodes[gelu_grad]->in[0], bias_add->id);
     assert_int_equal(c->nodes[gelu_grad]->group, -1);
+    /* and every group, member by member (block_groups, adamw_ops) */
+    expect_block_grouping(c);
     alloy_graph_free(g);
 }
 
