@@ -9,6 +9,7 @@
 
 #include "alloy/alloy.h"
 #include "gpt_model.h"
+#include "cli.h"
 
 static const char usage[] =
     "usage: char_gpt [options]\n"
@@ -61,26 +62,13 @@ typedef struct corpus {
     int id_of[256]; /* -1 for bytes the text lacks */
 } corpus;
 
-/* Prints "char_gpt: <message>" and exits with status (2 for bad usage, 1 otherwise). */
-static void fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void fail(int status, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    fputs("char_gpt: ", stderr);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
-    va_end(args);
-    exit(status);
-}
-
 static long parse_int(const char *flag, const char *s, long min, long max)
 {
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < min || v > max)
-        fail(2, "%s wants an integer in [%ld, %ld], got '%s'", flag, min, max, s ? s : "");
+        cli_fail(2, "%s wants an integer in [%ld, %ld], got '%s'", flag, min, max, s ? s : "");
     return v;
 }
 
@@ -92,8 +80,8 @@ static void parse_args(int argc, char **argv, options *o)
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); exit(0); }
-        if (strncmp(flag, "--", 2)) fail(2, "unexpected argument '%s' (see --help)", flag);
-        if (!val) fail(2, "%s needs a value (see --help)", flag);
+        if (strncmp(flag, "--", 2)) cli_fail(2, "unexpected argument '%s' (see --help)", flag);
+        if (!val) cli_fail(2, "%s needs a value (see --help)", flag);
         i++;
         if (!strcmp(flag, "--text")) o->text_path = val;
         else if (!strcmp(flag, "--checkpoint")) o->checkpoint = val;
@@ -111,40 +99,40 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(flag, "--lr")) {
             char *end;
             o->lr = strtod(val, &end);
-            if (*end || !(o->lr > 0 && o->lr < 10)) fail(2, "--lr wants a number in (0, 10), got '%s'", val);
+            if (*end || !(o->lr > 0 && o->lr < 10)) cli_fail(2, "--lr wants a number in (0, 10), got '%s'", val);
         } else if (!strcmp(flag, "--amp")) {
             if (!strcmp(val, "f16")) o->amp = ALLOY_F16;
             else if (!strcmp(val, "bf16")) o->amp = ALLOY_BF16;
             else if (!strcmp(val, "off")) o->amp = ALLOY_F32;
-            else fail(2, "--amp wants f16, bf16 or off, got '%s'", val);
+            else cli_fail(2, "--amp wants f16, bf16 or off, got '%s'", val);
         } else {
-            fail(2, "unknown option %s (see --help)", flag);
+            cli_fail(2, "unknown option %s (see --help)", flag);
         }
     }
     o->model.mlp_width = 4 * o->model.dim;
     /* Only the CPU backend exists in this build: an explicit cuda request
      * fails loudly rather than quietly training on the CPU. */
     if (!strcmp(o->device, "cuda"))
-        fail(2, "--device %s: this alloy build has no CUDA backend yet; use --device cpu or auto", o->device);
+        cli_fail(2, "--device %s: this alloy build has no CUDA backend yet; use --device cpu or auto", o->device);
     if (strcmp(o->device, "auto") && strcmp(o->device, "cpu"))
-        fail(2, "--device wants auto, cpu or cuda, got '%s'", o->device);
+        cli_fail(2, "--device wants auto, cpu or cuda, got '%s'", o->device);
 }
 
 /* Reads the text, builds the sorted byte vocabulary and splits 90/10. */
 static void load_corpus(const char *path, int context, corpus *c, int *vocab)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) fail(1, "cannot open %s: %s", path, strerror(errno));
+    if (!f) cli_fail(1, "cannot open %s: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0, got;
     unsigned char *bytes = malloc(cap);
     while (bytes && (got = fread(bytes + len, 1, cap - len, f)) > 0)
         if ((len += got) == cap) bytes = realloc(bytes, cap *= 2);
-    if (!bytes || ferror(f)) fail(1, "cannot read %s: %s", path, bytes ? strerror(errno) : "out of memory");
+    if (!bytes || ferror(f)) cli_fail(1, "cannot read %s: %s", path, bytes ? strerror(errno) : "out of memory");
     fclose(f);
     c->len = (long)len;
     c->train_len = c->len * 9 / 10;
     if (c->train_len < context + 2 || c->len - c->train_len < context + 1)
-        fail(1, "%s is too short: both splits (90%%/10%%) need more than --context bytes", path);
+        cli_fail(1, "%s is too short: both splits (90%%/10%%) need more than --context bytes", path);
     bool seen[256] = {false};
     for (size_t i = 0; i < len; i++) seen[bytes[i]] = true;
     *vocab = 0;
@@ -152,21 +140,12 @@ static void load_corpus(const char *path, int context, corpus *c, int *vocab)
         c->id_of[b] = seen[b] ? *vocab : -1;
         if (seen[b]) c->byte_of[(*vocab)++] = (unsigned char)b;
     }
-    if (!(c->ids = malloc(sizeof(int) * len))) fail(1, "out of memory reading %s", path);
+    if (!(c->ids = malloc(sizeof(int) * len))) cli_fail(1, "out of memory reading %s", path);
     for (size_t i = 0; i < len; i++) c->ids[i] = c->id_of[bytes[i]];
     free(bytes);
 }
 
-/* splitmix64: a tiny seeded generator, so runs repeat exactly. */
-static unsigned long long next_random(unsigned long long *state)
-{
-    unsigned long long z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(unsigned long long *state) { return (double)(next_random(state) >> 11) * 0x1p-53; }
+static double uniform01(unsigned long long *state) { return (double)(cli_next_random(state) >> 11) * 0x1p-53; }
 
 static double now_seconds(void)
 {
@@ -192,11 +171,11 @@ static void copy_params(alloy_graph *dst, alloy_graph *src)
     for (int i = 0; i < n; i++) {
         alloy_host_tensor want, have;
         if (alloy_graph_state_at(dst, i, &want))
-            fail(1, "copying parameters: %s", alloy_last_error(dst));
+            cli_fail(1, "copying parameters: %s", alloy_last_error(dst));
         if (alloy_graph_get_state(src, want.name, &have))
-            fail(1, "copying parameters: %s", alloy_last_error(src));
+            cli_fail(1, "copying parameters: %s", alloy_last_error(src));
         if (alloy_graph_set_state(dst, &have))
-            fail(1, "copying parameters: %s", alloy_last_error(dst));
+            cli_fail(1, "copying parameters: %s", alloy_last_error(dst));
     }
 }
 
@@ -214,7 +193,7 @@ static double validation_loss(alloy_graph *eval, alloy_graph *train, const corpu
         alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {batch, T}, tokens},
                                       {"targets", ALLOY_I32, 1, {(int64_t)batch * T}, targets}};
         alloy_host_tensor loss = {.name = "loss"};
-        if (alloy_graph_run(eval, feeds, 2, &loss, 1)) fail(1, "evaluating: %s", alloy_last_error(eval));
+        if (alloy_graph_run(eval, feeds, 2, &loss, 1)) cli_fail(1, "evaluating: %s", alloy_last_error(eval));
         sum += *(const float *)loss.data;
     }
     return sum / EVAL_BATCHES;
@@ -231,7 +210,7 @@ static void sample(alloy_graph *g, const corpus *c, const gpt_config *cfg, const
     int *history = malloc(sizeof(int) * (size_t)(prompt_len + SAMPLE_CHARS));
     int *window = calloc((size_t)T, sizeof(int));
     double *prob = malloc(sizeof(double) * (size_t)V);
-    if (!history || !window || !prob) fail(1, "%s", "out of memory sampling");
+    if (!history || !window || !prob) cli_fail(1, "%s", "out of memory sampling");
     printf("--- sample (temperature %.1f) ---\n", SAMPLE_TEMPERATURE);
     for (; len < prompt_len; len++) putchar(c->byte_of[history[len] = prompt[len]]);
     for (int n = 0; n < SAMPLE_CHARS; n++) {
@@ -239,7 +218,7 @@ static void sample(alloy_graph *g, const corpus *c, const gpt_config *cfg, const
         memcpy(window, history + len - used, sizeof(int) * (size_t)used);
         alloy_host_tensor feed = {"tokens", ALLOY_I32, 2, {1, T}, window};
         alloy_host_tensor logits = {.name = "logits"};
-        if (alloy_graph_run(g, &feed, 1, &logits, 1)) fail(1, "sampling: %s", alloy_last_error(g));
+        if (alloy_graph_run(g, &feed, 1, &logits, 1)) cli_fail(1, "sampling: %s", alloy_last_error(g));
         const float *row = (const float *)logits.data + (size_t)(used - 1) * (size_t)V;
         double max = row[0], total = 0;
         for (int v = 1; v < V; v++) max = row[v] > max ? row[v] : max;
@@ -260,7 +239,7 @@ static long checkpoint_steps(const char *path)
 {
     alloy_safetensors *st;
     char err[512];
-    if (alloy_safetensors_load(path, &st, err, sizeof err)) fail(1, "%s", err);
+    if (alloy_safetensors_load(path, &st, err, sizeof err)) cli_fail(1, "%s", err);
     long steps = 0;
     const char *names[2] = {"optim.step", "step.skipped_steps"};
     for (int i = 0; i < 2; i++) {
@@ -273,27 +252,28 @@ static long checkpoint_steps(const char *path)
 
 int main(int argc, char **argv)
 {
+    cli_set_program("char_gpt");
     options o;
     parse_args(argc, argv, &o);
     corpus text;
     load_corpus(o.text_path, o.model.context, &text, &o.model.vocab);
     const char *problem = gpt_config_problem(&o.model);
-    if (problem) fail(1, "%s", problem);
+    if (problem) cli_fail(1, "%s", problem);
     int B = o.batch, T = o.model.context;
     FILE *resume = o.checkpoint ? fopen(o.checkpoint, "rb") : NULL;
     long first_step = resume ? (fclose(resume), checkpoint_steps(o.checkpoint)) : 0;
 
     /* The training step: forward, loss, backward, loss scaling, AdamW. */
     alloy_graph *train = alloy_graph_new("char_gpt");
-    if (!train) fail(1, "%s", "out of memory");
+    if (!train) cli_fail(1, "%s", "out of memory");
     alloy_graph_set_seed(train, o.seed);
     gpt_model model = gpt_build(train, &o.model, B, true);
     alloy_graph_set_loss(train, model.loss);
     if (o.dump_ir) { /* the graph as built: forward and loss, before any pass */
         FILE *f = fopen(o.dump_ir, "w");
-        if (!f) fail(1, "%s: cannot open for writing", o.dump_ir);
+        if (!f) cli_fail(1, "%s: cannot open for writing", o.dump_ir);
         alloy_status st = alloy_graph_dump(train, f, ALLOY_DUMP_SOURCE);
-        if (fclose(f) || st) fail(1, "%s: writing the IR failed", o.dump_ir);
+        if (fclose(f) || st) cli_fail(1, "%s: writing the IR failed", o.dump_ir);
         alloy_graph_free(train);
         return 0;
     }
@@ -316,17 +296,17 @@ int main(int argc, char **argv)
         adamw.min_lr = o.lr / 10;
     }
     alloy_graph_add_optimizer(train, adamw);
-    if (alloy_graph_status(train)) fail(1, "building the model: %s", alloy_last_error(train));
+    if (alloy_graph_status(train)) cli_fail(1, "building the model: %s", alloy_last_error(train));
     if (resume) {
         if (alloy_graph_load_checkpoint(train, o.checkpoint))
-            fail(1, "%s (a resumed run needs the same --text, --amp and model flags)", alloy_last_error(train));
+            cli_fail(1, "%s (a resumed run needs the same --text, --amp and model flags)", alloy_last_error(train));
         printf("resumed from %s at step %ld\n", o.checkpoint, first_step);
     }
 
     /* Same builder and parameter names: f32 graphs for validation (same
      * batch) and sampling (batch 1), their parameters copied from train. */
     alloy_graph *eval = alloy_graph_new("char_gpt_eval"), *sampler = alloy_graph_new("char_gpt_sample");
-    if (!eval || !sampler) fail(1, "%s", "out of memory");
+    if (!eval || !sampler) cli_fail(1, "%s", "out of memory");
     gpt_build(eval, &o.model, B, true);
     gpt_build(sampler, &o.model, 1, false);
 
@@ -339,7 +319,7 @@ int main(int argc, char **argv)
     int *tokens = malloc(sizeof(int) * (size_t)B * (size_t)T);
     int *targets = malloc(sizeof(int) * (size_t)B * (size_t)T);
     long *starts = malloc(sizeof(long) * (size_t)B);
-    if (!tokens || !targets || !starts) fail(1, "%s", "out of memory");
+    if (!tokens || !targets || !starts) cli_fail(1, "%s", "out of memory");
     unsigned long long rng = o.seed * 0x2545F4914F6CDD1Dull + (unsigned long long)first_step;
     alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {B, T}, tokens},
                                   {"targets", ALLOY_I32, 1, {(int64_t)B * T}, targets}};
@@ -348,11 +328,11 @@ int main(int argc, char **argv)
     for (int i = 1; i <= o.steps; i++) {
         double started = now_seconds();
         for (int b = 0; b < B; b++)
-            starts[b] = (long)(next_random(&rng) % (unsigned long long)(text.train_len - T));
+            starts[b] = (long)(cli_next_random(&rng) % (unsigned long long)(text.train_len - T));
         fill_batch(&text, starts, B, T, tokens, targets);
         alloy_step_info info;
         if (alloy_graph_run(train, feeds, 2, NULL, 0) || alloy_graph_step_info(train, &info))
-            fail(1, "training: %s", alloy_last_error(train));
+            cli_fail(1, "training: %s", alloy_last_error(train));
         train_seconds += now_seconds() - started;
         long step = first_step + i;
         if (++since_log == o.log_every || i == o.steps) {
@@ -370,7 +350,7 @@ int main(int argc, char **argv)
     printf("val_loss %.4f\n", validation_loss(eval, train, &text, B, T, starts, tokens, targets));
 
     if (o.checkpoint) {
-        if (alloy_graph_save_checkpoint(train, o.checkpoint)) fail(1, "%s", alloy_last_error(train));
+        if (alloy_graph_save_checkpoint(train, o.checkpoint)) cli_fail(1, "%s", alloy_last_error(train));
         printf("saved checkpoint %s at step %ld\n", o.checkpoint, first_step + o.steps);
     }
     /* A fixed prompt, or the validation text's first bytes if the text lacks its characters. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloy/alloy.h"
+#include "cli.h"
 
 static const char usage[] =
     "usage: mlp_csv [options]\n"
@@ -47,23 +48,10 @@ typedef struct dataset {
     int features, classes;
 } dataset;
 
-/* Prints "mlp_csv: <message>" and exits with status (2 for bad usage, 1 otherwise). */
-static void fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void fail(int status, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    fputs("mlp_csv: ", stderr);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
-    va_end(args);
-    exit(status);
-}
-
 static void *checked_malloc(size_t size)
 {
     void *p = malloc(size ? size : 1);
-    if (!p) fail(1, "out of memory");
+    if (!p) cli_fail(1, "out of memory");
     return p;
 }
 
@@ -73,14 +61,14 @@ static double parse_number(const char *flag, const char *s, double min, double m
     errno = 0;
     double v = strtod(s, &end);
     if (!*s || *end || errno || !(v >= min && v <= max))
-        fail(2, "%s wants a number in [%g, %g], got '%s'", flag, min, max, s);
+        cli_fail(2, "%s wants a number in [%g, %g], got '%s'", flag, min, max, s);
     return v;
 }
 
 static int parse_count(const char *flag, const char *s, int min, int max)
 {
     double v = parse_number(flag, s, min, max);
-    if (v != floor(v)) fail(2, "%s wants an integer, got '%s'", flag, s);
+    if (v != floor(v)) cli_fail(2, "%s wants an integer, got '%s'", flag, s);
     return (int)v;
 }
 
@@ -91,8 +79,8 @@ static void parse_args(int argc, char **argv, options *o)
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); exit(0); }
-        if (strncmp(flag, "--", 2)) fail(2, "unexpected argument '%s' (see --help)", flag);
-        if (!val) fail(2, "%s needs a value (see --help)", flag);
+        if (strncmp(flag, "--", 2)) cli_fail(2, "unexpected argument '%s' (see --help)", flag);
+        if (!val) cli_fail(2, "%s needs a value (see --help)", flag);
         i++;
         if (!strcmp(flag, "--csv")) o->csv = val;
         else if (!strcmp(flag, "--device")) o->device = val;
@@ -107,7 +95,7 @@ static void parse_args(int argc, char **argv, options *o)
                 char *end;
                 long width = strtol(p, &end, 10);
                 if (end == p || (*end && *end != ',') || width < 1 || width > 65536 || o->nhidden == MAX_HIDDEN)
-                    fail(2, "--hidden wants up to %d comma-separated widths in [1, 65536], got '%s'",
+                    cli_fail(2, "--hidden wants up to %d comma-separated widths in [1, 65536], got '%s'",
                          MAX_HIDDEN, val);
                 o->hidden[o->nhidden++] = (int)width;
                 if (!*(p = end)) break;
@@ -116,27 +104,18 @@ static void parse_args(int argc, char **argv, options *o)
             if (!strcmp(val, "f16")) o->amp = ALLOY_F16;
             else if (!strcmp(val, "bf16")) o->amp = ALLOY_BF16;
             else if (!strcmp(val, "off")) o->amp = ALLOY_F32;
-            else fail(2, "--amp wants f16, bf16 or off, got '%s'", val);
+            else cli_fail(2, "--amp wants f16, bf16 or off, got '%s'", val);
         } else {
-            fail(2, "unknown option %s (see --help)", flag);
+            cli_fail(2, "unknown option %s (see --help)", flag);
         }
     }
     if (!strcmp(o->device, "cuda"))
-        fail(2, "--device cuda: this alloy build has no CUDA backend yet; use --device cpu or auto");
+        cli_fail(2, "--device cuda: this alloy build has no CUDA backend yet; use --device cpu or auto");
     if (strcmp(o->device, "auto") && strcmp(o->device, "cpu"))
-        fail(2, "--device wants auto, cpu or cuda, got '%s'", o->device);
+        cli_fail(2, "--device wants auto, cpu or cuda, got '%s'", o->device);
 }
 
-/* splitmix64: a tiny seeded generator, so runs repeat exactly. */
-static unsigned long long next_random(unsigned long long *state)
-{
-    unsigned long long z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(unsigned long long *state) { return ((double)(next_random(state) >> 11) + 0.5) * 0x1p-53; }
+static double uniform01(unsigned long long *state) { return ((double)(cli_next_random(state) >> 11) + 0.5) * 0x1p-53; }
 
 static double gaussian(unsigned long long *state)
 {
@@ -146,7 +125,7 @@ static double gaussian(unsigned long long *state)
 static void shuffle(long *order, long n, unsigned long long *rng)
 {
     for (long i = n - 1; i > 0; i--) {
-        long j = (long)(next_random(rng) % (unsigned long long)(i + 1)), t = order[i];
+        long j = (long)(cli_next_random(rng) % (unsigned long long)(i + 1)), t = order[i];
         order[i] = order[j], order[j] = t;
     }
 }
@@ -203,7 +182,7 @@ static bool is_number(const char *s, double *out)
 static void read_csv(const char *path, dataset *d)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) fail(1, "cannot open %s: %s", path, strerror(errno));
+    if (!f) cli_fail(1, "cannot open %s: %s", path, strerror(errno));
     size_t cap = 0, rows_cap = 0;
     char *line = NULL;
     char **fields = NULL;
@@ -222,40 +201,40 @@ static void read_csv(const char *path, dataset *d)
         }
         int n = split_fields(line, fields, ncols ? ncols : max_fields);
         if (!ncols) {
-            if (n < 2) fail(1, "%s:%ld: need at least one feature and a label, found %d column", path, lineno, n);
+            if (n < 2) cli_fail(1, "%s:%ld: need at least one feature and a label, found %d column", path, lineno, n);
             ncols = n, d->features = n - 1;
             double v;
             bool header = false;
             for (int i = 0; i < n; i++) header |= *fields[i] && !is_number(fields[i], &v);
             if ((had_header = header)) continue;
         } else if (n != ncols) {
-            fail(1, "%s:%ld: expected %d fields, found %s%d", path, lineno, ncols, n > ncols ? "more than " : "",
+            cli_fail(1, "%s:%ld: expected %d fields, found %s%d", path, lineno, ncols, n > ncols ? "more than " : "",
                  n > ncols ? ncols : n);
         }
         if ((size_t)d->rows == rows_cap) {
             rows_cap = rows_cap ? 2 * rows_cap : 1024;
             d->x = realloc(d->x, sizeof(float) * rows_cap * (size_t)d->features);
             d->y = realloc(d->y, sizeof(int) * rows_cap);
-            if (!d->x || !d->y) fail(1, "out of memory reading %s", path);
+            if (!d->x || !d->y) cli_fail(1, "out of memory reading %s", path);
         }
         double v;
         for (int i = 0; i < d->features; i++) {
             if (!is_number(fields[i], &v))
-                fail(1, "%s:%ld: field %d ('%s') is not a finite number", path, lineno, i + 1, fields[i]);
+                cli_fail(1, "%s:%ld: field %d ('%s') is not a finite number", path, lineno, i + 1, fields[i]);
             d->x[d->rows * d->features + i] = (float)v;
         }
         if (!is_number(fields[d->features], &v) || v != floor(v))
-            fail(1, "%s:%ld: the label ('%s') is not an integer", path, lineno, fields[d->features]);
+            cli_fail(1, "%s:%ld: the label ('%s') is not an integer", path, lineno, fields[d->features]);
         if (v < 0 || v >= MAX_CLASSES)
-            fail(1, "%s:%ld: the label %.0f is out of range [0, %d]", path, lineno, v, MAX_CLASSES - 1);
+            cli_fail(1, "%s:%ld: the label %.0f is out of range [0, %d]", path, lineno, v, MAX_CLASSES - 1);
         d->y[d->rows++] = (int)v;
         max_label = (int)v > max_label ? (int)v : max_label;
     }
-    if (ferror(f)) fail(1, "cannot read %s: %s", path, strerror(errno));
+    if (ferror(f)) cli_fail(1, "cannot read %s: %s", path, strerror(errno));
     fclose(f);
     free(line), free(fields);
     if (d->rows < 2)
-        fail(1, "%s: need at least 2 data rows, found %ld%s", path, d->rows, had_header ? " below the header" : "");
+        cli_fail(1, "%s: need at least 2 data rows, found %ld%s", path, d->rows, had_header ? " below the header" : "");
     d->classes = max_label + 1;
 }
 
@@ -297,9 +276,9 @@ static double test_accuracy(alloy_graph *eval, int eval_batch, alloy_graph *trai
 {
     for (int i = 0, n = alloy_graph_state_count(eval); i < n; i++) {
         alloy_host_tensor want, have;
-        if (alloy_graph_state_at(eval, i, &want)) fail(1, "%s", alloy_last_error(eval));
-        if (alloy_graph_get_state(train, want.name, &have)) fail(1, "%s", alloy_last_error(train));
-        if (alloy_graph_set_state(eval, &have)) fail(1, "%s", alloy_last_error(eval));
+        if (alloy_graph_state_at(eval, i, &want)) cli_fail(1, "%s", alloy_last_error(eval));
+        if (alloy_graph_get_state(train, want.name, &have)) cli_fail(1, "%s", alloy_last_error(train));
+        if (alloy_graph_set_state(eval, &have)) cli_fail(1, "%s", alloy_last_error(eval));
     }
     long correct = 0;
     for (long first = 0; first < nrows; first += eval_batch) {
@@ -308,7 +287,7 @@ static double test_accuracy(alloy_graph *eval, int eval_batch, alloy_graph *trai
                    sizeof(float) * (size_t)d->features);
         alloy_host_tensor feed = {"x", ALLOY_F32, 2, {eval_batch, d->features}, x};
         alloy_host_tensor logits = {.name = "logits"};
-        if (alloy_graph_run(eval, &feed, 1, &logits, 1)) fail(1, "testing: %s", alloy_last_error(eval));
+        if (alloy_graph_run(eval, &feed, 1, &logits, 1)) cli_fail(1, "testing: %s", alloy_last_error(eval));
         for (long i = 0; i < eval_batch && first + i < nrows; i++) {
             const float *row = (const float *)logits.data + i * d->classes;
             int best = 0;
@@ -321,6 +300,7 @@ static double test_accuracy(alloy_graph *eval, int eval_batch, alloy_graph *trai
 
 int main(int argc, char **argv)
 {
+    cli_set_program("mlp_csv");
     options o;
     parse_args(argc, argv, &o);
     dataset d;
@@ -358,7 +338,7 @@ int main(int argc, char **argv)
     long steps_per_epoch = ntrain / B; /* the last partial batch is dropped */
 
     alloy_graph *train = alloy_graph_new("mlp_csv"), *eval = alloy_graph_new("mlp_csv_eval");
-    if (!train || !eval) fail(1, "out of memory");
+    if (!train || !eval) cli_fail(1, "out of memory");
     alloy_graph_set_seed(train, o.seed);
     alloy_graph_set_loss(train, build_mlp(train, &o, &d, B, true));
     if (o.amp != ALLOY_F32) alloy_graph_enable_amp(train, o.amp);
@@ -366,8 +346,8 @@ int main(int argc, char **argv)
     /* AdamW with PyTorch's defaults: robust without tuning across datasets. */
     alloy_graph_add_optimizer(train, alloy_adamw(o.lr, 0.9, 0.999, 1e-8, 0.01));
     build_mlp(eval, &o, &d, eval_batch, false);
-    if (alloy_graph_status(train)) fail(1, "building the model: %s", alloy_last_error(train));
-    if (alloy_graph_status(eval)) fail(1, "building the model: %s", alloy_last_error(eval));
+    if (alloy_graph_status(train)) cli_fail(1, "building the model: %s", alloy_last_error(train));
+    if (alloy_graph_status(eval)) cli_fail(1, "building the model: %s", alloy_last_error(eval));
 
     float *x = checked_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * (size_t)d.features);
     int *labels = checked_malloc(sizeof(int) * (size_t)B);
@@ -384,7 +364,7 @@ int main(int argc, char **argv)
                 labels[i] = d.y[r];
             }
             if (alloy_graph_run(train, feeds, 2, NULL, 0) || alloy_graph_step_info(train, &info))
-                fail(1, "training: %s", alloy_last_error(train));
+                cli_fail(1, "training: %s", alloy_last_error(train));
             loss_sum += info.loss;
         }
         accuracy = test_accuracy(eval, eval_batch, train, &d, test_rows, ntest, x);

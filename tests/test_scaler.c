@@ -79,39 +79,6 @@ static double fetched_scalar(const alloy_host_tensor *t)
     return 0;
 }
 
-/* A copy of every state tensor of g: names and bytes. */
-typedef struct snapshot {
-    int n;
-    char *names[32];
-    void *data[32];
-    size_t bytes[32];
-} snapshot;
-
-static snapshot take_snapshot(alloy_graph *g)
-{
-    snapshot s = {.n = alloy_graph_state_count(g)};
-    assert_true(s.n > 0 && s.n <= 32);
-    for (int i = 0; i < s.n; i++) {
-        alloy_host_tensor t;
-        check(g, alloy_graph_state_at(g, i, &t), "alloy_graph_state_at");
-        s.names[i] = test_malloc(strlen(t.name) + 1);
-        strcpy(s.names[i], t.name);
-        s.bytes[i] = (size_t)alloy_host_tensor_numel(&t) * alloy_dtype_size(t.dtype);
-        s.data[i] = test_malloc(s.bytes[i] + 1);
-        memcpy(s.data[i], t.data, s.bytes[i]);
-    }
-    return s;
-}
-
-static void free_snapshot(snapshot *s)
-{
-    for (int i = 0; i < s->n; i++) {
-        test_free(s->names[i]);
-        test_free(s->data[i]);
-    }
-    s->n = 0;
-}
-
 /* The scaler's own state changes on every step, skipped or not. */
 static bool is_scaler_state(const char *name)
 {

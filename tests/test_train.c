@@ -215,36 +215,6 @@ static double held_out_accuracy(alloy_graph *g)
     return (double)right / HELD_OUT;
 }
 
-/* A copy of every state tensor. */
-typedef struct snapshot {
-    int n;
-    char *names[32];
-    void *data[32];
-    size_t bytes[32];
-} snapshot;
-
-static snapshot take_snapshot(alloy_graph *g)
-{
-    snapshot s = {.n = alloy_graph_state_count(g)};
-    assert_true(s.n > 0 && s.n <= 32);
-    for (int i = 0; i < s.n; i++) {
-        alloy_host_tensor t;
-        check(g, alloy_graph_state_at(g, i, &t), "state_at");
-        s.names[i] = test_malloc(strlen(t.name) + 1);
-        strcpy(s.names[i], t.name);
-        s.bytes[i] = (size_t)alloy_host_tensor_numel(&t) * alloy_dtype_size(t.dtype);
-        s.data[i] = test_malloc(s.bytes[i] + 1);
-        memcpy(s.data[i], t.data, s.bytes[i]);
-    }
-    return s;
-}
-
-static void free_snapshot(snapshot *s)
-{
-    for (int i = 0; i < s->n; i++) test_free(s->names[i]), test_free(s->data[i]);
-    s->n = 0;
-}
-
 /* Every state tensor of g holds the bytes of s (and g has no others). */
 static void expect_state_equals(alloy_graph *g, const snapshot *s, const char *when)
 {
