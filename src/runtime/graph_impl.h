@@ -32,7 +32,9 @@ struct alloy_graph {
     int nsnapshots;
     rt_state *state;
     int nstate, state_cap;
-    bool state_ready; /* every param of ir has its state tensor */
+    bool state_ready; /* every param/state leaf of compiled has its state tensor */
+    int *state_of_node;   /* per compiled node: index in state[] of its param/state, else -1 */
+    int *state_of_update; /* per compiled update: index in state[] of its target */
     uint64_t seed;
     amp_config amp;             /* lists and dtype as the user set them */
     alloy_amp_report amp_report; /* from the last compile */

@@ -257,9 +257,9 @@ static alloy_status bind_feeds(alloy_graph *g, const alloy_host_tensor *feeds, i
         if (n->op == IR_OP_input && !g->values[i].data && ir_nbytes(&n->type))
             return graph_fail(g, ALLOY_ERR_NOT_FOUND, "input '%s' was not fed", n->name);
         if (n->op == IR_OP_param || n->op == IR_OP_state) {
-            rt_state *s = state_find(g, n->name);
-            if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "%s '%s' has no state", ir_ops[n->op].name, n->name);
-            g->values[i].data = s->data;
+            int s = g->state_of_node[i];
+            if (s < 0) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "%s '%s' has no state", ir_ops[n->op].name, n->name);
+            g->values[i].data = g->state[s].data;
         }
     }
     return ALLOY_OK;
@@ -334,9 +334,9 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     if (!st) {
         step_info_capture(g); /* reads the scale used before the updates replace it */
         for (int i = 0; i < c->nupdates; i++) {
-            rt_state *s = state_find(g, c->updates[i].name);
+            int s = g->state_of_update[i];
             size_t bytes = ir_nbytes(&c->nodes[c->updates[i].node]->type);
-            if (s && bytes) memcpy(s->data, g->values[c->updates[i].node].data, bytes);
+            if (s >= 0 && bytes) memcpy(g->state[s].data, g->values[c->updates[i].node].data, bytes);
         }
     }
     for (int i = 0; i < c->nnodes; i++) /* feeds belong to the caller */

@@ -106,12 +106,31 @@ alloy_status state_ensure(alloy_graph *g)
         al_free(tmp);
         g->state[g->nstate++] = s;
     }
+    /* bind leaves and update targets to state once per compile, not per run */
+    al_free(g->state_of_node);
+    al_free(g->state_of_update);
+    g->state_of_node = al_malloc(sizeof(int) * ((size_t)ir->nnodes + 1));
+    g->state_of_update = al_malloc(sizeof(int) * ((size_t)ir->nupdates + 1));
+    if (!g->state_of_node || !g->state_of_update)
+        return graph_fail(g, ALLOY_ERR_OOM, "out of memory binding state of graph '%s'", ir->name);
+    for (int i = 0; i < ir->nnodes; i++) {
+        const ir_node *n = ir->nodes[i];
+        rt_state *s = n->op == IR_OP_param || n->op == IR_OP_state ? state_find(g, n->name) : NULL;
+        g->state_of_node[i] = s ? (int)(s - g->state) : -1;
+    }
+    for (int i = 0; i < ir->nupdates; i++) {
+        rt_state *s = state_find(g, ir->updates[i].name);
+        g->state_of_update[i] = s ? (int)(s - g->state) : -1;
+    }
     g->state_ready = true;
     return ALLOY_OK;
 }
 
 void state_free_all(alloy_graph *g)
 {
+    al_free(g->state_of_node);
+    al_free(g->state_of_update);
+    g->state_of_node = g->state_of_update = NULL;
     for (int i = 0; i < g->nstate; i++) {
         al_free(g->state[i].name);
         al_free(g->state[i].data);
