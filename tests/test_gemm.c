@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ir/base.h"
+#include "alloy_config.h"
 #include "runtime/gemm.h"
 
 extern char **environ;
@@ -206,6 +207,9 @@ static void test_backend_name(void **state)
     assert_non_null(name);
     const char *blas = getenv("ALLOY_BLAS");
     if (blas && strcmp(blas, "0") == 0) assert_string_equal(name, "portable");
+    /* a build that found a BLAS must use it unless told not to */
+    else if (ALLOY_HAVE_CBLAS) assert_string_not_equal(name, "portable");
+    else assert_string_equal(name, "portable");
     print_message("gemm_f32 backend: %s\n", name);
 }
 
