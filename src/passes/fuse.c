@@ -19,20 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/groups.h"
 #include "passes/pass.h"
 
-/* A node that may join a group: any elementwise op (ops.def's EW lines have
- * at most three operands; the bound is checked all the same). */
-static bool fusible(const ir_node *n) { return ir_ops[n->op].elementwise && n->nin <= 3; }
-
-/* The compute type rule of cpu_ew_uses_f64, read from the operands' IR types. */
-static bool computes_wide(const ir_graph *g, const ir_node *n)
+/* Which nodes the elementwise/row grouping (the union below) may take: an
+ * elementwise member (EW ops, casts between f16/bf16/f32) or a row op, not
+ * already in a GEMM epilogue group (gemm[] >= 0). */
+static bool fusible(const ir_graph *g, const int *gemm, const ir_node *n)
 {
-    for (int j = 0; j < n->nin; j++) {
-        alloy_dtype dt = g->nodes[n->in[j]]->type.dtype;
-        if (dt == ALLOY_F64 || dt == ALLOY_I32 || dt == ALLOY_I64) return true;
-    }
-    return false;
+    if (gemm[n->id] >= 0) return false;
+    return ir_fuse_elementwise(g, n) || ir_fuse_row_op(g, n);
 }
 
 static bool same_shape(const ir_type *a, const ir_type *b)
@@ -41,6 +37,73 @@ static bool same_shape(const ir_type *a, const ir_type *b)
     for (int d = 0; d < a->rank; d++)
         if (a->dims[d] != b->dims[d]) return false;
     return true;
+}
+
+/* ---- GEMM epilogues ---- */
+
+/* readers[i]: how many nodes read node i, plus one if it is an output, an
+ * update or the loss (such a value is stored, which an epilogue
+ * intermediate cannot be); sole[i]: its reader when that is the only one,
+ * else -1. */
+static void count_readers(const ir_graph *g, int *readers, int *sole)
+{
+    for (int i = 0; i < g->nnodes; i++) readers[i] = 0, sole[i] = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            int o = g->nodes[i]->in[j];
+            if (sole[o] != i) readers[o]++; /* add(x, x) reads x once */
+            sole[o] = i;
+        }
+    for (int i = 0; i < g->noutputs; i++) readers[g->outputs[i].node]++;
+    for (int i = 0; i < g->nupdates; i++) readers[g->updates[i].node]++;
+    if (g->loss >= 0) readers[g->loss]++;
+    for (int i = 0; i < g->nnodes; i++)
+        if (readers[i] != 1) sole[i] = -1;
+}
+
+/* A bias for the epilogue of a [.., N] result: a vector of N (or [1, .., 1, N]). */
+static bool is_bias(const ir_type *b, const ir_type *out)
+{
+    if (b->rank < 1 || b->rank > out->rank || b->dims[b->rank - 1] != out->dims[out->rank - 1]) return false;
+    for (int d = 0; d + 1 < b->rank; d++)
+        if (b->dims[d] != 1) return false;
+    return ir_is_float(b->dtype) && b->dtype != ALLOY_F64;
+}
+
+/* Marks matmul mm and the epilogue after it as one GEMM group in gemm[]:
+ * in this order, each optional and each the sole reader of the one before,
+ * [cast] [add of a bias vector] [relu | gelu_tanh] [cast], the set a
+ * cuBLASLt epilogue computes (its GELU is the tanh form; erf GELU is not
+ * an epilogue). Casts are between f16, bf16 and f32. */
+static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
+{
+    const ir_node *m = g->nodes[mm];
+    if (!ir_is_float(m->type.dtype) || m->type.dtype == ALLOY_F64 || m->type.rank < 2) return;
+    int cur = mm, stage = 0, chain[5], len = 0;
+    for (;;) {
+        int r = sole[cur];
+        if (r < 0) break;
+        const ir_node *n = g->nodes[r];
+        int next = -1;
+        if (n->op == IR_OP_cast && ir_fuse_elementwise(g, n) && (stage == 0 || stage >= 2) && stage < 4)
+            next = stage == 0 ? 1 : 4;
+        else if (n->op == IR_OP_add && stage < 2) {
+            int other = n->in[0] == cur ? n->in[1] : n->in[0];
+            if (other != cur && is_bias(&g->nodes[other]->type, &n->type) &&
+                g->nodes[other]->type.dtype == n->type.dtype && ir_type_eq(&n->type, &g->nodes[cur]->type))
+                next = 2;
+        } else if ((n->op == IR_OP_relu || n->op == IR_OP_gelu_tanh) && stage < 3) {
+            next = 3;
+        }
+        if (next < 0) break;
+        chain[len++] = r;
+        cur = r;
+        stage = next;
+        if (stage == 4) break;
+    }
+    if (len == 0) return;
+    gemm[mm] = mm;
+    for (int i = 0; i < len; i++) gemm[chain[i]] = mm;
 }
 
 /* Working state. Tentative groups are named by a member's id and kept as
@@ -52,6 +115,8 @@ static bool same_shape(const ir_type *a, const ir_type *b)
  * not the size of the groups. */
 typedef struct fuser {
     const ir_graph *g;
+    const int *gemm; /* node -> GEMM epilogue group (named by its matmul), -1 none */
+    bool no_row;     /* ALLOY_NO_FUSE=row: row ops join no group */
     int *grp;      /* node -> tentative group, -1 none */
     int *next;     /* next member of the same group, -1 at the tail */
     int *head;     /* group -> first member */
@@ -147,12 +212,14 @@ static void join(fuser *f, int n)
 {
     const ir_graph *g = f->g;
     const ir_node *node = g->nodes[n];
-    bool wide = computes_wide(g, node);
-    int cand[3], k = 0;
-    for (int j = 0; j < node->nin; j++) {
+    bool wide = ir_fuse_wide(g, node);
+    int cand[8], k = 0;
+    for (int j = 0; j < node->nin && k < 8; j++) {
         const ir_node *o = g->nodes[node->in[j]];
         int go = f->grp[o->id];
-        if (go < 0 || !same_shape(&o->type, &node->type) || computes_wide(g, o) != wide) continue;
+        if (ir_fuse_row_op(g, node) && !ir_row_operand(node, j)) continue; /* gamma, dloss: read whole */
+        if (go < 0 || !same_shape(ir_fuse_shape(g, o), ir_fuse_shape(g, node)) || ir_fuse_wide(g, o) != wide)
+            continue;
         if (!in_set(go, cand, k)) cand[k++] = go;
     }
     if (k > 0 && legal_merge(f, cand, k)) {
@@ -178,7 +245,7 @@ static void join(fuser *f, int n)
 static void place(fuser *f, int n)
 {
     const ir_node *node = f->g->nodes[n];
-    if (fusible(node)) join(f, n);
+    if (fusible(f->g, f->gemm, node) && !(f->no_row && ir_fuse_row_op(f->g, node))) join(f, n);
     int gn = f->grp[n];
     for (int j = 0; j < node->nin; j++) {
         int go = f->grp[node->in[j]];
@@ -199,10 +266,169 @@ static void place(fuser *f, int n)
     }
 }
 
-static bool fusion_disabled(void)
+/* ALLOY_NO_FUSE: unset, "" or "0": fuse everything; a comma-separated
+ * list of kinds (row, gemm, multi): do not form those; anything else
+ * (e.g. 1): no groups at all. Bit 0: none; bits 1 << IR_GROUP_*: kinds off. */
+static unsigned fusion_disabled(void)
 {
     const char *env = getenv("ALLOY_NO_FUSE");
-    return env && *env && strcmp(env, "0") != 0;
+    if (!env || !*env || strcmp(env, "0") == 0) return 0;
+    unsigned off = 0;
+    for (const char *p = env; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && strncmp(p, "row", 3) == 0) off |= 1u << IR_GROUP_ROW;
+        else if (len == 4 && strncmp(p, "gemm", 4) == 0) off |= 1u << IR_GROUP_GEMM;
+        else if (len == 5 && strncmp(p, "multi", 5) == 0) off |= 1u << IR_GROUP_MULTI;
+        else return 1;
+        p += len + (p[len] == ',');
+    }
+    return off;
+}
+
+/* ---- multi-tensor groups (label[]: node -> group name, -1 none) ---- */
+
+/* found_inf F and those of its operands that are elementwise nodes in no
+ * group, or whose elementwise group (in f32) is read by nothing outside it
+ * before F: the unscale muls (with an f16 gradient's cast) of every
+ * gradient and the isfinite check over them, one launch. mark: scratch of
+ * nnodes bytes, zero on entry and on return. */
+static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, int *label, uint8_t *mark)
+{
+    const ir_node *F = g->nodes[fi];
+    for (int j = 0; j < F->nin; j++) {
+        const ir_node *o = g->nodes[F->in[j]];
+        if (!ir_fuse_elementwise(g, o) || ir_fuse_wide(g, o) || o->type.rank == 0) continue;
+        if (label[o->id] < 0 && min_reader[o->id] >= fi) mark[o->id] = 1;
+        else if (label[o->id] >= 0 && g->nodes[label[o->id]]->op != IR_OP_matmul) mark[label[o->id]] = 2;
+    }
+    /* a group is taken when no member is read from outside it before F */
+    for (int i = 0; i < fi; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int o = n->in[j], lo = label[o];
+            if (lo >= 0 && mark[lo] == 2 && label[i] != lo) mark[lo] = 0;
+            if (lo >= 0 && mark[lo] == 2 && !(ir_fuse_elementwise(g, n) && !ir_fuse_wide(g, n))) mark[lo] = 0;
+        }
+    }
+    int taken = 0;
+    for (int i = 0; i < fi; i++) {
+        int l = label[i];
+        if ((l < 0 && mark[i] == 1) || (l >= 0 && mark[l] == 2)) {
+            label[i] = fi;
+            taken++;
+        }
+    }
+    for (int j = 0; j < F->nin; j++) mark[F->in[j]] = 0;
+    for (int i = 0; i < fi; i++) mark[i] = 0;
+    if (taken) label[fi] = fi;
+}
+
+/* The shape of group `name`'s computation, as ints: per member (ascending)
+ * its op, dtype and operand count, and per operand either the index of the
+ * member it reads or the dtype of an input from outside (scalar or not). */
+static int signature(const ir_graph *g, const int *members, int n, const int *label, int *sig)
+{
+    int len = 0;
+    for (int k = 0; k < n; k++) {
+        const ir_node *m = g->nodes[members[k]];
+        sig[len++] = m->op, sig[len++] = m->type.dtype, sig[len++] = m->nin;
+        for (int j = 0; j < m->nin; j++) {
+            int o = m->in[j], idx = -1;
+            if (label[o] == label[members[k]])
+                for (int i = 0; i < k && idx < 0; i++) idx = members[i] == o ? i : -1;
+            const ir_node *on = g->nodes[o];
+            sig[len++] = idx >= 0 ? idx : -1000 - (int)on->type.dtype * 2 - (on->type.rank == 0);
+        }
+    }
+    return len;
+}
+
+/* Merges the elementwise groups that compute parameter updates (a member is
+ * an update's value) and have the same signature into one group each: the
+ * optimizer update over all parameters, one launch, a segment per
+ * parameter. Only where legal: the merged group runs at its last member,
+ * so every reader of a member from outside must come after that, and no
+ * segment reads another. */
+static bool multi_updates(const ir_graph *g, int *label)
+{
+    int nn = g->nnodes;
+    int *count = al_calloc((size_t)nn, sizeof(int)), *order = al_malloc(sizeof(int) * (size_t)nn);
+    int *start = al_calloc((size_t)nn + 1, sizeof(int)), *sig_at = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    int *sigs = NULL, *cls = al_malloc(sizeof(int) * (size_t)nn), *clen = al_malloc(sizeof(int) * (size_t)nn);
+    uint8_t *upd = al_calloc((size_t)nn, 1), *in_cls = al_calloc((size_t)nn, 1), *done = al_calloc((size_t)nn, 1);
+    bool ok = count && order && start && sig_at && cls && clen && upd && in_cls && done;
+    size_t sig_total = 0;
+    if (ok) {
+        for (int i = 0; i < nn; i++) {
+            if (label[i] >= 0) count[label[i]]++;
+            sig_total += 3 + (size_t)g->nodes[i]->nin;
+        }
+        sigs = al_malloc(sizeof(int) * (sig_total + 1));
+        ok = sigs != NULL;
+    }
+    if (ok) {
+        for (int i = 0; i < g->nupdates; i++) upd[g->updates[i].node] = 1;
+        /* members of each group in id order: order[start[name] ..] */
+        for (int i = 0; i < nn; i++) start[i + 1] = start[i] + count[i];
+        for (int i = 0; i < nn; i++) count[i] = 0;
+        for (int i = 0; i < nn; i++)
+            if (label[i] >= 0) order[start[label[i]] + count[label[i]]++] = i;
+        /* candidates: EW groups with an update value, with their signatures
+         * at sigs[sig_at[name] ..], sig_len[name] ints (count[] reused) */
+        int ncand = 0, at = 0;
+        for (int name = 0; name < nn; name++) {
+            int n = count[name];
+            if (n < 2) continue;
+            bool has_update = false, ew = true;
+            for (int k = 0; k < n; k++) {
+                const ir_node *m = g->nodes[order[start[name] + k]];
+                has_update |= upd[m->id];
+                ew &= ir_fuse_elementwise(g, m) && !ir_fuse_wide(g, m);
+            }
+            if (!has_update || !ew) continue;
+            cls[ncand] = name;
+            sig_at[name] = at;
+            clen[ncand++] = signature(g, &order[start[name]], n, label, sigs + at);
+            at += clen[ncand - 1];
+        }
+        /* classes of equal signatures, each merged into its first group */
+        for (int a = 0; a < ncand; a++) {
+            int A = cls[a];
+            if (done[a]) continue;
+            int lenA = clen[a];
+            int members_of_class = 0, last = -1;
+            for (int b = a; b < ncand; b++) {
+                int B = cls[b];
+                if (done[b] || count[B] != count[A]) continue;
+                int lenB = clen[b];
+                if (lenA != lenB || memcmp(sigs + sig_at[A], sigs + sig_at[B], sizeof(int) * (size_t)lenA) != 0)
+                    continue;
+                in_cls[B] = 1;
+                members_of_class++;
+                if (order[start[B] + count[B] - 1] > last) last = order[start[B] + count[B] - 1];
+            }
+            bool legal = members_of_class > 1;
+            for (int i = 0; i < nn && legal; i++) {
+                const ir_node *n = g->nodes[i];
+                for (int j = 0; j < n->nin && legal; j++) {
+                    int o = n->in[j];
+                    if (label[o] < 0 || !in_cls[label[o]] || label[i] == label[o]) continue;
+                    if ((label[i] >= 0 && in_cls[label[i]]) || i <= last) legal = false;
+                }
+            }
+            for (int b = a; b < ncand; b++) {
+                int B = cls[b];
+                if (done[b] || !in_cls[B]) continue;
+                in_cls[B] = 0;
+                done[b] = 1;
+                if (!legal || B == A) continue;
+                for (int k = 0; k < count[B]; k++) label[order[start[B] + k]] = A;
+            }
+        }
+    }
+    al_free(count), al_free(order), al_free(start), al_free(sig_at), al_free(sigs), al_free(cls);
+    al_free(upd), al_free(in_cls), al_free(done), al_free(clen);
+    return ok;
 }
 
 alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
@@ -210,10 +436,12 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     (void)opts;
     ir_graph *g = *gp;
     for (int i = 0; i < g->nnodes; i++) g->nodes[i]->group = -1;
-    if (fusion_disabled() || g->nnodes == 0) return ALLOY_OK;
+    unsigned off = fusion_disabled();
+    if ((off & 1) || g->nnodes == 0) return ALLOY_OK;
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
-    fuser f = {.g = g};
+    int *gemm = al_malloc(sizeof(int) * nn);
+    fuser f = {.g = g, .gemm = gemm, .no_row = off & 1u << IR_GROUP_ROW};
     int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.out_head, &f.out_tail};
     bool ok = true;
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) {
@@ -223,26 +451,50 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     f.out_next = al_malloc(sizeof(int) * edges);
     f.out_node = al_malloc(sizeof(int) * edges);
     f.sealed = al_calloc(nn, 1);
-    ok &= f.out_next && f.out_node && f.sealed;
+    ok &= f.out_next && f.out_node && f.sealed && gemm;
     if (ok) {
         for (size_t i = 0; i < nn; i++) {
             f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = f.out_head[i] = f.out_tail[i] = -1;
             f.size[i] = 0;
         }
+        /* GEMM epilogues first; the union below treats their members as
+         * nodes it may not take (they run at their group's last member,
+         * which reads nothing the union could delay) */
+        int *readers = f.out_head, *sole = f.out_tail; /* borrowed, reset below */
+        count_readers(g, readers, sole);
+        for (int i = 0; i < g->nnodes; i++) gemm[i] = -1;
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->op == IR_OP_matmul && !(off & 1u << IR_GROUP_GEMM)) gemm_epilogue(g, sole, i, gemm);
+        for (size_t i = 0; i < nn; i++) f.out_head[i] = f.out_tail[i] = -1;
         for (int i = 0; i < g->nnodes; i++) place(&f, i);
-        /* number the groups of two or more in the order of their first
-         * member (member lists are not sorted; `tail` now holds the number) */
-        for (size_t i = 0; i < nn; i++) f.tail[i] = -1;
-        int ngroups = 0;
+        /* names: the union's groups of two or more, the GEMM groups (named
+         * by their matmul, never a union member), then the multi-tensor
+         * groups; min_reader (in f.head, no longer needed) for found_inf */
+        int *label = f.next, *min_reader = f.head;
+        memset(f.sealed, 0, nn);
         for (int i = 0; i < g->nnodes; i++) {
             int gi = f.grp[i];
-            if (gi < 0 || f.size[gi] < 2) continue;
+            label[i] = gemm[i] >= 0 ? gemm[i] : gi >= 0 && f.size[gi] >= 2 ? gi : -1;
+            min_reader[i] = g->nnodes;
+        }
+        for (int i = g->nnodes - 1; i >= 0; i--)
+            for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->op == IR_OP_found_inf && !(off & 1u << IR_GROUP_MULTI))
+                multi_found_inf(g, i, min_reader, label, f.sealed);
+        ok = (off & 1u << IR_GROUP_MULTI) || multi_updates(g, label);
+        /* number the groups in the order of their first member */
+        for (size_t i = 0; i < nn; i++) f.tail[i] = -1;
+        int ngroups = 0;
+        for (int i = 0; i < g->nnodes && ok; i++) {
+            int gi = label[i];
+            if (gi < 0) continue;
             if (f.tail[gi] < 0) f.tail[gi] = ngroups++;
             g->nodes[i]->group = f.tail[gi];
         }
     }
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) al_free(*per_node[a]);
-    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed);
+    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm);
     if (!ok) return ir_error(g, ALLOY_ERR_OOM, "fuse: out of memory for %d nodes", g->nnodes);
     return ALLOY_OK;
 }

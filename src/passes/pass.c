@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ir/groups.h"
 #include "passes/pass.h"
 #include "runtime/cpu.h"
 
@@ -85,7 +86,10 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const cha
         if (listed(print_after, p->name)) {
             fprintf(log ? log : stderr, "# after %s (%.3f ms)\n", p->name, ms);
             ir_print(*g, log ? log : stderr);
-            if (strcmp(p->name, "fuse") == 0) print_plan_summary(*g, log ? log : stderr);
+            if (strcmp(p->name, "fuse") == 0) {
+                ir_print_groups(*g, log ? log : stderr);
+                print_plan_summary(*g, log ? log : stderr);
+            }
         }
     }
     return ALLOY_OK;

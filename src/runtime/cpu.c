@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir/groups.h"
 #include "runtime/convert.h"
 #include "runtime/cpu.h"
 #include "runtime/plan.h"
@@ -66,9 +67,12 @@ static alloy_status plan_groups(cpu_exec *x, const ir_graph *g, run_groups *rg)
             return cpu_fail(x, ALLOY_ERR_UNSUPPORTED,
                             "fusion group %d of node %%%d is not below the node count %d "
                             "(the fuse pass numbers groups densely)", k, i, nn);
-        if (k >= 0 && !ir_ops[g->nodes[i]->op].elementwise)
-            return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group %d: member %%%d is %s, not elementwise",
-                            k, i, ir_ops[g->nodes[i]->op].name);
+        const ir_node *n = g->nodes[i];
+        if (k >= 0 && !ir_fuse_elementwise(g, n) && !ir_fuse_row_op(g, n) && n->op != IR_OP_matmul &&
+            n->op != IR_OP_found_inf)
+            return cpu_fail(x, ALLOY_ERR_VERIFY,
+                            "fusion group %d: member %%%d is %s, which no group kind takes", k, i,
+                            ir_ops[n->op].name);
         if (k + 1 > ng) ng = k + 1;
     }
     rg->ngroups = ng;
@@ -156,7 +160,8 @@ static void run_fused(cpu_exec *x, const ir_graph *g, const run_groups *rg, int 
         values[id].data = value_memory(x, g, id, plan, arena);
         if (!values[id].data) return;
     }
-    cpu_run_group(x, g, members, n, values, w);
+    if (k >= 0) cpu_run_kind_group(x, g, members, n, values, w);
+    else cpu_run_group(x, g, members, n, values, w);
 }
 
 /* Drops the operands of node n whose last consumer this was: frees them, or

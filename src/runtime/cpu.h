@@ -76,6 +76,36 @@ AL_HIDDEN void cpu_workers_free(cpu_workers *w);
 AL_HIDDEN alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
                                      rt_tensor *values, cpu_workers *w);
 
+/* cpu_run_group with the iteration shape `space` (NULL: the last member's
+ * type; the row and multi-tensor executors pass a block of rows), and,
+ * when check is non-NULL, *nonfinite set to 1 if a member k with check[k]
+ * has an inf or NaN as it would be stored (found_inf fused into the pass). */
+AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const int *members, int n,
+                                        rt_tensor *values, cpu_workers *w, const ir_type *space,
+                                        const uint8_t *check, int *nonfinite);
+/* Starts up to want threads in all (the caller included) and returns how many there are. */
+AL_HIDDEN int cpu_workers_threads(cpu_workers *w, int want);
+/* Runs fn(arg, block, thread) for every block in [0, nblocks) on `threads`
+ * threads (from cpu_workers_threads; the caller is thread 0), each block
+ * once, and returns when all are done. */
+AL_HIDDEN void cpu_workers_run(cpu_workers *w, int threads, int64_t nblocks,
+                               void (*fn)(void *arg, int64_t block, int thread), void *arg);
+
+/* Runs a ROW, GEMM or MULTI group (cpu_groups.c; ir/groups.h) whose stored
+ * members the caller gave memory in values, as cpu_run_group does for EW. */
+AL_HIDDEN alloy_status cpu_run_kind_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
+                                          rt_tensor *values, cpu_workers *w);
+
+/* Pieces of the cross_entropy kernels for a slice of the rows (cpu_norm.c,
+ * cpu_grad.c): the loss of each position of in[0..1] into losses (compute
+ * type: double when wide), the mean of `positions` such losses into out,
+ * and the gradient of a slice whose whole has `positions` positions. */
+AL_HIDDEN alloy_status cpu_cross_entropy_losses(cpu_exec *x, const ir_node *n, const rt_tensor *in,
+                                                void *losses);
+AL_HIDDEN void cpu_cross_entropy_mean(bool wide, const void *losses, int64_t positions, rt_tensor *out);
+AL_HIDDEN alloy_status cpu_cross_entropy_grad_part(cpu_exec *x, const ir_node *n, rt_tensor *out,
+                                                   const rt_tensor *in, int64_t positions);
+
 /* Row kernels (cpu_norm.c, cpu_grad.c) compute in f64 when `wide`, else f32:
  * n elements of dtype dt at src into a compute buffer, and back. */
 AL_HIDDEN void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);

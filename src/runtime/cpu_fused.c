@@ -3,6 +3,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "ir/groups.h"
 #include "runtime/convert.h"
 #include "runtime/cpu.h"
 
@@ -40,6 +41,23 @@ typedef double f64_t;
 #define EW(nm, nin, ty, amp, grad, expr) FZ_BODY(f32, nm, expr) FZ_BODY(f64, nm, expr)
 #include "ir/ops.def"
 #undef EW
+
+/* A cast member: the value passes through in the compute type; a cast to
+ * f16/bf16 is then rounded to its dtype like a bool/integer result (the
+ * member's `exact`), so an explicit cast still rounds. */
+static void fz_copy_f32(int64_t n, float *restrict y, const float *restrict a, const float *restrict b,
+                        const float *restrict c)
+{
+    (void)b, (void)c;
+    memcpy(y, a, sizeof(float) * (size_t)n);
+}
+
+static void fz_copy_f64(int64_t n, double *restrict y, const double *restrict a, const double *restrict b,
+                        const double *restrict c)
+{
+    (void)b, (void)c;
+    memcpy(y, a, sizeof(double) * (size_t)n);
+}
 
 static const struct {
     fz_f32 f32;
@@ -82,7 +100,8 @@ typedef struct fz_member {
     int nin;
     int slot;    /* chunk buffer holding its value, or -1: computed straight into dst */
     char *dst;   /* where it is stored, or NULL: never materialized */
-    bool exact;  /* a bool or integer result: rounded to its dtype in the buffer too */
+    bool exact;  /* a bool or integer result, or a cast to f16/bf16: rounded to its dtype in the buffer too */
+    bool check;  /* found_inf reads it: any non-finite value (as stored) sets the plan's flag */
     alloy_dtype dtype;
     size_t es;
 } fz_member;
@@ -95,6 +114,7 @@ typedef struct fz_plan {
     int ninputs, nmembers, nslots;
     fz_input *inputs;
     fz_member *members;
+    int *nonfinite; /* set to 1 when a `check` member has a non-finite value (any thread) */
 } fz_plan;
 
 enum { NO_OPERAND = -0x7fff };
@@ -196,6 +216,29 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
     }
 }
 
+/* Whether any of n values of dtype dt at p is an inf or NaN (as found_inf
+ * sees a stored value; integers and bools never are). */
+static bool any_nonfinite(alloy_dtype dt, const void *p, int64_t n)
+{
+    bool found = false;
+    switch (dt) {
+    case ALLOY_F32:
+        for (int64_t k = 0; k < n; k++) found |= !isfinite(((const float *)p)[k]);
+        break;
+    case ALLOY_F64:
+        for (int64_t k = 0; k < n; k++) found |= !isfinite(((const double *)p)[k]);
+        break;
+    case ALLOY_F16:
+        for (int64_t k = 0; k < n; k++) found |= (((const uint16_t *)p)[k] & 0x7c00) == 0x7c00;
+        break;
+    case ALLOY_BF16:
+        for (int64_t k = 0; k < n; k++) found |= (((const uint16_t *)p)[k] & 0x7f80) == 0x7f80;
+        break;
+    default: break;
+    }
+    return found;
+}
+
 /* Runs chunks [c0, c1) of p on one thread. scratch holds ninputs + nslots
  * chunk buffers of the compute type and one of CHUNK * 8 bytes (any dtype);
  * ptr has room for ninputs + nmembers pointers. */
@@ -256,12 +299,18 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             char *back = dst ? dst : roundtrip;
             if (p->wide) {
                 mb->f64(len, y, op[0], op[1], op[2]);
-                if ((dst && y != dst) || mb->exact) cvt_store_f64(mb->dtype, y, back, (size_t)len);
+                if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F64))
+                    cvt_store_f64(mb->dtype, y, back, (size_t)len);
                 if (mb->exact) cvt_load_f64(mb->dtype, back, y, (size_t)len);
+                if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F64 ? (const void *)y : back, len))
+                    __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             } else {
                 mb->f32(len, y, op[0], op[1], op[2]);
-                if ((dst && y != dst) || mb->exact) cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
+                    cvt_store_f32(mb->dtype, y, back, (size_t)len);
                 if (mb->exact) cvt_load_f32(mb->dtype, back, y, (size_t)len);
+                if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F32 ? (const void *)y : back, len))
+                    __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             }
             val[m] = y;
         }
@@ -288,8 +337,10 @@ struct cpu_workers {
     int started;         /* worker threads running */
     pthread_t thread[MAX_THREADS];
     worker_arg arg[MAX_THREADS];
-    /* the job, under mu */
+    /* the job, under mu: a plan's chunks, or job(job_arg, block, thread) */
     const fz_plan *plan;
+    void (*job)(void *arg, int64_t block, int thread);
+    void *job_arg;
     int threads;         /* that take part, the caller included */
     int64_t nblocks, next, finished, per_block, nchunks;
     /* chunk buffers: thread t's at scratch + t * share */
@@ -299,6 +350,10 @@ struct cpu_workers {
 
 static void run_block(cpu_workers *w, const fz_plan *p, int64_t b, int t)
 {
+    if (!p) {
+        w->job(w->job_arg, b, t);
+        return;
+    }
     int64_t c0 = b * w->per_block, c1 = c0 + w->per_block < w->nchunks ? c0 + w->per_block : w->nchunks;
     char *mine = w->scratch + w->share * (size_t)t;
     run_chunks(p, c0, c1, mine, (const void **)(void *)(mine + w->ptr_at));
@@ -310,7 +365,7 @@ static void *worker_main(void *arg)
     cpu_workers *w = a->w;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->stop && (!w->plan || w->next >= w->nblocks || a->index >= w->threads))
+        while (!w->stop && ((!w->plan && !w->job) || w->next >= w->nblocks || a->index >= w->threads))
             pthread_cond_wait(&w->wake, &w->mu);
         if (w->stop) break;
         int64_t b = w->next++;
@@ -397,6 +452,37 @@ static void run_parallel(cpu_workers *w, const fz_plan *p, int threads, int64_t 
     pthread_mutex_unlock(&w->mu);
 }
 
+int cpu_workers_threads(cpu_workers *w, int want)
+{
+    return want > 1 ? start_workers(w, want) : 1;
+}
+
+void cpu_workers_run(cpu_workers *w, int threads, int64_t nblocks, void (*fn)(void *arg, int64_t block, int thread),
+                     void *arg)
+{
+    if (threads <= 1 || nblocks <= 1) {
+        for (int64_t b = 0; b < nblocks; b++) fn(arg, b, 0);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->job = fn;
+    w->job_arg = arg;
+    w->threads = threads;
+    w->nblocks = nblocks;
+    w->next = w->finished = 0;
+    pthread_cond_broadcast(&w->wake);
+    while (w->next < w->nblocks) {
+        int64_t b = w->next++;
+        pthread_mutex_unlock(&w->mu);
+        fn(arg, b, 0);
+        pthread_mutex_lock(&w->mu);
+        w->finished++;
+    }
+    while (w->finished < w->nblocks) pthread_cond_wait(&w->done, &w->mu);
+    w->job = NULL;
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* Index of member id in members[0..n), or -1. members are ascending. */
 static int member_index(const int *members, int n, int id)
 {
@@ -424,7 +510,7 @@ static bool member_wide(const ir_node *n, const rt_tensor *values)
  * in its destination). Returns NULL, or why the group cannot run. */
 static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, int n,
                              const rt_tensor *values, const ir_type **in_types, int *last_use,
-                             int *free_slots)
+                             int *free_slots, const uint8_t *check)
 {
     const ir_node *first = g->nodes[members[0]];
     p->wide = member_wide(first, values);
@@ -434,7 +520,8 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
     for (int k = 0; k < n; k++) {
         const ir_node *m = g->nodes[members[k]];
         const ir_op_info *info = &ir_ops[m->op];
-        if (!info->elementwise || m->nin < 1 || m->nin > 3) return "a member is not an elementwise op";
+        if (!ir_fuse_elementwise(g, m)) return "a member is not an elementwise op or a cast between f16, bf16 and f32";
+        bool cast = m->op == IR_OP_cast;
         if (k > 0 && members[k] <= members[k - 1]) return "members are not in topological order";
         if (m->type.rank != first->type.rank ||
             memcmp(m->type.dims, first->type.dims, sizeof(int64_t) * (size_t)m->type.rank) != 0)
@@ -443,10 +530,12 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
         fz_member *mb = &p->members[k];
         /* a node alone runs the op table's own chunk function: bit for bit
          * cpu_elementwise, NaN payloads included */
-        *mb = (fz_member){.f32 = n > 1 ? fz_kernels[m->op].f32 : info->ew_f32,
-                          .f64 = n > 1 ? fz_kernels[m->op].f64 : info->ew_f64, .nin = m->nin, .slot = -1,
-                          .dst = values[members[k]].data, .dtype = m->type.dtype,
-                          .exact = n > 1 && !ir_is_float(m->type.dtype),
+        *mb = (fz_member){.f32 = cast ? fz_copy_f32 : n > 1 ? fz_kernels[m->op].f32 : info->ew_f32,
+                          .f64 = cast ? fz_copy_f64 : n > 1 ? fz_kernels[m->op].f64 : info->ew_f64,
+                          .nin = m->nin, .slot = -1, .dst = values[members[k]].data, .dtype = m->type.dtype,
+                          .check = check && check[k],
+                          .exact = (n > 1 && !ir_is_float(m->type.dtype)) ||
+                                   (cast && m->type.dtype != ALLOY_F32 && m->type.dtype != ALLOY_F64),
                           .es = alloy_dtype_size(m->type.dtype),
                           .src = {NO_OPERAND, NO_OPERAND, NO_OPERAND}};
         last_use[k] = -1;
@@ -493,6 +582,13 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
 alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
                            rt_tensor *values, cpu_workers *w)
 {
+    return cpu_run_group_ex(x, g, members, n, values, w, NULL, NULL, NULL);
+}
+
+alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const int *members, int n,
+                              rt_tensor *values, cpu_workers *w, const ir_type *space,
+                              const uint8_t *check, int *nonfinite)
+{
     const ir_node *last = g->nodes[members[n - 1]];
     char label[64];
     /* one block: members, inputs, input types, last uses + input ids, free slots */
@@ -508,18 +604,20 @@ alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, i
     const ir_type **in_types = (const ir_type **)(void *)((char *)p.inputs + sizeof(fz_input) * 3 * (size_t)n);
     int *last_use = (int *)(void *)(in_types + 3 * (size_t)n);
     int *free_slots = last_use + 4 * (size_t)n;
-    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots);
+    p.nonfinite = nonfinite;
+    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots, check);
     if (why) {
         al_free(block);
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",
                         ir_ops[last->op].name, ir_node_label(last, label, sizeof label), why);
     }
-    p.total = ir_numel(&last->type);
+    if (!space) space = &last->type;
+    p.total = ir_numel(space);
     if (p.total == 0) {
         al_free(block);
         return ALLOY_OK;
     }
-    build_space(&p, &last->type, in_types);
+    build_space(&p, space, in_types);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;

@@ -194,6 +194,12 @@ alloy_status cpu_layer_norm_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, 
 alloy_status cpu_cross_entropy_grad(cpu_exec *x, const ir_node *n, rt_tensor *out,
                                     const rt_tensor *in)
 {
+    return cpu_cross_entropy_grad_part(x, n, out, in, ir_numel(&in[1].type));
+}
+
+alloy_status cpu_cross_entropy_grad_part(cpu_exec *x, const ir_node *n, rt_tensor *out,
+                                         const rt_tensor *in, int64_t total)
+{
     const ir_type *t = &in[0].type;
     int64_t classes = t->dims[t->rank - 1], positions = ir_numel(&in[1].type);
     alloy_status st = check_range(x, n, &in[1], classes, "target");
@@ -213,8 +219,8 @@ alloy_status cpu_cross_entropy_grad(cpu_exec *x, const ir_node *n, rt_tensor *ou
     for (int64_t p = 0; p < positions; p++) {
         size_t off = (size_t)p * row_bytes;
         cpu_load_compute(wide, t->dtype, (const char *)in[0].data + off, row, classes);
-        if (wide) cross_entropy_grad_row_f64(row, classes, int_at(&in[1], p), dloss64 / (double)positions, e);
-        else cross_entropy_grad_row_f32(row, classes, int_at(&in[1], p), dloss32 / (float)positions, e);
+        if (wide) cross_entropy_grad_row_f64(row, classes, int_at(&in[1], p), dloss64 / (double)total, e);
+        else cross_entropy_grad_row_f32(row, classes, int_at(&in[1], p), dloss32 / (float)total, e);
         cpu_store_compute(wide, t->dtype, row, (char *)out->data + off, classes);
     }
     al_free(row), al_free(e);

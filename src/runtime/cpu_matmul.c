@@ -99,6 +99,9 @@ alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
         memset(out->data, 0, ir_nbytes(to));
         return ALLOY_OK;
     }
+    /* f16/bf16 operands go through f32 whatever the result's dtype: a GEMM
+     * epilogue group (cpu_groups.c) asks for the unrounded f32 product */
+    if (ta->dtype == ALLOY_F16 || ta->dtype == ALLOY_BF16) return matmul_low_precision(x, n, &p, out, in);
     switch (to->dtype) {
     case ALLOY_F32:
         FOR_EACH_BATCH(&p, float, (const float *)in[0].data, (const float *)in[1].data,

@@ -151,7 +151,7 @@ static int64_t target_at(const rt_tensor *targets, int64_t i)
 
 /* cross_entropy: the mean over all positions of -log_softmax(logits)[target];
  * a target outside [0, classes) is an error naming the node, position and value. */
-alloy_status cpu_cross_entropy(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+alloy_status cpu_cross_entropy_losses(cpu_exec *x, const ir_node *n, const rt_tensor *in, void *losses)
 {
     const ir_type *t = &in[0].type;
     int64_t classes = t->dims[t->rank - 1], positions = ir_numel(&in[1].type);
@@ -173,9 +173,8 @@ alloy_status cpu_cross_entropy(cpu_exec *x, const ir_node *n, rt_tensor *out, co
     bool wide = t->dtype == ALLOY_F64;
     size_t row_bytes = (size_t)classes * alloy_dtype_size(t->dtype);
     void *row = cpu_alloc_compute(wide, classes), *e = cpu_alloc_compute(wide, classes);
-    void *losses = cpu_alloc_compute(wide, positions);
-    if (!row || !e || !losses) {
-        al_free(row), al_free(e), al_free(losses);
+    if (!row || !e) {
+        al_free(row), al_free(e);
         return cpu_out_of_memory(x, n);
     }
     for (int64_t p = 0; p < positions; p++) {
@@ -183,14 +182,30 @@ alloy_status cpu_cross_entropy(cpu_exec *x, const ir_node *n, rt_tensor *out, co
         if (wide) ((double *)losses)[p] = nll_row_f64(row, classes, target_at(&in[1], p), e);
         else ((float *)losses)[p] = nll_row_f32(row, classes, target_at(&in[1], p), e);
     }
-    /* the mean over no positions is 0/0 = NaN, as in PyTorch */
+    al_free(row), al_free(e);
+    return ALLOY_OK;
+}
+
+/* the mean over no positions is 0/0 = NaN, as in PyTorch */
+void cpu_cross_entropy_mean(bool wide, const void *losses, int64_t positions, rt_tensor *out)
+{
     if (wide) {
         double mean = sum_f64(losses, positions) / (double)positions;
-        cpu_store_compute(wide, t->dtype, &mean, out->data, 1);
+        cpu_store_compute(wide, out->type.dtype, &mean, out->data, 1);
     } else {
         float mean = sum_f32(losses, positions) / (float)positions;
-        cpu_store_compute(wide, t->dtype, &mean, out->data, 1);
+        cpu_store_compute(wide, out->type.dtype, &mean, out->data, 1);
     }
-    al_free(row), al_free(e), al_free(losses);
-    return ALLOY_OK;
+}
+
+alloy_status cpu_cross_entropy(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    bool wide = in[0].type.dtype == ALLOY_F64;
+    int64_t positions = ir_numel(&in[1].type);
+    void *losses = cpu_alloc_compute(wide, positions);
+    if (!losses) return cpu_out_of_memory(x, n);
+    alloy_status st = cpu_cross_entropy_losses(x, n, in, losses);
+    if (!st) cpu_cross_entropy_mean(wide, losses, positions, out);
+    al_free(losses);
+    return st;
 }

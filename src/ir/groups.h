@@ -1,0 +1,55 @@
+/* groups.h - fusion group kinds and membership rules, shared by the fuse pass, the executors and the group table printer. */
+#ifndef ALLOY_GROUPS_H
+#define ALLOY_GROUPS_H
+
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+/* What a fusion group (the nodes with one `!group=N`) is; docs/fusion.md.
+ *   EW:    elementwise members (and casts) over one shape;
+ *   ROW:   row-local ops (softmax, layer_norm, cross_entropy and their
+ *          gradients, causal_mask) with elementwise producers and
+ *          consumers, over one [rows, C] shape; a row's results depend on
+ *          that row only;
+ *   GEMM:  a matmul and its epilogue (bias add, relu or gelu_tanh, casts),
+ *          what a cuBLASLt epilogue computes;
+ *   MULTI: several elementwise chains of different shapes run as one
+ *          (multi-tensor) launch, with an optional found_inf reducing
+ *          over them: the unscale + isfinite of all gradients, the
+ *          optimizer update of all parameters. */
+typedef enum ir_group_kind { IR_GROUP_EW, IR_GROUP_ROW, IR_GROUP_GEMM, IR_GROUP_MULTI } ir_group_kind;
+
+AL_HIDDEN const char *ir_group_kind_name(ir_group_kind k);
+
+/* An elementwise member: an EW op of ops.def, or a cast between f16, bf16
+ * and f32 (computed in f32; an explicit cast still rounds to its dtype). */
+AL_HIDDEN bool ir_fuse_elementwise(const ir_graph *g, const ir_node *n);
+/* A row-local op that may join a ROW group: along the last axis only, on
+ * f32/f16/bf16 data. */
+AL_HIDDEN bool ir_fuse_row_op(const ir_graph *g, const ir_node *n);
+/* Whether operand j of row op n is read row by row (a [rows, C] tensor, or
+ * the per-row targets of cross_entropy); the others (gamma, beta, dloss)
+ * are read whole by every row. */
+AL_HIDDEN bool ir_row_operand(const ir_node *n, int j);
+/* The shape member n iterates over: its result's, or for cross_entropy
+ * (a scalar mean) its logits'. */
+AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
+/* Whether n computes in f64 (some operand is f64 or an integer), the rule
+ * of cpu_ew_uses_f64, read from the IR types. */
+AL_HIDDEN bool ir_fuse_wide(const ir_graph *g, const ir_node *n);
+
+/* The kind of the group of members[0..n) (ascending ids): GEMM with a
+ * matmul, MULTI with found_inf or members of different shapes, ROW with a
+ * row op, else EW. */
+AL_HIDDEN ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n);
+
+/* Prints one comment block per group: kind, iteration shape, inputs,
+ * outputs, and each output's expression tree, e.g.
+ *   # group 3 row f32[8192,64]: in %27; out %31
+ *   #   %31 = cast<f16>(softmax(cast<f32>(causal_mask(%27))))
+ * A member read twice inside the group gets a line of its own. Comments,
+ * so the text still parses. Nothing when g has no group. */
+AL_HIDDEN void ir_print_groups(const ir_graph *g, FILE *out);
+
+#endif
