@@ -203,6 +203,18 @@ alloy_status cpu_plan_arena(cpu_exec *x, const ir_graph *g, const bool *keep, me
         char err[256];
         alloy_status st = plan_build(g, &s, out, err, sizeof err);
         if (st) cpu_fail(x, st, "planning the arena: %s", err);
+        /* scratch for the f32 product of the largest GEMM epilogue group */
+        size_t scratch = 0;
+        for (int k = 0; k < rg.ngroups && !st; k++) {
+            const ir_node *first = g->nodes[rg.member[rg.start[k]]];
+            size_t bytes = sizeof(float) * (size_t)ir_numel(&first->type);
+            if (first->op == IR_OP_matmul && bytes > scratch) scratch = bytes;
+        }
+        if (!st && scratch) {
+            out->scratch_offset = (out->arena_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+            out->scratch_bytes = scratch;
+            out->arena_bytes = out->scratch_offset + scratch;
+        }
     }
     free_groups(&rg);
     al_free(pos), al_free(mat), al_free(inplace), al_free(keep8);
@@ -222,6 +234,8 @@ alloy_status cpu_run_graph_arena(cpu_exec *x, const ir_graph *g, rt_tensor *valu
         return cpu_fail(x, ALLOY_ERR_INVALID, "the arena plan is for %d nodes, the graph has %d",
                         plan->nnodes, g->nnodes);
     x->nthreads = resolve_threads(x->nthreads);
+    x->scratch = arena && plan->scratch_bytes ? arena + plan->scratch_offset : NULL;
+    x->scratch_bytes = x->scratch ? plan->scratch_bytes : 0;
     run_groups rg = {0};
     int *uses = al_calloc((size_t)g->nnodes + 1, sizeof(int));
     if (!uses) return cpu_fail(x, ALLOY_ERR_OOM, "out of memory planning a run of %d nodes", g->nnodes);

@@ -16,6 +16,8 @@ struct cpu_exec {
     alloy_status status;
     char error[512];
     int nthreads; /* worker threads kernels may use (>= 1) */
+    char *scratch; /* the arena's scratch (mem_plan.scratch_*), or NULL: GEMM groups then al_malloc */
+    size_t scratch_bytes;
 };
 
 /* Records a run-time error on x (first wins) and returns status. Messages

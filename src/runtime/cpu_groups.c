@@ -266,7 +266,9 @@ static alloy_status run_gemm(cpu_exec *x, const ir_graph *g, const int *members,
         return cpu_fail(x, ALLOY_ERR_VERIFY, "gemm group at %s '%s': the first member is not its matmul",
                         ir_ops[mm->op].name, label_of(mm, label, sizeof label));
     int64_t count = ir_numel(&mm->type);
-    rt_tensor acc = {mm->type, al_malloc(sizeof(float) * (size_t)(count ? count : 1))};
+    size_t bytes = sizeof(float) * (size_t)(count ? count : 1);
+    bool own = !x->scratch || x->scratch_bytes < bytes; /* the arena's scratch, else a block of its own */
+    rt_tensor acc = {mm->type, own ? al_malloc(bytes) : x->scratch};
     acc.type.dtype = ALLOY_F32;
     if (!acc.data) return cpu_out_of_memory(x, mm);
     rt_tensor in[2] = {values[mm->in[0]], values[mm->in[1]]};
@@ -277,7 +279,7 @@ static alloy_status run_gemm(cpu_exec *x, const ir_graph *g, const int *members,
         cpu_run_group(x, g, members + 1, n - 1, values, w);
         values[mm->id] = saved;
     }
-    al_free(acc.data);
+    if (own) al_free(acc.data);
     return x->status;
 }
 

@@ -26,6 +26,9 @@ typedef struct mem_plan {
      * operand's slot and counts once): a lower bound, arena_bytes >= it */
     size_t peak_live_bytes;
     int inplace; /* how many values reuse their operand's slot in place */
+    /* executor scratch at the top of the arena (cpu_plan_arena: the f32
+     * product of the largest GEMM epilogue group), included in arena_bytes */
+    size_t scratch_offset, scratch_bytes;
 } mem_plan;
 
 /* The schedule the plan is for. Every array has g->nnodes entries; NULL
