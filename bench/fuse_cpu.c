@@ -23,16 +23,23 @@ static const config configs[] = {
 
 typedef struct mode {
     const char *name;
-    bool fuse;
+    const char *no_fuse; /* ALLOY_NO_FUSE for its compile, NULL: fuse everything */
     const char *threads; /* ALLOY_NUM_THREADS, NULL: every online CPU */
 } mode;
 
 static const mode modes[] = {
-    {"unfused, 1 thread (before)", false, "1"},
-    {"fused, 1 thread", true, "1"},
-    {"unfused, all threads", false, NULL},
-    {"fused, all threads (after)", true, NULL},
+    {"unfused, 1 thread (before)", "1", "1"},
+    {"fused, 1 thread", NULL, "1"},
+    {"unfused, all threads", "1", NULL},
+    {"ew groups only, all threads", "row,gemm,multi", NULL},
+    {"fused, all threads (after)", NULL, NULL},
 };
+
+static void use_fusion(const mode *m)
+{
+    if (m->no_fuse) setenv("ALLOY_NO_FUSE", m->no_fuse, 1);
+    else unsetenv("ALLOY_NO_FUSE");
+}
 
 static double now(void)
 {
@@ -57,8 +64,7 @@ static void use_threads(const mode *m)
 /* The block's training graph, compiled with fusion on or off. */
 static alloy_graph *trainer(const config *c, const mode *m)
 {
-    if (m->fuse) unsetenv("ALLOY_NO_FUSE");
-    else setenv("ALLOY_NO_FUSE", "1", 1);
+    use_fusion(m);
     alloy_graph *g = alloy_graph_new("block");
     alloy_graph_set_seed(g, 1);
     test_block b = build_transformer_block(g, ALLOY_F32, c->batch, c->seq, c->vocab, c->dim, c->heads);
@@ -81,7 +87,7 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static bool run_mode[NMODES] = {true, true, true, true};
+static bool run_mode[NMODES] = {true, true, true, true, true};
 
 /* A graph and its feeds, built fresh for each measurement. */
 typedef alloy_graph *(*make_graph)(const void *arg, const mode *m);
@@ -151,8 +157,7 @@ typedef struct adamw_arg {
 static alloy_graph *adamw_graph(const void *arg, const mode *mo)
 {
     int64_t n = ((const adamw_arg *)arg)->n;
-    if (mo->fuse) unsetenv("ALLOY_NO_FUSE");
-    else setenv("ALLOY_NO_FUSE", "1", 1);
+    use_fusion(mo);
     alloy_graph *g = alloy_graph_new("adamw");
     alloy_tensor *p = alloy_input(g, "p", ALLOY_F32, 1, (int64_t[]){n});
     alloy_tensor *gr = alloy_input(g, "g", ALLOY_F32, 1, (int64_t[]){n});
@@ -205,7 +210,7 @@ static bool bench_adamw(void)
     return true;
 }
 
-/* fuse_cpu [adamw] [MODE...]: MODE 0..3 runs only those rows of `modes`;
+/* fuse_cpu [adamw] [MODE...]: MODE 0..4 runs only those rows of `modes`;
  * `adamw` runs only the AdamW table. */
 int main(int argc, char **argv)
 {
