@@ -85,6 +85,9 @@ AL_HIDDEN alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *
 AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const int *members, int n,
                                         rt_tensor *values, cpu_workers *w, const ir_type *space,
                                         const uint8_t *check, int *nonfinite);
+/* Sets every element of y (n f32 values standing for dtype dt) that a store
+ * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
+AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);
 /* Starts up to want threads in all (the caller included) and returns how many there are. */
 AL_HIDDEN int cpu_workers_threads(cpu_workers *w, int want);
 /* Runs fn(arg, block, thread) for every block in [0, nblocks) on `threads`

@@ -102,6 +102,7 @@ typedef struct fz_member {
     char *dst;   /* where it is stored, or NULL: never materialized */
     bool exact;  /* a bool or integer result, or a cast to f16/bf16: rounded to its dtype in the buffer too */
     bool check;  /* found_inf reads it: any non-finite value (as stored) sets the plan's flag */
+    bool ranged; /* an unrounded f16/bf16 value: overflows to inf as a store would (cpu_range_f32) */
     alloy_dtype dtype;
     size_t es;
 } fz_member;
@@ -216,6 +217,27 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
     }
 }
 
+/* The range rule of an unrounded f16/bf16 intermediate (docs/fusion.md): it
+ * keeps its f32 precision but not more range than its dtype, so a value
+ * that a store would round to inf becomes that inf (|x| >= 65520 for f16,
+ * >= 0x1.ffp127 for bf16). Overflow decisions (found_inf, the loss
+ * scaler) are then those of the unfused graph. */
+void cpu_range_f32(alloy_dtype dt, float *y, int64_t n)
+{
+    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : 0.0f;
+    if (limit == 0.0f) return;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(y[i]) >= limit) y[i] = copysignf(INFINITY, y[i]);
+}
+
+static void range_f64(alloy_dtype dt, double *y, int64_t n)
+{
+    double limit = dt == ALLOY_F16 ? 65520.0 : dt == ALLOY_BF16 ? 0x1.ffp127 : 0.0;
+    if (limit == 0.0) return;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(y[i]) >= limit) y[i] = copysign(INFINITY, y[i]);
+}
+
 /* Whether any of n values of dtype dt at p is an inf or NaN (as found_inf
  * sees a stored value; integers and bools never are). */
 static bool any_nonfinite(alloy_dtype dt, const void *p, int64_t n)
@@ -299,6 +321,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             char *back = dst ? dst : roundtrip;
             if (p->wide) {
                 mb->f64(len, y, op[0], op[1], op[2]);
+                if (mb->ranged) range_f64(mb->dtype, y, len);
                 if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F64))
                     cvt_store_f64(mb->dtype, y, back, (size_t)len);
                 if (mb->exact) cvt_load_f64(mb->dtype, back, y, (size_t)len);
@@ -306,6 +329,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             } else {
                 mb->f32(len, y, op[0], op[1], op[2]);
+                if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
                 if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
                     cvt_store_f32(mb->dtype, y, back, (size_t)len);
                 if (mb->exact) cvt_load_f32(mb->dtype, back, y, (size_t)len);
@@ -534,6 +558,7 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
                           .f64 = cast ? fz_copy_f64 : n > 1 ? fz_kernels[m->op].f64 : info->ew_f64,
                           .nin = m->nin, .slot = -1, .dst = values[members[k]].data, .dtype = m->type.dtype,
                           .check = check && check[k],
+                          .ranged = n > 1 && (m->type.dtype == ALLOY_F16 || m->type.dtype == ALLOY_BF16),
                           .exact = (n > 1 && !ir_is_float(m->type.dtype)) ||
                                    (cast && m->type.dtype != ALLOY_F32 && m->type.dtype != ALLOY_F64),
                           .es = alloy_dtype_size(m->type.dtype),

@@ -275,6 +275,7 @@ static alloy_status run_gemm(cpu_exec *x, const ir_graph *g, const int *members,
     if (!cpu_matmul(x, mm, &acc, in)) {
         rt_tensor saved = values[mm->id];
         if (saved.data) cvt_store_f32(mm->type.dtype, acc.data, saved.data, (size_t)count);
+        cpu_range_f32(mm->type.dtype, acc.data, count); /* f16 precision kept, not more range */
         values[mm->id] = acc; /* the epilogue reads the unrounded f32 product */
         cpu_run_group(x, g, members + 1, n - 1, values, w);
         values[mm->id] = saved;
