@@ -1,20 +1,25 @@
-/* fuse.c - fusion groups: chains of elementwise nodes that run as one pass over memory.
+/* fuse.c - fusion groups: which nodes run as one kernel (elementwise chains, row ops with their producers and consumers, GEMM epilogues, multi-tensor launches).
  *
  * After this pass every node's `group` is -1 or a group id in [0, ngroups),
- * numbered in the order of each group's first member, and every group
- *   - has at least two members, all elementwise ops (ir_ops[].elementwise)
- *     with the same result shape (the group's iteration shape) and the same
- *     compute type (all f64 or all f32, by cpu_ew_uses_f64's rule), so
- *     fusing never changes the precision an op computes in;
- *   - can run at the position of its last member: every consumer of a member
- *     that is not itself a member comes after the group's last member. Then
- *     every value a member reads from outside the group is ready there too
- *     (see the argument at `legal_merge`), and no path leaves the group and
- *     comes back.
- * Nothing else is recorded: members, the position and which members must be
- * stored (those read outside the group, outputs, updates, the loss, fetches)
- * follow from `group` and the graph; docs/fusion.md has the numerics contract.
- * ALLOY_NO_FUSE=1 (any value but "" or "0") clears every group instead.
+ * numbered in the order of each group's first member, and every group has
+ * at least two members and is one of the kinds of ir/groups.h:
+ *   - ew and row groups come from one union over the nodes in order: their
+ *     members share one iteration shape and one compute type (all f64 or
+ *     all f32), so fusing never changes the precision an op computes in;
+ *   - gemm groups are a matmul and the single-reader chain after it that a
+ *     cuBLASLt epilogue computes (formed first, off limits to the union);
+ *   - multi groups join found_inf with the unscale chains it reads, and
+ *     merge the update groups of all parameters that compute alike;
+ * and every group can run at the position of its last member: every
+ * consumer of a member that is not itself a member comes after the group's
+ * last member. Then every value a member reads from outside the group is
+ * ready there too (see the argument at `legal_merge`), and no path leaves
+ * the group and comes back.
+ * Nothing else is recorded: members, kind, position and which members must
+ * be stored (those read outside the group, outputs, updates, the loss,
+ * fetches) follow from `group` and the graph; docs/fusion.md has the rules
+ * and the numerics contract. ALLOY_NO_FUSE=1 clears every group;
+ * ALLOY_NO_FUSE=row,gemm,multi (any of them) forms no groups of those kinds.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +79,8 @@ static bool is_bias(const ir_type *b, const ir_type *out)
  * in this order, each optional and each the sole reader of the one before,
  * [cast] [add of a bias vector] [relu | gelu_tanh] [cast], the set a
  * cuBLASLt epilogue computes (its GELU is the tanh form; erf GELU is not
- * an epilogue). Casts are between f16, bf16 and f32. */
+ * an epilogue). Casts are between f16, bf16 and f32. A final cast that
+ * only row ops read is left to their row group. */
 static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
 {
     const ir_node *m = g->nodes[mm];
@@ -100,6 +106,22 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
         cur = r;
         stage = next;
         if (stage == 4) break;
+    }
+    /* a final cast read by row ops only (the logits' cast read by
+     * cross_entropy and its gradient) is left to their row group, which
+     * then takes both of them: the f32 copy is never stored */
+    if (len > 0 && g->nodes[chain[len - 1]]->op == IR_OP_cast && sole[chain[len - 1]] < 0) {
+        int c = chain[len - 1], readers = 0;
+        bool all_row = true;
+        for (int i = c + 1; i < g->nnodes && all_row; i++) {
+            const ir_node *n = g->nodes[i];
+            for (int j = 0; j < n->nin; j++) {
+                if (n->in[j] != c) continue;
+                readers++;
+                all_row &= ir_fuse_row_op(g, n) && ir_row_operand(n, j);
+            }
+        }
+        if (all_row && readers > 1) len--;
     }
     if (len == 0) return;
     gemm[mm] = mm;
