@@ -701,6 +701,55 @@ static void test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allo
     assert_true(failures > 10);
 }
 
+/* The same for a GEMM group (f16 matmul + bias + gelu_tanh + cast to f32)
+ * feeding a row group (softmax + cast to f16). */
+static alloy_graph *gemm_row_graph(void)
+{
+    alloy_graph *g = alloy_graph_new("gemm_row");
+    alloy_tensor *a = alloy_input(g, "a", F16, 2, DIMS(16, 8));
+    alloy_tensor *w = alloy_input(g, "w", F16, 2, DIMS(8, 8));
+    alloy_tensor *b = alloy_input(g, "b", F16, 1, DIMS(8));
+    alloy_tensor *h = alloy_cast(g, alloy_gelu_tanh(g, alloy_add(g, alloy_matmul(g, a, w, false, false), b)), F32);
+    alloy_output(g, "p", alloy_cast(g, alloy_softmax(g, h, -1), F16));
+    return g;
+}
+
+static void test_a_gemm_and_a_row_group_that_run_out_of_memory_fail_cleanly_at_every_allocation(void **state)
+{
+    (void)state;
+    uint16_t a[16 * 8], w[8 * 8], b[8];
+    for (int i = 0; i < 16 * 8; i++) a[i] = 0x3c00; /* 1.0 */
+    for (int i = 0; i < 8 * 8; i++) w[i] = (uint16_t)(0x3000 + i); /* small positive values */
+    for (int i = 0; i < 8; i++) b[i] = 0;
+    alloy_host_tensor feeds[3] = {{"a", F16, 2, {16, 8}, a}, {"w", F16, 2, {8, 8}, w}, {"b", F16, 1, {8}, b}};
+    const ir_graph *c = NULL;
+    alloy_graph *probe = gemm_row_graph();
+    c = compiled(probe);
+    assert_int_equal(group_count(c), 2); /* the gemm group and the row group */
+    alloy_graph_free(probe);
+    int failures = 0;
+    for (fail_at = 0;; fail_at++) {
+        alloy_set_allocator(failing_realloc, NULL);
+        alloc_count = 0;
+        alloy_graph *g = gemm_row_graph();
+        alloy_host_tensor fetch[1] = {{.name = "p"}};
+        alloy_status st = g ? alloy_graph_run(g, feeds, 3, fetch, 1) : ALLOY_ERR_OOM;
+        bool failed = alloc_count > fail_at;
+        alloy_graph_free(g);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        if (!failed) {
+            assert_int_equal(st, ALLOY_OK);
+            break;
+        }
+        failures++;
+        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
+            fail_msg("allocation %ld failed: %s instead of OK or OOM", fail_at, alloy_status_name(st));
+    }
+    fail_at = -1;
+    printf("failed each of %d allocations in turn\n", failures);
+    assert_true(failures > 10);
+}
+
 /* nnodes nodes over four f32 inputs ([64] .. [512]): random unary and
  * binary elementwise ops over recent values of one shape, and every 7th a
  * reduce_sum to [1] (outside any group) that a later op broadcasts back. */
@@ -1172,6 +1221,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_broadcast_inputs_of_every_shape_load_as_the_unfused_kernel_loads_them, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allocation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_gemm_and_a_row_group_that_run_out_of_memory_fail_cleanly_at_every_allocation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_pass_groups_100k_random_nodes_in_milliseconds_and_every_group_is_legal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_transformer_training_graph_has_the_stated_groups_of_each_kind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_three_f32_training_steps_give_the_same_bits_fused_and_unfused, setup, teardown),
