@@ -27,15 +27,6 @@
 #include "ir/groups.h"
 #include "passes/pass.h"
 
-/* Which nodes the elementwise/row grouping (the union below) may take: an
- * elementwise member (EW ops, casts between f16/bf16/f32) or a row op, not
- * already in a GEMM epilogue group (gemm[] >= 0). */
-static bool fusible(const ir_graph *g, const int *gemm, const ir_node *n)
-{
-    if (gemm[n->id] >= 0) return false;
-    return ir_fuse_elementwise(g, n) || ir_fuse_row_op(g, n);
-}
-
 static bool same_shape(const ir_type *a, const ir_type *b)
 {
     if (a->rank != b->rank) return false;
@@ -152,6 +143,15 @@ typedef struct fuser {
     int nedges;
 } fuser;
 
+/* Which nodes the elementwise/row grouping (the union) may take: an
+ * elementwise member (EW ops, casts between f16/bf16/f32) or a row op
+ * (unless ALLOY_NO_FUSE=row), not already in a GEMM epilogue group. */
+static bool fusible(const fuser *f, const ir_node *n)
+{
+    if (f->gemm[n->id] >= 0) return false;
+    return ir_fuse_elementwise(f->g, n) || (!f->no_row && ir_fuse_row_op(f->g, n));
+}
+
 static bool in_set(int x, const int *set, int k)
 {
     for (int i = 0; i < k; i++)
@@ -267,7 +267,7 @@ static void join(fuser *f, int n)
 static void place(fuser *f, int n)
 {
     const ir_node *node = f->g->nodes[n];
-    if (fusible(f->g, f->gemm, node) && !(f->no_row && ir_fuse_row_op(f->g, node))) join(f, n);
+    if (fusible(f, node)) join(f, n);
     int gn = f->grp[n];
     for (int j = 0; j < node->nin; j++) {
         int go = f->grp[node->in[j]];
@@ -323,13 +323,16 @@ static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, in
         if (label[o->id] < 0 && min_reader[o->id] >= fi) mark[o->id] = 1;
         else if (label[o->id] >= 0 && g->nodes[label[o->id]]->op != IR_OP_matmul) mark[label[o->id]] = 2;
     }
-    /* a group is taken when no member is read from outside it before F */
+    /* a group is taken when its members are all elementwise in f32 (no row
+     * op) and none is read from outside it before F; its members all come
+     * before F, since F reads one of them from outside */
     for (int i = 0; i < fi; i++) {
         const ir_node *n = g->nodes[i];
+        if (label[i] >= 0 && mark[label[i]] == 2 && !(ir_fuse_elementwise(g, n) && !ir_fuse_wide(g, n)))
+            mark[label[i]] = 0;
         for (int j = 0; j < n->nin; j++) {
-            int o = n->in[j], lo = label[o];
+            int lo = label[n->in[j]];
             if (lo >= 0 && mark[lo] == 2 && label[i] != lo) mark[lo] = 0;
-            if (lo >= 0 && mark[lo] == 2 && !(ir_fuse_elementwise(g, n) && !ir_fuse_wide(g, n))) mark[lo] = 0;
         }
     }
     int taken = 0;
@@ -395,8 +398,8 @@ static bool multi_updates(const ir_graph *g, int *label)
         for (int i = 0; i < nn; i++) count[i] = 0;
         for (int i = 0; i < nn; i++)
             if (label[i] >= 0) order[start[label[i]] + count[label[i]]++] = i;
-        /* candidates: EW groups with an update value, with their signatures
-         * at sigs[sig_at[name] ..], sig_len[name] ints (count[] reused) */
+        /* candidates cls[i]: EW groups with an update value, with their
+         * signatures at sigs[sig_at[i] ..], clen[i] ints */
         int ncand = 0, at = 0;
         for (int name = 0; name < nn; name++) {
             int n = count[name];
@@ -409,7 +412,7 @@ static bool multi_updates(const ir_graph *g, int *label)
             }
             if (!has_update || !ew) continue;
             cls[ncand] = name;
-            sig_at[name] = at;
+            sig_at[ncand] = at;
             clen[ncand++] = signature(g, &order[start[name]], n, label, sigs + at);
             at += clen[ncand - 1];
         }
@@ -423,7 +426,7 @@ static bool multi_updates(const ir_graph *g, int *label)
                 int B = cls[b];
                 if (done[b] || count[B] != count[A]) continue;
                 int lenB = clen[b];
-                if (lenA != lenB || memcmp(sigs + sig_at[A], sigs + sig_at[B], sizeof(int) * (size_t)lenA) != 0)
+                if (lenA != lenB || memcmp(sigs + sig_at[a], sigs + sig_at[b], sizeof(int) * (size_t)lenA) != 0)
                     continue;
                 in_cls[B] = 1;
                 members_of_class++;

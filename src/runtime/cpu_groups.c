@@ -9,8 +9,6 @@
  * while its steps run (16k f32 = 64 KB per value). */
 enum { ROW_BLOCK_ELEMS = 16384, MIN_ROW_WORK = 1 << 16, MAX_THREADS = 64 };
 
-static const char *label_of(const ir_node *n, char *buf, size_t len) { return ir_node_label(n, buf, len); }
-
 /* ---- ROW groups ---- */
 
 /* How a tensor from outside the group is read by a block of rows. */
@@ -146,7 +144,7 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
     const ir_node *last = g->nodes[members[n - 1]];
     row_group *rg = al_calloc(1, sizeof *rg);
     if (!rg) return cpu_fail(x, ALLOY_ERR_OOM, "out of memory running the row group ending at %s",
-                             label_of(last, label, sizeof label));
+                             ir_node_label(last, label, sizeof label));
     rg->g = g, rg->members = members, rg->n = n, rg->values = values;
     rg->full = *ir_fuse_shape(g, g->nodes[members[0]]);
     rg->C = rg->full.rank ? rg->full.dims[rg->full.rank - 1] : 1;
@@ -155,10 +153,11 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
     rg->ext = al_malloc(sizeof(int) * 3 * (size_t)n);
     rg->ext_kind = al_malloc(3 * (size_t)n);
     rg->scratch_at = al_malloc(sizeof(size_t) * (size_t)n);
+    static const char oom[] = "out of memory"; /* the one reason that is ALLOY_ERR_OOM */
     const char *why = NULL;
     int nce = 0, threads = 1;
     bool single = false;
-    if (!rg->ext || !rg->ext_kind || !rg->scratch_at) why = "out of memory";
+    if (!rg->ext || !rg->ext_kind || !rg->scratch_at) why = oom;
     for (int k = 0; k < n && !why; k++) {
         const ir_node *m = g->nodes[members[k]];
         if (!ir_fuse_elementwise(g, m) && !ir_fuse_row_op(g, m)) why = "a member is neither elementwise nor a row op";
@@ -215,14 +214,14 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
         if (rg->rows * rg->C * n < MIN_ROW_WORK) want = 1;
         threads = cpu_workers_threads(w, (int)want);
         if (nce) rg->losses = al_malloc(sizeof(float) * (size_t)nce * (size_t)rg->rows);
-        if (nce && !rg->losses) why = "out of memory";
+        if (nce && !rg->losses) why = oom;
         for (int i = 0; i < threads && !why; i++) {
             row_thread *t = &rg->t[i];
             t->x.nthreads = 1;
             t->w = cpu_workers_new();
             t->view = al_malloc(sizeof(rt_tensor) * (size_t)g->nnodes);
             t->scratch = al_malloc(rg->scratch_bytes ? rg->scratch_bytes : 1);
-            if (!t->w || !t->view || !t->scratch) why = "out of memory";
+            if (!t->w || !t->view || !t->scratch) why = oom;
             else memcpy(t->view, values, sizeof(rt_tensor) * (size_t)g->nnodes);
         }
     }
@@ -249,9 +248,9 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
     al_free(rg->ext), al_free(rg->ext_kind), al_free(rg->scratch_at), al_free(rg->losses);
     al_free(rg);
     if (why)
-        return cpu_fail(x, strcmp(why, "out of memory") == 0 ? ALLOY_ERR_OOM : ALLOY_ERR_VERIFY,
+        return cpu_fail(x, why == oom ? ALLOY_ERR_OOM : ALLOY_ERR_VERIFY,
                         "row group ending at %s '%s': %s", ir_ops[last->op].name,
-                        label_of(last, label, sizeof label), why);
+                        ir_node_label(last, label, sizeof label), why);
     return x->status;
 }
 
@@ -264,7 +263,7 @@ static alloy_status run_gemm(cpu_exec *x, const ir_graph *g, const int *members,
     const ir_node *mm = g->nodes[members[0]];
     if (mm->op != IR_OP_matmul || n < 2)
         return cpu_fail(x, ALLOY_ERR_VERIFY, "gemm group at %s '%s': the first member is not its matmul",
-                        ir_ops[mm->op].name, label_of(mm, label, sizeof label));
+                        ir_ops[mm->op].name, ir_node_label(mm, label, sizeof label));
     int64_t count = ir_numel(&mm->type);
     size_t bytes = sizeof(float) * (size_t)(count ? count : 1);
     bool own = !x->scratch || x->scratch_bytes < bytes; /* the arena's scratch, else a block of its own */
