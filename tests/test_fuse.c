@@ -16,6 +16,7 @@
 #include "models.h"
 #include "runtime/convert.h"
 #include "runtime/graph_impl.h"
+#include "fuse_support.h"
 #include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
@@ -67,59 +68,6 @@ static void *failing_realloc(void *ptr, size_t size, void *user)
     (void)user;
     if (size && alloc_count++ == fail_at) return NULL;
     return test_realloc(ptr, size);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    alloy_set_allocator(test_cmocka_realloc, NULL);
-    unsetenv("ALLOY_NO_FUSE");
-    unsetenv("ALLOY_NUM_THREADS");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    unsetenv("ALLOY_NO_FUSE");
-    unsetenv("ALLOY_NUM_THREADS");
-    return 0;
-}
-
-static void check(alloy_graph *g, alloy_status st, const char *what)
-{
-    if (st != ALLOY_OK) fail_msg("%s failed: %s: %s", what, alloy_status_name(st), alloy_last_error(g));
-}
-
-/* Fusion on or off for the graphs compiled from now on. */
-static void fusion(bool on)
-{
-    if (on) unsetenv("ALLOY_NO_FUSE");
-    else setenv("ALLOY_NO_FUSE", "1", 1);
-}
-
-static const ir_graph *compiled(alloy_graph *g)
-{
-    check(g, graph_compile(g), "compile");
-    return g->compiled;
-}
-
-static int node_named(const ir_graph *c, const char *name)
-{
-    int id = ir_find_name(c, name);
-    if (id < 0) fail_msg("no node named '%s'", name);
-    return id;
-}
-
-static int group_of(const ir_graph *c, const char *name) { return c->nodes[node_named(c, name)]->group; }
-
-static int group_count(const ir_graph *c)
-{
-    int n = 0;
-    for (int i = 0; i < c->nnodes; i++)
-        if (c->nodes[i]->group + 1 > n) n = c->nodes[i]->group + 1;
-    return n;
 }
 
 static int group_size(const ir_graph *c, int k)
@@ -220,20 +168,6 @@ static void expect_groups_legal(const ir_graph *c)
     test_free(first);
     test_free(last);
     test_free(size);
-}
-
-static uint64_t rng;
-static double unit(void) /* splitmix64 -> [0, 1) */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
-static void fill(float *x, int64_t n, double lo, double hi)
-{
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * unit());
 }
 
 /* ---- the reference: every node by its own kernel, nothing freed ---- */
@@ -673,18 +607,19 @@ static void test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two(void *
     alloy_graph_free(g);
 }
 
-static void test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allocation(void **state)
+/* Builds make()'s graph and runs it once with allocation number fail_at
+ * failing, for fail_at = 0, 1, ... until a run needs no more: every run
+ * must come back OK or ALLOY_ERR_OOM and free everything (the allocator
+ * is cmocka's, leak-checked), the last one OK. */
+static void expect_clean_oom(alloy_graph *(*make)(void), const alloy_host_tensor *feeds, int nfeeds,
+                             alloy_host_tensor *fetch, int nfetch)
 {
-    (void)state;
-    float x[ROWS * COLS];
-    chain_input(F32, x);
-    alloy_host_tensor feed = {"x", F32, 2, {ROWS, COLS}, x};
     int failures = 0;
     for (fail_at = 0;; fail_at++) {
         alloy_set_allocator(failing_realloc, NULL);
         alloc_count = 0;
-        alloy_graph *g = chain_graph(F32);
-        alloy_status st = g ? alloy_graph_run(g, &feed, 1, NULL, 0) : ALLOY_ERR_OOM;
+        alloy_graph *g = make();
+        alloy_status st = g ? alloy_graph_run(g, feeds, nfeeds, fetch, nfetch) : ALLOY_ERR_OOM;
         bool failed = alloc_count > fail_at;
         alloy_graph_free(g);
         alloy_set_allocator(test_cmocka_realloc, NULL);
@@ -699,6 +634,17 @@ static void test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allo
     fail_at = -1;
     printf("failed each of %d allocations in turn\n", failures);
     assert_true(failures > 10);
+}
+
+static alloy_graph *chain_f32_graph(void) { return chain_graph(F32); }
+
+static void test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allocation(void **state)
+{
+    (void)state;
+    float x[ROWS * COLS];
+    chain_input(F32, x);
+    alloy_host_tensor feed = {"x", F32, 2, {ROWS, COLS}, x};
+    expect_clean_oom(chain_f32_graph, &feed, 1, NULL, 0);
 }
 
 /* The same for a GEMM group (f16 matmul + bias + gelu_tanh + cast to f32)
@@ -727,27 +673,8 @@ static void test_a_gemm_and_a_row_group_that_run_out_of_memory_fail_cleanly_at_e
     c = compiled(probe);
     assert_int_equal(group_count(c), 2); /* the gemm group and the row group */
     alloy_graph_free(probe);
-    int failures = 0;
-    for (fail_at = 0;; fail_at++) {
-        alloy_set_allocator(failing_realloc, NULL);
-        alloc_count = 0;
-        alloy_graph *g = gemm_row_graph();
-        alloy_host_tensor fetch[1] = {{.name = "p"}};
-        alloy_status st = g ? alloy_graph_run(g, feeds, 3, fetch, 1) : ALLOY_ERR_OOM;
-        bool failed = alloc_count > fail_at;
-        alloy_graph_free(g);
-        alloy_set_allocator(test_cmocka_realloc, NULL);
-        if (!failed) {
-            assert_int_equal(st, ALLOY_OK);
-            break;
-        }
-        failures++;
-        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
-            fail_msg("allocation %ld failed: %s instead of OK or OOM", fail_at, alloy_status_name(st));
-    }
-    fail_at = -1;
-    printf("failed each of %d allocations in turn\n", failures);
-    assert_true(failures > 10);
+    alloy_host_tensor fetch[1] = {{.name = "p"}};
+    expect_clean_oom(gemm_row_graph, feeds, 3, fetch, 1);
 }
 
 /* nnodes nodes over four f32 inputs ([64] .. [512]): random unary and
@@ -1208,25 +1135,25 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* the printed IR interleaves with cmocka's lines */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_a_mul_add_tanh_mul_chain_is_one_group_whose_intermediates_are_never_materialized, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_fused_f32_chain_gives_the_bits_of_the_unfused_run, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_fused_f16_chain_stays_within_two_f16_ulps_of_the_unfused_run, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_fetched_intermediate_is_stored_and_equals_its_unfused_value, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_member_read_by_a_reduction_outside_its_group_is_stored, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_group_crosses_a_shape_change, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_fusion_through_a_path_outside_the_group_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_diamond_of_elementwise_nodes_becomes_one_group, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_the_executor_refuses_a_group_annotation_it_cannot_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_alloy_no_fuse_leaves_every_node_ungrouped, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broadcast_inputs_of_every_shape_load_as_the_unfused_kernel_loads_them, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allocation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_gemm_and_a_row_group_that_run_out_of_memory_fail_cleanly_at_every_allocation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_the_pass_groups_100k_random_nodes_in_milliseconds_and_every_group_is_legal, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_the_transformer_training_graph_has_the_stated_groups_of_each_kind, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_three_f32_training_steps_give_the_same_bits_fused_and_unfused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_three_amp_f16_training_steps_agree_fused_and_unfused_within_the_stated_bound, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_char_gpt_like_training_run_is_unchanged_by_fusion_within_rounding, setup, teardown),
+        FUSE_TEST(test_a_mul_add_tanh_mul_chain_is_one_group_whose_intermediates_are_never_materialized),
+        FUSE_TEST(test_a_fused_f32_chain_gives_the_bits_of_the_unfused_run),
+        FUSE_TEST(test_a_fused_f16_chain_stays_within_two_f16_ulps_of_the_unfused_run),
+        FUSE_TEST(test_a_fetched_intermediate_is_stored_and_equals_its_unfused_value),
+        FUSE_TEST(test_a_member_read_by_a_reduction_outside_its_group_is_stored),
+        FUSE_TEST(test_no_group_crosses_a_shape_change),
+        FUSE_TEST(test_a_fusion_through_a_path_outside_the_group_is_refused),
+        FUSE_TEST(test_a_diamond_of_elementwise_nodes_becomes_one_group),
+        FUSE_TEST(test_the_executor_refuses_a_group_annotation_it_cannot_order),
+        FUSE_TEST(test_alloy_no_fuse_leaves_every_node_ungrouped),
+        FUSE_TEST(test_broadcast_inputs_of_every_shape_load_as_the_unfused_kernel_loads_them),
+        FUSE_TEST(test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two),
+        FUSE_TEST(test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allocation),
+        FUSE_TEST(test_a_gemm_and_a_row_group_that_run_out_of_memory_fail_cleanly_at_every_allocation),
+        FUSE_TEST(test_the_pass_groups_100k_random_nodes_in_milliseconds_and_every_group_is_legal),
+        FUSE_TEST(test_the_transformer_training_graph_has_the_stated_groups_of_each_kind),
+        FUSE_TEST(test_three_f32_training_steps_give_the_same_bits_fused_and_unfused),
+        FUSE_TEST(test_three_amp_f16_training_steps_agree_fused_and_unfused_within_the_stated_bound),
+        FUSE_TEST(test_a_char_gpt_like_training_run_is_unchanged_by_fusion_within_rounding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include "models.h"
 #include "runtime/convert.h"
 #include "runtime/graph_impl.h"
+#include "fuse_support.h"
 #include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
@@ -23,74 +24,12 @@
 
 /* ---- helpers ---- */
 
-static int setup(void **state)
-{
-    (void)state;
-    alloy_set_allocator(test_cmocka_realloc, NULL);
-    unsetenv("ALLOY_NO_FUSE");
-    unsetenv("ALLOY_NUM_THREADS");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    unsetenv("ALLOY_NO_FUSE");
-    unsetenv("ALLOY_NUM_THREADS");
-    return 0;
-}
-
-static void check(alloy_graph *g, alloy_status st, const char *what)
-{
-    if (st != ALLOY_OK) fail_msg("%s failed: %s: %s", what, alloy_status_name(st), alloy_last_error(g));
-}
-
-/* Fusion on or off for the graphs compiled from now on. */
-static void fusion(bool on)
-{
-    if (on) unsetenv("ALLOY_NO_FUSE");
-    else setenv("ALLOY_NO_FUSE", "1", 1);
-}
-
 /* CPU threads of the runs from now on. */
 static void threads(int n)
 {
     char s[16];
     snprintf(s, sizeof s, "%d", n);
     setenv("ALLOY_NUM_THREADS", s, 1);
-}
-
-static const ir_graph *compiled(alloy_graph *g)
-{
-    check(g, graph_compile(g), "compile");
-    return g->compiled;
-}
-
-static int node_named(const ir_graph *c, const char *name)
-{
-    int id = ir_find_name(c, name);
-    if (id < 0) fail_msg("no node named '%s'", name);
-    return id;
-}
-
-static int group_of(const ir_graph *c, const char *name) { return c->nodes[node_named(c, name)]->group; }
-
-static int group_count(const ir_graph *c)
-{
-    int n = 0;
-    for (int i = 0; i < c->nnodes; i++)
-        if (c->nodes[i]->group + 1 > n) n = c->nodes[i]->group + 1;
-    return n;
-}
-
-/* The members of group k in id order into ids (room for c->nnodes); their count. */
-static int group_members(const ir_graph *c, int k, int *ids)
-{
-    int n = 0;
-    for (int i = 0; i < c->nnodes; i++)
-        if (k >= 0 && c->nodes[i]->group == k) ids[n++] = i;
-    return n;
 }
 
 static ir_group_kind group_kind(const ir_graph *c, int k)
@@ -119,18 +58,21 @@ static void expect_group_ops(const ir_graph *c, int k, const char *want)
     if (strcmp(got, want) != 0) fail_msg("group %d: members '%s', want '%s'", k, got, want);
 }
 
-static uint64_t rng;
-static double unit(void) /* splitmix64 -> [0, 1) */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
+typedef alloy_graph *(*graph_builder)(int variant);
 
-static void fill(float *x, int64_t n, double lo, double hi)
+/* build(variant) compiles to exactly one group, of kind `kind`, holding the
+ * node called `member` and made of the ops `ops` (printed with the table). */
+static void expect_one_group(graph_builder build, int variant, const char *member, ir_group_kind kind,
+                             const char *ops)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * unit());
+    alloy_graph *g = build(variant);
+    const ir_graph *c = compiled(g);
+    ir_print_groups(c, stdout);
+    assert_int_equal(group_count(c), 1);
+    int k = group_of(c, member);
+    assert_int_equal(group_kind(c, k), kind);
+    expect_group_ops(c, k, ops);
+    alloy_graph_free(g);
 }
 
 static void fill_f16(uint16_t *x, int64_t n, double lo, double hi)
@@ -150,7 +92,6 @@ static int f16_ulps(uint16_t a, uint16_t b)
 /* One run of a fresh graph from build(variant) with fusion on or off, on
  * nthreads threads: the tensors fetched by names[0..n) are copied into
  * out[i] (test_malloc'd; the caller frees them). */
-typedef alloy_graph *(*graph_builder)(int variant);
 
 static void run_copy(graph_builder build, int variant, bool fused, int nthreads, const alloy_host_tensor *feeds,
                      int nfeeds, const char *const *names, int n, void **out)
@@ -231,21 +172,16 @@ static void attention_reference(const uint16_t *x, uint16_t *want)
 static void test_a_masked_softmax_row_group_spans_several_blocks_and_gives_the_unfused_bits(void **state)
 {
     (void)state;
+    expect_one_group(attention_graph, 0, "attn", IR_GROUP_ROW, "mul causal_mask cast softmax cast");
     alloy_graph *g = attention_graph(0);
-    const ir_graph *c = compiled(g);
-    ir_print_groups(c, stdout);
-    assert_int_equal(group_count(c), 1);
-    int k = group_of(c, "attn");
-    assert_int_equal(group_kind(c, k), IR_GROUP_ROW);
-    expect_group_ops(c, k, "mul causal_mask cast softmax cast");
     static uint16_t x[AN], want[AN];
     rng = 17;
     fill_f16(x, AN, -16, 16);
     alloy_host_tensor feed = {"scores", F16, 4, {AB, AH, AT, AT}, x}, fetch = {.name = "attn"};
     check(g, alloy_graph_run(g, &feed, 1, &fetch, 1), "run");
     /* fused for real: the members between were never materialized */
-    assert_null(g->values[node_named(c, "masked")].data);
-    assert_null(g->values[node_named(c, "probs")].data);
+    assert_null(g->values[node_named(g->compiled, "masked")].data);
+    assert_null(g->values[node_named(g->compiled, "probs")].data);
     alloy_graph_free(g);
 
     const char *names[] = {"attn"};
@@ -302,14 +238,7 @@ static void test_a_residual_add_layer_norm_cast_row_group_with_a_partial_last_bl
     void **state)
 {
     (void)state;
-    alloy_graph *g = layer_norm_graph(0);
-    const ir_graph *c = compiled(g);
-    ir_print_groups(c, stdout);
-    assert_int_equal(group_count(c), 1);
-    int k = group_of(c, "out");
-    assert_int_equal(group_kind(c, k), IR_GROUP_ROW);
-    expect_group_ops(c, k, "add layer_norm cast");
-    alloy_graph_free(g);
+    expect_one_group(layer_norm_graph, 0, "out", IR_GROUP_ROW, "add layer_norm cast");
 
     static float a[LR * LC], b[LR * LC], gamma[LC], beta[LC];
     rng = 23;
@@ -378,17 +307,9 @@ static void test_cross_entropy_and_its_gradient_form_one_row_group_with_the_unfu
     void **state)
 {
     (void)state;
-    alloy_graph *g = cross_entropy_graph(0);
-    const ir_graph *c = compiled(g);
-    ir_print(c, stdout);
-    ir_print_groups(c, stdout);
     /* forward and backward in one group: cross_entropy_grad reads the
      * logits row by row, and nothing outside reads the group before it */
-    assert_int_equal(group_count(c), 1);
-    int k = group_of(c, "loss");
-    assert_int_equal(group_kind(c, k), IR_GROUP_ROW);
-    expect_group_ops(c, k, "mul cross_entropy cross_entropy_grad mul");
-    alloy_graph_free(g);
+    expect_one_group(cross_entropy_graph, 0, "loss", IR_GROUP_ROW, "mul cross_entropy cross_entropy_grad mul");
 
     static float x[CR * CC];
     int32_t t[CR];
@@ -474,14 +395,7 @@ static void gemm_inputs(uint16_t *a, uint16_t *w, uint16_t *bias, alloy_host_ten
 static void test_a_gemm_epilogue_group_keeps_the_product_in_f32_and_is_closer_to_f64_than_unfused(void **state)
 {
     (void)state;
-    alloy_graph *g = gemm_graph(0);
-    const ir_graph *c = compiled(g);
-    ir_print_groups(c, stdout);
-    assert_int_equal(group_count(c), 1);
-    int k = group_of(c, "product");
-    assert_int_equal(group_kind(c, k), IR_GROUP_GEMM);
-    expect_group_ops(c, k, "matmul add gelu_tanh cast");
-    alloy_graph_free(g);
+    expect_one_group(gemm_graph, 0, "product", IR_GROUP_GEMM, "matmul add gelu_tanh cast");
 
     uint16_t a[GM * GK], w[GK * GN], bias[GN];
     alloy_host_tensor feeds[3];
@@ -783,14 +697,7 @@ static alloy_graph *broadcast_softmax_graph(int variant)
 
 static void expect_broadcast_softmax(int variant)
 {
-    alloy_graph *g = broadcast_softmax_graph(variant);
-    const ir_graph *c = compiled(g);
-    ir_print_groups(c, stdout);
-    assert_int_equal(group_count(c), 1);
-    int k = group_of(c, "p");
-    assert_int_equal(group_kind(c, k), IR_GROUP_ROW);
-    expect_group_ops(c, k, variant ? "add mul softmax" : "add softmax");
-    alloy_graph_free(g);
+    expect_one_group(broadcast_softmax_graph, variant, "p", IR_GROUP_ROW, variant ? "add mul softmax" : "add softmax");
 
     static float x[SN], y[SA * SB], z[SC];
     rng = 61 + (uint64_t)variant;
@@ -842,15 +749,15 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* the printed group tables interleave with cmocka's lines */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_a_masked_softmax_row_group_spans_several_blocks_and_gives_the_unfused_bits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_residual_add_layer_norm_cast_row_group_with_a_partial_last_block_gives_the_unfused_bits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cross_entropy_and_its_gradient_form_one_row_group_with_the_unfused_bits_and_the_f64_loss, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_gemm_epilogue_group_keeps_the_product_in_f32_and_is_closer_to_f64_than_unfused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_an_erf_gelu_is_no_gemm_epilogue_and_stays_outside_the_gemm_group, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_the_unscale_and_found_inf_multi_group_skips_an_inf_step_as_the_unfused_run_does, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_gemm_product_beyond_the_f16_range_is_inf_fused_as_unfused_and_both_skip_the_step, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_row_group_input_no_row_block_can_slice_runs_as_one_block_and_gives_the_unfused_bits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_per_row_and_whole_row_inputs_of_a_row_group_are_sliced_per_block_and_give_the_unfused_bits, setup, teardown),
+        FUSE_TEST(test_a_masked_softmax_row_group_spans_several_blocks_and_gives_the_unfused_bits),
+        FUSE_TEST(test_a_residual_add_layer_norm_cast_row_group_with_a_partial_last_block_gives_the_unfused_bits),
+        FUSE_TEST(test_cross_entropy_and_its_gradient_form_one_row_group_with_the_unfused_bits_and_the_f64_loss),
+        FUSE_TEST(test_a_gemm_epilogue_group_keeps_the_product_in_f32_and_is_closer_to_f64_than_unfused),
+        FUSE_TEST(test_an_erf_gelu_is_no_gemm_epilogue_and_stays_outside_the_gemm_group),
+        FUSE_TEST(test_the_unscale_and_found_inf_multi_group_skips_an_inf_step_as_the_unfused_run_does),
+        FUSE_TEST(test_a_gemm_product_beyond_the_f16_range_is_inf_fused_as_unfused_and_both_skip_the_step),
+        FUSE_TEST(test_a_row_group_input_no_row_block_can_slice_runs_as_one_block_and_gives_the_unfused_bits),
+        FUSE_TEST(test_per_row_and_whole_row_inputs_of_a_row_group_are_sliced_per_block_and_give_the_unfused_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
