@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ir/base.h"
-#include "runtime/gemm.h"
+#include "base/base.h"
+#include "runtime/cpu/gemm.h"
 
 typedef void (*gemm_fn)(bool, bool, int64_t, int64_t, int64_t, float, const float *, int64_t,
                         const float *, int64_t, float, float *, int64_t);

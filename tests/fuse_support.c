@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "fuse_support.h"
-#include "runtime/graph_impl.h"
+#include "runtime/graph/graph_impl.h"
 #include "support.h"
 
 int fuse_setup(void **state)

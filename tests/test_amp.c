@@ -17,7 +17,7 @@
 #include "ir/ir.h"
 #include "models.h"
 #include "passes/pass.h"
-#include "runtime/graph_impl.h"
+#include "runtime/graph/graph_impl.h"
 #include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})

@@ -11,7 +11,7 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
-#include "runtime/graph_impl.h"
+#include "runtime/graph/graph_impl.h"
 #include "support.h"
 
 enum { BATCH = 8, SEQ = 64, VOCAB = 65, DIM = 64, HEADS = 4, STEPS = 5 };

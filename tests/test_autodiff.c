@@ -15,9 +15,9 @@
 #include "ir/ir.h"
 #include "models.h"
 #include "passes/pass.h"
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
-#include "runtime/graph_impl.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/graph/graph_impl.h"
 #include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})

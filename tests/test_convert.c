@@ -12,7 +12,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include "runtime/convert.h"
+#include "base/convert.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 

@@ -14,8 +14,8 @@
 #include "alloy/alloy.h"
 #include "ir/groups.h"
 #include "models.h"
-#include "runtime/convert.h"
-#include "runtime/graph_impl.h"
+#include "base/convert.h"
+#include "runtime/graph/graph_impl.h"
 #include "fuse_support.h"
 #include "support.h"
 

@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ir/base.h"
+#include "base/base.h"
 #include "alloy_config.h"
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 extern char **environ;
 

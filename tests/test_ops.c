@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "ir/typerules.h"
-#include "runtime/cpu.h"
+#include "runtime/cpu/cpu.h"
 
 /* Tolerances on a result's normalized error (see check()). f32: TOL_ARITH
  * where only correctly rounded arithmetic takes part, TOL_TRANS where libm

@@ -13,8 +13,8 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
-#include "runtime/graph_impl.h"
-#include "runtime/plan.h"
+#include "runtime/graph/graph_impl.h"
+#include "passes/plan.h"
 #include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})

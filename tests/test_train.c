@@ -17,7 +17,7 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
-#include "runtime/convert.h"
+#include "base/convert.h"
 #include "support.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})

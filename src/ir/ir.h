@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ir/base.h"
+#include "base/base.h"
 
 /* A result type: dtype and static shape. rank 0 is a scalar. */
 typedef struct ir_type {

@@ -4,7 +4,7 @@
 #include "ir/ir.h"
 #include "ir/typerules.h"
 #include "passes/grad_rules.h"
-#include "runtime/cpu.h"
+#include "runtime/cpu/cpu.h"
 
 static const ir_attr_spec A_NONE[] = {{NULL, 0, false}};
 static const ir_attr_spec A_PARAM[] = {

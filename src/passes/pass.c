@@ -5,7 +5,7 @@
 
 #include "ir/groups.h"
 #include "passes/pass.h"
-#include "runtime/cpu.h"
+#include "runtime/cpu/cpu.h"
 
 static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
 {

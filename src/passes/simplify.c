@@ -43,8 +43,8 @@
 #include <string.h>
 
 #include "passes/pass.h"
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 enum {
     FOLD_MAX = 4096,          /* largest result constant folding evaluates */

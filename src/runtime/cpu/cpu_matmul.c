@@ -1,9 +1,9 @@
 /* cpu_matmul.c - batched matmul with numpy-broadcast batch dims, one gemm per batch. */
 #include <string.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
-#include "runtime/gemm.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
 
 /* For each of the output's batch dims, how far an operand's data moves (in
  * elements) when that index grows by one: 0 where the operand broadcasts. */

@@ -2,8 +2,8 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* LEAF: sums of at most this many terms are added in order, longer ones split
  * in halves. COLS: columns a softmax over a non-last axis gathers at once. */

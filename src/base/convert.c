@@ -2,7 +2,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "runtime/convert.h"
+#include "base/convert.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>

@@ -2,8 +2,8 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* Each EW line of ops.def becomes two chunk functions whose body is the op's
  * expression evaluated in T = float or double. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "passes/pass.h"
-#include "runtime/graph_impl.h"
+#include "runtime/graph/graph_impl.h"
 
 alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
 {

@@ -1,5 +1,5 @@
 /* gemm.c - the CPU backend's matrix multiply: cblas when built with a BLAS, else a blocked C kernel. */
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 #include <limits.h>
 #include <pthread.h>

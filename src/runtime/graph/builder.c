@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/graph_impl.h"
+#include "runtime/graph/graph_impl.h"
 
 /* A public handle is the node itself. */
 #define NODE(t) ((ir_node *)(void *)(t))

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "ir/groups.h"
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
-#include "runtime/plan.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
+#include "passes/plan.h"
 
 enum { MAX_THREADS = 64 };
 

@@ -4,8 +4,8 @@
 #include <tgmath.h>
 
 #include "ir/groups.h"
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* Each EW line of ops.def becomes two more chunk functions for groups of two
  * or more: the expression of cpu_elementwise.c's, so the same values (a NaN's

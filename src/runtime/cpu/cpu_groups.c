@@ -2,8 +2,8 @@
 #include <string.h>
 
 #include "ir/groups.h"
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* Elements of one row block: the block's values of every member stay in L2
  * while its steps run (16k f32 = 64 KB per value). */

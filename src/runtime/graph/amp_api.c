@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/graph_impl.h"
+#include "runtime/graph/graph_impl.h"
 
 static const struct {
     alloy_amp_list list;

@@ -1,7 +1,7 @@
 /* json.c - a small strict JSON reader (RFC 8259) into an arena tree, used by the safetensors reader. */
 #include <string.h>
 
-#include "runtime/json.h"
+#include "runtime/io/json.h"
 
 #define MAX_DEPTH 64
 

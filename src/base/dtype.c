@@ -1,7 +1,7 @@
 /* dtype.c - names and sizes of dtypes and status codes. */
 #include <string.h>
 
-#include "ir/base.h"
+#include "base/base.h"
 
 static const struct {
     const char *name;

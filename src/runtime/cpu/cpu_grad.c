@@ -2,8 +2,8 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* As in cpu_norm.c: every kernel loads its operands into f32 buffers (f64
  * when the data is f64), computes there and rounds once on store. Sums of

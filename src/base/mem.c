@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/base.h"
+#include "base/base.h"
 
 static alloy_realloc_fn user_realloc;
 static void *user_data;

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ir/base.h"
+#include "base/base.h"
 
 /* C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
  * A is M x K (K x M when trans_a), leading dimension lda; likewise B. Uses

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ir/base.h"
+#include "base/base.h"
 
 /* IEEE binary16 and bfloat16 <-> binary32, round to nearest even, NaN kept NaN
  * (quiet), overflow to infinity, subnormals exact. */

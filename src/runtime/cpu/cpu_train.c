@@ -1,8 +1,8 @@
 /* cpu_train.c - CPU kernels of the training-step ops: found_inf over all gradients. */
 #include <math.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* True when any element of any operand is inf or NaN. Reads every element
  * once in its own dtype (no conversion needed to test finiteness of f32 and

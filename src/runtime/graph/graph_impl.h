@@ -6,7 +6,7 @@
 #include "alloy/train.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
-#include "runtime/cpu.h"
+#include "runtime/cpu/cpu.h"
 
 /* One state tensor (a parameter; later optimizer moments and scaler state). */
 typedef struct rt_state {

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 enum { TILE = 32, CHUNK = 1024 };
 

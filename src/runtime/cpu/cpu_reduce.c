@@ -2,8 +2,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 
 /* LEAF: sums of at most this many terms are added in order; longer ones are
  * split in halves, so rounding error grows with log(n), not n. COLS: output

@@ -2,7 +2,7 @@
 #ifndef ALLOY_JSON_H
 #define ALLOY_JSON_H
 
-#include "ir/base.h"
+#include "base/base.h"
 
 typedef enum al_json_kind {
     AL_JSON_NULL,

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "alloy/safetensors.h"
-#include "runtime/json.h"
+#include "runtime/io/json.h"
 
 #define MAX_HEADER 100000000ull /* the reference implementation's limit */
 #define NAME_FMT "%.80s"        /* names in messages are cut to keep the message readable */

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/convert.h"
-#include "runtime/graph_impl.h"
+#include "base/convert.h"
+#include "runtime/graph/graph_impl.h"
 
 /* The node behind handle t when it belongs to g, else NULL with an error. */
 static ir_node *own_node(alloy_graph *g, alloy_tensor *t, const char *what)

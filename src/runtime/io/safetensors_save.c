@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "alloy/safetensors.h"
-#include "runtime/json.h"
+#include "runtime/io/json.h"
 
 #define NAME_FMT "%.80s" /* names in messages are cut to keep the message readable */
 

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "alloy/safetensors.h"
-#include "runtime/convert.h"
-#include "runtime/graph_impl.h"
+#include "base/convert.h"
+#include "runtime/graph/graph_impl.h"
 
 /* splitmix64: a small, well-mixed generator; one stream per (seed, name). */
 static uint64_t next_u64(uint64_t *s)

@@ -3,7 +3,7 @@
 #define ALLOY_CPU_H
 
 #include "ir/ir.h"
-#include "runtime/plan.h"
+#include "passes/plan.h"
 
 /* A value during execution: the node's type and its dense row-major data. */
 struct rt_tensor {
