@@ -193,7 +193,7 @@ static rt_tensor *reference_run(const ir_graph *c, const alloy_host_tensor *feed
         rt_tensor in[3];
         assert_true(n->nin <= 3);
         for (int j = 0; j < n->nin; j++) in[j] = v[n->in[j]];
-        assert_int_equal(ir_ops[n->op].cpu(&x, n, &v[i], in), ALLOY_OK);
+        assert_int_equal(cpu_ops[n->op].kernel(&x, n, &v[i], in), ALLOY_OK);
     }
     return v;
 }

@@ -230,7 +230,7 @@ static void run_from_plan(const ir_graph *g, const plan_schedule *s, const mem_p
         const ir_node *node = g->nodes[i];
         if (is_bound_leaf(node)) continue;
         for (int j = 0; j < node->nin; j++) in[j] = values[node->in[j]];
-        if (ir_ops[node->op].cpu(&x, node, &values[i], in))
+        if (cpu_ops[node->op].kernel(&x, node, &values[i], in))
             fail_msg("%s: %s %%%d failed: %s", what, ir_ops[node->op].name, i, x.error);
         if (memcmp(values[i].data, ref[i].data, ir_nbytes(&node->type)) != 0)
             fail_msg("%s: %s %%%d (offset %lld) differs from the malloc executor's", what,

@@ -109,41 +109,22 @@ typedef enum ir_op {
     IR_OP_COUNT
 } ir_op;
 
-typedef struct cpu_exec cpu_exec;
-typedef struct rt_tensor rt_tensor;
-
 /* Type rule: from the node's operands' types (and its attributes, and for ops
  * whose result type is declared - input, param, constant, cast, reshape,
  * broadcast_to - the node's current type in *out) compute the result type.
  * Returns ALLOY_OK or a status with the reason in why. */
 typedef alloy_status (*ir_type_rule)(const ir_node *n, const ir_type *const *in, ir_type *out,
                                      char *why, size_t whylen);
-/* CPU kernel: computes out from in (see runtime/cpu.h). */
-typedef alloy_status (*ir_cpu_kernel)(cpu_exec *x, const ir_node *n, rt_tensor *out,
-                                      const rt_tensor *in);
-/* Elementwise chunk function: y[i] = f(a[i], b[i], c[i]) for i < n in the
- * compute type (f32 or f64); unused operands are NULL. */
-typedef void (*ir_ew_f32)(int64_t n, float *y, const float *a, const float *b, const float *c);
-typedef void (*ir_ew_f64)(int64_t n, double *y, const double *a, const double *b,
-                          const double *c);
 
-/* Gradient rule (src/passes/grad_rules.c): given the gradient dy of node n's
- * result, emits the gradients of its operands into dx[j] (a node id, or -1
- * for an operand with no gradient). */
-typedef struct ad_ctx ad_ctx;
-typedef alloy_status (*ir_grad_rule)(ad_ctx *c, const ir_node *n, int dy, int *dx);
-
+/* What an op means, as the IR knows it; backends and autodiff keep their own
+ * per-op tables expanded from the same ops.def lines. */
 typedef struct ir_op_info {
     const char *name;
     int min_in, max_in; /* max_in < 0: variadic */
     const ir_attr_spec *attrs;
     ir_type_rule type;
-    ir_cpu_kernel cpu;
     ir_amp_class amp;
-    ir_grad_rule grad;
     bool elementwise;
-    ir_ew_f32 ew_f32;
-    ir_ew_f64 ew_f64;
     const char *expr; /* elementwise: the C/CUDA expression of a, b, c in type T */
 } ir_op_info;
 

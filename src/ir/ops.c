@@ -1,10 +1,8 @@
-/* ops.c - expands ops.def into the op table and holds the attribute schemas. */
+/* ops.c - expands ops.def into the IR's op table (semantics only) and holds the attribute schemas. */
 #include <string.h>
 
 #include "ir/ir.h"
 #include "ir/typerules.h"
-#include "passes/grad_rules.h"
-#include "runtime/cpu/cpu.h"
 
 static const ir_attr_spec A_NONE[] = {{NULL, 0, false}};
 static const ir_attr_spec A_PARAM[] = {
@@ -30,17 +28,13 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true},
                                        {"end", IR_ATTR_INT, true},
                                        {NULL, 0, false}};
 
-/* Elementwise ops have no attributes; their CPU kernel is the shared
- * broadcasting loop over the generated chunk functions. */
+/* Elementwise ops have no attributes. */
 #define EW_ATTRS A_NONE
 #define STR(x) #x
 
 const ir_op_info ir_ops[IR_OP_COUNT] = {
-#define OP(nm, mn, mx, at, ty, cpu, amp, grad) \
-    [IR_OP_##nm] = {#nm, mn, mx, at, ty, cpu, amp, grad, false, NULL, NULL, NULL},
-#define EW(nm, nin, ty, amp, grad, expr)                                                    \
-    [IR_OP_##nm] = {#nm,          nin,  nin,           EW_ATTRS,      ty,  cpu_elementwise,  \
-                    amp,          grad, true,          ew_##nm##_f32, ew_##nm##_f64, STR(expr)},
+#define OP(nm, mn, mx, at, ty, cpu, amp, grad) [IR_OP_##nm] = {#nm, mn, mx, at, ty, amp, false, NULL},
+#define EW(nm, nin, ty, amp, grad, expr) [IR_OP_##nm] = {#nm, nin, nin, EW_ATTRS, ty, amp, true, STR(expr)},
 #include "ir/ops.def"
 #undef OP
 #undef EW

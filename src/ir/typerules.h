@@ -7,35 +7,12 @@
 #define TYPE_RULE(name)                                                                  \
     AL_HIDDEN alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, \
                                 char *why, size_t whylen)
-TYPE_RULE(ty_declared);
-TYPE_RULE(ty_constant);
-TYPE_RULE(ty_unary);
-TYPE_RULE(ty_unary_float);
-TYPE_RULE(ty_binary);
-TYPE_RULE(ty_binary_float);
-TYPE_RULE(ty_compare);
-TYPE_RULE(ty_where);
-TYPE_RULE(ty_matmul);
-TYPE_RULE(ty_reduce);
-TYPE_RULE(ty_softmax);
-TYPE_RULE(ty_layer_norm);
-TYPE_RULE(ty_cross_entropy);
-TYPE_RULE(ty_embedding);
-TYPE_RULE(ty_reshape);
-TYPE_RULE(ty_transpose);
-TYPE_RULE(ty_broadcast_to);
-TYPE_RULE(ty_slice);
-TYPE_RULE(ty_concat);
-TYPE_RULE(ty_causal_mask);
-TYPE_RULE(ty_cast);
-TYPE_RULE(ty_ternary);
-TYPE_RULE(ty_softmax_grad);
-TYPE_RULE(ty_layer_norm_grad);
-TYPE_RULE(ty_cross_entropy_grad);
-TYPE_RULE(ty_embedding_grad);
-TYPE_RULE(ty_pad);
-TYPE_RULE(ty_isfinite);
-TYPE_RULE(ty_found_inf);
+/* one prototype per ops.def line (a rule named twice is declared twice) */
+#define OP(nm, mn, mx, at, ty, ...) TYPE_RULE(ty);
+#define EW(nm, nin, ty, ...) TYPE_RULE(ty);
+#include "ir/ops.def"
+#undef OP
+#undef EW
 #undef TYPE_RULE
 
 #endif

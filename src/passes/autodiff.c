@@ -66,7 +66,7 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
     for (int i = loss; i >= 0 && !g->status; i--) {
         if (!active[i] || !reach[i] || grad[i] < 0 || g->nodes[i]->nin == 0) continue;
         const ir_node *n = g->nodes[i];
-        ir_grad_rule rule = ir_ops[n->op].grad;
+        ad_rule rule = ad_rules[n->op];
         char label[64];
         if (!rule) {
             ir_error(g, ALLOY_ERR_UNSUPPORTED, "autodiff: %s (node %s) has no gradient rule",

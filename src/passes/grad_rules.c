@@ -291,3 +291,13 @@ RULE(gr_causal_mask)
     dx[0] = ad_emit(c, IR_OP_causal_mask, 1, &dy, 1, &a, NULL);
     DONE;
 }
+
+/* the table: ops.def's grad_rule column, `none` -> NULL */
+#define gr_none NULL
+const ad_rule ad_rules[IR_OP_COUNT] = {
+#define OP(nm, mn, mx, at, ty, cpu, amp, grad) [IR_OP_##nm] = gr_##grad,
+#define EW(nm, nin, ty, amp, grad, expr) [IR_OP_##nm] = gr_##grad,
+#include "ir/ops.def"
+#undef OP
+#undef EW
+};

@@ -5,6 +5,7 @@
 #include "ir/ir.h"
 
 /* What a rule sees: the graph the backward is appended to. */
+typedef struct ad_ctx ad_ctx;
 struct ad_ctx {
     ir_graph *g;
 };
@@ -21,43 +22,21 @@ AL_HIDDEN int ad_reshape(ad_ctx *c, int x, const ir_type *target);
  * has target's shape (numpy broadcasting undone). */
 AL_HIDDEN int ad_unbroadcast(ad_ctx *c, int g, const ir_type *target);
 
+/* Gradient rule: given the gradient dy of node n's result, emits the
+ * gradients of its operands into dx[j] (a node id, or -1 for an operand with
+ * no gradient). */
+typedef alloy_status (*ad_rule)(ad_ctx *c, const ir_node *n, int dy, int *dx);
+
+/* The rule of every op (ops.def's grad_rule column R is gr_R here); NULL
+ * when the op is not differentiable. */
+AL_HIDDEN extern const ad_rule ad_rules[IR_OP_COUNT];
+
 #define GRAD_RULE(name) AL_HIDDEN alloy_status name(ad_ctx *c, const ir_node *n, int dy, int *dx)
-GRAD_RULE(gr_identity);
-GRAD_RULE(gr_neg);
-GRAD_RULE(gr_add);
-GRAD_RULE(gr_sub);
-GRAD_RULE(gr_mul);
-GRAD_RULE(gr_div);
-GRAD_RULE(gr_maximum);
-GRAD_RULE(gr_minimum);
-GRAD_RULE(gr_pow);
-GRAD_RULE(gr_relu);
-GRAD_RULE(gr_gelu);
-GRAD_RULE(gr_gelu_tanh);
-GRAD_RULE(gr_tanh);
-GRAD_RULE(gr_sigmoid);
-GRAD_RULE(gr_exp);
-GRAD_RULE(gr_log);
-GRAD_RULE(gr_sqrt);
-GRAD_RULE(gr_rsqrt);
-GRAD_RULE(gr_square);
-GRAD_RULE(gr_where);
-GRAD_RULE(gr_matmul);
-GRAD_RULE(gr_reduce_sum);
-GRAD_RULE(gr_reduce_mean);
-GRAD_RULE(gr_reduce_max);
-GRAD_RULE(gr_softmax);
-GRAD_RULE(gr_log_softmax);
-GRAD_RULE(gr_layer_norm);
-GRAD_RULE(gr_cross_entropy);
-GRAD_RULE(gr_embedding);
-GRAD_RULE(gr_reshape);
-GRAD_RULE(gr_transpose);
-GRAD_RULE(gr_broadcast_to);
-GRAD_RULE(gr_slice);
-GRAD_RULE(gr_concat);
-GRAD_RULE(gr_causal_mask);
-GRAD_RULE(gr_cast);
+#define OP(nm, mn, mx, at, ty, cpu, amp, grad) GRAD_RULE(gr_##grad);
+#define EW(nm, nin, ty, amp, grad, expr) GRAD_RULE(gr_##grad);
+#include "ir/ops.def"
+#undef OP
+#undef EW
 #undef GRAD_RULE
 
 #endif

@@ -339,7 +339,7 @@ static alloy_status evaluate(const sweep *s, const node_key *k, double **values)
 static alloy_status fold_constants(const sweep *s, node_key *k, ir_attr *attr, double **values)
 {
     *values = NULL;
-    if (k->nin == 0 || k->nin > 64 || !ir_ops[k->op].cpu || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
+    if (k->nin == 0 || k->nin > 64 || !cpu_ops[k->op].kernel || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
     for (int j = 0; j < k->nin; j++) {
         const ir_node *c = s->out->nodes[k->in[j]];
         if (c->op != IR_OP_constant || ir_numel(&c->type) > FOLD_MAX_OPERAND) return ALLOY_OK;

@@ -280,7 +280,7 @@ alloy_status cpu_run_graph_arena(cpu_exec *x, const ir_graph *g, rt_tensor *valu
             break;
         }
         for (int j = 0; j < n->nin; j++) in[j] = values[n->in[j]];
-        ir_ops[n->op].cpu(x, n, v, in);
+        cpu_ops[n->op].kernel(x, n, v, in);
         if (in != in_small) al_free(in);
         release_operands(g, n, uses, values, keep, in_arena);
     }

@@ -5,6 +5,9 @@
 #include "ir/ir.h"
 #include "passes/plan.h"
 
+typedef struct cpu_exec cpu_exec;
+typedef struct rt_tensor rt_tensor;
+
 /* A value during execution: the node's type and its dense row-major data. */
 struct rt_tensor {
     ir_type type;
@@ -124,34 +127,30 @@ AL_HIDDEN alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n);
  * integer, else f32 (f16/bf16 load to f32 and round once on store). */
 AL_HIDDEN bool cpu_ew_uses_f64(const ir_node *n, const rt_tensor *in);
 
+/* A CPU kernel: computes out from in (operand values in operand order). */
+typedef alloy_status (*cpu_kernel)(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in);
+/* Elementwise chunk function: y[i] = f(a[i], b[i], c[i]) for i < n in the
+ * compute type (f32 or f64); unused operands are NULL. */
+typedef void (*cpu_ew_f32)(int64_t n, float *y, const float *a, const float *b, const float *c);
+typedef void (*cpu_ew_f64)(int64_t n, double *y, const double *a, const double *b, const double *c);
+
+/* The CPU backend's per-op table (cpu_ops.c), expanded from ops.def: the
+ * kernel of every op (ops.def's cpu_kernel column K is cpu_K; NULL for the
+ * bound leaves), and for elementwise ops the shared broadcasting kernel
+ * cpu_elementwise and the chunk functions generated from `expr`. */
+typedef struct cpu_op {
+    cpu_kernel kernel;
+    cpu_ew_f32 ew_f32;
+    cpu_ew_f64 ew_f64;
+} cpu_op;
+AL_HIDDEN extern const cpu_op cpu_ops[IR_OP_COUNT];
+
 #define CPU_KERNEL(name)                                                                  \
     AL_HIDDEN alloy_status name(cpu_exec *x, const ir_node *n, rt_tensor *out,             \
                                 const rt_tensor *in)
-CPU_KERNEL(cpu_elementwise);   /* cpu_elementwise.c */
-CPU_KERNEL(cpu_matmul);        /* cpu_matmul.c */
-CPU_KERNEL(cpu_reduce);        /* cpu_reduce.c: reduce_sum/mean/max */
-CPU_KERNEL(cpu_softmax);       /* cpu_norm.c: softmax, log_softmax */
-CPU_KERNEL(cpu_layer_norm);    /* cpu_norm.c */
-CPU_KERNEL(cpu_cross_entropy); /* cpu_norm.c */
-CPU_KERNEL(cpu_constant);      /* cpu_movement.c */
-CPU_KERNEL(cpu_embedding);
-CPU_KERNEL(cpu_copy);          /* reshape: same bytes */
-CPU_KERNEL(cpu_transpose);
-CPU_KERNEL(cpu_broadcast_to);
-CPU_KERNEL(cpu_slice);
-CPU_KERNEL(cpu_concat);
-CPU_KERNEL(cpu_causal_mask);
-CPU_KERNEL(cpu_cast);
-CPU_KERNEL(cpu_softmax_grad);       /* cpu_grad.c: softmax_grad, log_softmax_grad */
-CPU_KERNEL(cpu_layer_norm_grad);    /* cpu_grad.c */
-CPU_KERNEL(cpu_cross_entropy_grad); /* cpu_grad.c */
-CPU_KERNEL(cpu_embedding_grad);     /* cpu_grad.c */
-CPU_KERNEL(cpu_pad);                /* cpu_grad.c */
-CPU_KERNEL(cpu_found_inf);          /* cpu_train.c */
-#undef CPU_KERNEL
-
-/* The chunk functions generated from ops.def expressions (cpu_elementwise.c). */
-#define OP(...)
+CPU_KERNEL(cpu_elementwise); /* cpu_elementwise.c: every EW op */
+/* one prototype per ops.def OP line, and the chunk functions of every EW line */
+#define OP(nm, mn, mx, at, ty, kernel, ...) CPU_KERNEL(cpu_##kernel);
 #define EW(nm, ...)                                                                        \
     AL_HIDDEN void ew_##nm##_f32(int64_t n, float *y, const float *a, const float *b,      \
                                  const float *c);                                          \
@@ -160,5 +159,6 @@ CPU_KERNEL(cpu_found_inf);          /* cpu_train.c */
 #include "ir/ops.def"
 #undef OP
 #undef EW
+#undef CPU_KERNEL
 
 #endif

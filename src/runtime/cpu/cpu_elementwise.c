@@ -120,9 +120,9 @@ static const double *load_f64(const rt_tensor *t, int64_t off, int64_t stride, i
 
 alloy_status cpu_elementwise(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
-    const ir_op_info *info = &ir_ops[n->op];
+    const cpu_op *info = &cpu_ops[n->op];
     int nin = n->nin;
-    if (nin > MAX_IN) return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: too many operands", info->name);
+    if (nin > MAX_IN) return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: too many operands", ir_ops[n->op].name);
     if (ir_numel(&out->type) == 0) return ALLOY_OK;
     ew_space s;
     build_space(&s, &out->type, nin, in);

@@ -543,7 +543,7 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
     p->ninputs = 0;
     for (int k = 0; k < n; k++) {
         const ir_node *m = g->nodes[members[k]];
-        const ir_op_info *info = &ir_ops[m->op];
+        const cpu_op *info = &cpu_ops[m->op];
         if (!ir_fuse_elementwise(g, m)) return "a member is not an elementwise op or a cast between f16, bf16 and f32";
         bool cast = m->op == IR_OP_cast;
         if (k > 0 && members[k] <= members[k - 1]) return "members are not in topological order";

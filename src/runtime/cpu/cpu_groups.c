@@ -132,7 +132,7 @@ static void row_block(void *arg, int64_t b, int ti)
         else if (m->op == IR_OP_cross_entropy_grad)
             cpu_cross_entropy_grad_part(&t->x, m, out, in, rg->targets_total);
         else
-            ir_ops[m->op].cpu(&t->x, m, out, in);
+            cpu_ops[m->op].kernel(&t->x, m, out, in);
         k++;
     }
 }
