@@ -207,6 +207,8 @@ static void free_reference(const ir_graph *c, rt_tensor *v)
 
 /* Runs the compiled graph through the executor (fused when it has groups),
  * keeping every output; values are freed by the caller (cpu_release_values). */
+static int exec_threads; /* threads of executor_run (0: every CPU) */
+
 static rt_tensor *executor_run(const ir_graph *c, const alloy_host_tensor *feeds, int nfeeds,
                                alloy_status *st, char *err, size_t errlen)
 {
@@ -215,7 +217,7 @@ static rt_tensor *executor_run(const ir_graph *c, const alloy_host_tensor *feeds
         for (int f = 0; f < nfeeds; f++)
             if (c->nodes[i]->op == IR_OP_input && strcmp(feeds[f].name, c->nodes[i]->name) == 0)
                 v[i].data = feeds[f].data;
-    cpu_exec x = {.nthreads = 1};
+    cpu_exec x = {.nthreads = exec_threads};
     *st = cpu_run_graph(&x, c, v, NULL);
     if (err) snprintf(err, errlen, "%s", x.error);
     return v;
@@ -564,16 +566,14 @@ static void test_broadcast_inputs_of_every_shape_load_as_the_unfused_kernel_load
                                   {"row", F16, 1, {C}, rows}, {"slab", F32, 3, {A, 1, C}, slabs}};
     rt_tensor *ref = reference_run(c, feeds, 4);
     for (int threads = 1; threads <= 3; threads += 2) {
-        char n[8];
-        snprintf(n, sizeof n, "%d", threads);
-        setenv("ALLOY_NUM_THREADS", n, 1);
+        exec_threads = threads;
         alloy_status st;
         rt_tensor *got = executor_run(c, feeds, 4, &st, NULL, 0);
         assert_int_equal(st, ALLOY_OK);
         assert_memory_equal(got[out].data, ref[out].data, sizeof xs);
         free_executor_run(c, got);
     }
-    unsetenv("ALLOY_NUM_THREADS");
+    exec_threads = 0;
     free_reference(c, ref);
     alloy_graph_free(g);
 }
@@ -594,13 +594,12 @@ static void test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two(void *
     alloy_host_tensor feeds[2] = {{"x", F32, 2, {1024, 1024}, xs}, {"b", F32, 1, {1024}, bs}};
     float *one = test_malloc(sizeof(float) * N);
     for (int threads = 1; threads <= 2; threads++) {
-        setenv("ALLOY_NUM_THREADS", threads == 1 ? "1" : "2", 1);
+        check(g, alloy_graph_set_option(g, "num_threads", threads == 1 ? "1" : "2"), "set_option");
         alloy_host_tensor fetch = {.name = "y"};
         check(g, alloy_graph_run(g, feeds, 2, &fetch, 1), "run");
         if (threads == 1) memcpy(one, fetch.data, sizeof(float) * N);
         else assert_memory_equal(one, fetch.data, sizeof(float) * N);
     }
-    unsetenv("ALLOY_NUM_THREADS");
     assert_int_equal(group_count(g->compiled), 1);
     test_free(one);
     test_free(xs);

@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "base/base.h"
 #include "alloy_config.h"
@@ -32,7 +30,7 @@ static const impl impl_portable = {"gemm_f32_portable", gemm_f32_portable};
 static const impl impl_dispatch = {"gemm_f32", gemm_f32};
 static const impl impl_f64 = {"gemm_f64", NULL};
 
-static const char *self_path; /* this executable, for the child runs */
+static bool use_blas = true; /* the blas option of this round of the suite */
 
 static uint64_t rng_state;
 
@@ -203,12 +201,14 @@ static void test_exact_small(void **state)
 static void test_backend_name(void **state)
 {
     (void)state;
+    gemm_configure(false, 0); /* the blas option off */
+    assert_string_equal(gemm_backend_name(), "portable");
+    gemm_configure(true, 0);
     const char *name = gemm_backend_name();
     assert_non_null(name);
-    const char *blas = getenv("ALLOY_BLAS");
-    if (blas && strcmp(blas, "0") == 0) assert_string_equal(name, "portable");
+    gemm_configure(use_blas, 0);
     /* a build that found a BLAS must use it unless told not to */
-    else if (ALLOY_HAVE_CBLAS) assert_string_not_equal(name, "portable");
+    if (ALLOY_HAVE_CBLAS) assert_string_not_equal(name, "portable");
     else assert_string_equal(name, "portable");
     print_message("gemm_f32 backend: %s\n", name);
 }
@@ -237,96 +237,28 @@ static float *emit_product(size_t *len)
     return out;
 }
 
-/* Runs this executable again with extra environment settings (NULL-ended
- * "NAME=value" list) and the given argument; returns its exit status, or
- * reads its stdout into *out (al_malloc'd) when out is non-NULL. */
-static int run_self(const char *const *env_add, const char *arg, char **out, size_t *out_len)
-{
-    size_t ne = 0, na = 0;
-    while (environ[ne]) ne++;
-    while (env_add[na]) na++;
-    char **envp = xalloc((ne + na + 1) * sizeof *envp);
-    size_t k = 0;
-    for (size_t i = 0; i < na; i++) envp[k++] = (char *)env_add[i];
-    for (size_t i = 0; i < ne; i++) {
-        bool overridden = false;
-        for (size_t j = 0; j < na; j++) {
-            size_t l = strcspn(env_add[j], "=") + 1;
-            if (strncmp(environ[i], env_add[j], l) == 0) overridden = true;
-        }
-        if (!overridden) envp[k++] = environ[i];
-    }
-    envp[k] = NULL;
-    int fd[2] = {-1, -1};
-    if (out) assert_int_equal(pipe(fd), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (out) {
-            dup2(fd[1], STDOUT_FILENO);
-            close(fd[0]);
-            close(fd[1]);
-        }
-        char *argv[] = {(char *)self_path, (char *)arg, NULL};
-        execve(self_path, argv, envp);
-        _exit(127);
-    }
-    al_free(envp);
-    if (out) {
-        close(fd[1]);
-        size_t cap = 1 << 16, len = 0;
-        char *buf = xalloc(cap);
-        ssize_t r;
-        while ((r = read(fd[0], buf + len, cap - len)) > 0) {
-            len += (size_t)r;
-            if (len == cap) {
-                buf = al_realloc(buf, cap *= 2);
-                assert_non_null(buf);
-            }
-        }
-        close(fd[0]);
-        *out = buf;
-        *out_len = len;
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
 /* Each element is computed by one thread in a fixed order: the portable
- * kernel's result is bit-identical whatever ALLOY_NUM_THREADS says. */
+ * kernel's result is bit-identical whatever the thread count. */
 static void test_deterministic_across_threads(void **state)
 {
     (void)state;
-    size_t len;
-    float *here = emit_product(&len);
-    static const char *const counts[] = {"ALLOY_NUM_THREADS=1", "ALLOY_NUM_THREADS=2",
-                                         "ALLOY_NUM_THREADS=3", "ALLOY_NUM_THREADS=8"};
+    size_t len, got_len;
+    gemm_configure(use_blas, 1);
+    float *one = emit_product(&len);
+    static const int counts[] = {2, 3, 8};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-        const char *env[] = {counts[i], NULL};
-        char *got;
-        size_t got_len;
-        assert_int_equal(run_self(env, "--emit", &got, &got_len), 0);
-        assert_int_equal(got_len, len * sizeof(float));
-        if (memcmp(got, here, got_len) != 0) fail_msg("result differs with %s", counts[i]);
+        gemm_configure(use_blas, counts[i]);
+        float *got = emit_product(&got_len);
+        assert_int_equal(got_len, len);
+        if (memcmp(got, one, len * sizeof(float)) != 0) fail_msg("result differs with %d threads", counts[i]);
         al_free(got);
     }
-    al_free(here);
+    gemm_configure(use_blas, 0);
+    al_free(one);
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-    /* /proc/self/exe survives a relative argv[0] and a changed directory. */
-    self_path = access("/proc/self/exe", X_OK) == 0 ? "/proc/self/exe" : argv[0];
-    if (argc == 2 && strcmp(argv[1], "--emit") == 0) {
-        size_t len;
-        float *c = emit_product(&len);
-        size_t w = fwrite(c, sizeof *c, len, stdout);
-        al_free(c);
-        return w == len && fflush(stdout) == 0 ? 0 : 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_name),
         cmocka_unit_test(test_exact_small),
@@ -336,15 +268,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_f64),
         cmocka_unit_test(test_deterministic_across_threads),
     };
-    const char *blas = getenv("ALLOY_BLAS");
-    bool forced_portable = blas && strcmp(blas, "0") == 0;
-    const char *group = forced_portable ? "gemm (ALLOY_BLAS=0)" : "gemm";
-    int failed = cmocka_run_group_tests_name(group, tests, NULL, NULL);
-    /* With a BLAS, gemm_f32/gemm_f64's portable paths only run when ALLOY_BLAS
-     * is "0", read once per process: run the suite again in a child that says so. */
-    if (!forced_portable && strcmp(gemm_backend_name(), "portable") != 0) {
-        static const char *const env[] = {"ALLOY_BLAS=0", NULL};
-        if (run_self(env, "--suite", NULL, NULL) != 0) failed++;
+    int failed = cmocka_run_group_tests_name("gemm", tests, NULL, NULL);
+    /* With a BLAS, gemm_f32/gemm_f64 take their portable paths only with the
+     * blas option off: the suite again so. */
+    if (ALLOY_HAVE_CBLAS) {
+        use_blas = false;
+        failed += cmocka_run_group_tests_name("gemm (blas off)", tests, NULL, NULL);
     }
     return failed != 0;
 }

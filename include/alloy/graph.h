@@ -216,6 +216,14 @@ typedef enum alloy_dump_kind {
  * variable ALLOY_PRINT_AFTER does the same for programs. */
 ALLOY_API alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out);
 
+/* Sets one option of the next compiles, over its environment variable
+ * (docs/options.md): print_after, print_before (pass names or "all"),
+ * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,
+ * blas (0/1), num_threads, device (auto|cpu|cuda). "" or NULL restores the
+ * default. An unknown option or value is ALLOY_ERR_INVALID with a message
+ * listing the valid ones, and changes nothing. */
+ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value);
+
 /* Prints g as IR text (docs/ir.md); DUMP_IR compiles first if needed. */
 ALLOY_API alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind);
 

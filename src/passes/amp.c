@@ -505,8 +505,7 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
                 rep.low_nodes += s.allow[i];
             }
             if (opts->amp_report) *opts->amp_report = rep;
-            const char *env = getenv("ALLOY_AMP_LOG");
-            if (env && *env && strcmp(env, "0") != 0)
+            if (pass_cfg(opts)->amp_log)
                 log_report(&s, &rep, out, map, opts->log ? opts->log : stderr);
             al_free(map);
             ir_graph_free(g);

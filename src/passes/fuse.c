@@ -18,8 +18,8 @@
  * Nothing else is recorded: members, kind, position and which members must
  * be stored (those read outside the group, outputs, updates, the loss,
  * fetches) follow from `group` and the graph; docs/fusion.md has the rules
- * and the numerics contract. ALLOY_NO_FUSE=1 clears every group;
- * ALLOY_NO_FUSE=row,gemm,multi (any of them) forms no groups of those kinds.
+ * and the numerics contract. The no_fuse option (ALLOY_NO_FUSE) =all forms no group; =row,gemm,multi
+ * (any of them) forms no groups of those kinds.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +129,7 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
 typedef struct fuser {
     const ir_graph *g;
     const int *gemm; /* node -> GEMM epilogue group (named by its matmul), -1 none */
-    bool no_row;     /* ALLOY_NO_FUSE=row: row ops join no group */
+    bool no_row;     /* no_fuse=row: row ops join no group */
     int *grp;      /* node -> tentative group, -1 none */
     int *next;     /* next member of the same group, -1 at the tail */
     int *head;     /* group -> first member */
@@ -288,25 +288,6 @@ static void place(fuser *f, int n)
     }
 }
 
-/* ALLOY_NO_FUSE: unset, "" or "0": fuse everything; a comma-separated
- * list of kinds (row, gemm, multi): do not form those; anything else
- * (e.g. 1): no groups at all. Bit 0: none; bits 1 << IR_GROUP_*: kinds off. */
-static unsigned fusion_disabled(void)
-{
-    const char *env = getenv("ALLOY_NO_FUSE");
-    if (!env || !*env || strcmp(env, "0") == 0) return 0;
-    unsigned off = 0;
-    for (const char *p = env; *p;) {
-        size_t len = strcspn(p, ",");
-        if (len == 3 && strncmp(p, "row", 3) == 0) off |= 1u << IR_GROUP_ROW;
-        else if (len == 4 && strncmp(p, "gemm", 4) == 0) off |= 1u << IR_GROUP_GEMM;
-        else if (len == 5 && strncmp(p, "multi", 5) == 0) off |= 1u << IR_GROUP_MULTI;
-        else return 1;
-        p += len + (p[len] == ',');
-    }
-    return off;
-}
-
 /* ---- multi-tensor groups (label[]: node -> group name, -1 none) ---- */
 
 /* found_inf F and those of its operands that are elementwise nodes in no
@@ -461,7 +442,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     (void)opts;
     ir_graph *g = *gp;
     for (int i = 0; i < g->nnodes; i++) g->nodes[i]->group = -1;
-    unsigned off = fusion_disabled();
+    unsigned off = pass_cfg(opts)->no_fuse; /* OPT_NO_FUSE_ALL, or 1 << kind per kind off */
     if ((off & 1) || g->nnodes == 0) return ALLOY_OK;
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;

@@ -1,5 +1,4 @@
 /* pass.c - the pass manager: runs the pipeline in order, verifies and prints after each pass, times them. */
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -32,19 +31,19 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* True when `name` is in the comma-separated list (or the list is "all"). */
-static bool listed(const char *list, const char *name)
+enum { NPASSES = sizeof pipeline / sizeof pipeline[0] };
+
+int pass_count(void) { return NPASSES; }
+
+const char *pass_name(int i) { return i >= 0 && i < NPASSES ? pipeline[i].name : NULL; }
+
+const al_options *pass_cfg(const pass_options *opts)
 {
-    if (!list || !*list) return false;
-    if (strcmp(list, "all") == 0) return true;
-    size_t len = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n == len && strncmp(p, name, len) == 0) return true;
-        p += n + (end ? 1 : 0);
-    }
-    return false;
+    static al_options defaults;
+    static bool ready;
+    if (opts && opts->cfg) return opts->cfg;
+    if (!ready) opt_init(&defaults), ready = true;
+    return &defaults;
 }
 
 /* The "plan" summary printed after fuse: the CPU arena for the default keep
@@ -66,16 +65,30 @@ static void print_plan_summary(const ir_graph *g, FILE *out)
     plan_free(&p);
 }
 
-alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const char *print_after,
-                               FILE *log, pass_timing *timings, int max, int *ntimings)
+/* Prints *g with a header line, the options and, after fuse, its groups and plan. */
+static void print_graph(const ir_graph *g, const pass_options *opts, FILE *out, const char *when,
+                        const pass *p, double ms)
 {
-    const char *env = getenv("ALLOY_PRINT_AFTER");
-    const char *disabled = getenv("ALLOY_DISABLE_PASSES");
-    if (!print_after) print_after = env;
+    if (ms >= 0) fprintf(out, "# %s %s (%.3f ms)\n", when, p->name, ms);
+    else fprintf(out, "# %s %s\n", when, p->name);
+    opt_print(pass_cfg(opts), out);
+    ir_print(g, out);
+    if (ms >= 0 && strcmp(p->name, "fuse") == 0) {
+        ir_print_groups(g, out);
+        print_plan_summary(g, out);
+    }
+}
+
+alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, FILE *log, pass_timing *timings,
+                               int max, int *ntimings)
+{
+    const al_options *cfg = pass_cfg(opts);
+    if (!log) log = stderr;
     if (ntimings) *ntimings = 0;
-    for (size_t i = 0; i < sizeof pipeline / sizeof pipeline[0]; i++) {
+    for (int i = 0; i < NPASSES; i++) {
         const pass *p = &pipeline[i];
-        if (listed(disabled, p->name) && strcmp(disabled, "all") != 0) continue;
+        if (cfg->disabled & 1u << i) continue;
+        if (cfg->print_before & 1u << i) print_graph(*g, opts, log, "before", p, -1);
         double t0 = now_ms();
         alloy_status st = p->run(g, opts);
         if (!st && strcmp(p->name, "verify") != 0) st = ir_verify(*g);
@@ -83,14 +96,7 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, const cha
         if (timings && ntimings && *ntimings < max)
             timings[(*ntimings)++] = (pass_timing){p->name, ms, (*g)->nnodes};
         if (st) return st;
-        if (listed(print_after, p->name)) {
-            fprintf(log ? log : stderr, "# after %s (%.3f ms)\n", p->name, ms);
-            ir_print(*g, log ? log : stderr);
-            if (strcmp(p->name, "fuse") == 0) {
-                ir_print_groups(*g, log ? log : stderr);
-                print_plan_summary(*g, log ? log : stderr);
-            }
-        }
+        if (cfg->print_after & 1u << i) print_graph(*g, opts, log, "after", p, ms);
     }
     return ALLOY_OK;
 }

@@ -5,6 +5,7 @@
 #include "alloy/amp.h"
 #include "alloy/train.h"
 #include "ir/ir.h"
+#include "passes/options.h"
 
 /* AMP configuration: the dtype and the per-op list membership. */
 typedef struct amp_config {
@@ -27,7 +28,11 @@ typedef struct pass_options {
     int loss_seed;                /* node id seeding the backward, or -1 for 1.0 */
     alloy_grad_scaler scaler;     /* kind NONE: no loss scaling */
     alloy_optimizer optimizer;    /* kind 0: no optimizer */
+    const al_options *cfg;        /* the configuration (NULL: defaults); read it through pass_cfg */
 } pass_options;
+
+/* opts->cfg, or the defaults when it is NULL. */
+AL_HIDDEN const al_options *pass_cfg(const pass_options *opts);
 
 /* A pass takes *g and leaves the result in *g (it may replace the graph,
  * freeing the old one). It returns ALLOY_OK or an error recorded on *g. */
@@ -43,15 +48,18 @@ typedef struct pass_timing {
     int nodes_after;
 } pass_timing;
 
-/* Runs the standard pipeline on *g, skipping the passes named in
- * ALLOY_DISABLE_PASSES=name,name (e.g. "simplify,fuse"; needed passes like
- * autodiff can be disabled too, at the user's risk). After each pass the graph is verified;
- * ALLOY_PRINT_AFTER=name,name|all (or print_after) prints it to `log` with
- * a "# after <pass>" header. timings (may be NULL) gets up to max entries,
- * *ntimings the count. On error *g holds the graph with the error recorded. */
-AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts,
-                                         const char *print_after, FILE *log,
+/* Runs the standard pipeline on *g, skipping the passes opts->cfg disables
+ * (needed ones like autodiff too, at the user's risk). After each pass the
+ * graph is verified; the passes in cfg->print_before / print_after are
+ * printed to `log` (stderr if NULL) with a "# before <pass>" / "# after
+ * <pass>" header and the options line. timings (may be NULL) gets up to max
+ * entries, *ntimings the count. On error *g holds the graph with the error
+ * recorded. */
+AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, FILE *log,
                                          pass_timing *timings, int max, int *ntimings);
+/* The pipeline's passes in order: how many, and the name of the i-th. */
+AL_HIDDEN int pass_count(void);
+AL_HIDDEN const char *pass_name(int i);
 
 /* The passes (one file each). */
 AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /* amp.c */

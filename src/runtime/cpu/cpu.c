@@ -25,17 +25,11 @@ alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
 /* Leaves other than constants are bound by the caller (feeds, state). */
 static bool owns_value(const ir_node *n) { return n->nin > 0 || n->op == IR_OP_constant; }
 
-/* Worker threads for this run: ALLOY_NUM_THREADS, else what the caller asked
- * for when above 1, else the online CPUs. */
+/* Worker threads for this run: what the caller asked for (the num_threads
+ * option), or every online CPU when that is 0. */
 static int resolve_threads(int asked)
 {
-    const char *env = getenv("ALLOY_NUM_THREADS");
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (!*end && v >= 1) return v > MAX_THREADS ? MAX_THREADS : (int)v;
-    }
-    if (asked > 1) return asked > MAX_THREADS ? MAX_THREADS : asked;
+    if (asked >= 1) return asked > MAX_THREADS ? MAX_THREADS : asked;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     return online > 1 ? (online > MAX_THREADS ? MAX_THREADS : (int)online) : 1;
 }

@@ -37,8 +37,8 @@ AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fm
  * position (cpu_run_group); a member is stored only when a node outside its
  * group reads it, it is an output, update or the loss, or keep[i]; the
  * others keep values[i].data NULL. An illegal grouping is an
- * ALLOY_ERR_VERIFY. x->nthreads is set here: ALLOY_NUM_THREADS when set,
- * else the caller's value when above 1, else the online CPU count. */
+ * ALLOY_ERR_VERIFY. x->nthreads is set here: the caller's value when it is
+ * 1 or more, else the online CPU count. */
 AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values,
                                      const bool *keep);
 /* cpu_run_graph with every value that needs memory (constants and non-leaf

@@ -54,26 +54,31 @@ typedef struct sgemm_args {
     int64_t lda, ldb, ldc;
 } sgemm_args;
 
+/* Settings (gemm_configure), process-wide: a BLAS keeps its own global thread
+ * pool anyway. Threads 0: every online CPU, read once. */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static bool env_blas = USE_CBLAS;
-static int env_threads = 1;
+static int env_threads = 1, online_threads = 1;
+static _Atomic int asked_threads;
 
-static void read_env(void)
+static void read_online(void)
 {
-    const char *s = getenv("ALLOY_BLAS");
-    if (s && strcmp(s, "0") == 0) env_blas = false;
-    long t = 0;
-    s = getenv("ALLOY_NUM_THREADS");
-    if (s && *s) {
-        char *end;
-        t = strtol(s, &end, 10);
-        if (*end) t = 0;
-    }
-    if (t <= 0) t = sysconf(_SC_NPROCESSORS_ONLN);
-    env_threads = t < 1 ? 1 : t > MAX_THREADS ? MAX_THREADS : (int)t;
+    long t = sysconf(_SC_NPROCESSORS_ONLN);
+    online_threads = t < 1 ? 1 : t > MAX_THREADS ? MAX_THREADS : (int)t;
 }
 
-static void init_env(void) { pthread_once(&env_once, read_env); }
+static void init_env(void)
+{
+    pthread_once(&env_once, read_online);
+    int t = asked_threads;
+    env_threads = t > 0 ? (t > MAX_THREADS ? MAX_THREADS : t) : online_threads;
+}
+
+void gemm_configure(bool use_blas, int threads)
+{
+    env_blas = USE_CBLAS && use_blas;
+    asked_threads = threads;
+}
 
 static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }

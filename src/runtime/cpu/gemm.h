@@ -9,7 +9,7 @@
 
 /* C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
  * A is M x K (K x M when trans_a), leading dimension lda; likewise B. Uses
- * the BLAS when the build has one and ALLOY_BLAS is not "0", else the portable
+ * the BLAS when the build has one and gemm_configure allows it, else the portable
  * kernel. beta == 0 means C is not read (may hold NaN). */
 AL_HIDDEN void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
@@ -17,6 +17,9 @@ AL_HIDDEN void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
 AL_HIDDEN void gemm_f64(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                         const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
                         double *c, int64_t ldc);
+/* Whether gemm_f32/gemm_f64 may use the BLAS (the blas option), and the
+ * threads of the portable kernel (0: every online CPU). Process-wide. */
+AL_HIDDEN void gemm_configure(bool use_blas, int threads);
 /* The portable cache-blocked kernel, always available (benchmarks and tests
  * call it directly to compare with the BLAS). */
 AL_HIDDEN void gemm_f32_portable(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -15,6 +15,11 @@ typedef struct rt_state {
     void *data;
 } rt_state;
 
+/* One option set through the API (alloy_graph_set_option). */
+typedef struct graph_option {
+    char *name, *value;
+} graph_option;
+
 struct alloy_graph {
     ir_graph *ir;       /* as built; builder errors live in ir->status/error */
     ir_graph *compiled; /* after the pass pipeline; NULL until compiled */
@@ -42,13 +47,22 @@ struct alloy_graph {
     alloy_grad_scaler scaler;    /* kind NONE unless set */
     alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
     alloy_step_info step;        /* what the last run did */
-    char *print_after;           /* passes to print after (NULL: ALLOY_PRINT_AFTER) */
-    FILE *print_to;
+    graph_option *options;       /* alloy_graph_set_option's settings, over the environment's */
+    int noptions;
+    al_options cfg;              /* the configuration of the last compile (graph_options) */
+    FILE *print_to;              /* where printed passes go (NULL: stderr) */
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
     alloy_status status; /* last failing call's status, message below */
     char error[1024];
 };
+
+/* config.c */
+/* The configuration: defaults, then the environment (ALLOY_*), then the
+ * options set on g. An invalid environment value is an error naming the
+ * variable and listing the valid values. */
+AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
+AL_HIDDEN void graph_options_free(alloy_graph *g);
 
 /* amp_api.c */
 /* The options for compiling g: its AMP config with the environment's list

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "passes/pass.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/graph/graph_impl.h"
 
 alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
@@ -54,13 +55,6 @@ static void release_arena(alloy_graph *g)
     g->arena_cap = 0;
 }
 
-/* ALLOY_NO_ARENA=1 (read per run): every value gets its own al_malloc block. */
-static bool arena_disabled(void)
-{
-    const char *env = getenv("ALLOY_NO_ARENA");
-    return env && *env && strcmp(env, "0") != 0;
-}
-
 /* Makes g->plan and g->arena fit a run of compiled keeping keep[]: the
  * cached plan when the keep set is the same, else a new plan, the arena
  * grown only when the new plan needs more. False when there is no plan
@@ -108,7 +102,7 @@ void alloy_graph_free(alloy_graph *g)
     ir_graph_free(g->compiled);
     ir_graph_free(g->ir);
     state_free_all(g);
-    al_free(g->print_after);
+    graph_options_free(g);
     for (int i = 0; i < g->ngrad_inputs; i++) al_free(g->grad_inputs[i]);
     al_free(g->grad_inputs);
     al_free(g);
@@ -194,7 +188,10 @@ alloy_status graph_compile(alloy_graph *g)
     ir_graph *c = ir_graph_clone(g->ir);
     if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");
     pass_options opts;
-    alloy_status st = graph_pass_options(g, &opts);
+    alloy_status st = graph_options(g, &g->cfg);
+    if (!st) st = graph_pass_options(g, &opts);
+    if (!st && g->cfg.device == OPT_DEVICE_CUDA)
+        st = graph_fail(g, ALLOY_ERR_UNSUPPORTED, "device cuda: this build of alloy has no CUDA backend yet");
     if (st) {
         ir_graph_free(c);
         return st;
@@ -205,7 +202,8 @@ alloy_status graph_compile(alloy_graph *g)
     opts.optimizer = g->optimizer;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
-    st = pass_run_pipeline(&c, &opts, g->print_after, g->print_to ? g->print_to : stderr, NULL, 0, NULL);
+    opts.cfg = &g->cfg;
+    st = pass_run_pipeline(&c, &opts, g->print_to ? g->print_to : stderr, NULL, 0, NULL);
     if (st) {
         graph_fail(g, st, "compiling graph '%s': %s", g->ir->name, c->error);
         ir_graph_free(c);
@@ -324,8 +322,9 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     if (c->loss >= 0) keep[c->loss] = true;
     st = bind_feeds(g, feeds, nfeeds);
     if (!st) {
-        cpu_exec x = {.nthreads = 1};
-        bool arena = !arena_disabled() && arena_ready(g, keep);
+        cpu_exec x = {.nthreads = g->cfg.num_threads};
+        gemm_configure(g->cfg.blas, g->cfg.num_threads);
+        bool arena = !g->cfg.no_arena && arena_ready(g, keep);
         g->values_in_arena = arena;
         st = cpu_run_graph_arena(&x, c, g->values, keep, arena ? &g->plan : NULL, arena ? g->arena : NULL);
         if (st) graph_fail(g, st, "running graph '%s': %s", c->name, x.error);
@@ -410,11 +409,7 @@ alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor
 alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    char *copy = passes && *passes ? al_strdup(passes) : NULL;
-    if (passes && *passes && !copy) return graph_fail(g, ALLOY_ERR_OOM, "print_after: out of memory");
-    al_free(g->print_after);
-    g->print_after = copy;
-    g->print_to = out;
-    graph_invalidate(g);
-    return ALLOY_OK;
+    alloy_status st = alloy_graph_set_option(g, "print_after", passes ? passes : "");
+    if (!st) g->print_to = out;
+    return st;
 }

@@ -1,0 +1,56 @@
+/* options.h - alloy's one configuration struct: filled once at the API boundary (environment, alloyc flags, alloy_graph_set_option), read by passes and backends, printed in dumps, hashed into cache keys. */
+#ifndef ALLOY_OPTIONS_H
+#define ALLOY_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/base.h"
+
+typedef enum opt_device { OPT_DEVICE_AUTO, OPT_DEVICE_CPU, OPT_DEVICE_CUDA } opt_device;
+
+/* Every knob that changes what alloy compiles or how it runs. Nothing below
+ * the API reads the environment: this struct is the configuration. */
+typedef struct al_options {
+    uint32_t print_after;  /* bit i: print the IR after pipeline pass i (pass_name) */
+    uint32_t print_before; /* bit i: print the IR before pipeline pass i */
+    uint32_t disabled;     /* bit i: skip pipeline pass i */
+    uint32_t no_fuse;      /* bit 1 << ir_group_kind: form no groups of that kind; OPT_NO_FUSE_ALL: none */
+    bool amp_log;          /* the amp pass reports what it converted and why */
+    bool no_arena;         /* the memory plan gives every value its own slot (no reuse) */
+    bool blas;             /* the CPU backend's GEMM uses the BLAS when the build has one */
+    int num_threads;       /* CPU worker threads; 0: every online CPU */
+    opt_device device;
+} al_options;
+
+#define OPT_NO_FUSE_ALL 1u
+
+/* One option: its name (alloy_graph_set_option, alloyc --NAME) and the
+ * environment variable that sets it. */
+typedef struct opt_key {
+    const char *name;
+    const char *env;
+    const char *help; /* the values it takes */
+} opt_key;
+
+/* The options, in the order opt_print writes them; ends with {NULL}. */
+AL_HIDDEN extern const opt_key opt_keys[];
+
+/* Defaults: nothing printed or disabled, fusion on, BLAS on, threads 0 (all
+ * CPUs), device auto. */
+AL_HIDDEN void opt_init(al_options *o);
+/* Sets option `name` from its text form (pass lists "amp,fuse" or "all",
+ * fusion kinds "row,gemm,multi" or "1"/"all", booleans 0/1, a thread
+ * count, a device). An unknown name or value leaves o unchanged and returns
+ * ALLOY_ERR_INVALID with err naming the option and listing the valid
+ * values. An empty value resets the option to its default. */
+AL_HIDDEN alloy_status opt_set(al_options *o, const char *name, const char *value, char *err,
+                               size_t errlen);
+/* One line "# options: name=value ..." of every option that differs from
+ * the default (just "# options: defaults" when none does). */
+AL_HIDDEN void opt_print(const al_options *o, FILE *out);
+/* A hash of the options that change compiled code (not the printing ones),
+ * for kernel-cache and bundle keys. */
+AL_HIDDEN uint64_t opt_hash(const al_options *o);
+
+#endif

@@ -1,0 +1,195 @@
+/* test_options.c - the options struct: names and values checked (errors list the valid ones), environment under API, printed and hashed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+#include "ir/groups.h"
+#include "passes/options.h"
+#include "passes/pass.h"
+#include "support.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void clear_env(void)
+{
+    for (const opt_key *k = opt_keys; k->name; k++) unsetenv(k->env);
+}
+
+static int setup(void **state)
+{
+    clear_env();
+    return test_checked_alloc(state);
+}
+
+static int teardown(void **state)
+{
+    clear_env();
+    return test_plain_alloc(state);
+}
+
+/* y = relu(x + 1) over x: f32[4]. */
+static alloy_graph *tiny_graph(void)
+{
+    alloy_graph *g = alloy_graph_new("tiny");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 1, DIMS(4));
+    alloy_output(g, "y", alloy_relu(g, alloy_add(g, x, alloy_scalar(g, ALLOY_F32, 1.0))));
+    return g;
+}
+
+static alloy_status run_tiny(alloy_graph *g, float *y)
+{
+    float xs[4] = {-3, -1, 0, 2};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 1, {4}, xs}, fetch = {.name = "y"};
+    alloy_status st = alloy_graph_run(g, &feed, 1, &fetch, 1);
+    if (!st) memcpy(y, fetch.data, sizeof(float) * 4);
+    return st;
+}
+
+static void test_every_option_parses_its_documented_values_and_resets_on_empty(void **state)
+{
+    (void)state;
+    al_options o, d;
+    opt_init(&o);
+    opt_init(&d);
+    char err[512];
+    assert_int_equal(opt_set(&o, "print_after", "amp,fuse", err, sizeof err), ALLOY_OK);
+    int amp = -1, fuse = -1;
+    for (int i = 0; i < pass_count(); i++) {
+        if (strcmp(pass_name(i), "amp") == 0) amp = i;
+        if (strcmp(pass_name(i), "fuse") == 0) fuse = i;
+    }
+    assert_true(amp >= 0 && fuse >= 0);
+    assert_int_equal(o.print_after, (1u << amp) | (1u << fuse));
+    assert_int_equal(opt_set(&o, "print_before", "all", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.print_before, (1u << pass_count()) - 1);
+    assert_int_equal(opt_set(&o, "disable_passes", " simplify , fuse ", err, sizeof err), ALLOY_OK);
+    assert_int_not_equal(o.disabled, 0);
+    assert_int_equal(opt_set(&o, "no_fuse", "row,gemm", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.no_fuse, (1u << IR_GROUP_ROW) | (1u << IR_GROUP_GEMM));
+    assert_int_equal(opt_set(&o, "no_fuse", "1", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.no_fuse, OPT_NO_FUSE_ALL);
+    assert_int_equal(opt_set(&o, "amp_log", "1", err, sizeof err), ALLOY_OK);
+    assert_true(o.amp_log);
+    assert_int_equal(opt_set(&o, "blas", "0", err, sizeof err), ALLOY_OK);
+    assert_false(o.blas);
+    assert_int_equal(opt_set(&o, "num_threads", "3", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.num_threads, 3);
+    assert_int_equal(opt_set(&o, "device", "cpu", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.device, OPT_DEVICE_CPU);
+    /* "" restores each default */
+    for (const opt_key *k = opt_keys; k->name; k++)
+        assert_int_equal(opt_set(&o, k->name, "", err, sizeof err), ALLOY_OK);
+    assert_memory_equal(&o, &d, sizeof o);
+}
+
+static void test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the_valid_ones(void **state)
+{
+    (void)state;
+    al_options o, before;
+    opt_init(&o);
+    o.num_threads = 2;
+    before = o;
+    char err[768];
+    assert_int_equal(opt_set(&o, "print_after", "amp,fsue", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "unknown pass 'fsue'"));
+    assert_non_null(strstr(err, "autodiff"));
+    assert_non_null(strstr(err, "fuse"));
+    assert_int_equal(opt_set(&o, "disable_passes", "all", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(opt_set(&o, "no_fuse", "rows", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "unknown fusion kind 'rows'"));
+    assert_non_null(strstr(err, "row, gemm, multi"));
+    assert_int_equal(opt_set(&o, "num_threads", "0", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(opt_set(&o, "num_threads", "2x", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(opt_set(&o, "amp_log", "maybe", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(opt_set(&o, "device", "tpu", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "auto, cpu or cuda"));
+    assert_int_equal(opt_set(&o, "no_such_option", "1", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "num_threads"));
+    assert_memory_equal(&o, &before, sizeof o); /* a failed set changes nothing */
+}
+
+static void test_a_misspelt_environment_value_fails_the_compile_naming_the_variable(void **state)
+{
+    (void)state;
+    setenv("ALLOY_PRINT_AFTER", "fsue", 1);
+    alloy_graph *g = tiny_graph();
+    float y[4];
+    assert_int_equal(run_tiny(g, y), ALLOY_ERR_INVALID);
+    const char *msg = alloy_last_error(g);
+    assert_non_null(strstr(msg, "ALLOY_PRINT_AFTER"));
+    assert_non_null(strstr(msg, "unknown pass 'fsue'"));
+    /* the API's setting wins over the environment: print nothing, run */
+    assert_int_equal(alloy_graph_set_option(g, "print_after", "verify"), ALLOY_OK);
+    FILE *sink = tmpfile();
+    assert_non_null(sink);
+    assert_int_equal(alloy_graph_print_after(g, "verify", sink), ALLOY_OK);
+    assert_int_equal(run_tiny(g, y), ALLOY_OK);
+    assert_true(y[0] == 0 && y[1] == 0 && y[2] == 1 && y[3] == 3);
+    fclose(sink);
+    alloy_graph_free(g);
+    unsetenv("ALLOY_PRINT_AFTER");
+}
+
+static void test_set_option_rejects_bad_values_and_keeps_the_graph_usable(void **state)
+{
+    (void)state;
+    alloy_graph *g = tiny_graph();
+    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "everything"), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "row, gemm, multi"));
+    assert_int_equal(alloy_graph_set_option(g, "bogus", "1"), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_set_option(NULL, "blas", "1"), ALLOY_ERR_INVALID);
+    float y[4];
+    alloy_status st = run_tiny(g, y);
+    if (st) fail_msg("%s", alloy_last_error(g));
+    assert_int_equal(alloy_graph_set_option(g, "device", "cuda"), ALLOY_OK);
+    assert_int_equal(run_tiny(g, y), ALLOY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(alloy_last_error(g), "cuda"));
+    assert_int_equal(alloy_graph_set_option(g, "device", NULL), ALLOY_OK); /* back to auto */
+    assert_int_equal(run_tiny(g, y), ALLOY_OK);
+    alloy_graph_free(g);
+}
+
+static void test_dumps_print_the_options_and_the_hash_follows_what_changes_code(void **state)
+{
+    (void)state;
+    al_options a, b;
+    opt_init(&a);
+    opt_init(&b);
+    char err[256], text[512];
+    FILE *f = fmemopen(text, sizeof text, "w");
+    assert_non_null(f);
+    opt_print(&a, f);
+    fflush(f);
+    assert_string_equal(text, "# options: defaults\n");
+    assert_int_equal(opt_set(&b, "print_after", "all", err, sizeof err), ALLOY_OK);
+    assert_true(opt_hash(&a) == opt_hash(&b)); /* printing changes no code */
+    assert_int_equal(opt_set(&b, "no_fuse", "gemm", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "num_threads", "2", err, sizeof err), ALLOY_OK);
+    assert_true(opt_hash(&a) != opt_hash(&b));
+    rewind(f);
+    opt_print(&b, f);
+    fputc('\0', f);
+    fclose(f);
+    assert_non_null(strstr(text, "no_fuse=gemm"));
+    assert_non_null(strstr(text, "num_threads=2"));
+    assert_non_null(strstr(text, "print_after=verify,amp"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_option_parses_its_documented_values_and_resets_on_empty),
+        cmocka_unit_test(test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the_valid_ones),
+        cmocka_unit_test(test_a_misspelt_environment_value_fails_the_compile_naming_the_variable),
+        cmocka_unit_test(test_set_option_rejects_bad_values_and_keeps_the_graph_usable),
+        cmocka_unit_test(test_dumps_print_the_options_and_the_hash_follows_what_changes_code),
+    };
+    return cmocka_run_group_tests_name("options", tests, setup, teardown);
+}
