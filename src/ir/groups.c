@@ -1,4 +1,5 @@
 /* groups.c - fusion group kinds, membership rules and the printed group table. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/groups.h"
@@ -127,14 +128,12 @@ static void print_expr(const gtab *t, int id, int gk, int depth)
 
 void ir_print_groups(const ir_graph *g, FILE *out)
 {
-    int ng = 0, nn = g->nnodes;
-    for (int i = 0; i < nn; i++)
-        if (g->nodes[i]->group + 1 > ng) ng = g->nodes[i]->group + 1;
-    if (ng == 0 || ng > nn) return;
-    gtab t = {.g = g, .out = out, .uses_in = al_calloc((size_t)nn, sizeof(int)), .out_of = al_calloc((size_t)nn, 1)};
-    int *members = al_malloc(sizeof(int) * (size_t)nn);
-    int *ext = al_malloc(sizeof(int) * (size_t)nn);
-    if (!t.uses_in || !t.out_of || !members || !ext) goto done;
+    int nn = g->nnodes;
+    ir_groups gs;
+    if (ir_groups_collect(g, &gs)) return;
+    gtab t = {.g = g, .out = out, .uses_in = al_calloc((size_t)nn + 1, sizeof(int)), .out_of = al_calloc((size_t)nn + 1, 1)};
+    int *ext = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    if (!t.uses_in || !t.out_of || !ext) goto done;
     for (int i = 0; i < g->noutputs; i++) t.out_of[g->outputs[i].node] = 1;
     for (int i = 0; i < g->nupdates; i++) t.out_of[g->updates[i].node] = 1;
     if (g->loss >= 0) t.out_of[g->loss] = 1;
@@ -147,11 +146,9 @@ void ir_print_groups(const ir_graph *g, FILE *out)
             else t.out_of[o->id] = 1;
         }
     }
-    for (int k = 0; k < ng; k++) {
-        int nm = 0, ne = 0;
-        for (int i = 0; i < nn; i++)
-            if (g->nodes[i]->group == k) members[nm++] = i;
-        if (nm == 0) continue;
+    for (int k = 0; k < gs.ngroups; k++) {
+        int nm = gs.start[k + 1] - gs.start[k], ne = 0, gid = gs.id[k];
+        const int *members = &gs.member[gs.start[k]];
         ir_group_kind kind = ir_group_kind_of(g, members, nm);
         char ty[96];
         const ir_node *shape_of = g->nodes[members[0]];
@@ -159,13 +156,13 @@ void ir_print_groups(const ir_graph *g, FILE *out)
             if (ir_fuse_row_op(g, g->nodes[members[m]])) shape_of = g->nodes[g->nodes[members[m]]->in[0]];
         if (kind == IR_GROUP_GEMM) shape_of = g->nodes[members[nm - 1]];
         ir_fmt_type(ty, sizeof ty, kind == IR_GROUP_ROW ? &shape_of->type : ir_fuse_shape(g, shape_of));
-        fprintf(out, "# group %d %s %s, %d members: in", k, ir_group_kind_name(kind),
+        fprintf(out, "# group %d %s %s, %d members: in", gid, ir_group_kind_name(kind),
                 kind == IR_GROUP_MULTI ? "(shapes vary)" : ty, nm);
         for (int m = 0; m < nm; m++) {
             const ir_node *n = g->nodes[members[m]];
             for (int j = 0; j < n->nin; j++) {
                 int o = n->in[j];
-                if (g->nodes[o]->group == k) continue;
+                if (g->nodes[o]->group == gid) continue;
                 bool seen = false;
                 for (int e = 0; e < ne && !seen; e++) seen = ext[e] == o;
                 if (!seen) ext[ne++] = o;
@@ -180,10 +177,173 @@ void ir_print_groups(const ir_graph *g, FILE *out)
             int id = members[m];
             if (!t.out_of[id] && t.uses_in[id] <= 1) continue;
             fprintf(out, "#   %%%d = ", id);
-            print_expr(&t, id, k, 0);
+            print_expr(&t, id, gid, 0);
             fputc('\n', out);
         }
     }
 done:
-    al_free(t.uses_in), al_free(t.out_of), al_free(members), al_free(ext);
+    ir_groups_free(&gs);
+    al_free(t.uses_in), al_free(t.out_of), al_free(ext);
+}
+
+/* ---- legality (ir_verify) ---- */
+
+static int find_root(int *parent, int i)
+{
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* The kind rules of group k, members[0..n) in id order; NULL or why not. */
+static const char *kind_violation(const ir_graph *g, const int *members, int n, ir_group_kind kind, int *parent,
+                                  int *bad)
+{
+    const ir_node *first = g->nodes[members[0]];
+    for (int m = 0; m < n; m++) {
+        const ir_node *x = g->nodes[members[m]];
+        *bad = x->id;
+        bool ew = ir_fuse_elementwise(g, x);
+        switch (kind) {
+        case IR_GROUP_EW:
+            if (!ew) return "is not elementwise, yet its group has no row op, matmul or found_inf";
+            if (!same_dims(&x->type, &first->type)) return "has another shape than the group's first member";
+            if (ir_fuse_wide(g, x) != ir_fuse_wide(g, first)) return "computes in another precision than the group";
+            break;
+        case IR_GROUP_ROW:
+            if (!ew && !ir_fuse_row_op(g, x)) return "is neither elementwise nor a last-axis row op on f32/f16/bf16";
+            if (!same_dims(ir_fuse_shape(g, x), ir_fuse_shape(g, first)))
+                return "iterates over another shape than the row group";
+            if (ir_fuse_wide(g, x)) return "computes in f64, which row groups do not";
+            break;
+        case IR_GROUP_GEMM:
+            if ((m == 0) != (x->op == IR_OP_matmul)) return m == 0 ? "is first in a gemm group but not its matmul"
+                                                                   : "is a second matmul in a gemm group";
+            if (m > 0 && !ew) return "is not elementwise, so no GEMM epilogue computes it";
+            if (m > 0 && !same_dims(&x->type, &first->type)) return "has another shape than the matmul it follows";
+            if (m > 1 && ir_fuse_wide(g, x) != ir_fuse_wide(g, g->nodes[members[1]]))
+                return "computes in another precision than the epilogue";
+            break;
+        case IR_GROUP_MULTI:
+            if (x->op == IR_OP_found_inf) {
+                if (m != n - 1) return "is a found_inf that is not the last member of its multi group";
+                break;
+            }
+            if (!ew) return "is not elementwise, which multi groups need";
+            parent[m] = m;
+            for (int j = 0; j < x->nin; j++)
+                for (int i = 0; i < m; i++)
+                    if (members[i] == x->in[j]) {
+                        int a = find_root(parent, i);
+                        if (!same_dims(&g->nodes[members[a]]->type, &x->type))
+                            return "has another shape than the chain it joins";
+                        if (ir_fuse_wide(g, g->nodes[members[a]]) != ir_fuse_wide(g, x))
+                            return "computes in another precision than the chain it joins";
+                        parent[a] = m;
+                    }
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+alloy_status ir_groups_collect(const ir_graph *g, ir_groups *out)
+{
+    memset(out, 0, sizeof *out);
+    int nn = g->nnodes, nm = 0;
+    for (int i = 0; i < nn; i++) nm += g->nodes[i]->group >= 0;
+    uint64_t *keys = al_malloc(sizeof(uint64_t) * (size_t)(nm + 1));
+    out->id = al_malloc(sizeof(int) * (size_t)(nm + 1));
+    out->start = al_malloc(sizeof(int) * (size_t)(nm + 2));
+    out->member = al_malloc(sizeof(int) * (size_t)(nm + 1));
+    out->group_of = al_malloc(sizeof(int) * (size_t)(nn + 1));
+    if (!keys || !out->id || !out->start || !out->member || !out->group_of) {
+        al_free(keys);
+        ir_groups_free(out);
+        return ALLOY_ERR_OOM;
+    }
+    nm = 0;
+    for (int i = 0; i < nn; i++) {
+        out->group_of[i] = -1;
+        if (g->nodes[i]->group >= 0) keys[nm++] = (uint64_t)(uint32_t)g->nodes[i]->group << 32 | (uint32_t)i;
+    }
+    qsort(keys, (size_t)nm, sizeof *keys, cmp_u64); /* already sorted by id within a group */
+    int k = -1;
+    for (int m = 0; m < nm; m++) {
+        int gid = (int)(keys[m] >> 32), node = (int)(keys[m] & 0xffffffffu);
+        if (k < 0 || out->id[k] != gid) {
+            out->id[++k] = gid;
+            out->start[k] = m;
+        }
+        out->member[m] = node;
+        out->group_of[node] = k;
+    }
+    out->ngroups = k + 1;
+    out->start[k + 1] = nm;
+    al_free(keys);
+    return ALLOY_OK;
+}
+
+void ir_groups_free(ir_groups *gs)
+{
+    al_free(gs->id), al_free(gs->start), al_free(gs->member), al_free(gs->group_of);
+    memset(gs, 0, sizeof *gs);
+}
+
+int ir_group_size(const ir_groups *gs, int i)
+{
+    int k = gs->group_of[i];
+    return k >= 0 ? gs->start[k + 1] - gs->start[k] : 1;
+}
+
+alloy_status ir_check_groups(ir_graph *g)
+{
+    int nn = g->nnodes;
+    char a[64], b[64];
+    bool any = false;
+    for (int i = 0; i < nn && !any; i++) any = g->nodes[i]->group >= 0;
+    if (!any) return ALLOY_OK;
+    ir_groups gs;
+    int *parent = al_malloc(sizeof(int) * (size_t)nn);
+    if (!parent || ir_groups_collect(g, &gs)) {
+        al_free(parent);
+        return ir_error(g, ALLOY_ERR_OOM, "out of memory checking the fusion groups of %d nodes", nn);
+    }
+    alloy_status st = ALLOY_OK;
+    for (int k = 0; k < gs.ngroups && !st; k++) {
+        int n = gs.start[k + 1] - gs.start[k];
+        if (n < 2) continue;
+        const int *mem = &gs.member[gs.start[k]];
+        ir_group_kind kind = ir_group_kind_of(g, mem, n);
+        int bad = mem[0];
+        const char *why = kind_violation(g, mem, n, kind, parent, &bad);
+        if (why)
+            st = ir_error(g, ALLOY_ERR_VERIFY, "fusion group %d (%s): %s %s %s", gs.id[k], ir_group_kind_name(kind),
+                          ir_ops[g->nodes[bad]->op].name, ir_node_label(g->nodes[bad], a, sizeof a), why);
+    }
+    /* a node's position: its group's last member when the group has two or more */
+#define POS(i) (ir_group_size(&gs, i) > 1 ? gs.member[gs.start[gs.group_of[i] + 1] - 1] : (i))
+    for (int i = 0; i < nn && !st; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin && !st; j++) {
+            const ir_node *o = g->nodes[n->in[j]];
+            if (gs.group_of[i] >= 0 && gs.group_of[o->id] == gs.group_of[i]) continue;
+            int pi = POS(i), po = POS(o->id);
+            if (po >= pi)
+                st = ir_error(g, ALLOY_ERR_VERIFY,
+                              "fusion group %d cannot run at its last member: %s %s (run at %%%d) reads %s %s "
+                              "(run at %%%d)",
+                              po == o->id ? n->group : o->group, ir_ops[n->op].name, ir_node_label(n, a, sizeof a),
+                              pi, ir_ops[o->op].name, ir_node_label(o, b, sizeof b), po);
+        }
+    }
+#undef POS
+    ir_groups_free(&gs);
+    al_free(parent);
+    return st;
 }

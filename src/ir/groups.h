@@ -44,6 +44,32 @@ AL_HIDDEN bool ir_fuse_wide(const ir_graph *g, const ir_node *n);
  * row op, else EW. */
 AL_HIDDEN ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n);
 
+/* The fusion groups of g: group k (ascending by its annotation id, which
+ * need not be dense) has id[k] and the members member[start[k] ..
+ * start[k + 1]) in ascending node order; group_of[node] is k, or -1. */
+typedef struct ir_groups {
+    int ngroups;
+    int *id, *start, *member, *group_of;
+} ir_groups;
+/* Fills *out (ir_groups_free); ALLOY_ERR_OOM leaves it empty. O(n log n). */
+AL_HIDDEN alloy_status ir_groups_collect(const ir_graph *g, ir_groups *out);
+AL_HIDDEN void ir_groups_free(ir_groups *gs);
+/* Members of node i's group (1 when it has none). */
+AL_HIDDEN int ir_group_size(const ir_groups *gs, int i);
+
+/* Checks the `group` annotations of g (ir_verify calls it): group ids below
+ * the node count; every member of a group of two or more is a member its
+ * kind takes (ir_group_kind_of); the group can run at its last member (every
+ * operand from outside comes from an earlier position, every reader
+ * outside from a later one); and per kind: EW members share one shape and
+ * compute type; ROW members share one iteration shape (ir_fuse_shape) and
+ * compute in f32; GEMM is a matmul first, then elementwise members of its
+ * result's shape; MULTI has at most one found_inf, last, and each connected
+ * chain of elementwise members shares a shape and compute type. Records the
+ * first violation on g as ALLOY_ERR_VERIFY naming the group, the node (by
+ * name when it has one) and the rule. */
+AL_HIDDEN alloy_status ir_check_groups(ir_graph *g);
+
 /* Prints one comment block per group: kind, iteration shape, inputs,
  * outputs, and each output's expression tree, e.g.
  *   # group 3 row f32[8192,64]: in %27; out %31

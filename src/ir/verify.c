@@ -1,6 +1,7 @@
 /* verify.c - checks every IR invariant of a graph and records the first violation. */
 #include <string.h>
 
+#include "ir/groups.h"
 #include "ir/ir.h"
 
 /* "%3 (matmul)" or "'h' (relu)" for messages about node n. */
@@ -213,5 +214,6 @@ alloy_status ir_verify(ir_graph *g)
         if (st) return st;
     }
     alloy_status st = check_names(g);
-    return st ? st : check_outputs(g);
+    if (!st) st = check_outputs(g);
+    return st ? st : ir_check_groups(g);
 }
