@@ -1,0 +1,329 @@
+/* evaluate.c - the reference evaluator: one node on constant operands in plain C, bit for bit as the CPU. */
+#include <tgmath.h>
+
+#include "passes/evaluate.h"
+#include "runtime/convert.h"
+
+/* Sums are added pairwise as cpu_reduce.c adds them: runs of at most LEAF
+ * terms in order, longer ones split in halves. */
+enum { LEAF = 16 };
+
+/* ---- values as the CPU stores them ---- */
+
+/* v (f32 compute type) stored into dtype dt and loaded back. */
+static double stored_f32(alloy_dtype dt, float v)
+{
+    unsigned char bytes[8];
+    double d;
+    cvt_store_f32(dt, &v, bytes, 1);
+    cvt_load_f64(dt, bytes, &d, 1);
+    return d;
+}
+
+/* v (f64 compute type) stored into dtype dt and loaded back. */
+static double stored_f64(alloy_dtype dt, double v)
+{
+    unsigned char bytes[8];
+    double d;
+    cvt_store_f64(dt, &v, bytes, 1);
+    cvt_load_f64(dt, bytes, &d, 1);
+    return d;
+}
+
+/* v as an i64 store gives it: truncated, saturated, NaN 0. */
+static int64_t as_i64(double v)
+{
+    int64_t i;
+    cvt_store_f64(ALLOY_I64, &v, &i, 1);
+    return i;
+}
+
+/* ---- indexing ---- */
+
+/* Row-major multi-index of flat element i of t (which has elements). */
+static void unravel(const ir_type *t, int64_t i, int64_t *idx)
+{
+    for (int d = t->rank - 1; d >= 0; d--) {
+        idx[d] = i % t->dims[d];
+        i /= t->dims[d];
+    }
+}
+
+/* Flat index in t of the multi-index idx. */
+static int64_t ravel(const ir_type *t, const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int d = 0; d < t->rank; d++) off = off * t->dims[d] + idx[d];
+    return off;
+}
+
+/* Flat index in t of the element that numpy-broadcasts to index idx of a rank-r result. */
+static int64_t bcast_index(const ir_type *t, int r, const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int d = 0; d < t->rank; d++) off = off * t->dims[d] + (t->dims[d] == 1 ? 0 : idx[d + r - t->rank]);
+    return off;
+}
+
+/* ---- elementwise: ops.def's expressions, as cpu_elementwise.c expands them ---- */
+
+#define OP(...)
+#define EW(nm, nin, ty, amp, grad, expr) \
+    case IR_OP_##nm: return (T)(expr);
+
+static float ew_f32(int op, float a, float b, float c)
+{
+    typedef float T;
+    switch (op) {
+#include "ir/ops.def"
+    }
+    return 0;
+}
+
+static double ew_f64(int op, double a, double b, double c)
+{
+    typedef double T;
+    switch (op) {
+#include "ir/ops.def"
+    }
+    return 0;
+}
+#undef OP
+#undef EW
+
+/* In f64 when an operand is f64 or an integer (cpu_ew_uses_f64), else in f32;
+ * the result rounded once to n's dtype. */
+static void elementwise(const ir_node *n, const ir_type *const *t, const double *const *in, double *out)
+{
+    bool wide = false;
+    for (int j = 0; j < n->nin; j++)
+        wide |= t[j]->dtype == ALLOY_F64 || ir_is_int(t[j]->dtype);
+    int64_t idx[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(&n->type); i++) {
+        unravel(&n->type, i, idx);
+        double v[3] = {0, 0, 0};
+        for (int j = 0; j < n->nin; j++) v[j] = in[j][bcast_index(t[j], n->type.rank, idx)];
+        out[i] = wide ? stored_f64(n->type.dtype, ew_f64(n->op, v[0], v[1], v[2]))
+                      : stored_f32(n->type.dtype, ew_f32(n->op, (float)v[0], (float)v[1], (float)v[2]));
+    }
+}
+
+/* cast: through f64 when either side is f64 or an integer, else through f32 (cpu_cast). */
+static void cast(const ir_node *n, const ir_type *from, const double *x, double *out)
+{
+    alloy_dtype a = from->dtype, b = n->type.dtype;
+    bool wide = a == ALLOY_F64 || b == ALLOY_F64 || ir_is_int(a) || ir_is_int(b);
+    for (int64_t i = 0; i < ir_numel(&n->type); i++)
+        out[i] = a == b ? x[i] : wide ? stored_f64(b, x[i]) : stored_f32(b, (float)x[i]);
+}
+
+/* ---- data movement ---- */
+
+/* Each result element is one operand element, or `fill` (pad's zeros,
+ * causal_mask's value in the dtype). */
+static void movement(const ir_node *n, const ir_type *const *t, const double *const *in, double *out)
+{
+    const ir_type *o = &n->type;
+    int axis = 0, np;
+    ir_norm_axis(ir_attr_int(n, "axis", 0), o->rank, &axis);
+    int64_t start = ir_attr_int(n, "start", 0), before = ir_attr_int(n, "before", 0);
+    const int64_t *perm = ir_attr_ints(n, "perm", &np);
+    double fill = 0;
+    if (n->op == IR_OP_causal_mask) fill = stored_f64(o->dtype, ir_attr_float(n, "value", -INFINITY));
+    int64_t idx[ALLOY_MAX_RANK], src[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(o); i++) {
+        unravel(o, i, idx);
+        int j = 0;      /* the operand read */
+        int64_t at = i; /* its flat index, or -1: fill */
+        switch (n->op) {
+        case IR_OP_broadcast_to: at = bcast_index(t[0], o->rank, idx); break;
+        case IR_OP_transpose:
+            for (int d = 0; d < np; d++) src[perm[d]] = idx[d];
+            at = ravel(t[0], src);
+            break;
+        case IR_OP_slice:
+            idx[axis] += start;
+            at = ravel(t[0], idx);
+            break;
+        case IR_OP_pad:
+            idx[axis] -= before;
+            at = idx[axis] >= 0 && idx[axis] < t[0]->dims[axis] ? ravel(t[0], idx) : -1;
+            break;
+        case IR_OP_concat:
+            while (idx[axis] >= t[j]->dims[axis]) idx[axis] -= t[j++]->dims[axis];
+            at = ravel(t[j], idx);
+            break;
+        case IR_OP_causal_mask: /* keys after query q + (Tk - Tq) are in the future */
+            if (idx[o->rank - 1] > idx[o->rank - 2] + o->dims[o->rank - 1] - o->dims[o->rank - 2]) at = -1;
+            break;
+        default: break; /* reshape */
+        }
+        out[i] = at < 0 ? fill : in[j][at];
+    }
+}
+
+/* embedding: row ids[p] of the table for each position p; an id outside
+ * [0, rows) is ALLOY_ERR_INVALID (the first, in ids order). */
+static alloy_status embedding(const ir_node *n, const ir_type *const *t, const double *const *in, double *out,
+                              char *why, size_t whylen)
+{
+    int64_t count = ir_numel(t[0]), rows = t[1]->dims[0], dim = t[1]->dims[1];
+    for (int64_t p = 0; p < count; p++) {
+        double id = in[0][p];
+        if (!(id >= 0 && id < (double)rows)) {
+            int64_t idx[ALLOY_MAX_RANK];
+            char label[32], where[128];
+            unravel(t[0], p, idx);
+            al_fmt_dims(where, sizeof where, t[0]->rank, idx);
+            al_fmt(why, whylen, "embedding '%s': id %lld out of range [0, %lld) at position %s",
+                   ir_node_label(n, label, sizeof label), (long long)as_i64(id), (long long)rows, where);
+            return ALLOY_ERR_INVALID;
+        }
+        for (int64_t k = 0; k < dim; k++) out[p * dim + k] = in[1][(int64_t)id * dim + k];
+    }
+    return ALLOY_OK;
+}
+
+/* ---- reductions, as cpu_reduce.c computes them ---- */
+
+/* The terms of one result: x at base + the offset of each reduced
+ * multi-index, walked row-major (the order cpu_reduce.c adds in, on both of
+ * its paths). The reduced dims are listed innermost first. */
+typedef struct reduction {
+    const double *x;
+    int nred;
+    int64_t dims[ALLOY_MAX_RANK], stride[ALLOY_MAX_RANK];
+    int64_t base;
+} reduction;
+
+static double term(const reduction *r, int64_t k)
+{
+    int64_t off = r->base;
+    for (int d = 0; d < r->nred; d++) {
+        off += k % r->dims[d] * r->stride[d];
+        k /= r->dims[d];
+    }
+    return r->x[off];
+}
+
+/* Per compute type T (accumulator A; LOAD converts a term to T): the pairwise
+ * sum of terms [lo, hi), and the result of op over count terms. One term is
+ * copied (cpu_reduce.c's nothing-to-reduce path, which keeps -0); no terms
+ * sum to 0 and average to EMPTY_MEAN. */
+#define REDUCER(S, T, A, LOAD, IS_NAN, EMPTY_MEAN)                                          \
+    static A sum_##S(const reduction *r, int64_t lo, int64_t hi)                           \
+    {                                                                                      \
+        if (hi - lo > LEAF) {                                                              \
+            int64_t mid = lo + (hi - lo) / 2;                                              \
+            return sum_##S(r, lo, mid) + sum_##S(r, mid, hi);                              \
+        }                                                                                  \
+        A s = 0;                                                                           \
+        for (int64_t k = lo; k < hi; k++) s += (A)LOAD(term(r, k));                        \
+        return s;                                                                          \
+    }                                                                                      \
+    static T reduce_##S(int op, const reduction *r, int64_t count)                          \
+    {                                                                                      \
+        if (count == 1) return LOAD(term(r, 0));                                           \
+        if (op == IR_OP_reduce_sum) return (T)sum_##S(r, 0, count);                        \
+        if (op == IR_OP_reduce_mean) return count ? (T)sum_##S(r, 0, count) / (T)count : EMPTY_MEAN; \
+        T m = count ? LOAD(term(r, 0)) : (T)0;                                             \
+        for (int64_t k = 1; k < count && !IS_NAN(m); k++) {                                \
+            T v = LOAD(term(r, k));                                                        \
+            if (v > m || IS_NAN(v)) m = v;                                                 \
+        }                                                                                  \
+        return m;                                                                          \
+    }
+#define TO_F32(v) ((float)(v))
+#define TO_F64(v) (v)
+#define FLOAT_IS_NAN(v) isnan(v)
+#define INT_IS_NAN(v) false
+REDUCER(f32, float, float, TO_F32, FLOAT_IS_NAN, NAN)
+REDUCER(f64, double, double, TO_F64, FLOAT_IS_NAN, NAN)
+REDUCER(i64, int64_t, uint64_t, as_i64, INT_IS_NAN, 0)
+
+/* reduce_sum / reduce_mean / reduce_max over `axes` (all when absent): in
+ * f32 for f16/bf16/f32, f64 for f64, int64 (wrapping) for i32 and i64. */
+static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, double *out, char *why,
+                           size_t whylen)
+{
+    bool reduced[ALLOY_MAX_RANK] = {false};
+    int naxes, ax;
+    const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
+    for (int i = 0; i < naxes; i++)
+        if (ir_norm_axis(axes[i], t->rank, &ax)) reduced[ax] = true;
+    for (int d = 0; d < t->rank && !ir_attr_find(n, "axes"); d++) reduced[d] = true;
+    int64_t stride[ALLOY_MAX_RANK], step = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        stride[d] = step;
+        step *= t->dims[d];
+    }
+    /* reduced and kept dims, innermost first */
+    reduction r = {.x = x};
+    int nkept = 0;
+    int64_t kept[ALLOY_MAX_RANK], kept_stride[ALLOY_MAX_RANK], count = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        if (reduced[d]) {
+            r.dims[r.nred] = t->dims[d];
+            r.stride[r.nred++] = stride[d];
+            count *= t->dims[d];
+        } else {
+            kept[nkept] = t->dims[d];
+            kept_stride[nkept++] = stride[d];
+        }
+    }
+    for (int64_t o = 0; o < ir_numel(&n->type); o++) {
+        int64_t rest = o;
+        r.base = 0;
+        for (int k = 0; k < nkept; k++) {
+            r.base += rest % kept[k] * kept_stride[k];
+            rest /= kept[k];
+        }
+        alloy_dtype dt = t->dtype;
+        if (dt == ALLOY_F32 || dt == ALLOY_F16 || dt == ALLOY_BF16) {
+            out[o] = stored_f32(dt, reduce_f32(n->op, &r, count));
+        } else if (dt == ALLOY_F64) {
+            out[o] = reduce_f64(n->op, &r, count);
+        } else if (dt == ALLOY_I32) {
+            out[o] = (int32_t)(uint32_t)(uint64_t)reduce_i64(n->op, &r, count);
+        } else if (dt == ALLOY_I64) {
+            int64_t v = reduce_i64(n->op, &r, count);
+            out[o] = (double)v;
+            if (as_i64(out[o]) != v) {
+                al_fmt(why, whylen, "%s: the i64 result %lld has no exact double", ir_ops[n->op].name,
+                       (long long)v);
+                return ALLOY_ERR_UNSUPPORTED;
+            }
+        } else {
+            al_fmt(why, whylen, "%s: dtype %s is not evaluated", ir_ops[n->op].name, alloy_dtype_name(dt));
+            return ALLOY_ERR_UNSUPPORTED;
+        }
+    }
+    return ALLOY_OK;
+}
+
+/* Dispatches on the op; the contract is in evaluate.h. */
+alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const double *const *in, double *out,
+                       char *why, size_t whylen)
+{
+    if (ir_ops[n->op].elementwise && n->nin <= 3) {
+        elementwise(n, in_types, in, out);
+        return ALLOY_OK;
+    }
+    switch (n->op) {
+    case IR_OP_cast: cast(n, in_types[0], in[0], out); return ALLOY_OK;
+    case IR_OP_reshape:
+    case IR_OP_broadcast_to:
+    case IR_OP_transpose:
+    case IR_OP_slice:
+    case IR_OP_pad:
+    case IR_OP_concat:
+    case IR_OP_causal_mask: movement(n, in_types, in, out); return ALLOY_OK;
+    case IR_OP_embedding: return embedding(n, in_types, in, out, why, whylen);
+    case IR_OP_reduce_sum:
+    case IR_OP_reduce_mean:
+    case IR_OP_reduce_max: return reduce(n, in_types[0], in[0], out, why, whylen);
+    default:
+        al_fmt(why, whylen, "%s has no reference evaluation", ir_ops[n->op].name);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+}
