@@ -10,8 +10,8 @@
 #include <cmocka.h>
 
 #include "passes/evaluate.h"
-#include "runtime/convert.h"
-#include "runtime/cpu.h"
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
 #include "support.h"
 
 #define F32 ALLOY_F32

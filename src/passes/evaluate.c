@@ -2,7 +2,7 @@
 #include <tgmath.h>
 
 #include "passes/evaluate.h"
-#include "runtime/convert.h"
+#include "base/convert.h"
 
 /* Sums are added pairwise as cpu_reduce.c adds them: runs of at most LEAF
  * terms in order, longer ones split in halves. */

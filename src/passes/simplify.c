@@ -13,9 +13,11 @@
  *   never folded;
  * - no non-leaf node whose operands are all constants and whose result has
  *   at most FOLD_MAX elements (operands at most FOLD_MAX_OPERAND, so the
- *   pass stays cheap): it was run on the CPU and replaced by a
- *   constant of the same type ({value=v} when all elements are equal,
- *   else {values=[...]}), unless running it failed (the error is then left
+ *   pass stays cheap) and an op the reference evaluator computes
+ *   (passes/evaluate.c: elementwise, cast, data movement, reductions,
+ *   bit for bit what the CPU backend computes): it was evaluated and
+ *   replaced by a constant of the same type ({value=v} when all elements are equal,
+ *   else {values=[...]}), unless evaluating it failed (the error is then left
  *   for the real run) or a value does not survive the trip through double
  *   (i64 beyond 2^53);
  * - no x*1, 1*x, x/1, x-(+0), x+(-0), (-0)+x, neg(neg(x)), reshape or
@@ -37,14 +39,14 @@
  * state keys), else the name is lost, so it can no longer be fetched by
  * name; outputs are unaffected. Nodes left without consumers (a constant
  * 1, an inner cast) are dce's to remove. Linear in nodes + edges, plus one
- * tiny CPU run per folded node. No state is kept between runs.
+ * evaluation per folded node. No state is kept between runs.
  */
 #include <math.h>
 #include <string.h>
 
 #include "passes/pass.h"
 #include "base/convert.h"
-#include "runtime/cpu/cpu.h"
+#include "passes/evaluate.h"
 
 enum {
     FOLD_MAX = 4096,          /* largest result constant folding evaluates */
@@ -287,48 +289,53 @@ static int fold_cast(const sweep *s, node_key *k)
     return -1;
 }
 
-/* Runs k (all operands constants in s->out) on the CPU. On success *values
- * (al_free it) holds its ir_numel(&k->type) elements as doubles; returns
- * ALLOY_OK, ALLOY_ERR_OOM, or another status when the node cannot be folded. */
+/* The values constant c holds, as stored in its dtype, into v (its numel
+ * doubles); bytes is scratch of its size. False when c has no value. */
+static bool constant_values(const ir_node *c, double *v, void *bytes)
+{
+    int64_t count = ir_numel(&c->type);
+    const ir_attr *values = ir_attr_find(c, "values"), *value = ir_attr_find(c, "value");
+    if (values && values->kind == IR_ATTR_FLOATS && values->n == count) {
+        memcpy(v, values->floats, sizeof(double) * (size_t)count);
+    } else {
+        if (!value) return false;
+        for (int64_t i = 0; i < count; i++) v[i] = ir_attr_float(c, "value", 0);
+    }
+    cvt_store_f64(c->type.dtype, v, bytes, (size_t)count); /* the constant's rounding */
+    cvt_load_f64(c->type.dtype, bytes, v, (size_t)count);
+    return true;
+}
+
+/* Evaluates k (all operands constants in s->out) with the reference
+ * evaluator (passes/evaluate.c). On success *values (al_free it) holds its
+ * ir_numel(&k->type) elements as doubles; returns ALLOY_OK, ALLOY_ERR_OOM,
+ * or another status when the node cannot be folded. */
 static alloy_status evaluate(const sweep *s, const node_key *k, double **values)
 {
     *values = NULL;
-    ir_graph *tiny = ir_graph_new("fold");
-    if (!tiny) return ALLOY_ERR_OOM;
-    int in[64];
-    for (int j = 0; j < k->nin; j++) {
+    const ir_type *types[64];
+    double *in[64] = {NULL};
+    alloy_status st = ALLOY_OK;
+    for (int j = 0; j < k->nin && !st; j++) {
         const ir_node *c = s->out->nodes[k->in[j]];
-        ir_node *m = ir_add_node(tiny, IR_OP_constant, 0, NULL, c->nattrs, c->attrs, &c->type, NULL);
-        in[j] = m ? m->id : 0;
-    }
-    ir_add_node(tiny, k->op, k->nin, in, k->nattrs, k->attrs, &k->type, NULL);
-    alloy_status st = tiny->status;
-    if (st) {
-        ir_graph_free(tiny);
-        return st;
+        int64_t count = ir_numel(&c->type);
+        types[j] = &c->type;
+        in[j] = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
+        void *bytes = al_malloc(count ? ir_nbytes(&c->type) : 1);
+        if (!in[j] || !bytes) st = ALLOY_ERR_OOM;
+        else if (!constant_values(c, in[j], bytes)) st = ALLOY_ERR_INVALID;
+        al_free(bytes);
     }
     int64_t count = ir_numel(&k->type);
-    rt_tensor *vals = al_calloc((size_t)tiny->nnodes, sizeof *vals);
-    bool *keep = al_calloc((size_t)tiny->nnodes, sizeof *keep);
-    double *v = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
-    void *check = al_malloc(count ? ir_nbytes(&k->type) : 1);
-    if (!vals || !keep || !v || !check) st = ALLOY_ERR_OOM;
+    double *v = st ? NULL : al_malloc(sizeof(double) * (size_t)(count ? count : 1));
+    if (!st && !v) st = ALLOY_ERR_OOM;
     if (!st) {
-        keep[k->nin] = true;
-        cpu_exec x = {.nthreads = 1};
-        st = cpu_run_graph(&x, tiny, vals, keep);
+        ir_node probe = {.op = (uint16_t)k->op, .nin = k->nin, .type = k->type, .nattrs = k->nattrs,
+                         .attrs = (ir_attr *)(uintptr_t)k->attrs, .group = -1};
+        char why[256];
+        st = eval_node(&probe, types, (const double *const *)in, v, why, sizeof why);
     }
-    if (!st && count) {
-        /* values must come back bit for bit from doubles (not so for i64 > 2^53) */
-        cvt_load_f64(k->type.dtype, vals[k->nin].data, v, (size_t)count);
-        cvt_store_f64(k->type.dtype, v, check, (size_t)count);
-        if (memcmp(check, vals[k->nin].data, ir_nbytes(&k->type)) != 0) st = ALLOY_ERR_INVALID;
-    }
-    if (vals) cpu_release_values(tiny, vals);
-    al_free(vals);
-    al_free(keep);
-    al_free(check);
-    ir_graph_free(tiny);
+    for (int j = 0; j < k->nin; j++) al_free(in[j]);
     if (st) al_free(v);
     else *values = v;
     return st;
@@ -339,7 +346,7 @@ static alloy_status evaluate(const sweep *s, const node_key *k, double **values)
 static alloy_status fold_constants(const sweep *s, node_key *k, ir_attr *attr, double **values)
 {
     *values = NULL;
-    if (k->nin == 0 || k->nin > 64 || !cpu_ops[k->op].kernel || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
+    if (k->nin == 0 || k->nin > 64 || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
     for (int j = 0; j < k->nin; j++) {
         const ir_node *c = s->out->nodes[k->in[j]];
         if (c->op != IR_OP_constant || ir_numel(&c->type) > FOLD_MAX_OPERAND) return ALLOY_OK;
