@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "fuse_support.h"
+#include "runtime/cpu/cpu.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 

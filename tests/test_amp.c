@@ -943,7 +943,7 @@ static char *amp_log(alloy_graph *g)
     assert_int_equal(graph_pass_options(g, &opts), ALLOY_OK);
     opts.log = f;
     opts.cfg = &cfg;
-    alloy_status st = pass_run_pipeline(&copy, &opts, f, NULL, 0, NULL);
+    alloy_status st = pass_run_pipeline(&copy, &opts, NULL, f, NULL, 0, NULL);
     if (st) fail_msg("pipeline: %s", copy->error);
     ir_graph_free(copy);
     unsetenv("ALLOY_AMP_LOG");
@@ -1507,7 +1507,7 @@ static void test_the_pass_is_linear_and_compiles_a_100k_node_chain_in_under_20_s
         opts.amp_report = &rep;
         pass_timing t[16];
         int nt = 0;
-        alloy_status st = pass_run_pipeline(&copy, &opts, stderr, t, 16, &nt);
+        alloy_status st = pass_run_pipeline(&copy, &opts, NULL, stderr, t, 16, &nt);
         if (st) fail_msg("pipeline: %s", copy->error);
         double amp_ms = -1;
         for (int i = 0; i < nt; i++)

@@ -11,6 +11,7 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
+#include "runtime/cpu/cpu.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
@@ -73,26 +74,20 @@ typedef struct trace {
     float loss[STEPS];
     void *logits[STEPS];
     size_t logits_bytes;
-    char *arena[STEPS];
+    const void *exec[STEPS];
 } trace;
 
-static void set_arena(bool on)
-{
-    if (on) unsetenv("ALLOY_NO_ARENA");
-    else setenv("ALLOY_NO_ARENA", "1", 1);
-}
-
+/* Trains STEPS steps; arena off: the no_arena option (no slot shared). */
 static void train(alloy_graph *g, bool arena, bool fetch_logits, trace *t)
 {
-    set_arena(arena);
+    build(alloy_graph_set_option(g, "no_arena", arena ? "" : "1"), g, "set_option");
     for (int s = 0; s < STEPS; s++) {
         feeds f = make_feeds(g, s);
         alloy_host_tensor fetch[2] = {{.name = "loss"}, {.name = "logits"}};
         build(alloy_graph_run(g, f.t, f.n, fetch, fetch_logits ? 2 : 1), g, "training step");
         assert_int_equal(fetch[0].dtype, ALLOY_F32);
         memcpy(&t->loss[s], fetch[0].data, sizeof(float));
-        t->arena[s] = g->arena;
-        assert_int_equal(g->values_in_arena, arena);
+        t->exec[s] = g->exec;
         if (fetch_logits) {
             size_t bytes = (size_t)alloy_host_tensor_numel(&fetch[1]) * alloy_dtype_size(fetch[1].dtype);
             assert_true(bytes > 0);
@@ -100,13 +95,9 @@ static void train(alloy_graph *g, bool arena, bool fetch_logits, trace *t)
             t->logits[s] = malloc(bytes);
             assert_non_null(t->logits[s]);
             memcpy(t->logits[s], fetch[1].data, bytes);
-            if (arena) /* the fetch points into the arena */
-                assert_true((char *)fetch[1].data >= g->arena &&
-                            (char *)fetch[1].data + bytes <= g->arena + g->arena_cap);
         }
         free_feeds(&f);
     }
-    unsetenv("ALLOY_NO_ARENA");
 }
 
 static void free_trace(trace *t)
@@ -139,10 +130,9 @@ static void compare_runs(bool fetch_logits)
     for (int s = 0; s < STEPS; s++) {
         if (memcmp(&ta.loss[s], &tm.loss[s], sizeof(float)) != 0)
             fail_msg("step %d: loss %.9g with the arena, %.9g without", s, ta.loss[s], tm.loss[s]);
-        /* allocated once: the same arena on every run */
-        assert_non_null(ta.arena[s]);
-        assert_ptr_equal(ta.arena[s], ta.arena[0]);
-        assert_null(tm.arena[s]);
+        /* compiled once: the same executable (and its arena) on every run */
+        assert_non_null(ta.exec[s]);
+        assert_ptr_equal(ta.exec[s], ta.exec[0]);
         if (fetch_logits) {
             assert_int_equal(ta.logits_bytes, tm.logits_bytes);
             if (memcmp(ta.logits[s], tm.logits[s], ta.logits_bytes) != 0)
@@ -157,7 +147,7 @@ static void compare_runs(bool fetch_logits)
     alloy_graph_free(m);
 }
 
-static void test_amp_training_step_from_the_arena_matches_the_malloc_executor_bit_for_bit(void **state)
+static void test_amp_training_step_from_the_arena_matches_a_plan_that_shares_no_slot_bit_for_bit(void **state)
 {
     (void)state;
     compare_runs(false);
@@ -175,21 +165,23 @@ static void test_the_arena_is_allocated_once_and_replanned_only_when_the_fetches
     alloy_graph *g = block_step(true);
     trace t = {0};
     train(g, true, false, &t);
-    bool *keep = g->plan_keep;
-    size_t bytes = g->plan.arena_bytes;
-    char *arena = g->arena;
-    train(g, true, false, &t); /* same keep set: the cached plan */
-    assert_ptr_equal(g->plan_keep, keep);
-    assert_ptr_equal(g->arena, arena);
-    train(g, true, true, &t); /* logits kept too: a new plan, never a smaller need */
-    assert_true(g->plan.arena_bytes >= bytes);
-    assert_true(g->arena_cap >= g->plan.arena_bytes);
-    assert_ptr_equal(t.arena[STEPS - 1], t.arena[0]);
+    assert_null(g->exec_keep); /* outputs, updates, loss: the compiled schedule and plan */
+    const void *exec = g->exec;
+    size_t bytes = g->comp.plan.arena_bytes;
+    train(g, true, false, &t); /* same keep set: the same executable */
+    assert_ptr_equal(g->exec, exec);
+    train(g, true, true, &t); /* logits kept too: a schedule and plan of its own, never a smaller need */
+    assert_non_null(g->exec_keep);
+    assert_true(g->exec_plan.arena_bytes >= bytes);
+    assert_ptr_equal(t.exec[STEPS - 1], t.exec[0]);
+    int out = ir_find_output(g->compiled, "logits");
+    int logits = out >= 0 ? g->compiled->outputs[out].node : ir_find_name(g->compiled, "logits");
+    assert_true(logits >= 0 && g->exec_sched.kept[logits] && !g->comp.sched.kept[logits]);
     free_trace(&t);
-    /* recompiling drops the arena with the compiled step */
+    /* recompiling drops the executable with the compiled step */
     build(alloy_graph_print_after(g, NULL, NULL), g, "print_after");
-    assert_null(g->arena);
-    assert_null(g->plan_keep);
+    assert_null(g->exec);
+    assert_null(g->exec_keep);
     alloy_graph_free(g);
 }
 
@@ -201,10 +193,15 @@ static void test_the_amp_arena_is_smaller_than_fp32s(void **state)
         alloy_graph *g = block_step(amp);
         trace t = {0};
         train(g, true, false, &t);
-        bytes[amp] = g->plan.arena_bytes;
+        alloy_memory_info m;
+        build(alloy_graph_memory_info(g, &m), g, "memory_info");
+        assert_int_equal(m.arena_bytes, g->comp.plan.arena_bytes);
+        assert_true(m.peak_live_bytes <= m.arena_bytes && m.scratch_bytes < m.arena_bytes && m.steps > 0);
+        assert_true(m.state_bytes > 0);
+        bytes[amp] = m.arena_bytes;
         printf("  transformer block training step (batch %d, seq %d, dim %d) %s: arena %zu bytes, "
-               "peak live %zu, %d in place\n", BATCH, SEQ, DIM, amp ? "AMP f16" : "fp32", g->plan.arena_bytes,
-               g->plan.peak_live_bytes, g->plan.inplace);
+               "peak live %zu, %d in place, %d steps, state %zu bytes\n", BATCH, SEQ, DIM, amp ? "AMP f16" : "fp32",
+               m.arena_bytes, m.peak_live_bytes, m.inplace, m.steps, m.state_bytes);
         alloy_graph_free(g);
     }
     printf("  AMP / fp32 arena: %.3f\n", (double)bytes[1] / (double)bytes[0]);
@@ -214,7 +211,7 @@ static void test_the_amp_arena_is_smaller_than_fp32s(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_amp_training_step_from_the_arena_matches_the_malloc_executor_bit_for_bit),
+        cmocka_unit_test(test_amp_training_step_from_the_arena_matches_a_plan_that_shares_no_slot_bit_for_bit),
         cmocka_unit_test(test_a_fetched_intermediate_comes_from_the_arena_and_matches),
         cmocka_unit_test(test_the_arena_is_allocated_once_and_replanned_only_when_the_fetches_change),
         cmocka_unit_test(test_the_amp_arena_is_smaller_than_fp32s),

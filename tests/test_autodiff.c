@@ -1033,7 +1033,7 @@ static void test_autodiff_of_a_100k_node_chain_is_fast_and_matches_a_hand_writte
     opts.train = true;
     pass_timing tm[8];
     int nt = 0;
-    if (pass_run_pipeline(&copy, &opts, stderr, tm, 8, &nt)) fail_msg("%s", copy->error);
+    if (pass_run_pipeline(&copy, &opts, NULL, stderr, tm, 8, &nt)) fail_msg("%s", copy->error);
     double autodiff_ms = -1;
     char passes[256] = "";
     for (int i = 0; i < nt; i++) {

@@ -1,4 +1,4 @@
-/* test_plan.c - the memory planner: no two live values share bytes on real graphs, exact arenas for hand-built chains, the AMP memory win, runs from the arena that match the malloc executor bit for bit, and plan_build's time on 100k nodes. */
+/* test_plan.c - the memory planner: no two live values share bytes on real graphs, exact arenas for hand-built chains, the AMP memory win, runs from the arena that match the keep-everything run bit for bit, and plan_build's time on 100k nodes. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
+#include "runtime/cpu/cpu.h"
 #include "runtime/graph/graph_impl.h"
 #include "passes/plan.h"
 #include "support.h"
@@ -198,7 +199,7 @@ static int cmp_u64(const void *a, const void *b)
 /* Runs g in schedule order (position, then id) with every materialized value
  * at arena + offset and every unmaterialized one in a scratch buffer of its
  * own (a fused kernel's registers), leaves bound to leaf[i]. Each value must
- * equal ref[i] (a keep-everything run of the malloc executor) bit for bit as
+ * equal ref[i] (a keep-everything run of the keep-everything run) bit for bit as
  * soon as its node ran, and every kept value again at the end, when later
  * nodes have reused the arena. */
 static void run_from_plan(const ir_graph *g, const plan_schedule *s, const mem_plan *p,
@@ -233,7 +234,7 @@ static void run_from_plan(const ir_graph *g, const plan_schedule *s, const mem_p
         if (cpu_ops[node->op].kernel(&x, node, &values[i], in))
             fail_msg("%s: %s %%%d failed: %s", what, ir_ops[node->op].name, i, x.error);
         if (memcmp(values[i].data, ref[i].data, ir_nbytes(&node->type)) != 0)
-            fail_msg("%s: %s %%%d (offset %lld) differs from the malloc executor's", what,
+            fail_msg("%s: %s %%%d (offset %lld) differs from the keep-everything run's", what,
                      ir_ops[node->op].name, i, (long long)p->offset[i]);
     }
     int kept = 0;
@@ -265,7 +266,8 @@ static void **bind_leaves(alloy_graph *g, const ir_graph *c, int vocab)
             assert_non_null(g);
             rt_state *st = state_find(g, n->name);
             assert_non_null(st);
-            leaf[i] = st->data;
+            build(state_host(g, st), g, "state");
+            leaf[i] = st->host;
         }
         if (n->op != IR_OP_input) continue;
         int64_t count = ir_numel(&n->type);
@@ -291,7 +293,7 @@ static void free_leaves(const ir_graph *c, void **leaf)
 }
 
 /* Plans c under s, checks the plan, runs from it and compares with the
- * malloc executor; returns nothing, fails on the first difference. */
+ * keep-everything run; returns nothing, fails on the first difference. */
 static void plan_check_and_run(alloy_graph *g, const ir_graph *c, const plan_schedule *s, int vocab,
                                const char *what)
 {
@@ -308,7 +310,7 @@ static void plan_check_and_run(alloy_graph *g, const ir_graph *c, const plan_sch
         ref[i].data = is_bound_leaf(c->nodes[i]) ? leaf[i] : NULL;
     }
     cpu_exec x = {.nthreads = 1};
-    if (cpu_run_graph(&x, c, ref, all)) fail_msg("%s: malloc executor: %s", what, x.error);
+    if (cpu_run_graph(&x, c, ref, all)) fail_msg("%s: keep-everything run: %s", what, x.error);
     run_from_plan(c, s, &p, leaf, ref, what);
     cpu_release_values(c, ref);
     al_free(ref);

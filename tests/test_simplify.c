@@ -880,7 +880,8 @@ static rt_tensor *run_step(alloy_graph *g, const ir_graph *c)
         if (n->op == IR_OP_param || n->op == IR_OP_state) {
             rt_state *s = state_find(g, n->name);
             assert_non_null(s);
-            values[i].data = s->data;
+            assert_int_equal(state_host(g, s), ALLOY_OK);
+            values[i].data = s->host;
         }
     }
     cpu_exec x = {.nthreads = 1};

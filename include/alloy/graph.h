@@ -216,6 +216,21 @@ typedef enum alloy_dump_kind {
  * variable ALLOY_PRINT_AFTER does the same for programs. */
 ALLOY_API alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out);
 
+/* What the compiled step needs in memory: the plan pass's numbers for a run
+ * keeping the outputs, updates and loss (fetching other values may need a
+ * larger arena), and the state. */
+typedef struct alloy_memory_info {
+    size_t arena_bytes;     /* the one allocation a run computes in: values and scratch */
+    size_t peak_live_bytes; /* the most value bytes live at one step: a lower bound of the arena */
+    size_t scratch_bytes;   /* of the arena: scratch (the f32 product of the largest GEMM epilogue) */
+    size_t state_bytes;     /* parameters, optimizer moments and scaler state, kept across runs */
+    int inplace;            /* values written over an operand's slot */
+    int steps;              /* scheduled steps: one kernel (or library call) each */
+} alloy_memory_info;
+
+/* Compiles g if needed and fills *out. */
+ALLOY_API alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out);
+
 /* Sets one option of the next compiles, over its environment variable
  * (docs/options.md): print_after, print_before (pass names or "all"),
  * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,

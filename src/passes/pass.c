@@ -4,7 +4,6 @@
 
 #include "ir/groups.h"
 #include "passes/pass.h"
-#include "runtime/cpu/cpu.h"
 
 static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
 {
@@ -12,16 +11,40 @@ static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
     return ir_verify(*g);
 }
 
-/* The pipeline, in order (DESIGN.md section 3); later passes join here. */
+/* The schedule pass: the steps of the fused graph, for its default keep set. */
+static alloy_status pass_schedule(ir_graph *g, const pass_options *opts, pass_compiled *c)
+{
+    (void)opts;
+    sched_free(&c->sched);
+    plan_free(&c->plan);
+    char err[256];
+    alloy_status st = sched_build(g, NULL, &c->sched, err, sizeof err);
+    return st ? ir_error(g, st, "schedule: %s", err) : ALLOY_OK;
+}
+
+/* The plan pass: the arena of the schedule (built here if that pass was disabled). */
+static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compiled *c)
+{
+    char err[256];
+    alloy_status st = c->sched.steps ? ALLOY_OK : sched_build(g, NULL, &c->sched, err, sizeof err);
+    plan_free(&c->plan);
+    if (!st) st = plan_for_schedule(g, &c->sched, pass_cfg(opts)->no_arena, &c->plan, err, sizeof err);
+    return st ? ir_error(g, st, "plan: %s", err) : ALLOY_OK;
+}
+
+/* The pipeline, in order (DESIGN.md section 3). Graph passes rewrite the
+ * graph; the last two compile it into the schedule and the plan. */
 static const pass pipeline[] = {
-    {"verify", pass_verify},
-    {"amp", pass_amp},
-    {"autodiff", pass_autodiff},
-    {"grad_scaler", pass_grad_scaler},
-    {"optimizer", pass_optimizer},
-    {"simplify", pass_simplify},
-    {"dce", pass_dce},
-    {"fuse", pass_fuse},
+    {"verify", pass_verify, NULL},
+    {"amp", pass_amp, NULL},
+    {"autodiff", pass_autodiff, NULL},
+    {"grad_scaler", pass_grad_scaler, NULL},
+    {"optimizer", pass_optimizer, NULL},
+    {"simplify", pass_simplify, NULL},
+    {"dce", pass_dce, NULL},
+    {"fuse", pass_fuse, NULL},
+    {"schedule", NULL, pass_schedule},
+    {"plan", NULL, pass_plan},
 };
 
 static double now_ms(void)
@@ -46,58 +69,53 @@ const al_options *pass_cfg(const pass_options *opts)
     return &defaults;
 }
 
-/* The "plan" summary printed after fuse: the CPU arena for the default keep
- * set (outputs, updates, loss), one comment line (the IR printer never
- * prints it, so printed IR still parses). */
-static void print_plan_summary(const ir_graph *g, FILE *out)
-{
-    cpu_exec x = {.nthreads = 1};
-    mem_plan p;
-    if (cpu_plan_arena(&x, g, NULL, &p)) {
-        fprintf(out, "# plan: none (%s)\n", x.error);
-        return;
-    }
-    fprintf(out, "# plan: arena %zu bytes, peak live %zu bytes, in place %d", p.arena_bytes,
-            p.peak_live_bytes, p.inplace);
-    for (int d = 0; d < ALLOY_DTYPE_COUNT; d++)
-        if (p.bytes_by_dtype[d]) fprintf(out, ", %s %zu B", alloy_dtype_name((alloy_dtype)d), p.bytes_by_dtype[d]);
-    fputc('\n', out);
-    plan_free(&p);
-}
-
-/* Prints *g with a header line, the options and, after fuse, its groups and plan. */
-static void print_graph(const ir_graph *g, const pass_options *opts, FILE *out, const char *when,
-                        const pass *p, double ms)
+/* Prints *g with a header line, the options, and what the pass made: the
+ * group table after fuse, the steps after schedule, and the steps and
+ * slots after plan (comments: the printed IR still parses). */
+static void print_graph(const ir_graph *g, const pass_options *opts, const pass_compiled *c, FILE *out,
+                        const char *when, const pass *p, double ms)
 {
     if (ms >= 0) fprintf(out, "# %s %s (%.3f ms)\n", when, p->name, ms);
     else fprintf(out, "# %s %s\n", when, p->name);
     opt_print(pass_cfg(opts), out);
     ir_print(g, out);
-    if (ms >= 0 && strcmp(p->name, "fuse") == 0) {
-        ir_print_groups(g, out);
-        print_plan_summary(g, out);
-    }
+    if (ms < 0) return;
+    if (strcmp(p->name, "fuse") == 0) ir_print_groups(g, out);
+    if (p->build && c->sched.steps) sched_print(g, &c->sched, out);
+    if (p->build == pass_plan && c->plan.offset) plan_print(g, &c->plan, true, out);
 }
 
-alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, FILE *log, pass_timing *timings,
-                               int max, int *ntimings)
+void pass_compiled_free(pass_compiled *c)
+{
+    sched_free(&c->sched);
+    plan_free(&c->plan);
+}
+
+alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_compiled *out, FILE *log,
+                               pass_timing *timings, int max, int *ntimings)
 {
     const al_options *cfg = pass_cfg(opts);
+    pass_compiled local = {0}, *c = out ? out : &local;
+    memset(c, 0, sizeof *c);
     if (!log) log = stderr;
     if (ntimings) *ntimings = 0;
     for (int i = 0; i < NPASSES; i++) {
         const pass *p = &pipeline[i];
         if (cfg->disabled & 1u << i) continue;
-        if (cfg->print_before & 1u << i) print_graph(*g, opts, log, "before", p, -1);
+        if (cfg->print_before & 1u << i) print_graph(*g, opts, c, log, "before", p, -1);
         double t0 = now_ms();
-        alloy_status st = p->run(g, opts);
-        if (!st && strcmp(p->name, "verify") != 0) st = ir_verify(*g);
+        alloy_status st = p->run ? p->run(g, opts) : p->build(*g, opts, c);
+        if (!st && p->run && p->run != pass_verify) st = ir_verify(*g);
         double ms = now_ms() - t0;
         if (timings && ntimings && *ntimings < max)
             timings[(*ntimings)++] = (pass_timing){p->name, ms, (*g)->nnodes};
-        if (st) return st;
-        if (cfg->print_after & 1u << i) print_graph(*g, opts, log, "after", p, ms);
+        if (st) {
+            pass_compiled_free(c);
+            return st;
+        }
+        if (cfg->print_after & 1u << i) print_graph(*g, opts, c, log, "after", p, ms);
     }
+    if (!out) pass_compiled_free(&local);
     return ALLOY_OK;
 }
 

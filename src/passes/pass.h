@@ -6,6 +6,8 @@
 #include "alloy/train.h"
 #include "ir/ir.h"
 #include "passes/options.h"
+#include "passes/plan.h"
+#include "passes/schedule.h"
 
 /* AMP configuration: the dtype and the per-op list membership. */
 typedef struct amp_config {
@@ -34,11 +36,23 @@ typedef struct pass_options {
 /* opts->cfg, or the defaults when it is NULL. */
 AL_HIDDEN const al_options *pass_cfg(const pass_options *opts);
 
-/* A pass takes *g and leaves the result in *g (it may replace the graph,
- * freeing the old one). It returns ALLOY_OK or an error recorded on *g. */
+/* What the pipeline compiles besides the graph: the schedule and the memory
+ * plan for the default keep set (outputs, updates, loss). Empty (no
+ * steps, no offsets) when those passes did not run. */
+typedef struct pass_compiled {
+    schedule sched;
+    mem_plan plan;
+} pass_compiled;
+AL_HIDDEN void pass_compiled_free(pass_compiled *c);
+
+/* A pass. A graph pass (run) takes *g and leaves the result in *g (it may
+ * replace the graph, freeing the old one); a compiling pass (build) reads
+ * the graph and fills part of *c. Both return ALLOY_OK or an error recorded
+ * on the graph. */
 typedef struct pass {
     const char *name;
     alloy_status (*run)(ir_graph **g, const pass_options *opts);
+    alloy_status (*build)(ir_graph *g, const pass_options *opts, pass_compiled *c);
 } pass;
 
 /* Per-pass timing of the last pipeline run. */
@@ -53,10 +67,11 @@ typedef struct pass_timing {
  * graph is verified; the passes in cfg->print_before / print_after are
  * printed to `log` (stderr if NULL) with a "# before <pass>" / "# after
  * <pass>" header and the options line. timings (may be NULL) gets up to max
- * entries, *ntimings the count. On error *g holds the graph with the error
- * recorded. */
-AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, FILE *log,
-                                         pass_timing *timings, int max, int *ntimings);
+ * entries, *ntimings the count. *out (may be NULL) gets the schedule and
+ * plan (pass_compiled_free). On error *g holds the graph with the error
+ * recorded and *out is empty. */
+AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_compiled *out,
+                                         FILE *log, pass_timing *timings, int max, int *ntimings);
 /* The pipeline's passes in order: how many, and the name of the i-th. */
 AL_HIDDEN int pass_count(void);
 AL_HIDDEN const char *pass_name(int i);

@@ -375,3 +375,57 @@ void plan_free(mem_plan *p)
     al_free(p->offset);
     memset(p, 0, sizeof *p);
 }
+
+alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out, char *err,
+                               size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int nn = g->nnodes;
+    int *pos = al_calloc((size_t)nn + 1, sizeof(int));
+    uint8_t *mat = al_calloc((size_t)nn + 1, 1), *inplace = al_calloc((size_t)nn + 1, 1);
+    uint8_t *keep = al_calloc((size_t)nn + 1, 1);
+    alloy_status st = ALLOY_OK;
+    if (!pos || !mat || !inplace || !keep) {
+        al_fmt(err, errlen, "out of memory planning the arena of %d nodes", nn);
+        st = ALLOY_ERR_OOM;
+    }
+    for (int i = 0; i < nn && !st; i++) {
+        int k = s->step_of[i];
+        if (k < 0) continue; /* bound leaves */
+        const sched_step *step = &s->steps[k];
+        pos[i] = step->pos;
+        mat[i] = sched_stored(s, i);
+        keep[i] = s->kept[i] || (no_reuse && mat[i]);
+        inplace[i] = !no_reuse && step->kind == STEP_EW && step->n == 1;
+    }
+    if (!st) {
+        plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace};
+        st = plan_build(g, &ps, out, err, errlen);
+    }
+    size_t scratch = 0;
+    for (int k = 0; k < s->nsteps && !st; k++) {
+        const sched_step *step = &s->steps[k];
+        size_t bytes = sizeof(float) * (size_t)ir_numel(&g->nodes[s->members[step->first].node]->type);
+        if (step->kind == STEP_GEMM && bytes > scratch) scratch = bytes;
+    }
+    if (!st && scratch) {
+        out->scratch_offset = (out->arena_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+        out->scratch_bytes = scratch;
+        out->arena_bytes = out->scratch_offset + scratch;
+    }
+    al_free(pos), al_free(mat), al_free(inplace), al_free(keep);
+    return st;
+}
+
+void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
+{
+    fprintf(out, "# plan: arena %zu bytes, peak live %zu bytes, in place %d", p->arena_bytes, p->peak_live_bytes,
+            p->inplace);
+    if (p->scratch_bytes) fprintf(out, ", scratch %zu at %zu", p->scratch_bytes, p->scratch_offset);
+    for (int d = 0; d < ALLOY_DTYPE_COUNT; d++)
+        if (p->bytes_by_dtype[d]) fprintf(out, ", %s %zu B", alloy_dtype_name((alloy_dtype)d), p->bytes_by_dtype[d]);
+    fputc('\n', out);
+    for (int i = 0; per_value && i < g->nnodes && i < p->nnodes; i++)
+        if (p->offset[i] >= 0)
+            fprintf(out, "# slot %%%d @%lld +%zu\n", i, (long long)p->offset[i], ir_nbytes(&g->nodes[i]->type));
+}

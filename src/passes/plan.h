@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "passes/schedule.h"
 
 /* Every arena offset is a multiple of this (and every slot a multiple in size). */
 #define PLAN_ALIGN 64
@@ -26,8 +27,8 @@ typedef struct mem_plan {
      * operand's slot and counts once): a lower bound, arena_bytes >= it */
     size_t peak_live_bytes;
     int inplace; /* how many values reuse their operand's slot in place */
-    /* executor scratch at the top of the arena (cpu_plan_arena: the f32
-     * product of the largest GEMM epilogue group), included in arena_bytes */
+    /* scratch at the top of the arena (plan_for_schedule: the f32 product
+     * of the largest GEMM step), included in arena_bytes */
     size_t scratch_offset, scratch_bytes;
 } mem_plan;
 
@@ -65,6 +66,19 @@ typedef struct plan_schedule {
  * in err, and leaves *out empty. */
 AL_HIDDEN alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out,
                                   char *err, size_t errlen);
+/* Plans the arena of schedule s of g (the plan pass): each non-leaf value
+ * lives from its step's position to its last reader's; stored members are
+ * materialized, the schedule's kept values survive the run, a lone
+ * elementwise step may write over an operand; then scratch for the f32
+ * product of the largest GEMM step at the top. no_reuse: no two values
+ * share bytes (every materialized value is kept, nothing in place), for
+ * debugging. As plan_build otherwise. */
+AL_HIDDEN alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out,
+                                         char *err, size_t errlen);
+/* Prints the plan as comment lines: a summary ("# plan: arena N bytes, peak
+ * live N bytes, in place N, scratch N at N, f32 N B, ...") and, when
+ * per_value, one "# slot %id @offset +bytes" line per materialized value. */
+AL_HIDDEN void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out);
 /* Frees what plan_build allocated and empties p (safe on an empty plan). */
 AL_HIDDEN void plan_free(mem_plan *p);
 

@@ -4,6 +4,7 @@
 
 #include "ir/ir.h"
 #include "passes/plan.h"
+#include "passes/schedule.h"
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;
@@ -28,66 +29,50 @@ struct cpu_exec {
 AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);
 
-/* Executes g's nodes in order over values[0..nnodes). The caller fills
- * values[i].data for input and param nodes (not owned); every other value
- * is allocated here (al_malloc, owned by values[i], release with
- * cpu_release_values). A value whose last consumer has run is freed early
- * unless keep[i]. Stops at the first error.
- * Fusion groups (node->group >= 0) run as one unit at their last member's
- * position (cpu_run_group); a member is stored only when a node outside its
- * group reads it, it is an output, update or the loss, or keep[i]; the
- * others keep values[i].data NULL. An illegal grouping is an
- * ALLOY_ERR_VERIFY. x->nthreads is set here: the caller's value when it is
- * 1 or more, else the online CPU count. */
-AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values,
-                                     const bool *keep);
-/* cpu_run_graph with every value that needs memory (constants and non-leaf
- * nodes; of a fusion group of 2+ only its stored members) at arena +
- * plan->offset[i] instead of al_malloc: plan from cpu_plan_arena for this g
- * and this keep, arena at least plan->arena_bytes (PLAN_ALIGN-aligned).
- * Nothing is allocated or freed for values: do not cpu_release_values them;
- * a value past its last use is set to NULL, a kept one stays valid until
- * the arena is reused. plan or arena NULL: exactly cpu_run_graph. */
-AL_HIDDEN alloy_status cpu_run_graph_arena(cpu_exec *x, const ir_graph *g, rt_tensor *values,
-                                           const bool *keep, const mem_plan *plan, char *arena);
-/* Plans the arena of a cpu_run_graph_arena run of g keeping keep[] (NULL:
- * outputs, updates and the loss only): positions as the executor runs
- * (groups at their last member), materialized values by the executor's own
- * stored-member rule, in place only for elementwise nodes outside groups of
- * 2+. Fills *out (plan_free) or records why not on x and leaves it empty. */
-AL_HIDDEN alloy_status cpu_plan_arena(cpu_exec *x, const ir_graph *g, const bool *keep, mem_plan *out);
-/* Frees every value cpu_run_graph allocated. */
-AL_HIDDEN void cpu_release_values(const ir_graph *g, rt_tensor *values);
-
 /* What one run lends its groups (cpu_fused.c): chunk buffers and worker
  * threads, started when a group is first big enough to split. */
 typedef struct cpu_workers cpu_workers;
+
+/* Runs schedule s of g (passes/schedule.h) step by step over
+ * values[0..nnodes): the caller sets values[i].data of the input, param
+ * and state leaves (not owned); every stored member's value is at arena +
+ * plan->offset[i] (plan from plan_for_schedule for this s; arena at least
+ * plan->arena_bytes, PLAN_ALIGN-aligned, scratch included); a member that
+ * is not stored keeps data NULL. A value past its last reader that is not
+ * kept is set to NULL (its slot is reused); kept ones stay valid until
+ * the arena is reused. Stops at the first error. x->nthreads: 0 = every
+ * online CPU. */
+AL_HIDDEN alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s, const mem_plan *plan,
+                                        char *arena, rt_tensor *values, cpu_workers *w);
+/* Schedules, plans and runs g in an arena of its own, keeping keep[] (NULL:
+ * outputs, updates and the loss): the kept values end in al_malloc blocks
+ * owned by values[i] (release with cpu_release_values), the others NULL.
+ * For tests and tools; the graph object runs through the backend. */
+AL_HIDDEN alloy_status cpu_run_graph(cpu_exec *x, const ir_graph *g, rt_tensor *values, const bool *keep);
+/* Frees every value cpu_run_graph allocated. */
+AL_HIDDEN void cpu_release_values(const ir_graph *g, rt_tensor *values);
+
 /* NULL on OOM. Threads need not start: without them all runs on the caller. */
 AL_HIDDEN cpu_workers *cpu_workers_new(void);
 /* Stops and joins the threads and frees w (NULL is fine). */
 AL_HIDDEN void cpu_workers_free(cpu_workers *w);
 
-/* Runs members[0..n) (ascending ids; elementwise nodes of one result shape
- * and one compute type; one node alone is a group of one) as one pass over
- * their shape in chunks (cpu_fused.c): each input from outside the list is
- * loaded once per chunk, converted to the compute type, the members are
- * evaluated in order into chunk buffers (float values unrounded, bool and
- * integer ones rounded to their dtype), and a member is stored, rounded
- * once to its dtype, into values[id].data when the caller allocated that
- * (NULL: the value is never materialized). The chunks are split over up to
+/* Runs members[0..n) (an EW part of a schedule, or one elementwise node:
+ * ascending ids, one result shape and one compute type) as one pass over
+ * `space` (NULL: the last member's type; the row executor passes a block of
+ * rows) in chunks: each input from outside the list is loaded once per
+ * chunk, converted to the compute type, the members are evaluated in order
+ * into chunk buffers, honouring their flags (MEMBER_EXACT values rounded to
+ * their dtype, MEMBER_RANGED ones overflowing to inf as a store would), and
+ * a member is stored, rounded once to its dtype, into values[id].data when
+ * that is set (NULL: never materialized). When nonfinite is non-NULL it is
+ * set to 1 if a MEMBER_CHECK member has an inf or NaN as it would be stored
+ * (found_inf fused into the pass). The chunks are split over up to
  * x->nthreads threads when the work is big enough; every element is
  * computed alone, so the results do not depend on the thread count. A list
  * that breaks these rules is ALLOY_ERR_VERIFY. */
-AL_HIDDEN alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                                     rt_tensor *values, cpu_workers *w);
-
-/* cpu_run_group with the iteration shape `space` (NULL: the last member's
- * type; the row and multi-tensor executors pass a block of rows), and,
- * when check is non-NULL, *nonfinite set to 1 if a member k with check[k]
- * has an inf or NaN as it would be stored (found_inf fused into the pass). */
-AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                                        rt_tensor *values, cpu_workers *w, const ir_type *space,
-                                        const uint8_t *check, int *nonfinite);
+AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
+                                        rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite);
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);
@@ -99,10 +84,14 @@ AL_HIDDEN int cpu_workers_threads(cpu_workers *w, int want);
 AL_HIDDEN void cpu_workers_run(cpu_workers *w, int threads, int64_t nblocks,
                                void (*fn)(void *arg, int64_t block, int thread), void *arg);
 
-/* Runs a ROW, GEMM or MULTI group (cpu_groups.c; ir/groups.h) whose stored
- * members the caller gave memory in values, as cpu_run_group does for EW. */
-AL_HIDDEN alloy_status cpu_run_kind_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                                          rt_tensor *values, cpu_workers *w);
+/* The ROW, GEMM and MULTI steps (cpu_groups.c), their stored members given
+ * memory in values by the caller, as cpu_run_group_ex does for EW. */
+AL_HIDDEN alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                                   rt_tensor *values, cpu_workers *w);
+AL_HIDDEN alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                                    rt_tensor *values, cpu_workers *w);
+AL_HIDDEN alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                                     rt_tensor *values, cpu_workers *w);
 
 /* Pieces of the cross_entropy kernels for a slice of the rows (cpu_norm.c,
  * cpu_grad.c): the loss of each position of in[0..1] into losses (compute

@@ -508,13 +508,13 @@ void cpu_workers_run(cpu_workers *w, int threads, int64_t nblocks, void (*fn)(vo
 }
 
 /* Index of member id in members[0..n), or -1. members are ascending. */
-static int member_index(const int *members, int n, int id)
+static int member_index(const sched_member *members, int n, int id)
 {
     int lo = 0, hi = n - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        if (members[mid] == id) return mid;
-        if (members[mid] < id) lo = mid + 1;
+        if (members[mid].node == id) return mid;
+        if (members[mid].node < id) lo = mid + 1;
         else hi = mid - 1;
     }
     return -1;
@@ -532,21 +532,21 @@ static bool member_wide(const ir_node *n, const rt_tensor *values)
  * and 3n inputs) and gives each member a chunk buffer: one per value live at
  * a time, none for a stored member of the compute type (computed in place
  * in its destination). Returns NULL, or why the group cannot run. */
-static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, int n,
+static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *members, int n,
                              const rt_tensor *values, const ir_type **in_types, int *last_use,
-                             int *free_slots, const uint8_t *check)
+                             int *free_slots)
 {
-    const ir_node *first = g->nodes[members[0]];
+    const ir_node *first = g->nodes[members[0].node];
     p->wide = member_wide(first, values);
     alloy_dtype ct = p->wide ? ALLOY_F64 : ALLOY_F32;
     int *ext_id = last_use + n; /* node id of each input (3n ints after last_use) */
     p->ninputs = 0;
     for (int k = 0; k < n; k++) {
-        const ir_node *m = g->nodes[members[k]];
+        const ir_node *m = g->nodes[members[k].node];
         const cpu_op *info = &cpu_ops[m->op];
         if (!ir_fuse_elementwise(g, m)) return "a member is not an elementwise op or a cast between f16, bf16 and f32";
         bool cast = m->op == IR_OP_cast;
-        if (k > 0 && members[k] <= members[k - 1]) return "members are not in topological order";
+        if (k > 0 && members[k].node <= members[k - 1].node) return "members are not in topological order";
         if (m->type.rank != first->type.rank ||
             memcmp(m->type.dims, first->type.dims, sizeof(int64_t) * (size_t)m->type.rank) != 0)
             return "members have different shapes";
@@ -556,11 +556,10 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
          * cpu_elementwise, NaN payloads included */
         *mb = (fz_member){.f32 = cast ? fz_copy_f32 : n > 1 ? fz_kernels[m->op].f32 : info->ew_f32,
                           .f64 = cast ? fz_copy_f64 : n > 1 ? fz_kernels[m->op].f64 : info->ew_f64,
-                          .nin = m->nin, .slot = -1, .dst = values[members[k]].data, .dtype = m->type.dtype,
-                          .check = check && check[k],
-                          .ranged = n > 1 && (m->type.dtype == ALLOY_F16 || m->type.dtype == ALLOY_BF16),
-                          .exact = (n > 1 && !ir_is_float(m->type.dtype)) ||
-                                   (cast && m->type.dtype != ALLOY_F32 && m->type.dtype != ALLOY_F64),
+                          .nin = m->nin, .slot = -1, .dst = values[m->id].data, .dtype = m->type.dtype,
+                          .check = (members[k].flags & MEMBER_CHECK) != 0,
+                          .ranged = (members[k].flags & MEMBER_RANGED) != 0,
+                          .exact = (members[k].flags & MEMBER_EXACT) != 0,
                           .es = alloy_dtype_size(m->type.dtype),
                           .src = {NO_OPERAND, NO_OPERAND, NO_OPERAND}};
         last_use[k] = -1;
@@ -604,17 +603,10 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const int *members, 
     return NULL;
 }
 
-alloy_status cpu_run_group(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                           rt_tensor *values, cpu_workers *w)
+alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
+                              rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite)
 {
-    return cpu_run_group_ex(x, g, members, n, values, w, NULL, NULL, NULL);
-}
-
-alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const int *members, int n,
-                              rt_tensor *values, cpu_workers *w, const ir_type *space,
-                              const uint8_t *check, int *nonfinite)
-{
-    const ir_node *last = g->nodes[members[n - 1]];
+    const ir_node *last = g->nodes[members[n - 1].node];
     char label[64];
     /* one block: members, inputs, input types, last uses + input ids, free slots */
     size_t bytes = sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n +
@@ -630,7 +622,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const int *members
     int *last_use = (int *)(void *)(in_types + 3 * (size_t)n);
     int *free_slots = last_use + 4 * (size_t)n;
     p.nonfinite = nonfinite;
-    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots, check);
+    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots);
     if (why) {
         al_free(block);
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",

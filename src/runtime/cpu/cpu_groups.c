@@ -28,12 +28,15 @@ typedef struct row_thread {
 
 typedef struct row_group {
     const ir_graph *g;
-    const int *members;
+    const schedule *s;
+    const sched_step *step;
+    const sched_member *members;
     int n;
     rt_tensor *values;
     ir_type full;             /* the iteration shape */
     int64_t rows, C, period, block_rows, nblocks;
-    int *ext, next;           /* inputs from outside, and their view kinds */
+    const int *ext;           /* inputs from outside (the step's), and their view kinds */
+    int next;
     uint8_t *ext_kind;
     size_t *scratch_at;       /* per member: offset of its block buffer, or SIZE_MAX */
     size_t scratch_bytes;
@@ -88,13 +91,6 @@ static void set_view(const row_group *rg, rt_tensor *v, const rt_tensor *whole, 
         v->data = (char *)whole->data + (size_t)r0 * (size_t)(k == VIEW_FULL ? rg->C : 1) * es;
 }
 
-static int member_pos(const row_group *rg, int id)
-{
-    for (int k = 0; k < rg->n; k++)
-        if (rg->members[k] == id) return k;
-    return -1;
-}
-
 static void row_block(void *arg, int64_t b, int ti)
 {
     row_group *rg = arg;
@@ -105,7 +101,7 @@ static void row_block(void *arg, int64_t b, int ti)
     for (int e = 0; e < rg->next; e++)
         set_view(rg, &t->view[rg->ext[e]], &rg->values[rg->ext[e]], rg->ext_kind[e], r0, rb);
     for (int k = 0; k < rg->n; k++) {
-        int id = rg->members[k];
+        int id = rg->members[k].node;
         const ir_node *m = g->nodes[id];
         rt_tensor *v = &t->view[id];
         if (m->op == IR_OP_cross_entropy) continue;
@@ -115,15 +111,14 @@ static void row_block(void *arg, int64_t b, int ti)
     }
     ir_type space = block_type(rg, &rg->full, VIEW_FULL, rb);
     int ce = 0;
-    for (int k = 0; k < rg->n && !t->x.status;) {
-        const ir_node *m = g->nodes[rg->members[k]];
-        if (ir_fuse_elementwise(g, m)) {
-            int end = k + 1;
-            while (end < rg->n && ir_fuse_elementwise(g, g->nodes[rg->members[end]])) end++;
-            cpu_run_group_ex(&t->x, g, &rg->members[k], end - k, t->view, t->w, &space, NULL, NULL);
-            k = end;
+    const schedule *s = rg->s;
+    for (int p = rg->step->first_part; p < rg->step->first_part + rg->step->nparts && !t->x.status; p++) {
+        const sched_part *part = &s->parts[p];
+        if (part->kind == PART_EW) {
+            cpu_run_group_ex(&t->x, g, &s->members[part->first], part->n, t->view, t->w, &space, NULL);
             continue;
         }
+        const ir_node *m = g->nodes[s->members[part->first].node];
         rt_tensor in[3];
         for (int j = 0; j < m->nin && j < 3; j++) in[j] = t->view[m->in[j]];
         rt_tensor *out = &t->view[m->id];
@@ -133,65 +128,49 @@ static void row_block(void *arg, int64_t b, int ti)
             cpu_cross_entropy_grad_part(&t->x, m, out, in, rg->targets_total);
         else
             cpu_ops[m->op].kernel(&t->x, m, out, in);
-        k++;
     }
 }
 
-static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, int n, rt_tensor *values,
-                            cpu_workers *w)
+alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                         rt_tensor *values, cpu_workers *w)
 {
     char label[64];
-    const ir_node *last = g->nodes[members[n - 1]];
+    const sched_member *members = &s->members[step->first];
+    int n = step->n;
+    const ir_node *last = g->nodes[step->pos];
     row_group *rg = al_calloc(1, sizeof *rg);
     if (!rg) return cpu_fail(x, ALLOY_ERR_OOM, "out of memory running the row group ending at %s",
                              ir_node_label(last, label, sizeof label));
-    rg->g = g, rg->members = members, rg->n = n, rg->values = values;
-    rg->full = *ir_fuse_shape(g, g->nodes[members[0]]);
+    rg->g = g, rg->s = s, rg->step = step, rg->members = members, rg->n = n, rg->values = values;
+    rg->full = step->space;
     rg->C = rg->full.rank ? rg->full.dims[rg->full.rank - 1] : 1;
     rg->rows = rg->C ? ir_numel(&rg->full) / rg->C : 0;
     rg->period = 1;
-    rg->ext = al_malloc(sizeof(int) * 3 * (size_t)n);
-    rg->ext_kind = al_malloc(3 * (size_t)n);
+    rg->ext = &s->inputs[step->first_in];
+    rg->next = step->nin;
+    rg->ext_kind = al_malloc((size_t)step->nin + 1);
     rg->scratch_at = al_malloc(sizeof(size_t) * (size_t)n);
     static const char oom[] = "out of memory"; /* the one reason that is ALLOY_ERR_OOM */
     const char *why = NULL;
     int nce = 0, threads = 1;
     bool single = false;
-    if (!rg->ext || !rg->ext_kind || !rg->scratch_at) why = oom;
+    if (!rg->ext_kind || !rg->scratch_at) why = oom;
+    for (int e = 0; e < rg->next && !why; e++) {
+        int o = rg->ext[e];
+        if (!values[o].data && ir_nbytes(&values[o].type)) why = "an input of the group has no value";
+        rg->ext_kind[e] = (uint8_t)classify(&g->nodes[o]->type, &rg->full);
+        single |= rg->ext_kind[e] == VIEW_OTHER;
+    }
     for (int k = 0; k < n && !why; k++) {
-        const ir_node *m = g->nodes[members[k]];
-        if (!ir_fuse_elementwise(g, m) && !ir_fuse_row_op(g, m)) why = "a member is neither elementwise nor a row op";
-        else if (!dims_eq(ir_fuse_shape(g, m)->rank, ir_fuse_shape(g, m)->dims, rg->full.rank, rg->full.dims))
-            why = "members have different shapes";
-        else if (ir_fuse_wide(g, m)) why = "a member computes in f64";
+        const ir_node *m = g->nodes[members[k].node];
         if (m->op == IR_OP_causal_mask) rg->period = rg->full.dims[rg->full.rank - 2];
         if (m->op == IR_OP_cross_entropy) nce++;
         if (m->op == IR_OP_cross_entropy || m->op == IR_OP_cross_entropy_grad)
             rg->targets_total = ir_numel(&g->nodes[m->in[1]]->type);
-        /* a row op's result, and a member read by a later step (not an EW
-         * member of the same run), need a block buffer when not stored */
-        rg->scratch_at[k] = ir_fuse_elementwise(g, m) || m->op == IR_OP_cross_entropy ? SIZE_MAX : 0;
-        for (int j = 0; j < m->nin && !why; j++) {
-            int o = m->in[j], mi = member_pos(rg, o);
-            if (mi >= 0) {
-                if (!ir_fuse_elementwise(g, m) || !ir_fuse_elementwise(g, g->nodes[o])) rg->scratch_at[mi] = 0;
-                continue;
-            }
-            bool seen = false;
-            for (int e = 0; e < rg->next && !seen; e++) seen = rg->ext[e] == o;
-            if (seen) continue;
-            if (!values[o].data && ir_nbytes(&values[o].type)) why = "an input of the group has no value";
-            rg->ext_kind[rg->next] = (uint8_t)classify(&g->nodes[o]->type, &rg->full);
-            single |= rg->ext_kind[rg->next] == VIEW_OTHER;
-            rg->ext[rg->next++] = o;
-        }
-        /* EW runs are consecutive members: an EW member whose run is broken
-         * by a row op and read after it also needs a buffer */
-        for (int j = 0; j < m->nin && !why; j++) {
-            int mi = member_pos(rg, m->in[j]);
-            for (int i = mi + 1; mi >= 0 && i < k; i++)
-                if (!ir_fuse_elementwise(g, g->nodes[members[i]])) rg->scratch_at[mi] = 0;
-        }
+        /* a row op's result, and a value a later part reads, need a block
+         * buffer when not stored (the scalar cross_entropy has none) */
+        bool row_op = !ir_fuse_elementwise(g, m) && m->op != IR_OP_cross_entropy;
+        rg->scratch_at[k] = row_op || (members[k].flags & MEMBER_SPILLED) ? 0 : SIZE_MAX;
     }
     if (!why && rg->rows > 0) {
         int64_t br = ROW_BLOCK_ELEMS / (rg->C ? rg->C : 1);
@@ -201,12 +180,12 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
         rg->nblocks = (rg->rows + rg->block_rows - 1) / rg->block_rows;
         size_t at = 0;
         for (int k = 0; k < n; k++) {
-            if (rg->scratch_at[k] == SIZE_MAX || values[members[k]].data) {
+            if (rg->scratch_at[k] == SIZE_MAX || values[members[k].node].data) {
                 rg->scratch_at[k] = SIZE_MAX;
                 continue;
             }
             rg->scratch_at[k] = at;
-            at += ((size_t)rg->block_rows * (size_t)rg->C * alloy_dtype_size(g->nodes[members[k]]->type.dtype) + 63) & ~(size_t)63;
+            at += ((size_t)rg->block_rows * (size_t)rg->C * alloy_dtype_size(g->nodes[members[k].node]->type.dtype) + 63) & ~(size_t)63;
         }
         rg->scratch_bytes = at;
         int64_t want = x->nthreads < MAX_THREADS ? x->nthreads : MAX_THREADS;
@@ -233,7 +212,7 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
                 memcpy(x->error, rg->t[i].x.error, sizeof x->error);
             }
         for (int k = 0, ce = 0; k < n && !x->status; k++) {
-            const ir_node *m = g->nodes[members[k]];
+            const ir_node *m = g->nodes[members[k].node];
             if (m->op != IR_OP_cross_entropy) continue;
             if (values[m->id].data)
                 cpu_cross_entropy_mean(false, (float *)rg->losses + (size_t)ce * (size_t)rg->rows, rg->rows,
@@ -245,7 +224,7 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
         cpu_workers_free(rg->t[i].w);
         al_free(rg->t[i].view), al_free(rg->t[i].scratch);
     }
-    al_free(rg->ext), al_free(rg->ext_kind), al_free(rg->scratch_at), al_free(rg->losses);
+    al_free(rg->ext_kind), al_free(rg->scratch_at), al_free(rg->losses);
     al_free(rg);
     if (why)
         return cpu_fail(x, why == oom ? ALLOY_ERR_OOM : ALLOY_ERR_VERIFY,
@@ -254,16 +233,13 @@ static alloy_status run_row(cpu_exec *x, const ir_graph *g, const int *members, 
     return x->status;
 }
 
-/* ---- GEMM groups: the matmul into f32, then its epilogue as one EW pass ---- */
+/* ---- GEMM steps: the matmul into f32, then its epilogue as one EW pass ---- */
 
-static alloy_status run_gemm(cpu_exec *x, const ir_graph *g, const int *members, int n, rt_tensor *values,
-                             cpu_workers *w)
+alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                          rt_tensor *values, cpu_workers *w)
 {
-    char label[64];
-    const ir_node *mm = g->nodes[members[0]];
-    if (mm->op != IR_OP_matmul || n < 2)
-        return cpu_fail(x, ALLOY_ERR_VERIFY, "gemm group at %s '%s': the first member is not its matmul",
-                        ir_ops[mm->op].name, ir_node_label(mm, label, sizeof label));
+    const sched_member *members = &s->members[step->first];
+    const ir_node *mm = g->nodes[members[0].node];
     int64_t count = ir_numel(&mm->type);
     size_t bytes = sizeof(float) * (size_t)(count ? count : 1);
     bool own = !x->scratch || x->scratch_bytes < bytes; /* the arena's scratch, else a block of its own */
@@ -274,89 +250,42 @@ static alloy_status run_gemm(cpu_exec *x, const ir_graph *g, const int *members,
     if (!cpu_matmul(x, mm, &acc, in)) {
         rt_tensor saved = values[mm->id];
         if (saved.data) cvt_store_f32(mm->type.dtype, acc.data, saved.data, (size_t)count);
-        cpu_range_f32(mm->type.dtype, acc.data, count); /* f16 precision kept, not more range */
+        if (members[0].flags & MEMBER_RANGED) /* f16 precision kept, not more range */
+            cpu_range_f32(mm->type.dtype, acc.data, count);
         values[mm->id] = acc; /* the epilogue reads the unrounded f32 product */
-        cpu_run_group(x, g, members + 1, n - 1, values, w);
+        cpu_run_group_ex(x, g, members + 1, step->n - 1, values, w, NULL, NULL);
         values[mm->id] = saved;
     }
     if (own) al_free(acc.data);
     return x->status;
 }
 
-/* ---- MULTI groups: segment by segment, found_inf checked on the way ---- */
+/* ---- MULTI steps: chain by chain, found_inf checked on the way ---- */
 
-static int find_root(int *parent, int i)
+alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                           rt_tensor *values, cpu_workers *w)
 {
-    while (parent[i] != i) i = parent[i] = parent[parent[i]];
-    return i;
-}
-
-static alloy_status run_multi(cpu_exec *x, const ir_graph *g, const int *members, int n, rt_tensor *values,
-                              cpu_workers *w)
-{
-    const ir_node *last = g->nodes[members[n - 1]];
-    const ir_node *fi = last->op == IR_OP_found_inf ? last : NULL;
-    int ns = fi ? n - 1 : n;
-    int *parent = al_malloc(sizeof(int) * (size_t)(n + 1)), *seg = al_malloc(sizeof(int) * (size_t)(n + 1));
-    uint8_t *check = al_calloc((size_t)n + 1, 1), *done = al_calloc((size_t)n + 1, 1);
-    rt_tensor *outside = fi ? al_malloc(sizeof(rt_tensor) * (size_t)fi->nin) : NULL;
-    if (!parent || !seg || !check || !done || (fi && !outside)) {
-        al_free(parent), al_free(seg), al_free(check), al_free(done), al_free(outside);
-        return cpu_out_of_memory(x, last);
-    }
-    for (int k = 0; k < ns; k++) parent[k] = k;
-    for (int k = 0; k < ns; k++) {
-        const ir_node *m = g->nodes[members[k]];
-        for (int j = 0; j < m->nin; j++)
-            for (int i = 0; i < k; i++)
-                if (members[i] == m->in[j]) parent[find_root(parent, i)] = find_root(parent, k);
-    }
-    int nout = 0;
-    for (int j = 0; fi && j < fi->nin; j++) {
-        int i = 0;
-        while (i < ns && members[i] != fi->in[j]) i++;
-        if (i < ns) check[i] = 1;
-        else outside[nout++] = values[fi->in[j]];
-    }
+    const sched_part *last_part = &s->parts[step->first_part + step->nparts - 1];
+    const ir_node *fi = last_part->kind == PART_OP ? g->nodes[s->members[last_part->first].node] : NULL;
     int nonfinite = 0;
-    for (int k = 0; k < ns && !x->status; k++) {
-        if (done[k]) continue;
-        int root = find_root(parent, k), len = 0;
-        uint8_t seg_check[256], *sc = seg_check;
-        for (int i = k; i < ns; i++)
-            if (!done[i] && find_root(parent, i) == root) seg[len++] = i;
-        if (len > 256 && !(sc = al_malloc((size_t)len))) {
-            cpu_out_of_memory(x, last);
-            break;
-        }
-        for (int i = 0; i < len; i++) {
-            sc[i] = check[seg[i]];
-            done[seg[i]] = 1;
-            seg[i] = members[seg[i]];
-        }
-        cpu_run_group_ex(x, g, seg, len, values, w, NULL, fi ? sc : NULL, &nonfinite);
-        if (sc != seg_check) al_free(sc);
+    for (int p = step->first_part; p < step->first_part + step->nparts && !x->status; p++) {
+        const sched_part *part = &s->parts[p];
+        if (part->kind == PART_EW)
+            cpu_run_group_ex(x, g, &s->members[part->first], part->n, values, w, NULL, fi ? &nonfinite : NULL);
     }
-    if (fi && !x->status && values[fi->id].data) {
-        ir_node probe = *fi; /* found_inf over the operands from outside the group */
-        probe.nin = nout;
-        uint8_t found_outside = 0;
-        rt_tensor flag = {fi->type, &found_outside};
-        if (nout) cpu_found_inf(x, &probe, &flag, outside);
-        *(uint8_t *)values[fi->id].data = (uint8_t)(nonfinite || found_outside);
-    }
-    al_free(parent), al_free(seg), al_free(check), al_free(done), al_free(outside);
+    if (!fi || x->status || !values[fi->id].data) return x->status;
+    /* found_inf over its operands from outside the step */
+    rt_tensor *outside = al_malloc(sizeof(rt_tensor) * (size_t)fi->nin + 1);
+    if (!outside) return cpu_out_of_memory(x, fi);
+    int nout = 0;
+    for (int j = 0; j < fi->nin; j++)
+        if (s->step_of[fi->in[j]] != s->step_of[fi->id]) outside[nout++] = values[fi->in[j]];
+    ir_node probe = *fi;
+    probe.nin = nout;
+    uint8_t found_outside = 0;
+    rt_tensor flag = {fi->type, &found_outside};
+    if (nout) cpu_found_inf(x, &probe, &flag, outside);
+    *(uint8_t *)values[fi->id].data = (uint8_t)(nonfinite || found_outside);
+    al_free(outside);
     return x->status;
-}
-
-alloy_status cpu_run_kind_group(cpu_exec *x, const ir_graph *g, const int *members, int n, rt_tensor *values,
-                                cpu_workers *w)
-{
-    switch (ir_group_kind_of(g, members, n)) {
-    case IR_GROUP_ROW: return run_row(x, g, members, n, values, w);
-    case IR_GROUP_GEMM: return run_gemm(x, g, members, n, values, w);
-    case IR_GROUP_MULTI: return run_multi(x, g, members, n, values, w);
-    case IR_GROUP_EW: break;
-    }
-    return cpu_run_group(x, g, members, n, values, w);
 }

@@ -40,6 +40,7 @@ alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char
     if (st) return graph_fail(g, st, "set_option: %s", err);
     int i = 0;
     while (i < g->noptions && strcmp(g->options[i].name, name) != 0) i++;
+    if (i < g->noptions && strcmp(g->options[i].value, value) == 0) return ALLOY_OK; /* unchanged: keep the compile */
     char *copy = al_strdup(value);
     if (!copy) return graph_fail(g, ALLOY_ERR_OOM, "set_option: out of memory");
     if (i == g->noptions) {

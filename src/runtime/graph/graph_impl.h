@@ -6,14 +6,21 @@
 #include "alloy/train.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
-#include "runtime/cpu/cpu.h"
+#include "runtime/backend.h"
 
-/* One state tensor (a parameter; later optimizer moments and scaler state). */
+/* One state tensor (a parameter, optimizer moments, scaler state): it lives
+ * in a backend buffer; host is a copy for the API, refreshed when stale. */
 typedef struct rt_state {
     char *name;
     ir_type type;
-    void *data;
+    rt_buffer *buf;
+    void *host;
+    bool host_stale; /* a run changed buf since host was copied */
 } rt_state;
+
+/* The scalars step info reads (train_api.c), downloaded by every run. */
+enum { STEP_LOSS, STEP_SCALE_IN, STEP_NEXT_SCALE, STEP_FOUND, STEP_APPLY, STEP_LR, STEP_NORM, STEP_COUNT_IN,
+       STEP_SKIPPED_IN, STEP_NSCALARS };
 
 /* One option set through the API (alloy_graph_set_option). */
 typedef struct graph_option {
@@ -23,23 +30,23 @@ typedef struct graph_option {
 struct alloy_graph {
     ir_graph *ir;       /* as built; builder errors live in ir->status/error */
     ir_graph *compiled; /* after the pass pipeline; NULL until compiled */
-    rt_tensor *values;  /* the last run's values over compiled->nodes */
-    bool values_in_arena; /* the last run's values live in arena (own nothing) */
-    /* The CPU arena of compiled: allocated once and reused on every run;
-     * plan is for the keep set plan_keep (outputs, updates, loss and the
-     * fetches of the run that planned it), rebuilt only when that changes. */
-    mem_plan plan;
-    bool *plan_keep;   /* compiled->nnodes flags; NULL: no plan */
-    void *arena_block; /* al_malloc'd; arena is it rounded up to PLAN_ALIGN */
-    char *arena;
-    size_t arena_cap;  /* usable bytes at arena */
-    void **snapshots;   /* copies of fetched state taken before the run's updates */
-    int nsnapshots;
+    pass_compiled comp; /* its schedule and plan for the default keep set */
+    rt_backend *backend; /* opened at the first compile, kept with the state it holds */
+    /* The executable of the last run: for the default schedule, or for
+     * exec_sched / exec_plan when that run kept more (fetches of values the
+     * default does not keep); exec_keep is what it keeps (NULL: default). */
+    rt_exec *exec;
+    uint8_t *exec_keep;
+    schedule exec_sched;
+    mem_plan exec_plan;
+    rt_buffer **leaf;   /* per compiled node: the buffer bound to an input, param or state leaf */
+    rt_buffer **input_buf; /* per compiled node: the buffer an input is uploaded into (owned) */
+    void **fetched;     /* per compiled node: host copy of its value for fetches (owned) */
+    int step_node[STEP_NSCALARS];     /* the nodes behind the step scalars, -1 when absent */
+    uint64_t step_raw[STEP_NSCALARS]; /* their values as the last run downloaded them */
     rt_state *state;
     int nstate, state_cap;
     bool state_ready; /* every param/state leaf of compiled has its state tensor */
-    int *state_of_node;   /* per compiled node: index in state[] of its param/state, else -1 */
-    int *state_of_update; /* per compiled update: index in state[] of its target */
     uint64_t seed;
     amp_config amp;             /* lists and dtype as the user set them */
     alloy_amp_report amp_report; /* from the last compile */
@@ -69,14 +76,23 @@ AL_HIDDEN void graph_options_free(alloy_graph *g);
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
 AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
 
-/* run.c */
-/* Compiles g's built graph into g->compiled unless it is already. */
+/* compile.c */
+/* Compiles g's built graph into g->compiled (and its schedule and plan)
+ * unless it is already, opening the backend on the first compile. */
 AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
-/* Drops the compiled step (after the graph or its configuration changed). */
+/* Drops the compiled step and its executable (after the graph or its
+ * configuration changed); state stays. */
 AL_HIDDEN void graph_invalidate(alloy_graph *g);
+/* Makes g->exec an executable that keeps keep[0..nnodes) (NULL: only the
+ * default keep set), reusing the last one when it keeps the same. */
+AL_HIDDEN alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep);
+/* Frees every buffer and closes the backend (after state_free_all). */
+AL_HIDDEN void graph_release_device(alloy_graph *g);
 
 /* train_api.c */
-/* Fills g->step from the values of the run that just finished. */
+/* The nodes of compiled behind the step scalars into g->step_node. */
+AL_HIDDEN void step_info_nodes(alloy_graph *g);
+/* Fills g->step from the step scalars the run that just finished downloaded. */
 AL_HIDDEN void step_info_capture(alloy_graph *g);
 
 /* state.c */
@@ -84,7 +100,12 @@ AL_HIDDEN void step_info_capture(alloy_graph *g);
 AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
 /* The state tensor called name, or NULL. */
 AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
+/* s->host, downloaded from its buffer first when stale. */
+AL_HIDDEN alloy_status state_host(alloy_graph *g, rt_state *s);
 AL_HIDDEN void state_free_all(alloy_graph *g);
+/* Moves every state tensor into buffers of backend `to` and closes g's
+ * backend; on failure nothing moved and `to` holds nothing. */
+AL_HIDDEN alloy_status state_move(alloy_graph *g, rt_backend *to);
 
 /* Records an error on g's run status (the builder's first error stays in ir). */
 AL_HIDDEN alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)

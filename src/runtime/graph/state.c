@@ -73,6 +73,27 @@ rt_state *state_find(alloy_graph *g, const char *name)
     return NULL;
 }
 
+/* Uploads s->host into its buffer (which it creates when missing). */
+static alloy_status state_upload(alloy_graph *g, rt_state *s)
+{
+    rt_backend *b = g->backend;
+    size_t bytes = ir_nbytes(&s->type);
+    if (!s->buf && b->ops->buffer_new(b, bytes, &s->buf)) return graph_fail(g, ALLOY_ERR_OOM, "state '%s': %s", s->name, b->error);
+    if (b->ops->upload(b, s->buf, s->host, bytes)) return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
+    s->host_stale = false;
+    return ALLOY_OK;
+}
+
+alloy_status state_host(alloy_graph *g, rt_state *s)
+{
+    if (!s->host_stale) return ALLOY_OK;
+    rt_backend *b = g->backend;
+    if (b->ops->download(b, s->buf, s->host, ir_nbytes(&s->type)))
+        return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
+    s->host_stale = false;
+    return ALLOY_OK;
+}
+
 alloy_status state_ensure(alloy_graph *g)
 {
     if (g->state_ready) return ALLOY_OK;
@@ -92,61 +113,75 @@ alloy_status state_ensure(alloy_graph *g)
         }
         int64_t count = ir_numel(&n->type);
         size_t bytes = ir_nbytes(&n->type);
-        rt_state s = {al_strdup(n->name), n->type, al_malloc(bytes ? bytes : 1)};
+        rt_state s = {.name = al_strdup(n->name), .type = n->type, .host = al_malloc(bytes ? bytes : 1)};
         double *tmp = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
-        if (!s.name || !s.data || !tmp) {
+        if (!s.name || !s.host || !tmp) {
             al_free(s.name);
-            al_free(s.data);
+            al_free(s.host);
             al_free(tmp);
             return graph_fail(g, ALLOY_ERR_OOM, "out of memory creating state '%s' (%zu bytes)",
                               n->name, bytes);
         }
         init_values(n, g->seed, tmp, count);
-        cvt_store_f64(n->type.dtype, tmp, s.data, (size_t)count);
+        cvt_store_f64(n->type.dtype, tmp, s.host, (size_t)count);
         al_free(tmp);
         g->state[g->nstate++] = s;
-    }
-    /* bind leaves and update targets to state once per compile, not per run */
-    al_free(g->state_of_node);
-    al_free(g->state_of_update);
-    g->state_of_node = al_malloc(sizeof(int) * ((size_t)ir->nnodes + 1));
-    g->state_of_update = al_malloc(sizeof(int) * ((size_t)ir->nupdates + 1));
-    if (!g->state_of_node || !g->state_of_update)
-        return graph_fail(g, ALLOY_ERR_OOM, "out of memory binding state of graph '%s'", ir->name);
-    for (int i = 0; i < ir->nnodes; i++) {
-        const ir_node *n = ir->nodes[i];
-        rt_state *s = n->op == IR_OP_param || n->op == IR_OP_state ? state_find(g, n->name) : NULL;
-        g->state_of_node[i] = s ? (int)(s - g->state) : -1;
-    }
-    for (int i = 0; i < ir->nupdates; i++) {
-        rt_state *s = state_find(g, ir->updates[i].name);
-        g->state_of_update[i] = s ? (int)(s - g->state) : -1;
+        st = state_upload(g, &g->state[g->nstate - 1]);
+        if (st) return st;
     }
     g->state_ready = true;
     return ALLOY_OK;
 }
 
+alloy_status state_move(alloy_graph *g, rt_backend *to)
+{
+    for (int i = 0; i < g->nstate; i++) {
+        alloy_status st = state_host(g, &g->state[i]);
+        if (st) return st;
+    }
+    rt_backend *from = g->backend;
+    rt_buffer **bufs = al_calloc((size_t)g->nstate + 1, sizeof *bufs);
+    if (!bufs) return graph_fail(g, ALLOY_ERR_OOM, "out of memory moving state to the %s backend", to->ops->name);
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; i < g->nstate && !st; i++) {
+        rt_state *s = &g->state[i];
+        size_t bytes = ir_nbytes(&s->type);
+        if (to->ops->buffer_new(to, bytes, &bufs[i]) || to->ops->upload(to, bufs[i], s->host, bytes))
+            st = graph_fail(g, ALLOY_ERR_OOM, "moving state '%s' to the %s backend: %s", s->name, to->ops->name, to->error);
+    }
+    for (int i = 0; i < g->nstate; i++) { /* all moved, or none: the old buffers stay on failure */
+        rt_state *s = &g->state[i];
+        rt_backend *owner = st ? to : from;
+        rt_buffer *drop = st ? bufs[i] : s->buf;
+        if (drop) owner->ops->buffer_free(owner, drop);
+        if (!st) s->buf = bufs[i];
+    }
+    al_free(bufs);
+    if (!st) rt_backend_close(from);
+    return st;
+}
+
 void state_free_all(alloy_graph *g)
 {
-    al_free(g->state_of_node);
-    al_free(g->state_of_update);
-    g->state_of_node = g->state_of_update = NULL;
     for (int i = 0; i < g->nstate; i++) {
         al_free(g->state[i].name);
-        al_free(g->state[i].data);
+        al_free(g->state[i].host);
+        if (g->state[i].buf) g->backend->ops->buffer_free(g->backend, g->state[i].buf);
     }
     al_free(g->state);
     g->state = NULL;
     g->nstate = g->state_cap = 0;
 }
 
-static void describe_state(const rt_state *s, alloy_host_tensor *out)
+/* s as a host tensor, its host copy brought up to date. */
+static alloy_status describe_state(alloy_graph *g, rt_state *s, alloy_host_tensor *out)
 {
     out->name = s->name;
     out->dtype = s->type.dtype;
     out->rank = s->type.rank;
     memcpy(out->dims, s->type.dims, sizeof out->dims);
-    out->data = s->data;
+    out->data = s->host;
+    return state_host(g, s);
 }
 
 int alloy_graph_state_count(alloy_graph *g)
@@ -162,8 +197,7 @@ alloy_status alloy_graph_state_at(alloy_graph *g, int i, alloy_host_tensor *out)
     if (st) return st;
     if (i < 0 || i >= g->nstate)
         return graph_fail(g, ALLOY_ERR_NOT_FOUND, "state index %d out of range [0, %d)", i, g->nstate);
-    describe_state(&g->state[i], out);
-    return ALLOY_OK;
+    return describe_state(g, &g->state[i], out);
 }
 
 alloy_status alloy_graph_get_state(alloy_graph *g, const char *name, alloy_host_tensor *out)
@@ -173,8 +207,7 @@ alloy_status alloy_graph_get_state(alloy_graph *g, const char *name, alloy_host_
     if (st) return st;
     rt_state *s = state_find(g, name);
     if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "no state tensor named '%s'", name);
-    describe_state(s, out);
-    return ALLOY_OK;
+    return describe_state(g, s, out);
 }
 
 /* Checks that src may replace s (same dtype and shape); names both on error. */
@@ -203,8 +236,10 @@ alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
     rt_state *s = state_find(g, src->name);
     if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "no state tensor named '%s'", src->name);
     if ((st = check_match(g, s, src, ""))) return st;
-    if (ir_nbytes(&s->type)) memcpy(s->data, src->data, ir_nbytes(&s->type));
-    return ALLOY_OK;
+    if (!src->data && ir_nbytes(&s->type))
+        return graph_fail(g, ALLOY_ERR_INVALID, "set_state '%s': data is NULL", s->name);
+    if (ir_nbytes(&s->type)) memcpy(s->host, src->data, ir_nbytes(&s->type));
+    return state_upload(g, s);
 }
 
 alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
@@ -214,7 +249,11 @@ alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
     if (st) return st;
     alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
     if (!ts) return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
-    for (int i = 0; i < g->nstate; i++) describe_state(&g->state[i], &ts[i]);
+    for (int i = 0; i < g->nstate && !st; i++) st = describe_state(g, &g->state[i], &ts[i]);
+    if (st) {
+        al_free(ts);
+        return st;
+    }
     const char *keys[] = {"format", "graph"}, *vals[] = {"alloy-state-1", g->ir->name};
     char err[512] = "";
     st = alloy_safetensors_save(path, ts, g->nstate, keys, vals, 2, err, sizeof err);
@@ -247,7 +286,8 @@ alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
     }
     for (int i = 0; !st && i < g->nstate; i++) {
         const alloy_host_tensor *t = alloy_safetensors_find(file, g->state[i].name);
-        if (ir_nbytes(&g->state[i].type)) memcpy(g->state[i].data, t->data, ir_nbytes(&g->state[i].type));
+        if (ir_nbytes(&g->state[i].type)) memcpy(g->state[i].host, t->data, ir_nbytes(&g->state[i].type));
+        st = state_upload(g, &g->state[i]);
     }
     alloy_safetensors_free(file);
     return st;

@@ -158,49 +158,65 @@ alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
     return ALLOY_OK;
 }
 
-/* The scalar value of the compiled output `name` as a double, or def. */
-static double scalar_output(alloy_graph *g, const char *name, double def)
+void step_info_nodes(alloy_graph *g)
 {
     const ir_graph *c = g->compiled;
-    int i = ir_find_output(c, name);
-    if (i < 0) return def;
-    int id = c->outputs[i].node;
-    const rt_tensor *v = &g->values[id];
-    if (!v->data) return def;
-    switch (c->nodes[id]->type.dtype) {
-    case ALLOY_F32: return *(const float *)v->data;
-    case ALLOY_F64: return *(const double *)v->data;
-    case ALLOY_I32: return *(const int32_t *)v->data;
-    case ALLOY_BOOL: return *(const uint8_t *)v->data;
-    default: return def;
+    static const char *const outputs[STEP_NSCALARS] = {
+        [STEP_SCALE_IN] = STEP_SCALE, [STEP_NEXT_SCALE] = OUT_NEXT_SCALE, [STEP_FOUND] = OUT_FOUND_INF,
+        [STEP_APPLY] = OUT_APPLY,     [STEP_LR] = OUT_LR,                 [STEP_NORM] = OUT_GRAD_NORM};
+    for (int k = 0; k < STEP_NSCALARS; k++) {
+        int i = outputs[k] ? ir_find_output(c, outputs[k]) : -1;
+        g->step_node[k] = i >= 0 ? c->outputs[i].node : -1;
+    }
+    g->step_node[STEP_LOSS] = c->loss;
+    /* the counters as the step found them: their state leaves */
+    g->step_node[STEP_COUNT_IN] = ir_find_name(c, STEP_COUNT);
+    g->step_node[STEP_SKIPPED_IN] = ir_find_name(c, STEP_SKIPPED);
+    for (int k = 0; k < STEP_NSCALARS; k++) {
+        int id = g->step_node[k];
+        if (id >= 0 && (c->nodes[id]->type.rank != 0 || alloy_dtype_size(c->nodes[id]->type.dtype) > 8))
+            g->step_node[k] = -1;
     }
 }
 
+/* Step scalar k as the last run downloaded it, or def when the graph has none. */
+static double step_scalar(const alloy_graph *g, int k, double def)
+{
+    int id = g->step_node[k];
+    if (id < 0) return def;
+    double v;
+    cvt_load_f64(g->compiled->nodes[id]->type.dtype, &g->step_raw[k], &v, 1);
+    return v;
+}
+
+/* The value of a scalar state tensor the compiled graph does not read (a
+ * counter left by an earlier training compile), or def. */
 static double state_scalar(alloy_graph *g, const char *name, double def)
 {
     rt_state *s = state_find(g, name);
-    if (!s || s->type.rank != 0) return def;
-    return s->type.dtype == ALLOY_F32 ? *(const float *)s->data
-           : s->type.dtype == ALLOY_I32 ? *(const int32_t *)s->data : def;
+    if (!s || s->type.rank != 0 || state_host(g, s)) return def;
+    double v;
+    cvt_load_f64(s->type.dtype, s->host, &v, 1);
+    return v;
 }
 
 void step_info_capture(alloy_graph *g)
 {
-    const ir_graph *c = g->compiled;
     alloy_step_info *s = &g->step;
     memset(s, 0, sizeof *s);
-    s->loss = NAN;
-    if (c->loss >= 0 && g->values[c->loss].data)
-        cvt_load_f64(c->nodes[c->loss]->type.dtype, g->values[c->loss].data, &s->loss, 1);
-    s->scale = scalar_output(g, STEP_SCALE, 1.0);
-    s->next_scale = scalar_output(g, OUT_NEXT_SCALE, s->scale);
-    s->skipped = scalar_output(g, OUT_FOUND_INF, 0) != 0;
-    s->updated = g->training && g->optimizer.kind && scalar_output(g, OUT_APPLY, 1) != 0;
-    s->lr = scalar_output(g, OUT_LR, 0);
-    s->grad_norm = scalar_output(g, OUT_GRAD_NORM, NAN);
+    s->loss = step_scalar(g, STEP_LOSS, NAN);
+    s->scale = step_scalar(g, STEP_SCALE_IN, 1.0);
+    s->next_scale = step_scalar(g, STEP_NEXT_SCALE, s->scale);
+    s->skipped = step_scalar(g, STEP_FOUND, 0) != 0;
+    s->updated = g->training && g->optimizer.kind && step_scalar(g, STEP_APPLY, 1) != 0;
+    s->lr = step_scalar(g, STEP_LR, 0);
+    s->grad_norm = step_scalar(g, STEP_NORM, NAN);
     /* counters after this run's updates: before + what the run added */
-    s->step = (int64_t)state_scalar(g, STEP_COUNT, 0) + (s->updated ? 1 : 0);
-    s->skipped_steps = (int64_t)state_scalar(g, STEP_SKIPPED, 0) + (s->skipped ? 1 : 0);
+    double count = g->step_node[STEP_COUNT_IN] >= 0 ? step_scalar(g, STEP_COUNT_IN, 0) : state_scalar(g, STEP_COUNT, 0);
+    double skipped = g->step_node[STEP_SKIPPED_IN] >= 0 ? step_scalar(g, STEP_SKIPPED_IN, 0)
+                                                        : state_scalar(g, STEP_SKIPPED, 0);
+    s->step = (int64_t)count + (s->updated ? 1 : 0);
+    s->skipped_steps = (int64_t)skipped + (s->skipped ? 1 : 0);
 }
 
 alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out)

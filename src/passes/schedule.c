@@ -1,0 +1,285 @@
+/* schedule.c - fusion groups -> ordered steps with parts, members, numerics flags and external inputs; the schedule pass's printer.
+ *
+ * After sched_build every non-leaf node is a member of exactly one step; a
+ * step runs at its last member's position, and every value it reads from
+ * outside was produced by an earlier step (ir_check_groups proved it). The
+ * flags say what each member's readers see (docs/fusion.md): they are the
+ * rules the CPU executor followed when it derived them per run, written
+ * down once so that every backend follows the same ones.
+ */
+#include <string.h>
+
+#include "passes/schedule.h"
+
+const char *sched_kind_name(step_kind k)
+{
+    static const char *const names[] = {"op", "ew", "row", "gemm", "multi"};
+    return k <= STEP_MULTI ? names[k] : "?";
+}
+
+static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
+
+static bool low_float(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLOY_BF16; }
+
+static int find_root(int *parent, int i)
+{
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* Working state of one sched_build. */
+typedef struct builder {
+    const ir_graph *g;
+    schedule *s;
+    uint8_t *must_store; /* per node */
+    int *stamp;          /* per node: the last step that listed it as an input */
+    int *parent;         /* per member slot of a MULTI step: union-find */
+    int *order;          /* scratch: members of the step being built */
+} builder;
+
+static void add_part(builder *b, part_kind kind, int first, int n)
+{
+    schedule *s = b->s;
+    bool wide = kind == PART_EW && ir_fuse_wide(b->g, b->g->nodes[s->members[first].node]);
+    s->parts[s->nparts++] = (sched_part){kind, wide, first, n};
+}
+
+/* The flags an EW part of n members gives each (docs/fusion.md): an
+ * unrounded f16/bf16 intermediate keeps the dtype's range; bool and integer
+ * values, and casts to f16/bf16, are rounded for their readers too. */
+static void ew_part_flags(builder *b, const sched_part *p)
+{
+    for (int m = p->first; m < p->first + p->n; m++) {
+        const ir_node *x = b->g->nodes[b->s->members[m].node];
+        alloy_dtype dt = x->type.dtype;
+        uint8_t f = 0;
+        if (p->n > 1 && low_float(dt)) f |= MEMBER_RANGED;
+        if ((p->n > 1 && !ir_is_float(dt)) || (x->op == IR_OP_cast && low_float(dt))) f |= MEMBER_EXACT;
+        b->s->members[m].flags |= f;
+    }
+}
+
+/* Adds members order[0..n) of one step of the given kind: their order,
+ * parts and flags. */
+static void add_members(builder *b, sched_step *st, const int *order, int n)
+{
+    const ir_graph *g = b->g;
+    schedule *s = b->s;
+    st->first = s->nmembers;
+    st->n = n;
+    st->first_part = s->nparts;
+    int group_size = n;
+    for (int m = 0; m < n; m++) {
+        int id = order[m];
+        s->member_of[id] = s->nmembers;
+        s->step_of[id] = (int)(st - s->steps);
+        bool stored = group_size == 1 || b->must_store[id];
+        s->members[s->nmembers++] = (sched_member){id, stored ? MEMBER_STORED : 0};
+    }
+    switch (st->kind) {
+    case STEP_OP: add_part(b, PART_OP, st->first, 1); break;
+    case STEP_EW: add_part(b, PART_EW, st->first, n); break;
+    case STEP_GEMM:
+        add_part(b, PART_OP, st->first, 1);
+        add_part(b, PART_EW, st->first + 1, n - 1);
+        if (low_float(g->nodes[order[0]]->type.dtype)) s->members[st->first].flags |= MEMBER_RANGED;
+        break;
+    case STEP_ROW:
+        for (int m = 0; m < n;) {
+            int end = m + 1;
+            if (ir_fuse_elementwise(g, g->nodes[order[m]])) {
+                while (end < n && ir_fuse_elementwise(g, g->nodes[order[end]])) end++;
+                add_part(b, PART_EW, st->first + m, end - m);
+            } else {
+                add_part(b, PART_OP, st->first + m, 1);
+                s->members[st->first + m].flags |= MEMBER_EXACT;
+            }
+            m = end;
+        }
+        break;
+    case STEP_MULTI: {
+        /* the chains, in the order of their first member; found_inf last */
+        bool fi = g->nodes[order[n - 1]]->op == IR_OP_found_inf;
+        int ns = fi ? n - 1 : n, at = st->first;
+        int *parent = b->parent, *done = b->stamp; /* stamp is free until the inputs below */
+        for (int m = 0; m < ns; m++) parent[m] = m;
+        for (int m = 0; m < ns; m++) {
+            const ir_node *x = g->nodes[order[m]];
+            for (int j = 0; j < x->nin; j++) {
+                int src = s->member_of[x->in[j]] - st->first;
+                if (s->member_of[x->in[j]] >= 0 && src >= 0 && src < ns)
+                    parent[find_root(parent, src)] = find_root(parent, m);
+            }
+        }
+        for (int m = 0; m < ns; m++) done[order[m]] = 0;
+        for (int m = 0; m < ns; m++) {
+            if (done[order[m]]) continue;
+            int root = find_root(parent, m), len = 0;
+            for (int i = m; i < ns; i++)
+                if (!done[order[i]] && find_root(parent, i) == root) {
+                    done[order[i]] = 1;
+                    s->member_of[order[i]] = at + len;
+                    s->members[at + len++] = (sched_member){order[i], b->must_store[order[i]] ? MEMBER_STORED : 0};
+                }
+            add_part(b, PART_EW, at, len);
+            at += len;
+        }
+        if (fi) {
+            add_part(b, PART_OP, at, 1);
+            const ir_node *f = g->nodes[order[n - 1]];
+            for (int j = 0; j < f->nin; j++)
+                if (s->step_of[f->in[j]] == (int)(st - s->steps)) s->members[s->member_of[f->in[j]]].flags |= MEMBER_CHECK;
+        }
+        for (int m = 0; m < ns; m++) done[order[m]] = -1;
+        break;
+    }
+    }
+    st->nparts = s->nparts - st->first_part;
+    for (int p = st->first_part; p < s->nparts; p++)
+        if (s->parts[p].kind == PART_EW) ew_part_flags(b, &s->parts[p]);
+    if (st->kind != STEP_ROW) return;
+    /* a value a later part reads is handed over rounded (the CPU's block
+     * buffer; shared memory or registers on a GPU) */
+    for (int p = st->first_part; p < s->nparts; p++)
+        for (int m = s->parts[p].first; m < s->parts[p].first + s->parts[p].n; m++) {
+            const ir_node *x = g->nodes[s->members[m].node];
+            for (int j = 0; j < x->nin; j++) {
+                int src = s->member_of[x->in[j]];
+                if (src >= st->first && src < s->parts[p].first) s->members[src].flags |= MEMBER_SPILLED;
+            }
+        }
+}
+
+/* The nodes the step reads from outside, in order of first use. */
+static void add_inputs(builder *b, sched_step *st)
+{
+    schedule *s = b->s;
+    int me = (int)(st - s->steps);
+    st->first_in = s->ninputs;
+    for (int m = st->first; m < st->first + st->n; m++) {
+        const ir_node *x = b->g->nodes[s->members[m].node];
+        for (int j = 0; j < x->nin; j++) {
+            int o = x->in[j];
+            if (s->step_of[o] == me || b->stamp[o] == me) continue;
+            b->stamp[o] = me;
+            s->inputs[s->ninputs++] = o;
+        }
+    }
+    st->nin = s->ninputs - st->first_in;
+}
+
+alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int nn = g->nnodes;
+    size_t edges = 1;
+    for (int i = 0; i < nn; i++) edges += (size_t)g->nodes[i]->nin;
+    ir_groups gs;
+    builder b = {.g = g, .s = out};
+    bool ok = ir_groups_collect(g, &gs) == ALLOY_OK;
+    out->nnodes = nn;
+    out->steps = al_calloc((size_t)nn + 1, sizeof(sched_step));
+    out->members = al_calloc((size_t)nn + 1, sizeof(sched_member));
+    out->parts = al_calloc((size_t)nn + 1, sizeof(sched_part));
+    out->inputs = al_malloc(sizeof(int) * edges);
+    out->step_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    out->member_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    out->kept = al_calloc((size_t)nn + 1, 1);
+    b.must_store = al_calloc((size_t)nn + 1, 1);
+    b.stamp = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    b.parent = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    if (!ok || !out->steps || !out->members || !out->parts || !out->inputs || !out->step_of || !out->member_of ||
+        !out->kept || !b.must_store || !b.stamp || !b.parent) {
+        if (ok) ir_groups_free(&gs);
+        al_free(b.must_store), al_free(b.stamp), al_free(b.parent);
+        sched_free(out);
+        al_fmt(err, errlen, "out of memory scheduling %d nodes", nn);
+        return ALLOY_ERR_OOM;
+    }
+    for (int i = 0; i < g->noutputs; i++) out->kept[g->outputs[i].node] = 1;
+    for (int i = 0; i < g->nupdates; i++) out->kept[g->updates[i].node] = 1;
+    if (g->loss >= 0) out->kept[g->loss] = 1;
+    for (int i = 0; i < nn; i++) {
+        if (keep && keep[i]) out->kept[i] = 1;
+        b.must_store[i] = out->kept[i];
+        out->step_of[i] = out->member_of[i] = -1;
+        b.stamp[i] = -1;
+    }
+    for (int i = 0; i < nn; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int o = n->in[j];
+            if (gs.group_of[o] >= 0 && gs.group_of[o] != gs.group_of[i]) b.must_store[o] = 1;
+        }
+    }
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; i < nn && !st; i++) {
+        const ir_node *n = g->nodes[i];
+        if (is_leaf(n)) continue;
+        int k = gs.group_of[i], size = ir_group_size(&gs, i);
+        const int *members = size > 1 ? &gs.member[gs.start[k]] : &i;
+        if (members[size - 1] != i) continue; /* runs with its group, at its last member */
+        sched_step *step = &out->steps[out->nsteps++];
+        step->pos = i;
+        if (size > 1) {
+            static const step_kind by_group[] = {[IR_GROUP_EW] = STEP_EW, [IR_GROUP_ROW] = STEP_ROW,
+                                                 [IR_GROUP_GEMM] = STEP_GEMM, [IR_GROUP_MULTI] = STEP_MULTI};
+            step->kind = by_group[ir_group_kind_of(g, members, size)];
+        } else {
+            step->kind = ir_ops[n->op].elementwise ? STEP_EW : STEP_OP;
+        }
+        step->space = step->kind == STEP_ROW ? *ir_fuse_shape(g, g->nodes[members[0]])
+                      : step->kind == STEP_GEMM ? g->nodes[members[0]]->type
+                                                : n->type;
+        add_members(&b, step, members, size);
+        add_inputs(&b, step);
+    }
+    ir_groups_free(&gs);
+    al_free(b.must_store), al_free(b.stamp), al_free(b.parent);
+    return st;
+}
+
+void sched_free(schedule *s)
+{
+    al_free(s->steps), al_free(s->members), al_free(s->parts), al_free(s->inputs);
+    al_free(s->step_of), al_free(s->member_of), al_free(s->kept);
+    memset(s, 0, sizeof *s);
+}
+
+bool sched_stored(const schedule *s, int i)
+{
+    return s->member_of[i] >= 0 && (s->members[s->member_of[i]].flags & MEMBER_STORED);
+}
+
+void sched_print(const ir_graph *g, const schedule *s, FILE *out)
+{
+    int count[STEP_MULTI + 1] = {0};
+    for (int k = 0; k < s->nsteps; k++) count[s->steps[k].kind]++;
+    fprintf(out, "# schedule: %d steps (op %d, ew %d, row %d, gemm %d, multi %d)\n", s->nsteps, count[STEP_OP],
+            count[STEP_EW], count[STEP_ROW], count[STEP_GEMM], count[STEP_MULTI]);
+    static const struct {
+        uint8_t flag;
+        char letter;
+    } letters[] = {{MEMBER_STORED, 's'}, {MEMBER_EXACT, 'x'}, {MEMBER_RANGED, 'r'}, {MEMBER_CHECK, 'c'}, {MEMBER_SPILLED, 'p'}};
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *st = &s->steps[k];
+        char ty[96];
+        ir_fmt_type(ty, sizeof ty, &st->space);
+        fprintf(out, "# step %d %s @%%%d %s: in", k, sched_kind_name(st->kind), st->pos, ty);
+        for (int i = 0; i < st->nin; i++) fprintf(out, " %%%d", s->inputs[st->first_in + i]);
+        fputc(';', out);
+        for (int p = st->first_part; p < st->first_part + st->nparts; p++) {
+            const sched_part *part = &s->parts[p];
+            if (p > st->first_part) fputs(" |", out);
+            fprintf(out, " %s%s", part->kind == PART_EW ? "ew" : ir_ops[g->nodes[s->members[part->first].node]->op].name,
+                    part->wide ? "(f64)" : "");
+            for (int m = part->first; m < part->first + part->n; m++) {
+                fprintf(out, " %%%d", s->members[m].node);
+                if (s->members[m].flags) fputc('=', out);
+                for (size_t l = 0; l < sizeof letters / sizeof letters[0]; l++)
+                    if (s->members[m].flags & letters[l].flag) fputc(letters[l].letter, out);
+            }
+        }
+        fputc('\n', out);
+    }
+}

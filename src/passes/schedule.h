@@ -1,0 +1,82 @@
+/* schedule.h - the schedule: the compiled graph as an ordered list of steps (kernels) that every backend executes. */
+#ifndef ALLOY_SCHEDULE_H
+#define ALLOY_SCHEDULE_H
+
+#include <stdio.h>
+
+#include "ir/groups.h"
+#include "ir/ir.h"
+
+/* What one step is (docs/architecture.md, "the schedule"):
+ *   OP:    one node with its own kernel (matmul, reduction, movement, a
+ *          row op outside any group, a constant);
+ *   EW:    elementwise members over one shape, one pass over memory;
+ *   ROW:   row ops with elementwise producers and consumers over [rows, C];
+ *   GEMM:  a matmul and its epilogue;
+ *   MULTI: independent elementwise chains (and a found_inf over them) in
+ *          one launch. */
+typedef enum step_kind { STEP_OP, STEP_EW, STEP_ROW, STEP_GEMM, STEP_MULTI } step_kind;
+
+/* Per-member numerics (docs/fusion.md); a backend must honour each. */
+enum {
+    MEMBER_STORED = 1,  /* written to its arena slot: read by a later step, an output, update, the loss or kept */
+    MEMBER_EXACT = 2,   /* readers see it rounded to its dtype (bool/int results, casts to f16/bf16, row-op results) */
+    MEMBER_RANGED = 4,  /* an unrounded f16/bf16 value: f32 precision, but it overflows to inf where a store would */
+    MEMBER_CHECK = 8,   /* the step's found_inf reads it: a non-finite value (as stored) sets the flag */
+    MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
+};
+
+/* A part: members run as one unit inside a step. EW parts are one chunked
+ * elementwise pass (computing in f64 when `wide`); an OP part is one
+ * structured member (a row op, the GEMM's matmul, found_inf). */
+typedef enum part_kind { PART_EW, PART_OP } part_kind;
+
+typedef struct sched_part {
+    part_kind kind;
+    bool wide;
+    int first, n; /* members [first, first + n) of the schedule */
+} sched_part;
+
+typedef struct sched_member {
+    int node;
+    uint8_t flags; /* MEMBER_* */
+} sched_member;
+
+typedef struct sched_step {
+    step_kind kind;
+    int pos;             /* where it runs: the id of its last member (steps ascend by pos) */
+    int first, n;        /* its members, in execution order */
+    int first_part, nparts;
+    int first_in, nin;   /* nodes it reads from outside, in order of first use */
+    ir_type space;       /* EW, ROW, GEMM: the iteration shape ([rows, C] for ROW); OP, MULTI: the last member's type */
+} sched_step;
+
+typedef struct schedule {
+    int nnodes, nsteps, nmembers, nparts, ninputs;
+    sched_step *steps;
+    sched_member *members;
+    sched_part *parts;
+    int *inputs;
+    int *step_of;     /* per node: its step, -1 for the bound leaves (input, param, state) */
+    int *member_of;   /* per node: its index in members, -1 for leaves */
+    uint8_t *kept;    /* per node: must survive the whole run (outputs, updates, loss, the keep set) */
+} schedule;
+
+/* Builds the schedule of g (verified, with its fusion groups) for the keep
+ * set keep[0..nnodes) (NULL: nothing beyond the outputs, updates and loss):
+ * one step per group of two or more and per other non-leaf node, in the
+ * order of their positions; each step's parts, members, flags and
+ * external inputs. Fills *out (sched_free) or returns ALLOY_ERR_OOM /
+ * ALLOY_ERR_VERIFY with err. */
+AL_HIDDEN alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen);
+AL_HIDDEN void sched_free(schedule *s);
+AL_HIDDEN const char *sched_kind_name(step_kind k);
+/* Whether node i's value is materialized (a stored member; leaves are bound, not stored). */
+AL_HIDDEN bool sched_stored(const schedule *s, int i);
+/* Prints the schedule as comment lines, one per step:
+ *   # step 12 row @%31 f32[2048,64]: in %27 %12; ew %28 %29 | row %30=xs | ew %31=s
+ * (parts separated by "|", each member's flags after "=": s stored, x
+ * exact, r ranged, c checked, p spilled). */
+AL_HIDDEN void sched_print(const ir_graph *g, const schedule *s, FILE *out);
+
+#endif

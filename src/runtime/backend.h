@@ -1,0 +1,80 @@
+/* backend.h - the one interface between the graph object and a backend: device buffers, transfers, a schedule compiled into an executable, runs, and the bundle hooks. */
+#ifndef ALLOY_BACKEND_H
+#define ALLOY_BACKEND_H
+
+#include "ir/ir.h"
+#include "passes/options.h"
+#include "passes/plan.h"
+#include "passes/schedule.h"
+
+typedef struct rt_backend rt_backend;
+typedef struct rt_buffer rt_buffer; /* device memory; only its backend looks inside */
+typedef struct rt_exec rt_exec;     /* a compiled step; only its backend looks inside */
+
+/* A value copied to the host by a run: node's value (ir_nbytes of its type)
+ * into dst. */
+typedef struct rt_download {
+    int node;
+    void *dst;
+} rt_download;
+
+/* What one run binds and hands back. */
+typedef struct rt_run_args {
+    /* per node of the compiled graph: the buffer of each input, param and
+     * state leaf (NULL for other nodes; a leaf of 0 bytes may be NULL) */
+    rt_buffer *const *leaf;
+    /* copied out after the step computes and before its updates replace
+     * state, so a state leaf reads as the value the step used; only kept
+     * values (outputs, updates, loss, the schedule's keep set) and leaves */
+    const rt_download *downloads;
+    int ndownloads;
+} rt_run_args;
+
+/* A backend's entry points. Every call returns ALLOY_OK or an error with
+ * its message on the backend (rt_backend.error), naming what failed. */
+typedef struct rt_backend_ops {
+    const char *name;
+    alloy_status (*buffer_new)(rt_backend *b, size_t bytes, rt_buffer **out);
+    void (*buffer_free)(rt_backend *b, rt_buffer *buf);
+    alloy_status (*upload)(rt_backend *b, rt_buffer *dst, const void *src, size_t bytes);
+    alloy_status (*download)(rt_backend *b, const rt_buffer *src, void *dst, size_t bytes);
+    /* An executable for schedule s of g with plan p (all three outlive it):
+     * one arena of p->arena_bytes, the step's kernels. */
+    alloy_status (*compile)(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p, rt_exec **out);
+    /* One run: every step in order, the downloads, then every update of g
+     * copied into the state leaf it names. */
+    alloy_status (*run)(rt_backend *b, rt_exec *e, const rt_run_args *args);
+    void (*exec_free)(rt_backend *b, rt_exec *e);
+    /* Bundle hooks: what the executable needs besides the graph, schedule and
+     * plan that a bundle stores anyway (kernels, launch geometry), as bytes
+     * (al_free them; none: NULL, 0), and an executable from such bytes. */
+    alloy_status (*exec_save)(rt_backend *b, const rt_exec *e, void **bytes, size_t *len);
+    alloy_status (*exec_load)(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
+                              const void *bytes, size_t len, rt_exec **out);
+    void (*close)(rt_backend *b);
+} rt_backend_ops;
+
+struct rt_backend {
+    const rt_backend_ops *ops;
+    al_options cfg;  /* the options it was opened with (threads, BLAS, ...) */
+    char error[768]; /* the last failure */
+};
+
+/* Opens a backend for the options' device: "cpu", or for "auto" the best
+ * one this build and machine have (the CPU until the CUDA backend lands);
+ * "cuda" without one is ALLOY_ERR_UNSUPPORTED with a message in err. */
+AL_HIDDEN alloy_status rt_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+/* The backends compiled in, for tests that run every op on each. */
+AL_HIDDEN int rt_backend_count(void);
+AL_HIDDEN const char *rt_backend_name(int i);
+/* Opens the i-th backend; ALLOY_ERR_UNSUPPORTED with err when this machine cannot run it. */
+AL_HIDDEN alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+AL_HIDDEN void rt_backend_close(rt_backend *b);
+
+/* Records a failure on b (printf-style) and returns status. */
+AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
+
+/* The CPU backend (runtime/cpu/cpu_backend.c). */
+AL_HIDDEN alloy_status cpu_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,164 @@
+/* cpu_backend.c - the CPU backend behind the backend interface: host buffers, and an executable that runs a schedule in one arena. */
+#include <string.h>
+
+#include "runtime/backend.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
+
+struct rt_buffer {
+    size_t bytes;
+    _Alignas(16) char data[]; /* al_malloc aligns to 16 */
+};
+
+/* A compiled step: the graph, schedule and plan it runs (not owned), its
+ * arena, the values table and worker threads reused by every run. */
+struct rt_exec {
+    const ir_graph *g;
+    const schedule *s;
+    const mem_plan *plan;
+    void *block; /* al_malloc'd; arena is it rounded up to PLAN_ALIGN */
+    char *arena;
+    rt_tensor *values;
+    cpu_workers *workers;
+    int *update_target; /* per update of g: the node id of the state leaf it replaces */
+};
+
+static alloy_status buffer_new(rt_backend *b, size_t bytes, rt_buffer **out)
+{
+    *out = al_malloc(sizeof **out + (bytes ? bytes : 1));
+    if (!*out) return rt_fail(b, ALLOY_ERR_OOM, "cpu: out of memory allocating a buffer of %zu bytes", bytes);
+    (*out)->bytes = bytes;
+    return ALLOY_OK;
+}
+
+static void buffer_free(rt_backend *b, rt_buffer *buf)
+{
+    (void)b;
+    al_free(buf);
+}
+
+static alloy_status upload(rt_backend *b, rt_buffer *dst, const void *src, size_t bytes)
+{
+    if (bytes > dst->bytes)
+        return rt_fail(b, ALLOY_ERR_INVALID, "cpu: upload of %zu bytes into a buffer of %zu", bytes, dst->bytes);
+    if (bytes) memcpy(dst->data, src, bytes);
+    return ALLOY_OK;
+}
+
+static alloy_status download(rt_backend *b, const rt_buffer *src, void *dst, size_t bytes)
+{
+    if (bytes > src->bytes)
+        return rt_fail(b, ALLOY_ERR_INVALID, "cpu: download of %zu bytes from a buffer of %zu", bytes, src->bytes);
+    if (bytes) memcpy(dst, src->data, bytes);
+    return ALLOY_OK;
+}
+
+static void exec_free(rt_backend *b, rt_exec *e)
+{
+    (void)b;
+    if (!e) return;
+    cpu_workers_free(e->workers);
+    al_free(e->block), al_free(e->values), al_free(e->update_target);
+    al_free(e);
+}
+
+static alloy_status compile(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p, rt_exec **out)
+{
+    *out = NULL;
+    rt_exec *e = al_calloc(1, sizeof *e);
+    if (!e) return rt_fail(b, ALLOY_ERR_OOM, "cpu: out of memory compiling graph '%s'", g->name);
+    *e = (rt_exec){.g = g, .s = s, .plan = p};
+    e->block = al_malloc(p->arena_bytes + PLAN_ALIGN);
+    e->values = al_calloc((size_t)g->nnodes + 1, sizeof(rt_tensor));
+    e->update_target = al_malloc(sizeof(int) * ((size_t)g->nupdates + 1));
+    e->workers = cpu_workers_new();
+    if (!e->block || !e->values || !e->update_target || !e->workers) {
+        exec_free(b, e);
+        return rt_fail(b, ALLOY_ERR_OOM, "cpu: out of memory for the arena of graph '%s' (%zu bytes)", g->name,
+                       p->arena_bytes);
+    }
+    e->arena = (char *)e->block + (PLAN_ALIGN - (uintptr_t)e->block % PLAN_ALIGN) % PLAN_ALIGN;
+    for (int i = 0; i < g->nupdates; i++) e->update_target[i] = ir_find_name(g, g->updates[i].name);
+    *out = e;
+    return ALLOY_OK;
+}
+
+static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
+{
+    const ir_graph *g = e->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        bool leaf = n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state;
+        e->values[i].data = leaf && args->leaf[i] ? args->leaf[i]->data : NULL;
+    }
+    gemm_configure(b->cfg.blas, b->cfg.num_threads);
+    cpu_exec x = {.nthreads = b->cfg.num_threads};
+    if (cpu_run_schedule(&x, g, e->s, e->plan, e->arena, e->values, e->workers))
+        return rt_fail(b, x.status, "%s", x.error);
+    for (int i = 0; i < args->ndownloads; i++) {
+        const rt_download *d = &args->downloads[i];
+        const ir_node *n = g->nodes[d->node];
+        size_t bytes = ir_nbytes(&n->type);
+        if (!e->values[d->node].data && bytes) {
+            char label[64];
+            return rt_fail(b, ALLOY_ERR_INVALID, "cpu: the value of %s %s is not kept by this run", ir_ops[n->op].name,
+                           ir_node_label(n, label, sizeof label));
+        }
+        if (bytes) memcpy(d->dst, e->values[d->node].data, bytes);
+    }
+    for (int i = 0; i < g->nupdates; i++) {
+        int t = e->update_target[i];
+        size_t bytes = ir_nbytes(&g->nodes[g->updates[i].node]->type);
+        if (t < 0 || !args->leaf[t]) {
+            if (!bytes) continue;
+            return rt_fail(b, ALLOY_ERR_NOT_FOUND, "cpu: update of '%s': no state buffer bound", g->updates[i].name);
+        }
+        if (bytes) memcpy(args->leaf[t]->data, e->values[g->updates[i].node].data, bytes);
+    }
+    return ALLOY_OK;
+}
+
+/* The CPU executable is the schedule and plan themselves: nothing more to save. */
+static alloy_status exec_save(rt_backend *b, const rt_exec *e, void **bytes, size_t *len)
+{
+    (void)b, (void)e;
+    *bytes = NULL;
+    *len = 0;
+    return ALLOY_OK;
+}
+
+static alloy_status exec_load(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
+                              const void *bytes, size_t len, rt_exec **out)
+{
+    (void)bytes;
+    if (len) return rt_fail(b, ALLOY_ERR_INVALID, "cpu: an executable carries no bytes, this one has %zu", len);
+    return compile(b, g, s, p, out);
+}
+
+static void close_backend(rt_backend *b) { al_free(b); }
+
+static const rt_backend_ops cpu_ops_table = {
+    .name = "cpu",
+    .buffer_new = buffer_new,
+    .buffer_free = buffer_free,
+    .upload = upload,
+    .download = download,
+    .compile = compile,
+    .run = run,
+    .exec_free = exec_free,
+    .exec_save = exec_save,
+    .exec_load = exec_load,
+    .close = close_backend,
+};
+
+alloy_status cpu_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen)
+{
+    *out = al_calloc(1, sizeof **out);
+    if (!*out) {
+        al_fmt(err, errlen, "cpu: out of memory opening the backend");
+        return ALLOY_ERR_OOM;
+    }
+    (*out)->ops = &cpu_ops_table;
+    (*out)->cfg = *cfg;
+    return ALLOY_OK;
+}

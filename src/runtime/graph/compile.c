@@ -1,0 +1,138 @@
+/* compile.c - compiling an alloy_graph: the pass pipeline, the backend, and the executable a run needs. */
+#include <string.h>
+
+#include "passes/pass.h"
+#include "runtime/graph/graph_impl.h"
+
+/* Opens the backend the options ask for, or keeps the open one when it is
+ * that one (taking the new options); state moves to a new backend's buffers. */
+static alloy_status open_backend(alloy_graph *g)
+{
+    const char *want = g->cfg.device == OPT_DEVICE_CPU ? "cpu" : g->cfg.device == OPT_DEVICE_CUDA ? "cuda" : NULL;
+    if (g->backend && (!want || strcmp(want, g->backend->ops->name) == 0)) {
+        g->backend->cfg = g->cfg;
+        return ALLOY_OK;
+    }
+    char err[512];
+    rt_backend *next;
+    alloy_status st = rt_backend_open(&g->cfg, &next, err, sizeof err);
+    if (st) return graph_fail(g, st, "%s", err);
+    if (g->backend) st = state_move(g, next);
+    if (st) {
+        rt_backend_close(next);
+        return st;
+    }
+    g->backend = next;
+    return ALLOY_OK;
+}
+
+alloy_status graph_compile(alloy_graph *g)
+{
+    if (g->compiled) return ALLOY_OK;
+    pass_options opts;
+    alloy_status st = graph_options(g, &g->cfg);
+    if (!st) st = graph_pass_options(g, &opts);
+    if (!st) st = open_backend(g);
+    if (st) return st;
+    ir_graph *c = ir_graph_clone(g->ir);
+    if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");
+    opts.amp_report = &g->amp_report;
+    opts.train = g->training;
+    opts.scaler = g->scaler;
+    opts.optimizer = g->optimizer;
+    opts.grad_inputs = (const char *const *)g->grad_inputs;
+    opts.ngrad_inputs = g->ngrad_inputs;
+    opts.cfg = &g->cfg;
+    st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, NULL, 0, NULL);
+    if (!st && !g->comp.plan.offset) /* schedule and plan disabled: the backend needs them */
+        st = ir_error(c, ALLOY_ERR_INVALID, "the schedule and plan passes cannot be disabled for a run");
+    if (st) {
+        graph_fail(g, st, "compiling graph '%s': %s", g->ir->name, c->error);
+        pass_compiled_free(&g->comp);
+        ir_graph_free(c);
+        return st;
+    }
+    size_t n = (size_t)c->nnodes + 1;
+    g->leaf = al_calloc(n, sizeof *g->leaf);
+    g->input_buf = al_calloc(n, sizeof *g->input_buf);
+    g->fetched = al_calloc(n, sizeof *g->fetched);
+    g->compiled = c;
+    if (!g->leaf || !g->input_buf || !g->fetched) {
+        graph_invalidate(g);
+        return graph_fail(g, ALLOY_ERR_OOM, "out of memory preparing graph '%s' to run", g->ir->name);
+    }
+    step_info_nodes(g);
+    return ALLOY_OK;
+}
+
+/* Drops the executable and its own schedule and plan. */
+static void drop_exec(alloy_graph *g)
+{
+    if (g->exec) g->backend->ops->exec_free(g->backend, g->exec);
+    g->exec = NULL;
+    al_free(g->exec_keep);
+    g->exec_keep = NULL;
+    sched_free(&g->exec_sched);
+    plan_free(&g->exec_plan);
+}
+
+void graph_invalidate(alloy_graph *g)
+{
+    g->state_ready = false; /* a recompile may add state (moments, scale) */
+    drop_exec(g);
+    int n = g->compiled ? g->compiled->nnodes : 0;
+    for (int i = 0; i < n; i++) {
+        if (g->input_buf && g->input_buf[i]) g->backend->ops->buffer_free(g->backend, g->input_buf[i]);
+        if (g->fetched) al_free(g->fetched[i]);
+    }
+    al_free(g->leaf), al_free(g->input_buf), al_free(g->fetched);
+    g->leaf = g->input_buf = NULL;
+    g->fetched = NULL;
+    pass_compiled_free(&g->comp);
+    ir_graph_free(g->compiled);
+    g->compiled = NULL;
+}
+
+void graph_release_device(alloy_graph *g)
+{
+    rt_backend_close(g->backend);
+    g->backend = NULL;
+}
+
+alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
+{
+    const ir_graph *c = g->compiled;
+    size_t n = (size_t)c->nnodes;
+    bool same = g->exec && (keep ? g->exec_keep && memcmp(keep, g->exec_keep, n) == 0 : !g->exec_keep);
+    if (same) return ALLOY_OK;
+    drop_exec(g);
+    const schedule *s = &g->comp.sched;
+    const mem_plan *p = &g->comp.plan;
+    if (keep) { /* a run that keeps more: its own schedule and plan */
+        bool *want = al_calloc(n + 1, sizeof(bool));
+        g->exec_keep = al_malloc(n + 1);
+        if (!want || !g->exec_keep) {
+            al_free(want);
+            drop_exec(g);
+            return graph_fail(g, ALLOY_ERR_OOM, "out of memory planning a run of graph '%s'", c->name);
+        }
+        memcpy(g->exec_keep, keep, n);
+        for (size_t i = 0; i < n; i++) want[i] = keep[i];
+        char err[256];
+        alloy_status st = sched_build(c, want, &g->exec_sched, err, sizeof err);
+        if (!st) st = plan_for_schedule(c, &g->exec_sched, g->cfg.no_arena, &g->exec_plan, err, sizeof err);
+        al_free(want);
+        if (st) {
+            drop_exec(g);
+            return graph_fail(g, st, "planning a run of graph '%s': %s", c->name, err);
+        }
+        s = &g->exec_sched;
+        p = &g->exec_plan;
+    }
+    alloy_status st = g->backend->ops->compile(g->backend, c, s, p, &g->exec);
+    if (st) {
+        drop_exec(g);
+        return graph_fail(g, st, "%s", g->backend->error);
+    }
+    return ALLOY_OK;
+}
