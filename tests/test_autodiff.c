@@ -442,6 +442,7 @@ static void test_unary_elementwise_gradients_match_finite_differences(void **sta
         {"gelu_tanh", alloy_gelu_tanh, -3, 3, 0},
         {"tanh", alloy_tanh, -2, 2, 0},
         {"sigmoid", alloy_sigmoid, -3, 3, 0},
+        {"silu", alloy_silu, -3, 3, 0},
         {"exp", alloy_exp, -2, 2, 0},
         {"log", alloy_log, 0.3, 3, 0}, /* inside the domains x > 0 */
         {"sqrt", alloy_sqrt, 0.3, 3, 0},
@@ -614,6 +615,20 @@ static void test_layer_norm_gradients_with_and_without_affine(void **state)
             alloy_tensor *x = uparam(c, "x", s, -2, 2), *gamma = NULL, *beta = NULL;
             if (affine) gamma = uparam(c, "gamma", d, 0.5, 1.5), beta = uparam(c, "beta", d, -0.5, 0.5);
             check_op(c, alloy_layer_norm(c->g, x, gamma, beta, 1e-5));
+        }
+    finish();
+}
+
+static void test_rms_norm_gradients_with_and_without_gamma(void **state)
+{
+    (void)state;
+    static const shape shapes[] = {{2, {3, 5}}, {3, {2, 2, 6}}, {1, {7}}, {2, {4, 2}}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int affine = 0; affine < 2; affine++) {
+            shape s = shapes[i], d = {1, {s.dims[s.rank - 1]}};
+            gcase *c = new_case(fmt("rms_norm %s %s", shape_str(s), affine ? "gamma" : "plain"));
+            alloy_tensor *x = uparam(c, "x", s, -2, 2), *gamma = affine ? uparam(c, "gamma", d, 0.5, 1.5) : NULL;
+            check_op(c, alloy_rms_norm(c->g, x, gamma, 1e-5));
         }
     finish();
 }
@@ -1442,6 +1457,7 @@ int main(void)
         TEST(test_reduction_gradients_over_several_axes_with_and_without_keepdims),
         TEST(test_softmax_and_log_softmax_gradients_along_the_last_and_a_middle_axis),
         TEST(test_layer_norm_gradients_with_and_without_affine),
+        TEST(test_rms_norm_gradients_with_and_without_gamma),
         TEST(test_cross_entropy_gradient_of_the_logits),
         TEST(test_embedding_gradient_sums_the_rows_of_repeated_ids),
         TEST(test_data_movement_gradients_match_finite_differences),

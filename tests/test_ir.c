@@ -75,6 +75,8 @@ static const char every_op[] =
     "  %75 = causal_mask(%sl) {value=-1e9} : f32[2,4]\n"
     "  %st = state {init=\"zeros\"} : i32[]\n" "  %st1 = add(%st, %st) : i32[]\n"
     "  %cs = cos(%x) : f32[2,4]\n" "  %fin = isfinite(%x) : bool[2,4]\n"
+    "  %sw = silu(%x) : f32[2,4]\n" "  %swg = silu_grad(%x, %x) : f32[2,4]\n"
+    "  %rms = rms_norm(%x, %g) {eps=1e-6} : f32[2,4]\n" "  %rmg = rms_norm_grad(%x, %x) : f32[2,4]\n"
     "  %fi = found_inf(%x, %w) : bool[]\n" "  %\"grad:w\" = neg(%w) : f32[4,4] !amp=deny\n"
     "  %\"a b\\\"c\\\\\\n\" = relu(%\"grad:w\") : f32[4,4] !amp=infer\n"
     "  %h.1_B = square(%\"a b\\\"c\\\\\\n\") : f32[4,4] !amp=clear !inserted\n"

@@ -270,6 +270,7 @@ static double ew_ref(int op, double a, double b, double c)
     case IR_OP_gelu_tanh: return 0.5 * a * (1 + tanh(sqrt(2 / PI) * (a + 0.044715 * a * a * a)));
     case IR_OP_tanh: return tanh(a);
     case IR_OP_sigmoid: return 1 / (1 + exp(-a));
+    case IR_OP_silu: return a / (1 + exp(-a));
     case IR_OP_exp: return exp(a);
     case IR_OP_log: return log(a);
     case IR_OP_sqrt: return sqrt(a);
@@ -295,6 +296,7 @@ static double ew_ref(int op, double a, double b, double c)
     }
     case IR_OP_tanh_grad: return b * (1 - a * a);
     case IR_OP_sigmoid_grad: return b * a * (1 - a);
+    case IR_OP_silu_grad: return b * (1 + a * (1 - 1 / (1 + exp(-a)))) / (1 + exp(-a));
     case IR_OP_sqrt_grad: return b * 0.5 / a;
     case IR_OP_rsqrt_grad: return b * -0.5 * a * a * a;
     case IR_OP_square_grad: return 2 * a * b;
@@ -872,6 +874,7 @@ static void test_every_op_in_the_table_was_run(void **state)
     /* param and state are leaves like input (the executor only reads them); the
      * structured backward ops (kernels in cpu_grad.c) are outside this suite */
     static const char *elsewhere[] = {"param", "state", "softmax_grad", "log_softmax_grad", "layer_norm_grad",
+                                      "rms_norm", "rms_norm_grad", /* test_rows.c */
                                       "cross_entropy_grad", "embedding_grad", "pad"};
     for (size_t i = 0; i < sizeof elsewhere / sizeof elsewhere[0]; i++)
         if (ir_op_lookup(elsewhere[i]) >= 0) covered[ir_op_lookup(elsewhere[i])] = true;

@@ -104,6 +104,7 @@ ALLOY_API alloy_tensor *alloy_gelu(alloy_graph *g, alloy_tensor *x);      /* erf
 ALLOY_API alloy_tensor *alloy_gelu_tanh(alloy_graph *g, alloy_tensor *x); /* tanh approximation */
 ALLOY_API alloy_tensor *alloy_tanh(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_sigmoid(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_silu(alloy_graph *g, alloy_tensor *x); /* x * sigmoid(x), a.k.a. swish */
 ALLOY_API alloy_tensor *alloy_exp(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_log(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_sqrt(alloy_graph *g, alloy_tensor *x);
@@ -136,6 +137,9 @@ ALLOY_API alloy_tensor *alloy_log_softmax(alloy_graph *g, alloy_tensor *x, int a
 /* Normalizes over the last axis; gamma and beta ([D]) both or neither (NULL). */
 ALLOY_API alloy_tensor *alloy_layer_norm(alloy_graph *g, alloy_tensor *x, alloy_tensor *gamma,
                                          alloy_tensor *beta, double eps);
+/* x / sqrt(mean(x^2) + eps) over the last axis, times gamma ([D]) when
+ * given (NULL: none), as T5 and LLaMA normalize. */
+ALLOY_API alloy_tensor *alloy_rms_norm(alloy_graph *g, alloy_tensor *x, alloy_tensor *gamma, double eps);
 /* Mean over positions of -log_softmax(logits)[target]; logits [..., C],
  * targets i32/i64 [...]. A scalar of the logits' dtype. */
 ALLOY_API alloy_tensor *alloy_cross_entropy(alloy_graph *g, alloy_tensor *logits,

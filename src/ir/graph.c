@@ -362,6 +362,27 @@ double ir_attr_float(const ir_node *n, const char *name, double def)
     return a->kind == IR_ATTR_FLOAT ? a->f : a->kind == IR_ATTR_INT ? (double)a->i : def;
 }
 
+const ir_attr_spec *ir_attr_schema(int op, const char *name)
+{
+    for (const ir_attr_spec *a = ir_ops[op].attrs; a && a->name; a++)
+        if (strcmp(a->name, name) == 0) return a;
+    return NULL;
+}
+
+/* The schema default of attribute name of n's op (0 when it has none). */
+static double schema_default(const ir_node *n, const char *name)
+{
+    const ir_attr_spec *a = ir_attr_schema(n->op, name);
+    return a && a->has_default ? a->def : 0;
+}
+
+int64_t ir_attr_i(const ir_node *n, const char *name)
+{
+    return ir_attr_int(n, name, (int64_t)schema_default(n, name));
+}
+
+double ir_attr_f(const ir_node *n, const char *name) { return ir_attr_float(n, name, schema_default(n, name)); }
+
 const char *ir_attr_str(const ir_node *n, const char *name, const char *def)
 {
     const ir_attr *a = ir_attr_find(n, name);

@@ -26,49 +26,32 @@ bool ir_fuse_elementwise(const ir_graph *g, const ir_node *n)
 
 bool ir_row_operand(const ir_node *n, int j)
 {
-    switch (n->op) {
-    case IR_OP_softmax_grad:
-    case IR_OP_log_softmax_grad:
-    case IR_OP_layer_norm_grad: return j <= 1;
-    case IR_OP_cross_entropy:
-    case IR_OP_cross_entropy_grad: return j <= 1; /* logits and the per-row targets */
-    default: return j == 0;
-    }
+    const ir_row_program *p = ir_ops[n->op].row;
+    if (!p) return j == 0;
+    char role = j < (int)strlen(p->roles) ? p->roles[j] : 'r';
+    return role == 'r' || role == 'i';
 }
 
 bool ir_fuse_row_op(const ir_graph *g, const ir_node *n)
 {
-    switch (n->op) {
-    case IR_OP_softmax:
-    case IR_OP_log_softmax:
-    case IR_OP_softmax_grad:
-    case IR_OP_log_softmax_grad: {
-        int axis;
-        const ir_type *t = &g->nodes[n->in[0]]->type;
-        if (!ir_norm_axis(ir_attr_int(n, "axis", -1), t->rank, &axis) || axis != t->rank - 1) return false;
-        break;
-    }
-    case IR_OP_layer_norm:
-    case IR_OP_layer_norm_grad:
-    case IR_OP_cross_entropy:
-    case IR_OP_cross_entropy_grad:
-    case IR_OP_causal_mask: break;
-    default: return false;
-    }
+    const ir_row_program *p = ir_ops[n->op].row;
+    if (!p) return false;
     const ir_type *t = &g->nodes[n->in[0]]->type;
+    int axis;
+    if (ir_attr_schema(n->op, "axis") &&
+        (!ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis) || axis != t->rank - 1))
+        return false; /* row groups run along the last axis */
     if (t->rank < 1 || t->dims[t->rank - 1] < 1) return false;
-    if (n->op == IR_OP_causal_mask && t->rank < 2) return false;
-    for (int j = 0; j < n->nin; j++) {
-        const ir_node *o = g->nodes[n->in[j]];
-        bool targets = (n->op == IR_OP_cross_entropy || n->op == IR_OP_cross_entropy_grad) && j == 1;
-        if (!targets && !narrow_float(o->type.dtype)) return false;
-    }
+    if (ir_row_summarize(p).by_position && t->rank < 2) return false;
+    for (int j = 0; j < n->nin; j++)
+        if (p->roles[j] != 'i' && !narrow_float(g->nodes[n->in[j]]->type.dtype)) return false;
     return narrow_float(n->type.dtype);
 }
 
 const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n)
 {
-    return n->op == IR_OP_cross_entropy ? &g->nodes[n->in[0]]->type : &n->type;
+    const ir_row_program *p = ir_ops[n->op].row;
+    return p && ir_row_summarize(p).per_row_result ? &g->nodes[n->in[0]]->type : &n->type;
 }
 
 bool ir_fuse_wide(const ir_graph *g, const ir_node *n)

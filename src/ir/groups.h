@@ -25,15 +25,16 @@ AL_HIDDEN const char *ir_group_kind_name(ir_group_kind k);
 /* An elementwise member: an EW op of ops.def, or a cast between f16, bf16
  * and f32 (computed in f32; an explicit cast still rounds to its dtype). */
 AL_HIDDEN bool ir_fuse_elementwise(const ir_graph *g, const ir_node *n);
-/* A row-local op that may join a ROW group: along the last axis only, on
- * f32/f16/bf16 data. */
+/* A row op (one with a row program in ops.def) that may join a ROW group:
+ * along the last axis only, on f32/f16/bf16 data (its index operands
+ * aside). */
 AL_HIDDEN bool ir_fuse_row_op(const ir_graph *g, const ir_node *n);
-/* Whether operand j of row op n is read row by row (a [rows, C] tensor, or
- * the per-row targets of cross_entropy); the others (gamma, beta, dloss)
- * are read whole by every row. */
+/* Whether operand j of row op n is read row by row: its program's role is
+ * r (a [rows, C] tensor) or i (one index per row, cross_entropy's targets);
+ * v and s operands (gamma, beta, dloss) are read whole by every row. */
 AL_HIDDEN bool ir_row_operand(const ir_node *n, int j);
-/* The shape member n iterates over: its result's, or for cross_entropy
- * (a scalar mean) its logits'. */
+/* The shape member n iterates over: its result's, or for a row op whose
+ * result is the mean of per-row values (cross_entropy) its first operand's. */
 AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
 /* Whether n computes in f64 (some operand is f64 or an integer), the rule
  * of cpu_ew_uses_f64, read from the IR types. */

@@ -38,11 +38,15 @@ typedef struct ir_attr {
     };
 } ir_attr;
 
-/* An op's attribute schema entry; schemas end with {NULL}. */
+/* An op's attribute schema entry; schemas end with {NULL}. An INT, BOOL or
+ * FLOAT attribute with has_default takes def when a node does not give it;
+ * one without (an init's parameters) means nothing unless given. */
 typedef struct ir_attr_spec {
     const char *name;
     ir_attr_kind kind;
     bool required;
+    bool has_default;
+    double def;
 } ir_attr_spec;
 
 /* AMP classes (issue: enable_amp), see DESIGN.md section 5. */
@@ -116,6 +120,27 @@ typedef enum ir_op {
 typedef alloy_status (*ir_type_rule)(const ir_node *n, const ir_type *const *in, ir_type *out,
                                      char *why, size_t whylen);
 
+/* A row op's program (ops.def, RW lines): stages over one row, each an
+ * expression in the compute type T of the accessors ops.def lists. */
+typedef enum ir_row_stage_kind { ROW_MAX, ROW_SUM, ROW_LET, ROW_MAP, ROW_OUT, ROW_RESULT } ir_row_stage_kind;
+typedef struct ir_row_stage {
+    ir_row_stage_kind kind;
+    int slot;         /* S(slot) for MAX, SUM, LET; V(slot) for MAP */
+    const char *expr; /* C and CUDA C++ */
+} ir_row_stage;
+typedef struct ir_row_program {
+    const char *roles; /* per operand: r row, v vector, i index per row, s scalar */
+    const ir_row_stage *stages;
+    int nstages;
+} ir_row_program;
+/* What a program needs, read off its stages. */
+typedef struct ir_row_summary {
+    int nscalars, nvectors; /* S and V slots used */
+    bool per_row_result;    /* a RESULT stage: the op's value is the mean over rows */
+    bool by_position;       /* reads POS or DIM: needs the row's place in the tensor */
+} ir_row_summary;
+AL_HIDDEN ir_row_summary ir_row_summarize(const ir_row_program *p);
+
 /* What an op means, as the IR knows it; backends and autodiff keep their own
  * per-op tables expanded from the same ops.def lines. */
 typedef struct ir_op_info {
@@ -125,7 +150,8 @@ typedef struct ir_op_info {
     ir_type_rule type;
     ir_amp_class amp;
     bool elementwise;
-    const char *expr; /* elementwise: the C/CUDA expression of a, b, c in type T */
+    const char *expr;          /* elementwise: the C/CUDA expression of a, b, c in type T */
+    const ir_row_program *row; /* row ops: their program; else NULL */
 } ir_op_info;
 
 AL_HIDDEN extern const ir_op_info ir_ops[IR_OP_COUNT];
@@ -165,6 +191,12 @@ AL_HIDDEN double ir_attr_float(const ir_node *n, const char *name, double def);
 AL_HIDDEN const char *ir_attr_str(const ir_node *n, const char *name, const char *def);
 /* INTS attribute: sets *count and returns the array (NULL, *count 0 if absent). */
 AL_HIDDEN const int64_t *ir_attr_ints(const ir_node *n, const char *name, int *count);
+/* The attribute's value, or its schema default when the node lacks it (0
+ * when the schema has none). */
+AL_HIDDEN int64_t ir_attr_i(const ir_node *n, const char *name);
+AL_HIDDEN double ir_attr_f(const ir_node *n, const char *name);
+/* The schema entry of attribute `name` of op, or NULL. */
+AL_HIDDEN const ir_attr_spec *ir_attr_schema(int op, const char *name);
 /* Attribute constructors for callers building attr arrays. */
 AL_HIDDEN ir_attr ir_a_int(const char *name, int64_t v);
 AL_HIDDEN ir_attr ir_a_bool(const char *name, bool v);

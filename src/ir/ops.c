@@ -1,44 +1,90 @@
 /* ops.c - expands ops.def into the IR's op table (semantics only) and holds the attribute schemas. */
+#include <math.h>
 #include <string.h>
 
 #include "ir/ir.h"
 #include "ir/typerules.h"
 
-static const ir_attr_spec A_NONE[] = {{NULL, 0, false}};
+/* Schemas: {name, kind, required, has_default, default}. */
+static const ir_attr_spec A_NONE[] = {{NULL, 0, false, false, 0}};
 static const ir_attr_spec A_PARAM[] = {
-    {"init", IR_ATTR_STR, true},   {"mean", IR_ATTR_FLOAT, false}, {"std", IR_ATTR_FLOAT, false},
-    {"low", IR_ATTR_FLOAT, false}, {"high", IR_ATTR_FLOAT, false}, {"value", IR_ATTR_FLOAT, false},
-    {"gain", IR_ATTR_FLOAT, false}, {"frozen", IR_ATTR_BOOL, false}, {NULL, 0, false}};
+    {"init", IR_ATTR_STR, true, false, 0},      {"mean", IR_ATTR_FLOAT, false, false, 0},
+    {"std", IR_ATTR_FLOAT, false, false, 0},    {"low", IR_ATTR_FLOAT, false, false, 0},
+    {"high", IR_ATTR_FLOAT, false, false, 0},   {"value", IR_ATTR_FLOAT, false, false, 0},
+    {"gain", IR_ATTR_FLOAT, false, false, 0},   {"frozen", IR_ATTR_BOOL, false, true, 0},
+    {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CONSTANT[] = {
-    {"value", IR_ATTR_FLOAT, false}, {"values", IR_ATTR_FLOATS, false}, {NULL, 0, false}};
+    {"value", IR_ATTR_FLOAT, false, false, 0}, {"values", IR_ATTR_FLOATS, false, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_MATMUL[] = {
-    {"transpose_a", IR_ATTR_BOOL, false}, {"transpose_b", IR_ATTR_BOOL, false}, {NULL, 0, false}};
+    {"transpose_a", IR_ATTR_BOOL, false, true, 0}, {"transpose_b", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_REDUCE[] = {
-    {"axes", IR_ATTR_INTS, false}, {"keepdims", IR_ATTR_BOOL, false}, {NULL, 0, false}};
-static const ir_attr_spec A_AXIS[] = {{"axis", IR_ATTR_INT, false}, {NULL, 0, false}};
-static const ir_attr_spec A_LAYER_NORM[] = {{"eps", IR_ATTR_FLOAT, false}, {NULL, 0, false}};
-static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true}, {NULL, 0, false}};
-static const ir_attr_spec A_CAUSAL[] = {{"value", IR_ATTR_FLOAT, false}, {NULL, 0, false}};
-static const ir_attr_spec A_PAD[] = {{"axis", IR_ATTR_INT, true},
-                                     {"before", IR_ATTR_INT, true},
-                                     {"after", IR_ATTR_INT, true},
-                                     {NULL, 0, false}};
-static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true},
-                                       {"start", IR_ATTR_INT, true},
-                                       {"end", IR_ATTR_INT, true},
-                                       {NULL, 0, false}};
+    {"axes", IR_ATTR_INTS, false, false, 0}, {"keepdims", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_SOFTMAX[] = {{"axis", IR_ATTR_INT, false, true, -1}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_CONCAT[] = {{"axis", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true, false, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_CAUSAL[] = {{"value", IR_ATTR_FLOAT, false, true, -INFINITY}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_PAD[] = {{"axis", IR_ATTR_INT, true, false, 0},
+                                     {"before", IR_ATTR_INT, true, false, 0},
+                                     {"after", IR_ATTR_INT, true, false, 0},
+                                     {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
+                                       {"start", IR_ATTR_INT, true, false, 0},
+                                       {"end", IR_ATTR_INT, true, false, 0},
+                                       {NULL, 0, false, false, 0}};
 
 /* Elementwise ops have no attributes. */
 #define EW_ATTRS A_NONE
 #define STR(x) #x
 
+/* The row programs: each RW line's stages as data. */
+#define MAX(k, e) {ROW_MAX, k, #e},
+#define SUM(k, e) {ROW_SUM, k, #e},
+#define LET(k, e) {ROW_LET, k, #e},
+#define MAP(k, e) {ROW_MAP, k, #e},
+#define OUT(e) {ROW_OUT, 0, #e},
+#define RESULT(e) {ROW_RESULT, 0, #e},
+#define OP(...)
+#define EW(...)
+#define RW(nm, mn, mx, at, ty, amp, grad, roles, program) static const ir_row_stage stages_##nm[] = {program};
+#include "ir/ops.def"
+#undef RW
+#undef MAX
+#undef SUM
+#undef LET
+#undef MAP
+#undef OUT
+#undef RESULT
+#define COUNT(a) ((int)(sizeof a / sizeof a[0]))
+#define RW(nm, mn, mx, at, ty, amp, grad, roles, program) \
+    static const ir_row_program row_##nm = {roles, stages_##nm, COUNT(stages_##nm)};
+#include "ir/ops.def"
+#undef RW
+#undef OP
+#undef EW
+
 const ir_op_info ir_ops[IR_OP_COUNT] = {
-#define OP(nm, mn, mx, at, ty, cpu, amp, grad) [IR_OP_##nm] = {#nm, mn, mx, at, ty, amp, false, NULL},
-#define EW(nm, nin, ty, amp, grad, expr) [IR_OP_##nm] = {#nm, nin, nin, EW_ATTRS, ty, amp, true, STR(expr)},
+#define OP(nm, mn, mx, at, ty, cpu, amp, grad) [IR_OP_##nm] = {#nm, mn, mx, at, ty, amp, false, NULL, NULL},
+#define EW(nm, nin, ty, amp, grad, expr) [IR_OP_##nm] = {#nm, nin, nin, EW_ATTRS, ty, amp, true, STR(expr), NULL},
+#define RW(nm, mn, mx, at, ty, amp, grad, roles, program) [IR_OP_##nm] = {#nm, mn, mx, at, ty, amp, false, NULL, &row_##nm},
 #include "ir/ops.def"
 #undef OP
 #undef EW
+#undef RW
 };
+
+ir_row_summary ir_row_summarize(const ir_row_program *p)
+{
+    ir_row_summary r = {0};
+    for (int i = 0; i < p->nstages; i++) {
+        const ir_row_stage *st = &p->stages[i];
+        if (st->kind == ROW_MAP && st->slot + 1 > r.nvectors) r.nvectors = st->slot + 1;
+        if (st->kind <= ROW_LET && st->slot + 1 > r.nscalars) r.nscalars = st->slot + 1;
+        if (st->kind == ROW_RESULT) r.per_row_result = true;
+        if (strstr(st->expr, "POS(") || strstr(st->expr, "DIM(")) r.by_position = true;
+    }
+    return r;
+}
 
 int ir_op_lookup(const char *name)
 {

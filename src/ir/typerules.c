@@ -132,7 +132,7 @@ RULE(ty_matmul)
              alloy_dtype_name(b->dtype));
     if (!ir_is_float(a->dtype)) FAIL(ALLOY_ERR_DTYPE, "operands must be floating point");
     if (a->rank < 2 || b->rank < 2) FAIL(ALLOY_ERR_SHAPE, "operands must have rank >= 2");
-    bool ta = ir_attr_int(n, "transpose_a", 0), tb = ir_attr_int(n, "transpose_b", 0);
+    bool ta = ir_attr_i(n, "transpose_a"), tb = ir_attr_i(n, "transpose_b");
     int64_t m = a->dims[a->rank - (ta ? 1 : 2)], ka = a->dims[a->rank - (ta ? 2 : 1)];
     int64_t kb = b->dims[b->rank - (tb ? 1 : 2)], nn = b->dims[b->rank - (tb ? 2 : 1)];
     if (ka != kb)
@@ -155,7 +155,7 @@ RULE(ty_reduce)
     if (x->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "cannot reduce bool");
     int naxes;
     const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
-    bool keep = ir_attr_int(n, "keepdims", 0);
+    bool keep = ir_attr_i(n, "keepdims");
     bool reduced[ALLOY_MAX_RANK] = {false};
     for (int i = 0; i < naxes; i++) {
         int ax;
@@ -184,9 +184,9 @@ RULE(ty_softmax)
 {
     int ax;
     if (!ir_is_float(in[0]->dtype)) FAIL(ALLOY_ERR_DTYPE, "operand must be floating point");
-    if (!ir_norm_axis(ir_attr_int(n, "axis", -1), in[0]->rank, &ax))
+    if (!ir_norm_axis(ir_attr_i(n, "axis"), in[0]->rank, &ax))
         FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d",
-             (long long)ir_attr_int(n, "axis", -1), in[0]->rank);
+             (long long)ir_attr_i(n, "axis"), in[0]->rank);
     *out = *in[0];
     return ALLOY_OK;
 }
@@ -205,7 +205,24 @@ RULE(ty_layer_norm)
             FAIL(ALLOY_ERR_DTYPE, "%s dtype %s differs from input %s", i == 1 ? "gamma" : "beta",
                  alloy_dtype_name(in[i]->dtype), alloy_dtype_name(x->dtype));
     }
-    if (ir_attr_float(n, "eps", 1e-5) < 0) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    if (ir_attr_f(n, "eps") < 0) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    *out = *x;
+    return ALLOY_OK;
+}
+
+/* (x[, gamma]) -> x's type: gamma, when given, is [C] of x's dtype */
+RULE(ty_rms_norm)
+{
+    const ir_type *x = in[0];
+    if (!ir_is_float(x->dtype)) FAIL(ALLOY_ERR_DTYPE, "input must be floating point");
+    if (x->rank < 1) FAIL(ALLOY_ERR_SHAPE, "input must have rank >= 1");
+    int64_t d = x->dims[x->rank - 1];
+    if (n->nin == 2 && (in[1]->rank != 1 || in[1]->dims[0] != d))
+        FAIL(ALLOY_ERR_SHAPE, "gamma must have shape [%lld]", (long long)d);
+    if (n->nin == 2 && in[1]->dtype != x->dtype)
+        FAIL(ALLOY_ERR_DTYPE, "gamma dtype %s differs from input %s", alloy_dtype_name(in[1]->dtype),
+             alloy_dtype_name(x->dtype));
+    if (ir_attr_f(n, "eps") < 0) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
     *out = *x;
     return ALLOY_OK;
 }
@@ -281,10 +298,10 @@ RULE(ty_broadcast_to)
 RULE(ty_slice)
 {
     int ax;
-    if (!ir_norm_axis(ir_attr_int(n, "axis", 0), in[0]->rank, &ax))
-        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis", 0),
+    if (!ir_norm_axis(ir_attr_i(n, "axis"), in[0]->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_i(n, "axis"),
              in[0]->rank);
-    int64_t start = ir_attr_int(n, "start", 0), end = ir_attr_int(n, "end", 0);
+    int64_t start = ir_attr_i(n, "start"), end = ir_attr_i(n, "end");
     if (start < 0 || end < start || end > in[0]->dims[ax])
         FAIL(ALLOY_ERR_INVALID, "range [%lld, %lld) is not within [0, %lld] of axis %d",
              (long long)start, (long long)end, (long long)in[0]->dims[ax], ax);
@@ -296,8 +313,8 @@ RULE(ty_slice)
 RULE(ty_concat)
 {
     int ax;
-    if (!ir_norm_axis(ir_attr_int(n, "axis", 0), in[0]->rank, &ax))
-        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis", 0),
+    if (!ir_norm_axis(ir_attr_i(n, "axis"), in[0]->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_i(n, "axis"),
              in[0]->rank);
     *out = *in[0];
     out->dims[ax] = 0;
@@ -360,6 +377,16 @@ RULE(ty_layer_norm_grad)
     return ty_layer_norm(&fake, ins, out, why, whylen);
 }
 
+/* (x, dy[, gamma]) -> dx */
+RULE(ty_rms_norm_grad)
+{
+    if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "x and dy must have the same type");
+    const ir_type *ins[2] = {in[0], n->nin > 2 ? in[2] : NULL};
+    ir_node fake = *n;
+    fake.nin = n->nin > 2 ? 2 : 1;
+    return ty_rms_norm(&fake, ins, out, why, whylen);
+}
+
 /* (logits, targets, dloss) -> dlogits */
 RULE(ty_cross_entropy_grad)
 {
@@ -390,9 +417,9 @@ RULE(ty_embedding_grad)
 RULE(ty_pad)
 {
     int ax;
-    if (!ir_norm_axis(ir_attr_int(n, "axis", 0), in[0]->rank, &ax))
+    if (!ir_norm_axis(ir_attr_i(n, "axis"), in[0]->rank, &ax))
         FAIL(ALLOY_ERR_INVALID, "axis out of range for rank %d", in[0]->rank);
-    int64_t before = ir_attr_int(n, "before", 0), after = ir_attr_int(n, "after", 0);
+    int64_t before = ir_attr_i(n, "before"), after = ir_attr_i(n, "after");
     if (before < 0 || after < 0) FAIL(ALLOY_ERR_INVALID, "padding must be >= 0");
     if (before > INT64_MAX - in[0]->dims[ax] - after) FAIL(ALLOY_ERR_SHAPE, "padded dim overflows");
     *out = *in[0];

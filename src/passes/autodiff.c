@@ -17,7 +17,7 @@
 
 static bool wants_grad(const ir_node *n, const pass_options *opts)
 {
-    if (n->op == IR_OP_param) return !ir_attr_int(n, "frozen", 0) && ir_is_float(n->type.dtype);
+    if (n->op == IR_OP_param) return !ir_attr_i(n, "frozen") && ir_is_float(n->type.dtype);
     if (n->op != IR_OP_input || !n->name) return false;
     for (int i = 0; i < opts->ngrad_inputs; i++)
         if (strcmp(opts->grad_inputs[i], n->name) == 0) return true;

@@ -125,11 +125,11 @@ static void movement(const ir_node *n, const ir_type *const *t, const double *co
 {
     const ir_type *o = &n->type;
     int axis = 0, np;
-    ir_norm_axis(ir_attr_int(n, "axis", 0), o->rank, &axis);
-    int64_t start = ir_attr_int(n, "start", 0), before = ir_attr_int(n, "before", 0);
+    ir_norm_axis(ir_attr_i(n, "axis"), o->rank, &axis);
+    int64_t start = ir_attr_i(n, "start"), before = ir_attr_i(n, "before");
     const int64_t *perm = ir_attr_ints(n, "perm", &np);
     double fill = 0;
-    if (n->op == IR_OP_causal_mask) fill = stored_f64(o->dtype, ir_attr_float(n, "value", -INFINITY));
+    if (n->op == IR_OP_causal_mask) fill = stored_f64(o->dtype, ir_attr_f(n, "value"));
     int64_t idx[ALLOY_MAX_RANK], src[ALLOY_MAX_RANK];
     for (int64_t i = 0; i < ir_numel(o); i++) {
         unravel(o, i, idx);

@@ -142,6 +142,7 @@ RULE(gr_gelu) { dx[0] = E2(gelu_grad, IN(0), dy); DONE; }
 RULE(gr_gelu_tanh) { dx[0] = E2(gelu_tanh_grad, IN(0), dy); DONE; }
 RULE(gr_tanh) { dx[0] = E2(tanh_grad, n->id, dy); DONE; }
 RULE(gr_sigmoid) { dx[0] = E2(sigmoid_grad, n->id, dy); DONE; }
+RULE(gr_silu) { dx[0] = E2(silu_grad, IN(0), dy); DONE; }
 RULE(gr_exp) { dx[0] = E2(mul, dy, n->id); DONE; }
 RULE(gr_log) { dx[0] = E2(div, dy, IN(0)); DONE; }
 RULE(gr_sqrt) { dx[0] = E2(sqrt_grad, n->id, dy); DONE; }
@@ -170,7 +171,7 @@ static int matmul(ad_ctx *c, int a, int b, bool ta, bool tb)
  * broadcast batch dims are summed away. */
 RULE(gr_matmul)
 {
-    bool ta = ir_attr_int(n, "transpose_a", 0), tb = ir_attr_int(n, "transpose_b", 0);
+    bool ta = ir_attr_i(n, "transpose_a"), tb = ir_attr_i(n, "transpose_b");
     int a = IN(0), b = IN(1);
     int da = ta ? matmul(c, b, dy, tb, true) : matmul(c, dy, b, false, !tb);
     int db = tb ? matmul(c, dy, a, true, ta) : matmul(c, a, dy, !ta, false);
@@ -201,14 +202,14 @@ RULE(gr_reduce_max)
 
 RULE(gr_softmax)
 {
-    ir_attr a = ir_a_int("axis", ir_attr_int(n, "axis", -1));
+    ir_attr a = ir_a_int("axis", ir_attr_i(n, "axis"));
     dx[0] = ad_emit(c, IR_OP_softmax_grad, 2, (int[]){n->id, dy}, 1, &a, NULL);
     DONE;
 }
 
 RULE(gr_log_softmax)
 {
-    ir_attr a = ir_a_int("axis", ir_attr_int(n, "axis", -1));
+    ir_attr a = ir_a_int("axis", ir_attr_i(n, "axis"));
     dx[0] = ad_emit(c, IR_OP_log_softmax_grad, 2, (int[]){n->id, dy}, 1, &a, NULL);
     DONE;
 }
@@ -216,7 +217,7 @@ RULE(gr_log_softmax)
 /* dx by the fused formula; dgamma = sum(dy * xhat), dbeta = sum(dy) over rows. */
 RULE(gr_layer_norm)
 {
-    ir_attr eps = ir_a_float("eps", ir_attr_float(n, "eps", 1e-5));
+    ir_attr eps = ir_a_float("eps", ir_attr_f(n, "eps"));
     bool affine = n->nin == 3;
     dx[0] = ad_emit(c, IR_OP_layer_norm_grad, affine ? 3 : 2,
                     affine ? (int[]){IN(0), dy, IN(1)} : (int[]){IN(0), dy}, 1, &eps, NULL);
@@ -224,6 +225,19 @@ RULE(gr_layer_norm)
         int xhat = ad_emit(c, IR_OP_layer_norm, 1, (int[]){IN(0)}, 1, &eps, NULL);
         dx[1] = ad_unbroadcast(c, E2(mul, dy, xhat), TYPE(IN(1)));
         dx[2] = ad_unbroadcast(c, dy, TYPE(IN(2)));
+    }
+    DONE;
+}
+
+RULE(gr_rms_norm)
+{
+    ir_attr eps = ir_a_float("eps", ir_attr_f(n, "eps"));
+    bool affine = n->nin == 2;
+    dx[0] = ad_emit(c, IR_OP_rms_norm_grad, affine ? 3 : 2,
+                    affine ? (int[]){IN(0), dy, IN(1)} : (int[]){IN(0), dy}, 1, &eps, NULL);
+    if (affine) { /* dgamma: dy times the normalized x, summed over the rows */
+        int xhat = ad_emit(c, IR_OP_rms_norm, 1, (int[]){IN(0)}, 1, &eps, NULL);
+        dx[1] = ad_unbroadcast(c, E2(mul, dy, xhat), TYPE(IN(1)));
     }
     DONE;
 }
@@ -258,7 +272,7 @@ RULE(gr_transpose)
 static int norm_axis(ad_ctx *c, const ir_node *n)
 {
     int ax = 0;
-    ir_norm_axis(ir_attr_int(n, "axis", 0), TYPE(IN(0))->rank, &ax);
+    ir_norm_axis(ir_attr_i(n, "axis"), TYPE(IN(0))->rank, &ax);
     return ax;
 }
 
@@ -266,8 +280,8 @@ RULE(gr_slice)
 {
     int ax = norm_axis(c, n);
     int64_t dim = TYPE(IN(0))->dims[ax];
-    ir_attr a[3] = {ir_a_int("axis", ax), ir_a_int("before", ir_attr_int(n, "start", 0)),
-                    ir_a_int("after", dim - ir_attr_int(n, "end", 0))};
+    ir_attr a[3] = {ir_a_int("axis", ax), ir_a_int("before", ir_attr_i(n, "start")),
+                    ir_a_int("after", dim - ir_attr_i(n, "end"))};
     dx[0] = ad_emit(c, IR_OP_pad, 1, &dy, 3, a, NULL);
     DONE;
 }

@@ -93,17 +93,17 @@ AL_HIDDEN alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedu
 AL_HIDDEN alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                                      rt_tensor *values, cpu_workers *w);
 
-/* Pieces of the cross_entropy kernels for a slice of the rows (cpu_norm.c,
- * cpu_grad.c): the loss of each position of in[0..1] into losses (compute
- * type: double when wide), the mean of `positions` such losses into out,
- * and the gradient of a slice whose whole has `positions` positions. */
-AL_HIDDEN alloy_status cpu_cross_entropy_losses(cpu_exec *x, const ir_node *n, const rt_tensor *in,
-                                                void *losses);
-AL_HIDDEN void cpu_cross_entropy_mean(bool wide, const void *losses, int64_t positions, rt_tensor *out);
-AL_HIDDEN alloy_status cpu_cross_entropy_grad_part(cpu_exec *x, const ir_node *n, rt_tensor *out,
-                                                   const rt_tensor *in, int64_t positions);
+/* Runs row op n's program (cpu_rows.c, from ops.def) over every row of its
+ * operands in[] (whole rows along its axis) into out; `total_rows` is what
+ * the program reads as ROWS (the row count of the whole op when in[] are
+ * views of some of its rows). An op whose program gives a result per row
+ * writes those, in the compute type, to results[row] instead of out. */
+AL_HIDDEN alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in,
+                                   int64_t total_rows, void *results);
+/* out = the mean of rows per-row results (compute type f64 when wide). */
+AL_HIDDEN void cpu_row_mean(bool wide, const void *results, int64_t rows, rt_tensor *out);
 
-/* Row kernels (cpu_norm.c, cpu_grad.c) compute in f64 when `wide`, else f32:
+/* Kernels compute in f64 when `wide`, else f32:
  * n elements of dtype dt at src into a compute buffer, and back. */
 AL_HIDDEN void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);
 AL_HIDDEN void cpu_store_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);

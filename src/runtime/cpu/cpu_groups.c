@@ -40,8 +40,7 @@ typedef struct row_group {
     uint8_t *ext_kind;
     size_t *scratch_at;       /* per member: offset of its block buffer, or SIZE_MAX */
     size_t scratch_bytes;
-    void *losses;             /* cross_entropy members: per-row losses (f32), one array each */
-    int64_t targets_total;    /* positions of a cross_entropy(_grad) in the whole group */
+    void *losses;             /* members with a per-row result (cross_entropy): those (f32), one array each */
     row_thread t[MAX_THREADS];
 } row_group;
 
@@ -104,7 +103,7 @@ static void row_block(void *arg, int64_t b, int ti)
         int id = rg->members[k].node;
         const ir_node *m = g->nodes[id];
         rt_tensor *v = &t->view[id];
-        if (m->op == IR_OP_cross_entropy) continue;
+        if (ir_ops[m->op].row && ir_row_summarize(ir_ops[m->op].row).per_row_result) continue;
         rt_tensor whole = {m->type, rg->values[id].data};
         set_view(rg, v, &whole, VIEW_FULL, r0, rb);
         if (!whole.data) v->data = rg->scratch_at[k] == SIZE_MAX ? NULL : t->scratch + rg->scratch_at[k];
@@ -119,15 +118,12 @@ static void row_block(void *arg, int64_t b, int ti)
             continue;
         }
         const ir_node *m = g->nodes[s->members[part->first].node];
-        rt_tensor in[3];
-        for (int j = 0; j < m->nin && j < 3; j++) in[j] = t->view[m->in[j]];
-        rt_tensor *out = &t->view[m->id];
-        if (m->op == IR_OP_cross_entropy)
-            cpu_cross_entropy_losses(&t->x, m, in, (float *)rg->losses + (size_t)ce++ * (size_t)rg->rows + r0);
-        else if (m->op == IR_OP_cross_entropy_grad)
-            cpu_cross_entropy_grad_part(&t->x, m, out, in, rg->targets_total);
-        else
-            cpu_ops[m->op].kernel(&t->x, m, out, in);
+        rt_tensor in[4];
+        for (int j = 0; j < m->nin && j < 4; j++) in[j] = t->view[m->in[j]];
+        float *results = NULL; /* a per-row result (cross_entropy's losses): this block's rows of them */
+        if (ir_row_summarize(ir_ops[m->op].row).per_row_result)
+            results = (float *)rg->losses + (size_t)ce++ * (size_t)rg->rows + r0;
+        cpu_row_run(&t->x, m, &t->view[m->id], in, rg->rows, results);
     }
 }
 
@@ -163,13 +159,13 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
     }
     for (int k = 0; k < n && !why; k++) {
         const ir_node *m = g->nodes[members[k].node];
-        if (m->op == IR_OP_causal_mask) rg->period = rg->full.dims[rg->full.rank - 2];
-        if (m->op == IR_OP_cross_entropy) nce++;
-        if (m->op == IR_OP_cross_entropy || m->op == IR_OP_cross_entropy_grad)
-            rg->targets_total = ir_numel(&g->nodes[m->in[1]]->type);
+        ir_row_summary rs = ir_ops[m->op].row ? ir_row_summarize(ir_ops[m->op].row) : (ir_row_summary){0};
+        /* a program that reads its row's place needs whole [.., queries, keys] blocks */
+        if (rs.by_position) rg->period = rg->full.dims[rg->full.rank - 2];
+        nce += rs.per_row_result;
         /* a row op's result, and a value a later part reads, need a block
-         * buffer when not stored (the scalar cross_entropy has none) */
-        bool row_op = !ir_fuse_elementwise(g, m) && m->op != IR_OP_cross_entropy;
+         * buffer when not stored (a per-row result has its own) */
+        bool row_op = ir_ops[m->op].row && !rs.per_row_result;
         rg->scratch_at[k] = row_op || (members[k].flags & MEMBER_SPILLED) ? 0 : SIZE_MAX;
     }
     if (!why && rg->rows > 0) {
@@ -213,10 +209,9 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
             }
         for (int k = 0, ce = 0; k < n && !x->status; k++) {
             const ir_node *m = g->nodes[members[k].node];
-            if (m->op != IR_OP_cross_entropy) continue;
+            if (!ir_ops[m->op].row || !ir_row_summarize(ir_ops[m->op].row).per_row_result) continue;
             if (values[m->id].data)
-                cpu_cross_entropy_mean(false, (float *)rg->losses + (size_t)ce * (size_t)rg->rows, rg->rows,
-                                       &values[m->id]);
+                cpu_row_mean(false, (float *)rg->losses + (size_t)ce * (size_t)rg->rows, rg->rows, &values[m->id]);
             ce++;
         }
     }

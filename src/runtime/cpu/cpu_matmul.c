@@ -78,8 +78,8 @@ alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
 {
     const ir_type *ta = &in[0].type, *tb = &in[1].type, *to = &out->type;
     mm_plan p;
-    p.trans_a = ir_attr_int(n, "transpose_a", 0) != 0;
-    p.trans_b = ir_attr_int(n, "transpose_b", 0) != 0;
+    p.trans_a = ir_attr_i(n, "transpose_a") != 0;
+    p.trans_b = ir_attr_i(n, "transpose_b") != 0;
     p.m = to->dims[to->rank - 2];
     p.n = to->dims[to->rank - 1];
     p.k = ta->dims[ta->rank - (p.trans_a ? 2 : 1)];

@@ -246,8 +246,8 @@ alloy_status cpu_slice(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_t
     (void)x;
     const ir_type *t = &in[0].type;
     int axis = 0;
-    ir_norm_axis(ir_attr_int(n, "axis", 0), t->rank, &axis);
-    int64_t start = ir_attr_int(n, "start", 0), end = ir_attr_int(n, "end", 0), outer = 1;
+    ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
+    int64_t start = ir_attr_i(n, "start"), end = ir_attr_i(n, "end"), outer = 1;
     size_t inner = alloy_dtype_size(t->dtype);
     for (int d = 0; d < axis; d++) outer *= t->dims[d];
     for (int d = axis + 1; d < t->rank; d++) inner *= (size_t)t->dims[d];
@@ -265,7 +265,7 @@ alloy_status cpu_concat(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     (void)x;
     const ir_type *to = &out->type;
     int axis = 0;
-    ir_norm_axis(ir_attr_int(n, "axis", 0), to->rank, &axis);
+    ir_norm_axis(ir_attr_i(n, "axis"), to->rank, &axis);
     int64_t outer = 1;
     size_t inner = alloy_dtype_size(to->dtype);
     for (int d = 0; d < axis; d++) outer *= to->dims[d];
@@ -293,7 +293,7 @@ alloy_status cpu_causal_mask(cpu_exec *x, const ir_node *n, rt_tensor *out, cons
     int64_t tq = t->dims[t->rank - 2], tk = t->dims[t->rank - 1];
     int64_t matrices = ir_numel(t) / (tq * tk);
     unsigned char masked[8]; /* the attribute value (default -inf) in the dtype */
-    double value = ir_attr_float(n, "value", -INFINITY);
+    double value = ir_attr_f(n, "value");
     cvt_store_f64(t->dtype, &value, masked, 1);
     char *row = out->data;
     for (int64_t m = 0; m < matrices; m++) {

@@ -192,6 +192,7 @@ UNARY(alloy_gelu, IR_OP_gelu)
 UNARY(alloy_gelu_tanh, IR_OP_gelu_tanh)
 UNARY(alloy_tanh, IR_OP_tanh)
 UNARY(alloy_sigmoid, IR_OP_sigmoid)
+UNARY(alloy_silu, IR_OP_silu)
 UNARY(alloy_exp, IR_OP_exp)
 UNARY(alloy_log, IR_OP_log)
 UNARY(alloy_sqrt, IR_OP_sqrt)
@@ -265,6 +266,13 @@ alloy_tensor *alloy_layer_norm(alloy_graph *g, alloy_tensor *x, alloy_tensor *ga
     alloy_tensor *xs[3] = {x, gamma, beta};
     ir_attr a = ir_a_float("eps", eps);
     return add(g, IR_OP_layer_norm, gamma ? 3 : 1, xs, 1, &a, NULL);
+}
+
+alloy_tensor *alloy_rms_norm(alloy_graph *g, alloy_tensor *x, alloy_tensor *gamma, double eps)
+{
+    alloy_tensor *xs[2] = {x, gamma};
+    ir_attr a = ir_a_float("eps", eps);
+    return add(g, IR_OP_rms_norm, gamma ? 2 : 1, xs, 1, &a, NULL);
 }
 
 alloy_tensor *alloy_cross_entropy(alloy_graph *g, alloy_tensor *logits, alloy_tensor *targets)

@@ -72,7 +72,7 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
     if (n->op != IR_OP_param)
         return ir_error(g->ir, ALLOY_ERR_INVALID, "param_freeze: '%s' is not a param",
                         n->name ? n->name : ir_ops[n->op].name);
-    if (ir_attr_int(n, "frozen", 0)) return ALLOY_OK;
+    if (ir_attr_i(n, "frozen")) return ALLOY_OK;
     ir_attr *attrs = al_arena_alloc(&g->ir->arena, sizeof(ir_attr) * (size_t)(n->nattrs + 1));
     if (!attrs) return ir_error(g->ir, ALLOY_ERR_OOM, "param_freeze: out of memory");
     memcpy(attrs, n->attrs, sizeof(ir_attr) * (size_t)n->nattrs);

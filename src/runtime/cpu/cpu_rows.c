@@ -1,0 +1,258 @@
+/* cpu_rows.c - the row ops on the CPU: one function per RW line of ops.def, generated from its program, and the driver that feeds it rows. */
+#include <string.h>
+#include <tgmath.h>
+
+#include "base/convert.h"
+#include "runtime/cpu/cpu.h"
+
+/* Operands, attributes, S and V slots a program may use. */
+enum { ROW_MAX_IN = 4, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16 };
+
+/* One row as a program sees it; buffers in the compute type. */
+typedef struct row_args {
+    int64_t n;    /* the row's length */
+    int64_t row;  /* its index among the op's rows (of this call) */
+    int64_t rows; /* ROWS: the op's row count */
+    int nin;
+    const void *x[ROW_MAX_IN]; /* r operands: this row; v operands: the whole vector */
+    int64_t index[ROW_MAX_IN]; /* i operands: this row's integer */
+    double scalar[ROW_MAX_IN]; /* s operands */
+    double p[ROW_MAX_ATTRS];   /* the op's attributes in schema order */
+    int rank;
+    const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
+    void *v[ROW_MAX_V];
+    void *tmp, *y, *result;
+} row_args;
+
+/* This row's index along the k-th dimension from the end (k >= 1). */
+static int64_t row_pos(const row_args *r, int k)
+{
+    int64_t q = r->row;
+    for (int d = r->rank - 2; d > r->rank - 1 - k; d--) q /= r->dims[d];
+    return q % r->dims[r->rank - 1 - k];
+}
+
+/* pairwise sums: rounding error grows with log(n) */
+static float sum_f32(const float *v, int64_t n)
+{
+    if (n > LEAF) return sum_f32(v, n / 2) + sum_f32(v + n / 2, n - n / 2);
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    return s;
+}
+
+static double sum_f64(const double *v, int64_t n)
+{
+    if (n > LEAF) return sum_f64(v, n / 2) + sum_f64(v + n / 2, n - n / 2);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    return s;
+}
+
+/* ---- the programs, expanded for T = float and double ---- */
+
+#define X(j) ((const T *)r->x[j])[i]
+#define V(k) ((T *)r->v[k])[i]
+#define S(k) s_[k]
+#define N ((T)r->n)
+#define COL i
+#define P(k) ((T)r->p[k])
+#define HAS(j) ((j) < r->nin)
+#define INDEX(j) r->index[j]
+#define AT(j, c) ((const T *)r->x[j])[c]
+#define SCALAR(j) ((T)r->scalar[j])
+#define ROWS r->rows
+#define POS(k) row_pos(r, k)
+#define DIM(k) r->dims[r->rank - 1 - (k)]
+
+#define MAX(k, e)                                                                          \
+    {                                                                                      \
+        T m_ = -INFINITY;                                                                  \
+        for (int64_t i = 0; i < r->n && m_ == m_; i++) {                                   \
+            T e_ = (T)(e);                                                                 \
+            if (e_ > m_ || e_ != e_) m_ = e_;                                              \
+        }                                                                                  \
+        s_[k] = m_;                                                                        \
+    }
+#define SUM(k, e)                                                                          \
+    {                                                                                      \
+        T *t_ = (T *)r->tmp;                                                               \
+        for (int64_t i = 0; i < r->n; i++) t_[i] = (T)(e);                                 \
+        s_[k] = SUM_OF(t_, r->n);                                                          \
+    }
+#define LET(k, e)                                                                          \
+    {                                                                                      \
+        const int64_t i = 0;                                                               \
+        (void)i;                                                                           \
+        s_[k] = (T)(e);                                                                    \
+    }
+#define MAP(k, e)                                                                          \
+    for (int64_t i = 0; i < r->n; i++) ((T *)r->v[k])[i] = (T)(e);
+#define OUT(e)                                                                             \
+    for (int64_t i = 0; i < r->n; i++) ((T *)r->y)[i] = (T)(e);
+#define RESULT(e)                                                                          \
+    {                                                                                      \
+        const int64_t i = 0;                                                               \
+        (void)i;                                                                           \
+        *(T *)r->result = (T)(e);                                                          \
+    }
+
+typedef void (*row_fn)(const row_args *r);
+#define OP(...)
+#define EW(...)
+#define RW(nm, mn, mx, at, ty, amp, grad, roles, program)                                  \
+    static void row_##nm##_f32(const row_args *r)                                          \
+    {                                                                                      \
+        typedef float T;                                                                   \
+        T s_[ROW_MAX_S];                                                                   \
+        (void)s_;                                                                          \
+        program                                                                            \
+    }                                                                                      \
+    static void row_##nm##_f64(const row_args *r)                                          \
+    {                                                                                      \
+        typedef double T;                                                                  \
+        T s_[ROW_MAX_S];                                                                   \
+        (void)s_;                                                                          \
+        program                                                                            \
+    }
+#define SUM_OF(v, n) _Generic((v), float *: sum_f32, double *: sum_f64)(v, n)
+#include "ir/ops.def"
+#undef RW
+
+static const struct {
+    row_fn f32, f64;
+} row_fns[IR_OP_COUNT] = {
+#define RW(nm, ...) [IR_OP_##nm] = {row_##nm##_f32, row_##nm##_f64},
+#include "ir/ops.def"
+#undef RW
+};
+#undef OP
+#undef EW
+
+/* ---- the driver ---- */
+
+static int64_t int_at(const rt_tensor *t, int64_t i)
+{
+    if (t->type.dtype == ALLOY_I32) return ((const int32_t *)t->data)[i];
+    return ((const int64_t *)t->data)[i];
+}
+
+/* Checks every integer of index operand t is in [0, limit): else an error
+ * naming the op, the node, the value and its position. */
+static alloy_status check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit)
+{
+    int64_t count = ir_numel(&t->type);
+    for (int64_t p = 0; p < count; p++) {
+        int64_t v = int_at(t, p);
+        if (v >= 0 && v < limit) continue;
+        int64_t idx[ALLOY_MAX_RANK], rest = p;
+        for (int d = t->type.rank - 1; d >= 0; d--) {
+            idx[d] = rest % t->type.dims[d];
+            rest /= t->type.dims[d];
+        }
+        char label[32], where[128];
+        al_fmt_dims(where, sizeof where, t->type.rank, idx);
+        return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': target %lld at position %s out of range [0, %lld)",
+                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), (long long)v, where,
+                        (long long)limit);
+    }
+    return ALLOY_OK;
+}
+
+alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in, int64_t total_rows,
+                         void *results)
+{
+    const ir_row_program *prog = ir_ops[n->op].row;
+    ir_row_summary sum = ir_row_summarize(prog);
+    const ir_type *t = &in[0].type;
+    bool wide = t->dtype == ALLOY_F64;
+    int axis = t->rank - 1;
+    if (ir_attr_schema(n->op, "axis")) ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
+    int64_t len = t->rank ? t->dims[axis] : 1, outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    for (int j = 0; j < n->nin; j++)
+        if (prog->roles[j] == 'i' && check_indices(x, n, &in[j], len)) return x->status;
+    if (outer * len * inner == 0) return ALLOY_OK;
+    if (n->nin > ROW_MAX_IN || sum.nscalars > ROW_MAX_S || sum.nvectors > ROW_MAX_V)
+        return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
+                        ir_ops[n->op].name);
+    row_args r = {.n = len, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims};
+    int np = 0;
+    for (const ir_attr_spec *a = ir_ops[n->op].attrs; a && a->name && np < ROW_MAX_ATTRS; a++)
+        r.p[np++] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name) : (double)ir_attr_i(n, a->name);
+    /* buffers: a slab per r operand, one for the result, then the row views */
+    size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
+    int nbuf = n->nin + 1 + sum.nvectors + 1 + (inner > 1 ? n->nin + 1 : 0);
+    char *block = al_malloc(cs * slab * (size_t)nbuf + cs);
+    if (!block) return cpu_out_of_memory(x, n);
+    char *at = block;
+    void *slabs[ROW_MAX_IN + 1] = {NULL}, *cols[ROW_MAX_IN + 1] = {NULL};
+    for (int j = 0; j <= n->nin; j++, at += cs * slab) slabs[j] = at; /* slabs[nin]: the result */
+    for (int k = 0; k < sum.nvectors; k++, at += cs * slab) r.v[k] = at;
+    r.tmp = at, at += cs * slab;
+    for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * slab) cols[j] = at;
+    r.y = inner > 1 ? cols[n->nin] : slabs[n->nin];
+    for (int j = 0; j < n->nin; j++) {
+        char role = prog->roles[j];
+        if (role == 'v') cpu_load_compute(wide, in[j].type.dtype, in[j].data, slabs[j], len);
+        if (role == 's') cvt_load_f64(in[j].type.dtype, in[j].data, &r.scalar[j], 1);
+        r.x[j] = inner > 1 && role == 'r' ? cols[j] : slabs[j];
+    }
+    row_fn fn = wide ? row_fns[n->op].f64 : row_fns[n->op].f32;
+    size_t out_es = alloy_dtype_size(out->type.dtype);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int j = 0; j < n->nin; j++)
+            if (prog->roles[j] == 'r')
+                cpu_load_compute(wide, in[j].type.dtype,
+                                 (const char *)in[j].data + (size_t)o * slab * alloy_dtype_size(in[j].type.dtype),
+                                 slabs[j], (int64_t)slab);
+        for (int64_t c = 0; c < inner; c++) {
+            r.row = o * inner + c;
+            for (int j = 0; j < n->nin; j++)
+                if (prog->roles[j] == 'i') r.index[j] = int_at(&in[j], r.row);
+            if (inner > 1) /* a column of the slab as a row */
+                for (int j = 0; j < n->nin; j++)
+                    if (prog->roles[j] == 'r')
+                        for (int64_t i = 0; i < len; i++)
+                            memcpy((char *)cols[j] + (size_t)i * cs, (char *)slabs[j] + ((size_t)(i * inner + c)) * cs, cs);
+            r.result = results ? (char *)results + (size_t)r.row * cs : NULL;
+            fn(&r);
+            if (inner > 1 && !sum.per_row_result)
+                for (int64_t i = 0; i < len; i++)
+                    memcpy((char *)slabs[n->nin] + ((size_t)(i * inner + c)) * cs, (char *)r.y + (size_t)i * cs, cs);
+        }
+        if (!sum.per_row_result)
+            cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * slab * out_es,
+                              (int64_t)slab);
+    }
+    al_free(block);
+    return ALLOY_OK;
+}
+
+void cpu_row_mean(bool wide, const void *results, int64_t rows, rt_tensor *out)
+{
+    /* the mean over no rows is 0/0 = NaN, as in PyTorch */
+    if (wide) {
+        double mean = sum_f64(results, rows) / (double)rows;
+        cpu_store_compute(wide, out->type.dtype, &mean, out->data, 1);
+    } else {
+        float mean = sum_f32(results, rows) / (float)rows;
+        cpu_store_compute(wide, out->type.dtype, &mean, out->data, 1);
+    }
+}
+
+/* The kernel of every row op: all rows, and a per-row result's mean. */
+alloy_status cpu_row(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    const ir_type *t = &in[0].type;
+    int64_t len = t->rank ? t->dims[t->rank - 1] : 1, rows = len ? ir_numel(t) / len : 0;
+    if (!ir_row_summarize(ir_ops[n->op].row).per_row_result) return cpu_row_run(x, n, out, in, rows, NULL);
+    bool wide = t->dtype == ALLOY_F64;
+    void *results = cpu_alloc_compute(wide, rows);
+    if (!results) return cpu_out_of_memory(x, n);
+    alloy_status st = cpu_row_run(x, n, out, in, rows, results);
+    if (!st) cpu_row_mean(wide, results, rows, out);
+    al_free(results);
+    return st;
+}

@@ -1,0 +1,250 @@
+/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+#include "base/convert.h"
+#include "ir/groups.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/graph/graph_impl.h"
+#include "support.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static uint64_t rng = 1;
+
+static double uniform(double lo, double hi)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (double)(rng >> 11) * 0x1p-53;
+}
+
+/* n values in [lo, hi) rounded to dtype dt, as doubles, and as dt's bytes. */
+static double *values_in(alloy_dtype dt, int64_t n, double lo, double hi, void **bytes)
+{
+    double *v = test_malloc(sizeof(double) * (size_t)(n + 1));
+    *bytes = test_malloc(alloy_dtype_size(dt) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++) v[i] = uniform(lo, hi);
+    cvt_store_f64(dt, v, *bytes, (size_t)n);
+    cvt_load_f64(dt, *bytes, v, (size_t)n);
+    return v;
+}
+
+/* Relative tolerance of a result rounded to dt after an f32 computation. */
+static double tol_of(alloy_dtype dt) { return dt == ALLOY_F64 ? 1e-12 : dt == ALLOY_F32 ? 2e-6 : dt == ALLOY_F16 ? 2e-3 : 1.6e-2; }
+
+static void expect_close(alloy_dtype dt, const void *got, const double *ref, int64_t n, double tol, const char *what)
+{
+    double *g = test_malloc(sizeof(double) * (size_t)(n + 1)), worst = 0, scale = 1e-30;
+    cvt_load_f64(dt, got, g, (size_t)n);
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(g[i] - ref[i]) / scale);
+    test_free(g);
+    if (!(worst <= tol)) fail_msg("%s: normalized error %.3g > %.3g", what, worst, tol);
+}
+
+/* ---- the programs as data ---- */
+
+static void test_every_row_program_names_each_operand_role_and_fits_the_cpu_slots(void **state)
+{
+    (void)state;
+    int programs = 0;
+    for (int op = 0; op < IR_OP_COUNT; op++) {
+        const ir_row_program *p = ir_ops[op].row;
+        if (!p) continue;
+        programs++;
+        assert_int_equal((int)strlen(p->roles), ir_ops[op].max_in);
+        assert_true(strspn(p->roles, "rvis") == strlen(p->roles));
+        assert_int_equal(p->roles[0], 'r'); /* the first operand gives the rows */
+        ir_row_summary s = ir_row_summarize(p);
+        assert_true(s.nscalars <= 16 && s.nvectors <= 8);
+        /* exactly one way out, last: a row (OUT) or a value per row (RESULT) */
+        int outs = 0;
+        for (int i = 0; i < p->nstages; i++) outs += p->stages[i].kind == ROW_OUT || p->stages[i].kind == ROW_RESULT;
+        if (outs != 1 || (p->stages[p->nstages - 1].kind != ROW_OUT && p->stages[p->nstages - 1].kind != ROW_RESULT))
+            fail_msg("%s: its program must end in its one OUT or RESULT", ir_ops[op].name);
+        /* a slot is written before it is read */
+        for (int i = 0; i < p->nstages; i++)
+            for (int k = 0; k < 16; k++) {
+                char use[8];
+                snprintf(use, sizeof use, "S(%d)", k);
+                const char *text = p->stages[i].expr, *hit = text;
+                /* S(k) itself, not the end of POS(k) or HAS(k) */
+                while ((hit = strstr(hit, use)) && hit > text && (isalnum((unsigned char)hit[-1]) || hit[-1] == '_')) hit++;
+                if (!hit) continue;
+                bool set = false;
+                for (int e = 0; e < i; e++) set |= p->stages[e].kind <= ROW_LET && p->stages[e].slot == k;
+                if (!set) fail_msg("%s: stage %d reads S(%d) before a stage sets it", ir_ops[op].name, i, k);
+            }
+    }
+    assert_true(programs >= 11); /* softmax, log_softmax, layer_norm, rms_norm, cross_entropy, causal_mask and grads */
+    assert_non_null(ir_ops[IR_OP_rms_norm].row);
+    assert_true(ir_row_summarize(ir_ops[IR_OP_cross_entropy].row).per_row_result);
+    assert_true(ir_row_summarize(ir_ops[IR_OP_causal_mask].row).by_position);
+}
+
+/* ---- rms_norm forward: y = x / sqrt(mean(x^2) + eps) * gamma ---- */
+
+static void check_rms_norm(alloy_dtype dt, int rank, const int64_t *dims, bool gamma, double eps)
+{
+    int64_t d = dims[rank - 1], n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    alloy_graph *g = alloy_graph_new("rms");
+    alloy_tensor *x = alloy_input(g, "x", dt, rank, dims);
+    alloy_tensor *w = gamma ? alloy_input(g, "gamma", dt, 1, &d) : NULL;
+    alloy_output(g, "y", alloy_rms_norm(g, x, w, eps));
+    void *xb, *wb;
+    double *xv = values_in(dt, n, -3, 3, &xb), *wv = values_in(dt, d, 0.5, 1.5, &wb);
+    alloy_host_tensor feeds[2] = {{"x", dt, rank, {0}, xb}, {"gamma", dt, 1, {d}, wb}}, fetch = {.name = "y"};
+    memcpy(feeds[0].dims, dims, sizeof(int64_t) * (size_t)rank);
+    if (alloy_graph_run(g, feeds, gamma ? 2 : 1, &fetch, 1)) fail_msg("%s", alloy_last_error(g));
+    double *ref = test_malloc(sizeof(double) * (size_t)(n + 1));
+    for (int64_t r = 0; r < n / d; r++) {
+        double ms = 0;
+        for (int64_t i = 0; i < d; i++) ms += xv[r * d + i] * xv[r * d + i] / (double)d;
+        for (int64_t i = 0; i < d; i++) ref[r * d + i] = xv[r * d + i] / sqrt(ms + eps) * (gamma ? wv[i] : 1);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rms_norm %s rank %d last %lld gamma %d eps %g", alloy_dtype_name(dt), rank,
+             (long long)d, gamma, eps);
+    expect_close(dt, fetch.data, ref, n, tol_of(dt), what);
+    test_free(ref), test_free(xv), test_free(wv), test_free(xb), test_free(wb);
+    alloy_graph_free(g);
+}
+
+static void test_rms_norm_matches_a_double_reference_in_every_float_dtype(void **state)
+{
+    (void)state;
+    static const alloy_dtype dts[] = {ALLOY_F32, ALLOY_F64, ALLOY_F16, ALLOY_BF16};
+    for (int k = 0; k < 4; k++)
+        for (int gamma = 0; gamma < 2; gamma++) {
+            check_rms_norm(dts[k], 2, DIMS(5, 17), gamma, 1e-5);
+            check_rms_norm(dts[k], 3, DIMS(2, 3, 130), gamma, 1e-6);
+            check_rms_norm(dts[k], 2, DIMS(4, 1), gamma, 1e-2);
+        }
+}
+
+/* ---- rms_norm_grad: dx = r * g - x * r^3 * mean(g * x), g = dy * gamma ---- */
+
+static void test_rms_norm_grad_kernel_matches_a_double_reference(void **state)
+{
+    (void)state;
+    static const alloy_dtype dts[] = {ALLOY_F32, ALLOY_F64, ALLOY_F16, ALLOY_BF16};
+    for (int k = 0; k < 4; k++)
+        for (int gamma = 0; gamma < 2; gamma++) {
+            alloy_dtype dt = dts[k];
+            const int64_t rows = 6, d = 33;
+            ir_graph *ir = ir_graph_new("rms_grad");
+            ir_type t = {.dtype = dt, .rank = 2, .dims = {rows, d}}, tv = {.dtype = dt, .rank = 1, .dims = {d}};
+            int x = ir_add_node(ir, IR_OP_input, 0, NULL, 0, NULL, &t, "x")->id;
+            int dy = ir_add_node(ir, IR_OP_input, 0, NULL, 0, NULL, &t, "dy")->id;
+            int w = ir_add_node(ir, IR_OP_input, 0, NULL, 0, NULL, &tv, "gamma")->id;
+            ir_attr eps = ir_a_float("eps", 1e-5);
+            ir_node *dx = ir_add_node(ir, IR_OP_rms_norm_grad, gamma ? 3 : 2, (int[]){x, dy, w}, 1, &eps, NULL, NULL);
+            assert_non_null(dx);
+            ir_add_output(ir, "dx", dx->id);
+            void *xb, *db, *wb;
+            double *xv = values_in(dt, rows * d, -2, 2, &xb), *dv = values_in(dt, rows * d, -1, 1, &db);
+            double *wv = values_in(dt, d, 0.5, 1.5, &wb);
+            rt_tensor *values = test_calloc((size_t)ir->nnodes, sizeof(rt_tensor));
+            values[x].data = xb, values[dy].data = db, values[w].data = wb;
+            cpu_exec ex = {.nthreads = 1};
+            if (cpu_run_graph(&ex, ir, values, NULL)) fail_msg("%s", ex.error);
+            double *ref = test_malloc(sizeof(double) * (size_t)(rows * d));
+            for (int64_t r = 0; r < rows; r++) {
+                const double *xr = xv + r * d, *dr = dv + r * d;
+                double ms = 0, gx = 0;
+                for (int64_t i = 0; i < d; i++) ms += xr[i] * xr[i] / (double)d;
+                double rs = 1 / sqrt(ms + 1e-5);
+                for (int64_t i = 0; i < d; i++) gx += dr[i] * (gamma ? wv[i] : 1) * xr[i] / (double)d;
+                for (int64_t i = 0; i < d; i++)
+                    ref[r * d + i] = rs * dr[i] * (gamma ? wv[i] : 1) - xr[i] * rs * rs * rs * gx;
+            }
+            char what[64];
+            snprintf(what, sizeof what, "rms_norm_grad %s gamma %d", alloy_dtype_name(dt), gamma);
+            expect_close(dt, values[dx->id].data, ref, rows * d, 4 * tol_of(dt), what);
+            cpu_release_values(ir, values);
+            test_free(values), test_free(ref), test_free(xv), test_free(dv), test_free(wv);
+            test_free(xb), test_free(db), test_free(wb);
+            ir_graph_free(ir);
+        }
+}
+
+/* ---- fused: a row group with rms_norm and silu gives the unfused bits ---- */
+
+/* y = silu(rms_norm(x + b, gamma)) * s, trained one AdamW step; returns the
+ * step's loss and fills out with y (f32, rows x d). */
+static float rms_block(bool fused, float *out, const float *xs, const float *bs)
+{
+    enum { ROWS = 96, D = 64 };
+    alloy_graph *g = alloy_graph_new("rms_block");
+    alloy_graph_set_seed(g, 3);
+    if (!fused) alloy_graph_set_option(g, "no_fuse", "all");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(ROWS, D));
+    alloy_tensor *b = alloy_input(g, "b", ALLOY_F32, 1, DIMS(D));
+    alloy_tensor *gamma = alloy_param(g, "gamma", ALLOY_F32, 1, DIMS(D), alloy_init_uniform(0.5, 1.5));
+    alloy_tensor *h = alloy_rms_norm(g, alloy_add(g, x, b), gamma, 1e-5);
+    alloy_tensor *y = alloy_mul(g, alloy_silu(g, h), alloy_scalar(g, ALLOY_F32, 0.75));
+    alloy_output(g, "y", y);
+    alloy_tensor *loss = alloy_reduce_mean(g, alloy_square(g, y), 0, NULL, false);
+    alloy_output(g, "loss", loss);
+    alloy_graph_set_loss(g, loss);
+    alloy_graph_add_optimizer(g, alloy_adamw(1e-2, 0.9, 0.999, 1e-8, 0.0));
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {ROWS, D}, (void *)xs}, {"b", ALLOY_F32, 1, {D}, (void *)bs}};
+    alloy_host_tensor fetch[2] = {{.name = "y"}, {.name = "loss"}};
+    if (alloy_graph_run(g, feeds, 2, fetch, 2)) fail_msg("%s", alloy_last_error(g));
+    memcpy(out, fetch[0].data, sizeof(float) * ROWS * D);
+    float l = *(const float *)fetch[1].data;
+    /* fused: rms_norm and silu share one row group with their neighbours */
+    const ir_graph *c = g->compiled;
+    int rms = -1;
+    for (int i = 0; i < c->nnodes && rms < 0; i++)
+        if (c->nodes[i]->op == IR_OP_rms_norm) rms = i;
+    assert_true(rms >= 0);
+    const schedule *s = &g->comp.sched;
+    const sched_step *st = &s->steps[s->step_of[rms]];
+    if (fused) {
+        assert_int_equal(st->kind, STEP_ROW);
+        bool silu = false;
+        for (int m = st->first; m < st->first + st->n; m++) silu |= c->nodes[s->members[m].node]->op == IR_OP_silu;
+        assert_true(silu);
+    } else {
+        assert_int_equal(st->kind, STEP_OP);
+    }
+    alloy_graph_free(g);
+    return l;
+}
+
+static void test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits(void **state)
+{
+    (void)state;
+    enum { ROWS = 96, D = 64 };
+    float *xs = test_malloc(sizeof(float) * ROWS * D), bs[D];
+    float *a = test_malloc(sizeof(float) * ROWS * D), *b = test_malloc(sizeof(float) * ROWS * D);
+    for (int i = 0; i < ROWS * D; i++) xs[i] = (float)uniform(-2, 2);
+    for (int i = 0; i < D; i++) bs[i] = (float)uniform(-0.5, 0.5);
+    float la = rms_block(true, a, xs, bs), lb = rms_block(false, b, xs, bs);
+    assert_memory_equal(a, b, sizeof(float) * ROWS * D);
+    assert_true(la == lb);
+    test_free(xs), test_free(a), test_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_row_program_names_each_operand_role_and_fits_the_cpu_slots),
+        cmocka_unit_test(test_rms_norm_matches_a_double_reference_in_every_float_dtype),
+        cmocka_unit_test(test_rms_norm_grad_kernel_matches_a_double_reference),
+        cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
+    };
+    return cmocka_run_group_tests_name("rows", tests, test_checked_alloc, test_plain_alloc);
+}
