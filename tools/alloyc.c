@@ -13,8 +13,10 @@ enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 static const char usage_text[] =
     "usage: alloyc print FILE.ir [--amp=f16|bf16|off] [--train [--optimizer=sgd|adam|adamw]\n"
     "                            [--scaler=dynamic|static:S|none]] [--print-after=PASS,...|all]\n"
+    "                            [--print-before=PASS,...|all] [--set NAME=VALUE]...\n"
     "       alloyc run FILE.ir [--feed NAME=FILE | --feed FILE]... [--params FILE]\n"
-    "                          [--seed N] [--fetch NAME]... [--amp=f16|bf16|off] --out FILE\n"
+    "                          [--seed N] [--fetch NAME]... [--amp=f16|bf16|off]\n"
+    "                          [--set NAME=VALUE]... --out FILE\n"
     "       alloyc --help | --version\n"
     "\n"
     "Commands:\n"
@@ -23,8 +25,11 @@ static const char usage_text[] =
     "          safetensors file\n"
     "\n"
     "Compile options (print and run):\n"
-    "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); ALLOY_AMP_LOG=1\n"
+    "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
     "                    prints what it converted and why nodes stayed f32\n"
+    "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
+    "                    disable_passes, no_fuse, amp_log, no_arena, blas, num_threads,\n"
+    "                    device; over its ALLOY_* environment variable; repeats\n"
     "\n"
     "Options of print:\n"
     "  --train           also build the backward from the IR's 'loss' (grad:NAME outputs)\n"
@@ -32,8 +37,11 @@ static const char usage_text[] =
     "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
     "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
     "                    result; passes: verify, amp, autodiff, grad_scaler, optimizer,\n"
-    "                    simplify, dce, fuse (after fuse: the fusion groups with their kind,\n"
-    "                    inputs, outputs and expressions, and the memory plan's arena bytes)\n"
+    "                    simplify, dce, fuse, schedule, plan (after fuse: the fusion groups\n"
+    "                    with their kind, inputs, outputs and expressions; after schedule:\n"
+    "                    the steps with their parts and member flags; after plan: the steps\n"
+    "                    and every value's arena slot)\n"
+    "  --print-before=P  the same, before pass P\n"
     "\n"
     "Options of run (each also accepted as --option=VALUE):\n"
     "  --feed NAME=FILE  feed graph input NAME with the tensor called NAME in the\n"
@@ -108,7 +116,9 @@ typedef struct options {
     const char *print_only; /* the first print-only option seen, for run's message */
     alloy_dtype amp;      /* ALLOY_F32: off */
     bool train;
-    const char *optimizer, *scaler, *print_after;
+    const char *optimizer, *scaler, *print_after, *print_before;
+    const char **sets; /* NAME=VALUE of --set, in order */
+    int nsets;
 } options;
 
 /* Matches argv[*i] against --flag and --flag=VALUE. Returns 1 and sets
@@ -162,7 +172,8 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     o->command = cmd;
     o->feeds = calloc((size_t)argc, sizeof *o->feeds);
     o->fetches = calloc((size_t)argc, sizeof *o->fetches);
-    if (!o->feeds || !o->fetches) return fail(EXIT_ERROR, "out of memory");
+    o->sets = calloc((size_t)argc, sizeof *o->sets);
+    if (!o->feeds || !o->fetches || !o->sets) return fail(EXIT_ERROR, "out of memory");
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i], *value = NULL;
         int got;
@@ -180,17 +191,17 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             if (!o->print_only) o->print_only = arg;
             continue;
         }
-        static const char *const flags[] = {"--feed", "--fetch", "--params", "--seed", "--out",
-                                            "--amp", "--optimizer", "--scaler", "--print-after"};
+        static const char *const flags[] = {"--feed",   "--fetch",     "--params",       "--seed", "--out", "--amp",
+                                            "--optimizer", "--scaler", "--print-after", "--print-before", "--set"};
         int which = -1;
-        for (int f = 0; f < 9 && which < 0; f++) {
+        for (int f = 0; f < 11 && which < 0; f++) {
             got = take_value(argc, argv, &i, flags[f], &value);
             if (got < 0) return usage_error("%s needs a value", flags[f]);
             if (got > 0) which = f;
         }
         if (which >= 0) {
             if (which < 5 && !o->run_only) o->run_only = flags[which];
-            if (which > 5 && !o->print_only) o->print_only = flags[which];
+            if (which > 5 && which < 10 && !o->print_only) o->print_only = flags[which];
             if (!*value) return usage_error("%s needs a non-empty value", flags[which]);
         }
         switch (which) {
@@ -236,6 +247,13 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             break;
         case 8:
             o->print_after = value;
+            break;
+        case 9:
+            o->print_before = value;
+            break;
+        case 10:
+            if (!strchr(value, '=') || value[0] == '=') return usage_error("--set wants NAME=VALUE, got '%s'", value);
+            o->sets[o->nsets++] = value;
             break;
         default:
             if (arg[0] == '-' && arg[1] != '\0') return usage_error("unknown option '%s'", arg);
@@ -445,6 +463,19 @@ static alloy_graph *load_graph(const char *path, char **text, size_t *len)
     return g;
 }
 
+/* Applies every --set NAME=VALUE to g; returns the first failing status. */
+static alloy_status apply_sets(alloy_graph *g, const options *o)
+{
+    for (int i = 0; i < o->nsets; i++) {
+        char name[64];
+        size_t n = strcspn(o->sets[i], "=");
+        snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), o->sets[i]);
+        alloy_status st = alloy_graph_set_option(g, name, o->sets[i] + n + 1);
+        if (st) return st;
+    }
+    return ALLOY_OK;
+}
+
 /* Applies the compile options to g; returns the first failing status. */
 static alloy_status configure(alloy_graph *g, const options *o)
 {
@@ -463,7 +494,11 @@ static alloy_status configure(alloy_graph *g, const options *o)
         st = alloy_graph_add_optimizer(g, opt);
     }
     if (!st && o->print_after) st = alloy_graph_print_after(g, o->print_after, stdout);
-    return st;
+    if (!st && o->print_before) {
+        st = alloy_graph_print_after(g, o->print_after ? o->print_after : "", stdout); /* printing goes to stdout */
+        if (!st) st = alloy_graph_set_option(g, "print_before", o->print_before);
+    }
+    return st ? st : apply_sets(g, o);
 }
 
 static int cmd_print(const options *o)
@@ -576,8 +611,6 @@ static int cmd_run(const options *o)
 {
     run_ctx r = {.ir_path = o->ir_path};
     int rc = 0, nfiles = 0;
-    /* run is the CPU reference run, whatever device the environment picks */
-    setenv("ALLOY_DEVICE", "cpu", 1);
     size_t len = 0;
     char err[1024] = "";
     r.g = load_graph(o->ir_path, &r.text, &len);
@@ -591,6 +624,13 @@ static int cmd_run(const options *o)
     }
     if (o->amp != ALLOY_F32 && alloy_graph_enable_amp(r.g, o->amp)) {
         rc = fail(EXIT_ERROR, "%s", alloy_last_error(r.g));
+        goto done;
+    }
+    /* run is the CPU reference run, whatever device the environment picks */
+    alloy_status set = alloy_graph_set_option(r.g, "device", "cpu");
+    if (!set) set = apply_sets(r.g, o);
+    if (set) {
+        rc = fail(EXIT_ERROR, "%s", graph_error(r.g, set));
         goto done;
     }
     if (o->have_seed) alloy_graph_set_seed(r.g, o->seed);
