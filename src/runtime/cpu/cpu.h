@@ -109,6 +109,12 @@ AL_HIDDEN void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void
 AL_HIDDEN void cpu_store_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);
 /* al_malloc of n compute elements (at least one, so n == 0 is not a failure). */
 AL_HIDDEN void *cpu_alloc_compute(bool wide, int64_t n);
+/* Element i of an i32 or i64 tensor. */
+AL_HIDDEN int64_t cpu_index_at(const rt_tensor *t, int64_t i);
+/* Checks every integer of t is in [0, limit); else the error "op 'node':
+ * NOUN v out of range [0, limit) at position [i,j]" (noun: "id", "target"). */
+AL_HIDDEN alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit,
+                                         const char *noun);
 /* Records "op 'node': out of memory" on x. */
 AL_HIDDEN alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n);
 

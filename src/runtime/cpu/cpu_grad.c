@@ -4,35 +4,6 @@
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
 
-/* Element i of an i32 or i64 tensor. */
-static int64_t int_at(const rt_tensor *t, int64_t i)
-{
-    if (t->type.dtype == ALLOY_I32) return ((const int32_t *)t->data)[i];
-    return ((const int64_t *)t->data)[i];
-}
-
-/* Checks every id is in [0, rows): else an error naming the node, the id,
- * the range and the position, in the words of the forward kernel's message. */
-static alloy_status check_ids(cpu_exec *x, const ir_node *n, const rt_tensor *ids, int64_t rows)
-{
-    int64_t count = ir_numel(&ids->type);
-    for (int64_t p = 0; p < count; p++) {
-        int64_t v = int_at(ids, p);
-        if (v >= 0 && v < rows) continue;
-        int64_t idx[ALLOY_MAX_RANK], rest = p;
-        for (int d = ids->type.rank - 1; d >= 0; d--) {
-            idx[d] = rest % ids->type.dims[d];
-            rest /= ids->type.dims[d];
-        }
-        char label[32], where[128];
-        al_fmt_dims(where, sizeof where, ids->type.rank, idx);
-        return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': id %lld out of range [0, %lld) at position %s",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), (long long)v, (long long)rows,
-                        where);
-    }
-    return ALLOY_OK;
-}
-
 /* embedding_grad (ids [...], dy [..., D]) -> dtable [rows, D]: zeros, then
  * row ids[p] += dy[p] for every position p in order, summed in an f32 table
  * (f64 for f64) and rounded once; an id outside [0, rows) is an error. */
@@ -40,7 +11,7 @@ alloy_status cpu_embedding_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, c
 {
     const rt_tensor *ids = &in[0], *dy = &in[1];
     int64_t rows = out->type.dims[0], d = out->type.dims[1], count = ir_numel(&ids->type);
-    alloy_status st = check_ids(x, n, ids, rows);
+    alloy_status st = cpu_check_indices(x, n, ids, rows, "id");
     if (st) return st;
     if (rows * d == 0) return ALLOY_OK;
     bool wide = out->type.dtype == ALLOY_F64;
@@ -53,7 +24,7 @@ alloy_status cpu_embedding_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, c
     size_t row_bytes = (size_t)d * alloy_dtype_size(dy->type.dtype);
     for (int64_t p = 0; p < count; p++) {
         cpu_load_compute(wide, dy->type.dtype, (const char *)dy->data + (size_t)p * row_bytes, row, d);
-        int64_t id = int_at(ids, p);
+        int64_t id = cpu_index_at(ids, p);
         if (wide) {
             double *acc = (double *)table + id * d;
             for (int64_t j = 0; j < d; j++) acc[j] += ((const double *)row)[j];

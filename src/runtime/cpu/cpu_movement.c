@@ -89,22 +89,9 @@ alloy_status cpu_embedding(cpu_exec *x, const ir_node *n, rt_tensor *out, const 
     const rt_tensor *ids = &in[0], *table = &in[1];
     int64_t count = ir_numel(&ids->type), rows = table->type.dims[0];
     size_t row_bytes = (size_t)table->type.dims[1] * alloy_dtype_size(table->type.dtype);
+    if (cpu_check_indices(x, n, ids, rows, "id")) return x->status;
     for (int64_t i = 0; i < count; i++) {
-        int64_t id = ids->type.dtype == ALLOY_I32 ? ((const int32_t *)ids->data)[i]
-                                                  : ((const int64_t *)ids->data)[i];
-        if (id < 0 || id >= rows) {
-            int64_t idx[ALLOY_MAX_RANK], rest = i;
-            for (int d = ids->type.rank - 1; d >= 0; d--) {
-                idx[d] = rest % ids->type.dims[d];
-                rest /= ids->type.dims[d];
-            }
-            char label[32], where[128];
-            al_fmt_dims(where, sizeof where, ids->type.rank, idx);
-            return cpu_fail(x, ALLOY_ERR_INVALID,
-                            "embedding '%s': id %lld out of range [0, %lld) at position %s",
-                            ir_node_label(n, label, sizeof label), (long long)id, (long long)rows,
-                            where);
-        }
+        int64_t id = cpu_index_at(ids, i);
         if (row_bytes)
             memcpy((char *)out->data + (size_t)i * row_bytes,
                    (const char *)table->data + (size_t)id * row_bytes, row_bytes);

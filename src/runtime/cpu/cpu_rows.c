@@ -131,34 +131,6 @@ static const struct {
 
 /* ---- the driver ---- */
 
-static int64_t int_at(const rt_tensor *t, int64_t i)
-{
-    if (t->type.dtype == ALLOY_I32) return ((const int32_t *)t->data)[i];
-    return ((const int64_t *)t->data)[i];
-}
-
-/* Checks every integer of index operand t is in [0, limit): else an error
- * naming the op, the node, the value and its position. */
-static alloy_status check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit)
-{
-    int64_t count = ir_numel(&t->type);
-    for (int64_t p = 0; p < count; p++) {
-        int64_t v = int_at(t, p);
-        if (v >= 0 && v < limit) continue;
-        int64_t idx[ALLOY_MAX_RANK], rest = p;
-        for (int d = t->type.rank - 1; d >= 0; d--) {
-            idx[d] = rest % t->type.dims[d];
-            rest /= t->type.dims[d];
-        }
-        char label[32], where[128];
-        al_fmt_dims(where, sizeof where, t->type.rank, idx);
-        return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': target %lld at position %s out of range [0, %lld)",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), (long long)v, where,
-                        (long long)limit);
-    }
-    return ALLOY_OK;
-}
-
 alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in, int64_t total_rows,
                          void *results)
 {
@@ -172,7 +144,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int d = 0; d < axis; d++) outer *= t->dims[d];
     for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
     for (int j = 0; j < n->nin; j++)
-        if (prog->roles[j] == 'i' && check_indices(x, n, &in[j], len)) return x->status;
+        if (prog->roles[j] == 'i' && cpu_check_indices(x, n, &in[j], len, "target")) return x->status;
     if (outer * len * inner == 0) return ALLOY_OK;
     if (n->nin > ROW_MAX_IN || sum.nscalars > ROW_MAX_S || sum.nvectors > ROW_MAX_V)
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
@@ -210,7 +182,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             for (int j = 0; j < n->nin; j++)
-                if (prog->roles[j] == 'i') r.index[j] = int_at(&in[j], r.row);
+                if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
             if (inner > 1) /* a column of the slab as a row */
                 for (int j = 0; j < n->nin; j++)
                     if (prog->roles[j] == 'r')
