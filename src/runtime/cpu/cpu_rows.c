@@ -20,19 +20,29 @@ typedef struct row_args {
     double p[ROW_MAX_ATTRS];   /* the op's attributes in schema order */
     int rank;
     const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
+    int64_t pos[ALLOY_MAX_RANK]; /* POS(k): this row's index along the k-th dim from the end (k >= 1) */
     void *v[ROW_MAX_V];
     void *tmp, *y, *result;
+    /* the pairwise sum's tree over a row: its leaves' lengths in order */
+    const int64_t *leaf;
+    int nleaves;
 } row_args;
 
-/* This row's index along the k-th dimension from the end (k >= 1). */
-static int64_t row_pos(const row_args *r, int k)
+/* Fills r->pos for row r->row (once per row, for programs that read POS). */
+static void set_positions(row_args *r)
 {
     int64_t q = r->row;
-    for (int d = r->rank - 2; d > r->rank - 1 - k; d--) q /= r->dims[d];
-    return q % r->dims[r->rank - 1 - k];
+    for (int k = 1; k < r->rank; k++) {
+        r->pos[k] = q % r->dims[r->rank - 1 - k];
+        q /= r->dims[r->rank - 1 - k];
+    }
 }
 
-/* pairwise sums: rounding error grows with log(n) */
+/* Pairwise sums: rounding error grows with log(n). sum_T(v, n) adds runs of
+ * at most LEAF values in order and splits longer ones in halves; a program's
+ * SUM does the same without storing its terms: leaf_plan lists the leaves
+ * of that tree for a row of n, each leaf's terms are added in order as they
+ * are computed, and combine_T adds the leaf sums as sum_T would. */
 static float sum_f32(const float *v, int64_t n)
 {
     if (n > LEAF) return sum_f32(v, n / 2) + sum_f32(v + n / 2, n - n / 2);
@@ -49,6 +59,27 @@ static double sum_f64(const double *v, int64_t n)
     return s;
 }
 
+static int leaf_plan(int64_t n, int64_t *len, int k)
+{
+    if (n > LEAF) return leaf_plan(n - n / 2, len, leaf_plan(n / 2, len, k));
+    len[k] = n;
+    return k + 1;
+}
+
+static float combine_f32(const float *leaf_sums, int64_t n, int *k)
+{
+    if (n <= LEAF) return leaf_sums[(*k)++];
+    float a = combine_f32(leaf_sums, n / 2, k);
+    return a + combine_f32(leaf_sums, n - n / 2, k);
+}
+
+static double combine_f64(const double *leaf_sums, int64_t n, int *k)
+{
+    if (n <= LEAF) return leaf_sums[(*k)++];
+    double a = combine_f64(leaf_sums, n / 2, k);
+    return a + combine_f64(leaf_sums, n - n / 2, k);
+}
+
 /* ---- the programs, expanded for T = float and double ---- */
 
 #define X(j) ((const T *)r->x[j])[i]
@@ -62,7 +93,7 @@ static double sum_f64(const double *v, int64_t n)
 #define AT(j, c) ((const T *)r->x[j])[c]
 #define SCALAR(j) ((T)r->scalar[j])
 #define ROWS r->rows
-#define POS(k) row_pos(r, k)
+#define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
 #define MAX(k, e)                                                                          \
@@ -77,8 +108,14 @@ static double sum_f64(const double *v, int64_t n)
 #define SUM(k, e)                                                                          \
     {                                                                                      \
         T *t_ = (T *)r->tmp;                                                               \
-        for (int64_t i = 0; i < r->n; i++) t_[i] = (T)(e);                                 \
-        s_[k] = SUM_OF(t_, r->n);                                                          \
+        int64_t i = 0;                                                                     \
+        for (int l_ = 0; l_ < r->nleaves; l_++) {                                          \
+            T a_ = 0;                                                                      \
+            for (int64_t end_ = i + r->leaf[l_]; i < end_; i++) a_ += (T)(e);              \
+            t_[l_] = a_;                                                                   \
+        }                                                                                  \
+        int k_ = 0;                                                                        \
+        s_[k] = COMBINE(t_, r->n, &k_);                                                    \
     }
 #define LET(k, e)                                                                          \
     {                                                                                      \
@@ -115,7 +152,7 @@ typedef void (*row_fn)(const row_args *r);
         (void)s_;                                                                          \
         program                                                                            \
     }
-#define SUM_OF(v, n) _Generic((v), float *: sum_f32, double *: sum_f64)(v, n)
+#define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
 #undef RW
 
@@ -156,13 +193,17 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     /* buffers: a slab per r operand, one for the result, then the row views */
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
     int nbuf = n->nin + 1 + sum.nvectors + 1 + (inner > 1 ? n->nin + 1 : 0);
-    char *block = al_malloc(cs * slab * (size_t)nbuf + cs);
+    size_t leaf_bytes = sizeof(int64_t) * (size_t)(len + 1);
+    char *block = al_malloc(leaf_bytes + cs * slab * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
-    char *at = block;
+    int64_t *leaves = (int64_t *)(void *)block; /* first: al_malloc aligns it */
+    char *at = block + leaf_bytes;
     void *slabs[ROW_MAX_IN + 1] = {NULL}, *cols[ROW_MAX_IN + 1] = {NULL};
     for (int j = 0; j <= n->nin; j++, at += cs * slab) slabs[j] = at; /* slabs[nin]: the result */
     for (int k = 0; k < sum.nvectors; k++, at += cs * slab) r.v[k] = at;
-    r.tmp = at, at += cs * slab;
+    r.tmp = at, at += cs * slab; /* the leaf sums of a SUM */
+    r.nleaves = leaf_plan(len, leaves, 0);
+    r.leaf = leaves;
     for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * slab) cols[j] = at;
     r.y = inner > 1 ? cols[n->nin] : slabs[n->nin];
     for (int j = 0; j < n->nin; j++) {
@@ -181,6 +222,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
                                  slabs[j], (int64_t)slab);
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
+            if (sum.by_position) set_positions(&r);
             for (int j = 0; j < n->nin; j++)
                 if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
             if (inner > 1) /* a column of the slab as a row */
