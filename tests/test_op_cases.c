@@ -94,27 +94,26 @@ static oc_tensor new_tensor(ir_type t)
     return x;
 }
 
-/* The operands' values (for a bound leaf: the value bound to y) drawn from
- * the case's domains and uploaded under their names. */
-static bool upload_values(bx_exec *x, const oc_case *c, const ir_node *y, oc_tensor *in, int nvalues)
+/* The values of y's operands (for a bound leaf: of y itself) as built in g,
+ * drawn from the case's domains unless in[] holds them, uploaded under
+ * their names "x<k>" (or "y"). */
+static bool upload_values(bx_exec *x, const ir_graph *g, const oc_case *c, const ir_node *y, oc_tensor *in)
 {
     ir_type types[OC_MAX_IN];
-    for (int k = 0; k < nvalues; k++) types[k] = is_bound(c->op) ? y->type : x->graph->nodes[ir_find_name(x->graph, "x0")]->type;
-    for (int k = 0; k < nvalues && !is_bound(c->op); k++) {
-        char name[8];
-        snprintf(name, sizeof name, "x%d", k);
-        types[k] = x->graph->nodes[ir_find_name(x->graph, name)]->type;
+    char names[OC_MAX_IN][8];
+    int nvalues = is_bound(c->op) ? 1 : c->nin;
+    for (int k = 0; k < nvalues; k++) {
+        snprintf(names[k], sizeof names[k], is_bound(c->op) ? "y" : "x%d", k);
+        types[k] = g->nodes[ir_find_name(g, names[k])]->type;
     }
     for (int k = 0; k < nvalues; k++) {
-        char name[8];
-        snprintf(name, sizeof name, "x%d", k);
         if (!in[k].v) {
             in[k] = new_tensor(types[k]);
             oc_draw(c, k, types, &y->type, in[k].v);
         }
         void *bytes = al_arena_alloc(&arena, ir_nbytes(&types[k]) + 1);
         test_encode(types[k].dtype, in[k].v, bytes, ir_numel(&types[k]));
-        if (bx_upload(x, is_bound(c->op) ? "y" : name, bytes)) return false;
+        if (bx_upload(x, names[k], bytes)) return false;
     }
     return true;
 }
@@ -150,13 +149,12 @@ static bool evaluate_case(rt_backend *b, const oc_case *c, alloy_dtype dt, const
     }
     assert_int_equal(ir_add_output(g, "y", y), ALLOY_OK);
     const ir_node *n = g->nodes[y];
-    int nvalues = is_bound(c->op) ? 1 : c->nin;
     seed_case(c, dt, 0);
     oc_tensor in[OC_MAX_IN] = {{{0}, NULL}};
     bx_exec x;
     const ir_type *t;
     const void *got;
-    if (bx_compile(b, g, &(bx_options){0}, &x) || !upload_values(&x, c, n, in, nvalues) || bx_run(&x) ||
+    if (bx_compile(b, g, &(bx_options){0}, &x) || !upload_values(&x, g, c, n, in) || bx_run(&x) ||
         !(got = bx_output(&x, "y", &t))) {
         test_case_failed("%s: %s in %s: %s", backend, c->label, alloy_dtype_name(dt), x.error);
     } else {
@@ -260,7 +258,7 @@ static bool gradient_case(rt_backend *b, const oc_case *c, alloy_dtype dt, const
     bx_options o = {.train = true, .grad_inputs = names, .ngrad_inputs = ng};
     char what[320];
     snprintf(what, sizeof what, "%s: %s in %s", backend, c->label, alloy_dtype_name(dt));
-    if (bx_compile(b, g, &o, &x) || !upload_values(&x, c, n, in, c->nin) || bx_upload(&x, "r", r_bytes) || bx_run(&x)) {
+    if (bx_compile(b, g, &o, &x) || !upload_values(&x, g, c, n, in) || bx_upload(&x, "r", r_bytes) || bx_run(&x)) {
         test_case_failed("%s: %s", what, x.error);
     } else {
         gc_tensor t[OC_MAX_IN];
@@ -293,8 +291,8 @@ static bool gradient_case(rt_backend *b, const oc_case *c, alloy_dtype dt, const
 /* ---- (c) fused against unfused ---- */
 
 /* The op inside a chain: each float operand scaled by an elementwise mul,
- * the float result scaled again, output "out". -1 when the case does not
- * build in dt or its node may join no group by the fusion rules. */
+ * the float result scaled again, output "out". NULL when the case does not
+ * build in dt or the fusion rules let its node join no group. */
 static ir_graph *chain_graph(const oc_case *c, alloy_dtype dt)
 {
     ir_graph *g = ir_graph_new("op_case_chain");
@@ -310,8 +308,8 @@ static ir_graph *chain_graph(const oc_case *c, alloy_dtype dt)
     return g;
 }
 
-/* Whether the node named y of compiled graph c is still the op (not
- * removed by a pass) and sits in a group with another member. */
+/* -1 when compiled graph c lost the op's node y (a pass removed it), else
+ * whether y sits in a group with another member. */
 static int joined_group(const ir_graph *c, int op)
 {
     int y = ir_find_name(c, "y");
@@ -347,7 +345,7 @@ static int fusion_case(rt_backend *b, const oc_case *c, alloy_dtype dt, const ch
         oc_tensor in[OC_MAX_IN] = {{{0}, NULL}};
         const ir_node *n = g->nodes[ir_find_name(g, "y")];
         seed_case(c, dt, 2);
-        bool ok = upload_values(&fused, c, n, in, c->nin) && upload_values(&unfused, c, n, in, c->nin);
+        bool ok = upload_values(&fused, g, c, n, in) && upload_values(&unfused, g, c, n, in);
         for (int k = 0; k < fused.graph->nnodes && ok; k++) { /* the scales s_<dtype> are 0.75 */
             const ir_node *s = fused.graph->nodes[k];
             if (s->op != IR_OP_input || strncmp(s->name, "s_", 2)) continue;
@@ -532,8 +530,9 @@ static bool fusible(int op)
         for (int i = 0; i < row_count[r]; i++)
             for (int d = 0; row_cases[r][i].op == op && d < 2; d++) {
                 ir_graph *g = chain_graph(&row_cases[r][i], d ? F64 : F32);
+                bool yes = g != NULL;
                 ir_graph_free(g);
-                if (g) return true;
+                if (yes) return true;
             }
     return false;
 }
