@@ -1,4 +1,5 @@
 /* support.c - what several test suites share (support.h). */
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "ir/ir.h"
 #include "support.h"
 
 /* ---- the allocator ---- */
@@ -199,6 +202,14 @@ bool test_same_bits(alloy_dtype dt, const void *a, const void *b, int64_t n, int
 
 /* ---- text ---- */
 
+ir_graph *test_parse_ir(const char *text)
+{
+    char err[512] = "";
+    ir_graph *g = ir_parse(text, strlen(text), "test.ir", err, sizeof err);
+    if (!g) fail_msg("parse: %s", err);
+    return g;
+}
+
 static char *next_buffer(void)
 {
     static char bufs[8][128];
@@ -246,6 +257,35 @@ void test_end_cases(void)
 
 /* ---- files and time ---- */
 
+bool test_make_dir(char *dir, size_t len, const char *template_path)
+{
+    snprintf(dir, len, "%s", template_path);
+    return mkdtemp(dir) != NULL;
+}
+
+void test_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[512];
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (remove(p) != 0) rmdir(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+const char *test_path_in(const char *dir, const char *name)
+{
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
 unsigned char *test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -260,6 +300,26 @@ unsigned char *test_read_file(const char *path, size_t *len)
     *len = (size_t)size;
     return p;
 }
+
+char test_tmpdir[64];
+
+int test_tmpdir_setup(void **state)
+{
+    (void)state;
+    if (!test_make_dir(test_tmpdir, sizeof test_tmpdir, "/tmp/alloy-test-XXXXXX")) return -1;
+    alloy_set_allocator(test_cmocka_realloc, NULL);
+    return 0;
+}
+
+int test_tmpdir_teardown(void **state)
+{
+    (void)state;
+    alloy_set_allocator(NULL, NULL);
+    test_remove_dir(test_tmpdir);
+    return 0;
+}
+
+const char *test_tmp_path(const char *name) { return test_path_in(test_tmpdir, name); }
 
 double test_now_ms(void)
 {

@@ -7,7 +7,10 @@
 #include <stdint.h>
 
 #include "alloy/alloy.h"
-#include "ir/ir.h"
+
+/* The IR types some helpers take (ir/ir.h; a suite that passes them includes it). */
+typedef struct ir_type ir_type;
+typedef struct ir_graph ir_graph;
 
 /* Short dtype names for test tables, and a dims literal. */
 #define F32 ALLOY_F32
@@ -72,6 +75,9 @@ bool test_same_bits(alloy_dtype dt, const void *a, const void *b, int64_t n, int
 
 /* ---- text ---- */
 
+/* IR text parsed ("test.ir" in messages); the test fails on an error. */
+ir_graph *test_parse_ir(const char *text);
+
 /* "[2,3]" and "f32[2,3]" in one of 8 rotating static buffers (for messages). */
 const char *test_dims_str(int rank, const int64_t *dims);
 const char *test_type_str(const ir_type *t);
@@ -87,6 +93,21 @@ void test_end_cases(void);
 void test_forget_failed_cases(void);
 
 /* ---- files and time ---- */
+
+/* A new directory made from template (mkdtemp: "/tmp/alloy-api-XXXXXX") in dir; false on failure. */
+bool test_make_dir(char *dir, size_t len, const char *template_path);
+/* Removes every entry of dir (files, empty directories), then dir itself. */
+void test_remove_dir(const char *dir);
+/* "dir/name" in one of 4 rotating static buffers. */
+const char *test_path_in(const char *dir, const char *name);
+/* cmocka setup/teardown for suites that write files: a fresh directory
+ * test_tmpdir and the leak-checked allocator; teardown removes the
+ * directory and restores the C library's allocator. test_tmp_path(name)
+ * is a file in it. */
+extern char test_tmpdir[64];
+int test_tmpdir_setup(void **state);
+int test_tmpdir_teardown(void **state);
+const char *test_tmp_path(const char *name);
 
 /* The whole file (test_malloc'd, one byte more, NUL-terminated); fails the test if unreadable. */
 unsigned char *test_read_file(const char *path, size_t *len);
