@@ -420,7 +420,19 @@ static void ref_found_inf(const ir_node *n, const oc_tensor *in, oc_tensor *out)
             if (!isfinite(in[k].v[i])) out->v[0] = 1;
 }
 
-/* ---- the table ---- */
+/* ---- the table ----
+ *
+ * Adding an op: its rows below and its reference. An elementwise op is
+ * usually one row and one line of ew_ref:
+ *     {"silu", UNARY, TRANS},          case IR_OP_silu: return a / (1 + exp(-a));
+ * a structured op a ref_ function and a row or two:
+ *     {"rms_norm", "[5,17]; [5,17] [17]", "; eps=0.01", .dom = {U(-2, 2), U(0.5, 2)}, .ref = ref_rms_norm},
+ * The guards of test_op_cases.c fail, naming the op, until it has an
+ * evaluation case, a gradient case if ops.def gives it a gradient rule (a
+ * row without OC_NO_GRAD of at most 1024 operand elements), and its row in
+ * docs/ir.md; every case then runs in every dtype the op's type rule takes,
+ * through its gradient check and, where the fusion rules let it join a
+ * group, fused against unfused. */
 
 /* Domains. */
 #define U(a, b) {.lo = (a), .hi = (b)}

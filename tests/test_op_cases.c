@@ -67,7 +67,7 @@ static int add_case(ir_graph *g, const oc_case *c, alloy_dtype dt, bool chain)
 {
     int ids[OC_MAX_IN];
     for (int k = 0; k < c->nin; k++) {
-        char name[8];
+        char name[16];
         ir_type t = oc_operand_type(c, k, dt);
         snprintf(name, sizeof name, "x%d", k);
         ids[k] = add_input(g, name, &t);
@@ -100,7 +100,7 @@ static oc_tensor new_tensor(ir_type t)
 static bool upload_values(bx_exec *x, const ir_graph *g, const oc_case *c, const ir_node *y, oc_tensor *in)
 {
     ir_type types[OC_MAX_IN];
-    char names[OC_MAX_IN][8];
+    char names[OC_MAX_IN][16];
     int nvalues = is_bound(c->op) ? 1 : c->nin;
     for (int k = 0; k < nvalues; k++) {
         snprintf(names[k], sizeof names[k], is_bound(c->op) ? "y" : "x%d", k);
