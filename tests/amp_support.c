@@ -69,6 +69,12 @@ int amp_teardown(void **state)
     return 0;
 }
 
+int amp_run_tests(const struct CMUnitTest *tests, size_t count)
+{
+    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
+    return _cmocka_run_group_tests("amp", tests, count, NULL, NULL);
+}
+
 /* ---- building ---- */
 
 alloy_tensor *named(alloy_graph *g, alloy_tensor *t, const char *name)

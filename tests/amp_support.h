@@ -3,10 +3,13 @@
 #define ALLOY_TEST_AMP_SUPPORT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "alloy/alloy.h"
 #include "ir/ir.h"
+
+struct CMUnitTest;
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -21,6 +24,11 @@ void free_graph(alloy_graph *g);
  * allocator; teardown also frees the graphs a failed test left open. */
 int amp_setup(void **state);
 int amp_teardown(void **state);
+#define AMP_TEST(f) cmocka_unit_test_setup_teardown(f, amp_setup, amp_teardown)
+/* Runs an AMP suite (group "amp") with the later optimizing passes off:
+ * these tests check the amp pass's own output, and simplify and fuse
+ * would fold casts of constants and group elementwise ops. */
+int amp_run_tests(const struct CMUnitTest *tests, size_t count);
 
 /* ---- building ---- */
 

@@ -3,12 +3,34 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
 #include "simplify_support.h"
 
+#include "support.h"
+
 const pass_options no_options = {.loss_seed = -1};
+
+al_arena simplify_arena;
+
+/* A test frees the scratch at its end; one that failed half way left its
+ * blocks to cmocka, which freed them after the test: forget them here. */
+int simplify_teardown(void **state)
+{
+    (void)state;
+    memset(&simplify_arena, 0, sizeof simplify_arena);
+    alloy_set_allocator(NULL, NULL);
+    return 0;
+}
+
+int simplify_run_tests(const struct CMUnitTest *tests, size_t count)
+{
+    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
+    return _cmocka_run_group_tests("simplify", tests, count, NULL, NULL);
+}
 
 /* A copy of g after simplify (and dce when asked), verified. */
 ir_graph *simplified(const ir_graph *g, bool dce)

@@ -3,9 +3,24 @@
 #define ALLOY_TEST_SIMPLIFY_SUPPORT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "ir/ir.h"
 #include "passes/pass.h"
+
+struct CMUnitTest;
+
+/* The running test's scratch; each test frees it at its end (before cmocka checks for leaks). */
+extern al_arena simplify_arena;
+/* cmocka teardown: forgets the scratch of a failed test, restores the C library's allocator. */
+int simplify_teardown(void **state);
+/* Tests with the leak-checked allocator, or (for timings) the C library's. */
+#define SIMPLIFY_TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, simplify_teardown)
+#define SIMPLIFY_TEST_PLAIN(f) cmocka_unit_test_teardown(f, simplify_teardown)
+/* Runs a simplify suite (group "simplify") with the pipeline's own simplify
+ * and fuse off: these tests run simplify themselves on the unsimplified
+ * compiled graph. */
+int simplify_run_tests(const struct CMUnitTest *tests, size_t count);
 
 /* Options with nothing set (no loss seed). */
 extern const pass_options no_options;

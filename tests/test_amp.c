@@ -443,24 +443,19 @@ static void test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f1
 
 int main(void)
 {
-    /* these tests check the amp pass's own output: keep the later optimizing
-     * passes (which fold casts of constants, group elementwise ops) out */
-    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
-#define T(f) cmocka_unit_test_setup_teardown(f, amp_setup, amp_teardown)
-    const struct CMUnitTest tests[] = {
-        T(test_deny_propagates_through_clear_and_infer_to_the_consumers_of_exp),
-        T(test_an_add_and_a_relu_sandwiched_between_two_matmuls_run_in_f16),
-        T(test_a_bias_add_that_is_a_graph_output_runs_in_f16_and_is_cast_back_once),
-        T(test_allow_spreads_through_reshape_and_transpose_before_and_after_a_matmul),
-        T(test_amp_allow_pins_a_tensor_to_f16_and_leaves_no_marker_in_the_compiled_graph),
-        T(test_amp_deny_pins_a_tensor_to_f32_between_two_matmuls),
-        T(test_an_amp_deny_marker_whose_consumer_runs_in_f16_leaves_no_cast_behind),
-        T(test_a_consumer_needing_f32_of_a_tensor_cast_to_f16_gets_the_original_tensor),
-        T(test_tensors_already_in_the_dtype_their_consumer_runs_in_get_no_cast),
-        T(test_integer_bool_and_f64_nodes_are_never_coloured),
-        T(test_the_loss_runs_in_f32_even_when_it_directly_follows_a_matmul),
-        T(test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f16_keeps_it_f32),
+    static const struct CMUnitTest tests[] = {
+        AMP_TEST(test_deny_propagates_through_clear_and_infer_to_the_consumers_of_exp),
+        AMP_TEST(test_an_add_and_a_relu_sandwiched_between_two_matmuls_run_in_f16),
+        AMP_TEST(test_a_bias_add_that_is_a_graph_output_runs_in_f16_and_is_cast_back_once),
+        AMP_TEST(test_allow_spreads_through_reshape_and_transpose_before_and_after_a_matmul),
+        AMP_TEST(test_amp_allow_pins_a_tensor_to_f16_and_leaves_no_marker_in_the_compiled_graph),
+        AMP_TEST(test_amp_deny_pins_a_tensor_to_f32_between_two_matmuls),
+        AMP_TEST(test_an_amp_deny_marker_whose_consumer_runs_in_f16_leaves_no_cast_behind),
+        AMP_TEST(test_a_consumer_needing_f32_of_a_tensor_cast_to_f16_gets_the_original_tensor),
+        AMP_TEST(test_tensors_already_in_the_dtype_their_consumer_runs_in_get_no_cast),
+        AMP_TEST(test_integer_bool_and_f64_nodes_are_never_coloured),
+        AMP_TEST(test_the_loss_runs_in_f32_even_when_it_directly_follows_a_matmul),
+        AMP_TEST(test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f16_keeps_it_f32),
     };
-#undef T
-    return cmocka_run_group_tests_name("amp", tests, NULL, NULL);
+    return amp_run_tests(tests, COUNT(tests));
 }

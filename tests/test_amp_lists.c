@@ -233,18 +233,13 @@ static void test_alloy_amp_log_counts_the_casts_and_says_why_each_f32_neighbour_
 
 int main(void)
 {
-    /* these tests check the amp pass's own output: keep the later optimizing
-     * passes (which fold casts of constants, group elementwise ops) out */
-    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
-#define T(f) cmocka_unit_test_setup_teardown(f, amp_setup, amp_teardown)
-    const struct CMUnitTest tests[] = {
-        T(test_moving_gelu_from_the_infer_to_the_allow_list_makes_it_run_in_f16),
-        T(test_an_op_added_to_a_second_list_is_a_compile_error_naming_the_op_and_both_lists),
-        T(test_list_edits_from_the_environment_apply_at_compile_time_on_top_of_the_api),
-        T(test_an_unknown_op_in_an_environment_list_is_an_error_naming_it),
-        T(test_an_op_on_no_list_is_denied_until_the_unlisted_class_is_changed),
-        T(test_alloy_amp_log_counts_the_casts_and_says_why_each_f32_neighbour_of_an_f16_node_stays_f32),
+    static const struct CMUnitTest tests[] = {
+        AMP_TEST(test_moving_gelu_from_the_infer_to_the_allow_list_makes_it_run_in_f16),
+        AMP_TEST(test_an_op_added_to_a_second_list_is_a_compile_error_naming_the_op_and_both_lists),
+        AMP_TEST(test_list_edits_from_the_environment_apply_at_compile_time_on_top_of_the_api),
+        AMP_TEST(test_an_unknown_op_in_an_environment_list_is_an_error_naming_it),
+        AMP_TEST(test_an_op_on_no_list_is_denied_until_the_unlisted_class_is_changed),
+        AMP_TEST(test_alloy_amp_log_counts_the_casts_and_says_why_each_f32_neighbour_of_an_f16_node_stays_f32),
     };
-#undef T
-    return cmocka_run_group_tests_name("amp", tests, NULL, NULL);
+    return amp_run_tests(tests, COUNT(tests));
 }

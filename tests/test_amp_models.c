@@ -520,23 +520,18 @@ static void test_the_pass_is_linear_and_compiles_a_100k_node_chain_in_under_20_s
 
 int main(void)
 {
-    /* these tests check the amp pass's own output: keep the later optimizing
-     * passes (which fold casts of constants, group elementwise ops) out */
-    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
-#define T(f) cmocka_unit_test_setup_teardown(f, amp_setup, amp_teardown)
-    const struct CMUnitTest tests[] = {
-        T(test_the_mlp_runs_its_matmuls_in_f16_and_its_loss_in_f32_with_the_fewest_casts),
-        T(test_the_transformer_block_runs_its_matmuls_in_f16_and_norms_softmax_loss_in_f32_with_the_fewest_casts),
-        T(test_the_amp_forward_of_the_mlp_stays_within_rounding_of_the_f32_forward),
-        T(test_the_amp_forward_of_the_transformer_block_stays_within_rounding_of_the_f32_forward),
-        T(test_a_sum_beyond_the_f16_range_stays_finite_because_reduce_sum_is_denied),
-        T(test_exp_beyond_the_f16_range_stays_finite_because_exp_is_denied),
-        T(test_the_printed_amp_ir_parses_and_prints_back_identically),
-        T(test_a_cast_shared_by_two_consumers_stays_shared_in_graphs_that_outgrow_the_pass_tables),
+    static const struct CMUnitTest tests[] = {
+        AMP_TEST(test_the_mlp_runs_its_matmuls_in_f16_and_its_loss_in_f32_with_the_fewest_casts),
+        AMP_TEST(test_the_transformer_block_runs_its_matmuls_in_f16_and_norms_softmax_loss_in_f32_with_the_fewest_casts),
+        AMP_TEST(test_the_amp_forward_of_the_mlp_stays_within_rounding_of_the_f32_forward),
+        AMP_TEST(test_the_amp_forward_of_the_transformer_block_stays_within_rounding_of_the_f32_forward),
+        AMP_TEST(test_a_sum_beyond_the_f16_range_stays_finite_because_reduce_sum_is_denied),
+        AMP_TEST(test_exp_beyond_the_f16_range_stays_finite_because_exp_is_denied),
+        AMP_TEST(test_the_printed_amp_ir_parses_and_prints_back_identically),
+        AMP_TEST(test_a_cast_shared_by_two_consumers_stays_shared_in_graphs_that_outgrow_the_pass_tables),
         /* the default allocator: cmocka's bookkeeping would dominate the timings */
         cmocka_unit_test_teardown(test_the_pass_is_linear_and_compiles_a_100k_node_chain_in_under_20_seconds,
                                   amp_teardown),
     };
-#undef T
-    return cmocka_run_group_tests_name("amp", tests, NULL, NULL);
+    return amp_run_tests(tests, COUNT(tests));
 }

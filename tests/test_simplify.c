@@ -23,7 +23,6 @@
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static al_arena arena; /* the running test's scratch, freed by its teardown */
 
 /* ---- helpers ---- */
 
@@ -43,8 +42,8 @@ static void *default_data(const ir_type *t)
     static const double floats[] = {-0.0, 0.1, -1.5, 3.0, 6e-8, 1.0001, 70000.0, -2.75, INFINITY, NAN, 0.0, 1e-3};
     static const double ints[] = {0, -3, 7, 100000, 1, -1, 2, 5};
     int64_t n = ir_numel(t);
-    double *v = al_arena_alloc(&arena, sizeof(double) * (size_t)(n ? n : 1));
-    void *data = al_arena_alloc(&arena, ir_nbytes(t) + 8);
+    double *v = al_arena_alloc(&simplify_arena, sizeof(double) * (size_t)(n ? n : 1));
+    void *data = al_arena_alloc(&simplify_arena, ir_nbytes(t) + 8);
     assert_true(v && data);
     for (int64_t i = 0; i < n; i++)
         v[i] = ir_is_float(t->dtype) ? floats[i % COUNT(floats)]
@@ -77,12 +76,12 @@ static double **run_outputs(const ir_graph *g, const feed *feeds, int nfeeds)
     for (int i = 0; i < g->noutputs; i++) keep[g->outputs[i].node] = true;
     cpu_exec x = {.nthreads = 1};
     if (cpu_run_graph(&x, g, values, keep)) fail_msg("run: %s", x.error);
-    double **out = al_arena_alloc(&arena, sizeof(double *) * (size_t)(g->noutputs + 1));
+    double **out = al_arena_alloc(&simplify_arena, sizeof(double *) * (size_t)(g->noutputs + 1));
     assert_non_null(out);
     for (int i = 0; i < g->noutputs; i++) {
         const rt_tensor *v = &values[g->outputs[i].node];
         int64_t n = ir_numel(&v->type);
-        out[i] = al_arena_alloc(&arena, sizeof(double) * (size_t)(n ? n : 1));
+        out[i] = al_arena_alloc(&simplify_arena, sizeof(double) * (size_t)(n ? n : 1));
         assert_non_null(out[i]);
         cvt_load_f64(v->type.dtype, v->data, out[i], (size_t)n);
     }
@@ -132,16 +131,6 @@ static void expect_simplifies_to(const char *in, const char *want)
 
 static void expect_unchanged(const char *in) { expect_simplifies_to(in, in); }
 
-/* All host memory goes through cmocka, so a leak fails the test. */
-
-static int plain_alloc(void **state)
-{
-    (void)state;
-    al_arena_free(&arena);
-    alloy_set_allocator(NULL, NULL);
-    return 0;
-}
-
 /* ---- common subexpressions ---- */
 
 static void test_cse_merges_nodes_with_the_same_op_operands_attributes_and_type_keeping_the_first(void **state)
@@ -189,7 +178,7 @@ static void test_cse_merges_nodes_with_the_same_op_operands_attributes_and_type_
                          "  output \"m2\" = %8\n"
                          "  output \"m3\" = %7\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_cse_merges_equal_constants_but_never_leaves_or_constants_that_differ_in_bits_or_type(void **state)
@@ -233,7 +222,7 @@ static void test_cse_merges_equal_constants_but_never_leaves_or_constants_that_d
                          "  output \"d\" = %10\n"
                          "  output \"two64\" = %4\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_cse_moves_a_name_onto_an_unnamed_first_node_but_never_merges_two_named_nodes(void **state)
@@ -262,7 +251,7 @@ static void test_cse_moves_a_name_onto_an_unnamed_first_node_but_never_merges_tw
     expect_same_results(g, s);
     ir_graph_free(s);
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 /* ---- casts ---- */
@@ -317,7 +306,7 @@ static void test_a_cast_to_its_operands_dtype_and_exact_cast_pairs_fold_to_one_c
                          "  output \"b\" = %6\n"
                          "  output \"hhh\" = %h\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_a_narrowing_cast_pair_is_kept_because_it_changes_values(void **state)
@@ -365,7 +354,7 @@ static void test_a_narrowing_cast_pair_is_kept_because_it_changes_values(void **
     assert_true(back != l[0]); /* 2^53 + 1 is not a double */
     assert_true(out[5][1] == 1.0 && (double)x[1] != 1.0); /* bool keeps only non-zero */
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 /* ---- constants ---- */
@@ -428,7 +417,7 @@ static void test_nodes_with_only_constant_operands_fold_into_one_constant_of_the
                          "  output \"x\" = %x\n"
                          "  output \"x1\" = %9\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_folding_keeps_infinities_nans_and_negative_zero(void **state)
@@ -457,7 +446,7 @@ static void test_folding_keeps_infinities_nans_and_negative_zero(void **state)
                          "  output \"nz\" = %nz\n"
                          "  output \"over\" = %over\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_folding_skips_results_over_4096_elements_nodes_reading_inputs_and_nodes_that_fail(void **state)
@@ -506,7 +495,7 @@ static void test_folding_skips_results_over_4096_elements_nodes_reading_inputs_a
     al_free(want);
     ir_graph_free(s);
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 /* ---- identities ---- */
@@ -544,7 +533,7 @@ static void test_exact_identities_drop_mul_and_div_by_one_sub_of_zero_add_of_neg
                          "  output \"y\" = %x\n"
                          "  output \"n\" = %i\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_x_plus_positive_zero_and_x_minus_negative_zero_are_kept_because_they_turn_negative_zero_positive(
@@ -572,7 +561,7 @@ static void test_x_plus_positive_zero_and_x_minus_negative_zero_are_kept_because
         assert_true(out[i][1] == 1.0 && out[i][2] == -2.0);
     }
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_integer_identities_that_the_cpu_does_not_compute_exactly_are_kept(void **state)
@@ -605,7 +594,7 @@ static void test_integer_identities_that_the_cpu_does_not_compute_exactly_are_ke
         assert_true(got == (1ll << 53) && out[i][1] == 3.0); /* not l[0] */
     }
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_an_identity_whose_result_broadcasts_beyond_the_kept_operand_is_kept(void **state)
@@ -640,7 +629,7 @@ static void test_an_identity_whose_result_broadcasts_beyond_the_kept_operand_is_
                          "  output \"c\" = %c\n"
                          "  output \"d\" = %y\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_a_constant_counts_as_one_or_zero_only_when_every_stored_element_is(void **state)
@@ -676,7 +665,7 @@ static void test_a_constant_counts_as_one_or_zero_only_when_every_stored_element
                          "  output \"c\" = %c\n"
                          "  output \"d\" = %h\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_reshape_transpose_and_broadcast_to_that_change_nothing_are_dropped_in_any_dtype(void **state)
@@ -708,7 +697,7 @@ static void test_reshape_transpose_and_broadcast_to_that_change_nothing_are_drop
                          "  output \"b2\" = %b2\n"
                          "  output \"m\" = %m\n"
                          "}\n");
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 /* ---- what the graph keeps ---- */
@@ -786,32 +775,27 @@ static void test_outputs_updates_loss_names_and_annotations_follow_the_replaceme
     expect_same_results(g, out);
     ir_graph_free(out);
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
-
-#define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, plain_alloc)
-#define TEST_PLAIN(f) cmocka_unit_test_teardown(f, plain_alloc)
 
 int main(void)
 {
-    /* these tests run simplify themselves on the unsimplified compiled graph */
-    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
-    const struct CMUnitTest tests[] = {
-        TEST(test_cse_merges_nodes_with_the_same_op_operands_attributes_and_type_keeping_the_first),
-        TEST(test_cse_merges_equal_constants_but_never_leaves_or_constants_that_differ_in_bits_or_type),
-        TEST(test_cse_moves_a_name_onto_an_unnamed_first_node_but_never_merges_two_named_nodes),
-        TEST(test_a_cast_to_its_operands_dtype_and_exact_cast_pairs_fold_to_one_cast_or_the_source),
-        TEST(test_a_narrowing_cast_pair_is_kept_because_it_changes_values),
-        TEST(test_nodes_with_only_constant_operands_fold_into_one_constant_of_the_same_type),
-        TEST(test_folding_keeps_infinities_nans_and_negative_zero),
-        TEST(test_folding_skips_results_over_4096_elements_nodes_reading_inputs_and_nodes_that_fail),
-        TEST(test_exact_identities_drop_mul_and_div_by_one_sub_of_zero_add_of_negative_zero_and_double_neg),
-        TEST(test_x_plus_positive_zero_and_x_minus_negative_zero_are_kept_because_they_turn_negative_zero_positive),
-        TEST(test_integer_identities_that_the_cpu_does_not_compute_exactly_are_kept),
-        TEST(test_an_identity_whose_result_broadcasts_beyond_the_kept_operand_is_kept),
-        TEST(test_a_constant_counts_as_one_or_zero_only_when_every_stored_element_is),
-        TEST(test_reshape_transpose_and_broadcast_to_that_change_nothing_are_dropped_in_any_dtype),
-        TEST(test_outputs_updates_loss_names_and_annotations_follow_the_replacements),
+    static const struct CMUnitTest tests[] = {
+        SIMPLIFY_TEST(test_cse_merges_nodes_with_the_same_op_operands_attributes_and_type_keeping_the_first),
+        SIMPLIFY_TEST(test_cse_merges_equal_constants_but_never_leaves_or_constants_that_differ_in_bits_or_type),
+        SIMPLIFY_TEST(test_cse_moves_a_name_onto_an_unnamed_first_node_but_never_merges_two_named_nodes),
+        SIMPLIFY_TEST(test_a_cast_to_its_operands_dtype_and_exact_cast_pairs_fold_to_one_cast_or_the_source),
+        SIMPLIFY_TEST(test_a_narrowing_cast_pair_is_kept_because_it_changes_values),
+        SIMPLIFY_TEST(test_nodes_with_only_constant_operands_fold_into_one_constant_of_the_same_type),
+        SIMPLIFY_TEST(test_folding_keeps_infinities_nans_and_negative_zero),
+        SIMPLIFY_TEST(test_folding_skips_results_over_4096_elements_nodes_reading_inputs_and_nodes_that_fail),
+        SIMPLIFY_TEST(test_exact_identities_drop_mul_and_div_by_one_sub_of_zero_add_of_negative_zero_and_double_neg),
+        SIMPLIFY_TEST(test_x_plus_positive_zero_and_x_minus_negative_zero_are_kept_because_they_turn_negative_zero_positive),
+        SIMPLIFY_TEST(test_integer_identities_that_the_cpu_does_not_compute_exactly_are_kept),
+        SIMPLIFY_TEST(test_an_identity_whose_result_broadcasts_beyond_the_kept_operand_is_kept),
+        SIMPLIFY_TEST(test_a_constant_counts_as_one_or_zero_only_when_every_stored_element_is),
+        SIMPLIFY_TEST(test_reshape_transpose_and_broadcast_to_that_change_nothing_are_dropped_in_any_dtype),
+        SIMPLIFY_TEST(test_outputs_updates_loss_names_and_annotations_follow_the_replacements),
     };
-    return cmocka_run_group_tests_name("simplify", tests, NULL, NULL);
+    return simplify_run_tests(tests, sizeof tests / sizeof tests[0]);
 }

@@ -20,15 +20,6 @@
 #include "simplify_support.h"
 #include "support.h"
 
-static al_arena arena; /* the running test's scratch, freed by its teardown */
-
-static int plain_alloc(void **state)
-{
-    (void)state;
-    al_arena_free(&arena);
-    alloy_set_allocator(NULL, NULL);
-    return 0;
-}
 
 /* ---- the transformer training step ---- */
 
@@ -109,7 +100,7 @@ static int compare_values(const char *what, const ir_graph *a, const rt_tensor *
     const ir_type *t = &a->nodes[ia]->type;
     assert_true(ir_type_eq(t, &b->nodes[ib]->type));
     int64_t n = ir_numel(t);
-    double *x = al_arena_alloc(&arena, sizeof(double) * (size_t)(2 * n + 1)), *y = x + n;
+    double *x = al_arena_alloc(&simplify_arena, sizeof(double) * (size_t)(2 * n + 1)), *y = x + n;
     assert_non_null(x);
     cvt_load_f64(t->dtype, va[ia].data, x, (size_t)n);
     cvt_load_f64(t->dtype, vb[ib].data, y, (size_t)n);
@@ -151,7 +142,7 @@ static void test_simplifying_the_amp_training_step_of_the_transformer_block_remo
     al_free(vb);
     ir_graph_free(s);
     alloy_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 static void test_a_second_simplify_of_the_training_step_changes_nothing(void **state)
@@ -166,7 +157,7 @@ static void test_a_second_simplify_of_the_training_step_changes_nothing(void **s
     ir_graph_free(twice);
     ir_graph_free(once);
     alloy_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
 
 /* ---- linear time ---- */
@@ -266,21 +257,16 @@ static void test_simplify_survives_every_allocation_failure_leaving_the_graph_as
     al_free(expect);
     ir_graph_free(want);
     ir_graph_free(g);
-    al_arena_free(&arena);
+    al_arena_free(&simplify_arena);
 }
-
-#define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, plain_alloc)
-#define TEST_PLAIN(f) cmocka_unit_test_teardown(f, plain_alloc)
 
 int main(void)
 {
-    /* these tests run simplify themselves on the unsimplified compiled graph */
-    setenv("ALLOY_DISABLE_PASSES", "simplify,fuse", 1);
-    const struct CMUnitTest tests[] = {
-        TEST(test_simplifying_the_amp_training_step_of_the_transformer_block_removes_nodes_and_keeps_every_result),
-        TEST(test_a_second_simplify_of_the_training_step_changes_nothing),
-        TEST_PLAIN(test_simplify_takes_time_linear_in_the_graph),
-        TEST(test_simplify_survives_every_allocation_failure_leaving_the_graph_as_it_was),
+    static const struct CMUnitTest tests[] = {
+        SIMPLIFY_TEST(test_simplifying_the_amp_training_step_of_the_transformer_block_removes_nodes_and_keeps_every_result),
+        SIMPLIFY_TEST(test_a_second_simplify_of_the_training_step_changes_nothing),
+        SIMPLIFY_TEST_PLAIN(test_simplify_takes_time_linear_in_the_graph),
+        SIMPLIFY_TEST(test_simplify_survives_every_allocation_failure_leaving_the_graph_as_it_was),
     };
-    return cmocka_run_group_tests_name("simplify", tests, NULL, NULL);
+    return simplify_run_tests(tests, sizeof tests / sizeof tests[0]);
 }
