@@ -363,6 +363,7 @@ static int fusion_case(rt_backend *b, const oc_case *c, alloy_dtype dt, const ch
         else if (!test_same_bits(t->dtype, a, bits, ir_numel(t), &at))
             test_case_failed("%s: element %lld is %.9g fused, %.9g unfused", what, (long long)at, test_decode(t->dtype, a, at),
                              test_decode(t->dtype, bits, at));
+        if (getenv("OP_CASES_VERBOSE")) printf("  %s: fused and unfused compared, %s a group\n", what, joined > 0 ? "in" : "not in");
         bx_free(&unfused);
     }
     bx_free(&fused);
@@ -554,6 +555,14 @@ int main(void)
         row_count[r] = oc_expand(&op_cases[r], &row_cases[r], row_error[r], sizeof row_error[r]);
         if (row_count[r] < 0) row_count[r] = 0;
         else row_error[r][0] = '\0';
+    }
+    if (getenv("OP_CASES_VERBOSE")) {
+        int ncases = 0;
+        bool has[IR_OP_COUNT] = {0};
+        for (int r = 0; r < op_ncases; r++) ncases += row_count[r], has[ir_op_lookup(op_cases[r].op) >= 0 ? ir_op_lookup(op_cases[r].op) : 0] = true;
+        int nops = 0;
+        for (int op = 0; op < IR_OP_COUNT; op++) nops += has[op];
+        printf("op case table: %d rows, %d cases, %d of %d ops\n", op_ncases, ncases, nops, IR_OP_COUNT);
     }
     static const struct CMUnitTest guards[] = {
         GUARD(test_every_row_of_the_table_expands_and_each_case_builds_in_some_dtype),
