@@ -1,8 +1,9 @@
-/* fuse_support.c - what the two fusion suites share (fuse_support.h). */
+/* fuse_support.c - what the fusion suites share (fuse_support.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -29,11 +30,6 @@ int fuse_teardown(void **state)
     return 0;
 }
 
-void check(alloy_graph *g, alloy_status st, const char *what)
-{
-    if (st != ALLOY_OK) fail_msg("%s failed: %s: %s", what, alloy_status_name(st), alloy_last_error(g));
-}
-
 void fusion(bool on)
 {
     if (on) unsetenv("ALLOY_NO_FUSE");
@@ -42,7 +38,7 @@ void fusion(bool on)
 
 const ir_graph *compiled(alloy_graph *g)
 {
-    check(g, graph_compile(g), "compile");
+    expect_ok(g, graph_compile(g), "compile");
     return g->compiled;
 }
 
@@ -71,17 +67,107 @@ int group_members(const ir_graph *c, int k, int *ids)
     return n;
 }
 
-uint64_t rng;
-
-double unit(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
 void fill(float *x, int64_t n, double lo, double hi)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * unit());
+    for (int64_t i = 0; i < n; i++) x[i] = (float)test_uniform(lo, hi);
+}
+
+int group_size(const ir_graph *c, int k)
+{
+    int n = 0;
+    for (int i = 0; i < c->nnodes; i++) n += k >= 0 && c->nodes[i]->group == k;
+    return n;
+}
+
+int update_node(const ir_graph *c, const char *name)
+{
+    for (int i = 0; i < c->nupdates; i++)
+        if (strcmp(c->updates[i].name, name) == 0) return c->updates[i].node;
+    fail_msg("no update '%s'", name);
+    return -1;
+}
+
+int output_node(const ir_graph *c, const char *name)
+{
+    int i = ir_find_output(c, name);
+    if (i < 0) fail_msg("no output '%s'", name);
+    return c->outputs[i].node;
+}
+
+bool computes_wide(const ir_graph *c, const ir_node *n)
+{
+    for (int j = 0; j < n->nin; j++) {
+        alloy_dtype dt = c->nodes[n->in[j]]->type.dtype;
+        if (dt == ALLOY_F64 || dt == ALLOY_I32 || dt == ALLOY_I64) return true;
+    }
+    return false;
+}
+
+/* Every guarantee pass_fuse states, checked from scratch: ids dense and
+ * numbered by first member, >= 2 members, and per kind (ir/groups.h): an
+ * EW group is elementwise members of one shape and one compute type; a ROW
+ * group adds row ops, all members over one shape in f32; a GEMM group is a
+ * matmul first and elementwise members of its shape; a MULTI group's
+ * members are elementwise and f32 but for found_inf; and every edge into or
+ * out of a group goes from an earlier position to a later one (a group
+ * sits at its last member). */
+void expect_groups_legal(const ir_graph *c)
+{
+    int ng = group_count(c);
+    int *first = test_calloc((size_t)ng + 1, sizeof(int)), *last = test_calloc((size_t)ng + 1, sizeof(int));
+    int *size = test_calloc((size_t)ng + 1, sizeof(int));
+    for (int k = 0; k < ng; k++) first[k] = -1;
+    int seen = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        const ir_node *n = c->nodes[i];
+        int k = n->group;
+        if (k < 0) continue;
+        if (first[k] < 0) {
+            if (k != seen) fail_msg("group %d appears before group %d", k, seen);
+            seen++;
+            first[k] = i;
+        }
+        last[k] = i;
+        size[k]++;
+    }
+    int *members = test_malloc(sizeof(int) * (size_t)c->nnodes);
+    for (int k = 0; k < ng; k++) {
+        int nm = 0;
+        for (int i = first[k]; i <= last[k]; i++)
+            if (c->nodes[i]->group == k) members[nm++] = i;
+        ir_group_kind kind = ir_group_kind_of(c, members, nm);
+        const ir_node *f = c->nodes[members[kind == IR_GROUP_GEMM ? 1 : 0]];
+        if (kind == IR_GROUP_GEMM) assert_int_equal(c->nodes[members[0]]->op, IR_OP_matmul);
+        for (int m = kind == IR_GROUP_GEMM ? 1 : 0; m < nm; m++) {
+            const ir_node *n = c->nodes[members[m]];
+            if (kind == IR_GROUP_MULTI) {
+                assert_true((ir_fuse_elementwise(c, n) && !computes_wide(c, n)) || n->op == IR_OP_found_inf);
+                continue;
+            }
+            assert_true(ir_fuse_elementwise(c, n) || (kind == IR_GROUP_ROW && ir_fuse_row_op(c, n)));
+            const ir_type *t = ir_fuse_shape(c, n), *ft = ir_fuse_shape(c, f);
+            assert_int_equal(t->rank, ft->rank);
+            for (int d = 0; d < t->rank; d++) assert_int_equal(t->dims[d], ft->dims[d]);
+            assert_int_equal(ir_fuse_wide(c, n), ir_fuse_wide(c, f));
+            if (kind != IR_GROUP_EW) assert_false(ir_fuse_wide(c, n));
+        }
+    }
+    test_free(members);
+    for (int k = 0; k < ng; k++) {
+        assert_true(first[k] >= 0);
+        assert_true(size[k] >= 2);
+    }
+    for (int i = 0; i < c->nnodes; i++) {
+        const ir_node *n = c->nodes[i];
+        int pi = n->group >= 0 ? last[n->group] : i;
+        for (int j = 0; j < n->nin; j++) {
+            const ir_node *o = c->nodes[n->in[j]];
+            if (n->group >= 0 && o->group == n->group) continue;
+            int po = o->group >= 0 ? last[o->group] : o->id;
+            if (po >= pi) fail_msg("%%%d (at %d) reads %%%d (at %d)", i, pi, o->id, po);
+        }
+    }
+    test_free(first);
+    test_free(last);
+    test_free(size);
 }

@@ -1,4 +1,4 @@
-/* fuse_support.h - what the two fusion suites (test_fuse.c, test_fuse_kinds.c) share: setup, switches, compiled-graph lookups, a seeded generator. */
+/* fuse_support.h - what the fusion suites (test_fuse.c, test_fuse_block.c, test_fuse_kinds.c) share: setup, switches, compiled-graph lookups, the legality of every group, random floats. */
 #ifndef ALLOY_TEST_FUSE_SUPPORT_H
 #define ALLOY_TEST_FUSE_SUPPORT_H
 
@@ -15,8 +15,6 @@ int fuse_teardown(void **state);
 /* A cmocka test entry with that setup and teardown. */
 #define FUSE_TEST(f) cmocka_unit_test_setup_teardown(f, fuse_setup, fuse_teardown)
 
-/* Fails the test with g's last error when st is not ALLOY_OK. */
-void check(alloy_graph *g, alloy_status st, const char *what);
 /* Fusion on or off (ALLOY_NO_FUSE) for the graphs compiled from now on. */
 void fusion(bool on);
 /* g compiled (the whole pipeline), or the test fails. */
@@ -30,9 +28,19 @@ int group_count(const ir_graph *c);
 /* The members of group k in id order into ids (room for c->nnodes); their count. */
 int group_members(const ir_graph *c, int k, int *ids);
 
-/* splitmix64: set rng, then unit() gives [0, 1); fill draws n floats in [lo, hi). */
-extern uint64_t rng;
-double unit(void);
+/* How many members group k has (0 for k < 0). */
+int group_size(const ir_graph *c, int k);
+/* The node of the update / output called name (the test fails when there is none). */
+int update_node(const ir_graph *c, const char *name);
+int output_node(const ir_graph *c, const char *name);
+/* Whether n computes in f64 (some operand is f64 or an integer). */
+bool computes_wide(const ir_graph *c, const ir_node *n);
+/* Every guarantee pass_fuse states, checked from scratch (ids dense and
+ * numbered by first member, >= 2 members, each kind's members and shapes,
+ * every edge into or out of a group from an earlier position to a later one). */
+void expect_groups_legal(const ir_graph *c);
+
+/* n floats uniform in [lo, hi) from support's generator (test_rng). */
 void fill(float *x, int64_t n, double lo, double hi);
 
 #endif

@@ -16,40 +16,6 @@
 
 /* ---- helpers ---- */
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-
-static char tmpdir[64];
-
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/alloy-api-XXXXXX");
-    if (!mkdtemp(tmpdir)) return -1;
-    alloy_set_allocator(test_cmocka_realloc, NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    static const char *const files[] = {"state.safetensors", "bad.safetensors", "extra.safetensors"};
-    char p[128];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(p, sizeof p, "%s/%s", tmpdir, files[i]);
-        remove(p);
-    }
-    rmdir(tmpdir);
-    return 0;
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char p[128];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    return p;
-}
-
 /* Checks g's first error: its status and that its message holds each of
  * the substrings (EXPECT_ERROR(g, status, "part", ...); "" checks none). */
 static void expect_error(const alloy_graph *g, alloy_status status, const char *const *parts)
@@ -423,13 +389,13 @@ static void test_state_set_get_save_and_load_round_trip_through_a_file(void **st
     assert_int_equal(alloy_graph_set_state(g, &bs), ALLOY_OK);
     assert_int_equal(alloy_graph_get_state(g, "w", &t), ALLOY_OK);
     assert_memory_equal(t.data, w, sizeof w);
-    assert_int_equal(alloy_graph_save_state(g, tmp_path("state.safetensors")), ALLOY_OK);
+    assert_int_equal(alloy_graph_save_state(g, test_tmp_path("state.safetensors")), ALLOY_OK);
 
     /* a second graph with other initial values takes the saved ones */
     alloy_graph *g2 = param_graph(99, 2, 3, alloy_init_normal(1.0));
     assert_int_equal(alloy_graph_get_state(g2, "w", &t), ALLOY_OK);
     assert_memory_not_equal(t.data, w, sizeof w);
-    assert_int_equal(alloy_graph_load_state(g2, tmp_path("state.safetensors")), ALLOY_OK);
+    assert_int_equal(alloy_graph_load_state(g2, test_tmp_path("state.safetensors")), ALLOY_OK);
     assert_int_equal(alloy_graph_get_state(g2, "w", &t), ALLOY_OK);
     assert_memory_equal(t.data, w, sizeof w);
     assert_int_equal(alloy_graph_get_state(g2, "b", &t), ALLOY_OK);
@@ -479,10 +445,10 @@ static void test_load_state_rejects_a_wrong_shaped_tensor_and_changes_nothing(vo
     float b[3] = {1, 2, 3}, w[6] = {1, 2, 3, 4, 5, 6};
     alloy_host_tensor file[2] = {{"b", ALLOY_F32, 1, {3}, b}, {"w", ALLOY_F32, 2, {3, 2}, w}};
     char err[512];
-    assert_int_equal(alloy_safetensors_save(tmp_path("bad.safetensors"), file, 2, NULL, NULL, 0,
+    assert_int_equal(alloy_safetensors_save(test_tmp_path("bad.safetensors"), file, 2, NULL, NULL, 0,
                                             err, sizeof err),
                      ALLOY_OK);
-    assert_int_equal(alloy_graph_load_state(g, tmp_path("bad.safetensors")), ALLOY_ERR_SHAPE);
+    assert_int_equal(alloy_graph_load_state(g, test_tmp_path("bad.safetensors")), ALLOY_ERR_SHAPE);
     EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "bad.safetensors", "'w'", "f32[2,3]", "f32[3,2]");
     float *w_after = state_copy(g, "w", &nw), *b_after = state_copy(g, "b", &nb);
     assert_memory_equal(w_before, w_after, sizeof(float) * (size_t)nw);
@@ -503,15 +469,15 @@ static void test_load_state_rejects_a_file_with_a_tensor_the_graph_lacks(void **
                                  {"w", ALLOY_F32, 2, {2, 3}, w},
                                  {"extra", ALLOY_F32, 1, {1}, extra}};
     char err[512];
-    assert_int_equal(alloy_safetensors_save(tmp_path("extra.safetensors"), file, 3, NULL, NULL, 0,
+    assert_int_equal(alloy_safetensors_save(test_tmp_path("extra.safetensors"), file, 3, NULL, NULL, 0,
                                             err, sizeof err),
                      ALLOY_OK);
-    assert_int_equal(alloy_graph_load_state(g, tmp_path("extra.safetensors")), ALLOY_ERR_NOT_FOUND);
+    assert_int_equal(alloy_graph_load_state(g, test_tmp_path("extra.safetensors")), ALLOY_ERR_NOT_FOUND);
     EXPECT_ERROR(g, ALLOY_ERR_NOT_FOUND, "'extra'");
     alloy_host_tensor t;
     assert_int_equal(alloy_graph_get_state(g, "b", &t), ALLOY_OK);
     assert_true(((const float *)t.data)[0] == 0);
-    assert_int_equal(alloy_graph_load_state(g, tmp_path("missing.safetensors")), ALLOY_ERR_IO);
+    assert_int_equal(alloy_graph_load_state(g, test_tmp_path("missing.safetensors")), ALLOY_ERR_IO);
     alloy_graph_free(g);
 }
 
@@ -621,7 +587,7 @@ static void test_zeros_ones_and_constant_init_fill_exactly(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
     const struct CMUnitTest tests[] = {
         T(test_add_of_unbroadcastable_shapes_names_op_operand_types_and_node),
         T(test_add_of_different_dtypes_is_a_dtype_error_that_suggests_a_cast),

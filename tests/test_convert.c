@@ -13,6 +13,7 @@
 #endif
 
 #include "base/convert.h"
+#include "support.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -33,15 +34,6 @@ static double bits_f64(uint64_t u)
     double d;
     memcpy(&d, &u, 8);
     return d;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15u;
-static uint64_t rnd(void) /* xorshift64* */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1du;
 }
 
 static bool f16_is_nan(uint16_t h) { return (h & 0x7fffu) > 0x7c00u; }
@@ -132,7 +124,7 @@ static void check_f64_against_reference(double d)
  * for f16 normals, f16 subnormals and bf16. */
 static float random_f32(void)
 {
-    uint32_t u = (uint32_t)rnd(), v = (uint32_t)(rnd() >> 32), near = v % 3u - 1u;
+    uint32_t u = (uint32_t)test_next_u64(), v = (uint32_t)(test_next_u64() >> 32), near = v % 3u - 1u;
     uint32_t sign = u & 0x80000000u, f16_exp = (100u + v / 3u % 45u) << 23;
     switch (v >> 29) {
     case 0: case 1: return bits_f32(u);
@@ -293,15 +285,15 @@ static void test_f64_to_f16_and_bf16_match_the_double_reference_on_random_values
 {
     (void)state;
     for (int i = 0; i < 2000000; i++) {
-        uint64_t u = rnd(), keep = 0x800fffffffffffffu; /* sign and mantissa */
+        uint64_t u = test_next_u64(), keep = 0x800fffffffffffffu; /* sign and mantissa */
         double d;
         switch (i & 3) {
         case 0: d = bits_f64(u); break;
-        case 1: d = bits_f64((u & keep) | (990 + rnd() % 60) << 52); break;   /* f16 range */
-        case 2: d = bits_f64((u & keep) | (860 + rnd() % 300) << 52); break;  /* bf16 small */
+        case 1: d = bits_f64((u & keep) | (990 + test_next_u64() % 60) << 52); break;   /* f16 range */
+        case 2: d = bits_f64((u & keep) | (860 + test_next_u64() % 300) << 52); break;  /* bf16 small */
         default: /* a hair either side of an f16 or bf16 tie */
             d = (double)random_f32();
-            d += d * (double)((int)(rnd() % 5) - 2) * 0x1p-40;
+            d += d * (double)((int)(test_next_u64() % 5) - 2) * 0x1p-40;
             break;
         }
         check_f64_against_reference(d);
@@ -320,7 +312,7 @@ static void test_bulk_f16_and_bf16_match_scalar_results_at_any_offset_and_length
     for (int bf = 0; bf < 2; bf++) {
         alloy_dtype dt = bf ? ALLOY_BF16 : ALLOY_F16;
         for (size_t n = 0; n < 40; n++) { /* every tail length, misaligned by one byte */
-            for (size_t i = 0; i < n; i++) bits[i] = (uint16_t)rnd();
+            for (size_t i = 0; i < n; i++) bits[i] = (uint16_t)test_next_u64();
             memcpy(raw + 1, bits, 2 * n);
             cvt_load_f32(dt, raw + 1, f, n);
             for (size_t i = 0; i < n; i++) {
@@ -364,7 +356,7 @@ static void test_simd_and_portable_paths_agree_bit_for_bit(void **state)
             for (size_t i = 0; i < N; i++) in[i] = i < 65536 && round == 0 ? fa[i] : random_f32();
             if (round == 1)
                 for (size_t i = 0; i < N; i++) /* NaNs of every payload and sign */
-                    in[i] = bits_f32((uint32_t)rnd() | 0x7f800001u);
+                    in[i] = bits_f32((uint32_t)test_next_u64() | 0x7f800001u);
             cvt_force_portable(false);
             cvt_store_f32(dt, in, a16, N);
             cvt_force_portable(true);
@@ -543,6 +535,7 @@ static void test_bulk_float_stores_round_to_nearest_even(void **state)
 
 int main(void)
 {
+    test_rng = 0x9e3779b97f4a7c15u;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_f16_pattern_round_trips_through_f32),
         cmocka_unit_test(test_every_bf16_pattern_round_trips_through_f32),

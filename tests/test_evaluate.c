@@ -14,13 +14,6 @@
 #include "runtime/cpu/cpu.h"
 #include "support.h"
 
-#define F32 ALLOY_F32
-#define F16 ALLOY_F16
-#define BF16 ALLOY_BF16
-#define F64 ALLOY_F64
-#define I32 ALLOY_I32
-#define I64 ALLOY_I64
-#define BOOL ALLOY_BOOL
 
 /* What random operands hold besides ordinary values (floats of magnitude
  * 2^-10..2^10, integers in [-100, 100), bools). */
@@ -31,16 +24,7 @@ enum {
 };
 
 static const alloy_dtype all_dtypes[] = {F32, F16, BF16, F64, I32, I64, BOOL};
-static uint64_t rng = 0x853c49e6748fea9bu;
 static bool covered[IR_OP_COUNT]; /* the ops compared at least once */
-
-static double uniform(double lo, double hi) /* splitmix64 */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return lo + (hi - lo) * (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
 
 /* A shape of up to rank 4. */
 typedef struct shape {
@@ -62,12 +46,12 @@ static void random_element(alloy_dtype dt, int mode, unsigned char *p)
                                       3.4e38, -1e39, 6e-8, 1e-40, 5e-324};
     static const int64_t extremes[] = {INT32_MAX, INT32_MIN, 0, (INT64_C(1) << 40) + 1, -(INT64_C(1) << 40)};
     static const int64_t wide[] = {INT64_MAX, INT64_MIN, (INT64_C(1) << 62) + 1, -(INT64_C(1) << 53) - 1};
-    double u = uniform(0, 1), v = ldexp(uniform(-1, 1), (int)floor(uniform(-10, 11)));
-    int pick = (int)uniform(0, 60); /* which special value */
+    double u = test_uniform(0, 1), v = ldexp(test_uniform(-1, 1), (int)floor(test_uniform(-10, 11)));
+    int pick = (int)test_uniform(0, 60); /* which special value */
     if (dt == BOOL) {
         *p = u < 0.5;
     } else if (ir_is_int(dt)) {
-        int64_t i = (int64_t)floor((mode & IDS) ? uniform(0, 5) : uniform(-100, 100));
+        int64_t i = (int64_t)floor((mode & IDS) ? test_uniform(0, 5) : test_uniform(-100, 100));
         if ((mode & SPECIAL) && !(mode & IDS) && u < 0.1) i = extremes[pick % (dt == I32 ? 3 : 5)];
         if ((mode & WIDE_I64) && dt == I64 && u > 0.9) i = wide[pick % 4];
         int32_t i32 = (int32_t)i;
@@ -452,6 +436,7 @@ static void test_every_evaluated_op_was_compared(void **state)
 
 int main(void)
 {
+    test_rng = 0x853c49e6748fea9bu;
     const struct CMUnitTest tests[] = {
         TEST(test_elementwise_ops_match_the_cpu_in_every_dtype_and_broadcast),
         TEST(test_cast_between_every_pair_of_dtypes_matches_the_cpu),

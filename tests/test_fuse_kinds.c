@@ -19,9 +19,6 @@
 #include "fuse_support.h"
 #include "support.h"
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-#define F32 ALLOY_F32
-#define F16 ALLOY_F16
 
 /* ---- helpers ---- */
 
@@ -78,7 +75,7 @@ static void expect_one_group(graph_builder build, int variant, const char *membe
 
 static void fill_f16(uint16_t *x, int64_t n, double lo, double hi)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = cvt_f64_to_f16(lo + (hi - lo) * unit());
+    for (int64_t i = 0; i < n; i++) x[i] = cvt_f64_to_f16(lo + (hi - lo) * test_uniform(0, 1));
 }
 
 static double f16(uint16_t h) { return cvt_f16_to_f32(h); }
@@ -103,7 +100,7 @@ static void run_copy(graph_builder build, int variant, bool fused, int nthreads,
     alloy_host_tensor f[4];
     assert_true(n <= 4);
     for (int i = 0; i < n; i++) f[i] = (alloy_host_tensor){.name = names[i]};
-    check(g, alloy_graph_run(g, feeds, nfeeds, f, n), fused ? "fused run" : "unfused run");
+    expect_ok(g, alloy_graph_run(g, feeds, nfeeds, f, n), fused ? "fused run" : "unfused run");
     assert_int_equal(group_count(g->compiled) > 0, fused);
     for (int i = 0; i < n; i++) {
         size_t bytes = (size_t)alloy_host_tensor_numel(&f[i]) * alloy_dtype_size(f[i].dtype);
@@ -176,10 +173,10 @@ static void test_a_masked_softmax_row_group_spans_several_blocks_and_gives_the_u
     expect_one_group(attention_graph, 0, "attn", IR_GROUP_ROW, "mul causal_mask cast softmax cast");
     alloy_graph *g = attention_graph(0);
     static uint16_t x[AN], want[AN];
-    rng = 17;
+    test_rng = 17;
     fill_f16(x, AN, -16, 16);
     alloy_host_tensor feed = {"scores", F16, 4, {AB, AH, AT, AT}, x}, fetch = {.name = "attn"};
-    check(g, alloy_graph_run(g, &feed, 1, &fetch, 1), "run");
+    expect_ok(g, alloy_graph_run(g, &feed, 1, &fetch, 1), "run");
     /* fused for real: the members between were never materialized */
     assert_false(sched_stored(&g->comp.sched, node_named(g->compiled, "masked")));
     assert_false(sched_stored(&g->comp.sched, node_named(g->compiled, "probs")));
@@ -242,7 +239,7 @@ static void test_a_residual_add_layer_norm_cast_row_group_with_a_partial_last_bl
     expect_one_group(layer_norm_graph, 0, "out", IR_GROUP_ROW, "add layer_norm cast");
 
     static float a[LR * LC], b[LR * LC], gamma[LC], beta[LC];
-    rng = 23;
+    test_rng = 23;
     fill(a, LR * LC, -2, 2), fill(b, LR * LC, -1, 3), fill(gamma, LC, 0.5, 1.5), fill(beta, LC, -0.5, 0.5);
     alloy_host_tensor feeds[4] = {{"a", F32, 2, {LR, LC}, a}, {"b", F32, 2, {LR, LC}, b},
                                   {"gamma", F32, 1, {LC}, gamma}, {"beta", F32, 1, {LC}, beta}};
@@ -299,8 +296,8 @@ static alloy_graph *cross_entropy_graph(int variant)
     alloy_tensor *logits = alloy_set_name(g, alloy_mul(g, x, alloy_scalar(g, F32, CE_SCALE)), "logits");
     alloy_tensor *loss = alloy_set_name(g, alloy_cross_entropy(g, logits, t), "loss");
     alloy_output(g, "loss", loss);
-    check(g, alloy_graph_request_grad(g, x), "request_grad");
-    check(g, alloy_graph_set_loss(g, loss), "set_loss");
+    expect_ok(g, alloy_graph_request_grad(g, x), "request_grad");
+    expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
     return g;
 }
 
@@ -314,9 +311,9 @@ static void test_cross_entropy_and_its_gradient_form_one_row_group_with_the_unfu
 
     static float x[CR * CC];
     int32_t t[CR];
-    rng = 31;
+    test_rng = 31;
     fill(x, CR * CC, -2, 2);
-    for (int r = 0; r < CR; r++) t[r] = (int32_t)(unit() * CC);
+    for (int r = 0; r < CR; r++) t[r] = (int32_t)(test_uniform(0, 1) * CC);
     alloy_host_tensor feeds[2] = {{"x", F32, 2, {CR, CC}, x}, {"targets", ALLOY_I32, 1, {CR}, t}};
     const char *names[] = {"loss", "grad:x"};
     size_t bytes[] = {sizeof(float), sizeof x};
@@ -380,7 +377,7 @@ static void gemm_preact_reference(const uint16_t *a, const uint16_t *w, const ui
 
 static void gemm_inputs(uint16_t *a, uint16_t *w, uint16_t *bias, alloy_host_tensor *feeds)
 {
-    rng = 41;
+    test_rng = 41;
     fill_f16(a, GM * GK, -1, 1), fill_f16(w, GK * GN, -0.5, 0.5), fill_f16(bias, GN, -1, 1);
     feeds[0] = (alloy_host_tensor){"a", F16, 2, {GM, GK}, a};
     feeds[1] = (alloy_host_tensor){"w", F16, 2, {GK, GN}, w};
@@ -482,10 +479,10 @@ static alloy_graph *mlp_trainer(int variant)
     alloy_graph *g = alloy_graph_new("mlp");
     alloy_graph_set_seed(g, 3);
     test_mlp m = build_mlp(g, F32, MB, MI, MH, MO);
-    check(g, alloy_graph_set_loss(g, m.loss), "set_loss");
-    if (variant) check(g, alloy_graph_enable_amp(g, F16), "enable_amp");
-    check(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
-    check(g, alloy_graph_add_optimizer(g, alloy_sgd(MLP_LR, 0, 0, false)), "add_optimizer");
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    if (variant) expect_ok(g, alloy_graph_enable_amp(g, F16), "enable_amp");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(MLP_LR, 0, 0, false)), "add_optimizer");
     return g;
 }
 
@@ -531,21 +528,21 @@ static void train_mlp(int variant, bool fused, float bad, mlp_record *r)
     for (int s = 0; s < MSTEPS; s++) {
         float x[MB * MI];
         int32_t t[MB];
-        rng = 50 + (uint64_t)(s == 2);
+        test_rng = 50 + (uint64_t)(s == 2);
         fill(x, MB * MI, -1, 1);
-        for (int i = 0; i < MB; i++) t[i] = (int32_t)(unit() * MO);
+        for (int i = 0; i < MB; i++) t[i] = (int32_t)(test_uniform(0, 1) * MO);
         if (s == 1) x[5] = bad;
         alloy_host_tensor feeds[2] = {{"x", F32, 2, {MB, MI}, x}, {"targets", ALLOY_I32, 1, {MB}, t}};
         alloy_host_tensor grads[MPARAMS] = {{.name = "grad:w1"}, {.name = "grad:b1"}, {.name = "grad:w2"},
                                             {.name = "grad:b2"}};
-        check(g, alloy_graph_run(g, feeds, 2, grads, MPARAMS), "training step");
+        expect_ok(g, alloy_graph_run(g, feeds, 2, grads, MPARAMS), "training step");
         for (int p = 0; p < MPARAMS; p++) {
             r->nonfinite[s][p] = 0;
             for (int64_t e = 0; e < alloy_host_tensor_numel(&grads[p]); e++)
                 r->nonfinite[s][p] += !isfinite(((const float *)grads[p].data)[e]);
         }
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         r->skipped[s] = info.skipped, r->loss[s] = info.loss, r->scale[s] = info.scale;
         r->after[s] = take_snapshot(g);
     }
@@ -701,7 +698,7 @@ static void expect_broadcast_softmax(int variant)
     expect_one_group(broadcast_softmax_graph, variant, "p", IR_GROUP_ROW, variant ? "add mul softmax" : "add softmax");
 
     static float x[SN], y[SA * SB], z[SC];
-    rng = 61 + (uint64_t)variant;
+    test_rng = 61 + (uint64_t)variant;
     fill(x, SN, -3, 3), fill(y, SA * SB, -3, 3), fill(z, SC, 0.5, 2);
     alloy_host_tensor feeds[3] = {{"x", F32, 3, {SA, SB, SC}, x},
                                   variant ? (alloy_host_tensor){"y", F32, 3, {SA, SB, 1}, y}

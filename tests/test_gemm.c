@@ -14,6 +14,7 @@
 #include "base/base.h"
 #include "alloy_config.h"
 #include "runtime/cpu/gemm.h"
+#include "support.h"
 
 extern char **environ;
 
@@ -32,13 +33,11 @@ static const impl impl_f64 = {"gemm_f64", NULL};
 
 static bool use_blas = true; /* the blas option of this round of the suite */
 
-static uint64_t rng_state;
 
 /* Uniform in [-1, 1), exactly representable in f32 (24-bit mantissa). */
 static float rnd(void)
 {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((int32_t)(rng_state >> 40) - (1 << 23)) / (float)(1 << 23);
+    return (float)((int32_t)(test_next_u64() >> 40) - (1 << 23)) / (float)(1 << 23);
 }
 
 static void *xalloc(size_t n)
@@ -128,7 +127,7 @@ static void check(const impl *im, bool ta, bool tb, int64_t m, int64_t n, int64_
 /* Every shape x transpose pair x alpha/beta case, with and without padding. */
 static void check_all(const impl *im)
 {
-    rng_state = 42;
+    test_rng = 42;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
             for (size_t ab = 0; ab < sizeof scalars / sizeof scalars[0]; ab++)
@@ -221,7 +220,7 @@ static float *emit_product(size_t *len)
     size_t total = 0;
     for (int s = 0; s < 2; s++) total += (size_t)(sh[s][0] * sh[s][1]);
     float *out = xalloc(total * sizeof *out), *c = out;
-    rng_state = 7;
+    test_rng = 7;
     for (int s = 0; s < 2; s++) {
         int64_t m = sh[s][0], n = sh[s][1], k = sh[s][2];
         float *a = xalloc((size_t)(m * k) * sizeof *a), *b = xalloc((size_t)(k * n) * sizeof *b);

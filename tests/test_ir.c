@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "ir/ir.h"
+#include "support.h"
 
 static const char example[] =
     "# comments start with '#' and run to the end of the line\n"
@@ -535,15 +536,6 @@ static void the_verifier_rejects_broken_ids_arity_attributes_outputs_and_loss(vo
 
 /* ---- robustness ---- */
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
 /* A successful parse must print, reparse and print the same text again. */
 static void check_parse_result(const char *text, size_t len)
 {
@@ -589,16 +581,16 @@ static void every_truncation_of_a_valid_text_fails_cleanly(void **state)
 static void mutate(char *buf, size_t *len, size_t cap)
 {
     static const char alphabet[] = "%\"\\=(),{}[]:!#-+.e0129\n \tfaxni_";
-    size_t at = (size_t)(rnd() % *len), n = 1 + (size_t)(rnd() % 8);
+    size_t at = (size_t)(test_next_u64() % *len), n = 1 + (size_t)(test_next_u64() % 8);
     if (at + n > *len) n = *len - at;
-    switch (rnd() % 3) {
-    case 0: buf[at] = rnd() % 2 ? (char)(rnd() & 0xff) : alphabet[rnd() % (sizeof alphabet - 1)]; break;
+    switch (test_next_u64() % 3) {
+    case 0: buf[at] = test_next_u64() % 2 ? (char)(test_next_u64() & 0xff) : alphabet[test_next_u64() % (sizeof alphabet - 1)]; break;
     case 1: memmove(buf + at, buf + at + n, *len - at - n), *len -= n; break;
     default: /* duplicate a run, or insert one byte */
-        if (rnd() % 2) n = 1;
+        if (test_next_u64() % 2) n = 1;
         if (*len + n > cap) break;
         memmove(buf + at + n, buf + at, *len - at);
-        if (n == 1) buf[at] = alphabet[rnd() % (sizeof alphabet - 1)];
+        if (n == 1) buf[at] = alphabet[test_next_u64() % (sizeof alphabet - 1)];
         *len += n;
     }
 }
@@ -613,7 +605,7 @@ static void random_mutations_of_valid_text_never_crash(void **state)
         const char *seed = iter % 2 ? example : every_op;
         size_t len = strlen(seed);
         memcpy(buf, seed, len);
-        for (int e = 1 + (int)(rnd() % 4); e > 0 && len > 0; e--) mutate(buf, &len, cap);
+        for (int e = 1 + (int)(test_next_u64() % 4); e > 0 && len > 0; e--) mutate(buf, &len, cap);
         check_parse_result(buf, len);
     }
     free(buf);
@@ -624,26 +616,12 @@ static void random_byte_strings_never_crash(void **state)
     (void)state;
     char buf[256];
     for (int iter = 0; iter < 2000; iter++) {
-        size_t len = (size_t)(rnd() % sizeof buf);
+        size_t len = (size_t)(test_next_u64() % sizeof buf);
         size_t pre = iter % 2 ? 10 : 0; /* half start as a graph, to get past the header */
         memcpy(buf, "graph g {\n", pre);
-        for (size_t i = pre; i < len; i++) buf[i] = (char)(rnd() & 0xff);
+        for (size_t i = pre; i < len; i++) buf[i] = (char)(test_next_u64() & 0xff);
         check_parse_result(buf, len < pre ? pre : len);
     }
-}
-
-/* An allocator that fails once `budget` allocations have succeeded. */
-static long alloc_budget = -1;
-static void *failing_realloc(void *p, size_t size, void *user)
-{
-    (void)user;
-    if (size == 0) {
-        free(p);
-        return NULL;
-    }
-    if (alloc_budget == 0) return NULL;
-    if (alloc_budget > 0) alloc_budget--;
-    return realloc(p, size);
 }
 
 static void parsing_and_printing_survive_every_allocation_failure(void **state)
@@ -651,12 +629,12 @@ static void parsing_and_printing_survive_every_allocation_failure(void **state)
     (void)state;
     bool done = false;
     for (long budget = 0; !done && budget < 10000; budget++) {
-        alloy_set_allocator(failing_realloc, NULL);
-        alloc_budget = budget;
+        alloy_set_allocator(test_budget_realloc, NULL);
+        test_alloc_budget = budget;
         char err[512] = "";
         ir_graph *g = ir_parse(every_op, strlen(every_op), "t.ir", err, sizeof err);
         char *s = g ? ir_print_string(g) : NULL;
-        alloc_budget = -1;
+        test_alloc_budget = -1;
         alloy_set_allocator(NULL, NULL);
         if (!g) {
             if (strncmp(err, "t.ir:", 5) != 0) fail_msg("budget %ld: error without a location: '%s'", budget, err);
@@ -674,6 +652,7 @@ static void parsing_and_printing_survive_every_allocation_failure(void **state)
 
 int main(void)
 {
+    test_rng = 0x9E3779B97F4A7C15ull;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_documented_example_parses_and_prints_without_its_comment),
         cmocka_unit_test(every_op_round_trips_byte_for_byte),

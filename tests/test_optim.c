@@ -13,8 +13,6 @@
 #include "alloy/alloy.h"
 #include "support.h"
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-#define F64 ALLOY_F64
 
 /* Parameters, moments and inputs are f64, and the hand computation below
  * does PyTorch's arithmetic in f64, so the two agree to a few f64 roundings:
@@ -28,27 +26,11 @@
 
 /* ---- helpers ---- */
 
-static uint64_t rng = 0x0b7e151628aed2a6u;
-
-static uint64_t next_u64(void) /* splitmix64 */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double uniform(double lo, double hi) { return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53; }
-
-static void check(alloy_graph *g, alloy_status st, const char *what)
-{
-    if (st != ALLOY_OK) fail_msg("%s failed: %s: %s", what, alloy_status_name(st), alloy_last_error(g));
-}
 
 static double state_scalar(alloy_graph *g, const char *name)
 {
     alloy_host_tensor t;
-    check(g, alloy_graph_get_state(g, name, &t), name);
+    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
     assert_int_equal(t.rank, 0);
     if (t.dtype == ALLOY_I32) return *(const int32_t *)t.data;
     if (t.dtype == ALLOY_F32) return *(const float *)t.data;
@@ -128,10 +110,10 @@ static alloy_graph *quad_graph(const alloy_optimizer *o, const alloy_grad_scaler
     alloy_tensor *lb = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xb, b), 0, NULL, false),
                                  alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, b), 0, NULL, false)));
     alloy_tensor *loss = alloy_set_name(g, alloy_add(g, lw, lb), "loss");
-    check(g, alloy_output(g, "loss", loss), "alloy_output");
-    check(g, alloy_graph_set_loss(g, loss), "set_loss");
-    if (sc) check(g, alloy_graph_set_grad_scaler(g, *sc), "set_grad_scaler");
-    if (o) check(g, alloy_graph_add_optimizer(g, *o), "add_optimizer");
+    expect_ok(g, alloy_output(g, "loss", loss), "alloy_output");
+    expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
+    if (sc) expect_ok(g, alloy_graph_set_grad_scaler(g, *sc), "set_grad_scaler");
+    if (o) expect_ok(g, alloy_graph_add_optimizer(g, *o), "add_optimizer");
     return g;
 }
 
@@ -141,30 +123,30 @@ static void read_pair(alloy_graph *g, const char *suffix, double *v)
     char name[32];
     alloy_host_tensor t;
     snprintf(name, sizeof name, "w%s", suffix);
-    check(g, alloy_graph_get_state(g, name, &t), name);
+    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
     assert_int_equal(t.dtype, F64);
     memcpy(v, t.data, 6 * sizeof(double));
     snprintf(name, sizeof name, "b%s", suffix);
-    check(g, alloy_graph_get_state(g, name, &t), name);
+    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
     assert_int_equal(t.dtype, F64);
     memcpy(v + 6, t.data, 3 * sizeof(double));
 }
 
 static void random_x(double *x)
 {
-    for (int i = 0; i < NP; i++) x[i] = uniform(-1, 1);
+    for (int i = 0; i < NP; i++) x[i] = test_uniform(-1, 1);
 }
 
 static void run_x(alloy_graph *g, double *x, alloy_host_tensor *fetches, int nfetches)
 {
     alloy_host_tensor feeds[2] = {{"xw", F64, 2, {2, 3}, x}, {"xb", F64, 1, {3}, x + 6}};
-    check(g, alloy_graph_run(g, feeds, 2, fetches, nfetches), "alloy_graph_run");
+    expect_ok(g, alloy_graph_run(g, feeds, 2, fetches, nfetches), "alloy_graph_run");
 }
 
 static alloy_step_info step_info(alloy_graph *g)
 {
     alloy_step_info info;
-    check(g, alloy_graph_step_info(g, &info), "step_info");
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
     return info;
 }
 
@@ -713,7 +695,7 @@ static void test_optimizer_parameters_out_of_range_are_rejected_with_a_message(v
     /* an optimizer needs a loss */
     g = alloy_graph_new("no-loss");
     alloy_tensor *w = alloy_param(g, "w", F64, 1, DIMS(2), alloy_init_ones());
-    check(g, alloy_output(g, "y", alloy_square(g, w)), "alloy_output");
+    expect_ok(g, alloy_output(g, "y", alloy_square(g, w)), "alloy_output");
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), ALLOY_ERR_INVALID);
     assert_non_null(strstr(alloy_last_error(g), "loss"));
     alloy_graph_free(g);
@@ -737,6 +719,7 @@ static void test_f64_parameters_are_updated_with_the_learning_rate_in_f64(void *
 
 int main(void)
 {
+    test_rng = 0x0b7e151628aed2a6u;
     const struct CMUnitTest tests[] = {
         TEST(test_sgd_plain_momentum_nesterov_and_weight_decay_match_pytorch_over_one_and_three_steps),
         TEST(test_adam_with_l2_weight_decay_matches_pytorch_over_one_and_three_steps),

@@ -15,7 +15,6 @@
 #include "passes/pass.h"
 #include "support.h"
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 
 static void clear_env(void)
 {

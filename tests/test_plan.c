@@ -18,36 +18,8 @@
 #include "passes/plan.h"
 #include "support.h"
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-#define F32 ALLOY_F32
 
 /* ---- helpers ---- */
-
-/* Fails allocation number fail_at (0-based, counted from when it is set). */
-static long alloc_count, fail_at = -1;
-static void *failing_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    if (size && alloc_count++ == fail_at) return NULL;
-    return test_realloc(ptr, size);
-}
-
-static uint64_t rng;
-
-static uint64_t next_u64(void) /* splitmix64 */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 static bool is_bound_leaf(const ir_node *n)
 {
@@ -275,9 +247,9 @@ static void **bind_leaves(alloy_graph *g, const ir_graph *c, int vocab)
         assert_non_null(leaf[i]);
         for (int64_t k = 0; k < count; k++) {
             if (n->type.dtype == ALLOY_F32)
-                ((float *)leaf[i])[k] = (float)((double)(next_u64() >> 11) * 0x1p-52 - 1.0);
+                ((float *)leaf[i])[k] = (float)((double)(test_next_u64() >> 11) * 0x1p-52 - 1.0);
             else if (n->type.dtype == ALLOY_I32)
-                ((int32_t *)leaf[i])[k] = (int32_t)(next_u64() % (uint64_t)vocab);
+                ((int32_t *)leaf[i])[k] = (int32_t)(test_next_u64() % (uint64_t)vocab);
             else
                 fail_msg("input %s: no filler for %s", n->name, alloy_dtype_name(n->type.dtype));
         }
@@ -703,9 +675,9 @@ static void test_every_failed_allocation_returns_oom_and_leaks_nothing(void **st
     uint8_t *keep = keep_of(c);
     fused_schedule f = fuse_elementwise_runs(c, keep);
     int failures = 0;
-    for (fail_at = 0;; fail_at++) {
-        alloc_count = 0;
-        alloy_set_allocator(failing_realloc, NULL);
+    for (test_fail_at = 0;; test_fail_at++) {
+        test_alloc_count = 0;
+        alloy_set_allocator(test_failing_realloc, NULL);
         mem_plan p;
         char err[256] = "";
         alloy_status st = plan_build(c, &f.s, &p, err, sizeof err);
@@ -720,7 +692,7 @@ static void test_every_failed_allocation_returns_oom_and_leaks_nothing(void **st
         assert_null(p.offset);
         failures++;
     }
-    fail_at = -1;
+    test_fail_at = -1;
     assert_true(failures >= 8);
     fused_schedule_free(&f);
     al_free(keep);
@@ -790,7 +762,7 @@ static void test_runs_from_the_arena_match_the_malloc_executor_bit_for_bit(void 
 static ir_graph *random_graph(int nnodes, uint8_t **keep)
 {
     enum { WINDOW = 16 };
-    rng = 42;
+    test_rng = 42;
     ir_graph *g = ir_graph_new("random");
     assert_non_null(g);
     int recent[4][WINDOW];
@@ -800,10 +772,10 @@ static ir_graph *random_graph(int nnodes, uint8_t **keep)
     }
     static const int ops[] = {IR_OP_neg, IR_OP_relu, IR_OP_add, IR_OP_mul, IR_OP_sub};
     while (g->nnodes < nnodes) {
-        int k = (int)(next_u64() % 4), op = ops[next_u64() % 5];
-        int in[2] = {recent[k][next_u64() % WINDOW], recent[k][next_u64() % WINDOW]};
+        int k = (int)(test_next_u64() % 4), op = ops[test_next_u64() % 5];
+        int in[2] = {recent[k][test_next_u64() % WINDOW], recent[k][test_next_u64() % WINDOW]};
         int id = add_op(g, op, ir_ops[op].min_in, in);
-        recent[k][next_u64() % WINDOW] = id;
+        recent[k][test_next_u64() % WINDOW] = id;
     }
     *keep = al_calloc((size_t)nnodes + 1, 1);
     assert_non_null(*keep);
@@ -864,9 +836,9 @@ static void test_plan_build_takes_milliseconds_on_100k_nodes(void **state)
         char err[256];
         double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
-            double t0 = now_ms();
+            double t0 = test_now_ms();
             if (plan_build(g, sched[k], &p, err, sizeof err)) fail_msg("%s", err);
-            double ms = now_ms() - t0;
+            double ms = test_now_ms() - t0;
             if (ms < best) best = ms;
             if (rep < 2) plan_free(&p);
         }
@@ -883,6 +855,7 @@ static void test_plan_build_takes_milliseconds_on_100k_nodes(void **state)
 
 int main(void)
 {
+    test_rng = 0;
     /* plans of the unfused graph are compared with a per-node executor; fused schedules are tested separately */
     setenv("ALLOY_DISABLE_PASSES", "fuse", 1);
     const struct CMUnitTest tests[] = {

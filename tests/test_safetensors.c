@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "alloy/safetensors.h"
+#include "support.h"
 
 #ifndef ALLOY_TEST_DATA
 #error "build with -DALLOY_TEST_DATA=\"<source dir>/tests/data\""
@@ -29,11 +30,9 @@ static char path[128];
 static int setup(void **state)
 {
     (void)state;
-    strcpy(dir, "/dev/shm/alloy-st-XXXXXX"); /* memory-backed: these tests write thousands of files */
-    if (!mkdtemp(dir)) {
-        strcpy(dir, "/tmp/alloy-st-XXXXXX");
-        if (!mkdtemp(dir)) return -1;
-    }
+    /* memory-backed: these tests write thousands of files */
+    if (!test_make_dir(dir, sizeof dir, "/dev/shm/alloy-st-XXXXXX") && !test_make_dir(dir, sizeof dir, "/tmp/alloy-st-XXXXXX"))
+        return -1;
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
     return 0;
 }
@@ -41,31 +40,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[400];
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (remove(p) != 0) rmdir(p);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
+    test_remove_dir(dir);
     return 0;
-}
-
-static unsigned char *read_all(const char *p, size_t *len)
-{
-    FILE *f = fopen(p, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
 }
 
 static void write_bytes(const char *p, const void *b, size_t n)
@@ -104,10 +80,10 @@ static int temp_files(void)
 static void expect_unchanged(const unsigned char *want, size_t n)
 {
     size_t len;
-    unsigned char *b = read_all(path, &len);
+    unsigned char *b = test_read_file(path, &len);
     assert_int_equal(len, n);
     assert_memory_equal(b, want, n);
-    free(b);
+    test_free(b);
     assert_int_equal(temp_files(), 0);
 }
 
@@ -222,7 +198,7 @@ static void test_saved_file_has_padded_header_and_contiguous_offsets(void **stat
     make_sample();
     save_ok(path, sample, 3, NULL, NULL, 0);
     size_t len;
-    unsigned char *b = read_all(path, &len);
+    unsigned char *b = test_read_file(path, &len);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
     assert_int_equal(n % 8, 0);
@@ -233,7 +209,7 @@ static void test_saved_file_has_padded_header_and_contiguous_offsets(void **stat
     assert_memory_equal(b + 8, want, strlen(want));
     for (size_t i = strlen(want); i < n; i++) assert_int_equal(b[8 + i], ' ');
     assert_memory_equal(b + 8 + n, sample_data[0], 48);
-    free(b);
+    test_free(b);
 }
 
 static void test_names_that_need_json_escapes_round_trip(void **state)
@@ -349,7 +325,7 @@ static void test_file_truncated_at_every_length_fails_cleanly(void **state)
     const char *sources[2] = {path, REFERENCE};
     for (int s = 0; s < 2; s++) {
         size_t len;
-        unsigned char *b = read_all(sources[s], &len);
+        unsigned char *b = test_read_file(sources[s], &len);
         for (size_t n = 0; n < len; n++) {
             write_bytes(cut, b, n);
             expect_load_fails(cut, ALLOY_OK, NULL);
@@ -357,7 +333,7 @@ static void test_file_truncated_at_every_length_fails_cleanly(void **state)
         b[len] = 0; /* one byte too many is as bad */
         write_bytes(cut, b, len + 1);
         expect_load_fails(cut, ALLOY_ERR_FORMAT, "cover only", NULL);
-        free(b);
+        test_free(b);
     }
     write_bytes(cut, "abc", 3);
     expect_load_fails(cut, ALLOY_ERR_FORMAT, "too short", NULL);
@@ -546,7 +522,7 @@ static void test_corrupted_bytes_anywhere_never_crash_the_reader(void **state)
 {
     (void)state;
     size_t len;
-    unsigned char *b = read_all(REFERENCE, &len);
+    unsigned char *b = test_read_file(REFERENCE, &len);
     static const unsigned char flips[] = {0x01, 0x80, 0xff};
     for (size_t i = 0; i < len; i++) {
         for (size_t f = 0; f < sizeof flips; f++) {
@@ -564,7 +540,7 @@ static void test_corrupted_bytes_anywhere_never_crash_the_reader(void **state)
             b[i] ^= flips[f];
         }
     }
-    free(b);
+    test_free(b);
 }
 
 /* ---- saving ---- */
@@ -583,7 +559,7 @@ static void test_save_rejects_bad_tensors_and_leaves_the_old_file(void **state)
     make_sample();
     save_ok(path, sample, 2, NULL, NULL, 0);
     size_t len0;
-    unsigned char *before = read_all(path, &len0);
+    unsigned char *before = test_read_file(path, &len0);
     static const char *const wants[] = {
         "tensor name 'w.f32' appears twice", "tensor 'h.f16' (f16 [5], dtype value 1): data is NULL",
         "(? [5], dtype value 7): dtype is not an alloy_dtype value", "rank outside", "negative dim", "tensor #1 has a NULL name", "reserved",
@@ -609,7 +585,7 @@ static void test_save_rejects_bad_tensors_and_leaves_the_old_file(void **state)
     assert_int_equal(alloy_safetensors_save(NULL, sample, 1, NULL, NULL, 0, err, sizeof err), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_safetensors_save(path, NULL, 1, NULL, NULL, 0, err, sizeof err), ALLOY_ERR_INVALID);
     expect_unchanged(before, len0);
-    free(before);
+    test_free(before);
 }
 
 static void test_failed_saves_leave_the_previous_file_byte_identical(void **state)
@@ -618,7 +594,7 @@ static void test_failed_saves_leave_the_previous_file_byte_identical(void **stat
     make_sample();
     save_ok(path, sample, 3, NULL, NULL, 0);
     size_t len0;
-    unsigned char *before = read_all(path, &len0);
+    unsigned char *before = test_read_file(path, &len0);
     char err[512], p[200];
 
     snprintf(p, sizeof p, "%s/no/such/dir/t.safetensors", dir);
@@ -643,7 +619,7 @@ static void test_failed_saves_leave_the_previous_file_byte_identical(void **stat
     assert_int_equal(s, ALLOY_ERR_IO);
     assert_non_null(strstr(err, "write"));
     expect_unchanged(before, len0);
-    free(before);
+    test_free(before);
 }
 
 /* ---- allocation failures ---- */
@@ -704,7 +680,7 @@ static void test_allocation_failure_anywhere_in_save_is_clean_and_leak_free(void
     make_sample();
     save_ok(path, sample, 2, NULL, NULL, 0);
     size_t len0;
-    unsigned char *before = read_all(path, &len0);
+    unsigned char *before = test_read_file(path, &len0);
     long k;
     for (k = 0; k < 1000; k++) {
         char err[512] = "";
@@ -721,7 +697,7 @@ static void test_allocation_failure_anywhere_in_save_is_clean_and_leak_free(void
     alloy_safetensors *st = load_ok(path);
     assert_int_equal(alloy_safetensors_count(st), NSAMPLE);
     alloy_safetensors_free(st);
-    free(before);
+    test_free(before);
 }
 
 int main(void)

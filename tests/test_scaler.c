@@ -15,8 +15,6 @@
 #include "models.h"
 #include "support.h"
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-#define F32 ALLOY_F32
 
 /* The smallest double that rounds to +inf in f32 (round to nearest even):
  * FLT_MAX plus half an ulp of FLT_MAX (2^103). A scaled gradient g (exact
@@ -27,35 +25,18 @@
 
 /* ---- helpers ---- */
 
-static uint64_t rng = 0x5ca1ab1e0ddba11u;
-
-static uint64_t next_u64(void) /* splitmix64 */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double uniform(double lo, double hi) { return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53; }
-
-static void check(alloy_graph *g, alloy_status st, const char *what)
-{
-    if (st != ALLOY_OK)
-        fail_msg("%s failed: %s: %s", what, alloy_status_name(st), alloy_last_error(g));
-}
 
 static void run(alloy_graph *g, alloy_host_tensor *feeds, int nfeeds, alloy_host_tensor *fetches,
                 int nfetches)
 {
-    check(g, alloy_graph_run(g, feeds, nfeeds, fetches, nfetches), "alloy_graph_run");
+    expect_ok(g, alloy_graph_run(g, feeds, nfeeds, fetches, nfetches), "alloy_graph_run");
 }
 
 /* A rank-0 state tensor as a double (f32, i32 or f64). */
 static double state_scalar(alloy_graph *g, const char *name)
 {
     alloy_host_tensor t;
-    check(g, alloy_graph_get_state(g, name, &t), name);
+    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
     assert_int_equal(t.rank, 0);
     switch (t.dtype) {
     case ALLOY_F32: return *(const float *)t.data;
@@ -94,7 +75,7 @@ static int expect_unchanged_but_scaler(alloy_graph *g, const snapshot *s, const 
     for (int i = 0; i < s->n; i++) {
         if (is_scaler_state(s->names[i])) continue;
         alloy_host_tensor t;
-        check(g, alloy_graph_get_state(g, s->names[i], &t), s->names[i]);
+        expect_ok(g, alloy_graph_get_state(g, s->names[i], &t), s->names[i]);
         if (memcmp(t.data, s->data[i], s->bytes[i]) != 0) {
             print_error("%s: state '%s' changed on a skipped step\n", when, s->names[i]);
             changed = true;
@@ -197,10 +178,10 @@ static alloy_graph *linear_graph(alloy_grad_scaler sc, const alloy_optimizer *op
     alloy_tensor *x = alloy_input(g, "x", F32, 1, DIMS(N));
     alloy_tensor *w = alloy_param(g, "w", F32, 1, DIMS(N), alloy_init_uniform(-1, 1));
     alloy_tensor *loss = alloy_set_name(g, alloy_reduce_sum(g, alloy_mul(g, x, w), 0, NULL, false), "loss");
-    check(g, alloy_output(g, "loss", loss), "alloy_output");
-    check(g, alloy_graph_set_loss(g, loss), "alloy_graph_set_loss");
-    if (sc.kind != ALLOY_SCALER_NONE) check(g, alloy_graph_set_grad_scaler(g, sc), "alloy_graph_set_grad_scaler");
-    if (opt) check(g, alloy_graph_add_optimizer(g, *opt), "alloy_graph_add_optimizer");
+    expect_ok(g, alloy_output(g, "loss", loss), "alloy_output");
+    expect_ok(g, alloy_graph_set_loss(g, loss), "alloy_graph_set_loss");
+    if (sc.kind != ALLOY_SCALER_NONE) expect_ok(g, alloy_graph_set_grad_scaler(g, sc), "alloy_graph_set_grad_scaler");
+    if (opt) expect_ok(g, alloy_graph_add_optimizer(g, *opt), "alloy_graph_add_optimizer");
     return g;
 }
 
@@ -216,7 +197,7 @@ static alloy_grad_scaler dynamic(double init, double growth, double backoff, int
  * element: finite, its scaled gradient may overflow), 'N' a NaN, 'I' an inf. */
 static void step_input(char kind, float huge, float *x)
 {
-    for (int i = 0; i < N; i++) x[i] = (float)uniform(-1, 1);
+    for (int i = 0; i < N; i++) x[i] = (float)test_uniform(-1, 1);
     if (kind == 'H')
         for (int i = 0; i < N; i++) x[i] = i % 2 ? -huge : huge;
     else if (kind == 'N') x[1] = NAN;
@@ -279,7 +260,7 @@ static ref_scaler check_trajectory(alloy_grad_scaler sc, const alloy_optimizer *
             TRAJ_FAIL("%s: step.skipped_steps is %g, expected %d", when, state_scalar(g, "step.skipped_steps"),
                      r.skipped);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "alloy_graph_step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "alloy_graph_step_info");
         if (info.skipped != found || info.scale != used || info.next_scale != r.scale ||
             info.skipped_steps != r.skipped)
             TRAJ_FAIL("%s: step_info {skipped %d, scale %.9g, next_scale %.9g, skipped_steps %lld}, expected "
@@ -410,7 +391,7 @@ static void test_static_scaler_keeps_its_scale_and_still_skips_non_finite_steps(
         alloy_host_tensor feed = {"x", F32, 1, {N}, x};
         run(g, &feed, 1, NULL, 0);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         assert_true(info.scale == 4096 && info.next_scale == 4096 && !info.skipped);
     }
     alloy_graph_free(g);
@@ -438,7 +419,7 @@ static void test_a_skipped_step_leaves_parameters_moments_and_the_step_counter_b
         assert_true(state_scalar(g, "optim.step") == 3);
         for (int m = 0; m < 2 && moments[k][m]; m++) { /* the moments are in use */
             alloy_host_tensor t;
-            check(g, alloy_graph_get_state(g, moments[k][m], &t), moments[k][m]);
+            expect_ok(g, alloy_graph_get_state(g, moments[k][m], &t), moments[k][m]);
             assert_true(((const float *)t.data)[0] != 0);
         }
         for (int step = 0; step < 2; step++) {
@@ -452,7 +433,7 @@ static void test_a_skipped_step_leaves_parameters_moments_and_the_step_counter_b
             free_snapshot(&before);
         }
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         assert_true(info.skipped && !info.updated && info.step == 3 && info.skipped_steps == 2);
         assert_true(info.scale == 128 && info.next_scale == 64);
         alloy_graph_free(g);
@@ -468,23 +449,23 @@ static void test_unscaled_mlp_gradients_equal_the_gradients_without_a_scaler_for
     enum { B = 8, IN = 5, H = 6, OUT = 3 };
     alloy_graph *gs = alloy_graph_new("scaled"), *gp = alloy_graph_new("plain");
     test_mlp ms = build_mlp(gs, F32, B, IN, H, OUT), mp = build_mlp(gp, F32, B, IN, H, OUT);
-    check(gs, alloy_graph_set_loss(gs, ms.loss), "set_loss");
-    check(gp, alloy_graph_set_loss(gp, mp.loss), "set_loss");
+    expect_ok(gs, alloy_graph_set_loss(gs, ms.loss), "set_loss");
+    expect_ok(gp, alloy_graph_set_loss(gp, mp.loss), "set_loss");
     /* grows x2 on every step: 2^10, 2^11, ... (no optimizer: params stay) */
-    check(gs, alloy_graph_set_grad_scaler(gs, dynamic(0x1p10, 2, 0.5, 1, 0)), "set_grad_scaler");
+    expect_ok(gs, alloy_graph_set_grad_scaler(gs, dynamic(0x1p10, 2, 0.5, 1, 0)), "set_grad_scaler");
     const char *const names[] = {"grad:w1", "grad:b1", "grad:w2", "grad:b2"};
     for (int step = 0; step < 5; step++) {
         float x[B * IN];
         int32_t t[B];
-        for (int i = 0; i < B * IN; i++) x[i] = (float)uniform(-2, 2);
-        for (int i = 0; i < B; i++) t[i] = (int32_t)(next_u64() % OUT);
+        for (int i = 0; i < B * IN; i++) x[i] = (float)test_uniform(-2, 2);
+        for (int i = 0; i < B; i++) t[i] = (int32_t)(test_next_u64() % OUT);
         alloy_host_tensor feeds[2] = {{"x", F32, 2, {B, IN}, x}, {"targets", ALLOY_I32, 1, {B}, t}};
         alloy_host_tensor fs[4], fp[4];
         for (int i = 0; i < 4; i++) fs[i] = (alloy_host_tensor){.name = names[i]}, fp[i] = fs[i];
         run(gs, feeds, 2, fs, 4);
         run(gp, feeds, 2, fp, 4);
         alloy_step_info info;
-        check(gs, alloy_graph_step_info(gs, &info), "step_info");
+        expect_ok(gs, alloy_graph_step_info(gs, &info), "step_info");
         assert_true(info.scale == ldexp(1, 10 + step) && !info.skipped);
         for (int i = 0; i < 4; i++) {
             int64_t n = alloy_host_tensor_numel(&fp[i]);
@@ -515,12 +496,12 @@ static void f16_backoff(bool fused)
     alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(1, N));
     alloy_tensor *w = alloy_param(g, "w", F32, 2, DIMS(N, 1), alloy_init_uniform(-1, 1));
     alloy_tensor *loss = alloy_reduce_sum(g, alloy_matmul(g, x, w, false, false), 0, NULL, false);
-    check(g, alloy_graph_set_loss(g, loss), "set_loss");
-    check(g, alloy_graph_enable_amp(g, ALLOY_F16), "enable_amp");
+    expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
+    expect_ok(g, alloy_graph_enable_amp(g, ALLOY_F16), "enable_amp");
     alloy_grad_scaler sc = dynamic(0x1p20, 2, 0.5, 1000, 0);
-    check(g, alloy_graph_set_grad_scaler(g, sc), "set_grad_scaler");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, sc), "set_grad_scaler");
     alloy_optimizer adam = alloy_adam(0.01, 0.9, 0.999, 1e-8, 0);
-    check(g, alloy_graph_add_optimizer(g, adam), "add_optimizer");
+    expect_ok(g, alloy_graph_add_optimizer(g, adam), "add_optimizer");
     float xv[N] = {3, -0.5f, 1.25f, 2}; /* exact in f16; max |x| = 3 */
     double scale = 0x1p20;
     int skipped = 0;
@@ -530,7 +511,7 @@ static void f16_backoff(bool fused)
         alloy_host_tensor fetch[1] = {{.name = "grad:w"}};
         run(g, &feed, 1, fetch, 1);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         if (info.skipped != found || info.scale != scale)
             fail_msg("step %d: skipped %d at scale %g; expected %d at scale %g", step, info.skipped, info.scale,
                      found, scale);
@@ -569,17 +550,17 @@ static void test_bf16_amp_accepts_a_scaler_and_its_unscaled_gradients_match_the_
     enum { B = 16, IN = 6, H = 16, OUT = 3 };
     alloy_graph *gs = alloy_graph_new("bf16-scaled"), *gp = alloy_graph_new("bf16-plain");
     test_mlp ms = build_mlp(gs, F32, B, IN, H, OUT), mp = build_mlp(gp, F32, B, IN, H, OUT);
-    check(gs, alloy_graph_set_loss(gs, ms.loss), "set_loss");
-    check(gp, alloy_graph_set_loss(gp, mp.loss), "set_loss");
-    check(gs, alloy_graph_enable_amp(gs, ALLOY_BF16), "enable_amp");
-    check(gp, alloy_graph_enable_amp(gp, ALLOY_BF16), "enable_amp");
+    expect_ok(gs, alloy_graph_set_loss(gs, ms.loss), "set_loss");
+    expect_ok(gp, alloy_graph_set_loss(gp, mp.loss), "set_loss");
+    expect_ok(gs, alloy_graph_enable_amp(gs, ALLOY_BF16), "enable_amp");
+    expect_ok(gp, alloy_graph_enable_amp(gp, ALLOY_BF16), "enable_amp");
     alloy_grad_scaler sc = dynamic(0x1p8, 2, 0.5, 2, 0);
     assert_int_equal(alloy_graph_set_grad_scaler(gs, sc), ALLOY_OK);
     ref_scaler r = ref_from(sc);
     const char *const names[] = {"grad:w1", "grad:b1", "grad:w2", "grad:b2"};
     float x[B * IN];
     int32_t t[B];
-    for (int i = 0; i < B * IN; i++) x[i] = (float)uniform(-2, 2);
+    for (int i = 0; i < B * IN; i++) x[i] = (float)test_uniform(-2, 2);
     for (int i = 0; i < B; i++) t[i] = (int32_t)(x[i * IN] > 0) + (int32_t)(x[i * IN + 1] > 0);
     alloy_host_tensor feeds[2] = {{"x", F32, 2, {B, IN}, x}, {"targets", ALLOY_I32, 1, {B}, t}};
     for (int step = 0; step < 5; step++) {
@@ -588,7 +569,7 @@ static void test_bf16_amp_accepts_a_scaler_and_its_unscaled_gradients_match_the_
         run(gs, feeds, 2, fs, 4);
         run(gp, feeds, 2, fp, 4);
         alloy_step_info info;
-        check(gs, alloy_graph_step_info(gs, &info), "step_info");
+        expect_ok(gs, alloy_graph_step_info(gs, &info), "step_info");
         if (info.scale != r.scale || info.skipped)
             fail_msg("step %d: scale %g (skipped %d), expected %g", step, info.scale, info.skipped, (double)r.scale);
         ref_update(&r, false);
@@ -603,12 +584,12 @@ static void test_bf16_amp_accepts_a_scaler_and_its_unscaled_gradients_match_the_
     }
     assert_true(r.grown == 2);
     /* and it trains: AdamW on the same batch lowers the loss */
-    check(gs, alloy_graph_add_optimizer(gs, alloy_adamw(0.02, 0.9, 0.999, 1e-8, 0)), "add_optimizer");
+    expect_ok(gs, alloy_graph_add_optimizer(gs, alloy_adamw(0.02, 0.9, 0.999, 1e-8, 0)), "add_optimizer");
     double first = 0, last = 0;
     for (int step = 0; step < 30; step++) {
         run(gs, feeds, 2, NULL, 0);
         alloy_step_info info;
-        check(gs, alloy_graph_step_info(gs, &info), "step_info");
+        expect_ok(gs, alloy_graph_step_info(gs, &info), "step_info");
         assert_false(info.skipped);
         assert_true(info.updated);
         if (step == 0) first = info.loss;
@@ -635,7 +616,7 @@ static void test_the_fetched_scaler_scale_output_is_the_scale_the_step_used(void
         alloy_host_tensor fetch[2] = {{.name = "scaler.scale"}, {.name = "scaler.next_scale"}};
         run(g, &feed, 1, fetch, 2);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         got[step] = fetched_scalar(&fetch[0]);
         used[step] = info.scale;
         assert_true(info.scale == ldexp(1024, step) && fetched_scalar(&fetch[1]) == ldexp(1024, step + 1));
@@ -688,7 +669,7 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
         alloy_host_tensor feed = {"x", F32, 1, {N}, x};
         run(g, &feed, 1, NULL, 0);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         assert_true(info.scale == (step < 4 ? 512 : 1024));
     }
     alloy_graph_free(g);
@@ -698,6 +679,7 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
 
 int main(void)
 {
+    test_rng = 0x5ca1ab1e0ddba11u;
     const struct CMUnitTest tests[] = {
         TEST(test_dynamic_scale_backs_off_on_overflow_and_nan_and_grows_after_each_interval_of_finite_steps),
         TEST(test_sgd_momentum_trajectory_matches_the_reference_model_too),

@@ -20,9 +20,6 @@
 #include "base/convert.h"
 #include "support.h"
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-#define F32 ALLOY_F32
-#define I32 ALLOY_I32
 
 /* The data: 3 Gaussian blobs in 8 dimensions, unit variance, centres 4.5
  * apart along orthogonal axes (pairwise distance 6.4, so a linear rule
@@ -49,71 +46,8 @@ enum { DIM = 8, CLASSES = 3, TRAIN = 512, HELD_OUT = 256, BATCH = 64, HIDDEN = 3
 
 /* ---- helpers ---- */
 
-/* Fails allocation number fail_at (0-based, counted from when it is set)
- * and passes every other one to cmocka. */
-static long alloc_count, fail_at = -1;
-static void *failing_realloc(void *ptr, size_t size, void *user)
-{
-    (void)user;
-    if (size && alloc_count++ == fail_at) return NULL;
-    return test_realloc(ptr, size);
-}
-
-static char tmpdir[64];
-
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/alloy-train-XXXXXX");
-    if (!mkdtemp(tmpdir)) return -1;
-    alloy_set_allocator(test_cmocka_realloc, NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alloy_set_allocator(NULL, NULL);
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)))
-            if (e->d_name[0] != '.') {
-                snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-                if (remove(p)) rmdir(p);
-            }
-        closedir(d);
-    }
-    rmdir(tmpdir);
-    return 0;
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char p[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
-
-static void check(alloy_graph *g, alloy_status st, const char *what)
-{
-    if (st != ALLOY_OK) fail_msg("%s failed: %s: %s", what, alloy_status_name(st), alloy_last_error(g));
-}
-
-static uint64_t rng;
-
-static uint64_t next_u64(void) /* splitmix64 */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static double unit(void) { return ((double)(next_u64() >> 11) + 0.5) * 0x1p-53; }
+/* in (0, 1): never 0, so log(unit()) is finite */
+static double unit(void) { return test_uniform(0x1p-54, 1 + 0x1p-54); }
 
 static double normal(void) { return sqrt(-2 * log(unit())) * cos(6.283185307179586 * unit()); }
 
@@ -126,9 +60,9 @@ static dataset data;
 
 static void make_blobs(void)
 {
-    rng = 0x8badf00d5eed1234u;
+    test_rng = 0x8badf00d5eed1234u;
     for (int i = 0; i < TRAIN + HELD_OUT; i++) {
-        int c = (int)(next_u64() % CLASSES);
+        int c = (int)(test_next_u64() % CLASSES);
         data.y[i] = c;
         for (int d = 0; d < DIM; d++) data.x[i][d] = (float)((d == c ? 4.5 : 0.0) + normal());
     }
@@ -159,17 +93,17 @@ static alloy_graph *mlp_trainer(setup_opts s)
     assert_non_null(g);
     alloy_graph_set_seed(g, s.seed);
     test_mlp m = build_mlp(g, F32, BATCH, DIM, s.hidden ? s.hidden : HIDDEN, CLASSES);
-    check(g, alloy_graph_set_loss(g, m.loss), "set_loss");
-    if (s.amp != F32) check(g, alloy_graph_enable_amp(g, s.amp), "enable_amp");
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    if (s.amp != F32) expect_ok(g, alloy_graph_enable_amp(g, s.amp), "enable_amp");
     if (s.scaler) {
         alloy_grad_scaler sc = alloy_dynamic_scaler();
         if (s.growth_interval) sc.growth_interval = s.growth_interval;
         if (s.init_scale) sc.init_scale = s.init_scale;
-        check(g, alloy_graph_set_grad_scaler(g, sc), "set_grad_scaler");
+        expect_ok(g, alloy_graph_set_grad_scaler(g, sc), "set_grad_scaler");
     }
     alloy_optimizer o = alloy_adamw(0.01, 0.9, 0.999, 1e-8, 0.01);
     if (s.cosine) o.schedule = ALLOY_LR_WARMUP_COSINE, o.warmup_steps = 5, o.total_steps = 40, o.min_lr = 0.001;
-    check(g, alloy_graph_add_optimizer(g, o), "add_optimizer");
+    expect_ok(g, alloy_graph_add_optimizer(g, o), "add_optimizer");
     return g;
 }
 
@@ -181,9 +115,9 @@ static int train(alloy_graph *g, int from, int to, double *losses)
     for (int step = from; step < to; step++) {
         alloy_host_tensor feeds[2];
         batch_feeds(step, false, feeds);
-        check(g, alloy_graph_run(g, feeds, 2, NULL, 0), "training step");
+        expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "training step");
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         if (losses) losses[step - from] = info.loss;
         skipped += info.skipped;
     }
@@ -194,12 +128,12 @@ static int train(alloy_graph *g, int from, int to, double *losses)
  * evaluation, then back on). */
 static double held_out_accuracy(alloy_graph *g)
 {
-    check(g, alloy_graph_set_training(g, false), "set_training(false)");
+    expect_ok(g, alloy_graph_set_training(g, false), "set_training(false)");
     int right = 0;
     for (int b = 0; b < HELD_OUT / BATCH; b++) {
         alloy_host_tensor feeds[2], fetch = {.name = "logits"};
         batch_feeds(b, true, feeds);
-        check(g, alloy_graph_run(g, feeds, 2, &fetch, 1), "evaluation run");
+        expect_ok(g, alloy_graph_run(g, feeds, 2, &fetch, 1), "evaluation run");
         assert_int_equal(fetch.rank, 2);
         assert_true(fetch.dims[0] == BATCH && fetch.dims[1] == CLASSES);
         double logits[BATCH * CLASSES];
@@ -211,7 +145,7 @@ static double held_out_accuracy(alloy_graph *g)
             right += best == data.y[TRAIN + b * BATCH + i];
         }
     }
-    check(g, alloy_graph_set_training(g, true), "set_training(true)");
+    expect_ok(g, alloy_graph_set_training(g, true), "set_training(true)");
     return (double)right / HELD_OUT;
 }
 
@@ -221,26 +155,11 @@ static void expect_state_equals(alloy_graph *g, const snapshot *s, const char *w
     assert_int_equal(alloy_graph_state_count(g), s->n);
     for (int i = 0; i < s->n; i++) {
         alloy_host_tensor t;
-        check(g, alloy_graph_get_state(g, s->names[i], &t), s->names[i]);
+        expect_ok(g, alloy_graph_get_state(g, s->names[i], &t), s->names[i]);
         if ((size_t)alloy_host_tensor_numel(&t) * alloy_dtype_size(t.dtype) != s->bytes[i] ||
             memcmp(t.data, s->data[i], s->bytes[i]))
             fail_msg("%s: state '%s' differs", when, s->names[i]);
     }
-}
-
-/* The whole file as bytes (test_malloc'd), its size in *n. */
-static unsigned char *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = test_malloc((size_t)size + 1);
-    assert_int_equal(fread(p, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    *n = (size_t)size;
-    return p;
 }
 
 static void write_file(const char *path, const unsigned char *p, size_t n)
@@ -251,10 +170,10 @@ static void write_file(const char *path, const unsigned char *p, size_t n)
     fclose(f);
 }
 
-/* Names in tmpdir that start with prefix. */
+/* Names in test_tmpdir that start with prefix. */
 static int files_starting_with(const char *prefix)
 {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(test_tmpdir);
     assert_non_null(d);
     int n = 0;
     struct dirent *e;
@@ -284,7 +203,7 @@ static void test_mlp_reaches_95_percent_held_out_accuracy_in_fp32_fp16_amp_and_b
         alloy_graph *g = mlp_trainer(runs[k]);
         skipped[k] = train(g, 0, STEPS, curve[k]);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         assert_int_equal(info.step, STEPS - skipped[k]);
         accuracy[k] = held_out_accuracy(g);
         alloy_graph_free(g);
@@ -316,17 +235,17 @@ static void test_resuming_from_a_checkpoint_reproduces_the_next_ten_losses_bit_f
     (void)state;
     make_blobs();
     setup_opts s = {.amp = ALLOY_F16, .scaler = true, .growth_interval = 4, .seed = 3, .cosine = true};
-    const char *path = tmp_path("ckpt.safetensors");
+    const char *path = test_tmp_path("ckpt.safetensors");
     alloy_graph *a = mlp_trainer(s);
     train(a, 0, 10, NULL);
-    check(a, alloy_graph_save_checkpoint(a, path), "save_checkpoint");
+    expect_ok(a, alloy_graph_save_checkpoint(a, path), "save_checkpoint");
     double la[10], lb[10];
     train(a, 10, 20, la);
     snapshot end = take_snapshot(a);
 
     s.seed = 99;
     alloy_graph *b = mlp_trainer(s);
-    check(b, alloy_graph_load_checkpoint(b, path), "load_checkpoint");
+    expect_ok(b, alloy_graph_load_checkpoint(b, path), "load_checkpoint");
     train(b, 10, 20, lb);
     for (int i = 0; i < 10; i++)
         if (memcmp(&la[i], &lb[i], sizeof la[i]))
@@ -355,12 +274,12 @@ static void test_a_checkpoint_holds_parameters_moments_step_counter_and_scaler_s
     for (int step = 0; step < 7; step++) {
         train(g, step, step + 1, NULL);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         if (info.skipped) want_scale *= 0.5, want_tracker = 0, want_skipped++;
         else if (++want_tracker == 3) want_scale *= 2, want_tracker = 0;
     }
-    const char *path = tmp_path("ckpt.safetensors");
-    check(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    const char *path = test_tmp_path("ckpt.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
     snapshot saved = take_snapshot(g);
     alloy_safetensors *st = NULL;
     char err[512];
@@ -412,11 +331,11 @@ static void test_a_truncated_checkpoint_is_rejected_with_a_clear_error_and_the_g
     make_blobs();
     alloy_graph *g = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true});
     train(g, 0, 5, NULL);
-    const char *path = tmp_path("ckpt.safetensors"), *cut = tmp_path("truncated.safetensors");
-    check(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    const char *path = test_tmp_path("ckpt.safetensors"), *cut = test_tmp_path("truncated.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
     train(g, 5, 8, NULL); /* the state now differs from the file */
     size_t n;
-    unsigned char *bytes = read_file(path, &n);
+    unsigned char *bytes = test_read_file(path, &n);
     write_file(cut, bytes, n / 2);
     test_free(bytes);
     snapshot before = take_snapshot(g);
@@ -446,11 +365,11 @@ static void test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_i
     make_blobs();
     alloy_graph *g = mlp_trainer((setup_opts){.amp = F32});
     train(g, 0, 3, NULL);
-    const char *path = tmp_path("ckpt.safetensors");
-    check(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    const char *path = test_tmp_path("ckpt.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
     snapshot at_save = take_snapshot(g);
     size_t n_old;
-    unsigned char *old = read_file(path, &n_old);
+    unsigned char *old = test_read_file(path, &n_old);
     train(g, 3, 6, NULL);
 
     /* a write fails part way: files may not grow past 1 KiB */
@@ -470,33 +389,33 @@ static void test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_i
 
     /* each allocation of the save fails in turn, until it succeeds */
     int failures = 0;
-    for (fail_at = 0;; fail_at++) {
+    for (test_fail_at = 0;; test_fail_at++) {
         size_t n;
-        unsigned char *now = read_file(path, &n);
+        unsigned char *now = test_read_file(path, &n);
         if (n != n_old || memcmp(now, old, n)) fail_msg("the checkpoint changed after a failed save (%d)", failures);
         test_free(now);
         assert_int_equal(files_starting_with("ckpt.safetensors.tmp"), 0);
-        alloc_count = 0;
-        alloy_set_allocator(failing_realloc, NULL);
+        test_alloc_count = 0;
+        alloy_set_allocator(test_failing_realloc, NULL);
         st = alloy_graph_save_checkpoint(g, path);
         alloy_set_allocator(test_cmocka_realloc, NULL);
         if (st == ALLOY_OK) break;
-        if (st != ALLOY_ERR_OOM) fail_msg("allocation %ld failing: %s (%s)", fail_at, alloy_status_name(st), alloy_last_error(g));
+        if (st != ALLOY_ERR_OOM) fail_msg("allocation %ld failing: %s (%s)", test_fail_at, alloy_status_name(st), alloy_last_error(g));
         failures++;
-        assert_true(fail_at < 1000);
+        assert_true(test_fail_at < 1000);
     }
-    fail_at = -1;
+    test_fail_at = -1;
     assert_true(failures >= 2);
     /* the save that succeeded wrote the current state */
     alloy_graph *h = mlp_trainer((setup_opts){.amp = F32, .seed = 5});
     snapshot now = take_snapshot(g);
-    check(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
+    expect_ok(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
     expect_state_equals(h, &now, "the saved state");
     free_snapshot(&now);
 
     /* a directory that was removed: a clear error naming the path */
     char dir[160], in_dir[200];
-    snprintf(dir, sizeof dir, "%s/gone", tmpdir);
+    snprintf(dir, sizeof dir, "%s/gone", test_tmpdir);
     snprintf(in_dir, sizeof in_dir, "%s/ckpt.safetensors", dir);
     assert_int_equal(mkdir(dir, 0700), 0);
     assert_int_equal(rmdir(dir), 0);
@@ -506,7 +425,7 @@ static void test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_i
 
     /* and the old checkpoint as first written still loads into a graph */
     write_file(path, old, n_old);
-    check(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
+    expect_ok(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
     expect_state_equals(h, &at_save, "the old checkpoint");
     test_free(old);
     free_snapshot(&at_save);
@@ -520,8 +439,8 @@ static void test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_te
     make_blobs();
     alloy_graph *big = mlp_trainer((setup_opts){.amp = F32, .hidden = 32});
     train(big, 0, 2, NULL);
-    const char *path = tmp_path("h32.safetensors");
-    check(big, alloy_graph_save_checkpoint(big, path), "save_checkpoint");
+    const char *path = test_tmp_path("h32.safetensors");
+    expect_ok(big, alloy_graph_save_checkpoint(big, path), "save_checkpoint");
     alloy_graph *small = mlp_trainer((setup_opts){.amp = F32, .hidden = 16});
     train(small, 0, 2, NULL);
     snapshot before = take_snapshot(small);
@@ -551,9 +470,9 @@ static void test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_te
     alloy_graph *scaled = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true});
     train(plain, 0, 2, NULL);
     train(scaled, 0, 2, NULL);
-    const char *p_plain = tmp_path("plain.safetensors"), *p_scaled = tmp_path("scaled.safetensors");
-    check(plain, alloy_graph_save_checkpoint(plain, p_plain), "save_checkpoint");
-    check(scaled, alloy_graph_save_checkpoint(scaled, p_scaled), "save_checkpoint");
+    const char *p_plain = test_tmp_path("plain.safetensors"), *p_scaled = test_tmp_path("scaled.safetensors");
+    expect_ok(plain, alloy_graph_save_checkpoint(plain, p_plain), "save_checkpoint");
+    expect_ok(scaled, alloy_graph_save_checkpoint(scaled, p_scaled), "save_checkpoint");
     snapshot before = take_snapshot(scaled);
     alloy_status st = alloy_graph_load_checkpoint(scaled, p_plain);
     const char *msg = alloy_last_error(scaled);
@@ -587,8 +506,8 @@ static void test_step_info_reports_the_loss_of_an_f16_or_bf16_graph(void **state
     for (int k = 0; k < 3; k++) {
         alloy_graph *g = alloy_graph_new("low");
         test_mlp m = build_mlp(g, dts[k], BATCH, DIM, HIDDEN, CLASSES);
-        check(g, alloy_graph_set_loss(g, m.loss), "set_loss");
-        check(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0, 0, false)), "add_optimizer");
+        expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0, 0, false)), "add_optimizer");
         uint16_t x16[BATCH * DIM];
         alloy_host_tensor feeds[2];
         batch_feeds(0, false, feeds);
@@ -598,12 +517,12 @@ static void test_step_info_reports_the_loss_of_an_f16_or_bf16_graph(void **state
             for (int i = 0; i < BATCH * DIM; i++) x16[i] = cvt_f32_to_bf16(data.x[i / DIM][i % DIM]);
         if (dts[k] != F32) feeds[0].dtype = dts[k], feeds[0].data = x16;
         alloy_host_tensor fetch = {.name = "loss"};
-        check(g, alloy_graph_run(g, feeds, 2, &fetch, 1), "run");
+        expect_ok(g, alloy_graph_run(g, feeds, 2, &fetch, 1), "run");
         assert_int_equal(fetch.dtype, dts[k]);
         double want;
         cvt_load_f64(fetch.dtype, fetch.data, &want, 1);
         alloy_step_info info;
-        check(g, alloy_graph_step_info(g, &info), "step_info");
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
         alloy_graph_free(g);
         assert_true(want > 0.1 && want < 10); /* a cross-entropy over 3 classes at the start */
         if (!(info.loss == want)) {
@@ -625,13 +544,13 @@ static void test_an_evaluation_run_with_training_off_updates_nothing_and_step_in
     alloy_graph *g = mlp_trainer((setup_opts){.amp = F32});
     train(g, 0, 3, NULL);
     snapshot before = take_snapshot(g);
-    check(g, alloy_graph_set_training(g, false), "set_training(false)");
+    expect_ok(g, alloy_graph_set_training(g, false), "set_training(false)");
     alloy_host_tensor feeds[2];
     batch_feeds(0, true, feeds);
-    check(g, alloy_graph_run(g, feeds, 2, NULL, 0), "evaluation run");
+    expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "evaluation run");
     expect_state_equals(g, &before, "after an evaluation run");
     alloy_step_info info;
-    check(g, alloy_graph_step_info(g, &info), "step_info");
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
     free_snapshot(&before);
     alloy_graph_free(g);
     if (info.updated || info.step != 3 || info.skipped)
@@ -640,7 +559,7 @@ static void test_an_evaluation_run_with_training_off_updates_nothing_and_step_in
                  info.updated, (long long)info.step, info.skipped);
 }
 
-#define TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define TEST(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
 
 int main(void)
 {

@@ -1,0 +1,970 @@
+/* op_cases.c - the op case table (op_cases.h): the f64 references, the rows, and how a row expands into cases and draws its values. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gradcheck.h"
+#include "op_cases.h"
+#include "support.h"
+
+#define PI 3.14159265358979323846
+
+/* Evaluation bounds on the normalized error. f32: arith where only
+ * correctly rounded arithmetic takes part, trans where libm functions (exp,
+ * log, tanh, erf, pow) do. f16/bf16: a few ulp of the result dtype (one
+ * rounding is at most 4.9e-4 resp. 3.9e-3). f64: 1e-12. Data movement and
+ * leaves: exact. */
+const oc_tol oc_tol_arith = {.f32 = 1e-5, .f16 = 1e-3, .bf16 = 8e-3, .f64 = 1e-12};
+const oc_tol oc_tol_trans = {.f32 = 1e-4, .f16 = 1e-3, .bf16 = 8e-3, .f64 = 1e-12};
+const oc_tol oc_tol_exact = {0, 0, 0, 0};
+/* Gradient bounds against f64 finite differences of the reference at the
+ * same (rounded) inputs. f64: gc_check's per-tensor error, GC_BOUND.
+ * Rounding dtypes: the normalized error over all the case's gradient
+ * elements; the backward runs in that dtype (one rounding per stored
+ * value, the forward's rounded y feeding it) and a gradient summed over a
+ * broadcast operand cancels. Measured over 48 seeds (OP_CASES_SEED) at most
+ * 4.8e-6 (f32), 7.2e-3 (f16), 3.2e-2 (bf16); the bounds are about 4x that. */
+const oc_tol oc_tol_grad = {.f32 = 2e-5, .f16 = 3e-2, .bf16 = 1.5e-1, .f64 = GC_BOUND};
+
+/* ---- index helpers ---- */
+
+static void unravel(const ir_type *t, int64_t flat, int64_t *idx)
+{
+    for (int d = t->rank - 1; d >= 0; d--) {
+        idx[d] = flat % t->dims[d];
+        flat /= t->dims[d];
+    }
+}
+
+static int64_t ravel(const ir_type *t, const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int d = 0; d < t->rank; d++) off = off * t->dims[d] + idx[d];
+    return off;
+}
+
+/* Flat index in t of the element that numpy-broadcasts to index idx of a rank-r result. */
+static int64_t bcast_offset(const ir_type *t, int r, const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int d = 0; d < t->rank; d++) off = off * t->dims[d] + (t->dims[d] == 1 ? 0 : idx[d + r - t->rank]);
+    return off;
+}
+
+/* outer/len/inner of t around axis a (normalized) */
+static void split(const ir_type *t, int a, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int d = 0; d < a; d++) *outer *= t->dims[d];
+    for (int d = a + 1; d < t->rank; d++) *inner *= t->dims[d];
+    *len = t->dims[a];
+}
+
+/* Attribute `name` of n (default def) as an axis of a rank-`rank` tensor. */
+static int axis_of(const ir_node *n, const char *name, int64_t def, int rank)
+{
+    int64_t a = ir_attr_int(n, name, def);
+    return (int)(a < 0 ? a + rank : a);
+}
+
+/* ---- elementwise ---- */
+
+double ew_ref(int op, double a, double b, double c)
+{
+    switch (op) {
+    case IR_OP_neg: return -a;
+    case IR_OP_add: return a + b;
+    case IR_OP_sub: return a - b;
+    case IR_OP_mul: return a * b;
+    case IR_OP_div: return a / b;
+    case IR_OP_maximum: return a > b || isnan(a) ? a : b;
+    case IR_OP_minimum: return a < b || isnan(a) ? a : b;
+    case IR_OP_pow: return pow(a, b);
+    case IR_OP_relu: return a > 0 || isnan(a) ? a : 0;
+    case IR_OP_gelu: return 0.5 * a * (1 + erf(a / sqrt(2)));
+    case IR_OP_gelu_tanh: return 0.5 * a * (1 + tanh(sqrt(2 / PI) * (a + 0.044715 * a * a * a)));
+    case IR_OP_tanh: return tanh(a);
+    case IR_OP_sigmoid: return 1 / (1 + exp(-a));
+    case IR_OP_silu: return a / (1 + exp(-a));
+    case IR_OP_exp: return exp(a);
+    case IR_OP_log: return log(a);
+    case IR_OP_sqrt: return sqrt(a);
+    case IR_OP_rsqrt: return 1 / sqrt(a);
+    case IR_OP_square: return a * a;
+    case IR_OP_equal: return a == b;
+    case IR_OP_not_equal: return a != b;
+    case IR_OP_less: return a < b;
+    case IR_OP_less_equal: return a <= b;
+    case IR_OP_greater: return a > b;
+    case IR_OP_greater_equal: return a >= b;
+    case IR_OP_where: return a != 0 ? b : c;
+    case IR_OP_cos: return cos(a);
+    case IR_OP_isfinite: return isfinite(a) ? 1 : 0;
+    case IR_OP_amp_allow:
+    case IR_OP_amp_deny: return a;
+    /* the backward ops autodiff emits: a is the forward input or output, b or c dy */
+    case IR_OP_relu_grad: return a > 0 ? b : 0;
+    case IR_OP_gelu_grad: return b * (0.5 * (1 + erf(a / sqrt(2))) + a * exp(-0.5 * a * a) / sqrt(2 * PI));
+    case IR_OP_gelu_tanh_grad: {
+        double t = tanh(sqrt(2 / PI) * (a + 0.044715 * a * a * a));
+        return b * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * sqrt(2 / PI) * (1 + 3 * 0.044715 * a * a));
+    }
+    case IR_OP_tanh_grad: return b * (1 - a * a);
+    case IR_OP_sigmoid_grad: return b * a * (1 - a);
+    case IR_OP_silu_grad: return b * (1 + a * (1 - 1 / (1 + exp(-a)))) / (1 + exp(-a));
+    case IR_OP_sqrt_grad: return b * 0.5 / a;
+    case IR_OP_rsqrt_grad: return b * -0.5 * a * a * a;
+    case IR_OP_square_grad: return 2 * a * b;
+    case IR_OP_div_grad_b: return -c * a / (b * b);
+    case IR_OP_pow_grad_base: return c * b * pow(a, b - 1);
+    case IR_OP_pow_grad_exp: return c * b * log(a);
+    case IR_OP_maximum_grad: return a > b ? c : a == b ? 0.5 * c : 0;
+    case IR_OP_minimum_grad: return a < b ? c : a == b ? 0.5 * c : 0;
+    case IR_OP_reduce_max_grad: return a == b ? c : 0;
+    }
+    fail_msg("no elementwise reference for %s", ir_ops[op].name);
+    return 0;
+}
+
+static void ref_elementwise(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int64_t idx[ALLOY_MAX_RANK];
+    double v[3] = {0, 0, 0};
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        unravel(&out->type, i, idx);
+        for (int k = 0; k < n->nin; k++) v[k] = in[k].v[bcast_offset(&in[k].type, out->type.rank, idx)];
+        out->v[i] = ew_ref(n->op, v[0], v[1], v[2]);
+    }
+}
+
+/* ---- leaves ---- */
+
+static void ref_leaf(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    memcpy(out->v, in[0].v, sizeof(double) * (size_t)ir_numel(&out->type));
+}
+
+static void ref_constant(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)in;
+    int count;
+    const ir_attr *values = ir_attr_find(n, "values");
+    count = values ? values->n : 0;
+    for (int64_t i = 0; i < ir_numel(&out->type); i++)
+        out->v[i] = test_round_to(out->type.dtype, values && i < count ? values->floats[i] : ir_attr_float(n, "value", 0));
+}
+
+/* ---- linear algebra and reductions ---- */
+
+static void ref_matmul(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    bool ta = ir_attr_int(n, "transpose_a", 0), tb = ir_attr_int(n, "transpose_b", 0);
+    const ir_type *sa = &in[0].type, *sb = &in[1].type;
+    int ra = sa->rank, rb = sb->rank, r = out->type.rank;
+    int64_t m = sa->dims[ra - (ta ? 1 : 2)], k = sa->dims[ra - (ta ? 2 : 1)], nn = sb->dims[rb - (tb ? 2 : 1)];
+    ir_type batch_a = *sa, batch_b = *sb; /* the matrix dims as 1, so only batch dims count */
+    batch_a.dims[ra - 2] = batch_a.dims[ra - 1] = batch_b.dims[rb - 2] = batch_b.dims[rb - 1] = 1;
+    int64_t idx[ALLOY_MAX_RANK];
+    for (int64_t o = 0; o < ir_numel(&out->type); o++) {
+        unravel(&out->type, o, idx);
+        int64_t i = idx[r - 2], j = idx[r - 1];
+        const double *a = in[0].v + bcast_offset(&batch_a, r, idx) * m * k;
+        const double *b = in[1].v + bcast_offset(&batch_b, r, idx) * k * nn;
+        double s = 0;
+        for (int64_t l = 0; l < k; l++) s += a[ta ? l * m + i : i * k + l] * b[tb ? j * k + l : l * nn + j];
+        out->v[o] = s;
+    }
+}
+
+/* reduce_sum, reduce_mean, reduce_max over `axes` (absent: all); NaN wins a
+ * max; an integer mean truncates (of nothing: 0), a float mean of nothing is NaN. */
+static void ref_reduce(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int r = t->rank, naxes;
+    const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
+    bool all = !ir_attr_find(n, "axes"), reduced[ALLOY_MAX_RANK];
+    for (int d = 0; d < r; d++) reduced[d] = all;
+    for (int a = 0; a < naxes; a++) reduced[axes[a] < 0 ? axes[a] + r : axes[a]] = true;
+    int64_t count = 1, idx[ALLOY_MAX_RANK], nout = ir_numel(&out->type);
+    for (int d = 0; d < r; d++) count *= reduced[d] ? t->dims[d] : 1;
+    for (int64_t o = 0; o < nout; o++) out->v[o] = n->op == IR_OP_reduce_max ? -INFINITY : 0;
+    for (int64_t i = 0; i < ir_numel(t); i++) {
+        unravel(t, i, idx);
+        int64_t o = 0;
+        for (int d = 0; d < r; d++) o = reduced[d] ? o : o * t->dims[d] + idx[d];
+        double v = in[0].v[i];
+        if (n->op != IR_OP_reduce_max) out->v[o] += v;
+        else if (!isnan(out->v[o]) && (v > out->v[o] || isnan(v))) out->v[o] = v;
+    }
+    for (int64_t o = 0; o < nout && n->op == IR_OP_reduce_mean; o++)
+        out->v[o] = ir_is_int(t->dtype) ? (count ? trunc(out->v[o] / (double)count) : 0) : out->v[o] / (double)count;
+}
+
+/* ---- softmax, layer_norm, cross_entropy and their gradients ---- */
+
+static void ref_softmax(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t outer, len, inner;
+    split(t, axis_of(n, "axis", -1, t->rank), &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const double *x = in[0].v + o * len * inner + j;
+            double *y = out->v + o * len * inner + j, m = -INFINITY, s = 0;
+            for (int64_t i = 0; i < len; i++) m = fmax(m, x[i * inner]);
+            for (int64_t i = 0; i < len; i++) s += exp(x[i * inner] - m);
+            for (int64_t i = 0; i < len; i++)
+                y[i * inner] = n->op == IR_OP_softmax ? exp(x[i * inner] - m) / s : x[i * inner] - m - log(s);
+        }
+}
+
+/* softmax_grad: dx = y (dy - sum dy y); log_softmax_grad: dx = dy - exp(y) sum dy (along the axis). */
+static void ref_softmax_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    bool log_out = n->op == IR_OP_log_softmax_grad;
+    int64_t outer, len, inner;
+    split(t, axis_of(n, "axis", -1, t->rank), &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const double *y = in[0].v + o * len * inner + j, *dy = in[1].v + o * len * inner + j;
+            double *dx = out->v + o * len * inner + j, s = 0;
+            for (int64_t i = 0; i < len; i++) s += log_out ? dy[i * inner] : dy[i * inner] * y[i * inner];
+            for (int64_t i = 0; i < len; i++)
+                dx[i * inner] = log_out ? dy[i * inner] - exp(y[i * inner]) * s : y[i * inner] * (dy[i * inner] - s);
+        }
+}
+
+/* (x - mean) / sqrt(var + eps) over the last axis (biased variance), then * gamma + beta. */
+static void ref_layer_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < d; i++) mean += x[i] / (double)d;
+        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean) / (double)d;
+        for (int64_t i = 0; i < d; i++) {
+            double y = (x[i] - mean) / sqrt(var + eps);
+            out->v[r * d + i] = n->nin == 3 ? y * in[1].v[i] + in[2].v[i] : y;
+        }
+    }
+}
+
+/* dx of layer_norm: rstd (g - mean g - xhat mean(g xhat)) with g = dy * gamma. */
+static void ref_layer_norm_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    bool affine = n->nin == 3;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d, *dy = in[1].v + r * d;
+        double mean = 0, var = 0, mg = 0, mgx = 0;
+        for (int64_t i = 0; i < d; i++) mean += x[i] / (double)d;
+        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean) / (double)d;
+        double rstd = 1 / sqrt(var + eps);
+        for (int64_t i = 0; i < d; i++) {
+            double g = dy[i] * (affine ? in[2].v[i] : 1);
+            mg += g / (double)d, mgx += g * (x[i] - mean) * rstd / (double)d;
+        }
+        for (int64_t i = 0; i < d; i++)
+            out->v[r * d + i] = rstd * (dy[i] * (affine ? in[2].v[i] : 1) - mg - (x[i] - mean) * rstd * mgx);
+    }
+}
+
+/* x / sqrt(mean(x^2) + eps) over the last axis, then * gamma. */
+static void ref_rms_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d;
+        double ms = 0;
+        for (int64_t i = 0; i < d; i++) ms += x[i] * x[i] / (double)d;
+        for (int64_t i = 0; i < d; i++) out->v[r * d + i] = x[i] / sqrt(ms + eps) * (n->nin == 2 ? in[1].v[i] : 1);
+    }
+}
+
+/* dx of rms_norm: r g - x r^3 mean(g x), r = 1 / sqrt(mean(x^2) + eps), g = dy * gamma. */
+static void ref_rms_norm_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d, *dy = in[1].v + r * d;
+        double ms = 0, gx = 0;
+        for (int64_t i = 0; i < d; i++) ms += x[i] * x[i] / (double)d;
+        double rs = 1 / sqrt(ms + eps);
+        for (int64_t i = 0; i < d; i++) gx += dy[i] * (n->nin == 3 ? in[2].v[i] : 1) * x[i] / (double)d;
+        for (int64_t i = 0; i < d; i++)
+            out->v[r * d + i] = rs * dy[i] * (n->nin == 3 ? in[2].v[i] : 1) - x[i] * rs * rs * rs * gx;
+    }
+}
+
+/* The mean over positions of -log softmax(logits)[target]. */
+static void ref_cross_entropy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    const ir_type *t = &in[0].type;
+    int64_t classes = t->dims[t->rank - 1], positions = ir_numel(t) / classes;
+    double loss = 0;
+    for (int64_t p = 0; p < positions; p++) {
+        const double *row = in[0].v + p * classes;
+        double m = -INFINITY, s = 0;
+        for (int64_t c = 0; c < classes; c++) m = fmax(m, row[c]);
+        for (int64_t c = 0; c < classes; c++) s += exp(row[c] - m);
+        loss += (log(s) + m - row[(int64_t)in[1].v[p]]) / (double)positions;
+    }
+    out->v[0] = loss;
+}
+
+/* (softmax(logits) - onehot(target)) * dloss / positions. */
+static void ref_cross_entropy_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    const ir_type *t = &in[0].type;
+    int64_t classes = t->dims[t->rank - 1], positions = ir_numel(t) / classes;
+    for (int64_t p = 0; p < positions; p++) {
+        const double *row = in[0].v + p * classes;
+        double m = -INFINITY, s = 0;
+        for (int64_t c = 0; c < classes; c++) m = fmax(m, row[c]);
+        for (int64_t c = 0; c < classes; c++) s += exp(row[c] - m);
+        for (int64_t c = 0; c < classes; c++)
+            out->v[p * classes + c] = (exp(row[c] - m) / s - (c == (int64_t)in[1].v[p])) * in[2].v[0] / (double)positions;
+    }
+}
+
+/* ---- data movement ---- */
+
+static void ref_embedding(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    int64_t dim = in[1].type.dims[1];
+    for (int64_t i = 0; i < ir_numel(&in[0].type); i++)
+        for (int64_t j = 0; j < dim; j++) out->v[i * dim + j] = in[1].v[(int64_t)in[0].v[i] * dim + j];
+}
+
+/* The rows of dy summed into the rows their ids name. */
+static void ref_embedding_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    int64_t dim = out->type.dims[1];
+    for (int64_t p = 0; p < ir_numel(&in[0].type); p++)
+        for (int64_t j = 0; j < dim; j++) out->v[(int64_t)in[0].v[p] * dim + j] += in[1].v[p * dim + j];
+}
+
+static void ref_copy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    memcpy(out->v, in[0].v, sizeof(double) * (size_t)ir_numel(&out->type));
+}
+
+static void ref_transpose(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int np;
+    const int64_t *perm = ir_attr_ints(n, "perm", &np);
+    int64_t idx[ALLOY_MAX_RANK], in_idx[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        unravel(&out->type, i, idx);
+        for (int d = 0; d < np; d++) in_idx[perm[d]] = idx[d];
+        out->v[i] = in[0].v[ravel(&in[0].type, in_idx)];
+    }
+}
+
+static void ref_broadcast_to(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    int64_t idx[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        unravel(&out->type, i, idx);
+        out->v[i] = in[0].v[bcast_offset(&in[0].type, out->type.rank, idx)];
+    }
+}
+
+static void ref_slice(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int ax = axis_of(n, "axis", 0, in[0].type.rank);
+    int64_t start = ir_attr_int(n, "start", 0), idx[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        unravel(&out->type, i, idx);
+        idx[ax] += start;
+        out->v[i] = in[0].v[ravel(&in[0].type, idx)];
+    }
+}
+
+static void ref_concat(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int ax = axis_of(n, "axis", 0, out->type.rank);
+    int64_t idx[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        unravel(&out->type, i, idx);
+        int k = 0;
+        while (idx[ax] >= in[k].type.dims[ax]) idx[ax] -= in[k++].type.dims[ax];
+        out->v[i] = in[k].v[ravel(&in[k].type, idx)];
+    }
+}
+
+static void ref_pad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int ax = axis_of(n, "axis", 0, in[0].type.rank);
+    int64_t before = ir_attr_int(n, "before", 0), idx[ALLOY_MAX_RANK];
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        unravel(&out->type, i, idx);
+        idx[ax] -= before;
+        out->v[i] = idx[ax] >= 0 && idx[ax] < in[0].type.dims[ax] ? in[0].v[ravel(&in[0].type, idx)] : 0;
+    }
+}
+
+/* Keys after each query (shifted by keys - queries) become `value`. */
+static void ref_causal_mask(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &out->type;
+    int64_t tq = t->dims[t->rank - 2], tk = t->dims[t->rank - 1];
+    double value = test_round_to(t->dtype, ir_attr_float(n, "value", -INFINITY));
+    for (int64_t i = 0; i < ir_numel(t); i++) out->v[i] = i % tk > (i / tk) % tq + (tk - tq) ? value : in[0].v[i];
+}
+
+static void ref_cast(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)n;
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) out->v[i] = test_round_to(out->type.dtype, in[0].v[i]);
+}
+
+/* true when some element of some operand is inf or NaN */
+static void ref_found_inf(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    out->v[0] = 0;
+    for (int k = 0; k < n->nin; k++)
+        for (int64_t i = 0; i < ir_numel(&in[k].type); i++)
+            if (!isfinite(in[k].v[i])) out->v[0] = 1;
+}
+
+/* ---- the table ----
+ *
+ * Adding an op: its rows below and its reference. An elementwise op is
+ * usually one row and one line of ew_ref:
+ *     {"silu", UNARY, TRANS},          case IR_OP_silu: return a / (1 + exp(-a));
+ * a structured op a ref_ function and a row or two:
+ *     {"rms_norm", "[5,17]; [5,17] [17]", "; eps=0.01", .dom = {U(-2, 2), U(0.5, 2)}, .ref = ref_rms_norm},
+ * The guards of test_op_cases.c fail, naming the op, until it has an
+ * evaluation case, a gradient case if ops.def gives it a gradient rule (a
+ * row without OC_NO_GRAD of at most 1024 operand elements), and its row in
+ * docs/ir.md; every case then runs in every dtype the op's type rule takes,
+ * through its gradient check and, where the fusion rules let it join a
+ * group, fused against unfused. */
+
+/* Domains. */
+#define U(a, b) {.lo = (a), .hi = (b)}
+#define POS U(0.25, 2.5) /* log, sqrt, rsqrt, pow's base: x > 0 */
+#define AWAY(a, b) {.lo = (a), .hi = (b), .flags = OC_AWAY}
+#define INTS(a, b) {.lo = (a), .hi = (b), .grid = 1} /* equal values occur */
+#define GRID(a, b, step, off) {.lo = (a), .hi = (b), .grid = (step), .shift = (off)}
+#define NANS(a, b) {.lo = (a), .hi = (b), .flags = OC_NAN}
+#define SPECIALS {.flags = OC_SPECIAL}
+#define DISTINCT {.flags = OC_DISTINCT}
+#define INDEX(operand, d) {.flags = OC_INDEX, .of = (operand), .dim = (d)}
+
+/* Tolerances. */
+#define ARITH .tol = &oc_tol_arith
+#define TRANS .tol = &oc_tol_trans
+#define EXACT .tol = &oc_tol_exact
+
+/* Shape sets for elementwise ops: odd sizes, 0 and 1 dims, scalars,
+ * broadcasting either way and both ways. */
+#define UNARY "[17]; [3,33]; [130]; [0]; []; [2,1,5]"
+#define BINARY "[4,1,5] [3,1]; [] [17]; [33] []; [2,3,130] [130]; [0,3] [1,3]; [1] [1]; [17,1] [1,33]"
+#define TERNARY "[4,1,5] [3,1] [5]; [] [17] []; [33] [] [33]; [2,3,130] [130] []; [0,3] [1,3] [3]; [1] [1] [1]; [17,1] [1,33] [17,33]"
+#define WHERE                                                                                                      \
+    "bool[4,1,5] [3,1] [5]; bool[] [17] []; bool[33] [] [33]; bool[2,3,130] [130] []; bool[0,3] [1,3] [3]; "      \
+    "bool[1] [1] [1]; bool[17,1] [1,33] [17,33]; bool[3,1] [2,3,4] [4]"
+
+/* matmul a[ba..., m, k] x b[bb..., k, n] with each transpose (ba, bb: "[" or "[2,1," ...). */
+#define MATMUL(ba, bb, m, k, n)                                                                                    \
+    {"matmul", ba #m "," #k "] " bb #k "," #n "]", .ref = ref_matmul},                                             \
+    {"matmul", ba #k "," #m "] " bb #k "," #n "]", "transpose_a=1", .ref = ref_matmul},                            \
+    {"matmul", ba #m "," #k "] " bb #n "," #k "]", "transpose_b=1", .ref = ref_matmul},                            \
+    {"matmul", ba #k "," #m "] " bb #n "," #k "]", "transpose_a=1 transpose_b=1", .ref = ref_matmul}
+
+/* Every axis set of a rank-3 tensor (absent: all; some negative), with and without keepdims. */
+#define AXES3 "; axes=[]; axes=[0]; axes=[-2]; axes=[2]; axes=[0,-2]; axes=[-3,2]; axes=[1,2]; axes=[0,1,-1] | ; keepdims=1"
+#define PERMS3 "perm=[0,1,2]; perm=[0,2,1]; perm=[1,0,2]; perm=[1,2,0]; perm=[2,0,1]; perm=[2,1,0]"
+
+const op_case op_cases[] = {
+    /* leaves: bound values come back as they went in; constants are their attributes rounded once */
+    {"input", NULL, NULL, "[2,3]; []; [0]; [130]", EXACT, .ref = ref_leaf},
+    {"param", NULL, "init=zeros", "[2,3]; []", EXACT, .ref = ref_leaf},
+    {"state", NULL, "init=zeros", "[2,3]; []", EXACT, .ref = ref_leaf},
+    /* 1 + 2^-11 + 2^-40 rounds up to f16 1 + 2^-10 directly, but to 1 via f32 (bf16: 1 + 2^-8 + 2^-40) */
+    {"constant", NULL, "value=-2.75; value=0.1; values=[0,1.5,-2.75,0x1.0020000001p0,0x1.0100000001p0,-0.5]", "[2,3]",
+     EXACT, .ref = ref_constant},
+    {"constant", NULL, "value=1.5", "[]; [0]; [3,1]", EXACT, .ref = ref_constant},
+
+    /* elementwise arithmetic and activations */
+    {"neg", UNARY, ARITH},
+    {"add", BINARY, ARITH},
+    {"sub", BINARY, ARITH},
+    {"mul", BINARY, ARITH},
+    {"div", BINARY, .dom = {{0}, AWAY(1, 5)}}, /* divisors away from zero */
+    /* ties and NaNs (NaN wins); the gradient rows keep a and b 0.05 apart (no kink) */
+    {"maximum", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}, .flags = OC_NO_GRAD},
+    {"maximum", "[17] [17]; [3,5] [5]", .dom = {NANS(-3, 3), NANS(-3, 3)}, .flags = OC_NO_GRAD},
+    {"maximum", BINARY, .dom = {GRID(-1.5, 1.5, 0.1, 0.05), GRID(-1.5, 1.5, 0.1, 0)}},
+    {"minimum", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}, .flags = OC_NO_GRAD},
+    {"minimum", "[17] [17]; [3,5] [5]", .dom = {NANS(-3, 3), NANS(-3, 3)}, .flags = OC_NO_GRAD},
+    {"minimum", BINARY, .dom = {GRID(-1.5, 1.5, 0.1, 0.05), GRID(-1.5, 1.5, 0.1, 0)}},
+    {"pow", BINARY, .dom = {POS, U(-2, 2)}, TRANS},
+    {"relu", UNARY, .dom = {AWAY(0.05, 3)}}, /* away from the kink at 0 */
+    {"relu", "[17]; [3,5]", .dom = {NANS(-3, 3)}, .flags = OC_NO_GRAD},
+    {"gelu", UNARY, TRANS},
+    {"gelu_tanh", UNARY, TRANS},
+    {"silu", UNARY, TRANS},
+    {"tanh", UNARY, TRANS, .flags = OC_NO_GRAD}, /* saturated: tanh_grad's 1 - y^2 from a rounded y keeps no precision */
+    {"tanh", UNARY, .dom = {U(-1.5, 1.5)}, TRANS},
+    {"sigmoid", UNARY, TRANS},
+    {"exp", UNARY, TRANS},
+    {"log", UNARY, .dom = {POS}, TRANS},
+    {"sqrt", UNARY, .dom = {POS}},
+    {"rsqrt", UNARY, .dom = {POS}},
+    {"square", UNARY, ARITH},
+    {"cos", UNARY, ARITH},
+
+    /* comparisons (equal values occur), isfinite, where */
+    {"equal", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"not_equal", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"less", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"less_equal", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"greater", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"greater_equal", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"isfinite", UNARY, .dom = {SPECIALS}},
+    {"where", WHERE, ARITH},
+
+    /* AMP markers: identities while AMP is off */
+    {"amp_allow", UNARY, ARITH},
+    {"amp_deny", UNARY, ARITH},
+
+    /* linear algebra */
+    MATMUL("[", "[", 1, 1, 1),
+    MATMUL("[", "[", 17, 33, 5),
+    MATMUL("[", "[", 33, 130, 17),
+    MATMUL("[2,1,", "[3,", 5, 7, 4),
+    MATMUL("[3,", "[", 5, 7, 4),
+    MATMUL("[", "[2,", 4, 6, 3),
+    MATMUL("[", "[2,2,", 3, 4, 2),
+    MATMUL("[2,", "[2,", 3, 4, 2),
+    /* an empty inner dimension gives zeros, an empty outer one nothing */
+    {"matmul", "[3,0] [0,4]; [0,5] [5,4]", .ref = ref_matmul},
+    {"matmul", "[0,3] [4,0]", "transpose_a=1 transpose_b=1", .ref = ref_matmul},
+
+    /* reductions: every axis set; scalars, size-1 and empty axes. Float sums
+     * of positive values (a sum that cancels keeps no relative precision);
+     * integers of both signs (means truncate toward zero). */
+    {"reduce_sum", "[6,17,33]", AXES3, .dom = {U(0.5, 10)}, .ref = ref_reduce}, /* all of it: 2e4 < f16's 65504 */
+    {"reduce_sum", "i32[6,17,33]; i64[6,17,33]", AXES3, .dom = {U(-50, 50)}, EXACT, .ref = ref_reduce},
+    {"reduce_sum", "[2,3,4]", AXES3, .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_sum", "[]", " | ; keepdims=1", .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_sum", "[1,130,1]", "axes=[0,2] keepdims=1; axes=[1]", .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_sum", "[130,33]", "axes=[0]; axes=[1] keepdims=1", .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_sum", "[2,0,3]; [3,0]", "axes=[1]; axes=[0] keepdims=1", .ref = ref_reduce}, /* sums of nothing: 0 */
+    {"reduce_mean", "[6,17,33]", AXES3, .dom = {U(0.5, 50)}, .ref = ref_reduce},
+    {"reduce_mean", "i32[6,17,33]; i64[6,17,33]", AXES3, .dom = {U(-50, 50)}, EXACT, .ref = ref_reduce},
+    {"reduce_mean", "[2,3,4]", AXES3, .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_mean", "[]", " | ; keepdims=1", .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_mean", "[1,130,1]", "axes=[0,2] keepdims=1; axes=[1]", .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    {"reduce_mean", "[130,33]", "axes=[0]; axes=[1] keepdims=1", .dom = {U(0.25, 3)}, .ref = ref_reduce},
+    /* float means of nothing are NaN, integer ones 0 */
+    {"reduce_mean", "[2,0,3]; [3,0]", "axes=[1]; axes=[0] keepdims=1", .ref = ref_reduce, .flags = OC_NO_GRAD},
+    {"reduce_max", "[6,17,33]", AXES3, .dom = {U(-50, 50)}, .ref = ref_reduce},
+    {"reduce_max", "[2,3,4]", AXES3, .dom = {DISTINCT}, .ref = ref_reduce}, /* a unique maximum everywhere */
+    {"reduce_max", "[]", " | ; keepdims=1", .ref = ref_reduce},
+    {"reduce_max", "[1,130,1]", "axes=[0,2] keepdims=1; axes=[1]", .dom = {DISTINCT}, .ref = ref_reduce},
+    {"reduce_max", "[130,33]", "axes=[0]; axes=[1] keepdims=1", .ref = ref_reduce},
+    {"reduce_max", "[2,0,3]", "axes=[0] keepdims=1", .ref = ref_reduce}, /* an empty result (empty maxima are type errors) */
+    {"reduce_max", "[4,5]", "axes=[0]; axes=[1]; axes=[0,1]", .dom = {NANS(-1, 1)}, .ref = ref_reduce,
+     .flags = OC_NO_GRAD}, /* NaN wins */
+
+    /* softmax and log_softmax along any axis */
+    {"softmax", "[3,5,7]", "; axis=0; axis=1; axis=2; axis=-2", TRANS, .ref = ref_softmax},
+    {"softmax", "[17]; [2,130]; [1]; [0,4]", "", TRANS, .ref = ref_softmax},
+    {"softmax", "[0,4]", "axis=0", TRANS, .ref = ref_softmax},
+    /* needs the max subtraction; the finite-difference step grows with |x| ~ 1000 */
+    {"softmax", "[3,5,7]", "axis=1", .dom = {U(995, 1005)}, TRANS, .ref = ref_softmax, .flags = OC_NO_GRAD},
+    {"log_softmax", "[3,5,7]", "; axis=0; axis=1; axis=2; axis=-2", TRANS, .ref = ref_softmax},
+    {"log_softmax", "[17]; [2,130]; [1]; [0,4]", "", TRANS, .ref = ref_softmax},
+    {"log_softmax", "[0,4]", "axis=0", TRANS, .ref = ref_softmax},
+    {"log_softmax", "[3,5,7]", "axis=1", .dom = {U(995, 1005)}, TRANS, .ref = ref_softmax, .flags = OC_NO_GRAD},
+
+    /* layer_norm with and without gamma and beta, default and given eps */
+    {"layer_norm", "[5,17]; [2,3,33]; [130]; [4,1]; [5,17] [17] [17]; [2,3,33] [33] [33]; [130] [130] [130]; [4,1] [1] [1]",
+     "; eps=0.01", .dom = {U(3, 7), U(0.5, 2), U(-1, 1)}, .ref = ref_layer_norm},
+    {"layer_norm", "[3,5]; [2,2,6]; [7]; [3,5] [5] [5]; [2,2,6] [6] [6]; [7] [7] [7]", "",
+     .dom = {U(-2, 2), U(0.5, 1.5), U(-0.5, 0.5)}, .ref = ref_layer_norm},
+
+    /* rms_norm with and without gamma, default and given eps */
+    {"rms_norm", "[5,17]; [2,3,33]; [130]; [4,2]; [5,17] [17]; [2,3,33] [33]; [130] [130]; [4,2] [2]", "; eps=0.01",
+     .dom = {U(-3, 3), U(0.5, 2)}, .ref = ref_rms_norm},
+
+    /* cross_entropy: i32 and i64 targets, scalar targets */
+    {"cross_entropy", "[4,7] i32[4]; [2,3,5] i64[2,3]; [1,130] i32[1]; [17] i64[]; [4,5] i32[4]",
+     .dom = {U(-4, 4), INDEX(0, -1)}, TRANS, .ref = ref_cross_entropy},
+
+    /* data movement */
+    {"embedding", "i32[2,3] [10,6]; i64[5] [10,6]; i64[] [10,6]; i32[0] [10,6]; i32[2,3] [5,3]; i64[4] [6,2]",
+     .dom = {INDEX(1, 0), U(-5, 5)}, EXACT, .ref = ref_embedding},
+    {"reshape", "[2,3,4]", .declared = "[4,6]; [24]; [3,4,2]; [1,24,1]", EXACT, .ref = ref_copy},
+    {"reshape", "[]; [1]", .declared = "[1,1]", EXACT, .ref = ref_copy},
+    {"reshape", "[0,3]", .declared = "[3,0]", EXACT, .ref = ref_copy},
+    {"transpose", "[3,5,7]; [2,17,33]; [1,33,1]; [2,3,4]", PERMS3, EXACT, .ref = ref_transpose},
+    {"transpose", "[33,130]; [130,33]; [0,3]; [2,3]", "perm=[1,0]", EXACT, .ref = ref_transpose},
+    {"transpose", "[2,3,4,5]", "perm=[3,1,0,2]", EXACT, .ref = ref_transpose},
+    {"transpose", "[1,5,1,7]", "perm=[3,2,1,0]", EXACT, .ref = ref_transpose},
+    {"broadcast_to", "[3,1]", .declared = "[2,3,4]; [2,3,130]", EXACT, .ref = ref_broadcast_to},
+    {"broadcast_to", "[]", .declared = "[5]; [2,2]", EXACT, .ref = ref_broadcast_to},
+    {"broadcast_to", "[4]", .declared = "[2,3,4]; [3,4]", EXACT, .ref = ref_broadcast_to},
+    {"broadcast_to", "[1,1]", .declared = "[1,1]", EXACT, .ref = ref_broadcast_to},
+    {"broadcast_to", "[3,1,1,4]", .declared = "[3,5,6,4]", EXACT, .ref = ref_broadcast_to},
+    {"broadcast_to", "[5]", .declared = "[0,5]", EXACT, .ref = ref_broadcast_to},
+    {"broadcast_to", "[1,3,1]", .declared = "[2,3,4]", EXACT, .ref = ref_broadcast_to},
+    {"slice", "[4,6,5]",
+     "axis=0 start=1 end=3; axis=1 start=0 end=6; axis=2 start=2 end=2; axis=-1 start=3 end=5; axis=1 start=5 end=6; "
+     "axis=2 start=0 end=5",
+     EXACT, .ref = ref_slice},
+    {"slice", "[3,5,2]", "axis=1 start=1 end=4; axis=0 start=2 end=3; axis=-1 start=1 end=2; axis=2 start=0 end=2",
+     EXACT, .ref = ref_slice},
+    {"slice", "[2,5]", "axis=-1 start=1 end=4", EXACT, .ref = ref_slice},
+    {"concat", "[3,3,4] [1,3,4] [0,3,4]", "axis=0", EXACT, .ref = ref_concat},
+    {"concat", "[2,3,4] [2,1,4] [2,0,4]", "axis=1", EXACT, .ref = ref_concat},
+    {"concat", "[2,3,3] [2,3,1] [2,3,0]", "axis=2; axis=-1", EXACT, .ref = ref_concat},
+    {"concat", "[2,1,3] [2,2,3] [2,3,3]", "axis=1", EXACT, .ref = ref_concat},
+    {"concat", "[1,4] [2,4]", "; axis=0", EXACT, .ref = ref_concat},
+    {"concat", "[2,2] [2,3]", "axis=-1", EXACT, .ref = ref_concat},
+    {"concat", "[2,3]", "axis=1", EXACT, .ref = ref_concat},
+    /* the default -inf makes sum(y * r) infinite: evaluation only */
+    {"causal_mask", "[4,4]; [2,3,5]; [1,1]; [2,0,3]", "", EXACT, .ref = ref_causal_mask, .flags = OC_NO_GRAD},
+    {"causal_mask", "[4,4]; [2,3,5]; [1,1]; [2,0,3]; [1,2,2,3]", "value=0; value=-3", EXACT, .ref = ref_causal_mask},
+    /* masked entries of -10001 make |loss| ~ 1e5, whose rounding noise (ulp(loss) / step ~ 1e-5) the
+     * finite differences cannot see past */
+    {"causal_mask", "[4,4]; [2,3,5]; [1,1]; [2,0,3]", "value=-10001", EXACT, .ref = ref_causal_mask, .flags = OC_NO_GRAD},
+    /* casts that round are piecewise constant, so finite differences say
+     * nothing of them (test_autodiff checks the straight-through gradient) */
+    {"cast", "[17]; [2,3]; []", .declared = "f32; f16; bf16; i32; i64; bool", .dom = {U(-100, 100)}, EXACT,
+     .ref = ref_cast, .flags = OC_NO_GRAD},
+    {"cast", "[17]; [2,3]; []", .declared = "f64", .dom = {U(-100, 100)}, EXACT, .ref = ref_cast},
+    {"pad", "[2,3,4]", "axis=-1; axis=0; axis=1; axis=2 | before=1 after=2; before=0 after=3; before=2 after=0; before=0 after=0",
+     .dom = {U(-100, 100)}, EXACT, .ref = ref_pad},
+
+    /* backward ops autodiff emits */
+    {"relu_grad", BINARY, ARITH},
+    {"gelu_grad", BINARY, TRANS},
+    {"gelu_tanh_grad", BINARY, TRANS},
+    {"tanh_grad", BINARY, ARITH},
+    {"sigmoid_grad", BINARY, ARITH},
+    {"silu_grad", BINARY, TRANS},
+    {"sqrt_grad", BINARY, .dom = {POS}},
+    {"rsqrt_grad", BINARY, .dom = {POS}, ARITH}, /* a = rsqrt(x) > 0 */
+    {"square_grad", BINARY, ARITH},
+    {"div_grad_b", TERNARY, .dom = {{0}, AWAY(1, 5)}},
+    {"pow_grad_base", TERNARY, .dom = {POS}, TRANS},
+    {"pow_grad_exp", TERNARY, .dom = {POS}, TRANS},
+    {"maximum_grad", TERNARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"minimum_grad", TERNARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"reduce_max_grad", TERNARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
+    {"softmax_grad", "[3,5,4] [3,5,4]; [2,6,20] [2,6,20]", "; axis=0; axis=1; axis=2", .dom = {U(0, 1), U(-1, 1)},
+     .ref = ref_softmax_grad},
+    {"softmax_grad", "[9] [9]", "; axis=0", .dom = {U(0, 1), U(-1, 1)}, .ref = ref_softmax_grad},
+    {"log_softmax_grad", "[3,5,4] [3,5,4]; [2,6,20] [2,6,20]", "; axis=0; axis=1; axis=2", .dom = {U(-3, 0), U(-1, 1)},
+     .ref = ref_softmax_grad},
+    {"log_softmax_grad", "[9] [9]", "; axis=0", .dom = {U(-3, 0), U(-1, 1)}, .ref = ref_softmax_grad},
+    {"layer_norm_grad", "[4,7] [4,7]; [2,3,40] [2,3,40]; [1] [1]; [4,7] [4,7] [7]; [2,3,40] [2,3,40] [40]; [1] [1] [1]",
+     "eps=1e-5; eps=0.1", .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5)}, .ref = ref_layer_norm_grad},
+    /* (no one-element rows: there dx = g r eps r^2 comes out of a cancellation, in any precision) */
+    {"rms_norm_grad", "[4,7] [4,7]; [2,3,40] [2,3,40]; [3] [3]; [4,7] [4,7] [7]; [2,3,40] [2,3,40] [40]",
+     "eps=1e-5; eps=0.1", .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5)}, .ref = ref_rms_norm_grad},
+    {"cross_entropy_grad", "[2,3,5] i32[2,3] []; [2,3,5] i64[2,3] []; [4,7] i32[4] []; [5] i64[] []",
+     .dom = {U(-3, 3), INDEX(0, -1), U(0.5, 1)}, .ref = ref_cross_entropy_grad},
+    {"embedding_grad", "i32[2,4] [2,4,3]; i64[2,4] [2,4,3]; i32[0] [0,3]", .declared = "[6,3]",
+     .dom = {INDEX(-1, 0), U(-1, 1)}, .ref = ref_embedding_grad},
+    {"embedding_grad", "i64[5] [5,2]", .declared = "[3,2]", .dom = {INDEX(-1, 0), U(-1, 1)}, .ref = ref_embedding_grad},
+
+    /* training step: loss scaling */
+    {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", EXACT, .ref = ref_found_inf},
+    {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", .dom = {SPECIALS, SPECIALS, SPECIALS}, EXACT, .ref = ref_found_inf},
+};
+
+const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);
+
+/* ---- expanding a row ---- */
+
+enum { MAX_ALTS = 32, ALT_LEN = 256 };
+
+/* The alternatives of s separated by sep, trimmed, into alt; their count (an empty or NULL s: one empty). */
+static int alternatives(const char *s, char sep, char alt[][ALT_LEN], int max)
+{
+    int n = 0;
+    if (!s) s = "";
+    for (;;) {
+        const char *end = strchr(s, sep);
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        while (len && *s == ' ') s++, len--;
+        while (len && s[len - 1] == ' ') len--;
+        if (n == max || len >= ALT_LEN) return -1;
+        memcpy(alt[n], s, len);
+        alt[n++][len] = '\0';
+        if (!end) return n;
+        s = end + 1;
+    }
+}
+
+/* "i32[2,3]", "[2,3]", "f16", "f16[4]", "[]" into t: dtype ALLOY_DTYPE_COUNT
+ * when not written, rank -1 when no dims are. */
+static bool parse_type(const char *s, ir_type *t)
+{
+    memset(t, 0, sizeof *t);
+    t->dtype = ALLOY_DTYPE_COUNT;
+    t->rank = -1;
+    size_t name = strcspn(s, "[");
+    if (name) {
+        for (alloy_dtype dt = 0; dt < ALLOY_DTYPE_COUNT; dt++)
+            if (strlen(alloy_dtype_name(dt)) == name && !strncmp(s, alloy_dtype_name(dt), name)) t->dtype = dt;
+        if (t->dtype == ALLOY_DTYPE_COUNT) return false;
+    }
+    s += name;
+    if (!*s) return name > 0;
+    if (*s++ != '[') return false;
+    t->rank = 0;
+    while (*s && *s != ']') {
+        char *end;
+        long long d = strtoll(s, &end, 10);
+        if (end == s || t->rank == ALLOY_MAX_RANK || d < 0) return false;
+        t->dims[t->rank++] = d;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return *s == ']' && s[1] == '\0';
+}
+
+/* One "name=value" of op's schema into attribute slot k of c. */
+static bool parse_attr(oc_case *c, int k, const char *text, char *err, size_t errlen)
+{
+    const char *eq = strchr(text, '=');
+    const ir_attr_spec *spec = ir_ops[c->op].attrs;
+    while (spec && spec->name && (!eq || strlen(spec->name) != (size_t)(eq - text) || strncmp(spec->name, text, (size_t)(eq - text))))
+        spec++;
+    if (!eq || !spec || !spec->name) {
+        snprintf(err, errlen, "%s has no attribute '%s'", ir_ops[c->op].name, text);
+        return false;
+    }
+    const char *v = eq + 1;
+    char *end = NULL;
+    ir_attr *a = &c->attrs[k];
+    switch (spec->kind) {
+    case IR_ATTR_INT: *a = ir_a_int(spec->name, strtoll(v, &end, 0)); break;
+    case IR_ATTR_BOOL: *a = ir_a_bool(spec->name, strtol(v, &end, 10) != 0); break;
+    case IR_ATTR_FLOAT: *a = ir_a_float(spec->name, strtod(v, &end)); break;
+    case IR_ATTR_STR:
+        snprintf(c->strs[k], sizeof c->strs[k], "%s", v);
+        *a = ir_a_str(spec->name, c->strs[k]);
+        end = (char *)v + strlen(v);
+        break;
+    case IR_ATTR_INTS:
+    case IR_ATTR_FLOATS: {
+        int n = 0;
+        if (*v++ != '[') break;
+        int cap = spec->kind == IR_ATTR_INTS ? (int)(sizeof c->ints[k] / sizeof c->ints[k][0])
+                                             : (int)(sizeof c->floats[k] / sizeof c->floats[k][0]);
+        while (*v && *v != ']' && n < cap) {
+            if (spec->kind == IR_ATTR_INTS) c->ints[k][n++] = strtoll(v, &end, 0);
+            else c->floats[k][n++] = strtod(v, &end);
+            if (end == v) break;
+            v = *end == ',' ? end + 1 : end;
+        }
+        end = *v == ']' ? (char *)v + 1 : NULL;
+        *a = spec->kind == IR_ATTR_INTS ? ir_a_ints(spec->name, n, c->ints[k]) : ir_a_floats(spec->name, n, c->floats[k]);
+        break;
+    }
+    }
+    if (!end || *end) {
+        snprintf(err, errlen, "%s: bad value in '%s'", ir_ops[c->op].name, text);
+        return false;
+    }
+    return true;
+}
+
+/* The words of an attribute alternative (separated by spaces) into c. */
+static bool parse_attrs(oc_case *c, const char *text, char *err, size_t errlen)
+{
+    char buf[ALT_LEN];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        if (c->nattrs == OC_MAX_ATTRS) {
+            snprintf(err, errlen, "%s: more than %d attributes", ir_ops[c->op].name, OC_MAX_ATTRS);
+            return false;
+        }
+        if (!parse_attr(c, c->nattrs++, w, err, errlen)) return false;
+    }
+    return true;
+}
+
+int oc_expand(const op_case *r, oc_case **out, char *err, size_t errlen)
+{
+    static char shapes[MAX_ALTS][ALT_LEN], groups[4][ALT_LEN], alts[4][MAX_ALTS][ALT_LEN], decls[MAX_ALTS][ALT_LEN];
+    *out = NULL;
+    int op = ir_op_lookup(r->op);
+    if (op < 0) {
+        snprintf(err, errlen, "no op '%s' in ops.def", r->op);
+        return -1;
+    }
+    int nshapes = alternatives(r->operands, ';', shapes, MAX_ALTS);
+    int ngroups = alternatives(r->attrs, '|', groups, 4);
+    int ndecls = alternatives(r->declared, ';', decls, MAX_ALTS), nalts[4], total = nshapes * ndecls;
+    for (int g = 0; g < ngroups && total > 0; g++) total *= nalts[g] = alternatives(groups[g], ';', alts[g], MAX_ALTS);
+    if (nshapes < 0 || ngroups < 0 || ndecls < 0 || total <= 0) {
+        snprintf(err, errlen, "%s: too many or too long alternatives", r->op);
+        return -1;
+    }
+    oc_case *cs = calloc((size_t)total, sizeof *cs);
+    if (!cs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < total; i++) {
+        oc_case *c = &cs[i];
+        int rest = i, s = rest % nshapes, d;
+        rest /= nshapes, d = rest % ndecls, rest /= ndecls;
+        c->row = r, c->op = op;
+        int len = snprintf(c->label, sizeof c->label, "%s", r->op);
+        char buf[ALT_LEN];
+        snprintf(buf, sizeof buf, "%s", shapes[s]);
+        for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+            if (c->nin == OC_MAX_IN || !parse_type(w, &c->in[c->nin]) || c->in[c->nin].rank < 0) {
+                snprintf(err, errlen, "%s: bad operand type '%s'", r->op, w);
+                free(cs);
+                return -1;
+            }
+            c->fixed[c->nin] = c->in[c->nin].dtype != ALLOY_DTYPE_COUNT;
+            c->nin++;
+            len += snprintf(c->label + len, sizeof c->label - (size_t)len, " %s", w);
+        }
+        for (int g = 0; g < ngroups; g++) {
+            const char *a = alts[g][rest % nalts[g]];
+            rest /= nalts[g];
+            if (!parse_attrs(c, a, err, errlen)) {
+                free(cs);
+                return -1;
+            }
+            if (*a) len += snprintf(c->label + len, sizeof c->label - (size_t)len, " %s", a);
+        }
+        if (r->declared) {
+            if (!parse_type(decls[d], &c->declared)) {
+                snprintf(err, errlen, "%s: bad declared type '%s'", r->op, decls[d]);
+                free(cs);
+                return -1;
+            }
+            c->has_declared = true;
+            c->declared_dtype = c->declared.dtype != ALLOY_DTYPE_COUNT;
+            c->declared_shape = c->declared.rank >= 0;
+            len += snprintf(c->label + len, sizeof c->label - (size_t)len, " : %s", decls[d]);
+        }
+    }
+    *out = cs;
+    return total;
+}
+
+/* ---- types, values, references ---- */
+
+ir_type oc_operand_type(const oc_case *c, int k, alloy_dtype dt)
+{
+    ir_type t = c->in[k];
+    if (!c->fixed[k]) t.dtype = dt;
+    return t;
+}
+
+bool oc_declared_type(const oc_case *c, alloy_dtype dt, ir_type *out)
+{
+    if (!c->has_declared) return false;
+    *out = c->declared;
+    if (!c->declared_dtype) out->dtype = dt;
+    if (!c->declared_shape) {
+        ir_type shape = c->nin ? oc_operand_type(c, 0, dt) : (ir_type){0};
+        out->rank = shape.rank;
+        memcpy(out->dims, shape.dims, sizeof out->dims);
+    }
+    return true;
+}
+
+bool oc_takes_dtype(const oc_case *c)
+{
+    for (int k = 0; k < c->nin; k++)
+        if (!c->fixed[k]) return true;
+    return c->has_declared && !c->declared_dtype;
+}
+
+void oc_draw(const oc_case *c, int k, const ir_type *types, const ir_type *result, double *v)
+{
+    const oc_domain *d = &c->row->dom[k < OC_MAX_IN ? k : 0];
+    const ir_type *t = &types[k];
+    int64_t n = ir_numel(t);
+    double lo = d->lo, hi = d->hi;
+    if (lo == 0 && hi == 0) lo = -3, hi = 3;
+    bool integer = !ir_is_float(t->dtype);
+    if (d->flags & OC_INDEX) {
+        const ir_type *of = d->of < 0 ? result : &types[d->of];
+        lo = 0, hi = (double)of->dims[d->dim < 0 ? d->dim + of->rank : d->dim];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double u = test_uniform(lo, hi);
+        if (d->flags & OC_AWAY) u *= test_uniform(0, 1) < 0.5 ? -1 : 1;
+        if (d->grid > 0) u = d->shift + d->grid * floor(u / d->grid);
+        if (d->flags & OC_DISTINCT) u = 0.1 * (double)i - 0.05 * (double)n + test_uniform(-0.01, 0.01);
+        if (t->dtype == BOOL) u = test_uniform(0, 1) < 0.5;
+        else if (integer) u = (d->flags & OC_INDEX) ? floor(u) : lo > 0 && fabs(u) < 1 ? copysign(1, u) : trunc(u);
+        if (!integer && (d->flags & OC_NAN) && i == 3 * k) u = NAN;
+        if (!integer && (d->flags & OC_SPECIAL) && i % 5 == 4) u = (const double[]){INFINITY, -INFINITY, NAN}[i / 5 % 3];
+        v[i] = test_round_to(t->dtype, u);
+    }
+    for (int64_t i = n - 1; i > 0 && (d->flags & OC_DISTINCT); i--) { /* random order */
+        int64_t j = (int64_t)(test_next_u64() % (uint64_t)(i + 1));
+        double s = v[i];
+        v[i] = v[j], v[j] = s;
+    }
+}
+
+oc_ref oc_reference(const oc_case *c)
+{
+    if (c->row->ref) return c->row->ref;
+    return ir_ops[c->op].elementwise ? ref_elementwise : NULL;
+}
+
+void oc_evaluate(const oc_case *c, const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int64_t count = ir_numel(&out->type);
+    memset(out->v, 0, sizeof(double) * (size_t)count);
+    oc_reference(c)(n, in, out);
+    for (int64_t i = 0; i < count; i++) /* integers as stored; floats beyond the dtype's range overflow */
+        if (!ir_is_float(out->type.dtype) || (isfinite(out->v[i]) && isinf(test_round_to(out->type.dtype, out->v[i]))))
+            out->v[i] = test_round_to(out->type.dtype, out->v[i]);
+}
+
+double oc_bound(const oc_case *c, alloy_dtype dt, bool grad)
+{
+    const oc_tol *t = grad ? (c->row->gtol ? c->row->gtol : &oc_tol_grad) : c->row->tol ? c->row->tol : &oc_tol_arith;
+    switch (dt) {
+    case F32: return t->f32;
+    case F16: return t->f16;
+    case BF16: return t->bf16;
+    case F64: return t->f64;
+    default: return 0;
+    }
+}
