@@ -32,59 +32,101 @@ static const char example[] =
 /* Canonical text (exactly what ir_print writes) that uses every op. */
 static const char every_op[] =
     "graph every_op {\n"
-    "  %x = input : f32[2,4]\n" "  %w = param {init=\"normal\", mean=0.0, std=0.02, frozen=true} : f32[4,4]\n"
-    "  %g = param {init=\"ones\", low=-0.1, high=0.1, value=1e-5, gain=1e300} : f32[4]\n"
-    "  %c = constant {value=0.5} : f32[]\n" "  %cv = constant {values=[0.1, 3.0, -inf, nan]} : f32[4]\n"
-    "  %ids = input : i32[2]\n" "  %6 = neg(%x) : f32[2,4]\n"
-    "  %7 = add(%x, %g) : f32[2,4]\n" "  %8 = sub(%x, %c) : f32[2,4]\n"
-    "  %9 = mul(%x, %cv) : f32[2,4]\n" "  %10 = div(%x, %x) : f32[2,4]\n"
-    "  %11 = maximum(%x, %x) : f32[2,4]\n" "  %12 = minimum(%x, %x) : f32[2,4]\n"
-    "  %13 = pow(%x, %c) : f32[2,4]\n" "  %14 = relu(%x) : f32[2,4]\n"
-    "  %15 = gelu(%x) : f32[2,4]\n" "  %16 = gelu_tanh(%x) : f32[2,4]\n"
-    "  %17 = tanh(%x) : f32[2,4]\n" "  %18 = sigmoid(%x) : f32[2,4]\n"
-    "  %19 = exp(%x) : f32[2,4]\n" "  %20 = log(%x) : f32[2,4]\n"
-    "  %21 = sqrt(%x) : f32[2,4]\n" "  %22 = rsqrt(%x) : f32[2,4]\n"
-    "  %23 = square(%x) : f32[2,4]\n" "  %eq = equal(%x, %g) : bool[2,4]\n"
-    "  %25 = not_equal(%x, %x) : bool[2,4]\n" "  %26 = less(%x, %x) : bool[2,4]\n"
-    "  %27 = less_equal(%x, %x) : bool[2,4]\n" "  %28 = greater(%x, %x) : bool[2,4]\n"
-    "  %29 = greater_equal(%ids, %ids) : bool[2]\n" "  %sel = where(%eq, %x, %c) : f32[2,4]\n"
-    "  %31 = amp_allow(%sel) : f32[2,4]\n" "  %32 = amp_deny(%sel) : f32[2,4]\n"
-    "  %mm = matmul(%x, %w) : f32[2,4]\n"
+    "  %x = input : f32[2,4]\n"
+    "  %w = param {init=\"normal\", mean=0.0, std=0.02, frozen=true} : f32[4,4]\n"
+    "  %g = param {init=\"ones\", low=-0.1, high=0.1, value=1e-5, gain=1e300, frozen=false} : f32[4]\n"
+    "  %c = constant {value=0.5} : f32[]\n"
+    "  %cv = constant {values=[0.1, 3.0, -inf, nan]} : f32[4]\n"
+    "  %ids = input : i32[2]\n"
+    "  %6 = neg(%x) : f32[2,4]\n"
+    "  %7 = add(%x, %g) : f32[2,4]\n"
+    "  %8 = sub(%x, %c) : f32[2,4]\n"
+    "  %9 = mul(%x, %cv) : f32[2,4]\n"
+    "  %10 = div(%x, %x) : f32[2,4]\n"
+    "  %11 = maximum(%x, %x) : f32[2,4]\n"
+    "  %12 = minimum(%x, %x) : f32[2,4]\n"
+    "  %13 = pow(%x, %c) : f32[2,4]\n"
+    "  %14 = relu(%x) : f32[2,4]\n"
+    "  %15 = gelu(%x) : f32[2,4]\n"
+    "  %16 = gelu_tanh(%x) : f32[2,4]\n"
+    "  %17 = tanh(%x) : f32[2,4]\n"
+    "  %18 = sigmoid(%x) : f32[2,4]\n"
+    "  %19 = exp(%x) : f32[2,4]\n"
+    "  %20 = log(%x) : f32[2,4]\n"
+    "  %21 = sqrt(%x) : f32[2,4]\n"
+    "  %22 = rsqrt(%x) : f32[2,4]\n"
+    "  %23 = square(%x) : f32[2,4]\n"
+    "  %eq = equal(%x, %g) : bool[2,4]\n"
+    "  %25 = not_equal(%x, %x) : bool[2,4]\n"
+    "  %26 = less(%x, %x) : bool[2,4]\n"
+    "  %27 = less_equal(%x, %x) : bool[2,4]\n"
+    "  %28 = greater(%x, %x) : bool[2,4]\n"
+    "  %29 = greater_equal(%ids, %ids) : bool[2]\n"
+    "  %sel = where(%eq, %x, %c) : f32[2,4]\n"
+    "  %31 = amp_allow(%sel) : f32[2,4]\n"
+    "  %32 = amp_deny(%sel) : f32[2,4]\n"
+    "  %mm = matmul(%x, %w) {transpose_a=false, transpose_b=false} : f32[2,4]\n"
     "  %34 = matmul(%x, %w) {transpose_a=false, transpose_b=true} : f32[2,4]\n"
     "  %35 = reduce_sum(%mm) {axes=[1], keepdims=true} : f32[2,1]\n"
-    "  %36 = reduce_mean(%mm) {axes=[-1, 0]} : f32[]\n" "  %37 = reduce_max(%mm) : f32[]\n"
-    "  %38 = reduce_sum(%mm) {axes=[]} : f32[2,4]\n" "  %39 = softmax(%mm) {axis=-1} : f32[2,4]\n"
-    "  %40 = log_softmax(%mm) : f32[2,4]\n" "  %ln = layer_norm(%mm, %g, %g) {eps=1e-5} : f32[2,4]\n"
-    "  %42 = layer_norm(%ln) : f32[2,4]\n" "  %xent = cross_entropy(%ln, %ids) : f32[]\n"
-    "  %44 = embedding(%ids, %w) : f32[2,4]\n" "  %45 = reshape(%ln) : f32[8]\n"
-    "  %46 = transpose(%ln) {perm=[1, 0]} : f32[4,2]\n" "  %bc = broadcast_to(%g) : f32[3,4]\n"
+    "  %36 = reduce_mean(%mm) {axes=[-1, 0], keepdims=false} : f32[]\n"
+    "  %37 = reduce_max(%mm) {axes=[0, 1], keepdims=false} : f32[]\n"
+    "  %38 = reduce_sum(%mm) {axes=[], keepdims=false} : f32[2,4]\n"
+    "  %39 = softmax(%mm) {axis=-1} : f32[2,4]\n"
+    "  %40 = log_softmax(%mm) {axis=-1} : f32[2,4]\n"
+    "  %ln = layer_norm(%mm, %g, %g) {eps=1e-5} : f32[2,4]\n"
+    "  %42 = layer_norm(%ln) {eps=1e-5} : f32[2,4]\n"
+    "  %xent = cross_entropy(%ln, %ids) : f32[]\n"
+    "  %44 = embedding(%ids, %w) : f32[2,4]\n"
+    "  %45 = reshape(%ln) : f32[8]\n"
+    "  %46 = transpose(%ln) {perm=[1, 0]} : f32[4,2]\n"
+    "  %bc = broadcast_to(%g) : f32[3,4]\n"
     "  %sl = slice(%bc) {axis=0, start=1, end=3} : f32[2,4]\n"
-    "  %49 = concat(%sl, %ln, %x) {axis=0} : f32[6,4]\n" "  %50 = concat(%sl) : f32[2,4]\n"
-    "  %51 = causal_mask(%sl) : f32[2,4]\n" "  %h16 = cast(%sl) : f16[2,4] !amp=allow !group=3 !inserted\n"
-    "  %53 = cast(%ids) : i64[2] !group=0\n" "  %54 = relu_grad(%x, %x) : f32[2,4]\n"
-    "  %55 = gelu_grad(%x, %x) : f32[2,4]\n" "  %56 = gelu_tanh_grad(%x, %x) : f32[2,4]\n"
-    "  %57 = tanh_grad(%x, %x) : f32[2,4]\n" "  %58 = sigmoid_grad(%x, %x) : f32[2,4]\n"
-    "  %59 = sqrt_grad(%x, %x) : f32[2,4]\n" "  %60 = rsqrt_grad(%x, %x) : f32[2,4]\n"
-    "  %61 = square_grad(%x, %x) : f32[2,4]\n" "  %62 = div_grad_b(%x, %x, %x) : f32[2,4]\n"
-    "  %63 = pow_grad_base(%x, %x, %x) : f32[2,4]\n" "  %64 = pow_grad_exp(%x, %x, %x) : f32[2,4]\n"
-    "  %65 = maximum_grad(%x, %x, %x) : f32[2,4]\n" "  %66 = minimum_grad(%x, %x, %x) : f32[2,4]\n"
-    "  %67 = reduce_max_grad(%x, %g, %x) : f32[2,4]\n" "  %68 = softmax_grad(%mm, %mm) {axis=1} : f32[2,4]\n"
-    "  %69 = log_softmax_grad(%mm, %mm) : f32[2,4]\n"
+    "  %49 = concat(%sl, %ln, %x) {axis=0} : f32[6,4]\n"
+    "  %50 = concat(%sl) {axis=0} : f32[2,4]\n"
+    "  %51 = causal_mask(%sl) {value=-inf} : f32[2,4]\n"
+    "  %h16 = cast(%sl) : f16[2,4] !amp=allow !group=3 !inserted\n"
+    "  %53 = cast(%ids) : i64[2] !group=0\n"
+    "  %54 = relu_grad(%x, %x) : f32[2,4]\n"
+    "  %55 = gelu_grad(%x, %x) : f32[2,4]\n"
+    "  %56 = gelu_tanh_grad(%x, %x) : f32[2,4]\n"
+    "  %57 = tanh_grad(%x, %x) : f32[2,4]\n"
+    "  %58 = sigmoid_grad(%x, %x) : f32[2,4]\n"
+    "  %59 = sqrt_grad(%x, %x) : f32[2,4]\n"
+    "  %60 = rsqrt_grad(%x, %x) : f32[2,4]\n"
+    "  %61 = square_grad(%x, %x) : f32[2,4]\n"
+    "  %62 = div_grad_b(%x, %x, %x) : f32[2,4]\n"
+    "  %63 = pow_grad_base(%x, %x, %x) : f32[2,4]\n"
+    "  %64 = pow_grad_exp(%x, %x, %x) : f32[2,4]\n"
+    "  %65 = maximum_grad(%x, %x, %x) : f32[2,4]\n"
+    "  %66 = minimum_grad(%x, %x, %x) : f32[2,4]\n"
+    "  %67 = reduce_max_grad(%x, %g, %x) : f32[2,4]\n"
+    "  %68 = softmax_grad(%mm, %mm) {axis=1} : f32[2,4]\n"
+    "  %69 = log_softmax_grad(%mm, %mm) {axis=-1} : f32[2,4]\n"
     "  %70 = layer_norm_grad(%mm, %mm, %g) {eps=0.001} : f32[2,4]\n"
-    "  %71 = layer_norm_grad(%mm, %mm) : f32[2,4]\n" "  %72 = cross_entropy_grad(%ln, %ids, %xent) : f32[2,4]\n"
-    "  %73 = embedding_grad(%ids, %mm) : f32[10,4]\n" "  %74 = pad(%x) {axis=1, before=1, after=2} : f32[2,7]\n"
+    "  %71 = layer_norm_grad(%mm, %mm) {eps=1e-5} : f32[2,4]\n"
+    "  %72 = cross_entropy_grad(%ln, %ids, %xent) : f32[2,4]\n"
+    "  %73 = embedding_grad(%ids, %mm) : f32[10,4]\n"
+    "  %74 = pad(%x) {axis=1, before=1, after=2} : f32[2,7]\n"
     "  %75 = causal_mask(%sl) {value=-1e9} : f32[2,4]\n"
-    "  %st = state {init=\"zeros\"} : i32[]\n" "  %st1 = add(%st, %st) : i32[]\n"
-    "  %cs = cos(%x) : f32[2,4]\n" "  %fin = isfinite(%x) : bool[2,4]\n"
-    "  %sw = silu(%x) : f32[2,4]\n" "  %swg = silu_grad(%x, %x) : f32[2,4]\n"
-    "  %rms = rms_norm(%x, %g) {eps=1e-6} : f32[2,4]\n" "  %rmg = rms_norm_grad(%x, %x) : f32[2,4]\n"
-    "  %fi = found_inf(%x, %w) : bool[]\n" "  %\"grad:w\" = neg(%w) : f32[4,4] !amp=deny\n"
+    "  %st = state {init=\"zeros\", frozen=false} : i32[]\n"
+    "  %st1 = add(%st, %st) : i32[]\n"
+    "  %cs = cos(%x) : f32[2,4]\n"
+    "  %fin = isfinite(%x) : bool[2,4]\n"
+    "  %sw = silu(%x) : f32[2,4]\n"
+    "  %swg = silu_grad(%x, %x) : f32[2,4]\n"
+    "  %rms = rms_norm(%x, %g) {eps=1e-6} : f32[2,4]\n"
+    "  %rmg = rms_norm_grad(%x, %x) {eps=1e-5} : f32[2,4]\n"
+    "  %fi = found_inf(%x, %w) : bool[]\n"
+    "  %\"grad:w\" = neg(%w) : f32[4,4] !amp=deny\n"
     "  %\"a b\\\"c\\\\\\n\" = relu(%\"grad:w\") : f32[4,4] !amp=infer\n"
     "  %h.1_B = square(%\"a b\\\"c\\\\\\n\") : f32[4,4] !amp=clear !inserted\n"
-    "  %\"12\" = neg(%h16) : f16[2,4]\n" "  output \"logits\" = %h16\n"
-    "  output \"weird \\\"out\\\"\\t\" = %\"12\"\n" "  output \"loss\" = %xent\n"
+    "  %\"12\" = neg(%h16) : f16[2,4]\n"
+    "  output \"logits\" = %h16\n"
+    "  output \"weird \\\"out\\\"\\t\" = %\"12\"\n"
+    "  output \"loss\" = %xent\n"
     "  update \"st\" = %st1\n"
-    "  loss %xent\n" "}\n";
+    "  loss %xent\n"
+    "}\n";
 
 /* Parses len bytes from an exact-size heap copy, so ASan sees any over-read. */
 static ir_graph *parse_n(const char *text, size_t len, char *err, size_t errlen)
@@ -127,7 +169,22 @@ static void assert_prints_as(const char *text, const char *want)
     ir_graph_free(g2);
 }
 
-static void the_documented_example_parses_and_prints_without_its_comment(void **state)
+/* What the example prints as: no comment, every attribute's default filled in. */
+static const char example_printed[] =
+    "graph mlp {\n"
+    "  %x = input : f32[4,8]\n"
+    "  %w1 = param {init=\"normal\", std=0.02, frozen=false} : f32[8,16]\n"
+    "  %2 = matmul(%x, %w1) {transpose_a=false, transpose_b=false} : f32[4,16]\n"
+    "  %h = relu(%2) : f32[4,16]\n"
+    "  %4 = reduce_sum(%h) {axes=[1], keepdims=true} : f32[4,1]\n"
+    "  %c = constant {value=0.5} : f32[]\n"
+    "  %6 = cast(%4) : f16[4,1] !amp=allow !inserted\n"
+    "  %\"grad:w1\" = neg(%x) : f32[4,8]\n"
+    "  output \"y\" = %6\n"
+    "  loss %c\n"
+    "}\n";
+
+static void the_documented_example_parses_and_prints_without_its_comment_and_with_every_default(void **state)
 {
     (void)state;
     ir_graph *g = parse_ok(example);
@@ -144,7 +201,7 @@ static void the_documented_example_parses_and_prints_without_its_comment(void **
     assert_int_equal(g->loss, 5);
     assert_int_equal(ir_verify(g), ALLOY_OK);
     char *s = print_ok(g);
-    assert_string_equal(s, strchr(example, '\n') + 1);
+    assert_string_equal(s, example_printed);
     al_free(s);
     ir_graph_free(g);
 }
@@ -229,7 +286,7 @@ static void integers_where_floats_are_wanted_print_as_floats(void **state)
     /* an integer where a float is wanted becomes a float; ints in a float list too */
     assert_prints_as("graph g {\n  %p = param {init=\"x\", std=1, mean=-3} : f32[2]\n"
                      "  %c = constant {values=[1, 2.5]} : f32[2]\n}\n",
-                     "graph g {\n  %p = param {init=\"x\", std=1.0, mean=-3.0} : f32[2]\n"
+                     "graph g {\n  %p = param {init=\"x\", mean=-3.0, std=1.0, frozen=false} : f32[2]\n"
                      "  %c = constant {values=[1.0, 2.5]} : f32[2]\n}\n");
 }
 
@@ -654,7 +711,7 @@ int main(void)
 {
     test_rng = 0x9E3779B97F4A7C15ull;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(the_documented_example_parses_and_prints_without_its_comment),
+        cmocka_unit_test(the_documented_example_parses_and_prints_without_its_comment_and_with_every_default),
         cmocka_unit_test(every_op_round_trips_byte_for_byte),
         cmocka_unit_test(floats_print_as_the_shortest_text_that_reads_back_exactly),
         cmocka_unit_test(attributes_of_every_kind_built_through_the_api_round_trip),

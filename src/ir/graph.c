@@ -196,17 +196,35 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
         g->nodes = nodes;
         g->cap = cap;
     }
+    /* the attributes in schema order, each given one or its default */
+    int nout = 0;
+    for (const ir_attr_spec *spec = info->attrs; spec->name; spec++) nout++;
     ir_node *n = al_arena_alloc(&g->arena, sizeof *n);
     int *ins = nin ? al_arena_memdup(&g->arena, in, sizeof(int) * (size_t)nin) : NULL;
-    ir_attr *as = nattrs ? al_arena_alloc(&g->arena, sizeof(ir_attr) * (size_t)nattrs) : NULL;
-    if (!n || (nin && !ins) || (nattrs && !as)) {
+    ir_attr *as = nout ? al_arena_alloc(&g->arena, sizeof(ir_attr) * (size_t)nout) : NULL;
+    if (!n || (nin && !ins) || (nout && !as)) {
         ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
         return NULL;
     }
-    for (int i = 0; i < nattrs; i++) {
-        const ir_attr_spec *spec = info->attrs;
-        while (strcmp(spec->name, attrs[i].name) != 0) spec++;
-        ir_attr a = attrs[i];
+    nout = 0;
+    for (const ir_attr_spec *spec = info->attrs; spec->name; spec++) {
+        int i = 0;
+        while (i < nattrs && strcmp(attrs[i].name, spec->name) != 0) i++;
+        ir_attr a;
+        int64_t all_axes[ALLOY_MAX_RANK];
+        if (i < nattrs) {
+            a = attrs[i];
+        } else if (!spec->has_default) {
+            continue; /* optional with no default: an init's parameters */
+        } else if (spec->kind == IR_ATTR_INTS) { /* every axis of the first operand */
+            int rank = nin > 0 ? g->nodes[in[0]]->type.rank : 0;
+            for (int d = 0; d < rank; d++) all_axes[d] = d;
+            a = ir_a_ints(spec->name, rank, all_axes);
+        } else {
+            a = spec->kind == IR_ATTR_FLOAT ? ir_a_float(spec->name, spec->def)
+                : spec->kind == IR_ATTR_BOOL ? ir_a_bool(spec->name, spec->def != 0)
+                                             : ir_a_int(spec->name, (int64_t)spec->def);
+        }
         if (spec->kind == IR_ATTR_FLOAT && a.kind == IR_ATTR_INT) {
             a.kind = IR_ATTR_FLOAT;
             a.f = (double)attrs[i].i;
@@ -221,11 +239,12 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
             a.kind = IR_ATTR_FLOATS;
             a.floats = f;
         }
-        if (!copy_attr(&g->arena, &as[i], &a, spec->name)) {
+        if (!copy_attr(&g->arena, &as[nout++], &a, spec->name)) {
             ir_error(g, ALLOY_ERR_OOM, "out of memory adding %s", WHAT);
             return NULL;
         }
     }
+    nattrs = nout;
     n->id = g->nnodes;
     n->op = (uint16_t)op;
     n->nin = nin;

@@ -38,9 +38,11 @@ typedef struct ir_attr {
     };
 } ir_attr;
 
-/* An op's attribute schema entry; schemas end with {NULL}. An INT, BOOL or
- * FLOAT attribute with has_default takes def when a node does not give it;
- * one without (an init's parameters) means nothing unless given. */
+/* An op's attribute schema entry; schemas end with {NULL}. ir_add_node
+ * gives a node every attribute of its schema, in schema order: the given
+ * value, else the default when has_default (def for INT, BOOL and FLOAT;
+ * every axis of the first operand for INTS, reduce's axes); an attribute
+ * without a default (an init's parameters) is present only when given. */
 typedef struct ir_attr_spec {
     const char *name;
     ir_attr_kind kind;

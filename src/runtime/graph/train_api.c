@@ -73,12 +73,9 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
         return ir_error(g->ir, ALLOY_ERR_INVALID, "param_freeze: '%s' is not a param",
                         n->name ? n->name : ir_ops[n->op].name);
     if (ir_attr_i(n, "frozen")) return ALLOY_OK;
-    ir_attr *attrs = al_arena_alloc(&g->ir->arena, sizeof(ir_attr) * (size_t)(n->nattrs + 1));
-    if (!attrs) return ir_error(g->ir, ALLOY_ERR_OOM, "param_freeze: out of memory");
-    memcpy(attrs, n->attrs, sizeof(ir_attr) * (size_t)n->nattrs);
-    attrs[n->nattrs] = ir_a_bool("frozen", true);
-    n->attrs = attrs;
-    n->nattrs++;
+    ir_attr *frozen = (ir_attr *)(uintptr_t)ir_attr_find(n, "frozen"); /* every param has it (schema default) */
+    if (!frozen) return ir_error(g->ir, ALLOY_ERR_VERIFY, "param_freeze: '%s' lacks its frozen attribute", n->name);
+    frozen->i = 1;
     graph_invalidate(g);
     return ALLOY_OK;
 }
