@@ -703,5 +703,6 @@ int main(int argc, char **argv)
     if (!done) rc = strcmp(o.command, "print") == 0 ? cmd_print(&o) : cmd_run(&o);
     free(o.feeds);
     free(o.fetches);
+    free(o.sets);
     return rc;
 }
