@@ -272,21 +272,6 @@ static void test_slice_pad_and_concat_match_the_cpu_along_any_axis(void **state)
     }
 }
 
-static void test_causal_mask_matches_the_cpu_with_any_fill_value(void **state)
-{
-    (void)state;
-    static const shape shapes[] = {{2, {4, 4}}, {3, {2, 3, 5}}, {4, {2, 1, 1, 3}}, {3, {2, 0, 3}}};
-    static const double fills[] = {-1e9, 1e6, NAN, -0.0};
-    for (int s = 0; s < 4; s++) {
-        /* floats only */
-        assert_int_equal(check_all_dtypes(IR_OP_causal_mask, 1, &shapes[s], 0, NULL, NULL), 4);
-        for (int f = 0; f < 4; f++) {
-            ir_attr value = ir_a_float("value", fills[f]);
-            assert_int_equal(check_all_dtypes(IR_OP_causal_mask, 1, &shapes[s], 1, &value, NULL), 4);
-        }
-    }
-}
-
 static void test_embedding_gathers_rows_like_the_cpu(void **state)
 {
     (void)state;
@@ -398,7 +383,6 @@ static bool evaluated(int op)
     case IR_OP_slice:
     case IR_OP_pad:
     case IR_OP_concat:
-    case IR_OP_causal_mask:
     case IR_OP_embedding:
     case IR_OP_reduce_sum:
     case IR_OP_reduce_mean:
@@ -442,7 +426,6 @@ int main(void)
         TEST(test_cast_between_every_pair_of_dtypes_matches_the_cpu),
         TEST(test_reshape_broadcast_to_and_transpose_match_the_cpu),
         TEST(test_slice_pad_and_concat_match_the_cpu_along_any_axis),
-        TEST(test_causal_mask_matches_the_cpu_with_any_fill_value),
         TEST(test_embedding_gathers_rows_like_the_cpu),
         TEST(test_embedding_rejects_an_id_out_of_range_with_the_cpu_message),
         TEST(test_reductions_match_the_cpu_on_both_of_its_paths),

@@ -119,8 +119,7 @@ static void cast(const ir_node *n, const ir_type *from, const double *x, double 
 
 /* ---- data movement ---- */
 
-/* Each result element is one operand element, or `fill` (pad's zeros,
- * causal_mask's value in the dtype). */
+/* Each result element is one operand element, or pad's zero. */
 static void movement(const ir_node *n, const ir_type *const *t, const double *const *in, double *out)
 {
     const ir_type *o = &n->type;
@@ -129,7 +128,6 @@ static void movement(const ir_node *n, const ir_type *const *t, const double *co
     int64_t start = ir_attr_i(n, "start"), before = ir_attr_i(n, "before");
     const int64_t *perm = ir_attr_ints(n, "perm", &np);
     double fill = 0;
-    if (n->op == IR_OP_causal_mask) fill = stored_f64(o->dtype, ir_attr_f(n, "value"));
     int64_t idx[ALLOY_MAX_RANK], src[ALLOY_MAX_RANK];
     for (int64_t i = 0; i < ir_numel(o); i++) {
         unravel(o, i, idx);
@@ -152,9 +150,6 @@ static void movement(const ir_node *n, const ir_type *const *t, const double *co
         case IR_OP_concat:
             while (idx[axis] >= t[j]->dims[axis]) idx[axis] -= t[j++]->dims[axis];
             at = ravel(t[j], idx);
-            break;
-        case IR_OP_causal_mask: /* keys after query q + (Tk - Tq) are in the future */
-            if (idx[o->rank - 1] > idx[o->rank - 2] + o->dims[o->rank - 1] - o->dims[o->rank - 2]) at = -1;
             break;
         default: break; /* reshape */
         }
@@ -316,8 +311,7 @@ alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const d
     case IR_OP_transpose:
     case IR_OP_slice:
     case IR_OP_pad:
-    case IR_OP_concat:
-    case IR_OP_causal_mask: movement(n, in_types, in, out); return ALLOY_OK;
+    case IR_OP_concat: movement(n, in_types, in, out); return ALLOY_OK;
     case IR_OP_embedding: return embedding(n, in_types, in, out, why, whylen);
     case IR_OP_reduce_sum:
     case IR_OP_reduce_mean:
