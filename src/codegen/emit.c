@@ -1,0 +1,60 @@
+/* emit.c - the emitter's driver: one or more kernels per scheduled step, and the list of steps left to libraries or to later work. */
+#include <string.h>
+
+#include "codegen/emit_impl.h"
+
+static bool note_skipped(cg_program *p, int step, const char *why)
+{
+    int *steps = al_realloc(p->skipped, sizeof(int) * (size_t)(p->nskipped + 1));
+    if (steps) p->skipped = steps;
+    const char **whys = al_realloc(p->why, sizeof(char *) * (size_t)(p->nskipped + 1));
+    if (whys) p->why = whys;
+    if (!steps || !whys) return false;
+    p->skipped[p->nskipped] = step;
+    p->why[p->nskipped++] = why;
+    return true;
+}
+
+alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *st = &s->steps[k];
+        const ir_node *last = g->nodes[st->pos];
+        const char *why;
+        switch (st->kind) {
+        case STEP_EW:
+        case STEP_GEMM: why = cg_emit_ew(out, g, s, k); break;
+        case STEP_MULTI: why = cg_emit_multi(out, g, s, k); break;
+        case STEP_ROW: why = cg_emit_row(out, g, s, k); break;
+        case STEP_OP:
+            why = ir_ops[last->op].row ? cg_emit_row(out, g, s, k)
+                  : last->op == IR_OP_cast ? cg_emit_ew(out, g, s, k)
+                  : last->op == IR_OP_matmul ? "a library GEMM (cuBLASLt)"
+                  : "no kernel yet for this op";
+            break;
+        default: why = "unknown step kind"; break;
+        }
+        if (why && strcmp(why, "out of memory") == 0) {
+            cg_program_free(out);
+            al_fmt(err, errlen, "out of memory emitting step %d", k);
+            return ALLOY_ERR_OOM;
+        }
+        if (why && !note_skipped(out, k, why)) {
+            cg_program_free(out);
+            al_fmt(err, errlen, "out of memory emitting step %d", k);
+            return ALLOY_ERR_OOM;
+        }
+    }
+    return ALLOY_OK;
+}
+
+void cg_program_free(cg_program *p)
+{
+    for (int i = 0; i < p->nkernels; i++) {
+        al_free(p->kernels[i].source);
+        al_free(p->kernels[i].params);
+    }
+    al_free(p->kernels), al_free(p->skipped), al_free(p->why);
+    memset(p, 0, sizeof *p);
+}

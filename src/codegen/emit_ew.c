@@ -1,0 +1,260 @@
+/* emit_ew.c - elementwise kernels: ew steps, casts, GEMM epilogues after the library GEMM, and multi steps (every chain in one launch, found_inf on the way). */
+#include <string.h>
+
+#include "codegen/emit_impl.h"
+
+static bool in_part(const cg_ew_part *p, int node)
+{
+    int m = p->s->member_of[node];
+    return m >= p->first && m < p->first + p->n;
+}
+
+/* Appends the element offset of an operand of type t broadcast against the
+ * part's space (coordinates c<d> are declared when `coords`). */
+static void offset_of(cg_text *t, const cg_ew_part *p, const ir_type *ty)
+{
+    const ir_type *sp = p->space;
+    if (ir_numel(ty) == 1) {
+        cg_put(t, "0");
+        return;
+    }
+    if (ty->rank == sp->rank && memcmp(ty->dims, sp->dims, sizeof(int64_t) * (size_t)sp->rank) == 0) {
+        cg_put(t, "%s", p->e);
+        return;
+    }
+    int64_t stride = 1;
+    bool any = false;
+    cg_put(t, "(");
+    for (int d = ty->rank - 1; d >= 0; d--) {
+        int sd = d + sp->rank - ty->rank;
+        if (ty->dims[d] != 1) {
+            cg_put(t, "%sc%d * %lldll", any ? " + " : "", sd, (long long)stride);
+            any = true;
+        }
+        stride *= ty->dims[d];
+    }
+    cg_put(t, "%s)", any ? "" : "0");
+}
+
+/* Whether some operand of the part from outside needs coordinates. */
+static bool needs_coords(const cg_ew_part *p)
+{
+    for (int m = p->first; m < p->first + p->n; m++) {
+        const ir_node *x = p->g->nodes[p->s->members[m].node];
+        for (int j = 0; j < x->nin; j++) {
+            const ir_type *ty = &p->g->nodes[x->in[j]]->type;
+            if (in_part(p, x->in[j]) || p->s->step_of[x->in[j]] == (int)(p->step - p->s->steps) || ir_numel(ty) == 1)
+                continue;
+            if (ty->rank != p->space->rank || memcmp(ty->dims, p->space->dims, sizeof(int64_t) * (size_t)ty->rank))
+                return true;
+        }
+    }
+    return false;
+}
+
+void cg_emit_members(cg_text *t, const cg_ew_part *p)
+{
+    const ir_graph *g = p->g;
+    const schedule *s = p->s;
+    if (needs_coords(p)) {
+        cg_put(t, "        long long q_ = %s;\n", p->e);
+        for (int d = p->space->rank - 1; d >= 0; d--)
+            cg_put(t, "        const long long c%d = q_ %% %lldll; q_ /= %lldll; (void)c%d;\n", d,
+                   (long long)p->space->dims[d], (long long)p->space->dims[d], d);
+    }
+    for (int m = p->first; m < p->first + p->n; m++) {
+        const sched_member *mb = &s->members[m];
+        const ir_node *x = g->nodes[mb->node];
+        char src[3][64];
+        for (int j = 0; j < 3; j++) {
+            if (j >= x->nin) { /* unused operands read as a */
+                memcpy(src[j], src[0], sizeof src[j]);
+                continue;
+            }
+            int o = x->in[j];
+            int om = s->member_of[o];
+            if (in_part(p, o) || (p->product >= 0 && om == p->product)) {
+                al_fmt(src[j], sizeof src[j], "v%d", om);
+                continue;
+            }
+            if (p->slot && s->step_of[o] == (int)(p->step - s->steps)) { /* an earlier part's value, this lane's */
+                al_fmt(src[j], sizeof src[j], "r%d[%s]", om, p->slot);
+                continue;
+            }
+            int k = cg_param_of(p->ps, CG_PARAM_NODE, o, false, 0);
+            cg_text idx = {0};
+            offset_of(&idx, p, &g->nodes[o]->type);
+            cg_put(t, "        const T x%d_%d = ", m, j);
+            char pk[16];
+            al_fmt(pk, sizeof pk, "p%d", k);
+            cg_load(t, g->nodes[o]->type.dtype, pk, idx.s ? idx.s : "0");
+            cg_put(t, ";\n");
+            cg_text_free(&idx);
+            al_fmt(src[j], sizeof src[j], "x%d_%d", m, j);
+        }
+        const char *expr = x->op == IR_OP_cast ? "a" : ir_ops[x->op].expr;
+        cg_put(t, "        T v%d;\n        { const T a = %s, b = %s, c = %s; (void)a, (void)b, (void)c; v%d = (T)(%s); }\n",
+               m, src[0], src[1], src[2], m, expr);
+        char v[16];
+        al_fmt(v, sizeof v, "v%d", m);
+        cg_apply_flags(t, x->type.dtype, p->wide, mb->flags, v);
+        if (mb->flags & MEMBER_STORED) {
+            int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
+            cg_put(t, "        p%d[%s] = ", k, p->e);
+            cg_store(t, x->type.dtype, p->wide, v);
+            cg_put(t, ";\n");
+        }
+        if (p->slot && (mb->flags & MEMBER_SPILLED)) /* a later part reads it, rounded */
+            cg_put(t, "        r%d[%s] = %s;\n", m, p->slot, v);
+        if (mb->flags & MEMBER_CHECK) {
+            alloy_dtype dt = x->type.dtype;
+            if (dt == ALLOY_F16 || dt == ALLOY_BF16) {
+                cg_put(t, "        { %s r_ = ", cg_storage(dt));
+                cg_store(t, dt, p->wide, v);
+                cg_put(t, "; if (!isfinite(");
+                cg_load(t, dt, "(&r_)", "0");
+                cg_put(t, ")) bad_ = 1; }\n");
+            } else if (ir_is_float(dt)) {
+                cg_put(t, "        if (!isfinite(%s)) bad_ = 1;\n", v);
+            }
+        }
+    }
+}
+
+static unsigned grid_for(int64_t total)
+{
+    int64_t blocks = (total + CG_BLOCK - 1) / CG_BLOCK;
+    return (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
+}
+
+static int64_t part_bytes(const ir_graph *g, const cg_params *ps)
+{
+    int64_t b = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->at[i].kind == CG_PARAM_NODE) b += (int64_t)ir_nbytes(&g->nodes[ps->at[i].node]->type);
+    return b;
+}
+
+const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *st = &s->steps[k];
+    const ir_node *last = g->nodes[st->pos];
+    cg_ew_part p = {.g = g, .s = s, .step = st, .first = st->first, .n = st->n, .space = &st->space, .product = -1, .e = "e"};
+    if (st->kind == STEP_OP && last->op != IR_OP_cast) return "no kernel yet for this op (a library call or an op kernel)";
+    if (st->kind == STEP_OP) { /* a cast: through f64 when either side is f64 or an integer */
+        alloy_dtype a = g->nodes[last->in[0]]->type.dtype, b = last->type.dtype;
+        p.wide = a == ALLOY_F64 || b == ALLOY_F64 || ir_is_int(a) || ir_is_int(b);
+    } else if (st->kind == STEP_GEMM) { /* the epilogue: the members after the matmul */
+        p.first = st->first + 1, p.n = st->n - 1, p.product = st->first;
+        p.wide = s->parts[st->first_part + 1].wide;
+    } else {
+        p.wide = s->parts[st->first_part].wide;
+    }
+    cg_params ps = {0};
+    p.ps = &ps;
+    cg_text body = {0}, t = {0};
+    if (p.product >= 0) { /* the f32 product, with the matmul's flags; stored when asked */
+        const sched_member *mm = &s->members[p.product];
+        const ir_node *x = g->nodes[mm->node];
+        int kp = cg_param_of(&ps, CG_PARAM_PRODUCT, x->id, false, 0);
+        cg_put(&body, "        T v%d = (T)p%d[e];\n", p.product, kp);
+        if (mm->flags & MEMBER_STORED) {
+            int ko = cg_param_of(&ps, CG_PARAM_NODE, x->id, true, 0);
+            cg_put(&body, "        p%d[e] = ", ko);
+            char pv[16];
+            al_fmt(pv, sizeof pv, "v%d", p.product);
+            cg_store(&body, x->type.dtype, false, pv);
+            cg_put(&body, ";\n");
+        }
+        if ((mm->flags & MEMBER_RANGED) && (x->type.dtype == ALLOY_F16 || x->type.dtype == ALLOY_BF16))
+            cg_put(&body, "        v%d = alloy_range_%s(v%d);\n", p.product, x->type.dtype == ALLOY_F16 ? "f16" : "bf16",
+                   p.product);
+    }
+    cg_emit_members(&body, &p);
+    char name[48];
+    al_fmt(name, sizeof name, "alloy_s%d_%s", k, sched_kind_name(st->kind));
+    int64_t total = ir_numel(&st->space);
+    cg_put_preamble(&t);
+        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t, ")\n{\n    typedef %s T;\n    int bad_ = 0; (void)bad_;\n", p.wide ? "double" : "float");
+    cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
+               " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n}\n",
+           (long long)total, body.s ? body.s : "");
+    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, st->kind, &t, &ps, grid_for(total), CG_BLOCK,
+                                         part_bytes(g, &ps));
+    cg_text_free(&body), cg_text_free(&t);
+    al_free(ps.at);
+    return ok ? NULL : "out of memory";
+}
+
+const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *st = &s->steps[k];
+    const sched_part *lastp = &s->parts[st->first_part + st->nparts - 1];
+    const ir_node *fi = lastp->kind == PART_OP ? g->nodes[s->members[lastp->first].node] : NULL;
+    cg_params ps = {0};
+    cg_text body = {0}, t = {0};
+    int64_t start = 0;
+    bool wide = false;
+    for (int q = st->first_part; q < st->first_part + st->nparts; q++) {
+        const sched_part *part = &s->parts[q];
+        if (part->kind != PART_EW) continue;
+        const ir_type *space = &g->nodes[s->members[part->first + part->n - 1].node]->type;
+        int64_t n = ir_numel(space);
+        cg_ew_part p = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = space,
+                        .wide = part->wide, .product = -1, .ps = &ps, .e = "i"};
+        wide |= part->wide;
+        cg_put(&body, "    %sif (e < %lldll) {\n        const long long i = e - %lldll;\n", start ? "else " : "",
+               (long long)(start + n), (long long)start);
+        if (part->wide != false) cg_put(&body, "        typedef double T;\n");
+        cg_emit_members(&body, &p);
+        cg_put(&body, "    }\n");
+        start += n;
+    }
+    /* found_inf's operands from outside the step: checked as they are */
+    for (int j = 0; fi && j < fi->nin; j++) {
+        int o = fi->in[j];
+        if (s->step_of[o] == k) continue;
+        int64_t n = ir_numel(&g->nodes[o]->type);
+        int kp = cg_param_of(&ps, CG_PARAM_NODE, o, false, 0);
+        char pk[16];
+        al_fmt(pk, sizeof pk, "p%d", kp);
+        cg_put(&body, "    %sif (e < %lldll) {\n        const long long i = e - %lldll;\n        if (!isfinite(",
+               start ? "else " : "", (long long)(start + n), (long long)start);
+        cg_load(&body, g->nodes[o]->type.dtype, pk, "i");
+        cg_put(&body, ")) bad_ = 1;\n    }\n");
+        start += n;
+    }
+    char name[48];
+    al_fmt(name, sizeof name, "alloy_s%d_multi", k);
+    int flag = fi ? cg_param_of(&ps, CG_PARAM_FLAG, fi->id, true, 1) : -1;
+    cg_put_preamble(&t);
+        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t, ")\n{\n    typedef float T;\n    int bad_ = 0;\n");
+    cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
+               " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n", (long long)start, body.s ? body.s : "");
+    if (flag >= 0) cg_put(&t, "    if (bad_) atomicOr(p%d, 1u);\n", flag);
+    else cg_put(&t, "    (void)bad_;\n");
+    cg_put(&t, "}\n");
+    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, STEP_MULTI, &t, &ps, grid_for(start), CG_BLOCK,
+                                         part_bytes(g, &ps));
+    cg_text_free(&body), cg_text_free(&t);
+    if (ok && fi) { /* the flag becomes found_inf's bool */
+        cg_params fp = {0};
+        int kf = cg_param_of(&fp, CG_PARAM_FLAG, fi->id, false, 1);
+        int ko = cg_param_of(&fp, CG_PARAM_NODE, fi->id, true, 0);
+        al_fmt(name, sizeof name, "alloy_s%d_found_inf", k);
+        cg_put_preamble(&t);
+        cg_put(&t, "\nextern \"C\" __global__ void %s(", name);
+        cg_param_list(&t, g, &fp);
+        cg_put(&t, ")\n{\n    if (blockIdx.x == 0 && threadIdx.x == 0) p%d[0] = (unsigned char)(p%d[0] != 0u);\n}\n", ko, kf);
+        ok = cg_add_kernel(prog, g, name, k, STEP_MULTI, &t, &fp, 1, 1, 5);
+        cg_text_free(&t);
+        al_free(fp.at);
+    }
+    al_free(ps.at);
+    (void)wide;
+    return ok ? NULL : "out of memory";
+}

@@ -1,0 +1,88 @@
+/* emit_impl.h - what the emitter's files share: a text buffer, dtype spellings, and the per-kernel parameter list. */
+#ifndef ALLOY_EMIT_IMPL_H
+#define ALLOY_EMIT_IMPL_H
+
+#include "codegen/emit.h"
+
+/* A growing text; a failed allocation is sticky (oom) and checked once. */
+typedef struct cg_text {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} cg_text;
+
+AL_HIDDEN void cg_put(cg_text *t, const char *fmt, ...) AL_PRINTF(2, 3);
+AL_HIDDEN void cg_text_free(cg_text *t);
+
+/* Appends the source every kernel starts with: alloy's f16/bf16 conversions
+ * (inline PTX on the device, the CPU's bit-exact integer rules elsewhere),
+ * the range rule, warp reductions. */
+AL_HIDDEN void cg_put_preamble(cg_text *t);
+/* The C++ type a dtype is stored as ("float", "unsigned short", ...). */
+AL_HIDDEN const char *cg_storage(alloy_dtype dt);
+/* Appends the expression loading p[idx] (dtype dt) into compute type T
+ * (wide: double, else float). idx is C text. */
+AL_HIDDEN void cg_load(cg_text *t, alloy_dtype dt, const char *p, const char *idx);
+/* Appends the expression storing compute value v as dtype dt (wide: v is double). */
+AL_HIDDEN void cg_store(cg_text *t, alloy_dtype dt, bool wide, const char *v);
+/* Appends statements applying a member's flags to variable v (docs/fusion.md):
+ * the range rule for MEMBER_RANGED, the round trip through dt for
+ * MEMBER_EXACT. */
+AL_HIDDEN void cg_apply_flags(cg_text *t, alloy_dtype dt, bool wide, uint8_t flags, const char *v);
+/* A double as exact C text (hex float; inf and nan spelled by the preamble). */
+AL_HIDDEN void cg_double(cg_text *t, double v);
+
+/* The parameters of the kernel being built: a node's buffer is added once. */
+typedef struct cg_params {
+    cg_param *at;
+    int n, cap;
+    bool oom;
+} cg_params;
+
+/* Index of the parameter (kind, node), added when new; `written` is or-ed in. */
+AL_HIDDEN int cg_param_of(cg_params *ps, cg_param_kind kind, int node, bool written, int64_t count);
+/* Appends "T *__restrict__ p0, const U *__restrict__ p1, ..." for ps. */
+AL_HIDDEN void cg_param_list(cg_text *t, const ir_graph *g, const cg_params *ps);
+
+/* An elementwise part being emitted: members [first, first + n) of step
+ * `step`, read and written at flat index `e` (C text) of `space`. Values of
+ * this part are variables v<m> (m: the member's index in s->members); with
+ * `slot` set (row kernels), a member of an earlier part of the step is read
+ * from this lane's register array r<m>[slot], and a member a later part
+ * reads (MEMBER_SPILLED) is written there, rounded. */
+typedef struct cg_ew_part {
+    const ir_graph *g;
+    const schedule *s;
+    const sched_step *step;
+    int first, n;
+    const ir_type *space;
+    bool wide;
+    int product; /* member index of the GEMM's matmul whose f32 product feeds the part, or -1 */
+    cg_params *ps;
+    const char *e;
+    const char *slot;
+} cg_ew_part;
+
+/* Appends the statements computing the part's members at index p->e: loads
+ * of operands from outside (broadcast against the space), each member's
+ * expression from the op table, its flags, its store when stored, its
+ * found_inf check (setting the kernel's `bad_`). */
+AL_HIDDEN void cg_emit_members(cg_text *t, const cg_ew_part *p);
+
+/* Appends the host emulation's entry `NAME__host(void **params)` (under
+ * ALLOY_HOST_EMULATION) and adds the kernel (taking text and params) to p;
+ * false on OOM. */
+AL_HIDDEN bool cg_add_kernel(cg_program *p, const ir_graph *g, const char *name, int step, step_kind kind,
+                             cg_text *text, cg_params *params, unsigned grid, unsigned block, int64_t bytes);
+
+/* The step emitters (emit_ew.c, emit_row.c): add the kernels of step k of
+ * s to p, or return the reason none can be emitted (a static string). */
+AL_HIDDEN const char *cg_emit_ew(cg_program *p, const ir_graph *g, const schedule *s, int k);
+AL_HIDDEN const char *cg_emit_multi(cg_program *p, const ir_graph *g, const schedule *s, int k);
+AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedule *s, int k);
+
+/* Threads per block of the elementwise kernels; their grid is capped so the
+ * grid-stride loop does the rest. */
+enum { CG_BLOCK = 256, CG_MAX_GRID = 4096 };
+
+#endif
