@@ -1,0 +1,639 @@
+/* emu.h - the CUDA execution model on the host, force-included (-include emu.h -DALLOY_HOST_EMULATION) into a generated kernel source compiled as C++17: each block's threads run as fibers on one OS thread, blocks one after another. */
+#ifndef ALLOY_EMU_H
+#define ALLOY_EMU_H
+
+/* What a kernel gets: the keywords (__global__ ... __launch_bounds__), threadIdx, blockIdx,
+ * blockDim, gridDim, warpSize; __syncthreads, __syncwarp; __shfl_sync, __shfl_up_sync,
+ * __shfl_down_sync, __shfl_xor_sync (full mask only; int, unsigned, long, long long and their
+ * unsigned, float, double); atomicAdd/Sub/Max/Min/Or/And/Exch/CAS; __threadfence; __ldg; the math
+ * of <cmath> with float overloads (exp(float) is float) and rsqrtf/rsqrt, __expf, __logf,
+ * __fdividef, min/max, __float_as_int and its kin. Not here: extern __shared__ (dynamic shared
+ * memory), __ballot_sync, __any_sync, __activemask, cooperative groups, half types, textures.
+ *
+ * What differs from a GPU: threads switch only at barriers and shuffles, and blocks run one after
+ * another, so a thread that spins waiting for another thread or block never returns; __shared__
+ * arrays start with the previous block's values; a shuffle that reads a lane which has exited gets
+ * the reader's own value; floating point is the host's (no FMA contraction). Each thread has
+ * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
+ * -fstack-clash-protection so that a large frame cannot jump over it. */
+
+#ifndef __cplusplus
+#error "emu.h emulates CUDA C++: compile the kernel source as C++17"
+#endif
+
+#include <math.h>
+#include <cmath>
+#include <csetjmp>
+#include <csignal>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+/* Kernels compiled with AddressSanitizer tell it about every stack switch. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOY_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ALLOY_EMU_ASAN 1
+#endif
+#endif
+#ifdef ALLOY_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* Each emulated thread's stack, with a guard page below it. Instrumented
+ * frames (and a sanitizer's report, printed on the faulting stack) need more. */
+#ifndef ALLOY_EMU_STACK
+#ifdef ALLOY_EMU_ASAN
+#define ALLOY_EMU_STACK (256u << 10)
+#else
+#define ALLOY_EMU_STACK (64u << 10)
+#endif
+#endif
+
+/* ---- CUDA's declaration keywords ---- */
+
+/* __restrict__ is already a keyword of g++ and clang++. __shared__ is static:
+ * blocks run one after another, so a function-static array is the running
+ * block's shared memory (uninitialized on a GPU: kernels write it first). */
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+};
+static constexpr int warpSize = 32;
+
+/* ---- the runtime ---- */
+
+namespace alloy_emu {
+
+enum { lanes = 32, max_threads = 1024 };
+enum fiber_state { runnable, at_sync, at_warp, done, stopped };
+
+struct fiber {
+    ucontext_t ctx;
+    uint3 idx;                 /* threadIdx */
+    unsigned id, warp, lane;   /* linear id in the block, its warp and lane */
+    unsigned shuffles;         /* shuffles done: the tag of this one's deposits */
+    fiber_state state;
+    int line;                  /* source line of the barrier it waits at */
+    const char *what;          /* the intrinsic it waits in */
+    void *fake_stack;          /* ASan's, while switched out */
+};
+
+/* A warp's shuffle slots, double-buffered by the parity of the shuffle: a
+ * lane deposits into buffer k & 1 at its k-th shuffle and can only reach
+ * shuffle k + 2 after every live lane has passed shuffle k + 1, that is after
+ * they all read shuffle k's buffer; so one barrier per shuffle is enough. */
+struct warp_state {
+    unsigned live, waiting;
+    unsigned long long slot[2][lanes];
+    unsigned tag[2][lanes]; /* the shuffle (count) each deposit belongs to */
+};
+
+struct launch_state {
+    void (*entry)(void **);
+    void **params;
+    dim3 grid, block;
+    uint3 block_idx;
+    unsigned nthreads, live, waiting; /* this block's threads, those not done, those in __syncthreads */
+    fiber *threads;
+    warp_state *warps;
+    char *stacks;                     /* nthreads x (guard page, stack) */
+    size_t page, stride, map_len;
+    ucontext_t scheduler;
+    void *scheduler_fake;
+    const void *scheduler_bottom;
+    size_t scheduler_size;
+    bool failed;
+    char *err;
+    size_t errlen;
+    sigjmp_buf overflow;
+    struct sigaction old_segv;
+    stack_t old_altstack;
+    void *altstack;
+};
+
+/* One launch at a time per kernel library (alloy_emu_launch refuses a second). */
+static launch_state launch;
+static fiber *self; /* the running thread */
+static char no_err[256];
+
+#ifdef ALLOY_EMU_ASAN
+static void switch_start(void **fake, const void *bottom, size_t size) { __sanitizer_start_switch_fiber(fake, bottom, size); }
+static void switch_finish(void *fake, const void **bottom, size_t *size) { __sanitizer_finish_switch_fiber(fake, bottom, size); }
+#else
+static void switch_start(void **, const void *, size_t) {}
+static void switch_finish(void *, const void **, size_t *) {}
+#endif
+
+/* Records the launch's first error; later ones are consequences. */
+__attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
+{
+    if (launch.failed) return;
+    launch.failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(launch.err, launch.errlen, fmt, ap);
+    va_end(ap);
+}
+
+static char *stack_of(const fiber *f) { return launch.stacks + f->id * launch.stride + launch.page; }
+
+static void resume(fiber *f)
+{
+    self = f;
+    switch_start(&launch.scheduler_fake, stack_of(f), ALLOY_EMU_STACK);
+    swapcontext(&launch.scheduler, &f->ctx);
+    switch_finish(launch.scheduler_fake, nullptr, nullptr);
+}
+
+/* Back to the scheduler until released (never, when exiting or stopped). */
+static void suspend(bool exiting)
+{
+    fiber *f = self;
+    switch_start(exiting ? nullptr : &f->fake_stack, launch.scheduler_bottom, launch.scheduler_size);
+    swapcontext(&f->ctx, &launch.scheduler);
+    switch_finish(f->fake_stack, nullptr, nullptr);
+}
+
+/* The running thread stops for good after an error. */
+[[noreturn]] static void stop(void)
+{
+    self->state = stopped;
+    suspend(true);
+    abort(); /* never resumed */
+}
+
+/* "threads 0-31 in __syncthreads (line 12), threads 32-63 in ..." for the threads not done. */
+static void describe_waits(char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (unsigned i = 0, j; i < launch.nthreads && used < len; i = j) {
+        const fiber *f = &launch.threads[i];
+        for (j = i + 1; j < launch.nthreads; j++) {
+            const fiber *g = &launch.threads[j];
+            if (g->state != f->state || g->what != f->what || g->line != f->line) break;
+        }
+        if (f->state == done) continue;
+        char who[32];
+        if (j - i > 1)
+            snprintf(who, sizeof who, "threads %u-%u", i, j - 1);
+        else
+            snprintf(who, sizeof who, "thread %u", i);
+        used += (size_t)snprintf(out + used, len - used, "%s%s in %s (line %d)", used ? ", " : "", who, f->what, f->line);
+    }
+}
+
+static void fail_divergent(const char *why)
+{
+    char waits[320];
+    describe_waits(waits, sizeof waits);
+    fail("block (%u,%u,%u): %s: %s", launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, why, waits);
+}
+
+/* Every thread not done waits in __syncthreads: all at one call site, or the barrier is divergent. */
+static void release_block(void)
+{
+    int line = -1;
+    for (unsigned i = 0; i < launch.nthreads; i++) {
+        const fiber *f = &launch.threads[i];
+        if (f->state != at_sync) continue;
+        if (line < 0) line = f->line;
+        if (f->line != line) return fail_divergent("divergent __syncthreads (threads wait at different barriers)");
+    }
+    for (unsigned i = 0; i < launch.nthreads; i++)
+        if (launch.threads[i].state == at_sync) launch.threads[i].state = runnable;
+    launch.waiting = 0;
+}
+
+static void release_warp(unsigned w)
+{
+    unsigned end = w * lanes + lanes < launch.nthreads ? w * lanes + lanes : launch.nthreads;
+    for (unsigned i = w * lanes; i < end; i++)
+        if (launch.threads[i].state == at_warp) launch.threads[i].state = runnable;
+    launch.warps[w].waiting = 0;
+}
+
+/* A barrier over the block's threads that have not exited: as on a GPU, a
+ * thread that exits releases a barrier that waited only for it. */
+static inline void syncthreads(int line)
+{
+    __asm__ __volatile__("" ::: "memory");
+    fiber *f = self;
+    f->state = at_sync;
+    f->line = line;
+    f->what = "__syncthreads";
+    if (++launch.waiting == launch.live) release_block();
+    if (f->state != runnable) suspend(false); /* after an error, never resumed */
+    __asm__ __volatile__("" ::: "memory");
+}
+
+/* The same over the lanes of the running thread's warp. */
+static inline void warp_barrier(int line, const char *what)
+{
+    __asm__ __volatile__("" ::: "memory");
+    fiber *f = self;
+    warp_state *w = &launch.warps[f->warp];
+    f->state = at_warp;
+    f->line = line;
+    f->what = what;
+    if (++w->waiting == w->live) release_warp(f->warp);
+    if (f->state != runnable) suspend(false); /* after an error, never resumed */
+    __asm__ __volatile__("" ::: "memory");
+}
+
+enum shuffle_kind { shfl_idx, shfl_up, shfl_down, shfl_xor };
+
+/* A shuffle: deposit v, warp barrier, read the source lane's deposit. A source
+ * outside the lane's width segment gives v back (CUDA's rule); so does a lane
+ * that did not take part (exited, or not launched in a partial warp), which
+ * is undefined on a GPU. */
+template <class T> static T shuffle(unsigned mask, T v, int arg, int width, int line, shuffle_kind kind, const char *what)
+{
+    static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffled values are at most 8 bytes");
+    fiber *f = self;
+    if (mask != 0xffffffffu) {
+        fail("block (%u,%u,%u) thread %u: %s (line %d) with mask 0x%x: the emulation takes only the full mask 0xffffffff",
+             launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, f->id, what, line, mask);
+        stop();
+    }
+    if (width < 1 || width > lanes || (width & (width - 1))) {
+        fail("%s (line %d): width %d is not a power of two in 1..32", what, line, width);
+        stop();
+    }
+    warp_state *w = &launch.warps[f->warp];
+    unsigned parity = f->shuffles & 1, tag = ++f->shuffles;
+    w->slot[parity][f->lane] = 0;
+    memcpy(&w->slot[parity][f->lane], &v, sizeof v);
+    w->tag[parity][f->lane] = tag;
+    warp_barrier(line, what);
+
+    int lane = (int)f->lane, base = lane & ~(width - 1), src;
+    switch (kind) {
+    case shfl_idx: src = base + (arg & (width - 1)); break;
+    case shfl_up: src = lane - arg < base ? lane : lane - arg; break;
+    case shfl_down: src = lane + arg >= base + width ? lane : lane + arg; break;
+    default: src = (lane ^ arg) >= base + width ? lane : lane ^ arg; break;
+    }
+    if (src < 0 || src >= lanes || w->tag[parity][src] != tag) return v;
+    T r;
+    memcpy(&r, &w->slot[parity][src], sizeof r);
+    return r;
+}
+
+/* Where every thread starts, on its own stack; it never returns. */
+static void thread_main(void)
+{
+    switch_finish(nullptr, &launch.scheduler_bottom, &launch.scheduler_size);
+    launch.entry(launch.params);
+    fiber *f = self;
+    warp_state *w = &launch.warps[f->warp];
+    f->state = done;
+    f->what = "exit";
+    launch.live--;
+    w->live--;
+    if (launch.live && launch.waiting == launch.live) release_block();
+    if (w->live && w->waiting == w->live) release_warp(f->warp);
+    suspend(true);
+    abort(); /* never resumed */
+}
+
+/* Runs launch.block_idx's block: every thread until it exits, round robin,
+ * each until it waits at a barrier; false after an error. */
+static bool run_block(void)
+{
+    const dim3 b = launch.block;
+    for (unsigned i = 0; i < launch.nthreads; i++) {
+        fiber *f = &launch.threads[i];
+        f->idx = uint3{i % b.x, i / b.x % b.y, i / (b.x * b.y)};
+        f->id = i;
+        f->warp = i / lanes;
+        f->lane = i % lanes;
+        f->shuffles = 0;
+        f->state = runnable;
+        f->line = 0;
+        f->what = "start";
+        f->ctx.uc_stack.ss_sp = stack_of(f);
+        f->ctx.uc_stack.ss_size = ALLOY_EMU_STACK;
+        f->ctx.uc_link = nullptr;
+        makecontext(&f->ctx, thread_main, 0);
+    }
+    unsigned nwarps = (launch.nthreads + lanes - 1) / lanes;
+    memset(launch.warps, 0, nwarps * sizeof *launch.warps);
+    for (unsigned w = 0; w < nwarps; w++)
+        launch.warps[w].live = w + 1 < nwarps ? (unsigned)lanes : launch.nthreads - w * lanes;
+    launch.live = launch.nthreads;
+    launch.waiting = 0;
+
+    while (launch.live && !launch.failed) {
+        unsigned ran = 0;
+        for (unsigned i = 0; i < launch.nthreads && !launch.failed; i++) {
+            if (launch.threads[i].state != runnable) continue;
+            resume(&launch.threads[i]);
+            ran++;
+        }
+        if (!ran && !launch.failed) fail_divergent("divergent barrier (no thread can go on)");
+    }
+    return !launch.failed;
+}
+
+static void run_grid(void)
+{
+    const dim3 g = launch.grid;
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                launch.block_idx = uint3{x, y, z};
+                if (!run_block()) return;
+            }
+}
+
+/* A fault in a guard page is the running thread's stack overflow: the launch
+ * fails. Any other fault goes to the handler there was before. */
+static void on_segv(int sig, siginfo_t *info, void *uctx)
+{
+    (void)sig;
+    (void)uctx;
+    char *at = (char *)info->si_addr;
+    if (at >= launch.stacks && at < launch.stacks + launch.map_len &&
+        (size_t)(at - launch.stacks) % launch.stride < launch.page) {
+        fail("block (%u,%u,%u) thread %u overflowed its %u KiB stack (deep recursion or large local arrays; "
+             "-DALLOY_EMU_STACK=bytes sets the size)",
+             launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, self->id, (unsigned)(ALLOY_EMU_STACK >> 10));
+        switch_start(nullptr, launch.scheduler_bottom, launch.scheduler_size);
+        siglongjmp(launch.overflow, 1);
+    }
+    sigaction(SIGSEGV, &launch.old_segv, nullptr);
+}
+
+static bool check_dims(const char *what, const unsigned d[3], const unsigned limit[3])
+{
+    for (int i = 0; i < 3; i++) {
+        if (d[i] == 0)
+            fail("%s (%u,%u,%u): dimension %c is 0", what, d[0], d[1], d[2], "xyz"[i]);
+        else if (d[i] > limit[i])
+            fail("%s (%u,%u,%u): dimension %c is %u, more than %u", what, d[0], d[1], d[2], "xyz"[i], d[i], limit[i]);
+    }
+    return !launch.failed;
+}
+
+/* Maps nthreads stacks, each above a PROT_NONE guard page; false when out of memory. */
+static bool map_stacks(void)
+{
+    launch.page = (size_t)sysconf(_SC_PAGESIZE);
+    launch.stride = launch.page + ((ALLOY_EMU_STACK + launch.page - 1) / launch.page) * launch.page;
+    launch.map_len = launch.nthreads * launch.stride;
+    void *p = mmap(nullptr, launch.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                   -1, 0);
+    if (p == MAP_FAILED) return false;
+    launch.stacks = (char *)p;
+    for (unsigned i = 0; i < launch.nthreads; i++)
+        if (mprotect(launch.stacks + i * launch.stride, launch.page, PROT_NONE) != 0) return false;
+    return true;
+}
+
+/* getcontext, which makecontext needs first, out of line: it returns twice. */
+__attribute__((noinline)) static bool init_context(ucontext_t *ctx) { return getcontext(ctx) == 0; }
+
+static void unmap_stacks(void)
+{
+    if (!launch.stacks) return;
+#ifdef ALLOY_EMU_ASAN
+    __asan_unpoison_memory_region(launch.stacks, launch.map_len);
+#endif
+    munmap(launch.stacks, launch.map_len);
+    launch.stacks = nullptr;
+}
+
+__attribute__((noinline)) static void run_guarded(void)
+{
+    size_t alt_size = 64u << 10;
+    launch.altstack = malloc(alt_size);
+    stack_t alt = {};
+    alt.ss_sp = launch.altstack;
+    alt.ss_size = alt_size;
+    struct sigaction sa = {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (!launch.altstack || sigaltstack(&alt, &launch.old_altstack) != 0) {
+        free(launch.altstack);
+        return fail("alloy_emu_launch: no signal stack for the stack overflow guard");
+    }
+    sigaction(SIGSEGV, &sa, &launch.old_segv);
+    if (sigsetjmp(launch.overflow, 1) == 0)
+        run_grid();
+    else
+        switch_finish(launch.scheduler_fake, nullptr, nullptr);
+    sigaction(SIGSEGV, &launch.old_segv, nullptr);
+    sigaltstack(&launch.old_altstack, nullptr);
+    free(launch.altstack);
+}
+
+} /* namespace alloy_emu */
+
+/* Runs entry (a kernel's NAME__host trampoline) on grid x block threads:
+ * blocks one after another, each block's threads as fibers. Returns 0, or -1
+ * with a message in err: a zero or too large dimension (block over 1024
+ * threads), a divergent barrier, a shuffle mask other than full, a thread's
+ * stack overflow, out of memory, or a launch already running in this library.
+ * The kernel library's only entry besides the trampolines. */
+extern "C" __attribute__((visibility("default"))) int alloy_emu_launch(void (*entry)(void **), const unsigned grid[3],
+                                                                       const unsigned block[3], void **params, char *err,
+                                                                       size_t errlen)
+{
+    using namespace alloy_emu;
+    static const unsigned grid_limit[3] = {0x7fffffffu, 65535, 65535}, block_limit[3] = {1024, 1024, 64};
+    static bool busy;
+    if (__atomic_exchange_n(&busy, true, __ATOMIC_ACQUIRE)) {
+        if (err && errlen) snprintf(err, errlen, "alloy_emu_launch: another launch of this kernel library is running");
+        return -1;
+    }
+    launch = launch_state{};
+    launch.err = err && errlen ? err : no_err;
+    launch.errlen = err && errlen ? errlen : sizeof no_err;
+    launch.err[0] = 0;
+    launch.entry = entry;
+    launch.params = params;
+    if (check_dims("grid", grid, grid_limit) && check_dims("block", block, block_limit)) {
+        launch.grid = dim3{grid[0], grid[1], grid[2]};
+        launch.block = dim3{block[0], block[1], block[2]};
+        launch.nthreads = block[0] * block[1] * block[2];
+        if (launch.nthreads > max_threads)
+            fail("block (%u,%u,%u) has %u threads, more than 1024", block[0], block[1], block[2], launch.nthreads);
+    }
+    if (!launch.failed) {
+        launch.threads = (fiber *)calloc(launch.nthreads, sizeof(fiber));
+        launch.warps = (warp_state *)calloc((launch.nthreads + lanes - 1) / lanes, sizeof(warp_state));
+        if (!launch.threads || !launch.warps || !map_stacks()) fail("alloy_emu_launch: out of memory");
+        for (unsigned i = 0; !launch.failed && i < launch.nthreads; i++)
+            if (!init_context(&launch.threads[i].ctx)) fail("alloy_emu_launch: getcontext failed");
+    }
+    if (!launch.failed) run_guarded();
+    unmap_stacks();
+    free(launch.threads);
+    free(launch.warps);
+    bool failed = launch.failed;
+    launch = launch_state{};
+    __atomic_store_n(&busy, false, __ATOMIC_RELEASE);
+    return failed ? -1 : 0;
+}
+
+/* ---- intrinsics ---- */
+
+/* Source lines name the barrier in divergence messages. */
+#define __syncthreads() ::alloy_emu::syncthreads(__LINE__)
+#define __syncwarp(...) ::alloy_emu::warp_barrier(__LINE__, "__syncwarp")
+#define __shfl_sync(mask, v, ...) ::alloy_emu::shfl((mask), (v), __LINE__, ::alloy_emu::shfl_idx, "__shfl_sync", __VA_ARGS__)
+#define __shfl_up_sync(mask, v, ...) ::alloy_emu::shfl((mask), (v), __LINE__, ::alloy_emu::shfl_up, "__shfl_up_sync", __VA_ARGS__)
+#define __shfl_down_sync(mask, v, ...) \
+    ::alloy_emu::shfl((mask), (v), __LINE__, ::alloy_emu::shfl_down, "__shfl_down_sync", __VA_ARGS__)
+#define __shfl_xor_sync(mask, v, ...) ::alloy_emu::shfl((mask), (v), __LINE__, ::alloy_emu::shfl_xor, "__shfl_xor_sync", __VA_ARGS__)
+
+namespace alloy_emu {
+/* One overload per type CUDA shuffles, so that other arguments convert as there. */
+#define ALLOY_EMU_SHFL(T)                                                                                            \
+    inline T shfl(unsigned mask, T v, int line, shuffle_kind kind, const char *what, int arg, int width = lanes)     \
+    {                                                                                                                \
+        return shuffle<T>(mask, v, arg, width, line, kind, what);                                                    \
+    }
+ALLOY_EMU_SHFL(int)
+ALLOY_EMU_SHFL(unsigned)
+ALLOY_EMU_SHFL(long)
+ALLOY_EMU_SHFL(unsigned long)
+ALLOY_EMU_SHFL(long long)
+ALLOY_EMU_SHFL(unsigned long long)
+ALLOY_EMU_SHFL(float)
+ALLOY_EMU_SHFL(double)
+#undef ALLOY_EMU_SHFL
+} /* namespace alloy_emu */
+
+/* Fibers switch only at barriers, so a plain read-modify-write is atomic. */
+#define ALLOY_EMU_ATOMIC(name, T, expr)                                                                              \
+    inline T name(T *a, T v)                                                                                         \
+    {                                                                                                                \
+        T old = *a;                                                                                                  \
+        *a = (expr);                                                                                                 \
+        return old;                                                                                                  \
+    }
+ALLOY_EMU_ATOMIC(atomicAdd, float, old + v)
+ALLOY_EMU_ATOMIC(atomicAdd, double, old + v)
+ALLOY_EMU_ATOMIC(atomicAdd, int, old + v)
+ALLOY_EMU_ATOMIC(atomicAdd, unsigned, old + v)
+ALLOY_EMU_ATOMIC(atomicAdd, unsigned long long, old + v)
+ALLOY_EMU_ATOMIC(atomicSub, int, old - v)
+ALLOY_EMU_ATOMIC(atomicSub, unsigned, old - v)
+ALLOY_EMU_ATOMIC(atomicMax, int, old > v ? old : v)
+ALLOY_EMU_ATOMIC(atomicMax, unsigned, old > v ? old : v)
+ALLOY_EMU_ATOMIC(atomicMax, unsigned long long, old > v ? old : v)
+ALLOY_EMU_ATOMIC(atomicMin, int, old < v ? old : v)
+ALLOY_EMU_ATOMIC(atomicMin, unsigned, old < v ? old : v)
+ALLOY_EMU_ATOMIC(atomicMin, unsigned long long, old < v ? old : v)
+ALLOY_EMU_ATOMIC(atomicOr, int, old | v)
+ALLOY_EMU_ATOMIC(atomicOr, unsigned, old | v)
+ALLOY_EMU_ATOMIC(atomicOr, unsigned long long, old | v)
+ALLOY_EMU_ATOMIC(atomicAnd, int, old & v)
+ALLOY_EMU_ATOMIC(atomicAnd, unsigned, old & v)
+ALLOY_EMU_ATOMIC(atomicExch, int, v)
+ALLOY_EMU_ATOMIC(atomicExch, unsigned, v)
+ALLOY_EMU_ATOMIC(atomicExch, unsigned long long, v)
+ALLOY_EMU_ATOMIC(atomicExch, float, v)
+#undef ALLOY_EMU_ATOMIC
+#define ALLOY_EMU_CAS(T)                                                                                             \
+    inline T atomicCAS(T *a, T compare, T v)                                                                         \
+    {                                                                                                                \
+        T old = *a;                                                                                                  \
+        if (old == compare) *a = v;                                                                                  \
+        return old;                                                                                                  \
+    }
+ALLOY_EMU_CAS(int)
+ALLOY_EMU_CAS(unsigned)
+ALLOY_EMU_CAS(unsigned long long)
+#undef ALLOY_EMU_CAS
+
+/* Read-only cached loads are plain loads. */
+template <class T> inline T __ldg(const T *p) { return *p; }
+
+/* One OS thread: fences only keep the compiler from moving memory accesses. */
+inline void __threadfence(void) { __asm__ __volatile__("" ::: "memory"); }
+inline void __threadfence_block(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/* ---- math: the C names for float (expf), and the C++ overloads (exp(float) is float) ---- */
+
+using std::copysign;
+using std::cos;
+using std::erf;
+using std::exp;
+using std::exp2;
+using std::fabs;
+using std::floor;
+using std::ceil;
+using std::fma;
+using std::fmax;
+using std::fmin;
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::log;
+using std::log2;
+using std::pow;
+using std::sin;
+using std::sqrt;
+using std::tanh;
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float rsqrt(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+/* CUDA's fast intrinsics, here exact. */
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float x, float y) { return x / y; }
+
+#define ALLOY_EMU_MINMAX(T)                                                                                          \
+    inline T min(T a, T b) { return b < a ? b : a; }                                                                 \
+    inline T max(T a, T b) { return a < b ? b : a; }
+ALLOY_EMU_MINMAX(int)
+ALLOY_EMU_MINMAX(unsigned)
+ALLOY_EMU_MINMAX(long long)
+ALLOY_EMU_MINMAX(unsigned long long)
+#undef ALLOY_EMU_MINMAX
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return std::fmin(a, b); }
+inline double max(double a, double b) { return std::fmax(a, b); }
+
+/* Bit casts. */
+inline int __float_as_int(float x) { int r; memcpy(&r, &x, 4); return r; }
+inline unsigned __float_as_uint(float x) { unsigned r; memcpy(&r, &x, 4); return r; }
+inline float __int_as_float(int x) { float r; memcpy(&r, &x, 4); return r; }
+inline float __uint_as_float(unsigned x) { float r; memcpy(&r, &x, 4); return r; }
+inline long long __double_as_longlong(double x) { long long r; memcpy(&r, &x, 8); return r; }
+inline double __longlong_as_double(long long x) { double r; memcpy(&r, &x, 8); return r; }
+
+/* ---- the built-in variables (read-only, as on a GPU) ---- */
+
+#define threadIdx (static_cast<const uint3 &>(::alloy_emu::self->idx))
+#define blockIdx (static_cast<const uint3 &>(::alloy_emu::launch.block_idx))
+#define blockDim (static_cast<const dim3 &>(::alloy_emu::launch.block))
+#define gridDim (static_cast<const dim3 &>(::alloy_emu::launch.grid))
+
+#endif

@@ -1,0 +1,208 @@
+/* emu_loader.c - compiles a kernel source with the host C++ compiler against emu.h and loads it with dlopen (emu_loader.h). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "emu_loader.h"
+
+#ifndef ALLOY_EMU_H
+#error "the build passes -DALLOY_EMU_H=\"path/of/emu.h\""
+#endif
+/* Extra compiler flags: the sanitizers of a sanitized test build, so that the
+ * kernels are checked too (they then need the same compiler's runtime). */
+#ifndef ALLOY_EMU_CXXFLAGS
+#define ALLOY_EMU_CXXFLAGS ""
+#endif
+
+extern char **environ;
+
+typedef int (*launch_fn)(void (*)(void **), const unsigned[3], const unsigned[3], void **, char *, size_t);
+
+struct emu_kernel {
+    char dir[400]; /* kernel.cu and kernel.so stay until emu_free, for a sanitizer's stack traces */
+    void *library;
+    void (*entry)(void **);
+    launch_fn launch;
+};
+
+enum { max_words = 64 };
+
+/* Splits text (modified) at blanks into words from index n; the new count. */
+static int split_words(char *text, char **words, int n)
+{
+    char *save = NULL;
+    for (char *w = strtok_r(text, " \t", &save); w && n < max_words - 8; w = strtok_r(NULL, " \t", &save))
+        words[n++] = w;
+    return n;
+}
+
+static const char *compiler(void)
+{
+    const char *cxx = getenv("CXX");
+    return cxx && *cxx ? cxx : "c++";
+}
+
+/* Whether program (a path, or a name looked up in PATH) is executable. */
+static bool on_path(const char *program)
+{
+    if (strchr(program, '/')) return access(program, X_OK) == 0;
+    const char *path = getenv("PATH");
+    char file[1024];
+    for (const char *dir = path ? path : "/usr/bin:/bin"; *dir;) {
+        size_t n = strcspn(dir, ":");
+        snprintf(file, sizeof file, "%.*s/%s", (int)n, n ? dir : ".", program);
+        if (access(file, X_OK) == 0) return true;
+        dir += n + (dir[n] == ':');
+    }
+    return false;
+}
+
+bool emu_available(char *why, size_t len)
+{
+    char words[256];
+    snprintf(words, sizeof words, "%s", compiler());
+    char *save = NULL, *program = strtok_r(words, " \t", &save);
+    if (program && on_path(program)) return true;
+    snprintf(why, len, "no C++ compiler: %s not found (install g++ or set CXX)", program ? program : "$CXX");
+    return false;
+}
+
+static bool write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Appends the file's text to err after its first used bytes. */
+static void append_file(char *err, size_t errlen, const char *path)
+{
+    size_t used = strlen(err);
+    FILE *f = fopen(path, "r");
+    if (!f || used + 1 >= errlen) {
+        if (f) fclose(f);
+        return;
+    }
+    size_t n = fread(err + used, 1, errlen - used - 1, f);
+    err[used + n] = 0;
+    fclose(f);
+}
+
+/* Runs the compiler on dir/kernel.cu into dir/kernel.so; false with its output in err. */
+static bool compile(const char *dir, char *err, size_t errlen)
+{
+    char cxx[256], extra[256], src[512], lib[512], log[512];
+    snprintf(cxx, sizeof cxx, "%s", compiler());
+    snprintf(extra, sizeof extra, "%s", ALLOY_EMU_CXXFLAGS);
+    snprintf(src, sizeof src, "%s/kernel.cu", dir);
+    snprintf(lib, sizeof lib, "%s/kernel.so", dir);
+    snprintf(log, sizeof log, "%s/compile.log", dir);
+
+    char *argv[max_words];
+    int n = split_words(cxx, argv, 0);
+    static const char *const flags[] = {"-std=c++17", "-O1", "-shared", "-fPIC", "-fstack-clash-protection",
+                                        "-DALLOY_HOST_EMULATION", "-include", ALLOY_EMU_H};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) argv[n++] = (char *)flags[i];
+    n = split_words(extra, argv, n);
+    argv[n++] = "-x";
+    argv[n++] = "c++";
+    argv[n++] = src;
+    argv[n++] = "-o";
+    argv[n++] = lib;
+    argv[n] = NULL;
+
+    posix_spawn_file_actions_t io;
+    posix_spawn_file_actions_init(&io);
+    posix_spawn_file_actions_addopen(&io, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&io, 1, 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &io, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&io);
+    if (rc != 0) {
+        snprintf(err, errlen, "no C++ compiler: %s: %s", argv[0], strerror(rc));
+        return false;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+    snprintf(err, errlen, "%s failed (%s %d) on the kernel source:\n", argv[0],
+             WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    append_file(err, errlen, log);
+    return false;
+}
+
+/* The address of symbol in library, stored into *fn (a function pointer); false if absent. */
+static bool find_symbol(void *library, const char *symbol, void *fn, size_t fn_size)
+{
+    void *p = dlsym(library, symbol);
+    if (!p) return false;
+    memcpy(fn, &p, fn_size);
+    return true;
+}
+
+/* Removes dir and the files emu_compile writes there. */
+static void remove_dir(const char *dir)
+{
+    static const char *const files[] = {"kernel.cu", "kernel.so", "compile.log"};
+    char path[512];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, size_t errlen)
+{
+    emu_kernel *k = calloc(1, sizeof *k);
+    if (!k) {
+        snprintf(err, errlen, "emu_compile: out of memory");
+        return NULL;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char path[512], symbol[256];
+    snprintf(k->dir, sizeof k->dir, "%s/alloy-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(k->dir)) {
+        snprintf(err, errlen, "emu_compile: cannot make a directory %s", k->dir);
+        free(k);
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s/kernel.cu", k->dir);
+    if (!write_file(path, source))
+        snprintf(err, errlen, "emu_compile: cannot write %s", path);
+    else if (compile(k->dir, err, errlen)) {
+        snprintf(path, sizeof path, "%s/kernel.so", k->dir);
+        snprintf(symbol, sizeof symbol, "%s__host", kernel_name);
+        if (!(k->library = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
+            snprintf(err, errlen, "emu_compile: %s", dlerror());
+        else if (!find_symbol(k->library, symbol, &k->entry, sizeof k->entry))
+            snprintf(err, errlen, "emu_compile: the source defines no %s (the ALLOY_HOST_EMULATION trampoline)", symbol);
+        else if (!find_symbol(k->library, "alloy_emu_launch", &k->launch, sizeof k->launch))
+            snprintf(err, errlen, "emu_compile: no alloy_emu_launch (was emu.h force-included?)");
+    }
+    if (k->launch) return k;
+    emu_free(k);
+    return NULL;
+}
+
+int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block[3], void **params, char *err,
+               size_t errlen)
+{
+    return k->launch(k->entry, grid, block, params, err, errlen);
+}
+
+void emu_free(emu_kernel *k)
+{
+    if (!k) return;
+    if (k->library) dlclose(k->library);
+    remove_dir(k->dir);
+    free(k);
+}

@@ -1,0 +1,31 @@
+/* emu_loader.h - compiles a CUDA C++ kernel source as host C++ against emu.h, loads it and launches it: generated kernels run without a GPU. */
+#ifndef ALLOY_EMU_LOADER_H
+#define ALLOY_EMU_LOADER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct emu_kernel emu_kernel;
+
+/* Whether the host C++ compiler ($CXX, else c++) is on PATH; false with the
+ * reason in why (a test then skips). */
+bool emu_available(char *why, size_t len);
+
+/* Compiles source (CUDA C++ with an ALLOY_HOST_EMULATION trampoline
+ * kernel_name__host) with emu.h force-included into a shared library in a
+ * temporary directory (kept until emu_free, for sanitizers' stack traces) and
+ * loads it. $CXX may carry extra flags ("g++ -DALLOY_EMU_STACK=262144").
+ * NULL with the reason in err: the compiler's own output on a compile error,
+ * or a missing symbol. */
+emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, size_t errlen);
+
+/* Runs the kernel on grid x block threads; params as cuLaunchKernel takes
+ * them (an array of pointers to each argument). 0, or -1 with the reason in
+ * err (bad dimensions, divergent barrier, a thread's stack overflow, ...). */
+int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block[3], void **params, char *err,
+               size_t errlen);
+
+/* Unloads the kernel; NULL is fine. */
+void emu_free(emu_kernel *k);
+
+#endif
