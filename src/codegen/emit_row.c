@@ -53,7 +53,10 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m)
            m, m, (long long)rk->C, (long long)rk->rows);
     for (int q = 0; q < (int)strlen(prog->roles); q++) {
         cg_put(t, "#define HAS_%d %d\n", q, q < x->nin);
-        if (q >= x->nin) continue;
+        if (q >= x->nin) { /* absent: read only behind HAS(q), which is 0 */
+            cg_put(t, "#define X_%d ((T)0)\n#define AT_%d(c) ((T)0)\n#define INDEX_%d 0ll\n#define SCALAR_%d ((T)0)\n", q, q, q, q);
+            continue;
+        }
         char role = prog->roles[q];
         if (role == 'i') {
             cg_put(t, "#define INDEX_%d ((long long)p%d[%s])\n", q,

@@ -1,0 +1,262 @@
+/* test_codegen.c - the CUDA emitter: every emitted kernel of whole training steps compiled as host C++ and run under the CUDA emulation (tests/cuda_emu), its stored values against the CPU backend's. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+#include "base/convert.h"
+#include "codegen/emit.h"
+#include "cuda_emu/emu_loader.h"
+#include "models.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/graph/graph_impl.h"
+#include "support.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static uint64_t rng = 7;
+
+static double uniform(double lo, double hi)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (double)(rng >> 11) * 0x1p-53;
+}
+
+/* A compiled graph's feeds: random floats in [-1, 1), integers in [0, limit). */
+typedef struct feed_set {
+    alloy_host_tensor t[8];
+    int n;
+} feed_set;
+
+static feed_set random_feeds(alloy_graph *g, int limit)
+{
+    feed_set f = {0};
+    int n = alloy_graph_input_count(g);
+    for (int i = 0; i < n && i < 8; i++) {
+        alloy_host_tensor *t = &f.t[f.n++];
+        assert_int_equal(alloy_graph_input_at(g, i, t), ALLOY_OK);
+        int64_t count = alloy_host_tensor_numel(t);
+        t->data = test_malloc(alloy_dtype_size(t->dtype) * (size_t)(count + 1));
+        double *v = test_malloc(sizeof(double) * (size_t)(count + 1));
+        for (int64_t k = 0; k < count; k++)
+            v[k] = t->dtype == ALLOY_I32 || t->dtype == ALLOY_I64 ? (double)(int64_t)uniform(0, limit) : uniform(-1, 1);
+        cvt_store_f64(t->dtype, v, t->data, (size_t)count);
+        test_free(v);
+    }
+    return f;
+}
+
+static void free_feeds(feed_set *f)
+{
+    for (int i = 0; i < f->n; i++) test_free(f->t[i].data);
+}
+
+/* Largest |a - b| / max(|b|) over n elements of dtype dt (0 when equal; inf on a NaN mismatch). */
+static double error_of(alloy_dtype dt, const void *a, const void *b, int64_t n)
+{
+    double *x = test_malloc(sizeof(double) * (size_t)(n + 1)), *y = test_malloc(sizeof(double) * (size_t)(n + 1));
+    cvt_load_f64(dt, a, x, (size_t)n);
+    cvt_load_f64(dt, b, y, (size_t)n);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, isfinite(y[i]) ? fabs(y[i]) : 0);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i]) || isnan(y[i]) || isinf(x[i]) || isinf(y[i])) {
+            if (!(isnan(x[i]) && isnan(y[i])) && x[i] != y[i]) worst = INFINITY;
+            continue;
+        }
+        worst = fmax(worst, fabs(x[i] - y[i]) / (scale > 0 ? scale : 1));
+    }
+    test_free(x), test_free(y);
+    return worst;
+}
+
+/* Tolerance of an emulated value against the CPU's: kernels reduce rows in
+ * another order (warp trees, not the CPU's pairwise sums); elementwise
+ * members compute the same expressions and round the same way. */
+static double tolerance(alloy_dtype dt)
+{
+    switch (dt) {
+    case ALLOY_F32: return 2e-5;
+    case ALLOY_F64: return 1e-12;
+    case ALLOY_F16: return 4e-3;
+    case ALLOY_BF16: return 3e-2;
+    default: return 0;
+    }
+}
+
+typedef struct emu_stats {
+    int kernels, steps_emulated, steps_on_cpu, values, bitwise;
+    double worst;
+} emu_stats;
+
+/* Runs compiled graph g's step once on the CPU (every value kept) and once
+ * with every emitted kernel emulated (steps without a kernel take the CPU's
+ * values, as the library call would produce them), comparing each value a
+ * kernel stores. */
+static emu_stats emulate_step(alloy_graph *g, const feed_set *f)
+{
+    emu_stats st = {0};
+    assert_int_equal(state_ensure(g), ALLOY_OK);
+    const ir_graph *c = g->compiled;
+    const schedule *s = &g->comp.sched;
+    int nn = c->nnodes;
+    rt_tensor *ref = test_calloc((size_t)nn + 1, sizeof(rt_tensor));
+    bool *all = test_calloc((size_t)nn + 1, sizeof(bool));
+    void **buf = test_calloc((size_t)nn + 1, sizeof(void *));
+    for (int i = 0; i < nn; i++) {
+        const ir_node *n = c->nodes[i];
+        all[i] = true;
+        buf[i] = test_calloc(ir_nbytes(&n->type) + 8, 1);
+        if (n->op == IR_OP_input) {
+            for (int k = 0; k < f->n; k++)
+                if (strcmp(f->t[k].name, n->name) == 0) memcpy(buf[i], f->t[k].data, ir_nbytes(&n->type));
+            ref[i].data = buf[i];
+        } else if (n->op == IR_OP_param || n->op == IR_OP_state) {
+            rt_state *sv = state_find(g, n->name);
+            assert_non_null(sv);
+            assert_int_equal(state_host(g, sv), ALLOY_OK);
+            memcpy(buf[i], sv->host, ir_nbytes(&n->type));
+            ref[i].data = buf[i];
+        }
+    }
+    cpu_exec x = {.nthreads = 1};
+    if (cpu_run_graph(&x, c, ref, all)) fail_msg("cpu: %s", x.error);
+    cg_program prog;
+    char err[4096];
+    if (cg_emit(c, s, &prog, err, sizeof err)) fail_msg("emit: %s", err);
+    st.kernels = prog.nkernels;
+    int next = 0; /* the next kernel, by step */
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *step = &s->steps[k];
+        if (next >= prog.nkernels || prog.kernels[next].step != k) { /* a library call: the CPU's values */
+            for (int m = step->first; m < step->first + step->n; m++) {
+                int id = s->members[m].node;
+                if (ref[id].data) memcpy(buf[id], ref[id].data, ir_nbytes(&c->nodes[id]->type));
+            }
+            st.steps_on_cpu++;
+            continue;
+        }
+        st.steps_emulated++;
+        /* scratch of the step (a GEMM's product, per-row results, a flag), shared by its kernels */
+        struct {
+            cg_param_kind kind;
+            int node;
+            void *data;
+        } scratch[8];
+        int nscratch = 0;
+        for (; next < prog.nkernels && prog.kernels[next].step == k; next++) {
+            const cg_kernel *kn = &prog.kernels[next];
+            void **ptrs = test_calloc((size_t)kn->nparams + 1, sizeof(void *));
+            void **params = test_calloc((size_t)kn->nparams + 1, sizeof(void *));
+            for (int p = 0; p < kn->nparams; p++) {
+                const cg_param *pa = &kn->params[p];
+                params[p] = &ptrs[p];
+                if (pa->kind == CG_PARAM_NODE) {
+                    ptrs[p] = buf[pa->node];
+                    continue;
+                }
+                int q = 0;
+                while (q < nscratch && !(scratch[q].kind == pa->kind && scratch[q].node == pa->node)) q++;
+                if (q == nscratch) {
+                    assert_true(nscratch < 8);
+                    scratch[nscratch].kind = pa->kind, scratch[nscratch].node = pa->node;
+                    if (pa->kind == CG_PARAM_PRODUCT) { /* the library GEMM's f32 product */
+                        const ir_node *mm = c->nodes[pa->node];
+                        rt_tensor out = {mm->type, test_calloc((size_t)ir_numel(&mm->type) + 1, sizeof(float))};
+                        out.type.dtype = ALLOY_F32;
+                        rt_tensor in[2] = {{c->nodes[mm->in[0]]->type, buf[mm->in[0]]},
+                                           {c->nodes[mm->in[1]]->type, buf[mm->in[1]]}};
+                        cpu_exec mx = {.nthreads = 1};
+                        assert_int_equal(cpu_matmul(&mx, mm, &out, in), ALLOY_OK);
+                        scratch[nscratch].data = out.data;
+                    } else { /* per-row results, or a zeroed flag */
+                        scratch[nscratch].data = test_calloc((size_t)(pa->count > 0 ? pa->count : 1) + 1, sizeof(double));
+                    }
+                    nscratch++;
+                }
+                ptrs[p] = scratch[q].data;
+            }
+            emu_kernel *ek = emu_compile(kn->source, kn->name, err, sizeof err);
+            if (!ek) fail_msg("%s: %s", kn->name, err);
+            unsigned grid[3] = {kn->grid, 1, 1}, block[3] = {kn->block, 1, 1};
+            if (emu_launch(ek, grid, block, params, err, sizeof err)) fail_msg("%s: %s", kn->name, err);
+            emu_free(ek);
+            test_free(ptrs), test_free(params);
+        }
+        for (int q = 0; q < nscratch; q++) test_free(scratch[q].data);
+        for (int m = step->first; m < step->first + step->n; m++) {
+            int id = s->members[m].node;
+            if (!(s->members[m].flags & MEMBER_STORED)) continue;
+            const ir_node *n = c->nodes[id];
+            int64_t count = ir_numel(&n->type);
+            double e = error_of(n->type.dtype, buf[id], ref[id].data, count);
+            st.values++;
+            st.bitwise += memcmp(buf[id], ref[id].data, ir_nbytes(&n->type)) == 0;
+            if (e > st.worst) st.worst = e;
+            if (!(e <= tolerance(n->type.dtype)))
+                fail_msg("step %d (%s) %s %%%d (%s): error %.3g against the CPU", k, sched_kind_name(step->kind),
+                         ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype), e);
+        }
+    }
+    cg_program_free(&prog);
+    cpu_release_values(c, ref);
+    for (int i = 0; i < nn; i++) test_free(buf[i]);
+    test_free(buf), test_free(ref), test_free(all);
+    return st;
+}
+
+static void skip_without_emulation(void)
+{
+    char why[256];
+    if (!emu_available(why, sizeof why)) {
+        print_message("no host emulation: %s\n", why);
+        skip();
+    }
+}
+
+static void report(const char *what, const emu_stats *st)
+{
+    print_message("%s: %d kernels over %d steps emulated (%d steps by the CPU as library calls); %d stored values, "
+                  "%d bit for bit, worst error %.2g\n",
+                  what, st->kernels, st->steps_emulated, st->steps_on_cpu, st->values, st->bitwise, st->worst);
+}
+
+static void test_the_transformer_training_step_runs_emulated_as_on_the_cpu(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    static const alloy_dtype modes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
+    for (int m = 0; m < 3; m++) {
+        alloy_graph *g = alloy_graph_new("block");
+        alloy_graph_set_seed(g, 11);
+        test_block b = build_transformer_block(g, ALLOY_F32, 2, 8, 13, 16, 2);
+        assert_int_equal(alloy_graph_set_loss(g, b.loss), ALLOY_OK);
+        if (modes[m] != ALLOY_F32) assert_int_equal(alloy_graph_enable_amp(g, modes[m]), ALLOY_OK);
+        if (modes[m] == ALLOY_F16) assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+        assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+        assert_int_equal(graph_compile(g), ALLOY_OK);
+        feed_set f = random_feeds(g, 13);
+        emu_stats st = emulate_step(g, &f);
+        char what[64];
+        snprintf(what, sizeof what, "transformer block, %s", modes[m] == ALLOY_F32 ? "fp32" : alloy_dtype_name(modes[m]));
+        report(what, &st);
+        assert_true(st.kernels > 10 && st.values > 10);
+        free_feeds(&f);
+        alloy_graph_free(g);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_transformer_training_step_runs_emulated_as_on_the_cpu),
+    };
+    return cmocka_run_group_tests_name("codegen", tests, test_checked_alloc, test_plain_alloc);
+}
