@@ -29,7 +29,7 @@ for f in $(find . -name '*.c' -o -name '*.h' -o -name '*.def' | sed 's|^\./||' |
         fi
     done
 done
-if grep -n 'getenv' -r ir passes base 2>/dev/null; then
+if grep -n 'getenv' -r ir passes base codegen 2>/dev/null; then
     echo "layering: the IR, passes and base must not read the environment (use the options struct)"
     bad=1
 fi

@@ -1,0 +1,622 @@
+/* cache.c - the kernel cache: SHA-256 keys, an LRU table in memory, checked entry files in a directory kept under a size bound. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codegen/cache.h"
+
+#define MAGIC "alloyKC\n"
+#define SUFFIX ".kernel"
+#define TMP_SUFFIX ".tmp-XXXXXX"
+#define MAX_PAYLOAD (1ull << 30) /* a size past this in a header is corruption, not a kernel */
+#define STALE_TMP_SECONDS 3600   /* a temp file this old belongs to a writer that died */
+
+/* ---- SHA-256 (FIPS 180-4) ---- */
+
+typedef struct sha256 {
+    uint32_t h[8];
+    uint64_t bytes;
+    uint8_t block[64];
+    size_t used;
+} sha256;
+
+static const uint32_t sha_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void sha256_block(uint32_t h[8], const uint8_t *p)
+{
+    uint32_t w[64], v[8];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    memcpy(v, h, sizeof v);
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = v[7] + (ror(v[4], 6) ^ ror(v[4], 11) ^ ror(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) +
+                      sha_k[i] + w[i];
+        uint32_t t2 = (ror(v[0], 2) ^ ror(v[0], 13) ^ ror(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof *v);
+        v[4] += t1;
+        v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++) h[i] += v[i];
+}
+
+static void sha256_init(sha256 *s)
+{
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, h0, sizeof h0);
+    s->bytes = 0;
+    s->used = 0;
+}
+
+static void sha256_update(sha256 *s, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    s->bytes += len;
+    while (len) {
+        if (s->used == 0 && len >= 64) {
+            sha256_block(s->h, p);
+            p += 64;
+            len -= 64;
+            continue;
+        }
+        size_t n = 64 - s->used < len ? 64 - s->used : len;
+        memcpy(s->block + s->used, p, n);
+        s->used += n;
+        p += n;
+        len -= n;
+        if (s->used == 64) {
+            sha256_block(s->h, s->block);
+            s->used = 0;
+        }
+    }
+}
+
+static void sha256_final(sha256 *s, uint8_t digest[32])
+{
+    uint64_t bits = s->bytes * 8;
+    uint8_t pad[72] = {0x80};
+    size_t npad = (s->used < 56 ? 56 : 120) - s->used;
+    for (int i = 0; i < 8; i++) pad[npad + (size_t)i] = (uint8_t)(bits >> (56 - 8 * i));
+    sha256_update(s, pad, npad + 8);
+    for (int i = 0; i < 32; i++) digest[i] = (uint8_t)(s->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+void cg_sha256(const void *data, size_t len, uint8_t digest[32])
+{
+    sha256 s;
+    sha256_init(&s);
+    sha256_update(&s, data, len);
+    sha256_final(&s, digest);
+}
+
+/* ---- keys ---- */
+
+static void to_hex(const uint8_t *bytes, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = "0123456789abcdef"[bytes[i] >> 4];
+        out[2 * i + 1] = "0123456789abcdef"[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* "tag LEN\nBYTES\n": the lengths keep one field from running into the next. */
+static void key_field(sha256 *s, const char *tag, const char *value)
+{
+    char head[64];
+    size_t n = strlen(value);
+    al_fmt(head, sizeof head, "%s %zu\n", tag, n);
+    sha256_update(s, head, strlen(head));
+    sha256_update(s, value, n);
+    sha256_update(s, "\n", 1);
+}
+
+void cg_cache_key(const char *name, const char *source, const char *options, int arch, cg_binary_kind kind,
+                  const char *nvrtc_id, char key[CG_KEY_HEX + 1])
+{
+    sha256 s;
+    uint8_t digest[32];
+    char text[64];
+    sha256_init(&s);
+    sha256_update(&s, "alloy kernel key 1\n", 19);
+    key_field(&s, "name", name);
+    key_field(&s, "source", source);
+    key_field(&s, "options", options);
+    al_fmt(text, sizeof text, "%d", arch);
+    key_field(&s, "arch", text);
+    key_field(&s, "kind", kind == CG_CUBIN ? "cubin" : "ptx");
+    key_field(&s, "nvrtc", nvrtc_id);
+    sha256_final(&s, digest);
+    to_hex(digest, 32, key);
+}
+
+static bool good_key(const char *key)
+{
+    if (!key) return false;
+    for (int i = 0; i < CG_KEY_HEX; i++)
+        if (!key[i] || !strchr("0123456789abcdef", key[i])) return false;
+    return key[CG_KEY_HEX] == '\0';
+}
+
+/* ---- the default directory ---- */
+
+alloy_status cg_cache_default_dir(const char *alloy_cache_dir, const char *xdg, const char *home, char *out,
+                                  size_t len)
+{
+    int n;
+    if (alloy_cache_dir && alloy_cache_dir[0])
+        n = snprintf(out, len, "%s", alloy_cache_dir);
+    else if (xdg && xdg[0] == '/')
+        n = snprintf(out, len, "%s/alloy", xdg);
+    else if (home && home[0])
+        n = snprintf(out, len, "%s/.cache/alloy", home);
+    else {
+        if (len) out[0] = '\0';
+        return ALLOY_ERR_NOT_FOUND;
+    }
+    if (n < 0 || (size_t)n >= len) {
+        if (len) out[0] = '\0';
+        return ALLOY_ERR_INVALID;
+    }
+    return ALLOY_OK;
+}
+
+/* ---- the cache ---- */
+
+typedef struct mem_entry {
+    char key[CG_KEY_HEX + 1];
+    unsigned char *data;
+    size_t size;
+    uint64_t used; /* c->clock when last stored or found */
+} mem_entry;
+
+struct cg_cache {
+    char *dir; /* NULL: memory only */
+    size_t mem_max, mem_bytes;
+    uint64_t disk_max;
+    mem_entry *mem;
+    int nmem, capmem;
+    uint64_t clock;
+    cg_cache_stats stats;
+    pthread_mutex_t lock; /* over mem, clock and stats; files need none (rename is atomic) */
+};
+
+/* mkdir -p. */
+static bool make_dirs(const char *dir)
+{
+    char p[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof p) return false;
+    memcpy(p, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0') continue;
+        char c = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return false;
+        p[i] = c;
+    }
+    struct stat st;
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+alloy_status cg_cache_open(const char *dir, size_t mem_max_bytes, uint64_t disk_max_bytes, cg_cache **out,
+                           char *err, size_t errlen)
+{
+    *out = NULL;
+    if (dir && strlen(dir) > PATH_MAX - CG_KEY_HEX - 32) {
+        al_fmt(err, errlen, "kernel cache directory name too long: %.100s...", dir);
+        return ALLOY_ERR_INVALID;
+    }
+    if (dir && !make_dirs(dir)) {
+        al_fmt(err, errlen, "cannot make the kernel cache directory %s: %s", dir, strerror(errno));
+        return ALLOY_ERR_IO;
+    }
+    cg_cache *c = cg_malloc(sizeof *c);
+    if (c) memset(c, 0, sizeof *c);
+    if (c && dir && !(c->dir = cg_strdup(dir))) {
+        cg_free(c);
+        c = NULL;
+    }
+    if (!c) {
+        al_fmt(err, errlen, "out of memory opening the kernel cache");
+        return ALLOY_ERR_OOM;
+    }
+    c->mem_max = mem_max_bytes;
+    c->disk_max = disk_max_bytes;
+    pthread_mutex_init(&c->lock, NULL);
+    *out = c;
+    return ALLOY_OK;
+}
+
+void cg_cache_close(cg_cache *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->nmem; i++) cg_free(c->mem[i].data);
+    cg_free(c->mem);
+    cg_free(c->dir);
+    pthread_mutex_destroy(&c->lock);
+    cg_free(c);
+}
+
+cg_cache_stats cg_cache_get_stats(cg_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    cg_cache_stats s = c->stats;
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+void cg_cache_entry_path(const cg_cache *c, const char *key, char *path, size_t len)
+{
+    if (c->dir)
+        al_fmt(path, len, "%s/%s" SUFFIX, c->dir, key);
+    else
+        al_fmt(path, len, "%s", "");
+}
+
+/* ---- in memory (callers hold c->lock) ---- */
+
+static mem_entry *mem_find(cg_cache *c, const char *key)
+{
+    for (int i = 0; i < c->nmem; i++)
+        if (memcmp(c->mem[i].key, key, CG_KEY_HEX) == 0) return &c->mem[i];
+    return NULL;
+}
+
+static void mem_drop(cg_cache *c, mem_entry *e)
+{
+    c->mem_bytes -= e->size;
+    cg_free(e->data);
+    *e = c->mem[--c->nmem];
+}
+
+/* Keeps a copy of data under key, dropping the least recently used
+ * payloads to stay under mem_max; nothing when it cannot (too big, OOM). */
+static void mem_keep(cg_cache *c, const char *key, const void *data, size_t size)
+{
+    mem_entry *e = mem_find(c, key);
+    if (e) mem_drop(c, e);
+    if (size > c->mem_max) return;
+    while (c->mem_bytes + size > c->mem_max && c->nmem) {
+        mem_entry *oldest = &c->mem[0];
+        for (int i = 1; i < c->nmem; i++)
+            if (c->mem[i].used < oldest->used) oldest = &c->mem[i];
+        mem_drop(c, oldest);
+    }
+    if (c->nmem == c->capmem) {
+        int cap = c->capmem ? 2 * c->capmem : 16;
+        mem_entry *grown = cg_realloc(c->mem, (size_t)cap * sizeof *grown);
+        if (!grown) return;
+        c->mem = grown;
+        c->capmem = cap;
+    }
+    unsigned char *copy = cg_malloc(size ? size : 1);
+    if (!copy) return;
+    memcpy(copy, data, size);
+    e = &c->mem[c->nmem++];
+    memcpy(e->key, key, CG_KEY_HEX + 1);
+    e->data = copy;
+    e->size = size;
+    e->used = ++c->clock;
+    c->mem_bytes += size;
+}
+
+/* ---- on disk ---- */
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static bool read_all(int fd, void *buf, size_t n)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t r = read(fd, (char *)buf + done, n - done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        done += (size_t)r;
+    }
+    return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t n)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t r = write(fd, (const char *)buf + done, n - done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        done += (size_t)r;
+    }
+    return true;
+}
+
+static void count(cg_cache *c, uint64_t *counter)
+{
+    pthread_mutex_lock(&c->lock);
+    (*counter)++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Reads and checks dir/KEY.kernel: 1 with the payload in *data, 0 when
+ * there is none or it was bad (then deleted), -1 out of memory. */
+static int disk_get(cg_cache *c, const char *key, unsigned char **data, size_t *size)
+{
+    char path[PATH_MAX];
+    uint8_t head[CG_CACHE_HEADER], sum[32];
+    struct stat st;
+    cg_cache_entry_path(c, key, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    unsigned char *payload = NULL;
+    uint64_t n = 0;
+    bool good = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= CG_CACHE_HEADER &&
+                read_all(fd, head, CG_CACHE_HEADER);
+    if (good) {
+        n = get_le(head + 16, 8);
+        good = memcmp(head, MAGIC, 8) == 0 && get_le(head + 8, 4) == CG_CACHE_FORMAT &&
+               get_le(head + 12, 4) == CG_CACHE_HEADER && n <= MAX_PAYLOAD &&
+               n == (uint64_t)st.st_size - CG_CACHE_HEADER && memcmp(head + 56, key, CG_KEY_HEX) == 0;
+    }
+    if (good) {
+        payload = cg_malloc(n ? (size_t)n : 1);
+        if (!payload) {
+            close(fd);
+            return -1;
+        }
+        good = read_all(fd, payload, (size_t)n);
+        if (good) cg_sha256(payload, (size_t)n, sum);
+        good = good && memcmp(sum, head + 24, 32) == 0;
+    }
+    if (!good) {
+        close(fd);
+        cg_free(payload);
+        unlink(path);
+        count(c, &c->stats.corrupt);
+        return 0;
+    }
+    futimens(fd, NULL); /* touched: least recently used is oldest mtime */
+    close(fd);
+    *data = payload;
+    *size = (size_t)n;
+    return 1;
+}
+
+typedef struct disk_entry {
+    char name[CG_KEY_HEX + 16];
+    off_t size;
+    struct timespec mtime;
+} disk_entry;
+
+static int cmp_oldest(const void *a, const void *b)
+{
+    const disk_entry *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static bool hex_prefix(const char *name)
+{
+    for (int i = 0; i < CG_KEY_HEX; i++)
+        if (!name[i] || !strchr("0123456789abcdef", name[i])) return false;
+    return true;
+}
+
+/* Deletes entry files, oldest mtime first and never keep's, until the
+ * directory's entries total at most disk_max; and temp files left by dead
+ * writers. Best effort: what cannot be listed or deleted stays. */
+static void disk_evict(cg_cache *c, const char *keep)
+{
+    DIR *d = opendir(c->dir);
+    if (!d) return;
+    disk_entry *entries = NULL;
+    int n = 0, cap = 0;
+    uint64_t total = 0;
+    char path[PATH_MAX];
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        bool entry = len == CG_KEY_HEX + strlen(SUFFIX) && strcmp(e->d_name + CG_KEY_HEX, SUFFIX) == 0;
+        bool tmp = len == CG_KEY_HEX + strlen(TMP_SUFFIX) && strncmp(e->d_name + CG_KEY_HEX, ".tmp-", 5) == 0;
+        struct stat st;
+        al_fmt(path, sizeof path, "%s/%s", c->dir, e->d_name);
+        if (!(entry || tmp) || !hex_prefix(e->d_name) || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (tmp) {
+            if (now - st.st_mtim.tv_sec > STALE_TMP_SECONDS) unlink(path);
+            continue;
+        }
+        total += (uint64_t)st.st_size;
+        if (n == cap) {
+            int grown_cap = cap ? 2 * cap : 64;
+            disk_entry *grown = cg_realloc(entries, (size_t)grown_cap * sizeof *grown);
+            if (!grown) break;
+            entries = grown;
+            cap = grown_cap;
+        }
+        memcpy(entries[n].name, e->d_name, len + 1);
+        entries[n].size = st.st_size;
+        entries[n].mtime = st.st_mtim;
+        n++;
+    }
+    closedir(d);
+    if (total > c->disk_max && n) {
+        qsort(entries, (size_t)n, sizeof *entries, cmp_oldest);
+        for (int i = 0; i < n && total > c->disk_max; i++) {
+            if (strncmp(entries[i].name, keep, CG_KEY_HEX) == 0) continue;
+            al_fmt(path, sizeof path, "%s/%s", c->dir, entries[i].name);
+            if (unlink(path) != 0) continue;
+            total -= (uint64_t)entries[i].size;
+            count(c, &c->stats.evicted);
+        }
+    }
+    cg_free(entries);
+}
+
+static alloy_status disk_put(cg_cache *c, const char *key, const void *data, size_t size, char *err, size_t errlen)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    uint8_t head[CG_CACHE_HEADER] = {0};
+    memcpy(head, MAGIC, 8);
+    put_le(head + 8, CG_CACHE_FORMAT, 4);
+    put_le(head + 12, CG_CACHE_HEADER, 4);
+    put_le(head + 16, size, 8);
+    cg_sha256(data, size, head + 24);
+    memcpy(head + 56, key, CG_KEY_HEX);
+    cg_cache_entry_path(c, key, path, sizeof path);
+    al_fmt(tmp, sizeof tmp, "%s/%s" TMP_SUFFIX, c->dir, key);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        al_fmt(err, errlen, "cannot write a kernel cache entry in %s: %s", c->dir, strerror(errno));
+        return ALLOY_ERR_IO;
+    }
+    bool ok = write_all(fd, head, sizeof head) && write_all(fd, data, size);
+    int saved = errno;
+    if (close(fd) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        al_fmt(err, errlen, "cannot write the kernel cache entry %s: %s", path, strerror(saved));
+        return ALLOY_ERR_IO;
+    }
+    if (c->disk_max) disk_evict(c, key);
+    return ALLOY_OK;
+}
+
+/* ---- lookups and stores ---- */
+
+alloy_status cg_cache_get(cg_cache *c, const char *key, unsigned char **data, size_t *size)
+{
+    *data = NULL;
+    *size = 0;
+    if (!good_key(key)) return ALLOY_ERR_INVALID;
+    pthread_mutex_lock(&c->lock);
+    mem_entry *e = mem_find(c, key);
+    if (e) {
+        *data = cg_malloc(e->size ? e->size : 1);
+        if (*data) {
+            memcpy(*data, e->data, e->size);
+            *size = e->size;
+            e->used = ++c->clock;
+            c->stats.hits++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (e) return *data ? ALLOY_OK : ALLOY_ERR_OOM;
+    int found = c->dir ? disk_get(c, key, data, size) : 0;
+    if (found < 0) return ALLOY_ERR_OOM;
+    pthread_mutex_lock(&c->lock);
+    if (found) {
+        c->stats.hits++;
+        c->stats.disk_hits++;
+        mem_keep(c, key, *data, *size);
+    } else {
+        c->stats.misses++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return found ? ALLOY_OK : ALLOY_ERR_NOT_FOUND;
+}
+
+alloy_status cg_cache_put(cg_cache *c, const char *key, const void *data, size_t size, char *err, size_t errlen)
+{
+    if (!good_key(key)) {
+        al_fmt(err, errlen, "bad kernel cache key '%.80s'", key ? key : "(null)");
+        return ALLOY_ERR_INVALID;
+    }
+    pthread_mutex_lock(&c->lock);
+    mem_keep(c, key, data, size);
+    pthread_mutex_unlock(&c->lock);
+    return c->dir ? disk_put(c, key, data, size, err, errlen) : ALLOY_OK;
+}
+
+alloy_status cg_cache_compile(cg_cache *c, const cg_nvrtc *nv, const cg_kernel_src *k, const char *dump_dir,
+                              cg_binary *out, char *err, size_t errlen)
+{
+    alloy_status st = cg_nvrtc_prepare(nv, k, out, err, errlen);
+    if (st) return st;
+    char key[CG_KEY_HEX + 1];
+    cg_cache_key(k->name, k->source, out->options, out->arch, out->kind, cg_nvrtc_id(nv), key);
+    memcpy(out->key, key, sizeof key);
+    unsigned char *data;
+    size_t size;
+    st = cg_cache_get(c, key, &data, &size);
+    if (st == ALLOY_OK) {
+        char path[PATH_MAX], msg[512];
+        out->data = data;
+        out->size = size;
+        out->cached = true;
+        if (dump_dir && (st = cg_nvrtc_dump(dump_dir, k, path, sizeof path, msg, sizeof msg)))
+            return cg_binary_fail(out, st, err, errlen, "%s", msg);
+        if (!(out->log = cg_strdup(""))) return cg_binary_fail(out, ALLOY_ERR_OOM, err, errlen, "out of memory");
+        return ALLOY_OK;
+    }
+    if (st != ALLOY_ERR_NOT_FOUND)
+        return cg_binary_fail(out, st, err, errlen, "out of memory reading the kernel cache");
+    cg_binary_free(out);
+    st = cg_nvrtc_compile(nv, k, dump_dir, out, err, errlen);
+    memcpy(out->key, key, sizeof key);
+    count(c, &c->stats.compiles);
+    if (st) return st;
+    if (cg_cache_put(c, key, out->data, out->size, NULL, 0) != ALLOY_OK) count(c, &c->stats.write_errors);
+    return ALLOY_OK;
+}
+
+typedef struct cached_batch {
+    cg_cache *c;
+    const cg_nvrtc *nv;
+    const cg_kernel_src *ks;
+    const char *dump_dir;
+    cg_binary *outs;
+} cached_batch;
+
+static void cached_one(void *ctx, int i)
+{
+    cached_batch *b = ctx;
+    cg_cache_compile(b->c, b->nv, &b->ks[i], b->dump_dir, &b->outs[i], NULL, 0);
+}
+
+alloy_status cg_cache_compile_many(cg_cache *c, const cg_nvrtc *nv, const cg_kernel_src *ks, int n, int nthreads,
+                                   const char *dump_dir, cg_binary *outs)
+{
+    cached_batch b = {c, nv, ks, dump_dir, outs};
+    cg_parallel(n, nthreads, cached_one, &b);
+    for (int i = 0; i < n; i++)
+        if (outs[i].status) return outs[i].status;
+    return ALLOY_OK;
+}
