@@ -30,8 +30,7 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
         case STEP_OP:
             why = ir_ops[last->op].row ? cg_emit_row(out, g, s, k)
                   : last->op == IR_OP_cast ? cg_emit_ew(out, g, s, k)
-                  : last->op == IR_OP_matmul ? "a library GEMM (cuBLASLt)"
-                  : "no kernel yet for this op";
+                                           : cg_emit_op(out, g, s, k);
             break;
         default: why = "unknown step kind"; break;
         }

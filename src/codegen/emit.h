@@ -29,6 +29,7 @@ typedef struct cg_kernel {
     int step;
     step_kind kind;
     char *source; /* al_malloc'd: the preamble and this kernel, complete for NVRTC */
+    size_t body;  /* where the kernel's own text starts in source (after the preamble) */
     cg_param *params;
     int nparams;
     unsigned grid, block;
@@ -51,6 +52,10 @@ typedef struct cg_program {
  * (cg_program_free) or returns ALLOY_ERR_OOM with err. */
 AL_HIDDEN alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char *err, size_t errlen);
 AL_HIDDEN void cg_program_free(cg_program *p);
+/* One source holding kernels [first, first + n) of p after a single
+ * preamble (an NVRTC program or a host-emulation library with many
+ * kernels); al_free it. NULL on OOM. */
+AL_HIDDEN char *cg_module_source(const cg_program *p, int first, int n);
 
 
 #endif

@@ -282,10 +282,26 @@ bool cg_add_kernel(cg_program *p, const ir_graph *g, const char *name, int step,
         p->kernels = k, p->cap = cap;
     }
     cg_kernel *k = &p->kernels[p->nkernels++];
-    *k = (cg_kernel){.step = step, .kind = kind, .source = text->s, .params = params->at, .nparams = params->n,
-                     .grid = grid, .block = block, .bytes = bytes};
+    cg_text pre = {0};
+    cg_put_preamble(&pre);
+    bool whole = !pre.oom && text->len >= pre.len && memcmp(text->s, pre.s, pre.len) == 0;
+    *k = (cg_kernel){.step = step, .kind = kind, .source = text->s, .body = whole ? pre.len : 0, .params = params->at,
+                     .nparams = params->n, .grid = grid, .block = block, .bytes = bytes};
+    cg_text_free(&pre);
     al_fmt(k->name, sizeof k->name, "%s", name);
     memset(text, 0, sizeof *text);
     memset(params, 0, sizeof *params);
     return true;
+}
+
+char *cg_module_source(const cg_program *p, int first, int n)
+{
+    cg_text t = {0};
+    cg_put_preamble(&t);
+    for (int i = first; i < first + n && i < p->nkernels; i++) cg_put(&t, "%s", p->kernels[i].source + p->kernels[i].body);
+    if (t.oom) {
+        cg_text_free(&t);
+        return NULL;
+    }
+    return t.s;
 }

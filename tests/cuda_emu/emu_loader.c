@@ -193,6 +193,15 @@ emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, 
     return NULL;
 }
 
+int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen)
+{
+    char symbol[256];
+    snprintf(symbol, sizeof symbol, "%s__host", kernel_name);
+    if (find_symbol(k->library, symbol, &k->entry, sizeof k->entry)) return 0;
+    snprintf(err, errlen, "emu_select: the library defines no %s", symbol);
+    return -1;
+}
+
 int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block[3], void **params, char *err,
                size_t errlen)
 {

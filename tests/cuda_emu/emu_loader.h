@@ -19,6 +19,10 @@ bool emu_available(char *why, size_t len);
  * or a missing symbol. */
 emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, size_t errlen);
 
+/* Makes k launch kernel_name of the same library (one compile of a source
+ * with many kernels); -1 with the reason when it has no such trampoline. */
+int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen);
+
 /* Runs the kernel on grid x block threads; params as cuLaunchKernel takes
  * them (an array of pointers to each argument). 0, or -1 with the reason in
  * err (bad dimensions, divergent barrier, a thread's stack overflow, ...). */
