@@ -104,7 +104,10 @@ static const char *movement(cg_program *prog, const ir_graph *g, int k, const ir
     return ok ? NULL : "out of memory";
 }
 
-/* A constant: its value (or values) rounded once from double, as the CPU stores them. */
+/* A constant: its value (or values) rounded once from double, as the CPU
+ * stores them. The values are a file-scope array of their bits: a
+ * __device__ variable's initializer must be constant (no ALLOY_NAN call),
+ * and T is not declared there. */
 static const char *constant(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
 {
     cg_params ps = {0};
@@ -113,16 +116,15 @@ static const char *constant(cg_program *prog, const ir_graph *g, int k, const ir
     const ir_attr *values = ir_attr_find(n, "values");
     int64_t count = ir_numel(&n->type);
     if (values && values->kind == IR_ATTR_FLOATS && values->n == count) {
-        cg_put(&before, "static __device__ const double %s_values[%lld] = {", name, (long long)(count ? count : 1));
+        cg_put(&before, "static __device__ const unsigned long long %s_bits[%lld] = {", name, (long long)(count ? count : 1));
         for (int64_t i = 0; i < count; i++) {
-            cg_put(&before, "%s", i ? ", " : "");
-            cg_double(&before, values->floats[i]);
+            uint64_t u;
+            memcpy(&u, &values->floats[i], sizeof u);
+            cg_put(&before, "%s0x%016llxull", i ? ", " : "", (unsigned long long)u);
         }
         cg_put(&before, "%s};\n", count ? "" : "0");
-        cg_put(&b, "        p%d[e] = ", out);
-        char v[80];
-        al_fmt(v, sizeof v, "%s_values[e]", name);
-        cg_store(&b, n->type.dtype, true, v);
+        cg_put(&b, "        const double v_ = alloy_u2d(%s_bits[e]);\n        p%d[e] = ", name, out);
+        cg_store(&b, n->type.dtype, true, "v_");
     } else {
         cg_put(&b, "        const double v_ = (double)");
         cg_double(&b, ir_attr_float(n, "value", 0));
@@ -156,7 +158,9 @@ static const char *reduce(cg_program *prog, const ir_graph *g, int k, const ir_n
         else nout *= t->dims[d];
     }
     bool integer = ir_is_int(t->dtype);
-    const char *acc = integer ? "unsigned long long" : t->dtype == ALLOY_F64 ? "double" : "float";
+    /* integer sums wrap (unsigned, as the CPU's int64 accumulator); a maximum compares signed */
+    const char *acc = integer ? (n->op == IR_OP_reduce_max ? "long long" : "unsigned long long")
+                              : t->dtype == ALLOY_F64 ? "double" : "float";
     cg_params ps = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0), in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
     cg_text b = {0}, before = {0};
@@ -191,6 +195,8 @@ static const char *reduce(cg_program *prog, const ir_graph *g, int k, const ir_n
         cg_put(&b, "        %s m_ = r_.v(0);\n        for (long long i = 1; i < %lldll; i++) { %s x_ = r_.v(i); "
                    "if (!(m_ != m_) && (x_ > m_ || x_ != x_)) m_ = x_; }\n",
                acc, (long long)count, acc);
+    } else if (count == 1) { /* the CPU copies (a sum 0 + -0 would give +0) */
+        cg_put(&b, "        %s m_ = r_.v(0);\n", acc);
     } else if (count == 0) {
         cg_put(&b, "        %s m_ = %s;\n", acc, n->op == IR_OP_reduce_mean && !integer ? "ALLOY_NAN" : "0");
     } else {
