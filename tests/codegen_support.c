@@ -1,0 +1,289 @@
+/* codegen_support.c - emitted kernels under the host emulation against the CPU backend, and NVRTC compiles in modules (codegen_support.h). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/convert.h"
+#include "codegen/cache.h"
+#include "codegen_support.h"
+#include "runtime/graph/graph_impl.h"
+#include "support.h"
+
+double codegen_error(alloy_dtype dt, const void *a, const void *b, int64_t n)
+{
+    double *x = test_malloc(sizeof(double) * (size_t)(n + 1)), *y = test_malloc(sizeof(double) * (size_t)(n + 1));
+    cvt_load_f64(dt, a, x, (size_t)n);
+    cvt_load_f64(dt, b, y, (size_t)n);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, isfinite(y[i]) ? fabs(y[i]) : 0);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i]) || isnan(y[i]) || isinf(x[i]) || isinf(y[i])) {
+            if (!(isnan(x[i]) && isnan(y[i])) && x[i] != y[i]) worst = INFINITY;
+            continue;
+        }
+        worst = fmax(worst, fabs(x[i] - y[i]) / (scale > 0 ? scale : 1));
+    }
+    test_free(x), test_free(y);
+    return worst;
+}
+
+/* Kernels reduce rows in another order (warp trees, not the CPU's pairwise
+ * sums); elementwise members compute the same expressions and round the
+ * same way. */
+double codegen_tolerance(alloy_dtype dt)
+{
+    switch (dt) {
+    case ALLOY_F32: return 2e-5;
+    case ALLOY_F64: return 1e-12;
+    case ALLOY_F16: return 4e-3;
+    case ALLOY_BF16: return 3e-2;
+    default: return 0;
+    }
+}
+
+void cgs_prepare(cgs_step *st, alloy_graph *g, const feed_set *f)
+{
+    memset(st, 0, sizeof *st);
+    st->g = g;
+    assert_int_equal(state_ensure(g), ALLOY_OK);
+    const ir_graph *c = g->compiled;
+    int nn = c->nnodes;
+    st->ref = test_calloc((size_t)nn + 1, sizeof(rt_tensor));
+    st->all = test_calloc((size_t)nn + 1, sizeof(bool));
+    st->buf = test_calloc((size_t)nn + 1, sizeof(void *));
+    for (int i = 0; i < nn; i++) {
+        const ir_node *n = c->nodes[i];
+        st->all[i] = true;
+        st->buf[i] = test_calloc(ir_nbytes(&n->type) + 8, 1);
+        if (n->op == IR_OP_input) {
+            for (int k = 0; k < f->n; k++)
+                if (strcmp(f->t[k].name, n->name) == 0) memcpy(st->buf[i], f->t[k].data, ir_nbytes(&n->type));
+            st->ref[i].data = st->buf[i];
+        } else if (n->op == IR_OP_param || n->op == IR_OP_state) {
+            rt_state *sv = state_find(g, n->name);
+            assert_non_null(sv);
+            assert_int_equal(state_host(g, sv), ALLOY_OK);
+            memcpy(st->buf[i], sv->host, ir_nbytes(&n->type));
+            st->ref[i].data = st->buf[i];
+        }
+    }
+    cpu_exec x = {.nthreads = 1};
+    if (cpu_run_graph(&x, c, st->ref, st->all)) fail_msg("cpu: %s", x.error);
+    char err[4096];
+    if (cg_emit(c, &g->comp.sched, &st->prog, err, sizeof err)) fail_msg("emit: %s", err);
+}
+
+char *cgs_rename(const char *text, const char *prefix)
+{
+    size_t len = strlen(text), plen = strlen(prefix), n = 0;
+    static const char name[] = "alloy_s";
+    const size_t nlen = sizeof name - 1;
+    for (const char *p = strstr(text, name); p; p = strstr(p + nlen, name)) n += isdigit((unsigned char)p[nlen]) != 0;
+    char *out = al_malloc(len + n * plen + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *p = text;;) {
+        const char *q = strstr(p, name);
+        while (q && !isdigit((unsigned char)q[nlen])) q = strstr(q + nlen, name);
+        if (!q) {
+            memcpy(o, p, strlen(p) + 1);
+            return out;
+        }
+        memcpy(o, p, (size_t)(q - p) + nlen - 1); /* up to "alloy_" */
+        o += (size_t)(q - p) + nlen - 1;
+        memcpy(o, prefix, plen), o += plen;
+        p = q + nlen - 1;
+    }
+}
+
+/* Counts a failure in *stats, keeping the first one's text. */
+static void note_failure(emu_stats *stats, const char *fmt, ...) AL_PRINTF(2, 3);
+static void note_failure(emu_stats *stats, const char *fmt, ...)
+{
+    if (!stats->failed++) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(stats->first_failure, sizeof stats->first_failure, fmt, ap);
+        va_end(ap);
+    }
+}
+
+emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
+{
+    emu_stats stats = {0};
+    const ir_graph *c = st->g->compiled;
+    const schedule *s = &st->g->comp.sched;
+    const cg_program *prog = &st->prog;
+    rt_tensor *ref = st->ref;
+    void **buf = st->buf;
+    char err[4096];
+    stats.kernels = prog->nkernels;
+    int next = 0; /* the next kernel, by step */
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *step = &s->steps[k];
+        if (next >= prog->nkernels || prog->kernels[next].step != k) { /* a library call: the CPU's values */
+            for (int m = step->first; m < step->first + step->n; m++) {
+                int id = s->members[m].node;
+                if (ref[id].data) memcpy(buf[id], ref[id].data, ir_nbytes(&c->nodes[id]->type));
+            }
+            stats.steps_on_cpu++;
+            continue;
+        }
+        stats.steps_emulated++;
+        /* each step on the CPU's values of its inputs: the kernels are compared on the same inputs */
+        for (int i = 0; i < step->nin; i++) {
+            int id = s->inputs[step->first_in + i];
+            if (ref[id].data && ref[id].data != buf[id]) memcpy(buf[id], ref[id].data, ir_nbytes(&c->nodes[id]->type));
+        }
+        /* scratch of the step (a GEMM's product, per-row results, a flag), shared by its kernels */
+        struct {
+            cg_param_kind kind;
+            int node;
+            void *data;
+        } scratch[8];
+        int nscratch = 0;
+        for (; next < prog->nkernels && prog->kernels[next].step == k; next++) {
+            const cg_kernel *kn = &prog->kernels[next];
+            void **ptrs = test_calloc((size_t)kn->nparams + 1, sizeof(void *));
+            void **params = test_calloc((size_t)kn->nparams + 1, sizeof(void *));
+            for (int p = 0; p < kn->nparams; p++) {
+                const cg_param *pa = &kn->params[p];
+                params[p] = &ptrs[p];
+                if (pa->kind == CG_PARAM_NODE) {
+                    ptrs[p] = buf[pa->node];
+                    continue;
+                }
+                int q = 0;
+                while (q < nscratch && !(scratch[q].kind == pa->kind && scratch[q].node == pa->node)) q++;
+                if (q == nscratch) {
+                    assert_true(nscratch < 8);
+                    scratch[nscratch].kind = pa->kind, scratch[nscratch].node = pa->node;
+                    if (pa->kind == CG_PARAM_PRODUCT) { /* the library GEMM's f32 product */
+                        const ir_node *mm = c->nodes[pa->node];
+                        rt_tensor out = {mm->type, test_calloc((size_t)ir_numel(&mm->type) + 1, sizeof(float))};
+                        out.type.dtype = ALLOY_F32;
+                        rt_tensor in[2] = {{c->nodes[mm->in[0]]->type, buf[mm->in[0]]},
+                                           {c->nodes[mm->in[1]]->type, buf[mm->in[1]]}};
+                        cpu_exec mx = {.nthreads = 1};
+                        assert_int_equal(cpu_matmul(&mx, mm, &out, in), ALLOY_OK);
+                        scratch[nscratch].data = out.data;
+                    } else { /* per-row results, or a zeroed flag */
+                        scratch[nscratch].data = test_calloc((size_t)(pa->count > 0 ? pa->count : 1) + 1, sizeof(double));
+                    }
+                    nscratch++;
+                }
+                ptrs[p] = scratch[q].data;
+            }
+            unsigned grid[3] = {kn->grid, 1, 1}, block[3] = {kn->block, 1, 1};
+            emu_kernel *ek = at[next].library;
+            if (emu_select(ek, at[next].name, err, sizeof err)) note_failure(&stats, "%s", err);
+            else if (emu_launch(ek, grid, block, params, err, sizeof err)) note_failure(&stats, "%s: %s", kn->name, err);
+            test_free(ptrs), test_free(params);
+        }
+        for (int q = 0; q < nscratch; q++) test_free(scratch[q].data);
+        bool rows = step->kind == STEP_ROW || (step->kind == STEP_OP && ir_ops[c->nodes[step->pos]->op].row);
+        for (int m = step->first; m < step->first + step->n; m++) {
+            int id = s->members[m].node;
+            if (!(s->members[m].flags & MEMBER_STORED)) continue;
+            const ir_node *n = c->nodes[id];
+            int64_t count = ir_numel(&n->type);
+            double e = codegen_error(n->type.dtype, buf[id], ref[id].data, count), tol = codegen_tolerance(n->type.dtype);
+            stats.values++;
+            stats.bitwise += memcmp(buf[id], ref[id].data, ir_nbytes(&n->type)) == 0;
+            if (e > stats.worst) stats.worst = e;
+            if (!(e <= tol))
+                note_failure(&stats, "step %d (%s) %s %%%d (%s): error %.3g against the CPU", k,
+                             sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype), e);
+            int64_t differs;
+            if (!rows && !test_same_bits(n->type.dtype, buf[id], ref[id].data, count, &differs) && !stats.inexact++)
+                snprintf(stats.first_inexact, sizeof stats.first_inexact,
+                         "step %d (%s) %s %%%d (%s): element %lld is %.9g, the CPU's %.9g (error %.3g)", k,
+                         sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype),
+                         (long long)differs, test_decode(n->type.dtype, buf[id], differs),
+                         test_decode(n->type.dtype, ref[id].data, differs), e);
+        }
+    }
+    return stats;
+}
+
+void cgs_release(cgs_step *st)
+{
+    cg_program_free(&st->prog);
+    if (!st->g) return;
+    const ir_graph *c = st->g->compiled;
+    cpu_release_values(c, st->ref);
+    for (int i = 0; i < c->nnodes; i++) test_free(st->buf[i]);
+    test_free(st->buf), test_free(st->ref), test_free(st->all);
+    memset(st, 0, sizeof *st);
+}
+
+emu_stats emulate_step(alloy_graph *g, const feed_set *f)
+{
+    cgs_step st;
+    cgs_prepare(&st, g, f);
+    char err[4096];
+    /* every kernel in one library: one compile */
+    char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
+    assert_non_null(module);
+    emu_kernel *ek = st.prog.nkernels ? emu_compile(module, st.prog.kernels[0].name, err, sizeof err) : NULL;
+    al_free(module);
+    if (st.prog.nkernels && !ek) fail_msg("%s", err);
+    cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
+    for (int k = 0; k < st.prog.nkernels; k++) {
+        at[k].library = ek;
+        snprintf(at[k].name, sizeof at[k].name, "%s", st.prog.kernels[k].name);
+    }
+    emu_stats stats = cgs_emulate(&st, at);
+    test_free(at);
+    if (stats.failed) fail_msg("%s", stats.first_failure);
+    emu_free(ek);
+    cgs_release(&st);
+    return stats;
+}
+
+double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, int n, const int *archs, int narchs,
+                   int *modules, int *compiles)
+{
+    cg_cache *cache;
+    char err[1024];
+    if (cg_cache_open(dir, 64 << 20, 0, &cache, err, sizeof err)) fail_msg("cache: %s", err);
+    int total = 0;
+    for (int i = 0; i < n; i++) total += (programs[i].nkernels + KERNELS_PER_MODULE - 1) / KERNELS_PER_MODULE * narchs;
+    cg_kernel_src *ks = test_calloc((size_t)total + 1, sizeof *ks);
+    cg_binary *out = test_calloc((size_t)total + 1, sizeof *out);
+    char **sources = test_calloc((size_t)total + 1, sizeof *sources), (*names)[32] = test_calloc((size_t)total + 1, 32);
+    int at = 0;
+    for (int i = 0; i < n; i++)
+        for (int first = 0; first < programs[i].nkernels; first += KERNELS_PER_MODULE)
+            for (int a = 0; a < narchs; a++) {
+                sources[at] = cg_module_source(&programs[i], first, KERNELS_PER_MODULE);
+                assert_non_null(sources[at]);
+                snprintf(names[at], 32, "alloy_p%d_m%d", i, first / KERNELS_PER_MODULE);
+                ks[at] = (cg_kernel_src){.name = names[at], .source = sources[at], .sm = archs[a]};
+                at++;
+            }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double t0 = test_now_ms();
+    cg_cache_compile_many(cache, nv, ks, total, cores > 1 ? (int)cores : 1, NULL, out);
+    double ms = test_now_ms() - t0;
+    for (int i = 0; i < total; i++) {
+        if (out[i].status) fail_msg("%s for sm_%d: %s", ks[i].name, ks[i].sm, out[i].message ? out[i].message : "failed");
+        assert_true(out[i].size > 0 && out[i].kind == CG_CUBIN);
+        assert_memory_equal(out[i].data, "\x7f" "ELF", 4);
+        cg_binary_free(&out[i]);
+        al_free(sources[i]);
+    }
+    *modules = total;
+    *compiles = (int)cg_cache_get_stats(cache).compiles;
+    cg_cache_close(cache);
+    test_free(ks), test_free(out), test_free(sources), test_free(names);
+    return ms;
+}
