@@ -267,6 +267,28 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     return ok ? NULL : "out of memory";
 }
 
+/* One chain of a multi step: its place in the step's flat index space and its statements at index i. */
+typedef struct multi_segment {
+    int64_t start, n;
+    cg_text body;
+} multi_segment;
+
+/* Appends segments [lo, hi) dispatched on e by a balanced tree of
+ * comparisons (log2 of the chain count per element, not a linear scan). */
+static void put_segments(cg_text *t, const multi_segment *sg, int lo, int hi, int depth)
+{
+    if (hi - lo == 1) {
+        cg_put(t, "%*s{\n%*s    const long long i = e - %lldll;\n%s%*s}\n", depth * 4, "", depth * 4, "",
+               (long long)sg[lo].start, sg[lo].body.s ? sg[lo].body.s : "", depth * 4, "");
+        return;
+    }
+    int mid = (lo + hi) / 2;
+    cg_put(t, "%*sif (e < %lldll)\n", depth * 4, "", (long long)sg[mid].start);
+    put_segments(t, sg, lo, mid, depth + 1);
+    cg_put(t, "%*selse\n", depth * 4, "");
+    put_segments(t, sg, mid, hi, depth + 1);
+}
+
 const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s, int k)
 {
     const sched_step *st = &s->steps[k];
@@ -275,20 +297,21 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     cg_params ps = {0};
     cg_text body = {0}, t = {0};
     int64_t start = 0;
-    bool wide = false;
+    int nseg = st->nparts + (fi ? fi->nin : 0), at = 0;
+    multi_segment *sg = al_calloc((size_t)nseg + 1, sizeof *sg);
+    if (!sg) return "out of memory";
     for (int q = st->first_part; q < st->first_part + st->nparts; q++) {
         const sched_part *part = &s->parts[q];
         if (part->kind != PART_EW) continue;
         const ir_type *space = &g->nodes[s->members[part->first + part->n - 1].node]->type;
         int64_t n = ir_numel(space);
+        if (n == 0) continue;
         cg_ew_part p = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = space,
                         .wide = part->wide, .product = -1, .ps = &ps, .e = "i"};
-        wide |= part->wide;
-        cg_put(&body, "    %sif (e < %lldll) {\n        const long long i = e - %lldll;\n", start ? "else " : "",
-               (long long)(start + n), (long long)start);
-        if (part->wide != false) cg_put(&body, "        typedef double T;\n");
-        cg_emit_members(&body, &p);
-        cg_put(&body, "    }\n");
+        multi_segment *m = &sg[at++];
+        m->start = start, m->n = n;
+        if (part->wide) cg_put(&m->body, "        typedef double T;\n");
+        cg_emit_members(&m->body, &p);
         start += n;
     }
     /* found_inf's operands from outside the step: checked as they are */
@@ -296,15 +319,23 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         int o = fi->in[j];
         if (s->step_of[o] == k) continue;
         int64_t n = ir_numel(&g->nodes[o]->type);
+        if (n == 0) continue;
         int kp = cg_param_of(&ps, CG_PARAM_NODE, o, false, 0);
         char pk[16];
         al_fmt(pk, sizeof pk, "p%d", kp);
-        cg_put(&body, "    %sif (e < %lldll) {\n        const long long i = e - %lldll;\n        if (!isfinite(",
-               start ? "else " : "", (long long)(start + n), (long long)start);
-        cg_load(&body, g->nodes[o]->type.dtype, pk, "i");
-        cg_put(&body, ")) bad_ = 1;\n    }\n");
+        multi_segment *m = &sg[at++];
+        m->start = start, m->n = n;
+        cg_put(&m->body, "        if (!isfinite(");
+        cg_load(&m->body, g->nodes[o]->type.dtype, pk, "i");
+        cg_put(&m->body, ")) bad_ = 1;\n");
         start += n;
     }
+    bool oom = false;
+    for (int i = 0; i < at; i++) oom |= sg[i].body.oom;
+    if (at) put_segments(&body, sg, 0, at, 1);
+    for (int i = 0; i < at; i++) cg_text_free(&sg[i].body);
+    al_free(sg);
+    if (oom) body.oom = true;
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_multi", k);
     int flag = fi ? cg_param_of(&ps, CG_PARAM_FLAG, fi->id, true, 1) : -1;
@@ -334,6 +365,5 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         al_free(fp.at);
     }
     al_free(ps.at);
-    (void)wide;
     return ok ? NULL : "out of memory";
 }
