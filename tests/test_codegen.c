@@ -16,6 +16,7 @@
 #include "base/convert.h"
 #include "codegen/cache.h"
 #include "codegen/emit.h"
+#include "codegen/export.h"
 #include "codegen/nvrtc.h"
 #include "cuda_emu/emu_loader.h"
 #include "models.h"
@@ -336,11 +337,10 @@ static alloy_graph *gpt2_small_block_step(alloy_dtype amp)
     return g;
 }
 
-enum { KERNELS_PER_MODULE = 64 };
-
-/* Every kernel of programs[0..n), KERNELS_PER_MODULE to an NVRTC program,
- * for each of archs[0..narchs) through a cache in dir; returns the
- * milliseconds it took and fails on any compile error. */
+/* Every kernel of programs[0..n), grouped into modules as the export and
+ * the runtime group them (cg_module_range), for each of archs[0..narchs)
+ * through a cache in dir; returns the milliseconds it took and fails on
+ * any compile error. */
 static double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, int n, const int *archs,
                           int narchs, int *modules, int *compiles)
 {
@@ -348,17 +348,19 @@ static double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *progr
     char err[1024];
     if (cg_cache_open(dir, 64 << 20, 0, &cache, err, sizeof err)) fail_msg("cache: %s", err);
     int total = 0;
-    for (int i = 0; i < n; i++) total += (programs[i].nkernels + KERNELS_PER_MODULE - 1) / KERNELS_PER_MODULE * narchs;
+    for (int i = 0; i < n; i++) total += cg_module_count(programs[i].nkernels) * narchs;
     cg_kernel_src *ks = test_calloc((size_t)total + 1, sizeof *ks);
     cg_binary *out = test_calloc((size_t)total + 1, sizeof *out);
     char **sources = test_calloc((size_t)total + 1, sizeof *sources), (*names)[32] = test_calloc((size_t)total + 1, 32);
     int at = 0;
     for (int i = 0; i < n; i++)
-        for (int first = 0; first < programs[i].nkernels; first += KERNELS_PER_MODULE)
+        for (int m = 0; m < cg_module_count(programs[i].nkernels); m++)
             for (int a = 0; a < narchs; a++) {
-                sources[at] = cg_module_source(&programs[i], first, KERNELS_PER_MODULE);
+                int first, count;
+                cg_module_range(programs[i].nkernels, m, &first, &count);
+                sources[at] = cg_module_source(&programs[i], first, count);
                 assert_non_null(sources[at]);
-                snprintf(names[at], 32, "alloy_p%d_m%d", i, first / KERNELS_PER_MODULE);
+                snprintf(names[at], 32, "alloy_p%d_m%d", i, m);
                 ks[at] = (cg_kernel_src){.name = names[at], .source = sources[at], .sm = archs[a]};
                 at++;
             }
