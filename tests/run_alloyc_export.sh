@@ -110,5 +110,17 @@ expect 2 "--feed is an option of 'run'" compile "$ir" --arch sm_80 --feed x -o "
 expect 1 "sm_35" compile "$ir" --arch sm_35 -o "$tmp/bad"
 [ -e "$tmp/bad" ] && fail "a failed compile made its output directory"
 
+# a machine without NVRTC (a library path that does not exist): the export fails saying why and naming the
+# path; the CPU still runs the graph
+ALLOY_NVRTC=$tmp/no/libnvrtc.so.13 "$alloyc" compile "$ir" --arch sm_80 -o "$tmp/nonvrtc" >"$tmp/stdout" 2>"$tmp/stderr"
+got=$?
+[ "$got" -eq 1 ] && grep -q "NVRTC is not available.*$tmp/no/libnvrtc.so.13" "$tmp/stderr" ||
+    fail "ALLOY_NVRTC=<missing> alloyc compile -> exit $got: $(cat "$tmp/stderr")"
+[ -e "$tmp/nonvrtc" ] && fail "an export without NVRTC made its output directory"
+data=$dir/../../tests/data
+ALLOY_NVRTC=$tmp/no/libnvrtc.so.13 "$alloyc" run "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" \
+    --params "$data/mlp2_params.safetensors" --out "$tmp/cpu.safetensors" >"$tmp/stdout" 2>"$tmp/stderr" ||
+    fail "ALLOY_NVRTC=<missing> alloyc run on the CPU: $(cat "$tmp/stderr")"
+
 echo "ok: $(total kernels "$out") kernels in $modules modules, $binaries cubins for sm_80 and sm_90;" \
-    "cold $cold, warm $warm (all from the cache); ALLOY_CACHE=0 and ALLOY_DUMP_DIR checked"
+    "cold $cold, warm $warm (all from the cache); ALLOY_CACHE=0, ALLOY_DUMP_DIR and a missing NVRTC checked"

@@ -37,7 +37,7 @@ static const char *const usage_text[] = {
     "                    prints what it converted and why nodes stayed f32\n"
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
     "                    disable_passes, no_fuse, amp_log, no_arena, blas, num_threads,\n"
-    "                    device, cache, cache_dir, dump_dir; over its ALLOY_*\n"
+    "                    device, cache, cache_dir, dump_dir, nvrtc; over its ALLOY_*\n"
     "                    environment variable; repeats\n"
     "\n"
     "Options of print (--train, --optimizer, --scaler, --print-after and\n"

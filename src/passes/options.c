@@ -19,6 +19,7 @@ const opt_key opt_keys[] = {
     {"cache", "ALLOY_CACHE", "0 or 1"},
     {"cache_dir", "ALLOY_CACHE_DIR", "a directory"},
     {"dump_dir", "ALLOY_DUMP_DIR", "a directory"},
+    {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
     {NULL, NULL, NULL},
 };
 
@@ -174,7 +175,10 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         o->num_threads = (int)v;
         return ALLOY_OK;
     }
-    char *path = strcmp(name, "cache_dir") == 0 ? o->cache_dir : strcmp(name, "dump_dir") == 0 ? o->dump_dir : NULL;
+    char *path = strcmp(name, "cache_dir") == 0  ? o->cache_dir
+                 : strcmp(name, "dump_dir") == 0 ? o->dump_dir
+                 : strcmp(name, "nvrtc") == 0    ? o->nvrtc
+                                                 : NULL;
     if (path) {
         size_t n = strlen(value);
         if (n >= OPT_PATH_MAX) {
@@ -234,6 +238,7 @@ void opt_print(const al_options *o, FILE *out)
     if (!o->cache) fputs(" cache=0", out);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
+    if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);
     fputc('\n', out);
 }
 

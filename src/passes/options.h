@@ -30,6 +30,7 @@ typedef struct al_options {
     bool cache;                       /* false: no kernel cache at all, in memory or on disk */
     char cache_dir[OPT_PATH_MAX];     /* the cache's directory; "": the default (runtime/graph resolves it) */
     char dump_dir[OPT_PATH_MAX];      /* every generated source is also written here; "": none */
+    char nvrtc[OPT_PATH_MAX];         /* the NVRTC library to load; "": libnvrtc.so.13, .12, .11.2 from the loader's path */
 } al_options;
 
 #define OPT_NO_FUSE_ALL 1u

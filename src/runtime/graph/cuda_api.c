@@ -18,7 +18,7 @@ alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const ch
     char cache_dir[OPT_PATH_MAX + 16] = "";
     if (g->cfg.cache && (st = graph_cache_dir(g, &g->cfg, cache_dir, sizeof cache_dir))) return st;
     cg_nvrtc *nv;
-    if ((st = cg_nvrtc_open(NULL, &nv, msg, sizeof msg)))
+    if ((st = cg_nvrtc_open(g->cfg.nvrtc[0] ? g->cfg.nvrtc : NULL, &nv, msg, sizeof msg)))
         return graph_fail(g, st, "export_cuda: NVRTC is not available, and alloy compiles CUDA kernels with it: %s",
                           msg);
     size_t errlen = 16384; /* room for NVRTC's log; g keeps what fits */
