@@ -14,6 +14,7 @@
 
 #include "base/convert.h"
 #include "codegen/cache.h"
+#include "codegen/export.h"
 #include "codegen_support.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
@@ -189,7 +190,10 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
             test_free(ptrs), test_free(params);
         }
         for (int q = 0; q < nscratch; q++) test_free(scratch[q].data);
-        bool rows = step->kind == STEP_ROW || (step->kind == STEP_OP && ir_ops[c->nodes[step->pos]->op].row);
+        /* the steps that may sum in an order of their own: row ops, and reductions split over blocks or columns */
+        int last_op = c->nodes[step->pos]->op;
+        bool sums = last_op == IR_OP_reduce_sum || last_op == IR_OP_reduce_mean;
+        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums));
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;
@@ -203,7 +207,7 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
                 note_failure(&stats, "step %d (%s) %s %%%d (%s): error %.3g against the CPU", k,
                              sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype), e);
             int64_t differs;
-            if (!rows && !test_same_bits(n->type.dtype, buf[id], ref[id].data, count, &differs) && !stats.inexact++)
+            if (!reorders && !test_same_bits(n->type.dtype, buf[id], ref[id].data, count, &differs) && !stats.inexact++)
                 snprintf(stats.first_inexact, sizeof stats.first_inexact,
                          "step %d (%s) %s %%%d (%s): element %lld is %.9g, the CPU's %.9g (error %.3g)", k,
                          sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype),
@@ -256,17 +260,19 @@ double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, in
     char err[1024];
     if (cg_cache_open(dir, 64 << 20, 0, &cache, err, sizeof err)) fail_msg("cache: %s", err);
     int total = 0;
-    for (int i = 0; i < n; i++) total += (programs[i].nkernels + KERNELS_PER_MODULE - 1) / KERNELS_PER_MODULE * narchs;
+    for (int i = 0; i < n; i++) total += cg_module_count(programs[i].nkernels) * narchs;
     cg_kernel_src *ks = test_calloc((size_t)total + 1, sizeof *ks);
     cg_binary *out = test_calloc((size_t)total + 1, sizeof *out);
     char **sources = test_calloc((size_t)total + 1, sizeof *sources), (*names)[32] = test_calloc((size_t)total + 1, 32);
     int at = 0;
     for (int i = 0; i < n; i++)
-        for (int first = 0; first < programs[i].nkernels; first += KERNELS_PER_MODULE)
+        for (int m = 0; m < cg_module_count(programs[i].nkernels); m++)
             for (int a = 0; a < narchs; a++) {
-                sources[at] = cg_module_source(&programs[i], first, KERNELS_PER_MODULE);
+                int first, count;
+                cg_module_range(programs[i].nkernels, m, &first, &count);
+                sources[at] = cg_module_source(&programs[i], first, count);
                 assert_non_null(sources[at]);
-                snprintf(names[at], 32, "alloy_p%d_m%d", i, first / KERNELS_PER_MODULE);
+                snprintf(names[at], 32, "alloy_p%d_m%d", i, m);
                 ks[at] = (cg_kernel_src){.name = names[at], .source = sources[at], .sm = archs[a]};
                 at++;
             }

@@ -19,10 +19,11 @@ typedef struct feed_set {
 
 /* What an emulated step did. A stored value further from the CPU's than
  * codegen_tolerance counts in failed; so does a kernel that did not launch
- * (first_failure says which, the first of them). A value of a step without
- * a row op that differs from the CPU's in any bit (any NaN equal to any
- * NaN) counts in inexact: such steps compute the CPU's expressions, sum in
- * its order or move data, so they give its bits (first_inexact says which). */
+ * (first_failure says which, the first of them). A value that differs from
+ * the CPU's in any bit (any NaN equal to any NaN) counts in inexact unless
+ * its step holds a row op, a reduce_sum or a reduce_mean (they may sum in
+ * another order): the other steps compute the CPU's expressions, take a
+ * maximum or move data, so they give its bits (first_inexact says which). */
 typedef struct emu_stats {
     int kernels, steps_emulated, steps_on_cpu, values, bitwise;
     double worst;
@@ -73,11 +74,10 @@ char *cgs_rename(const char *text, const char *prefix);
  * cgs_emulate does; fails the test on a value beyond codegen_tolerance. */
 emu_stats emulate_step(alloy_graph *g, const feed_set *f);
 
-enum { KERNELS_PER_MODULE = 64 };
-
-/* Every kernel of programs[0..n), KERNELS_PER_MODULE to an NVRTC program,
- * for each of archs[0..narchs) through a cache in dir, on all cores;
- * returns the milliseconds it took and fails on any compile error. */
+/* Every kernel of programs[0..n), grouped into modules as the export and
+ * the runtime group them (cg_module_range), for each of archs[0..narchs)
+ * through a cache in dir, on all cores; returns the milliseconds it took
+ * and fails on any compile error. */
 double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, int n, const int *archs, int narchs,
                    int *modules, int *compiles);
 

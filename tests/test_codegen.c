@@ -94,6 +94,39 @@ static void test_the_transformer_training_step_runs_emulated_as_on_the_cpu(void 
     }
 }
 
+/* Rows longer than a warp takes (a vocabulary of 3000 logits, a width of
+ * 1100): row kernels with a block per row and block reductions. */
+static void test_long_rows_run_emulated_as_on_the_cpu(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    static const struct {
+        int vocab, dim, heads;
+        alloy_dtype amp;
+    } shapes[] = {{3000, 16, 2, ALLOY_F16}, {40, 1100, 2, ALLOY_F32}};
+    for (int i = 0; i < 2; i++) {
+        alloy_graph *g = alloy_graph_new("long");
+        alloy_graph_set_seed(g, 5);
+        test_block b = build_transformer_block(g, ALLOY_F32, 1, 3, shapes[i].vocab, shapes[i].dim, shapes[i].heads);
+        assert_int_equal(alloy_graph_set_loss(g, b.loss), ALLOY_OK);
+        if (shapes[i].amp != ALLOY_F32) {
+            assert_int_equal(alloy_graph_enable_amp(g, shapes[i].amp), ALLOY_OK);
+            assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+        }
+        assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(1e-2, 0.9, 0.0, false)), ALLOY_OK);
+        assert_int_equal(graph_compile(g), ALLOY_OK);
+        feed_set f = random_feeds(g, shapes[i].vocab);
+        emu_stats st = emulate_step(g, &f);
+        char what[96];
+        snprintf(what, sizeof what, "block, vocab %d, width %d, %s", shapes[i].vocab, shapes[i].dim,
+                 shapes[i].amp == ALLOY_F32 ? "fp32" : alloy_dtype_name(shapes[i].amp));
+        report(what, &st);
+        assert_true(st.kernels > 10 && st.values > 10);
+        free_feeds(&f);
+        alloy_graph_free(g);
+    }
+}
+
 /* The training step of an example IR file in one precision, compiled. */
 static alloy_graph *example_step(const char *file, alloy_dtype amp)
 {
@@ -109,6 +142,20 @@ static alloy_graph *example_step(const char *file, alloy_dtype amp)
     return g;
 }
 
+/* The training step of one GPT-2 small block (width 768, 12 heads, 1024
+ * positions, a vocabulary of 50257; batch 4) with its head, compiled. */
+static alloy_graph *gpt2_small_block_step(alloy_dtype amp)
+{
+    alloy_graph *g = alloy_graph_new("gpt2_small_block");
+    test_block b = build_transformer_block(g, ALLOY_F32, 4, 1024, 50257, 768, 12);
+    assert_int_equal(alloy_graph_set_loss(g, b.loss), ALLOY_OK);
+    if (amp != ALLOY_F32) assert_int_equal(alloy_graph_enable_amp(g, amp), ALLOY_OK);
+    if (amp == ALLOY_F16) assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+    assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(6e-4, 0.9, 0.95, 1e-8, 0.1)), ALLOY_OK);
+    if (graph_compile(g)) fail_msg("gpt2 block: %s", alloy_last_error(g));
+    return g;
+}
+
 static void test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90(void **state)
 {
     (void)state;
@@ -120,12 +167,17 @@ static void test_every_kernel_of_the_example_training_steps_compiles_for_sm80_an
     }
     static const char *const files[] = {"char_gpt.ir", "mlp_classifier.ir"};
     static const alloy_dtype modes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
-    cg_program programs[6];
+    cg_program programs[9];
     int n = 0, kernels = 0, skipped = 0;
-    for (int f = 0; f < 2; f++)
+    for (int f = 0; f < 3; f++)
         for (int m = 0; m < 3; m++) {
-            alloy_graph *g = example_step(files[f], modes[m]);
+            alloy_graph *g = f < 2 ? example_step(files[f], modes[m]) : gpt2_small_block_step(modes[m]);
             if (cg_emit(g->compiled, &g->comp.sched, &programs[n], err, sizeof err)) fail_msg("%s", err);
+            for (int i = 0; i < programs[n].nskipped; i++) { /* only GEMMs are left to a library */
+                const ir_node *last = g->compiled->nodes[g->comp.sched.steps[programs[n].skipped[i]].pos];
+                if (last->op != IR_OP_matmul) fail_msg("%s: no kernel for %s: %s", f < 2 ? files[f] : "gpt2 block",
+                                                      ir_ops[last->op].name, programs[n].why[i]);
+            }
             kernels += programs[n].nkernels, skipped += programs[n].nskipped;
             n++;
             alloy_graph_free(g);
@@ -138,7 +190,7 @@ static void test_every_kernel_of_the_example_training_steps_compiles_for_sm80_an
     assert_int_equal(compiles, modules);
     double warm = compile_all(nv, dir, programs, n, archs, 2, &modules, &compiles);
     assert_int_equal(compiles, 0); /* every module from the disk cache the second time */
-    print_message("char_gpt and mlp_classifier training steps (fp32, f16, bf16): %d kernels (%d steps left to "
+    print_message("char_gpt, mlp_classifier and GPT-2 small block training steps (fp32, f16, bf16): %d kernels (%d steps left to "
                   "libraries) in %d NVRTC programs for sm_80 and sm_90: cold %.0f ms, warm from the disk cache %.1f ms\n",
                   kernels, skipped, modules, cold, warm);
     /* the char_gpt f16 AMP step alone, for one architecture, as a run compiles it */
@@ -162,6 +214,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90),
         cmocka_unit_test(test_the_transformer_training_step_runs_emulated_as_on_the_cpu),
+        cmocka_unit_test(test_long_rows_run_emulated_as_on_the_cpu),
     };
     return cmocka_run_group_tests_name("codegen", tests, test_checked_alloc, test_plain_alloc);
 }

@@ -13,6 +13,7 @@
 #include "ir/groups.h"
 #include "passes/options.h"
 #include "passes/pass.h"
+#include "runtime/graph/graph_impl.h"
 #include "support.h"
 
 
@@ -82,6 +83,18 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_int_equal(o.num_threads, 3);
     assert_int_equal(opt_set(&o, "device", "cpu", err, sizeof err), ALLOY_OK);
     assert_int_equal(o.device, OPT_DEVICE_CPU);
+    assert_true(o.cache); /* on by default */
+    assert_int_equal(opt_set(&o, "cache", "off", err, sizeof err), ALLOY_OK);
+    assert_false(o.cache);
+    assert_int_equal(opt_set(&o, "cache_dir", "/var/tmp/alloy kernels", err, sizeof err), ALLOY_OK);
+    assert_string_equal(o.cache_dir, "/var/tmp/alloy kernels");
+    assert_int_equal(opt_set(&o, "dump_dir", "dump", err, sizeof err), ALLOY_OK);
+    assert_string_equal(o.dump_dir, "dump");
+    assert_int_equal(opt_set(&o, "dump_dir", "a/longer/dump/dir", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&o, "dump_dir", "d", err, sizeof err), ALLOY_OK); /* no tail of the longer one left */
+    assert_int_equal(o.dump_dir[2], '\0');
+    assert_int_equal(opt_set(&o, "nvrtc", "/opt/cuda/lib64/libnvrtc.so.13", err, sizeof err), ALLOY_OK);
+    assert_string_equal(o.nvrtc, "/opt/cuda/lib64/libnvrtc.so.13");
     /* "" restores each default */
     for (const opt_key *k = opt_keys; k->name; k++)
         assert_int_equal(opt_set(&o, k->name, "", err, sizeof err), ALLOY_OK);
@@ -109,8 +122,20 @@ static void test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the
     assert_int_equal(opt_set(&o, "amp_log", "maybe", err, sizeof err), ALLOY_ERR_INVALID);
     assert_int_equal(opt_set(&o, "device", "tpu", err, sizeof err), ALLOY_ERR_INVALID);
     assert_non_null(strstr(err, "auto, cpu or cuda"));
+    assert_int_equal(opt_set(&o, "cache", "sometimes", err, sizeof err), ALLOY_ERR_INVALID);
+    char *long_path = test_malloc(OPT_PATH_MAX + 1);
+    memset(long_path, 'd', OPT_PATH_MAX);
+    long_path[OPT_PATH_MAX] = '\0';
+    assert_int_equal(opt_set(&o, "cache_dir", long_path, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "at most 1023"));
+    long_path[OPT_PATH_MAX - 1] = '\0'; /* 1023 bytes fit */
+    al_options fits = o;
+    assert_int_equal(opt_set(&fits, "dump_dir", long_path, err, sizeof err), ALLOY_OK);
+    test_free(long_path);
     assert_int_equal(opt_set(&o, "no_such_option", "1", err, sizeof err), ALLOY_ERR_INVALID);
     assert_non_null(strstr(err, "num_threads"));
+    assert_non_null(strstr(err, "cache_dir"));
+    assert_non_null(strstr(err, "dump_dir"));
     assert_memory_equal(&o, &before, sizeof o); /* a failed set changes nothing */
 }
 
@@ -181,6 +206,76 @@ static void test_dumps_print_the_options_and_the_hash_follows_what_changes_code(
     assert_non_null(strstr(text, "print_after=verify,amp"));
 }
 
+static void test_the_cache_and_dump_options_print_when_set_and_change_no_hash(void **state)
+{
+    (void)state;
+    al_options a, b;
+    opt_init(&a);
+    opt_init(&b);
+    char err[256], text[512];
+    assert_int_equal(opt_set(&b, "cache", "0", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "cache_dir", "/tmp/kc", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "dump_dir", "/tmp/dump", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "nvrtc", "/x/libnvrtc.so", err, sizeof err), ALLOY_OK);
+    assert_true(opt_hash(&a) == opt_hash(&b)); /* where code goes, not what it is (NVRTC's build is in kernel keys) */
+    FILE *f = fmemopen(text, sizeof text, "w");
+    assert_non_null(f);
+    opt_print(&b, f);
+    fputc('\0', f);
+    fclose(f);
+    assert_string_equal(text, "# options: cache=0 cache_dir=/tmp/kc dump_dir=/tmp/dump nvrtc=/x/libnvrtc.so\n");
+    /* reset, they print as defaults again (the strings compare whole) */
+    assert_int_equal(opt_set(&b, "cache", "", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "cache_dir", "", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "dump_dir", "", err, sizeof err), ALLOY_OK);
+    assert_int_equal(opt_set(&b, "nvrtc", "", err, sizeof err), ALLOY_OK);
+    f = fmemopen(text, sizeof text, "w");
+    assert_non_null(f);
+    opt_print(&b, f);
+    fputc('\0', f);
+    fclose(f);
+    assert_string_equal(text, "# options: defaults\n");
+}
+
+static void test_the_cache_directory_comes_from_the_option_then_xdg_then_home(void **state)
+{
+    (void)state;
+    const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME");
+    char *saved_home = home ? strdup(home) : NULL, *saved_xdg = xdg ? strdup(xdg) : NULL;
+    alloy_graph *g = tiny_graph();
+    al_options cfg;
+    char dir[OPT_PATH_MAX + 16];
+    setenv("HOME", "/home/someone", 1);
+    setenv("XDG_CACHE_HOME", "/xdg", 1);
+    assert_int_equal(graph_options(g, &cfg), ALLOY_OK);
+    assert_int_equal(graph_cache_dir(g, &cfg, dir, sizeof dir), ALLOY_OK);
+    assert_string_equal(dir, "/xdg/alloy");
+    setenv("XDG_CACHE_HOME", "relative", 1); /* the XDG rule: not absolute, ignored */
+    assert_int_equal(graph_cache_dir(g, &cfg, dir, sizeof dir), ALLOY_OK);
+    assert_string_equal(dir, "/home/someone/.cache/alloy");
+    unsetenv("HOME");
+    assert_int_equal(graph_cache_dir(g, &cfg, dir, sizeof dir), ALLOY_OK);
+    assert_string_equal(dir, ""); /* a cache in memory only */
+    setenv("ALLOY_CACHE_DIR", "/from/env", 1);
+    assert_int_equal(graph_options(g, &cfg), ALLOY_OK);
+    assert_int_equal(graph_cache_dir(g, &cfg, dir, sizeof dir), ALLOY_OK);
+    assert_string_equal(dir, "/from/env");
+    assert_int_equal(alloy_graph_set_option(g, "cache_dir", "/from/api"), ALLOY_OK); /* the API wins */
+    setenv("ALLOY_CACHE", "0", 1);
+    assert_int_equal(graph_options(g, &cfg), ALLOY_OK);
+    assert_int_equal(graph_cache_dir(g, &cfg, dir, sizeof dir), ALLOY_OK);
+    assert_string_equal(dir, "/from/api");
+    assert_false(cfg.cache);
+    setenv("ALLOY_CACHE", "sometimes", 1);
+    assert_int_equal(graph_options(g, &cfg), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "ALLOY_CACHE"));
+    alloy_graph_free(g);
+    if (saved_home) setenv("HOME", saved_home, 1);
+    if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved_home), free(saved_xdg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -189,6 +284,8 @@ int main(void)
         cmocka_unit_test(test_a_misspelt_environment_value_fails_the_compile_naming_the_variable),
         cmocka_unit_test(test_set_option_rejects_bad_values_and_keeps_the_graph_usable),
         cmocka_unit_test(test_dumps_print_the_options_and_the_hash_follows_what_changes_code),
+        cmocka_unit_test(test_the_cache_and_dump_options_print_when_set_and_change_no_hash),
+        cmocka_unit_test(test_the_cache_directory_comes_from_the_option_then_xdg_then_home),
     };
     return cmocka_run_group_tests_name("options", tests, setup, teardown);
 }

@@ -1,4 +1,4 @@
-/* alloyc.c - the alloy command-line driver: prints a graph's compiled IR, or runs it once on the CPU with safetensors in and out. */
+/* alloyc.c - the alloy command-line driver: prints a graph's compiled IR, runs it once on the CPU with safetensors in and out, or compiles it to CUDA kernels in a directory. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -10,28 +10,38 @@
 
 enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 
-static const char usage_text[] =
+/* The help text, in parts (C compilers need only take string literals of
+ * 4095 characters). */
+static const char *const usage_text[] = {
     "usage: alloyc print FILE.ir [--amp=f16|bf16|off] [--train [--optimizer=sgd|adam|adamw]\n"
     "                            [--scaler=dynamic|static:S|none]] [--print-after=PASS,...|all]\n"
     "                            [--print-before=PASS,...|all] [--set NAME=VALUE]...\n"
     "       alloyc run FILE.ir [--feed NAME=FILE | --feed FILE]... [--params FILE]\n"
     "                          [--seed N] [--fetch NAME]... [--amp=f16|bf16|off]\n"
     "                          [--set NAME=VALUE]... --out FILE\n"
+    "       alloyc compile FILE.ir [--train [--optimizer=KIND] [--scaler=KIND]]\n"
+    "                              [--amp=f16|bf16|off] [--set NAME=VALUE]...\n"
+    "                              --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
     "       alloyc --help | --version\n"
     "\n"
     "Commands:\n"
     "  print   parse and verify FILE.ir, compile it and print the compiled IR on stdout\n"
     "  run     run FILE.ir once on the CPU and write the fetched tensors to a\n"
     "          safetensors file\n"
+    "  compile compile FILE.ir to CUDA C kernels, compile those with NVRTC for each\n"
+    "          architecture (no GPU needed) and write them to a directory; print\n"
+    "          its summary table\n"
     "\n"
-    "Compile options (print and run):\n"
+    "Compile options (print, run and compile):\n"
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
     "                    prints what it converted and why nodes stayed f32\n"
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
     "                    disable_passes, no_fuse, amp_log, no_arena, blas, num_threads,\n"
-    "                    device; over its ALLOY_* environment variable; repeats\n"
+    "                    device, cache, cache_dir, dump_dir, nvrtc; over its ALLOY_*\n"
+    "                    environment variable; repeats\n"
     "\n"
-    "Options of print:\n"
+    "Options of print (--train, --optimizer, --scaler, --print-after and\n"
+    "--print-before also of compile):\n"
     "  --train           also build the backward from the IR's 'loss' (grad:NAME outputs)\n"
     "  --optimizer=KIND  with --train: add an sgd, adam or adamw update (lr 1e-3)\n"
     "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
@@ -42,7 +52,7 @@ static const char usage_text[] =
     "                    the steps with their parts and member flags; after plan: the steps\n"
     "                    and every value's arena slot)\n"
     "  --print-before=P  the same, before pass P\n"
-    "\n"
+    "\n",
     "Options of run (each also accepted as --option=VALUE):\n"
     "  --feed NAME=FILE  feed graph input NAME with the tensor called NAME in the\n"
     "                    safetensors FILE (a value with '=' always reads this way)\n"
@@ -55,14 +65,38 @@ static const char usage_text[] =
     "  --fetch NAME      write the output or named node NAME (an input, parameter or\n"
     "                    intermediate); repeats; default: every\n"
     "                    'output \"NAME\" = ...' line of FILE.ir\n"
-    "  --out FILE        the safetensors file to write, one tensor per fetched name;\n"
+    "  -o, --out FILE    the safetensors file to write, one tensor per fetched name;\n"
     "                    on success run prints the names and types it wrote\n"
+    "\n"
+    "Options of compile:\n"
+    "  --arch LIST       the GPU architectures to build for, compute capabilities\n"
+    "                    as sm_XY separated by commas (sm_80,sm_90); where NVRTC\n"
+    "                    has no sm_XY it builds PTX for the newest one below\n"
+    "  --emit=cuda       what to write: CUDA C and NVRTC binaries (the default and,\n"
+    "                    for now, the only kind)\n"
+    "  -o, --out DIR     the directory to write (made when missing): alloy_mN.cu,\n"
+    "                    the source of module N (up to 64 kernels);\n"
+    "                    alloy_mN.sm_XY.cubin for each architecture (or\n"
+    "                    alloy_mN.compute_XY.ptx); summary.txt: a row per kernel and\n"
+    "                    per step left to libraries, then totals (also printed)\n"
+    "  NVRTC (libnvrtc.so.13, .12 or .11.2) is loaded at run time. Compiles go\n"
+    "  through the kernel cache: ALLOY_CACHE_DIR (--set cache_dir=DIR), else\n"
+    "  $XDG_CACHE_HOME/alloy or ~/.cache/alloy; ALLOY_CACHE=0 (--set cache=0)\n"
+    "  compiles everything. ALLOY_DUMP_DIR (--set dump_dir=DIR) gets a copy of\n"
+    "  every source.\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  --version         print the version and exit\n"
     "\n"
     "Exit status: 0 on success, 1 on an error (unreadable file, bad IR, dtype or\n"
-    "shape mismatch), 2 on a usage error. Errors are one line on stderr.\n";
+    "shape mismatch, no NVRTC, a kernel NVRTC rejects), 2 on a usage error. Errors\n"
+    "are one line on stderr.\n",
+};
+
+static void print_usage(void)
+{
+    for (size_t i = 0; i < sizeof usage_text / sizeof usage_text[0]; i++) fputs(usage_text[i], stdout);
+}
 
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
  * the message become spaces) and returns code. */
@@ -103,7 +137,7 @@ static const char *graph_error(const alloy_graph *g, alloy_status st)
 /* ---- command line ---- */
 
 typedef struct options {
-    const char *command; /* "print" or "run" */
+    const char *command; /* "print", "run" or "compile" */
     const char *ir_path;
     const char **feeds; /* NAME=FILE or FILE, as given */
     int nfeeds;
@@ -112,8 +146,9 @@ typedef struct options {
     const char *params, *out;
     bool have_seed;
     uint64_t seed;
-    const char *run_only; /* the first run-only option seen, for print's message */
-    const char *print_only; /* the first print-only option seen, for run's message */
+    const char *misplaced; /* the first option seen that the command does not take */
+    unsigned misplaced_commands; /* the commands that take it */
+    const char *arch; /* compile: the --arch list, as given */
     alloy_dtype amp;      /* ALLOY_F32: off */
     bool train;
     const char *optimizer, *scaler, *print_after, *print_before;
@@ -150,6 +185,64 @@ static bool parse_seed(const char *text, uint64_t *out)
     return true;
 }
 
+/* The commands, as bits of the options each takes. */
+enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_ALL = 7 };
+static const char *const command_names[] = {"print", "run", "compile"};
+
+/* The options that take a value, and the commands that take each. */
+enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
+       F_ARCH, F_EMIT, F_COUNT };
+static const struct {
+    const char *name, *alias;
+    unsigned commands;
+} value_flags[F_COUNT] = {
+    [F_FEED] = {"--feed", NULL, CMD_RUN},
+    [F_FETCH] = {"--fetch", NULL, CMD_RUN},
+    [F_PARAMS] = {"--params", NULL, CMD_RUN},
+    [F_SEED] = {"--seed", NULL, CMD_RUN},
+    [F_OUT] = {"--out", "-o", CMD_RUN | CMD_COMPILE},
+    [F_AMP] = {"--amp", NULL, CMD_ALL},
+    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE},
+    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE},
+    [F_PRINT_AFTER] = {"--print-after", NULL, CMD_PRINT | CMD_COMPILE},
+    [F_PRINT_BEFORE] = {"--print-before", NULL, CMD_PRINT | CMD_COMPILE},
+    [F_SET] = {"--set", NULL, CMD_ALL},
+    [F_ARCH] = {"--arch", NULL, CMD_COMPILE},
+    [F_EMIT] = {"--emit", NULL, CMD_COMPILE},
+};
+
+/* Remembers the first option the command does not take (reported once the
+ * command line is read, after the errors of its values). */
+static void note_option(options *o, unsigned command, const char *name, unsigned commands)
+{
+    if (!(commands & command) && !o->misplaced) {
+        o->misplaced = name;
+        o->misplaced_commands = commands;
+    }
+}
+
+/* Whether list is sm_XY[,sm_XY...]: compute capabilities from 10 to 9999,
+ * no leading zero, none twice (the library checks again; here it is a
+ * usage error). */
+static bool valid_archs(const char *list)
+{
+    int seen[16], n = 0;
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        if (len < 5 || len > 7 || strncmp(p, "sm_", 3) != 0 || p[3] == '0' || n == 16) return false;
+        int sm = 0;
+        for (size_t i = 3; i < len; i++) {
+            if (p[i] < '0' || p[i] > '9') return false;
+            sm = sm * 10 + (p[i] - '0');
+        }
+        for (int i = 0; i < n; i++)
+            if (seen[i] == sm) return false;
+        seen[n++] = sm;
+        if (!p[len]) return true;
+        p += len + 1;
+    }
+}
+
 /* Fills o from argv; returns 0, or an exit code after printing (help,
  * version or a usage error). *done is set when the program should exit. */
 static int parse_args(int argc, char **argv, options *o, bool *done)
@@ -158,27 +251,31 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     if (argc < 2) return usage_error("no command given");
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
-        fputs(usage_text, stdout);
+        print_usage();
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
         printf("alloyc %d.%d.%d\n", ALLOY_VERSION_MAJOR, ALLOY_VERSION_MINOR, ALLOY_VERSION_PATCH);
         return 0;
     }
-    if (strcmp(cmd, "print") != 0 && strcmp(cmd, "run") != 0) {
+    unsigned command = 0;
+    for (int c = 0; c < 3; c++)
+        if (strcmp(cmd, command_names[c]) == 0) command = 1u << c;
+    if (!command) {
         if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
-        return usage_error("unknown command '%s' (commands: print, run)", cmd);
+        return usage_error("unknown command '%s' (commands: print, run, compile)", cmd);
     }
     o->command = cmd;
     o->feeds = calloc((size_t)argc, sizeof *o->feeds);
     o->fetches = calloc((size_t)argc, sizeof *o->fetches);
     o->sets = calloc((size_t)argc, sizeof *o->sets);
     if (!o->feeds || !o->fetches || !o->sets) return fail(EXIT_ERROR, "out of memory");
+    bool emit = false;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i], *value = NULL;
         int got;
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            fputs(usage_text, stdout);
+            print_usage();
             return 0;
         }
         if (strcmp(arg, "--version") == 0) {
@@ -188,72 +285,87 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         }
         if (strcmp(arg, "--train") == 0) {
             o->train = true;
-            if (!o->print_only) o->print_only = arg;
+            note_option(o, command, arg, CMD_PRINT | CMD_COMPILE);
             continue;
         }
-        static const char *const flags[] = {"--feed",   "--fetch",     "--params",       "--seed", "--out", "--amp",
-                                            "--optimizer", "--scaler", "--print-after", "--print-before", "--set"};
         int which = -1;
-        for (int f = 0; f < 11 && which < 0; f++) {
-            got = take_value(argc, argv, &i, flags[f], &value);
-            if (got < 0) return usage_error("%s needs a value", flags[f]);
-            if (got > 0) which = f;
+        const char *given = NULL; /* the spelling used: --out or -o */
+        for (int f = 0; f < F_COUNT && which < 0; f++) {
+            for (int a = 0; a < 2 && which < 0; a++) {
+                const char *name = a ? value_flags[f].alias : value_flags[f].name;
+                if (!name) continue;
+                got = take_value(argc, argv, &i, name, &value);
+                if (got < 0) return usage_error("%s needs a value", name);
+                if (got > 0) which = f, given = name;
+            }
         }
         if (which >= 0) {
-            if (which < 5 && !o->run_only) o->run_only = flags[which];
-            if (which > 5 && which < 10 && !o->print_only) o->print_only = flags[which];
-            if (!*value) return usage_error("%s needs a non-empty value", flags[which]);
+            note_option(o, command, given, value_flags[which].commands);
+            if (!*value) return usage_error("%s needs a non-empty value", given);
         }
         switch (which) {
-        case 0:
+        case F_FEED:
             if (value[0] == '=') return usage_error("--feed '%s': the input name before '=' is empty", value);
             o->feeds[o->nfeeds++] = value;
             break;
-        case 1:
+        case F_FETCH:
             for (int k = 0; k < o->nfetches; k++)
                 if (strcmp(o->fetches[k], value) == 0)
                     return usage_error("--fetch '%s' is given twice", value);
             o->fetches[o->nfetches++] = value;
             break;
-        case 2:
+        case F_PARAMS:
             if (o->params) return usage_error("--params is given twice");
             o->params = value;
             break;
-        case 3:
+        case F_SEED:
             if (o->have_seed) return usage_error("--seed is given twice");
             if (!parse_seed(value, &o->seed))
                 return usage_error("--seed wants an integer in [0, 2^64), got '%s'", value);
             o->have_seed = true;
             break;
-        case 4:
+        case F_OUT:
             if (o->out) return usage_error("--out is given twice");
             o->out = value;
             break;
-        case 5:
+        case F_AMP:
             if (strcmp(value, "f16") == 0 || strcmp(value, "fp16") == 0) o->amp = ALLOY_F16;
             else if (strcmp(value, "bf16") == 0) o->amp = ALLOY_BF16;
             else if (strcmp(value, "off") == 0 || strcmp(value, "f32") == 0) o->amp = ALLOY_F32;
             else return usage_error("--amp wants f16, bf16 or off, got '%s'", value);
             break;
-        case 6:
+        case F_OPTIMIZER:
             if (strcmp(value, "sgd") && strcmp(value, "adam") && strcmp(value, "adamw"))
                 return usage_error("--optimizer wants sgd, adam or adamw, got '%s'", value);
             o->optimizer = value;
             break;
-        case 7:
+        case F_SCALER:
             if (strcmp(value, "dynamic") && strcmp(value, "none") && strncmp(value, "static:", 7))
                 return usage_error("--scaler wants dynamic, static:SCALE or none, got '%s'", value);
             o->scaler = value;
             break;
-        case 8:
+        case F_PRINT_AFTER:
             o->print_after = value;
             break;
-        case 9:
+        case F_PRINT_BEFORE:
             o->print_before = value;
             break;
-        case 10:
+        case F_SET:
             if (!strchr(value, '=') || value[0] == '=') return usage_error("--set wants NAME=VALUE, got '%s'", value);
             o->sets[o->nsets++] = value;
+            break;
+        case F_ARCH:
+            if (o->arch) return usage_error("--arch is given twice");
+            if (!valid_archs(value))
+                return usage_error("--arch wants sm_XY[,sm_XY...], compute capabilities 10 to 9999 each given "
+                                   "once (for example sm_80,sm_90), got '%s'", value);
+            o->arch = value;
+            break;
+        case F_EMIT:
+            if (emit) return usage_error("--emit is given twice");
+            if (strcmp(value, "cuda") != 0)
+                return usage_error("--emit wants cuda (the only kind so far), got '%s'", value);
+            emit = true;
             break;
         default:
             if (arg[0] == '-' && arg[1] != '\0') return usage_error("unknown option '%s'", arg);
@@ -262,12 +374,21 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         }
     }
     if (!o->ir_path) return usage_error("'%s' needs an IR file", cmd);
-    if (strcmp(cmd, "print") == 0 && o->run_only)
-        return usage_error("%s is an option of 'run', not 'print'", o->run_only);
-    if (strcmp(cmd, "run") == 0 && !o->out)
-        return usage_error("run needs --out FILE");
-    if (strcmp(cmd, "run") == 0 && o->print_only)
-        return usage_error("%s is an option of 'print', not 'run'", o->print_only);
+    if (o->misplaced) {
+        char list[64] = "";
+        for (int c = 0, k = 0, n = __builtin_popcount(o->misplaced_commands); c < 3; c++) {
+            if (!(o->misplaced_commands & 1u << c)) continue;
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s'%s'", k == 0 ? "" : k == n - 1 ? " and " : ", ",
+                     command_names[c]);
+            k++;
+        }
+        return usage_error("%s is an option of %s, not '%s'", o->misplaced, list, cmd);
+    }
+    if (command == CMD_RUN && !o->out) return usage_error("run needs --out FILE");
+    if (command == CMD_COMPILE && !o->out) return usage_error("compile needs -o DIR (the directory to write)");
+    if (command == CMD_COMPILE && !o->arch)
+        return usage_error("compile needs --arch sm_XY[,sm_XY...] (for example sm_80,sm_90)");
     if ((o->optimizer || o->scaler) && !o->train)
         return usage_error("--optimizer and --scaler need --train");
     *done = false;
@@ -694,13 +815,48 @@ done:
     return rc;
 }
 
+/* Prints dir/summary.txt and a line naming dir; an exit code. */
+static int print_summary(const char *dir)
+{
+    size_t n = strlen(dir) + sizeof "/summary.txt";
+    char *path = malloc(n);
+    if (!path) return fail(EXIT_ERROR, "out of memory");
+    snprintf(path, n, "%s/summary.txt", dir);
+    size_t len;
+    char *text = read_text(path, &len);
+    free(path);
+    if (!text) return EXIT_ERROR;
+    fwrite(text, 1, len, stdout);
+    free(text);
+    printf("wrote %s\n", dir);
+    if (fflush(stdout) || ferror(stdout)) return fail(EXIT_ERROR, "writing to stdout failed");
+    return 0;
+}
+
+static int cmd_compile(const options *o)
+{
+    char *text;
+    size_t len;
+    alloy_graph *g = load_graph(o->ir_path, &text, &len);
+    free(text);
+    if (!g) return EXIT_ERROR;
+    alloy_status st = configure(g, o);
+    if (!st) st = alloy_graph_export_cuda(g, o->arch, o->out);
+    int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st)) : print_summary(o->out);
+    alloy_graph_free(g);
+    return rc;
+}
+
 /* Parses the command line and runs the command; the exit status says how it went. */
 int main(int argc, char **argv)
 {
     options o = {0};
     bool done;
     int rc = parse_args(argc, argv, &o, &done);
-    if (!done) rc = strcmp(o.command, "print") == 0 ? cmd_print(&o) : cmd_run(&o);
+    if (!done)
+        rc = strcmp(o.command, "print") == 0 ? cmd_print(&o)
+             : strcmp(o.command, "run") == 0 ? cmd_run(&o)
+                                             : cmd_compile(&o);
     free(o.feeds);
     free(o.fetches);
     free(o.sets);

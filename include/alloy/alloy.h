@@ -25,5 +25,6 @@
 #include "alloy/amp.h"
 #include "alloy/safetensors.h"
 #include "alloy/train.h"
+#include "alloy/cuda.h"
 
 #endif

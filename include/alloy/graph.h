@@ -238,8 +238,8 @@ ALLOY_API alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info
 /* Sets one option of the next compiles, over its environment variable
  * (docs/options.md): print_after, print_before (pass names or "all"),
  * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,
- * blas (0/1), num_threads, device (auto|cpu|cuda). "" or NULL restores the
- * default. An unknown option or value is ALLOY_ERR_INVALID with a message
+ * blas (0/1), num_threads, device (auto|cpu|cuda), cache (0/1), cache_dir,
+ * dump_dir (directories). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
  * listing the valid ones, and changes nothing. */
 ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value);
 

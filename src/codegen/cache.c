@@ -204,12 +204,14 @@ struct cg_cache {
     pthread_mutex_t lock; /* over mem, clock and stats; files need none (rename is atomic) */
 };
 
-/* mkdir -p. */
-static bool make_dirs(const char *dir)
+bool cg_make_dirs(const char *dir)
 {
     char p[PATH_MAX];
     size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof p) return false;
+    if (n == 0 || n >= sizeof p) {
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return false;
+    }
     memcpy(p, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (p[i] != '/' && p[i] != '\0') continue;
@@ -219,7 +221,9 @@ static bool make_dirs(const char *dir)
         p[i] = c;
     }
     struct stat st;
-    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    if (stat(dir, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) errno = ENOTDIR;
+    return S_ISDIR(st.st_mode);
 }
 
 alloy_status cg_cache_open(const char *dir, size_t mem_max_bytes, uint64_t disk_max_bytes, cg_cache **out,
@@ -230,7 +234,7 @@ alloy_status cg_cache_open(const char *dir, size_t mem_max_bytes, uint64_t disk_
         al_fmt(err, errlen, "kernel cache directory name too long: %.100s...", dir);
         return ALLOY_ERR_INVALID;
     }
-    if (dir && !make_dirs(dir)) {
+    if (dir && !cg_make_dirs(dir)) {
         al_fmt(err, errlen, "cannot make the kernel cache directory %s: %s", dir, strerror(errno));
         return ALLOY_ERR_IO;
     }

@@ -23,6 +23,9 @@
 #define CG_CACHE_FORMAT 1
 #define CG_CACHE_HEADER 120
 
+/* The bound alloy keeps a cache directory under (1 GiB of entry files). */
+#define CG_CACHE_DISK_BOUND (1ull << 30)
+
 typedef struct cg_cache cg_cache;
 
 /* What the cache did since it was opened. */
@@ -54,6 +57,10 @@ AL_HIDDEN void cg_cache_key(const char *name, const char *source, const char *op
  * out is "" then. Reads no environment itself. */
 AL_HIDDEN alloy_status cg_cache_default_dir(const char *alloy_cache_dir, const char *xdg, const char *home, char *out,
                                             size_t len);
+
+/* mkdir -p: makes dir and its missing parents. false (errno set) when that
+ * fails or dir exists and is not a directory. */
+AL_HIDDEN bool cg_make_dirs(const char *dir);
 
 /* Opens a cache keeping up to mem_max_bytes of payloads in memory (0:
  * none) and, when dir is not NULL, entry files in dir (made if missing)

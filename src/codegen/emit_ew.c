@@ -87,7 +87,14 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             cg_put(t, "        const T x%d_%d = ", m, j);
             char pk[16];
             al_fmt(pk, sizeof pk, "p%d", k);
-            cg_load(t, g->nodes[o]->type.dtype, pk, idx.s ? idx.s : "0");
+            if (p->vec && idx.s && strcmp(idx.s, p->e) == 0 && ir_numel(p->space) > 1) {
+                if (k < 64) *p->vload |= 1ull << k;
+                else *p->vfail = true;
+                al_fmt(pk, sizeof pk, "l%d_", k);
+                cg_load(t, g->nodes[o]->type.dtype, pk, "i_");
+            } else {
+                cg_load(t, g->nodes[o]->type.dtype, pk, idx.s ? idx.s : "0");
+            }
             cg_put(t, ";\n");
             cg_text_free(&idx);
             al_fmt(src[j], sizeof src[j], "x%d_%d", m, j);
@@ -100,7 +107,13 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
         cg_apply_flags(t, x->type.dtype, p->wide, mb->flags, v);
         if (mb->flags & MEMBER_STORED) {
             int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
-            cg_put(t, "        p%d[%s] = ", k, p->e);
+            if (p->vec) {
+                if (k < 64) *p->vstore |= 1ull << k;
+                else *p->vfail = true;
+                cg_put(t, "        s%d_[i_] = ", k);
+            } else {
+                cg_put(t, "        p%d[%s] = ", k, p->e);
+            }
             cg_store(t, x->type.dtype, p->wide, v);
             cg_put(t, ";\n");
         }
@@ -135,6 +148,56 @@ static int64_t part_bytes(const ir_graph *g, const cg_params *ps)
     return b;
 }
 
+/* The statements of an ew step or GEMM epilogue at index p->e: the GEMM's
+ * f32 product first (with the matmul's flags; stored when asked), then the
+ * members. */
+static void ew_body(cg_text *body, cg_ew_part *p)
+{
+    const schedule *s = p->s;
+    if (p->product >= 0) {
+        const sched_member *mm = &s->members[p->product];
+        const ir_node *x = p->g->nodes[mm->node];
+        int kp = cg_param_of(p->ps, CG_PARAM_PRODUCT, x->id, false, 0);
+        if (p->vec && kp < 64) {
+            *p->vload |= 1ull << kp;
+            cg_put(body, "        T v%d = (T)l%d_[i_];\n", p->product, kp);
+        } else {
+            if (p->vec) *p->vfail = true;
+            cg_put(body, "        T v%d = (T)p%d[e];\n", p->product, kp);
+        }
+        if (mm->flags & MEMBER_STORED) {
+            int ko = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
+            cg_put(body, "        p%d[e] = ", ko);
+            char pv[16];
+            al_fmt(pv, sizeof pv, "v%d", p->product);
+            cg_store(body, x->type.dtype, false, pv);
+            cg_put(body, ";\n");
+        }
+        if ((mm->flags & MEMBER_RANGED) && (x->type.dtype == ALLOY_F16 || x->type.dtype == ALLOY_BF16))
+            cg_put(body, "        v%d = alloy_range_%s(v%d);\n", p->product, x->type.dtype == ALLOY_F16 ? "f16" : "bf16",
+                   p->product);
+    }
+    cg_emit_members(body, p);
+}
+
+/* Elements a thread moves per vector access: 16 bytes of the widest dtype
+ * among the parameters in mask (0 when none). */
+static alloy_dtype param_dtype(const ir_graph *g, const cg_param *pa)
+{
+    return pa->kind == CG_PARAM_PRODUCT ? ALLOY_F32 : g->nodes[pa->node]->type.dtype;
+}
+
+static int vector_width(const ir_graph *g, const cg_params *ps, uint64_t mask)
+{
+    size_t widest = 0;
+    for (int i = 0; i < ps->n && i < 64; i++)
+        if (mask >> i & 1) {
+            size_t size = alloy_dtype_size(param_dtype(g, &ps->at[i]));
+            if (size > widest) widest = size;
+        }
+    return widest ? (int)(16 / widest) : 0;
+}
+
 const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, int k)
 {
     const sched_step *st = &s->steps[k];
@@ -152,40 +215,78 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     }
     cg_params ps = {0};
     p.ps = &ps;
-    cg_text body = {0}, t = {0};
-    if (p.product >= 0) { /* the f32 product, with the matmul's flags; stored when asked */
-        const sched_member *mm = &s->members[p.product];
-        const ir_node *x = g->nodes[mm->node];
-        int kp = cg_param_of(&ps, CG_PARAM_PRODUCT, x->id, false, 0);
-        cg_put(&body, "        T v%d = (T)p%d[e];\n", p.product, kp);
-        if (mm->flags & MEMBER_STORED) {
-            int ko = cg_param_of(&ps, CG_PARAM_NODE, x->id, true, 0);
-            cg_put(&body, "        p%d[e] = ", ko);
-            char pv[16];
-            al_fmt(pv, sizeof pv, "v%d", p.product);
-            cg_store(&body, x->type.dtype, false, pv);
-            cg_put(&body, ";\n");
-        }
-        if ((mm->flags & MEMBER_RANGED) && (x->type.dtype == ALLOY_F16 || x->type.dtype == ALLOY_BF16))
-            cg_put(&body, "        v%d = alloy_range_%s(v%d);\n", p.product, x->type.dtype == ALLOY_F16 ? "f16" : "bf16",
-                   p.product);
-    }
-    cg_emit_members(&body, &p);
+    cg_text body = {0}, vbody = {0}, t = {0};
+    int64_t total = ir_numel(&st->space);
+    /* the vectorized body first (it names the parameters read and written
+     * whole), then the scalar one for the tail */
+    uint64_t vload = 0, vstore = 0;
+    bool vfail = false;
+    cg_ew_part vp = p;
+    vp.vec = true, vp.vload = &vload, vp.vstore = &vstore, vp.vfail = &vfail;
+    ew_body(&vbody, &vp);
+    ew_body(&body, &p);
+    int width = vfail ? 0 : vector_width(g, &ps, vload | vstore);
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, sched_kind_name(st->kind));
-    int64_t total = ir_numel(&st->space);
     cg_put_preamble(&t);
-        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(&t, g, &ps);
     cg_put(&t, ")\n{\n    typedef %s T;\n    int bad_ = 0; (void)bad_;\n", p.wide ? "double" : "float");
-    cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
-               " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n}\n",
-           (long long)total, body.s ? body.s : "");
-    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, st->kind, &t, &ps, grid_for(total), CG_BLOCK,
-                                         part_bytes(g, &ps));
-    cg_text_free(&body), cg_text_free(&t);
+    int64_t nvec = width > 1 ? total / width : 0;
+    if (nvec > 0) {
+        cg_put(&t, "    for (long long g_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; g_ < %lldll;"
+                   " g_ += (long long)gridDim.x * blockDim.x) {\n", (long long)nvec);
+        for (int i = 0; i < ps.n && i < 64; i++) {
+            if (!((vload | vstore) >> i & 1)) continue;
+            alloy_dtype dt = param_dtype(g, &ps.at[i]);
+            int size = (int)alloy_dtype_size(dt);
+            if (vload >> i & 1)
+                cg_put(&t, "        alignas(16) %s l%d_[%d];\n        alloy_vcopy<%d>(l%d_, p%d + g_ * %d);\n",
+                       cg_storage(dt), i, width, size * width, i, i, width);
+            if (vstore >> i & 1) cg_put(&t, "        alignas(16) %s s%d_[%d];\n", cg_storage(dt), i, width);
+        }
+        cg_put(&t, "        for (int i_ = 0; i_ < %d; i_++) {\n        const long long e = g_ * %d + i_;\n%s        }\n",
+               width, width, vbody.s ? vbody.s : "");
+        for (int i = 0; i < ps.n && i < 64; i++)
+            if (vstore >> i & 1)
+                cg_put(&t, "        alloy_vcopy<%d>(p%d + g_ * %d, s%d_);\n",
+                       (int)alloy_dtype_size(param_dtype(g, &ps.at[i])) * width, i, width, i);
+        cg_put(&t, "    }\n");
+    }
+    int64_t done = nvec * (width > 1 ? width : 1);
+    if (done < total) /* the elements no vector covers */
+        cg_put(&t, "    for (long long e = %lldll + (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
+                   " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n",
+               (long long)done, (long long)total, body.s ? body.s : "");
+    cg_put(&t, "}\n");
+    if (nvec > 0) total = nvec;
+    bool ok = !body.oom && !vbody.oom && cg_add_kernel(prog, g, name, k, st->kind, &t, &ps, grid_for(total), CG_BLOCK,
+                                                       part_bytes(g, &ps));
+    cg_text_free(&body), cg_text_free(&vbody), cg_text_free(&t);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
+}
+
+/* One chain of a multi step: its place in the step's flat index space and its statements at index i. */
+typedef struct multi_segment {
+    int64_t start, n;
+    cg_text body;
+} multi_segment;
+
+/* Appends segments [lo, hi) dispatched on e by a balanced tree of
+ * comparisons (log2 of the chain count per element, not a linear scan). */
+static void put_segments(cg_text *t, const multi_segment *sg, int lo, int hi, int depth)
+{
+    if (hi - lo == 1) {
+        cg_put(t, "%*s{\n%*s    const long long i = e - %lldll;\n%s%*s}\n", depth * 4, "", depth * 4, "",
+               (long long)sg[lo].start, sg[lo].body.s ? sg[lo].body.s : "", depth * 4, "");
+        return;
+    }
+    int mid = (lo + hi) / 2;
+    cg_put(t, "%*sif (e < %lldll)\n", depth * 4, "", (long long)sg[mid].start);
+    put_segments(t, sg, lo, mid, depth + 1);
+    cg_put(t, "%*selse\n", depth * 4, "");
+    put_segments(t, sg, mid, hi, depth + 1);
 }
 
 const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s, int k)
@@ -196,20 +297,21 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     cg_params ps = {0};
     cg_text body = {0}, t = {0};
     int64_t start = 0;
-    bool wide = false;
+    int nseg = st->nparts + (fi ? fi->nin : 0), at = 0;
+    multi_segment *sg = al_calloc((size_t)nseg + 1, sizeof *sg);
+    if (!sg) return "out of memory";
     for (int q = st->first_part; q < st->first_part + st->nparts; q++) {
         const sched_part *part = &s->parts[q];
         if (part->kind != PART_EW) continue;
         const ir_type *space = &g->nodes[s->members[part->first + part->n - 1].node]->type;
         int64_t n = ir_numel(space);
+        if (n == 0) continue;
         cg_ew_part p = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = space,
                         .wide = part->wide, .product = -1, .ps = &ps, .e = "i"};
-        wide |= part->wide;
-        cg_put(&body, "    %sif (e < %lldll) {\n        const long long i = e - %lldll;\n", start ? "else " : "",
-               (long long)(start + n), (long long)start);
-        if (part->wide != false) cg_put(&body, "        typedef double T;\n");
-        cg_emit_members(&body, &p);
-        cg_put(&body, "    }\n");
+        multi_segment *m = &sg[at++];
+        m->start = start, m->n = n;
+        if (part->wide) cg_put(&m->body, "        typedef double T;\n");
+        cg_emit_members(&m->body, &p);
         start += n;
     }
     /* found_inf's operands from outside the step: checked as they are */
@@ -217,15 +319,23 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         int o = fi->in[j];
         if (s->step_of[o] == k) continue;
         int64_t n = ir_numel(&g->nodes[o]->type);
+        if (n == 0) continue;
         int kp = cg_param_of(&ps, CG_PARAM_NODE, o, false, 0);
         char pk[16];
         al_fmt(pk, sizeof pk, "p%d", kp);
-        cg_put(&body, "    %sif (e < %lldll) {\n        const long long i = e - %lldll;\n        if (!isfinite(",
-               start ? "else " : "", (long long)(start + n), (long long)start);
-        cg_load(&body, g->nodes[o]->type.dtype, pk, "i");
-        cg_put(&body, ")) bad_ = 1;\n    }\n");
+        multi_segment *m = &sg[at++];
+        m->start = start, m->n = n;
+        cg_put(&m->body, "        if (!isfinite(");
+        cg_load(&m->body, g->nodes[o]->type.dtype, pk, "i");
+        cg_put(&m->body, ")) bad_ = 1;\n");
         start += n;
     }
+    bool oom = false;
+    for (int i = 0; i < at; i++) oom |= sg[i].body.oom;
+    if (at) put_segments(&body, sg, 0, at, 1);
+    for (int i = 0; i < at; i++) cg_text_free(&sg[i].body);
+    al_free(sg);
+    if (oom) body.oom = true;
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_multi", k);
     int flag = fi ? cg_param_of(&ps, CG_PARAM_FLAG, fi->id, true, 1) : -1;
@@ -255,6 +365,5 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         al_free(fp.at);
     }
     al_free(ps.at);
-    (void)wide;
     return ok ? NULL : "out of memory";
 }

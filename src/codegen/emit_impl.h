@@ -61,6 +61,13 @@ typedef struct cg_ew_part {
     cg_params *ps;
     const char *e;
     const char *slot;
+    /* vectorized kernels: with vec set, operands of the space's own shape
+     * are read from this thread's array l<k>_[i_] and stores go to
+     * s<k>_[i_] (k: the parameter); bit k of *vload / *vstore says which
+     * (parameters past 63 set *vfail: the kernel stays scalar) */
+    bool vec;
+    uint64_t *vload, *vstore;
+    bool *vfail;
 } cg_ew_part;
 
 /* Appends the statements computing the part's members at index p->e: loads

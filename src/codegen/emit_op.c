@@ -1,4 +1,4 @@
-/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (the CPU's pairwise order), embedding and its gradient, a lone found_inf. */
+/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), embedding and its gradient, a lone found_inf. */
 #include <string.h>
 
 #include "codegen/emit_impl.h"
@@ -116,7 +116,8 @@ static const char *constant(cg_program *prog, const ir_graph *g, int k, const ir
     const ir_attr *values = ir_attr_find(n, "values");
     int64_t count = ir_numel(&n->type);
     if (values && values->kind == IR_ATTR_FLOATS && values->n == count) {
-        cg_put(&before, "static __device__ const unsigned long long %s_bits[%lld] = {", name, (long long)(count ? count : 1));
+        cg_put(&before, "static __device__ const unsigned long long %s_bits[%lld] = {", name,
+               (long long)(count ? count : 1));
         for (int64_t i = 0; i < count; i++) {
             uint64_t u;
             memcpy(&u, &values->floats[i], sizeof u);
@@ -138,29 +139,99 @@ static const char *constant(cg_program *prog, const ir_graph *g, int k, const ir
     return ok ? NULL : "out of memory";
 }
 
-/* reduce_sum / mean / max: one thread per output element; sums pairwise in
- * the CPU's order (halves, runs of at most 16 added in order), in f32 for
- * f16/bf16/f32, f64 for f64, wrapping int64 for integers; max with NaN
- * winning. */
-static const char *reduce(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+/* Which input elements a reduction reads: reduced[d] per axis (every axis
+ * when there is no axes attribute), elements per output and outputs. */
+typedef struct reduction {
+    const ir_type *t;
+    bool reduced[ALLOY_MAX_RANK];
+    int64_t count, nout;
+    bool integer, wide;
+    const char *acc; /* the accumulator's C type */
+} reduction;
+
+static reduction reduction_of(const ir_graph *g, const ir_node *n)
 {
-    const ir_type *t = &g->nodes[n->in[0]]->type;
-    bool reduced[ALLOY_MAX_RANK] = {false};
+    reduction r = {.t = &g->nodes[n->in[0]]->type, .count = 1, .nout = 1};
+    const ir_type *t = r.t;
     int naxes;
     const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
     for (int i = 0; i < naxes; i++) {
         int ax;
-        if (ir_norm_axis(axes[i], t->rank, &ax)) reduced[ax] = true;
+        if (ir_norm_axis(axes[i], t->rank, &ax)) r.reduced[ax] = true;
     }
-    int64_t count = 1, nout = 1;
+    if (!ir_attr_find(n, "axes"))
+        for (int d = 0; d < t->rank; d++) r.reduced[d] = true;
     for (int d = 0; d < t->rank; d++) {
-        if (reduced[d]) count *= t->dims[d];
-        else nout *= t->dims[d];
+        if (r.reduced[d]) r.count *= t->dims[d];
+        else r.nout *= t->dims[d];
     }
-    bool integer = ir_is_int(t->dtype);
-    /* integer sums wrap (unsigned, as the CPU's int64 accumulator); a maximum compares signed */
-    const char *acc = integer ? (n->op == IR_OP_reduce_max ? "long long" : "unsigned long long")
-                              : t->dtype == ALLOY_F64 ? "double" : "float";
+    r.integer = ir_is_int(t->dtype);
+    r.wide = t->dtype == ALLOY_F64;
+    r.acc = r.integer ? (n->op == IR_OP_reduce_max ? "long long" : "unsigned long long") : r.wide ? "double" : "float";
+    return r;
+}
+
+/* How the reduced elements of an output lie in the input, size-1 axes
+ * aside: 'i' contiguous at o * count (the reduced axes innermost), 'o' at
+ * r * nout + o (the reduced axes outermost), 'x' any other way. */
+static char layout_of(const reduction *r)
+{
+    int first_red = -1, last_kept = -1, last_red = -1, first_kept = -1;
+    for (int d = 0; d < r->t->rank; d++) {
+        if (r->t->dims[d] == 1) continue;
+        if (r->reduced[d]) {
+            if (first_red < 0) first_red = d;
+            last_red = d;
+        } else {
+            if (first_kept < 0) first_kept = d;
+            last_kept = d;
+        }
+    }
+    if (first_red < 0 || last_kept < first_red) return 'i';
+    if (first_kept < 0 || last_red < first_kept) return 'o';
+    return 'x';
+}
+
+/* Appends `acc m_ = combine(m_, x)` for reduction op (sum or max, NaN winning). */
+static void put_combine(cg_text *b, int op, const char *x)
+{
+    if (op == IR_OP_reduce_max) cg_put(b, "m_ = alloy_max(m_, %s);", x);
+    else cg_put(b, "m_ += %s;", x);
+}
+
+/* Appends the statements finishing output e from m_: the mean's division, the store. */
+static void put_finish(cg_text *b, const ir_node *n, const reduction *r, int out)
+{
+    if (n->op == IR_OP_reduce_mean && r->count > 0)
+        cg_put(b, r->integer ? "        m_ = (%s)((long long)m_ / %lldll);\n" : "        m_ = m_ / (%s)%lldll;\n", r->acc,
+               (long long)r->count);
+    cg_put(b, "        p%d[e] = ", out);
+    if (r->integer) cg_put(b, "(%s)(long long)m_", cg_storage(n->type.dtype));
+    else cg_store(b, n->type.dtype, r->wide, "m_");
+    cg_put(b, ";\n");
+}
+
+/* The input element loaded as the accumulator type, at C index idx. */
+static void put_value(cg_text *b, const reduction *r, int in, const char *idx)
+{
+    if (r->integer) {
+        cg_put(b, "(%s)(long long)p%d[%s]", r->acc, in, idx);
+        return;
+    }
+    char p[16];
+    al_fmt(p, sizeof p, "p%d", in);
+    cg_load(b, r->t->dtype, p, idx);
+}
+
+/* reduce_sum / mean / max, one thread per output element: sums pairwise in
+ * the CPU's order (halves, runs of at most 16 added in order), bit for bit
+ * the CPU's; for integers, few elements per output, or outputs enough to
+ * fill the GPU. */
+static const char *reduce_per_thread(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name,
+                                     const reduction *r)
+{
+    const ir_type *t = r->t;
+    const char *acc = r->acc;
     cg_params ps = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0), in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
     cg_text b = {0}, before = {0};
@@ -171,11 +242,11 @@ static const char *reduce(cg_program *prog, const ir_graph *g, int k, const ir_n
     int64_t stride = 1, rstride[ALLOY_MAX_RANK];
     for (int d = t->rank - 1; d >= 0; d--) rstride[d] = stride, stride *= t->dims[d];
     for (int d = t->rank - 1; d >= 0; d--)
-        if (reduced[d])
+        if (r->reduced[d])
             cg_put(&before, "            o_ += (r %% %lldll) * %lldll; r /= %lldll;\n", (long long)t->dims[d],
                    (long long)rstride[d], (long long)t->dims[d]);
     cg_put(&before, "            return o_;\n        }\n        __device__ %s v(long long r) const { return ", acc);
-    if (integer) cg_put(&before, "(%s)(long long)p[at(r)]", acc);
+    if (r->integer) cg_put(&before, "(%s)(long long)p[at(r)]", acc);
     else if (t->dtype == ALLOY_F16) cg_put(&before, "alloy_h2f(p[at(r)])");
     else if (t->dtype == ALLOY_BF16) cg_put(&before, "alloy_bf2f(p[at(r)])");
     else cg_put(&before, "p[at(r)]");
@@ -187,32 +258,157 @@ static const char *reduce(cg_program *prog, const ir_graph *g, int k, const ir_n
     /* the kept coordinates of output e */
     cg_put(&b, "        long long q_ = e, base_ = 0; (void)q_;\n");
     for (int d = t->rank - 1; d >= 0; d--)
-        if (!reduced[d])
+        if (!r->reduced[d])
             cg_put(&b, "        base_ += (q_ %% %lldll) * %lldll; q_ /= %lldll;\n", (long long)t->dims[d],
                    (long long)rstride[d], (long long)t->dims[d]);
     cg_put(&b, "        const R_ r_ = {p%d, base_};\n", in);
     if (n->op == IR_OP_reduce_max) {
         cg_put(&b, "        %s m_ = r_.v(0);\n        for (long long i = 1; i < %lldll; i++) { %s x_ = r_.v(i); "
                    "if (!(m_ != m_) && (x_ > m_ || x_ != x_)) m_ = x_; }\n",
-               acc, (long long)count, acc);
-    } else if (count == 1) { /* the CPU copies (a sum 0 + -0 would give +0) */
+               acc, (long long)r->count, acc);
+    } else if (r->count == 1) { /* the CPU copies (a sum 0 + -0 would give +0) */
         cg_put(&b, "        %s m_ = r_.v(0);\n", acc);
-    } else if (count == 0) {
-        cg_put(&b, "        %s m_ = %s;\n", acc, n->op == IR_OP_reduce_mean && !integer ? "ALLOY_NAN" : "0");
+    } else if (r->count == 0) {
+        cg_put(&b, "        %s m_ = %s;\n", acc, n->op == IR_OP_reduce_mean && !r->integer ? "ALLOY_NAN" : "0");
     } else {
-        cg_put(&b, "        %s m_ = r_.sum(0, %lldll);\n", acc, (long long)count);
-        if (n->op == IR_OP_reduce_mean)
-            cg_put(&b, integer ? "        m_ = (%s)((long long)m_ / %lldll);\n" : "        m_ = m_ / (%s)%lldll;\n", acc,
-                   (long long)count);
+        cg_put(&b, "        %s m_ = r_.sum(0, %lldll);\n", acc, (long long)r->count);
     }
-    cg_put(&b, "        p%d[e] = ", out);
-    if (integer) cg_put(&b, "(%s)(long long)m_", cg_storage(n->type.dtype));
-    else cg_store(&b, n->type.dtype, t->dtype == ALLOY_F64, "m_");
-    cg_put(&b, ";\n");
-    bool ok = finish(prog, g, k, name, "float", &b, &ps, nout, NULL, before.s);
+    put_finish(&b, n, r, out);
+    bool ok = finish(prog, g, k, name, "float", &b, &ps, r->nout, NULL, before.s);
     cg_text_free(&b), cg_text_free(&before);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
+}
+
+/* Threads the split reductions aim to keep busy, and the fewest elements a
+ * block (contiguous) or a thread (outermost) takes. */
+enum { REDUCE_THREADS = 1 << 18, REDUCE_BLOCK_MIN = 8192, REDUCE_THREAD_MIN = 64 };
+
+/* The kernel combining `split` partial results per output (in chunk order) into the output. */
+static bool reduce_partials(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const reduction *r,
+                            int64_t split, bool contiguous)
+{
+    cg_params ps = {0};
+    cg_text b = {0};
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, r->nout * split);
+    cg_put(&b, "        %s m_ = %s;\n        for (long long c_ = 0; c_ < %lldll; c_++) ", r->acc,
+           n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)split);
+    char x[96];
+    if (contiguous) al_fmt(x, sizeof x, "p%d[e * %lldll + c_]", part, (long long)split);
+    else al_fmt(x, sizeof x, "p%d[c_ * %lldll + e]", part, (long long)r->nout);
+    put_combine(&b, n->op, x);
+    cg_put(&b, "\n");
+    put_finish(&b, n, r, out);
+    char name[48];
+    al_fmt(name, sizeof name, "alloy_s%d_%s_final", k, ir_ops[n->op].name);
+    bool ok = finish(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout, NULL, NULL);
+    cg_text_free(&b);
+    al_free(ps.at);
+    return ok;
+}
+
+/* Reduced elements contiguous per output: a block of CG_BLOCK threads per
+ * (output, chunk), each thread adding its strided elements in order, then
+ * the block's sum (alloy_block_sum); with more than one chunk per output
+ * (few outputs, many elements) the chunks' results go to partials and a
+ * second kernel adds them in chunk order. */
+static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name,
+                                    const reduction *r)
+{
+    int64_t split = (r->count + REDUCE_BLOCK_MIN - 1) / REDUCE_BLOCK_MIN, most = REDUCE_THREADS / CG_BLOCK / r->nout;
+    if (split > most) split = most;
+    if (split < 1) split = 1;
+    int64_t chunk = (r->count + split - 1) / split;
+    cg_params ps = {0};
+    cg_text t = {0};
+    bool max = n->op == IR_OP_reduce_max;
+    int in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    int out = split > 1 ? cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * split)
+                        : cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    cg_put_preamble(&t);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t, ")\n{\n    typedef %s T;\n    __shared__ T red_[32];\n", r->wide ? "double" : "float");
+    cg_put(&t, "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n"
+               "        const long long e = b_ / %lldll, lo_ = (b_ %% %lldll) * %lldll;\n"
+               "        const long long hi_ = lo_ + %lldll < %lldll ? lo_ + %lldll : %lldll;\n"
+               "        T m_ = %s;\n        for (long long i_ = lo_ + threadIdx.x; i_ < hi_; i_ += %d) { ",
+           (long long)(r->nout * split), (long long)split, (long long)split, (long long)chunk, (long long)chunk,
+           (long long)r->count, (long long)chunk, (long long)r->count, max ? "-(T)ALLOY_INF" : "0", CG_BLOCK);
+    cg_text x = {0};
+    char idx[64];
+    al_fmt(idx, sizeof idx, "e * %lldll + i_", (long long)r->count);
+    put_value(&x, r, in, idx);
+    put_combine(&t, n->op, x.s ? x.s : "0");
+    cg_text_free(&x);
+    cg_put(&t, " }\n        m_ = %s(m_, red_);\n        if (threadIdx.x == 0) {\n", max ? "alloy_block_max" : "alloy_block_sum");
+    if (split > 1) cg_put(&t, "            p%d[b_] = m_;\n", out);
+    else {
+        cg_text f = {0};
+        put_finish(&f, n, r, out);
+        cg_put(&t, "    %s", f.s ? f.s : "");
+        cg_text_free(&f);
+    }
+    cg_put(&t, "        }\n    }\n}\n");
+    int64_t blocks = r->nout * split;
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
+                            CG_BLOCK, (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
+    cg_text_free(&t);
+    al_free(ps.at);
+    if (ok && split > 1) ok = reduce_partials(prog, g, k, n, r, split, true);
+    return ok ? NULL : "out of memory";
+}
+
+/* Reduced axes outermost (a bias gradient: [rows, C] -> [C]): a thread per
+ * (output, chunk of rows), neighbouring threads reading neighbouring
+ * outputs, each adding its rows in order; chunks' results to partials and a
+ * second kernel adding them in chunk order. */
+static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name,
+                                     const reduction *r)
+{
+    int64_t split = (r->count + REDUCE_THREAD_MIN - 1) / REDUCE_THREAD_MIN, most = REDUCE_THREADS / r->nout;
+    if (split > most) split = most;
+    if (split < 1) split = 1;
+    int64_t chunk = (r->count + split - 1) / split;
+    cg_params ps = {0};
+    cg_text b = {0};
+    int in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    int out = split > 1 ? cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * split)
+                        : cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    /* e runs over (chunk, output), outputs fastest */
+    cg_put(&b, "        const long long o_ = e %% %lldll, lo_ = (e / %lldll) * %lldll;\n"
+               "        const long long hi_ = lo_ + %lldll < %lldll ? lo_ + %lldll : %lldll;\n"
+               "        %s m_ = %s;\n        for (long long i_ = lo_; i_ < hi_; i_++) { ",
+           (long long)r->nout, (long long)r->nout, (long long)chunk, (long long)chunk, (long long)r->count,
+           (long long)chunk, (long long)r->count, r->acc, n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0");
+    char idx[64];
+    al_fmt(idx, sizeof idx, "i_ * %lldll + o_", (long long)r->nout);
+    cg_text x = {0};
+    put_value(&x, r, in, idx);
+    put_combine(&b, n->op, x.s ? x.s : "0");
+    cg_text_free(&x);
+    cg_put(&b, " }\n");
+    if (split > 1) cg_put(&b, "        p%d[e] = m_;\n", out);
+    else put_finish(&b, n, r, out);
+    bool ok = finish(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout * split, NULL, NULL);
+    cg_text_free(&b);
+    al_free(ps.at);
+    if (ok && split > 1) ok = reduce_partials(prog, g, k, n, r, split, false);
+    return ok ? NULL : "out of memory";
+}
+
+/* reduce_sum / mean / max: the kernel shape by how the reduced elements lie
+ * and how many outputs there are. Floating point only for the split forms
+ * (integers keep the one order the CPU has); f32 accumulation (f64 for
+ * f64); max with NaN winning. */
+static const char *reduce(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    reduction r = reduction_of(g, n);
+    char layout = layout_of(&r);
+    bool busy = r.nout >= REDUCE_THREADS / 4 && r.count <= 256; /* outputs enough, short loops */
+    if (r.integer || r.count <= 32 || busy || layout == 'x') return reduce_per_thread(prog, g, k, n, name, &r);
+    return layout == 'i' ? reduce_by_blocks(prog, g, k, n, name, &r) : reduce_by_columns(prog, g, k, n, name, &r);
 }
 
 /* embedding: out[p, :] = table[ids[p], :]; an id out of range sets the step's flag and gives zeros. */
@@ -236,34 +432,61 @@ static const char *embedding(cg_program *prog, const ir_graph *g, int k, const i
     return ok ? NULL : "out of memory";
 }
 
-/* embedding_grad: one thread per table element, adding the rows of dy whose
- * id is its row in position order (the CPU's order), in f32 (f64 for f64). */
+/* embedding_grad: a block per table row, each thread owning columns of it
+ * in registers; the block walks the ids in tiles of CG_BLOCK through shared
+ * memory, and a tile holding the row's id adds those rows of dy in
+ * position order (the CPU's order, so the sums are the CPU's bit for bit).
+ * f32 accumulation (f64 for f64). Block 0 flags ids out of range. */
+enum { EMBED_MAX_COLS_PER_THREAD = 32 };
+
 static const char *embedding_grad(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
 {
     const ir_type *ids = &g->nodes[n->in[0]]->type, *dy = &g->nodes[n->in[1]]->type;
     int64_t rows = n->type.dims[0], dim = n->type.dims[1], positions = ir_numel(ids);
+    int64_t cpt = (dim + CG_BLOCK - 1) / CG_BLOCK;
+    if (cpt > EMBED_MAX_COLS_PER_THREAD) return "embedding rows wider than 8192: no kernel yet";
+    if (cpt < 1) cpt = 1;
     bool wide = n->type.dtype == ALLOY_F64;
     cg_params ps = {0};
-    cg_text b = {0};
+    cg_text t = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int pi = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0), pd = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0);
     int flag = cg_param_of(&ps, CG_PARAM_FLAG, n->id, true, 1);
-    cg_put(&b, "        const long long row_ = e / %lldll, c_ = e %% %lldll;\n        T a_ = 0;\n", (long long)dim,
-           (long long)dim);
-    cg_put(&b, "        for (long long p_ = 0; p_ < %lldll; p_++) {\n            const long long id_ = (long long)p%d[p_];\n"
-               "            if (e == 0 && (id_ < 0 || id_ >= %lldll)) atomicOr(p%d, 1u);\n"
-               "            if (id_ == row_) a_ += ",
-           (long long)positions, pi, (long long)rows, flag);
-    char pdn[16];
+    cg_put_preamble(&t);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t, ")\n{\n    typedef %s T;\n    __shared__ unsigned char hit_[%d];\n    __shared__ int any_;\n"
+               "    const int tid = threadIdx.x;\n"
+               "    for (long long row = blockIdx.x; row < %lldll; row += gridDim.x) {\n"
+               "        T a_[%lld];\n        for (int j_ = 0; j_ < %lld; j_++) a_[j_] = 0;\n"
+               "        for (long long t_ = 0; t_ < %lldll; t_ += %d) {\n"
+               "            if (tid == 0) any_ = 0;\n            __syncthreads();\n"
+               "            const long long p_ = t_ + tid;\n"
+               "            const long long id_ = p_ < %lldll ? (long long)p%d[p_] : -1;\n"
+               "            if (row == 0 && p_ < %lldll && (id_ < 0 || id_ >= %lldll)) atomicOr(p%d, 1u);\n"
+               "            hit_[tid] = id_ == row;\n            if (id_ == row) any_ = 1;\n            __syncthreads();\n"
+               "            if (any_)\n"
+               "                for (int q_ = 0; q_ < %d && t_ + q_ < %lldll; q_++) {\n"
+               "                    if (!hit_[q_]) continue;\n"
+               "                    for (int j_ = 0; j_ < %lld; j_++) {\n"
+               "                        const long long c_ = tid + %d * j_;\n"
+               "                        if (c_ < %lldll) a_[j_] += ",
+           wide ? "double" : "float", CG_BLOCK, (long long)rows, (long long)cpt, (long long)cpt, (long long)positions,
+           CG_BLOCK, (long long)positions, pi, (long long)positions, (long long)rows, flag, CG_BLOCK,
+           (long long)positions, (long long)cpt, CG_BLOCK, (long long)dim);
+    char pdn[16], idx[64];
     al_fmt(pdn, sizeof pdn, "p%d", pd);
-    char idx[64];
-    al_fmt(idx, sizeof idx, "p_ * %lldll + c_", (long long)dim);
-    cg_load(&b, dy->dtype, pdn, idx);
-    cg_put(&b, ";\n        }\n        p%d[e] = ", out);
-    cg_store(&b, n->type.dtype, wide, "a_");
-    cg_put(&b, ";\n");
-    bool ok = finish(prog, g, k, name, wide ? "double" : "float", &b, &ps, rows * dim, NULL, NULL);
-    cg_text_free(&b);
+    al_fmt(idx, sizeof idx, "(t_ + q_) * %lldll + c_", (long long)dim);
+    cg_load(&t, dy->dtype, pdn, idx);
+    cg_put(&t, ";\n                    }\n                }\n            __syncthreads();\n        }\n"
+               "        for (int j_ = 0; j_ < %lld; j_++) {\n            const long long c_ = tid + %d * j_;\n"
+               "            if (c_ < %lldll) p%d[row * %lldll + c_] = ",
+           (long long)cpt, CG_BLOCK, (long long)dim, out, (long long)dim);
+    cg_store(&t, n->type.dtype, wide, "a_[j_]");
+    cg_put(&t, ";\n        }\n    }\n}\n");
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, (unsigned)(rows > CG_MAX_GRID ? CG_MAX_GRID : rows < 1 ? 1 : rows),
+                            CG_BLOCK, (int64_t)(ir_nbytes(&n->type) + ir_nbytes(ids) + ir_nbytes(dy)));
+    cg_text_free(&t);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
 }

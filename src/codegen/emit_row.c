@@ -1,20 +1,39 @@
-/* emit_row.c - row kernels: one warp per row, each lane holding its columns in registers; row programs from the op table, elementwise parts between them, per-row results averaged by a second kernel. */
+/* emit_row.c - row kernels: a team of threads per row (one warp for short rows, a block for long ones), each thread holding its columns in registers; row programs from the op table, elementwise parts between them, per-row results averaged by a second kernel. */
 #include <string.h>
 
 #include "codegen/emit_impl.h"
 
-enum { WARPS = 4, MAX_COLS_PER_LANE = 64 };
+/* Rows up to WARP_MAX_COLS columns get a warp each, WARPS rows to a block;
+ * longer rows a block of up to MAX_TEAM threads each, sized so a thread
+ * holds at most TEAM_COLS columns (more for the longest rows, up to
+ * MAX_COLS_PER_THREAD). */
+enum { WARPS = 4, WARP_MAX_COLS = 1024, TEAM_COLS = 8, MAX_TEAM = 1024, MAX_COLS_PER_THREAD = 64 };
 
 typedef struct row_kernel {
     const ir_graph *g;
     const schedule *s;
     const sched_step *st;
     int64_t C, rows;
-    int cpl; /* columns per lane */
+    int team; /* threads per row: 32 (a warp) or a whole block */
+    int cpl;  /* columns per thread: column lane + team * j_ for j_ < cpl */
     bool wide;
     const ir_type *space;
     cg_params ps;
 } row_kernel;
+
+/* The call reducing this thread's a_ over the row's team. */
+static const char *team_reduce(const row_kernel *rk, bool max)
+{
+    if (rk->team == 32) return max ? "alloy_warp_max(a_)" : "alloy_warp_sum(a_)";
+    return max ? "alloy_block_max(a_, red_)" : "alloy_block_sum(a_, red_)";
+}
+
+/* Opens the loop over this thread's columns of the row. */
+static void put_columns(cg_text *t, const row_kernel *rk)
+{
+    cg_put(t, "        for (int j_ = 0; j_ < %d; j_++) {\n            const int col = lane + %d * j_;\n", rk->cpl,
+           rk->team);
+}
 
 /* Appends the text of operand q of row op x at column variable `col`, slot
  * variable `slot`; false when its shape is one this kernel does not read. */
@@ -42,15 +61,101 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     return true;
 }
 
+/* ---- programs sharing their first stages ---- */
+
+/* Whether expr mentions accessor name(q), e.g. "X(1)" or "AT(1,". */
+static bool mentions(const char *expr, const char *name, int q)
+{
+    char a[16], b[16];
+    al_fmt(a, sizeof a, "%s(%d)", name, q);
+    al_fmt(b, sizeof b, "%s(%d,", name, q);
+    return strstr(expr, a) || strstr(expr, b);
+}
+
+/* Whether stage sg of op x reads the same values as it does for op y:
+ * every operand it names is the same node, and it names no attribute. */
+static bool same_operands(const ir_row_stage *sg, const ir_node *x, const ir_node *y)
+{
+    static const char *const names[] = {"X", "AT", "INDEX", "SCALAR", "HAS"};
+    if (strstr(sg->expr, "P(")) return false;
+    const char *rx = ir_ops[x->op].row->roles, *ry = ir_ops[y->op].row->roles;
+    int nq = (int)(strlen(rx) > strlen(ry) ? strlen(rx) : strlen(ry));
+    for (int q = 0; q < nq; q++) {
+        bool same = q < x->nin && q < y->nin && x->in[q] == y->in[q] && q < (int)strlen(rx) && q < (int)strlen(ry) &&
+                    rx[q] == ry[q];
+        if (same) continue;
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+            if (mentions(sg->expr, names[k], q)) return false;
+    }
+    return true;
+}
+
+/* Whether stages [from, n) of p write the slot stage sg wrote. */
+static bool rewritten(const ir_row_program *p, int from, const ir_row_stage *sg)
+{
+    bool vec = sg->kind == ROW_MAP;
+    for (int i = from; i < p->nstages; i++) {
+        const ir_row_stage *o = &p->stages[i];
+        if (o->slot == sg->slot && (o->kind == ROW_MAP) == vec && o->kind != ROW_OUT && o->kind != ROW_RESULT)
+            return true;
+    }
+    return false;
+}
+
+/* The stages row op member m can take from an earlier row op of the step
+ * instead of computing them: the longest prefix of MAX, SUM, LET and MAP
+ * stages both programs have alike (same kind, slot, expression, operands)
+ * and neither writes again. Returns its length, the member in *from. */
+static int shared_prefix(const row_kernel *rk, int m, int *from)
+{
+    const schedule *s = rk->s;
+    const ir_node *x = rk->g->nodes[s->members[m].node];
+    const ir_row_program *px = ir_ops[x->op].row;
+    int best = 0;
+    for (int q = rk->st->first_part; q < rk->st->first_part + rk->st->nparts; q++) {
+        const sched_part *part = &s->parts[q];
+        if (part->kind != PART_OP) continue;
+        if (part->first >= m) break;
+        const ir_node *y = rk->g->nodes[s->members[part->first].node];
+        const ir_row_program *py = ir_ops[y->op].row;
+        int n = 0;
+        while (n < px->nstages && n < py->nstages) {
+            const ir_row_stage *a = &px->stages[n], *b = &py->stages[n];
+            if (a->kind != b->kind || a->slot != b->slot || strcmp(a->expr, b->expr) != 0) break;
+            if (a->kind == ROW_OUT || a->kind == ROW_RESULT || !same_operands(a, x, y)) break;
+            if (rewritten(px, n + 1, a) || rewritten(py, n + 1, b)) break;
+            n++;
+        }
+        if (n > best) best = n, *from = part->first;
+    }
+    return best;
+}
+
+/* ---- one program ---- */
+
 /* Appends the accessor macros of row op x's program (ops.def: X, V, S, N,
- * COL, P, HAS, INDEX, AT, SCALAR, ROWS, POS, DIM) for member m. */
-static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m)
+ * COL, P, HAS, INDEX, AT, SCALAR, ROWS, POS, DIM) for member m, whose
+ * first `shared` stages' slots are member `from`'s. */
+static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int shared, int from)
 {
     const ir_row_program *prog = ir_ops[x->op].row;
+    ir_row_summary sum = ir_row_summarize(prog);
     cg_put(t, "#define X(q) X_##q\n#define AT(q, c) AT_##q(c)\n#define INDEX(q) INDEX_##q\n#define SCALAR(q) SCALAR_##q\n"
               "#define HAS(q) HAS_##q\n#define P(k) P_##k\n#define POS(k) POS_##k\n#define DIM(k) DIM_##k\n"
-              "#define V(k) rv%d_##k[j_]\n#define S(k) s%d_##k\n#define N ((T)%lldll)\n#define COL col\n#define ROWS (%lldll)\n",
-           m, m, (long long)rk->C, (long long)rk->rows);
+              "#define V(k) V_##k\n#define S(k) S_##k\n#define N ((T)%lldll)\n#define COL col\n#define ROWS (%lldll)\n",
+           (long long)rk->C, (long long)rk->rows);
+    for (int k = 0; k < sum.nscalars; k++) {
+        int owner = m;
+        for (int i = 0; i < shared; i++)
+            if (prog->stages[i].kind != ROW_MAP && prog->stages[i].slot == k) owner = from;
+        cg_put(t, "#define S_%d s%d_%d\n", k, owner, k);
+    }
+    for (int k = 0; k < sum.nvectors; k++) {
+        int owner = m;
+        for (int i = 0; i < shared; i++)
+            if (prog->stages[i].kind == ROW_MAP && prog->stages[i].slot == k) owner = from;
+        cg_put(t, "#define V_%d rv%d_%d[j_]\n", k, owner, k);
+    }
     for (int q = 0; q < (int)strlen(prog->roles); q++) {
         cg_put(t, "#define HAS_%d %d\n", q, q < x->nin);
         if (q >= x->nin) { /* absent: read only behind HAS(q), which is 0 */
@@ -72,10 +177,11 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m)
         }
         cg_put(t, "#define X_%d ", q);
         if (!operand_at(t, rk, x, q, "col", "j_")) return false;
+        /* AT(q, c): the thread holding column c contributes it, the team sums */
         cg_put(t, "\n#define AT_%d(c) ([&]() -> T { T a_ = 0; for (int jj_ = 0; jj_ < %d; jj_++) {"
-                  " const int cc_ = lane + 32 * jj_; if (cc_ == (int)(c)) a_ += ", q, rk->cpl);
+                  " const int cc_ = lane + %d * jj_; if (cc_ == (int)(c)) a_ += ", q, rk->cpl, rk->team);
         if (!operand_at(t, rk, x, q, "cc_", "jj_")) return false;
-        cg_put(t, "; } return alloy_warp_sum(a_); }())\n");
+        cg_put(t, "; } return %s; }())\n", team_reduce(rk, false));
     }
     int k = 0;
     for (const ir_attr_spec *a = ir_ops[x->op].attrs; a && a->name; a++, k++) {
@@ -98,47 +204,71 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m)
 static void undefine(cg_text *t, const ir_node *x, const ir_type *sp)
 {
     static const char *const names[] = {"X", "AT", "INDEX", "SCALAR", "HAS", "P", "POS", "DIM", "V", "S", "N", "COL", "ROWS"};
+    const ir_row_program *prog = ir_ops[x->op].row;
+    ir_row_summary sum = ir_row_summarize(prog);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) cg_put(t, "#undef %s\n", names[i]);
-    for (int q = 0; q < (int)strlen(ir_ops[x->op].row->roles); q++)
+    for (int q = 0; q < (int)strlen(prog->roles); q++)
         cg_put(t, "#undef HAS_%d\n#undef X_%d\n#undef AT_%d\n#undef INDEX_%d\n#undef SCALAR_%d\n", q, q, q, q, q);
+    for (int k = 0; k < sum.nscalars; k++) cg_put(t, "#undef S_%d\n", k);
+    for (int k = 0; k < sum.nvectors; k++) cg_put(t, "#undef V_%d\n", k);
     int k = 0;
     for (const ir_attr_spec *a = ir_ops[x->op].attrs; a && a->name; a++) cg_put(t, "#undef P_%d\n", k++);
     for (int d = 0; d < sp->rank; d++) cg_put(t, "#undef DIM_%d\n#undef POS_%d\n", d, d);
 }
 
-#define COLUMNS "        for (int j_ = 0; j_ < %d; j_++) {\n            const int col = lane + 32 * j_;\n"
+/* Declares row op member m's slots (before every program of the row, so a
+ * later program can read the ones it shares). */
+static void declare_slots(cg_text *t, const row_kernel *rk, int m)
+{
+    const ir_node *x = rk->g->nodes[rk->s->members[m].node];
+    const ir_row_program *prog = ir_ops[x->op].row;
+    ir_row_summary sum = ir_row_summarize(prog);
+    int from, shared = shared_prefix(rk, m, &from);
+    for (int k = 0; k < sum.nscalars + sum.nvectors; k++) {
+        bool vec = k >= sum.nscalars;
+        int slot = vec ? k - sum.nscalars : k;
+        bool theirs = false;
+        for (int i = 0; i < shared; i++) theirs |= (prog->stages[i].kind == ROW_MAP) == vec && prog->stages[i].slot == slot;
+        if (theirs) continue;
+        if (vec) cg_put(t, "        T rv%d_%d[%d];\n", m, slot, rk->cpl);
+        else cg_put(t, "        T s%d_%d = 0; (void)s%d_%d;\n", m, slot, m, slot);
+    }
+}
 
-/* The program of row op member m: stages in order; OUT stores, spills and rounds. */
+/* The program of row op member m: stages in order (those shared with an
+ * earlier program skipped); OUT stores, spills and rounds. */
 static bool emit_program(cg_text *t, row_kernel *rk, int m)
 {
     const sched_member *mb = &rk->s->members[m];
     const ir_node *x = rk->g->nodes[mb->node];
     const ir_row_program *prog = ir_ops[x->op].row;
-    ir_row_summary sum = ir_row_summarize(prog);
+    int from = m, shared = shared_prefix(rk, m, &from);
     cg_put(t, "    {\n");
-    if (!accessors(t, rk, x, m)) return false;
-    for (int k = 0; k < sum.nscalars; k++) cg_put(t, "        T s%d_%d = 0; (void)s%d_%d;\n", m, k, m, k);
-    for (int k = 0; k < sum.nvectors; k++) cg_put(t, "        T rv%d_%d[%d];\n", m, k, rk->cpl);
-    for (int i = 0; i < prog->nstages; i++) {
+    if (shared) cg_put(t, "        /* stages 0-%d: those of %%%d's program */\n", shared - 1, rk->s->members[from].node);
+    if (!accessors(t, rk, x, m, shared, from)) return false;
+    for (int i = shared; i < prog->nstages; i++) {
         const ir_row_stage *sg = &prog->stages[i];
         switch (sg->kind) {
         case ROW_MAX:
         case ROW_SUM: {
             bool max = sg->kind == ROW_MAX;
-            cg_put(t, "        { T a_ = %s;\n" COLUMNS "            if (col < %lldll) a_ = %s(T)(%s)%s;\n        }\n"
-                      "        s%d_%d = %s(a_); }\n",
-                   max ? "-(T)ALLOY_INF" : "0", rk->cpl, (long long)rk->C, max ? "alloy_max(a_, " : "a_ + ", sg->expr,
-                   max ? ")" : "", m, sg->slot, max ? "alloy_warp_max" : "alloy_warp_sum");
+            cg_put(t, "        { T a_ = %s;\n", max ? "-(T)ALLOY_INF" : "0");
+            put_columns(t, rk);
+            cg_put(t, "            if (col < %lldll) a_ = %s(T)(%s)%s;\n        }\n        s%d_%d = %s; }\n",
+                   (long long)rk->C, max ? "alloy_max(a_, " : "a_ + ", sg->expr, max ? ")" : "", m, sg->slot,
+                   team_reduce(rk, max));
             break;
         }
         case ROW_LET: cg_put(t, "        s%d_%d = (T)(%s);\n", m, sg->slot, sg->expr); break;
         case ROW_MAP:
-            cg_put(t, COLUMNS "            if (col < %lldll) rv%d_%d[j_] = (T)(%s);\n        }\n", rk->cpl,
-                   (long long)rk->C, m, sg->slot, sg->expr);
+            put_columns(t, rk);
+            cg_put(t, "            if (col < %lldll) rv%d_%d[j_] = (T)(%s);\n        }\n", (long long)rk->C, m, sg->slot,
+                   sg->expr);
             break;
         case ROW_OUT: {
-            cg_put(t, COLUMNS "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", rk->cpl,
-                   (long long)rk->C, m, sg->expr);
+            put_columns(t, rk);
+            cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", (long long)rk->C, m,
+                   sg->expr);
             char v[16];
             al_fmt(v, sizeof v, "v%d", m);
             cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
@@ -153,7 +283,7 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             break;
         }
         case ROW_RESULT:
-            /* every lane evaluates it (AT reads across lanes), one writes */
+            /* every thread evaluates it (AT reads across the team), one writes */
             cg_put(t, "        { const T res_ = (T)(%s); if (lane == 0) p%d[row] = res_; }\n", sg->expr,
                    cg_param_of(&rk->ps, CG_PARAM_ROWS, x->id, true, rk->rows));
             break;
@@ -162,6 +292,47 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
     undefine(t, x, rk->space);
     cg_put(t, "    }\n");
     return true;
+}
+
+/* ---- the kernels of a step ---- */
+
+/* Threads per row and columns per thread for rows of C columns; false when
+ * a row does not fit in registers. */
+static bool choose_team(row_kernel *rk)
+{
+    if (rk->C <= WARP_MAX_COLS) {
+        rk->team = 32;
+    } else {
+        rk->team = 64;
+        while (rk->team < MAX_TEAM && (rk->C + rk->team - 1) / rk->team > TEAM_COLS) rk->team *= 2;
+    }
+    int64_t cpl = (rk->C + rk->team - 1) / rk->team;
+    rk->cpl = (int)(cpl > 0 ? cpl : 1);
+    return cpl <= MAX_COLS_PER_THREAD;
+}
+
+/* The kernel averaging member m's per-row results into its value. */
+static bool emit_mean(cg_program *prog, const row_kernel *rk, int k, int m, cg_text *t)
+{
+    const ir_node *x = rk->g->nodes[rk->s->members[m].node];
+    cg_params fp = {0};
+    int kr = cg_param_of(&fp, CG_PARAM_ROWS, x->id, false, rk->rows);
+    int ko = cg_param_of(&fp, CG_PARAM_NODE, x->id, true, 0);
+    char name[48];
+    al_fmt(name, sizeof name, "alloy_s%d_mean%d", k, m);
+    cg_put_preamble(t);
+    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(32) %s(", name);
+    cg_param_list(t, rk->g, &fp);
+    cg_put(t, ")\n{\n    typedef %s T;\n    T a_ = 0;\n    for (long long i = threadIdx.x; i < %lldll; i += 32) a_ += p%d[i];\n"
+              "    a_ = alloy_warp_sum(a_);\n    if (threadIdx.x == 0) p%d[0] = ",
+           rk->wide ? "double" : "float", (long long)rk->rows, kr, ko);
+    char mean[64];
+    al_fmt(mean, sizeof mean, "a_ / (T)%lldll", (long long)rk->rows);
+    cg_store(t, x->type.dtype, rk->wide, mean);
+    cg_put(t, ";\n}\n");
+    bool ok = !t->oom && !fp.oom && cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, 1, 32, rk->rows * 4);
+    al_free(fp.at);
+    return ok;
 }
 
 const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, int k)
@@ -183,13 +354,14 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
     rk.space = &space;
     rk.C = space.rank ? space.dims[space.rank - 1] : 1;
     rk.rows = rk.C ? ir_numel(&space) / rk.C : 0;
-    rk.cpl = (int)((rk.C + 31) / 32);
-    if (rk.cpl > MAX_COLS_PER_LANE) return "rows longer than 2048 elements: no kernel yet";
+    if (!choose_team(&rk)) return "rows longer than 65536 elements: no kernel yet";
     if (rk.rows == 0) return "no rows";
     cg_text body = {0}, t = {0};
     const char *why = NULL;
     for (int m = st->first; m < st->first + st->n; m++)
-        if (s->members[m].flags & MEMBER_SPILLED) cg_put(&body, "    T r%d[%d];\n", m, rk.cpl);
+        if (s->members[m].flags & MEMBER_SPILLED) cg_put(&body, "        T r%d[%d];\n", m, rk.cpl);
+    for (int q = st->first_part; q < st->first_part + st->nparts; q++)
+        if (s->parts[q].kind == PART_OP) declare_slots(&body, &rk, s->parts[q].first);
     for (int q = st->first_part; q < st->first_part + st->nparts && !why; q++) {
         const sched_part *part = &s->parts[q];
         if (part->kind == PART_OP) {
@@ -198,46 +370,40 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
         }
         cg_ew_part ep = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = &space,
                          .wide = part->wide, .product = -1, .ps = &rk.ps, .e = "e_", .slot = "j_"};
-        cg_put(&body, COLUMNS "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
-               rk.cpl, (long long)rk.C, (long long)rk.C);
+        put_columns(&body, &rk);
+        cg_put(&body, "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
+               (long long)rk.C, (long long)rk.C);
         cg_emit_members(&body, &ep);
         cg_put(&body, "        }\n");
     }
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_row", k);
     if (!why) {
+        bool warp = rk.team == 32;
+        int block = warp ? 32 * WARPS : rk.team, per_block = warp ? WARPS : 1;
         cg_put_preamble(&t);
-        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", 32 * WARPS, name);
+        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", block, name);
         cg_param_list(&t, g, &rk.ps);
-        cg_put(&t, ")\n{\n    typedef %s T;\n    const int lane = threadIdx.x & 31;\n    int bad_ = 0; (void)bad_;\n"
-                   "    for (long long row = (long long)blockIdx.x * %d + (threadIdx.x >> 5); row < %lldll;"
-                   " row += (long long)gridDim.x * %d) {\n%s    }\n}\n",
-               rk.wide ? "double" : "float", WARPS, (long long)rk.rows, WARPS, body.s ? body.s : "");
-        int64_t blocks = (rk.rows + WARPS - 1) / WARPS;
-        if (body.oom || !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
-                                       32 * WARPS, (int64_t)ir_nbytes(&space) * 2))
+        cg_put(&t, ")\n{\n    typedef %s T;\n", rk.wide ? "double" : "float");
+        if (warp)
+            cg_put(&t, "    const int lane = threadIdx.x & 31;\n    const long long row0_ = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n",
+                   WARPS);
+        else
+            cg_put(&t, "    __shared__ T red_[32];\n    const int lane = threadIdx.x;\n    const long long row0_ = blockIdx.x;\n");
+        cg_put(&t, "    int bad_ = 0; (void)bad_;\n"
+                   "    for (long long row = row0_; row < %lldll; row += (long long)gridDim.x * %d) {\n%s    }\n}\n",
+               (long long)rk.rows, per_block, body.s ? body.s : "");
+        int64_t blocks = (rk.rows + per_block - 1) / per_block;
+        if (body.oom || !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps,
+                                       (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks), (unsigned)block,
+                                       (int64_t)ir_nbytes(&space) * 2))
             why = "out of memory";
     }
     /* ops with a result per row: their mean, by a second kernel */
     for (int m = st->first; m < st->first + st->n && !why; m++) {
         const ir_node *x = g->nodes[s->members[m].node];
         if (!ir_ops[x->op].row || !ir_row_summarize(ir_ops[x->op].row).per_row_result) continue;
-        cg_params fp = {0};
-        int kr = cg_param_of(&fp, CG_PARAM_ROWS, x->id, false, rk.rows);
-        int ko = cg_param_of(&fp, CG_PARAM_NODE, x->id, true, 0);
-        al_fmt(name, sizeof name, "alloy_s%d_mean%d", k, m);
-        cg_put_preamble(&t);
-        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(32) %s(", name);
-        cg_param_list(&t, g, &fp);
-        cg_put(&t, ")\n{\n    typedef %s T;\n    T a_ = 0;\n    for (long long i = threadIdx.x; i < %lldll; i += 32) a_ += p%d[i];\n"
-                   "    a_ = alloy_warp_sum(a_);\n    if (threadIdx.x == 0) p%d[0] = ",
-               rk.wide ? "double" : "float", (long long)rk.rows, kr, ko);
-        char mean[64];
-        al_fmt(mean, sizeof mean, "a_ / (T)%lldll", (long long)rk.rows);
-        cg_store(&t, x->type.dtype, rk.wide, mean);
-        cg_put(&t, ";\n}\n");
-        if (t.oom || !cg_add_kernel(prog, g, name, k, st->kind, &t, &fp, 1, 32, rk.rows * 4)) why = "out of memory";
-        al_free(fp.at);
+        if (!emit_mean(prog, &rk, k, m, &t)) why = "out of memory";
     }
     cg_text_free(&body), cg_text_free(&t);
     al_free(rk.ps.at);

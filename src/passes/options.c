@@ -16,6 +16,10 @@ const opt_key opt_keys[] = {
     {"blas", "ALLOY_BLAS", "0 or 1"},
     {"num_threads", "ALLOY_NUM_THREADS", "a thread count from 1 to 64"},
     {"device", "ALLOY_DEVICE", "auto, cpu or cuda"},
+    {"cache", "ALLOY_CACHE", "0 or 1"},
+    {"cache_dir", "ALLOY_CACHE_DIR", "a directory"},
+    {"dump_dir", "ALLOY_DUMP_DIR", "a directory"},
+    {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
     {NULL, NULL, NULL},
 };
 
@@ -28,6 +32,7 @@ void opt_init(al_options *o)
     memset(o, 0, sizeof *o);
     o->blas = true;
     o->device = OPT_DEVICE_AUTO;
+    o->cache = true;
 }
 
 /* The valid pass names, "a, b, c", into buf. */
@@ -147,9 +152,13 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
     bool *flag = strcmp(name, "amp_log") == 0 ? &o->amp_log
                  : strcmp(name, "no_arena") == 0 ? &o->no_arena
                  : strcmp(name, "blas") == 0 ? &o->blas
+                 : strcmp(name, "cache") == 0 ? &o->cache
                                              : NULL;
     if (flag) {
-        bool def = flag == &o->amp_log ? d.amp_log : flag == &o->no_arena ? d.no_arena : d.blas;
+        bool def = flag == &o->amp_log    ? d.amp_log
+                   : flag == &o->no_arena ? d.no_arena
+                   : flag == &o->blas     ? d.blas
+                                          : d.cache;
         if (reset) return *flag = def, ALLOY_OK;
         if (parse_bool(value, flag)) return ALLOY_OK;
         al_fmt(err, errlen, "%s=%s: not a boolean (0 or 1)", name, value);
@@ -164,6 +173,20 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
             return ALLOY_ERR_INVALID;
         }
         o->num_threads = (int)v;
+        return ALLOY_OK;
+    }
+    char *path = strcmp(name, "cache_dir") == 0  ? o->cache_dir
+                 : strcmp(name, "dump_dir") == 0 ? o->dump_dir
+                 : strcmp(name, "nvrtc") == 0    ? o->nvrtc
+                                                 : NULL;
+    if (path) {
+        size_t n = strlen(value);
+        if (n >= OPT_PATH_MAX) {
+            al_fmt(err, errlen, "%s=%.60s...: a path of %zu bytes (at most %d)", name, value, n, OPT_PATH_MAX - 1);
+            return ALLOY_ERR_INVALID;
+        }
+        memset(path, 0, OPT_PATH_MAX); /* NUL-padded, so opt_print's memcmp sees a reset as the default */
+        memcpy(path, value, n);
         return ALLOY_OK;
     }
     if (strcmp(name, "device") == 0) {
@@ -212,6 +235,10 @@ void opt_print(const al_options *o, FILE *out)
     if (!o->blas) fputs(" blas=0", out);
     if (o->num_threads) fprintf(out, " num_threads=%d", o->num_threads);
     if (o->device != d.device) fprintf(out, " device=%s", device_names[o->device]);
+    if (!o->cache) fputs(" cache=0", out);
+    if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
+    if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
+    if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);
     fputc('\n', out);
 }
 

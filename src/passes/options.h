@@ -7,6 +7,9 @@
 
 #include "base/base.h"
 
+/* The longest path an option holds, with its NUL. */
+#define OPT_PATH_MAX 1024
+
 typedef enum opt_device { OPT_DEVICE_AUTO, OPT_DEVICE_CPU, OPT_DEVICE_CUDA } opt_device;
 
 /* Every knob that changes what alloy compiles or how it runs. Nothing below
@@ -19,8 +22,15 @@ typedef struct al_options {
     bool amp_log;          /* the amp pass reports what it converted and why */
     bool no_arena;         /* the memory plan gives every value its own slot (no reuse) */
     bool blas;             /* the CPU backend's GEMM uses the BLAS when the build has one */
-    int num_threads;       /* CPU worker threads; 0: every online CPU */
+    int num_threads;       /* CPU worker threads (and NVRTC compiles); 0: every online CPU */
     opt_device device;
+    /* The kernel cache and source dumps: where generated code goes, not
+     * what it is, so they stay out of opt_hash. Strings are NUL-padded to
+     * their end (opt_init zeroes them), so the struct compares with memcmp. */
+    bool cache;                       /* false: no kernel cache at all, in memory or on disk */
+    char cache_dir[OPT_PATH_MAX];     /* the cache's directory; "": the default (runtime/graph resolves it) */
+    char dump_dir[OPT_PATH_MAX];      /* every generated source is also written here; "": none */
+    char nvrtc[OPT_PATH_MAX];         /* the NVRTC library to load; "": libnvrtc.so.13, .12, .11.2 from the loader's path */
 } al_options;
 
 #define OPT_NO_FUSE_ALL 1u
@@ -37,13 +47,13 @@ typedef struct opt_key {
 AL_HIDDEN extern const opt_key opt_keys[];
 
 /* Defaults: nothing printed or disabled, fusion on, BLAS on, threads 0 (all
- * CPUs), device auto. */
+ * CPUs), device auto, kernel cache on in its default directory, no dumps. */
 AL_HIDDEN void opt_init(al_options *o);
 /* Sets option `name` from its text form (pass lists "amp,fuse" or "all",
  * fusion kinds "row,gemm,multi" or "1"/"all", booleans 0/1, a thread
- * count, a device). An unknown name or value leaves o unchanged and returns
- * ALLOY_ERR_INVALID with err naming the option and listing the valid
- * values. An empty value resets the option to its default. */
+ * count, a device, a directory of fewer than OPT_PATH_MAX bytes). An
+ * unknown name or value leaves o unchanged and returns ALLOY_ERR_INVALID
+ * with err naming the option and listing the valid values. An empty value resets the option to its default. */
 AL_HIDDEN alloy_status opt_set(al_options *o, const char *name, const char *value, char *err,
                                size_t errlen);
 /* One line "# options: name=value ..." of every option that differs from

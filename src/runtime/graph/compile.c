@@ -28,11 +28,18 @@ static alloy_status open_backend(alloy_graph *g)
 
 alloy_status graph_compile(alloy_graph *g)
 {
+    bool fresh = !g->compiled;
+    alloy_status st = graph_compile_ir(g);
+    if (!st && (fresh || !g->backend)) st = open_backend(g); /* a new compile may change the device */
+    return st;
+}
+
+alloy_status graph_compile_ir(alloy_graph *g)
+{
     if (g->compiled) return ALLOY_OK;
     pass_options opts;
     alloy_status st = graph_options(g, &g->cfg);
     if (!st) st = graph_pass_options(g, &opts);
-    if (!st) st = open_backend(g);
     if (st) return st;
     ir_graph *c = ir_graph_clone(g->ir);
     if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");

@@ -61,7 +61,7 @@ struct alloy_graph {
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
     alloy_status status; /* last failing call's status, message below */
-    char error[1024];
+    char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
 };
 
 /* config.c */
@@ -70,6 +70,11 @@ struct alloy_graph {
  * variable and listing the valid values. */
 AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
 AL_HIDDEN void graph_options_free(alloy_graph *g);
+/* The kernel cache's directory under cfg into out: cache_dir when set,
+ * else $XDG_CACHE_HOME/alloy (an absolute XDG_CACHE_HOME), else
+ * $HOME/.cache/alloy; "" when none applies (a cache in memory only).
+ * ALLOY_ERR_INVALID (on g) when it does not fit in len. */
+AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, char *out, size_t len);
 
 /* amp_api.c */
 /* The options for compiling g: its AMP config with the environment's list
@@ -78,8 +83,13 @@ AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
 
 /* compile.c */
 /* Compiles g's built graph into g->compiled (and its schedule and plan)
- * unless it is already, opening the backend on the first compile. */
+ * unless it is already, opening the backend when none is open for it. */
 AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
+/* The pass pipeline alone: g->compiled, its schedule and plan, from the
+ * configuration (g->cfg) read now, with no backend opened (ahead-of-time
+ * code generation needs no device). A later graph_compile opens the
+ * backend for what this compiled. */
+AL_HIDDEN alloy_status graph_compile_ir(alloy_graph *g);
 /* Drops the compiled step and its executable (after the graph or its
  * configuration changed); state stays. */
 AL_HIDDEN void graph_invalidate(alloy_graph *g);

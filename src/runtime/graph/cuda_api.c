@@ -1,0 +1,37 @@
+/* cuda_api.c - alloy_graph_export_cuda: the graph compiled, NVRTC loaded, the options applied, the export written (codegen/export.c). */
+#include <string.h>
+
+#include "codegen/export.h"
+#include "runtime/graph/graph_impl.h"
+
+alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const char *dir)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    g->status = ALLOY_OK;
+    if (g->ir->status) return g->ir->status;
+    if (!dir || !*dir) return graph_fail(g, ALLOY_ERR_INVALID, "export_cuda: no output directory given");
+    int sms[CG_MAX_ARCHS], nsms;
+    char msg[1024];
+    alloy_status st = cg_parse_archs(archs, sms, CG_MAX_ARCHS, &nsms, msg, sizeof msg);
+    if (st) return graph_fail(g, st, "export_cuda: %s", msg);
+    if ((st = graph_compile_ir(g))) return st;
+    char cache_dir[OPT_PATH_MAX + 16] = "";
+    if (g->cfg.cache && (st = graph_cache_dir(g, &g->cfg, cache_dir, sizeof cache_dir))) return st;
+    cg_nvrtc *nv;
+    if ((st = cg_nvrtc_open(g->cfg.nvrtc[0] ? g->cfg.nvrtc : NULL, &nv, msg, sizeof msg)))
+        return graph_fail(g, st, "export_cuda: NVRTC is not available, and alloy compiles CUDA kernels with it: %s",
+                          msg);
+    size_t errlen = 16384; /* room for NVRTC's log; g keeps what fits */
+    char *err = al_malloc(errlen);
+    if (!err) {
+        cg_nvrtc_close(nv);
+        return graph_fail(g, ALLOY_ERR_OOM, "export_cuda: out of memory");
+    }
+    cg_export_options o = {.archs = sms, .narchs = nsms, .dir = dir, .cache = g->cfg.cache, .cache_dir = cache_dir,
+                           .dump_dir = g->cfg.dump_dir, .nthreads = g->cfg.num_threads};
+    st = cg_export(g->compiled, &g->comp.sched, nv, &o, NULL, err, errlen);
+    if (st) graph_fail(g, st, "export_cuda: graph '%s' to %s: %s", g->ir->name, dir, err);
+    al_free(err);
+    cg_nvrtc_close(nv);
+    return st;
+}
