@@ -25,7 +25,7 @@ AL_HIDDEN void *al_realloc(void *ptr, size_t size);
 AL_HIDDEN void al_free(void *ptr);
 AL_HIDDEN char *al_strdup(const char *s);
 AL_HIDDEN _Noreturn void al_assert_fail(const char *what, const char *file, int line);
-/* snprintf into buf that never overflows and always terminates. */
+/* snprintf into buf that never overflows and always terminates; a NULL buf or 0 len writes nothing. */
 AL_HIDDEN void al_fmt(char *buf, size_t len, const char *fmt, ...) AL_PRINTF(3, 4);
 /* "[2,3,4]" (or "[]" for a scalar) into buf. */
 AL_HIDDEN void al_fmt_dims(char *buf, size_t len, int rank, const int64_t *dims);

@@ -55,7 +55,7 @@ void al_assert_fail(const char *what, const char *file, int line)
 
 void al_fmt(char *buf, size_t len, const char *fmt, ...)
 {
-    if (!len) return;
+    if (!buf || !len) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, len, fmt, ap);

@@ -3,16 +3,8 @@
 #define ALLOY_EMIT_IMPL_H
 
 #include "codegen/emit.h"
+#include "codegen/text.h"
 
-/* A growing text; a failed allocation is sticky (oom) and checked once. */
-typedef struct cg_text {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} cg_text;
-
-AL_HIDDEN void cg_put(cg_text *t, const char *fmt, ...) AL_PRINTF(2, 3);
-AL_HIDDEN void cg_text_free(cg_text *t);
 
 /* Appends the source every kernel starts with: alloy's f16/bf16 conversions
  * (inline PTX on the device, the CPU's bit-exact integer rules elsewhere),

@@ -1,43 +1,9 @@
-/* emit_text.c - the emitter's text tools: a growing buffer, the kernel preamble, loads and stores per dtype, the member flags, parameters. */
+/* emit_text.c - the emitter's text tools: the kernel preamble, loads and stores per dtype, the member flags, parameters. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "codegen/emit_impl.h"
-
-void cg_put(cg_text *t, const char *fmt, ...)
-{
-    if (t->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->oom = true;
-            return;
-        }
-        if (t->s && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap <= t->len + (size_t)n) cap *= 2;
-        char *s = al_realloc(t->s, cap);
-        if (!s) {
-            t->oom = true;
-            return;
-        }
-        t->s = s, t->cap = cap;
-    }
-}
-
-void cg_text_free(cg_text *t)
-{
-    al_free(t->s);
-    memset(t, 0, sizeof *t);
-}
 
 /* The preamble: storage types are plain integers and floats; conversions
  * follow src/base/convert.c bit for bit on the host (integer arithmetic),

@@ -10,6 +10,7 @@
 
 #include "codegen/cache.h"
 #include "codegen/export.h"
+#include "codegen/text.h"
 
 /* Payloads an export's cache keeps in memory: enough for one graph's
  * modules, so architectures that fall back to the same PTX compile once. */
@@ -79,41 +80,6 @@ alloy_status cg_parse_archs(const char *text, int *archs, int max, int *n, char 
 
 /* ---- text and files ---- */
 
-/* A growing string; oom is sticky, so callers check once at the end. */
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void put(strbuf *t, const char *fmt, ...) AL_PRINTF(2, 3);
-static void put(strbuf *t, const char *fmt, ...)
-{
-    if (t->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->oom = true;
-            return;
-        }
-        if (t->s && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap <= t->len + (size_t)n) cap *= 2;
-        char *s = al_realloc(t->s, cap);
-        if (!s) {
-            t->oom = true;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
-    }
-}
 
 /* dir/name into out; false when it does not fit. */
 static bool path_in(char *out, size_t len, const char *dir, const char *name)
@@ -207,7 +173,7 @@ typedef struct export_state {
     cg_binary *bins;
     cg_cache *cache;
     const char **library; /* per step: why it calls a library (NULL: it does not) */
-    strbuf summary;
+    cg_text summary;
 } export_state;
 
 static void export_free(export_state *x)
@@ -369,14 +335,14 @@ static int find_library_calls(export_state *x, const schedule *s)
 }
 
 /* "%3,%5-%9,%12": the step's members, runs of consecutive ids shortened. */
-static void put_members(strbuf *t, const schedule *s, const sched_step *st)
+static void put_members(cg_text *t, const schedule *s, const sched_step *st)
 {
     for (int i = 0; i < st->n;) {
         int a = s->members[st->first + i].node, j = i;
         while (j + 1 < st->n && s->members[st->first + j + 1].node == s->members[st->first + j].node + 1) j++;
         int b = s->members[st->first + j].node;
-        if (j - i >= 2) put(t, "%s%%%d-%%%d", i ? "," : "", a, b), i = j + 1;
-        else put(t, "%s%%%d", i ? "," : "", a), i++;
+        if (j - i >= 2) cg_put(t, "%s%%%d-%%%d", i ? "," : "", a, b), i = j + 1;
+        else cg_put(t, "%s%%%d", i ? "," : "", a), i++;
     }
 }
 
@@ -400,22 +366,22 @@ static int kernel_line(const export_state *x, int m, int k)
 static void format_summary(export_state *x, const ir_graph *g, const schedule *s, const cg_nvrtc *nv,
                            const cg_export_totals *tot)
 {
-    strbuf *t = &x->summary;
+    cg_text *t = &x->summary;
     const cg_program *p = &x->prog;
-    put(t, "alloy CUDA export of graph '%s'\ntargets:", g->name);
+    cg_put(t, "alloy CUDA export of graph '%s'\ntargets:", g->name);
     for (int a = 0; a < x->o->narchs; a++) {
         char suffix[48];
         target_suffix(&x->targets[x->target_of[a]], suffix, sizeof suffix);
-        put(t, "%s sm_%d (alloy_mN.%s)", a ? "," : "", x->o->archs[a], suffix);
+        cg_put(t, "%s sm_%d (alloy_mN.%s)", a ? "," : "", x->o->archs[a], suffix);
     }
-    put(t, "; compiler: %s\n\n", cg_nvrtc_id(nv));
+    cg_put(t, "; compiler: %s\n\n", cg_nvrtc_id(nv));
 
     int wname = 6;
     for (int k = 0; k < p->nkernels; k++) {
         int n = (int)strlen(p->kernels[k].name);
         if (n > wname) wname = n;
     }
-    put(t, "%-*s %5s %-5s %17s %12s  %-18s %s\n", wname, "kernel", "step", "kind", "grid x block", "bytes/run",
+    cg_put(t, "%-*s %5s %-5s %17s %12s  %-18s %s\n", wname, "kernel", "step", "kind", "grid x block", "bytes/run",
         "source", "members");
     for (int m = 0; m < x->nmodules; m++) {
         int first, n;
@@ -425,17 +391,17 @@ static void format_summary(export_state *x, const ir_graph *g, const schedule *s
             char grid[40], source[64];
             al_fmt(grid, sizeof grid, "%u x %u", kn->grid, kn->block);
             al_fmt(source, sizeof source, "%s.cu:%d", x->names[m], kernel_line(x, m, k));
-            put(t, "%-*s %5d %-5s %17s %12lld  %-18s ", wname, kn->name, kn->step, sched_kind_name(kn->kind), grid,
+            cg_put(t, "%-*s %5d %-5s %17s %12lld  %-18s ", wname, kn->name, kn->step, sched_kind_name(kn->kind), grid,
                 (long long)kn->bytes, source);
             put_members(t, s, &s->steps[kn->step]);
-            put(t, "\n");
+            cg_put(t, "\n");
         }
     }
     if (tot->library_calls) {
         int wwhy = 3;
         for (int k = 0; k < s->nsteps; k++)
             if (x->library[k] && (int)strlen(x->library[k]) > wwhy) wwhy = (int)strlen(x->library[k]);
-        put(t, "\n%12s %-5s %-12s %-*s %s\n", "library step", "kind", "op", wwhy, "why", "members");
+        cg_put(t, "\n%12s %-5s %-12s %-*s %s\n", "library step", "kind", "op", wwhy, "why", "members");
         for (int k = 0; k < s->nsteps; k++) {
             const sched_step *st = &s->steps[k];
             if (!x->library[k]) continue;
@@ -443,10 +409,10 @@ static void format_summary(export_state *x, const ir_graph *g, const schedule *s
             bool matmul_only = st->kind == STEP_GEMM && x->library[k] == gemm_epilogue;
             const sched_part *mm = &s->parts[st->first_part];
             const ir_node *op = g->nodes[matmul_only ? s->members[mm->first].node : st->pos];
-            put(t, "%12d %-5s %-12s %-*s ", k, sched_kind_name(st->kind), ir_ops[op->op].name, wwhy, x->library[k]);
-            if (matmul_only) put(t, "%%%d", s->members[mm->first].node);
+            cg_put(t, "%12d %-5s %-12s %-*s ", k, sched_kind_name(st->kind), ir_ops[op->op].name, wwhy, x->library[k]);
+            if (matmul_only) cg_put(t, "%%%d", s->members[mm->first].node);
             else put_members(t, s, st);
-            put(t, "\n");
+            cg_put(t, "\n");
         }
     }
     int lo = CG_MODULE_KERNELS, hi = 0;
@@ -456,14 +422,14 @@ static void format_summary(export_state *x, const ir_graph *g, const schedule *s
         if (n < lo) lo = n;
         if (n > hi) hi = n;
     }
-    put(t, "\nkernels        %d in %d module%s", tot->kernels, tot->modules, tot->modules == 1 ? "" : "s");
-    if (tot->modules > 1) put(t, lo == hi ? " (%d kernels each)" : " (%d to %d kernels each)", lo, hi);
-    put(t, "\nlibrary calls  %d\n", tot->library_calls);
-    put(t, "bytes/run      %lld (%.1f MiB)\n", (long long)tot->bytes, (double)tot->bytes / (1 << 20));
-    put(t, "binaries       %d (%d module%s x %d target%s)\n", tot->binaries, tot->modules, tot->modules == 1 ? "" : "s",
+    cg_put(t, "\nkernels        %d in %d module%s", tot->kernels, tot->modules, tot->modules == 1 ? "" : "s");
+    if (tot->modules > 1) cg_put(t, lo == hi ? " (%d kernels each)" : " (%d to %d kernels each)", lo, hi);
+    cg_put(t, "\nlibrary calls  %d\n", tot->library_calls);
+    cg_put(t, "bytes/run      %lld (%.1f MiB)\n", (long long)tot->bytes, (double)tot->bytes / (1 << 20));
+    cg_put(t, "binaries       %d (%d module%s x %d target%s)\n", tot->binaries, tot->modules, tot->modules == 1 ? "" : "s",
         tot->targets, tot->targets == 1 ? "" : "s");
-    put(t, "compile time   %.0f ms on %d thread%s\n", tot->compile_ms, tot->threads, tot->threads == 1 ? "" : "s");
-    put(t, "from cache     %d of %d binaries%s\n", tot->from_cache, tot->binaries, x->o->cache ? "" : " (cache off)");
+    cg_put(t, "compile time   %.0f ms on %d thread%s\n", tot->compile_ms, tot->threads, tot->threads == 1 ? "" : "s");
+    cg_put(t, "from cache     %d of %d binaries%s\n", tot->from_cache, tot->binaries, x->o->cache ? "" : " (cache off)");
 }
 
 /* The binaries of a successful compile, then summary.txt, each atomically;

@@ -103,16 +103,6 @@ char *cg_strdup(const char *s)
 
 /* ---- results ---- */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) AL_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 alloy_status cg_binary_fail(cg_binary *b, alloy_status status, char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -130,7 +120,7 @@ alloy_status cg_binary_fail(cg_binary *b, alloy_status status, char *err, size_t
     cg_free(b->data);
     b->data = NULL;
     b->size = 0;
-    set_err(err, errlen, "%s", b->message ? b->message : "out of memory formatting an NVRTC error");
+    al_fmt(err, errlen, "%s", b->message ? b->message : "out of memory formatting an NVRTC error");
     return status;
 }
 
@@ -170,7 +160,7 @@ alloy_status cg_nvrtc_open(const char *path, cg_nvrtc **out, char *err, size_t e
     if (path) {
         lib = load(path);
         if (!lib) {
-            set_err(err, errlen, "cannot load NVRTC from %s: %s", path, dlerror());
+            al_fmt(err, errlen, "cannot load NVRTC from %s: %s", path, dlerror());
             return ALLOY_ERR_UNSUPPORTED;
         }
     } else {
@@ -181,7 +171,7 @@ alloy_status cg_nvrtc_open(const char *path, cg_nvrtc **out, char *err, size_t e
             if (!lib && !first[0]) al_fmt(first, sizeof first, "%s", dlerror());
         }
         if (!lib) {
-            set_err(err, errlen,
+            al_fmt(err, errlen,
                     "NVRTC not found: tried libnvrtc.so.13, libnvrtc.so.12 and libnvrtc.so.11.2 on the dynamic "
                     "loader's search path (RUNPATH, LD_LIBRARY_PATH, /etc/ld.so.cache, /lib, /usr/lib): %s",
                     first);
@@ -191,7 +181,7 @@ alloy_status cg_nvrtc_open(const char *path, cg_nvrtc **out, char *err, size_t e
     cg_nvrtc *nv = cg_malloc(sizeof *nv);
     if (!nv) {
         dlclose(lib);
-        set_err(err, errlen, "out of memory loading NVRTC");
+        al_fmt(err, errlen, "out of memory loading NVRTC");
         return ALLOY_ERR_OOM;
     }
     memset(nv, 0, sizeof *nv);
@@ -202,7 +192,7 @@ alloy_status cg_nvrtc_open(const char *path, cg_nvrtc **out, char *err, size_t e
     for (size_t i = 0; i < sizeof entry_points / sizeof *entry_points; i++) {
         void *sym = dlsym(lib, entry_points[i].symbol);
         if (!sym) {
-            set_err(err, errlen, "%s is not a usable NVRTC (11.2 or newer): it has no symbol %s", nv->library,
+            al_fmt(err, errlen, "%s is not a usable NVRTC (11.2 or newer): it has no symbol %s", nv->library,
                     entry_points[i].symbol);
             cg_nvrtc_close(nv);
             return ALLOY_ERR_UNSUPPORTED;
@@ -216,18 +206,18 @@ alloy_status cg_nvrtc_open(const char *path, cg_nvrtc **out, char *err, size_t e
     int n = 0;
     if (nv->api.version(&nv->major, &nv->minor) != NVRTC_SUCCESS || nv->api.num_supported_archs(&n) != NVRTC_SUCCESS ||
         n <= 0 || n > 1000) {
-        set_err(err, errlen, "%s: nvrtcVersion or nvrtcGetNumSupportedArchs failed", nv->library);
+        al_fmt(err, errlen, "%s: nvrtcVersion or nvrtcGetNumSupportedArchs failed", nv->library);
         cg_nvrtc_close(nv);
         return ALLOY_ERR_UNSUPPORTED;
     }
     nv->archs = cg_malloc((size_t)n * sizeof *nv->archs);
     if (!nv->archs) {
-        set_err(err, errlen, "out of memory loading NVRTC");
+        al_fmt(err, errlen, "out of memory loading NVRTC");
         cg_nvrtc_close(nv);
         return ALLOY_ERR_OOM;
     }
     if (nv->api.supported_archs(nv->archs) != NVRTC_SUCCESS) {
-        set_err(err, errlen, "%s: nvrtcGetSupportedArchs failed", nv->library);
+        al_fmt(err, errlen, "%s: nvrtcGetSupportedArchs failed", nv->library);
         cg_nvrtc_close(nv);
         return ALLOY_ERR_UNSUPPORTED;
     }
@@ -271,7 +261,7 @@ const char *cg_nvrtc_id(const cg_nvrtc *nv) { return nv->id; }
 alloy_status cg_nvrtc_target(const cg_nvrtc *nv, int sm, cg_binary_kind *kind, int *arch, char *err, size_t errlen)
 {
     if (sm < 10 || sm > 9999) {
-        set_err(err, errlen, "sm_%d is not a compute capability (major*10+minor, e.g. 80 or 90)", sm);
+        al_fmt(err, errlen, "sm_%d is not a compute capability (major*10+minor, e.g. 80 or 90)", sm);
         return ALLOY_ERR_INVALID;
     }
     int best = -1;
@@ -284,7 +274,7 @@ alloy_status cg_nvrtc_target(const cg_nvrtc *nv, int sm, cg_binary_kind *kind, i
         if (nv->archs[i] < sm) best = nv->archs[i];
     }
     if (best < 0) {
-        set_err(err, errlen, "NVRTC %d.%d cannot build for sm_%d: its oldest architecture is sm_%d", nv->major,
+        al_fmt(err, errlen, "NVRTC %d.%d cannot build for sm_%d: its oldest architecture is sm_%d", nv->major,
                 nv->minor, sm, nv->archs[0]);
         return ALLOY_ERR_UNSUPPORTED;
     }
@@ -362,12 +352,12 @@ alloy_status cg_nvrtc_dump(const char *dump_dir, const cg_kernel_src *k, char *p
                            size_t errlen)
 {
     if (!good_name(k->name)) {
-        set_err(err, errlen, "kernel name '%.100s' is not a file name", k->name ? k->name : "(null)");
+        al_fmt(err, errlen, "kernel name '%.100s' is not a file name", k->name ? k->name : "(null)");
         return ALLOY_ERR_INVALID;
     }
     al_fmt(path, pathlen, "%s/%s.cu", dump_dir, k->name);
     if (mkdir(dump_dir, 0777) != 0 && errno != EEXIST) {
-        set_err(err, errlen, "cannot make the kernel dump directory %s: %s", dump_dir, strerror(errno));
+        al_fmt(err, errlen, "cannot make the kernel dump directory %s: %s", dump_dir, strerror(errno));
         return ALLOY_ERR_IO;
     }
     FILE *f = fopen(path, "wb");
@@ -375,7 +365,7 @@ alloy_status cg_nvrtc_dump(const char *dump_dir, const cg_kernel_src *k, char *p
     bool ok = f && fwrite(k->source, 1, n, f) == n;
     if (f && fclose(f) != 0) ok = false;
     if (!ok) {
-        set_err(err, errlen, "cannot write the kernel source to %s: %s", path, strerror(errno));
+        al_fmt(err, errlen, "cannot write the kernel source to %s: %s", path, strerror(errno));
         return ALLOY_ERR_IO;
     }
     return ALLOY_OK;

@@ -37,16 +37,6 @@ static const char *const foreign_dtypes[] = {
     "U8", "I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
     "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) AL_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int cmp_str_ptr(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -82,7 +72,7 @@ typedef struct loader {
 
 static alloy_status oom_err(loader *l)
 {
-    set_err(l->err, l->errlen, "%s: out of memory while loading", l->path);
+    al_fmt(l->err, l->errlen, "%s: out of memory while loading", l->path);
     return ALLOY_ERR_OOM;
 }
 
@@ -98,10 +88,10 @@ static alloy_status get_uint(loader *l, const char *name, const al_json *v, cons
                           : v->overflow             ? "is too large"
                                                     : "is negative";
         if (v->kind == AL_JSON_NUMBER)
-            set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': %s %s (%.*s)", l->path, name, what,
+            al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': %s %s (%.*s)", l->path, name, what,
                     why, (int)(v->raw_len > 40 ? 40 : v->raw_len), v->raw);
         else
-            set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': %s %s", l->path, name, what, why);
+            al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': %s %s", l->path, name, what, why);
         return ALLOY_ERR_FORMAT;
     }
     *out = v->i;
@@ -111,7 +101,7 @@ static alloy_status get_uint(loader *l, const char *name, const al_json *v, cons
 static alloy_status parse_dtype(loader *l, const char *name, const al_json *v, alloy_dtype *out)
 {
     if (v->kind != AL_JSON_STRING) {
-        set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': \"dtype\" is not a string", l->path,
+        al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': \"dtype\" is not a string", l->path,
                 name);
         return ALLOY_ERR_FORMAT;
     }
@@ -125,14 +115,14 @@ static alloy_status parse_dtype(loader *l, const char *name, const al_json *v, a
     }
     for (size_t i = 0; i < sizeof foreign_dtypes / sizeof *foreign_dtypes; i++) {
         if (strcmp(v->str, foreign_dtypes[i]) == 0) {
-            set_err(l->err, l->errlen,
+            al_fmt(l->err, l->errlen,
                     "%s: tensor '" NAME_FMT "': dtype %s is not supported (alloy reads F32, F16, "
                     "BF16, F64, I32, I64 and BOOL)",
                     l->path, name, v->str);
             return ALLOY_ERR_UNSUPPORTED;
         }
     }
-    set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': unknown dtype \"%.40s\"", l->path, name,
+    al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': unknown dtype \"%.40s\"", l->path, name,
             v->str);
     return ALLOY_ERR_FORMAT;
 }
@@ -143,7 +133,7 @@ static alloy_status parse_tensor(loader *l, int idx, const char *name, const al_
     alloy_host_tensor *t = &l->st->tensors[idx];
     t->name = name;
     if (v->kind != AL_JSON_OBJECT) {
-        set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': entry is not a JSON object", l->path,
+        al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': entry is not a JSON object", l->path,
                 name);
         return ALLOY_ERR_FORMAT;
     }
@@ -153,7 +143,7 @@ static alloy_status parse_tensor(loader *l, int idx, const char *name, const al_
         for (int i = 0; i < 3; i++) {
             if (strcmp(m->key, fields[i]) != 0 || has_nul(m->key, m->key_len)) continue;
             if (f[i]) {
-                set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': field \"%s\" appears twice",
+                al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': field \"%s\" appears twice",
                         l->path, name, fields[i]);
                 return ALLOY_ERR_FORMAT;
             }
@@ -161,7 +151,7 @@ static alloy_status parse_tensor(loader *l, int idx, const char *name, const al_
         }
     }
     if (!f[0] || !f[1] || !f[2]) {
-        set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': missing field \"%s\"", l->path, name,
+        al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': missing field \"%s\"", l->path, name,
                 fields[!f[0] ? 0 : !f[1] ? 1 : 2]);
         return ALLOY_ERR_FORMAT;
     }
@@ -170,12 +160,12 @@ static alloy_status parse_tensor(loader *l, int idx, const char *name, const al_
 
     const al_json *shape = f[1];
     if (shape->kind != AL_JSON_ARRAY) {
-        set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': \"shape\" is not an array", l->path,
+        al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': \"shape\" is not an array", l->path,
                 name);
         return ALLOY_ERR_FORMAT;
     }
     if (shape->count > ALLOY_MAX_RANK) {
-        set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': rank %zu exceeds the maximum of %d",
+        al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': rank %zu exceeds the maximum of %d",
                 l->path, name, shape->count, ALLOY_MAX_RANK);
         return ALLOY_ERR_UNSUPPORTED;
     }
@@ -191,14 +181,14 @@ static alloy_status parse_tensor(loader *l, int idx, const char *name, const al_
     int64_t numel = al_numel(t->rank, t->dims);
     int64_t esize = (int64_t)alloy_dtype_size(t->dtype);
     if (numel < 0 || numel > INT64_MAX / esize) {
-        set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "': shape %s x %s overflows", l->path,
+        al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "': shape %s x %s overflows", l->path,
                 name, dims, alloy_dtype_name(t->dtype));
         return ALLOY_ERR_FORMAT;
     }
 
     const al_json *offs = f[2];
     if (offs->kind != AL_JSON_ARRAY || offs->count != 2) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: tensor '" NAME_FMT "': \"data_offsets\" is not an array [begin, end]", l->path,
                 name);
         return ALLOY_ERR_FORMAT;
@@ -207,20 +197,20 @@ static alloy_status parse_tensor(loader *l, int idx, const char *name, const al_
     if ((s = get_uint(l, name, offs->first, "data_offsets begin", &b))) return s;
     if ((s = get_uint(l, name, offs->first->next, "data_offsets end", &e))) return s;
     if (e < b) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: tensor '" NAME_FMT "': data_offsets [%" PRId64 ", %" PRId64 ") end before they begin",
                 l->path, name, b, e);
         return ALLOY_ERR_FORMAT;
     }
     if ((uint64_t)e > l->datalen) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: tensor '" NAME_FMT "': data_offsets [%" PRId64 ", %" PRId64
                 ") lie outside the %" PRIu64 "-byte data buffer",
                 l->path, name, b, e, l->datalen);
         return ALLOY_ERR_FORMAT;
     }
     if (e - b != numel * esize) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: tensor '" NAME_FMT "': data_offsets [%" PRId64 ", %" PRId64
                 ") do not match shape %s x %s = %" PRId64 " bytes",
                 l->path, name, b, e, dims, alloy_dtype_name(t->dtype), numel * esize);
@@ -235,7 +225,7 @@ static alloy_status parse_metadata(loader *l, const al_json *v)
     alloy_safetensors *st = l->st;
     if (v->kind == AL_JSON_NULL) return ALLOY_OK;
     if (v->kind != AL_JSON_OBJECT) {
-        set_err(l->err, l->errlen, "%s: \"__metadata__\" is not an object of strings", l->path);
+        al_fmt(l->err, l->errlen, "%s: \"__metadata__\" is not an object of strings", l->path);
         return ALLOY_ERR_FORMAT;
     }
     if (v->count > (size_t)INT32_MAX) return oom_err(l);
@@ -247,12 +237,12 @@ static alloy_status parse_metadata(loader *l, const al_json *v)
     int i = 0;
     for (const al_json *m = v->first; m; m = m->next, i++) {
         if (m->kind != AL_JSON_STRING) {
-            set_err(l->err, l->errlen, "%s: metadata '" NAME_FMT "': value is not a string", l->path,
+            al_fmt(l->err, l->errlen, "%s: metadata '" NAME_FMT "': value is not a string", l->path,
                     m->key);
             return ALLOY_ERR_FORMAT;
         }
         if (has_nul(m->key, m->key_len) || has_nul(m->str, m->len)) {
-            set_err(l->err, l->errlen, "%s: metadata '" NAME_FMT "': contains a NUL character",
+            al_fmt(l->err, l->errlen, "%s: metadata '" NAME_FMT "': contains a NUL character",
                     l->path, m->key);
             return ALLOY_ERR_FORMAT;
         }
@@ -263,7 +253,7 @@ static alloy_status parse_metadata(loader *l, const al_json *v)
     if (v->count) qsort(sorted, v->count, sizeof *sorted, cmp_str_ptr);
     for (size_t k = 1; k < v->count; k++) {
         if (strcmp(sorted[k - 1], sorted[k]) == 0) {
-            set_err(l->err, l->errlen, "%s: metadata key '" NAME_FMT "' appears twice", l->path,
+            al_fmt(l->err, l->errlen, "%s: metadata key '" NAME_FMT "' appears twice", l->path,
                     sorted[k]);
             return ALLOY_ERR_FORMAT;
         }
@@ -276,7 +266,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
 {
     alloy_safetensors *st = l->st;
     if (root->kind != AL_JSON_OBJECT) {
-        set_err(l->err, l->errlen, "%s: header JSON is not an object", l->path);
+        al_fmt(l->err, l->errlen, "%s: header JSON is not an object", l->path);
         return ALLOY_ERR_FORMAT;
     }
     const al_json *meta = NULL;
@@ -285,7 +275,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
         if (m->key_len != 12 || strcmp(m->key, "__metadata__") != 0) {
             count++;
         } else if (meta) {
-            set_err(l->err, l->errlen, "%s: \"__metadata__\" appears twice", l->path);
+            al_fmt(l->err, l->errlen, "%s: \"__metadata__\" appears twice", l->path);
             return ALLOY_ERR_FORMAT;
         } else {
             meta = m;
@@ -305,7 +295,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
     for (const al_json *m = root->first; m; m = m->next) {
         if (m == meta) continue;
         if (has_nul(m->key, m->key_len)) {
-            set_err(l->err, l->errlen, "%s: tensor name '" NAME_FMT "' contains a NUL character",
+            al_fmt(l->err, l->errlen, "%s: tensor name '" NAME_FMT "' contains a NUL character",
                     l->path, m->key);
             return ALLOY_ERR_FORMAT;
         }
@@ -318,7 +308,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
     if (count) qsort(st->by_name, count, sizeof *st->by_name, cmp_tensor_name);
     for (size_t k = 1; k < count; k++) {
         if (strcmp(st->by_name[k - 1]->name, st->by_name[k]->name) == 0) {
-            set_err(l->err, l->errlen, "%s: tensor '" NAME_FMT "' appears twice in the header",
+            al_fmt(l->err, l->errlen, "%s: tensor '" NAME_FMT "' appears twice in the header",
                     l->path, st->by_name[k]->name);
             return ALLOY_ERR_FORMAT;
         }
@@ -329,7 +319,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
     for (size_t k = 0; k < count; k++) {
         const span *sp = &l->spans[k];
         if (sp->begin > at) {
-            set_err(l->err, l->errlen,
+            al_fmt(l->err, l->errlen,
                     "%s: bytes [%" PRIu64 ", %" PRIu64 ") of the data buffer belong to no tensor "
                     "(next is '" NAME_FMT "')",
                     l->path, at, sp->begin, st->tensors[sp->index].name);
@@ -337,7 +327,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
         }
         if (sp->begin < at) {
             const span *prev = &l->spans[k - 1];
-            set_err(l->err, l->errlen,
+            al_fmt(l->err, l->errlen,
                     "%s: tensor '" NAME_FMT "': data_offsets [%" PRIu64 ", %" PRIu64
                     ") overlap tensor '" NAME_FMT "' [%" PRIu64 ", %" PRIu64 ")",
                     l->path, st->tensors[sp->index].name, sp->begin, sp->end,
@@ -347,7 +337,7 @@ static alloy_status parse_root(loader *l, const al_json *root)
         at = sp->end;
     }
     if (at != l->datalen) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: the data buffer has %" PRIu64 " bytes but the tensors cover only %" PRIu64,
                 l->path, l->datalen, at);
         return ALLOY_ERR_FORMAT;
@@ -359,9 +349,9 @@ static alloy_status read_exact(loader *l, FILE *f, void *buf, size_t n, const ch
 {
     if (n && fread(buf, 1, n, f) != n) {
         if (ferror(f))
-            set_err(l->err, l->errlen, "%s: cannot read %s: %s", l->path, what, strerror(errno));
+            al_fmt(l->err, l->errlen, "%s: cannot read %s: %s", l->path, what, strerror(errno));
         else
-            set_err(l->err, l->errlen, "%s: file ended while reading %s", l->path, what);
+            al_fmt(l->err, l->errlen, "%s: file ended while reading %s", l->path, what);
         return ALLOY_ERR_IO;
     }
     return ALLOY_OK;
@@ -372,16 +362,16 @@ static alloy_status load_file(loader *l, FILE *f, char **header, al_arena *tree)
 {
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
-        set_err(l->err, l->errlen, "%s: cannot stat: %s", l->path, strerror(errno));
+        al_fmt(l->err, l->errlen, "%s: cannot stat: %s", l->path, strerror(errno));
         return ALLOY_ERR_IO;
     }
     if (!S_ISREG(sb.st_mode)) {
-        set_err(l->err, l->errlen, "%s: not a regular file", l->path);
+        al_fmt(l->err, l->errlen, "%s: not a regular file", l->path);
         return ALLOY_ERR_IO;
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < 8) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: file is %" PRIu64 " bytes, too short for the 8-byte header length", l->path,
                 size);
         return ALLOY_ERR_FORMAT;
@@ -392,13 +382,13 @@ static alloy_status load_file(loader *l, FILE *f, char **header, al_arena *tree)
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
     if (n > MAX_HEADER) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: header length %" PRIu64 " exceeds the limit of %llu bytes (corrupt file?)",
                 l->path, n, MAX_HEADER);
         return ALLOY_ERR_FORMAT;
     }
     if (n > size - 8) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: header length %" PRIu64 " runs past the end of the %" PRIu64 "-byte file",
                 l->path, n, size);
         return ALLOY_ERR_FORMAT;
@@ -414,7 +404,7 @@ static alloy_status load_file(loader *l, FILE *f, char **header, al_arena *tree)
     al_json_status js = al_json_parse(*header, (size_t)n, tree, &root, &je);
     if (js == AL_JSON_OOM) return oom_err(l);
     if (js != AL_JSON_OK) {
-        set_err(l->err, l->errlen,
+        al_fmt(l->err, l->errlen,
                 "%s: header JSON: %s at byte %zu of the header (file offset %zu)", l->path, je.msg,
                 je.offset, je.offset + 8);
         return ALLOY_ERR_FORMAT;
@@ -442,9 +432,9 @@ static alloy_status load_file(loader *l, FILE *f, char **header, al_arena *tree)
 alloy_status alloy_safetensors_load(const char *path, alloy_safetensors **out, char *err,
                                     size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
+    al_fmt(err, errlen, "%s", "");
     if (!out || !path) {
-        set_err(err, errlen, "alloy_safetensors_load: %s is NULL", path ? "out" : "path");
+        al_fmt(err, errlen, "alloy_safetensors_load: %s is NULL", path ? "out" : "path");
         return ALLOY_ERR_INVALID;
     }
     *out = NULL;
@@ -453,7 +443,7 @@ alloy_status alloy_safetensors_load(const char *path, alloy_safetensors **out, c
     if (!st) return oom_err(&l);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         al_free(st);
         return ALLOY_ERR_IO;
     }

@@ -14,16 +14,6 @@
 
 #define NAME_FMT "%.80s" /* names in messages are cut to keep the message readable */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) AL_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* The format spells alloy's dtypes in capitals: f32 is "F32", bool is "BOOL". */
 static void spelling(alloy_dtype dtype, char out[8])
 {
@@ -110,7 +100,7 @@ static alloy_status check_save_args(const char *path, const alloy_host_tensor *t
     for (int i = 0; i < n; i++) {
         const alloy_host_tensor *t = &tensors[i];
         if (!t->name) {
-            set_err(err, errlen, "%s: tensor #%d has a NULL name", path, i);
+            al_fmt(err, errlen, "%s: tensor #%d has a NULL name", path, i);
             return ALLOY_ERR_INVALID;
         }
         const char *why = NULL;
@@ -127,7 +117,7 @@ static alloy_status check_save_args(const char *path, const alloy_host_tensor *t
         if (why) {
             if (t->rank >= 0 && t->rank <= ALLOY_MAX_RANK) al_fmt_dims(dims, sizeof dims, t->rank, t->dims);
             else al_fmt(dims, sizeof dims, "(rank %d)", t->rank);
-            set_err(err, errlen, "%s: tensor '" NAME_FMT "' (%s %s, dtype value %d): %s", path,
+            al_fmt(err, errlen, "%s: tensor '" NAME_FMT "' (%s %s, dtype value %d): %s", path,
                     t->name, alloy_dtype_name(t->dtype), dims, (int)t->dtype, why);
             return ALLOY_ERR_INVALID;
         }
@@ -135,13 +125,13 @@ static alloy_status check_save_args(const char *path, const alloy_host_tensor *t
     }
     for (int i = 0; i < nmeta; i++) {
         if (!keys[i] || !values[i]) {
-            set_err(err, errlen, "%s: metadata pair #%d has a NULL %s", path, i,
+            al_fmt(err, errlen, "%s: metadata pair #%d has a NULL %s", path, i,
                     keys[i] ? "value" : "key");
             return ALLOY_ERR_INVALID;
         }
         if (!al_utf8_valid(keys[i], strlen(keys[i]), NULL) ||
             !al_utf8_valid(values[i], strlen(values[i]), NULL)) {
-            set_err(err, errlen, "%s: metadata '" NAME_FMT "': not valid UTF-8", path, keys[i]);
+            al_fmt(err, errlen, "%s: metadata '" NAME_FMT "': not valid UTF-8", path, keys[i]);
             return ALLOY_ERR_INVALID;
         }
     }
@@ -149,7 +139,7 @@ static alloy_status check_save_args(const char *path, const alloy_host_tensor *t
     if (!most) return ALLOY_OK;
     const char **sorted = al_malloc(most * sizeof *sorted);
     if (!sorted) {
-        set_err(err, errlen, "%s: out of memory while saving", path);
+        al_fmt(err, errlen, "%s: out of memory while saving", path);
         return ALLOY_ERR_OOM;
     }
     alloy_status s = ALLOY_OK;
@@ -159,7 +149,7 @@ static alloy_status check_save_args(const char *path, const alloy_host_tensor *t
         qsort(sorted, (size_t)m, sizeof *sorted, cmp_str_ptr);
         for (int i = 1; i < m; i++) {
             if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-                set_err(err, errlen, "%s: %s '" NAME_FMT "' appears twice", path,
+                al_fmt(err, errlen, "%s: %s '" NAME_FMT "' appears twice", path,
                         pass ? "metadata key" : "tensor name", sorted[i]);
                 s = ALLOY_ERR_INVALID;
                 break;
@@ -235,14 +225,14 @@ static alloy_status write_atomic(const char *path, const buf *header, const allo
     size_t plen = strlen(path);
     char *tmp = al_malloc(plen + sizeof ".tmp.XXXXXX");
     if (!tmp) {
-        set_err(err, errlen, "%s: out of memory while saving", path);
+        al_fmt(err, errlen, "%s: out of memory while saving", path);
         return ALLOY_ERR_OOM;
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot create a temporary file next to it: %s", path,
+        al_fmt(err, errlen, "%s: cannot create a temporary file next to it: %s", path,
                 strerror(errno));
         al_free(tmp);
         return ALLOY_ERR_IO;
@@ -264,7 +254,7 @@ static alloy_status write_atomic(const char *path, const buf *header, const allo
     if (close(fd) != 0 && !e) step = "close", e = errno;
     if (!e && rename(tmp, path) != 0) step = "rename", e = errno;
     if (e) {
-        set_err(err, errlen, "%s: cannot save (%s of temporary file %s failed: %s); left unchanged",
+        al_fmt(err, errlen, "%s: cannot save (%s of temporary file %s failed: %s); left unchanged",
                 path, step, tmp, strerror(e));
         unlink(tmp);
         al_free(tmp);
@@ -287,14 +277,14 @@ alloy_status alloy_safetensors_save(const char *path, const alloy_host_tensor *t
                                     const char *const *meta_keys, const char *const *meta_values,
                                     int nmeta, char *err, size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
+    al_fmt(err, errlen, "%s", "");
     const char *why = !path                                       ? "path is NULL"
                       : n < 0 || nmeta < 0                        ? "negative count"
                       : n > 0 && !tensors                         ? "tensors is NULL"
                       : nmeta > 0 && (!meta_keys || !meta_values) ? "metadata arrays are NULL"
                                                                   : NULL;
     if (why) {
-        set_err(err, errlen, "%s: alloy_safetensors_save: %s", path ? path : "(null)", why);
+        al_fmt(err, errlen, "%s: alloy_safetensors_save: %s", path ? path : "(null)", why);
         return ALLOY_ERR_INVALID;
     }
     alloy_status s = check_save_args(path, tensors, n, meta_keys, meta_values, nmeta, err, errlen);
@@ -303,7 +293,7 @@ alloy_status alloy_safetensors_save(const char *path, const alloy_host_tensor *t
     build_header(&header, tensors, n, meta_keys, meta_values, nmeta);
     if (header.oom) {
         al_free(header.p);
-        set_err(err, errlen, "%s: out of memory while saving", path);
+        al_fmt(err, errlen, "%s: out of memory while saving", path);
         return ALLOY_ERR_OOM;
     }
     s = write_atomic(path, &header, tensors, n, err, errlen);
