@@ -37,13 +37,17 @@ double codegen_error(alloy_dtype dt, const void *a, const void *b, int64_t n)
     return worst;
 }
 
-/* Kernels reduce rows in another order (warp trees, not the CPU's pairwise
- * sums); elementwise members compute the same expressions and round the
- * same way. */
+/* Kernels reduce rows in another order (warp and block trees, chunked
+ * sums, not the CPU's pairwise ones); elementwise members compute the same
+ * expressions and round the same way (test_codegen_ops holds them to the
+ * CPU's bits). The error is relative to the tensor's largest element, so a
+ * sum that cancels sets the f32 bound: measured 1.8e-5 for a loss of 0.033
+ * summed from terms near 1 (the op cases, fp32); 5e-5 leaves room for
+ * another CPU's vector path in the reference. */
 double codegen_tolerance(alloy_dtype dt)
 {
     switch (dt) {
-    case ALLOY_F32: return 2e-5;
+    case ALLOY_F32: return 5e-5;
     case ALLOY_F64: return 1e-12;
     case ALLOY_F16: return 4e-3;
     case ALLOY_BF16: return 3e-2;

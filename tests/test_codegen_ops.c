@@ -61,9 +61,9 @@ typedef struct op_graphs {
 
 /* ---- known failures ----
  *
- * Cases whose kernels disagree with the CPU for a reason in a file this
- * test may not change (emit_row.c is being rewritten): each is reported,
- * not failed, with its diagnosis. Every other case still fails the test. */
+ * Cases whose kernels disagree with the CPU for a diagnosed reason not
+ * fixed yet: each is reported, not failed, with its diagnosis (none today).
+ * Every other case fails the test. */
 typedef struct known_failure {
     const char *op;    /* the case's op */
     int group;         /* its dtype group, -1 for any */
@@ -76,10 +76,9 @@ static const known_failure known_failures[] = {
     {NULL, 0, 0, NULL, NULL},
 };
 
-/* Steps the emitter leaves without a kernel on purpose (library calls),
- * and gaps known in files this test may not change, by the op of the
- * step's last node and what prog.why says; any other step without a kernel
- * fails the test (a step over no elements needs none). */
+/* Steps the emitter leaves without a kernel on purpose (library calls), by
+ * the op of the step's last node and what prog.why says; any other step
+ * without a kernel fails the test (a step over no elements needs none). */
 typedef struct known_gap {
     const char *op;
     const char *why;
@@ -87,11 +86,6 @@ typedef struct known_gap {
 
 static const known_gap library_ops[] = {
     {"matmul", "a library GEMM (cuBLASLt)"},
-    /* emit_row.c reads rows along the last axis only (being rewritten; not ours to change) */
-    {"softmax", "a row op along another axis than the last: no kernel yet"},
-    {"log_softmax", "a row op along another axis than the last: no kernel yet"},
-    {"softmax_grad", "a row op along another axis than the last: no kernel yet"},
-    {"log_softmax_grad", "a row op along another axis than the last: no kernel yet"},
     {NULL, NULL},
 };
 
@@ -514,7 +508,7 @@ static void test_every_kernel_of_the_op_cases_compiles_for_sm80_and_sm90(void **
 
 /* ---- the ops without a kernel ---- */
 
-static void test_only_library_calls_and_the_known_row_op_gaps_are_left_without_a_kernel(void **state)
+static void test_only_library_calls_are_left_without_a_kernel(void **state)
 {
     (void)state;
     op_graphs gs = build_all(NGROUPS);
@@ -591,7 +585,7 @@ int main(int argc, char **argv)
     size_t n = 0;
     if (strcmp(part, "nvrtc")) {
         tests[n++] = (struct CMUnitTest)cmocka_unit_test(
-            test_only_library_calls_and_the_known_row_op_gaps_are_left_without_a_kernel);
+            test_only_library_calls_are_left_without_a_kernel);
         for (int g = 0; g < NGROUPS; g++)
             tests[n++] = (struct CMUnitTest){names[g], test_every_op_case_runs_emulated_as_on_the_cpu, NULL, NULL,
                                              (void *)(intptr_t)g};

@@ -14,6 +14,7 @@ typedef struct row_kernel {
     const schedule *s;
     const sched_step *st;
     int64_t C, rows;
+    int64_t inner; /* elements after the row's axis: 1 when rows run along the last axis */
     int team; /* threads per row: 32 (a warp) or a whole block */
     int cpl;  /* columns per thread: column lane + team * j_ for j_ < cpl */
     bool wide;
@@ -35,6 +36,15 @@ static void put_columns(cg_text *t, const row_kernel *rk)
            rk->team);
 }
 
+/* The flat index of column `col` (C text) of this thread's row, into buf. */
+static void element_index(const row_kernel *rk, const char *col, char *buf, size_t len)
+{
+    if (rk->inner == 1) al_fmt(buf, len, "row * %lldll + %s", (long long)rk->C, col);
+    else /* rows along an inner axis: row = outer * inner + position after the axis */
+        al_fmt(buf, len, "(row / %lldll) * %lldll + (long long)(%s) * %lldll + row %% %lldll", (long long)rk->inner,
+               (long long)(rk->C * rk->inner), col, (long long)rk->inner, (long long)rk->inner);
+}
+
 /* Appends the text of operand q of row op x at column variable `col`, slot
  * variable `slot`; false when its shape is one this kernel does not read. */
 static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, const char *col, const char *slot)
@@ -47,8 +57,8 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     }
     const ir_type *ty = &rk->g->nodes[o]->type;
     int64_t n = ir_numel(ty);
-    char idx[96];
-    if (n == rk->rows * rk->C) al_fmt(idx, sizeof idx, "row * %lldll + %s", (long long)rk->C, col);
+    char idx[160];
+    if (n == rk->rows * rk->C) element_index(rk, col, idx, sizeof idx);
     else if (n == rk->C && ty->dims[ty->rank - 1] == rk->C) al_fmt(idx, sizeof idx, "%s", col);
     else if (n == rk->rows) al_fmt(idx, sizeof idx, "row");
     else if (n == 1) al_fmt(idx, sizeof idx, "0");
@@ -273,8 +283,9 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             al_fmt(v, sizeof v, "v%d", m);
             cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
             if (mb->flags & MEMBER_STORED) {
-                cg_put(t, "            p%d[row * %lldll + col] = ", cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0),
-                       (long long)rk->C);
+                char idx[160];
+                element_index(rk, "col", idx, sizeof idx);
+                cg_put(t, "            p%d[%s] = ", cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0), idx);
                 cg_store(t, x->type.dtype, rk->wide, v);
                 cg_put(t, ";\n");
             }
@@ -343,16 +354,27 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
     ir_type space = st->space;
     if (st->kind == STEP_OP) {
         if (!ir_ops[last->op].row) return "no kernel yet for this op (a library call or an op kernel)";
-        int axis;
+        int axis = -1;
         const ir_type *in0 = &g->nodes[last->in[0]]->type;
-        if (ir_attr_schema(last->op, "axis") && (!ir_norm_axis(ir_attr_i(last, "axis"), in0->rank, &axis) ||
-                                                 axis != in0->rank - 1))
-            return "a row op along another axis than the last: no kernel yet";
         space = *in0;
         rk.wide = in0->dtype == ALLOY_F64;
+        if (ir_attr_schema(last->op, "axis")) {
+            if (!ir_norm_axis(ir_attr_i(last, "axis"), in0->rank, &axis)) return "a row op's axis is out of range";
+            if (strlen(ir_ops[last->op].row->roles) != (size_t)last->nin || strspn(ir_ops[last->op].row->roles, "r") != (size_t)last->nin)
+                if (axis != in0->rank - 1) return "a row op with vector operands along another axis than the last: no kernel yet";
+        }
+        rk.inner = 1;
+        if (axis >= 0 && axis != in0->rank - 1) { /* rows along an inner axis: the row's elements are strided */
+            for (int d = axis + 1; d < in0->rank; d++) rk.inner *= in0->dims[d];
+            rk.C = in0->dims[axis];
+        } else {
+            rk.C = space.rank ? space.dims[space.rank - 1] : 1;
+        }
+    } else {
+        rk.inner = 1;
+        rk.C = space.rank ? space.dims[space.rank - 1] : 1;
     }
     rk.space = &space;
-    rk.C = space.rank ? space.dims[space.rank - 1] : 1;
     rk.rows = rk.C ? ir_numel(&space) / rk.C : 0;
     if (!choose_team(&rk)) return "rows longer than 65536 elements: no kernel yet";
     if (rk.rows == 0) return "no rows";
