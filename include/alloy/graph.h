@@ -238,10 +238,19 @@ ALLOY_API alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info
 /* Sets one option of the next compiles, over its environment variable
  * (docs/options.md): print_after, print_before (pass names or "all"),
  * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,
- * blas (0/1), num_threads, device (auto|cpu|cuda), cache (0/1), cache_dir,
- * dump_dir (directories). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
+ * blas (0/1), num_threads, device (auto|cpu|cuda), cuda_graph (0/1), cache
+ * (0/1), cache_dir, dump_dir (directories), nvrtc (a library path). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
  * listing the valid ones, and changes nothing. */
 ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value);
+
+/* The device that runs g's steps, as one line: "cuda: NVIDIA H100 80GB
+ * HBM3 (sm_90, driver 13.0, NVRTC 13.0, cuBLASLt 130100)", "cpu", or with
+ * device=auto the CPU and why CUDA was passed over: "cpu (cuda unavailable:
+ * the NVIDIA driver library libcuda.so.1 cannot be loaded ...)". Compiles
+ * g (and its kernels) first if needed. NULL on an error (alloy_last_error:
+ * with device=cuda, what the machine lacks). The text lives until the next
+ * call on g. */
+ALLOY_API const char *alloy_graph_device(alloy_graph *g);
 
 /* Prints g as IR text (docs/ir.md); DUMP_IR compiles first if needed. */
 ALLOY_API alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind);

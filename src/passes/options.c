@@ -20,6 +20,7 @@ const opt_key opt_keys[] = {
     {"cache_dir", "ALLOY_CACHE_DIR", "a directory"},
     {"dump_dir", "ALLOY_DUMP_DIR", "a directory"},
     {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
+    {"cuda_graph", "ALLOY_CUDA_GRAPH", "0 or 1"},
     {NULL, NULL, NULL},
 };
 
@@ -33,6 +34,7 @@ void opt_init(al_options *o)
     o->blas = true;
     o->device = OPT_DEVICE_AUTO;
     o->cache = true;
+    o->cuda_graph = true;
 }
 
 /* The valid pass names, "a, b, c", into buf. */
@@ -153,12 +155,14 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
                  : strcmp(name, "no_arena") == 0 ? &o->no_arena
                  : strcmp(name, "blas") == 0 ? &o->blas
                  : strcmp(name, "cache") == 0 ? &o->cache
+                 : strcmp(name, "cuda_graph") == 0 ? &o->cuda_graph
                                              : NULL;
     if (flag) {
         bool def = flag == &o->amp_log    ? d.amp_log
                    : flag == &o->no_arena ? d.no_arena
                    : flag == &o->blas     ? d.blas
-                                          : d.cache;
+                   : flag == &o->cache    ? d.cache
+                                          : d.cuda_graph;
         if (reset) return *flag = def, ALLOY_OK;
         if (parse_bool(value, flag)) return ALLOY_OK;
         al_fmt(err, errlen, "%s=%s: not a boolean (0 or 1)", name, value);
@@ -236,6 +240,7 @@ void opt_print(const al_options *o, FILE *out)
     if (o->num_threads) fprintf(out, " num_threads=%d", o->num_threads);
     if (o->device != d.device) fprintf(out, " device=%s", device_names[o->device]);
     if (!o->cache) fputs(" cache=0", out);
+    if (!o->cuda_graph) fputs(" cuda_graph=0", out);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
     if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);

@@ -24,6 +24,7 @@ typedef struct al_options {
     bool blas;             /* the CPU backend's GEMM uses the BLAS when the build has one */
     int num_threads;       /* CPU worker threads (and NVRTC compiles); 0: every online CPU */
     opt_device device;
+    bool cuda_graph;       /* the CUDA backend captures a step after its first run and replays it (0: launches every call) */
     /* The kernel cache and source dumps: where generated code goes, not
      * what it is, so they stay out of opt_hash. Strings are NUL-padded to
      * their end (opt_init zeroes them), so the struct compares with memcmp. */
@@ -47,7 +48,7 @@ typedef struct opt_key {
 AL_HIDDEN extern const opt_key opt_keys[];
 
 /* Defaults: nothing printed or disabled, fusion on, BLAS on, threads 0 (all
- * CPUs), device auto, kernel cache on in its default directory, no dumps. */
+ * CPUs), device auto, CUDA graphs on, kernel cache on in its default directory, no dumps. */
 AL_HIDDEN void opt_init(al_options *o);
 /* Sets option `name` from its text form (pass lists "amp,fuse" or "all",
  * fusion kinds "row,gemm,multi" or "1"/"all", booleans 0/1, a thread

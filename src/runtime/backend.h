@@ -58,11 +58,14 @@ struct rt_backend {
     const rt_backend_ops *ops;
     al_options cfg;  /* the options it was opened with (threads, BLAS, ...) */
     char error[768]; /* the last failure */
+    char note[512];  /* device=auto: why a preferred backend was passed over ("cuda unavailable: ..."), else "" */
 };
 
-/* Opens a backend for the options' device: "cpu", or for "auto" the best
- * one this build and machine have (the CPU until the CUDA backend lands);
- * "cuda" without one is ALLOY_ERR_UNSUPPORTED with a message in err. */
+/* Opens a backend for the options' device: "cpu", "cuda", or for "auto"
+ * the first of cuda, cpu this build has that opens on this machine (a
+ * backend that cannot run here returns ALLOY_ERR_UNSUPPORTED with why in
+ * err; auto then takes the next); "cuda" without a usable GPU is
+ * ALLOY_ERR_UNSUPPORTED with err naming what is missing. */
 AL_HIDDEN alloy_status rt_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 /* The backends compiled in, for tests that run every op on each. */
 AL_HIDDEN int rt_backend_count(void);
@@ -70,6 +73,11 @@ AL_HIDDEN const char *rt_backend_name(int i);
 /* Opens the i-th backend; ALLOY_ERR_UNSUPPORTED with err when this machine cannot run it. */
 AL_HIDDEN alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 AL_HIDDEN void rt_backend_close(rt_backend *b);
+
+typedef alloy_status (*rt_backend_opener)(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+/* For tests: the CUDA backend opens through opener (NULL: the GPU's again);
+ * returns the previous one (NULL in a build without CUDA, which ignores it). */
+AL_HIDDEN rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener);
 
 /* Records a failure on b (printf-style) and returns status. */
 AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);

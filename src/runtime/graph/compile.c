@@ -1,8 +1,14 @@
 /* compile.c - compiling an alloy_graph: the pass pipeline, the backend, and the executable a run needs. */
 #include <string.h>
 
+#include "alloy_config.h"
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
+#if ALLOY_HAVE_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
+
+static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p);
 
 /* Opens the backend the options ask for, or keeps the open one when it is
  * that one (taking the new options); state moves to a new backend's buffers. */
@@ -16,7 +22,7 @@ static alloy_status open_backend(alloy_graph *g)
     char err[512];
     rt_backend *next;
     alloy_status st = rt_backend_open(&g->cfg, &next, err, sizeof err);
-    if (st) return graph_fail(g, st, "%s", err);
+    if (st) return graph_fail(g, st, "device %s: %s", want ? want : "auto", err);
     if (g->backend) st = state_move(g, next);
     if (st) {
         rt_backend_close(next);
@@ -137,9 +143,50 @@ alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
         p = &g->exec_plan;
     }
     alloy_status st = g->backend->ops->compile(g->backend, c, s, p, &g->exec);
+    if (st == ALLOY_ERR_UNSUPPORTED && g->cfg.device == OPT_DEVICE_AUTO && strcmp(g->backend->ops->name, "cpu") != 0)
+        st = fall_back_to_cpu(g, c, s, p);
     if (st) {
         drop_exec(g);
         return graph_fail(g, st, "%s", g->backend->error);
     }
     return ALLOY_OK;
+}
+
+/* device=auto, and the preferred backend cannot run this graph (an op it
+ * has no kernel for): the CPU runs it instead, the state moved there, and
+ * the backend's note says why. */
+static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p)
+{
+    char why[512], err[512];
+    al_fmt(why, sizeof why, "%s cannot run graph '%s': %s", g->backend->ops->name, c->name, g->backend->error);
+    rt_backend *cpu;
+    alloy_status st = cpu_backend_open(&g->cfg, &cpu, err, sizeof err);
+    for (int i = 0; !st && i < c->nnodes; i++) { /* inputs are uploaded again, into the CPU's buffers */
+        if (g->input_buf[i]) g->backend->ops->buffer_free(g->backend, g->input_buf[i]);
+        g->input_buf[i] = NULL;
+        g->leaf[i] = NULL;
+    }
+    if (!st && (st = state_move(g, cpu))) rt_backend_close(cpu);
+    if (st) return rt_fail(g->backend, st, "%s; and the CPU could not take over: %s", why, err);
+    g->backend = cpu; /* state_move closed the other one */
+    al_fmt(cpu->note, sizeof cpu->note, "%s", why);
+    return cpu->ops->compile(cpu, c, s, p, &g->exec);
+}
+
+const char *alloy_graph_device(alloy_graph *g)
+{
+    if (!g) return NULL;
+    g->status = ALLOY_OK;
+    if (g->ir->status) return NULL;
+    if (state_ensure(g) || graph_exec_ready(g, NULL)) return NULL;
+    const rt_backend *b = g->backend;
+#if ALLOY_HAVE_CUDA
+    const char *gpu = cuda_backend_device_name(b);
+#else
+    const char *gpu = NULL;
+#endif
+    if (gpu) al_fmt(g->device_text, sizeof g->device_text, "cuda: %s", gpu);
+    else if (b->note[0]) al_fmt(g->device_text, sizeof g->device_text, "%s (%s)", b->ops->name, b->note);
+    else al_fmt(g->device_text, sizeof g->device_text, "%s", b->ops->name);
+    return g->device_text;
 }

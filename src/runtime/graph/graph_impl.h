@@ -62,6 +62,7 @@ struct alloy_graph {
     int ngrad_inputs;
     alloy_status status; /* last failing call's status, message below */
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
+    char device_text[1024]; /* alloy_graph_device's answer */
 };
 
 /* config.c */

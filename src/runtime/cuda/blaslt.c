@@ -1,0 +1,158 @@
+/* blaslt.c - cuBLASLt through dlopen, and the launch plan's GEMMs as cuBLASLt descriptors chosen once (blaslt.h). */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "runtime/cuda/blaslt.h"
+
+void blt_close(blt_library *lib)
+{
+    if (!lib) return;
+    if (lib->handle && lib->cublasLtDestroy) lib->cublasLtDestroy(lib->handle);
+    if (lib->library) dlclose(lib->library);
+    al_free(lib);
+}
+
+alloy_status blt_open(blt_library **out, char *err, size_t errlen)
+{
+    static const char *const names[] = {"libcublasLt.so.13", "libcublasLt.so.12"};
+    *out = NULL;
+    blt_library *lib = al_calloc(1, sizeof *lib);
+    if (!lib) {
+        al_fmt(err, errlen, "out of memory loading cuBLASLt");
+        return ALLOY_ERR_OOM;
+    }
+    const char *why = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib->library; i++)
+        if (!(lib->library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL))) why = dlerror();
+    if (!lib->library) {
+        al_fmt(err, errlen, "cuBLASLt (libcublasLt.so.13 or .12) cannot be loaded (%s): install the CUDA toolkit's "
+                            "libraries or add them to LD_LIBRARY_PATH", why ? why : "not found");
+        blt_close(lib);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+#define BLT_LOAD(name, ret, params)                                                            \
+    if (!(*(void **)&lib->name = dlsym(lib->library, #name))) {                                \
+        al_fmt(err, errlen, "cuBLASLt has no %s: a library older than CUDA 12", #name);       \
+        blt_close(lib);                                                                        \
+        return ALLOY_ERR_UNSUPPORTED;                                                          \
+    }
+    BLT_ENTRIES(BLT_LOAD)
+#undef BLT_LOAD
+    lib->version = lib->cublasLtGetVersion();
+    cublasStatus_t s = lib->cublasLtCreate(&lib->handle);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        al_fmt(err, errlen, "cublasLtCreate failed: %s", lib->cublasLtGetStatusName(s));
+        lib->handle = NULL;
+        blt_close(lib);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    *out = lib;
+    return ALLOY_OK;
+}
+
+static cudaDataType_t data_type(alloy_dtype dt)
+{
+    switch (dt) {
+    case ALLOY_F16: return CUDA_R_16F;
+    case ALLOY_BF16: return CUDA_R_16BF;
+    case ALLOY_F64: return CUDA_R_64F;
+    default: return CUDA_R_32F;
+    }
+}
+
+void blt_gemm_release(const blt_library *lib, blt_gemm *g)
+{
+    if (g->desc) lib->cublasLtMatmulDescDestroy(g->desc);
+    if (g->a) lib->cublasLtMatrixLayoutDestroy(g->a);
+    if (g->b) lib->cublasLtMatrixLayoutDestroy(g->b);
+    if (g->d) lib->cublasLtMatrixLayoutDestroy(g->d);
+    memset(g, 0, sizeof *g);
+}
+
+/* A layout of rows x cols (leading dim ld) of type t, batched when batch > 1. */
+static cublasStatus_t layout(const blt_library *lib, cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
+                             int64_t cols, int64_t ld, int64_t batch, int64_t stride)
+{
+    cublasStatus_t s = lib->cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld);
+    if (s == CUBLAS_STATUS_SUCCESS && batch > 1) {
+        int32_t count = (int32_t)batch;
+        s = lib->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = lib->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                      sizeof stride);
+    }
+    return s;
+}
+
+/* The heuristic's first algorithm for the operands aligned to align[0..2]; 0 found when none. */
+static cublasStatus_t choose(const blt_library *lib, blt_gemm *g, const int align[3], int *found)
+{
+    cublasLtMatmulPreference_t pref;
+    cublasStatus_t s = lib->cublasLtMatmulPreferenceCreate(&pref);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    uint64_t ws = BLT_WORKSPACE;
+    uint32_t al[4] = {(uint32_t)align[0], (uint32_t)align[1], (uint32_t)align[2], (uint32_t)align[2]};
+    s = lib->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = lib->cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
+    cublasLtMatmulHeuristicResult_t result;
+    *found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lib->cublasLtMatmulAlgoGetHeuristic(lib->handle, g->desc, g->a, g->b, g->d, g->d, pref, 1, &result, found);
+    if (s == CUBLAS_STATUS_SUCCESS && *found > 0) g->algo = result.algo;
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) s = CUBLAS_STATUS_SUCCESS, *found = 0;
+    lib->cublasLtMatmulPreferenceDestroy(pref);
+    return s;
+}
+
+alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const int align[3], blt_gemm *out, char *err,
+                              size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    out->wide = gm->ab == ALLOY_F64;
+    out->alpha = 1, out->alpha32 = 1;
+    cudaDataType_t ab = data_type(gm->ab), d = data_type(gm->d);
+    cublasComputeType_t compute = out->wide ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F; /* never TF32 unasked */
+    cublasStatus_t s = lib->cublasLtMatmulDescCreate(&out->desc, compute, out->wide ? CUDA_R_64F : CUDA_R_32F);
+    int32_t ta = gm->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = gm->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout(lib, &out->a, ab, gm->ta ? gm->k : gm->m, gm->ta ? gm->m : gm->k, gm->lda, gm->batch, gm->stride_a);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout(lib, &out->b, ab, gm->tb ? gm->n : gm->k, gm->tb ? gm->k : gm->n, gm->ldb, gm->batch, gm->stride_b);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(lib, &out->d, d, gm->m, gm->n, gm->ldd, gm->batch, gm->stride_d);
+    int found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS) s = choose(lib, out, align, &found);
+    if (s == CUBLAS_STATUS_SUCCESS && !found) { /* the fallback: declare only element alignment */
+        int elem[3] = {(int)alloy_dtype_size(gm->ab), (int)alloy_dtype_size(gm->ab), (int)alloy_dtype_size(gm->d)};
+        s = choose(lib, out, elem, &found);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS || !found) {
+        al_fmt(err, errlen, "cuBLASLt %s for %s x %s -> %s, m %lld n %lld k %lld (lda %lld ldb %lld ldd %lld, batch %lld)",
+               s != CUBLAS_STATUS_SUCCESS ? lib->cublasLtGetStatusName(s) : "found no algorithm",
+               alloy_dtype_name(gm->ab), alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d), (long long)gm->m,
+               (long long)gm->n, (long long)gm->k, (long long)gm->lda, (long long)gm->ldb, (long long)gm->ldd,
+               (long long)gm->batch);
+        blt_gemm_release(lib, out);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    return ALLOY_OK;
+}
+
+alloy_status blt_gemm_run(const blt_library *lib, const blt_gemm *g, const void *a, const void *b, void *d,
+                          void *workspace, cudaStream_t stream, char *err, size_t errlen)
+{
+    const void *alpha = g->wide ? (const void *)&g->alpha : (const void *)&g->alpha32;
+    const void *beta = g->wide ? (const void *)&g->beta : (const void *)&g->beta32;
+    cublasStatus_t s = lib->cublasLtMatmul(lib->handle, g->desc, alpha, a, g->a, b, g->b, beta, d, g->d, d, g->d,
+                                           &g->algo, workspace, BLT_WORKSPACE, stream);
+    if (s == CUBLAS_STATUS_SUCCESS) return ALLOY_OK;
+    al_fmt(err, errlen, "cublasLtMatmul: %s", lib->cublasLtGetStatusName(s));
+    return ALLOY_ERR_CUDA;
+}

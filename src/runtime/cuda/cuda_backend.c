@@ -1,0 +1,473 @@
+/* cuda_backend.c - the CUDA backend behind the backend interface: a compiled step is its emitted kernels loaded on a device and its launch plan, replayed each run (captured once and replayed as one graph where the device can). */
+#include <string.h>
+
+#include "codegen/export.h"
+#include "runtime/backend.h"
+#include "runtime/cuda/cuda_backend.h"
+
+struct rt_buffer {
+    cdev_ptr ptr;
+    size_t bytes;
+};
+
+/* The backend: the interface's fields first, then its device. */
+typedef struct cuda_backend {
+    rt_backend base;
+    cdev *dev;
+} cuda_backend;
+
+/* A compiled step: what it runs (not owned), its kernels on the device, its
+ * launch plan, its memory, and its captured graph. */
+struct rt_exec {
+    const ir_graph *g;
+    const mem_plan *p;
+    cg_program prog; /* kernel sources freed once loaded */
+    lp_plan lp;
+    cdev_module **modules;
+    int nmodules;
+    cdev_function **fn; /* per kernel */
+    cdev_gemm **gemm;   /* per GEMM of the plan */
+    cdev_ptr arena, aux;
+    cdev_ptr *leaf;     /* per node: the address bound to it this run */
+    cdev_ptr *captured; /* per node: the address bound when the graph was captured */
+    void *graph;
+    /* state leaves a run reads back (the step's counters): copied into the
+     * staging buffer inside the step, before the updates replace them */
+    int *staged;
+    int nstaged, staged_cap;
+    int64_t *staged_at; /* per staged leaf: its offset in staging */
+    cdev_ptr staging;
+    size_t staging_bytes;
+    uint64_t *argval; /* one kernel's arguments */
+    void **argv;
+    int maxparams;
+    long runs;
+};
+
+static cdev *device_of(rt_backend *b) { return ((cuda_backend *)b)->dev; }
+
+/* The device's last error as the backend's, with status. */
+static alloy_status dev_fail(rt_backend *b, alloy_status st, const char *what)
+{
+    return rt_fail(b, st, "cuda: %s: %s", what, device_of(b)->error);
+}
+
+static alloy_status buffer_new(rt_backend *b, size_t bytes, rt_buffer **out)
+{
+    *out = al_calloc(1, sizeof **out);
+    if (!*out) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of host memory for a buffer");
+    (*out)->bytes = bytes;
+    cdev *dev = device_of(b);
+    alloy_status st = bytes ? dev->ops->alloc(dev, bytes, &(*out)->ptr) : ALLOY_OK;
+    if (st) {
+        al_free(*out);
+        *out = NULL;
+        return dev_fail(b, st, "a buffer");
+    }
+    return ALLOY_OK;
+}
+
+static void buffer_free(rt_backend *b, rt_buffer *buf)
+{
+    if (!buf) return;
+    cdev *dev = device_of(b);
+    if (buf->ptr) dev->ops->release(dev, buf->ptr);
+    al_free(buf);
+}
+
+static alloy_status upload(rt_backend *b, rt_buffer *dst, const void *src, size_t bytes)
+{
+    if (bytes > dst->bytes)
+        return rt_fail(b, ALLOY_ERR_INVALID, "cuda: upload of %zu bytes into a buffer of %zu", bytes, dst->bytes);
+    cdev *dev = device_of(b);
+    alloy_status st = bytes ? dev->ops->upload(dev, dst->ptr, src, bytes) : ALLOY_OK;
+    return st ? dev_fail(b, st, "upload") : ALLOY_OK;
+}
+
+static alloy_status download(rt_backend *b, const rt_buffer *src, void *dst, size_t bytes)
+{
+    if (bytes > src->bytes)
+        return rt_fail(b, ALLOY_ERR_INVALID, "cuda: download of %zu bytes from a buffer of %zu", bytes, src->bytes);
+    cdev *dev = device_of(b);
+    alloy_status st = bytes ? dev->ops->download(dev, dst, src->ptr, bytes) : ALLOY_OK;
+    return st ? dev_fail(b, st, "download") : ALLOY_OK;
+}
+
+static void exec_free(rt_backend *b, rt_exec *e)
+{
+    if (!e) return;
+    cdev *dev = device_of(b);
+    if (e->graph) dev->ops->graph_free(dev, e->graph);
+    for (int i = 0; e->gemm && i < e->lp.ngemms; i++)
+        if (e->gemm[i]) dev->ops->gemm_free(dev, e->gemm[i]);
+    for (int i = 0; e->modules && i < e->nmodules; i++)
+        if (e->modules[i]) dev->ops->unload(dev, e->modules[i]);
+    if (e->staging) dev->ops->release(dev, e->staging);
+    if (e->arena) dev->ops->release(dev, e->arena);
+    if (e->aux) dev->ops->release(dev, e->aux);
+    cg_program_free(&e->prog);
+    lp_free(&e->lp);
+    al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->leaf), al_free(e->captured);
+    al_free(e->argval), al_free(e->argv), al_free(e->staged), al_free(e->staged_at);
+    al_free(e);
+}
+
+/* Compiles and loads the program's kernels, grouped into modules as the
+ * export groups them, and finds each kernel's function. */
+static alloy_status load_kernels(rt_backend *b, rt_exec *e)
+{
+    cdev *dev = device_of(b);
+    const cg_program *prog = &e->prog;
+    int n = cg_module_count(prog->nkernels);
+    e->nmodules = n;
+    e->modules = al_calloc((size_t)n + 1, sizeof *e->modules);
+    e->fn = al_calloc((size_t)prog->nkernels + 1, sizeof *e->fn);
+    char **sources = al_calloc((size_t)n + 1, sizeof *sources), (*names)[32] = al_calloc((size_t)n + 1, 32);
+    const char **src = al_calloc((size_t)n + 1, sizeof *src), **nm = al_calloc((size_t)n + 1, sizeof *nm);
+    alloy_status st = e->modules && e->fn && sources && names && src && nm ? ALLOY_OK : ALLOY_ERR_OOM;
+    for (int m = 0; !st && m < n; m++) {
+        int first, count;
+        cg_module_range(prog->nkernels, m, &first, &count);
+        cg_module_name(m, names[m], 32);
+        if (!(sources[m] = cg_module_source(prog, first, count))) st = ALLOY_ERR_OOM;
+        src[m] = sources[m], nm[m] = names[m];
+    }
+    if (st) rt_fail(b, st, "cuda: out of memory gathering the kernels of graph '%s'", e->g->name);
+    else if ((st = dev->ops->load(dev, n, nm, src, e->modules))) dev_fail(b, st, "loading the step's kernels");
+    for (int m = 0; !st && m < n; m++) {
+        int first, count;
+        cg_module_range(prog->nkernels, m, &first, &count);
+        for (int q = first; !st && q < first + count; q++)
+            if ((st = dev->ops->function(dev, e->modules[m], prog->kernels[q].name, &e->fn[q])))
+                dev_fail(b, st, "finding a kernel");
+    }
+    for (int m = 0; sources && m < n; m++) al_free(sources[m]);
+    al_free(sources), al_free(names), al_free(src), al_free(nm);
+    for (int q = 0; !st && q < prog->nkernels; q++) { /* loaded: the sources are not needed again */
+        al_free(e->prog.kernels[q].source);
+        e->prog.kernels[q].source = NULL;
+    }
+    return st;
+}
+
+/* The alignment (bytes) a GEMM operand at place pl can declare: arena, aux
+ * and leaf buffers start 256-aligned. */
+static int place_alignment(const lp_place *pl, int64_t stride, alloy_dtype dt, int64_t batch)
+{
+    return lp_alignment(pl->offset, stride * (int64_t)alloy_dtype_size(dt), batch);
+}
+
+static alloy_status compile(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p, rt_exec **out)
+{
+    *out = NULL;
+    cdev *dev = device_of(b);
+    rt_exec *e = al_calloc(1, sizeof *e);
+    if (!e) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
+    e->g = g, e->p = p;
+    char err[1024];
+    alloy_status st = cg_emit(g, s, &e->prog, err, sizeof err);
+    if (st) rt_fail(b, st, "cuda: emitting the kernels of graph '%s': %s", g->name, err);
+    else if ((st = lp_build(g, s, p, &e->prog, &e->lp, err, sizeof err)))
+        rt_fail(b, st, "cuda: graph '%s': %s", g->name, err);
+    if (!st) {
+        e->leaf = al_calloc((size_t)g->nnodes + 1, sizeof *e->leaf);
+        e->captured = al_calloc((size_t)g->nnodes + 1, sizeof *e->captured);
+        e->gemm = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm);
+        for (int q = 0; q < e->prog.nkernels; q++)
+            if (e->prog.kernels[q].nparams > e->maxparams) e->maxparams = e->prog.kernels[q].nparams;
+        e->argval = al_calloc((size_t)e->maxparams + 1, sizeof *e->argval);
+        e->argv = al_calloc((size_t)e->maxparams + 1, sizeof *e->argv);
+        if (!e->leaf || !e->captured || !e->gemm || !e->argval || !e->argv)
+            st = rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
+    }
+    if (!st) st = load_kernels(b, e);
+    for (int i = 0; !st && i < e->lp.ngemms; i++) {
+        const lp_gemm *gm = &e->lp.gemms[i];
+        int align[3] = {place_alignment(&gm->a, gm->stride_a, gm->ab, gm->batch),
+                        place_alignment(&gm->b, gm->stride_b, gm->ab, gm->batch),
+                        place_alignment(&gm->out, gm->stride_d, gm->d, gm->batch)};
+        if ((st = dev->ops->gemm_prepare(dev, gm, align, &e->gemm[i]))) {
+            char label[64], what[160];
+            al_fmt(what, sizeof what, "the GEMM of matmul %s (step %d)", ir_node_label(g->nodes[gm->node], label, sizeof label),
+                   gm->step);
+            dev_fail(b, st, what);
+        }
+    }
+    if (!st && e->lp.arena_bytes && (st = dev->ops->alloc(dev, e->lp.arena_bytes, &e->arena)))
+        dev_fail(b, st, "the step's arena");
+    if (!st && e->lp.aux_bytes && (st = dev->ops->alloc(dev, e->lp.aux_bytes, &e->aux)))
+        dev_fail(b, st, "the step's flags and partial sums");
+    if (st) {
+        exec_free(b, e);
+        return st;
+    }
+    *out = e;
+    return ALLOY_OK;
+}
+
+/* The device address of place pl this run; 0 with an error when a leaf it
+ * names is not bound. */
+static cdev_ptr address(rt_backend *b, rt_exec *e, const lp_place *pl, int64_t bytes, alloy_status *st)
+{
+    switch (pl->space) {
+    case LP_ARENA: return e->arena + (cdev_ptr)pl->offset;
+    case LP_AUX: return e->aux + (cdev_ptr)pl->offset;
+    case LP_LEAF:
+        if (e->leaf[pl->node] || !bytes) return e->leaf[pl->node] + (cdev_ptr)pl->offset;
+        break;
+    }
+    char label[64];
+    const ir_node *n = e->g->nodes[pl->node];
+    *st = rt_fail(b, ALLOY_ERR_NOT_FOUND, "cuda: %s %s has no buffer bound", ir_ops[n->op].name,
+                  ir_node_label(n, label, sizeof label));
+    return 0;
+}
+
+/* Queues actions [from, to) of the launch plan on the device. */
+static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
+{
+    cdev *dev = device_of(b);
+    alloy_status st = ALLOY_OK;
+    for (int i = from; !st && i < to; i++) {
+        const lp_action *a = &e->lp.actions[i];
+        switch (a->kind) {
+        case LP_KERNEL: {
+            const cg_kernel *kn = &e->prog.kernels[a->index];
+            const lp_place *args = &e->lp.args[e->lp.first_arg[a->index]];
+            for (int p = 0; !st && p < kn->nparams; p++) {
+                e->argval[p] = address(b, e, &args[p], 1, &st);
+                e->argv[p] = &e->argval[p];
+            }
+            if (!st && (st = dev->ops->launch(dev, e->fn[a->index], kn->grid, kn->block, e->argv, kn->nparams)))
+                dev_fail(b, st, kn->name);
+            break;
+        }
+        case LP_GEMM: {
+            const lp_gemm *gm = &e->lp.gemms[a->index];
+            cdev_ptr pa = address(b, e, &gm->a, 1, &st), pb = address(b, e, &gm->b, 1, &st),
+                     pd = address(b, e, &gm->out, 1, &st);
+            if (!st && (st = dev->ops->gemm(dev, e->gemm[a->index], pa, pb, pd))) {
+                char label[64], what[160];
+                al_fmt(what, sizeof what, "GEMM of matmul %s (step %d)",
+                       ir_node_label(e->g->nodes[gm->node], label, sizeof label), gm->step);
+                dev_fail(b, st, what);
+            }
+            break;
+        }
+        case LP_ZERO: {
+            cdev_ptr d = address(b, e, &a->dst, a->bytes, &st);
+            if (!st && (st = dev->ops->zero(dev, d, (size_t)a->bytes))) dev_fail(b, st, "memset");
+            break;
+        }
+        case LP_COPY: {
+            cdev_ptr d = address(b, e, &a->dst, a->bytes, &st), s = address(b, e, &a->src, a->bytes, &st);
+            if (!st && d != s && (st = dev->ops->copy(dev, d, s, (size_t)a->bytes))) dev_fail(b, st, "an update's copy");
+            break;
+        }
+        }
+    }
+    return st;
+}
+
+static bool is_state_leaf(const ir_node *n) { return n->op == IR_OP_param || n->op == IR_OP_state; }
+
+/* Where a staged leaf's value was copied in the step; 0 when node is not staged. */
+static cdev_ptr staged_copy(const rt_exec *e, int node)
+{
+    for (int i = 0; i < e->nstaged; i++)
+        if (e->staged[i] == node) return e->staging + (cdev_ptr)e->staged_at[i];
+    return 0;
+}
+
+/* The downloads' state leaves as this run's staging set: false when they
+ * are the set the captured graph stages (nothing to change), true when the
+ * set changed (the staging buffer is sized for it). */
+static alloy_status stage_leaves(rt_backend *b, rt_exec *e, const rt_run_args *args, bool *changed)
+{
+    cdev *dev = device_of(b);
+    int n = 0;
+    size_t bytes = 0;
+    bool same = true;
+    for (int i = 0; i < args->ndownloads; i++) {
+        const ir_node *nd = e->g->nodes[args->downloads[i].node];
+        if (!is_state_leaf(nd) || !ir_nbytes(&nd->type)) continue;
+        same = same && n < e->nstaged && e->staged[n] == nd->id;
+        n++;
+        bytes += (ir_nbytes(&nd->type) + LP_AUX_ALIGN - 1) / LP_AUX_ALIGN * LP_AUX_ALIGN;
+    }
+    *changed = !(same && n == e->nstaged);
+    if (!*changed) return ALLOY_OK;
+    if (n > e->staged_cap) {
+        int *st = al_realloc(e->staged, sizeof(int) * (size_t)n);
+        if (st) e->staged = st;
+        int64_t *at = al_realloc(e->staged_at, sizeof(int64_t) * (size_t)n);
+        if (at) e->staged_at = at;
+        if (!st || !at) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory staging the step's counters");
+        e->staged_cap = n;
+    }
+    if (bytes > e->staging_bytes) {
+        if (e->staging) dev->ops->release(dev, e->staging);
+        e->staging = 0, e->staging_bytes = 0;
+        alloy_status st = dev->ops->alloc(dev, bytes, &e->staging);
+        if (st) return dev_fail(b, st, "staging the step's counters");
+        e->staging_bytes = bytes;
+    }
+    e->nstaged = 0;
+    int64_t at = 0;
+    for (int i = 0; i < args->ndownloads; i++) {
+        const ir_node *nd = e->g->nodes[args->downloads[i].node];
+        if (!is_state_leaf(nd) || !ir_nbytes(&nd->type)) continue;
+        e->staged[e->nstaged] = nd->id;
+        e->staged_at[e->nstaged++] = at;
+        at += (int64_t)((ir_nbytes(&nd->type) + LP_AUX_ALIGN - 1) / LP_AUX_ALIGN * LP_AUX_ALIGN);
+    }
+    return ALLOY_OK;
+}
+
+/* Queues the copies of the staged leaves into the staging buffer. */
+static alloy_status enqueue_staging(rt_backend *b, rt_exec *e)
+{
+    cdev *dev = device_of(b);
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; !st && i < e->nstaged; i++) {
+        const ir_node *n = e->g->nodes[e->staged[i]];
+        lp_place pl = {LP_LEAF, n->id, 0};
+        cdev_ptr src = address(b, e, &pl, (int64_t)ir_nbytes(&n->type), &st);
+        if (!st && (st = dev->ops->copy(dev, e->staging + (cdev_ptr)e->staged_at[i], src, ir_nbytes(&n->type))))
+            dev_fail(b, st, "staging a counter");
+    }
+    return st;
+}
+
+/* Copies every download to the host: staged leaves from the staging
+ * buffer when staged is set, other values from where they live. */
+static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *args, bool staged)
+{
+    cdev *dev = device_of(b);
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; !st && i < args->ndownloads; i++) {
+        const rt_download *d = &args->downloads[i];
+        const ir_node *n = e->g->nodes[d->node];
+        size_t bytes = ir_nbytes(&n->type);
+        lp_place pl;
+        if (!bytes) continue;
+        if (!lp_place_of(e->g, e->p, d->node, &pl)) {
+            char label[64];
+            return rt_fail(b, ALLOY_ERR_INVALID, "cuda: the value of %s %s is not kept by this run", ir_ops[n->op].name,
+                           ir_node_label(n, label, sizeof label));
+        }
+        cdev_ptr src = staged && is_state_leaf(n) ? staged_copy(e, d->node) : address(b, e, &pl, (int64_t)bytes, &st);
+        if (!st && (st = dev->ops->download(dev, d->dst, src, bytes))) dev_fail(b, st, "downloading a value");
+    }
+    return st;
+}
+
+/* Whether the graph captured earlier still runs this call: every leaf at the address it was captured with. */
+static bool capture_current(const rt_exec *e)
+{
+    return e->graph && memcmp(e->leaf, e->captured, sizeof *e->leaf * (size_t)e->g->nnodes) == 0;
+}
+
+static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
+{
+    cdev *dev = device_of(b);
+    const ir_graph *g = e->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        bool leaf = n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state;
+        e->leaf[i] = leaf && args->leaf[i] ? args->leaf[i]->ptr : 0;
+    }
+    alloy_status st = ALLOY_OK;
+    /* the first run launches directly (modules and the library settle); later ones replay one capture */
+    bool graphs = b->cfg.cuda_graph && dev->ops->capture_begin && e->runs > 0;
+    if (graphs) {
+        bool changed;
+        if ((st = stage_leaves(b, e, args, &changed))) return st;
+        if (changed || !capture_current(e)) {
+            if (e->graph) dev->ops->graph_free(dev, e->graph);
+            e->graph = NULL;
+            if ((st = dev->ops->capture_begin(dev))) return dev_fail(b, st, "capturing the step");
+            alloy_status qs = enqueue(b, e, 0, e->lp.first_update);
+            if (!qs) qs = enqueue_staging(b, e);
+            if (!qs) qs = enqueue(b, e, e->lp.first_update, e->lp.nactions);
+            void *graph = NULL;
+            st = dev->ops->capture_end(dev, &graph);
+            if (qs) {
+                if (graph) dev->ops->graph_free(dev, graph);
+                return qs;
+            }
+            if (st) return dev_fail(b, st, "capturing the step");
+            e->graph = graph;
+            memcpy(e->captured, e->leaf, sizeof *e->leaf * (size_t)g->nnodes);
+        }
+        if ((st = dev->ops->replay(dev, e->graph))) return dev_fail(b, st, "replaying the step");
+        st = run_downloads(b, e, args, true);
+    } else {
+        st = enqueue(b, e, 0, e->lp.first_update);
+        if (!st) st = run_downloads(b, e, args, false);
+        if (!st) st = enqueue(b, e, e->lp.first_update, e->lp.nactions);
+    }
+    if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");
+    if (!st) e->runs++;
+    return st;
+}
+
+/* Kernels are compiled again on load (the kernel cache makes that a lookup). */
+static alloy_status exec_save(rt_backend *b, const rt_exec *e, void **bytes, size_t *len)
+{
+    (void)b, (void)e;
+    *bytes = NULL;
+    *len = 0;
+    return ALLOY_OK;
+}
+
+static alloy_status exec_load(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
+                              const void *bytes, size_t len, rt_exec **out)
+{
+    (void)bytes;
+    if (len) return rt_fail(b, ALLOY_ERR_INVALID, "cuda: an executable carries no bytes yet, this one has %zu", len);
+    return compile(b, g, s, p, out);
+}
+
+static void close_backend(rt_backend *b)
+{
+    cdev *dev = device_of(b);
+    if (dev) dev->ops->close(dev);
+    al_free(b);
+}
+
+static const rt_backend_ops cuda_ops_table = {
+    .name = "cuda",
+    .buffer_new = buffer_new,
+    .buffer_free = buffer_free,
+    .upload = upload,
+    .download = download,
+    .compile = compile,
+    .run = run,
+    .exec_free = exec_free,
+    .exec_save = exec_save,
+    .exec_load = exec_load,
+    .close = close_backend,
+};
+
+alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend **out, char *err, size_t errlen)
+{
+    cuda_backend *cb = al_calloc(1, sizeof *cb);
+    *out = NULL;
+    if (!cb) {
+        dev->ops->close(dev);
+        al_fmt(err, errlen, "cuda: out of memory opening the backend");
+        return ALLOY_ERR_OOM;
+    }
+    cb->base.ops = &cuda_ops_table;
+    cb->base.cfg = *cfg;
+    cb->dev = dev;
+    *out = &cb->base;
+    return ALLOY_OK;
+}
+
+const char *cuda_backend_device_name(const rt_backend *b)
+{
+    return b && b->ops == &cuda_ops_table ? ((const cuda_backend *)b)->dev->name : NULL;
+}
+

@@ -1,0 +1,18 @@
+/* cuda_backend.h - opening the CUDA backend: on the GPU the driver finds, or on any device that implements device.h (the tests' host emulation). */
+#ifndef ALLOY_CUDA_BACKEND_H
+#define ALLOY_CUDA_BACKEND_H
+
+#include "runtime/backend.h"
+#include "runtime/cuda/device.h"
+
+/* The backend over dev (taken: closed with the backend, or here on failure). */
+AL_HIDDEN alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend **out, char *err,
+                                            size_t errlen);
+/* The backend over the first GPU (cdev_open_driver with cfg's NVRTC, kernel
+ * cache and dump settings); ALLOY_ERR_UNSUPPORTED with err naming what
+ * this machine lacks. */
+AL_HIDDEN alloy_status cuda_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+/* The device's name when b is a CUDA backend, else NULL. */
+AL_HIDDEN const char *cuda_backend_device_name(const rt_backend *b);
+
+#endif

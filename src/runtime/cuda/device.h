@@ -1,0 +1,65 @@
+/* device.h - what the CUDA backend asks of a device: memory, copies, modules of generated kernels, launches, library GEMMs, a captured step. The driver implements it on a GPU (driver_device.c); the tests implement it on the host emulation. */
+#ifndef ALLOY_CUDA_DEVICE_H
+#define ALLOY_CUDA_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/cuda/launch.h"
+
+typedef uint64_t cdev_ptr; /* a device address; 0 is none */
+typedef struct cdev cdev;
+typedef struct cdev_module cdev_module;
+typedef struct cdev_function cdev_function;
+typedef struct cdev_gemm cdev_gemm;
+
+/* Every call returns ALLOY_OK, or an error with its message in dev->error
+ * naming what failed (and, for memory, the bytes asked and free). Copies,
+ * memsets, launches and GEMMs are queued in order on the device's one
+ * stream; download waits for them. */
+typedef struct cdev_ops {
+    alloy_status (*alloc)(cdev *dev, size_t bytes, cdev_ptr *out);
+    void (*release)(cdev *dev, cdev_ptr ptr);
+    alloy_status (*upload)(cdev *dev, cdev_ptr dst, const void *src, size_t bytes);
+    alloy_status (*download)(cdev *dev, void *dst, cdev_ptr src, size_t bytes);
+    alloy_status (*copy)(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes);
+    alloy_status (*zero)(cdev *dev, cdev_ptr dst, size_t bytes);
+    /* Loads n modules of generated CUDA C (names[i], sources[i]), compiled
+     * for this device (in parallel where it can); out[i] per module. */
+    alloy_status (*load)(cdev *dev, int n, const char *const *names, const char *const *sources, cdev_module **out);
+    alloy_status (*function)(cdev *dev, cdev_module *m, const char *kernel, cdev_function **out);
+    void (*unload)(cdev *dev, cdev_module *m); /* with its functions */
+    /* params as cuLaunchKernel takes them: a pointer to each of the nparams arguments */
+    alloy_status (*launch)(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params, int nparams);
+    /* A GEMM's descriptors and algorithm, chosen once (alignments of the
+     * operands as lp_alignment gives them); then each run only executes. */
+    alloy_status (*gemm_prepare)(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out);
+    alloy_status (*gemm)(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d);
+    void (*gemm_free)(cdev *dev, cdev_gemm *h);
+    /* Captured replay (NULL where the device has none): capture_begin,
+     * the step's calls, capture_end gives a replayable step; replay runs it. */
+    alloy_status (*capture_begin)(cdev *dev);
+    alloy_status (*capture_end)(cdev *dev, void **graph);
+    alloy_status (*replay)(cdev *dev, void *graph);
+    void (*graph_free)(cdev *dev, void *graph);
+    alloy_status (*sync)(cdev *dev);
+    void (*close)(cdev *dev);
+} cdev_ops;
+
+struct cdev {
+    const cdev_ops *ops;
+    char name[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, driver 13.0)" */
+    int sm;           /* compute capability, 90 for 9.0 */
+    char error[1024]; /* the last failure */
+};
+
+/* The GPU through the driver (driver_device.c): libcuda.so.1, device
+ * ordinal 0, a primary context and a stream; cuBLASLt and NVRTC loaded;
+ * kernels compiled through the kernel cache in cache_dir ("" none).
+ * ALLOY_ERR_UNSUPPORTED with err naming what is missing (the driver, a
+ * GPU, a library) when this machine cannot run CUDA. */
+AL_HIDDEN alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, const char *dump_dir,
+                                        int nthreads, cdev **out, char *err, size_t errlen);
+
+#endif

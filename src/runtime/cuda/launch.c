@@ -1,0 +1,287 @@
+/* launch.c - building the launch plan (launch.h): places for every kernel argument, GEMMs in the library's convention, flags zeroed, updates copied. */
+#include <string.h>
+
+#include "runtime/cuda/launch.h"
+
+/* A growing plan, with the first failure's message. */
+typedef struct lp_builder {
+    lp_plan *lp;
+    int acap, gcap;
+    char *err;
+    size_t errlen;
+    alloy_status status;
+} lp_builder;
+
+static bool grow(void **arr, int *cap, int need, size_t size)
+{
+    if (need <= *cap) return true;
+    int cap2 = *cap ? *cap * 2 : 64;
+    while (cap2 < need) cap2 *= 2;
+    void *p = al_realloc(*arr, size * (size_t)cap2);
+    if (!p) return false;
+    *arr = p;
+    *cap = cap2;
+    return true;
+}
+
+static bool oom(lp_builder *b)
+{
+    if (!b->status) {
+        b->status = ALLOY_ERR_OOM;
+        al_fmt(b->err, b->errlen, "out of memory building the launch plan");
+    }
+    return false;
+}
+
+static bool add_action(lp_builder *b, lp_action a)
+{
+    lp_plan *lp = b->lp;
+    if (!grow((void **)&lp->actions, &b->acap, lp->nactions + 1, sizeof a)) return oom(b);
+    lp->actions[lp->nactions++] = a;
+    return true;
+}
+
+static int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+bool lp_place_of(const ir_graph *g, const mem_plan *p, int node, lp_place *out)
+{
+    const ir_node *n = g->nodes[node];
+    if (n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state) {
+        *out = (lp_place){LP_LEAF, node, 0};
+        return true;
+    }
+    if (node >= p->nnodes || p->offset[node] < 0) return false;
+    *out = (lp_place){LP_ARENA, -1, p->offset[node]};
+    return true;
+}
+
+int lp_alignment(int64_t offset, int64_t stride_bytes, int64_t batch)
+{
+    int a = LP_AUX_ALIGN;
+    while (a > 1 && (offset % a || (batch > 1 && stride_bytes % a))) a /= 2;
+    return a;
+}
+
+static bool place_or_fail(lp_builder *b, const ir_graph *g, const mem_plan *p, int node, int step, lp_place *out)
+{
+    if (lp_place_of(g, p, node, out)) return true;
+    char label[64];
+    if (!b->status) {
+        b->status = ALLOY_ERR_INVALID;
+        al_fmt(b->err, b->errlen, "step %d: %s %s has no place in memory (not stored by its step)", step,
+               ir_ops[g->nodes[node]->op].name, ir_node_label(g->nodes[node], label, sizeof label));
+    }
+    return false;
+}
+
+/* Strides (elements) of operand t over the output's batch dims bdims[0..r):
+ * 0 where t broadcasts. */
+static void operand_strides(const ir_type *t, int r, int64_t *stride)
+{
+    int own = t->rank - 2;
+    int64_t step = t->dims[t->rank - 2] * t->dims[t->rank - 1];
+    for (int d = r - 1; d >= 0; d--) {
+        int td = d - (r - own);
+        int64_t size = td >= 0 ? t->dims[td] : 1;
+        stride[d] = size == 1 ? 0 : step;
+        step *= size;
+    }
+}
+
+/* The GEMMs of matmul n into `out` (dtype d): one strided-batched call per
+ * combination of the batch dims that do not fold into one stride. */
+static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
+                     alloy_dtype d)
+{
+    const ir_type *ta = &g->nodes[n->in[0]]->type, *tb = &g->nodes[n->in[1]]->type, *to = &n->type;
+    bool trans_a = ir_attr_i(n, "transpose_a") != 0, trans_b = ir_attr_i(n, "transpose_b") != 0;
+    int64_t m = to->dims[to->rank - 2], nn = to->dims[to->rank - 1];
+    int64_t k = ta->dims[ta->rank - (trans_a ? 2 : 1)];
+    if (ir_numel(to) == 0) return true;
+    if (k == 0) /* empty sums: +0 */
+        return add_action(b, (lp_action){.kind = LP_ZERO, .step = step, .dst = out,
+                                         .bytes = (int64_t)alloy_dtype_size(d) * ir_numel(to)});
+    lp_place pa, pb;
+    if (!place_or_fail(b, g, p, n->in[0], step, &pa) || !place_or_fail(b, g, p, n->in[1], step, &pb)) return false;
+    /* batch dims of the output, size-1 dims dropped, with each operand's strides */
+    int r = to->rank - 2, nb = 0;
+    int64_t sa_all[ALLOY_MAX_RANK], sb_all[ALLOY_MAX_RANK], dims[ALLOY_MAX_RANK], sa[ALLOY_MAX_RANK],
+        sb[ALLOY_MAX_RANK], sd[ALLOY_MAX_RANK];
+    operand_strides(ta, r, sa_all);
+    operand_strides(tb, r, sb_all);
+    int64_t step_d = m * nn, sd_all[ALLOY_MAX_RANK]; /* the output is dense */
+    for (int i = r - 1; i >= 0; i--) {
+        sd_all[i] = step_d;
+        step_d *= to->dims[i];
+    }
+    for (int i = 0; i < r; i++) {
+        if (to->dims[i] == 1) continue;
+        dims[nb] = to->dims[i], sa[nb] = sa_all[i], sb[nb] = sb_all[i], sd[nb] = sd_all[i];
+        nb++;
+    }
+    /* fold the innermost dims into one strided batch while the strides allow */
+    int inner = nb;
+    int64_t batch = 1, stra = 0, strb = 0, strd = m * nn;
+    if (nb > 0) {
+        inner = nb - 1;
+        batch = dims[inner], stra = sa[inner], strb = sb[inner], strd = sd[inner];
+        while (inner > 0 && sa[inner - 1] == stra * batch && sb[inner - 1] == strb * batch &&
+               sd[inner - 1] == strd * batch) {
+            inner--;
+            batch *= dims[inner];
+        }
+    }
+    /* one call per index of the outer dims [0, inner) */
+    int64_t outer = 1;
+    for (int i = 0; i < inner; i++) outer *= dims[i];
+    size_t ea = alloy_dtype_size(ta->dtype), ed = alloy_dtype_size(d);
+    lp_plan *lp = b->lp;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t rem = o, off_a = 0, off_b = 0, off_d = 0;
+        for (int i = inner - 1; i >= 0; i--) {
+            int64_t idx = rem % dims[i];
+            rem /= dims[i];
+            off_a += idx * sa[i], off_b += idx * sb[i], off_d += idx * sd[i];
+        }
+        lp_gemm gm = {.node = n->id, .step = step, .ab = ta->dtype, .d = d,
+                      /* row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T */
+                      .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
+                      .lda = tb->dims[tb->rank - 1], .ldb = ta->dims[ta->rank - 1], .ldd = nn,
+                      .batch = batch, .stride_a = strb, .stride_b = stra, .stride_d = strd,
+                      .a = pb, .b = pa, .out = out};
+        gm.a.offset += off_b * (int64_t)ea, gm.b.offset += off_a * (int64_t)ea, gm.out.offset += off_d * (int64_t)ed;
+        if (!grow((void **)&lp->gemms, &b->gcap, lp->ngemms + 1, sizeof gm)) return oom(b);
+        lp->gemms[lp->ngemms] = gm;
+        if (!add_action(b, (lp_action){.kind = LP_GEMM, .step = step, .index = lp->ngemms++})) return false;
+    }
+    return true;
+}
+
+/* A step's aux slots: one per (kind, node) of its flags and per-row partials. */
+typedef struct aux_slot {
+    cg_param_kind kind;
+    int node;
+    int64_t offset;
+} aux_slot;
+
+/* The kernels [first, end) of step k: flags zeroed, arguments placed. */
+static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, const cg_program *prog, int k, int first,
+                        int end)
+{
+    lp_plan *lp = b->lp;
+    aux_slot slots[16];
+    int nslots = 0;
+    int64_t aux = 0;
+    for (int q = first; q < end; q++) {
+        const cg_kernel *kn = &prog->kernels[q];
+        for (int i = 0; i < kn->nparams; i++) {
+            const cg_param *pa = &kn->params[i];
+            lp_place *at = &lp->args[lp->first_arg[q] + i];
+            if (pa->kind == CG_PARAM_NODE) {
+                if (!place_or_fail(b, g, p, pa->node, k, at)) return false;
+                continue;
+            }
+            if (pa->kind == CG_PARAM_PRODUCT) {
+                *at = (lp_place){LP_ARENA, -1, (int64_t)p->scratch_offset};
+                continue;
+            }
+            int s = 0;
+            while (s < nslots && !(slots[s].kind == pa->kind && slots[s].node == pa->node)) s++;
+            if (s == nslots) {
+                if (nslots == 16) {
+                    b->status = ALLOY_ERR_UNSUPPORTED;
+                    al_fmt(b->err, b->errlen, "step %d: more than 16 scratch buffers", k);
+                    return false;
+                }
+                int64_t size = pa->kind == CG_PARAM_FLAG ? 4
+                                                         : pa->count * (g->nodes[pa->node]->type.dtype == ALLOY_F64 ? 8 : 4);
+                slots[nslots] = (aux_slot){pa->kind, pa->node, aux};
+                if (pa->kind == CG_PARAM_FLAG &&
+                    !add_action(b, (lp_action){.kind = LP_ZERO, .step = k, .dst = {LP_AUX, -1, aux}, .bytes = 4}))
+                    return false;
+                aux += round_up(size > 0 ? size : 1, LP_AUX_ALIGN);
+                nslots++;
+            }
+            *at = (lp_place){LP_AUX, -1, slots[s].offset};
+        }
+    }
+    if ((size_t)aux > lp->aux_bytes) lp->aux_bytes = (size_t)aux;
+    for (int q = first; q < end; q++)
+        if (!add_action(b, (lp_action){.kind = LP_KERNEL, .step = k, .index = q})) return false;
+    return true;
+}
+
+static const char *skipped_why(const cg_program *prog, int k)
+{
+    for (int i = 0; i < prog->nskipped; i++)
+        if (prog->skipped[i] == k) return prog->why[i];
+    return NULL;
+}
+
+alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog, lp_plan *out,
+                      char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    lp_builder b = {.lp = out, .err = err, .errlen = errlen};
+    out->arena_bytes = p->arena_bytes;
+    out->nkernels = prog->nkernels;
+    out->first_arg = al_malloc(sizeof(int) * ((size_t)prog->nkernels + 1));
+    int nargs = 0;
+    for (int q = 0; out->first_arg && q < prog->nkernels; q++) {
+        out->first_arg[q] = nargs;
+        nargs += prog->kernels[q].nparams;
+    }
+    out->args = al_calloc((size_t)nargs + 1, sizeof(lp_place));
+    if (!out->first_arg || !out->args) oom(&b);
+    int next = 0;
+    for (int k = 0; !b.status && k < s->nsteps; k++) {
+        const sched_step *st = &s->steps[k];
+        int end = next;
+        while (end < prog->nkernels && prog->kernels[end].step == k) end++;
+        const ir_node *first = g->nodes[s->members[st->first].node], *last = g->nodes[st->pos];
+        if (st->kind == STEP_GEMM && end > next) { /* the product into the scratch, then the epilogue */
+            if (first->op != IR_OP_matmul) {
+                b.status = ALLOY_ERR_INVALID;
+                al_fmt(err, errlen, "step %d: a gemm step that does not start with a matmul", k);
+                break;
+            }
+            add_gemm(&b, g, p, k, first, (lp_place){LP_ARENA, -1, (int64_t)p->scratch_offset}, ALLOY_F32);
+        } else if (st->kind == STEP_OP && last->op == IR_OP_matmul && end == next) {
+            lp_place o;
+            if (place_or_fail(&b, g, p, last->id, k, &o)) add_gemm(&b, g, p, k, last, o, last->type.dtype);
+            continue;
+        } else if (end == next) {
+            const char *why = skipped_why(prog, k);
+            if (!why) continue; /* nothing to compute (an empty step) */
+            char label[64];
+            b.status = ALLOY_ERR_UNSUPPORTED;
+            al_fmt(err, errlen, "step %d (%s, %s %s): no CUDA kernel: %s", k, sched_kind_name(st->kind),
+                   ir_ops[last->op].name, ir_node_label(last, label, sizeof label), why);
+            break;
+        }
+        if (!b.status) add_kernels(&b, g, p, prog, k, next, end);
+        next = end;
+    }
+    out->first_update = out->nactions;
+    for (int i = 0; !b.status && i < g->nupdates; i++) {
+        int t = ir_find_name(g, g->updates[i].name), v = g->updates[i].node;
+        int64_t bytes = (int64_t)ir_nbytes(&g->nodes[v]->type);
+        lp_place src;
+        if (!bytes || t == v) continue;
+        if (t < 0) {
+            b.status = ALLOY_ERR_NOT_FOUND;
+            al_fmt(err, errlen, "update of '%s': the graph has no state of that name", g->updates[i].name);
+            break;
+        }
+        if (!place_or_fail(&b, g, p, v, -1, &src)) break;
+        add_action(&b, (lp_action){.kind = LP_COPY, .step = -1, .dst = {LP_LEAF, t, 0}, .src = src, .bytes = bytes});
+    }
+    if (b.status) lp_free(out);
+    return b.status;
+}
+
+void lp_free(lp_plan *lp)
+{
+    al_free(lp->actions), al_free(lp->gemms), al_free(lp->args), al_free(lp->first_arg);
+    memset(lp, 0, sizeof *lp);
+}

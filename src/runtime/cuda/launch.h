@@ -1,0 +1,89 @@
+/* launch.h - a CUDA executable as data: every kernel launch, library GEMM, memset and copy of one step of a compiled graph, in order, each argument a place in device memory. The CUDA backend replays it on a GPU; the tests replay it under the host emulation. */
+#ifndef ALLOY_LAUNCH_H
+#define ALLOY_LAUNCH_H
+
+#include "codegen/emit.h"
+#include "ir/ir.h"
+#include "passes/plan.h"
+#include "passes/schedule.h"
+
+/* The device memory a run addresses: the planned arena (values, and the
+ * GEMM product scratch at its top), the buffers bound to leaves (inputs,
+ * params, state), and the aux block (per-step flags and per-row partials,
+ * reused by every step). */
+typedef enum lp_space { LP_ARENA, LP_LEAF, LP_AUX } lp_space;
+
+/* A place: byte `offset` into the arena or aux block, or into the buffer
+ * bound to leaf `node`. */
+typedef struct lp_place {
+    lp_space space;
+    int node;
+    int64_t offset;
+} lp_place;
+
+/* One library GEMM in the column-major convention cuBLAS(Lt) takes:
+ * D[m x n] (leading dim ldd) = op(A) op(B), op(A) m x k, op(B) k x n,
+ * ta/tb transposing the stored A (lda) and B (ldb); `batch` of them, the
+ * operands advancing by stride_* elements per batch (0: broadcast). A
+ * row-major matmul out = a b is D = out with A = b and B = a swapped.
+ * Operands are `ab`, D is `d`; the sums are f32 (f64 for f64 operands). */
+typedef struct lp_gemm {
+    int node; /* the matmul */
+    int step;
+    alloy_dtype ab, d;
+    bool ta, tb;
+    int64_t m, n, k, lda, ldb, ldd;
+    int64_t batch, stride_a, stride_b, stride_d;
+    lp_place a, b, out;
+} lp_gemm;
+
+typedef enum lp_kind {
+    LP_KERNEL, /* kernel `index` of the program, arguments args[first_arg[index]..] */
+    LP_GEMM,   /* gemms[index] */
+    LP_ZERO,   /* bytes at dst set to 0 (a step's flag; an empty sum's result) */
+    LP_COPY,   /* bytes from src to dst (an update into its state buffer) */
+} lp_kind;
+
+typedef struct lp_action {
+    lp_kind kind;
+    int step;  /* the schedule step it belongs to; -1 for the update copies */
+    int index; /* KERNEL, GEMM */
+    lp_place dst, src;
+    int64_t bytes;
+} lp_action;
+
+typedef struct lp_plan {
+    lp_action *actions;
+    int nactions;
+    int first_update; /* actions [first_update, nactions) copy the updates into state */
+    lp_gemm *gemms;
+    int ngemms;
+    lp_place *args; /* per kernel k of the program: its nparams places from first_arg[k] */
+    int *first_arg;
+    int nkernels;
+    size_t arena_bytes, aux_bytes;
+} lp_plan;
+
+/* Every aux slot starts at a multiple of this (the library's preferred alignment). */
+#define LP_AUX_ALIGN 256
+
+/* The launch plan of schedule s of g with plan p and its emitted kernels
+ * prog: per step, its flags zeroed, its GEMM (a gemm step's f32 product
+ * into the plan's scratch, a lone matmul straight into its slot), its
+ * kernels with their arguments placed; then one copy per update into the
+ * state leaf it names. A step the emitter left without a kernel (other
+ * than a GEMM) is ALLOY_ERR_UNSUPPORTED naming the step, its op and why;
+ * a place that cannot be found, ALLOY_ERR_INVALID; OOM, ALLOY_ERR_OOM.
+ * Fills *out (lp_free) or leaves it empty. */
+AL_HIDDEN alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog,
+                                lp_plan *out, char *err, size_t errlen);
+AL_HIDDEN void lp_free(lp_plan *lp);
+/* Where node's value lives during a run: its leaf buffer, or its arena
+ * slot; false when it has neither (a value fused away). */
+AL_HIDDEN bool lp_place_of(const ir_graph *g, const mem_plan *p, int node, lp_place *out);
+/* Largest power of two (at most 256) dividing every byte address the
+ * operand takes: its offset and each batch's stride, given a base aligned
+ * to 256 (a GEMM's declared alignment). */
+AL_HIDDEN int lp_alignment(int64_t offset, int64_t stride_bytes, int64_t batch);
+
+#endif

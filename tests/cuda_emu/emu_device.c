@@ -1,0 +1,411 @@
+/* emu_device.c - the CUDA backend's device on the host (emu_device.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/convert.h"
+#include "emu_device.h"
+#include "emu_loader.h"
+#include "runtime/cuda/cuda_backend.h"
+
+/* One queued call while capturing. */
+typedef struct emu_call {
+    enum { CALL_COPY, CALL_ZERO, CALL_LAUNCH, CALL_GEMM } kind;
+    cdev_ptr dst, src, a, b;
+    size_t bytes;
+    cdev_function *fn;
+    cdev_gemm *gemm;
+    unsigned grid, block;
+    uint64_t *args; /* the launch's argument values (every kernel argument is a pointer) */
+    int nargs;
+} emu_call;
+
+typedef struct emu_graph {
+    emu_call *calls;
+    int n, cap;
+} emu_graph;
+
+typedef struct emu_dev {
+    cdev base;
+    emu_device_stats stats;
+    emu_graph *capturing; /* calls are recorded here, not run */
+} emu_dev;
+
+struct cdev_module {
+    emu_kernel *library;
+    cdev_function **fns; /* found in it, freed with it */
+    int nfns;
+};
+
+struct cdev_function {
+    emu_kernel *library;
+    char name[64];
+    int nparams;
+};
+
+struct cdev_gemm {
+    lp_gemm gm;
+};
+
+static emu_dev *emu_of(cdev *dev) { return (emu_dev *)dev; }
+
+/* What every emulated device opened by emu_backend_opener did, together. */
+static emu_device_stats totals;
+
+static alloy_status fail(cdev *dev, alloy_status st, const char *fmt, const char *what)
+{
+    snprintf(dev->error, sizeof dev->error, fmt, what);
+    return st;
+}
+
+static alloy_status e_alloc(cdev *dev, size_t bytes, cdev_ptr *out)
+{
+    size_t size = (bytes + 255) / 256 * 256;
+    void *p = aligned_alloc(256, size ? size : 256);
+    if (!p) {
+        snprintf(dev->error, sizeof dev->error, "out of emulated GPU memory: asked %zu bytes", bytes);
+        return ALLOY_ERR_OOM;
+    }
+    memset(p, 0xff, size ? size : 256);
+    *out = (cdev_ptr)(uintptr_t)p;
+    return ALLOY_OK;
+}
+
+static void e_release(cdev *dev, cdev_ptr ptr)
+{
+    (void)dev;
+    free((void *)(uintptr_t)ptr);
+}
+
+static alloy_status e_upload(cdev *dev, cdev_ptr dst, const void *src, size_t bytes)
+{
+    if (emu_of(dev)->capturing) return fail(dev, ALLOY_ERR_CUDA, "%s", "a synchronous copy while capturing");
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    return ALLOY_OK;
+}
+
+static alloy_status e_download(cdev *dev, void *dst, cdev_ptr src, size_t bytes)
+{
+    if (emu_of(dev)->capturing) return fail(dev, ALLOY_ERR_CUDA, "%s", "a synchronous copy while capturing");
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return ALLOY_OK;
+}
+
+static bool record(emu_dev *d, emu_call c)
+{
+    emu_graph *g = d->capturing;
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 64;
+        emu_call *calls = realloc(g->calls, sizeof *calls * (size_t)cap);
+        if (!calls) return false;
+        g->calls = calls, g->cap = cap;
+    }
+    g->calls[g->n++] = c;
+    return true;
+}
+
+static alloy_status e_copy(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes)
+{
+    emu_dev *d = emu_of(dev);
+    if (d->capturing)
+        return record(d, (emu_call){.kind = CALL_COPY, .dst = dst, .src = src, .bytes = bytes}) ? ALLOY_OK : ALLOY_ERR_OOM;
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+    d->stats.copies++, totals.copies++;
+    return ALLOY_OK;
+}
+
+static alloy_status e_zero(cdev *dev, cdev_ptr dst, size_t bytes)
+{
+    emu_dev *d = emu_of(dev);
+    if (d->capturing) return record(d, (emu_call){.kind = CALL_ZERO, .dst = dst, .bytes = bytes}) ? ALLOY_OK : ALLOY_ERR_OOM;
+    memset((void *)(uintptr_t)dst, 0, bytes);
+    d->stats.zeros++, totals.zeros++;
+    return ALLOY_OK;
+}
+
+/* The name of the first kernel in a module's source, into out. */
+static bool first_kernel(const char *source, char *out, size_t len)
+{
+    const char *p = strstr(source, "__global__ void ");
+    if (!p) return false;
+    p += strlen("__global__ void ");
+    if (strncmp(p, "__launch_bounds__(", 18) == 0) {
+        p = strchr(p, ')');
+        if (!p) return false;
+        p += 2;
+    }
+    size_t n = strcspn(p, "(");
+    if (!n || n >= len) return false;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return true;
+}
+
+static alloy_status e_load(cdev *dev, int n, const char *const *names, const char *const *sources, cdev_module **out)
+{
+    emu_dev *d = emu_of(dev);
+    for (int i = 0; i < n; i++) {
+        char kernel[64], err[4096];
+        if (!first_kernel(sources[i], kernel, sizeof kernel))
+            return fail(dev, ALLOY_ERR_INVALID, "module %s holds no kernel", names[i]);
+        cdev_module *m = calloc(1, sizeof *m);
+        if (!m) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+        if (!(m->library = emu_compile(sources[i], kernel, err, sizeof err))) {
+            free(m);
+            snprintf(dev->error, sizeof dev->error, "module %s: %.900s", names[i], err);
+            return ALLOY_ERR_NVRTC;
+        }
+        out[i] = m;
+        d->stats.modules++, totals.modules++;
+    }
+    return ALLOY_OK;
+}
+
+static alloy_status e_function(cdev *dev, cdev_module *m, const char *kernel, cdev_function **out)
+{
+    char err[1024];
+    if (emu_select(m->library, kernel, err, sizeof err)) return fail(dev, ALLOY_ERR_NOT_FOUND, "%s", err);
+    cdev_function *f = calloc(1, sizeof *f);
+    if (!f) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    f->library = m->library;
+    snprintf(f->name, sizeof f->name, "%s", kernel);
+    cdev_function **fns = realloc(m->fns, sizeof *fns * (size_t)(m->nfns + 1));
+    if (!fns) {
+        free(f);
+        return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    }
+    m->fns = fns;
+    m->fns[m->nfns++] = f;
+    *out = f;
+    return ALLOY_OK;
+}
+
+static void e_unload(cdev *dev, cdev_module *m)
+{
+    (void)dev;
+    if (!m) return;
+    emu_free(m->library);
+    for (int i = 0; i < m->nfns; i++) free(m->fns[i]);
+    free(m->fns);
+    free(m);
+}
+
+static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params)
+{
+    char err[1024];
+    unsigned g3[3] = {grid, 1, 1}, b3[3] = {block, 1, 1};
+    if (emu_select(f->library, f->name, err, sizeof err) || emu_launch(f->library, g3, b3, params, err, sizeof err)) {
+        snprintf(dev->error, sizeof dev->error, "kernel %s: %.900s", f->name, err);
+        return ALLOY_ERR_CUDA;
+    }
+    emu_of(dev)->stats.launches++, totals.launches++;
+    return ALLOY_OK;
+}
+
+static alloy_status e_launch(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params, int n)
+{
+    emu_dev *d = emu_of(dev);
+    if (!d->capturing) return run_launch(dev, f, grid, block, params);
+    emu_call c = {.kind = CALL_LAUNCH, .fn = f, .grid = grid, .block = block, .nargs = n};
+    c.args = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    if (!c.args) return ALLOY_ERR_OOM;
+    for (int i = 0; i < n; i++) c.args[i] = *(const uint64_t *)params[i];
+    if (!record(d, c)) {
+        free(c.args);
+        return ALLOY_ERR_OOM;
+    }
+    return ALLOY_OK;
+}
+
+static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out)
+{
+    for (int i = 0; i < 3; i++)
+        if (align[i] < 1 || align[i] > 256 || (align[i] & (align[i] - 1)))
+            return fail(dev, ALLOY_ERR_INVALID, "%s", "a GEMM operand alignment that is not a power of two up to 256");
+    cdev_gemm *h = calloc(1, sizeof *h);
+    if (!h) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    h->gm = *gm;
+    *out = h;
+    return ALLOY_OK;
+}
+
+/* D = op(A) op(B), column-major as cuBLASLt defines it, summed in double
+ * and rounded once into D's dtype. */
+static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d)
+{
+    size_t ea = alloy_dtype_size(gm->ab), ed = alloy_dtype_size(gm->d);
+    int64_t arows = gm->ta ? gm->k : gm->m, acols = gm->ta ? gm->m : gm->k;
+    int64_t brows = gm->tb ? gm->n : gm->k, bcols = gm->tb ? gm->k : gm->n;
+    int64_t asize = gm->lda * (acols - 1) + arows, bsize = gm->ldb * (bcols - 1) + brows;
+    double *A = malloc(sizeof(double) * (size_t)(gm->m * gm->k + 1)), *B = malloc(sizeof(double) * (size_t)(gm->k * gm->n + 1));
+    double *raw_a = malloc(sizeof(double) * (size_t)(asize + 1)), *raw_b = malloc(sizeof(double) * (size_t)(bsize + 1));
+    double *D = malloc(sizeof(double) * (size_t)(gm->m * gm->n + 1));
+    if (!A || !B || !raw_a || !raw_b || !D) {
+        free(A), free(B), free(raw_a), free(raw_b), free(D);
+        return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    }
+    for (int64_t bi = 0; bi < gm->batch; bi++) {
+        const char *pa = (const char *)(uintptr_t)a + bi * gm->stride_a * (int64_t)ea;
+        const char *pb = (const char *)(uintptr_t)b + bi * gm->stride_b * (int64_t)ea;
+        char *pd = (char *)(uintptr_t)d + bi * gm->stride_d * (int64_t)ed;
+        cvt_load_f64(gm->ab, pa, raw_a, (size_t)asize);
+        cvt_load_f64(gm->ab, pb, raw_b, (size_t)bsize);
+        /* op(A) as m x k and op(B) as k x n, column-major and dense */
+        for (int64_t i = 0; i < gm->m; i++)
+            for (int64_t p = 0; p < gm->k; p++)
+                A[i + p * gm->m] = gm->ta ? raw_a[p + i * gm->lda] : raw_a[i + p * gm->lda];
+        for (int64_t p = 0; p < gm->k; p++)
+            for (int64_t j = 0; j < gm->n; j++)
+                B[p + j * gm->k] = gm->tb ? raw_b[j + p * gm->ldb] : raw_b[p + j * gm->ldb];
+        for (int64_t j = 0; j < gm->n; j++) {
+            double *col = &D[j * gm->m];
+            for (int64_t i = 0; i < gm->m; i++) col[i] = 0;
+            for (int64_t p = 0; p < gm->k; p++) {
+                double x = B[p + j * gm->k];
+                const double *ap = &A[p * gm->m];
+                for (int64_t i = 0; i < gm->m; i++) col[i] += ap[i] * x;
+            }
+            /* a column of D (ldd apart from the next) */
+            if (gm->d == ALLOY_F32 || gm->ab != ALLOY_F64) {
+                float *f = malloc(sizeof(float) * (size_t)(gm->m + 1));
+                if (!f) break;
+                for (int64_t i = 0; i < gm->m; i++) f[i] = (float)col[i]; /* the f32 sum, then D's dtype */
+                cvt_store_f32(gm->d, f, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
+                free(f);
+            } else {
+                cvt_store_f64(gm->d, col, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
+            }
+        }
+    }
+    free(A), free(B), free(raw_a), free(raw_b), free(D);
+    emu_of(dev)->stats.gemms++, totals.gemms++;
+    return ALLOY_OK;
+}
+
+static alloy_status e_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d)
+{
+    emu_dev *e = emu_of(dev);
+    if (e->capturing)
+        return record(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d}) ? ALLOY_OK : ALLOY_ERR_OOM;
+    return run_gemm(dev, &h->gm, a, b, d);
+}
+
+static void e_gemm_free(cdev *dev, cdev_gemm *h)
+{
+    (void)dev;
+    free(h);
+}
+
+static void free_graph(emu_graph *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) free(g->calls[i].args);
+    free(g->calls);
+    free(g);
+}
+
+static alloy_status e_capture_begin(cdev *dev)
+{
+    emu_dev *d = emu_of(dev);
+    if (d->capturing) return fail(dev, ALLOY_ERR_CUDA, "%s", "capture begun twice");
+    if (!(d->capturing = calloc(1, sizeof *d->capturing))) return ALLOY_ERR_OOM;
+    return ALLOY_OK;
+}
+
+static alloy_status e_capture_end(cdev *dev, void **graph)
+{
+    emu_dev *d = emu_of(dev);
+    *graph = d->capturing;
+    d->capturing = NULL;
+    d->stats.captures++, totals.captures++;
+    return *graph ? ALLOY_OK : fail(dev, ALLOY_ERR_CUDA, "%s", "capture ended without a begin");
+}
+
+static alloy_status e_replay(cdev *dev, void *graph)
+{
+    emu_graph *g = graph;
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; !st && i < g->n; i++) {
+        emu_call *c = &g->calls[i];
+        switch (c->kind) {
+        case CALL_COPY: st = e_copy(dev, c->dst, c->src, c->bytes); break;
+        case CALL_ZERO: st = e_zero(dev, c->dst, c->bytes); break;
+        case CALL_GEMM: st = e_gemm(dev, c->gemm, c->a, c->b, c->dst); break;
+        case CALL_LAUNCH: {
+            void **params = malloc(sizeof(void *) * (size_t)(c->nargs + 1));
+            if (!params) return ALLOY_ERR_OOM;
+            for (int k = 0; k < c->nargs; k++) params[k] = &c->args[k];
+            st = run_launch(dev, c->fn, c->grid, c->block, params);
+            free(params);
+            break;
+        }
+        }
+    }
+    emu_of(dev)->stats.replays++, totals.replays++;
+    return st;
+}
+
+static void e_graph_free(cdev *dev, void *graph)
+{
+    (void)dev;
+    free_graph(graph);
+}
+
+static alloy_status e_sync(cdev *dev)
+{
+    (void)dev;
+    return ALLOY_OK;
+}
+
+static void e_close(cdev *dev)
+{
+    free_graph(emu_of(dev)->capturing);
+    free(dev);
+}
+
+static const cdev_ops emu_ops = {
+    .alloc = e_alloc,
+    .release = e_release,
+    .upload = e_upload,
+    .download = e_download,
+    .copy = e_copy,
+    .zero = e_zero,
+    .load = e_load,
+    .function = e_function,
+    .unload = e_unload,
+    .launch = e_launch,
+    .gemm_prepare = e_gemm_prepare,
+    .gemm = e_gemm,
+    .gemm_free = e_gemm_free,
+    .capture_begin = e_capture_begin,
+    .capture_end = e_capture_end,
+    .replay = e_replay,
+    .graph_free = e_graph_free,
+    .sync = e_sync,
+    .close = e_close,
+};
+
+cdev *emu_device_open(int sm, char *err, size_t errlen)
+{
+    if (!emu_available(err, errlen)) return NULL;
+    emu_dev *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    d->base.ops = &emu_ops;
+    d->base.sm = sm;
+    snprintf(d->base.name, sizeof d->base.name, "host emulation of CUDA (sm_%d)", sm);
+    return &d->base;
+}
+
+emu_device_stats emu_device_get_stats(const cdev *dev) { return ((const emu_dev *)dev)->stats; }
+
+alloy_status emu_backend_opener(const al_options *cfg, rt_backend **out, char *err, size_t errlen)
+{
+    cdev *dev = emu_device_open(90, err, errlen);
+    if (!dev) return ALLOY_ERR_UNSUPPORTED;
+    return cuda_backend_open_on(cfg, dev, out, err, errlen);
+}
+
+emu_device_stats emu_totals(void) { return totals; }

@@ -1,0 +1,26 @@
+/* emu_device.h - the CUDA backend's device (runtime/cuda/device.h) on the host: memory from malloc, generated modules compiled as host C++ and run under the CUDA emulation, GEMMs by a plain column-major loop, stream capture recorded and replayed. The whole CUDA backend runs in CI on it. */
+#ifndef ALLOY_EMU_DEVICE_H
+#define ALLOY_EMU_DEVICE_H
+
+#include "runtime/backend.h"
+#include "runtime/cuda/device.h"
+
+/* What the emulated device has done since it opened. */
+typedef struct emu_device_stats {
+    long launches, gemms, copies, zeros, captures, replays, modules;
+} emu_device_stats;
+
+/* An emulated device of compute capability sm (memory freshly allocated
+ * reads as 0xff bytes: NaN in every float dtype, so a kernel reading what
+ * nothing wrote shows). NULL with why in err when the host compiler is
+ * missing. */
+cdev *emu_device_open(int sm, char *err, size_t errlen);
+emu_device_stats emu_device_get_stats(const cdev *dev);
+/* An rt_backend_opener: the CUDA backend on a fresh emulated sm_90 device
+ * (rt_backend_set_cuda_opener(emu_backend_opener) puts every graph's
+ * device=cuda, and auto, on it). */
+alloy_status emu_backend_opener(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+/* What all emulated devices have done since the process started. */
+emu_device_stats emu_totals(void);
+
+#endif

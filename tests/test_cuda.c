@@ -1,0 +1,501 @@
+/* test_cuda.c - the CUDA backend against the CPU backend: whole training steps (fp32, f16 AMP, bf16 AMP), skipped steps, captured graphs against direct launches, checkpoints across devices, GEMM layouts. Every test runs on the host emulation of the device (tests/cuda_emu/emu_device.c) and, where this machine has an NVIDIA GPU, on the GPU; without one the GPU tests SKIP with the reason. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+#include "base/convert.h"
+#include "cuda_emu/emu_device.h"
+#include "cuda_emu/emu_loader.h"
+#include "models.h"
+#include "runtime/backend.h"
+#include "support.h"
+
+/* Which device a test runs its CUDA side on. */
+typedef enum target { ON_EMULATION, ON_GPU } target;
+
+/* Why the GPU cannot run here ("" when it can), found once. */
+static char gpu_missing[768];
+static bool gpu_checked;
+
+static bool gpu_available(void)
+{
+    if (!gpu_checked) {
+        gpu_checked = true;
+        rt_backend_set_cuda_opener(NULL);
+        al_options o;
+        opt_init(&o);
+        o.device = OPT_DEVICE_CUDA;
+        rt_backend *b;
+        if (rt_backend_open(&o, &b, gpu_missing, sizeof gpu_missing) == ALLOY_OK) {
+            gpu_missing[0] = '\0';
+            rt_backend_close(b);
+        } else if (!gpu_missing[0]) {
+            snprintf(gpu_missing, sizeof gpu_missing, "the CUDA backend did not open");
+        }
+    }
+    return !gpu_missing[0];
+}
+
+/* Puts the CUDA backend on t's device for the graphs built next; skips the
+ * test when t is not available here. */
+static void use_target(target t)
+{
+    char why[512];
+    if (t == ON_GPU) {
+        if (!gpu_available()) {
+            print_message("SKIP: no GPU: %s\n", gpu_missing);
+            skip();
+        }
+        rt_backend_set_cuda_opener(NULL);
+        return;
+    }
+    if (!emu_available(why, sizeof why)) {
+        print_message("SKIP: no host emulation of the device: %s\n", why);
+        skip();
+    }
+    rt_backend_set_cuda_opener(emu_backend_opener);
+}
+
+/* ---- models and data ---- */
+
+enum { MLP_BATCH = 16, MLP_IN = 12, MLP_HIDDEN = 32, MLP_OUT = 10 };
+
+/* The MLP training step on device ("cpu" or "cuda") with AMP in amp (F32:
+ * off), AdamW, and for f16 the dynamic loss scaler. */
+static alloy_graph *mlp_step(const char *device, alloy_dtype amp, bool cuda_graph)
+{
+    alloy_graph *g = alloy_graph_new("mlp");
+    alloy_graph_set_seed(g, 11);
+    test_mlp m = build_mlp(g, F32, MLP_BATCH, MLP_IN, MLP_HIDDEN, MLP_OUT);
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    if (amp != F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
+    if (amp == F16) expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(1e-2, 0.9, 0.999, 1e-8, 0.01)), "add_optimizer");
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    if (!cuda_graph) expect_ok(g, alloy_graph_set_option(g, "cuda_graph", "0"), "cuda_graph");
+    return g;
+}
+
+/* The transformer block's training step (pre-norm attention, GELU MLP, head). */
+static alloy_graph *block_step(const char *device, alloy_dtype amp)
+{
+    alloy_graph *g = alloy_graph_new("block");
+    alloy_graph_set_seed(g, 5);
+    test_block m = build_transformer_block(g, F32, 2, 8, 24, 16, 2);
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    if (amp != F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
+    if (amp == F16) expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(3e-3, 0.9, 0.95, 1e-8, 0.1)), "add_optimizer");
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    return g;
+}
+
+/* One batch: x uniform in [-scale, scale), targets below classes. */
+typedef struct batch {
+    float x[MLP_BATCH * MLP_IN];
+    int32_t targets[MLP_BATCH];
+    int32_t tokens[16], block_targets[16];
+} batch;
+
+static batch make_batch(uint64_t seed, double scale)
+{
+    batch b;
+    test_rng = seed;
+    for (int i = 0; i < MLP_BATCH * MLP_IN; i++) b.x[i] = (float)test_uniform(-scale, scale);
+    for (int i = 0; i < MLP_BATCH; i++) b.targets[i] = test_irand(0, MLP_OUT - 1);
+    for (int i = 0; i < 16; i++) b.tokens[i] = test_irand(0, 23), b.block_targets[i] = test_irand(0, 23);
+    return b;
+}
+
+static alloy_step_info run_mlp(alloy_graph *g, batch *b)
+{
+    alloy_host_tensor feeds[2] = {
+        {.name = "x", .dtype = F32, .rank = 2, .dims = {MLP_BATCH, MLP_IN}, .data = b->x},
+        {.name = "targets", .dtype = I32, .rank = 1, .dims = {MLP_BATCH}, .data = b->targets},
+    };
+    expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "run");
+    alloy_step_info info;
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+    return info;
+}
+
+static alloy_step_info run_block(alloy_graph *g, batch *b)
+{
+    alloy_host_tensor feeds[2] = {
+        {.name = "tokens", .dtype = I32, .rank = 2, .dims = {2, 8}, .data = b->tokens},
+        {.name = "targets", .dtype = I32, .rank = 1, .dims = {16}, .data = b->block_targets},
+    };
+    expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "run");
+    alloy_step_info info;
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+    return info;
+}
+
+/* How far a loss or parameter may drift from the CPU's in a few steps:
+ * the GEMMs and row sums add in another order, and under AMP a rounding
+ * that differs by one unit of f16/bf16 moves what follows by that much. */
+static double tolerance(alloy_dtype amp) { return amp == F32 ? 2e-4 : amp == F16 ? 1e-2 : 5e-2; }
+
+/* Largest difference between every state tensor of a and b relative to the
+ * tensor's largest magnitude (NaN against a number: inf). */
+static double state_distance(alloy_graph *a, alloy_graph *b, char *worst_name, size_t len)
+{
+    double worst = 0;
+    int n = alloy_graph_state_count(a);
+    assert_int_equal(n, alloy_graph_state_count(b));
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor ta, tb;
+        expect_ok(a, alloy_graph_state_at(a, i, &ta), "state_at");
+        expect_ok(b, alloy_graph_get_state(b, ta.name, &tb), ta.name);
+        int64_t count = alloy_host_tensor_numel(&ta);
+        double scale = 0, diff = 0;
+        for (int64_t k = 0; k < count; k++) scale = fmax(scale, fabs(test_decode(ta.dtype, ta.data, k)));
+        for (int64_t k = 0; k < count; k++) {
+            double x = test_decode(ta.dtype, ta.data, k), y = test_decode(tb.dtype, tb.data, k);
+            double d = isnan(x) != isnan(y) ? INFINITY : isnan(x) ? 0 : fabs(x - y) / (scale > 0 ? scale : 1);
+            diff = fmax(diff, d);
+        }
+        if (diff > worst) {
+            worst = diff;
+            snprintf(worst_name, len, "%s", ta.name);
+        }
+    }
+    return worst;
+}
+
+/* ---- training steps against the CPU ---- */
+
+/* steps steps of the MLP (or the block) on the CPU and on CUDA from the same
+ * initial state: the same skip decisions and scales every step, losses and
+ * the final state within tolerance(amp). */
+static void train_against_cpu(target t, bool block, alloy_dtype amp, int steps)
+{
+    use_target(t);
+    alloy_graph *cpu = block ? block_step("cpu", amp) : mlp_step("cpu", amp, true);
+    alloy_graph *gpu = block ? block_step("cuda", amp) : mlp_step("cuda", amp, true);
+    double worst_loss = 0;
+    for (int s = 0; s < steps; s++) {
+        batch b = make_batch(100 + (uint64_t)s, 2.0);
+        alloy_step_info a = block ? run_block(cpu, &b) : run_mlp(cpu, &b);
+        alloy_step_info c = block ? run_block(gpu, &b) : run_mlp(gpu, &b);
+        assert_int_equal(a.skipped, c.skipped);
+        assert_true(a.scale == c.scale);
+        assert_int_equal(a.step, c.step);
+        assert_int_equal(a.skipped_steps, c.skipped_steps);
+        double rel = fabs(a.loss - c.loss) / fmax(fabs(a.loss), 1e-6);
+        if (!(rel <= tolerance(amp)))
+            fail_msg("step %d: loss %.9g on the CPU, %.9g on CUDA (relative %.3g > %.3g)", s, a.loss, c.loss, rel,
+                     tolerance(amp));
+        worst_loss = fmax(worst_loss, rel);
+    }
+    char name[128] = "";
+    double d = state_distance(cpu, gpu, name, sizeof name);
+    print_message("%s %s, %d steps on %s: worst loss difference %.3g, worst state difference %.3g (%s); %s\n",
+                  block ? "transformer block" : "mlp", amp == F32 ? "fp32" : amp == F16 ? "f16 AMP" : "bf16 AMP", steps,
+                  t == ON_GPU ? "the GPU" : "the emulated device", worst_loss, d, name, alloy_graph_device(gpu));
+    if (!(d <= tolerance(amp))) fail_msg("state '%s' differs by %.3g (> %.3g)", name, d, tolerance(amp));
+    alloy_graph_free(cpu);
+    alloy_graph_free(gpu);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_mlp_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, false, F32, 6); }
+static void emu_mlp_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, false, F16, 6); }
+static void emu_mlp_bf16(void **state) { (void)state; train_against_cpu(ON_EMULATION, false, BF16, 6); }
+static void emu_block_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, true, F16, 3); }
+static void emu_block_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, true, F32, 2); }
+static void gpu_mlp_fp32(void **state) { (void)state; train_against_cpu(ON_GPU, false, F32, 20); }
+static void gpu_mlp_f16(void **state) { (void)state; train_against_cpu(ON_GPU, false, F16, 20); }
+static void gpu_mlp_bf16(void **state) { (void)state; train_against_cpu(ON_GPU, false, BF16, 20); }
+static void gpu_block_f16(void **state) { (void)state; train_against_cpu(ON_GPU, true, F16, 20); }
+static void gpu_block_bf16(void **state) { (void)state; train_against_cpu(ON_GPU, true, BF16, 20); }
+
+/* ---- a skipped step ---- */
+
+/* f16 AMP with the dynamic scaler: a batch with values beyond f16's range
+ * makes the gradients inf; the step is skipped on CUDA as on the CPU, every
+ * parameter and moment keeps its bits, the scale halves, training goes on. */
+static void injected_inf_is_skipped(target t)
+{
+    use_target(t);
+    alloy_graph *cpu = mlp_step("cpu", F16, true), *gpu = mlp_step("cuda", F16, true);
+    for (int s = 0; s < 3; s++) {
+        batch b = make_batch(7 + (uint64_t)s, 1.0);
+        run_mlp(cpu, &b);
+        run_mlp(gpu, &b);
+    }
+    snapshot before = take_snapshot(gpu);
+    batch huge = make_batch(99, 1e6); /* 1e6 overflows f16 (max 65504) */
+    alloy_step_info a = run_mlp(cpu, &huge), c = run_mlp(gpu, &huge);
+    assert_true(a.skipped);
+    assert_true(c.skipped);
+    assert_true(c.next_scale == c.scale / 2 && a.next_scale == c.next_scale);
+    assert_int_equal(c.skipped_steps, 1);
+    snapshot after = take_snapshot(gpu);
+    assert_int_equal(before.n, after.n);
+    int compared = 0;
+    for (int i = 0; i < before.n; i++) {
+        const char *nm = before.names[i]; /* the scaler's state and the counters move; nothing else may */
+        if (strncmp(nm, "scaler.", 7) == 0 || strncmp(nm, "optim.", 6) == 0 || strncmp(nm, "step.", 5) == 0) continue;
+        assert_string_equal(before.names[i], after.names[i]);
+        if (memcmp(before.data[i], after.data[i], before.bytes[i]) != 0)
+            fail_msg("'%s' changed across the skipped step", before.names[i]);
+        compared++;
+    }
+    assert_true(compared >= 12); /* w1 b1 w2 b2, each with m and v */
+    batch b = make_batch(50, 1.0);
+    a = run_mlp(cpu, &b), c = run_mlp(gpu, &b);
+    assert_false(c.skipped);
+    assert_true(fabs(a.loss - c.loss) <= tolerance(F16) * fabs(a.loss));
+    free_snapshot(&before);
+    free_snapshot(&after);
+    alloy_graph_free(cpu);
+    alloy_graph_free(gpu);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_injected_inf(void **state) { (void)state; injected_inf_is_skipped(ON_EMULATION); }
+static void gpu_injected_inf(void **state) { (void)state; injected_inf_is_skipped(ON_GPU); }
+
+/* ---- captured graphs against direct launches ---- */
+
+static void replay_equals_direct(target t)
+{
+    use_target(t);
+    emu_device_stats s0 = emu_totals();
+    alloy_graph *graph = mlp_step("cuda", F16, true), *direct = mlp_step("cuda", F16, false);
+    for (int s = 0; s < 5; s++) {
+        batch b = make_batch(300 + (uint64_t)s, 1.0);
+        alloy_step_info a = run_mlp(graph, &b), c = run_mlp(direct, &b);
+        assert_true(a.loss == c.loss);
+    }
+    snapshot x = take_snapshot(graph), y = take_snapshot(direct);
+    for (int i = 0; i < x.n; i++) {
+        assert_string_equal(x.names[i], y.names[i]);
+        if (memcmp(x.data[i], y.data[i], x.bytes[i]) != 0) fail_msg("'%s' differs between replay and launches", x.names[i]);
+    }
+    if (t == ON_EMULATION) { /* the first run launches, the next four replay one capture */
+        emu_device_stats s1 = emu_totals();
+        assert_int_equal(s1.captures - s0.captures, 1);
+        assert_int_equal(s1.replays - s0.replays, 4);
+    }
+    free_snapshot(&x);
+    free_snapshot(&y);
+    alloy_graph_free(graph);
+    alloy_graph_free(direct);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_replay(void **state) { (void)state; replay_equals_direct(ON_EMULATION); }
+static void gpu_replay(void **state) { (void)state; replay_equals_direct(ON_GPU); }
+
+/* ---- checkpoints across devices ---- */
+
+/* Two steps on `from`, a checkpoint, then two more steps on both `from` and a
+ * fresh graph on `to` that loaded it: the same losses within tolerance. */
+static void checkpoint_moves(target t, const char *from, const char *to)
+{
+    use_target(t);
+    alloy_graph *a = mlp_step(from, F16, true);
+    for (int s = 0; s < 2; s++) {
+        batch b = make_batch(500 + (uint64_t)s, 1.0);
+        run_mlp(a, &b);
+    }
+    const char *path = test_tmp_path("step.safetensors");
+    expect_ok(a, alloy_graph_save_checkpoint(a, path), "save_checkpoint");
+    alloy_graph *b2 = mlp_step(to, F16, true);
+    expect_ok(b2, alloy_graph_load_checkpoint(b2, path), "load_checkpoint");
+    for (int s = 0; s < 2; s++) {
+        batch b = make_batch(600 + (uint64_t)s, 1.0);
+        alloy_step_info x = run_mlp(a, &b), y = run_mlp(b2, &b);
+        assert_int_equal(x.step, y.step);
+        assert_true(x.scale == y.scale);
+        if (!(fabs(x.loss - y.loss) <= tolerance(F16) * fabs(x.loss)))
+            fail_msg("%s -> %s, step %d after the load: loss %.9g against %.9g", from, to, s, x.loss, y.loss);
+    }
+    alloy_graph_free(a);
+    alloy_graph_free(b2);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_checkpoint_to_cpu(void **state) { (void)state; checkpoint_moves(ON_EMULATION, "cuda", "cpu"); }
+static void emu_checkpoint_from_cpu(void **state) { (void)state; checkpoint_moves(ON_EMULATION, "cpu", "cuda"); }
+static void gpu_checkpoint_to_cpu(void **state) { (void)state; checkpoint_moves(ON_GPU, "cuda", "cpu"); }
+static void gpu_checkpoint_from_cpu(void **state) { (void)state; checkpoint_moves(ON_GPU, "cpu", "cuda"); }
+
+/* ---- GEMM layouts ---- */
+
+/* out = matmul(a, b) with transposes and broadcast batch dims, against an
+ * f64 loop over the row-major definition. */
+typedef struct gemm_case {
+    int ra, rb;
+    int64_t da[4], db[4];
+    bool ta, tb;
+    alloy_dtype dt;
+} gemm_case;
+
+static double element(const double *x, int rank, const int64_t *dims, const int64_t *idx_batch, int ob, int64_t r,
+                      int64_t c)
+{
+    int64_t off = 0, stride = 1;
+    off += c * stride, stride *= dims[rank - 1];
+    off += r * stride, stride *= dims[rank - 2];
+    for (int d = rank - 3; d >= 0; d--) {
+        int od = d - (rank - 2) + ob; /* the output's batch dim it aligns with */
+        int64_t i = dims[d] == 1 ? 0 : idx_batch[od];
+        off += i * stride, stride *= dims[d];
+    }
+    return x[off];
+}
+
+static void gemm_layouts(target t)
+{
+    use_target(t);
+    static const gemm_case cases[] = {
+        {2, 2, {5, 7}, {7, 3}, false, false, F32},
+        {2, 2, {7, 5}, {7, 3}, true, false, F32},
+        {2, 2, {5, 7}, {3, 7}, false, true, F32},
+        {2, 2, {7, 5}, {3, 7}, true, true, F16},
+        {3, 2, {4, 5, 6}, {6, 3}, false, false, F32},       /* b broadcast over the batch */
+        {3, 3, {4, 5, 6}, {4, 6, 3}, false, false, BF16},   /* one strided batch */
+        {4, 3, {2, 3, 5, 6}, {3, 6, 4}, false, false, F32}, /* b broadcast over the outer dim: calls per outer index */
+        {4, 4, {2, 1, 5, 6}, {1, 3, 4, 6}, false, true, F64},
+        {3, 3, {2, 6, 5}, {2, 4, 6}, true, true, F16},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const gemm_case *k = &cases[ci];
+        alloy_graph *g = alloy_graph_new("gemm");
+        alloy_tensor *a = alloy_input(g, "a", k->dt, k->ra, k->da), *b = alloy_input(g, "b", k->dt, k->rb, k->db);
+        alloy_tensor *o = alloy_matmul(g, a, b, k->ta, k->tb);
+        expect_ok(g, alloy_output(g, "out", o), "output");
+        expect_ok(g, alloy_graph_set_option(g, "device", "cuda"), "device");
+        int64_t na = 1, nb = 1;
+        for (int i = 0; i < k->ra; i++) na *= k->da[i];
+        for (int i = 0; i < k->rb; i++) nb *= k->db[i];
+        double *va = test_malloc(sizeof(double) * (size_t)na), *vb = test_malloc(sizeof(double) * (size_t)nb);
+        for (int64_t i = 0; i < na; i++) va[i] = test_uniform(-1, 1);
+        for (int64_t i = 0; i < nb; i++) vb[i] = test_uniform(-1, 1);
+        size_t es = alloy_dtype_size(k->dt);
+        void *ba = test_malloc(es * (size_t)na), *bb = test_malloc(es * (size_t)nb);
+        test_encode(k->dt, va, ba, na);
+        test_encode(k->dt, vb, bb, nb);
+        cvt_load_f64(k->dt, ba, va, (size_t)na); /* the values as rounded to dt */
+        cvt_load_f64(k->dt, bb, vb, (size_t)nb);
+        alloy_host_tensor feeds[2] = {{.name = "a", .dtype = k->dt, .rank = k->ra, .data = ba},
+                                      {.name = "b", .dtype = k->dt, .rank = k->rb, .data = bb}};
+        memcpy(feeds[0].dims, k->da, sizeof(int64_t) * (size_t)k->ra);
+        memcpy(feeds[1].dims, k->db, sizeof(int64_t) * (size_t)k->rb);
+        alloy_host_tensor out = {.name = "out"};
+        expect_ok(g, alloy_graph_run(g, feeds, 2, &out, 1), "run");
+        int ob = out.rank - 2;
+        int64_t m = out.dims[ob], n = out.dims[ob + 1], kk = k->ta ? k->da[k->ra - 2] : k->da[k->ra - 1];
+        int64_t batches = alloy_host_tensor_numel(&out) / (m * n), worst_at = -1;
+        double worst = 0;
+        for (int64_t bi = 0; bi < batches; bi++) {
+            int64_t idx[4] = {0}, rem = bi;
+            for (int d = ob - 1; d >= 0; d--) idx[d] = rem % out.dims[d], rem /= out.dims[d];
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double want = 0;
+                    for (int64_t p = 0; p < kk; p++)
+                        want += (k->ta ? element(va, k->ra, k->da, idx, ob, p, i) : element(va, k->ra, k->da, idx, ob, i, p)) *
+                                (k->tb ? element(vb, k->rb, k->db, idx, ob, j, p) : element(vb, k->rb, k->db, idx, ob, p, j));
+                    double got = test_decode(k->dt, out.data, (bi * m + i) * n + j);
+                    double e = fabs(got - want);
+                    if (e > worst) worst = e, worst_at = (bi * m + i) * n + j;
+                }
+        }
+        double tol = k->dt == F64 ? 1e-12 : k->dt == F32 ? 1e-5 : k->dt == F16 ? 8e-3 : 6e-2;
+        if (!(worst <= tol)) fail_msg("case %zu: element %lld off by %.3g (> %.3g)", ci, (long long)worst_at, worst, tol);
+        test_free(va), test_free(vb), test_free(ba), test_free(bb);
+        alloy_graph_free(g);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_EMULATION); }
+static void gpu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_GPU); }
+
+/* ---- choosing the device ---- */
+
+/* device=auto on a machine without a GPU runs on the CPU and says why; device=cuda is an error naming what is missing. */
+static void device_choice(void **state)
+{
+    (void)state;
+    rt_backend_set_cuda_opener(NULL);
+    alloy_graph *g = mlp_step("auto", F32, true);
+    const char *text = alloy_graph_device(g);
+    assert_non_null(text);
+    print_message("device=auto: %s\n", text);
+    if (gpu_available()) {
+        assert_true(strncmp(text, "cuda: ", 6) == 0);
+    } else {
+        assert_true(strncmp(text, "cpu (cuda unavailable: ", 23) == 0);
+        alloy_graph *h = mlp_step("cuda", F32, true);
+        assert_null(alloy_graph_device(h));
+        print_message("device=cuda: %s\n", alloy_last_error(h));
+        assert_int_equal(alloy_graph_status(h), ALLOY_ERR_UNSUPPORTED);
+        assert_non_null(strstr(alloy_last_error(h), gpu_missing));
+        alloy_graph_free(h);
+    }
+    alloy_graph_free(g);
+    /* on the emulated device, the device line names it */
+    char why[256];
+    if (emu_available(why, sizeof why)) {
+        rt_backend_set_cuda_opener(emu_backend_opener);
+        alloy_graph *e = mlp_step("auto", F32, true);
+        text = alloy_graph_device(e);
+        assert_non_null(text);
+        assert_string_equal(text, "cuda: host emulation of CUDA (sm_90)");
+        alloy_graph_free(e);
+        rt_backend_set_cuda_opener(NULL);
+    }
+}
+
+/* "cuda": the emulated device (and the device choice); "cuda gpu": the
+ * GPU, exiting 77 (a skip to meson) with the reason when there is none. */
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest emulated[] = {
+        cmocka_unit_test(device_choice),
+        cmocka_unit_test(emu_gemm_layouts),
+        cmocka_unit_test(emu_mlp_fp32),
+        cmocka_unit_test(emu_mlp_f16),
+        cmocka_unit_test(emu_mlp_bf16),
+        cmocka_unit_test(emu_block_fp32),
+        cmocka_unit_test(emu_block_f16),
+        cmocka_unit_test(emu_injected_inf),
+        cmocka_unit_test(emu_replay),
+        cmocka_unit_test_setup_teardown(emu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(emu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
+    };
+    const struct CMUnitTest gpu[] = {
+        cmocka_unit_test(device_choice),
+        cmocka_unit_test(gpu_gemm_layouts),
+        cmocka_unit_test(gpu_mlp_fp32),
+        cmocka_unit_test(gpu_mlp_f16),
+        cmocka_unit_test(gpu_mlp_bf16),
+        cmocka_unit_test(gpu_block_f16),
+        cmocka_unit_test(gpu_block_bf16),
+        cmocka_unit_test(gpu_injected_inf),
+        cmocka_unit_test(gpu_replay),
+        cmocka_unit_test_setup_teardown(gpu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(gpu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
+    };
+    if (argc > 1 && strcmp(argv[1], "gpu") == 0) {
+        if (!gpu_available()) {
+            printf("SKIP: no GPU to run the CUDA backend on: %s\n", gpu_missing);
+            return 77;
+        }
+        return cmocka_run_group_tests_name("cuda on the GPU", gpu, NULL, NULL);
+    }
+    return cmocka_run_group_tests_name("cuda on the emulated device", emulated, NULL, NULL);
+}
