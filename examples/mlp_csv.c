@@ -23,7 +23,9 @@ static const char usage[] =
     "  --amp f16|bf16|off   mixed precision (default f16, with a dynamic loss scaler)\n"
     "  --seed S             seed of the split, the shuffles and the init (default 1)\n"
     "  --test-fraction F    share of rows held out for testing (default 0.2)\n"
-    "  --device D           auto|cpu|cuda (default auto = cpu; cuda is not built yet: error)\n"
+    "  --device D           auto|cpu|cuda (default auto: the GPU when the NVIDIA driver,\n"
+    "                       a GPU and the CUDA libraries are there, else the CPU; cuda\n"
+    "                       without them: error)\n"
     "  --help               this text\n"
     "Features are standardized with the training split's mean and std. Prints\n"
     "`epoch E loss X test_accuracy A scale S skipped K` per epoch (X: mean training\n"
@@ -109,10 +111,6 @@ static void parse_args(int argc, char **argv, options *o)
             cli_fail(2, "unknown option %s (see --help)", flag);
         }
     }
-    if (!strcmp(o->device, "cuda"))
-        cli_fail(2, "--device cuda: this alloy build has no CUDA backend yet; use --device cpu or auto");
-    if (strcmp(o->device, "auto") && strcmp(o->device, "cpu"))
-        cli_fail(2, "--device wants auto, cpu or cuda, got '%s'", o->device);
 }
 
 static double uniform01(unsigned long long *state) { return ((double)(cli_next_random(state) >> 11) + 0.5) * 0x1p-53; }
@@ -348,6 +346,11 @@ int main(int argc, char **argv)
     build_mlp(eval, &o, &d, eval_batch, false);
     if (alloy_graph_status(train)) cli_fail(1, "building the model: %s", alloy_last_error(train));
     if (alloy_graph_status(eval)) cli_fail(1, "building the model: %s", alloy_last_error(eval));
+    if (alloy_graph_set_option(train, "device", o.device) || alloy_graph_set_option(eval, "device", o.device))
+        cli_fail(2, "--device %s: %s", o.device, alloy_last_error(train));
+    const char *device = alloy_graph_device(train);
+    if (!device) cli_fail(1, "%s", alloy_last_error(train));
+    printf("device: %s\n", device);
 
     float *x = checked_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * (size_t)d.features);
     int *labels = checked_malloc(sizeof(int) * (size_t)B);

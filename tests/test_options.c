@@ -95,6 +95,11 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_int_equal(o.dump_dir[2], '\0');
     assert_int_equal(opt_set(&o, "nvrtc", "/opt/cuda/lib64/libnvrtc.so.13", err, sizeof err), ALLOY_OK);
     assert_string_equal(o.nvrtc, "/opt/cuda/lib64/libnvrtc.so.13");
+    assert_true(o.cuda_graph); /* on by default */
+    assert_int_equal(opt_set(&o, "cuda_graph", "0", err, sizeof err), ALLOY_OK);
+    assert_false(o.cuda_graph);
+    assert_int_equal(opt_set(&o, "cuda_graph", "sometimes", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_false(o.cuda_graph);
     /* "" restores each default */
     for (const opt_key *k = opt_keys; k->name; k++)
         assert_int_equal(opt_set(&o, k->name, "", err, sizeof err), ALLOY_OK);

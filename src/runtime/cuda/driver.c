@@ -36,8 +36,7 @@ alloy_status cu_driver_open(const char *path, cu_driver **out, char *err, size_t
     d->library = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!d->library) {
         const char *why = dlerror();
-        al_fmt(err, errlen, "the NVIDIA driver library %s cannot be loaded (%s): no NVIDIA driver is installed", lib,
-               why ? why : "not found");
+        al_fmt(err, errlen, "no NVIDIA driver: %s", why ? why : lib);
         cu_driver_close(d);
         return ALLOY_ERR_UNSUPPORTED;
     }
