@@ -11,11 +11,15 @@
 #include <string.h>
 
 #include "alloy/alloy.h"
+#include "alloy_config.h"
 #include "base/convert.h"
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
 #include "models.h"
 #include "runtime/backend.h"
+#if ALLOY_HAVE_CUDA
+#include "runtime/cuda/driver.h"
+#endif
 #include "support.h"
 
 /* Which device a test runs its CUDA side on. */
@@ -462,10 +466,40 @@ static void device_choice(void **state)
 
 /* "cuda": the emulated device (and the device choice); "cuda gpu": the
  * GPU, exiting 77 (a skip to meson) with the reason when there is none. */
+/* The driver loader on the CUDA toolkit's stub libcuda.so (what machines
+ * without a GPU have): a clear refusal, not a crash or a half-open driver. */
+static void stub_driver_is_refused(void **state)
+{
+    (void)state;
+#if ALLOY_HAVE_CUDA
+    const char *cuda = getenv("CUDA_PATH");
+    char stub[1024];
+    snprintf(stub, sizeof stub, "%s/lib64/stubs/libcuda.so", cuda && *cuda ? cuda : "/usr/local/cuda");
+    FILE *f = fopen(stub, "rb");
+    if (!f) {
+        print_message("SKIP: no stub driver at %s\n", stub);
+        skip();
+    }
+    fclose(f);
+    cu_driver *d = NULL;
+    char err[512];
+    assert_int_equal(cu_driver_open(stub, &d, err, sizeof err), ALLOY_ERR_UNSUPPORTED);
+    assert_null(d);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "stub library, not an NVIDIA driver"));
+    assert_int_equal(cu_driver_open("/nonexistent/libcuda.so.1", &d, err, sizeof err), ALLOY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "no NVIDIA driver: /nonexistent/libcuda.so.1"));
+#else
+    print_message("SKIP: this build has no CUDA\n");
+    skip();
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest emulated[] = {
         cmocka_unit_test(device_choice),
+        cmocka_unit_test(stub_driver_is_refused),
         cmocka_unit_test(emu_gemm_layouts),
         cmocka_unit_test(emu_mlp_fp32),
         cmocka_unit_test(emu_mlp_f16),

@@ -52,8 +52,12 @@ alloy_status cu_driver_open(const char *path, cu_driver **out, char *err, size_t
 #define CU_DRIVER_LOAD(name, params)                                                                           \
     r = get(#name, (void **)&d->name, CU_DRIVER_ABI, CU_GET_PROC_ADDRESS_DEFAULT, &found);                     \
     if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !d->name) {                               \
-        al_fmt(err, errlen, "the CUDA driver %s has no %s at CUDA %d.%d's ABI (status %d): update the driver", \
-               lib, #name, CU_DRIVER_ABI / 1000, CU_DRIVER_ABI % 1000 / 10, (int)found);                       \
+        if (r == CUDA_ERROR_STUB_LIBRARY)                                                                      \
+            al_fmt(err, errlen, "%s is the CUDA toolkit's stub library, not an NVIDIA driver", lib);         \
+        else                                                                                                   \
+            al_fmt(err, errlen, "the CUDA driver %s has no %s at CUDA %d.%d's ABI (error %d, status %d): "     \
+                   "update the driver", lib, #name, CU_DRIVER_ABI / 1000, CU_DRIVER_ABI % 1000 / 10, (int)r,   \
+                   (int)found);                                                                                \
         cu_driver_close(d);                                                                                    \
         return ALLOY_ERR_UNSUPPORTED;                                                                          \
     }

@@ -104,6 +104,8 @@ static alloy_status d_download(cdev *dev, void *dst, cdev_ptr src, size_t bytes)
 static alloy_status d_copy(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes)
 {
     drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
     DRV_CHECK(d, d->drv->cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, d->stream), "cuMemcpyDtoDAsync");
     return ALLOY_OK;
 }
@@ -111,6 +113,8 @@ static alloy_status d_copy(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes)
 static alloy_status d_zero(cdev *dev, cdev_ptr dst, size_t bytes)
 {
     drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
     DRV_CHECK(d, d->drv->cuMemsetD8Async((CUdeviceptr)dst, 0, bytes, d->stream), "cuMemsetD8Async");
     return ALLOY_OK;
 }
@@ -178,6 +182,8 @@ static alloy_status d_launch(cdev *dev, cdev_function *f, unsigned grid, unsigne
 {
     drv_device *d = drv_of(dev);
     (void)nparams;
+    alloy_status st = current(d); /* the calling thread may not be the one that opened the device */
+    if (st) return st;
     DRV_CHECK(d, d->drv->cuLaunchKernel((CUfunction)f, grid, 1, 1, block, 1, 1, 0, d->stream, params, NULL),
               "cuLaunchKernel");
     return ALLOY_OK;
@@ -204,6 +210,8 @@ static alloy_status d_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
 static alloy_status d_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr out)
 {
     drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
     return blt_gemm_run(d->blt, &h->g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)out,
                         (void *)(uintptr_t)d->workspace, (cudaStream_t)d->stream, dev->error, sizeof dev->error);
 }
@@ -256,6 +264,8 @@ static void d_graph_free(cdev *dev, void *graph)
 static alloy_status d_sync(cdev *dev)
 {
     drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
     DRV_CHECK(d, d->drv->cuStreamSynchronize(d->stream), "the step's kernels");
     return ALLOY_OK;
 }
