@@ -428,6 +428,42 @@ static void gemm_layouts(target t)
 static void emu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_EMULATION); }
 static void gpu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_GPU); }
 
+/* ---- out of device memory ---- */
+
+/* An arena that does not fit: the run fails naming the bytes asked and
+ * free, and once memory is there the same graph trains as if nothing
+ * happened. */
+static void emu_out_of_memory(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    alloy_graph *g = mlp_step("cuda", F16, true), *ref = mlp_step("cpu", F16, true);
+    alloy_memory_info mi;
+    expect_ok(g, alloy_graph_memory_info(g, &mi), "memory_info"); /* compiles, opens the device */
+    assert_int_equal(alloy_graph_state_count(g) > 0, 1);                /* the state is on the device */
+    emu_device_set_budget(emu_device_in_use() + mi.arena_bytes / 2);    /* the arena does not fit */
+    batch b = make_batch(1, 1.0);
+    alloy_host_tensor feeds[2] = {
+        {.name = "x", .dtype = F32, .rank = 2, .dims = {MLP_BATCH, MLP_IN}, .data = b.x},
+        {.name = "targets", .dtype = I32, .rank = 1, .dims = {MLP_BATCH}, .data = b.targets},
+    };
+    alloy_status st = alloy_graph_run(g, feeds, 2, NULL, 0);
+    emu_device_set_budget(SIZE_MAX);
+    print_message("%s\n", alloy_last_error(g));
+    assert_int_equal(st, ALLOY_ERR_OOM);
+    assert_non_null(strstr(alloy_last_error(g), "out of GPU memory: asked "));
+    assert_non_null(strstr(alloy_last_error(g), " free"));
+    for (int s = 0; s < 3; s++) {
+        batch c = make_batch(40 + (uint64_t)s, 1.0);
+        alloy_step_info x = run_mlp(ref, &c), y = run_mlp(g, &c);
+        assert_true(fabs(x.loss - y.loss) <= tolerance(F16) * fabs(x.loss));
+        assert_int_equal(x.step, y.step);
+    }
+    alloy_graph_free(g);
+    alloy_graph_free(ref);
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* ---- choosing the device ---- */
 
 /* device=auto on a machine without a GPU runs on the CPU and says why; device=cuda is an error naming what is missing. */
@@ -508,6 +544,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_block_f16),
         cmocka_unit_test(emu_injected_inf),
         cmocka_unit_test(emu_replay),
+        cmocka_unit_test(emu_out_of_memory),
         cmocka_unit_test_setup_teardown(emu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(emu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
     };

@@ -58,23 +58,44 @@ static alloy_status fail(cdev *dev, alloy_status st, const char *fmt, const char
     return st;
 }
 
+/* Device memory every emulated device may hold at once (emu_device_set_budget). */
+static size_t budget = SIZE_MAX, in_use;
+
+void emu_device_set_budget(size_t bytes) { budget = bytes; }
+
+size_t emu_device_in_use(void) { return in_use; }
+
+/* Each block starts with a 256-byte header holding its size; the address
+ * handed out follows it (256-aligned, as cuMemAlloc's are). */
 static alloy_status e_alloc(cdev *dev, size_t bytes, cdev_ptr *out)
 {
     size_t size = (bytes + 255) / 256 * 256;
-    void *p = aligned_alloc(256, size ? size : 256);
+    if (size > budget - in_use) {
+        snprintf(dev->error, sizeof dev->error, "out of GPU memory: asked %zu bytes, %zu of %zu free", bytes,
+                 budget - in_use, budget);
+        return ALLOY_ERR_OOM;
+    }
+    char *p = aligned_alloc(256, size + 256);
     if (!p) {
         snprintf(dev->error, sizeof dev->error, "out of emulated GPU memory: asked %zu bytes", bytes);
         return ALLOY_ERR_OOM;
     }
-    memset(p, 0xff, size ? size : 256);
-    *out = (cdev_ptr)(uintptr_t)p;
+    memcpy(p, &size, sizeof size);
+    memset(p + 256, 0xff, size);
+    in_use += size;
+    *out = (cdev_ptr)(uintptr_t)(p + 256);
     return ALLOY_OK;
 }
 
 static void e_release(cdev *dev, cdev_ptr ptr)
 {
     (void)dev;
-    free((void *)(uintptr_t)ptr);
+    if (!ptr) return;
+    char *p = (char *)(uintptr_t)ptr - 256;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    in_use -= size;
+    free(p);
 }
 
 static alloy_status e_upload(cdev *dev, cdev_ptr dst, const void *src, size_t bytes)

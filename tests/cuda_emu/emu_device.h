@@ -16,6 +16,11 @@ typedef struct emu_device_stats {
  * missing. */
 cdev *emu_device_open(int sm, char *err, size_t errlen);
 emu_device_stats emu_device_get_stats(const cdev *dev);
+/* Caps the memory all emulated devices hold together (SIZE_MAX: none); an
+ * allocation past it fails as cuMemAlloc's out-of-memory does. */
+void emu_device_set_budget(size_t bytes);
+/* Bytes all emulated devices hold now. */
+size_t emu_device_in_use(void);
 /* An rt_backend_opener: the CUDA backend on a fresh emulated sm_90 device
  * (rt_backend_set_cuda_opener(emu_backend_opener) puts every graph's
  * device=cuda, and auto, on it). */
