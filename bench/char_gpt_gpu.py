@@ -17,7 +17,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from char_gpt_torch import build_model  # noqa: E402
+from char_gpt_torch import add_model_args, build_model  # noqa: E402
 
 
 def time_config(torch, args, dtype, compiled):
@@ -60,12 +60,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--context", type=int, default=64)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=76)
+    add_model_args(ap)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")

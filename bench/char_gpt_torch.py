@@ -106,16 +106,21 @@ def time_config(torch, args, autocast_dtype):
     return args.batch * args.context / statistics.median(seconds)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+def add_model_args(ap):
+    """The model's shape flags, char_gpt's defaults (shared with char_gpt_gpu.py)."""
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=76)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    add_model_args(ap)
     ap.add_argument("--threads", type=int, default=0, help="0 = torch's default")
     args = ap.parse_args()
     # torch warns on import when numpy is missing; the benchmark needs no numpy.

@@ -435,6 +435,18 @@ ir_attr ir_a_floats(const char *name, int n, const double *v)
 int64_t ir_numel(const ir_type *t) { return al_numel(t->rank, t->dims); }
 size_t ir_nbytes(const ir_type *t) { return (size_t)ir_numel(t) * alloy_dtype_size(t->dtype); }
 
+void ir_matmul_batch_strides(const ir_type *t, int out_batch_rank, int64_t *stride)
+{
+    int own = t->rank - 2;
+    int64_t step = t->dims[t->rank - 2] * t->dims[t->rank - 1];
+    for (int d = out_batch_rank - 1; d >= 0; d--) {
+        int td = d - (out_batch_rank - own);
+        int64_t size = td >= 0 ? t->dims[td] : 1;
+        stride[d] = size == 1 ? 0 : step;
+        step *= size;
+    }
+}
+
 bool ir_type_eq(const ir_type *a, const ir_type *b)
 {
     return a->dtype == b->dtype && a->rank == b->rank &&

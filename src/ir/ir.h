@@ -210,6 +210,10 @@ AL_HIDDEN ir_attr ir_a_floats(const char *name, int n, const double *v);
 /* Type helpers. */
 AL_HIDDEN int64_t ir_numel(const ir_type *t);
 AL_HIDDEN size_t ir_nbytes(const ir_type *t);
+/* matmul's batch broadcast: for each of the output's out_batch_rank batch
+ * dims, how far operand t's data moves (elements) when that index grows by
+ * one; 0 where t broadcasts (lacks the dim or has size 1). */
+AL_HIDDEN void ir_matmul_batch_strides(const ir_type *t, int out_batch_rank, int64_t *stride);
 AL_HIDDEN bool ir_type_eq(const ir_type *a, const ir_type *b);
 AL_HIDDEN bool ir_is_float(alloy_dtype dt); /* f32 f16 bf16 f64 */
 AL_HIDDEN bool ir_is_int(alloy_dtype dt);   /* i32 i64 */

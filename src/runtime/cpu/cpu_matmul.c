@@ -5,20 +5,6 @@
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
 
-/* For each of the output's batch dims, how far an operand's data moves (in
- * elements) when that index grows by one: 0 where the operand broadcasts. */
-static void batch_strides(const ir_type *t, int out_batch_rank, int64_t *stride)
-{
-    int own = t->rank - 2;
-    int64_t step = t->dims[t->rank - 2] * t->dims[t->rank - 1];
-    for (int d = out_batch_rank - 1; d >= 0; d--) {
-        int td = d - (out_batch_rank - own);
-        int64_t size = td >= 0 ? t->dims[td] : 1;
-        stride[d] = size == 1 ? 0 : step;
-        step *= size;
-    }
-}
-
 /* What one matmul needs: sizes, leading dims and the batch walk. */
 typedef struct mm_plan {
     bool trans_a, trans_b;
@@ -91,8 +77,8 @@ alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
         p.batch_dims[d] = to->dims[d];
         p.batches *= to->dims[d];
     }
-    batch_strides(ta, p.batch_rank, p.stride_a);
-    batch_strides(tb, p.batch_rank, p.stride_b);
+    ir_matmul_batch_strides(ta, p.batch_rank, p.stride_a);
+    ir_matmul_batch_strides(tb, p.batch_rank, p.stride_b);
 
     if (ir_numel(to) == 0) return ALLOY_OK;
     if (p.k == 0) { /* empty sums: all-zero bytes are +0 in every float dtype */

@@ -74,20 +74,6 @@ static bool place_or_fail(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     return false;
 }
 
-/* Strides (elements) of operand t over the output's batch dims bdims[0..r):
- * 0 where t broadcasts. */
-static void operand_strides(const ir_type *t, int r, int64_t *stride)
-{
-    int own = t->rank - 2;
-    int64_t step = t->dims[t->rank - 2] * t->dims[t->rank - 1];
-    for (int d = r - 1; d >= 0; d--) {
-        int td = d - (r - own);
-        int64_t size = td >= 0 ? t->dims[td] : 1;
-        stride[d] = size == 1 ? 0 : step;
-        step *= size;
-    }
-}
-
 /* The GEMMs of matmul n into `out` (dtype d): one strided-batched call per
  * combination of the batch dims that do not fold into one stride. */
 static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
@@ -107,8 +93,8 @@ static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int st
     int r = to->rank - 2, nb = 0;
     int64_t sa_all[ALLOY_MAX_RANK], sb_all[ALLOY_MAX_RANK], dims[ALLOY_MAX_RANK], sa[ALLOY_MAX_RANK],
         sb[ALLOY_MAX_RANK], sd[ALLOY_MAX_RANK];
-    operand_strides(ta, r, sa_all);
-    operand_strides(tb, r, sb_all);
+    ir_matmul_batch_strides(ta, r, sa_all);
+    ir_matmul_batch_strides(tb, r, sb_all);
     int64_t step_d = m * nn, sd_all[ALLOY_MAX_RANK]; /* the output is dense */
     for (int i = r - 1; i >= 0; i--) {
         sd_all[i] = step_d;
