@@ -313,6 +313,22 @@ void gemm_f32_portable(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 }
 
 #if USE_CBLAS
+/* The BLAS's own pool gets alloy's thread count (num_threads): left alone,
+ * OpenBLAS starts one thread per CPU whatever alloy was asked for, and its
+ * spinning workers fight alloy's. Set only when it changes. */
+static void blas_threads(int threads)
+{
+#ifdef OPENBLAS_VERSION
+    static _Atomic int set;
+    if (set != threads) {
+        openblas_set_num_threads(threads);
+        set = threads;
+    }
+#else
+    (void)threads;
+#endif
+}
+
 static bool fits_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
 {
     return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
@@ -329,6 +345,7 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     /* Degenerate shapes stay here: the BLAS would insist on lda >= 1 and so on. */
     if (env_blas && m > 0 && n > 0 && k > 0 && alpha != 0.0f &&
         fits_int(m, n, k, lda, ldb, ldc)) {
+        blas_threads(env_threads);
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
                     b, (int)ldb, beta, c, (int)ldc);
@@ -395,6 +412,7 @@ void gemm_f64(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doubl
     init_env();
 #if USE_CBLAS
     if (env_blas && m > 0 && n > 0 && k > 0 && alpha != 0.0 && fits_int(m, n, k, lda, ldb, ldc)) {
+        blas_threads(env_threads);
         cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
                     b, (int)ldb, beta, c, (int)ldc);
