@@ -663,6 +663,30 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
     alloy_grad_scaler odd = alloy_dynamic_scaler();
     odd.kind = (alloy_scaler_kind)7;
     EXPECT_REJECTED(g, odd, "kind", "7");
+    /* NaN and infinities in every field the kind uses; the message starts
+     * with the field (a NaN or infinite min_scale or growth_factor used to
+     * be accepted: an infinite min_scale makes every later step skip) */
+    const struct {
+        alloy_grad_scaler sc;
+        const char *field;
+    } non_finite[] = {
+        {dynamic(NAN, 2, 0.5, 4, 0), "init_scale"},       {dynamic(512, INFINITY, 0.5, 4, 0), "growth_factor"},
+        {dynamic(512, NAN, 0.5, 4, 0), "growth_factor"},  {dynamic(512, 2, NAN, 4, 0), "backoff_factor"},
+        {dynamic(512, 2, -INFINITY, 4, 0), "backoff_factor"}, {dynamic(512, 2, 0.5, 4, NAN), "min_scale"},
+        {dynamic(512, 2, 0.5, 4, INFINITY), "min_scale"}, {dynamic(512, 2, 0.5, 4, 1e39), "min_scale"},
+        {dynamic(512, 2, 0.5, 4, -INFINITY), "min_scale"}, {alloy_static_scaler(INFINITY), "init_scale"},
+        {alloy_static_scaler(NAN), "init_scale"},         {dynamic(512, 1.0, 0.5, 4, 0), "growth_factor"},
+        {dynamic(512, 2, 1.0, 4, 0), "backoff_factor"},   {dynamic(512, 2, 0.5, 0, 0), "growth_interval"},
+        {dynamic(512, 2, 0.5, 4, -1), "min_scale"},
+    };
+    for (size_t i = 0; i < sizeof non_finite / sizeof *non_finite; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "set_grad_scaler: %s is ", non_finite[i].field);
+        alloy_status st = alloy_graph_set_grad_scaler(g, non_finite[i].sc);
+        if (st != ALLOY_ERR_INVALID || strncmp(alloy_last_error(g), want, strlen(want)) != 0)
+            fail_msg("case %zu: %s \"%s\", expected invalid argument starting \"%s\"", i, alloy_status_name(st),
+                     st ? alloy_last_error(g) : "", want);
+    }
     /* none of them replaced the scaler that was set: 512, grows after 4 */
     for (int step = 0; step < 5; step++) {
         float x[N] = {0.5f, -0.5f, 0.25f, 1};
