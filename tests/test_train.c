@@ -493,6 +493,179 @@ static void test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_te
     alloy_graph_free(scaled);
 }
 
+/* ---- what a load checks beyond names, dtypes and shapes ---- */
+
+/* Writes byte v at offset at of the open file f, in place. */
+static void put_byte(FILE *f, size_t at, unsigned v)
+{
+    assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
+    assert_int_equal(fputc((int)v, f), (int)v);
+    assert_int_equal(fflush(f), 0);
+}
+
+/* The first occurrence of the NUL-terminated needle in p[0..n), or NULL. */
+static unsigned char *find_bytes(unsigned char *p, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(p + i, needle, k) == 0) return p + i;
+    return NULL;
+}
+
+/* src rewritten to dst with tensor `name`'s bytes replaced by value (NULL:
+ * unchanged) and, when keep_checksum, src's metadata kept; without it the
+ * file has no checksum, as one written by PyTorch or edited by another tool. */
+static void rewrite_checkpoint(const char *src, const char *dst, const char *name, const void *value, bool keep_checksum)
+{
+    alloy_safetensors *st = NULL;
+    char err[512];
+    if (alloy_safetensors_load(src, &st, err, sizeof err)) fail_msg("%s", err);
+    int n = alloy_safetensors_count(st);
+    alloy_host_tensor ts[32];
+    assert_true(n <= 32);
+    bool found = !name;
+    for (int i = 0; i < n; i++) {
+        ts[i] = *alloy_safetensors_get(st, i);
+        if (name && strcmp(ts[i].name, name) == 0) ts[i].data = (void *)(uintptr_t)value, found = true;
+    }
+    if (!found) fail_msg("%s has no tensor '%s'", src, name);
+    const char *keys[] = {"format", "alloy.checksum"};
+    const char *vals[] = {"pt", alloy_safetensors_metadata(st, "alloy.checksum")};
+    if (keep_checksum) assert_non_null(vals[1]);
+    if (alloy_safetensors_save(dst, ts, n, keys, vals, keep_checksum ? 2 : 1, err, sizeof err)) fail_msg("%s", err);
+    alloy_safetensors_free(st);
+}
+
+/* Counters and scaler state with values alloy never writes: each load is
+ * refused with an error naming the file, the tensor and the value, and the
+ * graph keeps its state byte for byte; set_state refuses the same values.
+ * The files carry no checksum (written by another tool), so the value
+ * checks alone catch them. Before these checks optim.step = -1 loaded and
+ * made every parameter NaN at the next step, and a scale of 0, NaN or inf
+ * loaded and skipped every later step. */
+static void test_a_checkpoint_with_a_negative_counter_or_a_bad_scale_is_refused_and_changes_nothing(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *g = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true, .growth_interval = 4});
+    train(g, 0, 3, NULL);
+    const char *path = test_tmp_path("ckpt.safetensors"), *bad = test_tmp_path("bad.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    train(g, 3, 5, NULL); /* the state now differs from the file */
+    const int32_t minus_one = -1, minus_many = INT32_MIN, four = 4;
+    const float zero = 0, nan = NAN, inf = INFINITY, negative = -1024, tiny_negative = -0x1p-149f;
+    const struct {
+        const char *name;
+        const void *value;
+        const char *says; /* in the message: the value as printed */
+    } cases[] = {
+        {"optim.step", &minus_one, "-1"},
+        {"step.skipped_steps", &minus_many, "-2147483648"},
+        {"scaler.growth_tracker", &minus_one, "-1"},
+        {"scaler.growth_tracker", &four, "below 4"}, /* growth_interval 4: counts 0..3 */
+        {"scaler.scale", &zero, "0"},
+        {"scaler.scale", &nan, "nan"},
+        {"scaler.scale", &inf, "inf"},
+        {"scaler.scale", &negative, "-1024"},
+        {"scaler.scale", &tiny_negative, "-1.4"},
+    };
+    snapshot before = take_snapshot(g);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rewrite_checkpoint(path, bad, cases[i].name, cases[i].value, false);
+        alloy_status st = alloy_graph_load_checkpoint(g, bad);
+        const char *msg = alloy_last_error(g);
+        if (i == 0) print_message("optim.step = -1: %s: %s\n", alloy_status_name(st), msg);
+        if (st != ALLOY_ERR_INVALID || !strstr(msg, bad) || !strstr(msg, cases[i].name) || !strstr(msg, cases[i].says))
+            test_case_failed("%s = %s: %s \"%s\"; expected invalid argument naming the file, the tensor and %s",
+                             cases[i].name, cases[i].says, alloy_status_name(st), st ? msg : "", cases[i].says);
+        expect_state_equals(g, &before, cases[i].name);
+        /* set_state takes no such value either */
+        alloy_host_tensor t;
+        expect_ok(g, alloy_graph_get_state(g, cases[i].name, &t), cases[i].name);
+        t.data = (void *)(uintptr_t)cases[i].value;
+        st = alloy_graph_set_state(g, &t);
+        if (st != ALLOY_ERR_INVALID || !strstr(alloy_last_error(g), cases[i].name))
+            test_case_failed("set_state %s = %s: %s \"%s\"", cases[i].name, cases[i].says, alloy_status_name(st),
+                             st ? alloy_last_error(g) : "");
+        expect_state_equals(g, &before, cases[i].name);
+    }
+    /* the same file with good values and no checksum (as PyTorch writes
+     * it) loads, and the graph trains on from it */
+    rewrite_checkpoint(path, bad, NULL, NULL, false);
+    expect_ok(g, alloy_graph_load_checkpoint(g, bad), "load of a checkpoint without a checksum");
+    alloy_graph *h = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true, .growth_interval = 4, .seed = 8});
+    expect_ok(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
+    snapshot saved = take_snapshot(h);
+    expect_state_equals(g, &saved, "the checkpoint without a checksum");
+    train(g, 3, 4, NULL);
+    free_snapshot(&saved);
+    free_snapshot(&before);
+    alloy_graph_free(g);
+    alloy_graph_free(h);
+    test_end_cases();
+}
+
+/* The checksum alloy writes in the metadata covers every tensor's name,
+ * dtype, shape and bytes: one bit flipped anywhere in the data, or a
+ * checksum edited, makes the load fail with an error naming the file, and
+ * the graph keeps its state byte for byte. Every byte of the payload is
+ * tried (a different bit each time). Before, a flipped data byte loaded
+ * silently. */
+static void test_a_flipped_bit_anywhere_in_a_checkpoint_payload_is_refused_by_its_checksum(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *g = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true});
+    train(g, 0, 3, NULL);
+    const char *path = test_tmp_path("ckpt.safetensors"), *bad = test_tmp_path("flipped.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    train(g, 3, 5, NULL);
+    snapshot before = take_snapshot(g);
+    size_t n;
+    unsigned char *bytes = test_read_file(path, &n);
+    uint64_t header = 0;
+    for (int i = 0; i < 8; i++) header |= (uint64_t)bytes[i] << (8 * i);
+    assert_true(8 + header < n);
+    /* the metadata holds the checksum as Python's safetensors reads it: a string */
+    assert_non_null(find_bytes(bytes, 8 + header, "\"alloy.checksum\":\"crc32:"));
+    size_t first = 8 + (size_t)header, refused = 0;
+    /* the copy is changed in place, a byte at a time (rewriting a whole file
+     * each time costs a flush on ext4) */
+    write_file(bad, bytes, n);
+    FILE *f = fopen(bad, "r+b");
+    assert_non_null(f);
+    for (size_t at = first; at < n; at++) {
+        put_byte(f, at, bytes[at] ^ (1u << (at % 8)));
+        alloy_status st = alloy_graph_load_checkpoint(g, bad);
+        put_byte(f, at, bytes[at]);
+        if (st != ALLOY_ERR_FORMAT || !strstr(alloy_last_error(g), "checksum mismatch") ||
+            !strstr(alloy_last_error(g), bad)) {
+            test_case_failed("bit %zu of byte %zu (payload byte %zu) flipped: %s \"%s\"", at % 8, at, at - first,
+                             alloy_status_name(st), st ? alloy_last_error(g) : "");
+            if (st == ALLOY_OK) break; /* the state changed: the snapshot no longer applies */
+        }
+        refused += st != ALLOY_OK;
+        if (at % 256 == 0 || at + 1 == n) expect_state_equals(g, &before, "after a refused load");
+    }
+    fclose(f);
+    print_message("%zu payload bytes, each with one bit flipped: %zu loads refused\n", n - first, refused);
+    /* an edited checksum: one hex digit changed */
+    unsigned char *sum = find_bytes(bytes, first, "crc32:");
+    assert_non_null(sum);
+    sum[6] = sum[6] == '0' ? '1' : '0';
+    write_file(bad, bytes, n);
+    assert_int_equal(alloy_graph_load_checkpoint(g, bad), ALLOY_ERR_FORMAT);
+    print_message("edited checksum: %s\n", alloy_last_error(g));
+    assert_non_null(strstr(alloy_last_error(g), "checksum mismatch"));
+    expect_state_equals(g, &before, "after a refused load");
+    test_free(bytes);
+    /* the intact file loads */
+    expect_ok(g, alloy_graph_load_checkpoint(g, path), "load_checkpoint");
+    free_snapshot(&before);
+    alloy_graph_free(g);
+    test_end_cases();
+}
+
 /* ---- step_info around training ---- */
 
 /* A graph built in f16 or bf16 throughout (no AMP) has an f16/bf16 loss;
@@ -571,6 +744,8 @@ int main(void)
         TEST(test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_intact),
         TEST(test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_tensor_and_changes_nothing),
         TEST(test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_tensor),
+        TEST(test_a_checkpoint_with_a_negative_counter_or_a_bad_scale_is_refused_and_changes_nothing),
+        TEST(test_a_flipped_bit_anywhere_in_a_checkpoint_payload_is_refused_by_its_checksum),
         TEST(test_step_info_reports_the_loss_of_an_f16_or_bf16_graph),
         TEST(test_an_evaluation_run_with_training_off_updates_nothing_and_step_info_says_so),
     };
