@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -433,6 +437,98 @@ static void test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_i
     alloy_graph_free(h);
 }
 
+/* Creates test_tmpdir/name with a few bytes, last modified `age` seconds ago. */
+static void make_aged_file(const char *name, int age)
+{
+    write_file(test_tmp_path(name), (const unsigned char *)"partial", 7);
+    struct timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= age;
+    times[1] = times[0];
+    assert_int_equal(utimensat(AT_FDCWD, test_tmp_path(name), times, 0), 0);
+}
+
+static bool file_exists(const char *name)
+{
+    struct stat sb;
+    return stat(test_tmp_path(name), &sb) == 0;
+}
+
+/* A save killed between creating its temporary file and the rename (here:
+ * SIGXFSZ past a 1 KiB file size limit, in a child process) leaves
+ * "<target>.tmp.XXXXXX" behind. The next save to the same target removes
+ * it once it is a minute old, and removes nothing else: not a temporary
+ * file a live writer holds locked (another save in progress), not one
+ * written in the last minute (a writer that cannot lock), not another
+ * target's, not names that only look alike. Before, no save removed any. */
+static void test_a_save_removes_the_temporary_file_a_killed_save_left_and_nothing_else(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *g = mlp_trainer((setup_opts){.amp = F32});
+    train(g, 0, 2, NULL);
+    char path[200]; /* a copy: test_tmp_path's buffers rotate */
+    snprintf(path, sizeof path, "%s", test_tmp_path("ckpt.safetensors"));
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) { /* killed by SIGXFSZ while writing its temporary file */
+        struct rlimit small = {1024, 1024}, no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        signal(SIGXFSZ, SIG_DFL);
+        setrlimit(RLIMIT_FSIZE, &small);
+        alloy_graph_save_checkpoint(g, path);
+        _exit(0); /* not reached */
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
+    assert_int_equal(files_starting_with("ckpt.safetensors.tmp."), 1);
+    DIR *d = opendir(test_tmpdir);
+    char left[256] = "";
+    for (struct dirent *e; (e = readdir(d));)
+        if (strncmp(e->d_name, "ckpt.safetensors.tmp.", 21) == 0) snprintf(left, sizeof left, "%s", e->d_name);
+    closedir(d);
+    struct stat sb;
+    assert_int_equal(stat(test_tmp_path(left), &sb), 0);
+    print_message("the killed save left %s, %lld bytes\n", left, (long long)sb.st_size);
+    assert_true(sb.st_size == 1024);
+    make_aged_file(left, 120);
+    /* what must stay */
+    const char *keep[] = {"ckpt.safetensors.tmp.Fresh1",   /* written just now */
+                          "ckpt.safetensors.tmp.Live01",   /* locked by a writer (below) */
+                          "ckpt.safetensors.tmp.notes",    /* not mkstemp's six characters */
+                          "ckpt.safetensors.tmp.Abc1234",  /* seven */
+                          "ckpt.safetensors.tmp.Ab-12C",   /* not a letter or digit */
+                          "other.safetensors.tmp.Abc123",  /* another target */
+                          "ckpt.safetensors.tmp.Ab12Cd.x"};
+    make_aged_file(keep[0], 0);
+    for (size_t i = 1; i < sizeof keep / sizeof *keep; i++) make_aged_file(keep[i], 120);
+    int live = open(test_tmp_path(keep[1]), O_RDONLY);
+    assert_true(live >= 0);
+    assert_int_equal(flock(live, LOCK_EX | LOCK_NB), 0);
+
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    if (file_exists(left)) fail_msg("the killed save's %s is still there after the next save", left);
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+        if (!file_exists(keep[i])) fail_msg("the save removed %s", keep[i]);
+    /* the writer is gone: its file goes at the next save */
+    close(live);
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    assert_false(file_exists(keep[1]));
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+        if (i != 1 && !file_exists(keep[i])) fail_msg("the save removed %s", keep[i]);
+    /* the checkpoint itself is whole */
+    snapshot now = take_snapshot(g);
+    alloy_graph *h = mlp_trainer((setup_opts){.amp = F32, .seed = 4});
+    expect_ok(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
+    expect_state_equals(h, &now, "the saved state");
+    free_snapshot(&now);
+    alloy_graph_free(h);
+    alloy_graph_free(g);
+}
+
 static void test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_tensor_and_changes_nothing(void **state)
 {
     (void)state;
@@ -742,6 +838,7 @@ int main(void)
         TEST(test_a_checkpoint_holds_parameters_moments_step_counter_and_scaler_state_as_they_were),
         TEST(test_a_truncated_checkpoint_is_rejected_with_a_clear_error_and_the_graph_state_is_unchanged),
         TEST(test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_intact),
+        TEST(test_a_save_removes_the_temporary_file_a_killed_save_left_and_nothing_else),
         TEST(test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_tensor_and_changes_nothing),
         TEST(test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_tensor),
         TEST(test_a_checkpoint_with_a_negative_counter_or_a_bad_scale_is_refused_and_changes_nothing),
