@@ -112,7 +112,10 @@ alloy_status state_ensure(alloy_graph *g)
     const ir_graph *ir = g->compiled;
     for (int i = 0; i < ir->nnodes; i++) {
         const ir_node *n = ir->nodes[i];
-        if ((n->op != IR_OP_param && n->op != IR_OP_state) || state_find(g, n->name)) continue;
+        if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
+        rt_state *have = state_find(g, n->name);
+        if (have && !have->buf && (st = state_upload(g, have))) return st; /* an earlier call ran out of memory */
+        if (have) continue;
         if (g->nstate == g->state_cap) {
             int cap = g->state_cap ? g->state_cap * 2 : 16;
             rt_state *s = al_realloc(g->state, sizeof *s * (size_t)cap);
