@@ -125,7 +125,8 @@ static bool state_equals(alloy_graph *g, const snapshot *s, char *why, size_t le
 }
 
 /* Fails allocation N for N = 0, 1, ... until the pipeline runs through.
- * Each failure must come back as ALLOY_ERR_OOM with a message (never a
+ * Each failure must come back as ALLOY_ERR_OOM with a message saying "out
+ * of memory" (never a
  * crash, never another status); then, allocating again, the same graph
  * must finish the pipeline from the stage that failed with the losses and
  * the final state of an undisturbed run, bit for bit (a graph whose build
@@ -165,6 +166,9 @@ static void test_every_allocation_failure_in_build_compile_train_save_and_load_i
             test_case_failed("allocation %ld failing in %s: %s \"%s\", expected out of memory with a message", n,
                              p.next < DONE ? stage_names[p.next] : "no stage", alloy_status_name(st),
                              p.g ? alloy_last_error(p.g) : "(no graph)");
+        else if (p.g && !strstr(alloy_last_error(p.g), "out of memory"))
+            test_case_failed("allocation %ld failing in %s: the message \"%s\" does not say out of memory", n,
+                             stage_names[p.next], alloy_last_error(p.g));
         hook.fail_at = -1;
         if (p.g && p.next > BUILD && st) { /* the same graph goes on from the stage that failed */
             enum stage failed = p.next;

@@ -759,6 +759,11 @@ static void test_non_finite_or_negative_hyper_parameters_are_rejected_naming_the
             case_failed("%s: %s \"%s\", expected invalid argument starting \"%s\"", ints[i].field,
                         alloy_status_name(st), st ? alloy_last_error(g) : "", want);
     }
+    alloy_optimizer odd = kinds[0];
+    odd.schedule = (alloy_lr_schedule)7;
+    if (alloy_graph_add_optimizer(g, odd) != ALLOY_ERR_INVALID ||
+        strcmp(alloy_last_error(g), "add_optimizer: unknown schedule 7") != 0)
+        case_failed("schedule 7: \"%s\"", alloy_last_error(g));
     print_message("%d bad hyper-parameters rejected; e.g. %s\n", cases, alloy_last_error(g));
     /* the optimizer set first is the one that runs: SGD, lr 1/8, one step */
     double x[NP], p0[NP], p1[NP], want[NP];

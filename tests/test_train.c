@@ -698,6 +698,44 @@ static void test_a_checkpoint_with_a_negative_counter_or_a_bad_scale_is_refused_
     free_snapshot(&before);
     alloy_graph_free(g);
     alloy_graph_free(h);
+
+    /* gradient accumulation's state: the micro-batch counter counts
+     * 0..accumulation_steps-1, the inf flag is a bool */
+    g = alloy_graph_new("accumulating");
+    test_mlp m = build_mlp(g, F32, BATCH, DIM, HIDDEN, CLASSES);
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    alloy_optimizer o = alloy_sgd(0.1, 0, 0, false);
+    o.accumulation_steps = 3;
+    expect_ok(g, alloy_graph_add_optimizer(g, o), "add_optimizer");
+    train(g, 0, 1, NULL);
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    before = take_snapshot(g);
+    const int32_t three = 3;
+    const uint8_t two = 2;
+    const struct {
+        const char *name;
+        const void *value;
+        const char *says;
+    } acc[] = {{"step.micro_batch", &three, "below 3 (the optimizer's accumulation_steps)"},
+               {"step.micro_batch", &minus_one, "-1"},
+               {"scaler.found_inf_acc", &two, "byte 2"}};
+    for (size_t i = 0; i < sizeof acc / sizeof *acc; i++) {
+        rewrite_checkpoint(path, bad, acc[i].name, acc[i].value, false);
+        alloy_status st = alloy_graph_load_checkpoint(g, bad);
+        if (st != ALLOY_ERR_INVALID || !strstr(alloy_last_error(g), acc[i].name) || !strstr(alloy_last_error(g), acc[i].says))
+            test_case_failed("%s = %s: %s \"%s\"", acc[i].name, acc[i].says, alloy_status_name(st),
+                             st ? alloy_last_error(g) : "");
+        expect_state_equals(g, &before, acc[i].name);
+        alloy_host_tensor t;
+        expect_ok(g, alloy_graph_get_state(g, acc[i].name, &t), acc[i].name);
+        t.data = (void *)(uintptr_t)acc[i].value;
+        if (alloy_graph_set_state(g, &t) != ALLOY_ERR_INVALID)
+            test_case_failed("set_state %s = %s was accepted", acc[i].name, acc[i].says);
+        expect_state_equals(g, &before, acc[i].name);
+    }
+    free_snapshot(&before);
+    alloy_graph_free(g);
     test_end_cases();
 }
 

@@ -349,7 +349,7 @@ static alloy_status rewrite(const amp_state *s, alloy_dtype low, ir_graph **resu
     if (!rw->out || !map) {
         al_free(map);
         ir_graph_free(rw->out);
-        return ALLOY_ERR_OOM;
+        return ir_error((ir_graph *)g, ALLOY_ERR_OOM, "amp: out of memory starting the rewrite");
     }
     ir_graph *out = rw->out;
     for (int i = 0; i < g->nnodes && !out->status; i++) {
