@@ -126,12 +126,11 @@ static bool state_equals(alloy_graph *g, const snapshot *s, char *why, size_t le
 
 /* Fails allocation N for N = 0, 1, ... until the pipeline runs through.
  * Each failure must come back as ALLOY_ERR_OOM with a message saying "out
- * of memory" (never a
- * crash, never another status); then, allocating again, the same graph
- * must finish the pipeline from the stage that failed with the losses and
- * the final state of an undisturbed run, bit for bit (a graph whose build
- * failed is poisoned by design: it must only free cleanly); and freeing it
- * must free every block. */
+ * of memory" (never a crash, never another status, never ignored); then,
+ * allocating again, the same graph must finish the pipeline from the stage
+ * that failed with the losses and the final state of an undisturbed run,
+ * bit for bit (a graph whose build failed is poisoned by design: it must
+ * only free cleanly); and freeing it must free every block. */
 static void test_every_allocation_failure_in_build_compile_train_save_and_load_is_an_error_and_recoverable(void **state)
 {
     (void)state;
