@@ -759,6 +759,10 @@ static void test_non_finite_or_negative_hyper_parameters_are_rejected_naming_the
             case_failed("%s: %s \"%s\", expected invalid argument starting \"%s\"", ints[i].field,
                         alloy_status_name(st), st ? alloy_last_error(g) : "", want);
     }
+    /* one message whole, as docs/errors.md gives it */
+    if (alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, NAN, false)) != ALLOY_ERR_INVALID ||
+        strcmp(alloy_last_error(g), "add_optimizer: weight_decay is nan; it must be finite and >= 0") != 0)
+        case_failed("NaN weight decay: \"%s\"", alloy_last_error(g));
     alloy_optimizer odd = kinds[0];
     odd.schedule = (alloy_lr_schedule)7;
     if (alloy_graph_add_optimizer(g, odd) != ALLOY_ERR_INVALID ||

@@ -769,6 +769,7 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
         {dynamic(512, 2, 1.0, 4, 0), "backoff_factor"},   {dynamic(512, 2, 0.5, 0, 0), "growth_interval"},
         {dynamic(512, 2, 0.5, 4, -1), "min_scale"},
     };
+    EXPECT_REJECTED(g, dynamic(512, 2, 0.5, 4, NAN), "set_grad_scaler: min_scale is nan; it must be 0 (none) or a positive finite f32");
     for (size_t i = 0; i < sizeof non_finite / sizeof *non_finite; i++) {
         char want[64];
         snprintf(want, sizeof want, "set_grad_scaler: %s is ", non_finite[i].field);
