@@ -251,8 +251,10 @@ alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
     if (!src->data && ir_nbytes(&s->type))
         return graph_fail(g, ALLOY_ERR_INVALID, "set_state '%s': data is NULL", s->name);
     if ((st = state_check_value(g, s, src->data, "set_state: "))) return st;
+    if ((st = upload_bytes(g, s, src->data))) return st; /* the host copy changes only after the buffer did */
     if (ir_nbytes(&s->type)) memcpy(s->host, src->data, ir_nbytes(&s->type));
-    return state_upload(g, s);
+    s->host_stale = false;
+    return ALLOY_OK;
 }
 
 alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
