@@ -702,6 +702,92 @@ static void test_optimizer_parameters_out_of_range_are_rejected_with_a_message(v
     finish();
 }
 
+/* Every hyper-parameter of every optimizer kind set to NaN, +inf, -inf or a
+ * negative value (meaningless for all of them) is rejected with an error
+ * that names that field first ("add_optimizer: <field> is ..."), and the
+ * optimizer set before stays: the next step is that optimizer's update,
+ * finite. Before these checks a NaN weight decay, momentum or clip norm and
+ * an infinite lr or eps were accepted and made every parameter NaN. */
+static void test_non_finite_or_negative_hyper_parameters_are_rejected_naming_the_field_and_the_optimizer_stays(void **state)
+{
+    (void)state;
+    const alloy_optimizer kinds[] = {
+        alloy_sgd(0.125, 0.5, 0.0625, false),
+        alloy_adam(0.125, 0.9, 0.999, 1e-8, 0.0625),
+        alloy_adamw(0.125, 0.9, 0.999, 1e-8, 0.0625),
+    };
+    const double bad_values[] = {NAN, INFINITY, -INFINITY, -1};
+    enum { LR, WD, MOMENTUM, BETA1, BETA2, EPS, MIN_LR, CLIP, NFIELDS };
+    static const char *const field_names[NFIELDS] = {"lr", "weight_decay", "momentum", "beta1", "beta2",
+                                                     "eps", "min_lr", "clip_norm"};
+    alloy_optimizer set = alloy_sgd(0.125, 0, 0, false);
+    alloy_graph *g = quad_graph(&set, NULL);
+    int cases = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        for (int f = 0; f < NFIELDS; f++) {
+            bool adam = kinds[k].kind != ALLOY_OPTIM_SGD;
+            if (f == MOMENTUM ? adam : (f == BETA1 || f == BETA2 || f == EPS) && !adam) continue; /* unused */
+            for (size_t v = 0; v < sizeof bad_values / sizeof *bad_values; v++) {
+                alloy_optimizer o = kinds[k];
+                double *field[NFIELDS] = {&o.lr, &o.weight_decay, &o.momentum, &o.beta1,
+                                          &o.beta2, &o.eps, &o.min_lr, &o.clip_norm};
+                *field[f] = bad_values[v];
+                char want[64];
+                snprintf(want, sizeof want, "add_optimizer: %s is ", field_names[f]);
+                alloy_status st = alloy_graph_add_optimizer(g, o);
+                cases++;
+                if (st != ALLOY_ERR_INVALID || strncmp(alloy_last_error(g), want, strlen(want)) != 0)
+                    case_failed("kind %d, %s = %g: %s \"%s\", expected invalid argument starting \"%s\"",
+                                (int)o.kind, field_names[f], bad_values[v], alloy_status_name(st),
+                                st ? alloy_last_error(g) : "", want);
+            }
+        }
+    }
+    /* the integer fields */
+    struct {
+        const char *field;
+        int warmup, total, accumulation;
+    } ints[] = {{"warmup_steps", -1, 0, 1}, {"total_steps", 0, -5, 1}, {"accumulation_steps", 0, 0, -2}};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        alloy_optimizer o = kinds[1];
+        o.warmup_steps = ints[i].warmup, o.total_steps = ints[i].total, o.accumulation_steps = ints[i].accumulation;
+        char want[64];
+        snprintf(want, sizeof want, "add_optimizer: %s is ", ints[i].field);
+        alloy_status st = alloy_graph_add_optimizer(g, o);
+        cases++;
+        if (st != ALLOY_ERR_INVALID || strncmp(alloy_last_error(g), want, strlen(want)) != 0)
+            case_failed("%s: %s \"%s\", expected invalid argument starting \"%s\"", ints[i].field,
+                        alloy_status_name(st), st ? alloy_last_error(g) : "", want);
+    }
+    /* one message whole, as docs/errors.md gives it */
+    if (alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, NAN, false)) != ALLOY_ERR_INVALID ||
+        strcmp(alloy_last_error(g), "add_optimizer: weight_decay is nan; it must be finite and >= 0") != 0)
+        case_failed("NaN weight decay: \"%s\"", alloy_last_error(g));
+    alloy_optimizer odd = kinds[0];
+    odd.schedule = (alloy_lr_schedule)7;
+    if (alloy_graph_add_optimizer(g, odd) != ALLOY_ERR_INVALID ||
+        strcmp(alloy_last_error(g), "add_optimizer: unknown schedule 7") != 0)
+        case_failed("schedule 7: \"%s\"", alloy_last_error(g));
+    print_message("%d bad hyper-parameters rejected; e.g. %s\n", cases, alloy_last_error(g));
+    /* the optimizer set first is the one that runs: SGD, lr 1/8, one step */
+    double x[NP], p0[NP], p1[NP], want[NP];
+    random_x(x);
+    read_pair(g, "", p0);
+    run_x(g, x, NULL, 0);
+    read_pair(g, "", p1);
+    for (int i = 0; i < NP; i++) want[i] = p0[i] - 0.125 * (x[i] + p0[i]);
+    close_all("parameters after the step of the optimizer set first", p1, want, NP, REL);
+    alloy_graph_free(g);
+    /* the edges of each range are accepted: zeros where 0 is meaningful */
+    g = quad_graph(NULL, NULL);
+    alloy_optimizer edge = alloy_adamw(0, 0, 0, 1e-30, 0);
+    edge.accumulation_steps = 0; /* a zeroed struct: one micro-batch */
+    expect_ok(g, alloy_graph_add_optimizer(g, edge), "add_optimizer (range edges)");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0, 0, 0, false)), "add_optimizer (range edges)");
+    alloy_graph_free(g);
+    finish();
+}
+
 /* f64 parameters in PyTorch are updated with the learning rate as a double:
  * lr = 0.1 moves p by exactly 0.1 * d in f64 arithmetic. A learning rate
  * rounded to f32 (0.10000000149) is off by 1.5e-8 relative, far beyond the
@@ -733,6 +819,7 @@ int main(void)
         TEST(test_accumulation_with_a_scaler_keeps_the_scale_within_a_step_and_an_inf_in_any_micro_batch_skips_it),
         TEST(test_grad_norm_is_not_finite_when_a_gradient_is_inf_or_nan),
         TEST(test_optimizer_parameters_out_of_range_are_rejected_with_a_message),
+        TEST(test_non_finite_or_negative_hyper_parameters_are_rejected_naming_the_field_and_the_optimizer_stays),
         TEST(test_f64_parameters_are_updated_with_the_learning_rate_in_f64),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "alloy/safetensors.h"
+#include "runtime/io/checksum.h"
 #include "support.h"
 
 #ifndef ALLOY_TEST_DATA
@@ -700,6 +701,61 @@ static void test_allocation_failure_anywhere_in_save_is_clean_and_leak_free(void
     test_free(before);
 }
 
+/* CRC-32 bit by bit (reflected, polynomial 0xedb88320, zlib's): the
+ * reference for the eight-bytes-at-a-time one. */
+static uint32_t crc32_bitwise(uint32_t crc, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    crc = ~crc;
+    while (n--) {
+        crc ^= *b++;
+        for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+    }
+    return ~crc;
+}
+
+/* The checkpoint checksum (docs/training.md) is zlib's CRC-32 of, per
+ * tensor in name order, "name\0DTYPE\0d0,d1\0" and the data: checked
+ * against the standard check value, against the bitwise CRC at every
+ * length and alignment the sliced loop has tails for, and against the
+ * canonical bytes written out here; the file order of the tensors does not
+ * change it, one flipped bit does. */
+static void test_the_checkpoint_checksum_is_zlib_crc32_of_the_tensors_in_name_order(void **state)
+{
+    (void)state;
+    io_crc c;
+    io_crc_init(&c);
+    io_crc_add(&c, "123456789", 9);
+    assert_int_equal(io_crc_value(&c), 0xcbf43926u); /* CRC-32's check value */
+    unsigned char bytes[64];
+    for (int i = 0; i < 64; i++) bytes[i] = (unsigned char)(i * 37 + 11);
+    for (int from = 0; from < 8; from++)
+        for (int len = 0; from + len <= 64; len++) {
+            io_crc_init(&c);
+            io_crc_add(&c, bytes + from, (size_t)len);
+            if (io_crc_value(&c) != crc32_bitwise(0, bytes + from, (size_t)len))
+                fail_msg("CRC of %d bytes from %d: %08x, bitwise %08x", len, from, io_crc_value(&c),
+                         crc32_bitwise(0, bytes + from, (size_t)len));
+        }
+    float w[6] = {1, -2, 0.5f, 3, 4, -8};
+    int32_t step = 7;
+    alloy_host_tensor ts[2] = {{"w", ALLOY_F32, 2, {2, 3}, w}, {"optim.step", ALLOY_I32, 0, {0}, &step}};
+    const alloy_host_tensor *order[2] = {&ts[0], &ts[1]}, *swapped[2] = {&ts[1], &ts[0]};
+    char sum[IO_CHECKSUM_LEN], sum2[IO_CHECKSUM_LEN], want[IO_CHECKSUM_LEN];
+    assert_int_equal(io_tensors_checksum(order, 2, sum), ALLOY_OK);
+    assert_int_equal(io_tensors_checksum(swapped, 2, sum2), ALLOY_OK);
+    uint32_t crc = crc32_bitwise(0, "optim.step\0I32\0\0", 16); /* "optim.step" < "w" */
+    crc = crc32_bitwise(crc, &step, 4);
+    crc = crc32_bitwise(crc, "w\0F32\0" "2,3\0", 10);
+    crc = crc32_bitwise(crc, w, sizeof w);
+    snprintf(want, sizeof want, "crc32:%08x", crc);
+    assert_string_equal(sum, want);
+    assert_string_equal(sum2, want);
+    w[4] = 4.0000005f; /* one bit of one value */
+    assert_int_equal(io_tensors_checksum(order, 2, sum2), ALLOY_OK);
+    assert_string_not_equal(sum2, want);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -724,6 +780,7 @@ int main(void)
         T(test_failed_saves_leave_the_previous_file_byte_identical),
         T(test_allocation_failure_anywhere_in_load_is_clean_and_leak_free),
         T(test_allocation_failure_anywhere_in_save_is_clean_and_leak_free),
+        T(test_the_checkpoint_checksum_is_zlib_crc32_of_the_tensors_in_name_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

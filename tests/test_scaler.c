@@ -440,6 +440,96 @@ static void test_a_skipped_step_leaves_parameters_moments_and_the_step_counter_b
     }
 }
 
+/* The skipped-step test above on a whole f16 AMP training step: an MLP
+ * (f16 matmuls, f32 master weights, AdamW, dynamic scaler growing every 3
+ * finite steps) trained for 5 steps, then inputs that make a gradient
+ * inf/NaN: a finite input too large for f16 (70000 > 65504: inf after the
+ * cast), a NaN in one element, and a finite 300 whose f16 products overflow
+ * once scaled. Each such step is skipped: parameters, both moments and
+ * optim.step keep their bits; the scale used is halved for the next step,
+ * the growth tracker goes to 0, step.skipped_steps counts it. A finite batch
+ * right after is applied at the halved scale, and training goes on: the
+ * loss over the next 30 steps falls. */
+static void test_f16_amp_training_skips_a_step_with_inf_or_nan_gradients_bit_for_bit_and_goes_on(void **state)
+{
+    (void)state;
+    enum { B = 8, IN = 4, H = 16, OUT = 3 };
+    alloy_graph *g = alloy_graph_new("f16-inject");
+    alloy_graph_set_seed(g, 5);
+    test_mlp m = build_mlp(g, F32, B, IN, H, OUT);
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    expect_ok(g, alloy_graph_enable_amp(g, ALLOY_F16), "enable_amp");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, dynamic(0x1p10, 2, 0.5, 3, 0)), "set_grad_scaler");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(0.01, 0.9, 0.999, 1e-8, 0.01)), "add_optimizer");
+    test_rng = 0x5eed0f16u;
+    float x[B * IN];
+    int32_t t[B];
+    for (int i = 0; i < B; i++) t[i] = i % OUT;
+    alloy_host_tensor feeds[2] = {{"x", F32, 2, {B, IN}, x}, {"targets", I32, 1, {B}, t}};
+    /* inputs with a class signal, so the loss can fall */
+#define FINITE_BATCH() \
+    for (int i = 0; i < B * IN; i++) x[i] = (float)(test_uniform(-0.5, 0.5) + (i % IN == t[i / IN] ? 1 : 0))
+    alloy_step_info info;
+    for (int step = 0; step < 5; step++) {
+        FINITE_BATCH();
+        run(g, feeds, 2, NULL, 0);
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+        assert_false(info.skipped);
+    }
+    const struct {
+        const char *what;
+        float value;
+        int at; /* element of x; -1: all */
+    } inject[] = {{"an input of 70000 (inf in f16)", 70000, 5}, {"a NaN input", NAN, 2}, {"inputs of 300", 300, -1}};
+    for (size_t k = 0; k < sizeof inject / sizeof *inject; k++) {
+        FINITE_BATCH();
+        for (int i = 0; i < B * IN; i++)
+            if (inject[k].at < 0 || i == inject[k].at) x[i] = inject[k].value;
+        double scale = state_scalar(g, "scaler.scale"), skipped = state_scalar(g, "step.skipped_steps");
+        double tracker = state_scalar(g, "scaler.growth_tracker"), updates = state_scalar(g, "optim.step");
+        snapshot before = take_snapshot(g);
+        alloy_host_tensor grad = {.name = "grad:w1"};
+        run(g, feeds, 2, &grad, 1);
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+        bool finite = true;
+        for (int i = 0; i < IN * H; i++) finite &= isfinite(((const float *)grad.data)[i]);
+        print_message("%s: scale %g -> %g, skipped %d, tracker was %g\n", inject[k].what, info.scale,
+                      info.next_scale, info.skipped, tracker);
+        if (finite) fail_msg("%s: grad:w1 is finite; the injection did not reach the gradients", inject[k].what);
+        if (!info.skipped || info.updated) fail_msg("%s: skipped %d, updated %d", inject[k].what, info.skipped, info.updated);
+        /* 4 parameters, 8 moments and optim.step: all bit for bit */
+        assert_int_equal(expect_unchanged_but_scaler(g, &before, inject[k].what), 13);
+        free_snapshot(&before);
+        assert_true(info.scale == scale && info.next_scale == scale / 2);
+        assert_true(state_scalar(g, "scaler.scale") == scale / 2);
+        assert_true(state_scalar(g, "scaler.growth_tracker") == 0);
+        assert_true(state_scalar(g, "step.skipped_steps") == skipped + 1 && info.skipped_steps == skipped + 1);
+        assert_true(state_scalar(g, "optim.step") == updates && info.step == updates);
+        /* the next finite batch is applied at the halved scale */
+        FINITE_BATCH();
+        run(g, feeds, 2, NULL, 0);
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+        if (info.skipped || !info.updated || info.scale != scale / 2 || !isfinite(info.loss))
+            fail_msg("after %s: skipped %d, updated %d, scale %g (expected %g), loss %g", inject[k].what,
+                     info.skipped, info.updated, info.scale, scale / 2, info.loss);
+        assert_true(state_scalar(g, "optim.step") == updates + 1);
+    }
+    double first = 0, last = 0;
+    for (int step = 0; step < 30; step++) {
+        FINITE_BATCH();
+        run(g, feeds, 2, NULL, 0);
+        expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+        assert_true(isfinite(info.loss));
+        if (step < 5) first += info.loss / 5;
+        if (step >= 25) last += info.loss / 5;
+    }
+#undef FINITE_BATCH
+    print_message("after the injections: mean loss of 5 steps %.4f, 25 steps later %.4f; %lld steps skipped in all\n",
+                  first, last, (long long)info.skipped_steps);
+    assert_true(last < 0.8 * first);
+    alloy_graph_free(g);
+}
+
 /* Scaling by a power of two commutes with every f32 rounding (barring
  * overflow and subnormals), so the unscaled gradients of the MLP equal those
  * of the same graph without a scaler bit for bit, whatever the scale. */
@@ -663,6 +753,31 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
     alloy_grad_scaler odd = alloy_dynamic_scaler();
     odd.kind = (alloy_scaler_kind)7;
     EXPECT_REJECTED(g, odd, "kind", "7");
+    /* NaN and infinities in every field the kind uses; the message starts
+     * with the field (a NaN or infinite min_scale or growth_factor used to
+     * be accepted: an infinite min_scale makes every later step skip) */
+    const struct {
+        alloy_grad_scaler sc;
+        const char *field;
+    } non_finite[] = {
+        {dynamic(NAN, 2, 0.5, 4, 0), "init_scale"},       {dynamic(512, INFINITY, 0.5, 4, 0), "growth_factor"},
+        {dynamic(512, NAN, 0.5, 4, 0), "growth_factor"},  {dynamic(512, 2, NAN, 4, 0), "backoff_factor"},
+        {dynamic(512, 2, -INFINITY, 4, 0), "backoff_factor"}, {dynamic(512, 2, 0.5, 4, NAN), "min_scale"},
+        {dynamic(512, 2, 0.5, 4, INFINITY), "min_scale"}, {dynamic(512, 2, 0.5, 4, 1e39), "min_scale"},
+        {dynamic(512, 2, 0.5, 4, -INFINITY), "min_scale"}, {alloy_static_scaler(INFINITY), "init_scale"},
+        {alloy_static_scaler(NAN), "init_scale"},         {dynamic(512, 1.0, 0.5, 4, 0), "growth_factor"},
+        {dynamic(512, 2, 1.0, 4, 0), "backoff_factor"},   {dynamic(512, 2, 0.5, 0, 0), "growth_interval"},
+        {dynamic(512, 2, 0.5, 4, -1), "min_scale"},
+    };
+    EXPECT_REJECTED(g, dynamic(512, 2, 0.5, 4, NAN), "set_grad_scaler: min_scale is nan; it must be 0 (none) or a positive finite f32");
+    for (size_t i = 0; i < sizeof non_finite / sizeof *non_finite; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "set_grad_scaler: %s is ", non_finite[i].field);
+        alloy_status st = alloy_graph_set_grad_scaler(g, non_finite[i].sc);
+        if (st != ALLOY_ERR_INVALID || strncmp(alloy_last_error(g), want, strlen(want)) != 0)
+            fail_msg("case %zu: %s \"%s\", expected invalid argument starting \"%s\"", i, alloy_status_name(st),
+                     st ? alloy_last_error(g) : "", want);
+    }
     /* none of them replaced the scaler that was set: 512, grows after 4 */
     for (int step = 0; step < 5; step++) {
         float x[N] = {0.5f, -0.5f, 0.25f, 1};
@@ -688,6 +803,7 @@ int main(void)
         TEST(test_non_power_of_two_factors_round_once_from_double_as_pytorch_does),
         TEST(test_static_scaler_keeps_its_scale_and_still_skips_non_finite_steps),
         TEST(test_a_skipped_step_leaves_parameters_moments_and_the_step_counter_bit_for_bit_unchanged),
+        TEST(test_f16_amp_training_skips_a_step_with_inf_or_nan_gradients_bit_for_bit_and_goes_on),
         TEST(test_unscaled_mlp_gradients_equal_the_gradients_without_a_scaler_for_power_of_two_scales),
         TEST(test_f16_amp_scaler_backs_off_until_the_half_precision_gradients_fit),
         TEST(test_fused_f16_amp_keeps_the_f16_range_of_its_gemm_products_and_backs_off_as_unfused),

@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -433,6 +437,98 @@ static void test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_i
     alloy_graph_free(h);
 }
 
+/* Creates test_tmpdir/name with a few bytes, last modified `age` seconds ago. */
+static void make_aged_file(const char *name, int age)
+{
+    write_file(test_tmp_path(name), (const unsigned char *)"partial", 7);
+    struct timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= age;
+    times[1] = times[0];
+    assert_int_equal(utimensat(AT_FDCWD, test_tmp_path(name), times, 0), 0);
+}
+
+static bool file_exists(const char *name)
+{
+    struct stat sb;
+    return stat(test_tmp_path(name), &sb) == 0;
+}
+
+/* A save killed between creating its temporary file and the rename (here:
+ * SIGXFSZ past a 1 KiB file size limit, in a child process) leaves
+ * "<target>.tmp.XXXXXX" behind. The next save to the same target removes
+ * it once it is a minute old, and removes nothing else: not a temporary
+ * file a live writer holds locked (another save in progress), not one
+ * written in the last minute (a writer that cannot lock), not another
+ * target's, not names that only look alike. Before, no save removed any. */
+static void test_a_save_removes_the_temporary_file_a_killed_save_left_and_nothing_else(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *g = mlp_trainer((setup_opts){.amp = F32});
+    train(g, 0, 2, NULL);
+    char path[200]; /* a copy: test_tmp_path's buffers rotate */
+    snprintf(path, sizeof path, "%s", test_tmp_path("ckpt.safetensors"));
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) { /* killed by SIGXFSZ while writing its temporary file */
+        struct rlimit small = {1024, 1024}, no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        signal(SIGXFSZ, SIG_DFL);
+        setrlimit(RLIMIT_FSIZE, &small);
+        alloy_graph_save_checkpoint(g, path);
+        _exit(0); /* not reached */
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
+    assert_int_equal(files_starting_with("ckpt.safetensors.tmp."), 1);
+    DIR *d = opendir(test_tmpdir);
+    char left[256] = "";
+    for (struct dirent *e; (e = readdir(d));)
+        if (strncmp(e->d_name, "ckpt.safetensors.tmp.", 21) == 0) snprintf(left, sizeof left, "%s", e->d_name);
+    closedir(d);
+    struct stat sb;
+    assert_int_equal(stat(test_tmp_path(left), &sb), 0);
+    print_message("the killed save left %s, %lld bytes\n", left, (long long)sb.st_size);
+    assert_true(sb.st_size == 1024);
+    make_aged_file(left, 120);
+    /* what must stay */
+    const char *keep[] = {"ckpt.safetensors.tmp.Fresh1",   /* written just now */
+                          "ckpt.safetensors.tmp.Live01",   /* locked by a writer (below) */
+                          "ckpt.safetensors.tmp.notes",    /* not mkstemp's six characters */
+                          "ckpt.safetensors.tmp.Abc1234",  /* seven */
+                          "ckpt.safetensors.tmp.Ab-12C",   /* not a letter or digit */
+                          "other.safetensors.tmp.Abc123",  /* another target */
+                          "ckpt.safetensors.tmp.Ab12Cd.x"};
+    make_aged_file(keep[0], 0);
+    for (size_t i = 1; i < sizeof keep / sizeof *keep; i++) make_aged_file(keep[i], 120);
+    int live = open(test_tmp_path(keep[1]), O_RDONLY);
+    assert_true(live >= 0);
+    assert_int_equal(flock(live, LOCK_EX | LOCK_NB), 0);
+
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    if (file_exists(left)) fail_msg("the killed save's %s is still there after the next save", left);
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+        if (!file_exists(keep[i])) fail_msg("the save removed %s", keep[i]);
+    /* the writer is gone: its file goes at the next save */
+    close(live);
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    assert_false(file_exists(keep[1]));
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+        if (i != 1 && !file_exists(keep[i])) fail_msg("the save removed %s", keep[i]);
+    /* the checkpoint itself is whole */
+    snapshot now = take_snapshot(g);
+    alloy_graph *h = mlp_trainer((setup_opts){.amp = F32, .seed = 4});
+    expect_ok(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
+    expect_state_equals(h, &now, "the saved state");
+    free_snapshot(&now);
+    alloy_graph_free(h);
+    alloy_graph_free(g);
+}
+
 static void test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_tensor_and_changes_nothing(void **state)
 {
     (void)state;
@@ -491,6 +587,217 @@ static void test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_te
     free_snapshot(&before);
     alloy_graph_free(plain);
     alloy_graph_free(scaled);
+}
+
+/* ---- what a load checks beyond names, dtypes and shapes ---- */
+
+/* Writes byte v at offset at of the open file f, in place. */
+static void put_byte(FILE *f, size_t at, unsigned v)
+{
+    assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
+    assert_int_equal(fputc((int)v, f), (int)v);
+    assert_int_equal(fflush(f), 0);
+}
+
+/* The first occurrence of the NUL-terminated needle in p[0..n), or NULL. */
+static unsigned char *find_bytes(unsigned char *p, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(p + i, needle, k) == 0) return p + i;
+    return NULL;
+}
+
+/* src rewritten to dst with tensor `name`'s bytes replaced by value (NULL:
+ * unchanged) and, when keep_checksum, src's metadata kept; without it the
+ * file has no checksum, as one written by PyTorch or edited by another tool. */
+static void rewrite_checkpoint(const char *src, const char *dst, const char *name, const void *value, bool keep_checksum)
+{
+    alloy_safetensors *st = NULL;
+    char err[512];
+    if (alloy_safetensors_load(src, &st, err, sizeof err)) fail_msg("%s", err);
+    int n = alloy_safetensors_count(st);
+    alloy_host_tensor ts[32];
+    assert_true(n <= 32);
+    bool found = !name;
+    for (int i = 0; i < n; i++) {
+        ts[i] = *alloy_safetensors_get(st, i);
+        if (name && strcmp(ts[i].name, name) == 0) ts[i].data = (void *)(uintptr_t)value, found = true;
+    }
+    if (!found) fail_msg("%s has no tensor '%s'", src, name);
+    const char *keys[] = {"format", "alloy.checksum"};
+    const char *vals[] = {"pt", alloy_safetensors_metadata(st, "alloy.checksum")};
+    if (keep_checksum) assert_non_null(vals[1]);
+    if (alloy_safetensors_save(dst, ts, n, keys, vals, keep_checksum ? 2 : 1, err, sizeof err)) fail_msg("%s", err);
+    alloy_safetensors_free(st);
+}
+
+/* Counters and scaler state with values alloy never writes: each load is
+ * refused with an error naming the file, the tensor and the value, and the
+ * graph keeps its state byte for byte; set_state refuses the same values.
+ * The files carry no checksum (written by another tool), so the value
+ * checks alone catch them. Before these checks optim.step = -1 loaded and
+ * made every parameter NaN at the next step, and a scale of 0, NaN or inf
+ * loaded and skipped every later step. */
+static void test_a_checkpoint_with_a_negative_counter_or_a_bad_scale_is_refused_and_changes_nothing(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *g = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true, .growth_interval = 4});
+    train(g, 0, 3, NULL);
+    const char *path = test_tmp_path("ckpt.safetensors"), *bad = test_tmp_path("bad.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    train(g, 3, 5, NULL); /* the state now differs from the file */
+    const int32_t minus_one = -1, minus_many = INT32_MIN, four = 4;
+    const float zero = 0, nan = NAN, inf = INFINITY, negative = -1024, tiny_negative = -0x1p-149f;
+    const struct {
+        const char *name;
+        const void *value;
+        const char *says; /* in the message: the value as printed */
+    } cases[] = {
+        {"optim.step", &minus_one, "-1"},
+        {"step.skipped_steps", &minus_many, "-2147483648"},
+        {"scaler.growth_tracker", &minus_one, "-1"},
+        {"scaler.growth_tracker", &four, "below 4"}, /* growth_interval 4: counts 0..3 */
+        {"scaler.scale", &zero, "0"},
+        {"scaler.scale", &nan, "nan"},
+        {"scaler.scale", &inf, "inf"},
+        {"scaler.scale", &negative, "-1024"},
+        {"scaler.scale", &tiny_negative, "-1.4"},
+    };
+    snapshot before = take_snapshot(g);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rewrite_checkpoint(path, bad, cases[i].name, cases[i].value, false);
+        alloy_status st = alloy_graph_load_checkpoint(g, bad);
+        const char *msg = alloy_last_error(g);
+        if (i == 0) print_message("optim.step = -1: %s: %s\n", alloy_status_name(st), msg);
+        if (st != ALLOY_ERR_INVALID || !strstr(msg, bad) || !strstr(msg, cases[i].name) || !strstr(msg, cases[i].says))
+            test_case_failed("%s = %s: %s \"%s\"; expected invalid argument naming the file, the tensor and %s",
+                             cases[i].name, cases[i].says, alloy_status_name(st), st ? msg : "", cases[i].says);
+        expect_state_equals(g, &before, cases[i].name);
+        /* set_state takes no such value either */
+        alloy_host_tensor t;
+        expect_ok(g, alloy_graph_get_state(g, cases[i].name, &t), cases[i].name);
+        t.data = (void *)(uintptr_t)cases[i].value;
+        st = alloy_graph_set_state(g, &t);
+        if (st != ALLOY_ERR_INVALID || !strstr(alloy_last_error(g), cases[i].name))
+            test_case_failed("set_state %s = %s: %s \"%s\"", cases[i].name, cases[i].says, alloy_status_name(st),
+                             st ? alloy_last_error(g) : "");
+        expect_state_equals(g, &before, cases[i].name);
+    }
+    /* the same file with good values and no checksum (as PyTorch writes
+     * it) loads, and the graph trains on from it */
+    rewrite_checkpoint(path, bad, NULL, NULL, false);
+    expect_ok(g, alloy_graph_load_checkpoint(g, bad), "load of a checkpoint without a checksum");
+    alloy_graph *h = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true, .growth_interval = 4, .seed = 8});
+    expect_ok(h, alloy_graph_load_checkpoint(h, path), "load_checkpoint");
+    snapshot saved = take_snapshot(h);
+    expect_state_equals(g, &saved, "the checkpoint without a checksum");
+    train(g, 3, 4, NULL);
+    free_snapshot(&saved);
+    free_snapshot(&before);
+    alloy_graph_free(g);
+    alloy_graph_free(h);
+
+    /* gradient accumulation's state: the micro-batch counter counts
+     * 0..accumulation_steps-1, the inf flag is a bool */
+    g = alloy_graph_new("accumulating");
+    test_mlp m = build_mlp(g, F32, BATCH, DIM, HIDDEN, CLASSES);
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    alloy_optimizer o = alloy_sgd(0.1, 0, 0, false);
+    o.accumulation_steps = 3;
+    expect_ok(g, alloy_graph_add_optimizer(g, o), "add_optimizer");
+    train(g, 0, 1, NULL);
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    before = take_snapshot(g);
+    const int32_t three = 3;
+    const uint8_t two = 2;
+    const struct {
+        const char *name;
+        const void *value;
+        const char *says;
+    } acc[] = {{"step.micro_batch", &three, "below 3 (the optimizer's accumulation_steps)"},
+               {"step.micro_batch", &minus_one, "-1"},
+               {"scaler.found_inf_acc", &two, "byte 2"}};
+    for (size_t i = 0; i < sizeof acc / sizeof *acc; i++) {
+        rewrite_checkpoint(path, bad, acc[i].name, acc[i].value, false);
+        alloy_status st = alloy_graph_load_checkpoint(g, bad);
+        if (st != ALLOY_ERR_INVALID || !strstr(alloy_last_error(g), acc[i].name) || !strstr(alloy_last_error(g), acc[i].says))
+            test_case_failed("%s = %s: %s \"%s\"", acc[i].name, acc[i].says, alloy_status_name(st),
+                             st ? alloy_last_error(g) : "");
+        expect_state_equals(g, &before, acc[i].name);
+        alloy_host_tensor t;
+        expect_ok(g, alloy_graph_get_state(g, acc[i].name, &t), acc[i].name);
+        t.data = (void *)(uintptr_t)acc[i].value;
+        if (alloy_graph_set_state(g, &t) != ALLOY_ERR_INVALID)
+            test_case_failed("set_state %s = %s was accepted", acc[i].name, acc[i].says);
+        expect_state_equals(g, &before, acc[i].name);
+    }
+    free_snapshot(&before);
+    alloy_graph_free(g);
+    test_end_cases();
+}
+
+/* The checksum alloy writes in the metadata covers every tensor's name,
+ * dtype, shape and bytes: one bit flipped anywhere in the data, or a
+ * checksum edited, makes the load fail with an error naming the file, and
+ * the graph keeps its state byte for byte. Every byte of the payload is
+ * tried (a different bit each time). Before, a flipped data byte loaded
+ * silently. */
+static void test_a_flipped_bit_anywhere_in_a_checkpoint_payload_is_refused_by_its_checksum(void **state)
+{
+    (void)state;
+    make_blobs();
+    alloy_graph *g = mlp_trainer((setup_opts){.amp = ALLOY_F16, .scaler = true});
+    train(g, 0, 3, NULL);
+    const char *path = test_tmp_path("ckpt.safetensors"), *bad = test_tmp_path("flipped.safetensors");
+    expect_ok(g, alloy_graph_save_checkpoint(g, path), "save_checkpoint");
+    train(g, 3, 5, NULL);
+    snapshot before = take_snapshot(g);
+    size_t n;
+    unsigned char *bytes = test_read_file(path, &n);
+    uint64_t header = 0;
+    for (int i = 0; i < 8; i++) header |= (uint64_t)bytes[i] << (8 * i);
+    assert_true(8 + header < n);
+    /* the metadata holds the checksum as Python's safetensors reads it: a string */
+    assert_non_null(find_bytes(bytes, 8 + header, "\"alloy.checksum\":\"crc32:"));
+    size_t first = 8 + (size_t)header, refused = 0;
+    /* the copy is changed in place, a byte at a time (rewriting a whole file
+     * each time costs a flush on ext4) */
+    write_file(bad, bytes, n);
+    FILE *f = fopen(bad, "r+b");
+    assert_non_null(f);
+    for (size_t at = first; at < n; at++) {
+        put_byte(f, at, bytes[at] ^ (1u << (at % 8)));
+        alloy_status st = alloy_graph_load_checkpoint(g, bad);
+        put_byte(f, at, bytes[at]);
+        if (st != ALLOY_ERR_FORMAT || !strstr(alloy_last_error(g), "checksum mismatch") ||
+            !strstr(alloy_last_error(g), bad)) {
+            test_case_failed("bit %zu of byte %zu (payload byte %zu) flipped: %s \"%s\"", at % 8, at, at - first,
+                             alloy_status_name(st), st ? alloy_last_error(g) : "");
+            if (st == ALLOY_OK) break; /* the state changed: the snapshot no longer applies */
+        }
+        refused += st != ALLOY_OK;
+        if (at % 256 == 0 || at + 1 == n) expect_state_equals(g, &before, "after a refused load");
+    }
+    fclose(f);
+    print_message("%zu payload bytes, each with one bit flipped: %zu loads refused\n", n - first, refused);
+    /* an edited checksum: one hex digit changed */
+    unsigned char *sum = find_bytes(bytes, first, "crc32:");
+    assert_non_null(sum);
+    sum[6] = sum[6] == '0' ? '1' : '0';
+    write_file(bad, bytes, n);
+    assert_int_equal(alloy_graph_load_checkpoint(g, bad), ALLOY_ERR_FORMAT);
+    print_message("edited checksum: %s\n", alloy_last_error(g));
+    assert_non_null(strstr(alloy_last_error(g), "checksum mismatch"));
+    expect_state_equals(g, &before, "after a refused load");
+    test_free(bytes);
+    /* the intact file loads */
+    expect_ok(g, alloy_graph_load_checkpoint(g, path), "load_checkpoint");
+    free_snapshot(&before);
+    alloy_graph_free(g);
+    test_end_cases();
 }
 
 /* ---- step_info around training ---- */
@@ -569,8 +876,11 @@ int main(void)
         TEST(test_a_checkpoint_holds_parameters_moments_step_counter_and_scaler_state_as_they_were),
         TEST(test_a_truncated_checkpoint_is_rejected_with_a_clear_error_and_the_graph_state_is_unchanged),
         TEST(test_a_failed_save_over_an_existing_checkpoint_leaves_the_old_file_intact),
+        TEST(test_a_save_removes_the_temporary_file_a_killed_save_left_and_nothing_else),
         TEST(test_loading_a_checkpoint_of_another_shape_is_an_error_naming_the_tensor_and_changes_nothing),
         TEST(test_a_checkpoint_missing_the_scaler_state_is_an_error_naming_the_tensor),
+        TEST(test_a_checkpoint_with_a_negative_counter_or_a_bad_scale_is_refused_and_changes_nothing),
+        TEST(test_a_flipped_bit_anywhere_in_a_checkpoint_payload_is_refused_by_its_checksum),
         TEST(test_step_info_reports_the_loss_of_an_f16_or_bf16_graph),
         TEST(test_an_evaluation_run_with_training_off_updates_nothing_and_step_info_says_so),
     };

@@ -199,13 +199,20 @@ ALLOY_API alloy_status alloy_graph_state_at(alloy_graph *g, int i, alloy_host_te
 /* The state tensor called name (as above); ALLOY_ERR_NOT_FOUND if none. */
 ALLOY_API alloy_status alloy_graph_get_state(alloy_graph *g, const char *name,
                                              alloy_host_tensor *out);
-/* Copies src into the state tensor src->name; dtype and shape must match. */
+/* Copies src into the state tensor src->name; dtype and shape must match,
+ * and alloy's counters and scaler state take only values alloy could have
+ * written (counters >= 0, scaler.scale finite and > 0; docs/training.md). */
 ALLOY_API alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src);
-/* Writes all state to a safetensors file, atomically. */
+/* Writes all state to a safetensors file, atomically, with a CRC-32 of the
+ * tensors in its metadata ("alloy.checksum"). Temporary files that earlier
+ * saves to the same path left behind (a killed process) are removed. */
 ALLOY_API alloy_status alloy_graph_save_state(alloy_graph *g, const char *path);
 /* Loads state from a safetensors file. Every state tensor of g must be in
- * the file with the same dtype and shape, else nothing changes and the error
- * names the tensor; tensors in the file that g lacks are errors too. */
+ * the file with the same dtype and shape, alloy's counters and scaler state
+ * in range as for set_state, and the checksum (when the file has one; a
+ * file from PyTorch has none) must match, else nothing changes and the
+ * error names the file and the tensor; tensors in the file that g lacks
+ * are errors too. */
 ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
 
 /* ---- inspection ---- */

@@ -45,7 +45,10 @@ ALLOY_API alloy_grad_scaler alloy_static_scaler(double scale);
 /* Scales the loss before the backward, unscales gradients in f32, skips the
  * whole update (parameters, moments, step counter) when any gradient is
  * inf/NaN, and updates the scale. Needs a loss. With bf16 AMP a scaler is
- * accepted and works, though bf16 does not need one (docs/training.md). */
+ * accepted and works, though bf16 does not need one (docs/training.md).
+ * Every field the kind uses is checked: a NaN, an infinity or a value out of
+ * its range is ALLOY_ERR_INVALID naming the field, and the scaler set
+ * before stays (docs/errors.md). */
 ALLOY_API alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler scaler);
 
 /* ---- optimizers (DESIGN.md section 8) ---- */
@@ -84,7 +87,10 @@ ALLOY_API alloy_optimizer alloy_adamw(double lr, double beta1, double beta2, dou
                                       double weight_decay);
 /* Adds the update of every trainable parameter to the step: state tensors
  * for moments ("<p>.m", "<p>.v" or "<p>.momentum") and the step counter
- * ("optim.step", i32) are created, saved and loaded with the rest. */
+ * ("optim.step", i32) are created, saved and loaded with the rest. Every
+ * field the kind uses is checked as set_grad_scaler's are: rates, decay,
+ * momentum, min_lr and clip_norm finite and >= 0, betas in [0, 1), eps
+ * finite and > 0, step counts >= 0 (accumulation_steps 0 counts as 1). */
 ALLOY_API alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer opt);
 
 /* What the last run of a training step did. */
@@ -103,9 +109,10 @@ typedef struct alloy_step_info {
 ALLOY_API alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out);
 
 /* Saves all state (parameters, moments, step, scale, growth tracker) to one
- * safetensors file, atomically (temp file + rename); load checks names,
- * dtypes and shapes of every tensor before changing anything. Same as
- * alloy_graph_save_state / alloy_graph_load_state. */
+ * safetensors file, atomically (temp file + rename), with a checksum in its
+ * metadata; load checks the checksum, names, dtypes and shapes of every
+ * tensor and the values of the counters and the scale before changing
+ * anything. Same as alloy_graph_save_state / alloy_graph_load_state. */
 ALLOY_API alloy_status alloy_graph_save_checkpoint(alloy_graph *g, const char *path);
 ALLOY_API alloy_status alloy_graph_load_checkpoint(alloy_graph *g, const char *path);
 

@@ -349,7 +349,7 @@ static alloy_status rewrite(const amp_state *s, alloy_dtype low, ir_graph **resu
     if (!rw->out || !map) {
         al_free(map);
         ir_graph_free(rw->out);
-        return ALLOY_ERR_OOM;
+        return ir_error((ir_graph *)g, ALLOY_ERR_OOM, "amp: out of memory starting the rewrite");
     }
     ir_graph *out = rw->out;
     for (int i = 0; i < g->nnodes && !out->status; i++) {
@@ -413,10 +413,10 @@ static alloy_status rewrite(const amp_state *s, alloy_dtype low, ir_graph **resu
 
 /* Counts the inserted casts of out that something uses (a marker's cast can
  * be bypassed by the fold in convert() and is then dead until dce). */
-static void count_live_casts(const ir_graph *out, alloy_amp_report *rep)
+static alloy_status count_live_casts(const ir_graph *out, alloy_amp_report *rep)
 {
     uint8_t *used = al_calloc((size_t)out->nnodes + 1, 1);
-    if (!used) return; /* keep the rewriter's counts */
+    if (!used) return ALLOY_ERR_OOM;
     for (int i = 0; i < out->nnodes; i++)
         for (int j = 0; j < out->nodes[i]->nin; j++) used[out->nodes[i]->in[j]] = 1;
     for (int i = 0; i < out->noutputs; i++) used[out->outputs[i].node] = 1;
@@ -430,6 +430,7 @@ static void count_live_casts(const ir_graph *out, alloy_amp_report *rep)
         rep->weight_casts += out->nodes[n->in[0]]->op == IR_OP_param;
     }
     al_free(used);
+    return ALLOY_OK;
 }
 
 static const char *deny_reason(const amp_state *s, int i, char *buf, size_t len)
@@ -496,9 +497,13 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
         int *map = NULL;
         rewriter rw;
         st = rewrite(&s, cfg->dtype, &out, &rw, &map);
+        alloy_amp_report rep = {.dtype = cfg->dtype, .casts = rw.casts, .weight_casts = rw.weight_casts};
+        if (!st && count_live_casts(out, &rep)) {
+            st = ir_error(g, ALLOY_ERR_OOM, "amp: out of memory counting the casts");
+            al_free(map);
+            ir_graph_free(out);
+        }
         if (!st) {
-            alloy_amp_report rep = {.dtype = cfg->dtype, .casts = rw.casts, .weight_casts = rw.weight_casts};
-            count_live_casts(out, &rep);
             for (int i = 0; i < s.n; i++) {
                 if (!s.colourable[i] || is_marker(g->nodes[i]->op)) continue;
                 rep.float_nodes++;

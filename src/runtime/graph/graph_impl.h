@@ -118,6 +118,15 @@ AL_HIDDEN void state_free_all(alloy_graph *g);
  * backend; on failure nothing moved and `to` holds nothing. */
 AL_HIDDEN alloy_status state_move(alloy_graph *g, rt_backend *to);
 
+/* state_check.c */
+/* Checks the value data (s's dtype, one element) for a state tensor alloy
+ * owns: the counters optim.step, step.skipped_steps, scaler.growth_tracker
+ * and step.micro_batch >= 0 (the last two below growth_interval and
+ * accumulation_steps when g has them), scaler.scale finite and > 0,
+ * scaler.found_inf_acc 0 or 1; other tensors pass. The error names the
+ * tensor and the value, prefixed by where. */
+AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);
+
 /* Records an error on g's run status (the builder's first error stays in ir). */
 AL_HIDDEN alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);

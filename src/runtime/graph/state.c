@@ -5,6 +5,7 @@
 
 #include "alloy/safetensors.h"
 #include "base/convert.h"
+#include "runtime/io/checksum.h"
 #include "runtime/graph/graph_impl.h"
 
 /* splitmix64: a small, well-mixed generator; one stream per (seed, name). */
@@ -73,15 +74,23 @@ rt_state *state_find(alloy_graph *g, const char *name)
     return NULL;
 }
 
-/* Uploads s->host into its buffer (which it creates when missing). */
-static alloy_status state_upload(alloy_graph *g, rt_state *s)
+/* Uploads data (s's bytes) into s's buffer, which it creates when missing;
+ * s->host is not touched. */
+static alloy_status upload_bytes(alloy_graph *g, rt_state *s, const void *data)
 {
     rt_backend *b = g->backend;
     size_t bytes = ir_nbytes(&s->type);
     if (!s->buf && b->ops->buffer_new(b, bytes, &s->buf)) return graph_fail(g, ALLOY_ERR_OOM, "state '%s': %s", s->name, b->error);
-    if (b->ops->upload(b, s->buf, s->host, bytes)) return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
-    s->host_stale = false;
+    if (bytes && b->ops->upload(b, s->buf, data, bytes)) return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
     return ALLOY_OK;
+}
+
+/* Uploads s->host into its buffer (which it creates when missing). */
+static alloy_status state_upload(alloy_graph *g, rt_state *s)
+{
+    alloy_status st = upload_bytes(g, s, s->host);
+    if (!st) s->host_stale = false;
+    return st;
 }
 
 alloy_status state_host(alloy_graph *g, rt_state *s)
@@ -103,7 +112,10 @@ alloy_status state_ensure(alloy_graph *g)
     const ir_graph *ir = g->compiled;
     for (int i = 0; i < ir->nnodes; i++) {
         const ir_node *n = ir->nodes[i];
-        if ((n->op != IR_OP_param && n->op != IR_OP_state) || state_find(g, n->name)) continue;
+        if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
+        rt_state *have = state_find(g, n->name);
+        if (have && !have->buf && (st = state_upload(g, have))) return st; /* an earlier call ran out of memory */
+        if (have) continue;
         if (g->nstate == g->state_cap) {
             int cap = g->state_cap ? g->state_cap * 2 : 16;
             rt_state *s = al_realloc(g->state, sizeof *s * (size_t)cap);
@@ -238,8 +250,11 @@ alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
     if ((st = check_match(g, s, src, ""))) return st;
     if (!src->data && ir_nbytes(&s->type))
         return graph_fail(g, ALLOY_ERR_INVALID, "set_state '%s': data is NULL", s->name);
+    if ((st = state_check_value(g, s, src->data, "set_state: "))) return st;
+    if ((st = upload_bytes(g, s, src->data))) return st; /* the host copy changes only after the buffer did */
     if (ir_nbytes(&s->type)) memcpy(s->host, src->data, ir_nbytes(&s->type));
-    return state_upload(g, s);
+    s->host_stale = false;
+    return ALLOY_OK;
 }
 
 alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
@@ -248,17 +263,47 @@ alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
     alloy_status st = state_ensure(g);
     if (st) return st;
     alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
-    if (!ts) return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
-    for (int i = 0; i < g->nstate && !st; i++) st = describe_state(g, &g->state[i], &ts[i]);
+    const alloy_host_tensor **order = al_calloc((size_t)g->nstate + 1, sizeof *order);
+    if (!ts || !order) {
+        al_free(ts);
+        al_free(order);
+        return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
+    }
+    for (int i = 0; i < g->nstate && !st; i++) st = describe_state(g, &g->state[i], &ts[i]), order[i] = &ts[i];
+    char sum[IO_CHECKSUM_LEN] = "";
+    if (!st && io_tensors_checksum(order, g->nstate, sum))
+        st = graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
+    al_free(order);
     if (st) {
         al_free(ts);
         return st;
     }
-    const char *keys[] = {"format", "graph"}, *vals[] = {"alloy-state-1", g->ir->name};
+    const char *keys[] = {"format", "graph", IO_CHECKSUM_KEY}, *vals[] = {"alloy-state-1", g->ir->name, sum};
     char err[512] = "";
-    st = alloy_safetensors_save(path, ts, g->nstate, keys, vals, 2, err, sizeof err);
+    st = alloy_safetensors_save(path, ts, g->nstate, keys, vals, 3, err, sizeof err);
     al_free(ts);
     return st ? graph_fail(g, st, "%s", err) : ALLOY_OK;
+}
+
+/* When file carries alloy's checksum, checks that its tensors have it
+ * (a file without one, e.g. from PyTorch, passes). */
+static alloy_status check_checksum(alloy_graph *g, const alloy_safetensors *file, const char *path)
+{
+    const char *want = alloy_safetensors_metadata(file, IO_CHECKSUM_KEY);
+    if (!want) return ALLOY_OK;
+    int n = alloy_safetensors_count(file);
+    const alloy_host_tensor **ts = al_calloc((size_t)n + 1, sizeof *ts);
+    char got[IO_CHECKSUM_LEN] = "";
+    for (int i = 0; ts && i < n; i++) ts[i] = alloy_safetensors_get(file, i);
+    alloy_status st = ts ? io_tensors_checksum(ts, n, got) : ALLOY_ERR_OOM;
+    al_free(ts);
+    if (st) return graph_fail(g, st, "%s: out of memory checking the checksum", path);
+    if (strcmp(got, want) != 0)
+        return graph_fail(g, ALLOY_ERR_FORMAT,
+                          "%s: checksum mismatch: the tensors give %s, the file's metadata \"" IO_CHECKSUM_KEY
+                          "\" says %.40s; the file is damaged (or was changed without updating its checksum)",
+                          path, got, want);
+    return ALLOY_OK;
 }
 
 alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
@@ -272,7 +317,9 @@ alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
     if (st) return graph_fail(g, st, "%s", err);
     char where[600];
     al_fmt(where, sizeof where, "%s: ", path);
-    /* validate everything before changing anything */
+    /* validate everything before changing anything: the checksum, every
+     * tensor's name, dtype and shape, the values of alloy's own counters */
+    st = check_checksum(g, file, path);
     for (int i = 0; !st && i < g->nstate; i++) {
         const alloy_host_tensor *t = alloy_safetensors_find(file, g->state[i].name);
         if (!t) st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
@@ -284,10 +331,22 @@ alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%stensor '%s' matches no state of graph '%s'",
                             where, t->name, g->ir->name);
     }
-    for (int i = 0; !st && i < g->nstate; i++) {
-        const alloy_host_tensor *t = alloy_safetensors_find(file, g->state[i].name);
-        if (ir_nbytes(&g->state[i].type)) memcpy(g->state[i].host, t->data, ir_nbytes(&g->state[i].type));
-        st = state_upload(g, &g->state[i]);
+    for (int i = 0; !st && i < g->nstate; i++)
+        st = state_check_value(g, &g->state[i], alloy_safetensors_find(file, g->state[i].name)->data, where);
+    /* all or nothing: every host copy current first (the old values), then
+     * each buffer from the file; a failed upload puts the old values back */
+    for (int i = 0; !st && i < g->nstate; i++) st = state_host(g, &g->state[i]);
+    int uploaded = 0;
+    for (; !st && uploaded < g->nstate; uploaded++)
+        st = upload_bytes(g, &g->state[uploaded], alloy_safetensors_find(file, g->state[uploaded].name)->data);
+    if (st) {
+        for (int i = 0; i < uploaded; i++) upload_bytes(g, &g->state[i], g->state[i].host);
+    } else {
+        for (int i = 0; i < g->nstate; i++) {
+            size_t bytes = ir_nbytes(&g->state[i].type);
+            if (bytes) memcpy(g->state[i].host, alloy_safetensors_find(file, g->state[i].name)->data, bytes);
+            g->state[i].host_stale = false;
+        }
     }
     alloy_safetensors_free(file);
     return st;

@@ -90,18 +90,40 @@ alloy_grad_scaler alloy_static_scaler(double scale)
     return (alloy_grad_scaler){ALLOY_SCALER_STATIC, scale, 1.0, 1.0, 0, 0.0};
 }
 
+/* The error for a configuration field outside its range: names the call,
+ * the field, the value given and the rule. */
+static alloy_status field_error(alloy_graph *g, const char *call, const char *field, double v, const char *rule)
+{
+    return graph_fail(g, ALLOY_ERR_INVALID, "%s: %s is %g; it must be %s", call, field, v, rule);
+}
+
+/* Fails the calling function with field_error unless cond holds. */
+#define CHECK_FIELD(call, s, f, cond, rule) \
+    do {                                    \
+        if (!(cond)) return field_error(g, call, #f, (double)(s).f, rule); \
+    } while (0)
+
+#define F32_MAX 3.4028234663852886e38 /* the largest finite f32 */
+
+/* A scale the state tensor scaler.scale (f32) can hold: finite, > 0. */
+static bool f32_positive(double v) { return v > 0 && v <= F32_MAX; }
+
 alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler s)
 {
     if (!g) return ALLOY_ERR_INVALID;
+    const char *call = "set_grad_scaler";
     if (s.kind != ALLOY_SCALER_NONE && s.kind != ALLOY_SCALER_DYNAMIC && s.kind != ALLOY_SCALER_STATIC)
         return graph_fail(g, ALLOY_ERR_INVALID, "set_grad_scaler: unknown kind %d", (int)s.kind);
-    if (s.kind != ALLOY_SCALER_NONE && !(s.init_scale > 0 && s.init_scale < 3.4e38))
-        return graph_fail(g, ALLOY_ERR_INVALID, "set_grad_scaler: init_scale %g must be a positive finite f32", s.init_scale);
-    if (s.kind == ALLOY_SCALER_DYNAMIC &&
-        (!(s.growth_factor > 1) || !(s.backoff_factor > 0 && s.backoff_factor < 1) || s.growth_interval < 1 || s.min_scale < 0))
-        return graph_fail(g, ALLOY_ERR_INVALID,
-                          "set_grad_scaler: need growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1, min_scale >= 0 "
-                          "(got %g, %g, %d, %g)", s.growth_factor, s.backoff_factor, s.growth_interval, s.min_scale);
+    /* each field the kind uses; a static scaler uses init_scale alone */
+    if (s.kind != ALLOY_SCALER_NONE)
+        CHECK_FIELD(call, s, init_scale, f32_positive(s.init_scale), "a positive finite f32");
+    if (s.kind == ALLOY_SCALER_DYNAMIC) {
+        CHECK_FIELD(call, s, growth_factor, isfinite(s.growth_factor) && s.growth_factor > 1, "finite and > 1");
+        CHECK_FIELD(call, s, backoff_factor, s.backoff_factor > 0 && s.backoff_factor < 1, "in (0, 1)");
+        CHECK_FIELD(call, s, growth_interval, s.growth_interval >= 1, ">= 1");
+        CHECK_FIELD(call, s, min_scale, s.min_scale == 0 || f32_positive(s.min_scale),
+                    "0 (none) or a positive finite f32");
+    }
     g->scaler = s;
     graph_invalidate(g);
     return ALLOY_OK;
@@ -139,15 +161,32 @@ alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
     if (!g) return ALLOY_ERR_INVALID;
     if (o.kind < ALLOY_OPTIM_SGD || o.kind > ALLOY_OPTIM_ADAMW)
         return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: unknown kind %d", (int)o.kind);
-    if (!(o.lr >= 0) || o.weight_decay < 0 || o.momentum < 0 || o.clip_norm < 0 || o.min_lr < 0)
-        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: lr, weight_decay, momentum, clip_norm, min_lr must be >= 0");
-    if (o.kind != ALLOY_OPTIM_SGD && !(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0))
-        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: Adam needs 0 <= beta1, beta2 < 1 and eps > 0");
-    if (o.nesterov && o.momentum <= 0)
-        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: nesterov needs momentum > 0");
-    if (o.schedule < ALLOY_LR_CONSTANT || o.schedule > ALLOY_LR_WARMUP_COSINE || o.warmup_steps < 0 ||
-        (o.schedule == ALLOY_LR_WARMUP_COSINE && o.total_steps <= o.warmup_steps))
-        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: bad schedule (cosine needs total_steps > warmup_steps)");
+    /* every field: a NaN or an infinity in any of them would make every
+     * parameter NaN after one step */
+    const char *call = "add_optimizer";
+    const char *non_negative = "finite and >= 0";
+    CHECK_FIELD(call, o, lr, isfinite(o.lr) && o.lr >= 0, non_negative);
+    CHECK_FIELD(call, o, weight_decay, isfinite(o.weight_decay) && o.weight_decay >= 0, non_negative);
+    CHECK_FIELD(call, o, min_lr, isfinite(o.min_lr) && o.min_lr >= 0, non_negative);
+    CHECK_FIELD(call, o, clip_norm, isfinite(o.clip_norm) && o.clip_norm >= 0, "finite and >= 0 (0 = off)");
+    if (o.kind == ALLOY_OPTIM_SGD) {
+        CHECK_FIELD(call, o, momentum, isfinite(o.momentum) && o.momentum >= 0, non_negative);
+        if (o.nesterov && o.momentum <= 0)
+            return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: nesterov needs momentum > 0");
+    } else {
+        CHECK_FIELD(call, o, beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)");
+        CHECK_FIELD(call, o, beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");
+        CHECK_FIELD(call, o, eps, isfinite(o.eps) && o.eps > 0, "finite and > 0");
+    }
+    if (o.schedule < ALLOY_LR_CONSTANT || o.schedule > ALLOY_LR_WARMUP_COSINE)
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: unknown schedule %d", (int)o.schedule);
+    CHECK_FIELD(call, o, warmup_steps, o.warmup_steps >= 0, ">= 0");
+    CHECK_FIELD(call, o, total_steps, o.total_steps >= 0, ">= 0");
+    if (o.schedule == ALLOY_LR_WARMUP_COSINE && o.total_steps <= o.warmup_steps)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "add_optimizer: total_steps is %d; a cosine schedule needs total_steps > warmup_steps (%d)",
+                          o.total_steps, o.warmup_steps);
+    CHECK_FIELD(call, o, accumulation_steps, o.accumulation_steps >= 0, ">= 1 (0 counts as 1)");
     if (o.accumulation_steps < 1) o.accumulation_steps = 1;
     if (g->ir->loss < 0) return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: set a loss first (alloy_graph_set_loss)");
     g->optimizer = o;
