@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/graph/graph_impl.h"
 
@@ -82,32 +83,59 @@ alloy_graph *alloy_graph_parse(const char *text, size_t len, const char *filenam
 
 alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
 {
+    if (!path) {
+        al_fmt(err, errlen, "alloy_graph_load_ir: path is NULL");
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
+    /* a regular file says its size; a pipe or device (/dev/zero) is read
+     * only up to the limit, so no input takes more memory than that */
+    struct stat sb;
+    bool stat_ok = fstat(fileno(f), &sb) == 0;
+    const char *why = NULL;
+    char whybuf[160];
+    if (stat_ok && S_ISDIR(sb.st_mode)) why = "is a directory";
+    else if (stat_ok && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > ALLOY_IR_MAX_BYTES) {
+        al_fmt(whybuf, sizeof whybuf, "%lld bytes, more than the %llu (%llu MiB) an IR file may have",
+               (long long)sb.st_size, (unsigned long long)ALLOY_IR_MAX_BYTES,
+               (unsigned long long)(ALLOY_IR_MAX_BYTES >> 20));
+        why = whybuf;
+    }
+    if (why) {
+        fclose(f);
+        al_fmt(err, errlen, "%s: %s", path, why);
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0, got;
     char *text = al_malloc(cap);
-    size_t got;
-    while (text && (got = fread(text + len, 1, cap - len, f)) > 0) {
+    while (text && len <= ALLOY_IR_MAX_BYTES && (got = fread(text + len, 1, cap - len, f)) > 0) {
         len += got;
-        if (len == cap) {
-            char *bigger = al_realloc(text, cap * 2);
+        if (len == cap && len <= ALLOY_IR_MAX_BYTES) { /* at most one byte past the limit */
+            size_t more = cap * 2 < ALLOY_IR_MAX_BYTES + 1 ? cap * 2 : ALLOY_IR_MAX_BYTES + 1;
+            char *bigger = al_realloc(text, more);
             if (!bigger) {
                 al_free(text);
                 text = NULL;
                 break;
             }
             text = bigger;
-            cap *= 2;
+            cap = more;
         }
     }
     bool bad = ferror(f);
+    int read_errno = errno;
     fclose(f);
-    if (!text || bad) {
+    if (!text || bad || len > ALLOY_IR_MAX_BYTES) {
         al_free(text);
-        al_fmt(err, errlen, "%s: %s", path, bad ? "read error" : "out of memory");
+        if (len > ALLOY_IR_MAX_BYTES)
+            al_fmt(err, errlen, "%s: more than the %llu bytes (%llu MiB) an IR file may have", path,
+                   (unsigned long long)ALLOY_IR_MAX_BYTES, (unsigned long long)(ALLOY_IR_MAX_BYTES >> 20));
+        else if (bad) al_fmt(err, errlen, "%s: cannot read: %s", path, strerror(read_errno ? read_errno : EIO));
+        else al_fmt(err, errlen, "%s: out of memory reading it", path);
         return NULL;
     }
     alloy_graph *g = alloy_graph_parse(text, len, path, err, errlen);
