@@ -145,7 +145,10 @@ alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
 
 alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "dump: out is NULL");
+    if (kind != ALLOY_DUMP_SOURCE && kind != ALLOY_DUMP_IR)
+        return graph_fail(g, ALLOY_ERR_INVALID, "dump: unknown kind %d (ALLOY_DUMP_SOURCE or ALLOY_DUMP_IR)", (int)kind);
     if (kind == ALLOY_DUMP_SOURCE) {
         ir_print(g->ir, out);
         return ALLOY_OK;
@@ -161,7 +164,12 @@ int alloy_graph_output_count(const alloy_graph *g) { return g ? g->ir->noutputs 
 
 const char *alloy_graph_output_name(const alloy_graph *g, int i)
 {
-    return g && i >= 0 && i < g->ir->noutputs ? g->ir->outputs[i].name : NULL;
+    if (!g) return NULL;
+    if (i < 0 || i >= g->ir->noutputs) {
+        graph_fail_const(g, ALLOY_ERR_NOT_FOUND, "output_name: index %d out of range [0, %d)", i, g->ir->noutputs);
+        return NULL;
+    }
+    return g->ir->outputs[i].name;
 }
 
 int alloy_graph_input_count(const alloy_graph *g)
@@ -173,7 +181,9 @@ int alloy_graph_input_count(const alloy_graph *g)
 
 alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail_const(g, ALLOY_ERR_INVALID, "input_at: out is NULL");
+    int asked = i;
     for (int k = 0; k < g->ir->nnodes; k++) {
         const ir_node *n = g->ir->nodes[k];
         if (n->op != IR_OP_input || i--) continue;
@@ -181,7 +191,8 @@ alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor
         memcpy(out->dims, n->type.dims, sizeof out->dims);
         return ALLOY_OK;
     }
-    return ALLOY_ERR_NOT_FOUND;
+    return graph_fail_const(g, ALLOY_ERR_NOT_FOUND, "input_at: index %d out of range [0, %d)", asked,
+                            alloy_graph_input_count(g));
 }
 
 alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out)
@@ -194,7 +205,8 @@ alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *o
 
 alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "memory_info: out is NULL");
     if (g->ir->status) return g->ir->status;
     alloy_status st = graph_compile(g);
     if (st) return st;
