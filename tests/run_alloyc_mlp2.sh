@@ -58,6 +58,7 @@ ir=$data/mlp2.ir feeds=$data/mlp2_feeds.safetensors params=$data/mlp2_params.saf
 printf 'graph bad {\n  %%x = input : f32[2,3]\n  %%y = relu(%%z) : f32[2,3]\n}\n' >"$tmp/bad.ir"
 printf 'graph small {\n  %%x = input : f32[2,2]\n  %%y = relu(%%x) : f32[2,2]\n  output "y" = %%y\n}\n' >"$tmp/small.ir"
 printf 'graph noout {\n  %%x = input : f32[8,16]\n  %%y = relu(%%x) : f32[8,16]\n}\n' >"$tmp/noout.ir"
+printf 'graph init {\n  %%w = param {init="nromal", std=0.02} : f32[4]\n  output "w" = %%w\n}\n' >"$tmp/bad_init.ir"
 printf 'graph wide {\n  %%x = input : f64[8,16]\n  %%y = relu(%%x) : f64[8,16]\n  output "y" = %%y\n}\n' >"$tmp/wide.ir"
 
 expect 2 "no command given"
@@ -77,6 +78,10 @@ expect 1 "alloyc_errors: is a directory" print "$tmp"
 expect_capped 1 "/dev/zero: not a regular file" run "$ir" --feed /dev/zero --out "$tmp/o.safetensors"
 expect 1 "bad.ir:3:" print "$tmp/bad.ir"
 expect 1 "bad.ir:3:" run "$tmp/bad.ir" --out "$tmp/o.safetensors"
+expect 1 "bad_init.ir:2:8: param() 'w': unknown init \"nromal\" (zeros, ones, constant, normal, uniform," run "$tmp/bad_init.ir" --out "$tmp/o.safetensors"
+expect 1 "set_option: print_after=fsue: unknown pass 'fsue' (passes: verify, amp," print "$ir" --print-after=fsue
+expect 1 "disable_passes=grad_scaler: the graph trains with a dynamic loss scaler" \
+    print --train --amp=f16 --scaler=dynamic --optimizer=sgd --set disable_passes=grad_scaler "$data/../golden/mlp_step.ir"
 expect 1 "missing.safetensors" run "$ir" --feed "$tmp/missing.safetensors" --out "$tmp/o.safetensors"
 expect 1 "no tensor named 'q'" run "$ir" --feed "q=$feeds" --out "$tmp/o.safetensors"
 expect 1 "input 'x' was not fed" run "$ir" --params "$params" --out "$tmp/o.safetensors"
