@@ -518,6 +518,8 @@ const op_case op_cases[] = {
     {"add", BINARY, ARITH},
     {"sub", BINARY, ARITH},
     {"mul", BINARY, ARITH},
+    {"mul", "i32[17] i32[17]; i64[3,5] i64[5]", .dom = {U(-1e5, 1e5), U(-1e5, 1e5)}, EXACT}, /* i32 products saturate */
+    {"add", "i32[17] i32[17]; i32[33] i32[]", .dom = {U(-2.1e9, 2.1e9), U(-2.1e9, 2.1e9)}, EXACT},
     {"div", BINARY, .dom = {{0}, AWAY(1, 5)}}, /* divisors away from zero */
     /* ties and NaNs (NaN wins); the gradient rows keep a and b 0.05 apart (no kink) */
     {"maximum", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}, .flags = OC_NO_GRAD},
@@ -574,6 +576,9 @@ const op_case op_cases[] = {
      * integers of both signs (means truncate toward zero). */
     {"reduce_sum", "[6,17,33]", AXES3, .dom = {U(0.5, 10)}, .ref = ref_reduce}, /* all of it: 2e4 < f16's 65504 */
     {"reduce_sum", "i32[6,17,33]; i64[6,17,33]", AXES3, .dom = {U(-50, 50)}, EXACT, .ref = ref_reduce},
+    /* integer sums past the dtype's range saturate, as elementwise results do (docs/ir.md) */
+    {"reduce_sum", "i32[6,17,33]", AXES3, .dom = {U(-2.1e9, 2.1e9)}, EXACT, .ref = ref_reduce},
+    {"reduce_mean", "i32[6,17,33]", "axes=[1]; axes=[0,2]", .dom = {U(-2.1e9, 2.1e9)}, EXACT, .ref = ref_reduce},
     {"reduce_sum", "[2,3,4]", AXES3, .dom = {U(0.25, 3)}, .ref = ref_reduce},
     {"reduce_sum", "[]", " | ; keepdims=1", .dom = {U(0.25, 3)}, .ref = ref_reduce},
     {"reduce_sum", "[1,130,1]", "axes=[0,2] keepdims=1; axes=[1]", .dom = {U(0.25, 3)}, .ref = ref_reduce},

@@ -34,7 +34,7 @@ static const char every_op[] =
     "graph every_op {\n"
     "  %x = input : f32[2,4]\n"
     "  %w = param {init=\"normal\", mean=0.0, std=0.02, frozen=true} : f32[4,4]\n"
-    "  %g = param {init=\"ones\", low=-0.1, high=0.1, value=1e-5, gain=1e300, frozen=false} : f32[4]\n"
+    "  %g = param {init=\"uniform\", low=-0.1, high=0.1, frozen=false} : f32[4]\n"
     "  %c = constant {value=0.5} : f32[]\n"
     "  %cv = constant {values=[0.1, 3.0, -inf, nan]} : f32[4]\n"
     "  %ids = input : i32[2]\n"
@@ -108,7 +108,7 @@ static const char every_op[] =
     "  %73 = embedding_grad(%ids, %mm) : f32[10,4]\n"
     "  %74 = pad(%x) {axis=1, before=1, after=2} : f32[2,7]\n"
     "  %75 = causal_mask(%sl) {value=-1e9} : f32[2,4]\n"
-    "  %st = state {init=\"zeros\", frozen=false} : i32[]\n"
+    "  %st = state {init=\"constant\", value=1e-5, frozen=false} : i32[]\n"
     "  %st1 = add(%st, %st) : i32[]\n"
     "  %cs = cos(%x) : f32[2,4]\n"
     "  %fin = isfinite(%x) : bool[2,4]\n"
@@ -250,8 +250,10 @@ static void attributes_of_every_kind_built_through_the_api_round_trip(void **sta
     (void)state;
     ir_graph *g = ir_graph_new("kinds");
     ir_type t = {ALLOY_F32, 1, {4}};
-    ir_attr pa[] = {ir_a_str("init", "we\"ird\\\n\t\x01 \xc3\xa9"), ir_a_float("std", 2.0), ir_a_bool("frozen", false)};
-    assert_non_null(ir_add_node(g, IR_OP_param, 0, NULL, 3, pa, &t, "p"));
+    /* the one string attribute names an init: the escapes go through a node name */
+    const char *weird = "we\"ird\\\n\t\x01 \xc3\xa9";
+    ir_attr pa[] = {ir_a_str("init", "normal"), ir_a_float("std", 2.0), ir_a_bool("frozen", false)};
+    assert_non_null(ir_add_node(g, IR_OP_param, 0, NULL, 3, pa, &t, weird));
     double vals[] = {0.1, -1e-5, 3.0, 1e300};
     ir_attr ca = ir_a_floats("values", 4, vals);
     assert_non_null(ir_add_node(g, IR_OP_constant, 0, NULL, 1, &ca, &t, NULL));
@@ -264,13 +266,13 @@ static void attributes_of_every_kind_built_through_the_api_round_trip(void **sta
     assert_non_null(ir_add_node(g, IR_OP_constant, 0, NULL, 1, &ea, &empty, "e"));
     char *s = print_ok(g);
     assert_string_equal(s, "graph kinds {\n"
-                           "  %p = param {init=\"we\\\"ird\\\\\\n\\t\\x01 \xc3\xa9\", std=2.0, frozen=false} : f32[4]\n"
+                           "  %\"we\\\"ird\\\\\\n\\t\\x01 \xc3\xa9\" = param {init=\"normal\", std=2.0, frozen=false} : f32[4]\n"
                            "  %1 = constant {values=[0.1, -1e-5, 3.0, 1e300]} : f32[4]\n"
-                           "  %2 = reduce_sum(%p) {axes=[0], keepdims=true} : f32[1]\n"
+                           "  %2 = reduce_sum(%\"we\\\"ird\\\\\\n\\t\\x01 \xc3\xa9\") {axes=[0], keepdims=true} : f32[1]\n"
                            "  %e = constant {values=[]} : f32[0]\n"
                            "}\n");
     ir_graph *g2 = parse_ok(s);
-    assert_string_equal(ir_attr_str(g2->nodes[0], "init", ""), pa[0].s);
+    assert_string_equal(g2->nodes[0]->name, weird);
     assert_int_equal(g2->nodes[3]->attrs[0].kind, IR_ATTR_FLOATS);
     char *s2 = print_ok(g2);
     assert_string_equal(s2, s);
@@ -284,9 +286,9 @@ static void integers_where_floats_are_wanted_print_as_floats(void **state)
 {
     (void)state;
     /* an integer where a float is wanted becomes a float; ints in a float list too */
-    assert_prints_as("graph g {\n  %p = param {init=\"x\", std=1, mean=-3} : f32[2]\n"
+    assert_prints_as("graph g {\n  %p = param {init=\"normal\", std=1, mean=-3} : f32[2]\n"
                      "  %c = constant {values=[1, 2.5]} : f32[2]\n}\n",
-                     "graph g {\n  %p = param {init=\"x\", mean=-3.0, std=1.0, frozen=false} : f32[2]\n"
+                     "graph g {\n  %p = param {init=\"normal\", mean=-3.0, std=1.0, frozen=false} : f32[2]\n"
                      "  %c = constant {values=[1.0, 2.5]} : f32[2]\n}\n");
 }
 
@@ -424,6 +426,20 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
         /* attributes */
         {HDR "  %y = relu(%x) {foo=1} : f32[2]\n" END,
           "t.ir:3:18: unknown attribute 'foo' for relu (it takes none)"},
+        /* an init must be one alloy computes, with only the values it reads */
+        {G "  %w = param {init=\"nromal\", std=0.02} : f32[2]\n" END,
+          "t.ir:2:8: param() 'w': unknown init \"nromal\" (zeros, ones, constant, normal, uniform, kaiming_uniform, "
+          "kaiming_normal, xavier_uniform or xavier_normal)"},
+        {G "  %m = state {init=\"\"} : f32[2]\n" END, "t.ir:2:8: state() 'm': unknown init \"\" (zeros, ones, constant, normal, uniform, "
+          "kaiming_uniform, kaiming_normal, xavier_uniform or xavier_normal)"},
+        {G "  %w = param {init=\"kaiming_uniform\", std=0.1} : f32[2]\n" END,
+          "t.ir:2:8: param() 'w': init \"kaiming_uniform\" does not read 'std' (it reads gain)"},
+        {G "  %w = param {init=\"zeros\", value=1.0} : f32[2]\n" END,
+          "t.ir:2:8: param() 'w': init \"zeros\" does not read 'value' (it reads no attribute)"},
+        {G "  %w = param {init=\"uniform\", low=0, high=1, std=1} : f32[2]\n" END,
+          "t.ir:2:8: param() 'w': init \"uniform\" does not read 'std' (it reads low and high)"},
+        {G "  %w = param {init=\"normal\", std=0.1} : i32[2]\n" END,
+          "t.ir:2:8: param() 'w': random init \"normal\" needs a floating-point dtype, not i32"},
         {HDR "  %y = softmax(%x) {axes=1} : f32[2]\n" END,
           "t.ir:3:21: unknown attribute 'axes' for softmax (it takes axis)"},
         {HDR "  %y = reduce_sum(%x) {axes=1} : f32[]\n" END,

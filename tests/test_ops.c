@@ -249,7 +249,55 @@ static void test_found_inf_sees_an_inf_or_nan_in_any_operand_of_any_float_dtype(
     al_arena_free(&arena);
 }
 
+/* One rule for integers (docs/ir.md, "Integer arithmetic"): every op's
+ * result is its exact value truncated toward zero and saturated to the
+ * dtype, elementwise ops and reductions alike (reduce_sum used to wrap). */
+static void test_integer_results_saturate_in_elementwise_ops_and_reductions_alike(void **state)
+{
+    (void)state;
+    const double p30 = 0x1p30, p31 = 0x1p31, p62 = 0x1p62, p63 = 0x1p63;
+    static const int64_t one[] = {1}, three[] = {3}, two[] = {2};
+    for (int w = 0; w < 2; w++) {
+        alloy_dtype dt = w ? ALLOY_I64 : ALLOY_I32;
+        /* i64's max, 2^63 - 1, decodes to the double 2^63 */
+        double big = w ? p62 : p30, max = w ? p63 : p31 - 1, min = w ? -p63 : -p31;
+        tensor three_big = values(ty(dt, 1, three), (const double[]){big, big, big});
+        tensor three_neg = values(ty(dt, 1, three), (const double[]){-big, -big, -big});
+        tensor r = expect_op(IR_OP_reduce_sum, 1, &three_big, NULL);
+        expect_values(&r, (const double[]){max}, w ? "i64 3 * 2^62 summed" : "i32 3 * 2^30 summed");
+        r = expect_op(IR_OP_reduce_sum, 1, &three_neg, NULL);
+        expect_values(&r, (const double[]){min}, w ? "i64 -3 * 2^62 summed" : "i32 -3 * 2^30 summed");
+        r = expect_op(IR_OP_reduce_mean, 1, &three_big, NULL); /* the exact mean fits */
+        expect_values(&r, (const double[]){big}, "the mean of three equal values");
+        tensor odd = values(ty(dt, 1, two), (const double[]){-3, 0});
+        r = expect_op(IR_OP_reduce_mean, 1, &odd, NULL);
+        expect_values(&r, (const double[]){-1}, "mean(-3, 0) = -1.5, truncated toward zero");
+        r = expect_op(IR_OP_reduce_max, 1, &three_neg, NULL);
+        expect_values(&r, (const double[]){-big}, "the maximum compares");
+        /* elementwise: the same rule */
+        tensor a[2] = {values(ty(dt, 1, one), (const double[]){w ? p62 + p62 / 2 : p31 - 1}),
+                       values(ty(dt, 1, one), (const double[]){big})};
+        r = expect_op(IR_OP_add, 2, a, NULL);
+        expect_values(&r, (const double[]){max}, "near max + big");
+        r = expect_op(IR_OP_mul, 2, a, NULL);
+        expect_values(&r, (const double[]){max}, "near max * big");
+        a[0] = values(ty(dt, 1, one), (const double[]){min});
+        r = expect_op(IR_OP_sub, 2, a, NULL);
+        expect_values(&r, (const double[]){min}, "min - big");
+        r = expect_op(IR_OP_neg, 1, a, NULL);
+        expect_values(&r, (const double[]){max}, "-min");
+        a[1] = values(ty(dt, 1, one), (const double[]){0});
+        r = expect_op(IR_OP_div, 2, a, NULL);
+        expect_values(&r, (const double[]){min}, "min / 0");
+        a[0] = a[1];
+        r = expect_op(IR_OP_div, 2, a, NULL);
+        expect_values(&r, (const double[]){0}, "0 / 0");
+    }
+    al_arena_free(&arena);
+}
+
 /* A test that failed half way left its blocks to cmocka, which freed them. */
+
 static int forget_arena(void **state)
 {
     memset(&arena, 0, sizeof arena);
@@ -270,6 +318,7 @@ int main(void)
         TEST(test_reduce_sum_of_a_million_floats_has_logarithmic_error),
         TEST(test_embedding_grad_accumulates_half_precision_in_f32),
         TEST(test_found_inf_sees_an_inf_or_nan_in_any_operand_of_any_float_dtype),
+        TEST(test_integer_results_saturate_in_elementwise_ops_and_reductions_alike),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

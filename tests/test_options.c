@@ -166,6 +166,83 @@ static void test_a_misspelt_environment_value_fails_the_compile_naming_the_varia
     unsetenv("ALLOY_PRINT_AFTER");
 }
 
+static void test_a_misspelt_pass_or_kind_in_any_environment_variable_fails_the_compile(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *env, *value, *message;
+    } cases[] = {
+        {"ALLOY_DISABLE_PASSES", "simplify,fsue",
+         "ALLOY_DISABLE_PASSES: disable_passes=simplify,fsue: unknown pass 'fsue' (passes: verify, amp"},
+        {"ALLOY_PRINT_BEFORE", "all,", NULL}, /* "all" with an empty word is not a pass list */
+        {"ALLOY_PRINT_AFTER", "amp, plna", "ALLOY_PRINT_AFTER: print_after=amp, plna: unknown pass 'plna'"},
+        {"ALLOY_NO_FUSE", "gemm,rows", "ALLOY_NO_FUSE: no_fuse=gemm,rows: unknown fusion kind 'rows' (kinds: row, gemm"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        setenv(cases[i].env, cases[i].value, 1);
+        alloy_graph *g = tiny_graph();
+        float y[4];
+        alloy_status st = run_tiny(g, y);
+        if (cases[i].message && (st != ALLOY_ERR_INVALID || !strstr(alloy_last_error(g), cases[i].message)))
+            test_case_failed("%s=%s: status %d, '%s'", cases[i].env, cases[i].value, st, alloy_last_error(g));
+        if (!cases[i].message && st == ALLOY_OK) test_case_failed("%s=%s ran", cases[i].env, cases[i].value);
+        alloy_graph_free(g);
+        unsetenv(cases[i].env);
+    }
+    test_end_cases();
+}
+
+/* A training step: loss = mean((x @ w)^2), f16 AMP when amp, a dynamic
+ * loss scaler when scaled, SGD. */
+static alloy_graph *training_step(bool amp, bool scaled)
+{
+    alloy_graph *g = alloy_graph_new("step");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(4, 3));
+    alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 2, DIMS(3, 2), alloy_init_normal(0.5));
+    alloy_tensor *loss = alloy_reduce_mean(g, alloy_square(g, alloy_matmul(g, x, w, false, false)), 0, NULL, false);
+    expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
+    if (amp) expect_ok(g, alloy_graph_enable_amp(g, ALLOY_F16), "enable_amp");
+    if (scaled) expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), "add_optimizer");
+    return g;
+}
+
+static void test_disabling_a_pass_the_training_step_needs_is_an_error_naming_it(void **state)
+{
+    (void)state;
+    static const struct {
+        bool amp, scaled;
+        const char *disabled, *message; /* NULL: the step runs */
+    } cases[] = {
+        {true, true, "grad_scaler",
+         "disable_passes=grad_scaler: the graph trains with a dynamic loss scaler, and grad_scaler unscales the "
+         "gradients and skips inf/NaN steps (without it they reach the parameters); remove grad_scaler from "
+         "disable_passes (ALLOY_DISABLE_PASSES) or set no loss scaler"},
+        {false, true, "simplify,grad_scaler", "disable_passes=grad_scaler: the graph trains with a dynamic loss scaler"},
+        {true, true, "autodiff", "disable_passes=autodiff: the graph trains (it has a loss), and the gradients come from autodiff"},
+        {false, false, "optimizer", "disable_passes=optimizer: the graph has an optimizer, and that pass is what updates"},
+        {false, false, "grad_scaler", NULL}, /* nothing to unscale: the pass does nothing */
+        {true, true, "amp", NULL},           /* an f32 step, scaled: right, only slower */
+        {true, true, "verify,simplify,dce,fuse", NULL},
+    };
+    /* small inputs: the scaled loss (about 500) stays finite in f16, so no step is skipped */
+    float xs[12] = {0.01f, 0.02f, 0.03f, 0.04f, 0.05f, 0.06f, 0.07f, 0.08f, 0.09f, 0.1f, 0.11f, 0.12f};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {4, 3}, xs};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        alloy_graph *g = training_step(cases[i].amp, cases[i].scaled);
+        expect_ok(g, alloy_graph_set_option(g, "disable_passes", cases[i].disabled), "set_option");
+        alloy_status st = alloy_graph_run(g, &feed, 1, NULL, 0);
+        const char *msg = alloy_last_error(g);
+        if (cases[i].message && (st != ALLOY_ERR_INVALID || !strstr(msg, cases[i].message)))
+            test_case_failed("disable %s: status %d, '%s' (want '%s')", cases[i].disabled, st, msg, cases[i].message);
+        alloy_step_info info;
+        if (!cases[i].message && (st || alloy_graph_step_info(g, &info) || !info.updated || info.step != 1))
+            test_case_failed("disable %s: status %d, '%s'", cases[i].disabled, st, msg);
+        alloy_graph_free(g);
+    }
+    test_end_cases();
+}
+
 static void test_set_option_rejects_bad_values_and_keeps_the_graph_usable(void **state)
 {
     (void)state;
@@ -287,6 +364,8 @@ int main(void)
         cmocka_unit_test(test_every_option_parses_its_documented_values_and_resets_on_empty),
         cmocka_unit_test(test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the_valid_ones),
         cmocka_unit_test(test_a_misspelt_environment_value_fails_the_compile_naming_the_variable),
+        cmocka_unit_test(test_a_misspelt_pass_or_kind_in_any_environment_variable_fails_the_compile),
+        cmocka_unit_test(test_disabling_a_pass_the_training_step_needs_is_an_error_naming_it),
         cmocka_unit_test(test_set_option_rejects_bad_values_and_keeps_the_graph_usable),
         cmocka_unit_test(test_dumps_print_the_options_and_the_hash_follows_what_changes_code),
         cmocka_unit_test(test_the_cache_and_dump_options_print_when_set_and_change_no_hash),

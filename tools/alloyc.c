@@ -471,116 +471,27 @@ static void names_free(names *l)
     *l = (names){0};
 }
 
-static int hex_digit(int c)
+/* The names of g's outputs and inputs, in the order they were declared.
+ * Returns false when out of memory. */
+static bool list_names(const alloy_graph *g, names *outputs, names *inputs)
 {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Decodes the IR string literal at *p (which is at the opening quote) with
- * the escapes of docs/ir.md; advances *p past it. NULL if malformed. */
-static char *read_string(const char **p, const char *end)
-{
-    const char *s = *p + 1;
-    char *out = malloc((size_t)(end - s) + 1);
-    size_t k = 0;
-    if (!out) return NULL;
-    while (s < end && *s != '"' && *s != '\n') {
-        char c = *s++;
-        if (c == '\\' && s < end) {
-            char e = *s++;
-            switch (e) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'x':
-                if (end - s >= 2 && hex_digit(s[0]) >= 0 && hex_digit(s[1]) >= 0) {
-                    c = (char)(hex_digit(s[0]) * 16 + hex_digit(s[1]));
-                    s += 2;
-                }
-                break;
-            default: c = e; /* \" \\ \' */
-            }
-        }
-        out[k++] = c;
-    }
-    if (s >= end || *s != '"') {
-        free(out);
-        return NULL;
-    }
-    out[k] = '\0';
-    *p = s + 1;
-    return out;
-}
-
-static bool is_ident_char(char c)
-{
-    return c == '_' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9');
-}
-
-static const char *skip_blanks(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
-    return p;
-}
-
-/* True when p starts the word w (not followed by an identifier character). */
-static bool at_word(const char *p, const char *end, const char *w)
-{
-    size_t n = strlen(w);
-    return (size_t)(end - p) >= n && memcmp(p, w, n) == 0 && (p + n == end || !is_ident_char(p[n]));
-}
-
-/* Collects from IR text that already parsed the names of its outputs
- * (`output "NAME" = ...`) and of its inputs (`%NAME = input ...`). The
- * public API has no call that lists them. Returns false when out of memory. */
-static bool scan_ir(const char *text, size_t len, names *outputs, names *inputs)
-{
-    const char *end = text + len;
-    for (const char *line = text; line < end;) {
-        const char *eol = memchr(line, '\n', (size_t)(end - line));
-        if (!eol) eol = end;
-        const char *p = skip_blanks(line, eol);
-        if (at_word(p, eol, "output")) {
-            p = skip_blanks(p + 6, eol);
-            if (p < eol && *p == '"') {
-                char *name = read_string(&p, eol);
-                if (name && !names_add(outputs, name)) return false;
-            }
-        } else if (p < eol && *p == '%') {
-            char *name = NULL;
-            p++;
-            if (p < eol && *p == '"') {
-                name = read_string(&p, eol);
-            } else if (p < eol && !(*p >= '0' && *p <= '9')) { /* %12 labels carry no name */
-                const char *start = p;
-                while (p < eol && is_ident_char(*p)) p++;
-                name = p > start ? strndup(start, (size_t)(p - start)) : NULL;
-            }
-            p = skip_blanks(p, eol);
-            if (name && p < eol && *p == '=' && at_word(skip_blanks(p + 1, eol), eol, "input")) {
-                if (!names_add(inputs, name)) return false;
-            } else {
-                free(name);
-            }
-        }
-        line = eol + 1;
+    for (int i = 0; i < alloy_graph_output_count(g); i++)
+        if (!names_add(outputs, strdup(alloy_graph_output_name(g, i)))) return false;
+    for (int i = 0; i < alloy_graph_input_count(g); i++) {
+        alloy_host_tensor in;
+        if (alloy_graph_input_at(g, i, &in) || !names_add(inputs, strdup(in.name))) return false;
     }
     return true;
 }
 
 /* ---- commands ---- */
 
-/* Reads and parses the IR file; NULL after printing the parser's message. */
-static alloy_graph *load_graph(const char *path, char **text, size_t *len)
+/* Reads and parses the IR file (alloy_graph_load_ir: its size is capped);
+ * NULL after printing the reader's or parser's message. */
+static alloy_graph *load_graph(const char *path)
 {
     char err[1024] = "";
-    *text = read_text(path, len);
-    if (!*text) return NULL;
-    alloy_graph *g = alloy_graph_parse(*text, *len, path, err, sizeof err);
+    alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
     if (!g) fail(EXIT_ERROR, "%s", err[0] ? err : "cannot parse the IR file");
     return g;
 }
@@ -625,10 +536,7 @@ static alloy_status configure(alloy_graph *g, const options *o)
 
 static int cmd_print(const options *o)
 {
-    char *text;
-    size_t len;
-    alloy_graph *g = load_graph(o->ir_path, &text, &len);
-    free(text);
+    alloy_graph *g = load_graph(o->ir_path);
     if (!g) return EXIT_ERROR;
     alloy_status st = configure(g, o);
     if (!st) st = alloy_graph_dump(g, stdout, ALLOY_DUMP_IR);
@@ -642,7 +550,6 @@ static int cmd_print(const options *o)
 /* What a run holds, freed at once by run_free. */
 typedef struct run_ctx {
     const char *ir_path;
-    char *text;
     alloy_graph *g;
     names outputs, inputs;
     alloy_safetensors **files; /* one per --feed */
@@ -662,7 +569,6 @@ static void run_free(run_ctx *r, int nfiles)
     names_free(&r->outputs);
     names_free(&r->inputs);
     alloy_graph_free(r->g);
-    free(r->text);
 }
 
 /* Adds tensor t (from file) to the feeds; fails if its input is fed already. */
@@ -733,14 +639,13 @@ static int cmd_run(const options *o)
 {
     run_ctx r = {.ir_path = o->ir_path};
     int rc = 0, nfiles = 0;
-    size_t len = 0;
     char err[1024] = "";
-    r.g = load_graph(o->ir_path, &r.text, &len);
+    r.g = load_graph(o->ir_path);
     if (!r.g) {
         rc = EXIT_ERROR;
         goto done;
     }
-    if (!scan_ir(r.text, len, &r.outputs, &r.inputs)) {
+    if (!list_names(r.g, &r.outputs, &r.inputs)) {
         rc = fail(EXIT_ERROR, "out of memory");
         goto done;
     }
@@ -836,10 +741,7 @@ static int print_summary(const char *dir)
 
 static int cmd_compile(const options *o)
 {
-    char *text;
-    size_t len;
-    alloy_graph *g = load_graph(o->ir_path, &text, &len);
-    free(text);
+    alloy_graph *g = load_graph(o->ir_path);
     if (!g) return EXIT_ERROR;
     alloy_status st = configure(g, o);
     if (!st) st = alloy_graph_export_cuda(g, o->arch, o->out);

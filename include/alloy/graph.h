@@ -38,7 +38,12 @@ ALLOY_API void alloy_graph_set_seed(alloy_graph *g, uint64_t seed);
  * writes "file:line:col: message" into err. */
 ALLOY_API alloy_graph *alloy_graph_parse(const char *text, size_t len, const char *filename,
                                          char *err, size_t errlen);
-/* Reads and parses an IR file. */
+/* The most bytes an IR file may have (256 MiB; a 64-layer GPT training
+ * step prints 1.6 MB). */
+#define ALLOY_IR_MAX_BYTES ((size_t)256 << 20)
+/* Reads and parses an IR file: a regular file of at most ALLOY_IR_MAX_BYTES,
+ * or a pipe or device read up to that limit (a longer one is an error
+ * before memory runs out). Errors as alloy_graph_parse's. */
 ALLOY_API alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen);
 
 /* ---- leaves ---- */

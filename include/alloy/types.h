@@ -66,13 +66,15 @@ typedef struct alloy_host_tensor {
 
 /* "f32", "f16", "bf16", "f64", "i32", "i64", "bool"; "?" for a bad value. */
 ALLOY_API const char *alloy_dtype_name(alloy_dtype dtype);
-/* The dtype spelled `name` (as above); returns 0 and sets *out, or -1. */
+/* The dtype spelled `name` (as above); returns 0 and sets *out, or -1
+ * (also for a NULL name or out). */
 ALLOY_API int alloy_dtype_from_name(const char *name, alloy_dtype *out);
 /* Bytes per element; 0 for a bad value. */
 ALLOY_API size_t alloy_dtype_size(alloy_dtype dtype);
 /* Short description of a status code, e.g. "shape error". */
 ALLOY_API const char *alloy_status_name(alloy_status status);
-/* Number of elements of a host tensor (1 for rank 0). */
+/* Number of elements of a host tensor (1 for rank 0); -1 for NULL, a rank
+ * outside [0, ALLOY_MAX_RANK], a negative dim or a count past int64. */
 ALLOY_API int64_t alloy_host_tensor_numel(const alloy_host_tensor *t);
 
 /* One allocator hook for all host memory alloy takes. `realloc_fn(ptr, 0)`

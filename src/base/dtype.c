@@ -24,6 +24,7 @@ size_t alloy_dtype_size(alloy_dtype dtype)
 
 int alloy_dtype_from_name(const char *name, alloy_dtype *out)
 {
+    if (!name || !out) return -1;
     for (int i = 0; i < ALLOY_DTYPE_COUNT; i++) {
         if (strcmp(name, dtypes[i].name) == 0) {
             *out = (alloy_dtype)i;
@@ -55,5 +56,6 @@ const char *alloy_status_name(alloy_status status)
 
 int64_t alloy_host_tensor_numel(const alloy_host_tensor *t)
 {
+    if (!t || t->rank < 0 || t->rank > ALLOY_MAX_RANK) return -1; /* dims has ALLOY_MAX_RANK entries */
     return al_numel(t->rank, t->dims);
 }

@@ -167,7 +167,10 @@ static reduction reduction_of(const ir_graph *g, const ir_node *n)
     }
     r.integer = ir_is_int(t->dtype);
     r.wide = t->dtype == ALLOY_F64;
-    r.acc = r.integer ? (n->op == IR_OP_reduce_max ? "long long" : "unsigned long long") : r.wide ? "double" : "float";
+    /* integers: the maximum compares them exactly; sums and means are in
+     * double and stored truncated and saturated, as every integer op */
+    r.wide |= r.integer && n->op != IR_OP_reduce_max;
+    r.acc = r.integer && n->op == IR_OP_reduce_max ? "long long" : r.wide ? "double" : "float";
     return r;
 }
 
@@ -202,11 +205,9 @@ static void put_combine(cg_text *b, int op, const char *x)
 /* Appends the statements finishing output e from m_: the mean's division, the store. */
 static void put_finish(cg_text *b, const ir_node *n, const reduction *r, int out)
 {
-    if (n->op == IR_OP_reduce_mean && r->count > 0)
-        cg_put(b, r->integer ? "        m_ = (%s)((long long)m_ / %lldll);\n" : "        m_ = m_ / (%s)%lldll;\n", r->acc,
-               (long long)r->count);
+    if (n->op == IR_OP_reduce_mean && r->count > 0) cg_put(b, "        m_ = m_ / (%s)%lldll;\n", r->acc, (long long)r->count);
     cg_put(b, "        p%d[e] = ", out);
-    if (r->integer) cg_put(b, "(%s)(long long)m_", cg_storage(n->type.dtype));
+    if (r->integer && n->op == IR_OP_reduce_max) cg_put(b, "(%s)m_", cg_storage(n->type.dtype));
     else cg_store(b, n->type.dtype, r->wide, "m_");
     cg_put(b, ";\n");
 }

@@ -177,9 +177,11 @@ static int find_root(int *parent, int i)
     return i;
 }
 
-/* The kind rules of group k, members[0..n) in id order; NULL or why not. */
+/* The kind rules of a group, members[0..n) in id order; NULL or why not.
+ * member_at[id] is node id's index in its group and in_group[id] its group
+ * (both per node), so joining chains costs a lookup per operand. */
 static const char *kind_violation(const ir_graph *g, const int *members, int n, ir_group_kind kind, int *parent,
-                                  int *bad)
+                                  const int *member_at, const int *in_group, int *bad)
 {
     const ir_node *first = g->nodes[members[0]];
     for (int m = 0; m < n; m++) {
@@ -213,16 +215,16 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
             }
             if (!ew) return "is not elementwise, which multi groups need";
             parent[m] = m;
-            for (int j = 0; j < x->nin; j++)
-                for (int i = 0; i < m; i++)
-                    if (members[i] == x->in[j]) {
-                        int a = find_root(parent, i);
-                        if (!same_dims(&g->nodes[members[a]]->type, &x->type))
-                            return "has another shape than the chain it joins";
-                        if (ir_fuse_wide(g, g->nodes[members[a]]) != ir_fuse_wide(g, x))
-                            return "computes in another precision than the chain it joins";
-                        parent[a] = m;
-                    }
+            for (int j = 0; j < x->nin; j++) {
+                int o = x->in[j]; /* an operand in the group is an earlier member */
+                if (in_group[o] != in_group[x->id]) continue;
+                int a = find_root(parent, member_at[o]);
+                if (!same_dims(&g->nodes[members[a]]->type, &x->type))
+                    return "has another shape than the chain it joins";
+                if (ir_fuse_wide(g, g->nodes[members[a]]) != ir_fuse_wide(g, x))
+                    return "computes in another precision than the chain it joins";
+                parent[a] = m;
+            }
             break;
         }
     }
@@ -292,11 +294,13 @@ alloy_status ir_check_groups(ir_graph *g)
     for (int i = 0; i < nn && !any; i++) any = g->nodes[i]->group >= 0;
     if (!any) return ALLOY_OK;
     ir_groups gs;
-    int *parent = al_malloc(sizeof(int) * (size_t)nn);
-    if (!parent || ir_groups_collect(g, &gs)) {
-        al_free(parent);
+    int *parent = al_malloc(sizeof(int) * (size_t)nn), *member_at = al_malloc(sizeof(int) * (size_t)nn);
+    if (!parent || !member_at || ir_groups_collect(g, &gs)) {
+        al_free(parent), al_free(member_at);
         return ir_error(g, ALLOY_ERR_OOM, "out of memory checking the fusion groups of %d nodes", nn);
     }
+    for (int k = 0; k < gs.ngroups; k++)
+        for (int m = gs.start[k]; m < gs.start[k + 1]; m++) member_at[gs.member[m]] = m - gs.start[k];
     alloy_status st = ALLOY_OK;
     for (int k = 0; k < gs.ngroups && !st; k++) {
         int n = gs.start[k + 1] - gs.start[k];
@@ -304,7 +308,7 @@ alloy_status ir_check_groups(ir_graph *g)
         const int *mem = &gs.member[gs.start[k]];
         ir_group_kind kind = ir_group_kind_of(g, mem, n);
         int bad = mem[0];
-        const char *why = kind_violation(g, mem, n, kind, parent, &bad);
+        const char *why = kind_violation(g, mem, n, kind, parent, member_at, gs.group_of, &bad);
         if (why)
             st = ir_error(g, ALLOY_ERR_VERIFY, "fusion group %d (%s): %s %s %s", gs.id[k], ir_group_kind_name(kind),
                           ir_ops[g->nodes[bad]->op].name, ir_node_label(g->nodes[bad], a, sizeof a), why);
@@ -327,6 +331,6 @@ alloy_status ir_check_groups(ir_graph *g)
     }
 #undef POS
     ir_groups_free(&gs);
-    al_free(parent);
+    al_free(parent), al_free(member_at);
     return st;
 }

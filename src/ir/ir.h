@@ -100,6 +100,10 @@ typedef struct ir_graph {
     /* name -> node id, open addressing, capacity a power of two */
     int *name_slots;
     int name_cap, name_count;
+    /* output name -> output index and update name -> update index, likewise
+     * (so reading a graph with many outputs stays linear) */
+    int *out_slots, *upd_slots;
+    int out_cap, upd_cap;
     alloy_status status;
     char error[1024];
 } ir_graph;
@@ -183,6 +187,8 @@ AL_HIDDEN alloy_status ir_add_output(ir_graph *g, const char *name, int node);
 AL_HIDDEN alloy_status ir_add_update(ir_graph *g, const char *name, int node);
 /* Index of the output called name, or -1. */
 AL_HIDDEN int ir_find_output(const ir_graph *g, const char *name);
+/* Index of the update of state `name`, or -1. */
+AL_HIDDEN int ir_find_update(const ir_graph *g, const char *name);
 /* Deep copy (nodes, attributes, names, outputs, loss, annotations). */
 AL_HIDDEN ir_graph *ir_graph_clone(const ir_graph *g);
 

@@ -103,11 +103,22 @@ static int hexval(int c)
     return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
+/* Bytes of the string whose opening quote is at q, up to its closing quote
+ * or the end of its line: a bound on its decoded length, found by a scan
+ * as long as the string itself (so reading every string stays linear). */
+static size_t string_extent(const parser *p, size_t q)
+{
+    size_t i = q + 1;
+    for (int c = at(p, i); c >= 0 && c != '"' && c != '\n'; c = at(p, i))
+        i += c == '\\' && at(p, i + 1) >= 0 && at(p, i + 1) != '\n' ? 2 : 1;
+    return i - q;
+}
+
 /* Reads the "..." string at p->pos into t->s. */
 static bool lex_string(parser *p, token *t)
 {
     size_t k = 0;
-    char *out = al_arena_alloc(&p->scratch, p->len - p->pos++ + 1);
+    char *out = al_arena_alloc(&p->scratch, string_extent(p, p->pos++) + 1);
     if (!out) return FAIL(t, "out of memory");
     for (;;) {
         int c = at(p, p->pos), col = (int)(p->pos - p->line_start) + 1;
@@ -598,12 +609,10 @@ static bool parse_output_or_loss(parser *p)
             return fail_expected(p, is_update ? "the state's name as a string after 'update'"
                                               : "the output's name as a string after 'output'");
         if (!name.s[0]) return FAIL(&name, "%s name must not be empty", is_update ? "update" : "output");
-        for (int i = 0; !is_update && i < p->g->noutputs; i++)
-            if (strcmp(p->g->outputs[i].name, name.s) == 0)
-                return FAIL(&name, "output %s is declared twice", SRC(&name, s));
-        for (int i = 0; is_update && i < p->g->nupdates; i++)
-            if (strcmp(p->g->updates[i].name, name.s) == 0)
-                return FAIL(&name, "state %s is updated twice", SRC(&name, s));
+        if (!is_update && ir_find_output(p->g, name.s) >= 0)
+            return FAIL(&name, "output %s is declared twice", SRC(&name, s));
+        if (is_update && ir_find_update(p->g, name.s) >= 0)
+            return FAIL(&name, "state %s is updated twice", SRC(&name, s));
         next(p);
         if (!expect(p, '=', "after the output's name")) return false;
     }

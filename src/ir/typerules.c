@@ -48,6 +48,51 @@ RULE(ty_declared)
     return ALLOY_OK;
 }
 
+/* The inits a param or state may name, the attributes each reads, and
+ * whether it draws random values (runtime/graph/state.c computes them). */
+static const struct {
+    const char *name;
+    const char *reads[2];
+    bool random;
+} inits[] = {
+    {"zeros", {NULL, NULL}, false},         {"ones", {NULL, NULL}, false},
+    {"constant", {"value", NULL}, false},   {"normal", {"mean", "std"}, true},
+    {"uniform", {"low", "high"}, true},     {"kaiming_uniform", {"gain", NULL}, true},
+    {"kaiming_normal", {"gain", NULL}, true}, {"xavier_uniform", {"gain", NULL}, true},
+    {"xavier_normal", {"gain", NULL}, true},
+};
+enum { NINITS = sizeof inits / sizeof inits[0] };
+
+/* A declared leaf whose init names a known init, with only the attributes
+ * that init reads: a misspelt init="nromal" or a std= on a kaiming init
+ * would otherwise be ignored. */
+RULE(ty_param)
+{
+    alloy_status st = ty_declared(n, in, out, why, whylen);
+    if (st) return st;
+    const char *init = ir_attr_str(n, "init", "");
+    int k = 0;
+    while (k < NINITS && strcmp(inits[k].name, init) != 0) k++;
+    if (k == NINITS)
+        FAIL(ALLOY_ERR_INVALID,
+             "unknown init \"%.64s\" (zeros, ones, constant, normal, uniform, kaiming_uniform, kaiming_normal, "
+             "xavier_uniform or xavier_normal)", init);
+    for (int i = 0; i < n->nattrs; i++) {
+        const char *a = n->attrs[i].name;
+        if (strcmp(a, "init") == 0 || strcmp(a, "frozen") == 0) continue;
+        bool reads = (inits[k].reads[0] && strcmp(a, inits[k].reads[0]) == 0) ||
+                     (inits[k].reads[1] && strcmp(a, inits[k].reads[1]) == 0);
+        if (!reads)
+            FAIL(ALLOY_ERR_INVALID, "init \"%s\" does not read '%s' (it reads %s%s%s)", init, a,
+                 inits[k].reads[0] ? inits[k].reads[0] : "no attribute", inits[k].reads[1] ? " and " : "",
+                 inits[k].reads[1] ? inits[k].reads[1] : "");
+    }
+    if (inits[k].random && !ir_is_float(out->dtype))
+        FAIL(ALLOY_ERR_DTYPE, "random init \"%s\" needs a floating-point dtype, not %s", init,
+             alloy_dtype_name(out->dtype));
+    return ALLOY_OK;
+}
+
 RULE(ty_constant)
 {
     alloy_status st = ty_declared(n, in, out, why, whylen);

@@ -168,9 +168,10 @@ static alloy_status check_outputs(ir_graph *g)
         if (o->node < 0 || o->node >= g->nnodes)
             return ir_error(g, ALLOY_ERR_VERIFY, "output '%s' refers to node %d, which does not exist", o->name,
                             o->node);
-        for (int j = 0; j < i; j++)
-            if (g->outputs[j].name && strcmp(g->outputs[j].name, o->name) == 0)
-                return ir_error(g, ALLOY_ERR_VERIFY, "output '%s' is declared twice", o->name);
+        int found = ir_find_output(g, o->name); /* the index finds the first of a name */
+        if (found < 0)
+            return ir_error(g, ALLOY_ERR_VERIFY, "output '%s' is missing from the output index", o->name);
+        if (found != i) return ir_error(g, ALLOY_ERR_VERIFY, "output '%s' is declared twice", o->name);
     }
     for (int i = 0; i < g->nupdates; i++) {
         const ir_output *u = &g->updates[i];
@@ -185,9 +186,10 @@ static alloy_status check_outputs(ir_graph *g)
             ir_fmt_type(b, sizeof b, &g->nodes[u->node]->type);
             return ir_error(g, ALLOY_ERR_VERIFY, "update of '%s' (%s) with a value of type %s", u->name, a, b);
         }
-        for (int j = 0; j < i; j++)
-            if (strcmp(g->updates[j].name, u->name) == 0)
-                return ir_error(g, ALLOY_ERR_VERIFY, "state '%s' is updated twice", u->name);
+        int found = ir_find_update(g, u->name);
+        if (found < 0)
+            return ir_error(g, ALLOY_ERR_VERIFY, "update of '%s' is missing from the update index", u->name);
+        if (found != i) return ir_error(g, ALLOY_ERR_VERIFY, "state '%s' is updated twice", u->name);
     }
     if (g->loss == -1) return ALLOY_OK;
     if (g->loss < 0 || g->loss >= g->nnodes)

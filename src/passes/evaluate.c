@@ -237,7 +237,8 @@ REDUCER(f64, double, double, TO_F64, FLOAT_IS_NAN, NAN)
 REDUCER(i64, int64_t, uint64_t, as_i64, INT_IS_NAN, 0)
 
 /* reduce_sum / reduce_mean / reduce_max over `axes` (all when absent): in
- * f32 for f16/bf16/f32, f64 for f64, int64 (wrapping) for i32 and i64. */
+ * f32 for f16/bf16/f32, f64 for f64 and for sums and means of integers
+ * (stored truncated and saturated), int64 for the maximum of integers. */
 static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, double *out, char *why,
                            size_t whylen)
 {
@@ -278,8 +279,10 @@ static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, 
             out[o] = stored_f32(dt, reduce_f32(n->op, &r, count));
         } else if (dt == ALLOY_F64) {
             out[o] = reduce_f64(n->op, &r, count);
+        } else if (ir_is_int(dt) && n->op != IR_OP_reduce_max) {
+            out[o] = stored_f64(dt, reduce_f64(n->op, &r, count));
         } else if (dt == ALLOY_I32) {
-            out[o] = (int32_t)(uint32_t)(uint64_t)reduce_i64(n->op, &r, count);
+            out[o] = (int32_t)reduce_i64(n->op, &r, count);
         } else if (dt == ALLOY_I64) {
             int64_t v = reduce_i64(n->op, &r, count);
             out[o] = (double)v;

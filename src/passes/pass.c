@@ -91,12 +91,60 @@ void pass_compiled_free(pass_compiled *c)
     plan_free(&c->plan);
 }
 
+/* The index of pipeline pass `name`. */
+static int pass_index(const char *name)
+{
+    for (int i = 0; i < NPASSES; i++)
+        if (strcmp(pipeline[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Refuses to skip a pass the training step asks for: without autodiff there
+ * are no gradients, without grad_scaler the gradients stay multiplied by
+ * the loss scale and inf/NaN steps are applied (NaN parameters under f16),
+ * without optimizer nothing is updated, all silently. */
+static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32_t disabled)
+{
+    static const char *const scaler_kinds[] = {"no", "a dynamic", "a static"};
+    const char *why = NULL, *skipped = NULL, *fix = NULL;
+    char buf[160];
+    bool scaling = opts->scaler.kind == ALLOY_SCALER_DYNAMIC || opts->scaler.kind == ALLOY_SCALER_STATIC;
+    if (!opts->train) return ALLOY_OK;
+    if (disabled & 1u << pass_index("autodiff")) {
+        skipped = "autodiff";
+        why = "the graph trains (it has a loss), and the gradients come from autodiff";
+        fix = "or turn training off";
+    } else if ((disabled & 1u << pass_index("grad_scaler")) && (scaling || opts->optimizer.accumulation_steps > 1)) {
+        skipped = "grad_scaler";
+        if (scaling)
+            al_fmt(buf, sizeof buf,
+                   "the graph trains with %s loss scaler, and grad_scaler unscales the gradients and skips "
+                   "inf/NaN steps (without it they reach the parameters)", scaler_kinds[opts->scaler.kind]);
+        else
+            al_fmt(buf, sizeof buf, "the optimizer accumulates %d micro-batches, which grad_scaler counts",
+                   opts->optimizer.accumulation_steps);
+        why = buf;
+        fix = scaling ? "or set no loss scaler" : "or accumulate none";
+    } else if ((disabled & 1u << pass_index("optimizer")) && opts->optimizer.kind) {
+        skipped = "optimizer";
+        why = "the graph has an optimizer, and that pass is what updates the parameters";
+        fix = "or add no optimizer";
+    }
+    if (!skipped) return ALLOY_OK;
+    return ir_error(g, ALLOY_ERR_INVALID, "disable_passes=%s: %s; remove %s from disable_passes (ALLOY_DISABLE_PASSES) %s",
+                    skipped, why, skipped, fix);
+}
+
 alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_compiled *out, FILE *log,
                                pass_timing *timings, int max, int *ntimings)
 {
     const al_options *cfg = pass_cfg(opts);
     pass_compiled local = {0}, *c = out ? out : &local;
     memset(c, 0, sizeof *c);
+    if (opts) {
+        alloy_status st = check_disabled(*g, opts, cfg->disabled);
+        if (st) return st;
+    }
     if (!log) log = stderr;
     if (ntimings) *ntimings = 0;
     for (int i = 0; i < NPASSES; i++) {

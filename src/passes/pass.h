@@ -62,8 +62,10 @@ typedef struct pass_timing {
     int nodes_after;
 } pass_timing;
 
-/* Runs the standard pipeline on *g, skipping the passes opts->cfg disables
- * (needed ones like autodiff too, at the user's risk). After each pass the
+/* Runs the standard pipeline on *g, skipping the passes opts->cfg disables,
+ * except that a training step refuses (ALLOY_ERR_INVALID, naming the pass)
+ * to skip autodiff, grad_scaler while it has a loss scaler or accumulates,
+ * or optimizer while it has one. After each pass the
  * graph is verified; the passes in cfg->print_before / print_after are
  * printed to `log` (stderr if NULL) with a "# before <pass>" / "# after
  * <pass>" header and the options line. timings (may be NULL) gets up to max

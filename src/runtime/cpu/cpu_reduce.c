@@ -199,9 +199,11 @@ DEFINE_REDUCER(f64, double, double, FLOAT_IS_NAN, NAN)
 DEFINE_REDUCER(i64, int64_t, uint64_t, INT_IS_NAN, 0)
 
 /* reduce_sum / reduce_mean / reduce_max over `axes` (all when absent),
- * accumulating in f32 (f16, bf16, f32), f64 or int64 and rounding once on
- * store. Means of integers truncate; the mean of no elements is NaN (0 for
- * integers); a NaN makes the maximum NaN. */
+ * accumulating in f32 (f16, bf16, f32) or f64 (f64, and the sums and means
+ * of integers) and rounding once on store: integer results are truncated
+ * toward zero and saturated, as every integer op's (docs/ir.md, "Integer
+ * arithmetic"). The maximum of integers compares them exactly. The mean of
+ * no elements is NaN (0 for integers); a NaN makes the maximum NaN. */
 alloy_status cpu_reduce(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     reduce_plan p;
@@ -219,7 +221,27 @@ alloy_status cpu_reduce(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
         ok = run_f64(&p, in[0].data, out->data);
         break;
     case ALLOY_I64:
-        ok = run_i64(&p, in[0].data, out->data);
+    case ALLOY_I32:
+        if (n->op == IR_OP_reduce_max) { /* exact: compares, no arithmetic */
+            if (dt == ALLOY_I64) {
+                ok = run_i64(&p, in[0].data, out->data);
+                break;
+            }
+            src = al_malloc(sizeof(int64_t) * (numel ? numel : 1));
+            dst = al_malloc(sizeof(int64_t) * nout);
+            if (!src || !dst) break;
+            for (size_t i = 0; i < numel; i++) ((int64_t *)src)[i] = ((const int32_t *)in[0].data)[i];
+            ok = run_i64(&p, src, dst);
+            for (size_t i = 0; ok && i < nout; i++) ((int32_t *)out->data)[i] = (int32_t)((int64_t *)dst)[i];
+            break;
+        }
+        /* sums and means in f64, stored truncated and saturated */
+        src = al_malloc(sizeof(double) * (numel ? numel : 1));
+        dst = al_malloc(sizeof(double) * nout);
+        if (!src || !dst) break;
+        cvt_load_f64(dt, in[0].data, src, numel);
+        ok = run_f64(&p, src, dst);
+        if (ok) cvt_store_f64(dt, dst, out->data, nout);
         break;
     case ALLOY_F16:
     case ALLOY_BF16:
@@ -229,16 +251,6 @@ alloy_status cpu_reduce(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
         cvt_load_f32(dt, in[0].data, src, numel);
         ok = run_f32(&p, src, dst);
         if (ok) cvt_store_f32(dt, dst, out->data, nout);
-        break;
-    case ALLOY_I32:
-        src = al_malloc(sizeof(int64_t) * (numel ? numel : 1));
-        dst = al_malloc(sizeof(int64_t) * nout);
-        if (!src || !dst) break;
-        for (size_t i = 0; i < numel; i++) ((int64_t *)src)[i] = ((const int32_t *)in[0].data)[i];
-        ok = run_i64(&p, src, dst);
-        /* wraps like integer arithmetic in the result dtype */
-        for (size_t i = 0; ok && i < nout; i++)
-            ((int32_t *)out->data)[i] = (int32_t)(uint32_t)(uint64_t)((int64_t *)dst)[i];
         break;
     default: {
         char label[32];

@@ -119,7 +119,8 @@ alloy_tensor *alloy_amp_deny(alloy_graph *g, alloy_tensor *x) { return marker(g,
 
 alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "amp_report: out is NULL");
     if (g->ir->status) return g->ir->status;
     alloy_status st = graph_compile(g);
     if (st) return st;

@@ -222,8 +222,8 @@ static alloy_tensor *reduce(alloy_graph *g, int op, alloy_tensor *x, int naxes,
 {
     ir_attr attrs[2];
     int n = 0;
-    if (g && !g->ir->status && axes && naxes < 0) {
-        ir_error(g->ir, ALLOY_ERR_INVALID, "%s: negative axis count", ir_ops[op].name);
+    if (g && !g->ir->status && axes && (naxes < 0 || naxes > ALLOY_MAX_RANK)) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "%s: %d axes (0 to %d)", ir_ops[op].name, naxes, ALLOY_MAX_RANK);
         return NULL;
     }
     if (axes) attrs[n++] = ir_a_ints("axes", naxes, axes);
@@ -397,7 +397,11 @@ alloy_status alloy_output(alloy_graph *g, const char *name, alloy_tensor *t)
 
 alloy_tensor *alloy_graph_find(alloy_graph *g, const char *name)
 {
-    if (!g || !name) return NULL;
+    if (!g) return NULL;
+    if (!name) {
+        graph_fail(g, ALLOY_ERR_INVALID, "graph_find: name is NULL");
+        return NULL;
+    }
     int id = ir_find_name(g->ir, name);
     return id < 0 ? NULL : HANDLE(g->ir->nodes[id]);
 }

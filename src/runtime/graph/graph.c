@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/graph/graph_impl.h"
 
@@ -82,32 +83,59 @@ alloy_graph *alloy_graph_parse(const char *text, size_t len, const char *filenam
 
 alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
 {
+    if (!path) {
+        al_fmt(err, errlen, "alloy_graph_load_ir: path is NULL");
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
+    /* a regular file says its size; a pipe or device (/dev/zero) is read
+     * only up to the limit, so no input takes more memory than that */
+    struct stat sb;
+    bool stat_ok = fstat(fileno(f), &sb) == 0;
+    const char *why = NULL;
+    char whybuf[160];
+    if (stat_ok && S_ISDIR(sb.st_mode)) why = "is a directory";
+    else if (stat_ok && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > ALLOY_IR_MAX_BYTES) {
+        al_fmt(whybuf, sizeof whybuf, "%lld bytes, more than the %llu (%llu MiB) an IR file may have",
+               (long long)sb.st_size, (unsigned long long)ALLOY_IR_MAX_BYTES,
+               (unsigned long long)(ALLOY_IR_MAX_BYTES >> 20));
+        why = whybuf;
+    }
+    if (why) {
+        fclose(f);
+        al_fmt(err, errlen, "%s: %s", path, why);
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0, got;
     char *text = al_malloc(cap);
-    size_t got;
-    while (text && (got = fread(text + len, 1, cap - len, f)) > 0) {
+    while (text && len <= ALLOY_IR_MAX_BYTES && (got = fread(text + len, 1, cap - len, f)) > 0) {
         len += got;
-        if (len == cap) {
-            char *bigger = al_realloc(text, cap * 2);
+        if (len == cap && len <= ALLOY_IR_MAX_BYTES) { /* at most one byte past the limit */
+            size_t more = cap * 2 < ALLOY_IR_MAX_BYTES + 1 ? cap * 2 : ALLOY_IR_MAX_BYTES + 1;
+            char *bigger = al_realloc(text, more);
             if (!bigger) {
                 al_free(text);
                 text = NULL;
                 break;
             }
             text = bigger;
-            cap *= 2;
+            cap = more;
         }
     }
     bool bad = ferror(f);
+    int read_errno = errno;
     fclose(f);
-    if (!text || bad) {
+    if (!text || bad || len > ALLOY_IR_MAX_BYTES) {
         al_free(text);
-        al_fmt(err, errlen, "%s: %s", path, bad ? "read error" : "out of memory");
+        if (len > ALLOY_IR_MAX_BYTES)
+            al_fmt(err, errlen, "%s: more than the %llu bytes (%llu MiB) an IR file may have", path,
+                   (unsigned long long)ALLOY_IR_MAX_BYTES, (unsigned long long)(ALLOY_IR_MAX_BYTES >> 20));
+        else if (bad) al_fmt(err, errlen, "%s: cannot read: %s", path, strerror(read_errno ? read_errno : EIO));
+        else al_fmt(err, errlen, "%s: out of memory reading it", path);
         return NULL;
     }
     alloy_graph *g = alloy_graph_parse(text, len, path, err, errlen);
@@ -117,7 +145,10 @@ alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
 
 alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "dump: out is NULL");
+    if (kind != ALLOY_DUMP_SOURCE && kind != ALLOY_DUMP_IR)
+        return graph_fail(g, ALLOY_ERR_INVALID, "dump: unknown kind %d (ALLOY_DUMP_SOURCE or ALLOY_DUMP_IR)", (int)kind);
     if (kind == ALLOY_DUMP_SOURCE) {
         ir_print(g->ir, out);
         return ALLOY_OK;
@@ -133,7 +164,12 @@ int alloy_graph_output_count(const alloy_graph *g) { return g ? g->ir->noutputs 
 
 const char *alloy_graph_output_name(const alloy_graph *g, int i)
 {
-    return g && i >= 0 && i < g->ir->noutputs ? g->ir->outputs[i].name : NULL;
+    if (!g) return NULL;
+    if (i < 0 || i >= g->ir->noutputs) {
+        graph_fail_const(g, ALLOY_ERR_NOT_FOUND, "output_name: index %d out of range [0, %d)", i, g->ir->noutputs);
+        return NULL;
+    }
+    return g->ir->outputs[i].name;
 }
 
 int alloy_graph_input_count(const alloy_graph *g)
@@ -145,7 +181,9 @@ int alloy_graph_input_count(const alloy_graph *g)
 
 alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail_const(g, ALLOY_ERR_INVALID, "input_at: out is NULL");
+    int asked = i;
     for (int k = 0; k < g->ir->nnodes; k++) {
         const ir_node *n = g->ir->nodes[k];
         if (n->op != IR_OP_input || i--) continue;
@@ -153,7 +191,8 @@ alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor
         memcpy(out->dims, n->type.dims, sizeof out->dims);
         return ALLOY_OK;
     }
-    return ALLOY_ERR_NOT_FOUND;
+    return graph_fail_const(g, ALLOY_ERR_NOT_FOUND, "input_at: index %d out of range [0, %d)", asked,
+                            alloy_graph_input_count(g));
 }
 
 alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out)
@@ -166,7 +205,8 @@ alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *o
 
 alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "memory_info: out is NULL");
     if (g->ir->status) return g->ir->status;
     alloy_status st = graph_compile(g);
     if (st) return st;

@@ -130,5 +130,8 @@ AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, cons
 /* Records an error on g's run status (the builder's first error stays in ir). */
 AL_HIDDEN alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);
+/* The same for calls that take a const graph (inspection calls): the error
+ * record is not part of the graph's value, so they may still set it. */
+#define graph_fail_const(g, ...) graph_fail((alloy_graph *)(uintptr_t)(g), __VA_ARGS__)
 
 #endif

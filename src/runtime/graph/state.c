@@ -204,7 +204,8 @@ int alloy_graph_state_count(alloy_graph *g)
 
 alloy_status alloy_graph_state_at(alloy_graph *g, int i, alloy_host_tensor *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "state_at: out is NULL");
     alloy_status st = state_ensure(g);
     if (st) return st;
     if (i < 0 || i >= g->nstate)
@@ -214,7 +215,8 @@ alloy_status alloy_graph_state_at(alloy_graph *g, int i, alloy_host_tensor *out)
 
 alloy_status alloy_graph_get_state(alloy_graph *g, const char *name, alloy_host_tensor *out)
 {
-    if (!g || !name || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!name || !out) return graph_fail(g, ALLOY_ERR_INVALID, "get_state: %s is NULL", name ? "out" : "name");
     alloy_status st = state_ensure(g);
     if (st) return st;
     rt_state *s = state_find(g, name);
@@ -242,7 +244,8 @@ static alloy_status check_match(alloy_graph *g, const rt_state *s, const alloy_h
 
 alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
 {
-    if (!g || !src || !src->name) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!src || !src->name) return graph_fail(g, ALLOY_ERR_INVALID, "set_state: %s is NULL", src ? "src->name" : "src");
     alloy_status st = state_ensure(g);
     if (st) return st;
     rt_state *s = state_find(g, src->name);
@@ -259,7 +262,8 @@ alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
 
 alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
 {
-    if (!g || !path) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_state: path is NULL");
     alloy_status st = state_ensure(g);
     if (st) return st;
     alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
@@ -308,7 +312,8 @@ static alloy_status check_checksum(alloy_graph *g, const alloy_safetensors *file
 
 alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
 {
-    if (!g || !path) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "load_state: path is NULL");
     alloy_status st = state_ensure(g);
     if (st) return st;
     char err[512] = "";

@@ -257,7 +257,8 @@ void step_info_capture(alloy_graph *g)
 
 alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out)
 {
-    if (!g || !out) return ALLOY_ERR_INVALID;
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail_const(g, ALLOY_ERR_INVALID, "step_info: out is NULL");
     *out = g->step;
     return ALLOY_OK;
 }
