@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/inspect.h"
 #include "runtime/graph/graph_impl.h"
 
 alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
@@ -118,6 +119,9 @@ alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
 alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
 {
     if (!g || !out) return ALLOY_ERR_INVALID;
+    if (kind < ALLOY_DUMP_SOURCE || kind > ALLOY_DUMP_MEMORY_SVG)
+        return graph_fail(g, ALLOY_ERR_INVALID, "dump: unknown kind %d (ALLOY_DUMP_SOURCE, _IR, _DOT or _MEMORY_SVG)",
+                          (int)kind);
     if (kind == ALLOY_DUMP_SOURCE) {
         ir_print(g->ir, out);
         return ALLOY_OK;
@@ -125,8 +129,11 @@ alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
     if (g->ir->status) return g->ir->status;
     alloy_status st = graph_compile(g);
     if (st) return st;
-    ir_print(g->compiled, out);
-    return ALLOY_OK;
+    char err[256] = "";
+    if (kind == ALLOY_DUMP_IR) ir_print(g->compiled, out);
+    else if (kind == ALLOY_DUMP_DOT) st = insp_dot(g->compiled, &g->comp.sched, out, err, sizeof err);
+    else st = insp_memory_svg(g->compiled, &g->comp.sched, &g->comp.plan, out, err, sizeof err);
+    return st ? graph_fail(g, st, "dump: %s", err) : ALLOY_OK;
 }
 
 int alloy_graph_output_count(const alloy_graph *g) { return g ? g->ir->noutputs : 0; }
