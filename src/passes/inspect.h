@@ -96,8 +96,10 @@ AL_HIDDEN alloy_status insp_dot(const ir_graph *g, const schedule *s, FILE *out,
  * steps, y the arena's bytes; one <rect class="slot"> per value with arena
  * bytes, from the step that produces it to the last step that reads it (the
  * run's end when kept), filled by part; the scratch at the top as one
- * rect class="scratch"; a dashed line at the step where the live bytes peak
- * (class "peak", with data-step and data-bytes) and one at the peak's level. Every slot rect carries data-node,
+ * rect class="scratch"; the live bytes per step as a polyline (class "live",
+ * the values in data-live: values written in place over an operand count
+ * once); a dashed line at the first step where they peak (class "peak",
+ * with data-step and data-bytes) and one at the peak's level. Every slot rect carries data-node,
  * data-first, data-last (step indices), data-offset and data-bytes (its
  * 64-aligned size). ALLOY_ERR_OOM or ALLOY_ERR_IO with err. */
 AL_HIDDEN alloy_status insp_memory_svg(const ir_graph *g, const schedule *s, const mem_plan *p, FILE *out,

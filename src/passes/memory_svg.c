@@ -132,7 +132,8 @@ static void put_header(FILE *out, const ir_graph *g, const schedule *s, const me
     }
     fputs("<rect x=\"346\" y=\"54\" width=\"12\" height=\"12\" fill=\"#dee2e6\"/><text x=\"362\" y=\"64\">scratch"
           "</text>\n<line x1=\"456\" y1=\"60\" x2=\"476\" y2=\"60\" stroke=\"#e03131\" stroke-width=\"2\" "
-          "stroke-dasharray=\"4 3\"/><text x=\"482\" y=\"64\">peak of live bytes</text>\n</g>\n",
+          "stroke-dasharray=\"4 3\"/><text x=\"482\" y=\"64\">peak of live bytes</text>\n<line x1=\"616\" y1=\"60\" "
+          "x2=\"636\" y2=\"60\" stroke=\"#343a40\"/><text x=\"642\" y=\"64\">live bytes</text>\n</g>\n",
           out);
 }
 
@@ -191,6 +192,15 @@ alloy_status insp_memory_svg(const ir_graph *g, const schedule *s, const mem_pla
                 insp_part_name((insp_part)part[i]), (long long)bytes, (long long)off, first[i], last[i]);
     }
     fputs("</g>\n", out);
+    /* the live bytes per step, as a step curve over the slots */
+    fputs("<polyline class=\"live\" data-live=\"", out);
+    for (int k = 0; k < s->nsteps; k++) fprintf(out, "%s%lld", k ? " " : "", (long long)live[k]);
+    fputs("\" fill=\"none\" stroke=\"#343a40\" stroke-width=\"1\" points=\"", out);
+    for (int k = 0; k < s->nsteps; k++) {
+        double y = TOP + HEIGHT - (double)live[k] * ys;
+        fprintf(out, "%s%.2f,%.2f %.2f,%.2f", k ? " " : "", LEFT + k * xs, y, LEFT + (k + 1) * xs, y);
+    }
+    fputs("\"/>\n", out);
     double px = LEFT + (peak_step + 0.5) * xs, py = TOP + HEIGHT - (double)peak * ys;
     fprintf(out, "<g class=\"marks\" font-size=\"11\">\n<line class=\"peak\" data-step=\"%d\" data-bytes=\"%lld\" "
                  "x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#e03131\" stroke-width=\"1.5\" "
