@@ -314,7 +314,7 @@ typedef struct bad_call {
     X(set_option_of_null, "set_option: option name or value is NULL",                                                   \
       alloy_graph_set_option(f->g, NULL, "1") == ALLOY_ERR_INVALID)                                                     \
     X(dump_to_null, "dump: out is NULL", alloy_graph_dump(f->g, NULL, ALLOY_DUMP_SOURCE) == ALLOY_ERR_INVALID)          \
-    X(dump_of_an_unknown_kind, "dump: unknown kind 7 (ALLOY_DUMP_SOURCE or ALLOY_DUMP_IR)",                             \
+    X(dump_of_an_unknown_kind, "dump: unknown kind 7 (ALLOY_DUMP_SOURCE, _IR, _DOT or _MEMORY_SVG)",                           \
       alloy_graph_dump(f->g, stderr, (alloy_dump_kind)7) == ALLOY_ERR_INVALID)                                          \
     X(enable_amp_of_i32, "enable_amp: dtype must be f16, bf16 or f32 (off), not i32",                                   \
       alloy_graph_enable_amp(f->g, I32) == ALLOY_ERR_INVALID)                                                           \

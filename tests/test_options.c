@@ -100,6 +100,11 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_false(o.cuda_graph);
     assert_int_equal(opt_set(&o, "cuda_graph", "sometimes", err, sizeof err), ALLOY_ERR_INVALID);
     assert_false(o.cuda_graph);
+    assert_false(o.time_passes); /* off by default; printing only: not in the hash */
+    uint64_t hash = opt_hash(&o);
+    assert_int_equal(opt_set(&o, "time_passes", "1", err, sizeof err), ALLOY_OK);
+    assert_true(o.time_passes);
+    assert_true(opt_hash(&o) == hash);
     /* "" restores each default */
     for (const opt_key *k = opt_keys; k->name; k++)
         assert_int_equal(opt_set(&o, k->name, "", err, sizeof err), ALLOY_OK);

@@ -1,10 +1,13 @@
-/* alloyc.c - the alloy command-line driver: prints a graph's compiled IR, runs it once on the CPU with safetensors in and out, or compiles it to CUDA kernels in a directory. */
+/* alloyc.c - the alloy command-line driver: prints a graph's compiled IR (or its pictures), runs it once on the CPU with safetensors in and out, or compiles it to CUDA kernels in a directory. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "alloy/alloy.h"
 
@@ -15,17 +18,19 @@ enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 static const char *const usage_text[] = {
     "usage: alloyc print FILE.ir [--amp=f16|bf16|off] [--train [--optimizer=sgd|adam|adamw]\n"
     "                            [--scaler=dynamic|static:S|none]] [--print-after=PASS,...|all]\n"
-    "                            [--print-before=PASS,...|all] [--set NAME=VALUE]...\n"
+    "                            [--print-before=PASS,...|all] [--time-passes] [--dump-dir DIR]\n"
+    "                            [--emit=ir|dot|svg|memory-svg] [--set NAME=VALUE]...\n"
     "       alloyc run FILE.ir [--feed NAME=FILE | --feed FILE]... [--params FILE]\n"
     "                          [--seed N] [--fetch NAME]... [--amp=f16|bf16|off]\n"
-    "                          [--set NAME=VALUE]... --out FILE\n"
+    "                          [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]... --out FILE\n"
     "       alloyc compile FILE.ir [--train [--optimizer=KIND] [--scaler=KIND]]\n"
-    "                              [--amp=f16|bf16|off] [--set NAME=VALUE]...\n"
-    "                              --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
+    "                              [--amp=f16|bf16|off] [--time-passes] [--dump-dir DIR]\n"
+    "                              [--set NAME=VALUE]... --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
     "       alloyc --help | --version\n"
     "\n"
     "Commands:\n"
     "  print   parse and verify FILE.ir, compile it and print the compiled IR on stdout\n"
+    "          (or, with --emit, a picture of it: docs/inspect.md)\n"
     "  run     run FILE.ir once on the CPU and write the fetched tensors to a\n"
     "          safetensors file\n"
     "  compile compile FILE.ir to CUDA C kernels, compile those with NVRTC for each\n"
@@ -37,9 +42,19 @@ static const char *const usage_text[] = {
     "                    prints what it converted and why nodes stayed f32\n"
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
     "                    disable_passes, no_fuse, amp_log, no_arena, blas, num_threads,\n"
-    "                    device, cuda_graph, cache, cache_dir, dump_dir, nvrtc; over its\n"
-    "                    ALLOY_* environment variable (run computes on the CPU unless\n"
-    "                    --set device=cuda); repeats\n"
+    "                    device, cuda_graph, cache, cache_dir, dump_dir, nvrtc, time_passes;\n"
+    "                    over its ALLOY_* environment variable (run computes on the CPU\n"
+    "                    unless --set device=cuda); repeats\n"
+    "  --time-passes     (--set time_passes=1, ALLOY_TIME_PASSES=1) print a table of\n"
+    "                    each pass's time and node count after the compile, as '#'\n"
+    "                    lines where printed passes go: stdout with --print-after or\n"
+    "                    --print-before (stderr with --emit other than ir), else stderr\n"
+    "  --dump-dir DIR    (--set dump_dir=DIR, ALLOY_DUMP_DIR) write the IR before the\n"
+    "                    first pass and after each pass to DIR (made when missing), one\n"
+    "                    file per stage in pipeline order: GRAPH.00-input.ir,\n"
+    "                    GRAPH.01-verify.ir, ... GRAPH.10-plan.ir, each written\n"
+    "                    atomically and parsing back as IR; generated CUDA sources go\n"
+    "                    there too\n"
     "\n"
     "Options of print (--train, --optimizer, --scaler, --print-after and\n"
     "--print-before also of compile):\n"
@@ -53,6 +68,13 @@ static const char *const usage_text[] = {
     "                    the steps with their parts and member flags; after plan: the steps\n"
     "                    and every value's arena slot)\n"
     "  --print-before=P  the same, before pass P\n"
+    "  --emit=KIND       print: what to write on stdout: ir (the default), dot (the\n"
+    "                    compiled graph in Graphviz DOT: nodes coloured by AMP class,\n"
+    "                    shaped by forward, backward or update part, dtypes and shapes on\n"
+    "                    the edges, each fused step a cluster), svg (that graph drawn by\n"
+    "                    Graphviz's dot -Tsvg, which must be on the PATH), memory-svg (the\n"
+    "                    memory plan drawn by alloy: each value's lifetime over the\n"
+    "                    schedule's steps against its arena offset, the peak marked)\n"
     "\n",
     "Options of run (each also accepted as --option=VALUE):\n"
     "  --feed NAME=FILE  feed graph input NAME with the tensor called NAME in the\n"
@@ -137,6 +159,10 @@ static const char *graph_error(const alloy_graph *g, alloy_status st)
 
 /* ---- command line ---- */
 
+/* What print writes (--emit). */
+typedef enum emit_kind { EMIT_IR, EMIT_DOT, EMIT_SVG, EMIT_MEMORY_SVG } emit_kind;
+static const char *const emit_names[] = {"ir", "dot", "svg", "memory-svg"};
+
 typedef struct options {
     const char *command; /* "print", "run" or "compile" */
     const char *ir_path;
@@ -153,6 +179,9 @@ typedef struct options {
     alloy_dtype amp;      /* ALLOY_F32: off */
     bool train;
     const char *optimizer, *scaler, *print_after, *print_before;
+    emit_kind emit;       /* print's --emit */
+    bool time_passes;     /* --time-passes */
+    const char *dump_dir; /* --dump-dir */
     const char **sets; /* NAME=VALUE of --set, in order */
     int nsets;
 } options;
@@ -192,7 +221,7 @@ static const char *const command_names[] = {"print", "run", "compile"};
 
 /* The options that take a value, and the commands that take each. */
 enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
-       F_ARCH, F_EMIT, F_COUNT };
+       F_ARCH, F_EMIT, F_DUMP_DIR, F_COUNT };
 static const struct {
     const char *name, *alias;
     unsigned commands;
@@ -209,7 +238,8 @@ static const struct {
     [F_PRINT_BEFORE] = {"--print-before", NULL, CMD_PRINT | CMD_COMPILE},
     [F_SET] = {"--set", NULL, CMD_ALL},
     [F_ARCH] = {"--arch", NULL, CMD_COMPILE},
-    [F_EMIT] = {"--emit", NULL, CMD_COMPILE},
+    [F_EMIT] = {"--emit", NULL, CMD_PRINT | CMD_COMPILE},
+    [F_DUMP_DIR] = {"--dump-dir", NULL, CMD_ALL},
 };
 
 /* Remembers the first option the command does not take (reported once the
@@ -289,6 +319,10 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             note_option(o, command, arg, CMD_PRINT | CMD_COMPILE);
             continue;
         }
+        if (strcmp(arg, "--time-passes") == 0) {
+            o->time_passes = true;
+            continue;
+        }
         int which = -1;
         const char *given = NULL; /* the spelling used: --out or -o */
         for (int f = 0; f < F_COUNT && which < 0; f++) {
@@ -364,9 +398,22 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             break;
         case F_EMIT:
             if (emit) return usage_error("--emit is given twice");
-            if (strcmp(value, "cuda") != 0)
-                return usage_error("--emit wants cuda (the only kind so far), got '%s'", value);
             emit = true;
+            if (command == CMD_COMPILE) {
+                if (strcmp(value, "cuda") != 0)
+                    return usage_error("--emit of compile wants cuda (the only kind so far), got '%s'", value);
+                break;
+            }
+            if (command != CMD_PRINT) break; /* reported as misplaced */
+            int kind = -1;
+            for (int k = 0; k <= EMIT_MEMORY_SVG; k++)
+                if (strcmp(value, emit_names[k]) == 0) kind = k;
+            if (kind < 0) return usage_error("--emit of print wants ir, dot, svg or memory-svg, got '%s'", value);
+            o->emit = (emit_kind)kind;
+            break;
+        case F_DUMP_DIR:
+            if (o->dump_dir) return usage_error("--dump-dir is given twice");
+            o->dump_dir = value;
             break;
         default:
             if (arg[0] == '-' && arg[1] != '\0') return usage_error("unknown option '%s'", arg);
@@ -496,14 +543,19 @@ static alloy_graph *load_graph(const char *path)
     return g;
 }
 
-/* Applies every --set NAME=VALUE to g; returns the first failing status. */
+/* Applies --time-passes, --dump-dir, then every --set NAME=VALUE to g (a
+ * --set wins); returns the first failing status. */
 static alloy_status apply_sets(alloy_graph *g, const options *o)
 {
+    alloy_status st = ALLOY_OK;
+    if (o->time_passes) st = alloy_graph_set_option(g, "time_passes", "1");
+    if (!st && o->dump_dir) st = alloy_graph_set_option(g, "dump_dir", o->dump_dir);
+    if (st) return st;
     for (int i = 0; i < o->nsets; i++) {
         char name[64];
         size_t n = strcspn(o->sets[i], "=");
         snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), o->sets[i]);
-        alloy_status st = alloy_graph_set_option(g, name, o->sets[i] + n + 1);
+        st = alloy_graph_set_option(g, name, o->sets[i] + n + 1);
         if (st) return st;
     }
     return ALLOY_OK;
@@ -526,20 +578,84 @@ static alloy_status configure(alloy_graph *g, const options *o)
                                                                   : alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
         st = alloy_graph_add_optimizer(g, opt);
     }
-    if (!st && o->print_after) st = alloy_graph_print_after(g, o->print_after, stdout);
+    /* printed passes go to stdout, unless stdout carries a picture */
+    FILE *log = o->emit == EMIT_IR ? stdout : stderr;
+    if (!st && o->print_after) st = alloy_graph_print_after(g, o->print_after, log);
     if (!st && o->print_before) {
-        st = alloy_graph_print_after(g, o->print_after ? o->print_after : "", stdout); /* printing goes to stdout */
+        st = alloy_graph_print_after(g, o->print_after ? o->print_after : "", log);
         if (!st) st = alloy_graph_set_option(g, "print_before", o->print_before);
     }
     return st ? st : apply_sets(g, o);
+}
+
+/* The path of program `name` in a directory of $PATH into buf; false when none is executable there. */
+static bool find_program(const char *name, char *buf, size_t len)
+{
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : ""; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n && snprintf(buf, len, "%.*s/%s", (int)n, p, name) < (int)len && access(buf, X_OK) == 0) return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
+/* Compiles g and pipes its DOT text through Graphviz's `dot -Tsvg` (at
+ * dot_path) onto stdout; an exit code. */
+static int print_svg(alloy_graph *g, const options *o, const char *dot_path)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return fail(EXIT_ERROR, "cannot make a pipe to dot: %s", strerror(errno));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        return fail(EXIT_ERROR, "cannot start %s: %s", dot_path, strerror(errno));
+    }
+    if (pid == 0) {
+        dup2(fds[0], 0);
+        close(fds[0]), close(fds[1]);
+        execl(dot_path, "dot", "-Tsvg", (char *)NULL);
+        fprintf(stderr, "alloyc: cannot run %s: %s\n", dot_path, strerror(errno));
+        _exit(127);
+    }
+    close(fds[0]);
+    void (*was)(int) = signal(SIGPIPE, SIG_IGN); /* a dot that exits early is reported below */
+    FILE *to_dot = fdopen(fds[1], "w");
+    alloy_status st = to_dot ? alloy_graph_dump(g, to_dot, ALLOY_DUMP_DOT) : ALLOY_ERR_IO;
+    if (to_dot) fclose(to_dot);
+    else close(fds[1]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    signal(SIGPIPE, was);
+    if (st && st != ALLOY_ERR_IO) return fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return fail(EXIT_ERROR, "%s -Tsvg failed (%s %d) on the DOT text of %s; --emit=dot writes that text", dot_path,
+                    WIFEXITED(status) ? "exit status" : "signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), o->ir_path);
+    if (st) return fail(EXIT_ERROR, "%s: writing the DOT text to %s failed", o->ir_path, dot_path);
+    return 0;
 }
 
 static int cmd_print(const options *o)
 {
     alloy_graph *g = load_graph(o->ir_path);
     if (!g) return EXIT_ERROR;
+    char dot_path[4096];
+    if (o->emit == EMIT_SVG && !find_program("dot", dot_path, sizeof dot_path)) {
+        alloy_graph_free(g);
+        return fail(EXIT_ERROR, "--emit=svg needs Graphviz's dot on the PATH (not found; install graphviz, or write "
+                                "the DOT text with --emit=dot and render it elsewhere)");
+    }
+    static const alloy_dump_kind kinds[] = {ALLOY_DUMP_IR, ALLOY_DUMP_DOT, ALLOY_DUMP_DOT, ALLOY_DUMP_MEMORY_SVG};
     alloy_status st = configure(g, o);
-    if (!st) st = alloy_graph_dump(g, stdout, ALLOY_DUMP_IR);
+    alloy_memory_info compiled;
+    if (!st && o->emit == EMIT_SVG && !(st = alloy_graph_memory_info(g, &compiled))) { /* compile errors before dot starts */
+        int code = print_svg(g, o, dot_path);
+        alloy_graph_free(g);
+        return code;
+    }
+    if (!st) st = alloy_graph_dump(g, stdout, kinds[o->emit]);
     int rc = 0;
     if (st) rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st));
     else if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing the IR to stdout failed");

@@ -225,6 +225,13 @@ ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
 typedef enum alloy_dump_kind {
     ALLOY_DUMP_SOURCE = 1, /* the graph as built */
     ALLOY_DUMP_IR = 2,     /* the compiled graph after every pass */
+    /* the compiled graph as Graphviz DOT: nodes coloured by AMP class and
+     * shaped by part (forward, backward, update), dtypes and shapes on the
+     * edges, each fused step a cluster (docs/inspect.md) */
+    ALLOY_DUMP_DOT = 3,
+    /* the memory plan as SVG: every value's lifetime (schedule steps)
+     * against its arena offset, the peak of live bytes marked */
+    ALLOY_DUMP_MEMORY_SVG = 4,
 } alloy_dump_kind;
 
 /* Prints the IR after each named pass of the next compiles ("amp,dce" or
@@ -251,7 +258,9 @@ ALLOY_API alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info
  * (docs/options.md): print_after, print_before (pass names or "all"),
  * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,
  * blas (0/1), num_threads, device (auto|cpu|cuda), cuda_graph (0/1), cache
- * (0/1), cache_dir, dump_dir (directories), nvrtc (a library path). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
+ * (0/1), cache_dir, dump_dir (directories: dump_dir also gets every pass's
+ * IR, docs/inspect.md), nvrtc (a library path), time_passes (0/1: a table
+ * of pass times and node counts where printed passes go). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
  * listing the valid ones, and changes nothing. */
 ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value);
 
@@ -264,7 +273,9 @@ ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, 
  * call on g. */
 ALLOY_API const char *alloy_graph_device(alloy_graph *g);
 
-/* Prints g as IR text (docs/ir.md); DUMP_IR compiles first if needed. */
+/* Prints g as IR text (docs/ir.md), or a picture of the compiled step
+ * (DUMP_DOT, DUMP_MEMORY_SVG); every kind but DUMP_SOURCE compiles first if
+ * needed. An unknown kind is ALLOY_ERR_INVALID, a failed write ALLOY_ERR_IO. */
 ALLOY_API alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind);
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@ const opt_key opt_keys[] = {
     {"dump_dir", "ALLOY_DUMP_DIR", "a directory"},
     {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
     {"cuda_graph", "ALLOY_CUDA_GRAPH", "0 or 1"},
+    {"time_passes", "ALLOY_TIME_PASSES", "0 or 1"},
     {NULL, NULL, NULL},
 };
 
@@ -156,12 +157,14 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
                  : strcmp(name, "blas") == 0 ? &o->blas
                  : strcmp(name, "cache") == 0 ? &o->cache
                  : strcmp(name, "cuda_graph") == 0 ? &o->cuda_graph
+                 : strcmp(name, "time_passes") == 0 ? &o->time_passes
                                              : NULL;
     if (flag) {
         bool def = flag == &o->amp_log    ? d.amp_log
                    : flag == &o->no_arena ? d.no_arena
                    : flag == &o->blas     ? d.blas
                    : flag == &o->cache    ? d.cache
+                   : flag == &o->time_passes ? d.time_passes
                                           : d.cuda_graph;
         if (reset) return *flag = def, ALLOY_OK;
         if (parse_bool(value, flag)) return ALLOY_OK;
@@ -241,6 +244,7 @@ void opt_print(const al_options *o, FILE *out)
     if (o->device != d.device) fprintf(out, " device=%s", device_names[o->device]);
     if (!o->cache) fputs(" cache=0", out);
     if (!o->cuda_graph) fputs(" cuda_graph=0", out);
+    if (o->time_passes) fputs(" time_passes=1", out);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
     if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);

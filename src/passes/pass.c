@@ -1,8 +1,9 @@
-/* pass.c - the pass manager: runs the pipeline in order, verifies and prints after each pass, times them. */
+/* pass.c - the pass manager: runs the pipeline in order, verifies and prints after each pass, times them, dumps each stage to a file. */
 #include <string.h>
 #include <time.h>
 
 #include "ir/groups.h"
+#include "passes/inspect.h"
 #include "passes/pass.h"
 
 static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
@@ -71,18 +72,37 @@ const al_options *pass_cfg(const pass_options *opts)
 
 /* Prints *g with a header line, the options, and what the pass made: the
  * group table after fuse, the steps after schedule, and the steps and
- * slots after plan (comments: the printed IR still parses). */
+ * slots after plan (comments: the printed IR still parses). p NULL: the
+ * graph the pipeline starts from. */
 static void print_graph(const ir_graph *g, const pass_options *opts, const pass_compiled *c, FILE *out,
                         const char *when, const pass *p, double ms)
 {
-    if (ms >= 0) fprintf(out, "# %s %s (%.3f ms)\n", when, p->name, ms);
+    if (!p) fprintf(out, "# input of the pipeline\n");
+    else if (ms >= 0) fprintf(out, "# %s %s (%.3f ms)\n", when, p->name, ms);
     else fprintf(out, "# %s %s\n", when, p->name);
     opt_print(pass_cfg(opts), out);
     ir_print(g, out);
-    if (ms < 0) return;
+    if (!p || ms < 0) return;
     if (strcmp(p->name, "fuse") == 0) ir_print_groups(g, out);
     if (p->build && c->sched.steps) sched_print(g, &c->sched, out);
     if (p->build == pass_plan && c->plan.offset) plan_print(g, &c->plan, true, out);
+}
+
+/* Writes stage `index` (0: the input, i + 1: after pass i; p as for
+ * print_graph) to its numbered file in the dump directory, atomically;
+ * the error is recorded on g. */
+static alloy_status dump_stage(ir_graph *g, const pass_options *opts, const pass_compiled *c, int index,
+                               const pass *p, double ms)
+{
+    const char *dir = pass_cfg(opts)->dump_dir;
+    char err[DUMP_PATH_MAX + 128];
+    dump_file d;
+    alloy_status st = dump_open(dir, g, index, p ? p->name : "input", &d, err, sizeof err);
+    if (!st) {
+        print_graph(g, opts, c, d.f, "after", p, ms);
+        st = dump_commit(&d, err, sizeof err);
+    }
+    return st ? ir_error(g, st, "%s", err) : ALLOY_OK;
 }
 
 void pass_compiled_free(pass_compiled *c)
@@ -135,6 +155,15 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
                     skipped, why, skipped, fix);
 }
 
+/* What a compiling pass made, for the timing table. */
+static void made(const pass *p, const pass_compiled *c, char *buf, size_t len)
+{
+    if (p->build == pass_schedule) al_fmt(buf, len, "%d steps", c->sched.nsteps);
+    else if (p->build == pass_plan)
+        al_fmt(buf, len, "arena %zu bytes, peak live %zu", c->plan.arena_bytes, c->plan.peak_live_bytes);
+    else buf[0] = '\0';
+}
+
 alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_compiled *out, FILE *log,
                                pass_timing *timings, int max, int *ntimings)
 {
@@ -147,24 +176,40 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_comp
     }
     if (!log) log = stderr;
     if (ntimings) *ntimings = 0;
-    for (int i = 0; i < NPASSES; i++) {
+    bool dump = cfg->dump_dir[0] != '\0';
+    pass_time rows[NPASSES];
+    int nrows = 0, nodes_in = (*g)->nnodes;
+    const char *failed = NULL;
+    alloy_status st = dump ? dump_stage(*g, opts, c, 0, NULL, 0) : ALLOY_OK;
+    for (int i = 0; i < NPASSES && !st; i++) {
         const pass *p = &pipeline[i];
-        if (cfg->disabled & 1u << i) continue;
+        if (cfg->disabled & 1u << i) {
+            rows[nrows++] = (pass_time){.name = p->name};
+            char err[DUMP_PATH_MAX + 128];
+            if (dump && (st = dump_remove(cfg->dump_dir, *g, i + 1, p->name, err, sizeof err)))
+                ir_error(*g, st, "%s", err);
+            continue;
+        }
         if (cfg->print_before & 1u << i) print_graph(*g, opts, c, log, "before", p, -1);
         double t0 = now_ms();
-        alloy_status st = p->run ? p->run(g, opts) : p->build(*g, opts, c);
+        st = p->run ? p->run(g, opts) : p->build(*g, opts, c);
         if (!st && p->run && p->run != pass_verify) st = ir_verify(*g);
         double ms = now_ms() - t0;
         if (timings && ntimings && *ntimings < max)
             timings[(*ntimings)++] = (pass_timing){p->name, ms, (*g)->nnodes};
         if (st) {
-            pass_compiled_free(c);
-            return st;
+            failed = p->name;
+            break;
         }
+        rows[nrows] = (pass_time){.name = p->name, .ran = true, .ms = ms, .nodes = (*g)->nnodes};
+        made(p, c, rows[nrows].what, sizeof rows[nrows].what);
+        nrows++;
         if (cfg->print_after & 1u << i) print_graph(*g, opts, c, log, "after", p, ms);
+        if (dump) st = dump_stage(*g, opts, c, i + 1, p, ms);
     }
-    if (!out) pass_compiled_free(&local);
-    return ALLOY_OK;
+    if (cfg->time_passes) dump_print_times(log, (*g)->name, nodes_in, rows, nrows, failed);
+    if (st || !out) pass_compiled_free(c);
+    return st;
 }
 
 int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank, const int64_t *dims,

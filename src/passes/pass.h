@@ -68,7 +68,13 @@ typedef struct pass_timing {
  * or optimizer while it has one. After each pass the
  * graph is verified; the passes in cfg->print_before / print_after are
  * printed to `log` (stderr if NULL) with a "# before <pass>" / "# after
- * <pass>" header and the options line. timings (may be NULL) gets up to max
+ * <pass>" header and the options line. With cfg->dump_dir each stage
+ * also goes to its own file there, written atomically: the graph the
+ * pipeline starts from as "GRAPH.00-input.ir", the graph after pass i
+ * (printed as print_after prints it) as "GRAPH.NN-<pass>.ir" with NN = i + 1;
+ * a disabled pass's file is removed (docs/inspect.md). With
+ * cfg->time_passes a table of each pass's time and node count goes to
+ * `log` at the end (also after a failure). timings (may be NULL) gets up to max
  * entries, *ntimings the count. *out (may be NULL) gets the schedule and
  * plan (pass_compiled_free). On error *g holds the graph with the error
  * recorded and *out is empty. */
