@@ -216,6 +216,24 @@ AL_HIDDEN ir_attr ir_a_floats(const char *name, int n, const double *v);
 /* Type helpers. */
 AL_HIDDEN int64_t ir_numel(const ir_type *t);
 AL_HIDDEN size_t ir_nbytes(const ir_type *t);
+/* The inits a param or state may name (attribute init=), in the order of
+ * their names in ir_init_names; the type rule checks the name and the
+ * attributes each reads, runtime/graph/state.c computes the values. */
+typedef enum ir_init {
+    IR_INIT_ZEROS,
+    IR_INIT_ONES,
+    IR_INIT_CONSTANT,
+    IR_INIT_NORMAL,
+    IR_INIT_UNIFORM,
+    IR_INIT_KAIMING_UNIFORM,
+    IR_INIT_KAIMING_NORMAL,
+    IR_INIT_XAVIER_UNIFORM,
+    IR_INIT_XAVIER_NORMAL,
+    IR_INIT_COUNT
+} ir_init;
+AL_HIDDEN extern const char *const ir_init_names[IR_INIT_COUNT];
+/* The init called name, or -1. */
+AL_HIDDEN int ir_init_lookup(const char *name);
 /* matmul's batch broadcast: for each of the output's out_batch_rank batch
  * dims, how far operand t's data moves (elements) when that index grows by
  * one; 0 where t broadcasts (lacks the dim or has size 1). */

@@ -48,20 +48,33 @@ RULE(ty_declared)
     return ALLOY_OK;
 }
 
-/* The inits a param or state may name, the attributes each reads, and
- * whether it draws random values (runtime/graph/state.c computes them). */
+const char *const ir_init_names[IR_INIT_COUNT] = {
+    "zeros", "ones", "constant", "normal", "uniform", "kaiming_uniform", "kaiming_normal", "xavier_uniform",
+    "xavier_normal",
+};
+
+int ir_init_lookup(const char *name)
+{
+    for (int i = 0; i < IR_INIT_COUNT; i++)
+        if (strcmp(ir_init_names[i], name) == 0) return i;
+    return -1;
+}
+
+/* Per init (ir_init order): the attributes it reads, and whether it draws random values. */
 static const struct {
-    const char *name;
     const char *reads[2];
     bool random;
-} inits[] = {
-    {"zeros", {NULL, NULL}, false},         {"ones", {NULL, NULL}, false},
-    {"constant", {"value", NULL}, false},   {"normal", {"mean", "std"}, true},
-    {"uniform", {"low", "high"}, true},     {"kaiming_uniform", {"gain", NULL}, true},
-    {"kaiming_normal", {"gain", NULL}, true}, {"xavier_uniform", {"gain", NULL}, true},
-    {"xavier_normal", {"gain", NULL}, true},
+} inits[IR_INIT_COUNT] = {
+    [IR_INIT_ZEROS] = {{NULL, NULL}, false},
+    [IR_INIT_ONES] = {{NULL, NULL}, false},
+    [IR_INIT_CONSTANT] = {{"value", NULL}, false},
+    [IR_INIT_NORMAL] = {{"mean", "std"}, true},
+    [IR_INIT_UNIFORM] = {{"low", "high"}, true},
+    [IR_INIT_KAIMING_UNIFORM] = {{"gain", NULL}, true},
+    [IR_INIT_KAIMING_NORMAL] = {{"gain", NULL}, true},
+    [IR_INIT_XAVIER_UNIFORM] = {{"gain", NULL}, true},
+    [IR_INIT_XAVIER_NORMAL] = {{"gain", NULL}, true},
 };
-enum { NINITS = sizeof inits / sizeof inits[0] };
 
 /* A declared leaf whose init names a known init, with only the attributes
  * that init reads: a misspelt init="nromal" or a std= on a kaiming init
@@ -71,9 +84,8 @@ RULE(ty_param)
     alloy_status st = ty_declared(n, in, out, why, whylen);
     if (st) return st;
     const char *init = ir_attr_str(n, "init", "");
-    int k = 0;
-    while (k < NINITS && strcmp(inits[k].name, init) != 0) k++;
-    if (k == NINITS)
+    int k = ir_init_lookup(init);
+    if (k < 0)
         FAIL(ALLOY_ERR_INVALID,
              "unknown init \"%.64s\" (zeros, ones, constant, normal, uniform, kaiming_uniform, kaiming_normal, "
              "xavier_uniform or xavier_normal)", init);

@@ -41,20 +41,21 @@ static void init_values(const ir_node *n, uint64_t seed, double *v, int64_t coun
     double mean = ir_attr_float(n, "mean", 0.0), std = ir_attr_float(n, "std", 1.0);
     double low = ir_attr_float(n, "low", 0.0), high = ir_attr_float(n, "high", 1.0);
     bool normal = false;
-    if (strcmp(kind, "zeros") == 0 || strcmp(kind, "ones") == 0 || strcmp(kind, "constant") == 0) {
+    switch ((ir_init)ir_init_lookup(kind)) { /* the type rule let only known inits through */
+    case IR_INIT_ZEROS:
+    case IR_INIT_ONES:
+    case IR_INIT_CONSTANT: {
         double c = kind[0] == 'z' ? 0.0 : kind[0] == 'o' ? 1.0 : ir_attr_float(n, "value", 0.0);
         for (int64_t i = 0; i < count; i++) v[i] = c;
         return;
-    } else if (strcmp(kind, "normal") == 0) {
-        normal = true;
-    } else if (strcmp(kind, "kaiming_uniform") == 0) {
-        high = gain * sqrt(3.0 / fan_in), low = -high;
-    } else if (strcmp(kind, "kaiming_normal") == 0) {
-        normal = true, mean = 0, std = gain / sqrt(fan_in);
-    } else if (strcmp(kind, "xavier_uniform") == 0) {
-        high = gain * sqrt(6.0 / (fan_in + fan_out)), low = -high;
-    } else if (strcmp(kind, "xavier_normal") == 0) {
-        normal = true, mean = 0, std = gain * sqrt(2.0 / (fan_in + fan_out));
+    }
+    case IR_INIT_NORMAL: normal = true; break;
+    case IR_INIT_UNIFORM: break;
+    case IR_INIT_KAIMING_UNIFORM: high = gain * sqrt(3.0 / fan_in), low = -high; break;
+    case IR_INIT_KAIMING_NORMAL: normal = true, mean = 0, std = gain / sqrt(fan_in); break;
+    case IR_INIT_XAVIER_UNIFORM: high = gain * sqrt(6.0 / (fan_in + fan_out)), low = -high; break;
+    case IR_INIT_XAVIER_NORMAL: normal = true, mean = 0, std = gain * sqrt(2.0 / (fan_in + fan_out)); break;
+    case IR_INIT_COUNT: break;
     }
     uint64_t s = stream_seed(seed, n->name);
     for (int64_t i = 0; i < count; i++) {
