@@ -18,18 +18,6 @@ static void put_dot_text(FILE *out, const char *s)
     }
 }
 
-/* s inside an HTML-like label: &, <, >, " as entities, control characters as '?'. */
-static void put_html_text(FILE *out, const char *s)
-{
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '&') fputs("&amp;", out);
-        else if (c == '<') fputs("&lt;", out);
-        else if (c == '>') fputs("&gt;", out);
-        else if (c == '"') fputs("&quot;", out);
-        else fputc(c < 0x20 || c == 0x7f ? '?' : c, out);
-    }
-}
 
 static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
 
@@ -76,7 +64,7 @@ static void put_legend(FILE *out, const ir_graph *g, int nclusters)
 {
     fputs("  label=<<table border=\"0\" cellborder=\"1\" cellspacing=\"0\" cellpadding=\"4\">\n", out);
     fputs("    <tr><td colspan=\"5\"><b>", out);
-    put_html_text(out, g->name ? g->name : "graph");
+    ins_put_markup(out, g->name ? g->name : "graph", false);
     fprintf(out, "</b>: %d nodes, %d fused steps</td></tr>\n    <tr>", g->nnodes, nclusters);
     for (int a = AMP_ALLOW; a <= AMP_CLEAR; a++) fprintf(out, "<td bgcolor=\"%s\">%s</td>", amp_fill[a], amp_label[a]);
     fprintf(out, "<td bgcolor=\"%s\">%s</td></tr>\n", amp_fill[AMP_NONE], amp_label[AMP_NONE]);

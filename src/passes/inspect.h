@@ -105,4 +105,9 @@ AL_HIDDEN alloy_status insp_dot(const ir_graph *g, const schedule *s, FILE *out,
 AL_HIDDEN alloy_status insp_memory_svg(const ir_graph *g, const schedule *s, const mem_plan *p, FILE *out,
                                        char *err, size_t errlen);
 
+/* s as markup text (SVG, and Graphviz's HTML-like labels): &, <, >, " as
+ * entities, ' too when apos (XML; Graphviz's HTML labels lack &apos;),
+ * control characters as '?'. */
+AL_HIDDEN void ins_put_markup(FILE *out, const char *s, bool apos);
+
 #endif

@@ -9,19 +9,6 @@ enum { LEFT = 90, TOP = 78, WIDTH = 1000, HEIGHT = 480, RIGHT = 30, BOTTOM = 46 
 
 static const char *const part_fill[] = {"#74c0fc", "#ffa94d", "#8ce99a"}; /* forward, backward, update */
 
-/* s as XML text: &, <, >, " and ' as entities, control characters as '?'. */
-static void put_xml_text(FILE *out, const char *s)
-{
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '&') fputs("&amp;", out);
-        else if (c == '<') fputs("&lt;", out);
-        else if (c == '>') fputs("&gt;", out);
-        else if (c == '"') fputs("&quot;", out);
-        else if (c == '\'') fputs("&apos;", out);
-        else fputc(c < 0x20 || c == 0x7f ? '?' : c, out);
-    }
-}
 
 static int64_t slot_bytes(const ir_node *n)
 {
@@ -119,7 +106,7 @@ static void put_header(FILE *out, const ir_graph *g, const schedule *s, const me
     fmt_bytes(arena, sizeof arena, (double)p->arena_bytes);
     fmt_bytes(peak_text, sizeof peak_text, (double)peak);
     fputs("<text x=\"16\" y=\"24\" font-size=\"15\" font-weight=\"bold\">memory plan of ", out);
-    put_xml_text(out, g->name ? g->name : "graph");
+    ins_put_markup(out, g->name ? g->name : "graph", true);
     fprintf(out, "</text>\n<text x=\"16\" y=\"44\" font-size=\"12\">arena %zu bytes (%s), peak live %lld bytes (%s) "
                  "at step %d; %d steps, %d values in the arena, %d in place",
             p->arena_bytes, arena, (long long)peak, peak_text, peak_step, s->nsteps, nslots, p->inplace);
@@ -186,7 +173,7 @@ alloy_status insp_memory_svg(const ir_graph *g, const schedule *s, const mem_pla
                 i, first[i], last[i], (long long)off, (long long)bytes, LEFT + first[i] * xs,
                 TOP + HEIGHT - (double)(off + bytes) * ys, (last[i] - first[i] + 1) * xs, h < 0.5 ? 0.5 : h,
                 part_fill[part[i] <= INSP_UPDATE ? part[i] : 0]);
-        if (node->name) fputc('%', out), put_xml_text(out, node->name);
+        if (node->name) fputc('%', out), ins_put_markup(out, node->name, true);
         else fprintf(out, "%%%zu", i);
         fprintf(out, " %s %s (%s): %lld bytes at %lld, steps %d to %d</title></rect>\n", ir_ops[node->op].name, type,
                 insp_part_name((insp_part)part[i]), (long long)bytes, (long long)off, first[i], last[i]);
@@ -220,4 +207,17 @@ alloy_status insp_memory_svg(const ir_graph *g, const schedule *s, const mem_pla
         return ALLOY_ERR_IO;
     }
     return ALLOY_OK;
+}
+
+void ins_put_markup(FILE *out, const char *s, bool apos)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '&') fputs("&amp;", out);
+        else if (c == '<') fputs("&lt;", out);
+        else if (c == '>') fputs("&gt;", out);
+        else if (c == '"') fputs("&quot;", out);
+        else if (c == '\'' && apos) fputs("&apos;", out);
+        else fputc(c < 0x20 || c == 0x7f ? '?' : c, out);
+    }
 }
