@@ -283,6 +283,21 @@ static void test_reshape_rejects_two_minus_ones_an_uneven_split_and_a_count_chan
     }
 }
 
+static void test_reshape_rejects_dims_whose_product_overflows(void **state)
+{
+    (void)state;
+    /* 3 * 6148914691236517206 is 2^64 + 2: wrapped, it would let -1 become 12 */
+    static const int64_t bad[2][3] = {{-1, 3, 6148914691236517206}, {INT64_C(1) << 40, INT64_C(1) << 40, 1 << 20}};
+    static const char *const why[2] = {"cannot infer dim 0 of 24 elements", "reshape"};
+    for (int i = 0; i < 2; i++) {
+        alloy_graph *g = alloy_graph_new("g");
+        alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(4, 6));
+        assert_null(alloy_reshape(g, x, 3, bad[i]));
+        EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "reshape", why[i]);
+        alloy_graph_free(g);
+    }
+}
+
 /* ---- running: feeds and fetches ---- */
 
 static void test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable(void **state)
@@ -604,6 +619,7 @@ int main(void)
         T(test_duplicate_output_names_are_rejected),
         T(test_reshape_infers_one_minus_one_dim),
         T(test_reshape_rejects_two_minus_ones_an_uneven_split_and_a_count_change),
+        T(test_reshape_rejects_dims_whose_product_overflows),
         T(test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable),
         T(test_feed_with_an_unknown_name_is_not_found),
         T(test_fetch_with_an_unknown_name_is_not_found),

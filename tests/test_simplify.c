@@ -449,6 +449,26 @@ static void test_folding_keeps_infinities_nans_and_negative_zero(void **state)
     al_arena_free(&simplify_arena);
 }
 
+static void test_empty_constants_fold_into_an_empty_constant(void **state)
+{
+    (void)state;
+    /* an empty constant's values list has no storage: folding copies none
+     * (fuzz_builder found the copy from NULL under UBSan); the folded [3,0]
+     * product equals %w (no elements differ), so CSE keeps %w */
+    expect_simplifies_to("graph empty {\n"
+                         "  %e = constant {values=[]} : f32[0]\n"
+                         "  %n = neg(%e) : f32[0]\n"
+                         "  %w = constant {value=2.0} : f32[3,0]\n"
+                         "  %m = mul(%w, %n) : f32[3,0]\n"
+                         "  output \"m\" = %m\n"
+                         "}\n",
+                         "graph empty {\n"
+                         "  %w = constant {value=2.0} : f32[3,0]\n"
+                         "  output \"m\" = %w\n"
+                         "}\n");
+    al_arena_free(&simplify_arena);
+}
+
 static void test_folding_skips_results_over_4096_elements_nodes_reading_inputs_and_nodes_that_fail(void **state)
 {
     (void)state;
@@ -795,6 +815,7 @@ int main(void)
         SIMPLIFY_TEST(test_an_identity_whose_result_broadcasts_beyond_the_kept_operand_is_kept),
         SIMPLIFY_TEST(test_a_constant_counts_as_one_or_zero_only_when_every_stored_element_is),
         SIMPLIFY_TEST(test_reshape_transpose_and_broadcast_to_that_change_nothing_are_dropped_in_any_dtype),
+        SIMPLIFY_TEST(test_empty_constants_fold_into_an_empty_constant),
         SIMPLIFY_TEST(test_outputs_updates_loss_names_and_annotations_follow_the_replacements),
     };
     return simplify_run_tests(tests, sizeof tests / sizeof tests[0]);

@@ -296,7 +296,7 @@ static bool constant_values(const ir_node *c, double *v, void *bytes)
     int64_t count = ir_numel(&c->type);
     const ir_attr *values = ir_attr_find(c, "values"), *value = ir_attr_find(c, "value");
     if (values && values->kind == IR_ATTR_FLOATS && values->n == count) {
-        memcpy(v, values->floats, sizeof(double) * (size_t)count);
+        if (count) memcpy(v, values->floats, sizeof(double) * (size_t)count); /* empty: floats is NULL */
     } else {
         if (!value) return false;
         for (int64_t i = 0; i < count; i++) v[i] = ir_attr_float(c, "value", 0);

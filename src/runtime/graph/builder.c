@@ -294,17 +294,19 @@ alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank, const int
     if (!declared_type(g, "reshape", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
     int infer = -1;
     int64_t known = 1;
+    bool overflow = false; /* the known dims' product passes int64: no -1 can make it fit */
     for (int i = 0; i < rank; i++) {
         if (dims[i] == -1 && infer < 0) infer = i;
         else if (dims[i] < 0) {
             ir_error(g->ir, ALLOY_ERR_SHAPE, "reshape: dim %d is %lld (only one -1 allowed)", i,
                      (long long)dims[i]);
             return NULL;
-        } else known *= dims[i];
+        } else if (overflow || (dims[i] && known > INT64_MAX / dims[i])) overflow = true;
+        else known *= dims[i];
     }
     if (infer >= 0) {
         int64_t total = ir_numel(&NODE(x)->type);
-        if (known == 0 || total % known) {
+        if (overflow || known == 0 || total % known) {
             ir_error(g->ir, ALLOY_ERR_SHAPE, "reshape: cannot infer dim %d of %lld elements", infer,
                      (long long)total);
             return NULL;
