@@ -65,8 +65,11 @@ static void compile(alloy_graph *g)
 /* What alloy_graph_dump writes for kind (malloc'd, NUL-terminated). */
 static char *dump_text(alloy_graph *g, alloy_dump_kind kind)
 {
-    char *text = NULL;
-    size_t len = 0;
+    /* static: the stream holds their addresses until fclose, which gcc 12
+     * at -O3 takes for a pointer into this frame escaping (-Wdangling-pointer) */
+    static char *text;
+    static size_t len;
+    text = NULL, len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
     alloy_status st = alloy_graph_dump(g, f, kind);
