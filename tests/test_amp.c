@@ -441,6 +441,57 @@ static void test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f1
     free_graph(g);
 }
 
+/* A hand-built MSE: x -> matmul(w) -> add(b) = pred; d = pred - target
+ * (target an f32 input, reshaped); sq = d * d; loss = reduce_mean(sq).
+ * Under bf16, step 4 would make d allow (an allow input, no deny input)
+ * and round the target to bf16; the promote rule keeps every infer op
+ * that takes the user's f32 data in f32, as autocast's promote does, and
+ * sq follows (its inputs are f32): only the matmul's operands are cast. */
+static void test_bf16_keeps_a_regression_target_and_the_residual_in_f32(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        alloy_dtype low = k ? ALLOY_F16 : ALLOY_BF16;
+        alloy_graph *g = new_graph("mse");
+        alloy_tensor *x = in_f32(g, "x", 2, DIMS(4, 3));
+        alloy_tensor *target = in_f32(g, "target", 1, DIMS(4));
+        alloy_tensor *w = param_f32(g, "w", 2, DIMS(3, 1));
+        alloy_tensor *b = param_f32(g, "b", 1, DIMS(1));
+        alloy_tensor *m = named(g, alloy_matmul(g, x, w, false, false), "m");
+        alloy_tensor *pred = named(g, alloy_add(g, m, b), "pred");
+        alloy_tensor *t2 = named(g, alloy_reshape(g, target, 2, DIMS(4, 1)), "t2");
+        alloy_tensor *d = named(g, alloy_sub(g, pred, t2), "d");
+        alloy_tensor *sq = named(g, alloy_mul(g, d, d), "sq");
+        alloy_tensor *loss = named(g, alloy_reduce_mean(g, sq, 0, NULL, false), "loss");
+        output(g, "loss", loss);
+        alloy_graph_enable_amp(g, low);
+        const char *wl = low == ALLOY_BF16 ? "x>bf16" : "x>f16", *ww = low == ALLOY_BF16 ? "w>bf16" : "w>f16";
+        /* bf16: pred is infer with an allow input and no data input -> allow (step 4), b cast to bf16.
+         * f16: pred is not sandwiched -> f32, the product cast back. Either way d, sq, loss are f32. */
+        if (low == ALLOY_BF16)
+            expect_graph(g, &(want){
+                NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"target", ALLOY_F32, AMP_NONE, {0}},
+                      {"w", ALLOY_F32, AMP_NONE, {0}}, {"b", ALLOY_F32, AMP_NONE, {0}},
+                      {"m", ALLOY_BF16, AMP_ALLOW, {wl, ww}}, {"pred", ALLOY_BF16, AMP_ALLOW, {"m", "b>bf16"}},
+                      {"t2", ALLOY_F32, AMP_CLEAR, {"target"}}, {"d", ALLOY_F32, AMP_INFER, {"pred>f32", "t2"}},
+                      {"sq", ALLOY_F32, AMP_INFER, {"d", "d"}}, {"loss", ALLOY_F32, AMP_DENY, {"sq"}}),
+                CASTS({"x", ALLOY_BF16, 1}, {"w", ALLOY_BF16, 1}, {"b", ALLOY_BF16, 1}, {"pred", ALLOY_F32, 1}),
+                OUTPUTS({"loss", "loss"}),
+            });
+        else
+            expect_graph(g, &(want){
+                NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"target", ALLOY_F32, AMP_NONE, {0}},
+                      {"w", ALLOY_F32, AMP_NONE, {0}}, {"b", ALLOY_F32, AMP_NONE, {0}},
+                      {"m", ALLOY_F16, AMP_ALLOW, {wl, ww}}, {"pred", ALLOY_F32, AMP_INFER, {"m>f32", "b"}},
+                      {"t2", ALLOY_F32, AMP_CLEAR, {"target"}}, {"d", ALLOY_F32, AMP_INFER, {"pred", "t2"}},
+                      {"sq", ALLOY_F32, AMP_INFER, {"d", "d"}}, {"loss", ALLOY_F32, AMP_DENY, {"sq"}}),
+                CASTS({"x", ALLOY_F16, 1}, {"w", ALLOY_F16, 1}, {"m", ALLOY_F32, 1}),
+                OUTPUTS({"loss", "loss"}),
+            });
+        free_graph(g);
+    }
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -456,6 +507,7 @@ int main(void)
         AMP_TEST(test_integer_bool_and_f64_nodes_are_never_coloured),
         AMP_TEST(test_the_loss_runs_in_f32_even_when_it_directly_follows_a_matmul),
         AMP_TEST(test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f16_keeps_it_f32),
+        AMP_TEST(test_bf16_keeps_a_regression_target_and_the_residual_in_f32),
     };
     return amp_run_tests(tests, COUNT(tests));
 }

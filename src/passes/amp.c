@@ -11,7 +11,9 @@
  * forward through clear/infer nodes upstream of deny/infer; clear/infer
  * nodes sandwiched between allow nodes (or between an allow node and a
  * graph output / sink, OneFlow's rule) become allow; in bf16 mode an infer
- * node with an allow input and no deny input becomes allow; allow spreads
+ * node with an allow input and no deny input becomes allow; an infer node
+ * that takes the user's f32 data (an input) never does (autocast's promote
+ * rule: a loss's target is not rounded); allow spreads
  * through clear nodes both ways. Every traversal enters a node at most
  * once, so the pass is linear in nodes + edges.
  */
@@ -36,6 +38,8 @@ typedef struct amp_state {
     uint8_t *colourable;    /* f32 compute node that could run in low precision */
     uint8_t *upstream;      /* U: deny/infer nodes and clear nodes upstream of them */
     uint8_t *deny, *down, *allow, *seen;
+    uint8_t *data;    /* an f32 input, or a clear op over only such values: the user's data as given */
+    uint8_t *promote; /* an infer node with a data operand: runs in f32 (PyTorch's promote rule) */
     int *deny_root; /* the deny node whose propagation painted this one */
     int *stack;
     bool *is_output;
@@ -94,6 +98,8 @@ static alloy_status build_state(amp_state *s, ir_graph *g, const amp_config *cfg
     s->down = al_calloc(nn, 1);
     s->allow = al_calloc(nn, 1);
     s->seen = al_calloc(nn, 1);
+    s->data = al_calloc(nn, 1);
+    s->promote = al_calloc(nn, 1);
     s->deny_root = al_calloc(nn, sizeof(int));
     s->stack = al_calloc(nn, sizeof(int));
     s->is_output = al_calloc(nn, sizeof(bool));
@@ -101,7 +107,7 @@ static alloy_status build_state(amp_state *s, ir_graph *g, const amp_config *cfg
     for (int i = 0; i < n; i++) edges += g->nodes[i]->nin;
     s->cons = al_calloc((size_t)edges + 1, sizeof(int));
     if (!s->cons_start || !s->cls || !s->colourable || !s->upstream || !s->deny || !s->down ||
-        !s->allow || !s->seen || !s->deny_root || !s->stack || !s->is_output || !s->cons)
+        !s->allow || !s->seen || !s->data || !s->promote || !s->deny_root || !s->stack || !s->is_output || !s->cons)
         return ir_error(g, ALLOY_ERR_OOM, "amp: out of memory for a graph of %d nodes", n);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < g->nodes[i]->nin; j++) s->cons_start[g->nodes[i]->in[j] + 1]++;
@@ -132,6 +138,8 @@ static void free_state(amp_state *s)
     al_free(s->down);
     al_free(s->allow);
     al_free(s->seen);
+    al_free(s->data);
+    al_free(s->promote);
     al_free(s->deny_root);
     al_free(s->stack);
     al_free(s->is_output);
@@ -181,6 +189,28 @@ static void propagate_deny(amp_state *s)
     }
 }
 
+/* Step 1: the user's f32 data (inputs, and clear ops such as reshape over
+ * them) and the infer nodes that take it: those run in f32 whatever their
+ * other operands are (a residual pred - target keeps the target's f32
+ * bits, as autocast's promote rule does), unless the user put their op on
+ * the allow list. Operands precede their consumers, so one pass in node
+ * order. */
+static void mark_promoted(amp_state *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        const ir_node *v = s->g->nodes[i];
+        if (v->type.dtype != ALLOY_F32) continue;
+        bool data = v->op == IR_OP_input;
+        if (!data && s->colourable[i] && s->cls[i] == AMP_CLEAR && v->nin > 0) {
+            data = true;
+            for (int j = 0; j < v->nin; j++) data &= s->data[v->in[j]];
+        }
+        s->data[i] = data;
+        if (!s->colourable[i] || s->cls[i] != AMP_INFER) continue;
+        for (int j = 0; j < v->nin; j++) s->promote[i] |= s->data[v->in[j]];
+    }
+}
+
 static bool allow_seed(const amp_state *s, int i)
 {
     return s->colourable[i] && s->cls[i] == AMP_ALLOW && !s->deny[i];
@@ -198,7 +228,7 @@ static void allow_sandwiched(amp_state *s)
             int v = s->stack[--top];
             for (int k = s->cons_start[v]; k < s->cons_start[v + 1]; k++) {
                 int c = s->cons[k];
-                if (s->down[c] || s->deny[c] || !s->colourable[c] ||
+                if (s->down[c] || s->deny[c] || s->promote[c] || !s->colourable[c] ||
                     (s->cls[c] != AMP_CLEAR && s->cls[c] != AMP_INFER))
                     continue;
                 s->down[c] = 1;
@@ -225,11 +255,11 @@ static void allow_sandwiched(amp_state *s)
     }
 }
 
-/* Step 4 (bf16 only): an infer node with an allow input and no deny input. */
+/* Step 4 (bf16 only): an infer node with an allow input, no deny input and no data input. */
 static void allow_infer_with_allow_input(amp_state *s)
 {
     for (int i = 0; i < s->n; i++) {
-        if (s->allow[i] || s->deny[i] || !s->colourable[i] || s->cls[i] != AMP_INFER) continue;
+        if (s->allow[i] || s->deny[i] || s->promote[i] || !s->colourable[i] || s->cls[i] != AMP_INFER) continue;
         const ir_node *v = s->g->nodes[i];
         bool any_allow = false, any_deny = false;
         for (int j = 0; j < v->nin; j++) {
@@ -449,6 +479,15 @@ static const char *deny_reason(const amp_state *s, int i, char *buf, size_t len)
                ir_ops[g->nodes[r]->op].name);
         return buf;
     }
+    if (s->promote[i]) {
+        const ir_node *v = g->nodes[i];
+        int d = 0;
+        while (d < v->nin - 1 && !s->data[v->in[d]]) d++;
+        const ir_node *in = g->nodes[v->in[d]];
+        al_fmt(buf, len, "it takes the f32 data %s%s%s (promote rule)", in->name ? "'" : "",
+               in->name ? in->name : ir_ops[in->op].name, in->name ? "'" : "");
+        return buf;
+    }
     if (s->cls[i] == AMP_INFER) return "infer op not between low-precision nodes";
     if (s->cls[i] == AMP_CLEAR) return "clear op with no low-precision neighbour";
     return "not coloured";
@@ -488,6 +527,7 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
     amp_state s = {0};
     alloy_status st = build_state(&s, g, cfg);
     if (!st) {
+        mark_promoted(&s);
         mark_upstream_of_deny_or_infer(&s);
         propagate_deny(&s);
         allow_sandwiched(&s);
