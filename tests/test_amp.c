@@ -390,8 +390,8 @@ static void test_the_loss_runs_in_f32_even_when_it_directly_follows_a_matmul(voi
     }
 }
 
-/* x -> matmul(w) -> add(b) -> mul(two) -> exp = y: the graph where f16 and
- * bf16 differ. */
+/* x -> matmul(w) -> add(b) -> mul(two) -> exp = y: a chain after the last
+ * matmul that ends in a deny op. */
 static alloy_graph *bf16_graph(alloy_dtype amp)
 {
     alloy_graph *g = new_graph("bf16_rule");
@@ -407,38 +407,30 @@ static alloy_graph *bf16_graph(alloy_dtype amp)
     return g;
 }
 
-static void test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f16_keeps_it_f32(void **state)
+/* a and s are infer, downstream of m but with no allow node (or output)
+ * after them, only the deny exp: not sandwiched, and deny does not spread
+ * backwards -> both f32, coloured infer, in f16 and in bf16 alike (bf16
+ * widens only between allow ops, as f16 does: TensorFlow's widening of
+ * every infer op with an allow input rounded the f32 bias of a final bias
+ * add, and a regression's prediction, to bf16). Casts: x, w -> low (1
+ * weight), m -> f32: 3. */
+static void test_an_infer_chain_after_the_last_matmul_into_a_deny_op_stays_f32_in_f16_and_bf16(void **state)
 {
     (void)state;
-    /* f16: a and s are infer, downstream of m but with no allow node (or
-     * output) after them, only the deny exp: not sandwiched, and deny does
-     * not spread backwards -> both f32, coloured infer.
-     * Casts: x, w -> f16 (1 weight), m -> f32: 3. */
-    alloy_graph *g = bf16_graph(ALLOY_F16);
-    expect_graph(g, &(want){
-        NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"w", ALLOY_F32, AMP_NONE, {0}},
-              {"b", ALLOY_F32, AMP_NONE, {0}}, {"two", ALLOY_F32, AMP_NONE, {0}},
-              {"m", ALLOY_F16, AMP_ALLOW, {"x>f16", "w>f16"}}, {"a", ALLOY_F32, AMP_INFER, {"m>f32", "b"}},
-              {"s", ALLOY_F32, AMP_INFER, {"a", "two"}}, {"e", ALLOY_F32, AMP_DENY, {"s"}}),
-        CASTS({"x", ALLOY_F16, 1}, {"w", ALLOY_F16, 1}, {"m", ALLOY_F32, 1}),
-        OUTPUTS({"y", "e"}),
-    });
-    free_graph(g);
-    /* bf16 adds step 4: a is infer with an allow input (m) and no deny
-     * input -> allow; then s has the allow input a -> allow. exp stays f32.
-     * Casts: x, w, b, two -> bf16 (w, b weights; two is a constant),
-     * s -> f32 for exp: 5. */
-    g = bf16_graph(ALLOY_BF16);
-    expect_graph(g, &(want){
-        NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"w", ALLOY_F32, AMP_NONE, {0}},
-              {"b", ALLOY_F32, AMP_NONE, {0}}, {"two", ALLOY_F32, AMP_NONE, {0}},
-              {"m", ALLOY_BF16, AMP_ALLOW, {"x>bf16", "w>bf16"}}, {"a", ALLOY_BF16, AMP_ALLOW, {"m", "b>bf16"}},
-              {"s", ALLOY_BF16, AMP_ALLOW, {"a", "two>bf16"}}, {"e", ALLOY_F32, AMP_DENY, {"s>f32"}}),
-        CASTS({"x", ALLOY_BF16, 1}, {"w", ALLOY_BF16, 1}, {"b", ALLOY_BF16, 1}, {"two", ALLOY_BF16, 1},
-              {"s", ALLOY_F32, 1}),
-        OUTPUTS({"y", "e"}),
-    });
-    free_graph(g);
+    for (int k = 0; k < 2; k++) {
+        alloy_dtype low = k ? ALLOY_BF16 : ALLOY_F16;
+        alloy_graph *g = bf16_graph(low);
+        expect_graph(g, &(want){
+            NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"w", ALLOY_F32, AMP_NONE, {0}},
+                  {"b", ALLOY_F32, AMP_NONE, {0}}, {"two", ALLOY_F32, AMP_NONE, {0}},
+                  {"m", low, AMP_ALLOW, {k ? "x>bf16" : "x>f16", k ? "w>bf16" : "w>f16"}},
+                  {"a", ALLOY_F32, AMP_INFER, {"m>f32", "b"}}, {"s", ALLOY_F32, AMP_INFER, {"a", "two"}},
+                  {"e", ALLOY_F32, AMP_DENY, {"s"}}),
+            CASTS({"x", low, 1}, {"w", low, 1}, {"m", ALLOY_F32, 1}),
+            OUTPUTS({"y", "e"}),
+        });
+        free_graph(g);
+    }
 }
 
 /* A hand-built MSE: x -> matmul(w) -> add(b) = pred; d = pred - target
@@ -466,28 +458,17 @@ static void test_bf16_keeps_a_regression_target_and_the_residual_in_f32(void **s
         output(g, "loss", loss);
         alloy_graph_enable_amp(g, low);
         const char *wl = low == ALLOY_BF16 ? "x>bf16" : "x>f16", *ww = low == ALLOY_BF16 ? "w>bf16" : "w>f16";
-        /* bf16: pred is infer with an allow input and no data input -> allow (step 4), b cast to bf16.
-         * f16: pred is not sandwiched -> f32, the product cast back. Either way d, sq, loss are f32. */
-        if (low == ALLOY_BF16)
-            expect_graph(g, &(want){
-                NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"target", ALLOY_F32, AMP_NONE, {0}},
-                      {"w", ALLOY_F32, AMP_NONE, {0}}, {"b", ALLOY_F32, AMP_NONE, {0}},
-                      {"m", ALLOY_BF16, AMP_ALLOW, {wl, ww}}, {"pred", ALLOY_BF16, AMP_ALLOW, {"m", "b>bf16"}},
-                      {"t2", ALLOY_F32, AMP_CLEAR, {"target"}}, {"d", ALLOY_F32, AMP_INFER, {"pred>f32", "t2"}},
-                      {"sq", ALLOY_F32, AMP_INFER, {"d", "d"}}, {"loss", ALLOY_F32, AMP_DENY, {"sq"}}),
-                CASTS({"x", ALLOY_BF16, 1}, {"w", ALLOY_BF16, 1}, {"b", ALLOY_BF16, 1}, {"pred", ALLOY_F32, 1}),
-                OUTPUTS({"loss", "loss"}),
-            });
-        else
-            expect_graph(g, &(want){
-                NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"target", ALLOY_F32, AMP_NONE, {0}},
-                      {"w", ALLOY_F32, AMP_NONE, {0}}, {"b", ALLOY_F32, AMP_NONE, {0}},
-                      {"m", ALLOY_F16, AMP_ALLOW, {wl, ww}}, {"pred", ALLOY_F32, AMP_INFER, {"m>f32", "b"}},
-                      {"t2", ALLOY_F32, AMP_CLEAR, {"target"}}, {"d", ALLOY_F32, AMP_INFER, {"pred", "t2"}},
-                      {"sq", ALLOY_F32, AMP_INFER, {"d", "d"}}, {"loss", ALLOY_F32, AMP_DENY, {"sq"}}),
-                CASTS({"x", ALLOY_F16, 1}, {"w", ALLOY_F16, 1}, {"m", ALLOY_F32, 1}),
-                OUTPUTS({"loss", "loss"}),
-            });
+        /* pred is not sandwiched (it leads only to the deny mean) -> f32 with its f32 bias; d takes the
+         * target (data) -> f32 by the promote rule even if it were between allow ops; sq and loss f32. */
+        expect_graph(g, &(want){
+            NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"target", ALLOY_F32, AMP_NONE, {0}},
+                  {"w", ALLOY_F32, AMP_NONE, {0}}, {"b", ALLOY_F32, AMP_NONE, {0}},
+                  {"m", low, AMP_ALLOW, {wl, ww}}, {"pred", ALLOY_F32, AMP_INFER, {"m>f32", "b"}},
+                  {"t2", ALLOY_F32, AMP_CLEAR, {"target"}}, {"d", ALLOY_F32, AMP_INFER, {"pred", "t2"}},
+                  {"sq", ALLOY_F32, AMP_INFER, {"d", "d"}}, {"loss", ALLOY_F32, AMP_DENY, {"sq"}}),
+            CASTS({"x", low, 1}, {"w", low, 1}, {"m", ALLOY_F32, 1}),
+            OUTPUTS({"loss", "loss"}),
+        });
         free_graph(g);
     }
 }
@@ -506,7 +487,7 @@ int main(void)
         AMP_TEST(test_tensors_already_in_the_dtype_their_consumer_runs_in_get_no_cast),
         AMP_TEST(test_integer_bool_and_f64_nodes_are_never_coloured),
         AMP_TEST(test_the_loss_runs_in_f32_even_when_it_directly_follows_a_matmul),
-        AMP_TEST(test_bf16_runs_an_infer_op_fed_by_a_matmul_in_low_precision_where_f16_keeps_it_f32),
+        AMP_TEST(test_an_infer_chain_after_the_last_matmul_into_a_deny_op_stays_f32_in_f16_and_bf16),
         AMP_TEST(test_bf16_keeps_a_regression_target_and_the_residual_in_f32),
     };
     return amp_run_tests(tests, COUNT(tests));

@@ -10,10 +10,9 @@
  * The colouring is TensorFlow grappler's (docs/amp.md): deny propagation
  * forward through clear/infer nodes upstream of deny/infer; clear/infer
  * nodes sandwiched between allow nodes (or between an allow node and a
- * graph output / sink, OneFlow's rule) become allow; in bf16 mode an infer
- * node with an allow input and no deny input becomes allow; an infer node
- * that takes the user's f32 data (an input) never does (autocast's promote
- * rule: a loss's target is not rounded); allow spreads
+ * graph output / sink, OneFlow's rule) become allow, unless they take the
+ * user's f32 data (an input: autocast's promote rule, so a loss's target is
+ * not rounded); allow spreads
  * through clear nodes both ways. Every traversal enters a node at most
  * once, so the pass is linear in nodes + edges.
  */
@@ -255,22 +254,7 @@ static void allow_sandwiched(amp_state *s)
     }
 }
 
-/* Step 4 (bf16 only): an infer node with an allow input, no deny input and no data input. */
-static void allow_infer_with_allow_input(amp_state *s)
-{
-    for (int i = 0; i < s->n; i++) {
-        if (s->allow[i] || s->deny[i] || s->promote[i] || !s->colourable[i] || s->cls[i] != AMP_INFER) continue;
-        const ir_node *v = s->g->nodes[i];
-        bool any_allow = false, any_deny = false;
-        for (int j = 0; j < v->nin; j++) {
-            any_allow |= s->allow[v->in[j]];
-            any_deny |= s->deny[v->in[j]];
-        }
-        if (any_allow && !any_deny) s->allow[i] = 1;
-    }
-}
-
-/* Step 5: allow spreads through clear nodes, along inputs and consumers. */
+/* Step 4: allow spreads through clear nodes, along inputs and consumers. */
 static void allow_through_clear(amp_state *s)
 {
     uint8_t *prop = s->seen;
@@ -531,7 +515,6 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
         mark_upstream_of_deny_or_infer(&s);
         propagate_deny(&s);
         allow_sandwiched(&s);
-        if (cfg->dtype == ALLOY_BF16) allow_infer_with_allow_input(&s);
         allow_through_clear(&s);
         ir_graph *out = NULL;
         int *map = NULL;
