@@ -473,6 +473,60 @@ static void test_bf16_keeps_a_regression_target_and_the_residual_in_f32(void **s
     }
 }
 
+/* Scopes, as torch.autocast(enabled=False): x -> matmul(w1) = m1; in an f32
+ * scope: m2 = matmul(m1, w2), g = gelu(m2); after it: a = add(g, m1)
+ * (infer: g is f32 data now, so a runs f32 by the promote rule though m1
+ * is low); m3 = matmul(a, w3) low again. In a low scope: e = exp(m3)
+ * (deny by the lists) runs low. */
+static void test_an_f32_scope_keeps_its_ops_f32_and_a_low_scope_pins_a_deny_op_low(void **state)
+{
+    (void)state;
+    alloy_graph *g = new_graph("scopes");
+    alloy_tensor *x = in_f32(g, "x", 2, DIMS(2, 4));
+    alloy_tensor *w1 = param_f32(g, "w1", 2, DIMS(4, 4)), *w2 = param_f32(g, "w2", 2, DIMS(4, 4));
+    alloy_tensor *w3 = param_f32(g, "w3", 2, DIMS(4, 4));
+    alloy_tensor *m1 = named(g, alloy_matmul(g, x, w1, false, false), "m1");
+    assert_int_equal(alloy_amp_scope_push(g, ALLOY_F32), ALLOY_OK);
+    alloy_tensor *m2 = named(g, alloy_matmul(g, m1, w2, false, false), "m2");
+    alloy_tensor *gl = named(g, alloy_gelu(g, m2), "g");
+    assert_int_equal(alloy_amp_scope_pop(g), ALLOY_OK);
+    alloy_tensor *a = named(g, alloy_add(g, gl, m1), "a");
+    alloy_tensor *m3 = named(g, alloy_matmul(g, a, w3, false, false), "m3");
+    assert_int_equal(alloy_amp_scope_push(g, ALLOY_F16), ALLOY_OK);
+    alloy_tensor *e = named(g, alloy_exp(g, m3), "e");
+    assert_int_equal(alloy_amp_scope_pop(g), ALLOY_OK);
+    output(g, "y", e);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    expect_graph(g, &(want){
+        NODES({"x", ALLOY_F32, AMP_NONE, {0}}, {"w1", ALLOY_F32, AMP_NONE, {0}}, {"w2", ALLOY_F32, AMP_NONE, {0}},
+              {"w3", ALLOY_F32, AMP_NONE, {0}}, {"m1", ALLOY_F16, AMP_ALLOW, {"x>f16", "w1>f16"}},
+              {"m2", ALLOY_F32, AMP_DENY, {"m1>f32", "w2"}}, {"g", ALLOY_F32, AMP_DENY, {"m2"}},
+              {"a", ALLOY_F32, AMP_INFER, {"g", "m1>f32"}}, {"m3", ALLOY_F16, AMP_ALLOW, {"a>f16", "w3>f16"}},
+              {"e", ALLOY_F16, AMP_ALLOW, {"m3"}}),
+        CASTS({"x", ALLOY_F16, 1}, {"w1", ALLOY_F16, 1}, {"m1", ALLOY_F32, 2}, {"a", ALLOY_F16, 1},
+              {"w3", ALLOY_F16, 1}, {"e", ALLOY_F32, 1}),
+        OUTPUTS({"y", "e>f32"}),
+    });
+    /* the pins print, and parse back as pins */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(alloy_graph_dump(g, f, ALLOY_DUMP_SOURCE), ALLOY_OK);
+    fclose(f);
+    assert_non_null(strstr(text, "%m2 = matmul(%m1, %w2)"));
+    assert_non_null(strstr(text, "!amp=deny"));
+    assert_non_null(strstr(text, "!amp=allow"));
+    free(text);
+    /* misuse */
+    assert_int_equal(alloy_amp_scope_pop(g), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "no scope was pushed"));
+    assert_int_equal(alloy_amp_scope_push(g, ALLOY_I32), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "dtype must be f32, f16 or bf16, not i32"));
+    for (int i = 0; i < ALLOY_AMP_SCOPE_MAX; i++) assert_int_equal(alloy_amp_scope_push(g, ALLOY_F32), ALLOY_OK);
+    assert_int_equal(alloy_amp_scope_push(g, ALLOY_F32), ALLOY_ERR_INVALID);
+    free_graph(g);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -489,6 +543,7 @@ int main(void)
         AMP_TEST(test_the_loss_runs_in_f32_even_when_it_directly_follows_a_matmul),
         AMP_TEST(test_an_infer_chain_after_the_last_matmul_into_a_deny_op_stays_f32_in_f16_and_bf16),
         AMP_TEST(test_bf16_keeps_a_regression_target_and_the_residual_in_f32),
+        AMP_TEST(test_an_f32_scope_keeps_its_ops_f32_and_a_low_scope_pins_a_deny_op_low),
     };
     return amp_run_tests(tests, COUNT(tests));
 }

@@ -80,6 +80,9 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_int_equal(alloy_amp_lists_add(g, ALLOY_AMP_ALLOWLIST, "matmul"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_amp_lists_remove(g, ALLOY_AMP_ALLOWLIST, "matmul"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_amp_set_unlisted(g, ALLOY_AMP_DENYLIST), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_amp_scope_push(g, F32), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_amp_scope_pop(g), ALLOY_ERR_INVALID);
+    assert_null(alloy_graph_device(g));
     assert_int_equal(alloy_graph_amp_report(g, &ar), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_export_cuda(g, "sm_80", "/nonexistent/d"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_set_loss(g, t), ALLOY_ERR_INVALID);
@@ -326,6 +329,9 @@ typedef struct bad_call {
       alloy_amp_lists_remove(f->g, ALLOY_AMP_DENYLIST, "matmull") == ALLOY_ERR_NOT_FOUND)                               \
     X(amp_set_unlisted_to_list_0, "amp: unknown list 0", alloy_amp_set_unlisted(f->g, (alloy_amp_list)0) == ALLOY_ERR_INVALID) \
     X(amp_report_into_null, "amp_report: out is NULL", alloy_graph_amp_report(f->g, NULL) == ALLOY_ERR_INVALID)         \
+    X(amp_scope_pop_without_a_push, "amp_scope_pop: no scope was pushed", alloy_amp_scope_pop(f->g) == ALLOY_ERR_INVALID) \
+    X(amp_scope_push_of_i32, "amp_scope_push: dtype must be f32, f16 or bf16, not i32",                                 \
+      alloy_amp_scope_push(f->g, I32) == ALLOY_ERR_INVALID)                                                             \
     X(export_cuda_without_archs, "export_cuda: no architecture given",                                                  \
       alloy_graph_export_cuda(f->g, NULL, "/nonexistent/d") == ALLOY_ERR_INVALID)                                       \
     X(export_cuda_without_dir, "export_cuda: no output directory given",                                                \

@@ -38,6 +38,18 @@ ALLOY_API alloy_status alloy_amp_set_unlisted(alloy_graph *g, alloy_amp_list lis
 ALLOY_API alloy_tensor *alloy_amp_allow(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_amp_deny(alloy_graph *g, alloy_tensor *x);
 
+/* Scopes, as torch.autocast(enabled=False) blocks: every op built between
+ * alloy_amp_scope_push(g, ALLOY_F32) and the matching alloy_amp_scope_pop(g)
+ * computes in f32 whatever the lists say, its results count as f32 data for
+ * the ops after the scope (an infer op taking one runs in f32, docs/amp.md);
+ * ALLOY_F16 or ALLOY_BF16 pins the ops to low precision instead (when AMP is
+ * on). Scopes nest up to ALLOY_AMP_SCOPE_MAX deep; the pin shows in the IR
+ * as !amp=deny / !amp=allow on each node. A bad dtype, too deep a push or a
+ * pop without a push is ALLOY_ERR_INVALID. */
+#define ALLOY_AMP_SCOPE_MAX 16
+ALLOY_API alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype);
+ALLOY_API alloy_status alloy_amp_scope_pop(alloy_graph *g);
+
 /* What the AMP pass did in the last compile. */
 typedef struct alloy_amp_report {
     alloy_dtype dtype;   /* ALLOY_F32 when AMP was off */

@@ -37,7 +37,8 @@ typedef struct amp_state {
     uint8_t *colourable;    /* f32 compute node that could run in low precision */
     uint8_t *upstream;      /* U: deny/infer nodes and clear nodes upstream of them */
     uint8_t *deny, *down, *allow, *seen;
-    uint8_t *data;    /* an f32 input, or a clear op over only such values: the user's data as given */
+    uint8_t *pin;     /* the node's !amp before the pass: AMP_DENY pins it to f32, AMP_ALLOW to low precision */
+    uint8_t *data;    /* an f32 input, a node pinned to f32, or a clear op over only such values */
     uint8_t *promote; /* an infer node with a data operand: runs in f32 (PyTorch's promote rule) */
     int *deny_root; /* the deny node whose propagation painted this one */
     int *stack;
@@ -98,6 +99,7 @@ static alloy_status build_state(amp_state *s, ir_graph *g, const amp_config *cfg
     s->allow = al_calloc(nn, 1);
     s->seen = al_calloc(nn, 1);
     s->data = al_calloc(nn, 1);
+    s->pin = al_calloc(nn, 1);
     s->promote = al_calloc(nn, 1);
     s->deny_root = al_calloc(nn, sizeof(int));
     s->stack = al_calloc(nn, sizeof(int));
@@ -106,7 +108,7 @@ static alloy_status build_state(amp_state *s, ir_graph *g, const amp_config *cfg
     for (int i = 0; i < n; i++) edges += g->nodes[i]->nin;
     s->cons = al_calloc((size_t)edges + 1, sizeof(int));
     if (!s->cons_start || !s->cls || !s->colourable || !s->upstream || !s->deny || !s->down ||
-        !s->allow || !s->seen || !s->data || !s->promote || !s->deny_root || !s->stack || !s->is_output || !s->cons)
+        !s->allow || !s->seen || !s->data || !s->pin || !s->promote || !s->deny_root || !s->stack || !s->is_output || !s->cons)
         return ir_error(g, ALLOY_ERR_OOM, "amp: out of memory for a graph of %d nodes", n);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < g->nodes[i]->nin; j++) s->cons_start[g->nodes[i]->in[j] + 1]++;
@@ -122,6 +124,10 @@ static alloy_status build_state(amp_state *s, ir_graph *g, const amp_config *cfg
         if (st) return st;
         s->colourable[i] = colourable(node);
         s->deny_root[i] = -1;
+        /* a pin from the IR (!amp=...) or a scope: f32 nodes stay as they are, low ones are allow seeds */
+        s->pin[i] = s->colourable[i] && !is_marker(node->op) ? node->amp : AMP_NONE;
+        if (s->pin[i] == AMP_DENY) s->colourable[i] = 0;
+        if (s->pin[i] == AMP_ALLOW) s->cls[i] = AMP_ALLOW;
     }
     return ALLOY_OK;
 }
@@ -138,6 +144,7 @@ static void free_state(amp_state *s)
     al_free(s->allow);
     al_free(s->seen);
     al_free(s->data);
+    al_free(s->pin);
     al_free(s->promote);
     al_free(s->deny_root);
     al_free(s->stack);
@@ -199,7 +206,7 @@ static void mark_promoted(amp_state *s)
     for (int i = 0; i < s->n; i++) {
         const ir_node *v = s->g->nodes[i];
         if (v->type.dtype != ALLOY_F32) continue;
-        bool data = v->op == IR_OP_input;
+        bool data = v->op == IR_OP_input || s->pin[i] == AMP_DENY;
         if (!data && s->colourable[i] && s->cls[i] == AMP_CLEAR && v->nin > 0) {
             data = true;
             for (int j = 0; j < v->nin; j++) data &= s->data[v->in[j]];
@@ -344,7 +351,8 @@ static int convert(rewriter *rw, int id, alloy_dtype want)
 
 static uint8_t final_colour(const amp_state *s, int i)
 {
-    if (!s->colourable[i]) return AMP_NONE; /* leaves, user casts, non-f32: untouched */
+    if (s->pin[i] == AMP_DENY) return AMP_DENY; /* pinned to f32 */
+    if (!s->colourable[i]) return AMP_NONE;     /* leaves, user casts, non-f32: untouched */
     if (s->allow[i]) return AMP_ALLOW;
     if (s->deny[i]) return AMP_DENY;
     return s->cls[i] == AMP_ALLOW ? AMP_DENY : s->cls[i];

@@ -127,3 +127,25 @@ alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
     *out = g->amp_report;
     return ALLOY_OK;
 }
+
+alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    g->status = ALLOY_OK;
+    if (dtype != ALLOY_F32 && dtype != ALLOY_F16 && dtype != ALLOY_BF16)
+        return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_push: dtype must be f32, f16 or bf16, not %s",
+                          (unsigned)dtype < ALLOY_DTYPE_COUNT ? alloy_dtype_name(dtype) : "unknown");
+    if (g->amp_scopes == ALLOY_AMP_SCOPE_MAX)
+        return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_push: scopes nest at most %d deep", ALLOY_AMP_SCOPE_MAX);
+    g->amp_scope[g->amp_scopes++] = dtype == ALLOY_F32 ? AMP_DENY : AMP_ALLOW;
+    return ALLOY_OK;
+}
+
+alloy_status alloy_amp_scope_pop(alloy_graph *g)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    g->status = ALLOY_OK;
+    if (!g->amp_scopes) return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_pop: no scope was pushed");
+    g->amp_scopes--;
+    return ALLOY_OK;
+}

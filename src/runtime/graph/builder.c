@@ -39,6 +39,7 @@ static alloy_tensor *add(alloy_graph *g, int op, int n, alloy_tensor *const *xs,
     }
     for (int i = 0; i < n; i++) ids[i] = NODE(xs[i])->id;
     ir_node *node = ir_add_node(g->ir, op, n, ids, nattrs, attrs, declared, NULL);
+    if (node && g->amp_scopes) node->amp = g->amp_scope[g->amp_scopes - 1]; /* the AMP pass keeps it */
     if (node) graph_invalidate(g);
     return HANDLE(node);
 }

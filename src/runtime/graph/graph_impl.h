@@ -49,6 +49,8 @@ struct alloy_graph {
     bool state_ready; /* every param/state leaf of compiled has its state tensor */
     uint64_t seed;
     amp_config amp;             /* lists and dtype as the user set them */
+    uint8_t amp_scope[ALLOY_AMP_SCOPE_MAX]; /* alloy_amp_scope_push's pins (AMP_DENY: f32, AMP_ALLOW: low), innermost last */
+    int amp_scopes;
     alloy_amp_report amp_report; /* from the last compile */
     bool training;               /* build the backward (set with the loss) */
     alloy_grad_scaler scaler;    /* kind NONE unless set */
