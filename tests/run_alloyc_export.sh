@@ -105,7 +105,7 @@ expect() {
 expect 2 "--arch wants sm_XY.*'sm_1'" compile "$ir" --arch sm_1 -o "$tmp/bad"
 expect 2 "compile needs -o DIR" compile "$ir" --arch sm_80
 expect 2 "compile needs --arch" compile "$ir" -o "$tmp/bad"
-expect 2 "--emit wants cuda" compile "$ir" --arch sm_80 --emit=ptx -o "$tmp/bad"
+expect 2 "--emit of compile wants cuda" compile "$ir" --arch sm_80 --emit=ptx -o "$tmp/bad"
 expect 2 "--feed is an option of 'run'" compile "$ir" --arch sm_80 --feed x -o "$tmp/bad"
 expect 1 "sm_35" compile "$ir" --arch sm_35 -o "$tmp/bad"
 [ -e "$tmp/bad" ] && fail "a failed compile made its output directory"
