@@ -9,7 +9,7 @@ alloyc=$1 rounds=${2:-5} archs=${3:-sm_90}
 ir=$(dirname "$0")/../examples/ir
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/codegen_compile.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-ms() { date +%s%N | awk '{printf "%d\n", $1 / 1000000}'; }
+ms() { date +%s%N | awk '{printf "%.0f\n", $1 / 1000000}'; }
 # export NAME FILE CACHE: one export, prints "compile_ms wall_ms kernels modules"
 export_once() {
     t0=$(ms)
