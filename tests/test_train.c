@@ -866,6 +866,51 @@ static void test_an_evaluation_run_with_training_off_updates_nothing_and_step_in
                  info.updated, (long long)info.step, info.skipped);
 }
 
+/* Configuration calls that fail leave the graph as it was: a set_loss of a
+ * non-scalar (which used to poison the graph: every later call failed), an
+ * add_optimizer with a NaN field; then the same graph takes its loss and
+ * optimizer and trains. A second add_optimizer replaces the first (here
+ * with lr 0 and no weight decay: parameters stop moving) and keeps the
+ * moments and the step counter. */
+static void test_a_refused_configuration_call_leaves_the_graph_as_it_was_and_a_second_optimizer_replaces_the_first(
+    void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("refusals");
+    test_mlp m = build_mlp(g, F32, BATCH, DIM, HIDDEN, CLASSES);
+    assert_int_equal(alloy_graph_set_loss(g, m.logits), ALLOY_ERR_SHAPE);
+    assert_non_null(strstr(alloy_last_error(g), "set_loss: the loss must be a floating-point scalar"));
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss after a refused one");
+    alloy_optimizer bad = alloy_adamw(NAN, 0.9, 0.999, 1e-8, 0.0);
+    assert_int_equal(alloy_graph_add_optimizer(g, bad), ALLOY_ERR_INVALID);
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(1e-2, 0.9, 0.999, 1e-8, 0.0)), "add_optimizer");
+    train(g, 0, 2, NULL);
+    snapshot a = take_snapshot(g);
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(0.0, 0.9, 0.999, 1e-8, 0.0)), "a second add_optimizer");
+    train(g, 2, 4, NULL);
+    snapshot b = take_snapshot(g);
+    alloy_step_info info;
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+    assert_int_equal(info.step, 4); /* the counter went on */
+    int params = 0, moments = 0;
+    for (int i = 0; i < a.n; i++) {
+        assert_string_equal(a.names[i], b.names[i]);
+        size_t len = strlen(a.names[i]);
+        bool moment = len > 2 && (strcmp(a.names[i] + len - 2, ".m") == 0 || strcmp(a.names[i] + len - 2, ".v") == 0);
+        bool param = strchr(a.names[i], '.') == NULL;
+        if (param) { /* lr 0: no parameter moved */
+            assert_memory_equal(a.data[i], b.data[i], a.bytes[i]);
+            params++;
+        }
+        if (moment) moments += memcmp(a.data[i], b.data[i], a.bytes[i]) != 0; /* kept and updated, not reset */
+    }
+    assert_int_equal(params, 4);
+    assert_true(moments > 0);
+    free_snapshot(&a);
+    free_snapshot(&b);
+    alloy_graph_free(g);
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
 
 int main(void)
@@ -883,6 +928,7 @@ int main(void)
         TEST(test_a_flipped_bit_anywhere_in_a_checkpoint_payload_is_refused_by_its_checksum),
         TEST(test_step_info_reports_the_loss_of_an_f16_or_bf16_graph),
         TEST(test_an_evaluation_run_with_training_off_updates_nothing_and_step_info_says_so),
+        TEST(test_a_refused_configuration_call_leaves_the_graph_as_it_was_and_a_second_optimizer_replaces_the_first),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }

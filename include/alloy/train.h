@@ -11,7 +11,9 @@ extern "C" {
 /* Makes the floating-point scalar `loss` the graph's loss and turns
  * training on: the compiled step then also computes d loss / d p for every
  * trainable parameter p the loss depends on, fetchable as "grad:<p's name>"
- * (same dtype and shape as p; under AMP parameter gradients are f32). */
+ * (same dtype and shape as p; under AMP parameter gradients are f32).
+ * Like every configuration call, a refused one (a non-scalar loss, a
+ * tensor of another graph) returns the error and leaves g as it was. */
 ALLOY_API alloy_status alloy_graph_set_loss(alloy_graph *g, alloy_tensor *loss);
 /* Turns the backward off (an evaluation graph with a loss) or back on. */
 ALLOY_API alloy_status alloy_graph_set_training(alloy_graph *g, bool training);
@@ -90,7 +92,10 @@ ALLOY_API alloy_optimizer alloy_adamw(double lr, double beta1, double beta2, dou
  * ("optim.step", i32) are created, saved and loaded with the rest. Every
  * field the kind uses is checked as set_grad_scaler's are: rates, decay,
  * momentum, min_lr and clip_norm finite and >= 0, betas in [0, 1), eps
- * finite and > 0, step counts >= 0 (accumulation_steps 0 counts as 1). */
+ * finite and > 0, step counts >= 0 (accumulation_steps 0 counts as 1); a
+ * refused call leaves g as it was. A second call replaces the optimizer at
+ * the next compile: moments and the step counter of the same names are
+ * kept, so changing the lr or the schedule continues the run. */
 ALLOY_API alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer opt);
 
 /* What the last run of a training step did. */

@@ -10,7 +10,7 @@ static ir_node *own_node(alloy_graph *g, alloy_tensor *t, const char *what)
 {
     ir_node *n = (ir_node *)(void *)t;
     if (!n || n->id < 0 || n->id >= g->ir->nnodes || g->ir->nodes[n->id] != n) {
-        ir_error(g->ir, ALLOY_ERR_INVALID, "%s: tensor is NULL or from another graph", what);
+        graph_fail(g, ALLOY_ERR_INVALID, "%s: tensor is NULL or from another graph", what);
         return NULL;
     }
     return n;
@@ -20,13 +20,14 @@ alloy_status alloy_graph_set_loss(alloy_graph *g, alloy_tensor *loss)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (g->ir->status) return g->ir->status;
+    g->status = ALLOY_OK;
     ir_node *n = own_node(g, loss, "set_loss");
-    if (!n) return g->ir->status;
-    if (n->type.rank != 0 || !ir_is_float(n->type.dtype)) {
+    if (!n) return g->status;
+    if (n->type.rank != 0 || !ir_is_float(n->type.dtype)) { /* refused: the graph stays as it was */
         char t[96], label[64];
         ir_fmt_type(t, sizeof t, &n->type);
-        return ir_error(g->ir, ALLOY_ERR_SHAPE, "set_loss: the loss must be a floating-point scalar; %s %s is %s",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), t);
+        return graph_fail(g, ALLOY_ERR_SHAPE, "set_loss: the loss must be a floating-point scalar; %s %s is %s",
+                          ir_ops[n->op].name, ir_node_label(n, label, sizeof label), t);
     }
     g->ir->loss = n->id;
     g->training = true;
@@ -48,11 +49,12 @@ alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *input)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (g->ir->status) return g->ir->status;
+    g->status = ALLOY_OK;
     ir_node *n = own_node(g, input, "request_grad");
-    if (!n) return g->ir->status;
+    if (!n) return g->status;
     if (n->op != IR_OP_input || !ir_is_float(n->type.dtype))
-        return ir_error(g->ir, ALLOY_ERR_INVALID, "request_grad: '%s' is not a floating-point input",
-                        n->name ? n->name : ir_ops[n->op].name);
+        return graph_fail(g, ALLOY_ERR_INVALID, "request_grad: '%s' is not a floating-point input",
+                          n->name ? n->name : ir_ops[n->op].name);
     char **names = al_realloc(g->grad_inputs, sizeof(char *) * (size_t)(g->ngrad_inputs + 1));
     if (!names) return ir_error(g->ir, ALLOY_ERR_OOM, "request_grad: out of memory");
     g->grad_inputs = names;
@@ -67,11 +69,12 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (g->ir->status) return g->ir->status;
+    g->status = ALLOY_OK;
     ir_node *n = own_node(g, param, "param_freeze");
-    if (!n) return g->ir->status;
+    if (!n) return g->status;
     if (n->op != IR_OP_param)
-        return ir_error(g->ir, ALLOY_ERR_INVALID, "param_freeze: '%s' is not a param",
-                        n->name ? n->name : ir_ops[n->op].name);
+        return graph_fail(g, ALLOY_ERR_INVALID, "param_freeze: '%s' is not a param",
+                          n->name ? n->name : ir_ops[n->op].name);
     if (ir_attr_i(n, "frozen")) return ALLOY_OK;
     ir_attr *frozen = (ir_attr *)(uintptr_t)ir_attr_find(n, "frozen"); /* every param has it (schema default) */
     if (!frozen) return ir_error(g->ir, ALLOY_ERR_VERIFY, "param_freeze: '%s' lacks its frozen attribute", n->name);
