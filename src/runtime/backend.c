@@ -88,3 +88,21 @@ alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...)
     va_end(ap);
     return status;
 }
+
+alloy_status rt_exec_save_none(rt_backend *b, const rt_exec *e, void **bytes, size_t *len)
+{
+    (void)b, (void)e;
+    *bytes = NULL;
+    *len = 0;
+    return ALLOY_OK;
+}
+
+alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
+                                       const void *bytes, size_t len, rt_exec **out)
+{
+    (void)bytes;
+    *out = NULL;
+    if (len)
+        return rt_fail(b, ALLOY_ERR_INVALID, "%s: an executable carries no bytes, this one has %zu", b->ops->name, len);
+    return b->ops->compile(b, g, s, p, out);
+}

@@ -82,6 +82,12 @@ AL_HIDDEN rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener)
 /* Records a failure on b (printf-style) and returns status. */
 AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
 
+/* Bundle hooks for a backend whose executable is the schedule and plan
+ * alone: saves no bytes; loads by compiling again (bytes must be empty). */
+AL_HIDDEN alloy_status rt_exec_save_none(rt_backend *b, const rt_exec *e, void **bytes, size_t *len);
+AL_HIDDEN alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
+                                                 const void *bytes, size_t len, rt_exec **out);
+
 /* The CPU backend (runtime/cpu/cpu_backend.c). */
 AL_HIDDEN alloy_status cpu_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 

@@ -412,23 +412,6 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
     return st;
 }
 
-/* Kernels are compiled again on load (the kernel cache makes that a lookup). */
-static alloy_status exec_save(rt_backend *b, const rt_exec *e, void **bytes, size_t *len)
-{
-    (void)b, (void)e;
-    *bytes = NULL;
-    *len = 0;
-    return ALLOY_OK;
-}
-
-static alloy_status exec_load(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                              const void *bytes, size_t len, rt_exec **out)
-{
-    (void)bytes;
-    if (len) return rt_fail(b, ALLOY_ERR_INVALID, "cuda: an executable carries no bytes yet, this one has %zu", len);
-    return compile(b, g, s, p, out);
-}
-
 static void close_backend(rt_backend *b)
 {
     cdev *dev = device_of(b);
@@ -445,8 +428,8 @@ static const rt_backend_ops cuda_ops_table = {
     .compile = compile,
     .run = run,
     .exec_free = exec_free,
-    .exec_save = exec_save,
-    .exec_load = exec_load,
+    .exec_save = rt_exec_save_none,
+    .exec_load = rt_exec_load_by_compiling, /* kernels come back from the kernel cache */
     .close = close_backend,
 };
 
