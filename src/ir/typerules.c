@@ -1,4 +1,5 @@
 /* typerules.c - result type (dtype + static shape) of every op from its operands and attributes. */
+#include <math.h>
 #include <string.h>
 
 #include "ir/typerules.h"
@@ -116,9 +117,21 @@ RULE(ty_constant)
     return ALLOY_OK;
 }
 
+/* An elementwise op's FLOAT attributes (leaky_relu's slope, clamp's
+ * bounds) may be infinite but not NaN: a NaN bound or slope would turn
+ * every value it touches into NaN with nothing to say where it came from. */
+static alloy_status ew_attrs(const ir_node *n, char *why, size_t whylen)
+{
+    for (int i = 0; i < n->nattrs; i++)
+        if (n->attrs[i].kind == IR_ATTR_FLOAT && isnan(n->attrs[i].f))
+            FAIL(ALLOY_ERR_INVALID, "%s must be a number, not NaN", n->attrs[i].name);
+    return ALLOY_OK;
+}
+
 RULE(ty_unary)
 {
     if (in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operand must be numeric, not bool");
+    if (ew_attrs(n, why, whylen)) return ALLOY_ERR_INVALID;
     *out = *in[0];
     return ALLOY_OK;
 }
@@ -127,6 +140,7 @@ RULE(ty_unary_float)
 {
     if (!ir_is_float(in[0]->dtype))
         FAIL(ALLOY_ERR_DTYPE, "operand must be floating point, not %s", alloy_dtype_name(in[0]->dtype));
+    if (ew_attrs(n, why, whylen)) return ALLOY_ERR_INVALID;
     *out = *in[0];
     return ALLOY_OK;
 }
@@ -149,6 +163,7 @@ RULE(ty_binary)
         FAIL(ALLOY_ERR_DTYPE, "operand dtypes differ (%s vs %s); insert a cast",
              alloy_dtype_name(in[0]->dtype), alloy_dtype_name(in[1]->dtype));
     if (in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operands must be numeric, not bool");
+    if (ew_attrs(n, why, whylen)) return ALLOY_ERR_INVALID;
     return broadcast_n(2, in, out, why, whylen);
 }
 
