@@ -128,6 +128,70 @@ static void test_softmax_axis_out_of_range_is_an_invalid_argument(void **state)
     alloy_graph_free(g);
 }
 
+static void test_a_nan_bound_or_slope_is_an_invalid_argument_naming_the_op_and_attribute(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_clamp(g, x, NAN, 1));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "clamp(f32[2,3])", "min must be a number, not NaN");
+    alloy_graph_free(g);
+    g = alloy_graph_new("g");
+    x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_leaky_relu(g, x, NAN));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "leaky_relu", "negative_slope must be a number, not NaN");
+    alloy_graph_free(g);
+    g = alloy_graph_new("g");
+    x = alloy_input(g, "x", ALLOY_BOOL, 1, DIMS(3));
+    assert_null(alloy_clamp(g, x, 0, 1));
+    EXPECT_ERROR(g, ALLOY_ERR_DTYPE, "clamp", "numeric, not bool");
+    alloy_graph_free(g);
+}
+
+/* Hand-computed values of the attribute ops through the API, an absent
+ * clamp bound printing as the infinity it stands for. */
+static void test_clamp_leaky_relu_elu_and_sign_compute_what_pytorch_does(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 1, DIMS(6));
+    alloy_output(g, "clamp", alloy_clamp(g, x, -INFINITY, 0.5));
+    alloy_output(g, "crossed", alloy_clamp(g, x, 1, -1));
+    alloy_output(g, "leaky", alloy_leaky_relu(g, x, 0.25));
+    alloy_output(g, "elu", alloy_elu(g, x, 2));
+    alloy_output(g, "sign", alloy_sign(g, x));
+    float xs[6] = {-2, -0.5f, 0, 0.25f, 3, NAN};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 1, {6}, xs};
+    alloy_host_tensor fetch[5] = {{.name = "clamp"}, {.name = "crossed"}, {.name = "leaky"}, {.name = "elu"}, {.name = "sign"}};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, fetch, 5), ALLOY_OK);
+    static const float want[5][5] = {
+        {-2, -0.5f, 0, 0.25f, 0.5f},
+        {-1, -1, -1, -1, -1},
+        {-0.5f, -0.125f, 0, 0.25f, 3},
+        {0, 0, 0, 0.25f, 3}, /* the negative ones below */
+        {-1, -1, 0, 1, 1},
+    };
+    for (int k = 0; k < 5; k++) {
+        const float *y = fetch[k].data;
+        for (int i = 0; i < 5; i++)
+            if (k != 3 || i >= 2) assert_float_equal(y[i], want[k][i], 0);
+        assert_true(isnan(y[5])); /* NaN passes through every one of them */
+    }
+    const float *elu = fetch[3].data;
+    assert_float_equal(elu[0], 2 * expm1f(-2), 1e-7);
+    assert_float_equal(elu[1], 2 * expm1f(-0.5f), 1e-7);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    assert_int_equal(alloy_graph_dump(g, f, ALLOY_DUMP_SOURCE), ALLOY_OK);
+    fclose(f);
+    if (!strstr(text, "clamp(%x) {min=-inf, max=0.5} : f32[6]")) fail_msg("dump: %s", text);
+    if (!strstr(text, "leaky_relu(%x) {negative_slope=0.25} : f32[6]")) fail_msg("dump: %s", text);
+    free(text);
+    alloy_graph_free(g);
+}
+
 static void test_reduce_and_slice_reject_bad_axes(void **state)
 {
     (void)state;
@@ -594,6 +658,8 @@ int main(void)
         T(test_matmul_with_different_inner_dims_names_both_dims),
         T(test_matmul_transpose_flags_make_the_same_operands_fit),
         T(test_softmax_axis_out_of_range_is_an_invalid_argument),
+        T(test_a_nan_bound_or_slope_is_an_invalid_argument_naming_the_op_and_attribute),
+        T(test_clamp_leaky_relu_elu_and_sign_compute_what_pytorch_does),
         T(test_reduce_and_slice_reject_bad_axes),
         T(test_negative_axes_count_from_the_end),
         T(test_null_operand_is_an_invalid_argument_naming_the_op),
