@@ -229,6 +229,27 @@ static void ref_reduce(const ir_node *n, const oc_tensor *in, oc_tensor *out)
         out->v[o] = ir_is_int(t->dtype) ? (count ? trunc(out->v[o] / (double)count) : 0) : out->v[o] / (double)count;
 }
 
+/* argmax / argmin along the axis: the first NaN if there is one, else the
+ * first element equal to the largest (smallest) value. */
+static void ref_arg(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t outer, len, inner;
+    split(t, axis_of(n, "axis", -1, t->rank), &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const double *x = in[0].v + o * len * inner + j;
+            double extreme = n->op == IR_OP_argmax ? -INFINITY : INFINITY;
+            int64_t at = -1;
+            for (int64_t i = 0; i < len && at < 0; i++)
+                if (isnan(x[i * inner])) at = i;
+            for (int64_t i = 0; i < len; i++) extreme = n->op == IR_OP_argmax ? fmax(extreme, x[i * inner]) : fmin(extreme, x[i * inner]);
+            for (int64_t i = 0; i < len && at < 0; i++)
+                if (x[i * inner] == extreme) at = i;
+            out->v[o * inner + j] = (double)at;
+        }
+}
+
 /* ---- softmax, layer_norm, cross_entropy and their gradients ---- */
 
 static void ref_softmax(const ir_node *n, const oc_tensor *in, oc_tensor *out)
@@ -385,6 +406,13 @@ static void ref_embedding_grad(const ir_node *n, const oc_tensor *in, oc_tensor 
     int64_t dim = out->type.dims[1];
     for (int64_t p = 0; p < ir_numel(&in[0].type); p++)
         for (int64_t j = 0; j < dim; j++) out->v[(int64_t)in[0].v[p] * dim + j] += in[1].v[p * dim + j];
+}
+
+/* Row p is 1 at column ids[p] (the result is zeroed). */
+static void ref_one_hot(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int64_t depth = ir_attr_int(n, "depth", 0);
+    for (int64_t p = 0; p < ir_numel(&in[0].type); p++) out->v[p * depth + (int64_t)in[0].v[p]] = 1;
 }
 
 static void ref_copy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
@@ -643,6 +671,17 @@ const op_case op_cases[] = {
     {"reduce_max", "[4,5]", "axes=[0]; axes=[1]; axes=[0,1]", .dom = {NANS(-1, 1)}, .ref = ref_reduce,
      .flags = OC_NO_GRAD}, /* NaN wins */
 
+    /* argmax, argmin: ties (the first wins), every axis with and without keepdims, NaN (wins over
+     * inf, at any position), empty results */
+    {"argmax", "[6,17,33]", "axis=0; axis=1; axis=-1; axis=2 keepdims=1; axis=-3 keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmax", "[17]; [2,1,5]; [130]", " | ; keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmax", "[17]; [3,20]", "; axis=0", .dom = {SPECIALS}, EXACT, .ref = ref_arg},
+    {"argmax", "[4,0,3]", "axis=0; axis=-1", EXACT, .ref = ref_arg},
+    {"argmin", "[6,17,33]", "axis=0; axis=1; axis=-1; axis=2 keepdims=1; axis=-3 keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmin", "[17]; [2,1,5]; [130]", " | ; keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmin", "[17]; [3,20]", "; axis=0", .dom = {SPECIALS}, EXACT, .ref = ref_arg},
+    {"argmin", "[4,0,3]", "axis=0; axis=-1", EXACT, .ref = ref_arg},
+
     /* softmax and log_softmax along any axis */
     {"softmax", "[3,5,7]", "; axis=0; axis=1; axis=2; axis=-2", TRANS, .ref = ref_softmax},
     {"softmax", "[17]; [2,130]; [1]; [0,4]", "", TRANS, .ref = ref_softmax},
@@ -671,6 +710,9 @@ const op_case op_cases[] = {
     /* data movement */
     {"embedding", "i32[2,3] [10,6]; i64[5] [10,6]; i64[] [10,6]; i32[0] [10,6]; i32[2,3] [5,3]; i64[4] [6,2]",
      .dom = {INDEX(1, 0), U(-5, 5)}, EXACT, .ref = ref_embedding},
+    /* the declared type gives the dtype (the case's); the rule gives the shape */
+    {"one_hot", "i32[2,4]; i64[5]; i64[]; i32[0,3]", "depth=6; depth=1", .declared = "[]", .dom = {INDEX(-1, -1)}, EXACT,
+     .ref = ref_one_hot},
     {"reshape", "[2,3,4]", .declared = "[4,6]; [24]; [3,4,2]; [1,24,1]", EXACT, .ref = ref_copy},
     {"reshape", "[]; [1]", .declared = "[1,1]", EXACT, .ref = ref_copy},
     {"reshape", "[0,3]", .declared = "[3,0]", EXACT, .ref = ref_copy},

@@ -192,6 +192,46 @@ static void test_clamp_leaky_relu_elu_and_sign_compute_what_pytorch_does(void **
     alloy_graph_free(g);
 }
 
+/* argmax/argmin give the first extreme (NaN wins); one_hot an id's row, and
+ * an id outside [0, depth) fails the run naming the node, the id and its
+ * position, leaving the graph usable. */
+static void test_argmax_argmin_and_one_hot_compute_what_pytorch_does(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 4));
+    alloy_tensor *ids = alloy_input(g, "ids", ALLOY_I32, 2, DIMS(2, 2));
+    alloy_output(g, "max", alloy_argmax(g, x, -1, false));
+    alloy_output(g, "min", alloy_argmin(g, x, 0, true));
+    alloy_output(g, "hot", alloy_set_name(g, alloy_one_hot(g, ids, 3, ALLOY_F16), "hot"));
+    float xs[8] = {1, 5, 5, -2, NAN, 0, 7, 7};
+    int32_t is[4] = {2, 0, 1, 1};
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {2, 4}, xs}, {"ids", ALLOY_I32, 2, {2, 2}, is}};
+    alloy_host_tensor fetch[3] = {{.name = "max"}, {.name = "min"}, {.name = "hot"}};
+    assert_int_equal(alloy_graph_run(g, feeds, 2, fetch, 3), ALLOY_OK);
+    assert_int_equal(fetch[0].dtype, ALLOY_I64);
+    assert_int_equal(fetch[0].rank, 1);
+    assert_int_equal(fetch[1].rank, 2);
+    assert_int_equal(fetch[1].dims[0], 1);
+    const int64_t *mx = fetch[0].data, *mn = fetch[1].data;
+    assert_int_equal(mx[0], 1); /* 5 twice: the first */
+    assert_int_equal(mx[1], 0); /* NaN */
+    static const int64_t want_min[4] = {1, 1, 0, 0};
+    for (int i = 0; i < 4; i++) assert_int_equal(mn[i], want_min[i]);
+    assert_int_equal(fetch[2].dtype, ALLOY_F16);
+    assert_int_equal(fetch[2].rank, 3);
+    assert_int_equal(fetch[2].dims[2], 3);
+    const uint16_t *hot = fetch[2].data;
+    for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 3; c++) assert_int_equal(hot[p * 3 + c], c == is[p] ? 0x3c00 : 0); /* f16 1.0 */
+    is[2] = 3;
+    assert_int_equal(alloy_graph_run(g, feeds, 2, fetch, 3), ALLOY_ERR_INVALID);
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "one_hot 'hot'", "id 3 out of range [0, 3)", "[1,0]");
+    is[2] = 1;
+    assert_int_equal(alloy_graph_run(g, feeds, 2, fetch, 3), ALLOY_OK);
+    alloy_graph_free(g);
+}
+
 static void test_reduce_and_slice_reject_bad_axes(void **state)
 {
     (void)state;
@@ -660,6 +700,7 @@ int main(void)
         T(test_softmax_axis_out_of_range_is_an_invalid_argument),
         T(test_a_nan_bound_or_slope_is_an_invalid_argument_naming_the_op_and_attribute),
         T(test_clamp_leaky_relu_elu_and_sign_compute_what_pytorch_does),
+        T(test_argmax_argmin_and_one_hot_compute_what_pytorch_does),
         T(test_reduce_and_slice_reject_bad_axes),
         T(test_negative_axes_count_from_the_end),
         T(test_null_operand_is_an_invalid_argument_naming_the_op),

@@ -142,6 +142,15 @@ ALLOY_API alloy_tensor *alloy_greater_equal(alloy_graph *g, alloy_tensor *a, all
 ALLOY_API alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a,
                                     alloy_tensor *b);
 
+/* The index (i64) of the first maximum / minimum of x along axis (negative
+ * counts from the end), as torch.argmax(x, dim, keepdim): the axis removed,
+ * or kept as 1; a NaN counts as the extreme. No gradient. */
+ALLOY_API alloy_tensor *alloy_argmax(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims);
+ALLOY_API alloy_tensor *alloy_argmin(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims);
+/* ids (i32/i64 [...]) -> [..., depth] of dtype: 1 at column ids[p], 0
+ * elsewhere; an id outside [0, depth) fails the run naming it. No gradient. */
+ALLOY_API alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, alloy_dtype dtype);
+
 /* a [..., M, K] @ b [..., K, N] (transposes swap the last two dims first);
  * batch dims broadcast. f16/bf16 accumulate in f32 and round once. */
 ALLOY_API alloy_tensor *alloy_matmul(alloy_graph *g, alloy_tensor *a, alloy_tensor *b,

@@ -24,6 +24,9 @@ static const ir_attr_spec A_CONCAT[] = {{"axis", IR_ATTR_INT, false, true, 0}, {
 static const ir_attr_spec A_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CAUSAL[] = {{"value", IR_ATTR_FLOAT, false, true, -INFINITY}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ARG[] = {
+    {"axis", IR_ATTR_INT, false, true, -1}, {"keepdims", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ONE_HOT[] = {{"depth", IR_ATTR_INT, true, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_LEAKY[] = {{"negative_slope", IR_ATTR_FLOAT, false, true, 0.01}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_ELU[] = {{"alpha", IR_ATTR_FLOAT, false, true, 1.0}, {NULL, 0, false, false, 0}};
 /* an absent bound is no bound */

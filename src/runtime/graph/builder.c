@@ -226,6 +226,34 @@ alloy_tensor *alloy_clamp(alloy_graph *g, alloy_tensor *x, double min, double ma
     return add(g, IR_OP_clamp, 1, &x, 2, a, NULL);
 }
 
+static alloy_tensor *arg(alloy_graph *g, int op, alloy_tensor *x, int axis, bool keepdims)
+{
+    ir_attr a[2] = {ir_a_int("axis", axis), ir_a_bool("keepdims", keepdims)};
+    return add(g, op, 1, &x, 2, a, NULL);
+}
+
+alloy_tensor *alloy_argmax(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims)
+{
+    return arg(g, IR_OP_argmax, x, axis, keepdims);
+}
+
+alloy_tensor *alloy_argmin(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims)
+{
+    return arg(g, IR_OP_argmin, x, axis, keepdims);
+}
+
+alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, alloy_dtype dtype)
+{
+    if (!operands_ok(g, "one_hot", 1, &ids)) return NULL;
+    if ((unsigned)dtype >= ALLOY_DTYPE_COUNT) {
+        ir_error(g->ir, ALLOY_ERR_DTYPE, "one_hot: unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    ir_type t = {.dtype = dtype};
+    ir_attr a = ir_a_int("depth", depth);
+    return add(g, IR_OP_one_hot, 1, &ids, 1, &a, &t);
+}
+
 alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a, alloy_tensor *b)
 {
     alloy_tensor *xs[3] = {cond, a, b};
