@@ -33,6 +33,8 @@ typedef struct emu_stats {
 
 /* Largest |a - b| / max(|b|) over n elements of dtype dt (0 when equal; inf on a NaN mismatch). */
 double codegen_error(alloy_dtype dt, const void *a, const void *b, int64_t n);
+/* The same with max(|b|) taken as at least min_scale (a sum's magnitude of terms). */
+double codegen_error_at_scale(alloy_dtype dt, const void *a, const void *b, int64_t n, double min_scale);
 /* Tolerance of an emulated value against the CPU's, per dtype (0 for integers and bools). */
 double codegen_tolerance(alloy_dtype dt);
 

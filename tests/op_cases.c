@@ -76,9 +76,12 @@ static int axis_of(const ir_node *n, const char *name, int64_t def, int rank)
 
 /* ---- elementwise ---- */
 
-double ew_ref(int op, double a, double b, double c)
+double ew_ref(const ir_node *n, double a, double b, double c)
 {
-    switch (op) {
+    /* the attributes with PyTorch's defaults, written here again (not read from the schema) */
+    double slope = ir_attr_float(n, "negative_slope", 0.01), alpha = ir_attr_float(n, "alpha", 1.0);
+    double lo = ir_attr_float(n, "min", -INFINITY), hi = ir_attr_float(n, "max", INFINITY);
+    switch (n->op) {
     case IR_OP_neg: return -a;
     case IR_OP_add: return a + b;
     case IR_OP_sub: return a - b;
@@ -106,6 +109,16 @@ double ew_ref(int op, double a, double b, double c)
     case IR_OP_greater_equal: return a >= b;
     case IR_OP_where: return a != 0 ? b : c;
     case IR_OP_cos: return cos(a);
+    case IR_OP_sin: return sin(a);
+    case IR_OP_abs: return fabs(a);
+    case IR_OP_sign: return isnan(a) ? a : a > 0 ? 1 : a < 0 ? -1 : 0;
+    case IR_OP_erf: return erf(a);
+    case IR_OP_log1p: return log1p(a);
+    case IR_OP_expm1: return expm1(a);
+    case IR_OP_softplus: return log1p(exp(a)); /* f64: exp overflows past 709 only */
+    case IR_OP_leaky_relu: return a > 0 ? a : slope * a;
+    case IR_OP_elu: return a > 0 ? a : alpha * expm1(a);
+    case IR_OP_clamp: return isnan(a) ? a : fmin(fmax(a, lo), hi);
     case IR_OP_isfinite: return isfinite(a) ? 1 : 0;
     case IR_OP_amp_allow:
     case IR_OP_amp_deny: return a;
@@ -118,6 +131,13 @@ double ew_ref(int op, double a, double b, double c)
     }
     case IR_OP_tanh_grad: return b * (1 - a * a);
     case IR_OP_sigmoid_grad: return b * a * (1 - a);
+    case IR_OP_erf_grad: return b * 2 / sqrt(PI) * exp(-a * a);
+    case IR_OP_log1p_grad: return b / (1 + a);
+    case IR_OP_expm1_grad: return b * (a + 1); /* a = expm1(x) */
+    case IR_OP_softplus_grad: return b / (1 + exp(-a));
+    case IR_OP_leaky_relu_grad: return a > 0 ? b : slope * b;
+    case IR_OP_elu_grad: return a > 0 ? b : alpha * exp(a) * b;
+    case IR_OP_clamp_grad: return a >= lo && a <= hi ? b : 0;
     case IR_OP_silu_grad: return b * (1 + a * (1 - 1 / (1 + exp(-a)))) / (1 + exp(-a));
     case IR_OP_sqrt_grad: return b * 0.5 / a;
     case IR_OP_rsqrt_grad: return b * -0.5 * a * a * a;
@@ -129,7 +149,7 @@ double ew_ref(int op, double a, double b, double c)
     case IR_OP_minimum_grad: return a < b ? c : a == b ? 0.5 * c : 0;
     case IR_OP_reduce_max_grad: return a == b ? c : 0;
     }
-    fail_msg("no elementwise reference for %s", ir_ops[op].name);
+    fail_msg("no elementwise reference for %s", ir_ops[n->op].name);
     return 0;
 }
 
@@ -140,7 +160,7 @@ static void ref_elementwise(const ir_node *n, const oc_tensor *in, oc_tensor *ou
     for (int64_t i = 0; i < ir_numel(&out->type); i++) {
         unravel(&out->type, i, idx);
         for (int k = 0; k < n->nin; k++) v[k] = in[k].v[bcast_offset(&in[k].type, out->type.rank, idx)];
-        out->v[i] = ew_ref(n->op, v[0], v[1], v[2]);
+        out->v[i] = ew_ref(n, v[0], v[1], v[2]);
     }
 }
 
@@ -207,6 +227,27 @@ static void ref_reduce(const ir_node *n, const oc_tensor *in, oc_tensor *out)
     }
     for (int64_t o = 0; o < nout && n->op == IR_OP_reduce_mean; o++)
         out->v[o] = ir_is_int(t->dtype) ? (count ? trunc(out->v[o] / (double)count) : 0) : out->v[o] / (double)count;
+}
+
+/* argmax / argmin along the axis: the first NaN if there is one, else the
+ * first element equal to the largest (smallest) value. */
+static void ref_arg(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t outer, len, inner;
+    split(t, axis_of(n, "axis", -1, t->rank), &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const double *x = in[0].v + o * len * inner + j;
+            double extreme = n->op == IR_OP_argmax ? -INFINITY : INFINITY;
+            int64_t at = -1;
+            for (int64_t i = 0; i < len && at < 0; i++)
+                if (isnan(x[i * inner])) at = i;
+            for (int64_t i = 0; i < len; i++) extreme = n->op == IR_OP_argmax ? fmax(extreme, x[i * inner]) : fmin(extreme, x[i * inner]);
+            for (int64_t i = 0; i < len && at < 0; i++)
+                if (x[i * inner] == extreme) at = i;
+            out->v[o * inner + j] = (double)at;
+        }
 }
 
 /* ---- softmax, layer_norm, cross_entropy and their gradients ---- */
@@ -365,6 +406,13 @@ static void ref_embedding_grad(const ir_node *n, const oc_tensor *in, oc_tensor 
     int64_t dim = out->type.dims[1];
     for (int64_t p = 0; p < ir_numel(&in[0].type); p++)
         for (int64_t j = 0; j < dim; j++) out->v[(int64_t)in[0].v[p] * dim + j] += in[1].v[p * dim + j];
+}
+
+/* Row p is 1 at column ids[p] (the result is zeroed). */
+static void ref_one_hot(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int64_t depth = ir_attr_int(n, "depth", 0);
+    for (int64_t p = 0; p < ir_numel(&in[0].type); p++) out->v[p * depth + (int64_t)in[0].v[p]] = 1;
 }
 
 static void ref_copy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
@@ -543,6 +591,28 @@ const op_case op_cases[] = {
     {"rsqrt", UNARY, .dom = {POS}},
     {"square", UNARY, ARITH},
     {"cos", UNARY, ARITH},
+    {"sin", UNARY, ARITH},
+    /* abs and sign never round; away from 0 for the gradient (sign's is zeros), then zeros, NaN and inf */
+    {"abs", UNARY, .dom = {AWAY(0.05, 3)}, EXACT},
+    {"abs", "[17]; [3,5]", .dom = {SPECIALS}, EXACT, .flags = OC_NO_GRAD},
+    {"sign", UNARY, .dom = {AWAY(0.05, 3)}, EXACT},
+    {"sign", "[17]; [3,33]", .dom = {INTS(-2, 2)}, EXACT, .flags = OC_NO_GRAD},
+    {"sign", "[17]; [3,5]", .dom = {SPECIALS}, EXACT, .flags = OC_NO_GRAD},
+    {"erf", UNARY, TRANS},
+    /* near 0, where log(1 + x) and exp(x) - 1 would keep no relative precision */
+    {"log1p", UNARY, .dom = {U(-0.75, 3)}, TRANS},
+    {"log1p", "[17]; [130]", .dom = {AWAY(1e-6, 1e-3)}, TRANS},
+    {"expm1", UNARY, TRANS},
+    {"expm1", "[17]; [130]", .dom = {AWAY(1e-6, 1e-3)}, TRANS},
+    /* and far from it, where log(1 + exp(x)) overflows f32's exp */
+    {"softplus", UNARY, .dom = {U(-8, 20)}, TRANS}, /* (f16 keeps no precision below 6e-5, softplus(-10)) */
+    {"softplus", "[17]; [130]", .dom = {AWAY(20, 200)}, TRANS},
+    {"leaky_relu", UNARY, "; negative_slope=0.2; negative_slope=-1.5", .dom = {AWAY(0.05, 3)}, ARITH},
+    {"elu", UNARY, "; alpha=0.5; alpha=2", .dom = {AWAY(0.05, 3)}, TRANS},
+    /* values on a grid the bounds are not on (no kink for the gradient); a
+     * bound left out is none, min > max gives max; then NaN and inf */
+    {"clamp", UNARY, "; min=-1.5; max=0.75; min=-1.5 max=0.75; min=1 max=-1", .dom = {GRID(-3, 3, 0.25, 0.125)}, EXACT},
+    {"clamp", "[17]; [3,5]", "; min=-1.5 max=0.75; min=0", .dom = {SPECIALS}, EXACT, .flags = OC_NO_GRAD},
 
     /* comparisons (equal values occur), isfinite, where */
     {"equal", BINARY, .dom = {INTS(-3, 3), INTS(-3, 3)}},
@@ -601,6 +671,17 @@ const op_case op_cases[] = {
     {"reduce_max", "[4,5]", "axes=[0]; axes=[1]; axes=[0,1]", .dom = {NANS(-1, 1)}, .ref = ref_reduce,
      .flags = OC_NO_GRAD}, /* NaN wins */
 
+    /* argmax, argmin: ties (the first wins), every axis with and without keepdims, NaN (wins over
+     * inf, at any position), empty results */
+    {"argmax", "[6,17,33]", "axis=0; axis=1; axis=-1; axis=2 keepdims=1; axis=-3 keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmax", "[17]; [2,1,5]; [130]", " | ; keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmax", "[17]; [3,20]", "; axis=0", .dom = {SPECIALS}, EXACT, .ref = ref_arg},
+    {"argmax", "[4,0,3]", "axis=0; axis=-1", EXACT, .ref = ref_arg},
+    {"argmin", "[6,17,33]", "axis=0; axis=1; axis=-1; axis=2 keepdims=1; axis=-3 keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmin", "[17]; [2,1,5]; [130]", " | ; keepdims=1", .dom = {INTS(-3, 3)}, EXACT, .ref = ref_arg},
+    {"argmin", "[17]; [3,20]", "; axis=0", .dom = {SPECIALS}, EXACT, .ref = ref_arg},
+    {"argmin", "[4,0,3]", "axis=0; axis=-1", EXACT, .ref = ref_arg},
+
     /* softmax and log_softmax along any axis */
     {"softmax", "[3,5,7]", "; axis=0; axis=1; axis=2; axis=-2", TRANS, .ref = ref_softmax},
     {"softmax", "[17]; [2,130]; [1]; [0,4]", "", TRANS, .ref = ref_softmax},
@@ -629,6 +710,9 @@ const op_case op_cases[] = {
     /* data movement */
     {"embedding", "i32[2,3] [10,6]; i64[5] [10,6]; i64[] [10,6]; i32[0] [10,6]; i32[2,3] [5,3]; i64[4] [6,2]",
      .dom = {INDEX(1, 0), U(-5, 5)}, EXACT, .ref = ref_embedding},
+    /* the declared type gives the dtype (the case's); the rule gives the shape */
+    {"one_hot", "i32[2,4]; i64[5]; i64[]; i32[0,3]", "depth=6; depth=1", .declared = "[]", .dom = {INDEX(-1, -1)}, EXACT,
+     .ref = ref_one_hot},
     {"reshape", "[2,3,4]", .declared = "[4,6]; [24]; [3,4,2]; [1,24,1]", EXACT, .ref = ref_copy},
     {"reshape", "[]; [1]", .declared = "[1,1]", EXACT, .ref = ref_copy},
     {"reshape", "[0,3]", .declared = "[3,0]", EXACT, .ref = ref_copy},
@@ -677,6 +761,14 @@ const op_case op_cases[] = {
     {"gelu_tanh_grad", BINARY, TRANS},
     {"tanh_grad", BINARY, ARITH},
     {"sigmoid_grad", BINARY, ARITH},
+    {"erf_grad", BINARY, TRANS},
+    {"log1p_grad", BINARY, .dom = {U(-0.75, 3)}},
+    {"expm1_grad", BINARY, .dom = {U(-0.95, 3)}},
+    {"softplus_grad", BINARY, TRANS},
+    {"leaky_relu_grad", BINARY, "; negative_slope=0.2", ARITH},
+    {"elu_grad", BINARY, "; alpha=0.5", TRANS},
+    /* on the bounds the gradient passes (PyTorch's rule) */
+    {"clamp_grad", BINARY, "; min=-1.5 max=0.75; max=0.75", .dom = {GRID(-3, 3, 0.25, 0)}, EXACT},
     {"silu_grad", BINARY, TRANS},
     {"sqrt_grad", BINARY, .dom = {POS}},
     {"rsqrt_grad", BINARY, .dom = {POS}, ARITH}, /* a = rsqrt(x) > 0 */

@@ -115,7 +115,8 @@ oc_ref oc_reference(const oc_case *c);
 void oc_evaluate(const oc_case *c, const ir_node *n, const oc_tensor *in, oc_tensor *out);
 /* The case's bound for dtype dt (0 for integers and bools). */
 double oc_bound(const oc_case *c, alloy_dtype dt, bool grad);
-/* The elementwise reference: op over scalar operands a, b, c in double. */
-double ew_ref(int op, double a, double b, double c);
+/* The elementwise reference: n's op (with n's attributes) over scalar
+ * operands a, b, c in double. */
+double ew_ref(const ir_node *n, double a, double b, double c);
 
 #endif

@@ -231,6 +231,49 @@ static void test_alloy_amp_log_counts_the_casts_and_says_why_each_f32_neighbour_
     free_graph(g);
 }
 
+/* ==== the documented lists ==== */
+
+/* Each op the class table of docs/amp.md ("## The four classes") names in a
+ * class's row has that class in ops.def: the default lists are the op
+ * table's column, so the doc may not drift from it. */
+static void test_docs_amp_md_names_each_op_in_the_class_ops_def_gives_it(void **state)
+{
+    (void)state;
+    static const char *const classes[] = {[AMP_ALLOW] = "allow", [AMP_DENY] = "deny", [AMP_INFER] = "infer",
+                                          [AMP_CLEAR] = "clear"};
+    size_t len;
+    char *text = (char *)test_read_file(ALLOY_AMP_MD, &len);
+    char *at = strstr(text, "\n## The four classes\n");
+    if (!at) fail_msg("%s has no section \"## The four classes\"", ALLOY_AMP_MD);
+    char *end = strstr(at + 1, "\n## ");
+    if (end) *end = '\0';
+    int named = 0;
+    for (char *line = at + 1; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int cls = -1;
+        for (int k = AMP_ALLOW; k <= AMP_CLEAR; k++)
+            if (!strncmp(line, "| ", 2) && !strncmp(line + 2, classes[k], strlen(classes[k])) && line[2 + strlen(classes[k])] == ' ')
+                cls = k;
+        if (cls < 0) continue;
+        char *eol = strchr(line, '\n') ? strchr(line, '\n') : line + strlen(line), *cell = eol;
+        while (cell > line && cell[-1] == ' ') cell--;
+        if (cell > line && cell[-1] == '|') cell--;
+        while (cell > line && cell[-1] != '|') cell--;
+        for (char *tick = strchr(cell, '`'); tick && tick < eol; tick = strchr(tick, '`')) {
+            char *close = strchr(tick + 1, '`'), name[64];
+            if (!close || close > eol) break;
+            snprintf(name, sizeof name, "%.*s", (int)(close - tick - 1), tick + 1);
+            int op = ir_op_lookup(name);
+            if (op < 0) fail_msg("docs/amp.md lists an op `%s` that ops.def does not have", name);
+            if ((int)ir_ops[op].amp != cls)
+                fail_msg("docs/amp.md lists `%s` as %s, ops.def gives %s", name, classes[cls], classes[ir_ops[op].amp]);
+            named++;
+            tick = close + 1;
+        }
+    }
+    test_free(text);
+    assert_true(named >= 40);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -240,6 +283,7 @@ int main(void)
         AMP_TEST(test_an_unknown_op_in_an_environment_list_is_an_error_naming_it),
         AMP_TEST(test_an_op_on_no_list_is_denied_until_the_unlisted_class_is_changed),
         AMP_TEST(test_alloy_amp_log_counts_the_casts_and_says_why_each_f32_neighbour_of_an_f16_node_stays_f32),
+        AMP_TEST(test_docs_amp_md_names_each_op_in_the_class_ops_def_gives_it),
     };
     return amp_run_tests(tests, COUNT(tests));
 }

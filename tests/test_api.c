@@ -128,6 +128,110 @@ static void test_softmax_axis_out_of_range_is_an_invalid_argument(void **state)
     alloy_graph_free(g);
 }
 
+static void test_a_nan_bound_or_slope_is_an_invalid_argument_naming_the_op_and_attribute(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_clamp(g, x, NAN, 1));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "clamp(f32[2,3])", "min must be a number, not NaN");
+    alloy_graph_free(g);
+    g = alloy_graph_new("g");
+    x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3));
+    assert_null(alloy_leaky_relu(g, x, NAN));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "leaky_relu", "negative_slope must be a number, not NaN");
+    alloy_graph_free(g);
+    g = alloy_graph_new("g");
+    x = alloy_input(g, "x", ALLOY_BOOL, 1, DIMS(3));
+    assert_null(alloy_clamp(g, x, 0, 1));
+    EXPECT_ERROR(g, ALLOY_ERR_DTYPE, "clamp", "numeric, not bool");
+    alloy_graph_free(g);
+}
+
+/* Hand-computed values of the attribute ops through the API, an absent
+ * clamp bound printing as the infinity it stands for. */
+static void test_clamp_leaky_relu_elu_and_sign_compute_what_pytorch_does(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 1, DIMS(6));
+    alloy_output(g, "clamp", alloy_clamp(g, x, -INFINITY, 0.5));
+    alloy_output(g, "crossed", alloy_clamp(g, x, 1, -1));
+    alloy_output(g, "leaky", alloy_leaky_relu(g, x, 0.25));
+    alloy_output(g, "elu", alloy_elu(g, x, 2));
+    alloy_output(g, "sign", alloy_sign(g, x));
+    float xs[6] = {-2, -0.5f, 0, 0.25f, 3, NAN};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 1, {6}, xs};
+    alloy_host_tensor fetch[5] = {{.name = "clamp"}, {.name = "crossed"}, {.name = "leaky"}, {.name = "elu"}, {.name = "sign"}};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, fetch, 5), ALLOY_OK);
+    static const float want[5][5] = {
+        {-2, -0.5f, 0, 0.25f, 0.5f},
+        {-1, -1, -1, -1, -1},
+        {-0.5f, -0.125f, 0, 0.25f, 3},
+        {0, 0, 0, 0.25f, 3}, /* the negative ones below */
+        {-1, -1, 0, 1, 1},
+    };
+    for (int k = 0; k < 5; k++) {
+        const float *y = fetch[k].data;
+        for (int i = 0; i < 5; i++)
+            if (k != 3 || i >= 2) assert_float_equal(y[i], want[k][i], 0);
+        assert_true(isnan(y[5])); /* NaN passes through every one of them */
+    }
+    const float *elu = fetch[3].data;
+    assert_float_equal(elu[0], 2 * expm1f(-2), 1e-7);
+    assert_float_equal(elu[1], 2 * expm1f(-0.5f), 1e-7);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    assert_int_equal(alloy_graph_dump(g, f, ALLOY_DUMP_SOURCE), ALLOY_OK);
+    fclose(f);
+    if (!strstr(text, "clamp(%x) {min=-inf, max=0.5} : f32[6]")) fail_msg("dump: %s", text);
+    if (!strstr(text, "leaky_relu(%x) {negative_slope=0.25} : f32[6]")) fail_msg("dump: %s", text);
+    free(text);
+    alloy_graph_free(g);
+}
+
+/* argmax/argmin give the first extreme (NaN wins); one_hot an id's row, and
+ * an id outside [0, depth) fails the run naming the node, the id and its
+ * position, leaving the graph usable. */
+static void test_argmax_argmin_and_one_hot_compute_what_pytorch_does(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("g");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 4));
+    alloy_tensor *ids = alloy_input(g, "ids", ALLOY_I32, 2, DIMS(2, 2));
+    alloy_output(g, "max", alloy_argmax(g, x, -1, false));
+    alloy_output(g, "min", alloy_argmin(g, x, 0, true));
+    alloy_output(g, "hot", alloy_set_name(g, alloy_one_hot(g, ids, 3, ALLOY_F16), "hot"));
+    float xs[8] = {1, 5, 5, -2, NAN, 0, 7, 7};
+    int32_t is[4] = {2, 0, 1, 1};
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {2, 4}, xs}, {"ids", ALLOY_I32, 2, {2, 2}, is}};
+    alloy_host_tensor fetch[3] = {{.name = "max"}, {.name = "min"}, {.name = "hot"}};
+    assert_int_equal(alloy_graph_run(g, feeds, 2, fetch, 3), ALLOY_OK);
+    assert_int_equal(fetch[0].dtype, ALLOY_I64);
+    assert_int_equal(fetch[0].rank, 1);
+    assert_int_equal(fetch[1].rank, 2);
+    assert_int_equal(fetch[1].dims[0], 1);
+    const int64_t *mx = fetch[0].data, *mn = fetch[1].data;
+    assert_int_equal(mx[0], 1); /* 5 twice: the first */
+    assert_int_equal(mx[1], 0); /* NaN */
+    static const int64_t want_min[4] = {1, 1, 0, 0};
+    for (int i = 0; i < 4; i++) assert_int_equal(mn[i], want_min[i]);
+    assert_int_equal(fetch[2].dtype, ALLOY_F16);
+    assert_int_equal(fetch[2].rank, 3);
+    assert_int_equal(fetch[2].dims[2], 3);
+    const uint16_t *hot = fetch[2].data;
+    for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 3; c++) assert_int_equal(hot[p * 3 + c], c == is[p] ? 0x3c00 : 0); /* f16 1.0 */
+    is[2] = 3;
+    assert_int_equal(alloy_graph_run(g, feeds, 2, fetch, 3), ALLOY_ERR_INVALID);
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "one_hot 'hot'", "id 3 out of range [0, 3)", "[1,0]");
+    is[2] = 1;
+    assert_int_equal(alloy_graph_run(g, feeds, 2, fetch, 3), ALLOY_OK);
+    alloy_graph_free(g);
+}
+
 static void test_reduce_and_slice_reject_bad_axes(void **state)
 {
     (void)state;
@@ -609,6 +713,9 @@ int main(void)
         T(test_matmul_with_different_inner_dims_names_both_dims),
         T(test_matmul_transpose_flags_make_the_same_operands_fit),
         T(test_softmax_axis_out_of_range_is_an_invalid_argument),
+        T(test_a_nan_bound_or_slope_is_an_invalid_argument_naming_the_op_and_attribute),
+        T(test_clamp_leaky_relu_elu_and_sign_compute_what_pytorch_does),
+        T(test_argmax_argmin_and_one_hot_compute_what_pytorch_does),
         T(test_reduce_and_slice_reject_bad_axes),
         T(test_negative_axes_count_from_the_end),
         T(test_null_operand_is_an_invalid_argument_naming_the_op),

@@ -35,7 +35,8 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_scalar(g, F32, 1.0));
     alloy_tensor *(*const unary[])(alloy_graph *, alloy_tensor *) = {
         alloy_neg,  alloy_relu, alloy_gelu, alloy_gelu_tanh, alloy_tanh,   alloy_sigmoid, alloy_silu,   alloy_exp,
-        alloy_log,  alloy_sqrt, alloy_rsqrt, alloy_square,   alloy_causal_mask, alloy_amp_allow, alloy_amp_deny};
+        alloy_log,  alloy_sqrt, alloy_rsqrt, alloy_square,   alloy_causal_mask, alloy_amp_allow, alloy_amp_deny,
+        alloy_sin,  alloy_cos,  alloy_abs,   alloy_sign,     alloy_erf,    alloy_log1p,   alloy_expm1,  alloy_softplus};
     alloy_tensor *(*const binary[])(alloy_graph *, alloy_tensor *, alloy_tensor *) = {
         alloy_add,   alloy_sub,       alloy_mul,  alloy_div,        alloy_maximum, alloy_minimum, alloy_pow,
         alloy_equal, alloy_not_equal, alloy_less, alloy_less_equal, alloy_greater, alloy_greater_equal,
@@ -43,6 +44,12 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) assert_null(unary[i](g, t));
     for (size_t i = 0; i < sizeof binary / sizeof *binary; i++) assert_null(binary[i](g, t, t));
     assert_null(alloy_where(g, t, t, t));
+    assert_null(alloy_leaky_relu(g, t, 0.01));
+    assert_null(alloy_elu(g, t, 1.0));
+    assert_null(alloy_clamp(g, t, -1, 1));
+    assert_null(alloy_argmax(g, t, -1, false));
+    assert_null(alloy_argmin(g, t, 0, true));
+    assert_null(alloy_one_hot(g, t, 4, F32));
     assert_null(alloy_matmul(g, t, t, false, true));
     assert_null(alloy_reduce_sum(g, t, 0, NULL, false));
     assert_null(alloy_reduce_mean(g, t, 1, (const int64_t[]){0}, true));
@@ -266,6 +273,11 @@ typedef struct bad_call {
     X(concat_of_nothing, "concat: needs at least one operand", !alloy_concat(f->g, 0, NULL, 0))                         \
     X(concat_of_null, "concat: operand 1 is NULL", !alloy_concat(f->g, 2, (alloy_tensor *[]){f->x, NULL}, 0))           \
     X(cast_to_unknown_dtype, "cast: unknown dtype 99", !alloy_cast(f->g, f->x, (alloy_dtype)99))                        \
+    X(clamp_of_null, "clamp: operand 0 is NULL", !alloy_clamp(f->g, NULL, 0, 1))                                        \
+    X(argmax_of_an_axis_out_of_range, "argmax", !alloy_argmax(f->g, f->x, 2, false))                                    \
+    X(one_hot_of_null, "one_hot: operand 0 is NULL", !alloy_one_hot(f->g, NULL, 3, F32))                                \
+    X(one_hot_to_unknown_dtype, "one_hot: unknown dtype 99", !alloy_one_hot(f->g, f->x, 3, (alloy_dtype)99))            \
+    X(one_hot_of_depth_0, "depth must be >= 1, not 0", !alloy_one_hot(f->g, f->x, 0, F32))                              \
     X(causal_mask_of_null, "causal_mask: operand 0 is NULL", !alloy_causal_mask(f->g, NULL))                            \
     X(amp_allow_of_null, "amp_allow: operand is NULL or from another graph", !alloy_amp_allow(f->g, NULL))              \
     X(amp_deny_of_null, "amp_deny: operand is NULL or from another graph", !alloy_amp_deny(f->g, NULL))                 \

@@ -187,6 +187,40 @@ static void test_elementwise_ops_match_the_cpu_in_every_dtype_and_broadcast(void
     }
 }
 
+/* The ops whose expression reads attributes (P(k)), with values other
+ * than the defaults: negative and zero slopes, a bound only on one side,
+ * crossed bounds, bounds that are not f32 values (0.1 rounds to T). */
+static void test_elementwise_attributes_reach_the_folded_value_as_the_cpu_reads_them(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *op;
+        int n;
+        ir_attr a[2];
+    } cases[] = {
+        {"leaky_relu", 1, {{"negative_slope", IR_ATTR_FLOAT, .f = 0.2}}},
+        {"leaky_relu", 1, {{"negative_slope", IR_ATTR_FLOAT, .f = -1.5}}},
+        {"leaky_relu_grad", 1, {{"negative_slope", IR_ATTR_FLOAT, .f = 0.1}}},
+        {"elu", 1, {{"alpha", IR_ATTR_FLOAT, .f = 0.3}}},
+        {"elu_grad", 1, {{"alpha", IR_ATTR_FLOAT, .f = 2.5}}},
+        {"clamp", 2, {{"min", IR_ATTR_FLOAT, .f = -0.1}, {"max", IR_ATTR_FLOAT, .f = 0.7}}},
+        {"clamp", 1, {{"max", IR_ATTR_FLOAT, .f = 0.1}}},
+        {"clamp", 2, {{"min", IR_ATTR_FLOAT, .f = 1}, {"max", IR_ATTR_FLOAT, .f = -1}}},
+        {"clamp_grad", 2, {{"min", IR_ATTR_FLOAT, .f = -0.5}, {"max", IR_ATTR_FLOAT, .f = 0.1}}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int op = ir_op_lookup(cases[i].op), nin = ir_ops[op].min_in, runs = 0;
+        for (size_t k = 0; k < sizeof all_dtypes / sizeof all_dtypes[0]; k++)
+            for (int s = 0; s < N_EW_SHAPES; s++) {
+                ir_type t[3];
+                for (int j = 0; j < nin; j++) t[j] = ty(all_dtypes[k], ew_shapes[s][j]);
+                runs += check_op(op, nin, t, cases[i].n, cases[i].a, NULL, SPECIAL | WIDE_I64);
+                runs += check_op(op, nin, t, cases[i].n, cases[i].a, NULL, 0);
+            }
+        if (runs < 2 * 4 * N_EW_SHAPES) fail_msg("%s ran only %d times", cases[i].op, runs);
+    }
+}
+
 /* ---- cast ---- */
 
 static void test_cast_between_every_pair_of_dtypes_matches_the_cpu(void **state)
@@ -429,6 +463,7 @@ int main(void)
     test_rng = 0x853c49e6748fea9bu;
     const struct CMUnitTest tests[] = {
         TEST(test_elementwise_ops_match_the_cpu_in_every_dtype_and_broadcast),
+        TEST(test_elementwise_attributes_reach_the_folded_value_as_the_cpu_reads_them),
         TEST(test_cast_between_every_pair_of_dtypes_matches_the_cpu),
         TEST(test_reshape_broadcast_to_and_transpose_match_the_cpu),
         TEST(test_slice_pad_and_concat_match_the_cpu_along_any_axis),

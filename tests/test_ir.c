@@ -29,8 +29,9 @@ static const char example[] =
     "  loss %c\n"
     "}\n";
 
-/* Canonical text (exactly what ir_print writes) that uses every op. */
-static const char every_op[] =
+/* Canonical text (exactly what ir_print writes) that uses every op: two
+ * literals (C11 promises 4095 characters to one), joined by main. */
+static const char every_op_a[] =
     "graph every_op {\n"
     "  %x = input : f32[2,4]\n"
     "  %w = param {init=\"normal\", mean=0.0, std=0.02, frozen=true} : f32[4,4]\n"
@@ -115,7 +116,29 @@ static const char every_op[] =
     "  %sw = silu(%x) : f32[2,4]\n"
     "  %swg = silu_grad(%x, %x) : f32[2,4]\n"
     "  %rms = rms_norm(%x, %g) {eps=1e-6} : f32[2,4]\n"
-    "  %rmg = rms_norm_grad(%x, %x) {eps=1e-5} : f32[2,4]\n"
+    "  %rmg = rms_norm_grad(%x, %x) {eps=1e-5} : f32[2,4]\n";
+static const char every_op_b[] =
+    "  %sn = sin(%x) : f32[2,4]\n"
+    "  %ab = abs(%st1) : i32[]\n"
+    "  %sg = sign(%x) : f32[2,4]\n"
+    "  %er = erf(%x) : f32[2,4]\n"
+    "  %l1p = log1p(%x) : f32[2,4]\n"
+    "  %em1 = expm1(%x) : f32[2,4]\n"
+    "  %sp = softplus(%x) : f32[2,4]\n"
+    "  %lr = leaky_relu(%x) {negative_slope=0.2} : f32[2,4]\n"
+    "  %el = elu(%x) {alpha=1.0} : f32[2,4]\n"
+    "  %cl = clamp(%x) {min=-inf, max=0.5} : f32[2,4]\n"
+    "  %cli = clamp(%st1) {min=-3.0, max=inf} : i32[]\n"
+    "  %erg = erf_grad(%x, %x) : f32[2,4]\n"
+    "  %l1g = log1p_grad(%x, %x) : f32[2,4]\n"
+    "  %emg = expm1_grad(%x, %x) : f32[2,4]\n"
+    "  %spg = softplus_grad(%x, %x) : f32[2,4]\n"
+    "  %lrg = leaky_relu_grad(%x, %x) {negative_slope=0.01} : f32[2,4]\n"
+    "  %elg = elu_grad(%x, %x) {alpha=0.5} : f32[2,4]\n"
+    "  %clg = clamp_grad(%x, %x) {min=-1.0, max=1.0} : f32[2,4]\n"
+    "  %am = argmax(%x) {axis=-1, keepdims=false} : i64[2]\n"
+    "  %an = argmin(%ids) {axis=0, keepdims=true} : i64[1]\n"
+    "  %oh = one_hot(%ids) {depth=5} : bf16[2,5]\n"
     "  %fi = found_inf(%x, %w) : bool[]\n"
     "  %\"grad:w\" = neg(%w) : f32[4,4] !amp=deny\n"
     "  %\"a b\\\"c\\\\\\n\" = relu(%\"grad:w\") : f32[4,4] !amp=infer\n"
@@ -127,6 +150,7 @@ static const char every_op[] =
     "  update \"st\" = %st1\n"
     "  loss %xent\n"
     "}\n";
+static char every_op[sizeof every_op_a + sizeof every_op_b];
 
 /* Parses len bytes from an exact-size heap copy, so ASan sees any over-read. */
 static ir_graph *parse_n(const char *text, size_t len, char *err, size_t errlen)
@@ -440,6 +464,14 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
           "t.ir:2:8: param() 'w': init \"uniform\" does not read 'std' (it reads low and high)"},
         {G "  %w = param {init=\"normal\", std=0.1} : i32[2]\n" END,
           "t.ir:2:8: param() 'w': random init \"normal\" needs a floating-point dtype, not i32"},
+        /* elementwise attributes may not be NaN; argmax needs an index to give; one_hot a depth */
+        {HDR "  %y = clamp(%x) {max=nan} : f32[2]\n" END, "t.ir:3:8: clamp(f32[2]) 'y': max must be a number, not NaN"},
+        {G "  %e = input : f32[2,0]\n  %y = argmax(%e) {axis=1} : i64[2]\n" END,
+          "t.ir:3:8: argmax(f32[2,0]) 'y': axis 1 is empty: there is no index to give"},
+        {G "  %i = input : i64[3]\n  %y = one_hot(%i) {depth=0} : f32[3,0]\n" END,
+          "t.ir:3:8: one_hot(i64[3]) 'y': depth must be >= 1, not 0"},
+        {G "  %i = input : i64[3]\n  %y = one_hot(%i) : f32[3,4]\n" END,
+          "t.ir:3:8: one_hot needs attribute 'depth'"},
         {HDR "  %y = softmax(%x) {axes=1} : f32[2]\n" END,
           "t.ir:3:21: unknown attribute 'axes' for softmax (it takes axis)"},
         {HDR "  %y = reduce_sum(%x) {axes=1} : f32[]\n" END,
@@ -726,6 +758,7 @@ static void parsing_and_printing_survive_every_allocation_failure(void **state)
 int main(void)
 {
     test_rng = 0x9E3779B97F4A7C15ull;
+    snprintf(every_op, sizeof every_op, "%s%s", every_op_a, every_op_b);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_documented_example_parses_and_prints_without_its_comment_and_with_every_default),
         cmocka_unit_test(every_op_round_trips_byte_for_byte),

@@ -474,9 +474,26 @@ static void test_every_differentiable_op_has_a_gradient_case(void **state)
     test_end_cases();
 }
 
+static const char *const amp_names[] = {[AMP_ALLOW] = "allow", [AMP_DENY] = "deny", [AMP_INFER] = "infer", [AMP_CLEAR] = "clear"};
+
+/* The class named by the last cell of the table row at line (-1 when it names none). */
+static int amp_cell(const char *line)
+{
+    const char *end = strchr(line, '\n') ? strchr(line, '\n') : line + strlen(line);
+    while (end > line && (end[-1] == ' ' || end[-1] == '|')) end--;
+    const char *start = end;
+    while (start > line && start[-1] != '|') start--;
+    while (start < end && *start == ' ') start++;
+    for (int k = 0; k < (int)(sizeof amp_names / sizeof amp_names[0]); k++)
+        if (amp_names[k] && strlen(amp_names[k]) == (size_t)(end - start) && !strncmp(start, amp_names[k], (size_t)(end - start)))
+            return k;
+    return -1;
+}
+
 /* The `names` in the first column of the tables under "## Ops" in docs/ir.md:
- * documented[op] for the ops, the others reported when unknown is set. */
-static void documented_ops(bool *documented, bool report_unknown)
+ * documented[op] for the ops, the others reported when unknown is set; with
+ * check_amp, each named op's class in ops.def against the row's AMP column. */
+static void documented_ops(bool *documented, bool report_unknown, bool check_amp)
 {
     size_t len;
     char *text = (char *)test_read_file(ALLOY_IR_MD, &len);
@@ -492,9 +509,12 @@ static void documented_ops(bool *documented, bool report_unknown)
             char *close = strchr(tick + 1, '`'), name[64];
             if (!close || close > cell_end) break;
             snprintf(name, sizeof name, "%.*s", (int)(close - tick - 1), tick + 1);
-            int op = ir_op_lookup(name);
+            int op = ir_op_lookup(name), amp = amp_cell(line);
             if (op >= 0) documented[op] = true;
             else if (report_unknown) test_case_failed("docs/ir.md documents an op `%s` that ops.def does not have", name);
+            if (op >= 0 && check_amp && amp != (int)ir_ops[op].amp)
+                test_case_failed("docs/ir.md gives `%s` the AMP class %s, ops.def %s", name, amp < 0 ? "(none)" : amp_names[amp],
+                                 amp_names[ir_ops[op].amp]);
             tick = close + 1;
             rows++;
         }
@@ -507,7 +527,7 @@ static void test_every_op_of_ops_def_has_a_row_in_the_op_table_of_docs_ir_md(voi
 {
     (void)state;
     bool documented[IR_OP_COUNT] = {0};
-    documented_ops(documented, false);
+    documented_ops(documented, false, false);
     for (int op = 0; op < IR_OP_COUNT; op++)
         if (!documented[op]) test_case_failed("op %s has no row in the op table of docs/ir.md (## Ops)", ir_ops[op].name);
     test_end_cases();
@@ -517,7 +537,15 @@ static void test_the_op_table_of_docs_ir_md_names_only_ops_of_ops_def(void **sta
 {
     (void)state;
     bool documented[IR_OP_COUNT] = {0};
-    documented_ops(documented, true);
+    documented_ops(documented, true, false);
+    test_end_cases();
+}
+
+static void test_the_amp_column_of_docs_ir_md_is_each_ops_class_in_ops_def(void **state)
+{
+    (void)state;
+    bool documented[IR_OP_COUNT] = {0};
+    documented_ops(documented, false, true);
     test_end_cases();
 }
 
@@ -570,6 +598,7 @@ int main(void)
         GUARD(test_every_differentiable_op_has_a_gradient_case),
         GUARD(test_every_op_of_ops_def_has_a_row_in_the_op_table_of_docs_ir_md),
         GUARD(test_the_op_table_of_docs_ir_md_names_only_ops_of_ops_def),
+        GUARD(test_the_amp_column_of_docs_ir_md_is_each_ops_class_in_ops_def),
     };
     enum { NGUARDS = sizeof guards / sizeof guards[0] };
     size_t max = NGUARDS + (size_t)rt_backend_count() * IR_OP_COUNT * 3, n = 0;

@@ -115,6 +115,23 @@ ALLOY_API alloy_tensor *alloy_log(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_sqrt(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_rsqrt(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_square(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_sin(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_cos(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_abs(alloy_graph *g, alloy_tensor *x);  /* any numeric dtype */
+ALLOY_API alloy_tensor *alloy_sign(alloy_graph *g, alloy_tensor *x); /* -1, 0 or 1 (NaN stays NaN); zero gradient */
+ALLOY_API alloy_tensor *alloy_erf(alloy_graph *g, alloy_tensor *x);
+ALLOY_API alloy_tensor *alloy_log1p(alloy_graph *g, alloy_tensor *x); /* log(1 + x), accurate near 0 */
+ALLOY_API alloy_tensor *alloy_expm1(alloy_graph *g, alloy_tensor *x); /* exp(x) - 1, accurate near 0 */
+ALLOY_API alloy_tensor *alloy_softplus(alloy_graph *g, alloy_tensor *x); /* log(1 + exp(x)), no overflow */
+/* x where x > 0, else negative_slope * x (PyTorch's default slope: 0.01). */
+ALLOY_API alloy_tensor *alloy_leaky_relu(alloy_graph *g, alloy_tensor *x, double negative_slope);
+/* x where x > 0, else alpha * (exp(x) - 1) (PyTorch's default alpha: 1.0). */
+ALLOY_API alloy_tensor *alloy_elu(alloy_graph *g, alloy_tensor *x, double alpha);
+/* min(max(x, min), max) as torch.clamp: pass -INFINITY or INFINITY for a
+ * bound that is absent; NaN stays NaN, min > max gives max; any numeric
+ * dtype (integers compare in f64). A NaN bound is an error. The gradient
+ * passes where min <= x <= max. */
+ALLOY_API alloy_tensor *alloy_clamp(alloy_graph *g, alloy_tensor *x, double min, double max);
 /* Comparisons give bool; where(cond, a, b) picks a where cond. */
 ALLOY_API alloy_tensor *alloy_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
 ALLOY_API alloy_tensor *alloy_not_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
@@ -124,6 +141,15 @@ ALLOY_API alloy_tensor *alloy_greater(alloy_graph *g, alloy_tensor *a, alloy_ten
 ALLOY_API alloy_tensor *alloy_greater_equal(alloy_graph *g, alloy_tensor *a, alloy_tensor *b);
 ALLOY_API alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a,
                                     alloy_tensor *b);
+
+/* The index (i64) of the first maximum / minimum of x along axis (negative
+ * counts from the end), as torch.argmax(x, dim, keepdim): the axis removed,
+ * or kept as 1; a NaN counts as the extreme. No gradient. */
+ALLOY_API alloy_tensor *alloy_argmax(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims);
+ALLOY_API alloy_tensor *alloy_argmin(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims);
+/* ids (i32/i64 [...]) -> [..., depth] of dtype: 1 at column ids[p], 0
+ * elsewhere; an id outside [0, depth) fails the run naming it. No gradient. */
+ALLOY_API alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, alloy_dtype dtype);
 
 /* a [..., M, K] @ b [..., K, N] (transposes swap the last two dims first);
  * batch dims broadcast. f16/bf16 accumulate in f32 and round once. */

@@ -99,9 +99,10 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             cg_text_free(&idx);
             al_fmt(src[j], sizeof src[j], "x%d_%d", m, j);
         }
-        const char *expr = x->op == IR_OP_cast ? "a" : ir_ops[x->op].expr;
-        cg_put(t, "        T v%d;\n        { const T a = %s, b = %s, c = %s; (void)a, (void)b, (void)c; v%d = (T)(%s); }\n",
-               m, src[0], src[1], src[2], m, expr);
+        cg_put(t, "        T v%d;\n        { const T a = %s, b = %s, c = %s; (void)a, (void)b, (void)c; v%d = (T)(",
+               m, src[0], src[1], src[2], m);
+        cg_put_expr(t, x);
+        cg_put(t, "); }\n");
         char v[16];
         al_fmt(v, sizeof v, "v%d", m);
         cg_apply_flags(t, x->type.dtype, p->wide, mb->flags, v);

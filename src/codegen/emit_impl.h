@@ -23,6 +23,9 @@ AL_HIDDEN void cg_store(cg_text *t, alloy_dtype dt, bool wide, const char *v);
 AL_HIDDEN void cg_apply_flags(cg_text *t, alloy_dtype dt, bool wide, uint8_t flags, const char *v);
 /* A double as exact C text (hex float; inf and nan spelled by the preamble). */
 AL_HIDDEN void cg_double(cg_text *t, double v);
+/* Appends elementwise node x's expression (ops.def) with each attribute
+ * P(k) written as its literal in T, as the CPU converts it (ir_ew_params). */
+AL_HIDDEN void cg_put_expr(cg_text *t, const ir_node *x);
 
 /* The parameters of the kernel being built: a node's buffer is added once. */
 typedef struct cg_params {

@@ -1,4 +1,4 @@
-/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), embedding and its gradient, a lone found_inf. */
+/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, a lone found_inf. */
 #include <string.h>
 
 #include "codegen/emit_impl.h"
@@ -433,6 +433,58 @@ static const char *embedding(cg_program *prog, const ir_graph *g, int k, const i
     return ok ? NULL : "out of memory";
 }
 
+/* argmax / argmin: a thread per result walking its axis in order as the CPU
+ * does (cpu_index.c): the first extreme wins, a NaN ends the walk; values
+ * compare as doubles, so the index is the CPU's. */
+static const char *arg(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    const ir_type *t = &g->nodes[n->in[0]]->type;
+    int axis = 0;
+    ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
+    int64_t len = t->dims[axis], inner = 1;
+    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    cg_params ps = {0};
+    cg_text b = {0};
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0), in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    char pin[16], idx[96];
+    al_fmt(pin, sizeof pin, "p%d", in);
+    cg_put(&b, "        const long long base_ = (e / %lldll) * %lldll + e %% %lldll;\n        T b_ = ", (long long)inner,
+           (long long)(len * inner), (long long)inner);
+    cg_load(&b, t->dtype, pin, "base_");
+    cg_put(&b, ";\n        long long best_ = 0;\n        for (long long i_ = 1; i_ < %lldll && b_ == b_; i_++) {\n"
+               "            const T c_ = ", (long long)len);
+    al_fmt(idx, sizeof idx, "base_ + i_ * %lldll", (long long)inner);
+    cg_load(&b, t->dtype, pin, idx);
+    cg_put(&b, ";\n            if (c_ != c_ || c_ %c b_) { b_ = c_; best_ = i_; }\n        }\n        p%d[e] = best_;\n",
+           n->op == IR_OP_argmax ? '>' : '<', out);
+    bool ok = finish(prog, g, k, name, "double", &b, &ps, ir_numel(&n->type), NULL, NULL);
+    cg_text_free(&b);
+    al_free(ps.at);
+    return ok ? NULL : "out of memory";
+}
+
+/* one_hot: a thread per result element, 1 where the column is the row's id;
+ * an id out of range gives a row of zeros and sets the step's flag (as
+ * embedding does). */
+static const char *one_hot(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    int64_t depth = ir_attr_i(n, "depth");
+    cg_params ps = {0};
+    cg_text b = {0};
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0), ids = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    int flag = cg_param_of(&ps, CG_PARAM_FLAG, n->id, true, 1);
+    cg_put(&b, "        const long long id_ = (long long)p%d[e / %lldll], c_ = e %% %lldll;\n", ids, (long long)depth,
+           (long long)depth);
+    cg_put(&b, "        const bool bad_ = id_ < 0 || id_ >= %lldll;\n        if (bad_ && c_ == 0) atomicOr(p%d, 1u);\n"
+               "        p%d[e] = ", (long long)depth, flag, out);
+    cg_store(&b, n->type.dtype, false, "!bad_ && id_ == c_ ? (T)1 : (T)0");
+    cg_put(&b, ";\n");
+    bool ok = finish(prog, g, k, name, "float", &b, &ps, ir_numel(&n->type), NULL, NULL);
+    cg_text_free(&b);
+    al_free(ps.at);
+    return ok ? NULL : "out of memory";
+}
+
 /* embedding_grad: a block per table row, each thread owning columns of it
  * in registers; the block walks the ids in tiles of CG_BLOCK through shared
  * memory, and a tile holding the row's id adds those rows of dy in
@@ -509,6 +561,9 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_reduce_mean:
     case IR_OP_reduce_max: return reduce(prog, g, k, n, name);
     case IR_OP_embedding: return embedding(prog, g, k, n, name);
+    case IR_OP_argmax:
+    case IR_OP_argmin: return arg(prog, g, k, n, name);
+    case IR_OP_one_hot: return one_hot(prog, g, k, n, name);
     case IR_OP_embedding_grad: return embedding_grad(prog, g, k, n, name);
     case IR_OP_found_inf: return cg_emit_multi(prog, g, s, k);
     case IR_OP_matmul: return "a library GEMM (cuBLASLt)";

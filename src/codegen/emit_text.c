@@ -1,6 +1,8 @@
 /* emit_text.c - the emitter's text tools: the kernel preamble, loads and stores per dtype, the member flags, parameters. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/emit_impl.h"
@@ -218,6 +220,31 @@ void cg_double(cg_text *t, double v)
     if (isnan(v)) cg_put(t, "(T)ALLOY_NAN");
     else if (isinf(v)) cg_put(t, v < 0 ? "(T)-ALLOY_INF" : "(T)ALLOY_INF");
     else cg_put(t, "(T)%a", v);
+}
+
+void cg_put_expr(cg_text *t, const ir_node *x)
+{
+    if (x->op == IR_OP_cast) {
+        cg_put(t, "a");
+        return;
+    }
+    const char *e = ir_ops[x->op].expr;
+    double p[IR_EW_MAX_ATTRS] = {0};
+    int np = ir_ew_params(x, p);
+    while (*e) {
+        const char *at = strstr(e, "P(");
+        while (at && at > e && (isalnum((unsigned char)at[-1]) || at[-1] == '_')) at = strstr(at + 1, "P(");
+        char *end = NULL;
+        long k = at ? strtol(at + 2, &end, 10) : -1;
+        if (!at || end == at + 2 || *end != ')' || k < 0 || k >= np) { /* no attribute reference left */
+            cg_put(t, "%s", e);
+            return;
+        }
+        cg_put(t, "%.*s(", (int)(at - e), e);
+        cg_double(t, p[k]);
+        cg_put(t, ")");
+        e = end + 1;
+    }
 }
 
 int cg_param_of(cg_params *ps, cg_param_kind kind, int node, bool written, int64_t count)

@@ -437,6 +437,16 @@ int64_t ir_attr_i(const ir_node *n, const char *name)
 
 double ir_attr_f(const ir_node *n, const char *name) { return ir_attr_float(n, name, schema_default(n, name)); }
 
+int ir_ew_params(const ir_node *n, double *p)
+{
+    int k = 0;
+    for (const ir_attr_spec *a = ir_ops[n->op].attrs; a && a->name && k < IR_EW_MAX_ATTRS; a++, k++)
+        p[k] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name)
+               : a->kind == IR_ATTR_INT || a->kind == IR_ATTR_BOOL ? (double)ir_attr_i(n, a->name)
+                                                                   : 0;
+    return k;
+}
+
 const char *ir_attr_str(const ir_node *n, const char *name, const char *def)
 {
     const ir_attr *a = ir_attr_find(n, name);

@@ -203,6 +203,11 @@ AL_HIDDEN const int64_t *ir_attr_ints(const ir_node *n, const char *name, int *c
  * when the schema has none). */
 AL_HIDDEN int64_t ir_attr_i(const ir_node *n, const char *name);
 AL_HIDDEN double ir_attr_f(const ir_node *n, const char *name);
+/* The values an elementwise expression reads as P(0), P(1), ...: n's FLOAT
+ * and INT schema attributes in schema order (defaults filled in), at most
+ * IR_EW_MAX_ATTRS; other kinds read as 0. Returns the count. */
+enum { IR_EW_MAX_ATTRS = 4 };
+AL_HIDDEN int ir_ew_params(const ir_node *n, double *p);
 /* The schema entry of attribute `name` of op, or NULL. */
 AL_HIDDEN const ir_attr_spec *ir_attr_schema(int op, const char *name);
 /* Attribute constructors for callers building attr arrays. */

@@ -24,6 +24,14 @@ static const ir_attr_spec A_CONCAT[] = {{"axis", IR_ATTR_INT, false, true, 0}, {
 static const ir_attr_spec A_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CAUSAL[] = {{"value", IR_ATTR_FLOAT, false, true, -INFINITY}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ARG[] = {
+    {"axis", IR_ATTR_INT, false, true, -1}, {"keepdims", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ONE_HOT[] = {{"depth", IR_ATTR_INT, true, false, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_LEAKY[] = {{"negative_slope", IR_ATTR_FLOAT, false, true, 0.01}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ELU[] = {{"alpha", IR_ATTR_FLOAT, false, true, 1.0}, {NULL, 0, false, false, 0}};
+/* an absent bound is no bound */
+static const ir_attr_spec A_CLAMP[] = {
+    {"min", IR_ATTR_FLOAT, false, true, -INFINITY}, {"max", IR_ATTR_FLOAT, false, true, INFINITY}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_PAD[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                      {"before", IR_ATTR_INT, true, false, 0},
                                      {"after", IR_ATTR_INT, true, false, 0},
@@ -33,8 +41,6 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                        {"end", IR_ATTR_INT, true, false, 0},
                                        {NULL, 0, false, false, 0}};
 
-/* Elementwise ops have no attributes. */
-#define EW_ATTRS A_NONE
 #define STR(x) #x
 
 /* The row programs: each RW line's stages as data. */
@@ -65,7 +71,7 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
 
 const ir_op_info ir_ops[IR_OP_COUNT] = {
 #define OP(nm, mn, mx, at, ty, cpu, amp, grad) [IR_OP_##nm] = {#nm, mn, mx, at, ty, amp, false, NULL, NULL},
-#define EW(nm, nin, ty, amp, grad, expr) [IR_OP_##nm] = {#nm, nin, nin, EW_ATTRS, ty, amp, true, STR(expr), NULL},
+#define EW(nm, nin, at, ty, amp, grad, expr) [IR_OP_##nm] = {#nm, nin, nin, at, ty, amp, true, STR(expr), NULL},
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program) [IR_OP_##nm] = {#nm, mn, mx, at, ty, amp, false, NULL, &row_##nm},
 #include "ir/ops.def"
 #undef OP

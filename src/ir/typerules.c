@@ -1,4 +1,5 @@
 /* typerules.c - result type (dtype + static shape) of every op from its operands and attributes. */
+#include <math.h>
 #include <string.h>
 
 #include "ir/typerules.h"
@@ -116,9 +117,21 @@ RULE(ty_constant)
     return ALLOY_OK;
 }
 
+/* An elementwise op's FLOAT attributes (leaky_relu's slope, clamp's
+ * bounds) may be infinite but not NaN: a NaN bound or slope would turn
+ * every value it touches into NaN with nothing to say where it came from. */
+static alloy_status ew_attrs(const ir_node *n, char *why, size_t whylen)
+{
+    for (int i = 0; i < n->nattrs; i++)
+        if (n->attrs[i].kind == IR_ATTR_FLOAT && isnan(n->attrs[i].f))
+            FAIL(ALLOY_ERR_INVALID, "%s must be a number, not NaN", n->attrs[i].name);
+    return ALLOY_OK;
+}
+
 RULE(ty_unary)
 {
     if (in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operand must be numeric, not bool");
+    if (ew_attrs(n, why, whylen)) return ALLOY_ERR_INVALID;
     *out = *in[0];
     return ALLOY_OK;
 }
@@ -127,6 +140,7 @@ RULE(ty_unary_float)
 {
     if (!ir_is_float(in[0]->dtype))
         FAIL(ALLOY_ERR_DTYPE, "operand must be floating point, not %s", alloy_dtype_name(in[0]->dtype));
+    if (ew_attrs(n, why, whylen)) return ALLOY_ERR_INVALID;
     *out = *in[0];
     return ALLOY_OK;
 }
@@ -149,6 +163,7 @@ RULE(ty_binary)
         FAIL(ALLOY_ERR_DTYPE, "operand dtypes differ (%s vs %s); insert a cast",
              alloy_dtype_name(in[0]->dtype), alloy_dtype_name(in[1]->dtype));
     if (in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operands must be numeric, not bool");
+    if (ew_attrs(n, why, whylen)) return ALLOY_ERR_INVALID;
     return broadcast_n(2, in, out, why, whylen);
 }
 
@@ -234,6 +249,40 @@ RULE(ty_reduce)
         for (int i = 0; i < x->rank; i++)
             if (reduced[i] && x->dims[i] == 0) FAIL(ALLOY_ERR_SHAPE, "reduce_max over an empty axis");
     }
+    return ALLOY_OK;
+}
+
+/* argmax, argmin: x numeric [..., K, ...] -> i64 with `axis` removed (kept
+ * as 1 with keepdims); the axis may not be empty (no index to give) */
+RULE(ty_arg)
+{
+    const ir_type *x = in[0];
+    int ax;
+    if (x->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "operand must be numeric, not bool");
+    if (!ir_norm_axis(ir_attr_i(n, "axis"), x->rank, &ax))
+        FAIL(ALLOY_ERR_INVALID, "axis %lld out of range for rank %d", (long long)ir_attr_i(n, "axis"), x->rank);
+    if (x->dims[ax] == 0) FAIL(ALLOY_ERR_SHAPE, "axis %d is empty: there is no index to give", ax);
+    bool keep = ir_attr_i(n, "keepdims");
+    out->dtype = ALLOY_I64;
+    out->rank = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (i != ax) out->dims[out->rank++] = x->dims[i];
+        else if (keep) out->dims[out->rank++] = 1;
+    return ALLOY_OK;
+}
+
+/* one_hot: ids i32/i64 [...] -> the declared dtype [..., depth]: 1 at each id's column, else 0 */
+RULE(ty_one_hot)
+{
+    const ir_type *ids = in[0];
+    int64_t depth = ir_attr_i(n, "depth");
+    if ((unsigned)out->dtype >= ALLOY_DTYPE_COUNT) FAIL(ALLOY_ERR_DTYPE, "unknown result dtype");
+    if (depth < 1) FAIL(ALLOY_ERR_INVALID, "depth must be >= 1, not %lld", (long long)depth);
+    if (!ir_is_int(ids->dtype)) FAIL(ALLOY_ERR_DTYPE, "ids must be i32 or i64, not %s", alloy_dtype_name(ids->dtype));
+    if (ids->rank + 1 > ALLOY_MAX_RANK) FAIL(ALLOY_ERR_SHAPE, "result rank exceeds %d", ALLOY_MAX_RANK);
+    out->rank = ids->rank + 1;
+    memcpy(out->dims, ids->dims, sizeof(int64_t) * (size_t)ids->rank);
+    out->dims[ids->rank] = depth;
     return ALLOY_OK;
 }
 

@@ -9,7 +9,7 @@
                                 char *why, size_t whylen)
 /* one prototype per ops.def line (a rule named twice is declared twice) */
 #define OP(nm, mn, mx, at, ty, ...) TYPE_RULE(ty);
-#define EW(nm, nin, ty, ...) TYPE_RULE(ty);
+#define EW(nm, nin, at, ty, ...) TYPE_RULE(ty);
 #include "ir/ops.def"
 #undef OP
 #undef EW

@@ -68,10 +68,11 @@ static int64_t bcast_index(const ir_type *t, int r, const int64_t *idx)
 /* ---- elementwise: ops.def's expressions, as cpu_elementwise.c expands them ---- */
 
 #define OP(...)
-#define EW(nm, nin, ty, amp, grad, expr) \
+#define EW(nm, nin, at, ty, amp, grad, expr) \
     case IR_OP_##nm: return (T)(expr);
+#define P(k) ((T)p[k])
 
-static float ew_f32(int op, float a, float b, float c)
+static float ew_f32(int op, float a, float b, float c, const double *p)
 {
     typedef float T;
     switch (op) {
@@ -80,7 +81,7 @@ static float ew_f32(int op, float a, float b, float c)
     return 0;
 }
 
-static double ew_f64(int op, double a, double b, double c)
+static double ew_f64(int op, double a, double b, double c, const double *p)
 {
     typedef double T;
     switch (op) {
@@ -90,6 +91,7 @@ static double ew_f64(int op, double a, double b, double c)
 }
 #undef OP
 #undef EW
+#undef P
 
 /* In f64 when an operand is f64 or an integer (cpu_ew_uses_f64), else in f32;
  * the result rounded once to n's dtype. */
@@ -99,12 +101,14 @@ static void elementwise(const ir_node *n, const ir_type *const *t, const double 
     for (int j = 0; j < n->nin; j++)
         wide |= t[j]->dtype == ALLOY_F64 || ir_is_int(t[j]->dtype);
     int64_t idx[ALLOY_MAX_RANK];
+    double p[IR_EW_MAX_ATTRS] = {0};
+    ir_ew_params(n, p);
     for (int64_t i = 0; i < ir_numel(&n->type); i++) {
         unravel(&n->type, i, idx);
         double v[3] = {0, 0, 0};
         for (int j = 0; j < n->nin; j++) v[j] = in[j][bcast_index(t[j], n->type.rank, idx)];
-        out[i] = wide ? stored_f64(n->type.dtype, ew_f64(n->op, v[0], v[1], v[2]))
-                      : stored_f32(n->type.dtype, ew_f32(n->op, (float)v[0], (float)v[1], (float)v[2]));
+        out[i] = wide ? stored_f64(n->type.dtype, ew_f64(n->op, v[0], v[1], v[2], p))
+                      : stored_f32(n->type.dtype, ew_f32(n->op, (float)v[0], (float)v[1], (float)v[2], p));
     }
 }
 

@@ -148,6 +148,42 @@ RULE(gr_log) { dx[0] = E2(div, dy, IN(0)); DONE; }
 RULE(gr_sqrt) { dx[0] = E2(sqrt_grad, n->id, dy); DONE; }
 RULE(gr_rsqrt) { dx[0] = E2(rsqrt_grad, n->id, dy); DONE; }
 RULE(gr_square) { dx[0] = E2(square_grad, IN(0), dy); DONE; }
+RULE(gr_sin) { dx[0] = E2(mul, dy, E1(cos, IN(0))); DONE; }
+RULE(gr_cos) { dx[0] = E2(mul, dy, E1(neg, E1(sin, IN(0)))); DONE; }
+RULE(gr_abs) { dx[0] = E2(mul, dy, E1(sign, IN(0))); DONE; } /* 0 at 0, as PyTorch */
+RULE(gr_erf) { dx[0] = E2(erf_grad, IN(0), dy); DONE; }
+RULE(gr_log1p) { dx[0] = E2(log1p_grad, IN(0), dy); DONE; }
+RULE(gr_expm1) { dx[0] = E2(expm1_grad, n->id, dy); DONE; }
+RULE(gr_softplus) { dx[0] = E2(softplus_grad, IN(0), dy); DONE; }
+
+/* sign is piecewise constant: its gradient is zeros of x's type (not
+ * nothing, so x still gets a gradient when sign is its only use) */
+RULE(gr_sign)
+{
+    (void)dy;
+    dx[0] = broadcast_to(c, ad_scalar(c, TYPE(IN(0))->dtype, 0.0), TYPE(IN(0)));
+    DONE;
+}
+
+/* the backward op takes the forward's attributes (the same schema) */
+RULE(gr_leaky_relu)
+{
+    dx[0] = ad_emit(c, IR_OP_leaky_relu_grad, 2, (int[]){IN(0), dy}, n->nattrs, n->attrs, NULL);
+    DONE;
+}
+
+RULE(gr_elu)
+{
+    dx[0] = ad_emit(c, IR_OP_elu_grad, 2, (int[]){IN(0), dy}, n->nattrs, n->attrs, NULL);
+    DONE;
+}
+
+/* dy where min <= x <= max (bounds included, as PyTorch), else 0 */
+RULE(gr_clamp)
+{
+    dx[0] = ad_emit(c, IR_OP_clamp_grad, 2, (int[]){IN(0), dy}, n->nattrs, n->attrs, NULL);
+    DONE;
+}
 
 RULE(gr_where)
 {
@@ -310,7 +346,7 @@ RULE(gr_causal_mask)
 #define gr_none NULL
 const ad_rule ad_rules[IR_OP_COUNT] = {
 #define OP(nm, mn, mx, at, ty, cpu, amp, grad) [IR_OP_##nm] = gr_##grad,
-#define EW(nm, nin, ty, amp, grad, expr) [IR_OP_##nm] = gr_##grad,
+#define EW(nm, nin, at, ty, amp, grad, expr) [IR_OP_##nm] = gr_##grad,
 #include "ir/ops.def"
 #undef OP
 #undef EW

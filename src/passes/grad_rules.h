@@ -33,7 +33,7 @@ AL_HIDDEN extern const ad_rule ad_rules[IR_OP_COUNT];
 
 #define GRAD_RULE(name) AL_HIDDEN alloy_status name(ad_ctx *c, const ir_node *n, int dy, int *dx)
 #define OP(nm, mn, mx, at, ty, cpu, amp, grad) GRAD_RULE(gr_##grad);
-#define EW(nm, nin, ty, amp, grad, expr) GRAD_RULE(gr_##grad);
+#define EW(nm, nin, at, ty, amp, grad, expr) GRAD_RULE(gr_##grad);
 #include "ir/ops.def"
 #undef OP
 #undef EW

@@ -125,9 +125,11 @@ AL_HIDDEN bool cpu_ew_uses_f64(const ir_node *n, const rt_tensor *in);
 /* A CPU kernel: computes out from in (operand values in operand order). */
 typedef alloy_status (*cpu_kernel)(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in);
 /* Elementwise chunk function: y[i] = f(a[i], b[i], c[i]) for i < n in the
- * compute type (f32 or f64); unused operands are NULL. */
-typedef void (*cpu_ew_f32)(int64_t n, float *y, const float *a, const float *b, const float *c);
-typedef void (*cpu_ew_f64)(int64_t n, double *y, const double *a, const double *b, const double *c);
+ * compute type (f32 or f64); unused operands are NULL. p holds the op's
+ * attributes as its expression reads them (P(k), ir_ew_params). */
+typedef void (*cpu_ew_f32)(int64_t n, float *y, const float *a, const float *b, const float *c, const double *p);
+typedef void (*cpu_ew_f64)(int64_t n, double *y, const double *a, const double *b, const double *c,
+                           const double *p);
 
 /* The CPU backend's per-op table (cpu_ops.c), expanded from ops.def: the
  * kernel of every op (ops.def's cpu_kernel column K is cpu_K; NULL for the
@@ -148,9 +150,9 @@ CPU_KERNEL(cpu_elementwise); /* cpu_elementwise.c: every EW op */
 #define OP(nm, mn, mx, at, ty, kernel, ...) CPU_KERNEL(cpu_##kernel);
 #define EW(nm, ...)                                                                        \
     AL_HIDDEN void ew_##nm##_f32(int64_t n, float *y, const float *a, const float *b,      \
-                                 const float *c);                                          \
+                                 const float *c, const double *p);                         \
     AL_HIDDEN void ew_##nm##_f64(int64_t n, double *y, const double *a, const double *b,   \
-                                 const double *c);
+                                 const double *c, const double *p);
 #include "ir/ops.def"
 #undef OP
 #undef EW

@@ -6,13 +6,16 @@
 #include "runtime/cpu/cpu.h"
 
 /* Each EW line of ops.def becomes two chunk functions whose body is the op's
- * expression evaluated in T = float or double. */
+ * expression evaluated in T = float or double, its attributes P(k) read
+ * from p and converted to T. */
 #define OP(...)
+#define P(k) ((T)p[k])
 #define EW_BODY(T_, nm, expr)                                                              \
     void ew_##nm##_##T_(int64_t n, T_##_t *y, const T_##_t *pa, const T_##_t *pb,          \
-                        const T_##_t *pc)                                                  \
+                        const T_##_t *pc, const double *p)                                 \
     {                                                                                      \
         typedef T_##_t T;                                                                  \
+        (void)p;                                                                           \
         for (int64_t i = 0; i < n; i++) {                                                  \
             T a = pa ? pa[i] : (T)0, b = pb ? pb[i] : (T)0, c = pc ? pc[i] : (T)0;         \
             (void)a, (void)b, (void)c;                                                     \
@@ -21,10 +24,11 @@
     }
 typedef float f32_t;
 typedef double f64_t;
-#define EW(nm, nin, ty, amp, grad, expr) EW_BODY(f32, nm, expr) EW_BODY(f64, nm, expr)
+#define EW(nm, nin, at, ty, amp, grad, expr) EW_BODY(f32, nm, expr) EW_BODY(f64, nm, expr)
 #include "ir/ops.def"
 #undef OP
 #undef EW
+#undef P
 
 enum { CHUNK = 1024, MAX_IN = 3 };
 
@@ -138,6 +142,8 @@ alloy_status cpu_elementwise(cpu_exec *x, const ir_node *n, rt_tensor *out, cons
         double d[MAX_IN + 1][CHUNK];
     } buf;
     int64_t out_off = 0;
+    double params[IR_EW_MAX_ATTRS] = {0};
+    ir_ew_params(n, params);
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t j0 = 0; j0 < inner; j0 += CHUNK) {
             int64_t len = inner - j0 < CHUNK ? inner - j0 : CHUNK;
@@ -149,7 +155,7 @@ alloy_status cpu_elementwise(cpu_exec *x, const ir_node *n, rt_tensor *out, cons
                     p[k] = load_f64(&in[k], off[k] + j0 * sk, sk, len, buf.d[k]);
                 }
                 double *y = out->type.dtype == ALLOY_F64 ? (double *)(void *)dst : buf.d[MAX_IN];
-                info->ew_f64(len, y, p[0], p[1], p[2]);
+                info->ew_f64(len, y, p[0], p[1], p[2], params);
                 if (y != (double *)(void *)dst) cvt_store_f64(out->type.dtype, y, dst, (size_t)len);
             } else {
                 const float *p[MAX_IN] = {NULL, NULL, NULL};
@@ -158,7 +164,7 @@ alloy_status cpu_elementwise(cpu_exec *x, const ir_node *n, rt_tensor *out, cons
                     p[k] = load_f32(&in[k], off[k] + j0 * sk, sk, len, buf.f[k]);
                 }
                 float *y = out->type.dtype == ALLOY_F32 ? (float *)(void *)dst : buf.f[MAX_IN];
-                info->ew_f32(len, y, p[0], p[1], p[2]);
+                info->ew_f32(len, y, p[0], p[1], p[2], params);
                 if (y != (float *)(void *)dst) cvt_store_f32(out->type.dtype, y, dst, (size_t)len);
             }
         }

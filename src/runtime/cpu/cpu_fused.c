@@ -14,15 +14,18 @@
  * dead) and never alias y, in blocks of 8 the compiler can turn into vector
  * code at -O2 (libm calls stay scalar: no fast-math, no contraction). */
 typedef void (*fz_f32)(int64_t n, float *restrict y, const float *restrict a, const float *restrict b,
-                       const float *restrict c);
+                       const float *restrict c, const double *p);
 typedef void (*fz_f64)(int64_t n, double *restrict y, const double *restrict a,
-                       const double *restrict b, const double *restrict c);
+                       const double *restrict b, const double *restrict c, const double *p);
 #define OP(...)
+#define P(k) ((T)p[k])
 #define FZ_BODY(T_, nm, expr)                                                              \
     static void fz_##nm##_##T_(int64_t n, T_##_t *restrict y, const T_##_t *restrict pa,   \
-                               const T_##_t *restrict pb, const T_##_t *restrict pc)       \
+                               const T_##_t *restrict pb, const T_##_t *restrict pc,       \
+                               const double *p)                                            \
     {                                                                                      \
         typedef T_##_t T;                                                                  \
+        (void)p;                                                                           \
         int64_t i = 0;                                                                     \
         for (; i + 8 <= n; i += 8)                                                         \
             for (int j = 0; j < 8; j++) {                                                  \
@@ -38,24 +41,25 @@ typedef void (*fz_f64)(int64_t n, double *restrict y, const double *restrict a,
     }
 typedef float f32_t;
 typedef double f64_t;
-#define EW(nm, nin, ty, amp, grad, expr) FZ_BODY(f32, nm, expr) FZ_BODY(f64, nm, expr)
+#define EW(nm, nin, at, ty, amp, grad, expr) FZ_BODY(f32, nm, expr) FZ_BODY(f64, nm, expr)
 #include "ir/ops.def"
 #undef EW
+#undef P
 
 /* A cast member: the value passes through in the compute type; a cast to
  * f16/bf16 is then rounded to its dtype like a bool/integer result (the
  * member's `exact`), so an explicit cast still rounds. */
 static void fz_copy_f32(int64_t n, float *restrict y, const float *restrict a, const float *restrict b,
-                        const float *restrict c)
+                        const float *restrict c, const double *p)
 {
-    (void)b, (void)c;
+    (void)b, (void)c, (void)p;
     memcpy(y, a, sizeof(float) * (size_t)n);
 }
 
 static void fz_copy_f64(int64_t n, double *restrict y, const double *restrict a, const double *restrict b,
-                        const double *restrict c)
+                        const double *restrict c, const double *p)
 {
-    (void)b, (void)c;
+    (void)b, (void)c, (void)p;
     memcpy(y, a, sizeof(double) * (size_t)n);
 }
 
@@ -103,6 +107,7 @@ typedef struct fz_member {
     bool exact;  /* a bool or integer result, or a cast to f16/bf16: rounded to its dtype in the buffer too */
     bool check;  /* found_inf reads it: any non-finite value (as stored) sets the plan's flag */
     bool ranged; /* an unrounded f16/bf16 value: overflows to inf as a store would (cpu_range_f32) */
+    double p[IR_EW_MAX_ATTRS]; /* the op's attributes (ir_ew_params) */
     alloy_dtype dtype;
     size_t es;
 } fz_member;
@@ -320,7 +325,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
              * float one stays unrounded (docs/fusion.md) */
             char *back = dst ? dst : roundtrip;
             if (p->wide) {
-                mb->f64(len, y, op[0], op[1], op[2]);
+                mb->f64(len, y, op[0], op[1], op[2], mb->p);
                 if (mb->ranged) range_f64(mb->dtype, y, len);
                 if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F64))
                     cvt_store_f64(mb->dtype, y, back, (size_t)len);
@@ -328,7 +333,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F64 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             } else {
-                mb->f32(len, y, op[0], op[1], op[2]);
+                mb->f32(len, y, op[0], op[1], op[2], mb->p);
                 if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
                 if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
                     cvt_store_f32(mb->dtype, y, back, (size_t)len);
@@ -562,6 +567,7 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
                           .exact = (members[k].flags & MEMBER_EXACT) != 0,
                           .es = alloy_dtype_size(m->type.dtype),
                           .src = {NO_OPERAND, NO_OPERAND, NO_OPERAND}};
+        ir_ew_params(m, mb->p);
         last_use[k] = -1;
         for (int j = 0; j < m->nin; j++) {
             int id = m->in[j], mi = member_index(members, n, id);

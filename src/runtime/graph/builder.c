@@ -199,7 +199,61 @@ UNARY(alloy_log, IR_OP_log)
 UNARY(alloy_sqrt, IR_OP_sqrt)
 UNARY(alloy_rsqrt, IR_OP_rsqrt)
 UNARY(alloy_square, IR_OP_square)
+UNARY(alloy_sin, IR_OP_sin)
+UNARY(alloy_cos, IR_OP_cos)
+UNARY(alloy_abs, IR_OP_abs)
+UNARY(alloy_sign, IR_OP_sign)
+UNARY(alloy_erf, IR_OP_erf)
+UNARY(alloy_log1p, IR_OP_log1p)
+UNARY(alloy_expm1, IR_OP_expm1)
+UNARY(alloy_softplus, IR_OP_softplus)
 UNARY(alloy_causal_mask, IR_OP_causal_mask)
+
+alloy_tensor *alloy_leaky_relu(alloy_graph *g, alloy_tensor *x, double negative_slope)
+{
+    ir_attr a = ir_a_float("negative_slope", negative_slope);
+    return add(g, IR_OP_leaky_relu, 1, &x, 1, &a, NULL);
+}
+
+alloy_tensor *alloy_elu(alloy_graph *g, alloy_tensor *x, double alpha)
+{
+    ir_attr a = ir_a_float("alpha", alpha);
+    return add(g, IR_OP_elu, 1, &x, 1, &a, NULL);
+}
+
+alloy_tensor *alloy_clamp(alloy_graph *g, alloy_tensor *x, double min, double max)
+{
+    ir_attr a[2] = {ir_a_float("min", min), ir_a_float("max", max)};
+    return add(g, IR_OP_clamp, 1, &x, 2, a, NULL);
+}
+
+static alloy_tensor *arg(alloy_graph *g, int op, alloy_tensor *x, int axis, bool keepdims)
+{
+    ir_attr a[2] = {ir_a_int("axis", axis), ir_a_bool("keepdims", keepdims)};
+    return add(g, op, 1, &x, 2, a, NULL);
+}
+
+alloy_tensor *alloy_argmax(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims)
+{
+    return arg(g, IR_OP_argmax, x, axis, keepdims);
+}
+
+alloy_tensor *alloy_argmin(alloy_graph *g, alloy_tensor *x, int axis, bool keepdims)
+{
+    return arg(g, IR_OP_argmin, x, axis, keepdims);
+}
+
+alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, alloy_dtype dtype)
+{
+    if (!operands_ok(g, "one_hot", 1, &ids)) return NULL;
+    if ((unsigned)dtype >= ALLOY_DTYPE_COUNT) {
+        ir_error(g->ir, ALLOY_ERR_DTYPE, "one_hot: unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    ir_type t = {.dtype = dtype};
+    ir_attr a = ir_a_int("depth", depth);
+    return add(g, IR_OP_one_hot, 1, &ids, 1, &a, &t);
+}
 
 alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a, alloy_tensor *b)
 {
