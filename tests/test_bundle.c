@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -394,6 +395,54 @@ static void test_save_bundle_refuses_cuda_archs_and_null_arguments(void **state)
     alloy_graph_free(g);
 }
 
+/* alloyc compile -o FILE.alloy writes the bundle alloy_graph_save_bundle
+ * would: the example MLP's f16 AdamW training step trains from it as the
+ * JIT graph of the same IR and settings does, bit for bit. */
+static void test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph(void **state)
+{
+    (void)state;
+    const char *ir = ALLOY_EXAMPLES_IR "/mlp_classifier.ir";
+    const char *path = test_tmp_path("cli.alloy");
+    char cmd[2048];
+    al_fmt(cmd, sizeof cmd,
+           "'%s' compile '%s' --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 -o '%s' >/dev/null",
+           ALLOY_ALLOYC, ir, path);
+    assert_int_equal(system(cmd), 0);
+    al_fmt(cmd, sizeof cmd, "'%s' compile '%s' --train --emit=bundle --arch sm_80 -o '%s' 2>/dev/null", ALLOY_ALLOYC,
+           ir, test_tmp_path("arch.alloy"));
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2); /* CUDA sections: a usage error, for now */
+    char err[1024] = "";
+    alloy_graph *g = alloy_graph_load_ir(ir, err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    alloy_graph_set_seed(g, 7);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    alloy_graph_set_training(g, true);
+    alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler());
+    alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01));
+    alloy_bundle *b;
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("%s", err);
+    static float x[64 * 8];
+    static int32_t labels[64];
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 64 * 8; i++) x[i] = (float)((i * 13 + k * 7) % 17 - 8) / 8.0f;
+        for (int i = 0; i < 64; i++) labels[i] = (i * 5 + k) % 3;
+        alloy_host_tensor feeds[2] = {{"x", F32, 2, {64, 8}, x}, {"labels", I32, 1, {64}, labels}};
+        alloy_host_tensor fj = {.name = "loss"}, fb = {.name = "loss"};
+        expect_ok(g, alloy_graph_run(g, feeds, 2, &fj, 1), "jit run");
+        if (alloy_bundle_run(b, feeds, 2, &fb, 1)) fail_msg("bundle run: %s", alloy_bundle_last_error(b));
+        float lj, lb;
+        memcpy(&lj, fj.data, 4), memcpy(&lb, fb.data, 4);
+        if (memcmp(&lj, &lb, 4) != 0 || !isfinite(lj)) fail_msg("step %d: jit loss %.9g, bundle loss %.9g", k, lj, lb);
+    }
+    alloy_host_tensor wj, wb;
+    expect_ok(g, alloy_graph_get_state(g, "w1", &wj), "w1");
+    assert_int_equal(alloy_bundle_get_state(b, "w1", &wb), ALLOY_OK);
+    assert_memory_equal(wj.data, wb.data, 8 * 256 * sizeof(float));
+    alloy_bundle_free(b);
+    alloy_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +454,7 @@ int main(void)
         T(test_wrong_magic_newer_version_and_bad_lengths_are_named),
         T(test_inconsistent_sections_are_errors_naming_the_section),
         T(test_save_bundle_refuses_cuda_archs_and_null_arguments),
+        T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),
 #undef T
     };
     return cmocka_run_group_tests_name("aot", tests, NULL, NULL);
