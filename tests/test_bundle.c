@@ -443,6 +443,47 @@ static void test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph(voi
     alloy_graph_free(g);
 }
 
+/* Allocation number test_fail_at fails, for each allocation of saving a
+ * bundle, loading it and one step in turn: every attempt returns OK or
+ * ALLOY_ERR_OOM with a message and frees all it allocated (cmocka's
+ * allocator checks), the last one OK; the file is whole or absent. */
+static void test_every_allocation_failure_in_save_load_and_run_is_a_clean_error(void **state)
+{
+    (void)state;
+    const char *path = test_tmp_path("oom.alloy");
+    float x[BATCH * IN];
+    int32_t t[BATCH];
+    batch(0, x, t);
+    alloy_host_tensor feeds[2] = {{"x", F32, 2, {BATCH, IN}, x}, {"targets", I32, 1, {BATCH}, t}};
+    int failures = 0;
+    for (test_fail_at = 0;; test_fail_at++) {
+        remove(path);
+        alloy_graph *g = build_step(); /* built before failures start */
+        alloy_set_allocator(test_failing_realloc, NULL);
+        test_alloc_count = 0;
+        char err[1024] = "";
+        alloy_status st = alloy_graph_save_bundle(g, path, NULL);
+        if (st) al_fmt(err, sizeof err, "%s", alloy_last_error(g));
+        alloy_bundle *b = NULL;
+        if (!st) st = alloy_bundle_load(path, &b, err, sizeof err);
+        if (!st && (st = alloy_bundle_run(b, feeds, 2, NULL, 0))) al_fmt(err, sizeof err, "%s", alloy_bundle_last_error(b));
+        bool failed = test_alloc_count > test_fail_at;
+        alloy_bundle_free(b);
+        alloy_graph_free(g);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        if (!failed) {
+            assert_int_equal(st, ALLOY_OK);
+            break;
+        }
+        failures++;
+        if (st != ALLOY_ERR_OOM || !strstr(err, "out of memory"))
+            fail_msg("allocation %ld failed: %s, '%s' instead of OOM", test_fail_at, alloy_status_name(st), err);
+    }
+    test_fail_at = -1;
+    print_message("failed each of %d allocations in turn\n", failures);
+    assert_true(failures > 50);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +496,7 @@ int main(void)
         T(test_inconsistent_sections_are_errors_naming_the_section),
         T(test_save_bundle_refuses_cuda_archs_and_null_arguments),
         T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),
+        T(test_every_allocation_failure_in_save_load_and_run_is_a_clean_error),
 #undef T
     };
     return cmocka_run_group_tests_name("aot", tests, NULL, NULL);

@@ -18,7 +18,7 @@ typedef struct rd {
     const char *where, *section;
     char *err;
     size_t errlen;
-    bool bad;
+    bool bad, oom; /* oom: the failure was an allocation */
 } rd;
 
 static bool rd_fail(rd *r, const char *fmt, const char *what, int64_t v)
@@ -29,6 +29,13 @@ static bool rd_fail(rd *r, const char *fmt, const char *what, int64_t v)
     al_fmt(msg, sizeof msg, fmt, what, v);
     al_fmt(r->err, r->errlen, "%s: section %s at byte %zu: %s", r->where, r->section, r->base + r->pos, msg);
     return false;
+}
+
+/* An allocation failed while reading what (n items). */
+static bool rd_oom(rd *r, const char *what, int64_t n)
+{
+    if (!r->bad) r->oom = true;
+    return rd_fail(r, "%s: out of memory (%" PRId64 " items)", what, n);
 }
 
 static bool rd_need(rd *r, size_t n, const char *what)
@@ -127,7 +134,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
     s->member_of = al_calloc((size_t)nn + 1, sizeof *s->member_of);
     s->kept = al_calloc((size_t)nn + 1, 1);
     if (!s->steps || !s->members || !s->parts || !s->inputs || !s->step_of || !s->member_of || !s->kept)
-        return rd_fail(r, "%s: out of memory (%" PRId64 " steps)", "schedule", s->nsteps);
+        return rd_oom(r, "schedule", s->nsteps);
     int next_member = 0, next_part = 0, next_in = 0, last_pos = -1;
     for (int i = 0; i < s->nsteps && !r->bad; i++) {
         sched_step *t = &s->steps[i];
@@ -219,7 +226,7 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
                        (int64_t)p->arena_bytes);
     if (!rd_need(r, (size_t)nn * 8, "offsets")) return false;
     p->offset = al_calloc((size_t)nn + 1, sizeof *p->offset);
-    if (!p->offset) return rd_fail(r, "%s: out of memory (%" PRId64 " nodes)", "plan", nn);
+    if (!p->offset) return rd_oom(r, "plan", nn);
     for (int i = 0; i < nn && !r->bad; i++) {
         int64_t off = (int64_t)rd_u64(r, "offset");
         p->offset[i] = off;
@@ -238,16 +245,17 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
 
 static bool read_state(rd *r, const ir_graph *g, bundle_contents *c)
 {
-    c->nstate = rd_count(r, "state count", 12);
+    int n = rd_count(r, "state count", 12);
     if (r->bad) return false;
-    c->state = al_calloc((size_t)c->nstate + 1, sizeof *c->state);
-    if (!c->state) return rd_fail(r, "%s: out of memory (%" PRId64 " tensors)", "state", c->nstate);
+    c->state = al_calloc((size_t)n + 1, sizeof *c->state);
+    if (!c->state) return rd_oom(r, "state", n);
+    c->nstate = n; /* only with the array that bundle_contents_free walks */
     for (int i = 0; i < c->nstate && !r->bad; i++) {
         size_t len = rd_u32(r, "name length");
         if (!rd_need(r, len, "name")) break;
         if (memchr(r->p + r->pos, 0, len)) return rd_fail(r, "%s: a NUL inside tensor name %" PRId64, "state", i);
         c->state[i].name = al_malloc(len + 1);
-        if (!c->state[i].name) return rd_fail(r, "%s: out of memory (name %" PRId64 ")", "state", i);
+        if (!c->state[i].name) return rd_oom(r, "state name", i);
         memcpy(c->state[i].name, r->p + r->pos, len);
         c->state[i].name[len] = '\0';
         r->pos += len;
@@ -406,7 +414,7 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
             al_fmt(err, errlen, "%s: section %s missing", where, bundle_tag_name(t));
             return ALLOY_ERR_FORMAT;
         }
-#define RD(tag) (rd){sec[tag], sec_len[tag], 0, sec_at[tag], where, bundle_tag_name(tag), err, errlen, false}
+#define RD(tag) (rd){sec[tag], sec_len[tag], 0, sec_at[tag], where, bundle_tag_name(tag), err, errlen, false, false}
     rd r = RD(BUNDLE_SEC_META);
     bool ok = read_meta(&r, &c);
     if (ok) {
@@ -415,9 +423,12 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
         if (!c.ir) {
             al_fmt(err, errlen, "%s: section ir at byte %zu: %s", where, sec_at[BUNDLE_SEC_IR], perr);
             ok = false;
+            /* the parser gives no status: "FILE:LINE:COL: out of memory ..." is a failed allocation */
+            r.oom = strstr(perr, ": out of memory") != NULL;
         } else if (ir_verify(c.ir)) {
             al_fmt(err, errlen, "%s: section ir at byte %zu: %s", where, sec_at[BUNDLE_SEC_IR], c.ir->error);
             ok = false;
+            r.oom = c.ir->status == ALLOY_ERR_OOM;
         }
     }
     if (ok) r = RD(BUNDLE_SEC_SCHEDULE), ok = read_schedule(&r, c.ir, &c.comp.sched);
@@ -442,7 +453,7 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
     }
     if (!ok) {
         bundle_contents_free(&c);
-        return ALLOY_ERR_FORMAT;
+        return r.oom ? ALLOY_ERR_OOM : ALLOY_ERR_FORMAT;
     }
     *out = c;
     return ALLOY_OK;
@@ -492,7 +503,7 @@ void bundle_contents_free(bundle_contents *c)
     ir_graph_free(c->ir);
     pass_compiled_free(&c->comp);
     al_free(c->options);
-    for (int i = 0; i < c->nstate; i++) al_free(c->state[i].name);
+    for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
     al_free(c->state);
     memset(c, 0, sizeof *c);
 }
