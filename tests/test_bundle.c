@@ -446,7 +446,8 @@ static void test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph(voi
 /* Allocation number test_fail_at fails, for each allocation of saving a
  * bundle, loading it and one step in turn: every attempt returns OK or
  * ALLOY_ERR_OOM with a message and frees all it allocated (cmocka's
- * allocator checks), the last one OK; the file is whole or absent. */
+ * allocator checks), the last one OK; the bundle already at the path
+ * stays whole (or is replaced whole) and no temporary file is left. */
 static void test_every_allocation_failure_in_save_load_and_run_is_a_clean_error(void **state)
 {
     (void)state;
@@ -456,8 +457,10 @@ static void test_every_allocation_failure_in_save_load_and_run_is_a_clean_error(
     batch(0, x, t);
     alloy_host_tensor feeds[2] = {{"x", F32, 2, {BATCH, IN}, x}, {"targets", I32, 1, {BATCH}, t}};
     int failures = 0;
+    alloy_graph *first = build_step(); /* a good bundle at path: a failed save must leave it whole */
+    expect_ok(first, alloy_graph_save_bundle(first, path, NULL), "save_bundle");
+    alloy_graph_free(first);
     for (test_fail_at = 0;; test_fail_at++) {
-        remove(path);
         alloy_graph *g = build_step(); /* built before failures start */
         alloy_set_allocator(test_failing_realloc, NULL);
         test_alloc_count = 0;
@@ -471,6 +474,10 @@ static void test_every_allocation_failure_in_save_load_and_run_is_a_clean_error(
         alloy_bundle_free(b);
         alloy_graph_free(g);
         alloy_set_allocator(test_cmocka_realloc, NULL);
+        bundle_contents c; /* the file: the old bundle or the new one, whole either way */
+        char rerr[1024];
+        if (bundle_read_file(path, &c, rerr, sizeof rerr)) fail_msg("allocation %ld failed: the file: %s", test_fail_at, rerr);
+        bundle_contents_free(&c);
         if (!failed) {
             assert_int_equal(st, ALLOY_OK);
             break;
@@ -482,6 +489,10 @@ static void test_every_allocation_failure_in_save_load_and_run_is_a_clean_error(
     test_fail_at = -1;
     print_message("failed each of %d allocations in turn\n", failures);
     assert_true(failures > 50);
+    /* no temporary file left next to it */
+    char cmd[512];
+    al_fmt(cmd, sizeof cmd, "ls '%s' | grep -q 'oom.alloy.tmp'", test_tmpdir);
+    assert_int_not_equal(system(cmd), 0);
 }
 
 int main(void)
