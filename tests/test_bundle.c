@@ -392,6 +392,14 @@ static void test_save_bundle_refuses_cuda_archs_and_null_arguments(void **state)
     char err[256];
     assert_int_equal(alloy_bundle_load(test_tmp_path("missing.alloy"), &b, err, sizeof err), ALLOY_ERR_IO);
     assert_non_null(strstr(err, "missing.alloy: cannot open"));
+    assert_null(b);
+    assert_int_equal(alloy_bundle_load(test_tmp_path("x.alloy"), NULL, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_load(NULL, &b, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_run(NULL, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
+    alloy_step_info info;
+    assert_int_equal(alloy_bundle_step_info(NULL, &info), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_state_count(NULL), 0);
+    alloy_bundle_free(NULL);
     alloy_graph_free(g);
 }
 
