@@ -26,6 +26,8 @@ static const char *const usage_text[] = {
     "       alloyc compile FILE.ir [--train [--optimizer=KIND] [--scaler=KIND]]\n"
     "                              [--amp=f16|bf16|off] [--time-passes] [--dump-dir DIR]\n"
     "                              [--set NAME=VALUE]... --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
+    "       alloyc compile FILE.ir [--train ...] [--amp=...] [--seed N] [--set NAME=VALUE]...\n"
+    "                              [--emit=bundle] -o FILE.alloy\n"
     "       alloyc --help | --version\n"
     "\n"
     "Commands:\n"
@@ -35,7 +37,9 @@ static const char *const usage_text[] = {
     "          safetensors file\n"
     "  compile compile FILE.ir to CUDA C kernels, compile those with NVRTC for each\n"
     "          architecture (no GPU needed) and write them to a directory; print\n"
-    "          its summary table\n"
+    "          its summary table; or, with --emit=bundle or -o FILE.alloy, write\n"
+    "          the compiled step as one bundle file (docs/bundle.md) that\n"
+    "          alloy_bundle_load runs on the CPU without compiling again\n"
     "\n"
     "Compile options (print, run and compile):\n"
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
@@ -55,7 +59,7 @@ static const char *const usage_text[] = {
     "                    GRAPH.01-verify.ir, ... GRAPH.10-plan.ir, each written\n"
     "                    atomically and parsing back as IR; generated CUDA sources go\n"
     "                    there too\n"
-    "\n"
+    "\n",
     "Options of print (--train, --optimizer, --scaler, --print-after and\n"
     "--print-before also of compile):\n"
     "  --train           also build the backward from the IR's 'loss' (grad:NAME outputs)\n"
@@ -74,8 +78,8 @@ static const char *const usage_text[] = {
     "                    the edges, each fused step a cluster), svg (that graph drawn by\n"
     "                    Graphviz's dot -Tsvg, which must be on the PATH), memory-svg (the\n"
     "                    memory plan drawn by alloy: each value's lifetime over the\n"
-    "                    schedule's steps against its arena offset, the peak marked)\n"
-    "\n",
+    "                    schedule's steps against its arena offset, the peak marked)\n",
+    "\n"
     "Options of run (each also accepted as --option=VALUE):\n"
     "  --feed NAME=FILE  feed graph input NAME with the tensor called NAME in the\n"
     "                    safetensors FILE (a value with '=' always reads this way)\n"
@@ -95,8 +99,12 @@ static const char *const usage_text[] = {
     "  --arch LIST       the GPU architectures to build for, compute capabilities\n"
     "                    as sm_XY separated by commas (sm_80,sm_90); where NVRTC\n"
     "                    has no sm_XY it builds PTX for the newest one below\n"
-    "  --emit=cuda       what to write: CUDA C and NVRTC binaries (the default and,\n"
-    "                    for now, the only kind)\n"
+    "  --emit=cuda|bundle  what to write: CUDA C and NVRTC binaries into a directory\n"
+    "                    (cuda: the default unless -o ends in .alloy), or a bundle\n"
+    "                    file: the optimized IR, schedule, memory plan, state layout,\n"
+    "                    options and seed, written atomically; no GPU, no NVRTC and\n"
+    "                    no --arch (CUDA executables in bundles are not written yet)\n"
+    "  --seed N          bundle: the seed its state is initialized from (default 0)\n"
     "  -o, --out DIR     the directory to write (made when missing): alloy_mN.cu,\n"
     "                    the source of module N (up to 64 kernels);\n"
     "                    alloy_mN.sm_XY.cubin for each architecture (or\n"
@@ -180,6 +188,8 @@ typedef struct options {
     bool train;
     const char *optimizer, *scaler, *print_after, *print_before;
     emit_kind emit;       /* print's --emit */
+    bool bundle;          /* compile: --emit=bundle, or -o FILE.alloy without --emit */
+    bool emit_given;
     bool time_passes;     /* --time-passes */
     const char *dump_dir; /* --dump-dir */
     const char **sets; /* NAME=VALUE of --set, in order */
@@ -229,7 +239,7 @@ static const struct {
     [F_FEED] = {"--feed", NULL, CMD_RUN},
     [F_FETCH] = {"--fetch", NULL, CMD_RUN},
     [F_PARAMS] = {"--params", NULL, CMD_RUN},
-    [F_SEED] = {"--seed", NULL, CMD_RUN},
+    [F_SEED] = {"--seed", NULL, CMD_RUN | CMD_COMPILE},
     [F_OUT] = {"--out", "-o", CMD_RUN | CMD_COMPILE},
     [F_AMP] = {"--amp", NULL, CMD_ALL},
     [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE},
@@ -399,9 +409,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         case F_EMIT:
             if (emit) return usage_error("--emit is given twice");
             emit = true;
+            o->emit_given = true;
             if (command == CMD_COMPILE) {
-                if (strcmp(value, "cuda") != 0)
-                    return usage_error("--emit of compile wants cuda (the only kind so far), got '%s'", value);
+                if (strcmp(value, "cuda") != 0 && strcmp(value, "bundle") != 0)
+                    return usage_error("--emit of compile wants cuda or bundle, got '%s'", value);
+                o->bundle = strcmp(value, "bundle") == 0;
                 break;
             }
             if (command != CMD_PRINT) break; /* reported as misplaced */
@@ -434,8 +446,17 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         return usage_error("%s is an option of %s, not '%s'", o->misplaced, list, cmd);
     }
     if (command == CMD_RUN && !o->out) return usage_error("run needs --out FILE");
-    if (command == CMD_COMPILE && !o->out) return usage_error("compile needs -o DIR (the directory to write)");
-    if (command == CMD_COMPILE && !o->arch)
+    if (command == CMD_COMPILE && !o->out)
+        return usage_error("compile needs -o DIR (the directory to write) or -o FILE.alloy (a bundle)");
+    size_t outlen = o->out ? strlen(o->out) : 0;
+    if (command == CMD_COMPILE && !o->emit_given && outlen > 6 && strcmp(o->out + outlen - 6, ".alloy") == 0)
+        o->bundle = true;
+    if (command == CMD_COMPILE && o->bundle && o->arch)
+        return usage_error("--arch with a bundle: CUDA executables in bundles are not written yet (drop --arch for "
+                           "a CPU bundle)");
+    if (command == CMD_COMPILE && !o->bundle && o->have_seed)
+        return usage_error("--seed of compile is for bundles (--emit=bundle or -o FILE.alloy)");
+    if (command == CMD_COMPILE && !o->bundle && !o->arch)
         return usage_error("compile needs --arch sm_XY[,sm_XY...] (for example sm_80,sm_90)");
     if ((o->optimizer || o->scaler) && !o->train)
         return usage_error("--optimizer and --scaler need --train");
@@ -860,6 +881,14 @@ static int cmd_compile(const options *o)
     alloy_graph *g = load_graph(o->ir_path);
     if (!g) return EXIT_ERROR;
     alloy_status st = configure(g, o);
+    if (o->bundle) {
+        if (o->have_seed) alloy_graph_set_seed(g, o->seed);
+        if (!st) st = alloy_graph_save_bundle(g, o->out, NULL);
+        int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st)) : 0;
+        if (!st) printf("wrote %s\n", o->out);
+        alloy_graph_free(g);
+        return rc;
+    }
     if (!st) st = alloy_graph_export_cuda(g, o->arch, o->out);
     int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st)) : print_summary(o->out);
     alloy_graph_free(g);

@@ -26,5 +26,6 @@
 #include "alloy/safetensors.h"
 #include "alloy/train.h"
 #include "alloy/cuda.h"
+#include "alloy/bundle.h"
 
 #endif

@@ -1,4 +1,4 @@
-/* fuzz_seeds.c - writes the generated seed corpora: checkpoints of the training models, small safetensors files of every dtype, builder programs, printed IR. */
+/* fuzz_seeds.c - writes the generated seed corpora: checkpoints and bundles of the training models, small safetensors files of every dtype, builder programs, printed IR. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -66,6 +66,14 @@ static void model_seeds(void)
             free(prefixed);
             free(bytes);
         }
+        const char *bpath = fuzz_tmp_path("seed.alloy"); /* the model's training step as a bundle */
+        if (alloy_graph_save_bundle(g, bpath, NULL)) fuzz_fail("model %d: %s", v, alloy_last_error(g));
+        size_t bn;
+        unsigned char *bundle = slurp(bpath, &bn);
+        char bname[64];
+        snprintf(bname, sizeof bname, "model%d.alloy", v);
+        put_file("bundle", bname, bundle, bn);
+        free(bundle);
         for (int kind = ALLOY_DUMP_SOURCE; kind <= ALLOY_DUMP_IR; kind++) {
             char *text = NULL;
             size_t len = 0;
@@ -272,7 +280,7 @@ static void builder_seeds(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s OUTDIR\n  writes OUTDIR/{checkpoint,safetensors,builder,ir}/ seeds\n", argv[0]);
+        fprintf(stderr, "usage: %s OUTDIR\n  writes OUTDIR/{checkpoint,safetensors,builder,ir,bundle}/ seeds\n", argv[0]);
         return 2;
     }
     outdir = argv[1];

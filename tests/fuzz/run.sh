@@ -4,7 +4,7 @@
 #   tests/fuzz/run.sh BUILD SECONDS [TARGET...]   fuzz each target (default: all) for SECONDS
 #   tests/fuzz/run.sh --replay BUILD [TARGET...]  run every seed and saved reproducer once
 #
-# BUILD is the build directory (or its tests/fuzz). Targets: ir safetensors checkpoint builder.
+# BUILD is the build directory (or its tests/fuzz). Targets: ir safetensors checkpoint builder bundle.
 # Seeds: fuzz_seeds' output and the test data, written to BUILD/tests/fuzz/seeds/TARGET; the corpus
 # libFuzzer grows is kept in BUILD/tests/fuzz/corpus/TARGET (a longer run goes on from it);
 # tests/fuzz/regress/TARGET/ holds reproducers of fixed crashes, replayed every time. A crash,
@@ -30,7 +30,7 @@ if [ $replay -eq 0 ]; then
     case $seconds in '' | *[!0-9]*) echo "run.sh: SECONDS must be a number"; exit 2 ;; esac
     shift
 fi
-targets=${*:-ir safetensors checkpoint builder}
+targets=${*:-ir safetensors checkpoint builder bundle}
 
 # Reproducible runs: no ALLOY_* settings from the caller's environment.
 for v in $(env | sed -n 's/^\(ALLOY_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
@@ -60,7 +60,8 @@ for t in $targets; do
     ir) max_len=16384 ;;
     builder) max_len=2048 ;;
     safetensors | checkpoint) max_len=4096 ;;
-    *) echo "run.sh: unknown target '$t' (ir safetensors checkpoint builder)"; status=1; continue ;;
+    bundle) max_len=65536 ;;
+    *) echo "run.sh: unknown target '$t' (ir safetensors checkpoint builder bundle)"; status=1; continue ;;
     esac
     regress=$src/regress/$t
     dirs="$seeds/$t"

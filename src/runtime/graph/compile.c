@@ -43,6 +43,7 @@ alloy_status graph_compile(alloy_graph *g)
 alloy_status graph_compile_ir(alloy_graph *g)
 {
     if (g->compiled) return ALLOY_OK;
+    if (g->from_bundle) return graph_fail(g, ALLOY_ERR_INVALID, "graph '%s' came from a bundle and cannot be compiled again", g->ir->name);
     pass_options opts;
     alloy_status st = graph_options(g, &g->cfg);
     if (!st) st = graph_pass_options(g, &opts);

@@ -62,6 +62,7 @@ struct alloy_graph {
     FILE *print_to;              /* where printed passes go (NULL: stderr) */
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
+    bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
     alloy_status status; /* last failing call's status, message below */
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
     char device_text[1024]; /* alloy_graph_device's answer */

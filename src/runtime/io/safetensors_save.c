@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "alloy/safetensors.h"
+#include "runtime/io/atomic.h"
 #include "runtime/io/json.h"
 
 #define NAME_FMT "%.80s" /* names in messages are cut to keep the message readable */
@@ -268,8 +269,8 @@ static void remove_stale_temps(const char *dir, const char *base)
     closedir(d);
 }
 
-static alloy_status write_atomic(const char *path, const buf *header, const alloy_host_tensor *tensors,
-                                 int n, char *err, size_t errlen)
+alloy_status io_write_atomic(const char *path, const void *const *parts, const size_t *lens, int nparts,
+                            char *err, size_t errlen)
 {
     size_t plen = strlen(path);
     char *tmp = al_malloc(plen + sizeof TEMP_SUFFIX);
@@ -298,16 +299,10 @@ static alloy_status write_atomic(const char *path, const buf *header, const allo
     struct stat sb;
     fchmod(fd, stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_mode & 07777 : 0644);
 
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
     const char *step = "write";
-    int e = write_all(fd, len8, 8);
-    if (!e) e = write_all(fd, header->p, header->len);
-    for (int i = 0; i < n && !e; i++) {
-        const alloy_host_tensor *t = &tensors[i];
-        size_t bytes = (size_t)alloy_host_tensor_numel(t) * alloy_dtype_size(t->dtype);
-        if (bytes) e = write_all(fd, t->data, bytes);
-    }
+    int e = 0;
+    for (int i = 0; i < nparts && !e; i++)
+        if (lens[i]) e = write_all(fd, parts[i], lens[i]);
     if (!e && fsync(fd) != 0) step = "fsync", e = errno;
     if (close(fd) != 0 && !e) step = "close", e = errno;
     if (!e && rename(tmp, path) != 0) step = "rename", e = errno;
@@ -354,7 +349,23 @@ alloy_status alloy_safetensors_save(const char *path, const alloy_host_tensor *t
         al_fmt(err, errlen, "%s: out of memory while saving", path);
         return ALLOY_ERR_OOM;
     }
-    s = write_atomic(path, &header, tensors, n, err, errlen);
+    /* the parts of the file: the header's length, the header, each tensor's bytes */
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
+    const void **parts = al_calloc((size_t)n + 2, sizeof *parts);
+    size_t *lens = al_calloc((size_t)n + 2, sizeof *lens);
+    if (!parts || !lens) {
+        al_fmt(err, errlen, "%s: out of memory while saving", path);
+        s = ALLOY_ERR_OOM;
+    } else {
+        parts[0] = len8, lens[0] = 8;
+        parts[1] = header.p, lens[1] = header.len;
+        for (int i = 0; i < n; i++)
+            parts[i + 2] = tensors[i].data,
+            lens[i + 2] = (size_t)alloy_host_tensor_numel(&tensors[i]) * alloy_dtype_size(tensors[i].dtype);
+        s = io_write_atomic(path, parts, lens, n + 2, err, errlen);
+    }
+    al_free(parts), al_free(lens);
     al_free(header.p);
     return s;
 }

@@ -1,0 +1,509 @@
+/* bundle_read.c - reading a bundle: every byte checked before it is trusted (docs/bundle.md). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cache.h"
+#include "ir/groups.h"
+#include "runtime/bundle/bundle.h"
+
+/* A cursor over one section; the first failure is recorded and sticks. */
+typedef struct rd {
+    const uint8_t *p;
+    size_t len, pos;
+    size_t base; /* the section's offset in the file, for messages */
+    const char *where, *section;
+    char *err;
+    size_t errlen;
+    bool bad, oom; /* oom: the failure was an allocation */
+} rd;
+
+static bool rd_fail(rd *r, const char *fmt, const char *what, int64_t v)
+{
+    if (r->bad) return false;
+    r->bad = true;
+    char msg[256];
+    al_fmt(msg, sizeof msg, fmt, what, v);
+    al_fmt(r->err, r->errlen, "%s: section %s at byte %zu: %s", r->where, r->section, r->base + r->pos, msg);
+    return false;
+}
+
+/* An allocation failed while reading what (n items). */
+static bool rd_oom(rd *r, const char *what, int64_t n)
+{
+    if (!r->bad) r->oom = true;
+    return rd_fail(r, "%s: out of memory (%" PRId64 " items)", what, n);
+}
+
+static bool rd_need(rd *r, size_t n, const char *what)
+{
+    if (r->bad) return false;
+    if (r->len - r->pos < n)
+        return rd_fail(r, "%s: section too short (%" PRId64 " more bytes needed)", what,
+                       (int64_t)(n - (r->len - r->pos)));
+    return true;
+}
+
+static uint64_t rd_u64(rd *r, const char *what)
+{
+    if (!rd_need(r, 8, what)) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)r->p[r->pos + i] << (8 * i);
+    r->pos += 8;
+    return v;
+}
+
+static uint32_t rd_u32(rd *r, const char *what)
+{
+    if (!rd_need(r, 4, what)) return 0;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)r->p[r->pos + i] << (8 * i);
+    r->pos += 4;
+    return v;
+}
+
+/* An int32 in [lo, hi]; out of range records an error naming what. */
+static int rd_int(rd *r, const char *what, int64_t lo, int64_t hi)
+{
+    size_t at = r->pos;
+    int v = (int)(int32_t)rd_u32(r, what);
+    if (!r->bad && (v < lo || v > hi)) {
+        r->pos = at;
+        char range[96];
+        al_fmt(range, sizeof range, "%%s = %%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", lo, hi);
+        rd_fail(r, range, what, v);
+        return (int)lo;
+    }
+    return v;
+}
+
+/* A count of items of at least `each` bytes that must fit in what is left. */
+static int rd_count(rd *r, const char *what, size_t each)
+{
+    int n = rd_int(r, what, 0, INT_MAX / 2);
+    if (!r->bad && (size_t)n > (r->len - r->pos) / (each ? each : 1)) {
+        rd_fail(r, "%s = %" PRId64 " does not fit in the section", what, n);
+        return 0;
+    }
+    return n;
+}
+
+static ir_type rd_type(rd *r, const char *what)
+{
+    ir_type t = {0};
+    t.dtype = (alloy_dtype)rd_int(r, what, 0, ALLOY_DTYPE_COUNT - 1);
+    t.rank = rd_int(r, what, 0, ALLOY_MAX_RANK);
+    for (int d = 0; d < t.rank && !r->bad; d++) {
+        t.dims[d] = (int64_t)rd_u64(r, what);
+        if (t.dims[d] < 0) rd_fail(r, "%s: negative dimension %" PRId64, what, t.dims[d]);
+    }
+    return t;
+}
+
+static bool rd_done(rd *r)
+{
+    if (!r->bad && r->pos != r->len) rd_fail(r, "%s: %" PRId64 " bytes left over at its end", "section",
+                                            (int64_t)(r->len - r->pos));
+    return !r->bad;
+}
+
+/* Whether node i of g is bound from outside (never scheduled). */
+static bool is_leaf(const ir_graph *g, int i)
+{
+    int op = g->nodes[i]->op;
+    return op == IR_OP_input || op == IR_OP_param || op == IR_OP_state;
+}
+
+static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
+{
+    int nn = g->nnodes;
+    s->nnodes = rd_int(r, "nnodes (the IR's node count)", nn, nn);
+    s->nsteps = rd_count(r, "nsteps", 40);
+    s->nmembers = rd_count(r, "nmembers", 8);
+    s->nparts = rd_count(r, "nparts", 16);
+    s->ninputs = rd_count(r, "ninputs", 4);
+    if (r->bad) return false;
+    s->steps = al_calloc((size_t)s->nsteps + 1, sizeof *s->steps);
+    s->members = al_calloc((size_t)s->nmembers + 1, sizeof *s->members);
+    s->parts = al_calloc((size_t)s->nparts + 1, sizeof *s->parts);
+    s->inputs = al_calloc((size_t)s->ninputs + 1, sizeof *s->inputs);
+    s->step_of = al_calloc((size_t)nn + 1, sizeof *s->step_of);
+    s->member_of = al_calloc((size_t)nn + 1, sizeof *s->member_of);
+    s->kept = al_calloc((size_t)nn + 1, 1);
+    if (!s->steps || !s->members || !s->parts || !s->inputs || !s->step_of || !s->member_of || !s->kept)
+        return rd_oom(r, "schedule", s->nsteps);
+    int next_member = 0, next_part = 0, next_in = 0, last_pos = -1;
+    for (int i = 0; i < s->nsteps && !r->bad; i++) {
+        sched_step *t = &s->steps[i];
+        t->kind = (step_kind)rd_int(r, "step kind", STEP_OP, STEP_MULTI);
+        t->pos = rd_int(r, "step pos", last_pos + 1, nn - 1);
+        t->first = rd_int(r, "step first member", next_member, next_member);
+        t->n = rd_int(r, "step member count", 1, s->nmembers - t->first);
+        t->first_part = rd_int(r, "step first part", next_part, next_part);
+        t->nparts = rd_int(r, "step part count", 1, s->nparts - t->first_part);
+        t->first_in = rd_int(r, "step first input", next_in, next_in);
+        t->nin = rd_int(r, "step input count", 0, s->ninputs - t->first_in);
+        t->space = rd_type(r, "step space");
+        last_pos = t->pos, next_member = t->first + t->n, next_part = t->first_part + t->nparts;
+        next_in = t->first_in + t->nin;
+    }
+    if (!r->bad && (next_member != s->nmembers || next_part != s->nparts || next_in != s->ninputs))
+        return rd_fail(r, "%s: the steps cover %" PRId64 " of its members, parts and inputs", "schedule",
+                       next_member + next_part + next_in);
+    for (int i = 0; i < s->nmembers && !r->bad; i++) {
+        s->members[i].node = rd_int(r, "member node", 0, nn - 1);
+        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 31);
+        if (!r->bad && is_leaf(g, s->members[i].node))
+            rd_fail(r, "%s: member %%%" PRId64 " is an input, param or state", "schedule", s->members[i].node);
+    }
+    for (int i = 0; i < s->nparts && !r->bad; i++) {
+        sched_part *p = &s->parts[i];
+        p->kind = (part_kind)rd_int(r, "part kind", PART_EW, PART_OP);
+        p->wide = rd_int(r, "part wide", 0, 1);
+        p->first = rd_int(r, "part first member", 0, s->nmembers - 1);
+        p->n = rd_int(r, "part member count", 1, s->nmembers - p->first);
+    }
+    for (int i = 0; i < s->nsteps && !r->bad; i++) { /* a step's parts lie inside its members */
+        const sched_step *t = &s->steps[i];
+        for (int k = t->first_part; k < t->first_part + t->nparts; k++)
+            if (s->parts[k].first < t->first || s->parts[k].first + s->parts[k].n > t->first + t->n)
+                rd_fail(r, "%s: part %" PRId64 " lies outside its step's members", "schedule", k);
+    }
+    for (int i = 0; i < s->ninputs && !r->bad; i++) s->inputs[i] = rd_int(r, "step input node", 0, nn - 1);
+    for (int i = 0; i < s->nsteps && !r->bad; i++) { /* its position, iteration shape and kind fit its members */
+        const sched_step *t = &s->steps[i];
+        const ir_node *first = g->nodes[s->members[t->first].node], *last = g->nodes[s->members[t->first + t->n - 1].node];
+        const ir_type *space = t->kind == STEP_ROW ? ir_fuse_shape(g, first) : t->kind == STEP_GEMM ? &first->type : &last->type;
+        if (last->id != t->pos) rd_fail(r, "%s: step %" PRId64 "'s position is not its last member", "schedule", i);
+        else if (!space || !ir_type_eq(space, &t->space))
+            rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
+        else if (t->kind == STEP_OP && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
+    }
+    for (int i = 0; i < nn && !r->bad; i++) {
+        s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);
+        s->member_of[i] = rd_int(r, "member_of", -1, s->nmembers - 1);
+        int m = s->member_of[i];
+        if (!r->bad && m >= 0 && s->members[m].node != i)
+            rd_fail(r, "%s: member_of of node %" PRId64 " names another node's member", "schedule", i);
+        if (!r->bad && m >= 0 && (s->step_of[i] < 0 || m < s->steps[s->step_of[i]].first ||
+                                  m >= s->steps[s->step_of[i]].first + s->steps[s->step_of[i]].n))
+            rd_fail(r, "%s: node %" PRId64 "'s step does not hold its member", "schedule", i);
+    }
+    for (int i = 0; i < s->nmembers && !r->bad; i++)
+        if (s->member_of[s->members[i].node] != i)
+            rd_fail(r, "%s: member %" PRId64 " is not its node's member", "schedule", i);
+    for (int i = 0; i < s->ninputs && !r->bad; i++) {
+        int in = s->inputs[i];
+        if (!is_leaf(g, in) && !sched_stored(s, in))
+            rd_fail(r, "%s: step input %%%" PRId64 " is neither bound nor stored", "schedule", in);
+    }
+    if (rd_need(r, (size_t)nn, "kept")) {
+        for (int i = 0; i < nn && !r->bad; i++)
+            if (r->p[r->pos + (size_t)i] > 1) rd_fail(r, "%s: kept of node %" PRId64 " is not 0 or 1", "schedule", i);
+        if (!r->bad) memcpy(s->kept, r->p + r->pos, (size_t)nn), r->pos += (size_t)nn;
+    }
+    return rd_done(r);
+}
+
+static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
+{
+    int nn = g->nnodes;
+    p->nnodes = rd_int(r, "nnodes (the IR's node count)", nn, nn);
+    p->arena_bytes = (size_t)rd_u64(r, "arena bytes");
+    p->peak_live_bytes = (size_t)rd_u64(r, "peak live bytes");
+    p->inplace = rd_int(r, "in place count", 0, nn);
+    p->scratch_offset = (size_t)rd_u64(r, "scratch offset");
+    p->scratch_bytes = (size_t)rd_u64(r, "scratch bytes");
+    rd_int(r, "dtype count", ALLOY_DTYPE_COUNT, ALLOY_DTYPE_COUNT);
+    for (int d = 0; d < ALLOY_DTYPE_COUNT; d++) p->bytes_by_dtype[d] = (size_t)rd_u64(r, "bytes per dtype");
+    if (r->bad) return false;
+    if (p->arena_bytes > (size_t)INT64_MAX / 2 || p->peak_live_bytes > p->arena_bytes ||
+        p->scratch_bytes > p->arena_bytes || p->scratch_offset > p->arena_bytes - p->scratch_bytes)
+        return rd_fail(r, "%s: scratch or peak outside the arena of %" PRId64 " bytes", "plan",
+                       (int64_t)p->arena_bytes);
+    if (!rd_need(r, (size_t)nn * 8, "offsets")) return false;
+    p->offset = al_calloc((size_t)nn + 1, sizeof *p->offset);
+    if (!p->offset) return rd_oom(r, "plan", nn);
+    for (int i = 0; i < nn && !r->bad; i++) {
+        int64_t off = (int64_t)rd_u64(r, "offset");
+        p->offset[i] = off;
+        size_t bytes = ir_nbytes(&g->nodes[i]->type);
+        if (off == -1) {
+            if (sched_stored(s, i)) rd_fail(r, "%s: stored node %%%" PRId64 " has no arena slot", "plan", i);
+            continue;
+        }
+        if (is_leaf(g, i)) rd_fail(r, "%s: leaf %%%" PRId64 " has an arena slot", "plan", i);
+        else if (off < 0 || off % PLAN_ALIGN || (uint64_t)off > p->arena_bytes ||
+                 bytes > p->arena_bytes - (size_t)off)
+            rd_fail(r, "%s: node %%%" PRId64 "'s slot lies outside the arena or is misaligned", "plan", i);
+    }
+    return rd_done(r);
+}
+
+static bool read_state(rd *r, const ir_graph *g, bundle_contents *c)
+{
+    int n = rd_count(r, "state count", 12);
+    if (r->bad) return false;
+    c->state = al_calloc((size_t)n + 1, sizeof *c->state);
+    if (!c->state) return rd_oom(r, "state", n);
+    c->nstate = n; /* only with the array that bundle_contents_free walks */
+    for (int i = 0; i < c->nstate && !r->bad; i++) {
+        size_t len = rd_u32(r, "name length");
+        if (!rd_need(r, len, "name")) break;
+        if (memchr(r->p + r->pos, 0, len)) return rd_fail(r, "%s: a NUL inside tensor name %" PRId64, "state", i);
+        c->state[i].name = al_malloc(len + 1);
+        if (!c->state[i].name) return rd_oom(r, "state name", i);
+        memcpy(c->state[i].name, r->p + r->pos, len);
+        c->state[i].name[len] = '\0';
+        r->pos += len;
+        c->state[i].type = rd_type(r, "state type");
+        int node = r->bad ? -1 : ir_find_name(g, c->state[i].name);
+        if (!r->bad && (node < 0 || (g->nodes[node]->op != IR_OP_param && g->nodes[node]->op != IR_OP_state)))
+            return rd_fail(r, "%s: tensor %" PRId64 " names no param or state of the IR", "state", i);
+        if (!r->bad && !ir_type_eq(&c->state[i].type, &g->nodes[node]->type))
+            return rd_fail(r, "%s: tensor %" PRId64 "'s dtype or shape differs from the IR's", "state", i);
+    }
+    int want = 0;
+    for (int i = 0; i < g->nnodes; i++) want += g->nodes[i]->op == IR_OP_param || g->nodes[i]->op == IR_OP_state;
+    if (!r->bad && want != c->nstate)
+        return rd_fail(r, "%s: %" PRId64 " tensors, but the IR has a different number of params and state", "state",
+                       c->nstate);
+    return rd_done(r);
+}
+
+/* META: key=value lines; every key required, none unknown. */
+static bool read_meta(rd *r, bundle_contents *c)
+{
+    static const char *const keys[] = {"graph", "seed", "training", "scaler", "growth_interval", "optimizer",
+                                       "accumulation_steps"};
+    bool seen[7] = {0};
+    char line[256];
+    while (!r->bad && r->pos < r->len) {
+        const uint8_t *nl = memchr(r->p + r->pos, '\n', r->len - r->pos);
+        size_t n = nl ? (size_t)(nl - (r->p + r->pos)) : r->len - r->pos;
+        if (!nl || n >= sizeof line) return rd_fail(r, "%s: a line without its newline or over %" PRId64 " bytes",
+                                                    "meta", (int64_t)sizeof line);
+        memcpy(line, r->p + r->pos, n);
+        line[n] = '\0';
+        char *eq = strchr(line, '=');
+        int k = -1;
+        if (eq) {
+            *eq = '\0';
+            for (int i = 0; i < 7; i++)
+                if (strcmp(line, keys[i]) == 0) k = i;
+        }
+        if (k < 0 || seen[k]) return rd_fail(r, "%s: an unknown or repeated key (line of %" PRId64 " bytes)", "meta",
+                                             (int64_t)n);
+        seen[k] = true;
+        const char *v = eq + 1;
+        char *end;
+        errno = 0;
+        if (k == 0) {
+            if (strlen(v) >= sizeof c->graph_name) return rd_fail(r, "%s: graph name over %" PRId64 " bytes", "meta", 127);
+            al_fmt(c->graph_name, sizeof c->graph_name, "%s", v);
+        } else {
+            unsigned long long x = strtoull(v, &end, 10);
+            if (!*v || *end || errno || (k > 1 && x > INT_MAX))
+                return rd_fail(r, "%s: a bad number for key %" PRId64 " (graph, seed, training, ...)", "meta", k);
+            if (k == 1) c->seed = x;
+            else if (k == 2) c->training = x != 0;
+            else if (k == 3) c->scaler_kind = (int)x;
+            else if (k == 4) c->growth_interval = (int)x;
+            else if (k == 5) c->optimizer_kind = (int)x;
+            else c->accumulation_steps = (int)x;
+        }
+        r->pos += n + 1;
+    }
+    for (int i = 0; i < 7 && !r->bad; i++)
+        if (!seen[i]) return rd_fail(r, "%s: key %" PRId64 " missing (graph, seed, training, ...)", "meta", i);
+    return !r->bad;
+}
+
+const char *bundle_tag_name(uint32_t tag)
+{
+    static const char *const names[] = {"?", "meta", "ir", "schedule", "plan", "state", "options", "initial state",
+                                        "cuda executable"};
+    return tag >= 1 && tag <= BUNDLE_SEC_LAST ? names[tag] : "unknown";
+}
+
+static uint32_t le32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t le64(const uint8_t *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+/* The header: magic, version, sizes, checksum. */
+static alloy_status check_header(const uint8_t *b, size_t len, const char *where, char *err, size_t errlen)
+{
+    if (len < 8 || memcmp(b, BUNDLE_MAGIC, 8) != 0) {
+        al_fmt(err, errlen, "%s: not an alloy bundle (the file does not start with \"" BUNDLE_MAGIC "\")", where);
+        return ALLOY_ERR_FORMAT;
+    }
+    if (len < BUNDLE_HEADER_BYTES) {
+        al_fmt(err, errlen, "%s: truncated: %zu bytes, shorter than the %u-byte header", where, len, BUNDLE_HEADER_BYTES);
+        return ALLOY_ERR_FORMAT;
+    }
+    uint32_t version = le32(b + 8), hbytes = le32(b + 12);
+    if (version > BUNDLE_VERSION) {
+        al_fmt(err, errlen, "%s: bundle format version %u is newer than this alloy reads (%u); written by alloy %.15s",
+               where, version, BUNDLE_VERSION, (const char *)b + 16);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    if (version == 0 || hbytes != BUNDLE_HEADER_BYTES || memchr(b + 16, 0, 16) == NULL || le32(b + 44) != 0) {
+        al_fmt(err, errlen, "%s: header: bad version %u, header size %u, alloy version or reserved word", where,
+               version, hbytes);
+        return ALLOY_ERR_FORMAT;
+    }
+    uint64_t payload = le64(b + 32);
+    if (payload != len - BUNDLE_HEADER_BYTES) {
+        al_fmt(err, errlen, "%s: %s: the header gives %" PRIu64 " payload bytes, the file has %zu", where,
+               payload > len - BUNDLE_HEADER_BYTES ? "truncated" : "trailing bytes", payload, len - BUNDLE_HEADER_BYTES);
+        return ALLOY_ERR_FORMAT;
+    }
+    uint8_t sum[32];
+    cg_sha256(b + BUNDLE_HEADER_BYTES, payload, sum);
+    if (memcmp(sum, b + 48, 32) != 0) {
+        al_fmt(err, errlen, "%s: checksum mismatch: the payload's SHA-256 is not the header's; the file is damaged",
+               where);
+        return ALLOY_ERR_FORMAT;
+    }
+    return ALLOY_OK;
+}
+
+alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, bundle_contents *out, char *err,
+                           size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    alloy_status st = check_header(bytes, len, where, err, errlen);
+    if (st) return st;
+    bundle_contents c = {0};
+    memcpy(c.alloy_version, bytes + 16, 16);
+    uint32_t nsections = le32(bytes + 40);
+    /* the sections: each tag once, in order; the ones this reader needs all present */
+    const uint8_t *sec[BUNDLE_SEC_LAST + 1] = {0};
+    size_t sec_len[BUNDLE_SEC_LAST + 1] = {0}, sec_at[BUNDLE_SEC_LAST + 1] = {0};
+    size_t pos = BUNDLE_HEADER_BYTES;
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < nsections; i++) {
+        if (len - pos < 16) {
+            al_fmt(err, errlen, "%s: section %u at byte %zu: its 16-byte heading runs past the end", where, i, pos);
+            return ALLOY_ERR_FORMAT;
+        }
+        uint32_t tag = le32(bytes + pos), zero = le32(bytes + pos + 4);
+        uint64_t n = le64(bytes + pos + 8);
+        if (tag <= last || tag > BUNDLE_SEC_LAST || zero) {
+            al_fmt(err, errlen, "%s: section %u at byte %zu: tag %u (%s) unknown, repeated or out of order", where, i,
+                   pos, tag, bundle_tag_name(tag));
+            return ALLOY_ERR_FORMAT;
+        }
+        if (n > len - pos - 16) {
+            al_fmt(err, errlen, "%s: section %s at byte %zu: length %" PRIu64 " runs past the end of the file", where,
+                   bundle_tag_name(tag), pos, n);
+            return ALLOY_ERR_FORMAT;
+        }
+        sec[tag] = bytes + pos + 16, sec_len[tag] = (size_t)n, sec_at[tag] = pos + 16;
+        last = tag;
+        pos += 16 + (size_t)n;
+    }
+    if (pos != len) {
+        al_fmt(err, errlen, "%s: %zu bytes after the last of %u sections", where, len - pos, nsections);
+        return ALLOY_ERR_FORMAT;
+    }
+    for (uint32_t t = BUNDLE_SEC_META; t <= BUNDLE_SEC_OPTIONS; t++)
+        if (!sec[t]) {
+            al_fmt(err, errlen, "%s: section %s missing", where, bundle_tag_name(t));
+            return ALLOY_ERR_FORMAT;
+        }
+#define RD(tag) (rd){sec[tag], sec_len[tag], 0, sec_at[tag], where, bundle_tag_name(tag), err, errlen, false, false}
+    rd r = RD(BUNDLE_SEC_META);
+    bool ok = read_meta(&r, &c);
+    if (ok) {
+        char perr[512];
+        c.ir = ir_parse((const char *)sec[BUNDLE_SEC_IR], sec_len[BUNDLE_SEC_IR], "bundle ir", perr, sizeof perr);
+        if (!c.ir) {
+            al_fmt(err, errlen, "%s: section ir at byte %zu: %s", where, sec_at[BUNDLE_SEC_IR], perr);
+            ok = false;
+            /* the parser gives no status: "FILE:LINE:COL: out of memory ..." is a failed allocation */
+            r.oom = strstr(perr, ": out of memory") != NULL;
+        } else if (ir_verify(c.ir)) {
+            al_fmt(err, errlen, "%s: section ir at byte %zu: %s", where, sec_at[BUNDLE_SEC_IR], c.ir->error);
+            ok = false;
+            r.oom = c.ir->status == ALLOY_ERR_OOM;
+        }
+    }
+    if (ok) r = RD(BUNDLE_SEC_SCHEDULE), ok = read_schedule(&r, c.ir, &c.comp.sched);
+    if (ok) r = RD(BUNDLE_SEC_PLAN), ok = read_plan(&r, c.ir, &c.comp.sched, &c.comp.plan);
+    if (ok) r = RD(BUNDLE_SEC_STATE), ok = read_state(&r, c.ir, &c);
+#undef RD
+    if (ok) {
+        size_t n = sec_len[BUNDLE_SEC_OPTIONS];
+        c.options = al_malloc(n + 1);
+        if (!c.options) {
+            al_fmt(err, errlen, "%s: out of memory", where);
+            bundle_contents_free(&c);
+            return ALLOY_ERR_OOM;
+        }
+        memcpy(c.options, sec[BUNDLE_SEC_OPTIONS], n);
+        c.options[n] = '\0';
+        if (strlen(c.options) != n) {
+            al_fmt(err, errlen, "%s: section options at byte %zu: a NUL inside the text", where,
+                   sec_at[BUNDLE_SEC_OPTIONS]);
+            ok = false;
+        }
+    }
+    if (!ok) {
+        bundle_contents_free(&c);
+        return r.oom ? ALLOY_ERR_OOM : ALLOY_ERR_FORMAT;
+    }
+    *out = c;
+    return ALLOY_OK;
+}
+
+alloy_status bundle_read_file(const char *path, bundle_contents *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return ALLOY_ERR_IO;
+    }
+    uint8_t *bytes = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            uint8_t *p = al_realloc(bytes, ncap);
+            if (!p) {
+                al_free(bytes);
+                fclose(f);
+                al_fmt(err, errlen, "%s: out of memory reading it", path);
+                return ALLOY_ERR_OOM;
+            }
+            bytes = p, cap = ncap;
+        }
+        size_t got = fread(bytes + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    alloy_status st;
+    if (failed) {
+        al_fmt(err, errlen, "%s: read error", path);
+        st = ALLOY_ERR_IO;
+    } else {
+        st = bundle_decode(bytes, len, path, out, err, errlen);
+    }
+    al_free(bytes);
+    return st;
+}
+
+void bundle_contents_free(bundle_contents *c)
+{
+    ir_graph_free(c->ir);
+    pass_compiled_free(&c->comp);
+    al_free(c->options);
+    for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
+    al_free(c->state);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,188 @@
+/* bundle_write.c - the bytes of a bundle: header, checksum, sections (docs/bundle.md). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloy_config.h"
+#include "codegen/cache.h"
+#include "runtime/bundle/bundle.h"
+#include "runtime/io/atomic.h"
+
+/* A growing byte buffer; oom sticks. */
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    bool oom;
+} wbuf;
+
+static void put(wbuf *b, const void *data, size_t n)
+{
+    if (b->oom || !n) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        uint8_t *p = al_realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+}
+
+static void put_u32(wbuf *b, uint32_t v)
+{
+    uint8_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+    put(b, x, 4);
+}
+
+static void put_u64(wbuf *b, uint64_t v)
+{
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+    put(b, x, 8);
+}
+
+static void put_i32(wbuf *b, int v) { put_u32(b, (uint32_t)v); }
+static void put_i64(wbuf *b, int64_t v) { put_u64(b, (uint64_t)v); }
+
+static void put_type(wbuf *b, const ir_type *t)
+{
+    put_i32(b, (int)t->dtype);
+    put_i32(b, t->rank);
+    for (int d = 0; d < t->rank; d++) put_i64(b, t->dims[d]);
+}
+
+/* A section: tag, a reserved zero word, its length, its bytes. */
+static void put_section(wbuf *b, uint32_t tag, const wbuf *body)
+{
+    put_u32(b, tag);
+    put_u32(b, 0);
+    put_u64(b, body->len);
+    put(b, body->p, body->len);
+    if (body->oom) b->oom = true;
+}
+
+static void encode_meta(wbuf *w, const bundle_contents *c)
+{
+    char line[512];
+    al_fmt(line, sizeof line,
+           "graph=%s\nseed=%" PRIu64 "\ntraining=%d\nscaler=%d\ngrowth_interval=%d\noptimizer=%d\n"
+           "accumulation_steps=%d\n",
+           c->graph_name, c->seed, c->training ? 1 : 0, c->scaler_kind, c->growth_interval, c->optimizer_kind,
+           c->accumulation_steps);
+    put(w, line, strlen(line));
+}
+
+static void encode_schedule(wbuf *w, const schedule *s)
+{
+    put_i32(w, s->nnodes), put_i32(w, s->nsteps), put_i32(w, s->nmembers), put_i32(w, s->nparts);
+    put_i32(w, s->ninputs);
+    for (int i = 0; i < s->nsteps; i++) {
+        const sched_step *t = &s->steps[i];
+        put_i32(w, (int)t->kind), put_i32(w, t->pos), put_i32(w, t->first), put_i32(w, t->n);
+        put_i32(w, t->first_part), put_i32(w, t->nparts), put_i32(w, t->first_in), put_i32(w, t->nin);
+        put_type(w, &t->space);
+    }
+    for (int i = 0; i < s->nmembers; i++) put_i32(w, s->members[i].node), put_i32(w, s->members[i].flags);
+    for (int i = 0; i < s->nparts; i++) {
+        const sched_part *p = &s->parts[i];
+        put_i32(w, (int)p->kind), put_i32(w, p->wide ? 1 : 0), put_i32(w, p->first), put_i32(w, p->n);
+    }
+    for (int i = 0; i < s->ninputs; i++) put_i32(w, s->inputs[i]);
+    for (int i = 0; i < s->nnodes; i++) put_i32(w, s->step_of[i]), put_i32(w, s->member_of[i]);
+    put(w, s->kept, (size_t)s->nnodes);
+}
+
+static void encode_plan(wbuf *w, const mem_plan *p)
+{
+    put_i32(w, p->nnodes);
+    put_u64(w, p->arena_bytes), put_u64(w, p->peak_live_bytes), put_i32(w, p->inplace);
+    put_u64(w, p->scratch_offset), put_u64(w, p->scratch_bytes);
+    put_i32(w, ALLOY_DTYPE_COUNT);
+    for (int d = 0; d < ALLOY_DTYPE_COUNT; d++) put_u64(w, p->bytes_by_dtype[d]);
+    for (int i = 0; i < p->nnodes; i++) put_i64(w, p->offset[i]);
+}
+
+/* The layout: every param and state node of the compiled graph, in node order. */
+static void encode_state(wbuf *w, const ir_graph *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++) n += g->nodes[i]->op == IR_OP_param || g->nodes[i]->op == IR_OP_state;
+    put_i32(w, n);
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *node = g->nodes[i];
+        if (node->op != IR_OP_param && node->op != IR_OP_state) continue;
+        size_t len = strlen(node->name);
+        put_u32(w, (uint32_t)len);
+        put(w, node->name, len);
+        put_type(w, &node->type);
+    }
+}
+
+/* The header: magic, version, header size, alloy version, payload size,
+ * section count, a reserved word, the payload's SHA-256. */
+static void encode_header(uint8_t *h, size_t payload, uint32_t nsections)
+{
+    memset(h, 0, BUNDLE_HEADER_BYTES);
+    memcpy(h, BUNDLE_MAGIC, 8);
+    for (int i = 0; i < 4; i++) h[8 + i] = (uint8_t)(BUNDLE_VERSION >> (8 * i));
+    for (int i = 0; i < 4; i++) h[12 + i] = (uint8_t)(BUNDLE_HEADER_BYTES >> (8 * i));
+    al_fmt((char *)h + 16, 16, "%s", ALLOY_VERSION);
+    for (int i = 0; i < 8; i++) h[32 + i] = (uint8_t)((uint64_t)payload >> (8 * i));
+    for (int i = 0; i < 4; i++) h[40 + i] = (uint8_t)(nsections >> (8 * i));
+    cg_sha256(h + BUNDLE_HEADER_BYTES, payload, h + 48);
+}
+
+bool bundle_resign(uint8_t *bytes, size_t len)
+{
+    if (len < BUNDLE_HEADER_BYTES) return false;
+    cg_sha256(bytes + BUNDLE_HEADER_BYTES, len - BUNDLE_HEADER_BYTES, bytes + 48);
+    return true;
+}
+
+alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen)
+{
+    *out = NULL, *len = 0;
+    wbuf file = {0}, body[6] = {{0}};
+    uint8_t zeros[BUNDLE_HEADER_BYTES] = {0};
+    put(&file, zeros, sizeof zeros); /* the header, filled last */
+    encode_meta(&body[0], c);
+    char *ir = ir_print_string(c->ir);
+    if (ir) put(&body[1], ir, strlen(ir));
+    else body[1].oom = true;
+    al_free(ir);
+    encode_schedule(&body[2], &c->comp.sched);
+    encode_plan(&body[3], &c->comp.plan);
+    encode_state(&body[4], c->ir);
+    if (c->options) put(&body[5], c->options, strlen(c->options));
+    static const uint32_t tags[6] = {BUNDLE_SEC_META, BUNDLE_SEC_IR, BUNDLE_SEC_SCHEDULE,
+                                     BUNDLE_SEC_PLAN, BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS};
+    for (int i = 0; i < 6; i++) {
+        put_section(&file, tags[i], &body[i]);
+        al_free(body[i].p);
+    }
+    if (file.oom) {
+        al_free(file.p);
+        al_fmt(err, errlen, "bundle of graph '%s': out of memory", c->graph_name);
+        return ALLOY_ERR_OOM;
+    }
+    encode_header(file.p, file.len - BUNDLE_HEADER_BYTES, 6);
+    *out = file.p, *len = file.len;
+    return ALLOY_OK;
+}
+
+alloy_status bundle_write_file(const char *path, const bundle_contents *c, char *err, size_t errlen)
+{
+    uint8_t *bytes;
+    size_t len;
+    alloy_status st = bundle_encode(c, &bytes, &len, err, errlen);
+    if (st) return st;
+    const void *parts[1] = {bytes};
+    st = io_write_atomic(path, parts, &len, 1, err, errlen);
+    al_free(bytes);
+    return st;
+}

@@ -1,0 +1,202 @@
+/* bundle_api.c - the public bundle calls: saving a graph's compiled step, and a bundle as an alloy_graph whose compiled IR, schedule and plan come from the file instead of the pass pipeline. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloy/bundle.h"
+#include "runtime/bundle/bundle.h"
+#include "runtime/graph/graph_impl.h"
+
+struct alloy_bundle {
+    alloy_graph *g;
+};
+
+/* opt_print's line of cfg without its newline (al_free it); NULL on OOM. */
+static char *options_text(const al_options *cfg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    opt_print(cfg, f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    char *out = al_strdup(text); /* open_memstream's buffer comes from malloc, ours from al_malloc */
+    free(text);
+    if (out && strchr(out, '\n')) *strchr(out, '\n') = '\0';
+    return out;
+}
+
+alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    g->status = ALLOY_OK;
+    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
+    if (archs && *archs)
+        return graph_fail(g, ALLOY_ERR_UNSUPPORTED,
+                          "save_bundle %s: CUDA executables (archs '%s') are not written into bundles yet; pass "
+                          "NULL for a CPU bundle",
+                          path, archs);
+    if (g->ir->status) return g->ir->status;
+    alloy_status st = graph_compile_ir(g);
+    if (st) return st;
+    bundle_contents c = {.ir = g->compiled, .comp = g->comp, .seed = g->seed, .training = g->training,
+                         .scaler_kind = (int)g->scaler.kind, .growth_interval = g->scaler.growth_interval,
+                         .optimizer_kind = (int)g->optimizer.kind,
+                         .accumulation_steps = g->optimizer.accumulation_steps};
+    al_fmt(c.graph_name, sizeof c.graph_name, "%s", g->ir->name);
+    if (strlen(g->ir->name) >= sizeof c.graph_name || strchr(g->ir->name, '\n'))
+        return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: graph name over %zu bytes or with a newline", path,
+                          sizeof c.graph_name - 1);
+    c.options = options_text(&g->cfg);
+    if (!c.options) return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+    char err[1024];
+    st = bundle_write_file(path, &c, err, sizeof err);
+    al_free(c.options);
+    return st ? graph_fail(g, st, "save_bundle: %s", err) : ALLOY_OK;
+}
+
+/* Applies the bundle's options line ("# options: defaults" or "# options:
+ * NAME=VALUE ...") over cfg. */
+static alloy_status apply_options(al_options *cfg, const char *line, const char *path, char *err, size_t errlen)
+{
+    static const char prefix[] = "# options:";
+    if (strncmp(line, prefix, sizeof prefix - 1) != 0) {
+        al_fmt(err, errlen, "%s: section options: does not start with '%s'", path, prefix);
+        return ALLOY_ERR_FORMAT;
+    }
+    char *copy = al_strdup(line + sizeof prefix - 1);
+    if (!copy) {
+        al_fmt(err, errlen, "%s: out of memory", path);
+        return ALLOY_ERR_OOM;
+    }
+    alloy_status st = ALLOY_OK;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, " ", &save); tok && !st; tok = strtok_r(NULL, " ", &save)) {
+        if (strcmp(tok, "defaults") == 0) continue;
+        char *eq = strchr(tok, '=');
+        char why[512] = "";
+        if (!eq) {
+            al_fmt(err, errlen, "%s: section options: '%s' is not NAME=VALUE", path, tok);
+            st = ALLOY_ERR_FORMAT;
+            break;
+        }
+        *eq = '\0';
+        if (opt_set(cfg, tok, eq + 1, why, sizeof why)) {
+            al_fmt(err, errlen, "%s: section options: %s", path, why);
+            st = ALLOY_ERR_FORMAT;
+        }
+    }
+    al_free(copy);
+    return st;
+}
+
+alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, size_t errlen)
+{
+    if (!out) return ALLOY_ERR_INVALID;
+    *out = NULL;
+    char dummy[1];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    err[0] = '\0';
+    if (!path) {
+        al_fmt(err, errlen, "bundle_load: path is NULL");
+        return ALLOY_ERR_INVALID;
+    }
+    bundle_contents c;
+    alloy_status st = bundle_read_file(path, &c, err, errlen);
+    if (st) return st;
+    alloy_bundle *b = al_calloc(1, sizeof *b);
+    alloy_graph *g = b ? alloy_graph_new(c.graph_name) : NULL;
+    if (!g) {
+        al_free(b);
+        bundle_contents_free(&c);
+        al_fmt(err, errlen, "%s: out of memory", path);
+        return ALLOY_ERR_OOM;
+    }
+    b->g = g;
+    g->from_bundle = true;
+    g->seed = c.seed;
+    g->training = c.training;
+    g->scaler.kind = (alloy_scaler_kind)c.scaler_kind;
+    g->scaler.growth_interval = c.growth_interval;
+    g->optimizer.kind = (alloy_optimizer_kind)c.optimizer_kind;
+    g->optimizer.accumulation_steps = c.accumulation_steps;
+    /* the environment's configuration (the device), then what compiled the bundle */
+    st = graph_options(g, &g->cfg);
+    if (st) al_fmt(err, errlen, "%s: %s", path, g->error);
+    else st = apply_options(&g->cfg, c.options, path, err, errlen);
+    if (!st) {
+        size_t n = (size_t)c.ir->nnodes + 1;
+        g->compiled = c.ir, c.ir = NULL;
+        g->comp = c.comp;
+        memset(&c.comp, 0, sizeof c.comp);
+        g->leaf = al_calloc(n, sizeof *g->leaf);
+        g->input_buf = al_calloc(n, sizeof *g->input_buf);
+        g->fetched = al_calloc(n, sizeof *g->fetched);
+        if (!g->leaf || !g->input_buf || !g->fetched) {
+            al_fmt(err, errlen, "%s: out of memory", path);
+            st = ALLOY_ERR_OOM;
+        }
+    }
+    bundle_contents_free(&c);
+    if (!st) {
+        step_info_nodes(g);
+        st = state_ensure(g); /* opens the backend, creates and initializes the state */
+        if (st) al_fmt(err, errlen, "%s: %s", path, g->error);
+    }
+    if (st) {
+        alloy_bundle_free(b);
+        return st;
+    }
+    *out = b;
+    return ALLOY_OK;
+}
+
+alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor *feeds, int nfeeds, alloy_host_tensor *fetches,
+                              int nfetches)
+{
+    return b ? alloy_graph_run(b->g, feeds, nfeeds, fetches, nfetches) : ALLOY_ERR_INVALID;
+}
+
+alloy_status alloy_bundle_step_info(const alloy_bundle *b, alloy_step_info *out)
+{
+    return b ? alloy_graph_step_info(b->g, out) : ALLOY_ERR_INVALID;
+}
+
+int alloy_bundle_state_count(alloy_bundle *b) { return b ? alloy_graph_state_count(b->g) : 0; }
+
+alloy_status alloy_bundle_state_at(alloy_bundle *b, int i, alloy_host_tensor *out)
+{
+    return b ? alloy_graph_state_at(b->g, i, out) : ALLOY_ERR_INVALID;
+}
+
+alloy_status alloy_bundle_get_state(alloy_bundle *b, const char *name, alloy_host_tensor *out)
+{
+    return b ? alloy_graph_get_state(b->g, name, out) : ALLOY_ERR_INVALID;
+}
+
+alloy_status alloy_bundle_set_state(alloy_bundle *b, const alloy_host_tensor *src)
+{
+    return b ? alloy_graph_set_state(b->g, src) : ALLOY_ERR_INVALID;
+}
+
+alloy_status alloy_bundle_save_state(alloy_bundle *b, const char *path)
+{
+    return b ? alloy_graph_save_state(b->g, path) : ALLOY_ERR_INVALID;
+}
+
+alloy_status alloy_bundle_load_state(alloy_bundle *b, const char *path)
+{
+    return b ? alloy_graph_load_state(b->g, path) : ALLOY_ERR_INVALID;
+}
+
+const char *alloy_bundle_last_error(const alloy_bundle *b) { return b ? alloy_last_error(b->g) : "bundle is NULL"; }
+
+void alloy_bundle_free(alloy_bundle *b)
+{
+    if (!b) return;
+    alloy_graph_free(b->g);
+    al_free(b);
+}

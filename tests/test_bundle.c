@@ -1,0 +1,522 @@
+/* test_bundle.c - ahead-of-time bundles: a training step run from a bundle gives the JIT graph's bits, and every kind of damaged bundle is a clear error. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "alloy/alloy.h"
+#include "models.h"
+#include "passes/plan.h"
+#include "passes/schedule.h"
+#include "runtime/bundle/bundle.h"
+#include "support.h"
+
+/* The MLP of models.c (4 x 3 -> 8 -> 3) with f16 AMP, a dynamic loss
+ * scaler that changes the scale on every step, and AdamW: every pass of a
+ * training compile runs. */
+enum { BATCH = 4, IN = 3, HIDDEN = 8, OUT = 3, STEPS = 8 };
+
+static alloy_graph *build_step(void)
+{
+    alloy_graph *g = alloy_graph_new("aot_mlp");
+    assert_non_null(g);
+    alloy_graph_set_seed(g, 21);
+    test_mlp m = build_mlp(g, F32, BATCH, IN, HIDDEN, OUT);
+    alloy_graph_set_loss(g, m.loss);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    alloy_grad_scaler sc = alloy_dynamic_scaler();
+    sc.growth_interval = 1;
+    alloy_graph_set_grad_scaler(g, sc);
+    alloy_graph_add_optimizer(g, alloy_adamw(0.01, 0.9, 0.999, 1e-8, 0.01));
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    return g;
+}
+
+/* Step k's batch: varied inputs; step 3's are huge, so its f16 gradients
+ * overflow and the scaler skips it (the skip path runs too). */
+static void batch(int k, float *x, int32_t *t)
+{
+    for (int i = 0; i < BATCH * IN; i++) x[i] = (float)(((i * 7 + k * 5) % 11) - 5) * 0.25f * (k == 3 ? 3e4f : 1.0f);
+    for (int i = 0; i < BATCH; i++) t[i] = (i + k) % OUT;
+}
+
+typedef alloy_status (*run_fn)(void *obj, const alloy_host_tensor *feeds, int nfeeds, alloy_step_info *info);
+
+static alloy_status run_graph(void *obj, const alloy_host_tensor *feeds, int nfeeds, alloy_step_info *info)
+{
+    alloy_status st = alloy_graph_run(obj, feeds, nfeeds, NULL, 0);
+    return st ? st : alloy_graph_step_info(obj, info);
+}
+
+static alloy_status run_bundle(void *obj, const alloy_host_tensor *feeds, int nfeeds, alloy_step_info *info)
+{
+    alloy_status st = alloy_bundle_run(obj, feeds, nfeeds, NULL, 0);
+    return st ? st : alloy_bundle_step_info(obj, info);
+}
+
+static void train(void *obj, run_fn run, alloy_step_info *info)
+{
+    for (int k = 0; k < STEPS; k++) {
+        float x[BATCH * IN];
+        int32_t t[BATCH];
+        batch(k, x, t);
+        alloy_host_tensor feeds[2] = {{"x", F32, 2, {BATCH, IN}, x}, {"targets", I32, 1, {BATCH}, t}};
+        assert_int_equal(run(obj, feeds, 2, &info[k]), ALLOY_OK);
+    }
+}
+
+static void test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bit_for_bit(void **state)
+{
+    (void)state;
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("step.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_step_info jit[STEPS], aot[STEPS];
+    train(g, run_graph, jit);
+    alloy_bundle *b = NULL;
+    char err[1024] = "";
+    alloy_status st = alloy_bundle_load(path, &b, err, sizeof err);
+    if (st) fail_msg("alloy_bundle_load: %s", err);
+    train(b, run_bundle, aot);
+    int skipped = 0;
+    for (int k = 0; k < STEPS; k++) {
+        if (memcmp(&jit[k].loss, &aot[k].loss, sizeof(double)) != 0 || jit[k].scale != aot[k].scale ||
+            jit[k].next_scale != aot[k].next_scale || jit[k].skipped != aot[k].skipped ||
+            jit[k].step != aot[k].step || jit[k].skipped_steps != aot[k].skipped_steps)
+            fail_msg("step %d: jit loss %.17g scale %g step %lld, bundle loss %.17g scale %g step %lld", k, jit[k].loss,
+                     jit[k].scale, (long long)jit[k].step, aot[k].loss, aot[k].scale, (long long)aot[k].step);
+        assert_true(isfinite(jit[k].loss));
+        skipped += jit[k].skipped;
+    }
+    /* step 3 overflowed, and the growing scale overflowed others: the skip path ran in both */
+    assert_true(jit[3].skipped);
+    assert_true(skipped >= 2 && skipped < STEPS - 2);
+    assert_int_equal(jit[STEPS - 1].step, STEPS - skipped);
+    /* every state tensor the same bytes (params, moments, scale, counters) */
+    int n = alloy_graph_state_count(g);
+    assert_int_equal(alloy_bundle_state_count(b), n);
+    assert_true(n >= 4 + 8 + 3); /* 4 params, 2 moments each, scaler and step counters */
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor want, got;
+        expect_ok(g, alloy_graph_state_at(g, i, &want), "state_at");
+        assert_int_equal(alloy_bundle_get_state(b, want.name, &got), ALLOY_OK);
+        assert_int_equal(got.dtype, want.dtype);
+        assert_int_equal(got.rank, want.rank);
+        size_t bytes = (size_t)alloy_host_tensor_numel(&want) * alloy_dtype_size(want.dtype);
+        if (memcmp(want.data, got.data, bytes) != 0) fail_msg("state '%s' differs after %d steps", want.name, STEPS);
+    }
+    /* the bundle's state saves and loads like a graph's */
+    const char *ckpt = test_tmp_path("bundle_state.safetensors");
+    assert_int_equal(alloy_bundle_save_state(b, ckpt), ALLOY_OK);
+    assert_int_equal(alloy_graph_load_state(g, ckpt), ALLOY_OK);
+    assert_int_equal(alloy_bundle_load_state(b, ckpt), ALLOY_OK);
+    alloy_bundle_free(b);
+    alloy_graph_free(g);
+}
+
+/* ---- damaged bundles ---- */
+
+static uint32_t le32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Where each section starts (its 16-byte heading) in bytes; the count. */
+static int sections(const uint8_t *bytes, size_t len, size_t *at, uint32_t *tag)
+{
+    int n = (int)le32(bytes + 40);
+    size_t pos = BUNDLE_HEADER_BYTES;
+    for (int i = 0; i < n; i++) {
+        at[i] = pos, tag[i] = le32(bytes + pos);
+        uint64_t body = le32(bytes + pos + 8) | (uint64_t)le32(bytes + pos + 12) << 32;
+        pos += 16 + (size_t)body;
+    }
+    assert_int_equal(pos, len);
+    return n;
+}
+
+/* The file as bytes and decoded; the IR section parses back to a graph
+ * whose schedule and plan, built again, are the bundle's. */
+static void test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan(void **state)
+{
+    (void)state;
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("step.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    bundle_contents c;
+    char err[1024] = "";
+    if (bundle_read_file(path, &c, err, sizeof err)) fail_msg("%s", err);
+    schedule s;
+    mem_plan p;
+    assert_int_equal(sched_build(c.ir, NULL, &s, err, sizeof err), ALLOY_OK);
+    assert_int_equal(plan_for_schedule(c.ir, &s, false, &p, err, sizeof err), ALLOY_OK);
+    const schedule *b = &c.comp.sched;
+    assert_int_equal(s.nsteps, b->nsteps);
+    assert_true(b->nsteps > 5);
+    assert_int_equal(s.nmembers, b->nmembers);
+    assert_int_equal(s.nparts, b->nparts);
+    assert_int_equal(s.ninputs, b->ninputs);
+    for (int i = 0; i < s.nsteps; i++) {
+        assert_int_equal(s.steps[i].kind, b->steps[i].kind);
+        assert_int_equal(s.steps[i].pos, b->steps[i].pos);
+        assert_int_equal(s.steps[i].n, b->steps[i].n);
+        assert_true(ir_type_eq(&s.steps[i].space, &b->steps[i].space));
+    }
+    for (int i = 0; i < s.nmembers; i++) {
+        assert_int_equal(s.members[i].node, b->members[i].node);
+        assert_int_equal(s.members[i].flags, b->members[i].flags);
+    }
+    assert_memory_equal(s.inputs, b->inputs, sizeof(int) * (size_t)s.ninputs);
+    assert_memory_equal(s.kept, b->kept, (size_t)s.nnodes);
+    assert_int_equal(p.arena_bytes, c.comp.plan.arena_bytes);
+    assert_int_equal(p.scratch_offset, c.comp.plan.scratch_offset);
+    assert_memory_equal(p.offset, c.comp.plan.offset, sizeof(int64_t) * (size_t)p.nnodes);
+    /* printing the parsed IR gives the section's text again: every attribute survived */
+    size_t len;
+    unsigned char *bytes = test_read_file(path, &len);
+    char *again = ir_print_string(c.ir);
+    assert_non_null(again);
+    size_t at[16];
+    uint32_t tag[16];
+    sections(bytes, len, at, tag);
+    assert_int_equal(tag[1], BUNDLE_SEC_IR);
+    assert_int_equal(at[2] - at[1] - 16, strlen(again));
+    assert_memory_equal(bytes + at[1] + 16, again, strlen(again));
+    assert_int_equal(c.seed, 21);
+    assert_true(c.training);
+    assert_int_equal(c.optimizer_kind, ALLOY_OPTIM_ADAMW);
+    al_free(again);
+    test_free(bytes);
+    sched_free(&s);
+    plan_free(&p);
+    bundle_contents_free(&c);
+    alloy_graph_free(g);
+}
+
+/* Decodes bytes[0..len) and expects status with every needle in the message. */
+static void expect_error(const uint8_t *bytes, size_t len, alloy_status want, const char *needle, const char *needle2,
+                         const char *what)
+{
+    bundle_contents c;
+    char err[1024] = "";
+    alloy_status st = bundle_decode(bytes, len, "step.alloy", &c, err, sizeof err);
+    if (st == ALLOY_OK) {
+        bundle_contents_free(&c);
+        fail_msg("%s: decoded without an error", what);
+    }
+    if (st != want || !strstr(err, needle) || (needle2 && !strstr(err, needle2)) || !strstr(err, "step.alloy"))
+        fail_msg("%s: status %d, message '%s'; expected %d with '%s' and '%s'", what, st, err, want, needle,
+                 needle2 ? needle2 : "");
+}
+
+static uint8_t *saved_bundle(size_t *len)
+{
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("step.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    return test_read_file(path, len);
+}
+
+static void test_truncated_bundles_are_errors_at_every_header_byte_and_section_boundary(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *bytes = saved_bundle(&len);
+    char what[64];
+    for (size_t cut = 0; cut < BUNDLE_HEADER_BYTES; cut++) {
+        al_fmt(what, sizeof what, "cut at header byte %zu", cut);
+        expect_error(bytes, cut, ALLOY_ERR_FORMAT, cut < 8 ? "not an alloy bundle" : "truncated", NULL, what);
+    }
+    size_t at[16];
+    uint32_t tag[16];
+    int n = sections(bytes, len, at, tag);
+    assert_int_equal(n, 6);
+    for (int i = 0; i < n; i++) {
+        size_t cuts[3] = {at[i], at[i] + 8, at[i] + 16}; /* before, inside and after its heading */
+        for (int k = 0; k < 3; k++) {
+            al_fmt(what, sizeof what, "cut at %zu, section %s", cuts[k], bundle_tag_name(tag[i]));
+            expect_error(bytes, cuts[k], ALLOY_ERR_FORMAT, "truncated", NULL, what);
+        }
+    }
+    expect_error(bytes, len - 1, ALLOY_ERR_FORMAT, "truncated", NULL, "one byte short");
+    /* the public loader says the same about a file */
+    FILE *f = fopen(test_tmp_path("short.alloy"), "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, at[3], f), at[3]);
+    fclose(f);
+    alloy_bundle *b = (alloy_bundle *)(uintptr_t)1;
+    char err[1024];
+    assert_int_equal(alloy_bundle_load(test_tmp_path("short.alloy"), &b, err, sizeof err), ALLOY_ERR_FORMAT);
+    assert_null(b);
+    assert_non_null(strstr(err, "short.alloy: truncated"));
+    test_free(bytes);
+}
+
+static void test_a_flipped_byte_in_any_section_is_a_checksum_mismatch(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *bytes = saved_bundle(&len);
+    size_t at[16];
+    uint32_t tag[16];
+    int n = sections(bytes, len, at, tag);
+    char what[64];
+    for (int i = 0; i < n; i++) {
+        size_t end = i + 1 < n ? at[i + 1] : len;
+        size_t spots[3] = {at[i], at[i] + 16, at[i] + 16 + (end - at[i] - 16) / 2}; /* tag, first byte, middle */
+        for (int k = 0; k < 3; k++) {
+            if (spots[k] >= end) continue;
+            bytes[spots[k]] ^= 0x20;
+            al_fmt(what, sizeof what, "byte %zu of section %s flipped", spots[k], bundle_tag_name(tag[i]));
+            expect_error(bytes, len, ALLOY_ERR_FORMAT, "checksum mismatch", NULL, what);
+            bytes[spots[k]] ^= 0x20;
+        }
+    }
+    bytes[60] ^= 1; /* the stored checksum itself */
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "checksum mismatch", NULL, "checksum flipped");
+    bytes[60] ^= 1;
+    test_free(bytes);
+}
+
+static void test_wrong_magic_newer_version_and_bad_lengths_are_named(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *bytes = saved_bundle(&len);
+    bytes[0] = 'X';
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "not an alloy bundle", NULL, "magic");
+    bytes[0] = 'A';
+    put32(bytes + 8, BUNDLE_VERSION + 1);
+    expect_error(bytes, len, ALLOY_ERR_UNSUPPORTED, "format version 2 is newer", "written by alloy 0.1", "version");
+    put32(bytes + 8, BUNDLE_VERSION);
+    /* a section length past the end (the checksum made right, so the length check is what fails) */
+    size_t at[16];
+    uint32_t tag[16];
+    sections(bytes, len, at, tag);
+    put32(bytes + at[2] + 8, 0x7fffffff);
+    bundle_resign(bytes, len);
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "section schedule", "runs past the end", "schedule length");
+    test_free(bytes);
+}
+
+/* Damage inside a section with the checksum made right: the reader's own
+ * checks of each section name it. */
+static void test_inconsistent_sections_are_errors_naming_the_section(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *good = saved_bundle(&len);
+    size_t at[16];
+    uint32_t tag[16];
+    sections(good, len, at, tag);
+    uint8_t *bytes = test_malloc(len);
+    struct {
+        int section;
+        size_t offset; /* into the section's body */
+        uint32_t value;
+        const char *needle;
+    } cases[] = {
+        {0, 0, 0x64646573u, "section meta"},             /* "graph=" -> "sedd.." */
+        {1, 0, 0x40404040u, "section ir"},               /* the IR text no longer parses */
+        {2, 0, 5u, "nnodes (the IR's node count) = 5"},  /* the node count */
+        {2, 20 + 8, 0xffffu, "section schedule"},        /* step 0's first member */
+        {2, 20 + 12, 0u, "step member count = 0"},       /* step 0 has no members */
+        {3, 4, 64u, "outside the arena of 64 bytes"},    /* the arena shrunk to 64 bytes under its values */
+        {3, 0, 1u, "section plan"},                      /* node count */
+        {4, 0, 1000u, "section state"},                  /* the state count does not fit */
+        {4, 4, 1u << 30, "section state"},               /* a name's length runs past the end */
+    };
+    char what[96];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memcpy(bytes, good, len);
+        put32(bytes + at[cases[i].section] + 16 + cases[i].offset, cases[i].value);
+        assert_true(bundle_resign(bytes, len));
+        al_fmt(what, sizeof what, "case %zu (section %s)", i, bundle_tag_name(tag[cases[i].section]));
+        expect_error(bytes, len, ALLOY_ERR_FORMAT, cases[i].needle, NULL, what);
+    }
+    /* a value's slot moved off its alignment, then past the arena */
+    size_t offsets = at[3] + 16 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8 * ALLOY_DTYPE_COUNT, slot = offsets;
+    while (slot < at[4] && le32(good + slot) == 0xffffffffu) slot += 8;
+    assert_true(slot < at[4]);
+    uint32_t arena = le32(good + at[3] + 16 + 4);
+    uint32_t moved[2] = {le32(good + slot) + 8, arena};
+    for (int k = 0; k < 2; k++) {
+        memcpy(bytes, good, len);
+        put32(bytes + slot, moved[k]);
+        bundle_resign(bytes, len);
+        al_fmt(what, sizeof what, "slot at %zu moved to %u", slot, moved[k]);
+        expect_error(bytes, len, ALLOY_ERR_FORMAT, "slot lies outside the arena or is misaligned", "section plan",
+                     what);
+    }
+    /* every byte of the binary sections flipped, checksum made right: an
+     * error or a bundle, never a crash or a read outside the buffer (the
+     * sanitizer build checks) */
+    int errors = 0, total = 0;
+    for (int s = 2; s <= 4; s++) {
+        size_t end = at[s + 1];
+        for (size_t p = at[s] + 16; p < end; p += s == 2 ? 3 : 1) {
+            memcpy(bytes, good, len);
+            bytes[p] ^= 0x81;
+            bundle_resign(bytes, len);
+            bundle_contents c;
+            char err[1024];
+            if (bundle_decode(bytes, len, "x", &c, err, sizeof err) == ALLOY_OK) bundle_contents_free(&c);
+            else errors++;
+            total++;
+        }
+    }
+    print_message("flipped %d bytes of schedule, plan and state: %d errors\n", total, errors);
+    assert_true(errors > total / 2);
+    test_free(bytes);
+    test_free(good);
+}
+
+static void test_save_bundle_refuses_cuda_archs_and_null_arguments(void **state)
+{
+    (void)state;
+    alloy_graph *g = build_step();
+    assert_int_equal(alloy_graph_save_bundle(g, test_tmp_path("x.alloy"), "sm_80"), ALLOY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(alloy_last_error(g), "sm_80"));
+    assert_int_equal(alloy_graph_save_bundle(g, NULL, NULL), ALLOY_ERR_INVALID);
+    alloy_bundle *b;
+    char err[256];
+    assert_int_equal(alloy_bundle_load(test_tmp_path("missing.alloy"), &b, err, sizeof err), ALLOY_ERR_IO);
+    assert_non_null(strstr(err, "missing.alloy: cannot open"));
+    assert_null(b);
+    assert_int_equal(alloy_bundle_load(test_tmp_path("x.alloy"), NULL, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_load(NULL, &b, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_run(NULL, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
+    alloy_step_info info;
+    assert_int_equal(alloy_bundle_step_info(NULL, &info), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_state_count(NULL), 0);
+    alloy_bundle_free(NULL);
+    alloy_graph_free(g);
+}
+
+/* alloyc compile -o FILE.alloy writes the bundle alloy_graph_save_bundle
+ * would: the example MLP's f16 AdamW training step trains from it as the
+ * JIT graph of the same IR and settings does, bit for bit. */
+static void test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph(void **state)
+{
+    (void)state;
+    const char *ir = ALLOY_EXAMPLES_IR "/mlp_classifier.ir";
+    const char *path = test_tmp_path("cli.alloy");
+    char cmd[2048];
+    al_fmt(cmd, sizeof cmd,
+           "'%s' compile '%s' --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 -o '%s' >/dev/null",
+           ALLOY_ALLOYC, ir, path);
+    assert_int_equal(system(cmd), 0);
+    al_fmt(cmd, sizeof cmd, "'%s' compile '%s' --train --emit=bundle --arch sm_80 -o '%s' 2>/dev/null", ALLOY_ALLOYC,
+           ir, test_tmp_path("arch.alloy"));
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2); /* CUDA sections: a usage error, for now */
+    char err[1024] = "";
+    alloy_graph *g = alloy_graph_load_ir(ir, err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    alloy_graph_set_seed(g, 7);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    alloy_graph_set_training(g, true);
+    alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler());
+    alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01));
+    alloy_bundle *b;
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("%s", err);
+    static float x[64 * 8];
+    static int32_t labels[64];
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 64 * 8; i++) x[i] = (float)((i * 13 + k * 7) % 17 - 8) / 8.0f;
+        for (int i = 0; i < 64; i++) labels[i] = (i * 5 + k) % 3;
+        alloy_host_tensor feeds[2] = {{"x", F32, 2, {64, 8}, x}, {"labels", I32, 1, {64}, labels}};
+        alloy_host_tensor fj = {.name = "loss"}, fb = {.name = "loss"};
+        expect_ok(g, alloy_graph_run(g, feeds, 2, &fj, 1), "jit run");
+        if (alloy_bundle_run(b, feeds, 2, &fb, 1)) fail_msg("bundle run: %s", alloy_bundle_last_error(b));
+        float lj, lb;
+        memcpy(&lj, fj.data, 4), memcpy(&lb, fb.data, 4);
+        if (memcmp(&lj, &lb, 4) != 0 || !isfinite(lj)) fail_msg("step %d: jit loss %.9g, bundle loss %.9g", k, lj, lb);
+    }
+    alloy_host_tensor wj, wb;
+    expect_ok(g, alloy_graph_get_state(g, "w1", &wj), "w1");
+    assert_int_equal(alloy_bundle_get_state(b, "w1", &wb), ALLOY_OK);
+    assert_memory_equal(wj.data, wb.data, 8 * 256 * sizeof(float));
+    alloy_bundle_free(b);
+    alloy_graph_free(g);
+}
+
+/* Allocation number test_fail_at fails, for each allocation of saving a
+ * bundle, loading it and one step in turn: every attempt returns OK or
+ * ALLOY_ERR_OOM with a message and frees all it allocated (cmocka's
+ * allocator checks), the last one OK; the bundle already at the path
+ * stays whole (or is replaced whole) and no temporary file is left. */
+static void test_every_allocation_failure_in_save_load_and_run_is_a_clean_error(void **state)
+{
+    (void)state;
+    const char *path = test_tmp_path("oom.alloy");
+    float x[BATCH * IN];
+    int32_t t[BATCH];
+    batch(0, x, t);
+    alloy_host_tensor feeds[2] = {{"x", F32, 2, {BATCH, IN}, x}, {"targets", I32, 1, {BATCH}, t}};
+    int failures = 0;
+    alloy_graph *first = build_step(); /* a good bundle at path: a failed save must leave it whole */
+    expect_ok(first, alloy_graph_save_bundle(first, path, NULL), "save_bundle");
+    alloy_graph_free(first);
+    for (test_fail_at = 0;; test_fail_at++) {
+        alloy_graph *g = build_step(); /* built before failures start */
+        alloy_set_allocator(test_failing_realloc, NULL);
+        test_alloc_count = 0;
+        char err[1024] = "";
+        alloy_status st = alloy_graph_save_bundle(g, path, NULL);
+        if (st) al_fmt(err, sizeof err, "%s", alloy_last_error(g));
+        alloy_bundle *b = NULL;
+        if (!st) st = alloy_bundle_load(path, &b, err, sizeof err);
+        if (!st && (st = alloy_bundle_run(b, feeds, 2, NULL, 0))) al_fmt(err, sizeof err, "%s", alloy_bundle_last_error(b));
+        bool failed = test_alloc_count > test_fail_at;
+        alloy_bundle_free(b);
+        alloy_graph_free(g);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        bundle_contents c; /* the file: the old bundle or the new one, whole either way */
+        char rerr[1024];
+        if (bundle_read_file(path, &c, rerr, sizeof rerr)) fail_msg("allocation %ld failed: the file: %s", test_fail_at, rerr);
+        bundle_contents_free(&c);
+        if (!failed) {
+            assert_int_equal(st, ALLOY_OK);
+            break;
+        }
+        failures++;
+        if (st != ALLOY_ERR_OOM || !strstr(err, "out of memory"))
+            fail_msg("allocation %ld failed: %s, '%s' instead of OOM", test_fail_at, alloy_status_name(st), err);
+    }
+    test_fail_at = -1;
+    print_message("failed each of %d allocations in turn\n", failures);
+    assert_true(failures > 50);
+    /* no temporary file left next to it */
+    char cmd[512];
+    al_fmt(cmd, sizeof cmd, "ls '%s' | grep -q 'oom.alloy.tmp'", test_tmpdir);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
+        T(test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bit_for_bit),
+        T(test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan),
+        T(test_truncated_bundles_are_errors_at_every_header_byte_and_section_boundary),
+        T(test_a_flipped_byte_in_any_section_is_a_checksum_mismatch),
+        T(test_wrong_magic_newer_version_and_bad_lengths_are_named),
+        T(test_inconsistent_sections_are_errors_naming_the_section),
+        T(test_save_bundle_refuses_cuda_archs_and_null_arguments),
+        T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),
+        T(test_every_allocation_failure_in_save_load_and_run_is_a_clean_error),
+#undef T
+    };
+    return cmocka_run_group_tests_name("aot", tests, NULL, NULL);
+}
