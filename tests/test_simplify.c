@@ -469,6 +469,26 @@ static void test_empty_constants_fold_into_an_empty_constant(void **state)
     al_arena_free(&simplify_arena);
 }
 
+static void test_a_reduction_of_an_empty_constant_with_huge_dims_folds_without_overflow(void **state)
+{
+    (void)state;
+    /* [0, 2^62/10, 120] has no elements, but the product of its inner dims
+     * passes int64: the folder's strides overflowed (UBSan: signed integer
+     * overflow in evaluate.c, fuzz_builder). A sum over the empty axis is 0
+     * in each of the (no) outputs; the reduction of the other axes gives an
+     * empty result. */
+    expect_simplifies_to("graph huge {\n"
+                         "  %e = constant {value=1.0} : f32[0,410834805481964688,120]\n"
+                         "  %s = reduce_sum(%e) {axes=[2]} : f32[0,410834805481964688]\n"
+                         "  output \"s\" = %s\n"
+                         "}\n",
+                         "graph huge {\n"
+                         "  %s = constant {values=[]} : f32[0,410834805481964688]\n"
+                         "  output \"s\" = %s\n"
+                         "}\n");
+    al_arena_free(&simplify_arena);
+}
+
 static void test_folding_skips_results_over_4096_elements_nodes_reading_inputs_and_nodes_that_fail(void **state)
 {
     (void)state;
@@ -816,6 +836,7 @@ int main(void)
         SIMPLIFY_TEST(test_a_constant_counts_as_one_or_zero_only_when_every_stored_element_is),
         SIMPLIFY_TEST(test_reshape_transpose_and_broadcast_to_that_change_nothing_are_dropped_in_any_dtype),
         SIMPLIFY_TEST(test_empty_constants_fold_into_an_empty_constant),
+        SIMPLIFY_TEST(test_a_reduction_of_an_empty_constant_with_huge_dims_folds_without_overflow),
         SIMPLIFY_TEST(test_outputs_updates_loss_names_and_annotations_follow_the_replacements),
     };
     return simplify_run_tests(tests, sizeof tests / sizeof tests[0]);

@@ -252,25 +252,31 @@ static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, 
     for (int i = 0; i < naxes; i++)
         if (ir_norm_axis(axes[i], t->rank, &ax)) reduced[ax] = true;
     for (int d = 0; d < t->rank && !ir_attr_find(n, "axes"); d++) reduced[d] = true;
-    int64_t stride[ALLOY_MAX_RANK], step = 1;
+    /* Products in unsigned arithmetic: an empty tensor may have other dims
+     * whose product overflows int64 (a fuzzed [0, 2^62, 120]); nothing is
+     * read then, but the product must not be undefined behaviour. */
+    int64_t stride[ALLOY_MAX_RANK];
+    uint64_t step = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
-        stride[d] = step;
-        step *= t->dims[d];
+        stride[d] = (int64_t)step;
+        step *= (uint64_t)t->dims[d];
     }
     /* reduced and kept dims, innermost first */
     reduction r = {.x = x};
     int nkept = 0;
-    int64_t kept[ALLOY_MAX_RANK], kept_stride[ALLOY_MAX_RANK], count = 1;
+    int64_t kept[ALLOY_MAX_RANK], kept_stride[ALLOY_MAX_RANK];
+    uint64_t ucount = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
         if (reduced[d]) {
             r.dims[r.nred] = t->dims[d];
             r.stride[r.nred++] = stride[d];
-            count *= t->dims[d];
+            ucount *= (uint64_t)t->dims[d];
         } else {
             kept[nkept] = t->dims[d];
             kept_stride[nkept++] = stride[d];
         }
     }
+    int64_t count = ir_numel(t) ? (int64_t)ucount : 0; /* terms per output; exact when the input is not empty */
     for (int64_t o = 0; o < ir_numel(&n->type); o++) {
         int64_t rest = o;
         r.base = 0;

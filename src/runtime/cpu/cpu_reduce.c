@@ -25,8 +25,9 @@ typedef struct reduce_plan {
 static void push_dim(int64_t *dims, int64_t *strides, int *count, int64_t size, int64_t stride)
 {
     if (size == 1) return;
-    if (*count > 0 && strides[*count - 1] == stride * size) {
-        dims[*count - 1] *= size;
+    /* unsigned: only an empty input's dims can pass int64, and it is never read */
+    if (*count > 0 && (uint64_t)strides[*count - 1] == (uint64_t)stride * (uint64_t)size) {
+        dims[*count - 1] = (int64_t)((uint64_t)dims[*count - 1] * (uint64_t)size);
         strides[*count - 1] = stride;
         return;
     }
@@ -46,23 +47,30 @@ static void make_plan(const ir_node *n, const ir_type *t, reduce_plan *p)
     }
     if (!ir_attr_find(n, "axes"))
         for (int d = 0; d < t->rank; d++) reduced[d] = true;
-    int64_t stride[ALLOY_MAX_RANK], step = 1;
+    /* unsigned products: an empty input may have other dims whose product
+     * passes int64 ([0, 2^62/10, 120]); nothing is read then, and the
+     * counts are fixed below, but the products must not be undefined */
+    int64_t stride[ALLOY_MAX_RANK];
+    uint64_t step = 1, count = 1, nout = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
-        stride[d] = step;
-        step *= t->dims[d];
+        stride[d] = (int64_t)step;
+        step *= (uint64_t)t->dims[d];
     }
     p->op = n->op;
     p->nkept = p->nred = 0;
-    p->count = p->nout = 1;
     for (int d = 0; d < t->rank; d++) {
         if (reduced[d]) {
             push_dim(p->red, p->red_stride, &p->nred, t->dims[d], stride[d]);
-            p->count *= t->dims[d];
+            count *= (uint64_t)t->dims[d];
         } else {
             push_dim(p->kept, p->kept_stride, &p->nkept, t->dims[d], stride[d]);
-            p->nout *= t->dims[d];
+            nout *= (uint64_t)t->dims[d];
         }
     }
+    /* exact unless the input is empty: then a reduced dim of 0 makes count 0
+     * exactly, and a kept dim of 0 leaves no output to compute */
+    p->nout = ir_numel(t) ? (int64_t)nout : ir_numel(&n->type);
+    p->count = ir_numel(t) || p->nout ? (int64_t)count : 0;
 }
 
 /* Offset of the r-th reduced element (row-major over the reduced dims). */
