@@ -79,6 +79,9 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_int_equal(alloy_graph_set_state(g, &h), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_save_state(g, "/nonexistent/s"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_load_state(g, "/nonexistent/s"), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_save_params(g, "/nonexistent/s"), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_load_params(g, "/nonexistent/s", NULL, NULL), ALLOY_ERR_INVALID);
+    assert_null(alloy_linear(g, t, "fc", 2, 2, true));
     assert_int_equal(alloy_graph_print_after(g, "amp", NULL), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_memory_info(g, &mi), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_set_option(g, "amp_log", "1"), ALLOY_ERR_INVALID);
@@ -320,6 +323,10 @@ typedef struct bad_call {
       alloy_graph_set_state(f->g, &(alloy_host_tensor){"v", F32, -1, {4}, NULL}) == ALLOY_ERR_SHAPE)                    \
     X(save_state_to_null, "save_state: path is NULL", alloy_graph_save_state(f->g, NULL) == ALLOY_ERR_INVALID)          \
     X(load_state_from_null, "load_state: path is NULL", alloy_graph_load_state(f->g, NULL) == ALLOY_ERR_INVALID)        \
+    X(save_params_to_null, "save_params: path is NULL", alloy_graph_save_params(f->g, NULL) == ALLOY_ERR_INVALID)       \
+    X(load_params_from_null, "load_params: path is NULL",                                                               \
+      alloy_graph_load_params(f->g, NULL, NULL, NULL) == ALLOY_ERR_INVALID)                                             \
+    X(linear_of_0_inputs, "linear: in and out must be at least 1", !alloy_linear(f->g, f->x, "fc", 0, 2, true))         \
     X(save_checkpoint_to_null, "save_state: path is NULL", alloy_graph_save_checkpoint(f->g, NULL) == ALLOY_ERR_INVALID) \
     X(load_checkpoint_from_null, "load_state: path is NULL",                                                            \
       alloy_graph_load_checkpoint(f->g, NULL) == ALLOY_ERR_INVALID)                                                     \

@@ -911,6 +911,71 @@ static void test_a_refused_configuration_call_leaves_the_graph_as_it_was_and_a_s
     alloy_graph_free(g);
 }
 
+/* PyTorch weights in and out: the fc1 -> relu -> fc2 MLP built with
+ * alloy_linear takes a PyTorch state_dict unchanged (load_params: the four
+ * parameters loaded, the file's x and y ignored) and computes PyTorch's
+ * output; save_params writes the same names, shapes and bytes back. A
+ * training graph (AdamW) loads the same file: its moments and counters
+ * stay, where load_state refuses a file without them. */
+static void test_pytorch_weights_load_into_alloy_linear_layers_and_save_back_unchanged(void **state)
+{
+    (void)state;
+    const char *ref_path = ALLOY_TEST_DATA "/torch_mlp.safetensors";
+    alloy_safetensors *ref;
+    char err[256];
+    assert_int_equal(alloy_safetensors_load(ref_path, &ref, err, sizeof err), ALLOY_OK);
+    const alloy_host_tensor *x = alloy_safetensors_find(ref, "x"), *y = alloy_safetensors_find(ref, "y");
+    assert_non_null(x);
+    assert_non_null(y);
+    for (int train_it = 0; train_it < 2; train_it++) {
+        alloy_graph *g = alloy_graph_new("torch_mlp");
+        alloy_tensor *xi = alloy_input(g, "x", F32, 2, x->dims);
+        alloy_tensor *h = alloy_relu(g, alloy_linear(g, xi, "fc1", 8, 16, true));
+        alloy_tensor *out = alloy_linear(g, h, "fc2", 16, 4, true);
+        expect_ok(g, alloy_output(g, "y", out), "output");
+        if (train_it) {
+            alloy_tensor *target = alloy_input(g, "target", ALLOY_I32, 1, DIMS(5));
+            expect_ok(g, alloy_graph_set_loss(g, alloy_cross_entropy(g, out, target)), "set_loss");
+            expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), "add_optimizer");
+            assert_int_equal(alloy_graph_load_state(g, ref_path), ALLOY_ERR_NOT_FOUND); /* no moments in the file */
+        }
+        int loaded = -1, ignored = -1;
+        expect_ok(g, alloy_graph_load_params(g, ref_path, &loaded, &ignored), "load_params");
+        assert_int_equal(loaded, 4);
+        assert_int_equal(ignored, 2);
+        if (train_it) { /* the moments are as initialized: zeros */
+            alloy_host_tensor m;
+            expect_ok(g, alloy_graph_get_state(g, "fc1.weight.m", &m), "fc1.weight.m");
+            for (int64_t i = 0; i < alloy_host_tensor_numel(&m); i++) assert_true(((const float *)m.data)[i] == 0.0f);
+            alloy_graph_free(g);
+            continue;
+        }
+        alloy_host_tensor feed = *x, fetch = {.name = "y"};
+        feed.name = "x";
+        expect_ok(g, alloy_graph_run(g, &feed, 1, &fetch, 1), "run");
+        double worst = 0;
+        for (int64_t i = 0; i < alloy_host_tensor_numel(y); i++)
+            worst = fmax(worst, fabs((double)((const float *)fetch.data)[i] - ((const float *)y->data)[i]));
+        print_message("alloy_linear MLP against PyTorch: largest difference %.3g\n", worst);
+        assert_true(worst < 1e-6);
+        const char *back = test_tmp_path("params.safetensors");
+        expect_ok(g, alloy_graph_save_params(g, back), "save_params");
+        alloy_safetensors *mine;
+        assert_int_equal(alloy_safetensors_load(back, &mine, err, sizeof err), ALLOY_OK);
+        assert_int_equal(alloy_safetensors_count(mine), 4);
+        for (int i = 0; i < alloy_safetensors_count(mine); i++) {
+            const alloy_host_tensor *t = alloy_safetensors_get(mine, i), *r = alloy_safetensors_find(ref, t->name);
+            assert_non_null(r);
+            assert_int_equal(t->rank, r->rank);
+            for (int d = 0; d < t->rank; d++) assert_int_equal(t->dims[d], r->dims[d]);
+            assert_memory_equal(t->data, r->data, alloy_dtype_size(t->dtype) * (size_t)alloy_host_tensor_numel(t));
+        }
+        alloy_safetensors_free(mine);
+        alloy_graph_free(g);
+    }
+    alloy_safetensors_free(ref);
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
 
 int main(void)
@@ -929,6 +994,7 @@ int main(void)
         TEST(test_step_info_reports_the_loss_of_an_f16_or_bf16_graph),
         TEST(test_an_evaluation_run_with_training_off_updates_nothing_and_step_info_says_so),
         TEST(test_a_refused_configuration_call_leaves_the_graph_as_it_was_and_a_second_optimizer_replaces_the_first),
+        TEST(test_pytorch_weights_load_into_alloy_linear_layers_and_save_back_unchanged),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }

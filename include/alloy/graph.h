@@ -151,6 +151,14 @@ ALLOY_API alloy_tensor *alloy_argmin(alloy_graph *g, alloy_tensor *x, int axis, 
  * elsewhere; an id outside [0, depth) fails the run naming it. No gradient. */
 ALLOY_API alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, alloy_dtype dtype);
 
+/* A PyTorch-layout linear layer: y = x W^T + b for x [..., in], with params
+ * "<name>.weight" [out, in] and (when bias) "<name>.bias" [out], both
+ * initialized uniform in +-1/sqrt(in) as torch.nn.Linear does, so a
+ * PyTorch state_dict's "<name>.weight"/"<name>.bias" load unchanged
+ * (alloy_graph_load_params). NULL with the builder's error on bad sizes. */
+ALLOY_API alloy_tensor *alloy_linear(alloy_graph *g, alloy_tensor *x, const char *name, int64_t in, int64_t out,
+                                     bool bias);
+
 /* a [..., M, K] @ b [..., K, N] (transposes swap the last two dims first);
  * batch dims broadcast. f16/bf16 accumulate in f32 and round once. */
 ALLOY_API alloy_tensor *alloy_matmul(alloy_graph *g, alloy_tensor *a, alloy_tensor *b,
@@ -245,6 +253,15 @@ ALLOY_API alloy_status alloy_graph_save_state(alloy_graph *g, const char *path);
  * error names the file and the tensor; tensors in the file that g lacks
  * are errors too. */
 ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
+/* Parameters only, as a PyTorch state_dict holds them (no moments, counters
+ * or scaler state). save_params writes every param of g (atomically, with
+ * alloy's checksum). load_params sets each param the file has a tensor of
+ * the same name for (dtype and shape must match, else nothing changes and
+ * the error names the tensor), leaves the other params and all optimizer
+ * and scaler state as they are, and ignores tensors that name no param;
+ * *loaded and *ignored (either may be NULL) count the two. */
+ALLOY_API alloy_status alloy_graph_save_params(alloy_graph *g, const char *path);
+ALLOY_API alloy_status alloy_graph_load_params(alloy_graph *g, const char *path, int *loaded, int *ignored);
 
 /* ---- inspection ---- */
 

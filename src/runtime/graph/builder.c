@@ -473,3 +473,25 @@ alloy_host_tensor alloy_tensor_info(const alloy_tensor *t)
     memcpy(info.dims, n->type.dims, sizeof info.dims);
     return info;
 }
+
+alloy_tensor *alloy_linear(alloy_graph *g, alloy_tensor *x, const char *name, int64_t in, int64_t out, bool bias)
+{
+    if (!g || g->ir->status) return NULL;
+    if (!name || in < 1 || out < 1) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "linear: %s", !name ? "name is NULL" : "in and out must be at least 1");
+        return NULL;
+    }
+    char wname[256], bname[256];
+    if (snprintf(wname, sizeof wname, "%s.weight", name) >= (int)sizeof wname ||
+        snprintf(bname, sizeof bname, "%s.bias", name) >= (int)sizeof bname) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "linear: name '%.64s...' is too long", name);
+        return NULL;
+    }
+    double bound = 1.0 / sqrt((double)in); /* torch.nn.Linear's kaiming_uniform(a=sqrt(5)) and its bias */
+    alloy_dtype dt = x && !g->ir->status ? NODE(x)->type.dtype : ALLOY_F32;
+    alloy_tensor *w = alloy_param(g, wname, dt, 2, (const int64_t[]){out, in}, alloy_init_uniform(-bound, bound));
+    alloy_tensor *y = alloy_matmul(g, x, w, false, true);
+    if (!bias) return y;
+    alloy_tensor *b = alloy_param(g, bname, dt, 1, (const int64_t[]){out}, alloy_init_uniform(-bound, bound));
+    return alloy_add(g, y, b);
+}

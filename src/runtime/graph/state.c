@@ -261,10 +261,18 @@ alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
     return ALLOY_OK;
 }
 
-alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
+/* Whether state s is a param of g as built (not optimizer or scaler state). */
+static bool is_param(const alloy_graph *g, const rt_state *s)
+{
+    int id = ir_find_name(g->ir, s->name);
+    return id >= 0 && g->ir->nodes[id]->op == IR_OP_param;
+}
+
+/* Writes g's state (params_only: its params) to path with alloy's checksum. */
+static alloy_status save_tensors(alloy_graph *g, const char *path, bool params_only, const char *call)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_state: path is NULL");
+    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
     alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
@@ -274,21 +282,31 @@ alloy_status alloy_graph_save_state(alloy_graph *g, const char *path)
         al_free(order);
         return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
     }
-    for (int i = 0; i < g->nstate && !st; i++) st = describe_state(g, &g->state[i], &ts[i]), order[i] = &ts[i];
+    int n = 0;
+    for (int i = 0; i < g->nstate && !st; i++) {
+        if (params_only && !is_param(g, &g->state[i])) continue;
+        st = describe_state(g, &g->state[i], &ts[n]);
+        order[n] = &ts[n];
+        n++;
+    }
     char sum[IO_CHECKSUM_LEN] = "";
-    if (!st && io_tensors_checksum(order, g->nstate, sum))
-        st = graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
+    if (!st && io_tensors_checksum(order, n, sum)) st = graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
     al_free(order);
     if (st) {
         al_free(ts);
         return st;
     }
-    const char *keys[] = {"format", "graph", IO_CHECKSUM_KEY}, *vals[] = {"alloy-state-1", g->ir->name, sum};
+    const char *keys[] = {"format", "graph", IO_CHECKSUM_KEY};
+    const char *vals[] = {params_only ? "alloy-params-1" : "alloy-state-1", g->ir->name, sum};
     char err[512] = "";
-    st = alloy_safetensors_save(path, ts, g->nstate, keys, vals, 3, err, sizeof err);
+    st = alloy_safetensors_save(path, ts, n, keys, vals, 3, err, sizeof err);
     al_free(ts);
     return st ? graph_fail(g, st, "%s", err) : ALLOY_OK;
 }
+
+alloy_status alloy_graph_save_state(alloy_graph *g, const char *path) { return save_tensors(g, path, false, "save_state"); }
+
+alloy_status alloy_graph_save_params(alloy_graph *g, const char *path) { return save_tensors(g, path, true, "save_params"); }
 
 /* When file carries alloy's checksum, checks that its tensors have it
  * (a file without one, e.g. from PyTorch, passes). */
@@ -311,49 +329,82 @@ static alloy_status check_checksum(alloy_graph *g, const alloy_safetensors *file
     return ALLOY_OK;
 }
 
-alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
+/* Loads path into g's state, all or nothing. Every state tensor must be in
+ * the file and every file tensor must name one; params_only: only params,
+ * each the file has (the others untouched), and file tensors naming no
+ * param are counted in *ignored, not refused. */
+static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_only, int *loaded, int *ignored,
+                                 const char *call)
 {
+    if (loaded) *loaded = 0;
+    if (ignored) *ignored = 0;
     if (!g) return ALLOY_ERR_INVALID;
-    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "load_state: path is NULL");
+    g->status = ALLOY_OK;
+    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
     char err[512] = "";
     alloy_safetensors *file = NULL;
     st = alloy_safetensors_load(path, &file, err, sizeof err);
     if (st) return graph_fail(g, st, "%s", err);
+    const alloy_host_tensor **src = al_calloc((size_t)g->nstate + 1, sizeof *src);
+    if (!src) {
+        alloy_safetensors_free(file);
+        return graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory", call);
+    }
     char where[600];
     al_fmt(where, sizeof where, "%s: ", path);
     /* validate everything before changing anything: the checksum, every
      * tensor's name, dtype and shape, the values of alloy's own counters */
     st = check_checksum(g, file, path);
+    int nload = 0, nignored = 0;
     for (int i = 0; !st && i < g->nstate; i++) {
-        const alloy_host_tensor *t = alloy_safetensors_find(file, g->state[i].name);
-        if (!t) st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
-        else st = check_match(g, &g->state[i], t, where);
+        if (params_only && !is_param(g, &g->state[i])) continue;
+        src[i] = alloy_safetensors_find(file, g->state[i].name);
+        if (!src[i] && !params_only) st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
+        else if (src[i] && !(st = check_match(g, &g->state[i], src[i], where))) nload++;
     }
     for (int i = 0; !st && i < alloy_safetensors_count(file); i++) {
         const alloy_host_tensor *t = alloy_safetensors_get(file, i);
-        if (!state_find(g, t->name))
-            st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%stensor '%s' matches no state of graph '%s'",
-                            where, t->name, g->ir->name);
+        rt_state *s = state_find(g, t->name);
+        if (params_only && (!s || !is_param(g, s))) nignored++;
+        else if (!s)
+            st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%stensor '%s' matches no state of graph '%s'", where, t->name,
+                            g->ir->name);
     }
     for (int i = 0; !st && i < g->nstate; i++)
-        st = state_check_value(g, &g->state[i], alloy_safetensors_find(file, g->state[i].name)->data, where);
+        if (src[i]) st = state_check_value(g, &g->state[i], src[i]->data, where);
     /* all or nothing: every host copy current first (the old values), then
      * each buffer from the file; a failed upload puts the old values back */
-    for (int i = 0; !st && i < g->nstate; i++) st = state_host(g, &g->state[i]);
+    for (int i = 0; !st && i < g->nstate; i++)
+        if (src[i]) st = state_host(g, &g->state[i]);
     int uploaded = 0;
     for (; !st && uploaded < g->nstate; uploaded++)
-        st = upload_bytes(g, &g->state[uploaded], alloy_safetensors_find(file, g->state[uploaded].name)->data);
+        if (src[uploaded]) st = upload_bytes(g, &g->state[uploaded], src[uploaded]->data);
     if (st) {
-        for (int i = 0; i < uploaded; i++) upload_bytes(g, &g->state[i], g->state[i].host);
+        for (int i = 0; i < uploaded; i++)
+            if (src[i]) upload_bytes(g, &g->state[i], g->state[i].host);
     } else {
         for (int i = 0; i < g->nstate; i++) {
+            if (!src[i]) continue;
             size_t bytes = ir_nbytes(&g->state[i].type);
-            if (bytes) memcpy(g->state[i].host, alloy_safetensors_find(file, g->state[i].name)->data, bytes);
+            if (bytes) memcpy(g->state[i].host, src[i]->data, bytes);
             g->state[i].host_stale = false;
         }
+        if (loaded) *loaded = nload;
+        if (ignored) *ignored = nignored;
     }
+    al_free(src);
     alloy_safetensors_free(file);
     return st;
+}
+
+alloy_status alloy_graph_load_state(alloy_graph *g, const char *path)
+{
+    return load_tensors(g, path, false, NULL, NULL, "load_state");
+}
+
+alloy_status alloy_graph_load_params(alloy_graph *g, const char *path, int *loaded, int *ignored)
+{
+    return load_tensors(g, path, true, loaded, ignored, "load_params");
 }
