@@ -12,8 +12,10 @@ static bool is_counter(const char *name)
 
 /* What each counter alloy keeps may hold. A bad value does no harm at once
  * but ruins every later step: optim.step = -1 makes Adam's bias correction
- * divide by zero (every parameter NaN), a scale of 0, NaN or inf skips
- * every step, a growth tracker at or past growth_interval never grows the
+ * divide by zero (every parameter NaN), a scale of NaN or inf skips every
+ * step, a negative one flips every gradient; a scale of 0 is a state the
+ * scaler itself reaches (backoff underflowing f32, as PyTorch's does), so
+ * a checkpoint holding it loads; a growth tracker at or past growth_interval never grows the
  * scale again (the rule counts up to equality, as PyTorch's). */
 alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where)
 {
@@ -38,8 +40,8 @@ alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *da
     } else if (dt == ALLOY_F32 && strcmp(name, STEP_SCALE) == 0) {
         float v;
         memcpy(&v, data, sizeof v);
-        if (!(isfinite(v) && v > 0))
-            return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %g; the loss scale must be finite and > 0",
+        if (!(isfinite(v) && v >= 0) || signbit(v))
+            return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %g; the loss scale must be finite and >= 0",
                               where, name, (double)v);
     } else if (dt == ALLOY_BOOL && strcmp(name, STEP_FOUND_ACC) == 0) {
         uint8_t v;
