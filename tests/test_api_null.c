@@ -121,6 +121,27 @@ static void calls_without_a_graph_reject_null_and_out_of_range_arguments(void **
     assert_int_equal(alloy_dtype_size((alloy_dtype)ALLOY_DTYPE_COUNT), 0);
     assert_string_equal(alloy_status_name((alloy_status)99), "unknown status");
     assert_int_equal(alloy_host_tensor_numel(NULL), -1);
+    /* bundles: a NULL bundle, path or output is refused, never dereferenced */
+    char berr[128] = "";
+    alloy_bundle *bundle = (alloy_bundle *)(uintptr_t)1;
+    alloy_host_tensor bt = {0};
+    alloy_step_info binfo;
+    assert_int_equal(alloy_bundle_load(NULL, &bundle, berr, sizeof berr), ALLOY_ERR_INVALID);
+    assert_null(bundle);
+    assert_int_equal(alloy_bundle_load("/nonexistent/b.alloy", NULL, berr, sizeof berr), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_load("/nonexistent/b.alloy", &bundle, berr, sizeof berr), ALLOY_ERR_IO);
+    assert_non_null(strstr(berr, "/nonexistent/b.alloy"));
+    assert_int_equal(alloy_bundle_run(NULL, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_step_info(NULL, &binfo), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_state_count(NULL), 0); /* as alloy_graph_state_count(NULL) */
+    assert_int_equal(alloy_bundle_state_at(NULL, 0, &bt), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_get_state(NULL, "w", &bt), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_set_state(NULL, &bt), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_save_state(NULL, "/nonexistent/s"), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_load_state(NULL, "/nonexistent/s"), ALLOY_ERR_INVALID);
+    assert_non_null(alloy_bundle_last_error(NULL));
+    alloy_bundle_free(NULL);
+    assert_int_equal(alloy_graph_save_bundle(NULL, "/nonexistent/b.alloy", NULL), ALLOY_ERR_INVALID);
     alloy_host_tensor h = {.rank = ALLOY_MAX_RANK + 1, .dims = {1, 1, 1, 1, 1, 1, 1, 1}};
     assert_int_equal(alloy_host_tensor_numel(&h), -1); /* dims has 8 entries: rank 9 would read past them */
     h.rank = 1000000;
