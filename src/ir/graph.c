@@ -482,13 +482,15 @@ size_t ir_nbytes(const ir_type *t) { return (size_t)ir_numel(t) * alloy_dtype_si
 
 void ir_matmul_batch_strides(const ir_type *t, int out_batch_rank, int64_t *stride)
 {
+    /* unsigned: an empty operand's other dims may multiply past int64
+     * (fuzz_builder); nothing is read then, but the product must be defined */
     int own = t->rank - 2;
-    int64_t step = t->dims[t->rank - 2] * t->dims[t->rank - 1];
+    uint64_t step = (uint64_t)t->dims[t->rank - 2] * (uint64_t)t->dims[t->rank - 1];
     for (int d = out_batch_rank - 1; d >= 0; d--) {
         int td = d - (out_batch_rank - own);
         int64_t size = td >= 0 ? t->dims[td] : 1;
-        stride[d] = size == 1 ? 0 : step;
-        step *= size;
+        stride[d] = size == 1 ? 0 : (int64_t)step;
+        step *= (uint64_t)size;
     }
 }
 
