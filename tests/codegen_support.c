@@ -339,3 +339,14 @@ double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, in
     test_free(ks), test_free(out), test_free(sources), test_free(names);
     return ms;
 }
+
+cg_nvrtc *nvrtc_or_skip(void)
+{
+    cg_nvrtc *nv;
+    char err[1024];
+    if (cg_nvrtc_open(NULL, &nv, err, sizeof err)) {
+        print_message("no NVRTC: %s\n", err);
+        skip();
+    }
+    return nv;
+}

@@ -76,6 +76,9 @@ char *cgs_rename(const char *text, const char *prefix);
  * cgs_emulate does; fails the test on a value beyond codegen_tolerance. */
 emu_stats emulate_step(alloy_graph *g, const feed_set *f);
 
+/* NVRTC from the loader's path, or the test skipped saying why. */
+cg_nvrtc *nvrtc_or_skip(void);
+
 /* Every kernel of programs[0..n), grouped into modules as the export and
  * the runtime group them (cg_module_range), for each of archs[0..narchs)
  * through a cache in dir, on all cores; returns the milliseconds it took

@@ -159,12 +159,8 @@ static alloy_graph *gpt2_small_block_step(alloy_dtype amp)
 static void test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90(void **state)
 {
     (void)state;
-    cg_nvrtc *nv;
+    cg_nvrtc *nv = nvrtc_or_skip();
     char err[1024];
-    if (cg_nvrtc_open(NULL, &nv, err, sizeof err)) {
-        print_message("no NVRTC: %s\n", err);
-        skip();
-    }
     static const char *const files[] = {"char_gpt.ir", "mlp_classifier.ir"};
     static const alloy_dtype modes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
     cg_program programs[9];

@@ -480,12 +480,7 @@ static void test_every_op_case_runs_emulated_as_on_the_cpu(void **state)
 static void test_every_kernel_of_the_op_cases_compiles_for_sm80_and_sm90(void **state)
 {
     (void)state;
-    cg_nvrtc *nv;
-    char err[1024];
-    if (cg_nvrtc_open(NULL, &nv, err, sizeof err)) {
-        print_message("no NVRTC: %s\n", err);
-        skip();
-    }
+    cg_nvrtc *nv = nvrtc_or_skip();
     op_graphs gs = build_all(NGROUPS);
     int kernels = 0;
     for (int i = 0; i < gs.n; i++) emit_only(&gs.at[i]), kernels += gs.at[i].step.prog.nkernels;

@@ -261,8 +261,9 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     double *A = malloc(sizeof(double) * (size_t)(gm->m * gm->k + 1)), *B = malloc(sizeof(double) * (size_t)(gm->k * gm->n + 1));
     double *raw_a = malloc(sizeof(double) * (size_t)(asize + 1)), *raw_b = malloc(sizeof(double) * (size_t)(bsize + 1));
     double *D = malloc(sizeof(double) * (size_t)(gm->m * gm->n + 1));
-    if (!A || !B || !raw_a || !raw_b || !D) {
-        free(A), free(B), free(raw_a), free(raw_b), free(D);
+    float *f32 = malloc(sizeof(float) * (size_t)(gm->m + 1)); /* one column rounded to f32 */
+    if (!A || !B || !raw_a || !raw_b || !D || !f32) {
+        free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
         return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
     }
     for (int64_t bi = 0; bi < gm->batch; bi++) {
@@ -288,17 +289,14 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
             }
             /* a column of D (ldd apart from the next) */
             if (gm->d == ALLOY_F32 || gm->ab != ALLOY_F64) {
-                float *f = malloc(sizeof(float) * (size_t)(gm->m + 1));
-                if (!f) break;
-                for (int64_t i = 0; i < gm->m; i++) f[i] = (float)col[i]; /* the f32 sum, then D's dtype */
-                cvt_store_f32(gm->d, f, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
-                free(f);
+                for (int64_t i = 0; i < gm->m; i++) f32[i] = (float)col[i]; /* the f32 sum, then D's dtype */
+                cvt_store_f32(gm->d, f32, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
             } else {
                 cvt_store_f64(gm->d, col, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
             }
         }
     }
-    free(A), free(B), free(raw_a), free(raw_b), free(D);
+    free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
     emu_of(dev)->stats.gemms++, totals.gemms++;
     return ALLOY_OK;
 }
