@@ -402,6 +402,23 @@ static void test_reshape_rejects_dims_whose_product_overflows(void **state)
     }
 }
 
+static void test_an_empty_shape_whose_other_dims_multiply_past_the_limit_is_refused(void **state)
+{
+    (void)state;
+    /* [0, 4e17, 120] has no elements, but 4e17 * 120 passes int64: every
+     * stride and partial product a kernel forms would overflow. Such shapes
+     * are refused where shapes are checked; one under the limit is accepted. */
+    alloy_graph *g = alloy_graph_new("g");
+    assert_null(alloy_input(g, "x", ALLOY_F32, 3, DIMS(0, 400000000000000000, 120)));
+    EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "input", "'x'");
+    alloy_graph_free(g);
+    g = alloy_graph_new("g");
+    alloy_tensor *y = alloy_input(g, "y", ALLOY_F32, 3, DIMS(0, 4000000000, 120));
+    assert_non_null(y);
+    assert_non_null(alloy_reshape(g, y, 3, DIMS(120, 4000000000000, 0)));
+    alloy_graph_free(g);
+}
+
 /* ---- running: feeds and fetches ---- */
 
 static void test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable(void **state)
@@ -727,6 +744,7 @@ int main(void)
         T(test_reshape_infers_one_minus_one_dim),
         T(test_reshape_rejects_two_minus_ones_an_uneven_split_and_a_count_change),
         T(test_reshape_rejects_dims_whose_product_overflows),
+    T(test_an_empty_shape_whose_other_dims_multiply_past_the_limit_is_refused),
         T(test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable),
         T(test_feed_with_an_unknown_name_is_not_found),
         T(test_fetch_with_an_unknown_name_is_not_found),

@@ -29,7 +29,13 @@ AL_HIDDEN _Noreturn void al_assert_fail(const char *what, const char *file, int 
 AL_HIDDEN void al_fmt(char *buf, size_t len, const char *fmt, ...) AL_PRINTF(3, 4);
 /* "[2,3,4]" (or "[]" for a scalar) into buf. */
 AL_HIDDEN void al_fmt_dims(char *buf, size_t len, int rank, const int64_t *dims);
-/* Product of dims, or -1 on overflow of int64. */
+/* The most elements a shape may describe: the product of its nonzero dims is
+ * at most this (2^59), so element counts, strides and partial products stay
+ * in int64 even after scaling by an element size of up to 16 bytes. */
+#define AL_MAX_NUMEL (INT64_MAX / 16)
+/* Product of dims; -1 for a negative dim or when the product of the nonzero
+ * dims passes AL_MAX_NUMEL (an empty shape whose other dims are that large is
+ * refused too). */
 AL_HIDDEN int64_t al_numel(int rank, const int64_t *dims);
 
 /* An arena: many small allocations freed at once. Allocation failure returns

@@ -76,13 +76,23 @@ void al_fmt_dims(char *buf, size_t len, int rank, const int64_t *dims)
 
 int64_t al_numel(int rank, const int64_t *dims)
 {
+    /* The product of the nonzero dims is bounded, not only the product: an
+     * empty tensor [0, 4e17, 120] has 0 elements, but its strides and any
+     * partial product a kernel or pass forms (batch strides, row counts, a
+     * reduction's outer size) would pass int64. Bounding it once here, where
+     * every shape is checked, makes all of those safe. */
     int64_t n = 1;
+    bool empty = false;
     for (int i = 0; i < rank; i++) {
         if (dims[i] < 0) return -1;
-        if (dims[i] && n > INT64_MAX / dims[i]) return -1;
+        if (dims[i] == 0) {
+            empty = true;
+            continue;
+        }
+        if (n > AL_MAX_NUMEL / dims[i]) return -1;
         n *= dims[i];
     }
-    return n;
+    return empty ? 0 : n;
 }
 
 /* Arenas: a chain of blocks, each at least 64 KiB, bump-allocated. */

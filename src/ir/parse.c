@@ -375,7 +375,7 @@ static bool parse_type(parser *p, ir_type *ty)
         next(p);
     }
     al_fmt_dims(dims, sizeof dims, ty->rank, ty->dims);
-    if (al_numel(ty->rank, ty->dims) < 0) return FAIL(&dt, "shape %s has more than 2^63-1 elements", dims);
+    if (al_numel(ty->rank, ty->dims) < 0) return FAIL(&dt, "shape %s has more than 2^59 elements (its nonzero dims multiplied)", dims);
     next(p);
     return !p->failed;
 }
