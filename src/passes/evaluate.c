@@ -3,6 +3,7 @@
 
 #include "passes/evaluate.h"
 #include "base/convert.h"
+#include "base/vmath_generic.h"
 
 /* Sums are added pairwise as cpu_reduce.c adds them: runs of at most LEAF
  * terms in order, longer ones split in halves. */
@@ -65,7 +66,9 @@ static int64_t bcast_index(const ir_type *t, int r, const int64_t *idx)
     return off;
 }
 
-/* ---- elementwise: ops.def's expressions, as cpu_elementwise.c expands them ---- */
+/* ---- elementwise: ops.def's expressions, as cpu_elementwise.c expands them
+ * (float's exp, erf and tanh from base/vmath.h there and here: a folded
+ * constant has the bits the kernel would compute) ---- */
 
 #define OP(...)
 #define EW(nm, nin, at, ty, amp, grad, expr) \

@@ -602,11 +602,21 @@ using std::sin;
 using std::sqrt;
 using std::tanh;
 
+/* float exp, erf and tanh as the CPU backend computes them (src/base/vmath.h), so an emulated
+ * kernel matches the CPU bit for bit; a GPU's own expf/erff/tanhf differ by up to 2 ulp. */
+#include "../../src/base/vmath.h"
+inline float alloy_emu_exp(float x) { return al_vexpf(x); }
+inline double alloy_emu_exp(double x) { return std::exp(x); }
+inline float alloy_emu_erf(float x) { return al_verff(x); }
+inline double alloy_emu_erf(double x) { return std::erf(x); }
+inline float alloy_emu_tanh(float x) { return al_vtanhf(x); }
+inline double alloy_emu_tanh(double x) { return std::tanh(x); }
+
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float rsqrt(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 /* CUDA's fast intrinsics, here exact. */
-inline float __expf(float x) { return expf(x); }
+inline float __expf(float x) { return al_vexpf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float x, float y) { return x / y; }
 
@@ -637,5 +647,13 @@ inline double __longlong_as_double(long long x) { double r; memcpy(&r, &x, 8); r
 #define blockIdx (static_cast<const uint3 &>(::alloy_emu::launch.block_idx))
 #define blockDim (static_cast<const dim3 &>(::alloy_emu::launch.block))
 #define gridDim (static_cast<const dim3 &>(::alloy_emu::launch.grid))
+
+/* Last, so that nothing above is rewritten: the kernel's float exp/erf/tanh are vmath.h's. */
+#define exp(x) alloy_emu_exp(x)
+#define erf(x) alloy_emu_erf(x)
+#define tanh(x) alloy_emu_tanh(x)
+#define expf(x) al_vexpf(x)
+#define erff(x) al_verff(x)
+#define tanhf(x) al_vtanhf(x)
 
 #endif

@@ -125,7 +125,8 @@ AL_HIDDEN bool cpu_ew_uses_f64(const ir_node *n, const rt_tensor *in);
 /* A CPU kernel: computes out from in (operand values in operand order). */
 typedef alloy_status (*cpu_kernel)(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in);
 /* Elementwise chunk function: y[i] = f(a[i], b[i], c[i]) for i < n in the
- * compute type (f32 or f64); unused operands are NULL. p holds the op's
+ * compute type (f32 or f64); every operand points at n readable values (an
+ * unused one at a's, whose reads are dead). p holds the op's
  * attributes as its expression reads them (P(k), ir_ew_params). */
 typedef void (*cpu_ew_f32)(int64_t n, float *y, const float *a, const float *b, const float *c, const double *p);
 typedef void (*cpu_ew_f64)(int64_t n, double *y, const double *a, const double *b, const double *c,

@@ -5,14 +5,16 @@
 
 #include "ir/groups.h"
 #include "base/convert.h"
+#include "base/vmath_generic.h"
 #include "runtime/cpu/cpu.h"
 
 /* Each EW line of ops.def becomes two more chunk functions for groups of two
  * or more: the expression of cpu_elementwise.c's, so the same values (a NaN's
  * sign and payload may differ: vector code may take the other operand's), over
  * operands that are never NULL (an unused one points at a, and its loads are
- * dead) and never alias y, in blocks of 8 the compiler can turn into vector
- * code at -O2 (libm calls stay scalar: no fast-math, no contraction). */
+ * dead) and never alias y, in blocks of 16 the compiler turns into vector
+ * code at -O2, one clone per ISA (no fast-math, no contraction; exp, erf and
+ * tanh of float are base/vmath.h's, so they vectorize too). */
 typedef void (*fz_f32)(int64_t n, float *restrict y, const float *restrict a, const float *restrict b,
                        const float *restrict c, const double *p);
 typedef void (*fz_f64)(int64_t n, double *restrict y, const double *restrict a,
@@ -20,15 +22,17 @@ typedef void (*fz_f64)(int64_t n, double *restrict y, const double *restrict a,
 #define OP(...)
 #define P(k) ((T)p[k])
 #define FZ_BODY(T_, nm, expr)                                                              \
-    static void fz_##nm##_##T_(int64_t n, T_##_t *restrict y, const T_##_t *restrict pa,   \
-                               const T_##_t *restrict pb, const T_##_t *restrict pc,       \
-                               const double *p)                                            \
+    CPU_VECTOR_CLONES static void fz_##nm##_##T_(int64_t n, T_##_t *restrict y,            \
+                                                 const T_##_t *restrict pa,                \
+                                                 const T_##_t *restrict pb,                \
+                                                 const T_##_t *restrict pc,                \
+                                                 const double *p)                          \
     {                                                                                      \
         typedef T_##_t T;                                                                  \
         (void)p;                                                                           \
         int64_t i = 0;                                                                     \
-        for (; i + 8 <= n; i += 8)                                                         \
-            for (int j = 0; j < 8; j++) {                                                  \
+        for (; i + 16 <= n; i += 16)                                                       \
+            for (int j = 0; j < 16; j++) {                                                 \
                 T a = pa[i + j], b = pb[i + j], c = pc[i + j];                             \
                 (void)a, (void)b, (void)c;                                                 \
                 y[i + j] = (T)(expr);                                                      \

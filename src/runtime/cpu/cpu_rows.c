@@ -3,6 +3,7 @@
 #include <tgmath.h>
 
 #include "base/convert.h"
+#include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu.h"
 
 /* Operands, attributes, S and V slots a program may use. */

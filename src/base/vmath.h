@@ -1,0 +1,144 @@
+/* vmath.h - exp, erf and tanh for f32 written so a compiler can vectorize the loops that call them.
+ *
+ * libm's expf/erff/tanhf are opaque calls: a loop over a GELU or a softmax
+ * stays one element at a time. These are branch-free (selects, no calls, no
+ * table lookups), so the CPU backend's chunk loops (cpu_elementwise.c,
+ * cpu_fused.c) turn into vector code, for whichever ISA the chunk function is
+ * compiled for (CPU_VECTOR_CLONES below picks AVX-512, AVX2 or SSE2 at load
+ * time). They use no fused multiply-add (C11 mode: no contraction), so every
+ * clone gives the same bits, and constant folding (evaluate.c) the same too.
+ *
+ * Error against the exact value, measured over every 61st f32 (both signs,
+ * f64 libm as the reference): al_vexpf 1.03 ulp, al_vtanhf 1.30 ulp,
+ * al_verff 2.02 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
+ * the subnormals to 0) as libm gives them. tests/test_vmath.c checks the
+ * bounds on a sparser sweep and the special values.
+ *
+ * Only for float: the f64 chunk functions keep libm's double functions. */
+#ifndef ALLOY_BASE_VMATH_H
+#define ALLOY_BASE_VMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Chunk functions get one clone per ISA (GCC's target_clones: an ifunc picks
+ * one when the library loads), so the same binary uses AVX-512 where the CPU
+ * has it and runs on any x86-64. Elsewhere (clang, other CPUs): one version. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ALLOY_NO_VECTOR_CLONES)
+#define CPU_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_VECTOR_CLONES
+#endif
+
+static inline float vm_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t vm_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* 2^n for n in [-126, 127], built from its exponent bits. */
+static inline float vm_pow2i(int32_t n) { return vm_from_bits((uint32_t)(n + 127) << 23); }
+
+/* e^x. x = k ln2 + r with |r| <= ln2/2 (ln2 in two parts, so k ln2 is
+ * exact), e^r by its Taylor polynomial to r^7 (error < 2^-27), then times
+ * 2^k in two halves, so that a subnormal result is rounded once and an
+ * overflowing one becomes inf. */
+static inline float al_vexpf(float x)
+{
+    /* One select per statement (a chain of them is a PHI too wide for GCC's
+     * if-conversion). Below -104 the result rounds to 0: compute e^0 there
+     * instead, since the scaling would pass through subnormals, which cost a
+     * microcode assist per operation (a causal mask's -inf scores are half
+     * of a softmax's inputs). */
+    float xc = x > 100.0f ? 100.0f : x;
+    xc = xc < -104.0f ? 0.0f : xc;
+    xc = x != x ? 0.0f : xc;
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float kf = (xc * 1.44269504088896341f + shifter) - shifter;
+    float r = xc - kf * 0.693145751953125f; /* ln2's high part: 15 bits, exact product */
+    r = r - kf * 1.42860682030941723212e-6f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r * r + r; /* e^r - 1, kept apart from the 1 for accuracy */
+    p = p + 1.0f;
+    int32_t k = (int32_t)kf;
+    int32_t k1 = k / 2, k2 = k - k1;
+    float y = p * vm_pow2i(k1) * vm_pow2i(k2);
+    y = x < -104.0f ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+/* tanh x: x - x^3 q(x^2) for |x| < 0.625 (q a least-squares fit of
+ * degree 5, relative error 5e-10 in f64), else 1 - 2 / (e^{2|x|} + 1) with x's sign;
+ * +-1 beyond 9.1, where tanh rounds to 1. */
+static inline float al_vtanhf(float x)
+{
+    float ax = x < 0.0f ? -x : x;
+    float x2 = x * x;
+    float q = -2.178023523e-03f;
+    q = q * x2 + 8.214972292e-03f;
+    q = q * x2 + -2.171555269e-02f;
+    q = q * x2 + 5.394939667e-02f;
+    q = q * x2 + -1.333322606e-01f;
+    q = q * x2 + 3.333333129e-01f;
+    float small = x - x * x2 * q;
+    float e = al_vexpf(2.0f * (ax > 9.1f ? 9.1f : ax));
+    float big = 1.0f - 2.0f / (e + 1.0f);
+    big = ax > 9.1f ? 1.0f : big;
+    big = x < 0.0f ? -big : big;
+    float y = ax < 0.625f ? small : big;
+    return (x != x) | (x == 0.0f) ? x : y; /* NaN and -0 pass through */
+}
+
+/* erf x: x + x r(x^2) for |x| < 1.25, else 1 - erfc(|x|) with
+ * erfc from e^{-x^2} times a rational fit (Numerical Recipes' erfcc,
+ * relative error < 1.2e-7), x's sign restored; +-1 beyond 3.92, where erf
+ * rounds to 1. */
+static inline float al_verff(float x)
+{
+    float ax = x < 0.0f ? -x : x;
+    float x2 = x * x;
+    /* erf(x) = x + x r(x^2), r a least-squares fit of degree 8 to erf(x)/x - 1
+     * on [0, 1.25] (relative error 1.4e-10 in f64); |r| < 0.27 */
+    float r = 8.411879044e-07f;
+    r = r * x2 + -1.288267126e-05f;
+    r = r * x2 + 1.175781646e-04f;
+    r = r * x2 + -8.522411135e-04f;
+    r = r * x2 + 5.222633560e-03f;
+    r = r * x2 + -2.686577579e-02f;
+    r = r * x2 + 1.128378582e-01f;
+    r = r * x2 + -3.761263857e-01f;
+    r = r * x2 + 1.283791671e-01f;
+    float small = x + x * r;
+    float az = ax > 3.92f ? 3.92f : ax;
+    float t = 1.0f / (1.0f + 0.5f * az);
+    float s = 0.17087277f;
+    s = s * t + -0.82215223f;
+    s = s * t + 1.48851587f;
+    s = s * t + -1.13520398f;
+    s = s * t + 0.27886807f;
+    s = s * t + -0.18628806f;
+    s = s * t + 0.09678418f;
+    s = s * t + 0.37409196f;
+    s = s * t + 1.00002368f;
+    s = s * t + -1.26551223f;
+    float erfc = t * al_vexpf(-az * az + s);
+    float big = ax > 3.92f ? 1.0f : 1.0f - erfc;
+    big = x < 0.0f ? -big : big;
+    float y = ax < 1.25f ? small : big;
+    return (x != x) | (x == 0.0f) ? x : y; /* NaN and -0 pass through */
+}
+
+#endif
