@@ -331,17 +331,19 @@ static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, in
 
 /* The shape of group `name`'s computation, as ints: per member (ascending)
  * its op, dtype and operand count, and per operand either the index of the
- * member it reads or the dtype of an input from outside (scalar or not). */
-static int signature(const ir_graph *g, const int *members, int n, const int *label, int *sig)
+ * member it reads or the dtype of an input from outside (scalar or not).
+ * pos: scratch of nnodes ints, where each member's index goes (so that a
+ * group of n members costs O(n), not O(n^2): a whole model's chain of
+ * adds can be one group). */
+static int signature(const ir_graph *g, const int *members, int n, const int *label, int *sig, int *pos)
 {
     int len = 0;
+    for (int k = 0; k < n; k++) pos[members[k]] = k;
     for (int k = 0; k < n; k++) {
         const ir_node *m = g->nodes[members[k]];
         sig[len++] = m->op, sig[len++] = m->type.dtype, sig[len++] = m->nin;
         for (int j = 0; j < m->nin; j++) {
-            int o = m->in[j], idx = -1;
-            if (label[o] == label[members[k]])
-                for (int i = 0; i < k && idx < 0; i++) idx = members[i] == o ? i : -1;
+            int o = m->in[j], idx = label[o] == label[members[k]] ? pos[o] : -1; /* an earlier member */
             const ir_node *on = g->nodes[o];
             sig[len++] = idx >= 0 ? idx : -1000 - (int)on->type.dtype * 2 - (on->type.rank == 0);
         }
@@ -361,8 +363,9 @@ static bool multi_updates(const ir_graph *g, int *label)
     int *count = al_calloc((size_t)nn, sizeof(int)), *order = al_malloc(sizeof(int) * (size_t)nn);
     int *start = al_calloc((size_t)nn + 1, sizeof(int)), *sig_at = al_malloc(sizeof(int) * ((size_t)nn + 1));
     int *sigs = NULL, *cls = al_malloc(sizeof(int) * (size_t)nn), *clen = al_malloc(sizeof(int) * (size_t)nn);
+    int *pos = al_malloc(sizeof(int) * (size_t)nn);
     uint8_t *upd = al_calloc((size_t)nn, 1), *in_cls = al_calloc((size_t)nn, 1), *done = al_calloc((size_t)nn, 1);
-    bool ok = count && order && start && sig_at && cls && clen && upd && in_cls && done;
+    bool ok = count && order && start && sig_at && cls && clen && pos && upd && in_cls && done;
     size_t sig_total = 0;
     if (ok) {
         for (int i = 0; i < nn; i++) {
@@ -394,7 +397,7 @@ static bool multi_updates(const ir_graph *g, int *label)
             if (!has_update || !ew) continue;
             cls[ncand] = name;
             sig_at[ncand] = at;
-            clen[ncand++] = signature(g, &order[start[name]], n, label, sigs + at);
+            clen[ncand++] = signature(g, &order[start[name]], n, label, sigs + at, pos);
             at += clen[ncand - 1];
         }
         /* classes of equal signatures, each merged into its first group */
@@ -433,7 +436,7 @@ static bool multi_updates(const ir_graph *g, int *label)
         }
     }
     al_free(count), al_free(order), al_free(start), al_free(sig_at), al_free(sigs), al_free(cls);
-    al_free(upd), al_free(in_cls), al_free(done), al_free(clen);
+    al_free(upd), al_free(in_cls), al_free(done), al_free(clen), al_free(pos);
     return ok;
 }
 
