@@ -14,7 +14,7 @@
 static const char usage[] =
     "usage: compile_time [options]\n"
     "Compiles the training step (bf16 AMP, dynamic loss scaler, AdamW) of char_gpt's\n"
-    "model, then of transformer stacks (examples/gpt_model.c, 16 parameters a layer,\n"
+    "model, then of transformer stacks (examples/gpt_model.c, 12 parameters a layer,\n"
     "narrow so that state stays small) sized to about 1k, 10k, 100k and 1M nodes in\n"
     "the compiled step; prints each pass's time (verifying included), the CPU\n"
     "executable's build, and the growth exponent of the pipeline's time in the node\n"

@@ -235,25 +235,27 @@ static void compiling_and_running_grow_linearly_with_the_number_of_parameters(vo
 {
     (void)state;
     /* at 8x the parameters a linear part takes about 8x as long (up to
-     * about 16x where the bigger graph falls out of the caches), a
-     * quadratic one 64x: the state created name by name against every
-     * earlier one, or the optimizer's step placing each parameter's chain
-     * by rescanning all of them, once did */
+     * 23x where the bigger graph falls out of the caches: simplify's CSE
+     * table), a quadratic one 64x (or 40x where it was a part of the
+     * pass): the state created name by name against every earlier one
+     * (59x), fuse's signature of a group that is the whole chain of adds
+     * (49x), each run binding every parameter by name (46x) once did */
     part_times small = best_of_three(many_params, run_many_params, 400),
                big = best_of_three(many_params, run_many_params, 3200);
-    check_growth("400 and 3200 parameters", &small, &big, 28, 2);
+    check_growth("400 and 3200 parameters", &small, &big, 32, 2);
     test_end_cases();
 }
 
 static void a_50k_node_transformer_step_compiles_in_linear_time(void **state)
 {
     (void)state;
-    /* 16 and 128 layers of examples/gpt_model.c's model: 16 parameters
-     * each, names as PyTorch's, 6k and 50k nodes in the compiled step; a
-     * 91k-node stack once took 144 s to compile */
+    /* 16 and 128 layers of examples/gpt_model.c's model: 12 parameters
+     * each, 6k and 50k nodes in the compiled step (a 91k-node stack once
+     * took 144 s to compile); the schedule placing the optimizer's chains
+     * by rescanning them all once grew 40x here, the state 48x, a run 61x */
     part_times small = best_of_three(tiny_stack, run_stack, 16),
                big = best_of_three(tiny_stack, run_stack, 128);
-    check_growth("16 and 128 layers", &small, &big, 28, 2);
+    check_growth("16 and 128 layers", &small, &big, 32, 2);
     double total = 0;
     for (int i = 0; i < big.n; i++) total += big.ms[i];
     if (total > 3000) test_case_failed("128 layers took %.0f ms of CPU time to compile and run", total);
