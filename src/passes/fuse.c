@@ -57,6 +57,22 @@ static void count_readers(const ir_graph *g, int *readers, int *sole)
         if (readers[i] != 1) sole[i] = -1;
 }
 
+/* row_readers[i]: how many operands of later nodes read node i when every
+ * one of them is a row operand of a row op (cross_entropy's logits and its
+ * gradient's), else -1; one sweep over the edges, so that gemm_epilogue
+ * asks it of any number of matmuls in constant time. */
+static void count_row_readers(const ir_graph *g, int *row_readers)
+{
+    for (int i = 0; i < g->nnodes; i++) row_readers[i] = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int *r = &row_readers[n->in[j]];
+            if (*r >= 0) *r = ir_fuse_row_op(g, n) && ir_row_operand(n, j) ? *r + 1 : -1;
+        }
+    }
+}
+
 /* A bias for the epilogue of a [.., N] result: a vector of N (or [1, .., 1, N]). */
 static bool is_bias(const ir_type *b, const ir_type *out)
 {
@@ -72,7 +88,7 @@ static bool is_bias(const ir_type *b, const ir_type *out)
  * cuBLASLt epilogue computes (its GELU is the tanh form; erf GELU is not
  * an epilogue). Casts are between f16, bf16 and f32. A final cast that
  * only row ops read is left to their row group. */
-static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
+static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_readers, int mm, int *gemm)
 {
     const ir_node *m = g->nodes[mm];
     if (!ir_is_float(m->type.dtype) || m->type.dtype == ALLOY_F64 || m->type.rank < 2) return;
@@ -101,19 +117,9 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
     /* a final cast read by row ops only (the logits' cast read by
      * cross_entropy and its gradient) is left to their row group, which
      * then takes both of them: the f32 copy is never stored */
-    if (len > 0 && g->nodes[chain[len - 1]]->op == IR_OP_cast && sole[chain[len - 1]] < 0) {
-        int c = chain[len - 1], readers = 0;
-        bool all_row = true;
-        for (int i = c + 1; i < g->nnodes && all_row; i++) {
-            const ir_node *n = g->nodes[i];
-            for (int j = 0; j < n->nin; j++) {
-                if (n->in[j] != c) continue;
-                readers++;
-                all_row &= ir_fuse_row_op(g, n) && ir_row_operand(n, j);
-            }
-        }
-        if (all_row && readers > 1) len--;
-    }
+    if (len > 0 && g->nodes[chain[len - 1]]->op == IR_OP_cast && sole[chain[len - 1]] < 0 &&
+        row_readers[chain[len - 1]] > 1)
+        len--;
     if (len == 0) return;
     gemm[mm] = mm;
     for (int i = 0; i < len; i++) gemm[chain[i]] = mm;
@@ -449,7 +455,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     if ((off & 1) || g->nnodes == 0) return ALLOY_OK;
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
-    int *gemm = al_malloc(sizeof(int) * nn);
+    int *gemm = al_malloc(sizeof(int) * nn), *row_readers = al_malloc(sizeof(int) * nn);
     fuser f = {.g = g, .gemm = gemm, .no_row = off & 1u << IR_GROUP_ROW};
     int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.out_head, &f.out_tail};
     bool ok = true;
@@ -460,7 +466,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     f.out_next = al_malloc(sizeof(int) * edges);
     f.out_node = al_malloc(sizeof(int) * edges);
     f.sealed = al_calloc(nn, 1);
-    ok &= f.out_next && f.out_node && f.sealed && gemm;
+    ok &= f.out_next && f.out_node && f.sealed && gemm && row_readers;
     if (ok) {
         for (size_t i = 0; i < nn; i++) {
             f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = f.out_head[i] = f.out_tail[i] = -1;
@@ -471,9 +477,11 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
          * which reads nothing the union could delay) */
         int *readers = f.out_head, *sole = f.out_tail; /* borrowed, reset below */
         count_readers(g, readers, sole);
+        count_row_readers(g, row_readers);
         for (int i = 0; i < g->nnodes; i++) gemm[i] = -1;
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->op == IR_OP_matmul && !(off & 1u << IR_GROUP_GEMM)) gemm_epilogue(g, sole, i, gemm);
+            if (g->nodes[i]->op == IR_OP_matmul && !(off & 1u << IR_GROUP_GEMM))
+                gemm_epilogue(g, sole, row_readers, i, gemm);
         for (size_t i = 0; i < nn; i++) f.out_head[i] = f.out_tail[i] = -1;
         for (int i = 0; i < g->nnodes; i++) place(&f, i);
         /* names: the union's groups of two or more, the GEMM groups (named
@@ -503,7 +511,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         }
     }
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) al_free(*per_node[a]);
-    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm);
+    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm), al_free(row_readers);
     if (!ok) return ir_error(g, ALLOY_ERR_OOM, "fuse: out of memory for %d nodes", g->nnodes);
     return ALLOY_OK;
 }
