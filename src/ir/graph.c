@@ -41,72 +41,19 @@ alloy_status ir_error(ir_graph *g, alloy_status status, const char *fmt, ...)
     return status;
 }
 
-/* FNV-1a, its bits mixed (MurmurHash3's finalizer): the low bits pick the
- * slot, and names that differ in one digit ("layer.7.weight") must not
- * crowd into neighbouring slots. */
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
-}
-
 /* The name entry `id` of an index stands for. */
-typedef const char *(*key_fn)(const ir_graph *g, int id);
-static const char *node_key(const ir_graph *g, int id) { return g->nodes[id]->name; }
-static const char *output_key(const ir_graph *g, int id) { return g->outputs[id].name; }
-static const char *update_key(const ir_graph *g, int id) { return g->updates[id].name; }
-
-/* The entry called name in an open-addressing index (slots of -1 are
- * empty, cap a power of two), or -1. */
-static int index_find(const ir_graph *g, const int *slots, int cap, key_fn key, const char *name)
-{
-    if (!cap || !name) return -1;
-    size_t mask = (size_t)cap - 1;
-    for (size_t i = hash_str(name) & mask;; i = (i + 1) & mask) {
-        int id = slots[i];
-        if (id < 0) return -1;
-        if (strcmp(key(g, id), name) == 0) return id;
-    }
-}
-
-/* Adds entry id (the count-th) to an index, doubling it past half full;
- * false when out of memory (the index is unchanged). */
-static bool index_insert(const ir_graph *g, int **slots, int *cap, int count, key_fn key, int id)
-{
-    if ((count + 1) * 2 > *cap) {
-        int ncap = *cap ? *cap * 2 : 64;
-        int *ns = al_malloc(sizeof(int) * (size_t)ncap);
-        if (!ns) return false;
-        for (int i = 0; i < ncap; i++) ns[i] = -1;
-        for (int i = 0; i < *cap; i++) {
-            int old = (*slots)[i];
-            if (old < 0) continue;
-            size_t j = hash_str(key(g, old)) & (size_t)(ncap - 1);
-            while (ns[j] >= 0) j = (j + 1) & (size_t)(ncap - 1);
-            ns[j] = old;
-        }
-        al_free(*slots);
-        *slots = ns;
-        *cap = ncap;
-    }
-    size_t mask = (size_t)*cap - 1;
-    size_t j = hash_str(key(g, id)) & mask;
-    while ((*slots)[j] >= 0) j = (j + 1) & mask;
-    (*slots)[j] = id;
-    return true;
-}
+static const char *node_key(const void *g, int id) { return ((const ir_graph *)g)->nodes[id]->name; }
+static const char *output_key(const void *g, int id) { return ((const ir_graph *)g)->outputs[id].name; }
+static const char *update_key(const void *g, int id) { return ((const ir_graph *)g)->updates[id].name; }
 
 int ir_find_name(const ir_graph *g, const char *name)
 {
-    return index_find(g, g->name_slots, g->name_cap, node_key, name);
+    return al_index_find(g->name_slots, g->name_cap, node_key, g, name);
 }
 
 static bool name_insert(ir_graph *g, int id)
 {
-    if (!index_insert(g, &g->name_slots, &g->name_cap, g->name_count, node_key, id)) return false;
+    if (!al_index_add(&g->name_slots, &g->name_cap, g->name_count, node_key, g, id)) return false;
     g->name_count++;
     return true;
 }
@@ -326,7 +273,7 @@ alloy_status ir_add_output(ir_graph *g, const char *name, int node)
     const char *copy = al_arena_strdup(&g->arena, name);
     if (!copy) return ir_error(g, ALLOY_ERR_OOM, "out of memory adding output '%s'", name);
     g->outputs[g->noutputs] = (ir_output){copy, node};
-    if (!index_insert(g, &g->out_slots, &g->out_cap, g->noutputs, output_key, g->noutputs))
+    if (!al_index_add(&g->out_slots, &g->out_cap, g->noutputs, output_key, g, g->noutputs))
         return ir_error(g, ALLOY_ERR_OOM, "out of memory adding output '%s'", name);
     g->noutputs++;
     return ALLOY_OK;
@@ -349,7 +296,7 @@ alloy_status ir_add_update(ir_graph *g, const char *name, int node)
     const char *copy = al_arena_strdup(&g->arena, name);
     if (!copy) return ir_error(g, ALLOY_ERR_OOM, "out of memory adding update of '%s'", name);
     g->updates[g->nupdates] = (ir_output){copy, node};
-    if (!index_insert(g, &g->upd_slots, &g->upd_cap, g->nupdates, update_key, g->nupdates))
+    if (!al_index_add(&g->upd_slots, &g->upd_cap, g->nupdates, update_key, g, g->nupdates))
         return ir_error(g, ALLOY_ERR_OOM, "out of memory adding update of '%s'", name);
     g->nupdates++;
     return ALLOY_OK;
@@ -357,12 +304,12 @@ alloy_status ir_add_update(ir_graph *g, const char *name, int node)
 
 int ir_find_output(const ir_graph *g, const char *name)
 {
-    return index_find(g, g->out_slots, g->out_cap, output_key, name);
+    return al_index_find(g->out_slots, g->out_cap, output_key, g, name);
 }
 
 int ir_find_update(const ir_graph *g, const char *name)
 {
-    return index_find(g, g->upd_slots, g->upd_cap, update_key, name);
+    return al_index_find(g->upd_slots, g->upd_cap, update_key, g, name);
 }
 
 ir_graph *ir_graph_clone(const ir_graph *src)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
+#include "base/name_index.h"
 
 /* A result type: dtype and static shape. rank 0 is a scalar. */
 typedef struct ir_type {
@@ -97,12 +98,12 @@ typedef struct ir_graph {
     ir_output *updates;
     int nupdates, updcap;
     int loss; /* node id of the scalar loss, or -1 */
-    /* name -> node id, open addressing, capacity a power of two */
-    int *name_slots;
+    /* name -> node id, open addressing, capacity a power of two (base/name_index.h) */
+    al_name_slot *name_slots;
     int name_cap, name_count;
     /* output name -> output index and update name -> update index, likewise
      * (so reading a graph with many outputs stays linear) */
-    int *out_slots, *upd_slots;
+    al_name_slot *out_slots, *upd_slots;
     int out_cap, upd_cap;
     alloy_status status;
     char error[1024];

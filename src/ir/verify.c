@@ -132,7 +132,7 @@ static alloy_status check_names(ir_graph *g)
     if (g->name_cap < 0 || (g->name_cap & (g->name_cap - 1)) || (g->name_cap > 0 && !g->name_slots))
         return ir_error(g, ALLOY_ERR_VERIFY, "name index is corrupt (capacity %d)", g->name_cap);
     for (int i = 0; i < g->name_cap; i++) {
-        int id = g->name_slots[i];
+        int id = g->name_slots[i].id;
         if (id < 0) continue;
         filled++;
         if (id >= g->nnodes || !g->nodes[id]->name)

@@ -57,6 +57,22 @@ static void count_readers(const ir_graph *g, int *readers, int *sole)
         if (readers[i] != 1) sole[i] = -1;
 }
 
+/* row_readers[i]: how many operands of later nodes read node i when every
+ * one of them is a row operand of a row op (cross_entropy's logits and its
+ * gradient's), else -1; one sweep over the edges, so that gemm_epilogue
+ * asks it of any number of matmuls in constant time. */
+static void count_row_readers(const ir_graph *g, int *row_readers)
+{
+    for (int i = 0; i < g->nnodes; i++) row_readers[i] = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int *r = &row_readers[n->in[j]];
+            if (*r >= 0) *r = ir_fuse_row_op(g, n) && ir_row_operand(n, j) ? *r + 1 : -1;
+        }
+    }
+}
+
 /* A bias for the epilogue of a [.., N] result: a vector of N (or [1, .., 1, N]). */
 static bool is_bias(const ir_type *b, const ir_type *out)
 {
@@ -72,7 +88,7 @@ static bool is_bias(const ir_type *b, const ir_type *out)
  * cuBLASLt epilogue computes (its GELU is the tanh form; erf GELU is not
  * an epilogue). Casts are between f16, bf16 and f32. A final cast that
  * only row ops read is left to their row group. */
-static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
+static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_readers, int mm, int *gemm)
 {
     const ir_node *m = g->nodes[mm];
     if (!ir_is_float(m->type.dtype) || m->type.dtype == ALLOY_F64 || m->type.rank < 2) return;
@@ -101,19 +117,9 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, int mm, int *gemm)
     /* a final cast read by row ops only (the logits' cast read by
      * cross_entropy and its gradient) is left to their row group, which
      * then takes both of them: the f32 copy is never stored */
-    if (len > 0 && g->nodes[chain[len - 1]]->op == IR_OP_cast && sole[chain[len - 1]] < 0) {
-        int c = chain[len - 1], readers = 0;
-        bool all_row = true;
-        for (int i = c + 1; i < g->nnodes && all_row; i++) {
-            const ir_node *n = g->nodes[i];
-            for (int j = 0; j < n->nin; j++) {
-                if (n->in[j] != c) continue;
-                readers++;
-                all_row &= ir_fuse_row_op(g, n) && ir_row_operand(n, j);
-            }
-        }
-        if (all_row && readers > 1) len--;
-    }
+    if (len > 0 && g->nodes[chain[len - 1]]->op == IR_OP_cast && sole[chain[len - 1]] < 0 &&
+        row_readers[chain[len - 1]] > 1)
+        len--;
     if (len == 0) return;
     gemm[mm] = mm;
     for (int i = 0; i < len; i++) gemm[chain[i]] = mm;
@@ -331,17 +337,19 @@ static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, in
 
 /* The shape of group `name`'s computation, as ints: per member (ascending)
  * its op, dtype and operand count, and per operand either the index of the
- * member it reads or the dtype of an input from outside (scalar or not). */
-static int signature(const ir_graph *g, const int *members, int n, const int *label, int *sig)
+ * member it reads or the dtype of an input from outside (scalar or not).
+ * pos: scratch of nnodes ints, where each member's index goes (so that a
+ * group of n members costs O(n), not O(n^2): a whole model's chain of
+ * adds can be one group). */
+static int signature(const ir_graph *g, const int *members, int n, const int *label, int *sig, int *pos)
 {
     int len = 0;
+    for (int k = 0; k < n; k++) pos[members[k]] = k;
     for (int k = 0; k < n; k++) {
         const ir_node *m = g->nodes[members[k]];
         sig[len++] = m->op, sig[len++] = m->type.dtype, sig[len++] = m->nin;
         for (int j = 0; j < m->nin; j++) {
-            int o = m->in[j], idx = -1;
-            if (label[o] == label[members[k]])
-                for (int i = 0; i < k && idx < 0; i++) idx = members[i] == o ? i : -1;
+            int o = m->in[j], idx = label[o] == label[members[k]] ? pos[o] : -1; /* an earlier member */
             const ir_node *on = g->nodes[o];
             sig[len++] = idx >= 0 ? idx : -1000 - (int)on->type.dtype * 2 - (on->type.rank == 0);
         }
@@ -361,8 +369,9 @@ static bool multi_updates(const ir_graph *g, int *label)
     int *count = al_calloc((size_t)nn, sizeof(int)), *order = al_malloc(sizeof(int) * (size_t)nn);
     int *start = al_calloc((size_t)nn + 1, sizeof(int)), *sig_at = al_malloc(sizeof(int) * ((size_t)nn + 1));
     int *sigs = NULL, *cls = al_malloc(sizeof(int) * (size_t)nn), *clen = al_malloc(sizeof(int) * (size_t)nn);
+    int *pos = al_malloc(sizeof(int) * (size_t)nn);
     uint8_t *upd = al_calloc((size_t)nn, 1), *in_cls = al_calloc((size_t)nn, 1), *done = al_calloc((size_t)nn, 1);
-    bool ok = count && order && start && sig_at && cls && clen && upd && in_cls && done;
+    bool ok = count && order && start && sig_at && cls && clen && pos && upd && in_cls && done;
     size_t sig_total = 0;
     if (ok) {
         for (int i = 0; i < nn; i++) {
@@ -394,7 +403,7 @@ static bool multi_updates(const ir_graph *g, int *label)
             if (!has_update || !ew) continue;
             cls[ncand] = name;
             sig_at[ncand] = at;
-            clen[ncand++] = signature(g, &order[start[name]], n, label, sigs + at);
+            clen[ncand++] = signature(g, &order[start[name]], n, label, sigs + at, pos);
             at += clen[ncand - 1];
         }
         /* classes of equal signatures, each merged into its first group */
@@ -433,7 +442,7 @@ static bool multi_updates(const ir_graph *g, int *label)
         }
     }
     al_free(count), al_free(order), al_free(start), al_free(sig_at), al_free(sigs), al_free(cls);
-    al_free(upd), al_free(in_cls), al_free(done), al_free(clen);
+    al_free(upd), al_free(in_cls), al_free(done), al_free(clen), al_free(pos);
     return ok;
 }
 
@@ -446,7 +455,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     if ((off & 1) || g->nnodes == 0) return ALLOY_OK;
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
-    int *gemm = al_malloc(sizeof(int) * nn);
+    int *gemm = al_malloc(sizeof(int) * nn), *row_readers = al_malloc(sizeof(int) * nn);
     fuser f = {.g = g, .gemm = gemm, .no_row = off & 1u << IR_GROUP_ROW};
     int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.out_head, &f.out_tail};
     bool ok = true;
@@ -457,7 +466,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     f.out_next = al_malloc(sizeof(int) * edges);
     f.out_node = al_malloc(sizeof(int) * edges);
     f.sealed = al_calloc(nn, 1);
-    ok &= f.out_next && f.out_node && f.sealed && gemm;
+    ok &= f.out_next && f.out_node && f.sealed && gemm && row_readers;
     if (ok) {
         for (size_t i = 0; i < nn; i++) {
             f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = f.out_head[i] = f.out_tail[i] = -1;
@@ -468,9 +477,11 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
          * which reads nothing the union could delay) */
         int *readers = f.out_head, *sole = f.out_tail; /* borrowed, reset below */
         count_readers(g, readers, sole);
+        count_row_readers(g, row_readers);
         for (int i = 0; i < g->nnodes; i++) gemm[i] = -1;
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->op == IR_OP_matmul && !(off & 1u << IR_GROUP_GEMM)) gemm_epilogue(g, sole, i, gemm);
+            if (g->nodes[i]->op == IR_OP_matmul && !(off & 1u << IR_GROUP_GEMM))
+                gemm_epilogue(g, sole, row_readers, i, gemm);
         for (size_t i = 0; i < nn; i++) f.out_head[i] = f.out_tail[i] = -1;
         for (int i = 0; i < g->nnodes; i++) place(&f, i);
         /* names: the union's groups of two or more, the GEMM groups (named
@@ -500,7 +511,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         }
     }
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) al_free(*per_node[a]);
-    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm);
+    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm), al_free(row_readers);
     if (!ok) return ir_error(g, ALLOY_ERR_OOM, "fuse: out of memory for %d nodes", g->nnodes);
     return ALLOY_OK;
 }

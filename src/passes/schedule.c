@@ -34,7 +34,7 @@ typedef struct builder {
     uint8_t *must_store; /* per node */
     int *stamp;          /* per node: the last step that listed it as an input */
     int *parent;         /* per member slot of a MULTI step: union-find */
-    int *order;          /* scratch: members of the step being built */
+    int *tail;           /* per member slot of a MULTI step: the last member of the chain it is the root of */
 } builder;
 
 static void add_part(builder *b, part_kind kind, int first, int n)
@@ -101,7 +101,11 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
         /* the chains, in the order of their first member; found_inf last */
         bool fi = g->nodes[order[n - 1]]->op == IR_OP_found_inf;
         int ns = fi ? n - 1 : n, at = st->first;
-        int *parent = b->parent, *done = b->stamp; /* stamp is free until the inputs below */
+        /* union-find joins members that read one another; each chain is
+         * then a list threaded through next[] (stamp, free until the inputs
+         * below) from its first member, so placing them is linear however
+         * many chains there are (a step of every parameter's update) */
+        int *parent = b->parent, *tail = b->tail, *next = b->stamp;
         for (int m = 0; m < ns; m++) parent[m] = m;
         for (int m = 0; m < ns; m++) {
             const ir_node *x = g->nodes[order[m]];
@@ -111,16 +115,21 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
                     parent[find_root(parent, src)] = find_root(parent, m);
             }
         }
-        for (int m = 0; m < ns; m++) done[order[m]] = 0;
+        for (int m = 0; m < ns; m++) tail[m] = -1;
         for (int m = 0; m < ns; m++) {
-            if (done[order[m]]) continue;
-            int root = find_root(parent, m), len = 0;
-            for (int i = m; i < ns; i++)
-                if (!done[order[i]] && find_root(parent, i) == root) {
-                    done[order[i]] = 1;
-                    s->member_of[order[i]] = at + len;
-                    s->members[at + len++] = (sched_member){order[i], b->must_store[order[i]] ? MEMBER_STORED : 0};
-                }
+            int root = find_root(parent, m);
+            next[order[m]] = -1;
+            if (tail[root] >= 0) next[order[tail[root]]] = m;
+            tail[root] = m;
+            s->member_of[order[m]] = -1; /* not placed yet */
+        }
+        for (int m = 0; m < ns; m++) {
+            if (s->member_of[order[m]] >= 0) continue; /* placed with its chain's first member */
+            int len = 0;
+            for (int i = m; i >= 0; i = next[order[i]]) {
+                s->member_of[order[i]] = at + len;
+                s->members[at + len++] = (sched_member){order[i], b->must_store[order[i]] ? MEMBER_STORED : 0};
+            }
             add_part(b, PART_EW, at, len);
             at += len;
         }
@@ -130,7 +139,7 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
             for (int j = 0; j < f->nin; j++)
                 if (s->step_of[f->in[j]] == (int)(st - s->steps)) s->members[s->member_of[f->in[j]]].flags |= MEMBER_CHECK;
         }
-        for (int m = 0; m < ns; m++) done[order[m]] = -1;
+        for (int m = 0; m < ns; m++) next[order[m]] = -1;
         break;
     }
     }
@@ -188,10 +197,11 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
     b.must_store = al_calloc((size_t)nn + 1, 1);
     b.stamp = al_malloc(sizeof(int) * ((size_t)nn + 1));
     b.parent = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    b.tail = al_malloc(sizeof(int) * ((size_t)nn + 1));
     if (!ok || !out->steps || !out->members || !out->parts || !out->inputs || !out->step_of || !out->member_of ||
-        !out->kept || !b.must_store || !b.stamp || !b.parent) {
+        !out->kept || !b.must_store || !b.stamp || !b.parent || !b.tail) {
         if (ok) ir_groups_free(&gs);
-        al_free(b.must_store), al_free(b.stamp), al_free(b.parent);
+        al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
         sched_free(out);
         al_fmt(err, errlen, "out of memory scheduling %d nodes", nn);
         return ALLOY_ERR_OOM;
@@ -235,7 +245,7 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
         add_inputs(&b, step);
     }
     ir_groups_free(&gs);
-    al_free(b.must_store), al_free(b.stamp), al_free(b.parent);
+    al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
     return st;
 }
 

@@ -76,6 +76,11 @@ AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sc
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);
+/* Thread `thread`'s array of at least n values, kept in w across groups
+ * and runs (a row group's block views: cpu_groups.c sets the entries it
+ * reads before each block, so a group costs its own size, not the
+ * graph's); NULL when out of memory. */
+AL_HIDDEN rt_tensor *cpu_workers_views(cpu_workers *w, int thread, int n);
 /* Starts up to want threads in all (the caller included) and returns how many there are. */
 AL_HIDDEN int cpu_workers_threads(cpu_workers *w, int want);
 /* Runs fn(arg, block, thread) for every block in [0, nblocks) on `threads`

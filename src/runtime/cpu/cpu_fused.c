@@ -379,6 +379,9 @@ struct cpu_workers {
     /* chunk buffers: thread t's at scratch + t * share */
     char *scratch;
     size_t scratch_bytes, share, ptr_at;
+    /* per thread: the values a row group's blocks see (cpu_workers_views) */
+    rt_tensor *views[MAX_THREADS];
+    int nviews[MAX_THREADS];
 };
 
 static void run_block(cpu_workers *w, const fz_plan *p, int64_t b, int t)
@@ -440,7 +443,19 @@ void cpu_workers_free(cpu_workers *w)
         pthread_mutex_destroy(&w->mu);
     }
     al_free(w->scratch);
+    for (int t = 0; t < MAX_THREADS; t++) al_free(w->views[t]);
     al_free(w);
+}
+
+rt_tensor *cpu_workers_views(cpu_workers *w, int thread, int n)
+{
+    if (thread < 0 || thread >= MAX_THREADS) return NULL;
+    if (w->nviews[thread] < n) {
+        al_free(w->views[thread]);
+        w->views[thread] = al_malloc(sizeof(rt_tensor) * (size_t)n);
+        w->nviews[thread] = w->views[thread] ? n : 0;
+    }
+    return w->views[thread];
 }
 
 /* Up to `want` threads in all, the caller included; returns how many there are. */
@@ -540,10 +555,13 @@ static bool member_wide(const ir_node *n, const rt_tensor *values)
 /* Fills p's members and external inputs (arrays already sized for n members
  * and 3n inputs) and gives each member a chunk buffer: one per value live at
  * a time, none for a stored member of the compute type (computed in place
- * in its destination). Returns NULL, or why the group cannot run. */
+ * in its destination). ext_slots (ext_mask + 1 of them, all -1, at least
+ * twice 3n) index the inputs by node id, so that a group of many inputs
+ * (the global gradient norm's sum over every parameter) is planned in time
+ * linear in its size. Returns NULL, or why the group cannot run. */
 static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *members, int n,
                              const rt_tensor *values, const ir_type **in_types, int *last_use,
-                             int *free_slots)
+                             int *free_slots, int *ext_slots, uint32_t ext_mask)
 {
     const ir_node *first = g->nodes[members[0].node];
     p->wide = member_wide(first, values);
@@ -581,11 +599,13 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
                 last_use[mi] = k;
                 continue;
             }
-            int e = 0;
-            while (e < p->ninputs && ext_id[e] != id) e++;
-            if (e == p->ninputs) {
+            uint32_t h = ((uint32_t)id * 0x9e3779b1u) >> 7 & ext_mask;
+            while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != id) h = (h + 1) & ext_mask;
+            int e = ext_slots[h];
+            if (e < 0) {
                 const rt_tensor *v = &values[id];
                 if (!v->data && ir_nbytes(&v->type)) return "an input of the group has no value";
+                e = ext_slots[h] = p->ninputs;
                 ext_id[e] = id;
                 in_types[e] = &v->type;
                 p->inputs[e] = (fz_input){.dtype = v->type.dtype, .es = alloy_dtype_size(v->type.dtype),
@@ -618,9 +638,12 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
 {
     const ir_node *last = g->nodes[members[n - 1].node];
     char label[64];
-    /* one block: members, inputs, input types, last uses + input ids, free slots */
+    /* one block: members, inputs, input types, last uses + input ids, free
+     * slots, the index of the inputs */
+    uint32_t ext_cap = 16;
+    while (ext_cap < 6 * (uint32_t)n) ext_cap *= 2;
     size_t bytes = sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n +
-                   sizeof(ir_type *) * 3 * (size_t)n + sizeof(int) * 5 * (size_t)n;
+                   sizeof(ir_type *) * 3 * (size_t)n + sizeof(int) * 5 * (size_t)n + sizeof(int) * ext_cap;
     char *block = al_malloc(bytes);
     if (!block)
         return cpu_fail(x, ALLOY_ERR_OOM, "out of memory running the group ending at %s '%s'",
@@ -630,9 +653,10 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     p.inputs = (fz_input *)(void *)(block + sizeof(fz_member) * (size_t)n);
     const ir_type **in_types = (const ir_type **)(void *)((char *)p.inputs + sizeof(fz_input) * 3 * (size_t)n);
     int *last_use = (int *)(void *)(in_types + 3 * (size_t)n);
-    int *free_slots = last_use + 4 * (size_t)n;
+    int *free_slots = last_use + 4 * (size_t)n, *ext_slots = free_slots + n;
+    for (uint32_t i = 0; i < ext_cap; i++) ext_slots[i] = -1;
     p.nonfinite = nonfinite;
-    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots);
+    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots, ext_slots, ext_cap - 1);
     if (why) {
         al_free(block);
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",

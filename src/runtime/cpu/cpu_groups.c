@@ -22,7 +22,9 @@ typedef enum view_kind {
 typedef struct row_thread {
     cpu_exec x;
     cpu_workers *w;   /* chunk buffers for this thread's EW steps; no threads */
-    rt_tensor *view;  /* the run's values with block views of the group's tensors */
+    /* block views of the group's inputs and members, by node id (the run's
+     * workers lend the array; the other entries are stale and never read) */
+    rt_tensor *view;
     char *scratch;    /* block buffers of members read by a later step */
 } row_thread;
 
@@ -103,7 +105,10 @@ static void row_block(void *arg, int64_t b, int ti)
         int id = rg->members[k].node;
         const ir_node *m = g->nodes[id];
         rt_tensor *v = &t->view[id];
-        if (ir_ops[m->op].row && ir_row_summarize(ir_ops[m->op].row).per_row_result) continue;
+        if (ir_ops[m->op].row && ir_row_summarize(ir_ops[m->op].row).per_row_result) {
+            *v = rg->values[id]; /* written after the blocks, from their per-row results */
+            continue;
+        }
         rt_tensor whole = {m->type, rg->values[id].data};
         set_view(rg, v, &whole, VIEW_FULL, r0, rb);
         if (!whole.data) v->data = rg->scratch_at[k] == SIZE_MAX ? NULL : t->scratch + rg->scratch_at[k];
@@ -194,10 +199,9 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
             row_thread *t = &rg->t[i];
             t->x.nthreads = 1;
             t->w = cpu_workers_new();
-            t->view = al_malloc(sizeof(rt_tensor) * (size_t)g->nnodes);
+            t->view = cpu_workers_views(w, i, g->nnodes);
             t->scratch = al_malloc(rg->scratch_bytes ? rg->scratch_bytes : 1);
             if (!t->w || !t->view || !t->scratch) why = oom;
-            else memcpy(t->view, values, sizeof(rt_tensor) * (size_t)g->nnodes);
         }
     }
     if (!why && rg->rows > 0) {
@@ -217,7 +221,7 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
     }
     for (int i = 0; i < threads; i++) {
         cpu_workers_free(rg->t[i].w);
-        al_free(rg->t[i].view), al_free(rg->t[i].scratch);
+        al_free(rg->t[i].scratch);
     }
     al_free(rg->ext_kind), al_free(rg->scratch_at), al_free(rg->losses);
     al_free(rg);

@@ -57,7 +57,8 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;
-    st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, NULL, 0, NULL);
+    st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, g->timings,
+                           (int)(sizeof g->timings / sizeof g->timings[0]), &g->ntimings);
     if (!st && !g->comp.plan.offset) /* schedule and plan disabled: the backend needs them */
         st = ir_error(c, ALLOY_ERR_INVALID, "the schedule and plan passes cannot be disabled for a run");
     if (st) {

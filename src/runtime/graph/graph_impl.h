@@ -31,6 +31,8 @@ struct alloy_graph {
     ir_graph *ir;       /* as built; builder errors live in ir->status/error */
     ir_graph *compiled; /* after the pass pipeline; NULL until compiled */
     pass_compiled comp; /* its schedule and plan for the default keep set */
+    pass_timing timings[16]; /* each pass's time in the last compile (bench/compile_time.c reads them) */
+    int ntimings;
     rt_backend *backend; /* opened at the first compile, kept with the state it holds */
     /* The executable of the last run: for the default schedule, or for
      * exec_sched / exec_plan when that run kept more (fetches of values the
@@ -46,6 +48,8 @@ struct alloy_graph {
     uint64_t step_raw[STEP_NSCALARS]; /* their values as the last run downloaded them */
     rt_state *state;
     int nstate, state_cap;
+    al_name_slot *state_slots; /* the index of state names (base/name_index.h) */
+    int state_slot_cap;
     bool state_ready; /* every param/state leaf of compiled has its state tensor */
     uint64_t seed;
     amp_config amp;             /* lists and dtype as the user set them */

@@ -5,6 +5,7 @@
 
 #include "alloy/safetensors.h"
 #include "base/convert.h"
+#include "base/name_index.h"
 #include "runtime/io/checksum.h"
 #include "runtime/graph/graph_impl.h"
 
@@ -68,11 +69,12 @@ static void init_values(const ir_node *n, uint64_t seed, double *v, int64_t coun
     }
 }
 
+static const char *state_name(const void *g, int i) { return ((const alloy_graph *)g)->state[i].name; }
+
 rt_state *state_find(alloy_graph *g, const char *name)
 {
-    for (int i = 0; i < g->nstate; i++)
-        if (strcmp(g->state[i].name, name) == 0) return &g->state[i];
-    return NULL;
+    int i = al_index_find(g->state_slots, g->state_slot_cap, state_name, g, name);
+    return i < 0 ? NULL : &g->state[i];
 }
 
 /* Uploads data (s's bytes) into s's buffer, which it creates when missing;
@@ -128,7 +130,9 @@ alloy_status state_ensure(alloy_graph *g)
         size_t bytes = ir_nbytes(&n->type);
         rt_state s = {.name = al_strdup(n->name), .type = n->type, .host = al_malloc(bytes ? bytes : 1)};
         double *tmp = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
-        if (!s.name || !s.host || !tmp) {
+        g->state[g->nstate] = s; /* where the index reads its name */
+        if (!s.name || !s.host || !tmp ||
+            !al_index_add(&g->state_slots, &g->state_slot_cap, g->nstate, state_name, g, g->nstate)) {
             al_free(s.name);
             al_free(s.host);
             al_free(tmp);
@@ -182,8 +186,10 @@ void state_free_all(alloy_graph *g)
         if (g->state[i].buf) g->backend->ops->buffer_free(g->backend, g->state[i].buf);
     }
     al_free(g->state);
+    al_free(g->state_slots);
     g->state = NULL;
-    g->nstate = g->state_cap = 0;
+    g->state_slots = NULL;
+    g->nstate = g->state_cap = g->state_slot_cap = 0;
 }
 
 /* s as a host tensor, its host copy brought up to date. */
