@@ -375,6 +375,8 @@ struct cpu_workers {
     /* chunk buffers: thread t's at scratch + t * share */
     char *scratch;
     size_t scratch_bytes, share, ptr_at;
+    void *buffer;        /* cpu_workers_buffer's */
+    size_t buffer_bytes;
 };
 
 static void run_block(cpu_workers *w, const fz_plan *p, int64_t b, int t)
@@ -436,7 +438,17 @@ void cpu_workers_free(cpu_workers *w)
         pthread_mutex_destroy(&w->mu);
     }
     al_free(w->scratch);
+    al_free(w->buffer);
     al_free(w);
+}
+
+void *cpu_workers_buffer(cpu_workers *w, size_t bytes)
+{
+    if (bytes <= w->buffer_bytes) return w->buffer;
+    al_free(w->buffer); /* its contents need not survive */
+    w->buffer = al_malloc(bytes);
+    w->buffer_bytes = w->buffer ? bytes : 0;
+    return w->buffer;
 }
 
 /* Up to `want` threads in all, the caller included; returns how many there are. */
