@@ -77,19 +77,19 @@ static uint32_t load_pair(const uint16_t *p, bool both)
 }
 
 /* bf16 kept as bf16, two k per 32-bit unit: dst[(p * R + r)] = op(X)(r,
- * 2p..2p+1), for units p0.. */
-static void pack_pairs(const strip_src *s, int R, int64_t p0, int64_t kunits, uint32_t *restrict dst)
+ * 2p..2p+1), for units p0 <= p < p1. */
+static void pack_pairs(const strip_src *s, int R, int64_t p0, int64_t p1, uint32_t *restrict dst)
 {
     if (s->ks == 1) { /* k contiguous: each row's pairs are 32-bit words */
         for (int64_t r = 0; r < s->rows; r++) {
             const uint16_t *row = s->base + r * s->rs;
             int64_t p = p0;
-            for (; 2 * p + 1 < s->k; p++) dst[p * R + r] = load_pair(row + 2 * p, true);
-            if (2 * p < s->k) dst[p * R + r] = load_pair(row + 2 * p, false), p++;
-            for (; p < kunits; p++) dst[p * R + r] = 0;
+            for (; p < p1 && 2 * p + 1 < s->k; p++) dst[p * R + r] = load_pair(row + 2 * p, true);
+            if (p < p1 && 2 * p < s->k) dst[p * R + r] = load_pair(row + 2 * p, false), p++;
+            for (; p < p1; p++) dst[p * R + r] = 0;
         }
     } else { /* r contiguous: two rows of k interleaved */
-        for (int64_t p = p0; p < kunits; p++) {
+        for (int64_t p = p0; p < p1; p++) {
             uint16_t *d = (uint16_t *)(dst + p * R);
             const uint16_t *k0 = 2 * p < s->k ? s->base + 2 * p * s->ks : NULL;
             if (2 * p + 1 < s->k)
@@ -101,26 +101,26 @@ static void pack_pairs(const strip_src *s, int R, int64_t p0, int64_t kunits, ui
         }
     }
     if (s->rows < R)
-        for (int64_t p = p0; p < kunits; p++) memset(dst + p * R + s->rows, 0, sizeof(uint32_t) * (size_t)(R - s->rows));
+        for (int64_t p = p0; p < p1; p++) memset(dst + p * R + s->rows, 0, sizeof(uint32_t) * (size_t)(R - s->rows));
 }
 
-/* f16/bf16 converted to f32: dst[p * R + r] = op(X)(r, p), for p from p0. */
-static void pack_f32(const strip_src *s, int R, int64_t p0, float *restrict dst)
+/* f16/bf16 converted to f32: dst[p * R + r] = op(X)(r, p), for p0 <= p < p1. */
+static void pack_f32(const strip_src *s, int R, int64_t p0, int64_t p1, float *restrict dst)
 {
     if (s->ks == 1) { /* k contiguous: convert a run of a row, then scatter it */
         enum { RUN = 256 };
         float run[RUN];
         for (int64_t r = 0; r < s->rows; r++)
-            for (int64_t q = p0; q < s->k; q += RUN) {
-                int64_t len = min64(RUN, s->k - q);
+            for (int64_t q = p0; q < p1; q += RUN) {
+                int64_t len = min64(RUN, p1 - q);
                 cvt_load_f32(s->dt, s->base + r * s->rs + q, run, (size_t)len);
                 for (int64_t p = 0; p < len; p++) dst[(q + p) * R + r] = run[p];
             }
     } else {
-        for (int64_t p = p0; p < s->k; p++) cvt_load_f32(s->dt, s->base + p * s->ks, dst + p * R, (size_t)s->rows);
+        for (int64_t p = p0; p < p1; p++) cvt_load_f32(s->dt, s->base + p * s->ks, dst + p * R, (size_t)s->rows);
     }
     if (s->rows < R)
-        for (int64_t p = p0; p < s->k; p++) memset(dst + p * R + s->rows, 0, sizeof(float) * (size_t)(R - s->rows));
+        for (int64_t p = p0; p < p1; p++) memset(dst + p * R + s->rows, 0, sizeof(float) * (size_t)(R - s->rows));
 }
 
 /* ---- one run ---- */
@@ -158,7 +158,8 @@ static bool all_zero(const int64_t *v, int n)
     return true;
 }
 
-static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip)
+/* Units [u0, u1) of one strip of one copy of A or B. */
+static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip, int64_t u0, int64_t u1)
 {
     const gemm_lowp_args *g = r->g;
     const lowp_kernel *kn = r->kern;
@@ -176,22 +177,30 @@ static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip
     char *dst = (is_a ? r->apack + (size_t)copy * (size_t)r->mstrips * r->a_strip
                       : r->bpack + (size_t)copy * (size_t)r->nstrips * r->b_strip) +
                 (size_t)strip * (is_a ? r->a_strip : r->b_strip);
-    int64_t done = kn->pack ? kn->pack(&s, R, r->kunits, dst) : 0;
-    if (done >= r->kunits) return;
-    if (kn->ku == 2) pack_pairs(&s, R, done, r->kunits, (uint32_t *)(void *)dst);
-    else pack_f32(&s, R, done, (float *)(void *)dst);
+    int64_t done = kn->pack ? kn->pack(&s, R, u0, u1, dst) : u0;
+    if (done >= u1) return;
+    if (kn->ku == 2) pack_pairs(&s, R, done, u1, (uint32_t *)(void *)dst);
+    else pack_f32(&s, R, done, u1, (float *)(void *)dst);
 }
 
-/* Pack job j: PACK_STRIPS strips of one copy of A (the first jobs) or B. */
+/* Pack job j: PACK_STRIPS strips of one copy of A (the first jobs) or B.
+ * Where a strip's rows are contiguous in k each strip goes whole; else the
+ * strips go UNITS_AT_ONCE units at a time, so that every row of op(X)
+ * read is read along all the job's strips at once. */
 static void pack_job(void *arg, int64_t j, int thread)
 {
     (void)thread;
+    enum { UNITS_AT_ONCE = 16 };
     const lowp_run *r = arg;
+    const gemm_lowp_args *g = r->g;
     bool is_a = j < r->a_copies * r->a_groups;
     if (!is_a) j -= r->a_copies * r->a_groups;
     int64_t groups = is_a ? r->a_groups : r->b_groups, strips = is_a ? r->mstrips : r->nstrips;
-    int64_t copy = j / groups, s0 = j % groups * PACK_STRIPS;
-    for (int64_t s = s0; s < min64(s0 + PACK_STRIPS, strips); s++) pack_strip(r, is_a, copy, s);
+    int64_t copy = j / groups, s0 = j % groups * PACK_STRIPS, s1 = min64(s0 + PACK_STRIPS, strips);
+    bool k_rows = is_a ? !g->ta : g->tb;
+    int64_t step = k_rows ? r->kunits : UNITS_AT_ONCE;
+    for (int64_t u0 = 0; u0 < r->kunits; u0 += step)
+        for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
 
 /* Tile job t: rows [i0, i0+mc) x columns [j0, j0+nc) of one batch's C,

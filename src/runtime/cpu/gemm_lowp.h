@@ -66,10 +66,10 @@ typedef struct lowp_kernel {
      * mr x nr product of kunits units of the panels a and b */
     void (*tile)(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc, int mr_valid,
                  int nr_valid, bool add);
-    /* packs the first units of strip s as an R-wide panel (zeros past
-     * s->rows and s->k) into dst and returns how many it did; the driver's
-     * C packing does the rest. NULL: none. */
-    int64_t (*pack)(const strip_src *s, int R, int64_t kunits, void *dst);
+    /* packs units [u0, u1) of strip s as an R-wide panel starting at dst
+     * (zeros past s->rows and s->k) and returns where it stopped (u0 to
+     * u1); the driver's C packing does the rest. NULL: none. */
+    int64_t (*pack)(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst);
 } lowp_kernel;
 
 /* The x86 kernels, NULL when the build is not for x86-64 with GCC or clang.

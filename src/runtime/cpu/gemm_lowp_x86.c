@@ -128,6 +128,7 @@ TARGET_F32 static inline void transpose16(__m512i r[16])
     }
 }
 
+static inline int64_t min_i64(int64_t x, int64_t y) { return x < y ? x : y; }
 static inline __mmask16 first16(int64_t n) { return (__mmask16)(n >= 16 ? 0xffff : n > 0 ? (1u << n) - 1 : 0); }
 static inline __mmask32 first32(int64_t n) { return n >= 32 ? 0xffffffffu : n > 0 ? (1u << n) - 1 : 0; }
 
@@ -140,11 +141,13 @@ TARGET_F32 static inline __m512i load16_f32(alloy_dtype dt, const uint16_t *p)
 }
 
 /* Rows k-contiguous: blocks of 16 units (words: bf16 pairs, or f32) of 16
- * rows at a time, transposed; returns the units done (whole blocks inside k). */
-TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, uint32_t *d)
+ * rows at a time, transposed, from u0 (a multiple of 16); returns where it
+ * stopped (before a block that is not whole inside k or u1). */
+TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, int64_t u0, int64_t u1, uint32_t *d)
 {
-    int64_t blocks = s->k / (pairs ? 32 : 16);
-    for (int64_t bl = 0; bl < blocks; bl++)
+    int64_t blocks = min_i64(s->k / (pairs ? 32 : 16), u1 / 16);
+    if (u0 % 16) return u0;
+    for (int64_t bl = u0 / 16; bl < blocks; bl++)
         for (int r0 = 0; r0 < R; r0 += 16) {
             __m512i v[16];
             for (int i = 0; i < 16; i++) {
@@ -157,20 +160,20 @@ TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, ui
             __mmask16 m = first16(R - r0);
             for (int q = 0; q < 16; q++) _mm512_mask_storeu_epi32(d + (bl * 16 + q) * R + r0, m, v[q]);
         }
-    return blocks * 16;
+    return blocks * 16 > u0 ? blocks * 16 : u0;
 }
 
 /* bf16 pairs: A of a product that is not transposed and B of one that is
  * have k-contiguous rows; the others two k-rows per unit, interleaved. */
-TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t kunits, void *dst)
+TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst)
 {
     uint32_t *d = dst;
-    if (s->ks == 1) return pack_by_rows(s, R, true, d);
+    if (s->ks == 1) return pack_by_rows(s, R, true, u0, u1, d);
     /* word j of the result: u16 j of the first row, then of the second */
     __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
                                   36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    for (int64_t p = 0; p < kunits; p++)
+    for (int64_t p = u0; p < u1; p++)
         for (int r0 = 0; r0 < R; r0 += 32) {
             __mmask32 lm = first32(s->rows - r0);
             __m512i x0 = 2 * p < s->k ? _mm512_maskz_loadu_epi16(lm, s->base + 2 * p * s->ks + r0) : _mm512_setzero_si512();
@@ -180,22 +183,22 @@ TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t kuni
             _mm512_mask_storeu_epi32(o, first16(R - r0), _mm512_permutex2var_epi16(x0, lo, x1));
             if (R - r0 > 16) _mm512_mask_storeu_epi32(o + 16, first16(R - r0 - 16), _mm512_permutex2var_epi16(x0, hi, x1));
         }
-    return kunits;
+    return u1;
 }
 
 /* f32 panels from f16 (F16C's vcvtph2ps) or bf16 (a shift). */
-TARGET_F32 static int64_t pack_f32_x86(const strip_src *s, int R, int64_t kunits, void *dst)
+TARGET_F32 static int64_t pack_f32_x86(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst)
 {
     uint32_t *d = dst;
-    if (s->ks == 1) return pack_by_rows(s, R, false, d);
-    for (int64_t p = 0; p < kunits; p++)
+    if (s->ks == 1) return pack_by_rows(s, R, false, u0, u1, d);
+    for (int64_t p = u0; p < u1; p++)
         for (int r0 = 0; r0 < R; r0 += 16) {
             __m256i h = _mm256_maskz_loadu_epi16(first16(s->rows - r0), s->base + p * s->ks + r0);
             __m512i v = s->dt == ALLOY_F16 ? _mm512_castps_si512(_mm512_cvtph_ps(h))
                                            : _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
             _mm512_mask_storeu_epi32(d + p * R + r0, first16(R - r0), v);
         }
-    return kunits;
+    return u1;
 }
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
