@@ -167,7 +167,7 @@ static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip
     int64_t len = is_a ? g->m : g->n, r0 = strip * R;
     int64_t off = batch_offset(g, is_a ? g->stride_a : g->stride_b, copy);
     const uint16_t *x = (const uint16_t *)(is_a ? g->a : g->b) + off;
-    strip_src s = {g->dtype, NULL, 0, 0, min64(R, len - r0), g->k};
+    strip_src s = {g->dtype, NULL, 0, 0, min64(R, len - r0), g->k, len - r0};
     if (is_a) { /* op(A)(i, kk) = a[i * lda + kk], or a[kk * lda + i] */
         s.rs = g->ta ? 1 : g->lda, s.ks = g->ta ? g->lda : 1;
     } else {    /* op(B)(kk, j) = b[kk * ldb + j], or b[j * ldb + kk] */
@@ -303,8 +303,9 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     r.b_copies = all_zero(g->stride_b, g->batch_rank) ? 1 : batches;
     r.kunits = cdiv(g->k, kn->ku);
     r.mstrips = cdiv(g->m, kn->mr), r.nstrips = cdiv(g->n, kn->nr);
-    r.a_strip = (size_t)(r.kunits * kn->mr * kn->ku * kn->esize);
-    r.b_strip = (size_t)(r.kunits * kn->nr * kn->ku * kn->esize);
+    /* and the slack a kernel's packing may write past a strip */
+    r.a_strip = (size_t)(r.kunits * kn->mr * kn->ku * kn->esize) + ALIGN;
+    r.b_strip = (size_t)(r.kunits * kn->nr * kn->ku * kn->esize) + ALIGN;
     r.a_groups = cdiv(r.mstrips, PACK_STRIPS), r.b_groups = cdiv(r.nstrips, PACK_STRIPS);
     r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
     r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);

@@ -47,11 +47,13 @@ AL_HIDDEN alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, c
 /* ---- between gemm_lowp.c and the x86 kernels (gemm_lowp_x86.c) ---- */
 
 /* A strip of an operand to pack: element (r, kk) of op(X), r < rows, is
- * base[r * rs + kk * ks], f16 or bf16; one of rs, ks is 1. */
+ * base[r * rs + kk * ks], f16 or bf16; one of rs, ks is 1. When rs is 1,
+ * base[kk * ks + r] may be read for r < readable (>= rows: the strips
+ * after this one). */
 typedef struct strip_src {
     alloy_dtype dt;
     const uint16_t *base;
-    int64_t rs, ks, rows, k;
+    int64_t rs, ks, rows, k, readable;
 } strip_src;
 
 /* A register-blocked kernel over packed panels. A panel of op(A) is an
@@ -68,7 +70,9 @@ typedef struct lowp_kernel {
                  int nr_valid, bool add);
     /* packs units [u0, u1) of strip s as an R-wide panel starting at dst
      * (zeros past s->rows and s->k) and returns where it stopped (u0 to
-     * u1); the driver's C packing does the rest. NULL: none. */
+     * u1); the driver's C packing does the rest. It may write up to 64
+     * bytes past unit u1 - 1 (a strip is followed by that much slack), and
+     * runs with u0 ascending for each strip. NULL: none. */
     int64_t (*pack)(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst);
 } lowp_kernel;
 

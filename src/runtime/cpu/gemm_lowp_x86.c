@@ -157,8 +157,10 @@ TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, in
                                          : load16_f32(s->dt, src);
             }
             transpose16(v);
-            __mmask16 m = first16(R - r0);
-            for (int q = 0; q < 16; q++) _mm512_mask_storeu_epi32(d + (bl * 16 + q) * R + r0, m, v[q]);
+            /* whole stores, q ascending: where R - r0 < 16 each writes into
+             * the next unit's start, which the next one rewrites (and the
+             * last, the strip's slack); AMD's masked stores are slow */
+            for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + (bl * 16 + q) * R + r0, v[q]);
         }
     return blocks * 16 > u0 ? blocks * 16 : u0;
 }
@@ -175,13 +177,20 @@ TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t u0, 
     __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     for (int64_t p = u0; p < u1; p++)
         for (int r0 = 0; r0 < R; r0 += 32) {
+            /* whole loads where the row goes on (a full strip: what is past
+             * it lands in words the stores below leave to the next unit) */
+            bool whole = s->readable - r0 >= 32;
             __mmask32 lm = first32(s->rows - r0);
-            __m512i x0 = 2 * p < s->k ? _mm512_maskz_loadu_epi16(lm, s->base + 2 * p * s->ks + r0) : _mm512_setzero_si512();
-            __m512i x1 = 2 * p + 1 < s->k ? _mm512_maskz_loadu_epi16(lm, s->base + (2 * p + 1) * s->ks + r0)
-                                          : _mm512_setzero_si512();
-            uint32_t *o = d + p * R + r0;
-            _mm512_mask_storeu_epi32(o, first16(R - r0), _mm512_permutex2var_epi16(x0, lo, x1));
-            if (R - r0 > 16) _mm512_mask_storeu_epi32(o + 16, first16(R - r0 - 16), _mm512_permutex2var_epi16(x0, hi, x1));
+            const uint16_t *k0 = s->base + 2 * p * s->ks + r0, *k1 = k0 + s->ks;
+            __m512i x0 = 2 * p >= s->k ? _mm512_setzero_si512()
+                         : whole       ? _mm512_loadu_si512(k0)
+                                       : _mm512_maskz_loadu_epi16(lm, k0);
+            __m512i x1 = 2 * p + 1 >= s->k ? _mm512_setzero_si512()
+                         : whole           ? _mm512_loadu_si512(k1)
+                                           : _mm512_maskz_loadu_epi16(lm, k1);
+            uint32_t *o = d + p * R + r0; /* whole stores, as in pack_by_rows */
+            _mm512_storeu_si512(o, _mm512_permutex2var_epi16(x0, lo, x1));
+            if (R - r0 > 16) _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(x0, hi, x1));
         }
     return u1;
 }
@@ -193,10 +202,12 @@ TARGET_F32 static int64_t pack_f32_x86(const strip_src *s, int R, int64_t u0, in
     if (s->ks == 1) return pack_by_rows(s, R, false, u0, u1, d);
     for (int64_t p = u0; p < u1; p++)
         for (int r0 = 0; r0 < R; r0 += 16) {
-            __m256i h = _mm256_maskz_loadu_epi16(first16(s->rows - r0), s->base + p * s->ks + r0);
+            const uint16_t *src = s->base + p * s->ks + r0;
+            __m256i h = s->readable - r0 >= 16 ? _mm256_loadu_si256((const void *)src)
+                                               : _mm256_maskz_loadu_epi16(first16(s->rows - r0), src);
             __m512i v = s->dt == ALLOY_F16 ? _mm512_castps_si512(_mm512_cvtph_ps(h))
                                            : _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-            _mm512_mask_storeu_epi32(d + p * R + r0, first16(R - r0), v);
+            _mm512_storeu_si512(d + p * R + r0, v); /* whole stores, as in pack_by_rows */
         }
     return u1;
 }
