@@ -26,6 +26,9 @@ static const char usage[] =
     "  --vocab N      vocabulary (default 76, the bytes of GPL-3)\n"
     "  --python EXE   interpreter for the PyTorch side (default python3)\n"
     "  --no-torch     skip PyTorch\n"
+    "  --configs LIST the alloy configs to run, of f32,f16,bf16 (default all three)\n"
+    "  --cpu-time     time each step by the process's CPU time and report the best step\n"
+    "                 (on a shared machine: other processes' time does not count)\n"
     "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count.\n";
 
 typedef struct bench_result {
@@ -45,10 +48,13 @@ static void fail(const char *fmt, ...)
     exit(1);
 }
 
+static bool cpu_time; /* --cpu-time */
+
+/* Wall time, or with --cpu-time the CPU time of every thread of the process. */
 static double now_seconds(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -70,7 +76,8 @@ static int compare_doubles(const void *a, const void *b)
 
 /* Tokens/s of the model with AMP dtype amp (ALLOY_F32 = off) trained as
  * char_gpt trains it: `warmup` untimed steps, then the median of `steps`
- * timed ones (the median shrugs off steps slowed by other processes). */
+ * timed ones (the median shrugs off steps slowed by other processes), or
+ * with --cpu-time the best of them. */
 static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int warmup, int steps)
 {
     alloy_graph *g = alloy_graph_new("char_gpt_bench");
@@ -104,7 +111,9 @@ static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int 
         if (i >= warmup) seconds[i - warmup] = now_seconds() - start;
     }
     qsort(seconds, (size_t)steps, sizeof(double), compare_doubles);
-    double median = steps % 2 ? seconds[steps / 2] : 0.5 * (seconds[steps / 2 - 1] + seconds[steps / 2]);
+    double median = cpu_time    ? seconds[0]
+                    : steps % 2 ? seconds[steps / 2]
+                                : 0.5 * (seconds[steps / 2 - 1] + seconds[steps / 2]);
     alloy_graph_free(g);
     free(tokens), free(targets), free(seconds);
     return (double)n / median;
@@ -150,11 +159,12 @@ int main(int argc, char **argv)
     gpt_config cfg = {76, 64, 128, 2, 4, 512};
     int batch = 32, warmup = 3, steps = 20;
     bool torch = true;
-    const char *python = "python3";
+    const char *python = "python3", *configs = "f32,f16,bf16";
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); return 0; }
         if (!strcmp(flag, "--no-torch")) { torch = false; continue; }
+        if (!strcmp(flag, "--cpu-time")) { cpu_time = true; continue; }
         i++;
         if (!strcmp(flag, "--steps")) steps = parse_int(flag, val);
         else if (!strcmp(flag, "--warmup")) warmup = parse_int(flag, val);
@@ -165,6 +175,7 @@ int main(int argc, char **argv)
         else if (!strcmp(flag, "--heads")) cfg.heads = parse_int(flag, val);
         else if (!strcmp(flag, "--vocab")) cfg.vocab = parse_int(flag, val);
         else if (!strcmp(flag, "--python") && val) python = val;
+        else if (!strcmp(flag, "--configs") && val) configs = val;
         else fail("unknown option or missing value: %s (see --help)", flag);
     }
     cfg.mlp_width = 4 * cfg.dim;
@@ -179,18 +190,24 @@ int main(int argc, char **argv)
            cfg.layers, cfg.heads, cfg.mlp_width, warmup, steps, threads);
     bench_result results[8];
     int n = 0;
-    const struct { const char *name; alloy_dtype amp; } alloy_configs[] = {
-        {"alloy fp32", ALLOY_F32}, {"alloy fp16 AMP", ALLOY_F16}, {"alloy bf16 AMP", ALLOY_BF16}};
+    const struct { const char *name, *key; alloy_dtype amp; } alloy_configs[] = {
+        {"alloy fp32", "f32", ALLOY_F32}, {"alloy fp16 AMP", "f16", ALLOY_F16}, {"alloy bf16 AMP", "bf16", ALLOY_BF16}};
     for (int i = 0; i < 3; i++) {
+        char list[64];
+        snprintf(list, sizeof list, ",%s,", configs);
+        char key[16];
+        snprintf(key, sizeof key, ",%s,", alloy_configs[i].key);
+        if (!strstr(list, key)) continue;
         snprintf(results[n].config, sizeof results[n].config, "%s", alloy_configs[i].name);
         results[n++].tokens_per_s = time_alloy(&cfg, batch, alloy_configs[i].amp, warmup, steps);
     }
     if (torch) n = time_torch(python, &cfg, batch, warmup, steps, threads, results, n);
 
-    printf("\n%-22s | %10s | %8s | %s\n", "config", "tokens/s", "ms/step", "ratio to alloy fp32");
+    printf("\n%-22s | %10s | %8s | %s\n", "config", "tokens/s", "ms/step", "ratio to the first row");
     for (int i = 0; i < n; i++)
         printf("%-22s | %10.0f | %8.1f | %.2f\n", results[i].config, results[i].tokens_per_s,
                1e3 * batch * cfg.context / results[i].tokens_per_s,
                results[i].tokens_per_s / results[0].tokens_per_s);
+    if (cpu_time) printf("(ms/step: the best step's CPU time, all threads)\n");
     return 0;
 }

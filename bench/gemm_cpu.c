@@ -1,4 +1,4 @@
-/* gemm_cpu.c - benchmark: the portable f32 GEMM kernel against the BLAS, GFLOP/s per shape. */
+/* gemm_cpu.c - benchmark: the portable f32 GEMM kernel against the BLAS, and the f16/bf16 GEMM against the old convert-then-sgemm path and the vdpbf16ps peak, GFLOP/s per shape. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +6,13 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/convert.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_lowp.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 typedef void (*gemm_fn)(bool, bool, int64_t, int64_t, int64_t, float, const float *, int64_t,
                         const float *, int64_t, float, float *, int64_t);
@@ -54,8 +60,168 @@ static double best_time(gemm_fn f, const shape *s, const float *a, const float *
     return best;
 }
 
-int main(void)
+/* ---- f16/bf16 ---- */
+
+static double thread_cpu(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One batched low-precision product and the two ways to run it. */
+typedef struct lowp_case {
+    int64_t batch, m, n, k;
+    bool ta, tb;
+    const char *what;
+} lowp_case;
+
+/* Large squares, then char_gpt's products (2048 tokens, dim 128, MLP 512,
+ * 4 heads of 32 over a context of 64) as its training step runs them. */
+static const lowp_case lowp_cases[] = {
+    {1, 1024, 1024, 1024, false, false, "square"},
+    {1, 2048, 2048, 2048, false, false, "square"},
+    {1, 2048, 512, 128, false, false, "char_gpt fc"},
+    {1, 2048, 128, 512, false, false, "char_gpt mlp proj"},
+    {1, 2048, 384, 128, false, false, "char_gpt qkv"},
+    {1, 2048, 512, 128, false, true, "char_gpt dX fc"},
+    {1, 512, 128, 2048, true, false, "char_gpt dW proj"},
+    {128, 64, 64, 32, false, true, "char_gpt q k^T"},
+    {128, 64, 32, 64, false, false, "char_gpt p v"},
+};
+
+/* The path every f16/bf16 matmul took before gemm_lowp: three f32 copies
+ * allocated, both operands converted on one thread, sgemm per batch. */
+static void old_lowp(const gemm_lowp_args *g, int64_t batch)
+{
+    size_t na = (size_t)(batch * g->m * g->k), nb = (size_t)(batch * g->k * g->n), nc = (size_t)(batch * g->m * g->n);
+    float *a = al_malloc(na * sizeof *a), *b = al_malloc(nb * sizeof *b), *c = al_malloc(nc * sizeof *c);
+    if (!a || !b || !c) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    cvt_load_f32(g->dtype, g->a, a, na);
+    cvt_load_f32(g->dtype, g->b, b, nb);
+    for (int64_t i = 0; i < batch; i++)
+        gemm_f32(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a + i * g->m * g->k, g->lda, b + i * g->k * g->n, g->ldb,
+                 0.0f, c + i * g->m * g->n, g->n);
+    cvt_store_f32(g->out_dtype, c, g->c, nc);
+    al_free(a), al_free(b), al_free(c);
+}
+
+/* Best thread CPU seconds of >= `reps` runs (and ~0.5 s), after a warm-up:
+ * CPU time, so other processes on the machine do not count, and the best
+ * run, least disturbed by them. kernel OPT_LOWP_COUNT: the old path. */
+static double best_lowp(const gemm_lowp_args *g, int64_t batch, opt_lowp_gemm kernel, int reps)
+{
+    double best = INFINITY, start = thread_cpu();
+    for (int rep = -1; rep < reps || (thread_cpu() - start < 0.5 && rep < 100); rep++) {
+        double t0 = thread_cpu();
+        if (kernel == OPT_LOWP_COUNT) old_lowp(g, batch);
+        else if (gemm_lowp(g, kernel, NULL, 1)) {
+            fprintf(stderr, "gemm_lowp: out of memory\n");
+            exit(1);
+        }
+        double t = thread_cpu() - t0;
+        if (rep >= 0 && t < best) best = t;
+    }
+    return best;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* vdpbf16ps's throughput on this core, GFLOP/s: 24 independent chains
+ * (more than latency x ports on any AVX512_BF16 core), 64 flops each. */
+#define DP_CHAIN(i) c##i = _mm512_dpbf16_ps(c##i, x, y); __asm__ volatile("" : "+v"(c##i));
+#define DP_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) \
+    X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+#define DP_ZERO(i) __m512 c##i = _mm512_setzero_ps();
+#define DP_SUM(i) s = _mm512_add_ps(s, c##i);
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(void)
+{
+    DP_CHAINS(DP_ZERO)
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x00010001);
+    const long iters = 20000000;
+    double t0 = thread_cpu();
+    for (long it = 0; it < iters; it++) {
+        DP_CHAINS(DP_CHAIN)
+    }
+    double t = thread_cpu() - t0;
+    __m512 s = _mm512_setzero_ps();
+    DP_CHAINS(DP_SUM)
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return 24.0 * 64.0 * (double)iters / t * 1e-9;
+}
+#endif
+
+static void lowp_table(void)
+{
+    double peak = 0.0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (gemm_lowp_x86_has(OPT_LOWP_AVX512_BF16, ALLOY_BF16))
+        for (int i = 0; i < 3; i++) peak = fmax(peak, dpbf16_peak());
+#endif
+    opt_lowp_gemm kb = gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AUTO), kh = gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO);
+    printf("\nf16/bf16 GEMM, f32 result, 1 thread, best thread CPU time of >= 5 runs; kernels: bf16 %s, f16 %s;\n"
+           "old: three f32 copies, operands converted on one thread, f32 GEMM (%s)\n",
+           gemm_lowp_kernel_name(kb), gemm_lowp_kernel_name(kh), gemm_backend_name());
+    if (peak > 0.0) printf("vdpbf16ps peak of this core, measured: %.1f GFLOP/s\n", peak);
+    printf("\n%-24s %-18s %9s %7s %9s %7s %9s %9s %9s\n", "batch x M x N x K (op)", "", "bf16", "% peak", "bf16 old",
+           "new/old", "f16", "f16 old", "rel diff");
+    for (size_t i = 0; i < sizeof lowp_cases / sizeof lowp_cases[0]; i++) {
+        const lowp_case *lc = &lowp_cases[i];
+        int64_t na = lc->batch * lc->m * lc->k, nb = lc->batch * lc->k * lc->n, nc = lc->batch * lc->m * lc->n;
+        uint16_t *a = al_malloc((size_t)na * 2), *b = al_malloc((size_t)nb * 2);
+        float *c1 = al_malloc((size_t)nc * 4), *c2 = al_malloc((size_t)nc * 4);
+        if (!a || !b || !c1 || !c2) {
+            fprintf(stderr, "out of memory\n");
+            exit(1);
+        }
+        int64_t sa[1] = {lc->m * lc->k}, sb[1] = {lc->k * lc->n}, dims[1] = {lc->batch};
+        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, lc->ta, lc->tb, lc->m, lc->n, lc->k,
+                            lc->ta ? lc->m : lc->k, lc->tb ? lc->k : lc->n, lc->batch > 1 ? 1 : 0,
+                            dims, sa, sb, a, b, c1};
+        double flops = 2.0 * (double)nc * (double)lc->k, gf[4];
+        double diff = 0.0, mag = 0.0;
+        for (int d = 0; d < 2; d++) {
+            g.dtype = d ? ALLOY_F16 : ALLOY_BF16;
+            srand(1);
+            for (int64_t j = 0; j < na; j++)
+                a[j] = d ? cvt_f32_to_f16((float)rand() / (float)RAND_MAX - 0.5f)
+                         : cvt_f32_to_bf16((float)rand() / (float)RAND_MAX - 0.5f);
+            for (int64_t j = 0; j < nb; j++)
+                b[j] = d ? cvt_f32_to_f16((float)rand() / (float)RAND_MAX - 0.5f)
+                         : cvt_f32_to_bf16((float)rand() / (float)RAND_MAX - 0.5f);
+            g.c = c1;
+            gf[2 * d] = flops / best_lowp(&g, lc->batch, OPT_LOWP_AUTO, 5) * 1e-9;
+            g.c = c2;
+            gf[2 * d + 1] = flops / best_lowp(&g, lc->batch, OPT_LOWP_COUNT, 5) * 1e-9;
+            for (int64_t j = 0; j < nc; j++) {
+                diff = fmax(diff, fabs((double)c1[j] - (double)c2[j]));
+                mag = fmax(mag, fabs((double)c2[j]));
+            }
+        }
+        char dimtext[48], pct[16] = "-";
+        snprintf(dimtext, sizeof dimtext, "%dx%dx%dx%d (%c%c)", (int)lc->batch, (int)lc->m, (int)lc->n, (int)lc->k,
+                 lc->ta ? 'T' : 'N', lc->tb ? 'T' : 'N');
+        if (peak > 0.0) snprintf(pct, sizeof pct, "%.1f", 100.0 * gf[0] / peak);
+        printf("%-24s %-18s %9.1f %7s %9.1f %7.2f %9.1f %9.1f %9.1e\n", dimtext, lc->what, gf[0], pct, gf[1],
+               gf[0] / gf[1], gf[2], gf[3], mag > 0 ? diff / mag : diff);
+        fflush(stdout);
+        al_free(a), al_free(b), al_free(c1), al_free(c2);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "lowp") == 0) { /* only the f16/bf16 table */
+        lowp_table();
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "usage: gemm_cpu [lowp]\n");
+        return 2;
+    }
     const char *backend = gemm_backend_name();
     bool have_blas = strcmp(backend, "portable") != 0;
     const char *threads = getenv("ALLOY_NUM_THREADS");
@@ -98,5 +264,6 @@ int main(void)
         fflush(stdout);
         al_free(a), al_free(b), al_free(c1), al_free(c2);
     }
+    lowp_table();
     return 0;
 }

@@ -111,6 +111,39 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_memory_equal(&o, &d, sizeof o);
 }
 
+/* lowp_gemm names a CPU f16/bf16 GEMM kernel: each parses, prints in dumps
+ * and changes the hash; a misspelt one is an error listing them; empty resets. */
+static void test_lowp_gemm_takes_the_kernel_names(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
+    char err[256], text[256];
+    for (int i = 0; i < 5; i++) {
+        al_options o, d;
+        opt_init(&o);
+        opt_init(&d);
+        assert_int_equal(opt_set(&o, "lowp_gemm", names[i], err, sizeof err), ALLOY_OK);
+        assert_int_equal(o.lowp_gemm, (opt_lowp_gemm)i);
+        FILE *f = fmemopen(text, sizeof text, "w");
+        assert_non_null(f);
+        opt_print(&o, f);
+        fputc('\0', f);
+        fclose(f);
+        char want[64];
+        snprintf(want, sizeof want, "lowp_gemm=%s", names[i]);
+        assert_true((strstr(text, want) != NULL) == (i != 0));
+        assert_true((opt_hash(&o) == opt_hash(&d)) == (i == 0));
+        assert_int_equal(opt_set(&o, "lowp_gemm", "", err, sizeof err), ALLOY_OK);
+        assert_int_equal(o.lowp_gemm, OPT_LOWP_AUTO);
+    }
+    al_options o;
+    opt_init(&o);
+    assert_int_equal(opt_set(&o, "lowp_gemm", "amx", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "lowp_gemm=amx"));
+    assert_non_null(strstr(err, "avx512_bf16"));
+    assert_int_equal(o.lowp_gemm, OPT_LOWP_AUTO);
+}
+
 static void test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the_valid_ones(void **state)
 {
     (void)state;
@@ -367,6 +400,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_option_parses_its_documented_values_and_resets_on_empty),
+        cmocka_unit_test(test_lowp_gemm_takes_the_kernel_names),
         cmocka_unit_test(test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the_valid_ones),
         cmocka_unit_test(test_a_misspelt_environment_value_fails_the_compile_naming_the_variable),
         cmocka_unit_test(test_a_misspelt_pass_or_kind_in_any_environment_variable_fails_the_compile),

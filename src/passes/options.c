@@ -15,6 +15,7 @@ const opt_key opt_keys[] = {
     {"no_arena", "ALLOY_NO_ARENA", "0 or 1"},
     {"blas", "ALLOY_BLAS", "0 or 1"},
     {"num_threads", "ALLOY_NUM_THREADS", "a thread count from 1 to 64"},
+    {"lowp_gemm", "ALLOY_LOWP_GEMM", "auto, avx512_bf16, avx512, portable or sgemm"},
     {"device", "ALLOY_DEVICE", "auto, cpu or cuda"},
     {"cache", "ALLOY_CACHE", "0 or 1"},
     {"cache_dir", "ALLOY_CACHE_DIR", "a directory"},
@@ -26,6 +27,7 @@ const opt_key opt_keys[] = {
 };
 
 static const char *const device_names[] = {"auto", "cpu", "cuda"};
+static const char *const lowp_gemm_names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
 /* the fusion kinds a user may switch off (ew groups go only with all of them) */
 static const ir_group_kind fuse_kinds[] = {IR_GROUP_ROW, IR_GROUP_GEMM, IR_GROUP_MULTI};
 
@@ -196,6 +198,13 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         memcpy(path, value, n);
         return ALLOY_OK;
     }
+    if (strcmp(name, "lowp_gemm") == 0) {
+        if (reset) return o->lowp_gemm = d.lowp_gemm, ALLOY_OK;
+        for (int i = 0; i < OPT_LOWP_COUNT; i++)
+            if (strcmp(value, lowp_gemm_names[i]) == 0) return o->lowp_gemm = (opt_lowp_gemm)i, ALLOY_OK;
+        al_fmt(err, errlen, "lowp_gemm=%s: unknown kernel (auto, avx512_bf16, avx512, portable or sgemm)", value);
+        return ALLOY_ERR_INVALID;
+    }
     if (strcmp(name, "device") == 0) {
         for (int i = 0; i < 3; i++)
             if (strcmp(value, device_names[i]) == 0) return o->device = (opt_device)i, ALLOY_OK;
@@ -241,6 +250,7 @@ void opt_print(const al_options *o, FILE *out)
     if (o->no_arena) fputs(" no_arena=1", out);
     if (!o->blas) fputs(" blas=0", out);
     if (o->num_threads) fprintf(out, " num_threads=%d", o->num_threads);
+    if (o->lowp_gemm != d.lowp_gemm) fprintf(out, " lowp_gemm=%s", lowp_gemm_names[o->lowp_gemm]);
     if (o->device != d.device) fprintf(out, " device=%s", device_names[o->device]);
     if (!o->cache) fputs(" cache=0", out);
     if (!o->cuda_graph) fputs(" cuda_graph=0", out);
@@ -265,5 +275,8 @@ uint64_t opt_hash(const al_options *o)
     uint32_t words[3] = {o->disabled, o->no_fuse, (uint32_t)o->device};
     uint8_t flags[2] = {o->no_arena, o->blas};
     h = mix(h, words, sizeof words);
-    return mix(h, flags, sizeof flags);
+    h = mix(h, flags, sizeof flags);
+    /* mixed only when set, so every hash from before the option stays the same */
+    if (o->lowp_gemm != OPT_LOWP_AUTO) h = mix(h, &(uint8_t){(uint8_t)o->lowp_gemm}, 1);
+    return h;
 }

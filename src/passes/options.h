@@ -11,6 +11,17 @@
 #define OPT_PATH_MAX 1024
 
 typedef enum opt_device { OPT_DEVICE_AUTO, OPT_DEVICE_CPU, OPT_DEVICE_CUDA } opt_device;
+/* The CPU's f16/bf16 GEMM kernel (runtime/cpu/gemm_lowp.h): auto picks the
+ * fastest this CPU has; the others force one (one the CPU lacks gives the
+ * next one down, in this order). */
+typedef enum opt_lowp_gemm {
+    OPT_LOWP_AUTO,
+    OPT_LOWP_AVX512_BF16, /* vdpbf16ps on K-pair panels (bf16; f16 takes avx512) */
+    OPT_LOWP_AVX512,      /* AVX-512 FMA on f32 panels converted while packing */
+    OPT_LOWP_PORTABLE,    /* C on f32 panels: any CPU */
+    OPT_LOWP_SGEMM,       /* both operands converted to f32, then the f32 GEMM (the BLAS) */
+    OPT_LOWP_COUNT
+} opt_lowp_gemm;
 
 /* Every knob that changes what alloy compiles or how it runs. Nothing below
  * the API reads the environment: this struct is the configuration. */
@@ -24,6 +35,7 @@ typedef struct al_options {
     bool no_arena;         /* the memory plan gives every value its own slot (no reuse) */
     bool blas;             /* the CPU backend's GEMM uses the BLAS when the build has one */
     int num_threads;       /* CPU worker threads (and NVRTC compiles); 0: every online CPU */
+    opt_lowp_gemm lowp_gemm; /* the CPU's f16/bf16 GEMM kernel */
     opt_device device;
     bool cuda_graph;       /* the CUDA backend captures a step after its first run and replays it (0: launches every call) */
     /* The kernel cache and source dumps: where generated code goes, not

@@ -64,6 +64,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         return cpu_fail(x, ALLOY_ERR_INVALID, "the schedule and plan are for %d and %d nodes, the graph has %d",
                         s->nnodes, plan->nnodes, g->nnodes);
     x->nthreads = resolve_threads(x->nthreads);
+    x->workers = w;
     x->scratch = plan->scratch_bytes ? arena + plan->scratch_offset : NULL;
     x->scratch_bytes = plan->scratch_bytes;
     int *last = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1)); /* the last step reading each value */

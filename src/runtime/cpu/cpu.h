@@ -8,6 +8,9 @@
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;
+/* What one run lends its groups (cpu_fused.c): chunk buffers and worker
+ * threads, started when a group is first big enough to split. */
+typedef struct cpu_workers cpu_workers;
 
 /* A value during execution: the node's type and its dense row-major data. */
 struct rt_tensor {
@@ -22,16 +25,14 @@ struct cpu_exec {
     int nthreads; /* worker threads kernels may use (>= 1) */
     char *scratch; /* the arena's scratch (mem_plan.scratch_*), or NULL: GEMM groups then al_malloc */
     size_t scratch_bytes;
+    cpu_workers *workers;  /* the run's threads, for kernels (matmul); NULL: one thread */
+    int lowp_gemm;         /* opt_lowp_gemm: the f16/bf16 GEMM kernel asked for */
 };
 
 /* Records a run-time error on x (first wins) and returns status. Messages
  * name the op and node: "embedding 'tok_emb': id 70 out of range [0, 65)". */
 AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);
-
-/* What one run lends its groups (cpu_fused.c): chunk buffers and worker
- * threads, started when a group is first big enough to split. */
-typedef struct cpu_workers cpu_workers;
 
 /* Runs schedule s of g (passes/schedule.h) step by step over
  * values[0..nnodes): the caller sets values[i].data of the input, param
@@ -81,6 +82,10 @@ AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);
  * reads before each block, so a group costs its own size, not the
  * graph's); NULL when out of memory. */
 AL_HIDDEN rt_tensor *cpu_workers_views(cpu_workers *w, int thread, int n);
+/* A buffer of at least `bytes` that w keeps (grown as asked, freed with
+ * w), for one kernel at a time on the calling thread (the f16/bf16 GEMM's
+ * packed operands); NULL when it cannot grow. */
+AL_HIDDEN void *cpu_workers_buffer(cpu_workers *w, size_t bytes);
 /* Starts up to want threads in all (the caller included) and returns how many there are. */
 AL_HIDDEN int cpu_workers_threads(cpu_workers *w, int want);
 /* Runs fn(arg, block, thread) for every block in [0, nblocks) on `threads`

@@ -92,7 +92,7 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
         e->values[i].data = leaf && args->leaf[i] ? args->leaf[i]->data : NULL;
     }
     gemm_configure(b->cfg.blas, b->cfg.num_threads);
-    cpu_exec x = {.nthreads = b->cfg.num_threads};
+    cpu_exec x = {.nthreads = b->cfg.num_threads, .lowp_gemm = b->cfg.lowp_gemm};
     if (cpu_run_schedule(&x, g, e->s, e->plan, e->arena, e->values, e->workers))
         return rt_fail(b, x.status, "%s", x.error);
     for (int i = 0; i < args->ndownloads; i++) {

@@ -382,6 +382,8 @@ struct cpu_workers {
     /* per thread: the values a row group's blocks see (cpu_workers_views) */
     rt_tensor *views[MAX_THREADS];
     int nviews[MAX_THREADS];
+    void *buffer;        /* cpu_workers_buffer's */
+    size_t buffer_bytes;
 };
 
 static void run_block(cpu_workers *w, const fz_plan *p, int64_t b, int t)
@@ -444,6 +446,7 @@ void cpu_workers_free(cpu_workers *w)
     }
     al_free(w->scratch);
     for (int t = 0; t < MAX_THREADS; t++) al_free(w->views[t]);
+    al_free(w->buffer);
     al_free(w);
 }
 
@@ -456,6 +459,15 @@ rt_tensor *cpu_workers_views(cpu_workers *w, int thread, int n)
         w->nviews[thread] = w->views[thread] ? n : 0;
     }
     return w->views[thread];
+}
+
+void *cpu_workers_buffer(cpu_workers *w, size_t bytes)
+{
+    if (bytes <= w->buffer_bytes) return w->buffer;
+    al_free(w->buffer); /* its contents need not survive */
+    w->buffer = al_malloc(bytes);
+    w->buffer_bytes = w->buffer ? bytes : 0;
+    return w->buffer;
 }
 
 /* Up to `want` threads in all, the caller included; returns how many there are. */

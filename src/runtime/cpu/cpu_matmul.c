@@ -1,9 +1,9 @@
 /* cpu_matmul.c - batched matmul with numpy-broadcast batch dims, one gemm per batch. */
 #include <string.h>
 
-#include "base/convert.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_lowp.h"
 
 /* What one matmul needs: sizes, leading dims and the batch walk. */
 typedef struct mm_plan {
@@ -35,26 +35,25 @@ typedef struct mm_plan {
         }                                                                                  \
     } while (0)
 
-/* f16/bf16: both operands to f32 once, every batch into an f32 result, one
- * rounding to the output dtype at the end. */
+/* f16/bf16 operands: the low-precision GEMM (gemm_lowp.h), summed in f32,
+ * the result f32 or rounded once to the output's dtype. */
 static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm_plan *p,
                                          rt_tensor *out, const rt_tensor *in)
 {
-    size_t na = (size_t)ir_numel(&in[0].type), nb = (size_t)ir_numel(&in[1].type);
-    size_t nc = (size_t)ir_numel(&out->type);
-    float *a = al_malloc(na * sizeof(float)), *b = al_malloc(nb * sizeof(float));
-    float *c = al_malloc(nc * sizeof(float));
-    if (!a || !b || !c) {
-        al_free(a), al_free(b), al_free(c);
+    gemm_lowp_args g = {in[0].type.dtype, out->type.dtype, p->trans_a, p->trans_b, p->m, p->n, p->k,
+                        p->lda, p->ldb, p->batch_rank, p->batch_dims, p->stride_a, p->stride_b,
+                        in[0].data, in[1].data, out->data};
+    if (in[1].type.dtype != g.dtype || (g.out_dtype != ALLOY_F32 && g.out_dtype != g.dtype)) {
         char label[32];
-        return cpu_fail(x, ALLOY_ERR_OOM, "matmul '%s': out of memory converting operands to f32",
+        return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "matmul '%s': %s x %s -> %s is not supported",
+                        ir_node_label(n, label, sizeof label), alloy_dtype_name(g.dtype),
+                        alloy_dtype_name(in[1].type.dtype), alloy_dtype_name(g.out_dtype));
+    }
+    if (gemm_lowp(&g, (opt_lowp_gemm)x->lowp_gemm, x->workers, x->nthreads)) {
+        char label[32];
+        return cpu_fail(x, ALLOY_ERR_OOM, "matmul '%s': out of memory packing the operands",
                         ir_node_label(n, label, sizeof label));
     }
-    cvt_load_f32(in[0].type.dtype, in[0].data, a, na);
-    cvt_load_f32(in[1].type.dtype, in[1].data, b, nb);
-    FOR_EACH_BATCH(p, float, a, b, c, gemm_f32);
-    cvt_store_f32(out->type.dtype, c, out->data, nc);
-    al_free(a), al_free(b), al_free(c);
     return ALLOY_OK;
 }
 

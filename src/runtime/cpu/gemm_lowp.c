@@ -1,0 +1,330 @@
+/* gemm_lowp.c - the f16/bf16 GEMM's driver: kernel choice, packing (with conversion), cache blocks over threads, the portable kernel. */
+#include "runtime/cpu/gemm_lowp.h"
+
+#include <string.h>
+
+#include "base/convert.h"
+#include "runtime/cpu/gemm.h"
+
+/* The hot loop pinned to -O2 with the vectorizer, as in gemm.c: -O3
+ * vectorizes the wrong loop of the micro-kernel and spills. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((optimize("O2", "tree-vectorize")))
+#else
+#define HOT
+#endif
+
+/* Below this many multiply-adds one thread does it all (gemm.c measured
+ * where a second thread starts to pay). Threads take whole tiles of
+ * MC_ROWS x NC_COLS (rounded to the kernel's tile), which also bound the
+ * f32 buffer a low-precision result is summed in; packing goes by groups
+ * of PACK_STRIPS strips. */
+#define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
+enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64 };
+
+static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+static int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+/* ---- the portable kernel: C on f32 panels, 6 x 8 (12 SSE accumulators) ---- */
+
+enum { P_MR = 6, P_NR = 8 };
+
+HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, float *c, int64_t ldc,
+                              int mr, int nr, bool add)
+{
+    const float *a = pa, *b = pb;
+    float acc[P_MR][P_NR] = {{0.0f}};
+    for (int64_t p = 0; p < kunits; p++) {
+        const float *ap = a + p * P_MR, *bp = b + p * P_NR;
+#pragma GCC unroll 8
+        for (int i = 0; i < P_MR; i++) {
+            float ai = ap[i];
+            for (int j = 0; j < P_NR; j++) acc[i][j] += ai * bp[j];
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL};
+
+/* ---- choosing ---- */
+
+opt_lowp_gemm gemm_lowp_kernel(alloy_dtype dt, opt_lowp_gemm asked)
+{
+    if (asked == OPT_LOWP_AUTO) {
+        if (gemm_lowp_x86_has(OPT_LOWP_AVX512_BF16, dt)) return OPT_LOWP_AVX512_BF16;
+        if (gemm_lowp_x86_has(OPT_LOWP_AVX512, dt)) return OPT_LOWP_AVX512;
+        return OPT_LOWP_SGEMM;
+    }
+    if (asked == OPT_LOWP_AVX512_BF16 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_AVX512;
+    if (asked == OPT_LOWP_AVX512 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_PORTABLE;
+    return asked;
+}
+
+const char *gemm_lowp_kernel_name(opt_lowp_gemm k)
+{
+    static const char *const names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
+    return k >= 0 && k < OPT_LOWP_COUNT ? names[k] : "?";
+}
+
+/* ---- packing ---- */
+
+static uint32_t load_pair(const uint16_t *p, bool both)
+{
+    uint16_t lo = p[0], hi = both ? p[1] : 0;
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+/* bf16 kept as bf16, two k per 32-bit unit: dst[(p * R + r)] = op(X)(r,
+ * 2p..2p+1), for units p0 <= p < p1. */
+static void pack_pairs(const strip_src *s, int R, int64_t p0, int64_t p1, uint32_t *restrict dst)
+{
+    if (s->ks == 1) { /* k contiguous: each row's pairs are 32-bit words */
+        for (int64_t r = 0; r < s->rows; r++) {
+            const uint16_t *row = s->base + r * s->rs;
+            int64_t p = p0;
+            for (; p < p1 && 2 * p + 1 < s->k; p++) dst[p * R + r] = load_pair(row + 2 * p, true);
+            if (p < p1 && 2 * p < s->k) dst[p * R + r] = load_pair(row + 2 * p, false), p++;
+            for (; p < p1; p++) dst[p * R + r] = 0;
+        }
+    } else { /* r contiguous: two rows of k interleaved */
+        for (int64_t p = p0; p < p1; p++) {
+            uint16_t *d = (uint16_t *)(dst + p * R);
+            const uint16_t *k0 = 2 * p < s->k ? s->base + 2 * p * s->ks : NULL;
+            if (2 * p + 1 < s->k)
+                for (int64_t r = 0; r < s->rows; r++) d[2 * r] = k0[r], d[2 * r + 1] = k0[s->ks + r];
+            else if (k0) /* k odd: the last pair's second half is 0 */
+                for (int64_t r = 0; r < s->rows; r++) d[2 * r] = k0[r], d[2 * r + 1] = 0;
+            else
+                memset(d, 0, sizeof(uint32_t) * (size_t)s->rows);
+        }
+    }
+    if (s->rows < R)
+        for (int64_t p = p0; p < p1; p++) memset(dst + p * R + s->rows, 0, sizeof(uint32_t) * (size_t)(R - s->rows));
+}
+
+/* f16/bf16 converted to f32: dst[p * R + r] = op(X)(r, p), for p0 <= p < p1. */
+static void pack_f32(const strip_src *s, int R, int64_t p0, int64_t p1, float *restrict dst)
+{
+    if (s->ks == 1) { /* k contiguous: convert a run of a row, then scatter it */
+        enum { RUN = 256 };
+        float run[RUN];
+        for (int64_t r = 0; r < s->rows; r++)
+            for (int64_t q = p0; q < p1; q += RUN) {
+                int64_t len = min64(RUN, p1 - q);
+                cvt_load_f32(s->dt, s->base + r * s->rs + q, run, (size_t)len);
+                for (int64_t p = 0; p < len; p++) dst[(q + p) * R + r] = run[p];
+            }
+    } else {
+        for (int64_t p = p0; p < p1; p++) cvt_load_f32(s->dt, s->base + p * s->ks, dst + p * R, (size_t)s->rows);
+    }
+    if (s->rows < R)
+        for (int64_t p = p0; p < p1; p++) memset(dst + p * R + s->rows, 0, sizeof(float) * (size_t)(R - s->rows));
+}
+
+/* ---- one run ---- */
+
+typedef struct lowp_run {
+    const gemm_lowp_args *g;
+    const lowp_kernel *kern;
+    int64_t batches;
+    int64_t a_copies, b_copies;  /* packed copies of A, B: batches, or 1 when broadcast to all */
+    int64_t kunits;              /* k in kernel units, rounded up */
+    int64_t mstrips, nstrips;    /* per copy */
+    size_t a_strip, b_strip;     /* bytes of one packed strip */
+    int64_t a_groups, b_groups;  /* pack jobs per copy */
+    int64_t mc, nc, mblocks, nblocks;
+    char *apack, *bpack;
+    int64_t ldt;                 /* row stride of a tile buffer */
+    float *ctile;                /* per thread: mc x ldt, a tile's sums */
+} lowp_run;
+
+/* Element offset of batch b of an operand with these strides. */
+static int64_t batch_offset(const gemm_lowp_args *g, const int64_t *stride, int64_t b)
+{
+    int64_t off = 0;
+    for (int d = g->batch_rank - 1; d >= 0; d--) {
+        off += b % g->batch_dims[d] * stride[d];
+        b /= g->batch_dims[d];
+    }
+    return off;
+}
+
+static bool all_zero(const int64_t *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i]) return false;
+    return true;
+}
+
+/* Units [u0, u1) of one strip of one copy of A or B. */
+static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip, int64_t u0, int64_t u1)
+{
+    const gemm_lowp_args *g = r->g;
+    const lowp_kernel *kn = r->kern;
+    int R = is_a ? kn->mr : kn->nr;
+    int64_t len = is_a ? g->m : g->n, r0 = strip * R;
+    int64_t off = batch_offset(g, is_a ? g->stride_a : g->stride_b, copy);
+    const uint16_t *x = (const uint16_t *)(is_a ? g->a : g->b) + off;
+    strip_src s = {g->dtype, NULL, 0, 0, min64(R, len - r0), g->k, len - r0};
+    if (is_a) { /* op(A)(i, kk) = a[i * lda + kk], or a[kk * lda + i] */
+        s.rs = g->ta ? 1 : g->lda, s.ks = g->ta ? g->lda : 1;
+    } else {    /* op(B)(kk, j) = b[kk * ldb + j], or b[j * ldb + kk] */
+        s.rs = g->tb ? g->ldb : 1, s.ks = g->tb ? 1 : g->ldb;
+    }
+    s.base = x + r0 * s.rs;
+    char *dst = (is_a ? r->apack + (size_t)copy * (size_t)r->mstrips * r->a_strip
+                      : r->bpack + (size_t)copy * (size_t)r->nstrips * r->b_strip) +
+                (size_t)strip * (is_a ? r->a_strip : r->b_strip);
+    int64_t done = kn->pack ? kn->pack(&s, R, u0, u1, dst) : u0;
+    if (done >= u1) return;
+    if (kn->ku == 2) pack_pairs(&s, R, done, u1, (uint32_t *)(void *)dst);
+    else pack_f32(&s, R, done, u1, (float *)(void *)dst);
+}
+
+/* Pack job j: PACK_STRIPS strips of one copy of A (the first jobs) or B.
+ * Where a strip's rows are contiguous in k each strip goes whole; else the
+ * strips go UNITS_AT_ONCE units at a time, so that every row of op(X)
+ * read is read along all the job's strips at once. */
+static void pack_job(void *arg, int64_t j, int thread)
+{
+    (void)thread;
+    enum { UNITS_AT_ONCE = 16 };
+    const lowp_run *r = arg;
+    const gemm_lowp_args *g = r->g;
+    bool is_a = j < r->a_copies * r->a_groups;
+    if (!is_a) j -= r->a_copies * r->a_groups;
+    int64_t groups = is_a ? r->a_groups : r->b_groups, strips = is_a ? r->mstrips : r->nstrips;
+    int64_t copy = j / groups, s0 = j % groups * PACK_STRIPS, s1 = min64(s0 + PACK_STRIPS, strips);
+    bool k_rows = is_a ? !g->ta : g->tb;
+    int64_t step = k_rows ? r->kunits : UNITS_AT_ONCE;
+    for (int64_t u0 = 0; u0 < r->kunits; u0 += step)
+        for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
+}
+
+/* Tile job t: rows [i0, i0+mc) x columns [j0, j0+nc) of one batch's C,
+ * k block by k block, B strip by B strip (in L1), A strip by A strip. */
+static void tile_job(void *arg, int64_t t, int thread)
+{
+    const lowp_run *r = arg;
+    const gemm_lowp_args *g = r->g;
+    const lowp_kernel *kn = r->kern;
+    int64_t per_batch = r->mblocks * r->nblocks, b = t / per_batch;
+    int64_t ib = t % per_batch / r->nblocks, jb = t % per_batch % r->nblocks;
+    int64_t i0 = ib * r->mc, j0 = jb * r->nc, mc = min64(r->mc, g->m - i0), nc = min64(r->nc, g->n - j0);
+    const char *ap = r->apack + (size_t)(r->a_copies > 1 ? b : 0) * (size_t)r->mstrips * r->a_strip +
+                     (size_t)(i0 / kn->mr) * r->a_strip;
+    const char *bp = r->bpack + (size_t)(r->b_copies > 1 ? b : 0) * (size_t)r->nstrips * r->b_strip +
+                     (size_t)(j0 / kn->nr) * r->b_strip;
+    /* the sums go to this thread's tile buffer, rows a little over nc apart
+     * (a power-of-two row stride would put a tile's rows in one L1 set),
+     * then once to C, rounded when C is f16/bf16 */
+    int64_t ldc = r->ldt;
+    float *c = r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
+    int64_t kcu = kn->kc / kn->ku;
+    size_t a_unit = (size_t)kn->mr * (size_t)kn->ku * (size_t)kn->esize;
+    size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
+    for (int64_t pc = 0; pc < r->kunits; pc += kcu) {
+        int64_t ku = min64(kcu, r->kunits - pc);
+        for (int64_t jr = 0; jr < nc; jr += kn->nr) {
+            const char *bs = bp + (size_t)(jr / kn->nr) * r->b_strip + (size_t)pc * b_unit;
+            for (int64_t ir = 0; ir < mc; ir += kn->mr)
+                kn->tile(ku, ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit, bs, c + ir * ldc + jr,
+                         ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), pc > 0);
+        }
+    }
+    size_t es = alloy_dtype_size(g->out_dtype);
+    for (int64_t i = 0; i < mc; i++)
+        cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)((b * g->m + i0 + i) * g->n + j0) * es,
+                      (size_t)nc);
+}
+
+/* Threads worth using for `macs` multiply-adds in `jobs` pieces. */
+static int pick_threads(int threads, double macs, int64_t jobs)
+{
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (macs < (double)PAR_MIN_MACS) return 1;
+    int64_t by_work = (int64_t)(macs / (PAR_MIN_MACS / 2));
+    int64_t t = min64(min64(threads, jobs), by_work);
+    return t < 1 ? 1 : (int)t;
+}
+
+/* Aligned start of a buffer from w (or a fresh one: *own is set). */
+static char *scratch(cpu_workers *w, size_t bytes, void **own)
+{
+    *own = NULL;
+    char *p = w ? cpu_workers_buffer(w, bytes + ALIGN) : (*own = al_malloc(bytes + ALIGN));
+    return p ? p + (ALIGN - (uintptr_t)p % ALIGN) % ALIGN : NULL;
+}
+
+/* The sgemm kernel: per batch, the spans of A and B the product reads to
+ * f32, then gemm_f32 (the BLAS when there is one) into C, or into f32 then
+ * rounded when C is f16/bf16. */
+static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_workers *w)
+{
+    int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
+    int64_t br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+    size_t na = (size_t)((ar - 1) * g->lda + ac), nb = (size_t)((br - 1) * g->ldb + bc);
+    size_t nc = g->out_dtype == ALLOY_F32 ? 0 : (size_t)(g->m * g->n);
+    void *own;
+    char *buf = scratch(w, (na + nb + nc) * sizeof(float) + 2 * ALIGN, &own);
+    if (!buf) return ALLOY_ERR_OOM;
+    float *a = (float *)(void *)buf, *b = a + na, *c = b + nb;
+    for (int64_t bi = 0; bi < batches; bi++) {
+        cvt_load_f32(g->dtype, (const uint16_t *)g->a + batch_offset(g, g->stride_a, bi), a, na);
+        cvt_load_f32(g->dtype, (const uint16_t *)g->b + batch_offset(g, g->stride_b, bi), b, nb);
+        float *cb = nc ? c : (float *)g->c + bi * g->m * g->n;
+        gemm_f32(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, g->lda, b, g->ldb, 0.0f, cb, g->n);
+        if (nc)
+            cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)(bi * g->m * g->n) * alloy_dtype_size(g->out_dtype),
+                          nc);
+    }
+    al_free(own);
+    return ALLOY_OK;
+}
+
+alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers *w, int threads)
+{
+    int64_t batches = 1;
+    for (int d = 0; d < g->batch_rank; d++) batches *= g->batch_dims[d];
+    if (g->m <= 0 || g->n <= 0 || batches <= 0) return ALLOY_OK;
+    if (g->k <= 0) { /* empty sums: all-zero bytes are +0 in every float dtype */
+        memset(g->c, 0, (size_t)(batches * g->m * g->n) * alloy_dtype_size(g->out_dtype));
+        return ALLOY_OK;
+    }
+    opt_lowp_gemm kind = gemm_lowp_kernel(g->dtype, asked);
+    if (kind == OPT_LOWP_SGEMM) return run_sgemm(g, batches, w);
+    const lowp_kernel *kn = kind == OPT_LOWP_PORTABLE ? &k_portable : gemm_lowp_x86_kernel(kind);
+    if (!kn) kn = &k_portable;
+
+    lowp_run r = {.g = g, .kern = kn, .batches = batches};
+    r.a_copies = all_zero(g->stride_a, g->batch_rank) ? 1 : batches;
+    r.b_copies = all_zero(g->stride_b, g->batch_rank) ? 1 : batches;
+    r.kunits = cdiv(g->k, kn->ku);
+    r.mstrips = cdiv(g->m, kn->mr), r.nstrips = cdiv(g->n, kn->nr);
+    /* and the slack a kernel's packing may write past a strip */
+    r.a_strip = (size_t)(r.kunits * kn->mr * kn->ku * kn->esize) + ALIGN;
+    r.b_strip = (size_t)(r.kunits * kn->nr * kn->ku * kn->esize) + ALIGN;
+    r.a_groups = cdiv(r.mstrips, PACK_STRIPS), r.b_groups = cdiv(r.nstrips, PACK_STRIPS);
+    r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
+    r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);
+    r.mblocks = cdiv(g->m, r.mc), r.nblocks = cdiv(g->n, r.nc);
+    int64_t tiles = batches * r.mblocks * r.nblocks;
+    double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
+    int nt = w ? pick_threads(threads, macs, tiles) : 1;
+    if (nt > 1) nt = cpu_workers_threads(w, nt);
+
+    size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
+    size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
+    r.ldt = r.nc + 16;
+    size_t ctile = sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
+    void *own;
+    char *buf = scratch(w, apack + bpack + ctile, &own);
+    if (!buf) return ALLOY_ERR_OOM;
+    r.apack = buf, r.bpack = buf + apack, r.ctile = (float *)(void *)(buf + apack + bpack);
+    cpu_workers_run(w, nt, r.a_copies * r.a_groups + r.b_copies * r.b_groups, pack_job, &r);
+    cpu_workers_run(w, nt, tiles, tile_job, &r);
+    al_free(own);
+    return ALLOY_OK;
+}

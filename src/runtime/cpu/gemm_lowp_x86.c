@@ -1,0 +1,268 @@
+/* gemm_lowp_x86.c - the AVX-512 micro-kernels of the f16/bf16 GEMM (vdpbf16ps, f32 FMA), compiled with target attributes and picked at run time. */
+#include "runtime/cpu/gemm_lowp.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdatomic.h>
+
+/* No -march anywhere: only these functions use the instructions, and only
+ * after gemm_lowp_x86_has has asked the CPU. */
+#define TARGET_F32 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,fma,avx512bf16")))
+
+/* The tile: 14 rows x 32 columns, 28 zmm accumulators, 2 zmm of B, and each
+ * row's A value broadcast from memory into the multiply-add: 31 of the 32
+ * registers, so nothing spills. Per k-unit, 28 vector multiply-adds against
+ * 2 vector loads and 14 broadcasts: bound by the multiply-add ports. */
+enum { MR = 14, NR = 32 };
+
+/* Masks of the valid columns of the two 16-float halves of a tile row. */
+static inline void col_masks(int nr, __mmask16 *m0, __mmask16 *m1)
+{
+    *m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    *m1 = (__mmask16)(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+}
+
+/* Stores the accumulators of row i: c[i, 0..nr) = (add ? c : 0) + acc. */
+#define STORE_ROW(i)                                                                               \
+    if (i < mr) {                                                                                  \
+        float *ci = c + (int64_t)(i) * ldc;                                                        \
+        if (add) {                                                                                 \
+            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
+            c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16));               \
+        }                                                                                          \
+        _mm512_mask_storeu_ps(ci, m0, c##i##_0);                                                   \
+        _mm512_mask_storeu_ps(ci + 16, m1, c##i##_1);                                              \
+    }
+
+/* The A strip streams from L2 (the block's B strip sits in L1): fetched
+ * this many elements ahead; the C tile fetched while the sums run. */
+enum { A_AHEAD = MR * 16 };
+#define PREFETCH_ROW(i)                                                                            \
+    if (i < mr) {                                                                                  \
+        _mm_prefetch((const char *)(c + (int64_t)(i) * ldc), _MM_HINT_T0);                         \
+        _mm_prefetch((const char *)(c + (int64_t)(i) * ldc + 16), _MM_HINT_T0);                    \
+    }
+
+#define FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define ZERO_ROW(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+
+/* bf16: each unit is a k pair; A holds MR 32-bit pairs, B NR of them, and
+ * vdpbf16ps adds both products of a pair into the f32 accumulator. */
+#define BF16_ROW(i)                                                                                \
+    {                                                                                              \
+        __m512bh ai = (__m512bh)_mm512_set1_epi32(ap[i]);                                          \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                             \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                                             \
+    }
+
+TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
+                                  int mr, int nr, bool add)
+{
+    const int32_t *ap = a;
+    const char *bp = b;
+    FOR_ROWS(PREFETCH_ROW)
+    FOR_ROWS(ZERO_ROW)
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
+        FOR_ROWS(BF16_ROW)
+    }
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
+    FOR_ROWS(STORE_ROW)
+}
+
+#define F32_ROW(i)                                                                                 \
+    {                                                                                              \
+        __m512 ai = _mm512_set1_ps(ap[i]);                                                         \
+        c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                                              \
+        c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                                              \
+    }
+
+TARGET_F32 static void tile_f32(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
+                                int mr, int nr, bool add)
+{
+    const float *ap = a, *bp = b;
+    FOR_ROWS(PREFETCH_ROW)
+    FOR_ROWS(ZERO_ROW)
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        FOR_ROWS(F32_ROW)
+    }
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
+    FOR_ROWS(STORE_ROW)
+}
+
+/* ---- packing: 16 x 16 transposes of 32-bit words for k-contiguous rows,
+ * interleaves and conversions for r-contiguous ones ---- */
+
+/* r[i] (row i of a 16 x 16 block of 32-bit words) becomes column i. */
+TARGET_F32 static inline void transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int j = 0; j < 4; j++) { /* 128-bit lanes: 0x88 takes lanes 0 and 2 of each, 0xdd 1 and 3 */
+        t[j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        r[4 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+        r[12 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd);
+    }
+}
+
+static inline int64_t min_i64(int64_t x, int64_t y) { return x < y ? x : y; }
+static inline __mmask16 first16(int64_t n) { return (__mmask16)(n >= 16 ? 0xffff : n > 0 ? (1u << n) - 1 : 0); }
+static inline __mmask32 first32(int64_t n) { return n >= 32 ? 0xffffffffu : n > 0 ? (1u << n) - 1 : 0; }
+
+/* 16 f16 or bf16 at p as 16 f32 (their bits). */
+TARGET_F32 static inline __m512i load16_f32(alloy_dtype dt, const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const void *)p);
+    return dt == ALLOY_F16 ? _mm512_castps_si512(_mm512_cvtph_ps(h))
+                           : _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+}
+
+/* Rows k-contiguous: blocks of 16 units (words: bf16 pairs, or f32) of 16
+ * rows at a time, transposed, from u0 (a multiple of 16); returns where it
+ * stopped (before a block that is not whole inside k or u1). */
+TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, int64_t u0, int64_t u1, uint32_t *d)
+{
+    int64_t blocks = min_i64(s->k / (pairs ? 32 : 16), u1 / 16);
+    if (u0 % 16) return u0;
+    for (int64_t bl = u0 / 16; bl < blocks; bl++)
+        for (int r0 = 0; r0 < R; r0 += 16) {
+            __m512i v[16];
+            for (int i = 0; i < 16; i++) {
+                const uint16_t *src = s->base + (r0 + i) * s->rs + bl * (pairs ? 32 : 16);
+                v[i] = r0 + i >= s->rows ? _mm512_setzero_si512()
+                       : pairs           ? _mm512_loadu_si512(src)
+                                         : load16_f32(s->dt, src);
+            }
+            transpose16(v);
+            /* whole stores, q ascending: where R - r0 < 16 each writes into
+             * the next unit's start, which the next one rewrites (and the
+             * last, the strip's slack); AMD's masked stores are slow */
+            for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + (bl * 16 + q) * R + r0, v[q]);
+        }
+    return blocks * 16 > u0 ? blocks * 16 : u0;
+}
+
+/* bf16 pairs: A of a product that is not transposed and B of one that is
+ * have k-contiguous rows; the others two k-rows per unit, interleaved. */
+TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst)
+{
+    uint32_t *d = dst;
+    if (s->ks == 1) return pack_by_rows(s, R, true, u0, u1, d);
+    /* word j of the result: u16 j of the first row, then of the second */
+    __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                  36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t p = u0; p < u1; p++)
+        for (int r0 = 0; r0 < R; r0 += 32) {
+            /* whole loads where the row goes on (a full strip: what is past
+             * it lands in words the stores below leave to the next unit) */
+            bool whole = s->readable - r0 >= 32;
+            __mmask32 lm = first32(s->rows - r0);
+            const uint16_t *k0 = s->base + 2 * p * s->ks + r0, *k1 = k0 + s->ks;
+            __m512i x0 = 2 * p >= s->k ? _mm512_setzero_si512()
+                         : whole       ? _mm512_loadu_si512(k0)
+                                       : _mm512_maskz_loadu_epi16(lm, k0);
+            __m512i x1 = 2 * p + 1 >= s->k ? _mm512_setzero_si512()
+                         : whole           ? _mm512_loadu_si512(k1)
+                                           : _mm512_maskz_loadu_epi16(lm, k1);
+            uint32_t *o = d + p * R + r0; /* whole stores, as in pack_by_rows */
+            _mm512_storeu_si512(o, _mm512_permutex2var_epi16(x0, lo, x1));
+            if (R - r0 > 16) _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+        }
+    return u1;
+}
+
+/* f32 panels from f16 (F16C's vcvtph2ps) or bf16 (a shift). */
+TARGET_F32 static int64_t pack_f32_x86(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst)
+{
+    uint32_t *d = dst;
+    if (s->ks == 1) return pack_by_rows(s, R, false, u0, u1, d);
+    for (int64_t p = u0; p < u1; p++)
+        for (int r0 = 0; r0 < R; r0 += 16) {
+            const uint16_t *src = s->base + p * s->ks + r0;
+            __m256i h = s->readable - r0 >= 16 ? _mm256_loadu_si256((const void *)src)
+                                               : _mm256_maskz_loadu_epi16(first16(s->rows - r0), src);
+            __m512i v = s->dt == ALLOY_F16 ? _mm512_castps_si512(_mm512_cvtph_ps(h))
+                                           : _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+            _mm512_storeu_si512(d + p * R + r0, v); /* whole stores, as in pack_by_rows */
+        }
+    return u1;
+}
+
+/* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
+ * stays in L1 while the A strips of the block stream past it. */
+static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86};
+static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86};
+
+const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
+{
+    return k == OPT_LOWP_AVX512_BF16 ? &k_bf16 : k == OPT_LOWP_AVX512 ? &k_f32 : NULL;
+}
+
+/* Bit 0: AVX-512 F+BW+VL (the OS saving zmm state), 1: AVX512_BF16, 2:
+ * F16C; -1 until read. */
+static atomic_int features = -1;
+
+static int read_features(void)
+{
+    int f = atomic_load_explicit(&features, memory_order_relaxed);
+    if (f >= 0) return f;
+    __builtin_cpu_init();
+    f = 0;
+    /* the builtin checks XCR0 too: an OS that does not save zmm state says no */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+        f |= 1;
+    unsigned a, b, c, d;
+    if ((f & 1) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5))) f |= 2; /* AVX512_BF16 */
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)) f |= 4;
+    atomic_store_explicit(&features, f, memory_order_relaxed);
+    return f;
+}
+
+bool gemm_lowp_x86_has(opt_lowp_gemm k, alloy_dtype dt)
+{
+    int f = read_features();
+    if (k == OPT_LOWP_AVX512_BF16) return dt == ALLOY_BF16 && (f & 3) == 3;
+    if (k == OPT_LOWP_AVX512) return (f & 1) && (dt == ALLOY_BF16 || (f & 4));
+    return false;
+}
+
+#else
+
+const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
+{
+    (void)k;
+    return NULL;
+}
+
+bool gemm_lowp_x86_has(opt_lowp_gemm k, alloy_dtype dt)
+{
+    (void)k, (void)dt;
+    return false;
+}
+
+#endif

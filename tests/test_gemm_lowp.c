@@ -1,0 +1,303 @@
+/* test_gemm_lowp.c - the f16/bf16 GEMM (every kernel this CPU runs, each forced) against an f64 sum of the exact products. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm_lowp.h"
+#include "support.h"
+
+/* The kernels a test forces in turn; those this CPU lacks are skipped. */
+static const opt_lowp_gemm kernels[] = {OPT_LOWP_AVX512_BF16, OPT_LOWP_AVX512, OPT_LOWP_PORTABLE, OPT_LOWP_SGEMM};
+enum { NKERNELS = sizeof kernels / sizeof kernels[0] };
+
+static void *xalloc(size_t n)
+{
+    void *p = al_malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* One product to check: sizes, transposes and the batch layout of A and B
+ * (batch_rank 0, or [2, 3] batches with the given strides in units of one
+ * matrix, 0 broadcasting). */
+typedef struct lowp_shape {
+    int64_t m, n, k;
+    int batch_rank;
+    int64_t dims[2], sa[2], sb[2]; /* strides in matrices */
+} lowp_shape;
+
+/* Every operand value is uniform in [-1, 1) rounded to dt; elements outside
+ * the product (the lda/ldb padding, the matrices a stride skips) are NaN,
+ * so reading one fails the check. C starts as NaN and must be written
+ * everywhere; the guard after it must not be. Each element is checked
+ * against sum |a||b|-scaled bounds: f32 accumulation of k exact products,
+ * (k + 2) * 2^-24 * sum |a||b| in any order, plus (k + 1) * 2^-126 for the
+ * flushed subnormals of vdpbf16ps; a rounded result one rounding of its
+ * dtype more, and it must be the f32 result rounded (one rounding). */
+static void check(opt_lowp_gemm kernel, alloy_dtype dt, bool ta, bool tb, const lowp_shape *s, cpu_workers *w,
+                  int threads)
+{
+    int64_t m = s->m, n = s->n, k = s->k, batches = 1;
+    for (int d = 0; d < s->batch_rank; d++) batches *= s->dims[d];
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int64_t lda = ac + 3, ldb = bc + 1;
+    int64_t amat = ar * lda, bmat = br * ldb; /* elements of one matrix */
+    /* how many matrices of A and B the batch walk reaches */
+    int64_t acount = 1, bcount = 1;
+    int64_t sa[2], sb[2];
+    for (int d = 0; d < s->batch_rank; d++) {
+        acount += (s->dims[d] - 1) * s->sa[d];
+        bcount += (s->dims[d] - 1) * s->sb[d];
+        sa[d] = s->sa[d] * amat, sb[d] = s->sb[d] * bmat;
+    }
+    size_t na = (size_t)(acount * amat), nb = (size_t)(bcount * bmat), nc = (size_t)(batches * m * n);
+    double *av = xalloc(na * sizeof *av), *bv = xalloc(nb * sizeof *bv);
+    uint16_t *a = xalloc(na * 2), *b = xalloc(nb * 2);
+    for (size_t i = 0; i < na; i++) av[i] = (int64_t)i % lda < ac ? test_round_to(dt, test_uniform(-1, 1)) : NAN;
+    for (size_t i = 0; i < nb; i++) bv[i] = (int64_t)i % ldb < bc ? test_round_to(dt, test_uniform(-1, 1)) : NAN;
+    test_encode(dt, av, a, (int64_t)na);
+    test_encode(dt, bv, b, (int64_t)nb);
+    float *c = xalloc((nc + 16) * sizeof *c);
+    uint16_t *cl = xalloc((nc + 16) * 2);
+    for (size_t i = 0; i < nc + 16; i++) c[i] = NAN, cl[i] = 0x7e01;
+    gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, s->batch_rank, s->dims, sa, sb, a, b, c};
+    assert_int_equal(gemm_lowp(&g, kernel, w, threads), ALLOY_OK);
+    g.out_dtype = dt, g.c = cl;
+    assert_int_equal(gemm_lowp(&g, kernel, w, threads), ALLOY_OK);
+    double u_out = dt == ALLOY_BF16 ? 0x1p-8 : 0x1p-11, tiny_out = dt == ALLOY_BF16 ? 0x1p-134 : 0x1p-25;
+    for (int64_t bi = 0; bi < batches; bi++) {
+        int64_t i0 = s->batch_rank ? bi / s->dims[1] : 0, i1 = s->batch_rank ? bi % s->dims[1] : 0;
+        const double *ab = av + (s->batch_rank ? i0 * sa[0] + i1 * sa[1] : 0);
+        const double *bb = bv + (s->batch_rank ? i0 * sb[0] + i1 * sb[1] : 0);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double ref = 0.0, mag = 0.0;
+                for (int64_t p = 0; p < k; p++) {
+                    double x = ta ? ab[p * lda + i] : ab[i * lda + p], y = tb ? bb[j * ldb + p] : bb[p * ldb + j];
+                    ref += x * y; /* exact products; the f64 sum's own error is far below the bound */
+                    mag += fabs(x * y);
+                }
+                size_t at = (size_t)((bi * m + i) * n + j);
+                double bound = (double)(k + 2) * 0x1p-24 * mag + (double)(k + 1) * 0x1p-126;
+                double got = c[at], got_low = test_decode(dt, cl, (int64_t)at);
+                if (!(fabs(got - ref) <= bound))
+                    fail_msg("%s %s %c%c %lldx%lldx%lld batch %lld: C[%lld,%lld] = %.9g, f64 reference %.9g (bound %.3g)",
+                             gemm_lowp_kernel_name(gemm_lowp_kernel(dt, kernel)), alloy_dtype_name(dt), ta ? 'T' : 'N',
+                             tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (long long)bi, (long long)i,
+                             (long long)j, got, ref, bound);
+                if (!(fabs(got_low - ref) <= u_out * fabs(ref) + (1 + u_out) * bound + tiny_out) ||
+                    got_low != test_round_to(dt, got))
+                    fail_msg("%s %s %c%c %lldx%lldx%lld: %s C[%lld,%lld] = %.9g, f32 sum %.9g, reference %.9g",
+                             gemm_lowp_kernel_name(gemm_lowp_kernel(dt, kernel)), alloy_dtype_name(dt), ta ? 'T' : 'N',
+                             tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, alloy_dtype_name(dt),
+                             (long long)i, (long long)j, got_low, got, ref);
+            }
+    }
+    for (size_t i = nc; i < nc + 16; i++) {
+        if (!isnan(c[i]) || cl[i] != 0x7e01) fail_msg("wrote past C (element %zu)", i);
+    }
+    al_free(av), al_free(bv), al_free(a), al_free(b), al_free(c), al_free(cl);
+}
+
+/* Whether kernel k runs as itself for dt here (else the test says so and skips it). */
+static bool runs_here(opt_lowp_gemm k, alloy_dtype dt)
+{
+    if (gemm_lowp_kernel(dt, k) == k) return true;
+    print_message("lowp_gemm=%s for %s: not on this CPU (gives %s), skipped\n", gemm_lowp_kernel_name(k),
+                  alloy_dtype_name(dt), gemm_lowp_kernel_name(gemm_lowp_kernel(dt, k)));
+    return false;
+}
+
+/* Odd shapes for every kernel, dtype and transpose: unit and single rows or
+ * columns (1 x N), k odd and 1, sizes off the 14 x 32 and 6 x 8 tiles, and
+ * past the 112 x 256 tiles and 192/256/384 k blocks. */
+static const lowp_shape odd_shapes[] = {
+    {1, 1, 1, 0, {0}, {0}, {0}},       {1, 37, 3, 0, {0}, {0}, {0}},     {37, 1, 5, 0, {0}, {0}, {0}},
+    {1, 70, 33, 0, {0}, {0}, {0}},     {13, 31, 17, 0, {0}, {0}, {0}},   {14, 32, 2, 0, {0}, {0}, {0}},
+    {15, 33, 35, 0, {0}, {0}, {0}},    {29, 65, 64, 0, {0}, {0}, {0}},   {6, 8, 1, 0, {0}, {0}, {0}},
+    {113, 257, 33, 0, {0}, {0}, {0}},  {30, 40, 401, 0, {0}, {0}, {0}}, {3, 300, 779, 0, {0}, {0}, {0}},
+};
+
+static void run_odd_shapes(alloy_dtype dt)
+{
+    test_rng = dt;
+    for (int ki = 0; ki < NKERNELS; ki++) {
+        if (!runs_here(kernels[ki], dt)) continue;
+        for (size_t i = 0; i < sizeof odd_shapes / sizeof odd_shapes[0]; i++)
+            for (int t = 0; t < 4; t++) check(kernels[ki], dt, t & 1, t & 2, &odd_shapes[i], NULL, 1);
+    }
+}
+
+static void test_bf16_odd_shapes_match_f64_on_every_kernel(void **state)
+{
+    (void)state;
+    run_odd_shapes(ALLOY_BF16);
+}
+
+static void test_f16_odd_shapes_match_f64_on_every_kernel(void **state)
+{
+    (void)state;
+    run_odd_shapes(ALLOY_F16);
+}
+
+/* [2, 3] batches: A and B each batch their own, B broadcast to every
+ * batch (a weight), and [2, 1] x [1, 3] broadcasting, with transposes. */
+static void test_batches_follow_their_strides(void **state)
+{
+    (void)state;
+    static const lowp_shape batched[] = {
+        {9, 35, 19, 2, {2, 3}, {3, 1}, {3, 1}},
+        {17, 33, 6, 2, {2, 3}, {3, 1}, {0, 0}},
+        {5, 40, 31, 2, {2, 3}, {1, 0}, {0, 1}},
+    };
+    test_rng = 11;
+    for (int ki = 0; ki < NKERNELS; ki++)
+        for (int d = 0; d < 2; d++) {
+            alloy_dtype dt = d ? ALLOY_F16 : ALLOY_BF16;
+            if (!runs_here(kernels[ki], dt)) continue;
+            for (size_t i = 0; i < sizeof batched / sizeof batched[0]; i++)
+                for (int t = 0; t < 4; t++) check(kernels[ki], dt, t & 1, t & 2, &batched[i], NULL, 1);
+        }
+}
+
+/* Empty dimensions: nothing is written for m or n == 0 (C is not even
+ * read), zeros for k == 0, on every kernel. */
+static void test_empty_dimensions(void **state)
+{
+    (void)state;
+    uint16_t a[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80}, b[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+    for (int ki = 0; ki < NKERNELS; ki++) {
+        float c[8];
+        for (int i = 0; i < 8; i++) c[i] = 7.0f;
+        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, 0, 2, 2, 2, 2, 0, NULL, NULL, NULL, a, b, c};
+        assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+        g.m = 2, g.n = 0;
+        assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+        for (int i = 0; i < 8; i++) assert_true(c[i] == 7.0f);
+        g.n = 2, g.k = 0;
+        assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+        for (int i = 0; i < 4; i++) assert_true(c[i] == 0.0f && !signbit(c[i]));
+        assert_true(c[4] == 7.0f);
+        int64_t dims[1] = {0}, st[1] = {4};
+        g.k = 2, g.batch_rank = 1, g.batch_dims = dims, g.stride_a = st, g.stride_b = st;
+        assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+        assert_true(c[4] == 7.0f);
+    }
+}
+
+/* Hand-computed: [[1, 2, 3]] x [[1], [2], [3]] = 14 (bf16 and f16 hold
+ * these exactly), transposed operands read as their transposes. */
+static void test_exact_small_product(void **state)
+{
+    (void)state;
+    double av[6] = {1, 2, 3, -1, 0.5, 4}, bv[6] = {1, 2, 3, 0.25, -2, 8};
+    for (int ki = 0; ki < NKERNELS; ki++)
+        for (int d = 0; d < 2; d++) {
+            alloy_dtype dt = d ? ALLOY_F16 : ALLOY_BF16;
+            uint16_t a[6], b[6];
+            test_encode(dt, av, a, 6);
+            test_encode(dt, bv, b, 6);
+            float c[4];
+            /* A [2,3] x B^T where B is [2,3]: c[i][j] = sum_p a[i][p] b[j][p] */
+            gemm_lowp_args g = {dt, ALLOY_F32, false, true, 2, 2, 3, 3, 3, 0, NULL, NULL, NULL, a, b, c};
+            assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+            assert_true(c[0] == 14.0f);           /* 1 + 4 + 9 */
+            assert_true(c[1] == 0.25f - 4 + 24);  /* 20.25 */
+            assert_true(c[2] == -1 + 1 + 12);     /* 12 */
+            assert_true(c[3] == -0.25f - 1 + 32); /* 30.75 */
+        }
+}
+
+/* A product big enough to be split over threads gives the same bits on
+ * 1, 2 and 3 threads (each element summed by one thread in k order), and
+ * the workers' buffer is reused from call to call. */
+static void test_same_bits_on_any_thread_count(void **state)
+{
+    (void)state;
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    int64_t m = 300, n = 290, k = 200;
+    uint16_t *a = xalloc((size_t)(m * k) * 2), *b = xalloc((size_t)(k * n) * 2);
+    double *v = xalloc((size_t)(m * k + k * n) * sizeof *v);
+    test_rng = 5;
+    for (int64_t i = 0; i < m * k + k * n; i++) v[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
+    test_encode(ALLOY_BF16, v, a, m * k);
+    test_encode(ALLOY_BF16, v + m * k, b, k * n);
+    float *one = xalloc((size_t)(m * n) * 4), *many = xalloc((size_t)(m * n) * 4);
+    for (int ki = 0; ki < NKERNELS - 1; ki++) { /* sgemm's threads are the BLAS's */
+        if (!runs_here(kernels[ki], ALLOY_BF16)) continue;
+        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, one};
+        assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+        for (int t = 2; t <= 3; t++) {
+            g.c = many;
+            assert_int_equal(gemm_lowp(&g, kernels[ki], w, t), ALLOY_OK);
+            if (memcmp(one, many, (size_t)(m * n) * 4) != 0)
+                fail_msg("%s: the result differs on %d threads", gemm_lowp_kernel_name(kernels[ki]), t);
+        }
+    }
+    lowp_shape big = {130, 300, 70, 0, {0}, {0}, {0}};
+    for (int ki = 0; ki < NKERNELS; ki++) /* and the threaded runs are right */
+        if (runs_here(kernels[ki], ALLOY_F16)) check(kernels[ki], ALLOY_F16, true, false, &big, w, 2);
+    cpu_workers_free(w);
+    al_free(a), al_free(b), al_free(v), al_free(one), al_free(many);
+}
+
+/* auto takes the fastest kernel the CPU has; a forced one the CPU lacks
+ * gives the next one down; f16 never gets the bf16 dot product. */
+static void test_kernel_choice(void **state)
+{
+    (void)state;
+    assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AVX512_BF16), OPT_LOWP_AVX512_BF16);
+    assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO), OPT_LOWP_AVX512_BF16);
+    assert_int_equal(gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_PORTABLE), OPT_LOWP_PORTABLE);
+    assert_int_equal(gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_SGEMM), OPT_LOWP_SGEMM);
+    opt_lowp_gemm best = gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AUTO);
+    if (gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AVX512_BF16) == OPT_LOWP_AVX512_BF16)
+        assert_int_equal(best, OPT_LOWP_AVX512_BF16);
+    else if (gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AVX512) == OPT_LOWP_AVX512)
+        assert_int_equal(best, OPT_LOWP_AVX512);
+    else
+        assert_int_equal(best, OPT_LOWP_SGEMM);
+    print_message("bf16 kernel: %s, f16 kernel: %s\n", gemm_lowp_kernel_name(best),
+                  gemm_lowp_kernel_name(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO)));
+}
+
+/* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
+static void test_out_of_memory_is_an_error(void **state)
+{
+    (void)state;
+    uint16_t a[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+    float c[4] = {7, 7, 7, 7};
+    gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, 2, 2, 2, 2, 2, 0, NULL, NULL, NULL, a, a, c};
+    for (int ki = 0; ki < NKERNELS; ki++) {
+        test_alloc_budget = 0;
+        alloy_set_allocator(test_budget_realloc, NULL);
+        alloy_status st = gemm_lowp(&g, kernels[ki], NULL, 1);
+        alloy_set_allocator(NULL, NULL);
+        test_alloc_budget = -1;
+        assert_int_equal(st, ALLOY_ERR_OOM);
+        for (int i = 0; i < 4; i++) assert_true(c[i] == 7.0f);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel_choice),
+        cmocka_unit_test(test_exact_small_product),
+        cmocka_unit_test(test_empty_dimensions),
+        cmocka_unit_test(test_bf16_odd_shapes_match_f64_on_every_kernel),
+        cmocka_unit_test(test_f16_odd_shapes_match_f64_on_every_kernel),
+        cmocka_unit_test(test_batches_follow_their_strides),
+        cmocka_unit_test(test_same_bits_on_any_thread_count),
+        cmocka_unit_test(test_out_of_memory_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
