@@ -235,7 +235,7 @@ static double state_scalar(alloy_graph *g, const char *name, double def)
     rt_state *s = state_find(g, name);
     if (!s || s->type.rank != 0 || state_host(g, s)) return def;
     double v;
-    cvt_load_f64(s->type.dtype, s->host, &v, 1);
+    cvt_load_f64(s->type.dtype, s->cell->host, &v, 1);
     return v;
 }
 
