@@ -80,6 +80,8 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.train = g->training;
     opts.scaler = g->scaler;
     opts.optimizer = g->optimizer;
+    opts.groups = g->groups;
+    opts.ngroups = g->ngroups;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;

@@ -161,7 +161,8 @@ AL_HIDDEN bool state_is_param(const alloy_graph *g, const rt_state *s);
 /* Checks the value data (s's dtype, one element) for a state tensor alloy
  * owns: the counters optim.step, step.skipped_steps, scaler.growth_tracker
  * and step.micro_batch >= 0 (the last two below growth_interval and
- * accumulation_steps when g has them), scaler.scale finite and > 0,
+ * accumulation_steps when g has them), scaler.scale finite and >= 0,
+ * optim.lr finite and >= 0,
  * scaler.found_inf_acc 0 or 1; other tensors pass. The error names the
  * tensor and the value, prefixed by where. */
 AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);
