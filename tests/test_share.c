@@ -320,6 +320,46 @@ static void test_a_training_checkpoint_loads_into_a_forward_only_graph_with_load
     alloy_graph_free(eval);
 }
 
+/* Every allocation of a share (the sharer compiled and run before, so its
+ * state moves too) failed in turn: each is an out-of-memory error, nothing
+ * is shared and no block leaks; with memory back the same call shares. */
+static void test_every_allocation_failure_in_share_state_is_an_error_that_shares_nothing(void **state)
+{
+    (void)state;
+    int failures = 0;
+    for (long k = 0;; k++) {
+        alloy_graph *train = train_graph(), *eval = eval_graph(F32, IN, false);
+        double y[OUT];
+        eval_y(eval, y);
+        train_step(train);
+        test_alloc_count = 0, test_fail_at = k;
+        alloy_set_allocator(test_failing_realloc, NULL);
+        int shared = -1;
+        alloy_status st = alloy_graph_share_state(eval, train, &shared, NULL);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        test_fail_at = -1;
+        if (st == ALLOY_OK) {
+            assert_int_equal(shared, 2);
+            alloy_graph_free(eval), alloy_graph_free(train);
+            break;
+        }
+        failures++;
+        if (st != ALLOY_ERR_OOM) fail_msg("allocation %ld failed: %s (%s)", k, alloy_status_name(st), alloy_last_error(eval));
+        assert_int_equal(shared, 0);
+        assert_int_equal(eval->dev->refs, 1);
+        assert_ptr_not_equal(state_find(eval, "w")->cell, state_find(train, "w")->cell);
+        expect_ok(eval, alloy_graph_share_state(eval, train, &shared, NULL), "share_state with memory back");
+        assert_int_equal(shared, 2);
+        double want[OUT];
+        eval_y(eval, y);
+        reference_y(train, NULL, want);
+        expect_close(y, want, OUT, "eval after a share that first ran out of memory");
+        alloy_graph_free(eval), alloy_graph_free(train);
+    }
+    assert_true(failures > 0);
+    print_message("%d allocations of share_state failed in turn, each cleanly\n", failures);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +379,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_graphs_sharing_state_may_be_freed_in_either_order, test_checked_alloc,
                                         test_plain_alloc),
         cmocka_unit_test_setup_teardown(test_a_training_checkpoint_loads_into_a_forward_only_graph_with_load_params,
+                                        test_checked_alloc, test_plain_alloc),
+        cmocka_unit_test_setup_teardown(test_every_allocation_failure_in_share_state_is_an_error_that_shares_nothing,
                                         test_checked_alloc, test_plain_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
