@@ -165,27 +165,11 @@ static void fill_batch(const corpus *c, const long *starts, int batch, int T, in
         }
 }
 
-/* Copies every state tensor of dst (its parameters) from the same-named one in src. */
-static void copy_params(alloy_graph *dst, alloy_graph *src)
-{
-    int n = alloy_graph_state_count(dst);
-    for (int i = 0; i < n; i++) {
-        alloy_host_tensor want, have;
-        if (alloy_graph_state_at(dst, i, &want))
-            cli_fail(1, "copying parameters: %s", alloy_last_error(dst));
-        if (alloy_graph_get_state(src, want.name, &have))
-            cli_fail(1, "copying parameters: %s", alloy_last_error(src));
-        if (alloy_graph_set_state(dst, &have))
-            cli_fail(1, "copying parameters: %s", alloy_last_error(dst));
-    }
-}
-
 /* Mean loss of the f32 evaluation graph over EVAL_BATCHES batches of windows
  * spread evenly over the validation split (the same windows every time). */
-static double validation_loss(alloy_graph *eval, alloy_graph *train, const corpus *c, int batch,
-                              int T, long *starts, int *tokens, int *targets)
+static double validation_loss(alloy_graph *eval, const corpus *c, int batch, int T, long *starts, int *tokens,
+                              int *targets)
 {
-    copy_params(eval, train);
     long first = c->train_len, span = c->len - c->train_len - T - 1, n = (long)EVAL_BATCHES * batch;
     double sum = 0;
     for (int e = 0; e < EVAL_BATCHES; e++) {
@@ -302,11 +286,13 @@ int main(int argc, char **argv)
     if (resume) {
         if (alloy_graph_load_checkpoint(train, o.checkpoint))
             cli_fail(1, "%s (a resumed run needs the same --text, --amp and model flags)", alloy_last_error(train));
+        alloy_graph_set_lr(train, o.lr); /* the checkpoint holds the lr it was trained with: --lr wins */
         printf("resumed from %s at step %ld\n", o.checkpoint, first_step);
     }
 
-    /* Same builder and parameter names: f32 graphs for validation (same
-     * batch) and sampling (batch 1), their parameters copied from train. */
+    /* Same builder and parameter names: f32 forward graphs for validation
+     * (same batch) and sampling (batch 1) that share train's parameters: they
+     * read what each training step writes, with no copy. */
     alloy_graph *eval = alloy_graph_new("char_gpt_eval"), *sampler = alloy_graph_new("char_gpt_sample");
     if (!eval || !sampler) cli_fail(1, "%s", "out of memory");
     gpt_build(eval, &o.model, B, true);
@@ -315,6 +301,13 @@ int main(int argc, char **argv)
     set_device(sampler, o.device);
     const char *device = alloy_graph_device(train); /* compiles the step (and its kernels) */
     if (!device) cli_fail(1, "%s", alloy_last_error(train));
+    alloy_graph *sharers[2] = {eval, sampler};
+    for (int k = 0; k < 2; k++) {
+        int shared, unshared;
+        if (alloy_graph_share_state(sharers[k], train, &shared, &unshared))
+            cli_fail(1, "%s", alloy_last_error(sharers[k]));
+        if (unshared) cli_fail(1, "%d parameters of the evaluation graphs are not the training graph's", unshared);
+    }
 
     static const char *amp_names[] = {[ALLOY_F32] = "off", [ALLOY_F16] = "f16", [ALLOY_BF16] = "bf16"};
     printf("text %s: %ld bytes, vocab %d (ln %.3f); model: %d layers, dim %d, %d heads, "
@@ -349,11 +342,11 @@ int main(int argc, char **argv)
             since_log = 0, train_seconds = 0;
         }
         if (o.eval_every && i % o.eval_every == 0 && i != o.steps) {
-            printf("step %ld val_loss %.4f\n", step, validation_loss(eval, train, &text, B, T, starts, tokens, targets));
+            printf("step %ld val_loss %.4f\n", step, validation_loss(eval, &text, B, T, starts, tokens, targets));
             fflush(stdout);
         }
     }
-    printf("val_loss %.4f\n", validation_loss(eval, train, &text, B, T, starts, tokens, targets));
+    printf("val_loss %.4f\n", validation_loss(eval, &text, B, T, starts, tokens, targets));
 
     if (o.checkpoint) {
         if (alloy_graph_save_checkpoint(train, o.checkpoint)) cli_fail(1, "%s", alloy_last_error(train));
@@ -368,7 +361,6 @@ int main(int argc, char **argv)
         for (int k = 0; k < prompt_len; k++) prompt[k] = text.id_of[(unsigned char)fixed[k]];
     else
         for (prompt_len = 0; prompt_len < 8; prompt_len++) prompt[prompt_len] = text.ids[text.train_len + prompt_len];
-    copy_params(sampler, train);
     sample(sampler, &text, &o.model, prompt, prompt_len, &rng);
 
     alloy_graph_free(train), alloy_graph_free(eval), alloy_graph_free(sampler);

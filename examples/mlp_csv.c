@@ -267,17 +267,12 @@ static alloy_tensor *build_mlp(alloy_graph *g, const options *o, const dataset *
 }
 
 /* Share of test rows whose largest logit is the label, from the f32 graph
- * eval (batch EVAL_BATCH or fewer) with its parameters copied from train;
- * the last chunk is padded with row 0 and the padding not counted. */
-static double test_accuracy(alloy_graph *eval, int eval_batch, alloy_graph *train, const dataset *d,
-                            const long *rows, long nrows, float *x)
+ * eval (batch EVAL_BATCH or fewer), which shares the training graph's
+ * parameters; the last chunk is padded with row 0 and the padding not
+ * counted. */
+static double test_accuracy(alloy_graph *eval, int eval_batch, const dataset *d, const long *rows, long nrows,
+                            float *x)
 {
-    for (int i = 0, n = alloy_graph_state_count(eval); i < n; i++) {
-        alloy_host_tensor want, have;
-        if (alloy_graph_state_at(eval, i, &want)) cli_fail(1, "%s", alloy_last_error(eval));
-        if (alloy_graph_get_state(train, want.name, &have)) cli_fail(1, "%s", alloy_last_error(train));
-        if (alloy_graph_set_state(eval, &have)) cli_fail(1, "%s", alloy_last_error(eval));
-    }
     long correct = 0;
     for (long first = 0; first < nrows; first += eval_batch) {
         for (long i = 0; i < eval_batch; i++)
@@ -351,6 +346,8 @@ int main(int argc, char **argv)
     const char *device = alloy_graph_device(train);
     if (!device) cli_fail(1, "%s", alloy_last_error(train));
     printf("device: %s\n", device);
+    /* the evaluation graph reads the parameters each training step writes: no copy */
+    if (alloy_graph_share_state(eval, train, NULL, NULL)) cli_fail(1, "%s", alloy_last_error(eval));
 
     float *x = checked_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * (size_t)d.features);
     int *labels = checked_malloc(sizeof(int) * (size_t)B);
@@ -370,12 +367,12 @@ int main(int argc, char **argv)
                 cli_fail(1, "training: %s", alloy_last_error(train));
             loss_sum += info.loss;
         }
-        accuracy = test_accuracy(eval, eval_batch, train, &d, test_rows, ntest, x);
+        accuracy = test_accuracy(eval, eval_batch, &d, test_rows, ntest, x);
         printf("epoch %d loss %.4f test_accuracy %.4f scale %g skipped %lld\n", epoch,
                loss_sum / (double)steps_per_epoch, accuracy, info.scale, (long long)info.skipped_steps);
         fflush(stdout);
     }
-    if (o.epochs == 0) accuracy = test_accuracy(eval, eval_batch, train, &d, test_rows, ntest, x);
+    if (o.epochs == 0) accuracy = test_accuracy(eval, eval_batch, &d, test_rows, ntest, x);
     printf("test_accuracy %.4f\n", accuracy);
     alloy_graph_free(train), alloy_graph_free(eval);
     free(d.x), free(d.y), free(order), free(x), free(labels);

@@ -85,7 +85,7 @@ void cgs_prepare(cgs_step *st, alloy_graph *g, const feed_set *f)
             rt_state *sv = state_find(g, n->name);
             assert_non_null(sv);
             assert_int_equal(state_host(g, sv), ALLOY_OK);
-            memcpy(st->buf[i], sv->host, ir_nbytes(&n->type));
+            memcpy(st->buf[i], sv->cell->host, ir_nbytes(&n->type));
             st->ref[i].data = st->buf[i];
         }
     }

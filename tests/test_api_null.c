@@ -1,4 +1,5 @@
 /* test_api_null.c - every public call with NULL and out-of-range arguments: an error (never a crash), and a message of its own. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -81,6 +82,9 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_int_equal(alloy_graph_load_state(g, "/nonexistent/s"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_save_params(g, "/nonexistent/s"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_load_params(g, "/nonexistent/s", NULL, NULL), ALLOY_ERR_INVALID);
+    int shared = -1, unshared = -1;
+    assert_int_equal(alloy_graph_share_state(g, NULL, &shared, &unshared), ALLOY_ERR_INVALID);
+    assert_true(shared == 0 && unshared == 0);
     assert_null(alloy_linear(g, t, "fc", 2, 2, true));
     assert_int_equal(alloy_graph_print_after(g, "amp", NULL), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_memory_info(g, &mi), ALLOY_ERR_INVALID);
@@ -101,6 +105,8 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_int_equal(alloy_param_freeze(g, t), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_set_lr(g, 0.1), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_set_param_group(g, "*", 1, false), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_step_info(g, &si), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_save_checkpoint(g, "/nonexistent/c"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_load_checkpoint(g, "/nonexistent/c"), ALLOY_ERR_INVALID);
@@ -347,6 +353,10 @@ typedef struct bad_call {
     X(save_params_to_null, "save_params: path is NULL", alloy_graph_save_params(f->g, NULL) == ALLOY_ERR_INVALID)       \
     X(load_params_from_null, "load_params: path is NULL",                                                               \
       alloy_graph_load_params(f->g, NULL, NULL, NULL) == ALLOY_ERR_INVALID)                                             \
+    X(share_state_with_null, "share_state: owner is NULL",                                                              \
+      alloy_graph_share_state(f->g, NULL, NULL, NULL) == ALLOY_ERR_INVALID)                                             \
+    X(share_state_with_itself, "share_state: graph 'fixture' cannot share state with itself",                          \
+      alloy_graph_share_state(f->g, f->g, NULL, NULL) == ALLOY_ERR_INVALID)                                             \
     X(linear_of_0_inputs, "linear: in and out must be at least 1", !alloy_linear(f->g, f->x, "fc", 0, 2, true))         \
     X(save_checkpoint_to_null, "save_state: path is NULL", alloy_graph_save_checkpoint(f->g, NULL) == ALLOY_ERR_INVALID) \
     X(load_checkpoint_from_null, "load_state: path is NULL",                                                            \
@@ -393,6 +403,13 @@ typedef struct bad_call {
       alloy_graph_set_grad_scaler(f->g, (alloy_grad_scaler){.kind = (alloy_scaler_kind)9}) == ALLOY_ERR_INVALID)        \
     X(add_optimizer_of_kind_0, "add_optimizer: unknown kind 0",                                                         \
       alloy_graph_add_optimizer(f->g, (alloy_optimizer){.kind = (alloy_optimizer_kind)0}) == ALLOY_ERR_INVALID)         \
+    X(set_lr_to_nan, "set_lr: lr is nan; it must be finite and >= 0", alloy_graph_set_lr(f->g, NAN) == ALLOY_ERR_INVALID) \
+    X(set_lr_without_an_optimizer, "set_lr: graph 'fixture' has no optimizer",                                         \
+      alloy_graph_set_lr(f->g, 0.1) == ALLOY_ERR_INVALID)                                                               \
+    X(set_param_group_of_null, "set_param_group: patterns is NULL",                                                     \
+      alloy_graph_set_param_group(f->g, NULL, 1, false) == ALLOY_ERR_INVALID)                                           \
+    X(set_param_group_matching_nothing, "set_param_group: pattern 'ww' matches no param of graph 'fixture'",            \
+      alloy_graph_set_param_group(f->g, "ww", 1, false) == ALLOY_ERR_NOT_FOUND)                                         \
     X(step_info_into_null, "step_info: out is NULL", alloy_graph_step_info(f->g, NULL) == ALLOY_ERR_INVALID)
 
 BAD_CALLS(BAD)

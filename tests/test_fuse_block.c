@@ -41,8 +41,8 @@
 /* The transformer training graph (AMP f16 + dynamic scaler + AdamW) after
  * the whole pipeline (amp, autodiff, grad_scaler, optimizer, simplify, dce,
  * fuse), read off its printed group table: 35 groups, listed by kind, dtype
- * and op sequence in block_groups below (9 row, 14 gemm, 2 multi, 9 ew). */
-enum { BLOCK_GROUPS = 34, ADAMW_MEMBERS = 16, PARAMS = 17 };
+ * and op sequence in block_groups below (9 row, 14 gemm, 2 multi, 10 ew). */
+enum { BLOCK_GROUPS = 35, ADAMW_MEMBERS = 16, PARAMS = 17 };
 
 /* ---- the transformer block ---- */
 
@@ -114,6 +114,7 @@ static const expected_group block_groups[] = {
     {"next growth tracker", "ew i32: where where", 1},
     {"global gradient norm: 16 f64 adds and the sqrt",
      "ew f64: add add add add add add add add add add add add add add add add sqrt", 1},
+    {"1 - lr*wd (lr is the state optim.lr, read at run time)", "ew f64: mul sub", 1},
     {"lr / (1 - b1^t)", "ew f64: pow sub div", 1},
     {"sqrt(1 - b2^t)", "ew f64: pow sub sqrt", 1},
     /* the AdamW update of all 17 parameters, 16 members each */

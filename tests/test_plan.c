@@ -239,7 +239,7 @@ static void **bind_leaves(alloy_graph *g, const ir_graph *c, int vocab)
             rt_state *st = state_find(g, n->name);
             assert_non_null(st);
             build(state_host(g, st), g, "state");
-            leaf[i] = st->host;
+            leaf[i] = st->cell->host;
         }
         if (n->op != IR_OP_input) continue;
         int64_t count = ir_numel(&n->type);

@@ -76,7 +76,7 @@ static rt_tensor *run_step(alloy_graph *g, const ir_graph *c)
             rt_state *s = state_find(g, n->name);
             assert_non_null(s);
             assert_int_equal(state_host(g, s), ALLOY_OK);
-            values[i].data = s->host;
+            values[i].data = s->cell->host;
         }
     }
     cpu_exec x = {.nthreads = 1};

@@ -263,6 +263,23 @@ ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
 ALLOY_API alloy_status alloy_graph_save_params(alloy_graph *g, const char *path);
 ALLOY_API alloy_status alloy_graph_load_params(alloy_graph *g, const char *path, int *loaded, int *ignored);
 
+/* Makes g's params use owner's storage: every param of g that owner has a
+ * param of the same name, dtype and shape for becomes that tensor (no
+ * copy): what owner's training steps write, g's runs read, and set_state,
+ * load_state or load_params through either graph changes both. g's other
+ * params and state stay its own. A same-named tensor of another dtype or
+ * shape is an error naming it and both graphs, and g stays as it was.
+ * Both graphs are compiled for this (as a first run would), and run on
+ * owner's backend from then on: a g whose options ask for another device
+ * is refused. A graph shares once (g must not already share state; owner
+ * may: several sharers, or a chain, use one storage). The storage is
+ * reference-counted: the graphs may be freed in any order, and a sharer
+ * keeps the params when owner is freed first. *shared and *unshared
+ * (either may be NULL) count g's params bound to owner's and those owner
+ * has none for. Typical: an evaluation or sampling graph built with the
+ * same param names as the training graph (docs/training.md). */
+ALLOY_API alloy_status alloy_graph_share_state(alloy_graph *g, alloy_graph *owner, int *shared, int *unshared);
+
 /* ---- inspection ---- */
 
 typedef enum alloy_dump_kind {

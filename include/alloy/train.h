@@ -61,11 +61,20 @@ typedef enum alloy_optimizer_kind {
     ALLOY_OPTIM_ADAMW, /* decoupled weight decay */
 } alloy_optimizer_kind;
 
+/* Learning-rate schedules, computed in the step from t, the updates applied
+ * so far (a skipped step does not move t), and lr, the base rate
+ * (alloy_graph_set_lr changes it between steps); docs/training.md. */
 typedef enum alloy_lr_schedule {
     ALLOY_LR_CONSTANT = 0,
-    ALLOY_LR_WARMUP_LINEAR, /* lr * min(1, (step+1)/warmup) */
-    ALLOY_LR_WARMUP_COSINE, /* linear warmup, then cosine from lr to min_lr at total_steps */
+    ALLOY_LR_WARMUP_LINEAR,       /* lr * min(1, (t+1)/warmup): linear warmup, then constant */
+    ALLOY_LR_WARMUP_COSINE,       /* linear warmup, then cosine from lr to min_lr at total_steps */
+    ALLOY_LR_WARMUP_LINEAR_DECAY, /* linear warmup, then linear from lr to min_lr at total_steps */
+    ALLOY_LR_STEP,                /* lr * gamma^floor(t / step_size) (PyTorch's StepLR) */
+    ALLOY_LR_MULTI_STEP,          /* lr * gamma^(milestones <= t) (PyTorch's MultiStepLR) */
+    ALLOY_LR_ONE_CYCLE,           /* PyTorch's OneCycleLR, cosine annealing, two phases; lr is max_lr */
 } alloy_lr_schedule;
+
+#define ALLOY_MAX_MILESTONES 16
 
 typedef struct alloy_optimizer {
     alloy_optimizer_kind kind;
@@ -80,6 +89,13 @@ typedef struct alloy_optimizer {
     double min_lr;
     double clip_norm;       /* clip the global norm of the unscaled gradients; 0 = off */
     int accumulation_steps; /* micro-batches per update; 1 = update on every run */
+    double gamma;           /* STEP, MULTI_STEP: the factor of each decay; 0 = 0.1 (PyTorch's) */
+    int step_size;          /* STEP: updates between decays */
+    int milestones[ALLOY_MAX_MILESTONES]; /* MULTI_STEP: increasing update counts where lr *= gamma */
+    int nmilestones;
+    double pct_start;        /* ONE_CYCLE: the rising share of total_steps; 0 = 0.3 (PyTorch's) */
+    double div_factor;       /* ONE_CYCLE: start at lr / div_factor; 0 = 25 */
+    double final_div_factor; /* ONE_CYCLE: end at lr / div_factor / final_div_factor; 0 = 1e4 */
 } alloy_optimizer;
 
 ALLOY_API alloy_optimizer alloy_sgd(double lr, double momentum, double weight_decay, bool nesterov);
@@ -88,15 +104,33 @@ ALLOY_API alloy_optimizer alloy_adam(double lr, double beta1, double beta2, doub
 ALLOY_API alloy_optimizer alloy_adamw(double lr, double beta1, double beta2, double eps,
                                       double weight_decay);
 /* Adds the update of every trainable parameter to the step: state tensors
- * for moments ("<p>.m", "<p>.v" or "<p>.momentum") and the step counter
- * ("optim.step", i32) are created, saved and loaded with the rest. Every
- * field the kind uses is checked as set_grad_scaler's are: rates, decay,
+ * for moments ("<p>.m", "<p>.v" or "<p>.momentum"), the step counter
+ * ("optim.step", i32) and the base learning rate ("optim.lr", f64) are
+ * created, saved and loaded with the rest. Every field the kind and the
+ * schedule use is checked as set_grad_scaler's are: rates, decay,
  * momentum, min_lr and clip_norm finite and >= 0, betas in [0, 1), eps
- * finite and > 0, step counts >= 0 (accumulation_steps 0 counts as 1); a
- * refused call leaves g as it was. A second call replaces the optimizer at
- * the next compile: moments and the step counter of the same names are
- * kept, so changing the lr or the schedule continues the run. */
+ * finite and > 0, step counts >= 0 (accumulation_steps 0 counts as 1),
+ * the schedule's own fields (docs/training.md); a refused call leaves g
+ * as it was. A second call replaces the optimizer at the next compile:
+ * moments and the step counter of the same names are kept, so changing
+ * the schedule continues the run, and optim.lr takes the new lr. */
 ALLOY_API alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer opt);
+/* Sets the base learning rate (the schedule's lr) for the next steps: the
+ * state "optim.lr" is written, the compiled step stays (no recompile).
+ * lr must be finite and >= 0, g must have an optimizer; a refused call
+ * changes nothing. A loaded checkpoint brings its own optim.lr. */
+ALLOY_API alloy_status alloy_graph_set_lr(alloy_graph *g, double lr);
+/* A parameter group: the params whose names match `patterns`, a
+ * comma-separated list of globs ('*' any run of characters, dots too; '?'
+ * any one; "*.bias,*norm*", or exact names "fc1.bias, fc2.bias"), train
+ * with lr * lr_scale (the schedule's rate, scaled) and with weight decay
+ * only when weight_decay (the usual: none on biases and norms). A param in
+ * several groups takes the last call's. Every pattern must match a param
+ * of g as built (a typo is ALLOY_ERR_NOT_FOUND naming the pattern);
+ * lr_scale must be finite and >= 0; a refused call changes nothing. The
+ * groups apply at the next compile (any optimizer, added before or after). */
+ALLOY_API alloy_status alloy_graph_set_param_group(alloy_graph *g, const char *patterns, double lr_scale,
+                                                   bool weight_decay);
 
 /* What the last run of a training step did. */
 typedef struct alloy_step_info {

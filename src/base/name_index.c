@@ -38,20 +38,28 @@ static void place(al_name_slot *slots, uint32_t mask, int id, uint32_t h)
     slots[i] = (al_name_slot){id, h};
 }
 
+bool al_index_reserve(al_name_slot **slots, int *cap, int count)
+{
+    if (count * 2 <= *cap) return true;
+    int ncap = *cap ? *cap : 64;
+    while (count * 2 > ncap) {
+        if (ncap >= 1 << 30) return false;
+        ncap *= 2;
+    }
+    al_name_slot *ns = al_malloc(sizeof *ns * (size_t)ncap);
+    if (!ns) return false;
+    for (int i = 0; i < ncap; i++) ns[i].id = -1;
+    for (int i = 0; i < *cap; i++)
+        if ((*slots)[i].id >= 0) place(ns, (uint32_t)ncap - 1, (*slots)[i].id, (*slots)[i].hash);
+    al_free(*slots);
+    *slots = ns;
+    *cap = ncap;
+    return true;
+}
+
 bool al_index_add(al_name_slot **slots, int *cap, int count, al_name_fn name_of, const void *owner, int id)
 {
-    if ((count + 1) * 2 > *cap) {
-        if (*cap >= 1 << 30) return false;
-        int ncap = *cap ? *cap * 2 : 64;
-        al_name_slot *ns = al_malloc(sizeof *ns * (size_t)ncap);
-        if (!ns) return false;
-        for (int i = 0; i < ncap; i++) ns[i].id = -1;
-        for (int i = 0; i < *cap; i++)
-            if ((*slots)[i].id >= 0) place(ns, (uint32_t)ncap - 1, (*slots)[i].id, (*slots)[i].hash);
-        al_free(*slots);
-        *slots = ns;
-        *cap = ncap;
-    }
+    if (!al_index_reserve(slots, cap, count + 1)) return false;
     place(*slots, (uint32_t)*cap - 1, id, al_name_hash(name_of(owner, id)));
     return true;
 }

@@ -32,6 +32,9 @@ AL_HIDDEN int al_index_find(const al_name_slot *slots, int cap, al_name_fn name_
  * when out of memory (the index is unchanged). The caller has made sure
  * no entry of the same name is in it. */
 AL_HIDDEN bool al_index_add(al_name_slot **slots, int *cap, int count, al_name_fn name_of, const void *owner, int id);
+/* Grows the index so that count entries fit (at most half full), so the
+ * adds that follow cannot fail; false when out of memory (unchanged). */
+AL_HIDDEN bool al_index_reserve(al_name_slot **slots, int *cap, int count);
 /* Slots probed by al_index_find and al_index_add on this thread so far:
  * what tests count to prove look-ups stay O(1) as indexes grow. */
 AL_HIDDEN uint64_t al_index_probes(void);

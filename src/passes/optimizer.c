@@ -9,8 +9,12 @@
  * update is applied; when "step.apply" exists every state update is
  * where(apply, new, old), so a skipped step leaves parameters, moments and
  * the counter bit-for-bit unchanged. The learning rate of the step is
- * computed in the graph from the counter (constant, linear warmup, warmup +
- * cosine) in f64, like the bias corrections, and output as "step.lr" (f64); the global gradient norm as
+ * computed in the graph in f64, like the bias corrections, from the base
+ * rate, the state "optim.lr" (f64, set at run time by alloy_graph_set_lr),
+ * and the counter by the schedule (constant; warmup then constant, cosine
+ * or linear decay; step; multi-step; one-cycle), scaled per parameter by
+ * its group's lr_scale, and output as "step.lr" (f64, before the scaling);
+ * a group without decay gets no weight decay; the global gradient norm as
  * "step.grad_norm" (f64); with clip_norm > 0 gradients are scaled by
  * min(1, clip_norm / (norm + 1e-6)) first (PyTorch's clip_grad_norm_).
  * Updates follow PyTorch's formulas (torch.optim.SGD, Adam, AdamW).
@@ -38,27 +42,64 @@ static int cast_to(ad_ctx *c, int x, alloy_dtype dt)
  * as PyTorch computes them in Python floats, and cast once where used. */
 #define F ALLOY_F64
 
-/* The learning rate (f64) for the update after `done` completed updates. */
-static int learning_rate(ad_ctx *c, const alloy_optimizer *o, int done)
+/* Anneals from start to end as pct goes 0 -> 1 along half a cosine:
+ * end + (start - end) / 2 * (1 + cos(pi pct)) (PyTorch's OneCycleLR). */
+static int cos_anneal(ad_ctx *c, int start, int end, int pct)
 {
-    if (o->schedule == ALLOY_LR_CONSTANT) return S(F, o->lr);
+    int half = E2(mul, S(F, 0.5), E2(add, S(F, 1.0), E1(cos, E2(mul, pct, S(F, M_PI)))));
+    return E2(add, end, E2(mul, E2(sub, start, end), half));
+}
+
+/* min(1, max(0, x)) */
+static int clamp01(ad_ctx *c, int x) { return E2(minimum, S(F, 1.0), E2(maximum, S(F, 0.0), x)); }
+
+/* The learning rate (f64) of the update after `done` completed updates
+ * (the applied-update counter: a skipped step does not move it), from the
+ * base rate `base` (the state optim.lr, so alloy_graph_set_lr changes it
+ * with no recompile). The formulas are docs/training.md's. */
+static int learning_rate(ad_ctx *c, const alloy_optimizer *o, int done, int base)
+{
+    if (o->schedule == ALLOY_LR_CONSTANT) return base;
     int t = cast_to(c, done, F); /* 0-based index of this update */
+    if (o->schedule == ALLOY_LR_STEP) { /* i32 division truncates: floor for t >= 0 */
+        int k = cast_to(c, E2(div, done, S(ALLOY_I32, o->step_size)), F);
+        return E2(mul, base, E2(pow, S(F, o->gamma), k));
+    }
+    if (o->schedule == ALLOY_LR_MULTI_STEP) {
+        int passed = -1; /* milestones reached: t >= m */
+        for (int i = 0; i < o->nmilestones; i++) {
+            int hit = cast_to(c, E2(greater_equal, t, S(F, o->milestones[i])), F);
+            passed = passed < 0 ? hit : E2(add, passed, hit);
+        }
+        return E2(mul, base, E2(pow, S(F, o->gamma), passed));
+    }
+    if (o->schedule == ALLOY_LR_ONE_CYCLE) { /* PyTorch's two phases, as float step counts */
+        double end1 = o->pct_start * o->total_steps - 1, end2 = o->total_steps - 1.0;
+        int initial = E2(div, base, S(F, o->div_factor));
+        int last = E2(div, initial, S(F, o->final_div_factor));
+        int up = cos_anneal(c, initial, base, E2(div, t, S(F, end1)));
+        int down = cos_anneal(c, base, last, clamp01(c, E2(div, E2(sub, t, S(F, end1)), S(F, end2 - end1))));
+        return E3(where, E2(less_equal, t, S(F, end1)), up, down);
+    }
     int warm = o->warmup_steps;
-    int lr = S(F, o->lr);
+    int lr = base;
     if (warm > 0) lr = E2(mul, lr, E2(minimum, S(F, 1.0), E2(div, E2(add, t, S(F, 1.0)), S(F, warm))));
-    if (o->schedule == ALLOY_LR_WARMUP_COSINE) {
+    if (o->schedule == ALLOY_LR_WARMUP_COSINE || o->schedule == ALLOY_LR_WARMUP_LINEAR_DECAY) {
         double span = o->total_steps > warm ? o->total_steps - warm : 1;
-        int progress = E2(minimum, S(F, 1.0), E2(maximum, S(F, 0.0), E2(div, E2(sub, t, S(F, warm)), S(F, span))));
-        int cosine = E2(mul, S(F, 0.5), E2(add, S(F, 1.0), E1(cos, E2(mul, progress, S(F, M_PI)))));
-        int decayed = E2(add, S(F, o->min_lr), E2(mul, S(F, o->lr - o->min_lr), cosine));
+        int progress = clamp01(c, E2(div, E2(sub, t, S(F, warm)), S(F, span)));
+        int min_lr = S(F, o->min_lr);
+        int decayed = o->schedule == ALLOY_LR_WARMUP_COSINE
+                          ? cos_anneal(c, base, min_lr, progress)
+                          : E2(add, min_lr, E2(mul, E2(sub, base, min_lr), E2(sub, S(F, 1.0), progress)));
         lr = warm > 0 ? E3(where, E2(less, t, S(F, warm)), lr, decayed) : decayed;
     }
     return lr;
 }
 
-/* p' for one parameter; adds the moment updates itself. */
+/* p' for one parameter, with learning rate lr (f64) and weight decay wd
+ * (its group's); adds the moment updates itself. */
 static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, int p, int grad,
-                        int lr, int step_after, int apply)
+                        int lr, double wd, int step_after, int apply)
 {
     const ir_type *t = &c->g->nodes[p]->type;
     alloy_dtype dt = t->dtype;
@@ -66,7 +107,7 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     int lr64 = lr;
     lr = cast_to(c, lr, dt);
     if (o->kind == ALLOY_OPTIM_SGD) {
-        if (o->weight_decay) grad = E2(add, grad, E2(mul, p, S(dt, o->weight_decay)));
+        if (wd) grad = E2(add, grad, E2(mul, p, S(dt, wd)));
         int dir = grad;
         if (o->momentum) {
             al_fmt(sname, sizeof sname, "%s.momentum", name);
@@ -78,9 +119,8 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
         return E2(sub, p, E2(mul, dir, lr));
     }
     /* Adam / AdamW */
-    if (o->kind == ALLOY_OPTIM_ADAM && o->weight_decay) grad = E2(add, grad, E2(mul, p, S(dt, o->weight_decay)));
-    if (o->kind == ALLOY_OPTIM_ADAMW && o->weight_decay)
-        p = E2(mul, p, cast_to(c, E2(sub, S(F, 1.0), E2(mul, lr64, S(F, o->weight_decay))), dt));
+    if (o->kind == ALLOY_OPTIM_ADAM && wd) grad = E2(add, grad, E2(mul, p, S(dt, wd)));
+    if (o->kind == ALLOY_OPTIM_ADAMW && wd) p = E2(mul, p, cast_to(c, E2(sub, S(F, 1.0), E2(mul, lr64, S(F, wd))), dt));
     al_fmt(sname, sizeof sname, "%s.m", name);
     int m = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
     int nm = E2(add, E2(mul, m, S(dt, o->beta1)), E2(mul, grad, S(dt, 1.0 - o->beta1)));
@@ -108,7 +148,7 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
     int done = pass_state_leaf(g, STEP_COUNT, ALLOY_I32, 0, NULL, 0);
     int next = E2(add, done, S(ALLOY_I32, 1));
     ir_add_update(g, STEP_COUNT, apply >= 0 ? E3(where, apply, next, done) : next);
-    int lr = learning_rate(c, o, done);
+    int lr = learning_rate(c, o, done, pass_state_leaf(g, STEP_BASE_LR, F, 0, NULL, o->lr));
     /* global norm of the gradients of trained parameters, in f32 */
     int no = g->noutputs, sumsq = -1;
     for (int i = 0; i < no && !g->status; i++) {
@@ -128,7 +168,11 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
         if (p < 0 || g->nodes[p]->op != IR_OP_param) continue;
         int grad = g->outputs[i].node;
         if (coef >= 0) grad = E2(mul, grad, cast_to(c, coef, g->nodes[p]->type.dtype));
-        int np = update_param(c, o, nm + 5, p, grad, lr, next, apply);
+        double lr_scale;
+        bool decay;
+        pg_lookup(opts->groups, opts->ngroups, nm + 5, &lr_scale, &decay);
+        int plr = lr_scale == 1.0 ? lr : E2(mul, lr, S(F, lr_scale));
+        int np = update_param(c, o, nm + 5, p, grad, plr, decay ? o->weight_decay : 0.0, next, apply);
         ir_add_update(g, nm + 5, apply >= 0 ? E3(where, apply, np, p) : np);
     }
     if (!g->status) ir_add_output(g, OUT_LR, lr);

@@ -19,6 +19,28 @@ typedef struct amp_config {
 /* Fills c with AMP off and every op on the list of its table class. */
 AL_HIDDEN void amp_config_init(amp_config *c);
 
+/* A parameter group (alloy_graph_set_param_group): the params whose names
+ * match one of patterns' comma-separated globs train with lr * lr_scale,
+ * and with weight decay only when decay. */
+typedef struct param_group {
+    char *patterns;
+    double lr_scale;
+    bool decay;
+} param_group;
+
+/* param_groups.c */
+/* Whether name matches the glob pat[0..len): '*' any run of characters
+ * (dots too), '?' any one, every other character itself. */
+AL_HIDDEN bool pg_glob(const char *pat, size_t len, const char *name);
+/* The next item of a comma-separated pattern list at *p (spaces around it
+ * trimmed): its start and length, *p moved past it; false at the end. */
+AL_HIDDEN bool pg_next(const char **p, const char **item, size_t *len);
+/* Whether name matches one of patterns' items. */
+AL_HIDDEN bool pg_match(const char *patterns, const char *name);
+/* The lr_scale and decay of param name: from the last of groups[0..n)
+ * that matches it, else 1 and true. */
+AL_HIDDEN void pg_lookup(const param_group *groups, int n, const char *name, double *lr_scale, bool *decay);
+
 /* Options every pass may read; filled from the alloy_graph's configuration. */
 typedef struct pass_options {
     amp_config amp;
@@ -30,6 +52,8 @@ typedef struct pass_options {
     int loss_seed;                /* node id seeding the backward, or -1 for 1.0 */
     alloy_grad_scaler scaler;     /* kind NONE: no loss scaling */
     alloy_optimizer optimizer;    /* kind 0: no optimizer */
+    const param_group *groups;    /* per-parameter lr scale and decay, the last match wins */
+    int ngroups;
     const al_options *cfg;        /* the configuration (NULL: defaults); read it through pass_cfg */
 } pass_options;
 
@@ -103,6 +127,7 @@ AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);       
 #define STEP_MICRO "step.micro_batch"        /* state i32[]: micro-batches into this step */
 #define STEP_SKIPPED "step.skipped_steps"    /* state i32[]: steps skipped for inf/NaN */
 #define STEP_COUNT "optim.step"              /* state i32[]: optimizer updates applied */
+#define STEP_BASE_LR "optim.lr"              /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
 #define OUT_FOUND_INF "step.found_inf"       /* output bool[]: this step's gradients were not finite */
 #define OUT_APPLY "step.apply"               /* output bool[]: the optimizer updates this run */
 #define OUT_NEXT_SCALE "scaler.next_scale"   /* output f32[] */

@@ -10,33 +10,59 @@
 
 static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p);
 
-/* Opens the backend the options ask for, or keeps the open one when it is
- * that one (taking the new options); state moves to a new backend's buffers. */
-static alloy_status open_backend(alloy_graph *g)
+/* The name of the device backend the options ask for, NULL for auto. */
+static const char *wanted_device(const alloy_graph *g)
 {
-    const char *want = g->cfg.device == OPT_DEVICE_CPU ? "cpu" : g->cfg.device == OPT_DEVICE_CUDA ? "cuda" : NULL;
-    if (g->backend && (!want || strcmp(want, g->backend->ops->name) == 0)) {
-        g->backend->cfg = g->cfg;
+    return g->cfg.device == OPT_DEVICE_CPU ? "cpu" : g->cfg.device == OPT_DEVICE_CUDA ? "cuda" : NULL;
+}
+
+/* Makes `next` g's backend: the state moves into its buffers and the old
+ * one (which no other graph uses) closes; on failure nothing changed. */
+static alloy_status switch_backend(alloy_graph *g, rt_backend *next)
+{
+    if (!g->dev) {
+        g->dev = al_calloc(1, sizeof *g->dev);
+        if (!g->dev) return graph_fail(g, ALLOY_ERR_OOM, "out of memory opening the %s backend", next->ops->name);
+        *g->dev = (graph_device){.refs = 1, .backend = next};
         return ALLOY_OK;
     }
+    alloy_status st = state_move(g, next);
+    if (st) return st;
+    rt_backend_close(g->dev->backend);
+    g->dev->backend = next;
+    return ALLOY_OK;
+}
+
+/* Opens the backend the options ask for, or keeps the open one when it is
+ * that one (taking the new options); state moves to a new backend's
+ * buffers. A backend shared with other graphs (alloy_graph_share_state)
+ * stays: asking for another device is an error. */
+static alloy_status open_backend(alloy_graph *g)
+{
+    const char *want = wanted_device(g);
+    rt_backend *b = graph_backend(g);
+    if (b && (!want || strcmp(want, b->ops->name) == 0)) {
+        b->cfg = g->cfg;
+        return ALLOY_OK;
+    }
+    if (b && g->dev->refs > 1)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "device %s: graph '%s' shares state with another graph on the %s backend and cannot move "
+                          "to another device",
+                          want, g->ir->name, b->ops->name);
     char err[512];
     rt_backend *next;
     alloy_status st = rt_backend_open(&g->cfg, &next, err, sizeof err);
     if (st) return graph_fail(g, st, "device %s: %s", want ? want : "auto", err);
-    if (g->backend) st = state_move(g, next);
-    if (st) {
-        rt_backend_close(next);
-        return st;
-    }
-    g->backend = next;
-    return ALLOY_OK;
+    if ((st = switch_backend(g, next))) rt_backend_close(next);
+    return st;
 }
 
 alloy_status graph_compile(alloy_graph *g)
 {
     bool fresh = !g->compiled;
     alloy_status st = graph_compile_ir(g);
-    if (!st && (fresh || !g->backend)) st = open_backend(g); /* a new compile may change the device */
+    if (!st && (fresh || !g->dev)) st = open_backend(g); /* a new compile may change the device */
     return st;
 }
 
@@ -54,6 +80,8 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.train = g->training;
     opts.scaler = g->scaler;
     opts.optimizer = g->optimizer;
+    opts.groups = g->groups;
+    opts.ngroups = g->ngroups;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;
@@ -83,7 +111,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
 /* Drops the executable and its own schedule and plan. */
 static void drop_exec(alloy_graph *g)
 {
-    if (g->exec) g->backend->ops->exec_free(g->backend, g->exec);
+    if (g->exec) graph_backend(g)->ops->exec_free(graph_backend(g), g->exec);
     g->exec = NULL;
     al_free(g->exec_keep);
     g->exec_keep = NULL;
@@ -91,15 +119,29 @@ static void drop_exec(alloy_graph *g)
     plan_free(&g->exec_plan);
 }
 
+/* Frees the buffers the feeds were uploaded into; a run makes them again. */
+static void drop_inputs(alloy_graph *g)
+{
+    int n = g->compiled ? g->compiled->nnodes : 0;
+    for (int i = 0; g->input_buf && i < n; i++) {
+        if (g->input_buf[i]) graph_backend(g)->ops->buffer_free(graph_backend(g), g->input_buf[i]);
+        g->input_buf[i] = NULL;
+        if (g->leaf) g->leaf[i] = NULL;
+    }
+}
+
+void graph_drop_exec(alloy_graph *g)
+{
+    drop_exec(g);
+    drop_inputs(g);
+}
+
 void graph_invalidate(alloy_graph *g)
 {
     g->state_ready = false; /* a recompile may add state (moments, scale) */
-    drop_exec(g);
+    graph_drop_exec(g);
     int n = g->compiled ? g->compiled->nnodes : 0;
-    for (int i = 0; i < n; i++) {
-        if (g->input_buf && g->input_buf[i]) g->backend->ops->buffer_free(g->backend, g->input_buf[i]);
-        if (g->fetched) al_free(g->fetched[i]);
-    }
+    for (int i = 0; g->fetched && i < n; i++) al_free(g->fetched[i]);
     al_free(g->leaf), al_free(g->input_buf), al_free(g->fetched);
     g->leaf = g->input_buf = NULL;
     g->fetched = NULL;
@@ -110,8 +152,11 @@ void graph_invalidate(alloy_graph *g)
 
 void graph_release_device(alloy_graph *g)
 {
-    rt_backend_close(g->backend);
-    g->backend = NULL;
+    if (g->dev && --g->dev->refs == 0) {
+        rt_backend_close(g->dev->backend);
+        al_free(g->dev);
+    }
+    g->dev = NULL;
 }
 
 alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
@@ -144,33 +189,38 @@ alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
         s = &g->exec_sched;
         p = &g->exec_plan;
     }
-    alloy_status st = g->backend->ops->compile(g->backend, c, s, p, &g->exec);
-    if (st == ALLOY_ERR_UNSUPPORTED && g->cfg.device == OPT_DEVICE_AUTO && strcmp(g->backend->ops->name, "cpu") != 0)
+    rt_backend *b = graph_backend(g);
+    b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
+    alloy_status st = b->ops->compile(b, c, s, p, &g->exec);
+    if (st == ALLOY_ERR_UNSUPPORTED && g->cfg.device == OPT_DEVICE_AUTO && strcmp(b->ops->name, "cpu") != 0)
         st = fall_back_to_cpu(g, c, s, p);
     if (st) {
         drop_exec(g);
-        return graph_fail(g, st, "%s", g->backend->error);
+        return graph_fail(g, st, "%s", graph_backend(g)->error);
     }
     return ALLOY_OK;
 }
 
 /* device=auto, and the preferred backend cannot run this graph (an op it
  * has no kernel for): the CPU runs it instead, the state moved there, and
- * the backend's note says why. */
+ * the backend's note says why. A backend shared with other graphs stays:
+ * the graph cannot run, and the error says why. */
 static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p)
 {
+    rt_backend *b = graph_backend(g);
     char why[512], err[512];
-    al_fmt(why, sizeof why, "%s cannot run graph '%s': %s", g->backend->ops->name, c->name, g->backend->error);
+    al_fmt(why, sizeof why, "%s cannot run graph '%s': %s", b->ops->name, c->name, b->error);
+    if (g->dev->refs > 1)
+        return rt_fail(b, ALLOY_ERR_UNSUPPORTED, "%s; and the CPU cannot take over: the graph shares state with "
+                       "other graphs on the %s backend", why, b->ops->name);
     rt_backend *cpu;
     alloy_status st = cpu_backend_open(&g->cfg, &cpu, err, sizeof err);
-    for (int i = 0; !st && i < c->nnodes; i++) { /* inputs are uploaded again, into the CPU's buffers */
-        if (g->input_buf[i]) g->backend->ops->buffer_free(g->backend, g->input_buf[i]);
-        g->input_buf[i] = NULL;
-        g->leaf[i] = NULL;
+    if (!st) drop_inputs(g); /* inputs are uploaded again, into the CPU's buffers */
+    if (!st && (st = switch_backend(g, cpu))) {
+        rt_backend_close(cpu);
+        al_fmt(err, sizeof err, "%s", g->error);
     }
-    if (!st && (st = state_move(g, cpu))) rt_backend_close(cpu);
-    if (st) return rt_fail(g->backend, st, "%s; and the CPU could not take over: %s", why, err);
-    g->backend = cpu; /* state_move closed the other one */
+    if (st) return rt_fail(b, st, "%s; and the CPU could not take over: %s", why, err);
     al_fmt(cpu->note, sizeof cpu->note, "%s", why);
     return cpu->ops->compile(cpu, c, s, p, &g->exec);
 }
@@ -181,7 +231,7 @@ const char *alloy_graph_device(alloy_graph *g)
     g->status = ALLOY_OK;
     if (g->ir->status) return NULL;
     if (state_ensure(g) || graph_exec_ready(g, NULL)) return NULL;
-    const rt_backend *b = g->backend;
+    const rt_backend *b = graph_backend(g);
 #if ALLOY_HAVE_CUDA
     const char *gpu = cuda_backend_device_name(b);
 #else

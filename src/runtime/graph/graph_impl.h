@@ -8,15 +8,31 @@
 #include "passes/pass.h"
 #include "runtime/backend.h"
 
-/* One state tensor (a parameter, optimizer moments, scaler state): it lives
- * in a backend buffer; host is a copy for the API, refreshed when stale. */
-typedef struct rt_state {
-    char *name;
-    ir_type type;
+/* The storage of one state tensor: a backend buffer, and host, a copy for
+ * the API refreshed when stale. Graphs that share state
+ * (alloy_graph_share_state) point at the same cell; the last to let go
+ * frees it. */
+typedef struct state_cell {
+    int refs;        /* rt_states (of one graph or several) that are this tensor */
     rt_buffer *buf;
     void *host;
     bool host_stale; /* a run changed buf since host was copied */
+} state_cell;
+
+/* One state tensor of a graph (a parameter, optimizer moments, scaler
+ * state): its name and type in this graph, its storage in cell. */
+typedef struct rt_state {
+    char *name;
+    ir_type type;
+    state_cell *cell;
 } rt_state;
+
+/* The backend a graph runs on, where its state lives: one graph's, or
+ * shared by the graphs that share state; the last to let go closes it. */
+typedef struct graph_device {
+    int refs;
+    rt_backend *backend;
+} graph_device;
 
 /* The scalars step info reads (train_api.c), downloaded by every run. */
 enum { STEP_LOSS, STEP_SCALE_IN, STEP_NEXT_SCALE, STEP_FOUND, STEP_APPLY, STEP_LR, STEP_NORM, STEP_COUNT_IN,
@@ -33,7 +49,7 @@ struct alloy_graph {
     pass_compiled comp; /* its schedule and plan for the default keep set */
     pass_timing timings[16]; /* each pass's time in the last compile (bench/compile_time.c reads them) */
     int ntimings;
-    rt_backend *backend; /* opened at the first compile, kept with the state it holds */
+    graph_device *dev;   /* opened at the first compile, kept with the state it holds; NULL before */
     /* The executable of the last run: for the default schedule, or for
      * exec_sched / exec_plan when that run kept more (fetches of values the
      * default does not keep); exec_keep is what it keeps (NULL: default). */
@@ -66,11 +82,16 @@ struct alloy_graph {
     FILE *print_to;              /* where printed passes go (NULL: stderr) */
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
+    param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
+    int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
     alloy_status status; /* last failing call's status, message below */
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
     char device_text[1024]; /* alloy_graph_device's answer */
 };
+
+/* The backend g runs on, NULL before its first compile. */
+static inline rt_backend *graph_backend(const alloy_graph *g) { return g->dev ? g->dev->backend : NULL; }
 
 /* config.c */
 /* The configuration: defaults, then the environment (ALLOY_*), then the
@@ -104,7 +125,11 @@ AL_HIDDEN void graph_invalidate(alloy_graph *g);
 /* Makes g->exec an executable that keeps keep[0..nnodes) (NULL: only the
  * default keep set), reusing the last one when it keeps the same. */
 AL_HIDDEN alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep);
-/* Frees every buffer and closes the backend (after state_free_all). */
+/* Drops the executable and the input buffers (the backend's objects a run
+ * makes again); the compiled step and the state stay. */
+AL_HIDDEN void graph_drop_exec(alloy_graph *g);
+/* Lets go of g's backend (after state_free_all): the last graph that
+ * used it closes it. */
 AL_HIDDEN void graph_release_device(alloy_graph *g);
 
 /* train_api.c */
@@ -118,18 +143,32 @@ AL_HIDDEN void step_info_capture(alloy_graph *g);
 AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
 /* The state tensor called name, or NULL. */
 AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
+/* The name of state tensor i (the state index's al_name_fn). */
+AL_HIDDEN const char *state_index_name(const void *g, int i);
 /* s->host, downloaded from its buffer first when stale. */
 AL_HIDDEN alloy_status state_host(alloy_graph *g, rt_state *s);
+/* Lets go of cell c of g: the last holder (of every graph sharing it)
+ * frees its buffer and host copy. */
+AL_HIDDEN void state_cell_release(alloy_graph *g, state_cell *c);
+/* Lets go of every state tensor of g (freeing the cells no other graph
+ * shares) and empties g's list. */
 AL_HIDDEN void state_free_all(alloy_graph *g);
-/* Moves every state tensor into buffers of backend `to` and closes g's
- * backend; on failure nothing moved and `to` holds nothing. */
+/* Moves every state tensor of g into buffers of backend `to`; on failure
+ * nothing moved and `to` holds nothing. g's old backend stays open (the
+ * caller closes it); only for a backend no other graph uses. */
 AL_HIDDEN alloy_status state_move(alloy_graph *g, rt_backend *to);
+/* Writes data (s's dtype and shape) into s, buffer first, then its host
+ * copy; on failure s keeps its value. */
+AL_HIDDEN alloy_status state_write(alloy_graph *g, rt_state *s, const void *data);
+/* Whether s is a param of g as built (not optimizer or scaler state). */
+AL_HIDDEN bool state_is_param(const alloy_graph *g, const rt_state *s);
 
 /* state_check.c */
 /* Checks the value data (s's dtype, one element) for a state tensor alloy
  * owns: the counters optim.step, step.skipped_steps, scaler.growth_tracker
  * and step.micro_batch >= 0 (the last two below growth_interval and
- * accumulation_steps when g has them), scaler.scale finite and > 0,
+ * accumulation_steps when g has them), scaler.scale finite and >= 0,
+ * optim.lr finite and >= 0,
  * scaler.found_inf_acc 0 or 1; other tensors pass. The error names the
  * tensor and the value, prefixed by where. */
 AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);

@@ -18,7 +18,7 @@ static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == 
 static alloy_status upload_feeds(alloy_graph *g, const alloy_host_tensor *feeds, int nfeeds)
 {
     const ir_graph *c = g->compiled;
-    rt_backend *b = g->backend;
+    rt_backend *b = graph_backend(g);
     for (int i = 0; i < nfeeds; i++) {
         const alloy_host_tensor *f = &feeds[i];
         if (!f->name) return graph_fail(g, ALLOY_ERR_INVALID, "feed %d has no name", i);
@@ -66,7 +66,7 @@ static alloy_status bind_state(alloy_graph *g)
         if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
         rt_state *s = state_find(g, n->name);
         if (!s) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "%s '%s' has no state", ir_ops[n->op].name, n->name);
-        g->leaf[i] = s->buf;
+        g->leaf[i] = s->cell->buf;
     }
     return ALLOY_OK;
 }
@@ -116,9 +116,11 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
         if (g->step_node[k] >= 0) downloads[nd++] = (rt_download){g->step_node[k], &g->step_raw[k]};
     if (!st) {
         rt_run_args args = {.leaf = g->leaf, .downloads = downloads, .ndownloads = nd};
-        st = g->backend->ops->run(g->backend, g->exec, &args);
-        for (int i = 0; i < g->nstate; i++) g->state[i].host_stale = true; /* updates wrote the buffers */
-        if (st) graph_fail(g, st, "running graph '%s': %s", c->name, g->backend->error);
+        rt_backend *b = graph_backend(g);
+        b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
+        st = b->ops->run(b, g->exec, &args);
+        for (int i = 0; i < g->nstate; i++) g->state[i].cell->host_stale = true; /* updates wrote the buffers */
+        if (st) graph_fail(g, st, "running graph '%s': %s", c->name, b->error);
     }
     if (!st) step_info_capture(g);
     for (int i = 0; !st && i < nfetches; i++) {

@@ -69,40 +69,51 @@ static void init_values(const ir_node *n, uint64_t seed, double *v, int64_t coun
     }
 }
 
-static const char *state_name(const void *g, int i) { return ((const alloy_graph *)g)->state[i].name; }
+const char *state_index_name(const void *g, int i) { return ((const alloy_graph *)g)->state[i].name; }
 
 rt_state *state_find(alloy_graph *g, const char *name)
 {
-    int i = al_index_find(g->state_slots, g->state_slot_cap, state_name, g, name);
+    int i = al_index_find(g->state_slots, g->state_slot_cap, state_index_name, g, name);
     return i < 0 ? NULL : &g->state[i];
 }
 
 /* Uploads data (s's bytes) into s's buffer, which it creates when missing;
- * s->host is not touched. */
+ * the host copy is not touched. */
 static alloy_status upload_bytes(alloy_graph *g, rt_state *s, const void *data)
 {
-    rt_backend *b = g->backend;
+    rt_backend *b = graph_backend(g);
+    state_cell *c = s->cell;
     size_t bytes = ir_nbytes(&s->type);
-    if (!s->buf && b->ops->buffer_new(b, bytes, &s->buf)) return graph_fail(g, ALLOY_ERR_OOM, "state '%s': %s", s->name, b->error);
-    if (bytes && b->ops->upload(b, s->buf, data, bytes)) return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
+    if (!c->buf && b->ops->buffer_new(b, bytes, &c->buf)) return graph_fail(g, ALLOY_ERR_OOM, "state '%s': %s", s->name, b->error);
+    if (bytes && b->ops->upload(b, c->buf, data, bytes)) return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
     return ALLOY_OK;
 }
 
-/* Uploads s->host into its buffer (which it creates when missing). */
+/* Uploads the host copy into its buffer (which it creates when missing). */
 static alloy_status state_upload(alloy_graph *g, rt_state *s)
 {
-    alloy_status st = upload_bytes(g, s, s->host);
-    if (!st) s->host_stale = false;
+    alloy_status st = upload_bytes(g, s, s->cell->host);
+    if (!st) s->cell->host_stale = false;
     return st;
 }
 
 alloy_status state_host(alloy_graph *g, rt_state *s)
 {
-    if (!s->host_stale) return ALLOY_OK;
-    rt_backend *b = g->backend;
-    if (b->ops->download(b, s->buf, s->host, ir_nbytes(&s->type)))
+    state_cell *c = s->cell;
+    if (!c->host_stale) return ALLOY_OK;
+    rt_backend *b = graph_backend(g);
+    if (b->ops->download(b, c->buf, c->host, ir_nbytes(&s->type)))
         return graph_fail(g, ALLOY_ERR_INVALID, "state '%s': %s", s->name, b->error);
-    s->host_stale = false;
+    c->host_stale = false;
+    return ALLOY_OK;
+}
+
+alloy_status state_write(alloy_graph *g, rt_state *s, const void *data)
+{
+    alloy_status st = upload_bytes(g, s, data); /* the host copy changes only after the buffer did */
+    if (st) return st;
+    if (ir_nbytes(&s->type)) memcpy(s->cell->host, data, ir_nbytes(&s->type));
+    s->cell->host_stale = false;
     return ALLOY_OK;
 }
 
@@ -117,7 +128,7 @@ alloy_status state_ensure(alloy_graph *g)
         const ir_node *n = ir->nodes[i];
         if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
         rt_state *have = state_find(g, n->name);
-        if (have && !have->buf && (st = state_upload(g, have))) return st; /* an earlier call ran out of memory */
+        if (have && !have->cell->buf && (st = state_upload(g, have))) return st; /* an earlier call ran out of memory */
         if (have) continue;
         if (g->nstate == g->state_cap) {
             int cap = g->state_cap ? g->state_cap * 2 : 16;
@@ -128,19 +139,22 @@ alloy_status state_ensure(alloy_graph *g)
         }
         int64_t count = ir_numel(&n->type);
         size_t bytes = ir_nbytes(&n->type);
-        rt_state s = {.name = al_strdup(n->name), .type = n->type, .host = al_malloc(bytes ? bytes : 1)};
+        rt_state s = {.name = al_strdup(n->name), .type = n->type, .cell = al_calloc(1, sizeof(state_cell))};
+        void *host = al_malloc(bytes ? bytes : 1);
         double *tmp = al_malloc(sizeof(double) * (size_t)(count ? count : 1));
         g->state[g->nstate] = s; /* where the index reads its name */
-        if (!s.name || !s.host || !tmp ||
-            !al_index_add(&g->state_slots, &g->state_slot_cap, g->nstate, state_name, g, g->nstate)) {
+        if (!s.name || !s.cell || !host || !tmp ||
+            !al_index_add(&g->state_slots, &g->state_slot_cap, g->nstate, state_index_name, g, g->nstate)) {
             al_free(s.name);
-            al_free(s.host);
+            al_free(s.cell);
+            al_free(host);
             al_free(tmp);
             return graph_fail(g, ALLOY_ERR_OOM, "out of memory creating state '%s' (%zu bytes)",
                               n->name, bytes);
         }
+        *s.cell = (state_cell){.refs = 1, .host = host};
         init_values(n, g->seed, tmp, count);
-        cvt_store_f64(n->type.dtype, tmp, s.host, (size_t)count);
+        cvt_store_f64(n->type.dtype, tmp, host, (size_t)count);
         al_free(tmp);
         g->state[g->nstate++] = s;
         st = state_upload(g, &g->state[g->nstate - 1]);
@@ -156,34 +170,40 @@ alloy_status state_move(alloy_graph *g, rt_backend *to)
         alloy_status st = state_host(g, &g->state[i]);
         if (st) return st;
     }
-    rt_backend *from = g->backend;
+    rt_backend *from = graph_backend(g);
     rt_buffer **bufs = al_calloc((size_t)g->nstate + 1, sizeof *bufs);
     if (!bufs) return graph_fail(g, ALLOY_ERR_OOM, "out of memory moving state to the %s backend", to->ops->name);
     alloy_status st = ALLOY_OK;
     for (int i = 0; i < g->nstate && !st; i++) {
         rt_state *s = &g->state[i];
         size_t bytes = ir_nbytes(&s->type);
-        if (to->ops->buffer_new(to, bytes, &bufs[i]) || to->ops->upload(to, bufs[i], s->host, bytes))
+        if (to->ops->buffer_new(to, bytes, &bufs[i]) || to->ops->upload(to, bufs[i], s->cell->host, bytes))
             st = graph_fail(g, ALLOY_ERR_OOM, "moving state '%s' to the %s backend: %s", s->name, to->ops->name, to->error);
     }
     for (int i = 0; i < g->nstate; i++) { /* all moved, or none: the old buffers stay on failure */
-        rt_state *s = &g->state[i];
+        state_cell *c = g->state[i].cell;
         rt_backend *owner = st ? to : from;
-        rt_buffer *drop = st ? bufs[i] : s->buf;
+        rt_buffer *drop = st ? bufs[i] : c->buf;
         if (drop) owner->ops->buffer_free(owner, drop);
-        if (!st) s->buf = bufs[i];
+        if (!st) c->buf = bufs[i];
     }
     al_free(bufs);
-    if (!st) rt_backend_close(from);
     return st;
+}
+
+void state_cell_release(alloy_graph *g, state_cell *c)
+{
+    if (!c || --c->refs > 0) return;
+    if (c->buf) graph_backend(g)->ops->buffer_free(graph_backend(g), c->buf);
+    al_free(c->host);
+    al_free(c);
 }
 
 void state_free_all(alloy_graph *g)
 {
     for (int i = 0; i < g->nstate; i++) {
         al_free(g->state[i].name);
-        al_free(g->state[i].host);
-        if (g->state[i].buf) g->backend->ops->buffer_free(g->backend, g->state[i].buf);
+        state_cell_release(g, g->state[i].cell);
     }
     al_free(g->state);
     al_free(g->state_slots);
@@ -199,7 +219,7 @@ static alloy_status describe_state(alloy_graph *g, rt_state *s, alloy_host_tenso
     out->dtype = s->type.dtype;
     out->rank = s->type.rank;
     memcpy(out->dims, s->type.dims, sizeof out->dims);
-    out->data = s->host;
+    out->data = s->cell->host;
     return state_host(g, s);
 }
 
@@ -261,14 +281,10 @@ alloy_status alloy_graph_set_state(alloy_graph *g, const alloy_host_tensor *src)
     if (!src->data && ir_nbytes(&s->type))
         return graph_fail(g, ALLOY_ERR_INVALID, "set_state '%s': data is NULL", s->name);
     if ((st = state_check_value(g, s, src->data, "set_state: "))) return st;
-    if ((st = upload_bytes(g, s, src->data))) return st; /* the host copy changes only after the buffer did */
-    if (ir_nbytes(&s->type)) memcpy(s->host, src->data, ir_nbytes(&s->type));
-    s->host_stale = false;
-    return ALLOY_OK;
+    return state_write(g, s, src->data);
 }
 
-/* Whether state s is a param of g as built (not optimizer or scaler state). */
-static bool is_param(const alloy_graph *g, const rt_state *s)
+bool state_is_param(const alloy_graph *g, const rt_state *s)
 {
     int id = ir_find_name(g->ir, s->name);
     return id >= 0 && g->ir->nodes[id]->op == IR_OP_param;
@@ -290,7 +306,7 @@ static alloy_status save_tensors(alloy_graph *g, const char *path, bool params_o
     }
     int n = 0;
     for (int i = 0; i < g->nstate && !st; i++) {
-        if (params_only && !is_param(g, &g->state[i])) continue;
+        if (params_only && !state_is_param(g, &g->state[i])) continue;
         st = describe_state(g, &g->state[i], &ts[n]);
         order[n] = &ts[n];
         n++;
@@ -365,7 +381,7 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     st = check_checksum(g, file, path);
     int nload = 0, nignored = 0;
     for (int i = 0; !st && i < g->nstate; i++) {
-        if (params_only && !is_param(g, &g->state[i])) continue;
+        if (params_only && !state_is_param(g, &g->state[i])) continue;
         src[i] = alloy_safetensors_find(file, g->state[i].name);
         if (!src[i] && !params_only) st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
         else if (src[i] && !(st = check_match(g, &g->state[i], src[i], where))) nload++;
@@ -373,10 +389,12 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     for (int i = 0; !st && i < alloy_safetensors_count(file); i++) {
         const alloy_host_tensor *t = alloy_safetensors_get(file, i);
         rt_state *s = state_find(g, t->name);
-        if (params_only && (!s || !is_param(g, s))) nignored++;
+        if (params_only && (!s || !state_is_param(g, s))) nignored++;
         else if (!s)
-            st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%stensor '%s' matches no state of graph '%s'", where, t->name,
-                            g->ir->name);
+            st = graph_fail(g, ALLOY_ERR_NOT_FOUND,
+                            "%stensor '%s' matches no state of graph '%s' (to load the params alone, as into a "
+                            "forward-only graph, use alloy_graph_load_params)",
+                            where, t->name, g->ir->name);
     }
     for (int i = 0; !st && i < g->nstate; i++)
         if (src[i]) st = state_check_value(g, &g->state[i], src[i]->data, where);
@@ -389,13 +407,13 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
         if (src[uploaded]) st = upload_bytes(g, &g->state[uploaded], src[uploaded]->data);
     if (st) {
         for (int i = 0; i < uploaded; i++)
-            if (src[i]) upload_bytes(g, &g->state[i], g->state[i].host);
+            if (src[i]) upload_bytes(g, &g->state[i], g->state[i].cell->host);
     } else {
         for (int i = 0; i < g->nstate; i++) {
             if (!src[i]) continue;
             size_t bytes = ir_nbytes(&g->state[i].type);
-            if (bytes) memcpy(g->state[i].host, src[i]->data, bytes);
-            g->state[i].host_stale = false;
+            if (bytes) memcpy(g->state[i].cell->host, src[i]->data, bytes);
+            g->state[i].cell->host_stale = false;
         }
         if (loaded) *loaded = nload;
         if (ignored) *ignored = nignored;

@@ -1,4 +1,4 @@
-/* state_check.c - the values of the state tensors alloy owns (counters, scaler state), checked before a load or set_state takes them. */
+/* state_check.c - the values of the state tensors alloy owns (counters, the learning rate, scaler state), checked before a load or set_state takes them. */
 #include <math.h>
 #include <string.h>
 
@@ -43,6 +43,12 @@ alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *da
         if (!(isfinite(v) && v >= 0) || signbit(v))
             return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %g; the loss scale must be finite and >= 0",
                               where, name, (double)v);
+    } else if (dt == ALLOY_F64 && strcmp(name, STEP_BASE_LR) == 0) { /* as alloy_graph_set_lr takes it */
+        double v;
+        memcpy(&v, data, sizeof v);
+        if (!(isfinite(v) && v >= 0))
+            return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %g; the learning rate must be finite and >= 0",
+                              where, name, v);
     } else if (dt == ALLOY_BOOL && strcmp(name, STEP_FOUND_ACC) == 0) {
         uint8_t v;
         memcpy(&v, data, sizeof v);

@@ -159,6 +159,53 @@ alloy_optimizer alloy_adamw(double lr, double beta1, double beta2, double eps, d
     return o;
 }
 
+/* Checks the schedule's fields (those it uses) and puts the documented
+ * defaults in place of the 0s that mean them. */
+static alloy_status check_schedule(alloy_graph *g, alloy_optimizer *o)
+{
+    const char *call = "add_optimizer";
+    if (o->schedule < ALLOY_LR_CONSTANT || o->schedule > ALLOY_LR_ONE_CYCLE)
+        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: unknown schedule %d", (int)o->schedule);
+    CHECK_FIELD(call, *o, warmup_steps, o->warmup_steps >= 0, ">= 0");
+    CHECK_FIELD(call, *o, total_steps, o->total_steps >= 0, ">= 0");
+    alloy_lr_schedule k = o->schedule;
+    if ((k == ALLOY_LR_WARMUP_COSINE || k == ALLOY_LR_WARMUP_LINEAR_DECAY) && o->total_steps <= o->warmup_steps)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "add_optimizer: total_steps is %d; a %s schedule needs total_steps > warmup_steps (%d)",
+                          o->total_steps, k == ALLOY_LR_WARMUP_COSINE ? "cosine" : "linear decay", o->warmup_steps);
+    if (k == ALLOY_LR_STEP || k == ALLOY_LR_MULTI_STEP) {
+        if (o->gamma == 0) o->gamma = 0.1;
+        CHECK_FIELD(call, *o, gamma, isfinite(o->gamma) && o->gamma > 0, "finite and > 0 (0 = 0.1)");
+    }
+    if (k == ALLOY_LR_STEP) CHECK_FIELD(call, *o, step_size, o->step_size >= 1, ">= 1");
+    if (k == ALLOY_LR_MULTI_STEP) {
+        CHECK_FIELD(call, *o, nmilestones, o->nmilestones >= 1 && o->nmilestones <= ALLOY_MAX_MILESTONES,
+                    "in [1, ALLOY_MAX_MILESTONES]");
+        for (int i = 0; i < o->nmilestones; i++)
+            if (o->milestones[i] < 1 || (i > 0 && o->milestones[i] <= o->milestones[i - 1]))
+                return graph_fail(g, ALLOY_ERR_INVALID,
+                                  "add_optimizer: milestones[%d] is %d; milestones must be >= 1 and increasing", i,
+                                  o->milestones[i]);
+    }
+    if (k == ALLOY_LR_ONE_CYCLE) {
+        if (o->pct_start == 0) o->pct_start = 0.3;
+        if (o->div_factor == 0) o->div_factor = 25;
+        if (o->final_div_factor == 0) o->final_div_factor = 1e4;
+        CHECK_FIELD(call, *o, pct_start, o->pct_start > 0 && o->pct_start < 1, "in (0, 1) (0 = 0.3)");
+        CHECK_FIELD(call, *o, div_factor, isfinite(o->div_factor) && o->div_factor > 0, "finite and > 0 (0 = 25)");
+        CHECK_FIELD(call, *o, final_div_factor, isfinite(o->final_div_factor) && o->final_div_factor > 0,
+                    "finite and > 0 (0 = 1e4)");
+        /* PyTorch's phase ends, pct_start * total_steps - 1 and total_steps - 1, must be apart and past 0 */
+        double end1 = o->pct_start * o->total_steps - 1;
+        if (!(end1 > 0 && o->total_steps - 1.0 > end1))
+            return graph_fail(g, ALLOY_ERR_INVALID,
+                              "add_optimizer: total_steps is %d; a one-cycle schedule needs pct_start * total_steps "
+                              "(%g) > 1 and below total_steps",
+                              o->total_steps, o->pct_start * o->total_steps);
+    }
+    return ALLOY_OK;
+}
+
 alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
 {
     if (!g) return ALLOY_ERR_INVALID;
@@ -181,17 +228,13 @@ alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
         CHECK_FIELD(call, o, beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");
         CHECK_FIELD(call, o, eps, isfinite(o.eps) && o.eps > 0, "finite and > 0");
     }
-    if (o.schedule < ALLOY_LR_CONSTANT || o.schedule > ALLOY_LR_WARMUP_COSINE)
-        return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: unknown schedule %d", (int)o.schedule);
-    CHECK_FIELD(call, o, warmup_steps, o.warmup_steps >= 0, ">= 0");
-    CHECK_FIELD(call, o, total_steps, o.total_steps >= 0, ">= 0");
-    if (o.schedule == ALLOY_LR_WARMUP_COSINE && o.total_steps <= o.warmup_steps)
-        return graph_fail(g, ALLOY_ERR_INVALID,
-                          "add_optimizer: total_steps is %d; a cosine schedule needs total_steps > warmup_steps (%d)",
-                          o.total_steps, o.warmup_steps);
+    alloy_status st = check_schedule(g, &o);
+    if (st) return st;
     CHECK_FIELD(call, o, accumulation_steps, o.accumulation_steps >= 0, ">= 1 (0 counts as 1)");
     if (o.accumulation_steps < 1) o.accumulation_steps = 1;
     if (g->ir->loss < 0) return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: set a loss first (alloy_graph_set_loss)");
+    rt_state *lr = state_find(g, STEP_BASE_LR); /* kept from an earlier optimizer: it takes the new lr */
+    if (lr && (st = state_write(g, lr, &o.lr))) return st;
     g->optimizer = o;
     graph_invalidate(g);
     return ALLOY_OK;
@@ -235,7 +278,7 @@ static double state_scalar(alloy_graph *g, const char *name, double def)
     rt_state *s = state_find(g, name);
     if (!s || s->type.rank != 0 || state_host(g, s)) return def;
     double v;
-    cvt_load_f64(s->type.dtype, s->host, &v, 1);
+    cvt_load_f64(s->type.dtype, s->cell->host, &v, 1);
     return v;
 }
 
