@@ -352,9 +352,12 @@ int alloyc_train(const options *o)
             rc = fail(EXIT_ERROR, "step %ld: %s", step, alloyc_graph_error(t.g, st));
             goto done;
         }
-        seconds += now_seconds() - started;
-        since_log++;
-        if (step % log_every == 0 || i == o->steps) {
+        bool log = step % log_every == 0 || i == o->steps;
+        if (i > 1 || log) { /* the first run sets up the arena and state: not counted unless it is alone */
+            seconds += now_seconds() - started;
+            since_log++;
+        }
+        if (log) {
             printf("step %ld loss %.7g scale %g skipped %lld %s %.0f lr %.3g\n", step, s.loss, s.scale,
                    (long long)s.skipped_steps, unit, seconds > 0 ? (double)since_log * units / seconds : 0.0, s.lr);
             fflush(stdout);
