@@ -1,5 +1,6 @@
 /* alloyc.c - the alloy command-line driver: prints a graph's compiled IR (or its pictures), runs it once on the CPU with safetensors in and out, or compiles it to CUDA kernels in a directory. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -9,9 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "alloy/alloy.h"
-
-enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
+#include "alloyc.h"
 
 /* The help text, in parts (C compilers need only take string literals of
  * 4095 characters). */
@@ -21,15 +20,22 @@ static const char *const usage_text[] = {
     "                            [--print-before=PASS,...|all] [--time-passes] [--dump-dir DIR]\n"
     "                            [--emit=ir|dot|svg|memory-svg] [--set NAME=VALUE]...\n"
     "       alloyc run FILE.ir [--feed NAME=FILE | --feed FILE]... [--params FILE]\n"
-    "                          [--seed N] [--fetch NAME]... [--amp=f16|bf16|off]\n"
+    "                          [--seed N] [--fetch NAME|grad:NAME]... [--loss NAME]\n"
+    "                          [--amp=f16|bf16|off]\n"
     "                          [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]... --out FILE\n"
     "       alloyc compile FILE.ir [--train [--optimizer=KIND] [--scaler=KIND]]\n"
     "                              [--amp=f16|bf16|off] [--time-passes] [--dump-dir DIR]\n"
     "                              [--set NAME=VALUE]... --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
     "       alloyc compile FILE.ir [--train ...] [--amp=...] [--seed N] [--set NAME=VALUE]...\n"
     "                              [--emit=bundle] -o FILE.alloy\n"
+    "       alloyc train FILE.ir --steps N [--feed NAME=FILE | --feed FILE]... [--loss NAME]\n"
+    "                            [--optimizer=sgd|adam|adamw] [--lr X] [--weight-decay X]\n"
+    "                            [--momentum X] [--clip-norm X] [--amp=f16|bf16|off]\n"
+    "                            [--scaler=dynamic|static:S|none] [--params FILE] [--seed N]\n"
+    "                            [--checkpoint FILE [--save-every K]] [--log-every K]\n"
+    "                            [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]...\n"
     "       alloyc --help | --version\n"
-    "\n"
+    "\n",
     "Commands:\n"
     "  print   parse and verify FILE.ir, compile it and print the compiled IR on stdout\n"
     "          (or, with --emit, a picture of it: docs/inspect.md)\n"
@@ -40,8 +46,11 @@ static const char *const usage_text[] = {
     "          its summary table; or, with --emit=bundle or -o FILE.alloy, write\n"
     "          the compiled step as one bundle file (docs/bundle.md) that\n"
     "          alloy_bundle_load runs on the CPU without compiling again\n"
+    "  train   run N training steps of FILE.ir (its loss, a backward, the optimizer)\n"
+    "          on batches from safetensors files, printing progress lines; resume\n"
+    "          from --checkpoint if it exists and save it at the end\n"
     "\n"
-    "Compile options (print, run and compile):\n"
+    "Compile options (all commands):\n"
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
     "                    prints what it converted and why nodes stayed f32\n"
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
@@ -59,12 +68,21 @@ static const char *const usage_text[] = {
     "                    GRAPH.01-verify.ir, ... GRAPH.10-plan.ir, each written\n"
     "                    atomically and parsing back as IR; generated CUDA sources go\n"
     "                    there too\n"
+    "  --loss NAME       the named scalar node to train on (or differentiate) instead of\n"
+    "                    the IR's 'loss %node' line\n"
     "\n",
     "Options of print (--train, --optimizer, --scaler, --print-after and\n"
-    "--print-before also of compile):\n"
+    "--print-before also of compile; --optimizer, --scaler and the hyper-parameters\n"
+    "also of train, which needs no --train):\n"
     "  --train           also build the backward from the IR's 'loss' (grad:NAME outputs)\n"
-    "  --optimizer=KIND  with --train: add an sgd, adam or adamw update (lr 1e-3)\n"
+    "  --optimizer=KIND  with --train: add an sgd, adam or adamw update (train: adamw\n"
+    "                    unless given)\n"
+    "  --lr X            the learning rate (default 1e-3)\n"
+    "  --weight-decay X  default 0.01 for adamw (decoupled), 0 for sgd and adam (L2)\n"
+    "  --momentum X      sgd's momentum (default 0.9); adam(w) use betas 0.9, 0.999, eps 1e-8\n"
+    "  --clip-norm X     clip the global gradient norm to X (default 0: off)\n"
     "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
+    "                    (train: dynamic with --amp=f16, else none, unless given)\n"
     "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
     "                    result; passes: verify, amp, autodiff, grad_scaler, optimizer,\n"
     "                    simplify, dce, fuse, schedule, plan (after fuse: the fusion groups\n"
@@ -91,7 +109,10 @@ static const char *const usage_text[] = {
     "  --seed N          seed for parameter initialization (default 0)\n"
     "  --fetch NAME      write the output or named node NAME (an input, parameter or\n"
     "                    intermediate); repeats; default: every\n"
-    "                    'output \"NAME\" = ...' line of FILE.ir\n"
+    "                    'output \"NAME\" = ...' line of FILE.ir. grad:NAME is the\n"
+    "                    gradient of the loss (the IR's 'loss' line, or --loss) with\n"
+    "                    respect to parameter or input NAME: run then builds the\n"
+    "                    backward (no loss scaling, no update)\n"
     "  -o, --out FILE    the safetensors file to write, one tensor per fetched name;\n"
     "                    on success run prints the names and types it wrote\n"
     "\n"
@@ -115,12 +136,36 @@ static const char *const usage_text[] = {
     "  $XDG_CACHE_HOME/alloy or ~/.cache/alloy; ALLOY_CACHE=0 (--set cache=0)\n"
     "  compiles everything. ALLOY_DUMP_DIR (--set dump_dir=DIR) gets a copy of\n"
     "  every source.\n"
+    "\n",
+    "Options of train (--feed, --params, --seed as in run, except as said):\n"
+    "  --steps N         the steps to run now (required); step numbers go on from\n"
+    "                    the checkpoint's (its optimizer steps plus skipped steps)\n"
+    "  --feed NAME=FILE, --feed FILE  as in run; a tensor of the input's type is fed\n"
+    "                    every step, one with an extra leading dimension B (f32[B,8,4]\n"
+    "                    for an input f32[8,4]) holds B batches: step s takes batch\n"
+    "                    (s - 1) mod B; batched feeds must agree on B\n"
+    "  --params FILE     start the parameters from FILE (alloy_graph_load_params: the\n"
+    "                    tensors named like parameters, others ignored; a PyTorch\n"
+    "                    state_dict), when there is no checkpoint to resume from\n"
+    "  --checkpoint FILE resume from FILE if it exists (all state: parameters, moments,\n"
+    "                    counters, loss scale), and save it there, atomically, at the end\n"
+    "  --save-every K    also save the checkpoint after every step divisible by K\n"
+    "  --log-every K     print a progress line after every step divisible by K and\n",
+    "                    after the last (default 10): 'step S loss L scale X skipped K\n"
+    "                    samples/s R lr LR', K the steps skipped so far for inf/NaN\n"
+    "                    gradients; tok/s when an input is integer of rank >= 2 (token\n"
+    "                    ids: all its elements count), else samples/s (the first\n"
+    "                    input's leading dimension), timed without the compile and,\n"
+    "                    unless it is alone on its line, the first step (its setup)\n"
+    "  train computes on the device option's choice (auto: the GPU when there is one;\n"
+    "  --set device=cpu for the CPU).\n"
     "\n"
     "  -h, --help        print this help and exit\n"
     "  --version         print the version and exit\n"
     "\n"
     "Exit status: 0 on success, 1 on an error (unreadable file, bad IR, dtype or\n"
-    "shape mismatch, no NVRTC, a kernel NVRTC rejects), 2 on a usage error. Errors\n"
+    "shape mismatch, no NVRTC, a kernel NVRTC rejects, a checkpoint of another\n"
+    "graph), 2 on a usage error (unknown or repeated flag, bad flag value). Errors\n"
     "are one line on stderr.\n",
 };
 
@@ -129,21 +174,26 @@ static void print_usage(void)
     for (size_t i = 0; i < sizeof usage_text / sizeof usage_text[0]; i++) fputs(usage_text[i], stdout);
 }
 
-/* Prints "alloyc: <message>" as one line on stderr (control characters in
- * the message become spaces) and returns code. */
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
+int alloyc_vfail(int code, const char *fmt, va_list ap)
 {
     char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
     fflush(stdout);
     fprintf(stderr, "alloyc: %s\n", msg);
     return code;
+}
+
+/* alloyc_vfail with the arguments given. */
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = alloyc_vfail(code, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* A usage error: the message, a pointer to --help, exit status 2. */
@@ -158,8 +208,7 @@ static int usage_error(const char *fmt, ...)
     return fail(EXIT_USAGE, "%s (see alloyc --help)", msg);
 }
 
-/* The message that goes with a failed call on g. */
-static const char *graph_error(const alloy_graph *g, alloy_status st)
+const char *alloyc_graph_error(const alloy_graph *g, alloy_status st)
 {
     const char *msg = alloy_last_error(g);
     return msg && *msg ? msg : alloy_status_name(st);
@@ -167,34 +216,7 @@ static const char *graph_error(const alloy_graph *g, alloy_status st)
 
 /* ---- command line ---- */
 
-/* What print writes (--emit). */
-typedef enum emit_kind { EMIT_IR, EMIT_DOT, EMIT_SVG, EMIT_MEMORY_SVG } emit_kind;
 static const char *const emit_names[] = {"ir", "dot", "svg", "memory-svg"};
-
-typedef struct options {
-    const char *command; /* "print", "run" or "compile" */
-    const char *ir_path;
-    const char **feeds; /* NAME=FILE or FILE, as given */
-    int nfeeds;
-    const char **fetches;
-    int nfetches;
-    const char *params, *out;
-    bool have_seed;
-    uint64_t seed;
-    const char *misplaced; /* the first option seen that the command does not take */
-    unsigned misplaced_commands; /* the commands that take it */
-    const char *arch; /* compile: the --arch list, as given */
-    alloy_dtype amp;      /* ALLOY_F32: off */
-    bool train;
-    const char *optimizer, *scaler, *print_after, *print_before;
-    emit_kind emit;       /* print's --emit */
-    bool bundle;          /* compile: --emit=bundle, or -o FILE.alloy without --emit */
-    bool emit_given;
-    bool time_passes;     /* --time-passes */
-    const char *dump_dir; /* --dump-dir */
-    const char **sets; /* NAME=VALUE of --set, in order */
-    int nsets;
-} options;
 
 /* Matches argv[*i] against --flag and --flag=VALUE. Returns 1 and sets
  * *value on a match, 0 when argv[*i] is another argument, -1 when the value
@@ -225,25 +247,58 @@ static bool parse_seed(const char *text, uint64_t *out)
     return true;
 }
 
+/* A hyper-parameter: a finite number >= 0 written whole ("1e-3", "0.9"). */
+static bool parse_rate(const char *text, double *out)
+{
+    if (!((*text >= '0' && *text <= '9') || *text == '.')) return false; /* no sign, space, nan or inf */
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno == ERANGE && v != 0) return false; /* overflow; underflow to 0 reads as 0 */
+    if (*end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+/* A count in [min, max] written in decimal. */
+static bool parse_count(const char *text, long min, long max, long *out)
+{
+    uint64_t v;
+    if (!parse_seed(text, &v) || v < (uint64_t)min || v > (uint64_t)max) return false;
+    *out = (long)v;
+    return true;
+}
+
 /* The commands, as bits of the options each takes. */
-enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_ALL = 7 };
-static const char *const command_names[] = {"print", "run", "compile"};
+enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_TRAIN = 8, CMD_ALL = 15 };
+enum { COMMAND_COUNT = 4 };
+static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compile", "train"};
 
 /* The options that take a value, and the commands that take each. */
 enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
-       F_ARCH, F_EMIT, F_DUMP_DIR, F_COUNT };
+       F_ARCH, F_EMIT, F_DUMP_DIR, F_LR, F_WEIGHT_DECAY, F_MOMENTUM, F_CLIP_NORM, F_LOSS, F_STEPS, F_CHECKPOINT,
+       F_SAVE_EVERY, F_LOG_EVERY, F_COUNT };
 static const struct {
     const char *name, *alias;
     unsigned commands;
 } value_flags[F_COUNT] = {
-    [F_FEED] = {"--feed", NULL, CMD_RUN},
+    [F_FEED] = {"--feed", NULL, CMD_RUN | CMD_TRAIN},
     [F_FETCH] = {"--fetch", NULL, CMD_RUN},
-    [F_PARAMS] = {"--params", NULL, CMD_RUN},
-    [F_SEED] = {"--seed", NULL, CMD_RUN | CMD_COMPILE},
+    [F_PARAMS] = {"--params", NULL, CMD_RUN | CMD_TRAIN},
+    [F_SEED] = {"--seed", NULL, CMD_RUN | CMD_COMPILE | CMD_TRAIN},
     [F_OUT] = {"--out", "-o", CMD_RUN | CMD_COMPILE},
     [F_AMP] = {"--amp", NULL, CMD_ALL},
-    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE},
-    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE},
+    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_LR] = {"--lr", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_WEIGHT_DECAY] = {"--weight-decay", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_MOMENTUM] = {"--momentum", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_CLIP_NORM] = {"--clip-norm", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_LOSS] = {"--loss", NULL, CMD_ALL},
+    [F_STEPS] = {"--steps", NULL, CMD_TRAIN},
+    [F_CHECKPOINT] = {"--checkpoint", NULL, CMD_TRAIN},
+    [F_SAVE_EVERY] = {"--save-every", NULL, CMD_TRAIN},
+    [F_LOG_EVERY] = {"--log-every", NULL, CMD_TRAIN},
     [F_PRINT_AFTER] = {"--print-after", NULL, CMD_PRINT | CMD_COMPILE},
     [F_PRINT_BEFORE] = {"--print-before", NULL, CMD_PRINT | CMD_COMPILE},
     [F_SET] = {"--set", NULL, CMD_ALL},
@@ -300,11 +355,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         return 0;
     }
     unsigned command = 0;
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < COMMAND_COUNT; c++)
         if (strcmp(cmd, command_names[c]) == 0) command = 1u << c;
     if (!command) {
         if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
-        return usage_error("unknown command '%s' (commands: print, run, compile)", cmd);
+        return usage_error("unknown command '%s' (commands: print, run, compile, train)", cmd);
     }
     o->command = cmd;
     o->feeds = calloc((size_t)argc, sizeof *o->feeds);
@@ -387,6 +442,9 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         case F_SCALER:
             if (strcmp(value, "dynamic") && strcmp(value, "none") && strncmp(value, "static:", 7))
                 return usage_error("--scaler wants dynamic, static:SCALE or none, got '%s'", value);
+            double scale;
+            if (strncmp(value, "static:", 7) == 0 && (!parse_rate(value + 7, &scale) || scale <= 0))
+                return usage_error("--scaler static:SCALE wants a finite number > 0, got '%s'", value);
             o->scaler = value;
             break;
         case F_PRINT_AFTER:
@@ -427,6 +485,42 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             if (o->dump_dir) return usage_error("--dump-dir is given twice");
             o->dump_dir = value;
             break;
+        case F_LR:
+        case F_WEIGHT_DECAY:
+        case F_MOMENTUM:
+        case F_CLIP_NORM: {
+            double *at = which == F_LR ? &o->lr : which == F_WEIGHT_DECAY ? &o->weight_decay
+                                               : which == F_MOMENTUM   ? &o->momentum
+                                                                       : &o->clip_norm;
+            bool *have = which == F_LR ? &o->have_lr : which == F_WEIGHT_DECAY ? &o->have_weight_decay
+                                                      : which == F_MOMENTUM   ? &o->have_momentum
+                                                                              : &o->have_clip_norm;
+            if (*have) return usage_error("%s is given twice", given);
+            if (!parse_rate(value, at)) return usage_error("%s wants a finite number >= 0, got '%s'", given, value);
+            *have = true;
+            break;
+        }
+        case F_LOSS:
+            if (o->loss) return usage_error("--loss is given twice");
+            o->loss = value;
+            break;
+        case F_STEPS:
+            if (o->steps) return usage_error("--steps is given twice");
+            if (!parse_count(value, 1, 1000000000, &o->steps))
+                return usage_error("--steps wants a whole number from 1 to 1000000000, got '%s'", value);
+            break;
+        case F_CHECKPOINT:
+            if (o->checkpoint) return usage_error("--checkpoint is given twice");
+            o->checkpoint = value;
+            break;
+        case F_SAVE_EVERY:
+        case F_LOG_EVERY: {
+            long *at = which == F_SAVE_EVERY ? &o->save_every : &o->log_every;
+            if (*at) return usage_error("%s is given twice", given);
+            if (!parse_count(value, 1, 1000000000, at))
+                return usage_error("%s wants a whole number from 1 to 1000000000, got '%s'", given, value);
+            break;
+        }
         default:
             if (arg[0] == '-' && arg[1] != '\0') return usage_error("unknown option '%s'", arg);
             if (o->ir_path) return usage_error("unexpected argument '%s'", arg);
@@ -436,7 +530,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     if (!o->ir_path) return usage_error("'%s' needs an IR file", cmd);
     if (o->misplaced) {
         char list[64] = "";
-        for (int c = 0, k = 0, n = __builtin_popcount(o->misplaced_commands); c < 3; c++) {
+        for (int c = 0, k = 0, n = __builtin_popcount(o->misplaced_commands); c < COMMAND_COUNT; c++) {
             if (!(o->misplaced_commands & 1u << c)) continue;
             size_t used = strlen(list);
             snprintf(list + used, sizeof list - used, "%s'%s'", k == 0 ? "" : k == n - 1 ? " and " : ", ",
@@ -458,8 +552,17 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         return usage_error("--seed of compile is for bundles (--emit=bundle or -o FILE.alloy)");
     if (command == CMD_COMPILE && !o->bundle && !o->arch)
         return usage_error("compile needs --arch sm_XY[,sm_XY...] (for example sm_80,sm_90)");
-    if ((o->optimizer || o->scaler) && !o->train)
+    if (command != CMD_TRAIN && (o->optimizer || o->scaler) && !o->train)
         return usage_error("--optimizer and --scaler need --train");
+    const char *hyper = o->have_lr ? "--lr" : o->have_weight_decay ? "--weight-decay"
+                      : o->have_momentum ? "--momentum" : o->have_clip_norm ? "--clip-norm" : NULL;
+    if (hyper && command != CMD_TRAIN && !o->optimizer) return usage_error("%s needs --optimizer", hyper);
+    if (o->have_momentum && o->optimizer && strcmp(o->optimizer, "sgd") != 0)
+        return usage_error("--momentum is a setting of --optimizer=sgd, not %s", o->optimizer);
+    if (command == CMD_TRAIN && !o->optimizer && o->have_momentum)
+        return usage_error("--momentum is a setting of --optimizer=sgd (train's default optimizer is adamw)");
+    if (command == CMD_TRAIN && !o->steps) return usage_error("train needs --steps N (the steps to run)");
+    if (o->save_every && !o->checkpoint) return usage_error("--save-every needs --checkpoint FILE");
     *done = false;
     return 0;
 }
@@ -554,9 +657,8 @@ static bool list_names(const alloy_graph *g, names *outputs, names *inputs)
 
 /* ---- commands ---- */
 
-/* Reads and parses the IR file (alloy_graph_load_ir: its size is capped);
- * NULL after printing the reader's or parser's message. */
-static alloy_graph *load_graph(const char *path)
+/* (alloy_graph_load_ir caps the size it reads.) */
+alloy_graph *alloyc_load_graph(const char *path)
 {
     char err[1024] = "";
     alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
@@ -564,9 +666,7 @@ static alloy_graph *load_graph(const char *path)
     return g;
 }
 
-/* Applies --time-passes, --dump-dir, then every --set NAME=VALUE to g (a
- * --set wins); returns the first failing status. */
-static alloy_status apply_sets(alloy_graph *g, const options *o)
+alloy_status alloyc_apply_sets(alloy_graph *g, const options *o)
 {
     alloy_status st = ALLOY_OK;
     if (o->time_passes) st = alloy_graph_set_option(g, "time_passes", "1");
@@ -582,23 +682,39 @@ static alloy_status apply_sets(alloy_graph *g, const options *o)
     return ALLOY_OK;
 }
 
+alloy_optimizer alloyc_optimizer(const options *o)
+{
+    const char *kind = o->optimizer ? o->optimizer : "adamw";
+    double lr = o->have_lr ? o->lr : 1e-3;
+    alloy_optimizer opt = strcmp(kind, "sgd") == 0    ? alloy_sgd(lr, o->have_momentum ? o->momentum : 0.9, 0.0, false)
+                          : strcmp(kind, "adam") == 0 ? alloy_adam(lr, 0.9, 0.999, 1e-8, 0.0)
+                                                      : alloy_adamw(lr, 0.9, 0.999, 1e-8, 0.01);
+    if (o->have_weight_decay) opt.weight_decay = o->weight_decay;
+    if (o->have_clip_norm) opt.clip_norm = o->clip_norm;
+    return opt;
+}
+
+int alloyc_set_loss(alloy_graph *g, const options *o)
+{
+    alloy_tensor *loss = alloy_graph_find(g, o->loss);
+    if (!loss) return fail(EXIT_ERROR, "--loss %s: %s has no node named '%s'", o->loss, o->ir_path, o->loss);
+    alloy_status st = alloy_graph_set_loss(g, loss);
+    if (st) return fail(EXIT_ERROR, "--loss %s: %s", o->loss, alloyc_graph_error(g, st));
+    return 0;
+}
+
 /* Applies the compile options to g; returns the first failing status. */
 static alloy_status configure(alloy_graph *g, const options *o)
 {
     alloy_status st = ALLOY_OK;
     if (o->amp != ALLOY_F32) st = alloy_graph_enable_amp(g, o->amp);
-    if (!st && o->train) st = alloy_graph_set_training(g, true);
+    if (!st && (o->train || o->loss)) st = alloy_graph_set_training(g, o->train); /* set_loss turned it on */
     if (!st && o->scaler && strcmp(o->scaler, "none") != 0) {
         alloy_grad_scaler s = alloy_dynamic_scaler();
         if (strncmp(o->scaler, "static:", 7) == 0) s = alloy_static_scaler(strtod(o->scaler + 7, NULL));
         st = alloy_graph_set_grad_scaler(g, s);
     }
-    if (!st && o->optimizer) {
-        alloy_optimizer opt = strcmp(o->optimizer, "sgd") == 0    ? alloy_sgd(1e-3, 0.9, 0.0, false)
-                              : strcmp(o->optimizer, "adam") == 0 ? alloy_adam(1e-3, 0.9, 0.999, 1e-8, 0.0)
-                                                                  : alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01);
-        st = alloy_graph_add_optimizer(g, opt);
-    }
+    if (!st && o->optimizer) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));
     /* printed passes go to stdout, unless stdout carries a picture */
     FILE *log = o->emit == EMIT_IR ? stdout : stderr;
     if (!st && o->print_after) st = alloy_graph_print_after(g, o->print_after, log);
@@ -606,7 +722,7 @@ static alloy_status configure(alloy_graph *g, const options *o)
         st = alloy_graph_print_after(g, o->print_after ? o->print_after : "", log);
         if (!st) st = alloy_graph_set_option(g, "print_before", o->print_before);
     }
-    return st ? st : apply_sets(g, o);
+    return st ? st : alloyc_apply_sets(g, o);
 }
 
 /* The path of program `name` in a directory of $PATH into buf; false when none is executable there. */
@@ -649,7 +765,7 @@ static int print_svg(alloy_graph *g, const options *o, const char *dot_path)
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     signal(SIGPIPE, was);
-    if (st && st != ALLOY_ERR_IO) return fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st));
+    if (st && st != ALLOY_ERR_IO) return fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return fail(EXIT_ERROR, "%s -Tsvg failed (%s %d) on the DOT text of %s; --emit=dot writes that text", dot_path,
                     WIFEXITED(status) ? "exit status" : "signal",
@@ -660,8 +776,12 @@ static int print_svg(alloy_graph *g, const options *o, const char *dot_path)
 
 static int cmd_print(const options *o)
 {
-    alloy_graph *g = load_graph(o->ir_path);
+    alloy_graph *g = alloyc_load_graph(o->ir_path);
     if (!g) return EXIT_ERROR;
+    if (o->loss && alloyc_set_loss(g, o)) {
+        alloy_graph_free(g);
+        return EXIT_ERROR;
+    }
     char dot_path[4096];
     if (o->emit == EMIT_SVG && !find_program("dot", dot_path, sizeof dot_path)) {
         alloy_graph_free(g);
@@ -678,7 +798,7 @@ static int cmd_print(const options *o)
     }
     if (!st) st = alloy_graph_dump(g, stdout, kinds[o->emit]);
     int rc = 0;
-    if (st) rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st));
+    if (st) rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
     else if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing the IR to stdout failed");
     alloy_graph_free(g);
     return rc;
@@ -772,12 +892,40 @@ static int load_feed(run_ctx *r, const char *spec, int i)
     return 0;
 }
 
+/* Turns the backward on when a --fetch names a gradient (grad:NAME; for an
+ * input NAME, asks for its gradient too), from --loss or the IR's loss;
+ * an exit code. */
+static int setup_grads(alloy_graph *g, const options *o)
+{
+    const char *first = NULL;
+    for (int i = 0; i < o->nfetches; i++) {
+        if (strncmp(o->fetches[i], "grad:", 5) != 0) continue;
+        if (!first) first = o->fetches[i];
+        alloy_tensor *t = alloy_graph_find(g, o->fetches[i] + 5);
+        alloy_host_tensor in;
+        for (int k = 0; t && k < alloy_graph_input_count(g); k++) {
+            if (alloy_graph_input_at(g, k, &in) || strcmp(in.name, o->fetches[i] + 5) != 0) continue;
+            alloy_status st = alloy_graph_request_grad(g, t);
+            if (st) return fail(EXIT_ERROR, "--fetch %s: %s", o->fetches[i], alloyc_graph_error(g, st));
+        }
+    }
+    if (o->loss && alloyc_set_loss(g, o)) return EXIT_ERROR;
+    if (!first) {
+        if (o->loss) alloy_graph_set_training(g, false); /* set_loss turned it on; off always succeeds */
+        return 0;
+    }
+    if (alloy_graph_set_training(g, true))
+        return fail(EXIT_ERROR, "--fetch %s needs a loss to differentiate: %s has no 'loss' line; name the loss "
+                                "node with --loss NAME", first, o->ir_path);
+    return 0;
+}
+
 static int cmd_run(const options *o)
 {
     run_ctx r = {.ir_path = o->ir_path};
     int rc = 0, nfiles = 0;
     char err[1024] = "";
-    r.g = load_graph(o->ir_path);
+    r.g = alloyc_load_graph(o->ir_path);
     if (!r.g) {
         rc = EXIT_ERROR;
         goto done;
@@ -790,18 +938,19 @@ static int cmd_run(const options *o)
         rc = fail(EXIT_ERROR, "%s", alloy_last_error(r.g));
         goto done;
     }
+    if ((rc = setup_grads(r.g, o))) goto done;
     /* run is the CPU reference run, whatever device the environment picks */
     alloy_status set = alloy_graph_set_option(r.g, "device", "cpu");
-    if (!set) set = apply_sets(r.g, o);
+    if (!set) set = alloyc_apply_sets(r.g, o);
     if (set) {
-        rc = fail(EXIT_ERROR, "%s", graph_error(r.g, set));
+        rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, set));
         goto done;
     }
     if (o->have_seed) alloy_graph_set_seed(r.g, o->seed);
     if (o->params) {
         alloy_status st = alloy_graph_load_state(r.g, o->params);
         if (st) {
-            rc = fail(EXIT_ERROR, "%s", graph_error(r.g, st));
+            rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, st));
             goto done;
         }
     }
@@ -834,7 +983,7 @@ static int cmd_run(const options *o)
     for (int i = 0; i < nfetch; i++) r.fetches[i].name = fetch_names[i];
     alloy_status st = alloy_graph_run(r.g, r.feeds, r.nfeeds, r.fetches, nfetch);
     if (st) {
-        rc = fail(EXIT_ERROR, "%s", graph_error(r.g, st));
+        rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, st));
         goto done;
     }
     static const char *const keys[] = {"producer", "graph_file"};
@@ -878,19 +1027,23 @@ static int print_summary(const char *dir)
 
 static int cmd_compile(const options *o)
 {
-    alloy_graph *g = load_graph(o->ir_path);
+    alloy_graph *g = alloyc_load_graph(o->ir_path);
     if (!g) return EXIT_ERROR;
+    if (o->loss && alloyc_set_loss(g, o)) {
+        alloy_graph_free(g);
+        return EXIT_ERROR;
+    }
     alloy_status st = configure(g, o);
     if (o->bundle) {
         if (o->have_seed) alloy_graph_set_seed(g, o->seed);
         if (!st) st = alloy_graph_save_bundle(g, o->out, NULL);
-        int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st)) : 0;
+        int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
         if (!st) printf("wrote %s\n", o->out);
         alloy_graph_free(g);
         return rc;
     }
     if (!st) st = alloy_graph_export_cuda(g, o->arch, o->out);
-    int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, graph_error(g, st)) : print_summary(o->out);
+    int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : print_summary(o->out);
     alloy_graph_free(g);
     return rc;
 }
@@ -904,7 +1057,8 @@ int main(int argc, char **argv)
     if (!done)
         rc = strcmp(o.command, "print") == 0 ? cmd_print(&o)
              : strcmp(o.command, "run") == 0 ? cmd_run(&o)
-                                             : cmd_compile(&o);
+             : strcmp(o.command, "train") == 0 ? alloyc_train(&o)
+                                               : cmd_compile(&o);
     free(o.feeds);
     free(o.fetches);
     free(o.sets);

@@ -1,0 +1,176 @@
+#!/bin/sh
+# run_alloyc_train.sh - meson test of alloyc train and alloyc run --fetch grad:NAME on train_mlp.ir: losses against
+# PyTorch and against the same training through the C API, a resumed run against an uninterrupted one, gradients
+# against torch.autograd, and the errors of bad flags, feeds and checkpoints.
+#
+# usage: run_alloyc_train.sh ALLOYC REFERENCE COMPARE DATA_DIR OUT_DIR
+#   REFERENCE: tests/alloyc_train_reference (the training through the C API); COMPARE: compare_safetensors
+set -u
+
+alloyc=$1 reference=$2 compare=$3 data=$4 tmp=$5/alloyc_train
+rm -rf "$tmp" && mkdir -p "$tmp" || exit 1
+ALLOY_DEVICE=cpu
+export ALLOY_DEVICE
+failures=0
+ir=$data/train_mlp.ir feeds=$data/train_mlp_feeds.safetensors params=$data/train_mlp_params.safetensors
+batch0=$data/train_mlp_batch0.safetensors
+
+# check NAME COMMAND...: runs a shell command, counts a failure when it fails
+check() {
+    name=$1
+    shift
+    if "$@"; then
+        echo "ok:   $name"
+    else
+        echo "FAIL: $name"
+        failures=$((failures + 1))
+    fi
+}
+
+# train OUT ARGS...: alloyc train ARGS with stdout to OUT; fails on a non-zero exit or any stderr
+train() {
+    out=$1
+    shift
+    if ! "$alloyc" train "$@" >"$out" 2>"$tmp/stderr" || [ -s "$tmp/stderr" ]; then
+        echo "alloyc train $* failed:"
+        cat "$tmp/stderr"
+        return 1
+    fi
+}
+
+# steps FILE: its progress lines without the rate and lr fields ("step S loss L scale X skipped K")
+steps() {
+    sed -n 's/^\(step [0-9]* loss [^ ]* scale [^ ]* skipped [0-9]*\) .*/\1/p' "$1"
+}
+
+# same_losses EXPECTED ACTUAL TOL: the 'step S loss L' lines of both, S equal and L within TOL relative
+same_losses() {
+    awk -v tol="$3" '
+        FNR == NR { if ($1 == "step") want[$2] = $4; next }
+        $1 == "step" && ($2 in want) {
+            seen++
+            d = $4 - want[$2]; if (d < 0) d = -d
+            m = want[$2] < 0 ? -want[$2] : want[$2]
+            if (d > tol * m) { printf "step %s: loss %s, expected %s\n", $2, $4, want[$2]; bad++ }
+        }
+        END { n = 0; for (k in want) n++; if (seen != n) { printf "%d of %d steps printed\n", seen, n; bad++ } exit bad > 0 }
+    ' "$1" "$2"
+}
+
+# 1. fp32 AdamW: PyTorch's losses step for step (f32 on both sides, GEMM sums in another order: 1e-5)
+train "$tmp/f32.out" "$ir" --feed "$feeds" --params "$params" --steps 12 --optimizer=adamw --lr 3e-3 --log-every 1
+check "train f32 runs" [ $? -eq 0 ]
+check "train f32: PyTorch's AdamW losses (train_mlp_losses.txt) within 1e-5" same_losses "$data/train_mlp_losses.txt" "$tmp/f32.out" 1e-5
+check "train f32: header names the batches, optimizer, precision, device" \
+    grep -q "^train .*train_mlp.ir: 4 batches from .*train_mlp_feeds.safetensors; adamw lr 0.003 weight_decay 0.01; amp off, scaler none; device cpu$" "$tmp/f32.out"
+check "train f32: parameters line" grep -q "^parameters from .*train_mlp_params.safetensors: 4 loaded, 0 other tensors ignored$" "$tmp/f32.out"
+check "train f32: samples/s and lr on each line" [ "$(grep -c '^step [0-9]* loss .* samples/s [0-9]* lr 0.003$' "$tmp/f32.out")" -eq 12 ]
+
+# 2. f16 AMP with the dynamic scaler: the C API's lines exactly, skipped steps included
+"$reference" "$feeds" "$params" 12 >"$tmp/reference.out" || { echo "FAIL: alloyc_train_reference"; exit 1; }
+train "$tmp/f16.out" "$ir" --feed "x=$feeds" --feed "labels=$feeds" --params "$params" --steps 12 --amp=f16 \
+    --optimizer=adamw --lr 3e-3 --log-every 1
+steps "$tmp/f16.out" >"$tmp/f16.steps"
+check "train f16: the C API's losses, scales and skipped counts" diff "$tmp/reference.out" "$tmp/f16.steps"
+check "train f16: the run skips steps (the scaler path is covered)" grep -q "skipped [1-9]" "$tmp/f16.steps"
+check "train f16: 12 lines" [ "$(wc -l <"$tmp/f16.steps")" -eq 12 ]
+
+# 3. resumed: 5 steps, then 7 more from the checkpoint = the uninterrupted 12, and the same checkpoint bytes
+ck=$tmp/ck.safetensors full=$tmp/full.safetensors
+train "$tmp/first.out" "$ir" --feed "$feeds" --params "$params" --steps 5 --amp=f16 --lr 3e-3 --log-every 1 --checkpoint "$ck"
+train "$tmp/second.out" "$ir" --feed "$feeds" --params "$params" --steps 7 --amp=f16 --lr 3e-3 --log-every 1 --checkpoint "$ck"
+cat "$tmp/first.out" "$tmp/second.out" >"$tmp/resumed.out"
+steps "$tmp/resumed.out" >"$tmp/resumed.steps"
+check "resume: steps 1-5 then 6-12 give the uninterrupted lines" diff "$tmp/reference.out" "$tmp/resumed.steps"
+check "resume: says where it resumed" grep -q "^resumed from .*ck.safetensors at step 5 (--params not read" "$tmp/second.out"
+check "resume: saved lines" sh -c "grep -q '^saved .*ck.safetensors at step 5$' '$tmp/first.out' && grep -q '^saved .*ck.safetensors at step 12$' '$tmp/second.out'"
+train "$tmp/full.out" "$ir" --feed "$feeds" --params "$params" --steps 12 --amp=f16 --lr 3e-3 --checkpoint "$full" --save-every 4
+check "resume: the checkpoint equals the uninterrupted run's byte for byte" cmp "$ck" "$full"
+check "--save-every 4: saved at steps 4, 8 and 12" [ "$(grep '^saved ' "$tmp/full.out" | sed 's/.* at step //' | tr '\n' ' ')" = "4 8 12 " ]
+check "--log-every 10 (default 10): lines at steps 10 and 12" [ "$(sed -n 's/^step \([0-9]*\) .*/\1/p' "$tmp/full.out" | tr '\n' ' ')" = "10 12 " ]
+check "no temporary files left" [ "$(ls "$tmp" | grep -c tmp)" -eq 0 ]
+
+# 4. one batch fed whole every step: step 1 is PyTorch's step 1 (batch 0), the loss then falls on that batch
+train "$tmp/same.out" "$ir" --feed "$batch0" --params "$params" --steps 12 --lr 3e-3 --log-every 1 --optimizer=adamw
+check "same batch: header" grep -q "the same batch every step" "$tmp/same.out"
+head -2 "$data/train_mlp_losses.txt" >"$tmp/first_loss.txt"
+check "same batch: step 1 is PyTorch's" same_losses "$tmp/first_loss.txt" "$tmp/same.out" 1e-5
+check "same batch: the loss falls" awk '$1 == "step" { if ($2 == 1) a = $4; if ($2 == 12) b = $4 } END { exit !(b < a) }' "$tmp/same.out"
+# --loss naming the IR's own loss trains the same
+train "$tmp/named.out" "$ir" --feed "$batch0" --params "$params" --steps 12 --lr 3e-3 --log-every 1 --loss loss
+steps "$tmp/same.out" >"$tmp/same.steps"
+steps "$tmp/named.out" >"$tmp/named.steps"
+check "--loss loss: the same lines" diff "$tmp/same.steps" "$tmp/named.steps"
+
+# 5. alloyc run --fetch grad:NAME: torch.autograd's float64 gradients (f32 sums: 1e-6 of the largest)
+"$alloyc" run "$ir" --feed "$batch0" --params "$params" --fetch grad:w1 --fetch grad:b1 --fetch grad:w2 --fetch grad:b2 \
+    --fetch grad:x --fetch loss --out "$tmp/grads.safetensors" >"$tmp/run.out" 2>"$tmp/stderr"
+check "run --fetch grad:NAME runs" [ $? -eq 0 ]
+check "run --fetch grad:NAME: nothing on stderr" [ ! -s "$tmp/stderr" ]
+check "run --fetch grad:NAME: torch.autograd's gradients within 1e-6" "$compare" "$data/train_mlp_grads.safetensors" "$tmp/grads.safetensors" 1e-6
+
+# 6. bad input: exit status and one 'alloyc: ' line on stderr naming the flag, file or tensor
+# expect STATUS PATTERN ARGS...
+expect() {
+    want=$1 pattern=$2
+    shift 2
+    "$alloyc" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+    got=$?
+    if [ "$got" -ne "$want" ] || [ "$(wc -l <"$tmp/stderr")" -ne 1 ] || ! grep -q "^alloyc: .*$pattern" "$tmp/stderr"; then
+        echo "FAIL: alloyc $* -> exit $got (want $want), stderr:"
+        cat "$tmp/stderr"
+        failures=$((failures + 1))
+    else
+        echo "ok:   alloyc $* -> $got: $(cat "$tmp/stderr")"
+    fi
+}
+# tensors of any shape, written by alloyc run from params: 4 batches of x, 3 of labels
+printf 'graph odd {\n  %%x = param {init="ones"} : f32[4,8,4]\n  %%labels = param {init="zeros"} : i32[3,8]\n  output "x" = %%x\n  output "labels" = %%labels\n}\n' >"$tmp/odd.ir"
+"$alloyc" run "$tmp/odd.ir" --out "$tmp/odd.safetensors" >/dev/null || failures=$((failures + 1))
+"$alloyc" train "$ir" --feed "$feeds" --steps 1 --checkpoint "$tmp/adamw.safetensors" >/dev/null || failures=$((failures + 1))
+
+expect 2 "train needs --steps N" train "$ir" --feed "$feeds"
+expect 2 "--steps wants a whole number from 1 to 1000000000, got '0'" train "$ir" --feed "$feeds" --steps 0
+expect 2 "--steps wants a whole number from 1 to 1000000000, got '1e3'" train "$ir" --feed "$feeds" --steps 1e3
+expect 2 "--optimizer wants sgd, adam or adamw, got 'lion'" train "$ir" --feed "$feeds" --steps 1 --optimizer=lion
+expect 2 "--lr wants a finite number >= 0, got 'fast'" train "$ir" --feed "$feeds" --steps 1 --lr fast
+expect 2 "--lr wants a finite number >= 0, got '-0.1'" train "$ir" --feed "$feeds" --steps 1 --lr -0.1
+expect 2 "--lr wants a finite number >= 0, got 'nan'" train "$ir" --feed "$feeds" --steps 1 --lr nan
+expect 2 "--lr wants a finite number >= 0, got '1e999'" train "$ir" --feed "$feeds" --steps 1 --lr 1e999
+expect 2 "--lr is given twice" train "$ir" --feed "$feeds" --steps 1 --lr 1 --lr 2
+expect 2 "--weight-decay wants a finite number >= 0, got 'inf'" train "$ir" --feed "$feeds" --steps 1 --weight-decay inf
+expect 2 "--momentum is a setting of --optimizer=sgd, not adam" train "$ir" --feed "$feeds" --steps 1 --optimizer=adam --momentum 0.9
+expect 2 "--momentum is a setting of --optimizer=sgd (train's default optimizer is adamw)" train "$ir" --feed "$feeds" --steps 1 --momentum 0.9
+expect 2 "--scaler static:SCALE wants a finite number > 0, got 'static:big'" train "$ir" --feed "$feeds" --steps 1 --scaler=static:big
+expect 2 "--save-every needs --checkpoint FILE" train "$ir" --feed "$feeds" --steps 1 --save-every 2
+expect 2 "--log-every wants a whole number from 1 to 1000000000, got '-1'" train "$ir" --feed "$feeds" --steps 1 --log-every -1
+expect 2 "--fetch is an option of 'run', not 'train'" train "$ir" --feed "$feeds" --steps 1 --fetch loss
+expect 2 "--checkpoint is an option of 'train', not 'run'" run "$ir" --feed "$batch0" --checkpoint "$ck" --out "$tmp/o.safetensors"
+expect 2 "--lr needs --optimizer" print "$ir" --train --lr 0.1
+expect 2 "input 'x' is fed twice" train "$ir" --feed "$feeds" --feed "x=$batch0" --steps 1
+expect 2 "unknown command 'trian' (commands: print, run, compile, train)" trian "$ir"
+expect 1 "missing.safetensors" train "$ir" --feed "$tmp/missing.safetensors" --steps 1
+expect 1 "input 'labels' of .*train_mlp.ir is not fed (give --feed labels=FILE, or a --feed FILE holding a tensor named 'labels')" \
+    train "$ir" --feed "x=$feeds" --steps 1
+expect 1 "mlp2_feeds.safetensors: tensor 'x' is f32\[8,16\]; input 'x' of .*train_mlp.ir takes f32\[8,4\] (the same batch every step) or f32\[B,8,4\] (B batches, one per step in turn)" \
+    train "$ir" --feed "x=$data/mlp2_feeds.safetensors" --feed "labels=$feeds" --steps 1
+expect 1 "odd.safetensors: tensor 'labels' holds 3 batches, the first batched feed (from .*odd.safetensors) 4; batched feeds must hold the same number" \
+    train "$ir" --feed "$tmp/odd.safetensors" --steps 1
+expect 1 "--feed nope=.*: 'nope' is not an input of .*train_mlp.ir (inputs: 'x', 'labels')" train "$ir" --feed "nope=$feeds" --steps 1
+expect 1 "mlp2_params.safetensors: no tensor in it is named like an input of .*train_mlp.ir (inputs: 'x', 'labels')" \
+    train "$ir" --feed "$data/mlp2_params.safetensors" --steps 1
+expect 1 "mlp2.ir has no 'loss' line to train on; name the loss node with --loss NAME" \
+    train "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" --steps 1
+expect 1 "--loss nope: .*train_mlp.ir has no node named 'nope'" train "$ir" --feed "$feeds" --steps 1 --loss nope
+expect 1 "--loss logits: set_loss: the loss must be a floating-point scalar" train "$ir" --feed "$feeds" --steps 1 --loss logits
+expect 1 "--params .*odd.safetensors: no tensor in it is named like a parameter of .*train_mlp.ir" \
+    train "$ir" --feed "$feeds" --steps 1 --params "$tmp/odd.safetensors"
+cp "$tmp/adamw.safetensors" "$tmp/adamw.before"
+expect 1 "--checkpoint .*adamw.safetensors: .*(a resumed run needs the same IR file, --optimizer and --scaler as the run that saved it)" \
+    train "$ir" --feed "$feeds" --steps 1 --optimizer=sgd --checkpoint "$tmp/adamw.safetensors"
+expect 1 "--fetch grad:w1 needs a loss to differentiate: .*mlp2.ir has no 'loss' line; name the loss node with --loss NAME" \
+    run "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" --fetch grad:w1 --out "$tmp/o.safetensors"
+check "a refused resume leaves the checkpoint as it was" cmp "$tmp/adamw.before" "$tmp/adamw.safetensors"
+
+[ "$failures" -eq 0 ] || { echo "$failures alloyc train checks failed"; exit 1; }
+echo "all alloyc train checks passed"

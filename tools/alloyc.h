@@ -1,0 +1,72 @@
+/* alloyc.h - what the alloyc driver's files share: the parsed command line and the error and graph helpers of alloyc.c. */
+#ifndef ALLOYC_H
+#define ALLOYC_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "alloy/alloy.h"
+
+enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
+
+/* What print writes (--emit). */
+typedef enum emit_kind { EMIT_IR, EMIT_DOT, EMIT_SVG, EMIT_MEMORY_SVG } emit_kind;
+
+/* The command line, as parse_args in alloyc.c reads and checks it. */
+typedef struct options {
+    const char *command; /* "print", "run", "compile" or "train" */
+    const char *ir_path;
+    const char **feeds; /* NAME=FILE or FILE, as given */
+    int nfeeds;
+    const char **fetches;
+    int nfetches;
+    const char *params, *out;
+    bool have_seed;
+    uint64_t seed;
+    const char *misplaced; /* the first option seen that the command does not take */
+    unsigned misplaced_commands; /* the commands that take it */
+    const char *arch; /* compile: the --arch list, as given */
+    alloy_dtype amp;      /* ALLOY_F32: off */
+    bool train;
+    const char *optimizer, *scaler, *print_after, *print_before;
+    emit_kind emit;       /* print's --emit */
+    bool bundle;          /* compile: --emit=bundle, or -o FILE.alloy without --emit */
+    bool emit_given;
+    bool time_passes;     /* --time-passes */
+    const char *dump_dir; /* --dump-dir */
+    const char **sets; /* NAME=VALUE of --set, in order */
+    int nsets;
+    /* the optimizer's hyper-parameters (print, compile, train); have_* when given */
+    double lr, weight_decay, momentum, clip_norm;
+    bool have_lr, have_weight_decay, have_momentum, have_clip_norm;
+    const char *loss;       /* --loss NAME: the node to train on instead of the IR's loss line */
+    /* train */
+    long steps;             /* --steps N: steps to run in this invocation */
+    long save_every;        /* --save-every K: also save the checkpoint every K steps; 0: at the end only */
+    long log_every;         /* --log-every K: a progress line every K steps (and the last); 0: not given */
+    const char *checkpoint; /* --checkpoint FILE: resume from it if it exists, save it at the end */
+} options;
+
+/* Prints "alloyc: <message>" as one line on stderr (control characters in
+ * the message become spaces) and returns code. */
+int alloyc_vfail(int code, const char *fmt, va_list ap);
+/* The message that goes with a failed call on g. */
+const char *alloyc_graph_error(const alloy_graph *g, alloy_status st);
+/* Reads and parses the IR file; NULL after printing the reader's or
+ * parser's message. */
+alloy_graph *alloyc_load_graph(const char *path);
+/* Applies --time-passes, --dump-dir, then every --set NAME=VALUE to g (a
+ * --set wins); returns the first failing status. */
+alloy_status alloyc_apply_sets(alloy_graph *g, const options *o);
+/* The optimizer --optimizer (adamw when not given), --lr, --weight-decay,
+ * --momentum and --clip-norm describe. */
+alloy_optimizer alloyc_optimizer(const options *o);
+/* Makes --loss NAME g's loss (alloy_graph_set_loss: training on); an exit
+ * code after printing. */
+int alloyc_set_loss(alloy_graph *g, const options *o);
+
+/* alloyc_train.c: the train command; an exit code. */
+int alloyc_train(const options *o);
+
+#endif
