@@ -55,7 +55,7 @@ static const ir_attr_spec A_NLL[] = {{"ignore_index", IR_ATTR_INT, false, false,
                                      {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_NLL_GRAD[] = {{"ignore_index", IR_ATTR_INT, false, false, -1}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_SMOOTH_L1[] = {{"beta", IR_ATTR_FLOAT, false, true, 1.0}, {NULL, 0, false, false, 0}};
-static const ir_attr_spec A_BCE_GRAD[] = {{"operand", IR_ATTR_INT, true, false, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_BCE_GRAD[] = {{"operand", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
 
 #define STR(x) #x
 

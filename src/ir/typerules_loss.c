@@ -35,3 +35,11 @@ alloy_status ty_smooth_l1(const ir_node *n, const ir_type *const *in, ir_type *o
     if (!(beta >= 0) || isinf(beta)) FAIL(ALLOY_ERR_INVALID, "beta must be finite and >= 0, not %g", beta);
     return ty_binary_float(n, in, out, why, whylen);
 }
+
+/* (x, z, pos_weight) -> the derivative by operand 0, 1 or 2. */
+alloy_status ty_bce_grad(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, size_t whylen)
+{
+    int64_t operand = ir_attr_i(n, "operand");
+    if (operand < 0 || operand > 2) FAIL(ALLOY_ERR_INVALID, "operand must be 0, 1 or 2, not %lld", (long long)operand);
+    return ty_ternary(n, in, out, why, whylen);
+}
