@@ -418,6 +418,7 @@ static void test_bad_loss_options_are_errors_that_name_them(void **state)
         {"%3 = nll_loss(%x, %t, %t) : f32[]", "weight must have the logits' dtype f32, not i64"},
         {"%3 = nll_loss(%x, %t, %x) : f32[]", "weight must be [5], one per class"},
         {"%3 = smooth_l1_loss(%x, %x) {beta=-1.0} : f32[4,5]", "beta must be finite and >= 0, not -1"},
+        {"%3 = nll_loss(%x, %t) {ignore_index=16777217} : f32[]", "ignore_index 16777217 is not in [-2^24, 2^24]"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char text[512], err[512];

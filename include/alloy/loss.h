@@ -43,7 +43,7 @@ ALLOY_API alloy_tensor *alloy_binary_cross_entropy_with_logits(alloy_graph *g, a
                                                                alloy_tensor *target, alloy_tensor *pos_weight,
                                                                alloy_reduction reduction);
 /* -weight[t] log_probs[..., t] at each position, t its target (i32/i64
- * [...], in [0, C) or ignore_index); log_probs [..., C]; weight [C] or NULL
+ * [...], in [0, C) or ignore_index, itself in [-2^24, 2^24]); log_probs [..., C]; weight [C] or NULL
  * (all 1). Mean: the sum over the weight total of the positions not
  * ignored (NaN when that is 0, as PyTorch); sum: the sum. No NONE. */
 ALLOY_API alloy_tensor *alloy_nll_loss(alloy_graph *g, alloy_tensor *log_probs, alloy_tensor *targets,

@@ -15,6 +15,10 @@ alloy_status ir_loss_attrs(const ir_node *n, const ir_type *logits, const ir_typ
     const char *reduction = ir_attr_str(n, "reduction", "mean");
     if (strcmp(reduction, "mean") != 0 && strcmp(reduction, "sum") != 0)
         FAIL(ALLOY_ERR_INVALID, "reduction must be \"mean\" or \"sum\", not \"%s\"", reduction);
+    /* the row programs compare targets with it in the compute type: exact in f32 */
+    const ir_attr *ignore = ir_attr_find(n, "ignore_index");
+    if (ignore && (ignore->i < -(1 << 24) || ignore->i > (1 << 24)))
+        FAIL(ALLOY_ERR_INVALID, "ignore_index %lld is not in [-2^24, 2^24]", (long long)ignore->i);
     double eps = ir_attr_f(n, "label_smoothing");
     if (!(eps >= 0 && eps <= 1)) FAIL(ALLOY_ERR_INVALID, "label_smoothing must be in [0, 1], not %g", eps);
     if (weight) {
