@@ -76,11 +76,16 @@ static int axis_of(const ir_node *n, const char *name, int64_t def, int rank)
 
 /* ---- elementwise ---- */
 
+/* log(1 / (1 + exp(-x))) without overflow. */
+static double log_sigmoid(double x) { return x < 0 ? x - log1p(exp(x)) : -log1p(exp(-x)); }
+
 double ew_ref(const ir_node *n, double a, double b, double c)
 {
     /* the attributes with PyTorch's defaults, written here again (not read from the schema) */
     double slope = ir_attr_float(n, "negative_slope", 0.01), alpha = ir_attr_float(n, "alpha", 1.0);
     double lo = ir_attr_float(n, "min", -INFINITY), hi = ir_attr_float(n, "max", INFINITY);
+    double beta = ir_attr_float(n, "beta", 1.0), d = a - b, sign_d = isnan(d) ? d : d > 0 ? 1 : d < 0 ? -1 : 0;
+    int64_t operand = ir_attr_int(n, "operand", 0);
     switch (n->op) {
     case IR_OP_neg: return -a;
     case IR_OP_add: return a + b;
@@ -122,6 +127,20 @@ double ew_ref(const ir_node *n, double a, double b, double c)
     case IR_OP_isfinite: return isfinite(a) ? 1 : 0;
     case IR_OP_amp_allow:
     case IR_OP_amp_deny: return a;
+    /* losses of (input a, target b) per element; binary cross entropy of logit a, target b, pos_weight c */
+    case IR_OP_mse_loss: return d * d;
+    case IR_OP_l1_loss: return fabs(d);
+    case IR_OP_smooth_l1_loss: return fabs(d) < beta ? 0.5 * d * d / beta : fabs(d) - 0.5 * beta;
+    case IR_OP_binary_cross_entropy_with_logits: return -(c * b * log_sigmoid(a) + (1 - b) * log_sigmoid(-a));
+    case IR_OP_mse_loss_grad: return 2 * d * c;
+    case IR_OP_l1_loss_grad: return sign_d * c;
+    case IR_OP_smooth_l1_loss_grad: return fabs(d) < beta ? d / beta * c : sign_d * c;
+    case IR_OP_binary_cross_entropy_with_logits_grad: { /* by a, b or c */
+        double sig = 1 / (1 + exp(-a));
+        return operand == 0 ? sig * (c * b + 1 - b) - c * b
+               : operand == 1 ? -c * log_sigmoid(a) + log_sigmoid(-a)
+                              : -b * log_sigmoid(a);
+    }
     /* the backward ops autodiff emits: a is the forward input or output, b or c dy */
     case IR_OP_relu_grad: return a > 0 ? b : 0;
     case IR_OP_gelu_grad: return b * (0.5 * (1 + erf(a / sqrt(2))) + a * exp(-0.5 * a * a) / sqrt(2 * PI));
@@ -386,6 +405,63 @@ static void ref_cross_entropy_grad(const ir_node *n, const oc_tensor *in, oc_ten
         for (int64_t c = 0; c < classes; c++) s += exp(row[c] - m);
         for (int64_t c = 0; c < classes; c++)
             out->v[p * classes + c] = (exp(row[c] - m) / s - (c == (int64_t)in[1].v[p])) * in[2].v[0] / (double)positions;
+    }
+}
+
+/* cross_entropy (of logits) and nll_loss (of log-probabilities) as PyTorch's
+ * F.cross_entropy / F.nll_loss: per position not ignored, (1 - s) w[t] (-logp[t])
+ * + s / C sum_c w[c] (-logp[c]); the sum, or the sum over the total w[t]. */
+static void ref_row_loss(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t classes = t->rank ? t->dims[t->rank - 1] : 1, positions = classes ? ir_numel(t) / classes : 0;
+    const ir_attr *ignore = ir_attr_find(n, "ignore_index");
+    double s = ir_attr_float(n, "label_smoothing", 0), num = 0, den = 0;
+    bool sum = strcmp(ir_attr_str(n, "reduction", "mean"), "sum") == 0;
+    for (int64_t p = 0; p < positions; p++) {
+        int64_t target = (int64_t)in[1].v[p];
+        if (ignore && target == ignore->i) continue;
+        const double *row = in[0].v + p * classes;
+        double m = -INFINITY, e = 0, smooth = 0;
+        for (int64_t c = 0; c < classes; c++) m = fmax(m, row[c]);
+        for (int64_t c = 0; c < classes; c++) e += exp(row[c] - m);
+        double lse = n->op == IR_OP_cross_entropy ? m + log(e) : 0; /* logp = x - lse */
+        for (int64_t c = 0; c < classes; c++) smooth += (n->nin > 2 ? in[2].v[c] : 1) * (lse - row[c]);
+        double wt = n->nin > 2 ? in[2].v[target] : 1;
+        num += (1 - s) * wt * (lse - row[target]) + s / (double)classes * smooth;
+        den += wt;
+    }
+    out->v[0] = sum ? num : num / den;
+}
+
+/* The gradients of ref_row_loss by the logits (log-probabilities), given
+ * dloss and the divisor (absent: the position count):
+ * (a softmax - (1 - s) w[t] onehot(t) - s / C w) dloss / divisor with
+ * a = (1 - s) w[t] + s / C sum(w); nll_loss: -w[t] onehot(t) dloss / divisor. */
+static void ref_row_loss_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t classes = t->rank ? t->dims[t->rank - 1] : 1, positions = classes ? ir_numel(t) / classes : 0;
+    const ir_attr *ignore = ir_attr_find(n, "ignore_index");
+    double s = ir_attr_float(n, "label_smoothing", 0);
+    double scale = in[2].v[0] / (n->nin > 3 ? in[3].v[0] : (double)positions), wsum = 0;
+    for (int64_t c = 0; c < classes; c++) wsum += n->nin > 4 ? in[4].v[c] : 1;
+    for (int64_t p = 0; p < positions; p++) {
+        int64_t target = (int64_t)in[1].v[p];
+        const double *row = in[0].v + p * classes;
+        double *g = out->v + p * classes;
+        if (ignore && target == ignore->i) continue; /* zeros */
+        double wt = n->nin > 4 ? in[4].v[target] : 1, m = -INFINITY, e = 0;
+        if (n->op == IR_OP_nll_loss_grad) {
+            g[target] = -wt * scale;
+            continue;
+        }
+        for (int64_t c = 0; c < classes; c++) m = fmax(m, row[c]);
+        for (int64_t c = 0; c < classes; c++) e += exp(row[c] - m);
+        double a = (1 - s) * wt + s / (double)classes * wsum;
+        for (int64_t c = 0; c < classes; c++)
+            g[c] = (a * exp(row[c] - m) / e - (c == target ? (1 - s) * wt : 0) -
+                    s / (double)classes * (n->nin > 4 ? in[4].v[c] : 1)) * scale;
     }
 }
 
@@ -707,6 +783,30 @@ const op_case op_cases[] = {
     {"cross_entropy", "[4,7] i32[4]; [2,3,5] i64[2,3]; [1,130] i32[1]; [17] i64[]; [4,5] i32[4]",
      .dom = {U(-4, 4), INDEX(0, -1)}, TRANS, .ref = ref_cross_entropy},
 
+    /* cross_entropy and nll_loss with class weights, ignore_index (a class
+     * the drawn targets hit: those positions weigh 0), label smoothing, sum */
+    {"cross_entropy", "[6,7] i32[6]; [2,3,5] i64[2,3]; [6,7] i32[6] [7]; [2,3,5] i64[2,3] [5]",
+     "ignore_index=2; label_smoothing=0.1; ignore_index=0 label_smoothing=0.25; reduction=sum; ignore_index=1 reduction=sum",
+     .dom = {U(-4, 4), INDEX(0, -1), U(0.25, 2)}, TRANS, .constant_in = 4, .ref = ref_row_loss},
+    {"cross_entropy", "[4,7] i32[4] [7]; [1,130] i32[1] [130]; [17] i64[] [17]", "; label_smoothing=0.2 reduction=sum", .dom = {U(-4, 4), INDEX(0, -1), U(0.25, 2)}, TRANS,
+     .constant_in = 4, .ref = ref_row_loss},
+    {"nll_loss", "[6,7] i32[6]; [2,3,5] i64[2,3]; [6,7] i32[6] [7]; [2,3,5] i64[2,3] [5]; [1,130] i32[1]",
+     "; ignore_index=2; reduction=sum; ignore_index=0 reduction=sum", .dom = {U(-4, 0), INDEX(0, -1), U(0.25, 2)}, TRANS,
+     .constant_in = 4, .ref = ref_row_loss},
+
+    {"nll_loss", "[17] i64[] [17]; [17] i32[]", "; reduction=sum", .dom = {U(-4, 0), INDEX(0, -1), U(0.25, 2)}, TRANS,
+     .constant_in = 4, .ref = ref_row_loss},
+
+    /* losses per element: away from the kinks of l1 (a grid and an offset grid never tie) */
+    {"mse_loss", BINARY, ARITH},
+    {"l1_loss", BINARY, .dom = {GRID(-3, 3, 0.25, 0.125), GRID(-3, 3, 0.25, 0)}, ARITH},
+    {"l1_loss", "[17] [17]; [3,5] [5]", .dom = {NANS(-3, 3), NANS(-3, 3)}, ARITH, .flags = OC_NO_GRAD},
+    {"smooth_l1_loss", BINARY, "; beta=0.5; beta=2.5; beta=0", .dom = {GRID(-3, 3, 0.25, 0.125), GRID(-3, 3, 0.25, 0)},
+     ARITH},
+    {"binary_cross_entropy_with_logits", TERNARY, .dom = {U(-6, 6), U(0, 1), U(0.5, 3)}, TRANS},
+    {"binary_cross_entropy_with_logits", "[17] [17] []; [3,5] [3,5] [5]", .dom = {AWAY(20, 60), U(0, 1), U(0.5, 3)},
+     TRANS, .flags = OC_NO_GRAD}, /* large logits: no overflow */
+
     /* data movement */
     {"embedding", "i32[2,3] [10,6]; i64[5] [10,6]; i64[] [10,6]; i32[0] [10,6]; i32[2,3] [5,3]; i64[4] [6,2]",
      .dom = {INDEX(1, 0), U(-5, 5)}, EXACT, .ref = ref_embedding},
@@ -792,6 +892,16 @@ const op_case op_cases[] = {
      "eps=1e-5; eps=0.1", .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5)}, .ref = ref_rms_norm_grad},
     {"cross_entropy_grad", "[2,3,5] i32[2,3] []; [2,3,5] i64[2,3] []; [4,7] i32[4] []; [5] i64[] []",
      .dom = {U(-3, 3), INDEX(0, -1), U(0.5, 1)}, .ref = ref_cross_entropy_grad},
+    {"cross_entropy_grad", "[6,7] i32[6] [] []; [2,3,5] i64[2,3] [] []; [6,7] i32[6] [] [] [7]; [5] i64[] [] [] [5]",
+     "ignore_index=2; label_smoothing=0.1; ignore_index=0 label_smoothing=0.3", .dom = {U(-3, 3), INDEX(0, -1), U(0.5, 1), U(1, 3), U(0.25, 2)},
+     .ref = ref_row_loss_grad},
+    {"nll_loss_grad", "[6,7] i32[6] []; [6,7] i32[6] [] []; [2,3,5] i64[2,3] [] []; [6,7] i32[6] [] [] [7]", "; ignore_index=2",
+     .dom = {U(-3, 0), INDEX(0, -1), U(0.5, 1), U(1, 3), U(0.25, 2)}, ARITH, .ref = ref_row_loss_grad},
+    {"mse_loss_grad", TERNARY, ARITH},
+    {"l1_loss_grad", TERNARY, .dom = {GRID(-3, 3, 0.25, 0.125), GRID(-3, 3, 0.25, 0)}, EXACT},
+    {"smooth_l1_loss_grad", TERNARY, "; beta=0.5; beta=0", .dom = {GRID(-3, 3, 0.25, 0.125), GRID(-3, 3, 0.25, 0)}, ARITH},
+    {"binary_cross_entropy_with_logits_grad", TERNARY, "operand=0; operand=1; operand=2", .dom = {U(-6, 6), U(0, 1), U(0.5, 3)},
+     TRANS},
     {"embedding_grad", "i32[2,4] [2,4,3]; i64[2,4] [2,4,3]; i32[0] [0,3]", .declared = "[6,3]",
      .dom = {INDEX(-1, 0), U(-1, 1)}, .ref = ref_embedding_grad},
     {"embedding_grad", "i64[5] [5,2]", .declared = "[3,2]", .dom = {INDEX(-1, 0), U(-1, 1)}, .ref = ref_embedding_grad},

@@ -6,7 +6,7 @@
 
 #include "ir/ir.h"
 
-enum { OC_MAX_IN = 4, OC_MAX_ATTRS = 4 };
+enum { OC_MAX_IN = 5, OC_MAX_ATTRS = 4 };
 
 /* How one operand's values are drawn: uniform in [lo, hi) (both 0: the
  * default [-3, 3)), then
@@ -69,6 +69,7 @@ typedef struct op_case {
     const oc_tol *tol;        /* evaluation; NULL: oc_tol_arith */
     const oc_tol *gtol;       /* gradient check; NULL: oc_tol_grad */
     unsigned flags;           /* OC_NO_GRAD: no gradient check (the reason stands beside the row) */
+    unsigned constant_in;     /* bit k: float operand k has no gradient (a loss's class weights) */
     oc_ref ref;               /* NULL: the elementwise reference ew_ref */
 } op_case;
 

@@ -59,6 +59,12 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_log_softmax(g, t, -1));
     assert_null(alloy_layer_norm(g, t, t, t, 1e-5));
     assert_null(alloy_rms_norm(g, t, NULL, 1e-5));
+    assert_null(alloy_mse_loss(g, t, t, ALLOY_REDUCTION_MEAN));
+    assert_null(alloy_l1_loss(g, t, t, ALLOY_REDUCTION_SUM));
+    assert_null(alloy_smooth_l1_loss(g, t, t, 1.0, ALLOY_REDUCTION_NONE));
+    assert_null(alloy_binary_cross_entropy_with_logits(g, t, t, NULL, ALLOY_REDUCTION_MEAN));
+    assert_null(alloy_nll_loss(g, t, t, NULL, -100, ALLOY_REDUCTION_MEAN));
+    assert_null(alloy_cross_entropy_loss(g, t, t, NULL, -100, 0.1, ALLOY_REDUCTION_MEAN));
     assert_null(alloy_reshape(g, t, 2, d));
     assert_null(alloy_transpose(g, t, (const int64_t[]){1, 0}));
     assert_null(alloy_broadcast_to(g, t, 2, d));
@@ -295,6 +301,16 @@ typedef struct bad_call {
     X(rms_norm_of_null, "rms_norm: operand 0 is NULL", !alloy_rms_norm(f->g, NULL, NULL, 1e-5))                         \
     X(cross_entropy_of_null, "cross_entropy: operand 1 is NULL", !alloy_cross_entropy(f->g, f->y, NULL))                \
     X(embedding_of_null, "embedding: operand 0 is NULL", !alloy_embedding(f->g, NULL, f->w))                            \
+    X(mse_loss_of_null, "mse_loss: operand 1 is NULL", !alloy_mse_loss(f->g, f->x, NULL, ALLOY_REDUCTION_MEAN))          \
+    X(bce_of_null_logits, "binary_cross_entropy_with_logits: operand 0 is NULL",                                        \
+      !alloy_binary_cross_entropy_with_logits(f->g, NULL, f->x, NULL, ALLOY_REDUCTION_SUM))                              \
+    X(bce_of_null_target, "binary_cross_entropy_with_logits: operand 1 is NULL",                                        \
+      !alloy_binary_cross_entropy_with_logits(f->g, f->x, NULL, NULL, ALLOY_REDUCTION_SUM))                              \
+    X(nll_loss_of_null, "nll_loss: operand 1 is NULL", !alloy_nll_loss(f->g, f->y, NULL, NULL, -100, ALLOY_REDUCTION_SUM)) \
+    X(cross_entropy_loss_of_null, "cross_entropy: operand 0 is NULL",                                                   \
+      !alloy_cross_entropy_loss(f->g, NULL, f->y, NULL, -100, 0, ALLOY_REDUCTION_MEAN))                                  \
+    X(smooth_l1_loss_of_an_unknown_reduction, "smooth_l1_loss: reduction 9 is not mean or sum or none",                  \
+      !alloy_smooth_l1_loss(f->g, f->x, f->x, 1, (alloy_reduction)9))                                                    \
     X(reshape_with_null_dims, "reshape: rank 2 is not in [0, 8] or dims is NULL", !alloy_reshape(f->g, f->x, 2, NULL))  \
     X(reshape_of_rank_9, "reshape: rank 9", !alloy_reshape(f->g, f->x, 9, DIMS(1, 1, 1, 1, 1, 1, 1, 1, 6)))              \
     X(transpose_with_null_perm, "transpose: perm is NULL", !alloy_transpose(f->g, f->x, NULL))                          \

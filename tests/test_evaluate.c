@@ -207,6 +207,11 @@ static void test_elementwise_attributes_reach_the_folded_value_as_the_cpu_reads_
         {"clamp", 1, {{"max", IR_ATTR_FLOAT, .f = 0.1}}},
         {"clamp", 2, {{"min", IR_ATTR_FLOAT, .f = 1}, {"max", IR_ATTR_FLOAT, .f = -1}}},
         {"clamp_grad", 2, {{"min", IR_ATTR_FLOAT, .f = -0.5}, {"max", IR_ATTR_FLOAT, .f = 0.1}}},
+        {"smooth_l1_loss", 1, {{"beta", IR_ATTR_FLOAT, .f = 0.3}}},
+        {"smooth_l1_loss", 1, {{"beta", IR_ATTR_FLOAT, .f = 0}}},
+        {"smooth_l1_loss_grad", 1, {{"beta", IR_ATTR_FLOAT, .f = 0.1}}},
+        {"binary_cross_entropy_with_logits_grad", 1, {{.name = "operand", .kind = IR_ATTR_INT, .i = 1}}},
+        {"binary_cross_entropy_with_logits_grad", 1, {{.name = "operand", .kind = IR_ATTR_INT, .i = 2}}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int op = ir_op_lookup(cases[i].op), nin = ir_ops[op].min_in, runs = 0;

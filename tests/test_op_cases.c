@@ -234,10 +234,10 @@ static bool gradient_case(rt_backend *b, const oc_case *c, alloy_dtype dt, const
     int y = add_case(g, c, dt, false);
     const ir_node *n = y >= 0 ? g->nodes[y] : NULL;
     const char *names[OC_MAX_IN];
-    static const char *const xs[OC_MAX_IN] = {"x0", "x1", "x2", "x3"};
+    static const char *const xs[OC_MAX_IN] = {"x0", "x1", "x2", "x3", "x4"};
     int ng = 0, which[OC_MAX_IN];
     for (int k = 0; n && k < c->nin; k++)
-        if (ir_is_float(g->nodes[n->in[k]]->type.dtype)) which[ng] = k, names[ng++] = xs[k];
+        if (ir_is_float(g->nodes[n->in[k]]->type.dtype) && !(c->row->constant_in >> k & 1)) which[ng] = k, names[ng++] = xs[k];
     if (!n || !ir_is_float(n->type.dtype) || !ng) {
         ir_graph_free(g);
         return false;

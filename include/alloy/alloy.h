@@ -22,6 +22,7 @@
 
 #include "alloy/types.h"
 #include "alloy/graph.h"
+#include "alloy/loss.h"
 #include "alloy/amp.h"
 #include "alloy/safetensors.h"
 #include "alloy/train.h"

@@ -106,7 +106,8 @@ static bool rewritten(const ir_row_program *p, int from, const ir_row_stage *sg)
     bool vec = sg->kind == ROW_MAP;
     for (int i = from; i < p->nstages; i++) {
         const ir_row_stage *o = &p->stages[i];
-        if (o->slot == sg->slot && (o->kind == ROW_MAP) == vec && o->kind != ROW_OUT && o->kind != ROW_RESULT)
+        if (o->slot == sg->slot && (o->kind == ROW_MAP) == vec && o->kind != ROW_OUT && o->kind != ROW_RESULT &&
+            o->kind != ROW_WEIGHT)
             return true;
     }
     return false;
@@ -132,7 +133,7 @@ static int shared_prefix(const row_kernel *rk, int m, int *from)
         while (n < px->nstages && n < py->nstages) {
             const ir_row_stage *a = &px->stages[n], *b = &py->stages[n];
             if (a->kind != b->kind || a->slot != b->slot || strcmp(a->expr, b->expr) != 0) break;
-            if (a->kind == ROW_OUT || a->kind == ROW_RESULT || !same_operands(a, x, y)) break;
+            if (a->kind == ROW_OUT || a->kind == ROW_RESULT || a->kind == ROW_WEIGHT || !same_operands(a, x, y)) break;
             if (rewritten(px, n + 1, a) || rewritten(py, n + 1, b)) break;
             n++;
         }
@@ -294,10 +295,15 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             break;
         }
         case ROW_RESULT:
-            /* every thread evaluates it (AT reads across the team), one writes */
-            cg_put(t, "        { const T res_ = (T)(%s); if (lane == 0) p%d[row] = res_; }\n", sg->expr,
-                   cg_param_of(&rk->ps, CG_PARAM_ROWS, x->id, true, rk->rows));
+        case ROW_WEIGHT: {
+            /* every thread evaluates it (AT reads across the team), one writes; the weights follow the results */
+            int kr = cg_param_of(&rk->ps, CG_PARAM_ROWS, x->id, true, 2 * rk->rows);
+            cg_put(t, "        { const T res_ = (T)(%s); if (lane == 0) p%d[%srow] = res_; }\n", sg->expr, kr,
+                   sg->kind == ROW_WEIGHT ? "ROWS + " : "");
+            if (sg->kind == ROW_RESULT && !ir_row_summarize(prog).weighted)
+                cg_put(t, "        if (lane == 0) p%d[ROWS + row] = (T)1;\n", kr);
             break;
+        }
         }
     }
     undefine(t, x, rk->space);
@@ -322,26 +328,28 @@ static bool choose_team(row_kernel *rk)
     return cpl <= MAX_COLS_PER_THREAD;
 }
 
-/* The kernel averaging member m's per-row results into its value. */
+/* The kernel combining member m's per-row results into its value: their
+ * sum over the sum of the rows' weights (stored after them), or their sum
+ * for reduction="sum". */
 static bool emit_mean(cg_program *prog, const row_kernel *rk, int k, int m, cg_text *t)
 {
     const ir_node *x = rk->g->nodes[rk->s->members[m].node];
     cg_params fp = {0};
-    int kr = cg_param_of(&fp, CG_PARAM_ROWS, x->id, false, rk->rows);
+    int kr = cg_param_of(&fp, CG_PARAM_ROWS, x->id, false, 2 * rk->rows);
     int ko = cg_param_of(&fp, CG_PARAM_NODE, x->id, true, 0);
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_mean%d", k, m);
     cg_put_preamble(t);
     cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(32) %s(", name);
     cg_param_list(t, rk->g, &fp);
-    cg_put(t, ")\n{\n    typedef %s T;\n    T a_ = 0;\n    for (long long i = threadIdx.x; i < %lldll; i += 32) a_ += p%d[i];\n"
-              "    a_ = alloy_warp_sum(a_);\n    if (threadIdx.x == 0) p%d[0] = ",
-           rk->wide ? "double" : "float", (long long)rk->rows, kr, ko);
-    char mean[64];
-    al_fmt(mean, sizeof mean, "a_ / (T)%lldll", (long long)rk->rows);
+    cg_put(t, ")\n{\n    typedef %s T;\n    T a_ = 0, b_ = 0;\n"
+              "    for (long long i = threadIdx.x; i < %lldll; i += 32) a_ += p%d[i], b_ += p%d[%lldll + i];\n"
+              "    a_ = alloy_warp_sum(a_);\n    b_ = alloy_warp_sum(b_);\n    if (threadIdx.x == 0) p%d[0] = ",
+           rk->wide ? "double" : "float", (long long)rk->rows, kr, kr, (long long)rk->rows, ko);
+    const char *mean = ir_row_sums(x) ? "a_" : "a_ / b_";
     cg_store(t, x->type.dtype, rk->wide, mean);
     cg_put(t, ";\n}\n");
-    bool ok = !t->oom && !fp.oom && cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, 1, 32, rk->rows * 4);
+    bool ok = !t->oom && !fp.oom && cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, 1, 32, rk->rows * 8);
     al_free(fp.at);
     return ok;
 }

@@ -370,11 +370,13 @@ const ir_attr_spec *ir_attr_schema(int op, const char *name)
     return NULL;
 }
 
-/* The schema default of attribute name of n's op (0 when it has none). */
+/* The schema default of attribute name of n's op; for one without a default,
+ * the value its absence reads as (the schema's def field: 0, -1 for a loss's
+ * ignore_index). */
 static double schema_default(const ir_node *n, const char *name)
 {
     const ir_attr_spec *a = ir_attr_schema(n->op, name);
-    return a && a->has_default ? a->def : 0;
+    return a ? a->def : 0;
 }
 
 int64_t ir_attr_i(const ir_node *n, const char *name)

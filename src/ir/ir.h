@@ -129,7 +129,7 @@ typedef alloy_status (*ir_type_rule)(const ir_node *n, const ir_type *const *in,
 
 /* A row op's program (ops.def, RW lines): stages over one row, each an
  * expression in the compute type T of the accessors ops.def lists. */
-typedef enum ir_row_stage_kind { ROW_MAX, ROW_SUM, ROW_LET, ROW_MAP, ROW_OUT, ROW_RESULT } ir_row_stage_kind;
+typedef enum ir_row_stage_kind { ROW_MAX, ROW_SUM, ROW_LET, ROW_MAP, ROW_OUT, ROW_RESULT, ROW_WEIGHT } ir_row_stage_kind;
 typedef struct ir_row_stage {
     ir_row_stage_kind kind;
     int slot;         /* S(slot) for MAX, SUM, LET; V(slot) for MAP */
@@ -143,10 +143,14 @@ typedef struct ir_row_program {
 /* What a program needs, read off its stages. */
 typedef struct ir_row_summary {
     int nscalars, nvectors; /* S and V slots used */
-    bool per_row_result;    /* a RESULT stage: the op's value is the mean over rows */
+    bool per_row_result;    /* a RESULT stage: the op's value is the (weighted) mean or sum over rows */
+    bool weighted;          /* a WEIGHT stage: each row's weight in that mean (else 1) */
     bool by_position;       /* reads POS or DIM: needs the row's place in the tensor */
 } ir_row_summary;
 AL_HIDDEN ir_row_summary ir_row_summarize(const ir_row_program *p);
+/* Whether row op n's per-row results add up to its value (reduction="sum")
+ * rather than their weighted mean. */
+AL_HIDDEN bool ir_row_sums(const ir_node *n);
 
 /* What an op means, as the IR knows it; backends and autodiff keep their own
  * per-op tables expanded from the same ops.def lines. */

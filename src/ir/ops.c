@@ -41,6 +41,22 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                        {"end", IR_ATTR_INT, true, false, 0},
                                        {NULL, 0, false, false, 0}};
 
+/* losses: ignore_index absent ignores nothing (it reads as -1, which no
+ * valid target equals; targets are checked to be in range), label_smoothing
+ * absent is 0, reduction absent is "mean" (a node prints what it was given) */
+static const ir_attr_spec A_CROSS_ENTROPY[] = {{"ignore_index", IR_ATTR_INT, false, false, -1},
+                                               {"label_smoothing", IR_ATTR_FLOAT, false, false, 0},
+                                               {"reduction", IR_ATTR_STR, false, false, 0},
+                                               {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_CROSS_ENTROPY_GRAD[] = {
+    {"ignore_index", IR_ATTR_INT, false, false, -1}, {"label_smoothing", IR_ATTR_FLOAT, false, false, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_NLL[] = {{"ignore_index", IR_ATTR_INT, false, false, -1},
+                                     {"reduction", IR_ATTR_STR, false, false, 0},
+                                     {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_NLL_GRAD[] = {{"ignore_index", IR_ATTR_INT, false, false, -1}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_SMOOTH_L1[] = {{"beta", IR_ATTR_FLOAT, false, true, 1.0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_BCE_GRAD[] = {{"operand", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
+
 #define STR(x) #x
 
 /* The row programs: each RW line's stages as data. */
@@ -50,6 +66,7 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
 #define MAP(k, e) {ROW_MAP, k, #e},
 #define OUT(e) {ROW_OUT, 0, #e},
 #define RESULT(e) {ROW_RESULT, 0, #e},
+#define WEIGHT(e) {ROW_WEIGHT, 0, #e},
 #define OP(...)
 #define EW(...)
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program) static const ir_row_stage stages_##nm[] = {program};
@@ -61,6 +78,7 @@ static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
 #undef MAP
 #undef OUT
 #undef RESULT
+#undef WEIGHT
 #define COUNT(a) ((int)(sizeof a / sizeof a[0]))
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program) \
     static const ir_row_program row_##nm = {roles, stages_##nm, COUNT(stages_##nm)};
@@ -87,9 +105,15 @@ ir_row_summary ir_row_summarize(const ir_row_program *p)
         if (st->kind == ROW_MAP && st->slot + 1 > r.nvectors) r.nvectors = st->slot + 1;
         if (st->kind <= ROW_LET && st->slot + 1 > r.nscalars) r.nscalars = st->slot + 1;
         if (st->kind == ROW_RESULT) r.per_row_result = true;
+        if (st->kind == ROW_WEIGHT) r.weighted = true;
         if (strstr(st->expr, "POS(") || strstr(st->expr, "DIM(")) r.by_position = true;
     }
     return r;
+}
+
+bool ir_row_sums(const ir_node *n)
+{
+    return ir_attr_schema(n->op, "reduction") && strcmp(ir_attr_str(n, "reduction", "mean"), "sum") == 0;
 }
 
 int ir_op_lookup(const char *name)

@@ -344,6 +344,7 @@ RULE(ty_cross_entropy)
         if (target->dims[i] != logits->dims[i])
             FAIL(ALLOY_ERR_SHAPE, "targets dim %d is %lld, logits have %lld", i,
                  (long long)target->dims[i], (long long)logits->dims[i]);
+    if (ir_loss_attrs(n, logits, n->nin > 2 ? in[2] : NULL, why, whylen)) return ALLOY_ERR_INVALID;
     out->dtype = logits->dtype;
     out->rank = 0;
     return ALLOY_OK;
@@ -493,14 +494,19 @@ RULE(ty_rms_norm_grad)
     return ty_rms_norm(&fake, ins, out, why, whylen);
 }
 
-/* (logits, targets, dloss) -> dlogits */
+/* (logits, targets, dloss[, divisor[, weight]]) -> dlogits */
 RULE(ty_cross_entropy_grad)
 {
     ir_type loss;
-    alloy_status st = ty_cross_entropy(n, in, &loss, why, whylen);
+    ir_node fake = *n;
+    fake.nin = n->nin > 4 ? 3 : 2;
+    const ir_type *ins[3] = {in[0], in[1], n->nin > 4 ? in[4] : NULL};
+    alloy_status st = ty_cross_entropy(&fake, ins, &loss, why, whylen);
     if (st) return st;
     if (in[2]->rank != 0 || in[2]->dtype != in[0]->dtype)
         FAIL(ALLOY_ERR_SHAPE, "dloss must be a scalar of the logits' dtype");
+    if (n->nin > 3 && (in[3]->rank != 0 || in[3]->dtype != in[0]->dtype))
+        FAIL(ALLOY_ERR_SHAPE, "the divisor must be a scalar of the logits' dtype");
     *out = *in[0];
     return ALLOY_OK;
 }

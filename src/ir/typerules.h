@@ -15,4 +15,11 @@
 #undef EW
 #undef TYPE_RULE
 
+/* The attributes and class weight of a loss row op (cross_entropy,
+ * nll_loss and their gradients; weight NULL when not given): reduction
+ * "mean" or "sum", label_smoothing in [0, 1], weight [classes] of the
+ * logits' dtype. Returns nonzero with the reason in why. (typerules_loss.c) */
+AL_HIDDEN alloy_status ir_loss_attrs(const ir_node *n, const ir_type *logits, const ir_type *weight, char *why,
+                                     size_t whylen);
+
 #endif

@@ -278,13 +278,6 @@ RULE(gr_rms_norm)
     DONE;
 }
 
-RULE(gr_cross_entropy)
-{
-    dx[0] = E3(cross_entropy_grad, IN(0), IN(1), dy);
-    dx[1] = -1;
-    DONE;
-}
-
 RULE(gr_embedding)
 {
     dx[0] = -1;

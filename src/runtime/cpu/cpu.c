@@ -174,12 +174,14 @@ int64_t cpu_index_at(const rt_tensor *t, int64_t i)
     return ((const int64_t *)t->data)[i];
 }
 
-alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun)
+/* cpu_check_indices, allowing the value *skip (when skip is not NULL). */
+static alloy_status check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun,
+                                  const int64_t *skip)
 {
     int64_t count = ir_numel(&t->type);
     for (int64_t p = 0; p < count; p++) {
         int64_t v = cpu_index_at(t, p);
-        if (v >= 0 && v < limit) continue;
+        if ((v >= 0 && v < limit) || (skip && v == *skip)) continue;
         int64_t idx[ALLOY_MAX_RANK], rest = p;
         for (int d = t->type.rank - 1; d >= 0; d--) {
             idx[d] = rest % t->type.dims[d];
@@ -192,6 +194,17 @@ alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t
                         (long long)limit, where);
     }
     return ALLOY_OK;
+}
+
+alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun)
+{
+    return check_indices(x, n, t, limit, noun, NULL);
+}
+
+alloy_status cpu_check_targets(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit)
+{
+    const ir_attr *ignore = ir_attr_find(n, "ignore_index");
+    return check_indices(x, n, t, limit, "target", ignore && ignore->kind == IR_ATTR_INT ? &ignore->i : NULL);
 }
 
 alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n)

@@ -107,11 +107,13 @@ AL_HIDDEN alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const sched
  * operands in[] (whole rows along its axis) into out; `total_rows` is what
  * the program reads as ROWS (the row count of the whole op when in[] are
  * views of some of its rows). An op whose program gives a result per row
- * writes those, in the compute type, to results[row] instead of out. */
+ * writes those, in the compute type, to results[row] instead of out, and
+ * each row's weight (1 without a WEIGHT stage) to results[total_rows + row]. */
 AL_HIDDEN alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in,
                                    int64_t total_rows, void *results);
-/* out = the mean of rows per-row results (compute type f64 when wide). */
-AL_HIDDEN void cpu_row_mean(bool wide, const void *results, int64_t rows, rt_tensor *out);
+/* out = the sum of rows per-row results divided by the sum of their weights
+ * (results[rows ..]), or their sum when `sum` (compute type f64 when wide). */
+AL_HIDDEN void cpu_row_mean(bool wide, bool sum, const void *results, int64_t rows, rt_tensor *out);
 
 /* Kernels compute in f64 when `wide`, else f32:
  * n elements of dtype dt at src into a compute buffer, and back. */
@@ -125,6 +127,9 @@ AL_HIDDEN int64_t cpu_index_at(const rt_tensor *t, int64_t i);
  * NOUN v out of range [0, limit) at position [i,j]" (noun: "id", "target"). */
 AL_HIDDEN alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit,
                                          const char *noun);
+/* The targets of loss n as cpu_check_indices, but for the value of n's
+ * ignore_index attribute where it has one. */
+AL_HIDDEN alloy_status cpu_check_targets(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit);
 /* Records "op 'node': out of memory" on x. */
 AL_HIDDEN alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n);
 

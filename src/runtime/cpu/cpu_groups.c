@@ -42,7 +42,7 @@ typedef struct row_group {
     uint8_t *ext_kind;
     size_t *scratch_at;       /* per member: offset of its block buffer, or SIZE_MAX */
     size_t scratch_bytes;
-    void *losses;             /* members with a per-row result (cross_entropy): those (f32), one array each */
+    void *losses;             /* members with a per-row result (cross_entropy): those and their weights (f32), 2 arrays each */
     row_thread t[MAX_THREADS];
 } row_group;
 
@@ -123,11 +123,11 @@ static void row_block(void *arg, int64_t b, int ti)
             continue;
         }
         const ir_node *m = g->nodes[s->members[part->first].node];
-        rt_tensor in[4];
-        for (int j = 0; j < m->nin && j < 4; j++) in[j] = t->view[m->in[j]];
+        rt_tensor in[6]; /* a row op has at most 6 operands (cpu_rows.c) */
+        for (int j = 0; j < m->nin && j < 6; j++) in[j] = t->view[m->in[j]];
         float *results = NULL; /* a per-row result (cross_entropy's losses): this block's rows of them */
         if (ir_row_summarize(ir_ops[m->op].row).per_row_result)
-            results = (float *)rg->losses + (size_t)ce++ * (size_t)rg->rows + r0;
+            results = (float *)rg->losses + (size_t)ce++ * 2 * (size_t)rg->rows + r0;
         cpu_row_run(&t->x, m, &t->view[m->id], in, rg->rows, results);
     }
 }
@@ -193,7 +193,7 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
         if (want > rg->nblocks) want = rg->nblocks;
         if (rg->rows * rg->C * n < MIN_ROW_WORK) want = 1;
         threads = cpu_workers_threads(w, (int)want);
-        if (nce) rg->losses = al_malloc(sizeof(float) * (size_t)nce * (size_t)rg->rows);
+        if (nce) rg->losses = al_malloc(sizeof(float) * (size_t)nce * 2 * (size_t)rg->rows); /* results, weights */
         if (nce && !rg->losses) why = oom;
         for (int i = 0; i < threads && !why; i++) {
             row_thread *t = &rg->t[i];
@@ -215,7 +215,8 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
             const ir_node *m = g->nodes[members[k].node];
             if (!ir_ops[m->op].row || !ir_row_summarize(ir_ops[m->op].row).per_row_result) continue;
             if (values[m->id].data)
-                cpu_row_mean(false, (float *)rg->losses + (size_t)ce * (size_t)rg->rows, rg->rows, &values[m->id]);
+                cpu_row_mean(false, ir_row_sums(m), (float *)rg->losses + (size_t)ce * 2 * (size_t)rg->rows, rg->rows,
+                             &values[m->id]);
             ce++;
         }
     }

@@ -7,7 +7,7 @@
 #include "runtime/cpu/cpu.h"
 
 /* Operands, attributes, S and V slots a program may use. */
-enum { ROW_MAX_IN = 4, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16 };
+enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16 };
 
 /* One row as a program sees it; buffers in the compute type. */
 typedef struct row_args {
@@ -23,7 +23,7 @@ typedef struct row_args {
     const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
     int64_t pos[ALLOY_MAX_RANK]; /* POS(k): this row's index along the k-th dim from the end (k >= 1) */
     void *v[ROW_MAX_V];
-    void *tmp, *y, *result;
+    void *tmp, *y, *result, *weight;
     /* the pairwise sum's tree over a row: its leaves' lengths in order */
     const int64_t *leaf;
     int nleaves;
@@ -134,6 +134,12 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
         (void)i;                                                                           \
         *(T *)r->result = (T)(e);                                                          \
     }
+#define WEIGHT(e)                                                                          \
+    {                                                                                      \
+        const int64_t i = 0;                                                               \
+        (void)i;                                                                           \
+        *(T *)r->weight = (T)(e);                                                          \
+    }
 
 typedef void (*row_fn)(const row_args *r);
 #define OP(...)
@@ -182,7 +188,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int d = 0; d < axis; d++) outer *= t->dims[d];
     for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
     for (int j = 0; j < n->nin; j++)
-        if (prog->roles[j] == 'i' && cpu_check_indices(x, n, &in[j], len, "target")) return x->status;
+        if (prog->roles[j] == 'i' && cpu_check_targets(x, n, &in[j], len)) return x->status;
     if (outer * len * inner == 0) return ALLOY_OK;
     if (n->nin > ROW_MAX_IN || sum.nscalars > ROW_MAX_S || sum.nvectors > ROW_MAX_V)
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
@@ -232,6 +238,11 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
                         for (int64_t i = 0; i < len; i++)
                             memcpy((char *)cols[j] + (size_t)i * cs, (char *)slabs[j] + ((size_t)(i * inner + c)) * cs, cs);
             r.result = results ? (char *)results + (size_t)r.row * cs : NULL;
+            r.weight = results ? (char *)results + (size_t)(total_rows + r.row) * cs : NULL;
+            if (results && !sum.weighted) { /* no WEIGHT stage: every row weighs 1 */
+                if (wide) *(double *)r.weight = 1;
+                else *(float *)r.weight = 1;
+            }
             fn(&r);
             if (inner > 1 && !sum.per_row_result)
                 for (int64_t i = 0; i < len; i++)
@@ -245,14 +256,16 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     return ALLOY_OK;
 }
 
-void cpu_row_mean(bool wide, const void *results, int64_t rows, rt_tensor *out)
+void cpu_row_mean(bool wide, bool sum, const void *results, int64_t rows, rt_tensor *out)
 {
-    /* the mean over no rows is 0/0 = NaN, as in PyTorch */
+    /* the mean over no rows, or rows of total weight 0, is 0/0 = NaN, as in PyTorch */
     if (wide) {
-        double mean = sum_f64(results, rows) / (double)rows;
+        const double *v = results;
+        double mean = sum ? sum_f64(v, rows) : sum_f64(v, rows) / sum_f64(v + rows, rows);
         cpu_store_compute(wide, out->type.dtype, &mean, out->data, 1);
     } else {
-        float mean = sum_f32(results, rows) / (float)rows;
+        const float *v = results;
+        float mean = sum ? sum_f32(v, rows) : sum_f32(v, rows) / sum_f32(v + rows, rows);
         cpu_store_compute(wide, out->type.dtype, &mean, out->data, 1);
     }
 }
@@ -264,10 +277,10 @@ alloy_status cpu_row(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_ten
     int64_t len = t->rank ? t->dims[t->rank - 1] : 1, rows = len ? ir_numel(t) / len : 0;
     if (!ir_row_summarize(ir_ops[n->op].row).per_row_result) return cpu_row_run(x, n, out, in, rows, NULL);
     bool wide = t->dtype == ALLOY_F64;
-    void *results = cpu_alloc_compute(wide, rows);
+    void *results = cpu_alloc_compute(wide, 2 * rows);
     if (!results) return cpu_out_of_memory(x, n);
     alloy_status st = cpu_row_run(x, n, out, in, rows, results);
-    if (!st) cpu_row_mean(wide, results, rows, out);
+    if (!st) cpu_row_mean(wide, ir_row_sums(n), results, rows, out);
     al_free(results);
     return st;
 }

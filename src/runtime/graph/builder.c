@@ -44,6 +44,11 @@ static alloy_tensor *add(alloy_graph *g, int op, int n, alloy_tensor *const *xs,
     return HANDLE(node);
 }
 
+alloy_tensor *graph_add_op(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs, const ir_attr *attrs)
+{
+    return add(g, op, n, xs, nattrs, attrs, NULL);
+}
+
 static bool declared_type(alloy_graph *g, const char *op, alloy_dtype dtype, int rank,
                           const int64_t *dims, ir_type *t)
 {

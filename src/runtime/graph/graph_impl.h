@@ -114,6 +114,12 @@ AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
 /* Compiles g's built graph into g->compiled (and its schedule and plan)
  * unless it is already, opening the backend when none is open for it. */
 AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
+
+/* builder.c */
+/* The builder's node constructor: op over handles xs with
+ * attrs, the error on g (and NULL) when it fails, poison passed on. */
+AL_HIDDEN alloy_tensor *graph_add_op(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs,
+                                     const ir_attr *attrs);
 /* The pass pipeline alone: g->compiled, its schedule and plan, from the
  * configuration (g->cfg) read now, with no backend opened (ahead-of-time
  * code generation needs no device). A later graph_compile opens the
