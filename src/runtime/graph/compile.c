@@ -54,6 +54,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.train = g->training;
     opts.scaler = g->scaler;
     opts.optimizer = g->optimizer;
+    opts.seed = g->seed;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;
