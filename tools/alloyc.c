@@ -56,7 +56,7 @@ static const char *const usage_text[] = {
     "  --dump-dir DIR    (--set dump_dir=DIR, ALLOY_DUMP_DIR) write the IR before the\n"
     "                    first pass and after each pass to DIR (made when missing), one\n"
     "                    file per stage in pipeline order: GRAPH.00-input.ir,\n"
-    "                    GRAPH.01-verify.ir, ... GRAPH.10-plan.ir, each written\n"
+    "                    GRAPH.01-verify.ir, ... GRAPH.11-plan.ir, each written\n"
     "                    atomically and parsing back as IR; generated CUDA sources go\n"
     "                    there too\n"
     "\n",
@@ -66,7 +66,7 @@ static const char *const usage_text[] = {
     "  --optimizer=KIND  with --train: add an sgd, adam or adamw update (lr 1e-3)\n"
     "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
     "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
-    "                    result; passes: verify, amp, autodiff, grad_scaler, optimizer,\n"
+    "                    result; passes: verify, random, amp, autodiff, grad_scaler, optimizer,\n"
     "                    simplify, dce, fuse, schedule, plan (after fuse: the fusion groups\n"
     "                    with their kind, inputs, outputs and expressions; after schedule:\n"
     "                    the steps with their parts and member flags; after plan: the steps\n"
