@@ -509,8 +509,7 @@ static const char *random_op(cg_program *prog, const ir_graph *g, int k, const i
         char xn[16];
         al_fmt(xn, sizeof xn, "p%d", x);
         cg_put(&b, "        const bool keep_ = alloy_dropout_keep(seed_, stream_, st_, (unsigned long long)e, ");
-        cg_double(&b, ALLOY_DROPOUT_THRESHOLD(p));
-        cg_put(&b, ");\n        const T x_ = ");
+        cg_put(&b, "%a);\n        const T x_ = ", ALLOY_DROPOUT_THRESHOLD(p)); /* a double, as the CPU compares */
         cg_load(&b, dt, xn, "e");
         cg_put(&b, ";\n        const T v_ = x_ * (keep_ ? (T)");
         cg_double(&b, ALLOY_DROPOUT_SCALE(p));
@@ -520,10 +519,8 @@ static const char *random_op(cg_program *prog, const ir_graph *g, int k, const i
         cg_put(&b, "        const double v_ = %s(seed_, stream_, st_, (unsigned long long)e, ",
                normal ? "alloy_normal_draw" : "alloy_uniform_draw");
         if (!normal) cg_put(&b, "%d, ", wide);
-        cg_double(&b, ir_attr_f(n, normal ? "mean" : "low"));
-        cg_put(&b, ", ");
-        cg_double(&b, ir_attr_f(n, normal ? "std" : "high"));
-        cg_put(&b, ");\n");
+        /* doubles (finite: the type rule), not T: the draw is in f64 */
+        cg_put(&b, "%a, %a);\n", ir_attr_f(n, normal ? "mean" : "low"), ir_attr_f(n, normal ? "std" : "high"));
     }
     cg_put(&b, "        p%d[e] = ", out);
     cg_store(&b, dt, wide || n->op != IR_OP_dropout, "v_");
