@@ -317,6 +317,35 @@ static void test_the_graph_seed_keys_every_draw_and_each_node_draws_its_own(void
     alloy_graph_free(g);
 }
 
+/* Under AMP a uniform between two matmuls (an add that becomes f16 reads
+ * it) keeps its declared f32, as torch.rand does under autocast, even
+ * with the training step as its operand; dropout there runs in f16. */
+static void test_random_draws_keep_their_dtype_under_amp_and_dropout_follows_its_input(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("amp");
+    alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(8, 8));
+    alloy_tensor *w1 = alloy_param(g, "w1", F32, 2, DIMS(8, 8), alloy_init_normal(0.1));
+    alloy_tensor *w2 = alloy_param(g, "w2", F32, 2, DIMS(8, 8), alloy_init_normal(0.1));
+    alloy_tensor *h = alloy_add(g, alloy_matmul(g, x, w1, false, false), alloy_set_name(g, alloy_uniform(g, F32, 2, DIMS(8, 8), 0, 1), "noise"));
+    h = alloy_set_name(g, alloy_dropout(g, h, 0.25), "dropped");
+    expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_mean(g, alloy_matmul(g, h, w2, false, false), 0, NULL, false)), "loss");
+    expect_ok(g, alloy_graph_enable_amp(g, F16), "amp");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), "optimizer");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    expect_ok(g, alloy_graph_dump(g, f, ALLOY_DUMP_IR), "dump");
+    fclose(f);
+    const char *noise = strstr(text, "%noise = uniform("), *dropped = strstr(text, "%dropped = dropout(");
+    assert_non_null(noise), assert_non_null(dropped);
+    if (strncmp(strchr(noise, ':'), ": f32[8,8]", 10)) fail_msg("%.120s", noise);
+    if (strncmp(strchr(strchr(dropped, '}'), ':'), ": f16[8,8]", 10)) fail_msg("%.120s", dropped);
+    free(text);
+    alloy_graph_free(g);
+}
+
 /* The IR text: attributes round-trip; a bad p or step names itself; the
  * random pass cannot be disabled while the graph has random ops. */
 static void test_random_ops_in_ir_text_and_their_errors(void **state)
@@ -384,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_uniform_and_normal_have_their_distributions_moments),
         cmocka_unit_test(test_the_graph_seed_keys_every_draw_and_each_node_draws_its_own),
         cmocka_unit_test(test_random_ops_in_ir_text_and_their_errors),
+        cmocka_unit_test(test_random_draws_keep_their_dtype_under_amp_and_dropout_follows_its_input),
     };
     return cmocka_run_group_tests_name("random", tests, NULL, NULL);
 }
