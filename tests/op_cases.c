@@ -497,6 +497,45 @@ static void ref_copy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
     memcpy(out->v, in[0].v, sizeof(double) * (size_t)ir_numel(&out->type));
 }
 
+/* ---- random ops ---- */
+
+/* Philox 4x32-10 written again from Salmon et al., "Parallel random
+ * numbers: as easy as 1, 2, 3" (SC11), not from src/base/random.h: ten
+ * rounds of two 32x32->64 multiplies, the key bumped by the golden-ratio
+ * constants before every round after the first. */
+static void philox_ref(uint32_t ctr[4], const uint32_t key_in[2])
+{
+    uint32_t key[2] = {key_in[0], key_in[1]};
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) key[0] += 0x9E3779B9u, key[1] += 0xBB67AE85u;
+        uint64_t prod0 = (uint64_t)0xD2511F53u * ctr[0], prod1 = (uint64_t)0xCD9E8D57u * ctr[2];
+        uint32_t next[4] = {(uint32_t)(prod1 >> 32) ^ ctr[1] ^ key[0], (uint32_t)prod1,
+                            (uint32_t)(prod0 >> 32) ^ ctr[3] ^ key[1], (uint32_t)prod0};
+        memcpy(ctr, next, sizeof next);
+    }
+}
+
+/* uniform and normal as docs/ir.md defines them: element i draws the words
+ * of counter (i, i >> 32, stream, step) under key (seed, seed >> 32); a
+ * uniform u has the top 24 bits of word 0 (f64: 27 of word 0 and 26 of
+ * word 1), normal is Box-Muller's cosine branch of two 53-bit uniforms. */
+static void ref_random(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    uint64_t seed = (uint64_t)ir_attr_int(n, "seed", 0), stream = (uint64_t)ir_attr_int(n, "stream", 0);
+    uint64_t step = n->nin ? (uint64_t)(int64_t)in[0].v[0] : 0;
+    bool normal = n->op == IR_OP_normal;
+    double a = ir_attr_float(n, normal ? "mean" : "low", 0), b = ir_attr_float(n, normal ? "std" : "high", 1);
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
+        uint32_t w[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), (uint32_t)stream, (uint32_t)step};
+        philox_ref(w, (uint32_t[]){(uint32_t)seed, (uint32_t)(seed >> 32)});
+        double u53 = ldexp((double)(w[0] >> 5), 26) + (double)(w[1] >> 6), v53 = ldexp((double)(w[2] >> 5), 26) + (double)(w[3] >> 6);
+        if (normal)
+            out->v[i] = a + b * (sqrt(-2 * log(ldexp(u53 + 1, -53))) * cos(2 * PI * ldexp(v53, -53)));
+        else
+            out->v[i] = a + (b - a) * (out->type.dtype == ALLOY_F64 ? ldexp(u53, -53) : ldexp((double)(w[0] >> 8), -24));
+    }
+}
+
 static void ref_transpose(const ir_node *n, const oc_tensor *in, oc_tensor *out)
 {
     int np;
@@ -852,6 +891,20 @@ const op_case op_cases[] = {
     {"cast", "[17]; [2,3]; []", .declared = "f32; f16; bf16; i32; i64; bool", .dom = {U(-100, 100)}, EXACT,
      .ref = ref_cast, .flags = OC_NO_GRAD},
     {"cast", "[17]; [2,3]; []", .declared = "f64", .dom = {U(-100, 100)}, EXACT, .ref = ref_cast},
+    /* random ops. A graph that does not train has no dropout (eval mode: the
+     * identity for any p); in training p = 0 is the identity too, and the
+     * gradient check runs on it (test_random checks masks for p > 0). */
+    {"dropout", "[17]; [3,5]; []; [0,4]", "p=0.5 stream=3; p=1 stream=0; p=0 stream=2 seed=-5", EXACT, .ref = ref_copy,
+     .flags = OC_NO_GRAD},
+    {"dropout", "[17]; [3,5]", "p=0 stream=1", EXACT, .ref = ref_copy},
+    {"uniform", NULL, "stream=0; stream=5 low=-2 high=3 seed=7; stream=4294967295 low=1.5 high=1.5 seed=-1", "[17]; [3,5]; []; [0,4]",
+     ARITH, .ref = ref_random, .flags = OC_NO_GRAD},
+    {"uniform", "i64[]; i32[]", "stream=9 low=-1 high=1 seed=12345678901", "[130]", .dom = {INTS(0, 1e6)}, ARITH,
+     .ref = ref_random, .flags = OC_NO_GRAD},
+    {"normal", NULL, "stream=0; stream=6 mean=3 std=0.25 seed=7; stream=2 std=0", "[17]; [3,5]; []; [0,4]", TRANS,
+     .ref = ref_random, .flags = OC_NO_GRAD},
+    {"normal", "i64[]; i32[]", "stream=9 mean=-1 std=2 seed=-12345678901", "[130]", .dom = {INTS(0, 1e6)}, TRANS,
+     .ref = ref_random, .flags = OC_NO_GRAD},
     {"pad", "[2,3,4]", "axis=-1; axis=0; axis=1; axis=2 | before=1 after=2; before=0 after=3; before=2 after=0; before=0 after=0",
      .dom = {U(-100, 100)}, EXACT, .ref = ref_pad},
 

@@ -127,6 +127,44 @@ static void test_long_rows_run_emulated_as_on_the_cpu(void **state)
     }
 }
 
+/* An MLP with dropout after its hidden layer and uniform and normal noise
+ * added to its input, trained in fp32 and under f16 AMP with the scaler:
+ * the random kernels (forward and the backward's redrawn mask, keyed by the
+ * step counter) store the CPU's bits. */
+static void test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    for (int m = 0; m < 2; m++) {
+        alloy_graph *g = alloy_graph_new("dropout_mlp");
+        alloy_graph_set_seed(g, 21);
+        alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(16, 24)), *t = alloy_input(g, "t", ALLOY_I32, 1, DIMS(16));
+        x = alloy_add(g, x, alloy_uniform(g, ALLOY_F32, 2, DIMS(16, 24), -0.1, 0.1));
+        x = alloy_add(g, x, alloy_normal(g, ALLOY_F32, 2, DIMS(16, 24), 0, 0.05));
+        alloy_tensor *h = alloy_dropout(g, alloy_relu(g, alloy_linear(g, x, "fc1", 24, 40, true)), 0.3);
+        alloy_tensor *loss = alloy_cross_entropy(g, alloy_linear(g, h, "fc2", 40, 7, true), t);
+        assert_int_equal(alloy_graph_set_loss(g, loss), ALLOY_OK);
+        if (m) {
+            assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
+            assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+        }
+        assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+        assert_int_equal(graph_compile(g), ALLOY_OK);
+        int random = 0;
+        for (int i = 0; i < g->compiled->nnodes; i++)
+            random += g->compiled->nodes[i]->op == IR_OP_dropout || g->compiled->nodes[i]->op == IR_OP_uniform ||
+                      g->compiled->nodes[i]->op == IR_OP_normal;
+        assert_int_equal(random, 4); /* dropout, its gradient, uniform, normal */
+        feed_set f = random_feeds(g, 7);
+        emu_stats st = emulate_step(g, &f);
+        report(m ? "dropout MLP, f16" : "dropout MLP, fp32", &st);
+        if (st.inexact) fail_msg("a value differs from the CPU's: %s", st.first_inexact);
+        assert_true(st.kernels > 5);
+        free_feeds(&f);
+        alloy_graph_free(g);
+    }
+}
+
 /* The training step of an example IR file in one precision, compiled. */
 static alloy_graph *example_step(const char *file, alloy_dtype amp)
 {
@@ -211,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90),
         cmocka_unit_test(test_the_transformer_training_step_runs_emulated_as_on_the_cpu),
         cmocka_unit_test(test_long_rows_run_emulated_as_on_the_cpu),
+        cmocka_unit_test(test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu),
     };
     return cmocka_run_group_tests_name("codegen", tests, test_checked_alloc, test_plain_alloc);
 }

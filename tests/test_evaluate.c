@@ -431,9 +431,34 @@ static bool evaluated(int op)
     case IR_OP_embedding:
     case IR_OP_reduce_sum:
     case IR_OP_reduce_mean:
-    case IR_OP_reduce_max: return true;
+    case IR_OP_reduce_max:
+    case IR_OP_dropout:
+    case IR_OP_uniform:
+    case IR_OP_normal: return true;
     default: return ir_ops[op].elementwise;
     }
+}
+
+/* dropout (with and without its step operand; inf and NaN among the
+ * values), uniform and normal in every float dtype: base/random.h's draws
+ * as cpu_random.c makes them. */
+static void test_random_ops_draw_the_cpus_bits(void **state)
+{
+    (void)state;
+    static const shape shapes[] = {{1, {0}}, {2, {3, 5}}, {1, {1100}}};
+    static const alloy_dtype floats[] = {F32, F16, BF16, F64};
+    for (int si = 0; si < 3; si++)
+        for (int d = 0; d < 4; d++) {
+            ir_type t[2] = {ty(floats[d], shapes[si]), ty(I32, (shape){0, {0}})};
+            ir_attr drop[3] = {ir_a_float("p", 0.3), ir_a_int("stream", 5), ir_a_int("seed", -3)};
+            for (int nin = 1; nin <= 2; nin++) assert_true(check_op(IR_OP_dropout, nin, t, 3, drop, NULL, SPECIAL));
+            ir_attr uni[4] = {ir_a_float("low", -2), ir_a_float("high", 5), ir_a_int("stream", 7), ir_a_int("seed", 11)};
+            ir_attr nor[4] = {ir_a_float("mean", 1), ir_a_float("std", 3), ir_a_int("stream", 8), ir_a_int("seed", 11)};
+            for (int nin = 0; nin <= 1; nin++) {
+                assert_true(check_op(IR_OP_uniform, nin, &t[1], 4, uni, &t[0], SPECIAL));
+                assert_true(check_op(IR_OP_normal, nin, &t[1], 4, nor, &t[0], SPECIAL));
+            }
+        }
 }
 
 static void test_other_ops_are_unsupported_naming_the_op(void **state)
@@ -476,6 +501,7 @@ int main(void)
         TEST(test_embedding_rejects_an_id_out_of_range_with_the_cpu_message),
         TEST(test_reductions_match_the_cpu_on_both_of_its_paths),
         TEST(test_reduce_sum_of_i64_computes_in_f64_and_saturates),
+        TEST(test_random_ops_draw_the_cpus_bits),
         TEST(test_other_ops_are_unsupported_naming_the_op),
         TEST(test_every_evaluated_op_was_compared),
     };

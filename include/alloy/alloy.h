@@ -26,6 +26,7 @@
 #include "alloy/amp.h"
 #include "alloy/safetensors.h"
 #include "alloy/train.h"
+#include "alloy/random.h"
 #include "alloy/cuda.h"
 #include "alloy/bundle.h"
 

@@ -1,6 +1,7 @@
-/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, a lone found_inf. */
+/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, the random ops, a lone found_inf. */
 #include <string.h>
 
+#include "base/random.h"
 #include "codegen/emit_impl.h"
 
 /* Appends declarations of the coordinates o0..o<rank-1> of flat index e in t. */
@@ -485,6 +486,52 @@ static const char *one_hot(cg_program *prog, const ir_graph *g, int k, const ir_
     return ok ? NULL : "out of memory";
 }
 
+/* dropout, uniform, normal: a thread per element, drawing with
+ * base/random.h's definitions (written before the kernel, once per module):
+ * the CPU's bits (normal: the device's log and cos). dropout computes
+ * x * (kept ? scale : 0) in f32 (f64 for f64), as cpu_random.c. */
+static const char *random_op(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    cg_params ps = {0};
+    cg_text b = {0};
+    int at = n->op == IR_OP_dropout ? 1 : 0;
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int x = at ? cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0) : -1;
+    int step = n->nin > at ? cg_param_of(&ps, CG_PARAM_NODE, n->in[at], false, 0) : -1;
+    alloy_dtype dt = n->type.dtype;
+    bool wide = dt == ALLOY_F64;
+    if (step >= 0) cg_put(&b, "        const unsigned long long st_ = (unsigned long long)(long long)p%d[0];\n", step);
+    else cg_put(&b, "        const unsigned long long st_ = 0ull;\n");
+    cg_put(&b, "        const unsigned long long seed_ = %lluull, stream_ = %lluull;\n",
+           (unsigned long long)ir_attr_int(n, "seed", 0), (unsigned long long)ir_attr_i(n, "stream"));
+    if (n->op == IR_OP_dropout) {
+        double p = ir_attr_f(n, "p");
+        char xn[16];
+        al_fmt(xn, sizeof xn, "p%d", x);
+        cg_put(&b, "        const bool keep_ = alloy_dropout_keep(seed_, stream_, st_, (unsigned long long)e, ");
+        cg_put(&b, "%a);\n        const T x_ = ", ALLOY_DROPOUT_THRESHOLD(p)); /* a double, as the CPU compares */
+        cg_load(&b, dt, xn, "e");
+        cg_put(&b, ";\n        const T v_ = x_ * (keep_ ? (T)");
+        cg_double(&b, ALLOY_DROPOUT_SCALE(p));
+        cg_put(&b, " : (T)0);\n");
+    } else {
+        bool normal = n->op == IR_OP_normal;
+        cg_put(&b, "        const double v_ = %s(seed_, stream_, st_, (unsigned long long)e, ",
+               normal ? "alloy_normal_draw" : "alloy_uniform_draw");
+        if (!normal) cg_put(&b, "%d, ", wide);
+        /* doubles (finite: the type rule), not T: the draw is in f64 */
+        cg_put(&b, "%a, %a);\n", ir_attr_f(n, normal ? "mean" : "low"), ir_attr_f(n, normal ? "std" : "high"));
+    }
+    cg_put(&b, "        p%d[e] = ", out);
+    cg_store(&b, dt, wide || n->op != IR_OP_dropout, "v_");
+    cg_put(&b, ";\n");
+    static const char scope[] = "#ifndef ALLOY_RANDOM_DEFINED\n#define ALLOY_RANDOM_DEFINED\n" ALLOY_RANDOM_TEXT "\n#endif\n";
+    bool ok = finish(prog, g, k, name, wide ? "double" : "float", &b, &ps, ir_numel(&n->type), scope, NULL);
+    cg_text_free(&b);
+    al_free(ps.at);
+    return ok ? NULL : "out of memory";
+}
+
 /* embedding_grad: a block per table row, each thread owning columns of it
  * in registers; the block walks the ids in tiles of CG_BLOCK through shared
  * memory, and a tile holding the row's id adds those rows of dy in
@@ -565,6 +612,9 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_argmin: return arg(prog, g, k, n, name);
     case IR_OP_one_hot: return one_hot(prog, g, k, n, name);
     case IR_OP_embedding_grad: return embedding_grad(prog, g, k, n, name);
+    case IR_OP_dropout:
+    case IR_OP_uniform:
+    case IR_OP_normal: return random_op(prog, g, k, n, name);
     case IR_OP_found_inf: return cg_emit_multi(prog, g, s, k);
     case IR_OP_matmul: return "a library GEMM (cuBLASLt)";
     default: return "no kernel yet for this op";

@@ -36,6 +36,17 @@ static const ir_attr_spec A_PAD[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                      {"before", IR_ATTR_INT, true, false, 0},
                                      {"after", IR_ATTR_INT, true, false, 0},
                                      {NULL, 0, false, false, 0}};
+/* random ops: seed absent = the graph's (the random pass fills it in); stream names the draw */
+static const ir_attr_spec A_DROPOUT[] = {{"p", IR_ATTR_FLOAT, false, true, 0.5},
+                                         {"seed", IR_ATTR_INT, false, false, 0},
+                                         {"stream", IR_ATTR_INT, true, false, 0},
+                                         {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_UNIFORM[] = {{"low", IR_ATTR_FLOAT, false, true, 0},  {"high", IR_ATTR_FLOAT, false, true, 1},
+                                         {"seed", IR_ATTR_INT, false, false, 0}, {"stream", IR_ATTR_INT, true, false, 0},
+                                         {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_NORMAL[] = {{"mean", IR_ATTR_FLOAT, false, true, 0},  {"std", IR_ATTR_FLOAT, false, true, 1},
+                                        {"seed", IR_ATTR_INT, false, false, 0}, {"stream", IR_ATTR_INT, true, false, 0},
+                                        {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                        {"start", IR_ATTR_INT, true, false, 0},
                                        {"end", IR_ATTR_INT, true, false, 0},

@@ -81,6 +81,9 @@ static alloy_status op_class(ir_graph *g, const amp_config *cfg, int op, uint8_t
 static bool colourable(const ir_node *n)
 {
     if (n->nin == 0 || n->op == IR_OP_cast) return false; /* leaves and the user's own casts */
+    /* uniform and normal are leaves with a step operand: their dtype is
+     * declared, as torch.rand's under autocast */
+    if (n->op == IR_OP_uniform || n->op == IR_OP_normal) return false;
     return n->type.dtype == ALLOY_F32;
 }
 

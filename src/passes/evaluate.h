@@ -14,7 +14,8 @@
  * (an embedding index out of range, ...). Never touches runtime code.
  *
  * Evaluated: every elementwise op, cast, reshape, broadcast_to, transpose,
- * slice, pad, concat, embedding, reduce_sum/mean/max (row ops, whose meaning is
+ * slice, pad, concat, embedding, reduce_sum/mean/max, dropout, uniform,
+ * normal (row ops, whose meaning is
  * their row program, are not folded). n must be
  * well typed (as ir_add_node leaves it). Doubles hold i64 values exactly
  * only up to 2^53: an i64 reduction whose exact result a double cannot hold

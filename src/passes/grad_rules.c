@@ -335,6 +335,15 @@ RULE(gr_causal_mask)
     DONE;
 }
 
+/* dropout's gradient is dropout of dy under the same key (attributes and
+ * step operand): the forward's mask drawn again, never stored */
+RULE(gr_dropout)
+{
+    int in[2] = {dy, n->nin > 1 ? IN(1) : 0};
+    dx[0] = ad_emit(c, IR_OP_dropout, n->nin, in, n->nattrs, n->attrs, NULL);
+    DONE;
+}
+
 /* the table: ops.def's grad_rule column, `none` -> NULL */
 #define gr_none NULL
 const ad_rule ad_rules[IR_OP_COUNT] = {

@@ -37,6 +37,7 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
  * graph; the last two compile it into the schedule and the plan. */
 static const pass pipeline[] = {
     {"verify", pass_verify, NULL},
+    {"random", pass_random, NULL},
     {"amp", pass_amp, NULL},
     {"autodiff", pass_autodiff, NULL},
     {"grad_scaler", pass_grad_scaler, NULL},
@@ -131,6 +132,13 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
     const char *why = NULL, *skipped = NULL, *fix = NULL;
     char buf[160];
     bool scaling = opts->scaler.kind == ALLOY_SCALER_DYNAMIC || opts->scaler.kind == ALLOY_SCALER_STATIC;
+    bool random = false;
+    for (int i = 0; i < g->nnodes && !random; i++)
+        random = g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal;
+    if ((disabled & 1u << pass_index("random")) && random)
+        return ir_error(g, ALLOY_ERR_INVALID,
+                        "disable_passes=random: the graph has random ops, and that pass gives them their seed and step "
+                        "and turns dropout off outside training; remove random from disable_passes (ALLOY_DISABLE_PASSES)");
     if (!opts->train) return ALLOY_OK;
     if (disabled & 1u << pass_index("autodiff")) {
         skipped = "autodiff";

@@ -54,6 +54,7 @@ typedef struct pass_options {
     alloy_optimizer optimizer;    /* kind 0: no optimizer */
     const param_group *groups;    /* per-parameter lr scale and decay, the last match wins */
     int ngroups;
+    uint64_t seed;                /* the graph's seed: random ops built without one draw from it */
     const al_options *cfg;        /* the configuration (NULL: defaults); read it through pass_cfg */
 } pass_options;
 
@@ -117,6 +118,7 @@ AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /*
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
+AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */
 AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
 AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
 

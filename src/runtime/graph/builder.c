@@ -260,6 +260,35 @@ alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, al
     return add(g, IR_OP_one_hot, 1, &ids, 1, &a, &t);
 }
 
+/* Random ops: the stream is the id the node gets, unique in the graph and
+ * fixed once built (passes renumber nodes; the attribute stays). */
+alloy_tensor *alloy_dropout(alloy_graph *g, alloy_tensor *x, double p)
+{
+    if (!g || g->ir->status) return NULL;
+    ir_attr a[2] = {ir_a_float("p", p), ir_a_int("stream", g->ir->nnodes)};
+    return add(g, IR_OP_dropout, 1, &x, 2, a, NULL);
+}
+
+static alloy_tensor *draw(alloy_graph *g, int op, alloy_dtype dtype, int rank, const int64_t *dims, const char *an,
+                          double a, const char *bn, double b)
+{
+    if (!g || g->ir->status) return NULL;
+    ir_type t;
+    if (!declared_type(g, ir_ops[op].name, dtype, rank, dims, &t)) return NULL;
+    ir_attr at[3] = {ir_a_float(an, a), ir_a_float(bn, b), ir_a_int("stream", g->ir->nnodes)};
+    return add(g, op, 0, NULL, 3, at, &t);
+}
+
+alloy_tensor *alloy_uniform(alloy_graph *g, alloy_dtype dtype, int rank, const int64_t *dims, double low, double high)
+{
+    return draw(g, IR_OP_uniform, dtype, rank, dims, "low", low, "high", high);
+}
+
+alloy_tensor *alloy_normal(alloy_graph *g, alloy_dtype dtype, int rank, const int64_t *dims, double mean, double std)
+{
+    return draw(g, IR_OP_normal, dtype, rank, dims, "mean", mean, "std", std);
+}
+
 alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a, alloy_tensor *b)
 {
     alloy_tensor *xs[3] = {cond, a, b};

@@ -82,6 +82,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.optimizer = g->optimizer;
     opts.groups = g->groups;
     opts.ngroups = g->ngroups;
+    opts.seed = g->seed;
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;

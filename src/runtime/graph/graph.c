@@ -61,7 +61,9 @@ const char *alloy_last_error(const alloy_graph *g)
 
 void alloy_graph_set_seed(alloy_graph *g, uint64_t seed)
 {
-    if (g) g->seed = seed;
+    if (!g || g->seed == seed) return;
+    g->seed = seed;
+    if (g->compiled && !g->from_bundle) graph_invalidate(g); /* random ops read the seed at compile */
 }
 
 alloy_graph *alloy_graph_parse(const char *text, size_t len, const char *filename, char *err,
