@@ -338,6 +338,61 @@ static void test_the_rate_set_by_set_lr_is_saved_and_loaded_with_the_checkpoint(
     alloy_graph_free(b);
 }
 
+/* A checkpoint written before the learning rate was state has every
+ * tensor but optim.lr: it loads (params, moments and counters from the
+ * file), and the graph keeps its optimizer's rate. Any other missing
+ * tensor is still refused. The file is the graph's own checkpoint with
+ * optim.lr left out (and no checksum, as a tool that rewrote it would). */
+static void test_a_checkpoint_without_optim_lr_loads_and_keeps_the_optimizers_rate(void **state)
+{
+    (void)state;
+    char full[] = "/tmp/alloy_lr_full_XXXXXX", old[] = "/tmp/alloy_lr_old_XXXXXX";
+    int fd = mkstemp(full);
+    assert_true(fd >= 0);
+    close(fd);
+    fd = mkstemp(old);
+    assert_true(fd >= 0);
+    close(fd);
+    alloy_optimizer o = alloy_adamw(0.5, 0.9, 0.999, 1e-8, 0.01), o2 = alloy_adamw(0.25, 0.9, 0.999, 1e-8, 0.01);
+    alloy_graph *a = quad_graph(&o, NULL), *b = quad_graph(&o2, NULL);
+    double x[NP];
+    random_x(x);
+    run_x(a, x);
+    expect_ok(a, alloy_graph_save_checkpoint(a, full), "save");
+    alloy_safetensors *file = NULL;
+    char err[256];
+    assert_int_equal(alloy_safetensors_load(full, &file, err, sizeof err), ALLOY_OK);
+    int n = alloy_safetensors_count(file), k = 0;
+    alloy_host_tensor kept[64];
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++)
+        if (strcmp(alloy_safetensors_get(file, i)->name, "optim.lr") != 0) kept[k++] = *alloy_safetensors_get(file, i);
+    assert_int_equal(k, n - 1);
+    assert_int_equal(alloy_safetensors_save(old, kept, k, NULL, NULL, 0, err, sizeof err), ALLOY_OK);
+    expect_ok(b, alloy_graph_load_checkpoint(b, old), "load");
+    assert_true(state_f64(b, "optim.lr") == 0.25);
+    /* the rest came from the file: the next step of b is a's with lr 0.25 */
+    expect_ok(a, alloy_graph_set_lr(a, 0.25), "set_lr");
+    assert_true(run_x(b, x) == 0.25);
+    assert_true(run_x(a, x) == 0.25);
+    double pa[NP], pb[NP];
+    read_params(a, "", pa);
+    read_params(b, "", pb);
+    assert_memory_equal(pa, pb, sizeof pa);
+    /* a file missing another state tensor is refused, naming it */
+    k = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(alloy_safetensors_get(file, i)->name, "optim.step") != 0) kept[k++] = *alloy_safetensors_get(file, i);
+    assert_int_equal(alloy_safetensors_save(old, kept, k, NULL, NULL, 0, err, sizeof err), ALLOY_OK);
+    assert_int_equal(alloy_graph_load_checkpoint(b, old), ALLOY_ERR_NOT_FOUND);
+    assert_non_null(strstr(alloy_last_error(b), "no tensor for state 'optim.step'"));
+    alloy_safetensors_free(file);
+    unlink(full);
+    unlink(old);
+    alloy_graph_free(a);
+    alloy_graph_free(b);
+}
+
 /* ---- parameter groups ---- */
 
 /* One update of torch.optim's formulas in f64 where each element i has its
@@ -536,6 +591,7 @@ int main(void)
         TEST(test_set_lr_before_the_first_run_and_a_second_add_optimizer_set_the_next_steps_rate),
         TEST(test_set_lr_refuses_bad_rates_and_graphs_without_an_optimizer_and_changes_nothing),
         TEST(test_the_rate_set_by_set_lr_is_saved_and_loaded_with_the_checkpoint),
+        TEST(test_a_checkpoint_without_optim_lr_loads_and_keeps_the_optimizers_rate),
         TEST(test_parameter_groups_scale_the_lr_and_switch_decay_off_as_an_f64_reference_does),
         TEST(test_group_patterns_are_comma_separated_globs_and_the_last_matching_group_wins),
         TEST(test_set_param_group_refuses_unmatched_empty_or_null_patterns_and_bad_scales_changing_nothing),

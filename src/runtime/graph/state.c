@@ -352,7 +352,8 @@ static alloy_status check_checksum(alloy_graph *g, const alloy_safetensors *file
 }
 
 /* Loads path into g's state, all or nothing. Every state tensor must be in
- * the file and every file tensor must name one; params_only: only params,
+ * the file (but optim.lr, which older checkpoints lack) and every file
+ * tensor must name one; params_only: only params,
  * each the file has (the others untouched), and file tensors naming no
  * param are counted in *ignored, not refused. */
 static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_only, int *loaded, int *ignored,
@@ -383,7 +384,11 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     for (int i = 0; !st && i < g->nstate; i++) {
         if (params_only && !state_is_param(g, &g->state[i])) continue;
         src[i] = alloy_safetensors_find(file, g->state[i].name);
-        if (!src[i] && !params_only) st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
+        /* a checkpoint from before the learning rate was state has no
+         * optim.lr: the graph keeps its own (the optimizer's lr) */
+        bool optional = strcmp(g->state[i].name, STEP_BASE_LR) == 0;
+        if (!src[i] && !params_only && !optional)
+            st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
         else if (src[i] && !(st = check_match(g, &g->state[i], src[i], where))) nload++;
     }
     for (int i = 0; !st && i < alloy_safetensors_count(file); i++) {
