@@ -22,7 +22,10 @@
 #              AMX_FP16: elsewhere torch's f16 autocast on the CPU has no fast kernels (on an AMD
 #              EPYC Zen 5 with AVX512_BF16 it took 900 ms/step on char_gpt, 10x its fp32)
 # Threads: alloy gets ALLOY_NUM_THREADS, PyTorch torch.set_num_threads, both OMP_NUM_THREADS,
-# OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, all the same count.
+# OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, all the same count. Other variables pass through to
+# both sides: on a loaded machine PyTorch's OpenMP threads spin while their partner is descheduled
+# (3-8x its quiet CPU time at 2 threads, load 8-13); OMP_WAIT_POLICY=PASSIVE bench/cpu_vs_torch.sh
+# measures it without that (alloy uses no OpenMP).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=build python=python3 rounds=2 steps=20 warmup=5 threads="1 2" models="char_gpt mlp" dtypes="f32 bf16 f16"
