@@ -99,7 +99,7 @@ static inline float al_vtanhf(float x)
     big = ax > 9.1f ? 1.0f : big;
     big = x < 0.0f ? -big : big;
     float y = ax < 0.625f ? small : big;
-    return (x != x) | (x == 0.0f) ? x : y; /* NaN and -0 pass through */
+    return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
 /* erf x: x + x r(x^2) for |x| < 1.25, else 1 - erfc(|x|) with
@@ -138,7 +138,7 @@ static inline float al_verff(float x)
     float big = ax > 3.92f ? 1.0f : 1.0f - erfc;
     big = x < 0.0f ? -big : big;
     float y = ax < 1.25f ? small : big;
-    return (x != x) | (x == 0.0f) ? x : y; /* NaN and -0 pass through */
+    return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
 #endif
