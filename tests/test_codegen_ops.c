@@ -84,20 +84,8 @@ typedef struct known_gap {
     const char *why;
 } known_gap;
 
-/* convolutions and pools have no CUDA kernel yet: the emitter says so */
-#define CONV_GAP "convolution and pooling: no CUDA kernel yet (the CPU backend runs them)"
 static const known_gap library_ops[] = {
     {"matmul", "a library GEMM (cuBLASLt)"},
-    {"conv1d", CONV_GAP},
-    {"conv2d", CONV_GAP},
-    {"conv_grad_input", CONV_GAP},
-    {"conv_grad_weight", CONV_GAP},
-    {"max_pool2d", CONV_GAP},
-    {"avg_pool2d", CONV_GAP},
-    {"adaptive_avg_pool2d", CONV_GAP},
-    {"max_pool2d_grad", CONV_GAP},
-    {"avg_pool2d_grad", CONV_GAP},
-    {"adaptive_avg_pool2d_grad", CONV_GAP},
     {NULL, NULL},
 };
 

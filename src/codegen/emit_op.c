@@ -626,7 +626,7 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_adaptive_avg_pool2d:
     case IR_OP_max_pool2d_grad:
     case IR_OP_avg_pool2d_grad:
-    case IR_OP_adaptive_avg_pool2d_grad: return "convolution and pooling: no CUDA kernel yet (the CPU backend runs them)";
+    case IR_OP_adaptive_avg_pool2d_grad: return cg_emit_conv(prog, g, k, n, name);
     default: return "no kernel yet for this op";
     }
 }
