@@ -14,6 +14,7 @@
     alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
                       size_t whylen)
 
+/* whether op is a convolution or one of its backward ops (they have a weight) */
 static bool is_conv(int op) { return op == IR_OP_conv1d || op == IR_OP_conv2d || op == IR_OP_conv_grad_input || op == IR_OP_conv_grad_weight; }
 
 /* Attribute `name` of n for `spatial` dims into v[0..2) (h, w; h stays
@@ -135,6 +136,7 @@ static alloy_status check_dy(const ir_conv_geom *g, const ir_type *dy, char *why
     return ALLOY_OK;
 }
 
+/* a floating-point dtype, and b's the same when b is given (`what` names them) */
 static alloy_status same_float(const ir_type *a, const ir_type *b, const char *what, char *why, size_t whylen)
 {
     if (!ir_is_float(a->dtype)) FAIL(ALLOY_ERR_DTYPE, "operands must be floating point, not %s", alloy_dtype_name(a->dtype));

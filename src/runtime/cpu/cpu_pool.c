@@ -29,7 +29,7 @@ static void window(const ir_node *n, const ir_conv_geom *g, int64_t oy, int64_t 
     int64_t ys = oy * g->sh - g->ph, xs = ox * g->sw - g->pw;
     *y0 = ys < 0 ? 0 : ys, *y1 = ys + g->kh > g->h ? g->h : ys + g->kh;
     *x0 = xs < 0 ? 0 : xs, *x1 = xs + g->kw > g->w ? g->w : xs + g->kw;
-    bool include = n->op != IR_OP_adaptive_avg_pool2d && ir_attr_schema(n->op, "count_include_pad") && ir_attr_i(n, "count_include_pad");
+    bool include = ir_attr_schema(n->op, "count_include_pad") && ir_attr_i(n, "count_include_pad");
     *count = include ? (double)(g->kh * g->kw) : (double)((*y1 - *y0) * (*x1 - *x0));
 }
 
@@ -110,11 +110,13 @@ static alloy_status pool(cpu_exec *ex, const ir_node *n, rt_tensor *out, const r
     return st;
 }
 
+/* max_pool2d, avg_pool2d, adaptive_avg_pool2d (x) -> y */
 alloy_status cpu_pool(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     return pool(x, n, out, in, false);
 }
 
+/* max_pool2d_grad (x, dy), avg_pool2d_grad and adaptive_avg_pool2d_grad (dy) -> dx */
 alloy_status cpu_pool_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     return pool(x, n, out, in, true);
