@@ -233,10 +233,13 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
             test_free(ptrs), test_free(params);
         }
         for (int q = 0; q < nscratch; q++) test_free(scratch[q].data);
-        /* the steps that may sum in an order of their own: row ops, and reductions split over blocks or columns */
+        /* the steps that may sum in an order of their own: row ops, reductions split over blocks or columns, convolutions */
         int last_op = c->nodes[step->pos]->op;
         bool sums = last_op == IR_OP_reduce_sum || last_op == IR_OP_reduce_mean;
-        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums));
+        /* (the direct convolution kernels sum in another order than the CPU's im2col GEMM) */
+        bool convs = last_op == IR_OP_conv1d || last_op == IR_OP_conv2d || last_op == IR_OP_conv_grad_input ||
+                     last_op == IR_OP_conv_grad_weight;
+        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums || convs));
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;

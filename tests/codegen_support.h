@@ -21,8 +21,8 @@ typedef struct feed_set {
  * codegen_tolerance counts in failed; so does a kernel that did not launch
  * (first_failure says which, the first of them). A value that differs from
  * the CPU's in any bit (any NaN equal to any NaN) counts in inexact unless
- * its step holds a row op, a reduce_sum or a reduce_mean (they may sum in
- * another order): the other steps compute the CPU's expressions, take a
+ * its step holds a row op, a reduce_sum, a reduce_mean or a convolution
+ * (they may sum in another order): the other steps compute the CPU's expressions, take a
  * maximum or move data, so they give its bits (first_inexact says which). */
 typedef struct emu_stats {
     int kernels, steps_emulated, steps_on_cpu, values, bitwise;

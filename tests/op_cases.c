@@ -497,6 +497,159 @@ static void ref_copy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
     memcpy(out->v, in[0].v, sizeof(double) * (size_t)ir_numel(&out->type));
 }
 
+/* ---- convolutions and pools ---- */
+
+/* A window op's sizes, read from the node's attributes and operand types
+ * here (not from ir/conv.h): x [n, c, h, w] (h 1 for conv1d), result [n, o,
+ * oh, ow] from the result (or dy) type, kernel [kh, kw]. */
+typedef struct oc_win {
+    int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+} oc_win;
+
+/* Attribute `name`'s entries (one per spatial dim) into v[0..2), height
+ * first; absent: def0, def1. */
+static void win_attr(const ir_node *n, const char *name, int spatial, int64_t def0, int64_t def1, int64_t *v)
+{
+    int k;
+    const int64_t *a = ir_attr_ints(n, name, &k);
+    v[0] = def0, v[1] = def1;
+    if (a && spatial == 2) v[0] = a[0], v[1] = a[1];
+    if (a && spatial == 1) v[1] = a[0];
+}
+
+/* x the forward's input type, y its result type, w the weight's (NULL for pools) */
+static oc_win win_of(const ir_node *n, const ir_type *x, const ir_type *y, const ir_type *w)
+{
+    int sp = x->rank - 2;
+    oc_win g = {.n = x->dims[0], .c = x->dims[1], .h = sp == 2 ? x->dims[2] : 1, .w = x->dims[x->rank - 1],
+                .o = y->dims[1], .oh = sp == 2 ? y->dims[2] : 1, .ow = y->dims[y->rank - 1], .groups = 1};
+    int64_t k[2] = {1, 1}, v[2];
+    if (w) k[0] = sp == 2 ? w->dims[2] : 1, k[1] = w->dims[w->rank - 1];
+    else win_attr(n, "kernel", 2, 1, 1, k);
+    g.kh = k[0], g.kw = k[1];
+    win_attr(n, "stride", sp, w ? 1 : k[0], w ? 1 : k[1], v), g.sh = v[0], g.sw = v[1];
+    win_attr(n, "padding", sp, 0, 0, v), g.ph = v[0], g.pw = v[1];
+    win_attr(n, "dilation", sp, 1, 1, v), g.dh = v[0], g.dw = v[1];
+    if (w) g.groups = ir_attr_int(n, "groups", 1);
+    return g;
+}
+
+/* The flat index of x[b, ci, iy, ix], or -1 outside (padding). */
+static int64_t win_x(const oc_win *g, int64_t b, int64_t ci, int64_t iy, int64_t ix)
+{
+    return iy < 0 || iy >= g->h || ix < 0 || ix >= g->w ? -1 : ((b * g->c + ci) * g->h + iy) * g->w + ix;
+}
+
+/* Every term of the convolution sum(x[b, ci, oy sh - ph + ky dh, ...] w[o, ci - group start, ky, kx]):
+ * which 0 adds it to y[b, o, oy, ox] (+ bias), 1 adds dy times w to dx, 2 dy times x to dw. */
+static void conv_terms(const oc_win *g, int which, const double *x, const double *w, const double *dy, double *out)
+{
+    int64_t cg = g->c / g->groups, og = g->o / g->groups;
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t o = 0; o < g->o; o++)
+            for (int64_t oy = 0; oy < g->oh; oy++)
+                for (int64_t ox = 0; ox < g->ow; ox++) {
+                    int64_t yi = ((b * g->o + o) * g->oh + oy) * g->ow + ox;
+                    for (int64_t ci = 0; ci < cg; ci++)
+                        for (int64_t ky = 0; ky < g->kh; ky++)
+                            for (int64_t kx = 0; kx < g->kw; kx++) {
+                                int64_t xi = win_x(g, b, o / og * cg + ci, oy * g->sh - g->ph + ky * g->dh,
+                                                   ox * g->sw - g->pw + kx * g->dw);
+                                int64_t wi = ((o * cg + ci) * g->kh + ky) * g->kw + kx;
+                                if (xi < 0) continue;
+                                if (which == 0) out[yi] += x[xi] * w[wi];
+                                else if (which == 1) out[xi] += dy[yi] * w[wi];
+                                else out[wi] += dy[yi] * x[xi];
+                            }
+                }
+}
+
+/* conv1d / conv2d (x, w[, bias]) */
+static void ref_conv(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    oc_win g = win_of(n, &in[0].type, &out->type, &in[1].type);
+    conv_terms(&g, 0, in[0].v, in[1].v, NULL, out->v);
+    for (int64_t i = 0; n->nin > 2 && i < ir_numel(&out->type); i++) out->v[i] += in[2].v[i / (g.oh * g.ow) % g.o];
+}
+
+/* conv_grad_input (dy, w) -> dx; conv_grad_weight (x, dy) -> dw */
+static void ref_conv_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    if (n->op == IR_OP_conv_grad_input) {
+        oc_win g = win_of(n, &out->type, &in[0].type, &in[1].type);
+        conv_terms(&g, 1, NULL, in[1].v, in[0].v, out->v);
+    } else {
+        oc_win g = win_of(n, &in[0].type, &in[1].type, &out->type);
+        conv_terms(&g, 2, in[0].v, NULL, in[1].v, out->v);
+    }
+}
+
+/* The window of pool output (oy, ox): rows [*y0, *y1), columns [*x0, *x1)
+ * of the padded input (may reach outside x); adaptive: PyTorch's bins. */
+static void pool_window(const ir_node *n, const oc_win *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1, int64_t *x0,
+                        int64_t *x1)
+{
+    if (n->op == IR_OP_adaptive_avg_pool2d || n->op == IR_OP_adaptive_avg_pool2d_grad) {
+        *y0 = (int64_t)floor((double)(oy * g->h) / (double)g->oh), *y1 = (int64_t)ceil((double)((oy + 1) * g->h) / (double)g->oh);
+        *x0 = (int64_t)floor((double)(ox * g->w) / (double)g->ow), *x1 = (int64_t)ceil((double)((ox + 1) * g->w) / (double)g->ow);
+        return;
+    }
+    *y0 = oy * g->sh - g->ph, *y1 = *y0 + g->kh;
+    *x0 = ox * g->sw - g->pw, *x1 = *x0 + g->kw;
+}
+
+/* Each pool output's value, or (grad) dy spread back: max to the first
+ * maximum of the window (a NaN wins), averages over the window's elements
+ * inside x, divided by kernel size where count_include_pad (the default). */
+static void pool_ref(const ir_node *n, const oc_win *g, const double *x, const double *dy, double *out, bool grad)
+{
+    bool max = n->op == IR_OP_max_pool2d || n->op == IR_OP_max_pool2d_grad;
+    bool adaptive = n->op == IR_OP_adaptive_avg_pool2d || n->op == IR_OP_adaptive_avg_pool2d_grad;
+    bool with_pad = !adaptive && !max && ir_attr_int(n, "count_include_pad", 1);
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t ch = 0; ch < g->c; ch++)
+            for (int64_t oy = 0; oy < g->oh; oy++)
+                for (int64_t ox = 0; ox < g->ow; ox++) {
+                    int64_t yi = ((b * g->c + ch) * g->oh + oy) * g->ow + ox, y0, y1, x0, x1, best = -1, inside = 0;
+                    pool_window(n, g, oy, ox, &y0, &y1, &x0, &x1);
+                    double s = 0;
+                    for (int64_t iy = y0; iy < y1; iy++)
+                        for (int64_t ix = x0; ix < x1; ix++) {
+                            int64_t xi = win_x(g, b, ch, iy, ix);
+                            if (xi < 0) continue;
+                            inside++;
+                            if (max && (best < 0 || (!isnan(x[best]) && (isnan(x[xi]) || x[xi] > x[best])))) best = xi;
+                            if (!max && !grad) s += x[xi];
+                        }
+                    double count = with_pad ? (double)(g->kh * g->kw) : (double)inside;
+                    if (max) {
+                        if (grad) out[best] += dy[yi];
+                        else out[yi] = x[best];
+                    } else if (!grad) {
+                        out[yi] = s / count;
+                    } else {
+                        for (int64_t iy = y0; iy < y1; iy++)
+                            for (int64_t ix = x0; ix < x1; ix++)
+                                if (win_x(g, b, ch, iy, ix) >= 0) out[win_x(g, b, ch, iy, ix)] += dy[yi] / count;
+                    }
+                }
+}
+
+static void ref_pool(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    oc_win g = win_of(n, &in[0].type, &out->type, NULL);
+    pool_ref(n, &g, in[0].v, NULL, out->v, false);
+}
+
+/* max_pool2d_grad (x, dy); avg_pool2d_grad and adaptive_avg_pool2d_grad (dy) */
+static void ref_pool_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    bool max = n->op == IR_OP_max_pool2d_grad;
+    const oc_tensor *dy = &in[max ? 1 : 0];
+    oc_win g = win_of(n, &out->type, &dy->type, NULL);
+    pool_ref(n, &g, max ? in[0].v : NULL, dy->v, out->v, true);
+}
+
 /* ---- random ops ---- */
 
 /* Philox 4x32-10 written again from Salmon et al., "Parallel random
@@ -846,6 +999,32 @@ const op_case op_cases[] = {
     {"binary_cross_entropy_with_logits", "[17] [17] []; [3,5] [3,5] [5]", .dom = {AWAY(20, 60), U(0, 1), U(0.5, 3)},
      TRANS, .flags = OC_NO_GRAD}, /* large logits: no overflow */
 
+    /* convolutions: stride, padding, dilation, groups (2 and depthwise, with a
+     * channel multiplier), kernels not square, sizes the stride does not divide,
+     * a 1x1 kernel (the input is its own column matrix), an empty batch */
+    {"conv2d", "[2,4,7,9] [6,4,3,2]; [2,4,7,9] [6,4,3,2] [6]",
+     "; stride=[2,1] padding=[1,0]; dilation=[2,1] padding=[2,1]; stride=[2,3] padding=[1,1] dilation=[1,2]", .ref = ref_conv},
+    {"conv2d", "[2,4,6,5] [6,2,3,3]; [2,4,6,5] [6,2,3,3] [6]", "groups=2; groups=2 stride=[2,2] padding=[1,1]", .ref = ref_conv},
+    {"conv2d", "[1,3,7,6] [3,1,3,2]; [1,3,7,6] [6,1,3,3] [6]",
+     "groups=3 padding=[1,1]; groups=3 stride=[2,1] dilation=[2,2] padding=[2,1]", .ref = ref_conv},
+    {"conv2d", "[2,5,3,4] [7,5,1,1]; [2,5,3,4] [7,5,1,1] [7]", "; stride=[2,2]", .ref = ref_conv},
+    {"conv2d", "[1,2,2,3] [2,2,3,3]; [0,4,5,5] [3,4,3,3] [3]", "padding=[1,1]", .ref = ref_conv},
+    {"conv1d", "[2,4,11] [6,4,3]; [2,4,11] [6,4,3] [6]", "; stride=[2] padding=[1]; dilation=[2] padding=[2]; stride=[3] dilation=[2]",
+     .ref = ref_conv},
+    {"conv1d", "[2,4,9] [4,2,3] [4]; [2,4,9] [4,2,3]", "groups=2 stride=[2] padding=[1]; groups=2", .ref = ref_conv},
+    {"conv1d", "[2,3,10] [3,1,4]; [2,3,10] [6,1,4] [6]", "groups=3 padding=[2]; groups=3 stride=[2] dilation=[2]", .ref = ref_conv},
+    /* pools: overlapping windows, padding, strides that do not divide; max
+     * with distinct values (finite differences), ties (the first wins) and NaN */
+    {"max_pool2d", "[2,3,7,9]", "kernel=[2,2]; kernel=[3,2] stride=[2,1] padding=[1,1]; kernel=[3,3] stride=[2,2] padding=[1,1]",
+     .dom = {DISTINCT}, EXACT, .ref = ref_pool},
+    {"max_pool2d", "[2,3,7,9]", "kernel=[3,3] stride=[1,2]", .dom = {INTS(-2, 2)}, EXACT, .ref = ref_pool, .flags = OC_NO_GRAD},
+    {"max_pool2d", "[1,2,5,5]", "kernel=[2,2]", .dom = {NANS(-2, 2)}, EXACT, .ref = ref_pool, .flags = OC_NO_GRAD},
+    {"avg_pool2d", "[2,3,7,9]",
+     "kernel=[2,2]; kernel=[3,2] stride=[2,1] padding=[1,1]; kernel=[3,3] stride=[2,2] padding=[1,1] count_include_pad=0",
+     .ref = ref_pool},
+    {"adaptive_avg_pool2d", "[2,3,7,9]; [1,2,5,5]", "output_size=[3,4]; output_size=[1,1]; output_size=[7,9]; output_size=[10,2]",
+     .ref = ref_pool},
+
     /* data movement */
     {"embedding", "i32[2,3] [10,6]; i64[5] [10,6]; i64[] [10,6]; i32[0] [10,6]; i32[2,3] [5,3]; i64[4] [6,2]",
      .dom = {INDEX(1, 0), U(-5, 5)}, EXACT, .ref = ref_embedding},
@@ -958,6 +1137,18 @@ const op_case op_cases[] = {
     {"embedding_grad", "i32[2,4] [2,4,3]; i64[2,4] [2,4,3]; i32[0] [0,3]", .declared = "[6,3]",
      .dom = {INDEX(-1, 0), U(-1, 1)}, .ref = ref_embedding_grad},
     {"embedding_grad", "i64[5] [5,2]", .declared = "[3,2]", .dom = {INDEX(-1, 0), U(-1, 1)}, .ref = ref_embedding_grad},
+    {"conv_grad_input", "[2,6,4,8] [6,4,3,2]", "stride=[2,1] padding=[1,0]", .declared = "[2,4,7,9]", .ref = ref_conv_grad},
+    {"conv_grad_input", "[1,6,4,4] [6,1,3,3]", "groups=3 stride=[2,1] dilation=[2,2] padding=[2,1]", .declared = "[1,3,7,6]",
+     .ref = ref_conv_grad},
+    {"conv_grad_input", "[2,4,5] [4,2,3]", "groups=2 stride=[2] padding=[1]", .declared = "[2,4,9]", .ref = ref_conv_grad},
+    {"conv_grad_weight", "[2,4,7,9] [2,6,4,8]", "stride=[2,1] padding=[1,0]", .declared = "[6,4,3,2]", .ref = ref_conv_grad},
+    {"conv_grad_weight", "[1,3,7,6] [1,6,4,4]", "groups=3 stride=[2,1] dilation=[2,2] padding=[2,1]", .declared = "[6,1,3,3]",
+     .ref = ref_conv_grad},
+    {"conv_grad_weight", "[2,4,9] [2,4,5]", "groups=2 stride=[2] padding=[1]", .declared = "[4,2,3]", .ref = ref_conv_grad},
+    {"max_pool2d_grad", "[2,3,7,9] [2,3,4,10]", "kernel=[3,2] stride=[2,1] padding=[1,1]", .dom = {INTS(-2, 2)}, .ref = ref_pool_grad},
+    {"avg_pool2d_grad", "[2,3,4,5]", "kernel=[3,3] stride=[2,2] padding=[1,1]; kernel=[3,3] stride=[2,2] padding=[1,1] count_include_pad=0",
+     .declared = "[2,3,7,9]", .ref = ref_pool_grad},
+    {"adaptive_avg_pool2d_grad", "[2,3,3,4]", "output_size=[3,4]", .declared = "[2,3,7,9]", .ref = ref_pool_grad},
 
     /* training step: loss scaling */
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", EXACT, .ref = ref_found_inf},

@@ -51,6 +51,11 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_argmax(g, t, -1, false));
     assert_null(alloy_argmin(g, t, 0, true));
     assert_null(alloy_one_hot(g, t, 4, F32));
+    assert_null(alloy_conv2d(g, t, t, t, NULL, NULL, NULL, 1));
+    assert_null(alloy_conv1d(g, t, t, NULL, 1, 0, 1, 1));
+    assert_null(alloy_max_pool2d(g, t, DIMS(2, 2), NULL, NULL));
+    assert_null(alloy_avg_pool2d(g, t, DIMS(2, 2), NULL, NULL, true));
+    assert_null(alloy_adaptive_avg_pool2d(g, t, DIMS(1, 1)));
     assert_null(alloy_matmul(g, t, t, false, true));
     assert_null(alloy_reduce_sum(g, t, 0, NULL, false));
     assert_null(alloy_reduce_mean(g, t, 1, (const int64_t[]){0}, true));
@@ -325,6 +330,12 @@ typedef struct bad_call {
     X(one_hot_to_unknown_dtype, "one_hot: unknown dtype 99", !alloy_one_hot(f->g, f->x, 3, (alloy_dtype)99))            \
     X(one_hot_of_depth_0, "depth must be >= 1, not 0", !alloy_one_hot(f->g, f->x, 0, F32))                              \
     X(causal_mask_of_null, "causal_mask: operand 0 is NULL", !alloy_causal_mask(f->g, NULL))                            \
+    X(conv2d_of_a_null_weight, "conv2d: operand 1 is NULL", !alloy_conv2d(f->g, f->x, NULL, NULL, NULL, NULL, NULL, 1)) \
+    X(conv1d_of_null, "conv1d: operand 0 is NULL", !alloy_conv1d(f->g, NULL, f->x, NULL, 1, 0, 1, 1))                   \
+    X(max_pool2d_without_a_kernel, "max_pool2d: kernel is NULL", !alloy_max_pool2d(f->g, f->x, NULL, NULL, NULL))       \
+    X(avg_pool2d_of_null, "avg_pool2d: operand 0 is NULL", !alloy_avg_pool2d(f->g, NULL, DIMS(2, 2), NULL, NULL, true)) \
+    X(adaptive_avg_pool2d_without_a_size, "adaptive_avg_pool2d: output_size is NULL",                                   \
+      !alloy_adaptive_avg_pool2d(f->g, f->x, NULL))                                                                    \
     X(amp_allow_of_null, "amp_allow: operand is NULL or from another graph", !alloy_amp_allow(f->g, NULL))              \
     X(amp_deny_of_null, "amp_deny: operand is NULL or from another graph", !alloy_amp_deny(f->g, NULL))                 \
     X(set_name_to_null, "empty node name", !alloy_set_name(f->g, f->y, NULL))                                           \

@@ -27,6 +27,7 @@
 #include "alloy/safetensors.h"
 #include "alloy/train.h"
 #include "alloy/random.h"
+#include "alloy/conv.h"
 #include "alloy/cuda.h"
 #include "alloy/bundle.h"
 

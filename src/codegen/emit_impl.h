@@ -83,6 +83,8 @@ AL_HIDDEN const char *cg_emit_ew(cg_program *p, const ir_graph *g, const schedul
 AL_HIDDEN const char *cg_emit_multi(cg_program *p, const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_op(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_op.c */
+/* The direct kernel of a convolution, pool or backward op node n (step k, kernel `name`), or why none. (emit_conv.c) */
+AL_HIDDEN const char *cg_emit_conv(cg_program *p, const ir_graph *g, int k, const ir_node *n, const char *name);
 
 /* Threads per block of the elementwise kernels; their grid is capped so the
  * grid-stride loop does the rest. */

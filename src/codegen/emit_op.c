@@ -617,6 +617,16 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_normal: return random_op(prog, g, k, n, name);
     case IR_OP_found_inf: return cg_emit_multi(prog, g, s, k);
     case IR_OP_matmul: return "a library GEMM (cuBLASLt)";
+    case IR_OP_conv1d:
+    case IR_OP_conv2d:
+    case IR_OP_conv_grad_input:
+    case IR_OP_conv_grad_weight:
+    case IR_OP_max_pool2d:
+    case IR_OP_avg_pool2d:
+    case IR_OP_adaptive_avg_pool2d:
+    case IR_OP_max_pool2d_grad:
+    case IR_OP_avg_pool2d_grad:
+    case IR_OP_adaptive_avg_pool2d_grad: return cg_emit_conv(prog, g, k, n, name);
     default: return "no kernel yet for this op";
     }
 }

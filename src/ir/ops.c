@@ -47,6 +47,19 @@ static const ir_attr_spec A_UNIFORM[] = {{"low", IR_ATTR_FLOAT, false, true, 0},
 static const ir_attr_spec A_NORMAL[] = {{"mean", IR_ATTR_FLOAT, false, true, 0},  {"std", IR_ATTR_FLOAT, false, true, 1},
                                         {"seed", IR_ATTR_INT, false, false, 0}, {"stream", IR_ATTR_INT, true, false, 0},
                                         {NULL, 0, false, false, 0}};
+/* convolution and pooling: one entry per spatial dim (absent: stride 1
+ * (a pool's: its kernel), padding 0, dilation 1); typerules_conv.c */
+static const ir_attr_spec A_CONV[] = {{"stride", IR_ATTR_INTS, false, false, 0},  {"padding", IR_ATTR_INTS, false, false, 0},
+                                      {"dilation", IR_ATTR_INTS, false, false, 0}, {"groups", IR_ATTR_INT, false, true, 1},
+                                      {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_POOL[] = {{"kernel", IR_ATTR_INTS, true, false, 0},
+                                      {"stride", IR_ATTR_INTS, false, false, 0},
+                                      {"padding", IR_ATTR_INTS, false, false, 0},
+                                      {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_AVG_POOL[] = {{"kernel", IR_ATTR_INTS, true, false, 0},   {"stride", IR_ATTR_INTS, false, false, 0},
+                                          {"padding", IR_ATTR_INTS, false, false, 0}, {"count_include_pad", IR_ATTR_BOOL, false, true, 1},
+                                          {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ADAPTIVE_POOL[] = {{"output_size", IR_ATTR_INTS, true, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_SLICE[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                        {"start", IR_ATTR_INT, true, false, 0},
                                        {"end", IR_ATTR_INT, true, false, 0},
