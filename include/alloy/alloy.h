@@ -27,6 +27,8 @@
 #include "alloy/safetensors.h"
 #include "alloy/train.h"
 #include "alloy/random.h"
+#include "alloy/norm.h"
+#include "alloy/index.h"
 #include "alloy/cuda.h"
 #include "alloy/bundle.h"
 
