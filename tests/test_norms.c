@@ -294,6 +294,46 @@ static void test_training_batch_norm_on_one_value_per_channel_is_an_error(void *
     alloy_graph_free(g);
 }
 
+/* batch_norm written in the IR: its running statistics are state leaves,
+ * which a training run updates; with the random pass disabled the graph
+ * refuses to compile (nothing would lower it), naming the pass. */
+static void test_batch_norm_in_ir_text_trains_its_state_and_needs_the_random_pass(void **state)
+{
+    (void)state;
+    static const char text[] = "graph bn {\n"
+                               "  %x = input : f32[4,2]\n"
+                               "  %rm = state {init=\"zeros\"} : f32[2]\n"
+                               "  %rv = state {init=\"ones\"} : f32[2]\n"
+                               "  %w = param {init=\"ones\"} : f32[2]\n"
+                               "  %y = batch_norm(%x, %rm, %rv) {eps=1e-5, momentum=0.5} : f32[4,2]\n"
+                               "  %p = mul(%y, %w) : f32[4,2]\n"
+                               "  %l = reduce_sum(%p) {axes=[0, 1], keepdims=false} : f32[]\n"
+                               "  loss %l\n"
+                               "}\n";
+    char err[512];
+    alloy_graph *g = alloy_graph_parse(text, strlen(text), "bn.ir", err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    expect_ok(g, alloy_graph_set_training(g, true), "training");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), "optimizer");
+    float x[8] = {1, 10, 2, 20, 3, 30, 6, 60}; /* channel 0: mean 3, unbiased var 14/3; channel 1: 30, 1400/3 */
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {4, 2}, x}, rm, rv;
+    expect_ok(g, alloy_graph_run(g, &feed, 1, NULL, 0), "run");
+    float got[2][2];
+    expect_ok(g, alloy_graph_get_state(g, "rm", &rm), "rm");
+    memcpy(got[0], rm.data, sizeof got[0]);
+    expect_ok(g, alloy_graph_get_state(g, "rv", &rv), "rv");
+    memcpy(got[1], rv.data, sizeof got[1]);
+    const double mean[2] = {1.5, 15}, var[2] = {0.5 + 0.5 * 14 / 3.0, 0.5 + 0.5 * 1400 / 3.0};
+    for (int c = 0; c < 2; c++) {
+        assert_float_equal(got[0][c], mean[c], 1e-6 * mean[c]);
+        assert_float_equal(got[1][c], var[c], 1e-6 * var[c]);
+    }
+    expect_ok(g, alloy_graph_set_option(g, "disable_passes", "random"), "set_option");
+    assert_int_not_equal(alloy_graph_run(g, &feed, 1, NULL, 0), ALLOY_OK);
+    assert_non_null(strstr(alloy_last_error(g), "batch_norm / group_norm"));
+    alloy_graph_free(g);
+}
+
 /* gather and index_select name the index out of range and its position;
  * their values and cumsum's and arange's, by hand. */
 static void test_indexing_ops_by_hand_and_out_of_range_indices_name_the_position(void **state)
@@ -339,6 +379,7 @@ int main(void)
         cmocka_unit_test_setup(test_group_norm_matches_pytorch, test_checked_alloc),
         cmocka_unit_test_setup(test_bad_norm_arguments_are_errors_that_name_them, test_checked_alloc),
         cmocka_unit_test_setup(test_training_batch_norm_on_one_value_per_channel_is_an_error, test_checked_alloc),
+        cmocka_unit_test_setup(test_batch_norm_in_ir_text_trains_its_state_and_needs_the_random_pass, test_checked_alloc),
         cmocka_unit_test_setup(test_indexing_ops_by_hand_and_out_of_range_indices_name_the_position, test_checked_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

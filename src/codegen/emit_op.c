@@ -1,4 +1,4 @@
-/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, the random ops, a lone found_inf. */
+/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, the random ops, a lone found_inf; the indexing ops go to emit_index.c. */
 #include <string.h>
 
 #include "base/random.h"
@@ -32,8 +32,9 @@ static unsigned grid_for(int64_t total)
     return (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
 }
 
+/* A kernel over the node's elements: body (statements at flat index e) in a grid-stride loop (emit_impl.h). */
 bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
-                   cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before)
+                  cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before)
 {
     cg_text t = {0};
     cg_put_preamble(&t);

@@ -38,10 +38,12 @@ static int affine(ad_ctx *c, int y, int nin, const int *in, int first)
 
 /* The updates of running_mean (in[1]) and running_var (in[2]) when they
  * are state leaves: (1 - m) r + m s with s the batch mean and the unbiased
- * batch variance (PyTorch's), over count values per channel. */
+ * batch variance (PyTorch's), over count values per channel; none for an
+ * empty batch. */
 static void update_running(ad_ctx *c, const ir_node *n, const int *in, int64_t count)
 {
     const ir_graph *g = c->g;
+    if (count < 2) return; /* an empty batch observes nothing (one value per channel is an error) */
     if (g->nodes[in[1]]->op != IR_OP_state && g->nodes[in[2]]->op != IR_OP_state) return;
     const ir_type *x = TYPE(in[0]);
     int64_t axes[ALLOY_MAX_RANK];
