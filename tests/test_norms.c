@@ -190,6 +190,30 @@ static void test_a_skipped_step_leaves_the_running_statistics_bit_for_bit(void *
     alloy_graph_free(g);
 }
 
+/* Accumulating two micro-batches per update, the running statistics move
+ * once per applied step, from its last micro-batch (docs/training.md):
+ * untouched after the first run, (1 - m) * 0 + m * mean(x_b) after the
+ * second. */
+static void test_with_accumulation_the_running_statistics_move_on_the_last_micro_batch(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("bn_acc");
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 1));
+    alloy_tensor *y = alloy_batch_norm(g, x, "bn", 0.25, 1e-5, true);
+    expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, y, y), 0, NULL, false)), "loss");
+    alloy_optimizer o = alloy_sgd(0.1, 0, 0, false);
+    o.accumulation_steps = 2;
+    expect_ok(g, alloy_graph_add_optimizer(g, o), "optimizer");
+    float xa[2] = {1, 3}, xb[2] = {10, 30}, rm;
+    for (int k = 0; k < 2; k++) {
+        alloy_host_tensor feed = {"x", ALLOY_F32, 2, {2, 1}, k ? xb : xa};
+        expect_ok(g, alloy_graph_run(g, &feed, 1, NULL, 0), "run");
+        copy_state(g, "bn.running_mean", &rm, 1);
+        assert_true(rm == (k ? 0.25f * 20 : 0.0f));
+    }
+    alloy_graph_free(g);
+}
+
 /* Under f16 and bf16 AMP the normalization runs in f32: the lowered
  * layer_norm and the running statistics' updates are f32, and the output
  * is the f32 graph's within f16 rounding of its input. */
@@ -375,6 +399,7 @@ int main(void)
         cmocka_unit_test_setup(test_batch_norm_matches_pytorch_over_two_steps_and_in_eval_mode, test_checked_alloc),
         cmocka_unit_test_setup(test_batch_norm_outside_training_uses_the_initial_running_statistics, test_checked_alloc),
         cmocka_unit_test_setup(test_a_skipped_step_leaves_the_running_statistics_bit_for_bit, test_checked_alloc),
+        cmocka_unit_test_setup(test_with_accumulation_the_running_statistics_move_on_the_last_micro_batch, test_checked_alloc),
         cmocka_unit_test_setup(test_batch_norm_statistics_stay_f32_under_amp, test_checked_alloc),
         cmocka_unit_test_setup(test_group_norm_matches_pytorch, test_checked_alloc),
         cmocka_unit_test_setup(test_bad_norm_arguments_are_errors_that_name_them, test_checked_alloc),
