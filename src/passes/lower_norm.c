@@ -80,9 +80,9 @@ static int batch_norm(ad_ctx *c, const ir_node *n, const int *in, const pass_opt
     }
     if (count == 1) {
         char label[32];
-        return ir_error(c->g, ALLOY_ERR_SHAPE, "batch_norm %s: training needs more than one value per channel (input %lld x %lld)",
-                        ir_node_label(n, label, sizeof label), (long long)x->dims[0], (long long)channels),
-               -1;
+        ir_error(c->g, ALLOY_ERR_SHAPE, "batch_norm %s: training needs more than one value per channel (input %lld x %lld)",
+                 ir_node_label(n, label, sizeof label), (long long)x->dims[0], (long long)channels);
+        return -1;
     }
     /* channels first: [C, N, ...], each channel's values one row of layer_norm */
     int64_t perm[ALLOY_MAX_RANK];
