@@ -650,6 +650,113 @@ static void ref_pool_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
     pool_ref(n, &g, max ? in[0].v : NULL, dy->v, out->v, true);
 }
 
+/* batch_norm per channel c of x [N, C, ...] (operands x, running_mean,
+ * running_var[, weight, bias]): the batch's mean and biased variance of
+ * channel c when training=1, the running ones when training=0. */
+static void ref_batch_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t nb = t->dims[0], ch = t->dims[1], inner = 1;
+    for (int d = 2; d < t->rank; d++) inner *= t->dims[d];
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    bool training = ir_attr_int(n, "training", 1) != 0;
+    for (int64_t c = 0; c < ch; c++) {
+        double mean = 0, var = 0, count = (double)(nb * inner);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t i = 0; i < inner; i++) mean += in[0].v[(b * ch + c) * inner + i] / count;
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t i = 0; i < inner; i++) {
+                double d = in[0].v[(b * ch + c) * inner + i] - mean;
+                var += d * d / count;
+            }
+        if (!training) mean = in[1].v[c], var = in[2].v[c];
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t i = 0; i < inner; i++) {
+                int64_t at = (b * ch + c) * inner + i;
+                double y = (in[0].v[at] - mean) / sqrt(var + eps);
+                out->v[at] = n->nin == 5 ? y * in[3].v[c] + in[4].v[c] : y;
+            }
+    }
+}
+
+/* group_norm: x [N, C, ...] normalized over each sample's C / G channels of a group, then * weight + bias per channel. */
+static void ref_group_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t nb = t->dims[0], ch = t->dims[1], groups = ir_attr_int(n, "num_groups", 1), inner = 1;
+    for (int d = 2; d < t->rank; d++) inner *= t->dims[d];
+    int64_t len = ch / groups * inner;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    for (int64_t r = 0; r < nb * groups; r++) {
+        const double *x = in[0].v + r * len;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < len; i++) mean += x[i] / (double)len;
+        for (int64_t i = 0; i < len; i++) var += (x[i] - mean) * (x[i] - mean) / (double)len;
+        for (int64_t i = 0; i < len; i++) {
+            int64_t c = (r % groups) * (ch / groups) + i / inner;
+            double y = (x[i] - mean) / sqrt(var + eps);
+            out->v[r * len + i] = n->nin == 3 ? y * in[1].v[c] + in[2].v[c] : y;
+        }
+    }
+}
+
+/* torch.gather: out[p] = x[p with coordinate `axis` = index[p]]; gather_grad
+ * (index, dy) adds dy[p] there instead. */
+static void ref_gather(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    bool grad = n->op == IR_OP_gather_grad;
+    const oc_tensor *x = grad ? out : &in[0], *index = grad ? &in[0] : &in[1];
+    int ax = axis_of(n, "axis", 0, x->type.rank);
+    int64_t idx[ALLOY_MAX_RANK];
+    for (int64_t p = 0; p < ir_numel(&index->type); p++) {
+        unravel(&index->type, p, idx);
+        idx[ax] = (int64_t)index->v[p];
+        if (grad) out->v[ravel(&x->type, idx)] += in[1].v[p];
+        else out->v[p] = x->v[ravel(&x->type, idx)];
+    }
+}
+
+/* torch.index_select: slice k of out along axis is slice index[k] of x;
+ * index_select_grad (index, dy) adds slice k of dy into slice index[k]. */
+static void ref_index_select(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    bool grad = n->op == IR_OP_index_select_grad;
+    const oc_tensor *index = grad ? &in[0] : &in[1], *y = grad ? &in[1] : out;
+    const ir_type *xt = grad ? &out->type : &in[0].type;
+    int ax = axis_of(n, "axis", 0, xt->rank);
+    int64_t idx[ALLOY_MAX_RANK];
+    for (int64_t p = 0; p < ir_numel(&y->type); p++) {
+        unravel(&y->type, p, idx);
+        idx[ax] = (int64_t)index->v[idx[ax]];
+        if (grad) out->v[ravel(xt, idx)] += in[1].v[p];
+        else out->v[p] = in[0].v[ravel(xt, idx)];
+    }
+}
+
+/* start + i * step, rounded to the dtype */
+static void ref_arange(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    (void)in;
+    double start = ir_attr_float(n, "start", 0), step = ir_attr_float(n, "step", 1);
+    for (int64_t i = 0; i < ir_numel(&out->type); i++) out->v[i] = test_round_to(out->type.dtype, start + (double)i * step);
+}
+
+/* the sums of x along axis up to each element (from the end when reverse) */
+static void ref_cumsum(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t outer, len, inner;
+    split(t, axis_of(n, "axis", 0, t->rank), &outer, &len, &inner);
+    bool reverse = ir_attr_int(n, "reverse", 0) != 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++)
+            for (int64_t i = 0; i < len; i++) {
+                double s = 0;
+                for (int64_t k = reverse ? i : 0; k < (reverse ? len : i + 1); k++) s += in[0].v[(o * len + k) * inner + j];
+                out->v[(o * len + i) * inner + j] = s;
+            }
+}
+
 /* ---- random ops ---- */
 
 /* Philox 4x32-10 written again from Salmon et al., "Parallel random
@@ -971,6 +1078,18 @@ const op_case op_cases[] = {
     {"rms_norm", "[5,17]; [2,3,33]; [130]; [4,2]; [5,17] [17]; [2,3,33] [33]; [130] [130]; [4,2] [2]", "; eps=0.01",
      .dom = {U(-3, 3), U(0.5, 2)}, .ref = ref_rms_norm},
 
+    /* batch_norm in both modes (training given: the graph's mode would follow the check), [N, C] and
+     * [N, C, H, W], with and without weight and bias; the running statistics have no gradient in training */
+    {"batch_norm", "[6,3] [3] [3]; [2,3,4,5] [3] [3]; [3,2,5] [2] [2]; [6,3] [3] [3] [3] [3]; [2,3,4,5] [3] [3] [3] [3]",
+     "training=1; training=1 eps=0.1", .dom = {U(-2, 3), U(-1, 1), U(0.5, 2), U(0.5, 2), U(-1, 1)}, .constant_in = 6,
+     .ref = ref_batch_norm},
+    {"batch_norm", "[6,3] [3] [3]; [2,3,4,5] [3] [3]; [6,3] [3] [3] [3] [3]; [2,3,2,3] [3] [3] [3] [3]",
+     "training=0; training=0 eps=0.1 momentum=0.5", .dom = {U(-2, 3), U(-1, 1), U(0.5, 2), U(0.5, 2), U(-1, 1)},
+     .ref = ref_batch_norm},
+    {"group_norm", "[2,6,5]; [3,12]; [2,6,2,3] [6] [6]; [1,4,3] [4] [4]", "num_groups=2; num_groups=1 eps=0.1",
+     .dom = {U(-2, 3), U(0.5, 2), U(-1, 1)}, .ref = ref_group_norm},
+    {"group_norm", "[2,6,5] [6] [6]", "num_groups=6; num_groups=3", .dom = {U(-2, 3), U(0.5, 2), U(-1, 1)}, .ref = ref_group_norm},
+
     /* cross_entropy: i32 and i64 targets, scalar targets */
     {"cross_entropy", "[4,7] i32[4]; [2,3,5] i64[2,3]; [1,130] i32[1]; [17] i64[]; [4,5] i32[4]",
      .dom = {U(-4, 4), INDEX(0, -1)}, TRANS, .ref = ref_cross_entropy},
@@ -1031,6 +1150,25 @@ const op_case op_cases[] = {
     /* the declared type gives the dtype (the case's); the rule gives the shape */
     {"one_hot", "i32[2,4]; i64[5]; i64[]; i32[0,3]", "depth=6; depth=1", .declared = "[]", .dom = {INDEX(-1, -1)}, EXACT,
      .ref = ref_one_hot},
+    /* gather, index_select along each axis (repeated indices: their gradients add), integers too */
+    {"gather", "[4,5,3] i64[2,5,3]; [4,5,3] i32[6,2,1]; [4,5,3] i64[0,5,3]", "axis=0", .dom = {U(-3, 3), INDEX(0, 0)}, EXACT,
+     .ref = ref_gather},
+    {"gather", "[4,5,3] i64[4,7,3]; [4,5,3] i32[2,2,2]", "axis=1; axis=-2", .dom = {U(-3, 3), INDEX(0, 1)}, EXACT, .ref = ref_gather},
+    {"gather", "[4,5,3] i32[4,5,6]; [7] i64[9]; i32[3,4] i64[3,2]", "axis=-1", .dom = {U(-30, 30), INDEX(0, -1)}, EXACT,
+     .ref = ref_gather},
+    {"index_select", "[4,5,3] i64[6]; [4,5,3] i32[0]; [7] i64[3]", "axis=0", .dom = {U(-3, 3), INDEX(0, 0)}, EXACT,
+     .ref = ref_index_select},
+    {"index_select", "[4,5,3] i32[7]; i64[4,5,3] i64[2]", "axis=1; axis=-2", .dom = {U(-30, 30), INDEX(0, 1)}, EXACT,
+     .ref = ref_index_select},
+    {"index_select", "[4,5,3] i64[4]", "axis=2", .dom = {U(-3, 3), INDEX(0, 2)}, EXACT, .ref = ref_index_select},
+    {"arange", NULL, "end=5; start=-2.5 end=4 step=0.5; start=3 end=-3 step=-0.75; start=1 end=1; start=0.1 end=1.7 step=0.1",
+     "[]", EXACT, .ref = ref_arange, .flags = OC_NO_GRAD},
+    /* cumsum of positive values (sums that cancel keep no relative precision), integers of both signs */
+    {"cumsum", "[6,17,5]; [3,1]", "axis=0; axis=1; axis=-1; axis=0 reverse=1; axis=-1 reverse=1", .dom = {U(0.25, 2)},
+     .ref = ref_cumsum},
+    {"cumsum", "[130]", "; reverse=1", .dom = {U(0.25, 2)}, .ref = ref_cumsum},
+    {"cumsum", "i32[6,17]; i64[130]", "axis=0; axis=-1 reverse=1", .dom = {U(-50, 50)}, EXACT, .ref = ref_cumsum},
+    {"cumsum", "[0,3]; [4,0]", "axis=0; axis=1", .ref = ref_cumsum},
     {"reshape", "[2,3,4]", .declared = "[4,6]; [24]; [3,4,2]; [1,24,1]", EXACT, .ref = ref_copy},
     {"reshape", "[]; [1]", .declared = "[1,1]", EXACT, .ref = ref_copy},
     {"reshape", "[0,3]", .declared = "[3,0]", EXACT, .ref = ref_copy},
@@ -1149,6 +1287,15 @@ const op_case op_cases[] = {
     {"avg_pool2d_grad", "[2,3,4,5]", "kernel=[3,3] stride=[2,2] padding=[1,1]; kernel=[3,3] stride=[2,2] padding=[1,1] count_include_pad=0",
      .declared = "[2,3,7,9]", .ref = ref_pool_grad},
     {"adaptive_avg_pool2d_grad", "[2,3,3,4]", "output_size=[3,4]", .declared = "[2,3,7,9]", .ref = ref_pool_grad},
+
+    {"gather_grad", "i64[2,5,3] [2,5,3]; i32[6,5,2] [6,5,2]", "axis=0", .declared = "[4,5,3]", .dom = {INDEX(-1, 0), U(-1, 1)},
+     .ref = ref_gather},
+    {"gather_grad", "i64[4,7,3] [4,7,3]", "axis=1; axis=-2", .declared = "[4,5,3]", .dom = {INDEX(-1, 1), U(-1, 1)},
+     .ref = ref_gather},
+    {"index_select_grad", "i64[6] [6,5,3]; i32[0] [0,5,3]", "axis=0", .declared = "[4,5,3]", .dom = {INDEX(-1, 0), U(-1, 1)},
+     .ref = ref_index_select},
+    {"index_select_grad", "i32[9] [4,5,9]", "axis=2; axis=-1", .declared = "[4,5,3]", .dom = {INDEX(-1, 2), U(-1, 1)},
+     .ref = ref_index_select},
 
     /* training step: loss scaling */
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", EXACT, .ref = ref_found_inf},

@@ -64,6 +64,12 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_log_softmax(g, t, -1));
     assert_null(alloy_layer_norm(g, t, t, t, 1e-5));
     assert_null(alloy_rms_norm(g, t, NULL, 1e-5));
+    assert_null(alloy_batch_norm(g, t, "bn", 0.1, 1e-5, true));
+    assert_null(alloy_group_norm(g, t, 2, NULL, NULL, 1e-5));
+    assert_null(alloy_gather(g, t, 0, t));
+    assert_null(alloy_index_select(g, t, 0, t));
+    assert_null(alloy_arange(g, 0, 4, 1, F32));
+    assert_null(alloy_cumsum(g, t, 0));
     assert_null(alloy_mse_loss(g, t, t, ALLOY_REDUCTION_MEAN));
     assert_null(alloy_l1_loss(g, t, t, ALLOY_REDUCTION_SUM));
     assert_null(alloy_smooth_l1_loss(g, t, t, 1.0, ALLOY_REDUCTION_NONE));
@@ -304,6 +310,13 @@ typedef struct bad_call {
     X(layer_norm_with_gamma_alone, "layer_norm: give both gamma and beta, or neither",                                  \
       !alloy_layer_norm(f->g, f->y, f->v, NULL, 1e-5))                                                                  \
     X(rms_norm_of_null, "rms_norm: operand 0 is NULL", !alloy_rms_norm(f->g, NULL, NULL, 1e-5))                         \
+    X(batch_norm_of_null, "batch_norm: x is NULL", !alloy_batch_norm(f->g, NULL, "bn", 0.1, 1e-5, true))              \
+    X(batch_norm_without_a_name, "batch_norm: a name is required", !alloy_batch_norm(f->g, f->x, NULL, 0.1, 1e-5, true)) \
+    X(group_norm_of_null, "group_norm: operand 0 is NULL", !alloy_group_norm(f->g, NULL, 1, NULL, NULL, 1e-5))           \
+    X(gather_of_null, "gather: operand 1 is NULL", !alloy_gather(f->g, f->x, 0, NULL))                                   \
+    X(index_select_of_null, "index_select: operand 0 is NULL", !alloy_index_select(f->g, NULL, 0, f->x))                 \
+    X(arange_with_step_0, "step != 0", !alloy_arange(f->g, 0, 1, 0, F32))                                               \
+    X(cumsum_of_null, "cumsum: operand 0 is NULL", !alloy_cumsum(f->g, NULL, 0))                                         \
     X(cross_entropy_of_null, "cross_entropy: operand 1 is NULL", !alloy_cross_entropy(f->g, f->y, NULL))                \
     X(embedding_of_null, "embedding: operand 0 is NULL", !alloy_embedding(f->g, NULL, f->w))                            \
     X(mse_loss_of_null, "mse_loss: operand 1 is NULL", !alloy_mse_loss(f->g, f->x, NULL, ALLOY_REDUCTION_MEAN))          \

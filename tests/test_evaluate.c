@@ -345,6 +345,35 @@ static void test_embedding_rejects_an_id_out_of_range_with_the_cpu_message(void 
     assert_string_equal(why, "embedding '%4': id 7 out of range [0, 3) at position [1]");
 }
 
+/* gather and index_select along each axis, every dtype, ids in [0, 5):
+ * against an axis of 5 the CPU's values, against one of 3 its error too;
+ * arange in every numeric dtype; cumsum along each axis, both ways, with
+ * inf, NaN and integer extremes (saturating sums). */
+static void test_indexing_ops_and_cumsum_match_the_cpu(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < 7; k++)
+        for (int axis = 0; axis < 3; axis++)
+            for (int id_dt = 0; id_dt < 2; id_dt++) {
+                shape xs = {3, {4, 5, 3}}, gs = {3, {3, 2, 2}}, ss = {1, {6}};
+                xs.d[axis] = axis == 1 ? 5 : 3; /* ids past 3 are out of range on the other axes */
+                gs.d[axis] = 4;
+                ir_type tg[2] = {ty(all_dtypes[k], xs), ty(id_dt ? I64 : I32, gs)};
+                ir_type ts[2] = {ty(all_dtypes[k], xs), ty(id_dt ? I64 : I32, ss)};
+                ir_attr a = ir_a_int("axis", axis - 3 * (axis == 2));
+                check_op(IR_OP_gather, 2, tg, 1, &a, NULL, IDS | SPECIAL);
+                check_op(IR_OP_index_select, 2, ts, 1, &a, NULL, IDS | SPECIAL);
+                ir_attr c[2] = {ir_a_int("axis", axis), ir_a_bool("reverse", id_dt)};
+                check_op(IR_OP_cumsum, 1, tg, 2, c, NULL, SPECIAL);
+            }
+    for (size_t k = 0; k < 7; k++) {
+        ir_type declared = ty(all_dtypes[k], (shape){0, {0}});
+        ir_attr a[3] = {ir_a_float("start", -2.5), ir_a_float("end", 40000), ir_a_float("step", 3.7)};
+        check_op(IR_OP_arange, 0, NULL, 3, a, &declared, 0);
+    }
+    assert_true(covered[IR_OP_gather] && covered[IR_OP_index_select] && covered[IR_OP_cumsum] && covered[IR_OP_arange]);
+}
+
 /* ---- reductions ---- */
 
 static const struct {
@@ -429,6 +458,10 @@ static bool evaluated(int op)
     case IR_OP_pad:
     case IR_OP_concat:
     case IR_OP_embedding:
+    case IR_OP_gather:
+    case IR_OP_index_select:
+    case IR_OP_arange:
+    case IR_OP_cumsum:
     case IR_OP_reduce_sum:
     case IR_OP_reduce_mean:
     case IR_OP_reduce_max:
@@ -499,6 +532,7 @@ int main(void)
         TEST(test_slice_pad_and_concat_match_the_cpu_along_any_axis),
         TEST(test_embedding_gathers_rows_like_the_cpu),
         TEST(test_embedding_rejects_an_id_out_of_range_with_the_cpu_message),
+        TEST(test_indexing_ops_and_cumsum_match_the_cpu),
         TEST(test_reductions_match_the_cpu_on_both_of_its_paths),
         TEST(test_reduce_sum_of_i64_computes_in_f64_and_saturates),
         TEST(test_random_ops_draw_the_cpus_bits),

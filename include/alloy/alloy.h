@@ -28,6 +28,8 @@
 #include "alloy/train.h"
 #include "alloy/random.h"
 #include "alloy/conv.h"
+#include "alloy/norm.h"
+#include "alloy/index.h"
 #include "alloy/cuda.h"
 #include "alloy/bundle.h"
 

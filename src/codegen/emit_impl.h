@@ -85,6 +85,15 @@ AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedu
 AL_HIDDEN const char *cg_emit_op(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_op.c */
 /* The direct kernel of a convolution, pool or backward op node n (step k, kernel `name`), or why none. (emit_conv.c) */
 AL_HIDDEN const char *cg_emit_conv(cg_program *p, const ir_graph *g, int k, const ir_node *n, const char *name);
+/* A single-op kernel of step k over `total` threads: body (statements at
+ * flat index e, compute type T = compute_type) in a grid-stride loop,
+ * file_scope before the kernel and `before` at its top (both may be
+ * NULL); false on OOM. (emit_op.c) */
+AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
+                            cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before);
+/* The kernels of the indexing ops (gather, index_select, their gradients,
+ * arange, cumsum) for node n of step k, or why none (emit_index.c). */
+AL_HIDDEN const char *cg_emit_index(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
 
 /* Threads per block of the elementwise kernels; their grid is capped so the
  * grid-stride loop does the rest. */

@@ -1,4 +1,4 @@
-/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, the random ops, a lone found_inf. */
+/* emit_op.c - kernels for the single-op steps: data movement, constants, reductions (per thread in the CPU's pairwise order, or by blocks and columns with partials), argmax and argmin, embedding and its gradient, one_hot, the random ops, a lone found_inf; the indexing ops go to emit_index.c. */
 #include <string.h>
 
 #include "base/random.h"
@@ -32,9 +32,9 @@ static unsigned grid_for(int64_t total)
     return (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
 }
 
-/* A kernel over the node's elements: body (statements at flat index e) in a grid-stride loop. */
-static bool finish(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
-                   cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before)
+/* A kernel over the node's elements: body (statements at flat index e) in a grid-stride loop (emit_impl.h). */
+bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
+                  cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before)
 {
     cg_text t = {0};
     cg_put_preamble(&t);
@@ -99,7 +99,7 @@ static const char *movement(cg_program *prog, const ir_graph *g, int k, const ir
             start += tj->dims[axis];
         }
     }
-    bool ok = finish(prog, g, k, name, "float", &b, &ps, ir_numel(o), NULL, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, "float", &b, &ps, ir_numel(o), NULL, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -134,7 +134,7 @@ static const char *constant(cg_program *prog, const ir_graph *g, int k, const ir
         cg_store(&b, n->type.dtype, true, "v_");
     }
     cg_put(&b, ";\n");
-    bool ok = finish(prog, g, k, name, "double", &b, &ps, count, before.s, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, "double", &b, &ps, count, before.s, NULL);
     cg_text_free(&b), cg_text_free(&before);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -276,7 +276,7 @@ static const char *reduce_per_thread(cg_program *prog, const ir_graph *g, int k,
         cg_put(&b, "        %s m_ = r_.sum(0, %lldll);\n", acc, (long long)r->count);
     }
     put_finish(&b, n, r, out);
-    bool ok = finish(prog, g, k, name, "float", &b, &ps, r->nout, NULL, before.s);
+    bool ok = cg_op_kernel(prog, g, k, name, "float", &b, &ps, r->nout, NULL, before.s);
     cg_text_free(&b), cg_text_free(&before);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -304,7 +304,7 @@ static bool reduce_partials(cg_program *prog, const ir_graph *g, int k, const ir
     put_finish(&b, n, r, out);
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s_final", k, ir_ops[n->op].name);
-    bool ok = finish(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout, NULL, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout, NULL, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     return ok;
@@ -393,7 +393,7 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
     cg_put(&b, " }\n");
     if (split > 1) cg_put(&b, "        p%d[e] = m_;\n", out);
     else put_finish(&b, n, r, out);
-    bool ok = finish(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout * split, NULL, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout * split, NULL, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     if (ok && split > 1) ok = reduce_partials(prog, g, k, n, r, split, false);
@@ -428,7 +428,7 @@ static const char *embedding(cg_program *prog, const ir_graph *g, int k, const i
     cg_put(&b, "        if (id_ < 0 || id_ >= %lldll) { p%d[e] = (%s)0; atomicOr(p%d, 1u); continue; }\n",
            (long long)rows, out, cg_storage(n->type.dtype), flag);
     cg_put(&b, "        p%d[e] = p%d[id_ * %lldll + c_];\n", out, tab, (long long)dim);
-    bool ok = finish(prog, g, k, name, "float", &b, &ps, ir_numel(&n->type), NULL, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, "float", &b, &ps, ir_numel(&n->type), NULL, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -458,7 +458,7 @@ static const char *arg(cg_program *prog, const ir_graph *g, int k, const ir_node
     cg_load(&b, t->dtype, pin, idx);
     cg_put(&b, ";\n            if (c_ != c_ || c_ %c b_) { b_ = c_; best_ = i_; }\n        }\n        p%d[e] = best_;\n",
            n->op == IR_OP_argmax ? '>' : '<', out);
-    bool ok = finish(prog, g, k, name, "double", &b, &ps, ir_numel(&n->type), NULL, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, "double", &b, &ps, ir_numel(&n->type), NULL, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -480,7 +480,7 @@ static const char *one_hot(cg_program *prog, const ir_graph *g, int k, const ir_
                "        p%d[e] = ", (long long)depth, flag, out);
     cg_store(&b, n->type.dtype, false, "!bad_ && id_ == c_ ? (T)1 : (T)0");
     cg_put(&b, ";\n");
-    bool ok = finish(prog, g, k, name, "float", &b, &ps, ir_numel(&n->type), NULL, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, "float", &b, &ps, ir_numel(&n->type), NULL, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -526,7 +526,7 @@ static const char *random_op(cg_program *prog, const ir_graph *g, int k, const i
     cg_store(&b, dt, wide || n->op != IR_OP_dropout, "v_");
     cg_put(&b, ";\n");
     static const char scope[] = "#ifndef ALLOY_RANDOM_DEFINED\n#define ALLOY_RANDOM_DEFINED\n" ALLOY_RANDOM_TEXT "\n#endif\n";
-    bool ok = finish(prog, g, k, name, wide ? "double" : "float", &b, &ps, ir_numel(&n->type), scope, NULL);
+    bool ok = cg_op_kernel(prog, g, k, name, wide ? "double" : "float", &b, &ps, ir_numel(&n->type), scope, NULL);
     cg_text_free(&b);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
@@ -615,6 +615,12 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_dropout:
     case IR_OP_uniform:
     case IR_OP_normal: return random_op(prog, g, k, n, name);
+    case IR_OP_gather:
+    case IR_OP_index_select:
+    case IR_OP_gather_grad:
+    case IR_OP_index_select_grad:
+    case IR_OP_arange:
+    case IR_OP_cumsum: return cg_emit_index(prog, g, k, n, name);
     case IR_OP_found_inf: return cg_emit_multi(prog, g, s, k);
     case IR_OP_matmul: return "a library GEMM (cuBLASLt)";
     case IR_OP_conv1d:

@@ -81,6 +81,21 @@ static const ir_attr_spec A_NLL_GRAD[] = {{"ignore_index", IR_ATTR_INT, false, f
 static const ir_attr_spec A_SMOOTH_L1[] = {{"beta", IR_ATTR_FLOAT, false, true, 1.0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_BCE_GRAD[] = {{"operand", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
 
+/* batch_norm: training absent = the graph's mode (the random pass writes it) */
+static const ir_attr_spec A_BATCH_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5},
+                                            {"momentum", IR_ATTR_FLOAT, false, true, 0.1},
+                                            {"training", IR_ATTR_BOOL, false, false, 1},
+                                            {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_GROUP_NORM[] = {
+    {"num_groups", IR_ATTR_INT, true, false, 0}, {"eps", IR_ATTR_FLOAT, false, true, 1e-5}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_AXIS[] = {{"axis", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ARANGE[] = {{"start", IR_ATTR_FLOAT, false, true, 0},
+                                        {"end", IR_ATTR_FLOAT, true, false, 0},
+                                        {"step", IR_ATTR_FLOAT, false, true, 1},
+                                        {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_CUMSUM[] = {
+    {"axis", IR_ATTR_INT, false, true, 0}, {"reverse", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
+
 #define STR(x) #x
 
 /* The row programs: each RW line's stages as data. */

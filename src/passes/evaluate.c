@@ -187,6 +187,61 @@ static alloy_status embedding(const ir_node *n, const ir_type *const *t, const d
     return ALLOY_OK;
 }
 
+/* gather (torch.gather) and index_select along `axis`: each result element
+ * is one element of x; an index outside [0, x's dim) is ALLOY_ERR_INVALID
+ * with the CPU's message (the first, in index order). */
+static alloy_status indexed(const ir_node *n, const ir_type *const *t, const double *const *in, double *out, char *why,
+                            size_t whylen)
+{
+    int axis = 0;
+    ir_norm_axis(ir_attr_i(n, "axis"), t[0]->rank, &axis);
+    int64_t len = t[0]->dims[axis], idx[ALLOY_MAX_RANK];
+    for (int64_t p = 0; p < ir_numel(t[1]); p++) {
+        double v = in[1][p];
+        if (v >= 0 && v < (double)len) continue;
+        char label[32], where[128];
+        unravel(t[1], p, idx);
+        al_fmt_dims(where, sizeof where, t[1]->rank, idx);
+        al_fmt(why, whylen, "%s '%s': index %lld out of range [0, %lld) at position %s", ir_ops[n->op].name,
+               ir_node_label(n, label, sizeof label), (long long)as_i64(v), (long long)len, where);
+        return ALLOY_ERR_INVALID;
+    }
+    for (int64_t i = 0; i < ir_numel(&n->type); i++) {
+        unravel(&n->type, i, idx);
+        idx[axis] = (int64_t)(n->op == IR_OP_gather ? in[1][i] : in[1][idx[axis]]);
+        out[i] = in[0][ravel(t[0], idx)];
+    }
+    return ALLOY_OK;
+}
+
+/* arange: start + i * step in f64, rounded once (cpu_arange). */
+static void arange(const ir_node *n, double *out)
+{
+    double start = ir_attr_f(n, "start"), step = ir_attr_f(n, "step");
+    for (int64_t i = 0; i < ir_numel(&n->type); i++) out[i] = stored_f64(n->type.dtype, start + (double)i * step);
+}
+
+/* cumsum: the running sum along axis in order (from the end when reverse),
+ * in f32 (f64 for f64 and integers), each prefix stored (cpu_cumsum). */
+static void cumsum(const ir_node *n, const ir_type *t, const double *x, double *out)
+{
+    int axis = 0;
+    ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
+    int64_t len = t->dims[axis], inner = 1, outer = 1;
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    bool reverse = ir_attr_i(n, "reverse"), wide = t->dtype == ALLOY_F64 || ir_is_int(t->dtype);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            double sd = 0;
+            float sf = 0;
+            for (int64_t k = 0; k < len; k++) {
+                int64_t at = (o * len + (reverse ? len - 1 - k : k)) * inner + j;
+                out[at] = wide ? stored_f64(t->dtype, sd += x[at]) : stored_f32(t->dtype, sf += (float)x[at]);
+            }
+        }
+}
+
 /* ---- reductions, as cpu_reduce.c computes them ---- */
 
 /* The terms of one result: x at base + the offset of each reduced
@@ -357,6 +412,10 @@ alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const d
     case IR_OP_pad:
     case IR_OP_concat: movement(n, in_types, in, out); return ALLOY_OK;
     case IR_OP_embedding: return embedding(n, in_types, in, out, why, whylen);
+    case IR_OP_gather:
+    case IR_OP_index_select: return indexed(n, in_types, in, out, why, whylen);
+    case IR_OP_arange: arange(n, out); return ALLOY_OK;
+    case IR_OP_cumsum: cumsum(n, in_types[0], in[0], out); return ALLOY_OK;
     case IR_OP_reduce_sum:
     case IR_OP_reduce_mean:
     case IR_OP_reduce_max: return reduce(n, in_types[0], in[0], out, why, whylen);

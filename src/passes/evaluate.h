@@ -11,11 +11,11 @@
  * representable in n's dtype: bit for bit what the CPU backend computes for
  * this node. Returns ALLOY_OK; ALLOY_ERR_UNSUPPORTED (why says so) for an op
  * it does not evaluate; ALLOY_ERR_INVALID with why for values the op rejects
- * (an embedding index out of range, ...). Never touches runtime code.
+ * (an embedding, gather or index_select index out of range, ...). Never touches runtime code.
  *
  * Evaluated: every elementwise op, cast, reshape, broadcast_to, transpose,
- * slice, pad, concat, embedding, reduce_sum/mean/max, dropout, uniform,
- * normal (row ops, whose meaning is
+ * slice, pad, concat, embedding, gather, index_select, arange, cumsum,
+ * reduce_sum/mean/max, dropout, uniform, normal (row ops, whose meaning is
  * their row program, are not folded). n must be
  * well typed (as ir_add_node leaves it). Doubles hold i64 values exactly
  * only up to 2^53: an i64 reduction whose exact result a double cannot hold

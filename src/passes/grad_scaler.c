@@ -11,7 +11,12 @@
  *     inf/NaN -> scale *= backoff (not below min_scale), tracker = 0;
  *     else tracker += 1 and at growth_interval scale *= growth when the
  *     grown scale is finite, tracker = 0. With accumulation they change only
- *     on the last micro-batch, from the inf/NaN seen over all of them.
+ *     on the last micro-batch, from the inf/NaN seen over all of them;
+ *   - every state update the graph had before this pass (the forward's:
+ *     batch_norm's running statistics, updates the IR declares) is
+ *     where(step.apply, new, old), as the optimizer gates its own: a
+ *     skipped step (and, accumulating, every micro-batch but the last)
+ *     leaves that state bit for bit as it was.
  * Nothing is emitted when training has neither a scaler nor accumulation.
  */
 #include <string.h>
@@ -44,7 +49,7 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
     bool scaling = sc->kind != ALLOY_SCALER_NONE;
     if (!opts->train || (!scaling && k == 1)) return ALLOY_OK;
     ad_ctx c = {g};
-    int no = g->noutputs;
+    int no = g->noutputs, nforward = g->nupdates;
     int found = -1, is_last = -1;
     int scale = scaling ? ir_find_name(g, STEP_SCALE) : -1;
     if (scaling && scale < 0) return ir_error(g, ALLOY_ERR_VERIFY, "grad_scaler: no '%s' state (autodiff did not seed)", STEP_SCALE);
@@ -91,6 +96,10 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
     }
     int apply = scaling ? (k > 1 ? E3(where, found, f_false, is_last) : E2(equal, found, f_false)) : is_last;
     if (!scaling) found = f_false;
+    for (int i = 0; i < nforward && apply >= 0 && !g->status; i++) { /* the forward's state updates */
+        int old = ir_find_name(g, g->updates[i].name);
+        if (old >= 0) g->updates[i].node = E3(where, apply, g->updates[i].node, old);
+    }
     /* scale update (PyTorch's _amp_update_scale_) */
     if (scaling) {
         int next_scale = scale, skipped = pass_state_leaf(g, STEP_SKIPPED, ALLOY_I32, 0, NULL, 0);

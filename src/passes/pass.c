@@ -4,6 +4,7 @@
 
 #include "ir/groups.h"
 #include "passes/inspect.h"
+#include "passes/lower_norm.h"
 #include "passes/pass.h"
 
 static alloy_status pass_verify(ir_graph **g, const pass_options *opts)
@@ -134,11 +135,13 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
     bool scaling = opts->scaler.kind == ALLOY_SCALER_DYNAMIC || opts->scaler.kind == ALLOY_SCALER_STATIC;
     bool random = false;
     for (int i = 0; i < g->nnodes && !random; i++)
-        random = g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal;
+        random = g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal ||
+                 lower_norm_op(g->nodes[i]->op);
     if ((disabled & 1u << pass_index("random")) && random)
         return ir_error(g, ALLOY_ERR_INVALID,
-                        "disable_passes=random: the graph has random ops, and that pass gives them their seed and step "
-                        "and turns dropout off outside training; remove random from disable_passes (ALLOY_DISABLE_PASSES)");
+                        "disable_passes=random: the graph has random ops or batch_norm / group_norm, and that pass gives "
+                        "random ops their seed and step, turns dropout off outside training and lowers the norms; remove "
+                        "random from disable_passes (ALLOY_DISABLE_PASSES)");
     if (!opts->train) return ALLOY_OK;
     if (disabled & 1u << pass_index("autodiff")) {
         skipped = "autodiff";
