@@ -27,6 +27,16 @@ struct cpu_exec {
     size_t scratch_bytes;
     cpu_workers *workers;  /* the run's threads, for kernels (matmul); NULL: one thread */
     int lowp_gemm;         /* opt_lowp_gemm: the f16/bf16 GEMM kernel asked for */
+    /* while a GEMM step's epilogue runs (cpu_run_gemm): the GEMM's
+     * unrounded f32 product, which the epilogue reads in place; the group
+     * gives it the range rule of product_dtype (when ranged) and, where
+     * product_store is not NULL, stores it rounded to product_dtype there,
+     * in the chunk loop that reads it (cpu_run_group_ex); NULL otherwise */
+    float *product;
+    int64_t product_count;
+    void *product_store;
+    alloy_dtype product_dtype;
+    bool product_ranged;
 };
 
 /* Records a run-time error on x (first wins) and returns status. Messages

@@ -98,6 +98,12 @@ typedef struct fz_input {
     size_t es;
     const char *data;
     fz_walk walk;
+    /* a GEMM's f32 product (dense walk, f32 compute only): when ranged, the
+     * range rule of range_dtype applied as it is loaded; stored rounded to
+     * store_dtype at store (NULL: not) */
+    bool ranged;
+    alloy_dtype range_dtype, store_dtype;
+    char *store;
     int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
 } fz_input;
 
@@ -231,20 +237,32 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
  * that a store would round to inf becomes that inf (|x| >= 65520 for f16,
  * >= 0x1.ffp127 for bf16). Overflow decisions (found_inf, the loss
  * scaler) are then those of the unfused graph. */
-void cpu_range_f32(alloy_dtype dt, float *y, int64_t n)
+/* cpu_range_f32 from x into y (x == y allowed). A select, not a branch, so
+ * that the loop vectorizes: it runs on every chunk of a ranged value. NaN
+ * compares false and stays. */
+static void range_copy_f32(alloy_dtype dt, const float *x, float *y, int64_t n)
 {
     float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : 0.0f;
-    if (limit == 0.0f) return;
-    for (int64_t i = 0; i < n; i++)
-        if (fabsf(y[i]) >= limit) y[i] = copysignf(INFINITY, y[i]);
+    if (limit == 0.0f) {
+        if (x != y) memcpy(y, x, sizeof(float) * (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
+    }
 }
+
+void cpu_range_f32(alloy_dtype dt, float *y, int64_t n) { range_copy_f32(dt, y, y, n); }
 
 static void range_f64(alloy_dtype dt, double *y, int64_t n)
 {
     double limit = dt == ALLOY_F16 ? 65520.0 : dt == ALLOY_BF16 ? 0x1.ffp127 : 0.0;
     if (limit == 0.0) return;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(y[i]) >= limit) y[i] = copysign(INFINITY, y[i]);
+    for (int64_t i = 0; i < n; i++) {
+        double v = y[i];
+        y[i] = fabs(v) >= limit ? copysign(INFINITY, v) : v;
+    }
 }
 
 /* Whether any of n values of dtype dt at p is an inf or NaN (as found_inf
@@ -305,7 +323,13 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             void *b = inbuf + (size_t)k * bufbytes;
             if (in->walk == WALK_DENSE) {
                 const char *src = in->data + (size_t)start * in->es;
-                if (in->dtype == ct) {
+                if (in->store) cvt_store_f32(in->store_dtype, (const float *)(const void *)src,
+                                             in->store + (size_t)start * alloy_dtype_size(in->store_dtype),
+                                             (size_t)len);
+                if (in->ranged) {
+                    range_copy_f32(in->range_dtype, (const float *)(const void *)src, b, len);
+                    ptr[k] = b;
+                } else if (in->dtype == ct) {
                     ptr[k] = src;
                 } else {
                     if (p->wide) cvt_load_f64(in->dtype, src, b, (size_t)len);
@@ -645,6 +669,25 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
     return NULL;
 }
 
+/* Hands the GEMM product's range rule and rounded store (x->product) to
+ * the chunk loop that loads it, where the product is an input walked
+ * densely in f32; else (a broadcast product, an f64 group, a product no
+ * member reads) does both over the whole product first, as one pass each. */
+static void fold_product(cpu_exec *x, fz_plan *p)
+{
+    for (int k = 0; k < p->ninputs && !p->wide; k++) {
+        fz_input *in = &p->inputs[k];
+        if (in->data != (const char *)x->product || in->walk != WALK_DENSE) continue;
+        in->ranged = x->product_ranged;
+        in->range_dtype = x->product_dtype;
+        in->store = x->product_store;
+        in->store_dtype = x->product_dtype;
+        return;
+    }
+    if (x->product_store) cvt_store_f32(x->product_dtype, x->product, x->product_store, (size_t)x->product_count);
+    if (x->product_ranged) cpu_range_f32(x->product_dtype, x->product, x->product_count);
+}
+
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
                               rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite)
 {
@@ -681,6 +724,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
         return ALLOY_OK;
     }
     build_space(&p, space, in_types);
+    if (x->product) fold_product(x, &p);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
