@@ -84,6 +84,10 @@ AL_HIDDEN void cpu_workers_free(cpu_workers *w);
  * that breaks these rules is ALLOY_ERR_VERIFY. */
 AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
                                         rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite);
+/* Reserves in w what any group of up to n members needs to run on up to
+ * `threads` threads (its plan block and chunk buffers), so that such
+ * groups then run without allocating; ALLOY_ERR_OOM when it cannot. */
+AL_HIDDEN alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads);
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);

@@ -407,6 +407,8 @@ struct cpu_workers {
     rt_tensor *views[MAX_THREADS];
     int nviews[MAX_THREADS];
     void *buffer;        /* cpu_workers_buffer's */
+    char *group_block;   /* a group's plan (cpu_run_group_ex), kept once reserved */
+    size_t group_block_bytes;
     size_t buffer_bytes;
 };
 
@@ -471,6 +473,7 @@ void cpu_workers_free(cpu_workers *w)
     al_free(w->scratch);
     for (int t = 0; t < MAX_THREADS; t++) al_free(w->views[t]);
     al_free(w->buffer);
+    al_free(w->group_block);
     al_free(w);
 }
 
@@ -688,18 +691,57 @@ static void fold_product(cpu_exec *x, fz_plan *p)
     if (x->product_ranged) cpu_range_f32(x->product_dtype, x->product, x->product_count);
 }
 
+/* Bytes of the plan block of a group of n members (members, inputs, input
+ * types, last uses + input ids, free slots, the index of the inputs of
+ * ext_cap entries). */
+static size_t group_block_bytes(int n, uint32_t *ext_cap)
+{
+    uint32_t cap = 16;
+    while (cap < 6 * (uint32_t)n) cap *= 2;
+    if (ext_cap) *ext_cap = cap;
+    return sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n + sizeof(ir_type *) * 3 * (size_t)n +
+           sizeof(int) * 5 * (size_t)n + sizeof(int) * cap;
+}
+
+/* The most chunk-buffer bytes one thread needs for a group of n members:
+ * at most 3n inputs and n slots of CHUNK f64, the roundtrip buffer, the
+ * pointers (cpu_run_group_ex's share). */
+static size_t share_bound(int n)
+{
+    size_t at = (size_t)4 * (size_t)n * CHUNK * sizeof(double) + (size_t)CHUNK * 8;
+    return (at + sizeof(void *) * 4 * (size_t)n + 63) & ~(size_t)63;
+}
+
+alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
+{
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    size_t block = group_block_bytes(n, NULL), scratch = share_bound(n) * (size_t)threads;
+    if (w->group_block_bytes < block) {
+        al_free(w->group_block);
+        w->group_block = al_malloc(block);
+        w->group_block_bytes = w->group_block ? block : 0;
+        if (!w->group_block) return ALLOY_ERR_OOM;
+    }
+    if (w->scratch_bytes < scratch) {
+        void *bigger = al_realloc(w->scratch, scratch);
+        if (!bigger) return ALLOY_ERR_OOM;
+        w->scratch = bigger;
+        w->scratch_bytes = scratch;
+    }
+    return ALLOY_OK;
+}
+
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
                               rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite)
 {
     const ir_node *last = g->nodes[members[n - 1].node];
     char label[64];
-    /* one block: members, inputs, input types, last uses + input ids, free
-     * slots, the index of the inputs */
-    uint32_t ext_cap = 16;
-    while (ext_cap < 6 * (uint32_t)n) ext_cap *= 2;
-    size_t bytes = sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n +
-                   sizeof(ir_type *) * 3 * (size_t)n + sizeof(int) * 5 * (size_t)n + sizeof(int) * ext_cap;
-    char *block = al_malloc(bytes);
+    uint32_t ext_cap;
+    size_t bytes = group_block_bytes(n, &ext_cap);
+    /* the block reserved in w (cpu_workers_reserve), else one of its own */
+    bool own = w->group_block_bytes < bytes;
+    char *block = own ? al_malloc(bytes) : w->group_block;
     if (!block)
         return cpu_fail(x, ALLOY_ERR_OOM, "out of memory running the group ending at %s '%s'",
                         ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
@@ -713,14 +755,14 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     p.nonfinite = nonfinite;
     const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots, ext_slots, ext_cap - 1);
     if (why) {
-        al_free(block);
+        if (own) al_free(block);
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",
                         ir_ops[last->op].name, ir_node_label(last, label, sizeof label), why);
     }
     if (!space) space = &last->type;
     p.total = ir_numel(space);
     if (p.total == 0) {
-        al_free(block);
+        if (own) al_free(block);
         return ALLOY_OK;
     }
     build_space(&p, space, in_types);
@@ -737,7 +779,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     if (w->scratch_bytes < w->share * (size_t)threads) {
         void *bigger = al_realloc(w->scratch, w->share * (size_t)threads);
         if (!bigger) {
-            al_free(block);
+            if (own) al_free(block);
             return cpu_fail(x, ALLOY_ERR_OOM, "out of memory for the chunk buffers of %s '%s'",
                             ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
         }
@@ -745,6 +787,6 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
         w->scratch_bytes = w->share * (size_t)threads;
     }
     run_parallel(w, &p, threads, nchunks);
-    al_free(block);
+    if (own) al_free(block);
     return ALLOY_OK;
 }
