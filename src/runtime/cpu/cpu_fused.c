@@ -104,6 +104,7 @@ typedef struct fz_input {
     bool ranged;
     alloy_dtype range_dtype, store_dtype;
     char *store;
+    bool aliased; /* a member is stored over it (an update written in place): read through a copy */
     int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
 } fz_input;
 
@@ -329,7 +330,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 if (in->ranged) {
                     range_copy_f32(in->range_dtype, (const float *)(const void *)src, b, len);
                     ptr[k] = b;
-                } else if (in->dtype == ct) {
+                } else if (in->dtype == ct && !in->aliased) {
                     ptr[k] = src;
                 } else {
                     if (p->wide) cvt_load_f64(in->dtype, src, b, (size_t)len);
@@ -732,6 +733,16 @@ alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
     return ALLOY_OK;
 }
 
+/* Marks the inputs a member is stored over (an update written into its
+ * state's buffer, which it reads): the chunk functions' operands alias no
+ * output, so those inputs are read through their chunk buffer. */
+static void mark_aliased(fz_plan *p)
+{
+    for (int k = 0; k < p->ninputs; k++)
+        for (int m = 0; m < p->nmembers && !p->inputs[k].aliased; m++)
+            p->inputs[k].aliased = p->members[m].dst && p->members[m].dst == p->inputs[k].data;
+}
+
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
                               rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite)
 {
@@ -767,6 +778,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     }
     build_space(&p, space, in_types);
     if (x->product) fold_product(x, &p);
+    if (x->writes_state) mark_aliased(&p);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
