@@ -188,12 +188,36 @@ static void test_steps_with_updates_in_place_match_steps_with_updates_copied_bit
     }
 }
 
+static void test_a_fetched_parameter_is_the_value_the_step_used_not_its_update(void **state)
+{
+    (void)state;
+    fill_data();
+    for (int amp = 0; amp < 2; amp++) {
+        alloy_graph *g = linear_step(amp, false);
+        step(g, 1.0f);
+        alloy_host_tensor w;
+        check(alloy_graph_get_state(g, "w", &w), g, "get_state");
+        float *before = test_malloc(W_BYTES);
+        memcpy(before, w.data, W_BYTES);
+        alloy_host_tensor feeds[2] = {{.name = "x", .dtype = ALLOY_F32, .rank = 2, .dims = {BATCH, N}, .data = xs},
+                                      {.name = "y", .dtype = ALLOY_F32, .rank = 2, .dims = {BATCH, N}, .data = ys}};
+        alloy_host_tensor fetch = {.name = "w"};
+        check(alloy_graph_run(g, feeds, 2, &fetch, 1), g, "run");
+        assert_memory_equal(fetch.data, before, W_BYTES);
+        check(alloy_graph_get_state(g, "w", &w), g, "get_state");
+        assert_true(first_diff(w.data, before, W_BYTES) >= 0); /* and the step did update w */
+        test_free(before);
+        alloy_graph_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_training_step_plans_its_state_once_not_twice),
         cmocka_unit_test(test_a_skipped_step_leaves_parameters_moments_and_counter_bit_identical),
         cmocka_unit_test(test_steps_with_updates_in_place_match_steps_with_updates_copied_bit_for_bit),
+        cmocka_unit_test(test_a_fetched_parameter_is_the_value_the_step_used_not_its_update),
     };
     return cmocka_run_group_tests_name("inplace", tests, test_checked_alloc, test_plain_alloc);
 }
