@@ -241,7 +241,7 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
 /* cpu_range_f32 from x into y (x == y allowed). A select, not a branch, so
  * that the loop vectorizes: it runs on every chunk of a ranged value. NaN
  * compares false and stays. */
-static void range_copy_f32(alloy_dtype dt, const float *x, float *y, int64_t n)
+CPU_VECTOR_CLONES static void range_copy_f32(alloy_dtype dt, const float *x, float *y, int64_t n)
 {
     float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : 0.0f;
     if (limit == 0.0f) {
@@ -362,10 +362,14 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F64 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             } else {
-                mb->f32(len, y, op[0], op[1], op[2], mb->p);
-                if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
-                if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
-                    cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                if (mb->f32 == fz_copy_f32 && mb->exact && !mb->ranged) { /* a rounding cast: no copy first */
+                    cvt_store_f32(mb->dtype, op[0], back, (size_t)len);
+                } else {
+                    mb->f32(len, y, op[0], op[1], op[2], mb->p);
+                    if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
+                    if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
+                        cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                }
                 if (mb->exact) cvt_load_f32(mb->dtype, back, y, (size_t)len);
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F32 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
