@@ -391,58 +391,46 @@ static bool step_cannot_fail(const ir_graph *g, const schedule *s, int k)
     return true;
 }
 
-/* The EW part of s holding member index m of step k (or -1). */
-static int part_of(const schedule *s, int k, int m)
-{
-    const sched_step *step = &s->steps[k];
-    for (int q = step->first_part; q < step->first_part + step->nparts; q++)
-        if (m >= s->parts[q].first && m < s->parts[q].first + s->parts[q].n) return s->parts[q].kind == PART_EW ? q : -1;
-    return step->kind == STEP_EW ? step->first : -1;
-}
-
-/* The member index of node id in its step (or -1). */
-static int member_of(const schedule *s, int id)
-{
-    const sched_step *step = &s->steps[s->step_of[id]];
-    for (int m = step->first; m < step->first + step->n; m++)
-        if (s->members[m].node == id) return m;
-    return -1;
-}
-
 /* Fills state_of (nn entries, all -1) with the updates that plan_for_step
- * writes in place; returns the first step writing one, or -1. last_read
- * (nn entries) is scratch. Steps run in index order, members of a part
- * chunk by chunk in member order. */
-static int updates_in_place(const ir_graph *g, const schedule *s, int *state_of, int *last_read)
+ * writes in place; returns the first step writing one, or -1. scratch has
+ * 3 nn ints. Steps run in index order, the members of an EW part chunk by
+ * chunk in member order. Linear in the nodes and operands. */
+static int updates_in_place(const ir_graph *g, const schedule *s, int *state_of, int *scratch)
 {
     int nn = g->nnodes, tail = s->nsteps;
     while (tail > 0 && step_cannot_fail(g, s, tail - 1)) tail--;
-    for (int i = 0; i < nn; i++) last_read[i] = -1;
-    /* per leaf: the last step reading it outside the part of its update */
-    for (int i = 0; i < nn; i++)
-        for (int j = 0; j < g->nodes[i]->nin; j++) {
-            int in = g->nodes[i]->in[j], k = s->step_of[i];
-            if (k >= 0 && k > last_read[in]) last_read[in] = k;
+    /* per node: its member index and the EW part holding it (-1: none) */
+    int *member = scratch, *part = scratch + nn, *update = scratch + 2 * nn;
+    for (int i = 0; i < nn; i++) member[i] = part[i] = update[i] = -1;
+    for (int q = 0; q < s->nparts; q++)
+        for (int m = s->parts[q].first; m < s->parts[q].first + s->parts[q].n; m++) {
+            member[s->members[m].node] = m;
+            part[s->members[m].node] = s->parts[q].kind == PART_EW ? q : -1;
         }
-    int first = -1;
+    /* candidates: update v of leaf t stored by an EW part of the tail, of t's type */
     for (int u = 0; u < g->nupdates; u++) {
-        int t = ir_find_name(g, g->updates[u].name), v = g->updates[u].node;
-        if (t < 0 || t == v || s->step_of[v] < 0 || !sched_stored(s, v)) continue;
+        int t = ir_find_name(g, g->updates[u].name), v = g->updates[u].node, k = v >= 0 ? s->step_of[v] : -1;
+        if (t < 0 || t == v || k < tail || part[v] < 0 || !sched_stored(s, v)) continue;
         const ir_node *leaf = g->nodes[t];
         if ((leaf->op != IR_OP_param && leaf->op != IR_OP_state) || !ir_type_eq(&leaf->type, &g->nodes[v]->type))
             continue;
-        int k = s->step_of[v], mv = member_of(s, v), part = mv < 0 ? -1 : part_of(s, k, mv);
-        const sched_step *step = &s->steps[k];
-        if (k < tail || part < 0 || (step->kind != STEP_EW && step->kind != STEP_MULTI) || last_read[t] > k) continue;
-        bool ok = true; /* readers of t in v's step are members of v's part, none after v */
-        for (int m = step->first; m < step->first + step->n && ok; m++) {
-            const ir_node *n = g->nodes[s->members[m].node];
-            for (int j = 0; j < n->nin && ok; j++)
-                if (n->in[j] == t) ok = part_of(s, k, m) == part && m <= mv;
+        if (s->steps[k].kind != STEP_EW && s->steps[k].kind != STEP_MULTI) continue;
+        update[t] = v;
+    }
+    /* every reader of t runs in an earlier step, or in v's part no later than v */
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            int t = g->nodes[i]->in[j], v = update[t];
+            if (v < 0) continue;
+            int ki = s->step_of[i], kv = s->step_of[v];
+            if (ki > kv || (ki == kv && (part[i] != part[v] || member[i] > member[v]))) update[t] = -1;
         }
-        if (!ok) continue;
+    int first = -1;
+    for (int t = 0; t < nn; t++) {
+        int v = update[t];
+        if (v < 0) continue;
         state_of[v] = t;
-        if (first < 0 || k < first) first = k;
+        if (first < 0 || s->step_of[v] < first) first = s->step_of[v];
     }
     return first;
 }
@@ -487,17 +475,17 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     int *state_of = NULL, first_write = -1;
     if (!st && in_place) {
         state_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
-        int *last_read = al_malloc(sizeof(int) * ((size_t)nn + 1));
-        if (!state_of || !last_read) {
+        int *scratch = al_malloc(sizeof(int) * (3 * (size_t)nn + 1));
+        if (!state_of || !scratch) {
             al_fmt(err, errlen, "out of memory planning the updates of %d nodes", nn);
             st = ALLOY_ERR_OOM;
         } else {
             for (int i = 0; i < nn; i++) state_of[i] = -1;
-            first_write = updates_in_place(g, s, state_of, last_read);
+            first_write = updates_in_place(g, s, state_of, scratch);
             for (int i = 0; i < nn; i++) /* its value lives in the state's buffer: no slot */
                 if (state_of[i] >= 0) bound[i] = 1;
         }
-        al_free(last_read);
+        al_free(scratch);
         if (first_write < 0) al_free(state_of), state_of = NULL;
     }
     if (!st) {

@@ -118,7 +118,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         /* from here on steps write state: what they need is reserved first, so
          * that a run that fails leaves the state as it was */
         if (plan->state_of && k == plan->first_write && reserve_tail(x, g, s, k, w)) break;
-        x->writes_state = plan->state_of && k >= plan->first_write;
+        x->state_of = plan->state_of && k >= plan->first_write ? plan->state_of : NULL;
         if (x->status) break;
         run_step(x, g, s, step, values, w);
         /* values past their last reader are forgotten: their slots are reused */

@@ -32,9 +32,10 @@ struct cpu_exec {
      * gives it the range rule of product_dtype (when ranged) and, where
      * product_store is not NULL, stores it rounded to product_dtype there,
      * in the chunk loop that reads it (cpu_run_group_ex); NULL otherwise */
-    /* the steps that write state buffers in place are running: a group
-     * reads an input it is stored over through a copy (cpu_run_group_ex) */
-    bool writes_state;
+    /* while the steps that write state buffers in place run: the plan's
+     * state_of (a group reads an input it is stored over through a copy,
+     * cpu_run_group_ex); NULL otherwise */
+    const int *state_of;
     float *product;
     int64_t product_count;
     void *product_store;

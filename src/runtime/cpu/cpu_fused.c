@@ -738,13 +738,20 @@ alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
 }
 
 /* Marks the inputs a member is stored over (an update written into its
- * state's buffer, which it reads): the chunk functions' operands alias no
- * output, so those inputs are read through their chunk buffer. */
-static void mark_aliased(fz_plan *p)
+ * state's buffer, state_of from the plan, which it reads): the chunk
+ * functions' operands alias no output, so those inputs are read through
+ * their chunk buffer. ext_slots / ext_id / ext_mask: make_plan's index of
+ * the inputs by node id. */
+static void mark_aliased(fz_plan *p, const sched_member *members, int n, const int *state_of, const int *ext_slots,
+                         const int *ext_id, uint32_t ext_mask)
 {
-    for (int k = 0; k < p->ninputs; k++)
-        for (int m = 0; m < p->nmembers && !p->inputs[k].aliased; m++)
-            p->inputs[k].aliased = p->members[m].dst && p->members[m].dst == p->inputs[k].data;
+    for (int k = 0; k < n; k++) {
+        int t = state_of[members[k].node];
+        if (t < 0) continue;
+        uint32_t h = ((uint32_t)t * 0x9e3779b1u) >> 7 & ext_mask;
+        while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != t) h = (h + 1) & ext_mask;
+        if (ext_slots[h] >= 0) p->inputs[ext_slots[h]].aliased = true;
+    }
 }
 
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
@@ -782,7 +789,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     }
     build_space(&p, space, in_types);
     if (x->product) fold_product(x, &p);
-    if (x->writes_state) mark_aliased(&p);
+    if (x->state_of) mark_aliased(&p, members, n, x->state_of, ext_slots, last_use + n, ext_cap - 1);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
