@@ -98,8 +98,10 @@ AL_HIDDEN alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, b
 AL_HIDDEN alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out,
                                      char *err, size_t errlen);
 /* Prints the plan as comment lines: a summary ("# plan: arena N bytes, peak
- * live N bytes, in place N, scratch N at N, f32 N B, ...") and, when
- * per_value, one "# slot %id @offset +bytes" line per materialized value. */
+ * live N bytes, in place N, scratch N at N, updates in place N, f32 N B,
+ * ...") and, when per_value, one "# slot %id @offset +bytes" line per
+ * materialized value and "# update %id in state %leaf" per update written
+ * in place. */
 AL_HIDDEN void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out);
 /* Frees what plan_build allocated and empties p (safe on an empty plan). */
 AL_HIDDEN void plan_free(mem_plan *p);
