@@ -158,7 +158,7 @@ static void test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan(void *
     schedule s;
     mem_plan p;
     assert_int_equal(sched_build(c.ir, NULL, &s, err, sizeof err), ALLOY_OK);
-    assert_int_equal(plan_for_schedule(c.ir, &s, false, &p, err, sizeof err), ALLOY_OK);
+    assert_int_equal(plan_for_step(c.ir, &s, false, &p, err, sizeof err), ALLOY_OK);
     const schedule *b = &c.comp.sched;
     assert_int_equal(s.nsteps, b->nsteps);
     assert_true(b->nsteps > 5);
@@ -180,6 +180,11 @@ static void test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan(void *
     assert_int_equal(p.arena_bytes, c.comp.plan.arena_bytes);
     assert_int_equal(p.scratch_offset, c.comp.plan.scratch_offset);
     assert_memory_equal(p.offset, c.comp.plan.offset, sizeof(int64_t) * (size_t)p.nnodes);
+    /* the updates written into their state's buffer came back as such */
+    assert_non_null(p.state_of);
+    assert_non_null(c.comp.plan.state_of);
+    assert_memory_equal(p.state_of, c.comp.plan.state_of, sizeof(int) * (size_t)p.nnodes);
+    assert_int_equal(p.first_write, c.comp.plan.first_write);
     /* printing the parsed IR gives the section's text again: every attribute survived */
     size_t len;
     unsigned char *bytes = test_read_file(path, &len);

@@ -30,7 +30,7 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
     char err[256];
     alloy_status st = c->sched.steps ? ALLOY_OK : sched_build(g, NULL, &c->sched, err, sizeof err);
     plan_free(&c->plan);
-    if (!st) st = plan_for_schedule(g, &c->sched, pass_cfg(opts)->no_arena, &c->plan, err, sizeof err);
+    if (!st) st = plan_for_step(g, &c->sched, pass_cfg(opts)->no_arena, &c->plan, err, sizeof err);
     return st ? ir_error(g, st, "plan: %s", err) : ALLOY_OK;
 }
 

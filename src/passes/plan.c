@@ -191,7 +191,7 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
     char a[64], b[64];
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
-        if (is_bound_leaf(n)) continue;
+        if (is_bound_leaf(n) || (s && s->bound && s->bound[i])) continue;
         p->flags[i] = (!s || !s->materialized || s->materialized[i] ? F_MAT : 0) |
                       (s && s->keep && s->keep[i] ? F_KEEP : 0);
         if (pos_of(p, i) < 0 || pos_of(p, i) == INT_MAX) {
@@ -211,7 +211,7 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
         const ir_node *n = g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
             int j = n->in[k];
-            if (is_bound_leaf(g->nodes[j])) continue;
+            if (is_bound_leaf(g->nodes[j]) || (s && s->bound && s->bound[j])) continue;
             if (pos_of(p, j) > pos_of(p, i) || (!(p->flags[j] & F_MAT) && pos_of(p, j) != pos_of(p, i))) {
                 al_fmt(err, errlen,
                        "schedule: %s '%s' at position %d uses '%s' at position %d%s",
@@ -373,19 +373,93 @@ void plan_free(mem_plan *p)
 {
     if (!p) return;
     al_free(p->offset);
+    al_free(p->state_of);
     memset(p, 0, sizeof *p);
 }
 
+/* Whether step k cannot fail once a backend has reserved its buffers:
+ * elementwise work only (EW steps, MULTI steps of EW parts, a lone
+ * elementwise op). */
+static bool step_cannot_fail(const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *step = &s->steps[k];
+    if (step->kind == STEP_EW) return true;
+    if (step->kind == STEP_OP) return ir_ops[g->nodes[s->members[step->first].node]->op].elementwise;
+    if (step->kind != STEP_MULTI) return false;
+    for (int q = step->first_part; q < step->first_part + step->nparts; q++)
+        if (s->parts[q].kind != PART_EW) return false;
+    return true;
+}
+
+/* Fills state_of (nn entries, all -1) with the updates that plan_for_step
+ * writes in place; returns the first step writing one, or -1. scratch has
+ * 3 nn ints. Steps run in index order, the members of an EW part chunk by
+ * chunk in member order. Linear in the nodes and operands. */
+static int updates_in_place(const ir_graph *g, const schedule *s, int *state_of, int *scratch)
+{
+    int nn = g->nnodes, tail = s->nsteps;
+    while (tail > 0 && step_cannot_fail(g, s, tail - 1)) tail--;
+    /* per node: its member index and the EW part holding it (-1: none) */
+    int *member = scratch, *part = scratch + nn, *update = scratch + 2 * nn;
+    for (int i = 0; i < nn; i++) member[i] = part[i] = update[i] = -1;
+    for (int q = 0; q < s->nparts; q++)
+        for (int m = s->parts[q].first; m < s->parts[q].first + s->parts[q].n; m++) {
+            member[s->members[m].node] = m;
+            part[s->members[m].node] = s->parts[q].kind == PART_EW ? q : -1;
+        }
+    /* candidates: update v of leaf t stored by an EW part of the tail, of t's type */
+    for (int u = 0; u < g->nupdates; u++) {
+        int t = ir_find_name(g, g->updates[u].name), v = g->updates[u].node, k = v >= 0 ? s->step_of[v] : -1;
+        if (t < 0 || t == v || k < tail || part[v] < 0 || !sched_stored(s, v)) continue;
+        const ir_node *leaf = g->nodes[t];
+        if ((leaf->op != IR_OP_param && leaf->op != IR_OP_state) || !ir_type_eq(&leaf->type, &g->nodes[v]->type))
+            continue;
+        if (s->steps[k].kind != STEP_EW && s->steps[k].kind != STEP_MULTI) continue;
+        update[t] = v;
+    }
+    /* every reader of t runs in an earlier step, or in v's part no later than v */
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            int t = g->nodes[i]->in[j], v = update[t];
+            if (v < 0) continue;
+            int ki = s->step_of[i], kv = s->step_of[v];
+            if (ki > kv || (ki == kv && (part[i] != part[v] || member[i] > member[v]))) update[t] = -1;
+        }
+    int first = -1;
+    for (int t = 0; t < nn; t++) {
+        int v = update[t];
+        if (v < 0) continue;
+        state_of[v] = t;
+        if (first < 0 || s->step_of[v] < first) first = s->step_of[v];
+    }
+    return first;
+}
+
+static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, bool no_reuse, bool in_place,
+                                       mem_plan *out, char *err, size_t errlen);
+
 alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out, char *err,
                                size_t errlen)
+{
+    return plan_schedule_core(g, s, no_reuse, false, out, err, errlen);
+}
+
+alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out, char *err,
+                           size_t errlen)
+{
+    return plan_schedule_core(g, s, no_reuse, !no_reuse && g->nupdates > 0, out, err, errlen);
+}
+
+static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, bool no_reuse, bool in_place,
+                                       mem_plan *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     int nn = g->nnodes;
     int *pos = al_calloc((size_t)nn + 1, sizeof(int));
     uint8_t *mat = al_calloc((size_t)nn + 1, 1), *inplace = al_calloc((size_t)nn + 1, 1);
-    uint8_t *keep = al_calloc((size_t)nn + 1, 1);
+    uint8_t *keep = al_calloc((size_t)nn + 1, 1), *bound = al_calloc((size_t)nn + 1, 1);
     alloy_status st = ALLOY_OK;
-    if (!pos || !mat || !inplace || !keep) {
+    if (!pos || !mat || !inplace || !keep || !bound) {
         al_fmt(err, errlen, "out of memory planning the arena of %d nodes", nn);
         st = ALLOY_ERR_OOM;
     }
@@ -398,8 +472,25 @@ alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, bool no_reu
         keep[i] = s->kept[i] || (no_reuse && mat[i]);
         inplace[i] = !no_reuse && step->kind == STEP_EW && step->n == 1;
     }
+    int *state_of = NULL, first_write = -1;
+    if (!st && in_place) {
+        state_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
+        int *scratch = al_malloc(sizeof(int) * (3 * (size_t)nn + 1));
+        if (!state_of || !scratch) {
+            al_fmt(err, errlen, "out of memory planning the updates of %d nodes", nn);
+            st = ALLOY_ERR_OOM;
+        } else {
+            for (int i = 0; i < nn; i++) state_of[i] = -1;
+            first_write = updates_in_place(g, s, state_of, scratch);
+            for (int i = 0; i < nn; i++) /* its value lives in the state's buffer: no slot */
+                if (state_of[i] >= 0) bound[i] = 1;
+        }
+        al_free(scratch);
+        if (first_write < 0) al_free(state_of), state_of = NULL;
+    }
     if (!st) {
-        plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace};
+        plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace,
+                            .bound = bound};
         st = plan_build(g, &ps, out, err, errlen);
     }
     size_t scratch = 0;
@@ -413,7 +504,9 @@ alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, bool no_reu
         out->scratch_bytes = scratch;
         out->arena_bytes = out->scratch_offset + scratch;
     }
-    al_free(pos), al_free(mat), al_free(inplace), al_free(keep);
+    if (!st) out->state_of = state_of, out->first_write = first_write;
+    else al_free(state_of);
+    al_free(pos), al_free(mat), al_free(inplace), al_free(keep), al_free(bound);
     return st;
 }
 
@@ -422,10 +515,15 @@ void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
     fprintf(out, "# plan: arena %zu bytes, peak live %zu bytes, in place %d", p->arena_bytes, p->peak_live_bytes,
             p->inplace);
     if (p->scratch_bytes) fprintf(out, ", scratch %zu at %zu", p->scratch_bytes, p->scratch_offset);
+    int written = 0;
+    for (int i = 0; p->state_of && i < p->nnodes; i++) written += p->state_of[i] >= 0;
+    if (written) fprintf(out, ", updates in place %d", written);
     for (int d = 0; d < ALLOY_DTYPE_COUNT; d++)
         if (p->bytes_by_dtype[d]) fprintf(out, ", %s %zu B", alloy_dtype_name((alloy_dtype)d), p->bytes_by_dtype[d]);
     fputc('\n', out);
     for (int i = 0; per_value && i < g->nnodes && i < p->nnodes; i++)
         if (p->offset[i] >= 0)
             fprintf(out, "# slot %%%d @%lld +%zu\n", i, (long long)p->offset[i], ir_nbytes(&g->nodes[i]->type));
+        else if (p->state_of && p->state_of[i] >= 0)
+            fprintf(out, "# update %%%d in state %%%d\n", i, p->state_of[i]);
 }

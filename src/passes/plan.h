@@ -30,6 +30,10 @@ typedef struct mem_plan {
     /* scratch at the top of the arena (plan_for_schedule: the f32 product
      * of the largest GEMM step), included in arena_bytes */
     size_t scratch_offset, scratch_bytes;
+    /* updates written in place (plan_for_step): per node, the param/state
+     * leaf whose buffer holds its value, or -1; NULL when there are none */
+    int *state_of;
+    int first_write; /* the first step that writes a state buffer (with state_of) */
 } mem_plan;
 
 /* The schedule the plan is for. Every array has g->nnodes entries; NULL
@@ -49,6 +53,10 @@ typedef struct plan_schedule {
     /* node i may write over one of its operands (elementwise ops; NULL =
      * ir_ops[op].elementwise) */
     const uint8_t *inplace_ok;
+    /* node i's value is bound from outside like a leaf's (an update written
+     * into its state's buffer): no slot, readable at any later position
+     * (may be NULL) */
+    const uint8_t *bound;
 } plan_schedule;
 
 /* Plans the arena for g under schedule s (NULL: node order, the defaults
@@ -75,9 +83,25 @@ AL_HIDDEN alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem
  * debugging. As plan_build otherwise. */
 AL_HIDDEN alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out,
                                          char *err, size_t errlen);
+/* plan_for_schedule for a step that runs with its updates: an update
+ * p <- p' whose value p' can be written straight into p's buffer gets no
+ * arena slot (state_of[p'] = p), so the step holds its state once. p' is
+ * written in place when it has p's type, is stored by an EW step or an EW
+ * part of a MULTI step, every other reader of p runs in an earlier step,
+ * and the readers of p in its step are members of its part (elementwise
+ * over p's shape, so each chunk reads p before it is written); and only in
+ * the tail of the schedule made of steps that cannot fail once their
+ * buffers are reserved (EW steps, MULTI steps of EW parts, lone
+ * elementwise ops): a run that fails leaves the state as it was. Other
+ * updates keep their slot and are copied after the step. no_reuse: none
+ * in place. */
+AL_HIDDEN alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out,
+                                     char *err, size_t errlen);
 /* Prints the plan as comment lines: a summary ("# plan: arena N bytes, peak
- * live N bytes, in place N, scratch N at N, f32 N B, ...") and, when
- * per_value, one "# slot %id @offset +bytes" line per materialized value. */
+ * live N bytes, in place N, scratch N at N, updates in place N, f32 N B,
+ * ...") and, when per_value, one "# slot %id @offset +bytes" line per
+ * materialized value and "# update %id in state %leaf" per update written
+ * in place. */
 AL_HIDDEN void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out);
 /* Frees what plan_build allocated and empties p (safe on an empty plan). */
 AL_HIDDEN void plan_free(mem_plan *p);

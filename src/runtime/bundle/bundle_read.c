@@ -208,6 +208,28 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
     return rd_done(r);
 }
 
+/* Node i's value lives in state leaf -2 - off (an update written in
+ * place): checks that i is a stored update of that leaf with its type and
+ * records it in p->state_of. */
+static bool read_in_place(rd *r, const ir_graph *g, const schedule *s, mem_plan *p, int i, int64_t off)
+{
+    int64_t t = -2 - off;
+    const ir_node *leaf = t < g->nnodes ? g->nodes[t] : NULL;
+    int u = leaf && leaf->name ? ir_find_update(g, leaf->name) : -1;
+    if (!leaf || (leaf->op != IR_OP_param && leaf->op != IR_OP_state) || u < 0 || g->updates[u].node != i || !sched_stored(s, i) ||
+        !ir_type_eq(&leaf->type, &g->nodes[i]->type))
+        return rd_fail(r, "%s: node %%%" PRId64 " is placed in a leaf it does not update", "plan", i);
+    if (!p->state_of) {
+        p->state_of = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+        if (!p->state_of) return rd_oom(r, "plan", g->nnodes);
+        for (int k = 0; k < g->nnodes; k++) p->state_of[k] = -1;
+        p->first_write = s->nsteps;
+    }
+    p->state_of[i] = (int)t;
+    if (s->step_of[i] < p->first_write) p->first_write = s->step_of[i];
+    return true;
+}
+
 static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
 {
     int nn = g->nnodes;
@@ -231,6 +253,11 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
         int64_t off = (int64_t)rd_u64(r, "offset");
         p->offset[i] = off;
         size_t bytes = ir_nbytes(&g->nodes[i]->type);
+        if (off < -1) { /* an update written into state leaf -2 - off */
+            p->offset[i] = -1;
+            if (!read_in_place(r, g, s, p, (int)i, off)) break;
+            continue;
+        }
         if (off == -1) {
             if (sched_stored(s, i)) rd_fail(r, "%s: stored node %%%" PRId64 " has no arena slot", "plan", i);
             continue;

@@ -104,7 +104,8 @@ static void encode_plan(wbuf *w, const mem_plan *p)
     put_u64(w, p->scratch_offset), put_u64(w, p->scratch_bytes);
     put_i32(w, ALLOY_DTYPE_COUNT);
     for (int d = 0; d < ALLOY_DTYPE_COUNT; d++) put_u64(w, p->bytes_by_dtype[d]);
-    for (int i = 0; i < p->nnodes; i++) put_i64(w, p->offset[i]);
+    for (int i = 0; i < p->nnodes; i++) /* -2 - t: an update written into state leaf t */
+        put_i64(w, p->state_of && p->state_of[i] >= 0 ? -2 - (int64_t)p->state_of[i] : p->offset[i]);
 }
 
 /* The layout: every param and state node of the compiled graph, in node order. */

@@ -57,6 +57,22 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     if (in != in_small) al_free(in);
 }
 
+/* Reserves in w the buffers every EW group of steps [k, nsteps) needs
+ * (plan.h: the tail that writes state in place holds only elementwise
+ * work), so that they run without allocating. */
+static alloy_status reserve_tail(cpu_exec *x, const ir_graph *g, const schedule *s, int k, cpu_workers *w)
+{
+    int most = 1;
+    for (int q = s->steps[k].first_part; q < s->nparts; q++)
+        if (s->parts[q].kind == PART_EW && s->parts[q].n > most) most = s->parts[q].n;
+    for (int j = k; j < s->nsteps; j++)
+        if (s->steps[j].n > most && s->steps[j].kind == STEP_EW) most = s->steps[j].n;
+    if (cpu_workers_reserve(w, most, x->nthreads))
+        return cpu_fail(x, ALLOY_ERR_OOM, "out of memory reserving the buffers of the update steps of graph '%s'",
+                        g->name);
+    return ALLOY_OK;
+}
+
 alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s, const mem_plan *plan, char *arena,
                               rt_tensor *values, cpu_workers *w)
 {
@@ -87,6 +103,10 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;
+            if (plan->state_of && plan->state_of[id] >= 0) { /* an update written in place */
+                values[id].data = values[plan->state_of[id]].data;
+                continue;
+            }
             if (plan->offset[id] < 0) {
                 char t[64];
                 cpu_fail(x, ALLOY_ERR_VERIFY, "%s %s has no slot in the arena plan", ir_ops[g->nodes[id]->op].name,
@@ -95,6 +115,10 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
             }
             values[id].data = arena + plan->offset[id];
         }
+        /* from here on steps write state: what they need is reserved first, so
+         * that a run that fails leaves the state as it was */
+        if (plan->state_of && k == plan->first_write && reserve_tail(x, g, s, k, w)) break;
+        x->state_of = plan->state_of && k >= plan->first_write ? plan->state_of : NULL;
         if (x->status) break;
         run_step(x, g, s, step, values, w);
         /* values past their last reader are forgotten: their slots are reused */

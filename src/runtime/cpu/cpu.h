@@ -27,6 +27,20 @@ struct cpu_exec {
     size_t scratch_bytes;
     cpu_workers *workers;  /* the run's threads, for kernels (matmul); NULL: one thread */
     int lowp_gemm;         /* opt_lowp_gemm: the f16/bf16 GEMM kernel asked for */
+    /* while a GEMM step's epilogue runs (cpu_run_gemm): the GEMM's
+     * unrounded f32 product, which the epilogue reads in place; the group
+     * gives it the range rule of product_dtype (when ranged) and, where
+     * product_store is not NULL, stores it rounded to product_dtype there,
+     * in the chunk loop that reads it (cpu_run_group_ex); NULL otherwise */
+    /* while the steps that write state buffers in place run: the plan's
+     * state_of (a group reads an input it is stored over through a copy,
+     * cpu_run_group_ex); NULL otherwise */
+    const int *state_of;
+    float *product;
+    int64_t product_count;
+    void *product_store;
+    alloy_dtype product_dtype;
+    bool product_ranged;
 };
 
 /* Records a run-time error on x (first wins) and returns status. Messages
@@ -74,6 +88,10 @@ AL_HIDDEN void cpu_workers_free(cpu_workers *w);
  * that breaks these rules is ALLOY_ERR_VERIFY. */
 AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
                                         rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite);
+/* Reserves in w what any group of up to n members needs to run on up to
+ * `threads` threads (its plan block and chunk buffers), so that such
+ * groups then run without allocating; ALLOY_ERR_OOM when it cannot. */
+AL_HIDDEN alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads);
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);

@@ -83,13 +83,21 @@ static alloy_status compile(rt_backend *b, const ir_graph *g, const schedule *s,
     return ALLOY_OK;
 }
 
+static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
+
 static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
 {
     const ir_graph *g = e->g;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
-        bool leaf = n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state;
-        e->values[i].data = leaf && args->leaf[i] ? args->leaf[i]->data : NULL;
+        e->values[i].data = is_leaf(n) && args->leaf[i] ? args->leaf[i]->data : NULL;
+    }
+    /* leaves are read back as the step found them: before updates written in place change them */
+    for (int i = 0; i < args->ndownloads; i++) {
+        const rt_download *d = &args->downloads[i];
+        size_t bytes = ir_nbytes(&g->nodes[d->node]->type);
+        if (is_leaf(g->nodes[d->node]) && bytes && e->values[d->node].data)
+            memcpy(d->dst, e->values[d->node].data, bytes);
     }
     gemm_configure(b->cfg.blas, b->cfg.num_threads);
     cpu_exec x = {.nthreads = b->cfg.num_threads, .lowp_gemm = b->cfg.lowp_gemm};
@@ -99,6 +107,7 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
         const rt_download *d = &args->downloads[i];
         const ir_node *n = g->nodes[d->node];
         size_t bytes = ir_nbytes(&n->type);
+        if (is_leaf(n) && e->values[d->node].data) continue; /* read back above */
         if (!e->values[d->node].data && bytes) {
             char label[64];
             return rt_fail(b, ALLOY_ERR_INVALID, "cpu: the value of %s %s is not kept by this run", ir_ops[n->op].name,
@@ -113,6 +122,7 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
             if (!bytes) continue;
             return rt_fail(b, ALLOY_ERR_NOT_FOUND, "cpu: update of '%s': no state buffer bound", g->updates[i].name);
         }
+        if (e->plan->state_of && e->plan->state_of[g->updates[i].node] == t) continue; /* written in place */
         if (bytes) memcpy(args->leaf[t]->data, e->values[g->updates[i].node].data, bytes);
     }
     return ALLOY_OK;

@@ -98,6 +98,13 @@ typedef struct fz_input {
     size_t es;
     const char *data;
     fz_walk walk;
+    /* a GEMM's f32 product (dense walk, f32 compute only): when ranged, the
+     * range rule of range_dtype applied as it is loaded; stored rounded to
+     * store_dtype at store (NULL: not) */
+    bool ranged;
+    alloy_dtype range_dtype, store_dtype;
+    char *store;
+    bool aliased; /* a member is stored over it (an update written in place): read through a copy */
     int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
 } fz_input;
 
@@ -231,20 +238,32 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
  * that a store would round to inf becomes that inf (|x| >= 65520 for f16,
  * >= 0x1.ffp127 for bf16). Overflow decisions (found_inf, the loss
  * scaler) are then those of the unfused graph. */
-void cpu_range_f32(alloy_dtype dt, float *y, int64_t n)
+/* cpu_range_f32 from x into y (x == y allowed). A select, not a branch, so
+ * that the loop vectorizes: it runs on every chunk of a ranged value. NaN
+ * compares false and stays. */
+CPU_VECTOR_CLONES static void range_copy_f32(alloy_dtype dt, const float *x, float *y, int64_t n)
 {
     float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : 0.0f;
-    if (limit == 0.0f) return;
-    for (int64_t i = 0; i < n; i++)
-        if (fabsf(y[i]) >= limit) y[i] = copysignf(INFINITY, y[i]);
+    if (limit == 0.0f) {
+        if (x != y) memcpy(y, x, sizeof(float) * (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
+    }
 }
+
+void cpu_range_f32(alloy_dtype dt, float *y, int64_t n) { range_copy_f32(dt, y, y, n); }
 
 static void range_f64(alloy_dtype dt, double *y, int64_t n)
 {
     double limit = dt == ALLOY_F16 ? 65520.0 : dt == ALLOY_BF16 ? 0x1.ffp127 : 0.0;
     if (limit == 0.0) return;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(y[i]) >= limit) y[i] = copysign(INFINITY, y[i]);
+    for (int64_t i = 0; i < n; i++) {
+        double v = y[i];
+        y[i] = fabs(v) >= limit ? copysign(INFINITY, v) : v;
+    }
 }
 
 /* Whether any of n values of dtype dt at p is an inf or NaN (as found_inf
@@ -305,7 +324,13 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             void *b = inbuf + (size_t)k * bufbytes;
             if (in->walk == WALK_DENSE) {
                 const char *src = in->data + (size_t)start * in->es;
-                if (in->dtype == ct) {
+                if (in->store) cvt_store_f32(in->store_dtype, (const float *)(const void *)src,
+                                             in->store + (size_t)start * alloy_dtype_size(in->store_dtype),
+                                             (size_t)len);
+                if (in->ranged) {
+                    range_copy_f32(in->range_dtype, (const float *)(const void *)src, b, len);
+                    ptr[k] = b;
+                } else if (in->dtype == ct && !in->aliased) {
                     ptr[k] = src;
                 } else {
                     if (p->wide) cvt_load_f64(in->dtype, src, b, (size_t)len);
@@ -337,10 +362,14 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F64 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             } else {
-                mb->f32(len, y, op[0], op[1], op[2], mb->p);
-                if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
-                if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
-                    cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                if (mb->f32 == fz_copy_f32 && mb->exact && !mb->ranged) { /* a rounding cast: no copy first */
+                    cvt_store_f32(mb->dtype, op[0], back, (size_t)len);
+                } else {
+                    mb->f32(len, y, op[0], op[1], op[2], mb->p);
+                    if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
+                    if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
+                        cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                }
                 if (mb->exact) cvt_load_f32(mb->dtype, back, y, (size_t)len);
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F32 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
@@ -383,6 +412,8 @@ struct cpu_workers {
     rt_tensor *views[MAX_THREADS];
     int nviews[MAX_THREADS];
     void *buffer;        /* cpu_workers_buffer's */
+    char *group_block;   /* a group's plan (cpu_run_group_ex), kept once reserved */
+    size_t group_block_bytes;
     size_t buffer_bytes;
 };
 
@@ -447,6 +478,7 @@ void cpu_workers_free(cpu_workers *w)
     al_free(w->scratch);
     for (int t = 0; t < MAX_THREADS; t++) al_free(w->views[t]);
     al_free(w->buffer);
+    al_free(w->group_block);
     al_free(w);
 }
 
@@ -645,18 +677,93 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
     return NULL;
 }
 
+/* Hands the GEMM product's range rule and rounded store (x->product) to
+ * the chunk loop that loads it, where the product is an input walked
+ * densely in f32; else (a broadcast product, an f64 group, a product no
+ * member reads) does both over the whole product first, as one pass each. */
+static void fold_product(cpu_exec *x, fz_plan *p)
+{
+    for (int k = 0; k < p->ninputs && !p->wide; k++) {
+        fz_input *in = &p->inputs[k];
+        if (in->data != (const char *)x->product || in->walk != WALK_DENSE) continue;
+        in->ranged = x->product_ranged;
+        in->range_dtype = x->product_dtype;
+        in->store = x->product_store;
+        in->store_dtype = x->product_dtype;
+        return;
+    }
+    if (x->product_store) cvt_store_f32(x->product_dtype, x->product, x->product_store, (size_t)x->product_count);
+    if (x->product_ranged) cpu_range_f32(x->product_dtype, x->product, x->product_count);
+}
+
+/* Bytes of the plan block of a group of n members (members, inputs, input
+ * types, last uses + input ids, free slots, the index of the inputs of
+ * ext_cap entries). */
+static size_t group_block_bytes(int n, uint32_t *ext_cap)
+{
+    uint32_t cap = 16;
+    while (cap < 6 * (uint32_t)n) cap *= 2;
+    if (ext_cap) *ext_cap = cap;
+    return sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n + sizeof(ir_type *) * 3 * (size_t)n +
+           sizeof(int) * 5 * (size_t)n + sizeof(int) * cap;
+}
+
+/* The most chunk-buffer bytes one thread needs for a group of n members:
+ * at most 3n inputs and n slots of CHUNK f64, the roundtrip buffer, the
+ * pointers (cpu_run_group_ex's share). */
+static size_t share_bound(int n)
+{
+    size_t at = (size_t)4 * (size_t)n * CHUNK * sizeof(double) + (size_t)CHUNK * 8;
+    return (at + sizeof(void *) * 4 * (size_t)n + 63) & ~(size_t)63;
+}
+
+alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
+{
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    size_t block = group_block_bytes(n, NULL), scratch = share_bound(n) * (size_t)threads;
+    if (w->group_block_bytes < block) {
+        al_free(w->group_block);
+        w->group_block = al_malloc(block);
+        w->group_block_bytes = w->group_block ? block : 0;
+        if (!w->group_block) return ALLOY_ERR_OOM;
+    }
+    if (w->scratch_bytes < scratch) {
+        void *bigger = al_realloc(w->scratch, scratch);
+        if (!bigger) return ALLOY_ERR_OOM;
+        w->scratch = bigger;
+        w->scratch_bytes = scratch;
+    }
+    return ALLOY_OK;
+}
+
+/* Marks the inputs a member is stored over (an update written into its
+ * state's buffer, state_of from the plan, which it reads): the chunk
+ * functions' operands alias no output, so those inputs are read through
+ * their chunk buffer. ext_slots / ext_id / ext_mask: make_plan's index of
+ * the inputs by node id. */
+static void mark_aliased(fz_plan *p, const sched_member *members, int n, const int *state_of, const int *ext_slots,
+                         const int *ext_id, uint32_t ext_mask)
+{
+    for (int k = 0; k < n; k++) {
+        int t = state_of[members[k].node];
+        if (t < 0) continue;
+        uint32_t h = ((uint32_t)t * 0x9e3779b1u) >> 7 & ext_mask;
+        while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != t) h = (h + 1) & ext_mask;
+        if (ext_slots[h] >= 0) p->inputs[ext_slots[h]].aliased = true;
+    }
+}
+
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
                               rt_tensor *values, cpu_workers *w, const ir_type *space, int *nonfinite)
 {
     const ir_node *last = g->nodes[members[n - 1].node];
     char label[64];
-    /* one block: members, inputs, input types, last uses + input ids, free
-     * slots, the index of the inputs */
-    uint32_t ext_cap = 16;
-    while (ext_cap < 6 * (uint32_t)n) ext_cap *= 2;
-    size_t bytes = sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n +
-                   sizeof(ir_type *) * 3 * (size_t)n + sizeof(int) * 5 * (size_t)n + sizeof(int) * ext_cap;
-    char *block = al_malloc(bytes);
+    uint32_t ext_cap;
+    size_t bytes = group_block_bytes(n, &ext_cap);
+    /* the block reserved in w (cpu_workers_reserve), else one of its own */
+    bool own = w->group_block_bytes < bytes;
+    char *block = own ? al_malloc(bytes) : w->group_block;
     if (!block)
         return cpu_fail(x, ALLOY_ERR_OOM, "out of memory running the group ending at %s '%s'",
                         ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
@@ -670,17 +777,19 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     p.nonfinite = nonfinite;
     const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots, ext_slots, ext_cap - 1);
     if (why) {
-        al_free(block);
+        if (own) al_free(block);
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",
                         ir_ops[last->op].name, ir_node_label(last, label, sizeof label), why);
     }
     if (!space) space = &last->type;
     p.total = ir_numel(space);
     if (p.total == 0) {
-        al_free(block);
+        if (own) al_free(block);
         return ALLOY_OK;
     }
     build_space(&p, space, in_types);
+    if (x->product) fold_product(x, &p);
+    if (x->state_of) mark_aliased(&p, members, n, x->state_of, ext_slots, last_use + n, ext_cap - 1);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
@@ -693,7 +802,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     if (w->scratch_bytes < w->share * (size_t)threads) {
         void *bigger = al_realloc(w->scratch, w->share * (size_t)threads);
         if (!bigger) {
-            al_free(block);
+            if (own) al_free(block);
             return cpu_fail(x, ALLOY_ERR_OOM, "out of memory for the chunk buffers of %s '%s'",
                             ir_ops[last->op].name, ir_node_label(last, label, sizeof label));
         }
@@ -701,6 +810,6 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
         w->scratch_bytes = w->share * (size_t)threads;
     }
     run_parallel(w, &p, threads, nchunks);
-    al_free(block);
+    if (own) al_free(block);
     return ALLOY_OK;
 }

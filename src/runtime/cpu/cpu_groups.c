@@ -242,19 +242,29 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
     const ir_node *mm = g->nodes[members[0].node];
     int64_t count = ir_numel(&mm->type);
     size_t bytes = sizeof(float) * (size_t)(count ? count : 1);
-    bool own = !x->scratch || x->scratch_bytes < bytes; /* the arena's scratch, else a block of its own */
-    rt_tensor acc = {mm->type, own ? al_malloc(bytes) : x->scratch};
+    rt_tensor saved = values[mm->id];
+    /* an f32 product kept in the arena is computed there and read there;
+     * else into the arena's scratch, or a block of its own */
+    bool direct = saved.data && mm->type.dtype == ALLOY_F32;
+    bool own = !direct && (!x->scratch || x->scratch_bytes < bytes);
+    rt_tensor acc = {mm->type, direct ? saved.data : own ? al_malloc(bytes) : x->scratch};
     acc.type.dtype = ALLOY_F32;
     if (!acc.data) return cpu_out_of_memory(x, mm);
     rt_tensor in[2] = {values[mm->in[0]], values[mm->in[1]]};
     if (!cpu_matmul(x, mm, &acc, in)) {
-        rt_tensor saved = values[mm->id];
-        if (saved.data) cvt_store_f32(mm->type.dtype, acc.data, saved.data, (size_t)count);
-        if (members[0].flags & MEMBER_RANGED) /* f16 precision kept, not more range */
-            cpu_range_f32(mm->type.dtype, acc.data, count);
-        values[mm->id] = acc; /* the epilogue reads the unrounded f32 product */
-        cpu_run_group_ex(x, g, members + 1, step->n - 1, values, w, NULL, NULL);
+        /* the epilogue reads the unrounded f32 product; the rounded store of
+         * a kept f16/bf16 product and the range rule (f16 precision kept, not
+         * more range) happen in its chunk loop (cpu_run_group_ex) */
+        x->product = acc.data;
+        x->product_count = count;
+        x->product_dtype = mm->type.dtype;
+        x->product_store = direct ? NULL : saved.data;
+        x->product_ranged = (members[0].flags & MEMBER_RANGED) != 0;
+        values[mm->id] = acc;
+        if (step->n > 1) cpu_run_group_ex(x, g, members + 1, step->n - 1, values, w, NULL, NULL);
+        else if (x->product_store) cvt_store_f32(mm->type.dtype, acc.data, saved.data, (size_t)count);
         values[mm->id] = saved;
+        x->product = NULL, x->product_store = NULL, x->product_ranged = false;
     }
     if (own) al_free(acc.data);
     return x->status;

@@ -32,7 +32,7 @@ struct rt_exec {
     cdev_ptr *captured; /* per node: the address bound when the graph was captured */
     void *graph;
     /* state leaves a run reads back (the step's counters): copied into the
-     * staging buffer inside the step, before the updates replace them */
+     * staging buffer at the start of the step, before updates written in place change them */
     int *staged;
     int nstaged, staged_cap;
     int64_t *staged_at; /* per staged leaf: its offset in staging */
@@ -339,9 +339,10 @@ static alloy_status enqueue_staging(rt_backend *b, rt_exec *e)
     return st;
 }
 
-/* Copies every download to the host: staged leaves from the staging
- * buffer when staged is set, other values from where they live. */
-static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *args, bool staged)
+/* Copies downloads to the host: staged leaves from the staging buffer
+ * when staged is set, other values from where they live; with leaves set,
+ * only the state leaves, else (unstaged) only the rest. */
+static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *args, bool staged, bool leaves)
 {
     cdev *dev = device_of(b);
     alloy_status st = ALLOY_OK;
@@ -350,7 +351,7 @@ static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *
         const ir_node *n = e->g->nodes[d->node];
         size_t bytes = ir_nbytes(&n->type);
         lp_place pl;
-        if (!bytes) continue;
+        if (!bytes || (!staged && leaves != is_state_leaf(n))) continue;
         if (!lp_place_of(e->g, e->p, d->node, &pl)) {
             char label[64];
             return rt_fail(b, ALLOY_ERR_INVALID, "cuda: the value of %s %s is not kept by this run", ir_ops[n->op].name,
@@ -387,8 +388,9 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
             if (e->graph) dev->ops->graph_free(dev, e->graph);
             e->graph = NULL;
             if ((st = dev->ops->capture_begin(dev))) return dev_fail(b, st, "capturing the step");
-            alloy_status qs = enqueue(b, e, 0, e->lp.first_update);
-            if (!qs) qs = enqueue_staging(b, e);
+            /* leaves staged as the step finds them: updates written in place change them */
+            alloy_status qs = enqueue_staging(b, e);
+            if (!qs) qs = enqueue(b, e, 0, e->lp.first_update);
             if (!qs) qs = enqueue(b, e, e->lp.first_update, e->lp.nactions);
             void *graph = NULL;
             st = dev->ops->capture_end(dev, &graph);
@@ -401,10 +403,11 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
             memcpy(e->captured, e->leaf, sizeof *e->leaf * (size_t)g->nnodes);
         }
         if ((st = dev->ops->replay(dev, e->graph))) return dev_fail(b, st, "replaying the step");
-        st = run_downloads(b, e, args, true);
+        st = run_downloads(b, e, args, true, true);
     } else {
-        st = enqueue(b, e, 0, e->lp.first_update);
-        if (!st) st = run_downloads(b, e, args, false);
+        st = run_downloads(b, e, args, false, true); /* leaves before updates written in place */
+        if (!st) st = enqueue(b, e, 0, e->lp.first_update);
+        if (!st) st = run_downloads(b, e, args, false, false);
         if (!st) st = enqueue(b, e, e->lp.first_update, e->lp.nactions);
     }
     if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");

@@ -50,6 +50,10 @@ bool lp_place_of(const ir_graph *g, const mem_plan *p, int node, lp_place *out)
         *out = (lp_place){LP_LEAF, node, 0};
         return true;
     }
+    if (node < p->nnodes && p->state_of && p->state_of[node] >= 0) { /* an update written in place */
+        *out = (lp_place){LP_LEAF, p->state_of[node], 0};
+        return true;
+    }
     if (node >= p->nnodes || p->offset[node] < 0) return false;
     *out = (lp_place){LP_ARENA, -1, p->offset[node]};
     return true;
@@ -253,7 +257,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         int t = ir_find_name(g, g->updates[i].name), v = g->updates[i].node;
         int64_t bytes = (int64_t)ir_nbytes(&g->nodes[v]->type);
         lp_place src;
-        if (!bytes || t == v) continue;
+        if (!bytes || t == v || (p->state_of && p->state_of[v] == t)) continue; /* nothing to copy */
         if (t < 0) {
             b.status = ALLOY_ERR_NOT_FOUND;
             al_fmt(err, errlen, "update of '%s': the graph has no state of that name", g->updates[i].name);

@@ -181,7 +181,7 @@ alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
         for (size_t i = 0; i < n; i++) want[i] = keep[i];
         char err[256];
         alloy_status st = sched_build(c, want, &g->exec_sched, err, sizeof err);
-        if (!st) st = plan_for_schedule(c, &g->exec_sched, g->cfg.no_arena, &g->exec_plan, err, sizeof err);
+        if (!st) st = plan_for_step(c, &g->exec_sched, g->cfg.no_arena, &g->exec_plan, err, sizeof err);
         al_free(want);
         if (st) {
             drop_exec(g);
