@@ -236,7 +236,8 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
         /* the steps that may sum in an order of their own: row ops, and reductions split over blocks or columns */
         int last_op = c->nodes[step->pos]->op;
         bool sums = last_op == IR_OP_reduce_sum || last_op == IR_OP_reduce_mean;
-        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums));
+        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums || last_op == IR_OP_attention ||
+                                                                            last_op == IR_OP_attention_grad));
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;

@@ -83,6 +83,7 @@ AL_HIDDEN const char *cg_emit_ew(cg_program *p, const ir_graph *g, const schedul
 AL_HIDDEN const char *cg_emit_multi(cg_program *p, const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_op(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_op.c */
+AL_HIDDEN const char *cg_emit_attention(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_attention.c */
 
 /* Threads per block of the elementwise kernels; their grid is capped so the
  * grid-stride loop does the rest. */
