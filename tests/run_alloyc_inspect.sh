@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 unset ALLOY_DUMP_DIR ALLOY_TIME_PASSES ALLOY_PRINT_AFTER ALLOY_PRINT_BEFORE
 export ALLOY_CACHE_DIR="$tmp/cache"
 step="--train --amp=f16 --scaler=dynamic --optimizer=adamw"
-stages="input verify random amp autodiff grad_scaler optimizer simplify dce fuse schedule plan"
+stages="input verify random attention amp autodiff grad_scaler optimizer simplify dce fuse schedule plan"
 
 fail() {
     echo "FAIL: $*"
@@ -31,7 +31,7 @@ done
 # the last stage's IR is what print prints (after its header and options lines)
 sed -n '/^graph /,/^}$/p' "$tmp/dump/char_gpt.11-plan.ir" | cmp -s - "$tmp/ir.txt" || fail "11-plan.ir's IR is not print's"
 # a dump is an IR file alloyc reads
-"$alloyc" print "$tmp/dump/char_gpt.04-autodiff.ir" >/dev/null 2>"$tmp/err" || fail "04-autodiff.ir does not read back: $(cat "$tmp/err")"
+"$alloyc" print "$tmp/dump/char_gpt.05-autodiff.ir" >/dev/null 2>"$tmp/err" || fail "05-autodiff.ir does not read back: $(cat "$tmp/err")"
 
 # --time-passes: on stderr alone, on stdout with --print-after
 "$alloyc" print "$ir" $step --time-passes >"$tmp/out" 2>"$tmp/err" || fail "print --time-passes: $(cat "$tmp/err")"
