@@ -405,7 +405,7 @@ static void test_time_passes_prints_each_pass_with_its_node_count(void **state)
         int nodes = -1;
         assert_true(sscanf(row, "# %31s %31s %d", name, ms, &nodes) >= 2);
         assert_string_equal(name, stages[k]);
-        if (k == 8) { /* dce */
+        if (k == 9) { /* dce */
             assert_string_equal(ms, "-");
             assert_non_null(strstr(row, "disabled"));
             continue;
@@ -414,7 +414,7 @@ static void test_time_passes_prints_each_pass_with_its_node_count(void **state)
         ir_graph *ir = parse_dump(stage_path(dir, "char_gpt", k));
         assert_int_equal(nodes, ir->nnodes);
         ir_graph_free(ir);
-        if (k == 10) {
+        if (k == 11) {
             char want[32];
             snprintf(want, sizeof want, "  %d steps\n", g->comp.sched.nsteps);
             assert_int_equal(strncmp(strchr(row, '\n') - strlen(want) + 1, want, strlen(want)), 0);
