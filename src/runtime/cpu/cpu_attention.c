@@ -38,11 +38,12 @@ typedef struct attn_job {
     int64_t per_thread;
 } attn_job;
 
-/* The compute elements one (batch, head) needs: q, k, v (and o, do, dq, dk,
- * dv for the backward), two score blocks and two per-row vectors. */
+/* The compute elements one (batch, head) needs: q, k, v, k transposed (and
+ * v transposed, o, do, dq, dk, dv for the backward), two score blocks and
+ * two per-row vectors. */
 static int64_t scratch_elems(const attn_shape *a, bool grad)
 {
-    int64_t tensors = grad ? 3 * a->T * a->D + 4 * a->S * a->D : a->T * a->D + 2 * a->S * a->D;
+    int64_t tensors = grad ? 3 * a->T * a->D + 6 * a->S * a->D : a->T * a->D + 3 * a->S * a->D;
     return tensors + a->T * a->D + 2 * BR * BC + 2 * a->T;
 }
 
@@ -61,20 +62,24 @@ static void attn_block(void *arg, int64_t block, int thread)
     cpu_load_compute(j->wide, j->dt, (const char *)j->in[0].data + (size_t)(block * td) * es, q, td);
     cpu_load_compute(j->wide, j->dt, (const char *)j->in[1].data + (size_t)(block * sd) * es, k, sd);
     cpu_load_compute(j->wide, j->dt, (const char *)j->in[2].data + (size_t)(block * sd) * es, v, sd);
-    void *s = TAKE(BR * BC), *dp = TAKE(BR * BC), *lse = TAKE(a->T), *delta = TAKE(a->T);
+    void *s = TAKE(BR * BC), *dp = TAKE(BR * BC), *lse = TAKE(a->T), *delta = TAKE(a->T), *kt = TAKE(sd);
+    if (j->wide) transpose_f64(k, a->S, a->D, kt);
+    else transpose_f32(k, a->S, a->D, kt);
     if (!j->grad) {
         void *o = TAKE(td);
-        if (j->wide) forward_f64(a, q, k, v, o, lse, s);
-        else forward_f32(a, q, k, v, o, lse, s);
+        if (j->wide) forward_f64(a, q, kt, v, o, lse, s);
+        else forward_f32(a, q, kt, v, o, lse, s);
         cpu_store_compute(j->wide, j->dt, o, (char *)j->out->data + (size_t)(block * td) * es, td);
         return;
     }
-    void *o = TAKE(td), *dout = TAKE(td), *dq = TAKE(td), *dk = TAKE(sd), *dv = TAKE(sd);
+    void *o = TAKE(td), *dout = TAKE(td), *dq = TAKE(td), *dk = TAKE(sd), *dv = TAKE(sd), *vt = TAKE(sd);
 #undef TAKE
+    if (j->wide) transpose_f64(v, a->S, a->D, vt);
+    else transpose_f32(v, a->S, a->D, vt);
     cpu_load_compute(j->wide, j->dt, (const char *)j->in[3].data + (size_t)(block * td) * es, o, td);
     cpu_load_compute(j->wide, j->dt, (const char *)j->in[4].data + (size_t)(block * td) * es, dout, td);
-    if (j->wide) backward_f64(a, q, k, v, o, dout, dq, dk, dv, lse, delta, s, dp);
-    else backward_f32(a, q, k, v, o, dout, dq, dk, dv, lse, delta, s, dp);
+    if (j->wide) backward_f64(a, q, k, kt, vt, o, dout, dq, dk, dv, lse, delta, s, dp);
+    else backward_f32(a, q, k, kt, vt, o, dout, dq, dk, dv, lse, delta, s, dp);
     char *dst = (char *)j->out->data + (size_t)(block * (td + 2 * sd)) * es;
     cpu_store_compute(j->wide, j->dt, dq, dst, td);
     cpu_store_compute(j->wide, j->dt, dk, dst + (size_t)td * es, sd);
