@@ -175,6 +175,51 @@ static void test_scores_read_elsewhere_keep_the_written_out_attention(void **sta
     alloy_graph_free(g);
 }
 
+/* Non-causal with the scale on the scores (s * 0.3 then softmax) and T != S:
+ * one attention {causal=0, scale=0.3} whose output matches the written-out
+ * graph's. */
+static alloy_graph *cross_graph(bool written, float *q, float *k, float *v, alloy_host_tensor *feeds)
+{
+    alloy_graph *g = alloy_graph_new("cross");
+    int64_t qd[4] = {2, 3, 5, 8}, kd[4] = {2, 3, 9, 8};
+    alloy_tensor *Q = alloy_input(g, "q", ALLOY_F32, 4, qd), *K = alloy_input(g, "k", ALLOY_F32, 4, kd),
+                 *V = alloy_input(g, "v", ALLOY_F32, 4, kd);
+    alloy_tensor *s = alloy_mul(g, alloy_matmul(g, Q, K, false, true), alloy_scalar(g, ALLOY_F32, 0.3));
+    assert_int_equal(alloy_output(g, "y", alloy_matmul(g, alloy_softmax(g, s, -1), V, false, false)), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
+    if (written) assert_int_equal(alloy_graph_set_option(g, "disable_passes", "attention"), ALLOY_OK);
+    feeds[0] = (alloy_host_tensor){"q", ALLOY_F32, 4, {2, 3, 5, 8}, q};
+    feeds[1] = (alloy_host_tensor){"k", ALLOY_F32, 4, {2, 3, 9, 8}, k};
+    feeds[2] = (alloy_host_tensor){"v", ALLOY_F32, 4, {2, 3, 9, 8}, v};
+    return g;
+}
+
+static void test_a_scale_on_the_scores_without_a_mask_becomes_the_op(void **state)
+{
+    (void)state;
+    static float q[240], k[432], v[432];
+    for (int i = 0; i < 432; i++) {
+        if (i < 240) q[i] = (float)sin(0.37 * i);
+        k[i] = (float)cos(0.23 * i), v[i] = (float)sin(0.11 * i + 1);
+    }
+    alloy_host_tensor feeds[3], ya = {.name = "y"}, yb = {.name = "y"};
+    alloy_graph *a = cross_graph(false, q, k, v, feeds), *b = cross_graph(true, q, k, v, feeds);
+    if (alloy_graph_run(a, feeds, 3, &ya, 1)) fail_msg("%s", alloy_last_error(a));
+    if (alloy_graph_run(b, feeds, 3, &yb, 1)) fail_msg("%s", alloy_last_error(b));
+    assert_int_equal(count_op(a->compiled, IR_OP_attention), 1);
+    const ir_node *n = NULL;
+    for (int i = 0; i < a->compiled->nnodes; i++)
+        if (a->compiled->nodes[i]->op == IR_OP_attention) n = a->compiled->nodes[i];
+    assert_int_equal(ir_attr_i(n, "causal"), 0);
+    assert_true(ir_attr_f(n, "scale") == (double)0.3f);
+    double got[240], want[240];
+    for (int i = 0; i < 240; i++) got[i] = ((float *)ya.data)[i], want[i] = ((float *)yb.data)[i];
+    char why[256];
+    if (!test_close(got, want, 240, 1e-6, why, sizeof why)) fail_msg("%s", why);
+    alloy_graph_free(a);
+    alloy_graph_free(b);
+}
+
 static void test_the_builder_names_a_bad_operand(void **state)
 {
     (void)state;
@@ -199,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_gpt_step_gets_the_op_and_trains_to_the_same_losses_bf16_amp),
         cmocka_unit_test(test_a_long_sequence_plans_no_score_matrix),
         cmocka_unit_test(test_scores_read_elsewhere_keep_the_written_out_attention),
+        cmocka_unit_test(test_a_scale_on_the_scores_without_a_mask_becomes_the_op),
         cmocka_unit_test(test_the_builder_names_a_bad_operand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
