@@ -236,10 +236,12 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
         /* the steps that may sum in an order of their own: row ops, reductions split over blocks or columns, convolutions */
         int last_op = c->nodes[step->pos]->op;
         bool sums = last_op == IR_OP_reduce_sum || last_op == IR_OP_reduce_mean;
-        /* (the direct convolution kernels sum in another order than the CPU's im2col GEMM) */
+        /* (the direct convolution kernels sum in another order than the CPU's im2col GEMM; attention's
+         * blockwise kernels than the CPU's blocks) */
         bool convs = last_op == IR_OP_conv1d || last_op == IR_OP_conv2d || last_op == IR_OP_conv_grad_input ||
                      last_op == IR_OP_conv_grad_weight;
-        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums || convs));
+        bool attn = last_op == IR_OP_attention || last_op == IR_OP_attention_grad;
+        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums || convs || attn));
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;

@@ -757,6 +757,70 @@ static void ref_cumsum(const ir_node *n, const oc_tensor *in, oc_tensor *out)
             }
 }
 
+/* ---- attention ---- */
+
+/* Naive softmax attention of one (batch, head) in f64: p[i * S + j] the
+ * probabilities of scale q k^T, 0 where causal hides j > i + S - T (a row
+ * that sees no column is all 0). */
+static void attention_probs(const ir_node *n, const double *q, const double *k, int64_t T, int64_t S, int64_t D,
+                            double *p)
+{
+    bool causal = ir_attr_i(n, "causal") != 0;
+    double scale = ir_attr_f(n, "scale");
+    for (int64_t i = 0; i < T; i++) {
+        double m = -INFINITY, sum = 0;
+        int64_t end = causal ? i + S - T + 1 : S;
+        for (int64_t j = 0; j < S; j++) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; d++) dot += q[i * D + d] * k[j * D + d];
+            p[i * S + j] = j < end ? dot * scale : -INFINITY;
+            m = fmax(m, p[i * S + j]);
+        }
+        for (int64_t j = 0; j < S; j++) sum += p[i * S + j] = j < end ? exp(p[i * S + j] - m) : 0;
+        for (int64_t j = 0; j < S; j++) p[i * S + j] = sum > 0 ? p[i * S + j] / sum : 0;
+    }
+}
+
+/* attention(q, k, v): p v per (batch, head). attention_grad(q, k, v, o, do):
+ * [dq; dk; dv] along axis 2 with dv = p^T do, ds = p (do v^T - rowsum(do o)),
+ * dq = scale ds k, dk = scale ds^T q. */
+static void ref_attention(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const int64_t *qd = in[0].type.dims;
+    int64_t T = qd[2], S = in[1].type.dims[2], D = qd[3], td = T * D, sd = S * D;
+    double scale = ir_attr_f(n, "scale");
+    bool grad = n->op == IR_OP_attention_grad;
+    double *p = malloc(sizeof(double) * (size_t)(T * S + 1));
+    assert_non_null(p);
+    for (int64_t bh = 0; bh < qd[0] * qd[1]; bh++) {
+        const double *q = in[0].v + bh * td, *k = in[1].v + bh * sd, *v = in[2].v + bh * sd;
+        attention_probs(n, q, k, T, S, D, p);
+        if (!grad) {
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t j = 0; j < S; j++)
+                    for (int64_t d = 0; d < D; d++) out->v[bh * td + i * D + d] += p[i * S + j] * v[j * D + d];
+            continue;
+        }
+        const double *o = in[3].v + bh * td, *dout = in[4].v + bh * td;
+        double *dq = out->v + bh * (td + 2 * sd), *dk = dq + td, *dv = dk + sd;
+        for (int64_t i = 0; i < T; i++) {
+            double delta = 0;
+            for (int64_t d = 0; d < D; d++) delta += dout[i * D + d] * o[i * D + d];
+            for (int64_t j = 0; j < S; j++) {
+                double dp = 0;
+                for (int64_t d = 0; d < D; d++) dp += dout[i * D + d] * v[j * D + d];
+                double ds = p[i * S + j] * (dp - delta) * scale;
+                for (int64_t d = 0; d < D; d++) {
+                    dv[j * D + d] += p[i * S + j] * dout[i * D + d];
+                    dq[i * D + d] += ds * k[j * D + d];
+                    dk[j * D + d] += ds * q[i * D + d];
+                }
+            }
+        }
+    }
+    free(p);
+}
+
 /* ---- random ops ---- */
 
 /* Philox 4x32-10 written again from Salmon et al., "Parallel random
@@ -1296,6 +1360,20 @@ const op_case op_cases[] = {
      .ref = ref_index_select},
     {"index_select_grad", "i32[9] [4,5,9]", "axis=2; axis=-1", .declared = "[4,5,3]", .dom = {INDEX(-1, 2), U(-1, 1)},
      .ref = ref_index_select},
+
+    /* attention: T = 1, 7, 64, 130; D = 16, 64; key lengths other than T
+     * (causal then hides j > i + S - T; with S < T the first rows see nothing) */
+    {"attention", "[1,1,1,16] [1,1,1,16] [1,1,1,16]; [1,2,7,16] [1,2,7,16] [1,2,7,16]; [2,1,7,16] [2,1,5,16] [2,1,5,16]; "
+     "[1,1,5,16] [1,1,9,16] [1,1,9,16]",
+     "causal=0; causal=1 | scale=0.25; scale=-0.5", .dom = {U(-1, 1), U(-1, 1), U(-1, 1)}, TRANS, .ref = ref_attention},
+    {"attention", "[1,2,64,64] [1,2,64,64] [1,2,64,64]; [2,1,130,16] [2,1,130,16] [2,1,130,16]; [1,1,130,64] [1,1,130,64] [1,1,130,64]",
+     "causal=0 scale=0.125; causal=1 scale=0.125", .dom = {U(-2, 2), U(-2, 2), U(-1, 1)}, TRANS, .ref = ref_attention},
+    {"attention", "[0,2,7,16] [0,2,7,16] [0,2,7,16]; [1,1,0,16] [1,1,3,16] [1,1,3,16]", "scale=1", TRANS, .ref = ref_attention},
+    {"attention_grad", "[1,2,7,16] [1,2,7,16] [1,2,7,16] [1,2,7,16] [1,2,7,16]; [1,1,5,16] [1,1,9,16] [1,1,9,16] [1,1,5,16] [1,1,5,16]; "
+     "[2,1,7,16] [2,1,5,16] [2,1,5,16] [2,1,7,16] [2,1,7,16]; [1,1,1,16] [1,1,1,16] [1,1,1,16] [1,1,1,16] [1,1,1,16]; "
+     "[1,1,130,64] [1,1,130,64] [1,1,130,64] [1,1,130,64] [1,1,130,64]; [1,2,64,16] [1,2,64,16] [1,2,64,16] [1,2,64,16] [1,2,64,16]",
+     "causal=0 scale=0.25; causal=1 scale=0.25", .dom = {U(-1, 1), U(-1, 1), U(-1, 1), U(-1, 1), U(-1, 1)}, TRANS,
+     .ref = ref_attention},
 
     /* training step: loss scaling */
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", EXACT, .ref = ref_found_inf},

@@ -201,6 +201,12 @@ ALLOY_API alloy_tensor *alloy_concat(alloy_graph *g, int n, alloy_tensor *const 
 /* x [..., Tq, Tk] with -inf where key j > query i + (Tk - Tq). */
 ALLOY_API alloy_tensor *alloy_causal_mask(alloy_graph *g, alloy_tensor *x);
 ALLOY_API alloy_tensor *alloy_cast(alloy_graph *g, alloy_tensor *x, alloy_dtype dtype);
+/* softmax(q k^T * scale) v per batch and head without the [T, S] score
+ * matrix: q [B, H, T, D], k and v [B, H, S, D] of one float dtype (f32
+ * statistics and accumulation for f16/bf16); causal masks key j > query
+ * i + (S - T) as alloy_causal_mask. The backward recomputes the scores. */
+ALLOY_API alloy_tensor *alloy_attention(alloy_graph *g, alloy_tensor *q, alloy_tensor *k, alloy_tensor *v,
+                                        bool causal, double scale);
 
 /* ---- naming, outputs, lookup ---- */
 

@@ -36,6 +36,9 @@ static const ir_attr_spec A_PAD[] = {{"axis", IR_ATTR_INT, true, false, 0},
                                      {"before", IR_ATTR_INT, true, false, 0},
                                      {"after", IR_ATTR_INT, true, false, 0},
                                      {NULL, 0, false, false, 0}};
+/* attention: scale multiplies the scores; causal masks column j > row i + S - T */
+static const ir_attr_spec A_ATTENTION[] = {
+    {"causal", IR_ATTR_BOOL, false, true, 0}, {"scale", IR_ATTR_FLOAT, true, false, 0}, {NULL, 0, false, false, 0}};
 /* random ops: seed absent = the graph's (the random pass fills it in); stream names the draw */
 static const ir_attr_spec A_DROPOUT[] = {{"p", IR_ATTR_FLOAT, false, true, 0.5},
                                          {"seed", IR_ATTR_INT, false, false, 0},

@@ -16,7 +16,8 @@
  * Evaluated: every elementwise op, cast, reshape, broadcast_to, transpose,
  * slice, pad, concat, embedding, gather, index_select, arange, cumsum,
  * reduce_sum/mean/max, dropout, uniform, normal (row ops, whose meaning is
- * their row program, are not folded). n must be
+ * their row program, and attention and attention_grad, heavy and blockwise,
+ * are not folded). n must be
  * well typed (as ir_add_node leaves it). Doubles hold i64 values exactly
  * only up to 2^53: an i64 reduction whose exact result a double cannot hold
  * is ALLOY_ERR_UNSUPPORTED, and i64 operands beyond 2^53 reach this function

@@ -39,6 +39,7 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
 static const pass pipeline[] = {
     {"verify", pass_verify, NULL},
     {"random", pass_random, NULL},
+    {"attention", pass_fuse_attention, NULL},
     {"amp", pass_amp, NULL},
     {"autodiff", pass_autodiff, NULL},
     {"grad_scaler", pass_grad_scaler, NULL},

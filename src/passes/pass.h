@@ -121,6 +121,7 @@ AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);  
 AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */
 AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
 AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
+AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opts); /* fuse_attention.c */
 
 /* Names the training passes agree on (docs/training.md). */
 #define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */

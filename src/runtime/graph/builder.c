@@ -339,6 +339,14 @@ alloy_tensor *alloy_softmax(alloy_graph *g, alloy_tensor *x, int axis)
     return add(g, IR_OP_softmax, 1, &x, 1, &a, NULL);
 }
 
+alloy_tensor *alloy_attention(alloy_graph *g, alloy_tensor *q, alloy_tensor *k, alloy_tensor *v, bool causal,
+                              double scale)
+{
+    alloy_tensor *xs[3] = {q, k, v};
+    ir_attr a[2] = {ir_a_bool("causal", causal), ir_a_float("scale", scale)};
+    return add(g, IR_OP_attention, 3, xs, 2, a, NULL);
+}
+
 alloy_tensor *alloy_log_softmax(alloy_graph *g, alloy_tensor *x, int axis)
 {
     ir_attr a = ir_a_int("axis", axis);
