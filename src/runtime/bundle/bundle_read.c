@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cache.h"
+#include "base/sha256.h"
 #include "ir/groups.h"
 #include "runtime/bundle/bundle.h"
 
@@ -361,7 +361,7 @@ static alloy_status check_header(const uint8_t *b, size_t len, const char *where
         return ALLOY_ERR_FORMAT;
     }
     uint8_t sum[32];
-    cg_sha256(b + BUNDLE_HEADER_BYTES, payload, sum);
+    al_sha256(b + BUNDLE_HEADER_BYTES, payload, sum);
     if (memcmp(sum, b + 48, 32) != 0) {
         al_fmt(err, errlen, "%s: checksum mismatch: the payload's SHA-256 is not the header's; the file is damaged",
                where);
@@ -501,7 +501,8 @@ alloy_status bundle_read_file(const char *path, bundle_contents *out, char *err,
 void bundle_contents_free(bundle_contents *c)
 {
     ir_graph_free(c->ir);
-    pass_compiled_free(&c->comp);
+    sched_free(&c->comp.sched);
+    plan_free(&c->comp.plan);
     al_free(c->options);
     for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
     al_free(c->state);

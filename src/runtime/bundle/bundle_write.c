@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "alloy_config.h"
-#include "codegen/cache.h"
+#include "base/sha256.h"
 #include "runtime/bundle/bundle.h"
 #include "runtime/io/atomic.h"
 
@@ -134,13 +134,13 @@ static void encode_header(uint8_t *h, size_t payload, uint32_t nsections)
     al_fmt((char *)h + 16, 16, "%s", ALLOY_VERSION);
     for (int i = 0; i < 8; i++) h[32 + i] = (uint8_t)((uint64_t)payload >> (8 * i));
     for (int i = 0; i < 4; i++) h[40 + i] = (uint8_t)(nsections >> (8 * i));
-    cg_sha256(h + BUNDLE_HEADER_BYTES, payload, h + 48);
+    al_sha256(h + BUNDLE_HEADER_BYTES, payload, h + 48);
 }
 
 bool bundle_resign(uint8_t *bytes, size_t len)
 {
     if (len < BUNDLE_HEADER_BYTES) return false;
-    cg_sha256(bytes + BUNDLE_HEADER_BYTES, len - BUNDLE_HEADER_BYTES, bytes + 48);
+    al_sha256(bytes + BUNDLE_HEADER_BYTES, len - BUNDLE_HEADER_BYTES, bytes + 48);
     return true;
 }
 
