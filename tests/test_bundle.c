@@ -84,6 +84,18 @@ static void test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bi
     char err[1024] = "";
     alloy_status st = alloy_bundle_load(path, &b, err, sizeof err);
     if (st) fail_msg("alloy_bundle_load: %s", err);
+    /* the inputs a run feeds, as build_mlp made them */
+    alloy_host_tensor in;
+    assert_int_equal(alloy_bundle_input_count(b), 2);
+    assert_int_equal(alloy_bundle_input_at(b, 0, &in), ALLOY_OK);
+    assert_string_equal(in.name, "x");
+    assert_true(in.dtype == F32 && in.rank == 2 && in.dims[0] == BATCH && in.dims[1] == IN && !in.data);
+    assert_int_equal(alloy_bundle_input_at(b, 1, &in), ALLOY_OK);
+    assert_string_equal(in.name, "targets");
+    assert_true(in.dtype == I32 && in.rank == 1 && in.dims[0] == BATCH);
+    assert_int_equal(alloy_bundle_input_at(b, 2, &in), ALLOY_ERR_NOT_FOUND);
+    assert_non_null(strstr(alloy_bundle_last_error(b), "index 2 out of range [0, 2)"));
+    assert_int_equal(alloy_bundle_input_at(b, -1, &in), ALLOY_ERR_NOT_FOUND);
     train(b, run_bundle, aot);
     int skipped = 0;
     for (int k = 0; k < STEPS; k++) {

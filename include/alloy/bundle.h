@@ -32,6 +32,11 @@ ALLOY_API alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path,
  * what is wrong (ALLOY_ERR_FORMAT: corrupt; ALLOY_ERR_UNSUPPORTED: a newer
  * format; ALLOY_ERR_IO: unreadable). */
 ALLOY_API alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, size_t errlen);
+/* The inputs a run feeds, in the order of the bundle's IR: how many, and the
+ * i-th's name, dtype and shape in out (data NULL; name owned by b);
+ * ALLOY_ERR_NOT_FOUND when i is out of range. */
+ALLOY_API int alloy_bundle_input_count(const alloy_bundle *b);
+ALLOY_API alloy_status alloy_bundle_input_at(const alloy_bundle *b, int i, alloy_host_tensor *out);
 /* One run of the bundle's step, exactly as alloy_graph_run. */
 ALLOY_API alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor *feeds, int nfeeds,
                                         alloy_host_tensor *fetches, int nfetches);

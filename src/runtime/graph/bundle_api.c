@@ -107,6 +107,29 @@ alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, 
     return ALLOY_OK;
 }
 
+int alloy_bundle_input_count(const alloy_bundle *b)
+{
+    int n = 0;
+    for (int i = 0; b && i < b->g->compiled->nnodes; i++) n += b->g->compiled->nodes[i]->op == IR_OP_input;
+    return n;
+}
+
+alloy_status alloy_bundle_input_at(const alloy_bundle *b, int i, alloy_host_tensor *out)
+{
+    if (!b) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail_const(b->g, ALLOY_ERR_INVALID, "bundle_input_at: out is NULL");
+    const ir_graph *c = b->g->compiled;
+    for (int k = 0, left = i; k < c->nnodes; k++) {
+        const ir_node *n = c->nodes[k];
+        if (n->op != IR_OP_input || left--) continue;
+        *out = (alloy_host_tensor){.name = n->name, .dtype = n->type.dtype, .rank = n->type.rank};
+        memcpy(out->dims, n->type.dims, sizeof out->dims);
+        return ALLOY_OK;
+    }
+    return graph_fail_const(b->g, ALLOY_ERR_NOT_FOUND, "bundle_input_at: index %d out of range [0, %d)", i,
+                            alloy_bundle_input_count(b));
+}
+
 alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor *feeds, int nfeeds, alloy_host_tensor *fetches,
                               int nfetches)
 {
