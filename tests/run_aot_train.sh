@@ -4,9 +4,10 @@
 # mlp_csv's synthetic data, and alloyc train runs the same IR through the JIT on the same batches: the progress lines
 # (loss, scale, skipped) and the final state (every parameter, moment and counter) must be the same bits.
 #
-# usage: run_aot_train.sh ALLOYC AOT_TRAIN COMPARE IR_DIR OUT_DIR   (COMPARE: tests/compare_safetensors)
+# usage: run_aot_train.sh ALLOYC AOT_TRAIN COMPARE RUNTIME_ONLY IR_DIR OUT_DIR
+#   COMPARE: tests/compare_safetensors; RUNTIME_ONLY: tests/bundle_runtime_only (every call of alloy/bundle.h)
 set -u
-alloyc=$1 aot=$2 compare=$3 irdir=$4 tmp=$5/aot_train
+alloyc=$1 aot=$2 compare=$3 only=$4 irdir=$5 tmp=$6/aot_train
 rm -rf "$tmp" && mkdir -p "$tmp" || exit 1
 ALLOY_DEVICE=cpu
 export ALLOY_DEVICE
@@ -57,7 +58,12 @@ needed=$(readelf -d "$aot" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '
 check "aot_train links liballoy-runtime.so.0 ($needed)" sh -c "echo '$needed' | grep -q 'liballoy-runtime.so.0'"
 check "aot_train does not link liballoy.so.0" sh -c "! echo '$needed' | grep -q 'liballoy.so'"
 
-# 5. a damaged bundle is the reader's error, one line, exit 1
+# 5. a program that includes alloy/bundle.h alone makes every call of it through liballoy-runtime alone
+"$only" "$tmp/step.alloy" "$tmp/only_state.safetensors" >"$tmp/only.out" 2>&1
+check "bundle_runtime_only: $(tail -1 "$tmp/only.out")" [ $? -eq 0 ]
+check "bundle_runtime_only links liballoy-runtime alone" sh -c "readelf -d '$only' | grep -q 'liballoy-runtime.so.0' && ! readelf -d '$only' | grep -q 'liballoy.so'"
+
+# 6. a damaged bundle is the reader's error, one line, exit 1
 head -c 100 "$tmp/step.alloy" >"$tmp/short.alloy"
 "$aot" "$tmp/short.alloy" --steps 1 >/dev/null 2>"$tmp/short.err"
 check "a truncated bundle exits 1" [ $? -eq 1 ]
