@@ -1,4 +1,4 @@
-/* alloy/bundle.h - ahead-of-time bundles: a compiled training step saved to one file, loaded and run with no pass pipeline (docs/bundle.md).
+/* alloy/bundle.h - ahead-of-time bundles: a compiled training step saved to one file, loaded and run with no pass pipeline (docs/bundle.md), also by a program that links liballoy-runtime (pkg-config alloy-runtime) alone.
  *
  *     alloy_graph_save_bundle(g, "step.alloy", NULL);      // CPU: no GPU needed
  *     ...
@@ -16,7 +16,8 @@
 
 typedef struct alloy_bundle alloy_bundle;
 
-/* Compiles g (the pass pipeline alone, no device opened) and writes its
+/* liballoy only (it compiles; liballoy-runtime has every other call here).
+ * Compiles g (the pass pipeline alone, no device opened) and writes its
  * compiled step as a bundle at path, atomically (a temporary file next to
  * it, then a rename; path is unchanged on failure). archs: CUDA
  * architectures ("sm_80,sm_90") whose executables to include; NULL or ""
