@@ -274,6 +274,51 @@ static bool read_state(rd *r, const ir_graph *g, bundle_contents *c)
     return rd_done(r);
 }
 
+/* CUDA_EXEC: min_driver, nmodules, nimages (i32s), then per image kind,
+ * arch, module, a reserved word (u32s), its length (u64) and bytes; the
+ * images in module order, every module with module 0's targets, none twice;
+ * a cubin an ELF file, PTX text ending in its one NUL. */
+static bool read_cuda(rd *r, bundle_cuda *x)
+{
+    x->min_driver = (uint32_t)rd_int(r, "min_driver", 1000, 1000000);
+    x->nmodules = (uint32_t)rd_int(r, "nmodules", 1, 1 << 20);
+    int n = rd_count(r, "nimages", 24);
+    if (!r->bad && (n == 0 || (uint32_t)n % x->nmodules != 0))
+        return rd_fail(r, "%s = %" PRId64 " is not a positive multiple of nmodules", "nimages", n);
+    if (r->bad) return false;
+    if (!(x->images = al_calloc((size_t)n, sizeof *x->images))) return rd_oom(r, "images", n);
+    int per = n / (int)x->nmodules;
+    for (int i = 0; i < n && !r->bad; i++) {
+        bundle_image *im = &x->images[i];
+        im->kind = (uint32_t)rd_int(r, "image kind", BUNDLE_CUBIN, BUNDLE_PTX);
+        im->arch = (uint32_t)rd_int(r, "image arch", 10, 9999);
+        im->module = (uint32_t)rd_int(r, "image module (images go in module order)", i / per, i / per);
+        if (rd_u32(r, "image reserved word") != 0 && !r->bad)
+            return rd_fail(r, "%s %" PRId64 ": reserved word not 0", "image", i);
+        uint64_t size = rd_u64(r, "image length");
+        if (!r->bad && (size == 0 || size > r->len - r->pos))
+            return rd_fail(r, "%s %" PRId64 ": length 0 or past the end of the section", "image", i);
+        if (r->bad) return false;
+        const uint8_t *p = r->p + r->pos;
+        if (im->kind == BUNDLE_CUBIN && (size < 4 || memcmp(p, "\177ELF", 4) != 0))
+            return rd_fail(r, "%s %" PRId64 ": a cubin that is not an ELF file", "image", i);
+        if (im->kind == BUNDLE_PTX && memchr(p, 0, (size_t)size) != p + size - 1)
+            return rd_fail(r, "%s %" PRId64 ": PTX that is not text ending in one NUL", "image", i);
+        const bundle_image *first = &x->images[i % per];
+        if (i >= per && (im->kind != first->kind || im->arch != first->arch))
+            return rd_fail(r, "%s %" PRId64 ": its module's targets are not module 0's", "image", i);
+        for (int j = 0; j < i && i < per; j++)
+            if (x->images[j].kind == im->kind && x->images[j].arch == im->arch)
+                return rd_fail(r, "%s %" PRId64 ": a target repeated", "image", i);
+        if (!(im->data = al_malloc((size_t)size))) return rd_oom(r, "image bytes", (int64_t)size);
+        memcpy(im->data, p, (size_t)size);
+        im->size = (size_t)size;
+        x->nimages = i + 1;
+        r->pos += (size_t)size;
+    }
+    return rd_done(r);
+}
+
 /* META: key=value lines; every key required, none unknown. */
 static bool read_meta(rd *r, bundle_contents *c)
 {
@@ -434,6 +479,7 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
     if (ok) r = RD(BUNDLE_SEC_SCHEDULE), ok = read_schedule(&r, c.ir, &c.comp.sched);
     if (ok) r = RD(BUNDLE_SEC_PLAN), ok = read_plan(&r, c.ir, &c.comp.sched, &c.comp.plan);
     if (ok) r = RD(BUNDLE_SEC_STATE), ok = read_state(&r, c.ir, &c);
+    if (ok && sec[BUNDLE_SEC_CUDA_EXEC]) r = RD(BUNDLE_SEC_CUDA_EXEC), ok = read_cuda(&r, &c.cuda);
 #undef RD
     if (ok) {
         size_t n = sec_len[BUNDLE_SEC_OPTIONS];
@@ -506,5 +552,6 @@ void bundle_contents_free(bundle_contents *c)
     al_free(c->options);
     for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
     al_free(c->state);
+    bundle_cuda_free(&c->cuda);
     memset(c, 0, sizeof *c);
 }

@@ -123,6 +123,18 @@ static void encode_state(wbuf *w, const ir_graph *g)
     }
 }
 
+/* The CUDA executable (read_cuda's layout). */
+static void encode_cuda(wbuf *w, const bundle_cuda *x)
+{
+    put_u32(w, x->min_driver), put_u32(w, x->nmodules), put_i32(w, x->nimages);
+    for (int i = 0; i < x->nimages; i++) {
+        const bundle_image *im = &x->images[i];
+        put_u32(w, im->kind), put_u32(w, im->arch), put_u32(w, im->module), put_u32(w, 0);
+        put_u64(w, im->size);
+        put(w, im->data, im->size);
+    }
+}
+
 /* The header: magic, version, header size, alloy version, payload size,
  * section count, a reserved word, the payload's SHA-256. */
 static void encode_header(uint8_t *h, size_t payload, uint32_t nsections)
@@ -147,7 +159,7 @@ bool bundle_resign(uint8_t *bytes, size_t len)
 alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL, *len = 0;
-    wbuf file = {0}, body[6] = {{0}};
+    wbuf file = {0}, body[7] = {{0}};
     uint8_t zeros[BUNDLE_HEADER_BYTES] = {0};
     put(&file, zeros, sizeof zeros); /* the header, filled last */
     encode_meta(&body[0], c);
@@ -159,9 +171,11 @@ alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len,
     encode_plan(&body[3], &c->comp.plan);
     encode_state(&body[4], c->ir);
     if (c->options) put(&body[5], c->options, strlen(c->options));
-    static const uint32_t tags[6] = {BUNDLE_SEC_META, BUNDLE_SEC_IR, BUNDLE_SEC_SCHEDULE,
-                                     BUNDLE_SEC_PLAN, BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS};
-    for (int i = 0; i < 6; i++) {
+    int nsections = c->cuda.nimages ? 7 : 6;
+    if (c->cuda.nimages) encode_cuda(&body[6], &c->cuda);
+    static const uint32_t tags[7] = {BUNDLE_SEC_META,  BUNDLE_SEC_IR,    BUNDLE_SEC_SCHEDULE, BUNDLE_SEC_PLAN,
+                                     BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS, BUNDLE_SEC_CUDA_EXEC};
+    for (int i = 0; i < nsections; i++) {
         put_section(&file, tags[i], &body[i]);
         al_free(body[i].p);
     }
@@ -170,7 +184,7 @@ alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len,
         al_fmt(err, errlen, "bundle of graph '%s': out of memory", c->graph_name);
         return ALLOY_ERR_OOM;
     }
-    encode_header(file.p, file.len - BUNDLE_HEADER_BYTES, 6);
+    encode_header(file.p, file.len - BUNDLE_HEADER_BYTES, (uint32_t)nsections);
     *out = file.p, *len = file.len;
     return ALLOY_OK;
 }
