@@ -15,6 +15,8 @@
 #include "models.h"
 #include "passes/plan.h"
 #include "passes/schedule.h"
+#include "alloy_config.h"
+#include "runtime/backend.h"
 #include "runtime/bundle/bundle.h"
 #include "support.h"
 
@@ -504,6 +506,9 @@ static uint8_t *encode_with_cuda(bundle_cuda *x, size_t *len)
     if (bundle_read_file(path, &c, err, sizeof err)) fail_msg("%s", err);
     assert_int_equal(c.cuda.nimages, 0); /* a CPU bundle has none */
     c.cuda = *x;
+    al_free(c.options); /* the test's ALLOY_DEVICE=cpu, which would win over the device asked for at load */
+    c.options = al_strdup("# options: defaults");
+    assert_non_null(c.options);
     uint8_t *bytes;
     assert_int_equal(bundle_encode(&c, &bytes, len, err, sizeof err), ALLOY_OK);
     bundle_contents_free(&c); /* frees x's images */
@@ -608,6 +613,80 @@ static void test_the_cuda_section_round_trips_and_each_damage_is_named(void **st
     bundle_cuda_free(&want);
 }
 
+/* A "cuda" backend for the GPU checks: the CPU backend's calls under the
+ * name cuda, reporting fake_sm and fake_driver as its GPU. */
+static int fake_sm, fake_driver;
+static rt_backend_ops fake_gpu_ops;
+
+static bool fake_caps(const rt_backend *b, int *sm, int *driver)
+{
+    (void)b;
+    *sm = fake_sm, *driver = fake_driver;
+    return true;
+}
+
+static alloy_status fake_gpu_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen)
+{
+    alloy_status st = cpu_backend_open(cfg, out, err, errlen);
+    if (st) return st;
+    fake_gpu_ops = *(*out)->ops;
+    fake_gpu_ops.name = "cuda";
+    fake_gpu_ops.device_caps = fake_caps;
+    (*out)->ops = &fake_gpu_ops;
+    return ALLOY_OK;
+}
+
+/* Loading on a GPU: each module needs an image the GPU runs; a GPU too old
+ * for every cubin and the PTX, or whose driver is too old for the PTX, is
+ * an error naming the GPU and the bundle's targets (the GPU faked: its
+ * compute capability and driver version). */
+static void test_loading_on_a_gpu_no_image_runs_on_is_an_error_naming_the_targets(void **state)
+{
+    (void)state;
+    if (!ALLOY_HAVE_CUDA) skip(); /* a build without the CUDA backend opens no GPU */
+    bundle_cuda x = fake_cuda(2);
+    size_t len;
+    uint8_t *bytes = encode_with_cuda(&x, &len);
+    const char *path = test_tmp_path("gpu.alloy");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    test_free(bytes);
+    rt_backend_set_cuda_opener(fake_gpu_open);
+    setenv("ALLOY_DEVICE", "cuda", 1);
+    static const struct {
+        int sm, driver;
+        alloy_status want;
+        const char *needle;
+    } cases[] = {
+        {86, 12000, ALLOY_OK, NULL},
+        {100, 12080, ALLOY_OK, NULL},
+        {75, 13000, ALLOY_ERR_UNSUPPORTED,
+         "gpu.alloy: the GPU is sm_75 and the bundle has cubins sm_80, sm_90; PTX compute_80: none runs on it"},
+        {100, 12000, ALLOY_ERR_UNSUPPORTED, "the PTX needs CUDA driver 12.8 or newer, this driver is 12.0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fake_sm = cases[i].sm, fake_driver = cases[i].driver;
+        alloy_bundle *b = NULL;
+        char err[1024] = "";
+        alloy_status st = alloy_bundle_load(path, &b, err, sizeof err);
+        if (st != cases[i].want || (cases[i].needle && !strstr(err, cases[i].needle)))
+            fail_msg("sm_%d driver %d: status %d '%s', expected %d '%s'", cases[i].sm, cases[i].driver, st, err,
+                     cases[i].want, cases[i].needle ? cases[i].needle : "");
+        if (!st) {
+            alloy_step_info info[STEPS];
+            train(b, run_bundle, info); /* the fake GPU runs the CPU's calls */
+            assert_true(isfinite(info[STEPS - 1].loss));
+        } else {
+            assert_null(b);
+        }
+        alloy_bundle_free(b);
+    }
+    setenv("ALLOY_DEVICE", "cpu", 1);
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* With archs, the bundle holds per module a cubin for sm_80 and sm_90 and
  * PTX for compute_80 that NVRTC compiled (no GPU here), with NVRTC's
  * version as the driver the PTX needs; the CPU still trains from it. */
@@ -667,10 +746,10 @@ static void test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph(voi
            "'%s' compile '%s' --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 -o '%s' >/dev/null",
            ALLOY_ALLOYC, ir, path);
     assert_int_equal(system(cmd), 0);
-    al_fmt(cmd, sizeof cmd, "'%s' compile '%s' --train --emit=bundle --arch sm_80 -o '%s' 2>/dev/null", ALLOY_ALLOYC,
+    al_fmt(cmd, sizeof cmd, "'%s' compile '%s' --train --emit=bundle --arch sm_8x -o '%s' 2>/dev/null", ALLOY_ALLOYC,
            ir, test_tmp_path("arch.alloy"));
     int rc = system(cmd);
-    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2); /* CUDA sections: a usage error, for now */
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2); /* a bad --arch is a usage error, with a bundle too */
     char err[1024] = "";
     alloy_graph *g = alloy_graph_load_ir(ir, err, sizeof err);
     if (!g) fail_msg("%s", err);
@@ -768,6 +847,7 @@ int main(void)
         T(test_the_cuda_pick_takes_the_cubin_of_the_gpus_major_else_the_ptx),
         T(test_the_cuda_section_round_trips_and_each_damage_is_named),
         T(test_save_bundle_with_archs_compiles_a_cubin_per_arch_and_ptx_with_nvrtc),
+        T(test_loading_on_a_gpu_no_image_runs_on_is_an_error_naming_the_targets),
         T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),
         T(test_every_allocation_failure_in_save_load_and_run_is_a_clean_error),
 #undef T

@@ -46,6 +46,26 @@ static alloy_status apply_options(al_options *cfg, const char *line, const char 
     return st;
 }
 
+/* On a GPU (a backend with device_caps), that every module of the bundle's
+ * CUDA executable has an image the GPU runs (bundle_cuda_pick); an error
+ * naming the GPU and the bundle's targets otherwise. A bundle without one
+ * is compiled for the GPU as a graph is. */
+static alloy_status check_gpu(const rt_backend *be, const bundle_cuda *x, const char *path, char *err, size_t errlen)
+{
+    int sm, driver;
+    if (!x->nimages || !be->ops->device_caps || !be->ops->device_caps(be, &sm, &driver)) return ALLOY_OK;
+    for (uint32_t m = 0; m < x->nmodules; m++) {
+        const bundle_image *im;
+        char why[768];
+        alloy_status st = bundle_cuda_pick(x, m, sm, driver, &im, why, sizeof why);
+        if (st) {
+            al_fmt(err, errlen, "%s: %s", path, why);
+            return st;
+        }
+    }
+    return ALLOY_OK;
+}
+
 alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, size_t errlen)
 {
     if (!out) return ALLOY_ERR_INVALID;
@@ -93,12 +113,16 @@ alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, 
             st = ALLOY_ERR_OOM;
         }
     }
+    bundle_cuda cuda = c.cuda; /* kept for the GPU check below */
+    memset(&c.cuda, 0, sizeof c.cuda);
     bundle_contents_free(&c);
     if (!st) {
         step_info_nodes(g);
         st = state_ensure(g); /* opens the backend, creates and initializes the state */
         if (st) al_fmt(err, errlen, "%s: %s", path, g->error);
     }
+    if (!st) st = check_gpu(graph_backend(g), &cuda, path, err, errlen);
+    bundle_cuda_free(&cuda);
     if (st) {
         alloy_bundle_free(b);
         return st;
