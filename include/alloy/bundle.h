@@ -20,15 +20,20 @@ typedef struct alloy_bundle alloy_bundle;
  * Compiles g (the pass pipeline alone, no device opened) and writes its
  * compiled step as a bundle at path, atomically (a temporary file next to
  * it, then a rename; path is unchanged on failure). archs: CUDA
- * architectures ("sm_80,sm_90") whose executables to include; NULL or ""
- * for none (the CPU needs none). A non-empty archs is ALLOY_ERR_UNSUPPORTED
- * in this version. Errors are recorded on g. */
+ * architectures ("sm_80,sm_90") whose executables to include, compiled by
+ * NVRTC now (no GPU needed): per module of kernels a cubin for each and PTX
+ * for the lowest; NULL or "" for none (the CPU needs none). A bad list is
+ * ALLOY_ERR_INVALID, archs without NVRTC ALLOY_ERR_UNSUPPORTED. Errors are
+ * recorded on g. */
 ALLOY_API alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs);
 
 /* Reads the bundle at path, checking every byte (magic, version, checksum,
  * every section, the schedule and plan against the IR), and prepares it to
  * run: the backend the bundle's options and ALLOY_DEVICE ask for, the state
- * initialized as alloy_graph's would be under the bundle's seed. On error
+ * initialized as alloy_graph's would be under the bundle's seed. On a GPU
+ * that none of the bundle's CUDA images runs on (a cubin of its major
+ * version, else PTX the driver takes): ALLOY_ERR_UNSUPPORTED naming the GPU
+ * and the bundle's architectures. On error
  * *out is NULL and err names the file, the section and byte offset and
  * what is wrong (ALLOY_ERR_FORMAT: corrupt; ALLOY_ERR_UNSUPPORTED: a newer
  * format; ALLOY_ERR_IO: unreadable). */

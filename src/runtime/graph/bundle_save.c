@@ -26,8 +26,8 @@ static char *options_text(const al_options *cfg)
     return out;
 }
 
-/* Image i of n compiled into x, unless module m already has its target
- * (two architectures NVRTC builds the same PTX for). */
+/* Adds bin, compiled for module m, to x's images, unless m already has its
+ * target (two architectures NVRTC builds the same PTX for). */
 static alloy_status add_image(bundle_cuda *x, const cg_binary *bin, uint32_t m)
 {
     uint32_t kind = bin->kind == CG_CUBIN ? BUNDLE_CUBIN : BUNDLE_PTX;
