@@ -8,6 +8,7 @@
 
 #include "alloy/alloy.h"
 #include "cli.h"
+#include "mlp_data.h"
 
 static const char usage[] =
     "usage: mlp_csv [options]\n"
@@ -31,7 +32,7 @@ static const char usage[] =
     "`epoch E loss X test_accuracy A scale S skipped K` per epoch (X: mean training\n"
     "loss of the epoch), and last `test_accuracy A`.\n";
 
-enum { MAX_HIDDEN = 16, MAX_CLASSES = 1000, EVAL_BATCH = 1024 };
+enum { MAX_HIDDEN = 16, EVAL_BATCH = 1024 };
 
 typedef struct options {
     const char *csv, *device;
@@ -41,21 +42,6 @@ typedef struct options {
     alloy_dtype amp; /* ALLOY_F32 = off */
     unsigned long long seed;
 } options;
-
-/* Rows of features and labels. */
-typedef struct dataset {
-    float *x; /* [rows, features] */
-    int *y;   /* [rows], 0 .. classes-1 */
-    long rows;
-    int features, classes;
-} dataset;
-
-static void *checked_malloc(size_t size)
-{
-    void *p = malloc(size ? size : 1);
-    if (!p) cli_fail(1, "out of memory");
-    return p;
-}
 
 static double parse_number(const char *flag, const char *s, double min, double max)
 {
@@ -113,132 +99,9 @@ static void parse_args(int argc, char **argv, options *o)
     }
 }
 
-static double uniform01(unsigned long long *state) { return ((double)(cli_next_random(state) >> 11) + 0.5) * 0x1p-53; }
-
-static double gaussian(unsigned long long *state)
-{
-    return sqrt(-2 * log(uniform01(state))) * cos(6.283185307179586 * uniform01(state));
-}
-
-static void shuffle(long *order, long n, unsigned long long *rng)
-{
-    for (long i = n - 1; i > 0; i--) {
-        long j = (long)(cli_next_random(rng) % (unsigned long long)(i + 1)), t = order[i];
-        order[i] = order[j], order[j] = t;
-    }
-}
-
-/* 3 classes of points in 8-D at radius 1, 2 or 3 (plus noise) in random
- * directions: no linear model separates them, an MLP does. */
-static void synthetic(dataset *d, unsigned long long seed)
-{
-    unsigned long long rng = seed ^ 0x5EEDull;
-    d->rows = 2000, d->features = 8, d->classes = 3;
-    d->x = checked_malloc(sizeof(float) * (size_t)d->rows * 8);
-    d->y = checked_malloc(sizeof(int) * (size_t)d->rows);
-    for (long r = 0; r < d->rows; r++) {
-        double v[8], norm = 0;
-        for (int f = 0; f < 8; f++) {
-            v[f] = gaussian(&rng);
-            norm += v[f] * v[f];
-        }
-        d->y[r] = (int)(r % 3);
-        double radius = 1.0 + d->y[r] + 0.25 * gaussian(&rng);
-        for (int f = 0; f < 8; f++) d->x[r * 8 + f] = (float)(v[f] / sqrt(norm) * radius);
-    }
-}
-
-/* Splits line (modified in place) at commas into at most max fields,
- * trimming blanks; returns the number of fields (max + 1 if there are more). */
-static int split_fields(char *line, char **fields, int max)
-{
-    int n = 0;
-    for (char *p = line;;) {
-        while (*p == ' ' || *p == '\t') p++;
-        char *end = p + strcspn(p, ",");
-        bool last = *end == '\0';
-        char *tail = end;
-        while (tail > p && (tail[-1] == ' ' || tail[-1] == '\t' || tail[-1] == '\r')) tail--;
-        *tail = '\0';
-        if (n < max) fields[n] = p;
-        n++;
-        if (last) return n <= max ? n : max + 1;
-        p = end + 1;
-    }
-}
-
-static bool is_number(const char *s, double *out)
-{
-    char *end;
-    *out = strtod(s, &end);
-    return *s && !*end && isfinite(*out);
-}
-
-/* Reads a CSV of numeric features and an integer label last; a first line
- * that is not all numbers is a header. Exits with "file:line: reason" on a
- * ragged row, a non-number, or a label that is not an integer in range. */
-static void read_csv(const char *path, dataset *d)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) cli_fail(1, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 0, rows_cap = 0;
-    char *line = NULL;
-    char **fields = NULL;
-    int ncols = 0, max_fields = 0, max_label = -1;
-    long lineno = 0;
-    bool had_header = false;
-    ssize_t got;
-    d->rows = 0, d->x = NULL, d->y = NULL;
-    while ((got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if (strspn(line, " \t\r\n") == (size_t)got) continue; /* blank */
-        line[strcspn(line, "\n")] = '\0';
-        if (!ncols) { /* the first line fixes the column count */
-            max_fields = 1 + (int)strlen(line);
-            fields = checked_malloc(sizeof(char *) * (size_t)max_fields);
-        }
-        int n = split_fields(line, fields, ncols ? ncols : max_fields);
-        if (!ncols) {
-            if (n < 2) cli_fail(1, "%s:%ld: need at least one feature and a label, found %d column", path, lineno, n);
-            ncols = n, d->features = n - 1;
-            double v;
-            bool header = false;
-            for (int i = 0; i < n; i++) header |= *fields[i] && !is_number(fields[i], &v);
-            if ((had_header = header)) continue;
-        } else if (n != ncols) {
-            cli_fail(1, "%s:%ld: expected %d fields, found %s%d", path, lineno, ncols, n > ncols ? "more than " : "",
-                 n > ncols ? ncols : n);
-        }
-        if ((size_t)d->rows == rows_cap) {
-            rows_cap = rows_cap ? 2 * rows_cap : 1024;
-            d->x = realloc(d->x, sizeof(float) * rows_cap * (size_t)d->features);
-            d->y = realloc(d->y, sizeof(int) * rows_cap);
-            if (!d->x || !d->y) cli_fail(1, "out of memory reading %s", path);
-        }
-        double v;
-        for (int i = 0; i < d->features; i++) {
-            if (!is_number(fields[i], &v))
-                cli_fail(1, "%s:%ld: field %d ('%s') is not a finite number", path, lineno, i + 1, fields[i]);
-            d->x[d->rows * d->features + i] = (float)v;
-        }
-        if (!is_number(fields[d->features], &v) || v != floor(v))
-            cli_fail(1, "%s:%ld: the label ('%s') is not an integer", path, lineno, fields[d->features]);
-        if (v < 0 || v >= MAX_CLASSES)
-            cli_fail(1, "%s:%ld: the label %.0f is out of range [0, %d]", path, lineno, v, MAX_CLASSES - 1);
-        d->y[d->rows++] = (int)v;
-        max_label = (int)v > max_label ? (int)v : max_label;
-    }
-    if (ferror(f)) cli_fail(1, "cannot read %s: %s", path, strerror(errno));
-    fclose(f);
-    free(line), free(fields);
-    if (d->rows < 2)
-        cli_fail(1, "%s: need at least 2 data rows, found %ld%s", path, d->rows, had_header ? " below the header" : "");
-    d->classes = max_label + 1;
-}
-
 /* features -> [linear + relu] per hidden width -> linear to the classes:
  * "logits" [batch, classes]; with_loss adds input "labels" and output "loss". */
-static alloy_tensor *build_mlp(alloy_graph *g, const options *o, const dataset *d, int batch, bool with_loss)
+static alloy_tensor *build_mlp(alloy_graph *g, const options *o, const mlp_dataset *d, int batch, bool with_loss)
 {
     alloy_tensor *h = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){batch, d->features});
     int in = d->features;
@@ -270,7 +133,7 @@ static alloy_tensor *build_mlp(alloy_graph *g, const options *o, const dataset *
  * eval (batch EVAL_BATCH or fewer), which shares the training graph's
  * parameters; the last chunk is padded with row 0 and the padding not
  * counted. */
-static double test_accuracy(alloy_graph *eval, int eval_batch, const dataset *d, const long *rows, long nrows,
+static double test_accuracy(alloy_graph *eval, int eval_batch, const mlp_dataset *d, const long *rows, long nrows,
                             float *x)
 {
     long correct = 0;
@@ -296,33 +159,20 @@ int main(int argc, char **argv)
     cli_set_program("mlp_csv");
     options o;
     parse_args(argc, argv, &o);
-    dataset d;
+    mlp_dataset d;
     if (o.csv) {
-        read_csv(o.csv, &d);
+        mlp_read_csv(o.csv, &d);
         printf("data %s: %ld rows, %d features, %d classes\n", o.csv, d.rows, d.features, d.classes);
     } else {
-        synthetic(&d, o.seed);
+        mlp_synthetic(&d, o.seed);
         printf("no --csv given: synthetic data, %ld rows, %d features, %d classes (concentric shells)\n",
                d.rows, d.features, d.classes);
     }
 
     /* Shuffled split; standardize every row with the training rows' statistics. */
     unsigned long long rng = o.seed;
-    long *order = checked_malloc(sizeof(long) * (size_t)d.rows);
-    for (long i = 0; i < d.rows; i++) order[i] = i;
-    shuffle(order, d.rows, &rng);
-    long ntest = (long)llround(o.test_fraction * (double)d.rows);
-    ntest = ntest < 1 ? 1 : ntest > d.rows - 1 ? d.rows - 1 : ntest;
-    long ntrain = d.rows - ntest, *train_rows = order + ntest, *test_rows = order;
-    for (int f = 0; f < d.features; f++) {
-        double sum = 0, sq = 0;
-        for (long i = 0; i < ntrain; i++) sum += d.x[train_rows[i] * d.features + f];
-        double mean = sum / (double)ntrain;
-        for (long i = 0; i < ntrain; i++) sq += pow(d.x[train_rows[i] * d.features + f] - mean, 2);
-        double sd = sqrt(sq / (double)ntrain);
-        if (!(sd > 1e-12)) sd = 1; /* a constant feature stays 0 */
-        for (long r = 0; r < d.rows; r++) d.x[r * d.features + f] = (float)((d.x[r * d.features + f] - mean) / sd);
-    }
+    long *order, ntest;
+    long ntrain = mlp_split(&d, o.test_fraction, &rng, &order, &ntest), *train_rows = order + ntest, *test_rows = order;
     if (o.batch > ntrain) {
         printf("--batch %d is more than the %ld training rows: using %ld\n", o.batch, ntrain, ntrain);
         o.batch = (int)ntrain;
@@ -349,12 +199,12 @@ int main(int argc, char **argv)
     /* the evaluation graph reads the parameters each training step writes: no copy */
     if (alloy_graph_share_state(eval, train, NULL, NULL)) cli_fail(1, "%s", alloy_last_error(eval));
 
-    float *x = checked_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * (size_t)d.features);
-    int *labels = checked_malloc(sizeof(int) * (size_t)B);
+    float *x = mlp_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * (size_t)d.features);
+    int *labels = mlp_malloc(sizeof(int) * (size_t)B);
     alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {B, d.features}, x}, {"labels", ALLOY_I32, 1, {B}, labels}};
     double accuracy = 0;
     for (int epoch = 1; epoch <= o.epochs; epoch++) {
-        shuffle(train_rows, ntrain, &rng);
+        mlp_shuffle(train_rows, ntrain, &rng);
         double loss_sum = 0;
         alloy_step_info info = {.scale = 1};
         for (long s = 0; s < steps_per_epoch; s++) {

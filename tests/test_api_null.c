@@ -155,6 +155,8 @@ static void calls_without_a_graph_reject_null_and_out_of_range_arguments(void **
     assert_int_equal(alloy_bundle_load("/nonexistent/b.alloy", &bundle, berr, sizeof berr), ALLOY_ERR_IO);
     assert_non_null(strstr(berr, "/nonexistent/b.alloy"));
     assert_int_equal(alloy_bundle_run(NULL, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_bundle_input_count(NULL), 0);
+    assert_int_equal(alloy_bundle_input_at(NULL, 0, &bt), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_bundle_step_info(NULL, &binfo), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_bundle_state_count(NULL), 0); /* as alloy_graph_state_count(NULL) */
     assert_int_equal(alloy_bundle_state_at(NULL, 0, &bt), ALLOY_ERR_INVALID);

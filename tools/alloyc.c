@@ -27,7 +27,7 @@ static const char *const usage_text[] = {
     "                              [--amp=f16|bf16|off] [--time-passes] [--dump-dir DIR]\n"
     "                              [--set NAME=VALUE]... --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
     "       alloyc compile FILE.ir [--train ...] [--amp=...] [--seed N] [--set NAME=VALUE]...\n"
-    "                              [--emit=bundle] -o FILE.alloy\n"
+    "                              [--arch sm_XY[,sm_XY...]] [--emit=bundle] -o FILE.alloy\n"
     "       alloyc train FILE.ir --steps N [--feed NAME=FILE | --feed FILE]... [--loss NAME]\n"
     "                            [--optimizer=sgd|adam|adamw] [--lr X] [--weight-decay X]\n"
     "                            [--momentum X] [--clip-norm X] [--amp=f16|bf16|off]\n"
@@ -123,8 +123,9 @@ static const char *const usage_text[] = {
     "  --emit=cuda|bundle  what to write: CUDA C and NVRTC binaries into a directory\n"
     "                    (cuda: the default unless -o ends in .alloy), or a bundle\n"
     "                    file: the optimized IR, schedule, memory plan, state layout,\n"
-    "                    options and seed, written atomically; no GPU, no NVRTC and\n"
-    "                    no --arch (CUDA executables in bundles are not written yet)\n"
+    "                    options and seed, written atomically; no GPU needed; with\n"
+    "                    --arch also the CUDA executable: per module a cubin for each\n"
+    "                    architecture and PTX for the lowest, compiled by NVRTC\n"
     "  --seed N          bundle: the seed its state is initialized from (default 0)\n"
     "  -o, --out DIR     the directory to write (made when missing): alloy_mN.cu,\n"
     "                    the source of module N (up to 64 kernels);\n"
@@ -545,9 +546,6 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     size_t outlen = o->out ? strlen(o->out) : 0;
     if (command == CMD_COMPILE && !o->emit_given && outlen > 6 && strcmp(o->out + outlen - 6, ".alloy") == 0)
         o->bundle = true;
-    if (command == CMD_COMPILE && o->bundle && o->arch)
-        return usage_error("--arch with a bundle: CUDA executables in bundles are not written yet (drop --arch for "
-                           "a CPU bundle)");
     if (command == CMD_COMPILE && !o->bundle && o->have_seed)
         return usage_error("--seed of compile is for bundles (--emit=bundle or -o FILE.alloy)");
     if (command == CMD_COMPILE && !o->bundle && !o->arch)
@@ -1036,7 +1034,7 @@ static int cmd_compile(const options *o)
     alloy_status st = configure(g, o);
     if (o->bundle) {
         if (o->have_seed) alloy_graph_set_seed(g, o->seed);
-        if (!st) st = alloy_graph_save_bundle(g, o->out, NULL);
+        if (!st) st = alloy_graph_save_bundle(g, o->out, o->arch);
         int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
         if (!st) printf("wrote %s\n", o->out);
         alloy_graph_free(g);

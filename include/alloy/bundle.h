@@ -1,4 +1,4 @@
-/* alloy/bundle.h - ahead-of-time bundles: a compiled training step saved to one file, loaded and run with no pass pipeline (docs/bundle.md).
+/* alloy/bundle.h - ahead-of-time bundles: a compiled training step saved to one file, loaded and run with no pass pipeline (docs/bundle.md), also by a program that links liballoy-runtime (pkg-config alloy-runtime) alone.
  *
  *     alloy_graph_save_bundle(g, "step.alloy", NULL);      // CPU: no GPU needed
  *     ...
@@ -16,22 +16,33 @@
 
 typedef struct alloy_bundle alloy_bundle;
 
-/* Compiles g (the pass pipeline alone, no device opened) and writes its
+/* liballoy only (it compiles; liballoy-runtime has every other call here).
+ * Compiles g (the pass pipeline alone, no device opened) and writes its
  * compiled step as a bundle at path, atomically (a temporary file next to
  * it, then a rename; path is unchanged on failure). archs: CUDA
- * architectures ("sm_80,sm_90") whose executables to include; NULL or ""
- * for none (the CPU needs none). A non-empty archs is ALLOY_ERR_UNSUPPORTED
- * in this version. Errors are recorded on g. */
+ * architectures ("sm_80,sm_90") whose executables to include, compiled by
+ * NVRTC now (no GPU needed): per module of kernels a cubin for each and PTX
+ * for the lowest; NULL or "" for none (the CPU needs none). A bad list is
+ * ALLOY_ERR_INVALID, archs without NVRTC ALLOY_ERR_UNSUPPORTED. Errors are
+ * recorded on g. */
 ALLOY_API alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs);
 
 /* Reads the bundle at path, checking every byte (magic, version, checksum,
  * every section, the schedule and plan against the IR), and prepares it to
  * run: the backend the bundle's options and ALLOY_DEVICE ask for, the state
- * initialized as alloy_graph's would be under the bundle's seed. On error
+ * initialized as alloy_graph's would be under the bundle's seed. On a GPU
+ * that none of the bundle's CUDA images runs on (a cubin of its major
+ * version, else PTX the driver takes): ALLOY_ERR_UNSUPPORTED naming the GPU
+ * and the bundle's architectures. On error
  * *out is NULL and err names the file, the section and byte offset and
  * what is wrong (ALLOY_ERR_FORMAT: corrupt; ALLOY_ERR_UNSUPPORTED: a newer
  * format; ALLOY_ERR_IO: unreadable). */
 ALLOY_API alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, size_t errlen);
+/* The inputs a run feeds, in the order of the bundle's IR: how many, and the
+ * i-th's name, dtype and shape in out (data NULL; name owned by b);
+ * ALLOY_ERR_NOT_FOUND when i is out of range. */
+ALLOY_API int alloy_bundle_input_count(const alloy_bundle *b);
+ALLOY_API alloy_status alloy_bundle_input_at(const alloy_bundle *b, int i, alloy_host_tensor *out);
 /* One run of the bundle's step, exactly as alloy_graph_run. */
 ALLOY_API alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor *feeds, int nfeeds,
                                         alloy_host_tensor *fetches, int nfetches);

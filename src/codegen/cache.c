@@ -1,4 +1,4 @@
-/* cache.c - the kernel cache: SHA-256 keys, an LRU table in memory, checked entry files in a directory kept under a size bound. */
+/* cache.c - the kernel cache: SHA-256 keys (base/sha256.h), an LRU table in memory, checked entry files in a directory kept under a size bound. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
 #include "codegen/cache.h"
 
 #define MAGIC "alloyKC\n"
@@ -18,99 +19,6 @@
 #define TMP_SUFFIX ".tmp-XXXXXX"
 #define MAX_PAYLOAD (1ull << 30) /* a size past this in a header is corruption, not a kernel */
 #define STALE_TMP_SECONDS 3600   /* a temp file this old belongs to a writer that died */
-
-/* ---- SHA-256 (FIPS 180-4) ---- */
-
-typedef struct sha256 {
-    uint32_t h[8];
-    uint64_t bytes;
-    uint8_t block[64];
-    size_t used;
-} sha256;
-
-static const uint32_t sha_k[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-static void sha256_block(uint32_t h[8], const uint8_t *p)
-{
-    uint32_t w[64], v[8];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 64; i++) {
-        uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    memcpy(v, h, sizeof v);
-    for (int i = 0; i < 64; i++) {
-        uint32_t t1 = v[7] + (ror(v[4], 6) ^ ror(v[4], 11) ^ ror(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) +
-                      sha_k[i] + w[i];
-        uint32_t t2 = (ror(v[0], 2) ^ ror(v[0], 13) ^ ror(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
-        memmove(v + 1, v, 7 * sizeof *v);
-        v[4] += t1;
-        v[0] = t1 + t2;
-    }
-    for (int i = 0; i < 8; i++) h[i] += v[i];
-}
-
-static void sha256_init(sha256 *s)
-{
-    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    memcpy(s->h, h0, sizeof h0);
-    s->bytes = 0;
-    s->used = 0;
-}
-
-static void sha256_update(sha256 *s, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    s->bytes += len;
-    while (len) {
-        if (s->used == 0 && len >= 64) {
-            sha256_block(s->h, p);
-            p += 64;
-            len -= 64;
-            continue;
-        }
-        size_t n = 64 - s->used < len ? 64 - s->used : len;
-        memcpy(s->block + s->used, p, n);
-        s->used += n;
-        p += n;
-        len -= n;
-        if (s->used == 64) {
-            sha256_block(s->h, s->block);
-            s->used = 0;
-        }
-    }
-}
-
-static void sha256_final(sha256 *s, uint8_t digest[32])
-{
-    uint64_t bits = s->bytes * 8;
-    uint8_t pad[72] = {0x80};
-    size_t npad = (s->used < 56 ? 56 : 120) - s->used;
-    for (int i = 0; i < 8; i++) pad[npad + (size_t)i] = (uint8_t)(bits >> (56 - 8 * i));
-    sha256_update(s, pad, npad + 8);
-    for (int i = 0; i < 32; i++) digest[i] = (uint8_t)(s->h[i / 4] >> (24 - 8 * (i % 4)));
-}
-
-void cg_sha256(const void *data, size_t len, uint8_t digest[32])
-{
-    sha256 s;
-    sha256_init(&s);
-    sha256_update(&s, data, len);
-    sha256_final(&s, digest);
-}
 
 /* ---- keys ---- */
 
@@ -124,24 +32,24 @@ static void to_hex(const uint8_t *bytes, size_t n, char *out)
 }
 
 /* "tag LEN\nBYTES\n": the lengths keep one field from running into the next. */
-static void key_field(sha256 *s, const char *tag, const char *value)
+static void key_field(al_sha256_ctx *s, const char *tag, const char *value)
 {
     char head[64];
     size_t n = strlen(value);
     al_fmt(head, sizeof head, "%s %zu\n", tag, n);
-    sha256_update(s, head, strlen(head));
-    sha256_update(s, value, n);
-    sha256_update(s, "\n", 1);
+    al_sha256_update(s, head, strlen(head));
+    al_sha256_update(s, value, n);
+    al_sha256_update(s, "\n", 1);
 }
 
 void cg_cache_key(const char *name, const char *source, const char *options, int arch, cg_binary_kind kind,
                   const char *nvrtc_id, char key[CG_KEY_HEX + 1])
 {
-    sha256 s;
+    al_sha256_ctx s;
     uint8_t digest[32];
     char text[64];
-    sha256_init(&s);
-    sha256_update(&s, "alloy kernel key 1\n", 19);
+    al_sha256_init(&s);
+    al_sha256_update(&s, "alloy kernel key 1\n", 19);
     key_field(&s, "name", name);
     key_field(&s, "source", source);
     key_field(&s, "options", options);
@@ -149,7 +57,7 @@ void cg_cache_key(const char *name, const char *source, const char *options, int
     key_field(&s, "arch", text);
     key_field(&s, "kind", kind == CG_CUBIN ? "cubin" : "ptx");
     key_field(&s, "nvrtc", nvrtc_id);
-    sha256_final(&s, digest);
+    al_sha256_final(&s, digest);
     to_hex(digest, 32, key);
 }
 
@@ -398,7 +306,7 @@ static int disk_get(cg_cache *c, const char *key, unsigned char **data, size_t *
             return -1;
         }
         good = read_all(fd, payload, (size_t)n);
-        if (good) cg_sha256(payload, (size_t)n, sum);
+        if (good) al_sha256(payload, (size_t)n, sum);
         good = good && memcmp(sum, head + 24, 32) == 0;
     }
     if (!good) {
@@ -495,7 +403,7 @@ static alloy_status disk_put(cg_cache *c, const char *key, const void *data, siz
     put_le(head + 8, CG_CACHE_FORMAT, 4);
     put_le(head + 12, CG_CACHE_HEADER, 4);
     put_le(head + 16, size, 8);
-    cg_sha256(data, size, head + 24);
+    al_sha256(data, size, head + 24);
     memcpy(head + 56, key, CG_KEY_HEX);
     cg_cache_entry_path(c, key, path, sizeof path);
     al_fmt(tmp, sizeof tmp, "%s/%s" TMP_SUFFIX, c->dir, key);

@@ -39,9 +39,6 @@ typedef struct cg_cache_stats {
     uint64_t write_errors;  /* entries that could not be written (the compile still succeeded) */
 } cg_cache_stats;
 
-/* SHA-256 of data into digest. */
-AL_HIDDEN void cg_sha256(const void *data, size_t len, uint8_t digest[32]);
-
 /* The key of a compile: SHA-256 over a versioned, length-framed record of
  * the kernel name, the source, the options text, the arch, the kind and the
  * compiler's id (cg_nvrtc_id), in hex into key. */

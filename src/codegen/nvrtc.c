@@ -319,6 +319,7 @@ alloy_status cg_nvrtc_prepare(const cg_nvrtc *nv, const cg_kernel_src *k, cg_bin
     char msg[256];
     alloy_status st = cg_nvrtc_target(nv, k->sm, &out->kind, &out->arch, msg, sizeof msg);
     if (st) return cg_binary_fail(out, st, err, errlen, "kernel %s: %s", k->name, msg);
+    if (k->ptx) out->kind = CG_PTX;
 
     char arch_opt[48];
     const char *defaults[4];

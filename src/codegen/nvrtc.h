@@ -31,6 +31,7 @@ typedef struct cg_kernel_src {
      * may be empty or hold whitespace, so the options text is unambiguous */
     const char *const *options;
     int noptions;
+    bool ptx; /* PTX for compute_<target> even where NVRTC has a CUBIN for it (a bundle's JIT fallback) */
 } cg_kernel_src;
 
 /* What a compile gives; the caller owns it (cg_binary_free). Every field is

@@ -21,14 +21,6 @@
 
 #include "passes/pass.h"
 
-void amp_config_init(amp_config *c)
-{
-    memset(c, 0, sizeof *c);
-    c->dtype = ALLOY_F32;
-    c->unlisted = AMP_DENY;
-    for (int op = 0; op < IR_OP_COUNT; op++) c->lists[op] = (uint8_t)(1u << ir_ops[op].amp);
-}
-
 typedef struct amp_state {
     const ir_graph *g;
     int n;

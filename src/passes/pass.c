@@ -34,21 +34,11 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
     return st ? ir_error(g, st, "plan: %s", err) : ALLOY_OK;
 }
 
-/* The pipeline, in order (DESIGN.md section 3). Graph passes rewrite the
- * graph; the last two compile it into the schedule and the plan. */
+/* The pipeline, in order (passes/pipeline.def). */
 static const pass pipeline[] = {
-    {"verify", pass_verify, NULL},
-    {"random", pass_random, NULL},
-    {"attention", pass_fuse_attention, NULL},
-    {"amp", pass_amp, NULL},
-    {"autodiff", pass_autodiff, NULL},
-    {"grad_scaler", pass_grad_scaler, NULL},
-    {"optimizer", pass_optimizer, NULL},
-    {"simplify", pass_simplify, NULL},
-    {"dce", pass_dce, NULL},
-    {"fuse", pass_fuse, NULL},
-    {"schedule", NULL, pass_schedule},
-    {"plan", NULL, pass_plan},
+#define PASS(name, run, build) {#name, run, build},
+#include "passes/pipeline.def"
+#undef PASS
 };
 
 static double clock_ms(clockid_t clock)
@@ -61,10 +51,6 @@ static double clock_ms(clockid_t clock)
 static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
 
 enum { NPASSES = sizeof pipeline / sizeof pipeline[0] };
-
-int pass_count(void) { return NPASSES; }
-
-const char *pass_name(int i) { return i >= 0 && i < NPASSES ? pipeline[i].name : NULL; }
 
 const al_options *pass_cfg(const pass_options *opts)
 {

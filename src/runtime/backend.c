@@ -4,8 +4,13 @@
 
 #include "alloy_config.h"
 #include "runtime/backend.h"
-#if ALLOY_HAVE_CUDA
+/* liballoy-runtime compiles this file with ALLOY_RUNTIME_LIB: the CPU
+ * backend alone (the CUDA backend compiles its kernels with NVRTC) */
+#if ALLOY_HAVE_CUDA && !defined(ALLOY_RUNTIME_LIB)
+#define WITH_CUDA 1
 #include "runtime/cuda/cuda_backend.h"
+#else
+#define WITH_CUDA 0
 #endif
 
 typedef struct backend_entry {
@@ -13,7 +18,7 @@ typedef struct backend_entry {
     alloy_status (*open)(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 } backend_entry;
 
-#if ALLOY_HAVE_CUDA
+#if WITH_CUDA
 /* The CUDA backend's opener: the GPU's, unless a test put another device under it. */
 static rt_backend_opener cuda_opener = cuda_backend_open;
 
@@ -25,7 +30,7 @@ static alloy_status open_cuda(const al_options *cfg, rt_backend **out, char *err
 
 /* In order of preference for device=auto. */
 static const backend_entry backends[] = {
-#if ALLOY_HAVE_CUDA
+#if WITH_CUDA
     {"cuda", open_cuda},
 #endif
     {"cpu", cpu_backend_open},
@@ -65,7 +70,7 @@ alloy_status rt_backend_open(const al_options *cfg, rt_backend **out, char *err,
 
 rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener)
 {
-#if ALLOY_HAVE_CUDA
+#if WITH_CUDA
     rt_backend_opener old = cuda_opener;
     cuda_opener = opener ? opener : cuda_backend_open;
     return old;

@@ -52,6 +52,10 @@ typedef struct rt_backend_ops {
     alloy_status (*exec_load)(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
                               const void *bytes, size_t len, rt_exec **out);
     void (*close)(rt_backend *b);
+    /* A GPU's compute capability (major * 10 + minor) and driver version
+     * (1000 * major + 10 * minor), which a bundle's CUDA executable is
+     * checked against; false when unknown. NULL: no GPU (the CPU). */
+    bool (*device_caps)(const rt_backend *b, int *sm, int *driver);
 } rt_backend_ops;
 
 struct rt_backend {

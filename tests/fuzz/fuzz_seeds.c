@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "alloy/safetensors.h"
+#include "runtime/bundle/bundle.h"
 #include "fuzz_support.h"
 
 static const char *outdir;
@@ -36,6 +37,35 @@ static unsigned char *slurp(const char *path, size_t *size)
     fclose(f);
     *size = n;
     return buf;
+}
+
+/* The bundle at path with a small CUDA executable section added (two
+ * modules, each a cubin for sm_80 and sm_90 and PTX for compute_80; fake
+ * code of the right form: the reader checks the form, not the code). */
+static void put_cuda_bundle(const char *path)
+{
+    bundle_contents c;
+    char err[1024];
+    if (bundle_read_file(path, &c, err, sizeof err)) fuzz_fail("%s", err);
+    c.cuda = (bundle_cuda){.min_driver = 12080, .nmodules = 2, .images = al_calloc(6, sizeof(bundle_image))};
+    if (!c.cuda.images) fuzz_fail("out of memory");
+    for (uint32_t i = 0; i < 6; i++) {
+        uint32_t kind = i % 3 == 2 ? BUNDLE_PTX : BUNDLE_CUBIN, arch = i % 3 == 1 ? 90 : 80;
+        char text[48];
+        snprintf(text, sizeof text, "%s%u module %u", kind == BUNDLE_CUBIN ? "\177ELF sm_" : "// compute_", arch,
+                 i / 3);
+        size_t n = strlen(text) + 1;
+        uint8_t *data = al_malloc(n);
+        if (!data) fuzz_fail("out of memory");
+        memcpy(data, text, n);
+        c.cuda.images[c.cuda.nimages++] = (bundle_image){kind, arch, i / 3, data, n};
+    }
+    uint8_t *bytes;
+    size_t len;
+    if (bundle_encode(&c, &bytes, &len, err, sizeof err)) fuzz_fail("%s", err);
+    put_file("bundle", "model0_cuda.alloy", bytes, len);
+    al_free(bytes);
+    bundle_contents_free(&c);
 }
 
 /* ---- checkpoint, safetensors and IR seeds from the training models ---- */
@@ -74,6 +104,7 @@ static void model_seeds(void)
         snprintf(bname, sizeof bname, "model%d.alloy", v);
         put_file("bundle", bname, bundle, bn);
         free(bundle);
+        if (v == 0) put_cuda_bundle(bpath);
         for (int kind = ALLOY_DUMP_SOURCE; kind <= ALLOY_DUMP_IR; kind++) {
             char *text = NULL;
             size_t len = 0;

@@ -6,7 +6,8 @@
 #include "passes/pass.h"
 
 #define BUNDLE_MAGIC "ALLOYBDL"  /* 8 bytes, no NUL */
-#define BUNDLE_VERSION 1u        /* the format this build writes and the newest it reads */
+#define BUNDLE_VERSION 2u        /* the format this build writes and the only one it reads: 2 added the
+                                  * plan's in-place updates (offset -2 - t, the in-place count) */
 #define BUNDLE_HEADER_BYTES 80u
 
 /* Section tags, in the order the writer puts them (docs/bundle.md). */
@@ -18,7 +19,7 @@ typedef enum bundle_tag {
     BUNDLE_SEC_STATE = 5,     /* binary: the state layout (name, dtype, shape per tensor) */
     BUNDLE_SEC_OPTIONS = 6,   /* text: opt_print's line */
     BUNDLE_SEC_INIT_STATE = 7, /* reserved: the initial state as safetensors bytes (not written yet) */
-    BUNDLE_SEC_CUDA_EXEC = 8, /* reserved: cubins per architecture and PTX (not written yet) */
+    BUNDLE_SEC_CUDA_EXEC = 8, /* binary: per module a cubin per architecture and PTX, the minimum driver version */
     BUNDLE_SEC_LAST = 8
 } bundle_tag;
 
@@ -27,6 +28,25 @@ typedef struct bundle_state {
     char *name;
     ir_type type;
 } bundle_state;
+
+/* One image of the CUDA executable: a cubin (an ELF file for sm_<arch>) or
+ * PTX (text for compute_<arch>, its NUL counted) of one module of the
+ * step's kernels (codegen/export.h's modules). */
+typedef enum bundle_image_kind { BUNDLE_CUBIN = 1, BUNDLE_PTX = 2 } bundle_image_kind;
+typedef struct bundle_image {
+    uint32_t kind, arch, module;
+    uint8_t *data; /* owned */
+    size_t size;
+} bundle_image;
+
+/* The CUDA executable section: every module for every target, the same
+ * targets for each; nimages 0 when the bundle has none. */
+typedef struct bundle_cuda {
+    uint32_t min_driver; /* the CUDA driver version its PTX needs: 1000 * major + 10 * minor (12080: 12.8) */
+    uint32_t nmodules;
+    bundle_image *images;
+    int nimages;
+} bundle_cuda;
 
 /* What a bundle holds, as the reader returns it and the writer takes it. */
 typedef struct bundle_contents {
@@ -41,10 +61,13 @@ typedef struct bundle_contents {
     int optimizer_kind, accumulation_steps; /* alloy_optimizer_kind (0: none) */
     bundle_state *state;
     int nstate;
+    bundle_cuda cuda; /* the CUDA executable (no images: none) */
 } bundle_contents;
 
 /* The bytes of a bundle of c (al_free *out): header, then the sections
- * META, IR, SCHEDULE, PLAN, STATE, OPTIONS; the state layout is every
+ * META, IR, SCHEDULE, PLAN, STATE, OPTIONS, and CUDA_EXEC when c->cuda has
+ * images (which must hold every module for the same targets, as the reader
+ * checks); the state layout is every
  * param and state node of c->ir. ALLOY_ERR_OOM with err on failure. */
 AL_HIDDEN alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen);
 /* Reads a bundle from bytes[0..len), checking everything: the header
@@ -68,6 +91,21 @@ AL_HIDDEN alloy_status bundle_write_file(const char *path, const bundle_contents
 AL_HIDDEN bool bundle_resign(uint8_t *bytes, size_t len);
 /* The name of a section tag ("schedule"), "unknown" for others. */
 AL_HIDDEN const char *bundle_tag_name(uint32_t tag);
+/* Which image of module `module` of x a GPU of compute capability sm
+ * (major * 10 + minor) with CUDA driver version `driver` loads into *out:
+ * the cubin of the same major version with the highest minor at or below
+ * sm's (a cubin runs on its own major version's later minors), else the
+ * PTX of the highest compute_XY at or below sm when the driver is at least
+ * x->min_driver (the driver compiles it). ALLOY_ERR_UNSUPPORTED when none
+ * fits, with why naming the GPU, the bundle's cubins and PTX and, for PTX
+ * that only the driver's version keeps out, both versions. */
+AL_HIDDEN alloy_status bundle_cuda_pick(const bundle_cuda *x, uint32_t module, int sm, int driver,
+                                        const bundle_image **out, char *why, size_t whylen);
+/* The targets of x as text: "cubins sm_80, sm_90; PTX compute_80" ("none"
+ * without images). */
+AL_HIDDEN void bundle_cuda_targets(const bundle_cuda *x, char *out, size_t len);
+/* Frees x's images and empties it. */
+AL_HIDDEN void bundle_cuda_free(bundle_cuda *x);
 /* Frees what the reader allocated and empties c. */
 AL_HIDDEN void bundle_contents_free(bundle_contents *c);
 

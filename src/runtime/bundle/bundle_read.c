@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cache.h"
+#include "base/sha256.h"
 #include "ir/groups.h"
 #include "runtime/bundle/bundle.h"
 
@@ -301,6 +301,51 @@ static bool read_state(rd *r, const ir_graph *g, bundle_contents *c)
     return rd_done(r);
 }
 
+/* CUDA_EXEC: min_driver, nmodules, nimages (i32s), then per image kind,
+ * arch, module, a reserved word (u32s), its length (u64) and bytes; the
+ * images in module order, every module with module 0's targets, none twice;
+ * a cubin an ELF file, PTX text ending in its one NUL. */
+static bool read_cuda(rd *r, bundle_cuda *x)
+{
+    x->min_driver = (uint32_t)rd_int(r, "min_driver", 1000, 1000000);
+    x->nmodules = (uint32_t)rd_int(r, "nmodules", 1, 1 << 20);
+    int n = rd_count(r, "nimages", 24);
+    if (!r->bad && (n == 0 || (uint32_t)n % x->nmodules != 0))
+        return rd_fail(r, "%s = %" PRId64 " is not a positive multiple of nmodules", "nimages", n);
+    if (r->bad) return false;
+    if (!(x->images = al_calloc((size_t)n, sizeof *x->images))) return rd_oom(r, "images", n);
+    int per = n / (int)x->nmodules;
+    for (int i = 0; i < n && !r->bad; i++) {
+        bundle_image *im = &x->images[i];
+        im->kind = (uint32_t)rd_int(r, "image kind", BUNDLE_CUBIN, BUNDLE_PTX);
+        im->arch = (uint32_t)rd_int(r, "image arch", 10, 9999);
+        im->module = (uint32_t)rd_int(r, "image module (images go in module order)", i / per, i / per);
+        if (rd_u32(r, "image reserved word") != 0 && !r->bad)
+            return rd_fail(r, "%s %" PRId64 ": reserved word not 0", "image", i);
+        uint64_t size = rd_u64(r, "image length");
+        if (!r->bad && (size == 0 || size > r->len - r->pos))
+            return rd_fail(r, "%s %" PRId64 ": length 0 or past the end of the section", "image", i);
+        if (r->bad) return false;
+        const uint8_t *p = r->p + r->pos;
+        if (im->kind == BUNDLE_CUBIN && (size < 4 || memcmp(p, "\177ELF", 4) != 0))
+            return rd_fail(r, "%s %" PRId64 ": a cubin that is not an ELF file", "image", i);
+        if (im->kind == BUNDLE_PTX && memchr(p, 0, (size_t)size) != p + size - 1)
+            return rd_fail(r, "%s %" PRId64 ": PTX that is not text ending in one NUL", "image", i);
+        const bundle_image *first = &x->images[i % per];
+        if (i >= per && (im->kind != first->kind || im->arch != first->arch))
+            return rd_fail(r, "%s %" PRId64 ": its module's targets are not module 0's", "image", i);
+        for (int j = 0; j < i && i < per; j++)
+            if (x->images[j].kind == im->kind && x->images[j].arch == im->arch)
+                return rd_fail(r, "%s %" PRId64 ": a target repeated", "image", i);
+        if (!(im->data = al_malloc((size_t)size))) return rd_oom(r, "image bytes", (int64_t)size);
+        memcpy(im->data, p, (size_t)size);
+        im->size = (size_t)size;
+        x->nimages = i + 1;
+        r->pos += (size_t)size;
+    }
+    return rd_done(r);
+}
+
 /* META: key=value lines; every key required, none unknown. */
 static bool read_meta(rd *r, bundle_contents *c)
 {
@@ -376,6 +421,13 @@ static alloy_status check_header(const uint8_t *b, size_t len, const char *where
                where, version, BUNDLE_VERSION, (const char *)b + 16);
         return ALLOY_ERR_UNSUPPORTED;
     }
+    if (version >= 1 && version < BUNDLE_VERSION) {
+        al_fmt(err, errlen,
+               "%s: bundle format version %u is older than this alloy reads (%u: the memory plan changed); "
+               "written by alloy %.15s: compile the step again (alloyc compile ... -o BUNDLE)",
+               where, version, BUNDLE_VERSION, (const char *)b + 16);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
     if (version == 0 || hbytes != BUNDLE_HEADER_BYTES || memchr(b + 16, 0, 16) == NULL || le32(b + 44) != 0) {
         al_fmt(err, errlen, "%s: header: bad version %u, header size %u, alloy version or reserved word", where,
                version, hbytes);
@@ -388,7 +440,7 @@ static alloy_status check_header(const uint8_t *b, size_t len, const char *where
         return ALLOY_ERR_FORMAT;
     }
     uint8_t sum[32];
-    cg_sha256(b + BUNDLE_HEADER_BYTES, payload, sum);
+    al_sha256(b + BUNDLE_HEADER_BYTES, payload, sum);
     if (memcmp(sum, b + 48, 32) != 0) {
         al_fmt(err, errlen, "%s: checksum mismatch: the payload's SHA-256 is not the header's; the file is damaged",
                where);
@@ -461,6 +513,7 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
     if (ok) r = RD(BUNDLE_SEC_SCHEDULE), ok = read_schedule(&r, c.ir, &c.comp.sched);
     if (ok) r = RD(BUNDLE_SEC_PLAN), ok = read_plan(&r, c.ir, &c.comp.sched, &c.comp.plan);
     if (ok) r = RD(BUNDLE_SEC_STATE), ok = read_state(&r, c.ir, &c);
+    if (ok && sec[BUNDLE_SEC_CUDA_EXEC]) r = RD(BUNDLE_SEC_CUDA_EXEC), ok = read_cuda(&r, &c.cuda);
 #undef RD
     if (ok) {
         size_t n = sec_len[BUNDLE_SEC_OPTIONS];
@@ -528,9 +581,11 @@ alloy_status bundle_read_file(const char *path, bundle_contents *out, char *err,
 void bundle_contents_free(bundle_contents *c)
 {
     ir_graph_free(c->ir);
-    pass_compiled_free(&c->comp);
+    sched_free(&c->comp.sched);
+    plan_free(&c->comp.plan);
     al_free(c->options);
     for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
     al_free(c->state);
+    bundle_cuda_free(&c->cuda);
     memset(c, 0, sizeof *c);
 }

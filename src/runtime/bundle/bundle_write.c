@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "alloy_config.h"
-#include "codegen/cache.h"
+#include "base/sha256.h"
 #include "runtime/bundle/bundle.h"
 #include "runtime/io/atomic.h"
 
@@ -124,6 +124,18 @@ static void encode_state(wbuf *w, const ir_graph *g)
     }
 }
 
+/* The CUDA executable (read_cuda's layout). */
+static void encode_cuda(wbuf *w, const bundle_cuda *x)
+{
+    put_u32(w, x->min_driver), put_u32(w, x->nmodules), put_i32(w, x->nimages);
+    for (int i = 0; i < x->nimages; i++) {
+        const bundle_image *im = &x->images[i];
+        put_u32(w, im->kind), put_u32(w, im->arch), put_u32(w, im->module), put_u32(w, 0);
+        put_u64(w, im->size);
+        put(w, im->data, im->size);
+    }
+}
+
 /* The header: magic, version, header size, alloy version, payload size,
  * section count, a reserved word, the payload's SHA-256. */
 static void encode_header(uint8_t *h, size_t payload, uint32_t nsections)
@@ -135,20 +147,20 @@ static void encode_header(uint8_t *h, size_t payload, uint32_t nsections)
     al_fmt((char *)h + 16, 16, "%s", ALLOY_VERSION);
     for (int i = 0; i < 8; i++) h[32 + i] = (uint8_t)((uint64_t)payload >> (8 * i));
     for (int i = 0; i < 4; i++) h[40 + i] = (uint8_t)(nsections >> (8 * i));
-    cg_sha256(h + BUNDLE_HEADER_BYTES, payload, h + 48);
+    al_sha256(h + BUNDLE_HEADER_BYTES, payload, h + 48);
 }
 
 bool bundle_resign(uint8_t *bytes, size_t len)
 {
     if (len < BUNDLE_HEADER_BYTES) return false;
-    cg_sha256(bytes + BUNDLE_HEADER_BYTES, len - BUNDLE_HEADER_BYTES, bytes + 48);
+    al_sha256(bytes + BUNDLE_HEADER_BYTES, len - BUNDLE_HEADER_BYTES, bytes + 48);
     return true;
 }
 
 alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL, *len = 0;
-    wbuf file = {0}, body[6] = {{0}};
+    wbuf file = {0}, body[7] = {{0}};
     uint8_t zeros[BUNDLE_HEADER_BYTES] = {0};
     put(&file, zeros, sizeof zeros); /* the header, filled last */
     encode_meta(&body[0], c);
@@ -160,9 +172,11 @@ alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len,
     encode_plan(&body[3], &c->comp.plan);
     encode_state(&body[4], c->ir);
     if (c->options) put(&body[5], c->options, strlen(c->options));
-    static const uint32_t tags[6] = {BUNDLE_SEC_META, BUNDLE_SEC_IR, BUNDLE_SEC_SCHEDULE,
-                                     BUNDLE_SEC_PLAN, BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS};
-    for (int i = 0; i < 6; i++) {
+    int nsections = c->cuda.nimages ? 7 : 6;
+    if (c->cuda.nimages) encode_cuda(&body[6], &c->cuda);
+    static const uint32_t tags[7] = {BUNDLE_SEC_META,  BUNDLE_SEC_IR,    BUNDLE_SEC_SCHEDULE, BUNDLE_SEC_PLAN,
+                                     BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS, BUNDLE_SEC_CUDA_EXEC};
+    for (int i = 0; i < nsections; i++) {
         put_section(&file, tags[i], &body[i]);
         al_free(body[i].p);
     }
@@ -171,7 +185,7 @@ alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len,
         al_fmt(err, errlen, "bundle of graph '%s': out of memory", c->graph_name);
         return ALLOY_ERR_OOM;
     }
-    encode_header(file.p, file.len - BUNDLE_HEADER_BYTES, 6);
+    encode_header(file.p, file.len - BUNDLE_HEADER_BYTES, (uint32_t)nsections);
     *out = file.p, *len = file.len;
     return ALLOY_OK;
 }

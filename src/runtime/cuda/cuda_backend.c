@@ -422,6 +422,13 @@ static void close_backend(rt_backend *b)
     al_free(b);
 }
 
+static bool device_caps(const rt_backend *b, int *sm, int *driver)
+{
+    const cdev *dev = ((const cuda_backend *)b)->dev;
+    *sm = dev->sm, *driver = dev->driver;
+    return dev->sm > 0;
+}
+
 static const rt_backend_ops cuda_ops_table = {
     .name = "cuda",
     .buffer_new = buffer_new,
@@ -434,6 +441,7 @@ static const rt_backend_ops cuda_ops_table = {
     .exec_save = rt_exec_save_none,
     .exec_load = rt_exec_load_by_compiling, /* kernels come back from the kernel cache */
     .close = close_backend,
+    .device_caps = device_caps,
 };
 
 alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend **out, char *err, size_t errlen)

@@ -51,6 +51,7 @@ struct cdev {
     const cdev_ops *ops;
     char name[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, driver 13.0)" */
     int sm;           /* compute capability, 90 for 9.0 */
+    int driver;       /* the CUDA driver's version, 13000 for 13.0; 0: unknown (an emulated device) */
     char error[1024]; /* the last failure */
 };
 

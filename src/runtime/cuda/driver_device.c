@@ -373,6 +373,7 @@ alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, con
         d_close(&d->base);
         return st;
     }
+    d->base.driver = d->drv->version;
     int nv_major, nv_minor;
     cg_nvrtc_version(d->nv, &nv_major, &nv_minor);
     al_fmt(d->base.name, sizeof d->base.name, "%s (sm_%d, driver %d.%d, NVRTC %d.%d, cuBLASLt %zu)", name, d->base.sm,

@@ -1,4 +1,4 @@
-/* bundle_api.c - the public bundle calls: saving a graph's compiled step, and a bundle as an alloy_graph whose compiled IR, schedule and plan come from the file instead of the pass pipeline. */
+/* bundle_api.c - the public bundle calls: a bundle as an alloy_graph whose compiled IR, schedule and plan come from the file instead of the pass pipeline (saving one: bundle_save.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,53 +10,6 @@
 struct alloy_bundle {
     alloy_graph *g;
 };
-
-/* opt_print's line of cfg without its newline (al_free it); NULL on OOM. */
-static char *options_text(const al_options *cfg)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return NULL;
-    opt_print(cfg, f);
-    if (fclose(f) != 0) {
-        free(text);
-        return NULL;
-    }
-    char *out = al_strdup(text); /* open_memstream's buffer comes from malloc, ours from al_malloc */
-    free(text);
-    if (out && strchr(out, '\n')) *strchr(out, '\n') = '\0';
-    return out;
-}
-
-alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs)
-{
-    if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
-    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
-    if (archs && *archs)
-        return graph_fail(g, ALLOY_ERR_UNSUPPORTED,
-                          "save_bundle %s: CUDA executables (archs '%s') are not written into bundles yet; pass "
-                          "NULL for a CPU bundle",
-                          path, archs);
-    if (g->ir->status) return g->ir->status;
-    alloy_status st = graph_compile_ir(g);
-    if (st) return st;
-    bundle_contents c = {.ir = g->compiled, .comp = g->comp, .seed = g->seed, .training = g->training,
-                         .scaler_kind = (int)g->scaler.kind, .growth_interval = g->scaler.growth_interval,
-                         .optimizer_kind = (int)g->optimizer.kind,
-                         .accumulation_steps = g->optimizer.accumulation_steps};
-    al_fmt(c.graph_name, sizeof c.graph_name, "%s", g->ir->name);
-    if (strlen(g->ir->name) >= sizeof c.graph_name || strchr(g->ir->name, '\n'))
-        return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: graph name over %zu bytes or with a newline", path,
-                          sizeof c.graph_name - 1);
-    c.options = options_text(&g->cfg);
-    if (!c.options) return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
-    char err[1024];
-    st = bundle_write_file(path, &c, err, sizeof err);
-    al_free(c.options);
-    return st ? graph_fail(g, st, "save_bundle: %s", err) : ALLOY_OK;
-}
 
 /* Applies the bundle's options line ("# options: defaults" or "# options:
  * NAME=VALUE ...") over cfg. */
@@ -91,6 +44,26 @@ static alloy_status apply_options(al_options *cfg, const char *line, const char 
     }
     al_free(copy);
     return st;
+}
+
+/* On a GPU (a backend with device_caps), that every module of the bundle's
+ * CUDA executable has an image the GPU runs (bundle_cuda_pick); an error
+ * naming the GPU and the bundle's targets otherwise. A bundle without one
+ * is compiled for the GPU as a graph is. */
+static alloy_status check_gpu(const rt_backend *be, const bundle_cuda *x, const char *path, char *err, size_t errlen)
+{
+    int sm, driver;
+    if (!x->nimages || !be->ops->device_caps || !be->ops->device_caps(be, &sm, &driver)) return ALLOY_OK;
+    for (uint32_t m = 0; m < x->nmodules; m++) {
+        const bundle_image *im;
+        char why[768];
+        alloy_status st = bundle_cuda_pick(x, m, sm, driver, &im, why, sizeof why);
+        if (st) {
+            al_fmt(err, errlen, "%s: %s", path, why);
+            return st;
+        }
+    }
+    return ALLOY_OK;
 }
 
 alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, size_t errlen)
@@ -140,18 +113,45 @@ alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, 
             st = ALLOY_ERR_OOM;
         }
     }
+    bundle_cuda cuda = c.cuda; /* kept for the GPU check below */
+    memset(&c.cuda, 0, sizeof c.cuda);
     bundle_contents_free(&c);
     if (!st) {
         step_info_nodes(g);
         st = state_ensure(g); /* opens the backend, creates and initializes the state */
         if (st) al_fmt(err, errlen, "%s: %s", path, g->error);
     }
+    if (!st) st = check_gpu(graph_backend(g), &cuda, path, err, errlen);
+    bundle_cuda_free(&cuda);
     if (st) {
         alloy_bundle_free(b);
         return st;
     }
     *out = b;
     return ALLOY_OK;
+}
+
+int alloy_bundle_input_count(const alloy_bundle *b)
+{
+    int n = 0;
+    for (int i = 0; b && i < b->g->compiled->nnodes; i++) n += b->g->compiled->nodes[i]->op == IR_OP_input;
+    return n;
+}
+
+alloy_status alloy_bundle_input_at(const alloy_bundle *b, int i, alloy_host_tensor *out)
+{
+    if (!b) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail_const(b->g, ALLOY_ERR_INVALID, "bundle_input_at: out is NULL");
+    const ir_graph *c = b->g->compiled;
+    for (int k = 0, left = i; k < c->nnodes; k++) {
+        const ir_node *n = c->nodes[k];
+        if (n->op != IR_OP_input || left--) continue;
+        *out = (alloy_host_tensor){.name = n->name, .dtype = n->type.dtype, .rank = n->type.rank};
+        memcpy(out->dims, n->type.dims, sizeof out->dims);
+        return ALLOY_OK;
+    }
+    return graph_fail_const(b->g, ALLOY_ERR_NOT_FOUND, "bundle_input_at: index %d out of range [0, %d)", i,
+                            alloy_bundle_input_count(b));
 }
 
 alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor *feeds, int nfeeds, alloy_host_tensor *fetches,

@@ -2,7 +2,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cache.h"
 #include "runtime/graph/graph_impl.h"
 
 /* Whether option name was set through the API. */
@@ -28,15 +27,6 @@ alloy_status graph_options(alloy_graph *g, al_options *cfg)
         if (st) return graph_fail(g, st, "%s", err);
     }
     return ALLOY_OK;
-}
-
-alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, char *out, size_t len)
-{
-    alloy_status st = cg_cache_default_dir(cfg->cache_dir, getenv("XDG_CACHE_HOME"), getenv("HOME"), out, len);
-    if (st == ALLOY_ERR_INVALID)
-        return graph_fail(g, st, "the kernel cache directory (cache_dir, ALLOY_CACHE_DIR, XDG_CACHE_HOME or HOME) "
-                                 "is longer than %zu bytes", len - 1);
-    return ALLOY_OK; /* ALLOY_ERR_NOT_FOUND: out is "", a cache in memory only */
 }
 
 alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value)

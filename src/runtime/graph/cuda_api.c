@@ -1,8 +1,19 @@
 /* cuda_api.c - alloy_graph_export_cuda: the graph compiled, NVRTC loaded, the options applied, the export written (codegen/export.c). */
+#include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cache.h"
 #include "codegen/export.h"
 #include "runtime/graph/graph_impl.h"
+
+alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, char *out, size_t len)
+{
+    alloy_status st = cg_cache_default_dir(cfg->cache_dir, getenv("XDG_CACHE_HOME"), getenv("HOME"), out, len);
+    if (st == ALLOY_ERR_INVALID)
+        return graph_fail(g, st, "the kernel cache directory (cache_dir, ALLOY_CACHE_DIR, XDG_CACHE_HOME or HOME) "
+                                 "is longer than %zu bytes", len - 1);
+    return ALLOY_OK; /* ALLOY_ERR_NOT_FOUND: out is "", a cache in memory only */
+}
 
 alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const char *dir)
 {

@@ -1,11 +1,10 @@
-/* graph.c - the alloy_graph object: lifecycle, errors, reading IR text, dumps, inputs and outputs. */
+/* graph.c - the alloy_graph object: lifecycle, errors, reading IR text, inputs and outputs (dumps: dump_api.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "passes/inspect.h"
 #include "runtime/graph/graph_impl.h"
 
 alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
@@ -146,27 +145,6 @@ alloy_graph *alloy_graph_load_ir(const char *path, char *err, size_t errlen)
     alloy_graph *g = alloy_graph_parse(text, len, path, err, errlen);
     al_free(text);
     return g;
-}
-
-alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
-{
-    if (!g) return ALLOY_ERR_INVALID;
-    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "dump: out is NULL");
-    if (kind < ALLOY_DUMP_SOURCE || kind > ALLOY_DUMP_MEMORY_SVG)
-        return graph_fail(g, ALLOY_ERR_INVALID, "dump: unknown kind %d (ALLOY_DUMP_SOURCE, _IR, _DOT or _MEMORY_SVG)",
-                          (int)kind);
-    if (kind == ALLOY_DUMP_SOURCE) {
-        ir_print(g->ir, out);
-        return ALLOY_OK;
-    }
-    if (g->ir->status) return g->ir->status;
-    alloy_status st = graph_compile(g);
-    if (st) return st;
-    char err[256] = "";
-    if (kind == ALLOY_DUMP_IR) ir_print(g->compiled, out);
-    else if (kind == ALLOY_DUMP_DOT) st = insp_dot(g->compiled, &g->comp.sched, out, err, sizeof err);
-    else st = insp_memory_svg(g->compiled, &g->comp.sched, &g->comp.plan, out, err, sizeof err);
-    return st ? graph_fail(g, st, "dump: %s", err) : ALLOY_OK;
 }
 
 int alloy_graph_output_count(const alloy_graph *g) { return g ? g->ir->noutputs : 0; }

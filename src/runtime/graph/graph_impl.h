@@ -99,6 +99,8 @@ static inline rt_backend *graph_backend(const alloy_graph *g) { return g->dev ? 
  * variable and listing the valid values. */
 AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
 AL_HIDDEN void graph_options_free(alloy_graph *g);
+
+/* cuda_api.c */
 /* The kernel cache's directory under cfg into out: cache_dir when set,
  * else $XDG_CACHE_HOME/alloy (an absolute XDG_CACHE_HOME), else
  * $HOME/.cache/alloy; "" when none applies (a cache in memory only).
@@ -110,7 +112,7 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
 AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
 
-/* compile.c */
+/* compile.c (graph_compile_ir: compile_ir.c, in liballoy-runtime compile_bundle.c) */
 /* Compiles g's built graph into g->compiled (and its schedule and plan)
  * unless it is already, opening the backend when none is open for it. */
 AL_HIDDEN alloy_status graph_compile(alloy_graph *g);

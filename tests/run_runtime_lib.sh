@@ -1,0 +1,70 @@
+#!/bin/sh
+# run_runtime_lib.sh - meson test that liballoy-runtime holds no compiler: none of the symbols (functions and data,
+# hidden ones included) that the full library's pass, codegen, NVRTC and CUDA-backend objects define is in the
+# runtime's shared library or static archive, no symbol is named like them (pass_*, *nvrtc*, *emit*, cg_*,
+# cdev_*, lp_*), nothing in the archive refers to one, and the shared library exports the bundle calls alone
+# and needs no liballoy.so. The same checks run on the full library first and must find the compiler there,
+# so they can fail.
+#
+# usage: run_runtime_lib.sh RUNTIME_SO RUNTIME_A FULL_A
+set -u
+so=$1 ar=$2 full=$3
+tmp=${TMPDIR:-/tmp}/runtime_lib.$$
+trap 'rm -f "$tmp".*' EXIT
+failures=0
+check() {
+    name=$1
+    shift
+    if "$@"; then
+        echo "ok:   $name"
+    else
+        echo "FAIL: $name"
+        failures=$((failures + 1))
+    fi
+}
+
+# The compiler's objects in the full archive: every pass but what the runtime keeps (the options and the
+# pipeline's names they use, the AMP lists' defaults, the schedule and plan builders), codegen, the CUDA backend,
+# and the graph files only the full library has.
+nm -A --defined-only "$full" 2>/dev/null |
+    grep -E ':src_(passes_[a-z_]+|codegen_[a-z_]+|runtime_cuda_[a-z_]+|runtime_graph_(compile_ir|bundle_save|dump_api|builder|loss_api|amp_api|optim_api|cuda_api|share))\.c\.o:' |
+    grep -Ev ':src_passes_(options|pipeline_names|amp_config|schedule|plan)\.c\.o:' |
+    awk '$(NF-1) ~ /^[TDBR]$/ { print $NF }' | grep -vx graph_compile_ir | sort -u >"$tmp.compiler"
+check "the full library's compiler objects define symbols ($(wc -l <"$tmp.compiler"))" [ "$(wc -l <"$tmp.compiler")" -gt 200 ]
+check "pass_run_pipeline is one of them" grep -qx pass_run_pipeline "$tmp.compiler"
+
+nm "$so" 2>/dev/null | awk '{ print $NF }' | sort -u >"$tmp.so"
+nm --defined-only "$ar" 2>/dev/null | awk 'NF == 3 { print $3 }' | sort -u >"$tmp.ar"
+nm --undefined-only "$ar" 2>/dev/null | awk '{ print $NF }' | sort -u >"$tmp.undef"
+check "the runtime .so has a symbol table ($(wc -l <"$tmp.so") symbols)" [ "$(wc -l <"$tmp.so")" -gt 500 ]
+check "the runtime archive defines symbols ($(wc -l <"$tmp.ar"))" [ "$(wc -l <"$tmp.ar")" -gt 500 ]
+check "the runtime defines bundle_decode and the CPU backend" sh -c "grep -qx bundle_decode '$tmp.so' && grep -qx cpu_backend_open '$tmp.ar'"
+
+# graph_compile_ir is both libraries' entry point: the pipeline in liballoy (compile_ir.c), a refusal here
+check "the runtime's graph_compile_ir is compile_bundle.c's" sh -c "nm -A --defined-only '$ar' | grep -q 'compile_bundle.c.o:.* T graph_compile_ir$'"
+# none of the compiler's symbols, by name or pattern
+comm -12 "$tmp.compiler" "$tmp.so" >"$tmp.in_so"
+comm -12 "$tmp.compiler" "$tmp.ar" >"$tmp.in_ar"
+comm -12 "$tmp.compiler" "$tmp.undef" >"$tmp.refs"
+check "no compiler symbol in the .so: $(tr '\n' ' ' <"$tmp.in_so")" [ ! -s "$tmp.in_so" ]
+check "no compiler symbol in the archive: $(tr '\n' ' ' <"$tmp.in_ar")" [ ! -s "$tmp.in_ar" ]
+check "nothing in the archive refers to one: $(tr '\n' ' ' <"$tmp.refs")" [ ! -s "$tmp.refs" ]
+# pass_count and pass_name are the pipeline's names (passes/pipeline_names.c), which the options check
+pattern='^pass_|nvrtc|NVRTC|emit|^cg_|^cdev_|^lp_|^cuda_backend_open$'
+cat "$tmp.so" "$tmp.ar" "$tmp.undef" | grep -E "$pattern" | grep -Evx 'pass_count|pass_name' | sort -u >"$tmp.named"
+check "no pass_, nvrtc, emit, cg_, cdev_ or lp_ symbol: $(tr '\n' ' ' <"$tmp.named")" [ ! -s "$tmp.named" ]
+check "the same pattern finds the compiler in the full archive" sh -c "nm '$full' | grep -Eq ' T (pass_run_pipeline|cg_emit|cg_nvrtc_open)$'"
+
+# the exports: the bundle calls and the helpers of types.h and safetensors.h, nothing of alloy_graph
+nm -D --defined-only "$so" | awk '{ print $NF }' | sort -u >"$tmp.exports"
+grep -Ev '^(alloy_bundle_[a-z_]+|alloy_safetensors_[a-z_]+|alloy_dtype_name|alloy_dtype_from_name|alloy_dtype_size|alloy_status_name|alloy_host_tensor_numel|alloy_set_allocator)$' \
+    "$tmp.exports" >"$tmp.extra"
+check "exports only the bundle calls and their helpers: $(tr '\n' ' ' <"$tmp.extra")" [ ! -s "$tmp.extra" ]
+check "exports alloy_bundle_load and alloy_bundle_run" sh -c "grep -qx alloy_bundle_load '$tmp.exports' && grep -qx alloy_bundle_run '$tmp.exports'"
+check "does not export alloy_graph_save_bundle (liballoy's)" sh -c "! grep -qx alloy_graph_save_bundle '$tmp.exports'"
+needed=$(readelf -d "$so" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')
+check "needs no liballoy.so, libcuda or libnvrtc ($needed)" sh -c "! echo '$needed' | grep -Eq 'liballoy\\.so|cuda|nvrtc'"
+check "its soname is liballoy-runtime.so.0" sh -c "readelf -d '$so' | grep -q 'Library soname: \\[liballoy-runtime.so.0\\]'"
+
+[ $failures -eq 0 ] && echo "liballoy-runtime: no pass, codegen, NVRTC or CUDA backend; exports $(wc -l <"$tmp.exports") bundle and helper calls"
+exit $((failures > 0))
