@@ -1,4 +1,4 @@
-/* test_share.c - graphs that share state by name (alloy_graph_share_state): an evaluation graph reads what the training graph's steps write with no copy, mismatches are refused and change nothing, either graph may be freed first, and a training checkpoint loads into a forward-only graph. */
+/* test_share.c - graphs that share state by name (alloy_graph_share_state): an evaluation graph reads what the training graph's steps write with no copy (params and batch_norm's running statistics), mismatches are refused and change nothing, either graph may be freed first, and a training checkpoint loads into a forward-only graph. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -320,6 +320,55 @@ static void test_a_training_checkpoint_loads_into_a_forward_only_graph_with_load
     alloy_graph_free(eval);
 }
 
+/* batch_norm's running statistics are state the model built: an
+ * evaluation graph (no loss: it normalizes with them) shares them as it
+ * shares params, so after training steps its output is (x - running_mean)
+ * / sqrt(running_var + eps) * weight + bias with the training graph's
+ * values, computed here in f64. A copy of its own would keep mean 0 and
+ * var 1 and be far off (the training data's mean is about 1.5). */
+static void test_an_eval_graph_normalizes_with_the_running_statistics_the_training_steps_update(void **state)
+{
+    (void)state;
+    enum { C = 2, ROWS = 4 };
+    const double eps = 1e-5;
+    alloy_graph *train = alloy_graph_new("train"), *eval = alloy_graph_new("eval");
+    alloy_tensor *x = alloy_input(train, "x", F32, 2, DIMS(ROWS, C)), *t = alloy_input(train, "t", F32, 2, DIMS(ROWS, C));
+    alloy_tensor *y = alloy_batch_norm(train, x, "bn", 0.5, eps, true);
+    alloy_tensor *loss = alloy_reduce_mean(train, alloy_square(train, alloy_sub(train, y, t)), 0, NULL, false);
+    expect_ok(train, alloy_graph_set_loss(train, loss), "set_loss");
+    expect_ok(train, alloy_graph_add_optimizer(train, alloy_adamw(0.05, 0.9, 0.999, 1e-8, 0)), "add_optimizer");
+    alloy_tensor *ex = alloy_input(eval, "x", F32, 2, DIMS(1, C));
+    expect_ok(eval, alloy_output(eval, "y", alloy_batch_norm(eval, ex, "bn", 0.5, eps, true)), "output");
+    int shared = -1, unshared = -1;
+    expect_ok(eval, alloy_graph_share_state(eval, train, &shared, &unshared), "share_state");
+    assert_int_equal(shared, 4); /* bn.weight, bn.bias, bn.running_mean, bn.running_var */
+    assert_int_equal(unshared, 0);
+    float xs[ROWS * C] = {1, 2, 2, 0.5f, 0.5f, 3, 3, 1}, ts[ROWS * C] = {1, -1, 0, 2, -2, 0.5f, 0.25f, 0};
+    alloy_host_tensor feeds[2] = {{"x", F32, 2, {ROWS, C}, xs}, {"t", F32, 2, {ROWS, C}, ts}};
+    float probe[C] = {1.25f, 2.5f};
+    for (int step = 1; step <= 3; step++) {
+        expect_ok(train, alloy_graph_run(train, feeds, 2, NULL, 0), "train step");
+        alloy_host_tensor rm, rv, w, b;
+        expect_ok(train, alloy_graph_get_state(train, "bn.running_mean", &rm), "running_mean");
+        expect_ok(train, alloy_graph_get_state(train, "bn.running_var", &rv), "running_var");
+        expect_ok(train, alloy_graph_get_state(train, "bn.weight", &w), "weight");
+        expect_ok(train, alloy_graph_get_state(train, "bn.bias", &b), "bias");
+        double want[C], got[C];
+        for (int c = 0; c < C; c++) {
+            const float *m = rm.data, *v = rv.data, *wc = w.data, *bc = b.data;
+            want[c] = (probe[c] - m[c]) / sqrt((double)v[c] + eps) * wc[c] + bc[c];
+        }
+        assert_true(((const float *)rm.data)[0] != 0); /* the statistics moved */
+        alloy_host_tensor feed = {"x", F32, 2, {1, C}, probe}, fetch = {.name = "y"};
+        expect_ok(eval, alloy_graph_run(eval, &feed, 1, &fetch, 1), "eval run");
+        for (int c = 0; c < C; c++) got[c] = ((const float *)fetch.data)[c];
+        expect_close(got, want, C, "eval batch_norm after a training step");
+    }
+    assert_ptr_equal(state_find(eval, "bn.running_var")->cell, state_find(train, "bn.running_var")->cell);
+    alloy_graph_free(eval);
+    alloy_graph_free(train);
+}
+
 /* Every allocation of a share (the sharer compiled and run before, so its
  * state moves too) failed in turn: each is an out-of-memory error, nothing
  * is shared and no block leaks; with memory back the same call shares. */
@@ -380,6 +429,9 @@ int main(void)
                                         test_plain_alloc),
         cmocka_unit_test_setup_teardown(test_a_training_checkpoint_loads_into_a_forward_only_graph_with_load_params,
                                         test_checked_alloc, test_plain_alloc),
+        cmocka_unit_test_setup_teardown(
+            test_an_eval_graph_normalizes_with_the_running_statistics_the_training_steps_update, test_checked_alloc,
+            test_plain_alloc),
         cmocka_unit_test_setup_teardown(test_every_allocation_failure_in_share_state_is_an_error_that_shares_nothing,
                                         test_checked_alloc, test_plain_alloc),
     };
