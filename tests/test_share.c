@@ -332,7 +332,8 @@ static void test_an_eval_graph_normalizes_with_the_running_statistics_the_traini
     enum { C = 2, ROWS = 4 };
     const double eps = 1e-5;
     alloy_graph *train = alloy_graph_new("train"), *eval = alloy_graph_new("eval");
-    alloy_tensor *x = alloy_input(train, "x", F32, 2, DIMS(ROWS, C)), *t = alloy_input(train, "t", F32, 2, DIMS(ROWS, C));
+    alloy_tensor *x = alloy_input(train, "x", F32, 2, DIMS(ROWS, C));
+    alloy_tensor *t = alloy_input(train, "t", F32, 2, DIMS(ROWS, C));
     alloy_tensor *y = alloy_batch_norm(train, x, "bn", 0.5, eps, true);
     alloy_tensor *loss = alloy_reduce_mean(train, alloy_square(train, alloy_sub(train, y, t)), 0, NULL, false);
     expect_ok(train, alloy_graph_set_loss(train, loss), "set_loss");
@@ -367,6 +368,55 @@ static void test_an_eval_graph_normalizes_with_the_running_statistics_the_traini
     assert_ptr_equal(state_find(eval, "bn.running_var")->cell, state_find(train, "bn.running_var")->cell);
     alloy_graph_free(eval);
     alloy_graph_free(train);
+}
+
+/* y = batch_norm(x [1, 2], "bn") without affine params: a graph whose
+ * only state is bn.running_mean and bn.running_var. */
+static alloy_graph *bn_graph(const char *name)
+{
+    alloy_graph *g = alloy_graph_new(name);
+    alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(1, 2));
+    expect_ok(g, alloy_output(g, "y", alloy_batch_norm(g, x, "bn", 0.1, 1e-5, false)), "output");
+    return g;
+}
+
+/* y = -p for a param p named name: a graph whose only state is that param. */
+static alloy_graph *param_graph(const char *graph_name, const char *name, int rank, const int64_t *dims)
+{
+    alloy_graph *g = alloy_graph_new(graph_name);
+    alloy_tensor *p = alloy_param(g, name, F32, rank, dims, alloy_init_zeros());
+    expect_ok(g, alloy_output(g, "y", alloy_neg(g, p)), "output");
+    return g;
+}
+
+/* A name that is a param in one graph and state in the other is refused,
+ * naming it and both graphs, and nothing is shared: a sharer's running
+ * statistic against the owner's param, a sharer's param against the
+ * owner's running statistic, and against an AdamW moment (state the
+ * passes made, never shared). */
+static void test_share_state_refuses_a_name_that_is_a_param_in_one_graph_and_state_in_the_other(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        alloy_graph *owner = k == 0   ? param_graph("owner", "bn.running_mean", 1, DIMS(2))
+                             : k == 1 ? bn_graph("owner")
+                                      : train_graph();
+        alloy_graph *g = k == 0   ? bn_graph("eval")
+                         : k == 1 ? param_graph("eval", "bn.running_var", 1, DIMS(2))
+                                  : param_graph("eval", "w.m", 2, DIMS(IN, OUT));
+        if (k == 2) train_step(owner); /* its AdamW moment "w.m" exists */
+        int shared = -1;
+        alloy_status st = alloy_graph_share_state(g, owner, &shared, NULL);
+        if (k == 0)
+            EXPECT_ERROR(g, st, ALLOY_ERR_INVALID, "share_state: state 'bn.running_mean' of graph 'eval'",
+                         "names state of graph 'owner' that is not state the model built; nothing was shared");
+        else
+            EXPECT_ERROR(g, st, ALLOY_ERR_INVALID, k == 1 ? "param 'bn.running_var' of graph 'eval'" : "param 'w.m'",
+                         "that is not a param; nothing was shared");
+        assert_int_equal(shared, 0);
+        alloy_graph_free(g);
+        alloy_graph_free(owner);
+    }
 }
 
 /* Every allocation of a share (the sharer compiled and run before, so its
@@ -431,6 +481,9 @@ int main(void)
                                         test_checked_alloc, test_plain_alloc),
         cmocka_unit_test_setup_teardown(
             test_an_eval_graph_normalizes_with_the_running_statistics_the_training_steps_update, test_checked_alloc,
+            test_plain_alloc),
+        cmocka_unit_test_setup_teardown(
+            test_share_state_refuses_a_name_that_is_a_param_in_one_graph_and_state_in_the_other, test_checked_alloc,
             test_plain_alloc),
         cmocka_unit_test_setup_teardown(test_every_allocation_failure_in_share_state_is_an_error_that_shares_nothing,
                                         test_checked_alloc, test_plain_alloc),

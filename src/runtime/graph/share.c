@@ -46,10 +46,10 @@ static alloy_status match_params(alloy_graph *g, alloy_graph *owner, rt_state **
         }
         if (built_op(owner, n->name) != (int)n->op)
             return graph_fail(g, ALLOY_ERR_INVALID,
-                              "share_state: %s '%s' of graph '%s' names state of graph '%s' that is not a %s; "
+                              "share_state: %s '%s' of graph '%s' names state of graph '%s' that is not %s; "
                               "nothing was shared",
                               n->op == IR_OP_param ? "param" : "state", n->name, g->ir->name, owner->ir->name,
-                              n->op == IR_OP_param ? "param" : "state the model built");
+                              n->op == IR_OP_param ? "a param" : "state the model built");
         if (!ir_type_eq(&n->type, &o->type)) return mismatch(g, owner, n, o);
         from[i] = o;
         ++*nshared;
