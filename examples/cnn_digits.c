@@ -22,9 +22,11 @@ static const char usage[] =
     "  conv 3x3 (16) - batch_norm - relu - max_pool 2\n"
     "  conv 3x3 (32) - batch_norm - relu - max_pool 2 - dropout - linear (10)\n"
     "The data is a CSV of 64 pixel values (row by row) and a label 0..9 per line,\n"
-    "gzip-compressed or not; by default the digits of Debian's python3-sklearn:\n"
+    "gzip-compressed (in a build with zlib) or not; by default the digits of\n"
+    "Debian's python3-sklearn:\n"
     "  " DIGITS_PATH "\n"
-    "and when that file is absent, a synthetic set (said so in the output).\n"
+    "and when that file is absent (or the build has no zlib), a synthetic set\n"
+    "(said so in the output).\n"
     "  --data FILE          the CSV (.csv or .csv.gz; default the file above)\n"
     "  --synthetic          use the synthetic set: 1800 glyphs of the 10 digits drawn\n"
     "                       with random shifts, stroke strength and noise\n"
@@ -341,16 +343,25 @@ int main(int argc, char **argv)
     options o;
     parse_args(argc, argv, &o);
     dataset d;
-    FILE *probe = o.data || o.synthetic ? NULL : fopen(DIGITS_PATH, "rb");
-    if (o.data || probe) {
-        if (probe) fclose(probe);
+    const char *missing = NULL; /* why the default file is not read */
+    if (!o.data && !o.synthetic) {
+        FILE *probe = fopen(DIGITS_PATH, "rb");
+        if (!probe) missing = "not found (Debian: apt-get install python3-sklearn)";
+        else fclose(probe);
+#ifndef ALLOY_EXAMPLES_ZLIB
+        if (probe)
+            missing = "is gzip-compressed and this build has no zlib (install zlib1g-dev and rebuild, or gunzip it "
+                      "and pass --data FILE.csv)";
+#endif
+    }
+    if (!o.synthetic && !missing) {
         const char *path = o.data ? o.data : DIGITS_PATH;
         read_digits(path, &d);
         printf("data %s: %ld images of 8x8 pixels, 10 classes\n", path, d.rows);
     } else {
         synthetic(&d, o.seed);
         if (o.synthetic) printf("--synthetic: ");
-        else printf("%s not found (Debian: apt-get install python3-sklearn); using ", DIGITS_PATH);
+        else printf("%s %s; using ", DIGITS_PATH, missing);
         printf("SYNTHETIC digits, %ld images of 8x8 pixels, 10 classes\n", d.rows);
     }
 
