@@ -1,4 +1,4 @@
-/* test_share.c - graphs that share state by name (alloy_graph_share_state): an evaluation graph reads what the training graph's steps write with no copy, mismatches are refused and change nothing, either graph may be freed first, and a training checkpoint loads into a forward-only graph. */
+/* test_share.c - graphs that share state by name (alloy_graph_share_state): an evaluation graph reads what the training graph's steps write with no copy (params and batch_norm's running statistics), mismatches are refused and change nothing, either graph may be freed first, and a training checkpoint loads into a forward-only graph. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -320,6 +320,105 @@ static void test_a_training_checkpoint_loads_into_a_forward_only_graph_with_load
     alloy_graph_free(eval);
 }
 
+/* batch_norm's running statistics are state the model built: an
+ * evaluation graph (no loss: it normalizes with them) shares them as it
+ * shares params, so after training steps its output is (x - running_mean)
+ * / sqrt(running_var + eps) * weight + bias with the training graph's
+ * values, computed here in f64. A copy of its own would keep mean 0 and
+ * var 1 and be far off (the training data's mean is about 1.5). */
+static void test_an_eval_graph_normalizes_with_the_running_statistics_the_training_steps_update(void **state)
+{
+    (void)state;
+    enum { C = 2, ROWS = 4 };
+    const double eps = 1e-5;
+    alloy_graph *train = alloy_graph_new("train"), *eval = alloy_graph_new("eval");
+    alloy_tensor *x = alloy_input(train, "x", F32, 2, DIMS(ROWS, C));
+    alloy_tensor *t = alloy_input(train, "t", F32, 2, DIMS(ROWS, C));
+    alloy_tensor *y = alloy_batch_norm(train, x, "bn", 0.5, eps, true);
+    alloy_tensor *loss = alloy_reduce_mean(train, alloy_square(train, alloy_sub(train, y, t)), 0, NULL, false);
+    expect_ok(train, alloy_graph_set_loss(train, loss), "set_loss");
+    expect_ok(train, alloy_graph_add_optimizer(train, alloy_adamw(0.05, 0.9, 0.999, 1e-8, 0)), "add_optimizer");
+    alloy_tensor *ex = alloy_input(eval, "x", F32, 2, DIMS(1, C));
+    expect_ok(eval, alloy_output(eval, "y", alloy_batch_norm(eval, ex, "bn", 0.5, eps, true)), "output");
+    int shared = -1, unshared = -1;
+    expect_ok(eval, alloy_graph_share_state(eval, train, &shared, &unshared), "share_state");
+    assert_int_equal(shared, 4); /* bn.weight, bn.bias, bn.running_mean, bn.running_var */
+    assert_int_equal(unshared, 0);
+    float xs[ROWS * C] = {1, 2, 2, 0.5f, 0.5f, 3, 3, 1}, ts[ROWS * C] = {1, -1, 0, 2, -2, 0.5f, 0.25f, 0};
+    alloy_host_tensor feeds[2] = {{"x", F32, 2, {ROWS, C}, xs}, {"t", F32, 2, {ROWS, C}, ts}};
+    float probe[C] = {1.25f, 2.5f};
+    for (int step = 1; step <= 3; step++) {
+        expect_ok(train, alloy_graph_run(train, feeds, 2, NULL, 0), "train step");
+        alloy_host_tensor rm, rv, w, b;
+        expect_ok(train, alloy_graph_get_state(train, "bn.running_mean", &rm), "running_mean");
+        expect_ok(train, alloy_graph_get_state(train, "bn.running_var", &rv), "running_var");
+        expect_ok(train, alloy_graph_get_state(train, "bn.weight", &w), "weight");
+        expect_ok(train, alloy_graph_get_state(train, "bn.bias", &b), "bias");
+        double want[C], got[C];
+        for (int c = 0; c < C; c++) {
+            const float *m = rm.data, *v = rv.data, *wc = w.data, *bc = b.data;
+            want[c] = (probe[c] - m[c]) / sqrt((double)v[c] + eps) * wc[c] + bc[c];
+        }
+        assert_true(((const float *)rm.data)[0] != 0); /* the statistics moved */
+        alloy_host_tensor feed = {"x", F32, 2, {1, C}, probe}, fetch = {.name = "y"};
+        expect_ok(eval, alloy_graph_run(eval, &feed, 1, &fetch, 1), "eval run");
+        for (int c = 0; c < C; c++) got[c] = ((const float *)fetch.data)[c];
+        expect_close(got, want, C, "eval batch_norm after a training step");
+    }
+    assert_ptr_equal(state_find(eval, "bn.running_var")->cell, state_find(train, "bn.running_var")->cell);
+    alloy_graph_free(eval);
+    alloy_graph_free(train);
+}
+
+/* y = batch_norm(x [1, 2], "bn") without affine params: a graph whose
+ * only state is bn.running_mean and bn.running_var. */
+static alloy_graph *bn_graph(const char *name)
+{
+    alloy_graph *g = alloy_graph_new(name);
+    alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(1, 2));
+    expect_ok(g, alloy_output(g, "y", alloy_batch_norm(g, x, "bn", 0.1, 1e-5, false)), "output");
+    return g;
+}
+
+/* y = -p for a param p named name: a graph whose only state is that param. */
+static alloy_graph *param_graph(const char *graph_name, const char *name, int rank, const int64_t *dims)
+{
+    alloy_graph *g = alloy_graph_new(graph_name);
+    alloy_tensor *p = alloy_param(g, name, F32, rank, dims, alloy_init_zeros());
+    expect_ok(g, alloy_output(g, "y", alloy_neg(g, p)), "output");
+    return g;
+}
+
+/* A name that is a param in one graph and state in the other is refused,
+ * naming it and both graphs, and nothing is shared: a sharer's running
+ * statistic against the owner's param, a sharer's param against the
+ * owner's running statistic, and against an AdamW moment (state the
+ * passes made, never shared). */
+static void test_share_state_refuses_a_name_that_is_a_param_in_one_graph_and_state_in_the_other(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        alloy_graph *owner = k == 0   ? param_graph("owner", "bn.running_mean", 1, DIMS(2))
+                             : k == 1 ? bn_graph("owner")
+                                      : train_graph();
+        alloy_graph *g = k == 0   ? bn_graph("eval")
+                         : k == 1 ? param_graph("eval", "bn.running_var", 1, DIMS(2))
+                                  : param_graph("eval", "w.m", 2, DIMS(IN, OUT));
+        if (k == 2) train_step(owner); /* its AdamW moment "w.m" exists */
+        int shared = -1;
+        alloy_status st = alloy_graph_share_state(g, owner, &shared, NULL);
+        if (k == 0)
+            EXPECT_ERROR(g, st, ALLOY_ERR_INVALID, "share_state: state 'bn.running_mean' of graph 'eval'",
+                         "names state of graph 'owner' that is not state the model built; nothing was shared");
+        else
+            EXPECT_ERROR(g, st, ALLOY_ERR_INVALID, k == 1 ? "param 'bn.running_var' of graph 'eval'" : "param 'w.m'",
+                         "that is not a param; nothing was shared");
+        assert_int_equal(shared, 0);
+        alloy_graph_free(g);
+        alloy_graph_free(owner);
+    }
+}
+
 /* Every allocation of a share (the sharer compiled and run before, so its
  * state moves too) failed in turn: each is an out-of-memory error, nothing
  * is shared and no block leaks; with memory back the same call shares. */
@@ -380,6 +479,12 @@ int main(void)
                                         test_plain_alloc),
         cmocka_unit_test_setup_teardown(test_a_training_checkpoint_loads_into_a_forward_only_graph_with_load_params,
                                         test_checked_alloc, test_plain_alloc),
+        cmocka_unit_test_setup_teardown(
+            test_an_eval_graph_normalizes_with_the_running_statistics_the_training_steps_update, test_checked_alloc,
+            test_plain_alloc),
+        cmocka_unit_test_setup_teardown(
+            test_share_state_refuses_a_name_that_is_a_param_in_one_graph_and_state_in_the_other, test_checked_alloc,
+            test_plain_alloc),
         cmocka_unit_test_setup_teardown(test_every_allocation_failure_in_share_state_is_an_error_that_shares_nothing,
                                         test_checked_alloc, test_plain_alloc),
     };

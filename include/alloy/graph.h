@@ -272,8 +272,10 @@ ALLOY_API alloy_status alloy_graph_load_params(alloy_graph *g, const char *path,
 /* Makes g's params use owner's storage: every param of g that owner has a
  * param of the same name, dtype and shape for becomes that tensor (no
  * copy): what owner's training steps write, g's runs read, and set_state,
- * load_state or load_params through either graph changes both. g's other
- * params and state stay its own. A same-named tensor of another dtype or
+ * load_state or load_params through either graph changes both. State the
+ * model built (batch_norm's running statistics, an IR `state`) is shared
+ * the same way; g's other params and state (an optimizer's, a scaler's)
+ * stay its own. A same-named tensor of another dtype or
  * shape is an error naming it and both graphs, and g stays as it was.
  * Both graphs are compiled for this (as a first run would), and run on
  * owner's backend from then on: a g whose options ask for another device
@@ -281,8 +283,8 @@ ALLOY_API alloy_status alloy_graph_load_params(alloy_graph *g, const char *path,
  * may: several sharers, or a chain, use one storage). The storage is
  * reference-counted: the graphs may be freed in any order, and a sharer
  * keeps the params when owner is freed first. *shared and *unshared
- * (either may be NULL) count g's params bound to owner's and those owner
- * has none for. Typical: an evaluation or sampling graph built with the
+ * (either may be NULL) count g's params and model-built state bound to
+ * owner's and those owner has none for. Typical: an evaluation or sampling graph built with the
  * same param names as the training graph (docs/training.md). */
 ALLOY_API alloy_status alloy_graph_share_state(alloy_graph *g, alloy_graph *owner, int *shared, int *unshared);
 

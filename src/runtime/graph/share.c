@@ -1,41 +1,55 @@
-/* share.c - alloy_graph_share_state: a graph's params bound by name to another graph's storage and backend. */
+/* share.c - alloy_graph_share_state: a graph's params and model state (batch_norm's running statistics) bound by name to another graph's storage and backend. */
 #include <string.h>
 
 #include "runtime/graph/graph_impl.h"
 
-/* Fails share_state on g with the mismatch of param n (g's) and o (owner's). */
+/* Fails share_state on g with the mismatch of param or state n (g's) and o (owner's). */
 static alloy_status mismatch(alloy_graph *g, const alloy_graph *owner, const ir_node *n, const rt_state *o)
 {
     char mine[96], theirs[96];
     ir_fmt_type(mine, sizeof mine, &n->type);
     ir_fmt_type(theirs, sizeof theirs, &o->type);
     return graph_fail(g, n->type.dtype != o->type.dtype ? ALLOY_ERR_DTYPE : ALLOY_ERR_SHAPE,
-                      "share_state: param '%s' is %s in graph '%s' but %s in graph '%s'; nothing was shared", n->name,
+                      "share_state: %s '%s' is %s in graph '%s' but %s in graph '%s'; nothing was shared",
+                      n->op == IR_OP_param ? "param" : "state", n->name,
                       mine, g->ir->name, theirs, owner->ir->name);
 }
 
+/* The op of name in g's graph as built (IR_OP_param, or IR_OP_state for
+ * state the model built: batch_norm's running statistics, an IR `state`),
+ * or -1: state the passes add (moments, counters, the scaler's) is in the
+ * compiled graph only, and is never shared. */
+static int built_op(const alloy_graph *g, const char *name)
+{
+    int id = ir_find_name(g->ir, name);
+    if (id < 0) return -1;
+    int op = (int)g->ir->nodes[id]->op;
+    return op == IR_OP_param || op == IR_OP_state ? op : -1;
+}
+
 /* Checks that g can share with owner (both compiled, owner's state made
- * and its executable ready, the devices agreeing) and finds, for each node
- * of g's compiled graph, owner's state tensor it binds to (from[i], NULL
- * for none); counts the pairs, the params without one, and the pairs g has
- * no state tensor for yet. */
+ * and its executable ready, the devices agreeing) and finds, for each
+ * param and model-built state of g's compiled graph, owner's state tensor
+ * of the same kind it binds to (from[i], NULL for none); counts the pairs,
+ * the tensors without one, and the pairs g has no state tensor for yet. */
 static alloy_status match_params(alloy_graph *g, alloy_graph *owner, rt_state **from, int *nshared, int *nunshared,
                                  int *nnew)
 {
     const ir_graph *c = g->compiled;
     for (int i = 0; i < c->nnodes; i++) {
         const ir_node *n = c->nodes[i];
-        if (n->op != IR_OP_param) continue;
+        if ((n->op != IR_OP_param && n->op != IR_OP_state) || built_op(g, n->name) != (int)n->op) continue;
         rt_state *o = state_find(owner, n->name);
         if (!o) {
             ++*nunshared;
             continue;
         }
-        if (!state_is_param(owner, o))
+        if (built_op(owner, n->name) != (int)n->op)
             return graph_fail(g, ALLOY_ERR_INVALID,
-                              "share_state: param '%s' of graph '%s' names state of graph '%s' that is not a param; "
+                              "share_state: %s '%s' of graph '%s' names state of graph '%s' that is not %s; "
                               "nothing was shared",
-                              n->name, g->ir->name, owner->ir->name);
+                              n->op == IR_OP_param ? "param" : "state", n->name, g->ir->name, owner->ir->name,
+                              n->op == IR_OP_param ? "a param" : "state the model built");
         if (!ir_type_eq(&n->type, &o->type)) return mismatch(g, owner, n, o);
         from[i] = o;
         ++*nshared;
