@@ -1,7 +1,10 @@
-/* cli.c - what the example programs share: one-line fatal errors and a seeded generator. */
+/* cli.c - what the example programs share: one-line fatal errors, CSV fields and a seeded generator. */
+#include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -26,4 +29,28 @@ unsigned long long cli_next_random(unsigned long long *state)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+int cli_split_fields(char *line, char **fields, int max)
+{
+    int n = 0;
+    for (char *p = line;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        char *end = p + strcspn(p, ",");
+        bool last = *end == '\0';
+        char *tail = end;
+        while (tail > p && (tail[-1] == ' ' || tail[-1] == '\t' || tail[-1] == '\r')) tail--;
+        *tail = '\0';
+        if (n < max) fields[n] = p;
+        n++;
+        if (last) return n <= max ? n : max + 1;
+        p = end + 1;
+    }
+}
+
+bool cli_is_number(const char *s, double *out)
+{
+    char *end;
+    *out = strtod(s, &end);
+    return *s && !*end && isfinite(*out);
 }

@@ -200,31 +200,6 @@ static const char *source_error(source s) { return ferror(s) ? strerror(errno) :
 static void source_close(source s) { fclose(s); }
 #endif
 
-/* Splits line (modified in place) at commas into at most max fields,
- * trimming blanks; returns the number of fields (max + 1 if there are more). */
-static int split_fields(char *line, char **fields, int max)
-{
-    int n = 0;
-    for (char *p = line;;) {
-        while (*p == ' ' || *p == '\t') p++;
-        char *end = p + strcspn(p, ",");
-        bool last = *end == '\0';
-        char *tail = end;
-        while (tail > p && (tail[-1] == ' ' || tail[-1] == '\t' || tail[-1] == '\r')) tail--;
-        *tail = '\0';
-        if (n < max) fields[n] = p;
-        n++;
-        if (last) return n <= max ? n : max + 1;
-        p = end + 1;
-    }
-}
-
-static bool is_number(const char *s, double *out)
-{
-    char *end;
-    *out = strtod(s, &end);
-    return *s && !*end && isfinite(*out);
-}
 
 /* Reads 64 pixel values and a label 0..9 per line; a first line that is
  * not all numbers is a header. Exits with "file:line: reason" on a row of
@@ -250,9 +225,9 @@ static void read_digits(const char *path, dataset *d)
         if (err) cli_fail(1, "cannot read %s at line %ld: %s", path, lineno, err);
         if (strspn(line, " \t\r\n") == len) continue; /* blank */
         line[strcspn(line, "\n")] = '\0';
-        int n = split_fields(line, fields, PIXELS + 1);
+        int n = cli_split_fields(line, fields, PIXELS + 1);
         double v;
-        if (first && (first = false, !is_number(fields[0], &v))) continue; /* a header */
+        if (first && (first = false, !cli_is_number(fields[0], &v))) continue; /* a header */
         if (n != PIXELS + 1)
             cli_fail(1, "%s:%ld: expected %d fields (64 pixels and a label), found %s%d", path, lineno, PIXELS + 1,
                      n > PIXELS + 1 ? "more than " : "", n > PIXELS + 1 ? PIXELS + 1 : n);
@@ -263,11 +238,11 @@ static void read_digits(const char *path, dataset *d)
             if (!d->x || !d->y) cli_fail(1, "out of memory reading %s", path);
         }
         for (int i = 0; i < PIXELS; i++) {
-            if (!is_number(fields[i], &v))
+            if (!cli_is_number(fields[i], &v))
                 cli_fail(1, "%s:%ld: pixel %d ('%s') is not a finite number", path, lineno, i + 1, fields[i]);
             d->x[d->rows * PIXELS + i] = (float)v;
         }
-        if (!is_number(fields[PIXELS], &v) || v != floor(v) || v < 0 || v >= CLASSES)
+        if (!cli_is_number(fields[PIXELS], &v) || v != floor(v) || v < 0 || v >= CLASSES)
             cli_fail(1, "%s:%ld: the label ('%s') is not an integer in [0, %d]", path, lineno, fields[PIXELS],
                      CLASSES - 1);
         d->y[d->rows++] = (int)v;

@@ -52,31 +52,6 @@ void mlp_synthetic(mlp_dataset *d, unsigned long long seed)
     }
 }
 
-/* Splits line (modified in place) at commas into at most max fields,
- * trimming blanks; returns the number of fields (max + 1 if there are more). */
-static int split_fields(char *line, char **fields, int max)
-{
-    int n = 0;
-    for (char *p = line;;) {
-        while (*p == ' ' || *p == '\t') p++;
-        char *end = p + strcspn(p, ",");
-        bool last = *end == '\0';
-        char *tail = end;
-        while (tail > p && (tail[-1] == ' ' || tail[-1] == '\t' || tail[-1] == '\r')) tail--;
-        *tail = '\0';
-        if (n < max) fields[n] = p;
-        n++;
-        if (last) return n <= max ? n : max + 1;
-        p = end + 1;
-    }
-}
-
-static bool is_number(const char *s, double *out)
-{
-    char *end;
-    *out = strtod(s, &end);
-    return *s && !*end && isfinite(*out);
-}
 
 void mlp_read_csv(const char *path, mlp_dataset *d)
 {
@@ -98,13 +73,13 @@ void mlp_read_csv(const char *path, mlp_dataset *d)
             max_fields = 1 + (int)strlen(line);
             fields = mlp_malloc(sizeof(char *) * (size_t)max_fields);
         }
-        int n = split_fields(line, fields, ncols ? ncols : max_fields);
+        int n = cli_split_fields(line, fields, ncols ? ncols : max_fields);
         if (!ncols) {
             if (n < 2) cli_fail(1, "%s:%ld: need at least one feature and a label, found %d column", path, lineno, n);
             ncols = n, d->features = n - 1;
             double v;
             bool header = false;
-            for (int i = 0; i < n; i++) header |= *fields[i] && !is_number(fields[i], &v);
+            for (int i = 0; i < n; i++) header |= *fields[i] && !cli_is_number(fields[i], &v);
             if ((had_header = header)) continue;
         } else if (n != ncols) {
             cli_fail(1, "%s:%ld: expected %d fields, found %s%d", path, lineno, ncols, n > ncols ? "more than " : "",
@@ -118,11 +93,11 @@ void mlp_read_csv(const char *path, mlp_dataset *d)
         }
         double v;
         for (int i = 0; i < d->features; i++) {
-            if (!is_number(fields[i], &v))
+            if (!cli_is_number(fields[i], &v))
                 cli_fail(1, "%s:%ld: field %d ('%s') is not a finite number", path, lineno, i + 1, fields[i]);
             d->x[d->rows * d->features + i] = (float)v;
         }
-        if (!is_number(fields[d->features], &v) || v != floor(v))
+        if (!cli_is_number(fields[d->features], &v) || v != floor(v))
             cli_fail(1, "%s:%ld: the label ('%s') is not an integer", path, lineno, fields[d->features]);
         if (v < 0 || v >= MAX_CLASSES)
             cli_fail(1, "%s:%ld: the label %.0f is out of range [0, %d]", path, lineno, v, MAX_CLASSES - 1);

@@ -4,16 +4,6 @@
 
 #include "ir/typerules.h"
 
-#define FAIL(status, ...)                                                                \
-    do {                                                                                 \
-        al_fmt(why, whylen, __VA_ARGS__);                                                \
-        return status;                                                                   \
-    } while (0)
-
-#define RULE(name)                                                                       \
-    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
-                      size_t whylen)
-
 /* dout may not overlap da or db. */
 bool ir_broadcast_dims(int ra, const int64_t *da, int rb, const int64_t *db, int *rout,
                        int64_t *dout)

@@ -15,6 +15,17 @@
 #undef EW
 #undef TYPE_RULE
 
+/* For the rule files (typerules*.c): FAIL(status, fmt, ...) writes why and
+ * returns status; RULE(name) opens a rule's definition. */
+#define FAIL(status, ...)                                                                \
+    do {                                                                                 \
+        al_fmt(why, whylen, __VA_ARGS__);                                                \
+        return status;                                                                   \
+    } while (0)
+#define RULE(name)                                                                       \
+    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
+                      size_t whylen)
+
 /* The attributes and class weight of a loss row op (cross_entropy,
  * nll_loss and their gradients; weight NULL when not given): reduction
  * "mean" or "sum", label_smoothing in [0, 1], weight [classes] of the

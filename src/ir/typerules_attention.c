@@ -3,16 +3,6 @@
 
 #include "ir/typerules.h"
 
-#define FAIL(status, ...)                                                                \
-    do {                                                                                 \
-        al_fmt(why, whylen, __VA_ARGS__);                                                \
-        return status;                                                                   \
-    } while (0)
-
-#define RULE(name)                                                                       \
-    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
-                      size_t whylen)
-
 static const char *const NAMES[] = {"q", "k", "v", "o", "do"};
 
 /* q [B, H, T, D], k and v [B, H, S, D] of one float dtype, a finite scale;

@@ -4,16 +4,6 @@
 #include "ir/conv.h"
 #include "ir/typerules.h"
 
-#define FAIL(status, ...)                                                                \
-    do {                                                                                 \
-        al_fmt(why, whylen, __VA_ARGS__);                                                \
-        return status;                                                                   \
-    } while (0)
-
-#define RULE(name)                                                                       \
-    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
-                      size_t whylen)
-
 /* whether op is a convolution or one of its backward ops (they have a weight) */
 static bool is_conv(int op) { return op == IR_OP_conv1d || op == IR_OP_conv2d || op == IR_OP_conv_grad_input || op == IR_OP_conv_grad_weight; }
 

@@ -4,12 +4,6 @@
 
 #include "ir/typerules.h"
 
-#define FAIL(status, ...)                                                                \
-    do {                                                                                 \
-        al_fmt(why, whylen, __VA_ARGS__);                                                \
-        return status;                                                                   \
-    } while (0)
-
 alloy_status ir_loss_attrs(const ir_node *n, const ir_type *logits, const ir_type *weight, char *why, size_t whylen)
 {
     const char *reduction = ir_attr_str(n, "reduction", "mean");

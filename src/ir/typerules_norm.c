@@ -4,16 +4,6 @@
 
 #include "ir/typerules.h"
 
-#define FAIL(status, ...)                                                                \
-    do {                                                                                 \
-        al_fmt(why, whylen, __VA_ARGS__);                                                \
-        return status;                                                                   \
-    } while (0)
-
-#define RULE(name)                                                                       \
-    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
-                      size_t whylen)
-
 /* Operand t is [C] of x's dtype (what: its role, for the message). */
 static alloy_status channel_vector(const ir_type *t, const ir_type *x, int64_t c, const char *what, char *why,
                                    size_t whylen)

@@ -4,16 +4,6 @@
 
 #include "ir/typerules.h"
 
-#define FAIL(status, ...)                                                                \
-    do {                                                                                 \
-        al_fmt(why, whylen, __VA_ARGS__);                                                \
-        return status;                                                                   \
-    } while (0)
-
-#define RULE(name)                                                                       \
-    alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \
-                      size_t whylen)
-
 /* The attributes every random op has: stream in [0, 2^32) (a Philox counter
  * word), and the step operand, when given (the last one, operand `at`), an
  * integer scalar. */
