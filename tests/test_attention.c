@@ -48,7 +48,9 @@ static alloy_graph *gpt_step(alloy_dtype amp, bool written)
     }
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(3e-3, 0.9, 0.99, 1e-8, 0.01)), ALLOY_OK);
     assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
-    if (written) assert_int_equal(alloy_graph_set_option(g, "disable_passes", "attention"), ALLOY_OK);
+    /* on the CPU the pass leaves small attentions written out unless told to rewrite every one */
+    assert_int_equal(alloy_graph_set_option(g, written ? "disable_passes" : "attention", written ? "attention" : "always"),
+                     ALLOY_OK);
     return g;
 }
 
@@ -128,7 +130,9 @@ static alloy_graph *long_step(bool written)
     assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), ALLOY_OK);
     assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
-    if (written) assert_int_equal(alloy_graph_set_option(g, "disable_passes", "attention"), ALLOY_OK);
+    /* on the CPU the pass leaves small attentions written out unless told to rewrite every one */
+    assert_int_equal(alloy_graph_set_option(g, written ? "disable_passes" : "attention", written ? "attention" : "always"),
+                     ALLOY_OK);
     return g;
 }
 
@@ -168,11 +172,45 @@ static void test_scores_read_elsewhere_keep_the_written_out_attention(void **sta
     assert_int_equal(alloy_output(g, "y", y), ALLOY_OK);
     assert_int_equal(alloy_output(g, "s", s), ALLOY_OK);
     assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_option(g, "attention", "always"), ALLOY_OK);
     alloy_memory_info info;
     assert_int_equal(alloy_graph_memory_info(g, &info), ALLOY_OK);
     assert_int_equal(count_op(g->compiled, IR_OP_attention), 0);
     assert_int_equal(count_op(g->compiled, IR_OP_softmax), 1);
     alloy_graph_free(g);
+}
+
+/* The default on the CPU (where the written-out form's BLAS GEMMs are the
+ * faster at small sizes): a causal attention whose f32 scores take less
+ * than 64 MiB stays written out, one of 64 MiB ([1, 1, 4096, 4096]) becomes
+ * the op; `attention=bogus` is refused naming the values. */
+static alloy_graph *causal_graph(int64_t t)
+{
+    alloy_graph *g = alloy_graph_new("causal");
+    int64_t dims[4] = {1, 1, t, 8};
+    alloy_tensor *q = alloy_input(g, "q", ALLOY_F32, 4, dims), *k = alloy_input(g, "k", ALLOY_F32, 4, dims),
+                 *v = alloy_input(g, "v", ALLOY_F32, 4, dims);
+    alloy_tensor *p = alloy_softmax(g, alloy_causal_mask(g, alloy_matmul(g, q, k, false, true)), -1);
+    assert_int_equal(alloy_output(g, "y", alloy_matmul(g, p, v, false, false)), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
+    return g;
+}
+
+static void test_on_the_cpu_only_attentions_with_big_scores_become_the_op_by_default(void **state)
+{
+    (void)state;
+    alloy_memory_info info;
+    alloy_graph *small = causal_graph(4095), *big = causal_graph(4096);
+    assert_int_equal(alloy_graph_memory_info(small, &info), ALLOY_OK);
+    assert_int_equal(alloy_graph_memory_info(big, &info), ALLOY_OK);
+    assert_int_equal(count_op(small->compiled, IR_OP_attention), 0);
+    assert_int_equal(count_op(small->compiled, IR_OP_softmax), 1);
+    assert_int_equal(count_op(big->compiled, IR_OP_attention), 1);
+    assert_int_equal(count_op(big->compiled, IR_OP_softmax), 0);
+    assert_int_equal(alloy_graph_set_option(small, "attention", "bogus"), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(small), "auto or always"));
+    alloy_graph_free(small);
+    alloy_graph_free(big);
 }
 
 /* Non-causal with the scale on the scores (s * 0.3 then softmax) and T != S:
@@ -187,7 +225,9 @@ static alloy_graph *cross_graph(bool written, float *q, float *k, float *v, allo
     alloy_tensor *s = alloy_mul(g, alloy_matmul(g, Q, K, false, true), alloy_scalar(g, ALLOY_F32, 0.3));
     assert_int_equal(alloy_output(g, "y", alloy_matmul(g, alloy_softmax(g, s, -1), V, false, false)), ALLOY_OK);
     assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
-    if (written) assert_int_equal(alloy_graph_set_option(g, "disable_passes", "attention"), ALLOY_OK);
+    /* on the CPU the pass leaves small attentions written out unless told to rewrite every one */
+    assert_int_equal(alloy_graph_set_option(g, written ? "disable_passes" : "attention", written ? "attention" : "always"),
+                     ALLOY_OK);
     feeds[0] = (alloy_host_tensor){"q", ALLOY_F32, 4, {2, 3, 5, 8}, q};
     feeds[1] = (alloy_host_tensor){"k", ALLOY_F32, 4, {2, 3, 9, 8}, k};
     feeds[2] = (alloy_host_tensor){"v", ALLOY_F32, 4, {2, 3, 9, 8}, v};
@@ -239,6 +279,7 @@ static void test_the_builder_names_a_bad_operand(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_on_the_cpu_only_attentions_with_big_scores_become_the_op_by_default),
         cmocka_unit_test(test_gpt_step_gets_the_op_and_trains_to_the_same_losses_f32),
         cmocka_unit_test(test_gpt_step_gets_the_op_and_trains_to_the_same_losses_f16_amp),
         cmocka_unit_test(test_gpt_step_gets_the_op_and_trains_to_the_same_losses_bf16_amp),

@@ -38,6 +38,7 @@ static alloy_graph *char_gpt_step(void)
     expect_ok(g, alloy_graph_enable_amp(g, ALLOY_F16), "amp");
     expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "scaler");
     expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), "optimizer");
+    expect_ok(g, alloy_graph_set_option(g, "attention", "always"), "attention"); /* so its stage changes the graph */
     return g;
 }
 

@@ -120,9 +120,25 @@ static bool match_at(const ir_graph *g, const int *uses, const ir_node *n, match
 
 /* Replaces *gp by its copy with every match rewritten; *gp untouched when
  * there is none. Errors: out of memory only. */
+/* Whether a match is rewritten (the option `attention`): always, or by
+ * default for a CUDA compile (device=cuda), and elsewhere when one
+ * attention's f32 scores take at least ATTN_CPU_MIN_BYTES. On the CPU the
+ * written-out form is the faster one at small sizes (its two products are
+ * the BLAS's GEMMs; char_gpt's fp32 step took 15-20% longer with the op),
+ * so there the rewrite is for memory. device=auto counts as the CPU: the
+ * device is known only once the backend opens, after compiling. */
+enum { ATTN_CPU_MIN_BYTES = 64 << 20 };
+
+static bool want_rewrite(const ir_graph *g, const match *m, const al_options *cfg)
+{
+    if (cfg->attention_always || cfg->device == OPT_DEVICE_CUDA) return true;
+    const ir_node *p = g->nodes[m->dead[0]]; /* the softmax: [B, H, T, S] */
+    return (double)ir_numel(&p->type) * 4.0 >= (double)ATTN_CPU_MIN_BYTES;
+}
+
 alloy_status pass_fuse_attention(ir_graph **gp, const pass_options *opts)
 {
-    (void)opts;
+    const al_options *cfg = pass_cfg(opts);
     ir_graph *g = *gp;
     int *uses = count_uses(g);
     int *map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
@@ -134,7 +150,7 @@ alloy_status pass_fuse_attention(ir_graph **gp, const pass_options *opts)
     }
     int found = 0;
     for (int i = 0; i < g->nnodes; i++)
-        if (match_at(g, uses, g->nodes[i], &at[i])) {
+        if (match_at(g, uses, g->nodes[i], &at[i]) && want_rewrite(g, &at[i], cfg)) {
             ends[i] = 1, found++;
             for (int j = 0; j < at[i].ndead; j++) skip[at[i].dead[j]] = 1;
         }

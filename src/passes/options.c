@@ -23,6 +23,7 @@ const opt_key opt_keys[] = {
     {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
     {"cuda_graph", "ALLOY_CUDA_GRAPH", "0 or 1"},
     {"time_passes", "ALLOY_TIME_PASSES", "0 or 1"},
+    {"attention", "ALLOY_ATTENTION", "auto or always"},
     {NULL, NULL, NULL},
 };
 
@@ -205,6 +206,12 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         al_fmt(err, errlen, "lowp_gemm=%s: unknown kernel (auto, avx512_bf16, avx512, portable or sgemm)", value);
         return ALLOY_ERR_INVALID;
     }
+    if (strcmp(name, "attention") == 0) {
+        if (reset || strcmp(value, "auto") == 0) return o->attention_always = false, ALLOY_OK;
+        if (strcmp(value, "always") == 0) return o->attention_always = true, ALLOY_OK;
+        al_fmt(err, errlen, "attention=%s: unknown value (auto or always; disable_passes=attention rewrites none)", value);
+        return ALLOY_ERR_INVALID;
+    }
     if (strcmp(name, "device") == 0) {
         for (int i = 0; i < 3; i++)
             if (strcmp(value, device_names[i]) == 0) return o->device = (opt_device)i, ALLOY_OK;
@@ -255,6 +262,7 @@ void opt_print(const al_options *o, FILE *out)
     if (!o->cache) fputs(" cache=0", out);
     if (!o->cuda_graph) fputs(" cuda_graph=0", out);
     if (o->time_passes) fputs(" time_passes=1", out);
+    if (o->attention_always) fputs(" attention=always", out);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
     if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);
@@ -278,5 +286,6 @@ uint64_t opt_hash(const al_options *o)
     h = mix(h, flags, sizeof flags);
     /* mixed only when set, so every hash from before the option stays the same */
     if (o->lowp_gemm != OPT_LOWP_AUTO) h = mix(h, &(uint8_t){(uint8_t)o->lowp_gemm}, 1);
+    if (o->attention_always) h = mix(h, "attention", 9);
     return h;
 }

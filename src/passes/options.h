@@ -38,6 +38,7 @@ typedef struct al_options {
     opt_lowp_gemm lowp_gemm; /* the CPU's f16/bf16 GEMM kernel */
     opt_device device;
     bool cuda_graph;       /* the CUDA backend captures a step after its first run and replays it (0: launches every call) */
+    bool attention_always; /* the attention pass rewrites every match (default: for CUDA, and on the CPU big ones) */
     /* The kernel cache and source dumps: where generated code goes, not
      * what it is, so they stay out of opt_hash. Strings are NUL-padded to
      * their end (opt_init zeroes them), so the struct compares with memcmp. */
