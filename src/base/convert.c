@@ -280,6 +280,7 @@ bool cvt_force_portable(bool on)
 
 void cvt_load_f32(alloy_dtype dtype, const void *src, float *dst, size_t n)
 {
+    if (n == 0) return; /* an empty tensor may have no buffer at all (NULL) */
     const unsigned char *s = src;
     size_t i = 0;
     switch (dtype) {
@@ -302,6 +303,7 @@ void cvt_load_f32(alloy_dtype dtype, const void *src, float *dst, size_t n)
 
 void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, size_t n)
 {
+    if (n == 0) return; /* an empty tensor may have no buffer at all (NULL) */
     unsigned char *d = dst;
     size_t i = 0;
     switch (dtype) {
@@ -324,6 +326,7 @@ void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, size_t n)
 
 void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n)
 {
+    if (n == 0) return; /* an empty tensor may have no buffer at all (NULL) */
     const unsigned char *s = src;
     size_t i = 0;
     switch (dtype) {
@@ -340,6 +343,7 @@ void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n)
 
 void cvt_store_f64(alloy_dtype dtype, const double *src, void *dst, size_t n)
 {
+    if (n == 0) return; /* an empty tensor may have no buffer at all (NULL) */
     unsigned char *d = dst;
     size_t i = 0;
     switch (dtype) {
