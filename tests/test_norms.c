@@ -1,4 +1,4 @@
-/* test_norms.c - batch_norm and group_norm through the builder: PyTorch's outputs, gradients and running statistics after two SGD steps (tests/data/norms.safetensors), eval mode on the running statistics, running statistics untouched by a skipped step, f32 statistics under AMP; and the indexing ops' out-of-range errors. */
+/* test_norms.c - batch_norm and group_norm through the builder: PyTorch's outputs, gradients and running statistics after two SGD steps (tests/data/norms.safetensors), eval mode on the running statistics, running statistics untouched by a skipped step, f32 statistics under AMP; and the indexing ops' and arange's builder and out-of-range errors. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -393,6 +393,37 @@ static void test_indexing_ops_by_hand_and_out_of_range_indices_name_the_position
     alloy_graph_free(g);
 }
 
+/* The indexing ops' and arange's builder errors name what is wrong. */
+static void test_bad_indexing_and_arange_arguments_are_errors_that_name_them(void **state)
+{
+    (void)state;
+    static const char *const want[] = {
+        "index must be i32 or i64, not f32",      "index must have the input's rank 2, not 1",
+        "index dim 0 is 5, more than the input's 2", "index must have rank 1, not 2",
+        "must be finite with step != 0",           "step -1 does not lead from start 0 to end 1",
+        "elements are too many",                   "eps must be finite and >= 0, not -1",
+    };
+    for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
+        alloy_graph *g = alloy_graph_new("bad");
+        alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(2, 3)), *f = alloy_input(g, "f", ALLOY_F32, 2, DIMS(2, 2));
+        alloy_tensor *i1 = alloy_input(g, "i1", ALLOY_I64, 1, DIMS(2)), *i5 = alloy_input(g, "i5", ALLOY_I64, 2, DIMS(5, 1));
+        alloy_tensor *y = NULL;
+        switch (k) {
+        case 0: y = alloy_gather(g, x, 1, f); break;
+        case 1: y = alloy_gather(g, x, 1, i1); break;
+        case 2: y = alloy_gather(g, x, 1, i5); break;
+        case 3: y = alloy_index_select(g, x, 0, i5); break;
+        case 4: y = alloy_arange(g, 0, 1, 0, ALLOY_F32); break;
+        case 5: y = alloy_arange(g, 0, 1, -1, ALLOY_F32); break;
+        case 6: y = alloy_arange(g, 0, 1e16, 1, ALLOY_F32); break;
+        case 7: y = alloy_batch_norm(g, alloy_input(g, "b", ALLOY_F32, 2, DIMS(4, 3)), "bn", 0.1, -1, false); break;
+        }
+        assert_null(y);
+        if (!strstr(alloy_last_error(g), want[k])) fail_msg("case %d: '%s' does not say '%s'", k, alloy_last_error(g), want[k]);
+        alloy_graph_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -404,6 +435,7 @@ int main(void)
         cmocka_unit_test_setup(test_group_norm_matches_pytorch, test_checked_alloc),
         cmocka_unit_test_setup(test_bad_norm_arguments_are_errors_that_name_them, test_checked_alloc),
         cmocka_unit_test_setup(test_training_batch_norm_on_one_value_per_channel_is_an_error, test_checked_alloc),
+        cmocka_unit_test_setup(test_bad_indexing_and_arange_arguments_are_errors_that_name_them, test_checked_alloc),
         cmocka_unit_test_setup(test_batch_norm_in_ir_text_trains_its_state_and_needs_the_random_pass, test_checked_alloc),
         cmocka_unit_test_setup(test_indexing_ops_by_hand_and_out_of_range_indices_name_the_position, test_checked_alloc),
     };
