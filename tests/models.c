@@ -1,6 +1,7 @@
-/* models.c - graphs several test suites share: a two-layer MLP and a transformer block. */
+/* models.c - graphs several test suites share: a two-layer MLP, a transformer block and the quadratic f64 graph of the optimizer tests. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "models.h"
 
@@ -73,4 +74,43 @@ test_block build_transformer_block(alloy_graph *g, alloy_dtype dt, int B, int T,
     m.loss = alloy_set_name(g, alloy_cross_entropy(g, m.logits, m.targets), "loss");
     alloy_output(g, "loss", m.loss);
     return m;
+}
+
+alloy_graph *build_quad(uint64_t seed, const alloy_optimizer *o, const alloy_grad_scaler *sc)
+{
+    alloy_graph *g = alloy_graph_new("quad");
+    if (!g) return NULL;
+    alloy_graph_set_seed(g, seed);
+    alloy_tensor *xw = alloy_input(g, "xw", ALLOY_F64, 2, DIMS(2, 3));
+    alloy_tensor *xb = alloy_input(g, "xb", ALLOY_F64, 1, DIMS(3));
+    alloy_tensor *w = alloy_param(g, "w", ALLOY_F64, 2, DIMS(2, 3), alloy_init_uniform(-1, 1));
+    alloy_tensor *b = alloy_param(g, "b", ALLOY_F64, 1, DIMS(3), alloy_init_uniform(-1, 1));
+    alloy_tensor *half = alloy_scalar(g, ALLOY_F64, 0.5);
+    alloy_tensor *lw = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xw, w), 0, NULL, false),
+                                 alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, w), 0, NULL, false)));
+    alloy_tensor *lb = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xb, b), 0, NULL, false),
+                                 alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, b), 0, NULL, false)));
+    alloy_tensor *loss = alloy_set_name(g, alloy_add(g, lw, lb), "loss");
+    if (alloy_output(g, "loss", loss) != ALLOY_OK || alloy_graph_set_loss(g, loss) != ALLOY_OK ||
+        (sc && alloy_graph_set_grad_scaler(g, *sc) != ALLOY_OK) || (o && alloy_graph_add_optimizer(g, *o) != ALLOY_OK)) {
+        fprintf(stderr, "build_quad: %s\n", alloy_last_error(g));
+        alloy_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+alloy_status read_quad(alloy_graph *g, const char *suffix, double *v)
+{
+    static const int64_t count[2] = {QUAD_NW, QUAD_NP - QUAD_NW};
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        alloy_host_tensor t;
+        snprintf(name, sizeof name, "%c%s", "wb"[k], suffix);
+        alloy_status st = alloy_graph_get_state(g, name, &t);
+        if (st != ALLOY_OK) return st;
+        if (t.dtype != ALLOY_F64 || alloy_host_tensor_numel(&t) != count[k]) return ALLOY_ERR_DTYPE;
+        memcpy(v + (k ? QUAD_NW : 0), t.data, (size_t)count[k] * sizeof(double));
+    }
+    return ALLOY_OK;
 }

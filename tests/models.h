@@ -1,4 +1,4 @@
-/* models.h - graphs several test suites share: a two-layer MLP and a transformer block. */
+/* models.h - graphs several test suites share: a two-layer MLP, a transformer block and the quadratic f64 graph of the optimizer tests. */
 #ifndef ALLOY_TEST_MODELS_H
 #define ALLOY_TEST_MODELS_H
 
@@ -22,5 +22,18 @@ typedef struct test_block {
 } test_block;
 test_block build_transformer_block(alloy_graph *g, alloy_dtype dtype, int batch, int seq, int vocab,
                                    int dim, int heads);
+
+/* The optimizer tests' graph, in f64: loss = sum(xw * w) + 0.5 sum(w^2) +
+ * sum(xb * b) + 0.5 sum(b^2) = "loss", so d loss / d p = x + p for the
+ * params w [2,3] and b [3] (uniform in [-1, 1) from `seed`), with inputs
+ * xw [2,3] and xb [3]. The tests see w and b as one vector of QUAD_NP
+ * values: w's QUAD_NW, then b's. The scaler and optimizer are set when not
+ * NULL. NULL when any call fails (alloy_last_error of the graph, if any, says
+ * why; the graph is then freed). */
+enum { QUAD_NP = 9, QUAD_NW = 6 };
+alloy_graph *build_quad(uint64_t seed, const alloy_optimizer *o, const alloy_grad_scaler *sc);
+
+/* The state tensors "w<suffix>" and "b<suffix>" (f64) into v[QUAD_NP]. */
+alloy_status read_quad(alloy_graph *g, const char *suffix, double *v);
 
 #endif

@@ -13,51 +13,27 @@
 
 #include "alloy/alloy.h"
 #include "runtime/graph/graph_impl.h"
+#include "models.h"
 #include "support.h"
 
 /* The learning rate is computed in f64 (docs/training.md), as PyTorch
  * computes it in Python floats: the two agree to a few roundings. */
 #define REL 1e-12
 
-/* ---- the graph: loss = sum(xw * w) + 0.5 sum(w^2) + sum(xb * b) + 0.5 sum(b^2) ----
- *
- * d loss / d p = x + p for p = w f64[2,3] and b f64[3]; the tests see w and
- * b as one vector of NP values, w's six then b's three. */
-enum { NP = 9, NW = 6 };
+/* ---- the graph: models.c's build_quad (loss = sum(x p) + 0.5 sum(p^2) over
+ * p = w f64[2,3] and b f64[3]), seed 3 ---- */
+enum { NP = QUAD_NP, NW = QUAD_NW };
 
 static alloy_graph *quad_graph(const alloy_optimizer *o, const alloy_grad_scaler *sc)
 {
-    alloy_graph *g = alloy_graph_new("quad");
+    alloy_graph *g = build_quad(3, o, sc);
     assert_non_null(g);
-    alloy_graph_set_seed(g, 3);
-    alloy_tensor *xw = alloy_input(g, "xw", F64, 2, DIMS(2, 3));
-    alloy_tensor *xb = alloy_input(g, "xb", F64, 1, DIMS(3));
-    alloy_tensor *w = alloy_param(g, "w", F64, 2, DIMS(2, 3), alloy_init_uniform(-1, 1));
-    alloy_tensor *b = alloy_param(g, "b", F64, 1, DIMS(3), alloy_init_uniform(-1, 1));
-    alloy_tensor *half = alloy_scalar(g, F64, 0.5);
-    alloy_tensor *lw = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xw, w), 0, NULL, false),
-                                 alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, w), 0, NULL, false)));
-    alloy_tensor *lb = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xb, b), 0, NULL, false),
-                                 alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, b), 0, NULL, false)));
-    alloy_tensor *loss = alloy_add(g, lw, lb);
-    expect_ok(g, alloy_output(g, "loss", loss), "output");
-    expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
-    if (sc) expect_ok(g, alloy_graph_set_grad_scaler(g, *sc), "set_grad_scaler");
-    if (o) expect_ok(g, alloy_graph_add_optimizer(g, *o), "add_optimizer");
     return g;
 }
 
-/* w then b (state tensors "w<suffix>", "b<suffix>") into v[NP]. */
 static void read_params(alloy_graph *g, const char *suffix, double *v)
 {
-    char name[16];
-    alloy_host_tensor t;
-    snprintf(name, sizeof name, "w%s", suffix);
-    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
-    memcpy(v, t.data, NW * sizeof(double));
-    snprintf(name, sizeof name, "b%s", suffix);
-    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
-    memcpy(v + NW, t.data, (NP - NW) * sizeof(double));
+    expect_ok(g, read_quad(g, suffix, v), suffix);
 }
 
 static double state_f64(alloy_graph *g, const char *name)

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "alloy/alloy.h"
+#include "models.h"
 #include "support.h"
 
 
@@ -88,48 +89,20 @@ static bool close_all(const char *what, const double *got, const double *want, i
     return true;
 }
 
-/* ---- the graph: two f64 parameters with a gradient that depends on them ----
- *
- * loss = sum(xw * w) + 0.5 sum(w^2) + sum(xb * b) + 0.5 sum(b^2), so
- * d loss / d p = x + p for p = w [2,3], b [3] (and each input x fed per step).
- * The tests see w and b as one vector of NP values: w's six, then b's three. */
-enum { NP = 9 };
+/* ---- the graph: models.c's build_quad (loss = sum(x p) + 0.5 sum(p^2), so
+ * d loss / d p = x + p for p = w [2,3], b [3], each x fed per step), seed 11 ---- */
+enum { NP = QUAD_NP };
 
 static alloy_graph *quad_graph(const alloy_optimizer *o, const alloy_grad_scaler *sc)
 {
-    alloy_graph *g = alloy_graph_new("quad");
+    alloy_graph *g = build_quad(11, o, sc);
     assert_non_null(g);
-    alloy_graph_set_seed(g, 11);
-    alloy_tensor *xw = alloy_input(g, "xw", F64, 2, DIMS(2, 3));
-    alloy_tensor *xb = alloy_input(g, "xb", F64, 1, DIMS(3));
-    alloy_tensor *w = alloy_param(g, "w", F64, 2, DIMS(2, 3), alloy_init_uniform(-1, 1));
-    alloy_tensor *b = alloy_param(g, "b", F64, 1, DIMS(3), alloy_init_uniform(-1, 1));
-    alloy_tensor *half = alloy_scalar(g, F64, 0.5);
-    alloy_tensor *lw = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xw, w), 0, NULL, false),
-                                 alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, w), 0, NULL, false)));
-    alloy_tensor *lb = alloy_add(g, alloy_reduce_sum(g, alloy_mul(g, xb, b), 0, NULL, false),
-                                 alloy_mul(g, half, alloy_reduce_sum(g, alloy_square(g, b), 0, NULL, false)));
-    alloy_tensor *loss = alloy_set_name(g, alloy_add(g, lw, lb), "loss");
-    expect_ok(g, alloy_output(g, "loss", loss), "alloy_output");
-    expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
-    if (sc) expect_ok(g, alloy_graph_set_grad_scaler(g, *sc), "set_grad_scaler");
-    if (o) expect_ok(g, alloy_graph_add_optimizer(g, *o), "add_optimizer");
     return g;
 }
 
-/* Reads the state tensors "w<suffix>" and "b<suffix>" into v[NP]. */
 static void read_pair(alloy_graph *g, const char *suffix, double *v)
 {
-    char name[32];
-    alloy_host_tensor t;
-    snprintf(name, sizeof name, "w%s", suffix);
-    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
-    assert_int_equal(t.dtype, F64);
-    memcpy(v, t.data, 6 * sizeof(double));
-    snprintf(name, sizeof name, "b%s", suffix);
-    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
-    assert_int_equal(t.dtype, F64);
-    memcpy(v + 6, t.data, 3 * sizeof(double));
+    expect_ok(g, read_quad(g, suffix, v), suffix);
 }
 
 static void random_x(double *x)
