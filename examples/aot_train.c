@@ -39,23 +39,6 @@ typedef struct options {
     double test_fraction;
 } options;
 
-static double parse_number(const char *flag, const char *s, double min, double max)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= min && v <= max))
-        cli_fail(2, "%s wants a number in [%g, %g], got '%s'", flag, min, max, s);
-    return v;
-}
-
-static long parse_count(const char *flag, const char *s, long min, long max)
-{
-    double v = parse_number(flag, s, (double)min, (double)max);
-    if (v != floor(v)) cli_fail(2, "%s wants an integer, got '%s'", flag, s);
-    return (long)v;
-}
-
 /* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
 static void parse_args(int argc, char **argv, options *o)
 {
@@ -73,11 +56,11 @@ static void parse_args(int argc, char **argv, options *o)
         }
         if (!val) cli_fail(2, "%s needs a value (see --help)", flag);
         i++;
-        if (!strcmp(flag, "--steps")) o->steps = parse_count(flag, val, 1, 100000000);
+        if (!strcmp(flag, "--steps")) o->steps = cli_count(flag, val, 1, 100000000);
         else if (!strcmp(flag, "--csv")) o->csv = val;
-        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)parse_count(flag, val, 0, 2147483647);
-        else if (!strcmp(flag, "--test-fraction")) o->test_fraction = parse_number(flag, val, 0.001, 0.999);
-        else if (!strcmp(flag, "--log-every")) o->log_every = parse_count(flag, val, 1, 100000000);
+        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)cli_count(flag, val, 0, 2147483647);
+        else if (!strcmp(flag, "--test-fraction")) o->test_fraction = cli_number(flag, val, 0.001, 0.999);
+        else if (!strcmp(flag, "--log-every")) o->log_every = cli_count(flag, val, 1, 100000000);
         else if (!strcmp(flag, "--save-feeds")) o->save_feeds = val;
         else if (!strcmp(flag, "--save-state")) o->save_state = val;
         else cli_fail(2, "unknown option %s (see --help)", flag);

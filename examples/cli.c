@@ -1,4 +1,5 @@
-/* cli.c - what the example programs share: one-line fatal errors, CSV fields and a seeded generator. */
+/* cli.c - what the example programs share: one-line fatal errors, flag values, CSV fields and a seeded generator. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -53,4 +54,28 @@ bool cli_is_number(const char *s, double *out)
     char *end;
     *out = strtod(s, &end);
     return *s && !*end && isfinite(*out);
+}
+
+double cli_number(const char *flag, const char *s, double min, double max)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= min && v <= max))
+        cli_fail(2, "%s wants a number in [%g, %g], got '%s'", flag, min, max, s);
+    return v;
+}
+
+long cli_count(const char *flag, const char *s, long min, long max)
+{
+    double v = cli_number(flag, s, (double)min, (double)max);
+    if (v != floor(v)) cli_fail(2, "%s wants an integer, got '%s'", flag, s);
+    return (long)v;
+}
+
+void *cli_malloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (!p) cli_fail(1, "out of memory");
+    return p;
 }

@@ -64,30 +64,6 @@ typedef struct dataset {
     long rows;
 } dataset;
 
-static void *checked_malloc(size_t size)
-{
-    void *p = malloc(size ? size : 1);
-    if (!p) cli_fail(1, "out of memory");
-    return p;
-}
-
-static double parse_number(const char *flag, const char *s, double min, double max)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= min && v <= max))
-        cli_fail(2, "%s wants a number in [%g, %g], got '%s'", flag, min, max, s);
-    return v;
-}
-
-static int parse_count(const char *flag, const char *s, int min, int max)
-{
-    double v = parse_number(flag, s, min, max);
-    if (v != floor(v)) cli_fail(2, "%s wants an integer, got '%s'", flag, s);
-    return (int)v;
-}
-
 /* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
 static void parse_args(int argc, char **argv, options *o)
 {
@@ -101,12 +77,12 @@ static void parse_args(int argc, char **argv, options *o)
         i++;
         if (!strcmp(flag, "--data")) o->data = val;
         else if (!strcmp(flag, "--device")) o->device = val;
-        else if (!strcmp(flag, "--epochs")) o->epochs = parse_count(flag, val, 0, 1000000);
-        else if (!strcmp(flag, "--batch")) o->batch = parse_count(flag, val, 2, 1 << 20);
-        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)parse_count(flag, val, 0, 2147483647);
-        else if (!strcmp(flag, "--lr")) o->lr = parse_number(flag, val, 1e-9, 10);
-        else if (!strcmp(flag, "--dropout")) o->dropout = parse_number(flag, val, 0, 0.99);
-        else if (!strcmp(flag, "--test-fraction")) o->test_fraction = parse_number(flag, val, 0.001, 0.999);
+        else if (!strcmp(flag, "--epochs")) o->epochs = cli_count(flag, val, 0, 1000000);
+        else if (!strcmp(flag, "--batch")) o->batch = cli_count(flag, val, 2, 1 << 20);
+        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)cli_count(flag, val, 0, 2147483647);
+        else if (!strcmp(flag, "--lr")) o->lr = cli_number(flag, val, 1e-9, 10);
+        else if (!strcmp(flag, "--dropout")) o->dropout = cli_number(flag, val, 0, 0.99);
+        else if (!strcmp(flag, "--test-fraction")) o->test_fraction = cli_number(flag, val, 0.001, 0.999);
         else if (!strcmp(flag, "--amp")) {
             if (!strcmp(val, "f16")) o->amp = ALLOY_F16;
             else if (!strcmp(val, "bf16")) o->amp = ALLOY_BF16;
@@ -152,8 +128,8 @@ static void synthetic(dataset *d, unsigned long long seed)
 {
     unsigned long long rng = seed ^ 0xD161757ull;
     d->rows = 1800;
-    d->x = checked_malloc(sizeof(float) * (size_t)d->rows * PIXELS);
-    d->y = checked_malloc(sizeof(int) * (size_t)d->rows);
+    d->x = cli_malloc(sizeof(float) * (size_t)d->rows * PIXELS);
+    d->y = cli_malloc(sizeof(int) * (size_t)d->rows);
     for (long r = 0; r < d->rows; r++) {
         int digit = (int)(r % CLASSES), dx = (int)(cli_next_random(&rng) % 4), dy = (int)(cli_next_random(&rng) % 2);
         double strength = 0.6 + 0.4 * uniform01(&rng), img[SIDE][SIDE] = {{0}};
@@ -342,7 +318,7 @@ int main(int argc, char **argv)
 
     /* mlp_csv's split for the same seed; one mean and std for all pixels. */
     unsigned long long rng = o.seed;
-    long *order = checked_malloc(sizeof(long) * (size_t)d.rows);
+    long *order = cli_malloc(sizeof(long) * (size_t)d.rows);
     for (long i = 0; i < d.rows; i++) order[i] = i;
     shuffle(order, d.rows, &rng);
     long ntest = (long)llround(o.test_fraction * (double)d.rows);
@@ -389,8 +365,8 @@ int main(int argc, char **argv)
     if (alloy_graph_share_state(eval, train, &shared, &unshared)) cli_fail(1, "%s", alloy_last_error(eval));
     if (unshared) cli_fail(1, "the evaluation graph has %d tensors the training graph lacks", unshared);
 
-    float *x = checked_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * PIXELS);
-    int *labels = checked_malloc(sizeof(int) * (size_t)B);
+    float *x = cli_malloc(sizeof(float) * (size_t)(B > eval_batch ? B : eval_batch) * PIXELS);
+    int *labels = cli_malloc(sizeof(int) * (size_t)B);
     alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 4, {B, 1, SIDE, SIDE}, x}, {"labels", ALLOY_I32, 1, {B}, labels}};
     double accuracy = 0;
     for (int epoch = 1; epoch <= o.epochs; epoch++) {

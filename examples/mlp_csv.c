@@ -43,23 +43,6 @@ typedef struct options {
     unsigned long long seed;
 } options;
 
-static double parse_number(const char *flag, const char *s, double min, double max)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= min && v <= max))
-        cli_fail(2, "%s wants a number in [%g, %g], got '%s'", flag, min, max, s);
-    return v;
-}
-
-static int parse_count(const char *flag, const char *s, int min, int max)
-{
-    double v = parse_number(flag, s, min, max);
-    if (v != floor(v)) cli_fail(2, "%s wants an integer, got '%s'", flag, s);
-    return (int)v;
-}
-
 /* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
 static void parse_args(int argc, char **argv, options *o)
 {
@@ -72,11 +55,11 @@ static void parse_args(int argc, char **argv, options *o)
         i++;
         if (!strcmp(flag, "--csv")) o->csv = val;
         else if (!strcmp(flag, "--device")) o->device = val;
-        else if (!strcmp(flag, "--epochs")) o->epochs = parse_count(flag, val, 0, 1000000);
-        else if (!strcmp(flag, "--batch")) o->batch = parse_count(flag, val, 1, 1 << 20);
-        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)parse_count(flag, val, 0, 2147483647);
-        else if (!strcmp(flag, "--lr")) o->lr = parse_number(flag, val, 1e-9, 10);
-        else if (!strcmp(flag, "--test-fraction")) o->test_fraction = parse_number(flag, val, 0.001, 0.999);
+        else if (!strcmp(flag, "--epochs")) o->epochs = cli_count(flag, val, 0, 1000000);
+        else if (!strcmp(flag, "--batch")) o->batch = cli_count(flag, val, 1, 1 << 20);
+        else if (!strcmp(flag, "--seed")) o->seed = (unsigned long long)cli_count(flag, val, 0, 2147483647);
+        else if (!strcmp(flag, "--lr")) o->lr = cli_number(flag, val, 1e-9, 10);
+        else if (!strcmp(flag, "--test-fraction")) o->test_fraction = cli_number(flag, val, 0.001, 0.999);
         else if (!strcmp(flag, "--hidden")) {
             o->nhidden = 0;
             for (const char *p = val;; p++) {
