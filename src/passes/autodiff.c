@@ -24,6 +24,18 @@ static bool wants_grad(const ir_node *n, const pass_options *opts)
     return false;
 }
 
+/* Whether got is a broadcast of want: the same dtype, at least its rank, and
+ * each of want's dims (aligned right) equal to got's or 1. */
+static bool broadcasts_to(const ir_type *want, const ir_type *got)
+{
+    if (want->dtype != got->dtype || got->rank < want->rank) return false;
+    for (int d = 0; d < want->rank; d++) {
+        int64_t w = want->dims[d], h = got->dims[got->rank - want->rank + d];
+        if (w != h && w != 1) return false;
+    }
+    return true;
+}
+
 alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
@@ -84,6 +96,11 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
             int u = n->in[j];
             if (!active[u] || dx[j] < 0) continue;
             const ir_type *want = &g->nodes[u]->type, *got = &g->nodes[dx[j]]->type;
+            if (!ir_type_eq(want, got) && broadcasts_to(want, got)) { /* a rule's unsummed gradient */
+                dx[j] = ad_unbroadcast(&ctx, dx[j], want);
+                if (dx[j] < 0) break;
+                got = &g->nodes[dx[j]]->type;
+            }
             if (!ir_type_eq(want, got)) {
                 char a[96], b[96];
                 ir_fmt_type(a, sizeof a, want);

@@ -8,6 +8,8 @@
  *     all f32), so fusing never changes the precision an op computes in;
  *   - gemm groups are a matmul and the single-reader chain after it that a
  *     cuBLASLt epilogue computes (formed first, off limits to the union);
+ *   - row groups of one shape that read a tensor row by row are then
+ *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
  *   - multi groups join found_inf with the unscale chains it reads, and
  *     merge the update groups of all parameters that compute alike;
  * and every group can run at the position of its last member: every
@@ -494,12 +496,14 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
             label[i] = gemm[i] >= 0 ? gemm[i] : gi >= 0 && f.size[gi] >= 2 ? gi : -1;
             min_reader[i] = g->nnodes;
         }
+        /* row groups that read the same tensor row by row: one group */
+        if (!(off & 1u << IR_GROUP_ROW)) ok = fuse_row_siblings(g, label);
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)
             if (g->nodes[i]->op == IR_OP_found_inf && !(off & 1u << IR_GROUP_MULTI))
                 multi_found_inf(g, i, min_reader, label, f.sealed);
-        ok = (off & 1u << IR_GROUP_MULTI) || multi_updates(g, label);
+        ok = ok && ((off & 1u << IR_GROUP_MULTI) || multi_updates(g, label));
         /* number the groups in the order of their first member */
         for (size_t i = 0; i < nn; i++) f.tail[i] = -1;
         int ngroups = 0;

@@ -250,7 +250,9 @@ RULE(gr_log_softmax)
     DONE;
 }
 
-/* dx by the fused formula; dgamma = sum(dy * xhat), dbeta = sum(dy) over rows. */
+/* dx by the fused formula; dgamma = sum(dy * xhat), dbeta = sum(dy) over
+ * rows, given unsummed: autodiff sums them after dx is accumulated, so
+ * dx and dy * xhat, which read the same rows, can be one fusion group. */
 RULE(gr_layer_norm)
 {
     ir_attr eps = ir_a_float("eps", ir_attr_f(n, "eps"));
@@ -259,8 +261,8 @@ RULE(gr_layer_norm)
                     affine ? (int[]){IN(0), dy, IN(1)} : (int[]){IN(0), dy}, 1, &eps, NULL);
     if (affine) {
         int xhat = ad_emit(c, IR_OP_layer_norm, 1, (int[]){IN(0)}, 1, &eps, NULL);
-        dx[1] = ad_unbroadcast(c, E2(mul, dy, xhat), TYPE(IN(1)));
-        dx[2] = ad_unbroadcast(c, dy, TYPE(IN(2)));
+        dx[1] = E2(mul, dy, xhat);
+        dx[2] = dy;
     }
     DONE;
 }
@@ -271,9 +273,9 @@ RULE(gr_rms_norm)
     bool affine = n->nin == 2;
     dx[0] = ad_emit(c, IR_OP_rms_norm_grad, affine ? 3 : 2,
                     affine ? (int[]){IN(0), dy, IN(1)} : (int[]){IN(0), dy}, 1, &eps, NULL);
-    if (affine) { /* dgamma: dy times the normalized x, summed over the rows */
+    if (affine) { /* dgamma: dy times the normalized x, summed over the rows (by autodiff, after dx) */
         int xhat = ad_emit(c, IR_OP_rms_norm, 1, (int[]){IN(0)}, 1, &eps, NULL);
-        dx[1] = ad_unbroadcast(c, E2(mul, dy, xhat), TYPE(IN(1)));
+        dx[1] = E2(mul, dy, xhat);
     }
     DONE;
 }

@@ -24,7 +24,12 @@ AL_HIDDEN int ad_unbroadcast(ad_ctx *c, int g, const ir_type *target);
 
 /* Gradient rule: given the gradient dy of node n's result, emits the
  * gradients of its operands into dx[j] (a node id, or -1 for an operand with
- * no gradient). */
+ * no gradient). dx[j] may also have a shape that broadcasts to operand j's
+ * (same dtype): autodiff then sums it down (ad_unbroadcast) after adding in
+ * the gradients of the operands before j. So a rule whose row kernels read
+ * the same rows (layer_norm: dx, and dy * xhat for dgamma) emits only
+ * those, and the column sums come after dx's accumulation: the sibling rule
+ * of the fuse pass (fuse_siblings.c) can then run them as one group. */
 typedef alloy_status (*ad_rule)(ad_ctx *c, const ir_node *n, int dy, int *dx);
 
 /* The rule of every op (ops.def's grad_rule column R is gr_R here); NULL
