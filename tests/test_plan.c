@@ -449,6 +449,58 @@ static void test_fused_schedules_keep_group_values_apart_and_leave_internal_valu
     }
 }
 
+/* The classifier's row step (the logits' cast to f32, cross_entropy, its
+ * gradient, the cast back to f16) writes the f16 gradient where the f16
+ * logits were: the logits' last reader is that step and the step reads
+ * them before it stores the gradient. A logits fetch (kept) stops it.
+ * tests/test_arena.c runs the same step arena against no_arena bit for bit. */
+static void test_the_classifier_gradient_takes_the_logits_slot_unless_they_are_kept(void **state)
+{
+    (void)state;
+    model_size z = small_block;
+    alloy_graph *g = alloy_graph_new("block");
+    assert_non_null(g);
+    alloy_tensor *loss = build_transformer_block(g, F32, z.batch, z.seq, z.vocab, z.dim, z.heads).loss;
+    build(alloy_graph_set_option(g, "disable_passes", ""), g, "fuse on (main() turns it off)");
+    build(alloy_graph_set_loss(g, loss), g, "set_loss");
+    build(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), g, "adamw");
+    build(alloy_graph_enable_amp(g, ALLOY_F16), g, "amp");
+    build(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), g, "scaler");
+    build(graph_compile(g), g, "compile");
+    const ir_graph *c = g->compiled;
+    int ce = -1;
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i]->op == IR_OP_cross_entropy_grad) ce = i;
+    assert_true(ce >= 0);
+    int logits = c->nodes[c->nodes[ce]->in[0]]->op == IR_OP_cast ? c->nodes[c->nodes[ce]->in[0]]->in[0] : -1;
+    assert_true(logits >= 0 && c->nodes[logits]->type.dtype == ALLOY_F16);
+    for (int kept = 0; kept < 2; kept++) {
+        bool *keep = test_calloc((size_t)c->nnodes, sizeof(bool));
+        keep[logits] = kept;
+        schedule s;
+        mem_plan p;
+        char err[256];
+        if (sched_build(c, keep, &s, err, sizeof err) || plan_for_step(c, &s, false, &p, err, sizeof err))
+            fail_msg("%s", err);
+        const sched_step *st = &s.steps[s.step_of[ce]];
+        if (st->kind != STEP_ROW) fail_msg("cross_entropy_grad %%%d (group %d) runs in a %s step", ce, c->nodes[ce]->group, sched_kind_name(st->kind));
+        int grad = -1; /* the step's stored f16 member of the logits' shape: the gradient's cast */
+        for (int m = 0; m < st->n; m++) {
+            int i = s.members[st->first + m].node;
+            if (i != logits && sched_stored(&s, i) && c->nodes[i]->type.dtype == ALLOY_F16) grad = i;
+        }
+        assert_true(grad >= 0 && c->nodes[grad]->op == IR_OP_cast);
+        printf("  logits %%%d @%lld, their gradient %%%d @%lld%s\n", logits, (long long)p.offset[logits], grad,
+               (long long)p.offset[grad], kept ? " (logits kept)" : "");
+        if (kept) assert_int_not_equal(p.offset[grad], p.offset[logits]);
+        else assert_int_equal(p.offset[grad], p.offset[logits]);
+        plan_free(&p);
+        sched_free(&s);
+        test_free(keep);
+    }
+    alloy_graph_free(g);
+}
+
 /* ---- (2) hand-built graphs with arenas derivable by hand ---- */
 
 static int add_input(ir_graph *g, alloy_dtype dt, int rank, const int64_t *dims)
@@ -861,6 +913,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_live_values_never_share_bytes_in_the_mlp_and_transformer_graphs),
         cmocka_unit_test(test_fused_schedules_keep_group_values_apart_and_leave_internal_values_out),
+        cmocka_unit_test(test_the_classifier_gradient_takes_the_logits_slot_unless_they_are_kept),
         cmocka_unit_test(test_four_elementwise_ops_on_f32_256_fit_one_kilobyte_in_place_and_two_without),
         cmocka_unit_test(test_a_value_still_used_later_or_kept_is_not_overwritten_in_place),
         cmocka_unit_test(test_in_place_needs_the_same_shape_and_element_size),

@@ -34,7 +34,7 @@ static void fmt_bytes(char *buf, size_t len, double bytes)
 
 /* Lifetimes: first[i] / last[i] step of every value with arena bytes (first
  * -1 for the others), and the live bytes per step into live[0..nsteps)
- * (a value written in place over its operand shares its bytes: counted once). */
+ * (a value written in place over its operand or a step input shares its bytes: counted once). */
 static void lifetimes(const ir_graph *g, const schedule *s, const mem_plan *p, int *first, int *last, int64_t *live)
 {
     int n = g->nnodes, last_step = s->nsteps - 1;
@@ -56,9 +56,13 @@ static void lifetimes(const ir_graph *g, const schedule *s, const mem_plan *p, i
         if (first[i] < 0) continue;
         int64_t b = slot_bytes(g->nodes[i]);
         live[first[i]] += b, live[last[i] + 1] -= b;
+        /* in place: the slot of an operand, or of an input of the step (a
+         * row step's member over a row input, plan.c's row_aliases), handed
+         * over at this step */
         const ir_node *c = g->nodes[i];
-        for (int k = 0; k < c->nin; k++) { /* in place: the operand's slot, handed over at this step */
-            int j = c->in[k];
+        const sched_step *st = &s->steps[s->step_of[i]];
+        for (int k = 0; k < c->nin + st->nin; k++) {
+            int j = k < c->nin ? c->in[k] : s->inputs[st->first_in + k - c->nin];
             if (first[j] >= 0 && j != i && p->offset[j] == p->offset[i] && last[j] == first[i]) {
                 live[first[i]] -= b, live[first[i] + 1] += b;
                 break;

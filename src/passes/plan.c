@@ -258,24 +258,30 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
     return ALLOY_OK;
 }
 
-/* The operand of node i whose slot i may take in place, or -1. */
+/* Whether node i may take value j's slot: j materialized, not kept, not
+ * taken, produced before i's position and last used there (by `users`
+ * consumers at most; 0: any number), with i's dims and element size. */
+static bool may_take(const planner *p, int i, int j, int users)
+{
+    const ir_node *n = p->g->nodes[i], *o = p->g->nodes[j];
+    if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) return false;
+    if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || (users && p->users_at_last[j] != users))
+        return false;
+    return ir_nbytes(&o->type) != 0 && o->type.rank == n->type.rank &&
+           alloy_dtype_size(o->type.dtype) == alloy_dtype_size(n->type.dtype) &&
+           memcmp(o->type.dims, n->type.dims, sizeof(int64_t) * (size_t)n->type.rank) == 0;
+}
+
+/* The value whose slot node i may take in place (an operand, or alias_of[i]), or -1. */
 static int inplace_operand(const planner *p, const plan_schedule *s, int i)
 {
     const ir_node *n = p->g->nodes[i];
+    /* the readers of an alias all run in i's step before i: any number */
+    if (s && s->alias_of && s->alias_of[i] >= 0 && may_take(p, i, s->alias_of[i], 0)) return s->alias_of[i];
     bool ok = s && s->inplace_ok ? s->inplace_ok[i] != 0 : ir_ops[n->op].elementwise;
     if (!ok) return -1;
-    for (int k = 0; k < n->nin; k++) {
-        int j = n->in[k];
-        const ir_node *o = p->g->nodes[j];
-        if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) continue;
-        if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || p->users_at_last[j] != 1)
-            continue;
-        if (ir_nbytes(&o->type) == 0 || o->type.rank != n->type.rank ||
-            alloy_dtype_size(o->type.dtype) != alloy_dtype_size(n->type.dtype) ||
-            memcmp(o->type.dims, n->type.dims, sizeof(int64_t) * (size_t)n->type.rank) != 0)
-            continue;
-        return j;
-    }
+    for (int k = 0; k < n->nin; k++)
+        if (may_take(p, i, n->in[k], 1)) return n->in[k];
     return -1;
 }
 
@@ -450,6 +456,46 @@ alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, 
     return plan_schedule_core(g, s, no_reuse, !no_reuse && g->nupdates > 0, out, err, errlen);
 }
 
+/* Per node, the row input whose slot a stored member of a row step may
+ * take (-1 none): an input from outside the step with the member's dims
+ * whose readers in the step all come before the member and which the
+ * member does not read. The row executors compute members in order on a
+ * block of whole rows (CPU) or a row per team with each column read and
+ * written by one thread (CUDA), so every read of the input's row is done
+ * before the member's row is stored over it. The classifier's case: the
+ * logits' row is cast to f32 for cross_entropy and its gradient, whose
+ * f16 result then goes where the logits were. NULL when out of memory. */
+static int *row_aliases(const ir_graph *g, const schedule *s, const uint8_t *mat)
+{
+    int *alias = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+    if (!alias) return NULL;
+    for (int i = 0; i < g->nnodes; i++) alias[i] = -1;
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *st = &s->steps[k];
+        if (st->kind != STEP_ROW) continue;
+        for (int q = 0; q < st->nin; q++) {
+            int j = s->inputs[st->first_in + q], last_reader = -1;
+            const ir_type *jt = &g->nodes[j]->type;
+            for (int m = 0; m < st->n; m++) {
+                const ir_node *x = g->nodes[s->members[st->first + m].node];
+                for (int e = 0; e < x->nin; e++)
+                    if (x->in[e] == j) last_reader = m;
+            }
+            for (int m = last_reader + 1; m < st->n; m++) {
+                int i = s->members[st->first + m].node;
+                const ir_type *it = &g->nodes[i]->type;
+                if (!mat[i] || alias[i] >= 0 || it->rank != jt->rank ||
+                    memcmp(it->dims, jt->dims, sizeof(int64_t) * (size_t)it->rank) != 0 ||
+                    alloy_dtype_size(it->dtype) != alloy_dtype_size(jt->dtype))
+                    continue;
+                alias[i] = j;
+                break;
+            }
+        }
+    }
+    return alias;
+}
+
 static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, bool no_reuse, bool in_place,
                                        mem_plan *out, char *err, size_t errlen)
 {
@@ -472,6 +518,11 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
         keep[i] = s->kept[i] || (no_reuse && mat[i]);
         inplace[i] = !no_reuse && step->kind == STEP_EW && step->n == 1;
     }
+    int *alias_of = st || no_reuse ? NULL : row_aliases(g, s, mat);
+    if (!st && !no_reuse && !alias_of) {
+        al_fmt(err, errlen, "out of memory planning the row aliases of %d nodes", nn);
+        st = ALLOY_ERR_OOM;
+    }
     int *state_of = NULL, first_write = -1;
     if (!st && in_place) {
         state_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
@@ -490,7 +541,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     }
     if (!st) {
         plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace,
-                            .bound = bound};
+                            .bound = bound, .alias_of = alias_of};
         st = plan_build(g, &ps, out, err, errlen);
     }
     size_t scratch = 0;
@@ -506,7 +557,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     }
     if (!st) out->state_of = state_of, out->first_write = first_write;
     else al_free(state_of);
-    al_free(pos), al_free(mat), al_free(inplace), al_free(keep), al_free(bound);
+    al_free(pos), al_free(mat), al_free(inplace), al_free(keep), al_free(bound), al_free(alias_of);
     return st;
 }
 

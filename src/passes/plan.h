@@ -57,6 +57,12 @@ typedef struct plan_schedule {
      * into its state's buffer): no slot, readable at any later position
      * (may be NULL) */
     const uint8_t *bound;
+    /* node i may also take the slot of node alias_of[i] (-1: none; may be
+     * NULL), a value it does not read, on the same conditions as an
+     * operand: a row step's stored member over a row input that every
+     * member reading it reads before i is computed (the classifier's
+     * gradient over its logits) */
+    const int *alias_of;
 } plan_schedule;
 
 /* Plans the arena for g under schedule s (NULL: node order, the defaults
@@ -65,7 +71,8 @@ typedef struct plan_schedule {
  * one position never share bytes, except that a value may take exactly the
  * slot of one operand when inplace_ok, the operand is materialized, not
  * kept, produced at an earlier position, last used at this node's position
- * by this node alone, and has the result's shape and element size. Other
+ * by this node alone, and has the result's shape and element size (or the
+ * slot of alias_of[i], last used at i's position, on the same terms). Other
  * slots are placed best-fit (smallest free block that fits, lowest offset
  * on ties; adjacent free blocks merge; the block at the top of the arena
  * grows when nothing fits). O(n log n) in the nodes plus the operand count.
