@@ -85,6 +85,7 @@ struct alloy_graph {
     param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
+    bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
     alloy_status status; /* last failing call's status, message below */
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
     char device_text[1024]; /* alloy_graph_device's answer */
