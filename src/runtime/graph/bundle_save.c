@@ -100,10 +100,7 @@ bundle_image_builder bundle_set_image_builder(bundle_image_builder builder)
     return old;
 }
 
-/* The kernel table of prog into x: its kernels without their sources (the
- * images hold the code), each kernel's module, the steps left without a
- * kernel with why; x owns every byte. */
-static alloy_status kernel_table(const cg_program *prog, bundle_cuda *x)
+alloy_status bundle_kernel_table(const cg_program *prog, bundle_cuda *x)
 {
     int n = prog->nkernels;
     cg_program *t = &x->prog;
@@ -162,7 +159,7 @@ static alloy_status cuda_images(alloy_graph *g, const char *path, const char *ar
         graph_fail(g, st, "save_bundle %s: %s", path, msg);
     if (!st && x->nimages) {
         x->nmodules = (uint32_t)nmodules;
-        if ((st = kernel_table(&prog, x))) graph_fail(g, st, "save_bundle %s: out of memory keeping the kernel table", path);
+        if ((st = bundle_kernel_table(&prog, x))) graph_fail(g, st, "save_bundle %s: out of memory keeping the kernel table", path);
     }
     for (int m = 0; sources && m < nmodules; m++) al_free(sources[m]);
     al_free(names), al_free(sources), al_free(nm), al_free(src);
