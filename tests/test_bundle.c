@@ -754,6 +754,92 @@ static void test_the_kernel_table_round_trips_and_each_damage_is_named(void **st
     cg_program_free(&prog);
 }
 
+/* Saved with ALLOY_BUNDLE_WITH_STATE after eight steps, a bundle starts
+ * from that state, not the seed's: eight more steps from it give the JIT
+ * graph's next eight losses and its state bit for bit (a bundle saved
+ * without it starts over). The section (7) cut at its boundary or inside,
+ * a flipped byte, a tensor's byte changed or its header damaged (checksum
+ * made right) are errors naming the section. */
+static void test_a_bundle_with_its_state_starts_from_it(void **state)
+{
+    (void)state;
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("trained.alloy"), *plain = test_tmp_path("plain.alloy");
+    alloy_step_info first[STEPS], jit[STEPS], aot[STEPS], fresh[STEPS];
+    train(g, run_graph, first);
+    expect_ok(g, alloy_graph_save_bundle_flags(g, path, NULL, ALLOY_BUNDLE_WITH_STATE), "save_bundle with state");
+    expect_ok(g, alloy_graph_save_bundle(g, plain, NULL), "save_bundle");
+    assert_int_equal(alloy_graph_save_bundle_flags(g, plain, NULL, 2), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "unknown flags 0x2"));
+    train(g, run_graph, jit);
+    alloy_bundle *b = NULL, *p = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    if (alloy_bundle_load(plain, &p, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    train(b, run_bundle, aot);
+    train(p, run_bundle, fresh);
+    for (int k = 0; k < STEPS; k++)
+        if (memcmp(&jit[k].loss, &aot[k].loss, sizeof(double)) != 0 || jit[k].step != aot[k].step ||
+            jit[k].scale != aot[k].scale)
+            fail_msg("step %d after the saved state: jit loss %.17g step %lld, bundle %.17g step %lld", k, jit[k].loss,
+                     (long long)jit[k].step, aot[k].loss, (long long)aot[k].step);
+    assert_true(memcmp(&fresh[0].loss, &first[0].loss, sizeof(double)) == 0); /* without it: the seed's start */
+    assert_true(memcmp(&fresh[0].loss, &jit[0].loss, sizeof(double)) != 0);
+    int n = alloy_graph_state_count(g);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor want, got;
+        expect_ok(g, alloy_graph_state_at(g, i, &want), "state_at");
+        assert_int_equal(alloy_bundle_get_state(b, want.name, &got), ALLOY_OK);
+        size_t bytes = (size_t)alloy_host_tensor_numel(&want) * alloy_dtype_size(want.dtype);
+        if (memcmp(want.data, got.data, bytes) != 0) fail_msg("state '%s' differs", want.name);
+    }
+    alloy_bundle_free(b);
+    alloy_bundle_free(p);
+    alloy_graph_free(g);
+    /* the section: 7, between options (6) and the end */
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    size_t at[16];
+    uint32_t tag[16];
+    assert_int_equal(sections(bytes, len, at, tag), 7);
+    assert_int_equal(tag[6], BUNDLE_SEC_INIT_STATE);
+    size_t body = at[6] + 16, seclen = len - body;
+    uint8_t *copy = test_malloc(len);
+    char what[96];
+    memcpy(copy, bytes, len);
+    put64(copy + 32, at[6] - BUNDLE_HEADER_BYTES);
+    assert_true(bundle_resign(copy, at[6]));
+    expect_error(copy, at[6], ALLOY_ERR_FORMAT, "section 6 at byte", "heading runs past the end", "cut at section 7");
+    int cuts = 0;
+    for (size_t k = 0; k < seclen; k += 7, cuts++) {
+        memcpy(copy, bytes, len);
+        put64(copy + at[6] + 8, k);
+        put64(copy + 32, body + k - BUNDLE_HEADER_BYTES);
+        assert_true(bundle_resign(copy, body + k));
+        al_fmt(what, sizeof what, "initial state cut to %zu of its %zu bytes", k, seclen);
+        expect_error(copy, body + k, ALLOY_ERR_FORMAT, "section initial state at byte", NULL, what);
+    }
+    for (size_t i = at[6]; i < len; i += 3) {
+        memcpy(copy, bytes, len);
+        copy[i] ^= 0x40;
+        al_fmt(what, sizeof what, "byte %zu of the initial state flipped", i - at[6]);
+        expect_error(copy, len, ALLOY_ERR_FORMAT, "checksum mismatch", NULL, what);
+    }
+    /* the last byte of the tensor data changed: the state's own checksum names it */
+    memcpy(copy, bytes, len);
+    copy[len - 1] ^= 0x01;
+    assert_true(bundle_resign(copy, len));
+    expect_error(copy, len, ALLOY_ERR_FORMAT, "section initial state at byte", "the tensors' checksum is", "data");
+    /* its JSON header damaged: the safetensors reader's message under the section's name */
+    memcpy(copy, bytes, len);
+    copy[body + 8] = '[';
+    assert_true(bundle_resign(copy, len));
+    expect_error(copy, len, ALLOY_ERR_FORMAT, "section initial state at byte", NULL, "header");
+    print_message("initial state: %zu bytes; %d cuts, %zu flips: each an error\n", seclen, cuts, (len - at[6] + 2) / 3);
+    test_free(copy);
+    test_free(bytes);
+}
+
 /* A "cuda" backend for the GPU checks: the CPU backend's calls under the
  * name cuda, reporting fake_sm and fake_driver as its GPU. */
 static int fake_sm, fake_driver;
@@ -988,6 +1074,7 @@ int main(void)
         T(test_the_cuda_pick_takes_the_cubin_of_the_gpus_major_else_the_ptx),
         T(test_the_cuda_section_round_trips_and_each_damage_is_named),
         T(test_the_kernel_table_round_trips_and_each_damage_is_named),
+        T(test_a_bundle_with_its_state_starts_from_it),
         T(test_save_bundle_with_archs_compiles_a_cubin_per_arch_and_ptx_with_nvrtc),
         T(test_loading_on_a_gpu_no_image_runs_on_is_an_error_naming_the_targets),
         T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),

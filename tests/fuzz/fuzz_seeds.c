@@ -113,6 +113,14 @@ static void model_seeds(void)
         put_file("bundle", bname, bundle, bn);
         free(bundle);
         if (v == 0) put_cuda_bundle(bpath);
+        if (v == 0) { /* and with its state (section 7: the trained state as safetensors bytes) */
+            if (alloy_graph_save_bundle_flags(g, bpath, NULL, ALLOY_BUNDLE_WITH_STATE))
+                fuzz_fail("model %d: %s", v, alloy_last_error(g));
+            size_t sn;
+            unsigned char *with_state = slurp(bpath, &sn);
+            put_file("bundle", "model0_state.alloy", with_state, sn);
+            free(with_state);
+        }
         for (int kind = ALLOY_DUMP_SOURCE; kind <= ALLOY_DUMP_IR; kind++) {
             char *text = NULL;
             size_t len = 0;

@@ -19,7 +19,7 @@ typedef enum bundle_tag {
     BUNDLE_SEC_PLAN = 4,      /* binary: every node's arena offset, the arena, the scratch */
     BUNDLE_SEC_STATE = 5,     /* binary: the state layout (name, dtype, shape per tensor) */
     BUNDLE_SEC_OPTIONS = 6,   /* text: opt_print's line */
-    BUNDLE_SEC_INIT_STATE = 7, /* reserved: the initial state as safetensors bytes (not written yet) */
+    BUNDLE_SEC_INIT_STATE = 7, /* optional: the initial state as safetensors bytes */
     BUNDLE_SEC_CUDA_EXEC = 8, /* binary: per module a cubin per architecture and PTX, the minimum driver version */
     BUNDLE_SEC_CUDA_KERNELS = 9, /* binary: the kernel table (names, modules, geometry, parameters) */
     BUNDLE_SEC_LAST = 9
@@ -75,11 +75,13 @@ typedef struct bundle_contents {
     int optimizer_kind, accumulation_steps; /* alloy_optimizer_kind (0: none) */
     bundle_state *state;
     int nstate;
+    uint8_t *init_state;    /* the initial state as an alloy-state safetensors file (al_malloc'd); NULL: none */
+    size_t init_state_len;
     bundle_cuda cuda; /* the CUDA executable (no images: none) */
 } bundle_contents;
 
 /* The bytes of a bundle of c (al_free *out): header, then the sections
- * META, IR, SCHEDULE, PLAN, STATE, OPTIONS, and CUDA_EXEC when c->cuda has
+ * META, IR, SCHEDULE, PLAN, STATE, OPTIONS, INIT_STATE when c has one, and CUDA_EXEC when c->cuda has
  * images (which must hold every module for the same targets, as the reader
  * checks) with CUDA_KERNELS when it has its kernel table; the state layout is every
  * param and state node of c->ir. ALLOY_ERR_OOM with err on failure. */

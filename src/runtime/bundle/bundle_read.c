@@ -8,6 +8,8 @@
 
 #include "base/sha256.h"
 #include "ir/groups.h"
+#include "runtime/io/checksum.h"
+#include "runtime/io/safetensors_memory.h"
 #include "runtime/bundle/bundle.h"
 
 /* A cursor over one section; the first failure is recorded and sticks. */
@@ -433,6 +435,56 @@ static bool read_kernels(rd *r, const ir_graph *g, const schedule *s, bundle_cud
     return rd_done(r);
 }
 
+/* INIT_STATE: a safetensors file (its own header and offsets checked as
+ * alloy_safetensors_load checks a file) holding every tensor of the state
+ * layout with its dtype and shape and nothing else, with alloy's checksum
+ * when it has one. The bytes are kept for the load. */
+static alloy_status read_init_state(const uint8_t *p, size_t len, const char *where, size_t at, bundle_contents *c,
+                                    char *err, size_t errlen)
+{
+    char sec[600];
+    al_fmt(sec, sizeof sec, "%s: section initial state at byte %zu", where, at);
+    alloy_safetensors *file = NULL;
+    alloy_status st = io_safetensors_load_memory(p, len, sec, &file, err, errlen);
+    if (st) return st == ALLOY_ERR_OOM ? st : ALLOY_ERR_FORMAT;
+    int n = alloy_safetensors_count(file);
+    if (n != c->nstate) {
+        al_fmt(err, errlen, "%s: %d tensors, the state layout has %d", sec, n, c->nstate);
+        st = ALLOY_ERR_FORMAT;
+    }
+    for (int i = 0; !st && i < c->nstate; i++) {
+        const alloy_host_tensor *t = alloy_safetensors_find(file, c->state[i].name);
+        const ir_type *want = &c->state[i].type;
+        bool same = t && t->dtype == want->dtype && t->rank == want->rank;
+        for (int d = 0; same && d < want->rank; d++) same = t->dims[d] == want->dims[d];
+        if (!same) {
+            al_fmt(err, errlen, "%s: state '%s' is %s", sec, c->state[i].name,
+                   t ? "there with another dtype or shape than the layout's" : "missing");
+            st = ALLOY_ERR_FORMAT;
+        }
+    }
+    const char *want = alloy_safetensors_metadata(file, IO_CHECKSUM_KEY);
+    if (!st && want) {
+        const alloy_host_tensor **ts = al_calloc((size_t)n + 1, sizeof *ts);
+        char got[IO_CHECKSUM_LEN] = "";
+        for (int i = 0; ts && i < n; i++) ts[i] = alloy_safetensors_get(file, i);
+        st = ts ? io_tensors_checksum(ts, n, got) : ALLOY_ERR_OOM;
+        al_free(ts);
+        if (st) al_fmt(err, errlen, "%s: out of memory", sec);
+        else if (strcmp(got, want) != 0) {
+            al_fmt(err, errlen, "%s: the tensors' checksum is %s, the file's says %.40s", sec, got, want);
+            st = ALLOY_ERR_FORMAT;
+        }
+    }
+    alloy_safetensors_free(file);
+    if (!st && !(c->init_state = al_malloc(len))) {
+        al_fmt(err, errlen, "%s: out of memory", sec);
+        st = ALLOY_ERR_OOM;
+    }
+    if (!st) memcpy(c->init_state, p, len), c->init_state_len = len;
+    return st;
+}
+
 /* META: key=value lines; every key required, none unknown. */
 static bool read_meta(rd *r, bundle_contents *c)
 {
@@ -600,6 +652,12 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
     if (ok) r = RD(BUNDLE_SEC_SCHEDULE), ok = read_schedule(&r, c.ir, &c.comp.sched);
     if (ok) r = RD(BUNDLE_SEC_PLAN), ok = read_plan(&r, c.ir, &c.comp.sched, &c.comp.plan);
     if (ok) r = RD(BUNDLE_SEC_STATE), ok = read_state(&r, c.ir, &c);
+    if (ok && sec[BUNDLE_SEC_INIT_STATE]) {
+        alloy_status ist = read_init_state(sec[BUNDLE_SEC_INIT_STATE], sec_len[BUNDLE_SEC_INIT_STATE], where,
+                                           sec_at[BUNDLE_SEC_INIT_STATE], &c, err, errlen);
+        ok = !ist;
+        r.oom = ist == ALLOY_ERR_OOM;
+    }
     if (ok && sec[BUNDLE_SEC_CUDA_EXEC]) r = RD(BUNDLE_SEC_CUDA_EXEC), ok = read_cuda(&r, &c.cuda);
     if (ok && sec[BUNDLE_SEC_CUDA_KERNELS] && !sec[BUNDLE_SEC_CUDA_EXEC]) {
         al_fmt(err, errlen, "%s: section cuda kernels at byte %zu: a kernel table without a cuda executable", where,
@@ -680,6 +738,7 @@ void bundle_contents_free(bundle_contents *c)
     al_free(c->options);
     for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
     al_free(c->state);
+    al_free(c->init_state);
     bundle_cuda_free(&c->cuda);
     memset(c, 0, sizeof *c);
 }

@@ -183,7 +183,7 @@ bool bundle_resign(uint8_t *bytes, size_t len)
 alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL, *len = 0;
-    wbuf file = {0}, body[8] = {{0}};
+    wbuf file = {0}, body[9] = {{0}};
     uint8_t zeros[BUNDLE_HEADER_BYTES] = {0};
     put(&file, zeros, sizeof zeros); /* the header, filled last */
     encode_meta(&body[0], c);
@@ -195,11 +195,22 @@ alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len,
     encode_plan(&body[3], &c->comp.plan);
     encode_state(&body[4], c->ir);
     if (c->options) put(&body[5], c->options, strlen(c->options));
-    int nsections = c->cuda.nimages ? (c->cuda.has_kernels ? 8 : 7) : 6;
-    if (c->cuda.nimages) encode_cuda(&body[6], &c->cuda);
-    if (nsections == 8) encode_kernels(&body[7], &c->cuda);
-    static const uint32_t tags[8] = {BUNDLE_SEC_META,  BUNDLE_SEC_IR,      BUNDLE_SEC_SCHEDULE,  BUNDLE_SEC_PLAN,
-                                     BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS, BUNDLE_SEC_CUDA_EXEC, BUNDLE_SEC_CUDA_KERNELS};
+    /* the optional sections, in tag order after the six required ones */
+    uint32_t tags[9] = {BUNDLE_SEC_META,  BUNDLE_SEC_IR,      BUNDLE_SEC_SCHEDULE, BUNDLE_SEC_PLAN,
+                        BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS};
+    int nsections = 6;
+    if (c->init_state) {
+        put(&body[nsections], c->init_state, c->init_state_len);
+        tags[nsections++] = BUNDLE_SEC_INIT_STATE;
+    }
+    if (c->cuda.nimages) {
+        encode_cuda(&body[nsections], &c->cuda);
+        tags[nsections++] = BUNDLE_SEC_CUDA_EXEC;
+        if (c->cuda.has_kernels) {
+            encode_kernels(&body[nsections], &c->cuda);
+            tags[nsections++] = BUNDLE_SEC_CUDA_KERNELS;
+        }
+    }
     for (int i = 0; i < nsections; i++) {
         put_section(&file, tags[i], &body[i]);
         al_free(body[i].p);

@@ -1,7 +1,9 @@
 /* bundle_save.c - alloy_graph_save_bundle: a graph's compiled step written as a bundle, with its CUDA executable compiled by NVRTC for the architectures asked for (the full library: it runs the pass pipeline and NVRTC). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloy/bundle.h"
 #include "codegen/export.h"
@@ -168,7 +170,50 @@ static alloy_status cuda_images(alloy_graph *g, const char *path, const char *ar
     return st;
 }
 
+/* g's state now as an alloy-state safetensors file's bytes into *out: saved
+ * (alloy_graph_save_state, with its checksum) to a temporary file beside
+ * path and read back. */
+static alloy_status state_bytes(alloy_graph *g, const char *path, uint8_t **out, size_t *len)
+{
+    *out = NULL, *len = 0;
+    size_t n = strlen(path);
+    char *tmp = al_malloc(n + 16);
+    if (!tmp) return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".state-XXXXXX", 14);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        alloy_status st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot make %s: %s", path, tmp, strerror(errno));
+        al_free(tmp);
+        return st;
+    }
+    close(fd);
+    alloy_status st = alloy_graph_save_state(g, tmp);
+    FILE *f = st ? NULL : fopen(tmp, "rb");
+    if (!st && !f) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
+    if (f) {
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (size <= 0 || fseek(f, 0, SEEK_SET) != 0) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
+        else if (!(*out = al_malloc((size_t)size))) st = graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+        else if (fread(*out, 1, (size_t)size, f) != (size_t)size) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
+        else *len = (size_t)size;
+        fclose(f);
+    }
+    unlink(tmp);
+    al_free(tmp);
+    if (st) {
+        al_free(*out);
+        *out = NULL, *len = 0;
+    }
+    return st;
+}
+
 alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs)
+{
+    return alloy_graph_save_bundle_flags(g, path, archs, 0);
+}
+
+alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
 {
     if (!g) return ALLOY_ERR_INVALID;
     g->status = ALLOY_OK;
@@ -184,15 +229,23 @@ alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const cha
     if (strlen(g->ir->name) >= sizeof c.graph_name || strchr(g->ir->name, '\n'))
         return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: graph name over %zu bytes or with a newline", path,
                           sizeof c.graph_name - 1);
-    if (archs && *archs && (st = cuda_images(g, path, archs, &c.cuda))) return st;
+    if (flags & ~(unsigned)ALLOY_BUNDLE_WITH_STATE)
+        return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: unknown flags 0x%x", path, flags);
+    if ((flags & ALLOY_BUNDLE_WITH_STATE) && (st = state_bytes(g, path, &c.init_state, &c.init_state_len))) return st;
+    if (archs && *archs && (st = cuda_images(g, path, archs, &c.cuda))) {
+        al_free(c.init_state);
+        return st;
+    }
     c.options = options_text(&g->cfg);
     if (!c.options) {
         bundle_cuda_free(&c.cuda);
+        al_free(c.init_state);
         return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
     }
     char err[1024];
     st = bundle_write_file(path, &c, err, sizeof err);
     al_free(c.options);
+    al_free(c.init_state);
     bundle_cuda_free(&c.cuda);
     return st ? graph_fail(g, st, "save_bundle: %s", err) : ALLOY_OK;
 }

@@ -150,6 +150,9 @@ AL_HIDDEN void step_info_capture(alloy_graph *g);
 /* state.c */
 /* Creates and initializes a state tensor for every param node still lacking one. */
 AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
+/* alloy_graph_load_state from a safetensors file's bytes (a bundle's
+ * initial state); where starts the messages. All or nothing. */
+AL_HIDDEN alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where);
 /* The state tensor called name, or NULL. */
 AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
 /* The name of state tensor i (the state index's al_name_fn). */
