@@ -69,7 +69,20 @@ head -c 100 "$tmp/step.alloy" >"$tmp/short.alloy"
 check "a truncated bundle exits 1" [ $? -eq 1 ]
 check "and says where: $(cat "$tmp/short.err")" grep -q "^aot_train: $tmp/short.alloy: truncated: the header gives [0-9]* payload bytes, the file has 20$" "$tmp/short.err"
 
-# 7. the device in liballoy-runtime, which has the CUDA backend without its compiler: a bundle compiled with no
+# 7. --with-state: the bundle carries its initial state (the seed's, here), and the runtime starts from it: the
+#    same steps; without a bundle, or on another command, a usage error
+"$alloyc" compile "$ir" --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 --with-state \
+    -o "$tmp/state.alloy" >/dev/null 2>&1
+check "alloyc compile --with-state writes a larger bundle ($(wc -c <"$tmp/state.alloy") bytes)" \
+    [ "$(wc -c <"$tmp/state.alloy")" -gt "$(wc -c <"$tmp/step.alloy")" ]
+"$aot" "$tmp/state.alloy" --steps 5 --log-every 1 >"$tmp/state.out" 2>&1
+steps "$tmp/state.out" >"$tmp/state.steps"
+head -5 "$tmp/aot.steps" >"$tmp/aot5.steps"
+check "and trains from it as from the seed" diff "$tmp/aot5.steps" "$tmp/state.steps"
+"$alloyc" compile "$ir" --train --with-state --arch sm_80 -o "$tmp/dir" >/dev/null 2>"$tmp/ws.err"
+check "--with-state without a bundle: $(cat "$tmp/ws.err")" grep -q "with-state is for bundles" "$tmp/ws.err"
+
+# 8. the device in liballoy-runtime, which has the CUDA backend without its compiler: a bundle compiled with no
 #    device set runs with device=auto everywhere (on a GPU its CPU-only step falls back to the CPU), giving the
 #    CPU's losses; device=cuda is the device's error without a GPU, the runtime's refusal to compile with one
 ALLOY_DEVICE=auto "$alloyc" compile "$ir" --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 \
@@ -77,13 +90,12 @@ ALLOY_DEVICE=auto "$alloyc" compile "$ir" --train --amp=f16 --scaler=dynamic --o
 ALLOY_DEVICE=auto "$aot" "$tmp/auto.alloy" --steps 5 --log-every 1 >"$tmp/auto.out" 2>"$tmp/auto.err"
 check "device=auto runs a bundle compiled with no device" [ $? -eq 0 ] && [ ! -s "$tmp/auto.err" ]
 steps "$tmp/auto.out" >"$tmp/auto.steps"
-head -5 "$tmp/aot.steps" >"$tmp/aot5.steps"
 check "with the CPU's losses" diff "$tmp/aot5.steps" "$tmp/auto.steps"
 ALLOY_DEVICE=cuda "$aot" "$tmp/auto.alloy" --steps 1 >/dev/null 2>"$tmp/cuda.err"
 rc=$?
 check "device=cuda with no GPU or no images exits 1: $(cat "$tmp/cuda.err")" sh -c "[ $rc -eq 1 ] && grep -Eq 'device cuda: |cuda: graph .*liballoy-runtime runs a bundle.s CUDA images only' '$tmp/cuda.err'"
 
-# 8. on a GPU (nvidia-smi names its compute capability): the step compiled with --arch for it runs on it
+# 9. on a GPU (nvidia-smi names its compute capability): the step compiled with --arch for it runs on it
 #    through liballoy-runtime (cubins loaded, no NVRTC in the library) with the JIT's losses and state bit for bit
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 if [ -n "$cc" ]; then
