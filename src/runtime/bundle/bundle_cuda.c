@@ -29,7 +29,9 @@ void bundle_cuda_targets(const bundle_cuda *x, char *out, size_t len)
     if (at < len) at += (size_t)snprintf(out + at, len - at, "; PTX ");
     mark = at;
     if (at < len && !list_kind(x, BUNDLE_PTX, "compute_", out, len, &at) && at < len)
-        snprintf(out + mark, len - mark, "none");
+        at = mark + (size_t)snprintf(out + mark, len - mark, "none");
+    if (at < len && bundle_cuda_image_of_kind(x, 0, BUNDLE_HOST))
+        snprintf(out + at, len - at, "; host images (the tests' emulated device)");
 }
 
 alloy_status bundle_cuda_pick(const bundle_cuda *x, uint32_t module, int sm, int driver, const bundle_image **out,
