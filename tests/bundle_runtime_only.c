@@ -1,4 +1,4 @@
-/* bundle_runtime_only.c - test program for run_aot_train.sh: includes alloy/bundle.h alone and links liballoy-runtime alone, and makes every call of that header but alloy_graph_save_bundle (the compiler's) on an alloyc-compiled bundle of mlp_classifier.ir, checking what each returns. */
+/* bundle_runtime_only.c - test program for run_aot_train.sh: includes alloy/bundle.h alone and links liballoy-runtime alone, and makes every call of that header but alloy_graph_save_bundle and alloy_graph_save_bundle_flags (the compiler's) on an alloyc-compiled bundle of mlp_classifier.ir, checking what each returns. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -69,5 +69,55 @@ head -c 100 "$tmp/step.alloy" >"$tmp/short.alloy"
 check "a truncated bundle exits 1" [ $? -eq 1 ]
 check "and says where: $(cat "$tmp/short.err")" grep -q "^aot_train: $tmp/short.alloy: truncated: the header gives [0-9]* payload bytes, the file has 20$" "$tmp/short.err"
 
+# 7. --with-state: the bundle carries its initial state (the seed's, here), and the runtime starts from it: the
+#    same steps; without a bundle, or on another command, a usage error
+"$alloyc" compile "$ir" --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 --with-state \
+    -o "$tmp/state.alloy" >/dev/null 2>&1
+check "alloyc compile --with-state writes a larger bundle ($(wc -c <"$tmp/state.alloy") bytes)" \
+    [ "$(wc -c <"$tmp/state.alloy")" -gt "$(wc -c <"$tmp/step.alloy")" ]
+"$aot" "$tmp/state.alloy" --steps 5 --log-every 1 >"$tmp/state.out" 2>&1
+steps "$tmp/state.out" >"$tmp/state.steps"
+head -5 "$tmp/aot.steps" >"$tmp/aot5.steps"
+check "and trains from it as from the seed" diff "$tmp/aot5.steps" "$tmp/state.steps"
+"$alloyc" compile "$ir" --train --with-state --arch sm_80 -o "$tmp/dir" >/dev/null 2>"$tmp/ws.err"
+check "--with-state without a bundle: $(cat "$tmp/ws.err")" grep -q "with-state is for bundles" "$tmp/ws.err"
+
+# 8. the device in liballoy-runtime, which has the CUDA backend without its compiler: a bundle compiled with no
+#    device set runs with device=auto everywhere (on a GPU its CPU-only step falls back to the CPU), giving the
+#    CPU's losses; device=cuda is the device's error without a GPU, the runtime's refusal to compile with one
+ALLOY_DEVICE=auto "$alloyc" compile "$ir" --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 \
+    -o "$tmp/auto.alloy" >/dev/null 2>&1
+ALLOY_DEVICE=auto "$aot" "$tmp/auto.alloy" --steps 5 --log-every 1 >"$tmp/auto.out" 2>"$tmp/auto.err"
+check "device=auto runs a bundle compiled with no device" [ $? -eq 0 ] && [ ! -s "$tmp/auto.err" ]
+steps "$tmp/auto.out" >"$tmp/auto.steps"
+check "with the CPU's losses" diff "$tmp/aot5.steps" "$tmp/auto.steps"
+ALLOY_DEVICE=cuda "$aot" "$tmp/auto.alloy" --steps 1 >/dev/null 2>"$tmp/cuda.err"
+rc=$?
+check "device=cuda with no GPU or no images exits 1: $(cat "$tmp/cuda.err")" sh -c "[ $rc -eq 1 ] && grep -Eq 'device cuda: |cuda: graph .*liballoy-runtime runs a bundle.s CUDA images only' '$tmp/cuda.err'"
+
+# 9. on a GPU (nvidia-smi names its compute capability): the step compiled with --arch for it runs on it
+#    through liballoy-runtime (cubins loaded, no NVRTC in the library) with the JIT's losses and state bit for bit
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+if [ -n "$cc" ]; then
+    ALLOY_DEVICE=cuda
+    "$alloyc" compile "$ir" --train --amp=f16 --scaler=dynamic --optimizer=adamw --seed 7 --arch "sm_$cc" \
+        -o "$tmp/gpu.alloy" >"$tmp/gpu_compile.out" 2>&1
+    check "alloyc compile --arch sm_$cc: $(tail -1 "$tmp/gpu_compile.out")" [ -s "$tmp/gpu.alloy" ]
+    "$aot" "$tmp/gpu.alloy" --steps $steps --log-every 1 --save-feeds "$tmp/gfeeds.safetensors" \
+        --save-state "$tmp/gaot_state.safetensors" >"$tmp/gaot.out" 2>"$tmp/gaot.err"
+    rc=$?
+    check "aot_train runs the bundle on the GPU: $(head -c 300 "$tmp/gaot.err")" [ $rc -eq 0 ] && [ ! -s "$tmp/gaot.err" ]
+    "$alloyc" train "$ir" --feed "$tmp/gfeeds.safetensors" --steps $steps --amp=f16 --scaler=dynamic \
+        --optimizer=adamw --seed 7 --log-every 1 --checkpoint "$tmp/gjit_state.safetensors" >"$tmp/gjit.out" 2>"$tmp/gjit.err"
+    check "alloyc train runs on the GPU: $(head -c 300 "$tmp/gjit.err")" grep -q "device cuda" "$tmp/gjit.out"
+    steps "$tmp/gaot.out" >"$tmp/gaot.steps"
+    steps "$tmp/gjit.out" >"$tmp/gjit.steps"
+    check "on the GPU the bundle's $steps steps are the JIT's" sh -c "[ -s '$tmp/gaot.steps' ] && diff '$tmp/gjit.steps' '$tmp/gaot.steps'"
+    check "and the final state, bit for bit" cmp "$tmp/gjit_state.safetensors" "$tmp/gaot_state.safetensors"
+    ALLOY_DEVICE=cpu
+else
+    echo "skip: no GPU (nvidia-smi names none): the GPU run of a bundle through liballoy-runtime"
+fi
+
 [ $failures -eq 0 ] && echo "aot_train: the bundle trains as the JIT graph ($steps steps, state bit for bit)"
 exit $((failures > 0))

@@ -167,6 +167,7 @@ static void calls_without_a_graph_reject_null_and_out_of_range_arguments(void **
     assert_non_null(alloy_bundle_last_error(NULL));
     alloy_bundle_free(NULL);
     assert_int_equal(alloy_graph_save_bundle(NULL, "/nonexistent/b.alloy", NULL), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_save_bundle_flags(NULL, "/nonexistent/b.alloy", NULL, ALLOY_BUNDLE_WITH_STATE), ALLOY_ERR_INVALID);
     alloy_host_tensor h = {.rank = ALLOY_MAX_RANK + 1, .dims = {1, 1, 1, 1, 1, 1, 1, 1}};
     assert_int_equal(alloy_host_tensor_numel(&h), -1); /* dims has 8 entries: rank 9 would read past them */
     h.rank = 1000000;

@@ -17,7 +17,9 @@
 #include "passes/schedule.h"
 #include "alloy_config.h"
 #include "runtime/backend.h"
+#include "codegen/export.h"
 #include "runtime/bundle/bundle.h"
+#include "runtime/graph/bundle_save.h"
 #include "support.h"
 
 /* The MLP of models.c (4 x 3 -> 8 -> 3) with f16 AMP, a dynamic loss
@@ -581,7 +583,8 @@ static void test_the_cuda_section_round_trips_and_each_damage_is_named(void **st
         {4, false, 0, "nmodules = 0 is outside"},
         {8, false, 5, "nimages = 5 is not a positive multiple of nmodules"},
         {8, false, 1000, "nimages = 1000 does not fit"},
-        {0, true, 3, "image kind = 3 is outside"},
+        {0, true, 4, "image kind = 4 is outside"},
+        {0, true, 3, "host image arch = 80 is outside"},
         {4, true, 5, "image arch = 5 is outside"},
         {8, true, 1, "image module (images go in module order) = 1 is outside [0, 0]"},
         {12, true, 7, "image 0: reserved word not 0"},
@@ -619,6 +622,222 @@ static void test_the_cuda_section_round_trips_and_each_damage_is_named(void **st
     test_free(copy);
     test_free(bytes);
     bundle_cuda_free(&want);
+}
+
+/* The CPU bundle of the test step with a CUDA executable: fake cubins
+ * (sm_80, one per module) and the step's real kernel table (cg_emit's);
+ * *prog keeps the kernels (cg_program_free). test_free the bytes. */
+static uint8_t *encode_with_kernels(cg_program *prog, size_t *len)
+{
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("step.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    bundle_contents c;
+    char err[1024] = "";
+    if (bundle_read_file(path, &c, err, sizeof err)) fail_msg("%s", err);
+    if (cg_emit(c.ir, &c.comp.sched, prog, err, sizeof err)) fail_msg("%s", err);
+    int nm = cg_module_count(prog->nkernels);
+    assert_true(nm >= 1);
+    c.cuda = (bundle_cuda){.min_driver = 12080, .nmodules = (uint32_t)nm, .images = al_calloc((size_t)nm, sizeof(bundle_image))};
+    assert_non_null(c.cuda.images);
+    for (int m = 0; m < nm; m++) {
+        uint8_t *data = al_malloc(16);
+        assert_non_null(data);
+        memcpy(data, "\177ELF fake cubin", 16);
+        c.cuda.images[c.cuda.nimages++] = (bundle_image){BUNDLE_CUBIN, 80, (uint32_t)m, data, 16};
+    }
+    assert_int_equal(bundle_kernel_table(prog, &c.cuda), ALLOY_OK);
+    uint8_t *bytes;
+    assert_int_equal(bundle_encode(&c, &bytes, len, err, sizeof err), ALLOY_OK);
+    bundle_contents_free(&c);
+    return bytes;
+}
+
+/* The kernel table (section 9) round trips: every kernel's name, module,
+ * step, geometry and parameters, the skipped steps with why. Cut at its
+ * boundary or inside it (the heading and header made to agree, checksum
+ * right), a flipped byte in it, each field made wrong: errors naming the
+ * section and what. */
+static void test_the_kernel_table_round_trips_and_each_damage_is_named(void **state)
+{
+    (void)state;
+    cg_program prog;
+    size_t len;
+    uint8_t *bytes = encode_with_kernels(&prog, &len);
+    bundle_contents c;
+    char err[1024] = "", what[96];
+    if (bundle_decode(bytes, len, "step.alloy", &c, err, sizeof err)) fail_msg("%s", err);
+    assert_true(c.cuda.has_kernels);
+    assert_int_equal(c.cuda.prog.nkernels, prog.nkernels);
+    assert_int_equal(c.cuda.prog.nskipped, prog.nskipped);
+    for (int q = 0; q < prog.nkernels; q++) {
+        const cg_kernel *a = &prog.kernels[q], *b = &c.cuda.prog.kernels[q];
+        int first, count;
+        cg_module_range(prog.nkernels, (int)c.cuda.module_of[q], &first, &count);
+        assert_true(q >= first && q < first + count);
+        assert_string_equal(a->name, b->name);
+        assert_true(a->step == b->step && a->kind == b->kind && a->grid == b->grid && a->block == b->block);
+        assert_int_equal(a->nparams, b->nparams);
+        assert_null(b->source);
+        for (int i = 0; i < a->nparams; i++)
+            assert_true(a->params[i].kind == b->params[i].kind && a->params[i].node == b->params[i].node &&
+                        a->params[i].written == b->params[i].written && a->params[i].count == b->params[i].count);
+    }
+    for (int i = 0; i < prog.nskipped; i++) {
+        assert_int_equal(prog.skipped[i], c.cuda.prog.skipped[i]);
+        assert_string_equal(prog.why[i], c.cuda.prog.why[i]);
+    }
+    int nsteps = c.comp.sched.nsteps;
+    bundle_contents_free(&c);
+    size_t at[16];
+    uint32_t tag[16];
+    assert_int_equal(sections(bytes, len, at, tag), 8);
+    assert_int_equal(tag[7], BUNDLE_SEC_CUDA_KERNELS);
+    size_t body = at[7] + 16, seclen = len - body;
+    uint8_t *copy = test_malloc(len);
+    /* cut at the section's start (the header still counts it), and inside: the heading's length and the
+     * header's payload size made to agree with the cut, the checksum right */
+    memcpy(copy, bytes, len);
+    put64(copy + 32, at[7] - BUNDLE_HEADER_BYTES);
+    assert_true(bundle_resign(copy, at[7]));
+    expect_error(copy, at[7], ALLOY_ERR_FORMAT, "section 7 at byte", "heading runs past the end", "cut at section 9");
+    int cuts = 0;
+    for (size_t k = 0; k < seclen; k += 5, cuts++) {
+        memcpy(copy, bytes, len);
+        put64(copy + at[7] + 8, k);
+        put64(copy + 32, body + k - BUNDLE_HEADER_BYTES);
+        assert_true(bundle_resign(copy, body + k));
+        al_fmt(what, sizeof what, "kernel table cut to %zu of its %zu bytes", k, seclen);
+        expect_error(copy, body + k, ALLOY_ERR_FORMAT, "section cuda kernels at byte", NULL, what);
+    }
+    /* a flipped byte anywhere in it */
+    for (size_t i = at[7]; i < len; i++) {
+        memcpy(copy, bytes, len);
+        copy[i] ^= 0x08;
+        al_fmt(what, sizeof what, "byte %zu of the kernel table flipped", i - at[7]);
+        expect_error(copy, len, ALLOY_ERR_FORMAT, "checksum mismatch", NULL, what);
+    }
+    /* each field wrong, the checksum made right (the first kernel's fields after its name: module, step,
+     * kind, grid, block, nparams, then its first parameter's kind, node, written, count) */
+    assert_true(prog.kernels[0].nparams >= 1);
+    size_t k0 = body + 8, name = le32(bytes + k0), after = k0 + 4 + name;
+    static const char *const needles[] = {
+        "nkernels = 0: a kernel table with no kernel", "kernel name: length 0 is 0 or too long",
+        "kernel name: byte 0 is not allowed", "kernel module (in order, none empty) = 1 is outside [0, 0]",
+        "kernel step (in order) = ", "its step kind is not its schedule step's", "kernel block = 0 is outside",
+        "param kind = 9 is outside", "param node = ", "param written = 2 is outside",
+    };
+    for (int k = 0; k < 10; k++) {
+        memcpy(copy, bytes, len);
+        uint8_t *p = copy;
+        switch (k) {
+        case 0: put32(p + body, 0); break;
+        case 1: put32(p + k0, 0); break;
+        case 2: p[k0 + 4] = '-'; break;
+        case 3: put32(p + after, 1); break;
+        case 4: put32(p + after + 4, (uint32_t)nsteps); break;
+        case 5: put32(p + after + 8, (le32(p + after + 8) + 1) % 5); break;
+        case 6: put32(p + after + 16, 0); break;
+        case 7: put32(p + after + 24, 9); break;
+        case 8: put32(p + after + 28, 1u << 30); break;
+        case 9: put32(p + after + 32, 2); break;
+        }
+        assert_true(bundle_resign(copy, len));
+        al_fmt(what, sizeof what, "kernel table field %d", k);
+        expect_error(copy, len, ALLOY_ERR_FORMAT, needles[k], "section cuda kernels", what);
+    }
+    print_message("kernel table: %d kernels, %d skipped steps, %zu bytes; %d cuts, %zu flips, 10 fields: each an error\n",
+                  prog.nkernels, prog.nskipped, seclen, cuts, len - at[7]);
+    test_free(copy);
+    test_free(bytes);
+    cg_program_free(&prog);
+}
+
+/* Saved with ALLOY_BUNDLE_WITH_STATE after eight steps, a bundle starts
+ * from that state, not the seed's: eight more steps from it give the JIT
+ * graph's next eight losses and its state bit for bit (a bundle saved
+ * without it starts over). The section (7) cut at its boundary or inside,
+ * a flipped byte, a tensor's byte changed or its header damaged (checksum
+ * made right) are errors naming the section. */
+static void test_a_bundle_with_its_state_starts_from_it(void **state)
+{
+    (void)state;
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("trained.alloy"), *plain = test_tmp_path("plain.alloy");
+    alloy_step_info first[STEPS], jit[STEPS], aot[STEPS], fresh[STEPS];
+    train(g, run_graph, first);
+    expect_ok(g, alloy_graph_save_bundle_flags(g, path, NULL, ALLOY_BUNDLE_WITH_STATE), "save_bundle with state");
+    expect_ok(g, alloy_graph_save_bundle(g, plain, NULL), "save_bundle");
+    assert_int_equal(alloy_graph_save_bundle_flags(g, plain, NULL, 2), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "unknown flags 0x2"));
+    train(g, run_graph, jit);
+    alloy_bundle *b = NULL, *p = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    if (alloy_bundle_load(plain, &p, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    train(b, run_bundle, aot);
+    train(p, run_bundle, fresh);
+    for (int k = 0; k < STEPS; k++)
+        if (memcmp(&jit[k].loss, &aot[k].loss, sizeof(double)) != 0 || jit[k].step != aot[k].step ||
+            jit[k].scale != aot[k].scale)
+            fail_msg("step %d after the saved state: jit loss %.17g step %lld, bundle %.17g step %lld", k, jit[k].loss,
+                     (long long)jit[k].step, aot[k].loss, (long long)aot[k].step);
+    assert_true(memcmp(&fresh[0].loss, &first[0].loss, sizeof(double)) == 0); /* without it: the seed's start */
+    assert_true(memcmp(&fresh[0].loss, &jit[0].loss, sizeof(double)) != 0);
+    int n = alloy_graph_state_count(g);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor want, got;
+        expect_ok(g, alloy_graph_state_at(g, i, &want), "state_at");
+        assert_int_equal(alloy_bundle_get_state(b, want.name, &got), ALLOY_OK);
+        size_t bytes = (size_t)alloy_host_tensor_numel(&want) * alloy_dtype_size(want.dtype);
+        if (memcmp(want.data, got.data, bytes) != 0) fail_msg("state '%s' differs", want.name);
+    }
+    alloy_bundle_free(b);
+    alloy_bundle_free(p);
+    alloy_graph_free(g);
+    /* the section: 7, between options (6) and the end */
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    size_t at[16];
+    uint32_t tag[16];
+    assert_int_equal(sections(bytes, len, at, tag), 7);
+    assert_int_equal(tag[6], BUNDLE_SEC_INIT_STATE);
+    size_t body = at[6] + 16, seclen = len - body;
+    uint8_t *copy = test_malloc(len);
+    char what[96];
+    memcpy(copy, bytes, len);
+    put64(copy + 32, at[6] - BUNDLE_HEADER_BYTES);
+    assert_true(bundle_resign(copy, at[6]));
+    expect_error(copy, at[6], ALLOY_ERR_FORMAT, "section 6 at byte", "heading runs past the end", "cut at section 7");
+    int cuts = 0;
+    for (size_t k = 0; k < seclen; k += 7, cuts++) {
+        memcpy(copy, bytes, len);
+        put64(copy + at[6] + 8, k);
+        put64(copy + 32, body + k - BUNDLE_HEADER_BYTES);
+        assert_true(bundle_resign(copy, body + k));
+        al_fmt(what, sizeof what, "initial state cut to %zu of its %zu bytes", k, seclen);
+        expect_error(copy, body + k, ALLOY_ERR_FORMAT, "section initial state at byte", NULL, what);
+    }
+    for (size_t i = at[6]; i < len; i += 3) {
+        memcpy(copy, bytes, len);
+        copy[i] ^= 0x40;
+        al_fmt(what, sizeof what, "byte %zu of the initial state flipped", i - at[6]);
+        expect_error(copy, len, ALLOY_ERR_FORMAT, "checksum mismatch", NULL, what);
+    }
+    /* the last byte of the tensor data changed: the state's own checksum names it */
+    memcpy(copy, bytes, len);
+    copy[len - 1] ^= 0x01;
+    assert_true(bundle_resign(copy, len));
+    expect_error(copy, len, ALLOY_ERR_FORMAT, "section initial state at byte", "the tensors' checksum is", "data");
+    /* its JSON header damaged: the safetensors reader's message under the section's name */
+    memcpy(copy, bytes, len);
+    copy[body + 8] = '[';
+    assert_true(bundle_resign(copy, len));
+    expect_error(copy, len, ALLOY_ERR_FORMAT, "section initial state at byte", NULL, "header");
+    print_message("initial state: %zu bytes; %d cuts, %zu flips: each an error\n", seclen, cuts, (len - at[6] + 2) / 3);
+    test_free(copy);
+    test_free(bytes);
 }
 
 /* A "cuda" backend for the GPU checks: the CPU backend's calls under the
@@ -854,6 +1073,8 @@ int main(void)
         T(test_save_bundle_refuses_bad_archs_a_missing_nvrtc_and_null_arguments),
         T(test_the_cuda_pick_takes_the_cubin_of_the_gpus_major_else_the_ptx),
         T(test_the_cuda_section_round_trips_and_each_damage_is_named),
+        T(test_the_kernel_table_round_trips_and_each_damage_is_named),
+        T(test_a_bundle_with_its_state_starts_from_it),
         T(test_save_bundle_with_archs_compiles_a_cubin_per_arch_and_ptx_with_nvrtc),
         T(test_loading_on_a_gpu_no_image_runs_on_is_an_error_naming_the_targets),
         T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),

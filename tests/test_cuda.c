@@ -17,6 +17,7 @@
 #include "cuda_emu/emu_loader.h"
 #include "models.h"
 #include "runtime/backend.h"
+#include "runtime/graph/bundle_save.h"
 #if ALLOY_HAVE_CUDA
 #include "runtime/cuda/driver.h"
 #endif
@@ -500,6 +501,101 @@ static void device_choice(void **state)
     }
 }
 
+/* ---- a bundle's step from its images ---- */
+
+/* The GPU's compute capability as "sm_XY" (its device_caps). */
+static void gpu_arch(char *out, size_t len)
+{
+    al_options o;
+    opt_init(&o);
+    o.device = OPT_DEVICE_CUDA;
+    rt_backend *b;
+    char err[512];
+    int sm = 0, driver = 0;
+    if (rt_backend_open(&o, &b, err, sizeof err) == ALLOY_OK) {
+        if (b->ops->device_caps) b->ops->device_caps(b, &sm, &driver);
+        rt_backend_close(b);
+    }
+    if (!sm) fail_msg("the GPU's compute capability: %s", err);
+    snprintf(out, len, "sm_%d", sm);
+}
+
+/* Eight steps of the mlp's f16 AMP step (dynamic scaler, a skipped step
+ * at step 3) saved as a bundle with the device's images and run from it on
+ * the same device: the JIT graph's losses, step info and every state
+ * tensor bit for bit. The bundle's step is built from its images and
+ * kernel table: on the emulation every compile is counted, and poisoned
+ * while the bundle loads and runs (a compile would fail the run). */
+static void bundle_round_trip(target t)
+{
+    use_target(t);
+    char path[256], arch[32] = "host", err[1024];
+    snprintf(path, sizeof path, "%s/step.alloy", test_tmpdir);
+    alloy_graph *jit = mlp_step("cuda", F16, true);
+    bundle_image_builder old = NULL;
+    if (t == ON_EMULATION) old = bundle_set_image_builder(emu_bundle_images);
+    else gpu_arch(arch, sizeof arch);
+    alloy_status st = alloy_graph_save_bundle(jit, path, arch);
+    if (t == ON_EMULATION) bundle_set_image_builder(old);
+    if (st) fail_msg("save_bundle for %s: %s", arch, alloy_last_error(jit));
+    /* the JIT's run first: it compiles its kernels, which the bundle's path must not */
+    alloy_step_info want[8];
+    batch bt[8];
+    for (int s = 0; s < 8; s++) {
+        bt[s] = make_batch(300 + (uint64_t)s, s == 3 ? 1e6 : 1.5);
+        want[s] = run_mlp(jit, &bt[s]);
+        assert_int_equal(want[s].skipped, s == 3);
+    }
+    snapshot jit_state = take_snapshot(jit);
+    long compiles = emu_compile_count(), modules = emu_totals().modules;
+    if (t == ON_EMULATION) emu_poison_compiles(true);
+    alloy_bundle *b;
+    st = alloy_bundle_load(path, &b, err, sizeof err);
+    if (st) {
+        emu_poison_compiles(false);
+        fail_msg("bundle_load: %s", err);
+    }
+    for (int s = 0; s < 8; s++) {
+        alloy_step_info a = want[s], c;
+        alloy_host_tensor feeds[2] = {
+            {.name = "x", .dtype = F32, .rank = 2, .dims = {MLP_BATCH, MLP_IN}, .data = bt[s].x},
+            {.name = "targets", .dtype = I32, .rank = 1, .dims = {MLP_BATCH}, .data = bt[s].targets},
+        };
+        if (alloy_bundle_run(b, feeds, 2, NULL, 0) || alloy_bundle_step_info(b, &c)) {
+            emu_poison_compiles(false);
+            fail_msg("step %d from the bundle: %s", s, alloy_bundle_last_error(b));
+        }
+        if (memcmp(&a.loss, &c.loss, sizeof a.loss) != 0 || a.skipped != c.skipped || a.scale != c.scale)
+            fail_msg("step %d: JIT loss %.9g (skipped %d, scale %g), bundle %.9g (skipped %d, scale %g)", s, a.loss,
+                     a.skipped, a.scale, c.loss, c.skipped, c.scale);
+    }
+    emu_poison_compiles(false);
+    if (t == ON_EMULATION) {
+        assert_int_equal(emu_compile_count(), compiles); /* the bundle's path compiled nothing */
+        assert_true(emu_totals().modules > modules);     /* and loaded its modules from the images */
+    }
+    assert_int_equal(alloy_bundle_state_count(b), jit_state.n);
+    int same = 0;
+    for (int i = 0; i < jit_state.n; i++) {
+        alloy_host_tensor y;
+        if (alloy_bundle_get_state(b, jit_state.names[i], &y))
+            fail_msg("bundle state %s: %s", jit_state.names[i], alloy_bundle_last_error(b));
+        size_t bytes = (size_t)alloy_host_tensor_numel(&y) * alloy_dtype_size(y.dtype);
+        if (bytes != jit_state.bytes[i] || memcmp(jit_state.data[i], y.data, bytes) != 0)
+            fail_msg("state '%s' differs from the JIT's", jit_state.names[i]);
+        same++;
+    }
+    free_snapshot(&jit_state);
+    print_message("bundle %s for %s on %s: 8 steps, %d state tensors bit for bit with the JIT, %ld compiles on the bundle's "
+                  "path\n", path, arch, alloy_graph_device(jit), same, emu_compile_count() - compiles);
+    alloy_bundle_free(b);
+    alloy_graph_free(jit);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_bundle_round_trip(void **state) { (void)state; bundle_round_trip(ON_EMULATION); }
+static void gpu_bundle_round_trip(void **state) { (void)state; bundle_round_trip(ON_GPU); }
+
 /* "cuda": the emulated device (and the device choice); "cuda gpu": the
  * GPU, exiting 77 (a skip to meson) with the reason when there is none. */
 /* The driver loader on the CUDA toolkit's stub libcuda.so (what machines
@@ -547,6 +643,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_out_of_memory),
         cmocka_unit_test_setup_teardown(emu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(emu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(emu_bundle_round_trip, test_tmpdir_setup, test_tmpdir_teardown),
     };
     const struct CMUnitTest gpu[] = {
         cmocka_unit_test(device_choice),
@@ -560,6 +657,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpu_replay),
         cmocka_unit_test_setup_teardown(gpu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(gpu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(gpu_bundle_round_trip, test_tmpdir_setup, test_tmpdir_teardown),
     };
     if (argc > 1 && strcmp(argv[1], "gpu") == 0) {
         if (!gpu_available()) {

@@ -26,8 +26,9 @@ static const char *const usage_text[] = {
     "       alloyc compile FILE.ir [--train [--optimizer=KIND] [--scaler=KIND]]\n"
     "                              [--amp=f16|bf16|off] [--time-passes] [--dump-dir DIR]\n"
     "                              [--set NAME=VALUE]... --arch sm_XY[,sm_XY...] [--emit=cuda] -o DIR\n"
-    "       alloyc compile FILE.ir [--train ...] [--amp=...] [--seed N] [--set NAME=VALUE]...\n"
-    "                              [--arch sm_XY[,sm_XY...]] [--emit=bundle] -o FILE.alloy\n"
+    "       alloyc compile FILE.ir [--train ...] [--amp=...] [--seed N] [--with-state]\n"
+    "                              [--set NAME=VALUE]... [--arch sm_XY[,sm_XY...]] [--emit=bundle]\n"
+    "                              -o FILE.alloy\n"
     "       alloyc train FILE.ir --steps N [--feed NAME=FILE | --feed FILE]... [--loss NAME]\n"
     "                            [--optimizer=sgd|adam|adamw] [--lr X] [--weight-decay X]\n"
     "                            [--momentum X] [--clip-norm X] [--amp=f16|bf16|off]\n"
@@ -45,7 +46,8 @@ static const char *const usage_text[] = {
     "          architecture (no GPU needed) and write them to a directory; print\n"
     "          its summary table; or, with --emit=bundle or -o FILE.alloy, write\n"
     "          the compiled step as one bundle file (docs/bundle.md) that\n"
-    "          alloy_bundle_load runs on the CPU without compiling again\n"
+    "          alloy_bundle_load runs without compiling again: on the CPU, and\n"
+    "          (with --arch) on a GPU from its cubins or PTX\n"
     "  train   run N training steps of FILE.ir (its loss, a backward, the optimizer)\n"
     "          on batches from safetensors files, printing progress lines; resume\n"
     "          from --checkpoint if it exists and save it at the end\n"
@@ -125,8 +127,12 @@ static const char *const usage_text[] = {
     "                    file: the optimized IR, schedule, memory plan, state layout,\n"
     "                    options and seed, written atomically; no GPU needed; with\n"
     "                    --arch also the CUDA executable: per module a cubin for each\n"
-    "                    architecture and PTX for the lowest, compiled by NVRTC\n"
+    "                    architecture and PTX for the lowest, compiled by NVRTC, and\n"
+    "                    the kernel table the GPU runs them from (no NVRTC at load)\n"
     "  --seed N          bundle: the seed its state is initialized from (default 0)\n"
+    "  --with-state      bundle: also store the initial state itself (safetensors\n"
+    "                    bytes of every param, moment and counter, as initialized\n"
+    "                    from the seed); a load starts from them\n"
     "  -o, --out DIR     the directory to write (made when missing): alloy_mN.cu,\n"
     "                    the source of module N (up to 64 kernels);\n"
     "                    alloy_mN.sm_XY.cubin for each architecture (or\n"
@@ -389,6 +395,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             o->time_passes = true;
             continue;
         }
+        if (strcmp(arg, "--with-state") == 0) {
+            o->with_state = true;
+            note_option(o, command, arg, CMD_COMPILE);
+            continue;
+        }
         int which = -1;
         const char *given = NULL; /* the spelling used: --out or -o */
         for (int f = 0; f < F_COUNT && which < 0; f++) {
@@ -548,6 +559,8 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         o->bundle = true;
     if (command == CMD_COMPILE && !o->bundle && o->have_seed)
         return usage_error("--seed of compile is for bundles (--emit=bundle or -o FILE.alloy)");
+    if (command == CMD_COMPILE && !o->bundle && o->with_state)
+        return usage_error("--with-state is for bundles (--emit=bundle or -o FILE.alloy)");
     if (command == CMD_COMPILE && !o->bundle && !o->arch)
         return usage_error("compile needs --arch sm_XY[,sm_XY...] (for example sm_80,sm_90)");
     if (command != CMD_TRAIN && (o->optimizer || o->scaler) && !o->train)
@@ -1034,7 +1047,7 @@ static int cmd_compile(const options *o)
     alloy_status st = configure(g, o);
     if (o->bundle) {
         if (o->have_seed) alloy_graph_set_seed(g, o->seed);
-        if (!st) st = alloy_graph_save_bundle(g, o->out, o->arch);
+        if (!st) st = alloy_graph_save_bundle_flags(g, o->out, o->arch, o->with_state ? ALLOY_BUNDLE_WITH_STATE : 0);
         int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
         if (!st) printf("wrote %s\n", o->out);
         alloy_graph_free(g);

@@ -32,6 +32,7 @@ typedef struct options {
     const char *optimizer, *scaler, *print_after, *print_before;
     emit_kind emit;       /* print's --emit */
     bool bundle;          /* compile: --emit=bundle, or -o FILE.alloy without --emit */
+    bool with_state;      /* compile: --with-state, the bundle carries its initial state */
     bool emit_given;
     bool time_passes;     /* --time-passes */
     const char *dump_dir; /* --dump-dir */

@@ -26,6 +26,14 @@ typedef struct alloy_bundle alloy_bundle;
  * ALLOY_ERR_INVALID, archs without NVRTC ALLOY_ERR_UNSUPPORTED. Errors are
  * recorded on g. */
 ALLOY_API alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs);
+/* liballoy only, as alloy_graph_save_bundle, with flags: ALLOY_BUNDLE_WITH_STATE also
+ * stores the graph's state as it is now (every param, moment and counter,
+ * as alloy_graph_save_state writes it) in the bundle, and alloy_bundle_load
+ * starts from it instead of the seed's initialization. Unknown flags:
+ * ALLOY_ERR_INVALID. */
+#define ALLOY_BUNDLE_WITH_STATE 1u
+ALLOY_API alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs,
+                                                     unsigned flags);
 
 /* Reads the bundle at path, checking every byte (magic, version, checksum,
  * every section, the schedule and plan against the IR), and prepares it to

@@ -4,9 +4,9 @@
 
 #include "alloy_config.h"
 #include "runtime/backend.h"
-/* liballoy-runtime compiles this file with ALLOY_RUNTIME_LIB: the CPU
- * backend alone (the CUDA backend compiles its kernels with NVRTC) */
-#if ALLOY_HAVE_CUDA && !defined(ALLOY_RUNTIME_LIB)
+/* liballoy-runtime has the CUDA backend too: it runs a bundle's images
+ * (its compiler half is cuda_jit_none.c there) */
+#if ALLOY_HAVE_CUDA
 #define WITH_CUDA 1
 #include "runtime/cuda/cuda_backend.h"
 #else
@@ -94,20 +94,10 @@ alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...)
     return status;
 }
 
-alloy_status rt_exec_save_none(rt_backend *b, const rt_exec *e, void **bytes, size_t *len)
-{
-    (void)b, (void)e;
-    *bytes = NULL;
-    *len = 0;
-    return ALLOY_OK;
-}
-
 alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                                       const void *bytes, size_t len, rt_exec **out)
+                                       const bundle_cuda *x, rt_exec **out)
 {
-    (void)bytes;
+    (void)x;
     *out = NULL;
-    if (len)
-        return rt_fail(b, ALLOY_ERR_INVALID, "%s: an executable carries no bytes, this one has %zu", b->ops->name, len);
     return b->ops->compile(b, g, s, p, out);
 }

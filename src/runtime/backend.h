@@ -6,6 +6,7 @@
 #include "passes/options.h"
 #include "passes/plan.h"
 #include "passes/schedule.h"
+#include "runtime/bundle/bundle.h" /* bundle_cuda, which exec_load takes */
 
 typedef struct rt_backend rt_backend;
 typedef struct rt_buffer rt_buffer; /* device memory; only its backend looks inside */
@@ -45,12 +46,14 @@ typedef struct rt_backend_ops {
      * copied into the state leaf it names. */
     alloy_status (*run)(rt_backend *b, rt_exec *e, const rt_run_args *args);
     void (*exec_free)(rt_backend *b, rt_exec *e);
-    /* Bundle hooks: what the executable needs besides the graph, schedule and
-     * plan that a bundle stores anyway (kernels, launch geometry), as bytes
-     * (al_free them; none: NULL, 0), and an executable from such bytes. */
-    alloy_status (*exec_save)(rt_backend *b, const rt_exec *e, void **bytes, size_t *len);
+    /* A bundle's step: an executable for schedule s of g with plan p (from
+     * the file) and the bundle's CUDA executable x (images and kernel
+     * table, outliving the executable; NULL or empty when it has none). The
+     * CPU compiles s and p again (its executable is them); the CUDA backend
+     * loads x's images and rebuilds its launch plan from the kernel table,
+     * with no emitter and no compiler. */
     alloy_status (*exec_load)(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                              const void *bytes, size_t len, rt_exec **out);
+                              const bundle_cuda *x, rt_exec **out);
     void (*close)(rt_backend *b);
     /* A GPU's compute capability (major * 10 + minor) and driver version
      * (1000 * major + 10 * minor), which a bundle's CUDA executable is
@@ -86,11 +89,10 @@ AL_HIDDEN rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener)
 /* Records a failure on b (printf-style) and returns status. */
 AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
 
-/* Bundle hooks for a backend whose executable is the schedule and plan
- * alone: saves no bytes; loads by compiling again (bytes must be empty). */
-AL_HIDDEN alloy_status rt_exec_save_none(rt_backend *b, const rt_exec *e, void **bytes, size_t *len);
+/* exec_load for a backend whose executable is the schedule and plan alone
+ * (the CPU): compiles them again, x unused. */
 AL_HIDDEN alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                                                 const void *bytes, size_t len, rt_exec **out);
+                                                 const bundle_cuda *x, rt_exec **out);
 
 /* The CPU backend (runtime/cpu/cpu_backend.c). */
 AL_HIDDEN alloy_status cpu_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);

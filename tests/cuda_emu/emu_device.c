@@ -7,6 +7,7 @@
 #include "emu_device.h"
 #include "emu_loader.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/graph/bundle_save.h"
 
 /* One queued call while capturing. */
 typedef struct emu_call {
@@ -179,6 +180,25 @@ static alloy_status e_load(cdev *dev, int n, const char *const *names, const cha
         out[i] = m;
         d->stats.modules++, totals.modules++;
     }
+    return ALLOY_OK;
+}
+
+static alloy_status e_load_image(cdev *dev, const char *name, uint32_t kind, const void *image, size_t size,
+                                 cdev_module **out)
+{
+    emu_dev *d = emu_of(dev);
+    char err[1024];
+    if (kind != BUNDLE_HOST)
+        return fail(dev, ALLOY_ERR_UNSUPPORTED, "module %s: the emulation loads host images only", name);
+    cdev_module *m = calloc(1, sizeof *m);
+    if (!m) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    if (!(m->library = emu_load_image(image, size, err, sizeof err))) {
+        free(m);
+        snprintf(dev->error, sizeof dev->error, "module %s: %.900s", name, err);
+        return ALLOY_ERR_INVALID;
+    }
+    *out = m;
+    d->stats.modules++, totals.modules++;
     return ALLOY_OK;
 }
 
@@ -390,6 +410,7 @@ static const cdev_ops emu_ops = {
     .copy = e_copy,
     .zero = e_zero,
     .load = e_load,
+    .load_image = e_load_image,
     .function = e_function,
     .unload = e_unload,
     .launch = e_launch,
@@ -414,6 +435,7 @@ cdev *emu_device_open(int sm, char *err, size_t errlen)
     }
     d->base.ops = &emu_ops;
     d->base.sm = sm;
+    d->base.image_kind = BUNDLE_HOST;
     snprintf(d->base.name, sizeof d->base.name, "host emulation of CUDA (sm_%d)", sm);
     return &d->base;
 }
@@ -428,3 +450,30 @@ alloy_status emu_backend_opener(const al_options *cfg, rt_backend **out, char *e
 }
 
 emu_device_stats emu_totals(void) { return totals; }
+
+alloy_status emu_bundle_images(const al_options *cfg, const char *archs, int nmodules, const char *const *names,
+                               const char *const *sources, bundle_cuda *x, char *err, size_t errlen)
+{
+    (void)cfg;
+    if (strcmp(archs, "host") != 0) {
+        snprintf(err, errlen, "the emulation's image builder takes archs \"host\", not \"%s\"", archs);
+        return ALLOY_ERR_INVALID;
+    }
+    if (!(x->images = al_calloc((size_t)nmodules, sizeof *x->images))) return ALLOY_ERR_OOM;
+    for (int m = 0; m < nmodules; m++) {
+        unsigned char *bytes;
+        size_t len;
+        char why[2048];
+        if (emu_build_image(sources[m], &bytes, &len, why, sizeof why)) {
+            snprintf(err, errlen, "module %s: %.1500s", names[m], why);
+            return ALLOY_ERR_NVRTC;
+        }
+        uint8_t *data = al_malloc(len); /* bundle_cuda_free frees with al_free */
+        if (data) memcpy(data, bytes, len);
+        free(bytes);
+        if (!data) return ALLOY_ERR_OOM;
+        x->images[x->nimages++] = (bundle_image){BUNDLE_HOST, 0, (uint32_t)m, data, len};
+    }
+    x->min_driver = 1000; /* the reader's floor; an emulated device has no driver */
+    return ALLOY_OK;
+}

@@ -3,6 +3,7 @@
 #define ALLOY_EMU_DEVICE_H
 
 #include "runtime/backend.h"
+#include "runtime/bundle/bundle.h"
 #include "runtime/cuda/device.h"
 
 /* What the emulated device has done since it opened. */
@@ -25,6 +26,13 @@ size_t emu_device_in_use(void);
  * (rt_backend_set_cuda_opener(emu_backend_opener) puts every graph's
  * device=cuda, and auto, on it). */
 alloy_status emu_backend_opener(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+/* A bundle_image_builder (runtime/graph/bundle_save.h) for archs "host":
+ * each module compiled as the device's load compiles it, into a shared
+ * object kept as a BUNDLE_HOST image, which the device loads with no
+ * compile. bundle_set_image_builder(emu_bundle_images) makes
+ * alloy_graph_save_bundle write them. */
+alloy_status emu_bundle_images(const al_options *cfg, const char *archs, int nmodules, const char *const *names,
+                               const char *const *sources, bundle_cuda *x, char *err, size_t errlen);
 /* What all emulated devices have done since the process started. */
 emu_device_stats emu_totals(void);
 

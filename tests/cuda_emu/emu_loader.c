@@ -160,35 +160,113 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, size_t errlen)
+static long compiles;
+static bool poisoned;
+
+long emu_compile_count(void) { return __atomic_load_n(&compiles, __ATOMIC_RELAXED); }
+void emu_poison_compiles(bool on) { poisoned = on; }
+
+/* A fresh kernel with its temporary directory; NULL with err. */
+static emu_kernel *kernel_new(char *err, size_t errlen)
 {
     emu_kernel *k = calloc(1, sizeof *k);
     if (!k) {
-        snprintf(err, errlen, "emu_compile: out of memory");
+        snprintf(err, errlen, "emu: out of memory");
         return NULL;
     }
     const char *tmp = getenv("TMPDIR");
-    char path[512], symbol[256];
     snprintf(k->dir, sizeof k->dir, "%s/alloy-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(k->dir)) {
-        snprintf(err, errlen, "emu_compile: cannot make a directory %s", k->dir);
+        snprintf(err, errlen, "emu: cannot make a directory %s", k->dir);
         free(k);
         return NULL;
     }
+    return k;
+}
+
+/* Compiles source into k->dir/kernel.so (counted; refused while poisoned). */
+static bool compile_source(emu_kernel *k, const char *source, char *err, size_t errlen)
+{
+    char path[512];
     snprintf(path, sizeof path, "%s/kernel.cu", k->dir);
-    if (!write_file(path, source))
-        snprintf(err, errlen, "emu_compile: cannot write %s", path);
-    else if (compile(k->dir, err, errlen)) {
-        snprintf(path, sizeof path, "%s/kernel.so", k->dir);
-        snprintf(symbol, sizeof symbol, "%s__host", kernel_name);
-        if (!(k->library = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
-            snprintf(err, errlen, "emu_compile: %s", dlerror());
-        else if (!find_symbol(k->library, symbol, &k->entry, sizeof k->entry))
-            snprintf(err, errlen, "emu_compile: the source defines no %s (the ALLOY_HOST_EMULATION trampoline)", symbol);
-        else if (!find_symbol(k->library, "alloy_emu_launch", &k->launch, sizeof k->launch))
-            snprintf(err, errlen, "emu_compile: no alloy_emu_launch (was emu.h force-included?)");
+    if (poisoned) {
+        snprintf(err, errlen, "emu: compiling is poisoned by the test (a path that must compile nothing did)");
+        return false;
     }
-    if (k->launch) return k;
+    __atomic_add_fetch(&compiles, 1, __ATOMIC_RELAXED); /* test_codegen_ops compiles on threads */
+    if (!write_file(path, source)) {
+        snprintf(err, errlen, "emu_compile: cannot write %s", path);
+        return false;
+    }
+    return compile(k->dir, err, errlen);
+}
+
+/* dlopens k->dir/kernel.so and finds the launcher (and kernel_name's entry unless NULL). */
+static bool open_library(emu_kernel *k, const char *kernel_name, char *err, size_t errlen)
+{
+    char path[512], symbol[256];
+    snprintf(path, sizeof path, "%s/kernel.so", k->dir);
+    if (!(k->library = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+        snprintf(err, errlen, "emu: %s", dlerror());
+        return false;
+    }
+    snprintf(symbol, sizeof symbol, "%s__host", kernel_name ? kernel_name : "");
+    if (kernel_name && !find_symbol(k->library, symbol, &k->entry, sizeof k->entry)) {
+        snprintf(err, errlen, "emu_compile: the source defines no %s (the ALLOY_HOST_EMULATION trampoline)", symbol);
+        return false;
+    }
+    if (!find_symbol(k->library, "alloy_emu_launch", &k->launch, sizeof k->launch)) {
+        snprintf(err, errlen, "emu: no alloy_emu_launch (was emu.h force-included?)");
+        k->launch = NULL;
+        return false;
+    }
+    return true;
+}
+
+emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, size_t errlen)
+{
+    emu_kernel *k = kernel_new(err, errlen);
+    if (k && compile_source(k, source, err, errlen) && open_library(k, kernel_name, err, errlen)) return k;
+    emu_free(k);
+    return NULL;
+}
+
+int emu_build_image(const char *source, unsigned char **bytes, size_t *len, char *err, size_t errlen)
+{
+    *bytes = NULL, *len = 0;
+    emu_kernel *k = kernel_new(err, errlen);
+    if (!k) return -1;
+    int rc = -1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/kernel.so", k->dir);
+    if (compile_source(k, source, err, errlen)) {
+        FILE *f = fopen(path, "rb");
+        long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (*bytes = malloc((size_t)n)) && fread(*bytes, 1, (size_t)n, f) == (size_t)n) {
+            *len = (size_t)n;
+            rc = 0;
+        } else {
+            free(*bytes);
+            *bytes = NULL;
+            snprintf(err, errlen, "emu: cannot read %s", path);
+        }
+        if (f) fclose(f);
+    }
+    emu_free(k);
+    return rc;
+}
+
+emu_kernel *emu_load_image(const void *bytes, size_t len, char *err, size_t errlen)
+{
+    emu_kernel *k = kernel_new(err, errlen);
+    if (!k) return NULL;
+    char path[512];
+    snprintf(path, sizeof path, "%s/kernel.so", k->dir);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(bytes, 1, len, f) == len;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok) snprintf(err, errlen, "emu: cannot write %s", path);
+    if (ok && open_library(k, NULL, err, errlen)) return k;
     emu_free(k);
     return NULL;
 }

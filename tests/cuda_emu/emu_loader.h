@@ -19,6 +19,21 @@ bool emu_available(char *why, size_t len);
  * or a missing symbol. */
 emu_kernel *emu_compile(const char *source, const char *kernel_name, char *err, size_t errlen);
 
+/* A module's image for the emulated device: source compiled as
+ * emu_compile does into a shared object, its bytes in *bytes (free them).
+ * 0, or -1 with the reason. */
+int emu_build_image(const char *source, unsigned char **bytes, size_t *len, char *err, size_t errlen);
+
+/* Loads an image emu_build_image made (no compiler runs); emu_select
+ * picks its kernel. NULL with the reason. */
+emu_kernel *emu_load_image(const void *bytes, size_t len, char *err, size_t errlen);
+
+/* How many sources emu_compile and emu_build_image have compiled since the
+ * process started; and, poisoned, every compile fails (a test proving a
+ * path compiles nothing). */
+long emu_compile_count(void);
+void emu_poison_compiles(bool on);
+
 /* Makes k launch kernel_name of the same library (one compile of a source
  * with many kernels); -1 with the reason when it has no such trampoline. */
 int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen);

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 
 #include "alloy/safetensors.h"
+#include "codegen/export.h"
 #include "runtime/bundle/bundle.h"
+#include "runtime/graph/bundle_save.h"
 #include "fuzz_support.h"
 
 static const char *outdir;
@@ -39,17 +41,21 @@ static unsigned char *slurp(const char *path, size_t *size)
     return buf;
 }
 
-/* The bundle at path with a small CUDA executable section added (two
- * modules, each a cubin for sm_80 and sm_90 and PTX for compute_80; fake
- * code of the right form: the reader checks the form, not the code). */
+/* The bundle at path with a small CUDA executable section added (per
+ * module of the step's kernels a cubin for sm_80 and sm_90 and PTX for
+ * compute_80; fake code of the right form: the reader checks the form, not
+ * the code) and its real kernel table (section 9, from cg_emit). */
 static void put_cuda_bundle(const char *path)
 {
     bundle_contents c;
     char err[1024];
     if (bundle_read_file(path, &c, err, sizeof err)) fuzz_fail("%s", err);
-    c.cuda = (bundle_cuda){.min_driver = 12080, .nmodules = 2, .images = al_calloc(6, sizeof(bundle_image))};
+    cg_program prog;
+    if (cg_emit(c.ir, &c.comp.sched, &prog, err, sizeof err)) fuzz_fail("%s", err);
+    uint32_t nm = (uint32_t)cg_module_count(prog.nkernels);
+    c.cuda = (bundle_cuda){.min_driver = 12080, .nmodules = nm, .images = al_calloc(3 * nm, sizeof(bundle_image))};
     if (!c.cuda.images) fuzz_fail("out of memory");
-    for (uint32_t i = 0; i < 6; i++) {
+    for (uint32_t i = 0; i < 3 * nm; i++) {
         uint32_t kind = i % 3 == 2 ? BUNDLE_PTX : BUNDLE_CUBIN, arch = i % 3 == 1 ? 90 : 80;
         char text[48];
         snprintf(text, sizeof text, "%s%u module %u", kind == BUNDLE_CUBIN ? "\177ELF sm_" : "// compute_", arch,
@@ -60,6 +66,8 @@ static void put_cuda_bundle(const char *path)
         memcpy(data, text, n);
         c.cuda.images[c.cuda.nimages++] = (bundle_image){kind, arch, i / 3, data, n};
     }
+    if (bundle_kernel_table(&prog, &c.cuda)) fuzz_fail("out of memory");
+    cg_program_free(&prog);
     uint8_t *bytes;
     size_t len;
     if (bundle_encode(&c, &bytes, &len, err, sizeof err)) fuzz_fail("%s", err);
@@ -105,6 +113,14 @@ static void model_seeds(void)
         put_file("bundle", bname, bundle, bn);
         free(bundle);
         if (v == 0) put_cuda_bundle(bpath);
+        if (v == 0) { /* and with its state (section 7: the trained state as safetensors bytes) */
+            if (alloy_graph_save_bundle_flags(g, bpath, NULL, ALLOY_BUNDLE_WITH_STATE))
+                fuzz_fail("model %d: %s", v, alloy_last_error(g));
+            size_t sn;
+            unsigned char *with_state = slurp(bpath, &sn);
+            put_file("bundle", "model0_state.alloy", with_state, sn);
+            free(with_state);
+        }
         for (int kind = ALLOY_DUMP_SOURCE; kind <= ALLOY_DUMP_IR; kind++) {
             char *text = NULL;
             size_t len = 0;

@@ -2,6 +2,7 @@
 #ifndef ALLOY_BUNDLE_FORMAT_H
 #define ALLOY_BUNDLE_FORMAT_H
 
+#include "codegen/emit.h" /* cg_program, the kernel table's type (data only: no emitter is linked) */
 #include "ir/ir.h"
 #include "passes/pass.h"
 
@@ -18,9 +19,10 @@ typedef enum bundle_tag {
     BUNDLE_SEC_PLAN = 4,      /* binary: every node's arena offset, the arena, the scratch */
     BUNDLE_SEC_STATE = 5,     /* binary: the state layout (name, dtype, shape per tensor) */
     BUNDLE_SEC_OPTIONS = 6,   /* text: opt_print's line */
-    BUNDLE_SEC_INIT_STATE = 7, /* reserved: the initial state as safetensors bytes (not written yet) */
+    BUNDLE_SEC_INIT_STATE = 7, /* optional: the initial state as safetensors bytes */
     BUNDLE_SEC_CUDA_EXEC = 8, /* binary: per module a cubin per architecture and PTX, the minimum driver version */
-    BUNDLE_SEC_LAST = 8
+    BUNDLE_SEC_CUDA_KERNELS = 9, /* binary: the kernel table (names, modules, geometry, parameters) */
+    BUNDLE_SEC_LAST = 9
 } bundle_tag;
 
 /* One state tensor of the layout. */
@@ -32,7 +34,10 @@ typedef struct bundle_state {
 /* One image of the CUDA executable: a cubin (an ELF file for sm_<arch>) or
  * PTX (text for compute_<arch>, its NUL counted) of one module of the
  * step's kernels (codegen/export.h's modules). */
-typedef enum bundle_image_kind { BUNDLE_CUBIN = 1, BUNDLE_PTX = 2 } bundle_image_kind;
+/* BUNDLE_HOST: an image of the tests' host emulation of CUDA (a shared
+ * object of the module compiled as host C++); only tests write it, no GPU
+ * picks it. */
+typedef enum bundle_image_kind { BUNDLE_CUBIN = 1, BUNDLE_PTX = 2, BUNDLE_HOST = 3 } bundle_image_kind;
 typedef struct bundle_image {
     uint32_t kind, arch, module;
     uint8_t *data; /* owned */
@@ -46,6 +51,15 @@ typedef struct bundle_cuda {
     uint32_t nmodules;
     bundle_image *images;
     int nimages;
+    /* The kernel table (section 9): what the emitter made of the schedule,
+     * without the sources: per kernel its name, step, geometry and
+     * parameters (kernels[q].source NULL), and the steps it left without a
+     * kernel with why; module_of[q] the module holding kernel q. With it
+     * the launch plan is rebuilt (lp_build) with no emitter. has_kernels
+     * false: a bundle written before the table (its GPU compiles again). */
+    bool has_kernels;
+    cg_program prog;
+    uint32_t *module_of;
 } bundle_cuda;
 
 /* What a bundle holds, as the reader returns it and the writer takes it. */
@@ -61,13 +75,15 @@ typedef struct bundle_contents {
     int optimizer_kind, accumulation_steps; /* alloy_optimizer_kind (0: none) */
     bundle_state *state;
     int nstate;
+    uint8_t *init_state;    /* the initial state as an alloy-state safetensors file (al_malloc'd); NULL: none */
+    size_t init_state_len;
     bundle_cuda cuda; /* the CUDA executable (no images: none) */
 } bundle_contents;
 
 /* The bytes of a bundle of c (al_free *out): header, then the sections
- * META, IR, SCHEDULE, PLAN, STATE, OPTIONS, and CUDA_EXEC when c->cuda has
+ * META, IR, SCHEDULE, PLAN, STATE, OPTIONS, INIT_STATE when c has one, and CUDA_EXEC when c->cuda has
  * images (which must hold every module for the same targets, as the reader
- * checks); the state layout is every
+ * checks) with CUDA_KERNELS when it has its kernel table; the state layout is every
  * param and state node of c->ir. ALLOY_ERR_OOM with err on failure. */
 AL_HIDDEN alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen);
 /* Reads a bundle from bytes[0..len), checking everything: the header
@@ -104,7 +120,10 @@ AL_HIDDEN alloy_status bundle_cuda_pick(const bundle_cuda *x, uint32_t module, i
 /* The targets of x as text: "cubins sm_80, sm_90; PTX compute_80" ("none"
  * without images). */
 AL_HIDDEN void bundle_cuda_targets(const bundle_cuda *x, char *out, size_t len);
-/* Frees x's images and empties it. */
+/* The image of module `module` of x of kind (BUNDLE_HOST: an emulated
+ * device's), NULL when x has none. */
+AL_HIDDEN const bundle_image *bundle_cuda_image_of_kind(const bundle_cuda *x, uint32_t module, uint32_t kind);
+/* Frees x's images and kernel table and empties it. */
 AL_HIDDEN void bundle_cuda_free(bundle_cuda *x);
 /* Frees what the reader allocated and empties c. */
 AL_HIDDEN void bundle_contents_free(bundle_contents *c);

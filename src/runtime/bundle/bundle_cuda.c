@@ -29,7 +29,9 @@ void bundle_cuda_targets(const bundle_cuda *x, char *out, size_t len)
     if (at < len) at += (size_t)snprintf(out + at, len - at, "; PTX ");
     mark = at;
     if (at < len && !list_kind(x, BUNDLE_PTX, "compute_", out, len, &at) && at < len)
-        snprintf(out + mark, len - mark, "none");
+        at = mark + (size_t)snprintf(out + mark, len - mark, "none");
+    if (at < len && bundle_cuda_image_of_kind(x, 0, BUNDLE_HOST))
+        snprintf(out + at, len - at, "; host images (the tests' emulated device)");
 }
 
 alloy_status bundle_cuda_pick(const bundle_cuda *x, uint32_t module, int sm, int driver, const bundle_image **out,
@@ -62,9 +64,20 @@ alloy_status bundle_cuda_pick(const bundle_cuda *x, uint32_t module, int sm, int
     return ALLOY_ERR_UNSUPPORTED;
 }
 
+const bundle_image *bundle_cuda_image_of_kind(const bundle_cuda *x, uint32_t module, uint32_t kind)
+{
+    for (int i = 0; i < x->nimages; i++)
+        if (x->images[i].module == module && x->images[i].kind == kind) return &x->images[i];
+    return NULL;
+}
+
 void bundle_cuda_free(bundle_cuda *x)
 {
     for (int i = 0; i < x->nimages; i++) al_free(x->images[i].data);
     al_free(x->images);
+    /* the kernel table's own free: cg_program_free is the emitter's, which liballoy-runtime has not */
+    for (int q = 0; q < x->prog.nkernels; q++) al_free(x->prog.kernels[q].source), al_free(x->prog.kernels[q].params);
+    for (int i = 0; i < x->prog.nskipped; i++) al_free((char *)x->prog.why[i]);
+    al_free(x->prog.kernels), al_free(x->prog.skipped), al_free(x->prog.why), al_free(x->module_of);
     memset(x, 0, sizeof *x);
 }

@@ -8,6 +8,8 @@
 
 #include "base/sha256.h"
 #include "ir/groups.h"
+#include "runtime/io/checksum.h"
+#include "runtime/io/safetensors_memory.h"
 #include "runtime/bundle/bundle.h"
 
 /* A cursor over one section; the first failure is recorded and sticks. */
@@ -317,8 +319,9 @@ static bool read_cuda(rd *r, bundle_cuda *x)
     int per = n / (int)x->nmodules;
     for (int i = 0; i < n && !r->bad; i++) {
         bundle_image *im = &x->images[i];
-        im->kind = (uint32_t)rd_int(r, "image kind", BUNDLE_CUBIN, BUNDLE_PTX);
-        im->arch = (uint32_t)rd_int(r, "image arch", 10, 9999);
+        im->kind = (uint32_t)rd_int(r, "image kind", BUNDLE_CUBIN, BUNDLE_HOST);
+        im->arch = im->kind == BUNDLE_HOST ? (uint32_t)rd_int(r, "host image arch", 0, 0)
+                                           : (uint32_t)rd_int(r, "image arch", 10, 9999);
         im->module = (uint32_t)rd_int(r, "image module (images go in module order)", i / per, i / per);
         if (rd_u32(r, "image reserved word") != 0 && !r->bad)
             return rd_fail(r, "%s %" PRId64 ": reserved word not 0", "image", i);
@@ -327,8 +330,10 @@ static bool read_cuda(rd *r, bundle_cuda *x)
             return rd_fail(r, "%s %" PRId64 ": length 0 or past the end of the section", "image", i);
         if (r->bad) return false;
         const uint8_t *p = r->p + r->pos;
-        if (im->kind == BUNDLE_CUBIN && (size < 4 || memcmp(p, "\177ELF", 4) != 0))
-            return rd_fail(r, "%s %" PRId64 ": a cubin that is not an ELF file", "image", i);
+        if (im->kind != BUNDLE_PTX && (size < 4 || memcmp(p, "\177ELF", 4) != 0))
+            return rd_fail(r, im->kind == BUNDLE_CUBIN ? "%s %" PRId64 ": a cubin that is not an ELF file"
+                                                       : "%s %" PRId64 ": a host image that is not an ELF file",
+                           "image", i);
         if (im->kind == BUNDLE_PTX && memchr(p, 0, (size_t)size) != p + size - 1)
             return rd_fail(r, "%s %" PRId64 ": PTX that is not text ending in one NUL", "image", i);
         const bundle_image *first = &x->images[i % per];
@@ -344,6 +349,140 @@ static bool read_cuda(rd *r, bundle_cuda *x)
         r->pos += (size_t)size;
     }
     return rd_done(r);
+}
+
+static bool is_ident_char(uint8_t ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+}
+
+/* A length-prefixed text of 1 to max bytes with no NUL (ident: letters,
+ * digits, '_' only) into out (out_len > max). */
+static bool rd_text(rd *r, const char *what, size_t max, bool ident, char *out)
+{
+    uint32_t n = rd_u32(r, what);
+    if (!r->bad && (n == 0 || n > max))
+        return rd_fail(r, "%s: length %" PRId64 " is 0 or too long", what, n);
+    if (!rd_need(r, n, what)) return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (!r->p[r->pos + i] || (ident && !is_ident_char(r->p[r->pos + i])))
+            return rd_fail(r, "%s: byte %" PRId64 " is not allowed there", what, i);
+    memcpy(out, r->p + r->pos, n);
+    out[n] = '\0';
+    r->pos += n;
+    return true;
+}
+
+/* CUDA_KERNELS: nkernels, nskipped (i32s); per kernel its name (u32 length,
+ * bytes), module (u32), step, step kind (i32s), grid, block (u32s), nparams
+ * (i32) and per parameter kind (u32), node (i32), written (u32), count
+ * (i64); per skipped step its index (i32) and why (u32 length, text). The
+ * kernels go in step order and module order, every module of x holding at
+ * least one; each kernel's step kind is its schedule step's. lp_build checks
+ * the parameters' places against the plan at load. */
+static bool read_kernels(rd *r, const ir_graph *g, const schedule *s, bundle_cuda *x)
+{
+    cg_program *prog = &x->prog;
+    int n = rd_count(r, "nkernels", 36);
+    if (!r->bad && n < 1) return rd_fail(r, "%s = %" PRId64 ": a kernel table with no kernel", "nkernels", n);
+    int nskipped = rd_count(r, "nskipped", 8);
+    if (r->bad) return false;
+    prog->kernels = al_calloc((size_t)n, sizeof *prog->kernels);
+    x->module_of = al_calloc((size_t)n, sizeof *x->module_of);
+    prog->skipped = al_calloc((size_t)nskipped + 1, sizeof *prog->skipped);
+    prog->why = al_calloc((size_t)nskipped + 1, sizeof *prog->why);
+    if (!prog->kernels || !x->module_of || !prog->skipped || !prog->why) return rd_oom(r, "kernels", n);
+    x->has_kernels = true;
+    for (int q = 0; q < n && !r->bad; q++) {
+        cg_kernel *k = &prog->kernels[q];
+        prog->nkernels = q + 1;
+        if (!rd_text(r, "kernel name", sizeof k->name - 1, true, k->name)) return false;
+        uint32_t prev = q ? x->module_of[q - 1] : 0;
+        x->module_of[q] = (uint32_t)rd_int(r, "kernel module (in order, none empty)", q ? prev : 0,
+                                           q ? (int64_t)prev + 1 : 0);
+        if (!r->bad && x->module_of[q] >= x->nmodules)
+            return rd_fail(r, "%s %" PRId64 ": its module is past the executable's modules", "kernel", q);
+        k->step = rd_int(r, "kernel step (in order)", q ? prog->kernels[q - 1].step : 0, s->nsteps - 1);
+        k->kind = (step_kind)rd_int(r, "kernel step kind", STEP_OP, STEP_MULTI);
+        if (!r->bad && k->kind != s->steps[k->step].kind)
+            return rd_fail(r, "%s %" PRId64 ": its step kind is not its schedule step's", "kernel", q);
+        k->grid = (unsigned)rd_int(r, "kernel grid", 1, INT_MAX);
+        k->block = (unsigned)rd_int(r, "kernel block", 1, 1024);
+        k->nparams = rd_count(r, "kernel nparams", 20);
+        if (r->bad) return false;
+        if (k->nparams > 256) return rd_fail(r, "%s = %" PRId64 " is over 256", "kernel nparams", k->nparams);
+        if (!(k->params = al_calloc((size_t)k->nparams + 1, sizeof *k->params))) return rd_oom(r, "params", k->nparams);
+        for (int i = 0; i < k->nparams && !r->bad; i++) {
+            cg_param *pa = &k->params[i];
+            pa->kind = (cg_param_kind)rd_int(r, "param kind", CG_PARAM_NODE, CG_PARAM_FLAG);
+            pa->node = rd_int(r, "param node", 0, g->nnodes - 1);
+            pa->written = rd_int(r, "param written", 0, 1) != 0;
+            uint64_t count = rd_u64(r, "param count");
+            if (!r->bad && count > (1ull << 40)) return rd_fail(r, "%s: %" PRId64 " elements, over 2^40", "param count", (int64_t)count);
+            pa->count = (int64_t)count;
+        }
+    }
+    if (!r->bad && x->module_of[n - 1] != x->nmodules - 1)
+        return rd_fail(r, "%s: %" PRId64 " modules hold kernels, not the executable's count", "kernels",
+                       (int64_t)x->module_of[n - 1] + 1);
+    for (int i = 0; i < nskipped && !r->bad; i++) {
+        char why[513];
+        prog->skipped[i] = rd_int(r, "skipped step", 0, s->nsteps - 1);
+        if (!rd_text(r, "skipped step's why", sizeof why - 1, false, why)) return false;
+        if (!(prog->why[i] = al_strdup(why))) return rd_oom(r, "why", 1);
+        prog->nskipped = i + 1;
+    }
+    return rd_done(r);
+}
+
+/* INIT_STATE: a safetensors file (its own header and offsets checked as
+ * alloy_safetensors_load checks a file) holding every tensor of the state
+ * layout with its dtype and shape and nothing else, with alloy's checksum
+ * when it has one. The bytes are kept for the load. */
+static alloy_status read_init_state(const uint8_t *p, size_t len, const char *where, size_t at, bundle_contents *c,
+                                    char *err, size_t errlen)
+{
+    char sec[600];
+    al_fmt(sec, sizeof sec, "%s: section initial state at byte %zu", where, at);
+    alloy_safetensors *file = NULL;
+    alloy_status st = io_safetensors_load_memory(p, len, sec, &file, err, errlen);
+    if (st) return st == ALLOY_ERR_OOM ? st : ALLOY_ERR_FORMAT;
+    int n = alloy_safetensors_count(file);
+    if (n != c->nstate) {
+        al_fmt(err, errlen, "%s: %d tensors, the state layout has %d", sec, n, c->nstate);
+        st = ALLOY_ERR_FORMAT;
+    }
+    for (int i = 0; !st && i < c->nstate; i++) {
+        const alloy_host_tensor *t = alloy_safetensors_find(file, c->state[i].name);
+        const ir_type *want = &c->state[i].type;
+        bool same = t && t->dtype == want->dtype && t->rank == want->rank;
+        for (int d = 0; same && d < want->rank; d++) same = t->dims[d] == want->dims[d];
+        if (!same) {
+            al_fmt(err, errlen, "%s: state '%s' is %s", sec, c->state[i].name,
+                   t ? "there with another dtype or shape than the layout's" : "missing");
+            st = ALLOY_ERR_FORMAT;
+        }
+    }
+    const char *want = alloy_safetensors_metadata(file, IO_CHECKSUM_KEY);
+    if (!st && want) {
+        const alloy_host_tensor **ts = al_calloc((size_t)n + 1, sizeof *ts);
+        char got[IO_CHECKSUM_LEN] = "";
+        for (int i = 0; ts && i < n; i++) ts[i] = alloy_safetensors_get(file, i);
+        st = ts ? io_tensors_checksum(ts, n, got) : ALLOY_ERR_OOM;
+        al_free(ts);
+        if (st) al_fmt(err, errlen, "%s: out of memory", sec);
+        else if (strcmp(got, want) != 0) {
+            al_fmt(err, errlen, "%s: the tensors' checksum is %s, the file's says %.40s", sec, got, want);
+            st = ALLOY_ERR_FORMAT;
+        }
+    }
+    alloy_safetensors_free(file);
+    if (!st && !(c->init_state = al_malloc(len))) {
+        al_fmt(err, errlen, "%s: out of memory", sec);
+        st = ALLOY_ERR_OOM;
+    }
+    if (!st) memcpy(c->init_state, p, len), c->init_state_len = len;
+    return st;
 }
 
 /* META: key=value lines; every key required, none unknown. */
@@ -397,7 +536,7 @@ static bool read_meta(rd *r, bundle_contents *c)
 const char *bundle_tag_name(uint32_t tag)
 {
     static const char *const names[] = {"?", "meta", "ir", "schedule", "plan", "state", "options", "initial state",
-                                        "cuda executable"};
+                                        "cuda executable", "cuda kernels"};
     return tag >= 1 && tag <= BUNDLE_SEC_LAST ? names[tag] : "unknown";
 }
 
@@ -513,7 +652,20 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
     if (ok) r = RD(BUNDLE_SEC_SCHEDULE), ok = read_schedule(&r, c.ir, &c.comp.sched);
     if (ok) r = RD(BUNDLE_SEC_PLAN), ok = read_plan(&r, c.ir, &c.comp.sched, &c.comp.plan);
     if (ok) r = RD(BUNDLE_SEC_STATE), ok = read_state(&r, c.ir, &c);
+    if (ok && sec[BUNDLE_SEC_INIT_STATE]) {
+        alloy_status ist = read_init_state(sec[BUNDLE_SEC_INIT_STATE], sec_len[BUNDLE_SEC_INIT_STATE], where,
+                                           sec_at[BUNDLE_SEC_INIT_STATE], &c, err, errlen);
+        ok = !ist;
+        r.oom = ist == ALLOY_ERR_OOM;
+    }
     if (ok && sec[BUNDLE_SEC_CUDA_EXEC]) r = RD(BUNDLE_SEC_CUDA_EXEC), ok = read_cuda(&r, &c.cuda);
+    if (ok && sec[BUNDLE_SEC_CUDA_KERNELS] && !sec[BUNDLE_SEC_CUDA_EXEC]) {
+        al_fmt(err, errlen, "%s: section cuda kernels at byte %zu: a kernel table without a cuda executable", where,
+               sec_at[BUNDLE_SEC_CUDA_KERNELS]);
+        ok = false;
+    }
+    if (ok && sec[BUNDLE_SEC_CUDA_KERNELS])
+        r = RD(BUNDLE_SEC_CUDA_KERNELS), ok = read_kernels(&r, c.ir, &c.comp.sched, &c.cuda);
 #undef RD
     if (ok) {
         size_t n = sec_len[BUNDLE_SEC_OPTIONS];
@@ -586,6 +738,7 @@ void bundle_contents_free(bundle_contents *c)
     al_free(c->options);
     for (int i = 0; c->state && i < c->nstate; i++) al_free(c->state[i].name);
     al_free(c->state);
+    al_free(c->init_state);
     bundle_cuda_free(&c->cuda);
     memset(c, 0, sizeof *c);
 }

@@ -136,6 +136,29 @@ static void encode_cuda(wbuf *w, const bundle_cuda *x)
     }
 }
 
+/* The kernel table (read_kernels' layout). */
+static void encode_kernels(wbuf *w, const bundle_cuda *x)
+{
+    const cg_program *prog = &x->prog;
+    put_i32(w, prog->nkernels), put_i32(w, prog->nskipped);
+    for (int q = 0; q < prog->nkernels; q++) {
+        const cg_kernel *k = &prog->kernels[q];
+        put_u32(w, (uint32_t)strlen(k->name));
+        put(w, k->name, strlen(k->name));
+        put_u32(w, x->module_of[q]), put_i32(w, k->step), put_i32(w, (int)k->kind);
+        put_u32(w, k->grid), put_u32(w, k->block), put_i32(w, k->nparams);
+        for (int i = 0; i < k->nparams; i++) {
+            const cg_param *pa = &k->params[i];
+            put_u32(w, (uint32_t)pa->kind), put_i32(w, pa->node), put_u32(w, pa->written), put_u64(w, (uint64_t)pa->count);
+        }
+    }
+    for (int i = 0; i < prog->nskipped; i++) {
+        put_i32(w, prog->skipped[i]);
+        put_u32(w, (uint32_t)strlen(prog->why[i]));
+        put(w, prog->why[i], strlen(prog->why[i]));
+    }
+}
+
 /* The header: magic, version, header size, alloy version, payload size,
  * section count, a reserved word, the payload's SHA-256. */
 static void encode_header(uint8_t *h, size_t payload, uint32_t nsections)
@@ -160,7 +183,7 @@ bool bundle_resign(uint8_t *bytes, size_t len)
 alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL, *len = 0;
-    wbuf file = {0}, body[7] = {{0}};
+    wbuf file = {0}, body[9] = {{0}};
     uint8_t zeros[BUNDLE_HEADER_BYTES] = {0};
     put(&file, zeros, sizeof zeros); /* the header, filled last */
     encode_meta(&body[0], c);
@@ -172,10 +195,22 @@ alloy_status bundle_encode(const bundle_contents *c, uint8_t **out, size_t *len,
     encode_plan(&body[3], &c->comp.plan);
     encode_state(&body[4], c->ir);
     if (c->options) put(&body[5], c->options, strlen(c->options));
-    int nsections = c->cuda.nimages ? 7 : 6;
-    if (c->cuda.nimages) encode_cuda(&body[6], &c->cuda);
-    static const uint32_t tags[7] = {BUNDLE_SEC_META,  BUNDLE_SEC_IR,    BUNDLE_SEC_SCHEDULE, BUNDLE_SEC_PLAN,
-                                     BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS, BUNDLE_SEC_CUDA_EXEC};
+    /* the optional sections, in tag order after the six required ones */
+    uint32_t tags[9] = {BUNDLE_SEC_META,  BUNDLE_SEC_IR,      BUNDLE_SEC_SCHEDULE, BUNDLE_SEC_PLAN,
+                        BUNDLE_SEC_STATE, BUNDLE_SEC_OPTIONS};
+    int nsections = 6;
+    if (c->init_state) {
+        put(&body[nsections], c->init_state, c->init_state_len);
+        tags[nsections++] = BUNDLE_SEC_INIT_STATE;
+    }
+    if (c->cuda.nimages) {
+        encode_cuda(&body[nsections], &c->cuda);
+        tags[nsections++] = BUNDLE_SEC_CUDA_EXEC;
+        if (c->cuda.has_kernels) {
+            encode_kernels(&body[nsections], &c->cuda);
+            tags[nsections++] = BUNDLE_SEC_CUDA_KERNELS;
+        }
+    }
     for (int i = 0; i < nsections; i++) {
         put_section(&file, tags[i], &body[i]);
         al_free(body[i].p);

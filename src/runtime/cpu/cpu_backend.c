@@ -139,7 +139,6 @@ static const rt_backend_ops cpu_ops_table = {
     .compile = compile,
     .run = run,
     .exec_free = exec_free,
-    .exec_save = rt_exec_save_none,
     .exec_load = rt_exec_load_by_compiling,
     .close = close_backend,
 };

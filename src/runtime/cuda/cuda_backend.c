@@ -1,9 +1,9 @@
-/* cuda_backend.c - the CUDA backend behind the backend interface: a compiled step is its emitted kernels loaded on a device and its launch plan, replayed each run (captured once and replayed as one graph where the device can). */
+/* cuda_backend.c - the CUDA backend behind the backend interface: a compiled step is its kernels loaded on a device (emitted and compiled now, or a bundle's images) and its launch plan, replayed each run (captured once and replayed as one graph where the device can). */
 #include <string.h>
 
-#include "codegen/export.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_jit.h"
 
 struct rt_buffer {
     cdev_ptr ptr;
@@ -21,7 +21,8 @@ typedef struct cuda_backend {
 struct rt_exec {
     const ir_graph *g;
     const mem_plan *p;
-    cg_program prog; /* kernel sources freed once loaded */
+    const cg_program *prog; /* its kernels: &jit, or a bundle's kernel table */
+    cg_program jit;         /* the kernels emitted for it (sources freed once loaded); empty for a bundle's */
     lp_plan lp;
     cdev_module **modules;
     int nmodules;
@@ -105,48 +106,47 @@ static void exec_free(rt_backend *b, rt_exec *e)
     if (e->staging) dev->ops->release(dev, e->staging);
     if (e->arena) dev->ops->release(dev, e->arena);
     if (e->aux) dev->ops->release(dev, e->aux);
-    cg_program_free(&e->prog);
+    cuda_jit_free(&e->jit);
     lp_free(&e->lp);
     al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->leaf), al_free(e->captured);
     al_free(e->argval), al_free(e->argv), al_free(e->staged), al_free(e->staged_at);
     al_free(e);
 }
 
-/* Compiles and loads the program's kernels, grouped into modules as the
- * export groups them, and finds each kernel's function. */
-static alloy_status load_kernels(rt_backend *b, rt_exec *e)
+/* Loads every module of the bundle's CUDA executable x from its image:
+ * on a GPU the one bundle_cuda_pick chooses (cubin, else PTX), on a device
+ * with its own image kind (the tests' emulation) that kind; no compiler
+ * runs. Then finds each kernel of the table in its module. */
+static alloy_status load_images(rt_backend *b, rt_exec *e, const bundle_cuda *x)
 {
     cdev *dev = device_of(b);
-    const cg_program *prog = &e->prog;
-    int n = cg_module_count(prog->nkernels);
-    e->nmodules = n;
-    e->modules = al_calloc((size_t)n + 1, sizeof *e->modules);
-    e->fn = al_calloc((size_t)prog->nkernels + 1, sizeof *e->fn);
-    char **sources = al_calloc((size_t)n + 1, sizeof *sources), (*names)[32] = al_calloc((size_t)n + 1, 32);
-    const char **src = al_calloc((size_t)n + 1, sizeof *src), **nm = al_calloc((size_t)n + 1, sizeof *nm);
-    alloy_status st = e->modules && e->fn && sources && names && src && nm ? ALLOY_OK : ALLOY_ERR_OOM;
-    for (int m = 0; !st && m < n; m++) {
-        int first, count;
-        cg_module_range(prog->nkernels, m, &first, &count);
-        cg_module_name(m, names[m], 32);
-        if (!(sources[m] = cg_module_source(prog, first, count))) st = ALLOY_ERR_OOM;
-        src[m] = sources[m], nm[m] = names[m];
+    if (!dev->ops->load_image)
+        return rt_fail(b, ALLOY_ERR_UNSUPPORTED, "cuda: the device %s cannot load a bundle's images", dev->name);
+    e->nmodules = (int)x->nmodules;
+    e->modules = al_calloc((size_t)e->nmodules + 1, sizeof *e->modules);
+    if (!e->modules) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory loading the bundle's modules");
+    alloy_status st = ALLOY_OK;
+    for (uint32_t m = 0; !st && m < x->nmodules; m++) {
+        const bundle_image *im = NULL;
+        char why[768];
+        if (dev->image_kind) {
+            if (!(im = bundle_cuda_image_of_kind(x, m, dev->image_kind))) {
+                char targets[512];
+                bundle_cuda_targets(x, targets, sizeof targets);
+                return rt_fail(b, ALLOY_ERR_UNSUPPORTED, "cuda: %s loads only its own images (kind %u); the bundle has %s",
+                               dev->name, dev->image_kind, targets);
+            }
+        } else if ((st = bundle_cuda_pick(x, m, dev->sm, dev->driver, &im, why, sizeof why))) {
+            return rt_fail(b, st, "cuda: %s", why);
+        }
+        char name[32];
+        al_fmt(name, sizeof name, "alloy_m%u", m);
+        if ((st = dev->ops->load_image(dev, name, im->kind, im->data, im->size, &e->modules[m])))
+            dev_fail(b, st, "loading the bundle's kernels");
     }
-    if (st) rt_fail(b, st, "cuda: out of memory gathering the kernels of graph '%s'", e->g->name);
-    else if ((st = dev->ops->load(dev, n, nm, src, e->modules))) dev_fail(b, st, "loading the step's kernels");
-    for (int m = 0; !st && m < n; m++) {
-        int first, count;
-        cg_module_range(prog->nkernels, m, &first, &count);
-        for (int q = first; !st && q < first + count; q++)
-            if ((st = dev->ops->function(dev, e->modules[m], prog->kernels[q].name, &e->fn[q])))
-                dev_fail(b, st, "finding a kernel");
-    }
-    for (int m = 0; sources && m < n; m++) al_free(sources[m]);
-    al_free(sources), al_free(names), al_free(src), al_free(nm);
-    for (int q = 0; !st && q < prog->nkernels; q++) { /* loaded: the sources are not needed again */
-        al_free(e->prog.kernels[q].source);
-        e->prog.kernels[q].source = NULL;
-    }
+    for (int q = 0; !st && q < e->prog->nkernels; q++)
+        if ((st = dev->ops->function(dev, e->modules[x->module_of[q]], e->prog->kernels[q].name, &e->fn[q])))
+            dev_fail(b, st, "finding a kernel of the bundle");
     return st;
 }
 
@@ -157,30 +157,37 @@ static int place_alignment(const lp_place *pl, int64_t stride, alloy_dtype dt, i
     return lp_alignment(pl->offset, stride * (int64_t)alloy_dtype_size(dt), batch);
 }
 
-static alloy_status compile(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p, rt_exec **out)
+/* An executable for schedule s of g with plan p: its kernels emitted and
+ * compiled now (x NULL: cuda_jit.h, the full library's) or a bundle's
+ * kernel table and images (x, which outlives the executable: no emitter,
+ * no compiler); the launch plan built from the kernels (lp_build), the
+ * GEMMs prepared, the arena allocated. */
+static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p, const bundle_cuda *x,
+                          rt_exec **out)
 {
     *out = NULL;
     cdev *dev = device_of(b);
     rt_exec *e = al_calloc(1, sizeof *e);
     if (!e) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
     e->g = g, e->p = p;
+    e->prog = x ? &x->prog : &e->jit;
     char err[1024];
-    alloy_status st = cg_emit(g, s, &e->prog, err, sizeof err);
-    if (st) rt_fail(b, st, "cuda: emitting the kernels of graph '%s': %s", g->name, err);
-    else if ((st = lp_build(g, s, p, &e->prog, &e->lp, err, sizeof err)))
+    alloy_status st = x ? ALLOY_OK : cuda_jit_make_kernels(b, g, s, &e->jit);
+    if (!st && (st = lp_build(g, s, p, e->prog, &e->lp, err, sizeof err)))
         rt_fail(b, st, "cuda: graph '%s': %s", g->name, err);
     if (!st) {
         e->leaf = al_calloc((size_t)g->nnodes + 1, sizeof *e->leaf);
         e->captured = al_calloc((size_t)g->nnodes + 1, sizeof *e->captured);
         e->gemm = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm);
-        for (int q = 0; q < e->prog.nkernels; q++)
-            if (e->prog.kernels[q].nparams > e->maxparams) e->maxparams = e->prog.kernels[q].nparams;
+        e->fn = al_calloc((size_t)e->prog->nkernels + 1, sizeof *e->fn);
+        for (int q = 0; q < e->prog->nkernels; q++)
+            if (e->prog->kernels[q].nparams > e->maxparams) e->maxparams = e->prog->kernels[q].nparams;
         e->argval = al_calloc((size_t)e->maxparams + 1, sizeof *e->argval);
         e->argv = al_calloc((size_t)e->maxparams + 1, sizeof *e->argv);
-        if (!e->leaf || !e->captured || !e->gemm || !e->argval || !e->argv)
+        if (!e->leaf || !e->captured || !e->gemm || !e->fn || !e->argval || !e->argv)
             st = rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
     }
-    if (!st) st = load_kernels(b, e);
+    if (!st) st = x ? load_images(b, e, x) : cuda_jit_load(b, dev, &e->jit, &e->modules, &e->nmodules, e->fn);
     for (int i = 0; !st && i < e->lp.ngemms; i++) {
         const lp_gemm *gm = &e->lp.gemms[i];
         int align[3] = {place_alignment(&gm->a, gm->stride_a, gm->ab, gm->batch),
@@ -232,7 +239,7 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
         const lp_action *a = &e->lp.actions[i];
         switch (a->kind) {
         case LP_KERNEL: {
-            const cg_kernel *kn = &e->prog.kernels[a->index];
+            const cg_kernel *kn = &e->prog->kernels[a->index];
             const lp_place *args = &e->lp.args[e->lp.first_arg[a->index]];
             for (int p = 0; !st && p < kn->nparams; p++) {
                 e->argval[p] = address(b, e, &args[p], 1, &st);
@@ -415,6 +422,21 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
     return st;
 }
 
+static alloy_status compile(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p, rt_exec **out)
+{
+    return build(b, g, s, p, NULL, out);
+}
+
+/* A bundle's step: from its kernel table and images when it has them (no
+ * emitter, no compiler); else (saved without archs, or before the kernel
+ * table) compiled as a graph is, which liballoy-runtime refuses. */
+static alloy_status exec_load(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
+                              const bundle_cuda *x, rt_exec **out)
+{
+    if (x && x->nimages && x->has_kernels) return build(b, g, s, p, x, out);
+    return compile(b, g, s, p, out);
+}
+
 static void close_backend(rt_backend *b)
 {
     cdev *dev = device_of(b);
@@ -426,7 +448,7 @@ static bool device_caps(const rt_backend *b, int *sm, int *driver)
 {
     const cdev *dev = ((const cuda_backend *)b)->dev;
     *sm = dev->sm, *driver = dev->driver;
-    return dev->sm > 0;
+    return dev->sm > 0 && !dev->image_kind; /* an emulated device's images are its own */
 }
 
 static const rt_backend_ops cuda_ops_table = {
@@ -438,8 +460,7 @@ static const rt_backend_ops cuda_ops_table = {
     .compile = compile,
     .run = run,
     .exec_free = exec_free,
-    .exec_save = rt_exec_save_none,
-    .exec_load = rt_exec_load_by_compiling, /* kernels come back from the kernel cache */
+    .exec_load = exec_load,
     .close = close_backend,
     .device_caps = device_caps,
 };

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "passes/options.h"
 #include "runtime/cuda/launch.h"
 
 typedef uint64_t cdev_ptr; /* a device address; 0 is none */
@@ -26,8 +27,14 @@ typedef struct cdev_ops {
     alloy_status (*copy)(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes);
     alloy_status (*zero)(cdev *dev, cdev_ptr dst, size_t bytes);
     /* Loads n modules of generated CUDA C (names[i], sources[i]), compiled
-     * for this device (in parallel where it can); out[i] per module. */
+     * for this device (in parallel where it can); out[i] per module. NULL
+     * where the device compiles nothing (a GPU in liballoy-runtime). */
     alloy_status (*load)(cdev *dev, int n, const char *const *names, const char *const *sources, cdev_module **out);
+    /* Loads module `name` from a bundle's image of kind (bundle_image_kind:
+     * a cubin or PTX on a GPU, cuModuleLoadData; the device's own
+     * image_kind otherwise) with no compiler of alloy's. */
+    alloy_status (*load_image)(cdev *dev, const char *name, uint32_t kind, const void *image, size_t size,
+                               cdev_module **out);
     alloy_status (*function)(cdev *dev, cdev_module *m, const char *kernel, cdev_function **out);
     void (*unload)(cdev *dev, cdev_module *m); /* with its functions */
     /* params as cuLaunchKernel takes them: a pointer to each of the nparams arguments */
@@ -52,15 +59,16 @@ struct cdev {
     char name[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, driver 13.0)" */
     int sm;           /* compute capability, 90 for 9.0 */
     int driver;       /* the CUDA driver's version, 13000 for 13.0; 0: unknown (an emulated device) */
+    uint32_t image_kind; /* 0: a GPU, which loads the cubin or PTX bundle_cuda_pick chooses; else the only
+                          * bundle image kind it loads (the tests' emulation: BUNDLE_HOST) */
     char error[1024]; /* the last failure */
 };
 
 /* The GPU through the driver (driver_device.c): libcuda.so.1, device
- * ordinal 0, a primary context and a stream; cuBLASLt and NVRTC loaded;
- * kernels compiled through the kernel cache in cache_dir ("" none).
+ * ordinal 0, a primary context and a stream; cuBLASLt loaded; and in
+ * liballoy NVRTC and cfg's kernel cache (driver_jit.h), nthreads compiling.
  * ALLOY_ERR_UNSUPPORTED with err naming what is missing (the driver, a
  * GPU, a library) when this machine cannot run CUDA. */
-AL_HIDDEN alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, const char *dump_dir,
-                                        int nthreads, cdev **out, char *err, size_t errlen);
+AL_HIDDEN alloy_status cdev_open_driver(const al_options *cfg, int nthreads, cdev **out, char *err, size_t errlen);
 
 #endif

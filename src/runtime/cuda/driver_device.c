@@ -1,32 +1,25 @@
-/* driver_device.c - device.h on a real GPU: the driver's memory, stream and modules, kernels compiled by NVRTC through the kernel cache, GEMMs by cuBLASLt, a step captured into one CUDA graph. */
+/* driver_device.c - device.h on a real GPU: the driver's memory, stream and modules (a bundle's cubins and PTX, or kernels compiled by driver_jit.h's NVRTC where the library has it), GEMMs by cuBLASLt, a step captured into one CUDA graph. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen/cache.h"
-#include "codegen/nvrtc.h"
+#include "runtime/bundle/bundle.h"
 #include "runtime/cuda/blaslt.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver.h"
-
-/* Kernels kept in memory by the process's cache (the disk holds the rest). */
-#define DRV_MEM_CACHE (64u << 20)
-#define DRV_DISK_CACHE (1ull << 30)
+#include "runtime/cuda/driver_jit.h"
 
 typedef struct drv_device {
     cdev base;
     cu_driver *drv;
     blt_library *blt;
-    cg_nvrtc *nv;
-    cg_cache *cache; /* NULL: no cache */
+    drv_jit *jit; /* NULL: this library compiles nothing (liballoy-runtime) */
     CUdevice device;
     CUcontext ctx;
     CUstream stream;
     CUdeviceptr workspace;
-    char dump_dir[1024];
-    int nthreads;
 } drv_device;
 
 struct cdev_gemm {
@@ -119,43 +112,54 @@ static alloy_status d_zero(cdev *dev, cdev_ptr dst, size_t bytes)
     return ALLOY_OK;
 }
 
+/* Loads module name from image (a cubin, or PTX the driver compiles). */
+static alloy_status load_one(drv_device *d, const char *name, bool ptx, int arch, const void *image, cdev_module **out)
+{
+    CUmodule m;
+    CUresult r = d->drv->cuModuleLoadData(&m, image);
+    if (r != CUDA_SUCCESS) {
+        char what[160];
+        al_fmt(what, sizeof what, "loading module %s (%s for %s_%d)", name, ptx ? "PTX" : "CUBIN", ptx ? "compute" : "sm",
+               arch);
+        return drv_fail(d, r, what);
+    }
+    *out = (cdev_module *)m;
+    return ALLOY_OK;
+}
+
 static alloy_status d_load(cdev *dev, int n, const char *const *names, const char *const *sources, cdev_module **out)
 {
     drv_device *d = drv_of(dev);
     alloy_status st = current(d);
     if (st) return st;
-    cg_kernel_src *ks = al_calloc((size_t)n + 1, sizeof *ks);
-    cg_binary *bins = al_calloc((size_t)n + 1, sizeof *bins);
-    if (!ks || !bins) {
-        al_free(ks), al_free(bins);
+    drv_jit_image *images = al_calloc((size_t)n + 1, sizeof *images);
+    if (!images) {
         al_fmt(dev->error, sizeof dev->error, "out of memory compiling %d modules", n);
         return ALLOY_ERR_OOM;
     }
-    for (int i = 0; i < n; i++) ks[i] = (cg_kernel_src){.name = names[i], .source = sources[i], .sm = dev->sm};
-    const char *dump = d->dump_dir[0] ? d->dump_dir : NULL;
-    st = d->cache ? cg_cache_compile_many(d->cache, d->nv, ks, n, d->nthreads, dump, bins)
-                  : cg_nvrtc_compile_many(d->nv, ks, n, d->nthreads, dump, bins);
-    for (int i = 0; i < n; i++) {
-        if (bins[i].status) {
-            if (!st) st = bins[i].status;
-            al_fmt(dev->error, sizeof dev->error, "module %s for sm_%d: %s", names[i], dev->sm,
-                   bins[i].message ? bins[i].message : "failed to compile");
-            break;
-        }
-        CUmodule m;
-        CUresult r = d->drv->cuModuleLoadData(&m, bins[i].data);
-        if (r != CUDA_SUCCESS) {
-            char what[160];
-            al_fmt(what, sizeof what, "loading module %s (%s for %s_%d)", names[i],
-                   bins[i].kind == CG_CUBIN ? "CUBIN" : "PTX", bins[i].kind == CG_CUBIN ? "sm" : "compute", bins[i].arch);
-            st = drv_fail(d, r, what);
-            break;
-        }
-        out[i] = (cdev_module *)m;
+    if (!d->jit) {
+        al_fmt(dev->error, sizeof dev->error, "this library compiles no kernels (it has no NVRTC)");
+        st = ALLOY_ERR_UNSUPPORTED;
+    } else {
+        st = drv_jit_compile(d->jit, dev->sm, n, names, sources, images, dev->error, sizeof dev->error);
     }
-    for (int i = 0; i < n; i++) cg_binary_free(&bins[i]);
-    al_free(ks), al_free(bins);
+    for (int i = 0; !st && i < n; i++) st = load_one(d, names[i], images[i].ptx, images[i].arch, images[i].data, &out[i]);
+    if (d->jit) drv_jit_images_free(images, n);
+    al_free(images);
     return st;
+}
+
+static alloy_status d_load_image(cdev *dev, const char *name, uint32_t kind, const void *image, size_t size,
+                                 cdev_module **out)
+{
+    drv_device *d = drv_of(dev);
+    (void)size; /* a cubin is an ELF file and PTX NUL-terminated: the driver finds the end */
+    if (kind != BUNDLE_CUBIN && kind != BUNDLE_PTX) {
+        al_fmt(dev->error, sizeof dev->error, "module %s: image kind %u is not a cubin or PTX", name, kind);
+        return ALLOY_ERR_INVALID;
+    }
+    alloy_status st = current(d);
+    return st ? st : load_one(d, name, kind == BUNDLE_PTX, 0, image, out);
 }
 
 static alloy_status d_function(cdev *dev, cdev_module *m, const char *kernel, cdev_function **out)
@@ -279,8 +283,7 @@ static void d_close(cdev *dev)
     }
     blt_close(d->blt);
     if (d->drv && d->ctx) d->drv->cuDevicePrimaryCtxRelease(d->device);
-    if (d->cache) cg_cache_close(d->cache);
-    if (d->nv) cg_nvrtc_close(d->nv);
+    drv_jit_close(d->jit);
     cu_driver_close(d->drv);
     al_free(d);
 }
@@ -293,6 +296,7 @@ static const cdev_ops driver_ops = {
     .copy = d_copy,
     .zero = d_zero,
     .load = d_load,
+    .load_image = d_load_image,
     .function = d_function,
     .unload = d_unload,
     .launch = d_launch,
@@ -316,8 +320,7 @@ static alloy_status open_fail(drv_device *d, CUresult r, const char *what, char 
     return r == CUDA_ERROR_OUT_OF_MEMORY ? ALLOY_ERR_OOM : ALLOY_ERR_UNSUPPORTED;
 }
 
-alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, const char *dump_dir, int nthreads,
-                              cdev **out, char *err, size_t errlen)
+alloy_status cdev_open_driver(const al_options *cfg, int nthreads, cdev **out, char *err, size_t errlen)
 {
     *out = NULL;
     drv_device *d = al_calloc(1, sizeof *d);
@@ -326,8 +329,6 @@ alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, con
         return ALLOY_ERR_OOM;
     }
     d->base.ops = &driver_ops;
-    d->nthreads = nthreads;
-    if (dump_dir) al_fmt(d->dump_dir, sizeof d->dump_dir, "%s", dump_dir);
     alloy_status st = cu_driver_open(NULL, &d->drv, err, errlen);
     if (st) {
         al_free(d);
@@ -362,22 +363,15 @@ alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, con
         d_close(&d->base);
         return st;
     }
-    if ((st = cg_nvrtc_open(nvrtc_path && *nvrtc_path ? nvrtc_path : NULL, &d->nv, msg, sizeof msg))) {
-        al_fmt(err, errlen, "NVRTC, which compiles alloy's kernels, is not available: %s", msg);
-        d_close(&d->base);
-        return st == ALLOY_ERR_OOM ? st : ALLOY_ERR_UNSUPPORTED;
-    }
-    if (cache_dir && (st = cg_cache_open(*cache_dir ? cache_dir : NULL, DRV_MEM_CACHE, DRV_DISK_CACHE, &d->cache, msg,
-                                         sizeof msg))) {
-        al_fmt(err, errlen, "the kernel cache: %s", msg);
+    if ((st = drv_jit_open(cfg, nthreads, &d->jit, err, errlen))) {
         d_close(&d->base);
         return st;
     }
     d->base.driver = d->drv->version;
-    int nv_major, nv_minor;
-    cg_nvrtc_version(d->nv, &nv_major, &nv_minor);
-    al_fmt(d->base.name, sizeof d->base.name, "%s (sm_%d, driver %d.%d, NVRTC %d.%d, cuBLASLt %zu)", name, d->base.sm,
-           d->drv->version / 1000, d->drv->version % 1000 / 10, nv_major, nv_minor, d->blt->version);
+    char jit[64];
+    drv_jit_describe(d->jit, jit, sizeof jit);
+    al_fmt(d->base.name, sizeof d->base.name, "%s (sm_%d, driver %d.%d%s, cuBLASLt %zu)", name, d->base.sm,
+           d->drv->version / 1000, d->drv->version % 1000 / 10, jit, d->blt->version);
     *out = &d->base;
     return ALLOY_OK;
 }
@@ -385,18 +379,10 @@ alloy_status cdev_open_driver(const char *nvrtc_path, const char *cache_dir, con
 alloy_status cuda_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen)
 {
     *out = NULL;
-    char dir[OPT_PATH_MAX + 16] = "";
-    if (cfg->cache) {
-        alloy_status st = cg_cache_default_dir(cfg->cache_dir, getenv("XDG_CACHE_HOME"), getenv("HOME"), dir, sizeof dir);
-        if (st == ALLOY_ERR_INVALID) {
-            al_fmt(err, errlen, "cuda: the kernel cache directory is longer than %zu bytes", sizeof dir - 1);
-            return st;
-        }
-    }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cfg->num_threads > 0 ? cfg->num_threads : cpus > 0 ? (int)cpus : 1;
     cdev *dev;
-    alloy_status st = cdev_open_driver(cfg->nvrtc, cfg->cache ? dir : NULL, cfg->dump_dir, threads, &dev, err, errlen);
+    alloy_status st = cdev_open_driver(cfg, threads, &dev, err, errlen);
     if (st) return st;
     return cuda_backend_open_on(cfg, dev, out, err, errlen);
 }

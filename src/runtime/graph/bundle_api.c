@@ -113,16 +113,31 @@ alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, 
             st = ALLOY_ERR_OOM;
         }
     }
-    bundle_cuda cuda = c.cuda; /* kept for the GPU check below */
-    memset(&c.cuda, 0, sizeof c.cuda);
+    /* the CUDA executable stays with the graph: exec_load builds the step from it */
+    if (!st && c.cuda.nimages && !(g->bundle_exec = al_malloc(sizeof *g->bundle_exec))) {
+        al_fmt(err, errlen, "%s: out of memory", path);
+        st = ALLOY_ERR_OOM;
+    }
+    if (g->bundle_exec) {
+        *g->bundle_exec = c.cuda;
+        memset(&c.cuda, 0, sizeof c.cuda);
+    }
+    uint8_t *init = c.init_state; /* the saved initial state, loaded over the seed's below */
+    size_t init_len = c.init_state_len;
+    c.init_state = NULL;
     bundle_contents_free(&c);
     if (!st) {
         step_info_nodes(g);
         st = state_ensure(g); /* opens the backend, creates and initializes the state */
         if (st) al_fmt(err, errlen, "%s: %s", path, g->error);
     }
-    if (!st) st = check_gpu(graph_backend(g), &cuda, path, err, errlen);
-    bundle_cuda_free(&cuda);
+    if (!st && init) {
+        char where[600];
+        al_fmt(where, sizeof where, "%s: section initial state", path);
+        if ((st = graph_load_state_memory(g, init, init_len, where))) al_fmt(err, errlen, "%s", g->error);
+    }
+    al_free(init);
+    if (!st && g->bundle_exec) st = check_gpu(graph_backend(g), g->bundle_exec, path, err, errlen);
     if (st) {
         alloy_bundle_free(b);
         return st;

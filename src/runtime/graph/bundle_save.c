@@ -1,11 +1,14 @@
 /* bundle_save.c - alloy_graph_save_bundle: a graph's compiled step written as a bundle, with its CUDA executable compiled by NVRTC for the architectures asked for (the full library: it runs the pass pipeline and NVRTC). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloy/bundle.h"
 #include "codegen/export.h"
 #include "runtime/bundle/bundle.h"
+#include "runtime/graph/bundle_save.h"
 #include "runtime/graph/graph_impl.h"
 
 /* opt_print's line of cfg without its newline (al_free it); NULL on OOM. */
@@ -41,67 +44,176 @@ static alloy_status add_image(bundle_cuda *x, const cg_binary *bin, uint32_t m)
     return ALLOY_OK;
 }
 
-/* g's CUDA executable for archs ("sm_80,sm_90") into x: its kernels
- * (cg_emit) in modules (cg_module_range), each compiled by NVRTC to a cubin
- * per architecture (PTX for the newest below where NVRTC has none) and to
- * PTX for the lowest architecture, which newer GPUs' drivers compile; the
- * driver version that PTX needs is NVRTC's. No GPU is needed. A step with
- * no kernel (every step a library call) gives no images. */
-static alloy_status cuda_images(alloy_graph *g, const char *path, const char *archs, bundle_cuda *x)
+/* The default image builder: every module compiled by NVRTC to a cubin per
+ * architecture of archs (PTX for the newest below where NVRTC has none) and
+ * to PTX for the lowest architecture, which newer GPUs' drivers compile;
+ * the driver version that PTX needs is NVRTC's. No GPU is needed. */
+static alloy_status nvrtc_images(const al_options *cfg, const char *archs, int nmodules, const char *const *names,
+                                 const char *const *sources, bundle_cuda *x, char *err, size_t errlen)
 {
     int sms[CG_MAX_ARCHS], nsms, lowest = 0;
     char msg[1024];
     alloy_status st = cg_parse_archs(archs, sms, CG_MAX_ARCHS, &nsms, msg, sizeof msg);
-    if (st) return graph_fail(g, st, "save_bundle %s: %s", path, msg);
+    if (st) {
+        al_fmt(err, errlen, "%s", msg);
+        return st;
+    }
     for (int i = 0; i < nsms; i++) lowest = !lowest || sms[i] < lowest ? sms[i] : lowest;
     cg_nvrtc *nv = NULL;
-    if ((st = cg_nvrtc_open(g->cfg.nvrtc[0] ? g->cfg.nvrtc : NULL, &nv, msg, sizeof msg)))
-        return graph_fail(g, st, "save_bundle %s: the CUDA executables for %s need NVRTC: %s", path, archs, msg);
-    cg_program prog;
-    if ((st = cg_emit(g->compiled, &g->comp.sched, &prog, msg, sizeof msg))) {
-        cg_nvrtc_close(nv);
-        return graph_fail(g, st, "save_bundle %s: %s", path, msg);
+    if ((st = cg_nvrtc_open(cfg->nvrtc[0] ? cfg->nvrtc : NULL, &nv, msg, sizeof msg))) {
+        al_fmt(err, errlen, "the CUDA executables for %s need NVRTC: %s", archs, msg);
+        return st;
     }
-    int nmodules = cg_module_count(prog.nkernels), per = nsms + 1, n = nmodules * per;
-    char (*names)[32] = al_calloc((size_t)nmodules + 1, 32), **sources = al_calloc((size_t)nmodules + 1, sizeof *sources);
+    int per = nsms + 1, n = nmodules * per;
     cg_kernel_src *ks = al_calloc((size_t)n + 1, sizeof *ks);
     cg_binary *bins = al_calloc((size_t)n + 1, sizeof *bins);
     x->images = al_calloc((size_t)n + 1, sizeof *x->images);
-    st = names && sources && ks && bins && x->images ? ALLOY_OK : ALLOY_ERR_OOM;
+    st = ks && bins && x->images ? ALLOY_OK : ALLOY_ERR_OOM;
+    for (int m = 0; !st && m < nmodules; m++)
+        for (int t = 0; t < per; t++)
+            ks[m * per + t] = (cg_kernel_src){.name = names[m], .source = sources[m],
+                                              .sm = t < nsms ? sms[t] : lowest, .ptx = t == nsms};
+    if (st) al_fmt(err, errlen, "out of memory compiling the CUDA executable");
+    else if ((st = cg_nvrtc_compile_many(nv, ks, n, cfg->num_threads, NULL, bins))) {
+        int bad = 0;
+        while (bad < n - 1 && !bins[bad].status) bad++;
+        al_fmt(err, errlen, "%s", bins[bad].message ? bins[bad].message : "NVRTC failed");
+    }
+    for (int i = 0; !st && i < n; i++)
+        if ((st = add_image(x, &bins[i], (uint32_t)(i / per))))
+            al_fmt(err, errlen, "out of memory keeping the CUDA executable");
+    if (!st) {
+        int major, minor;
+        cg_nvrtc_version(nv, &major, &minor);
+        x->min_driver = (uint32_t)(1000 * major + 10 * minor);
+    }
+    for (int i = 0; bins && i < n; i++) cg_binary_free(&bins[i]);
+    al_free(ks), al_free(bins);
+    cg_nvrtc_close(nv);
+    return st;
+}
+
+static bundle_image_builder image_builder = nvrtc_images;
+
+bundle_image_builder bundle_set_image_builder(bundle_image_builder builder)
+{
+    bundle_image_builder old = image_builder;
+    image_builder = builder ? builder : nvrtc_images;
+    return old;
+}
+
+alloy_status bundle_kernel_table(const cg_program *prog, bundle_cuda *x)
+{
+    int n = prog->nkernels;
+    cg_program *t = &x->prog;
+    t->kernels = al_calloc((size_t)n + 1, sizeof *t->kernels);
+    x->module_of = al_calloc((size_t)n + 1, sizeof *x->module_of);
+    t->skipped = al_calloc((size_t)prog->nskipped + 1, sizeof *t->skipped);
+    t->why = al_calloc((size_t)prog->nskipped + 1, sizeof *t->why);
+    if (!t->kernels || !x->module_of || !t->skipped || !t->why) return ALLOY_ERR_OOM;
+    x->has_kernels = true;
+    for (int m = 0; m < (int)x->nmodules; m++) {
+        int first, count;
+        cg_module_range(n, m, &first, &count);
+        for (int q = first; q < first + count; q++) x->module_of[q] = (uint32_t)m;
+    }
+    for (int q = 0; q < n; q++) {
+        cg_kernel *k = &t->kernels[q];
+        *k = prog->kernels[q];
+        k->source = NULL, k->body = 0;
+        k->params = al_calloc((size_t)k->nparams + 1, sizeof *k->params);
+        t->nkernels = q + 1;
+        if (!k->params) return ALLOY_ERR_OOM;
+        memcpy(k->params, prog->kernels[q].params, sizeof *k->params * (size_t)k->nparams);
+    }
+    for (int i = 0; i < prog->nskipped; i++) {
+        t->skipped[i] = prog->skipped[i];
+        if (!(t->why[i] = al_strdup(prog->why[i]))) return ALLOY_ERR_OOM;
+        t->nskipped = i + 1;
+    }
+    return ALLOY_OK;
+}
+
+/* g's CUDA executable for archs ("sm_80,sm_90") into x: its kernels
+ * (cg_emit) in modules (cg_module_range), their images from the image
+ * builder (NVRTC's unless a test put a device's under it), and the kernel
+ * table from which the runtime rebuilds the launch plan with no emitter.
+ * A step with no kernel (every step a library call) gives no images. */
+static alloy_status cuda_images(alloy_graph *g, const char *path, const char *archs, bundle_cuda *x)
+{
+    char msg[1024];
+    cg_program prog;
+    alloy_status st = cg_emit(g->compiled, &g->comp.sched, &prog, msg, sizeof msg);
+    if (st) return graph_fail(g, st, "save_bundle %s: %s", path, msg);
+    int nmodules = cg_module_count(prog.nkernels);
+    char (*names)[32] = al_calloc((size_t)nmodules + 1, 32), **sources = al_calloc((size_t)nmodules + 1, sizeof *sources);
+    const char **nm = al_calloc((size_t)nmodules + 1, sizeof *nm), **src = al_calloc((size_t)nmodules + 1, sizeof *src);
+    st = names && sources && nm && src ? ALLOY_OK : ALLOY_ERR_OOM;
     for (int m = 0; !st && m < nmodules; m++) {
         int first, count;
         cg_module_range(prog.nkernels, m, &first, &count);
         cg_module_name(m, names[m], 32);
         if (!(sources[m] = cg_module_source(&prog, first, count))) st = ALLOY_ERR_OOM;
-        for (int t = 0; t < per; t++)
-            ks[m * per + t] = (cg_kernel_src){.name = names[m], .source = sources[m],
-                                              .sm = t < nsms ? sms[t] : lowest, .ptx = t == nsms};
+        nm[m] = names[m], src[m] = sources[m];
     }
     if (st) graph_fail(g, st, "save_bundle %s: out of memory compiling the CUDA executable", path);
-    else if ((st = cg_nvrtc_compile_many(nv, ks, n, g->cfg.num_threads, NULL, bins))) {
-        int bad = 0;
-        while (bad < n - 1 && !bins[bad].status) bad++;
-        graph_fail(g, st, "save_bundle %s: %s", path, bins[bad].message ? bins[bad].message : "NVRTC failed");
-    }
-    for (int i = 0; !st && i < n; i++)
-        if ((st = add_image(x, &bins[i], (uint32_t)(i / per))))
-            graph_fail(g, st, "save_bundle %s: out of memory keeping the CUDA executable", path);
-    if (!st) {
-        int major, minor;
-        cg_nvrtc_version(nv, &major, &minor);
-        x->min_driver = (uint32_t)(1000 * major + 10 * minor);
+    else if (nmodules && (st = image_builder(&g->cfg, archs, nmodules, nm, src, x, msg, sizeof msg)))
+        graph_fail(g, st, "save_bundle %s: %s", path, msg);
+    if (!st && x->nimages) {
         x->nmodules = (uint32_t)nmodules;
+        if ((st = bundle_kernel_table(&prog, x))) graph_fail(g, st, "save_bundle %s: out of memory keeping the kernel table", path);
     }
-    for (int i = 0; bins && i < n; i++) cg_binary_free(&bins[i]);
     for (int m = 0; sources && m < nmodules; m++) al_free(sources[m]);
-    al_free(names), al_free(sources), al_free(ks), al_free(bins);
+    al_free(names), al_free(sources), al_free(nm), al_free(src);
     cg_program_free(&prog);
-    cg_nvrtc_close(nv);
     if (st || !x->nimages) bundle_cuda_free(x);
     return st;
 }
 
+/* g's state now as an alloy-state safetensors file's bytes into *out: saved
+ * (alloy_graph_save_state, with its checksum) to a temporary file beside
+ * path and read back. */
+static alloy_status state_bytes(alloy_graph *g, const char *path, uint8_t **out, size_t *len)
+{
+    *out = NULL, *len = 0;
+    size_t n = strlen(path);
+    char *tmp = al_malloc(n + 16);
+    if (!tmp) return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".state-XXXXXX", 14);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        alloy_status st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot make %s: %s", path, tmp, strerror(errno));
+        al_free(tmp);
+        return st;
+    }
+    close(fd);
+    alloy_status st = alloy_graph_save_state(g, tmp);
+    FILE *f = st ? NULL : fopen(tmp, "rb");
+    if (!st && !f) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
+    if (f) {
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (size <= 0 || fseek(f, 0, SEEK_SET) != 0) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
+        else if (!(*out = al_malloc((size_t)size))) st = graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+        else if (fread(*out, 1, (size_t)size, f) != (size_t)size) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
+        else *len = (size_t)size;
+        fclose(f);
+    }
+    unlink(tmp);
+    al_free(tmp);
+    if (st) {
+        al_free(*out);
+        *out = NULL, *len = 0;
+    }
+    return st;
+}
+
 alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const char *archs)
+{
+    return alloy_graph_save_bundle_flags(g, path, archs, 0);
+}
+
+alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
 {
     if (!g) return ALLOY_ERR_INVALID;
     g->status = ALLOY_OK;
@@ -117,15 +229,23 @@ alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const cha
     if (strlen(g->ir->name) >= sizeof c.graph_name || strchr(g->ir->name, '\n'))
         return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: graph name over %zu bytes or with a newline", path,
                           sizeof c.graph_name - 1);
-    if (archs && *archs && (st = cuda_images(g, path, archs, &c.cuda))) return st;
+    if (flags & ~(unsigned)ALLOY_BUNDLE_WITH_STATE)
+        return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: unknown flags 0x%x", path, flags);
+    if ((flags & ALLOY_BUNDLE_WITH_STATE) && (st = state_bytes(g, path, &c.init_state, &c.init_state_len))) return st;
+    if (archs && *archs && (st = cuda_images(g, path, archs, &c.cuda))) {
+        al_free(c.init_state);
+        return st;
+    }
     c.options = options_text(&g->cfg);
     if (!c.options) {
         bundle_cuda_free(&c.cuda);
+        al_free(c.init_state);
         return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
     }
     char err[1024];
     st = bundle_write_file(path, &c, err, sizeof err);
     al_free(c.options);
+    al_free(c.init_state);
     bundle_cuda_free(&c.cuda);
     return st ? graph_fail(g, st, "save_bundle: %s", err) : ALLOY_OK;
 }

@@ -145,7 +145,9 @@ alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
     }
     rt_backend *b = graph_backend(g);
     b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
-    alloy_status st = b->ops->compile(b, c, s, p, &g->exec);
+    /* a bundle's own schedule: its backend's executable from the file (CUDA: the images, no compiler) */
+    alloy_status st = g->from_bundle && !keep ? b->ops->exec_load(b, c, s, p, g->bundle_exec, &g->exec)
+                                              : b->ops->compile(b, c, s, p, &g->exec);
     if (st == ALLOY_ERR_UNSUPPORTED && g->cfg.device == OPT_DEVICE_AUTO && strcmp(b->ops->name, "cpu") != 0)
         st = fall_back_to_cpu(g, c, s, p);
     if (st) {

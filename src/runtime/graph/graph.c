@@ -36,6 +36,8 @@ void alloy_graph_free(alloy_graph *g)
     graph_invalidate(g);
     state_free_all(g);
     graph_release_device(g);
+    if (g->bundle_exec) bundle_cuda_free(g->bundle_exec); /* after the executable that used it */
+    al_free(g->bundle_exec);
     ir_graph_free(g->ir);
     graph_options_free(g);
     for (int i = 0; i < g->ngrad_inputs; i++) al_free(g->grad_inputs[i]);

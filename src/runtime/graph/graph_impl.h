@@ -85,6 +85,7 @@ struct alloy_graph {
     param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
+    bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
     alloy_status status; /* last failing call's status, message below */
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
     char device_text[1024]; /* alloy_graph_device's answer */
@@ -149,6 +150,9 @@ AL_HIDDEN void step_info_capture(alloy_graph *g);
 /* state.c */
 /* Creates and initializes a state tensor for every param node still lacking one. */
 AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
+/* alloy_graph_load_state from a safetensors file's bytes (a bundle's
+ * initial state); where starts the messages. All or nothing. */
+AL_HIDDEN alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where);
 /* The state tensor called name, or NULL. */
 AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
 /* The name of state tensor i (the state index's al_name_fn). */

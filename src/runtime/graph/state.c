@@ -7,6 +7,7 @@
 #include "base/convert.h"
 #include "base/name_index.h"
 #include "runtime/io/checksum.h"
+#include "runtime/io/safetensors_memory.h"
 #include "runtime/graph/graph_impl.h"
 
 /* splitmix64: a small, well-mixed generator; one stream per (seed, name). */
@@ -356,6 +357,9 @@ static alloy_status check_checksum(alloy_graph *g, const alloy_safetensors *file
  * tensor must name one; params_only: only params,
  * each the file has (the others untouched), and file tensors naming no
  * param are counted in *ignored, not refused. */
+static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const char *path, bool params_only, int *loaded,
+                              int *ignored, const char *call);
+
 static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_only, int *loaded, int *ignored,
                                  const char *call)
 {
@@ -370,12 +374,32 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     alloy_safetensors *file = NULL;
     st = alloy_safetensors_load(path, &file, err, sizeof err);
     if (st) return graph_fail(g, st, "%s", err);
+    return load_from(g, file, path, params_only, loaded, ignored, call);
+}
+
+alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where)
+{
+    g->status = ALLOY_OK;
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    char err[768] = "";
+    alloy_safetensors *file = NULL;
+    st = io_safetensors_load_memory(bytes, len, where, &file, err, sizeof err);
+    if (st) return graph_fail(g, st, "%s", err);
+    return load_from(g, file, where, false, NULL, NULL, "load_state");
+}
+
+/* load_tensors' work once the file is read (freed here). */
+static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const char *path, bool params_only, int *loaded,
+                              int *ignored, const char *call)
+{
+    alloy_status st = ALLOY_OK;
     const alloy_host_tensor **src = al_calloc((size_t)g->nstate + 1, sizeof *src);
     if (!src) {
         alloy_safetensors_free(file);
         return graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory", call);
     }
-    char where[600];
+    char where[800];
     al_fmt(where, sizeof where, "%s: ", path);
     /* validate everything before changing anything: the checksum, every
      * tensor's name, dtype and shape, the values of alloy's own counters */

@@ -9,6 +9,7 @@
 
 #include "alloy/safetensors.h"
 #include "runtime/io/json.h"
+#include "runtime/io/safetensors_memory.h"
 
 #define MAX_HEADER 100000000ull /* the reference implementation's limit */
 #define NAME_FMT "%.80s"        /* names in messages are cut to keep the message readable */
@@ -357,19 +358,9 @@ static alloy_status read_exact(loader *l, FILE *f, void *buf, size_t n, const ch
     return ALLOY_OK;
 }
 
-/* Everything after opening: header, checks, data. Frees nothing of st. */
-static alloy_status load_file(loader *l, FILE *f, char **header, al_arena *tree)
+/* Everything after opening f, of size bytes: header, checks, data. Frees nothing of st. */
+static alloy_status load_file(loader *l, FILE *f, uint64_t size, char **header, al_arena *tree)
 {
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        al_fmt(l->err, l->errlen, "%s: cannot stat: %s", l->path, strerror(errno));
-        return ALLOY_ERR_IO;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        al_fmt(l->err, l->errlen, "%s: not a regular file", l->path);
-        return ALLOY_ERR_IO;
-    }
-    uint64_t size = (uint64_t)sb.st_size;
     if (size < 8) {
         al_fmt(l->err, l->errlen,
                 "%s: file is %" PRIu64 " bytes, too short for the 8-byte header length", l->path,
@@ -447,9 +438,50 @@ alloy_status alloy_safetensors_load(const char *path, alloy_safetensors **out, c
         al_free(st);
         return ALLOY_ERR_IO;
     }
+    struct stat sb;
+    alloy_status s = ALLOY_OK;
+    if (fstat(fileno(f), &sb) != 0) {
+        al_fmt(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        s = ALLOY_ERR_IO;
+    } else if (!S_ISREG(sb.st_mode)) {
+        al_fmt(err, errlen, "%s: not a regular file", path);
+        s = ALLOY_ERR_IO;
+    }
     char *header = NULL;
     al_arena tree = {0};
-    alloy_status s = load_file(&l, f, &header, &tree);
+    if (!s) s = load_file(&l, f, (uint64_t)sb.st_size, &header, &tree);
+    fclose(f);
+    al_free(header);
+    al_free(l.spans);
+    al_arena_free(&tree);
+    if (s) {
+        alloy_safetensors_free(st);
+        return s;
+    }
+    *out = st;
+    return ALLOY_OK;
+}
+
+alloy_status io_safetensors_load_memory(const void *bytes, size_t len, const char *where, alloy_safetensors **out,
+                                        char *err, size_t errlen)
+{
+    *out = NULL;
+    alloy_safetensors *st = al_calloc(1, sizeof *st);
+    loader l = {where, err, errlen, 0, st, NULL};
+    if (!st) return oom_err(&l);
+    if (len < 8) { /* fmemopen takes no empty buffer */
+        al_fmt(err, errlen, "%s: %zu bytes, too short for the 8-byte header length", where, len);
+        al_free(st);
+        return ALLOY_ERR_FORMAT;
+    }
+    FILE *f = fmemopen((void *)(uintptr_t)bytes, len, "rb");
+    if (!f) {
+        al_free(st);
+        return oom_err(&l);
+    }
+    char *header = NULL;
+    al_arena tree = {0};
+    alloy_status s = load_file(&l, f, len, &header, &tree);
     fclose(f);
     al_free(header);
     al_free(l.spans);
