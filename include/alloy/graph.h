@@ -322,6 +322,21 @@ typedef struct alloy_memory_info {
 /* Compiles g if needed and fills *out. */
 ALLOY_API alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out);
 
+/* What g's backend holds allocated on its device, counted from its own
+ * allocations: every buffer (state, inputs, staging of read-back counters),
+ * each executable's arena and aux block, and what the device keeps for
+ * itself (a GPU: cuBLASLt's 32 MiB workspace; the CPU: nothing); not the
+ * CUDA context, loaded modules or NVRTC. A backend several graphs share
+ * (alloy_graph_share_state) counts for all of them. */
+typedef struct alloy_device_memory {
+    size_t in_use_bytes; /* now */
+    size_t peak_bytes;   /* the most at once since the backend opened */
+} alloy_device_memory;
+
+/* Compiles g if needed (opening its backend) and fills *out;
+ * ALLOY_ERR_UNSUPPORTED for a backend that does not count. */
+ALLOY_API alloy_status alloy_graph_device_memory(alloy_graph *g, alloy_device_memory *out);
+
 /* Sets one option of the next compiles, over its environment variable
  * (docs/options.md): print_after, print_before (pass names or "all"),
  * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,
