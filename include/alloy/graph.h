@@ -343,7 +343,8 @@ ALLOY_API alloy_status alloy_graph_device_memory(alloy_graph *g, alloy_device_me
  * blas (0/1), num_threads, device (auto|cpu|cuda), cuda_graph (0/1), cache
  * (0/1), cache_dir, dump_dir (directories: dump_dir also gets every pass's
  * IR, docs/inspect.md), nvrtc (a library path), time_passes (0/1: a table
- * of pass times and node counts where printed passes go). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
+ * of pass times and node counts where printed passes go), profile (N: after
+ * every N-th run a table of each launch's time, bytes and GB/s, likewise). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
  * listing the valid ones, and changes nothing. */
 ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value);
 

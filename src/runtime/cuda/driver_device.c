@@ -284,6 +284,8 @@ static alloy_status d_event_new(cdev *dev, cdev_event **out)
 static alloy_status d_event_record(cdev *dev, cdev_event *ev)
 {
     drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
     DRV_CHECK(d, d->drv->cuEventRecord((CUevent)ev, d->stream), "cuEventRecord");
     return ALLOY_OK;
 }
@@ -291,6 +293,8 @@ static alloy_status d_event_record(cdev *dev, cdev_event *ev)
 static alloy_status d_event_elapsed(cdev *dev, cdev_event *start, cdev_event *end, float *ms)
 {
     drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
     DRV_CHECK(d, d->drv->cuEventElapsedTime(ms, (CUevent)start, (CUevent)end), "cuEventElapsedTime");
     return ALLOY_OK;
 }
