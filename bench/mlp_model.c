@@ -3,9 +3,15 @@
 
 #include "mlp_model.h"
 
-alloy_tensor *mlp_build(alloy_graph *g, const mlp_config *c, int batch)
+alloy_tensor *mlp_build(alloy_graph *g, const mlp_config *c, int batch, bool resident_x)
 {
-    alloy_tensor *h = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){batch, c->in});
+    alloy_tensor *h;
+    if (resident_x) {
+        h = alloy_param(g, "x", ALLOY_F32, 2, (int64_t[]){batch, c->in}, alloy_init_uniform(-1.0, 1.0));
+        alloy_param_freeze(g, h);
+    } else {
+        h = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){batch, c->in});
+    }
     int in = c->in;
     for (int i = 0; i <= c->layers; i++) {
         bool last = i == c->layers;

@@ -116,7 +116,7 @@ int main(int argc, char **argv)
 
     alloy_graph *g = alloy_graph_new("step_bench");
     if (!g) fail("out of memory");
-    alloy_tensor *loss = is_gpt ? gpt_build(g, &gpt, batch, true).loss : mlp_build(g, &mlp, batch);
+    alloy_tensor *loss = is_gpt ? gpt_build(g, &gpt, batch, true).loss : mlp_build(g, &mlp, batch, false);
     alloy_graph_set_loss(g, loss);
     if (amp != ALLOY_F32) alloy_graph_enable_amp(g, amp);
     if (amp == ALLOY_F16) alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler());
