@@ -20,6 +20,7 @@ torch: "torch not installed" on stderr, status 3; without a GPU (and not
 --device cpu): "no CUDA device", status 2.
 """
 import argparse
+import gc
 import math
 import os
 import statistics
@@ -90,6 +91,10 @@ def make_step(torch, args, shape, dtype, mode, dev):
 def time_mode(torch, args, shape, dtype, mode, dev):
     """(median ms, min ms, first step s, warm-up s, peak bytes, last loss) of one mode."""
     cuda = dev.type == "cuda"
+    # the previous mode's model, optimizer and compiled graphs go first, so the peak is this mode's alone
+    gc.collect()
+    if hasattr(torch, "_dynamo"):
+        torch._dynamo.reset()
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
