@@ -9,8 +9,9 @@
 # writes it to OUT/gpu-bench.txt (OUT defaults to gpu-bench/); every process's output goes to OUT/logs/.
 #
 # options:
-#   --quick              tiny shapes, 3 timed steps, on the CPU (device=cpu, torch on the CPU), PyTorch eager
-#                        only unless --torch-modes says more: checks this script's logic on a machine without a GPU
+#   --quick              tiny shapes, 3 timed steps, on the CPU (device=cpu, torch on the CPU, one thread each
+#                        unless OMP_NUM_THREADS / ALLOY_NUM_THREADS say otherwise), PyTorch eager only unless
+#                        --torch-modes says more: checks this script's logic on a machine without a GPU
 #   --models LIST        char_gpt,mlp,gpt2,gpt2_flash (default: all four)
 #   --dtypes LIST        f32,f16,bf16 (default: all three)
 #   --torch-modes LIST   eager,compile,reduce-overhead (default: all three; --quick: eager)
@@ -44,6 +45,9 @@ done
 if [ $quick = 1 ]; then
     device=cpu quickflag=--quick
     : "${modes:=eager}" "${steps:=3}" "${warmup:=2}"
+    # one thread each: on a small shared machine PyTorch's default threads spin against each other
+    # (a 6-MFLOP step took 600 ms instead of 3); OMP_NUM_THREADS / ALLOY_NUM_THREADS set outside win
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" ALLOY_NUM_THREADS="${ALLOY_NUM_THREADS:-1}"
 else
     device=cuda quickflag=""
     : "${modes:=eager,compile,reduce-overhead}" "${steps:=20}" "${warmup:=5}"
