@@ -18,13 +18,16 @@
 #   --steps N, --warmup N  timed steps (default 20; --quick 3) and warm-up runs (default 5; --quick 2)
 #   --build DIR          build directory (default build-bench/); an existing one is reused
 #   --python EXE         the interpreter with torch (default python3)
-#   --timeout S          seconds each process may take before it is killed (default 600)
+#   --timeout S          seconds each process may take before it is killed (default 300)
+#   --budget S           start no run once S seconds have passed since the script began (the rest are listed
+#                        as skipped), so a machine lent for a fixed time still returns a table (default: none)
 # Exit status: 0 when every run produced a result, 1 when any failed (the table says which), 2 when there is
 # no GPU (not --quick) or the build failed.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 quick=0 models=char_gpt,mlp,gpt2,gpt2_flash dtypes=f32,f16,bf16 modes="" steps="" warmup=""
-build=$root/build-bench python=python3 timeout_s=600 out=""
+build=$root/build-bench python=python3 timeout_s=300 budget_s=0 out=""
+started=$(date +%s)
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1 ;;
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift ;;
     --python) python=$2; shift ;;
     --timeout) timeout_s=$2; shift ;;
+    --budget) budget_s=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu.sh: unknown option $1 (see --help)"; exit 2 ;;
     *) out=$1 ;;
@@ -103,6 +107,12 @@ fi
 status=0
 run() { # run LOG COMMAND...: appends the command's result lines to results.tsv; a failure becomes a result line
     log=$1; shift
+    if [ "$budget_s" -gt 0 ] && [ $(($(date +%s) - started)) -ge "$budget_s" ]; then
+        printf 'result\t%s\tfailed=skipped: the %s s budget was spent\n' "$TAGS" "$budget_s" >>"$results"
+        echo "   skipped: the $budget_s s budget was spent"
+        status=1
+        return
+    fi
     timeout -k 10 "$timeout_s" "$@" >"$log" 2>&1
     rc=$?
     grep '^result' "$log" >>"$results"
