@@ -20,7 +20,9 @@ import time
 import warnings
 
 
-def build_model(torch, vocab, context, dim, layers, heads, mlp_width):
+def build_model(torch, vocab, context, dim, layers, heads, mlp_width, attention="written"):
+    """examples/gpt_model.c's model; attention "written" (matmul, mask, softmax, matmul, as alloy writes it) or
+    "sdpa" (F.scaled_dot_product_attention, causal: flash attention on a GPU, as alloy's attention op)."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -41,6 +43,9 @@ def build_model(torch, vocab, context, dim, layers, heads, mlp_width):
             hd = d // heads
             q, k, v = self.qkv(x).split(d, dim=-1)
             q, k, v = (z.view(b, t, heads, hd).transpose(1, 2) for z in (q, k, v))
+            if attention == "sdpa":
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+                return self.proj(y)
             scores = (q * (1.0 / math.sqrt(hd))) @ k.transpose(-2, -1)
             weights = F.softmax(scores.masked_fill(self.mask, float("-inf")), dim=-1)
             y = (weights @ v).transpose(1, 2).reshape(b, t, d)

@@ -8,6 +8,7 @@
 
 #include "alloy/alloy.h"
 #include "gpt_model.h"
+#include "mlp_model.h"
 
 static const char usage[] =
     "usage: step_bench [options]\n"
@@ -69,37 +70,6 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The MLP's shape. */
-typedef struct mlp_config {
-    int in, hidden, layers, classes;
-} mlp_config;
-
-/* Builds the MLP into g for `batch` rows, as examples/mlp_csv.c builds its
- * model: inputs "x" f32 [batch, in] and "labels" i32 [batch]; returns the
- * mean cross-entropy loss. */
-static alloy_tensor *build_mlp(alloy_graph *g, const mlp_config *c, int batch)
-{
-    alloy_tensor *h = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){batch, c->in});
-    int in = c->in;
-    for (int i = 0; i <= c->layers; i++) {
-        bool last = i == c->layers;
-        int out = last ? c->classes : c->hidden;
-        char wname[32], bname[32];
-        snprintf(wname, sizeof wname, "fc%d.weight", i);
-        snprintf(bname, sizeof bname, "fc%d.bias", i);
-        alloy_tensor *w = alloy_param(g, wname, ALLOY_F32, 2, (int64_t[]){in, out},
-                                      alloy_init_kaiming_uniform(last ? 1.0 : 1.4142135623730951));
-        alloy_tensor *b = alloy_param(g, bname, ALLOY_F32, 1, (int64_t[]){out}, alloy_init_zeros());
-        h = alloy_add(g, alloy_matmul(g, h, w, false, false), b);
-        if (!last) h = alloy_relu(g, h);
-        in = out;
-    }
-    alloy_tensor *labels = alloy_input(g, "labels", ALLOY_I32, 1, (int64_t[]){batch});
-    alloy_tensor *loss = alloy_set_name(g, alloy_cross_entropy(g, h, labels), "loss");
-    alloy_output(g, "loss", loss);
-    return loss;
-}
-
 /* Next value of a 32-bit LCG, for reproducible random data. */
 static unsigned next_seed(unsigned *seed)
 {
@@ -146,7 +116,7 @@ int main(int argc, char **argv)
 
     alloy_graph *g = alloy_graph_new("step_bench");
     if (!g) fail("out of memory");
-    alloy_tensor *loss = is_gpt ? gpt_build(g, &gpt, batch, true).loss : build_mlp(g, &mlp, batch);
+    alloy_tensor *loss = is_gpt ? gpt_build(g, &gpt, batch, true).loss : mlp_build(g, &mlp, batch, false);
     alloy_graph_set_loss(g, loss);
     if (amp != ALLOY_F32) alloy_graph_enable_amp(g, amp);
     if (amp == ALLOY_F16) alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler());

@@ -22,6 +22,7 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     alloy_tensor *t = NULL, *ts[2] = {NULL, NULL};
     alloy_host_tensor h = {.name = "x"};
     alloy_memory_info mi;
+    alloy_device_memory dm;
     alloy_amp_report ar;
     alloy_step_info si;
     const int64_t d[2] = {2, 3};
@@ -105,6 +106,7 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_linear(g, t, "fc", 2, 2, true));
     assert_int_equal(alloy_graph_print_after(g, "amp", NULL), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_memory_info(g, &mi), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_device_memory(g, &dm), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_set_option(g, "amp_log", "1"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_dump(g, stderr, ALLOY_DUMP_SOURCE), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_enable_amp(g, F16), ALLOY_ERR_INVALID);

@@ -18,6 +18,7 @@
 #include "models.h"
 #include "runtime/backend.h"
 #include "runtime/graph/bundle_save.h"
+#include "runtime/graph/graph_impl.h"
 #if ALLOY_HAVE_CUDA
 #include "runtime/cuda/driver.h"
 #endif
@@ -627,6 +628,226 @@ static void stub_driver_is_refused(void **state)
 #endif
 }
 
+
+/* ---- the profile option ---- */
+
+/* One row of the profile table as printed. */
+typedef struct profile_row {
+    int idx, step;
+    char kind[16], action[16], name[64];
+    double us, gbs;
+    long long bytes;
+} profile_row;
+
+/* The rows of every profile table in text (at most max), and how many launches the headers announced. */
+static int parse_profile(const char *text, profile_row *rows, int max, int *tables, int *announced)
+{
+    int n = 0;
+    *tables = *announced = 0;
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int count;
+        char tflops[32];
+        if (strncmp(line, "# profile: graph 'mlp'", 22) == 0) {
+            const char *end = strstr(line, " launches, "), *at;
+            if (!end) end = strstr(line, " steps, "); /* the CPU's table */
+            assert_non_null(end);
+            for (at = end; at > line && at[-1] != ' ';) at--;
+            assert_int_equal(sscanf(at, "%d", &count), 1);
+            (*tables)++, *announced += count;
+            continue;
+        }
+        profile_row r;
+        if (n < max && sscanf(line, "# %d %d %15s %15s %lf %lld %lf %31s %63s", &r.idx, &r.step, r.kind, r.action, &r.us,
+                              &r.bytes, &r.gbs, tflops, r.name) == 9)
+            rows[n++] = r;
+    }
+    return n;
+}
+
+/* The bytes of node id's value in the compiled graph g. */
+static long long value_bytes(const ir_graph *g, int id) { return (long long)ir_nbytes(&g->nodes[id]->type); }
+
+/* profile=1 on the emulated device: after each run, a table of every launch
+ * of the MLP's fp32 step (device events around each), which lists every
+ * schedule step under its kind; the five GEMMs with their shapes and bytes
+ * worked out from the model's dimensions; each elementwise step's kernel
+ * with the bytes of its inputs and stored values, counted from the
+ * schedule; the step launched directly (no capture), computing the same
+ * losses as a run without the profile. */
+static void emu_profile_lists_every_launch(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    alloy_graph *g = mlp_step("cuda", F32, true), *plain = mlp_step("cuda", F32, true);
+    expect_ok(g, alloy_graph_set_option(g, "profile", "1"), "profile");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    expect_ok(g, alloy_graph_print_after(g, NULL, out), "print_after");
+    emu_device_stats before = emu_totals();
+    for (int s = 0; s < 2; s++) {
+        batch b = make_batch(300 + (uint64_t)s, 1.0);
+        alloy_step_info a = run_mlp(g, &b), c = run_mlp(plain, &b);
+        assert_true(a.loss == c.loss); /* the same launches, only timed */
+    }
+    fclose(out);
+    assert_int_equal(emu_totals().captures - before.captures, 1); /* only the unprofiled graph captured */
+
+    enum { MAX_ROWS = 512 };
+    profile_row *rows = calloc(MAX_ROWS, sizeof *rows);
+    int tables, announced, n = parse_profile(text, rows, MAX_ROWS, &tables, &announced);
+    assert_int_equal(tables, 2);
+    assert_int_equal(n, announced);
+    assert_true(n % 2 == 0);
+    n /= 2; /* the first run's table; the second lists the same launches */
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(rows[i].idx, i);
+        assert_string_equal(rows[i].name, rows[n + i].name);
+        assert_true(rows[i].us >= 0);
+    }
+
+    const ir_graph *c = g->compiled;
+    const schedule *sc = &g->comp.sched;
+    bool *listed = calloc((size_t)sc->nsteps + 1, sizeof *listed);
+    /* the MLP's GEMMs as row-major M x N x K: x w1, h w2, then h^T dlogits, dlogits w2^T, x^T dh */
+    static const int gemm_shapes[5][3] = {{16, 32, 12}, {16, 10, 32}, {32, 10, 16}, {16, 32, 10}, {12, 32, 16}};
+    bool gemm_seen[5] = {false};
+    int ngemms = 0, ew_checked = 0;
+    for (int i = 0; i < n; i++) {
+        const profile_row *r = &rows[i];
+        if (r->step < 0) {
+            assert_string_equal(r->kind, "update");
+            assert_string_equal(r->action, "copy");
+            continue;
+        }
+        assert_true(r->step < sc->nsteps);
+        const sched_step *st = &sc->steps[r->step];
+        listed[r->step] = true;
+        assert_string_equal(r->kind, sched_kind_name(st->kind));
+        if (strcmp(r->action, "gemm") == 0) {
+            int M, N, K;
+            assert_int_equal(sscanf(r->name, "gemm.%dx%dx%d.f32", &M, &N, &K), 3);
+            bool found = false;
+            for (int q = 0; q < 5 && !found; q++)
+                if (!gemm_seen[q] && M == gemm_shapes[q][0] && N == gemm_shapes[q][1] && K == gemm_shapes[q][2])
+                    found = gemm_seen[q] = true;
+            if (!found) fail_msg("a GEMM %dx%dx%d the MLP does not have (or listed twice)", M, N, K);
+            assert_int_equal(r->bytes, 4LL * (M * K + K * N + M * N));
+            ngemms++;
+        } else if (strcmp(r->action, "kernel") == 0 && st->kind == STEP_EW) {
+            long long bytes = 0;
+            for (int k = 0; k < st->nin; k++) bytes += value_bytes(c, sc->inputs[st->first_in + k]);
+            for (int m = st->first; m < st->first + st->n; m++)
+                if (sc->members[m].flags & MEMBER_STORED) bytes += value_bytes(c, sc->members[m].node);
+            if (r->bytes != bytes)
+                fail_msg("step %d (%s): %lld bytes in the profile, %lld counted from the schedule", r->step, r->name,
+                         r->bytes, bytes);
+            ew_checked++;
+        } else if (strcmp(r->action, "kernel") == 0) {
+            assert_true(r->bytes > 0);
+        } else {
+            assert_true(strcmp(r->action, "memset") == 0 || strcmp(r->action, "copy") == 0);
+        }
+    }
+    assert_int_equal(ngemms, 5);
+    assert_true(ew_checked > 0);
+    for (int k = 0; k < sc->nsteps; k++)
+        if (!listed[k]) fail_msg("schedule step %d (%s) is not in the profile", k, sched_kind_name(sc->steps[k].kind));
+    print_message("profile of the mlp step on the emulated device: %d launches over %d steps, %d elementwise kernels "
+                  "checked\n", n, sc->nsteps, ew_checked);
+    free(listed), free(rows), free(text);
+    alloy_graph_free(g);
+    alloy_graph_free(plain);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* profile=1 on the CPU backend: one row per schedule step, in order, with
+ * its kind, the wall-clock time, and the bytes of its inputs and stored values. */
+static void cpu_profile_lists_every_step(void **state)
+{
+    (void)state;
+    alloy_graph *g = mlp_step("cpu", F32, true);
+    expect_ok(g, alloy_graph_set_option(g, "profile", "1"), "profile");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    expect_ok(g, alloy_graph_print_after(g, NULL, out), "print_after");
+    batch b = make_batch(5, 1.0);
+    run_mlp(g, &b);
+    fclose(out);
+    profile_row rows[256];
+    int tables, announced, n = parse_profile(text, rows, 256, &tables, &announced);
+    const ir_graph *c = g->compiled;
+    const schedule *sc = &g->comp.sched;
+    assert_int_equal(tables, 1);
+    assert_int_equal(n, sc->nsteps);
+    assert_int_equal(announced, n);
+    int gemms = 0;
+    for (int k = 0; k < n; k++) {
+        const sched_step *st = &sc->steps[k];
+        assert_int_equal(rows[k].step, k);
+        assert_string_equal(rows[k].kind, sched_kind_name(st->kind));
+        assert_string_equal(rows[k].action, "step");
+        long long bytes = 0;
+        for (int i = 0; i < st->nin; i++) bytes += value_bytes(c, sc->inputs[st->first_in + i]);
+        for (int m = st->first; m < st->first + st->n; m++)
+            if (sc->members[m].flags & MEMBER_STORED) bytes += value_bytes(c, sc->members[m].node);
+        assert_int_equal(rows[k].bytes, bytes);
+        gemms += strncmp(rows[k].name, "gemm.", 5) == 0;
+    }
+    assert_int_equal(gemms, 5);
+    free(text);
+    alloy_graph_free(g);
+}
+
+/* profile=N prints after runs N, 2N, ...: none after the first of profile=2, one after the second. */
+static void emu_profile_every_nth_run(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    alloy_graph *g = mlp_step("cuda", F32, true);
+    expect_ok(g, alloy_graph_set_option(g, "profile", "2"), "profile");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    expect_ok(g, alloy_graph_print_after(g, NULL, out), "print_after");
+    batch b = make_batch(7, 1.0);
+    run_mlp(g, &b);
+    fflush(out);
+    assert_int_equal(len, 0);
+    run_mlp(g, &b);
+    fclose(out);
+    assert_non_null(strstr(text, "# profile: graph 'mlp', run 2 on cuda: host emulation"));
+    assert_null(strstr(text, "run 1 on"));
+    free(text);
+    alloy_graph_free(g);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* alloy_graph_device_memory counts the backend's allocations: after a run
+ * at least the planned arena and the state, and the peak never below what is held. */
+static void emu_device_memory_counts_allocations(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    alloy_graph *g = mlp_step("cuda", F32, true);
+    batch b = make_batch(9, 1.0);
+    run_mlp(g, &b);
+    alloy_memory_info mi;
+    alloy_device_memory dm;
+    expect_ok(g, alloy_graph_memory_info(g, &mi), "memory_info");
+    expect_ok(g, alloy_graph_device_memory(g, &dm), "device_memory");
+    size_t inputs = sizeof b.x + sizeof b.targets;
+    assert_true(dm.in_use_bytes >= mi.arena_bytes + mi.state_bytes + inputs);
+    assert_true(dm.peak_bytes >= dm.in_use_bytes);
+    assert_true(dm.in_use_bytes <= emu_device_in_use());
+    alloy_graph_free(g);
+    rt_backend_set_cuda_opener(NULL);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest emulated[] = {
@@ -641,6 +862,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_injected_inf),
         cmocka_unit_test(emu_replay),
         cmocka_unit_test(emu_out_of_memory),
+        cmocka_unit_test(emu_profile_lists_every_launch),
+        cmocka_unit_test(emu_profile_every_nth_run),
+        cmocka_unit_test(cpu_profile_lists_every_step),
+        cmocka_unit_test(emu_device_memory_counts_allocations),
         cmocka_unit_test_setup_teardown(emu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(emu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(emu_bundle_round_trip, test_tmpdir_setup, test_tmpdir_teardown),

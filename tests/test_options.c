@@ -105,6 +105,16 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_int_equal(opt_set(&o, "time_passes", "1", err, sizeof err), ALLOY_OK);
     assert_true(o.time_passes);
     assert_true(opt_hash(&o) == hash);
+    /* profile: 0, on (every run) or every N-th run; printing only: not in the hash */
+    assert_int_equal(opt_set(&o, "profile", "1", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.profile, 1);
+    assert_int_equal(opt_set(&o, "profile", "20", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.profile, 20);
+    assert_true(opt_hash(&o) == hash);
+    assert_int_equal(opt_set(&o, "profile", "-2", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "profile=-2"));
+    assert_int_equal(opt_set(&o, "profile", "often", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(o.profile, 20);
     /* "" restores each default */
     for (const opt_key *k = opt_keys; k->name; k++)
         assert_int_equal(opt_set(&o, k->name, "", err, sizeof err), ALLOY_OK);

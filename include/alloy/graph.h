@@ -322,13 +322,29 @@ typedef struct alloy_memory_info {
 /* Compiles g if needed and fills *out. */
 ALLOY_API alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out);
 
+/* What g's backend holds allocated on its device, counted from its own
+ * allocations: every buffer (state, inputs, staging of read-back counters),
+ * each executable's arena and aux block, and what the device keeps for
+ * itself (a GPU: cuBLASLt's 32 MiB workspace; the CPU: nothing); not the
+ * CUDA context, loaded modules or NVRTC. A backend several graphs share
+ * (alloy_graph_share_state) counts for all of them. */
+typedef struct alloy_device_memory {
+    size_t in_use_bytes; /* now */
+    size_t peak_bytes;   /* the most at once since the backend opened */
+} alloy_device_memory;
+
+/* Compiles g if needed (opening its backend) and fills *out;
+ * ALLOY_ERR_UNSUPPORTED for a backend that does not count. */
+ALLOY_API alloy_status alloy_graph_device_memory(alloy_graph *g, alloy_device_memory *out);
+
 /* Sets one option of the next compiles, over its environment variable
  * (docs/options.md): print_after, print_before (pass names or "all"),
  * disable_passes, no_fuse ("row,gemm,multi" or "all"), amp_log, no_arena,
  * blas (0/1), num_threads, device (auto|cpu|cuda), cuda_graph (0/1), cache
  * (0/1), cache_dir, dump_dir (directories: dump_dir also gets every pass's
  * IR, docs/inspect.md), nvrtc (a library path), time_passes (0/1: a table
- * of pass times and node counts where printed passes go). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
+ * of pass times and node counts where printed passes go), profile (N: after
+ * every N-th run a table of each launch's time, bytes and GB/s, likewise). "" or NULL restores the default. An unknown option or value is ALLOY_ERR_INVALID with a message
  * listing the valid ones, and changes nothing. */
 ALLOY_API alloy_status alloy_graph_set_option(alloy_graph *g, const char *name, const char *value);
 

@@ -24,6 +24,7 @@ const opt_key opt_keys[] = {
     {"cuda_graph", "ALLOY_CUDA_GRAPH", "0 or 1"},
     {"time_passes", "ALLOY_TIME_PASSES", "0 or 1"},
     {"attention", "ALLOY_ATTENTION", "auto or always"},
+    {"profile", "ALLOY_PROFILE", "0, or N: after every N-th run a table of each launch's time (1: every run)"},
     {NULL, NULL, NULL},
 };
 
@@ -174,6 +175,20 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         al_fmt(err, errlen, "%s=%s: not a boolean (0 or 1)", name, value);
         return ALLOY_ERR_INVALID;
     }
+    if (strcmp(name, "profile") == 0) {
+        if (reset) return o->profile = 0, ALLOY_OK;
+        bool on;
+        if (parse_bool(value, &on)) return o->profile = on, ALLOY_OK;
+        char *end;
+        long v = strtol(value, &end, 10);
+        if (*end || v < 0 || v > 1000000) {
+            al_fmt(err, errlen, "profile=%s: not 0 or a run count N from 1 to 1000000 (a table after every N-th run)",
+                   value);
+            return ALLOY_ERR_INVALID;
+        }
+        o->profile = (int)v;
+        return ALLOY_OK;
+    }
     if (strcmp(name, "num_threads") == 0) {
         if (reset) return o->num_threads = 0, ALLOY_OK;
         char *end;
@@ -263,6 +278,7 @@ void opt_print(const al_options *o, FILE *out)
     if (!o->cuda_graph) fputs(" cuda_graph=0", out);
     if (o->time_passes) fputs(" time_passes=1", out);
     if (o->attention_always) fputs(" attention=always", out);
+    if (o->profile) fprintf(out, " profile=%d", o->profile);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
     if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);

@@ -39,6 +39,7 @@ typedef struct al_options {
     opt_device device;
     bool cuda_graph;       /* the CUDA backend captures a step after its first run and replays it (0: launches every call) */
     bool attention_always; /* the attention pass rewrites every match (default: for CUDA, and on the CPU big ones) */
+    int profile;           /* N > 0: after every N-th run, a table of what each launch (CPU: each step) took; 0: none */
     /* The kernel cache and source dumps: where generated code goes, not
      * what it is, so they stay out of opt_hash. Strings are NUL-padded to
      * their end (opt_init zeroes them), so the struct compares with memcmp. */

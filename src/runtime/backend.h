@@ -29,6 +29,8 @@ typedef struct rt_run_args {
      * values (outputs, updates, loss, the schedule's keep set) and leaves */
     const rt_download *downloads;
     int ndownloads;
+    /* where the profile option's table goes (runtime/profile.h; NULL: stderr) */
+    FILE *profile_to;
 } rt_run_args;
 
 /* A backend's entry points. Every call returns ALLOY_OK or an error with
@@ -59,6 +61,9 @@ typedef struct rt_backend_ops {
      * (1000 * major + 10 * minor), which a bundle's CUDA executable is
      * checked against; false when unknown. NULL: no GPU (the CPU). */
     bool (*device_caps)(const rt_backend *b, int *sm, int *driver);
+    /* Bytes the backend holds allocated now and at most since it opened
+     * (buffers, arenas, its own scratch); NULL: not counted. */
+    void (*memory)(const rt_backend *b, size_t *in_use, size_t *peak);
 } rt_backend_ops;
 
 struct rt_backend {

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/convert.h"
 #include "emu_device.h"
@@ -396,6 +397,43 @@ static alloy_status e_sync(cdev *dev)
     return ALLOY_OK;
 }
 
+/* An event: the host clock when the emulated stream reached it (every call
+ * runs at once, so that is when everything queued before it finished). */
+struct cdev_event {
+    double seconds;
+    bool recorded;
+};
+
+static alloy_status e_event_new(cdev *dev, cdev_event **out)
+{
+    if (!(*out = calloc(1, sizeof **out))) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    return ALLOY_OK;
+}
+
+static alloy_status e_event_record(cdev *dev, cdev_event *ev)
+{
+    if (emu_of(dev)->capturing) return fail(dev, ALLOY_ERR_CUDA, "%s", "an event recorded while capturing");
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    ev->seconds = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    ev->recorded = true;
+    emu_of(dev)->stats.events++, totals.events++;
+    return ALLOY_OK;
+}
+
+static alloy_status e_event_elapsed(cdev *dev, cdev_event *start, cdev_event *end, float *ms)
+{
+    if (!start->recorded || !end->recorded) return fail(dev, ALLOY_ERR_CUDA, "%s", "elapsed time of an event never recorded");
+    *ms = (float)(1e3 * (end->seconds - start->seconds));
+    return ALLOY_OK;
+}
+
+static void e_event_free(cdev *dev, cdev_event *ev)
+{
+    (void)dev;
+    free(ev);
+}
+
 static void e_close(cdev *dev)
 {
     free_graph(emu_of(dev)->capturing);
@@ -423,6 +461,10 @@ static const cdev_ops emu_ops = {
     .graph_free = e_graph_free,
     .sync = e_sync,
     .close = e_close,
+    .event_new = e_event_new,
+    .event_record = e_event_record,
+    .event_elapsed = e_event_elapsed,
+    .event_free = e_event_free,
 };
 
 cdev *emu_device_open(int sm, char *err, size_t errlen)

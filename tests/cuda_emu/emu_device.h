@@ -8,7 +8,7 @@
 
 /* What the emulated device has done since it opened. */
 typedef struct emu_device_stats {
-    long launches, gemms, copies, zeros, captures, replays, modules;
+    long launches, gemms, copies, zeros, captures, replays, modules, events;
 } emu_device_stats;
 
 /* An emulated device of compute capability sm (memory freshly allocated

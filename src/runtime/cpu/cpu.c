@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ir/groups.h"
@@ -32,6 +33,14 @@ static int resolve_threads(int asked)
 }
 
 static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
+
+/* The monotonic clock in seconds (the profile's step times). */
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* Runs one step whose stored members already have memory. */
 static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step, rt_tensor *values,
@@ -120,7 +129,9 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         if (plan->state_of && k == plan->first_write && reserve_tail(x, g, s, k, w)) break;
         x->state_of = plan->state_of && k >= plan->first_write ? plan->state_of : NULL;
         if (x->status) break;
+        double t0 = x->step_us ? seconds_now() : 0;
         run_step(x, g, s, step, values, w);
+        if (x->step_us) x->step_us[k] = 1e6 * (seconds_now() - t0);
         /* values past their last reader are forgotten: their slots are reused */
         for (int i = 0; i < step->nin; i++) {
             int o = s->inputs[step->first_in + i];

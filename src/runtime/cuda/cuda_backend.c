@@ -4,6 +4,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_jit.h"
+#include "runtime/profile.h"
 
 struct rt_buffer {
     cdev_ptr ptr;
@@ -14,12 +15,14 @@ struct rt_buffer {
 typedef struct cuda_backend {
     rt_backend base;
     cdev *dev;
+    size_t in_use, peak; /* device bytes allocated through the backend, and the device's own (memory) */
 } cuda_backend;
 
 /* A compiled step: what it runs (not owned), its kernels on the device, its
  * launch plan, its memory, and its captured graph. */
 struct rt_exec {
     const ir_graph *g;
+    const schedule *s;
     const mem_plan *p;
     const cg_program *prog; /* its kernels: &jit, or a bundle's kernel table */
     cg_program jit;         /* the kernels emitted for it (sources freed once loaded); empty for a bundle's */
@@ -43,9 +46,39 @@ struct rt_exec {
     void **argv;
     int maxparams;
     long runs;
+    /* the profile option: two events per action (before, after), made at the
+     * first profiled run; timing is set while a profiled run queues */
+    cdev_event **events;
+    bool timing;
 };
 
 static cdev *device_of(rt_backend *b) { return ((cuda_backend *)b)->dev; }
+
+/* Device memory through the backend, counted for memory(). */
+static alloy_status dev_alloc(rt_backend *b, size_t bytes, cdev_ptr *out)
+{
+    cuda_backend *cb = (cuda_backend *)b;
+    alloy_status st = cb->dev->ops->alloc(cb->dev, bytes, out);
+    if (!st) {
+        cb->in_use += bytes;
+        if (cb->in_use > cb->peak) cb->peak = cb->in_use;
+    }
+    return st;
+}
+
+static void dev_release(rt_backend *b, cdev_ptr ptr, size_t bytes)
+{
+    cuda_backend *cb = (cuda_backend *)b;
+    if (!ptr) return;
+    cb->dev->ops->release(cb->dev, ptr);
+    cb->in_use -= bytes;
+}
+
+static void memory(const rt_backend *b, size_t *in_use, size_t *peak)
+{
+    const cuda_backend *cb = (const cuda_backend *)b;
+    *in_use = cb->in_use, *peak = cb->peak;
+}
 
 /* The device's last error as the backend's, with status. */
 static alloy_status dev_fail(rt_backend *b, alloy_status st, const char *what)
@@ -58,8 +91,7 @@ static alloy_status buffer_new(rt_backend *b, size_t bytes, rt_buffer **out)
     *out = al_calloc(1, sizeof **out);
     if (!*out) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of host memory for a buffer");
     (*out)->bytes = bytes;
-    cdev *dev = device_of(b);
-    alloy_status st = bytes ? dev->ops->alloc(dev, bytes, &(*out)->ptr) : ALLOY_OK;
+    alloy_status st = bytes ? dev_alloc(b, bytes, &(*out)->ptr) : ALLOY_OK;
     if (st) {
         al_free(*out);
         *out = NULL;
@@ -71,8 +103,7 @@ static alloy_status buffer_new(rt_backend *b, size_t bytes, rt_buffer **out)
 static void buffer_free(rt_backend *b, rt_buffer *buf)
 {
     if (!buf) return;
-    cdev *dev = device_of(b);
-    if (buf->ptr) dev->ops->release(dev, buf->ptr);
+    dev_release(b, buf->ptr, buf->bytes);
     al_free(buf);
 }
 
@@ -103,9 +134,12 @@ static void exec_free(rt_backend *b, rt_exec *e)
         if (e->gemm[i]) dev->ops->gemm_free(dev, e->gemm[i]);
     for (int i = 0; e->modules && i < e->nmodules; i++)
         if (e->modules[i]) dev->ops->unload(dev, e->modules[i]);
-    if (e->staging) dev->ops->release(dev, e->staging);
-    if (e->arena) dev->ops->release(dev, e->arena);
-    if (e->aux) dev->ops->release(dev, e->aux);
+    dev_release(b, e->staging, e->staging_bytes);
+    dev_release(b, e->arena, e->lp.arena_bytes);
+    dev_release(b, e->aux, e->lp.aux_bytes);
+    for (int i = 0; e->events && i < 2 * e->lp.nactions; i++)
+        if (e->events[i]) dev->ops->event_free(dev, e->events[i]);
+    al_free(e->events);
     cuda_jit_free(&e->jit);
     lp_free(&e->lp);
     al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->leaf), al_free(e->captured);
@@ -169,7 +203,7 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
     cdev *dev = device_of(b);
     rt_exec *e = al_calloc(1, sizeof *e);
     if (!e) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
-    e->g = g, e->p = p;
+    e->g = g, e->s = s, e->p = p;
     e->prog = x ? &x->prog : &e->jit;
     char err[1024];
     alloy_status st = x ? ALLOY_OK : cuda_jit_make_kernels(b, g, s, &e->jit);
@@ -200,9 +234,9 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
             dev_fail(b, st, what);
         }
     }
-    if (!st && e->lp.arena_bytes && (st = dev->ops->alloc(dev, e->lp.arena_bytes, &e->arena)))
+    if (!st && e->lp.arena_bytes && (st = dev_alloc(b, e->lp.arena_bytes, &e->arena)))
         dev_fail(b, st, "the step's arena");
-    if (!st && e->lp.aux_bytes && (st = dev->ops->alloc(dev, e->lp.aux_bytes, &e->aux)))
+    if (!st && e->lp.aux_bytes && (st = dev_alloc(b, e->lp.aux_bytes, &e->aux)))
         dev_fail(b, st, "the step's flags and partial sums");
     if (st) {
         exec_free(b, e);
@@ -237,6 +271,7 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
     alloy_status st = ALLOY_OK;
     for (int i = from; !st && i < to; i++) {
         const lp_action *a = &e->lp.actions[i];
+        if (e->timing && (st = dev->ops->event_record(dev, e->events[2 * i]))) return dev_fail(b, st, "profiling");
         switch (a->kind) {
         case LP_KERNEL: {
             const cg_kernel *kn = &e->prog->kernels[a->index];
@@ -272,7 +307,83 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
             break;
         }
         }
+        if (!st && e->timing && (st = dev->ops->event_record(dev, e->events[2 * i + 1]))) dev_fail(b, st, "profiling");
     }
+    return st;
+}
+
+/* The events of a profiled run, made at the first one. */
+static alloy_status profile_events(rt_backend *b, rt_exec *e)
+{
+    cdev *dev = device_of(b);
+    if (e->events) return ALLOY_OK;
+    int n = 2 * e->lp.nactions;
+    if (!(e->events = al_calloc((size_t)n + 1, sizeof *e->events)))
+        return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory for the profile's events");
+    for (int i = 0; i < n; i++) {
+        alloy_status st = dev->ops->event_new(dev, &e->events[i]);
+        if (st) return dev_fail(b, st, "an event for the profile");
+    }
+    return ALLOY_OK;
+}
+
+/* One row of the profile: action i of the plan, which took us microseconds. */
+static rt_profile_row profile_row(const rt_exec *e, int i, double us)
+{
+    const lp_action *a = &e->lp.actions[i];
+    rt_profile_row r = {.step = a->step, .us = us};
+    r.kind = a->step >= 0 ? sched_kind_name(e->s->steps[a->step].kind) : "update";
+    switch (a->kind) {
+    case LP_KERNEL: {
+        const cg_kernel *kn = &e->prog->kernels[a->index];
+        r.action = "kernel", r.bytes = kn->bytes;
+        al_fmt(r.name, sizeof r.name, "%s", kn->name);
+        break;
+    }
+    case LP_GEMM: {
+        /* the row-major product out[M, N] = a[M, K] b[K, N] is cuBLAS's D[m = N, n = M] */
+        const lp_gemm *gm = &e->lp.gemms[a->index];
+        int64_t ab = (int64_t)alloy_dtype_size(gm->ab), d = (int64_t)alloy_dtype_size(gm->d);
+        r.action = "gemm";
+        r.bytes = gm->batch * ((gm->m * gm->k + gm->k * gm->n) * ab + gm->m * gm->n * d);
+        r.flops = 2.0 * (double)gm->batch * (double)gm->m * (double)gm->n * (double)gm->k;
+        char batch[32] = "";
+        if (gm->batch > 1) al_fmt(batch, sizeof batch, "%lldx", (long long)gm->batch);
+        al_fmt(r.name, sizeof r.name, "gemm.%s%lldx%lldx%lld.%s", batch, (long long)gm->n, (long long)gm->m,
+               (long long)gm->k, alloy_dtype_name(gm->ab));
+        break;
+    }
+    case LP_ZERO:
+        r.action = "memset", r.bytes = a->bytes;
+        al_fmt(r.name, sizeof r.name, "memset");
+        break;
+    case LP_COPY:
+        r.action = "copy", r.bytes = 2 * a->bytes;
+        al_fmt(r.name, sizeof r.name, "copy");
+        break;
+    }
+    return r;
+}
+
+/* Prints the profile of run `run` from its events (the stream has passed them). */
+static alloy_status profile_print(rt_backend *b, rt_exec *e, long run, FILE *out)
+{
+    cdev *dev = device_of(b);
+    rt_profile_row *rows = al_calloc((size_t)e->lp.nactions + 1, sizeof *rows);
+    if (!rows) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory for the profile");
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; !st && i < e->lp.nactions; i++) {
+        float ms = 0;
+        if ((st = dev->ops->event_elapsed(dev, e->events[2 * i], e->events[2 * i + 1], &ms)))
+            dev_fail(b, st, "reading the profile's events");
+        rows[i] = profile_row(e, i, 1e3 * (double)ms);
+    }
+    char device[192];
+    al_fmt(device, sizeof device, "cuda: %s", dev->name);
+    if (!st)
+        rt_profile_print(out ? out : stderr, e->g->name, device, "device events around each launch; the step launched directly, not as a CUDA graph",
+                         run, rows, e->lp.nactions);
+    al_free(rows);
     return st;
 }
 
@@ -291,7 +402,6 @@ static cdev_ptr staged_copy(const rt_exec *e, int node)
  * set changed (the staging buffer is sized for it). */
 static alloy_status stage_leaves(rt_backend *b, rt_exec *e, const rt_run_args *args, bool *changed)
 {
-    cdev *dev = device_of(b);
     int n = 0;
     size_t bytes = 0;
     bool same = true;
@@ -313,9 +423,9 @@ static alloy_status stage_leaves(rt_backend *b, rt_exec *e, const rt_run_args *a
         e->staged_cap = n;
     }
     if (bytes > e->staging_bytes) {
-        if (e->staging) dev->ops->release(dev, e->staging);
+        dev_release(b, e->staging, e->staging_bytes);
         e->staging = 0, e->staging_bytes = 0;
-        alloy_status st = dev->ops->alloc(dev, bytes, &e->staging);
+        alloy_status st = dev_alloc(b, bytes, &e->staging);
         if (st) return dev_fail(b, st, "staging the step's counters");
         e->staging_bytes = bytes;
     }
@@ -386,8 +496,11 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
         e->leaf[i] = leaf && args->leaf[i] ? args->leaf[i]->ptr : 0;
     }
     alloy_status st = ALLOY_OK;
+    /* a profiled run launches directly, with an event before and after each action */
+    bool profiling = rt_profile_due(b->cfg.profile, e->runs + 1) && dev->ops->event_record;
+    if (profiling && (st = profile_events(b, e))) return st;
     /* the first run launches directly (modules and the library settle); later ones replay one capture */
-    bool graphs = b->cfg.cuda_graph && dev->ops->capture_begin && e->runs > 0;
+    bool graphs = !profiling && b->cfg.cuda_graph && dev->ops->capture_begin && e->runs > 0;
     if (graphs) {
         bool changed;
         if ((st = stage_leaves(b, e, args, &changed))) return st;
@@ -412,12 +525,15 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
         if ((st = dev->ops->replay(dev, e->graph))) return dev_fail(b, st, "replaying the step");
         st = run_downloads(b, e, args, true, true);
     } else {
+        e->timing = profiling;
         st = run_downloads(b, e, args, false, true); /* leaves before updates written in place */
         if (!st) st = enqueue(b, e, 0, e->lp.first_update);
         if (!st) st = run_downloads(b, e, args, false, false);
         if (!st) st = enqueue(b, e, e->lp.first_update, e->lp.nactions);
+        e->timing = false;
     }
     if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");
+    if (!st && profiling) st = profile_print(b, e, e->runs + 1, args->profile_to);
     if (!st) e->runs++;
     return st;
 }
@@ -463,6 +579,7 @@ static const rt_backend_ops cuda_ops_table = {
     .exec_load = exec_load,
     .close = close_backend,
     .device_caps = device_caps,
+    .memory = memory,
 };
 
 alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend **out, char *err, size_t errlen)
@@ -477,6 +594,7 @@ alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend *
     cb->base.ops = &cuda_ops_table;
     cb->base.cfg = *cfg;
     cb->dev = dev;
+    cb->in_use = cb->peak = dev->reserved;
     *out = &cb->base;
     return ALLOY_OK;
 }

@@ -14,6 +14,7 @@ typedef struct cdev cdev;
 typedef struct cdev_module cdev_module;
 typedef struct cdev_function cdev_function;
 typedef struct cdev_gemm cdev_gemm;
+typedef struct cdev_event cdev_event;
 
 /* Every call returns ALLOY_OK, or an error with its message in dev->error
  * naming what failed (and, for memory, the bytes asked and free). Copies,
@@ -52,6 +53,14 @@ typedef struct cdev_ops {
     void (*graph_free)(cdev *dev, void *graph);
     alloy_status (*sync)(cdev *dev);
     void (*close)(cdev *dev);
+    /* Timing for the profile option (NULL where the device has none): an
+     * event recorded on the stream marks the moment the device reaches
+     * it; elapsed gives the milliseconds between two recorded events once
+     * the stream has passed both (after sync). Not recorded while capturing. */
+    alloy_status (*event_new)(cdev *dev, cdev_event **out);
+    alloy_status (*event_record)(cdev *dev, cdev_event *ev);
+    alloy_status (*event_elapsed)(cdev *dev, cdev_event *start, cdev_event *end, float *ms);
+    void (*event_free)(cdev *dev, cdev_event *ev);
 } cdev_ops;
 
 struct cdev {
@@ -61,6 +70,7 @@ struct cdev {
     int driver;       /* the CUDA driver's version, 13000 for 13.0; 0: unknown (an emulated device) */
     uint32_t image_kind; /* 0: a GPU, which loads the cubin or PTX bundle_cuda_pick chooses; else the only
                           * bundle image kind it loads (the tests' emulation: BUNDLE_HOST) */
+    size_t reserved;  /* bytes the device holds for itself while open (cuBLASLt's workspace) */
     char error[1024]; /* the last failure */
 };
 

@@ -43,6 +43,10 @@
     X(cuGraphLaunch, (CUgraphExec exec, CUstream stream))                                                      \
     X(cuGraphExecDestroy, (CUgraphExec exec))                                                                  \
     X(cuGraphDestroy, (CUgraph graph))                                                                         \
+    X(cuEventCreate, (CUevent * event, unsigned int flags))                                                    \
+    X(cuEventRecord, (CUevent event, CUstream stream))                                                         \
+    X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                             \
+    X(cuEventDestroy, (CUevent event))                                                                         \
     X(cuGetErrorName, (CUresult error, const char **name))                                                     \
     X(cuGetErrorString, (CUresult error, const char **text))
 

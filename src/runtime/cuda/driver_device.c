@@ -274,6 +274,41 @@ static alloy_status d_sync(cdev *dev)
     return ALLOY_OK;
 }
 
+static alloy_status d_event_new(cdev *dev, cdev_event **out)
+{
+    drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
+    CUevent ev = NULL;
+    DRV_CHECK(d, d->drv->cuEventCreate(&ev, CU_EVENT_DEFAULT), "cuEventCreate");
+    *out = (cdev_event *)ev;
+    return ALLOY_OK;
+}
+
+static alloy_status d_event_record(cdev *dev, cdev_event *ev)
+{
+    drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
+    DRV_CHECK(d, d->drv->cuEventRecord((CUevent)ev, d->stream), "cuEventRecord");
+    return ALLOY_OK;
+}
+
+static alloy_status d_event_elapsed(cdev *dev, cdev_event *start, cdev_event *end, float *ms)
+{
+    drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
+    DRV_CHECK(d, d->drv->cuEventElapsedTime(ms, (CUevent)start, (CUevent)end), "cuEventElapsedTime");
+    return ALLOY_OK;
+}
+
+static void d_event_free(cdev *dev, cdev_event *ev)
+{
+    drv_device *d = drv_of(dev);
+    if (ev && !current(d)) d->drv->cuEventDestroy((CUevent)ev);
+}
+
 static void d_close(cdev *dev)
 {
     drv_device *d = drv_of(dev);
@@ -309,6 +344,10 @@ static const cdev_ops driver_ops = {
     .graph_free = d_graph_free,
     .sync = d_sync,
     .close = d_close,
+    .event_new = d_event_new,
+    .event_record = d_event_record,
+    .event_elapsed = d_event_elapsed,
+    .event_free = d_event_free,
 };
 
 /* Fails the open: err from what and r, the device closed. */
@@ -357,6 +396,7 @@ alloy_status cdev_open_driver(const al_options *cfg, int nthreads, cdev **out, c
         return open_fail(d, r, "creating a stream on GPU 0", err, errlen);
     if ((r = d->drv->cuMemAlloc(&d->workspace, BLT_WORKSPACE)))
         return open_fail(d, r, "allocating cuBLASLt's 32 MiB workspace", err, errlen);
+    d->base.reserved = BLT_WORKSPACE;
     char msg[512];
     if ((st = blt_open(&d->blt, msg, sizeof msg))) {
         al_fmt(err, errlen, "%s", msg);

@@ -208,3 +208,18 @@ alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out)
     }
     return ALLOY_OK;
 }
+
+alloy_status alloy_graph_device_memory(alloy_graph *g, alloy_device_memory *out)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "device_memory: out is NULL");
+    if (g->ir->status) return g->ir->status;
+    alloy_status st = graph_compile(g);
+    if (st) return st;
+    rt_backend *b = graph_backend(g);
+    if (!b || !b->ops->memory)
+        return graph_fail(g, ALLOY_ERR_UNSUPPORTED, "device_memory: the %s backend does not count its memory",
+                          b ? b->ops->name : "(none)");
+    b->ops->memory(b, &out->in_use_bytes, &out->peak_bytes);
+    return ALLOY_OK;
+}
