@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "codegen/emit_impl.h"
+#include "ir/groups.h"
 
 static bool note_skipped(cg_program *p, int step, const char *why)
 {
@@ -26,7 +27,9 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
         case STEP_EW: why = cg_emit_ew(out, g, s, k); break;
         case STEP_GEMM: { /* a matmul's product comes from the library; a convolution's from its kernel */
             const ir_node *head = g->nodes[s->members[st->first].node];
-            why = head->op == IR_OP_matmul ? NULL : cg_emit_conv_product(out, g, k, head);
+            why = !ir_gemm_head(head)           ? "a gemm step that does not start with a matmul or convolution"
+                  : head->op == IR_OP_matmul ? NULL
+                                             : cg_emit_conv_product(out, g, k, head);
             if (!why) why = cg_emit_ew(out, g, s, k);
             break;
         }

@@ -47,8 +47,8 @@ AL_HIDDEN bool ir_fuse_wide(const ir_graph *g, const ir_node *n);
 AL_HIDDEN bool ir_gemm_head(const ir_node *n);
 
 /* The kind of the group of members[0..n) (ascending ids): GEMM with a
- * GEMM head (ir_gemm_head), MULTI with found_inf or members of different shapes, ROW with a
- * row op, else EW. */
+ * GEMM head (ir_gemm_head), MULTI with found_inf or members of different
+ * shapes, ROW with a row op, else EW. */
 AL_HIDDEN ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n);
 
 /* The fusion groups of g: group k (ascending by its annotation id, which
@@ -71,8 +71,9 @@ AL_HIDDEN int ir_group_size(const ir_groups *gs, int i);
  * outside from a later one); and per kind: EW members share one shape and
  * compute type; ROW members share one iteration shape (ir_fuse_shape) and
  * compute in f32; GEMM is a GEMM head first (matmul or convolution), then
- * elementwise members of its result's shape; MULTI has at most one found_inf, last, and each connected
- * chain of elementwise members shares a shape and compute type. Records the
+ * elementwise members of its result's shape; MULTI has at most one
+ * found_inf, last, and each connected chain of elementwise members shares
+ * a shape and compute type. Records the
  * first violation on g as ALLOY_ERR_VERIFY naming the group, the node (by
  * name when it has one) and the rule. */
 AL_HIDDEN alloy_status ir_check_groups(ir_graph *g);
