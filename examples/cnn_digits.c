@@ -232,8 +232,9 @@ static void read_digits(const char *path, dataset *d)
 /* ---- the model ---- */
 
 /* A conv weight [out, in, 3, 3] initialized as torch.nn.Conv2d's: uniform
- * in +-1/sqrt(fan_in), fan_in = in * 9 (alloy's kaiming init takes the
- * fan of a matmul weight, dims[rank-2]). */
+ * in +-1/sqrt(fan_in), fan_in = in * 9 (the same bound as
+ * alloy_init_kaiming_uniform(sqrt(1/3.)), which takes a conv weight's fans
+ * from its kernel; written out here as PyTorch states it). */
 static alloy_tensor *conv3x3(alloy_graph *g, alloy_tensor *x, const char *name, int in, int out)
 {
     double bound = 1 / sqrt(in * 9.0);

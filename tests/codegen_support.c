@@ -210,7 +210,10 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
                 if (q == nscratch) {
                     assert_true(nscratch < 8);
                     scratch[nscratch].kind = pa->kind, scratch[nscratch].node = pa->node;
-                    if (pa->kind == CG_PARAM_PRODUCT) { /* the library GEMM's f32 product */
+                    if (pa->kind == CG_PARAM_PRODUCT && c->nodes[pa->node]->op != IR_OP_matmul) {
+                        /* a convolution's product: its kernel, the step's first, writes it */
+                        scratch[nscratch].data = test_calloc((size_t)ir_numel(&c->nodes[pa->node]->type) + 1, sizeof(float));
+                    } else if (pa->kind == CG_PARAM_PRODUCT) { /* the library GEMM's f32 product */
                         const ir_node *mm = c->nodes[pa->node];
                         rt_tensor out = {mm->type, test_calloc((size_t)ir_numel(&mm->type) + 1, sizeof(float))};
                         out.type.dtype = ALLOY_F32;
@@ -241,7 +244,12 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
         bool convs = last_op == IR_OP_conv1d || last_op == IR_OP_conv2d || last_op == IR_OP_conv_grad_input ||
                      last_op == IR_OP_conv_grad_weight;
         bool attn = last_op == IR_OP_attention || last_op == IR_OP_attention_grad;
-        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_OP && (ir_ops[last_op].row || sums || convs || attn));
+        int head_op = c->nodes[s->members[step->first].node]->op; /* a gemm step's convolution head sums too */
+        bool conv_head = step->kind == STEP_GEMM && (head_op == IR_OP_conv1d || head_op == IR_OP_conv2d);
+        convs |= conv_head;
+        stats.conv_gemm_steps += conv_head;
+        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_GEMM && convs) ||
+                        (step->kind == STEP_OP && (ir_ops[last_op].row || sums || convs || attn));
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;

@@ -26,6 +26,7 @@ typedef struct feed_set {
  * maximum or move data, so they give its bits (first_inexact says which). */
 typedef struct emu_stats {
     int kernels, steps_emulated, steps_on_cpu, values, bitwise;
+    int conv_gemm_steps; /* gemm steps headed by a convolution, emulated (its kernel and the epilogue's) */
     double worst;
     int failed, inexact;
     char first_failure[512], first_inexact[512];

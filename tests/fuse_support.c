@@ -107,7 +107,7 @@ bool computes_wide(const ir_graph *c, const ir_node *n)
  * numbered by first member, >= 2 members, and per kind (ir/groups.h): an
  * EW group is elementwise members of one shape and one compute type; a ROW
  * group adds row ops, all members over one shape in f32; a GEMM group is a
- * matmul first and elementwise members of its shape; a MULTI group's
+ * matmul or conv1d/conv2d first and elementwise members of its shape; a MULTI group's
  * members are elementwise and f32 but for found_inf; and every edge into or
  * out of a group goes from an earlier position to a later one (a group
  * sits at its last member). */
@@ -137,7 +137,10 @@ void expect_groups_legal(const ir_graph *c)
             if (c->nodes[i]->group == k) members[nm++] = i;
         ir_group_kind kind = ir_group_kind_of(c, members, nm);
         const ir_node *f = c->nodes[members[kind == IR_GROUP_GEMM ? 1 : 0]];
-        if (kind == IR_GROUP_GEMM) assert_int_equal(c->nodes[members[0]]->op, IR_OP_matmul);
+        if (kind == IR_GROUP_GEMM) { /* a matmul or a forward convolution first */
+            int head = c->nodes[members[0]]->op;
+            assert_true(head == IR_OP_matmul || head == IR_OP_conv1d || head == IR_OP_conv2d);
+        }
         for (int m = kind == IR_GROUP_GEMM ? 1 : 0; m < nm; m++) {
             const ir_node *n = c->nodes[members[m]];
             if (kind == IR_GROUP_MULTI) {

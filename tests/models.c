@@ -1,4 +1,4 @@
-/* models.c - graphs several test suites share: a two-layer MLP, a transformer block and the quadratic f64 graph of the optimizer tests. */
+/* models.c - graphs several test suites share: a two-layer MLP, a small CNN, a transformer block and the quadratic f64 graph of the optimizer tests. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +18,30 @@ test_mlp build_mlp(alloy_graph *g, alloy_dtype dt, int batch, int in, int hidden
     alloy_tensor *b2 = alloy_param(g, "b2", dt, 1, DIMS(out), alloy_init_uniform(-0.1, 0.1));
     alloy_tensor *h = alloy_relu(g, alloy_add(g, alloy_matmul(g, m.x, w1, false, false), b1));
     m.logits = alloy_set_name(g, alloy_add(g, alloy_matmul(g, h, w2, false, false), b2), "logits");
+    m.loss = alloy_set_name(g, alloy_cross_entropy(g, m.logits, m.targets), "loss");
+    alloy_output(g, "loss", m.loss);
+    return m;
+}
+
+test_cnn build_cnn(alloy_graph *g, alloy_dtype dt, int batch, int c1, int c2)
+{
+    test_cnn m;
+    alloy_init k = alloy_init_kaiming_uniform(sqrt(2.0));
+    m.x = alloy_input(g, "x", dt, 4, DIMS(batch, 1, 8, 8));
+    m.targets = alloy_input(g, "targets", ALLOY_I32, 1, DIMS(batch));
+    alloy_tensor *w1 = alloy_param(g, "w1", dt, 4, DIMS(c1, 1, 3, 3), k);
+    alloy_tensor *b1 = alloy_param(g, "b1", dt, 1, DIMS(c1), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *w2 = alloy_param(g, "w2", dt, 4, DIMS(c2, c1, 3, 3), k);
+    alloy_tensor *b2 = alloy_param(g, "b2", dt, 1, DIMS(c2), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *fc = alloy_param(g, "fc", dt, 2, DIMS(c2, 10), alloy_init_xavier_uniform(1.0));
+    alloy_tensor *fcb = alloy_param(g, "fcb", dt, 1, DIMS(10), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *h = alloy_set_name(g, alloy_conv2d(g, m.x, w1, NULL, NULL, DIMS(1, 1), NULL, 1), "conv1");
+    h = alloy_relu(g, alloy_add(g, h, alloy_reshape(g, b1, 3, DIMS(c1, 1, 1))));
+    h = alloy_max_pool2d(g, h, DIMS(2, 2), NULL, NULL);
+    h = alloy_set_name(g, alloy_conv2d(g, h, w2, b2, NULL, DIMS(1, 1), NULL, 1), "conv2");
+    h = alloy_adaptive_avg_pool2d(g, alloy_relu(g, h), DIMS(1, 1));
+    h = alloy_reshape(g, h, 2, DIMS(batch, c2));
+    m.logits = alloy_set_name(g, alloy_add(g, alloy_matmul(g, h, fc, false, false), fcb), "logits");
     m.loss = alloy_set_name(g, alloy_cross_entropy(g, m.logits, m.targets), "loss");
     alloy_output(g, "loss", m.loss);
     return m;

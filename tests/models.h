@@ -1,4 +1,4 @@
-/* models.h - graphs several test suites share: a two-layer MLP, a transformer block and the quadratic f64 graph of the optimizer tests. */
+/* models.h - graphs several test suites share: a two-layer MLP, a small CNN, a transformer block and the quadratic f64 graph of the optimizer tests. */
 #ifndef ALLOY_TEST_MODELS_H
 #define ALLOY_TEST_MODELS_H
 
@@ -35,5 +35,17 @@ alloy_graph *build_quad(uint64_t seed, const alloy_optimizer *o, const alloy_gra
 
 /* The state tensors "w<suffix>" and "b<suffix>" (f64) into v[QUAD_NP]. */
 alloy_status read_quad(alloy_graph *g, const char *suffix, double *v);
+
+/* x[batch, 1, 8, 8] -> conv2d 3x3 pad 1 (c1 channels) + b1 as [c1, 1, 1]
+ * (an explicit bias add, "conv1") -> relu -> max_pool 2 -> conv2d 3x3 pad 1
+ * (c2 channels, its own bias operand b2, "conv2") -> relu -> adaptive
+ * average pool to 1x1 -> [batch, c2] -> matmul fc + fcb = "logits"
+ * [batch, 10]; loss = cross_entropy(logits, targets[batch] i32) = "loss".
+ * Params: w1 [c1, 1, 3, 3], b1 [c1], w2 [c2, c1, 3, 3], b2 [c2], fc [c2, 10],
+ * fcb [10], kaiming-uniform weights (gain sqrt 2). */
+typedef struct test_cnn {
+    alloy_tensor *x, *targets, *logits, *loss;
+} test_cnn;
+test_cnn build_cnn(alloy_graph *g, alloy_dtype dtype, int batch, int c1, int c2);
 
 #endif

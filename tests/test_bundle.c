@@ -1,4 +1,4 @@
-/* test_bundle.c - ahead-of-time bundles: a training step run from a bundle gives the JIT graph's bits, and every kind of damaged bundle is a clear error. */
+/* test_bundle.c - ahead-of-time bundles: a training step run from a bundle (an MLP, a CNN with conv-headed gemm groups) gives the JIT graph's bits, and every kind of damaged bundle is a clear error. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -133,6 +133,50 @@ static void test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bi
     assert_int_equal(alloy_bundle_save_state(b, ckpt), ALLOY_OK);
     assert_int_equal(alloy_graph_load_state(g, ckpt), ALLOY_OK);
     assert_int_equal(alloy_bundle_load_state(b, ckpt), ALLOY_OK);
+    alloy_bundle_free(b);
+    alloy_graph_free(g);
+}
+
+/* The small CNN of models.c (its convolutions head gemm groups: conv1 with
+ * its [C, 1, 1] bias add) under f16 AMP with AdamW, saved as a bundle: 4
+ * steps from the bundle give the JIT graph's losses and state bit for bit
+ * (the bundle's schedule holds the conv-headed gemm steps). */
+static void test_a_cnn_bundle_with_conv_gemm_groups_trains_as_the_jit_graph(void **state)
+{
+    (void)state;
+    enum { N = 8, K = 4 };
+    alloy_graph *g = alloy_graph_new("aot_cnn");
+    alloy_graph_set_seed(g, 5);
+    test_cnn m = build_cnn(g, F32, N, 6, 8);
+    alloy_graph_set_loss(g, m.loss);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler());
+    alloy_graph_add_optimizer(g, alloy_adamw(0.01, 0.9, 0.999, 1e-8, 0.01));
+    const char *path = test_tmp_path("cnn.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_bundle *b = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    for (int k = 0; k < K; k++) {
+        float x[N * 64];
+        int32_t t[N];
+        for (int i = 0; i < N * 64; i++) x[i] = (float)(((i * 13 + k * 7) % 17) - 8) * 0.125f;
+        for (int i = 0; i < N; i++) t[i] = (i * 3 + k) % 10;
+        alloy_host_tensor feeds[2] = {{"x", F32, 4, {N, 1, 8, 8}, x}, {"targets", I32, 1, {N}, t}};
+        alloy_step_info jit, aot;
+        assert_int_equal(run_graph(g, feeds, 2, &jit), ALLOY_OK);
+        assert_int_equal(run_bundle(b, feeds, 2, &aot), ALLOY_OK);
+        if (memcmp(&jit.loss, &aot.loss, sizeof(double)) != 0 || jit.skipped != aot.skipped)
+            fail_msg("step %d: jit loss %.17g, bundle loss %.17g", k, jit.loss, aot.loss);
+        assert_true(isfinite(jit.loss));
+    }
+    for (int i = 0; i < alloy_graph_state_count(g); i++) {
+        alloy_host_tensor want, got;
+        expect_ok(g, alloy_graph_state_at(g, i, &want), "state_at");
+        assert_int_equal(alloy_bundle_get_state(b, want.name, &got), ALLOY_OK);
+        size_t bytes = (size_t)alloy_host_tensor_numel(&want) * alloy_dtype_size(want.dtype);
+        if (memcmp(want.data, got.data, bytes) != 0) fail_msg("state '%s' differs after %d steps", want.name, K);
+    }
     alloy_bundle_free(b);
     alloy_graph_free(g);
 }
@@ -1065,6 +1109,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
         T(test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bit_for_bit),
+        T(test_a_cnn_bundle_with_conv_gemm_groups_trains_as_the_jit_graph),
         T(test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan),
         T(test_truncated_bundles_are_errors_at_every_header_byte_and_section_boundary),
         T(test_a_flipped_byte_in_any_section_is_a_checksum_mismatch),

@@ -94,6 +94,42 @@ static void test_the_transformer_training_step_runs_emulated_as_on_the_cpu(void 
     }
 }
 
+/* A CNN's training step (tests/models.c: conv1 with an explicit [C, 1, 1]
+ * bias add, conv2 with its own bias), and its forward alone, where both
+ * convolutions head gemm groups with their bias and relu: the conv kernel
+ * writes the f32 product, the epilogue kernel rounds it once, and every
+ * stored value agrees with the CPU's. */
+static void test_convolution_gemm_groups_run_emulated_as_on_the_cpu(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    static const alloy_dtype modes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
+    for (int m = 0; m < 3; m++)
+        for (int train = 0; train < 2; train++) {
+            alloy_graph *g = alloy_graph_new("cnn");
+            alloy_graph_set_seed(g, 13);
+            test_cnn c = build_cnn(g, ALLOY_F32, 4, 6, 8);
+            if (train) {
+                assert_int_equal(alloy_graph_set_loss(g, c.loss), ALLOY_OK);
+                assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+            }
+            if (modes[m] != ALLOY_F32) assert_int_equal(alloy_graph_enable_amp(g, modes[m]), ALLOY_OK);
+            if (train && modes[m] == ALLOY_F16)
+                assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+            assert_int_equal(graph_compile(g), ALLOY_OK);
+            feed_set f = random_feeds(g, 10);
+            emu_stats st = emulate_step(g, &f);
+            char what[64];
+            snprintf(what, sizeof what, "cnn %s, %s", train ? "training step" : "forward",
+                     modes[m] == ALLOY_F32 ? "fp32" : alloy_dtype_name(modes[m]));
+            report(what, &st);
+            print_message("  %d gemm steps headed by a convolution\n", st.conv_gemm_steps);
+            assert_int_equal(st.conv_gemm_steps, train ? 1 : 2); /* training: conv2's output is read by relu_grad too */
+            free_feeds(&f);
+            alloy_graph_free(g);
+        }
+}
+
 /* Rows longer than a warp takes (a vocabulary of 3000 logits, a width of
  * 1100): row kernels with a block per row and block reductions. */
 static void test_long_rows_run_emulated_as_on_the_cpu(void **state)
@@ -249,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90),
         cmocka_unit_test(test_the_transformer_training_step_runs_emulated_as_on_the_cpu),
         cmocka_unit_test(test_long_rows_run_emulated_as_on_the_cpu),
+        cmocka_unit_test(test_convolution_gemm_groups_run_emulated_as_on_the_cpu),
         cmocka_unit_test(test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu),
     };
     return cmocka_run_group_tests_name("codegen", tests, test_checked_alloc, test_plain_alloc);

@@ -1,4 +1,4 @@
-/* test_conv.c - the convolutions and pools of alloy/conv.h through the builder: PyTorch's values and gradients (tests/data/conv.safetensors), low precision under f16/bf16 AMP (conv allow, the pool after it following), a small CNN's training step, and bad shapes and attributes as errors naming the op. */
+/* test_conv.c - the convolutions and pools of alloy/conv.h through the builder: PyTorch's values and gradients (tests/data/conv.safetensors), low precision under f16/bf16 AMP (conv allow, the pool after it following), a small CNN's training step, bad shapes and attributes as errors naming the op, and the kaiming/xavier fans of a convolution's weight. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -283,6 +283,68 @@ static void test_bad_shapes_and_attributes_are_errors_naming_the_op(void **state
     }
 }
 
+/* ---- the fans of a convolution's weight ---- */
+
+/* Max |v| and the standard deviation (about 0) of state `name` of g. */
+static void weight_stats(alloy_graph *g, const char *name, double *max_abs, double *std)
+{
+    alloy_host_tensor t;
+    expect_ok(g, alloy_graph_get_state(g, name, &t), name);
+    int64_t n = count_of(&t);
+    double m = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = test_decode(t.dtype, t.data, i);
+        m = fmax(m, fabs(v)), ss += v * v;
+    }
+    *max_abs = m, *std = sqrt(ss / (double)n);
+}
+
+/* kaiming/xavier take a convolution weight's fans as PyTorch does
+ * (fan_in = in / groups * kernel taps, fan_out = out * taps), a linear
+ * weight's from its [in, out] layout, with AMP on (the conv then reads a
+ * cast of the param) or off. Hand-computed:
+ *   conv2d w [16, 3, 3, 5], 6 input channels in 2 groups, kaiming_uniform(sqrt 2):
+ *     fan_in 3 * 15 = 45, bound sqrt(2) sqrt(3 / 45) = 0.36515 (by the last two
+ *     dims it would be 1.0);
+ *   conv1d w [64, 32, 5], xavier_normal(1): fan_in 160, fan_out 320,
+ *     std sqrt(2 / 480) = 0.064550 (by the last two dims 0.23250);
+ *   linear fc [20, 30], kaiming_normal(1): std 1 / sqrt(20) = 0.22361. */
+static void test_kaiming_and_xavier_take_a_conv_weights_fans_from_its_kernel(void **state)
+{
+    (void)state;
+    for (int amp = 0; amp < 2; amp++) {
+        alloy_graph *g = new_graph("fans");
+        alloy_tensor *x = in_f32(g, "x", 4, DIMS(2, 6, 9, 9));
+        alloy_tensor *w = alloy_param(g, "w2d", ALLOY_F32, 4, DIMS(16, 3, 3, 5), alloy_init_kaiming_uniform(sqrt(2.0)));
+        alloy_tensor *y = alloy_conv2d(g, x, w, NULL, NULL, NULL, NULL, 2); /* [2, 16, 7, 5] */
+        alloy_tensor *x1 = in_f32(g, "x1", 3, DIMS(2, 32, 12));
+        alloy_tensor *w1 = alloy_param(g, "w1d", ALLOY_F32, 3, DIMS(64, 32, 5), alloy_init_xavier_normal(1.0));
+        alloy_tensor *y1 = alloy_conv1d(g, x1, w1, NULL, 1, 0, 1, 1); /* [2, 64, 8] */
+        alloy_tensor *x2 = in_f32(g, "x2", 2, DIMS(4, 20));
+        alloy_tensor *fc = alloy_param(g, "fc", ALLOY_F32, 2, DIMS(20, 30), alloy_init_kaiming_normal(1.0));
+        alloy_tensor *loss = alloy_add(g, alloy_add(g, alloy_reduce_sum(g, alloy_cast(g, y, ALLOY_F32), 0, NULL, false),
+                                                     alloy_reduce_sum(g, alloy_cast(g, y1, ALLOY_F32), 0, NULL, false)),
+                                       alloy_reduce_sum(g, alloy_cast(g, alloy_matmul(g, x2, fc, false, false), ALLOY_F32),
+                                                        0, NULL, false));
+        expect_ok(g, alloy_graph_set_loss(g, loss), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), "optimizer");
+        if (amp) expect_ok(g, alloy_graph_enable_amp(g, ALLOY_F16), "enable_amp");
+        double m, sd;
+        weight_stats(g, "w2d", &m, &sd);
+        double bound = sqrt(2.0) * sqrt(3.0 / 45.0);
+        printf("%s: conv2d kaiming_uniform max |w| %.5f (bound %.5f)", amp ? "f16 AMP" : "f32", m, bound);
+        assert_true(m <= bound && m >= 0.98 * bound); /* 720 draws: the largest is within 2% of the bound */
+        assert_true(fabs(sd - bound / sqrt(3.0)) <= 0.1 * bound / sqrt(3.0));
+        weight_stats(g, "w1d", &m, &sd);
+        printf("; conv1d xavier_normal std %.5f (want %.5f)", sd, sqrt(2.0 / 480.0));
+        assert_true(fabs(sd - sqrt(2.0 / 480.0)) <= 0.03 * sqrt(2.0 / 480.0)); /* 10240 draws: ~0.7% */
+        weight_stats(g, "fc", &m, &sd);
+        printf("; linear kaiming_normal std %.5f (want %.5f)\n", sd, 1 / sqrt(20.0));
+        assert_true(fabs(sd - 1 / sqrt(20.0)) <= 0.1 / sqrt(20.0)); /* 600 draws: ~3% */
+        free_graph(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +353,7 @@ int main(void)
         AMP_TEST(test_conv_is_low_precision_and_pools_follow_it_under_amp),
         AMP_TEST(test_a_small_cnn_trains),
         AMP_TEST(test_bad_shapes_and_attributes_are_errors_naming_the_op),
+        AMP_TEST(test_kaiming_and_xavier_take_a_conv_weights_fans_from_its_kernel),
     };
     return cmocka_run_group_tests_name("conv", tests, NULL, NULL);
 }

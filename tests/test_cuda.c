@@ -1,4 +1,4 @@
-/* test_cuda.c - the CUDA backend against the CPU backend: whole training steps (fp32, f16 AMP, bf16 AMP), skipped steps, captured graphs against direct launches, checkpoints across devices, GEMM layouts. Every test runs on the host emulation of the device (tests/cuda_emu/emu_device.c) and, where this machine has an NVIDIA GPU, on the GPU; without one the GPU tests SKIP with the reason. */
+/* test_cuda.c - the CUDA backend against the CPU backend: whole training steps (fp32, f16 AMP, bf16 AMP; an MLP, a transformer block, a CNN whose convolutions head gemm groups), skipped steps, captured graphs against direct launches, checkpoints across devices, GEMM layouts. Every test runs on the host emulation of the device (tests/cuda_emu/emu_device.c) and, where this machine has an NVIDIA GPU, on the GPU; without one the GPU tests SKIP with the reason. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -104,11 +104,30 @@ static alloy_graph *block_step(const char *device, alloy_dtype amp)
     return g;
 }
 
+enum { CNN_BATCH = 8 };
+
+/* The small CNN's training step (tests/models.c: two convolutions, each the
+ * head of a gemm group with its bias, relu, pools, a linear head), as
+ * mlp_step. */
+static alloy_graph *cnn_step(const char *device, alloy_dtype amp)
+{
+    alloy_graph *g = alloy_graph_new("cnn");
+    alloy_graph_set_seed(g, 7);
+    test_cnn m = build_cnn(g, F32, CNN_BATCH, 6, 8);
+    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+    if (amp != F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
+    if (amp == F16) expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(1e-2, 0.9, 0.999, 1e-8, 0.01)), "add_optimizer");
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    return g;
+}
+
 /* One batch: x uniform in [-scale, scale), targets below classes. */
 typedef struct batch {
     float x[MLP_BATCH * MLP_IN];
     int32_t targets[MLP_BATCH];
     int32_t tokens[16], block_targets[16];
+    float images[CNN_BATCH * 64];
 } batch;
 
 static batch make_batch(uint64_t seed, double scale)
@@ -118,7 +137,20 @@ static batch make_batch(uint64_t seed, double scale)
     for (int i = 0; i < MLP_BATCH * MLP_IN; i++) b.x[i] = (float)test_uniform(-scale, scale);
     for (int i = 0; i < MLP_BATCH; i++) b.targets[i] = test_irand(0, MLP_OUT - 1);
     for (int i = 0; i < 16; i++) b.tokens[i] = test_irand(0, 23), b.block_targets[i] = test_irand(0, 23);
+    for (int i = 0; i < CNN_BATCH * 64; i++) b.images[i] = (float)test_uniform(-scale, scale);
     return b;
+}
+
+static alloy_step_info run_cnn(alloy_graph *g, batch *b)
+{
+    alloy_host_tensor feeds[2] = {
+        {.name = "x", .dtype = F32, .rank = 4, .dims = {CNN_BATCH, 1, 8, 8}, .data = b->images},
+        {.name = "targets", .dtype = I32, .rank = 1, .dims = {CNN_BATCH}, .data = b->targets},
+    };
+    expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "run");
+    alloy_step_info info;
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+    return info;
 }
 
 static alloy_step_info run_mlp(alloy_graph *g, batch *b)
@@ -179,19 +211,33 @@ static double state_distance(alloy_graph *a, alloy_graph *b, char *worst_name, s
 
 /* ---- training steps against the CPU ---- */
 
-/* steps steps of the MLP (or the block) on the CPU and on CUDA from the same
- * initial state: the same skip decisions and scales every step, losses and
- * the final state within tolerance(amp). */
-static void train_against_cpu(target t, bool block, alloy_dtype amp, int steps)
+/* Which model a training test runs. */
+typedef enum model { MLP, BLOCK, CNN } model;
+static const char *const model_names[] = {"mlp", "transformer block", "cnn"};
+
+static alloy_graph *model_step(model md, const char *device, alloy_dtype amp)
+{
+    return md == BLOCK ? block_step(device, amp) : md == CNN ? cnn_step(device, amp) : mlp_step(device, amp, true);
+}
+
+static alloy_step_info run_model(model md, alloy_graph *g, batch *b)
+{
+    return md == BLOCK ? run_block(g, b) : md == CNN ? run_cnn(g, b) : run_mlp(g, b);
+}
+
+/* steps steps of the model on the CPU and on CUDA from the same initial
+ * state: the same skip decisions and scales every step, losses and the
+ * final state within tolerance(amp). */
+static void train_against_cpu(target t, model md, alloy_dtype amp, int steps)
 {
     use_target(t);
-    alloy_graph *cpu = block ? block_step("cpu", amp) : mlp_step("cpu", amp, true);
-    alloy_graph *gpu = block ? block_step("cuda", amp) : mlp_step("cuda", amp, true);
+    alloy_graph *cpu = model_step(md, "cpu", amp);
+    alloy_graph *gpu = model_step(md, "cuda", amp);
     double worst_loss = 0;
     for (int s = 0; s < steps; s++) {
         batch b = make_batch(100 + (uint64_t)s, 2.0);
-        alloy_step_info a = block ? run_block(cpu, &b) : run_mlp(cpu, &b);
-        alloy_step_info c = block ? run_block(gpu, &b) : run_mlp(gpu, &b);
+        alloy_step_info a = run_model(md, cpu, &b);
+        alloy_step_info c = run_model(md, gpu, &b);
         assert_int_equal(a.skipped, c.skipped);
         assert_true(a.scale == c.scale);
         assert_int_equal(a.step, c.step);
@@ -205,7 +251,7 @@ static void train_against_cpu(target t, bool block, alloy_dtype amp, int steps)
     char name[128] = "";
     double d = state_distance(cpu, gpu, name, sizeof name);
     print_message("%s %s, %d steps on %s: worst loss difference %.3g, worst state difference %.3g (%s); %s\n",
-                  block ? "transformer block" : "mlp", amp == F32 ? "fp32" : amp == F16 ? "f16 AMP" : "bf16 AMP", steps,
+                  model_names[md], amp == F32 ? "fp32" : amp == F16 ? "f16 AMP" : "bf16 AMP", steps,
                   t == ON_GPU ? "the GPU" : "the emulated device", worst_loss, d, name, alloy_graph_device(gpu));
     if (!(d <= tolerance(amp))) fail_msg("state '%s' differs by %.3g (> %.3g)", name, d, tolerance(amp));
     alloy_graph_free(cpu);
@@ -213,16 +259,20 @@ static void train_against_cpu(target t, bool block, alloy_dtype amp, int steps)
     rt_backend_set_cuda_opener(NULL);
 }
 
-static void emu_mlp_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, false, F32, 6); }
-static void emu_mlp_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, false, F16, 6); }
-static void emu_mlp_bf16(void **state) { (void)state; train_against_cpu(ON_EMULATION, false, BF16, 6); }
-static void emu_block_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, true, F16, 3); }
-static void emu_block_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, true, F32, 2); }
-static void gpu_mlp_fp32(void **state) { (void)state; train_against_cpu(ON_GPU, false, F32, 20); }
-static void gpu_mlp_f16(void **state) { (void)state; train_against_cpu(ON_GPU, false, F16, 20); }
-static void gpu_mlp_bf16(void **state) { (void)state; train_against_cpu(ON_GPU, false, BF16, 20); }
-static void gpu_block_f16(void **state) { (void)state; train_against_cpu(ON_GPU, true, F16, 20); }
-static void gpu_block_bf16(void **state) { (void)state; train_against_cpu(ON_GPU, true, BF16, 20); }
+static void emu_mlp_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, MLP, F32, 6); }
+static void emu_mlp_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, MLP, F16, 6); }
+static void emu_mlp_bf16(void **state) { (void)state; train_against_cpu(ON_EMULATION, MLP, BF16, 6); }
+static void emu_block_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, BLOCK, F16, 3); }
+static void emu_block_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, BLOCK, F32, 2); }
+static void emu_cnn_fp32(void **state) { (void)state; train_against_cpu(ON_EMULATION, CNN, F32, 4); }
+static void emu_cnn_f16(void **state) { (void)state; train_against_cpu(ON_EMULATION, CNN, F16, 4); }
+static void gpu_cnn_fp32(void **state) { (void)state; train_against_cpu(ON_GPU, CNN, F32, 20); }
+static void gpu_cnn_f16(void **state) { (void)state; train_against_cpu(ON_GPU, CNN, F16, 20); }
+static void gpu_mlp_fp32(void **state) { (void)state; train_against_cpu(ON_GPU, MLP, F32, 20); }
+static void gpu_mlp_f16(void **state) { (void)state; train_against_cpu(ON_GPU, MLP, F16, 20); }
+static void gpu_mlp_bf16(void **state) { (void)state; train_against_cpu(ON_GPU, MLP, BF16, 20); }
+static void gpu_block_f16(void **state) { (void)state; train_against_cpu(ON_GPU, BLOCK, F16, 20); }
+static void gpu_block_bf16(void **state) { (void)state; train_against_cpu(ON_GPU, BLOCK, BF16, 20); }
 
 /* ---- a skipped step ---- */
 
@@ -859,6 +909,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_mlp_bf16),
         cmocka_unit_test(emu_block_fp32),
         cmocka_unit_test(emu_block_f16),
+        cmocka_unit_test(emu_cnn_fp32),
+        cmocka_unit_test(emu_cnn_f16),
         cmocka_unit_test(emu_injected_inf),
         cmocka_unit_test(emu_replay),
         cmocka_unit_test(emu_out_of_memory),
@@ -878,6 +930,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpu_mlp_bf16),
         cmocka_unit_test(gpu_block_f16),
         cmocka_unit_test(gpu_block_bf16),
+        cmocka_unit_test(gpu_cnn_fp32),
+        cmocka_unit_test(gpu_cnn_f16),
         cmocka_unit_test(gpu_injected_inf),
         cmocka_unit_test(gpu_replay),
         cmocka_unit_test_setup_teardown(gpu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),

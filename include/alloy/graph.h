@@ -62,7 +62,9 @@ typedef enum alloy_init_kind {
 
 /* How a parameter starts. Fans follow alloy's weight layout [in, out]
  * (x @ W): fan_in = dims[rank-2], fan_out = dims[rank-1]; a rank-1 tensor
- * has fan_in = fan_out = dims[0]. */
+ * has fan_in = fan_out = dims[0]. A convolution's weight [out, in/groups,
+ * k...] (a param the graph reads as one) has PyTorch's fans: fan_in =
+ * in/groups * prod(k), fan_out = out * prod(k). */
 typedef struct alloy_init {
     alloy_init_kind kind;
     double a, b;

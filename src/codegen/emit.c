@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "codegen/emit_impl.h"
+#include "ir/groups.h"
 
 static bool note_skipped(cg_program *p, int step, const char *why)
 {
@@ -23,8 +24,15 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
         const ir_node *last = g->nodes[st->pos];
         const char *why;
         switch (st->kind) {
-        case STEP_EW:
-        case STEP_GEMM: why = cg_emit_ew(out, g, s, k); break;
+        case STEP_EW: why = cg_emit_ew(out, g, s, k); break;
+        case STEP_GEMM: { /* a matmul's product comes from the library; a convolution's from its kernel */
+            const ir_node *head = g->nodes[s->members[st->first].node];
+            why = !ir_gemm_head(head)           ? "a gemm step that does not start with a matmul or convolution"
+                  : head->op == IR_OP_matmul ? NULL
+                                             : cg_emit_conv_product(out, g, k, head);
+            if (!why) why = cg_emit_ew(out, g, s, k);
+            break;
+        }
         case STEP_MULTI: why = cg_emit_multi(out, g, s, k); break;
         case STEP_ROW: why = cg_emit_row(out, g, s, k); break;
         case STEP_OP:

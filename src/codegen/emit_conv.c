@@ -1,4 +1,4 @@
-/* emit_conv.c - direct CUDA kernels for the convolutions, pools and their backward ops: a thread per result element, every sum gathered (no atomics); pools in double in the CPU's order, so they give its bits. */
+/* emit_conv.c - direct CUDA kernels for the convolutions (alone, or as a GEMM step's f32 product), pools and their backward ops: a thread per result element, every sum gathered (no atomics); pools in double in the CPU's order, so they give its bits. */
 #include "codegen/emit_impl.h"
 #include "ir/conv.h"
 
@@ -12,8 +12,8 @@ static void load(cg_text *b, alloy_dtype dt, int p, const char *idx)
 
 /* Adds the kernel `name` of step k: `body` (statements at flat index e of
  * the node's `total` elements, in compute type `ct`) in a grid-stride loop. */
-static const char *kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *ct, cg_text *body,
-                          cg_params *ps, int64_t total)
+static const char *kernel_of(cg_program *prog, const ir_graph *g, int k, step_kind kind, const char *name,
+                             const char *ct, cg_text *body, cg_params *ps, int64_t total)
 {
     cg_text t = {0};
     cg_put_preamble(&t);
@@ -26,11 +26,17 @@ static const char *kernel(cg_program *prog, const ir_graph *g, int k, const char
     for (int i = 0; i < ps->n; i++)
         if (ps->at[i].kind == CG_PARAM_NODE) bytes += (int64_t)ir_nbytes(&g->nodes[ps->at[i].node]->type);
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
-    bool ok = !body->oom && !ps->oom && cg_add_kernel(prog, g, name, k, STEP_OP, &t, ps, grid, CG_BLOCK, bytes);
+    bool ok = !body->oom && !ps->oom && cg_add_kernel(prog, g, name, k, kind, &t, ps, grid, CG_BLOCK, bytes);
     cg_text_free(&t);
     cg_text_free(body);
     al_free(ps->at);
     return ok ? NULL : "out of memory";
+}
+
+static const char *kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *ct, cg_text *body,
+                          cg_params *ps, int64_t total)
+{
+    return kernel_of(prog, g, k, STEP_OP, name, ct, body, ps, total);
 }
 
 /* Declares the geometry's sizes as constants of the kernel body. */
@@ -46,13 +52,17 @@ static void put_geometry(cg_text *b, const ir_conv_geom *c)
 }
 
 /* conv1d / conv2d: y[b, o, oy, ox] = bias[o] + the sum over its group's
- * channels and the kernel of x w, in f32 (f64 for f64) with one rounding. */
-static const char *conv(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const ir_conv_geom *c, const char *name)
+ * channels and the kernel of x w, in f32 (f64 for f64) with one rounding;
+ * as the head of a GEMM step (`product`), the f32 sum unrounded into the
+ * step's product (the plan's scratch), which the epilogue kernel reads. */
+static const char *conv(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const ir_conv_geom *c, const char *name,
+                        bool product)
 {
     cg_params ps = {0};
     cg_text b = {0};
     const ir_type *xt = &g->nodes[n->in[0]]->type;
-    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0), x = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    int out = cg_param_of(&ps, product ? CG_PARAM_PRODUCT : CG_PARAM_NODE, n->id, true, 0);
+    int x = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
     int w = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0);
     bool wide = n->type.dtype == ALLOY_F64;
     put_geometry(&b, c);
@@ -76,9 +86,11 @@ static const char *conv(cg_program *prog, const ir_graph *g, int k, const ir_nod
         cg_put(&b, ";\n");
     }
     cg_put(&b, "        p%d[e] = ", out);
-    cg_store(&b, n->type.dtype, wide, "acc_");
+    if (product) cg_put(&b, "acc_");
+    else cg_store(&b, n->type.dtype, wide, "acc_");
     cg_put(&b, ";\n");
-    return kernel(prog, g, k, name, wide ? "double" : "float", &b, &ps, ir_numel(&n->type));
+    return kernel_of(prog, g, k, product ? STEP_GEMM : STEP_OP, name, wide ? "double" : "float", &b, &ps,
+                     ir_numel(&n->type));
 }
 
 /* conv_grad_input: dx[b, c, iy, ix] = the sum of dy w over the outputs and
@@ -218,11 +230,10 @@ static const char *pool_grad(cg_program *prog, const ir_graph *g, int k, const i
     return kernel(prog, g, k, name, "double", &b, &ps, ir_numel(&n->type));
 }
 
-/* The kernel of conv/pool step n, or why none (conv.h's contract: the
- * type rule checked the geometry). */
-const char *cg_emit_conv(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+/* The geometry of conv/pool node n, false when it does not check (conv.h's
+ * contract: the type rule checked it, so this is for hand-made IR). */
+static bool geometry_of(const ir_graph *g, const ir_node *n, ir_conv_geom *c)
 {
-    ir_conv_geom c;
     char why[256];
     const ir_type *x = n->op == IR_OP_conv_grad_input || n->op == IR_OP_avg_pool2d_grad || n->op == IR_OP_adaptive_avg_pool2d_grad
                            ? &n->type
@@ -230,10 +241,27 @@ const char *cg_emit_conv(cg_program *prog, const ir_graph *g, int k, const ir_no
     const ir_type *w = n->op == IR_OP_conv1d || n->op == IR_OP_conv2d || n->op == IR_OP_conv_grad_input ? &g->nodes[n->in[1]]->type
                        : n->op == IR_OP_conv_grad_weight                                              ? &n->type
                                                                                                       : NULL;
-    if (ir_conv_geom_of(n, x, w, &c, why, sizeof why)) return "a convolution or pool whose geometry does not check";
+    return ir_conv_geom_of(n, x, w, c, why, sizeof why) == ALLOY_OK;
+}
+
+const char *cg_emit_conv_product(cg_program *prog, const ir_graph *g, int k, const ir_node *n)
+{
+    ir_conv_geom c;
+    char name[48];
+    if (!geometry_of(g, n, &c)) return "a convolution whose geometry does not check";
+    if (n->type.dtype == ALLOY_F64) return "an f64 convolution as a gemm head"; /* the fuse pass never makes one */
+    al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
+    return conv(prog, g, k, n, &c, name, true);
+}
+
+/* The kernel of conv/pool step n, or why none. */
+const char *cg_emit_conv(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    ir_conv_geom c;
+    if (!geometry_of(g, n, &c)) return "a convolution or pool whose geometry does not check";
     switch (n->op) {
     case IR_OP_conv1d:
-    case IR_OP_conv2d: return conv(prog, g, k, n, &c, name);
+    case IR_OP_conv2d: return conv(prog, g, k, n, &c, name, false);
     case IR_OP_conv_grad_input:
     case IR_OP_conv_grad_weight: return conv_grad(prog, g, k, n, &c, name);
     case IR_OP_max_pool2d:

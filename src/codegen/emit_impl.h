@@ -85,6 +85,10 @@ AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedu
 AL_HIDDEN const char *cg_emit_op(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_op.c */
 /* The direct kernel of a convolution, pool or backward op node n (step k, kernel `name`), or why none. (emit_conv.c) */
 AL_HIDDEN const char *cg_emit_conv(cg_program *p, const ir_graph *g, int k, const ir_node *n, const char *name);
+/* The kernel of conv1d/conv2d n heading GEMM step k: its f32 sums, bias
+ * operand included, unrounded into the step's product (CG_PARAM_PRODUCT),
+ * before the epilogue kernel; or why none. (emit_conv.c) */
+AL_HIDDEN const char *cg_emit_conv_product(cg_program *p, const ir_graph *g, int k, const ir_node *n);
 /* A single-op kernel of step k over `total` threads: body (statements at
  * flat index e, compute type T = compute_type) in a grid-stride loop,
  * file_scope before the kernel and `before` at its top (both may be

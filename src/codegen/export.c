@@ -322,12 +322,16 @@ static const char gemm_epilogue[] = "a library GEMM (cuBLASLt), then the epilogu
 
 /* Fills x->library: the steps with no kernel (prog.skipped, with the
  * emitter's reason) and the gemm steps whose matmul a library runs before
- * their epilogue kernel. Returns how many; -1 when out of memory. */
-static int find_library_calls(export_state *x, const schedule *s)
+ * their epilogue kernel (a convolution head is a kernel of its own, no
+ * library call). Returns how many; -1 when out of memory. */
+static int find_library_calls(export_state *x, const ir_graph *g, const schedule *s)
 {
     if (!(x->library = al_calloc((size_t)s->nsteps + 1, sizeof *x->library))) return -1;
-    for (int k = 0; k < x->prog.nkernels; k++)
-        if (x->prog.kernels[k].kind == STEP_GEMM) x->library[x->prog.kernels[k].step] = gemm_epilogue;
+    for (int k = 0; k < x->prog.nkernels; k++) {
+        const sched_step *st = &s->steps[x->prog.kernels[k].step];
+        if (x->prog.kernels[k].kind == STEP_GEMM && g->nodes[s->members[st->first].node]->op == IR_OP_matmul)
+            x->library[x->prog.kernels[k].step] = gemm_epilogue;
+    }
     for (int i = 0; i < x->prog.nskipped; i++) x->library[x->prog.skipped[i]] = x->prog.why[i];
     int n = 0;
     for (int k = 0; k < s->nsteps; k++) n += x->library[k] != NULL;
@@ -496,7 +500,7 @@ alloy_status cg_export(const ir_graph *g, const schedule *s, const cg_nvrtc *nv,
     if (!st) {
         tot.kernels = x.prog.nkernels;
         tot.modules = x.nmodules;
-        tot.library_calls = find_library_calls(&x, s);
+        tot.library_calls = find_library_calls(&x, g, s);
         if (tot.library_calls < 0) {
             al_fmt(err, errlen, "out of memory writing the summary");
             st = ALLOY_ERR_OOM;

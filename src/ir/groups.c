@@ -64,6 +64,11 @@ bool ir_fuse_wide(const ir_graph *g, const ir_node *n)
     return false;
 }
 
+bool ir_gemm_head(const ir_node *n)
+{
+    return n->op == IR_OP_matmul || n->op == IR_OP_conv1d || n->op == IR_OP_conv2d;
+}
+
 static bool same_dims(const ir_type *a, const ir_type *b)
 {
     return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
@@ -75,7 +80,7 @@ ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n)
     const ir_type *first = n > 0 ? ir_fuse_shape(g, g->nodes[members[0]]) : NULL;
     for (int k = 0; k < n; k++) {
         const ir_node *m = g->nodes[members[k]];
-        if (m->op == IR_OP_matmul) return IR_GROUP_GEMM;
+        if (ir_gemm_head(m)) return IR_GROUP_GEMM;
         if (m->op == IR_OP_found_inf) multi = true;
         else if (!same_dims(ir_fuse_shape(g, m), first)) multi = true;
         if (ir_fuse_row_op(g, m)) row = true;
@@ -190,7 +195,7 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
         bool ew = ir_fuse_elementwise(g, x);
         switch (kind) {
         case IR_GROUP_EW:
-            if (!ew) return "is not elementwise, yet its group has no row op, matmul or found_inf";
+            if (!ew) return "is not elementwise, yet its group has no row op, matmul, convolution or found_inf";
             if (!same_dims(&x->type, &first->type)) return "has another shape than the group's first member";
             if (ir_fuse_wide(g, x) != ir_fuse_wide(g, first)) return "computes in another precision than the group";
             break;
@@ -201,10 +206,12 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
             if (ir_fuse_wide(g, x)) return "computes in f64, which row groups do not";
             break;
         case IR_GROUP_GEMM:
-            if ((m == 0) != (x->op == IR_OP_matmul)) return m == 0 ? "is first in a gemm group but not its matmul"
-                                                                   : "is a second matmul in a gemm group";
+            if ((m == 0) != ir_gemm_head(x))
+                return m == 0 ? "is first in a gemm group but not its matmul or convolution"
+                              : "is a second matmul or convolution in a gemm group";
             if (m > 0 && !ew) return "is not elementwise, so no GEMM epilogue computes it";
-            if (m > 0 && !same_dims(&x->type, &first->type)) return "has another shape than the matmul it follows";
+            if (m > 0 && !same_dims(&x->type, &first->type))
+                return "has another shape than the matmul or convolution it follows";
             if (m > 1 && ir_fuse_wide(g, x) != ir_fuse_wide(g, g->nodes[members[1]]))
                 return "computes in another precision than the epilogue";
             break;

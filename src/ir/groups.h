@@ -12,8 +12,10 @@
  *          gradients, causal_mask) with elementwise producers and
  *          consumers, over one [rows, C] shape; a row's results depend on
  *          that row only;
- *   GEMM:  a matmul and its epilogue (bias add, relu or gelu_tanh, casts),
- *          what a cuBLASLt epilogue computes;
+ *   GEMM:  a matmul or a forward convolution (conv1d, conv2d) and its
+ *          epilogue (bias add, relu or gelu_tanh, casts), what a cuBLASLt
+ *          epilogue computes after a GEMM (or a conv kernel after its
+ *          sums);
  *   MULTI: several elementwise chains of different shapes run as one
  *          (multi-tensor) launch, with an optional found_inf reducing
  *          over them: the unscale + isfinite of all gradients, the
@@ -40,9 +42,13 @@ AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
  * of cpu_ew_uses_f64, read from the IR types. */
 AL_HIDDEN bool ir_fuse_wide(const ir_graph *g, const ir_node *n);
 
+/* Whether n may head a GEMM group: a matmul, conv1d or conv2d (the
+ * forward convolutions; their gradients are not heads). */
+AL_HIDDEN bool ir_gemm_head(const ir_node *n);
+
 /* The kind of the group of members[0..n) (ascending ids): GEMM with a
- * matmul, MULTI with found_inf or members of different shapes, ROW with a
- * row op, else EW. */
+ * GEMM head (ir_gemm_head), MULTI with found_inf or members of different
+ * shapes, ROW with a row op, else EW. */
 AL_HIDDEN ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n);
 
 /* The fusion groups of g: group k (ascending by its annotation id, which
@@ -64,9 +70,10 @@ AL_HIDDEN int ir_group_size(const ir_groups *gs, int i);
  * operand from outside comes from an earlier position, every reader
  * outside from a later one); and per kind: EW members share one shape and
  * compute type; ROW members share one iteration shape (ir_fuse_shape) and
- * compute in f32; GEMM is a matmul first, then elementwise members of its
- * result's shape; MULTI has at most one found_inf, last, and each connected
- * chain of elementwise members shares a shape and compute type. Records the
+ * compute in f32; GEMM is a GEMM head first (matmul or convolution), then
+ * elementwise members of its result's shape; MULTI has at most one
+ * found_inf, last, and each connected chain of elementwise members shares
+ * a shape and compute type. Records the
  * first violation on g as ALLOY_ERR_VERIFY naming the group, the node (by
  * name when it has one) and the rule. */
 AL_HIDDEN alloy_status ir_check_groups(ir_graph *g);

@@ -6,8 +6,9 @@
  *   - ew and row groups come from one union over the nodes in order: their
  *     members share one iteration shape and one compute type (all f64 or
  *     all f32), so fusing never changes the precision an op computes in;
- *   - gemm groups are a matmul and the single-reader chain after it that a
- *     cuBLASLt epilogue computes (formed first, off limits to the union);
+ *   - gemm groups are a matmul or a forward convolution and the
+ *     single-reader chain after it that a cuBLASLt epilogue computes
+ *     (formed first, off limits to the union);
  *   - row groups of one shape that read a tensor row by row are then
  *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
  *   - multi groups join found_inf with the unscale chains it reads, and
@@ -75,7 +76,8 @@ static void count_row_readers(const ir_graph *g, int *row_readers)
     }
 }
 
-/* A bias for the epilogue of a [.., N] result: a vector of N (or [1, .., 1, N]). */
+/* A bias for the epilogue of a matmul's [.., N] result: a vector of N (or
+ * [1, .., 1, N]). */
 static bool is_bias(const ir_type *b, const ir_type *out)
 {
     if (b->rank < 1 || b->rank > out->rank || b->dims[b->rank - 1] != out->dims[out->rank - 1]) return false;
@@ -84,15 +86,34 @@ static bool is_bias(const ir_type *b, const ir_type *out)
     return ir_is_float(b->dtype) && b->dtype != ALLOY_F64;
 }
 
-/* Marks matmul mm and the epilogue after it as one GEMM group in gemm[]:
- * in this order, each optional and each the sole reader of the one before,
- * [cast] [add of a bias vector] [relu | gelu_tanh] [cast], the set a
- * cuBLASLt epilogue computes (its GELU is the tanh form; erf GELU is not
- * an epilogue). Casts are between f16, bf16 and f32. A final cast that
- * only row ops read is left to their row group. */
+/* A bias for the epilogue of a convolution's [N, C, spatial..] result: one
+ * value per output channel broadcast over the batch and the spatial dims,
+ * that is C at the channel dim and 1 everywhere else once broadcast:
+ * [C, 1, 1] or [1, C, 1, 1] for conv2d, [C, 1] or [1, C, 1] for conv1d
+ * (the shapes a reshaped vector of C takes; a bare [C] would broadcast over
+ * the last spatial dim instead). */
+static bool is_channel_bias(const ir_type *b, const ir_type *out)
+{
+    if (b->rank < out->rank - 1 || b->rank > out->rank) return false;
+    for (int d = 0; d < b->rank; d++) {
+        int od = d + out->rank - b->rank; /* the result's dim b's dim d broadcasts against */
+        if (b->dims[d] != (od == 1 ? out->dims[1] : 1)) return false;
+    }
+    return ir_is_float(b->dtype) && b->dtype != ALLOY_F64;
+}
+
+/* Marks GEMM head mm (a matmul, conv1d or conv2d) and the epilogue after
+ * it as one GEMM group in gemm[]: in this order, each optional and each the
+ * sole reader of the one before, [cast] [add of a bias vector] [relu |
+ * gelu_tanh] [cast], the set a cuBLASLt epilogue computes (its GELU is the
+ * tanh form; erf GELU is not an epilogue). A matmul's bias is a vector
+ * over its last dim, a convolution's one over its channels (its own bias
+ * operand, if any, is part of its product). Casts are between f16, bf16
+ * and f32. A final cast that only row ops read is left to their row group. */
 static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_readers, int mm, int *gemm)
 {
     const ir_node *m = g->nodes[mm];
+    bool conv = m->op != IR_OP_matmul;
     if (!ir_is_float(m->type.dtype) || m->type.dtype == ALLOY_F64 || m->type.rank < 2) return;
     int cur = mm, stage = 0, chain[5], len = 0;
     for (;;) {
@@ -104,7 +125,8 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_rea
             next = stage == 0 ? 1 : 4;
         else if (n->op == IR_OP_add && stage < 2) {
             int other = n->in[0] == cur ? n->in[1] : n->in[0];
-            if (other != cur && is_bias(&g->nodes[other]->type, &n->type) &&
+            const ir_type *bt = &g->nodes[other]->type;
+            if (other != cur && (conv ? is_channel_bias(bt, &n->type) : is_bias(bt, &n->type)) &&
                 g->nodes[other]->type.dtype == n->type.dtype && ir_type_eq(&n->type, &g->nodes[cur]->type))
                 next = 2;
         } else if ((n->op == IR_OP_relu || n->op == IR_OP_gelu_tanh) && stage < 3) {
@@ -310,7 +332,7 @@ static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, in
         const ir_node *o = g->nodes[F->in[j]];
         if (!ir_fuse_elementwise(g, o) || ir_fuse_wide(g, o) || o->type.rank == 0) continue;
         if (label[o->id] < 0 && min_reader[o->id] >= fi) mark[o->id] = 1;
-        else if (label[o->id] >= 0 && g->nodes[label[o->id]]->op != IR_OP_matmul) mark[label[o->id]] = 2;
+        else if (label[o->id] >= 0 && !ir_gemm_head(g->nodes[label[o->id]])) mark[label[o->id]] = 2;
     }
     /* a group is taken when its members are all elementwise in f32 (no row
      * op) and none is read from outside it before F; its members all come
@@ -482,12 +504,12 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         count_row_readers(g, row_readers);
         for (int i = 0; i < g->nnodes; i++) gemm[i] = -1;
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->op == IR_OP_matmul && !(off & 1u << IR_GROUP_GEMM))
+            if (ir_gemm_head(g->nodes[i]) && !(off & 1u << IR_GROUP_GEMM))
                 gemm_epilogue(g, sole, row_readers, i, gemm);
         for (size_t i = 0; i < nn; i++) f.out_head[i] = f.out_tail[i] = -1;
         for (int i = 0; i < g->nnodes; i++) place(&f, i);
         /* names: the union's groups of two or more, the GEMM groups (named
-         * by their matmul, never a union member), then the multi-tensor
+         * by their head, never a union member), then the multi-tensor
          * groups; min_reader (in f.head, no longer needed) for found_inf */
         int *label = f.next, *min_reader = f.head;
         memset(f.sealed, 0, nn);

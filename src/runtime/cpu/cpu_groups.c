@@ -233,13 +233,18 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
     return x->status;
 }
 
-/* ---- GEMM steps: the matmul into f32, then its epilogue as one EW pass ---- */
+/* ---- GEMM steps: the matmul or convolution into f32, then its epilogue as one EW pass ---- */
 
 alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                           rt_tensor *values, cpu_workers *w)
 {
     const sched_member *members = &s->members[step->first];
     const ir_node *mm = g->nodes[members[0].node];
+    if (!ir_gemm_head(mm)) {
+        char label[64];
+        return cpu_fail(x, ALLOY_ERR_VERIFY, "gemm step headed by %s '%s', not a matmul or convolution",
+                        ir_ops[mm->op].name, ir_node_label(mm, label, sizeof label));
+    }
     int64_t count = ir_numel(&mm->type);
     size_t bytes = sizeof(float) * (size_t)(count ? count : 1);
     rt_tensor saved = values[mm->id];
@@ -250,8 +255,12 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
     rt_tensor acc = {mm->type, direct ? saved.data : own ? al_malloc(bytes) : x->scratch};
     acc.type.dtype = ALLOY_F32;
     if (!acc.data) return cpu_out_of_memory(x, mm);
-    rt_tensor in[2] = {values[mm->in[0]], values[mm->in[1]]};
-    if (!cpu_matmul(x, mm, &acc, in)) {
+    rt_tensor in[3];
+    for (int j = 0; j < mm->nin && j < 3; j++) in[j] = values[mm->in[j]];
+    /* the head's kernel with an f32 result computes the unrounded product
+     * (a convolution's with its own bias operand added, in f32) */
+    alloy_status head = mm->op == IR_OP_matmul ? cpu_matmul(x, mm, &acc, in) : cpu_conv(x, mm, &acc, in);
+    if (!head) {
         /* the epilogue reads the unrounded f32 product; the rounded store of
          * a kept f16/bf16 product and the range rule (f16 precision kept, not
          * more range) happen in its chunk loop (cpu_run_group_ex) */

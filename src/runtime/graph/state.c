@@ -32,13 +32,36 @@ static uint64_t stream_seed(uint64_t seed, const char *name)
     return h;
 }
 
-/* Fills v[0..n) with the param's initial values in f64. */
-static void init_values(const ir_node *n, uint64_t seed, double *v, int64_t count)
+/* Marks in conv_weight[] every param or state that a convolution reads as
+ * its weight (conv1d/conv2d/conv_grad_input operand 1, through casts: under
+ * AMP the conv reads cast<f16>(w)): its layout is [out, in / groups, k..],
+ * not a linear weight's [in, out]. */
+static void find_conv_weights(const ir_graph *ir, uint8_t *conv_weight)
+{
+    for (int i = 0; i < ir->nnodes; i++) {
+        const ir_node *n = ir->nodes[i];
+        if (n->op != IR_OP_conv1d && n->op != IR_OP_conv2d && n->op != IR_OP_conv_grad_input) continue;
+        const ir_node *w = ir->nodes[n->in[1]];
+        while (w->op == IR_OP_cast) w = ir->nodes[w->in[0]];
+        if (w->op == IR_OP_param || w->op == IR_OP_state) conv_weight[w->id] = 1;
+    }
+}
+
+/* Fills v[0..n) with the param's initial values in f64. Fans as PyTorch's
+ * _calculate_fan_in_and_fan_out: a convolution's weight [out, in / groups,
+ * k..] has fan_in = in / groups * prod(k), fan_out = out * prod(k); any
+ * other tensor is an [.., in, out] linear weight (a vector: its length). */
+static void init_values(const ir_node *n, bool conv_weight, uint64_t seed, double *v, int64_t count)
 {
     const char *kind = ir_attr_str(n, "init", "zeros");
     const ir_type *t = &n->type;
     double fan_in = t->rank >= 2 ? (double)t->dims[t->rank - 2] : t->rank == 1 ? (double)t->dims[0] : 1;
     double fan_out = t->rank >= 1 ? (double)t->dims[t->rank - 1] : 1;
+    if (conv_weight && t->rank >= 3) {
+        double field = 1; /* the kernel's taps */
+        for (int d = 2; d < t->rank; d++) field *= (double)t->dims[d];
+        fan_in = (double)t->dims[1] * field, fan_out = (double)t->dims[0] * field;
+    }
     double gain = ir_attr_float(n, "gain", 1.0);
     double mean = ir_attr_float(n, "mean", 0.0), std = ir_attr_float(n, "std", 1.0);
     double low = ir_attr_float(n, "low", 0.0), high = ir_attr_float(n, "high", 1.0);
@@ -118,13 +141,10 @@ alloy_status state_write(alloy_graph *g, rt_state *s, const void *data)
     return ALLOY_OK;
 }
 
-alloy_status state_ensure(alloy_graph *g)
+/* Creates (or re-uploads) the state of every param and state node of ir. */
+static alloy_status state_create(alloy_graph *g, const ir_graph *ir, const uint8_t *conv_weight)
 {
-    if (g->state_ready) return ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
-    alloy_status st = graph_compile(g);
-    if (st) return st;
-    const ir_graph *ir = g->compiled;
+    alloy_status st;
     for (int i = 0; i < ir->nnodes; i++) {
         const ir_node *n = ir->nodes[i];
         if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
@@ -154,15 +174,30 @@ alloy_status state_ensure(alloy_graph *g)
                               n->name, bytes);
         }
         *s.cell = (state_cell){.refs = 1, .host = host};
-        init_values(n, g->seed, tmp, count);
+        init_values(n, conv_weight[i], g->seed, tmp, count);
         cvt_store_f64(n->type.dtype, tmp, host, (size_t)count);
         al_free(tmp);
         g->state[g->nstate++] = s;
         st = state_upload(g, &g->state[g->nstate - 1]);
         if (st) return st;
     }
-    g->state_ready = true;
     return ALLOY_OK;
+}
+
+alloy_status state_ensure(alloy_graph *g)
+{
+    if (g->state_ready) return ALLOY_OK;
+    if (g->ir->status) return g->ir->status;
+    alloy_status st = graph_compile(g);
+    if (st) return st;
+    const ir_graph *ir = g->compiled;
+    uint8_t *conv_weight = al_calloc((size_t)ir->nnodes + 1, 1);
+    if (!conv_weight) return graph_fail(g, ALLOY_ERR_OOM, "out of memory initializing state (%d nodes)", ir->nnodes);
+    find_conv_weights(ir, conv_weight);
+    st = state_create(g, ir, conv_weight);
+    al_free(conv_weight);
+    if (!st) g->state_ready = true;
+    return st;
 }
 
 alloy_status state_move(alloy_graph *g, rt_backend *to)
