@@ -11,8 +11,8 @@
  * __fdividef, min/max, __float_as_int and its kin. Not here: extern __shared__ (dynamic shared
  * memory), __ballot_sync, __any_sync, __activemask, cooperative groups, half types, textures.
  *
- * What differs from a GPU: threads switch only at barriers and shuffles, and blocks run one after
- * another, so a thread that spins waiting for another thread or block never returns; __shared__
+ * What differs from a GPU: threads switch only at barriers, shuffles and mma products, and blocks
+ * run one after another, so a thread that spins waiting for another thread or block never returns; __shared__
  * arrays start with the previous block's values; a shuffle that reads a lane which has exited gets
  * the reader's own value; floating point is the host's (no FMA contraction). Each thread has
  * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
