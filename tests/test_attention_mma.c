@@ -75,6 +75,30 @@ static alloy_graph *cases_graph(const mcase *c, int n, feed_set *f)
         char name[16];
         snprintf(name, sizeof name, "y%d", i);
         assert_int_equal(alloy_output(g, name, y), ALLOY_OK);
+        /* attention_grad(q, k, v, o, do) on o and do of their own (any o: delta = do.o is an input of the formulas) */
+        int ids[5] = {((ir_node *)(void *)x[0])->id, ((ir_node *)(void *)x[1])->id, ((ir_node *)(void *)x[2])->id, 0, 0};
+        for (int j = 0; j < 2; j++) {
+            alloy_host_tensor *t = &f->t[f->n++];
+            char *in_name = test_malloc(16);
+            snprintf(in_name, 16, "%c%d", "od"[j], i);
+            alloy_tensor *xin = alloy_input(g, in_name, c[i].dt, 4, qd);
+            assert_non_null(xin);
+            ids[3 + j] = ((ir_node *)(void *)xin)->id;
+            *t = (alloy_host_tensor){in_name, c[i].dt, 4, {0}, NULL};
+            memcpy(t->dims, qd, sizeof qd);
+            int64_t count = alloy_host_tensor_numel(t);
+            double *v = test_malloc(sizeof(double) * (size_t)(count + 1));
+            for (int64_t e = 0; e < count; e++) v[e] = uniform(-0.5, 0.5);
+            t->data = test_malloc(alloy_dtype_size(c[i].dt) * (size_t)(count + 1));
+            cvt_store_f64(c[i].dt, v, t->data, (size_t)count);
+            test_free(v);
+        }
+        ir_attr attrs[2] = {{.name = "causal", .kind = IR_ATTR_BOOL, .i = c[i].causal},
+                            {.name = "scale", .kind = IR_ATTR_FLOAT, .f = 1 / sqrt((double)c[i].d)}};
+        snprintf(name, sizeof name, "g%d", i);
+        ir_node *gn = ir_add_node(g->ir, IR_OP_attention_grad, 5, ids, 2, attrs, NULL, name);
+        assert_non_null(gn);
+        assert_int_equal(ir_add_output(g->ir, name, gn->id), ALLOY_OK);
     }
     assert_int_equal(alloy_graph_set_option(g, "device", "cpu"), ALLOY_OK);
     return g;
@@ -149,6 +173,86 @@ static double check_case(const mcase *mc, const void *const in[3], const void *y
     return worst;
 }
 
+/* The worst |error| / bound of attention_grad's output (dq, dk, dv stacked
+ * per (batch, head)) against the f64 formulas on the same inputs: P the
+ * softmax, dP_ij = do_i.v_j, delta_i = do_i.o_i, dS = P (dP - delta), dq =
+ * scale dS k, dk = scale dS^T q, dv = P^T do. The bound is per element over
+ * the magnitude of its terms: the mma kernels round dS and P to the dtype
+ * before their second products (u of each term; for f16 also 2^-25 absolute,
+ * an f16 subnormal's rounding), and compute P and dP - delta in f32 (2^-14
+ * relative of P, 2^-20 of sum_d |do_d v_d| + |delta|, well above f32's own
+ * errors); the store rounds once (u |result|). */
+static double check_grad(const mcase *mc, const void *const in[5], const void *y, double *worst_abs)
+{
+    int64_t BH = mc->b * mc->h, T = mc->t, S = mc->s, D = mc->d;
+    double u = mc->dt == ALLOY_F16 ? 0x1p-11 : mc->dt == ALLOY_BF16 ? 0x1p-8 : 0x1p-24, scale = 1 / sqrt((double)D);
+    double sub = mc->dt == ALLOY_F16 ? 0x1p-25 : 0;
+    int64_t nq = BH * T * D, nk = BH * S * D, ng = BH * (T + 2 * S) * D;
+    double *x[5], *got = test_malloc(sizeof(double) * (size_t)ng), *want = test_calloc((size_t)ng, sizeof(double)),
+                  *bound = test_calloc((size_t)ng, sizeof(double));
+    for (int j = 0; j < 5; j++) {
+        int64_t n = j == 1 || j == 2 ? nk : nq;
+        x[j] = test_malloc(sizeof(double) * (size_t)n);
+        cvt_load_f64(mc->dt, in[j], x[j], (size_t)n);
+    }
+    cvt_load_f64(mc->dt, y, got, (size_t)ng);
+    double *P = test_malloc(sizeof(double) * (size_t)(T * S)), *dS = test_malloc(sizeof(double) * (size_t)(T * S)),
+           *eS = test_malloc(sizeof(double) * (size_t)(T * S));
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const double *q = x[0] + bh * T * D, *k = x[1] + bh * S * D, *v = x[2] + bh * S * D, *o = x[3] + bh * T * D,
+                     *dO = x[4] + bh * T * D;
+        double *dq = want + bh * (T + 2 * S) * D, *dk = dq + T * D, *dv = dk + S * D;
+        double *bq = bound + bh * (T + 2 * S) * D, *bk = bq + T * D, *bv = bk + S * D;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t lim = mc->causal ? i + S - T + 1 : S;
+            lim = lim < 0 ? 0 : lim > S ? S : lim;
+            double m = -INFINITY, l = 0, delta = 0, dmag = 0;
+            for (int64_t d = 0; d < D; d++) delta += dO[i * D + d] * o[i * D + d], dmag += fabs(dO[i * D + d] * o[i * D + d]);
+            for (int64_t j = 0; j < S; j++) {
+                double s = 0;
+                for (int64_t d = 0; d < D; d++) s += q[i * D + d] * k[j * D + d];
+                P[i * S + j] = j < lim ? s * scale : -INFINITY;
+                if (j < lim) m = fmax(m, P[i * S + j]);
+            }
+            for (int64_t j = 0; j < S; j++) P[i * S + j] = j < lim ? exp(P[i * S + j] - m) : 0, l += P[i * S + j];
+            for (int64_t j = 0; j < S; j++) {
+                double p = l > 0 ? P[i * S + j] / l : 0, dp = 0, mag = 0;
+                for (int64_t d = 0; d < D; d++) dp += dO[i * D + d] * v[j * D + d], mag += fabs(dO[i * D + d] * v[j * D + d]);
+                P[i * S + j] = p;
+                dS[i * S + j] = p * (dp - delta);
+                eS[i * S + j] = p * (fabs(dp - delta) * (u + 0x1p-14) + 0x1p-20 * (mag + dmag));
+            }
+        }
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < S; j++)
+                for (int64_t d = 0; d < D; d++) {
+                    double ds = dS[i * S + j], p = P[i * S + j], es = eS[i * S + j] + (p > 0 ? sub : 0);
+                    dq[i * D + d] += scale * ds * k[j * D + d];
+                    bq[i * D + d] += scale * es * fabs(k[j * D + d]);
+                    dk[j * D + d] += scale * ds * q[i * D + d];
+                    bk[j * D + d] += scale * es * fabs(q[i * D + d]);
+                    dv[j * D + d] += p * dO[i * D + d];
+                    bv[j * D + d] += (p * (u + 0x1p-14) + (p > 0 ? sub : 0)) * fabs(dO[i * D + d]);
+                }
+    }
+    double worst = 0;
+    for (int64_t e = 0; e < ng; e++) {
+        double b = bound[e] + u * fabs(want[e]) + 0x1p-24, err = fabs(got[e] - want[e]);
+        int64_t bh = e / ((T + 2 * S) * D), r = e / D % (T + 2 * S);
+        if (!(err <= b))
+            fail_msg("%s [%lld,%lld,%lld,%lld] over %lld keys%s, attention_grad: (batch x head %lld) %s row %lld, column %lld: "
+                     "%.9g, written out %.9g (error %.3g, bound %.3g)",
+                     alloy_dtype_name(mc->dt), (long long)mc->b, (long long)mc->h, (long long)T, (long long)D, (long long)S,
+                     mc->causal ? " causal" : "", (long long)bh, r < T ? "dq" : r < T + S ? "dk" : "dv",
+                     (long long)(r < T ? r : r < T + S ? r - T : r - T - S), (long long)(e % D), got[e], want[e], err, b);
+        worst = fmax(worst, err / b);
+        *worst_abs = fmax(*worst_abs, err);
+    }
+    for (int j = 0; j < 5; j++) test_free(x[j]);
+    test_free(got), test_free(want), test_free(bound), test_free(P), test_free(dS), test_free(eS);
+    return worst;
+}
+
 /* Emits, emulates and checks every case of c: the kernel kind the emitter
  * chose, then each output against the f64 reference. */
 static void run_cases(const mcase *c, int n, const char *what)
@@ -168,7 +272,7 @@ static void run_cases(const mcase *c, int n, const char *what)
     for (int kn = 0; kn < st.prog.nkernels; kn++) {
         const cg_kernel *ker = &st.prog.kernels[kn];
         const ir_node *node = cg->nodes[g->comp.sched.steps[ker->step].pos];
-        if (node->op != IR_OP_attention) continue;
+        if (node->op != IR_OP_attention && node->op != IR_OP_attention_grad) continue;
         const mcase *mc = &c[case_of(cg, node)];
         bool mma = strstr(ker->source + ker->body, "alloy_mma_m16n8k16_") != NULL;
         if (mma != mc->mma)
@@ -177,7 +281,7 @@ static void run_cases(const mcase *c, int n, const char *what)
         if (mma) assert_int_equal(ker->block, 128);
         seen++;
     }
-    assert_int_equal(seen, n);
+    assert_int_equal(seen, 3 * n); /* the forward's kernel, the backward's two */
     char err[4096];
     char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
     assert_non_null(module);
@@ -197,11 +301,19 @@ static void run_cases(const mcase *c, int n, const char *what)
         const ir_node *node = cg->nodes[i];
         if (node->op != IR_OP_attention) continue;
         const mcase *mc = &c[case_of(cg, node)];
+        double worst_abs = 0, worst, gworst_abs = 0, gworst;
         const void *in[3] = {st.buf[node->in[0]], st.buf[node->in[1]], st.buf[node->in[2]]};
-        double worst_abs = 0, worst = check_case(mc, in, st.buf[i], &worst_abs);
-        print_message("# %s [%lld,%lld,%lld,%lld] over %lld keys%s, %s kernel: worst error %.3g, %.2f of the bound\n",
+        worst = check_case(mc, in, st.buf[i], &worst_abs);
+        char gname[16];
+        snprintf(gname, sizeof gname, "g%d", case_of(cg, node));
+        const ir_node *gn = cg->nodes[ir_find_name(cg, gname)];
+        const void *gin[5] = {st.buf[gn->in[0]], st.buf[gn->in[1]], st.buf[gn->in[2]], st.buf[gn->in[3]], st.buf[gn->in[4]]};
+        gworst = check_grad(mc, gin, st.buf[gn->id], &gworst_abs);
+        print_message("# %s [%lld,%lld,%lld,%lld] over %lld keys%s, %s kernels: forward worst error %.3g (%.2f of the bound), "
+                      "backward %.3g (%.2f)\n",
                       alloy_dtype_name(mc->dt), (long long)mc->b, (long long)mc->h, (long long)mc->t, (long long)mc->d,
-                      (long long)mc->s, mc->causal ? " causal" : "", mc->mma ? "mma" : "SIMT", worst_abs, worst);
+                      (long long)mc->s, mc->causal ? " causal" : "", mc->mma ? "mma" : "SIMT", worst_abs, worst, gworst_abs,
+                      gworst);
     }
     if (stats.failed && strstr(stats.first_failure, "against the CPU") == NULL) fail_msg("%s: %s", what, stats.first_failure);
     print_message("# %s: %d kernels emulated, worst error against the CPU backend %.3g\n", what, stats.kernels, stats.worst);

@@ -286,6 +286,7 @@ const char *cg_emit_attention(cg_program *prog, const ir_graph *g, const schedul
     if (a.BH == 0 || a.T == 0 || a.S == 0 || a.D == 0) return zeros(prog, &a, k, name);
     if (n->op == IR_OP_attention)
         return cg_attention_mma_takes(a.dt, a.D) ? cg_emit_attention_mma(prog, g, n, k, name) : forward(prog, &a, k, name);
+    if (cg_attention_mma_takes(a.dt, a.D)) return cg_emit_attention_grad_mma(prog, g, n, k);
     const char *why = backward_rows(prog, &a, k, name);
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);

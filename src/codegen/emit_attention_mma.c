@@ -4,7 +4,7 @@
 /* 64 query rows per block (4 warps of 16), key/value tiles of 64 rows in
  * shared memory, each row padded by 8 elements (16 bytes) so that the
  * fragment loads of a warp's 8 groups fall in different banks. */
-enum { MMA_ROWS = 64, MMA_WARPS = 4, MMA_TILE = 64, MMA_PAD = 8, MMA_MAX_D = 128 };
+enum { MMA_ROWS = 64, MMA_THREADS = 128, MMA_TILE = 64, MMA_PAD = 8, MMA_MAX_D = 128 };
 
 bool cg_attention_mma_takes(alloy_dtype dt, int64_t head_dim)
 {
@@ -165,41 +165,58 @@ static const char *const mma_body[] = {
     "    }\n",
 };
 
-const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name)
 {
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t BH = q->dims[0] * q->dims[1], T = q->dims[2], S = g->nodes[n->in[1]]->type.dims[2], D = q->dims[3];
-    bool bf = q->dtype == ALLOY_BF16, causal = ir_attr_i(n, "causal") != 0;
+    bool bf = q->dtype == ALLOY_BF16;
+    double scale = ir_attr_f(n, "scale");
+    cg_put_preamble(t);
+    cg_put(t, "%s", mma_defs);
+    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", MMA_THREADS, name);
+    cg_param_list(t, g, ps);
+    cg_put(t, ")\n{\n    typedef float T;\n");
+    cg_put(t, "    const long long BH_ = %lldll, T_ = %lldll, S_ = %lldll;\n", (long long)BH, (long long)T, (long long)S);
+    cg_put(t, "    enum { D_ = %lld, ROWS_ = %d, TILE_ = %d, PS_ = D_ + %d, KS_ = D_ / 16, DN_ = D_ / 8, NT_ = TILE_ / 8 };\n",
+           (long long)D, MMA_ROWS, MMA_TILE, MMA_PAD);
+    /* the scores in log2 units: exp(scale s - m) = exp2(s SL2 - m') */
+    cg_put(t, "    const float SCALE_ = ");
+    cg_double(t, (double)(float)scale);
+    cg_put(t, ", SL2_ = ");
+    cg_double(t, (double)(float)(scale * 1.4426950408889634074));
+    cg_put(t, ";\n    (void)SCALE_;\n");
+    cg_put(t, "#define MMA_ alloy_mma_m16n8k16_%s\n#define TO_ %s\n#define FROM_ %s\n", bf ? "bf16" : "f16",
+           bf ? "alloy_f2bf" : "alloy_f2h", bf ? "alloy_bf2f" : "alloy_h2f");
+    if (ir_attr_i(n, "causal") != 0)
+        cg_put(t, "#define LIM_(i) ((i) + S_ - T_ + 1 < 0 ? 0ll : (i) + S_ - T_ + 1 > S_ ? S_ : (i) + S_ - T_ + 1)\n");
+    else
+        cg_put(t, "#define LIM_(i) S_\n");
+}
+
+bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, cg_text *t,
+                            cg_params *ps, int64_t rows, int64_t bytes)
+{
+    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n}\n");
+    const ir_type *q = &g->nodes[n->in[0]]->type;
+    int64_t blocks = q->dims[0] * q->dims[1] * ((rows + MMA_ROWS - 1) / MMA_ROWS);
+    unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
+    return !t->oom && cg_add_kernel(prog, g, name, k, STEP_OP, t, ps, grid, MMA_THREADS, bytes);
+}
+
+const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+{
     cg_params ps = {0};
     cg_text t = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int pq = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0), pk = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0),
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0);
-    cg_put_preamble(&t);
-    cg_put(&t, "%s", mma_defs);
-    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", MMA_ROWS / 16 * 32, name);
-    cg_param_list(&t, g, &ps);
-    cg_put(&t, ")\n{\n    typedef float T;\n");
-    cg_put(&t, "    const long long BH_ = %lldll, T_ = %lldll, S_ = %lldll;\n", (long long)BH, (long long)T, (long long)S);
-    cg_put(&t, "    enum { D_ = %lld, ROWS_ = %d, TILE_ = %d, PS_ = D_ + %d, KS_ = D_ / 16, DN_ = D_ / 8, NT_ = TILE_ / 8 };\n",
-           (long long)D, MMA_ROWS, MMA_TILE, MMA_PAD);
-    /* the scores in log2 units: exp(scale s - m) = exp2(s SL2 - m') */
-    cg_put(&t, "    const float SL2_ = ");
-    cg_double(&t, (double)(float)(ir_attr_f(n, "scale") * 1.4426950408889634074));
-    cg_put(&t, ";\n    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8], vb_[TILE_ * PS_ / 8];\n");
+    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8], vb_[TILE_ * PS_ / 8];\n");
     cg_put(&t, "#define PQ_ p%d\n#define PK_ p%d\n#define PV_ p%d\n#define PO_ p%d\n", pq, pk, pv, out);
-    cg_put(&t, "#define MMA_ alloy_mma_m16n8k16_%s\n#define TO_ %s\n#define FROM_ %s\n", bf ? "bf16" : "f16",
-           bf ? "alloy_f2bf" : "alloy_f2h", bf ? "alloy_bf2f" : "alloy_h2f");
-    if (causal)
-        cg_put(&t, "#define LIM_(i) ((i) + S_ - T_ + 1 < 0 ? 0ll : (i) + S_ - T_ + 1 > S_ ? S_ : (i) + S_ - T_ + 1)\n");
-    else
-        cg_put(&t, "#define LIM_(i) S_\n");
     for (size_t i = 0; i < sizeof mma_body / sizeof mma_body[0]; i++) cg_put(&t, "%s", mma_body[i]);
-    cg_put(&t, "#undef PQ_\n#undef PK_\n#undef PV_\n#undef PO_\n#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n}\n");
-    int64_t blocks = BH * ((T + MMA_ROWS - 1) / MMA_ROWS);
-    unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
+    cg_put(&t, "#undef PQ_\n#undef PK_\n#undef PV_\n#undef PO_\n");
     int64_t bytes = (int64_t)(ir_nbytes(&n->type) * 2 + 2 * ir_nbytes(&g->nodes[n->in[1]]->type));
-    bool ok = !t.oom && cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, grid, MMA_ROWS / 16 * 32, bytes);
+    bool ok = cg_attention_mma_close(prog, g, n, k, name, &t, &ps, g->nodes[n->in[0]]->type.dims[2], bytes);
     cg_text_free(&t);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
