@@ -509,7 +509,9 @@ static void device_choice(void **state)
  * rounds each probability to the dtype (unit roundoff u) and divides by the
  * rounded sum, 2u / (1 - u) of the spread |v_j - o| <= 2 max|v| from exact;
  * each side's store rounds once (u |o| <= u max|v|); f32 sums add far less:
- * |cuda - cpu| <= 7u max|v|. */
+ * |cuda - cpu| <= 7u max|v|. The gradients of loss = sum(y * r) (the
+ * backward's kernels, tensor-core ones for the same shapes) within the AMP
+ * steps' tolerance of each gradient's largest magnitude. */
 static void attention_against_cpu(target t)
 {
     use_target(t);
@@ -534,20 +536,33 @@ static void attention_against_cpu(target t)
         }
         double vmax = 0;
         for (int64_t e = 0; e < nk; e++) vmax = fmax(vmax, fabs(test_decode(dt, data[2], e)));
-        double *y[2];
+        double *y[2], *grads[2][3];
         for (int side = 0; side < 2; side++) {
             alloy_graph *g = alloy_graph_new("attention");
             alloy_tensor *q = alloy_input(g, "q", dt, 4, qd), *k = alloy_input(g, "k", dt, 4, kd),
                          *vv = alloy_input(g, "v", dt, 4, kd);
-            expect_ok(g, alloy_output(g, "y", alloy_attention(g, q, k, vv, cases[c].causal, 1 / sqrt((double)cases[c].d))),
-                      "output");
+            alloy_tensor *out = alloy_attention(g, q, k, vv, cases[c].causal, 1 / sqrt((double)cases[c].d));
+            expect_ok(g, alloy_output(g, "y", out), "output");
+            /* the backward too: loss = sum(y * r), r = q's values, and the inputs' gradients */
+            alloy_tensor *r = alloy_input(g, "r", dt, 4, qd);
+            expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, out, r), 0, NULL, false)), "loss");
+            expect_ok(g, alloy_graph_request_grad(g, q), "grad q");
+            expect_ok(g, alloy_graph_request_grad(g, k), "grad k");
+            expect_ok(g, alloy_graph_request_grad(g, vv), "grad v");
             expect_ok(g, alloy_graph_set_option(g, "device", side ? "cuda" : "cpu"), "device");
-            alloy_host_tensor feeds[3] = {{"q", dt, 4, {0}, data[0]}, {"k", dt, 4, {0}, data[1]}, {"v", dt, 4, {0}, data[2]}};
+            alloy_host_tensor feeds[4] = {{"q", dt, 4, {0}, data[0]}, {"k", dt, 4, {0}, data[1]}, {"v", dt, 4, {0}, data[2]},
+                                          {"r", dt, 4, {0}, data[0]}};
             memcpy(feeds[0].dims, qd, sizeof qd), memcpy(feeds[1].dims, kd, sizeof kd), memcpy(feeds[2].dims, kd, sizeof kd);
-            alloy_host_tensor fetch = {.name = "y"};
-            expect_ok(g, alloy_graph_run(g, feeds, 3, &fetch, 1), "run");
+            memcpy(feeds[3].dims, qd, sizeof qd);
+            alloy_host_tensor fetch[4] = {{.name = "y"}, {.name = "grad:q"}, {.name = "grad:k"}, {.name = "grad:v"}};
+            expect_ok(g, alloy_graph_run(g, feeds, 4, fetch, 4), "run");
             y[side] = test_malloc(sizeof(double) * (size_t)nq);
-            for (int64_t e = 0; e < nq; e++) y[side][e] = test_decode(fetch.dtype, fetch.data, e);
+            for (int64_t e = 0; e < nq; e++) y[side][e] = test_decode(fetch[0].dtype, fetch[0].data, e);
+            for (int j = 0; j < 3; j++) {
+                int64_t n = j ? nk : nq;
+                grads[side][j] = test_malloc(sizeof(double) * (size_t)n);
+                for (int64_t e = 0; e < n; e++) grads[side][j][e] = test_decode(fetch[1 + j].dtype, fetch[1 + j].data, e);
+            }
             alloy_graph_free(g);
         }
         double u = dt == F16 ? 0x1p-11 : 0x1p-8, worst = 0, bound = 7 * u * vmax;
@@ -559,9 +574,25 @@ static void attention_against_cpu(target t)
                          (long long)e, y[1][e], y[0][e], bound);
             worst = fmax(worst, d);
         }
-        print_message("attention %s [2,2,%lld,%lld] over %lld keys%s on %s: worst difference from the CPU %.3g (bound %.3g)\n",
+        /* the gradients relative to each one's largest magnitude, within the AMP steps' tolerance */
+        double gworst = 0;
+        for (int j = 0; j < 3; j++) {
+            int64_t n = j ? nk : nq;
+            double scale = 0, d = 0;
+            for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(grads[0][j][e]));
+            for (int64_t e = 0; e < n; e++) d = fmax(d, fabs(grads[1][j][e] - grads[0][j][e]) / (scale > 0 ? scale : 1));
+            if (!(d <= tolerance(dt)))
+                fail_msg("%s [2,2,%lld,%lld] over %lld keys: d%c differs from the CPU's by %.3g of its largest (> %.3g)",
+                         alloy_dtype_name(dt), (long long)cases[c].t, (long long)cases[c].d, (long long)cases[c].s, "qkv"[j],
+                         d, tolerance(dt));
+            gworst = fmax(gworst, d);
+            test_free(grads[0][j]), test_free(grads[1][j]);
+        }
+        print_message("attention %s [2,2,%lld,%lld] over %lld keys%s on %s: worst difference from the CPU %.3g (bound %.3g); "
+                      "gradients %.3g of their largest (tolerance %.3g)\n",
                       alloy_dtype_name(dt), (long long)cases[c].t, (long long)cases[c].d, (long long)cases[c].s,
-                      cases[c].causal ? " causal" : "", t == ON_GPU ? "the GPU" : "the emulated device", worst, bound);
+                      cases[c].causal ? " causal" : "", t == ON_GPU ? "the GPU" : "the emulated device", worst, bound, gworst,
+                      tolerance(dt));
         for (int j = 0; j < 3; j++) test_free(data[j]);
         test_free(v), test_free(y[0]), test_free(y[1]);
     }
