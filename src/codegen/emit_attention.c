@@ -1,4 +1,4 @@
-/* emit_attention.c - FlashAttention-style kernels for attention and attention_grad (SIMT FMA, f32 statistics): key/value tiles in shared memory, a thread per query row (or key row in the backward) with its accumulators in registers, never a score matrix in memory. The f16/bf16 forward at head dims 16, 32, ..., 128 goes to the tensor-core kernel instead (emit_attention_mma.c). */
+/* emit_attention.c - FlashAttention-style kernels for attention and attention_grad (SIMT FMA, f32 statistics): key/value tiles in shared memory, a thread per query row (or key row in the backward) with its accumulators in registers, never a score matrix in memory. f16/bf16 at head dims 16, 32, ..., 128 go to the tensor-core kernels instead (emit_attention_mma.c, emit_attention_mma_grad.c). */
 #include "codegen/emit_impl.h"
 
 /* Query rows per block (a thread each) and key rows per shared tile (half

@@ -100,9 +100,9 @@ AL_HIDDEN const char *cg_emit_attention(cg_program *p, const ir_graph *g, const 
  * grid-stride loop does the rest. */
 enum { CG_BLOCK = 256, CG_MAX_GRID = 4096 };
 
-/* Whether the tensor-core attention forward (emit_attention_mma.c) takes
- * operands of dtype dt and this head_dim: f16 or bf16, a multiple of 16 up
- * to 128. */
+/* Whether the tensor-core attention kernels (emit_attention_mma.c, forward;
+ * emit_attention_mma_grad.c, backward) take operands of dtype dt and this
+ * head_dim: f16 or bf16, a multiple of 16 up to 128. */
 AL_HIDDEN bool cg_attention_mma_takes(alloy_dtype dt, int64_t head_dim);
 /* Emits that kernel for attention node n, step k, named name; NULL or why not. */
 AL_HIDDEN const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name);
