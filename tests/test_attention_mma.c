@@ -365,12 +365,23 @@ static void test_the_kernels_compile_for_sm80_and_sm90(void **state)
     cg_nvrtc_close(nv);
 }
 
-int main(void)
+/* "emulate": the kernels on the host emulation; "nvrtc": their NVRTC compiles; no argument: both. */
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest emulated[] = {
         cmocka_unit_test(test_f16_attention_on_tensor_cores_matches_the_f64_reference),
         cmocka_unit_test(test_bf16_attention_on_tensor_cores_matches_the_f64_reference),
+    };
+    const struct CMUnitTest compiled[] = {
         cmocka_unit_test(test_the_kernels_compile_for_sm80_and_sm90),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const char *part = argc > 1 ? argv[1] : "";
+    if (*part && strcmp(part, "emulate") != 0 && strcmp(part, "nvrtc") != 0) {
+        fprintf(stderr, "usage: %s [emulate|nvrtc]\n", argv[0]);
+        return 2;
+    }
+    int failed = 0;
+    if (strcmp(part, "nvrtc") != 0) failed += cmocka_run_group_tests_name("attention_mma emulated", emulated, NULL, NULL);
+    if (strcmp(part, "emulate") != 0) failed += cmocka_run_group_tests_name("attention_mma nvrtc", compiled, NULL, NULL);
+    return failed;
 }
