@@ -255,7 +255,7 @@ static double check_grad(const mcase *mc, const void *const in[5], const void *y
 
 /* Emits, emulates and checks every case of c: the kernel kind the emitter
  * chose, then each output against the f64 reference. */
-static void run_cases(const mcase *c, int n, const char *what)
+static void run_cases(const mcase *c, int n, const char *what, bool shuffles)
 {
     char why[256];
     if (!emu_available(why, sizeof why)) {
@@ -285,7 +285,16 @@ static void run_cases(const mcase *c, int n, const char *what)
     char err[4096];
     char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
     assert_non_null(module);
+    /* with shuffles: the source's pre-sm_80 form of the product (warp shuffles) instead of the emulation's mma */
+    const char *cxx0 = getenv("CXX");
+    char *saved = cxx0 ? test_malloc(strlen(cxx0) + 1) : NULL, cxx[512];
+    if (saved) strcpy(saved, cxx0);
+    snprintf(cxx, sizeof cxx, "%s -DALLOY_EMU_MMA_SHUFFLES", cxx0 && *cxx0 ? cxx0 : "c++");
+    if (shuffles) setenv("CXX", cxx, 1);
     emu_kernel *ek = emu_compile(module, st.prog.kernels[0].name, err, sizeof err);
+    if (shuffles && saved) setenv("CXX", saved, 1);
+    else if (shuffles) unsetenv("CXX");
+    test_free(saved);
     al_free(module);
     if (!ek) fail_msg("%s", err);
     cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
@@ -326,16 +335,25 @@ static void run_cases(const mcase *c, int n, const char *what)
 static void test_f16_attention_on_tensor_cores_matches_the_f64_reference(void **state)
 {
     (void)state;
-    run_cases(f16_cases, (int)(sizeof f16_cases / sizeof f16_cases[0]), "f16");
+    run_cases(f16_cases, (int)(sizeof f16_cases / sizeof f16_cases[0]), "f16", false);
 }
 
 static void test_bf16_attention_on_tensor_cores_matches_the_f64_reference(void **state)
 {
     (void)state;
-    run_cases(bf16_cases, (int)(sizeof bf16_cases / sizeof bf16_cases[0]), "bf16");
+    run_cases(bf16_cases, (int)(sizeof bf16_cases / sizeof bf16_cases[0]), "bf16", false);
 }
 
-/* Both groups' kernels (mma and SIMT) through NVRTC for sm_80 and sm_90. */
+/* The pre-sm_80 form of the product (the same fragments through warp
+ * shuffles and FMAs, what an sm_75 build runs) on the same cases. */
+static void test_the_shuffle_form_for_gpus_before_sm80_matches_too(void **state)
+{
+    (void)state;
+    run_cases(f16_cases, (int)(sizeof f16_cases / sizeof f16_cases[0]), "f16, mma by shuffles", true);
+    run_cases(bf16_cases, (int)(sizeof bf16_cases / sizeof bf16_cases[0]), "bf16, mma by shuffles", true);
+}
+
+/* Both groups' kernels (mma and SIMT) through NVRTC for sm_80 and sm_90, f16's for sm_75. */
 static void test_the_kernels_compile_for_sm80_and_sm90(void **state)
 {
     (void)state;
@@ -359,6 +377,10 @@ static void test_the_kernels_compile_for_sm80_and_sm90(void **state)
     double ms = compile_all(nv, dir, programs, 2, archs, 2, &modules, &compiles);
     print_message("# %d + %d attention kernels in %d NVRTC programs for sm_80 and sm_90: %.0f ms\n", programs[0].nkernels,
                   programs[1].nkernels, modules, ms);
+    /* and the shuffle form, for sm_75 (f16's kernels: bf16's differ only in the conversion) */
+    static const int turing[] = {75};
+    ms = compile_all(nv, dir, programs, 1, turing, 1, &modules, &compiles);
+    print_message("# %d f16 attention kernels for sm_75 (the mma by shuffles): %.0f ms\n", programs[0].nkernels, ms);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
     for (int i = 0; i < 2; i++) cg_program_free(&programs[i]);
@@ -371,6 +393,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest emulated[] = {
         cmocka_unit_test(test_f16_attention_on_tensor_cores_matches_the_f64_reference),
         cmocka_unit_test(test_bf16_attention_on_tensor_cores_matches_the_f64_reference),
+        cmocka_unit_test(test_the_shuffle_form_for_gpus_before_sm80_matches_too),
     };
     const struct CMUnitTest compiled[] = {
         cmocka_unit_test(test_the_kernels_compile_for_sm80_and_sm90),

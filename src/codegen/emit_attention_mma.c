@@ -19,11 +19,14 @@ bool cg_attention_mma_takes(alloy_dtype dt, int64_t head_dim)
  * lane >> 2, threadID_in_group = lane % 4; A: rows groupID and groupID + 8,
  * columns threadID_in_group * 2 + {0, 1} and the same + 8; B: rows
  * threadID_in_group * 2 + {0, 1} (+ 8), column groupID; C/D: rows groupID and
- * groupID + 8, columns threadID_in_group * 2 + {0, 1}). */
+ * groupID + 8, columns threadID_in_group * 2 + {0, 1}). The instruction needs
+ * sm_80; for older targets (sm_75) and for testing that path on the host
+ * emulation (-DALLOY_EMU_MMA_SHUFFLES) the same names compute the product
+ * from the same fragments with warp shuffles. */
 static const char mma_defs[] =
     "#ifndef ALLOY_MMA_M16N8K16\n"
     "#define ALLOY_MMA_M16N8K16\n"
-    "#ifdef __CUDA_ARCH__\n"
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
     "static __device__ __forceinline__ void alloy_mma_m16n8k16_f16(float *d, const unsigned *a, const unsigned *b)\n"
     "{\n"
     "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
@@ -36,6 +39,47 @@ static const char mma_defs[] =
     "                 : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
     "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
     "}\n"
+    "#elif defined(__CUDA_ARCH__) || defined(ALLOY_EMU_MMA_SHUFFLES)\n"
+    "/* before sm_80 (no m16n8k16 for f16/bf16): the same product from the same fragments by warp shuffles and\n"
+    "   FMAs. Lane (g, t) needs A's rows g and g + 8, held by lanes 4g..4g+3, and B's columns 2t and 2t + 1, held\n"
+    "   by lanes 4(2t)..+3 and 4(2t+1)..+3; source lane t2 of a group holds k = 2 t2 + {0, 1} and the same + 8. */\n"
+    "template <bool BF> static __device__ __forceinline__ float alloy_mma_elem(unsigned r, int hi)\n"
+    "{\n"
+    "    const unsigned short h = (unsigned short)(hi ? r >> 16 : r & 0xffffu);\n"
+    "    return BF ? alloy_bf2f(h) : alloy_h2f(h);\n"
+    "}\n"
+    "/* out of line, by value: one small function instead of 32 shuffles at every unrolled use, and the\n"
+    "   caller's fragment arrays stay in registers */\n"
+    "struct alloy_mma_acc { float x[4]; };\n"
+    "template <bool BF> static __device__ __noinline__ alloy_mma_acc alloy_mma_by_shuffles(alloy_mma_acc d, unsigned a0, unsigned a1,\n"
+    "                                                                                   unsigned a2, unsigned a3, unsigned b0, unsigned b1)\n"
+    "{\n"
+    "    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;\n"
+    "    const unsigned a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};\n"
+    "    for (int t2 = 0; t2 < 4; t2++) {\n"
+    "        unsigned ar[4];\n"
+    "        for (int r = 0; r < 4; r++) ar[r] = __shfl_sync(0xffffffffu, a[r], g * 4 + t2);\n"
+    "        for (int c = 0; c < 2; c++) {\n"
+    "            const unsigned bs0 = __shfl_sync(0xffffffffu, b[0], (2 * t + c) * 4 + t2);\n"
+    "            const unsigned bs1 = __shfl_sync(0xffffffffu, b[1], (2 * t + c) * 4 + t2);\n"
+    "            for (int h = 0; h < 2; h++) { /* h: row g (A registers 0, 2) or g + 8 (1, 3) */\n"
+    "                float s = d.x[2 * h + c];\n"
+    "                s += alloy_mma_elem<BF>(ar[h], 0) * alloy_mma_elem<BF>(bs0, 0) + alloy_mma_elem<BF>(ar[h], 1) * alloy_mma_elem<BF>(bs0, 1);\n"
+    "                s += alloy_mma_elem<BF>(ar[h + 2], 0) * alloy_mma_elem<BF>(bs1, 0) + alloy_mma_elem<BF>(ar[h + 2], 1) * alloy_mma_elem<BF>(bs1, 1);\n"
+    "                d.x[2 * h + c] = s;\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "    return d;\n"
+    "}\n"
+    "template <bool BF> static __device__ __forceinline__ void alloy_mma_shfl(float *d, const unsigned *a, const unsigned *b)\n"
+    "{\n"
+    "    alloy_mma_acc c = {{d[0], d[1], d[2], d[3]}};\n"
+    "    c = alloy_mma_by_shuffles<BF>(c, a[0], a[1], a[2], a[3], b[0], b[1]);\n"
+    "    d[0] = c.x[0], d[1] = c.x[1], d[2] = c.x[2], d[3] = c.x[3];\n"
+    "}\n"
+    "static __device__ __forceinline__ void alloy_mma_m16n8k16_f16(float *d, const unsigned *a, const unsigned *b) { alloy_mma_shfl<false>(d, a, b); }\n"
+    "static __device__ __forceinline__ void alloy_mma_m16n8k16_bf16(float *d, const unsigned *a, const unsigned *b) { alloy_mma_shfl<true>(d, a, b); }\n"
     "#endif\n"
     "#endif\n";
 

@@ -599,10 +599,13 @@ static inline void mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, 
 
 } /* namespace alloy_emu */
 
+/* (-DALLOY_EMU_MMA_SHUFFLES: the source's own pre-sm_80 form, warp shuffles, runs instead) */
+#ifndef ALLOY_EMU_MMA_SHUFFLES
 #define alloy_mma_m16n8k16_f16(d, a, b) \
     ::alloy_emu::mma_m16n8k16((d), (a), (b), false, __LINE__, "mma.sync.m16n8k16.f16")
 #define alloy_mma_m16n8k16_bf16(d, a, b) \
     ::alloy_emu::mma_m16n8k16((d), (a), (b), true, __LINE__, "mma.sync.m16n8k16.bf16")
+#endif
 
 /* Fibers switch only at barriers, so a plain read-modify-write is atomic. */
 #define ALLOY_EMU_ATOMIC(name, T, expr)                                                                              \
