@@ -13,7 +13,7 @@
 
 /* A compiled graph's feeds: the values of its inputs, by name. */
 typedef struct feed_set {
-    alloy_host_tensor t[8];
+    alloy_host_tensor t[64];
     int n;
 } feed_set;
 

@@ -1,4 +1,4 @@
-/* test_cuda.c - the CUDA backend against the CPU backend: whole training steps (fp32, f16 AMP, bf16 AMP; an MLP, a transformer block, a CNN whose convolutions head gemm groups), skipped steps, captured graphs against direct launches, checkpoints across devices, GEMM layouts. Every test runs on the host emulation of the device (tests/cuda_emu/emu_device.c) and, where this machine has an NVIDIA GPU, on the GPU; without one the GPU tests SKIP with the reason. */
+/* test_cuda.c - the CUDA backend against the CPU backend: whole training steps (fp32, f16 AMP, bf16 AMP; an MLP, a transformer block, a CNN whose convolutions head gemm groups), skipped steps, attention alone (the tensor-core kernel), captured graphs against direct launches, checkpoints across devices, GEMM layouts. Every test runs on the host emulation of the device (tests/cuda_emu/emu_device.c) and, where this machine has an NVIDIA GPU, on the GPU; without one the GPU tests SKIP with the reason. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -646,6 +646,107 @@ static void bundle_round_trip(target t)
 
 static void emu_bundle_round_trip(void **state) { (void)state; bundle_round_trip(ON_EMULATION); }
 static void gpu_bundle_round_trip(void **state) { (void)state; bundle_round_trip(ON_GPU); }
+/* ---- attention alone ---- */
+
+/* attention(q, k, v) on CUDA against the CPU backend, [2, 2, T, D] over S
+ * keys: f16 and bf16 at head dims 64 and 128 take the tensor-core kernel
+ * (emit_attention_mma.c; on a GPU this is where its fragment layouts meet
+ * the hardware first), head dim 24 the SIMT one. The bound: the mma kernel
+ * rounds each probability to the dtype (unit roundoff u) and divides by the
+ * rounded sum, 2u / (1 - u) of the spread |v_j - o| <= 2 max|v| from exact;
+ * each side's store rounds once (u |o| <= u max|v|); f32 sums add far less:
+ * |cuda - cpu| <= 7u max|v|. The gradients of loss = sum(y * r) (the
+ * backward's kernels, tensor-core ones for the same shapes) within the AMP
+ * steps' tolerance of each gradient's largest magnitude. */
+static void attention_against_cpu(target t)
+{
+    use_target(t);
+    static const struct {
+        alloy_dtype dt;
+        int64_t t, s, d;
+        bool causal;
+    } cases[] = {{F16, 65, 65, 64, true}, {BF16, 65, 65, 64, true}, {F16, 129, 129, 128, false},
+                 {BF16, 33, 97, 128, true}, {F16, 33, 33, 24, true}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t qd[4] = {2, 2, cases[c].t, cases[c].d}, kd[4] = {2, 2, cases[c].s, cases[c].d};
+        int64_t nq = 4 * cases[c].t * cases[c].d, nk = 4 * cases[c].s * cases[c].d;
+        alloy_dtype dt = cases[c].dt;
+        size_t es = alloy_dtype_size(dt);
+        void *data[3] = {test_malloc(es * (size_t)nq), test_malloc(es * (size_t)nk), test_malloc(es * (size_t)nk)};
+        double *v = test_malloc(sizeof(double) * (size_t)(nq > nk ? nq : nk));
+        test_rng = 300 + c;
+        for (int j = 0; j < 3; j++) {
+            int64_t n = j ? nk : nq;
+            for (int64_t e = 0; e < n; e++) v[e] = j < 2 ? test_uniform(-2, 2) : test_uniform(-1, 1);
+            test_encode(dt, v, data[j], n);
+        }
+        double vmax = 0;
+        for (int64_t e = 0; e < nk; e++) vmax = fmax(vmax, fabs(test_decode(dt, data[2], e)));
+        double *y[2], *grads[2][3];
+        for (int side = 0; side < 2; side++) {
+            alloy_graph *g = alloy_graph_new("attention");
+            alloy_tensor *q = alloy_input(g, "q", dt, 4, qd), *k = alloy_input(g, "k", dt, 4, kd),
+                         *vv = alloy_input(g, "v", dt, 4, kd);
+            alloy_tensor *out = alloy_attention(g, q, k, vv, cases[c].causal, 1 / sqrt((double)cases[c].d));
+            expect_ok(g, alloy_output(g, "y", out), "output");
+            /* the backward too: loss = sum(y * r), r = q's values, and the inputs' gradients */
+            alloy_tensor *r = alloy_input(g, "r", dt, 4, qd);
+            expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, out, r), 0, NULL, false)), "loss");
+            expect_ok(g, alloy_graph_request_grad(g, q), "grad q");
+            expect_ok(g, alloy_graph_request_grad(g, k), "grad k");
+            expect_ok(g, alloy_graph_request_grad(g, vv), "grad v");
+            expect_ok(g, alloy_graph_set_option(g, "device", side ? "cuda" : "cpu"), "device");
+            alloy_host_tensor feeds[4] = {{"q", dt, 4, {0}, data[0]}, {"k", dt, 4, {0}, data[1]}, {"v", dt, 4, {0}, data[2]},
+                                          {"r", dt, 4, {0}, data[0]}};
+            memcpy(feeds[0].dims, qd, sizeof qd), memcpy(feeds[1].dims, kd, sizeof kd), memcpy(feeds[2].dims, kd, sizeof kd);
+            memcpy(feeds[3].dims, qd, sizeof qd);
+            alloy_host_tensor fetch[4] = {{.name = "y"}, {.name = "grad:q"}, {.name = "grad:k"}, {.name = "grad:v"}};
+            expect_ok(g, alloy_graph_run(g, feeds, 4, fetch, 4), "run");
+            y[side] = test_malloc(sizeof(double) * (size_t)nq);
+            for (int64_t e = 0; e < nq; e++) y[side][e] = test_decode(fetch[0].dtype, fetch[0].data, e);
+            for (int j = 0; j < 3; j++) {
+                int64_t n = j ? nk : nq;
+                grads[side][j] = test_malloc(sizeof(double) * (size_t)n);
+                for (int64_t e = 0; e < n; e++) grads[side][j][e] = test_decode(fetch[1 + j].dtype, fetch[1 + j].data, e);
+            }
+            alloy_graph_free(g);
+        }
+        double u = dt == F16 ? 0x1p-11 : 0x1p-8, worst = 0, bound = 7 * u * vmax;
+        for (int64_t e = 0; e < nq; e++) {
+            double d = fabs(y[1][e] - y[0][e]);
+            if (!(d <= bound))
+                fail_msg("%s [2,2,%lld,%lld] over %lld keys: element %lld is %.9g on CUDA, %.9g on the CPU (bound %.3g)",
+                         alloy_dtype_name(dt), (long long)cases[c].t, (long long)cases[c].d, (long long)cases[c].s,
+                         (long long)e, y[1][e], y[0][e], bound);
+            worst = fmax(worst, d);
+        }
+        /* the gradients relative to each one's largest magnitude, within the AMP steps' tolerance */
+        double gworst = 0;
+        for (int j = 0; j < 3; j++) {
+            int64_t n = j ? nk : nq;
+            double scale = 0, d = 0;
+            for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(grads[0][j][e]));
+            for (int64_t e = 0; e < n; e++) d = fmax(d, fabs(grads[1][j][e] - grads[0][j][e]) / (scale > 0 ? scale : 1));
+            if (!(d <= tolerance(dt)))
+                fail_msg("%s [2,2,%lld,%lld] over %lld keys: d%c differs from the CPU's by %.3g of its largest (> %.3g)",
+                         alloy_dtype_name(dt), (long long)cases[c].t, (long long)cases[c].d, (long long)cases[c].s, "qkv"[j],
+                         d, tolerance(dt));
+            gworst = fmax(gworst, d);
+            test_free(grads[0][j]), test_free(grads[1][j]);
+        }
+        print_message("attention %s [2,2,%lld,%lld] over %lld keys%s on %s: worst difference from the CPU %.3g (bound %.3g); "
+                      "gradients %.3g of their largest (tolerance %.3g)\n",
+                      alloy_dtype_name(dt), (long long)cases[c].t, (long long)cases[c].d, (long long)cases[c].s,
+                      cases[c].causal ? " causal" : "", t == ON_GPU ? "the GPU" : "the emulated device", worst, bound, gworst,
+                      tolerance(dt));
+        for (int j = 0; j < 3; j++) test_free(data[j]);
+        test_free(v), test_free(y[0]), test_free(y[1]);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_attention(void **state) { (void)state; attention_against_cpu(ON_EMULATION); }
+static void gpu_attention(void **state) { (void)state; attention_against_cpu(ON_GPU); }
 
 /* "cuda": the emulated device (and the device choice); "cuda gpu": the
  * GPU, exiting 77 (a skip to meson) with the reason when there is none. */
@@ -911,6 +1012,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_block_f16),
         cmocka_unit_test(emu_cnn_fp32),
         cmocka_unit_test(emu_cnn_f16),
+        cmocka_unit_test(emu_attention),
         cmocka_unit_test(emu_injected_inf),
         cmocka_unit_test(emu_replay),
         cmocka_unit_test(emu_out_of_memory),
@@ -932,6 +1034,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpu_block_bf16),
         cmocka_unit_test(gpu_cnn_fp32),
         cmocka_unit_test(gpu_cnn_f16),
+        cmocka_unit_test(gpu_attention),
         cmocka_unit_test(gpu_injected_inf),
         cmocka_unit_test(gpu_replay),
         cmocka_unit_test_setup_teardown(gpu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),

@@ -1,4 +1,4 @@
-/* emit_attention.c - FlashAttention-style kernels for attention and attention_grad (SIMT FMA, f32 statistics): key/value tiles in shared memory, a thread per query row (or key row in the backward) with its accumulators in registers, never a score matrix in memory. */
+/* emit_attention.c - FlashAttention-style kernels for attention and attention_grad (SIMT FMA, f32 statistics): key/value tiles in shared memory, a thread per query row (or key row in the backward) with its accumulators in registers, never a score matrix in memory. f16/bf16 at head dims 16, 32, ..., 128 go to the tensor-core kernels instead (emit_attention_mma.c, emit_attention_mma_grad.c). */
 #include "codegen/emit_impl.h"
 
 /* Query rows per block (a thread each) and key rows per shared tile (half
@@ -284,7 +284,9 @@ const char *cg_emit_attention(cg_program *prog, const ir_graph *g, const schedul
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
     if (a.BH == 0 || a.T == 0 || a.S == 0 || a.D == 0) return zeros(prog, &a, k, name);
-    if (n->op == IR_OP_attention) return forward(prog, &a, k, name);
+    if (n->op == IR_OP_attention)
+        return cg_attention_mma_takes(a.dt, a.D) ? cg_emit_attention_mma(prog, g, n, k, name) : forward(prog, &a, k, name);
+    if (cg_attention_mma_takes(a.dt, a.D)) return cg_emit_attention_grad_mma(prog, g, n, k);
     const char *why = backward_rows(prog, &a, k, name);
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);

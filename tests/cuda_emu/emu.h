@@ -5,13 +5,14 @@
 /* What a kernel gets: the keywords (__global__ ... __launch_bounds__), threadIdx, blockIdx,
  * blockDim, gridDim, warpSize; __syncthreads, __syncwarp; __shfl_sync, __shfl_up_sync,
  * __shfl_down_sync, __shfl_xor_sync (full mask only; int, unsigned, long, long long and their
- * unsigned, float, double); atomicAdd/Sub/Max/Min/Or/And/Exch/CAS; __threadfence; __ldg; the math
+ * unsigned, float, double); the warp's tensor-core product mma.sync.m16n8k16 (f16 and bf16 in, f32
+ * accumulators) as the generated source names it, alloy_mma_m16n8k16_f16/_bf16; atomicAdd/Sub/Max/Min/Or/And/Exch/CAS; __threadfence; __ldg; the math
  * of <cmath> with float overloads (exp(float) is float) and rsqrtf/rsqrt, __expf, __logf,
  * __fdividef, min/max, __float_as_int and its kin. Not here: extern __shared__ (dynamic shared
  * memory), __ballot_sync, __any_sync, __activemask, cooperative groups, half types, textures.
  *
- * What differs from a GPU: threads switch only at barriers and shuffles, and blocks run one after
- * another, so a thread that spins waiting for another thread or block never returns; __shared__
+ * What differs from a GPU: threads switch only at barriers, shuffles and mma products, and blocks
+ * run one after another, so a thread that spins waiting for another thread or block never returns; __shared__
  * arrays start with the previous block's values; a shuffle that reads a lane which has exited gets
  * the reader's own value; floating point is the host's (no FMA contraction). Each thread has
  * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
@@ -106,6 +107,9 @@ struct warp_state {
     unsigned live, waiting;
     unsigned long long slot[2][lanes];
     unsigned tag[2][lanes]; /* the shuffle (count) each deposit belongs to */
+    /* an mma's operand registers, double-buffered and tagged as the shuffles' (one count for both) */
+    unsigned mma_a[2][lanes][4], mma_b[2][lanes][2];
+    unsigned mma_tag[2][lanes];
 };
 
 struct launch_state {
@@ -526,6 +530,82 @@ ALLOY_EMU_SHFL(float)
 ALLOY_EMU_SHFL(double)
 #undef ALLOY_EMU_SHFL
 } /* namespace alloy_emu */
+
+/* ---- tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 ----
+ *
+ * The generated source calls alloy_mma_m16n8k16_f16(d, a, b) (and _bf16): d[0..3] += A B over
+ * the warp, A 16x16 row-major, B 16x8 column-major, each lane holding the fragments the PTX ISA
+ * lays out (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type", 9.7.14.5.8
+ * in recent releases); on a GPU the source defines them as the inline PTX. Here every lane deposits its
+ * a[4] and b[2] registers, the warp meets at a barrier, and each lane rebuilds the whole A and B
+ * from all 32 lanes' registers with the ISA's formulas, then computes its own four elements of D.
+ * So a kernel that puts an element in the wrong register or lane gets a wrong product, as on the
+ * hardware. Products are exact (f16 x f16 fits f32); the hardware's f32 accumulation order is
+ * unspecified: here the 16 products and c are summed in double and rounded once. Every lane of
+ * the warp must take part (.aligned): a lane that exited or does not come is an error. */
+namespace alloy_emu {
+
+/* An f16 or bf16 element of a register: the low half holds the lower-indexed element. */
+static inline float mma_elem(unsigned reg, int half, bool bf16)
+{
+    unsigned h = half ? reg >> 16 : reg & 0xffffu;
+    if (bf16) {
+        unsigned u = h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    unsigned e = (h >> 10) & 31u, m = h & 1023u;
+    float mag = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 1024u), (int)e - 25);
+    return (h & 0x8000u) ? -mag : mag;
+}
+
+static inline void mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, bool bf16, int line, const char *what)
+{
+    fiber *f = self;
+    warp_state *w = &launch.warps[f->warp];
+    unsigned parity = f->shuffles & 1, tag = ++f->shuffles;
+    memcpy(w->mma_a[parity][f->lane], a, sizeof w->mma_a[parity][f->lane]);
+    memcpy(w->mma_b[parity][f->lane], b, sizeof w->mma_b[parity][f->lane]);
+    w->mma_tag[parity][f->lane] = tag;
+    warp_barrier(line, what);
+    for (unsigned l = 0; l < lanes; l++)
+        if (w->mma_tag[parity][l] != tag) {
+            fail("block (%u,%u,%u) warp %u: %s (line %d) without lane %u: mma.sync.aligned needs all 32 lanes",
+                 launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, f->warp, what, line, l);
+            stop();
+        }
+    float A[16][16], B[16][8];
+    for (unsigned l = 0; l < lanes; l++) {
+        const unsigned groupID = l >> 2, threadID_in_group = l % 4;
+        for (unsigned i = 0; i < 8; i++) { /* a0..a7: four .f16x2 registers */
+            unsigned row = (i < 2 || (4 <= i && i < 6)) ? groupID : groupID + 8;
+            unsigned col = i < 4 ? threadID_in_group * 2 + (i & 1) : threadID_in_group * 2 + (i & 1) + 8;
+            A[row][col] = mma_elem(w->mma_a[parity][l][i / 2], (int)(i & 1), bf16);
+        }
+        for (unsigned i = 0; i < 4; i++) { /* b0..b3: two .f16x2 registers */
+            unsigned row = i < 2 ? threadID_in_group * 2 + (i & 1) : threadID_in_group * 2 + (i & 1) + 8;
+            B[row][groupID] = mma_elem(w->mma_b[parity][l][i / 2], (int)(i & 1), bf16);
+        }
+    }
+    const unsigned groupID = f->lane >> 2, threadID_in_group = f->lane % 4;
+    for (unsigned i = 0; i < 4; i++) { /* c0..c3 / d0..d3 */
+        unsigned row = i < 2 ? groupID : groupID + 8, col = threadID_in_group * 2 + (i & 1);
+        double acc = d[i];
+        for (unsigned k = 0; k < 16; k++) acc += (double)A[row][k] * (double)B[k][col];
+        d[i] = (float)acc;
+    }
+}
+
+} /* namespace alloy_emu */
+
+/* (-DALLOY_EMU_MMA_SHUFFLES: the source's own pre-sm_80 form, warp shuffles, runs instead) */
+#ifndef ALLOY_EMU_MMA_SHUFFLES
+#define alloy_mma_m16n8k16_f16(d, a, b) \
+    ::alloy_emu::mma_m16n8k16((d), (a), (b), false, __LINE__, "mma.sync.m16n8k16.f16")
+#define alloy_mma_m16n8k16_bf16(d, a, b) \
+    ::alloy_emu::mma_m16n8k16((d), (a), (b), true, __LINE__, "mma.sync.m16n8k16.bf16")
+#endif
 
 /* Fibers switch only at barriers, so a plain read-modify-write is atomic. */
 #define ALLOY_EMU_ATOMIC(name, T, expr)                                                                              \
