@@ -356,8 +356,9 @@ static alloy_graph *gemm_graph(int variant)
     alloy_tensor *bias = alloy_input(g, "bias", F16, 1, DIMS(GN));
     alloy_tensor *p = alloy_set_name(g, alloy_matmul(g, a, w, false, false), "product");
     alloy_tensor *h = alloy_set_name(g, alloy_add(g, p, bias), "preact");
-    alloy_tensor *act = alloy_set_name(g, variant ? alloy_gelu(g, h) : alloy_gelu_tanh(g, h), "act");
+    alloy_tensor *act = alloy_set_name(g, variant == 1 ? alloy_gelu(g, h) : alloy_gelu_tanh(g, h), "act");
     alloy_output(g, "out", alloy_set_name(g, alloy_cast(g, act, F32), "out"));
+    if (variant == 2) alloy_output(g, "preact", h); /* read after the group, as a backward reads it */
     return g;
 }
 
@@ -464,6 +465,53 @@ static void test_an_erf_gelu_is_no_gemm_epilogue_and_stays_outside_the_gemm_grou
     assert_true(worst_out <= 1e-6);
     test_free(fused[0]);
     test_free(fused[1]);
+}
+
+/* GELU_AUX: when the pre-activation has another reader after the group
+ * (an output here; in a training step the activation's gradient), the
+ * epilogue still goes through the activation and also stores the
+ * pre-activation, as cuBLASLt's GELU_AUX_BIAS does. The stored add is the
+ * f32 product plus bias rounded once to f16; the activation reads the
+ * unrounded f32 value (the group contract), so out is gelu_tanh of the
+ * exact pre-activation to f32 precision, not of its f16 rounding. */
+static void test_a_gemm_epilogue_stores_the_preactivation_another_node_reads_and_goes_on_through_gelu(void **state)
+{
+    (void)state;
+    alloy_graph *g = gemm_graph(2);
+    const ir_graph *c = compiled(g);
+    ir_print_groups(c, stdout);
+    assert_int_equal(group_count(c), 1);
+    int k = group_of(c, "product");
+    assert_int_equal(group_kind(c, k), IR_GROUP_GEMM);
+    expect_group_ops(c, k, "matmul add gelu_tanh cast");
+    alloy_graph_free(g);
+
+    uint16_t a[GM * GK], w[GK * GN], bias[GN];
+    alloy_host_tensor feeds[3];
+    gemm_inputs(a, w, bias, feeds);
+    static double h[GM * GN];
+    gemm_preact_reference(a, w, bias, h);
+    const char *names[] = {"preact", "out"};
+    void *fused[2], *unfused[2];
+    run_copy(gemm_graph, 2, true, 1, feeds, 3, names, 2, fused);
+    run_copy(gemm_graph, 2, false, 1, feeds, 3, names, 2, unfused);
+    const uint16_t *pre = fused[0];
+    const float *out = fused[1], *out_unfused = unfused[1];
+    int worst_pre = 0;
+    double worst_out = 0, worst_unfused = 0;
+    for (int e = 0; e < GM * GN; e++) {
+        worst_pre = fmax(worst_pre, f16_ulps(pre[e], cvt_f64_to_f16(h[e])));
+        /* act is f16: its one rounding is the store's, as the cast to f32 passes it through */
+        double want = gelu_tanh_ref(h[e]);
+        worst_out = fmax(worst_out, fabs(out[e] - want) / (fabs(want) + 1e-3));
+        worst_unfused = fmax(worst_unfused, fabs(out_unfused[e] - want) / (fabs(want) + 1e-3));
+    }
+    printf("gemm + gelu_tanh with the preact stored: preact max %d f16 ulp from f64; out vs f64 gelu_tanh: fused "
+           "%.3g, unfused %.3g\n", worst_pre, worst_out, worst_unfused);
+    assert_true(worst_pre <= 1);
+    assert_true(worst_out <= 1e-3); /* act's f16 store: half an ulp, 2^-11, plus f32 slack */
+    assert_true(worst_out <= worst_unfused);
+    for (int i = 0; i < 2; i++) test_free(fused[i]), test_free(unfused[i]);
 }
 
 /* ---- 5. unscale + found_inf ---- */
@@ -752,6 +800,7 @@ int main(void)
         FUSE_TEST(test_cross_entropy_and_its_gradient_form_one_row_group_with_the_unfused_bits_and_the_f64_loss),
         FUSE_TEST(test_a_gemm_epilogue_group_keeps_the_product_in_f32_and_is_closer_to_f64_than_unfused),
         FUSE_TEST(test_an_erf_gelu_is_no_gemm_epilogue_and_stays_outside_the_gemm_group),
+        FUSE_TEST(test_a_gemm_epilogue_stores_the_preactivation_another_node_reads_and_goes_on_through_gelu),
         FUSE_TEST(test_the_unscale_and_found_inf_multi_group_skips_an_inf_step_as_the_unfused_run_does),
         FUSE_TEST(test_a_gemm_product_beyond_the_f16_range_is_inf_fused_as_unfused_and_both_skip_the_step),
         FUSE_TEST(test_a_row_group_input_no_row_block_can_slice_runs_as_one_block_and_gives_the_unfused_bits),

@@ -110,14 +110,36 @@ static bool is_channel_bias(const ir_type *b, const ir_type *out)
  * over its last dim, a convolution's one over its channels (its own bias
  * operand, if any, is part of its product). Casts are between f16, bf16
  * and f32. A final cast that only row ops read is left to their row group. */
-static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_readers, int mm, int *gemm)
+/* The activation (relu or gelu_tanh) reading node cur when cur has more
+ * readers than that (in a training step, the activation's gradient reads
+ * its input too), or -1: cuBLASLt's RELU_AUX / GELU_AUX epilogues store
+ * the activation's input as an auxiliary output for the backward, so the
+ * epilogue goes on through the activation and cur is stored. readers of
+ * node i: rlist[rstart[i] .. rstart[i + 1]). */
+static int aux_activation(const ir_graph *g, const int *rstart, const int *rlist, int cur)
+{
+    int act = -1;
+    for (int k = rstart[cur]; k < rstart[cur + 1]; k++) {
+        const ir_node *r = g->nodes[rlist[k]];
+        if ((r->op == IR_OP_relu || r->op == IR_OP_gelu_tanh) && r->in[0] == cur) {
+            if (act >= 0 && act != r->id) return -1; /* two activations: no epilogue takes both */
+            act = r->id;
+        }
+    }
+    return act;
+}
+
+static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_readers, const int *rstart,
+                          const int *rlist, int mm, int *gemm)
 {
     const ir_node *m = g->nodes[mm];
     bool conv = m->op != IR_OP_matmul;
     if (!ir_is_float(m->type.dtype) || m->type.dtype == ALLOY_F64 || m->type.rank < 2) return;
-    int cur = mm, stage = 0, chain[5], len = 0;
+    int cur = mm, stage = 0, chain[5], len = 0, aux = -1; /* aux: the chain member stored for the backward */
     for (;;) {
         int r = sole[cur];
+        if (r < 0 && aux < 0 && stage < 3 && cur != mm && (r = aux_activation(g, rstart, rlist, cur)) >= 0)
+            aux = cur;
         if (r < 0) break;
         const ir_node *n = g->nodes[r];
         int next = -1;
@@ -144,6 +166,17 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_rea
     if (len > 0 && g->nodes[chain[len - 1]]->op == IR_OP_cast && sole[chain[len - 1]] < 0 &&
         row_readers[chain[len - 1]] > 1)
         len--;
+    /* an aux member's other readers must run after the group (its last member) */
+    if (aux >= 0) {
+        int at = 0;
+        while (chain[at] != aux) at++;
+        for (int k = rstart[aux]; k < rstart[aux + 1] && len > at + 1; k++) {
+            int r = rlist[k];
+            bool member = false;
+            for (int i = 0; i < len; i++) member |= chain[i] == r;
+            if (!member && r <= chain[len - 1]) len = at + 1; /* the epilogue ends at aux */
+        }
+    }
     if (len == 0) return;
     gemm[mm] = mm;
     for (int i = 0; i < len; i++) gemm[chain[i]] = mm;
@@ -480,6 +513,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
     int *gemm = al_malloc(sizeof(int) * nn), *row_readers = al_malloc(sizeof(int) * nn);
+    int *rstart = al_malloc(sizeof(int) * (nn + 1)), *rlist = al_malloc(sizeof(int) * edges);
     fuser f = {.g = g, .gemm = gemm, .no_row = off & 1u << IR_GROUP_ROW};
     int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.out_head, &f.out_tail};
     bool ok = true;
@@ -490,7 +524,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     f.out_next = al_malloc(sizeof(int) * edges);
     f.out_node = al_malloc(sizeof(int) * edges);
     f.sealed = al_calloc(nn, 1);
-    ok &= f.out_next && f.out_node && f.sealed && gemm && row_readers;
+    ok &= f.out_next && f.out_node && f.sealed && gemm && row_readers && rstart && rlist;
     if (ok) {
         for (size_t i = 0; i < nn; i++) {
             f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = f.out_head[i] = f.out_tail[i] = -1;
@@ -502,10 +536,19 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         int *readers = f.out_head, *sole = f.out_tail; /* borrowed, reset below */
         count_readers(g, readers, sole);
         count_row_readers(g, row_readers);
+        /* readers by node (for the aux epilogues), by counting */
+        for (int i = 0; i <= g->nnodes; i++) rstart[i] = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            for (int j = 0; j < g->nodes[i]->nin; j++) rstart[g->nodes[i]->in[j] + 1]++;
+        for (int i = 0; i < g->nnodes; i++) rstart[i + 1] += rstart[i];
+        for (int i = 0; i < g->nnodes; i++) f.size[i] = rstart[i]; /* borrowed as fill pointers */
+        for (int i = 0; i < g->nnodes; i++)
+            for (int j = 0; j < g->nodes[i]->nin; j++) rlist[f.size[g->nodes[i]->in[j]]++] = i;
+        for (int i = 0; i < g->nnodes; i++) f.size[i] = 0;
         for (int i = 0; i < g->nnodes; i++) gemm[i] = -1;
         for (int i = 0; i < g->nnodes; i++)
             if (ir_gemm_head(g->nodes[i]) && !(off & 1u << IR_GROUP_GEMM))
-                gemm_epilogue(g, sole, row_readers, i, gemm);
+                gemm_epilogue(g, sole, row_readers, rstart, rlist, i, gemm);
         for (size_t i = 0; i < nn; i++) f.out_head[i] = f.out_tail[i] = -1;
         for (int i = 0; i < g->nnodes; i++) place(&f, i);
         /* names: the union's groups of two or more, the GEMM groups (named
@@ -538,6 +581,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     }
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) al_free(*per_node[a]);
     al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm), al_free(row_readers);
+    al_free(rstart), al_free(rlist);
     if (!ok) return ir_error(g, ALLOY_ERR_OOM, "fuse: out of memory for %d nodes", g->nnodes);
     return ALLOY_OK;
 }
