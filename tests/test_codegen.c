@@ -16,6 +16,7 @@
 #include "base/convert.h"
 #include "codegen_support.h"
 #include "models.h"
+#include "runtime/cuda/launch.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
@@ -201,6 +202,82 @@ static void test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu(void **state)
     }
 }
 
+static int occurrences(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *at = strstr(text, what); at; at = strstr(at + 1, what)) n++;
+    return n;
+}
+
+/* y = relu(a * b + v) * s over [rows, cols]: a and b of the space's shape,
+ * v a [cols] vector and s a scalar (broadcast: loaded element by element).
+ * 64 elements fill 8 (f16/bf16) or 16 (f32) vectors; 69 leave a tail of 5
+ * (f16) or 1 (f32) for the scalar loop; 3 are fewer than a vector, so the
+ * kernel is the scalar one. Every value emulated is the CPU's, bit for bit. */
+static void test_elementwise_groups_move_16_bytes_a_time_when_they_can(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    static const alloy_dtype dts[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
+    static const int64_t shapes[][2] = {{8, 8}, {3, 23}, {1, 3}};
+    for (int d = 0; d < 3; d++)
+        for (int sh = 0; sh < 3; sh++) {
+            alloy_dtype dt = dts[d];
+            int64_t rows = shapes[sh][0], cols = shapes[sh][1], n = rows * cols;
+            alloy_graph *g = alloy_graph_new("ew");
+            alloy_tensor *a = alloy_input(g, "a", dt, 2, DIMS(rows, cols)), *b = alloy_input(g, "b", dt, 2, DIMS(rows, cols));
+            alloy_tensor *v = alloy_input(g, "v", dt, 1, DIMS(cols)), *s = alloy_input(g, "s", dt, 0, NULL);
+            alloy_output(g, "y", alloy_mul(g, alloy_relu(g, alloy_add(g, alloy_mul(g, a, b), v)), s));
+            if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+            feed_set f = random_feeds(g, 1);
+            cgs_step st;
+            cgs_prepare(&st, g, &f);
+            int ew = -1;
+            for (int k = 0; k < st.prog.nkernels; k++)
+                if (st.prog.kernels[k].kind == STEP_EW) {
+                    if (ew >= 0) fail_msg("%s, %lld elements: more than one elementwise kernel", alloy_dtype_name(dt), (long long)n);
+                    ew = k;
+                }
+            assert_true(ew >= 0);
+            const char *src = st.prog.kernels[ew].source + st.prog.kernels[ew].body;
+            int width = 16 / (int)alloy_dtype_size(dt);
+            if (n >= width) { /* a and b loaded, y stored 16 bytes at a time; v and s element by element */
+                if (occurrences(src, "alloy_vcopy<16>(l") != 2 || occurrences(src, "alloy_vcopy<16>(p") != 1)
+                    fail_msg("%s, %lld elements: a, b and y are not moved 16 bytes at a time:\n%s", alloy_dtype_name(dt),
+                             (long long)n, src);
+                char tail[64];
+                snprintf(tail, sizeof tail, "long long e = %lldll +", (long long)(n / width * width));
+                assert_int_equal(occurrences(src, tail), n % width ? 1 : 0);
+            } else {
+                assert_int_equal(occurrences(src, "alloy_vcopy"), 0);
+            }
+            if (d == 1 && sh == 0) { /* the launch plan refuses a kernel argument that is not 16-byte aligned */
+                lp_plan lp;
+                char err[256];
+                const mem_plan *plan = &g->comp.plan;
+                assert_int_equal(lp_build(g->compiled, &g->comp.sched, plan, &st.prog, &lp, err, sizeof err), ALLOY_OK);
+                for (int q = 0; q < lp.first_arg[lp.nkernels - 1] + st.prog.kernels[lp.nkernels - 1].nparams; q++)
+                    assert_int_equal(lp.args[q].offset % 16, 0);
+                lp_free(&lp);
+                int y = st.prog.kernels[ew].params[st.prog.kernels[ew].nparams - 1].node;
+                assert_true(plan->offset[y] >= 0);
+                plan->offset[y] += 8;
+                assert_int_equal(lp_build(g->compiled, &g->comp.sched, plan, &st.prog, &lp, err, sizeof err),
+                                 ALLOY_ERR_INVALID);
+                plan->offset[y] -= 8;
+                assert_non_null(strstr(err, "not 16-byte aligned"));
+                print_message("misaligned: %s\n", err);
+            }
+            cgs_release(&st);
+            emu_stats es = emulate_step(g, &f);
+            if (es.inexact) fail_msg("%s, %lld elements: %s", alloy_dtype_name(dt), (long long)n, es.first_inexact);
+            assert_int_equal(es.values, 1); /* y, every element the CPU's bits */
+            assert_int_equal(es.bitwise, 1);
+            free_feeds(&f);
+            alloy_graph_free(g);
+        }
+}
+
 /* The training step of an example IR file in one precision, compiled. */
 static alloy_graph *example_step(const char *file, alloy_dtype amp)
 {
@@ -287,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_long_rows_run_emulated_as_on_the_cpu),
         cmocka_unit_test(test_convolution_gemm_groups_run_emulated_as_on_the_cpu),
         cmocka_unit_test(test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu),
+        cmocka_unit_test(test_elementwise_groups_move_16_bytes_a_time_when_they_can),
     };
     return cmocka_run_group_tests_name("codegen", tests, test_checked_alloc, test_plain_alloc);
 }

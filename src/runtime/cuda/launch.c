@@ -155,6 +155,26 @@ typedef struct aux_slot {
     int64_t offset;
 } aux_slot;
 
+/* The elementwise kernels load and store 16 bytes at a time (emit_ew.c),
+ * so every kernel argument must start 16-byte aligned. It does by
+ * construction: arena slots are PLAN_ALIGN-aligned, aux slots
+ * LP_AUX_ALIGN-aligned, leaves start their own allocations (256-byte
+ * aligned); this says so rather than fault on a misaligned address. */
+#define LP_KERNEL_ALIGN 16
+_Static_assert(PLAN_ALIGN % LP_KERNEL_ALIGN == 0 && LP_AUX_ALIGN % LP_KERNEL_ALIGN == 0,
+               "kernel arguments must stay 16-byte aligned");
+
+static bool aligned_or_fail(lp_builder *b, const cg_kernel *kn, int i, const lp_place *at)
+{
+    if (at->offset % LP_KERNEL_ALIGN == 0) return true;
+    if (!b->status) {
+        b->status = ALLOY_ERR_INVALID;
+        al_fmt(b->err, b->errlen, "step %d: kernel %s parameter %d at byte offset %lld: not %d-byte aligned", kn->step,
+               kn->name, i, (long long)at->offset, LP_KERNEL_ALIGN);
+    }
+    return false;
+}
+
 /* The kernels [first, end) of step k: flags zeroed, arguments placed. */
 static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, const cg_program *prog, int k, int first,
                         int end)
@@ -169,11 +189,12 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
             const cg_param *pa = &kn->params[i];
             lp_place *at = &lp->args[lp->first_arg[q] + i];
             if (pa->kind == CG_PARAM_NODE) {
-                if (!place_or_fail(b, g, p, pa->node, k, at)) return false;
+                if (!place_or_fail(b, g, p, pa->node, k, at) || !aligned_or_fail(b, kn, i, at)) return false;
                 continue;
             }
             if (pa->kind == CG_PARAM_PRODUCT) {
                 *at = (lp_place){LP_ARENA, -1, (int64_t)p->scratch_offset};
+                if (!aligned_or_fail(b, kn, i, at)) return false;
                 continue;
             }
             int s = 0;
