@@ -646,6 +646,7 @@ static void bundle_round_trip(target t)
 
 static void emu_bundle_round_trip(void **state) { (void)state; bundle_round_trip(ON_EMULATION); }
 static void gpu_bundle_round_trip(void **state) { (void)state; bundle_round_trip(ON_GPU); }
+
 /* ---- attention alone ---- */
 
 /* attention(q, k, v) on CUDA against the CPU backend, [2, 2, T, D] over S

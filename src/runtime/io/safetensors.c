@@ -419,6 +419,30 @@ static alloy_status load_file(loader *l, FILE *f, uint64_t size, char **header, 
     return ALLOY_OK;
 }
 
+/* load_file on f with the scratch it needs freed after. */
+static alloy_status load(loader *l, FILE *f, uint64_t size)
+{
+    char *header = NULL;
+    al_arena tree = {0};
+    alloy_status s = load_file(l, f, size, &header, &tree);
+    al_free(header);
+    al_arena_free(&tree);
+    return s;
+}
+
+/* Closes f and hands the tensors to *out, or frees them on failure s. */
+static alloy_status finish(loader *l, FILE *f, alloy_status s, alloy_safetensors **out)
+{
+    fclose(f);
+    al_free(l->spans);
+    if (s) {
+        alloy_safetensors_free(l->st);
+        return s;
+    }
+    *out = l->st;
+    return ALLOY_OK;
+}
+
 /* Loads path whole into a new object (see safetensors.h); *out is NULL on failure. */
 alloy_status alloy_safetensors_load(const char *path, alloy_safetensors **out, char *err,
                                     size_t errlen)
@@ -447,19 +471,7 @@ alloy_status alloy_safetensors_load(const char *path, alloy_safetensors **out, c
         al_fmt(err, errlen, "%s: not a regular file", path);
         s = ALLOY_ERR_IO;
     }
-    char *header = NULL;
-    al_arena tree = {0};
-    if (!s) s = load_file(&l, f, (uint64_t)sb.st_size, &header, &tree);
-    fclose(f);
-    al_free(header);
-    al_free(l.spans);
-    al_arena_free(&tree);
-    if (s) {
-        alloy_safetensors_free(st);
-        return s;
-    }
-    *out = st;
-    return ALLOY_OK;
+    return s ? finish(&l, f, s, out) : finish(&l, f, load(&l, f, (uint64_t)sb.st_size), out);
 }
 
 alloy_status io_safetensors_load_memory(const void *bytes, size_t len, const char *where, alloy_safetensors **out,
@@ -479,19 +491,7 @@ alloy_status io_safetensors_load_memory(const void *bytes, size_t len, const cha
         al_free(st);
         return oom_err(&l);
     }
-    char *header = NULL;
-    al_arena tree = {0};
-    alloy_status s = load_file(&l, f, len, &header, &tree);
-    fclose(f);
-    al_free(header);
-    al_free(l.spans);
-    al_arena_free(&tree);
-    if (s) {
-        alloy_safetensors_free(st);
-        return s;
-    }
-    *out = st;
-    return ALLOY_OK;
+    return finish(&l, f, load(&l, f, len), out);
 }
 
 /* Number of tensors; 0 for NULL. */
