@@ -536,7 +536,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         int *readers = f.out_head, *sole = f.out_tail; /* borrowed, reset below */
         count_readers(g, readers, sole);
         count_row_readers(g, row_readers);
-        /* readers by node (for the aux epilogues), by counting */
+        /* readers by node, ascending (the aux epilogues, the sibling rule), by counting */
         for (int i = 0; i <= g->nnodes; i++) rstart[i] = 0;
         for (int i = 0; i < g->nnodes; i++)
             for (int j = 0; j < g->nodes[i]->nin; j++) rstart[g->nodes[i]->in[j] + 1]++;
@@ -562,7 +562,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
             min_reader[i] = g->nnodes;
         }
         /* row groups that read the same tensor row by row: one group */
-        if (!(off & 1u << IR_GROUP_ROW)) ok = fuse_row_siblings(g, label);
+        if (!(off & 1u << IR_GROUP_ROW)) ok = fuse_row_siblings(g, label, rstart, rlist);
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)

@@ -25,7 +25,7 @@ enum { MAX_SIBLINGS = 32 };
 typedef struct siblings {
     const ir_graph *g;
     int *label;                    /* node -> group name, -1 none (fuse.c's) */
-    int *rstart, *rlist;           /* readers of node i: rlist[rstart[i] .. rstart[i + 1]), ascending */
+    const int *rstart, *rlist;     /* readers of node i: rlist[rstart[i] .. rstart[i + 1]), ascending */
     int *first, *next, *last;      /* group name -> first member, member -> next (-1 at the end), name -> last id */
     const ir_type **shape;         /* group name -> the iteration shape of its row ops; NULL: not a row group */
 } siblings;
@@ -64,29 +64,17 @@ static void take(siblings *s, int a, int b)
     s->first[b] = -1, s->shape[b] = NULL;
 }
 
-bool fuse_row_siblings(const ir_graph *g, int *label)
+bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist)
 {
     int nn = g->nnodes;
-    size_t edges = 0;
-    for (int i = 0; i < nn; i++) edges += (size_t)g->nodes[i]->nin;
-    siblings s = {.g = g, .label = label};
-    s.rstart = al_calloc((size_t)nn + 1, sizeof(int));
-    s.rlist = al_malloc(sizeof(int) * (edges + 1));
+    siblings s = {.g = g, .label = label, .rstart = rstart, .rlist = rlist};
     s.first = al_malloc(sizeof(int) * (size_t)nn);
     s.next = al_malloc(sizeof(int) * (size_t)nn);
     s.last = al_malloc(sizeof(int) * (size_t)nn);
     s.shape = al_calloc((size_t)nn, sizeof *s.shape);
-    int *cand = al_malloc(sizeof(int) * MAX_SIBLINGS);
-    bool ok = s.rstart && s.rlist && s.first && s.next && s.last && s.shape && cand;
+    int cand[MAX_SIBLINGS];
+    bool ok = s.first && s.next && s.last && s.shape;
     if (ok) {
-        /* readers, by counting */
-        for (int i = 0; i < nn; i++)
-            for (int j = 0; j < g->nodes[i]->nin; j++) s.rstart[g->nodes[i]->in[j] + 1]++;
-        for (int i = 0; i < nn; i++) s.rstart[i + 1] += s.rstart[i];
-        int *fill = s.next; /* borrowed until the member lists are built */
-        for (int i = 0; i < nn; i++) fill[i] = s.rstart[i];
-        for (int i = 0; i < nn; i++)
-            for (int j = 0; j < g->nodes[i]->nin; j++) s.rlist[fill[g->nodes[i]->in[j]]++] = i;
         /* the groups (a lone row op is one of its own, named by itself) and
          * their member lists in id order */
         for (int i = 0; i < nn; i++) s.first[i] = -1, s.last[i] = -1;
@@ -130,7 +118,6 @@ bool fuse_row_siblings(const ir_graph *g, int *label)
         for (int i = 0; i < nn; i++)
             if (label[i] == i && s.first[i] == i && s.next[i] < 0) label[i] = -1;
     }
-    al_free(s.rstart), al_free(s.rlist), al_free(s.first), al_free(s.next), al_free(s.last), al_free(s.shape);
-    al_free(cand);
+    al_free(s.first), al_free(s.next), al_free(s.last), al_free(s.shape);
     return ok;
 }

@@ -124,8 +124,10 @@ AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);       
 AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opts); /* fuse_attention.c */
 /* fuse_siblings.c, for fuse.c: joins row groups (label[]: node -> group name,
  * -1 none; a lone row op counts as a group) of one iteration shape that read
- * a tensor row by row, where legal; false when out of memory. */
-AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label);
+ * a tensor row by row, where legal, given the readers of node i as
+ * rlist[rstart[i] .. rstart[i + 1]) in ascending order; false when out of
+ * memory. */
+AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
 /* Names the training passes agree on (docs/training.md). */
 #define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */
