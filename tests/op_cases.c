@@ -344,6 +344,42 @@ static void ref_layer_norm_grad(const ir_node *n, const oc_tensor *in, oc_tensor
     }
 }
 
+/* The mean of each row of x over the last axis, and 1 / sqrt(biased
+ * variance + eps): one value per row ([.., 1]). */
+static void ref_layer_norm_stats(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < d; i++) mean += x[i] / (double)d;
+        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean) / (double)d;
+        out->v[r] = n->op == IR_OP_layer_norm_mean ? mean : 1 / sqrt(var + eps);
+    }
+}
+
+/* dx of layer_norm from given per-row mean m and rstd s (any values, not
+ * necessarily x's): xhat = (x - m) s, g = dy * gamma,
+ * dx = s (g - mean(g) - xhat mean(g xhat)). */
+static void ref_layer_norm_grad_stats(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    bool affine = n->nin == 5;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d, *dy = in[1].v + r * d;
+        double m = in[2].v[r], s = in[3].v[r], mg = 0, mgx = 0;
+        for (int64_t i = 0; i < d; i++) {
+            double g = dy[i] * (affine ? in[4].v[i] : 1);
+            mg += g / (double)d, mgx += g * (x[i] - m) * s / (double)d;
+        }
+        for (int64_t i = 0; i < d; i++)
+            out->v[r * d + i] = s * (dy[i] * (affine ? in[4].v[i] : 1) - mg - (x[i] - m) * s * mgx);
+    }
+}
+
 /* x / sqrt(mean(x^2) + eps) over the last axis, then * gamma. */
 static void ref_rms_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out)
 {
@@ -1321,6 +1357,13 @@ const op_case op_cases[] = {
     {"log_softmax_grad", "[9] [9]", "; axis=0", .dom = {U(-3, 0), U(-1, 1)}, .ref = ref_softmax_grad},
     {"layer_norm_grad", "[4,7] [4,7]; [2,3,40] [2,3,40]; [1] [1]; [4,7] [4,7] [7]; [2,3,40] [2,3,40] [40]; [1] [1] [1]",
      "eps=1e-5; eps=0.1", .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5)}, .ref = ref_layer_norm_grad},
+    /* the statistics layer_norm's gradient keeps: f32 for f32/f16/bf16 x, f64 for f64 */
+    {"layer_norm_mean", "[4,7]; [2,3,40]; [1]", .dom = {U(-2, 2)}, .ref = ref_layer_norm_stats},
+    {"layer_norm_rstd", "[4,7]; [2,3,40]; [1]", "eps=1e-5; eps=0.1", .dom = {U(-2, 2)}, .ref = ref_layer_norm_stats},
+    {"layer_norm_grad_stats",
+     "[4,7] [4,7] f32[4,1] f32[4,1]; [2,3,40] [2,3,40] f32[2,3,1] f32[2,3,1] [40]; "
+     "[4,7] [4,7] f64[4,1] f64[4,1] [7]; [1] [1] f32[1] f32[1] [1]",
+     .dom = {U(-2, 2), U(-1, 1), U(-0.5, 0.5), U(0.5, 1.5), U(0.5, 1.5)}, .ref = ref_layer_norm_grad_stats},
     /* (no one-element rows: there dx = g r eps r^2 comes out of a cancellation, in any precision) */
     {"rms_norm_grad", "[4,7] [4,7]; [2,3,40] [2,3,40]; [3] [3]; [4,7] [4,7] [7]; [2,3,40] [2,3,40] [40]",
      "eps=1e-5; eps=0.1", .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5)}, .ref = ref_rms_norm_grad},

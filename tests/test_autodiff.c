@@ -520,7 +520,7 @@ static void test_training_graph_ir_round_trips_through_the_printer_and_the_parse
         ir_graph *cg = compiled_block(g, amp);
         char *text = ir_print_string(cg), err[512];
         assert_non_null(text);
-        assert_non_null(strstr(text, "layer_norm_grad("));
+        assert_non_null(strstr(text, "layer_norm_grad_stats("));
         assert_non_null(strstr(text, "output \"grad:head.w\""));
         ir_graph *back = ir_parse(text, strlen(text), "compiled.ir", err, sizeof err);
         if (!back) fail_msg("%s: %s", amp ? "amp" : "f32", err);
@@ -546,7 +546,10 @@ static void test_transformer_block_backward_has_one_fused_grad_per_forward_op(vo
         printf("  transformer block B2 T4 V11 D8 H2 %s: %d forward nodes as built, %d compiled (%d up to the loss, "
                "%d after it)\n",
                amp ? "AMP f16" : "f32", fwd, total, cg->loss + 1, total - cg->loss - 1);
-        assert_int_equal(count_op(cg, IR_OP_layer_norm_grad), 3);
+        /* each layer_norm's gradient reads the mean and rstd its forward kept */
+        assert_int_equal(count_op(cg, IR_OP_layer_norm_grad_stats), 3);
+        assert_int_equal(count_op(cg, IR_OP_layer_norm_mean), 3);
+        assert_int_equal(count_op(cg, IR_OP_layer_norm_rstd), 3);
         assert_int_equal(count_op(cg, IR_OP_softmax_grad), 1);
         assert_int_equal(count_op(cg, IR_OP_cross_entropy_grad), 1);
         assert_int_equal(count_op(cg, IR_OP_embedding_grad), 1);

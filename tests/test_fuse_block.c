@@ -89,8 +89,10 @@ typedef struct expected_group {
 
 static const expected_group block_groups[] = {
     /* forward */
-    {"ln1 + cast to f16", "row f16: layer_norm cast", 1},
-    {"residual add + ln2 / lnf + cast to f16", "row f16: add layer_norm cast", 2},
+    /* each layer_norm's group also stores the mean and rstd its gradient reads */
+    {"ln1 + its kept statistics + cast to f16", "row f16: layer_norm layer_norm_mean layer_norm_rstd cast", 1},
+    {"residual add + ln2 / lnf + their kept statistics + cast to f16",
+     "row f16: add layer_norm layer_norm_mean layer_norm_rstd cast", 2},
     {"scale, causal mask, softmax, cast to f16", "row f16: mul causal_mask softmax cast", 1},
     {"f16 matmuls written in f32: the forward's attention scores and attn.wo, the backward's 11",
      "gemm f32: matmul cast", 12},
@@ -100,14 +102,14 @@ static const expected_group block_groups[] = {
     {"the logits' cast to f32, cross_entropy, cross_entropy_grad, cast to f16: the f32 logits never stored",
      "row f16: cast cross_entropy cross_entropy_grad cast", 1},
     /* the sibling rule: a layer_norm's backward and its gamma gradient read x and dy once */
-    {"lnf backward and its gamma gradient dy * normalized x", "row f32: layer_norm_grad layer_norm mul", 1},
+    {"lnf backward and its gamma gradient dy * (x - mean) * rstd", "row f32: layer_norm_grad_stats sub mul mul", 1},
     /* ln2's are siblings too, but its gradient's cast to f16 comes after the
      * column sums of dgamma and dbeta: as one group it would run after them */
-    {"ln2 backward + residual gradient sum + cast", "row f16: layer_norm_grad add cast", 1},
-    {"ln2 gamma gradient", "row f32: layer_norm mul", 1},
+    {"ln2 backward + residual gradient sum + cast", "row f16: layer_norm_grad_stats add cast", 1},
+    {"ln2 gamma gradient", "ew f32: sub mul mul", 1},
     {"softmax backward, causal mask, scale, cast", "row f16: softmax_grad causal_mask mul cast", 1},
     {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum",
-     "row f32: add add cast layer_norm_grad layer_norm mul add", 1},
+     "row f32: add add cast layer_norm_grad_stats sub mul mul add", 1},
     /* the step: unscale + found_inf over all 17 gradients (mlp.b1's has an
      * f16 -> f32 cast), bookkeeping, the norm, the bias corrections */
     {"unscale all gradients (mlp.b1's cast first: its id is lowest) + found_inf",

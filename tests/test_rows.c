@@ -63,15 +63,17 @@ static void test_every_row_program_names_each_operand_role_and_fits_the_cpu_slot
         if (!p) continue;
         programs++;
         assert_int_equal((int)strlen(p->roles), ir_ops[op].max_in);
-        assert_true(strspn(p->roles, "rvis") == strlen(p->roles));
+        assert_true(strspn(p->roles, "rvisw") == strlen(p->roles));
         assert_int_equal(p->roles[0], 'r'); /* the first operand gives the rows */
         ir_row_summary s = ir_row_summarize(p);
         assert_true(s.nscalars <= 16 && s.nvectors <= 8);
-        /* exactly one way out, last: a row (OUT) or a value per row (RESULT) */
+        /* exactly one way out, last: a row (OUT), a value per row averaged (RESULT) or kept (KEEP) */
         int outs = 0;
-        for (int i = 0; i < p->nstages; i++) outs += p->stages[i].kind == ROW_OUT || p->stages[i].kind == ROW_RESULT;
-        if (outs != 1 || (p->stages[p->nstages - 1].kind != ROW_OUT && p->stages[p->nstages - 1].kind != ROW_RESULT))
-            fail_msg("%s: its program must end in its one OUT or RESULT", ir_ops[op].name);
+        for (int i = 0; i < p->nstages; i++)
+            outs += p->stages[i].kind == ROW_OUT || p->stages[i].kind == ROW_RESULT || p->stages[i].kind == ROW_KEEP;
+        ir_row_stage_kind last = p->stages[p->nstages - 1].kind;
+        if (outs != 1 || (last != ROW_OUT && last != ROW_RESULT && last != ROW_KEEP))
+            fail_msg("%s: its program must end in its one OUT, RESULT or KEEP", ir_ops[op].name);
         /* a slot is written before it is read */
         for (int i = 0; i < p->nstages; i++)
             for (int k = 0; k < 16; k++) {

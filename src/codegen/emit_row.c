@@ -86,7 +86,7 @@ static bool mentions(const char *expr, const char *name, int q)
  * every operand it names is the same node, and it names no attribute. */
 static bool same_operands(const ir_row_stage *sg, const ir_node *x, const ir_node *y)
 {
-    static const char *const names[] = {"X", "AT", "INDEX", "SCALAR", "HAS"};
+    static const char *const names[] = {"X", "AT", "INDEX", "SCALAR", "HAS", "W"};
     if (strstr(sg->expr, "P(")) return false;
     const char *rx = ir_ops[x->op].row->roles, *ry = ir_ops[y->op].row->roles;
     int nq = (int)(strlen(rx) > strlen(ry) ? strlen(rx) : strlen(ry));
@@ -107,7 +107,7 @@ static bool rewritten(const ir_row_program *p, int from, const ir_row_stage *sg)
     for (int i = from; i < p->nstages; i++) {
         const ir_row_stage *o = &p->stages[i];
         if (o->slot == sg->slot && (o->kind == ROW_MAP) == vec && o->kind != ROW_OUT && o->kind != ROW_RESULT &&
-            o->kind != ROW_WEIGHT)
+            o->kind != ROW_WEIGHT && o->kind != ROW_KEEP)
             return true;
     }
     return false;
@@ -133,7 +133,9 @@ static int shared_prefix(const row_kernel *rk, int m, int *from)
         while (n < px->nstages && n < py->nstages) {
             const ir_row_stage *a = &px->stages[n], *b = &py->stages[n];
             if (a->kind != b->kind || a->slot != b->slot || strcmp(a->expr, b->expr) != 0) break;
-            if (a->kind == ROW_OUT || a->kind == ROW_RESULT || a->kind == ROW_WEIGHT || !same_operands(a, x, y)) break;
+            if (a->kind == ROW_OUT || a->kind == ROW_RESULT || a->kind == ROW_WEIGHT || a->kind == ROW_KEEP ||
+                !same_operands(a, x, y))
+                break;
             if (rewritten(px, n + 1, a) || rewritten(py, n + 1, b)) break;
             n++;
         }
@@ -152,7 +154,7 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
     const ir_row_program *prog = ir_ops[x->op].row;
     ir_row_summary sum = ir_row_summarize(prog);
     cg_put(t, "#define X(q) X_##q\n#define AT(q, c) AT_##q(c)\n#define INDEX(q) INDEX_##q\n#define SCALAR(q) SCALAR_##q\n"
-              "#define HAS(q) HAS_##q\n#define P(k) P_##k\n#define POS(k) POS_##k\n#define DIM(k) DIM_##k\n"
+              "#define HAS(q) HAS_##q\n#define W(q) W_##q\n#define P(k) P_##k\n#define POS(k) POS_##k\n#define DIM(k) DIM_##k\n"
               "#define V(k) V_##k\n#define S(k) S_##k\n#define N ((T)%lldll)\n#define COL col\n#define ROWS (%lldll)\n",
            (long long)rk->C, (long long)rk->rows);
     for (int k = 0; k < sum.nscalars; k++) {
@@ -170,10 +172,19 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
     for (int q = 0; q < (int)strlen(prog->roles); q++) {
         cg_put(t, "#define HAS_%d %d\n", q, q < x->nin);
         if (q >= x->nin) { /* absent: read only behind HAS(q), which is 0 */
-            cg_put(t, "#define X_%d ((T)0)\n#define AT_%d(c) ((T)0)\n#define INDEX_%d 0ll\n#define SCALAR_%d ((T)0)\n", q, q, q, q);
+            cg_put(t, "#define X_%d ((T)0)\n#define AT_%d(c) ((T)0)\n#define INDEX_%d 0ll\n#define SCALAR_%d ((T)0)\n"
+                      "#define W_%d ((T)0)\n", q, q, q, q, q);
             continue;
         }
         char role = prog->roles[q];
+        if (role == 'w') { /* one value per row: a stored [.., 1] tensor (never a member of this step: groups.c) */
+            cg_put(t, "#define W_%d ", q);
+            if (rk->s->step_of[x->in[q]] == (int)(rk->st - rk->s->steps) ||
+                ir_numel(&rk->g->nodes[x->in[q]]->type) != rk->rows || !operand_at(t, rk, x, q, "0", "0"))
+                return false;
+            cg_put(t, "\n");
+            continue;
+        }
         if (role == 'i') {
             cg_put(t, "#define INDEX_%d ((long long)p%d[%s])\n", q,
                    cg_param_of(&rk->ps, CG_PARAM_NODE, x->in[q], false, 0),
@@ -214,12 +225,12 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
 
 static void undefine(cg_text *t, const ir_node *x, const ir_type *sp)
 {
-    static const char *const names[] = {"X", "AT", "INDEX", "SCALAR", "HAS", "P", "POS", "DIM", "V", "S", "N", "COL", "ROWS"};
+    static const char *const names[] = {"X", "AT", "INDEX", "SCALAR", "HAS", "W", "P", "POS", "DIM", "V", "S", "N", "COL", "ROWS"};
     const ir_row_program *prog = ir_ops[x->op].row;
     ir_row_summary sum = ir_row_summarize(prog);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) cg_put(t, "#undef %s\n", names[i]);
     for (int q = 0; q < (int)strlen(prog->roles); q++)
-        cg_put(t, "#undef HAS_%d\n#undef X_%d\n#undef AT_%d\n#undef INDEX_%d\n#undef SCALAR_%d\n", q, q, q, q, q);
+        cg_put(t, "#undef HAS_%d\n#undef X_%d\n#undef AT_%d\n#undef INDEX_%d\n#undef SCALAR_%d\n#undef W_%d\n", q, q, q, q, q, q);
     for (int k = 0; k < sum.nscalars; k++) cg_put(t, "#undef S_%d\n", k);
     for (int k = 0; k < sum.nvectors; k++) cg_put(t, "#undef V_%d\n", k);
     int k = 0;
@@ -292,6 +303,16 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             }
             if (mb->flags & MEMBER_SPILLED) cg_put(t, "            r%d[j_] = v%d;\n", m, m);
             cg_put(t, "        }\n");
+            break;
+        }
+        case ROW_KEEP: { /* the row's value: one thread stores it */
+            cg_put(t, "        { const T res_ = (T)(%s);\n", sg->expr);
+            if (mb->flags & MEMBER_STORED) {
+                cg_put(t, "          if (lane == 0) p%d[row] = ", cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0));
+                cg_store(t, x->type.dtype, rk->wide, "res_");
+                cg_put(t, ";\n");
+            }
+            cg_put(t, "          (void)res_; }\n");
             break;
         }
         case ROW_RESULT:

@@ -343,6 +343,47 @@ ir_graph *ir_graph_clone(const ir_graph *src)
     return g;
 }
 
+ir_graph *ir_graph_reordered(ir_graph *g, const int *order, int n, const char *who)
+{
+    int *map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+    ir_graph *out = map ? ir_graph_new(g->name) : NULL;
+    int ins_small[16];
+    for (int i = 0; i < g->nnodes && map; i++) map[i] = -1;
+    for (int k = 0; out && k < n && !out->status; k++) {
+        const ir_node *s = g->nodes[order[k]];
+        int *ins = s->nin <= 16 ? ins_small : al_malloc(sizeof(int) * (size_t)s->nin);
+        if (!ins) {
+            ir_error(out, ALLOY_ERR_OOM, "out of memory");
+            break;
+        }
+        bool placed = true;
+        for (int j = 0; j < s->nin; j++) placed &= (ins[j] = map[s->in[j]]) >= 0;
+        ir_node *m = placed ? ir_add_node(out, s->op, s->nin, ins, s->nattrs, s->attrs, &s->type, s->name) : NULL;
+        if (ins != ins_small) al_free(ins);
+        if (!placed) {
+            char label[64];
+            ir_error(out, ALLOY_ERR_VERIFY, "node %s comes before an operand of it", ir_node_label(s, label, sizeof label));
+        }
+        if (!m) break;
+        m->amp = s->amp;
+        m->flags = s->flags;
+        m->group = s->group;
+        map[s->id] = m->id;
+    }
+    for (int i = 0; out && i < g->noutputs && !out->status; i++)
+        if (map[g->outputs[i].node] >= 0) ir_add_output(out, g->outputs[i].name, map[g->outputs[i].node]);
+    for (int i = 0; out && i < g->nupdates && !out->status; i++)
+        if (map[g->updates[i].node] >= 0) ir_add_update(out, g->updates[i].name, map[g->updates[i].node]);
+    if (out && g->loss >= 0) out->loss = map[g->loss];
+    if (!out || out->status) {
+        ir_error(g, out ? out->status : ALLOY_ERR_OOM, "%s: %s", who, out ? out->error : "out of memory");
+        ir_graph_free(out);
+        out = NULL;
+    }
+    al_free(map);
+    return out;
+}
+
 const ir_attr *ir_attr_find(const ir_node *n, const char *name)
 {
     for (int i = 0; i < n->nattrs; i++)

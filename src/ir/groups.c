@@ -51,7 +51,14 @@ bool ir_fuse_row_op(const ir_graph *g, const ir_node *n)
 const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n)
 {
     const ir_row_program *p = ir_ops[n->op].row;
-    return p && ir_row_summarize(p).per_row_result ? &g->nodes[n->in[0]]->type : &n->type;
+    if (!p) return &n->type;
+    ir_row_summary s = ir_row_summarize(p);
+    return s.per_row_result || s.per_row_value ? &g->nodes[n->in[0]]->type : &n->type;
+}
+
+bool ir_row_keeps(const ir_node *n)
+{
+    return ir_ops[n->op].row && ir_row_summarize(ir_ops[n->op].row).per_row_value;
 }
 
 bool ir_fuse_wide(const ir_graph *g, const ir_node *n)
@@ -204,6 +211,9 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
             if (!same_dims(ir_fuse_shape(g, x), ir_fuse_shape(g, first)))
                 return "iterates over another shape than the row group";
             if (ir_fuse_wide(g, x)) return "computes in f64, which row groups do not";
+            for (int j = 0; j < x->nin; j++)
+                if (in_group[x->in[j]] == in_group[x->id] && ir_row_keeps(g->nodes[x->in[j]]))
+                    return "reads a per-row statistic of its own group (kept values are read by later steps only)";
             break;
         case IR_GROUP_GEMM:
             if ((m == 0) != ir_gemm_head(x))

@@ -129,14 +129,14 @@ typedef alloy_status (*ir_type_rule)(const ir_node *n, const ir_type *const *in,
 
 /* A row op's program (ops.def, RW lines): stages over one row, each an
  * expression in the compute type T of the accessors ops.def lists. */
-typedef enum ir_row_stage_kind { ROW_MAX, ROW_SUM, ROW_LET, ROW_MAP, ROW_OUT, ROW_RESULT, ROW_WEIGHT } ir_row_stage_kind;
+typedef enum ir_row_stage_kind { ROW_MAX, ROW_SUM, ROW_LET, ROW_MAP, ROW_OUT, ROW_RESULT, ROW_WEIGHT, ROW_KEEP } ir_row_stage_kind;
 typedef struct ir_row_stage {
     ir_row_stage_kind kind;
     int slot;         /* S(slot) for MAX, SUM, LET; V(slot) for MAP */
     const char *expr; /* C and CUDA C++ */
 } ir_row_stage;
 typedef struct ir_row_program {
-    const char *roles; /* per operand: r row, v vector, i index per row, s scalar */
+    const char *roles; /* per operand: r row, v vector, i index per row, s scalar, w one value per row ([.., 1], W(q)) */
     const ir_row_stage *stages;
     int nstages;
 } ir_row_program;
@@ -144,6 +144,7 @@ typedef struct ir_row_program {
 typedef struct ir_row_summary {
     int nscalars, nvectors; /* S and V slots used */
     bool per_row_result;    /* a RESULT stage: the op's value is the (weighted) mean or sum over rows */
+    bool per_row_value;     /* a KEEP stage: the op's value is one number per row, [.., 1] (a statistic kept for a gradient) */
     bool weighted;          /* a WEIGHT stage: each row's weight in that mean (else 1) */
     bool by_position;       /* reads POS or DIM: needs the row's place in the tensor */
 } ir_row_summary;
@@ -194,6 +195,12 @@ AL_HIDDEN alloy_status ir_add_update(ir_graph *g, const char *name, int node);
 AL_HIDDEN int ir_find_output(const ir_graph *g, const char *name);
 /* Index of the update of state `name`, or -1. */
 AL_HIDDEN int ir_find_update(const ir_graph *g, const char *name);
+/* A new graph of g's nodes order[0..n) in that order, each node's operands
+ * placed before it (else ALLOY_ERR_VERIFY naming the node): names,
+ * attributes and annotations kept, ids renumbered, the outputs, updates and
+ * loss that are kept pointing at their nodes (the others dropped). NULL with
+ * the error, prefixed "who: ", recorded on g on failure; g is unchanged. */
+AL_HIDDEN ir_graph *ir_graph_reordered(ir_graph *g, const int *order, int n, const char *who);
 /* Deep copy (nodes, attributes, names, outputs, loss, annotations). */
 AL_HIDDEN ir_graph *ir_graph_clone(const ir_graph *g);
 

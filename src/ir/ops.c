@@ -109,6 +109,7 @@ static const ir_attr_spec A_CUMSUM[] = {
 #define OUT(e) {ROW_OUT, 0, #e},
 #define RESULT(e) {ROW_RESULT, 0, #e},
 #define WEIGHT(e) {ROW_WEIGHT, 0, #e},
+#define KEEP(e) {ROW_KEEP, 0, #e},
 #define OP(...)
 #define EW(...)
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program) static const ir_row_stage stages_##nm[] = {program};
@@ -121,6 +122,7 @@ static const ir_attr_spec A_CUMSUM[] = {
 #undef OUT
 #undef RESULT
 #undef WEIGHT
+#undef KEEP
 #define COUNT(a) ((int)(sizeof a / sizeof a[0]))
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program) \
     static const ir_row_program row_##nm = {roles, stages_##nm, COUNT(stages_##nm)};
@@ -148,6 +150,7 @@ ir_row_summary ir_row_summarize(const ir_row_program *p)
         if (st->kind <= ROW_LET && st->slot + 1 > r.nscalars) r.nscalars = st->slot + 1;
         if (st->kind == ROW_RESULT) r.per_row_result = true;
         if (st->kind == ROW_WEIGHT) r.weighted = true;
+        if (st->kind == ROW_KEEP) r.per_row_value = true;
         if (strstr(st->expr, "POS(") || strstr(st->expr, "DIM(")) r.by_position = true;
     }
     return r;

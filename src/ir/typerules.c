@@ -484,6 +484,39 @@ RULE(ty_rms_norm_grad)
     return ty_rms_norm(&fake, ins, out, why, whylen);
 }
 
+/* x (float, rank >= 1) -> one value per row, [.., 1]: f32, or f64 for f64 x
+ * (the compute type of x's row programs); eps, where the op has it, >= 0 */
+RULE(ty_row_stat)
+{
+    const ir_type *x = in[0];
+    if (!ir_is_float(x->dtype)) FAIL(ALLOY_ERR_DTYPE, "input must be floating point");
+    if (x->rank < 1) FAIL(ALLOY_ERR_SHAPE, "input must have rank >= 1");
+    if (ir_attr_schema(n->op, "eps") && !(ir_attr_f(n, "eps") >= 0)) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    *out = *x;
+    out->dims[out->rank - 1] = 1;
+    out->dtype = x->dtype == ALLOY_F64 ? ALLOY_F64 : ALLOY_F32;
+    return ALLOY_OK;
+}
+
+/* (x, dy, mean, rstd[, gamma]) -> dx: mean and rstd of x's statistics' type */
+RULE(ty_layer_norm_grad_stats)
+{
+    if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "x and dy must have the same type");
+    ir_type stat;
+    alloy_status st = ty_row_stat(n, in, &stat, why, whylen);
+    if (st) return st;
+    for (int i = 2; i < 4; i++)
+        if (!ir_type_eq(in[i], &stat)) {
+            char want[96];
+            ir_fmt_type(want, sizeof want, &stat);
+            FAIL(ALLOY_ERR_SHAPE, "%s must be %s, one value per row of x", i == 2 ? "mean" : "rstd", want);
+        }
+    const ir_type *ins[3] = {in[0], n->nin > 4 ? in[4] : NULL, n->nin > 4 ? in[4] : NULL};
+    ir_node fake = *n;
+    fake.nin = n->nin > 4 ? 3 : 1;
+    return ty_layer_norm(&fake, ins, out, why, whylen);
+}
+
 /* (logits, targets, dloss[, divisor[, weight]]) -> dlogits */
 RULE(ty_cross_entropy_grad)
 {

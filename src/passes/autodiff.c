@@ -123,5 +123,6 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
     al_free(active);
     al_free(reach);
     al_free(grad);
-    return g->status;
+    if (g->status) return g->status;
+    return ad_place_statistics(gp, nfwd);
 }

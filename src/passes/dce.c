@@ -34,38 +34,13 @@ alloy_status pass_dce(ir_graph **gp, const pass_options *opts)
         al_free(live), al_free(map);
         return ALLOY_OK;
     }
-    ir_graph *out = ir_graph_new(g->name);
-    int ins_small[16];
-    for (int i = 0; out && i < g->nnodes && !out->status; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!live[i]) continue;
-        int *ins = n->nin <= 16 ? ins_small : al_malloc(sizeof(int) * (size_t)n->nin);
-        if (!ins) {
-            ir_error(out, ALLOY_ERR_OOM, "dce: out of memory");
-            break;
-        }
-        for (int j = 0; j < n->nin; j++) ins[j] = map[n->in[j]];
-        ir_node *m = ir_add_node(out, n->op, n->nin, ins, n->nattrs, n->attrs, &n->type, n->name);
-        if (ins != ins_small) al_free(ins);
-        if (!m) break;
-        m->amp = n->amp;
-        m->flags = n->flags;
-        m->group = n->group;
-        map[i] = m->id;
-    }
-    for (int i = 0; out && i < g->noutputs && !out->status; i++)
-        ir_add_output(out, g->outputs[i].name, map[g->outputs[i].node]);
-    for (int i = 0; out && i < g->nupdates && !out->status; i++)
-        ir_add_update(out, g->updates[i].name, map[g->updates[i].node]);
-    if (out && g->loss >= 0) out->loss = map[g->loss];
+    int n = 0; /* the live ids, in order: map is free for them */
+    for (int i = 0; i < g->nnodes; i++)
+        if (live[i]) map[n++] = i;
+    ir_graph *out = ir_graph_reordered(g, map, n, "dce");
     al_free(live);
     al_free(map);
-    if (!out || out->status) {
-        alloy_status st = out ? out->status : ALLOY_ERR_OOM;
-        ir_error(g, st, "dce: %s", out ? out->error : "out of memory");
-        ir_graph_free(out);
-        return st;
-    }
+    if (!out) return g->status;
     ir_graph_free(g);
     *gp = out;
     return ALLOY_OK;

@@ -291,6 +291,15 @@ static void merge(fuser *f, int n, int into, const int *cand, int k)
     f->size[into]++;
 }
 
+/* Whether node reads a per-row statistic (ir_row_keeps) of group go, which
+ * it then may not join: kept values are read by later steps only. */
+static bool reads_kept_of(const fuser *f, const ir_node *node, int go)
+{
+    for (int j = 0; j < node->nin; j++)
+        if (f->grp[node->in[j]] == go && ir_row_keeps(f->g->nodes[node->in[j]])) return true;
+    return false;
+}
+
 /* Decides n's group: the union of its candidate operands' groups if legal,
  * else the first candidate group it may join alone, else a group of its own. */
 static void join(fuser *f, int n)
@@ -303,7 +312,7 @@ static void join(fuser *f, int n)
         const ir_node *o = g->nodes[node->in[j]];
         int go = f->grp[o->id];
         if (ir_fuse_row_op(g, node) && !ir_row_operand(node, j)) continue; /* gamma, dloss: read whole */
-        if (go < 0 || !same_shape(ir_fuse_shape(g, o), ir_fuse_shape(g, node)) || ir_fuse_wide(g, o) != wide)
+        if (go < 0 || reads_kept_of(f, node, go) || !same_shape(ir_fuse_shape(g, o), ir_fuse_shape(g, node)) || ir_fuse_wide(g, o) != wide)
             continue;
         if (!in_set(go, cand, k)) cand[k++] = go;
     }

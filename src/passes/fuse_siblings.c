@@ -1,19 +1,21 @@
-/* fuse_siblings.c - the sibling rule of the fuse pass: row groups (or lone row ops) of one iteration shape that read the same tensor row by row become one group, so that tensor is read once.
+/* fuse_siblings.c - the sibling rule of the fuse pass: row groups (or lone row ops) of one iteration shape that read the same tensor row by row become one group, so that tensor is read once; an elementwise group of that shape reading the tensor whole joins them too.
  *
  * The union in fuse.c joins nodes only along edges, so two row ops that read
  * the same stored tensors and nothing else in common stay apart. The case
- * that matters is layer_norm's backward: `layer_norm_grad(x, dy, gamma)`
- * (dx) and `mul(dy, layer_norm(x))` (the product summed into dgamma) both
- * read x and dy, twice over the largest activations of a transformer's
- * backward. As one group they are one pass: each block of rows loads x and
- * dy once and writes both results.
+ * that matters is layer_norm's backward: `layer_norm_grad_stats(x, dy, mean,
+ * rstd, gamma)` (dx) and `mul(dy, mul(sub(x, mean), rstd))` (the product
+ * summed into dgamma, an elementwise group) both read x and dy, twice over
+ * the largest activations of a transformer's backward. As one group they
+ * are one pass: each block of rows loads x and dy once and writes both
+ * results. In the forward, layer_norm and the statistics its gradient keeps
+ * (layer_norm_mean, layer_norm_rstd) become one group the same way.
  *
  * Legality is the rule of every group (docs/fusion.md): the merged group
  * runs at its last member, so every node outside it that reads a member
- * must come after that. Checked on the union before it is made, by walking
- * the readers of both sides' members.
+ * must come after that, and no member may read a per-row statistic
+ * (ir_row_keeps) of the other side. Checked on the union before it is made,
+ * by walking the readers of both sides' members.
  */
-#include <string.h>
 
 #include "ir/groups.h"
 #include "passes/pass.h"
@@ -27,7 +29,8 @@ typedef struct siblings {
     int *label;                    /* node -> group name, -1 none (fuse.c's) */
     const int *rstart, *rlist;     /* readers of node i: rlist[rstart[i] .. rstart[i + 1]), ascending */
     int *first, *next, *last;      /* group name -> first member, member -> next (-1 at the end), name -> last id */
-    const ir_type **shape;         /* group name -> the iteration shape of its row ops; NULL: not a row group */
+    const ir_type **shape;         /* group name -> its iteration shape; NULL: neither a row nor an ew group */
+    uint8_t *row;                  /* group name -> it has a row op (else it is elementwise only) */
 } siblings;
 
 static bool same_dims(const ir_type *a, const ir_type *b)
@@ -47,7 +50,10 @@ static bool legal_union(const siblings *s, int a, int b)
         for (int m = s->first[side ? b : a]; m >= 0; m = s->next[m])
             for (int k = s->rstart[m]; k < s->rstart[m + 1]; k++) {
                 int r = s->rlist[k], lr = s->label[r];
-                if ((lr == a || lr == b) && lr >= 0) continue;
+                if ((lr == a || lr == b) && lr >= 0) {
+                    if (ir_row_keeps(s->g->nodes[m])) return false; /* a kept statistic is read by later steps only */
+                    continue;
+                }
                 if (r <= last) return false;
             }
     return true;
@@ -61,7 +67,20 @@ static void take(siblings *s, int a, int b)
     s->next[tail] = s->first[b];
     for (int m = s->first[b]; m >= 0; m = s->next[m]) s->label[m] = a;
     if (s->last[b] > s->last[a]) s->last[a] = s->last[b];
+    s->row[a] |= s->row[b];
     s->first[b] = -1, s->shape[b] = NULL;
+}
+
+/* Whether reader r, in a group of the sibling rule, reads tensor p whole at
+ * every element of its iteration: a row op's row operand, or an elementwise
+ * member's operand of r's own shape (not broadcast). */
+static bool reads_rows_of(const ir_graph *g, const ir_node *r, int p)
+{
+    bool row = ir_fuse_row_op(g, r), ew = !row && ir_fuse_elementwise(g, r) && !ir_fuse_wide(g, r);
+    if (!row && !ew) return false;
+    for (int j = 0; j < r->nin; j++)
+        if (r->in[j] == p && (row ? ir_row_operand(r, j) : same_dims(&g->nodes[p]->type, &r->type))) return true;
+    return false;
 }
 
 bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist)
@@ -72,25 +91,32 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
     s.next = al_malloc(sizeof(int) * (size_t)nn);
     s.last = al_malloc(sizeof(int) * (size_t)nn);
     s.shape = al_calloc((size_t)nn, sizeof *s.shape);
+    s.row = al_calloc((size_t)nn, 1);
+    uint8_t *other = al_calloc((size_t)nn, 1); /* group name -> a member is neither a row op nor f32 elementwise */
     int cand[MAX_SIBLINGS];
-    bool ok = s.first && s.next && s.last && s.shape;
+    bool ok = s.first && s.next && s.last && s.shape && s.row && other;
     if (ok) {
         /* the groups (a lone row op is one of its own, named by itself) and
          * their member lists in id order */
         for (int i = 0; i < nn; i++) s.first[i] = -1, s.last[i] = -1;
-        uint8_t *named = (uint8_t *)s.shape; /* borrowed: which names fuse.c's groups use */
+        uint8_t *named = other; /* borrowed: which names fuse.c's groups use */
         for (int i = 0; i < nn; i++)
             if (label[i] >= 0) named[label[i]] = 1;
         for (int i = 0; i < nn; i++)
             if (label[i] < 0 && !named[i] && ir_fuse_row_op(g, g->nodes[i])) label[i] = i;
-        memset(s.shape, 0, sizeof *s.shape * (size_t)nn);
+        for (int i = 0; i < nn; i++) other[i] = 0;
         for (int i = nn - 1; i >= 0; i--) {
             int name = label[i];
             if (name < 0) continue;
+            const ir_node *m = g->nodes[i];
             s.next[i] = s.first[name], s.first[name] = i;
             if (s.last[name] < 0) s.last[name] = i;
-            if (ir_fuse_row_op(g, g->nodes[i])) s.shape[name] = ir_fuse_shape(g, g->nodes[i]);
+            if (ir_fuse_row_op(g, m)) s.row[name] = 1, s.shape[name] = ir_fuse_shape(g, m);
+            else if (!ir_fuse_elementwise(g, m) || ir_fuse_wide(g, m) || ir_gemm_head(m)) other[name] = 1;
+            else if (!s.row[name]) s.shape[name] = &m->type;
         }
+        for (int i = 0; i < nn; i++)
+            if (other[i]) s.shape[i] = NULL; /* a gemm or multi group, or one in f64: not a sibling */
         /* per tensor p, the row groups reading it row by row, in order,
          * each joined to the first one it legally can */
         for (int p = 0; p < nn; p++) {
@@ -98,9 +124,8 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
             for (int e = s.rstart[p]; e < s.rstart[p + 1] && k < MAX_SIBLINGS; e++) {
                 const ir_node *r = g->nodes[s.rlist[e]];
                 int name = label[r->id];
-                if (name < 0 || !s.shape[name] || label[p] == name || !ir_fuse_row_op(g, r)) continue;
-                bool row_read = false;
-                for (int j = 0; j < r->nin; j++) row_read |= r->in[j] == p && ir_row_operand(r, j);
+                if (name < 0 || !s.shape[name] || label[p] == name) continue;
+                bool row_read = reads_rows_of(g, r, p);
                 bool seen = false;
                 for (int c = 0; c < k; c++) seen |= cand[c] == name;
                 if (row_read && !seen) cand[k++] = name;
@@ -108,6 +133,7 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
             for (int b = 1; b < k; b++)
                 for (int a = 0; a < b; a++) {
                     if (s.first[cand[a]] < 0 || s.first[cand[b]] < 0) continue; /* already taken */
+                    if (!s.row[cand[a]] && !s.row[cand[b]]) continue; /* two ew groups: fuse.c's union decides */
                     if (!same_dims(s.shape[cand[a]], s.shape[cand[b]]) || !legal_union(&s, cand[a], cand[b]))
                         continue;
                     take(&s, cand[a], cand[b]);
@@ -118,6 +144,6 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
         for (int i = 0; i < nn; i++)
             if (label[i] == i && s.first[i] == i && s.next[i] < 0) label[i] = -1;
     }
-    al_free(s.first), al_free(s.next), al_free(s.last), al_free(s.shape);
+    al_free(s.first), al_free(s.next), al_free(s.last), al_free(s.shape), al_free(s.row), al_free(other);
     return ok;
 }

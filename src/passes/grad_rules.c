@@ -250,17 +250,39 @@ RULE(gr_log_softmax)
     DONE;
 }
 
-/* dx by the fused formula; dgamma = sum(dy * xhat), dbeta = sum(dy) over
- * rows, given unsummed: autodiff sums them after dx is accumulated, so
- * dx and dy * xhat, which read the same rows, can be one fusion group. */
-RULE(gr_layer_norm)
+/* The mean and rstd of x's rows, as layer_norm computed them: the
+ * statistics its gradient reads instead of recomputing (a pass at the end of
+ * autodiff, ad_place_statistics, moves them next to the forward layer_norm,
+ * whose row group then stores them). */
+static void kept_statistics(ad_ctx *c, const ir_node *n, int *mean, int *rstd)
 {
     ir_attr eps = ir_a_float("eps", ir_attr_f(n, "eps"));
+    *mean = ad_emit(c, IR_OP_layer_norm_mean, 1, &IN(0), 0, NULL, NULL);
+    *rstd = ad_emit(c, IR_OP_layer_norm_rstd, 1, &IN(0), 1, &eps, NULL);
+}
+
+/* dx by the fused formula from the kept statistics; dgamma = sum(dy * xhat),
+ * dbeta = sum(dy) over rows, given unsummed: autodiff sums them after dx is
+ * accumulated, so dx and dy * xhat, which read the same rows, can be one
+ * fusion group. xhat = (x - mean) * rstd in the statistics' type, as
+ * layer_norm's program computes it, rounded once to x's dtype. */
+RULE(gr_layer_norm)
+{
     bool affine = n->nin == 3;
-    dx[0] = ad_emit(c, IR_OP_layer_norm_grad, affine ? 3 : 2,
-                    affine ? (int[]){IN(0), dy, IN(1)} : (int[]){IN(0), dy}, 1, &eps, NULL);
+    int mean, rstd;
+    kept_statistics(c, n, &mean, &rstd);
+    dx[0] = ad_emit(c, IR_OP_layer_norm_grad_stats, affine ? 5 : 4,
+                    affine ? (int[]){IN(0), dy, mean, rstd, IN(1)} : (int[]){IN(0), dy, mean, rstd}, 0, NULL, NULL);
     if (affine) {
-        int xhat = ad_emit(c, IR_OP_layer_norm, 1, (int[]){IN(0)}, 1, &eps, NULL);
+        int x = IN(0);
+        bool narrow = mean >= 0 && TYPE(x)->dtype != TYPE(mean)->dtype;
+        if (narrow) {
+            ir_type wide = *TYPE(x);
+            wide.dtype = TYPE(mean)->dtype;
+            x = ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &wide);
+        }
+        int xhat = E2(mul, E2(sub, x, mean), rstd);
+        if (narrow && xhat >= 0) xhat = ad_emit(c, IR_OP_cast, 1, &xhat, 0, NULL, TYPE(IN(0)));
         dx[1] = E2(mul, dy, xhat);
         dx[2] = dy;
     }

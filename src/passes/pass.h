@@ -127,6 +127,11 @@ AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opt
  * a tensor row by row, where legal, given the readers of node i as
  * rlist[rstart[i] .. rstart[i + 1]) in ascending order; false when out of
  * memory. */
+/* Autodiff's last step (place_statistics.c): the per-row statistics its
+ * rules kept (ir_row_keeps) of a forward tensor x, appended after node
+ * nfwd, move right after the last forward row op reading x row by row (or
+ * after x), so that op's row group computes and stores them. */
+AL_HIDDEN alloy_status ad_place_statistics(ir_graph **gp, int nfwd);
 AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
 /* Names the training passes agree on (docs/training.md). */

@@ -110,7 +110,7 @@ static void row_block(void *arg, int64_t b, int ti)
             continue;
         }
         rt_tensor whole = {m->type, rg->values[id].data};
-        set_view(rg, v, &whole, VIEW_FULL, r0, rb);
+        set_view(rg, v, &whole, ir_row_keeps(m) ? VIEW_PERROW : VIEW_FULL, r0, rb); /* a statistic: [rows, 1] */
         if (!whole.data) v->data = rg->scratch_at[k] == SIZE_MAX ? NULL : t->scratch + rg->scratch_at[k];
     }
     ir_type space = block_type(rg, &rg->full, VIEW_FULL, rb);

@@ -18,6 +18,7 @@ typedef struct row_args {
     const void *x[ROW_MAX_IN]; /* r operands: this row; v operands: the whole vector */
     int64_t index[ROW_MAX_IN]; /* i operands: this row's integer */
     double scalar[ROW_MAX_IN]; /* s operands */
+    double w[ROW_MAX_IN];      /* w operands: this row's value */
     double p[ROW_MAX_ATTRS];   /* the op's attributes in schema order */
     int rank;
     const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
@@ -93,6 +94,7 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
 #define INDEX(j) r->index[j]
 #define AT(j, c) ((const T *)r->x[j])[c]
 #define SCALAR(j) ((T)r->scalar[j])
+#define W(j) ((T)r->w[j])
 #define ROWS r->rows
 #define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
@@ -133,6 +135,12 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
         const int64_t i = 0;                                                               \
         (void)i;                                                                           \
         *(T *)r->result = (T)(e);                                                          \
+    }
+#define KEEP(e)                                                                            \
+    {                                                                                      \
+        const int64_t i = 0;                                                               \
+        (void)i;                                                                           \
+        *(T *)r->y = (T)(e);                                                               \
     }
 #define WEIGHT(e)                                                                          \
     {                                                                                      \
@@ -230,8 +238,12 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             if (sum.by_position) set_positions(&r);
-            for (int j = 0; j < n->nin; j++)
+            for (int j = 0; j < n->nin; j++) {
                 if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
+                if (prog->roles[j] == 'w')
+                    cvt_load_f64(in[j].type.dtype, (const char *)in[j].data + (size_t)r.row * alloy_dtype_size(in[j].type.dtype),
+                                 &r.w[j], 1);
+            }
             if (inner > 1) /* a column of the slab as a row */
                 for (int j = 0; j < n->nin; j++)
                     if (prog->roles[j] == 'r')
@@ -248,7 +260,9 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
                 for (int64_t i = 0; i < len; i++)
                     memcpy((char *)slabs[n->nin] + ((size_t)(i * inner + c)) * cs, (char *)r.y + (size_t)i * cs, cs);
         }
-        if (!sum.per_row_result)
+        if (sum.per_row_value) /* one value per row (rows run along the last axis: inner is 1) */
+            cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * out_es, 1);
+        else if (!sum.per_row_result)
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * slab * out_es,
                               (int64_t)slab);
     }
