@@ -411,6 +411,34 @@ static void ref_rms_norm_grad(const ir_node *n, const oc_tensor *in, oc_tensor *
     }
 }
 
+/* 1 / sqrt(mean(x^2) + eps) per row ([.., 1]). */
+static void ref_rms_norm_rstd(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    double eps = ir_attr_float(n, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        double ms = 0;
+        for (int64_t i = 0; i < d; i++) ms += in[0].v[r * d + i] * in[0].v[r * d + i] / (double)d;
+        out->v[r] = 1 / sqrt(ms + eps);
+    }
+}
+
+/* dx of rms_norm from a given per-row r (any value, not necessarily x's):
+ * r g - x r^3 mean(g x), g = dy * gamma. */
+static void ref_rms_norm_grad_stats(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    const ir_type *t = &in[0].type;
+    int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = in[0].v + r * d, *dy = in[1].v + r * d;
+        double rs = in[2].v[r], gx = 0;
+        for (int64_t i = 0; i < d; i++) gx += dy[i] * (n->nin == 4 ? in[3].v[i] : 1) * x[i] / (double)d;
+        for (int64_t i = 0; i < d; i++)
+            out->v[r * d + i] = rs * dy[i] * (n->nin == 4 ? in[3].v[i] : 1) - x[i] * rs * rs * rs * gx;
+    }
+}
+
 /* The mean over positions of -log softmax(logits)[target]. */
 static void ref_cross_entropy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
 {
@@ -1364,6 +1392,10 @@ const op_case op_cases[] = {
      "[4,7] [4,7] f32[4,1] f32[4,1]; [2,3,40] [2,3,40] f32[2,3,1] f32[2,3,1] [40]; "
      "[4,7] [4,7] f64[4,1] f64[4,1] [7]; [1] [1] f32[1] f32[1] [1]",
      .dom = {U(-2, 2), U(-1, 1), U(-0.5, 0.5), U(0.5, 1.5), U(0.5, 1.5)}, .ref = ref_layer_norm_grad_stats},
+    {"rms_norm_rstd", "[4,7]; [2,3,40]; [1]", "eps=1e-5; eps=0.1", .dom = {U(-2, 2)}, .ref = ref_rms_norm_rstd},
+    {"rms_norm_grad_stats",
+     "[4,7] [4,7] f32[4,1]; [2,3,40] [2,3,40] f32[2,3,1] [40]; [4,7] [4,7] f64[4,1] [7]; [3] [3] f32[1] [3]",
+     .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5), U(0.5, 1.5)}, .ref = ref_rms_norm_grad_stats},
     /* (no one-element rows: there dx = g r eps r^2 comes out of a cancellation, in any precision) */
     {"rms_norm_grad", "[4,7] [4,7]; [2,3,40] [2,3,40]; [3] [3]; [4,7] [4,7] [7]; [2,3,40] [2,3,40] [40]",
      "eps=1e-5; eps=0.1", .dom = {U(-2, 2), U(-1, 1), U(0.5, 1.5)}, .ref = ref_rms_norm_grad},

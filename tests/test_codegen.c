@@ -17,6 +17,7 @@
 #include "codegen_support.h"
 #include "models.h"
 #include "runtime/cuda/launch.h"
+#include "ir/groups.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
@@ -171,73 +172,79 @@ static void test_long_rows_run_emulated_as_on_the_cpu(void **state)
     }
 }
 
-/* A layer_norm trained (f32, and under f16 AMP): its forward row kernel
- * computes the mean and variance once and stores them beside y (the
- * statistics ops share layer_norm's first stages), and the backward's
- * kernel reads them, so it reduces only its own two sums (dy*gamma and
- * dy*gamma*xhat) instead of recomputing the statistics: 2 team reductions
- * in each kernel, where recomputing them took 4 in the backward. Stored
- * values against the CPU as every emulated step. */
-static void test_layer_norm_statistics_are_reduced_once_and_kept_for_the_backward(void **state)
+/* A layer_norm and an rms_norm trained (f32, and under f16 AMP): the
+ * forward row kernel computes the statistics once and stores them beside y
+ * (the statistics ops share the norm's first stages), and the backward's
+ * kernel reads them, so it reduces only its own sums (layer_norm: dy*gamma
+ * and dy*gamma*xhat; rms_norm: dy*gamma*x) instead of recomputing the
+ * statistics: 2 (rms_norm: 1) team reductions in each kernel, where
+ * recomputing them took 4 (2) in the backward. Stored values against the
+ * CPU as every emulated step. */
+static void test_norm_statistics_are_reduced_once_and_kept_for_the_backward(void **state)
 {
     (void)state;
     skip_without_emulation();
     static const alloy_dtype modes[] = {ALLOY_F32, ALLOY_F16};
     static const int64_t widths[] = {64, 1100}; /* a warp per row; a block per row */
-    for (int m = 0; m < 2; m++)
-        for (int w = 0; w < 2; w++) {
-            int64_t rows = 24, cols = widths[w];
-            alloy_graph *g = alloy_graph_new("ln");
-            alloy_graph_set_seed(g, 3);
-            alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(rows, cols));
-            alloy_tensor *r = alloy_input(g, "r", ALLOY_F32, 2, DIMS(rows, cols));
-            alloy_tensor *gamma = alloy_param(g, "gamma", ALLOY_F32, 1, DIMS(cols), alloy_init_uniform(0.5, 1.5));
-            alloy_tensor *beta = alloy_param(g, "beta", ALLOY_F32, 1, DIMS(cols), alloy_init_uniform(-0.5, 0.5));
-            alloy_tensor *shift = alloy_param(g, "shift", ALLOY_F32, 1, DIMS(cols), alloy_init_uniform(-1, 1));
-            alloy_tensor *y = alloy_layer_norm(g, alloy_add(g, x, shift), gamma, beta, 1e-5); /* dx wanted */
-            assert_int_equal(alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, y, r), 0, NULL, false)), ALLOY_OK);
-            if (modes[m] != ALLOY_F32) assert_int_equal(alloy_graph_enable_amp(g, modes[m]), ALLOY_OK);
-            assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(1e-2, 0.0, 0.0, false)), ALLOY_OK);
-            if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
-            const ir_graph *c = g->compiled;
-            int norms = 0, kept = 0, grads = 0, forward_group = -1;
-            for (int i = 0; i < c->nnodes; i++) {
-                const ir_node *n = c->nodes[i];
-                norms += n->op == IR_OP_layer_norm || n->op == IR_OP_layer_norm_grad;
-                if (n->op == IR_OP_layer_norm) forward_group = n->group;
-                grads += n->op == IR_OP_layer_norm_grad_stats;
-                if (n->op == IR_OP_layer_norm_mean || n->op == IR_OP_layer_norm_rstd) {
-                    kept++;
-                    assert_true(n->group >= 0 && n->group == forward_group); /* in the forward's row group */
+    for (int rms = 0; rms < 2; rms++)
+        for (int m = 0; m < 2; m++)
+            for (int w = 0; w < 2; w++) {
+                int64_t rows = 24, cols = widths[w];
+                alloy_graph *g = alloy_graph_new("norm");
+                alloy_graph_set_seed(g, 3);
+                alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(rows, cols));
+                alloy_tensor *r = alloy_input(g, "r", ALLOY_F32, 2, DIMS(rows, cols));
+                alloy_tensor *shift = alloy_param(g, "shift", ALLOY_F32, 1, DIMS(cols), alloy_init_uniform(-1, 1));
+                alloy_tensor *gamma = alloy_param(g, "gamma", ALLOY_F32, 1, DIMS(cols), alloy_init_uniform(0.5, 1.5));
+                alloy_tensor *beta = alloy_param(g, "beta", ALLOY_F32, 1, DIMS(cols), alloy_init_uniform(-0.5, 0.5));
+                alloy_tensor *h = alloy_add(g, x, shift); /* dx wanted */
+                alloy_tensor *y = rms ? alloy_rms_norm(g, h, gamma, 1e-5) : alloy_layer_norm(g, h, gamma, beta, 1e-5);
+                assert_int_equal(alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, y, r), 0, NULL, false)), ALLOY_OK);
+                if (modes[m] != ALLOY_F32) assert_int_equal(alloy_graph_enable_amp(g, modes[m]), ALLOY_OK);
+                assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(1e-2, 0.0, 0.0, false)), ALLOY_OK);
+                if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+                const ir_graph *c = g->compiled;
+                int norms = 0, kept = 0, grads = 0, forward_group = -1;
+                for (int i = 0; i < c->nnodes; i++) {
+                    const ir_node *n = c->nodes[i];
+                    int op = n->op;
+                    norms += op == IR_OP_layer_norm || op == IR_OP_layer_norm_grad || op == IR_OP_rms_norm ||
+                             op == IR_OP_rms_norm_grad;
+                    if (op == IR_OP_layer_norm || op == IR_OP_rms_norm) forward_group = n->group;
+                    grads += op == IR_OP_layer_norm_grad_stats || op == IR_OP_rms_norm_grad_stats;
+                    if (ir_row_keeps(n)) {
+                        kept++;
+                        assert_true(n->group >= 0 && n->group == forward_group); /* in the forward's row group */
+                    }
                 }
+                assert_int_equal(norms, 1); /* the forward's; the backward recomputes nothing */
+                assert_int_equal(kept, rms ? 1 : 2);
+                assert_int_equal(grads, 1);
+                feed_set f = random_feeds(g, 1);
+                cgs_step st;
+                cgs_prepare(&st, g, &f);
+                int row_kernels = 0;
+                for (int k = 0; k < st.prog.nkernels; k++) {
+                    if (st.prog.kernels[k].kind != STEP_ROW) continue;
+                    const char *src = st.prog.kernels[k].source + st.prog.kernels[k].body;
+                    /* a SUM stage assigns the team's sum (AT's macros return one) */
+                    int sums = occurrences(src, cols <= 1024 ? "= alloy_warp_sum(a_)" : "= alloy_block_sum(a_, red_)");
+                    if (sums != (rms ? 1 : 2))
+                        fail_msg("%s width %lld: row kernel %s has %d team sums", rms ? "rms_norm" : "layer_norm",
+                                 (long long)cols, st.prog.kernels[k].name, sums);
+                    row_kernels++;
+                }
+                assert_int_equal(row_kernels, 2); /* the forward's, the backward's */
+                cgs_release(&st);
+                emu_stats es = emulate_step(g, &f);
+                char what[96];
+                snprintf(what, sizeof what, "%s %s, width %lld", rms ? "rms_norm" : "layer_norm",
+                         modes[m] == ALLOY_F32 ? "fp32" : "f16 AMP", (long long)cols);
+                report(what, &es);
+                assert_true(es.kernels >= 2 && es.values > 4);
+                free_feeds(&f);
+                alloy_graph_free(g);
             }
-            assert_int_equal(norms, 1); /* the forward's; the backward recomputes nothing */
-            assert_int_equal(kept, 2);
-            assert_int_equal(grads, 1);
-            feed_set f = random_feeds(g, 1);
-            cgs_step st;
-            cgs_prepare(&st, g, &f);
-            int row_kernels = 0;
-            for (int k = 0; k < st.prog.nkernels; k++) {
-                if (st.prog.kernels[k].kind != STEP_ROW) continue;
-                const char *src = st.prog.kernels[k].source + st.prog.kernels[k].body;
-                /* a SUM stage assigns the team's sum (AT's macros return one) */
-                int sums = occurrences(src, cols <= 1024 ? "= alloy_warp_sum(a_)" : "= alloy_block_sum(a_, red_)");
-                if (sums != 2) fail_msg("width %lld: row kernel %s has %d team sums, not 2", (long long)cols,
-                                        st.prog.kernels[k].name, sums);
-                row_kernels++;
-            }
-            assert_int_equal(row_kernels, 2); /* the forward's, the backward's */
-            cgs_release(&st);
-            emu_stats es = emulate_step(g, &f);
-            char what[96];
-            snprintf(what, sizeof what, "layer_norm %s, width %lld", modes[m] == ALLOY_F32 ? "fp32" : "f16 AMP",
-                     (long long)cols);
-            report(what, &es);
-            assert_true(es.kernels >= 2 && es.values > 4);
-            free_feeds(&f);
-            alloy_graph_free(g);
-        }
 }
 
 /* An MLP with dropout after its hidden layer and uniform and normal noise
@@ -431,7 +438,7 @@ int main(void)
         cmocka_unit_test(test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90),
         cmocka_unit_test(test_the_transformer_training_step_runs_emulated_as_on_the_cpu),
         cmocka_unit_test(test_long_rows_run_emulated_as_on_the_cpu),
-        cmocka_unit_test(test_layer_norm_statistics_are_reduced_once_and_kept_for_the_backward),
+        cmocka_unit_test(test_norm_statistics_are_reduced_once_and_kept_for_the_backward),
         cmocka_unit_test(test_convolution_gemm_groups_run_emulated_as_on_the_cpu),
         cmocka_unit_test(test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu),
         cmocka_unit_test(test_elementwise_groups_move_16_bytes_a_time_when_they_can),

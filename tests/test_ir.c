@@ -119,7 +119,9 @@ static const char every_op_a[] =
     "  %rmg = rms_norm_grad(%x, %x) {eps=1e-5} : f32[2,4]\n"
     "  %lnm = layer_norm_mean(%mm) : f32[2,1]\n"
     "  %lnr = layer_norm_rstd(%mm) {eps=1e-5} : f32[2,1]\n"
-    "  %lng = layer_norm_grad_stats(%mm, %mm, %lnm, %lnr, %g) : f32[2,4]\n";
+    "  %lng = layer_norm_grad_stats(%mm, %mm, %lnm, %lnr, %g) : f32[2,4]\n"
+    "  %rmr = rms_norm_rstd(%x) {eps=1e-6} : f32[2,1]\n"
+    "  %rmgs = rms_norm_grad_stats(%x, %x, %rmr) : f32[2,4]\n";
 static const char every_op_b[] =
     "  %sn = sin(%x) : f32[2,4]\n"
     "  %ab = abs(%st1) : i32[]\n"

@@ -39,7 +39,7 @@ AL_HIDDEN bool ir_row_operand(const ir_node *n, int j);
  * result is the mean of per-row values (cross_entropy) its first operand's. */
 AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
 /* Whether row op n's value is one number per row ([.., 1], a KEEP stage:
- * layer_norm_mean, layer_norm_rstd). Such a member iterates over its
+ * layer_norm_mean, layer_norm_rstd, rms_norm_rstd). Such a member iterates over its
  * operand's shape and is read only outside its group: a later step reads
  * the stored values, never a member of the same group. */
 AL_HIDDEN bool ir_row_keeps(const ir_node *n);

@@ -517,6 +517,24 @@ RULE(ty_layer_norm_grad_stats)
     return ty_layer_norm(&fake, ins, out, why, whylen);
 }
 
+/* (x, dy, rstd[, gamma]) -> dx: rstd of x's statistics' type */
+RULE(ty_rms_norm_grad_stats)
+{
+    if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "x and dy must have the same type");
+    ir_type stat;
+    alloy_status st = ty_row_stat(n, in, &stat, why, whylen);
+    if (st) return st;
+    if (!ir_type_eq(in[2], &stat)) {
+        char want[96];
+        ir_fmt_type(want, sizeof want, &stat);
+        FAIL(ALLOY_ERR_SHAPE, "rstd must be %s, one value per row of x", want);
+    }
+    const ir_type *ins[2] = {in[0], n->nin > 3 ? in[3] : NULL};
+    ir_node fake = *n;
+    fake.nin = n->nin > 3 ? 2 : 1;
+    return ty_rms_norm(&fake, ins, out, why, whylen);
+}
+
 /* (logits, targets, dloss[, divisor[, weight]]) -> dlogits */
 RULE(ty_cross_entropy_grad)
 {

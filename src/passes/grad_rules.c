@@ -261,6 +261,16 @@ static void kept_statistics(ad_ctx *c, const ir_node *n, int *mean, int *rstd)
     *rstd = ad_emit(c, IR_OP_layer_norm_rstd, 1, &IN(0), 1, &eps, NULL);
 }
 
+/* x in the dtype of statistic `stat` (f32 for f16/bf16 x; x itself when
+ * they agree), so xhat is computed as the row program computes it. */
+static int widened(ad_ctx *c, int x, int stat)
+{
+    if (x < 0 || stat < 0 || TYPE(x)->dtype == TYPE(stat)->dtype) return stat < 0 ? -1 : x;
+    ir_type wide = *TYPE(x);
+    wide.dtype = TYPE(stat)->dtype;
+    return ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &wide);
+}
+
 /* dx by the fused formula from the kept statistics; dgamma = sum(dy * xhat),
  * dbeta = sum(dy) over rows, given unsummed: autodiff sums them after dx is
  * accumulated, so dx and dy * xhat, which read the same rows, can be one
@@ -274,29 +284,26 @@ RULE(gr_layer_norm)
     dx[0] = ad_emit(c, IR_OP_layer_norm_grad_stats, affine ? 5 : 4,
                     affine ? (int[]){IN(0), dy, mean, rstd, IN(1)} : (int[]){IN(0), dy, mean, rstd}, 0, NULL, NULL);
     if (affine) {
-        int x = IN(0);
-        bool narrow = mean >= 0 && TYPE(x)->dtype != TYPE(mean)->dtype;
-        if (narrow) {
-            ir_type wide = *TYPE(x);
-            wide.dtype = TYPE(mean)->dtype;
-            x = ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &wide);
-        }
-        int xhat = E2(mul, E2(sub, x, mean), rstd);
-        if (narrow && xhat >= 0) xhat = ad_emit(c, IR_OP_cast, 1, &xhat, 0, NULL, TYPE(IN(0)));
+        int xhat = E2(mul, E2(sub, widened(c, IN(0), mean), mean), rstd);
+        if (xhat >= 0 && TYPE(xhat)->dtype != TYPE(IN(0))->dtype) xhat = ad_emit(c, IR_OP_cast, 1, &xhat, 0, NULL, TYPE(IN(0)));
         dx[1] = E2(mul, dy, xhat);
         dx[2] = dy;
     }
     DONE;
 }
 
+/* dx from the kept rstd (as gr_layer_norm); dgamma = sum(dy * x * rstd)
+ * over rows, unsummed (autodiff sums it after dx) */
 RULE(gr_rms_norm)
 {
     ir_attr eps = ir_a_float("eps", ir_attr_f(n, "eps"));
     bool affine = n->nin == 2;
-    dx[0] = ad_emit(c, IR_OP_rms_norm_grad, affine ? 3 : 2,
-                    affine ? (int[]){IN(0), dy, IN(1)} : (int[]){IN(0), dy}, 1, &eps, NULL);
-    if (affine) { /* dgamma: dy times the normalized x, summed over the rows (by autodiff, after dx) */
-        int xhat = ad_emit(c, IR_OP_rms_norm, 1, (int[]){IN(0)}, 1, &eps, NULL);
+    int rstd = ad_emit(c, IR_OP_rms_norm_rstd, 1, &IN(0), 1, &eps, NULL);
+    dx[0] = ad_emit(c, IR_OP_rms_norm_grad_stats, affine ? 4 : 3,
+                    affine ? (int[]){IN(0), dy, rstd, IN(1)} : (int[]){IN(0), dy, rstd}, 0, NULL, NULL);
+    if (affine) {
+        int xhat = E2(mul, widened(c, IN(0), rstd), rstd);
+        if (xhat >= 0 && TYPE(xhat)->dtype != TYPE(IN(0))->dtype) xhat = ad_emit(c, IR_OP_cast, 1, &xhat, 0, NULL, TYPE(IN(0)));
         dx[1] = E2(mul, dy, xhat);
     }
     DONE;

@@ -1,4 +1,4 @@
-/* place_statistics.c - the last step of autodiff: the per-row statistics a gradient rule kept (layer_norm_mean, layer_norm_rstd of a forward tensor) move next to the forward row op that reads the same rows.
+/* place_statistics.c - the last step of autodiff: the per-row statistics a gradient rule kept (layer_norm_mean, layer_norm_rstd, rms_norm_rstd of a forward tensor) move next to the forward row op that reads the same rows.
  *
  * A gradient rule appends them to the backward like every node it emits, but
  * their value is the forward's: layer_norm computes the same mean and rstd.
