@@ -405,6 +405,33 @@ static void test_the_verifier_names_a_member_its_group_kind_cannot_take(void **s
     assert_non_null(strstr(err, "fusion group 7 (multi): reduce_sum h.r is not elementwise"));
 }
 
+/* A kept statistic is stored by its group and read by later steps: a row
+ * group that reads its own layer_norm_mean is refused, naming the rule,
+ * and the same graph with the gradient in a group of its own is fine. */
+static void test_a_row_group_may_not_read_its_own_kept_statistic(void **state)
+{
+    (void)state;
+    static const char text[] = "graph bad {\n"
+                               "  %x = input : f32[4,8]\n"
+                               "  %dy = input : f32[4,8]\n"
+                               "  %m = layer_norm_mean(%x) : f32[4,1] !group=3\n"
+                               "  %r = layer_norm_rstd(%x) {eps=1e-5} : f32[4,1] !group=3\n"
+                               "  %dx = layer_norm_grad_stats(%x, %dy, %m, %r) : f32[4,8] !group=3\n"
+                               "  output \"dx\" = %dx\n"
+                               "}\n";
+    char err[600];
+    assert_null(ir_parse(text, sizeof text - 1, "bad.ir", err, sizeof err));
+    printf("parser: %s\n", err);
+    assert_non_null(strstr(err, "fusion group 3 (row): layer_norm_grad_stats dx reads a per-row statistic of its own group"));
+    char ok[sizeof text];
+    memcpy(ok, text, sizeof text);
+    char *last = strstr(ok, "f32[4,8] !group=3");
+    last[strlen("f32[4,8] !group=")] = '4';
+    ir_graph *g = ir_parse(ok, sizeof ok - 1, "ok.ir", err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    ir_graph_free(g);
+}
+
 static void test_alloy_no_fuse_leaves_every_node_ungrouped(void **state)
 {
     (void)state;
@@ -626,6 +653,7 @@ int main(void)
         FUSE_TEST(test_a_diamond_of_elementwise_nodes_becomes_one_group),
         FUSE_TEST(test_the_verifier_refuses_a_group_annotation_that_cannot_run_at_its_last_member),
         FUSE_TEST(test_the_verifier_names_a_member_its_group_kind_cannot_take),
+        FUSE_TEST(test_a_row_group_may_not_read_its_own_kept_statistic),
         FUSE_TEST(test_alloy_no_fuse_leaves_every_node_ungrouped),
         FUSE_TEST(test_broadcast_inputs_of_every_shape_load_as_the_unfused_kernel_loads_them),
         FUSE_TEST(test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two),
