@@ -304,6 +304,15 @@ static void ref_softmax_grad(const ir_node *n, const oc_tensor *in, oc_tensor *o
         }
 }
 
+/* The mean and biased variance of a row of d values. */
+static void row_moments(const double *x, int64_t d, double *mean, double *var)
+{
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < d; i++) m += x[i] / (double)d;
+    for (int64_t i = 0; i < d; i++) v += (x[i] - m) * (x[i] - m) / (double)d;
+    *mean = m, *var = v;
+}
+
 /* (x - mean) / sqrt(var + eps) over the last axis (biased variance), then * gamma + beta. */
 static void ref_layer_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out)
 {
@@ -312,9 +321,8 @@ static void ref_layer_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out
     double eps = ir_attr_float(n, "eps", 1e-5);
     for (int64_t r = 0; r < rows; r++) {
         const double *x = in[0].v + r * d;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < d; i++) mean += x[i] / (double)d;
-        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean) / (double)d;
+        double mean, var;
+        row_moments(x, d, &mean, &var);
         for (int64_t i = 0; i < d; i++) {
             double y = (x[i] - mean) / sqrt(var + eps);
             out->v[r * d + i] = n->nin == 3 ? y * in[1].v[i] + in[2].v[i] : y;
@@ -322,25 +330,30 @@ static void ref_layer_norm(const ir_node *n, const oc_tensor *in, oc_tensor *out
     }
 }
 
-/* dx of layer_norm: rstd (g - mean g - xhat mean(g xhat)) with g = dy * gamma. */
+/* One row of layer_norm's dx from a mean m and rstd s (x's, or any given):
+ * s (g - mean(g) - xhat mean(g xhat)), xhat = (x - m) s, g = dy * gamma. */
+static void layer_norm_dx(const double *x, const double *dy, const double *gamma, int64_t d, double m, double s,
+                          double *dx)
+{
+    double mg = 0, mgx = 0;
+    for (int64_t i = 0; i < d; i++) {
+        double g = dy[i] * (gamma ? gamma[i] : 1);
+        mg += g / (double)d, mgx += g * (x[i] - m) * s / (double)d;
+    }
+    for (int64_t i = 0; i < d; i++) dx[i] = s * (dy[i] * (gamma ? gamma[i] : 1) - mg - (x[i] - m) * s * mgx);
+}
+
+/* dx of layer_norm, x's own statistics. */
 static void ref_layer_norm_grad(const ir_node *n, const oc_tensor *in, oc_tensor *out)
 {
     const ir_type *t = &in[0].type;
     int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
     double eps = ir_attr_float(n, "eps", 1e-5);
-    bool affine = n->nin == 3;
     for (int64_t r = 0; r < rows; r++) {
-        const double *x = in[0].v + r * d, *dy = in[1].v + r * d;
-        double mean = 0, var = 0, mg = 0, mgx = 0;
-        for (int64_t i = 0; i < d; i++) mean += x[i] / (double)d;
-        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean) / (double)d;
-        double rstd = 1 / sqrt(var + eps);
-        for (int64_t i = 0; i < d; i++) {
-            double g = dy[i] * (affine ? in[2].v[i] : 1);
-            mg += g / (double)d, mgx += g * (x[i] - mean) * rstd / (double)d;
-        }
-        for (int64_t i = 0; i < d; i++)
-            out->v[r * d + i] = rstd * (dy[i] * (affine ? in[2].v[i] : 1) - mg - (x[i] - mean) * rstd * mgx);
+        double mean, var;
+        row_moments(in[0].v + r * d, d, &mean, &var);
+        layer_norm_dx(in[0].v + r * d, in[1].v + r * d, n->nin == 3 ? in[2].v : NULL, d, mean, 1 / sqrt(var + eps),
+                      out->v + r * d);
     }
 }
 
@@ -352,32 +365,20 @@ static void ref_layer_norm_stats(const ir_node *n, const oc_tensor *in, oc_tenso
     int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
     double eps = ir_attr_float(n, "eps", 1e-5);
     for (int64_t r = 0; r < rows; r++) {
-        const double *x = in[0].v + r * d;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < d; i++) mean += x[i] / (double)d;
-        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean) / (double)d;
+        double mean, var;
+        row_moments(in[0].v + r * d, d, &mean, &var);
         out->v[r] = n->op == IR_OP_layer_norm_mean ? mean : 1 / sqrt(var + eps);
     }
 }
 
-/* dx of layer_norm from given per-row mean m and rstd s (any values, not
- * necessarily x's): xhat = (x - m) s, g = dy * gamma,
- * dx = s (g - mean(g) - xhat mean(g xhat)). */
+/* dx of layer_norm from the given per-row mean and rstd (any values). */
 static void ref_layer_norm_grad_stats(const ir_node *n, const oc_tensor *in, oc_tensor *out)
 {
     const ir_type *t = &in[0].type;
     int64_t d = t->dims[t->rank - 1], rows = d ? ir_numel(t) / d : 0;
-    bool affine = n->nin == 5;
-    for (int64_t r = 0; r < rows; r++) {
-        const double *x = in[0].v + r * d, *dy = in[1].v + r * d;
-        double m = in[2].v[r], s = in[3].v[r], mg = 0, mgx = 0;
-        for (int64_t i = 0; i < d; i++) {
-            double g = dy[i] * (affine ? in[4].v[i] : 1);
-            mg += g / (double)d, mgx += g * (x[i] - m) * s / (double)d;
-        }
-        for (int64_t i = 0; i < d; i++)
-            out->v[r * d + i] = s * (dy[i] * (affine ? in[4].v[i] : 1) - mg - (x[i] - m) * s * mgx);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        layer_norm_dx(in[0].v + r * d, in[1].v + r * d, n->nin == 5 ? in[4].v : NULL, d, in[2].v[r], in[3].v[r],
+                      out->v + r * d);
 }
 
 /* x / sqrt(mean(x^2) + eps) over the last axis, then * gamma. */

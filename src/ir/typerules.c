@@ -498,37 +498,42 @@ RULE(ty_row_stat)
     return ALLOY_OK;
 }
 
-/* (x, dy, mean, rstd[, gamma]) -> dx: mean and rstd of x's statistics' type */
-RULE(ty_layer_norm_grad_stats)
+/* x and dy of one type, and the count operands from in[2] (named names[])
+ * of the type of x's kept statistics (ty_row_stat) */
+static alloy_status kept_operands(const ir_node *n, const ir_type *const *in, const char *const *names, int count,
+                                  char *why, size_t whylen)
 {
     if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "x and dy must have the same type");
     ir_type stat;
     alloy_status st = ty_row_stat(n, in, &stat, why, whylen);
     if (st) return st;
-    for (int i = 2; i < 4; i++)
-        if (!ir_type_eq(in[i], &stat)) {
+    for (int i = 0; i < count; i++)
+        if (!ir_type_eq(in[2 + i], &stat)) {
             char want[96];
             ir_fmt_type(want, sizeof want, &stat);
-            FAIL(ALLOY_ERR_SHAPE, "%s must be %s, one value per row of x", i == 2 ? "mean" : "rstd", want);
+            FAIL(ALLOY_ERR_SHAPE, "%s must be %s, one value per row of x", names[i], want);
         }
+    return ALLOY_OK;
+}
+
+/* (x, dy, mean, rstd[, gamma]) -> dx */
+RULE(ty_layer_norm_grad_stats)
+{
+    static const char *const names[] = {"mean", "rstd"};
+    alloy_status st = kept_operands(n, in, names, 2, why, whylen);
+    if (st) return st;
     const ir_type *ins[3] = {in[0], n->nin > 4 ? in[4] : NULL, n->nin > 4 ? in[4] : NULL};
     ir_node fake = *n;
     fake.nin = n->nin > 4 ? 3 : 1;
     return ty_layer_norm(&fake, ins, out, why, whylen);
 }
 
-/* (x, dy, rstd[, gamma]) -> dx: rstd of x's statistics' type */
+/* (x, dy, rstd[, gamma]) -> dx */
 RULE(ty_rms_norm_grad_stats)
 {
-    if (!ir_type_eq(in[0], in[1])) FAIL(ALLOY_ERR_SHAPE, "x and dy must have the same type");
-    ir_type stat;
-    alloy_status st = ty_row_stat(n, in, &stat, why, whylen);
+    static const char *const names[] = {"rstd"};
+    alloy_status st = kept_operands(n, in, names, 1, why, whylen);
     if (st) return st;
-    if (!ir_type_eq(in[2], &stat)) {
-        char want[96];
-        ir_fmt_type(want, sizeof want, &stat);
-        FAIL(ALLOY_ERR_SHAPE, "rstd must be %s, one value per row of x", want);
-    }
     const ir_type *ins[2] = {in[0], n->nin > 3 ? in[3] : NULL};
     ir_node fake = *n;
     fake.nin = n->nin > 3 ? 2 : 1;
