@@ -518,7 +518,7 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
         put_columns(&body, &rk);
         cg_put(&body, "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
                (long long)rk.C, (long long)rk.C);
-        if (rk.vw > 1) cg_put(&body, "            const int i_ = j_;\n");
+        if (rk.vw > 1) cg_put(&body, "            const int i_ = j_; (void)i_;\n");
         cg_put(&body, "%s", members.s ? members.s : "");
         body.oom |= members.oom;
         cg_text_free(&members);
