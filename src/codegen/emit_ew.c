@@ -88,7 +88,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             char pk[16];
             al_fmt(pk, sizeof pk, "p%d", k);
             if (p->vec && idx.s && strcmp(idx.s, p->e) == 0 && ir_numel(p->space) > 1) {
-                if (k < 64) *p->vload |= 1ull << k;
+                if (k >= p->vbase && k - p->vbase < 64) *p->vload |= 1ull << (k - p->vbase);
                 else *p->vfail = true;
                 al_fmt(pk, sizeof pk, "l%d_", k);
                 cg_load(t, g->nodes[o]->type.dtype, pk, "i_");
@@ -109,7 +109,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
         if (mb->flags & MEMBER_STORED) {
             int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
             if (p->vec) {
-                if (k < 64) *p->vstore |= 1ull << k;
+                if (k >= p->vbase && k - p->vbase < 64) *p->vstore |= 1ull << (k - p->vbase);
                 else *p->vfail = true;
                 cg_put(t, "        s%d_[i_] = ", k);
             } else {
@@ -181,19 +181,19 @@ static void ew_body(cg_text *body, cg_ew_part *p)
     cg_emit_members(body, p);
 }
 
-/* Elements a thread moves per vector access: 16 bytes of the widest dtype
- * among the parameters in mask (0 when none). */
 static alloy_dtype param_dtype(const ir_graph *g, const cg_param *pa)
 {
     return pa->kind == CG_PARAM_PRODUCT ? ALLOY_F32 : g->nodes[pa->node]->type.dtype;
 }
 
-static int vector_width(const ir_graph *g, const cg_params *ps, uint64_t mask)
+/* Elements a thread moves per vector access: 16 bytes of the widest dtype
+ * among the parameters base + i for the bits i of mask (0 when none). */
+static int vector_width(const ir_graph *g, const cg_params *ps, uint64_t mask, int base)
 {
     size_t widest = 0;
-    for (int i = 0; i < ps->n && i < 64; i++)
+    for (int i = 0; i < 64 && base + i < ps->n; i++)
         if (mask >> i & 1) {
-            size_t size = alloy_dtype_size(param_dtype(g, &ps->at[i]));
+            size_t size = alloy_dtype_size(param_dtype(g, &ps->at[base + i]));
             if (size > widest) widest = size;
         }
     return widest ? (int)(16 / widest) : 0;
@@ -226,7 +226,7 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     vp.vec = true, vp.vload = &vload, vp.vstore = &vstore, vp.vfail = &vfail;
     ew_body(&vbody, &vp);
     ew_body(&body, &p);
-    int width = vfail ? 0 : vector_width(g, &ps, vload | vstore);
+    int width = vfail ? 0 : vector_width(g, &ps, vload | vstore, 0);
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, sched_kind_name(st->kind));
     cg_put_preamble(&t);
@@ -268,9 +268,11 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     return ok ? NULL : "out of memory";
 }
 
-/* One chain of a multi step: its place in the step's flat index space and its statements at index i. */
+/* One chain of a multi step: its place in the step's index space (units:
+ * a vector of W elements or one element of the tail) and its statements
+ * at unit u_. */
 typedef struct multi_segment {
-    int64_t start, n;
+    int64_t start, units;
     cg_text body;
 } multi_segment;
 
@@ -279,7 +281,7 @@ typedef struct multi_segment {
 static void put_segments(cg_text *t, const multi_segment *sg, int lo, int hi, int depth)
 {
     if (hi - lo == 1) {
-        cg_put(t, "%*s{\n%*s    const long long i = e - %lldll;\n%s%*s}\n", depth * 4, "", depth * 4, "",
+        cg_put(t, "%*s{\n%*s    const long long u_ = e - %lldll;\n%s%*s}\n", depth * 4, "", depth * 4, "",
                (long long)sg[lo].start, sg[lo].body.s ? sg[lo].body.s : "", depth * 4, "");
         return;
     }
@@ -288,6 +290,41 @@ static void put_segments(cg_text *t, const multi_segment *sg, int lo, int hi, in
     put_segments(t, sg, lo, mid, depth + 1);
     cg_put(t, "%*selse\n", depth * 4, "");
     put_segments(t, sg, mid, hi, depth + 1);
+}
+
+/* Fills segment m of n elements: with width W > 1, units u_ < n / W move W
+ * elements each (the parameters base + i for the bits i of vload read by
+ * one 16-byte access into l<k>_, those of vstore written from s<k>_ by
+ * one, vbody run per element i_ at index i), the rest one element each
+ * (body at index i); width 0 or 1, body alone. */
+static void put_segment(multi_segment *m, const ir_graph *g, const cg_params *ps, int64_t n, int width, int base,
+                        uint64_t vload, uint64_t vstore, const char *vbody, const char *body)
+{
+    int64_t nv = width > 1 ? n / width : 0, tail = n - nv * width;
+    m->units = nv + tail;
+    if (nv > 0) {
+        if (tail) cg_put(&m->body, "        if (u_ < %lldll) {\n", (long long)nv);
+        else cg_put(&m->body, "        {\n");
+        for (int i = 0; i < 64 && base + i < ps->n; i++) {
+            if (!((vload | vstore) >> i & 1)) continue;
+            alloy_dtype dt = param_dtype(g, &ps->at[base + i]);
+            int bytes = (int)alloy_dtype_size(dt) * width;
+            if (vload >> i & 1)
+                cg_put(&m->body, "        alignas(16) %s l%d_[%d];\n        alloy_vcopy<%d>(l%d_, p%d + u_ * %d);\n",
+                       cg_storage(dt), base + i, width, bytes, base + i, base + i, width);
+            if (vstore >> i & 1) cg_put(&m->body, "        alignas(16) %s s%d_[%d];\n", cg_storage(dt), base + i, width);
+        }
+        cg_put(&m->body, "        for (int i_ = 0; i_ < %d; i_++) {\n        const long long i = u_ * %d + i_;\n%s        }\n",
+               width, width, vbody);
+        for (int i = 0; i < 64 && base + i < ps->n; i++)
+            if (vstore >> i & 1)
+                cg_put(&m->body, "        alloy_vcopy<%d>(p%d + u_ * %d, s%d_);\n",
+                       (int)alloy_dtype_size(param_dtype(g, &ps->at[base + i])) * width, base + i, width, base + i);
+        cg_put(&m->body, "        }\n");
+    }
+    if (tail) /* the elements no vector covers */
+        cg_put(&m->body, "        %s{\n        const long long i = u_ + %lldll;\n%s        }\n", nv ? "else " : "",
+               (long long)(nv * (width - 1)), body);
 }
 
 const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s, int k)
@@ -301,19 +338,32 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     int nseg = st->nparts + (fi ? fi->nin : 0), at = 0;
     multi_segment *sg = al_calloc((size_t)nseg + 1, sizeof *sg);
     if (!sg) return "out of memory";
+    bool oom = false;
     for (int q = st->first_part; q < st->first_part + st->nparts; q++) {
         const sched_part *part = &s->parts[q];
         if (part->kind != PART_EW) continue;
         const ir_type *space = &g->nodes[s->members[part->first + part->n - 1].node]->type;
         int64_t n = ir_numel(space);
         if (n == 0) continue;
+        /* the vectorized statements first (they add the chain's own
+         * parameters, from base on), then the scalar ones for the tail */
+        uint64_t vload = 0, vstore = 0;
+        bool vfail = false;
         cg_ew_part p = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = space,
                         .wide = part->wide, .product = -1, .ps = &ps, .e = "i"};
+        cg_ew_part vp = p;
+        vp.vec = true, vp.vbase = ps.n, vp.vload = &vload, vp.vstore = &vstore, vp.vfail = &vfail;
+        cg_text vbody = {0}, sbody = {0};
+        cg_emit_members(&vbody, &vp);
+        cg_emit_members(&sbody, &p);
         multi_segment *m = &sg[at++];
-        m->start = start, m->n = n;
+        m->start = start;
         if (part->wide) cg_put(&m->body, "        typedef double T;\n");
-        cg_emit_members(&m->body, &p);
-        start += n;
+        put_segment(m, g, &ps, n, vfail ? 0 : vector_width(g, &ps, vload | vstore, vp.vbase), vp.vbase, vload, vstore,
+                    vbody.s ? vbody.s : "", sbody.s ? sbody.s : "");
+        oom |= vbody.oom || sbody.oom;
+        cg_text_free(&vbody), cg_text_free(&sbody);
+        start += m->units;
     }
     /* found_inf's operands from outside the step: checked as they are */
     for (int j = 0; fi && j < fi->nin; j++) {
@@ -322,16 +372,23 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         int64_t n = ir_numel(&g->nodes[o]->type);
         if (n == 0) continue;
         int kp = cg_param_of(&ps, CG_PARAM_NODE, o, false, 0);
-        char pk[16];
+        char pk[16], lk[16];
         al_fmt(pk, sizeof pk, "p%d", kp);
+        al_fmt(lk, sizeof lk, "l%d_", kp);
+        cg_text vbody = {0}, sbody = {0};
+        cg_put(&vbody, "        if (!isfinite(");
+        cg_load(&vbody, g->nodes[o]->type.dtype, lk, "i_");
+        cg_put(&vbody, ")) bad_ = 1;\n");
+        cg_put(&sbody, "        if (!isfinite(");
+        cg_load(&sbody, g->nodes[o]->type.dtype, pk, "i");
+        cg_put(&sbody, ")) bad_ = 1;\n");
         multi_segment *m = &sg[at++];
-        m->start = start, m->n = n;
-        cg_put(&m->body, "        if (!isfinite(");
-        cg_load(&m->body, g->nodes[o]->type.dtype, pk, "i");
-        cg_put(&m->body, ")) bad_ = 1;\n");
-        start += n;
+        m->start = start;
+        put_segment(m, g, &ps, n, vector_width(g, &ps, 1, kp), kp, 1, 0, vbody.s ? vbody.s : "", sbody.s ? sbody.s : "");
+        oom |= vbody.oom || sbody.oom;
+        cg_text_free(&vbody), cg_text_free(&sbody);
+        start += m->units;
     }
-    bool oom = false;
     for (int i = 0; i < at; i++) oom |= sg[i].body.oom;
     if (at) put_segments(&body, sg, 0, at, 1);
     for (int i = 0; i < at; i++) cg_text_free(&sg[i].body);
@@ -341,7 +398,7 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     al_fmt(name, sizeof name, "alloy_s%d_multi", k);
     int flag = fi ? cg_param_of(&ps, CG_PARAM_FLAG, fi->id, true, 1) : -1;
     cg_put_preamble(&t);
-        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(&t, g, &ps);
     cg_put(&t, ")\n{\n    typedef float T;\n    int bad_ = 0;\n");
     cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"

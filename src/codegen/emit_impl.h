@@ -58,9 +58,11 @@ typedef struct cg_ew_part {
     const char *slot;
     /* vectorized kernels: with vec set, operands of the space's own shape
      * are read from this thread's array l<k>_[i_] and stores go to
-     * s<k>_[i_] (k: the parameter); bit k of *vload / *vstore says which
-     * (parameters past 63 set *vfail: the kernel stays scalar) */
+     * s<k>_[i_] (k: the parameter); bit k - vbase of *vload / *vstore says
+     * which (parameters outside [vbase, vbase + 64) set *vfail: the kernel,
+     * or the multi step's chain, stays scalar) */
     bool vec;
+    int vbase;
     uint64_t *vload, *vstore;
     bool *vfail;
 } cg_ew_part;

@@ -16,11 +16,24 @@ typedef struct row_kernel {
     int64_t C, rows;
     int64_t inner; /* elements after the row's axis: 1 when rows run along the last axis */
     int team; /* threads per row: 32 (a warp) or a whole block */
-    int cpl;  /* columns per thread: column lane + team * j_ for j_ < cpl */
+    int cpl;  /* columns per thread: j_ < cpl, at column_of(j_) */
+    /* columns in chunks of vw (1: one at a time): 16 bytes of the widest
+     * row-shaped operand or stored member (row_width) */
+    int vw;
     bool wide;
     const ir_type *space;
     cg_params ps;
+    /* vw > 1: the parameters (bit k) whose row this thread holds in
+     * l<k>_[cpl], loaded by 16-byte accesses where first read (declared in
+     * *decl); vfail: an elementwise part read or wrote a parameter past 63
+     * (the kernel is emitted again a column at a time) */
+    uint64_t loaded;
+    cg_text *decl;
+    bool vfail;
 } row_kernel;
+
+/* Returned by emit_row when the vectorized kernel needs a bit past 63. */
+static const char VECTOR_FAILED[] = "a row kernel's vector accesses name a parameter past 63";
 
 /* The call reducing this thread's a_ over the row's team. */
 static const char *team_reduce(const row_kernel *rk, bool max)
@@ -29,11 +42,59 @@ static const char *team_reduce(const row_kernel *rk, bool max)
     return max ? "alloy_block_max(a_, red_)" : "alloy_block_sum(a_, red_)";
 }
 
+/* The column of this thread's slot j (C text), into buf: lane + team * j,
+ * or in chunks of vw contiguous columns (lane + team * (j / vw)) * vw + j % vw. */
+static void column_of(const row_kernel *rk, const char *j, char *buf, size_t len)
+{
+    if (rk->vw > 1)
+        al_fmt(buf, len, "(lane + %d * (%s / %d)) * %d + %s %% %d", rk->team, j, rk->vw, rk->vw, j, rk->vw);
+    else
+        al_fmt(buf, len, "lane + %d * %s", rk->team, j);
+}
+
 /* Opens the loop over this thread's columns of the row. */
 static void put_columns(cg_text *t, const row_kernel *rk)
 {
-    cg_put(t, "        for (int j_ = 0; j_ < %d; j_++) {\n            const int col = lane + %d * j_;\n", rk->cpl,
-           rk->team);
+    char col[96];
+    column_of(rk, "j_", col, sizeof col);
+    cg_put(t, "        for (int j_ = 0; j_ < %d; j_++) {\n            const int col = %s;\n", rk->cpl, col);
+}
+
+/* Elements of the widest row-shaped ([rows, C]: numel rows * C) operand
+ * from outside the step or stored member in 16 bytes, when C is a multiple
+ * of it and rows run along the last axis; else 1. */
+static int row_width(const row_kernel *rk)
+{
+    if (rk->inner != 1) return 1;
+    const schedule *s = rk->s;
+    int64_t n = rk->rows * rk->C;
+    size_t widest = 0;
+    for (int m = rk->st->first; m < rk->st->first + rk->st->n; m++) {
+        const ir_node *x = rk->g->nodes[s->members[m].node];
+        if ((s->members[m].flags & MEMBER_STORED) && ir_numel(&x->type) == n && alloy_dtype_size(x->type.dtype) > widest)
+            widest = alloy_dtype_size(x->type.dtype);
+        for (int j = 0; j < x->nin; j++) {
+            const ir_type *ty = &rk->g->nodes[x->in[j]]->type;
+            if (s->step_of[x->in[j]] != (int)(rk->st - s->steps) && ir_numel(ty) == n && alloy_dtype_size(ty->dtype) > widest)
+                widest = alloy_dtype_size(ty->dtype);
+        }
+    }
+    int w = widest && widest <= 16 ? (int)(16 / widest) : 1;
+    return w > 1 && rk->C % w == 0 ? w : 1;
+}
+
+/* Loads parameter k's row into this thread's l<k>_ (its chunks, one
+ * 16-byte access each; vw > 1) unless an earlier stage did. */
+static void load_row(cg_text *t, row_kernel *rk, int k)
+{
+    if (rk->loaded >> k & 1) return;
+    rk->loaded |= 1ull << k;
+    alloy_dtype dt = rk->g->nodes[rk->ps.at[k].node]->type.dtype;
+    cg_put(rk->decl, "        alignas(16) %s l%d_[%d];\n", cg_storage(dt), k, rk->cpl);
+    cg_put(t, "        for (int c_ = 0; c_ < %d; c_++) {\n            const int col0_ = (lane + %d * c_) * %d;\n"
+              "            if (col0_ < %lldll) alloy_vcopy<%d>(l%d_ + c_ * %d, p%d + row * %lldll + col0_);\n        }\n",
+           rk->cpl / rk->vw, rk->team, rk->vw, (long long)rk->C, (int)alloy_dtype_size(dt) * rk->vw, k, rk->vw, k,
+           (long long)rk->C);
 }
 
 /* The flat index of column `col` (C text) of this thread's row, into buf. */
@@ -46,8 +107,9 @@ static void element_index(const row_kernel *rk, const char *col, char *buf, size
 }
 
 /* Appends the text of operand q of row op x at column variable `col`, slot
- * variable `slot`; false when its shape is one this kernel does not read. */
-static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, const char *col, const char *slot)
+ * variable `slot` (a row-shaped one from this thread's l<reg>_ when reg >=
+ * 0); false when its shape is one this kernel does not read. */
+static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, const char *col, const char *slot, int reg)
 {
     int o = x->in[q];
     const schedule *s = rk->s;
@@ -65,6 +127,7 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     else return false;
     char pk[16];
     al_fmt(pk, sizeof pk, "p%d", cg_param_of(&rk->ps, CG_PARAM_NODE, o, false, 0));
+    if (reg >= 0 && n == rk->rows * rk->C) al_fmt(pk, sizeof pk, "l%d_", reg), al_fmt(idx, sizeof idx, "%s", slot);
     cg_put(t, "(");
     cg_load(t, ty->dtype, pk, idx);
     cg_put(t, ")");
@@ -146,10 +209,29 @@ static int shared_prefix(const row_kernel *rk, int m, int *from)
 
 /* ---- one program ---- */
 
+/* The parameter whose row this thread holds in registers for operand q of
+ * row op x (program stages from `from` on), or -1: a row-shaped operand
+ * from outside the step, with vw > 1, held already or read by X in a
+ * stage (one read by AT alone stays in memory: a column per row). */
+static int register_row(row_kernel *rk, const ir_node *x, int q, int from)
+{
+    const ir_row_program *prog = ir_ops[x->op].row;
+    int o = x->in[q];
+    if (rk->vw <= 1 || rk->s->step_of[o] == (int)(rk->st - rk->s->steps) ||
+        ir_numel(&rk->g->nodes[o]->type) != rk->rows * rk->C)
+        return -1;
+    int k = cg_param_of(&rk->ps, CG_PARAM_NODE, o, false, 0);
+    if (k >= 64) return -1;
+    bool read = rk->loaded >> k & 1;
+    for (int i = from; i < prog->nstages && !read; i++) read = mentions(prog->stages[i].expr, "X", q);
+    return read ? k : -1;
+}
+
 /* Appends the accessor macros of row op x's program (ops.def: X, V, S, N,
  * COL, P, HAS, INDEX, AT, SCALAR, ROWS, POS, DIM) for member m, whose
- * first `shared` stages' slots are member `from`'s. */
-static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int shared, int from)
+ * first `shared` stages' slots are member `from`'s; reg[q]: the parameter
+ * operand q reads from registers (register_row), or -1. */
+static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int shared, int from, int *reg)
 {
     const ir_row_program *prog = ir_ops[x->op].row;
     ir_row_summary sum = ir_row_summarize(prog);
@@ -170,6 +252,7 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
         cg_put(t, "#define V_%d rv%d_%d[j_]\n", k, owner, k);
     }
     for (int q = 0; q < (int)strlen(prog->roles); q++) {
+        reg[q] = -1;
         cg_put(t, "#define HAS_%d %d\n", q, q < x->nin);
         if (q >= x->nin) { /* absent: read only behind HAS(q), which is 0 */
             cg_put(t, "#define X_%d ((T)0)\n#define AT_%d(c) ((T)0)\n#define INDEX_%d 0ll\n#define SCALAR_%d ((T)0)\n"
@@ -193,16 +276,19 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
         }
         if (role == 's') {
             cg_put(t, "#define SCALAR_%d ", q);
-            if (!operand_at(t, rk, x, q, "0", "0")) return false;
+            if (!operand_at(t, rk, x, q, "0", "0", -1)) return false;
             cg_put(t, "\n");
             continue;
         }
+        reg[q] = register_row(rk, x, q, shared);
         cg_put(t, "#define X_%d ", q);
-        if (!operand_at(t, rk, x, q, "col", "j_")) return false;
+        if (!operand_at(t, rk, x, q, "col", "j_", reg[q])) return false;
         /* AT(q, c): the thread holding column c contributes it, the team sums */
+        char cc[96];
+        column_of(rk, "jj_", cc, sizeof cc);
         cg_put(t, "\n#define AT_%d(c) ([&]() -> T { T a_ = 0; for (int jj_ = 0; jj_ < %d; jj_++) {"
-                  " const int cc_ = lane + %d * jj_; if (cc_ == (int)(c)) a_ += ", q, rk->cpl, rk->team);
-        if (!operand_at(t, rk, x, q, "cc_", "jj_")) return false;
+                  " const int cc_ = %s; if (cc_ == (int)(c)) a_ += ", q, rk->cpl, cc);
+        if (!operand_at(t, rk, x, q, "cc_", "jj_", reg[q])) return false;
         cg_put(t, "; } return %s; }())\n", team_reduce(rk, false));
     }
     int k = 0;
@@ -264,12 +350,14 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
     const sched_member *mb = &rk->s->members[m];
     const ir_node *x = rk->g->nodes[mb->node];
     const ir_row_program *prog = ir_ops[x->op].row;
-    int from = m, shared = shared_prefix(rk, m, &from);
+    int from = m, shared = shared_prefix(rk, m, &from), reg[8];
     cg_put(t, "    {\n");
     if (shared) cg_put(t, "        /* stages 0-%d: those of %%%d's program */\n", shared - 1, rk->s->members[from].node);
-    if (!accessors(t, rk, x, m, shared, from)) return false;
+    if (!accessors(t, rk, x, m, shared, from, reg)) return false;
     for (int i = shared; i < prog->nstages; i++) {
         const ir_row_stage *sg = &prog->stages[i];
+        for (int q = 0; q < (int)strlen(prog->roles) && q < x->nin; q++) /* rows read first here */
+            if (reg[q] >= 0 && (mentions(sg->expr, "X", q) || mentions(sg->expr, "AT", q))) load_row(t, rk, reg[q]);
         switch (sg->kind) {
         case ROW_MAX:
         case ROW_SUM: {
@@ -288,6 +376,9 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
                    sg->expr);
             break;
         case ROW_OUT: {
+            /* vw > 1: stored through o<m>_, a chunk per 16-byte access */
+            bool chunks = rk->vw > 1 && (mb->flags & MEMBER_STORED) && ir_numel(&x->type) == rk->rows * rk->C;
+            if (chunks) cg_put(t, "        alignas(16) %s o%d_[%d];\n", cg_storage(x->type.dtype), m, rk->cpl);
             put_columns(t, rk);
             cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", (long long)rk->C, m,
                    sg->expr);
@@ -297,9 +388,14 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             if (mb->flags & MEMBER_STORED) {
                 char idx[160];
                 element_index(rk, "col", idx, sizeof idx);
-                cg_put(t, "            p%d[%s] = ", cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0), idx);
+                int ko = cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0);
+                if (chunks) cg_put(t, "            o%d_[j_] = ", m);
+                else cg_put(t, "            p%d[%s] = ", ko, idx);
                 cg_store(t, x->type.dtype, rk->wide, v);
                 cg_put(t, ";\n");
+                if (chunks) /* the chunk's last column: all of it */
+                    cg_put(t, "            if (j_ %% %d == %d) alloy_vcopy<%d>(p%d + (%s) - %d, o%d_ + j_ - %d);\n", rk->vw,
+                           rk->vw - 1, (int)alloy_dtype_size(x->type.dtype) * rk->vw, ko, idx, rk->vw - 1, m, rk->vw - 1);
             }
             if (mb->flags & MEMBER_SPILLED) cg_put(t, "            r%d[j_] = v%d;\n", m, m);
             cg_put(t, "        }\n");
@@ -334,8 +430,9 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
 
 /* ---- the kernels of a step ---- */
 
-/* Threads per row and columns per thread for rows of C columns; false when
- * a row does not fit in registers. */
+/* Threads per row and columns per thread for rows of C columns (whole
+ * chunks of vw, which divides C); false when a row does not fit in
+ * registers. */
 static bool choose_team(row_kernel *rk)
 {
     if (rk->C <= WARP_MAX_COLS) {
@@ -344,7 +441,7 @@ static bool choose_team(row_kernel *rk)
         rk->team = 64;
         while (rk->team < MAX_TEAM && (rk->C + rk->team - 1) / rk->team > TEAM_COLS) rk->team *= 2;
     }
-    int64_t cpl = (rk->C + rk->team - 1) / rk->team;
+    int64_t cpl = (rk->C / rk->vw + rk->team - 1) / rk->team * rk->vw;
     rk->cpl = (int)(cpl > 0 ? cpl : 1);
     return cpl <= MAX_COLS_PER_THREAD;
 }
@@ -375,11 +472,14 @@ static bool emit_mean(cg_program *prog, const row_kernel *rk, int k, int m, cg_t
     return ok;
 }
 
-const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+/* The kernels of row step k; with `vector`, 16-byte accesses where
+ * row_width allows. */
+static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule *s, int k, bool vector)
 {
     const sched_step *st = &s->steps[k];
     const ir_node *last = g->nodes[st->pos];
-    row_kernel rk = {.g = g, .s = s, .st = st};
+    cg_text decl = {0};
+    row_kernel rk = {.g = g, .s = s, .st = st, .vw = 1, .decl = &decl};
     ir_type space = st->space;
     if (st->kind == STEP_OP) {
         if (!ir_ops[last->op].row) return "no kernel yet for this op (a library call or an op kernel)";
@@ -405,6 +505,7 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
     }
     rk.space = &space;
     rk.rows = rk.C ? ir_numel(&space) / rk.C : 0;
+    if (vector) rk.vw = row_width(&rk);
     if (!choose_team(&rk)) return "rows longer than 65536 elements: no kernel yet";
     if (rk.rows == 0) return "no rows";
     cg_text body = {0}, t = {0};
@@ -419,14 +520,37 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
             if (!emit_program(&body, &rk, part->first)) why = "an operand of a row op is broadcast in a way no kernel reads yet";
             continue;
         }
+        /* vw > 1: row-shaped operands read from l<k>_[i_] (loaded before
+         * the part when first read), stores through s<k>_, a chunk per
+         * 16-byte access */
+        uint64_t vload = 0, vstore = 0;
         cg_ew_part ep = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = &space,
-                         .wide = part->wide, .product = -1, .ps = &rk.ps, .e = "e_", .slot = "j_"};
+                         .wide = part->wide, .product = -1, .ps = &rk.ps, .e = "e_", .slot = "j_",
+                         .vec = rk.vw > 1, .vload = &vload, .vstore = &vstore, .vfail = &rk.vfail};
+        cg_text members = {0};
+        cg_emit_members(&members, &ep);
+        for (int i = 0; i < 64; i++)
+            if (vload >> i & 1) load_row(&body, &rk, i);
+        if (rk.vw > 1) cg_put(&body, "        {\n");
+        for (int i = 0; i < 64; i++)
+            if (vstore >> i & 1)
+                cg_put(&body, "        alignas(16) %s s%d_[%d];\n", cg_storage(g->nodes[rk.ps.at[i].node]->type.dtype), i,
+                       rk.cpl);
         put_columns(&body, &rk);
         cg_put(&body, "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
                (long long)rk.C, (long long)rk.C);
-        cg_emit_members(&body, &ep);
-        cg_put(&body, "        }\n");
+        if (rk.vw > 1) cg_put(&body, "            const int i_ = j_; (void)i_;\n");
+        cg_put(&body, "%s", members.s ? members.s : "");
+        body.oom |= members.oom;
+        cg_text_free(&members);
+        for (int i = 0; i < 64; i++)
+            if (vstore >> i & 1)
+                cg_put(&body, "            if (j_ %% %d == %d) alloy_vcopy<%d>(p%d + e_ - %d, s%d_ + j_ - %d);\n", rk.vw,
+                       rk.vw - 1, (int)alloy_dtype_size(g->nodes[rk.ps.at[i].node]->type.dtype) * rk.vw, i, rk.vw - 1,
+                       i, rk.vw - 1);
+        cg_put(&body, "        }\n%s", rk.vw > 1 ? "        }\n" : "");
     }
+    if (!why && rk.vfail) why = VECTOR_FAILED;
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_row", k);
     if (!why) {
@@ -442,10 +566,10 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
         else
             cg_put(&t, "    __shared__ T red_[32];\n    const int lane = threadIdx.x;\n    const long long row0_ = blockIdx.x;\n");
         cg_put(&t, "    int bad_ = 0; (void)bad_;\n"
-                   "    for (long long row = row0_; row < %lldll; row += (long long)gridDim.x * %d) {\n%s    }\n}\n",
-               (long long)rk.rows, per_block, body.s ? body.s : "");
+                   "    for (long long row = row0_; row < %lldll; row += (long long)gridDim.x * %d) {\n%s%s    }\n}\n",
+               (long long)rk.rows, per_block, decl.s ? decl.s : "", body.s ? body.s : "");
         int64_t blocks = (rk.rows + per_block - 1) / per_block;
-        if (body.oom || !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps,
+        if (body.oom || decl.oom || !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps,
                                        (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks), (unsigned)block,
                                        (int64_t)ir_nbytes(&space) * 2))
             why = "out of memory";
@@ -456,7 +580,13 @@ const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, 
         if (!ir_ops[x->op].row || !ir_row_summarize(ir_ops[x->op].row).per_row_result) continue;
         if (!emit_mean(prog, &rk, k, m, &t)) why = "out of memory";
     }
-    cg_text_free(&body), cg_text_free(&t);
+    cg_text_free(&body), cg_text_free(&t), cg_text_free(&decl);
     al_free(rk.ps.at);
     return why;
+}
+
+const char *cg_emit_row(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+{
+    const char *why = emit_row(prog, g, s, k, true);
+    return why == VECTOR_FAILED ? emit_row(prog, g, s, k, false) : why;
 }

@@ -155,11 +155,12 @@ typedef struct aux_slot {
     int64_t offset;
 } aux_slot;
 
-/* The elementwise kernels load and store 16 bytes at a time (emit_ew.c),
- * so every kernel argument must start 16-byte aligned. It does by
- * construction: arena slots are PLAN_ALIGN-aligned, aux slots
- * LP_AUX_ALIGN-aligned, leaves start their own allocations (256-byte
- * aligned); this says so rather than fault on a misaligned address. */
+/* The elementwise, row and multi kernels load and store 16 bytes at a
+ * time (emit_ew.c, emit_row.c), so every kernel argument must start
+ * 16-byte aligned. It does by construction: arena slots are
+ * PLAN_ALIGN-aligned, aux slots LP_AUX_ALIGN-aligned, leaves start their
+ * own allocations (256-byte aligned); this says so rather than fault on a
+ * misaligned address. */
 #define LP_KERNEL_ALIGN 16
 _Static_assert(PLAN_ALIGN % LP_KERNEL_ALIGN == 0 && LP_AUX_ALIGN % LP_KERNEL_ALIGN == 0,
                "kernel arguments must stay 16-byte aligned");
