@@ -263,7 +263,7 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
         if (role == 'w') { /* one value per row: a stored [.., 1] tensor (never a member of this step: groups.c) */
             cg_put(t, "#define W_%d ", q);
             if (rk->s->step_of[x->in[q]] == (int)(rk->st - rk->s->steps) ||
-                ir_numel(&rk->g->nodes[x->in[q]]->type) != rk->rows || !operand_at(t, rk, x, q, "0", "0"))
+                ir_numel(&rk->g->nodes[x->in[q]]->type) != rk->rows || !operand_at(t, rk, x, q, "0", "0", -1))
                 return false;
             cg_put(t, "\n");
             continue;
