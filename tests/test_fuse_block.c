@@ -100,14 +100,19 @@ static const expected_group block_groups[] = {
     {"the logits' cast to f32, cross_entropy, cross_entropy_grad, cast to f16: the f32 logits never stored",
      "row f16: cast cross_entropy cross_entropy_grad cast", 1},
     /* the sibling rule: a layer_norm's backward and its gamma gradient read x and dy once */
-    {"lnf backward and its gamma gradient dy * normalized x", "row f32: layer_norm_grad layer_norm mul", 1},
+    /* and the column sums over its rows join it (fuse_colsum.c): dgamma,
+     * dbeta and mlp.b2's gradient are summed in the same pass, the product
+     * dy * normalized x never stored */
+    {"lnf backward, its gamma gradient dy * normalized x and the sums of that, dy and dx over the rows",
+     "row f32: layer_norm_grad layer_norm mul reduce_sum reduce_sum reduce_sum", 1},
     /* ln2's are siblings too, but its gradient's cast to f16 comes after the
      * column sums of dgamma and dbeta: as one group it would run after them */
-    {"ln2 backward + residual gradient sum + cast", "row f16: layer_norm_grad add cast", 1},
-    {"ln2 gamma gradient", "row f32: layer_norm mul", 1},
+    {"ln2 backward + residual gradient sum + ln2's dbeta (the sum of dy) + cast",
+     "row f16: layer_norm_grad add reduce_sum cast", 1},
+    {"ln2 gamma gradient, summed", "row f32: layer_norm mul reduce_sum", 1},
     {"softmax backward, causal mask, scale, cast", "row f16: softmax_grad causal_mask mul cast", 1},
-    {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum",
-     "row f32: add add cast layer_norm_grad layer_norm mul add", 1},
+    {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum, ln1's dgamma and dbeta",
+     "row f32: add add cast layer_norm_grad layer_norm mul add reduce_sum reduce_sum", 1},
     /* the step: unscale + found_inf over all 17 gradients (mlp.b1's has an
      * f16 -> f32 cast), bookkeeping, the norm, the bias corrections */
     {"unscale all gradients (mlp.b1's cast first: its id is lowest) + found_inf",
