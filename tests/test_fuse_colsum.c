@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "alloy/alloy.h"
+#include "alloy/bundle.h"
 #include "base/convert.h"
 #include "codegen_support.h"
 #include "fuse_support.h"
@@ -315,7 +316,37 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
         }
 }
 
-/* ---- 4. a product read elsewhere is stored; what the verifier refuses ---- */
+/* ---- 4. a bundle carries the column sums ---- */
+
+static void test_a_bundle_runs_the_column_sums_as_compiled(void **state)
+{
+    (void)state;
+    char dir[64];
+    assert_true(test_make_dir(dir, sizeof dir, "/tmp/alloy-colsum-XXXXXX"));
+    const char *path = test_path_in(dir, "ln.alloy");
+    ln_data d = make_data(shapes[2], 41);
+    float *want[3];
+    run_grads(0, &d, true, 1, want);
+    fusion(true);
+    alloy_graph *g = ln_graph(0, shapes[2]);
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    alloy_bundle *b;
+    char err[512];
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("load: %s", err);
+    alloy_host_tensor f[3] = {{.name = "grad:gamma"}, {.name = "grad:beta"}, {.name = "grad:x"}};
+    if (alloy_bundle_run(b, d.feeds, 5, f, 3)) fail_msg("run: %s", alloy_bundle_last_error(b));
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(f[i].data, want[i], sizeof(float) * (size_t)alloy_host_tensor_numel(&f[i]));
+        test_free(want[i]);
+    }
+    printf("the bundle of the f32 step (1001 x 69) reads its column sum parts back and runs to the JIT's bits\n");
+    alloy_bundle_free(b);
+    free_data(&d);
+    test_remove_dir(dir);
+}
+
+/* ---- 5. a product read elsewhere is stored; what the verifier refuses ---- */
 
 enum { PR = 300, PC = 40 };
 
@@ -418,6 +449,7 @@ int main(void)
         FUSE_TEST(test_the_layer_norm_backward_computes_dx_dgamma_and_dbeta_in_one_step),
         FUSE_TEST(test_dgamma_and_dbeta_are_the_unfused_bits_and_near_f64),
         FUSE_TEST(test_the_emulated_kernels_agree_with_the_cpu),
+        FUSE_TEST(test_a_bundle_runs_the_column_sums_as_compiled),
         FUSE_TEST(test_a_product_read_elsewhere_is_still_stored),
         FUSE_TEST(test_the_verifier_refuses_a_member_reading_its_groups_column_sum),
     };
