@@ -346,7 +346,47 @@ static void test_a_bundle_runs_the_column_sums_as_compiled(void **state)
     test_remove_dir(dir);
 }
 
-/* ---- 5. a product read elsewhere is stored; what the verifier refuses ---- */
+/* ---- 5. out of memory in a run: an error, and the next run as before ---- */
+
+static void test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_gives_the_same_bits(void **state)
+{
+    (void)state;
+    ln_data d = make_data(shapes[2], 53);
+    float *want[3];
+    run_grads(0, &d, true, 2, want);
+    fusion(true);
+    setenv("ALLOY_NUM_THREADS", "2", 1);
+    alloy_graph *g = ln_graph(0, shapes[2]);
+    alloy_host_tensor f[3] = {{.name = "grad:gamma"}, {.name = "grad:beta"}, {.name = "grad:x"}};
+    expect_ok(g, alloy_graph_run(g, d.feeds, 5, f, 3), "first run"); /* compiled, arena and threads there */
+    alloy_set_allocator(test_failing_realloc, NULL);
+    long n;
+    for (n = 0;; n++) {
+        test_alloc_count = 0, test_fail_at = n;
+        alloy_status st = alloy_graph_run(g, d.feeds, 5, f, 3);
+        test_fail_at = -1;
+        if (test_alloc_count <= n) {
+            expect_ok(g, st, "a run with no allocation failing");
+            break;
+        }
+        if (st != ALLOY_ERR_OOM || !strstr(alloy_last_error(g), "out of memory"))
+            fail_msg("allocation %ld of the run failing: %s \"%s\"", n, alloy_status_name(st), alloy_last_error(g));
+        expect_ok(g, alloy_graph_run(g, d.feeds, 5, f, 3), "the run after");
+        for (int i = 0; i < 3; i++)
+            if (memcmp(f[i].data, want[i], sizeof(float) * (size_t)alloy_host_tensor_numel(&f[i])) != 0)
+                fail_msg("allocation %ld failed; the next run's %s differs", n, f[i].name);
+    }
+    alloy_set_allocator(test_cmocka_realloc, NULL);
+    printf("each of the %ld allocations of a run (1001 x 69, 2 threads) failed in turn: out of memory, and the next "
+           "run the same bits\n", n);
+    assert_true(n > 0);
+    alloy_graph_free(g);
+    unsetenv("ALLOY_NUM_THREADS");
+    for (int i = 0; i < 3; i++) test_free(want[i]);
+    free_data(&d);
+}
+
+/* ---- 6. a product read elsewhere is stored; what the verifier refuses ---- */
 
 enum { PR = 300, PC = 40 };
 
@@ -450,6 +490,7 @@ int main(void)
         FUSE_TEST(test_dgamma_and_dbeta_are_the_unfused_bits_and_near_f64),
         FUSE_TEST(test_the_emulated_kernels_agree_with_the_cpu),
         FUSE_TEST(test_a_bundle_runs_the_column_sums_as_compiled),
+        FUSE_TEST(test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_gives_the_same_bits),
         FUSE_TEST(test_a_product_read_elsewhere_is_still_stored),
         FUSE_TEST(test_the_verifier_refuses_a_member_reading_its_groups_column_sum),
     };
