@@ -11,7 +11,10 @@
  * Legality is the rule of every group (docs/fusion.md): the merged group
  * runs at its last member, so every node outside it that reads a member
  * must come after that. Checked on the union before it is made, by walking
- * the readers of both sides' members.
+ * the readers of both sides' members. pass_fuse calls it a second time
+ * after the column sums joined (fuse_colsum.c): a sum that kept two
+ * siblings apart may now be a member of one, and the union then also keeps
+ * the column sums' own rule (at most IR_MAX_COLSUMS, none read inside).
  */
 #include <string.h>
 
@@ -39,17 +42,25 @@ static bool same_dims(const ir_type *a, const ir_type *b)
 }
 
 /* Whether groups a and b may become one: every reader of a member from
- * outside both comes after the later of their last members. */
+ * outside both comes after the later of their last members; and, for the
+ * column sums they hold (the second call, fuse_colsum.c), no member of
+ * either reads one and there are at most IR_MAX_COLSUMS. */
 static bool legal_union(const siblings *s, int a, int b)
 {
-    int last = s->last[a] > s->last[b] ? s->last[a] : s->last[b];
+    int last = s->last[a] > s->last[b] ? s->last[a] : s->last[b], colsums = 0;
     for (int side = 0; side < 2; side++)
-        for (int m = s->first[side ? b : a]; m >= 0; m = s->next[m])
+        for (int m = s->first[side ? b : a]; m >= 0; m = s->next[m]) {
+            bool colsum = ir_fuse_colsum(s->g, s->g->nodes[m]);
+            if (colsum && ++colsums > IR_MAX_COLSUMS) return false;
             for (int k = s->rstart[m]; k < s->rstart[m + 1]; k++) {
                 int r = s->rlist[k], lr = s->label[r];
-                if ((lr == a || lr == b) && lr >= 0) continue;
+                if ((lr == a || lr == b) && lr >= 0) {
+                    if (colsum) return false;
+                    continue;
+                }
                 if (r <= last) return false;
             }
+        }
     return true;
 }
 
