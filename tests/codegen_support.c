@@ -255,7 +255,9 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
             if (!(s->members[m].flags & MEMBER_STORED)) continue;
             const ir_node *n = c->nodes[id];
             int64_t count = ir_numel(&n->type);
-            const ir_node *x = sums && id == step->pos && ir_is_float(n->type.dtype) ? c->nodes[n->in[0]] : NULL;
+            /* a reduction: the step's own, or a row step's column sum (ir_fuse_colsum) */
+            bool sum_here = (sums && id == step->pos) || (step->kind == STEP_ROW && ir_fuse_colsum(c, n));
+            const ir_node *x = sum_here && ir_is_float(n->type.dtype) ? c->nodes[n->in[0]] : NULL;
             double floor = x && ref[x->id].data ? reduction_scale(n, &x->type, ref[x->id].data) : 0;
             double e = codegen_error_at_scale(n->type.dtype, buf[id], ref[id].data, count, floor),
                    tol = codegen_tolerance(n->type.dtype);

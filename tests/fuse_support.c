@@ -147,7 +147,8 @@ void expect_groups_legal(const ir_graph *c)
                 assert_true((ir_fuse_elementwise(c, n) && !computes_wide(c, n)) || n->op == IR_OP_found_inf);
                 continue;
             }
-            assert_true(ir_fuse_elementwise(c, n) || (kind == IR_GROUP_ROW && ir_fuse_row_op(c, n)));
+            assert_true(ir_fuse_elementwise(c, n) ||
+                        (kind == IR_GROUP_ROW && (ir_fuse_row_op(c, n) || ir_fuse_colsum(c, n))));
             const ir_type *t = ir_fuse_shape(c, n), *ft = ir_fuse_shape(c, f);
             assert_int_equal(t->rank, ft->rank);
             for (int d = 0; d < t->rank; d++) assert_int_equal(t->dims[d], ft->dims[d]);

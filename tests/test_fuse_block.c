@@ -40,9 +40,9 @@
 
 /* The transformer training graph (AMP f16 + dynamic scaler + AdamW) after
  * the whole pipeline (amp, autodiff, grad_scaler, optimizer, simplify, dce,
- * fuse), read off its printed group table: 35 groups, listed by kind, dtype
+ * fuse), read off its printed group table: 34 groups, listed by kind, dtype
  * and op sequence in block_groups below (9 row, 14 gemm, 2 multi, 10 ew). */
-enum { BLOCK_GROUPS = 35, ADAMW_MEMBERS = 16, PARAMS = 17 };
+enum { BLOCK_GROUPS = 34, ADAMW_MEMBERS = 16, PARAMS = 17 };
 
 /* ---- the transformer block ---- */
 
@@ -102,14 +102,20 @@ static const expected_group block_groups[] = {
     {"the logits' cast to f32, cross_entropy, cross_entropy_grad, cast to f16: the f32 logits never stored",
      "row f16: cast cross_entropy cross_entropy_grad cast", 1},
     /* the sibling rule: a layer_norm's backward and its gamma gradient read x and dy once */
-    {"lnf backward and its gamma gradient dy * (x - mean) * rstd", "row f32: layer_norm_grad_stats sub mul mul", 1},
+    /* and the column sums over its rows join it (fuse_colsum.c): dgamma,
+     * dbeta and mlp.b2's gradient are summed in the same pass, the product
+     * dy * normalized x never stored */
+    {"lnf backward, its gamma gradient dy * (x - mean) * rstd and the sums of that, dy and dx over the rows",
+     "row f32: layer_norm_grad_stats sub mul mul reduce_sum reduce_sum reduce_sum", 1},
     /* ln2's are siblings too, but its gradient's cast to f16 comes after the
-     * column sums of dgamma and dbeta: as one group it would run after them */
-    {"ln2 backward + residual gradient sum + cast", "row f16: layer_norm_grad_stats add cast", 1},
-    {"ln2 gamma gradient", "ew f32: sub mul mul", 1},
+     * column sums of dgamma and dbeta: as one group it would run after them;
+     * once dbeta's sum is a member (fuse_colsum.c), the second sibling
+     * pass joins them, taking dgamma's sum in on the way */
+    {"ln2 backward, its gamma gradient, the residual gradient sum, ln2's dgamma and dbeta, cast",
+     "row f16: layer_norm_grad_stats sub mul mul add reduce_sum reduce_sum cast", 1},
     {"softmax backward, causal mask, scale, cast", "row f16: softmax_grad causal_mask mul cast", 1},
-    {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum",
-     "row f32: add add cast layer_norm_grad_stats sub mul mul add", 1},
+    {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum, ln1's dgamma and dbeta",
+     "row f32: add add cast layer_norm_grad_stats sub mul mul add reduce_sum reduce_sum", 1},
     /* the step: unscale + found_inf over all 17 gradients (mlp.b1's has an
      * f16 -> f32 cast), bookkeeping, the norm, the bias corrections */
     {"unscale all gradients (mlp.b1's cast first: its id is lowest) + found_inf",

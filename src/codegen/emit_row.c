@@ -472,6 +472,91 @@ static bool emit_mean(cg_program *prog, const row_kernel *rk, int k, int m, cg_t
     return ok;
 }
 
+/* ---- column sums (PART_COLSUM): per team in registers, then per column ---- */
+
+/* Row teams of a step with column sums: each writes a partial row of C
+ * sums to the scratch, which the combine reads back; at most
+ * COLSUM_MAX_TEAMS of them, each with COLSUM_TEAM_ROWS rows or more where
+ * there are rows enough, so the partials are at most 1/8 of the summed
+ * value's bytes (char_gpt's [2048, 128]: 256 teams, 128 KiB of partials). */
+enum { COLSUM_MAX_TEAMS = 1024, COLSUM_TEAM_ROWS = 8 };
+
+/* Adds this row's columns of column sum member m's operand to the
+ * thread's sums cs<m>[] (declared before the row loop). */
+static bool colsum_add(cg_text *t, row_kernel *rk, int m)
+{
+    const ir_node *x = rk->g->nodes[rk->s->members[m].node];
+    int o = x->in[0], reg = -1; /* a row from outside: its chunks in registers, as the stages read them */
+    if (rk->vw > 1 && rk->s->step_of[o] != (int)(rk->st - rk->s->steps) &&
+        ir_numel(&rk->g->nodes[o]->type) == rk->rows * rk->C &&
+        (reg = cg_param_of(&rk->ps, CG_PARAM_NODE, o, false, 0)) < 64)
+        load_row(t, rk, reg);
+    else
+        reg = -1;
+    put_columns(t, rk);
+    cg_put(t, "            if (col < %lldll) cs%d[j_] += ", (long long)rk->C, m);
+    if (!operand_at(t, rk, x, 0, "col", "j_", reg)) return false;
+    cg_put(t, ";\n        }\n");
+    return true;
+}
+
+/* Text before the row loop (the sums at 0) and after it (each team's sums
+ * to its partial row p[team * C + col]) for the step's column sums;
+ * false when it has none. */
+static bool colsum_frame(cg_text *pre, cg_text *post, row_kernel *rk, int64_t nteams)
+{
+    const schedule *s = rk->s;
+    bool any = false;
+    for (int q = rk->st->first_part; q < rk->st->first_part + rk->st->nparts; q++) {
+        if (s->parts[q].kind != PART_COLSUM) continue;
+        int m = s->parts[q].first, node = s->members[m].node;
+        int kp = cg_param_of(&rk->ps, CG_PARAM_ROWS, node, true, nteams * rk->C);
+        if (!any && rk->team == 32)
+            cg_put(post, "    const long long team_ = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", WARPS);
+        else if (!any)
+            cg_put(post, "    const long long team_ = blockIdx.x;\n");
+        any = true;
+        char col[96];
+        column_of(rk, "j_", col, sizeof col); /* the columns this thread summed (put_columns') */
+        cg_put(pre, "    T cs%d[%d];\n    for (int j_ = 0; j_ < %d; j_++) cs%d[j_] = 0;\n", m, rk->cpl, rk->cpl, m);
+        cg_put(post, "    for (int j_ = 0; j_ < %d; j_++) {\n        const int col = %s;\n"
+                     "        if (col < %lldll && team_ < %lldll) p%d[team_ * %lldll + col] = cs%d[j_];\n    }\n",
+               rk->cpl, col, (long long)rk->C, (long long)nteams, kp, (long long)rk->C, m);
+    }
+    return any;
+}
+
+/* The kernel adding column sum member m's partial rows (one per team) per
+ * column, pairwise (halves, runs of at most 16 added in order, as the CPU
+ * adds its blocks' and rows' sums), and storing the sum in its dtype. */
+static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, int m, int64_t nteams, cg_text *t)
+{
+    const ir_node *x = rk->g->nodes[rk->s->members[m].node];
+    cg_params fp = {0};
+    int kp = cg_param_of(&fp, CG_PARAM_ROWS, x->id, false, nteams * rk->C);
+    int ko = cg_param_of(&fp, CG_PARAM_NODE, x->id, true, 0);
+    char name[48];
+    al_fmt(name, sizeof name, "alloy_s%d_colsum%d", k, m);
+    cg_put_preamble(t);
+    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(t, rk->g, &fp);
+    cg_put(t, ")\n{\n    typedef float T;\n"
+              "    struct P_ {\n        const T *p;\n        __device__ T sum(long long lo, long long n) const\n        {\n"
+              "            if (n > 16) return sum(lo, n / 2) + sum(lo + n / 2, n - n / 2);\n"
+              "            T s = 0;\n            for (long long i = 0; i < n; i++) s += p[(lo + i) * %lldll];\n"
+              "            return s;\n        }\n    };\n"
+              "    const long long col = (long long)blockIdx.x * %d + threadIdx.x;\n    if (col >= %lldll) return;\n"
+              "    const P_ parts_ = {p%d + col};\n    const T a_ = parts_.sum(0, %lldll);\n    p%d[col] = ",
+           (long long)rk->C, CG_BLOCK, (long long)rk->C, kp, (long long)nteams, ko);
+    cg_store(t, x->type.dtype, false, "a_");
+    cg_put(t, ";\n}\n");
+    int64_t blocks = (rk->C + CG_BLOCK - 1) / CG_BLOCK;
+    bool ok = !t->oom && !fp.oom &&
+              cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, (unsigned)blocks, CG_BLOCK, nteams * rk->C * 4);
+    al_free(fp.at);
+    return ok;
+}
+
 /* The kernels of row step k; with `vector`, 16-byte accesses where
  * row_width allows. */
 static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule *s, int k, bool vector)
@@ -508,7 +593,8 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     if (vector) rk.vw = row_width(&rk);
     if (!choose_team(&rk)) return "rows longer than 65536 elements: no kernel yet";
     if (rk.rows == 0) return "no rows";
-    cg_text body = {0}, t = {0};
+    cg_text body = {0}, t = {0}, pre = {0}, post = {0};
+    int64_t nteams = 0;
     const char *why = NULL;
     for (int m = st->first; m < st->first + st->n; m++)
         if (s->members[m].flags & MEMBER_SPILLED) cg_put(&body, "        T r%d[%d];\n", m, rk.cpl);
@@ -516,6 +602,10 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
         if (s->parts[q].kind == PART_OP) declare_slots(&body, &rk, s->parts[q].first);
     for (int q = st->first_part; q < st->first_part + st->nparts && !why; q++) {
         const sched_part *part = &s->parts[q];
+        if (part->kind == PART_COLSUM) {
+            if (!colsum_add(&body, &rk, part->first)) why = "a column sum's operand is not one a row kernel reads";
+            continue;
+        }
         if (part->kind == PART_OP) {
             if (!emit_program(&body, &rk, part->first)) why = "an operand of a row op is broadcast in a way no kernel reads yet";
             continue;
@@ -556,6 +646,17 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     if (!why) {
         bool warp = rk.team == 32;
         int block = warp ? 32 * WARPS : rk.team, per_block = warp ? WARPS : 1;
+        int64_t blocks = (rk.rows + per_block - 1) / per_block;
+        if (blocks > CG_MAX_GRID) blocks = CG_MAX_GRID;
+        /* column sums: a partial row per team, so fewer teams */
+        int64_t teams = rk.rows / COLSUM_TEAM_ROWS < COLSUM_MAX_TEAMS ? rk.rows / COLSUM_TEAM_ROWS : COLSUM_MAX_TEAMS;
+        if (blocks > teams / per_block) blocks = teams / per_block > 0 ? teams / per_block : 1;
+        nteams = blocks * per_block;
+        if (!colsum_frame(&pre, &post, &rk, nteams)) {
+            blocks = (rk.rows + per_block - 1) / per_block;
+            if (blocks > CG_MAX_GRID) blocks = CG_MAX_GRID;
+            nteams = 0;
+        }
         cg_put_preamble(&t);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", block, name);
         cg_param_list(&t, g, &rk.ps);
@@ -565,22 +666,27 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
                    WARPS);
         else
             cg_put(&t, "    __shared__ T red_[32];\n    const int lane = threadIdx.x;\n    const long long row0_ = blockIdx.x;\n");
-        cg_put(&t, "    int bad_ = 0; (void)bad_;\n"
-                   "    for (long long row = row0_; row < %lldll; row += (long long)gridDim.x * %d) {\n%s%s    }\n}\n",
-               (long long)rk.rows, per_block, decl.s ? decl.s : "", body.s ? body.s : "");
-        int64_t blocks = (rk.rows + per_block - 1) / per_block;
-        if (body.oom || decl.oom || !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps,
-                                       (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks), (unsigned)block,
-                                       (int64_t)ir_nbytes(&space) * 2))
+        cg_put(&t, "    int bad_ = 0; (void)bad_;\n%s"
+                   "    for (long long row = row0_; row < %lldll; row += (long long)gridDim.x * %d) {\n%s%s    }\n%s}\n",
+               pre.s ? pre.s : "", (long long)rk.rows, per_block, decl.s ? decl.s : "", body.s ? body.s : "",
+               post.s ? post.s : "");
+        if (body.oom || decl.oom || pre.oom || post.oom ||
+            !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps, (unsigned)blocks, (unsigned)block,
+                           (int64_t)ir_nbytes(&space) * 2))
             why = "out of memory";
     }
+    /* column sums: their partial rows added per column, by a kernel each */
+    for (int q = st->first_part; q < st->first_part + st->nparts && !why && nteams; q++)
+        if (s->parts[q].kind == PART_COLSUM && (s->members[s->parts[q].first].flags & MEMBER_STORED) &&
+            !emit_colsum_combine(prog, &rk, k, s->parts[q].first, nteams, &t))
+            why = "out of memory";
     /* ops with a result per row: their mean, by a second kernel */
     for (int m = st->first; m < st->first + st->n && !why; m++) {
         const ir_node *x = g->nodes[s->members[m].node];
         if (!ir_ops[x->op].row || !ir_row_summarize(ir_ops[x->op].row).per_row_result) continue;
         if (!emit_mean(prog, &rk, k, m, &t)) why = "out of memory";
     }
-    cg_text_free(&body), cg_text_free(&t), cg_text_free(&decl);
+    cg_text_free(&body), cg_text_free(&t), cg_text_free(&decl), cg_text_free(&pre), cg_text_free(&post);
     al_free(rk.ps.at);
     return why;
 }

@@ -48,10 +48,29 @@ bool ir_fuse_row_op(const ir_graph *g, const ir_node *n)
     return narrow_float(n->type.dtype);
 }
 
+bool ir_fuse_colsum(const ir_graph *g, const ir_node *n)
+{
+    if (n->op != IR_OP_reduce_sum || n->nin != 1 || n->type.dtype != ALLOY_F32) return false;
+    const ir_type *t = &g->nodes[n->in[0]]->type;
+    if (t->dtype != ALLOY_F32 || t->rank < 2 || t->dims[t->rank - 1] < 1) return false;
+    /* the unfused kernel copies a single row (a sum 0 + -0 would give +0) */
+    if (ir_numel(t) / t->dims[t->rank - 1] < 2) return false;
+    int naxes;
+    const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
+    bool reduced[ALLOY_MAX_RANK] = {false};
+    if (!axes || naxes != t->rank - 1) return false;
+    for (int i = 0; i < naxes; i++) {
+        int ax;
+        if (!ir_norm_axis(axes[i], t->rank, &ax) || ax == t->rank - 1 || reduced[ax]) return false;
+        reduced[ax] = true;
+    }
+    return true;
+}
+
 const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n)
 {
     const ir_row_program *p = ir_ops[n->op].row;
-    if (!p) return &n->type;
+    if (!p) return ir_fuse_colsum(g, n) ? &g->nodes[n->in[0]]->type : &n->type;
     ir_row_summary s = ir_row_summarize(p);
     return s.per_row_result || s.per_row_value ? &g->nodes[n->in[0]]->type : &n->type;
 }
@@ -196,6 +215,7 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
                                   const int *member_at, const int *in_group, int *bad)
 {
     const ir_node *first = g->nodes[members[0]];
+    int colsums = 0;
     for (int m = 0; m < n; m++) {
         const ir_node *x = g->nodes[members[m]];
         *bad = x->id;
@@ -207,7 +227,15 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
             if (ir_fuse_wide(g, x) != ir_fuse_wide(g, first)) return "computes in another precision than the group";
             break;
         case IR_GROUP_ROW:
-            if (!ew && !ir_fuse_row_op(g, x)) return "is neither elementwise nor a last-axis row op on f32/f16/bf16";
+            if (ir_fuse_colsum(g, x)) {
+                if (++colsums > IR_MAX_COLSUMS)
+                    return "is a column sum beyond the most a row group takes (IR_MAX_COLSUMS)";
+            } else if (!ew && !ir_fuse_row_op(g, x)) {
+                return "is neither elementwise, a last-axis row op on f32/f16/bf16 nor an f32 column sum";
+            }
+            for (int j = 0; j < x->nin; j++) /* a column sum's result exists once every row is done */
+                if (in_group[x->in[j]] == in_group[x->id] && ir_fuse_colsum(g, g->nodes[x->in[j]]))
+                    return "reads a column sum of its own row group";
             if (!same_dims(ir_fuse_shape(g, x), ir_fuse_shape(g, first)))
                 return "iterates over another shape than the row group";
             if (ir_fuse_wide(g, x)) return "computes in f64, which row groups do not";

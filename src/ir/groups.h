@@ -11,7 +11,8 @@
  *   ROW:   row-local ops (softmax, layer_norm, cross_entropy and their
  *          gradients, causal_mask) with elementwise producers and
  *          consumers, over one [rows, C] shape; a row's results depend on
- *          that row only;
+ *          that row only, but for the column sums (ir_fuse_colsum), which
+ *          sum a [rows, C] value of the group over its rows;
  *   GEMM:  a matmul or a forward convolution (conv1d, conv2d) and its
  *          epilogue (bias add, relu or gelu_tanh, casts), what a cuBLASLt
  *          epilogue computes after a GEMM (or a conv kernel after its
@@ -35,8 +36,19 @@ AL_HIDDEN bool ir_fuse_row_op(const ir_graph *g, const ir_node *n);
  * r (a [rows, C] tensor) or i (one index per row, cross_entropy's targets);
  * v and s operands (gamma, beta, dloss) are read whole by every row. */
 AL_HIDDEN bool ir_row_operand(const ir_node *n, int j);
+/* A column sum: reduce_sum of an f32 value of rank >= 2 over every axis
+ * but the last (any keepdims, so [C] or [1, .., 1, C]), to f32, with at
+ * least 2 rows. A ROW group of its operand's shape may take it when its
+ * operand is a member or an input, and no member reads its result: each
+ * block of rows (a CPU block, a CUDA row team) sums its rows' columns, and
+ * a final combine writes the result, so the operand need not be stored
+ * (docs/fusion.md). At most IR_MAX_COLSUMS per group (a CUDA thread holds
+ * each one's sums of its columns in registers). */
+enum { IR_MAX_COLSUMS = 4 };
+AL_HIDDEN bool ir_fuse_colsum(const ir_graph *g, const ir_node *n);
 /* The shape member n iterates over: its result's, or for a row op whose
- * result is the mean of per-row values (cross_entropy) its first operand's. */
+ * result is the mean of per-row values (cross_entropy) or a column sum its
+ * first operand's. */
 AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
 /* Whether row op n's value is one number per row ([.., 1], a KEEP stage:
  * layer_norm_mean, layer_norm_rstd, rms_norm_rstd). Such a member iterates over its
@@ -75,7 +87,8 @@ AL_HIDDEN int ir_group_size(const ir_groups *gs, int i);
  * operand from outside comes from an earlier position, every reader
  * outside from a later one); and per kind: EW members share one shape and
  * compute type; ROW members share one iteration shape (ir_fuse_shape) and
- * compute in f32; GEMM is a GEMM head first (matmul or convolution), then
+ * compute in f32, and its column sums follow ir_fuse_colsum's rule;
+ * GEMM is a GEMM head first (matmul or convolution), then
  * elementwise members of its result's shape; MULTI has at most one
  * found_inf, last, and each connected chain of elementwise members shares
  * a shape and compute type. Records the

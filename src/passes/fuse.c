@@ -11,6 +11,9 @@
  *     (formed first, off limits to the union);
  *   - row groups of one shape that read a tensor row by row are then
  *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
+ *     and a reduce_sum over the rows of a value of a row group joins it as
+ *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
+ *     then siblings once more (those kept apart by such sums);
  *   - multi groups join found_inf with the unscale chains it reads, and
  *     merge the update groups of all parameters that compute alike;
  * and every group can run at the position of its last member: every
@@ -572,6 +575,12 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         }
         /* row groups that read the same tensor row by row: one group */
         if (!(off & 1u << IR_GROUP_ROW)) ok = fuse_row_siblings(g, label, rstart, rlist);
+        /* and the sums over their rows (a layer_norm's dgamma, dbeta); then
+         * siblings once more: the sums a sibling union would have run after
+         * are members now (the test block's ln2: dx with dbeta, and the
+         * dgamma product with its sum, become one) */
+        if (!(off & 1u << IR_GROUP_ROW))
+            ok = ok && fuse_row_colsums(g, label, rstart, rlist) && fuse_row_siblings(g, label, rstart, rlist);
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)

@@ -14,7 +14,10 @@
  * runs at its last member, so every node outside it that reads a member
  * must come after that, and no member may read a per-row statistic
  * (ir_row_keeps) of the other side. Checked on the union before it is made,
- * by walking the readers of both sides' members.
+ * by walking the readers of both sides' members. pass_fuse calls it a second
+ * time after the column sums joined (fuse_colsum.c): a sum that kept two
+ * siblings apart may now be a member of one, and the union then also keeps
+ * the column sums' own rule (at most IR_MAX_COLSUMS, none read inside).
  */
 
 #include "ir/groups.h"
@@ -31,6 +34,8 @@ typedef struct siblings {
     int *first, *next, *last;      /* group name -> first member, member -> next (-1 at the end), name -> last id */
     const ir_type **shape;         /* group name -> its iteration shape; NULL: neither a row nor an ew group */
     uint8_t *row;                  /* group name -> it has a row op (else it is elementwise only) */
+    int absorb[IR_MAX_COLSUMS];    /* legal_union: column sums in no group the union takes in */
+    int nabsorb;
 } siblings;
 
 static bool same_dims(const ir_type *a, const ir_type *b)
@@ -41,31 +46,63 @@ static bool same_dims(const ir_type *a, const ir_type *b)
     return true;
 }
 
-/* Whether groups a and b may become one: every reader of a member from
- * outside both comes after the later of their last members. */
-static bool legal_union(const siblings *s, int a, int b)
+/* Whether reader r of a member, outside the union and before its last
+ * member `last`, can join it as a column sum (the second call, after
+ * fuse_colsum.c): a lone reduce_sum over the rows (ir_fuse_colsum) of the
+ * union's shape, read only after `last`. ln2's dgamma in the test block:
+ * the sum of the product's elementwise group sits before the gradient's
+ * cast, which kept the two groups apart. */
+static bool absorbable(const siblings *s, int r, int last, const ir_type *shape)
 {
-    int last = s->last[a] > s->last[b] ? s->last[a] : s->last[b];
-    for (int side = 0; side < 2; side++)
-        for (int m = s->first[side ? b : a]; m >= 0; m = s->next[m])
-            for (int k = s->rstart[m]; k < s->rstart[m + 1]; k++) {
-                int r = s->rlist[k], lr = s->label[r];
-                if ((lr == a || lr == b) && lr >= 0) {
-                    if (ir_row_keeps(s->g->nodes[m])) return false; /* a kept statistic is read by later steps only */
-                    continue;
-                }
-                if (r <= last) return false;
-            }
+    const ir_node *n = s->g->nodes[r];
+    if (s->label[r] >= 0 || !ir_fuse_colsum(s->g, n) || !same_dims(ir_fuse_shape(s->g, n), shape)) return false;
+    for (int k = s->rstart[r]; k < s->rstart[r + 1]; k++)
+        if (s->rlist[k] <= last) return false;
     return true;
 }
 
-/* Makes b's members a's. */
+/* Whether groups a and b may become one: every reader of a member from
+ * outside both comes after the later of their last members, or is a column
+ * sum the union takes in (absorbable: s->absorb); and, for the column sums
+ * they hold (the second call, fuse_colsum.c), no member of either reads one
+ * and there are at most IR_MAX_COLSUMS. */
+static bool legal_union(siblings *s, int a, int b)
+{
+    int last = s->last[a] > s->last[b] ? s->last[a] : s->last[b], colsums = 0;
+    s->nabsorb = 0;
+    for (int side = 0; side < 2; side++)
+        for (int m = s->first[side ? b : a]; m >= 0; m = s->next[m]) {
+            bool colsum = ir_fuse_colsum(s->g, s->g->nodes[m]);
+            if (colsum && ++colsums > IR_MAX_COLSUMS) return false;
+            for (int k = s->rstart[m]; k < s->rstart[m + 1]; k++) {
+                int r = s->rlist[k], lr = s->label[r];
+                if ((lr == a || lr == b) && lr >= 0) {
+                    if (colsum || ir_row_keeps(s->g->nodes[m])) return false; /* read by later steps only */
+                    continue;
+                }
+                if (r > last) continue;
+                bool seen = false;
+                for (int i = 0; i < s->nabsorb; i++) seen |= s->absorb[i] == r;
+                if (seen) continue;
+                if (!absorbable(s, r, last, s->shape[a]) || ++colsums > IR_MAX_COLSUMS) return false;
+                s->absorb[s->nabsorb++] = r;
+            }
+        }
+    return true;
+}
+
+/* Makes b's members, and the column sums legal_union found, a's. */
 static void take(siblings *s, int a, int b)
 {
     int tail = s->first[a];
     while (s->next[tail] >= 0) tail = s->next[tail];
     s->next[tail] = s->first[b];
-    for (int m = s->first[b]; m >= 0; m = s->next[m]) s->label[m] = a;
+    for (int m = s->first[b]; m >= 0; m = s->next[m]) s->label[m] = a, tail = m;
+    for (int i = 0; i < s->nabsorb; i++) { /* each before the union's last member: last stays */
+        int r = s->absorb[i];
+        s->label[r] = a, s->next[r] = -1;
+        s->next[tail] = r, tail = r;
+    }
     if (s->last[b] > s->last[a]) s->last[a] = s->last[b];
     s->row[a] |= s->row[b];
     s->first[b] = -1, s->shape[b] = NULL;

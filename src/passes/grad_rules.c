@@ -49,7 +49,10 @@ int ad_unbroadcast(ad_ctx *c, int g, const ir_type *target)
     for (int d = 0; d < t->rank; d++)
         if (d < lead || (target->dims[d - lead] == 1 && t->dims[d] != 1)) axes[naxes++] = d;
     if (naxes) {
-        ir_attr a[2] = {ir_a_ints("axes", naxes, axes), ir_a_bool("keepdims", true)};
+        /* only leading axes summed: their sum has the target's shape, and
+         * no reshape sits between it and a row group that may take it as a
+         * column sum (ir_fuse_colsum) */
+        ir_attr a[2] = {ir_a_ints("axes", naxes, axes), ir_a_bool("keepdims", naxes != lead)};
         g = ad_emit(c, IR_OP_reduce_sum, 1, &g, 2, a, NULL);
     }
     return ad_reshape(c, g, target);

@@ -133,6 +133,10 @@ AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opt
  * after x), so that op's row group computes and stores them. */
 AL_HIDDEN alloy_status ad_place_statistics(ir_graph **gp, int nfwd);
 AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist);
+/* fuse_colsum.c: reduce_sums over the rows of a row group's [rows, C]
+ * value (ir_fuse_colsum) join that group where legal; same arguments;
+ * false when out of memory. */
+AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
 /* Names the training passes agree on (docs/training.md). */
 #define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */

@@ -462,7 +462,9 @@ alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, 
  * member does not read. The row executors compute members in order on a
  * block of whole rows (CPU) or a row per team with each column read and
  * written by one thread (CUDA), so every read of the input's row is done
- * before the member's row is stored over it. The classifier's case: the
+ * before the member's row is stored over it (a column sum's result is
+ * written after every row is done: on the CPU after all blocks, on a GPU
+ * by a kernel after the row kernel). The classifier's case: the
  * logits' row is cast to f32 for cross_entropy and its gradient, whose
  * f16 result then goes where the logits were. NULL when out of memory. */
 static int *row_aliases(const ir_graph *g, const schedule *s, const uint8_t *mat)

@@ -90,6 +90,8 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
             if (ir_fuse_elementwise(g, g->nodes[order[m]])) {
                 while (end < n && ir_fuse_elementwise(g, g->nodes[order[end]])) end++;
                 add_part(b, PART_EW, st->first + m, end - m);
+            } else if (ir_fuse_colsum(g, g->nodes[order[m]])) {
+                add_part(b, PART_COLSUM, st->first + m, 1);
             } else {
                 add_part(b, PART_OP, st->first + m, 1);
                 s->members[st->first + m].flags |= MEMBER_EXACT;
@@ -281,8 +283,10 @@ void sched_print(const ir_graph *g, const schedule *s, FILE *out)
         for (int p = st->first_part; p < st->first_part + st->nparts; p++) {
             const sched_part *part = &s->parts[p];
             if (p > st->first_part) fputs(" |", out);
-            fprintf(out, " %s%s", part->kind == PART_EW ? "ew" : ir_ops[g->nodes[s->members[part->first].node]->op].name,
-                    part->wide ? "(f64)" : "");
+            const char *what = part->kind == PART_EW       ? "ew"
+                               : part->kind == PART_COLSUM ? "colsum"
+                                                           : ir_ops[g->nodes[s->members[part->first].node]->op].name;
+            fprintf(out, " %s%s", what, part->wide ? "(f64)" : "");
             for (int m = part->first; m < part->first + part->n; m++) {
                 fprintf(out, " %%%d", s->members[m].node);
                 if (s->members[m].flags) fputc('=', out);

@@ -11,7 +11,8 @@
  *   OP:    one node with its own kernel (matmul, reduction, movement, a
  *          row op outside any group, a constant);
  *   EW:    elementwise members over one shape, one pass over memory;
- *   ROW:   row ops with elementwise producers and consumers over [rows, C];
+ *   ROW:   row ops with elementwise producers and consumers over [rows, C],
+ *          and column sums over its rows;
  *   GEMM:  a matmul and its epilogue;
  *   MULTI: independent elementwise chains (and a found_inf over them) in
  *          one launch. */
@@ -28,8 +29,12 @@ enum {
 
 /* A part: members run as one unit inside a step. EW parts are one chunked
  * elementwise pass (computing in f64 when `wide`); an OP part is one
- * structured member (a row op, the GEMM's matmul, found_inf). */
-typedef enum part_kind { PART_EW, PART_OP } part_kind;
+ * structured member (a row op, the GEMM's matmul, found_inf); a COLSUM part
+ * is one column sum of a ROW step (ir_fuse_colsum): every block of rows
+ * adds its rows of the operand (a member handed over as MEMBER_SPILLED, or
+ * an input) per column, and the step combines the blocks' sums at its end
+ * (in the unfused reduce_sum's order on the CPU). */
+typedef enum part_kind { PART_EW, PART_OP, PART_COLSUM } part_kind;
 
 typedef struct sched_part {
     part_kind kind;
@@ -75,7 +80,7 @@ AL_HIDDEN const char *sched_kind_name(step_kind k);
 AL_HIDDEN bool sched_stored(const schedule *s, int i);
 /* Prints the schedule as comment lines, one per step:
  *   # step 12 row @%31 f32[2048,64]: in %27 %12; ew %28 %29 | row %30=xs | ew %31=s
- * (parts separated by "|", each member's flags after "=": s stored, x
+ * (parts separated by "|", a column sum's as "colsum %33=s"; each member's flags after "=": s stored, x
  * exact, r ranged, c checked, p spilled). */
 AL_HIDDEN void sched_print(const ir_graph *g, const schedule *s, FILE *out);
 

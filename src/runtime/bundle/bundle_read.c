@@ -163,16 +163,24 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
     }
     for (int i = 0; i < s->nparts && !r->bad; i++) {
         sched_part *p = &s->parts[i];
-        p->kind = (part_kind)rd_int(r, "part kind", PART_EW, PART_OP);
+        p->kind = (part_kind)rd_int(r, "part kind", PART_EW, PART_COLSUM);
         p->wide = rd_int(r, "part wide", 0, 1);
         p->first = rd_int(r, "part first member", 0, s->nmembers - 1);
         p->n = rd_int(r, "part member count", 1, s->nmembers - p->first);
     }
     for (int i = 0; i < s->nsteps && !r->bad; i++) { /* a step's parts lie inside its members */
         const sched_step *t = &s->steps[i];
-        for (int k = t->first_part; k < t->first_part + t->nparts; k++)
-            if (s->parts[k].first < t->first || s->parts[k].first + s->parts[k].n > t->first + t->n)
+        for (int k = t->first_part; k < t->first_part + t->nparts; k++) {
+            const sched_part *p = &s->parts[k];
+            if (p->first < t->first || p->first + p->n > t->first + t->n)
                 rd_fail(r, "%s: part %" PRId64 " lies outside its step's members", "schedule", k);
+            /* a column sum part: one column sum of a row step, and every column sum in one */
+            else if ((p->kind == PART_COLSUM) !=
+                     (t->kind == STEP_ROW && p->n == 1 && ir_fuse_colsum(g, g->nodes[s->members[p->first].node])))
+                rd_fail(r, p->kind == PART_COLSUM ? "%s: part %" PRId64 " is no column sum of a row step"
+                                                  : "%s: part %" PRId64 " holds a column sum outside a column sum part",
+                        "schedule", k);
+        }
     }
     for (int i = 0; i < s->ninputs && !r->bad; i++) s->inputs[i] = rd_int(r, "step input node", 0, nn - 1);
     for (int i = 0; i < s->nsteps && !r->bad; i++) { /* its position, iteration shape and kind fit its members */

@@ -26,6 +26,7 @@ typedef struct row_thread {
      * workers lend the array; the other entries are stale and never read) */
     rt_tensor *view;
     char *scratch;    /* block buffers of members read by a later step */
+    float *stack;     /* the column sums' pairwise stack (CPU_COLSUM_STACK floats) */
 } row_thread;
 
 typedef struct row_group {
@@ -37,6 +38,9 @@ typedef struct row_group {
     rt_tensor *values;
     ir_type full;             /* the iteration shape */
     int64_t rows, C, period, block_rows, nblocks;
+    int64_t *block_start;     /* block b is rows [block_start[b], block_start[b + 1]) */
+    int ncolsums, tree_depth; /* column sums; the depth of the blocks in the pairwise tree */
+    float *partials;          /* per column sum, per block: its C column sums */
     const int *ext;           /* inputs from outside (the step's), and their view kinds */
     int next;
     uint8_t *ext_kind;
@@ -98,15 +102,15 @@ static void row_block(void *arg, int64_t b, int ti)
     row_thread *t = &rg->t[ti];
     if (t->x.status) return;
     const ir_graph *g = rg->g;
-    int64_t r0 = b * rg->block_rows, rb = rg->rows - r0 < rg->block_rows ? rg->rows - r0 : rg->block_rows;
+    int64_t r0 = rg->block_start[b], rb = rg->block_start[b + 1] - r0;
     for (int e = 0; e < rg->next; e++)
         set_view(rg, &t->view[rg->ext[e]], &rg->values[rg->ext[e]], rg->ext_kind[e], r0, rb);
     for (int k = 0; k < rg->n; k++) {
         int id = rg->members[k].node;
         const ir_node *m = g->nodes[id];
         rt_tensor *v = &t->view[id];
-        if (ir_ops[m->op].row && ir_row_summarize(ir_ops[m->op].row).per_row_result) {
-            *v = rg->values[id]; /* written after the blocks, from their per-row results */
+        if ((ir_ops[m->op].row && ir_row_summarize(ir_ops[m->op].row).per_row_result) || ir_fuse_colsum(g, m)) {
+            *v = rg->values[id]; /* written after the blocks, from their per-row results or column sums */
             continue;
         }
         rt_tensor whole = {m->type, rg->values[id].data};
@@ -114,7 +118,7 @@ static void row_block(void *arg, int64_t b, int ti)
         if (!whole.data) v->data = rg->scratch_at[k] == SIZE_MAX ? NULL : t->scratch + rg->scratch_at[k];
     }
     ir_type space = block_type(rg, &rg->full, VIEW_FULL, rb);
-    int ce = 0;
+    int ce = 0, cs = 0;
     const schedule *s = rg->s;
     for (int p = rg->step->first_part; p < rg->step->first_part + rg->step->nparts && !t->x.status; p++) {
         const sched_part *part = &s->parts[p];
@@ -123,6 +127,18 @@ static void row_block(void *arg, int64_t b, int ti)
             continue;
         }
         const ir_node *m = g->nodes[s->members[part->first].node];
+        if (part->kind == PART_COLSUM) { /* this block's rows of the f32 operand, summed per column */
+            const rt_tensor *o = &t->view[m->in[0]];
+            if (!o->data) {
+                char label[64];
+                cpu_fail(&t->x, ALLOY_ERR_VERIFY, "column sum %s of a row group: its operand has no block values",
+                         ir_node_label(m, label, sizeof label));
+                return;
+            }
+            float *partial = rg->partials + ((size_t)cs++ * (size_t)rg->nblocks + (size_t)b) * (size_t)rg->C;
+            cpu_column_sums_f32(o->data, rb, rg->C, partial, t->stack);
+            continue;
+        }
         rt_tensor in[6]; /* a row op has at most 6 operands (cpu_rows.c) */
         for (int j = 0; j < m->nin && j < 6; j++) in[j] = t->view[m->in[j]];
         float *results = NULL; /* a per-row result (cross_entropy's losses): this block's rows of them */
@@ -130,6 +146,60 @@ static void row_block(void *arg, int64_t b, int ti)
             results = (float *)rg->losses + (size_t)ce++ * 2 * (size_t)rg->rows + r0;
         cpu_row_run(&t->x, m, &t->view[m->id], in, rg->rows, results);
     }
+}
+
+/* The blocks of a row group with column sums: the subtrees of the pairwise
+ * tree of reduce_sum over the rows (cpu_column_sums_f32) that first have at
+ * most br rows (br >= CPU_SUM_LEAF, so every node split here is split by the
+ * unfused sum too); each block's sums are then that subtree's, and combining
+ * them in the tree's order gives the unfused result bit for bit. Counts the
+ * blocks into *n, writing their first rows to starts when not NULL, and
+ * returns the depth of the deepest. */
+static int tree_blocks(int64_t lo, int64_t hi, int64_t br, int64_t *starts, int64_t *n)
+{
+    if (hi - lo <= br) {
+        if (starts) starts[*n] = lo;
+        (*n)++;
+        return 0;
+    }
+    int64_t mid = lo + (hi - lo) / 2;
+    int a = tree_blocks(lo, mid, br, starts, n), b = tree_blocks(mid, hi, br, starts, n);
+    return 1 + (a > b ? a : b);
+}
+
+/* out[0..C) = the column sums of rows [lo, hi) from the blocks' partial sums
+ * (*block: the next block in row order), adding the halves as the pairwise
+ * tree does; stack holds C floats per level below. */
+static void tree_combine(const row_group *rg, const float *partials, int64_t lo, int64_t hi, int64_t *block,
+                         float *out, float *stack)
+{
+    if (rg->block_start[*block] == lo && rg->block_start[*block + 1] == hi) {
+        memcpy(out, partials + (size_t)(*block)++ * (size_t)rg->C, sizeof(float) * (size_t)rg->C);
+        return;
+    }
+    int64_t mid = lo + (hi - lo) / 2;
+    tree_combine(rg, partials, lo, mid, block, out, stack);
+    tree_combine(rg, partials, mid, hi, block, stack, stack + rg->C);
+    for (int64_t j = 0; j < rg->C; j++) out[j] += stack[j];
+}
+
+/* Each column sum's result from its blocks' partial sums, stored in f32;
+ * false when out of memory. */
+static bool colsum_results(const row_group *rg)
+{
+    float *sums = al_malloc(sizeof(float) * (size_t)rg->C * ((size_t)rg->tree_depth + 2));
+    if (!sums) return false;
+    const sched_step *step = rg->step;
+    for (int q = step->first_part, cs = 0; q < step->first_part + step->nparts; q++) {
+        if (rg->s->parts[q].kind != PART_COLSUM) continue;
+        const ir_node *m = rg->g->nodes[rg->s->members[rg->s->parts[q].first].node];
+        int64_t block = 0;
+        tree_combine(rg, rg->partials + (size_t)cs++ * (size_t)rg->nblocks * (size_t)rg->C, 0, rg->rows, &block, sums,
+                     sums + rg->C);
+        if (rg->values[m->id].data) memcpy(rg->values[m->id].data, sums, sizeof(float) * (size_t)rg->C);
+    }
+    al_free(sums);
+    return true;
 }
 
 alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
@@ -156,6 +226,11 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
     int nce = 0, threads = 1;
     bool single = false;
     if (!rg->ext_kind || !rg->scratch_at) why = oom;
+    for (int q = step->first_part; q < step->first_part + step->nparts && !why; q++) {
+        if (s->parts[q].kind != PART_COLSUM) continue;
+        rg->ncolsums++; /* (a bundle's schedule is read as it says; its graph verified) */
+        if (!ir_fuse_colsum(g, g->nodes[s->members[s->parts[q].first].node])) why = "a column sum part is no column sum";
+    }
     for (int e = 0; e < rg->next && !why; e++) {
         int o = rg->ext[e];
         if (!values[o].data && ir_nbytes(&values[o].type)) why = "an input of the group has no value";
@@ -179,6 +254,35 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
         if (br < rg->period) br = rg->period;
         rg->block_rows = single || br > rg->rows ? rg->rows : br;
         rg->nblocks = (rg->rows + rg->block_rows - 1) / rg->block_rows;
+        if (rg->ncolsums && rg->period > 1) rg->block_rows = rg->rows, rg->nblocks = 1; /* one subtree: all rows */
+        if (rg->ncolsums && rg->nblocks > 1) { /* blocks along the pairwise tree */
+            if (br < CPU_SUM_LEAF) br = CPU_SUM_LEAF;
+            rg->nblocks = 0;
+            rg->tree_depth = tree_blocks(0, rg->rows, br, NULL, &rg->nblocks);
+            rg->block_rows = br;
+        }
+        rg->block_start = al_malloc(sizeof(int64_t) * ((size_t)rg->nblocks + 1));
+        if (!rg->block_start) why = oom;
+    }
+    if (!why && rg->rows > 0) {
+        if (rg->ncolsums && rg->nblocks > 1) {
+            int64_t nb = 0;
+            tree_blocks(0, rg->rows, rg->block_rows, rg->block_start, &nb);
+            int64_t most = 0; /* the largest block, for the block buffers */
+            rg->block_start[nb] = rg->rows;
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t size = rg->block_start[b + 1] - rg->block_start[b];
+                if (size > most) most = size;
+            }
+            rg->block_rows = most;
+        } else {
+            for (int64_t b = 0; b < rg->nblocks; b++) rg->block_start[b] = b * rg->block_rows;
+            rg->block_start[rg->nblocks] = rg->rows;
+        }
+        if (rg->ncolsums) {
+            rg->partials = al_malloc(sizeof(float) * (size_t)rg->ncolsums * (size_t)rg->nblocks * (size_t)rg->C);
+            if (!rg->partials) why = oom;
+        }
         size_t at = 0;
         for (int k = 0; k < n; k++) {
             if (rg->scratch_at[k] == SIZE_MAX || values[members[k].node].data) {
@@ -201,7 +305,8 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
             t->w = cpu_workers_new();
             t->view = cpu_workers_views(w, i, g->nnodes);
             t->scratch = al_malloc(rg->scratch_bytes ? rg->scratch_bytes : 1);
-            if (!t->w || !t->view || !t->scratch) why = oom;
+            t->stack = rg->ncolsums ? al_malloc(sizeof(float) * CPU_COLSUM_STACK) : NULL;
+            if (!t->w || !t->view || !t->scratch || (rg->ncolsums && !t->stack)) why = oom;
         }
     }
     if (!why && rg->rows > 0) {
@@ -219,12 +324,13 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
                              &values[m->id]);
             ce++;
         }
+        if (!x->status && rg->ncolsums && !colsum_results(rg)) why = oom;
     }
     for (int i = 0; i < threads; i++) {
         cpu_workers_free(rg->t[i].w);
-        al_free(rg->t[i].scratch);
+        al_free(rg->t[i].scratch), al_free(rg->t[i].stack);
     }
-    al_free(rg->ext_kind), al_free(rg->scratch_at), al_free(rg->losses);
+    al_free(rg->ext_kind), al_free(rg->scratch_at), al_free(rg->losses), al_free(rg->block_start), al_free(rg->partials);
     al_free(rg);
     if (why)
         return cpu_fail(x, why == oom ? ALLOY_ERR_OOM : ALLOY_ERR_VERIFY,

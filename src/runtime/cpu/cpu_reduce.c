@@ -8,7 +8,7 @@
 /* LEAF: sums of at most this many terms are added in order; longer ones are
  * split in halves, so rounding error grows with log(n), not n. COLS: output
  * columns reduced together when the reduced axes are not the innermost. */
-enum { LEAF = 16, COLS = 256, MAX_DEPTH = 64 };
+enum { LEAF = CPU_SUM_LEAF, COLS = CPU_SUM_COLS, MAX_DEPTH = CPU_SUM_MAX_DEPTH };
 
 /* The reduction with size-1 dims dropped and contiguous neighbours merged:
  * the kept dims (walked in output order) and the reduced dims, each with its
@@ -205,6 +205,13 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
 DEFINE_REDUCER(f32, float, float, FLOAT_IS_NAN, NAN)
 DEFINE_REDUCER(f64, double, double, FLOAT_IS_NAN, NAN)
 DEFINE_REDUCER(i64, int64_t, uint64_t, INT_IS_NAN, 0)
+
+void cpu_column_sums_f32(const float *src, int64_t nrows, int64_t ncols, float *out, float *stack)
+{
+    reduce_plan p = {.op = IR_OP_reduce_sum, .nred = 1, .red = {nrows}, .red_stride = {ncols}, .count = nrows};
+    for (int64_t j0 = 0; j0 < ncols; j0 += COLS)
+        column_sums_f32(&p, src + j0, 0, nrows, ncols - j0 < COLS ? ncols - j0 : COLS, out + j0, stack);
+}
 
 /* reduce_sum / reduce_mean / reduce_max over `axes` (all when absent),
  * accumulating in f32 (f16, bf16, f32) or f64 (f64, and the sums and means
