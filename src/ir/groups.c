@@ -100,6 +100,15 @@ static bool same_dims(const ir_type *a, const ir_type *b)
     return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
 
+bool ir_reads_rows(const ir_graph *g, const ir_node *r, int p)
+{
+    bool row = ir_fuse_row_op(g, r), ew = !row && ir_fuse_elementwise(g, r) && !ir_fuse_wide(g, r);
+    if (!row && !ew) return false;
+    for (int j = 0; j < r->nin; j++)
+        if (r->in[j] == p && (row ? ir_row_operand(r, j) : same_dims(&g->nodes[p]->type, &r->type))) return true;
+    return false;
+}
+
 ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n)
 {
     bool row = false, multi = false;

@@ -50,6 +50,12 @@ AL_HIDDEN bool ir_fuse_colsum(const ir_graph *g, const ir_node *n);
  * result is the mean of per-row values (cross_entropy) or a column sum its
  * first operand's. */
 AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
+/* Whether r reads tensor p whole at every element of its iteration, as a
+ * member of a row group would: a row op's row operand, or an f32
+ * elementwise member's operand of r's own shape (not broadcast). The
+ * sibling and column-sum rules (fuse_siblings.c, fuse_colsum.c) join
+ * groups through such readers. */
+AL_HIDDEN bool ir_reads_rows(const ir_graph *g, const ir_node *r, int p);
 /* Whether row op n's value is one number per row ([.., 1], a KEEP stage:
  * layer_norm_mean, layer_norm_rstd, rms_norm_rstd). Such a member iterates over its
  * operand's shape and is read only outside its group: a later step reads

@@ -67,15 +67,6 @@ static void take(colsums *c, int a, int n)
     c->count[a]++;
 }
 
-/* Whether member r of a row group reads node o row by row: a row op's row
- * operand, or an elementwise member's operand of the group's shape. */
-static bool reads_rows(const ir_graph *g, const ir_node *r, int o)
-{
-    for (int j = 0; j < r->nin; j++)
-        if (r->in[j] == o && (ir_fuse_row_op(g, r) ? ir_row_operand(r, j) : ir_fuse_elementwise(g, r))) return true;
-    return false;
-}
-
 bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist)
 {
     int nn = g->nnodes;
@@ -109,7 +100,7 @@ bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const in
             for (int k = rstart[o]; k < rstart[o + 1]; k++) {
                 const ir_node *r = g->nodes[rlist[k]];
                 a = label[r->id];
-                if (r->id == n || a < 0 || !c.shape[a] || !same_dims(c.shape[a], ot) || !reads_rows(g, r, o)) continue;
+                if (r->id == n || a < 0 || !c.shape[a] || !same_dims(c.shape[a], ot) || !ir_reads_rows(g, r, o)) continue;
                 if (legal_join(&c, a, n)) {
                     take(&c, a, n);
                     break;

@@ -108,18 +108,6 @@ static void take(siblings *s, int a, int b)
     s->first[b] = -1, s->shape[b] = NULL;
 }
 
-/* Whether reader r, in a group of the sibling rule, reads tensor p whole at
- * every element of its iteration: a row op's row operand, or an elementwise
- * member's operand of r's own shape (not broadcast). */
-static bool reads_rows_of(const ir_graph *g, const ir_node *r, int p)
-{
-    bool row = ir_fuse_row_op(g, r), ew = !row && ir_fuse_elementwise(g, r) && !ir_fuse_wide(g, r);
-    if (!row && !ew) return false;
-    for (int j = 0; j < r->nin; j++)
-        if (r->in[j] == p && (row ? ir_row_operand(r, j) : same_dims(&g->nodes[p]->type, &r->type))) return true;
-    return false;
-}
-
 bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist)
 {
     int nn = g->nnodes;
@@ -162,7 +150,7 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
                 const ir_node *r = g->nodes[s.rlist[e]];
                 int name = label[r->id];
                 if (name < 0 || !s.shape[name] || label[p] == name) continue;
-                bool row_read = reads_rows_of(g, r, p);
+                bool row_read = ir_reads_rows(g, r, p);
                 bool seen = false;
                 for (int c = 0; c < k; c++) seen |= cand[c] == name;
                 if (row_read && !seen) cand[k++] = name;
