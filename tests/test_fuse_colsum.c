@@ -124,7 +124,7 @@ static void reference(const ln_data *d, double *dgamma, double *dbeta, double *s
 static void run_grads(int mode, const ln_data *d, bool fused, int nthreads, float **out)
 {
     fusion(fused);
-    char t[8];
+    char t[16];
     snprintf(t, sizeof t, "%d", nthreads);
     setenv("ALLOY_NUM_THREADS", t, 1);
     alloy_graph *g = ln_graph(mode, d->sh);
