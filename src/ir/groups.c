@@ -95,7 +95,7 @@ bool ir_gemm_head(const ir_node *n)
     return n->op == IR_OP_matmul || n->op == IR_OP_conv1d || n->op == IR_OP_conv2d;
 }
 
-static bool same_dims(const ir_type *a, const ir_type *b)
+bool ir_same_dims(const ir_type *a, const ir_type *b)
 {
     return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
@@ -105,7 +105,7 @@ bool ir_reads_rows(const ir_graph *g, const ir_node *r, int p)
     bool row = ir_fuse_row_op(g, r), ew = !row && ir_fuse_elementwise(g, r) && !ir_fuse_wide(g, r);
     if (!row && !ew) return false;
     for (int j = 0; j < r->nin; j++)
-        if (r->in[j] == p && (row ? ir_row_operand(r, j) : same_dims(&g->nodes[p]->type, &r->type))) return true;
+        if (r->in[j] == p && (row ? ir_row_operand(r, j) : ir_same_dims(&g->nodes[p]->type, &r->type))) return true;
     return false;
 }
 
@@ -117,7 +117,7 @@ ir_group_kind ir_group_kind_of(const ir_graph *g, const int *members, int n)
         const ir_node *m = g->nodes[members[k]];
         if (ir_gemm_head(m)) return IR_GROUP_GEMM;
         if (m->op == IR_OP_found_inf) multi = true;
-        else if (!same_dims(ir_fuse_shape(g, m), first)) multi = true;
+        else if (!ir_same_dims(ir_fuse_shape(g, m), first)) multi = true;
         if (ir_fuse_row_op(g, m)) row = true;
     }
     return multi ? IR_GROUP_MULTI : row ? IR_GROUP_ROW : IR_GROUP_EW;
@@ -232,7 +232,7 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
         switch (kind) {
         case IR_GROUP_EW:
             if (!ew) return "is not elementwise, yet its group has no row op, matmul, convolution or found_inf";
-            if (!same_dims(&x->type, &first->type)) return "has another shape than the group's first member";
+            if (!ir_same_dims(&x->type, &first->type)) return "has another shape than the group's first member";
             if (ir_fuse_wide(g, x) != ir_fuse_wide(g, first)) return "computes in another precision than the group";
             break;
         case IR_GROUP_ROW:
@@ -245,7 +245,7 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
             for (int j = 0; j < x->nin; j++) /* a column sum's result exists once every row is done */
                 if (in_group[x->in[j]] == in_group[x->id] && ir_fuse_colsum(g, g->nodes[x->in[j]]))
                     return "reads a column sum of its own row group";
-            if (!same_dims(ir_fuse_shape(g, x), ir_fuse_shape(g, first)))
+            if (!ir_same_dims(ir_fuse_shape(g, x), ir_fuse_shape(g, first)))
                 return "iterates over another shape than the row group";
             if (ir_fuse_wide(g, x)) return "computes in f64, which row groups do not";
             for (int j = 0; j < x->nin; j++)
@@ -257,7 +257,7 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
                 return m == 0 ? "is first in a gemm group but not its matmul or convolution"
                               : "is a second matmul or convolution in a gemm group";
             if (m > 0 && !ew) return "is not elementwise, so no GEMM epilogue computes it";
-            if (m > 0 && !same_dims(&x->type, &first->type))
+            if (m > 0 && !ir_same_dims(&x->type, &first->type))
                 return "has another shape than the matmul or convolution it follows";
             if (m > 1 && ir_fuse_wide(g, x) != ir_fuse_wide(g, g->nodes[members[1]]))
                 return "computes in another precision than the epilogue";
@@ -273,7 +273,7 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
                 int o = x->in[j]; /* an operand in the group is an earlier member */
                 if (in_group[o] != in_group[x->id]) continue;
                 int a = find_root(parent, member_at[o]);
-                if (!same_dims(&g->nodes[members[a]]->type, &x->type))
+                if (!ir_same_dims(&g->nodes[members[a]]->type, &x->type))
                     return "has another shape than the chain it joins";
                 if (ir_fuse_wide(g, g->nodes[members[a]]) != ir_fuse_wide(g, x))
                     return "computes in another precision than the chain it joins";

@@ -50,6 +50,8 @@ AL_HIDDEN bool ir_fuse_colsum(const ir_graph *g, const ir_node *n);
  * result is the mean of per-row values (cross_entropy) or a column sum its
  * first operand's. */
 AL_HIDDEN const ir_type *ir_fuse_shape(const ir_graph *g, const ir_node *n);
+/* Whether a and b have the same dims (their dtypes aside). */
+AL_HIDDEN bool ir_same_dims(const ir_type *a, const ir_type *b);
 /* Whether r reads tensor p whole at every element of its iteration, as a
  * member of a row group would: a row op's row operand, or an f32
  * elementwise member's operand of r's own shape (not broadcast). The

@@ -33,14 +33,6 @@
 #include "ir/groups.h"
 #include "passes/pass.h"
 
-static bool same_shape(const ir_type *a, const ir_type *b)
-{
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
-
 /* ---- GEMM epilogues ---- */
 
 /* readers[i]: how many nodes read node i, plus one if it is an output, an
@@ -315,7 +307,8 @@ static void join(fuser *f, int n)
         const ir_node *o = g->nodes[node->in[j]];
         int go = f->grp[o->id];
         if (ir_fuse_row_op(g, node) && !ir_row_operand(node, j)) continue; /* gamma, dloss: read whole */
-        if (go < 0 || reads_kept_of(f, node, go) || !same_shape(ir_fuse_shape(g, o), ir_fuse_shape(g, node)) || ir_fuse_wide(g, o) != wide)
+        if (go < 0 || reads_kept_of(f, node, go) || !ir_same_dims(ir_fuse_shape(g, o), ir_fuse_shape(g, node)) ||
+            ir_fuse_wide(g, o) != wide)
             continue;
         if (!in_set(go, cand, k)) cand[k++] = go;
     }

@@ -30,14 +30,6 @@ typedef struct colsums {
     const ir_type **shape;     /* group name -> the iteration shape of its row ops; NULL: not a row group */
 } colsums;
 
-static bool same_dims(const ir_type *a, const ir_type *b)
-{
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
-
 /* Whether column sum n may join group a: no member reads n, and every
  * reader from outside of a member or of n comes after both a's last member
  * and n. */
@@ -78,14 +70,9 @@ bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const in
     c.shape = al_calloc((size_t)nn, sizeof *c.shape);
     bool ok = c.first && c.next && c.last && c.count && c.shape;
     if (ok) {
-        for (int i = 0; i < nn; i++) c.first[i] = c.last[i] = -1;
-        for (int i = nn - 1; i >= 0; i--) {
-            int name = label[i];
-            if (name < 0) continue;
-            c.next[i] = c.first[name], c.first[name] = i;
-            if (c.last[name] < 0) c.last[name] = i;
-            if (ir_fuse_row_op(g, g->nodes[i])) c.shape[name] = ir_fuse_shape(g, g->nodes[i]);
-        }
+        fuse_member_lists(label, nn, c.first, c.next, c.last);
+        for (int i = 0; i < nn; i++)
+            if (label[i] >= 0 && ir_fuse_row_op(g, g->nodes[i])) c.shape[label[i]] = ir_fuse_shape(g, g->nodes[i]);
         for (int n = 0; n < nn; n++) {
             const ir_node *x = g->nodes[n];
             if (label[n] >= 0 || !ir_fuse_colsum(g, x)) continue;
@@ -93,14 +80,14 @@ bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const in
             const ir_type *ot = &g->nodes[o]->type;
             /* its operand's row group, then those reading the operand */
             int a = label[o];
-            if (a >= 0 && c.shape[a] && same_dims(c.shape[a], ot) && legal_join(&c, a, n)) {
+            if (a >= 0 && c.shape[a] && ir_same_dims(c.shape[a], ot) && legal_join(&c, a, n)) {
                 take(&c, a, n);
                 continue;
             }
             for (int k = rstart[o]; k < rstart[o + 1]; k++) {
                 const ir_node *r = g->nodes[rlist[k]];
                 a = label[r->id];
-                if (r->id == n || a < 0 || !c.shape[a] || !same_dims(c.shape[a], ot) || !ir_reads_rows(g, r, o)) continue;
+                if (r->id == n || a < 0 || !c.shape[a] || !ir_same_dims(c.shape[a], ot) || !ir_reads_rows(g, r, o)) continue;
                 if (legal_join(&c, a, n)) {
                     take(&c, a, n);
                     break;

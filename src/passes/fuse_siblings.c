@@ -38,14 +38,6 @@ typedef struct siblings {
     int nabsorb;
 } siblings;
 
-static bool same_dims(const ir_type *a, const ir_type *b)
-{
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
-
 /* Whether reader r of a member, outside the union and before its last
  * member `last`, can join it as a column sum (the second call, after
  * fuse_colsum.c): a lone reduce_sum over the rows (ir_fuse_colsum) of the
@@ -55,7 +47,7 @@ static bool same_dims(const ir_type *a, const ir_type *b)
 static bool absorbable(const siblings *s, int r, int last, const ir_type *shape)
 {
     const ir_node *n = s->g->nodes[r];
-    if (s->label[r] >= 0 || !ir_fuse_colsum(s->g, n) || !same_dims(ir_fuse_shape(s->g, n), shape)) return false;
+    if (s->label[r] >= 0 || !ir_fuse_colsum(s->g, n) || !ir_same_dims(ir_fuse_shape(s->g, n), shape)) return false;
     for (int k = s->rstart[r]; k < s->rstart[r + 1]; k++)
         if (s->rlist[k] <= last) return false;
     return true;
@@ -108,6 +100,17 @@ static void take(siblings *s, int a, int b)
     s->first[b] = -1, s->shape[b] = NULL;
 }
 
+void fuse_member_lists(const int *label, int nn, int *first, int *next, int *last)
+{
+    for (int i = 0; i < nn; i++) first[i] = last[i] = -1;
+    for (int i = nn - 1; i >= 0; i--) {
+        int name = label[i];
+        if (name < 0) continue;
+        next[i] = first[name], first[name] = i;
+        if (last[name] < 0) last[name] = i;
+    }
+}
+
 bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist)
 {
     int nn = g->nnodes;
@@ -123,19 +126,17 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
     if (ok) {
         /* the groups (a lone row op is one of its own, named by itself) and
          * their member lists in id order */
-        for (int i = 0; i < nn; i++) s.first[i] = -1, s.last[i] = -1;
         uint8_t *named = other; /* borrowed: which names fuse.c's groups use */
         for (int i = 0; i < nn; i++)
             if (label[i] >= 0) named[label[i]] = 1;
         for (int i = 0; i < nn; i++)
             if (label[i] < 0 && !named[i] && ir_fuse_row_op(g, g->nodes[i])) label[i] = i;
         for (int i = 0; i < nn; i++) other[i] = 0;
+        fuse_member_lists(label, nn, s.first, s.next, s.last);
         for (int i = nn - 1; i >= 0; i--) {
             int name = label[i];
             if (name < 0) continue;
             const ir_node *m = g->nodes[i];
-            s.next[i] = s.first[name], s.first[name] = i;
-            if (s.last[name] < 0) s.last[name] = i;
             if (ir_fuse_row_op(g, m)) s.row[name] = 1, s.shape[name] = ir_fuse_shape(g, m);
             else if (!ir_fuse_elementwise(g, m) || ir_fuse_wide(g, m) || ir_gemm_head(m)) other[name] = 1;
             else if (!s.row[name]) s.shape[name] = &m->type;
@@ -159,7 +160,7 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
                 for (int a = 0; a < b; a++) {
                     if (s.first[cand[a]] < 0 || s.first[cand[b]] < 0) continue; /* already taken */
                     if (!s.row[cand[a]] && !s.row[cand[b]]) continue; /* two ew groups: fuse.c's union decides */
-                    if (!same_dims(s.shape[cand[a]], s.shape[cand[b]]) || !legal_union(&s, cand[a], cand[b]))
+                    if (!ir_same_dims(s.shape[cand[a]], s.shape[cand[b]]) || !legal_union(&s, cand[a], cand[b]))
                         continue;
                     take(&s, cand[a], cand[b]);
                     break;

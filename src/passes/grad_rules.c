@@ -264,21 +264,27 @@ static void kept_statistics(ad_ctx *c, const ir_node *n, int *mean, int *rstd)
     *rstd = ad_emit(c, IR_OP_layer_norm_rstd, 1, &IN(0), 1, &eps, NULL);
 }
 
-/* x in the dtype of statistic `stat` (f32 for f16/bf16 x; x itself when
- * they agree), so xhat is computed as the row program computes it. */
-static int widened(ad_ctx *c, int x, int stat)
+/* x normalized by the kept statistics, (x - mean) * rstd (mean < 0: none,
+ * rms_norm's x * rstd), computed in the statistics' type as the row
+ * programs compute it and rounded once to x's dtype. */
+static int normalized(ad_ctx *c, int x, int mean, int rstd)
 {
-    if (x < 0 || stat < 0 || TYPE(x)->dtype == TYPE(stat)->dtype) return stat < 0 ? -1 : x;
-    ir_type wide = *TYPE(x);
-    wide.dtype = TYPE(stat)->dtype;
-    return ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &wide);
+    if (x < 0 || rstd < 0) return -1;
+    int v = x;
+    if (TYPE(x)->dtype != TYPE(rstd)->dtype) { /* f16/bf16 x: the statistics are f32 */
+        ir_type wide = *TYPE(x);
+        wide.dtype = TYPE(rstd)->dtype;
+        v = ad_emit(c, IR_OP_cast, 1, &x, 0, NULL, &wide);
+    }
+    if (mean >= 0) v = E2(sub, v, mean);
+    v = E2(mul, v, rstd);
+    return v >= 0 && TYPE(v)->dtype != TYPE(x)->dtype ? ad_emit(c, IR_OP_cast, 1, &v, 0, NULL, TYPE(x)) : v;
 }
 
 /* dx by the fused formula from the kept statistics; dgamma = sum(dy * xhat),
  * dbeta = sum(dy) over rows, given unsummed: autodiff sums them after dx is
  * accumulated, so dx and dy * xhat, which read the same rows, can be one
- * fusion group. xhat = (x - mean) * rstd in the statistics' type, as
- * layer_norm's program computes it, rounded once to x's dtype. */
+ * fusion group. xhat: normalized(). */
 RULE(gr_layer_norm)
 {
     bool affine = n->nin == 3;
@@ -287,9 +293,7 @@ RULE(gr_layer_norm)
     dx[0] = ad_emit(c, IR_OP_layer_norm_grad_stats, affine ? 5 : 4,
                     affine ? (int[]){IN(0), dy, mean, rstd, IN(1)} : (int[]){IN(0), dy, mean, rstd}, 0, NULL, NULL);
     if (affine) {
-        int xhat = E2(mul, E2(sub, widened(c, IN(0), mean), mean), rstd);
-        if (xhat >= 0 && TYPE(xhat)->dtype != TYPE(IN(0))->dtype) xhat = ad_emit(c, IR_OP_cast, 1, &xhat, 0, NULL, TYPE(IN(0)));
-        dx[1] = E2(mul, dy, xhat);
+        dx[1] = mean < 0 ? -1 : E2(mul, dy, normalized(c, IN(0), mean, rstd));
         dx[2] = dy;
     }
     DONE;
@@ -305,9 +309,7 @@ RULE(gr_rms_norm)
     dx[0] = ad_emit(c, IR_OP_rms_norm_grad_stats, affine ? 4 : 3,
                     affine ? (int[]){IN(0), dy, rstd, IN(1)} : (int[]){IN(0), dy, rstd}, 0, NULL, NULL);
     if (affine) {
-        int xhat = E2(mul, widened(c, IN(0), rstd), rstd);
-        if (xhat >= 0 && TYPE(xhat)->dtype != TYPE(IN(0))->dtype) xhat = ad_emit(c, IR_OP_cast, 1, &xhat, 0, NULL, TYPE(IN(0)));
-        dx[1] = E2(mul, dy, xhat);
+        dx[1] = E2(mul, dy, normalized(c, IN(0), -1, rstd));
     }
     DONE;
 }

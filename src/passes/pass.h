@@ -122,17 +122,21 @@ AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);     
 AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
 AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
 AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opts); /* fuse_attention.c */
-/* fuse_siblings.c, for fuse.c: joins row groups (label[]: node -> group name,
- * -1 none; a lone row op counts as a group) of one iteration shape that read
- * a tensor row by row, where legal, given the readers of node i as
- * rlist[rstart[i] .. rstart[i + 1]) in ascending order; false when out of
- * memory. */
 /* Autodiff's last step (place_statistics.c): the per-row statistics its
  * rules kept (ir_row_keeps) of a forward tensor x, appended after node
  * nfwd, move right after the last forward row op reading x row by row (or
  * after x), so that op's row group computes and stores them. */
 AL_HIDDEN alloy_status ad_place_statistics(ir_graph **gp, int nfwd);
+/* fuse_siblings.c, for fuse.c: joins row groups (label[]: node -> group name,
+ * -1 none; a lone row op counts as a group) of one iteration shape that read
+ * a tensor row by row, where legal, given the readers of node i as
+ * rlist[rstart[i] .. rstart[i + 1]) in ascending order; false when out of
+ * memory. */
 AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const int *rlist);
+/* The members of each group of label[0..nn) in id order: first[name] the
+ * first (-1 none), next[member] the next (-1 at the end), last[name] the
+ * last (fuse_siblings.c; the sibling and column-sum rules walk them). */
+AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next, int *last);
 /* fuse_colsum.c: reduce_sums over the rows of a row group's [rows, C]
  * value (ir_fuse_colsum) join that group where legal; same arguments;
  * false when out of memory. */
