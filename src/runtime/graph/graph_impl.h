@@ -2,8 +2,9 @@
 #ifndef ALLOY_GRAPH_IMPL_H
 #define ALLOY_GRAPH_IMPL_H
 
-#include "alloy/graph.h"
-#include "alloy/train.h"
+/* every public declaration (ALLOY_API: default visibility), so each alloy_ function defined in the graph
+ * files is exported whichever header declares it */
+#include "alloy/alloy.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
 #include "runtime/backend.h"
