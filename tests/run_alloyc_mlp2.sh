@@ -75,7 +75,7 @@ rm -f "$tmp/huge.ir" && truncate -s 300M "$tmp/huge.ir" # sparse: no disk used
 expect_capped 1 "huge.ir: 314572800 bytes, more than the 268435456 (256 MiB) an IR file may have" print "$tmp/huge.ir"
 rm -f "$tmp/huge.ir"
 expect 1 "alloyc_errors: is a directory" print "$tmp"
-expect_capped 1 "/dev/zero: not a regular file" run "$ir" --feed /dev/zero --out "$tmp/o.safetensors"
+expect_capped 1 "/dev/zero: cannot read: it is a character device, not a regular file" run "$ir" --feed /dev/zero --out "$tmp/o.safetensors"
 expect 1 "bad.ir:3:" print "$tmp/bad.ir"
 expect 1 "bad.ir:3:" run "$tmp/bad.ir" --out "$tmp/o.safetensors"
 expect 1 "bad_init.ir:2:8: param() 'w': unknown init \"nromal\" (zeros, ones, constant, normal, uniform," run "$tmp/bad_init.ir" --out "$tmp/o.safetensors"

@@ -172,5 +172,16 @@ expect 1 "--fetch grad:w1 needs a loss to differentiate: .*mlp2.ir has no 'loss'
     run "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" --fetch grad:w1 --out "$tmp/o.safetensors"
 check "a refused resume leaves the checkpoint as it was" cmp "$tmp/adamw.before" "$tmp/adamw.safetensors"
 
+# 7. the checkpoint's destination is checked before the first step: a run that could not save at its end
+# is refused at once (500 steps would run first otherwise), and a FIFO there is neither read nor replaced
+expect 1 "--checkpoint: .*no/such/ckpt.safetensors: cannot write: cannot create a temporary file in the folder .*no/such: No such file or directory" \
+    train "$ir" --feed "$feeds" --steps 500 --checkpoint "$tmp/no/such/ckpt.safetensors"
+check "an unwritable checkpoint: no step ran" sh -c "! grep -q '^step' '$tmp/stdout'"
+rm -f "$tmp/fifo.ckpt" && mkfifo "$tmp/fifo.ckpt"
+expect 1 "--checkpoint: .*fifo.ckpt: is a FIFO (named pipe), not a regular file" \
+    train "$ir" --feed "$feeds" --steps 500 --checkpoint "$tmp/fifo.ckpt"
+check "a FIFO checkpoint stays a FIFO" [ -p "$tmp/fifo.ckpt" ]
+expect 2 "--checkpoint needs a non-empty value" train "$ir" --feed "$feeds" --steps 500 --checkpoint ""
+
 [ "$failures" -eq 0 ] || { echo "$failures alloyc train checks failed"; exit 1; }
 echo "all alloyc train checks passed"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "alloyc.h"
+#include "base/file.h"
 
 /* The help text, in parts (C compilers need only take string literals of
  * 4095 characters). */
@@ -579,43 +580,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     return 0;
 }
 
-/* ---- the IR file ---- */
-
-/* Reads path whole into a new NUL-terminated buffer; NULL after printing. */
-static char *read_text(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fail(EXIT_ERROR, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *text = malloc(cap);
-    while (text && (got = fread(text + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *bigger = cap < ((size_t)1 << 40) ? realloc(text, cap * 2) : NULL;
-            if (!bigger) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = bigger;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(f);
-    int read_errno = errno ? errno : EIO;
-    fclose(f);
-    if (!text || bad) {
-        free(text);
-        fail(EXIT_ERROR, "%s: %s", path, text ? strerror(read_errno) : "out of memory reading it");
-        return NULL;
-    }
-    text[n] = '\0';
-    *len = n;
-    return text;
-}
+/* ---- names ---- */
 
 /* A growing list of malloc'd strings. */
 typedef struct names {
@@ -1027,11 +992,13 @@ static int print_summary(const char *dir)
     if (!path) return fail(EXIT_ERROR, "out of memory");
     snprintf(path, n, "%s/summary.txt", dir);
     size_t len;
-    char *text = read_text(path, &len);
+    uint8_t *text;
+    char err[1024];
+    alloy_status st = al_file_read(path, 0, &text, &len, err, sizeof err);
     free(path);
-    if (!text) return EXIT_ERROR;
+    if (st) return fail(EXIT_ERROR, "%s", err);
     fwrite(text, 1, len, stdout);
-    free(text);
+    al_free(text);
     printf("wrote %s\n", dir);
     if (fflush(stdout) || ferror(stdout)) return fail(EXIT_ERROR, "writing to stdout failed");
     return 0;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "alloyc.h"
+#include "base/file.h"
 
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int code, const char *fmt, ...)
@@ -325,6 +326,11 @@ int alloyc_train(const options *o)
 {
     trainer t = {.o = o};
     int rc = 0;
+    /* the checkpoint's destination before any step: a run that cannot
+     * save is refused now, not after all its steps (base/file.h) */
+    char err[1024];
+    if (o->checkpoint && al_file_check_writable(o->checkpoint, err, sizeof err))
+        return fail(EXIT_ERROR, "--checkpoint: %s", err);
     t.g = alloyc_load_graph(o->ir_path);
     if (!t.g) return EXIT_ERROR;
     long first = 0;

@@ -306,7 +306,9 @@ typedef enum alloy_dump_kind {
 
 /* Prints the IR after each named pass of the next compiles ("amp,dce" or
  * "all") to out (stderr when NULL); NULL or "" stops. The environment
- * variable ALLOY_PRINT_AFTER does the same for programs. */
+ * variable ALLOY_PRINT_AFTER does the same for programs. out is flushed
+ * after each print: when that write fails (a full disk, a closed
+ * descriptor) the compile fails with ALLOY_ERR_IO naming print_after. */
 ALLOY_API alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out);
 
 /* What the compiled step needs in memory: the plan pass's numbers for a run

@@ -102,7 +102,9 @@ typedef struct pass_timing {
  * (printed as print_after prints it) as "GRAPH.NN-<pass>.ir" with NN = i + 1;
  * a disabled pass's file is removed (docs/inspect.md). With
  * cfg->time_passes a table of each pass's time and node count goes to
- * `log` at the end (also after a failure). timings (may be NULL) gets up to max
+ * `log` at the end (also after a failure). log is flushed after each
+ * print: a write that fails (a full disk, a closed descriptor) fails the
+ * run with ALLOY_ERR_IO naming the option. timings (may be NULL) gets up to max
  * entries, *ntimings the count. *out (may be NULL) gets the schedule and
  * plan (pass_compiled_free). On error *g holds the graph with the error
  * recorded and *out is empty. */

@@ -331,6 +331,7 @@ static alloy_status save_tensors(alloy_graph *g, const char *path, bool params_o
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
+    if (!*path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: the path is empty: name the file to write", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
     alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
@@ -403,6 +404,7 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     if (!g) return ALLOY_ERR_INVALID;
     g->status = ALLOY_OK;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
+    if (!*path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: the path is empty: name the file to read", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
     char err[512] = "";
