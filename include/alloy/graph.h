@@ -25,9 +25,15 @@ typedef struct alloy_tensor alloy_tensor;
 /* A new empty graph; NULL only when out of memory. */
 ALLOY_API alloy_graph *alloy_graph_new(const char *name);
 ALLOY_API void alloy_graph_free(alloy_graph *g);
-/* The first error recorded on g (builder, compile or run), or ALLOY_OK. */
+/* The status of the most recent call on g that failed, or ALLOY_OK when
+ * none has. A call that succeeds leaves it (and the message) as it was.
+ * A builder call that fails poisons g: later builder calls return NULL
+ * quietly, and calls that need the built graph (run, compile, dump,
+ * save...) fail with that first builder error. A call that fails for its
+ * own reason (a bad argument) records its own status and message, also on
+ * a poisoned graph (docs/errors.md, "One rule"). */
 ALLOY_API alloy_status alloy_graph_status(const alloy_graph *g);
-/* The message of the most recent failing call on g ("" when none). */
+/* The message of the most recent call on g that failed ("" when none). */
 ALLOY_API const char *alloy_last_error(const alloy_graph *g);
 /* Seed for parameter initialization (default 0). Each parameter draws from
  * a stream derived from (seed, parameter name), so adding a parameter does

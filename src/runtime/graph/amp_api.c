@@ -121,7 +121,7 @@ alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "amp_report: out is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     *out = g->amp_report;
@@ -131,7 +131,6 @@ alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
 alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (dtype != ALLOY_F32 && dtype != ALLOY_F16 && dtype != ALLOY_BF16)
         return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_push: dtype must be f32, f16 or bf16, not %s",
                           (unsigned)dtype < ALLOY_DTYPE_COUNT ? alloy_dtype_name(dtype) : "unknown");
@@ -144,7 +143,6 @@ alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype)
 alloy_status alloy_amp_scope_pop(alloy_graph *g)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!g->amp_scopes) return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_pop: no scope was pushed");
     g->amp_scopes--;
     return ALLOY_OK;

@@ -216,9 +216,8 @@ alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const cha
 alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile_ir(g);
     if (st) return st;
     bundle_contents c = {.ir = g->compiled, .comp = g->comp, .seed = g->seed, .training = g->training,

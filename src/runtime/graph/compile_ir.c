@@ -54,8 +54,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
 const char *alloy_graph_device(alloy_graph *g)
 {
     if (!g) return NULL;
-    g->status = ALLOY_OK;
-    if (g->ir->status) return NULL;
+    if (graph_built(g)) return NULL;
     if (state_ensure(g) || graph_exec_ready(g, NULL)) return NULL;
     const rt_backend *b = graph_backend(g);
 #if ALLOY_HAVE_CUDA

@@ -13,7 +13,7 @@ alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
         ir_print(g->ir, out);
         return ALLOY_OK;
     }
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     char err[256] = "";

@@ -86,8 +86,13 @@ struct alloy_graph {
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
     bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
-    alloy_status status; /* last failing call's status, message below */
+    /* The one error record of the API (docs/errors.md, "One rule"): the
+     * status and message of the most recent call on g that failed. A
+     * builder error lives first in ir->status/error (first wins: the
+     * poison) and is copied here by graph_error_sync when it is newer. */
+    alloy_status status;
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
+    bool builder_error_seen; /* ir's builder error was copied into status/error */
     char device_text[1024]; /* alloy_graph_device's answer */
 };
 
@@ -185,9 +190,17 @@ AL_HIDDEN bool state_is_param(const alloy_graph *g, const rt_state *s);
  * tensor and the value, prefixed by where. */
 AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);
 
-/* Records an error on g's run status (the builder's first error stays in ir). */
+/* Records the failure of the current call on g (status and message, the
+ * most recent failure wins) and returns status. Every public call that
+ * fails for a reason other than a builder call's records it here; builder
+ * calls record on g->ir with ir_error (the first wins and poisons g). */
 AL_HIDDEN alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);
+/* ALLOY_OK when no builder call on g failed; else that first builder
+ * error, recorded as the current call's failure (graph_fail). Calls that
+ * need the built graph (run, compile, dump, save...) start with it, after
+ * checking their own arguments. */
+AL_HIDDEN alloy_status graph_built(alloy_graph *g);
 /* The same for calls that take a const graph (inspection calls): the error
  * record is not part of the graph's value, so they may still set it. */
 #define graph_fail_const(g, ...) graph_fail((alloy_graph *)(uintptr_t)(g), __VA_ARGS__)

@@ -75,8 +75,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
                              alloy_host_tensor *fetches, int nfetches)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     if ((nfeeds && !feeds) || (nfetches && !fetches) || nfeeds < 0 || nfetches < 0)
         return graph_fail(g, ALLOY_ERR_INVALID, "run: feeds/fetches NULL with a non-zero count");
     alloy_status st = state_ensure(g); /* compiles first */

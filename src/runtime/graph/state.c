@@ -187,7 +187,7 @@ static alloy_status state_create(alloy_graph *g, const ir_graph *ir, const uint8
 alloy_status state_ensure(alloy_graph *g)
 {
     if (g->state_ready) return ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     const ir_graph *ir = g->compiled;
@@ -401,7 +401,6 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     if (loaded) *loaded = 0;
     if (ignored) *ignored = 0;
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
@@ -414,7 +413,6 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
 
 alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where)
 {
-    g->status = ALLOY_OK;
     alloy_status st = state_ensure(g);
     if (st) return st;
     char err[768] = "";

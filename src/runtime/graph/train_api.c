@@ -19,8 +19,7 @@ static ir_node *own_node(alloy_graph *g, alloy_tensor *t, const char *what)
 alloy_status alloy_graph_set_loss(alloy_graph *g, alloy_tensor *loss)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return g->ir->status;
-    g->status = ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
     ir_node *n = own_node(g, loss, "set_loss");
     if (!n) return g->status;
     if (n->type.rank != 0 || !ir_is_float(n->type.dtype)) { /* refused: the graph stays as it was */
@@ -48,18 +47,17 @@ alloy_status alloy_graph_set_training(alloy_graph *g, bool training)
 alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *input)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return g->ir->status;
-    g->status = ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
     ir_node *n = own_node(g, input, "request_grad");
     if (!n) return g->status;
     if (n->op != IR_OP_input || !ir_is_float(n->type.dtype))
         return graph_fail(g, ALLOY_ERR_INVALID, "request_grad: '%s' is not a floating-point input",
                           n->name ? n->name : ir_ops[n->op].name);
     char **names = al_realloc(g->grad_inputs, sizeof(char *) * (size_t)(g->ngrad_inputs + 1));
-    if (!names) return ir_error(g->ir, ALLOY_ERR_OOM, "request_grad: out of memory");
+    if (!names) return graph_fail(g, ALLOY_ERR_OOM, "request_grad: out of memory");
     g->grad_inputs = names;
     if (!(names[g->ngrad_inputs] = al_strdup(n->name)))
-        return ir_error(g->ir, ALLOY_ERR_OOM, "request_grad: out of memory");
+        return graph_fail(g, ALLOY_ERR_OOM, "request_grad: out of memory");
     g->ngrad_inputs++;
     graph_invalidate(g);
     return ALLOY_OK;
@@ -68,8 +66,7 @@ alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *input)
 alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return g->ir->status;
-    g->status = ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
     ir_node *n = own_node(g, param, "param_freeze");
     if (!n) return g->status;
     if (n->op != IR_OP_param)
@@ -77,7 +74,7 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
                           n->name ? n->name : ir_ops[n->op].name);
     if (ir_attr_i(n, "frozen")) return ALLOY_OK;
     ir_attr *frozen = (ir_attr *)(uintptr_t)ir_attr_find(n, "frozen"); /* every param has it (schema default) */
-    if (!frozen) return ir_error(g->ir, ALLOY_ERR_VERIFY, "param_freeze: '%s' lacks its frozen attribute", n->name);
+    if (!frozen) return graph_fail(g, ALLOY_ERR_VERIFY, "param_freeze: '%s' lacks its frozen attribute", n->name);
     frozen->i = 1;
     graph_invalidate(g);
     return ALLOY_OK;
