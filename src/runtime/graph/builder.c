@@ -77,6 +77,11 @@ static alloy_tensor *leaf(alloy_graph *g, int op, const char *name, alloy_dtype 
         ir_error(g->ir, ALLOY_ERR_INVALID, "%s: a name is required", ir_ops[op].name);
         return NULL;
     }
+    char why[400];
+    if (name && pass_reserved_name(g->ir, name, op == IR_OP_constant ? PASS_NAME_NODE : PASS_NAME_LEAF, why, sizeof why)) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "%s: %s", ir_ops[op].name, why);
+        return NULL;
+    }
     ir_node *node = ir_add_node(g->ir, op, 0, NULL, nattrs, attrs, &t, name);
     if (node) graph_invalidate(g);
     return HANDLE(node);
@@ -481,6 +486,13 @@ alloy_tensor *alloy_cast(alloy_graph *g, alloy_tensor *x, alloy_dtype dtype)
 alloy_tensor *alloy_set_name(alloy_graph *g, alloy_tensor *t, const char *name)
 {
     if (!operands_ok(g, "set_name", 1, &t)) return NULL;
+    char why[400];
+    const ir_node *n = NODE(t);
+    bool leaf = n->op == IR_OP_input || n->op == IR_OP_param;
+    if (pass_reserved_name(g->ir, name, leaf ? PASS_NAME_LEAF : PASS_NAME_NODE, why, sizeof why)) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "set_name: %s", why);
+        return NULL;
+    }
     if (ir_set_name(g->ir, NODE(t), name)) return NULL;
     return t;
 }
@@ -489,6 +501,9 @@ alloy_status alloy_output(alloy_graph *g, const char *name, alloy_tensor *t)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!operands_ok(g, "output", 1, &t)) return g->ir->status;
+    char why[400];
+    if (pass_reserved_name(g->ir, name, PASS_NAME_OUTPUT, why, sizeof why))
+        return ir_error(g->ir, ALLOY_ERR_INVALID, "output: %s", why);
     alloy_status st = ir_add_output(g->ir, name, NODE(t)->id);
     if (!st) graph_invalidate(g);
     return st;

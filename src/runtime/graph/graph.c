@@ -54,6 +54,7 @@ void alloy_graph_free(alloy_graph *g)
     graph_options_free(g);
     for (int i = 0; i < g->ngrad_inputs; i++) al_free(g->grad_inputs[i]);
     al_free(g->grad_inputs);
+    graph_batch_counts_free(g);
     for (int i = 0; i < g->ngroups; i++) al_free(g->groups[i].patterns);
     al_free(g->groups);
     al_free(g);

@@ -38,6 +38,12 @@ typedef struct graph_device {
 enum { STEP_LOSS, STEP_SCALE_IN, STEP_NEXT_SCALE, STEP_FOUND, STEP_APPLY, STEP_LR, STEP_NORM, STEP_COUNT_IN,
        STEP_SKIPPED_IN, STEP_NSCALARS };
 
+/* A batch_norm's num_batches_tracked as a params file gave it (batch_counts.c). */
+typedef struct batch_count {
+    char *name; /* "<module>.num_batches_tracked" */
+    int64_t value;
+} batch_count;
+
 /* One option set through the API (alloy_graph_set_option). */
 typedef struct graph_option {
     char *name, *value;
@@ -76,12 +82,15 @@ struct alloy_graph {
     alloy_grad_scaler scaler;    /* kind NONE unless set */
     alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
     alloy_step_info step;        /* what the last run did */
+    bool step_ran;               /* a run has filled step */
     graph_option *options;       /* alloy_graph_set_option's settings, over the environment's */
     int noptions;
     al_options cfg;              /* the configuration of the last compile (graph_options) */
     FILE *print_to;              /* where printed passes go (NULL: stderr) */
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
+    batch_count *batch_counts;   /* num_batches_tracked values loaded from params files */
+    int nbatch_counts;
     param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
@@ -179,6 +188,22 @@ AL_HIDDEN alloy_status state_move(alloy_graph *g, rt_backend *to);
 AL_HIDDEN alloy_status state_write(alloy_graph *g, rt_state *s, const void *data);
 /* Whether s is a param of g as built (not optimizer or scaler state). */
 AL_HIDDEN bool state_is_param(const alloy_graph *g, const rt_state *s);
+
+/* batch_counts.c: PyTorch's "<module>.num_batches_tracked" (i64 []) of
+ * each batch_norm whose running mean is the state "<module>.running_mean".
+ * alloy does not count batches (its batch_norm always has a momentum, so
+ * nothing reads the count); params files carry the value a loaded file
+ * gave (else 0) so a state_dict round-trips exactly. */
+enum { BATCH_COUNT_NAME = 288 };
+/* The counters' names of g's batch_norms into names[0..max), in node
+ * order; returns how many there are (more than max: the rest not written). */
+AL_HIDDEN int graph_batch_counts(const alloy_graph *g, char (*names)[BATCH_COUNT_NAME], int max);
+/* Whether name is the counter of one of g's batch_norms. */
+AL_HIDDEN bool graph_is_batch_count(const alloy_graph *g, const char *name);
+/* The value kept for counter name; made (0) when make, else NULL when none
+ * was kept; NULL when out of memory. */
+AL_HIDDEN int64_t *graph_batch_count(alloy_graph *g, const char *name, bool make);
+AL_HIDDEN void graph_batch_counts_free(alloy_graph *g);
 
 /* state_check.c */
 /* Checks the value data (s's dtype, one element) for a state tensor alloy
