@@ -389,18 +389,29 @@ alloy_tensor *alloy_embedding(alloy_graph *g, alloy_tensor *ids, alloy_tensor *t
     return add(g, IR_OP_embedding, 2, xs, 0, NULL, NULL);
 }
 
+/* The start of a reshape error: "reshape(f32[2,3]) of 'x' to [-1,4]". */
+static void reshape_where(char *buf, size_t len, const ir_node *x, int rank, const int64_t *dims)
+{
+    char type[96], label[64], to[160];
+    ir_fmt_type(type, sizeof type, &x->type);
+    al_fmt_dims(to, sizeof to, rank, dims);
+    al_fmt(buf, len, "reshape(%s) of '%s' to %s", type, ir_node_label(x, label, sizeof label), to);
+}
+
 alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank, const int64_t *dims)
 {
     if (!operands_ok(g, "reshape", 1, &x)) return NULL;
     ir_type t;
     if (!declared_type(g, "reshape", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
+    char where[320];
     int infer = -1;
     int64_t known = 1;
     bool overflow = false; /* the known dims' product passes int64: no -1 can make it fit */
     for (int i = 0; i < rank; i++) {
         if (dims[i] == -1 && infer < 0) infer = i;
         else if (dims[i] < 0) {
-            ir_error(g->ir, ALLOY_ERR_SHAPE, "reshape: dim %d is %lld (only one -1 allowed)", i,
+            reshape_where(where, sizeof where, NODE(x), rank, dims);
+            ir_error(g->ir, ALLOY_ERR_SHAPE, "%s: dim %d is %lld (only one -1 allowed)", where, i,
                      (long long)dims[i]);
             return NULL;
         } else if (overflow || (dims[i] && known > INT64_MAX / dims[i])) overflow = true;
@@ -409,8 +420,14 @@ alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank, const int
     if (infer >= 0) {
         int64_t total = ir_numel(&NODE(x)->type);
         if (overflow || known == 0 || total % known) {
-            ir_error(g->ir, ALLOY_ERR_SHAPE, "reshape: cannot infer dim %d of %lld elements", infer,
-                     (long long)total);
+            reshape_where(where, sizeof where, NODE(x), rank, dims);
+            if (overflow)
+                ir_error(g->ir, ALLOY_ERR_SHAPE, "%s: cannot infer dim %d: the other dims' product passes int64", where,
+                         infer);
+            else
+                ir_error(g->ir, ALLOY_ERR_SHAPE,
+                         "%s: cannot infer dim %d: the %lld elements are not a whole number of the other dims' %lld",
+                         where, infer, (long long)total, (long long)known);
             return NULL;
         }
         t.dims[infer] = total / known;
