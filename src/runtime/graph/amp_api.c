@@ -15,6 +15,14 @@ static const struct {
     {ALLOY_AMP_CLEARLIST, AMP_CLEAR, "CLEARLIST"},
 };
 
+int graph_amp_env_count(void) { return (int)(sizeof lists / sizeof lists[0]) * 2; }
+
+const char *graph_amp_env_name(int k, char *buf, size_t len)
+{
+    al_fmt(buf, len, "ALLOY_AMP_%s_%s", lists[k / 2].env, k % 2 ? "REMOVE" : "ADD");
+    return buf;
+}
+
 static int list_class(alloy_amp_list list)
 {
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
@@ -80,6 +88,7 @@ alloy_status alloy_amp_set_unlisted(alloy_graph *g, alloy_amp_list list)
 
 alloy_status graph_pass_options(alloy_graph *g, pass_options *opts)
 {
+    graph_env_warn_once(); /* the environment is read here: say what in it is not */
     memset(opts, 0, sizeof *opts);
     opts->amp = g->amp;
     opts->loss_seed = -1;

@@ -127,6 +127,18 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
 AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
 
+/* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE): how
+ * many, and the k-th into buf. */
+AL_HIDDEN int graph_amp_env_count(void);
+AL_HIDDEN const char *graph_amp_env_name(int k, char *buf, size_t len);
+
+/* env_check.c */
+/* Writes a warning to `to` for each ALLOY_* variable of the environment
+ * that alloy does not read, suggesting the nearest name; returns how many. */
+AL_HIDDEN int graph_env_unknown(FILE *to);
+/* graph_env_unknown(stderr), the first time it is called in a process. */
+AL_HIDDEN void graph_env_warn_once(void);
+
 /* compile.c (graph_compile_ir: compile_ir.c, in liballoy-runtime compile_bundle.c) */
 /* Compiles g's built graph into g->compiled (and its schedule and plan)
  * unless it is already, opening the backend when none is open for it. */
