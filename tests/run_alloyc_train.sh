@@ -162,7 +162,7 @@ expect 1 "mlp2_params.safetensors: no tensor in it is named like an input of .*t
 expect 1 "mlp2.ir has no 'loss' line to train on; name the loss node with --loss NAME" \
     train "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" --steps 1
 expect 1 "--loss nope: .*train_mlp.ir has no node named 'nope'" train "$ir" --feed "$feeds" --steps 1 --loss nope
-expect 1 "--loss logits: set_loss: the loss must be a floating-point scalar" train "$ir" --feed "$feeds" --steps 1 --loss logits
+expect 1 "--loss logits: the loss must be a floating-point scalar" train "$ir" --feed "$feeds" --steps 1 --loss logits
 expect 1 "--params .*odd.safetensors: no tensor in it is named like a parameter of .*train_mlp.ir" \
     train "$ir" --feed "$feeds" --steps 1 --params "$tmp/odd.safetensors"
 cp "$tmp/adamw.safetensors" "$tmp/adamw.before"

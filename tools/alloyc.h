@@ -52,7 +52,8 @@ typedef struct options {
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
  * the message become spaces) and returns code. */
 int alloyc_vfail(int code, const char *fmt, va_list ap);
-/* The message that goes with a failed call on g. */
+/* The message that goes with a failed call on g, with the API's names for
+ * what alloyc has a flag for said as the flag (valid until the next call). */
 const char *alloyc_graph_error(const alloy_graph *g, alloy_status st);
 /* Reads and parses the IR file; NULL after printing the reader's or
  * parser's message. */

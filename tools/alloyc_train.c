@@ -172,7 +172,7 @@ static int load_feeds(trainer *t)
     if (!t->inputs || !t->feeds || !t->files) return fail(EXIT_ERROR, "out of memory");
     for (int i = 0; i < t->ninputs; i++)
         if (alloy_graph_input_at(t->g, i, &t->inputs[i].input))
-            return fail(EXIT_ERROR, "%s", alloy_last_error(t->g));
+            return fail(EXIT_ERROR, "%s", alloyc_graph_error(t->g, ALLOY_ERR_INVALID));
     for (int i = 0; i < o->nfeeds; i++) {
         int rc = load_feed(t, o->feeds[i], i);
         if (rc) return rc;
@@ -331,7 +331,7 @@ int alloyc_train(const options *o)
     if ((rc = configure_training(&t)) || (rc = load_feeds(&t))) goto done;
     const char *device = alloy_graph_device(t.g); /* compiles the step: its time is not a step's */
     if (!device) {
-        rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloy_last_error(t.g));
+        rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(t.g, ALLOY_ERR_INVALID));
         goto done;
     }
     print_header(&t, device);
