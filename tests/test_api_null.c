@@ -90,7 +90,7 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_graph_output_name(g, 0));
     assert_int_equal(alloy_graph_input_count(g), 0);
     assert_int_equal(alloy_graph_input_at(g, 0, &h), ALLOY_ERR_INVALID);
-    assert_int_equal(alloy_tensor_info(t).rank, 0);
+    assert_int_equal(alloy_tensor_info(t).rank, -1); /* no tensor: rank -1, dtype ALLOY_DTYPE_COUNT */
     assert_int_equal(alloy_graph_run(g, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_state_count(g), 0);
     assert_int_equal(alloy_graph_state_at(g, 0, &h), ALLOY_ERR_INVALID);
@@ -525,6 +525,11 @@ static void a_failing_call_after_a_builder_error_reports_its_own_message(void **
     alloy_memory_info mi;
     assert_int_equal(alloy_graph_memory_info(f.g, &mi), ALLOY_ERR_INVALID);
     assert_string_equal(alloy_last_error(f.g), "add: operand 1 is NULL");
+    /* the handle a failed builder call gave is no f32 scalar */
+    alloy_host_tensor none = alloy_tensor_info(NULL);
+    assert_int_equal(none.rank, -1);
+    assert_int_equal(none.dtype, ALLOY_DTYPE_COUNT);
+    assert_int_equal(alloy_host_tensor_numel(&none), -1);
     /* a call that succeeds leaves the record as it was (like errno) */
     assert_int_equal(alloy_amp_scope_push(f.g, ALLOY_F32), ALLOY_OK);
     assert_string_equal(alloy_last_error(f.g), "add: operand 1 is NULL");

@@ -230,7 +230,9 @@ ALLOY_API const char *alloy_graph_output_name(const alloy_graph *g, int i);
 /* The graph's inputs: the i-th input's name, dtype and shape (data NULL). */
 ALLOY_API int alloy_graph_input_count(const alloy_graph *g);
 ALLOY_API alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor *out);
-/* The type of t: dtype, rank and dims (name and data are NULL). */
+/* The type of t: dtype, rank and dims (name and data are NULL). For a
+ * NULL t (a builder call that failed) rank -1 and dtype ALLOY_DTYPE_COUNT,
+ * which no tensor has (it looked like an f32 scalar). */
 ALLOY_API alloy_host_tensor alloy_tensor_info(const alloy_tensor *t);
 
 /* ---- running ---- */

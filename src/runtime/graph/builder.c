@@ -540,7 +540,7 @@ alloy_tensor *alloy_graph_find(alloy_graph *g, const char *name)
 alloy_host_tensor alloy_tensor_info(const alloy_tensor *t)
 {
     alloy_host_tensor info = {0};
-    if (!t) return info;
+    if (!t) return (alloy_host_tensor){.dtype = ALLOY_DTYPE_COUNT, .rank = -1}; /* no tensor has these */
     const ir_node *n = (const ir_node *)(const void *)t;
     info.dtype = n->type.dtype;
     info.rank = n->type.rank;

@@ -56,6 +56,7 @@ struct alloy_graph {
     pass_timing timings[16]; /* each pass's time in the last compile (bench/compile_time.c reads them) */
     int ntimings;
     graph_device *dev;   /* opened at the first compile, kept with the state it holds; NULL before */
+    bool shares_state;   /* alloy_graph_share_state made g use another graph's state */
     /* The executable of the last run: for the default schedule, or for
      * exec_sched / exec_plan when that run kept more (fetches of values the
      * default does not keep); exec_keep is what it keeps (NULL: default). */

@@ -53,6 +53,13 @@ alloy_status alloy_graph_set_param_group(alloy_graph *g, const char *patterns, d
                               (int)len, item, g->ir->name);
     }
     if (!nitems) return graph_fail(g, ALLOY_ERR_INVALID, "set_param_group: no pattern given (\"\")");
+    size_t end = strlen(patterns);
+    while (end && patterns[end - 1] == ' ') end--;
+    if (patterns[end - 1] == ',') /* a trailing comma: an empty last pattern, as an empty middle one is */
+        return graph_fail(g, ALLOY_ERR_INVALID, "set_param_group '%s': pattern %d is empty", patterns, nitems + 1);
+    const param_group *last = g->ngroups ? &g->groups[g->ngroups - 1] : NULL;
+    if (last && strcmp(last->patterns, patterns) == 0 && last->lr_scale == lr_scale && last->decay == weight_decay)
+        return ALLOY_OK; /* the same call again changes nothing: no second copy, no recompile */
     param_group *groups = al_realloc(g->groups, sizeof *groups * (size_t)(g->ngroups + 1));
     if (!groups) return graph_fail(g, ALLOY_ERR_OOM, "set_param_group '%s': out of memory", patterns);
     g->groups = groups;

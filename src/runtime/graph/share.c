@@ -78,9 +78,17 @@ alloy_status alloy_graph_share_state(alloy_graph *g, alloy_graph *owner, int *sh
     if (!owner) return graph_fail(g, ALLOY_ERR_INVALID, "share_state: owner is NULL");
     if (g->ir->status) return graph_built(g);
     if (owner == g) return graph_fail(g, ALLOY_ERR_INVALID, "share_state: graph '%s' cannot share state with itself", g->ir->name);
-    if (g->dev && g->dev->refs > 1)
-        return graph_fail(g, ALLOY_ERR_INVALID, "share_state: graph '%s' already shares state with another graph",
+    if (g->shares_state)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "share_state: graph '%s' already shares another graph's state; a graph shares state once, "
+                          "with one owner",
                           g->ir->name);
+    if (g->dev && g->dev->refs > 1)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "share_state: graph '%s' cannot take graph '%s''s state: %d other graph%s already share%s "
+                          "its own; share %s with graph '%s' instead",
+                          g->ir->name, owner->ir->name, g->dev->refs - 1, g->dev->refs == 2 ? "" : "s",
+                          g->dev->refs == 2 ? "s" : "", g->dev->refs == 2 ? "it" : "each of them", owner->ir->name);
     if (owner->ir->status)
         return graph_fail(g, owner->ir->status, "share_state: graph '%s': %s", owner->ir->name, owner->ir->error);
     /* owner as its first run makes it: state, backend, executable (so a
@@ -123,6 +131,7 @@ alloy_status alloy_graph_share_state(alloy_graph *g, alloy_graph *owner, int *sh
     if (!g->dev) {
         g->dev = owner->dev;
         g->dev->refs++;
+        g->shares_state = true;
     }
     for (int i = 0; i < c->nnodes; i++) {
         if (!from[i]) continue;
