@@ -269,13 +269,18 @@ ALLOY_API alloy_status alloy_graph_save_state(alloy_graph *g, const char *path);
  * error names the file and the tensor; tensors in the file that g lacks
  * are errors too. */
 ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
-/* Parameters only, as a PyTorch state_dict holds them (no moments, counters
- * or scaler state). save_params writes every param of g (atomically, with
- * alloy's checksum). load_params sets each param the file has a tensor of
- * the same name for (dtype and shape must match, else nothing changes and
- * the error names the tensor), leaves the other params and all optimizer
- * and scaler state as they are, and ignores tensors that name no param;
- * *loaded and *ignored (either may be NULL) count the two. */
+/* The model's tensors only, as a PyTorch state_dict holds them: params and
+ * batch_norm's running statistics (no moments, counters or scaler state).
+ * save_params writes them (atomically, with alloy's checksum) and, for each
+ * batch_norm "<bn>", PyTorch's "<bn>.num_batches_tracked" (i64 []: the value
+ * the last loaded file gave, else 0; alloy does not count batches), so the
+ * file loads with load_state_dict(strict=True). load_params sets each of
+ * them the file has a tensor of the same name for (dtype and shape must
+ * match, else nothing changes and the error names the tensor), leaves the
+ * others and all optimizer and scaler state as they are, and ignores
+ * tensors that name none; *loaded and *ignored (either may be NULL) count
+ * the two. A batch_norm's num_batches_tracked is kept, counted in neither
+ * (load_state accepts it too). */
 ALLOY_API alloy_status alloy_graph_save_params(alloy_graph *g, const char *path);
 ALLOY_API alloy_status alloy_graph_load_params(alloy_graph *g, const char *path, int *loaded, int *ignored);
 
