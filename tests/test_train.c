@@ -1034,6 +1034,19 @@ static void test_a_pytorch_batchnorm_state_dict_round_trips_exactly_with_its_run
             assert_memory_equal(t->data, r->data, alloy_dtype_size(t->dtype) * (size_t)alloy_host_tensor_numel(t));
         }
         alloy_safetensors_free(mine);
+        if (strict) { /* a counter that is not an i64 scalar is refused, naming it; nothing changes */
+            alloy_host_tensor ts[8];
+            int32_t count32 = 7;
+            int n = alloy_safetensors_count(sd);
+            for (int i = 0; i < n; i++) {
+                ts[i] = *alloy_safetensors_get(sd, i);
+                if (strcmp(ts[i].name, "bn.num_batches_tracked") == 0) ts[i].dtype = ALLOY_I32, ts[i].data = &count32;
+            }
+            const char *odd = test_tmp_path("bn_i32.safetensors");
+            assert_int_equal(alloy_safetensors_save(odd, ts, n, NULL, NULL, 0, err, sizeof err), ALLOY_OK);
+            assert_int_equal(alloy_graph_load_params(g, odd, NULL, NULL), ALLOY_ERR_INVALID);
+            assert_non_null(strstr(alloy_last_error(g), "tensor 'bn.num_batches_tracked' must be an i64 scalar >= 0"));
+        }
         alloy_graph_free(g);
     }
     alloy_safetensors_free(io);

@@ -483,6 +483,8 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
             if (t->dtype != ALLOY_I64 || t->rank != 0 || *(const int64_t *)t->data < 0)
                 st = graph_fail(g, ALLOY_ERR_INVALID, "%stensor '%s' must be an i64 scalar >= 0 (PyTorch's batch count)",
                                 where, t->name);
+            else if (!graph_batch_count(g, t->name, true)) /* made now (0, as unloaded): nothing fails later */
+                st = graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory keeping '%s'", call, t->name);
         } else if (params_only && (!s || !state_is_model(g, s))) nignored++;
         else if (!s)
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND,
@@ -511,7 +513,7 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
         }
         for (int i = 0; i < alloy_safetensors_count(file); i++) {
             const alloy_host_tensor *t = alloy_safetensors_get(file, i);
-            int64_t *count = state_find(g, t->name) ? NULL : graph_batch_count(g, t->name, graph_is_batch_count(g, t->name));
+            int64_t *count = state_find(g, t->name) ? NULL : graph_batch_count(g, t->name, false);
             if (count) *count = *(const int64_t *)t->data;
         }
         if (loaded) *loaded = nload;
