@@ -159,7 +159,7 @@ AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart
 #define STEP_MICRO STEP_NS "micro_batch"             /* state i32[]: micro-batches into this step */
 #define STEP_SKIPPED STEP_NS "skipped_steps"         /* state i32[]: steps skipped for inf/NaN */
 #define STEP_COUNT OPTIM_NS "step"                   /* state i32[]: optimizer updates applied */
-#define STEP_BASE_LR OPTIM_NS "lr"                   /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
+#define STEP_BASE_LR OPTIM_NS "lr" /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
 #define OUT_FOUND_INF STEP_NS "found_inf"            /* output bool[]: this step's gradients were not finite */
 #define OUT_APPLY STEP_NS "apply"                    /* output bool[]: the optimizer updates this run */
 #define OUT_NEXT_SCALE SCALER_NS "next_scale"        /* output f32[] */

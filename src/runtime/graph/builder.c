@@ -78,7 +78,8 @@ static alloy_tensor *leaf(alloy_graph *g, int op, const char *name, alloy_dtype 
         return NULL;
     }
     char why[400];
-    if (name && pass_reserved_name(g->ir, name, op == IR_OP_constant ? PASS_NAME_NODE : PASS_NAME_LEAF, why, sizeof why)) {
+    pass_name_use use = op == IR_OP_constant ? PASS_NAME_NODE : PASS_NAME_LEAF;
+    if (name && pass_reserved_name(g->ir, name, use, why, sizeof why)) {
         ir_error(g->ir, ALLOY_ERR_INVALID, "%s: %s", ir_ops[op].name, why);
         return NULL;
     }

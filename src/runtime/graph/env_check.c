@@ -1,4 +1,4 @@
-/* env_check.c - the ALLOY_* environment variables alloy and its tools read, in one list, and a warning (once, on stderr) for any other ALLOY_ name: a misspelt ALLOY_NO_FUES was silently ignored. */
+/* env_check.c - the ALLOY_* variables alloy and its tools read, in one list, and a warning (once, on stderr) for any other ALLOY_ name. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
