@@ -479,8 +479,10 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
     for (int i = 0; !st && i < alloy_safetensors_count(file); i++) {
         const alloy_host_tensor *t = alloy_safetensors_get(file, i);
         rt_state *s = state_find(g, t->name);
+        int64_t count = -1;
         if (!s && graph_is_batch_count(g, t->name)) { /* PyTorch's counter: kept, written back by save_params */
-            if (t->dtype != ALLOY_I64 || t->rank != 0 || *(const int64_t *)t->data < 0)
+            if (t->dtype == ALLOY_I64 && t->rank == 0 && t->data) memcpy(&count, t->data, sizeof count);
+            if (count < 0)
                 st = graph_fail(g, ALLOY_ERR_INVALID, "%stensor '%s' must be an i64 scalar >= 0 (PyTorch's batch count)",
                                 where, t->name);
             else if (!graph_batch_count(g, t->name, true)) /* made now (0, as unloaded): nothing fails later */
@@ -514,7 +516,7 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
         for (int i = 0; i < alloy_safetensors_count(file); i++) {
             const alloy_host_tensor *t = alloy_safetensors_get(file, i);
             int64_t *count = state_find(g, t->name) ? NULL : graph_batch_count(g, t->name, false);
-            if (count) *count = *(const int64_t *)t->data;
+            if (count) memcpy(count, t->data, sizeof *count); /* checked above: an i64 scalar */
         }
         if (loaded) *loaded = nload;
         if (ignored) *ignored = nignored;
