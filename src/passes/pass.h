@@ -144,19 +144,37 @@ AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next
  * false when out of memory. */
 AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
-/* Names the training passes agree on (docs/training.md). */
-#define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */
-#define STEP_TRACKER "scaler.growth_tracker" /* state i32[] */
-#define STEP_FOUND_ACC "scaler.found_inf_acc" /* state bool[]: inf seen in this step's micro-batches */
-#define STEP_MICRO "step.micro_batch"        /* state i32[]: micro-batches into this step */
-#define STEP_SKIPPED "step.skipped_steps"    /* state i32[]: steps skipped for inf/NaN */
-#define STEP_COUNT "optim.step"              /* state i32[]: optimizer updates applied */
-#define STEP_BASE_LR "optim.lr"              /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
-#define OUT_FOUND_INF "step.found_inf"       /* output bool[]: this step's gradients were not finite */
-#define OUT_APPLY "step.apply"               /* output bool[]: the optimizer updates this run */
-#define OUT_NEXT_SCALE "scaler.next_scale"   /* output f32[] */
-#define OUT_LR "step.lr"                     /* output f64[] */
-#define OUT_GRAD_NORM "step.grad_norm"       /* output f64[]: global norm of unscaled gradients */
+/* Names the training passes agree on (docs/training.md). The builder
+ * refuses them for the user's names (pass_reserved_name, reserved.c), so
+ * each name the passes make is spelt from these. */
+#define GRAD_PREFIX "grad:"  /* output "grad:<name>": d loss / d <name> (autodiff) */
+#define SCALER_NS "scaler."  /* the loss scaler's state and outputs */
+#define STEP_NS "step."      /* the training step's state and outputs */
+#define OPTIM_NS "optim."    /* the optimizer's state */
+#define SUFFIX_MOMENT1 ".m"         /* state "<param>.m": Adam(W)'s first moment */
+#define SUFFIX_MOMENT2 ".v"         /* state "<param>.v": Adam(W)'s second moment */
+#define SUFFIX_MOMENTUM ".momentum" /* state "<param>.momentum": SGD's momentum buffer */
+#define SUFFIX_GRAD_ACC ".grad_acc" /* state "<name>.grad_acc": a gradient summed over micro-batches */
+#define STEP_SCALE SCALER_NS "scale"                 /* state f32[]: the loss scale */
+#define STEP_TRACKER SCALER_NS "growth_tracker"      /* state i32[] */
+#define STEP_FOUND_ACC SCALER_NS "found_inf_acc"     /* state bool[]: inf seen in this step's micro-batches */
+#define STEP_MICRO STEP_NS "micro_batch"             /* state i32[]: micro-batches into this step */
+#define STEP_SKIPPED STEP_NS "skipped_steps"         /* state i32[]: steps skipped for inf/NaN */
+#define STEP_COUNT OPTIM_NS "step"                   /* state i32[]: optimizer updates applied */
+#define STEP_BASE_LR OPTIM_NS "lr" /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
+#define OUT_FOUND_INF STEP_NS "found_inf"            /* output bool[]: this step's gradients were not finite */
+#define OUT_APPLY STEP_NS "apply"                    /* output bool[]: the optimizer updates this run */
+#define OUT_NEXT_SCALE SCALER_NS "next_scale"        /* output f32[] */
+#define OUT_LR STEP_NS "lr"                          /* output f64[] */
+#define OUT_GRAD_NORM STEP_NS "grad_norm"            /* output f64[]: global norm of unscaled gradients */
+
+/* reserved.c: whether the user may not give the name `name` (used as
+ * `use`) in ir, because the training passes make it: any name starting
+ * with GRAD_PREFIX or a namespace above; for a node, "<p>" SUFFIX_* while
+ * p is an input or param of ir; for a new input or param p, p while a
+ * node "<p>" SUFFIX_* exists. True with the reason in why. */
+typedef enum pass_name_use { PASS_NAME_OUTPUT, PASS_NAME_NODE, PASS_NAME_LEAF } pass_name_use;
+AL_HIDDEN bool pass_reserved_name(const ir_graph *ir, const char *name, pass_name_use use, char *why, size_t whylen);
 
 /* A state leaf (created once per graph, initialized to value) named name. */
 AL_HIDDEN int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank,

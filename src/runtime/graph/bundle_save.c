@@ -234,9 +234,8 @@ alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const cha
 alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     /* the target first: nothing is compiled for a path that cannot take
      * the bundle (a FIFO, a device, a directory, a missing folder) */
     char err[1024];

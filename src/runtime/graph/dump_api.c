@@ -17,7 +17,7 @@ alloy_status alloy_graph_dump(alloy_graph *g, FILE *out, alloy_dump_kind kind)
     if (kind == ALLOY_DUMP_SOURCE) {
         ir_print(g->ir, out);
     } else {
-        if (g->ir->status) return g->ir->status;
+        if (g->ir->status) return graph_built(g);
         if ((st = graph_compile(g))) return st;
         if (kind == ALLOY_DUMP_IR) ir_print(g->compiled, out);
         else if (kind == ALLOY_DUMP_DOT) st = insp_dot(g->compiled, &g->comp.sched, out, err, sizeof err);
