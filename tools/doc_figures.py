@@ -159,11 +159,16 @@ class Figure:
         self.content = text[self.span[0]:self.span[1]]
 
     def where(self):
-        return f'{os.path.relpath(self.path, ROOT)}:{self.line}'
+        return f'{shown_path(self.path)}:{self.line}'
 
     def name(self):
         c = self.command or 'transcript'
         return c if len(c) <= 90 else c[:87] + '...'
+
+
+def shown_path(path):
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith('..') else rel
 
 
 def find_figures(path):
@@ -180,13 +185,13 @@ def find_figures(path):
         nxt = OPEN.search(text, m.end())
         line = text.count('\n', 0, m.start()) + 1
         if not c or (nxt and nxt.start() < c.start()):
-            raise MarkerError(f'{os.path.relpath(path, ROOT)}:{line}: figure without its "<!-- /figure -->"')
+            raise MarkerError(f'{shown_path(path)}:{line}: figure without its "<!-- /figure -->"')
         figures.append(Figure(path, text, m, c))
         pos = c.end()
     stray = CLOSE.search(text, pos)
     if stray:
         line = text.count('\n', 0, stray.start()) + 1
-        raise MarkerError(f'{os.path.relpath(path, ROOT)}:{line}: "<!-- /figure -->" without a figure')
+        raise MarkerError(f'{shown_path(path)}:{line}: "<!-- /figure -->" without a figure')
     return text, figures
 
 
@@ -380,9 +385,7 @@ def process(path, runner, args, report):
                 edits.append((fig.close[0], fig.close[1], '<!-- /figure -->'))
             report(f'updated {fig.where()}: {fig.name()}')
         elif not same:
-            diff = difflib.unified_diff(old.rstrip('\n').split('\n'), new.rstrip('\n').split('\n'),
-                                        'in the file', 'regenerated', lineterm='', n=1)
-            show_difference(fig, 'differs from its command\'s output', diff)
+            show_difference(fig, 'differs from its command\'s output', masked_diff(fig, old, new, fig.line + fig.block))
             failures += 1
         else:
             print(f'{fig.where()}: figure "{fig.name()}" varies from run to run but has no "measured" stamp '
@@ -394,6 +397,21 @@ def process(path, runner, args, report):
         with open(path, 'w', encoding='utf-8') as f:
             f.write(text)
     return failures
+
+
+def masked_diff(fig, old, new, first_line):
+    """The lines that differ once the varying parts are masked ('-' the file's, '+' the run's), with one line of context."""
+    a, b = old.rstrip('\n').split('\n'), new.rstrip('\n').split('\n')
+    matcher = difflib.SequenceMatcher(None, [masked(fig, x) for x in a], [masked(fig, x) for x in b], autojunk=False)
+    out = []
+    for group in matcher.get_grouped_opcodes(1):
+        out.append(f'@@ line {first_line + group[0][1]} @@')
+        for tag, i1, i2, j1, j2 in group:
+            if tag == 'equal':
+                out += [' ' + x for x in a[i1:i2]]
+            else:
+                out += ['-' + x for x in a[i1:i2]] + ['+' + x for x in b[j1:j2]]
+    return out
 
 
 def show_difference(fig, what, diff, most=60):
