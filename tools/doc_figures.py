@@ -26,6 +26,7 @@ Forms:
             their `\\` continuations) stay as written, the command shown.
   inline    both markers on one line: the text between is the command's
             output, one line (a count, a size).
+A marker right after a backtick (`<!-- figure: ... -->` in code) is text.
 Options, before the colon (shell words):
   transcript    the block's `$ ` lines are the commands: each runs in turn
                 (stdout and stderr together) and its output follows it; the
@@ -61,8 +62,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-OPEN = re.compile(r'<!-- figure(?P<head>(?:(?!-->).)*)-->')
-CLOSE = re.compile(r'<!-- /figure(?P<stamp>(?:(?!-->).)*)-->')
+# A marker written as code (`<!-- figure ... -->`, right after a backtick) is text, not a marker.
+OPEN = re.compile(r'(?<!`)<!-- figure(?P<head>(?:(?!-->).)*)-->')
+CLOSE = re.compile(r'(?<!`)<!-- /figure(?P<stamp>(?:(?!-->).)*)-->')
 MASK = '\u2026'
 
 PRELUDE = r'''filesize() { wc -c < "$1" | awk '{ n = $1; s = ""; while (n >= 1000) { s = sprintf(",%03d", n % 1000) s; n = int(n / 1000) } print n s }'; }
