@@ -32,7 +32,9 @@ Options, before the colon (shell words):
                 (stdout and stderr together) and its output follows it; the
                 command after the colon, if any, runs first, unseen.
   file=PATH     the command's output is the file PATH (a picture); the block's
-                text stays as written.
+                text stays as written. With varies=, the parts it matches
+                (a drawing's coordinates) are left out of the comparison,
+                and no stamp is wanted.
   varies=REGEX  what REGEX matches differs run to run (times, rates, sizes of
                 build products): --check compares with those parts masked
                 and wants the closing marker's "measured" stamp, which
@@ -360,16 +362,15 @@ def process(path, runner, args, report):
                 report(f'skipped {fig.where()}: {fig.options["file"]} was drawn by Graphviz {ov}, '
                        f'this machine has {nv}')
                 continue
-            if old == new:
+            if masked(fig, text_of(old)) == masked(fig, text_of(new)) and not (args.update and args.remeasure):
                 continue
             if args.update:
                 with open(target, 'wb') as f:
                     f.write(new)
                 report(f'updated {fig.options["file"]} ({fig.where()})')
             else:
-                diff = difflib.unified_diff(text_of(old).split('\n'), text_of(new).split('\n'),
-                                            fig.options['file'], 'regenerated', lineterm='', n=1)
-                show_difference(fig, f'{fig.options["file"]} is not what the command writes', diff, 20)
+                show_difference(fig, f'{fig.options["file"]} is not what the command writes',
+                                masked_diff(fig, text_of(old), text_of(new), 1), 20)
                 failures += 1
             continue
 
