@@ -13,8 +13,8 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 #include "alloy_config.h"
 #include "runtime/backend.h"
 #include "codegen/export.h"

@@ -11,7 +11,7 @@
 
 #include "alloy/alloy.h"
 #include "ir/groups.h"
-#include "passes/options.h"
+#include "step/options.h"
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"

@@ -15,7 +15,7 @@
 #include "models.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/graph/graph_impl.h"
-#include "passes/plan.h"
+#include "step/plan.h"
 #include "support.h"
 
 

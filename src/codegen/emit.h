@@ -3,8 +3,8 @@
 #define ALLOY_EMIT_H
 
 #include "ir/ir.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 
 /* What one kernel parameter is: the buffer of a node (an input of the step,
  * or a stored member), or scratch the launcher provides. */

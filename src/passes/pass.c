@@ -37,7 +37,7 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
 /* The pipeline, in order (passes/pipeline.def). */
 static const pass pipeline[] = {
 #define PASS(name, run, build) {#name, run, build},
-#include "passes/pipeline.def"
+#include "step/pipeline.def"
 #undef PASS
 };
 

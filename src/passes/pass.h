@@ -5,9 +5,9 @@
 #include "alloy/amp.h"
 #include "alloy/train.h"
 #include "ir/ir.h"
-#include "passes/options.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/options.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 
 /* AMP configuration: the dtype and the per-op list membership. */
 typedef struct amp_config {

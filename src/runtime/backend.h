@@ -3,9 +3,9 @@
 #define ALLOY_BACKEND_H
 
 #include "ir/ir.h"
-#include "passes/options.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/options.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 #include "runtime/bundle/bundle.h" /* bundle_cuda, which exec_load takes */
 
 typedef struct rt_backend rt_backend;

@@ -8,7 +8,7 @@
 #include "ir/groups.h"
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
-#include "passes/plan.h"
+#include "step/plan.h"
 
 enum { MAX_THREADS = 64 };
 

@@ -3,8 +3,8 @@
 #define ALLOY_CPU_H
 
 #include "ir/ir.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;

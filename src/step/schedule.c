@@ -9,7 +9,7 @@
  */
 #include <string.h>
 
-#include "passes/schedule.h"
+#include "step/schedule.h"
 
 const char *sched_kind_name(step_kind k)
 {

@@ -3,7 +3,7 @@
 
 static const char *const names[] = {
 #define PASS(name, run, build) #name,
-#include "passes/pipeline.def"
+#include "step/pipeline.def"
 #undef PASS
 };
 enum { NNAMES = sizeof names / sizeof names[0] };

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "ir/groups.h"
-#include "passes/options.h"
+#include "step/options.h"
 #include "passes/pass.h"
 
 const opt_key opt_keys[] = {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/plan.h"
+#include "step/plan.h"
 
 /* ---- free blocks: two treaps over one pool, by offset (to merge
  * neighbours) and by (size, offset) (to find the best fit) ---- */
