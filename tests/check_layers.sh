@@ -10,6 +10,7 @@ rank() {
     case $1 in
     base/*) echo 0 ;;
     ir/*) echo 1 ;;
+    step/*) echo 1 ;;
     passes/*) echo 2 ;;
     codegen/*) echo 3 ;;
     runtime/graph/*) echo 6 ;;

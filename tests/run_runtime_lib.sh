@@ -55,9 +55,10 @@ comm -12 "$tmp.compiler" "$tmp.undef" >"$tmp.refs"
 check "no compiler symbol in the .so: $(tr '\n' ' ' <"$tmp.in_so")" [ ! -s "$tmp.in_so" ]
 check "no compiler symbol in the archive: $(tr '\n' ' ' <"$tmp.in_ar")" [ ! -s "$tmp.in_ar" ]
 check "nothing in the archive refers to one: $(tr '\n' ' ' <"$tmp.refs")" [ ! -s "$tmp.refs" ]
-# pass_count and pass_name are the pipeline's names (passes/pipeline_names.c), which the options check
+# pass_count and pass_name are the pipeline's names (step/pipeline_names.c), which the options check;
+# pass_compiled_free frees the schedule and plan the pipeline compiles (step/compiled.c)
 pattern='^pass_|nvrtc|NVRTC|emit|^cg_'
-cat "$tmp.so" "$tmp.ar" "$tmp.undef" | grep -E "$pattern" | grep -Evx 'pass_count|pass_name' | sort -u >"$tmp.named"
+cat "$tmp.so" "$tmp.ar" "$tmp.undef" | grep -E "$pattern" | grep -Evx 'pass_count|pass_name|pass_compiled_free' | sort -u >"$tmp.named"
 check "no pass_, nvrtc, emit or cg_ symbol: $(tr '\n' ' ' <"$tmp.named")" [ ! -s "$tmp.named" ]
 check "no libnvrtc.so name in the .so (nothing dlopens NVRTC)" sh -c "! strings '$so' | grep -qx 'libnvrtc[.]so.*'"
 check "the full library has one (the check can fail)" sh -c "strings '$full' | grep -qx 'libnvrtc[.]so.*'"

@@ -21,6 +21,7 @@
  */
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
 #include "passes/pass.h"
 
@@ -44,8 +45,9 @@ static int as_dtype(ad_ctx *c, int x, alloy_dtype dt)
 alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
-    const alloy_grad_scaler *sc = &opts->scaler;
-    int k = opts->optimizer.accumulation_steps > 1 ? opts->optimizer.accumulation_steps : 1;
+    static const alloy_grad_scaler no_scaler = {.kind = ALLOY_SCALER_NONE};
+    const alloy_grad_scaler *sc = opts->scaler ? opts->scaler : &no_scaler;
+    int k = opts->optimizer && opts->optimizer->accumulation_steps > 1 ? opts->optimizer->accumulation_steps : 1;
     bool scaling = sc->kind != ALLOY_SCALER_NONE;
     if (!opts->train || (!scaling && k == 1)) return ALLOY_OK;
     ad_ctx c = {g};

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
 #include "passes/pass.h"
 
@@ -140,8 +141,8 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
 alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
-    const alloy_optimizer *o = &opts->optimizer;
-    if (!opts->train || !o->kind) return ALLOY_OK;
+    const alloy_optimizer *o = opts->optimizer;
+    if (!opts->train || !o || !o->kind) return ALLOY_OK;
     ad_ctx ctx = {g}, *c = &ctx;
     int apply_out = ir_find_output(g, OUT_APPLY);
     int apply = apply_out >= 0 ? g->outputs[apply_out].node : -1;

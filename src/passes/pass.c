@@ -2,6 +2,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloy/train.h"
 #include "ir/groups.h"
 #include "passes/inspect.h"
 #include "passes/lower_norm.h"
@@ -96,12 +97,6 @@ static alloy_status dump_stage(ir_graph *g, const pass_options *opts, const pass
     return st ? ir_error(g, st, "%s", err) : ALLOY_OK;
 }
 
-void pass_compiled_free(pass_compiled *c)
-{
-    sched_free(&c->sched);
-    plan_free(&c->plan);
-}
-
 /* The index of pipeline pass `name`. */
 static int pass_index(const char *name)
 {
@@ -119,7 +114,9 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
     static const char *const scaler_kinds[] = {"no", "a dynamic", "a static"};
     const char *why = NULL, *skipped = NULL, *fix = NULL;
     char buf[160];
-    bool scaling = opts->scaler.kind == ALLOY_SCALER_DYNAMIC || opts->scaler.kind == ALLOY_SCALER_STATIC;
+    alloy_scaler_kind scaler = opts->scaler ? opts->scaler->kind : ALLOY_SCALER_NONE;
+    int accumulation = opts->optimizer ? opts->optimizer->accumulation_steps : 0;
+    bool scaling = scaler == ALLOY_SCALER_DYNAMIC || scaler == ALLOY_SCALER_STATIC;
     bool random = false;
     for (int i = 0; i < g->nnodes && !random; i++)
         random = g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal ||
@@ -134,18 +131,18 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
         skipped = "autodiff";
         why = "the graph trains (it has a loss), and the gradients come from autodiff";
         fix = "or turn training off";
-    } else if ((disabled & 1u << pass_index("grad_scaler")) && (scaling || opts->optimizer.accumulation_steps > 1)) {
+    } else if ((disabled & 1u << pass_index("grad_scaler")) && (scaling || accumulation > 1)) {
         skipped = "grad_scaler";
         if (scaling)
             al_fmt(buf, sizeof buf,
                    "the graph trains with %s loss scaler, and grad_scaler unscales the gradients and skips "
-                   "inf/NaN steps (without it they reach the parameters)", scaler_kinds[opts->scaler.kind]);
+                   "inf/NaN steps (without it they reach the parameters)", scaler_kinds[scaler]);
         else
             al_fmt(buf, sizeof buf, "the optimizer accumulates %d micro-batches, which grad_scaler counts",
-                   opts->optimizer.accumulation_steps);
+                   accumulation);
         why = buf;
         fix = scaling ? "or set no loss scaler" : "or accumulate none";
-    } else if ((disabled & 1u << pass_index("optimizer")) && opts->optimizer.kind) {
+    } else if ((disabled & 1u << pass_index("optimizer")) && opts->optimizer && opts->optimizer->kind) {
         skipped = "optimizer";
         why = "the graph has an optimizer, and that pass is what updates the parameters";
         fix = "or add no optimizer";

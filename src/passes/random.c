@@ -27,6 +27,7 @@
  */
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
 #include "passes/lower_norm.h"
 #include "passes/pass.h"
@@ -49,9 +50,9 @@ static int counter_leaf(ir_graph *out, const ir_graph *g, int *map, const char *
  * them), made on first use; -1 when random ops take no step operand. */
 static int step_node(ir_graph *out, const ir_graph *g, int *map, const pass_options *opts)
 {
-    if (!opts->train || !opts->optimizer.kind) return -1;
+    if (!opts->train || !opts->optimizer || !opts->optimizer->kind) return -1;
     ad_ctx c = {out};
-    int k = opts->optimizer.accumulation_steps > 1 ? opts->optimizer.accumulation_steps : 1;
+    int k = opts->optimizer->accumulation_steps > 1 ? opts->optimizer->accumulation_steps : 1;
     ir_type i64 = {.dtype = ALLOY_I64};
     int done = counter_leaf(out, g, map, STEP_COUNT);
     int step = ad_emit(&c, IR_OP_cast, 1, &done, 0, NULL, &i64);

@@ -4,7 +4,7 @@
 
 #include "ir/groups.h"
 #include "step/options.h"
-#include "passes/pass.h"
+#include "step/pipeline.h"
 
 const opt_key opt_keys[] = {
     {"print_after", "ALLOY_PRINT_AFTER", "pass names separated by commas, or all"},

@@ -1,5 +1,5 @@
 /* pipeline_names.c - the pipeline's pass names without the passes (options name passes; the runtime library has the options but no pass). */
-#include "passes/pass.h"
+#include "step/pipeline.h"
 
 static const char *const names[] = {
 #define PASS(name, run, build) #name,

@@ -2,8 +2,8 @@
 #ifndef ALLOY_LAUNCH_H
 #define ALLOY_LAUNCH_H
 
-#include "codegen/emit.h"
 #include "ir/ir.h"
+#include "step/kernels.h"
 #include "step/plan.h"
 #include "step/schedule.h"
 

@@ -20,8 +20,8 @@ alloy_status graph_compile_ir(alloy_graph *g)
     if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");
     opts.amp_report = &g->amp_report;
     opts.train = g->training;
-    opts.scaler = g->scaler;
-    opts.optimizer = g->optimizer;
+    opts.scaler = &g->scaler;
+    opts.optimizer = &g->optimizer;
     opts.groups = g->groups;
     opts.ngroups = g->ngroups;
     opts.seed = g->seed;

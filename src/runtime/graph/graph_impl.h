@@ -2,10 +2,16 @@
 #ifndef ALLOY_GRAPH_IMPL_H
 #define ALLOY_GRAPH_IMPL_H
 
+#include "alloy/amp.h"
 #include "alloy/graph.h"
 #include "alloy/train.h"
 #include "ir/ir.h"
-#include "passes/pass.h"
+#include "step/amp_config.h"
+#include "step/compiled.h"
+#include "step/param_group.h"
+#include "step/state_names.h"
+
+struct pass_options; /* passes/pass.h: what the compiler-side files fill (graph_pass_options) */
 #include "runtime/backend.h"
 
 /* The storage of one state tensor: a backend buffer, and host, a copy for
@@ -111,7 +117,7 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
 /* amp_api.c */
 /* The options for compiling g: its AMP config with the environment's list
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
-AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
+AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, struct pass_options *opts);
 
 /* compile.c (graph_compile_ir: compile_ir.c, in liballoy-runtime compile_bundle.c) */
 /* Compiles g's built graph into g->compiled (and its schedule and plan)

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 
 alloy_status alloy_graph_set_lr(alloy_graph *g, double lr)
