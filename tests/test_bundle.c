@@ -17,6 +17,7 @@
 #include "step/schedule.h"
 #include "alloy_config.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "codegen/export.h"
 #include "runtime/bundle/bundle.h"
 #include "runtime/graph/bundle_save.h"

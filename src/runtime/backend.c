@@ -4,6 +4,7 @@
 
 #include "alloy_config.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 /* liballoy-runtime has the CUDA backend too: it runs a bundle's images
  * (its compiler half is cuda_jit_none.c there) */
 #if ALLOY_HAVE_CUDA
@@ -49,6 +50,16 @@ alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backend **out, 
         return ALLOY_ERR_INVALID;
     }
     return backends[i].open(cfg, out, err, errlen);
+}
+
+alloy_status rt_backend_open_named(const char *name, const al_options *cfg, rt_backend **out, char *err,
+                                   size_t errlen)
+{
+    *out = NULL;
+    for (int i = 0; i < NBACKENDS; i++)
+        if (strcmp(name, backends[i].name) == 0) return backends[i].open(cfg, out, err, errlen);
+    al_fmt(err, errlen, "device %s: this build of alloy has no %s backend", name, name);
+    return ALLOY_ERR_UNSUPPORTED;
 }
 
 alloy_status rt_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen)

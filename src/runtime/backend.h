@@ -64,6 +64,8 @@ typedef struct rt_backend_ops {
     /* Bytes the backend holds allocated now and at most since it opened
      * (buffers, arenas, its own scratch); NULL: not counted. */
     void (*memory)(const rt_backend *b, size_t *in_use, size_t *peak);
+    /* The name of the GPU it runs on; NULL: no GPU (the CPU). */
+    const char *(*device_name)(const rt_backend *b);
 } rt_backend_ops;
 
 struct rt_backend {
@@ -84,6 +86,11 @@ AL_HIDDEN int rt_backend_count(void);
 AL_HIDDEN const char *rt_backend_name(int i);
 /* Opens the i-th backend; ALLOY_ERR_UNSUPPORTED with err when this machine cannot run it. */
 AL_HIDDEN alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+/* Opens the backend named name ("cpu", "cuda") whatever the options' device
+ * says; ALLOY_ERR_UNSUPPORTED with err when this build has none of that name
+ * or this machine cannot run it. */
+AL_HIDDEN alloy_status rt_backend_open_named(const char *name, const al_options *cfg, rt_backend **out, char *err,
+                                             size_t errlen);
 AL_HIDDEN void rt_backend_close(rt_backend *b);
 
 typedef alloy_status (*rt_backend_opener)(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
@@ -98,8 +105,5 @@ AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *f
  * (the CPU): compiles them again, x unused. */
 AL_HIDDEN alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
                                                  const bundle_cuda *x, rt_exec **out);
-
-/* The CPU backend (runtime/cpu/cpu_backend.c). */
-AL_HIDDEN alloy_status cpu_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 
 #endif
