@@ -47,7 +47,7 @@ bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, 
     int64_t bytes = 0;
     for (int i = 0; i < ps->n; i++)
         if (ps->at[i].kind == CG_PARAM_NODE) bytes += (int64_t)ir_nbytes(&g->nodes[ps->at[i].node]->type);
-    bool ok = !body->oom && cg_add_kernel(prog, g, name, k, STEP_OP, &t, ps, grid_for(total), CG_BLOCK, bytes);
+    bool ok = !body->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, ps, grid_for(total), CG_BLOCK, bytes);
     cg_text_free(&t);
     return ok;
 }
@@ -354,7 +354,7 @@ static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, 
     }
     cg_put(&t, "        }\n    }\n}\n");
     int64_t blocks = r->nout * split;
-    bool ok = cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
                             CG_BLOCK, (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
     cg_text_free(&t);
     al_free(ps.at);
@@ -584,7 +584,7 @@ static const char *embedding_grad(cg_program *prog, const ir_graph *g, int k, co
            (long long)cpt, CG_BLOCK, (long long)dim, out, (long long)dim);
     cg_store(&t, n->type.dtype, wide, "a_[j_]");
     cg_put(&t, ";\n        }\n    }\n}\n");
-    bool ok = cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, (unsigned)(rows > CG_MAX_GRID ? CG_MAX_GRID : rows < 1 ? 1 : rows),
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)(rows > CG_MAX_GRID ? CG_MAX_GRID : rows < 1 ? 1 : rows),
                             CG_BLOCK, (int64_t)(ir_nbytes(&n->type) + ir_nbytes(ids) + ir_nbytes(dy)));
     cg_text_free(&t);
     al_free(ps.at);

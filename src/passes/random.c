@@ -54,10 +54,10 @@ static int step_node(ir_graph *out, const ir_graph *g, int *map, const pass_opti
     ad_ctx c = {out};
     int k = opts->optimizer->accumulation_steps > 1 ? opts->optimizer->accumulation_steps : 1;
     ir_type i64 = {.dtype = ALLOY_I64};
-    int done = counter_leaf(out, g, map, STEP_COUNT);
+    int done = counter_leaf(out, g, map, STATE_COUNT);
     int step = ad_emit(&c, IR_OP_cast, 1, &done, 0, NULL, &i64);
     if (k > 1) {
-        int micro = counter_leaf(out, g, map, STEP_MICRO);
+        int micro = counter_leaf(out, g, map, STATE_MICRO);
         int scaled = ad_emit(&c, IR_OP_mul, 2, (int[]){step, ad_scalar(&c, ALLOY_I64, k)}, 0, NULL, NULL);
         step = ad_emit(&c, IR_OP_add, 2, (int[]){scaled, ad_emit(&c, IR_OP_cast, 1, &micro, 0, NULL, &i64)}, 0, NULL, NULL);
     }

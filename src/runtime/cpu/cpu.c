@@ -48,11 +48,11 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
 {
     const sched_member *members = &s->members[step->first];
     switch (step->kind) {
-    case STEP_EW: cpu_run_group_ex(x, g, members, step->n, values, w, NULL, NULL); return;
-    case STEP_ROW: cpu_run_row(x, g, s, step, values, w); return;
-    case STEP_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
-    case STEP_MULTI: cpu_run_multi(x, g, s, step, values, w); return;
-    case STEP_OP: break;
+    case STEP_KIND_EW: cpu_run_group_ex(x, g, members, step->n, values, w, NULL, NULL); return;
+    case STEP_KIND_ROW: cpu_run_row(x, g, s, step, values, w); return;
+    case STEP_KIND_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
+    case STEP_KIND_MULTI: cpu_run_multi(x, g, s, step, values, w); return;
+    case STEP_KIND_OP: break;
     }
     const ir_node *n = g->nodes[members[0].node];
     rt_tensor in_small[8];
@@ -75,7 +75,7 @@ static alloy_status reserve_tail(cpu_exec *x, const ir_graph *g, const schedule 
     for (int q = s->steps[k].first_part; q < s->nparts; q++)
         if (s->parts[q].kind == PART_EW && s->parts[q].n > most) most = s->parts[q].n;
     for (int j = k; j < s->nsteps; j++)
-        if (s->steps[j].n > most && s->steps[j].kind == STEP_EW) most = s->steps[j].n;
+        if (s->steps[j].n > most && s->steps[j].kind == STEP_KIND_EW) most = s->steps[j].n;
     if (cpu_workers_reserve(w, most, x->nthreads))
         return cpu_fail(x, ALLOY_ERR_OOM, "out of memory reserving the buffers of the update steps of graph '%s'",
                         g->name);

@@ -41,8 +41,8 @@ typedef struct graph_device {
 } graph_device;
 
 /* The scalars step info reads (train_api.c), downloaded by every run. */
-enum { STEP_LOSS, STEP_SCALE_IN, STEP_NEXT_SCALE, STEP_FOUND, STEP_APPLY, STEP_LR, STEP_NORM, STEP_COUNT_IN,
-       STEP_SKIPPED_IN, STEP_NSCALARS };
+enum { SCALAR_LOSS, SCALAR_SCALE, SCALAR_NEXT_SCALE, SCALAR_FOUND, SCALAR_APPLY, SCALAR_LR, SCALAR_NORM, SCALAR_COUNT,
+       SCALAR_SKIPPED, NSCALARS };
 
 /* One option set through the API (alloy_graph_set_option). */
 typedef struct graph_option {
@@ -66,8 +66,8 @@ struct alloy_graph {
     rt_buffer **leaf;   /* per compiled node: the buffer bound to an input, param or state leaf */
     rt_buffer **input_buf; /* per compiled node: the buffer an input is uploaded into (owned) */
     void **fetched;     /* per compiled node: host copy of its value for fetches (owned) */
-    int step_node[STEP_NSCALARS];     /* the nodes behind the step scalars, -1 when absent */
-    uint64_t step_raw[STEP_NSCALARS]; /* their values as the last run downloaded them */
+    int step_node[NSCALARS];     /* the nodes behind the step scalars, -1 when absent */
+    uint64_t step_raw[NSCALARS]; /* their values as the last run downloaded them */
     rt_state *state;
     int nstate, state_cap;
     al_name_slot *state_slots; /* the index of state names (base/name_index.h) */
