@@ -90,25 +90,3 @@ rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener)
     return NULL;
 #endif
 }
-
-void rt_backend_close(rt_backend *b)
-{
-    if (b) b->ops->close(b);
-}
-
-alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->error, sizeof b->error, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                                       const bundle_cuda *x, rt_exec **out)
-{
-    (void)x;
-    *out = NULL;
-    return b->ops->compile(b, g, s, p, out);
-}

@@ -2,6 +2,9 @@
 #ifndef ALLOY_BACKEND_H
 #define ALLOY_BACKEND_H
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "ir/ir.h"
 #include "step/options.h"
 #include "step/plan.h"
@@ -91,7 +94,11 @@ AL_HIDDEN alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backe
  * or this machine cannot run it. */
 AL_HIDDEN alloy_status rt_backend_open_named(const char *name, const al_options *cfg, rt_backend **out, char *err,
                                              size_t errlen);
-AL_HIDDEN void rt_backend_close(rt_backend *b);
+/* Closes b (NULL: nothing). */
+static inline void rt_backend_close(rt_backend *b)
+{
+    if (b) b->ops->close(b);
+}
 
 typedef alloy_status (*rt_backend_opener)(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 /* For tests: the CUDA backend opens through opener (NULL: the GPU's again);
@@ -99,11 +106,24 @@ typedef alloy_status (*rt_backend_opener)(const al_options *cfg, rt_backend **ou
 AL_HIDDEN rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener);
 
 /* Records a failure on b (printf-style) and returns status. */
-AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
+static inline alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
+static inline alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->error, sizeof b->error, fmt, ap);
+    va_end(ap);
+    return status;
+}
 
 /* exec_load for a backend whose executable is the schedule and plan alone
  * (the CPU): compiles them again, x unused. */
-AL_HIDDEN alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                                                 const bundle_cuda *x, rt_exec **out);
+static inline alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s,
+                                                     const mem_plan *p, const bundle_cuda *x, rt_exec **out)
+{
+    (void)x;
+    *out = NULL;
+    return b->ops->compile(b, g, s, p, out);
+}
 
 #endif
