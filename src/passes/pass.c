@@ -117,15 +117,21 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
     alloy_scaler_kind scaler = opts->scaler ? opts->scaler->kind : ALLOY_SCALER_NONE;
     int accumulation = opts->optimizer ? opts->optimizer->accumulation_steps : 0;
     bool scaling = scaler == ALLOY_SCALER_DYNAMIC || scaler == ALLOY_SCALER_STATIC;
-    bool random = false;
-    for (int i = 0; i < g->nnodes && !random; i++)
-        random = g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal ||
-                 lower_norm_op(g->nodes[i]->op);
+    bool random = false, norms = false;
+    for (int i = 0; i < g->nnodes; i++) {
+        random |= g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal;
+        norms |= lower_norm_op(g->nodes[i]->op);
+    }
     if ((disabled & 1u << pass_index("random")) && random)
         return ir_error(g, ALLOY_ERR_INVALID,
-                        "disable_passes=random: the graph has random ops or batch_norm / group_norm, and that pass gives "
-                        "random ops their seed and step, turns dropout off outside training and lowers the norms; remove "
-                        "random from disable_passes (ALLOY_DISABLE_PASSES)");
+                        "disable_passes=random: the graph has random ops, and that pass gives random ops their seed and "
+                        "step and turns dropout off outside training; remove random from disable_passes "
+                        "(ALLOY_DISABLE_PASSES)");
+    if ((disabled & 1u << pass_index("lower_norm")) && norms)
+        return ir_error(g, ALLOY_ERR_INVALID,
+                        "disable_passes=lower_norm: the graph has batch_norm / group_norm, and that pass lowers them "
+                        "(no backend runs them as they are); remove lower_norm from disable_passes "
+                        "(ALLOY_DISABLE_PASSES)");
     if (!opts->train) return ALLOY_OK;
     if (disabled & 1u << pass_index("autodiff")) {
         skipped = "autodiff";

@@ -88,6 +88,7 @@ AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /*
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
 AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */
+AL_HIDDEN alloy_status pass_lower_norm(ir_graph **g, const pass_options *opts);  /* lower_norm.c */
 AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
 AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
 AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opts); /* fuse_attention.c */

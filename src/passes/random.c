@@ -1,6 +1,6 @@
-/* random.c - the random pass: gives each random op its key, turns dropout off outside training, lowers batch_norm and group_norm for the mode.
+/* random.c - the random pass: gives each random op its key, turns dropout off outside training.
  *
- * After this pass (nothing changes in a graph without random ops, batch_norm or group_norm):
+ * After this pass (nothing changes in a graph without random ops):
  *   - every random op (dropout, uniform, normal) has a `seed`: the one it
  *     was built or written with, else the graph's (alloy_graph_set_seed);
  *   - eval mode: when the step is not a training step (no loss, or
@@ -18,10 +18,6 @@
  *     are a function of the checkpointed state, so a resumed run draws
  *     what the uninterrupted one would have. Without an optimizer the step
  *     is absent: every run draws with step 0.
- *   - no batch_norm or group_norm is left: lower_norm.c rewrote each into
- *     other ops, batch_norm with batch statistics while training (and its
- *     running statistics' updates) or with its running statistics in eval
- *     mode, as torch.nn.BatchNorm2d in train() and eval();
  * It runs before amp and autodiff, so dropout's gradient rule copies the
  * forward's key (attributes and step operand) and redraws its mask.
  */
@@ -29,7 +25,6 @@
 
 #include "alloy/train.h"
 #include "passes/grad_rules.h"
-#include "passes/lower_norm.h"
 #include "passes/pass.h"
 
 static bool is_random(int op) { return op == IR_OP_dropout || op == IR_OP_uniform || op == IR_OP_normal; }
@@ -70,12 +65,6 @@ static void copy_node(ir_graph *out, const ir_graph *g, const ir_node *n, int *m
 {
     if (map[n->id] >= 0) return; /* a counter leaf step_node copied early */
     int in[5] = {0}, nin = n->nin;
-    if (lower_norm_op(n->op)) { /* 1 to 5 operands */
-        for (int j = 0; j < nin; j++) in[j] = map[n->in[j]];
-        int y = lower_norm(out, n, in, opts);
-        if (y >= 0) map[n->id] = y;
-        return;
-    }
     if (n->op == IR_OP_dropout && !opts->train) {
         if (!n->name) {
             map[n->id] = map[n->in[0]];
@@ -113,7 +102,7 @@ alloy_status pass_random(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
     bool any = false;
-    for (int i = 0; i < g->nnodes && !any; i++) any = is_random(g->nodes[i]->op) || lower_norm_op(g->nodes[i]->op);
+    for (int i = 0; i < g->nnodes && !any; i++) any = is_random(g->nodes[i]->op);
     if (!any) return ALLOY_OK;
     int *map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
     ir_graph *out = map ? ir_graph_new(g->name) : NULL;
