@@ -1,12 +1,12 @@
 #!/bin/sh
 # run_runtime_lib.sh - meson test that liballoy-runtime holds no compiler: none of the symbols (functions and data,
-# hidden ones included) that the full library's pass, codegen and NVRTC objects define (and the CUDA backend's
-# compiler half, cuda_jit.c and driver_jit.c) is in the runtime's shared library or static archive but the
-# runtime's own stand-ins for them, no symbol is named like them (pass_*, *nvrtc*, *emit*, cg_*), nothing in the
-# archive refers to one, no libnvrtc.so name is in it (nothing could dlopen NVRTC), the CUDA backend is there
-# (in a CUDA build: it runs a bundle's images), and the shared library exports the bundle calls alone and needs
-# no liballoy.so. The same checks run on the full library first and must find the compiler there, so they can
-# fail.
+# hidden ones included) that the full library's pass, codegen and NVRTC objects define (and the compiler-side files
+# of runtime/: the CUDA backend's JIT half, bundle writing, the graph's building and compiling calls) is in the
+# runtime's shared library or static archive but the runtime's own stand-ins for them, no symbol is named like them
+# (pass_*, *nvrtc*, *emit*, cg_*), nothing in the archive refers to one, no libnvrtc.so name is in it (nothing could
+# dlopen NVRTC), the CUDA backend is there (in a CUDA build: it runs a bundle's images), and the shared library
+# exports the bundle calls alone and needs no liballoy.so. The same checks run on the full library first and must
+# find the compiler there, so they can fail.
 #
 # The compiler's objects follow from the tree: every object of src/passes/ and src/codegen/, and the
 # compiler-side files of src/runtime/ that src/runtime/meson.build names (alloy_runtime_compiler_sources,

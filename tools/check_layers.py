@@ -20,7 +20,11 @@ name functions defined in files, of its own layer and below. Besides:
   alloy/alloy.h);
 - base, ir, step, passes and codegen read no environment;
 - each folder's meson.build lists exactly the .c files of its folder
-  (runtime/meson.build those of runtime/ and its sub-folders).
+  (runtime/meson.build those of runtime/ and its sub-folders);
+- every source path the docs name (docs/*.md and README.md beside SRC_DIR:
+  `runtime/cpu/cpu_ops.c`, `src/step/pipeline.def`, `include/alloy/*.h`)
+  is there, so a move cannot leave a page (the add-an-op recipe among
+  them) pointing at a file that is gone.
 
 "Names a function" is read cheaply: the non-static functions defined at
 column 0 of each .c file, and every identifier of every .c and .h file
@@ -32,6 +36,7 @@ usage: check_layers.py SRC_DIR              check; exit 1 on any offence
        check_layers.py --self-test [SRC_DIR] plants offences in scratch trees and checks each is rejected (then
                                             checks SRC_DIR: the `layers` test)
 """
+import glob
 import os
 import re
 import shutil
@@ -218,6 +223,38 @@ def offences(tree):
                 out.append(("env", p, line_of(tree.code[p], m.start()), "reads the environment (below the API the "
                             "configuration is the options struct)"))
     out += meson_offences(tree)
+    out += docs_offences(tree)
+    return out
+
+
+DOC_PATH = re.compile(r"(?<![\w/.-])((?:src/|include/|tests/|tools/|bench/|examples/)?"
+                      r"(?:base|ir|step|passes|codegen|runtime|alloy|cpu|cuda|io|bundle|graph)/[\w./*{},-]*"
+                      r"\.(?:c|h|def|sh|py|build|map))\b")
+
+
+def docs_offences(tree):
+    """Each source path a page of docs/ or the README names exists (under the root, src/, include/ or src/runtime/;
+    a * or {a,b} in it matches at least one file each)."""
+    root = os.path.dirname(os.path.abspath(tree.src))
+    pages = sorted(glob.glob(os.path.join(root, "docs", "*.md"))) + [os.path.join(root, "README.md")]
+    bases = [root, tree.src, os.path.join(root, "include"), os.path.join(tree.src, "runtime")]
+
+    def exists(path):
+        if "{" in path and "}" in path:
+            head, rest = path.split("{", 1)
+            alts, tail = rest.split("}", 1)
+            return all(exists(head + a + tail) for a in alts.split(","))
+        return any(glob.glob(os.path.join(b, path)) for b in bases)
+
+    out = []
+    for page in pages:
+        if not os.path.exists(page):
+            continue
+        text = open(page, encoding="utf-8").read()
+        name = os.path.relpath(page, root)
+        for m in DOC_PATH.finditer(text):
+            if not exists(m.group(1)):
+                out.append(("docs", "../" + name, line_of(text, m.start()), f"names {m.group(1)}, which is not there"))
     return out
 
 
@@ -374,14 +411,20 @@ def self_test():
         ("runtime/cpu/cpu_backend.h", '#include "alloy/graph.h"\n', "builder", 3),
         ("passes/pass.c", 'int pass_env(void) { return getenv("X") != 0; }\n', "env", 3),
         ("ir/extra.c", "int ir_extra(void) { return 0; }\n", "meson", 0),
+        ("docs/layers.md", "The schedule is `passes/schedule.h`.\n", "docs", 2),
     ]
 
-    def build(root, plant=None):
+    def build(top, plant=None):
+        root = os.path.join(top, "src")
+        os.makedirs(os.path.join(top, "docs"))
+        with open(os.path.join(top, "docs", "layers.md"), "w") as f:
+            f.write("The passes are `passes/pass.c`; the registry is src/runtime/backend.c.\n" +
+                    (plant[1] if plant and plant[0] == "docs/layers.md" else ""))
         for p, text in scratch.items():
             os.makedirs(os.path.dirname(os.path.join(root, p)), exist_ok=True)
             with open(os.path.join(root, p), "w") as f:
                 f.write(text + (plant[1] if plant and plant[0] == p else ""))
-        if plant and plant[0] not in scratch:
+        if plant and plant[0] not in scratch and not plant[0].startswith("docs/"):
             with open(os.path.join(root, plant[0]), "w") as f:
                 f.write(plant[1])
         for folder, names in lists.items():
@@ -390,6 +433,7 @@ def self_test():
                 if folder == "runtime":
                     f.write("alloy_runtime_compiler_sources = files(" +
                             ", ".join(f"'{n}'" for n in runtime_compiler) + ")\n")
+        return root
 
     def expect(name, ok):
         nonlocal failures
@@ -397,20 +441,18 @@ def self_test():
         failures += 0 if ok else 1
 
     with tempfile.TemporaryDirectory() as tmp:
-        clean = os.path.join(tmp, "clean")
-        build(clean)
+        clean = build(os.path.join(tmp, "clean"))
         found = check(clean, quiet=True)
         expect(f"the clean scratch tree passes ({len(found)} offences: {found})", not found)
         for i, plant in enumerate(plants):
-            root = os.path.join(tmp, f"plant{i}")
-            build(root, plant)
+            root = build(os.path.join(tmp, f"plant{i}"), plant)
             found = check(root, quiet=True)
-            hit = [f for f in found if f[0] == plant[2] and f[1] == (plant[0] if plant[2] != "meson" else plant[0])
-                   and f[2] == plant[3]]
+            where = "../" + plant[0] if plant[0].startswith("docs/") else plant[0]
+            hit = [f for f in found if f[0] == plant[2] and f[1] == where and f[2] == plant[3]]
             expect(f"{plant[0]} + {plant[1].strip()!r}: rejected as {plant[2]} at line {plant[3]} "
                    f"({len(found)} offences)", len(hit) == 1 and len(found) == 1)
         if os.path.isdir(real):
-            copy = os.path.join(tmp, "real")
+            copy = os.path.join(tmp, "real", "src")
             shutil.copytree(real, copy)
             target = os.path.join(copy, "base", "mem.c")
             lines = open(target).read().count("\n")
