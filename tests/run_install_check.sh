@@ -1,43 +1,121 @@
 #!/bin/sh
-# run_install_check.sh BUILD: installs BUILD (a configured alloy build) under a fresh prefix, then
-# builds examples/mlp_forward.c as an outside program would, with `pkg-config --cflags --libs alloy`
-# only (and -lm, which the example itself uses), and runs it without LD_LIBRARY_PATH: the headers, the versioned liballoy.so.0, the
-# pkg-config file and its rpath must be enough. Then the same for liballoy-runtime: examples/aot_train.c built with
-# `pkg-config --cflags --libs alloy-runtime` alone runs a bundle that BUILD's alloyc compiled, linked to the
-# installed liballoy-runtime.so.0 and not to liballoy. Leaves BUILD's prefix as it found it. Exit 0 on
-# success; prints what failed otherwise.
+# run_install_check.sh BUILD: installs BUILD (a configured alloy build) under a fresh prefix and builds against it
+# as an outside program would, with `pkg-config --cflags --libs` alone, running each program without
+# LD_LIBRARY_PATH: the headers, the versioned .so.0 files, the pkg-config files and their rpath must be enough.
+#
+# 1. The README's two install lines, as written there (checked word for word, then run with HOME a fresh
+#    directory and build/ meaning BUILD): the install under $HOME/.local, and examples/mlp_forward.c built with
+#    the pkg-config line alone (no -lm of its own) and run.
+# 2. A program generated from the installed headers (tests/public_functions.sh) that includes each of them,
+#    takes the address of every declared function, checks none is NULL and calls a few, built with -Wall
+#    -Wextra -Werror against the installed liballoy.so.0; and the same for the functions liballoy-runtime's
+#    version script exports, against liballoy-runtime.so.0 (and not liballoy). A function declared but not
+#    exported fails the link, so the list cannot go stale.
+# 3. examples/aot_train.c built with `pkg-config --cflags --libs alloy-runtime` alone runs a bundle that
+#    BUILD's alloyc compiled, linked to the installed liballoy-runtime.so.0 and not to liballoy.
+#
+# Leaves BUILD's prefix as it found it. Exit 0 on success; prints what failed otherwise.
 set -eu
-build=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$1" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/alloy-install.XXXXXX")
 old_prefix=$(meson introspect "$build" --buildoptions | python3 -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"][0])')
 restore() { meson configure "$build" -Dprefix="$old_prefix" >/dev/null 2>&1 || true; rm -rf "$tmp"; }
 trap restore EXIT
 fail() { echo "install check: $*"; exit 1; }
-meson configure "$build" -Dprefix="$tmp/prefix" >/dev/null || fail "meson configure -Dprefix failed"
-meson install -C "$build" --quiet >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "meson install failed"; }
-pc=$(find "$tmp/prefix" -name alloy.pc | head -1)
-[ -n "$pc" ] || fail "no alloy.pc installed under $tmp/prefix"
-so=$(find "$tmp/prefix" -name 'liballoy.so.0' | head -1)
-[ -n "$so" ] || fail "no versioned liballoy.so.0 installed"
+cc=${CC:-cc}
+
+# ---- 1. the README's lines, word for word ----
+readme_install='meson setup build $(test -e build/meson-private/coredata.dat && echo --reconfigure) --prefix=$HOME/.local && meson install -C build'
+readme_build='cc examples/mlp_forward.c $(PKG_CONFIG_PATH=$HOME/.local/lib/x86_64-linux-gnu/pkgconfig pkg-config --cflags --libs alloy) -o mlp_forward && ./mlp_forward'
+for line in "$readme_install" "$readme_build"; do
+    grep -qxF "$line" "$root/README.md" || fail "README.md no longer has the line this check runs (update both): $line"
+done
+install_cmd=$(printf '%s\n' "$readme_install" |
+    sed -e 's#meson setup build #meson setup "$build" #' -e 's#test -e build/#test -e "$build"/#' -e 's#-C build$#-C "$build" --quiet#')
+build_cmd=$(printf '%s\n' "$readme_build" |
+    sed -e 's#^cc examples/#$cc "$root"/examples/#' -e 's#-o mlp_forward && ./mlp_forward$#-o "$tmp/mlp_forward"#')
+mkdir "$tmp/home"
+(cd "$root" && HOME=$tmp/home && export HOME && eval "$install_cmd") >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log"; fail "the README's install line failed: $install_cmd"; }
+prefix=$tmp/home/.local
+new_prefix=$(meson introspect "$build" --buildoptions | python3 -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"][0])')
+[ "$new_prefix" = "$prefix" ] || fail "the README's meson setup left the prefix at $new_prefix"
+pc=$prefix/lib/x86_64-linux-gnu/pkgconfig/alloy.pc
+[ -f "$pc" ] || fail "no $pc (the README's PKG_CONFIG_PATH): $(find "$prefix" -name alloy.pc)"
+[ -n "$(find "$prefix" -name 'liballoy.so.0')" ] || fail "no versioned liballoy.so.0 installed"
 grep -q 'cuda\|nvrtc\|cublas' "$pc" && fail "alloy.pc names CUDA libraries alloy does not link: $(grep Libs "$pc")"
+(cd "$root" && HOME=$tmp/home && export HOME && eval "$build_cmd") >"$tmp/cc.log" 2>&1 ||
+    { cat "$tmp/cc.log"; fail "the README's cc line failed: $build_cmd"; }
+out=$(cd "$tmp" && env -u LD_LIBRARY_PATH ALLOY_DEVICE=cpu ./mlp_forward 2>&1) || fail "mlp_forward failed: $out"
+echo "$out" | grep -q '^mean(y): ' || fail "mlp_forward printed no mean(y) line: $out"
+ldd "$tmp/mlp_forward" | grep -q "liballoy.so.0 => $prefix" ||
+    fail "mlp_forward is not linked to the installed liballoy.so.0: $(ldd "$tmp/mlp_forward" | grep alloy)"
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 flags=$(pkg-config --cflags --libs alloy) || fail "pkg-config --cflags --libs alloy failed"
-${CC:-cc} -std=c11 "$root/examples/mlp_forward.c" $flags -lm -o "$tmp/mlp_forward" || fail "cc with: $flags"
-out=$(env -u LD_LIBRARY_PATH ALLOY_DEVICE=cpu "$tmp/mlp_forward" 2>&1) || fail "the program failed: $out"
-ldd "$tmp/mlp_forward" | grep -q "liballoy.so.0 => $tmp/prefix" || fail "not linked to the installed liballoy.so.0: $(ldd "$tmp/mlp_forward" | grep alloy)"
-echo "install check: built examples/mlp_forward.c against $pc ($flags) and ran it: $(echo "$out" | tail -1)"
+echo "install check: the README's lines installed under \$HOME/.local and built examples/mlp_forward.c ($flags); it ran: $(echo "$out" | grep '^mean(y): ')"
 
-pcr=$(find "$tmp/prefix" -name alloy-runtime.pc | head -1)
-[ -n "$pcr" ] || fail "no alloy-runtime.pc installed under $tmp/prefix"
-[ -n "$(find "$tmp/prefix" -name 'liballoy-runtime.so.0' | head -1)" ] || fail "no versioned liballoy-runtime.so.0 installed"
+# ---- 2. every declared function, linked against each installed library ----
+# gen_program FILE LIST: a C program that includes every installed header and takes the address of each
+# function in LIST
+gen_program() {
+    {
+        echo "/* generated by tests/run_install_check.sh from the installed headers */"
+        echo "#include <stdio.h>"
+        echo "#include <string.h>"
+        for h in "$prefix"/include/alloy/*.h; do echo "#include \"alloy/$(basename "$h")\""; done
+        echo "typedef void (*any_fn)(void);"
+        echo "static const struct { const char *name; any_fn fn; } fns[] = {"
+        sed 's/.*/    {"&", (any_fn)&},/' "$2"
+        cat <<'END'
+};
+
+int main(void)
+{
+    size_t n = sizeof fns / sizeof fns[0], bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!fns[i].fn) printf("%s is NULL\n", fns[i].name), bad++;
+    if (strcmp(alloy_dtype_name(ALLOY_BF16), "bf16") != 0 || alloy_dtype_size(ALLOY_F16) != 2 ||
+        strcmp(alloy_status_name(ALLOY_OK), "ok") != 0)
+        printf("a call gave a wrong answer\n"), bad++;
+    printf("%zu functions linked, %zu bad\n", n, bad);
+    return bad != 0;
+}
+END
+    } >"$1"
+}
+# link_all NAME PKG LIST WHAT: builds and runs the program for LIST against PKG; prints its line
+link_all() {
+    name=$1 pkg=$2 list=$3 what=$4
+    [ -s "$list" ] || fail "no function found in $prefix/include/alloy ($name)"
+    gen_program "$tmp/$name.c" "$list"
+    pflags=$(pkg-config --cflags --libs "$pkg") || fail "pkg-config --cflags --libs $pkg failed"
+    # shellcheck disable=SC2086 # pflags are words
+    $cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$tmp/$name.c" $pflags -o "$tmp/$name" >"$tmp/$name.log" 2>&1 ||
+        { head -30 "$tmp/$name.log"; fail "$name.c (every declared function) did not build against $pkg: $pflags"; }
+    out=$(env -u LD_LIBRARY_PATH "$tmp/$name" 2>&1) || fail "$name failed: $out"
+    ldd "$tmp/$name" | grep -q "lib$pkg.so.0 => $prefix" || fail "$name is not linked to the installed lib$pkg.so.0"
+    echo "install check: lib$pkg.so.0, $what: $out"
+}
+sh "$root/tests/public_functions.sh" "$prefix/include" >"$tmp/all.txt" || fail "public_functions.sh failed"
+sh "$root/tests/public_functions.sh" "$prefix/include" "$root/src/runtime/alloy-runtime.map" >"$tmp/runtime.txt" ||
+    fail "public_functions.sh with the runtime's map failed"
+link_all every_function alloy "$tmp/all.txt" "every function of the installed headers"
+link_all runtime_functions alloy-runtime "$tmp/runtime.txt" "the functions its version script exports"
+ldd "$tmp/runtime_functions" | grep -q "liballoy.so" && fail "runtime_functions links liballoy"
+
+# ---- 3. a bundle run by a program linked to liballoy-runtime alone ----
+pcr=$(dirname "$pc")/alloy-runtime.pc
+[ -f "$pcr" ] || fail "no alloy-runtime.pc installed beside alloy.pc"
+[ -n "$(find "$prefix" -name 'liballoy-runtime.so.0')" ] || fail "no versioned liballoy-runtime.so.0 installed"
 rflags=$(pkg-config --cflags --libs alloy-runtime) || fail "pkg-config --cflags --libs alloy-runtime failed"
-${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L "$root/examples/aot_train.c" "$root/examples/cli.c" \
-    "$root/examples/mlp_data.c" $rflags -lm -o "$tmp/aot_train" || fail "cc with: $rflags"
+# shellcheck disable=SC2086 # rflags are words
+$cc -std=c11 -D_POSIX_C_SOURCE=200809L "$root/examples/aot_train.c" "$root/examples/cli.c" \
+    "$root/examples/mlp_data.c" $rflags -o "$tmp/aot_train" || fail "cc with: $rflags"
 "$build/tools/alloyc" compile "$root/examples/ir/mlp_classifier.ir" --train --amp=f16 --optimizer=adamw \
     -o "$tmp/step.alloy" >/dev/null || fail "alloyc compile -o step.alloy failed"
 out=$(env -u LD_LIBRARY_PATH ALLOY_DEVICE=cpu "$tmp/aot_train" "$tmp/step.alloy" --steps 5 2>&1) || fail "aot_train failed: $out"
-ldd "$tmp/aot_train" | grep -q "liballoy-runtime.so.0 => $tmp/prefix" ||
+ldd "$tmp/aot_train" | grep -q "liballoy-runtime.so.0 => $prefix" ||
     fail "aot_train is not linked to the installed liballoy-runtime.so.0: $(ldd "$tmp/aot_train" | grep alloy)"
 ldd "$tmp/aot_train" | grep -q "liballoy.so" && fail "aot_train links liballoy: $(ldd "$tmp/aot_train" | grep alloy)"
 echo "install check: built examples/aot_train.c against $pcr ($rflags) and ran a bundle: $(echo "$out" | tail -1)"

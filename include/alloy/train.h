@@ -22,7 +22,7 @@ ALLOY_API alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *in
 /* Marks a parameter frozen: it gets no gradient (and no update). */
 ALLOY_API alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param);
 
-/* ---- loss scaling (DESIGN.md section 7; PyTorch GradScaler semantics) ---- */
+/* ---- loss scaling (docs/training.md; PyTorch GradScaler semantics) ---- */
 
 typedef enum alloy_scaler_kind {
     ALLOY_SCALER_NONE = 0, /* no scaling (the default; bf16 needs none) */
@@ -53,7 +53,7 @@ ALLOY_API alloy_grad_scaler alloy_static_scaler(double scale);
  * before stays (docs/errors.md). */
 ALLOY_API alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler scaler);
 
-/* ---- optimizers (DESIGN.md section 8) ---- */
+/* ---- optimizers (docs/training.md) ---- */
 
 typedef enum alloy_optimizer_kind {
     ALLOY_OPTIM_SGD = 1,

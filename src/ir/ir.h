@@ -52,7 +52,7 @@ typedef struct ir_attr_spec {
     double def;
 } ir_attr_spec;
 
-/* AMP classes (issue: enable_amp), see DESIGN.md section 5. */
+/* AMP classes (docs/amp.md, "The four classes"). */
 typedef enum ir_amp_class {
     AMP_NONE = 0, /* not coloured (no AMP pass ran) */
     AMP_ALLOW,

@@ -74,14 +74,6 @@ alloy_status dump_commit(dump_file *d, char *err, size_t errlen)
     return ALLOY_OK;
 }
 
-void dump_abandon(dump_file *d)
-{
-    if (d->f) fclose(d->f);
-    if (d->tmp[0]) unlink(d->tmp);
-    d->f = NULL;
-    d->tmp[0] = '\0';
-}
-
 alloy_status dump_remove(const char *dir, const ir_graph *g, int index, const char *what, char *err, size_t errlen)
 {
     char path[DUMP_PATH_MAX];

@@ -35,8 +35,6 @@ AL_HIDDEN alloy_status dump_open(const char *dir, const ir_graph *g, int index, 
 /* Flushes, closes and renames d's file into place; on a write error
  * removes the temporary file and returns ALLOY_ERR_IO naming the file. */
 AL_HIDDEN alloy_status dump_commit(dump_file *d, char *err, size_t errlen);
-/* Closes and removes d's temporary file (after an error elsewhere). */
-AL_HIDDEN void dump_abandon(dump_file *d);
 /* Removes the dump dump_open would write (a pass that did not run leaves
  * no stale file of an earlier compile); missing is fine. */
 AL_HIDDEN alloy_status dump_remove(const char *dir, const ir_graph *g, int index, const char *what, char *err,

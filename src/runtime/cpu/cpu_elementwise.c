@@ -127,6 +127,12 @@ static const double *load_f64(const rt_tensor *t, int64_t off, int64_t stride, i
     return buf;
 }
 
+/* One elementwise node alone: out = op(in...) with broadcasting, through the
+ * op's chunk functions (in f64 when cpu_ew_uses_f64, else f32). A compiled
+ * schedule never asks for it (every elementwise node is in an EW step, which
+ * cpu_fused.c runs with the same chunk functions); it is the op table's kernel
+ * for an op step a bundle's schedule could name, and the node-by-node
+ * reference that test_fuse.c and test_plan.c compare fused runs against. */
 alloy_status cpu_elementwise(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     const cpu_op *info = &cpu_ops[n->op];

@@ -1,4 +1,4 @@
-/* cpu_movement.c - data movement kernels: constant, embedding, reshape, transpose, broadcast_to, slice, concat, causal_mask, cast. */
+/* cpu_movement.c - data movement kernels: constant, embedding, reshape, transpose, broadcast_to, slice, concat, cast (causal_mask is a row program: cpu_rows.c). */
 #include <math.h>
 #include <string.h>
 
@@ -263,32 +263,6 @@ alloy_status cpu_concat(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
             size_t block = (size_t)in[i].type.dims[axis] * inner;
             if (block) memcpy(dst, (const char *)in[i].data + (size_t)o * block, block);
             dst += block;
-        }
-    }
-    return ALLOY_OK;
-}
-
-/* causal_mask: x[..., i, j] with every j > i + (Tk - Tq) replaced by the
- * `value` attribute (default -inf) in x's dtype. */
-alloy_status cpu_causal_mask(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
-{
-    const ir_type *t = &out->type;
-    (void)x;
-    size_t es = alloy_dtype_size(t->dtype), bytes = ir_nbytes(t);
-    if (bytes == 0) return ALLOY_OK;
-    memcpy(out->data, in[0].data, bytes);
-    int64_t tq = t->dims[t->rank - 2], tk = t->dims[t->rank - 1];
-    int64_t matrices = ir_numel(t) / (tq * tk);
-    unsigned char masked[8]; /* the attribute value (default -inf) in the dtype */
-    double value = ir_attr_f(n, "value");
-    cvt_store_f64(t->dtype, &value, masked, 1);
-    char *row = out->data;
-    for (int64_t m = 0; m < matrices; m++) {
-        for (int64_t i = 0; i < tq; i++, row += (size_t)tk * es) {
-            int64_t first = i + (tk - tq) + 1; /* keys after this are in the future */
-            if (first >= tk) continue;
-            memcpy(row + (size_t)first * es, masked, es);
-            replicate(row + (size_t)first * es, es, tk - first);
         }
     }
     return ALLOY_OK;

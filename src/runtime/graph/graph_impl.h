@@ -2,17 +2,17 @@
 #ifndef ALLOY_GRAPH_IMPL_H
 #define ALLOY_GRAPH_IMPL_H
 
-#include "alloy/amp.h"
-#include "alloy/graph.h"
-#include "alloy/train.h"
+/* every public declaration (ALLOY_API: default visibility), so each alloy_ function defined in the graph
+ * files is exported whichever header declares it */
+#include "alloy/alloy.h"
 #include "ir/ir.h"
 #include "step/amp_config.h"
 #include "step/compiled.h"
 #include "step/param_group.h"
 #include "step/state_names.h"
+#include "runtime/backend.h"
 
 struct pass_options; /* passes/pass.h: what the compiler-side files fill (graph_pass_options) */
-#include "runtime/backend.h"
 
 /* The storage of one state tensor: a backend buffer, and host, a copy for
  * the API refreshed when stale. Graphs that share state
