@@ -1,7 +1,7 @@
 #!/bin/sh
 # check_alloyc_help.sh - meson test that `alloyc --help` names everything alloyc accepts: every flag of its
 # flag table and every flag it compares by name (tools/alloyc.c), every option --set takes (the option table,
-# src/passes/options.c) in the --set paragraph, and every pass --print-after takes (src/passes/pipeline.def) in
+# src/step/options.c) in the --set paragraph, and every pass --print-after takes (src/step/pipeline.def) in
 # the passes list. The names are read from the sources, so a new flag, option or pass without its line in
 # --help fails here.
 #
@@ -37,8 +37,8 @@ awk '/passes: / { on = 1; sub(/.*passes: /, "") } on { print } on && /\(/ { exit
     grep -oE '^ *\[F_[A-Z_]+\] = \{"[^"]+", ("[^"]+"|NULL)' "$src/tools/alloyc.c" | grep -oE '"[^"]+"' | tr -d '"'
     grep -oE 'strcmp\((arg|cmd), "-[^"]*"\)' "$src/tools/alloyc.c" | grep -oE '"[^"]+"' | tr -d '"'
 } | sort -u >"$tmp/flags"
-grep -oE '^ *\{"[a-z_]+", "ALLOY_[A-Z_]+"' "$src/src/passes/options.c" | grep -oE '"[a-z_]+"' | tr -d '"' >"$tmp/options"
-grep -oE '^PASS\([a-z_]+' "$src/src/passes/pipeline.def" | sed 's/PASS(//' >"$tmp/pass_names"
+grep -oE '^ *\{"[a-z_]+", "ALLOY_[A-Z_]+"' "$src/src/step/options.c" | grep -oE '"[a-z_]+"' | tr -d '"' >"$tmp/options"
+grep -oE '^PASS\([a-z_]+' "$src/src/step/pipeline.def" | sed 's/PASS(//' >"$tmp/pass_names"
 
 check "the flag table and comparisons give $(wc -l <"$tmp/flags") flags, --feed, -o and --with-state among them" \
     sh -c "[ $(wc -l <"$tmp/flags") -ge 25 ] && grep -qx -- --feed '$tmp/flags' && grep -qx -- -o '$tmp/flags' && grep -qx -- --with-state '$tmp/flags'"

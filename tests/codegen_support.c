@@ -245,18 +245,18 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
                      last_op == IR_OP_conv_grad_weight;
         bool attn = last_op == IR_OP_attention || last_op == IR_OP_attention_grad;
         int head_op = c->nodes[s->members[step->first].node]->op; /* a gemm step's convolution head sums too */
-        bool conv_head = step->kind == STEP_GEMM && (head_op == IR_OP_conv1d || head_op == IR_OP_conv2d);
+        bool conv_head = step->kind == STEP_KIND_GEMM && (head_op == IR_OP_conv1d || head_op == IR_OP_conv2d);
         convs |= conv_head;
         stats.conv_gemm_steps += conv_head;
-        bool reorders = step->kind == STEP_ROW || (step->kind == STEP_GEMM && convs) ||
-                        (step->kind == STEP_OP && (ir_ops[last_op].row || sums || convs || attn));
+        bool reorders = step->kind == STEP_KIND_ROW || (step->kind == STEP_KIND_GEMM && convs) ||
+                        (step->kind == STEP_KIND_OP && (ir_ops[last_op].row || sums || convs || attn));
         for (int m = step->first; m < step->first + step->n; m++) {
             int id = s->members[m].node;
             if (!(s->members[m].flags & MEMBER_STORED)) continue;
             const ir_node *n = c->nodes[id];
             int64_t count = ir_numel(&n->type);
             /* a reduction: the step's own, or a row step's column sum (ir_fuse_colsum) */
-            bool sum_here = (sums && id == step->pos) || (step->kind == STEP_ROW && ir_fuse_colsum(c, n));
+            bool sum_here = (sums && id == step->pos) || (step->kind == STEP_KIND_ROW && ir_fuse_colsum(c, n));
             const ir_node *x = sum_here && ir_is_float(n->type.dtype) ? c->nodes[n->in[0]] : NULL;
             double floor = x && ref[x->id].data ? reduction_scale(n, &x->type, ref[x->id].data) : 0;
             double e = codegen_error_at_scale(n->type.dtype, buf[id], ref[id].data, count, floor),

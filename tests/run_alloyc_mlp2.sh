@@ -79,7 +79,7 @@ expect_capped 1 "/dev/zero: cannot read: it is a character device, not a regular
 expect 1 "bad.ir:3:" print "$tmp/bad.ir"
 expect 1 "bad.ir:3:" run "$tmp/bad.ir" --out "$tmp/o.safetensors"
 expect 1 "bad_init.ir:2:8: param() 'w': unknown init \"nromal\" (zeros, ones, constant, normal, uniform," run "$tmp/bad_init.ir" --out "$tmp/o.safetensors"
-expect 1 "--print-after=fsue: unknown pass 'fsue' (passes: verify, random, attention, amp," print "$ir" --print-after=fsue
+expect 1 "--print-after=fsue: unknown pass 'fsue' (passes: verify, random, lower_norm, attention, amp," print "$ir" --print-after=fsue
 expect 1 "disable_passes=grad_scaler: the graph trains with a dynamic loss scaler" \
     print --train --amp=f16 --scaler=dynamic --optimizer=sgd --set disable_passes=grad_scaler "$data/../golden/mlp_step.ir"
 expect 1 "missing.safetensors" run "$ir" --feed "$tmp/missing.safetensors" --out "$tmp/o.safetensors"

@@ -17,10 +17,11 @@
 
 #include "alloy/alloy.h"
 #include "models.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 #include "alloy_config.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "codegen/export.h"
 #include "runtime/bundle/bundle.h"
 #include "runtime/graph/bundle_save.h"

@@ -225,7 +225,7 @@ static void test_norm_statistics_are_reduced_once_and_kept_for_the_backward(void
                 cgs_prepare(&st, g, &f);
                 int row_kernels = 0;
                 for (int k = 0; k < st.prog.nkernels; k++) {
-                    if (st.prog.kernels[k].kind != STEP_ROW || !strstr(st.prog.kernels[k].name, "_row")) continue;
+                    if (st.prog.kernels[k].kind != STEP_KIND_ROW || !strstr(st.prog.kernels[k].name, "_row")) continue;
                     const char *src = st.prog.kernels[k].source + st.prog.kernels[k].body;
                     /* a SUM stage assigns the team's sum (AT's macros return one) */
                     int sums = occurrences(src, cols <= 1024 ? "= alloy_warp_sum(a_)" : "= alloy_block_sum(a_, red_)");
@@ -310,7 +310,7 @@ static void test_elementwise_groups_move_16_bytes_a_time_when_they_can(void **st
             cgs_prepare(&st, g, &f);
             int ew = -1;
             for (int k = 0; k < st.prog.nkernels; k++)
-                if (st.prog.kernels[k].kind == STEP_EW) {
+                if (st.prog.kernels[k].kind == STEP_KIND_EW) {
                     if (ew >= 0) fail_msg("%s, %lld elements: more than one elementwise kernel", alloy_dtype_name(dt), (long long)n);
                     ew = k;
                 }
@@ -467,11 +467,11 @@ static void test_row_kernels_move_16_bytes_a_time_when_rows_allow(void **state)
             char what[64];
             snprintf(what, sizeof what, "%s, rows of %lld", alloy_dtype_name(dt), (long long)C);
             int chunks = C % (16 / (int)alloy_dtype_size(dt)) == 0;
-            if (each_kernel(&st.prog, STEP_ROW, "_row", check_row_kernel, what, chunks) < 1)
+            if (each_kernel(&st.prog, STEP_KIND_ROW, "_row", check_row_kernel, what, chunks) < 1)
                 fail_msg("%s: no row kernel", what);
             int blocks = 0;
             for (int k = 0; k < st.prog.nkernels; k++) {
-                if (st.prog.kernels[k].kind != STEP_ROW || !strstr(st.prog.kernels[k].name, "_row")) continue;
+                if (st.prog.kernels[k].kind != STEP_KIND_ROW || !strstr(st.prog.kernels[k].name, "_row")) continue;
                 blocks += strstr(st.prog.kernels[k].source, "__shared__ T red_") != NULL;
                 if (d == 1) check_misaligned_refused(g, &st.prog, st.prog.kernels[k].name);
             }
@@ -542,9 +542,9 @@ static void test_multi_kernels_move_16_bytes_a_time_when_chains_allow(void **sta
         cgs_prepare(&st, g, &f);
         char what[32];
         snprintf(what, sizeof what, "AdamW, %s AMP", alloy_dtype_name(amps[a]));
-        assert_int_equal(each_kernel(&st.prog, STEP_MULTI, "_multi", check_multi_kernel, what, 1), amps[a] == ALLOY_F16 ? 2 : 1);
+        assert_int_equal(each_kernel(&st.prog, STEP_KIND_MULTI, "_multi", check_multi_kernel, what, 1), amps[a] == ALLOY_F16 ? 2 : 1);
         for (int k = 0; k < st.prog.nkernels && amps[a] == ALLOY_F16; k++) /* the unscale writes the arena */
-            if (st.prog.kernels[k].kind == STEP_MULTI && strstr(st.prog.kernels[k].name, "_multi")) {
+            if (st.prog.kernels[k].kind == STEP_KIND_MULTI && strstr(st.prog.kernels[k].name, "_multi")) {
                 check_misaligned_refused(g, &st.prog, st.prog.kernels[k].name);
                 break;
             }

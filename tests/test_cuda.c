@@ -887,7 +887,7 @@ static void emu_profile_lists_every_launch(void **state)
             if (!found) fail_msg("a GEMM %dx%dx%d the MLP does not have (or listed twice)", M, N, K);
             assert_int_equal(r->bytes, 4LL * (M * K + K * N + M * N));
             ngemms++;
-        } else if (strcmp(r->action, "kernel") == 0 && st->kind == STEP_EW) {
+        } else if (strcmp(r->action, "kernel") == 0 && st->kind == STEP_KIND_EW) {
             long long bytes = 0;
             for (int k = 0; k < st->nin; k++) bytes += value_bytes(c, sc->inputs[st->first_in + k]);
             for (int m = st->first; m < st->first + st->n; m++)

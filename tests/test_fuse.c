@@ -13,6 +13,7 @@
 
 #include "alloy/alloy.h"
 #include "ir/groups.h"
+#include "passes/pass.h"
 #include "models.h"
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"

@@ -172,7 +172,7 @@ static void test_the_layer_norm_backward_computes_dx_dgamma_and_dbeta_in_one_ste
                     continue;
                 }
                 int st = s->step_of[lng];
-                if (s->steps[st].kind != STEP_ROW || s->step_of[dgamma] != st || s->step_of[dbeta] != st) {
+                if (s->steps[st].kind != STEP_KIND_ROW || s->step_of[dgamma] != st || s->step_of[dbeta] != st) {
                     ir_print_groups(c, stdout);
                     sched_print(c, s, stdout);
                     fail_msg("%s %lldx%lld: dx (step %d), dgamma (%d) and dbeta (%d) not one row step", mode_names[mode],

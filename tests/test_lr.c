@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "alloy/alloy.h"
+#include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 #include "models.h"
 #include "support.h"

@@ -11,7 +11,7 @@
 
 #include "alloy/alloy.h"
 #include "ir/groups.h"
-#include "passes/options.h"
+#include "step/options.h"
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
@@ -221,7 +221,7 @@ static void test_a_misspelt_pass_or_kind_in_any_environment_variable_fails_the_c
         const char *env, *value, *message;
     } cases[] = {
         {"ALLOY_DISABLE_PASSES", "simplify,fsue",
-         "ALLOY_DISABLE_PASSES: disable_passes=simplify,fsue: unknown pass 'fsue' (passes: verify, random, attention, amp"},
+         "ALLOY_DISABLE_PASSES: disable_passes=simplify,fsue: unknown pass 'fsue' (passes: verify, random, lower_norm, attention, amp"},
         {"ALLOY_PRINT_BEFORE", "all,", NULL}, /* "all" with an empty word is not a pass list */
         {"ALLOY_PRINT_AFTER", "amp, plna", "ALLOY_PRINT_AFTER: print_after=amp, plna: unknown pass 'plna'"},
         {"ALLOY_NO_FUSE", "gemm,rows", "ALLOY_NO_FUSE: no_fuse=gemm,rows: unknown fusion kind 'rows' (kinds: row, gemm"},
@@ -333,7 +333,7 @@ static void test_dumps_print_the_options_and_the_hash_follows_what_changes_code(
     fclose(f);
     assert_non_null(strstr(text, "no_fuse=gemm"));
     assert_non_null(strstr(text, "num_threads=2"));
-    assert_non_null(strstr(text, "print_after=verify,random,attention,amp"));
+    assert_non_null(strstr(text, "print_after=verify,random,lower_norm,attention,amp"));
 }
 
 static void test_the_cache_and_dump_options_print_when_set_and_change_no_hash(void **state)

@@ -15,7 +15,7 @@
 #include "models.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/graph/graph_impl.h"
-#include "passes/plan.h"
+#include "step/plan.h"
 #include "support.h"
 
 
@@ -483,7 +483,7 @@ static void test_the_classifier_gradient_takes_the_logits_slot_unless_they_are_k
         if (sched_build(c, keep, &s, err, sizeof err) || plan_for_step(c, &s, false, &p, err, sizeof err))
             fail_msg("%s", err);
         const sched_step *st = &s.steps[s.step_of[ce]];
-        if (st->kind != STEP_ROW) fail_msg("cross_entropy_grad %%%d (group %d) runs in a %s step", ce, c->nodes[ce]->group, sched_kind_name(st->kind));
+        if (st->kind != STEP_KIND_ROW) fail_msg("cross_entropy_grad %%%d (group %d) runs in a %s step", ce, c->nodes[ce]->group, sched_kind_name(st->kind));
         int grad = -1; /* the step's stored f16 member of the logits' shape: the gradient's cast */
         for (int m = 0; m < st->n; m++) {
             int i = s.members[st->first + m].node;

@@ -215,12 +215,12 @@ static float rms_block(bool fused, float *out, const float *xs, const float *bs)
     const schedule *s = &g->comp.sched;
     const sched_step *st = &s->steps[s->step_of[rms]];
     if (fused) {
-        assert_int_equal(st->kind, STEP_ROW);
+        assert_int_equal(st->kind, STEP_KIND_ROW);
         bool silu = false;
         for (int m = st->first; m < st->first + st->n; m++) silu |= c->nodes[s->members[m].node]->op == IR_OP_silu;
         assert_true(silu);
     } else {
-        assert_int_equal(st->kind, STEP_OP);
+        assert_int_equal(st->kind, STEP_KIND_OP);
     }
     alloy_graph_free(g);
     return l;

@@ -1,4 +1,4 @@
-/* alloyc.h - what the alloyc driver's files share: the parsed command line and the error and graph helpers of alloyc.c. */
+/* alloyc.h - what the alloyc driver's files share: the parsed command line and the error and graph helpers of alloyc_graph.c. */
 #ifndef ALLOYC_H
 #define ALLOYC_H
 

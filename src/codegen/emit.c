@@ -24,8 +24,8 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
         const ir_node *last = g->nodes[st->pos];
         const char *why;
         switch (st->kind) {
-        case STEP_EW: why = cg_emit_ew(out, g, s, k); break;
-        case STEP_GEMM: { /* a matmul's product comes from the library; a convolution's from its kernel */
+        case STEP_KIND_EW: why = cg_emit_ew(out, g, s, k); break;
+        case STEP_KIND_GEMM: { /* a matmul's product comes from the library; a convolution's from its kernel */
             const ir_node *head = g->nodes[s->members[st->first].node];
             why = !ir_gemm_head(head)           ? "a gemm step that does not start with a matmul or convolution"
                   : head->op == IR_OP_matmul ? NULL
@@ -33,9 +33,9 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
             if (!why) why = cg_emit_ew(out, g, s, k);
             break;
         }
-        case STEP_MULTI: why = cg_emit_multi(out, g, s, k); break;
-        case STEP_ROW: why = cg_emit_row(out, g, s, k); break;
-        case STEP_OP:
+        case STEP_KIND_MULTI: why = cg_emit_multi(out, g, s, k); break;
+        case STEP_KIND_ROW: why = cg_emit_row(out, g, s, k); break;
+        case STEP_KIND_OP:
             why = ir_ops[last->op].row ? cg_emit_row(out, g, s, k)
                   : last->op == IR_OP_cast ? cg_emit_ew(out, g, s, k)
                                            : cg_emit_op(out, g, s, k);

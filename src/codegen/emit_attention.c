@@ -50,7 +50,7 @@ static bool add(cg_program *prog, const att *a, int k, const char *name, cg_text
 {
     int64_t blocks = (units + ATT_ROWS - 1) / ATT_ROWS;
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
-    return !t->oom && cg_add_kernel(prog, a->g, name, k, STEP_OP, t, ps, grid, ATT_ROWS, bytes);
+    return !t->oom && cg_add_kernel(prog, a->g, name, k, STEP_KIND_OP, t, ps, grid, ATT_ROWS, bytes);
 }
 
 /* Loads tile [j0, j0 + TILE) of the key-length tensors into shared arrays

@@ -244,7 +244,7 @@ bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t blocks = q->dims[0] * q->dims[1] * ((rows + MMA_ROWS - 1) / MMA_ROWS);
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
-    return !t->oom && cg_add_kernel(prog, g, name, k, STEP_OP, t, ps, grid, MMA_THREADS, bytes);
+    return !t->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, t, ps, grid, MMA_THREADS, bytes);
 }
 
 const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)

@@ -36,7 +36,7 @@ static const char *kernel_of(cg_program *prog, const ir_graph *g, int k, step_ki
 static const char *kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *ct, cg_text *body,
                           cg_params *ps, int64_t total)
 {
-    return kernel_of(prog, g, k, STEP_OP, name, ct, body, ps, total);
+    return kernel_of(prog, g, k, STEP_KIND_OP, name, ct, body, ps, total);
 }
 
 /* Declares the geometry's sizes as constants of the kernel body. */
@@ -89,7 +89,7 @@ static const char *conv(cg_program *prog, const ir_graph *g, int k, const ir_nod
     if (product) cg_put(&b, "acc_");
     else cg_store(&b, n->type.dtype, wide, "acc_");
     cg_put(&b, ";\n");
-    return kernel_of(prog, g, k, product ? STEP_GEMM : STEP_OP, name, wide ? "double" : "float", &b, &ps,
+    return kernel_of(prog, g, k, product ? STEP_KIND_GEMM : STEP_KIND_OP, name, wide ? "double" : "float", &b, &ps,
                      ir_numel(&n->type));
 }
 

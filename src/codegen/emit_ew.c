@@ -204,11 +204,11 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     const sched_step *st = &s->steps[k];
     const ir_node *last = g->nodes[st->pos];
     cg_ew_part p = {.g = g, .s = s, .step = st, .first = st->first, .n = st->n, .space = &st->space, .product = -1, .e = "e"};
-    if (st->kind == STEP_OP && last->op != IR_OP_cast) return "no kernel yet for this op (a library call or an op kernel)";
-    if (st->kind == STEP_OP) { /* a cast: through f64 when either side is f64 or an integer */
+    if (st->kind == STEP_KIND_OP && last->op != IR_OP_cast) return "no kernel yet for this op (a library call or an op kernel)";
+    if (st->kind == STEP_KIND_OP) { /* a cast: through f64 when either side is f64 or an integer */
         alloy_dtype a = g->nodes[last->in[0]]->type.dtype, b = last->type.dtype;
         p.wide = a == ALLOY_F64 || b == ALLOY_F64 || ir_is_int(a) || ir_is_int(b);
-    } else if (st->kind == STEP_GEMM) { /* the epilogue: the members after the matmul */
+    } else if (st->kind == STEP_KIND_GEMM) { /* the epilogue: the members after the matmul */
         p.first = st->first + 1, p.n = st->n - 1, p.product = st->first;
         p.wide = s->parts[st->first_part + 1].wide;
     } else {
@@ -406,7 +406,7 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     if (flag >= 0) cg_put(&t, "    if (bad_) atomicOr(p%d, 1u);\n", flag);
     else cg_put(&t, "    (void)bad_;\n");
     cg_put(&t, "}\n");
-    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, STEP_MULTI, &t, &ps, grid_for(start), CG_BLOCK,
+    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, STEP_KIND_MULTI, &t, &ps, grid_for(start), CG_BLOCK,
                                          part_bytes(g, &ps));
     cg_text_free(&body), cg_text_free(&t);
     if (ok && fi) { /* the flag becomes found_inf's bool */
@@ -418,7 +418,7 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         cg_put(&t, "\nextern \"C\" __global__ void %s(", name);
         cg_param_list(&t, g, &fp);
         cg_put(&t, ")\n{\n    if (blockIdx.x == 0 && threadIdx.x == 0) p%d[0] = (unsigned char)(p%d[0] != 0u);\n}\n", ko, kf);
-        ok = cg_add_kernel(prog, g, name, k, STEP_MULTI, &t, &fp, 1, 1, 5);
+        ok = cg_add_kernel(prog, g, name, k, STEP_KIND_MULTI, &t, &fp, 1, 1, 5);
         cg_text_free(&t);
         al_free(fp.at);
     }

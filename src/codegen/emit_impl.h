@@ -94,7 +94,7 @@ AL_HIDDEN const char *cg_emit_conv_product(cg_program *p, const ir_graph *g, int
 /* A single-op kernel of step k over `total` threads: body (statements at
  * flat index e, compute type T = compute_type) in a grid-stride loop,
  * file_scope before the kernel and `before` at its top (both may be
- * NULL); false on OOM. (emit_op.c) */
+ * NULL); false on OOM. (emit_text.c) */
 AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
                             cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before);
 /* The kernels of the indexing ops (gather, index_select, their gradients,

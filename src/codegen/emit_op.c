@@ -26,32 +26,6 @@ static void offset(cg_text *c, const ir_type *t, const char *prefix)
     cg_put(c, "%s)", any ? "" : "0");
 }
 
-static unsigned grid_for(int64_t total)
-{
-    int64_t blocks = (total + CG_BLOCK - 1) / CG_BLOCK;
-    return (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
-}
-
-/* A kernel over the node's elements: body (statements at flat index e) in a grid-stride loop (emit_impl.h). */
-bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
-                  cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before)
-{
-    cg_text t = {0};
-    cg_put_preamble(&t);
-    cg_put(&t, "%s\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", file_scope ? file_scope : "", CG_BLOCK, name);
-    cg_param_list(&t, g, ps);
-    cg_put(&t, ")\n{\n    typedef %s T;\n%s", compute_type, before ? before : "");
-    cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
-               " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n}\n",
-           (long long)total, body->s ? body->s : "");
-    int64_t bytes = 0;
-    for (int i = 0; i < ps->n; i++)
-        if (ps->at[i].kind == CG_PARAM_NODE) bytes += (int64_t)ir_nbytes(&g->nodes[ps->at[i].node]->type);
-    bool ok = !body->oom && cg_add_kernel(prog, g, name, k, STEP_OP, &t, ps, grid_for(total), CG_BLOCK, bytes);
-    cg_text_free(&t);
-    return ok;
-}
-
 /* Data movement: out[e] = an operand element, or a fill (pad's zero). */
 static const char *movement(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
 {
@@ -354,7 +328,7 @@ static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, 
     }
     cg_put(&t, "        }\n    }\n}\n");
     int64_t blocks = r->nout * split;
-    bool ok = cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
                             CG_BLOCK, (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
     cg_text_free(&t);
     al_free(ps.at);
@@ -584,7 +558,7 @@ static const char *embedding_grad(cg_program *prog, const ir_graph *g, int k, co
            (long long)cpt, CG_BLOCK, (long long)dim, out, (long long)dim);
     cg_store(&t, n->type.dtype, wide, "a_[j_]");
     cg_put(&t, ";\n        }\n    }\n}\n");
-    bool ok = cg_add_kernel(prog, g, name, k, STEP_OP, &t, &ps, (unsigned)(rows > CG_MAX_GRID ? CG_MAX_GRID : rows < 1 ? 1 : rows),
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)(rows > CG_MAX_GRID ? CG_MAX_GRID : rows < 1 ? 1 : rows),
                             CG_BLOCK, (int64_t)(ir_nbytes(&n->type) + ir_nbytes(ids) + ir_nbytes(dy)));
     cg_text_free(&t);
     al_free(ps.at);

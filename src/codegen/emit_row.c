@@ -566,7 +566,7 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     cg_text decl = {0};
     row_kernel rk = {.g = g, .s = s, .st = st, .vw = 1, .decl = &decl};
     ir_type space = st->space;
-    if (st->kind == STEP_OP) {
+    if (st->kind == STEP_KIND_OP) {
         if (!ir_ops[last->op].row) return "no kernel yet for this op (a library call or an op kernel)";
         int axis = -1;
         const ir_type *in0 = &g->nodes[last->in[0]]->type;

@@ -1,4 +1,4 @@
-/* emit_text.c - the emitter's text tools: the kernel preamble, loads and stores per dtype, the member flags, parameters. */
+/* emit_text.c - the emitter's text tools: the kernel preamble, loads and stores per dtype, the member flags, parameters, and the single-op kernel's frame (cg_op_kernel). */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -329,4 +329,30 @@ char *cg_module_source(const cg_program *p, int first, int n)
         return NULL;
     }
     return t.s;
+}
+
+static unsigned grid_for(int64_t total)
+{
+    int64_t blocks = (total + CG_BLOCK - 1) / CG_BLOCK;
+    return (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
+}
+
+/* A kernel over the node's elements: body (statements at flat index e) in a grid-stride loop (emit_impl.h). */
+bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
+                  cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before)
+{
+    cg_text t = {0};
+    cg_put_preamble(&t);
+    cg_put(&t, "%s\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", file_scope ? file_scope : "", CG_BLOCK, name);
+    cg_param_list(&t, g, ps);
+    cg_put(&t, ")\n{\n    typedef %s T;\n%s", compute_type, before ? before : "");
+    cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
+               " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n}\n",
+           (long long)total, body->s ? body->s : "");
+    int64_t bytes = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->at[i].kind == CG_PARAM_NODE) bytes += (int64_t)ir_nbytes(&g->nodes[ps->at[i].node]->type);
+    bool ok = !body->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, ps, grid_for(total), CG_BLOCK, bytes);
+    cg_text_free(&t);
+    return ok;
 }

@@ -307,7 +307,7 @@ static int find_library_calls(export_state *x, const ir_graph *g, const schedule
     if (!(x->library = al_calloc((size_t)s->nsteps + 1, sizeof *x->library))) return -1;
     for (int k = 0; k < x->prog.nkernels; k++) {
         const sched_step *st = &s->steps[x->prog.kernels[k].step];
-        if (x->prog.kernels[k].kind == STEP_GEMM && g->nodes[s->members[st->first].node]->op == IR_OP_matmul)
+        if (x->prog.kernels[k].kind == STEP_KIND_GEMM && g->nodes[s->members[st->first].node]->op == IR_OP_matmul)
             x->library[x->prog.kernels[k].step] = gemm_epilogue;
     }
     for (int i = 0; i < x->prog.nskipped; i++) x->library[x->prog.skipped[i]] = x->prog.why[i];
@@ -388,7 +388,7 @@ static void format_summary(export_state *x, const ir_graph *g, const schedule *s
             const sched_step *st = &s->steps[k];
             if (!x->library[k]) continue;
             /* a gemm step with a kernel: the row is its matmul, the OP part first in the step */
-            bool matmul_only = st->kind == STEP_GEMM && x->library[k] == gemm_epilogue;
+            bool matmul_only = st->kind == STEP_KIND_GEMM && x->library[k] == gemm_epilogue;
             const sched_part *mm = &s->parts[st->first_part];
             const ir_node *op = g->nodes[matmul_only ? s->members[mm->first].node : st->pos];
             cg_put(t, "%12d %-5s %-12s %-*s ", k, sched_kind_name(st->kind), ir_ops[op->op].name, wwhy, x->library[k]);

@@ -84,7 +84,7 @@ static const ir_attr_spec A_NLL_GRAD[] = {{"ignore_index", IR_ATTR_INT, false, f
 static const ir_attr_spec A_SMOOTH_L1[] = {{"beta", IR_ATTR_FLOAT, false, true, 1.0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_BCE_GRAD[] = {{"operand", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
 
-/* batch_norm: training absent = the graph's mode (the random pass writes it) */
+/* batch_norm: training absent = the graph's mode (the lower_norm pass lowers it for that mode) */
 static const ir_attr_spec A_BATCH_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5},
                                             {"momentum", IR_ATTR_FLOAT, false, true, 0.1},
                                             {"training", IR_ATTR_BOOL, false, false, 1},

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloy/amp.h"
 #include "passes/pass.h"
 
 typedef struct amp_state {

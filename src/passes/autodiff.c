@@ -12,6 +12,7 @@
  */
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
 #include "passes/pass.h"
 
@@ -67,8 +68,8 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
         if (reach[i])
             for (int j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]] = 1;
     ad_ctx ctx = {g};
-    if (opts->scaler.kind != ALLOY_SCALER_NONE) { /* seed with the loss scale: d(loss*s)/d loss */
-        int scale = pass_state_leaf(g, STEP_SCALE, ALLOY_F32, 0, NULL, opts->scaler.init_scale);
+    if (opts->scaler && opts->scaler->kind != ALLOY_SCALER_NONE) { /* seed with the loss scale: d(loss*s)/d loss */
+        int scale = pass_state_leaf(g, STATE_SCALE, ALLOY_F32, 0, NULL, opts->scaler->init_scale);
         grad[loss] = lt->dtype == ALLOY_F32 ? scale
                                             : ad_emit(&ctx, IR_OP_cast, 1, &scale, 0, NULL, lt);
     } else {

@@ -40,6 +40,6 @@ RULE(gr_lowered)
 {
     (void)dy, (void)dx;
     char label[32];
-    return ir_error(c->g, ALLOY_ERR_VERIFY, "autodiff: %s %s was not lowered (the random pass lowers it before autodiff)",
+    return ir_error(c->g, ALLOY_ERR_VERIFY, "autodiff: %s %s was not lowered (the lower_norm pass lowers it before autodiff)",
                     ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
 }

@@ -21,6 +21,7 @@
  */
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
 #include "passes/pass.h"
 
@@ -44,15 +45,16 @@ static int as_dtype(ad_ctx *c, int x, alloy_dtype dt)
 alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
-    const alloy_grad_scaler *sc = &opts->scaler;
-    int k = opts->optimizer.accumulation_steps > 1 ? opts->optimizer.accumulation_steps : 1;
+    static const alloy_grad_scaler no_scaler = {.kind = ALLOY_SCALER_NONE};
+    const alloy_grad_scaler *sc = opts->scaler ? opts->scaler : &no_scaler;
+    int k = opts->optimizer && opts->optimizer->accumulation_steps > 1 ? opts->optimizer->accumulation_steps : 1;
     bool scaling = sc->kind != ALLOY_SCALER_NONE;
     if (!opts->train || (!scaling && k == 1)) return ALLOY_OK;
     ad_ctx c = {g};
     int no = g->noutputs, nforward = g->nupdates;
     int found = -1, is_last = -1;
-    int scale = scaling ? ir_find_name(g, STEP_SCALE) : -1;
-    if (scaling && scale < 0) return ir_error(g, ALLOY_ERR_VERIFY, "grad_scaler: no '%s' state (autodiff did not seed)", STEP_SCALE);
+    int scale = scaling ? ir_find_name(g, STATE_SCALE) : -1;
+    if (scaling && scale < 0) return ir_error(g, ALLOY_ERR_VERIFY, "grad_scaler: no '%s' state (autodiff did not seed)", STATE_SCALE);
     int inv = scaling ? E2(div, scalar(&c, ALLOY_F32, 1.0), scale) : -1;
     /* unscale */
     int *grads = al_calloc((size_t)no + 1, sizeof(int));
@@ -74,10 +76,10 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
     int i_zero = scalar(&c, ALLOY_I32, 0);
     /* accumulation: average the unscaled gradients over k micro-batches */
     if (k > 1) {
-        int micro = pass_state_leaf(g, STEP_MICRO, ALLOY_I32, 0, NULL, 0);
+        int micro = pass_state_leaf(g, STATE_MICRO, ALLOY_I32, 0, NULL, 0);
         int next = E2(add, micro, scalar(&c, ALLOY_I32, 1));
         is_last = E2(equal, next, scalar(&c, ALLOY_I32, k));
-        ir_add_update(g, STEP_MICRO, E3(where, is_last, i_zero, next));
+        ir_add_update(g, STATE_MICRO, E3(where, is_last, i_zero, next));
         for (int i = 0; i < no && !g->status; i++) {
             if (!is_grad_output(&g->outputs[i])) continue;
             const ir_type *t = &g->nodes[g->outputs[i].node]->type;
@@ -89,9 +91,9 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
             g->outputs[i].node = E2(mul, sum, scalar(&c, t->dtype, 1.0 / k));
         }
         if (scaling) { /* inf/NaN in any micro-batch of the step */
-            int acc = pass_state_leaf(g, STEP_FOUND_ACC, ALLOY_BOOL, 0, NULL, 0);
+            int acc = pass_state_leaf(g, STATE_FOUND_ACC, ALLOY_BOOL, 0, NULL, 0);
             found = E3(where, acc, acc, found);
-            ir_add_update(g, STEP_FOUND_ACC, E3(where, is_last, f_false, found));
+            ir_add_update(g, STATE_FOUND_ACC, E3(where, is_last, f_false, found));
         }
     }
     int apply = scaling ? (k > 1 ? E3(where, found, f_false, is_last) : E2(equal, found, f_false)) : is_last;
@@ -102,10 +104,10 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
     }
     /* scale update (PyTorch's _amp_update_scale_) */
     if (scaling) {
-        int next_scale = scale, skipped = pass_state_leaf(g, STEP_SKIPPED, ALLOY_I32, 0, NULL, 0);
+        int next_scale = scale, skipped = pass_state_leaf(g, STATE_SKIPPED, ALLOY_I32, 0, NULL, 0);
         int counted = E3(where, found, E2(add, skipped, scalar(&c, ALLOY_I32, 1)), skipped);
         if (sc->kind == ALLOY_SCALER_DYNAMIC) {
-            int tracker = pass_state_leaf(g, STEP_TRACKER, ALLOY_I32, 0, NULL, 0);
+            int tracker = pass_state_leaf(g, STATE_TRACKER, ALLOY_I32, 0, NULL, 0);
             int t1 = E2(add, tracker, scalar(&c, ALLOY_I32, 1));
             int at = E2(equal, t1, scalar(&c, ALLOY_I32, sc->growth_interval));
             /* f32(scale * factor) with the product in f64, as PyTorch's kernels */
@@ -120,13 +122,13 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
                 next_scale = E3(where, is_last, next_scale, scale);
                 next_tracker = E3(where, is_last, next_tracker, tracker);
             }
-            ir_add_update(g, STEP_TRACKER, next_tracker);
-            ir_add_update(g, STEP_SCALE, next_scale);
+            ir_add_update(g, STATE_TRACKER, next_tracker);
+            ir_add_update(g, STATE_SCALE, next_scale);
         }
         if (k > 1) counted = E3(where, is_last, counted, skipped);
-        ir_add_update(g, STEP_SKIPPED, counted);
+        ir_add_update(g, STATE_SKIPPED, counted);
         ir_add_output(g, OUT_NEXT_SCALE, next_scale);
-        ir_add_output(g, STEP_SCALE, scale);
+        ir_add_output(g, STATE_SCALE, scale);
     }
     /* reported once per step: on the micro-batch that decides it */
     if (!g->status) ir_add_output(g, OUT_FOUND_INF, k > 1 ? E3(where, is_last, found, f_false) : found);

@@ -5,9 +5,9 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
-#include "passes/options.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/options.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 
 /* ---- dump.c: dump files and pass times ---- */
 

@@ -1,4 +1,12 @@
-/* lower_norm.c - batch_norm and group_norm lowered into transposes, reshapes, layer_norm (the shared row form: statistics in f32 under AMP) and elementwise ops, for the graph's mode. */
+/* lower_norm.c - the lower_norm pass: batch_norm and group_norm lowered into transposes, reshapes, layer_norm (the shared row form: statistics in f32 under AMP) and elementwise ops, for the graph's mode.
+ *
+ * After this pass (nothing changes in a graph without batch_norm or
+ * group_norm) no batch_norm or group_norm is left: each is rewritten into
+ * other ops, batch_norm with batch statistics while training (and its
+ * running statistics' updates) or with its running statistics in eval
+ * mode, as torch.nn.BatchNorm2d in train() and eval(). It runs after the
+ * random pass and before amp and autodiff.
+ */
 #include <string.h>
 
 #include "passes/grad_rules.h"
@@ -115,4 +123,53 @@ int lower_norm(ir_graph *out, const ir_node *n, const int *in, const pass_option
         out->nodes[i]->amp = n->amp, out->nodes[i]->flags = n->flags;
     if (n->name && ir_set_name(out, out->nodes[y], n->name)) return -1;
     return y;
+}
+
+/* Copies node n of the input into out with operands through map, a norm lowered. */
+static void copy_node(ir_graph *out, const ir_node *n, int *map, const pass_options *opts)
+{
+    int in[5] = {0}, nin = n->nin;
+    if (lower_norm_op(n->op)) { /* 1 to 5 operands */
+        for (int j = 0; j < nin; j++) in[j] = map[n->in[j]];
+        int y = lower_norm(out, n, in, opts);
+        if (y >= 0) map[n->id] = y;
+        return;
+    }
+    int *ins = in;
+    if (nin > 5 && !(ins = al_malloc(sizeof(int) * (size_t)nin))) {
+        ir_error(out, ALLOY_ERR_OOM, "lower_norm: out of memory");
+        return;
+    }
+    for (int j = 0; j < nin; j++) ins[j] = map[n->in[j]];
+    ir_node *m = ir_add_node(out, n->op, nin, ins, n->nattrs, n->attrs, &n->type, n->name);
+    if (ins != in) al_free(ins);
+    if (m) m->amp = n->amp, m->flags = n->flags, m->group = n->group, map[n->id] = m->id;
+}
+
+alloy_status pass_lower_norm(ir_graph **gp, const pass_options *opts)
+{
+    ir_graph *g = *gp;
+    bool any = false;
+    for (int i = 0; i < g->nnodes && !any; i++) any = lower_norm_op(g->nodes[i]->op);
+    if (!any) return ALLOY_OK;
+    int *map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+    ir_graph *out = map ? ir_graph_new(g->name) : NULL;
+    if (!out) {
+        al_free(map);
+        return ir_error(g, ALLOY_ERR_OOM, "lower_norm: out of memory");
+    }
+    for (int i = 0; i < g->nnodes; i++) map[i] = -1;
+    for (int i = 0; i < g->nnodes && !out->status; i++) copy_node(out, g->nodes[i], map, opts);
+    for (int i = 0; i < g->noutputs && !out->status; i++) ir_add_output(out, g->outputs[i].name, map[g->outputs[i].node]);
+    for (int i = 0; i < g->nupdates && !out->status; i++) ir_add_update(out, g->updates[i].name, map[g->updates[i].node]);
+    if (g->loss >= 0) out->loss = map[g->loss];
+    al_free(map);
+    if (out->status) {
+        alloy_status st = ir_error(g, out->status, "lower_norm: %s", out->error);
+        ir_graph_free(out);
+        return st;
+    }
+    ir_graph_free(g);
+    *gp = out;
+    return ALLOY_OK;
 }

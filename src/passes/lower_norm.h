@@ -1,4 +1,4 @@
-/* lower_norm.h - batch_norm and group_norm rewritten into other ops for the graph's mode (the random pass calls it). */
+/* lower_norm.h - batch_norm and group_norm rewritten into other ops for the graph's mode (the lower_norm pass, lower_norm.c). */
 #ifndef ALLOY_LOWER_NORM_H
 #define ALLOY_LOWER_NORM_H
 

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
 #include "passes/pass.h"
 
@@ -140,15 +141,15 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
 alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
-    const alloy_optimizer *o = &opts->optimizer;
-    if (!opts->train || !o->kind) return ALLOY_OK;
+    const alloy_optimizer *o = opts->optimizer;
+    if (!opts->train || !o || !o->kind) return ALLOY_OK;
     ad_ctx ctx = {g}, *c = &ctx;
     int apply_out = ir_find_output(g, OUT_APPLY);
     int apply = apply_out >= 0 ? g->outputs[apply_out].node : -1;
-    int done = pass_state_leaf(g, STEP_COUNT, ALLOY_I32, 0, NULL, 0);
+    int done = pass_state_leaf(g, STATE_COUNT, ALLOY_I32, 0, NULL, 0);
     int next = E2(add, done, S(ALLOY_I32, 1));
-    ir_add_update(g, STEP_COUNT, apply >= 0 ? E3(where, apply, next, done) : next);
-    int lr = learning_rate(c, o, done, pass_state_leaf(g, STEP_BASE_LR, F, 0, NULL, o->lr));
+    ir_add_update(g, STATE_COUNT, apply >= 0 ? E3(where, apply, next, done) : next);
+    int lr = learning_rate(c, o, done, pass_state_leaf(g, STATE_BASE_LR, F, 0, NULL, o->lr));
     /* global norm of the gradients of trained parameters, in f32 */
     int no = g->noutputs, sumsq = -1;
     for (int i = 0; i < no && !g->status; i++) {

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloy/train.h"
 #include "ir/groups.h"
 #include "passes/inspect.h"
 #include "passes/lower_norm.h"
@@ -38,7 +39,7 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
 /* The pipeline, in order (passes/pipeline.def). */
 static const pass pipeline[] = {
 #define PASS(name, run, build) {#name, run, build},
-#include "passes/pipeline.def"
+#include "step/pipeline.def"
 #undef PASS
 };
 
@@ -109,12 +110,6 @@ static alloy_status printed(ir_graph *g, FILE *log, const char *option, const ch
                     pass_name ? pass_name : "", e ? strerror(e) : "the stream has an error");
 }
 
-void pass_compiled_free(pass_compiled *c)
-{
-    sched_free(&c->sched);
-    plan_free(&c->plan);
-}
-
 /* The index of pipeline pass `name`. */
 static int pass_index(const char *name)
 {
@@ -132,33 +127,41 @@ static alloy_status check_disabled(ir_graph *g, const pass_options *opts, uint32
     static const char *const scaler_kinds[] = {"no", "a dynamic", "a static"};
     const char *why = NULL, *skipped = NULL, *fix = NULL;
     char buf[160];
-    bool scaling = opts->scaler.kind == ALLOY_SCALER_DYNAMIC || opts->scaler.kind == ALLOY_SCALER_STATIC;
-    bool random = false;
-    for (int i = 0; i < g->nnodes && !random; i++)
-        random = g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal ||
-                 lower_norm_op(g->nodes[i]->op);
+    alloy_scaler_kind scaler = opts->scaler ? opts->scaler->kind : ALLOY_SCALER_NONE;
+    int accumulation = opts->optimizer ? opts->optimizer->accumulation_steps : 0;
+    bool scaling = scaler == ALLOY_SCALER_DYNAMIC || scaler == ALLOY_SCALER_STATIC;
+    bool random = false, norms = false;
+    for (int i = 0; i < g->nnodes; i++) {
+        random |= g->nodes[i]->op == IR_OP_dropout || g->nodes[i]->op == IR_OP_uniform || g->nodes[i]->op == IR_OP_normal;
+        norms |= lower_norm_op(g->nodes[i]->op);
+    }
     if ((disabled & 1u << pass_index("random")) && random)
         return ir_error(g, ALLOY_ERR_INVALID,
-                        "disable_passes=random: the graph has random ops or batch_norm / group_norm, and that pass gives "
-                        "random ops their seed and step, turns dropout off outside training and lowers the norms; remove "
-                        "random from disable_passes (ALLOY_DISABLE_PASSES)");
+                        "disable_passes=random: the graph has random ops, and that pass gives random ops their seed and "
+                        "step and turns dropout off outside training; remove random from disable_passes "
+                        "(ALLOY_DISABLE_PASSES)");
+    if ((disabled & 1u << pass_index("lower_norm")) && norms)
+        return ir_error(g, ALLOY_ERR_INVALID,
+                        "disable_passes=lower_norm: the graph has batch_norm / group_norm, and that pass lowers them "
+                        "(no backend runs them as they are); remove lower_norm from disable_passes "
+                        "(ALLOY_DISABLE_PASSES)");
     if (!opts->train) return ALLOY_OK;
     if (disabled & 1u << pass_index("autodiff")) {
         skipped = "autodiff";
         why = "the graph trains (it has a loss), and the gradients come from autodiff";
         fix = "or turn training off";
-    } else if ((disabled & 1u << pass_index("grad_scaler")) && (scaling || opts->optimizer.accumulation_steps > 1)) {
+    } else if ((disabled & 1u << pass_index("grad_scaler")) && (scaling || accumulation > 1)) {
         skipped = "grad_scaler";
         if (scaling)
             al_fmt(buf, sizeof buf,
                    "the graph trains with %s loss scaler, and grad_scaler unscales the gradients and skips "
-                   "inf/NaN steps (without it they reach the parameters)", scaler_kinds[opts->scaler.kind]);
+                   "inf/NaN steps (without it they reach the parameters)", scaler_kinds[scaler]);
         else
             al_fmt(buf, sizeof buf, "the optimizer accumulates %d micro-batches, which grad_scaler counts",
-                   opts->optimizer.accumulation_steps);
+                   accumulation);
         why = buf;
         fix = scaling ? "or set no loss scaler" : "or accumulate none";
-    } else if ((disabled & 1u << pass_index("optimizer")) && opts->optimizer.kind) {
+    } else if ((disabled & 1u << pass_index("optimizer")) && opts->optimizer && opts->optimizer->kind) {
         skipped = "optimizer";
         why = "the graph has an optimizer, and that pass is what updates the parameters";
         fix = "or add no optimizer";

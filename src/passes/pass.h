@@ -2,31 +2,20 @@
 #ifndef ALLOY_PASS_H
 #define ALLOY_PASS_H
 
-#include "alloy/amp.h"
-#include "alloy/train.h"
 #include "ir/ir.h"
-#include "passes/options.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/amp_config.h"
+#include "step/compiled.h"
+#include "step/options.h"
+#include "step/param_group.h"
+#include "step/pipeline.h"
+#include "step/state_names.h"
 
-/* AMP configuration: the dtype and the per-op list membership. */
-typedef struct amp_config {
-    alloy_dtype dtype;           /* ALLOY_F32: AMP off; ALLOY_F16 or ALLOY_BF16 */
-    uint8_t lists[IR_OP_COUNT];  /* bit (1 << ir_amp_class) per list the op is on */
-    ir_amp_class unlisted;       /* class of an op on no list */
-} amp_config;
+/* The training setup a pass reads (include/alloy/amp.h, train.h): only the
+ * passes that read inside one include those headers. */
+struct alloy_amp_report;
+struct alloy_grad_scaler;
+struct alloy_optimizer;
 
-/* Fills c with AMP off and every op on the list of its table class. */
-AL_HIDDEN void amp_config_init(amp_config *c);
-
-/* A parameter group (alloy_graph_set_param_group): the params whose names
- * match one of patterns' comma-separated globs train with lr * lr_scale,
- * and with weight decay only when decay. */
-typedef struct param_group {
-    char *patterns;
-    double lr_scale;
-    bool decay;
-} param_group;
 
 /* param_groups.c */
 /* Whether name matches the glob pat[0..len): '*' any run of characters
@@ -44,14 +33,14 @@ AL_HIDDEN void pg_lookup(const param_group *groups, int n, const char *name, dou
 /* Options every pass may read; filled from the alloy_graph's configuration. */
 typedef struct pass_options {
     amp_config amp;
-    alloy_amp_report *amp_report; /* filled by the amp pass when non-NULL */
+    struct alloy_amp_report *amp_report; /* filled by the amp pass when non-NULL */
     FILE *log;                    /* where ALLOY_AMP_LOG and print-after go (stderr if NULL) */
     bool train;                   /* build the backward from the loss */
     const char *const *grad_inputs; /* inputs whose gradients are wanted too */
     int ngrad_inputs;
     int loss_seed;                /* node id seeding the backward, or -1 for 1.0 */
-    alloy_grad_scaler scaler;     /* kind NONE: no loss scaling */
-    alloy_optimizer optimizer;    /* kind 0: no optimizer */
+    const struct alloy_grad_scaler *scaler; /* NULL or kind NONE: no loss scaling */
+    const struct alloy_optimizer *optimizer; /* NULL or kind 0: no optimizer */
     const param_group *groups;    /* per-parameter lr scale and decay, the last match wins */
     int ngroups;
     uint64_t seed;                /* the graph's seed: random ops built without one draw from it */
@@ -61,14 +50,6 @@ typedef struct pass_options {
 /* opts->cfg, or the defaults when it is NULL. */
 AL_HIDDEN const al_options *pass_cfg(const pass_options *opts);
 
-/* What the pipeline compiles besides the graph: the schedule and the memory
- * plan for the default keep set (outputs, updates, loss). Empty (no
- * steps, no offsets) when those passes did not run. */
-typedef struct pass_compiled {
-    schedule sched;
-    mem_plan plan;
-} pass_compiled;
-AL_HIDDEN void pass_compiled_free(pass_compiled *c);
 
 /* A pass. A graph pass (run) takes *g and leaves the result in *g (it may
  * replace the graph, freeing the old one); a compiling pass (build) reads
@@ -80,15 +61,6 @@ typedef struct pass {
     alloy_status (*build)(ir_graph *g, const pass_options *opts, pass_compiled *c);
 } pass;
 
-/* Per-pass timing of the last pipeline run: wall time, and the CPU time of
- * the thread that ran it (which time spent on other processes does not
- * inflate: what bench/compile_time.c and the compile-time tests compare). */
-typedef struct pass_timing {
-    const char *name;
-    double ms;
-    int nodes_after;
-    double cpu_ms;
-} pass_timing;
 
 /* Runs the standard pipeline on *g, skipping the passes opts->cfg disables,
  * except that a training step refuses (ALLOY_ERR_INVALID, naming the pass)
@@ -110,9 +82,6 @@ typedef struct pass_timing {
  * recorded and *out is empty. */
 AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_compiled *out,
                                          FILE *log, pass_timing *timings, int max, int *ntimings);
-/* The pipeline's passes in order: how many, and the name of the i-th. */
-AL_HIDDEN int pass_count(void);
-AL_HIDDEN const char *pass_name(int i);
 
 /* The passes (one file each). */
 AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /* amp.c */
@@ -121,6 +90,7 @@ AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /*
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
 AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */
+AL_HIDDEN alloy_status pass_lower_norm(ir_graph **g, const pass_options *opts);  /* lower_norm.c */
 AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
 AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
 AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opts); /* fuse_attention.c */
@@ -144,35 +114,11 @@ AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next
  * false when out of memory. */
 AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
-/* Names the training passes agree on (docs/training.md). The builder
- * refuses them for the user's names (pass_reserved_name, reserved.c), so
- * each name the passes make is spelt from these. */
-#define GRAD_PREFIX "grad:"  /* output "grad:<name>": d loss / d <name> (autodiff) */
-#define SCALER_NS "scaler."  /* the loss scaler's state and outputs */
-#define STEP_NS "step."      /* the training step's state and outputs */
-#define OPTIM_NS "optim."    /* the optimizer's state */
-#define SUFFIX_MOMENT1 ".m"         /* state "<param>.m": Adam(W)'s first moment */
-#define SUFFIX_MOMENT2 ".v"         /* state "<param>.v": Adam(W)'s second moment */
-#define SUFFIX_MOMENTUM ".momentum" /* state "<param>.momentum": SGD's momentum buffer */
-#define SUFFIX_GRAD_ACC ".grad_acc" /* state "<name>.grad_acc": a gradient summed over micro-batches */
-#define STEP_SCALE SCALER_NS "scale"                 /* state f32[]: the loss scale */
-#define STEP_TRACKER SCALER_NS "growth_tracker"      /* state i32[] */
-#define STEP_FOUND_ACC SCALER_NS "found_inf_acc"     /* state bool[]: inf seen in this step's micro-batches */
-#define STEP_MICRO STEP_NS "micro_batch"             /* state i32[]: micro-batches into this step */
-#define STEP_SKIPPED STEP_NS "skipped_steps"         /* state i32[]: steps skipped for inf/NaN */
-#define STEP_COUNT OPTIM_NS "step"                   /* state i32[]: optimizer updates applied */
-#define STEP_BASE_LR OPTIM_NS "lr" /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
-#define OUT_FOUND_INF STEP_NS "found_inf"            /* output bool[]: this step's gradients were not finite */
-#define OUT_APPLY STEP_NS "apply"                    /* output bool[]: the optimizer updates this run */
-#define OUT_NEXT_SCALE SCALER_NS "next_scale"        /* output f32[] */
-#define OUT_LR STEP_NS "lr"                          /* output f64[] */
-#define OUT_GRAD_NORM STEP_NS "grad_norm"            /* output f64[]: global norm of unscaled gradients */
-
 /* reserved.c: whether the user may not give the name `name` (used as
- * `use`) in ir, because the training passes make it: any name starting
- * with GRAD_PREFIX or a namespace above; for a node, "<p>" SUFFIX_* while
- * p is an input or param of ir; for a new input or param p, p while a
- * node "<p>" SUFFIX_* exists. True with the reason in why. */
+ * `use`) in ir, because the training passes make it (step/state_names.h):
+ * any name starting with GRAD_PREFIX or a namespace there; for a node, "<p>"
+ * SUFFIX_* while p is an input or param of ir; for a new input or param p,
+ * p while a node "<p>" SUFFIX_* exists. True with the reason in why. */
 typedef enum pass_name_use { PASS_NAME_OUTPUT, PASS_NAME_NODE, PASS_NAME_LEAF } pass_name_use;
 AL_HIDDEN bool pass_reserved_name(const ir_graph *ir, const char *name, pass_name_use use, char *why, size_t whylen);
 

@@ -1,6 +1,6 @@
-/* random.c - the random pass: gives each random op its key, turns dropout off outside training, lowers batch_norm and group_norm for the mode.
+/* random.c - the random pass: gives each random op its key, turns dropout off outside training.
  *
- * After this pass (nothing changes in a graph without random ops, batch_norm or group_norm):
+ * After this pass (nothing changes in a graph without random ops):
  *   - every random op (dropout, uniform, normal) has a `seed`: the one it
  *     was built or written with, else the graph's (alloy_graph_set_seed);
  *   - eval mode: when the step is not a training step (no loss, or
@@ -18,17 +18,13 @@
  *     are a function of the checkpointed state, so a resumed run draws
  *     what the uninterrupted one would have. Without an optimizer the step
  *     is absent: every run draws with step 0.
- *   - no batch_norm or group_norm is left: lower_norm.c rewrote each into
- *     other ops, batch_norm with batch statistics while training (and its
- *     running statistics' updates) or with its running statistics in eval
- *     mode, as torch.nn.BatchNorm2d in train() and eval();
  * It runs before amp and autodiff, so dropout's gradient rule copies the
  * forward's key (attributes and step operand) and redraws its mask.
  */
 #include <string.h>
 
+#include "alloy/train.h"
 #include "passes/grad_rules.h"
-#include "passes/lower_norm.h"
 #include "passes/pass.h"
 
 static bool is_random(int op) { return op == IR_OP_dropout || op == IR_OP_uniform || op == IR_OP_normal; }
@@ -49,14 +45,14 @@ static int counter_leaf(ir_graph *out, const ir_graph *g, int *map, const char *
  * them), made on first use; -1 when random ops take no step operand. */
 static int step_node(ir_graph *out, const ir_graph *g, int *map, const pass_options *opts)
 {
-    if (!opts->train || !opts->optimizer.kind) return -1;
+    if (!opts->train || !opts->optimizer || !opts->optimizer->kind) return -1;
     ad_ctx c = {out};
-    int k = opts->optimizer.accumulation_steps > 1 ? opts->optimizer.accumulation_steps : 1;
+    int k = opts->optimizer->accumulation_steps > 1 ? opts->optimizer->accumulation_steps : 1;
     ir_type i64 = {.dtype = ALLOY_I64};
-    int done = counter_leaf(out, g, map, STEP_COUNT);
+    int done = counter_leaf(out, g, map, STATE_COUNT);
     int step = ad_emit(&c, IR_OP_cast, 1, &done, 0, NULL, &i64);
     if (k > 1) {
-        int micro = counter_leaf(out, g, map, STEP_MICRO);
+        int micro = counter_leaf(out, g, map, STATE_MICRO);
         int scaled = ad_emit(&c, IR_OP_mul, 2, (int[]){step, ad_scalar(&c, ALLOY_I64, k)}, 0, NULL, NULL);
         step = ad_emit(&c, IR_OP_add, 2, (int[]){scaled, ad_emit(&c, IR_OP_cast, 1, &micro, 0, NULL, &i64)}, 0, NULL, NULL);
     }
@@ -69,12 +65,6 @@ static void copy_node(ir_graph *out, const ir_graph *g, const ir_node *n, int *m
 {
     if (map[n->id] >= 0) return; /* a counter leaf step_node copied early */
     int in[5] = {0}, nin = n->nin;
-    if (lower_norm_op(n->op)) { /* 1 to 5 operands */
-        for (int j = 0; j < nin; j++) in[j] = map[n->in[j]];
-        int y = lower_norm(out, n, in, opts);
-        if (y >= 0) map[n->id] = y;
-        return;
-    }
     if (n->op == IR_OP_dropout && !opts->train) {
         if (!n->name) {
             map[n->id] = map[n->in[0]];
@@ -112,7 +102,7 @@ alloy_status pass_random(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
     bool any = false;
-    for (int i = 0; i < g->nnodes && !any; i++) any = is_random(g->nodes[i]->op) || lower_norm_op(g->nodes[i]->op);
+    for (int i = 0; i < g->nnodes && !any; i++) any = is_random(g->nodes[i]->op);
     if (!any) return ALLOY_OK;
     int *map = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
     ir_graph *out = map ? ir_graph_new(g->name) : NULL;

@@ -8,9 +8,9 @@ static const struct {
     const char *prefix, *what;
 } namespaces[] = {
     {GRAD_PREFIX, "autodiff names the gradient outputs " GRAD_PREFIX "<name>"},
-    {SCALER_NS, "the loss scaler names its state and outputs " SCALER_NS "* (" STEP_SCALE ", ...)"},
+    {SCALER_NS, "the loss scaler names its state and outputs " SCALER_NS "* (" STATE_SCALE ", ...)"},
     {STEP_NS, "the training step names its state and outputs " STEP_NS "* (" OUT_LR ", ...)"},
-    {OPTIM_NS, "the optimizer names its state " OPTIM_NS "* (" STEP_COUNT ", " STEP_BASE_LR ")"},
+    {OPTIM_NS, "the optimizer names its state " OPTIM_NS "* (" STATE_COUNT ", " STATE_BASE_LR ")"},
 };
 
 /* The state the passes make per trainable tensor "<p>": names a user's

@@ -4,6 +4,7 @@
 
 #include "alloy_config.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 /* liballoy-runtime has the CUDA backend too: it runs a bundle's images
  * (its compiler half is cuda_jit_none.c there) */
 #if ALLOY_HAVE_CUDA
@@ -51,6 +52,16 @@ alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backend **out, 
     return backends[i].open(cfg, out, err, errlen);
 }
 
+alloy_status rt_backend_open_named(const char *name, const al_options *cfg, rt_backend **out, char *err,
+                                   size_t errlen)
+{
+    *out = NULL;
+    for (int i = 0; i < NBACKENDS; i++)
+        if (strcmp(name, backends[i].name) == 0) return backends[i].open(cfg, out, err, errlen);
+    al_fmt(err, errlen, "device %s: this build of alloy has no %s backend", name, name);
+    return ALLOY_ERR_UNSUPPORTED;
+}
+
 alloy_status rt_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -78,26 +89,4 @@ rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener)
     (void)opener;
     return NULL;
 #endif
-}
-
-void rt_backend_close(rt_backend *b)
-{
-    if (b) b->ops->close(b);
-}
-
-alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->error, sizeof b->error, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                                       const bundle_cuda *x, rt_exec **out)
-{
-    (void)x;
-    *out = NULL;
-    return b->ops->compile(b, g, s, p, out);
 }

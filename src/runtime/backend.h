@@ -2,10 +2,13 @@
 #ifndef ALLOY_BACKEND_H
 #define ALLOY_BACKEND_H
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "ir/ir.h"
-#include "passes/options.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/options.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 #include "runtime/bundle/bundle.h" /* bundle_cuda, which exec_load takes */
 
 typedef struct rt_backend rt_backend;
@@ -64,6 +67,8 @@ typedef struct rt_backend_ops {
     /* Bytes the backend holds allocated now and at most since it opened
      * (buffers, arenas, its own scratch); NULL: not counted. */
     void (*memory)(const rt_backend *b, size_t *in_use, size_t *peak);
+    /* The name of the GPU it runs on; NULL: no GPU (the CPU). */
+    const char *(*device_name)(const rt_backend *b);
 } rt_backend_ops;
 
 struct rt_backend {
@@ -84,7 +89,16 @@ AL_HIDDEN int rt_backend_count(void);
 AL_HIDDEN const char *rt_backend_name(int i);
 /* Opens the i-th backend; ALLOY_ERR_UNSUPPORTED with err when this machine cannot run it. */
 AL_HIDDEN alloy_status rt_backend_open_at(int i, const al_options *cfg, rt_backend **out, char *err, size_t errlen);
-AL_HIDDEN void rt_backend_close(rt_backend *b);
+/* Opens the backend named name ("cpu", "cuda") whatever the options' device
+ * says; ALLOY_ERR_UNSUPPORTED with err when this build has none of that name
+ * or this machine cannot run it. */
+AL_HIDDEN alloy_status rt_backend_open_named(const char *name, const al_options *cfg, rt_backend **out, char *err,
+                                             size_t errlen);
+/* Closes b (NULL: nothing). */
+static inline void rt_backend_close(rt_backend *b)
+{
+    if (b) b->ops->close(b);
+}
 
 typedef alloy_status (*rt_backend_opener)(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
 /* For tests: the CUDA backend opens through opener (NULL: the GPU's again);
@@ -92,14 +106,24 @@ typedef alloy_status (*rt_backend_opener)(const al_options *cfg, rt_backend **ou
 AL_HIDDEN rt_backend_opener rt_backend_set_cuda_opener(rt_backend_opener opener);
 
 /* Records a failure on b (printf-style) and returns status. */
-AL_HIDDEN alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
+static inline alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...) AL_PRINTF(3, 4);
+static inline alloy_status rt_fail(rt_backend *b, alloy_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->error, sizeof b->error, fmt, ap);
+    va_end(ap);
+    return status;
+}
 
 /* exec_load for a backend whose executable is the schedule and plan alone
  * (the CPU): compiles them again, x unused. */
-AL_HIDDEN alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s, const mem_plan *p,
-                                                 const bundle_cuda *x, rt_exec **out);
-
-/* The CPU backend (runtime/cpu/cpu_backend.c). */
-AL_HIDDEN alloy_status cpu_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
+static inline alloy_status rt_exec_load_by_compiling(rt_backend *b, const ir_graph *g, const schedule *s,
+                                                     const mem_plan *p, const bundle_cuda *x, rt_exec **out)
+{
+    (void)x;
+    *out = NULL;
+    return b->ops->compile(b, g, s, p, out);
+}
 
 #endif

@@ -2,9 +2,9 @@
 #ifndef ALLOY_BUNDLE_FORMAT_H
 #define ALLOY_BUNDLE_FORMAT_H
 
-#include "codegen/emit.h" /* cg_program, the kernel table's type (data only: no emitter is linked) */
 #include "ir/ir.h"
-#include "passes/pass.h"
+#include "step/compiled.h"
+#include "step/kernels.h" /* cg_program, the kernel table (data only: no emitter is linked) */
 
 #define BUNDLE_MAGIC "ALLOYBDL"  /* 8 bytes, no NUL */
 #define BUNDLE_VERSION 2u        /* the format this build writes and the only one it reads: 2 added the

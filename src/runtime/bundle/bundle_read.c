@@ -142,7 +142,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
     int next_member = 0, next_part = 0, next_in = 0, last_pos = -1;
     for (int i = 0; i < s->nsteps && !r->bad; i++) {
         sched_step *t = &s->steps[i];
-        t->kind = (step_kind)rd_int(r, "step kind", STEP_OP, STEP_MULTI);
+        t->kind = (step_kind)rd_int(r, "step kind", STEP_KIND_OP, STEP_KIND_MULTI);
         t->pos = rd_int(r, "step pos", last_pos + 1, nn - 1);
         t->first = rd_int(r, "step first member", next_member, next_member);
         t->n = rd_int(r, "step member count", 1, s->nmembers - t->first);
@@ -178,7 +178,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
                 rd_fail(r, "%s: part %" PRId64 " lies outside its step's members", "schedule", k);
             /* a column sum part: one column sum of a row step, and every column sum in one */
             else if ((p->kind == PART_COLSUM) !=
-                     (t->kind == STEP_ROW && p->n == 1 && ir_fuse_colsum(g, g->nodes[s->members[p->first].node])))
+                     (t->kind == STEP_KIND_ROW && p->n == 1 && ir_fuse_colsum(g, g->nodes[s->members[p->first].node])))
                 rd_fail(r, p->kind == PART_COLSUM ? "%s: part %" PRId64 " is no column sum of a row step"
                                                   : "%s: part %" PRId64 " holds a column sum outside a column sum part",
                         "schedule", k);
@@ -188,11 +188,11 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
     for (int i = 0; i < s->nsteps && !r->bad; i++) { /* its position, iteration shape and kind fit its members */
         const sched_step *t = &s->steps[i];
         const ir_node *first = g->nodes[s->members[t->first].node], *last = g->nodes[s->members[t->first + t->n - 1].node];
-        const ir_type *space = t->kind == STEP_ROW ? ir_fuse_shape(g, first) : t->kind == STEP_GEMM ? &first->type : &last->type;
+        const ir_type *space = t->kind == STEP_KIND_ROW ? ir_fuse_shape(g, first) : t->kind == STEP_KIND_GEMM ? &first->type : &last->type;
         if (last->id != t->pos) rd_fail(r, "%s: step %" PRId64 "'s position is not its last member", "schedule", i);
         else if (!space || !ir_type_eq(space, &t->space))
             rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
-        else if (t->kind == STEP_OP && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
+        else if (t->kind == STEP_KIND_OP && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);
@@ -413,7 +413,7 @@ static bool read_kernels(rd *r, const ir_graph *g, const schedule *s, bundle_cud
         if (!r->bad && x->module_of[q] >= x->nmodules)
             return rd_fail(r, "%s %" PRId64 ": its module is past the executable's modules", "kernel", q);
         k->step = rd_int(r, "kernel step (in order)", q ? prog->kernels[q - 1].step : 0, s->nsteps - 1);
-        k->kind = (step_kind)rd_int(r, "kernel step kind", STEP_OP, STEP_MULTI);
+        k->kind = (step_kind)rd_int(r, "kernel step kind", STEP_KIND_OP, STEP_KIND_MULTI);
         if (!r->bad && k->kind != s->steps[k->step].kind)
             return rd_fail(r, "%s %" PRId64 ": its step kind is not its schedule step's", "kernel", q);
         k->grid = (unsigned)rd_int(r, "kernel grid", 1, INT_MAX);

@@ -6,22 +6,10 @@
 #include <unistd.h>
 
 #include "ir/groups.h"
-#include "base/convert.h"
 #include "runtime/cpu/cpu.h"
-#include "passes/plan.h"
+#include "step/plan.h"
 
 enum { MAX_THREADS = 64 };
-
-alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
-{
-    if (x->status) return x->status;
-    x->status = status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->error, sizeof x->error, fmt, ap);
-    va_end(ap);
-    return status;
-}
 
 /* Worker threads for this run: what the caller asked for (the num_threads
  * option), or every online CPU when that is 0. */
@@ -48,11 +36,11 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
 {
     const sched_member *members = &s->members[step->first];
     switch (step->kind) {
-    case STEP_EW: cpu_run_group_ex(x, g, members, step->n, values, w, NULL, NULL); return;
-    case STEP_ROW: cpu_run_row(x, g, s, step, values, w); return;
-    case STEP_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
-    case STEP_MULTI: cpu_run_multi(x, g, s, step, values, w); return;
-    case STEP_OP: break;
+    case STEP_KIND_EW: cpu_run_group_ex(x, g, members, step->n, values, w, NULL, NULL); return;
+    case STEP_KIND_ROW: cpu_run_row(x, g, s, step, values, w); return;
+    case STEP_KIND_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
+    case STEP_KIND_MULTI: cpu_run_multi(x, g, s, step, values, w); return;
+    case STEP_KIND_OP: break;
     }
     const ir_node *n = g->nodes[members[0].node];
     rt_tensor in_small[8];
@@ -75,7 +63,7 @@ static alloy_status reserve_tail(cpu_exec *x, const ir_graph *g, const schedule 
     for (int q = s->steps[k].first_part; q < s->nparts; q++)
         if (s->parts[q].kind == PART_EW && s->parts[q].n > most) most = s->parts[q].n;
     for (int j = k; j < s->nsteps; j++)
-        if (s->steps[j].n > most && s->steps[j].kind == STEP_EW) most = s->steps[j].n;
+        if (s->steps[j].n > most && s->steps[j].kind == STEP_KIND_EW) most = s->steps[j].n;
     if (cpu_workers_reserve(w, most, x->nthreads))
         return cpu_fail(x, ALLOY_ERR_OOM, "out of memory reserving the buffers of the update steps of graph '%s'",
                         g->name);
@@ -184,67 +172,4 @@ void cpu_release_values(const ir_graph *g, rt_tensor *values)
             values[i].data = NULL;
         }
     }
-}
-
-void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
-{
-    if (wide) cvt_load_f64(dt, src, dst, (size_t)n);
-    else cvt_load_f32(dt, src, dst, (size_t)n);
-}
-
-void cpu_store_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n)
-{
-    if (wide) cvt_store_f64(dt, src, dst, (size_t)n);
-    else cvt_store_f32(dt, src, dst, (size_t)n);
-}
-
-void *cpu_alloc_compute(bool wide, int64_t n)
-{
-    return al_malloc((wide ? sizeof(double) : sizeof(float)) * (size_t)(n > 0 ? n : 1));
-}
-
-int64_t cpu_index_at(const rt_tensor *t, int64_t i)
-{
-    if (t->type.dtype == ALLOY_I32) return ((const int32_t *)t->data)[i];
-    return ((const int64_t *)t->data)[i];
-}
-
-/* cpu_check_indices, allowing the value *skip (when skip is not NULL). */
-static alloy_status check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun,
-                                  const int64_t *skip)
-{
-    int64_t count = ir_numel(&t->type);
-    for (int64_t p = 0; p < count; p++) {
-        int64_t v = cpu_index_at(t, p);
-        if ((v >= 0 && v < limit) || (skip && v == *skip)) continue;
-        int64_t idx[ALLOY_MAX_RANK], rest = p;
-        for (int d = t->type.rank - 1; d >= 0; d--) {
-            idx[d] = rest % t->type.dims[d];
-            rest /= t->type.dims[d];
-        }
-        char label[32], where[128];
-        al_fmt_dims(where, sizeof where, t->type.rank, idx);
-        return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': %s %lld out of range [0, %lld) at position %s",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), noun, (long long)v,
-                        (long long)limit, where);
-    }
-    return ALLOY_OK;
-}
-
-alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun)
-{
-    return check_indices(x, n, t, limit, noun, NULL);
-}
-
-alloy_status cpu_check_targets(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit)
-{
-    const ir_attr *ignore = ir_attr_find(n, "ignore_index");
-    return check_indices(x, n, t, limit, "target", ignore && ignore->kind == IR_ATTR_INT ? &ignore->i : NULL);
-}
-
-alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n)
-{
-    char label[32];
-    return cpu_fail(x, ALLOY_ERR_OOM, "%s '%s': out of memory", ir_ops[n->op].name,
-                    ir_node_label(n, label, sizeof label));
 }

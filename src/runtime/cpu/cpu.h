@@ -3,8 +3,8 @@
 #define ALLOY_CPU_H
 
 #include "ir/ir.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;
@@ -49,7 +49,7 @@ struct cpu_exec {
 AL_HIDDEN alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);
 
-/* Runs schedule s of g (passes/schedule.h) step by step over
+/* Runs schedule s of g (step/schedule.h) step by step over
  * values[0..nnodes): the caller sets values[i].data of the input, param
  * and state leaves (not owned); every stored member's value is at arena +
  * plan->offset[i] (plan from plan_for_schedule for this s; arena at least

@@ -127,7 +127,7 @@ static rt_profile_row step_row(const ir_graph *g, const schedule *s, int k, doub
             int64_t K = a->dims[a->rank - (ir_attr_i(n, "transpose_a") ? 2 : 1)];
             int64_t M = n->type.dims[n->type.rank - 2], N = n->type.dims[n->type.rank - 1];
             r.flops += 2.0 * (double)ir_numel(&n->type) * (double)K;
-            if (step->kind == STEP_GEMM || step->n == 1) {
+            if (step->kind == STEP_KIND_GEMM || step->n == 1) {
                 al_fmt(r.name, sizeof r.name, "gemm.%lldx%lldx%lld.%s", (long long)M, (long long)N, (long long)K,
                        alloy_dtype_name(a->dtype));
                 at = sizeof r.name;

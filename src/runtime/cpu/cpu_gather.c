@@ -148,11 +148,11 @@ alloy_status cpu_cumsum(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     return ALLOY_OK;
 }
 
-/* batch_norm, group_norm: the random pass lowers them; one that gets here was not. */
+/* batch_norm, group_norm: the lower_norm pass lowers them; one that gets here was not. */
 alloy_status cpu_lowered(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     (void)out, (void)in;
     char label[32];
-    return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s '%s': not lowered (the random pass rewrites it into other ops before it runs)",
+    return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s '%s': not lowered (the lower_norm pass rewrites it into other ops before it runs)",
                     ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
 }

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "passes/options.h"
+#include "step/options.h"
 #include "runtime/cpu/cpu.h"
 
 /* One batched product C[b] = op(A[b]) op(B[b]) of f16 or bf16 operands,

@@ -80,6 +80,8 @@ static void memory(const rt_backend *b, size_t *in_use, size_t *peak)
     *in_use = cb->in_use, *peak = cb->peak;
 }
 
+static const char *device_name(const rt_backend *b) { return ((const cuda_backend *)b)->dev->name; }
+
 /* The device's last error as the backend's, with status. */
 static alloy_status dev_fail(rt_backend *b, alloy_status st, const char *what)
 {
@@ -580,6 +582,7 @@ static const rt_backend_ops cuda_ops_table = {
     .close = close_backend,
     .device_caps = device_caps,
     .memory = memory,
+    .device_name = device_name,
 };
 
 alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend **out, char *err, size_t errlen)
@@ -599,8 +602,4 @@ alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend *
     return ALLOY_OK;
 }
 
-const char *cuda_backend_device_name(const rt_backend *b)
-{
-    return b && b->ops == &cuda_ops_table ? ((const cuda_backend *)b)->dev->name : NULL;
-}
 

@@ -12,7 +12,5 @@ AL_HIDDEN alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt
  * cache and dump settings); ALLOY_ERR_UNSUPPORTED with err naming what
  * this machine lacks. */
 AL_HIDDEN alloy_status cuda_backend_open(const al_options *cfg, rt_backend **out, char *err, size_t errlen);
-/* The device's name when b is a CUDA backend, else NULL. */
-AL_HIDDEN const char *cuda_backend_device_name(const rt_backend *b);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "passes/options.h"
+#include "step/options.h"
 #include "runtime/cuda/launch.h"
 
 typedef uint64_t cdev_ptr; /* a device address; 0 is none */

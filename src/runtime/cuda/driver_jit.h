@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "passes/options.h"
+#include "step/options.h"
 
 typedef struct drv_jit drv_jit;
 

@@ -252,7 +252,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         int end = next;
         while (end < prog->nkernels && prog->kernels[end].step == k) end++;
         const ir_node *first = g->nodes[s->members[st->first].node], *last = g->nodes[st->pos];
-        if (st->kind == STEP_GEMM && end > next) { /* the product into the scratch, then the epilogue */
+        if (st->kind == STEP_KIND_GEMM && end > next) { /* the product into the scratch, then the epilogue */
             if (!ir_gemm_head(first)) {
                 b.status = ALLOY_ERR_INVALID;
                 al_fmt(err, errlen, "step %d: a gemm step that does not start with a matmul or convolution", k);
@@ -261,7 +261,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
             /* a convolution's product is its step's first kernel (emit_conv.c) */
             if (first->op == IR_OP_matmul)
                 add_gemm(&b, g, p, k, first, (lp_place){LP_ARENA, -1, (int64_t)p->scratch_offset}, ALLOY_F32);
-        } else if (st->kind == STEP_OP && last->op == IR_OP_matmul && end == next) {
+        } else if (st->kind == STEP_KIND_OP && last->op == IR_OP_matmul && end == next) {
             lp_place o;
             if (place_or_fail(&b, g, p, last->id, k, &o)) add_gemm(&b, g, p, k, last, o, last->type.dtype);
             continue;

@@ -2,10 +2,10 @@
 #ifndef ALLOY_LAUNCH_H
 #define ALLOY_LAUNCH_H
 
-#include "codegen/emit.h"
 #include "ir/ir.h"
-#include "passes/plan.h"
-#include "passes/schedule.h"
+#include "step/kernels.h"
+#include "step/plan.h"
+#include "step/schedule.h"
 
 /* The device memory a run addresses: the planned arena (values, and the
  * GEMM product scratch at its top), the buffers bound to leaves (inputs,

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 
 static const struct {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "runtime/graph/graph_impl.h"
+#include "passes/pass.h"
 
 /* A public handle is the node itself. */
 #define NODE(t) ((ir_node *)(void *)(t))

@@ -2,7 +2,7 @@
 #ifndef ALLOY_BUNDLE_SAVE_H
 #define ALLOY_BUNDLE_SAVE_H
 
-#include "passes/options.h"
+#include "step/options.h"
 #include "runtime/bundle/bundle.h"
 
 /* Fills x's images (and min_driver) for the nmodules modules of the step's

@@ -170,7 +170,7 @@ static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const sc
         return rt_fail(b, ALLOY_ERR_UNSUPPORTED, "%s; and the CPU cannot take over: the graph shares state with "
                        "other graphs on the %s backend", why, b->ops->name);
     rt_backend *cpu;
-    alloy_status st = cpu_backend_open(&g->cfg, &cpu, err, sizeof err);
+    alloy_status st = rt_backend_open_named("cpu", &g->cfg, &cpu, err, sizeof err);
     if (!st) drop_inputs(g); /* inputs are uploaded again, into the CPU's buffers */
     if (!st && (st = switch_backend(g, cpu))) {
         rt_backend_close(cpu);

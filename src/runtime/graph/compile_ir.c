@@ -1,12 +1,8 @@
 /* compile_ir.c - compiling an alloy_graph's built IR with the pass pipeline, and naming the device it runs on (the full library; liballoy-runtime has compile_bundle.c instead). */
 #include <string.h>
 
-#include "alloy_config.h"
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
-#if ALLOY_HAVE_CUDA
-#include "runtime/cuda/cuda_backend.h"
-#endif
 
 alloy_status graph_compile_ir(alloy_graph *g)
 {
@@ -25,8 +21,8 @@ alloy_status graph_compile_ir(alloy_graph *g)
     if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");
     opts.amp_report = &g->amp_report;
     opts.train = g->training;
-    opts.scaler = g->scaler;
-    opts.optimizer = g->optimizer;
+    opts.scaler = &g->scaler;
+    opts.optimizer = &g->optimizer;
     opts.groups = g->groups;
     opts.ngroups = g->ngroups;
     opts.seed = g->seed;
@@ -62,11 +58,7 @@ const char *alloy_graph_device(alloy_graph *g)
     if (graph_built(g)) return NULL;
     if (state_ensure(g) || graph_exec_ready(g, NULL)) return NULL;
     const rt_backend *b = graph_backend(g);
-#if ALLOY_HAVE_CUDA
-    const char *gpu = cuda_backend_device_name(b);
-#else
-    const char *gpu = NULL;
-#endif
+    const char *gpu = b->ops->device_name ? b->ops->device_name(b) : NULL;
     if (gpu) al_fmt(g->device_text, sizeof g->device_text, "cuda: %s", gpu);
     else if (b->note[0]) al_fmt(g->device_text, sizeof g->device_text, "%s (%s)", b->ops->name, b->note);
     else al_fmt(g->device_text, sizeof g->device_text, "%s", b->ops->name);

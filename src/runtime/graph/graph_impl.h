@@ -6,8 +6,13 @@
  * files is exported whichever header declares it */
 #include "alloy/alloy.h"
 #include "ir/ir.h"
-#include "passes/pass.h"
+#include "step/amp_config.h"
+#include "step/compiled.h"
+#include "step/param_group.h"
+#include "step/state_names.h"
 #include "runtime/backend.h"
+
+struct pass_options; /* passes/pass.h: what the compiler-side files fill (graph_pass_options) */
 
 /* The storage of one state tensor: a backend buffer, and host, a copy for
  * the API refreshed when stale. Graphs that share state
@@ -36,8 +41,8 @@ typedef struct graph_device {
 } graph_device;
 
 /* The scalars step info reads (train_api.c), downloaded by every run. */
-enum { STEP_LOSS, STEP_SCALE_IN, STEP_NEXT_SCALE, STEP_FOUND, STEP_APPLY, STEP_LR, STEP_NORM, STEP_COUNT_IN,
-       STEP_SKIPPED_IN, STEP_NSCALARS };
+enum { SCALAR_LOSS, SCALAR_SCALE, SCALAR_NEXT_SCALE, SCALAR_FOUND, SCALAR_APPLY, SCALAR_LR, SCALAR_NORM, SCALAR_COUNT,
+       SCALAR_SKIPPED, NSCALARS };
 
 /* A batch_norm's num_batches_tracked as a params file gave it (batch_counts.c). */
 typedef struct batch_count {
@@ -68,8 +73,8 @@ struct alloy_graph {
     rt_buffer **leaf;   /* per compiled node: the buffer bound to an input, param or state leaf */
     rt_buffer **input_buf; /* per compiled node: the buffer an input is uploaded into (owned) */
     void **fetched;     /* per compiled node: host copy of its value for fetches (owned) */
-    int step_node[STEP_NSCALARS];     /* the nodes behind the step scalars, -1 when absent */
-    uint64_t step_raw[STEP_NSCALARS]; /* their values as the last run downloaded them */
+    int step_node[NSCALARS];     /* the nodes behind the step scalars, -1 when absent */
+    uint64_t step_raw[NSCALARS]; /* their values as the last run downloaded them */
     rt_state *state;
     int nstate, state_cap;
     al_name_slot *state_slots; /* the index of state names (base/name_index.h) */
@@ -127,7 +132,7 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
 /* amp_api.c */
 /* The options for compiling g: its AMP config with the environment's list
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
-AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, pass_options *opts);
+AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, struct pass_options *opts);
 
 /* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE): how
  * many, and the k-th into buf. */

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 
 alloy_status alloy_graph_set_lr(alloy_graph *g, double lr)
@@ -17,7 +18,7 @@ alloy_status alloy_graph_set_lr(alloy_graph *g, double lr)
      * would start from the compiled default), then write it */
     alloy_status st = g->compiled && !g->state_ready ? state_ensure(g) : ALLOY_OK;
     if (st) return st;
-    rt_state *s = state_find(g, STEP_BASE_LR);
+    rt_state *s = state_find(g, STATE_BASE_LR);
     if (s && (st = state_write(g, s, &lr))) return st;
     g->optimizer.lr = lr; /* the initial value at a compile that makes the state */
     return ALLOY_OK;

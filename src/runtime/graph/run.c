@@ -85,7 +85,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     /* fetches of values the default schedule does not keep need a run that keeps them */
     uint8_t *keep = NULL;
     int *fetch_id = al_malloc(sizeof(int) * (size_t)(nfetches + 1));
-    rt_download *downloads = al_malloc(sizeof(rt_download) * (size_t)(nfetches + STEP_NSCALARS));
+    rt_download *downloads = al_malloc(sizeof(rt_download) * (size_t)(nfetches + NSCALARS));
     if (!fetch_id || !downloads) st = graph_fail(g, ALLOY_ERR_OOM, "out of memory starting a run");
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetches[i].name ? fetch_node(c, fetches[i].name) : -1;
@@ -119,7 +119,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
             st = graph_fail(g, ALLOY_ERR_OOM, "out of memory for fetch '%s' (%zu bytes)", fetches[i].name, bytes);
         else downloads[nd++] = (rt_download){id, g->fetched[id]};
     }
-    for (int k = 0; !st && k < STEP_NSCALARS; k++) /* the step's scalars: one small download */
+    for (int k = 0; !st && k < NSCALARS; k++) /* the step's scalars: one small download */
         if (g->step_node[k] >= 0) downloads[nd++] = (rt_download){g->step_node[k], &g->step_raw[k]};
     if (!st) {
         rt_run_args args = {.leaf = g->leaf, .downloads = downloads, .ndownloads = nd, .profile_to = g->print_to};

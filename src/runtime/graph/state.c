@@ -473,7 +473,7 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
         src[i] = alloy_safetensors_find(file, g->state[i].name);
         /* a checkpoint from before the learning rate was state has no
          * optim.lr: the graph keeps its own (the optimizer's lr) */
-        bool optional = strcmp(g->state[i].name, STEP_BASE_LR) == 0;
+        bool optional = strcmp(g->state[i].name, STATE_BASE_LR) == 0;
         if (!src[i] && !params_only && !optional)
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
         else if (src[i] && !(st = check_match(g, &g->state[i], src[i], where))) nload++;

@@ -6,8 +6,8 @@
 
 static bool is_counter(const char *name)
 {
-    return strcmp(name, STEP_COUNT) == 0 || strcmp(name, STEP_SKIPPED) == 0 || strcmp(name, STEP_TRACKER) == 0 ||
-           strcmp(name, STEP_MICRO) == 0;
+    return strcmp(name, STATE_COUNT) == 0 || strcmp(name, STATE_SKIPPED) == 0 || strcmp(name, STATE_TRACKER) == 0 ||
+           strcmp(name, STATE_MICRO) == 0;
 }
 
 /* What each counter alloy keeps may hold. A bad value does no harm at once
@@ -30,26 +30,26 @@ alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *da
                               (int)v);
         int limit = 0; /* from the graph's configuration; 0: none */
         const char *from = "";
-        if (strcmp(name, STEP_TRACKER) == 0 && g->scaler.kind == ALLOY_SCALER_DYNAMIC)
+        if (strcmp(name, STATE_TRACKER) == 0 && g->scaler.kind == ALLOY_SCALER_DYNAMIC)
             limit = g->scaler.growth_interval, from = "the scaler's growth_interval";
-        if (strcmp(name, STEP_MICRO) == 0 && g->optimizer.kind && g->optimizer.accumulation_steps > 1)
+        if (strcmp(name, STATE_MICRO) == 0 && g->optimizer.kind && g->optimizer.accumulation_steps > 1)
             limit = g->optimizer.accumulation_steps, from = "the optimizer's accumulation_steps";
         if (limit > 0 && v >= limit)
             return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %d; it must be below %d (%s)", where, name,
                               (int)v, limit, from);
-    } else if (dt == ALLOY_F32 && strcmp(name, STEP_SCALE) == 0) {
+    } else if (dt == ALLOY_F32 && strcmp(name, STATE_SCALE) == 0) {
         float v;
         memcpy(&v, data, sizeof v);
         if (!(isfinite(v) && v >= 0) || signbit(v))
             return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %g; the loss scale must be finite and >= 0",
                               where, name, (double)v);
-    } else if (dt == ALLOY_F64 && strcmp(name, STEP_BASE_LR) == 0) { /* as alloy_graph_set_lr takes it */
+    } else if (dt == ALLOY_F64 && strcmp(name, STATE_BASE_LR) == 0) { /* as alloy_graph_set_lr takes it */
         double v;
         memcpy(&v, data, sizeof v);
         if (!(isfinite(v) && v >= 0))
             return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %g; the learning rate must be finite and >= 0",
                               where, name, v);
-    } else if (dt == ALLOY_BOOL && strcmp(name, STEP_FOUND_ACC) == 0) {
+    } else if (dt == ALLOY_BOOL && strcmp(name, STATE_FOUND_ACC) == 0) {
         uint8_t v;
         memcpy(&v, data, sizeof v);
         if (v > 1)

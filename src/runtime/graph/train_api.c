@@ -236,7 +236,7 @@ alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
     if (o.accumulation_steps < 1) o.accumulation_steps = 1;
     if (g->ir->status) return graph_built(g); /* the loss it needs may be what the builder error cut short */
     if (g->ir->loss < 0) return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: set a loss first (alloy_graph_set_loss)");
-    rt_state *lr = state_find(g, STEP_BASE_LR); /* kept from an earlier optimizer: it takes the new lr */
+    rt_state *lr = state_find(g, STATE_BASE_LR); /* kept from an earlier optimizer: it takes the new lr */
     if (lr && (st = state_write(g, lr, &o.lr))) return st;
     g->optimizer = o;
     graph_invalidate(g);
@@ -246,18 +246,18 @@ alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
 void step_info_nodes(alloy_graph *g)
 {
     const ir_graph *c = g->compiled;
-    static const char *const outputs[STEP_NSCALARS] = {
-        [STEP_SCALE_IN] = STEP_SCALE, [STEP_NEXT_SCALE] = OUT_NEXT_SCALE, [STEP_FOUND] = OUT_FOUND_INF,
-        [STEP_APPLY] = OUT_APPLY,     [STEP_LR] = OUT_LR,                 [STEP_NORM] = OUT_GRAD_NORM};
-    for (int k = 0; k < STEP_NSCALARS; k++) {
+    static const char *const outputs[NSCALARS] = {
+        [SCALAR_SCALE] = STATE_SCALE, [SCALAR_NEXT_SCALE] = OUT_NEXT_SCALE, [SCALAR_FOUND] = OUT_FOUND_INF,
+        [SCALAR_APPLY] = OUT_APPLY,     [SCALAR_LR] = OUT_LR,                 [SCALAR_NORM] = OUT_GRAD_NORM};
+    for (int k = 0; k < NSCALARS; k++) {
         int i = outputs[k] ? ir_find_output(c, outputs[k]) : -1;
         g->step_node[k] = i >= 0 ? c->outputs[i].node : -1;
     }
-    g->step_node[STEP_LOSS] = c->loss;
+    g->step_node[SCALAR_LOSS] = c->loss;
     /* the counters as the step found them: their state leaves */
-    g->step_node[STEP_COUNT_IN] = ir_find_name(c, STEP_COUNT);
-    g->step_node[STEP_SKIPPED_IN] = ir_find_name(c, STEP_SKIPPED);
-    for (int k = 0; k < STEP_NSCALARS; k++) {
+    g->step_node[SCALAR_COUNT] = ir_find_name(c, STATE_COUNT);
+    g->step_node[SCALAR_SKIPPED] = ir_find_name(c, STATE_SKIPPED);
+    for (int k = 0; k < NSCALARS; k++) {
         int id = g->step_node[k];
         if (id >= 0 && (c->nodes[id]->type.rank != 0 || alloy_dtype_size(c->nodes[id]->type.dtype) > 8))
             g->step_node[k] = -1;
@@ -290,17 +290,17 @@ void step_info_capture(alloy_graph *g)
     alloy_step_info *s = &g->step;
     memset(s, 0, sizeof *s);
     g->step_ran = true;
-    s->loss = step_scalar(g, STEP_LOSS, NAN);
-    s->scale = step_scalar(g, STEP_SCALE_IN, 1.0);
-    s->next_scale = step_scalar(g, STEP_NEXT_SCALE, s->scale);
-    s->skipped = step_scalar(g, STEP_FOUND, 0) != 0;
-    s->updated = g->training && g->optimizer.kind && step_scalar(g, STEP_APPLY, 1) != 0;
-    s->lr = step_scalar(g, STEP_LR, 0);
-    s->grad_norm = step_scalar(g, STEP_NORM, NAN);
+    s->loss = step_scalar(g, SCALAR_LOSS, NAN);
+    s->scale = step_scalar(g, SCALAR_SCALE, 1.0);
+    s->next_scale = step_scalar(g, SCALAR_NEXT_SCALE, s->scale);
+    s->skipped = step_scalar(g, SCALAR_FOUND, 0) != 0;
+    s->updated = g->training && g->optimizer.kind && step_scalar(g, SCALAR_APPLY, 1) != 0;
+    s->lr = step_scalar(g, SCALAR_LR, 0);
+    s->grad_norm = step_scalar(g, SCALAR_NORM, NAN);
     /* counters after this run's updates: before + what the run added */
-    double count = g->step_node[STEP_COUNT_IN] >= 0 ? step_scalar(g, STEP_COUNT_IN, 0) : state_scalar(g, STEP_COUNT, 0);
-    double skipped = g->step_node[STEP_SKIPPED_IN] >= 0 ? step_scalar(g, STEP_SKIPPED_IN, 0)
-                                                        : state_scalar(g, STEP_SKIPPED, 0);
+    double count = g->step_node[SCALAR_COUNT] >= 0 ? step_scalar(g, SCALAR_COUNT, 0) : state_scalar(g, STATE_COUNT, 0);
+    double skipped = g->step_node[SCALAR_SKIPPED] >= 0 ? step_scalar(g, SCALAR_SKIPPED, 0)
+                                                        : state_scalar(g, STATE_SKIPPED, 0);
     s->step = (int64_t)count + (s->updated ? 1 : 0);
     s->skipped_steps = (int64_t)skipped + (s->skipped ? 1 : 0);
 }

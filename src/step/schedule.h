@@ -16,7 +16,7 @@
  *   GEMM:  a matmul and its epilogue;
  *   MULTI: independent elementwise chains (and a found_inf over them) in
  *          one launch. */
-typedef enum step_kind { STEP_OP, STEP_EW, STEP_ROW, STEP_GEMM, STEP_MULTI } step_kind;
+typedef enum step_kind { STEP_KIND_OP, STEP_KIND_EW, STEP_KIND_ROW, STEP_KIND_GEMM, STEP_KIND_MULTI } step_kind;
 
 /* Per-member numerics (docs/fusion.md); a backend must honour each. */
 enum {

@@ -9,12 +9,12 @@
  */
 #include <string.h>
 
-#include "passes/schedule.h"
+#include "step/schedule.h"
 
 const char *sched_kind_name(step_kind k)
 {
     static const char *const names[] = {"op", "ew", "row", "gemm", "multi"};
-    return k <= STEP_MULTI ? names[k] : "?";
+    return k <= STEP_KIND_MULTI ? names[k] : "?";
 }
 
 static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
@@ -77,14 +77,14 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
         s->members[s->nmembers++] = (sched_member){id, stored ? MEMBER_STORED : 0};
     }
     switch (st->kind) {
-    case STEP_OP: add_part(b, PART_OP, st->first, 1); break;
-    case STEP_EW: add_part(b, PART_EW, st->first, n); break;
-    case STEP_GEMM:
+    case STEP_KIND_OP: add_part(b, PART_OP, st->first, 1); break;
+    case STEP_KIND_EW: add_part(b, PART_EW, st->first, n); break;
+    case STEP_KIND_GEMM:
         add_part(b, PART_OP, st->first, 1);
         add_part(b, PART_EW, st->first + 1, n - 1);
         if (low_float(g->nodes[order[0]]->type.dtype)) s->members[st->first].flags |= MEMBER_RANGED;
         break;
-    case STEP_ROW:
+    case STEP_KIND_ROW:
         for (int m = 0; m < n;) {
             int end = m + 1;
             if (ir_fuse_elementwise(g, g->nodes[order[m]])) {
@@ -99,7 +99,7 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
             m = end;
         }
         break;
-    case STEP_MULTI: {
+    case STEP_KIND_MULTI: {
         /* the chains, in the order of their first member; found_inf last */
         bool fi = g->nodes[order[n - 1]]->op == IR_OP_found_inf;
         int ns = fi ? n - 1 : n, at = st->first;
@@ -148,7 +148,7 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
     st->nparts = s->nparts - st->first_part;
     for (int p = st->first_part; p < s->nparts; p++)
         if (s->parts[p].kind == PART_EW) ew_part_flags(b, &s->parts[p]);
-    if (st->kind != STEP_ROW) return;
+    if (st->kind != STEP_KIND_ROW) return;
     /* a value a later part reads is handed over rounded (the CPU's block
      * buffer; shared memory or registers on a GPU) */
     for (int p = st->first_part; p < s->nparts; p++)
@@ -234,14 +234,14 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
         sched_step *step = &out->steps[out->nsteps++];
         step->pos = i;
         if (size > 1) {
-            static const step_kind by_group[] = {[IR_GROUP_EW] = STEP_EW, [IR_GROUP_ROW] = STEP_ROW,
-                                                 [IR_GROUP_GEMM] = STEP_GEMM, [IR_GROUP_MULTI] = STEP_MULTI};
+            static const step_kind by_group[] = {[IR_GROUP_EW] = STEP_KIND_EW, [IR_GROUP_ROW] = STEP_KIND_ROW,
+                                                 [IR_GROUP_GEMM] = STEP_KIND_GEMM, [IR_GROUP_MULTI] = STEP_KIND_MULTI};
             step->kind = by_group[ir_group_kind_of(g, members, size)];
         } else {
-            step->kind = ir_ops[n->op].elementwise ? STEP_EW : STEP_OP;
+            step->kind = ir_ops[n->op].elementwise ? STEP_KIND_EW : STEP_KIND_OP;
         }
-        step->space = step->kind == STEP_ROW ? *ir_fuse_shape(g, g->nodes[members[0]])
-                      : step->kind == STEP_GEMM ? g->nodes[members[0]]->type
+        step->space = step->kind == STEP_KIND_ROW ? *ir_fuse_shape(g, g->nodes[members[0]])
+                      : step->kind == STEP_KIND_GEMM ? g->nodes[members[0]]->type
                                                 : n->type;
         add_members(&b, step, members, size);
         add_inputs(&b, step);
@@ -265,10 +265,10 @@ bool sched_stored(const schedule *s, int i)
 
 void sched_print(const ir_graph *g, const schedule *s, FILE *out)
 {
-    int count[STEP_MULTI + 1] = {0};
+    int count[STEP_KIND_MULTI + 1] = {0};
     for (int k = 0; k < s->nsteps; k++) count[s->steps[k].kind]++;
-    fprintf(out, "# schedule: %d steps (op %d, ew %d, row %d, gemm %d, multi %d)\n", s->nsteps, count[STEP_OP],
-            count[STEP_EW], count[STEP_ROW], count[STEP_GEMM], count[STEP_MULTI]);
+    fprintf(out, "# schedule: %d steps (op %d, ew %d, row %d, gemm %d, multi %d)\n", s->nsteps, count[STEP_KIND_OP],
+            count[STEP_KIND_EW], count[STEP_KIND_ROW], count[STEP_KIND_GEMM], count[STEP_KIND_MULTI]);
     static const struct {
         uint8_t flag;
         char letter;

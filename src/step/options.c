@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "ir/groups.h"
-#include "passes/options.h"
-#include "passes/pass.h"
+#include "step/options.h"
+#include "step/pipeline.h"
 
 const opt_key opt_keys[] = {
     {"print_after", "ALLOY_PRINT_AFTER", "pass names separated by commas, or all"},

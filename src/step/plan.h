@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
-#include "passes/schedule.h"
+#include "step/schedule.h"
 
 /* Every arena offset is a multiple of this (and every slot a multiple in size). */
 #define PLAN_ALIGN 64

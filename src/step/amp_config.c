@@ -1,7 +1,7 @@
 /* amp_config.c - the AMP configuration's defaults (a graph holds one from its creation; liballoy-runtime, which has no AMP pass, too). */
 #include <string.h>
 
-#include "passes/pass.h"
+#include "step/amp_config.h"
 
 void amp_config_init(amp_config *c)
 {

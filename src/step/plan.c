@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/plan.h"
+#include "step/plan.h"
 
 /* ---- free blocks: two treaps over one pool, by offset (to merge
  * neighbours) and by (size, offset) (to find the best fit) ---- */
@@ -389,9 +389,9 @@ void plan_free(mem_plan *p)
 static bool step_cannot_fail(const ir_graph *g, const schedule *s, int k)
 {
     const sched_step *step = &s->steps[k];
-    if (step->kind == STEP_EW) return true;
-    if (step->kind == STEP_OP) return ir_ops[g->nodes[s->members[step->first].node]->op].elementwise;
-    if (step->kind != STEP_MULTI) return false;
+    if (step->kind == STEP_KIND_EW) return true;
+    if (step->kind == STEP_KIND_OP) return ir_ops[g->nodes[s->members[step->first].node]->op].elementwise;
+    if (step->kind != STEP_KIND_MULTI) return false;
     for (int q = step->first_part; q < step->first_part + step->nparts; q++)
         if (s->parts[q].kind != PART_EW) return false;
     return true;
@@ -420,7 +420,7 @@ static int updates_in_place(const ir_graph *g, const schedule *s, int *state_of,
         const ir_node *leaf = g->nodes[t];
         if ((leaf->op != IR_OP_param && leaf->op != IR_OP_state) || !ir_type_eq(&leaf->type, &g->nodes[v]->type))
             continue;
-        if (s->steps[k].kind != STEP_EW && s->steps[k].kind != STEP_MULTI) continue;
+        if (s->steps[k].kind != STEP_KIND_EW && s->steps[k].kind != STEP_KIND_MULTI) continue;
         update[t] = v;
     }
     /* every reader of t runs in an earlier step, or in v's part no later than v */
@@ -474,7 +474,7 @@ static int *row_aliases(const ir_graph *g, const schedule *s, const uint8_t *mat
     for (int i = 0; i < g->nnodes; i++) alias[i] = -1;
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
-        if (st->kind != STEP_ROW) continue;
+        if (st->kind != STEP_KIND_ROW) continue;
         for (int q = 0; q < st->nin; q++) {
             int j = s->inputs[st->first_in + q], last_reader = -1;
             const ir_type *jt = &g->nodes[j]->type;
@@ -518,7 +518,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
         pos[i] = step->pos;
         mat[i] = sched_stored(s, i);
         keep[i] = s->kept[i] || (no_reuse && mat[i]);
-        inplace[i] = !no_reuse && step->kind == STEP_EW && step->n == 1;
+        inplace[i] = !no_reuse && step->kind == STEP_KIND_EW && step->n == 1;
     }
     int *alias_of = st || no_reuse ? NULL : row_aliases(g, s, mat);
     if (!st && !no_reuse && !alias_of) {
@@ -550,7 +550,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     for (int k = 0; k < s->nsteps && !st; k++) {
         const sched_step *step = &s->steps[k];
         size_t bytes = sizeof(float) * (size_t)ir_numel(&g->nodes[s->members[step->first].node]->type);
-        if (step->kind == STEP_GEMM && bytes > scratch) scratch = bytes;
+        if (step->kind == STEP_KIND_GEMM && bytes > scratch) scratch = bytes;
     }
     if (!st && scratch) {
         out->scratch_offset = (out->arena_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;

@@ -1,9 +1,9 @@
 /* pipeline_names.c - the pipeline's pass names without the passes (options name passes; the runtime library has the options but no pass). */
-#include "passes/pass.h"
+#include "step/pipeline.h"
 
 static const char *const names[] = {
 #define PASS(name, run, build) #name,
-#include "passes/pipeline.def"
+#include "step/pipeline.def"
 #undef PASS
 };
 enum { NNAMES = sizeof names / sizeof names[0] };
