@@ -1,6 +1,7 @@
 #!/bin/sh
 # check_layers.sh - the layering rule of docs/architecture.md, checked on the sources:
-# base < ir < passes < codegen < runtime backends (runtime/cpu, runtime/io) < the public object (runtime/graph).
+# base < ir < passes < codegen < runtime backends (runtime/cpu, runtime/io) and the cost model over the CUDA
+# backend's launch plan (cost/) < the public object (runtime/graph).
 # A file may include headers of its own layer and the layers below, never above;
 # passes and the IR read no environment (configuration arrives in the options struct).
 # Usage: check_layers.sh SRC_DIR. Prints each violation; exit 1 if any.
@@ -13,6 +14,7 @@ rank() {
     passes/*) echo 2 ;;
     codegen/*) echo 3 ;;
     runtime/graph/*) echo 6 ;;
+    cost/*) echo 5 ;;
     runtime/*) echo 5 ;;
     *) echo 9 ;;
     esac

@@ -355,19 +355,29 @@ static void test_calibration_fits_efficiency_gemm_rates_and_floor_to_a_profile(v
     cost_device d;
     cost_fit fit;
     char err[256];
-    assert_int_equal(cost_calibrate(profile, h100, &d, &fit, err, sizeof err), ALLOY_OK);
+    assert_int_equal(cost_calibrate(profile, h100, NULL, &d, &fit, err, sizeof err), ALLOY_OK);
     assert_int_equal(fit.rows, 5);
     assert_int_equal(fit.bw_rows, 2);
     assert_int_equal(fit.gemm_rows, 1);
     assert_int_equal(fit.odd_rows, 1);
     assert_int_equal(fit.floor_rows, 1);
-    /* efficiency: 2516.58 and 2684.35 GB/s over 3350 */
-    assert_true(fabs(d.eff_lo - 2516.58 / 3350) < 1e-9 && fabs(d.eff_hi - 2684.35 / 3350) < 1e-9);
+    /* efficiency: 100663296 B in 40 us and 134217728 B in 50 us over 3.35 TB/s */
+    assert_true(fabs(d.eff_lo - 100663296 / 40e-6 / 3.35e12) < 1e-12 && fabs(d.eff_hi - 134217728 / 50e-6 / 3.35e12) < 1e-12);
     assert_true(d.tensor_lo == 600e12 && d.tensor_hi == 600e12);
     assert_true(d.odd_lo == 250e12 && d.odd_hi == 250e12);
     assert_true(fabs(d.floor_lo - 3e-6) < 1e-15 && fabs(d.floor_hi - 3e-6) < 1e-15);
     assert_true(d.node_lo == h100->node_lo && d.f32_lo == h100->f32_lo); /* not in the profile: kept */
-    assert_int_equal(cost_calibrate("no table here\n", h100, &d, &fit, err, sizeof err), ALLOY_ERR_INVALID);
+    /* a kernel the model knows by name: its bytes are the model's (32 MiB in 20 us), not the profile's 4096 */
+    cost_launch big = {.action = COST_KERNEL, .read = 16 << 20, .written = 16 << 20};
+    snprintf(big.name, sizeof big.name, "alloy_s7_row");
+    cost_model m = {.launches = &big, .n = 1};
+    static const char row[] = "#     0     7 row    kernel        20.00         4096      0.20        -  alloy_s7_row\n";
+    assert_int_equal(cost_calibrate(row, h100, &m, &d, &fit, err, sizeof err), ALLOY_OK);
+    assert_int_equal(fit.matched, 1);
+    assert_int_equal(fit.bw_rows, 1);
+    assert_int_equal(fit.floor_rows, 0);
+    assert_true(fabs(d.eff_lo - (32 << 20) / 20e-6 / 3.35e12) < 1e-12 && d.eff_hi == d.eff_lo);
+    assert_int_equal(cost_calibrate("no table here\n", h100, NULL, &d, &fit, err, sizeof err), ALLOY_ERR_INVALID);
     assert_non_null(strstr(err, "no profile rows"));
 }
 

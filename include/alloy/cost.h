@@ -30,6 +30,9 @@ typedef struct alloy_cost_totals {
     int spill_kernels;       /* kernels ptxas reports spills for; -1 without arch */
     double bytes;            /* device memory traffic: reads, writes and spills, each element once */
     double kernel_bytes;     /* of bytes, the generated kernels' */
+    double emitted_kernel_bytes; /* the emitter's own count of the same (export summary.txt, the profile's
+                                  * bytes): each kernel's main operands once, without, e.g., a gemm
+                                  * epilogue's read of the f32 product */
     double flops;
     double ms_low, ms_high;  /* modelled step time, milliseconds */
 } alloy_cost_totals;

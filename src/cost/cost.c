@@ -107,7 +107,8 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
                           cost_launch *l)
 {
     const cg_kernel *kn = &prog->kernels[q];
-    *l = (cost_launch){.action = COST_KERNEL, .step = kn->step, .index = q, .grid = kn->grid, .block = kn->block};
+    *l = (cost_launch){.action = COST_KERNEL, .step = kn->step, .index = q, .grid = kn->grid, .block = kn->block,
+                       .emitted = kn->bytes};
     al_fmt(l->name, sizeof l->name, "%s", kn->name);
     for (int i = 0; i < kn->nparams; i++) {
         const cg_param *pa = &kn->params[i];
@@ -182,6 +183,8 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
             out->kernels++;
             out->resources_known += l->res.known;
             out->spill_kernels += l->res.spill_stores + l->res.spill_loads > 0;
+            out->kernel_bytes += l->read + l->written + l->spill;
+            out->emitted_bytes += l->emitted;
             break;
         case LP_GEMM:
             gemm_launch(lp, a->index, l);

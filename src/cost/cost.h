@@ -66,6 +66,7 @@ typedef struct cost_launch {
     unsigned grid, block; /* generated kernels; 0 for the rest */
     int64_t read, written; /* bytes from and to device memory, each element once */
     int64_t spill;         /* bytes of local memory the kernel's spills move (ptxas' per-thread counts x threads x passes) */
+    int64_t emitted;       /* kernels: the emitter's own count (cg_kernel.bytes: export summary, profile) */
     double flops;          /* GEMMs: 2 m n k x batch; attention: its products; elementwise and rows: counted */
     bool tensor;           /* the FLOPs run on tensor cores */
     bool odd;              /* a GEMM with a leading dimension not a multiple of 16 bytes */
@@ -86,6 +87,7 @@ typedef struct cost_model {
     int kernels, gemms, memsets, copies;
     int spill_kernels; /* kernels whose ptxas report has spill stores or loads */
     int resources_known; /* kernels with a ptxas report */
+    int64_t kernel_bytes, emitted_bytes; /* the generated kernels' bytes: this model's, and the emitter's own count */
     cost_sum total, by_class[COST_NCLASSES];
 } cost_model;
 
@@ -121,18 +123,21 @@ AL_HIDDEN void cost_print(FILE *out, const char *graph, const char *arch, const 
 typedef struct cost_fit {
     int rows;                  /* profile rows read */
     int bw_rows, gemm_rows, odd_rows, floor_rows;
+    int matched;               /* kernel rows whose bytes came from the model (same name) */
 } cost_fit;
 
 /* Fits base's bandwidth efficiency, aligned and odd GEMM rates and kernel
  * floor to the rows of an ALLOY_PROFILE table (runtime/profile.c's format)
  * in text: efficiency from kernels, memsets and copies of at least 8 MiB
- * (their GB/s over hbm, 25th-75th percentile), GEMM rates from GEMMs of at
+ * (their bytes over time over hbm, 25th-75th percentile; a kernel's bytes
+ * are m's launch of the same name when m (may be NULL) has one, since the
+ * profile's column is the emitter's count), GEMM rates from GEMMs of at
  * least 1 GFLOP (TFLOP/s, 25th-75th percentile; odd when a dimension of
  * its name is not a multiple of 8), the floor from kernels of under 64 KiB
  * (their time, 25th-75th percentile). Constants without rows keep base's
  * value; the graph node cost is not in a profile (its launches are direct)
  * and stays. ALLOY_ERR_INVALID when text has no profile rows. */
-AL_HIDDEN alloy_status cost_calibrate(const char *text, const cost_device *base, cost_device *out, cost_fit *fit,
-                                      char *err, size_t errlen);
+AL_HIDDEN alloy_status cost_calibrate(const char *text, const cost_device *base, const cost_model *m,
+                                      cost_device *out, cost_fit *fit, char *err, size_t errlen);
 
 #endif

@@ -59,8 +59,17 @@ static bool odd_dims(const char *name)
     return false;
 }
 
-alloy_status cost_calibrate(const char *text, const cost_device *base, cost_device *out, cost_fit *fit, char *err,
-                            size_t errlen)
+/* The bytes m's kernel `name` moves, or -1 when m has no such kernel. */
+static int64_t model_bytes(const cost_model *m, const char *name)
+{
+    for (int i = 0; m && i < m->n; i++)
+        if (m->launches[i].action == COST_KERNEL && strcmp(m->launches[i].name, name) == 0)
+            return m->launches[i].read + m->launches[i].written + m->launches[i].spill;
+    return -1;
+}
+
+alloy_status cost_calibrate(const char *text, const cost_device *base, const cost_model *m, cost_device *out,
+                            cost_fit *fit, char *err, size_t errlen)
 {
     *out = *base;
     memset(fit, 0, sizeof *fit);
@@ -79,9 +88,11 @@ alloy_status cost_calibrate(const char *text, const cost_device *base, cost_devi
             if (sscanf(buf, "# %d %d %15s %15s %lf %lld %lf %31s %127s", &idx, &step, kind, action, &us, &bytes,
                        &gbs, tflops, name) == 9 && us > 0) {
                 fit->rows++;
-                bool gemm = strcmp(action, "gemm") == 0;
-                if (!gemm && (double)bytes >= 8.0 * (1 << 20)) add(&eff, gbs * 1e9 / base->hbm), fit->bw_rows++;
-                if (strcmp(action, "kernel") == 0 && bytes < 64 * 1024) add(&floor, us * 1e-6), fit->floor_rows++;
+                bool gemm = strcmp(action, "gemm") == 0, kernel = strcmp(action, "kernel") == 0;
+                int64_t mine = kernel ? model_bytes(m, name) : -1;
+                if (mine >= 0) bytes = mine, fit->matched++;
+                if (!gemm && (double)bytes >= 8.0 * (1 << 20)) add(&eff, (double)bytes / (us * 1e-6) / base->hbm), fit->bw_rows++;
+                if (kernel && bytes < 64 * 1024) add(&floor, us * 1e-6), fit->floor_rows++;
                 double tf = strtod(tflops, NULL);
                 if (gemm && tf > 0 && tf * us * 1e6 >= 1e9) {
                     size_t n = strlen(name);

@@ -55,6 +55,8 @@ void cost_print(FILE *out, const char *graph, const char *arch, const cost_model
             m->kernels, tiny, COST_TINY_BLOCKS, m->gemms, m->memsets, m->copies);
     fprintf(out, "bytes          %lld (%.3f GB): read %lld, written %lld, spills %lld\n", (long long)m->total.bytes,
             (double)m->total.bytes / 1e9, (long long)read, (long long)written, (long long)spill);
+    fprintf(out, "kernels' bytes %lld (%.3f GB; the emitter's own count, as in summary.txt and the profile: %.3f GB)\n",
+            (long long)m->kernel_bytes, (double)m->kernel_bytes / 1e9, (double)m->emitted_bytes / 1e9);
     fprintf(out, "flops          %.0f (%.3f TFLOP)\n", m->total.flops, m->total.flops / 1e12);
     if (arch) fprintf(out, "spill kernels  %d\n", m->spill_kernels);
     fprintf(out, "modelled       %.3f - %.3f ms per step\n\n", m->total.t_lo * 1e3, m->total.t_hi * 1e3);

@@ -43,8 +43,8 @@ static alloy_status resources(alloy_graph *g, const cg_program *prog, const char
     return st;
 }
 
-/* The device table o asks for, fitted to o->calibrate's profile when given; report gets the fit. */
-static alloy_status device_of(alloy_graph *g, const alloy_cost_options *o, cost_device *out, FILE *report)
+/* The device table o asks for into *out. */
+static alloy_status device_of(alloy_graph *g, const alloy_cost_options *o, cost_device *out)
 {
     const char *name = o && o->device ? o->device : "h100";
     const cost_device *d = cost_device_find(name);
@@ -52,38 +52,54 @@ static alloy_status device_of(alloy_graph *g, const alloy_cost_options *o, cost_
         return graph_fail(g, ALLOY_ERR_INVALID, "cost: no device table '%s' (tables: %s)", name,
                           cost_device_names());
     *out = *d;
-    if (!o || !o->calibrate) return ALLOY_OK;
-    FILE *f = fopen(o->calibrate, "rb");
-    if (!f) return graph_fail(g, ALLOY_ERR_IO, "cost: cannot open the profile %s", o->calibrate);
+    return ALLOY_OK;
+}
+
+/* The whole of file path into *text (al_free it). */
+static alloy_status read_profile(alloy_graph *g, const char *path, char **text)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return graph_fail(g, ALLOY_ERR_IO, "cost: cannot open the profile %s", path);
     size_t cap = 1 << 16, len = 0;
-    char *text = al_malloc(cap);
-    for (size_t got = 1; text && got;) {
+    char *buf = al_malloc(cap);
+    for (size_t got = 1; buf && got;) {
         if (len + 1 == cap) {
-            char *p = al_realloc(text, cap * 2);
-            if (!p) al_free(text);
-            text = p, cap *= 2;
-            if (!text) break;
+            char *p = al_realloc(buf, cap * 2);
+            if (!p) al_free(buf);
+            buf = p, cap *= 2;
+            if (!buf) break;
         }
-        got = fread(text + len, 1, cap - len - 1, f);
+        got = fread(buf + len, 1, cap - len - 1, f);
         len += got;
     }
     bool bad = ferror(f);
     fclose(f);
-    if (!text) return graph_fail(g, ALLOY_ERR_OOM, "cost: out of memory reading %s", o->calibrate);
+    if (!buf) return graph_fail(g, ALLOY_ERR_OOM, "cost: out of memory reading %s", path);
     if (bad) {
-        al_free(text);
-        return graph_fail(g, ALLOY_ERR_IO, "cost: cannot read the profile %s", o->calibrate);
+        al_free(buf);
+        return graph_fail(g, ALLOY_ERR_IO, "cost: cannot read the profile %s", path);
     }
-    text[len] = '\0';
+    buf[len] = '\0';
+    *text = buf;
+    return ALLOY_OK;
+}
+
+/* dev fitted to the profile in file path, with m's bytes for its kernels; report gets the fit. */
+static alloy_status calibrate(alloy_graph *g, const char *path, const cost_model *m, cost_device *dev, FILE *report)
+{
+    char *text = NULL, msg[512];
+    alloy_status st = read_profile(g, path, &text);
+    if (st) return st;
     cost_fit fit;
-    char msg[512];
-    alloy_status st = cost_calibrate(text, d, out, &fit, msg, sizeof msg);
+    cost_device base = *dev;
+    st = cost_calibrate(text, &base, m, dev, &fit, msg, sizeof msg);
     al_free(text);
-    if (st) return graph_fail(g, st, "cost: %s: %s", o->calibrate, msg);
+    if (st) return graph_fail(g, st, "cost: %s: %s", path, msg);
     if (report)
-        fprintf(report, "# calibrated from %s: %d profile rows; efficiency from %d, GEMM rates from %d aligned and %d "
-                        "odd, the floor from %d; the graph node cost is not in a profile and stays\n",
-                o->calibrate, fit.rows, fit.bw_rows, fit.gemm_rows, fit.odd_rows, fit.floor_rows);
+        fprintf(report, "# calibrated from %s: %d profile rows (%d kernels' bytes from this model); efficiency from "
+                        "%d rows, GEMM rates from %d aligned and %d odd, the floor from %d; the graph node cost is not "
+                        "in a profile (its launches are direct) and stays\n",
+                path, fit.rows, fit.matched, fit.bw_rows, fit.gemm_rows, fit.odd_rows, fit.floor_rows);
     return ALLOY_OK;
 }
 
@@ -95,7 +111,7 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     const char *arch = o && o->arch && o->arch[0] ? o->arch : NULL;
     cost_device dev;
     alloy_status st = graph_compile_ir(g);
-    if (!st) st = device_of(g, o, &dev, report);
+    if (!st) st = device_of(g, o, &dev);
     if (st) return st;
     cg_program prog;
     lp_plan lp;
@@ -112,6 +128,7 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     if (arch && !(res = al_calloc((size_t)prog.nkernels + 1, sizeof *res))) st = graph_fail(g, ALLOY_ERR_OOM, "cost: out of memory");
     if (!st && arch) st = resources(g, &prog, arch, res);
     if (!st && (st = cost_build(c, s, &prog, &lp, res, &m, err, sizeof err))) graph_fail(g, st, "cost: %s", err);
+    if (!st && o && o->calibrate) st = calibrate(g, o->calibrate, &m, &dev, report);
     if (!st) {
         cost_apply(&m, &dev);
         if (totals) {
@@ -122,10 +139,10 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
                                           .ms_low = m.total.t_lo * 1e3, .ms_high = m.total.t_hi * 1e3};
             for (int i = 0; i < m.n; i++) {
                 const cost_launch *l = &m.launches[i];
-                if (l->action != COST_KERNEL) continue;
-                totals->tiny_kernels += l->grid <= COST_TINY_BLOCKS;
-                totals->kernel_bytes += (double)(l->read + l->written + l->spill);
+                totals->tiny_kernels += l->action == COST_KERNEL && l->grid <= COST_TINY_BLOCKS;
             }
+            totals->kernel_bytes = (double)m.kernel_bytes;
+            totals->emitted_kernel_bytes = (double)m.emitted_bytes;
         }
         if (report) {
             int top = o && o->top ? o->top : 15;
