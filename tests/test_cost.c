@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "alloy/cost.h"
 #include "cost/cost.h"
@@ -415,6 +416,27 @@ static void test_alloy_graph_cost_reports_totals_and_names_bad_options(void **st
     assert_int_equal(alloy_graph_cost(NULL, NULL, &t, NULL), ALLOY_ERR_INVALID);
 }
 
+/* alloyc cost on tests/data/mlp2.ir: the same counts, and a usage error for an unknown table. */
+static void test_alloyc_cost_prints_the_model_of_an_ir_file(void **state)
+{
+    (void)state;
+    char cmd[1024], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' cost '%s/mlp2.ir' --device h200 --all 2>&1", ALLOY_ALLOYC, ALLOY_TEST_DATA);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    bool launches = false, h200 = false, every = false;
+    while (fgets(line, sizeof line, p)) {
+        launches |= strstr(line, "launches       4: 2 kernels (2 of <= 4 blocks), 2 GEMMs, 0 memsets, 0 copies") != NULL;
+        h200 |= strstr(line, "H200 SXM") != NULL;
+        every |= strstr(line, "every launch") != NULL;
+    }
+    assert_int_equal(pclose(p), 0);
+    assert_true(launches && h200 && every);
+    snprintf(cmd, sizeof cmd, "'%s' cost '%s/mlp2.ir' --device a100 2>/dev/null", ALLOY_ALLOYC, ALLOY_TEST_DATA);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_a_spilling_kernel_is_charged_its_local_traffic),
         cmocka_unit_test(test_calibration_fits_efficiency_gemm_rates_and_floor_to_a_profile),
         cmocka_unit_test(test_alloy_graph_cost_reports_totals_and_names_bad_options),
+        cmocka_unit_test(test_alloyc_cost_prints_the_model_of_an_ir_file),
     };
     return cmocka_run_group_tests(tests, test_checked_alloc, test_plain_alloc);
 }
