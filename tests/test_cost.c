@@ -176,6 +176,14 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
     cost_launch k = {.action = COST_KERNEL, .read = 600000000, .written = 300000000, .spill = 100000000};
     cost_time(&k, &d, &lo, &hi);
     assert_true(fabs(lo - (1e-3 + 1e-6)) < 1e-12 && fabs(hi - (2e-3 + 2e-6)) < 1e-12);
+    /* a kernel of 3 blocks on 100 SMs: 3% of the bandwidth */
+    d.sms = 100;
+    cost_launch few = {.action = COST_KERNEL, .grid = 3, .read = 3000000};
+    cost_time(&few, &d, &lo, &hi);
+    assert_true(fabs(lo - (1e-4 + 1e-6)) < 1e-12 && fabs(hi - (2e-4 + 2e-6)) < 1e-12);
+    cost_launch many = {.action = COST_KERNEL, .grid = 1000, .read = 3000000};
+    cost_time(&many, &d, &lo, &hi);
+    assert_true(fabs(lo - (3e-6 + 1e-6)) < 1e-12 && fabs(hi - (6e-6 + 2e-6)) < 1e-12);
     /* a tiny kernel: the floor */
     cost_launch t = {.action = COST_KERNEL, .read = 64};
     cost_time(&t, &d, &lo, &hi);

@@ -219,7 +219,9 @@ void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *h
         rate_lo = d->attn_lo, rate_hi = d->attn_hi;
     }
     bool launch = l->action == COST_KERNEL || l->action == COST_GEMM;
-    double t_lo = bytes / (d->hbm * d->eff_hi), t_hi = bytes / (d->hbm * d->eff_lo);
+    double share = 1;
+    if (l->action == COST_KERNEL && d->sms > 0 && l->grid > 0 && l->grid < (unsigned)d->sms) share = (double)l->grid / d->sms;
+    double t_lo = bytes / (d->hbm * d->eff_hi * share), t_hi = bytes / (d->hbm * d->eff_lo * share);
     if (l->flops / rate_hi > t_lo) t_lo = l->flops / rate_hi;
     if (l->flops / rate_lo > t_hi) t_hi = l->flops / rate_lo;
     if (launch && d->floor_lo > t_lo) t_lo = d->floor_lo;

@@ -17,6 +17,7 @@ typedef struct cost_device {
     const char *title;  /* "H100 SXM 80GB (HBM3)" */
     double hbm;         /* peak HBM bandwidth, bytes/s */
     double eff_lo, eff_hi;       /* fraction of hbm a generated kernel, memset or copy reaches */
+    int sms;                     /* streaming multiprocessors: a kernel of fewer blocks gets that share of hbm */
     double tensor_lo, tensor_hi; /* f16/bf16 GEMMs on tensor cores (f32 sums), FLOP/s */
     double odd_lo, odd_hi;       /* the same when a leading dimension is not a multiple of 16 bytes */
     double f32_lo, f32_hi;       /* f32 GEMMs (no TF32) and SIMT FLOPs, FLOP/s */
@@ -100,10 +101,12 @@ AL_HIDDEN alloy_status cost_build(const ir_graph *g, const schedule *s, const cg
 /* Times every launch with d's constants (cost_time) and sums them. */
 AL_HIDDEN void cost_apply(cost_model *m, const cost_device *d);
 /* The modelled time of one launch, low and high, in seconds:
- *   max(bytes / (hbm x eff), flops / rate, floor) + node
- * bytes = read + written + spill; rate: tensor (odd when a leading
- * dimension is odd), attention or f32 by what the launch runs; floor only
- * for kernels and GEMMs (a memset or copy is a graph node of its own). */
+ *   max(bytes / (hbm x eff x share), flops / rate, floor) + node
+ * bytes = read + written + spill; share = min(1, blocks / sms) for a
+ * generated kernel (a kernel of 3 blocks keeps 3 SMs busy, not the GPU),
+ * 1 for the rest; rate: tensor (odd when a leading dimension is odd),
+ * attention or f32 by what the launch runs; floor only for kernels and
+ * GEMMs (a memset or copy is a graph node of its own). */
 AL_HIDDEN void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *hi);
 AL_HIDDEN void cost_free(cost_model *m);
 /* "gemm", "gemm odd ld", "attention", "row", "layout copy", ... */

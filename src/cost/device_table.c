@@ -15,6 +15,8 @@ static const cost_device h100 = {
     /* 0.90: a plain device copy measured 3.0 TB/s on an H100 80GB HBM3 (2026-11-24, issue 25);
      * 0.70: assumed for generated kernels (partial vectors, tails, several streams of operands) */
     .eff_lo = 0.70, .eff_hi = 0.90,
+    /* 132 SMs (datasheet, H100 SXM5): a kernel of fewer blocks than SMs is given its share of the bandwidth */
+    .sms = 132,
     /* 989 TF/s dense f16/bf16 peak (datasheet); PyTorch's cuBLAS GEMMs ran at ~780 TF/s on that H100
      * (issue 25); the model takes 550-750 for alloy's mix of GEMM shapes */
     .tensor_lo = 550 * TB, .tensor_hi = 750 * TB,
@@ -39,6 +41,7 @@ static const cost_device h200 = {
     /* 4.8 TB/s: NVIDIA's H200 datasheet; efficiency assumed as measured on the H100 */
     .hbm = 4.8 * TB,
     .eff_lo = 0.70, .eff_hi = 0.90,
+    .sms = 132,
     /* the same tensor cores and clocks as the H100 SXM (datasheet: 989 TF/s dense f16/bf16) */
     .tensor_lo = 550 * TB, .tensor_hi = 750 * TB,
     .odd_lo = 300 * TB, .odd_hi = 500 * TB,
@@ -64,6 +67,7 @@ void cost_device_print(FILE *out, const cost_device *d)
     fprintf(out, "# device %s: %s\n", d->name, d->title);
     fprintf(out, "#   hbm          %8.2f TB/s peak\n", d->hbm / TB);
     fprintf(out, "#   efficiency   %8.2f - %.2f of peak (kernels, memsets, copies)\n", d->eff_lo, d->eff_hi);
+    fprintf(out, "#   SMs          %8d (a kernel of fewer blocks gets blocks / SMs of the bandwidth)\n", d->sms);
     fprintf(out, "#   tensor       %8.0f - %.0f TF/s (f16/bf16 GEMMs)\n", d->tensor_lo / TB, d->tensor_hi / TB);
     fprintf(out, "#   tensor odd   %8.0f - %.0f TF/s (a leading dimension not a multiple of 16 bytes)\n",
             d->odd_lo / TB, d->odd_hi / TB);
