@@ -93,9 +93,11 @@ static cost_class kernel_class(const ir_graph *g, const schedule *s, const cg_ke
 
 /* How many rows each thread of row kernel kn walks (its grid-stride loop
  * runs once per team of threads per row): rows over the kernel's teams. */
-static int64_t row_passes(const schedule *s, const cg_kernel *kn)
+static int64_t row_passes(const ir_graph *g, const schedule *s, const cg_kernel *kn)
 {
-    const ir_type *sp = &s->steps[kn->step].space;
+    const sched_step *st = &s->steps[kn->step];
+    /* a row step iterates over [rows, C]; a row op alone over its first operand */
+    const ir_type *sp = st->kind == STEP_ROW ? &st->space : &g->nodes[g->nodes[st->pos]->in[0]]->type;
     int64_t c = sp->rank ? sp->dims[sp->rank - 1] : 1, numel = ir_numel(sp);
     int64_t rows = c > 0 ? numel / c : 0;
     int64_t per_block = kn->block == 128 && c <= 1024 ? 4 : 1; /* a warp per short row (emit_row.c) */
@@ -141,7 +143,7 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
     if (res) {
         l->res = res[q];
         if (l->res.known) {
-            int64_t passes = l->cls == COST_ROW ? row_passes(s, kn) : 1;
+            int64_t passes = l->cls == COST_ROW ? row_passes(g, s, kn) : 1;
             l->spill = (int64_t)(l->res.spill_stores + l->res.spill_loads) * kn->grid * kn->block * passes;
         }
     }
