@@ -207,8 +207,8 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
 
 /* The bytes of the char_gpt f16 training step, against a count of its own:
  * per schedule step, its inputs from outside read once and its stored
- * members written once (a slice reads only what it copies; embedding_grad
- * reads the ids once per table row); a gemm step's f32 product written by
+ * members written once (a slice reads only what it copies; embedding_grad of
+ * a small table reads the ids once per table row); a gemm step's f32 product written by
  * the GEMM and read by its epilogue; then the aux block's flags and per-row
  * partials each kernel names, the flags' memsets and the updates' copies
  * (read and written). */
@@ -236,7 +236,7 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
             int64_t b = (int64_t)ir_nbytes(&in->type);
             if (st->kind == STEP_OP && last->op == IR_OP_slice) b = (int64_t)ir_nbytes(&last->type);
             if (st->kind == STEP_OP && last->op == IR_OP_embedding_grad && in->id == last->in[0])
-                b *= last->type.dims[0];
+                b *= last->type.dims[0]; /* a small table: the ids once per table row */
             values += b;
         }
         for (int i = 0; i < st->n; i++)

@@ -132,14 +132,23 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
     } else if (q == 0 || prog->kernels[q - 1].step != kn->step) { /* the step's FLOPs on its first kernel */
         l->flops = step_flops(g, s, kn->step);
     }
+    /* embedding_grad's sort (its step's first kernel, one block; emit_op.c) reads the ids twice, to count
+     * and to place, and compares each id with those of the earlier threads of its tile: block / 2
+     * comparisons per position, each about 4 instructions (a shared load, a compare, an add, the
+     * loop), counted as 8 FLOPs (the f32 rate counts an FMA as 2) at its one block's share of the rate */
+    bool first = q == 0 || prog->kernels[q - 1].step != kn->step,
+         alone = first && (q + 1 == prog->nkernels || prog->kernels[q + 1].step != kn->step);
+    if (last->op == IR_OP_embedding_grad && st->kind == STEP_OP && first && !alone) {
+        const ir_type *ids = &g->nodes[last->in[0]]->type;
+        l->read += (int64_t)ir_nbytes(ids);
+        l->flops = 8.0 * (double)ir_numel(ids) * kn->block / 2;
+    }
+    /* a small table's embedding_grad, one kernel, walks all the ids for each table row */
+    if (last->op == IR_OP_embedding_grad && st->kind == STEP_OP && alone)
+        l->read += (last->type.dims[0] - 1) * (int64_t)ir_nbytes(&g->nodes[last->in[0]]->type);
     /* a slice reads only the part it copies */
     if (last->op == IR_OP_slice && st->kind == STEP_OP)
         l->read += (int64_t)ir_nbytes(&last->type) - (int64_t)ir_nbytes(&g->nodes[last->in[0]]->type);
-    /* embedding_grad: every block walks all the ids for each of its table rows (emit_op.c) */
-    if (last->op == IR_OP_embedding_grad && st->kind == STEP_OP) {
-        const ir_type *ids = &g->nodes[last->in[0]]->type;
-        l->read += (last->type.dims[0] - 1) * (int64_t)ir_nbytes(ids);
-    }
     if (res) {
         l->res = res[q];
         if (l->res.known) {
@@ -224,6 +233,7 @@ void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *h
     double share = 1;
     if (l->action == COST_KERNEL && d->sms > 0 && l->grid > 0 && l->grid < (unsigned)d->sms) share = (double)l->grid / d->sms;
     double t_lo = bytes / (d->hbm * d->eff_hi * share), t_hi = bytes / (d->hbm * d->eff_lo * share);
+    rate_lo *= share, rate_hi *= share;
     if (l->flops / rate_hi > t_lo) t_lo = l->flops / rate_hi;
     if (l->flops / rate_lo > t_hi) t_hi = l->flops / rate_lo;
     if (launch && d->floor_lo > t_lo) t_lo = d->floor_lo;

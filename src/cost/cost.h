@@ -104,7 +104,7 @@ AL_HIDDEN void cost_apply(cost_model *m, const cost_device *d);
  *   max(bytes / (hbm x eff x share), flops / rate, floor) + node
  * bytes = read + written + spill; share = min(1, blocks / sms) for a
  * generated kernel (a kernel of 3 blocks keeps 3 SMs busy, not the GPU),
- * 1 for the rest; rate: tensor (odd when a leading dimension is odd),
+ * 1 for the rest, scaling the rate too; rate: tensor (odd when a leading dimension is odd),
  * attention or f32 by what the launch runs; floor only for kernels and
  * GEMMs (a memset or copy is a graph node of its own). */
 AL_HIDDEN void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *hi);
