@@ -32,5 +32,6 @@
 #include "alloy/index.h"
 #include "alloy/cuda.h"
 #include "alloy/bundle.h"
+#include "alloy/distributed.h"
 
 #endif

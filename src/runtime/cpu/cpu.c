@@ -52,7 +52,8 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     case STEP_ROW: cpu_run_row(x, g, s, step, values, w); return;
     case STEP_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
     case STEP_MULTI: cpu_run_multi(x, g, s, step, values, w); return;
-    case STEP_OP: break;
+    case STEP_OP:
+    case STEP_COLLECTIVE: break;
     }
     const ir_node *n = g->nodes[members[0].node];
     rt_tensor in_small[8];

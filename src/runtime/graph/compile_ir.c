@@ -28,6 +28,10 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;
+    if (g->comm) {
+        opts.dp_world = alloy_comm_size(g->comm);
+        opts.dp_bucket_bytes = g->dp.bucket_bytes;
+    }
     st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, g->timings,
                            (int)(sizeof g->timings / sizeof g->timings[0]), &g->ntimings);
     if (!st && !g->comp.plan.offset) /* schedule and plan disabled: the backend needs them */

@@ -3,6 +3,7 @@
 #define ALLOY_GRAPH_IMPL_H
 
 #include "alloy/graph.h"
+#include "alloy/distributed.h"
 #include "alloy/train.h"
 #include "ir/ir.h"
 #include "passes/pass.h"
@@ -83,6 +84,8 @@ struct alloy_graph {
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
     param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
+    alloy_comm *comm;            /* alloy_graph_set_data_parallel's communicator (not owned); NULL: one process */
+    alloy_data_parallel dp;      /* its options */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
     bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */

@@ -1,0 +1,22 @@
+/* comm.h - the collectives a data-parallel step runs, over an alloy_comm (MPI underneath; only comm_mpi.c includes mpi.h). */
+#ifndef ALLOY_COMM_H
+#define ALLOY_COMM_H
+
+#include "alloy/distributed.h"
+#include "base/base.h"
+
+/* The reduction of an all_reduce (its `reduce` attribute). */
+typedef enum comm_reduce { COMM_SUM, COMM_MAX } comm_reduce;
+
+/* Replaces buf's count elements of dtype dt, on every rank of c, with their
+ * elementwise reduction over the ranks, in place (MPI_Allreduce with
+ * MPI_IN_PLACE). The sum of two ranks is one addition, x0 + x1 (the same
+ * bits in either order); for more ranks the order is MPI's. f16 and bf16
+ * are summed in f32 and rounded once. With c's timeout, a collective not
+ * finished in time is ALLOY_ERR_IO naming it. Errors name `what`. */
+AL_HIDDEN alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
+                                       const char *what, char *err, size_t errlen);
+/* Sets the timeout of c's collectives (seconds; 0: none). */
+AL_HIDDEN void comm_set_timeout(alloy_comm *c, double seconds);
+
+#endif
