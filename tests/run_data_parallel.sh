@@ -1,0 +1,23 @@
+#!/bin/sh
+# run_data_parallel.sh - meson test of data-parallel training: test_data_parallel under mpirun -np 2 on one machine
+# (tests/test_data_parallel.c says what it checks). Exit 77 (skipped) with the reason when the build has no MPI or
+# no mpirun.
+#
+# usage: run_data_parallel.sh MPIRUN TEST_DATA_PARALLEL
+set -u
+mpirun=$1 prog=$2
+if [ -z "$prog" ]; then
+    echo "skipped: alloy was built without MPI (install libopenmpi-dev openmpi-bin; -Dmpi=enabled)"
+    exit 77
+fi
+if [ -z "$mpirun" ]; then
+    echo "skipped: no mpirun or mpiexec on PATH (install openmpi-bin)"
+    exit 77
+fi
+# Open MPI refuses root (CI runs as root) without these; more ranks than cores need --oversubscribe; the
+# device is the CPU (collectives run on the CPU backend)
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ALLOY_DEVICE=cpu ALLOY_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ALLOY_DEVICE ALLOY_NUM_THREADS
+opts=""
+if "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then opts="--oversubscribe"; fi
+exec "$mpirun" -np 2 $opts "$prog"

@@ -1,0 +1,212 @@
+/* test_data_parallel.c - data-parallel training under mpirun -np 2: two ranks on half batches equal one process accumulating the two halves, bit for bit; an inf on one rank skips on every rank.
+ *
+ * Run by tests/run_data_parallel.sh as `mpirun -np 2 test_data_parallel`.
+ * Each rank trains the data-parallel graph (batch B/2, its rows of every
+ * batch) and, beside it, a single-process reference graph with
+ * accumulation_steps = 2 fed rank 0's rows then rank 1's. After every step
+ * each rank compares every state tensor of its data-parallel graph with the
+ * reference's (the same name) and the reported loss with the mean of the
+ * reference's two micro-batch losses, bit for bit; the ranks then compare
+ * their state with one another (a hash, all-reduced by MIN and MAX). Every
+ * rank makes the same collectives whatever fails, and all exit with the
+ * total failure count's verdict (0 when none).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+#include "alloy/mpi.h"
+
+enum { B = 8, IN = 12, H = 24, OUT = 4, STEPS = 12 };
+
+static int rank, world, failures;
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void fail(const char *fmt, const char *a, int step, const char *b)
+{
+    fprintf(stderr, "rank %d: FAIL step %d: ", rank, step);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    failures++;
+}
+
+static bool ok(alloy_graph *g, alloy_status st, const char *what)
+{
+    if (!st) return true;
+    fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, what, alloy_last_error(g));
+    failures++;
+    return false;
+}
+
+/* A two-layer MLP classifier over a batch of `batch` rows. */
+static alloy_graph *mlp(const char *name, int batch, bool amp, const alloy_optimizer *o)
+{
+    alloy_graph *g = alloy_graph_new(name);
+    alloy_graph_set_seed(g, 11);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(batch, IN));
+    alloy_tensor *t = alloy_input(g, "targets", ALLOY_I32, 1, DIMS(batch));
+    alloy_tensor *w1 = alloy_param(g, "w1", ALLOY_F32, 2, DIMS(IN, H), alloy_init_kaiming_uniform(sqrt(2.0)));
+    alloy_tensor *b1 = alloy_param(g, "b1", ALLOY_F32, 1, DIMS(H), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *w2 = alloy_param(g, "w2", ALLOY_F32, 2, DIMS(H, OUT), alloy_init_xavier_uniform(1.0));
+    alloy_tensor *b2 = alloy_param(g, "b2", ALLOY_F32, 1, DIMS(OUT), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *h = alloy_relu(g, alloy_add(g, alloy_matmul(g, x, w1, false, false), b1));
+    alloy_tensor *logits = alloy_add(g, alloy_matmul(g, h, w2, false, false), b2);
+    alloy_tensor *loss = alloy_set_name(g, alloy_cross_entropy(g, logits, t), "loss");
+    alloy_output(g, "loss", loss);
+    alloy_graph_set_loss(g, loss);
+    if (amp) {
+        alloy_graph_enable_amp(g, ALLOY_F16);
+        alloy_grad_scaler sc = alloy_dynamic_scaler();
+        sc.init_scale = 0x1p12, sc.growth_interval = 4; /* grows within the run */
+        alloy_graph_set_grad_scaler(g, sc);
+    }
+    alloy_graph_add_optimizer(g, *o);
+    return g;
+}
+
+/* Batch `step` (all B rows): inputs with a class signal, from a fixed LCG. */
+static void batch_of(int step, float *x, int32_t *t)
+{
+    uint32_t s = 0x9e3779b9u * (uint32_t)(step + 1);
+    for (int i = 0; i < B; i++) {
+        t[i] = (int32_t)((uint32_t)(i * 7 + step) % OUT);
+        for (int j = 0; j < IN; j++) {
+            s = s * 1664525u + 1013904223u;
+            x[i * IN + j] = (float)((double)(s >> 8) / 16777216.0 - 0.5) + (j % OUT == t[i] ? 1.0f : 0.0f);
+        }
+    }
+}
+
+static bool run_half(alloy_graph *g, const float *x, const int32_t *t, alloy_step_info *info, const char *what)
+{
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {B / 2, IN}, (void *)x}, {"targets", ALLOY_I32, 1, {B / 2}, (void *)t}};
+    return ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), what) && ok(g, alloy_graph_step_info(g, info), what);
+}
+
+/* FNV-1a over every state tensor's bytes, in state order. */
+static uint64_t state_hash(alloy_graph *g)
+{
+    uint64_t h = 1469598103934665603ull;
+    int n = alloy_graph_state_count(g);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor s;
+        if (alloy_graph_state_at(g, i, &s)) continue;
+        size_t bytes = (size_t)alloy_host_tensor_numel(&s) * alloy_dtype_size(s.dtype);
+        for (size_t k = 0; k < bytes; k++) h = (h ^ ((const uint8_t *)s.data)[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Every state tensor of dp equals the reference's of the same name, bit for bit. */
+static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const char *what)
+{
+    int n = alloy_graph_state_count(dp);
+    if (n < 4) fail("%s: only %d state tensors", what, step, "");
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor a, b;
+        if (!ok(dp, alloy_graph_state_at(dp, i, &a), what)) return;
+        if (alloy_graph_get_state(ref, a.name, &b)) {
+            fail("%s: the reference has no state %s", what, step, a.name);
+            continue;
+        }
+        size_t bytes = (size_t)alloy_host_tensor_numel(&a) * alloy_dtype_size(a.dtype);
+        if (alloy_host_tensor_numel(&a) != alloy_host_tensor_numel(&b) || memcmp(a.data, b.data, bytes))
+            fail("%s: state %s differs from the accumulating process", what, step, a.name);
+    }
+}
+
+/* STEPS steps of optimizer o (AMP or not); inject_step >= 0: that step's
+ * batch has 70000 (inf in f16) in one of rank 1's rows only. bucket_bytes
+ * 0: the default (one bucket). */
+static void train_case(const char *what, bool amp, alloy_optimizer o, size_t bucket_bytes, int inject_step,
+                       alloy_comm *comm)
+{
+    alloy_graph *dp = mlp("dp", B / 2, amp, &o);
+    alloy_optimizer acc = o;
+    acc.accumulation_steps = 2;
+    alloy_graph *ref = mlp("ref", B / 2, amp, &acc);
+    alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .timeout_s = 120};
+    ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
+    float x[B * IN];
+    int32_t t[B];
+    int skipped = 0;
+    for (int step = 0; step < STEPS; step++) {
+        batch_of(step, x, t);
+        if (step == inject_step) x[(B / 2 + 1) * IN + 3] = 70000.0f; /* rank 1's second row */
+        alloy_step_info di, r0, r1;
+        double scale_before = 0;
+        if (amp) {
+            alloy_host_tensor s;
+            if (!alloy_graph_get_state(dp, "scaler.scale", &s)) scale_before = *(const float *)s.data;
+        }
+        if (!run_half(dp, x + rank * (B / 2) * IN, t + rank * (B / 2), &di, what)) break;
+        if (!run_half(ref, x, t, &r0, what) || !run_half(ref, x + (B / 2) * IN, t + B / 2, &r1, what)) break;
+        if (r0.updated || r1.updated == r1.skipped)
+            fail("%s: %s", what, step, "the reference did not update on its second micro-batch alone");
+        /* the reported loss: the mean over the ranks, in f32 as the graph sums it */
+        float mean = ((float)r0.loss + (float)r1.loss) * 0.5f, got = (float)di.loss;
+        if (memcmp(&got, &mean, sizeof got) && !(isnan(got) && isnan(mean))) { /* a NaN loss (the inf step) is any NaN */
+            char v[96];
+            snprintf(v, sizeof v, "%.9g, expected %.9g", di.loss, (double)mean);
+            fail("%s: loss %s", what, step, v);
+        }
+        if (di.skipped != r1.skipped || di.scale != r1.scale || di.next_scale != r1.next_scale)
+            fail("%s: %s", what, step, "skip or scale differs from the accumulating process");
+        if (step == inject_step) {
+            skipped++;
+            if (!di.skipped || di.next_scale != scale_before / 2 || di.scale != scale_before)
+                fail("%s: %s", what, step, "the injected inf did not skip the step and halve the scale on this rank");
+        } else if (di.skipped) {
+            fail("%s: %s", what, step, "a finite step was skipped");
+        }
+        compare_state(dp, ref, step, what);
+        /* and the ranks hold the same state */
+        uint64_t h = state_hash(dp), lo = h, hi = h;
+        MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        if (lo != hi) fail("%s: %s", what, step, "the ranks' states differ");
+        if (rank == 0 && (step == 0 || step == STEPS - 1))
+            printf("%s: step %d loss %.6f scale %g skipped %d\n", what, step, di.loss, di.scale, di.skipped);
+    }
+    if (inject_step >= 0 && skipped != 1) fail("%s: %s", what, inject_step, "the injected step was not reached");
+    alloy_graph_free(dp);
+    alloy_graph_free(ref);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    alloy_comm *comm = NULL;
+    char err[512] = "";
+    if (world != 2) {
+        if (rank == 0) fprintf(stderr, "test_data_parallel: run me under mpirun -np 2 (world size %d)\n", world);
+        MPI_Finalize();
+        return 1;
+    }
+    if (alloy_comm_from_mpi(MPI_COMM_WORLD, &comm, err, sizeof err)) {
+        fprintf(stderr, "rank %d: FAIL alloy_comm_from_mpi: %s\n", rank, err);
+        failures++;
+    } else if (alloy_comm_rank(comm) != rank || alloy_comm_size(comm) != 2 || alloy_comm_local_rank(comm) != rank) {
+        fprintf(stderr, "rank %d: FAIL the communicator says rank %d of %d, local rank %d\n", rank,
+                alloy_comm_rank(comm), alloy_comm_size(comm), alloy_comm_local_rank(comm));
+        failures++;
+    }
+    if (comm) {
+        /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
+        train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, comm);
+        /* AdamW with f16 AMP, the dynamic scaler and clipping, one bucket; step 5 has an inf on rank 1 alone */
+        alloy_optimizer adamw = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
+        adamw.clip_norm = 0.5;
+        train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, comm);
+    }
+    int total = failures;
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s: %d failure(s) over %d ranks\n", total ? "FAIL" : "ok", total, world);
+    alloy_comm_free(comm);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
