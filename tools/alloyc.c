@@ -67,7 +67,7 @@ static const char *const usage_text[] = {
     "  --dump-dir DIR    (--set dump_dir=DIR, ALLOY_DUMP_DIR) write the IR before the\n"
     "                    first pass and after each pass to DIR (made when missing), one\n"
     "                    file per stage in pipeline order: GRAPH.00-input.ir,\n"
-    "                    GRAPH.01-verify.ir, ... GRAPH.12-plan.ir, each written\n"
+    "                    GRAPH.01-verify.ir, ... GRAPH.13-plan.ir, each written\n"
     "                    atomically and parsing back as IR; generated CUDA sources go\n"
     "                    there too\n"
     "  --loss NAME       the named scalar node to train on (or differentiate) instead of\n"
