@@ -1,6 +1,7 @@
 #!/bin/sh
 # run_data_parallel.sh - meson test of data-parallel training: test_data_parallel under mpirun -np 2 on one machine
-# (tests/test_data_parallel.c says what it checks). Exit 77 (skipped) with the reason when the build has no MPI or
+# (tests/test_data_parallel.c says what it checks), then its dead-peer case (rank 1 never runs the step: rank 0's
+# run must fail within its 1 s timeout, not hang; the outer `timeout` catches a hang). Exit 77 (skipped) with the reason when the build has no MPI or
 # no mpirun.
 #
 # usage: run_data_parallel.sh MPIRUN TEST_DATA_PARALLEL
@@ -20,4 +21,5 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ALLOY_DEVICE=cpu ALLOY
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ALLOY_DEVICE ALLOY_NUM_THREADS
 opts=""
 if "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then opts="--oversubscribe"; fi
-exec "$mpirun" -np 2 $opts "$prog"
+"$mpirun" -np 2 $opts "$prog" || exit 1
+timeout 60 "$mpirun" -np 2 $opts "$prog" dead-peer || { echo "FAIL: the dead-peer case failed or hung"; exit 1; }

@@ -9,11 +9,13 @@
  * reference's two micro-batch losses, bit for bit; the ranks then compare
  * their state with one another (a hash, all-reduced by MIN and MAX). Every
  * rank makes the same collectives whatever fails, and all exit with the
- * total failure count's verdict (0 when none).
+ * total failure count's verdict (0 when none). With the argument
+ * `dead-peer` it runs dead_peer_case alone.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloy/alloy.h"
 #include "alloy/mpi.h"
@@ -175,6 +177,42 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
     alloy_graph_free(ref);
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Rank 1 never runs the step: rank 0's first collective does not finish,
+ * and with a timeout of 1 s its run returns ALLOY_ERR_IO naming the
+ * all_reduce, the rank and the timeout, in about that time (not a hang).
+ * Rank 0's request is left behind; both ranks then meet on MPI_COMM_WORLD. */
+static void dead_peer_case(alloy_comm *comm)
+{
+    if (rank != 0) return;
+    alloy_optimizer o = alloy_sgd(0.05, 0.9, 0, false);
+    alloy_graph *dp = mlp("dp", B / 2, false, &o);
+    alloy_data_parallel opt = {.timeout_s = 1};
+    ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
+    float x[B * IN];
+    int32_t t[B];
+    batch_of(0, x, t);
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {B / 2, IN}, x}, {"targets", ALLOY_I32, 1, {B / 2}, t}};
+    ok(dp, alloy_graph_get_state(dp, "w1", &(alloy_host_tensor){0}), "state"); /* compiles: not timed */
+    double start = now_s();
+    alloy_status st = alloy_graph_run(dp, feeds, 2, NULL, 0);
+    double took = now_s() - start;
+    const char *msg = alloy_last_error(dp);
+    printf("dead peer: status %d after %.2f s: %s\n", (int)st, took, msg);
+    if (st != ALLOY_ERR_IO || !strstr(msg, "all_reduce") || !strstr(msg, "did not finish within 1 s on rank 0 of 2") ||
+        took < 0.9 || took > 10) {
+        fprintf(stderr, "rank 0: FAIL dead peer: expected ALLOY_ERR_IO naming the all_reduce within about 1 s\n");
+        failures++;
+    }
+    alloy_graph_free(dp);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -195,7 +233,9 @@ int main(int argc, char **argv)
                 alloy_comm_rank(comm), alloy_comm_size(comm), alloy_comm_local_rank(comm));
         failures++;
     }
-    if (comm) {
+    if (comm && argc > 1 && strcmp(argv[1], "dead-peer") == 0) {
+        dead_peer_case(comm);
+    } else if (comm) {
         /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
         train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, comm);
         /* AdamW with f16 AMP, the dynamic scaler and clipping, one bucket; step 5 has an inf on rank 1 alone */
