@@ -3,7 +3,9 @@
  * Run by tests/run_data_parallel.sh as `mpirun -np 2 test_data_parallel`.
  * Each rank trains the data-parallel graph (batch B/2, its rows of every
  * batch) and, beside it, a single-process reference graph with
- * accumulation_steps = 2 fed rank 0's rows then rank 1's. After every step
+ * accumulation_steps = 2 fed rank 0's rows then rank 1's; the ranks build
+ * their graphs from different seeds, so the parameters are rank 0's only
+ * when alloy broadcasts them. After every step
  * each rank compares every state tensor of its data-parallel graph with the
  * reference's (the same name) and the reported loss with the mean of the
  * reference's two micro-batch losses, bit for bit; the ranks then compare
@@ -43,10 +45,10 @@ static bool ok(alloy_graph *g, alloy_status st, const char *what)
 }
 
 /* A two-layer MLP classifier over a batch of `batch` rows. */
-static alloy_graph *mlp(const char *name, int batch, bool amp, const alloy_optimizer *o)
+static alloy_graph *mlp(const char *name, int batch, bool amp, const alloy_optimizer *o, uint64_t seed)
 {
     alloy_graph *g = alloy_graph_new(name);
-    alloy_graph_set_seed(g, 11);
+    alloy_graph_set_seed(g, seed);
     alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(batch, IN));
     alloy_tensor *t = alloy_input(g, "targets", ALLOY_I32, 1, DIMS(batch));
     alloy_tensor *w1 = alloy_param(g, "w1", ALLOY_F32, 2, DIMS(IN, H), alloy_init_kaiming_uniform(sqrt(2.0)));
@@ -121,15 +123,19 @@ static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const cha
 
 /* STEPS steps of optimizer o (AMP or not); inject_step >= 0: that step's
  * batch has 70000 (inf in f16) in one of rank 1's rows only. bucket_bytes
- * 0: the default (one bucket). */
+ * 0: the default (one bucket). The data-parallel graph has a seed of its
+ * own on each rank (11 on rank 0, the reference's): its parameters must
+ * come from rank 0. state_first: its state is made before
+ * set_data_parallel (which broadcasts it then), else at the first run. */
 static void train_case(const char *what, bool amp, alloy_optimizer o, size_t bucket_bytes, int inject_step,
-                       alloy_comm *comm)
+                       bool state_first, alloy_comm *comm)
 {
-    alloy_graph *dp = mlp("dp", B / 2, amp, &o);
+    alloy_graph *dp = mlp("dp", B / 2, amp, &o, 11 + 1000 * (uint64_t)rank);
     alloy_optimizer acc = o;
     acc.accumulation_steps = 2;
-    alloy_graph *ref = mlp("ref", B / 2, amp, &acc);
+    alloy_graph *ref = mlp("ref", B / 2, amp, &acc, 11);
     alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .timeout_s = 120};
+    if (state_first && alloy_graph_state_count(dp) < 4) fail("%s: %s", what, -1, "no state before set_data_parallel");
     ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
     float x[B * IN];
     int32_t t[B];
@@ -192,7 +198,7 @@ static void dead_peer_case(alloy_comm *comm)
 {
     if (rank != 0) return;
     alloy_optimizer o = alloy_sgd(0.05, 0.9, 0, false);
-    alloy_graph *dp = mlp("dp", B / 2, false, &o);
+    alloy_graph *dp = mlp("dp", B / 2, false, &o, 11);
     alloy_data_parallel opt = {.timeout_s = 1};
     ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
     float x[B * IN];
@@ -237,11 +243,11 @@ int main(int argc, char **argv)
         dead_peer_case(comm);
     } else if (comm) {
         /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
-        train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, comm);
+        train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, false, comm);
         /* AdamW with f16 AMP, the dynamic scaler and clipping, one bucket; step 5 has an inf on rank 1 alone */
         alloy_optimizer adamw = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
         adamw.clip_norm = 0.5;
-        train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, comm);
+        train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, comm);
     }
     int total = failures;
     MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

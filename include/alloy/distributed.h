@@ -54,10 +54,14 @@ typedef struct alloy_data_parallel {
  * scaler's found_inf is agreed (the largest over the ranks), so every rank
  * skips the same steps; the reported loss is the mean over the ranks.
  * opts NULL: the defaults. A comm of one process is allowed (the step is
- * the single-process one, through the same collectives). Errors:
+ * the single-process one, through the same collectives). Every rank must
+ * make this call (a collective): g's state (parameters, moments, ...) that
+ * exists now becomes rank 0's on every rank, and state made later (at the
+ * first run) is rank 0's as it is made, so the ranks start identical
+ * whatever their seeds. Errors:
  * ALLOY_ERR_INVALID (NULL g or comm, zero_stage not 0, a negative
- * timeout), ALLOY_ERR_UNSUPPORTED (built without MPI). Takes effect at the
- * next compile. */
+ * timeout), ALLOY_ERR_UNSUPPORTED (built without MPI), ALLOY_ERR_IO (the
+ * broadcast failed or timed out). Takes effect at the next compile. */
 ALLOY_API alloy_status alloy_graph_set_data_parallel(alloy_graph *g, alloy_comm *comm, const alloy_data_parallel *opts);
 
 #ifdef __cplusplus

@@ -16,6 +16,9 @@ typedef enum comm_reduce { COMM_SUM, COMM_MAX } comm_reduce;
  * finished in time is ALLOY_ERR_IO naming it. Errors name `what`. */
 AL_HIDDEN alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
                                        const char *what, char *err, size_t errlen);
+/* Replaces buf's bytes on every rank of c with rank 0's (MPI_Bcast), within
+ * c's timeout (ALLOY_ERR_IO naming `what` when late). */
+AL_HIDDEN alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen);
 /* Sets the timeout of c's collectives (seconds; 0: none). */
 AL_HIDDEN void comm_set_timeout(alloy_comm *c, double seconds);
 

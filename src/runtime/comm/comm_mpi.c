@@ -106,6 +106,9 @@ void comm_set_timeout(alloy_comm *c, double seconds)
     if (c) c->timeout_s = seconds;
 }
 
+/* Elements per MPI call (its counts are int). */
+#define CHUNK ((int64_t)1 << 30)
+
 static double now_s(void)
 {
     struct timespec t;
@@ -113,14 +116,10 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* MPI's all-reduce of n elements of type t in place, within c's timeout. */
-static int reduce_in_place(alloy_comm *c, void *buf, int n, MPI_Datatype t, MPI_Op op, bool *late)
+/* Waits for req until c's timeout (*late then). */
+static int wait_until_timeout(alloy_comm *c, MPI_Request req, bool *late)
 {
-    *late = false;
-    if (c->timeout_s <= 0) return MPI_Allreduce(MPI_IN_PLACE, buf, n, t, op, c->comm);
-    MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, c->comm, &req);
-    if (rc != MPI_SUCCESS) return rc;
+    int rc;
     double deadline = now_s() + c->timeout_s;
     for (long spins = 0;; spins++) {
         int done = 0;
@@ -134,8 +133,44 @@ static int reduce_in_place(alloy_comm *c, void *buf, int n, MPI_Datatype t, MPI_
     }
 }
 
-/* Elements per MPI call (its counts are int). */
-#define CHUNK ((int64_t)1 << 30)
+/* MPI's all-reduce of n elements of type t in place, within c's timeout. */
+static int reduce_in_place(alloy_comm *c, void *buf, int n, MPI_Datatype t, MPI_Op op, bool *late)
+{
+    *late = false;
+    if (c->timeout_s <= 0) return MPI_Allreduce(MPI_IN_PLACE, buf, n, t, op, c->comm);
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, c->comm, &req);
+    return rc != MPI_SUCCESS ? rc : wait_until_timeout(c, req, late);
+}
+
+alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    int rc = MPI_SUCCESS;
+    bool late = false;
+    for (size_t at = 0; at < bytes && rc == MPI_SUCCESS && !late; at += (size_t)CHUNK) {
+        int n = (int)(bytes - at < (size_t)CHUNK ? bytes - at : (size_t)CHUNK);
+        if (c->timeout_s <= 0) {
+            rc = MPI_Bcast((char *)buf + at, n, MPI_BYTE, 0, c->comm);
+        } else {
+            MPI_Request req;
+            rc = MPI_Ibcast((char *)buf + at, n, MPI_BYTE, 0, c->comm, &req);
+            if (rc == MPI_SUCCESS) rc = wait_until_timeout(c, req, &late);
+        }
+    }
+    if (late) {
+        if (err && errlen)
+            al_fmt(err, errlen, "%s: the broadcast of %zu bytes from rank 0 did not finish within %g s on rank %d of %d",
+                   what, bytes, c->timeout_s, c->rank, c->size);
+        return ALLOY_ERR_IO;
+    }
+    if (rc != MPI_SUCCESS) {
+        char where[256];
+        al_fmt(where, sizeof where, "%s: broadcast on rank %d of %d", what, c->rank, c->size);
+        return mpi_fail(rc, where, err, errlen);
+    }
+    return ALLOY_OK;
+}
+
 
 alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
                              const char *what, char *err, size_t errlen)
@@ -229,6 +264,12 @@ alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtyp
                              const char *what, char *err, size_t errlen)
 {
     (void)c, (void)buf, (void)count, (void)dt, (void)op;
+    return no_mpi(what, err, errlen);
+}
+
+alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    (void)c, (void)buf, (void)bytes;
     return no_mpi(what, err, errlen);
 }
 

@@ -1,5 +1,6 @@
 /* dp_api.c - the public data-parallel call: a graph's communicator and bucket, ZeRO and timeout options. */
 #include <math.h>
+#include <string.h>
 
 #include "runtime/comm/comm.h"
 #include "runtime/graph/graph_impl.h"
@@ -26,5 +27,21 @@ alloy_status alloy_graph_set_data_parallel(alloy_graph *g, alloy_comm *comm, con
     g->comm = comm;
     g->dp = o;
     graph_invalidate(g);
+    /* state made before this call (its later tensors are broadcast as they are made): rank 0's, on every rank */
+    for (int i = 0; i < g->nstate; i++) {
+        rt_state *s = &g->state[i];
+        size_t bytes = ir_nbytes(&s->type);
+        char err[512];
+        alloy_status st = state_host(g, s);
+        if (st) return st;
+        void *copy = al_malloc(bytes ? bytes : 1);
+        if (!copy) return graph_fail(g, ALLOY_ERR_OOM, "set_data_parallel: out of memory for state '%s'", s->name);
+        if (bytes) memcpy(copy, s->cell->host, bytes);
+        st = comm_broadcast(comm, copy, bytes, s->name, err, sizeof err);
+        if (st) graph_fail(g, st, "set_data_parallel: state from rank 0: %s", err);
+        else st = state_write(g, s, copy);
+        al_free(copy);
+        if (st) return st;
+    }
     return ALLOY_OK;
 }
