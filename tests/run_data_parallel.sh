@@ -4,9 +4,9 @@
 # run must fail within its 1 s timeout, not hang; the outer `timeout` catches a hang). Exit 77 (skipped) with the reason when the build has no MPI or
 # no mpirun.
 #
-# usage: run_data_parallel.sh MPIRUN TEST_DATA_PARALLEL
+# usage: run_data_parallel.sh MPIRUN TEST_DATA_PARALLEL [RANKS]   (RANKS 2, the default, also runs the dead-peer case)
 set -u
-mpirun=$1 prog=$2
+mpirun=$1 prog=$2 ranks=${3:-2}
 if [ -z "$prog" ]; then
     echo "skipped: alloy was built without MPI (install libopenmpi-dev openmpi-bin; -Dmpi=enabled)"
     exit 77
@@ -21,5 +21,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ALLOY_DEVICE=cpu ALLOY
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ALLOY_DEVICE ALLOY_NUM_THREADS
 opts=""
 if "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then opts="--oversubscribe"; fi
-"$mpirun" -np 2 $opts "$prog" || exit 1
-timeout 60 "$mpirun" -np 2 $opts "$prog" dead-peer || { echo "FAIL: the dead-peer case failed or hung"; exit 1; }
+"$mpirun" -np "$ranks" $opts "$prog" || exit 1
+if [ "$ranks" = 2 ]; then
+    timeout 60 "$mpirun" -np 2 $opts "$prog" dead-peer || { echo "FAIL: the dead-peer case failed or hung"; exit 1; }
+fi

@@ -1,14 +1,15 @@
-/* test_data_parallel.c - data-parallel training under mpirun -np 2: two ranks on half batches equal one process accumulating the two halves, bit for bit; an inf on one rank skips on every rank.
+/* test_data_parallel.c - data-parallel training under mpirun -np 2 or 3: W ranks on R rows each equal one process accumulating the W slices, bit for bit; an inf on one rank skips on every rank; a dead peer is an error within the timeout.
  *
- * Run by tests/run_data_parallel.sh as `mpirun -np 2 test_data_parallel`.
- * Each rank trains the data-parallel graph (batch B/2, its rows of every
- * batch) and, beside it, a single-process reference graph with
- * accumulation_steps = 2 fed rank 0's rows then rank 1's; the ranks build
+ * Run by tests/run_data_parallel.sh as `mpirun -np W test_data_parallel`.
+ * Each rank trains the data-parallel graph (R rows, its slice of every
+ * batch of R * W) and, beside it, a single-process reference graph with
+ * accumulation_steps = W fed the slices in rank order; the ranks build
  * their graphs from different seeds, so the parameters are rank 0's only
- * when alloy broadcasts them. After every step
- * each rank compares every state tensor of its data-parallel graph with the
+ * when alloy broadcasts them. Over 2 ranks MPI's sum is one addition; over
+ * 3 the test asks for ordered_sum (rank order). After every step each rank
+ * compares every state tensor of its data-parallel graph with the
  * reference's (the same name) and the reported loss with the mean of the
- * reference's two micro-batch losses, bit for bit; the ranks then compare
+ * reference's micro-batch losses, bit for bit; the ranks then compare
  * their state with one another (a hash, all-reduced by MIN and MAX). Every
  * rank makes the same collectives whatever fails, and all exit with the
  * total failure count's verdict (0 when none). With the argument
@@ -16,13 +17,16 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "alloy/alloy.h"
 #include "alloy/mpi.h"
+#include "runtime/comm/comm.h"
 
-enum { B = 8, IN = 12, H = 24, OUT = 4, STEPS = 12 };
+/* R rows per rank, at most MAXW ranks: a batch of R * world rows */
+enum { R = 4, MAXW = 4, IN = 12, H = 24, OUT = 4, STEPS = 12 };
 
 static int rank, world, failures;
 
@@ -70,11 +74,11 @@ static alloy_graph *mlp(const char *name, int batch, bool amp, const alloy_optim
     return g;
 }
 
-/* Batch `step` (all B rows): inputs with a class signal, from a fixed LCG. */
+/* Batch `step` (all R * world rows): inputs with a class signal, from a fixed LCG. */
 static void batch_of(int step, float *x, int32_t *t)
 {
     uint32_t s = 0x9e3779b9u * (uint32_t)(step + 1);
-    for (int i = 0; i < B; i++) {
+    for (int i = 0; i < R * world; i++) {
         t[i] = (int32_t)((uint32_t)(i * 7 + step) % OUT);
         for (int j = 0; j < IN; j++) {
             s = s * 1664525u + 1013904223u;
@@ -83,9 +87,9 @@ static void batch_of(int step, float *x, int32_t *t)
     }
 }
 
-static bool run_half(alloy_graph *g, const float *x, const int32_t *t, alloy_step_info *info, const char *what)
+static bool run_rows(alloy_graph *g, const float *x, const int32_t *t, alloy_step_info *info, const char *what)
 {
-    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {B / 2, IN}, (void *)x}, {"targets", ALLOY_I32, 1, {B / 2}, (void *)t}};
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, (void *)x}, {"targets", ALLOY_I32, 1, {R}, (void *)t}};
     return ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), what) && ok(g, alloy_graph_step_info(g, info), what);
 }
 
@@ -130,37 +134,44 @@ static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const cha
 static void train_case(const char *what, bool amp, alloy_optimizer o, size_t bucket_bytes, int inject_step,
                        bool state_first, alloy_comm *comm)
 {
-    alloy_graph *dp = mlp("dp", B / 2, amp, &o, 11 + 1000 * (uint64_t)rank);
+    alloy_graph *dp = mlp("dp", R, amp, &o, 11 + 1000 * (uint64_t)rank);
     alloy_optimizer acc = o;
-    acc.accumulation_steps = 2;
-    alloy_graph *ref = mlp("ref", B / 2, amp, &acc, 11);
-    alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .timeout_s = 120};
+    acc.accumulation_steps = world;
+    alloy_graph *ref = mlp("ref", R, amp, &acc, 11);
+    /* two ranks: MPI's sum is one addition; more: summed in rank order, as the accumulation adds */
+    alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .timeout_s = 120, .ordered_sum = world > 2};
     if (state_first && alloy_graph_state_count(dp) < 4) fail("%s: %s", what, -1, "no state before set_data_parallel");
     ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
-    float x[B * IN];
-    int32_t t[B];
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
     int skipped = 0;
     for (int step = 0; step < STEPS; step++) {
         batch_of(step, x, t);
-        if (step == inject_step) x[(B / 2 + 1) * IN + 3] = 70000.0f; /* rank 1's second row */
-        alloy_step_info di, r0, r1;
+        if (step == inject_step) x[(R + 1) * IN + 3] = 70000.0f; /* rank 1's second row */
+        alloy_step_info di, ri[MAXW];
         double scale_before = 0;
         if (amp) {
             alloy_host_tensor s;
             if (!alloy_graph_get_state(dp, "scaler.scale", &s)) scale_before = *(const float *)s.data;
         }
-        if (!run_half(dp, x + rank * (B / 2) * IN, t + rank * (B / 2), &di, what)) break;
-        if (!run_half(ref, x, t, &r0, what) || !run_half(ref, x + (B / 2) * IN, t + B / 2, &r1, what)) break;
-        if (r0.updated || r1.updated == r1.skipped)
-            fail("%s: %s", what, step, "the reference did not update on its second micro-batch alone");
-        /* the reported loss: the mean over the ranks, in f32 as the graph sums it */
-        float mean = ((float)r0.loss + (float)r1.loss) * 0.5f, got = (float)di.loss;
+        if (!run_rows(dp, x + rank * R * IN, t + rank * R, &di, what)) break;
+        bool ran = true;
+        for (int r = 0; r < world && ran; r++) ran = run_rows(ref, x + r * R * IN, t + r * R, &ri[r], what);
+        if (!ran) break;
+        alloy_step_info last = ri[world - 1];
+        for (int r = 0; r < world; r++)
+            if (ri[r].updated != (r == world - 1 && !last.skipped))
+                fail("%s: %s", what, step, "the reference did not update on its last micro-batch alone");
+        /* the reported loss: the mean over the ranks, in f32 as the graph sums it (in rank order) */
+        float mean = (float)ri[0].loss, got = (float)di.loss;
+        for (int r = 1; r < world; r++) mean += (float)ri[r].loss;
+        mean *= (float)(1.0 / world);
         if (memcmp(&got, &mean, sizeof got) && !(isnan(got) && isnan(mean))) { /* a NaN loss (the inf step) is any NaN */
             char v[96];
             snprintf(v, sizeof v, "%.9g, expected %.9g", di.loss, (double)mean);
             fail("%s: loss %s", what, step, v);
         }
-        if (di.skipped != r1.skipped || di.scale != r1.scale || di.next_scale != r1.next_scale)
+        if (di.skipped != last.skipped || di.scale != last.scale || di.next_scale != last.next_scale)
             fail("%s: %s", what, step, "skip or scale differs from the accumulating process");
         if (step == inject_step) {
             skipped++;
@@ -183,6 +194,49 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
     alloy_graph_free(ref);
 }
 
+/* ordered_sum adds in rank order, whatever MPI's algorithm: over 3 ranks
+ * element 0 is 1, 2^-24, 2^-24 and element 1 is 2^-24, 2^-24, 1; from the
+ * left the first sum is 1 (each half-ulp ties to even) and the second
+ * 1 + 2^-23, and any other grouping changes one of them. */
+static void ordered_sum_case(alloy_comm *comm)
+{
+    if (world != 3) return;
+    const float tiny = 0x1p-24f;
+    float want[2] = {1.0f, 1.0f + 0x1p-23f};
+    for (int ordered = 0; ordered <= 1; ordered++) {
+        float v[2] = {rank == 0 ? 1.0f : tiny, rank == 2 ? 1.0f : tiny};
+        char err[512];
+        comm_configure(comm, 120, ordered);
+        if (comm_all_reduce(comm, v, 2, ALLOY_F32, COMM_SUM, "ordered sum", err, sizeof err)) {
+            fprintf(stderr, "rank %d: FAIL %s\n", rank, err);
+            failures++;
+        } else if (ordered && memcmp(v, want, sizeof v)) {
+            fprintf(stderr, "rank %d: FAIL ordered sum gave %a %a, expected %a %a\n", rank, v[0], v[1], want[0], want[1]);
+            failures++;
+        } else if (rank == 0) {
+            printf("sum over 3 ranks, %s: %a %a\n", ordered ? "ordered" : "MPI's order", v[0], v[1]);
+        }
+    }
+    /* a large buffer (MPI picks another algorithm by size): how many of its sums MPI's order changes */
+    enum { N = 1 << 20 };
+    float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    if (!a || !b) {
+        free(a), free(b);
+        return;
+    }
+    uint32_t s = 12345u + 777u * (uint32_t)rank;
+    for (int i = 0; i < N; i++) s = s * 1664525u + 1013904223u, a[i] = b[i] = (float)((double)(s >> 8) / 16777216.0 - 0.5);
+    char err[512];
+    comm_configure(comm, 120, false);
+    alloy_status st = comm_all_reduce(comm, a, N, ALLOY_F32, COMM_SUM, "MPI's order", err, sizeof err);
+    comm_configure(comm, 120, true);
+    if (!st) st = comm_all_reduce(comm, b, N, ALLOY_F32, COMM_SUM, "ordered", err, sizeof err);
+    long differ = 0;
+    for (int i = 0; i < N && !st; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    if (rank == 0 && !st) printf("sum over 3 ranks of %d f32: MPI's order differs from rank order in %ld\n", N, differ);
+    free(a), free(b);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -198,20 +252,22 @@ static void dead_peer_case(alloy_comm *comm)
 {
     if (rank != 0) return;
     alloy_optimizer o = alloy_sgd(0.05, 0.9, 0, false);
-    alloy_graph *dp = mlp("dp", B / 2, false, &o, 11);
+    alloy_graph *dp = mlp("dp", R, false, &o, 11);
     alloy_data_parallel opt = {.timeout_s = 1};
     ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
-    float x[B * IN];
-    int32_t t[B];
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
     batch_of(0, x, t);
-    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {B / 2, IN}, x}, {"targets", ALLOY_I32, 1, {B / 2}, t}};
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, x}, {"targets", ALLOY_I32, 1, {R}, t}};
     ok(dp, alloy_graph_get_state(dp, "w1", &(alloy_host_tensor){0}), "state"); /* compiles: not timed */
     double start = now_s();
     alloy_status st = alloy_graph_run(dp, feeds, 2, NULL, 0);
     double took = now_s() - start;
     const char *msg = alloy_last_error(dp);
     printf("dead peer: status %d after %.2f s: %s\n", (int)st, took, msg);
-    if (st != ALLOY_ERR_IO || !strstr(msg, "all_reduce") || !strstr(msg, "did not finish within 1 s on rank 0 of 2") ||
+    char want[96];
+    snprintf(want, sizeof want, "did not finish within 1 s on rank 0 of %d", world);
+    if (st != ALLOY_ERR_IO || !strstr(msg, "all_reduce") || !strstr(msg, want) ||
         took < 0.9 || took > 10) {
         fprintf(stderr, "rank 0: FAIL dead peer: expected ALLOY_ERR_IO naming the all_reduce within about 1 s\n");
         failures++;
@@ -226,15 +282,15 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     alloy_comm *comm = NULL;
     char err[512] = "";
-    if (world != 2) {
-        if (rank == 0) fprintf(stderr, "test_data_parallel: run me under mpirun -np 2 (world size %d)\n", world);
+    if (world < 2 || world > MAXW) {
+        if (rank == 0) fprintf(stderr, "test_data_parallel: run me under mpirun -np 2 to %d (world size %d)\n", MAXW, world);
         MPI_Finalize();
         return 1;
     }
     if (alloy_comm_from_mpi(MPI_COMM_WORLD, &comm, err, sizeof err)) {
         fprintf(stderr, "rank %d: FAIL alloy_comm_from_mpi: %s\n", rank, err);
         failures++;
-    } else if (alloy_comm_rank(comm) != rank || alloy_comm_size(comm) != 2 || alloy_comm_local_rank(comm) != rank) {
+    } else if (alloy_comm_rank(comm) != rank || alloy_comm_size(comm) != world || alloy_comm_local_rank(comm) != rank) {
         fprintf(stderr, "rank %d: FAIL the communicator says rank %d of %d, local rank %d\n", rank,
                 alloy_comm_rank(comm), alloy_comm_size(comm), alloy_comm_local_rank(comm));
         failures++;
@@ -242,6 +298,7 @@ int main(int argc, char **argv)
     if (comm && argc > 1 && strcmp(argv[1], "dead-peer") == 0) {
         dead_peer_case(comm);
     } else if (comm) {
+        ordered_sum_case(comm);
         /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
         train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, false, comm);
         /* AdamW with f16 AMP, the dynamic scaler and clipping, one bucket; step 5 has an inf on rank 1 alone */

@@ -45,6 +45,9 @@ typedef struct alloy_data_parallel {
     size_t bucket_bytes; /* gradients are all-reduced in buckets of about this many bytes; 0: 25 MiB */
     int zero_stage;      /* 0: every rank keeps every optimizer state (1, ZeRO-1, is not built yet) */
     double timeout_s;    /* a collective not finished in this time is an error; 0: wait forever */
+    bool ordered_sum;    /* sum over more than 2 ranks in rank order, ((x0 + x1) + x2) + ..., by an all-gather
+                            (size times the bucket's memory): the same bits whatever MPI's algorithm, equal to
+                            accumulating the ranks' micro-batches in order; false: MPI_Allreduce's order */
 } alloy_data_parallel;
 
 /* Makes g's training step data-parallel over comm (which must outlive g):

@@ -11,7 +11,8 @@ typedef enum comm_reduce { COMM_SUM, COMM_MAX } comm_reduce;
 /* Replaces buf's count elements of dtype dt, on every rank of c, with their
  * elementwise reduction over the ranks, in place (MPI_Allreduce with
  * MPI_IN_PLACE). The sum of two ranks is one addition, x0 + x1 (the same
- * bits in either order); for more ranks the order is MPI's. f16 and bf16
+ * bits in either order); for more ranks the order is MPI's, or with c's
+ * ordered option ((x0 + x1) + x2) + ... by an all-gather. f16 and bf16
  * are summed in f32 and rounded once. With c's timeout, a collective not
  * finished in time is ALLOY_ERR_IO naming it. Errors name `what`. */
 AL_HIDDEN alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
@@ -19,7 +20,9 @@ AL_HIDDEN alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, 
 /* Replaces buf's bytes on every rank of c with rank 0's (MPI_Bcast), within
  * c's timeout (ALLOY_ERR_IO naming `what` when late). */
 AL_HIDDEN alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen);
-/* Sets the timeout of c's collectives (seconds; 0: none). */
-AL_HIDDEN void comm_set_timeout(alloy_comm *c, double seconds);
+/* Sets the timeout of c's collectives (seconds; 0: none) and whether its
+ * sums over more than two ranks go in rank order (alloy_data_parallel's
+ * ordered_sum). */
+AL_HIDDEN void comm_configure(alloy_comm *c, double timeout_s, bool ordered);
 
 #endif

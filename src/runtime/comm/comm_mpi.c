@@ -13,6 +13,7 @@ struct alloy_comm {
     MPI_Comm comm; /* a duplicate of the caller's, errors returned */
     int rank, size, local_rank;
     double timeout_s;
+    bool ordered; /* sums in rank order (an all-gather, then x0 + x1 + ... from the left) */
 };
 
 static int initialized_by_alloy; /* communicators alive that alloy_comm_world made after it initialized MPI */
@@ -101,9 +102,9 @@ void alloy_comm_free(alloy_comm *c)
     }
 }
 
-void comm_set_timeout(alloy_comm *c, double seconds)
+void comm_configure(alloy_comm *c, double timeout_s, bool ordered)
 {
-    if (c) c->timeout_s = seconds;
+    if (c) c->timeout_s = timeout_s, c->ordered = ordered;
 }
 
 /* Elements per MPI call (its counts are int). */
@@ -133,10 +134,50 @@ static int wait_until_timeout(alloy_comm *c, MPI_Request req, bool *late)
     }
 }
 
-/* MPI's all-reduce of n elements of type t in place, within c's timeout. */
-static int reduce_in_place(alloy_comm *c, void *buf, int n, MPI_Datatype t, MPI_Op op, bool *late)
+/* Elements per call of the ordered sum, whose all-gather holds size times as many. */
+#define ORDERED_CHUNK ((int64_t)1 << 22)
+
+/* buf[0..n) = the sum over the ranks in rank order, ((x0 + x1) + x2) + ...,
+ * in t's own arithmetic: every rank's values gathered, then added from the
+ * left, so the bits do not depend on MPI's algorithm or the world size. */
+static int ordered_sum(alloy_comm *c, void *buf, int n, MPI_Datatype t, size_t es, bool *late)
+{
+    char *all = al_malloc((size_t)n * es * (size_t)c->size + 1);
+    if (!all) return MPI_ERR_NO_MEM;
+    int rc;
+    if (c->timeout_s <= 0) {
+        rc = MPI_Allgather(buf, n, t, all, n, t, c->comm);
+    } else {
+        MPI_Request req;
+        rc = MPI_Iallgather(buf, n, t, all, n, t, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = wait_until_timeout(c, req, late);
+    }
+    if (rc == MPI_SUCCESS && !*late) {
+#define ORDERED(T)                                                                             for (int i = 0; i < n; i++) {                                                                  T s = ((const T *)all)[i];                                                                 for (int r = 1; r < c->size; r++) s = (T)(s + ((const T *)all)[(size_t)r * (size_t)n + (size_t)i]);         ((T *)buf)[i] = s;                                                                     }
+        if (t == MPI_FLOAT) ORDERED(float)
+        else if (t == MPI_DOUBLE) ORDERED(double)
+        else if (t == MPI_INT32_T) ORDERED(int32_t)
+        else if (t == MPI_INT64_T) ORDERED(int64_t)
+        else ORDERED(uint8_t)
+#undef ORDERED
+    }
+    al_free(all);
+    return rc;
+}
+
+/* MPI's all-reduce of n elements of type t (es bytes each) in place, within
+ * c's timeout; sums in rank order where c asks for it. */
+static int reduce_in_place(alloy_comm *c, void *buf, int n, MPI_Datatype t, size_t es, MPI_Op op, bool *late)
 {
     *late = false;
+    if (c->ordered && op == MPI_SUM && c->size > 2) { /* two ranks: one addition, already in any order */
+        int rc = MPI_SUCCESS;
+        for (int at = 0; at < n && rc == MPI_SUCCESS && !*late; at += (int)ORDERED_CHUNK) {
+            int k = n - at < (int)ORDERED_CHUNK ? n - at : (int)ORDERED_CHUNK;
+            rc = ordered_sum(c, (char *)buf + (size_t)at * es, k, t, es, late);
+        }
+        return rc;
+    }
     if (c->timeout_s <= 0) return MPI_Allreduce(MPI_IN_PLACE, buf, n, t, op, c->comm);
     MPI_Request req;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, c->comm, &req);
@@ -209,7 +250,7 @@ alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtyp
     bool late = false;
     for (int64_t at = 0; at < count && rc == MPI_SUCCESS && !late; at += CHUNK) {
         int64_t n = count - at < CHUNK ? count - at : CHUNK;
-        rc = reduce_in_place(c, (char *)data + (size_t)at * es, (int)n, t, mop, &late);
+        rc = reduce_in_place(c, (char *)data + (size_t)at * es, (int)n, t, es, mop, &late);
     }
     if (wide) {
         for (int64_t i = 0; i < count && rc == MPI_SUCCESS && !late; i++)
@@ -258,7 +299,7 @@ int alloy_comm_rank(const alloy_comm *c) { return c ? 0 : -1; }
 int alloy_comm_size(const alloy_comm *c) { return c ? 1 : -1; }
 int alloy_comm_local_rank(const alloy_comm *c) { return c ? 0 : -1; }
 void alloy_comm_free(alloy_comm *c) { (void)c; }
-void comm_set_timeout(alloy_comm *c, double seconds) { (void)c, (void)seconds; }
+void comm_configure(alloy_comm *c, double timeout_s, bool ordered) { (void)c, (void)timeout_s, (void)ordered; }
 
 alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
                              const char *what, char *err, size_t errlen)

@@ -23,7 +23,7 @@ alloy_status alloy_graph_set_data_parallel(alloy_graph *g, alloy_comm *comm, con
         return graph_fail(g, ALLOY_ERR_INVALID, "set_data_parallel: timeout_s %g must be finite and >= 0 (0: none)",
                           o.timeout_s);
     if (!o.bucket_bytes) o.bucket_bytes = DEFAULT_BUCKET_BYTES;
-    comm_set_timeout(comm, o.timeout_s);
+    comm_configure(comm, o.timeout_s, o.ordered_sum);
     g->comm = comm;
     g->dp = o;
     graph_invalidate(g);
