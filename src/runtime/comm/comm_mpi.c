@@ -57,7 +57,10 @@ bool alloy_have_mpi(void) { return true; }
 
 alloy_status alloy_comm_world(alloy_comm **out, char *err, size_t errlen)
 {
-    if (!out) return ALLOY_ERR_INVALID;
+    if (!out) {
+        if (err && errlen) al_fmt(err, errlen, "alloy_comm_world: out is NULL");
+        return ALLOY_ERR_INVALID;
+    }
     *out = NULL;
     int ready = 0;
     MPI_Initialized(&ready);
@@ -74,7 +77,10 @@ alloy_status alloy_comm_world(alloy_comm **out, char *err, size_t errlen)
 
 alloy_status alloy_comm_from_mpi_handle(int64_t handle, alloy_comm **out, char *err, size_t errlen)
 {
-    if (!out) return ALLOY_ERR_INVALID;
+    if (!out) {
+        if (err && errlen) al_fmt(err, errlen, "alloy_comm_from_mpi: out is NULL");
+        return ALLOY_ERR_INVALID;
+    }
     *out = NULL;
     int ready = 0;
     MPI_Initialized(&ready);
