@@ -190,6 +190,21 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
             printf("%s: step %d loss %.6f scale %g skipped %d\n", what, step, di.loss, di.scale, di.skipped);
     }
     if (inject_step >= 0 && skipped != 1) fail("%s: %s", what, inject_step, "the injected step was not reached");
+    if (amp) { /* the compiled step agrees found_inf by MAX: the flag an all_reduce {reduce="max"} of found_inf */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (f) alloy_graph_dump(dp, f, ALLOY_DUMP_IR), fclose(f);
+        const char *fi = text ? strstr(text, " = found_inf(") : NULL;
+        char want[64] = "";
+        if (fi) { /* "  %N = found_inf(...)": the max must read %N */
+            const char *start = fi;
+            while (start > text && start[-1] != '%') start--;
+            snprintf(want, sizeof want, "all_reduce(%%%.*s) {reduce=\"max\"}", (int)(fi - start), start);
+        }
+        if (!fi || !strstr(text, want)) fail("%s: %s", what, -1, "no all_reduce {reduce=\"max\"} of found_inf in the compiled IR");
+        free(text);
+    }
     alloy_graph_free(dp);
     alloy_graph_free(ref);
 }
@@ -235,6 +250,65 @@ static void ordered_sum_case(alloy_comm *comm)
     for (int i = 0; i < N && !st; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
     if (rank == 0 && !st) printf("sum over 3 ranks of %d f32: MPI's order differs from rank order in %ld\n", N, differ);
     free(a), free(b);
+}
+
+/* The state of a and b, every tensor of a found in b with the same bytes. */
+static bool same_state(alloy_graph *a, alloy_graph *b)
+{
+    int n = alloy_graph_state_count(a);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor x, y;
+        if (alloy_graph_state_at(a, i, &x) || alloy_graph_get_state(b, x.name, &y)) return false;
+        size_t bytes = (size_t)alloy_host_tensor_numel(&x) * alloy_dtype_size(x.dtype);
+        if (alloy_host_tensor_numel(&x) != alloy_host_tensor_numel(&y) || memcmp(x.data, y.data, bytes)) return false;
+    }
+    return n > 0 && n == alloy_graph_state_count(b);
+}
+
+/* Checkpoints: rank 0 saves a data-parallel graph's state after 3 steps;
+ * a single-process graph (no accumulation) loads it on every rank and
+ * holds the same bits; a fresh data-parallel graph (another seed) loads
+ * it on every rank and its next 3 steps equal the original's, bit for bit
+ * (losses and state). */
+static void checkpoint_case(alloy_comm *comm)
+{
+    const char *what = "checkpoint";
+    char path[64];
+    snprintf(path, sizeof path, "dp_checkpoint_%d.safetensors", world);
+    alloy_optimizer o = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
+    alloy_graph *a = mlp("dp", R, true, &o, 11), *single = mlp("single", R, true, &o, 5);
+    alloy_graph *resumed = mlp("dp", R, true, &o, 23 + (uint64_t)rank);
+    alloy_data_parallel opt = {.timeout_s = 120, .ordered_sum = world > 2};
+    ok(a, alloy_graph_set_data_parallel(a, comm, &opt), "set_data_parallel");
+    ok(resumed, alloy_graph_set_data_parallel(resumed, comm, &opt), "set_data_parallel");
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
+    alloy_step_info ia, ib;
+    for (int step = 0; step < 3; step++) {
+        batch_of(100 + step, x, t);
+        if (!run_rows(a, x + rank * R * IN, t + rank * R, &ia, what)) break;
+    }
+    if (rank == 0) ok(a, alloy_graph_save_checkpoint(a, path), "save_checkpoint");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (ok(single, alloy_graph_load_checkpoint(single, path), "a single process loads the ranks' checkpoint") &&
+        !same_state(a, single))
+        fail("%s: %s", what, 3, "the single process's state differs from the ranks'");
+    if (ok(resumed, alloy_graph_load_checkpoint(resumed, path), "the ranks load the checkpoint") && !same_state(a, resumed))
+        fail("%s: %s", what, 3, "the resumed ranks' state differs");
+    for (int step = 3; step < 6; step++) {
+        batch_of(100 + step, x, t);
+        if (!run_rows(a, x + rank * R * IN, t + rank * R, &ia, what) ||
+            !run_rows(resumed, x + rank * R * IN, t + rank * R, &ib, what))
+            break;
+        if (memcmp(&ia.loss, &ib.loss, sizeof ia.loss) || !same_state(a, resumed))
+            fail("%s: %s", what, step, "the resumed run differs from the uninterrupted one");
+    }
+    if (rank == 0) {
+        printf("checkpoint: saved by rank 0 after 3 steps, loaded by one process and by %d fresh ranks; step 6 loss %.6f\n",
+               world, ia.loss);
+        remove(path);
+    }
+    alloy_graph_free(a), alloy_graph_free(single), alloy_graph_free(resumed);
 }
 
 static double now_s(void)
@@ -305,6 +379,7 @@ int main(int argc, char **argv)
         alloy_optimizer adamw = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
         adamw.clip_norm = 0.5;
         train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, comm);
+        checkpoint_case(comm);
     }
     int total = failures;
     MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
