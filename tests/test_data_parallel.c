@@ -311,6 +311,41 @@ static void checkpoint_case(alloy_comm *comm)
     alloy_graph_free(a), alloy_graph_free(single), alloy_graph_free(resumed);
 }
 
+/* A training step with dropout on its input, the kept values fetched as "dropped". */
+static alloy_graph *dropout_step(uint64_t seed)
+{
+    alloy_graph *g = alloy_graph_new("dropout");
+    alloy_graph_set_seed(g, seed);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(R, IN));
+    alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 2, DIMS(IN, 1), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *d = alloy_set_name(g, alloy_dropout(g, x, 0.5), "dropped");
+    alloy_tensor *loss = alloy_reduce_sum(g, alloy_matmul(g, d, w, false, false), 0, NULL, false);
+    alloy_graph_set_loss(g, loss);
+    alloy_graph_add_optimizer(g, alloy_sgd(0.01, 0, 0, false));
+    return g;
+}
+
+/* Dropout is keyed by rank: fed the same input, the ranks drop different
+ * elements, and rank 0 drops what a single process with the same seed does. */
+static void dropout_case(alloy_comm *comm)
+{
+    alloy_graph *dp = dropout_step(7), *single = dropout_step(7);
+    ok(dp, alloy_graph_set_data_parallel(dp, comm, &(alloy_data_parallel){.timeout_s = 120}), "set_data_parallel");
+    float x[R * IN];
+    for (int i = 0; i < R * IN; i++) x[i] = 1.0f + (float)i;
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {R, IN}, x}, a = {.name = "dropped"}, b = {.name = "dropped"};
+    if (!ok(dp, alloy_graph_run(dp, &feed, 1, &a, 1), "dropout") || !ok(single, alloy_graph_run(single, &feed, 1, &b, 1), "dropout"))
+        return;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t k = 0; k < sizeof x; k++) h = (h ^ ((const uint8_t *)a.data)[k]) * 1099511628211ull;
+    uint64_t lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (lo == hi) fail("%s: %s", "dropout", 0, "every rank dropped the same elements");
+    if (rank == 0 && memcmp(a.data, b.data, sizeof x)) fail("%s: %s", "dropout", 0, "rank 0's mask is not a single process's");
+    alloy_graph_free(dp), alloy_graph_free(single);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -380,6 +415,7 @@ int main(int argc, char **argv)
         adamw.clip_norm = 0.5;
         train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, comm);
         checkpoint_case(comm);
+        dropout_case(comm);
     }
     int total = failures;
     MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -56,6 +56,7 @@ typedef struct pass_options {
     int ngroups;
     uint64_t seed;                /* the graph's seed: random ops built without one draw from it */
     int dp_world;                 /* data-parallel ranks (0: not data-parallel; 1 runs the collectives alone) */
+    int dp_rank;                  /* this process's rank among them (random ops are keyed by it) */
     size_t dp_bucket_bytes;       /* gradients all-reduced per bucket of about this many bytes */
     const al_options *cfg;        /* the configuration (NULL: defaults); read it through pass_cfg */
 } pass_options;

@@ -30,6 +30,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.cfg = &g->cfg;
     if (g->comm) {
         opts.dp_world = alloy_comm_size(g->comm);
+        opts.dp_rank = alloy_comm_rank(g->comm);
         opts.dp_bucket_bytes = g->dp.bucket_bytes;
     }
     st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, g->timings,
