@@ -346,6 +346,32 @@ static void dropout_case(alloy_comm *comm)
     alloy_graph_free(dp), alloy_graph_free(single);
 }
 
+/* Ranks whose steps differ fail at their compile, before any collective
+ * of the step, with the first differing rank and part named on every rank:
+ * rank 1 builds another graph; then another learning rate; then another
+ * bucket size. */
+static void mismatch_case(alloy_comm *comm)
+{
+    static const char *const want[] = {"rank 1's built graph", "rank 1's training options",
+                                       "rank 1's data-parallel options"};
+    for (int k = 0; k < 3; k++) {
+        alloy_optimizer o = alloy_sgd(k == 1 && rank == 1 ? 0.06 : 0.05, 0, 0, false);
+        alloy_graph *g = k == 0 && rank == 1 ? dropout_step(7) : mlp("dp", R, false, &o, 11);
+        alloy_data_parallel opt = {.timeout_s = 120, .bucket_bytes = k == 2 && rank == 1 ? 512 : 0};
+        ok(g, alloy_graph_set_data_parallel(g, comm, &opt), "set_data_parallel");
+        int n = alloy_graph_state_count(g); /* compiles */
+        const char *msg = alloy_last_error(g);
+        if (n != 0 || alloy_graph_status(g) != ALLOY_ERR_INVALID || !strstr(msg, want[k]) ||
+            !strstr(msg, "differ from rank 0's")) {
+            fprintf(stderr, "rank %d: FAIL mismatch %d: got '%s', expected an error naming %s\n", rank, k, msg, want[k]);
+            failures++;
+        } else if (rank == 0) {
+            printf("mismatch %d: %s\n", k, msg);
+        }
+        alloy_graph_free(g);
+    }
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -416,6 +442,7 @@ int main(int argc, char **argv)
         train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, comm);
         checkpoint_case(comm);
         dropout_case(comm);
+        mismatch_case(comm);
     }
     int total = failures;
     MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -61,7 +61,9 @@ typedef struct alloy_data_parallel {
  * make this call (a collective): g's state (parameters, moments, ...) that
  * exists now becomes rank 0's on every rank, and state made later (at the
  * first run) is rank 0's as it is made, so the ranks start identical
- * whatever their seeds. Errors:
+ * whatever their seeds. The next compile compares every rank's built
+ * graph and options with rank 0's (hashes) and fails, naming the first
+ * rank and part that differ, on every rank. Errors:
  * ALLOY_ERR_INVALID (NULL g or comm, zero_stage not 0, a negative
  * timeout), ALLOY_ERR_UNSUPPORTED (built without MPI), ALLOY_ERR_IO (the
  * broadcast failed or timed out). Takes effect at the next compile. */

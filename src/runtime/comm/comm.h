@@ -20,6 +20,10 @@ AL_HIDDEN alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, 
 /* Replaces buf's bytes on every rank of c with rank 0's (MPI_Bcast), within
  * c's timeout (ALLOY_ERR_IO naming `what` when late). */
 AL_HIDDEN alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen);
+/* all[r * n + i] = rank r's v[i] for every rank r (MPI_Allgather), within c's
+ * timeout; all holds n * size values. */
+AL_HIDDEN alloy_status comm_all_gather_u64(alloy_comm *c, const uint64_t *v, int n, uint64_t *all, const char *what,
+                                           char *err, size_t errlen);
 /* Sets the timeout of c's collectives (seconds; 0: none) and whether its
  * sums over more than two ranks go in rank order (alloy_data_parallel's
  * ordered_sum). */

@@ -190,6 +190,32 @@ static int reduce_in_place(alloy_comm *c, void *buf, int n, MPI_Datatype t, size
     return rc != MPI_SUCCESS ? rc : wait_until_timeout(c, req, late);
 }
 
+alloy_status comm_all_gather_u64(alloy_comm *c, const uint64_t *v, int n, uint64_t *all, const char *what,
+                                 char *err, size_t errlen)
+{
+    bool late = false;
+    int rc;
+    if (c->timeout_s <= 0) {
+        rc = MPI_Allgather(v, n, MPI_UINT64_T, all, n, MPI_UINT64_T, c->comm);
+    } else {
+        MPI_Request req;
+        rc = MPI_Iallgather(v, n, MPI_UINT64_T, all, n, MPI_UINT64_T, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = wait_until_timeout(c, req, &late);
+    }
+    if (late) {
+        if (err && errlen)
+            al_fmt(err, errlen, "%s: the all-gather did not finish within %g s on rank %d of %d", what, c->timeout_s,
+                   c->rank, c->size);
+        return ALLOY_ERR_IO;
+    }
+    if (rc != MPI_SUCCESS) {
+        char where[256];
+        al_fmt(where, sizeof where, "%s: all-gather on rank %d of %d", what, c->rank, c->size);
+        return mpi_fail(rc, where, err, errlen);
+    }
+    return ALLOY_OK;
+}
+
 alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
 {
     int rc = MPI_SUCCESS;
@@ -317,6 +343,13 @@ alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtyp
 alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen)
 {
     (void)c, (void)buf, (void)bytes;
+    return no_mpi(what, err, errlen);
+}
+
+alloy_status comm_all_gather_u64(alloy_comm *c, const uint64_t *v, int n, uint64_t *all, const char *what,
+                                 char *err, size_t errlen)
+{
+    (void)c, (void)v, (void)n, (void)all;
     return no_mpi(what, err, errlen);
 }
 

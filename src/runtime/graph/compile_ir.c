@@ -15,6 +15,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
     pass_options opts;
     alloy_status st = graph_options(g, &g->cfg);
     if (!st) st = graph_pass_options(g, &opts);
+    if (!st) st = graph_dp_check_ranks(g); /* before any collective the step runs */
     if (st) return st;
     ir_graph *c = ir_graph_clone(g->ir);
     if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");

@@ -104,6 +104,14 @@ static inline rt_backend *graph_backend(const alloy_graph *g) { return g->dev ? 
 AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
 AL_HIDDEN void graph_options_free(alloy_graph *g);
 
+/* dp_api.c */
+/* Data-parallel g: compares g's built graph, training options and
+ * data-parallel options with every other rank's (hashes, all-gathered; a
+ * collective every rank makes at its compile); ALLOY_ERR_INVALID naming the
+ * first rank and the first part that differs from rank 0's. OK when g is
+ * not data-parallel. */
+AL_HIDDEN alloy_status graph_dp_check_ranks(alloy_graph *g);
+
 /* cuda_api.c */
 /* The kernel cache's directory under cfg into out: cache_dir when set,
  * else $XDG_CACHE_HOME/alloy (an absolute XDG_CACHE_HOME), else
