@@ -379,13 +379,14 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Rank 1 never runs the step: rank 0's first collective does not finish,
- * and with a timeout of 1 s its run returns ALLOY_ERR_IO naming the
- * all_reduce, the rank and the timeout, in about that time (not a hang).
- * Rank 0's request is left behind; both ranks then meet on MPI_COMM_WORLD. */
+/* Every rank compiles the step (the compile's comparison and the state's
+ * broadcast are collectives), then rank 1 never runs it: rank 0's first
+ * collective does not finish, and with a timeout of 1 s its run returns
+ * ALLOY_ERR_IO naming the all_reduce, the rank and the timeout, in about
+ * that time (not a hang). Rank 0's request is left behind; the ranks then
+ * meet on MPI_COMM_WORLD. */
 static void dead_peer_case(alloy_comm *comm)
 {
-    if (rank != 0) return;
     alloy_optimizer o = alloy_sgd(0.05, 0.9, 0, false);
     alloy_graph *dp = mlp("dp", R, false, &o, 11);
     alloy_data_parallel opt = {.timeout_s = 1};
@@ -395,6 +396,10 @@ static void dead_peer_case(alloy_comm *comm)
     batch_of(0, x, t);
     alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, x}, {"targets", ALLOY_I32, 1, {R}, t}};
     ok(dp, alloy_graph_get_state(dp, "w1", &(alloy_host_tensor){0}), "state"); /* compiles: not timed */
+    if (rank != 0) {
+        alloy_graph_free(dp);
+        return;
+    }
     double start = now_s();
     alloy_status st = alloy_graph_run(dp, feeds, 2, NULL, 0);
     double took = now_s() - start;
