@@ -19,6 +19,11 @@ fi
 # device is the CPU (collectives run on the CPU backend)
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ALLOY_DEVICE=cpu ALLOY_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ALLOY_DEVICE ALLOY_NUM_THREADS
+# the sanitizer build: Open MPI keeps about 3,300 allocations (116 kB) until the process exits, in plugins it has
+# unloaded by then, which LeakSanitizer reports without a name to suppress them by; leaks stay the other suites' to
+# catch, address and undefined-behaviour errors stay on here
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+export ASAN_OPTIONS
 opts=""
 if "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then opts="--oversubscribe"; fi
 "$mpirun" -np "$ranks" $opts "$prog" || exit 1
