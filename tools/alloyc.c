@@ -164,6 +164,10 @@ static const char *const usage_text[] = {
     "                    ids: all its elements count), else samples/s (the first\n"
     "                    input's leading dimension), timed without the compile and,\n"
     "                    unless it is alone on its line, the first step (its setup)\n"
+    "  --data-parallel   under mpirun: this process is one rank of a data-parallel run\n"
+    "                    (docs/distributed.md); with W ranks, rank r's step s takes\n"
+    "                    batch ((s - 1) W + r) mod B, the gradients are averaged over\n"
+    "                    the ranks, rank 0 prints and writes the checkpoint\n"
     "  train computes on the device option's choice (auto: the GPU when there is one;\n"
     "  --set device=cpu for the CPU).\n"
     "\n"
@@ -393,6 +397,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         }
         if (strcmp(arg, "--time-passes") == 0) {
             o->time_passes = true;
+            continue;
+        }
+        if (strcmp(arg, "--data-parallel") == 0) {
+            o->data_parallel = true;
+            note_option(o, command, arg, CMD_TRAIN);
             continue;
         }
         if (strcmp(arg, "--with-state") == 0) {

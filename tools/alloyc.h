@@ -47,6 +47,7 @@ typedef struct options {
     long save_every;        /* --save-every K: also save the checkpoint every K steps; 0: at the end only */
     long log_every;         /* --log-every K: a progress line every K steps (and the last); 0: not given */
     const char *checkpoint; /* --checkpoint FILE: resume from it if it exists, save it at the end */
+    bool data_parallel;     /* --data-parallel: one rank of the processes mpirun started (docs/distributed.md) */
 } options;
 
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
