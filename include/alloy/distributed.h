@@ -40,7 +40,9 @@ ALLOY_API int alloy_comm_local_rank(const alloy_comm *comm);
  * MPI when alloy_comm_world initialized it and this was its last one. */
 ALLOY_API void alloy_comm_free(alloy_comm *comm);
 
-/* How a graph trains data-parallel (alloy_graph_set_data_parallel). */
+/* How a graph trains data-parallel (alloy_graph_set_data_parallel).
+ * timeout_s and ordered_sum are kept on the communicator: the last call
+ * sets them for every graph that uses it. */
 typedef struct alloy_data_parallel {
     size_t bucket_bytes; /* gradients are all-reduced in buckets of about this many bytes; 0: 25 MiB */
     int zero_stage;      /* 0: every rank keeps every optimizer state (1, ZeRO-1, is not built yet) */
