@@ -33,6 +33,17 @@ if "$mpirun" --version 2>/dev/null | grep -q "Open MPI"; then opts="--oversubscr
 "$mpirun" -np "$ranks" $opts "$prog" || exit 1
 if [ "$ranks" = 2 ]; then
     timeout 60 "$mpirun" -np 2 $opts "$prog" dead-peer || { echo "FAIL: the dead-peer case failed or hung"; exit 1; }
+    # rank 1 killed (SIGKILL) after the compile: the job ends, no hang (mpirun ends it, non-zero, when it sees the
+    # dead rank; rank 0 may have returned its timeout's error first)
+    killed=$(timeout 60 "$mpirun" -np 2 $opts "$prog" killed-peer 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+        echo "$killed"
+        echo "FAIL: a killed peer: exit status $rc (0: nothing noticed it; 124: hung)"
+        exit 1
+    fi
+    echo "ok:   a killed peer ends the job (mpirun's status $rc)"
+    echo "$killed" | grep -o "dead peer:.*" || true
 fi
 [ -n "$alloyc" ] || exit 0
 tmp=$out/data_parallel_alloyc

@@ -13,9 +13,12 @@
  * their state with one another (a hash, all-reduced by MIN and MAX). Every
  * rank makes the same collectives whatever fails, and all exit with the
  * total failure count's verdict (0 when none). With the argument
- * `dead-peer` it runs dead_peer_case alone.
+ * `dead-peer` it runs dead_peer_case alone; with `killed-peer` the same
+ * with rank 1 killed instead (mpirun then ends the job non-zero, sometimes
+ * before rank 0's timeout).
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,7 +388,7 @@ static double now_s(void)
  * ALLOY_ERR_IO naming the all_reduce, the rank and the timeout, in about
  * that time (not a hang). Rank 0's request is left behind; the ranks then
  * meet on MPI_COMM_WORLD. */
-static void dead_peer_case(alloy_comm *comm)
+static void dead_peer_case(alloy_comm *comm, bool killed)
 {
     alloy_optimizer o = alloy_sgd(0.05, 0.9, 0, false);
     alloy_graph *dp = mlp("dp", R, false, &o, 11);
@@ -397,6 +400,7 @@ static void dead_peer_case(alloy_comm *comm)
     alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, x}, {"targets", ALLOY_I32, 1, {R}, t}};
     ok(dp, alloy_graph_get_state(dp, "w1", &(alloy_host_tensor){0}), "state"); /* compiles: not timed */
     if (rank != 0) {
+        if (killed) raise(SIGKILL); /* a rank that dies mid-run */
         alloy_graph_free(dp);
         return;
     }
@@ -405,6 +409,7 @@ static void dead_peer_case(alloy_comm *comm)
     double took = now_s() - start;
     const char *msg = alloy_last_error(dp);
     printf("dead peer: status %d after %.2f s: %s\n", (int)st, took, msg);
+    fflush(stdout); /* before mpirun ends the job for a killed peer */
     char want[96];
     snprintf(want, sizeof want, "did not finish within 1 s on rank 0 of %d", world);
     if (st != ALLOY_ERR_IO || !strstr(msg, "all_reduce") || !strstr(msg, want) ||
@@ -435,8 +440,8 @@ int main(int argc, char **argv)
                 alloy_comm_rank(comm), alloy_comm_size(comm), alloy_comm_local_rank(comm));
         failures++;
     }
-    if (comm && argc > 1 && strcmp(argv[1], "dead-peer") == 0) {
-        dead_peer_case(comm);
+    if (comm && argc > 1 && (strcmp(argv[1], "dead-peer") == 0 || strcmp(argv[1], "killed-peer") == 0)) {
+        dead_peer_case(comm, strcmp(argv[1], "killed-peer") == 0);
     } else if (comm) {
         ordered_sum_case(comm);
         /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
