@@ -82,20 +82,21 @@ alloy_status pass_data_parallel(ir_graph **gp, const pass_options *opts)
     int no = g->noutputs, world = opts->dp_world;
     size_t limit = opts->dp_bucket_bytes ? opts->dp_bucket_bytes : (size_t)25 << 20;
     bucket_item *items = al_calloc((size_t)no + 1, sizeof *items);
-    bool *taken = al_calloc((size_t)no + 1, sizeof *taken);
-    if (!items || !taken) {
-        al_free(items), al_free(taken);
+    bool *taken = al_calloc((size_t)no + 1, sizeof *taken), *grad = al_calloc((size_t)no + 1, sizeof *grad);
+    if (!items || !taken || !grad) {
+        al_free(items), al_free(taken), al_free(grad);
         return ir_error(g, ALLOY_ERR_OOM, "data_parallel: out of memory");
     }
+    for (int i = 0; i < no; i++) grad[i] = is_param_grad(g, &g->outputs[i]);
     /* buckets in reverse output order, one dtype each: take the latest
      * unbucketed gradient, then earlier ones of its dtype until full */
     for (int start = no - 1; start >= 0 && !g->status; start--) {
-        if (taken[start] || !is_param_grad(g, &g->outputs[start])) continue;
+        if (taken[start] || !grad[start]) continue;
         alloy_dtype dt = g->nodes[g->outputs[start].node]->type.dtype;
         int n = 0;
         size_t bytes = 0;
         for (int i = start; i >= 0 && bytes < limit; i--) {
-            if (taken[i] || !is_param_grad(g, &g->outputs[i])) continue;
+            if (taken[i] || !grad[i]) continue;
             const ir_type *t = &g->nodes[g->outputs[i].node]->type;
             if (t->dtype != dt) continue;
             taken[i] = true;
@@ -104,14 +105,14 @@ alloy_status pass_data_parallel(ir_graph **gp, const pass_options *opts)
         }
         reduce_bucket(&c, items, n);
     }
-    al_free(items), al_free(taken);
     /* the mean over the ranks */
     for (int i = 0; i < no && !g->status; i++) {
-        if (!is_param_grad(g, &g->outputs[i]) || world == 1) continue;
+        if (!grad[i] || world == 1) continue;
         int gr = g->outputs[i].node;
         alloy_dtype dt = g->nodes[gr]->type.dtype;
         g->outputs[i].node = ad_emit(&c, IR_OP_mul, 2, (int[]){gr, ad_scalar(&c, dt, 1.0 / world)}, 0, NULL, NULL);
     }
+    al_free(items), al_free(taken), al_free(grad);
     if (g->loss >= 0 && !g->status) {
         int loss = g->loss;
         int sum = ad_emit(&c, IR_OP_all_reduce, 1, &loss, 0, NULL, NULL);
