@@ -9,8 +9,9 @@
 
 void nccl_close(nccl_library *lib)
 {
-    if (!lib) return;
-    if (lib->library) dlclose(lib->library);
+    /* no dlclose: ncclGetUniqueId starts a bootstrap thread that outlives the
+     * call (it waits for the ranks), and unloading its code under it kills
+     * the process; the library stays loaded, as NCCL expects */
     al_free(lib);
 }
 

@@ -35,6 +35,7 @@ typedef struct nccl_library {
  * ALLOY_ERR_UNSUPPORTED with err naming the library (not found, an entry
  * missing, older than 2.14) when it cannot be used; *out NULL then. */
 AL_HIDDEN alloy_status nccl_open(nccl_library **out, char *err, size_t errlen);
+/* Frees lib; the library itself stays loaded (NCCL's threads outlive its calls). */
 AL_HIDDEN void nccl_close(nccl_library *lib);
 /* A new unique id (what rank 0 makes and broadcasts; needs no GPU). */
 AL_HIDDEN alloy_status nccl_unique_id(nccl_library *lib, ncclUniqueId *id, char *err, size_t errlen);
