@@ -207,6 +207,17 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
         }
         if (!fi || !strstr(text, want)) fail("%s: %s", what, -1, "no all_reduce {reduce=\"max\"} of found_inf in the compiled IR");
         free(text);
+        /* the DOT picture and the memory picture draw the all_reduce nodes */
+        static const alloy_dump_kind pictures[] = {ALLOY_DUMP_DOT, ALLOY_DUMP_MEMORY_SVG};
+        for (int k = 0; k < 2; k++) {
+            text = NULL, len = 0;
+            f = open_memstream(&text, &len);
+            alloy_status st = f ? alloy_graph_dump(dp, f, pictures[k]) : ALLOY_ERR_OOM;
+            if (f) fclose(f);
+            if (st || !text || !strstr(text, "all_reduce"))
+                fail("%s: %s", what, -1, k ? "the memory picture lacks the all_reduce" : "the DOT picture lacks the all_reduce");
+            free(text);
+        }
     }
     alloy_graph_free(dp);
     alloy_graph_free(ref);
