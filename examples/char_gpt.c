@@ -37,6 +37,11 @@ static const char usage[] =
     "  --eval-every N     validation loss every N steps, 0 = only at the end (default 100)\n"
     "  --dump-ir FILE     write the model with its loss as IR text (docs/ir.md) to FILE\n"
     "                     and exit, e.g. for `alloyc print --train --amp=f16 FILE`\n"
+    "  --data-parallel    train data-parallel over the processes mpirun started\n"
+    "                     (`mpirun -np 2 char_gpt --data-parallel`): each takes\n"
+    "                     --batch / ranks of every batch, the gradients are averaged\n"
+    "                     over them (docs/distributed.md); rank 0 prints, evaluates,\n"
+    "                     samples and writes the checkpoint\n"
     "  --help             this text\n"
     "Prints `step N loss X scale S skipped K tok/s T lr L`: N counts every step run\n"
     "(across resumes), X is that step's training loss, S the loss scale, K the steps\n"
@@ -49,6 +54,7 @@ static const double SAMPLE_TEMPERATURE = 0.8;
 typedef struct options {
     const char *text_path, *checkpoint, *device, *dump_ir;
     int steps, batch, log_every, eval_every;
+    bool data_parallel;
     alloy_dtype amp; /* ALLOY_F32 = off */
     unsigned long long seed;
     double lr;
@@ -76,11 +82,12 @@ static long parse_int(const char *flag, const char *s, long min, long max)
 /* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
 static void parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", NULL, 300, 32, 10, 100, ALLOY_F16,
+    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", NULL, 300, 32, 10, 100, false, ALLOY_F16,
                    1, 3e-3, {0, 64, 128, 2, 4, 512}};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); exit(0); }
+        if (!strcmp(flag, "--data-parallel")) { o->data_parallel = true; continue; }
         if (strncmp(flag, "--", 2)) cli_fail(2, "unexpected argument '%s' (see --help)", flag);
         if (!val) cli_fail(2, "%s needs a value (see --help)", flag);
         i++;
@@ -244,7 +251,19 @@ int main(int argc, char **argv)
     load_corpus(o.text_path, o.model.context, &text, &o.model.vocab);
     const char *problem = gpt_config_problem(&o.model);
     if (problem) cli_fail(1, "%s", problem);
-    int B = o.batch, T = o.model.context;
+    /* Data-parallel: every rank draws the same batches and trains on its
+     * slice of each; the model is built for the slice (B), the batch of the
+     * whole step is o.batch. */
+    alloy_comm *comm = NULL;
+    int rank = 0, ranks = 1;
+    if (o.data_parallel) {
+        char err[512];
+        if (alloy_comm_world(&comm, err, sizeof err)) cli_fail(1, "--data-parallel: %s", err);
+        rank = alloy_comm_rank(comm), ranks = alloy_comm_size(comm);
+        if (o.batch % ranks) cli_fail(2, "--batch %d does not split over %d ranks", o.batch, ranks);
+        if (rank && !freopen("/dev/null", "w", stdout)) cli_fail(1, "%s", "rank > 0: cannot silence stdout");
+    }
+    int B = o.batch / ranks, T = o.model.context;
     FILE *resume = o.checkpoint ? fopen(o.checkpoint, "rb") : NULL;
     long first_step = resume ? (fclose(resume), checkpoint_steps(o.checkpoint)) : 0;
 
@@ -282,6 +301,10 @@ int main(int argc, char **argv)
         adamw.min_lr = o.lr / 10;
     }
     alloy_graph_add_optimizer(train, adamw);
+    if (comm) { /* a peer that dies is an error here within the timeout, not a hang */
+        alloy_data_parallel dp = {.timeout_s = 600};
+        alloy_graph_set_data_parallel(train, comm, &dp);
+    }
     if (alloy_graph_status(train)) cli_fail(1, "building the model: %s", alloy_last_error(train));
     if (resume) {
         if (alloy_graph_load_checkpoint(train, o.checkpoint))
@@ -312,8 +335,10 @@ int main(int argc, char **argv)
     static const char *amp_names[] = {[ALLOY_F32] = "off", [ALLOY_F16] = "f16", [ALLOY_BF16] = "bf16"};
     printf("text %s: %ld bytes, vocab %d (ln %.3f); model: %d layers, dim %d, %d heads, "
            "context %d, batch %d; amp %s\ndevice: %s\n", o.text_path, text.len, o.model.vocab,
-           log((double)o.model.vocab), o.model.layers, o.model.dim, o.model.heads, T, B,
+           log((double)o.model.vocab), o.model.layers, o.model.dim, o.model.heads, T, o.batch,
            amp_names[o.amp], device);
+    if (comm) printf("data-parallel: %d ranks, %d sequences each (local rank %d on this machine)\n", ranks, B,
+                     alloy_comm_local_rank(comm));
 
     int *tokens = malloc(sizeof(int) * (size_t)B * (size_t)T);
     int *targets = malloc(sizeof(int) * (size_t)B * (size_t)T);
@@ -326,8 +351,10 @@ int main(int argc, char **argv)
     double train_seconds = 0; /* since the last line: batches and steps, not evaluation */
     for (int i = 1; i <= o.steps; i++) {
         double started = now_seconds();
-        for (int b = 0; b < B; b++)
-            starts[b] = (long)(cli_next_random(&rng) % (unsigned long long)(text.train_len - T));
+        for (int b = 0; b < o.batch; b++) { /* the step's batch, of which this rank takes [rank B, rank B + B) */
+            long s = (long)(cli_next_random(&rng) % (unsigned long long)(text.train_len - T));
+            if (b / B == rank) starts[b % B] = s;
+        }
         fill_batch(&text, starts, B, T, tokens, targets);
         alloy_step_info info;
         if (alloy_graph_run(train, feeds, 2, NULL, 0) || alloy_graph_step_info(train, &info))
@@ -336,7 +363,7 @@ int main(int argc, char **argv)
         long step = first_step + i;
         if (++since_log == o.log_every || i == o.steps) {
             printf("step %ld loss %.4f scale %g skipped %lld tok/s %.0f lr %.2e\n", step, info.loss,
-                   info.scale, (long long)info.skipped_steps, (double)since_log * B * T / train_seconds,
+                   info.scale, (long long)info.skipped_steps, (double)since_log * o.batch * T / train_seconds,
                    info.lr);
             fflush(stdout);
             since_log = 0, train_seconds = 0;
@@ -348,7 +375,7 @@ int main(int argc, char **argv)
     }
     printf("val_loss %.4f\n", validation_loss(eval, &text, B, T, starts, tokens, targets));
 
-    if (o.checkpoint) {
+    if (o.checkpoint && rank == 0) { /* every rank holds the same state */
         if (alloy_graph_save_checkpoint(train, o.checkpoint)) cli_fail(1, "%s", alloy_last_error(train));
         printf("saved checkpoint %s at step %ld\n", o.checkpoint, first_step + o.steps);
     }
@@ -361,9 +388,10 @@ int main(int argc, char **argv)
         for (int k = 0; k < prompt_len; k++) prompt[k] = text.id_of[(unsigned char)fixed[k]];
     else
         for (prompt_len = 0; prompt_len < 8; prompt_len++) prompt[prompt_len] = text.ids[text.train_len + prompt_len];
-    sample(sampler, &text, &o.model, prompt, prompt_len, &rng);
+    if (rank == 0) sample(sampler, &text, &o.model, prompt, prompt_len, &rng);
 
     alloy_graph_free(train), alloy_graph_free(eval), alloy_graph_free(sampler);
+    alloy_comm_free(comm); /* finalizes MPI */
     free(text.ids), free(tokens), free(targets), free(starts);
     return 0;
 }

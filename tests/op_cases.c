@@ -1454,6 +1454,10 @@ const op_case op_cases[] = {
     /* training step: loss scaling */
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", EXACT, .ref = ref_found_inf},
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", .dom = {SPECIALS, SPECIALS, SPECIALS}, EXACT, .ref = ref_found_inf},
+
+    /* data-parallel collectives: a run with no communicator is one rank, whose reduction is its own value
+     * (tests/test_data_parallel.c runs them over two ranks) */
+    {"all_reduce", "[3,5]; [17]; []", "; reduce=sum; reduce=max", EXACT, .ref = ref_copy, .flags = OC_NO_GRAD},
 };
 
 const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);

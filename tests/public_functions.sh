@@ -20,8 +20,14 @@ cd "$inc"
 set -- alloy/*.h
 [ -e "$1" ] || { echo "public_functions.sh: no header in $inc/alloy" >&2; exit 1; }
 
+# alloy/mpi.h includes <mpi.h>: with MPI's include flags (mpicc --showme:compile, Open MPI's; else pkg-config's
+# mpi or ompi-c), and left out where no mpi.h is found (a build without MPI has nothing of it to export)
+mpi_flags=$(mpicc --showme:compile 2>/dev/null || pkg-config --cflags mpi 2>/dev/null || pkg-config --cflags ompi-c 2>/dev/null || true)
 names=$(for h in "$@"; do
-    ${CC:-cc} -std=c11 -E -I . "$h" || { echo "public_functions.sh: the preprocessor failed on $h" >&2; exit 1; }
+    if [ "$h" = alloy/mpi.h ]; then
+        echo '#include <mpi.h>' | ${CC:-cc} -E $mpi_flags - >/dev/null 2>&1 || continue
+    fi
+    ${CC:-cc} -std=c11 -E -I . $mpi_flags "$h" || { echo "public_functions.sh: the preprocessor failed on $h" >&2; exit 1; }
 done | awk '
     /^# [0-9]+ "/ { f = $3; gsub(/"/, "", f); keep = f ~ /^(\.\/)?alloy\/[A-Za-z0-9_]+\.h$/; next }
     /^#/ { next }

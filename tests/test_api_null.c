@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "alloy/alloy.h"
+#include "alloy_config.h"
 #include "support.h"
 
 /* ---- every call on a NULL graph ---- */
@@ -130,6 +131,7 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_int_equal(alloy_graph_set_param_group(g, "*", 1, false), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_step_info(g, &si), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_save_checkpoint(g, "/nonexistent/c"), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_set_data_parallel(g, NULL, NULL), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_load_checkpoint(g, "/nonexistent/c"), ALLOY_ERR_INVALID);
 }
 
@@ -148,6 +150,13 @@ static void calls_without_a_graph_reject_null_and_out_of_range_arguments(void **
     assert_int_equal(alloy_dtype_size((alloy_dtype)ALLOY_DTYPE_COUNT), 0);
     assert_string_equal(alloy_status_name((alloy_status)99), "unknown status");
     assert_int_equal(alloy_host_tensor_numel(NULL), -1);
+    /* communicators: NULL in, -1 or an error out, no MPI started */
+    assert_int_equal(alloy_comm_rank(NULL), -1);
+    assert_int_equal(alloy_comm_size(NULL), -1);
+    assert_int_equal(alloy_comm_local_rank(NULL), -1);
+    alloy_comm_free(NULL);
+    assert_int_equal(alloy_comm_world(NULL, NULL, 0), alloy_have_mpi() ? ALLOY_ERR_INVALID : ALLOY_ERR_UNSUPPORTED);
+    assert_int_equal(alloy_comm_from_mpi_handle(0, NULL, NULL, 0), alloy_have_mpi() ? ALLOY_ERR_INVALID : ALLOY_ERR_UNSUPPORTED);
     /* bundles: a NULL bundle, path or output is refused, never dereferenced */
     char berr[128] = "";
     alloy_bundle *bundle = (alloy_bundle *)(uintptr_t)1;
@@ -287,6 +296,13 @@ typedef struct bad_call {
 #define ROW(name, message, expr) {#name, message, bad_##name},
 
 /* The list, as X-macro lines: BAD defines each body, ROW makes the table. */
+/* set_data_parallel without a communicator: what a build with MPI says, or one without */
+#if ALLOY_HAVE_MPI
+#define DP_NULL_COMM "set_data_parallel: comm is NULL (alloy_comm_world)"
+#else
+#define DP_NULL_COMM "set_data_parallel: alloy was built without MPI"
+#endif
+
 #define BAD_CALLS(X)                                                                                                   \
     X(input_without_name, "input: a name is required", !alloy_input(f->g, NULL, F32, 1, DIMS(2)))                       \
     X(input_of_rank_9, "input: rank 9 is not in [0, 8]", !alloy_input(f->g, "z", F32, 9, DIMS(1, 1, 1, 1, 1, 1, 1, 1, 1))) \
@@ -457,7 +473,9 @@ typedef struct bad_call {
       alloy_graph_set_param_group(f->g, NULL, 1, false) == ALLOY_ERR_INVALID)                                           \
     X(set_param_group_matching_nothing, "set_param_group: pattern 'ww' matches no param of graph 'fixture'",            \
       alloy_graph_set_param_group(f->g, "ww", 1, false) == ALLOY_ERR_NOT_FOUND)                                         \
-    X(step_info_into_null, "step_info: out is NULL", alloy_graph_step_info(f->g, NULL) == ALLOY_ERR_INVALID)
+    X(step_info_into_null, "step_info: out is NULL", alloy_graph_step_info(f->g, NULL) == ALLOY_ERR_INVALID)          \
+    X(set_data_parallel_without_comm, DP_NULL_COMM,                                                                     \
+      alloy_graph_set_data_parallel(f->g, NULL, NULL) == (ALLOY_HAVE_MPI ? ALLOY_ERR_INVALID : ALLOY_ERR_UNSUPPORTED))
 
 BAD_CALLS(BAD)
 

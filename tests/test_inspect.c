@@ -19,8 +19,9 @@
 #include "support.h"
 
 /* The pipeline's stages as the dump files name them (docs/inspect.md). */
-static const char *const stages[] = {"input", "verify", "random", "lower_norm", "attention", "amp", "autodiff", "grad_scaler",
-                                     "optimizer", "simplify", "dce", "fuse", "schedule", "plan"};
+static const char *const stages[] = {"input",    "verify",        "random",      "lower_norm", "attention",
+                                     "amp",      "autodiff",      "data_parallel", "grad_scaler", "optimizer",
+                                     "simplify", "dce",           "fuse",        "schedule",   "plan"};
 enum { NSTAGES = sizeof stages / sizeof stages[0] };
 
 /* The fill colour docs/inspect.md gives each AMP class (none, allow, deny, infer, clear). */
@@ -278,7 +279,8 @@ static void test_every_stage_of_the_char_gpt_step_is_a_numbered_file_that_parses
     assert_true(nodes[4] < nodes[3]);  /* attention: the written-out attention becomes one node */
     assert_true(nodes[5] > nodes[4]);  /* amp inserts casts */
     assert_true(nodes[6] > nodes[5]);  /* autodiff adds the backward */
-    assert_true(nodes[8] > nodes[7]);  /* the optimizer adds updates */
+    assert_int_equal(nodes[7], nodes[6]); /* data_parallel: not data-parallel */
+    assert_true(nodes[9] > nodes[8]);  /* the optimizer adds updates */
     /* each file's first line says which stage it is, in order */
     for (int k = 0; k < NSTAGES; k++) {
         size_t len;
@@ -286,9 +288,9 @@ static void test_every_stage_of_the_char_gpt_step_is_a_numbered_file_that_parses
         char want[64];
         snprintf(want, sizeof want, k ? "# after %s (" : "# input", stages[k]);
         if (strncmp(text, want, strlen(want)) != 0) fail_msg("stage %d starts '%.40s', not '%s'", k, text, want);
-        if (k == 11) assert_true(count_lines(text, "# group ") > 0);
-        if (k == 12) assert_int_equal(count_lines(text, "# step "), g->comp.sched.nsteps);
-        if (k == 13) {
+        if (k == 12) assert_true(count_lines(text, "# group ") > 0);
+        if (k == 13) assert_int_equal(count_lines(text, "# step "), g->comp.sched.nsteps);
+        if (k == 14) {
             int slots = 0;
             for (int i = 0; i < g->compiled->nnodes; i++) slots += g->comp.plan.offset[i] >= 0;
             assert_int_equal(count_lines(text, "# slot "), slots);
@@ -327,13 +329,13 @@ static void test_a_disabled_pass_leaves_no_stale_dump(void **state)
     expect_ok(g, alloy_graph_set_option(g, "dump_dir", dir), "dump_dir");
     compile(g);
     struct stat sb;
-    assert_int_equal(stat(stage_path(dir, "block", 9), &sb), 0);
+    assert_int_equal(stat(stage_path(dir, "block", 10), &sb), 0);
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", "simplify"), "disable");
     compile(g);
-    assert_int_equal(stat(stage_path(dir, "block", 9), &sb), -1); /* 09-simplify is gone */
+    assert_int_equal(stat(stage_path(dir, "block", 10), &sb), -1); /* 10-simplify is gone */
     assert_int_equal(count_entries(dir), NSTAGES - 1);
     size_t len;
-    char *text = (char *)test_read_file(stage_path(dir, "block", 10), &len); /* dce's file is this compile's */
+    char *text = (char *)test_read_file(stage_path(dir, "block", 11), &len); /* dce's file is this compile's */
     assert_non_null(strstr(text, "# options: disable_passes=simplify"));
     test_free(text);
     alloy_graph_free(g);
@@ -407,7 +409,7 @@ static void test_time_passes_prints_each_pass_with_its_node_count(void **state)
         int nodes = -1;
         assert_true(sscanf(row, "# %31s %31s %d", name, ms, &nodes) >= 2);
         assert_string_equal(name, stages[k]);
-        if (k == 10) { /* dce */
+        if (k == 11) { /* dce */
             assert_string_equal(ms, "-");
             assert_non_null(strstr(row, "disabled"));
             continue;
@@ -416,7 +418,7 @@ static void test_time_passes_prints_each_pass_with_its_node_count(void **state)
         ir_graph *ir = parse_dump(stage_path(dir, "char_gpt", k));
         assert_int_equal(nodes, ir->nnodes);
         ir_graph_free(ir);
-        if (k == 12) {
+        if (k == 13) { /* schedule */
             char want[32];
             snprintf(want, sizeof want, "  %d steps\n", g->comp.sched.nsteps);
             assert_int_equal(strncmp(strchr(row, '\n') - strlen(want) + 1, want, strlen(want)), 0);

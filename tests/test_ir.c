@@ -280,16 +280,30 @@ static void the_documented_example_parses_and_prints_without_its_comment_and_wit
     ir_graph_free(g);
 }
 
+/* The data-parallel collectives (docs/distributed.md), apart from every_op. */
+static const char collective_ops[] =
+    "graph collectives {\n"
+    "  %x = input : f32[2,4]\n"
+    "  %s = all_reduce(%x) : f32[2,4]\n"
+    "  %t = all_reduce(%s) {reduce=\"sum\"} : f32[2,4]\n"
+    "  %fi = found_inf(%t) : bool[]\n"
+    "  %m = all_reduce(%fi) {reduce=\"max\"} : bool[]\n"
+    "}\n";
+
 static void every_op_round_trips_byte_for_byte(void **state)
 {
     (void)state;
     assert_prints_as(every_op, every_op);
-    ir_graph *g = parse_ok(every_op);
+    assert_prints_as(collective_ops, collective_ops);
     bool seen[IR_OP_COUNT] = {false};
-    for (int i = 0; i < g->nnodes; i++) seen[g->nodes[i]->op] = true;
+    const char *const texts[] = {every_op, collective_ops};
+    for (int k = 0; k < 2; k++) {
+        ir_graph *g = parse_ok(texts[k]);
+        for (int i = 0; i < g->nnodes; i++) seen[g->nodes[i]->op] = true;
+        ir_graph_free(g);
+    }
     for (int op = 0; op < IR_OP_COUNT; op++)
-        if (!seen[op]) fail_msg("op %s is missing from the every_op text", ir_ops[op].name);
-    ir_graph_free(g);
+        if (!seen[op]) fail_msg("op %s is missing from the every_op and collective_ops texts", ir_ops[op].name);
 }
 
 static void floats_print_as_the_shortest_text_that_reads_back_exactly(void **state)

@@ -76,7 +76,7 @@ static const char *const usage_text[] = {
     "  --dump-dir DIR    (--set dump_dir=DIR, ALLOY_DUMP_DIR) write the IR before the\n"
     "                    first pass and after each pass to DIR (made when missing), one\n"
     "                    file per stage in pipeline order: GRAPH.00-input.ir,\n"
-    "                    GRAPH.01-verify.ir, ... GRAPH.12-plan.ir, each written\n"
+    "                    GRAPH.01-verify.ir, ... GRAPH.13-plan.ir, each written\n"
     "                    atomically and parsing back as IR; generated CUDA sources go\n"
     "                    there too\n"
     "  --loss NAME       the named scalar node to train on (or differentiate) instead of\n"
@@ -96,7 +96,8 @@ static const char *const usage_text[] = {
     "                    (train: dynamic with --amp=f16, else none, unless given)\n"
     "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
     "                    result; passes: verify, random, lower_norm, attention, amp, autodiff,\n"
-    "                    grad_scaler, optimizer, simplify, dce, fuse, schedule, plan (after fuse:\n"
+    "                    data_parallel, grad_scaler, optimizer, simplify, dce, fuse, schedule,\n"
+    "                    plan (after fuse:\n"
     "                    the fusion groups with their kind, inputs, outputs and expressions;\n"
     "                    after schedule:\n"
     "                    the steps with their parts and member flags; after plan: the steps\n"
@@ -193,6 +194,10 @@ static const char *const usage_text[] = {
     "                    ids: all its elements count), else samples/s (the first\n"
     "                    input's leading dimension), timed without the compile and,\n"
     "                    unless it is alone on its line, the first step (its setup)\n"
+    "  --data-parallel   under mpirun: this process is one rank of a data-parallel run\n"
+    "                    (docs/distributed.md); with W ranks, rank r's step s takes\n"
+    "                    batch ((s - 1) W + r) mod B, the gradients are averaged over\n"
+    "                    the ranks, rank 0 prints and writes the checkpoint\n"
     "  train computes on the device option's choice (auto: the GPU when there is one;\n"
     "  --set device=cpu for the CPU).\n"
     "\n"
@@ -414,6 +419,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         if (strcmp(arg, "--all") == 0) {
             o->all = true;
             note_option(o, command, arg, CMD_COST);
+            continue;
+        }
+        if (strcmp(arg, "--data-parallel") == 0) {
+            o->data_parallel = true;
+            note_option(o, command, arg, CMD_TRAIN);
             continue;
         }
         if (strcmp(arg, "--with-state") == 0) {

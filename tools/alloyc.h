@@ -53,6 +53,7 @@ typedef struct options {
     const char *calibrate;   /* --calibrate FILE: an ALLOY_PROFILE table to fit the constants to */
     long top;                /* --top N: the slowest launches listed (0: 15) */
     bool all;                /* --all: list every launch */
+    bool data_parallel;     /* --data-parallel: one rank of the processes mpirun started (docs/distributed.md) */
 } options;
 
 /* Prints "alloyc: <message>" as one line on stderr (control characters in

@@ -322,7 +322,8 @@ static void print_header(const trainer *t, const char *device)
 int alloyc_train(const options *o)
 {
     trainer t = {.o = o};
-    int rc = 0;
+    int rc = 0, rank = 0, ranks = 1;
+    alloy_comm *comm = NULL;
     /* the checkpoint's destination before any step: a run that cannot
      * save is refused now, not after all its steps (base/file.h) */
     char err[1024];
@@ -332,12 +333,29 @@ int alloyc_train(const options *o)
     if (!t.g) return EXIT_ERROR;
     long first = 0;
     if ((rc = configure_training(&t)) || (rc = load_feeds(&t))) goto done;
+    if (o->data_parallel) { /* every rank the same graph and batches; a peer that dies is an error in 600 s */
+        if (alloy_comm_world(&comm, err, sizeof err)) {
+            rc = fail(EXIT_ERROR, "--data-parallel: %s", err);
+            goto done;
+        }
+        rank = alloy_comm_rank(comm), ranks = alloy_comm_size(comm);
+        alloy_status st = alloy_graph_set_data_parallel(t.g, comm, &(alloy_data_parallel){.timeout_s = 600});
+        if (st) {
+            rc = fail(EXIT_ERROR, "--data-parallel: %s", alloyc_graph_error(t.g, st));
+            goto done;
+        }
+        if (rank && !freopen("/dev/null", "w", stdout)) {
+            rc = fail(EXIT_ERROR, "--data-parallel: rank %d cannot silence its output", rank);
+            goto done;
+        }
+    }
     const char *device = alloy_graph_device(t.g); /* compiles the step: its time is not a step's */
     if (!device) {
         rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(t.g, ALLOY_ERR_INVALID));
         goto done;
     }
     print_header(&t, device);
+    if (comm) printf("data-parallel over %d rank%s\n", ranks, ranks == 1 ? "" : "s");
     if ((rc = load_start(&t, &first))) goto done;
     fflush(stdout);
     const char *unit;
@@ -346,7 +364,7 @@ int alloyc_train(const options *o)
     double seconds = 0;
     for (long i = 1; i <= o->steps; i++) {
         long step = first + i;
-        select_batch(&t, t.batches ? (step - 1) % t.batches : 0);
+        select_batch(&t, t.batches ? ((step - 1) * ranks + rank) % t.batches : 0);
         double started = now_seconds();
         alloy_step_info s;
         alloy_status st = alloy_graph_run(t.g, t.feeds, t.ninputs, NULL, 0);
@@ -362,19 +380,20 @@ int alloyc_train(const options *o)
         }
         if (log) {
             printf("step %ld loss %.7g scale %g skipped %lld %s %.0f lr %.3g\n", step, s.loss, s.scale,
-                   (long long)s.skipped_steps, unit, seconds > 0 ? (double)since_log * units / seconds : 0.0, s.lr);
+                   (long long)s.skipped_steps, unit, seconds > 0 ? (double)since_log * units * ranks / seconds : 0.0, s.lr);
             fflush(stdout);
             since_log = 0, seconds = 0;
         }
-        if (o->save_every && step % o->save_every == 0 && i != o->steps && (rc = save(&t, step))) goto done;
+        if (o->save_every && step % o->save_every == 0 && i != o->steps && rank == 0 && (rc = save(&t, step))) goto done;
     }
-    if (o->checkpoint && (rc = save(&t, first + o->steps))) goto done;
-    if (o->save_params) {
+    if (o->checkpoint && rank == 0 && (rc = save(&t, first + o->steps))) goto done; /* every rank holds the same state */
+    if (o->save_params && rank == 0) {
         if ((rc = alloyc_save_params(t.g, o->save_params))) goto done;
         printf("saved the parameters to %s\n", o->save_params);
     }
     if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing to stdout failed");
 done:
     trainer_free(&t);
+    alloy_comm_free(comm); /* finalizes MPI */
     return rc;
 }

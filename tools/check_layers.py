@@ -53,6 +53,7 @@ LAYERS = [
     ("passes/", 3, "passes"),
     ("codegen/", 4, "codegen"),
     ("runtime/io/", 5, "runtime files"),
+    ("runtime/comm/", 5, "runtime files"),
     ("runtime/bundle/", 5, "runtime files"),
     ("runtime/profile.", 5, "runtime files"),
     ("runtime/backend.h", 6, "the backend interface"),

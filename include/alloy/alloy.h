@@ -33,5 +33,6 @@
 #include "alloy/cuda.h"
 #include "alloy/cost.h"
 #include "alloy/bundle.h"
+#include "alloy/distributed.h"
 
 #endif

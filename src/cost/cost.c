@@ -82,6 +82,7 @@ static cost_class kernel_class(const ir_graph *g, const schedule *s, const cg_ke
     case STEP_KIND_GEMM: return COST_EPILOGUE;
     case STEP_KIND_EW: return COST_ELEMENTWISE;
     case STEP_KIND_MULTI: return COST_MULTI;
+    case STEP_KIND_COLLECTIVE: /* a library call on the CPU today; no kernel is emitted for it */
     case STEP_KIND_OP:
         if (ir_ops[last->op].row) return COST_ROW;
         if (last->op == IR_OP_cast) return COST_ELEMENTWISE;

@@ -20,6 +20,7 @@ static const ir_attr_spec A_MATMUL[] = {
 static const ir_attr_spec A_REDUCE[] = {
     {"axes", IR_ATTR_INTS, false, true, 0}, {"keepdims", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_SOFTMAX[] = {{"axis", IR_ATTR_INT, false, true, -1}, {NULL, 0, false, false, 0}};
+static const ir_attr_spec A_ALL_REDUCE[] = {{"reduce", IR_ATTR_STR, false, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CONCAT[] = {{"axis", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true, false, 0}, {NULL, 0, false, false, 0}};

@@ -619,6 +619,17 @@ RULE(ty_isfinite)
     return ALLOY_OK;
 }
 
+/* x -> x's type, reduce "sum" (numeric x, the default) or "max" */
+RULE(ty_all_reduce)
+{
+    const char *reduce = ir_attr_str(n, "reduce", "sum");
+    if (strcmp(reduce, "sum") != 0 && strcmp(reduce, "max") != 0)
+        FAIL(ALLOY_ERR_INVALID, "reduce must be \"sum\" or \"max\", not \"%s\"", reduce);
+    if (strcmp(reduce, "sum") == 0 && in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "a sum of bools: use reduce=\"max\"");
+    *out = *in[0];
+    return ALLOY_OK;
+}
+
 /* any number of floating-point tensors -> bool scalar */
 RULE(ty_found_inf)
 {

@@ -68,6 +68,8 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
         grads[ng++] = gr;
     }
     if (scaling && ng) found = ad_emit(&c, IR_OP_found_inf, ng, grads, 0, NULL, NULL);
+    if (scaling && ng && opts->dp_world > 0) /* data-parallel: every rank skips together, the flag agreed by MAX */
+        found = ad_emit(&c, IR_OP_all_reduce, 1, &found, 1, (ir_attr[]){ir_a_str("reduce", "max")}, NULL);
     al_free(grads);
     if (scaling && !ng) found = ad_emit(&c, IR_OP_constant, 0, NULL, 1, (ir_attr[]){ir_a_float("value", 0)},
                                         &(ir_type){.dtype = ALLOY_BOOL});

@@ -44,6 +44,9 @@ typedef struct pass_options {
     const param_group *groups;    /* per-parameter lr scale and decay, the last match wins */
     int ngroups;
     uint64_t seed;                /* the graph's seed: random ops built without one draw from it */
+    int dp_world;                 /* data-parallel ranks (0: not data-parallel; 1 runs the collectives alone) */
+    int dp_rank;                  /* this process's rank among them (random ops are keyed by it) */
+    size_t dp_bucket_bytes;       /* gradients all-reduced per bucket of about this many bytes */
     const al_options *cfg;        /* the configuration (NULL: defaults); read it through pass_cfg */
 } pass_options;
 
@@ -86,6 +89,7 @@ AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts,
 /* The passes (one file each). */
 AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /* amp.c */
 AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */
+AL_HIDDEN alloy_status pass_data_parallel(ir_graph **g, const pass_options *opts); /* data_parallel.c */
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */

@@ -3,6 +3,9 @@
  * After this pass (nothing changes in a graph without random ops):
  *   - every random op (dropout, uniform, normal) has a `seed`: the one it
  *     was built or written with, else the graph's (alloy_graph_set_seed);
+ *     on data-parallel rank r > 0 that seed xor r * 0x9E3779B97F4A7C15, so
+ *     the ranks draw different masks for their different rows (rank 0
+ *     draws what a single process would);
  *   - eval mode: when the step is not a training step (no loss, or
  *     training off) every dropout is gone: its readers read its operand (a
  *     named dropout becomes a same-shape reshape that keeps the name), as
@@ -87,9 +90,14 @@ static void copy_node(ir_graph *out, const ir_graph *g, const ir_node *n, int *m
         int want = n->op == IR_OP_dropout ? 2 : 1;
         if (nin < want && *step == -2) *step = step_node(out, g, map, opts);
         if (nin < want && *step >= 0) ins[nin++] = *step;
-        if (!ir_attr_find(n, "seed") && nattrs < 8) {
+        const ir_attr *given = ir_attr_find(n, "seed");
+        if ((!given || opts->dp_rank > 0) && nattrs < 8) {
+            int64_t seed = given ? given->i : (int64_t)opts->seed;
+            if (opts->dp_rank > 0) /* data-parallel: each rank draws its own numbers for its own rows */
+                seed = (int64_t)((uint64_t)seed ^ (uint64_t)opts->dp_rank * 0x9E3779B97F4A7C15ull);
             memcpy(attrs_small, n->attrs, sizeof(ir_attr) * (size_t)nattrs);
-            attrs_small[nattrs++] = ir_a_int("seed", (int64_t)opts->seed);
+            if (given) attrs_small[given - n->attrs].i = seed;
+            else attrs_small[nattrs++] = ir_a_int("seed", seed);
             attrs = attrs_small;
         }
     }

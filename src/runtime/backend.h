@@ -34,6 +34,8 @@ typedef struct rt_run_args {
     int ndownloads;
     /* where the profile option's table goes (runtime/profile.h; NULL: stderr) */
     FILE *profile_to;
+    /* the communicator of a data-parallel step's collectives (runtime/comm/comm.h); NULL: none */
+    struct alloy_comm *comm;
 } rt_run_args;
 
 /* A backend's entry points. Every call returns ALLOY_OK or an error with

@@ -13,8 +13,8 @@
 
 const char *sched_kind_name(step_kind k)
 {
-    static const char *const names[] = {"op", "ew", "row", "gemm", "multi"};
-    return k <= STEP_KIND_MULTI ? names[k] : "?";
+    static const char *const names[] = {"op", "ew", "row", "gemm", "multi", "collective"};
+    return k <= STEP_KIND_COLLECTIVE ? names[k] : "?";
 }
 
 static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
@@ -77,7 +77,8 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
         s->members[s->nmembers++] = (sched_member){id, stored ? MEMBER_STORED : 0};
     }
     switch (st->kind) {
-    case STEP_KIND_OP: add_part(b, PART_OP, st->first, 1); break;
+    case STEP_KIND_OP:
+    case STEP_KIND_COLLECTIVE: add_part(b, PART_OP, st->first, 1); break;
     case STEP_KIND_EW: add_part(b, PART_EW, st->first, n); break;
     case STEP_KIND_GEMM:
         add_part(b, PART_OP, st->first, 1);
@@ -238,7 +239,7 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
                                                  [IR_GROUP_GEMM] = STEP_KIND_GEMM, [IR_GROUP_MULTI] = STEP_KIND_MULTI};
             step->kind = by_group[ir_group_kind_of(g, members, size)];
         } else {
-            step->kind = ir_ops[n->op].elementwise ? STEP_KIND_EW : STEP_KIND_OP;
+            step->kind = ir_ops[n->op].elementwise ? STEP_KIND_EW : n->op == IR_OP_all_reduce ? STEP_KIND_COLLECTIVE : STEP_KIND_OP;
         }
         step->space = step->kind == STEP_KIND_ROW ? *ir_fuse_shape(g, g->nodes[members[0]])
                       : step->kind == STEP_KIND_GEMM ? g->nodes[members[0]]->type
@@ -265,10 +266,12 @@ bool sched_stored(const schedule *s, int i)
 
 void sched_print(const ir_graph *g, const schedule *s, FILE *out)
 {
-    int count[STEP_KIND_MULTI + 1] = {0};
+    int count[STEP_KIND_COLLECTIVE + 1] = {0};
     for (int k = 0; k < s->nsteps; k++) count[s->steps[k].kind]++;
-    fprintf(out, "# schedule: %d steps (op %d, ew %d, row %d, gemm %d, multi %d)\n", s->nsteps, count[STEP_KIND_OP],
+    fprintf(out, "# schedule: %d steps (op %d, ew %d, row %d, gemm %d, multi %d", s->nsteps, count[STEP_KIND_OP],
             count[STEP_KIND_EW], count[STEP_KIND_ROW], count[STEP_KIND_GEMM], count[STEP_KIND_MULTI]);
+    if (count[STEP_KIND_COLLECTIVE]) fprintf(out, ", collective %d", count[STEP_KIND_COLLECTIVE]); /* data-parallel steps only */
+    fputs(")\n", out);
     static const struct {
         uint8_t flag;
         char letter;

@@ -15,8 +15,11 @@
  *          and column sums over its rows;
  *   GEMM:  a matmul and its epilogue;
  *   MULTI: independent elementwise chains (and a found_inf over them) in
- *          one launch. */
-typedef enum step_kind { STEP_KIND_OP, STEP_KIND_EW, STEP_KIND_ROW, STEP_KIND_GEMM, STEP_KIND_MULTI } step_kind;
+ *          one launch;
+ *   COLLECTIVE: one collective (all_reduce) over the ranks of a
+ *          data-parallel step, a library call every rank makes in the
+ *          same order. */
+typedef enum step_kind { STEP_KIND_OP, STEP_KIND_EW, STEP_KIND_ROW, STEP_KIND_GEMM, STEP_KIND_MULTI, STEP_KIND_COLLECTIVE } step_kind;
 
 /* Per-member numerics (docs/fusion.md); a backend must honour each. */
 enum {

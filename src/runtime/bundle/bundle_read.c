@@ -142,7 +142,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
     int next_member = 0, next_part = 0, next_in = 0, last_pos = -1;
     for (int i = 0; i < s->nsteps && !r->bad; i++) {
         sched_step *t = &s->steps[i];
-        t->kind = (step_kind)rd_int(r, "step kind", STEP_KIND_OP, STEP_KIND_MULTI);
+        t->kind = (step_kind)rd_int(r, "step kind", STEP_KIND_OP, STEP_KIND_COLLECTIVE);
         t->pos = rd_int(r, "step pos", last_pos + 1, nn - 1);
         t->first = rd_int(r, "step first member", next_member, next_member);
         t->n = rd_int(r, "step member count", 1, s->nmembers - t->first);
@@ -192,7 +192,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
         if (last->id != t->pos) rd_fail(r, "%s: step %" PRId64 "'s position is not its last member", "schedule", i);
         else if (!space || !ir_type_eq(space, &t->space))
             rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
-        else if (t->kind == STEP_KIND_OP && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
+        else if ((t->kind == STEP_KIND_OP || t->kind == STEP_KIND_COLLECTIVE) && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);

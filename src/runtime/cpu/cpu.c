@@ -40,7 +40,8 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     case STEP_KIND_ROW: cpu_run_row(x, g, s, step, values, w); return;
     case STEP_KIND_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
     case STEP_KIND_MULTI: cpu_run_multi(x, g, s, step, values, w); return;
-    case STEP_KIND_OP: break;
+    case STEP_KIND_OP:
+    case STEP_KIND_COLLECTIVE: break;
     }
     const ir_node *n = g->nodes[members[0].node];
     rt_tensor in_small[8];

@@ -28,6 +28,7 @@ struct cpu_exec {
     cpu_workers *workers;  /* the run's threads, for kernels (matmul); NULL: one thread */
     int lowp_gemm;         /* opt_lowp_gemm: the f16/bf16 GEMM kernel asked for */
     double *step_us;       /* the profile option: per schedule step, the microseconds it took (NULL: not timed) */
+    struct alloy_comm *comm; /* the run's communicator for collectives (NULL: one process, a collective is a copy) */
     /* while a GEMM step's epilogue runs (cpu_run_gemm): the GEMM's
      * unrounded f32 product, which the epilogue reads in place; the group
      * gives it the range rule of product_dtype (when ranged) and, where

@@ -11,6 +11,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
     pass_options opts;
     alloy_status st = graph_options(g, &g->cfg);
     if (!st) st = graph_pass_options(g, &opts);
+    if (!st) st = graph_dp_check_ranks(g); /* before any collective the step runs */
     if (st) return st;
     if (g->scaler.kind != ALLOY_SCALER_NONE && g->ir->loss < 0) /* else ignored, and step_info reported a NaN loss */
         return graph_fail(g, ALLOY_ERR_INVALID,
@@ -29,6 +30,11 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;
+    if (g->comm) {
+        opts.dp_world = alloy_comm_size(g->comm);
+        opts.dp_rank = alloy_comm_rank(g->comm);
+        opts.dp_bucket_bytes = g->dp.bucket_bytes;
+    }
     st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, g->timings,
                            (int)(sizeof g->timings / sizeof g->timings[0]), &g->ntimings);
     if (!st && !g->comp.plan.offset) /* schedule and plan disabled: the backend needs them */

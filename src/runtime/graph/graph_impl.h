@@ -99,6 +99,8 @@ struct alloy_graph {
     batch_count *batch_counts;   /* num_batches_tracked values loaded from params files */
     int nbatch_counts;
     param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
+    alloy_comm *comm;            /* alloy_graph_set_data_parallel's communicator (not owned); NULL: one process */
+    alloy_data_parallel dp;      /* its options */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
     bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
@@ -121,6 +123,14 @@ static inline rt_backend *graph_backend(const alloy_graph *g) { return g->dev ? 
  * variable and listing the valid values. */
 AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
 AL_HIDDEN void graph_options_free(alloy_graph *g);
+
+/* dp_api.c */
+/* Data-parallel g: compares g's built graph, training options and
+ * data-parallel options with every other rank's (hashes, all-gathered; a
+ * collective every rank makes at its compile); ALLOY_ERR_INVALID naming the
+ * first rank and the first part that differs from rank 0's. OK when g is
+ * not data-parallel. */
+AL_HIDDEN alloy_status graph_dp_check_ranks(alloy_graph *g);
 
 /* cuda_api.c */
 /* The kernel cache's directory under cfg into out: cache_dir when set,

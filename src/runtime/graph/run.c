@@ -122,7 +122,8 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     for (int k = 0; !st && k < NSCALARS; k++) /* the step's scalars: one small download */
         if (g->step_node[k] >= 0) downloads[nd++] = (rt_download){g->step_node[k], &g->step_raw[k]};
     if (!st) {
-        rt_run_args args = {.leaf = g->leaf, .downloads = downloads, .ndownloads = nd, .profile_to = g->print_to};
+        rt_run_args args = {.leaf = g->leaf, .downloads = downloads, .ndownloads = nd, .profile_to = g->print_to,
+                            .comm = g->comm};
         rt_backend *b = graph_backend(g);
         b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
         st = b->ops->run(b, g->exec, &args);

@@ -6,6 +6,7 @@
 #include "alloy/safetensors.h"
 #include "base/convert.h"
 #include "base/name_index.h"
+#include "runtime/comm/comm.h"
 #include "runtime/io/checksum.h"
 #include "runtime/io/safetensors_memory.h"
 #include "runtime/graph/graph_impl.h"
@@ -178,6 +179,11 @@ static alloy_status state_create(alloy_graph *g, const ir_graph *ir, const uint8
         cvt_store_f64(n->type.dtype, tmp, host, (size_t)count);
         al_free(tmp);
         g->state[g->nstate++] = s;
+        if (g->comm) { /* data-parallel: every rank starts from rank 0's values (docs/distributed.md) */
+            char err[512];
+            if ((st = comm_broadcast(g->comm, host, bytes, n->name, err, sizeof err)))
+                return graph_fail(g, st, "initial state from rank 0: %s", err);
+        }
         st = state_upload(g, &g->state[g->nstate - 1]);
         if (st) return st;
     }

@@ -1,0 +1,474 @@
+/* test_data_parallel.c - data-parallel training under mpirun -np 2 or 3: W ranks on R rows each equal one process accumulating the W slices, bit for bit; an inf on one rank skips on every rank; a dead peer is an error within the timeout.
+ *
+ * Run by tests/run_data_parallel.sh as `mpirun -np W test_data_parallel`.
+ * Each rank trains the data-parallel graph (R rows, its slice of every
+ * batch of R * W) and, beside it, a single-process reference graph with
+ * accumulation_steps = W fed the slices in rank order; the ranks build
+ * their graphs from different seeds, so the parameters are rank 0's only
+ * when alloy broadcasts them. Over 2 ranks MPI's sum is one addition; over
+ * 3 the test asks for ordered_sum (rank order). After every step each rank
+ * compares every state tensor of its data-parallel graph with the
+ * reference's (the same name) and the reported loss with the mean of the
+ * reference's micro-batch losses, bit for bit; the ranks then compare
+ * their state with one another (a hash, all-reduced by MIN and MAX). Every
+ * rank makes the same collectives whatever fails, and all exit with the
+ * total failure count's verdict (0 when none). With the argument
+ * `dead-peer` it runs dead_peer_case alone; with `killed-peer` the same
+ * with rank 1 killed instead (mpirun then ends the job non-zero, sometimes
+ * before rank 0's timeout).
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloy/alloy.h"
+#include "alloy/mpi.h"
+#include "runtime/comm/comm.h"
+
+/* R rows per rank, at most MAXW ranks: a batch of R * world rows */
+enum { R = 4, MAXW = 4, IN = 12, H = 24, OUT = 4, STEPS = 12 };
+
+static int rank, world, failures;
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void fail(const char *fmt, const char *a, int step, const char *b)
+{
+    fprintf(stderr, "rank %d: FAIL step %d: ", rank, step);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    failures++;
+}
+
+static bool ok(alloy_graph *g, alloy_status st, const char *what)
+{
+    if (!st) return true;
+    fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, what, alloy_last_error(g));
+    failures++;
+    return false;
+}
+
+/* A two-layer MLP classifier over a batch of `batch` rows. */
+static alloy_graph *mlp(const char *name, int batch, bool amp, const alloy_optimizer *o, uint64_t seed)
+{
+    alloy_graph *g = alloy_graph_new(name);
+    alloy_graph_set_seed(g, seed);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(batch, IN));
+    alloy_tensor *t = alloy_input(g, "targets", ALLOY_I32, 1, DIMS(batch));
+    alloy_tensor *w1 = alloy_param(g, "w1", ALLOY_F32, 2, DIMS(IN, H), alloy_init_kaiming_uniform(sqrt(2.0)));
+    alloy_tensor *b1 = alloy_param(g, "b1", ALLOY_F32, 1, DIMS(H), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *w2 = alloy_param(g, "w2", ALLOY_F32, 2, DIMS(H, OUT), alloy_init_xavier_uniform(1.0));
+    alloy_tensor *b2 = alloy_param(g, "b2", ALLOY_F32, 1, DIMS(OUT), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *h = alloy_relu(g, alloy_add(g, alloy_matmul(g, x, w1, false, false), b1));
+    alloy_tensor *logits = alloy_add(g, alloy_matmul(g, h, w2, false, false), b2);
+    alloy_tensor *loss = alloy_set_name(g, alloy_cross_entropy(g, logits, t), "loss");
+    alloy_output(g, "loss", loss);
+    alloy_graph_set_loss(g, loss);
+    if (amp) {
+        alloy_graph_enable_amp(g, ALLOY_F16);
+        alloy_grad_scaler sc = alloy_dynamic_scaler();
+        sc.init_scale = 0x1p12, sc.growth_interval = 4; /* grows within the run */
+        alloy_graph_set_grad_scaler(g, sc);
+    }
+    alloy_graph_add_optimizer(g, *o);
+    return g;
+}
+
+/* Batch `step` (all R * world rows): inputs with a class signal, from a fixed LCG. */
+static void batch_of(int step, float *x, int32_t *t)
+{
+    uint32_t s = 0x9e3779b9u * (uint32_t)(step + 1);
+    for (int i = 0; i < R * world; i++) {
+        t[i] = (int32_t)((uint32_t)(i * 7 + step) % OUT);
+        for (int j = 0; j < IN; j++) {
+            s = s * 1664525u + 1013904223u;
+            x[i * IN + j] = (float)((double)(s >> 8) / 16777216.0 - 0.5) + (j % OUT == t[i] ? 1.0f : 0.0f);
+        }
+    }
+}
+
+static bool run_rows(alloy_graph *g, const float *x, const int32_t *t, alloy_step_info *info, const char *what)
+{
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, (void *)x}, {"targets", ALLOY_I32, 1, {R}, (void *)t}};
+    return ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), what) && ok(g, alloy_graph_step_info(g, info), what);
+}
+
+/* FNV-1a over every state tensor's bytes, in state order. */
+static uint64_t state_hash(alloy_graph *g)
+{
+    uint64_t h = 1469598103934665603ull;
+    int n = alloy_graph_state_count(g);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor s;
+        if (alloy_graph_state_at(g, i, &s)) continue;
+        size_t bytes = (size_t)alloy_host_tensor_numel(&s) * alloy_dtype_size(s.dtype);
+        for (size_t k = 0; k < bytes; k++) h = (h ^ ((const uint8_t *)s.data)[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Every state tensor of dp equals the reference's of the same name, bit for bit. */
+static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const char *what)
+{
+    int n = alloy_graph_state_count(dp);
+    if (n < 4) fail("%s: only %d state tensors", what, step, "");
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor a, b;
+        if (!ok(dp, alloy_graph_state_at(dp, i, &a), what)) return;
+        if (alloy_graph_get_state(ref, a.name, &b)) {
+            fail("%s: the reference has no state %s", what, step, a.name);
+            continue;
+        }
+        size_t bytes = (size_t)alloy_host_tensor_numel(&a) * alloy_dtype_size(a.dtype);
+        if (alloy_host_tensor_numel(&a) != alloy_host_tensor_numel(&b) || memcmp(a.data, b.data, bytes))
+            fail("%s: state %s differs from the accumulating process", what, step, a.name);
+    }
+}
+
+/* STEPS steps of optimizer o (AMP or not); inject_step >= 0: that step's
+ * batch has 70000 (inf in f16) in one of rank 1's rows only. bucket_bytes
+ * 0: the default (one bucket). The data-parallel graph has a seed of its
+ * own on each rank (11 on rank 0, the reference's): its parameters must
+ * come from rank 0. state_first: its state is made before
+ * set_data_parallel (which broadcasts it then), else at the first run. */
+static void train_case(const char *what, bool amp, alloy_optimizer o, size_t bucket_bytes, int inject_step,
+                       bool state_first, alloy_comm *comm)
+{
+    alloy_graph *dp = mlp("dp", R, amp, &o, 11 + 1000 * (uint64_t)rank);
+    alloy_optimizer acc = o;
+    acc.accumulation_steps = world;
+    alloy_graph *ref = mlp("ref", R, amp, &acc, 11);
+    /* two ranks: MPI's sum is one addition; more: summed in rank order, as the accumulation adds */
+    alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .timeout_s = 120, .ordered_sum = world > 2};
+    if (state_first && alloy_graph_state_count(dp) < 4) fail("%s: %s", what, -1, "no state before set_data_parallel");
+    ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
+    int skipped = 0;
+    for (int step = 0; step < STEPS; step++) {
+        batch_of(step, x, t);
+        if (step == inject_step) x[(R + 1) * IN + 3] = 70000.0f; /* rank 1's second row */
+        alloy_step_info di, ri[MAXW];
+        double scale_before = 0;
+        if (amp) {
+            alloy_host_tensor s;
+            if (!alloy_graph_get_state(dp, "scaler.scale", &s)) scale_before = *(const float *)s.data;
+        }
+        if (!run_rows(dp, x + rank * R * IN, t + rank * R, &di, what)) break;
+        bool ran = true;
+        for (int r = 0; r < world && ran; r++) ran = run_rows(ref, x + r * R * IN, t + r * R, &ri[r], what);
+        if (!ran) break;
+        alloy_step_info last = ri[world - 1];
+        for (int r = 0; r < world; r++)
+            if (ri[r].updated != (r == world - 1 && !last.skipped))
+                fail("%s: %s", what, step, "the reference did not update on its last micro-batch alone");
+        /* the reported loss: the mean over the ranks, in f32 as the graph sums it (in rank order) */
+        float mean = (float)ri[0].loss, got = (float)di.loss;
+        for (int r = 1; r < world; r++) mean += (float)ri[r].loss;
+        mean *= (float)(1.0 / world);
+        if (memcmp(&got, &mean, sizeof got) && !(isnan(got) && isnan(mean))) { /* a NaN loss (the inf step) is any NaN */
+            char v[96];
+            snprintf(v, sizeof v, "%.9g, expected %.9g", di.loss, (double)mean);
+            fail("%s: loss %s", what, step, v);
+        }
+        if (di.skipped != last.skipped || di.scale != last.scale || di.next_scale != last.next_scale)
+            fail("%s: %s", what, step, "skip or scale differs from the accumulating process");
+        if (step == inject_step) {
+            skipped++;
+            if (!di.skipped || di.next_scale != scale_before / 2 || di.scale != scale_before)
+                fail("%s: %s", what, step, "the injected inf did not skip the step and halve the scale on this rank");
+        } else if (di.skipped) {
+            fail("%s: %s", what, step, "a finite step was skipped");
+        }
+        compare_state(dp, ref, step, what);
+        /* and the ranks hold the same state */
+        uint64_t h = state_hash(dp), lo = h, hi = h;
+        MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        if (lo != hi) fail("%s: %s", what, step, "the ranks' states differ");
+        if (rank == 0 && (step == 0 || step == STEPS - 1))
+            printf("%s: step %d loss %.6f scale %g skipped %d\n", what, step, di.loss, di.scale, di.skipped);
+    }
+    if (inject_step >= 0 && skipped != 1) fail("%s: %s", what, inject_step, "the injected step was not reached");
+    if (amp) { /* the compiled step agrees found_inf by MAX: the flag an all_reduce {reduce="max"} of found_inf */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (f) alloy_graph_dump(dp, f, ALLOY_DUMP_IR), fclose(f);
+        const char *fi = text ? strstr(text, " = found_inf(") : NULL;
+        char want[64] = "";
+        if (fi) { /* "  %N = found_inf(...)": the max must read %N */
+            const char *start = fi;
+            while (start > text && start[-1] != '%') start--;
+            snprintf(want, sizeof want, "all_reduce(%%%.*s) {reduce=\"max\"}", (int)(fi - start), start);
+        }
+        if (!fi || !strstr(text, want)) fail("%s: %s", what, -1, "no all_reduce {reduce=\"max\"} of found_inf in the compiled IR");
+        free(text);
+        /* the DOT picture and the memory picture draw the all_reduce nodes */
+        static const alloy_dump_kind pictures[] = {ALLOY_DUMP_DOT, ALLOY_DUMP_MEMORY_SVG};
+        for (int k = 0; k < 2; k++) {
+            text = NULL, len = 0;
+            f = open_memstream(&text, &len);
+            alloy_status st = f ? alloy_graph_dump(dp, f, pictures[k]) : ALLOY_ERR_OOM;
+            if (f) fclose(f);
+            if (st || !text || !strstr(text, "all_reduce"))
+                fail("%s: %s", what, -1, k ? "the memory picture lacks the all_reduce" : "the DOT picture lacks the all_reduce");
+            free(text);
+        }
+    }
+    alloy_graph_free(dp);
+    alloy_graph_free(ref);
+}
+
+/* ordered_sum adds in rank order, whatever MPI's algorithm: over 3 ranks
+ * element 0 is 1, 2^-24, 2^-24 and element 1 is 2^-24, 2^-24, 1; from the
+ * left the first sum is 1 (each half-ulp ties to even) and the second
+ * 1 + 2^-23, and any other grouping changes one of them. */
+static void ordered_sum_case(alloy_comm *comm)
+{
+    if (world != 3) return;
+    const float tiny = 0x1p-24f;
+    float want[2] = {1.0f, 1.0f + 0x1p-23f};
+    for (int ordered = 0; ordered <= 1; ordered++) {
+        float v[2] = {rank == 0 ? 1.0f : tiny, rank == 2 ? 1.0f : tiny};
+        char err[512];
+        comm_configure(comm, 120, ordered);
+        if (comm_all_reduce(comm, v, 2, ALLOY_F32, COMM_SUM, "ordered sum", err, sizeof err)) {
+            fprintf(stderr, "rank %d: FAIL %s\n", rank, err);
+            failures++;
+        } else if (ordered && memcmp(v, want, sizeof v)) {
+            fprintf(stderr, "rank %d: FAIL ordered sum gave %a %a, expected %a %a\n", rank, v[0], v[1], want[0], want[1]);
+            failures++;
+        } else if (rank == 0) {
+            printf("sum over 3 ranks, %s: %a %a\n", ordered ? "ordered" : "MPI's order", v[0], v[1]);
+        }
+    }
+    /* a large buffer (MPI picks another algorithm by size): how many of its sums MPI's order changes */
+    enum { N = 1 << 20 };
+    float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    if (!a || !b) {
+        free(a), free(b);
+        return;
+    }
+    uint32_t s = 12345u + 777u * (uint32_t)rank;
+    for (int i = 0; i < N; i++) s = s * 1664525u + 1013904223u, a[i] = b[i] = (float)((double)(s >> 8) / 16777216.0 - 0.5);
+    char err[512];
+    comm_configure(comm, 120, false);
+    alloy_status st = comm_all_reduce(comm, a, N, ALLOY_F32, COMM_SUM, "MPI's order", err, sizeof err);
+    comm_configure(comm, 120, true);
+    if (!st) st = comm_all_reduce(comm, b, N, ALLOY_F32, COMM_SUM, "ordered", err, sizeof err);
+    long differ = 0;
+    for (int i = 0; i < N && !st; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    if (rank == 0 && !st) printf("sum over 3 ranks of %d f32: MPI's order differs from rank order in %ld\n", N, differ);
+    free(a), free(b);
+}
+
+/* The state of a and b, every tensor of a found in b with the same bytes. */
+static bool same_state(alloy_graph *a, alloy_graph *b)
+{
+    int n = alloy_graph_state_count(a);
+    for (int i = 0; i < n; i++) {
+        alloy_host_tensor x, y;
+        if (alloy_graph_state_at(a, i, &x) || alloy_graph_get_state(b, x.name, &y)) return false;
+        size_t bytes = (size_t)alloy_host_tensor_numel(&x) * alloy_dtype_size(x.dtype);
+        if (alloy_host_tensor_numel(&x) != alloy_host_tensor_numel(&y) || memcmp(x.data, y.data, bytes)) return false;
+    }
+    return n > 0 && n == alloy_graph_state_count(b);
+}
+
+/* Checkpoints: rank 0 saves a data-parallel graph's state after 3 steps;
+ * a single-process graph (no accumulation) loads it on every rank and
+ * holds the same bits; a fresh data-parallel graph (another seed) loads
+ * it on every rank and its next 3 steps equal the original's, bit for bit
+ * (losses and state). */
+static void checkpoint_case(alloy_comm *comm)
+{
+    const char *what = "checkpoint";
+    char path[64];
+    snprintf(path, sizeof path, "dp_checkpoint_%d.safetensors", world);
+    alloy_optimizer o = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
+    alloy_graph *a = mlp("dp", R, true, &o, 11), *single = mlp("single", R, true, &o, 5);
+    alloy_graph *resumed = mlp("dp", R, true, &o, 23 + (uint64_t)rank);
+    alloy_data_parallel opt = {.timeout_s = 120, .ordered_sum = world > 2};
+    ok(a, alloy_graph_set_data_parallel(a, comm, &opt), "set_data_parallel");
+    ok(resumed, alloy_graph_set_data_parallel(resumed, comm, &opt), "set_data_parallel");
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
+    alloy_step_info ia, ib;
+    for (int step = 0; step < 3; step++) {
+        batch_of(100 + step, x, t);
+        if (!run_rows(a, x + rank * R * IN, t + rank * R, &ia, what)) break;
+    }
+    if (rank == 0) ok(a, alloy_graph_save_checkpoint(a, path), "save_checkpoint");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (ok(single, alloy_graph_load_checkpoint(single, path), "a single process loads the ranks' checkpoint") &&
+        !same_state(a, single))
+        fail("%s: %s", what, 3, "the single process's state differs from the ranks'");
+    if (ok(resumed, alloy_graph_load_checkpoint(resumed, path), "the ranks load the checkpoint") && !same_state(a, resumed))
+        fail("%s: %s", what, 3, "the resumed ranks' state differs");
+    for (int step = 3; step < 6; step++) {
+        batch_of(100 + step, x, t);
+        if (!run_rows(a, x + rank * R * IN, t + rank * R, &ia, what) ||
+            !run_rows(resumed, x + rank * R * IN, t + rank * R, &ib, what))
+            break;
+        if (memcmp(&ia.loss, &ib.loss, sizeof ia.loss) || !same_state(a, resumed))
+            fail("%s: %s", what, step, "the resumed run differs from the uninterrupted one");
+    }
+    if (rank == 0) {
+        printf("checkpoint: saved by rank 0 after 3 steps, loaded by one process and by %d fresh ranks; step 6 loss %.6f\n",
+               world, ia.loss);
+        remove(path);
+    }
+    alloy_graph_free(a), alloy_graph_free(single), alloy_graph_free(resumed);
+}
+
+/* A training step with dropout on its input, the kept values fetched as "dropped". */
+static alloy_graph *dropout_step(uint64_t seed)
+{
+    alloy_graph *g = alloy_graph_new("dropout");
+    alloy_graph_set_seed(g, seed);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(R, IN));
+    alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 2, DIMS(IN, 1), alloy_init_uniform(-0.1, 0.1));
+    alloy_tensor *d = alloy_set_name(g, alloy_dropout(g, x, 0.5), "dropped");
+    alloy_tensor *loss = alloy_reduce_sum(g, alloy_matmul(g, d, w, false, false), 0, NULL, false);
+    alloy_graph_set_loss(g, loss);
+    alloy_graph_add_optimizer(g, alloy_sgd(0.01, 0, 0, false));
+    return g;
+}
+
+/* Dropout is keyed by rank: fed the same input, the ranks drop different
+ * elements, and rank 0 drops what a single process with the same seed does. */
+static void dropout_case(alloy_comm *comm)
+{
+    alloy_graph *dp = dropout_step(7), *single = dropout_step(7);
+    ok(dp, alloy_graph_set_data_parallel(dp, comm, &(alloy_data_parallel){.timeout_s = 120}), "set_data_parallel");
+    float x[R * IN];
+    for (int i = 0; i < R * IN; i++) x[i] = 1.0f + (float)i;
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {R, IN}, x}, a = {.name = "dropped"}, b = {.name = "dropped"};
+    if (!ok(dp, alloy_graph_run(dp, &feed, 1, &a, 1), "dropout") || !ok(single, alloy_graph_run(single, &feed, 1, &b, 1), "dropout"))
+        return;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t k = 0; k < sizeof x; k++) h = (h ^ ((const uint8_t *)a.data)[k]) * 1099511628211ull;
+    uint64_t lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (lo == hi) fail("%s: %s", "dropout", 0, "every rank dropped the same elements");
+    if (rank == 0 && memcmp(a.data, b.data, sizeof x)) fail("%s: %s", "dropout", 0, "rank 0's mask is not a single process's");
+    alloy_graph_free(dp), alloy_graph_free(single);
+}
+
+/* Ranks whose steps differ fail at their compile, before any collective
+ * of the step, with the first differing rank and part named on every rank:
+ * rank 1 builds another graph; then another learning rate; then another
+ * bucket size. */
+static void mismatch_case(alloy_comm *comm)
+{
+    static const char *const want[] = {"rank 1's built graph", "rank 1's training options",
+                                       "rank 1's data-parallel options"};
+    for (int k = 0; k < 3; k++) {
+        alloy_optimizer o = alloy_sgd(k == 1 && rank == 1 ? 0.06 : 0.05, 0, 0, false);
+        alloy_graph *g = k == 0 && rank == 1 ? dropout_step(7) : mlp("dp", R, false, &o, 11);
+        alloy_data_parallel opt = {.timeout_s = 120, .bucket_bytes = k == 2 && rank == 1 ? 512 : 0};
+        ok(g, alloy_graph_set_data_parallel(g, comm, &opt), "set_data_parallel");
+        int n = alloy_graph_state_count(g); /* compiles */
+        const char *msg = alloy_last_error(g);
+        if (n != 0 || alloy_graph_status(g) != ALLOY_ERR_INVALID || !strstr(msg, want[k]) ||
+            !strstr(msg, "differ from rank 0's")) {
+            fprintf(stderr, "rank %d: FAIL mismatch %d: got '%s', expected an error naming %s\n", rank, k, msg, want[k]);
+            failures++;
+        } else if (rank == 0) {
+            printf("mismatch %d: %s\n", k, msg);
+        }
+        alloy_graph_free(g);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Every rank compiles the step (the compile's comparison and the state's
+ * broadcast are collectives), then rank 1 never runs it: rank 0's first
+ * collective does not finish, and with a timeout of 1 s its run returns
+ * ALLOY_ERR_IO naming the all_reduce, the rank and the timeout, in about
+ * that time (not a hang). Rank 0's request is left behind; the ranks then
+ * meet on MPI_COMM_WORLD. */
+static void dead_peer_case(alloy_comm *comm, bool killed)
+{
+    alloy_optimizer o = alloy_sgd(0.05, 0.9, 0, false);
+    alloy_graph *dp = mlp("dp", R, false, &o, 11);
+    alloy_data_parallel opt = {.timeout_s = 1};
+    ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
+    batch_of(0, x, t);
+    alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, x}, {"targets", ALLOY_I32, 1, {R}, t}};
+    ok(dp, alloy_graph_get_state(dp, "w1", &(alloy_host_tensor){0}), "state"); /* compiles: not timed */
+    if (rank != 0) {
+        if (killed) raise(SIGKILL); /* a rank that dies mid-run */
+        alloy_graph_free(dp);
+        return;
+    }
+    double start = now_s();
+    alloy_status st = alloy_graph_run(dp, feeds, 2, NULL, 0);
+    double took = now_s() - start;
+    const char *msg = alloy_last_error(dp);
+    printf("dead peer: status %d after %.2f s: %s\n", (int)st, took, msg);
+    fflush(stdout); /* before mpirun ends the job for a killed peer */
+    char want[96];
+    snprintf(want, sizeof want, "did not finish within 1 s on rank 0 of %d", world);
+    if (st != ALLOY_ERR_IO || !strstr(msg, "all_reduce") || !strstr(msg, want) ||
+        took < 0.9 || took > 10) {
+        fprintf(stderr, "rank 0: FAIL dead peer: expected ALLOY_ERR_IO naming the all_reduce within about 1 s\n");
+        failures++;
+    }
+    alloy_graph_free(dp);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    alloy_comm *comm = NULL;
+    char err[512] = "";
+    if (world < 2 || world > MAXW) {
+        if (rank == 0) fprintf(stderr, "test_data_parallel: run me under mpirun -np 2 to %d (world size %d)\n", MAXW, world);
+        MPI_Finalize();
+        return 1;
+    }
+    if (alloy_comm_from_mpi(MPI_COMM_WORLD, &comm, err, sizeof err)) {
+        fprintf(stderr, "rank %d: FAIL alloy_comm_from_mpi: %s\n", rank, err);
+        failures++;
+    } else if (alloy_comm_rank(comm) != rank || alloy_comm_size(comm) != world || alloy_comm_local_rank(comm) != rank) {
+        fprintf(stderr, "rank %d: FAIL the communicator says rank %d of %d, local rank %d\n", rank,
+                alloy_comm_rank(comm), alloy_comm_size(comm), alloy_comm_local_rank(comm));
+        failures++;
+    }
+    if (comm && argc > 1 && (strcmp(argv[1], "dead-peer") == 0 || strcmp(argv[1], "killed-peer") == 0)) {
+        dead_peer_case(comm, strcmp(argv[1], "killed-peer") == 0);
+    } else if (comm) {
+        ordered_sum_case(comm);
+        /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
+        train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, false, comm);
+        /* AdamW with f16 AMP, the dynamic scaler and clipping, one bucket; step 5 has an inf on rank 1 alone */
+        alloy_optimizer adamw = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
+        adamw.clip_norm = 0.5;
+        train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, comm);
+        checkpoint_case(comm);
+        dropout_case(comm);
+        mismatch_case(comm);
+    }
+    int total = failures;
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s: %d failure(s) over %d ranks\n", total ? "FAIL" : "ok", total, world);
+    alloy_comm_free(comm);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
