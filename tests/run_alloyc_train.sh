@@ -57,13 +57,28 @@ same_losses() {
     ' "$1" "$2"
 }
 
+# expect STATUS PATTERN ARGS...
+expect() {
+    want=$1 pattern=$2
+    shift 2
+    "$alloyc" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+    got=$?
+    if [ "$got" -ne "$want" ] || [ "$(wc -l <"$tmp/stderr")" -ne 1 ] || ! grep -q "^alloyc: .*$pattern" "$tmp/stderr"; then
+        echo "FAIL: alloyc $* -> exit $got (want $want), stderr:"
+        cat "$tmp/stderr"
+        failures=$((failures + 1))
+    else
+        echo "ok:   alloyc $* -> $got: $(cat "$tmp/stderr")"
+    fi
+}
+
 # 1. fp32 AdamW: PyTorch's losses step for step (f32 on both sides, GEMM sums in another order: 1e-5)
 train "$tmp/f32.out" "$ir" --feed "$feeds" --params "$params" --steps 12 --optimizer=adamw --lr 3e-3 --log-every 1
 check "train f32 runs" [ $? -eq 0 ]
 check "train f32: PyTorch's AdamW losses (train_mlp_losses.txt) within 1e-5" same_losses "$data/train_mlp_losses.txt" "$tmp/f32.out" 1e-5
 check "train f32: header names the batches, optimizer, precision, device" \
     grep -q "^train .*train_mlp.ir: 4 batches from .*train_mlp_feeds.safetensors; adamw lr 0.003 weight_decay 0.01; amp off, scaler none; device cpu$" "$tmp/f32.out"
-check "train f32: parameters line" grep -q "^parameters from .*train_mlp_params.safetensors: 4 loaded, 0 other tensors ignored$" "$tmp/f32.out"
+check "train f32: parameters line" grep -q "^parameters from .*train_mlp_params.safetensors: 4 loaded$" "$tmp/f32.out"
 check "train f32: samples/s and lr on each line" [ "$(grep -c '^step [0-9]* loss .* samples/s [0-9]* lr 0.003$' "$tmp/f32.out")" -eq 12 ]
 
 # 2. f16 AMP with the dynamic scaler: the C API's lines exactly, skipped steps included
@@ -109,21 +124,49 @@ check "run --fetch grad:NAME runs" [ $? -eq 0 ]
 check "run --fetch grad:NAME: nothing on stderr" [ ! -s "$tmp/stderr" ]
 check "run --fetch grad:NAME: torch.autograd's gradients within 1e-6" "$compare" "$data/train_mlp_grads.safetensors" "$tmp/grads.safetensors" 1e-6
 
-# 6. bad input: exit status and one 'alloyc: ' line on stderr naming the flag, file or tensor
-# expect STATUS PATTERN ARGS...
-expect() {
-    want=$1 pattern=$2
-    shift 2
-    "$alloyc" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
-    got=$?
-    if [ "$got" -ne "$want" ] || [ "$(wc -l <"$tmp/stderr")" -ne 1 ] || ! grep -q "^alloyc: .*$pattern" "$tmp/stderr"; then
-        echo "FAIL: alloyc $* -> exit $got (want $want), stderr:"
-        cat "$tmp/stderr"
-        failures=$((failures + 1))
-    else
-        echo "ok:   alloyc $* -> $got: $(cat "$tmp/stderr")"
-    fi
-}
+# 6. --params (run and train alike, strict as PyTorch's load_state_dict(strict=True)) and --save-params with a
+# PyTorch BatchNorm2d + Linear state_dict (tests/data/torch_bn*.safetensors, make_torch_batchnorm_reference.py):
+# the running statistics load, num_batches_tracked is accepted, the eval logits match, and the file train
+# writes with --save-params loads strictly again
+bn_body='  %x = input : f32[4,3,2,2]
+  %bn.running_mean = state {init="zeros"} : f32[3]
+  %bn.running_var = state {init="ones"} : f32[3]
+  %bn.weight = param {init="ones"} : f32[3]
+  %bn.bias = param {init="zeros"} : f32[3]
+  %bn = batch_norm(%x, %bn.running_mean, %bn.running_var, %bn.weight, %bn.bias) {eps=1e-5, momentum=0.1} : f32[4,3,2,2]
+  %h = reshape(%bn) : f32[4,12]
+  %fc.weight = param {init="zeros"} : f32[2,12]
+  %fc.bias = param {init="zeros"} : f32[2]
+  %y0 = matmul(%h, %fc.weight) {transpose_b=true} : f32[4,2]
+  %y = add(%y0, %fc.bias) : f32[4,2]
+  output "y" = %y'
+printf 'graph bn {\n%s\n}\n' "$bn_body" >"$tmp/bn.ir"
+printf 'graph bn {\n%s\n  %%l = reduce_mean(%%y) {axes=[0, 1], keepdims=false} : f32[]\n  loss %%l\n}\n' "$bn_body" >"$tmp/bn_train.ir"
+"$alloyc" run "$tmp/bn.ir" --feed "$data/torch_bn_io.safetensors" --params "$data/torch_bn.safetensors" \
+    --fetch x --fetch y --out "$tmp/bn_y.safetensors" >/dev/null 2>"$tmp/stderr"
+rc=$?
+check "run --params: a PyTorch BatchNorm2d state_dict loads strictly" [ "$rc" -eq 0 ]
+check "run --params: nothing on stderr" [ ! -s "$tmp/stderr" ]
+check "run --params: the eval logits within 1e-6" "$compare" "$data/torch_bn_io.safetensors" "$tmp/bn_y.safetensors" 1e-6
+train "$tmp/bn.out" "$tmp/bn_train.ir" --feed "$data/torch_bn_io.safetensors" --params "$data/torch_bn.safetensors" \
+    --steps 2 --optimizer=sgd --lr 0.1 --save-params "$tmp/bn_saved.safetensors"
+check "train --params: the state_dict's six tensors load" grep -q "^parameters from .*torch_bn.safetensors: 6 loaded$" "$tmp/bn.out"
+check "train --save-params says so" grep -q "^saved the parameters to .*bn_saved.safetensors$" "$tmp/bn.out"
+"$alloyc" run "$tmp/bn.ir" --feed "$data/torch_bn_io.safetensors" --params "$tmp/bn_saved.safetensors" \
+    --out "$tmp/bn_y2.safetensors" >/dev/null 2>"$tmp/stderr"
+rc=$?
+check "run --params: the file --save-params wrote loads strictly" [ "$rc" -eq 0 ]
+check "run --params of the saved file: nothing on stderr" [ ! -s "$tmp/stderr" ]
+expect 1 "--params .*train_mlp_params.safetensors: 4 tensors in it name no parameter or running statistic of .*bn.ir: '" \
+    run "$tmp/bn.ir" --feed "$data/torch_bn_io.safetensors" --params "$params" --out "$tmp/o.safetensors"
+expect 1 "--params .*bn_y.safetensors: 2 tensors in it name no parameter or running statistic of .*bn.ir: '" \
+    run "$tmp/bn.ir" --feed "$data/torch_bn_io.safetensors" --params "$tmp/bn_y.safetensors" --out "$tmp/o.safetensors"
+"$alloyc" run "$tmp/bn.ir" --feed "$data/torch_bn_io.safetensors" --params "$data/torch_bn.safetensors" \
+    --fetch bn.weight --out "$tmp/bn_part.safetensors" >/dev/null 2>&1 || failures=$((failures + 1))
+expect 1 "--params .*bn_part.safetensors: it has no tensor for 5 of the parameters and running statistics of .*bn.ir: 'bn.running_mean', 'bn.running_var', 'bn.bias', \.\.\." \
+    run "$tmp/bn.ir" --feed "$data/torch_bn_io.safetensors" --params "$tmp/bn_part.safetensors" --out "$tmp/o.safetensors"
+
+# 7. bad input: exit status and one 'alloyc: ' line on stderr naming the flag, file or tensor
 # tensors of any shape, written by alloyc run from params: 4 batches of x, 3 of labels
 printf 'graph odd {\n  %%x = param {init="ones"} : f32[4,8,4]\n  %%labels = param {init="zeros"} : i32[3,8]\n  output "x" = %%x\n  output "labels" = %%labels\n}\n' >"$tmp/odd.ir"
 "$alloyc" run "$tmp/odd.ir" --out "$tmp/odd.safetensors" >/dev/null || failures=$((failures + 1))
@@ -162,15 +205,28 @@ expect 1 "mlp2_params.safetensors: no tensor in it is named like an input of .*t
 expect 1 "mlp2.ir has no 'loss' line to train on; name the loss node with --loss NAME" \
     train "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" --steps 1
 expect 1 "--loss nope: .*train_mlp.ir has no node named 'nope'" train "$ir" --feed "$feeds" --steps 1 --loss nope
-expect 1 "--loss logits: set_loss: the loss must be a floating-point scalar" train "$ir" --feed "$feeds" --steps 1 --loss logits
-expect 1 "--params .*odd.safetensors: no tensor in it is named like a parameter of .*train_mlp.ir" \
+expect 1 "--loss logits: the loss must be a floating-point scalar" train "$ir" --feed "$feeds" --steps 1 --loss logits
+expect 1 "--params .*odd.safetensors: 2 tensors in it name no parameter or running statistic of .*train_mlp.ir: '" \
     train "$ir" --feed "$feeds" --steps 1 --params "$tmp/odd.safetensors"
+expect 1 "--params .*bn_saved.safetensors: 7 tensors in it name no parameter or running statistic of .*train_mlp.ir" \
+    train "$ir" --feed "$feeds" --steps 1 --params "$tmp/bn_saved.safetensors"
 cp "$tmp/adamw.safetensors" "$tmp/adamw.before"
 expect 1 "--checkpoint .*adamw.safetensors: .*(a resumed run needs the same IR file, --optimizer and --scaler as the run that saved it)" \
     train "$ir" --feed "$feeds" --steps 1 --optimizer=sgd --checkpoint "$tmp/adamw.safetensors"
 expect 1 "--fetch grad:w1 needs a loss to differentiate: .*mlp2.ir has no 'loss' line; name the loss node with --loss NAME" \
     run "$data/mlp2.ir" --feed "$data/mlp2_feeds.safetensors" --fetch grad:w1 --out "$tmp/o.safetensors"
 check "a refused resume leaves the checkpoint as it was" cmp "$tmp/adamw.before" "$tmp/adamw.safetensors"
+
+# 7. the checkpoint's destination is checked before the first step: a run that could not save at its end
+# is refused at once (500 steps would run first otherwise), and a FIFO there is neither read nor replaced
+expect 1 "--checkpoint: .*no/such/ckpt.safetensors: cannot write: cannot create a temporary file in the folder .*no/such: No such file or directory" \
+    train "$ir" --feed "$feeds" --steps 500 --checkpoint "$tmp/no/such/ckpt.safetensors"
+check "an unwritable checkpoint: no step ran" sh -c "! grep -q '^step' '$tmp/stdout'"
+rm -f "$tmp/fifo.ckpt" && mkfifo "$tmp/fifo.ckpt"
+expect 1 "--checkpoint: .*fifo.ckpt: is a FIFO (named pipe), not a regular file" \
+    train "$ir" --feed "$feeds" --steps 500 --checkpoint "$tmp/fifo.ckpt"
+check "a FIFO checkpoint stays a FIFO" [ -p "$tmp/fifo.ckpt" ]
+expect 2 "--checkpoint needs a non-empty value" train "$ir" --feed "$feeds" --steps 500 --checkpoint ""
 
 [ "$failures" -eq 0 ] || { echo "$failures alloyc train checks failed"; exit 1; }
 echo "all alloyc train checks passed"

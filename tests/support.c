@@ -16,6 +16,19 @@
 #include "ir/ir.h"
 #include "support.h"
 
+/* ---- which tests of a suite run ---- */
+
+/* meson runs one cmocka executable as several tests (tests/meson.build: the
+ * quick part in the default run, the long part in suite `long`) by setting
+ * ALLOY_TEST_ONLY or ALLOY_TEST_SKIP to a cmocka name pattern (* and ?);
+ * every suite links this file, so each honours them before main runs. */
+__attribute__((constructor)) static void test_filters_from_environment(void)
+{
+    const char *only = getenv("ALLOY_TEST_ONLY"), *skip = getenv("ALLOY_TEST_SKIP");
+    if (only && *only) cmocka_set_test_filter(only);
+    if (skip && *skip) cmocka_set_skip_filter(skip);
+}
+
 /* ---- the allocator ---- */
 
 void *test_cmocka_realloc(void *ptr, size_t size, void *user)

@@ -383,6 +383,7 @@ static void test_reshape_rejects_two_minus_ones_an_uneven_split_and_a_count_chan
         alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(4, 6));
         assert_null(alloy_reshape(g, x, 2, bad[i]));
         EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "reshape", why[i]);
+        if (i < 2) EXPECT_ERROR(g, ALLOY_ERR_SHAPE, "reshape(f32[4,6]) of 'x' to ["); /* the node and its type */
         alloy_graph_free(g);
     }
 }
@@ -392,7 +393,7 @@ static void test_reshape_rejects_dims_whose_product_overflows(void **state)
     (void)state;
     /* 3 * 6148914691236517206 is 2^64 + 2: wrapped, it would let -1 become 12 */
     static const int64_t bad[2][3] = {{-1, 3, 6148914691236517206}, {INT64_C(1) << 40, INT64_C(1) << 40, 1 << 20}};
-    static const char *const why[2] = {"cannot infer dim 0 of 24 elements", "reshape"};
+    static const char *const why[2] = {"cannot infer dim 0: the other dims' product passes int64", "reshape"};
     for (int i = 0; i < 2; i++) {
         alloy_graph *g = alloy_graph_new("g");
         alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, DIMS(4, 6));
@@ -430,9 +431,13 @@ static void test_run_computes_a_fetch_and_a_failed_run_leaves_the_graph_usable(v
     alloy_host_tensor fetch = {.name = "y"};
     assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_NOT_FOUND);
     feed.name = "x";
+    char failed[256];
+    snprintf(failed, sizeof failed, "%s", alloy_last_error(g));
+    assert_non_null(strstr(failed, "nope"));
     assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_OK);
-    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
-    assert_string_equal(alloy_last_error(g), "");
+    /* the record stays the failed run's until another call fails (like errno) */
+    assert_int_equal(alloy_graph_status(g), ALLOY_ERR_NOT_FOUND);
+    assert_string_equal(alloy_last_error(g), failed);
     assert_int_equal(fetch.dtype, ALLOY_F32);
     assert_int_equal(fetch.rank, 2);
     assert_int_equal(fetch.dims[0], 2);
@@ -721,11 +726,114 @@ static void test_zeros_ones_and_constant_init_fill_exactly(void **state)
     alloy_graph_free(g);
 }
 
+/* Names the training passes make (moments, counters, the scale, gradient
+ * outputs) are refused when built, saying why; they were accepted and
+ * failed the compile (or a param "w.m" silently became w's moment). */
+static void test_reserved_names_are_refused_when_built_saying_what_makes_them(void **state)
+{
+    (void)state;
+    static const struct {
+        int how; /* 0 param, 1 set_name, 2 output */
+        const char *name, *says;
+    } cases[] = {
+        {0, "w1.m", "param: the name 'w1.m' is reserved for the optimizer's state: Adam's first moment of 'w1'"},
+        {1, "w1.v", "set_name: the name 'w1.v' is reserved for the optimizer's state: Adam's second moment of 'w1'"},
+        {0, "w1.momentum", "SGD's momentum buffer of 'w1'"},
+        {1, "w1.grad_acc", "gradient accumulation's state"},
+        {0, "optim.step", "param: the name 'optim.step' is reserved: the optimizer names its state optim.*"},
+        {1, "scaler.scale", "set_name: the name 'scaler.scale' is reserved: the loss scaler names its state"},
+        {2, "grad:w1", "output: the name 'grad:w1' is reserved: autodiff names the gradient outputs grad:<name>"},
+        {2, "step.lr", "output: the name 'step.lr' is reserved: the training step names its state and outputs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        alloy_graph *g = alloy_graph_new("names");
+        alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(2, 3));
+        alloy_tensor *w = alloy_param(g, "w1", F32, 2, DIMS(3, 1), alloy_init_ones());
+        alloy_tensor *y = alloy_matmul(g, x, w, false, false);
+        bool refused = cases[i].how == 0   ? !alloy_param(g, cases[i].name, F32, 1, DIMS(1), alloy_init_ones())
+                       : cases[i].how == 1 ? !alloy_set_name(g, y, cases[i].name)
+                                           : alloy_output(g, cases[i].name, y) != ALLOY_OK;
+        if (!refused || !strstr(alloy_last_error(g), cases[i].says))
+            fail_msg("%s: %s '%s', want '%s'", cases[i].name, refused ? "refused" : "accepted", alloy_last_error(g),
+                     cases[i].says);
+        assert_int_equal(alloy_graph_status(g), ALLOY_ERR_INVALID);
+        alloy_graph_free(g);
+    }
+    /* the other order: a param whose moments' names a node already has */
+    alloy_graph *g = alloy_graph_new("names");
+    alloy_tensor *x = alloy_input(g, "x", F32, 1, DIMS(3));
+    assert_non_null(alloy_set_name(g, alloy_relu(g, x), "b.m"));
+    assert_null(alloy_param(g, "b", F32, 1, DIMS(3), alloy_init_zeros()));
+    EXPECT_ERROR(g, ALLOY_ERR_INVALID, "param: 'b' would own the optimizer's state: Adam's first moment, named 'b.m'");
+    alloy_graph_free(g);
+    /* names that only look alike stay free: "attn.v" without a param "attn", an output "w1.m" */
+    g = alloy_graph_new("names");
+    x = alloy_input(g, "x", F32, 1, DIMS(3));
+    alloy_tensor *w = alloy_param(g, "w1", F32, 1, DIMS(3), alloy_init_ones());
+    assert_non_null(alloy_param(g, "attn.v", F32, 1, DIMS(3), alloy_init_ones()));
+    assert_non_null(alloy_set_name(g, alloy_relu(g, x), "x.m")); /* x is an input: it has no moments */
+    expect_ok(g, alloy_output(g, "w1.m", alloy_mul(g, x, w)), "output w1.m");
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    alloy_graph_free(g);
+}
+
+/* Fetching a gradient from a graph that computes none says what it needs. */
+static void test_fetching_a_gradient_without_a_loss_says_a_loss_is_needed(void **state)
+{
+    (void)state;
+    alloy_graph *g = relu_graph();
+    float x[6] = {-1, 2, -3, 4, -5, 6};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {2, 3}, x}, fetch = {.name = "grad:x"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_NOT_FOUND);
+    assert_string_equal(alloy_last_error(g),
+                        "fetch 'grad:x': graph 'relu_graph' computes no gradients: they need a loss (alloy_graph_set_loss)");
+    alloy_graph_free(g);
+}
+
+/* A param's init must give finite values of its dtype: NaN or inf in any
+ * number an init reads, and a constant that rounds to inf in the dtype
+ * (1e39 into f16 or f32, 70000 into f16) or leaves an integer's range, are
+ * refused naming the init and the number (they were accepted). */
+static void test_param_inits_that_give_nan_inf_or_values_out_of_the_dtype_are_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        alloy_dtype dtype;
+        alloy_init init;
+        const char *says;
+    } cases[] = {
+        {ALLOY_F16, {ALLOY_INIT_CONSTANT, 1e39, 0}, "init \"constant\": value 1e+39 does not fit f16 (it rounds to inf)"},
+        {ALLOY_F16, {ALLOY_INIT_CONSTANT, 70000, 0}, "value 70000 does not fit f16"},
+        {ALLOY_F32, {ALLOY_INIT_CONSTANT, 1e39, 0}, "value 1e+39 does not fit f32"},
+        {ALLOY_BF16, {ALLOY_INIT_CONSTANT, INFINITY, 0}, "init \"constant\": value is inf; it must be finite"},
+        {ALLOY_I32, {ALLOY_INIT_CONSTANT, 3e9, 0}, "value 3e+09 does not fit i32 (out of its range)"},
+        {ALLOY_F32, {ALLOY_INIT_NORMAL, 0, NAN}, "init \"normal\": std is nan; it must be finite"},
+        {ALLOY_F32, {ALLOY_INIT_NORMAL, INFINITY, 1}, "init \"normal\": mean is inf"},
+        {ALLOY_F32, {ALLOY_INIT_UNIFORM, -INFINITY, 1}, "init \"uniform\": low is -inf"},
+        {ALLOY_F32, {ALLOY_INIT_XAVIER_NORMAL, NAN, 0}, "init \"xavier_normal\": gain is nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        alloy_graph *g = alloy_graph_new("inits");
+        alloy_tensor *p = alloy_param(g, "p", cases[i].dtype, 1, DIMS(3), cases[i].init);
+        if (p || !strstr(alloy_last_error(g), cases[i].says))
+            fail_msg("case %zu: %s '%s', want '%s'", i, p ? "accepted" : "refused", alloy_last_error(g), cases[i].says);
+        alloy_graph_free(g);
+    }
+    /* the largest values that fit are accepted */
+    alloy_graph *g = alloy_graph_new("inits");
+    assert_non_null(alloy_param(g, "h", ALLOY_F16, 1, DIMS(3), alloy_init_constant(65504)));
+    assert_non_null(alloy_param(g, "i", ALLOY_I32, 1, DIMS(3), alloy_init_constant(2147483647.0)));
+    alloy_graph_free(g);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
     const struct CMUnitTest tests[] = {
         T(test_add_of_unbroadcastable_shapes_names_op_operand_types_and_node),
+        T(test_reserved_names_are_refused_when_built_saying_what_makes_them),
+        T(test_param_inits_that_give_nan_inf_or_values_out_of_the_dtype_are_refused),
+        T(test_fetching_a_gradient_without_a_loss_says_a_loss_is_needed),
         T(test_add_of_different_dtypes_is_a_dtype_error_that_suggests_a_cast),
         T(test_matmul_with_different_inner_dims_names_both_dims),
         T(test_matmul_transpose_flags_make_the_same_operands_fit),

@@ -90,7 +90,7 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_graph_output_name(g, 0));
     assert_int_equal(alloy_graph_input_count(g), 0);
     assert_int_equal(alloy_graph_input_at(g, 0, &h), ALLOY_ERR_INVALID);
-    assert_int_equal(alloy_tensor_info(t).rank, 0);
+    assert_int_equal(alloy_tensor_info(t).rank, -1); /* no tensor: rank -1, dtype ALLOY_DTYPE_COUNT */
     assert_int_equal(alloy_graph_run(g, NULL, 0, NULL, 0), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_state_count(g), 0);
     assert_int_equal(alloy_graph_state_at(g, 0, &h), ALLOY_ERR_INVALID);
@@ -207,7 +207,7 @@ static void calls_without_a_graph_reject_null_and_out_of_range_arguments(void **
     assert_string_equal(err, "alloy_safetensors_load: out is NULL");
     assert_int_equal(alloy_safetensors_load("/", &st, err, sizeof err), ALLOY_ERR_IO);
     assert_null(st);
-    assert_string_equal(err, "/: not a regular file");
+    assert_string_equal(err, "/: cannot read: it is a directory, not a regular file");
     assert_int_equal(alloy_safetensors_count(NULL), 0);
     assert_null(alloy_safetensors_get(NULL, 0));
     assert_null(alloy_safetensors_find(NULL, "w"));
@@ -495,7 +495,44 @@ static void a_graph_that_rejected_bad_arguments_still_runs(void **state)
         assert_float_equal(y[j], 6.0f, 0);
         assert_float_equal(y[4 + j], 15.0f, 0);
     }
-    assert_string_equal(alloy_last_error(f.g), "");
+    /* the record is the last failure's until another call fails (like errno) */
+    assert_string_equal(alloy_last_error(f.g), "'w': rank 9 out of range");
+    alloy_graph_free(f.g);
+}
+
+static void a_failing_call_after_a_builder_error_reports_its_own_message(void **state)
+{
+    (void)state;
+    fixture f = make_fixture();
+    assert_null(alloy_add(f.g, f.x, NULL)); /* the builder error: it poisons the graph */
+    assert_string_equal(alloy_last_error(f.g), "add: operand 1 is NULL");
+    /* a setter that fails for its own reason says so (it showed the add error) */
+    assert_int_equal(alloy_graph_set_lr(f.g, NAN), ALLOY_ERR_INVALID);
+    assert_string_equal(alloy_last_error(f.g), "set_lr: lr is nan; it must be finite and >= 0");
+    assert_int_equal(alloy_graph_status(f.g), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_set_option(f.g, "no_such_option", "1"), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(f.g), "set_option: unknown option 'no_such_option'"));
+    /* a later builder call passes the poison on quietly: no new message */
+    assert_null(alloy_relu(f.g, NULL));
+    assert_non_null(strstr(alloy_last_error(f.g), "no_such_option"));
+    /* a call that needs the built graph fails with the first builder error */
+    float xs[6] = {0};
+    alloy_host_tensor feed = {"x", F32, 2, {2, 3}, xs}, fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(f.g, &feed, 1, &fetch, 1), ALLOY_ERR_INVALID);
+    assert_string_equal(alloy_last_error(f.g), "add: operand 1 is NULL");
+    assert_int_equal(alloy_graph_set_lr(f.g, -1), ALLOY_ERR_INVALID);
+    assert_string_equal(alloy_last_error(f.g), "set_lr: lr is -1; it must be finite and >= 0");
+    alloy_memory_info mi;
+    assert_int_equal(alloy_graph_memory_info(f.g, &mi), ALLOY_ERR_INVALID);
+    assert_string_equal(alloy_last_error(f.g), "add: operand 1 is NULL");
+    /* the handle a failed builder call gave is no f32 scalar */
+    alloy_host_tensor none = alloy_tensor_info(NULL);
+    assert_int_equal(none.rank, -1);
+    assert_int_equal(none.dtype, ALLOY_DTYPE_COUNT);
+    assert_int_equal(alloy_host_tensor_numel(&none), -1);
+    /* a call that succeeds leaves the record as it was (like errno) */
+    assert_int_equal(alloy_amp_scope_push(f.g, ALLOY_F32), ALLOY_OK);
+    assert_string_equal(alloy_last_error(f.g), "add: operand 1 is NULL");
     alloy_graph_free(f.g);
 }
 
@@ -506,6 +543,7 @@ int main(void)
         cmocka_unit_test(calls_without_a_graph_reject_null_and_out_of_range_arguments),
         cmocka_unit_test(every_bad_argument_fails_with_its_own_message_not_the_last_one),
         cmocka_unit_test(a_graph_that_rejected_bad_arguments_still_runs),
+        cmocka_unit_test(a_failing_call_after_a_builder_error_reports_its_own_message),
     };
     return cmocka_run_group_tests_name("api_null", tests, test_checked_alloc, test_plain_alloc);
 }

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <dirent.h>
+#include <fcntl.h>
 
 #include <cmocka.h>
 
@@ -959,20 +963,79 @@ static void test_loading_on_a_gpu_no_image_runs_on_is_an_error_naming_the_target
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* The kernel cache's entry files in dir, and whether each was used (its
+ * mtime set) after `since` (seconds since the epoch). */
+static int cache_entries(const char *dir, time_t since, int *used)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    *used = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 7 || strcmp(e->d_name + len - 7, ".kernel") != 0) continue;
+        char p[512];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        assert_int_equal(stat(p, &sb), 0);
+        n++;
+        *used += sb.st_mtime >= since;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* Every entry file in dir made last modified in 2001. */
+static void age_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strstr(e->d_name, ".kernel")) continue;
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct timespec t[2] = {{1000000000, 0}, {1000000000, 0}};
+        assert_int_equal(utimensat(AT_FDCWD, p, t, 0), 0);
+    }
+    if (d) closedir(d);
+}
+
 /* With archs, the bundle holds per module a cubin for sm_80 and sm_90 and
  * PTX for compute_80 that NVRTC compiled (no GPU here), with NVRTC's
- * version as the driver the PTX needs; the CPU still trains from it. */
+ * version as the driver the PTX needs; the CPU still trains from it. The
+ * compiles go through the kernel cache: a second save of the same step
+ * takes every image from it (each entry is touched, none added) and writes
+ * the same bytes. Before, bundle saves never used the cache. */
 static void test_save_bundle_with_archs_compiles_a_cubin_per_arch_and_ptx_with_nvrtc(void **state)
 {
     (void)state;
     alloy_graph *g = build_step();
     const char *path = test_tmp_path("cuda.alloy");
+    char cache[256], again[256];
+    snprintf(cache, sizeof cache, "%s", test_tmp_path("cache"));
+    snprintf(again, sizeof again, "%s", test_tmp_path("again.alloy"));
+    expect_ok(g, alloy_graph_set_option(g, "cache_dir", cache), "set_option cache_dir");
+    double t0 = test_now_ms();
     alloy_status st = alloy_graph_save_bundle(g, path, "sm_90, sm_80");
     if (st == ALLOY_ERR_UNSUPPORTED && strstr(alloy_last_error(g), "need NVRTC")) {
         alloy_graph_free(g);
         skip(); /* no NVRTC on this machine */
     }
     expect_ok(g, st, "save_bundle with archs");
+    double t1 = test_now_ms();
+    int used, entries = cache_entries(cache, 0, &used);
+    assert_true(entries >= 3);
+    age_entries(cache);
+    time_t before = time(NULL);
+    expect_ok(g, alloy_graph_save_bundle(g, again, "sm_90, sm_80"), "save_bundle again");
+    double t2 = test_now_ms();
+    assert_int_equal(cache_entries(cache, before, &used), entries);
+    assert_int_equal(used, entries);
+    print_message("save_bundle sm_90,sm_80: %.0f ms compiling %d images, %.0f ms from the cache\n", t1 - t0, entries,
+                  t2 - t1);
+    size_t n1, n2;
+    unsigned char *b1 = test_read_file(path, &n1), *b2 = test_read_file(again, &n2);
+    assert_true(n1 == n2 && memcmp(b1, b2, n1) == 0);
+    test_free(b1), test_free(b2);
+    test_remove_dir(cache);
     alloy_graph_free(g);
     bundle_contents c;
     char err[1024] = "";

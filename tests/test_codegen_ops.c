@@ -561,16 +561,34 @@ static bool listed(const char *list, const char *op)
     return false;
 }
 
+/* The short names of the dtype groups on the command line, in group order. */
+static const char *const group_args[NGROUPS] = {"fp32", "f16", "bf16", "f64", "int"};
+
 /* With "emulate" the tests but the NVRTC one, with "nvrtc" only that one
- * (meson runs them as two tests: the NVRTC compiles take the longer), with
- * no argument all. OP_CASES_ONLY=op,op keeps the rows of those ops only
- * (the counts printed are then theirs). */
+ * (meson runs them as separate tests: the NVRTC compiles take the longer),
+ * with no argument all. After "emulate", a comma-separated list of dtype
+ * groups (fp32,f16,bf16,f64,int) keeps the emulation to those groups, so the
+ * sweep can run as several tests, each well inside its time limit.
+ * OP_CASES_ONLY=op,op keeps the rows of those ops only (the counts printed
+ * are then theirs). */
 int main(int argc, char **argv)
 {
     const char *only = getenv("OP_CASES_ONLY");
     const char *part = argc > 1 ? argv[1] : "";
-    if (*part && strcmp(part, "emulate") && strcmp(part, "nvrtc")) {
-        fprintf(stderr, "usage: %s [emulate | nvrtc]\n", argv[0]);
+    const char *groups = argc > 2 ? argv[2] : NULL;
+    bool bad_group = false;
+    if (groups) {
+        for (const char *at = groups; *at;) {
+            size_t len = strcspn(at, ",");
+            int g = 0;
+            while (g < NGROUPS && !(strlen(group_args[g]) == len && strncmp(group_args[g], at, len) == 0)) g++;
+            bad_group |= g == NGROUPS;
+            at += len + (at[len] == ',');
+        }
+    }
+    if ((*part && strcmp(part, "emulate") && strcmp(part, "nvrtc")) || (groups && strcmp(part, "emulate")) ||
+        bad_group || argc > 3) {
+        fprintf(stderr, "usage: %s [emulate [fp32,f16,bf16,f64,int] | nvrtc]\n", argv[0]);
         return 2;
     }
     for (int r = 0; r < op_ncases; r++) {
@@ -592,11 +610,13 @@ int main(int argc, char **argv)
     struct CMUnitTest tests[NGROUPS + 2];
     size_t n = 0;
     if (strcmp(part, "nvrtc")) {
-        tests[n++] = (struct CMUnitTest)cmocka_unit_test(
-            test_only_library_calls_are_left_without_a_kernel);
+        /* (every dtype's graphs, emitted only: once, with the fp32 group) */
+        if (listed(groups, group_args[G_F32]))
+            tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_only_library_calls_are_left_without_a_kernel);
         for (int g = 0; g < NGROUPS; g++)
-            tests[n++] = (struct CMUnitTest){names[g], test_every_op_case_runs_emulated_as_on_the_cpu, NULL, NULL,
-                                             (void *)(intptr_t)g};
+            if (listed(groups, group_args[g]))
+                tests[n++] = (struct CMUnitTest){names[g], test_every_op_case_runs_emulated_as_on_the_cpu, NULL, NULL,
+                                                 (void *)(intptr_t)g};
     }
     if (strcmp(part, "emulate"))
         tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_kernel_of_the_op_cases_compiles_for_sm80_and_sm90);

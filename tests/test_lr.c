@@ -505,6 +505,9 @@ static void test_set_param_group_refuses_unmatched_empty_or_null_patterns_and_ba
     } bad[] = {
         {"w, bias*", 1, ALLOY_ERR_NOT_FOUND, "set_param_group: pattern 'bias*' matches no param of graph 'quad'"},
         {"w,,b", 1, ALLOY_ERR_INVALID, "set_param_group 'w,,b': pattern 2 is empty"},
+        {"w,", 1, ALLOY_ERR_INVALID, "set_param_group 'w,': pattern 2 is empty"}, /* a trailing comma was accepted */
+        {"w, b , ", 1, ALLOY_ERR_INVALID, "set_param_group 'w, b , ': pattern 3 is empty"},
+        {",w", 1, ALLOY_ERR_INVALID, "set_param_group ',w': pattern 1 is empty"},
         {"", 1, ALLOY_ERR_INVALID, "set_param_group: no pattern given (\"\")"},
         {NULL, 1, ALLOY_ERR_INVALID, "set_param_group: patterns is NULL"},
         {"w", NAN, ALLOY_ERR_INVALID, "set_param_group 'w': lr_scale is nan; it must be finite and >= 0"},
@@ -516,6 +519,12 @@ static void test_set_param_group_refuses_unmatched_empty_or_null_patterns_and_ba
     }
     assert_int_equal(g->ngroups, 1);
     assert_ptr_equal(g->compiled, compiled);
+    /* the same call again is a no-op: no second copy (it grew by 48 bytes each time), no recompile */
+    for (int i = 0; i < 3; i++) expect_ok(g, alloy_graph_set_param_group(g, "b", 0.5, false), "the same group again");
+    assert_int_equal(g->ngroups, 1);
+    assert_ptr_equal(g->compiled, compiled);
+    expect_ok(g, alloy_graph_set_param_group(g, "b", 0.25, false), "another scale");
+    assert_int_equal(g->ngroups, 2);
     alloy_graph_free(g);
 }
 

@@ -424,9 +424,32 @@ static void test_bad_indexing_and_arange_arguments_are_errors_that_name_them(voi
     }
 }
 
+/* Every normalization refuses an eps that is NaN, infinite or negative
+ * with one message (layer_norm and rms_norm took NaN: every output NaN). */
+static void test_every_norm_refuses_a_nan_infinite_or_negative_eps_with_one_message(void **state)
+{
+    (void)state;
+    const double bad[3] = {NAN, INFINITY, -1};
+    const char *says[3] = {"eps must be finite and >= 0, not nan", "eps must be finite and >= 0, not inf",
+                           "eps must be finite and >= 0, not -1"};
+    for (int i = 0; i < 3; i++)
+        for (int op = 0; op < 4; op++) {
+            alloy_graph *g = alloy_graph_new("eps");
+            alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 3, (int64_t[]){2, 4, 3});
+            alloy_tensor *y = op == 0   ? alloy_layer_norm(g, x, NULL, NULL, bad[i])
+                              : op == 1 ? alloy_rms_norm(g, x, NULL, bad[i])
+                              : op == 2 ? alloy_batch_norm(g, x, "bn", 0.1, bad[i], false)
+                                        : alloy_group_norm(g, x, 2, NULL, NULL, bad[i]);
+            if (y || !strstr(alloy_last_error(g), says[i]))
+                fail_msg("op %d, eps %g: %s '%s'", op, bad[i], y ? "accepted" : "refused", alloy_last_error(g));
+            alloy_graph_free(g);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_every_norm_refuses_a_nan_infinite_or_negative_eps_with_one_message, test_checked_alloc),
         cmocka_unit_test_setup(test_batch_norm_matches_pytorch_over_two_steps_and_in_eval_mode, test_checked_alloc),
         cmocka_unit_test_setup(test_batch_norm_outside_training_uses_the_initial_running_statistics, test_checked_alloc),
         cmocka_unit_test_setup(test_a_skipped_step_leaves_the_running_statistics_bit_for_bit, test_checked_alloc),

@@ -406,10 +406,48 @@ static void test_the_cache_directory_comes_from_the_option_then_xdg_then_home(vo
     free(saved_home), free(saved_xdg);
 }
 
+/* An ALLOY_ variable alloy does not read (a misspelling) is named in a
+ * warning with the nearest name; every variable alloy, its tools and tests
+ * read passes (it was silently ignored). */
+static void test_an_unknown_alloy_variable_is_warned_about_with_the_nearest_name(void **state)
+{
+    (void)state;
+    static const char *const known[] = {"ALLOY_NO_FUSE", "ALLOY_DEVICE", "ALLOY_NUM_THREADS", "ALLOY_PRINT_AFTER",
+                                        "ALLOY_AMP_ALLOWLIST_ADD", "ALLOY_AMP_CLEARLIST_REMOVE", "ALLOY_CACHE_DIR",
+                                        "ALLOY_GOLDEN_UPDATE", "ALLOY_CI_ASAN", "ALLOY_CI_FUZZ_SECONDS", "ALLOY_PROFILE"};
+    char *saved[sizeof known / sizeof *known];
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        const char *v = getenv(known[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        setenv(known[i], v ? v : "", 1);
+    }
+    setenv("ALLOY_NO_FUES", "1", 1);
+    setenv("ALLOY_ZZZZZZZZZZZZ", "1", 1);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(graph_env_unknown(f), 2);
+    char text[1024] = "";
+    rewind(f);
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    text[got] = '\0';
+    fclose(f);
+    assert_non_null(strstr(text, "alloy: warning: ALLOY_NO_FUES is not a variable alloy reads (did you mean "
+                                 "ALLOY_NO_FUSE?); it is ignored"));
+    assert_non_null(strstr(text, "alloy: warning: ALLOY_ZZZZZZZZZZZZ is not a variable alloy reads; it is ignored"));
+    unsetenv("ALLOY_NO_FUES");
+    unsetenv("ALLOY_ZZZZZZZZZZZZ");
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        if (saved[i]) setenv(known[i], saved[i], 1);
+        else unsetenv(known[i]);
+        free(saved[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_option_parses_its_documented_values_and_resets_on_empty),
+        cmocka_unit_test(test_an_unknown_alloy_variable_is_warned_about_with_the_nearest_name),
         cmocka_unit_test(test_lowp_gemm_takes_the_kernel_names),
         cmocka_unit_test(test_an_unknown_pass_kind_option_or_value_is_an_error_that_lists_the_valid_ones),
         cmocka_unit_test(test_a_misspelt_environment_value_fails_the_compile_naming_the_variable),

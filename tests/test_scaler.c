@@ -790,6 +790,43 @@ static void test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previ
     alloy_graph_free(g);
 }
 
+/* A scale whose inverse is no finite f32 (a denormal init or min scale)
+ * made every step skip forever: refused; a scaler on a graph without a
+ * loss was ignored (step_info then gave OK and a NaN loss): an error at
+ * compile; step_info before any run gave OK and a scale of 0: an error. */
+static void test_denormal_scales_a_scaler_without_a_loss_and_step_info_before_a_run_are_errors(void **state)
+{
+    (void)state;
+    alloy_optimizer sgd = alloy_sgd(0.1, 0, 0, false);
+    alloy_graph *g = linear_graph(dynamic(512, 2, 0.5, 4, 0), &sgd);
+    alloy_step_info info;
+    assert_int_equal(alloy_graph_step_info(g, &info), ALLOY_ERR_INVALID);
+    assert_string_equal(alloy_last_error(g), "step_info: graph 'linear' has run no step yet (alloy_graph_run)");
+    EXPECT_REJECTED(g, dynamic(1e-45, 2, 0.5, 4, 0),
+                    "set_grad_scaler: init_scale is 1e-45; it must be a positive finite f32 of at least 1.17549e-38");
+    EXPECT_REJECTED(g, alloy_static_scaler(1e-40), "init_scale is 1e-40");
+    EXPECT_REJECTED(g, dynamic(512, 2, 0.5, 4, 1e-39), "min_scale is 1e-39", "at least 1.17549e-38");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, dynamic(1.2e-38, 2, 0.5, 4, 1.2e-38)), "the smallest normal scales");
+    float x[N] = {0.5f, -0.5f, 0.25f, 1};
+    alloy_host_tensor feed = {"x", F32, 1, {N}, x};
+    run(g, &feed, 1, NULL, 0);
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+    assert_false(info.skipped); /* 1 / 1.2e-38 is a finite f32: the step applies */
+    alloy_graph_free(g);
+
+    g = alloy_graph_new("noloss");
+    alloy_tensor *xi = alloy_input(g, "x", F32, 1, DIMS(N));
+    expect_ok(g, alloy_output(g, "y", alloy_relu(g, xi)), "output");
+    expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    assert_int_equal(alloy_graph_run(g, &feed, 1, NULL, 0), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "a loss scaler is set (alloy_graph_set_grad_scaler) but the graph has "
+                                                "no loss to scale"));
+    assert_int_equal(alloy_graph_step_info(g, &info), ALLOY_ERR_INVALID);
+    expect_ok(g, alloy_graph_set_grad_scaler(g, (alloy_grad_scaler){.kind = ALLOY_SCALER_NONE}), "no scaler");
+    expect_ok(g, alloy_graph_run(g, &feed, 1, NULL, 0), "run without the scaler");
+    alloy_graph_free(g);
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, test_plain_alloc)
 
 int main(void)
@@ -810,6 +847,7 @@ int main(void)
         TEST(test_bf16_amp_accepts_a_scaler_and_its_unscaled_gradients_match_the_unscaled_graph),
         TEST(test_the_fetched_scaler_scale_output_is_the_scale_the_step_used),
         TEST(test_bad_scaler_parameters_are_rejected_with_a_message_and_the_previous_scaler_stays),
+        TEST(test_denormal_scales_a_scaler_without_a_loss_and_step_info_before_a_run_are_errors),
     };
     return cmocka_run_group_tests_name("scaler", tests, NULL, NULL);
 }

@@ -225,7 +225,12 @@ static void test_share_state_refuses_null_self_a_second_share_a_broken_owner_and
     EXPECT_ERROR(eval, alloy_graph_share_state(eval, broken, NULL, NULL), ALLOY_ERR_SHAPE, "share_state: graph 'broken'");
     expect_ok(eval, alloy_graph_share_state(eval, train, NULL, NULL), "share_state");
     EXPECT_ERROR(eval, alloy_graph_share_state(eval, other, NULL, NULL), ALLOY_ERR_INVALID,
-                 "graph 'eval' already shares state");
+                 "share_state: graph 'eval' already shares another graph's state; a graph shares state once, with one "
+                 "owner");
+    /* an owner with sharers taking a third graph's state: the message said it "already shares" */
+    EXPECT_ERROR(train, alloy_graph_share_state(train, broken, NULL, NULL), ALLOY_ERR_INVALID,
+                 "share_state: graph 'train' cannot take graph 'broken''s state: 1 other graph already shares its own; "
+                 "share it with graph 'broken' instead");
     /* the owner may be shared by several: a second sharer binds to the same storage */
     alloy_graph *sampler = eval_graph(F32, IN, false);
     expect_ok(sampler, alloy_graph_share_state(sampler, train, NULL, NULL), "second sharer");

@@ -982,11 +982,83 @@ static void test_pytorch_weights_load_into_alloy_linear_layers_and_save_back_unc
     alloy_safetensors_free(ref);
 }
 
+/* A PyTorch BatchNorm2d + Linear state_dict (tests/data/torch_bn.safetensors,
+ * made by make_torch_batchnorm_reference.py): it loads strictly, running
+ * statistics and num_batches_tracked included, gives the eval logits, and
+ * save_params writes back exactly the keys and bytes a strict
+ * load_state_dict needs. */
+static void test_a_pytorch_batchnorm_state_dict_round_trips_exactly_with_its_running_statistics(void **state)
+{
+    (void)state;
+    const char *sd_path = ALLOY_TEST_DATA "/torch_bn.safetensors";
+    alloy_safetensors *sd, *io;
+    char err[256];
+    assert_int_equal(alloy_safetensors_load(sd_path, &sd, err, sizeof err), ALLOY_OK);
+    assert_int_equal(alloy_safetensors_load(ALLOY_TEST_DATA "/torch_bn_io.safetensors", &io, err, sizeof err), ALLOY_OK);
+    const alloy_host_tensor *x = alloy_safetensors_find(io, "x"), *y = alloy_safetensors_find(io, "y");
+    assert_non_null(x);
+    assert_non_null(y);
+    for (int strict = 0; strict < 2; strict++) {
+        alloy_graph *g = alloy_graph_new("torch_bn");
+        alloy_tensor *xi = alloy_input(g, "x", F32, 4, x->dims);
+        alloy_tensor *h = alloy_batch_norm(g, xi, "bn", 0.1, 1e-5, true);
+        alloy_tensor *out = alloy_linear(g, alloy_reshape(g, h, 2, DIMS(4, 12)), "fc", 12, 2, true);
+        expect_ok(g, alloy_output(g, "y", out), "output");
+        if (strict) { /* every tensor of the file is state of the graph, and every state is in the file */
+            expect_ok(g, alloy_graph_load_state(g, sd_path), "load_state");
+        } else {
+            int loaded = -1, ignored = -1;
+            expect_ok(g, alloy_graph_load_params(g, sd_path, &loaded, &ignored), "load_params");
+            assert_int_equal(loaded, 6); /* the running statistics too; num_batches_tracked is kept, not counted */
+            assert_int_equal(ignored, 0);
+        }
+        alloy_host_tensor feed = *x, fetch = {.name = "y"};
+        feed.name = "x";
+        expect_ok(g, alloy_graph_run(g, &feed, 1, &fetch, 1), "run");
+        double worst = 0;
+        for (int64_t i = 0; i < alloy_host_tensor_numel(y); i++)
+            worst = fmax(worst, fabs((double)((const float *)fetch.data)[i] - ((const float *)y->data)[i]));
+        print_message("BatchNorm2d + Linear eval logits against the reference: largest difference %.3g\n", worst);
+        assert_true(worst < 1e-5);
+        const char *back = test_tmp_path("bn_params.safetensors");
+        expect_ok(g, alloy_graph_save_params(g, back), "save_params");
+        alloy_safetensors *mine;
+        assert_int_equal(alloy_safetensors_load(back, &mine, err, sizeof err), ALLOY_OK);
+        assert_int_equal(alloy_safetensors_count(mine), alloy_safetensors_count(sd)); /* exactly the state_dict's keys */
+        for (int i = 0; i < alloy_safetensors_count(sd); i++) {
+            const alloy_host_tensor *r = alloy_safetensors_get(sd, i), *t = alloy_safetensors_find(mine, r->name);
+            if (!t) fail_msg("save_params wrote no '%s'", r->name);
+            assert_int_equal(t->dtype, r->dtype);
+            assert_int_equal(t->rank, r->rank);
+            for (int d = 0; d < t->rank; d++) assert_int_equal(t->dims[d], r->dims[d]);
+            assert_memory_equal(t->data, r->data, alloy_dtype_size(t->dtype) * (size_t)alloy_host_tensor_numel(t));
+        }
+        alloy_safetensors_free(mine);
+        if (strict) { /* a counter that is not an i64 scalar is refused, naming it; nothing changes */
+            alloy_host_tensor ts[8];
+            int32_t count32 = 7;
+            int n = alloy_safetensors_count(sd);
+            for (int i = 0; i < n; i++) {
+                ts[i] = *alloy_safetensors_get(sd, i);
+                if (strcmp(ts[i].name, "bn.num_batches_tracked") == 0) ts[i].dtype = ALLOY_I32, ts[i].data = &count32;
+            }
+            const char *odd = test_tmp_path("bn_i32.safetensors");
+            assert_int_equal(alloy_safetensors_save(odd, ts, n, NULL, NULL, 0, err, sizeof err), ALLOY_OK);
+            assert_int_equal(alloy_graph_load_params(g, odd, NULL, NULL), ALLOY_ERR_INVALID);
+            assert_non_null(strstr(alloy_last_error(g), "tensor 'bn.num_batches_tracked' must be an i64 scalar >= 0"));
+        }
+        alloy_graph_free(g);
+    }
+    alloy_safetensors_free(io);
+    alloy_safetensors_free(sd);
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        TEST(test_a_pytorch_batchnorm_state_dict_round_trips_exactly_with_its_running_statistics),
         TEST(test_mlp_reaches_95_percent_held_out_accuracy_in_fp32_fp16_amp_and_bf16_amp_with_loss_curves_close_to_fp32),
         TEST(test_resuming_from_a_checkpoint_reproduces_the_next_ten_losses_bit_for_bit),
         TEST(test_a_checkpoint_holds_parameters_moments_step_counter_and_scaler_state_as_they_were),

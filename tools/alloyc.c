@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "alloyc.h"
+#include "base/file.h"
 
 /* The help text, in parts (C compilers need only take string literals of
  * 4095 characters). */
@@ -33,7 +34,8 @@ static const char *const usage_text[] = {
     "                            [--optimizer=sgd|adam|adamw] [--lr X] [--weight-decay X]\n"
     "                            [--momentum X] [--clip-norm X] [--amp=f16|bf16|off]\n"
     "                            [--scaler=dynamic|static:S|none] [--params FILE] [--seed N]\n"
-    "                            [--checkpoint FILE [--save-every K]] [--log-every K]\n"
+    "                            [--checkpoint FILE [--save-every K]] [--save-params FILE]\n"
+    "                            [--log-every K]\n"
     "                            [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]...\n"
     "       alloyc --help | --version\n"
     "\n",
@@ -107,9 +109,11 @@ static const char *const usage_text[] = {
     "                    safetensors FILE (a value with '=' always reads this way)\n"
     "  --feed FILE       feed every tensor of the safetensors FILE whose name is an\n"
     "                    input of the graph; --feed repeats, each input fed once\n"
-    "  --params FILE     load every parameter from the safetensors FILE (it must hold\n"
-    "                    exactly the graph's parameters, with their dtypes and shapes);\n"
-    "                    without it parameters start from their init attributes\n"
+    "  --params FILE     load the parameters and batch_norm running statistics from\n"
+    "                    the safetensors FILE, strictly as PyTorch's\n"
+    "                    load_state_dict(strict=True): it must hold exactly those, with\n"
+    "                    their dtypes and shapes (a batch_norm's num_batches_tracked\n"
+    "                    may be there too); without it they start from their inits\n"
     "  --seed N          seed for parameter initialization (default 0)\n"
     "  --fetch NAME      write the output or named node NAME (an input, parameter or\n"
     "                    intermediate); repeats; default: every\n"
@@ -153,9 +157,11 @@ static const char *const usage_text[] = {
     "                    every step, one with an extra leading dimension B (f32[B,8,4]\n"
     "                    for an input f32[8,4]) holds B batches: step s takes batch\n"
     "                    (s - 1) mod B; batched feeds must agree on B\n"
-    "  --params FILE     start the parameters from FILE (alloy_graph_load_params: the\n"
-    "                    tensors named like parameters, others ignored; a PyTorch\n"
-    "                    state_dict), when there is no checkpoint to resume from\n"
+    "  --params FILE     start the parameters from FILE, as strictly as run does (a\n"
+    "                    PyTorch state_dict), when there is no checkpoint to resume from\n"
+    "  --save-params FILE  at the end, write the parameters and batch_norm running\n"
+    "                    statistics alone (PyTorch's state_dict names; loads with\n"
+    "                    load_state_dict(strict=True) and with --params)\n"
     "  --checkpoint FILE resume from FILE if it exists (all state: parameters, moments,\n"
     "                    counters, loss scale), and save it there, atomically, at the end\n"
     "  --save-every K    also save the checkpoint after every step divisible by K\n"
@@ -269,7 +275,7 @@ static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compil
 /* The options that take a value, and the commands that take each. */
 enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
        F_ARCH, F_EMIT, F_DUMP_DIR, F_LR, F_WEIGHT_DECAY, F_MOMENTUM, F_CLIP_NORM, F_LOSS, F_STEPS, F_CHECKPOINT,
-       F_SAVE_EVERY, F_LOG_EVERY, F_COUNT };
+       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_COUNT };
 static const struct {
     const char *name, *alias;
     unsigned commands;
@@ -290,6 +296,7 @@ static const struct {
     [F_STEPS] = {"--steps", NULL, CMD_TRAIN},
     [F_CHECKPOINT] = {"--checkpoint", NULL, CMD_TRAIN},
     [F_SAVE_EVERY] = {"--save-every", NULL, CMD_TRAIN},
+    [F_SAVE_PARAMS] = {"--save-params", NULL, CMD_TRAIN},
     [F_LOG_EVERY] = {"--log-every", NULL, CMD_TRAIN},
     [F_PRINT_AFTER] = {"--print-after", NULL, CMD_PRINT | CMD_COMPILE},
     [F_PRINT_BEFORE] = {"--print-before", NULL, CMD_PRINT | CMD_COMPILE},
@@ -510,6 +517,10 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             if (o->checkpoint) return usage_error("--checkpoint is given twice");
             o->checkpoint = value;
             break;
+        case F_SAVE_PARAMS:
+            if (o->save_params) return usage_error("--save-params is given twice");
+            o->save_params = value;
+            break;
         case F_SAVE_EVERY:
         case F_LOG_EVERY: {
             long *at = which == F_SAVE_EVERY ? &o->save_every : &o->log_every;
@@ -563,43 +574,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     return 0;
 }
 
-/* ---- the IR file ---- */
-
-/* Reads path whole into a new NUL-terminated buffer; NULL after printing. */
-static char *read_text(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fail(EXIT_ERROR, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *text = malloc(cap);
-    while (text && (got = fread(text + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *bigger = cap < ((size_t)1 << 40) ? realloc(text, cap * 2) : NULL;
-            if (!bigger) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = bigger;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(f);
-    int read_errno = errno ? errno : EIO;
-    fclose(f);
-    if (!text || bad) {
-        free(text);
-        fail(EXIT_ERROR, "%s: %s", path, text ? strerror(read_errno) : "out of memory reading it");
-        return NULL;
-    }
-    text[n] = '\0';
-    *len = n;
-    return text;
-}
+/* ---- names ---- */
 
 /* A growing list of malloc'd strings. */
 typedef struct names {
@@ -885,7 +860,7 @@ static int cmd_run(const options *o)
         goto done;
     }
     if (o->amp != ALLOY_F32 && alloy_graph_enable_amp(r.g, o->amp)) {
-        rc = fail(EXIT_ERROR, "%s", alloy_last_error(r.g));
+        rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, ALLOY_ERR_INVALID));
         goto done;
     }
     if ((rc = setup_grads(r.g, o))) goto done;
@@ -897,13 +872,7 @@ static int cmd_run(const options *o)
         goto done;
     }
     if (o->have_seed) alloy_graph_set_seed(r.g, o->seed);
-    if (o->params) {
-        alloy_status st = alloy_graph_load_state(r.g, o->params);
-        if (st) {
-            rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, st));
-            goto done;
-        }
-    }
+    if (o->params && (rc = alloyc_load_params(r.g, o->params, o->ir_path, NULL))) goto done;
     r.files = calloc((size_t)o->nfeeds + 1, sizeof *r.files);
     if (!r.files) {
         rc = fail(EXIT_ERROR, "out of memory");
@@ -965,11 +934,13 @@ static int print_summary(const char *dir)
     if (!path) return fail(EXIT_ERROR, "out of memory");
     snprintf(path, n, "%s/summary.txt", dir);
     size_t len;
-    char *text = read_text(path, &len);
+    uint8_t *text;
+    char err[1024];
+    alloy_status st = al_file_read(path, 0, &text, &len, err, sizeof err);
     free(path);
-    if (!text) return EXIT_ERROR;
+    if (st) return fail(EXIT_ERROR, "%s", err);
     fwrite(text, 1, len, stdout);
-    free(text);
+    al_free(text);
     printf("wrote %s\n", dir);
     if (fflush(stdout) || ferror(stdout)) return fail(EXIT_ERROR, "writing to stdout failed");
     return 0;

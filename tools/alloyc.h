@@ -47,12 +47,14 @@ typedef struct options {
     long save_every;        /* --save-every K: also save the checkpoint every K steps; 0: at the end only */
     long log_every;         /* --log-every K: a progress line every K steps (and the last); 0: not given */
     const char *checkpoint; /* --checkpoint FILE: resume from it if it exists, save it at the end */
+    const char *save_params; /* --save-params FILE: write the parameters alone at the end */
 } options;
 
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
  * the message become spaces) and returns code. */
 int alloyc_vfail(int code, const char *fmt, va_list ap);
-/* The message that goes with a failed call on g. */
+/* The message that goes with a failed call on g, with the API's names for
+ * what alloyc has a flag for said as the flag (valid until the next call). */
 const char *alloyc_graph_error(const alloy_graph *g, alloy_status st);
 /* Reads and parses the IR file; NULL after printing the reader's or
  * parser's message. */
@@ -66,6 +68,16 @@ alloy_optimizer alloyc_optimizer(const options *o);
 /* Makes --loss NAME g's loss (alloy_graph_set_loss: training on); an exit
  * code after printing. */
 int alloyc_set_loss(alloy_graph *g, const options *o);
+
+/* alloyc_params.c: --params FILE into g, strict as PyTorch's
+ * load_state_dict(strict=True): every tensor of FILE a parameter or
+ * running statistic of g (or a batch_norm's num_batches_tracked), every one
+ * of those in FILE; each refusal names the tensors. *loaded (may be NULL):
+ * the tensors loaded. An exit code after printing. */
+int alloyc_load_params(alloy_graph *g, const char *path, const char *ir_path, int *loaded);
+/* --save-params FILE: g's parameters and running statistics alone
+ * (alloy_graph_save_params); an exit code after printing. */
+int alloyc_save_params(alloy_graph *g, const char *path);
 
 /* alloyc_train.c: the train command; an exit code. */
 int alloyc_train(const options *o);

@@ -27,10 +27,38 @@ static int fail(int code, const char *fmt, ...)
     return rc;
 }
 
+/* The library's messages name its API where alloyc has a flag for the
+ * same thing: said in alloyc's terms instead (first match of each). */
+static const struct {
+    const char *api, *cli;
+} api_words[] = {
+    {"set_option: print_after=", "--print-after="},
+    {"set_option: print_before=", "--print-before="},
+    {"set_option: ", "--set "},
+    {"set_grad_scaler: ", "--scaler: "},
+    {"set_loss: ", ""},
+    {"(alloy_graph_set_loss)", "(a 'loss' line in the IR file, or --loss NAME)"},
+    {"(alloy_graph_set_grad_scaler)", "(--scaler)"},
+    {"(alloy_graph_add_optimizer)", "(--optimizer)"},
+    {"or set no scaler", "or give --scaler=none"},
+    {"or no scaler", "or give --scaler=none"},
+    {"use alloy_graph_load_params", "use --params"},
+};
+
 const char *alloyc_graph_error(const alloy_graph *g, alloy_status st)
 {
+    static char said[8192];
     const char *msg = alloy_last_error(g);
-    return msg && *msg ? msg : alloy_status_name(st);
+    if (!msg || !*msg) return alloy_status_name(st);
+    snprintf(said, sizeof said, "%s", msg);
+    for (size_t i = 0; i < sizeof api_words / sizeof *api_words; i++) {
+        char *at = strstr(said, api_words[i].api);
+        if (!at) continue;
+        char rest[8192];
+        snprintf(rest, sizeof rest, "%s", at + strlen(api_words[i].api));
+        snprintf(at, sizeof said - (size_t)(at - said), "%s%s", api_words[i].cli, rest);
+    }
+    return said;
 }
 
 /* (alloy_graph_load_ir caps the size it reads.) */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "alloyc.h"
+#include "base/file.h"
 
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int code, const char *fmt, ...)
@@ -172,7 +173,7 @@ static int load_feeds(trainer *t)
     if (!t->inputs || !t->feeds || !t->files) return fail(EXIT_ERROR, "out of memory");
     for (int i = 0; i < t->ninputs; i++)
         if (alloy_graph_input_at(t->g, i, &t->inputs[i].input))
-            return fail(EXIT_ERROR, "%s", alloy_last_error(t->g));
+            return fail(EXIT_ERROR, "%s", alloyc_graph_error(t->g, ALLOY_ERR_INVALID));
     for (int i = 0; i < o->nfeeds; i++) {
         int rc = load_feed(t, o->feeds[i], i);
         if (rc) return rc;
@@ -280,12 +281,9 @@ static int load_start(trainer *t, long *first_step)
             return fail(EXIT_ERROR, "--checkpoint %s: %s (a resumed run needs the same IR file, --optimizer and "
                                     "--scaler as the run that saved it)", o->checkpoint, alloyc_graph_error(t->g, st));
     } else if (o->params) {
-        int loaded = 0, ignored = 0;
-        alloy_status st = alloy_graph_load_params(t->g, o->params, &loaded, &ignored);
-        if (st) return fail(EXIT_ERROR, "--params %s: %s", o->params, alloyc_graph_error(t->g, st));
-        if (!loaded) return fail(EXIT_ERROR, "--params %s: no tensor in it is named like a parameter of %s", o->params,
-                                 o->ir_path);
-        printf("parameters from %s: %d loaded, %d other tensors ignored\n", o->params, loaded, ignored);
+        int loaded = 0, rc = alloyc_load_params(t->g, o->params, o->ir_path, &loaded);
+        if (rc) return rc;
+        printf("parameters from %s: %d loaded\n", o->params, loaded);
     }
     /* a skipped step is a step too: it consumed its batch */
     *first_step = state_count(t->g, "optim.step") + state_count(t->g, "step.skipped_steps");
@@ -325,13 +323,18 @@ int alloyc_train(const options *o)
 {
     trainer t = {.o = o};
     int rc = 0;
+    /* the checkpoint's destination before any step: a run that cannot
+     * save is refused now, not after all its steps (base/file.h) */
+    char err[1024];
+    if (o->checkpoint && al_file_check_writable(o->checkpoint, err, sizeof err))
+        return fail(EXIT_ERROR, "--checkpoint: %s", err);
     t.g = alloyc_load_graph(o->ir_path);
     if (!t.g) return EXIT_ERROR;
     long first = 0;
     if ((rc = configure_training(&t)) || (rc = load_feeds(&t))) goto done;
     const char *device = alloy_graph_device(t.g); /* compiles the step: its time is not a step's */
     if (!device) {
-        rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloy_last_error(t.g));
+        rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(t.g, ALLOY_ERR_INVALID));
         goto done;
     }
     print_header(&t, device);
@@ -366,6 +369,10 @@ int alloyc_train(const options *o)
         if (o->save_every && step % o->save_every == 0 && i != o->steps && (rc = save(&t, step))) goto done;
     }
     if (o->checkpoint && (rc = save(&t, first + o->steps))) goto done;
+    if (o->save_params) {
+        if ((rc = alloyc_save_params(t.g, o->save_params))) goto done;
+        printf("saved the parameters to %s\n", o->save_params);
+    }
     if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing to stdout failed");
 done:
     trainer_free(&t);

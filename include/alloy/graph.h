@@ -25,9 +25,15 @@ typedef struct alloy_tensor alloy_tensor;
 /* A new empty graph; NULL only when out of memory. */
 ALLOY_API alloy_graph *alloy_graph_new(const char *name);
 ALLOY_API void alloy_graph_free(alloy_graph *g);
-/* The first error recorded on g (builder, compile or run), or ALLOY_OK. */
+/* The status of the most recent call on g that failed, or ALLOY_OK when
+ * none has. A call that succeeds leaves it (and the message) as it was.
+ * A builder call that fails poisons g: later builder calls return NULL
+ * quietly, and calls that need the built graph (run, compile, dump,
+ * save...) fail with that first builder error. A call that fails for its
+ * own reason (a bad argument) records its own status and message, also on
+ * a poisoned graph (docs/errors.md, "One rule"). */
 ALLOY_API alloy_status alloy_graph_status(const alloy_graph *g);
-/* The message of the most recent failing call on g ("" when none). */
+/* The message of the most recent call on g that failed ("" when none). */
 ALLOY_API const char *alloy_last_error(const alloy_graph *g);
 /* Seed for parameter initialization (default 0). Each parameter draws from
  * a stream derived from (seed, parameter name), so adding a parameter does
@@ -224,7 +230,9 @@ ALLOY_API const char *alloy_graph_output_name(const alloy_graph *g, int i);
 /* The graph's inputs: the i-th input's name, dtype and shape (data NULL). */
 ALLOY_API int alloy_graph_input_count(const alloy_graph *g);
 ALLOY_API alloy_status alloy_graph_input_at(const alloy_graph *g, int i, alloy_host_tensor *out);
-/* The type of t: dtype, rank and dims (name and data are NULL). */
+/* The type of t: dtype, rank and dims (name and data are NULL). For a
+ * NULL t (a builder call that failed) rank -1 and dtype ALLOY_DTYPE_COUNT,
+ * which no tensor has (it looked like an f32 scalar). */
 ALLOY_API alloy_host_tensor alloy_tensor_info(const alloy_tensor *t);
 
 /* ---- running ---- */
@@ -261,13 +269,18 @@ ALLOY_API alloy_status alloy_graph_save_state(alloy_graph *g, const char *path);
  * error names the file and the tensor; tensors in the file that g lacks
  * are errors too. */
 ALLOY_API alloy_status alloy_graph_load_state(alloy_graph *g, const char *path);
-/* Parameters only, as a PyTorch state_dict holds them (no moments, counters
- * or scaler state). save_params writes every param of g (atomically, with
- * alloy's checksum). load_params sets each param the file has a tensor of
- * the same name for (dtype and shape must match, else nothing changes and
- * the error names the tensor), leaves the other params and all optimizer
- * and scaler state as they are, and ignores tensors that name no param;
- * *loaded and *ignored (either may be NULL) count the two. */
+/* The model's tensors only, as a PyTorch state_dict holds them: params and
+ * batch_norm's running statistics (no moments, counters or scaler state).
+ * save_params writes them (atomically, with alloy's checksum) and, for each
+ * batch_norm "<bn>", PyTorch's "<bn>.num_batches_tracked" (i64 []: the value
+ * the last loaded file gave, else 0; alloy does not count batches), so the
+ * file loads with load_state_dict(strict=True). load_params sets each of
+ * them the file has a tensor of the same name for (dtype and shape must
+ * match, else nothing changes and the error names the tensor), leaves the
+ * others and all optimizer and scaler state as they are, and ignores
+ * tensors that name none; *loaded and *ignored (either may be NULL) count
+ * the two. A batch_norm's num_batches_tracked is kept, counted in neither
+ * (load_state accepts it too). */
 ALLOY_API alloy_status alloy_graph_save_params(alloy_graph *g, const char *path);
 ALLOY_API alloy_status alloy_graph_load_params(alloy_graph *g, const char *path, int *loaded, int *ignored);
 
@@ -306,7 +319,9 @@ typedef enum alloy_dump_kind {
 
 /* Prints the IR after each named pass of the next compiles ("amp,dce" or
  * "all") to out (stderr when NULL); NULL or "" stops. The environment
- * variable ALLOY_PRINT_AFTER does the same for programs. */
+ * variable ALLOY_PRINT_AFTER does the same for programs. out is flushed
+ * after each print: when that write fails (a full disk, a closed
+ * descriptor) the compile fails with ALLOY_ERR_IO naming print_after. */
 ALLOY_API alloy_status alloy_graph_print_after(alloy_graph *g, const char *passes, FILE *out);
 
 /* What the compiled step needs in memory: the plan pass's numbers for a run

@@ -145,6 +145,8 @@ typedef struct alloy_step_info {
     bool updated;           /* an update happened (false inside gradient accumulation) */
 } alloy_step_info;
 
+/* What the last alloy_graph_run of g did; ALLOY_ERR_INVALID ("has run no
+ * step yet") before the first run, when there is nothing to report. */
 ALLOY_API alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out);
 
 /* Saves all state (parameters, moments, step, scale, growth tracker) to one

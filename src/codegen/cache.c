@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/sha256.h"
 #include "codegen/cache.h"
 
 #define MAGIC "alloyKC\n"
 #define SUFFIX ".kernel"
-#define TMP_SUFFIX ".tmp-XXXXXX"
+#define OLD_TMP ".tmp-XXXXXX"        /* the temporary files of alloy before base/file.c */
+#define NEW_TMP SUFFIX ".tmp.XXXXXX" /* al_file_write's, beside KEY.kernel */
 #define MAX_PAYLOAD (1ull << 30) /* a size past this in a header is corruption, not a kernel */
 #define STALE_TMP_SECONDS 3600   /* a temp file this old belongs to a writer that died */
 
@@ -134,6 +137,24 @@ bool cg_make_dirs(const char *dir)
     return S_ISDIR(st.st_mode);
 }
 
+/* Whether dir can hold the cache: made if missing, a directory this
+ * process may write; false with why in why. */
+static bool usable_dir(const char *dir, char *why, size_t len)
+{
+    if (!cg_make_dirs(dir)) {
+        al_fmt(why, len, "cannot make it: %s", strerror(errno));
+        return false;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        al_fmt(why, len, "cannot write in it: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* Set once a warning about an unusable directory went to stderr. */
+static atomic_flag warned = ATOMIC_FLAG_INIT;
+
 alloy_status cg_cache_open(const char *dir, size_t mem_max_bytes, uint64_t disk_max_bytes, cg_cache **out,
                            char *err, size_t errlen)
 {
@@ -142,9 +163,17 @@ alloy_status cg_cache_open(const char *dir, size_t mem_max_bytes, uint64_t disk_
         al_fmt(err, errlen, "kernel cache directory name too long: %.100s...", dir);
         return ALLOY_ERR_INVALID;
     }
-    if (dir && !cg_make_dirs(dir)) {
-        al_fmt(err, errlen, "cannot make the kernel cache directory %s: %s", dir, strerror(errno));
-        return ALLOY_ERR_IO;
+    char why[256];
+    if (dir && !usable_dir(dir, why, sizeof why)) {
+        /* a cache is a speed-up: without its directory kernels still
+         * compile, kept in memory for this process */
+        if (!atomic_flag_test_and_set(&warned))
+            fprintf(stderr,
+                    "alloy: warning: the kernel cache directory %s is not usable (%s); kernels are compiled and kept "
+                    "in memory only (set ALLOY_CACHE_DIR or the cache_dir option to a writable directory, or "
+                    "ALLOY_CACHE=0 to turn the cache off)\n",
+                    dir, why);
+        dir = NULL;
     }
     cg_cache *c = cg_malloc(sizeof *c);
     if (c) memset(c, 0, sizeof *c);
@@ -261,17 +290,6 @@ static bool read_all(int fd, void *buf, size_t n)
     return true;
 }
 
-static bool write_all(int fd, const void *buf, size_t n)
-{
-    for (size_t done = 0; done < n;) {
-        ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        done += (size_t)r;
-    }
-    return true;
-}
-
 static void count(cg_cache *c, uint64_t *counter)
 {
     pthread_mutex_lock(&c->lock);
@@ -287,17 +305,20 @@ static int disk_get(cg_cache *c, const char *key, unsigned char **data, size_t *
     uint8_t head[CG_CACHE_HEADER], sum[32];
     struct stat st;
     cg_cache_entry_path(c, key, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (lstat(path, &st) != 0) return 0; /* none: a miss */
+    /* a regular file only, of a size an entry may have (base/file.h): a
+     * FIFO or device there is bad, not waited on */
+    int fd;
+    uint64_t file_size;
+    bool opened = al_file_open_read(path, CG_CACHE_HEADER + MAX_PAYLOAD, &fd, &file_size, NULL, 0) == ALLOY_OK;
     unsigned char *payload = NULL;
     uint64_t n = 0;
-    bool good = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= CG_CACHE_HEADER &&
-                read_all(fd, head, CG_CACHE_HEADER);
+    bool good = opened && file_size >= CG_CACHE_HEADER && read_all(fd, head, CG_CACHE_HEADER);
     if (good) {
         n = get_le(head + 16, 8);
         good = memcmp(head, MAGIC, 8) == 0 && get_le(head + 8, 4) == CG_CACHE_FORMAT &&
                get_le(head + 12, 4) == CG_CACHE_HEADER && n <= MAX_PAYLOAD &&
-               n == (uint64_t)st.st_size - CG_CACHE_HEADER && memcmp(head + 56, key, CG_KEY_HEX) == 0;
+               n == file_size - CG_CACHE_HEADER && memcmp(head + 56, key, CG_KEY_HEX) == 0;
     }
     if (good) {
         payload = cg_malloc(n ? (size_t)n : 1);
@@ -310,7 +331,7 @@ static int disk_get(cg_cache *c, const char *key, unsigned char **data, size_t *
         good = good && memcmp(sum, head + 24, 32) == 0;
     }
     if (!good) {
-        close(fd);
+        if (opened) close(fd);
         cg_free(payload);
         unlink(path);
         count(c, &c->stats.corrupt);
@@ -360,7 +381,9 @@ static void disk_evict(cg_cache *c, const char *keep)
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
         bool entry = len == CG_KEY_HEX + strlen(SUFFIX) && strcmp(e->d_name + CG_KEY_HEX, SUFFIX) == 0;
-        bool tmp = len == CG_KEY_HEX + strlen(TMP_SUFFIX) && strncmp(e->d_name + CG_KEY_HEX, ".tmp-", 5) == 0;
+        bool tmp = (len == CG_KEY_HEX + strlen(OLD_TMP) && strncmp(e->d_name + CG_KEY_HEX, ".tmp-", 5) == 0) ||
+                   (len == CG_KEY_HEX + strlen(NEW_TMP) &&
+                    strncmp(e->d_name + CG_KEY_HEX, SUFFIX ".tmp.", strlen(SUFFIX ".tmp.")) == 0);
         struct stat st;
         al_fmt(path, sizeof path, "%s/%s", c->dir, e->d_name);
         if (!(entry || tmp) || !hex_prefix(e->d_name) || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -397,7 +420,7 @@ static void disk_evict(cg_cache *c, const char *keep)
 
 static alloy_status disk_put(cg_cache *c, const char *key, const void *data, size_t size, char *err, size_t errlen)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
+    char path[PATH_MAX], msg[PATH_MAX + 256];
     uint8_t head[CG_CACHE_HEADER] = {0};
     memcpy(head, MAGIC, 8);
     put_le(head + 8, CG_CACHE_FORMAT, 4);
@@ -406,26 +429,12 @@ static alloy_status disk_put(cg_cache *c, const char *key, const void *data, siz
     al_sha256(data, size, head + 24);
     memcpy(head + 56, key, CG_KEY_HEX);
     cg_cache_entry_path(c, key, path, sizeof path);
-    al_fmt(tmp, sizeof tmp, "%s/%s" TMP_SUFFIX, c->dir, key);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        al_fmt(err, errlen, "cannot write a kernel cache entry in %s: %s", c->dir, strerror(errno));
-        return ALLOY_ERR_IO;
-    }
-    bool ok = write_all(fd, head, sizeof head) && write_all(fd, data, size);
-    int saved = errno;
-    if (close(fd) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        al_fmt(err, errlen, "cannot write the kernel cache entry %s: %s", path, strerror(saved));
-        return ALLOY_ERR_IO;
+    const void *parts[2] = {head, data};
+    size_t lens[2] = {sizeof head, size};
+    alloy_status st = al_file_write(path, parts, lens, 2, 0, msg, sizeof msg);
+    if (st) {
+        al_fmt(err, errlen, "the kernel cache entry %s", msg);
+        return st;
     }
     if (c->disk_max) disk_evict(c, key);
     return ALLOY_OK;

@@ -17,9 +17,11 @@
  *  16  8  payload size (the file is exactly header + payload)
  *  24 32  SHA-256 of the payload
  *  56 64  the key in hex (the file's name)
- * Written to dir/KEY.tmp-XXXXXX and renamed over KEY.kernel, so readers see
- * a whole file or none; a file that fails any check is deleted and read as a
- * miss. */
+ * Written by al_file_write (base/file.h: dir/KEY.kernel.tmp.XXXXXX renamed
+ * over KEY.kernel, a link followed to its target, anything but a regular
+ * file there refused), so readers see a whole file or none; a file that
+ * fails any check (a FIFO or device there too: never waited on) is deleted
+ * and read as a miss. */
 #define CG_CACHE_FORMAT 1
 #define CG_CACHE_HEADER 120
 
@@ -61,9 +63,12 @@ AL_HIDDEN bool cg_make_dirs(const char *dir);
 
 /* Opens a cache keeping up to mem_max_bytes of payloads in memory (0:
  * none) and, when dir is not NULL, entry files in dir (made if missing)
- * totalling up to disk_max_bytes (0: no bound). ALLOY_ERR_IO when dir
- * cannot be made; ALLOY_ERR_OOM. The cache may be used from several
- * threads at once, and several processes may share one directory. */
+ * totalling up to disk_max_bytes (0: no bound). A dir that cannot be made
+ * or written in (HOME=/nonexistent) is no error: the cache is in memory
+ * only, and the first time in the process a warning naming dir and why
+ * goes to stderr. ALLOY_ERR_INVALID for a dir too long for an entry's
+ * path; ALLOY_ERR_OOM. The cache may be used from several threads at once,
+ * and several processes may share one directory. */
 AL_HIDDEN alloy_status cg_cache_open(const char *dir, size_t mem_max_bytes, uint64_t disk_max_bytes, cg_cache **out,
                                      char *err, size_t errlen);
 /* Frees the cache (its directory stays). NULL is fine. */

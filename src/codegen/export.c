@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "codegen/cache.h"
 #include "codegen/export.h"
 #include "codegen/text.h"
@@ -88,38 +89,15 @@ static bool path_in(char *out, size_t len, const char *dir, const char *name)
     return n >= 0 && (size_t)n < len;
 }
 
-/* Writes size bytes to path through path.tmp-XXXXXX renamed over it, so a
- * reader sees the old file or the whole new one. ALLOY_ERR_IO naming what failed. */
+/* Writes size bytes to path with al_file_write (base/file.h): a reader sees
+ * the old file or the whole new one; a link is followed, anything but a
+ * regular file refused. ALLOY_ERR_IO naming what failed. */
 static alloy_status write_file(const char *path, const void *data, size_t size, char *err, size_t errlen)
 {
-    char tmp[PATH_MAX];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-        al_fmt(err, errlen, "cannot write %.200s...: the path is too long", path);
-        return ALLOY_ERR_IO;
-    }
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        al_fmt(err, errlen, "cannot write %s: cannot create a temporary file next to it: %s", path, strerror(errno));
-        return ALLOY_ERR_IO;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp's 0600 would hide the outputs from other users */
-    const char *step = "write";
-    int e = 0;
-    for (size_t done = 0; done < size && !e;) {
-        ssize_t w = write(fd, (const char *)data + done, size - done);
-        if (w > 0) done += (size_t)w;
-        else if (w == 0) e = EIO;
-        else if (errno != EINTR) e = errno;
-    }
-    if (close(fd) != 0 && !e) step = "close", e = errno;
-    if (!e && rename(tmp, path) != 0) step = "rename", e = errno;
-    if (e) {
-        unlink(tmp);
-        al_fmt(err, errlen, "cannot write %s (%s of the temporary file %s failed: %s)", path, step, tmp, strerror(e));
-        return ALLOY_ERR_IO;
-    }
-    return ALLOY_OK;
+    char msg[PATH_MAX + 256];
+    alloy_status st = al_file_write(path, &data, &size, 1, 0, msg, sizeof msg);
+    if (st) al_fmt(err, errlen, "%s", msg);
+    return st;
 }
 
 /* Deletes path if it is there; ALLOY_ERR_IO when it is and cannot be. */

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "codegen/nvrtc.h"
 
 /* The part of nvrtc.h alloy uses, declared here so that alloy builds without the toolkit. */
@@ -361,15 +363,12 @@ alloy_status cg_nvrtc_dump(const char *dump_dir, const cg_kernel_src *k, char *p
         al_fmt(err, errlen, "cannot make the kernel dump directory %s: %s", dump_dir, strerror(errno));
         return ALLOY_ERR_IO;
     }
-    FILE *f = fopen(path, "wb");
+    const void *part = k->source;
     size_t n = strlen(k->source);
-    bool ok = f && fwrite(k->source, 1, n, f) == n;
-    if (f && fclose(f) != 0) ok = false;
-    if (!ok) {
-        al_fmt(err, errlen, "cannot write the kernel source to %s: %s", path, strerror(errno));
-        return ALLOY_ERR_IO;
-    }
-    return ALLOY_OK;
+    char msg[PATH_MAX + 256];
+    alloy_status st = al_file_write(path, &part, &n, 1, 0, msg, sizeof msg);
+    if (st) al_fmt(err, errlen, "the kernel source %s", msg);
+    return st;
 }
 
 /* ---- compiling ---- */

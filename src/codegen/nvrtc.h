@@ -89,7 +89,9 @@ AL_HIDDEN alloy_status cg_nvrtc_target(const cg_nvrtc *nv, int sm, cg_binary_kin
 AL_HIDDEN alloy_status cg_nvrtc_prepare(const cg_nvrtc *nv, const cg_kernel_src *k, cg_binary *out, char *err,
                                         size_t errlen);
 /* Writes k's source to dump_dir/NAME.cu (making dump_dir if it is missing)
- * and its path into path. ALLOY_ERR_IO when that fails. */
+ * with al_file_write (base/file.h: atomically, a link followed, anything
+ * but a regular file refused) and its path into path. ALLOY_ERR_IO when
+ * that fails. */
 AL_HIDDEN alloy_status cg_nvrtc_dump(const char *dump_dir, const cg_kernel_src *k, char *path, size_t pathlen,
                                      char *err, size_t errlen);
 /* Compiles k (cg_nvrtc_prepare, then NVRTC) into *out. With a dump_dir

@@ -251,6 +251,10 @@ typedef enum ir_init {
 AL_HIDDEN extern const char *const ir_init_names[IR_INIT_COUNT];
 /* The init called name, or -1. */
 AL_HIDDEN int ir_init_lookup(const char *name);
+/* Whether v is a value of dtype: finite after rounding to a float dtype
+ * (1e39 is inf in f16 and f32), in range of an integer dtype, 0 or 1 for
+ * bool. */
+AL_HIDDEN bool ir_value_fits(double v, alloy_dtype dtype);
 /* matmul's batch broadcast: for each of the output's out_batch_rank batch
  * dims, how far operand t's data moves (elements) when that index grows by
  * one; 0 where t broadcasts (lacks the dim or has size 1). */

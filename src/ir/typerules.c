@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/convert.h"
 #include "ir/typerules.h"
 
 /* dout may not overlap da or db. */
@@ -93,7 +94,32 @@ RULE(ty_param)
     if (inits[k].random && !ir_is_float(out->dtype))
         FAIL(ALLOY_ERR_DTYPE, "random init \"%s\" needs a floating-point dtype, not %s", init,
              alloy_dtype_name(out->dtype));
+    /* NaN or an infinity in any number the init reads makes every element
+     * NaN or inf; a constant must also be finite in the param's dtype */
+    for (int r = 0; r < 2; r++) {
+        const char *a = inits[k].reads[r];
+        double v = a && ir_attr_find(n, a) ? ir_attr_f(n, a) : 0;
+        if (!isfinite(v)) FAIL(ALLOY_ERR_INVALID, "init \"%s\": %s is %g; it must be finite", init, a, v);
+    }
+    double value = ir_attr_f(n, "value");
+    if (k == IR_INIT_CONSTANT && !ir_value_fits(value, out->dtype))
+        FAIL(ALLOY_ERR_INVALID, "init \"constant\": value %g does not fit %s (%s)", value, alloy_dtype_name(out->dtype),
+             ir_is_float(out->dtype) ? "it rounds to inf" : "out of its range");
     return ALLOY_OK;
+}
+
+bool ir_value_fits(double v, alloy_dtype dtype)
+{
+    switch (dtype) {
+    case ALLOY_F16: return isfinite(v) && (cvt_f64_to_f16(v) & 0x7c00) != 0x7c00;
+    case ALLOY_BF16: return isfinite(v) && (cvt_f64_to_bf16(v) & 0x7f80) != 0x7f80;
+    case ALLOY_F32: return isfinite(v) && isfinite((float)v);
+    case ALLOY_F64: return isfinite(v);
+    case ALLOY_I32: return v >= -2147483648.0 && v <= 2147483647.0;
+    case ALLOY_I64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    case ALLOY_BOOL: return v == 0 || v == 1;
+    default: return false;
+    }
 }
 
 RULE(ty_constant)
@@ -301,7 +327,7 @@ RULE(ty_layer_norm)
             FAIL(ALLOY_ERR_DTYPE, "%s dtype %s differs from input %s", i == 1 ? "gamma" : "beta",
                  alloy_dtype_name(in[i]->dtype), alloy_dtype_name(x->dtype));
     }
-    if (ir_attr_f(n, "eps") < 0) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    CHECK_EPS(n);
     *out = *x;
     return ALLOY_OK;
 }
@@ -318,7 +344,7 @@ RULE(ty_rms_norm)
     if (n->nin == 2 && in[1]->dtype != x->dtype)
         FAIL(ALLOY_ERR_DTYPE, "gamma dtype %s differs from input %s", alloy_dtype_name(in[1]->dtype),
              alloy_dtype_name(x->dtype));
-    if (ir_attr_f(n, "eps") < 0) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    CHECK_EPS(n);
     *out = *x;
     return ALLOY_OK;
 }
@@ -485,13 +511,13 @@ RULE(ty_rms_norm_grad)
 }
 
 /* x (float, rank >= 1) -> one value per row, [.., 1]: f32, or f64 for f64 x
- * (the compute type of x's row programs); eps, where the op has it, >= 0 */
+ * (the compute type of x's row programs); eps, where the op has it, finite and >= 0 */
 RULE(ty_row_stat)
 {
     const ir_type *x = in[0];
     if (!ir_is_float(x->dtype)) FAIL(ALLOY_ERR_DTYPE, "input must be floating point");
     if (x->rank < 1) FAIL(ALLOY_ERR_SHAPE, "input must have rank >= 1");
-    if (ir_attr_schema(n->op, "eps") && !(ir_attr_f(n, "eps") >= 0)) FAIL(ALLOY_ERR_INVALID, "eps must be >= 0");
+    if (ir_attr_schema(n->op, "eps")) CHECK_EPS(n);
     *out = *x;
     out->dims[out->rank - 1] = 1;
     out->dtype = x->dtype == ALLOY_F64 ? ALLOY_F64 : ALLOY_F32;

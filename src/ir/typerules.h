@@ -2,6 +2,8 @@
 #ifndef ALLOY_TYPERULES_H
 #define ALLOY_TYPERULES_H
 
+#include <math.h>
+
 #include "ir/ir.h"
 
 #define TYPE_RULE(name)                                                                  \
@@ -21,6 +23,15 @@
     do {                                                                                 \
         al_fmt(why, whylen, __VA_ARGS__);                                                \
         return status;                                                                   \
+    } while (0)
+/* Fails unless node n's eps attribute is finite and >= 0 (a NaN, an
+ * infinite or a negative eps makes every output NaN or 0): one rule and one
+ * message for every normalization. */
+#define CHECK_EPS(n)                                                                     \
+    do {                                                                                 \
+        double eps_ = ir_attr_f((n), "eps");                                             \
+        if (!(eps_ >= 0) || isinf(eps_))                                                 \
+            FAIL(ALLOY_ERR_INVALID, "eps must be finite and >= 0, not %g", eps_);        \
     } while (0)
 #define RULE(name)                                                                       \
     alloy_status name(const ir_node *n, const ir_type *const *in, ir_type *out, char *why, \

@@ -20,8 +20,7 @@ static alloy_status channels_first(const ir_node *n, const ir_type *x, char *why
 {
     if (!ir_is_float(x->dtype)) FAIL(ALLOY_ERR_DTYPE, "input must be floating point, not %s", alloy_dtype_name(x->dtype));
     if (x->rank < 2) FAIL(ALLOY_ERR_SHAPE, "input must be [N, C, ...] (rank >= 2), not rank %d", x->rank);
-    double eps = ir_attr_f(n, "eps");
-    if (!(eps >= 0) || isinf(eps)) FAIL(ALLOY_ERR_INVALID, "eps must be finite and >= 0, not %g", eps);
+    CHECK_EPS(n);
     return ALLOY_OK;
 }
 

@@ -118,7 +118,7 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
         const ir_node *n = g->nodes[i];
         if (n->nin || !active[i] || grad[i] < 0) continue;
         char name[512];
-        al_fmt(name, sizeof name, "grad:%s", n->name);
+        al_fmt(name, sizeof name, GRAD_PREFIX "%s", n->name);
         ir_add_output(g, name, grad[i]);
     }
     al_free(active);

@@ -1,10 +1,11 @@
-/* dump.c - the pass manager's inspection output: one numbered IR file per pipeline stage, written atomically, and the pass timing table. */
+/* dump.c - the pass manager's inspection output: one numbered IR file per pipeline stage, written atomically (base/file.h), and the pass timing table. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "passes/inspect.h"
 
 /* dir/GRAPH.NN-WHAT.ir into path (the graph's name made a safe file name). */
@@ -31,47 +32,37 @@ static alloy_status dump_path(const char *dir, const ir_graph *g, int index, con
 alloy_status dump_open(const char *dir, const ir_graph *g, int index, const char *what, dump_file *d, char *err,
                        size_t errlen)
 {
-    d->f = NULL;
-    d->tmp[0] = '\0';
+    d->f = NULL, d->buf = NULL, d->len = 0;
     alloy_status st = dump_path(dir, g, index, what, d->path, sizeof d->path, err, errlen);
     if (st) return st;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         al_fmt(err, errlen, "dump_dir: cannot make the directory %s: %s", dir, strerror(errno));
         return ALLOY_ERR_IO;
     }
-    al_fmt(d->tmp, sizeof d->tmp, "%s.tmp-XXXXXX", d->path);
-    int fd = mkstemp(d->tmp);
-    if (fd < 0) {
-        al_fmt(err, errlen, "dump_dir: cannot write %s: cannot create a temporary file next to it: %s", d->path,
-               strerror(errno));
-        d->tmp[0] = '\0';
-        return ALLOY_ERR_IO;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp's 0600 would hide the dumps from other users */
-    d->f = fdopen(fd, "w");
-    if (!d->f) {
-        al_fmt(err, errlen, "dump_dir: cannot write %s: %s", d->path, strerror(errno));
-        close(fd);
-        unlink(d->tmp);
-        d->tmp[0] = '\0';
-        return ALLOY_ERR_IO;
+    if (!(d->f = open_memstream(&d->buf, &d->len))) {
+        al_fmt(err, errlen, "dump_dir: out of memory writing %s", d->path);
+        return ALLOY_ERR_OOM;
     }
     return ALLOY_OK;
 }
 
 alloy_status dump_commit(dump_file *d, char *err, size_t errlen)
 {
-    bool bad = fflush(d->f) != 0 || ferror(d->f);
-    int e = bad ? errno : 0;
-    if (fclose(d->f) != 0 && !bad) bad = true, e = errno;
+    bool bad = fclose(d->f) != 0;
     d->f = NULL;
-    if (!bad && rename(d->tmp, d->path) != 0) bad = true, e = errno;
+    alloy_status st = ALLOY_OK;
+    char msg[DUMP_PATH_MAX + 256];
     if (bad) {
-        unlink(d->tmp);
-        al_fmt(err, errlen, "dump_dir: cannot write %s: %s", d->path, strerror(e ? e : EIO));
-        return ALLOY_ERR_IO;
+        al_fmt(err, errlen, "dump_dir: out of memory writing %s", d->path);
+        st = ALLOY_ERR_OOM;
+    } else {
+        const void *part = d->buf;
+        if ((st = al_file_write(d->path, &part, &d->len, 1, 0, msg, sizeof msg)))
+            al_fmt(err, errlen, "dump_dir: %s", msg);
     }
-    return ALLOY_OK;
+    free(d->buf);
+    d->buf = NULL;
+    return st;
 }
 
 alloy_status dump_remove(const char *dir, const ir_graph *g, int index, const char *what, char *err, size_t errlen)

@@ -84,7 +84,7 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
             if (!is_grad_output(&g->outputs[i])) continue;
             const ir_type *t = &g->nodes[g->outputs[i].node]->type;
             char name[512];
-            al_fmt(name, sizeof name, "%s.grad_acc", g->outputs[i].name + 5);
+            al_fmt(name, sizeof name, "%s" SUFFIX_GRAD_ACC, g->outputs[i].name + 5);
             int acc = pass_state_leaf(g, name, t->dtype, t->rank, t->dims, 0);
             int sum = E2(add, acc, g->outputs[i].node);
             ir_add_update(g, name, E3(where, is_last, scalar(&c, t->dtype, 0), sum));

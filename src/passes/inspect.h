@@ -15,13 +15,15 @@
  * of it), "NN-", the stage's name and ".ir". */
 #define DUMP_PATH_MAX (OPT_PATH_MAX + 160)
 
-/* One dump file being written: FILE f on a temporary file next to path,
- * renamed over path by dump_commit (so a reader sees the old file or the
- * whole new one). */
+/* One dump file being written: FILE f on memory (buf, len), written to
+ * path by dump_commit through al_file_write (base/file.h: atomically, so a
+ * reader sees the old file or the whole new one; a link followed, anything
+ * but a regular file refused). */
 typedef struct dump_file {
     FILE *f;
+    char *buf; /* open_memstream's (malloc'd) */
+    size_t len;
     char path[DUMP_PATH_MAX];
-    char tmp[DUMP_PATH_MAX + 16];
 } dump_file;
 
 /* Opens the dump of pipeline stage `index` of graph g in dir (made when
@@ -29,11 +31,11 @@ typedef struct dump_file {
  * pipeline starts from, i + 1 for pass i), GRAPH the graph's name with
  * characters other than letters, digits, '_', '-' and '.' as '_' (a
  * leading '.' too; "graph" when empty). ALLOY_ERR_IO with err naming the
- * directory or file on failure. */
+ * directory or file on failure (ALLOY_ERR_OOM). */
 AL_HIDDEN alloy_status dump_open(const char *dir, const ir_graph *g, int index, const char *what, dump_file *d,
                                  char *err, size_t errlen);
-/* Flushes, closes and renames d's file into place; on a write error
- * removes the temporary file and returns ALLOY_ERR_IO naming the file. */
+/* Closes d's stream and writes what it holds to d's path; ALLOY_ERR_IO
+ * naming the file when that fails (the file is then as it was). */
 AL_HIDDEN alloy_status dump_commit(dump_file *d, char *err, size_t errlen);
 /* Removes the dump dump_open would write (a pass that did not run leaves
  * no stale file of an earlier compile); missing is fine. */

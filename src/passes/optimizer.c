@@ -111,7 +111,7 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
         if (wd) grad = E2(add, grad, E2(mul, p, S(dt, wd)));
         int dir = grad;
         if (o->momentum) {
-            al_fmt(sname, sizeof sname, "%s.momentum", name);
+            al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENTUM, name);
             int buf = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
             int nbuf = E2(add, E2(mul, buf, S(dt, o->momentum)), grad);
             ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nbuf, buf) : nbuf);
@@ -122,11 +122,11 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     /* Adam / AdamW */
     if (o->kind == ALLOY_OPTIM_ADAM && wd) grad = E2(add, grad, E2(mul, p, S(dt, wd)));
     if (o->kind == ALLOY_OPTIM_ADAMW && wd) p = E2(mul, p, cast_to(c, E2(sub, S(F, 1.0), E2(mul, lr64, S(F, wd))), dt));
-    al_fmt(sname, sizeof sname, "%s.m", name);
+    al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENT1, name);
     int m = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
     int nm = E2(add, E2(mul, m, S(dt, o->beta1)), E2(mul, grad, S(dt, 1.0 - o->beta1)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nm, m) : nm);
-    al_fmt(sname, sizeof sname, "%s.v", name);
+    al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENT2, name);
     int v = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
     int nv = E2(add, E2(mul, v, S(dt, o->beta2)), E2(mul, E1(square, grad), S(dt, 1.0 - o->beta2)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nv, v) : nv);

@@ -1,4 +1,5 @@
 /* pass.c - the pass manager: runs the pipeline in order, verifies and prints after each pass, times them, dumps each stage to a file. */
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -97,6 +98,18 @@ static alloy_status dump_stage(ir_graph *g, const pass_options *opts, const pass
     return st ? ir_error(g, st, "%s", err) : ALLOY_OK;
 }
 
+/* Flushes log after what an option (print_after, ...) printed there; a
+ * failed write (a full disk, a closed descriptor) is ALLOY_ERR_IO recorded
+ * on g, naming the option and pass, rather than output lost in silence. */
+static alloy_status printed(ir_graph *g, FILE *log, const char *option, const char *pass_name)
+{
+    errno = 0;
+    if (fflush(log) == 0 && !ferror(log)) return ALLOY_OK;
+    int e = errno;
+    return ir_error(g, ALLOY_ERR_IO, "%s%s%s: writing the output failed: %s", option, pass_name ? " " : "",
+                    pass_name ? pass_name : "", e ? strerror(e) : "the stream has an error");
+}
+
 /* The index of pipeline pass `name`. */
 static int pass_index(const char *name)
 {
@@ -193,7 +206,10 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_comp
                 ir_error(*g, st, "%s", err);
             continue;
         }
-        if (cfg->print_before & 1u << i) print_graph(*g, opts, c, log, "before", p, -1);
+        if (cfg->print_before & 1u << i) {
+            print_graph(*g, opts, c, log, "before", p, -1);
+            if ((st = printed(*g, log, "print_before", p->name))) break;
+        }
         double t0 = now_ms(), cpu0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
         st = p->run ? p->run(g, opts) : p->build(*g, opts, c);
         if (!st && p->run && p->run != pass_verify) st = ir_verify(*g);
@@ -207,10 +223,17 @@ alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_comp
         rows[nrows] = (pass_time){.name = p->name, .ran = true, .ms = ms, .nodes = (*g)->nnodes};
         made(p, c, rows[nrows].what, sizeof rows[nrows].what);
         nrows++;
-        if (cfg->print_after & 1u << i) print_graph(*g, opts, c, log, "after", p, ms);
+        if (cfg->print_after & 1u << i) {
+            print_graph(*g, opts, c, log, "after", p, ms);
+            if ((st = printed(*g, log, "print_after", p->name))) break;
+        }
         if (dump) st = dump_stage(*g, opts, c, i + 1, p, ms);
     }
-    if (cfg->time_passes) dump_print_times(log, (*g)->name, nodes_in, rows, nrows, failed);
+    if (cfg->time_passes) {
+        dump_print_times(log, (*g)->name, nodes_in, rows, nrows, failed);
+        alloy_status pst = printed(*g, log, "time_passes", NULL);
+        if (!st) st = pst;
+    }
     if (st || !out) pass_compiled_free(c);
     return st;
 }

@@ -74,7 +74,9 @@ typedef struct pass {
  * (printed as print_after prints it) as "GRAPH.NN-<pass>.ir" with NN = i + 1;
  * a disabled pass's file is removed (docs/inspect.md). With
  * cfg->time_passes a table of each pass's time and node count goes to
- * `log` at the end (also after a failure). timings (may be NULL) gets up to max
+ * `log` at the end (also after a failure). log is flushed after each
+ * print: a write that fails (a full disk, a closed descriptor) fails the
+ * run with ALLOY_ERR_IO naming the option. timings (may be NULL) gets up to max
  * entries, *ntimings the count. *out (may be NULL) gets the schedule and
  * plan (pass_compiled_free). On error *g holds the graph with the error
  * recorded and *out is empty. */
@@ -112,6 +114,13 @@ AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next
  * false when out of memory. */
 AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
+/* reserved.c: whether the user may not give the name `name` (used as
+ * `use`) in ir, because the training passes make it: any name starting
+ * with GRAD_PREFIX or a namespace above; for a node, "<p>" SUFFIX_* while
+ * p is an input or param of ir; for a new input or param p, p while a
+ * node "<p>" SUFFIX_* exists. True with the reason in why. */
+typedef enum pass_name_use { PASS_NAME_OUTPUT, PASS_NAME_NODE, PASS_NAME_LEAF } pass_name_use;
+AL_HIDDEN bool pass_reserved_name(const ir_graph *ir, const char *name, pass_name_use use, char *why, size_t whylen);
 
 /* A state leaf (created once per graph, initialized to value) named name. */
 AL_HIDDEN int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank,

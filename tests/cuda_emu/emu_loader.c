@@ -2,13 +2,16 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
 #include "emu_loader.h"
 
 #ifndef ALLOY_EMU_H
@@ -95,6 +98,10 @@ static void append_file(char *err, size_t errlen, const char *path)
     fclose(f);
 }
 
+/* The compiler's flags besides $CXX's words and ALLOY_EMU_CXXFLAGS. */
+static const char *const compile_flags[] = {"-std=c++17", "-O1", "-shared", "-fPIC", "-fstack-clash-protection",
+                                            "-DALLOY_HOST_EMULATION", "-include", ALLOY_EMU_H};
+
 /* Runs the compiler on dir/kernel.cu into dir/kernel.so; false with its output in err. */
 static bool compile(const char *dir, char *err, size_t errlen)
 {
@@ -107,9 +114,7 @@ static bool compile(const char *dir, char *err, size_t errlen)
 
     char *argv[max_words];
     int n = split_words(cxx, argv, 0);
-    static const char *const flags[] = {"-std=c++17", "-O1", "-shared", "-fPIC", "-fstack-clash-protection",
-                                        "-DALLOY_HOST_EMULATION", "-include", ALLOY_EMU_H};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) argv[n++] = (char *)flags[i];
+    for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++) argv[n++] = (char *)compile_flags[i];
     n = split_words(extra, argv, n);
     argv[n++] = "-x";
     argv[n++] = "c++";
@@ -160,6 +165,91 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+/* ---- the compiled-library cache ----
+ *
+ * With ALLOY_EMU_CACHE_DIR set (tests/meson.build sets it to a folder of the
+ * build), a compiled library is kept there under the SHA-256 of everything
+ * that makes it: the compiler's words, its flags, emu.h and the header it
+ * includes from src/base, and the source. A run of the suites after the first
+ * (or a second suite compiling a source the first did) copies the library
+ * instead of running the compiler. Entries are written to a temporary file
+ * and renamed, so suites running at once share the folder safely; an entry
+ * that does not load is compiled again. */
+
+static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
+static uint8_t headers_digest[32]; /* emu.h and vmath.h, read once */
+
+/* Adds path's bytes (or its absence) to s. */
+static void hash_file(al_sha256_ctx *s, const char *path)
+{
+    char buf[8192];
+    size_t n;
+    FILE *f = fopen(path, "rb");
+    al_sha256_update(s, path, strlen(path) + 1);
+    if (!f) {
+        al_sha256_update(s, "absent", 6);
+        return;
+    }
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) al_sha256_update(s, buf, n);
+    fclose(f);
+}
+
+static void hash_headers(void)
+{
+    al_sha256_ctx s;
+    char vmath[600];
+    const char *slash = strrchr(ALLOY_EMU_H, '/');
+    snprintf(vmath, sizeof vmath, "%.*s/../../src/base/vmath.h", slash ? (int)(slash - ALLOY_EMU_H) : 1,
+             slash ? ALLOY_EMU_H : ".");
+    al_sha256_init(&s);
+    hash_file(&s, ALLOY_EMU_H);
+    hash_file(&s, vmath);
+    al_sha256_final(&s, headers_digest);
+}
+
+/* The cache file of source in path; false when no cache is set (or the
+ * folder cannot be made). */
+static bool cache_path(const char *source, char *path, size_t len)
+{
+    const char *dir = getenv("ALLOY_EMU_CACHE_DIR");
+    if (!dir || !*dir) return false;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return false;
+    pthread_once(&headers_once, hash_headers);
+    al_sha256_ctx s;
+    uint8_t digest[32];
+    al_sha256_init(&s);
+    al_sha256_update(&s, headers_digest, sizeof headers_digest);
+    const char *cxx = compiler();
+    al_sha256_update(&s, cxx, strlen(cxx) + 1);
+    al_sha256_update(&s, ALLOY_EMU_CXXFLAGS, strlen(ALLOY_EMU_CXXFLAGS) + 1);
+    for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++)
+        al_sha256_update(&s, compile_flags[i], strlen(compile_flags[i]) + 1);
+    al_sha256_update(&s, source, strlen(source));
+    al_sha256_final(&s, digest);
+    int n = snprintf(path, len, "%s/", dir);
+    for (int i = 0; i < 32 && n > 0 && (size_t)n + 3 < len; i++) n += snprintf(path + n, len - (size_t)n, "%02x", digest[i]);
+    return n > 0 && (size_t)n + 4 < len && snprintf(path + n, len - (size_t)n, ".so") == 3;
+}
+
+/* Copies the file from into to (through a temporary file renamed over to
+ * when publish); false on any failure, leaving no partial file at to. */
+static bool copy_file(const char *from, const char *to, bool publish)
+{
+    char tmp[600], buf[1 << 16];
+    snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", to, (long)getpid(), (unsigned long)pthread_self());
+    const char *target = publish ? tmp : to;
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(target, "wb") : NULL;
+    bool ok = in && out;
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    if (in && ferror(in)) ok = false;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) ok = false;
+    if (ok && publish) ok = rename(tmp, to) == 0;
+    if (!ok && out) unlink(target);
+    return ok;
+}
+
 static long compiles;
 static bool poisoned;
 
@@ -198,7 +288,21 @@ static bool compile_source(emu_kernel *k, const char *source, char *err, size_t 
         snprintf(err, errlen, "emu_compile: cannot write %s", path);
         return false;
     }
-    return compile(k->dir, err, errlen);
+    char cached[600], lib[512];
+    bool cache = cache_path(source, cached, sizeof cached);
+    snprintf(lib, sizeof lib, "%s/kernel.so", k->dir);
+    if (cache && access(cached, R_OK) == 0 && copy_file(cached, lib, false)) {
+        /* a library that no longer loads (a truncated entry) is compiled again */
+        void *probe = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (probe) {
+            dlclose(probe);
+            return true;
+        }
+        unlink(cached);
+    }
+    if (!compile(k->dir, err, errlen)) return false;
+    if (cache) copy_file(lib, cached, true); /* a failed store only costs the next run a compile */
+    return true;
 }
 
 /* dlopens k->dir/kernel.so and finds the launcher (and kernel_name's entry unless NULL). */

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/file.h"
 #include "base/sha256.h"
 #include "ir/groups.h"
 #include "runtime/io/checksum.h"
@@ -699,41 +701,58 @@ alloy_status bundle_decode(const uint8_t *bytes, size_t len, const char *where, 
     return ALLOY_OK;
 }
 
+/* Reads n bytes from fd at its position; 0 or an errno (EIO: the file ended). */
+static int read_all(int fd, uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t r = read(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r < 0 ? errno : EIO;
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
 alloy_status bundle_read_file(const char *path, bundle_contents *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    alloy_status st = al_file_open_read(path, 0, &fd, &size, err, errlen);
+    if (st) return st;
+    /* the header first: a file that is no bundle, or not the size its
+     * header gives, is refused from its first 80 bytes, whatever its size */
+    uint8_t head[BUNDLE_HEADER_BYTES], *bytes = NULL;
+    size_t n = size < sizeof head ? (size_t)size : sizeof head;
+    int e = read_all(fd, head, n);
+    if (!e && (n < sizeof head || memcmp(head, BUNDLE_MAGIC, 8) != 0)) {
+        close(fd);
+        return bundle_decode(head, n, path, out, err, errlen);
+    }
+    uint64_t payload = e ? 0 : le64(head + 32);
+    if (!e && payload != size - BUNDLE_HEADER_BYTES) {
+        close(fd);
+        al_fmt(err, errlen, "%s: %s: the header gives %" PRIu64 " payload bytes, the file has %" PRIu64, path,
+               payload > size - BUNDLE_HEADER_BYTES ? "truncated" : "trailing bytes", payload,
+               size - BUNDLE_HEADER_BYTES);
+        return ALLOY_ERR_FORMAT;
+    }
+    if (!e && !(bytes = size < SIZE_MAX ? al_malloc((size_t)size) : NULL)) {
+        close(fd);
+        al_fmt(err, errlen, "%s: out of memory reading its %" PRIu64 " bytes", path, size);
+        return ALLOY_ERR_OOM;
+    }
+    if (!e) {
+        memcpy(bytes, head, sizeof head);
+        e = read_all(fd, bytes + sizeof head, (size_t)size - sizeof head);
+    }
+    close(fd);
+    if (e) {
+        al_free(bytes);
+        al_fmt(err, errlen, "%s: cannot read: %s", path, e == EIO ? "the file ended early (cut while read?)" : strerror(e));
         return ALLOY_ERR_IO;
     }
-    uint8_t *bytes = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            uint8_t *p = al_realloc(bytes, ncap);
-            if (!p) {
-                al_free(bytes);
-                fclose(f);
-                al_fmt(err, errlen, "%s: out of memory reading it", path);
-                return ALLOY_ERR_OOM;
-            }
-            bytes = p, cap = ncap;
-        }
-        size_t got = fread(bytes + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    alloy_status st;
-    if (failed) {
-        al_fmt(err, errlen, "%s: read error", path);
-        st = ALLOY_ERR_IO;
-    } else {
-        st = bundle_decode(bytes, len, path, out, err, errlen);
-    }
+    st = bundle_decode(bytes, (size_t)size, path, out, err, errlen);
     al_free(bytes);
     return st;
 }

@@ -6,7 +6,7 @@
 #include "alloy_config.h"
 #include "base/sha256.h"
 #include "runtime/bundle/bundle.h"
-#include "runtime/io/atomic.h"
+#include "base/file.h"
 
 /* A growing byte buffer; oom sticks. */
 typedef struct wbuf {
@@ -232,7 +232,7 @@ alloy_status bundle_write_file(const char *path, const bundle_contents *c, char 
     alloy_status st = bundle_encode(c, &bytes, &len, err, errlen);
     if (st) return st;
     const void *parts[1] = {bytes};
-    st = io_write_atomic(path, parts, &len, 1, err, errlen);
+    st = al_file_write(path, parts, &len, 1, AL_FILE_DURABLE, err, errlen);
     al_free(bytes);
     return st;
 }

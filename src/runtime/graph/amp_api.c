@@ -16,6 +16,14 @@ static const struct {
     {ALLOY_AMP_CLEARLIST, AMP_CLEAR, "CLEARLIST"},
 };
 
+int graph_amp_env_count(void) { return (int)(sizeof lists / sizeof lists[0]) * 2; }
+
+const char *graph_amp_env_name(int k, char *buf, size_t len)
+{
+    al_fmt(buf, len, "ALLOY_AMP_%s_%s", lists[k / 2].env, k % 2 ? "REMOVE" : "ADD");
+    return buf;
+}
+
 static int list_class(alloy_amp_list list)
 {
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
@@ -81,6 +89,7 @@ alloy_status alloy_amp_set_unlisted(alloy_graph *g, alloy_amp_list list)
 
 alloy_status graph_pass_options(alloy_graph *g, pass_options *opts)
 {
+    graph_env_warn_once(); /* the environment is read here: say what in it is not */
     memset(opts, 0, sizeof *opts);
     opts->amp = g->amp;
     opts->loss_seed = -1;
@@ -122,7 +131,7 @@ alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "amp_report: out is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     *out = g->amp_report;
@@ -132,7 +141,6 @@ alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
 alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (dtype != ALLOY_F32 && dtype != ALLOY_F16 && dtype != ALLOY_BF16)
         return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_push: dtype must be f32, f16 or bf16, not %s",
                           (unsigned)dtype < ALLOY_DTYPE_COUNT ? alloy_dtype_name(dtype) : "unknown");
@@ -145,7 +153,6 @@ alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype)
 alloy_status alloy_amp_scope_pop(alloy_graph *g)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!g->amp_scopes) return graph_fail(g, ALLOY_ERR_INVALID, "amp_scope_pop: no scope was pushed");
     g->amp_scopes--;
     return ALLOY_OK;

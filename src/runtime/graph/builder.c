@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 
 /* A public handle is the node itself. */
@@ -75,6 +76,12 @@ static alloy_tensor *leaf(alloy_graph *g, int op, const char *name, alloy_dtype 
     if (!declared_type(g, ir_ops[op].name, dtype, rank, dims, &t)) return NULL;
     if ((op == IR_OP_input || op == IR_OP_param) && (!name || !*name)) {
         ir_error(g->ir, ALLOY_ERR_INVALID, "%s: a name is required", ir_ops[op].name);
+        return NULL;
+    }
+    char why[400];
+    pass_name_use use = op == IR_OP_constant ? PASS_NAME_NODE : PASS_NAME_LEAF;
+    if (name && pass_reserved_name(g->ir, name, use, why, sizeof why)) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "%s: %s", ir_ops[op].name, why);
         return NULL;
     }
     ir_node *node = ir_add_node(g->ir, op, 0, NULL, nattrs, attrs, &t, name);
@@ -384,18 +391,29 @@ alloy_tensor *alloy_embedding(alloy_graph *g, alloy_tensor *ids, alloy_tensor *t
     return add(g, IR_OP_embedding, 2, xs, 0, NULL, NULL);
 }
 
+/* The start of a reshape error: "reshape(f32[2,3]) of 'x' to [-1,4]". */
+static void reshape_where(char *buf, size_t len, const ir_node *x, int rank, const int64_t *dims)
+{
+    char type[96], label[64], to[160];
+    ir_fmt_type(type, sizeof type, &x->type);
+    al_fmt_dims(to, sizeof to, rank, dims);
+    al_fmt(buf, len, "reshape(%s) of '%s' to %s", type, ir_node_label(x, label, sizeof label), to);
+}
+
 alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank, const int64_t *dims)
 {
     if (!operands_ok(g, "reshape", 1, &x)) return NULL;
     ir_type t;
     if (!declared_type(g, "reshape", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
+    char where[320];
     int infer = -1;
     int64_t known = 1;
     bool overflow = false; /* the known dims' product passes int64: no -1 can make it fit */
     for (int i = 0; i < rank; i++) {
         if (dims[i] == -1 && infer < 0) infer = i;
         else if (dims[i] < 0) {
-            ir_error(g->ir, ALLOY_ERR_SHAPE, "reshape: dim %d is %lld (only one -1 allowed)", i,
+            reshape_where(where, sizeof where, NODE(x), rank, dims);
+            ir_error(g->ir, ALLOY_ERR_SHAPE, "%s: dim %d is %lld (only one -1 allowed)", where, i,
                      (long long)dims[i]);
             return NULL;
         } else if (overflow || (dims[i] && known > INT64_MAX / dims[i])) overflow = true;
@@ -404,8 +422,14 @@ alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank, const int
     if (infer >= 0) {
         int64_t total = ir_numel(&NODE(x)->type);
         if (overflow || known == 0 || total % known) {
-            ir_error(g->ir, ALLOY_ERR_SHAPE, "reshape: cannot infer dim %d of %lld elements", infer,
-                     (long long)total);
+            reshape_where(where, sizeof where, NODE(x), rank, dims);
+            if (overflow)
+                ir_error(g->ir, ALLOY_ERR_SHAPE, "%s: cannot infer dim %d: the other dims' product passes int64", where,
+                         infer);
+            else
+                ir_error(g->ir, ALLOY_ERR_SHAPE,
+                         "%s: cannot infer dim %d: the %lld elements are not a whole number of the other dims' %lld",
+                         where, infer, (long long)total, (long long)known);
             return NULL;
         }
         t.dims[infer] = total / known;
@@ -481,6 +505,13 @@ alloy_tensor *alloy_cast(alloy_graph *g, alloy_tensor *x, alloy_dtype dtype)
 alloy_tensor *alloy_set_name(alloy_graph *g, alloy_tensor *t, const char *name)
 {
     if (!operands_ok(g, "set_name", 1, &t)) return NULL;
+    char why[400];
+    const ir_node *n = NODE(t);
+    bool leaf = n->op == IR_OP_input || n->op == IR_OP_param;
+    if (pass_reserved_name(g->ir, name, leaf ? PASS_NAME_LEAF : PASS_NAME_NODE, why, sizeof why)) {
+        ir_error(g->ir, ALLOY_ERR_INVALID, "set_name: %s", why);
+        return NULL;
+    }
     if (ir_set_name(g->ir, NODE(t), name)) return NULL;
     return t;
 }
@@ -489,6 +520,9 @@ alloy_status alloy_output(alloy_graph *g, const char *name, alloy_tensor *t)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!operands_ok(g, "output", 1, &t)) return g->ir->status;
+    char why[400];
+    if (pass_reserved_name(g->ir, name, PASS_NAME_OUTPUT, why, sizeof why))
+        return ir_error(g->ir, ALLOY_ERR_INVALID, "output: %s", why);
     alloy_status st = ir_add_output(g->ir, name, NODE(t)->id);
     if (!st) graph_invalidate(g);
     return st;
@@ -508,7 +542,7 @@ alloy_tensor *alloy_graph_find(alloy_graph *g, const char *name)
 alloy_host_tensor alloy_tensor_info(const alloy_tensor *t)
 {
     alloy_host_tensor info = {0};
-    if (!t) return info;
+    if (!t) return (alloy_host_tensor){.dtype = ALLOY_DTYPE_COUNT, .rank = -1}; /* no tensor has these */
     const ir_node *n = (const ir_node *)(const void *)t;
     info.dtype = n->type.dtype;
     info.rank = n->type.rank;

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "alloy/bundle.h"
+#include "base/file.h"
+#include "codegen/cache.h"
 #include "codegen/export.h"
 #include "runtime/bundle/bundle.h"
 #include "runtime/graph/bundle_save.h"
@@ -44,10 +46,14 @@ static alloy_status add_image(bundle_cuda *x, const cg_binary *bin, uint32_t m)
     return ALLOY_OK;
 }
 
+/* Kernels the cache of one save keeps in memory (the disk holds the rest). */
+#define BUNDLE_MEM_CACHE (64u << 20)
+
 /* The default image builder: every module compiled by NVRTC to a cubin per
  * architecture of archs (PTX for the newest below where NVRTC has none) and
- * to PTX for the lowest architecture, which newer GPUs' drivers compile;
- * the driver version that PTX needs is NVRTC's. No GPU is needed. */
+ * to PTX for the lowest architecture, which newer GPUs' drivers compile,
+ * through the kernel cache unless cfg turns it off; the driver version
+ * that PTX needs is NVRTC's. No GPU is needed. */
 static alloy_status nvrtc_images(const al_options *cfg, const char *archs, int nmodules, const char *const *names,
                                  const char *const *sources, bundle_cuda *x, char *err, size_t errlen)
 {
@@ -64,6 +70,23 @@ static alloy_status nvrtc_images(const al_options *cfg, const char *archs, int n
         al_fmt(err, errlen, "the CUDA executables for %s need NVRTC: %s", archs, msg);
         return st;
     }
+    /* through the kernel cache as the CUDA backend's compiles are: a
+     * second save of the same step compiles nothing */
+    cg_cache *cache = NULL;
+    char dir[OPT_PATH_MAX + 16] = "";
+    if (cfg->cache) {
+        st = cg_cache_default_dir(cfg->cache_dir, getenv("XDG_CACHE_HOME"), getenv("HOME"), dir, sizeof dir);
+        if (st == ALLOY_ERR_INVALID) {
+            al_fmt(err, errlen, "the kernel cache directory is longer than %zu bytes", sizeof dir - 1);
+            cg_nvrtc_close(nv);
+            return st;
+        }
+        if ((st = cg_cache_open(*dir ? dir : NULL, BUNDLE_MEM_CACHE, CG_CACHE_DISK_BOUND, &cache, msg, sizeof msg))) {
+            al_fmt(err, errlen, "the kernel cache: %s", msg);
+            cg_nvrtc_close(nv);
+            return st;
+        }
+    }
     int per = nsms + 1, n = nmodules * per;
     cg_kernel_src *ks = al_calloc((size_t)n + 1, sizeof *ks);
     cg_binary *bins = al_calloc((size_t)n + 1, sizeof *bins);
@@ -74,7 +97,8 @@ static alloy_status nvrtc_images(const al_options *cfg, const char *archs, int n
             ks[m * per + t] = (cg_kernel_src){.name = names[m], .source = sources[m],
                                               .sm = t < nsms ? sms[t] : lowest, .ptx = t == nsms};
     if (st) al_fmt(err, errlen, "out of memory compiling the CUDA executable");
-    else if ((st = cg_nvrtc_compile_many(nv, ks, n, cfg->num_threads, NULL, bins))) {
+    else if ((st = cache ? cg_cache_compile_many(cache, nv, ks, n, cfg->num_threads, NULL, bins)
+                         : cg_nvrtc_compile_many(nv, ks, n, cfg->num_threads, NULL, bins))) {
         int bad = 0;
         while (bad < n - 1 && !bins[bad].status) bad++;
         al_fmt(err, errlen, "%s", bins[bad].message ? bins[bad].message : "NVRTC failed");
@@ -89,6 +113,7 @@ static alloy_status nvrtc_images(const al_options *cfg, const char *archs, int n
     }
     for (int i = 0; bins && i < n; i++) cg_binary_free(&bins[i]);
     al_free(ks), al_free(bins);
+    cg_cache_close(cache);
     cg_nvrtc_close(nv);
     return st;
 }
@@ -189,16 +214,9 @@ static alloy_status state_bytes(alloy_graph *g, const char *path, uint8_t **out,
     }
     close(fd);
     alloy_status st = alloy_graph_save_state(g, tmp);
-    FILE *f = st ? NULL : fopen(tmp, "rb");
-    if (!st && !f) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
-    if (f) {
-        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-        if (size <= 0 || fseek(f, 0, SEEK_SET) != 0) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
-        else if (!(*out = al_malloc((size_t)size))) st = graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
-        else if (fread(*out, 1, (size_t)size, f) != (size_t)size) st = graph_fail(g, ALLOY_ERR_IO, "save_bundle %s: cannot read %s back", path, tmp);
-        else *len = (size_t)size;
-        fclose(f);
-    }
+    char msg[1024];
+    if (!st && (st = al_file_read(tmp, 0, out, len, msg, sizeof msg)))
+        graph_fail(g, st, "save_bundle %s: reading the state back: %s", path, msg);
     unlink(tmp);
     al_free(tmp);
     if (st) {
@@ -216,11 +234,14 @@ alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const cha
 alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
-    if (g->ir->status) return g->ir->status;
-    alloy_status st = graph_compile_ir(g);
-    if (st) return st;
+    if (g->ir->status) return graph_built(g);
+    /* the target first: nothing is compiled for a path that cannot take
+     * the bundle (a FIFO, a device, a directory, a missing folder) */
+    char err[1024];
+    alloy_status st = al_file_check_writable(path, err, sizeof err);
+    if (st) return graph_fail(g, st, "save_bundle: %s", err);
+    if ((st = graph_compile_ir(g))) return st;
     bundle_contents c = {.ir = g->compiled, .comp = g->comp, .seed = g->seed, .training = g->training,
                          .scaler_kind = (int)g->scaler.kind, .growth_interval = g->scaler.growth_interval,
                          .optimizer_kind = (int)g->optimizer.kind,
@@ -242,7 +263,6 @@ alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, con
         al_free(c.init_state);
         return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
     }
-    char err[1024];
     st = bundle_write_file(path, &c, err, sizeof err);
     al_free(c.options);
     al_free(c.init_state);

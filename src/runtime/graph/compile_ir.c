@@ -12,6 +12,11 @@ alloy_status graph_compile_ir(alloy_graph *g)
     alloy_status st = graph_options(g, &g->cfg);
     if (!st) st = graph_pass_options(g, &opts);
     if (st) return st;
+    if (g->scaler.kind != ALLOY_SCALER_NONE && g->ir->loss < 0) /* else ignored, and step_info reported a NaN loss */
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "compiling graph '%s': a loss scaler is set (alloy_graph_set_grad_scaler) but the graph has "
+                          "no loss to scale; set the loss (alloy_graph_set_loss) or no scaler",
+                          g->ir->name);
     ir_graph *c = ir_graph_clone(g->ir);
     if (!c) return graph_fail(g, ALLOY_ERR_OOM, "out of memory copying the graph to compile it");
     opts.amp_report = &g->amp_report;
@@ -50,8 +55,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
 const char *alloy_graph_device(alloy_graph *g)
 {
     if (!g) return NULL;
-    g->status = ALLOY_OK;
-    if (g->ir->status) return NULL;
+    if (graph_built(g)) return NULL;
     if (state_ensure(g) || graph_exec_ready(g, NULL)) return NULL;
     const rt_backend *b = graph_backend(g);
     const char *gpu = b->ops->device_name ? b->ops->device_name(b) : NULL;

@@ -18,8 +18,7 @@ alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, char *out, s
 alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const char *dir)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     if (!dir || !*dir) return graph_fail(g, ALLOY_ERR_INVALID, "export_cuda: no output directory given");
     int sms[CG_MAX_ARCHS], nsms;
     char msg[1024];

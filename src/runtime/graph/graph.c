@@ -7,8 +7,20 @@
 
 #include "runtime/graph/graph_impl.h"
 
+/* Copies a builder error g has not seen yet into g's record: it happened
+ * after every failure recorded there (a later one would have copied it
+ * first), so it is now the most recent. */
+static void graph_error_sync(alloy_graph *g)
+{
+    if (!g->ir->status || g->builder_error_seen) return;
+    g->builder_error_seen = true;
+    g->status = g->ir->status;
+    al_fmt(g->error, sizeof g->error, "%s", g->ir->error);
+}
+
 alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
 {
+    graph_error_sync(g);
     g->status = status;
     va_list ap;
     va_start(ap, fmt);
@@ -42,21 +54,29 @@ void alloy_graph_free(alloy_graph *g)
     graph_options_free(g);
     for (int i = 0; i < g->ngrad_inputs; i++) al_free(g->grad_inputs[i]);
     al_free(g->grad_inputs);
+    graph_batch_counts_free(g);
     for (int i = 0; i < g->ngroups; i++) al_free(g->groups[i].patterns);
     al_free(g->groups);
     al_free(g);
 }
 
+alloy_status graph_built(alloy_graph *g)
+{
+    if (!g->ir->status) return ALLOY_OK;
+    return graph_fail(g, g->ir->status, "%s", g->ir->error);
+}
+
 alloy_status alloy_graph_status(const alloy_graph *g)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    return g->ir->status ? g->ir->status : g->status;
+    graph_error_sync((alloy_graph *)(uintptr_t)g); /* the record is not part of the graph's value */
+    return g->status;
 }
 
 const char *alloy_last_error(const alloy_graph *g)
 {
     if (!g) return "no graph (NULL)";
-    if (g->ir->status) return g->ir->error;
+    graph_error_sync((alloy_graph *)(uintptr_t)g);
     return g->status ? g->error : "";
 }
 
@@ -196,7 +216,7 @@ alloy_status alloy_graph_memory_info(alloy_graph *g, alloy_memory_info *out)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "memory_info: out is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     const mem_plan *p = &g->comp.plan;
@@ -213,7 +233,7 @@ alloy_status alloy_graph_device_memory(alloy_graph *g, alloy_device_memory *out)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!out) return graph_fail(g, ALLOY_ERR_INVALID, "device_memory: out is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     rt_backend *b = graph_backend(g);

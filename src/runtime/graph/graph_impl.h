@@ -44,6 +44,12 @@ typedef struct graph_device {
 enum { SCALAR_LOSS, SCALAR_SCALE, SCALAR_NEXT_SCALE, SCALAR_FOUND, SCALAR_APPLY, SCALAR_LR, SCALAR_NORM, SCALAR_COUNT,
        SCALAR_SKIPPED, NSCALARS };
 
+/* A batch_norm's num_batches_tracked as a params file gave it (batch_counts.c). */
+typedef struct batch_count {
+    char *name; /* "<module>.num_batches_tracked" */
+    int64_t value;
+} batch_count;
+
 /* One option set through the API (alloy_graph_set_option). */
 typedef struct graph_option {
     char *name, *value;
@@ -56,6 +62,7 @@ struct alloy_graph {
     pass_timing timings[16]; /* each pass's time in the last compile (bench/compile_time.c reads them) */
     int ntimings;
     graph_device *dev;   /* opened at the first compile, kept with the state it holds; NULL before */
+    bool shares_state;   /* alloy_graph_share_state made g use another graph's state */
     /* The executable of the last run: for the default schedule, or for
      * exec_sched / exec_plan when that run kept more (fetches of values the
      * default does not keep); exec_keep is what it keeps (NULL: default). */
@@ -82,18 +89,26 @@ struct alloy_graph {
     alloy_grad_scaler scaler;    /* kind NONE unless set */
     alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
     alloy_step_info step;        /* what the last run did */
+    bool step_ran;               /* a run has filled step */
     graph_option *options;       /* alloy_graph_set_option's settings, over the environment's */
     int noptions;
     al_options cfg;              /* the configuration of the last compile (graph_options) */
     FILE *print_to;              /* where printed passes go (NULL: stderr) */
     char **grad_inputs;          /* inputs whose gradients were asked for */
     int ngrad_inputs;
+    batch_count *batch_counts;   /* num_batches_tracked values loaded from params files */
+    int nbatch_counts;
     param_group *groups;         /* alloy_graph_set_param_group's calls, in order */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
     bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
-    alloy_status status; /* last failing call's status, message below */
+    /* The one error record of the API (docs/errors.md, "One rule"): the
+     * status and message of the most recent call on g that failed. A
+     * builder error lives first in ir->status/error (first wins: the
+     * poison) and is copied here by graph_error_sync when it is newer. */
+    alloy_status status;
     char error[4096]; /* room for an NVRTC log (alloy_graph_export_cuda) */
+    bool builder_error_seen; /* ir's builder error was copied into status/error */
     char device_text[1024]; /* alloy_graph_device's answer */
 };
 
@@ -118,6 +133,18 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
 /* The options for compiling g: its AMP config with the environment's list
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
 AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, struct pass_options *opts);
+
+/* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE): how
+ * many, and the k-th into buf. */
+AL_HIDDEN int graph_amp_env_count(void);
+AL_HIDDEN const char *graph_amp_env_name(int k, char *buf, size_t len);
+
+/* env_check.c */
+/* Writes a warning to `to` for each ALLOY_* variable of the environment
+ * that alloy does not read, suggesting the nearest name; returns how many. */
+AL_HIDDEN int graph_env_unknown(FILE *to);
+/* graph_env_unknown(stderr), the first time it is called in a process. */
+AL_HIDDEN void graph_env_warn_once(void);
 
 /* compile.c (graph_compile_ir: compile_ir.c, in liballoy-runtime compile_bundle.c) */
 /* Compiles g's built graph into g->compiled (and its schedule and plan)
@@ -181,6 +208,22 @@ AL_HIDDEN alloy_status state_write(alloy_graph *g, rt_state *s, const void *data
 /* Whether s is a param of g as built (not optimizer or scaler state). */
 AL_HIDDEN bool state_is_param(const alloy_graph *g, const rt_state *s);
 
+/* batch_counts.c: PyTorch's "<module>.num_batches_tracked" (i64 []) of
+ * each batch_norm whose running mean is the state "<module>.running_mean".
+ * alloy does not count batches (its batch_norm always has a momentum, so
+ * nothing reads the count); params files carry the value a loaded file
+ * gave (else 0) so a state_dict round-trips exactly. */
+enum { BATCH_COUNT_NAME = 288 };
+/* The counters' names of g's batch_norms into names[0..max), in node
+ * order; returns how many there are (more than max: the rest not written). */
+AL_HIDDEN int graph_batch_counts(const alloy_graph *g, char (*names)[BATCH_COUNT_NAME], int max);
+/* Whether name is the counter of one of g's batch_norms. */
+AL_HIDDEN bool graph_is_batch_count(const alloy_graph *g, const char *name);
+/* The value kept for counter name; made (0) when make, else NULL when none
+ * was kept; NULL when out of memory. */
+AL_HIDDEN int64_t *graph_batch_count(alloy_graph *g, const char *name, bool make);
+AL_HIDDEN void graph_batch_counts_free(alloy_graph *g);
+
 /* state_check.c */
 /* Checks the value data (s's dtype, one element) for a state tensor alloy
  * owns: the counters optim.step, step.skipped_steps, scaler.growth_tracker
@@ -191,9 +234,17 @@ AL_HIDDEN bool state_is_param(const alloy_graph *g, const rt_state *s);
  * tensor and the value, prefixed by where. */
 AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);
 
-/* Records an error on g's run status (the builder's first error stays in ir). */
+/* Records the failure of the current call on g (status and message, the
+ * most recent failure wins) and returns status. Every public call that
+ * fails for a reason other than a builder call's records it here; builder
+ * calls record on g->ir with ir_error (the first wins and poisons g). */
 AL_HIDDEN alloy_status graph_fail(alloy_graph *g, alloy_status status, const char *fmt, ...)
     AL_PRINTF(3, 4);
+/* ALLOY_OK when no builder call on g failed; else that first builder
+ * error, recorded as the current call's failure (graph_fail). Calls that
+ * need the built graph (run, compile, dump, save...) start with it, after
+ * checking their own arguments. */
+AL_HIDDEN alloy_status graph_built(alloy_graph *g);
 /* The same for calls that take a const graph (inspection calls): the error
  * record is not part of the graph's value, so they may still set it. */
 #define graph_fail_const(g, ...) graph_fail((alloy_graph *)(uintptr_t)(g), __VA_ARGS__)

@@ -8,7 +8,6 @@
 alloy_status alloy_graph_set_lr(alloy_graph *g, double lr)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!(isfinite(lr) && lr >= 0))
         return graph_fail(g, ALLOY_ERR_INVALID, "set_lr: lr is %g; it must be finite and >= 0", lr);
     if (!g->optimizer.kind)
@@ -38,8 +37,7 @@ static bool matches_a_param(const alloy_graph *g, const char *item, size_t len)
 alloy_status alloy_graph_set_param_group(alloy_graph *g, const char *patterns, double lr_scale, bool weight_decay)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     if (!patterns) return graph_fail(g, ALLOY_ERR_INVALID, "set_param_group: patterns is NULL");
     if (!(isfinite(lr_scale) && lr_scale >= 0))
         return graph_fail(g, ALLOY_ERR_INVALID, "set_param_group '%s': lr_scale is %g; it must be finite and >= 0",
@@ -56,6 +54,13 @@ alloy_status alloy_graph_set_param_group(alloy_graph *g, const char *patterns, d
                               (int)len, item, g->ir->name);
     }
     if (!nitems) return graph_fail(g, ALLOY_ERR_INVALID, "set_param_group: no pattern given (\"\")");
+    size_t end = strlen(patterns);
+    while (end && patterns[end - 1] == ' ') end--;
+    if (patterns[end - 1] == ',') /* a trailing comma: an empty last pattern, as an empty middle one is */
+        return graph_fail(g, ALLOY_ERR_INVALID, "set_param_group '%s': pattern %d is empty", patterns, nitems + 1);
+    const param_group *last = g->ngroups ? &g->groups[g->ngroups - 1] : NULL;
+    if (last && strcmp(last->patterns, patterns) == 0 && last->lr_scale == lr_scale && last->decay == weight_decay)
+        return ALLOY_OK; /* the same call again changes nothing: no second copy, no recompile */
     param_group *groups = al_realloc(g->groups, sizeof *groups * (size_t)(g->ngroups + 1));
     if (!groups) return graph_fail(g, ALLOY_ERR_OOM, "set_param_group '%s': out of memory", patterns);
     g->groups = groups;

@@ -75,8 +75,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
                              alloy_host_tensor *fetches, int nfetches)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     if ((nfeeds && !feeds) || (nfetches && !fetches) || nfeeds < 0 || nfetches < 0)
         return graph_fail(g, ALLOY_ERR_INVALID, "run: feeds/fetches NULL with a non-zero count");
     alloy_status st = state_ensure(g); /* compiles first */
@@ -90,6 +89,14 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     if (!fetch_id || !downloads) st = graph_fail(g, ALLOY_ERR_OOM, "out of memory starting a run");
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetches[i].name ? fetch_node(c, fetches[i].name) : -1;
+        if (id < 0 && fetches[i].name && strncmp(fetches[i].name, GRAD_PREFIX, strlen(GRAD_PREFIX)) == 0 &&
+            (g->ir->loss < 0 || !g->training)) {
+            st = graph_fail(g, ALLOY_ERR_NOT_FOUND,
+                            "fetch '%s': graph '%s' computes no gradients: %s", fetches[i].name, g->ir->name,
+                            g->ir->loss < 0 ? "they need a loss (alloy_graph_set_loss)"
+                                            : "training is off (alloy_graph_set_training)");
+            break;
+        }
         if (id < 0) {
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "fetch '%s': no output or named node of that name",
                             fetches[i].name ? fetches[i].name : "(NULL)");

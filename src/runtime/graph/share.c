@@ -75,18 +75,24 @@ alloy_status alloy_graph_share_state(alloy_graph *g, alloy_graph *owner, int *sh
     if (shared) *shared = 0;
     if (unshared) *unshared = 0;
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!owner) return graph_fail(g, ALLOY_ERR_INVALID, "share_state: owner is NULL");
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     if (owner == g) return graph_fail(g, ALLOY_ERR_INVALID, "share_state: graph '%s' cannot share state with itself", g->ir->name);
-    if (g->dev && g->dev->refs > 1)
-        return graph_fail(g, ALLOY_ERR_INVALID, "share_state: graph '%s' already shares state with another graph",
+    if (g->shares_state)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "share_state: graph '%s' already shares another graph's state; a graph shares state once, "
+                          "with one owner",
                           g->ir->name);
+    if (g->dev && g->dev->refs > 1)
+        return graph_fail(g, ALLOY_ERR_INVALID,
+                          "share_state: graph '%s' cannot take graph '%s''s state: %d other graph%s already share%s "
+                          "its own; share %s with graph '%s' instead",
+                          g->ir->name, owner->ir->name, g->dev->refs - 1, g->dev->refs == 2 ? "" : "s",
+                          g->dev->refs == 2 ? "s" : "", g->dev->refs == 2 ? "it" : "each of them", owner->ir->name);
     if (owner->ir->status)
         return graph_fail(g, owner->ir->status, "share_state: graph '%s': %s", owner->ir->name, owner->ir->error);
     /* owner as its first run makes it: state, backend, executable (so a
      * device=auto fallback to the CPU happens before the backend is shared) */
-    owner->status = ALLOY_OK;
     alloy_status st = state_ensure(owner);
     if (!st) st = graph_exec_ready(owner, NULL);
     if (st) return graph_fail(g, st, "share_state: graph '%s': %s", owner->ir->name, owner->error);
@@ -125,6 +131,7 @@ alloy_status alloy_graph_share_state(alloy_graph *g, alloy_graph *owner, int *sh
     if (!g->dev) {
         g->dev = owner->dev;
         g->dev->refs++;
+        g->shares_state = true;
     }
     for (int i = 0; i < c->nnodes; i++) {
         if (!from[i]) continue;

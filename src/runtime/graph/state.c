@@ -187,7 +187,7 @@ static alloy_status state_create(alloy_graph *g, const ir_graph *ir, const uint8
 alloy_status state_ensure(alloy_graph *g)
 {
     if (g->state_ready) return ALLOY_OK;
-    if (g->ir->status) return g->ir->status;
+    if (g->ir->status) return graph_built(g);
     alloy_status st = graph_compile(g);
     if (st) return st;
     const ir_graph *ir = g->compiled;
@@ -326,40 +326,67 @@ bool state_is_param(const alloy_graph *g, const rt_state *s)
     return id >= 0 && g->ir->nodes[id]->op == IR_OP_param;
 }
 
-/* Writes g's state (params_only: its params) to path with alloy's checksum. */
+/* Whether s is part of the model as built: a param or state the model made
+ * (batch_norm's running statistics), not state the passes add (moments,
+ * counters, the loss scale). Params files hold these. */
+static bool state_is_model(const alloy_graph *g, const rt_state *s)
+{
+    int id = ir_find_name(g->ir, s->name);
+    return id >= 0 && (g->ir->nodes[id]->op == IR_OP_param || g->ir->nodes[id]->op == IR_OP_state);
+}
+
+/* Writes g's state (params_only: the model's, params and running
+ * statistics, with each batch_norm's num_batches_tracked as PyTorch names
+ * it) to path with alloy's checksum. */
 static alloy_status save_tensors(alloy_graph *g, const char *path, bool params_only, const char *call)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
+    if (!*path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: the path is empty: name the file to write", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
-    alloy_host_tensor *ts = al_calloc((size_t)g->nstate + 1, sizeof *ts);
-    const alloy_host_tensor **order = al_calloc((size_t)g->nstate + 1, sizeof *order);
-    if (!ts || !order) {
+    int ncounts = params_only ? graph_batch_counts(g, NULL, 0) : 0;
+    size_t nmax = (size_t)g->nstate + (size_t)ncounts + 1;
+    alloy_host_tensor *ts = al_calloc(nmax, sizeof *ts);
+    const alloy_host_tensor **order = al_calloc(nmax, sizeof *order);
+    char (*count_names)[BATCH_COUNT_NAME] = al_calloc((size_t)ncounts + 1, sizeof *count_names);
+    int64_t *counts = al_calloc((size_t)ncounts + 1, sizeof *counts);
+    if (!ts || !order || !count_names || !counts) {
         al_free(ts);
         al_free(order);
+        al_free(count_names);
+        al_free(counts);
         return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
     }
     int n = 0;
     for (int i = 0; i < g->nstate && !st; i++) {
-        if (params_only && !state_is_param(g, &g->state[i])) continue;
+        if (params_only && !state_is_model(g, &g->state[i])) continue;
         st = describe_state(g, &g->state[i], &ts[n]);
+        order[n] = &ts[n];
+        n++;
+    }
+    graph_batch_counts(g, count_names, ncounts);
+    for (int i = 0; i < ncounts; i++) {
+        const int64_t *kept = graph_batch_count(g, count_names[i], false);
+        counts[i] = kept ? *kept : 0;
+        ts[n] = (alloy_host_tensor){.name = count_names[i], .dtype = ALLOY_I64, .rank = 0, .data = &counts[i]};
         order[n] = &ts[n];
         n++;
     }
     char sum[IO_CHECKSUM_LEN] = "";
     if (!st && io_tensors_checksum(order, n, sum)) st = graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
     al_free(order);
-    if (st) {
-        al_free(ts);
-        return st;
+    if (!st) {
+        const char *keys[] = {"format", "graph", IO_CHECKSUM_KEY};
+        const char *vals[] = {params_only ? "alloy-params-1" : "alloy-state-1", g->ir->name, sum};
+        char err[512] = "";
+        st = alloy_safetensors_save(path, ts, n, keys, vals, 3, err, sizeof err);
+        if (st) graph_fail(g, st, "%s", err);
     }
-    const char *keys[] = {"format", "graph", IO_CHECKSUM_KEY};
-    const char *vals[] = {params_only ? "alloy-params-1" : "alloy-state-1", g->ir->name, sum};
-    char err[512] = "";
-    st = alloy_safetensors_save(path, ts, n, keys, vals, 3, err, sizeof err);
     al_free(ts);
-    return st ? graph_fail(g, st, "%s", err) : ALLOY_OK;
+    al_free(count_names);
+    al_free(counts);
+    return st;
 }
 
 alloy_status alloy_graph_save_state(alloy_graph *g, const char *path) { return save_tensors(g, path, false, "save_state"); }
@@ -389,9 +416,11 @@ static alloy_status check_checksum(alloy_graph *g, const alloy_safetensors *file
 
 /* Loads path into g's state, all or nothing. Every state tensor must be in
  * the file (but optim.lr, which older checkpoints lack) and every file
- * tensor must name one; params_only: only params,
- * each the file has (the others untouched), and file tensors naming no
- * param are counted in *ignored, not refused. */
+ * tensor must name one; params_only: only the model's state (params and
+ * running statistics), each the file has (the others untouched), and file
+ * tensors naming none are counted in *ignored, not refused. Either way a
+ * batch_norm's num_batches_tracked (an i64 scalar) is kept for
+ * save_params, neither loaded nor ignored. */
 static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const char *path, bool params_only, int *loaded,
                               int *ignored, const char *call);
 
@@ -401,8 +430,8 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
     if (loaded) *loaded = 0;
     if (ignored) *ignored = 0;
     if (!g) return ALLOY_ERR_INVALID;
-    g->status = ALLOY_OK;
     if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: path is NULL", call);
+    if (!*path) return graph_fail(g, ALLOY_ERR_INVALID, "%s: the path is empty: name the file to read", call);
     alloy_status st = state_ensure(g);
     if (st) return st;
     char err[512] = "";
@@ -414,7 +443,6 @@ static alloy_status load_tensors(alloy_graph *g, const char *path, bool params_o
 
 alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where)
 {
-    g->status = ALLOY_OK;
     alloy_status st = state_ensure(g);
     if (st) return st;
     char err[768] = "";
@@ -441,7 +469,7 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
     st = check_checksum(g, file, path);
     int nload = 0, nignored = 0;
     for (int i = 0; !st && i < g->nstate; i++) {
-        if (params_only && !state_is_param(g, &g->state[i])) continue;
+        if (params_only && !state_is_model(g, &g->state[i])) continue;
         src[i] = alloy_safetensors_find(file, g->state[i].name);
         /* a checkpoint from before the learning rate was state has no
          * optim.lr: the graph keeps its own (the optimizer's lr) */
@@ -453,7 +481,15 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
     for (int i = 0; !st && i < alloy_safetensors_count(file); i++) {
         const alloy_host_tensor *t = alloy_safetensors_get(file, i);
         rt_state *s = state_find(g, t->name);
-        if (params_only && (!s || !state_is_param(g, s))) nignored++;
+        int64_t count = -1;
+        if (!s && graph_is_batch_count(g, t->name)) { /* PyTorch's counter: kept, written back by save_params */
+            if (t->dtype == ALLOY_I64 && t->rank == 0 && t->data) memcpy(&count, t->data, sizeof count);
+            if (count < 0)
+                st = graph_fail(g, ALLOY_ERR_INVALID, "%stensor '%s' must be an i64 scalar >= 0 (PyTorch's batch count)",
+                                where, t->name);
+            else if (!graph_batch_count(g, t->name, true)) /* made now (0, as unloaded): nothing fails later */
+                st = graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory keeping '%s'", call, t->name);
+        } else if (params_only && (!s || !state_is_model(g, s))) nignored++;
         else if (!s)
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND,
                             "%stensor '%s' matches no state of graph '%s' (to load the params alone, as into a "
@@ -478,6 +514,11 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
             size_t bytes = ir_nbytes(&g->state[i].type);
             if (bytes) memcpy(g->state[i].cell->host, src[i]->data, bytes);
             g->state[i].cell->host_stale = false;
+        }
+        for (int i = 0; i < alloy_safetensors_count(file); i++) {
+            const alloy_host_tensor *t = alloy_safetensors_get(file, i);
+            int64_t *count = state_find(g, t->name) ? NULL : graph_batch_count(g, t->name, false);
+            if (count) memcpy(count, t->data, sizeof *count); /* checked above: an i64 scalar */
         }
         if (loaded) *loaded = nload;
         if (ignored) *ignored = nignored;

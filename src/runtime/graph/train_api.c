@@ -19,8 +19,7 @@ static ir_node *own_node(alloy_graph *g, alloy_tensor *t, const char *what)
 alloy_status alloy_graph_set_loss(alloy_graph *g, alloy_tensor *loss)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return g->ir->status;
-    g->status = ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
     ir_node *n = own_node(g, loss, "set_loss");
     if (!n) return g->status;
     if (n->type.rank != 0 || !ir_is_float(n->type.dtype)) { /* refused: the graph stays as it was */
@@ -48,18 +47,17 @@ alloy_status alloy_graph_set_training(alloy_graph *g, bool training)
 alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *input)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return g->ir->status;
-    g->status = ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
     ir_node *n = own_node(g, input, "request_grad");
     if (!n) return g->status;
     if (n->op != IR_OP_input || !ir_is_float(n->type.dtype))
         return graph_fail(g, ALLOY_ERR_INVALID, "request_grad: '%s' is not a floating-point input",
                           n->name ? n->name : ir_ops[n->op].name);
     char **names = al_realloc(g->grad_inputs, sizeof(char *) * (size_t)(g->ngrad_inputs + 1));
-    if (!names) return ir_error(g->ir, ALLOY_ERR_OOM, "request_grad: out of memory");
+    if (!names) return graph_fail(g, ALLOY_ERR_OOM, "request_grad: out of memory");
     g->grad_inputs = names;
     if (!(names[g->ngrad_inputs] = al_strdup(n->name)))
-        return ir_error(g->ir, ALLOY_ERR_OOM, "request_grad: out of memory");
+        return graph_fail(g, ALLOY_ERR_OOM, "request_grad: out of memory");
     g->ngrad_inputs++;
     graph_invalidate(g);
     return ALLOY_OK;
@@ -68,8 +66,7 @@ alloy_status alloy_graph_request_grad(alloy_graph *g, alloy_tensor *input)
 alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return g->ir->status;
-    g->status = ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
     ir_node *n = own_node(g, param, "param_freeze");
     if (!n) return g->status;
     if (n->op != IR_OP_param)
@@ -77,7 +74,7 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
                           n->name ? n->name : ir_ops[n->op].name);
     if (ir_attr_i(n, "frozen")) return ALLOY_OK;
     ir_attr *frozen = (ir_attr *)(uintptr_t)ir_attr_find(n, "frozen"); /* every param has it (schema default) */
-    if (!frozen) return ir_error(g->ir, ALLOY_ERR_VERIFY, "param_freeze: '%s' lacks its frozen attribute", n->name);
+    if (!frozen) return graph_fail(g, ALLOY_ERR_VERIFY, "param_freeze: '%s' lacks its frozen attribute", n->name);
     frozen->i = 1;
     graph_invalidate(g);
     return ALLOY_OK;
@@ -107,9 +104,12 @@ static alloy_status field_error(alloy_graph *g, const char *call, const char *fi
     } while (0)
 
 #define F32_MAX 3.4028234663852886e38 /* the largest finite f32 */
+#define F32_MIN_NORMAL 1.1754943508222875e-38 /* the smallest normal f32 */
 
-/* A scale the state tensor scaler.scale (f32) can hold: finite, > 0. */
-static bool f32_positive(double v) { return v > 0 && v <= F32_MAX; }
+/* A scale the state tensor scaler.scale (f32) can hold and invert: a
+ * normal f32 (a denormal one, 1e-45, has no finite f32 inverse: every
+ * unscaled gradient is inf and every step is skipped). */
+static bool f32_positive(double v) { return v >= F32_MIN_NORMAL && v <= F32_MAX; }
 
 alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler s)
 {
@@ -119,13 +119,15 @@ alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler s)
         return graph_fail(g, ALLOY_ERR_INVALID, "set_grad_scaler: unknown kind %d", (int)s.kind);
     /* each field the kind uses; a static scaler uses init_scale alone */
     if (s.kind != ALLOY_SCALER_NONE)
-        CHECK_FIELD(call, s, init_scale, f32_positive(s.init_scale), "a positive finite f32");
+        CHECK_FIELD(call, s, init_scale, f32_positive(s.init_scale),
+                    "a positive finite f32 of at least 1.17549e-38 (a normal f32: below it 1/scale is inf and every "
+                    "step is skipped)");
     if (s.kind == ALLOY_SCALER_DYNAMIC) {
         CHECK_FIELD(call, s, growth_factor, isfinite(s.growth_factor) && s.growth_factor > 1, "finite and > 1");
         CHECK_FIELD(call, s, backoff_factor, s.backoff_factor > 0 && s.backoff_factor < 1, "in (0, 1)");
         CHECK_FIELD(call, s, growth_interval, s.growth_interval >= 1, ">= 1");
         CHECK_FIELD(call, s, min_scale, s.min_scale == 0 || f32_positive(s.min_scale),
-                    "0 (none) or a positive finite f32");
+                    "0 (none) or a positive finite f32 of at least 1.17549e-38");
     }
     g->scaler = s;
     graph_invalidate(g);
@@ -232,6 +234,7 @@ alloy_status alloy_graph_add_optimizer(alloy_graph *g, alloy_optimizer o)
     if (st) return st;
     CHECK_FIELD(call, o, accumulation_steps, o.accumulation_steps >= 0, ">= 1 (0 counts as 1)");
     if (o.accumulation_steps < 1) o.accumulation_steps = 1;
+    if (g->ir->status) return graph_built(g); /* the loss it needs may be what the builder error cut short */
     if (g->ir->loss < 0) return graph_fail(g, ALLOY_ERR_INVALID, "add_optimizer: set a loss first (alloy_graph_set_loss)");
     rt_state *lr = state_find(g, STATE_BASE_LR); /* kept from an earlier optimizer: it takes the new lr */
     if (lr && (st = state_write(g, lr, &o.lr))) return st;
@@ -286,6 +289,7 @@ void step_info_capture(alloy_graph *g)
 {
     alloy_step_info *s = &g->step;
     memset(s, 0, sizeof *s);
+    g->step_ran = true;
     s->loss = step_scalar(g, SCALAR_LOSS, NAN);
     s->scale = step_scalar(g, SCALAR_SCALE, 1.0);
     s->next_scale = step_scalar(g, SCALAR_NEXT_SCALE, s->scale);
@@ -305,6 +309,9 @@ alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out)
 {
     if (!g) return ALLOY_ERR_INVALID;
     if (!out) return graph_fail_const(g, ALLOY_ERR_INVALID, "step_info: out is NULL");
+    if (!g->step_ran)
+        return graph_fail_const(g, ALLOY_ERR_INVALID, "step_info: graph '%s' has run no step yet (alloy_graph_run)",
+                                g->ir->name);
     *out = g->step;
     return ALLOY_OK;
 }

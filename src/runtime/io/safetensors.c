@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "alloy/safetensors.h"
+#include "base/file.h"
 #include "runtime/io/json.h"
 #include "runtime/io/safetensors_memory.h"
 
@@ -456,22 +457,21 @@ alloy_status alloy_safetensors_load(const char *path, alloy_safetensors **out, c
     alloy_safetensors *st = al_calloc(1, sizeof *st);
     loader l = {path, err, errlen, 0, st, NULL};
     if (!st) return oom_err(&l);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* a regular file only (base/file.h): a FIFO is refused, not waited on */
+    int fd;
+    uint64_t size;
+    alloy_status s = al_file_open_read(path, 0, &fd, &size, err, errlen);
+    FILE *f = s ? NULL : fdopen(fd, "rb");
+    if (!s && !f) {
         al_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        s = ALLOY_ERR_IO;
+    }
+    if (s) {
         al_free(st);
-        return ALLOY_ERR_IO;
+        return s;
     }
-    struct stat sb;
-    alloy_status s = ALLOY_OK;
-    if (fstat(fileno(f), &sb) != 0) {
-        al_fmt(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        s = ALLOY_ERR_IO;
-    } else if (!S_ISREG(sb.st_mode)) {
-        al_fmt(err, errlen, "%s: not a regular file", path);
-        s = ALLOY_ERR_IO;
-    }
-    return s ? finish(&l, f, s, out) : finish(&l, f, load(&l, f, (uint64_t)sb.st_size), out);
+    return finish(&l, f, load(&l, f, size), out);
 }
 
 alloy_status io_safetensors_load_memory(const void *bytes, size_t len, const char *where, alloy_safetensors **out,

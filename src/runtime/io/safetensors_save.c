@@ -1,27 +1,15 @@
-/* safetensors_save.c - write tensors as a safetensors file, atomically (temporary file, fsync, rename). */
+/* safetensors_save.c - write tensors as a safetensors file, atomically (base/file.h: temporary file, fsync, rename over the real file). */
 #include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "alloy/safetensors.h"
-#include "runtime/io/atomic.h"
+#include "base/file.h"
 #include "runtime/io/json.h"
 
 #define NAME_FMT "%.80s" /* names in messages are cut to keep the message readable */
-#define TEMP_SUFFIX ".tmp.XXXXXX" /* mkstemp's template: six of [A-Za-z0-9] */
-/* A temporary file of a save is stale when no process holds its lock and
- * nothing wrote it for this long (a writer that cannot lock, e.g. an older
- * alloy or a file system without flock, writes continuously). */
-#define STALE_AFTER_S 60
 
 /* The format spells alloy's dtypes in capitals: f32 is "F32", bool is "BOOL". */
 static void spelling(alloy_dtype dtype, char out[8])
@@ -210,121 +198,6 @@ static void build_header(buf *b, const alloy_host_tensor *tensors, int n, const 
     put(b, "       ", (8 - b->len % 8) % 8);
 }
 
-/* Writes p[0..n) to fd whole; 0 or an errno value. */
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        size_t chunk = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
-        ssize_t w = write(fd, c, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return errno;
-        }
-        if (w == 0) return EIO;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Whether name is one of the temporary files a save to the target called
- * base makes: base, ".tmp.", six letters or digits, nothing more. */
-static bool is_temp_of(const char *name, const char *base)
-{
-    size_t n = strlen(base), k = sizeof TEMP_SUFFIX - 7;
-    if (strncmp(name, base, n) != 0 || strncmp(name + n, TEMP_SUFFIX, k) != 0) return false;
-    for (int i = 0; i < 6; i++)
-        if (!isalnum((unsigned char)name[n + k + i])) return false;
-    return name[n + k + 6] == '\0';
-}
-
-/* Removes, from folder dir, the temporary files of earlier saves to the
- * target called base whose writer is gone: a save killed between creating
- * its temporary file and the rename leaves one as large as the checkpoint.
- * A writer holds flock() on its temporary file until it closes it, so a
- * file that can be locked has no live writer (in this or any process; the
- * lock goes with the process); it must also be a regular file of this
- * user, unwritten for STALE_AFTER_S. Best effort: what cannot be checked
- * stays. */
-static void remove_stale_temps(const char *dir, const char *base)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    int dfd = dirfd(d);
-    time_t now = time(NULL);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!is_temp_of(e->d_name, base)) continue;
-        int fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) continue;
-        struct stat sb, again;
-        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
-            now - sb.st_mtime >= STALE_AFTER_S && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-            fstatat(dfd, e->d_name, &again, AT_SYMLINK_NOFOLLOW) == 0 && again.st_dev == sb.st_dev &&
-            again.st_ino == sb.st_ino)
-            unlinkat(dfd, e->d_name, 0);
-        close(fd);
-    }
-    closedir(d);
-}
-
-alloy_status io_write_atomic(const char *path, const void *const *parts, const size_t *lens, int nparts,
-                            char *err, size_t errlen)
-{
-    size_t plen = strlen(path);
-    char *tmp = al_malloc(plen + sizeof TEMP_SUFFIX);
-    if (!tmp) {
-        al_fmt(err, errlen, "%s: out of memory while saving", path);
-        return ALLOY_ERR_OOM;
-    }
-    /* tmp as the folder of path first, for the clean-up */
-    memcpy(tmp, path, plen + 1);
-    char *cut = strrchr(tmp, '/');
-    if (cut) cut[cut == tmp ? 1 : 0] = '\0';
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (*base) remove_stale_temps(cut ? tmp : ".", base);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, TEMP_SUFFIX, sizeof TEMP_SUFFIX);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        al_fmt(err, errlen, "%s: cannot create a temporary file next to it: %s", path,
-                strerror(errno));
-        al_free(tmp);
-        return ALLOY_ERR_IO;
-    }
-    /* held until close: a later save's clean-up leaves a locked temporary
-     * file alone (best effort: some file systems have no flock) */
-    flock(fd, LOCK_EX | LOCK_NB);
-    struct stat sb;
-    fchmod(fd, stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_mode & 07777 : 0644);
-
-    const char *step = "write";
-    int e = 0;
-    for (int i = 0; i < nparts && !e; i++)
-        if (lens[i]) e = write_all(fd, parts[i], lens[i]);
-    if (!e && fsync(fd) != 0) step = "fsync", e = errno;
-    if (close(fd) != 0 && !e) step = "close", e = errno;
-    if (!e && rename(tmp, path) != 0) step = "rename", e = errno;
-    if (e) {
-        al_fmt(err, errlen, "%s: cannot save (%s of temporary file %s failed: %s); left unchanged",
-                path, step, tmp, strerror(e));
-        unlink(tmp);
-        al_free(tmp);
-        return ALLOY_ERR_IO;
-    }
-    /* Make the rename durable too; best effort. */
-    char *slash = strrchr(tmp, '/');
-    if (slash) slash[slash == tmp ? 1 : 0] = '\0';
-    int dfd = open(slash ? tmp : ".", O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    al_free(tmp);
-    return ALLOY_OK;
-}
-
 /* Checks everything first (nothing touched on a bad argument), then writes atomically. */
 alloy_status alloy_safetensors_save(const char *path, const alloy_host_tensor *tensors, int n,
                                     const char *const *meta_keys, const char *const *meta_values,
@@ -363,7 +236,7 @@ alloy_status alloy_safetensors_save(const char *path, const alloy_host_tensor *t
         for (int i = 0; i < n; i++)
             parts[i + 2] = tensors[i].data,
             lens[i + 2] = (size_t)alloy_host_tensor_numel(&tensors[i]) * alloy_dtype_size(tensors[i].dtype);
-        s = io_write_atomic(path, parts, lens, n + 2, err, errlen);
+        s = al_file_write(path, parts, lens, n + 2, AL_FILE_DURABLE, err, errlen);
     }
     al_free(parts), al_free(lens);
     al_free(header.p);
