@@ -5,8 +5,9 @@
 # PyTorch (bench/gpu_torch.py: eager, torch.compile, torch.compile mode="reduce-overhead") on the same shapes,
 # optimizer (AdamW; fused in PyTorch) and loss scaling (f16: dynamic scaler / GradScaler), TF32 off; each timed
 # after warm-up, median of the timed steps. Prints one table (bench/gpu_report.py) of ms/step, tokens or samples/s,
-# achieved TFLOP/s, peak device memory, first step (compile) and warm-up time, and alloy / best PyTorch, and
-# writes it to OUT/gpu-bench.txt (OUT defaults to gpu-bench/); every process's output goes to OUT/logs/.
+# achieved TFLOP/s, peak device memory, first step (compile) and warm-up time, alloy / best PyTorch, and beside
+# each alloy row the cost model's step time for the same compiled step on this GPU's constants (modelled, not
+# measured: docs/cuda.md, "The cost model"), and writes it to OUT/gpu-bench.txt (OUT defaults to gpu-bench/); every process's output goes to OUT/logs/.
 #
 # options:
 #   --quick              tiny shapes, 3 timed steps, on the CPU (device=cpu, torch on the CPU, one thread each

@@ -13,7 +13,9 @@ counted analytically, the same way for both sides, from the shape fields:
         T x T square (PaLM's count; the causal half is not discounted);
   MLP:  6 * N * rows, N every weight and bias.
 ratio = alloy ms / the fastest PyTorch mode's ms for that model and dtype:
-below 1 alloy is faster.
+below 1 alloy is faster. modelled: alloy rows carry the cost model's step time
+for the same compiled step (model_ms_lo, model_ms_hi, model_device: the
+constants' table; docs/cuda.md, "The cost model"), modelled, not measured.
 """
 import argparse
 import sys
@@ -82,9 +84,9 @@ def table(rows, out):
                  f"V{r0.get('vocab')} T{r0.get('context')} D{r0.get('dim')} L{r0.get('layers')} H{r0.get('heads')} "
                  f"B{r0.get('batch')}")
         print(f"\n### {MODEL_TITLES.get(model, model)}: {shape}, {fmt(step_flops(r0) / 1e9)} GFLOP per step\n", file=out)
-        print(f"| dtype | run | ms/step | {unit} | TFLOP/s | peak memory | first step / warm-up s | alloy / best PyTorch |",
+        print(f"| dtype | run | ms/step | {unit} | TFLOP/s | peak memory | first step / warm-up s | alloy / best PyTorch | modelled ms |",
               file=out)
-        print("|---|---|---|---|---|---|---|---|", file=out)
+        print("|---|---|---|---|---|---|---|---|---|", file=out)
         dtypes = []
         for r in mine:
             if r.get("dtype") not in dtypes:
@@ -97,7 +99,7 @@ def table(rows, out):
                 name = MODE_TITLES.get(r.get("mode", "-"), r.get("mode"))
                 why = r.get("error") or r.get("failed")
                 if why:
-                    print(f"| {DTYPE_TITLES.get(dtype, dtype)} | {name} | failed: {why} | | | | | |", file=out)
+                    print(f"| {DTYPE_TITLES.get(dtype, dtype)} | {name} | failed: {why} | | | | | | |", file=out)
                     continue
                 ms = num(r, "ms")
                 rate = num(r, "tokens") / (ms / 1e3) if ms > 0 else 0
@@ -108,8 +110,11 @@ def table(rows, out):
                 elif r is best:
                     ratio = "best PyTorch"
                 peak = mib(num(r, "peak_bytes"))
+                modelled = "-"
+                if "model_ms_lo" in r:
+                    modelled = f"{fmt(num(r, 'model_ms_lo'))}-{fmt(num(r, 'model_ms_hi'))} ({r.get('model_device', '?')})"
                 print(f"| {DTYPE_TITLES.get(dtype, dtype)} | {name} | {fmt(ms)} | {rate:,.0f} | {fmt(tflops)} | {peak} | "
-                      f"{num(r, 'first_s'):.2f} / {num(r, 'warmup_s'):.2f} | {ratio} |", file=out)
+                      f"{num(r, 'first_s'):.2f} / {num(r, 'warmup_s'):.2f} | {ratio} | {modelled} |", file=out)
 
 
 def main():

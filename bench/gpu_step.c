@@ -32,6 +32,15 @@ static const char usage[] =
     "  --quick        tiny shapes (for checking the scripts on a CPU)\n"
     "  --batch N, --context N, --dim N, --layers N, --heads N, --vocab N, --in N, --hidden N,\n"
     "  --classes N    override the model's shape\n"
+    "  --set NAME=VALUE  an option (docs/options.md) after the model's own (repeats); e.g.\n"
+    "                 --set disable_passes= runs gpt2 with alloy's default passes\n"
+    "  --cost         print the modelled cost of the step (alloy_graph_cost: launches, bytes,\n"
+    "                 FLOPs, modelled ms; no GPU needed) and exit without running it\n"
+    "  --arch sm_XY   with --cost: ptxas registers and spills from NVRTC (kernel cache)\n"
+    "  --all          with --cost: list every launch, not only the 15 slowest\n"
+    "  --cost-device D  the constants: h100 or h200 (default: h200 when the GPU's name says\n"
+    "                 H200, else h100); a run's result line carries the model's figures\n"
+    "                 (model_device, model_launches, model_gb, model_ms_lo, model_ms_hi)\n"
     "Shapes (full / --quick):\n"
     "  char_gpt    V76 T64 D128 L2 H4 B32           / V76 T16 D32 L1 H2 B4\n"
     "  mlp         in 4096, 4 x 4096, 1000-way B8192 / in 64, 2 x 64, 10-way B64\n"
@@ -90,12 +99,16 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *dtype = "f16", *device = "cuda";
     int steps = 20, warmup = 5, batch = -1;
-    bool quick = false;
+    bool quick = false, cost_only = false, cost_all = false;
+    const char *arch = NULL, *cost_device = NULL, *sets[32];
+    int nsets = 0;
     int o_context = -1, o_dim = -1, o_layers = -1, o_heads = -1, o_vocab = -1, o_in = -1, o_hidden = -1, o_classes = -1;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); return 0; }
         if (!strcmp(flag, "--quick")) { quick = true; continue; }
+        if (!strcmp(flag, "--cost")) { cost_only = true; continue; }
+        if (!strcmp(flag, "--all")) { cost_all = true; continue; }
         i++;
         if (!strcmp(flag, "--model") && val) model = val;
         else if (!strcmp(flag, "--dtype") && val) dtype = val;
@@ -103,6 +116,9 @@ int main(int argc, char **argv)
         else if (!strcmp(flag, "--steps")) steps = parse_int(flag, val);
         else if (!strcmp(flag, "--warmup")) warmup = parse_int(flag, val);
         else if (!strcmp(flag, "--batch")) batch = parse_int(flag, val);
+        else if (!strcmp(flag, "--arch") && val) arch = val;
+        else if (!strcmp(flag, "--cost-device") && val) cost_device = val;
+        else if (!strcmp(flag, "--set") && val && strchr(val, '=') && nsets < 32) sets[nsets++] = val;
         else if (!strcmp(flag, "--context")) o_context = parse_int(flag, val);
         else if (!strcmp(flag, "--dim")) o_dim = parse_int(flag, val);
         else if (!strcmp(flag, "--layers")) o_layers = parse_int(flag, val);
@@ -154,6 +170,19 @@ int main(int argc, char **argv)
     set_option(g, "device", device);
     if (is_gpt2) set_option(g, "disable_passes", "attention"); /* the scores written out, as PyTorch's eager model */
     if (is_flash) set_option(g, "attention", "always");
+    for (int i = 0; i < nsets; i++) {
+        char name[64];
+        const char *eq = strchr(sets[i], '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - sets[i]), sets[i]);
+        set_option(g, name, eq + 1);
+    }
+    if (cost_only) { /* the model alone: no device, no run */
+        alloy_cost_options co = {.device = cost_device, .arch = arch, .all = cost_all};
+        printf("# %s %s B%d (gpu_step --cost)\n", model, dtype, batch);
+        if (alloy_graph_cost(g, &co, NULL, stdout)) fail(1, "cost: %s", alloy_last_error(g));
+        alloy_graph_free(g);
+        return 0;
+    }
     /* device=cuda without a GPU fails here, naming what is missing */
     double t0 = seconds();
     const char *device_name = alloy_graph_device(g); /* compiles the step */
@@ -194,6 +223,11 @@ int main(int argc, char **argv)
     alloy_memory_info mi;
     alloy_device_memory dm;
     if (alloy_graph_memory_info(g, &mi) || alloy_graph_device_memory(g, &dm)) fail(1, "memory: %s", alloy_last_error(g));
+    /* the cost model of the same compiled step, beside the measured time */
+    alloy_cost_options co = {.device = cost_device ? cost_device : strstr(device_name, "H200") ? "h200" : "h100",
+                             .top = -1};
+    alloy_cost_totals ct;
+    bool modelled = alloy_graph_cost(g, &co, &ct, NULL) == ALLOY_OK;
     qsort(ms, (size_t)steps, sizeof(double), compare_doubles);
     double median = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
 
@@ -201,6 +235,9 @@ int main(int argc, char **argv)
            rows);
     if (is_mlp) printf("\tin=%d\thidden=%d\tlayers=%d\tclasses=%d", mlp.in, mlp.hidden, mlp.layers, mlp.classes);
     else printf("\tvocab=%d\tcontext=%d\tdim=%d\tlayers=%d\theads=%d", gpt.vocab, gpt.context, gpt.dim, gpt.layers, gpt.heads);
+    if (modelled)
+        printf("\tmodel_device=%s\tmodel_launches=%d\tmodel_gb=%.3f\tmodel_ms_lo=%.3f\tmodel_ms_hi=%.3f", co.device,
+               ct.launches, ct.bytes / 1e9, ct.ms_low, ct.ms_high);
     printf("\tms=%.4f\tms_min=%.4f\tsteps=%d\tfirst_s=%.3f\twarmup_s=%.3f\tpeak_bytes=%zu\tplan_bytes=%zu\tloss=%.5f"
            "\tdevice_name=%s\n",
            median, ms[0], steps, first_s, warmup_s, dm.peak_bytes, mi.arena_bytes + mi.state_bytes, info.loss,

@@ -191,7 +191,7 @@ expect 2 "--fetch is an option of 'run', not 'train'" train "$ir" --feed "$feeds
 expect 2 "--checkpoint is an option of 'train', not 'run'" run "$ir" --feed "$batch0" --checkpoint "$ck" --out "$tmp/o.safetensors"
 expect 2 "--lr needs --optimizer" print "$ir" --train --lr 0.1
 expect 2 "input 'x' is fed twice" train "$ir" --feed "$feeds" --feed "x=$batch0" --steps 1
-expect 2 "unknown command 'trian' (commands: print, run, compile, train)" trian "$ir"
+expect 2 "unknown command 'trian' (commands: print, run, compile, train, cost)" trian "$ir"
 expect 1 "missing.safetensors" train "$ir" --feed "$tmp/missing.safetensors" --steps 1
 expect 1 "input 'labels' of .*train_mlp.ir is not fed (give --feed labels=FILE, or a --feed FILE holding a tensor named 'labels')" \
     train "$ir" --feed "x=$feeds" --steps 1

@@ -14,7 +14,7 @@ T=$(printf '\t')
         echo "result${T}${row}${T}model=gpt2${T}dtype=f16${T}batch=8${T}tokens=8192${T}vocab=50257${T}context=1024${T}dim=768${T}layers=12${T}heads=12${T}peak_bytes=3221225472${T}first_s=12.5${T}warmup_s=13"
     done
     echo "result${T}impl=torch${T}mode=reduce-overhead${T}model=gpt2${T}dtype=f16${T}failed=exit 124: timed out after 300 s"
-    echo "result${T}impl=alloy${T}mode=-${T}ms=6.83${T}model=mlp${T}dtype=f16${T}batch=8192${T}tokens=8192${T}in=4096${T}hidden=4096${T}layers=4${T}classes=1000"
+    echo "result${T}impl=alloy${T}mode=-${T}ms=6.83${T}model_device=h100${T}model_ms_lo=5.25${T}model_ms_hi=8.5${T}model=mlp${T}dtype=f16${T}batch=8192${T}tokens=8192${T}in=4096${T}hidden=4096${T}layers=4${T}classes=1000"
     echo "not a result line"
 } >"$out/results.tsv"
 python3 "$report" "$out/results.tsv" --title test >"$out/table.txt" || { echo "gpu_report.py failed"; exit 1; }
@@ -34,5 +34,7 @@ expect "| f16 AMP | compile, reduce-overhead | failed: exit 124: timed out after
 # the MLP: 4 (4096^2 + 4096) + 4096 * 1000 + 1000 = 71,222,248 params; 6 * 71,222,248 * 8192 = 3.5007e12 a step
 expect "3,501 GFLOP per step" "the MLP at B8192"
 expect "| f16 AMP | alloy | 6.83 | 1,199,414 | 513 |" "3.5007 TFLOP / 6.83 ms = 512.6 TFLOP/s (issue 13 quotes 512)"
+expect "| 5.25-8.5 (h100) |" "the cost model's range beside the measured alloy row"
+expect "| 0.992 (torch.compile) | - |" "no model figures: a dash"
 [ $fail -eq 0 ] && echo "gpu_report: every expected cell found"
 exit $fail

@@ -118,6 +118,8 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_null(alloy_graph_device(g));
     assert_int_equal(alloy_graph_amp_report(g, &ar), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_export_cuda(g, "sm_80", "/nonexistent/d"), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_cost(g, NULL, NULL, NULL), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_cost_report(g, stderr, "sm_90"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_set_loss(g, t), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_set_training(g, true), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_request_grad(g, t), ALLOY_ERR_INVALID);

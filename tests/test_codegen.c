@@ -285,6 +285,37 @@ static void test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu(void **state)
     }
 }
 
+/* The gradient of a table of 5,000 rows (more than the emitter scans the
+ * ids for per row) from 2,100 positions of 300 ids, each id in all three
+ * tiles of the sort: the sorted kernels (a stable counting sort, then each
+ * row's positions in order) give the CPU's sums bit for bit. */
+static void test_a_large_tables_embedding_gradient_is_sorted_and_bit_for_bit(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    alloy_graph *g = alloy_graph_new("embedding_sort");
+    alloy_tensor *ids = alloy_input(g, "ids", ALLOY_I32, 1, DIMS(2100));
+    alloy_tensor *target = alloy_input(g, "target", ALLOY_F32, 2, DIMS(2100, 3));
+    alloy_tensor *table = alloy_param(g, "table", ALLOY_F32, 2, DIMS(5000, 3), alloy_init_normal(1.0));
+    alloy_tensor *loss = alloy_mse_loss(g, alloy_embedding(g, ids, table), target, ALLOY_REDUCTION_SUM);
+    assert_int_equal(alloy_graph_set_loss(g, loss), ALLOY_OK);
+    assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), ALLOY_OK);
+    assert_int_equal(graph_compile(g), ALLOY_OK);
+    feed_set f = random_feeds(g, 300);
+    emu_stats st = emulate_step(g, &f);
+    report("embedding_grad of 5000 rows", &st);
+    if (st.inexact) fail_msg("a value differs from the CPU's: %s", st.first_inexact);
+    cg_program prog;
+    char err[256];
+    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
+    int sorts = 0;
+    for (int i = 0; i < prog.nkernels; i++) sorts += strstr(prog.kernels[i].name, "embedding_grad_sort") != NULL;
+    assert_int_equal(sorts, 1);
+    cg_program_free(&prog);
+    free_feeds(&f);
+    alloy_graph_free(g);
+}
+
 /* y = relu(a * b + v) * s over [rows, cols]: a and b of the space's shape,
  * v a [cols] vector and s a scalar (broadcast: loaded element by element).
  * 64 elements fill 8 (f16/bf16) or 16 (f32) vectors; 69 leave a tail of 5
@@ -680,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_norm_statistics_are_reduced_once_and_kept_for_the_backward),
         cmocka_unit_test(test_convolution_gemm_groups_run_emulated_as_on_the_cpu),
         cmocka_unit_test(test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu),
+        cmocka_unit_test(test_a_large_tables_embedding_gradient_is_sorted_and_bit_for_bit),
         cmocka_unit_test(test_elementwise_groups_move_16_bytes_a_time_when_they_can),
         cmocka_unit_test(test_row_kernels_move_16_bytes_a_time_when_rows_allow),
         cmocka_unit_test(test_multi_kernels_move_16_bytes_a_time_when_chains_allow),

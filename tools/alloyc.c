@@ -37,6 +37,8 @@ static const char *const usage_text[] = {
     "                            [--checkpoint FILE [--save-every K]] [--save-params FILE]\n"
     "                            [--log-every K]\n"
     "                            [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]...\n"
+    "       alloyc cost FILE.ir [--train ...] [--amp=...] [--set NAME=VALUE]... [--arch sm_XY]\n"
+    "                           [--device h100|h200] [--calibrate PROFILE] [--top N] [--all]\n"
     "       alloyc --help | --version\n"
     "\n",
     "Commands:\n"
@@ -53,6 +55,10 @@ static const char *const usage_text[] = {
     "  train   run N training steps of FILE.ir (its loss, a backward, the optimizer)\n"
     "          on batches from safetensors files, printing progress lines; resume\n"
     "          from --checkpoint if it exists and save it at the end\n"
+    "  cost    model the compiled GPU step of FILE.ir from its launch plan, no GPU\n"
+    "          needed: every kernel, cuBLASLt GEMM, memset and copy with its bytes,\n"
+    "          FLOPs and modelled time by a device's constants; totals, a summary\n"
+    "          per class of launch and the slowest launches (docs/cuda.md)\n"
     "\n"
     "Compile options (all commands):\n"
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
@@ -149,6 +155,21 @@ static const char *const usage_text[] = {
     "  $XDG_CACHE_HOME/alloy or ~/.cache/alloy; ALLOY_CACHE=0 (--set cache=0)\n"
     "  compiles everything. ALLOY_DUMP_DIR (--set dump_dir=DIR) gets a copy of\n"
     "  every source.\n"
+    "\n",
+    "Options of cost (and those of compile: --train, --optimizer, --scaler, --amp,\n"
+    "--set):\n"
+    "  --arch sm_XY      one architecture: compile the kernels with NVRTC (through the\n"
+    "                    kernel cache) for ptxas' registers, spills and shared memory\n"
+    "                    per kernel; spills add their local-memory traffic\n"
+    "  --device D        the constants' table: h100 (default, H100 SXM) or h200\n"
+    "  --calibrate FILE  fit the table's bandwidth efficiency, GEMM rates and kernel\n"
+    "                    floor to an ALLOY_PROFILE table measured on a GPU (FILE may\n"
+    "                    hold other lines), print the fit, then model with it\n"
+    "  --top N           the slowest launches listed (default 15)\n"
+    "  --all             also list every launch in plan order\n"
+    "  Every figure is modelled, not measured. The IR file fixes the shapes: a\n"
+    "  batch size is the IR's (bench/gpu_step --cost --batch N models the\n"
+    "  benchmarks' models at any batch).\n"
     "\n",
     "Options of train (--feed, --params, --seed as in run, except as said):\n"
     "  --steps N         the steps to run now (required); step numbers go on from\n"
@@ -268,14 +289,14 @@ static bool parse_count(const char *text, long min, long max, long *out)
 }
 
 /* The commands, as bits of the options each takes. */
-enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_TRAIN = 8, CMD_ALL = 15 };
-enum { COMMAND_COUNT = 4 };
-static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compile", "train"};
+enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_TRAIN = 8, CMD_COST = 16, CMD_ALL = 31 };
+enum { COMMAND_COUNT = 5 };
+static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compile", "train", "cost"};
 
 /* The options that take a value, and the commands that take each. */
 enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
        F_ARCH, F_EMIT, F_DUMP_DIR, F_LR, F_WEIGHT_DECAY, F_MOMENTUM, F_CLIP_NORM, F_LOSS, F_STEPS, F_CHECKPOINT,
-       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_COUNT };
+       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_DEVICE, F_CALIBRATE, F_TOP, F_COUNT };
 static const struct {
     const char *name, *alias;
     unsigned commands;
@@ -286,12 +307,12 @@ static const struct {
     [F_SEED] = {"--seed", NULL, CMD_RUN | CMD_COMPILE | CMD_TRAIN},
     [F_OUT] = {"--out", "-o", CMD_RUN | CMD_COMPILE},
     [F_AMP] = {"--amp", NULL, CMD_ALL},
-    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
-    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
-    [F_LR] = {"--lr", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
-    [F_WEIGHT_DECAY] = {"--weight-decay", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
-    [F_MOMENTUM] = {"--momentum", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
-    [F_CLIP_NORM] = {"--clip-norm", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN},
+    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
+    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
+    [F_LR] = {"--lr", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
+    [F_WEIGHT_DECAY] = {"--weight-decay", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
+    [F_MOMENTUM] = {"--momentum", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
+    [F_CLIP_NORM] = {"--clip-norm", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
     [F_LOSS] = {"--loss", NULL, CMD_ALL},
     [F_STEPS] = {"--steps", NULL, CMD_TRAIN},
     [F_CHECKPOINT] = {"--checkpoint", NULL, CMD_TRAIN},
@@ -301,7 +322,10 @@ static const struct {
     [F_PRINT_AFTER] = {"--print-after", NULL, CMD_PRINT | CMD_COMPILE},
     [F_PRINT_BEFORE] = {"--print-before", NULL, CMD_PRINT | CMD_COMPILE},
     [F_SET] = {"--set", NULL, CMD_ALL},
-    [F_ARCH] = {"--arch", NULL, CMD_COMPILE},
+    [F_ARCH] = {"--arch", NULL, CMD_COMPILE | CMD_COST},
+    [F_DEVICE] = {"--device", NULL, CMD_COST},
+    [F_CALIBRATE] = {"--calibrate", NULL, CMD_COST},
+    [F_TOP] = {"--top", NULL, CMD_COST},
     [F_EMIT] = {"--emit", NULL, CMD_PRINT | CMD_COMPILE},
     [F_DUMP_DIR] = {"--dump-dir", NULL, CMD_ALL},
 };
@@ -358,7 +382,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         if (strcmp(cmd, command_names[c]) == 0) command = 1u << c;
     if (!command) {
         if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
-        return usage_error("unknown command '%s' (commands: print, run, compile, train)", cmd);
+        return usage_error("unknown command '%s' (commands: print, run, compile, train, cost)", cmd);
     }
     o->command = cmd;
     o->feeds = calloc((size_t)argc, sizeof *o->feeds);
@@ -380,11 +404,16 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         }
         if (strcmp(arg, "--train") == 0) {
             o->train = true;
-            note_option(o, command, arg, CMD_PRINT | CMD_COMPILE);
+            note_option(o, command, arg, CMD_PRINT | CMD_COMPILE | CMD_COST);
             continue;
         }
         if (strcmp(arg, "--time-passes") == 0) {
             o->time_passes = true;
+            continue;
+        }
+        if (strcmp(arg, "--all") == 0) {
+            o->all = true;
+            note_option(o, command, arg, CMD_COST);
             continue;
         }
         if (strcmp(arg, "--with-state") == 0) {
@@ -484,6 +513,21 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
                 if (strcmp(value, emit_names[k]) == 0) kind = k;
             if (kind < 0) return usage_error("--emit of print wants ir, dot, svg or memory-svg, got '%s'", value);
             o->emit = (emit_kind)kind;
+            break;
+        case F_DEVICE:
+            if (o->cost_device) return usage_error("--device is given twice");
+            if (strcmp(value, "h100") && strcmp(value, "h200"))
+                return usage_error("--device wants h100 or h200, got '%s'", value);
+            o->cost_device = value;
+            break;
+        case F_CALIBRATE:
+            if (o->calibrate) return usage_error("--calibrate is given twice");
+            o->calibrate = value;
+            break;
+        case F_TOP:
+            if (o->top) return usage_error("--top is given twice");
+            if (!parse_count(value, 1, 1000000, &o->top))
+                return usage_error("--top wants a whole number from 1 to 1000000, got '%s'", value);
             break;
         case F_DUMP_DIR:
             if (o->dump_dir) return usage_error("--dump-dir is given twice");
@@ -628,8 +672,8 @@ static bool list_names(const alloy_graph *g, names *outputs, names *inputs)
 
 /* ---- commands ---- */
 
-/* Applies the compile options to g; returns the first failing status. */
-static alloy_status configure(alloy_graph *g, const options *o)
+/* Applies the compile options to g; returns the first failing status (alloyc.h). */
+alloy_status alloyc_configure(alloy_graph *g, const options *o)
 {
     alloy_status st = ALLOY_OK;
     if (o->amp != ALLOY_F32) st = alloy_graph_enable_amp(g, o->amp);
@@ -714,7 +758,7 @@ static int cmd_print(const options *o)
                                 "the DOT text with --emit=dot and render it elsewhere)");
     }
     static const alloy_dump_kind kinds[] = {ALLOY_DUMP_IR, ALLOY_DUMP_DOT, ALLOY_DUMP_DOT, ALLOY_DUMP_MEMORY_SVG};
-    alloy_status st = configure(g, o);
+    alloy_status st = alloyc_configure(g, o);
     alloy_memory_info compiled;
     if (!st && o->emit == EMIT_SVG && !(st = alloy_graph_memory_info(g, &compiled))) { /* compile errors before dot starts */
         int code = print_svg(g, o, dot_path);
@@ -954,7 +998,7 @@ static int cmd_compile(const options *o)
         alloy_graph_free(g);
         return EXIT_ERROR;
     }
-    alloy_status st = configure(g, o);
+    alloy_status st = alloyc_configure(g, o);
     if (o->bundle) {
         if (o->have_seed) alloy_graph_set_seed(g, o->seed);
         if (!st) st = alloy_graph_save_bundle_flags(g, o->out, o->arch, o->with_state ? ALLOY_BUNDLE_WITH_STATE : 0);
@@ -979,6 +1023,7 @@ int main(int argc, char **argv)
         rc = strcmp(o.command, "print") == 0 ? cmd_print(&o)
              : strcmp(o.command, "run") == 0 ? cmd_run(&o)
              : strcmp(o.command, "train") == 0 ? alloyc_train(&o)
+             : strcmp(o.command, "cost") == 0  ? alloyc_cost(&o)
                                                : cmd_compile(&o);
     free(o.feeds);
     free(o.fetches);

@@ -15,7 +15,7 @@ typedef enum emit_kind { EMIT_IR, EMIT_DOT, EMIT_SVG, EMIT_MEMORY_SVG } emit_kin
 
 /* The command line, as parse_args in alloyc.c reads and checks it. */
 typedef struct options {
-    const char *command; /* "print", "run", "compile" or "train" */
+    const char *command; /* "print", "run", "compile", "train" or "cost" */
     const char *ir_path;
     const char **feeds; /* NAME=FILE or FILE, as given */
     int nfeeds;
@@ -48,6 +48,11 @@ typedef struct options {
     long log_every;         /* --log-every K: a progress line every K steps (and the last); 0: not given */
     const char *checkpoint; /* --checkpoint FILE: resume from it if it exists, save it at the end */
     const char *save_params; /* --save-params FILE: write the parameters alone at the end */
+    /* cost */
+    const char *cost_device; /* --device h100|h200: the constants (NULL: h100) */
+    const char *calibrate;   /* --calibrate FILE: an ALLOY_PROFILE table to fit the constants to */
+    long top;                /* --top N: the slowest launches listed (0: 15) */
+    bool all;                /* --all: list every launch */
 } options;
 
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
@@ -78,6 +83,14 @@ int alloyc_load_params(alloy_graph *g, const char *path, const char *ir_path, in
 /* --save-params FILE: g's parameters and running statistics alone
  * (alloy_graph_save_params); an exit code after printing. */
 int alloyc_save_params(alloy_graph *g, const char *path);
+
+/* alloyc.c: applies the compile options (--amp, --train, --optimizer,
+ * --scaler, --print-after, --print-before, then --set) to g; returns the
+ * first failing status. */
+alloy_status alloyc_configure(alloy_graph *g, const options *o);
+
+/* alloyc_cost.c: the cost command; an exit code. */
+int alloyc_cost(const options *o);
 
 /* alloyc_train.c: the train command; an exit code. */
 int alloyc_train(const options *o);

@@ -31,6 +31,7 @@
 #include "alloy/norm.h"
 #include "alloy/index.h"
 #include "alloy/cuda.h"
+#include "alloy/cost.h"
 #include "alloy/bundle.h"
 
 #endif

@@ -506,14 +506,18 @@ static const char *random_op(cg_program *prog, const ir_graph *g, int k, const i
     return ok ? NULL : "out of memory";
 }
 
-/* embedding_grad: a block per table row, each thread owning columns of it
- * in registers; the block walks the ids in tiles of CG_BLOCK through shared
+/* embedding_grad: the ids scanned once per table row while the table is
+ * small, sorted by row first when it is large (a vocabulary of 50,257: the
+ * scan reads 8192 ids 50,257 times at GPT-2's B8, the sort's one block
+ * compares each id with up to 1,023 others once). */
+enum { EMBED_MAX_COLS_PER_THREAD = 32, SORT_BLOCK = 1024, EMBED_SORT_ROWS = 4096 };
+
+/* embedding_grad for a small table (at most EMBED_SORT_ROWS rows): a
+ * block per table row, each thread owning columns of it in registers; the block walks the ids in tiles of CG_BLOCK through shared
  * memory, and a tile holding the row's id adds those rows of dy in
  * position order (the CPU's order, so the sums are the CPU's bit for bit).
  * f32 accumulation (f64 for f64). Block 0 flags ids out of range. */
-enum { EMBED_MAX_COLS_PER_THREAD = 32 };
-
-static const char *embedding_grad(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+static const char *embedding_grad_scan(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
 {
     const ir_type *ids = &g->nodes[n->in[0]]->type, *dy = &g->nodes[n->in[1]]->type;
     int64_t rows = n->type.dims[0], dim = n->type.dims[1], positions = ir_numel(ids);
@@ -563,6 +567,142 @@ static const char *embedding_grad(cg_program *prog, const ir_graph *g, int k, co
     cg_text_free(&t);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
+}
+
+/* embedding_grad for a large table (more than EMBED_SORT_ROWS rows), in
+ * two kernels that share an int scratch in the step's aux block (a CG_PARAM_ROWS slot of the node): start[rows + 1], cur[rows],
+ * order[positions].
+ *   _sort, one block of SORT_BLOCK threads: counts the ids per row (an id
+ *     out of range sets the flag and is skipped), scans the counts into each
+ *     row's start, then places the positions in order[] tile by tile, each
+ *     after the earlier positions of its row (its rank among the equal ids
+ *     of the earlier threads of its tile: SORT_BLOCK / 2 comparisons per
+ *     position on average): a stable counting sort, so each row's
+ *     positions ascend.
+ *   the rows: a block per table row, each thread owning columns of it in
+ *     registers, adds the rows of dy at its positions in ascending order (the
+ *     CPU's order, so the sums are the CPU's bit for bit) with f32
+ *     accumulation (f64 for f64), and stores every row (zeros where no id).
+ * The ids are read twice and dy once, instead of all the ids once per table
+ * row. */
+
+
+static const char *embedding_grad_sorted(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    const ir_type *ids = &g->nodes[n->in[0]]->type, *dy = &g->nodes[n->in[1]]->type;
+    int64_t rows = n->type.dims[0], dim = n->type.dims[1], positions = ir_numel(ids);
+    int64_t cpt = (dim + CG_BLOCK - 1) / CG_BLOCK;
+    if (cpt > EMBED_MAX_COLS_PER_THREAD) return "embedding rows wider than 8192: no kernel yet";
+    if (rows + 1 + rows + positions > INT32_MAX) return "embedding_grad with over 2^31 rows and positions: no kernel yet";
+    if (cpt < 1) cpt = 1;
+    bool wide = n->type.dtype == ALLOY_F64;
+    int64_t scratch = 2 * rows + 1 + positions; /* ints; the slot holds as many floats (or doubles) */
+    /* the sort */
+    cg_params ps = {0};
+    cg_text t = {0};
+    int pi = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    int flag = cg_param_of(&ps, CG_PARAM_FLAG, n->id, true, 1);
+    int ps_ = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch);
+    char sort[64];
+    al_fmt(sort, sizeof sort, "%s_sort", name);
+    cg_put_preamble(&t);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", SORT_BLOCK, sort);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t,
+           ")\n{\n"
+           "    const long long R_ = %lldll, P_ = %lldll;\n"
+           "    int *start_ = (int *)p%d, *cur_ = start_ + R_ + 1, *order_ = cur_ + R_;\n"
+           "    __shared__ int sums_[%d], tile_[%d];\n"
+           "    const int tid = threadIdx.x, nt = blockDim.x;\n"
+           "    for (long long r_ = tid; r_ < R_; r_ += nt) cur_[r_] = 0;\n"
+           "    __syncthreads();\n"
+           "    for (long long p_ = tid; p_ < P_; p_ += nt) {\n"
+           "        const long long id_ = (long long)p%d[p_];\n"
+           "        if (id_ < 0 || id_ >= R_) atomicOr(p%d, 1u);\n"
+           "        else atomicAdd(&cur_[id_], 1);\n"
+           "    }\n"
+           "    __syncthreads();\n"
+           "    const long long chunk_ = (R_ + nt - 1) / nt, r0_ = tid * chunk_, r1_ = r0_ + chunk_ < R_ ? r0_ + chunk_ : R_;\n"
+           "    int s_ = 0;\n"
+           "    for (long long r_ = r0_; r_ < r1_; r_++) s_ += cur_[r_];\n"
+           "    sums_[tid] = s_;\n"
+           "    __syncthreads();\n"
+           "    if (tid == 0) {\n"
+           "        int acc_ = 0;\n"
+           "        for (int i_ = 0; i_ < nt; i_++) {\n            const int v_ = sums_[i_];\n"
+           "            sums_[i_] = acc_;\n            acc_ += v_;\n        }\n"
+           "        start_[R_] = acc_;\n"
+           "    }\n"
+           "    __syncthreads();\n"
+           "    int acc_ = sums_[tid];\n"
+           "    for (long long r_ = r0_; r_ < r1_; r_++) {\n"
+           "        const int c_ = cur_[r_];\n        start_[r_] = acc_;\n        cur_[r_] = acc_;\n        acc_ += c_;\n"
+           "    }\n"
+           "    __syncthreads();\n"
+           "    for (long long t_ = 0; t_ < P_; t_ += nt) {\n"
+           "        const long long p_ = t_ + tid;\n"
+           "        const long long v_ = p_ < P_ ? (long long)p%d[p_] : -1;\n"
+           "        const int id_ = v_ >= 0 && v_ < R_ ? (int)v_ : -1;\n"
+           "        tile_[tid] = id_;\n"
+           "        __syncthreads();\n"
+           "        int rank_ = 0;\n"
+           "        if (id_ >= 0)\n"
+           "            for (int i_ = 0; i_ < tid; i_++) rank_ += tile_[i_] == id_;\n"
+           "        if (id_ >= 0) order_[cur_[id_] + rank_] = (int)p_;\n"
+           "        __syncthreads();\n"
+           "        if (id_ >= 0) atomicAdd(&cur_[id_], 1);\n"
+           "        __syncthreads();\n"
+           "    }\n"
+           "}\n",
+           (long long)rows, (long long)positions, ps_, SORT_BLOCK, SORT_BLOCK, pi, flag, pi);
+    bool ok = cg_add_kernel(prog, g, sort, k, STEP_KIND_OP, &t, &ps, 1, SORT_BLOCK,
+                            (int64_t)(2 * ir_nbytes(ids)) + 4 * scratch);
+    cg_text_free(&t);
+    al_free(ps.at);
+    if (!ok) return "out of memory";
+    /* the rows */
+    ps = (cg_params){0};
+    t = (cg_text){0};
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int pd = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0);
+    int pr = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, scratch);
+    cg_put_preamble(&t);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t,
+           ")\n{\n    typedef %s T;\n"
+           "    const int *start_ = (const int *)p%d, *order_ = start_ + 2 * %lldll + 1;\n"
+           "    const int tid = threadIdx.x;\n"
+           "    for (long long row = blockIdx.x; row < %lldll; row += gridDim.x) {\n"
+           "        T a_[%lld];\n        for (int j_ = 0; j_ < %lld; j_++) a_[j_] = 0;\n"
+           "        for (int e_ = start_[row]; e_ < start_[row + 1]; e_++) {\n"
+           "            const long long q_ = order_[e_];\n"
+           "            for (int j_ = 0; j_ < %lld; j_++) {\n"
+           "                const long long c_ = tid + %d * j_;\n"
+           "                if (c_ < %lldll) a_[j_] += ",
+           wide ? "double" : "float", pr, (long long)rows, (long long)rows, (long long)cpt, (long long)cpt,
+           (long long)cpt, CG_BLOCK, (long long)dim);
+    char pdn[16], idx[64];
+    al_fmt(pdn, sizeof pdn, "p%d", pd);
+    al_fmt(idx, sizeof idx, "q_ * %lldll + c_", (long long)dim);
+    cg_load(&t, dy->dtype, pdn, idx);
+    cg_put(&t, ";\n            }\n        }\n"
+               "        for (int j_ = 0; j_ < %lld; j_++) {\n            const long long c_ = tid + %d * j_;\n"
+               "            if (c_ < %lldll) p%d[row * %lldll + c_] = ",
+           (long long)cpt, CG_BLOCK, (long long)dim, out, (long long)dim);
+    cg_store(&t, n->type.dtype, wide, "a_[j_]");
+    cg_put(&t, ";\n        }\n    }\n}\n");
+    ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)(rows > CG_MAX_GRID ? CG_MAX_GRID : rows < 1 ? 1 : rows),
+                       CG_BLOCK, (int64_t)(ir_nbytes(&n->type) + ir_nbytes(dy)) + 4 * (rows + 1 + positions));
+    cg_text_free(&t);
+    al_free(ps.at);
+    return ok ? NULL : "out of memory";
+}
+
+static const char *embedding_grad(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+{
+    return n->type.dims[0] > EMBED_SORT_ROWS ? embedding_grad_sorted(prog, g, k, n, name)
+                                             : embedding_grad_scan(prog, g, k, n, name);
 }
 
 const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, int k)

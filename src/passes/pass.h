@@ -115,10 +115,10 @@ AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next
 AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
 /* reserved.c: whether the user may not give the name `name` (used as
- * `use`) in ir, because the training passes make it: any name starting
- * with GRAD_PREFIX or a namespace above; for a node, "<p>" SUFFIX_* while
- * p is an input or param of ir; for a new input or param p, p while a
- * node "<p>" SUFFIX_* exists. True with the reason in why. */
+ * `use`) in ir, because the training passes make it (step/state_names.h):
+ * any name starting with GRAD_PREFIX or a namespace there; for a node, "<p>"
+ * SUFFIX_* while p is an input or param of ir; for a new input or param p,
+ * p while a node "<p>" SUFFIX_* exists. True with the reason in why. */
 typedef enum pass_name_use { PASS_NAME_OUTPUT, PASS_NAME_NODE, PASS_NAME_LEAF } pass_name_use;
 AL_HIDDEN bool pass_reserved_name(const ir_graph *ir, const char *name, pass_name_use use, char *why, size_t whylen);
 

@@ -13,7 +13,8 @@
 typedef enum cg_param_kind {
     CG_PARAM_NODE,    /* node's value: its arena slot or bound leaf buffer */
     CG_PARAM_PRODUCT, /* a GEMM step's f32 product (the plan's scratch), `node` is the matmul */
-    CG_PARAM_ROWS,    /* per-row results of a RESULT op, f32 (or f64 when wide), `count` of them, `node` the op */
+    CG_PARAM_ROWS,    /* per-row results of a RESULT op, f32 (or f64 when wide), `count` of them, `node` the op;
+                       * also a step's own scratch of `count` 4-byte words (embedding_grad's sort) */
     CG_PARAM_FLAG,    /* one zero-initialized int: a step's found_inf flag, `node` the found_inf */
 } cg_param_kind;
 

@@ -3,8 +3,8 @@
 #define ALLOY_STATE_NAMES_H
 
 /* Names the training passes agree on (docs/training.md). The builder
- * refuses them for the user's names (pass_reserved_name, passes/reserved.c), so
- * each name the passes make is spelt from these. */
+ * refuses them for the user's names (pass_reserved_name, passes/reserved.c),
+ * so each name the passes make is spelt from these. */
 #define GRAD_PREFIX "grad:"  /* output "grad:<name>": d loss / d <name> (autodiff) */
 #define SCALER_NS "scaler."  /* the loss scaler's state and outputs */
 #define STEP_NS "step."      /* the training step's state and outputs */
@@ -13,12 +13,12 @@
 #define SUFFIX_MOMENT2 ".v"         /* state "<param>.v": Adam(W)'s second moment */
 #define SUFFIX_MOMENTUM ".momentum" /* state "<param>.momentum": SGD's momentum buffer */
 #define SUFFIX_GRAD_ACC ".grad_acc" /* state "<name>.grad_acc": a gradient summed over micro-batches */
-#define STATE_SCALE SCALER_NS "scale"                 /* state f32[]: the loss scale */
-#define STATE_TRACKER SCALER_NS "growth_tracker"      /* state i32[] */
-#define STATE_FOUND_ACC SCALER_NS "found_inf_acc"     /* state bool[]: inf seen in this step's micro-batches */
-#define STATE_MICRO STEP_NS "micro_batch"             /* state i32[]: micro-batches into this step */
-#define STATE_SKIPPED STEP_NS "skipped_steps"         /* state i32[]: steps skipped for inf/NaN */
-#define STATE_COUNT OPTIM_NS "step"                   /* state i32[]: optimizer updates applied */
+#define STATE_SCALE SCALER_NS "scale"                /* state f32[]: the loss scale */
+#define STATE_TRACKER SCALER_NS "growth_tracker"     /* state i32[] */
+#define STATE_FOUND_ACC SCALER_NS "found_inf_acc"    /* state bool[]: inf seen in this step's micro-batches */
+#define STATE_MICRO STEP_NS "micro_batch"            /* state i32[]: micro-batches into this step */
+#define STATE_SKIPPED STEP_NS "skipped_steps"        /* state i32[]: steps skipped for inf/NaN */
+#define STATE_COUNT OPTIM_NS "step"                  /* state i32[]: optimizer updates applied */
 #define STATE_BASE_LR OPTIM_NS "lr" /* state f64[]: the learning rate the schedule scales (alloy_graph_set_lr) */
 #define OUT_FOUND_INF STEP_NS "found_inf"            /* output bool[]: this step's gradients were not finite */
 #define OUT_APPLY STEP_NS "apply"                    /* output bool[]: the optimizer updates this run */

@@ -4,6 +4,7 @@
 
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
+#include "passes/pass.h"
 
 /* A public handle is the node itself. */
 #define NODE(t) ((ir_node *)(void *)(t))

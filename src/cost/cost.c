@@ -1,0 +1,275 @@
+/* cost.c - the launches of a compiled step read off its launch plan: bytes each moves, FLOPs, class, spill traffic; and their modelled times. */
+#include <string.h>
+
+#include "codegen/emit_impl.h"
+#include "cost/cost.h"
+
+static const char *const class_names[COST_NCLASSES] = {
+    [COST_GEMM_ALIGNED] = "gemm",       [COST_GEMM_ODD] = "gemm odd ld",  [COST_ATTENTION] = "attention",
+    [COST_ROW] = "row",                 [COST_LAYOUT] = "layout copy",    [COST_EPILOGUE] = "gemm epilogue",
+    [COST_ELEMENTWISE] = "elementwise", [COST_MULTI] = "multi-tensor",    [COST_OTHER_OP] = "other op",
+    [COST_TINY] = "tiny (<=4 blocks)",  [COST_MEMSET_CLASS] = "memset",   [COST_COPY_CLASS] = "update copy",
+};
+
+const char *cost_class_name(cost_class c) { return c >= 0 && c < COST_NCLASSES ? class_names[c] : "?"; }
+
+static bool is_layout(int op)
+{
+    return op == IR_OP_reshape || op == IR_OP_transpose || op == IR_OP_broadcast_to || op == IR_OP_slice ||
+           op == IR_OP_concat || op == IR_OP_pad;
+}
+
+static bool is_low(alloy_dtype d) { return d == ALLOY_F16 || d == ALLOY_BF16; }
+
+/* FLOPs of one member computed by a generated kernel: one per output
+ * element of an elementwise op, one per operand element per column stage
+ * of a row op's program (MAX, SUM, MAP, OUT), one per input element of a
+ * reduction, 2 per multiply-add of a convolution; movement, casts,
+ * gathers and the library's matmul: none. */
+static double member_flops(const ir_graph *g, const ir_node *n)
+{
+    const ir_op_info *op = &ir_ops[n->op];
+    if (n->op == IR_OP_matmul || n->op == IR_OP_cast || is_layout(n->op)) return 0;
+    if (op->row) {
+        int stages = 0;
+        for (int i = 0; i < op->row->nstages; i++) {
+            ir_row_stage_kind k = op->row->stages[i].kind;
+            stages += k == ROW_MAX || k == ROW_SUM || k == ROW_MAP || k == ROW_OUT;
+        }
+        return (double)ir_numel(&g->nodes[n->in[0]]->type) * stages;
+    }
+    if (op->expr) return (double)ir_numel(&n->type);
+    if (n->op == IR_OP_reduce_sum || n->op == IR_OP_reduce_mean || n->op == IR_OP_reduce_max)
+        return (double)ir_numel(&g->nodes[n->in[0]]->type);
+    if (n->op == IR_OP_conv1d || n->op == IR_OP_conv2d) {
+        const ir_type *w = &g->nodes[n->in[1]]->type;
+        return w->dims[0] ? 2.0 * (double)ir_numel(&n->type) * (double)ir_numel(w) / (double)w->dims[0] : 0;
+    }
+    return 0;
+}
+
+/* The attention op's FLOPs in kernel kn of its step: 2 B H T S D per
+ * product, the forward 2 products (q k^T, p v), the backward's query
+ * kernel 4 (q k^T for the logsumexp and again for dq, do v^T, ds k) and
+ * key kernel 4 (q k^T, do v^T, p^T do, ds^T q); causal halves them (the
+ * kernels skip the tiles above the diagonal). */
+static double attention_flops(const ir_graph *g, const ir_node *n)
+{
+    const ir_type *q = &g->nodes[n->in[0]]->type, *k = &g->nodes[n->in[1]]->type;
+    if (q->rank != 4 || k->rank != 4) return 0;
+    double product = 2.0 * (double)q->dims[0] * (double)q->dims[1] * (double)q->dims[2] * (double)k->dims[2] *
+                     (double)q->dims[3];
+    if (ir_attr_i(n, "causal")) product *= 0.5;
+    return (n->op == IR_OP_attention ? 2 : 4) * product;
+}
+
+static double step_flops(const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *st = &s->steps[k];
+    double f = 0;
+    for (int i = 0; i < st->n; i++) f += member_flops(g, g->nodes[s->members[st->first + i].node]);
+    return f;
+}
+
+static cost_class kernel_class(const ir_graph *g, const schedule *s, const cg_kernel *kn)
+{
+    const sched_step *st = &s->steps[kn->step];
+    const ir_node *last = g->nodes[st->pos];
+    if (last->op == IR_OP_attention || last->op == IR_OP_attention_grad) return COST_ATTENTION;
+    if (kn->grid <= COST_TINY_BLOCKS) return COST_TINY;
+    switch (st->kind) {
+    case STEP_KIND_ROW: return COST_ROW;
+    case STEP_KIND_GEMM: return COST_EPILOGUE;
+    case STEP_KIND_EW: return COST_ELEMENTWISE;
+    case STEP_KIND_MULTI: return COST_MULTI;
+    case STEP_KIND_OP:
+        if (ir_ops[last->op].row) return COST_ROW;
+        if (last->op == IR_OP_cast) return COST_ELEMENTWISE;
+        if (is_layout(last->op)) return COST_LAYOUT;
+        return COST_OTHER_OP;
+    }
+    return COST_OTHER_OP;
+}
+
+/* How many rows each thread of row kernel kn walks (its grid-stride loop
+ * runs once per team of threads per row): rows over the kernel's teams. */
+static int64_t row_passes(const ir_graph *g, const schedule *s, const cg_kernel *kn)
+{
+    const sched_step *st = &s->steps[kn->step];
+    /* a row step iterates over [rows, C]; a row op alone over its first operand */
+    const ir_type *sp = st->kind == STEP_KIND_ROW ? &st->space : &g->nodes[g->nodes[st->pos]->in[0]]->type;
+    int64_t c = sp->rank ? sp->dims[sp->rank - 1] : 1, numel = ir_numel(sp);
+    int64_t rows = c > 0 ? numel / c : 0;
+    int64_t per_block = kn->block == 128 && c <= 1024 ? 4 : 1; /* a warp per short row (emit_row.c) */
+    int64_t teams = (int64_t)kn->grid * per_block;
+    return teams > 0 && rows > teams ? (rows + teams - 1) / teams : 1;
+}
+
+static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program *prog, int q, const cg_resources *res,
+                          cost_launch *l)
+{
+    const cg_kernel *kn = &prog->kernels[q];
+    *l = (cost_launch){.action = COST_KERNEL, .step = kn->step, .index = q, .grid = kn->grid, .block = kn->block,
+                       .emitted = kn->bytes};
+    al_fmt(l->name, sizeof l->name, "%s", kn->name);
+    for (int i = 0; i < kn->nparams; i++) {
+        const cg_param *pa = &kn->params[i];
+        const ir_node *n = g->nodes[pa->node];
+        int64_t b = pa->kind == CG_PARAM_NODE      ? (int64_t)ir_nbytes(&n->type)
+                    : pa->kind == CG_PARAM_PRODUCT ? 4 * ir_numel(&n->type)
+                    : pa->kind == CG_PARAM_ROWS    ? pa->count * (n->type.dtype == ALLOY_F64 ? 8 : 4)
+                                                   : 4;
+        if (pa->written) l->written += b;
+        else l->read += b;
+    }
+    const sched_step *st = &s->steps[kn->step];
+    const ir_node *last = g->nodes[st->pos];
+    l->cls = kernel_class(g, s, kn);
+    if (last->op == IR_OP_attention || last->op == IR_OP_attention_grad) {
+        l->flops = attention_flops(g, last);
+        l->tensor = is_low(g->nodes[last->in[0]]->type.dtype) &&
+                    cg_attention_mma_takes(g->nodes[last->in[0]]->type.dtype, g->nodes[last->in[0]]->type.dims[3]);
+    } else if (q == 0 || prog->kernels[q - 1].step != kn->step) { /* the step's FLOPs on its first kernel */
+        l->flops = step_flops(g, s, kn->step);
+    }
+    /* embedding_grad's sort (its step's first kernel, one block; emit_op.c) reads the ids twice, to count
+     * and to place, and compares each id with those of the earlier threads of its tile: block / 2
+     * comparisons per position, each about 4 instructions (a shared load, a compare, an add, the
+     * loop), counted as 8 FLOPs (the f32 rate counts an FMA as 2) at its one block's share of the rate */
+    bool first = q == 0 || prog->kernels[q - 1].step != kn->step,
+         alone = first && (q + 1 == prog->nkernels || prog->kernels[q + 1].step != kn->step);
+    if (last->op == IR_OP_embedding_grad && st->kind == STEP_KIND_OP && first && !alone) {
+        const ir_type *ids = &g->nodes[last->in[0]]->type;
+        l->read += (int64_t)ir_nbytes(ids);
+        l->flops = 8.0 * (double)ir_numel(ids) * kn->block / 2;
+    }
+    /* a small table's embedding_grad, one kernel, walks all the ids for each table row */
+    if (last->op == IR_OP_embedding_grad && st->kind == STEP_KIND_OP && alone)
+        l->read += (last->type.dims[0] - 1) * (int64_t)ir_nbytes(&g->nodes[last->in[0]]->type);
+    /* a slice reads only the part it copies */
+    if (last->op == IR_OP_slice && st->kind == STEP_KIND_OP)
+        l->read += (int64_t)ir_nbytes(&last->type) - (int64_t)ir_nbytes(&g->nodes[last->in[0]]->type);
+    if (res) {
+        l->res = res[q];
+        if (l->res.known) {
+            int64_t passes = l->cls == COST_ROW ? row_passes(g, s, kn) : 1;
+            l->spill = (int64_t)(l->res.spill_stores + l->res.spill_loads) * kn->grid * kn->block * passes;
+        }
+    }
+}
+
+static void gemm_launch(const lp_plan *lp, int i, cost_launch *l)
+{
+    const lp_gemm *gm = &lp->gemms[i];
+    int64_t ab = (int64_t)alloy_dtype_size(gm->ab), d = (int64_t)alloy_dtype_size(gm->d);
+    *l = (cost_launch){.action = COST_GEMM, .step = gm->step, .index = i};
+    l->read = gm->batch * (gm->m * gm->k + gm->k * gm->n) * ab;
+    l->written = gm->batch * gm->m * gm->n * d;
+    l->flops = 2.0 * (double)gm->batch * (double)gm->m * (double)gm->n * (double)gm->k;
+    l->tensor = is_low(gm->ab);
+    l->odd = gm->lda * ab % 16 || gm->ldb * ab % 16 || gm->ldd * d % 16;
+    l->cls = l->odd ? COST_GEMM_ODD : COST_GEMM_ALIGNED;
+    /* named as the profile names it: the row-major product out[M, N] is cuBLAS's D[m = N, n = M] */
+    char batch[32] = "";
+    if (gm->batch > 1) al_fmt(batch, sizeof batch, "%lldx", (long long)gm->batch);
+    al_fmt(l->name, sizeof l->name, "gemm.%s%lldx%lldx%lld.%s", batch, (long long)gm->n, (long long)gm->m,
+           (long long)gm->k, alloy_dtype_name(gm->ab));
+}
+
+alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *prog, const lp_plan *lp,
+                        const cg_resources *res, cost_model *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    out->launches = al_calloc((size_t)lp->nactions + 1, sizeof *out->launches);
+    if (!out->launches) {
+        al_fmt(err, errlen, "out of memory for %d launches", lp->nactions);
+        return ALLOY_ERR_OOM;
+    }
+    for (int i = 0; i < lp->nactions; i++) {
+        const lp_action *a = &lp->actions[i];
+        cost_launch *l = &out->launches[out->n++];
+        switch (a->kind) {
+        case LP_KERNEL:
+            kernel_launch(g, s, prog, a->index, res, l);
+            out->kernels++;
+            out->resources_known += l->res.known;
+            out->spill_kernels += l->res.spill_stores + l->res.spill_loads > 0;
+            out->kernel_bytes += l->read + l->written + l->spill;
+            out->emitted_bytes += l->emitted;
+            break;
+        case LP_GEMM:
+            gemm_launch(lp, a->index, l);
+            out->gemms++;
+            break;
+        case LP_ZERO:
+            *l = (cost_launch){.action = COST_MEMSET, .cls = COST_MEMSET_CLASS, .step = a->step, .index = -1,
+                               .written = a->bytes};
+            al_fmt(l->name, sizeof l->name, "memset");
+            out->memsets++;
+            break;
+        case LP_COPY:
+            *l = (cost_launch){.action = COST_COPY, .cls = COST_COPY_CLASS, .step = a->step, .index = -1,
+                               .read = a->bytes, .written = a->bytes};
+            al_fmt(l->name, sizeof l->name, "copy %s", a->dst.node >= 0 && g->nodes[a->dst.node]->name
+                                                         ? g->nodes[a->dst.node]->name : "");
+            out->copies++;
+            break;
+        }
+    }
+    return ALLOY_OK;
+}
+
+void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *hi)
+{
+    double bytes = (double)(l->read + l->written + l->spill);
+    double rate_lo = d->f32_lo, rate_hi = d->f32_hi;
+    if (l->tensor && l->action == COST_GEMM) {
+        rate_lo = l->odd ? d->odd_lo : d->tensor_lo;
+        rate_hi = l->odd ? d->odd_hi : d->tensor_hi;
+    } else if (l->tensor) {
+        rate_lo = d->attn_lo, rate_hi = d->attn_hi;
+    }
+    bool launch = l->action == COST_KERNEL || l->action == COST_GEMM;
+    double share = 1;
+    if (l->action == COST_KERNEL && d->sms > 0 && l->grid > 0 && l->grid < (unsigned)d->sms) share = (double)l->grid / d->sms;
+    double t_lo = bytes / (d->hbm * d->eff_hi * share), t_hi = bytes / (d->hbm * d->eff_lo * share);
+    rate_lo *= share, rate_hi *= share;
+    if (l->flops / rate_hi > t_lo) t_lo = l->flops / rate_hi;
+    if (l->flops / rate_lo > t_hi) t_hi = l->flops / rate_lo;
+    if (launch && d->floor_lo > t_lo) t_lo = d->floor_lo;
+    if (launch && d->floor_hi > t_hi) t_hi = d->floor_hi;
+    *lo = t_lo + d->node_lo;
+    *hi = t_hi + d->node_hi;
+}
+
+void cost_apply(cost_model *m, const cost_device *d)
+{
+    memset(&m->total, 0, sizeof m->total);
+    memset(m->by_class, 0, sizeof m->by_class);
+    for (int i = 0; i < m->n; i++) {
+        cost_launch *l = &m->launches[i];
+        cost_time(l, d, &l->t_lo, &l->t_hi);
+        cost_sum *c[2] = {&m->total, &m->by_class[l->cls]};
+        for (int j = 0; j < 2; j++) {
+            c[j]->launches++;
+            c[j]->bytes += l->read + l->written + l->spill;
+            c[j]->flops += l->flops;
+            c[j]->t_lo += l->t_lo;
+            c[j]->t_hi += l->t_hi;
+        }
+    }
+}
+
+void cost_free(cost_model *m)
+{
+    al_free(m->launches);
+    memset(m, 0, sizeof *m);
+}
+
+alloy_status cost_plan(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog, lp_plan *lp,
+                       char *err, size_t errlen)
+{
+    return lp_build(g, s, p, prog, lp, err, errlen);
+}
+
+void cost_plan_free(lp_plan *lp) { lp_free(lp); }

@@ -1,0 +1,464 @@
+/* test_cost.c - the launch-plan cost model (src/cost/): launches, bytes and FLOPs against hand-worked counts, the time formula, a char_gpt step's bytes against the schedule's own count, ptxas' log parsed, calibration from a profile table. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "alloy/cost.h"
+#include "cost/cost.h"
+#include "runtime/graph/graph_impl.h"
+#include "support.h"
+
+/* A compiled graph's cost model, and what it was built from. */
+typedef struct modelled {
+    alloy_graph *g;
+    cg_program prog;
+    lp_plan lp;
+    cost_model m;
+} modelled;
+
+static void model(modelled *x, alloy_graph *g, const cg_resources *res)
+{
+    char err[1024];
+    x->g = g;
+    if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+    if (cg_emit(g->compiled, &g->comp.sched, &x->prog, err, sizeof err)) fail_msg("%s", err);
+    if (lp_build(g->compiled, &g->comp.sched, &g->comp.plan, &x->prog, &x->lp, err, sizeof err)) fail_msg("%s", err);
+    if (cost_build(g->compiled, &g->comp.sched, &x->prog, &x->lp, res, &x->m, err, sizeof err)) fail_msg("%s", err);
+}
+
+static void release(modelled *x)
+{
+    cost_free(&x->m);
+    lp_free(&x->lp);
+    cg_program_free(&x->prog);
+    alloy_graph_free(x->g);
+}
+
+static alloy_graph *parse(const char *text)
+{
+    char err[512];
+    alloy_graph *g = alloy_graph_parse(text, strlen(text), "test.ir", err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    return g;
+}
+
+static int count_action(const cost_model *m, cost_action a)
+{
+    int n = 0;
+    for (int i = 0; i < m->n; i++) n += m->launches[i].action == a;
+    return n;
+}
+
+static const char mlp_ir[] =
+    "graph mlp {\n"
+    "  %x = input : f32[8,16]\n"
+    "  %w1 = param {init=\"normal\", std=0.1} : f32[16,32]\n"
+    "  %b1 = param {init=\"zeros\"} : f32[32]\n"
+    "  %w2 = param {init=\"normal\", std=0.1} : f32[32,4]\n"
+    "  %b2 = param {init=\"zeros\"} : f32[4]\n"
+    "  %5 = matmul(%x, %w1) : f32[8,32]\n"
+    "  %6 = add(%5, %b1) : f32[8,32]\n"
+    "  %h = relu(%6) : f32[8,32]\n"
+    "  %8 = matmul(%h, %w2) : f32[8,4]\n"
+    "  %9 = add(%8, %b2) : f32[8,4]\n"
+    "  output \"y\" = %9\n"
+    "}\n";
+
+/* The forward: two GEMMs, each with an epilogue kernel (bias, relu) reading its f32 product back. */
+static void test_mlp_forward_launches_bytes_and_flops_are_the_hand_worked_ones(void **state)
+{
+    (void)state;
+    modelled x;
+    model(&x, parse(mlp_ir), NULL);
+    const cost_model *m = &x.m;
+    assert_int_equal(m->n, 4);
+    assert_int_equal(m->gemms, 2);
+    assert_int_equal(m->kernels, 2);
+    assert_int_equal(m->memsets + m->copies, 0);
+    const cost_launch *g1 = &m->launches[0], *e1 = &m->launches[1], *g2 = &m->launches[2], *e2 = &m->launches[3];
+    assert_int_equal(g1->action, COST_GEMM);
+    assert_int_equal(e1->action, COST_KERNEL);
+    /* h1 = x w1: 2 x 8 x 32 x 16 FLOPs; reads x (8x16) and w1 (16x32), writes the f32 product 8x32 */
+    assert_true(g1->flops == 8192.0);
+    assert_int_equal(g1->read, (8 * 16 + 16 * 32) * 4);
+    assert_int_equal(g1->written, 8 * 32 * 4);
+    assert_string_equal(g1->name, "gemm.8x32x16.f32");
+    /* epilogue: reads the product and b1, writes relu(h1 + b1); add and relu: 2 x 256 FLOPs */
+    assert_int_equal(e1->read, 8 * 32 * 4 + 32 * 4);
+    assert_int_equal(e1->written, 8 * 32 * 4);
+    assert_true(e1->flops == 512.0);
+    assert_int_equal(e1->cls, COST_TINY); /* 256 outputs: one block */
+    assert_true(g2->flops == 2.0 * 8 * 4 * 32);
+    assert_int_equal(e2->read, 8 * 4 * 4 + 4 * 4);
+    assert_int_equal(e2->written, 8 * 4 * 4);
+    assert_true(e2->flops == 32.0);
+    release(&x);
+}
+
+/* The training step: forward 2 GEMMs, backward 3 (dw1 = x^T dh, dh = dy w2^T, dw2 = h^T dy; no dx for an input). */
+static void test_mlp_training_step_gemm_flops_are_the_five_products(void **state)
+{
+    (void)state;
+    alloy_graph *g = parse(mlp_ir);
+    assert_int_equal(alloy_graph_set_loss(g, alloy_graph_find(g, "y")), ALLOY_ERR_INVALID); /* not a scalar */
+    alloy_graph_free(g);
+    static const char train_ir[] =
+        "graph mlp_train {\n"
+        "  %x = input : f32[8,16]\n"
+        "  %t = input : f32[8,4]\n"
+        "  %w1 = param {init=\"normal\", std=0.1} : f32[16,32]\n"
+        "  %w2 = param {init=\"normal\", std=0.1} : f32[32,4]\n"
+        "  %4 = matmul(%x, %w1) : f32[8,32]\n"
+        "  %h = relu(%4) : f32[8,32]\n"
+        "  %6 = matmul(%h, %w2) : f32[8,4]\n"
+        "  %7 = mse_loss(%6, %t) : f32[8,4]\n"
+        "  %loss = reduce_mean(%7) {axes=[0, 1]} : f32[]\n"
+        "  loss %loss\n"
+        "}\n";
+    g = parse(train_ir);
+    assert_int_equal(alloy_graph_set_training(g, true), ALLOY_OK);
+    assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0.0, 0.0, false)), ALLOY_OK);
+    modelled x;
+    model(&x, g, NULL);
+    double flops = 0;
+    for (int i = 0; i < x.m.n; i++)
+        if (x.m.launches[i].action == COST_GEMM) flops += x.m.launches[i].flops;
+    assert_int_equal(x.m.gemms, 5);
+    assert_true(flops == 2.0 * (8 * 32 * 16 + 8 * 4 * 32 + 16 * 32 * 8 + 8 * 32 * 4 + 32 * 4 * 8));
+    assert_int_equal(count_action(&x.m, COST_KERNEL), x.prog.nkernels);
+    assert_int_equal(x.m.n, x.lp.nactions);
+    release(&x);
+}
+
+/* One elementwise step, y = relu(a * b + c): reads a, b, c once, writes y once; 3 FLOPs per element. */
+static void test_an_elementwise_kernel_moves_its_operands_once(void **state)
+{
+    (void)state;
+    modelled x;
+    model(&x, parse("graph ew {\n"
+                    "  %a = input : f32[256,128]\n"
+                    "  %b = input : f32[256,128]\n"
+                    "  %c = input : f32[128]\n"
+                    "  %3 = mul(%a, %b) : f32[256,128]\n"
+                    "  %4 = add(%3, %c) : f32[256,128]\n"
+                    "  %5 = relu(%4) : f32[256,128]\n"
+                    "  output \"y\" = %5\n"
+                    "}\n"),
+          NULL);
+    assert_int_equal(x.m.n, 1);
+    const cost_launch *l = &x.m.launches[0];
+    assert_int_equal(l->action, COST_KERNEL);
+    assert_int_equal(l->cls, COST_ELEMENTWISE);
+    assert_int_equal(l->read, 2 * 256 * 128 * 4 + 128 * 4);
+    assert_int_equal(l->written, 256 * 128 * 4);
+    assert_true(l->flops == 3.0 * 256 * 128);
+    release(&x);
+}
+
+/* max(bytes / (hbm x eff), flops / rate, floor) + node, each end of the range by hand. */
+static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node(void **state)
+{
+    (void)state;
+    cost_device d = {.name = "t", .title = "test", .hbm = 1e12, .eff_lo = 0.5, .eff_hi = 1.0,
+                     .tensor_lo = 100e12, .tensor_hi = 200e12, .odd_lo = 10e12, .odd_hi = 20e12,
+                     .f32_lo = 1e12, .f32_hi = 2e12, .attn_lo = 50e12, .attn_hi = 60e12,
+                     .floor_lo = 2e-6, .floor_hi = 3e-6, .node_lo = 1e-6, .node_hi = 2e-6};
+    double lo, hi;
+    /* a kernel of 1e9 bytes: 1 ms at eff 1.0, 2 ms at 0.5 */
+    cost_launch k = {.action = COST_KERNEL, .read = 600000000, .written = 300000000, .spill = 100000000};
+    cost_time(&k, &d, &lo, &hi);
+    assert_true(fabs(lo - (1e-3 + 1e-6)) < 1e-12 && fabs(hi - (2e-3 + 2e-6)) < 1e-12);
+    /* a kernel of 3 blocks on 100 SMs: 3% of the bandwidth */
+    d.sms = 100;
+    cost_launch few = {.action = COST_KERNEL, .grid = 3, .read = 3000000};
+    cost_time(&few, &d, &lo, &hi);
+    assert_true(fabs(lo - (1e-4 + 1e-6)) < 1e-12 && fabs(hi - (2e-4 + 2e-6)) < 1e-12);
+    cost_launch many = {.action = COST_KERNEL, .grid = 1000, .read = 3000000};
+    cost_time(&many, &d, &lo, &hi);
+    assert_true(fabs(lo - (3e-6 + 1e-6)) < 1e-12 && fabs(hi - (6e-6 + 2e-6)) < 1e-12);
+    /* a tiny kernel: the floor */
+    cost_launch t = {.action = COST_KERNEL, .read = 64};
+    cost_time(&t, &d, &lo, &hi);
+    assert_true(fabs(lo - 3e-6) < 1e-15 && fabs(hi - 5e-6) < 1e-15);
+    /* an aligned f16 GEMM of 2e12 FLOPs: 10 ms at 200 TF/s, 20 ms at 100; its bytes are less */
+    cost_launch g = {.action = COST_GEMM, .tensor = true, .flops = 2e12, .read = 1000};
+    cost_time(&g, &d, &lo, &hi);
+    assert_true(fabs(lo - (10e-3 + 1e-6)) < 1e-12 && fabs(hi - (20e-3 + 2e-6)) < 1e-12);
+    /* the same with an odd leading dimension: 100 ms to 200 ms */
+    g.odd = true;
+    cost_time(&g, &d, &lo, &hi);
+    assert_true(fabs(lo - (100e-3 + 1e-6)) < 1e-12 && fabs(hi - (200e-3 + 2e-6)) < 1e-12);
+    /* a memset of 4 bytes: no kernel floor, the node alone (and 4 bytes) */
+    cost_launch z = {.action = COST_MEMSET, .written = 4};
+    cost_time(&z, &d, &lo, &hi);
+    assert_true(fabs(lo - (1e-6 + 4e-12)) < 1e-15 && fabs(hi - (2e-6 + 8e-12)) < 1e-15);
+    assert_non_null(cost_device_find("H100"));
+    assert_non_null(cost_device_find("h200"));
+    assert_null(cost_device_find("a100"));
+}
+
+/* The bytes of the char_gpt f16 training step, against a count of its own:
+ * per schedule step, its inputs from outside read once and its stored
+ * members written once (a slice reads only what it copies; embedding_grad of
+ * a small table reads the ids once per table row); a gemm step's f32 product written by
+ * the GEMM and read by its epilogue; then the aux block's flags and per-row
+ * partials each kernel names, the flags' memsets and the updates' copies
+ * (read and written). */
+static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
+{
+    (void)state;
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/char_gpt.ir", ALLOY_EXAMPLES_IR);
+    alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    assert_int_equal(alloy_graph_set_training(g, true), ALLOY_OK);
+    assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+    assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+    modelled x;
+    model(&x, g, NULL);
+    const ir_graph *c = g->compiled;
+    const schedule *s = &g->comp.sched;
+    int64_t values = 0, aux = 0, actions = 0;
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *st = &s->steps[k];
+        const ir_node *head = c->nodes[s->members[st->first].node], *last = c->nodes[st->pos];
+        for (int i = 0; i < st->nin; i++) {
+            const ir_node *in = c->nodes[s->inputs[st->first_in + i]];
+            int64_t b = (int64_t)ir_nbytes(&in->type);
+            if (st->kind == STEP_KIND_OP && last->op == IR_OP_slice) b = (int64_t)ir_nbytes(&last->type);
+            if (st->kind == STEP_KIND_OP && last->op == IR_OP_embedding_grad && in->id == last->in[0])
+                b *= last->type.dims[0]; /* a small table: the ids once per table row */
+            values += b;
+        }
+        for (int i = 0; i < st->n; i++)
+            if (s->members[st->first + i].flags & MEMBER_STORED)
+                values += (int64_t)ir_nbytes(&c->nodes[s->members[st->first + i].node]->type);
+        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul) values += 2 * 4 * ir_numel(&head->type);
+    }
+    for (int q = 0; q < x.prog.nkernels; q++)
+        for (int i = 0; i < x.prog.kernels[q].nparams; i++) {
+            const cg_param *pa = &x.prog.kernels[q].params[i];
+            aux += pa->kind == CG_PARAM_FLAG ? 4 : pa->kind == CG_PARAM_ROWS ? 4 * pa->count : 0;
+        }
+    for (int i = 0; i < x.lp.nactions; i++)
+        if (x.lp.actions[i].kind == LP_ZERO || x.lp.actions[i].kind == LP_COPY)
+            actions += x.lp.actions[i].bytes * (x.lp.actions[i].kind == LP_COPY ? 2 : 1);
+    int64_t got = 0;
+    for (int i = 0; i < x.m.n; i++) got += x.m.launches[i].read + x.m.launches[i].written;
+    print_message("char_gpt f16 step: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
+                  "copies %lld\n", x.m.n, (long long)got, (long long)values, (long long)aux, (long long)actions);
+    assert_int_equal(got, values + aux + actions);
+    assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
+    assert_int_equal(x.m.n, x.lp.nactions);
+    assert_int_equal(x.m.kernels, x.prog.nkernels);
+    release(&x);
+}
+
+static const char canned_log[] =
+    "ptxas info    : 0 bytes gmem\n"
+    "ptxas info    : Compiling entry function 'alloy_s3_row' for 'sm_90'\n"
+    "ptxas info    : Function properties for alloy_s3_row\n"
+    "ptxas         .     624 bytes stack frame, 1216 bytes spill stores, 1692 bytes spill loads\n"
+    "ptxas info    : Used 255 registers, used 1 barriers, 624 bytes cumulative stack size, 4096 bytes smem\n"
+    "ptxas info    : Compiling entry function 'alloy_s4_ew' for 'sm_90'\n"
+    "ptxas info    : Function properties for alloy_s4_ew\n"
+    "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+    "ptxas info    : Used 18 registers\n"
+    "ptxas info    : Compile time = 29.468 ms\n";
+
+static void test_ptxas_lines_give_each_kernels_registers_spills_and_shared_memory(void **state)
+{
+    (void)state;
+    cg_resources r;
+    assert_true(cg_ptxas_parse(canned_log, "alloy_s3_row", &r));
+    assert_int_equal(r.registers, 255);
+    assert_int_equal(r.stack, 624);
+    assert_int_equal(r.spill_stores, 1216);
+    assert_int_equal(r.spill_loads, 1692);
+    assert_int_equal(r.shared, 4096);
+    assert_true(cg_ptxas_parse(canned_log, "alloy_s4_ew", &r));
+    assert_int_equal(r.registers, 18);
+    assert_int_equal(r.spill_stores + r.spill_loads + r.stack + r.shared, 0);
+    assert_false(cg_ptxas_parse(canned_log, "alloy_s4", &r)); /* a prefix is not a kernel */
+    assert_false(r.known);
+    assert_false(cg_ptxas_parse("ptxas info : Compiling entry function 'k' for 'sm_90'\n", "k", &r));
+    assert_false(cg_ptxas_parse(NULL, "k", &r));
+}
+
+/* A real NVRTC compile of the MLP's two epilogue kernels with ptxas' report, once cold and once from the cache. */
+static void test_nvrtc_reports_the_resources_of_every_kernel(void **state)
+{
+    (void)state;
+    cg_nvrtc *nv;
+    char why[512];
+    if (cg_nvrtc_open(NULL, &nv, why, sizeof why) != ALLOY_OK) {
+        print_message("skipped, no NVRTC: %s\n", why);
+        skip();
+    }
+    modelled x;
+    model(&x, parse(mlp_ir), NULL);
+    cg_resources res[2];
+    cg_cache *cache;
+    char err[1024];
+    assert_int_equal(cg_cache_open(NULL, 1 << 20, 0, &cache, err, sizeof err), ALLOY_OK);
+    for (int round = 0; round < 2; round++) {
+        if (cg_ptxas_resources(nv, cache, &x.prog, 90, 1, res, err, sizeof err)) fail_msg("%s", err);
+        for (int q = 0; q < 2; q++) {
+            assert_true(res[q].known);
+            assert_true(res[q].registers > 0 && res[q].registers <= 255);
+            assert_int_equal(res[q].spill_stores + res[q].spill_loads, 0);
+        }
+    }
+    cg_cache_stats st = cg_cache_get_stats(cache);
+    assert_int_equal(st.hits, 1); /* the second pass read the log from the cache */
+    cg_cache_close(cache);
+    cost_free(&x.m);
+    char e2[1024];
+    if (cost_build(x.g->compiled, &x.g->comp.sched, &x.prog, &x.lp, res, &x.m, e2, sizeof e2)) fail_msg("%s", e2);
+    assert_int_equal(x.m.resources_known, 2);
+    assert_int_equal(x.m.spill_kernels, 0);
+    release(&x);
+    cg_nvrtc_close(nv);
+}
+
+/* Spills move (stores + loads) x threads x rows per team of local memory. */
+static void test_a_spilling_kernel_is_charged_its_local_traffic(void **state)
+{
+    (void)state;
+    modelled x;
+    model(&x, parse(mlp_ir), NULL);
+    cg_resources res[2] = {{.known = true, .registers = 255, .spill_stores = 100, .spill_loads = 28}, {0}};
+    cost_free(&x.m);
+    char err[512];
+    if (cost_build(x.g->compiled, &x.g->comp.sched, &x.prog, &x.lp, res, &x.m, err, sizeof err)) fail_msg("%s", err);
+    const cost_launch *l = &x.m.launches[1];
+    assert_int_equal(l->spill, 128 * (int64_t)l->grid * l->block);
+    assert_int_equal(x.m.spill_kernels, 1);
+    assert_int_equal(x.m.launches[3].spill, 0);
+    release(&x);
+}
+
+static const char profile[] =
+    "# profile: graph 'g', run 3 on GPU: 5 launches, 1000.00 us (events)\n"
+    "#   idx  step kind   action     time_us        bytes      GB/s  TFLOP/s  name\n"
+    "#     0     0 gemm   gemm         100.00    100000000   1000.00  600.000  gemm.4096x4096x4096.f16\n"
+    "#     1     0 gemm   kernel        50.00    134217728   2684.35        -  alloy_s0_gemm\n"
+    "#     2     1 gemm   gemm         400.00    100000000    250.00  250.000  gemm.8192x50257x768.f16\n"
+    "#     3     1 ew     kernel         3.00         4096      1.37        -  alloy_s1_ew\n"
+    "#     4    -1 update copy          40.00    100663296   2516.58        -  copy\n"
+    "# total by action: gemm 2 x 500.00 us (50%)\n";
+
+static void test_calibration_fits_efficiency_gemm_rates_and_floor_to_a_profile(void **state)
+{
+    (void)state;
+    const cost_device *h100 = cost_device_find("h100");
+    cost_device d;
+    cost_fit fit;
+    char err[256];
+    assert_int_equal(cost_calibrate(profile, h100, NULL, &d, &fit, err, sizeof err), ALLOY_OK);
+    assert_int_equal(fit.rows, 5);
+    assert_int_equal(fit.bw_rows, 2);
+    assert_int_equal(fit.gemm_rows, 1);
+    assert_int_equal(fit.odd_rows, 1);
+    assert_int_equal(fit.floor_rows, 1);
+    /* efficiency: 100663296 B in 40 us and 134217728 B in 50 us over 3.35 TB/s */
+    assert_true(fabs(d.eff_lo - 100663296 / 40e-6 / 3.35e12) < 1e-12 && fabs(d.eff_hi - 134217728 / 50e-6 / 3.35e12) < 1e-12);
+    assert_true(d.tensor_lo == 600e12 && d.tensor_hi == 600e12);
+    assert_true(d.odd_lo == 250e12 && d.odd_hi == 250e12);
+    assert_true(fabs(d.floor_lo - 3e-6) < 1e-15 && fabs(d.floor_hi - 3e-6) < 1e-15);
+    assert_true(d.node_lo == h100->node_lo && d.f32_lo == h100->f32_lo); /* not in the profile: kept */
+    /* a kernel the model knows by name: its bytes are the model's (32 MiB in 20 us), not the profile's 4096 */
+    cost_launch big = {.action = COST_KERNEL, .read = 16 << 20, .written = 16 << 20};
+    snprintf(big.name, sizeof big.name, "alloy_s7_row");
+    cost_model m = {.launches = &big, .n = 1};
+    static const char row[] = "#     0     7 row    kernel        20.00         4096      0.20        -  alloy_s7_row\n";
+    assert_int_equal(cost_calibrate(row, h100, &m, &d, &fit, err, sizeof err), ALLOY_OK);
+    assert_int_equal(fit.matched, 1);
+    assert_int_equal(fit.bw_rows, 1);
+    assert_int_equal(fit.floor_rows, 0);
+    assert_true(fabs(d.eff_lo - (32 << 20) / 20e-6 / 3.35e12) < 1e-12 && d.eff_hi == d.eff_lo);
+    assert_int_equal(cost_calibrate("no table here\n", h100, NULL, &d, &fit, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "no profile rows"));
+}
+
+/* The public call: totals, a report, and its errors. */
+static void test_alloy_graph_cost_reports_totals_and_names_bad_options(void **state)
+{
+    (void)state;
+    alloy_graph *g = parse(mlp_ir);
+    alloy_cost_totals t;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    assert_non_null(out);
+    assert_int_equal(alloy_graph_cost(g, NULL, &t, out), ALLOY_OK);
+    fclose(out);
+    assert_int_equal(t.launches, 4);
+    assert_int_equal(t.kernels, 2);
+    assert_int_equal(t.gemms, 2);
+    assert_int_equal(t.tiny_kernels, 2);
+    assert_int_equal(t.spill_kernels, -1);
+    assert_true(t.flops == 8192.0 + 512 + 2048 + 32);
+    assert_true(t.ms_low > 0 && t.ms_low < t.ms_high);
+    assert_non_null(strstr(buf, "modelled, not measured"));
+    assert_non_null(strstr(buf, "gemm.8x32x16.f32"));
+    free(buf);
+    alloy_cost_options o = {.device = "a100"};
+    assert_int_equal(alloy_graph_cost(g, &o, &t, NULL), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "no device table 'a100'"));
+    o = (alloy_cost_options){.arch = "sm_80,sm_90"};
+    assert_int_equal(alloy_graph_cost(g, &o, &t, NULL), ALLOY_ERR_INVALID);
+    o = (alloy_cost_options){.calibrate = "/nonexistent/profile.txt"};
+    assert_int_equal(alloy_graph_cost(g, &o, &t, NULL), ALLOY_ERR_IO);
+    assert_non_null(strstr(alloy_last_error(g), "/nonexistent/profile.txt"));
+    alloy_graph_free(g);
+    assert_int_equal(alloy_graph_cost(NULL, NULL, &t, NULL), ALLOY_ERR_INVALID);
+}
+
+/* alloyc cost on tests/data/mlp2.ir: the same counts, and a usage error for an unknown table. */
+static void test_alloyc_cost_prints_the_model_of_an_ir_file(void **state)
+{
+    (void)state;
+    char cmd[1024], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' cost '%s/mlp2.ir' --device h200 --all 2>&1", ALLOY_ALLOYC, ALLOY_TEST_DATA);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    bool launches = false, h200 = false, every = false;
+    while (fgets(line, sizeof line, p)) {
+        launches |= strstr(line, "launches       4: 2 kernels (2 of <= 4 blocks), 2 GEMMs, 0 memsets, 0 copies") != NULL;
+        h200 |= strstr(line, "H200 SXM") != NULL;
+        every |= strstr(line, "every launch") != NULL;
+    }
+    assert_int_equal(pclose(p), 0);
+    assert_true(launches && h200 && every);
+    snprintf(cmd, sizeof cmd, "'%s' cost '%s/mlp2.ir' --device a100 2>/dev/null", ALLOY_ALLOYC, ALLOY_TEST_DATA);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mlp_forward_launches_bytes_and_flops_are_the_hand_worked_ones),
+        cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
+        cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
+        cmocka_unit_test(test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node),
+        cmocka_unit_test(test_a_char_gpt_step_moves_what_its_schedule_says),
+        cmocka_unit_test(test_ptxas_lines_give_each_kernels_registers_spills_and_shared_memory),
+        cmocka_unit_test(test_nvrtc_reports_the_resources_of_every_kernel),
+        cmocka_unit_test(test_a_spilling_kernel_is_charged_its_local_traffic),
+        cmocka_unit_test(test_calibration_fits_efficiency_gemm_rates_and_floor_to_a_profile),
+        cmocka_unit_test(test_alloy_graph_cost_reports_totals_and_names_bad_options),
+        cmocka_unit_test(test_alloyc_cost_prints_the_model_of_an_ir_file),
+    };
+    return cmocka_run_group_tests(tests, test_checked_alloc, test_plain_alloc);
+}
