@@ -2,7 +2,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 #include "passes/pass.h"
 
