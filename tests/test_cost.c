@@ -424,6 +424,44 @@ static void test_alloy_graph_cost_reports_totals_and_names_bad_options(void **st
     assert_int_equal(alloy_graph_cost(NULL, NULL, &t, NULL), ALLOY_ERR_INVALID);
 }
 
+/* Each allocation of alloy_graph_cost (emit, launch plan, model, report) failed in turn: out of memory (or,
+ * where the emitter falls back, the same totals), no leak; until a call makes fewer allocations than the one
+ * failed. */
+static void test_every_allocation_failure_of_the_cost_model_is_a_clean_error(void **state)
+{
+    (void)state;
+    alloy_graph *g = parse(mlp_ir);
+    assert_int_equal(graph_compile_ir(g), ALLOY_OK);
+    FILE *sink = fopen("/dev/null", "w");
+    assert_non_null(sink);
+    int failures = 0, calls = 0;
+    alloy_cost_totals t;
+    for (test_fail_at = 0;; test_fail_at++) {
+        test_alloc_count = 0;
+        alloy_set_allocator(test_failing_realloc, NULL);
+        alloy_status st = alloy_graph_cost(g, NULL, &t, sink);
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        calls++;
+        if (test_alloc_count <= test_fail_at) { /* nothing failed: the whole call */
+            assert_int_equal(st, ALLOY_OK);
+            break;
+        }
+        if (st == ALLOY_OK) {
+            assert_int_equal(t.launches, 4);
+            continue;
+        }
+        assert_int_equal(st, ALLOY_ERR_OOM);
+        assert_non_null(strstr(alloy_last_error(g), "out of memory"));
+        failures++;
+    }
+    test_fail_at = -1;
+    fclose(sink);
+    print_message("%d allocations, %d failed calls with out of memory\n", calls - 1, failures);
+    assert_true(failures >= 5);
+    assert_int_equal(t.launches, 4);
+    alloy_graph_free(g);
+}
+
 /* alloyc cost on tests/data/mlp2.ir: the same counts, and a usage error for an unknown table. */
 static void test_alloyc_cost_prints_the_model_of_an_ir_file(void **state)
 {
@@ -459,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_calibration_fits_efficiency_gemm_rates_and_floor_to_a_profile),
         cmocka_unit_test(test_alloy_graph_cost_reports_totals_and_names_bad_options),
         cmocka_unit_test(test_alloyc_cost_prints_the_model_of_an_ir_file),
+        cmocka_unit_test(test_every_allocation_failure_of_the_cost_model_is_a_clean_error),
     };
     return cmocka_run_group_tests(tests, test_checked_alloc, test_plain_alloc);
 }

@@ -122,8 +122,9 @@ AL_HIDDEN const char *cost_class_name(cost_class c);
 
 /* Prints m (timed with d): a header naming the graph, arch and device,
  * the totals, a summary per class, the `top` slowest launches by modelled
- * time, then with all every launch. */
-AL_HIDDEN void cost_print(FILE *out, const char *graph, const char *arch, const cost_model *m, const cost_device *d,
+ * time, then with all every launch. ALLOY_ERR_OOM when the ranking cannot
+ * be allocated (what came before it is printed). */
+AL_HIDDEN alloy_status cost_print(FILE *out, const char *graph, const char *arch, const cost_model *m, const cost_device *d,
                           int top, bool all);
 
 /* ---- calibration (cost_calibrate.c) ---- */

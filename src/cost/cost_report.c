@@ -38,7 +38,7 @@ static int by_time(const void *a, const void *b)
     return x->i - y->i;
 }
 
-void cost_print(FILE *out, const char *graph, const char *arch, const cost_model *m, const cost_device *d, int top,
+alloy_status cost_print(FILE *out, const char *graph, const char *arch, const cost_model *m, const cost_device *d, int top,
                 bool all)
 {
     int64_t read = 0, written = 0, spill = 0;
@@ -70,10 +70,7 @@ void cost_print(FILE *out, const char *graph, const char *arch, const cost_model
                 m->total.t_hi > 0 ? 100 * s->t_hi / m->total.t_hi : 0.0);
     }
     ranked *order = al_calloc((size_t)m->n + 1, sizeof *order);
-    if (!order) {
-        fprintf(out, "(out of memory ranking the launches)\n");
-        return;
-    }
+    if (!order) return ALLOY_ERR_OOM;
     for (int i = 0; i < m->n; i++) order[i] = (ranked){m->launches[i].t_hi, i};
     qsort(order, (size_t)m->n, sizeof *order, by_time);
     if (top > m->n) top = m->n;
@@ -88,4 +85,5 @@ void cost_print(FILE *out, const char *graph, const char *arch, const cost_model
         put_header(out);
         for (int i = 0; i < m->n; i++) put_launch(out, i, &m->launches[i]);
     }
+    return ALLOY_OK;
 }

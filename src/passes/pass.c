@@ -36,7 +36,7 @@ static alloy_status pass_plan(ir_graph *g, const pass_options *opts, pass_compil
     return st ? ir_error(g, st, "plan: %s", err) : ALLOY_OK;
 }
 
-/* The pipeline, in order (passes/pipeline.def). */
+/* The pipeline, in order (step/pipeline.def). */
 static const pass pipeline[] = {
 #define PASS(name, run, build) {#name, run, build},
 #include "step/pipeline.def"

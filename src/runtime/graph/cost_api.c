@@ -145,7 +145,8 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
         }
         if (report) {
             int top = o && o->top ? o->top : 15;
-            cost_print(report, g->ir->name, arch, &m, &dev, top < 0 ? 0 : top, o && o->all);
+            if (cost_print(report, g->ir->name, arch, &m, &dev, top < 0 ? 0 : top, o && o->all))
+                st = graph_fail(g, ALLOY_ERR_OOM, "cost: out of memory ranking the launches");
             fflush(report);
         }
     }
