@@ -84,7 +84,10 @@ static const char *const usage_text[] = {
     "  --momentum X      sgd's momentum (default 0.9); adam(w) use betas 0.9, 0.999, eps 1e-8\n"
     "  --clip-norm X     clip the global gradient norm to X (default 0: off)\n"
     "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
-    "                    (train: dynamic with --amp=f16, else none, unless given)\n"
+    "                    (train: dynamic with --amp=f16, else none, unless given), then\n"
+    "                    ,KEY=VALUE options: min_scale=S, hysteresis=N (Megatron's),\n"
+    "                    max_consecutive_skips=N, stop_at_min_scale (DeepSpeed's): a run\n"
+    "                    that reaches a stop rule ends with its last good step's state\n"
     "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
     "                    result; passes: verify, random, attention, amp, autodiff, grad_scaler,\n"
     "                    optimizer, simplify, dce, fuse, schedule, plan (after fuse: the fusion groups\n"
@@ -276,6 +279,55 @@ static bool parse_count(const char *text, long min, long max, long *out)
     return true;
 }
 
+bool alloyc_scaler(const char *text, alloy_grad_scaler *out, char *why, size_t whylen)
+{
+    size_t head = strcspn(text, ",");
+    alloy_grad_scaler s = alloy_dynamic_scaler();
+    double v;
+    char num[64];
+    if (head == 7 && strncmp(text, "dynamic", 7) == 0) {
+    } else if (head > 7 && head - 7 < sizeof num && strncmp(text, "static:", 7) == 0) {
+        memcpy(num, text + 7, head - 7), num[head - 7] = '\0';
+        if (!parse_rate(num, &v) || v <= 0) {
+            snprintf(why, whylen, "--scaler static:SCALE wants a finite number > 0, got '%s'", text);
+            return false;
+        }
+        s = alloy_static_scaler(v);
+    } else {
+        snprintf(why, whylen, "--scaler wants dynamic, static:SCALE or none, then ,KEY=VALUE options; got '%s'", text);
+        return false;
+    }
+    for (const char *p = text + head; *p == ',';) {
+        p++;
+        size_t len = strcspn(p, ",");
+        char item[96];
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, p, len), item[len] = '\0';
+        p += strcspn(p, ",");
+        char *eq = strchr(item, '=');
+        const char *val = eq ? eq + 1 : "";
+        if (eq) *eq = '\0';
+        long n;
+        bool ok = true;
+        if (strcmp(item, "min_scale") == 0) ok = parse_rate(val, &s.min_scale);
+        else if (strcmp(item, "hysteresis") == 0) ok = parse_count(val, 0, INT32_MAX, &n) && (s.hysteresis = (int)n, 1);
+        else if (strcmp(item, "max_consecutive_skips") == 0)
+            ok = parse_count(val, 0, INT32_MAX, &n) && (s.max_consecutive_skips = (int)n, 1);
+        else if (strcmp(item, "stop_at_min_scale") == 0) ok = !eq, s.stop_at_min_scale = true;
+        else {
+            snprintf(why, whylen, "--scaler: unknown option '%s' (min_scale=S, hysteresis=N, max_consecutive_skips=N, "
+                     "stop_at_min_scale)", item);
+            return false;
+        }
+        if (!ok) {
+            snprintf(why, whylen, "--scaler: bad value for '%s' in '%s'", item, text);
+            return false;
+        }
+    }
+    *out = s;
+    return true;
+}
+
 /* The commands, as bits of the options each takes. */
 enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_TRAIN = 8, CMD_ALL = 15 };
 enum { COMMAND_COUNT = 4 };
@@ -452,11 +504,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             o->optimizer = value;
             break;
         case F_SCALER:
-            if (strcmp(value, "dynamic") && strcmp(value, "none") && strncmp(value, "static:", 7))
-                return usage_error("--scaler wants dynamic, static:SCALE or none, got '%s'", value);
-            double scale;
-            if (strncmp(value, "static:", 7) == 0 && (!parse_rate(value + 7, &scale) || scale <= 0))
-                return usage_error("--scaler static:SCALE wants a finite number > 0, got '%s'", value);
+            if (strcmp(value, "none") != 0) {
+                alloy_grad_scaler sc;
+                char why[256];
+                if (!alloyc_scaler(value, &sc, why, sizeof why)) return usage_error("%s", why);
+            }
             o->scaler = value;
             break;
         case F_PRINT_AFTER:
@@ -721,8 +773,9 @@ static alloy_status configure(alloy_graph *g, const options *o)
     if (o->amp != ALLOY_F32) st = alloy_graph_enable_amp(g, o->amp);
     if (!st && (o->train || o->loss)) st = alloy_graph_set_training(g, o->train); /* set_loss turned it on */
     if (!st && o->scaler && strcmp(o->scaler, "none") != 0) {
-        alloy_grad_scaler s = alloy_dynamic_scaler();
-        if (strncmp(o->scaler, "static:", 7) == 0) s = alloy_static_scaler(strtod(o->scaler + 7, NULL));
+        alloy_grad_scaler s;
+        char why[256];
+        alloyc_scaler(o->scaler, &s, why, sizeof why); /* checked with the arguments */
         st = alloy_graph_set_grad_scaler(g, s);
     }
     if (!st && o->optimizer) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));

@@ -253,9 +253,12 @@ static int configure_training(trainer *t)
     }
     alloy_status st = o->amp != ALLOY_F32 ? alloy_graph_enable_amp(g, o->amp) : ALLOY_OK;
     const char *scaler = o->scaler ? o->scaler : o->amp == ALLOY_F16 ? "dynamic" : "none";
-    if (!st && strcmp(scaler, "none") != 0)
-        st = alloy_graph_set_grad_scaler(g, strcmp(scaler, "dynamic") == 0 ? alloy_dynamic_scaler()
-                                                                            : alloy_static_scaler(strtod(scaler + 7, NULL)));
+    if (!st && strcmp(scaler, "none") != 0) {
+        alloy_grad_scaler sc;
+        char why[256];
+        alloyc_scaler(scaler, &sc, why, sizeof why); /* checked with the arguments */
+        st = alloy_graph_set_grad_scaler(g, sc);
+    }
     if (!st) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));
     if (!st) st = alloyc_apply_sets(g, o);
     if (st) return fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));

@@ -37,6 +37,14 @@ typedef struct alloy_grad_scaler {
     double backoff_factor; /* 0.5 */
     int growth_interval;   /* 2000 finite steps between growths */
     double min_scale;      /* lower bound after backoff; 0 = none (PyTorch) */
+    /* Megatron's hysteresis: overflows counted down before the scale backs
+     * off, refilled when the scale grows; 0 or 1 = back off on each (PyTorch). */
+    int hysteresis;
+    /* Stop rules (0/false = off, PyTorch): a run whose step reaches one
+     * returns ALLOY_ERR_DIVERGED with the state of its last good step. */
+    int max_consecutive_skips; /* this many skipped steps in a row; any kind */
+    bool stop_at_min_scale;    /* DeepSpeed's min_scale: a backoff due with the scale already at
+                                  min_scale (dynamic, needs min_scale > 0) */
 } alloy_grad_scaler;
 
 /* PyTorch GradScaler's defaults: 2^16, x2 every 2000 finite steps, x0.5 on
@@ -143,6 +151,8 @@ typedef struct alloy_step_info {
     double lr;              /* learning rate of this step */
     double grad_norm;       /* global norm of the unscaled gradients (inf or NaN when a gradient is) */
     bool updated;           /* an update happened (false inside gradient accumulation) */
+    int consecutive_skips;  /* skipped steps in a row, this one included (kept with a stop rule only) */
+    bool diverged;          /* a stop rule ended the run here: the run returned ALLOY_ERR_DIVERGED */
 } alloy_step_info;
 
 ALLOY_API alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out);

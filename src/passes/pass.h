@@ -145,6 +145,11 @@ AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart
 /* Names the training passes agree on (docs/training.md). */
 #define STEP_SCALE "scaler.scale"           /* state f32[]: the loss scale */
 #define STEP_TRACKER "scaler.growth_tracker" /* state i32[] */
+#define STEP_HYSTERESIS "scaler.hysteresis_tracker" /* state i32[]: overflows left before a backoff (hysteresis > 1) */
+#define STEP_CONSEC_SKIPS "scaler.consecutive_skips" /* state i32[]: skipped steps in a row (a stop rule set) */
+#define STEP_GOOD_SCALE "scaler.good.scale"      /* state f32[]: the scale after the last good step (a stop rule set) */
+#define STEP_GOOD_TRACKER "scaler.good.growth_tracker"       /* state i32[]: likewise */
+#define STEP_GOOD_HYSTERESIS "scaler.good.hysteresis_tracker" /* state i32[]: likewise */
 #define STEP_FOUND_ACC "scaler.found_inf_acc" /* state bool[]: inf seen in this step's micro-batches */
 #define STEP_MICRO "step.micro_batch"        /* state i32[]: micro-batches into this step */
 #define STEP_SKIPPED "step.skipped_steps"    /* state i32[]: steps skipped for inf/NaN */
@@ -154,7 +159,12 @@ AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart
 #define OUT_APPLY "step.apply"               /* output bool[]: the optimizer updates this run */
 #define OUT_NEXT_SCALE "scaler.next_scale"   /* output f32[] */
 #define OUT_LR "step.lr"                     /* output f64[] */
+#define OUT_DIVERGED "scaler.diverged"     /* output i32[]: why the run stops here (DIVERGED_*), 0 = it goes on */
+#define OUT_CONSEC "step.consecutive_skips" /* output i32[]: skipped steps in a row, this one included */
 #define OUT_GRAD_NORM "step.grad_norm"       /* output f64[]: global norm of unscaled gradients */
+
+/* OUT_DIVERGED's values. */
+enum { DIVERGED_NO = 0, DIVERGED_SKIPS = 1, DIVERGED_MIN_SCALE = 2 };
 
 /* A state leaf (created once per graph, initialized to value) named name. */
 AL_HIDDEN int pass_state_leaf(ir_graph *g, const char *name, alloy_dtype dtype, int rank,

@@ -94,6 +94,8 @@ alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, 
     g->training = c.training;
     g->scaler.kind = (alloy_scaler_kind)c.scaler_kind;
     g->scaler.growth_interval = c.growth_interval;
+    g->scaler.hysteresis = c.hysteresis;
+    g->scaler.max_consecutive_skips = c.max_consecutive_skips;
     g->optimizer.kind = (alloy_optimizer_kind)c.optimizer_kind;
     g->optimizer.accumulation_steps = c.accumulation_steps;
     /* the environment's configuration (the device), then what compiled the bundle */

@@ -36,7 +36,7 @@ typedef struct graph_device {
 
 /* The scalars step info reads (train_api.c), downloaded by every run. */
 enum { STEP_LOSS, STEP_SCALE_IN, STEP_NEXT_SCALE, STEP_FOUND, STEP_APPLY, STEP_LR, STEP_NORM, STEP_COUNT_IN,
-       STEP_SKIPPED_IN, STEP_NSCALARS };
+       STEP_SKIPPED_IN, STEP_DIVERGED, STEP_CONSEC, STEP_NSCALARS };
 
 /* One option set through the API (alloy_graph_set_option). */
 typedef struct graph_option {
@@ -146,6 +146,10 @@ AL_HIDDEN void graph_release_device(alloy_graph *g);
 AL_HIDDEN void step_info_nodes(alloy_graph *g);
 /* Fills g->step from the step scalars the run that just finished downloaded. */
 AL_HIDDEN void step_info_capture(alloy_graph *g);
+/* ALLOY_ERR_DIVERGED with the message saying which stop rule ended the
+ * run, at which step and scale, when the last run's step reached one;
+ * ALLOY_OK otherwise. */
+AL_HIDDEN alloy_status step_diverged(alloy_graph *g);
 
 /* state.c */
 /* Creates and initializes a state tensor for every param node still lacking one. */

@@ -134,5 +134,6 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
             if (strcmp(feeds[j].name, n->name) == 0) fetches[i].data = feeds[j].data;
     }
     al_free(keep), al_free(fetch_id), al_free(downloads);
+    if (!st) st = step_diverged(g);
     return st;
 }
