@@ -16,6 +16,10 @@
  *   GEMM:  a matmul and its epilogue;
  *   MULTI: independent elementwise chains (and a found_inf over them) in
  *          one launch. */
+/* What the amp_check option records per node in a run: its value held an
+ * inf, a NaN. */
+enum { NONFINITE_INF = 1, NONFINITE_NAN = 2 };
+
 typedef enum step_kind { STEP_OP, STEP_EW, STEP_ROW, STEP_GEMM, STEP_MULTI } step_kind;
 
 /* Per-member numerics (docs/fusion.md); a backend must honour each. */

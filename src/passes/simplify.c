@@ -447,6 +447,7 @@ alloy_status pass_simplify(ir_graph **gp, const pass_options *opts)
     for (int i = 0; !st && i < g->nupdates; i++)
         st = ir_add_update(s.out, g->updates[i].name, s.map[g->updates[i].node]);
     if (!st && g->loss >= 0) s.out->loss = s.map[g->loss];
+    if (!st) ir_carry_origins(s.out, g, s.map);
     al_free(s.map);
     al_free(s.hashes);
     al_free(s.kinds);

@@ -76,6 +76,7 @@ struct alloy_graph {
     alloy_grad_scaler scaler;    /* kind NONE unless set */
     alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
     alloy_step_info step;        /* what the last run did */
+    alloy_overflow_info overflow; /* the locator's report of the last run (amp_check) */
     graph_option *options;       /* alloy_graph_set_option's settings, over the environment's */
     int noptions;
     al_options cfg;              /* the configuration of the last compile (graph_options) */
@@ -146,6 +147,12 @@ AL_HIDDEN void graph_release_device(alloy_graph *g);
 AL_HIDDEN void step_info_nodes(alloy_graph *g);
 /* Fills g->step from the step scalars the run that just finished downloaded. */
 AL_HIDDEN void step_info_capture(alloy_graph *g);
+/* overflow.c */
+/* Fills g->overflow after a run: the first node, in the order the run's
+ * schedule ran, whose NONFINITE_* flags (per compiled node) are set;
+ * checked says the backend did check. */
+AL_HIDDEN void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked);
+
 /* ALLOY_ERR_DIVERGED with the message saying which stop rule ended the
  * run, at which step and scale, when the last run's step reached one;
  * ALLOY_OK otherwise. */

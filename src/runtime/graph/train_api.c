@@ -325,10 +325,17 @@ alloy_status step_diverged(alloy_graph *g)
     else
         al_fmt(rule, sizeof rule, "%d skipped steps in a row reached max_consecutive_skips (scale %g)",
                s->consecutive_skips, s->scale);
+    /* the locator's line, without its scales (the message has them) */
+    char where[sizeof g->overflow.summary] = "";
+    if (g->overflow.found) {
+        al_fmt(where, sizeof where, "; %s", g->overflow.summary);
+        char *scales = strstr(where, ", scale ");
+        if (scales) *scales = '\0';
+    }
     return graph_fail(g, ALLOY_ERR_DIVERGED,
                       "training diverged at step %" PRId64 ": %s; the state is the last good step's (optimizer "
-                      "step %" PRId64 ", scale %g)",
-                      s->step + s->skipped_steps, rule, s->step, s->next_scale);
+                      "step %" PRId64 ", scale %g)%s",
+                      s->step + s->skipped_steps, rule, s->step, s->next_scale, where);
 }
 
 alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out)
