@@ -167,6 +167,9 @@ static const char *const usage_text[] = {
     "                    ids: all its elements count), else samples/s (the first\n"
     "                    input's leading dimension), timed without the compile and,\n"
     "                    unless it is alone on its line, the first step (its setup)\n"
+    "  --set amp_check=1 also prints, for every skipped step, 'step S skipped: first\n"
+    "                    inf at NODE OP TYPE (forward|backward of OP NODE, gradient of\n"
+    "                    PARAM), scale A -> B' (the overflow locator, CPU; docs/amp.md)\n"
     "  train computes on the device option's choice (auto: the GPU when there is one;\n"
     "  --set device=cpu for the CPU).\n"
     "\n"
@@ -175,7 +178,7 @@ static const char *const usage_text[] = {
     "\n"
     "Exit status: 0 on success, 1 on an error (unreadable file, bad IR, dtype or\n"
     "shape mismatch, no NVRTC, a kernel NVRTC rejects, a checkpoint of another\n"
-    "graph), 2 on a usage error (unknown or repeated flag, bad flag value). Errors\n"
+    "graph, a scaler stop rule reached), 2 on a usage error (unknown or repeated flag, bad flag value). Errors\n"
     "are one line on stderr.\n",
 };
 

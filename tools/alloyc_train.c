@@ -350,6 +350,12 @@ int alloyc_train(const options *o)
         double started = now_seconds();
         alloy_step_info s;
         alloy_status st = alloy_graph_run(t.g, t.feeds, t.ninputs, NULL, 0);
+        alloy_overflow_info where;
+        if (!st && alloy_graph_step_info(t.g, &s) == ALLOY_OK && s.skipped &&
+            alloy_graph_overflow_info(t.g, &where) == ALLOY_OK && where.found) { /* amp_check's line (a diverged step: in the error) */
+            printf("step %ld skipped: %s\n", step, where.summary);
+            fflush(stdout);
+        }
         if (!st) st = alloy_graph_step_info(t.g, &s);
         if (st) {
             rc = fail(EXIT_ERROR, "step %ld: %s", step, alloyc_graph_error(t.g, st));

@@ -104,6 +104,9 @@ AL_HIDDEN bool cpu_amp_checked(const ir_graph *g, const ir_node *n);
 /* NONFINITE_INF | NONFINITE_NAN for the infs and NaNs among n values of
  * dtype dt at p (integers and bools have none). */
 AL_HIDDEN int cpu_nonfinite_bits(alloy_dtype dt, const void *p, int64_t n);
+/* The same for n f32 values standing for dtype dt: those a store to dt
+ * would round to inf count as infs. */
+AL_HIDDEN int cpu_nonfinite_bits_f32(alloy_dtype dt, const float *y, int64_t n);
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);

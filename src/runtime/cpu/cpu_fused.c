@@ -327,6 +327,19 @@ int cpu_nonfinite_bits(alloy_dtype dt, const void *p, int64_t n)
     return bits;
 }
 
+int cpu_nonfinite_bits_f32(alloy_dtype dt, const float *y, int64_t n)
+{
+    /* the smallest magnitudes that round to inf in f16 and bf16 */
+    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ff8p127f : INFINITY;
+    int bits = 0;
+    for (int64_t k = 0; k < n; k++) {
+        float v = y[k];
+        if (isnan(v)) bits |= NONFINITE_NAN;
+        else if (fabs(v) >= limit) bits |= NONFINITE_INF;
+    }
+    return bits;
+}
+
 /* amp_check on member mb's chunk: the values as stored (dst), else as a
  * store would round them (into roundtrip). */
 static void flag_nonfinite(const fz_member *mb, bool wide, const void *y, const char *dst, char *roundtrip,
