@@ -178,8 +178,8 @@ static const char *const usage_text[] = {
     "\n"
     "Exit status: 0 on success, 1 on an error (unreadable file, bad IR, dtype or\n"
     "shape mismatch, no NVRTC, a kernel NVRTC rejects, a checkpoint of another\n"
-    "graph, a scaler stop rule reached), 2 on a usage error (unknown or repeated flag, bad flag value). Errors\n"
-    "are one line on stderr.\n",
+    "graph, a scaler stop rule reached), 2 on a usage error (unknown or repeated\n"
+    "flag, bad flag value). Errors are one line on stderr.\n",
 };
 
 static void print_usage(void)
