@@ -329,30 +329,33 @@ int cpu_nonfinite_bits(alloy_dtype dt, const void *p, int64_t n)
 
 int cpu_nonfinite_bits_f32(alloy_dtype dt, const float *y, int64_t n)
 {
-    /* the smallest magnitudes that round to inf in f16 and bf16 */
+    /* the smallest magnitudes that round to inf in f16 and bf16; written
+     * without branches so that the loop vectorizes */
     float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ff8p127f : INFINITY;
-    int bits = 0;
+    int inf = 0, nan = 0;
     for (int64_t k = 0; k < n; k++) {
         float v = y[k];
-        if (isnan(v)) bits |= NONFINITE_NAN;
-        else if (fabs(v) >= limit) bits |= NONFINITE_INF;
+        nan |= v != v;
+        inf |= fabsf(v) >= limit;
     }
-    return bits;
+    return (inf ? NONFINITE_INF : 0) | (nan ? NONFINITE_NAN : 0);
 }
 
-/* amp_check on member mb's chunk: the values as stored (dst), else as a
- * store would round them (into roundtrip). */
+/* amp_check on member mb's chunk y (compute type): its values as a store
+ * rounds them (an f32 chunk by the range rule of the member's dtype, no
+ * conversion; an f64 one stored first, into roundtrip unless stored). */
 static void flag_nonfinite(const fz_member *mb, bool wide, const void *y, const char *dst, char *roundtrip,
                            int64_t len)
 {
-    const void *v = dst;
-    if (!v && mb->dtype == (wide ? ALLOY_F64 : ALLOY_F32)) v = y;
-    if (!v) {
-        if (wide) cvt_store_f64(mb->dtype, y, roundtrip, (size_t)len);
-        else cvt_store_f32(mb->dtype, y, roundtrip, (size_t)len);
-        v = roundtrip;
+    int bits;
+    if (!wide) {
+        bits = cpu_nonfinite_bits_f32(mb->dtype, y, len);
+    } else if (mb->dtype == ALLOY_F64 || dst) {
+        bits = cpu_nonfinite_bits(mb->dtype, mb->dtype == ALLOY_F64 ? y : (const void *)dst, len);
+    } else {
+        cvt_store_f64(mb->dtype, y, roundtrip, (size_t)len);
+        bits = cpu_nonfinite_bits(mb->dtype, roundtrip, len);
     }
-    int bits = cpu_nonfinite_bits(mb->dtype, v, len);
     if (bits) __atomic_fetch_or(mb->flag, (uint8_t)bits, __ATOMIC_RELAXED);
 }
 
