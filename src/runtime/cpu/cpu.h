@@ -97,9 +97,10 @@ AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sc
  * groups then run without allocating; ALLOY_ERR_OOM when it cannot. */
 AL_HIDDEN alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads);
 /* Whether amp_check looks at node n of g: a float value computed by the
- * step, not a leaf or constant, and not one meant to hold infinities (a
+ * step, not a leaf or constant, not one meant to hold infinities (a
  * causal_mask, or an op with a non-finite constant operand, as a masked
- * fill's -inf). */
+ * fill's -inf), and not data movement (reshape, slice, gather, ...: its
+ * values are its operands', checked where they were computed). */
 AL_HIDDEN bool cpu_amp_checked(const ir_graph *g, const ir_node *n);
 /* NONFINITE_INF | NONFINITE_NAN for the infs and NaNs among n values of
  * dtype dt at p (integers and bools have none). */
