@@ -17,7 +17,7 @@ enum { N = 4 };
 
 /* loss = reduce_sum(x * w) with Adam: d loss / d w = x, so a NaN in x is a
  * skipped step and finite x a good one, whatever the scale. */
-static alloy_graph *linear_graph(alloy_grad_scaler sc)
+static alloy_graph *linear_graph_acc(alloy_grad_scaler sc, int accumulation)
 {
     alloy_graph *g = alloy_graph_new("linear");
     assert_non_null(g);
@@ -28,9 +28,13 @@ static alloy_graph *linear_graph(alloy_grad_scaler sc)
     expect_ok(g, alloy_output(g, "loss", loss), "alloy_output");
     expect_ok(g, alloy_graph_set_loss(g, loss), "alloy_graph_set_loss");
     expect_ok(g, alloy_graph_set_grad_scaler(g, sc), "alloy_graph_set_grad_scaler");
-    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adam(0.01, 0.9, 0.999, 1e-8, 0)), "alloy_graph_add_optimizer");
+    alloy_optimizer adam = alloy_adam(0.01, 0.9, 0.999, 1e-8, 0);
+    adam.accumulation_steps = accumulation;
+    expect_ok(g, alloy_graph_add_optimizer(g, adam), "alloy_graph_add_optimizer");
     return g;
 }
+
+static alloy_graph *linear_graph(alloy_grad_scaler sc) { return linear_graph_acc(sc, 1); }
 
 static alloy_grad_scaler dynamic(double init, int interval)
 {
@@ -190,6 +194,31 @@ static void test_stop_at_min_scale_ends_the_run_when_a_backoff_is_due_at_the_bou
     alloy_graph_free(g);
 }
 
+static void test_with_accumulation_the_stop_rule_counts_steps_not_micro_batches(void **state)
+{
+    (void)state;
+    /* two micro-batches a step: step 1 (FF) applies; steps 2 (NF) and 3
+     * (FN) skip; the second skip in a row ends the run on step 3's last
+     * micro-batch, and the state (accumulators and micro-batch counter
+     * included) is step 1's */
+    alloy_grad_scaler sc = dynamic(1024, 2000);
+    sc.max_consecutive_skips = 2;
+    alloy_graph *g = linear_graph_acc(sc, 2);
+    expect_ok(g, step(g, 'F', 0), "run");
+    expect_ok(g, step(g, 'F', 1), "run");
+    snapshot last_good = take_snapshot(g);
+    static const char micro[] = "NFF";
+    for (int i = 0; micro[i]; i++) expect_ok(g, step(g, micro[i], 2 + i), "run");
+    assert_true(state_scalar(g, "scaler.scale") == 512 && state_scalar(g, "scaler.consecutive_skips") == 1);
+    assert_int_equal(step(g, 'N', 5), ALLOY_ERR_DIVERGED);
+    assert_string_equal(alloy_last_error(g), "training diverged at step 3: 2 skipped steps in a row reached "
+                                             "max_consecutive_skips (scale 512); the state is the last good step's "
+                                             "(optimizer step 1, scale 1024)");
+    expect_state_equal(g, &last_good);
+    free_snapshot(&last_good);
+    alloy_graph_free(g);
+}
+
 static void test_a_bundle_keeps_the_stop_rules(void **state)
 {
     (void)state;
@@ -244,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_max_consecutive_skips_ends_the_run_with_the_last_good_steps_state),
         cmocka_unit_test(test_a_run_that_never_succeeds_stops_with_its_initial_state),
         cmocka_unit_test(test_stop_at_min_scale_ends_the_run_when_a_backoff_is_due_at_the_bound),
+        cmocka_unit_test(test_with_accumulation_the_stop_rule_counts_steps_not_micro_batches),
         cmocka_unit_test(test_a_bundle_keeps_the_stop_rules),
         cmocka_unit_test(test_bad_stop_rules_are_refused_naming_the_field),
     };

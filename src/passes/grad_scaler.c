@@ -107,9 +107,11 @@ static void scale_update(ad_ctx *cp, const alloy_grad_scaler *sc, int found, int
         if (is_last >= 0) reason = E3(where, is_last, reason, i_zero);
         int diverged = E2(not_equal, reason, i_zero);
         int fresh = E2(equal, consec, i_zero); /* the state as found is the last good step's */
-        int good_s = pass_state_leaf(g, STEP_GOOD_SCALE, ALLOY_F32, 0, NULL, sc->init_scale);
-        ir_add_update(g, STEP_GOOD_SCALE, E3(where, apply, next_scale, E3(where, fresh, scale, good_s)));
-        next_scale = E3(where, diverged, good_s, next_scale);
+        if (dynamic) { /* a static scale never changes: nothing to keep */
+            int good_s = pass_state_leaf(g, STEP_GOOD_SCALE, ALLOY_F32, 0, NULL, sc->init_scale);
+            ir_add_update(g, STEP_GOOD_SCALE, E3(where, apply, next_scale, E3(where, fresh, scale, good_s)));
+            next_scale = E3(where, diverged, good_s, next_scale);
+        }
         if (tracker >= 0) {
             int good_t = pass_state_leaf(g, STEP_GOOD_TRACKER, ALLOY_I32, 0, NULL, 0);
             ir_add_update(g, STEP_GOOD_TRACKER, E3(where, apply, next_tracker, E3(where, fresh, tracker, good_t)));
