@@ -12,6 +12,7 @@
 
 #include "alloy/alloy.h"
 #include "base/convert.h"
+#include "models.h"
 #include "support.h"
 
 enum { N = 4 };
@@ -140,6 +141,41 @@ static void test_amp_check_leaves_every_bit_of_the_step_as_it_was(void **state)
     alloy_graph_free(on), alloy_graph_free(off);
 }
 
+static void test_a_finite_transformer_step_flags_nothing_though_its_mask_holds_minus_inf(void **state)
+{
+    (void)state;
+    /* the written-out attention: causal_mask puts -inf above the diagonal,
+     * softmax turns it into zeros; neither is an overflow. Fused, the mask
+     * is never stored; with no_fuse every node is a step of its own. */
+    for (int fuse = 0; fuse < 2; fuse++) {
+        alloy_graph *g = alloy_graph_new("block");
+        assert_non_null(g);
+        test_block m = build_transformer_block(g, ALLOY_F32, 2, 4, 11, 8, 2);
+        expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
+        expect_ok(g, alloy_graph_enable_amp(g, ALLOY_F16), "enable_amp");
+        expect_ok(g, alloy_graph_set_option(g, "disable_passes", "attention"), "set_option");
+        expect_ok(g, alloy_graph_set_option(g, "no_fuse", fuse ? "" : "all"), "set_option");
+        expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "set_option");
+        alloy_grad_scaler sc = alloy_dynamic_scaler();
+        sc.init_scale = 1024;
+        expect_ok(g, alloy_graph_set_grad_scaler(g, sc), "set_grad_scaler");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_adam(0.001, 0.9, 0.999, 1e-8, 0)), "add_optimizer");
+        int32_t tokens[8], targets[8];
+        for (int i = 0; i < 8; i++) tokens[i] = (i * 7 + 3) % 11, targets[i] = (i * 5 + 1) % 11;
+        alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {2, 4}, tokens},
+                                      {"targets", ALLOY_I32, 1, {8}, targets}};
+        for (int k = 0; k < 3; k++) {
+            expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "run");
+            alloy_step_info s;
+            expect_ok(g, alloy_graph_step_info(g, &s), "step_info");
+            alloy_overflow_info o = info_of(g);
+            if (s.skipped || !o.checked || o.found)
+                fail_msg("fuse %d, step %d: skipped %d, %s", fuse, k, s.skipped, o.summary);
+        }
+        alloy_graph_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -147,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_a_backward_overflow_is_named_with_its_forward_node_and_parameter),
         cmocka_unit_test(test_the_stop_rules_message_carries_the_locators_line),
         cmocka_unit_test(test_amp_check_leaves_every_bit_of_the_step_as_it_was),
+        cmocka_unit_test(test_a_finite_transformer_step_flags_nothing_though_its_mask_holds_minus_inf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
