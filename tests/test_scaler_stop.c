@@ -232,7 +232,9 @@ static void test_a_bundle_keeps_the_stop_rules(void **state)
     alloy_graph_free(g);
     alloy_bundle *b = NULL;
     char err[512];
+    setenv("ALLOY_AMP_CHECK", "1", 1); /* the locator, from the environment, in a bundle's step */
     alloy_status st = alloy_bundle_load(path, &b, err, sizeof err);
+    unsetenv("ALLOY_AMP_CHECK");
     remove(path);
     if (st) fail_msg("bundle_load: %s", err);
     float x[N] = {1, NAN, 2, 3};
@@ -240,6 +242,13 @@ static void test_a_bundle_keeps_the_stop_rules(void **state)
     assert_int_equal(alloy_bundle_run(b, &feed, 1, NULL, 0), ALLOY_OK);
     assert_int_equal(alloy_bundle_run(b, &feed, 1, NULL, 0), ALLOY_ERR_DIVERGED);
     assert_non_null(strstr(alloy_bundle_last_error(b), "2 skipped steps in a row reached max_consecutive_skips"));
+    /* the NaN is x's own (an input: not checked); the first value it makes is
+     * x * w, in the forward; the IR text of a bundle does not say which
+     * forward node a backward one came from, and needs not here */
+    alloy_overflow_info o;
+    assert_int_equal(alloy_bundle_overflow_info(b, &o), ALLOY_OK);
+    assert_true(o.checked && o.found && o.has_nan && !o.backward);
+    assert_string_equal(o.op, "mul");
     alloy_host_tensor t;
     assert_int_equal(alloy_bundle_get_state(b, "scaler.hysteresis_tracker", &t), ALLOY_OK);
     assert_int_equal(*(const int32_t *)t.data, 3);

@@ -182,6 +182,11 @@ alloy_status alloy_bundle_step_info(const alloy_bundle *b, alloy_step_info *out)
     return b ? alloy_graph_step_info(b->g, out) : ALLOY_ERR_INVALID;
 }
 
+alloy_status alloy_bundle_overflow_info(const alloy_bundle *b, alloy_overflow_info *out)
+{
+    return b ? alloy_graph_overflow_info(b->g, out) : ALLOY_ERR_INVALID;
+}
+
 int alloy_bundle_state_count(alloy_bundle *b) { return b ? alloy_graph_state_count(b->g) : 0; }
 
 alloy_status alloy_bundle_state_at(alloy_bundle *b, int i, alloy_host_tensor *out)
