@@ -227,6 +227,21 @@ expect 1 "--checkpoint: .*fifo.ckpt: is a FIFO (named pipe), not a regular file"
     train "$ir" --feed "$feeds" --steps 500 --checkpoint "$tmp/fifo.ckpt"
 check "a FIFO checkpoint stays a FIFO" [ -p "$tmp/fifo.ckpt" ]
 expect 2 "--checkpoint needs a non-empty value" train "$ir" --feed "$feeds" --steps 500 --checkpoint ""
+# the overflow locator and the stop rules (docs/amp.md, "When a step overflows"): overflow.ir's weight gradient
+# overflows f16 until the scale has backed off seven times, each skipped step naming the GEMM that overflowed; with
+# the forward feeds every step overflows, and max_consecutive_skips ends the run after the third
+over=$data/overflow.ir
+train "$tmp/overflow.out" "$over" --amp=f16 --feed "$data/overflow_backward.safetensors" --steps 10 --set amp_check=1 ||
+    failures=$((failures + 1))
+check "every skipped step names the backward GEMM that overflowed" test "$(grep -c "^step [1-7] skipped: first inf at %16 matmul f16\[16,3\] (backward of matmul %logits, gradient of 'w2'), scale" "$tmp/overflow.out")" -eq 7
+check "then the steps apply" grep -q "^step 10 loss [0-9.]* scale 512 skipped 7 " "$tmp/overflow.out"
+expect 1 "step 3: training diverged at step 3: 3 skipped steps in a row reached max_consecutive_skips (scale 16384); the state is the last good step's (optimizer step 0, scale 65536); first inf at %h matmul f16\[4,16\] (forward)" \
+    train "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 5 --set amp_check=1 --scaler=dynamic,max_consecutive_skips=3
+check "the diverged run printed the first two skips" test "$(grep -c "skipped: first inf at %h matmul" "$tmp/stdout")" -eq 2
+expect 2 "--scaler: unknown option 'hysteresys' (min_scale=S, hysteresis=N, max_consecutive_skips=N, stop_at_min_scale)" \
+    train "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 1 --scaler=dynamic,hysteresys=2
+expect 1 "--scaler: stop_at_min_scale needs a min_scale > 0" \
+    train "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 1 --scaler=dynamic,stop_at_min_scale
 
 [ "$failures" -eq 0 ] || { echo "$failures alloyc train checks failed"; exit 1; }
 echo "all alloyc train checks passed"

@@ -527,6 +527,45 @@ static void test_an_f32_scope_keeps_its_ops_f32_and_a_low_scope_pins_a_deny_op_l
     free_graph(g);
 }
 
+static void test_the_report_counts_the_casts_the_compiled_step_keeps_not_those_of_folded_constants(void **state)
+{
+    (void)state;
+    /* x -> matmul(w1) -> mul(c) -> matmul(w2) = y, c a constant: mul is
+     * sandwiched (f16), so c gets a cast to f16, which simplify folds into
+     * an f16 constant when c is small. Casts kept: x, w1, w2 to f16 (2
+     * weights), m2 to f32: 4 (the report said 5, counting the folded one).
+     * A constant over the folding limit (64 x 128 = 8192 elements), or
+     * simplify disabled (this suite's default), keeps the cast: 5. */
+    for (int k = 0; k < 3; k++) {
+        bool big = k == 1, simplify = k < 2;
+        int64_t rows = big ? 64 : 2;
+        alloy_graph *g = new_graph("const_cast");
+        if (simplify) assert_int_equal(alloy_graph_set_option(g, "disable_passes", "fuse"), ALLOY_OK);
+        alloy_tensor *x = in_f32(g, "x", 2, DIMS(rows, 4));
+        alloy_tensor *w1 = param_f32(g, "w1", 2, DIMS(4, 128));
+        alloy_tensor *w2 = param_f32(g, "w2", 2, DIMS(128, 3));
+        alloy_tensor *c = big ? alloy_full(g, ALLOY_F32, 2, DIMS(rows, 128), 0.5) : alloy_scalar(g, ALLOY_F32, 0.5);
+        alloy_tensor *m1 = named(g, alloy_matmul(g, x, w1, false, false), "m1");
+        alloy_tensor *s = named(g, alloy_mul(g, m1, c), "s");
+        output(g, "y", named(g, alloy_matmul(g, s, w2, false, false), "m2"));
+        alloy_graph_enable_amp(g, ALLOY_F16);
+        alloy_amp_report rep;
+        const ir_graph *compiled = compile_amp(g, &rep);
+        int weight = 0, kept = 0; /* check_casts would refuse the folded constant, which keeps !inserted */
+        for (int i = 0; i < compiled->nnodes; i++) {
+            const ir_node *n = compiled->nodes[i];
+            if (n->op != IR_OP_cast || !(n->flags & IR_NODE_INSERTED)) continue;
+            kept++;
+            weight += compiled->nodes[n->in[0]]->op == IR_OP_param;
+        }
+        if (kept != (k == 0 ? 4 : 5)) fail_in(compiled, "case %d: %d casts kept", k, kept);
+        assert_int_equal(rep.casts, kept);
+        assert_int_equal(rep.weight_casts, 2);
+        assert_int_equal(weight, 2);
+        free_graph(g);
+    }
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -544,6 +583,7 @@ int main(void)
         AMP_TEST(test_an_infer_chain_after_the_last_matmul_into_a_deny_op_stays_f32_in_f16_and_bf16),
         AMP_TEST(test_bf16_keeps_a_regression_target_and_the_residual_in_f32),
         AMP_TEST(test_an_f32_scope_keeps_its_ops_f32_and_a_low_scope_pins_a_deny_op_low),
+        AMP_TEST(test_the_report_counts_the_casts_the_compiled_step_keeps_not_those_of_folded_constants),
     };
     return amp_run_tests(tests, COUNT(tests));
 }

@@ -64,7 +64,8 @@ static const char *const usage_text[] = {
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
     "                    prints what it converted and why nodes stayed f32\n"
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
-    "                    disable_passes, no_fuse, amp_log, no_arena, blas, num_threads,\n"
+    "                    disable_passes, no_fuse, amp_log, amp_check, no_arena, blas,\n"
+    "                    num_threads,\n"
     "                    lowp_gemm, device, cache, cache_dir, dump_dir, nvrtc, cuda_graph,\n"
     "                    time_passes, attention, profile; over its ALLOY_* environment\n"
     "                    variable (run computes on the CPU unless --set device=cuda);\n"
@@ -76,7 +77,7 @@ static const char *const usage_text[] = {
     "  --dump-dir DIR    (--set dump_dir=DIR, ALLOY_DUMP_DIR) write the IR before the\n"
     "                    first pass and after each pass to DIR (made when missing), one\n"
     "                    file per stage in pipeline order: GRAPH.00-input.ir,\n"
-    "                    GRAPH.01-verify.ir, ... GRAPH.13-plan.ir, each written\n"
+    "                    GRAPH.01-verify.ir, ... GRAPH.14-plan.ir, each written\n"
     "                    atomically and parsing back as IR; generated CUDA sources go\n"
     "                    there too\n"
     "  --loss NAME       the named scalar node to train on (or differentiate) instead of\n"
@@ -93,7 +94,10 @@ static const char *const usage_text[] = {
     "  --momentum X      sgd's momentum (default 0.9); adam(w) use betas 0.9, 0.999, eps 1e-8\n"
     "  --clip-norm X     clip the global gradient norm to X (default 0: off)\n"
     "  --scaler=KIND     with --train: dynamic (PyTorch defaults), static:SCALE or none\n"
-    "                    (train: dynamic with --amp=f16, else none, unless given)\n"
+    "                    (train: dynamic with --amp=f16, else none, unless given), then\n"
+    "                    ,KEY=VALUE options: min_scale=S, hysteresis=N (Megatron's),\n"
+    "                    max_consecutive_skips=N, stop_at_min_scale (DeepSpeed's): a run\n"
+    "                    that reaches a stop rule ends with its last good step's state\n"
     "  --print-after=P   print the IR after pass P (comma-separated, or all) before the\n"
     "                    result; passes: verify, random, lower_norm, attention, amp, autodiff,\n"
     "                    data_parallel, grad_scaler, optimizer, simplify, dce, fuse, schedule,\n"
@@ -198,6 +202,9 @@ static const char *const usage_text[] = {
     "                    (docs/distributed.md); with W ranks, rank r's step s takes\n"
     "                    batch ((s - 1) W + r) mod B, the gradients are averaged over\n"
     "                    the ranks, rank 0 prints and writes the checkpoint\n"
+    "  --set amp_check=1 also prints, for every skipped step, 'step S skipped: first\n"
+    "                    inf at NODE OP TYPE (forward|backward of OP NODE, gradient of\n"
+    "                    PARAM), scale A -> B' (the overflow locator, CPU; docs/amp.md)\n"
     "  train computes on the device option's choice (auto: the GPU when there is one;\n"
     "  --set device=cpu for the CPU).\n"
     "\n"
@@ -206,8 +213,8 @@ static const char *const usage_text[] = {
     "\n"
     "Exit status: 0 on success, 1 on an error (unreadable file, bad IR, dtype or\n"
     "shape mismatch, no NVRTC, a kernel NVRTC rejects, a checkpoint of another\n"
-    "graph), 2 on a usage error (unknown or repeated flag, bad flag value). Errors\n"
-    "are one line on stderr.\n",
+    "graph, a scaler stop rule reached), 2 on a usage error (unknown or repeated\n"
+    "flag, bad flag value). Errors are one line on stderr.\n",
 };
 
 static void print_usage(void)
@@ -290,6 +297,55 @@ static bool parse_count(const char *text, long min, long max, long *out)
     uint64_t v;
     if (!parse_seed(text, &v) || v < (uint64_t)min || v > (uint64_t)max) return false;
     *out = (long)v;
+    return true;
+}
+
+bool alloyc_scaler(const char *text, alloy_grad_scaler *out, char *why, size_t whylen)
+{
+    size_t head = strcspn(text, ",");
+    alloy_grad_scaler s = alloy_dynamic_scaler();
+    double v;
+    char num[64];
+    if (head == 7 && strncmp(text, "dynamic", 7) == 0) {
+    } else if (head > 7 && head - 7 < sizeof num && strncmp(text, "static:", 7) == 0) {
+        memcpy(num, text + 7, head - 7), num[head - 7] = '\0';
+        if (!parse_rate(num, &v) || v <= 0) {
+            snprintf(why, whylen, "--scaler static:SCALE wants a finite number > 0, got '%s'", text);
+            return false;
+        }
+        s = alloy_static_scaler(v);
+    } else {
+        snprintf(why, whylen, "--scaler wants dynamic, static:SCALE or none, then ,KEY=VALUE options; got '%s'", text);
+        return false;
+    }
+    for (const char *p = text + head; *p == ',';) {
+        p++;
+        size_t len = strcspn(p, ",");
+        char item[96];
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, p, len), item[len] = '\0';
+        p += strcspn(p, ",");
+        char *eq = strchr(item, '=');
+        const char *val = eq ? eq + 1 : "";
+        if (eq) *eq = '\0';
+        long n;
+        bool ok = true;
+        if (strcmp(item, "min_scale") == 0) ok = parse_rate(val, &s.min_scale);
+        else if (strcmp(item, "hysteresis") == 0) ok = parse_count(val, 0, INT32_MAX, &n) && (s.hysteresis = (int)n, 1);
+        else if (strcmp(item, "max_consecutive_skips") == 0)
+            ok = parse_count(val, 0, INT32_MAX, &n) && (s.max_consecutive_skips = (int)n, 1);
+        else if (strcmp(item, "stop_at_min_scale") == 0) ok = !eq, s.stop_at_min_scale = true;
+        else {
+            snprintf(why, whylen, "--scaler: unknown option '%s' (min_scale=S, hysteresis=N, max_consecutive_skips=N, "
+                     "stop_at_min_scale)", item);
+            return false;
+        }
+        if (!ok) {
+            snprintf(why, whylen, "--scaler: bad value for '%s' in '%s'", item, text);
+            return false;
+        }
+    }
+    *out = s;
     return true;
 }
 
@@ -483,11 +539,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             o->optimizer = value;
             break;
         case F_SCALER:
-            if (strcmp(value, "dynamic") && strcmp(value, "none") && strncmp(value, "static:", 7))
-                return usage_error("--scaler wants dynamic, static:SCALE or none, got '%s'", value);
-            double scale;
-            if (strncmp(value, "static:", 7) == 0 && (!parse_rate(value + 7, &scale) || scale <= 0))
-                return usage_error("--scaler static:SCALE wants a finite number > 0, got '%s'", value);
+            if (strcmp(value, "none") != 0) {
+                alloy_grad_scaler sc;
+                char why[256];
+                if (!alloyc_scaler(value, &sc, why, sizeof why)) return usage_error("%s", why);
+            }
             o->scaler = value;
             break;
         case F_PRINT_AFTER:
@@ -689,8 +745,9 @@ alloy_status alloyc_configure(alloy_graph *g, const options *o)
     if (o->amp != ALLOY_F32) st = alloy_graph_enable_amp(g, o->amp);
     if (!st && (o->train || o->loss)) st = alloy_graph_set_training(g, o->train); /* set_loss turned it on */
     if (!st && o->scaler && strcmp(o->scaler, "none") != 0) {
-        alloy_grad_scaler s = alloy_dynamic_scaler();
-        if (strncmp(o->scaler, "static:", 7) == 0) s = alloy_static_scaler(strtod(o->scaler + 7, NULL));
+        alloy_grad_scaler s;
+        char why[256];
+        alloyc_scaler(o->scaler, &s, why, sizeof why); /* checked with the arguments */
         st = alloy_graph_set_grad_scaler(g, s);
     }
     if (!st && o->optimizer) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));

@@ -59,6 +59,9 @@ typedef struct options {
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
  * the message become spaces) and returns code. */
 int alloyc_vfail(int code, const char *fmt, va_list ap);
+/* The scaler of --scaler's text (dynamic or static:S, then ,KEY=VALUE
+ * options; not "none"): true and *out, or false with why filled. */
+bool alloyc_scaler(const char *text, alloy_grad_scaler *out, char *why, size_t whylen);
 /* The message that goes with a failed call on g, with the API's names for
  * what alloyc has a flag for said as the flag (valid until the next call). */
 const char *alloyc_graph_error(const alloy_graph *g, alloy_status st);

@@ -254,9 +254,12 @@ static int configure_training(trainer *t)
     }
     alloy_status st = o->amp != ALLOY_F32 ? alloy_graph_enable_amp(g, o->amp) : ALLOY_OK;
     const char *scaler = o->scaler ? o->scaler : o->amp == ALLOY_F16 ? "dynamic" : "none";
-    if (!st && strcmp(scaler, "none") != 0)
-        st = alloy_graph_set_grad_scaler(g, strcmp(scaler, "dynamic") == 0 ? alloy_dynamic_scaler()
-                                                                            : alloy_static_scaler(strtod(scaler + 7, NULL)));
+    if (!st && strcmp(scaler, "none") != 0) {
+        alloy_grad_scaler sc;
+        char why[256];
+        alloyc_scaler(scaler, &sc, why, sizeof why); /* checked with the arguments */
+        st = alloy_graph_set_grad_scaler(g, sc);
+    }
     if (!st) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));
     if (!st) st = alloyc_apply_sets(g, o);
     if (st) return fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
@@ -368,6 +371,12 @@ int alloyc_train(const options *o)
         double started = now_seconds();
         alloy_step_info s;
         alloy_status st = alloy_graph_run(t.g, t.feeds, t.ninputs, NULL, 0);
+        alloy_overflow_info where;
+        if (!st && alloy_graph_step_info(t.g, &s) == ALLOY_OK && s.skipped &&
+            alloy_graph_overflow_info(t.g, &where) == ALLOY_OK && where.found) { /* amp_check's line (a diverged step: in the error) */
+            printf("step %ld skipped: %s\n", step, where.summary);
+            fflush(stdout);
+        }
         if (!st) st = alloy_graph_step_info(t.g, &s);
         if (st) {
             rc = fail(EXIT_ERROR, "step %ld: %s", step, alloyc_graph_error(t.g, st));

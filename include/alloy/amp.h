@@ -55,7 +55,7 @@ typedef struct alloy_amp_report {
     alloy_dtype dtype;   /* ALLOY_F32 when AMP was off */
     int float_nodes;     /* f32 compute nodes AMP could colour */
     int low_nodes;       /* of those, how many run in low precision */
-    int casts;           /* casts inserted (weight casts included) */
+    int casts;           /* inserted casts the compiled step keeps (weight casts included; a folded cast of a constant is not one) */
     int weight_casts;    /* casts of parameters: the per-step low-precision weight copies */
 } alloy_amp_report;
 

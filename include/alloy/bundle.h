@@ -56,6 +56,9 @@ ALLOY_API alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor
                                         alloy_host_tensor *fetches, int nfetches);
 /* What the last run did, as alloy_graph_step_info. */
 ALLOY_API alloy_status alloy_bundle_step_info(const alloy_bundle *b, alloy_step_info *out);
+/* The overflow locator's report of the last run, as alloy_graph_overflow_info
+ * (amp_check from the environment, ALLOY_AMP_CHECK=1, or the bundle's options). */
+ALLOY_API alloy_status alloy_bundle_overflow_info(const alloy_bundle *b, alloy_overflow_info *out);
 /* The state, as alloy_graph's calls of the same names. */
 ALLOY_API int alloy_bundle_state_count(alloy_bundle *b);
 ALLOY_API alloy_status alloy_bundle_state_at(alloy_bundle *b, int i, alloy_host_tensor *out);

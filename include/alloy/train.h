@@ -37,6 +37,14 @@ typedef struct alloy_grad_scaler {
     double backoff_factor; /* 0.5 */
     int growth_interval;   /* 2000 finite steps between growths */
     double min_scale;      /* lower bound after backoff; 0 = none (PyTorch) */
+    /* Megatron's hysteresis: overflows counted down before the scale backs
+     * off, refilled when the scale grows; 0 or 1 = back off on each (PyTorch). */
+    int hysteresis;
+    /* Stop rules (0/false = off, PyTorch): a run whose step reaches one
+     * returns ALLOY_ERR_DIVERGED with the state of its last good step. */
+    int max_consecutive_skips; /* this many skipped steps in a row; any kind */
+    bool stop_at_min_scale;    /* DeepSpeed's min_scale: a backoff due with the scale already at
+                                  min_scale (dynamic, needs min_scale > 0) */
 } alloy_grad_scaler;
 
 /* PyTorch GradScaler's defaults: 2^16, x2 every 2000 finite steps, x0.5 on
@@ -143,11 +151,39 @@ typedef struct alloy_step_info {
     double lr;              /* learning rate of this step */
     double grad_norm;       /* global norm of the unscaled gradients (inf or NaN when a gradient is) */
     bool updated;           /* an update happened (false inside gradient accumulation) */
+    int consecutive_skips;  /* skipped steps in a row, this one included (kept with a stop rule only) */
+    bool diverged;          /* a stop rule ended the run here: the run returned ALLOY_ERR_DIVERGED */
 } alloy_step_info;
 
 /* What the last alloy_graph_run of g did; ALLOY_ERR_INVALID ("has run no
  * step yet") before the first run, when there is nothing to report. */
 ALLOY_API alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out);
+
+/* The overflow locator (the amp_check option, docs/amp.md "When a step
+ * overflows"): with amp_check=1 a run flags every float value it computes
+ * that holds an inf or NaN, and this says which came first in the order
+ * the step ran. */
+typedef struct alloy_overflow_info {
+    bool checked;        /* the last run checked (amp_check on a backend that does: the CPU) */
+    bool found;          /* some checked value held an inf or NaN; the fields below are its */
+    bool has_inf, has_nan;
+    char node[64];       /* the node as the compiled IR prints it: "%812", "%logits" */
+    const char *op;      /* "mul" */
+    alloy_dtype dtype;
+    int rank;
+    int64_t dims[ALLOY_MAX_RANK];
+    bool backward;       /* computed by the backward (or the update), not the forward */
+    char forward_node[64]; /* backward: the forward node whose gradient rule made it ("" unknown) */
+    const char *forward_op; /* and its op (NULL unknown) */
+    char param[128];     /* backward: the first parameter (or input) whose gradient it feeds ("" none) */
+    double scale, next_scale; /* the loss scale of the step, and the next one */
+    char summary[512];   /* one line: "first inf at %812 mul f16[64,256] (backward of gelu %230, gradient of
+                            'w1'), scale 65536 -> 32768" */
+} alloy_overflow_info;
+
+/* What the locator found in the last run (found false when nothing or
+ * when the run did not check). */
+ALLOY_API alloy_status alloy_graph_overflow_info(const alloy_graph *g, alloy_overflow_info *out);
 
 /* Saves all state (parameters, moments, step, scale, growth tracker) to one
  * safetensors file, atomically (temp file + rename), with a checksum in its

@@ -51,7 +51,8 @@ typedef enum alloy_status {
     ALLOY_ERR_UNSUPPORTED, /* valid request that this build cannot do */
     ALLOY_ERR_VERIFY,      /* a graph broke an IR invariant */
     ALLOY_ERR_CUDA,        /* a CUDA driver/runtime/cuBLAS call failed */
-    ALLOY_ERR_NVRTC        /* NVRTC failed to compile a generated kernel */
+    ALLOY_ERR_NVRTC,       /* NVRTC failed to compile a generated kernel */
+    ALLOY_ERR_DIVERGED     /* training stopped by a scaler stop rule; the state is the last good step's */
 } alloy_status;
 
 /* A tensor in host memory, used for feeds, fetches, state and files.

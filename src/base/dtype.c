@@ -50,6 +50,7 @@ const char *alloy_status_name(alloy_status status)
     case ALLOY_ERR_VERIFY: return "verifier error";
     case ALLOY_ERR_CUDA: return "CUDA error";
     case ALLOY_ERR_NVRTC: return "NVRTC error";
+    case ALLOY_ERR_DIVERGED: return "training diverged";
     }
     return "unknown status";
 }

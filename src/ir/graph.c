@@ -227,6 +227,7 @@ ir_node *ir_add_node(ir_graph *g, int op, int nin, const int *in, int nattrs,
     n->nattrs = nattrs;
     n->attrs = as;
     n->group = -1;
+    n->origin = -1;
     if (declared) n->type = *declared;
     const ir_type *in_types[64];
     const ir_type **tin = nin <= 64 ? in_types : al_malloc(sizeof(ir_type *) * (size_t)nin);
@@ -326,6 +327,7 @@ ir_graph *ir_graph_clone(const ir_graph *src)
         n->amp = s->amp;
         n->flags = s->flags;
         n->group = s->group;
+        n->origin = s->origin;
     }
     for (int i = 0; i < src->noutputs; i++) {
         if (ir_add_output(g, src->outputs[i].name, src->outputs[i].node)) {
@@ -341,6 +343,15 @@ ir_graph *ir_graph_clone(const ir_graph *src)
     }
     g->loss = src->loss;
     return g;
+}
+
+void ir_carry_origins(ir_graph *out, const ir_graph *in, const int *map)
+{
+    for (int i = 0; i < in->nnodes; i++) {
+        int m = map[i], o = in->nodes[i]->origin;
+        if (m >= 0 && m < out->nnodes && o >= 0 && map[o] >= 0 && out->nodes[m]->origin < 0)
+            out->nodes[m]->origin = map[o];
+    }
 }
 
 ir_graph *ir_graph_reordered(ir_graph *g, const int *order, int n, const char *who)
@@ -370,6 +381,7 @@ ir_graph *ir_graph_reordered(ir_graph *g, const int *order, int n, const char *w
         m->group = s->group;
         map[s->id] = m->id;
     }
+    if (out && !out->status) ir_carry_origins(out, g, map);
     for (int i = 0; out && i < g->noutputs && !out->status; i++)
         if (map[g->outputs[i].node] >= 0) ir_add_output(out, g->outputs[i].name, map[g->outputs[i].node]);
     for (int i = 0; out && i < g->nupdates && !out->status; i++)

@@ -78,6 +78,7 @@ typedef struct ir_node {
     ir_attr *attrs;
     const char *name; /* unique in the graph, or NULL */
     int group;        /* fusion group id after fuse, else -1 */
+    int origin;       /* a backward node: the forward node whose gradient rule emitted it; else -1 (not printed) */
 } ir_node;
 
 typedef struct ir_output {
@@ -203,6 +204,10 @@ AL_HIDDEN int ir_find_update(const ir_graph *g, const char *name);
 AL_HIDDEN ir_graph *ir_graph_reordered(ir_graph *g, const int *order, int n, const char *who);
 /* Deep copy (nodes, attributes, names, outputs, loss, annotations). */
 AL_HIDDEN ir_graph *ir_graph_clone(const ir_graph *g);
+/* Carries the origins of in's nodes over to out, whose node map[i] (-1:
+ * none) stands for in's node i: such a node without an origin of its own
+ * takes map[in's origin] (when that node survived). */
+AL_HIDDEN void ir_carry_origins(ir_graph *out, const ir_graph *in, const int *map);
 
 /* Attribute accessors: the value of attribute `name`, or def when absent. */
 AL_HIDDEN const ir_attr *ir_attr_find(const ir_node *n, const char *name);

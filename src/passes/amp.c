@@ -429,9 +429,11 @@ static alloy_status rewrite(const amp_state *s, alloy_dtype low, ir_graph **resu
 
 /* ---- report ---- */
 
-/* Counts the inserted casts of out that something uses (a marker's cast can
- * be bypassed by the fold in convert() and is then dead until dce). */
-static alloy_status count_live_casts(const ir_graph *out, alloy_amp_report *rep)
+/* Counts the inserted casts of out that the compiled step keeps: used ones
+ * (a marker's cast can be bypassed by the fold in convert() and is then
+ * dead until dce), less those of a constant, which simplify folds into a
+ * constant of the cast's dtype unless it is disabled. */
+static alloy_status count_live_casts(const ir_graph *out, alloy_amp_report *rep, bool folding)
 {
     uint8_t *used = al_calloc((size_t)out->nnodes + 1, 1);
     if (!used) return ALLOY_ERR_OOM;
@@ -444,6 +446,7 @@ static alloy_status count_live_casts(const ir_graph *out, alloy_amp_report *rep)
     for (int i = 0; i < out->nnodes; i++) {
         const ir_node *n = out->nodes[i];
         if (!(n->flags & IR_NODE_INSERTED) || n->op != IR_OP_cast || !used[i]) continue;
+        if (folding && simplify_folds(out, n->nin, n->in, &n->type)) continue;
         rep->casts++;
         rep->weight_casts += out->nodes[n->in[0]]->op == IR_OP_param;
     }
@@ -525,7 +528,10 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
         rewriter rw;
         st = rewrite(&s, cfg->dtype, &out, &rw, &map);
         alloy_amp_report rep = {.dtype = cfg->dtype, .casts = rw.casts, .weight_casts = rw.weight_casts};
-        if (!st && count_live_casts(out, &rep)) {
+        bool folding = true;
+        for (int i = 0; i < pass_count(); i++)
+            if (strcmp(pass_name(i), "simplify") == 0) folding = !(pass_cfg(opts)->disabled & 1u << i);
+        if (!st && count_live_casts(out, &rep, folding)) {
             st = ir_error(g, ALLOY_ERR_OOM, "amp: out of memory counting the casts");
             al_free(map);
             ir_graph_free(out);

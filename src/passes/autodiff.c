@@ -92,6 +92,7 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
             break;
         }
         for (int j = 0; j < n->nin; j++) dx[j] = -1;
+        int first_new = g->nnodes;
         rule(&ctx, n, grad[i], dx);
         for (int j = 0; j < n->nin && !g->status; j++) {
             int u = n->in[j];
@@ -113,6 +114,7 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
             grad[u] = grad[u] < 0 ? dx[j] : ad_emit(&ctx, IR_OP_add, 2, (int[]){grad[u], dx[j]}, 0, NULL, NULL);
         }
         if (dx != dx_small) al_free(dx);
+        for (int k = first_new; k < g->nnodes; k++) g->nodes[k]->origin = i; /* the amp_check report's "backward of" */
     }
     for (int i = 0; i < nfwd && !g->status; i++) {
         const ir_node *n = g->nodes[i];

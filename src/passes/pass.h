@@ -96,6 +96,10 @@ AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);  
 AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */
 AL_HIDDEN alloy_status pass_lower_norm(ir_graph **g, const pass_options *opts);  /* lower_norm.c */
 AL_HIDDEN alloy_status pass_simplify(ir_graph **g, const pass_options *opts);    /* simplify.c */
+/* Whether simplify's constant folding replaces a node of g with these
+ * operands and type by a constant: every operand a constant, all within
+ * the folding limits (the amp report leaves such casts out). */
+AL_HIDDEN bool simplify_folds(const ir_graph *g, int nin, const int *in, const ir_type *type);
 AL_HIDDEN alloy_status pass_fuse(ir_graph **g, const pass_options *opts);        /* fuse.c */
 AL_HIDDEN alloy_status pass_fuse_attention(ir_graph **g, const pass_options *opts); /* fuse_attention.c */
 /* Autodiff's last step (place_statistics.c): the per-row statistics its

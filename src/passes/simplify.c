@@ -341,16 +341,22 @@ static alloy_status evaluate(const sweep *s, const node_key *k, double **values)
     return st;
 }
 
+bool simplify_folds(const ir_graph *g, int nin, const int *in, const ir_type *type)
+{
+    if (nin == 0 || nin > 64 || ir_numel(type) > FOLD_MAX) return false;
+    for (int j = 0; j < nin; j++) {
+        const ir_node *c = g->nodes[in[j]];
+        if (c->op != IR_OP_constant || ir_numel(&c->type) > FOLD_MAX_OPERAND) return false;
+    }
+    return true;
+}
+
 /* Rewrites k into the constant holding its value when all its operands are
  * constants; *values keeps the attribute's storage until k is emitted. */
 static alloy_status fold_constants(const sweep *s, node_key *k, ir_attr *attr, double **values)
 {
     *values = NULL;
-    if (k->nin == 0 || k->nin > 64 || ir_numel(&k->type) > FOLD_MAX) return ALLOY_OK;
-    for (int j = 0; j < k->nin; j++) {
-        const ir_node *c = s->out->nodes[k->in[j]];
-        if (c->op != IR_OP_constant || ir_numel(&c->type) > FOLD_MAX_OPERAND) return ALLOY_OK;
-    }
+    if (!simplify_folds(s->out, k->nin, k->in, &k->type)) return ALLOY_OK;
     alloy_status st = evaluate(s, k, values);
     if (st) return st == ALLOY_ERR_OOM ? st : ALLOY_OK; /* a failing node fails in the real run */
     int count = (int)ir_numel(&k->type);
@@ -441,6 +447,7 @@ alloy_status pass_simplify(ir_graph **gp, const pass_options *opts)
     for (int i = 0; !st && i < g->nupdates; i++)
         st = ir_add_update(s.out, g->updates[i].name, s.map[g->updates[i].node]);
     if (!st && g->loss >= 0) s.out->loss = s.map[g->loss];
+    if (!st) ir_carry_origins(s.out, g, s.map);
     al_free(s.map);
     al_free(s.hashes);
     al_free(s.kinds);

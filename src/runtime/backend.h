@@ -36,7 +36,14 @@ typedef struct rt_run_args {
     FILE *profile_to;
     /* the communicator of a data-parallel step's collectives (runtime/comm/comm.h); NULL: none */
     struct alloy_comm *comm;
+    /* the amp_check option: per node of the compiled graph, zeroed by the
+     * caller; a backend that checks sets NONFINITE_INF / NONFINITE_NAN in
+     * the entry of each checked value (cpu_amp_checked) holding one; NULL:
+     * no check. nonfinite_done says the backend did. */
+    uint8_t *nonfinite;
+    bool *nonfinite_done;
 } rt_run_args;
+
 
 /* A backend's entry points. Every call returns ALLOY_OK or an error with
  * its message on the backend (rt_backend.error), naming what failed. */

@@ -12,6 +12,7 @@ const opt_key opt_keys[] = {
     {"disable_passes", "ALLOY_DISABLE_PASSES", "pass names separated by commas"},
     {"no_fuse", "ALLOY_NO_FUSE", "fusion kinds row, gemm, multi separated by commas, or 1 (or all) for no fusion"},
     {"amp_log", "ALLOY_AMP_LOG", "0 or 1"},
+    {"amp_check", "ALLOY_AMP_CHECK", "0 or 1"},
     {"no_arena", "ALLOY_NO_ARENA", "0 or 1"},
     {"blas", "ALLOY_BLAS", "0 or 1"},
     {"num_threads", "ALLOY_NUM_THREADS", "a thread count from 1 to 64"},
@@ -157,6 +158,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         return ALLOY_OK;
     }
     bool *flag = strcmp(name, "amp_log") == 0 ? &o->amp_log
+                 : strcmp(name, "amp_check") == 0 ? &o->amp_check
                  : strcmp(name, "no_arena") == 0 ? &o->no_arena
                  : strcmp(name, "blas") == 0 ? &o->blas
                  : strcmp(name, "cache") == 0 ? &o->cache
@@ -165,6 +167,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
                                              : NULL;
     if (flag) {
         bool def = flag == &o->amp_log    ? d.amp_log
+                   : flag == &o->amp_check ? d.amp_check
                    : flag == &o->no_arena ? d.no_arena
                    : flag == &o->blas     ? d.blas
                    : flag == &o->cache    ? d.cache
@@ -269,6 +272,7 @@ void opt_print(const al_options *o, FILE *out)
             if (o->no_fuse & 1u << fuse_kinds[i]) fprintf(out, "%s%s", first ? "" : ",", ir_group_kind_name(fuse_kinds[i])), first = 0;
     }
     if (o->amp_log) fputs(" amp_log=1", out);
+    if (o->amp_check) fputs(" amp_check=1", out);
     if (o->no_arena) fputs(" no_arena=1", out);
     if (!o->blas) fputs(" blas=0", out);
     if (o->num_threads) fprintf(out, " num_threads=%d", o->num_threads);

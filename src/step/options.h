@@ -31,6 +31,7 @@ typedef struct al_options {
     uint32_t disabled;     /* bit i: skip pipeline pass i */
     uint32_t no_fuse;      /* bit 1 << ir_group_kind: form no groups of that kind; OPT_NO_FUSE_ALL: none */
     bool amp_log;          /* the amp pass reports what it converted and why */
+    bool amp_check;        /* runs flag each value that is not finite (the overflow locator; CPU backend) */
     bool time_passes;      /* the pass manager prints each pass's time and node count */
     bool no_arena;         /* the memory plan gives every value its own slot (no reuse) */
     bool blas;             /* the CPU backend's GEMM uses the BLAS when the build has one */

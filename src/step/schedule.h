@@ -21,6 +21,10 @@
  *          same order. */
 typedef enum step_kind { STEP_KIND_OP, STEP_KIND_EW, STEP_KIND_ROW, STEP_KIND_GEMM, STEP_KIND_MULTI, STEP_KIND_COLLECTIVE } step_kind;
 
+/* What the amp_check option records per node in a run: its value held an
+ * inf, a NaN. */
+enum { NONFINITE_INF = 1, NONFINITE_NAN = 2 };
+
 /* Per-member numerics (docs/fusion.md); a backend must honour each. */
 enum {
     MEMBER_STORED = 1,  /* written to its arena slot: read by a later step, an output, update, the loss or kept */

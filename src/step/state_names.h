@@ -15,6 +15,11 @@
 #define SUFFIX_GRAD_ACC ".grad_acc" /* state "<name>.grad_acc": a gradient summed over micro-batches */
 #define STATE_SCALE SCALER_NS "scale"                /* state f32[]: the loss scale */
 #define STATE_TRACKER SCALER_NS "growth_tracker"     /* state i32[] */
+#define STATE_HYSTERESIS SCALER_NS "hysteresis_tracker" /* state i32[]: overflows left before a backoff (hysteresis > 1) */
+#define STATE_CONSEC_SKIPS SCALER_NS "consecutive_skips" /* state i32[]: skipped steps in a row (a stop rule set) */
+#define STATE_GOOD_SCALE SCALER_NS "good.scale"      /* state f32[]: the scale after the last good step (a stop rule set) */
+#define STATE_GOOD_TRACKER SCALER_NS "good.growth_tracker"       /* state i32[]: likewise */
+#define STATE_GOOD_HYSTERESIS SCALER_NS "good.hysteresis_tracker" /* state i32[]: likewise */
 #define STATE_FOUND_ACC SCALER_NS "found_inf_acc"    /* state bool[]: inf seen in this step's micro-batches */
 #define STATE_MICRO STEP_NS "micro_batch"            /* state i32[]: micro-batches into this step */
 #define STATE_SKIPPED STEP_NS "skipped_steps"        /* state i32[]: steps skipped for inf/NaN */
@@ -24,6 +29,11 @@
 #define OUT_APPLY STEP_NS "apply"                    /* output bool[]: the optimizer updates this run */
 #define OUT_NEXT_SCALE SCALER_NS "next_scale"        /* output f32[] */
 #define OUT_LR STEP_NS "lr"                          /* output f64[] */
+#define OUT_DIVERGED SCALER_NS "diverged" /* output i32[]: why the run stops here (DIVERGED_*), 0 = it goes on */
+#define OUT_CONSEC STEP_NS "consecutive_skips" /* output i32[]: skipped steps in a row, this one included */
 #define OUT_GRAD_NORM STEP_NS "grad_norm"            /* output f64[]: global norm of unscaled gradients */
+
+/* OUT_DIVERGED's values. */
+enum { DIVERGED_NO = 0, DIVERGED_SKIPS = 1, DIVERGED_MIN_SCALE = 2 };
 
 #endif

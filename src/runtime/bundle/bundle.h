@@ -73,6 +73,7 @@ typedef struct bundle_contents {
     bool training;
     int scaler_kind, growth_interval;       /* alloy_scaler_kind; the dynamic scaler's interval */
     int optimizer_kind, accumulation_steps; /* alloy_optimizer_kind (0: none) */
+    int hysteresis, max_consecutive_skips;  /* the scaler's (0: not set); its other rules live in the IR */
     bundle_state *state;
     int nstate;
     uint8_t *init_state;    /* the initial state as an alloy-state safetensors file (al_malloc'd); NULL: none */

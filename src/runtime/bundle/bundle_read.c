@@ -498,9 +498,12 @@ static alloy_status read_init_state(const uint8_t *p, size_t len, const char *wh
 /* META: key=value lines; every key required, none unknown. */
 static bool read_meta(rd *r, bundle_contents *c)
 {
-    static const char *const keys[] = {"graph", "seed", "training", "scaler", "growth_interval", "optimizer",
-                                       "accumulation_steps"};
-    bool seen[7] = {0};
+    /* the first NREQUIRED keys are in every bundle; the scaler's stop rules
+     * and hysteresis only where set (a bundle without them reads as before) */
+    enum { NREQUIRED = 7, NKEYS = 9 };
+    static const char *const keys[NKEYS] = {"graph", "seed", "training", "scaler", "growth_interval", "optimizer",
+                                            "accumulation_steps", "hysteresis", "max_consecutive_skips"};
+    bool seen[NKEYS] = {0};
     char line[256];
     while (!r->bad && r->pos < r->len) {
         const uint8_t *nl = memchr(r->p + r->pos, '\n', r->len - r->pos);
@@ -513,7 +516,7 @@ static bool read_meta(rd *r, bundle_contents *c)
         int k = -1;
         if (eq) {
             *eq = '\0';
-            for (int i = 0; i < 7; i++)
+            for (int i = 0; i < NKEYS; i++)
                 if (strcmp(line, keys[i]) == 0) k = i;
         }
         if (k < 0 || seen[k]) return rd_fail(r, "%s: an unknown or repeated key (line of %" PRId64 " bytes)", "meta",
@@ -534,11 +537,13 @@ static bool read_meta(rd *r, bundle_contents *c)
             else if (k == 3) c->scaler_kind = (int)x;
             else if (k == 4) c->growth_interval = (int)x;
             else if (k == 5) c->optimizer_kind = (int)x;
-            else c->accumulation_steps = (int)x;
+            else if (k == 6) c->accumulation_steps = (int)x;
+            else if (k == 7) c->hysteresis = (int)x;
+            else c->max_consecutive_skips = (int)x;
         }
         r->pos += n + 1;
     }
-    for (int i = 0; i < 7 && !r->bad; i++)
+    for (int i = 0; i < NREQUIRED && !r->bad; i++)
         if (!seen[i]) return rd_fail(r, "%s: key %" PRId64 " missing (graph, seed, training, ...)", "meta", i);
     return !r->bad;
 }

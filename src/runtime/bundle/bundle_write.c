@@ -75,6 +75,14 @@ static void encode_meta(wbuf *w, const bundle_contents *c)
            c->graph_name, c->seed, c->training ? 1 : 0, c->scaler_kind, c->growth_interval, c->optimizer_kind,
            c->accumulation_steps);
     put(w, line, strlen(line));
+    if (c->hysteresis > 1) { /* written only when set: a bundle without them is as before */
+        al_fmt(line, sizeof line, "hysteresis=%d\n", c->hysteresis);
+        put(w, line, strlen(line));
+    }
+    if (c->max_consecutive_skips > 0) {
+        al_fmt(line, sizeof line, "max_consecutive_skips=%d\n", c->max_consecutive_skips);
+        put(w, line, strlen(line));
+    }
 }
 
 static void encode_schedule(wbuf *w, const schedule *s)

@@ -1,4 +1,5 @@
 /* cpu.c - the CPU executor: runs a schedule step by step in one planned arena. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,42 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     for (int j = 0; j < n->nin; j++) in[j] = values[n->in[j]];
     cpu_ops[n->op].kernel(x, n, &values[n->id], in);
     if (in != in_small) al_free(in);
+}
+
+bool cpu_amp_checked(const ir_graph *g, const ir_node *n)
+{
+    alloy_dtype dt = n->type.dtype;
+    if (dt != ALLOY_F32 && dt != ALLOY_F16 && dt != ALLOY_BF16 && dt != ALLOY_F64) return false;
+    if (n->nin == 0 || n->op == IR_OP_causal_mask) return false;
+    switch (n->op) { /* ops whose values are some of their operands': an inf there was flagged where it was made */
+    case IR_OP_reshape: case IR_OP_transpose: case IR_OP_slice: case IR_OP_concat: case IR_OP_broadcast_to:
+    case IR_OP_gather: case IR_OP_index_select: case IR_OP_embedding: case IR_OP_pad: case IR_OP_max_pool2d:
+    case IR_OP_reduce_max:
+        return false;
+    default: break;
+    }
+    for (int j = 0; j < n->nin; j++) {
+        const ir_node *c = g->nodes[n->in[j]];
+        if (c->op != IR_OP_constant) continue;
+        const ir_attr *v = ir_attr_find(c, "value");
+        if (v && v->kind == IR_ATTR_FLOAT && !isfinite(v->f)) return false;
+    }
+    return true;
+}
+
+/* amp_check after a step: the stored values of its members that the
+ * chunk loop did not see (a GEMM's product, a row op's, an op kernel's). */
+static void check_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
+                       const rt_tensor *values)
+{
+    for (int m = step->first; m < step->first + step->n; m++) {
+        int id = s->members[m].node;
+        const ir_node *n = g->nodes[id];
+        if (!values[id].data || (step->kind != STEP_KIND_OP && ir_fuse_elementwise(g, n)) || !cpu_amp_checked(g, n))
+            continue;
+        if (step->kind == STEP_KIND_GEMM && m == step->first) continue; /* its product: cpu_run_gemm checked it */
+        x->nonfinite[id] |= (uint8_t)cpu_nonfinite_bits(n->type.dtype, values[id].data, ir_numel(&n->type));
+    }
 }
 
 /* Reserves in w the buffers every EW group of steps [k, nsteps) needs
@@ -120,6 +157,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         if (x->status) break;
         double t0 = x->step_us ? seconds_now() : 0;
         run_step(x, g, s, step, values, w);
+        if (x->nonfinite && !x->status && step->kind != STEP_KIND_EW) check_step(x, g, s, step, values);
         if (x->step_us) x->step_us[k] = 1e6 * (seconds_now() - t0);
         /* values past their last reader are forgotten: their slots are reused */
         for (int i = 0; i < step->nin; i++) {

@@ -38,6 +38,9 @@ struct cpu_exec {
      * state_of (a group reads an input it is stored over through a copy,
      * cpu_run_group_ex); NULL otherwise */
     const int *state_of;
+    /* the amp_check option (rt_run_args.nonfinite): per node, the
+     * NONFINITE_* bits of each checked value; NULL: not checking */
+    uint8_t *nonfinite;
     float *product;
     int64_t product_count;
     void *product_store;
@@ -94,6 +97,18 @@ AL_HIDDEN alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sc
  * `threads` threads (its plan block and chunk buffers), so that such
  * groups then run without allocating; ALLOY_ERR_OOM when it cannot. */
 AL_HIDDEN alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads);
+/* Whether amp_check looks at node n of g: a float value computed by the
+ * step, not a leaf or constant, not one meant to hold infinities (a
+ * causal_mask, or an op with a non-finite constant operand, as a masked
+ * fill's -inf), and not data movement (reshape, slice, gather, ...: its
+ * values are its operands', checked where they were computed). */
+AL_HIDDEN bool cpu_amp_checked(const ir_graph *g, const ir_node *n);
+/* NONFINITE_INF | NONFINITE_NAN for the infs and NaNs among n values of
+ * dtype dt at p (integers and bools have none). */
+AL_HIDDEN int cpu_nonfinite_bits(alloy_dtype dt, const void *p, int64_t n);
+/* The same for n f32 values standing for dtype dt: those a store to dt
+ * would round to inf count as infs. */
+AL_HIDDEN int cpu_nonfinite_bits_f32(alloy_dtype dt, const float *y, int64_t n);
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);

@@ -166,7 +166,9 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
             memcpy(d->dst, e->values[d->node].data, bytes);
     }
     gemm_configure(b->cfg.blas, b->cfg.num_threads);
-    cpu_exec x = {.nthreads = b->cfg.num_threads, .lowp_gemm = b->cfg.lowp_gemm, .comm = args->comm};
+    cpu_exec x = {.nthreads = b->cfg.num_threads, .lowp_gemm = b->cfg.lowp_gemm, .comm = args->comm,
+                  .nonfinite = args->nonfinite};
+    if (args->nonfinite_done) *args->nonfinite_done = args->nonfinite != NULL;
     bool profiling = rt_profile_due(b->cfg.profile, e->runs + 1);
     if (profiling && !(x.step_us = al_calloc((size_t)e->s->nsteps + 1, sizeof *x.step_us)))
         return rt_fail(b, ALLOY_ERR_OOM, "cpu: out of memory for the profile");

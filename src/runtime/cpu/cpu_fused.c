@@ -118,6 +118,7 @@ typedef struct fz_member {
     bool exact;  /* a bool or integer result, or a cast to f16/bf16: rounded to its dtype in the buffer too */
     bool check;  /* found_inf reads it: any non-finite value (as stored) sets the plan's flag */
     bool ranged; /* an unrounded f16/bf16 value: overflows to inf as a store would (cpu_range_f32) */
+    uint8_t *flag; /* amp_check: its node's NONFINITE_* bits (cpu_exec.nonfinite), or NULL */
     double p[IR_EW_MAX_ATTRS]; /* the op's attributes (ir_ew_params) */
     alloy_dtype dtype;
     size_t es;
@@ -289,6 +290,75 @@ static bool any_nonfinite(alloy_dtype dt, const void *p, int64_t n)
     return found;
 }
 
+/* The NONFINITE_* bits of one element's 32/64-bit float pattern or 16-bit
+ * exponent field: e the exponent bits, m the mantissa bits. */
+#define NF_BITS(e, m, emask) ((e) == (emask) ? ((m) ? NONFINITE_NAN : NONFINITE_INF) : 0)
+
+int cpu_nonfinite_bits(alloy_dtype dt, const void *p, int64_t n)
+{
+    int bits = 0;
+    switch (dt) {
+    case ALLOY_F32:
+        for (int64_t k = 0; k < n; k++) {
+            float v = ((const float *)p)[k];
+            if (!isfinite(v)) bits |= isnan(v) ? NONFINITE_NAN : NONFINITE_INF;
+        }
+        break;
+    case ALLOY_F64:
+        for (int64_t k = 0; k < n; k++) {
+            double v = ((const double *)p)[k];
+            if (!isfinite(v)) bits |= isnan(v) ? NONFINITE_NAN : NONFINITE_INF;
+        }
+        break;
+    case ALLOY_F16:
+        for (int64_t k = 0; k < n; k++) {
+            uint16_t h = ((const uint16_t *)p)[k];
+            bits |= NF_BITS(h & 0x7c00, h & 0x3ff, 0x7c00);
+        }
+        break;
+    case ALLOY_BF16:
+        for (int64_t k = 0; k < n; k++) {
+            uint16_t h = ((const uint16_t *)p)[k];
+            bits |= NF_BITS(h & 0x7f80, h & 0x7f, 0x7f80);
+        }
+        break;
+    default: break;
+    }
+    return bits;
+}
+
+int cpu_nonfinite_bits_f32(alloy_dtype dt, const float *y, int64_t n)
+{
+    /* the smallest magnitudes that round to inf in f16 and bf16; written
+     * without branches so that the loop vectorizes */
+    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ff8p127f : INFINITY;
+    int inf = 0, nan = 0;
+    for (int64_t k = 0; k < n; k++) {
+        float v = y[k];
+        nan |= v != v;
+        inf |= fabsf(v) >= limit;
+    }
+    return (inf ? NONFINITE_INF : 0) | (nan ? NONFINITE_NAN : 0);
+}
+
+/* amp_check on member mb's chunk y (compute type): its values as a store
+ * rounds them (an f32 chunk by the range rule of the member's dtype, no
+ * conversion; an f64 one stored first, into roundtrip unless stored). */
+static void flag_nonfinite(const fz_member *mb, bool wide, const void *y, const char *dst, char *roundtrip,
+                           int64_t len)
+{
+    int bits;
+    if (!wide) {
+        bits = cpu_nonfinite_bits_f32(mb->dtype, y, len);
+    } else if (mb->dtype == ALLOY_F64 || dst) {
+        bits = cpu_nonfinite_bits(mb->dtype, mb->dtype == ALLOY_F64 ? y : (const void *)dst, len);
+    } else {
+        cvt_store_f64(mb->dtype, y, roundtrip, (size_t)len);
+        bits = cpu_nonfinite_bits(mb->dtype, roundtrip, len);
+    }
+    if (bits) __atomic_fetch_or(mb->flag, (uint8_t)bits, __ATOMIC_RELAXED);
+}
+
 /* Runs chunks [c0, c1) of p on one thread. scratch holds ninputs + nslots
  * chunk buffers of the compute type and one of CHUNK * 8 bytes (any dtype);
  * ptr has room for ninputs + nmembers pointers. */
@@ -374,6 +444,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F32 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             }
+            if (mb->flag) flag_nonfinite(mb, p->wide, y, dst, roundtrip, len);
             val[m] = y;
         }
     }
@@ -781,6 +852,8 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",
                         ir_ops[last->op].name, ir_node_label(last, label, sizeof label), why);
     }
+    for (int k = 0; x->nonfinite && k < n; k++) /* amp_check, fused into the chunk loop */
+        if (cpu_amp_checked(g, g->nodes[members[k].node])) p.members[k].flag = &x->nonfinite[members[k].node];
     if (!space) space = &last->type;
     p.total = ir_numel(space);
     if (p.total == 0) {

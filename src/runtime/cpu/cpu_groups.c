@@ -366,6 +366,8 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
     /* the head's kernel with an f32 result computes the unrounded product
      * (a convolution's with its own bias operand added, in f32) */
     alloy_status head = mm->op == IR_OP_matmul ? cpu_matmul(x, mm, &acc, in) : cpu_conv(x, mm, &acc, in);
+    if (!head && x->nonfinite && cpu_amp_checked(g, mm)) /* amp_check: the product as its dtype holds it */
+        x->nonfinite[mm->id] |= (uint8_t)cpu_nonfinite_bits_f32(mm->type.dtype, acc.data, count);
     if (!head) {
         /* the epilogue reads the unrounded f32 product; the rounded store of
          * a kept f16/bf16 product and the range rule (f16 precision kept, not

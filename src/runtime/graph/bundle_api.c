@@ -94,6 +94,8 @@ alloy_status alloy_bundle_load(const char *path, alloy_bundle **out, char *err, 
     g->training = c.training;
     g->scaler.kind = (alloy_scaler_kind)c.scaler_kind;
     g->scaler.growth_interval = c.growth_interval;
+    g->scaler.hysteresis = c.hysteresis;
+    g->scaler.max_consecutive_skips = c.max_consecutive_skips;
     g->optimizer.kind = (alloy_optimizer_kind)c.optimizer_kind;
     g->optimizer.accumulation_steps = c.accumulation_steps;
     /* the environment's configuration (the device), then what compiled the bundle */
@@ -178,6 +180,11 @@ alloy_status alloy_bundle_run(alloy_bundle *b, const alloy_host_tensor *feeds, i
 alloy_status alloy_bundle_step_info(const alloy_bundle *b, alloy_step_info *out)
 {
     return b ? alloy_graph_step_info(b->g, out) : ALLOY_ERR_INVALID;
+}
+
+alloy_status alloy_bundle_overflow_info(const alloy_bundle *b, alloy_overflow_info *out)
+{
+    return b ? alloy_graph_overflow_info(b->g, out) : ALLOY_ERR_INVALID;
 }
 
 int alloy_bundle_state_count(alloy_bundle *b) { return b ? alloy_graph_state_count(b->g) : 0; }

@@ -244,6 +244,7 @@ alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, con
     if ((st = graph_compile_ir(g))) return st;
     bundle_contents c = {.ir = g->compiled, .comp = g->comp, .seed = g->seed, .training = g->training,
                          .scaler_kind = (int)g->scaler.kind, .growth_interval = g->scaler.growth_interval,
+                         .hysteresis = g->scaler.hysteresis, .max_consecutive_skips = g->scaler.max_consecutive_skips,
                          .optimizer_kind = (int)g->optimizer.kind,
                          .accumulation_steps = g->optimizer.accumulation_steps};
     al_fmt(c.graph_name, sizeof c.graph_name, "%s", g->ir->name);

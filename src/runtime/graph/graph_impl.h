@@ -42,7 +42,7 @@ typedef struct graph_device {
 
 /* The scalars step info reads (train_api.c), downloaded by every run. */
 enum { SCALAR_LOSS, SCALAR_SCALE, SCALAR_NEXT_SCALE, SCALAR_FOUND, SCALAR_APPLY, SCALAR_LR, SCALAR_NORM, SCALAR_COUNT,
-       SCALAR_SKIPPED, NSCALARS };
+       SCALAR_SKIPPED, SCALAR_DIVERGED, SCALAR_CONSEC, NSCALARS };
 
 /* A batch_norm's num_batches_tracked as a params file gave it (batch_counts.c). */
 typedef struct batch_count {
@@ -90,6 +90,7 @@ struct alloy_graph {
     alloy_optimizer optimizer;   /* kind 0 unless an optimizer was added */
     alloy_step_info step;        /* what the last run did */
     bool step_ran;               /* a run has filled step */
+    alloy_overflow_info overflow; /* the locator's report of the last run (amp_check) */
     graph_option *options;       /* alloy_graph_set_option's settings, over the environment's */
     int noptions;
     al_options cfg;              /* the configuration of the last compile (graph_options) */
@@ -189,6 +190,16 @@ AL_HIDDEN void graph_release_device(alloy_graph *g);
 AL_HIDDEN void step_info_nodes(alloy_graph *g);
 /* Fills g->step from the step scalars the run that just finished downloaded. */
 AL_HIDDEN void step_info_capture(alloy_graph *g);
+/* overflow.c */
+/* Fills g->overflow after a run: the first node, in the order the run's
+ * schedule ran, whose NONFINITE_* flags (per compiled node) are set;
+ * checked says the backend did check. */
+AL_HIDDEN void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked);
+
+/* ALLOY_ERR_DIVERGED with the message saying which stop rule ended the
+ * run, at which step and scale, when the last run's step reached one;
+ * ALLOY_OK otherwise. */
+AL_HIDDEN alloy_status step_diverged(alloy_graph *g);
 
 /* state.c */
 /* Creates and initializes a state tensor for every param node still lacking one. */

@@ -111,6 +111,9 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     if (!st) st = upload_feeds(g, feeds, nfeeds);
     if (!st) st = bind_state(g);
     int nd = 0;
+    uint8_t *flags = NULL; /* amp_check's, per compiled node */
+    bool checked = false;
+    rt_run_args args;
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetch_id[i];
         size_t bytes = ir_nbytes(&c->nodes[id]->type);
@@ -122,8 +125,12 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     for (int k = 0; !st && k < NSCALARS; k++) /* the step's scalars: one small download */
         if (g->step_node[k] >= 0) downloads[nd++] = (rt_download){g->step_node[k], &g->step_raw[k]};
     if (!st) {
-        rt_run_args args = {.leaf = g->leaf, .downloads = downloads, .ndownloads = nd, .profile_to = g->print_to,
-                            .comm = g->comm};
+        args = (rt_run_args){.leaf = g->leaf, .downloads = downloads, .ndownloads = nd,
+                             .profile_to = g->print_to, .nonfinite_done = &checked, .comm = g->comm};
+        if (g->cfg.amp_check && !(args.nonfinite = flags = al_calloc(nn + 1, 1)))
+            st = graph_fail(g, ALLOY_ERR_OOM, "out of memory for amp_check's flags (%zu bytes)", nn);
+    }
+    if (!st) {
         rt_backend *b = graph_backend(g);
         b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
         st = b->ops->run(b, g->exec, &args);
@@ -131,6 +138,8 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
         if (st) graph_fail(g, st, "running graph '%s': %s", c->name, b->error);
     }
     if (!st) step_info_capture(g);
+    if (!st) overflow_capture(g, flags, checked && flags);
+    al_free(flags);
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetch_id[i];
         const ir_node *n = c->nodes[id];
@@ -142,5 +151,6 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
             if (strcmp(feeds[j].name, n->name) == 0) fetches[i].data = feeds[j].data;
     }
     al_free(keep), al_free(fetch_id), al_free(downloads);
+    if (!st) st = step_diverged(g);
     return st;
 }

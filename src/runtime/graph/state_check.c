@@ -7,7 +7,8 @@
 static bool is_counter(const char *name)
 {
     return strcmp(name, STATE_COUNT) == 0 || strcmp(name, STATE_SKIPPED) == 0 || strcmp(name, STATE_TRACKER) == 0 ||
-           strcmp(name, STATE_MICRO) == 0;
+           strcmp(name, STATE_MICRO) == 0 || strcmp(name, STATE_HYSTERESIS) == 0 || strcmp(name, STATE_CONSEC_SKIPS) == 0 ||
+           strcmp(name, STATE_GOOD_TRACKER) == 0 || strcmp(name, STATE_GOOD_HYSTERESIS) == 0;
 }
 
 /* What each counter alloy keeps may hold. A bad value does no harm at once
@@ -30,14 +31,18 @@ alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *da
                               (int)v);
         int limit = 0; /* from the graph's configuration; 0: none */
         const char *from = "";
-        if (strcmp(name, STATE_TRACKER) == 0 && g->scaler.kind == ALLOY_SCALER_DYNAMIC)
+        bool is_tracker = strcmp(name, STATE_TRACKER) == 0 || strcmp(name, STATE_GOOD_TRACKER) == 0;
+        bool is_hyst = strcmp(name, STATE_HYSTERESIS) == 0 || strcmp(name, STATE_GOOD_HYSTERESIS) == 0;
+        if (is_hyst && g->scaler.kind == ALLOY_SCALER_DYNAMIC && g->scaler.hysteresis > 1)
+            limit = g->scaler.hysteresis + 1, from = "the scaler's hysteresis, plus one";
+        if (is_tracker && g->scaler.kind == ALLOY_SCALER_DYNAMIC)
             limit = g->scaler.growth_interval, from = "the scaler's growth_interval";
         if (strcmp(name, STATE_MICRO) == 0 && g->optimizer.kind && g->optimizer.accumulation_steps > 1)
             limit = g->optimizer.accumulation_steps, from = "the optimizer's accumulation_steps";
         if (limit > 0 && v >= limit)
             return graph_fail(g, ALLOY_ERR_INVALID, "%sstate '%s' holds %d; it must be below %d (%s)", where, name,
                               (int)v, limit, from);
-    } else if (dt == ALLOY_F32 && strcmp(name, STATE_SCALE) == 0) {
+    } else if (dt == ALLOY_F32 && (strcmp(name, STATE_SCALE) == 0 || strcmp(name, STATE_GOOD_SCALE) == 0)) {
         float v;
         memcpy(&v, data, sizeof v);
         if (!(isfinite(v) && v >= 0) || signbit(v))

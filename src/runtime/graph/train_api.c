@@ -1,4 +1,5 @@
 /* train_api.c - the public training calls: loss, training switch, input gradients, frozen params. */
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -82,12 +83,12 @@ alloy_status alloy_param_freeze(alloy_graph *g, alloy_tensor *param)
 
 alloy_grad_scaler alloy_dynamic_scaler(void)
 {
-    return (alloy_grad_scaler){ALLOY_SCALER_DYNAMIC, 65536.0, 2.0, 0.5, 2000, 0.0};
+    return (alloy_grad_scaler){ALLOY_SCALER_DYNAMIC, 65536.0, 2.0, 0.5, 2000, 0.0, 0, 0, false};
 }
 
 alloy_grad_scaler alloy_static_scaler(double scale)
 {
-    return (alloy_grad_scaler){ALLOY_SCALER_STATIC, scale, 1.0, 1.0, 0, 0.0};
+    return (alloy_grad_scaler){ALLOY_SCALER_STATIC, scale, 1.0, 1.0, 0, 0.0, 0, 0, false};
 }
 
 /* The error for a configuration field outside its range: names the call,
@@ -128,6 +129,14 @@ alloy_status alloy_graph_set_grad_scaler(alloy_graph *g, alloy_grad_scaler s)
         CHECK_FIELD(call, s, growth_interval, s.growth_interval >= 1, ">= 1");
         CHECK_FIELD(call, s, min_scale, s.min_scale == 0 || f32_positive(s.min_scale),
                     "0 (none) or a positive finite f32 of at least 1.17549e-38");
+    }
+    /* the stop rules and hysteresis (docs/amp.md, "When a step overflows") */
+    if (s.kind != ALLOY_SCALER_NONE)
+        CHECK_FIELD(call, s, max_consecutive_skips, s.max_consecutive_skips >= 0, ">= 0 (0 = no limit)");
+    if (s.kind == ALLOY_SCALER_DYNAMIC) {
+        CHECK_FIELD(call, s, hysteresis, s.hysteresis >= 0, ">= 0 (0 or 1 = back off on every overflow)");
+        if (s.stop_at_min_scale && !(s.min_scale > 0))
+            return graph_fail(g, ALLOY_ERR_INVALID, "set_grad_scaler: stop_at_min_scale needs a min_scale > 0");
     }
     g->scaler = s;
     graph_invalidate(g);
@@ -248,7 +257,8 @@ void step_info_nodes(alloy_graph *g)
     const ir_graph *c = g->compiled;
     static const char *const outputs[NSCALARS] = {
         [SCALAR_SCALE] = STATE_SCALE, [SCALAR_NEXT_SCALE] = OUT_NEXT_SCALE, [SCALAR_FOUND] = OUT_FOUND_INF,
-        [SCALAR_APPLY] = OUT_APPLY,     [SCALAR_LR] = OUT_LR,                 [SCALAR_NORM] = OUT_GRAD_NORM};
+        [SCALAR_APPLY] = OUT_APPLY,     [SCALAR_LR] = OUT_LR,                 [SCALAR_NORM] = OUT_GRAD_NORM,
+        [SCALAR_DIVERGED] = OUT_DIVERGED, [SCALAR_CONSEC] = OUT_CONSEC};
     for (int k = 0; k < NSCALARS; k++) {
         int i = outputs[k] ? ir_find_output(c, outputs[k]) : -1;
         g->step_node[k] = i >= 0 ? c->outputs[i].node : -1;
@@ -303,6 +313,33 @@ void step_info_capture(alloy_graph *g)
                                                         : state_scalar(g, STATE_SKIPPED, 0);
     s->step = (int64_t)count + (s->updated ? 1 : 0);
     s->skipped_steps = (int64_t)skipped + (s->skipped ? 1 : 0);
+    s->consecutive_skips = (int)step_scalar(g, SCALAR_CONSEC, 0);
+    s->diverged = step_scalar(g, SCALAR_DIVERGED, DIVERGED_NO) != DIVERGED_NO;
+}
+
+alloy_status step_diverged(alloy_graph *g)
+{
+    const alloy_step_info *s = &g->step;
+    if (!s->diverged) return ALLOY_OK;
+    int why = (int)step_scalar(g, SCALAR_DIVERGED, DIVERGED_NO);
+    char rule[128];
+    if (why == DIVERGED_MIN_SCALE)
+        al_fmt(rule, sizeof rule, "inf/NaN gradients with the scale at min_scale (%g), %d skipped steps in a row",
+               s->scale, s->consecutive_skips);
+    else
+        al_fmt(rule, sizeof rule, "%d skipped steps in a row reached max_consecutive_skips (scale %g)",
+               s->consecutive_skips, s->scale);
+    /* the locator's line, without its scales (the message has them) */
+    char where[sizeof g->overflow.summary] = "";
+    if (g->overflow.found) {
+        al_fmt(where, sizeof where, "; %s", g->overflow.summary);
+        char *scales = strstr(where, ", scale ");
+        if (scales) *scales = '\0';
+    }
+    return graph_fail(g, ALLOY_ERR_DIVERGED,
+                      "training diverged at step %" PRId64 ": %s; the state is the last good step's (optimizer "
+                      "step %" PRId64 ", scale %g)%s",
+                      s->step + s->skipped_steps, rule, s->step, s->next_scale, where);
 }
 
 alloy_status alloy_graph_step_info(const alloy_graph *g, alloy_step_info *out)
