@@ -150,13 +150,17 @@ END {
     printf "| threads | model | dtype | OMP wait | alloy CPU | torch CPU | CPU ratio | alloy wall | torch wall | wall ratio | threads ran alloy / torch | alloy AMP/fp32 |\n"
     printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     nt = split(threads, T, " "); nm = split(models, M, " "); nd = split(dtypes, D, " "); nw = split(waits, W, " ")
-    for (i = 1; i <= nt; i++) for (j = 1; j <= nm; j++) for (l = 1; l <= nd; l++) for (v = 1; v <= (T[i] == 1 ? 1 : nw); v++) {
-        w = T[i] == 1 ? first_wait : W[v]
+    for (i = 1; i <= nt; i++) for (j = 1; j <= nm; j++) for (l = 1; l <= nd; l++) {
+      no_torch = !torch_ok || (D[l] == "f16" && torch_f16 == "no")
+      for (v = 1; v <= (T[i] == 1 || no_torch ? 1 : nw); v++) {
+        w = T[i] == 1 || no_torch ? first_wait : W[v]
         a = M[j] " " D[l] " " T[i] " alloy"; t = M[j] " " D[l] " " T[i] " torch-" w; f = M[j] " f32 " T[i] " alloy"
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s |\n", T[i], M[j], D[l], T[i] == 1 ? "-" : w,
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s |\n", T[i], M[j], D[l],
+            T[i] == 1 || no_torch ? "-" : w,
             ms(best(cpu, a), 0, D[l]), ms(best(cpu, t), 1, D[l]), ratio(best(cpu, a), best(cpu, t)),
             ms(best(wall, a), 0, D[l]), ms(best(wall, t), 1, D[l]), ratio(best(wall, a), best(wall, t)),
-            nran(a), nran(t), D[l] == "f32" ? "" : ratio(best(cpu, a), best(cpu, f))
+            nran(a), no_torch ? "-" : nran(t), D[l] == "f32" ? "" : ratio(best(cpu, a), best(cpu, f))
+      }
     }
     for (k in over) {
         split(k, K, " ")
