@@ -32,7 +32,8 @@ static const char usage[] =
     "  --configs LIST the alloy configs to run, of f32,f16,bf16 (default all three)\n"
     "  --cpu-time     tokens/s and the ratio column from the CPU time instead of the\n"
     "                 wall time (on a shared machine other processes' time does not count)\n"
-    "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count.\n";
+    "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count,\n"
+    "with OMP_WAIT_POLICY=PASSIVE at 2 or more unless the environment sets it.\n";
 
 /* One config's medians, ms per step, and the threads that ran (-1: unknown). */
 typedef struct bench_result {
@@ -150,6 +151,11 @@ static int time_torch(const char *python, const gpt_config *cfg, int batch, int 
              "--heads %d --vocab %d --threads %d 2>&1",
              python, script, steps, warmup, batch, cfg->context, cfg->dim, cfg->layers, cfg->heads,
              cfg->vocab, threads);
+    /* PyTorch's OpenMP threads spin by default while a partner is
+     * descheduled: on a shared machine that measures the load (the caller's
+     * OMP_WAIT_POLICY wins) */
+    if (threads > 1) setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    printf("torch: OMP_WAIT_POLICY=%s\n", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
     fflush(stdout);
     FILE *pipe = popen(command, "r");
     if (!pipe) {
