@@ -237,7 +237,7 @@ static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsig
     char err[1024];
     unsigned g3[3] = {grid, 1, 1}, b3[3] = {block, 1, 1};
     if (emu_select(f->library, f->name, err, sizeof err) || emu_launch(f->library, g3, b3, params, err, sizeof err)) {
-        snprintf(dev->error, sizeof dev->error, "kernel %s: %.900s", f->name, err);
+        snprintf(dev->error, sizeof dev->error, "%.1000s", err); /* "kernel NAME: ..." */
         return ALLOY_ERR_CUDA;
     }
     emu_of(dev)->stats.launches++, totals.launches++;
