@@ -498,6 +498,16 @@ static const char checked_src[] =
     "        v = s[t ^ 1];\n"
     "    } else if (mode == 5) {\n" /* shared memory read before anything wrote it */
     "        v = s[t];\n"
+    "    } else if (mode == 9) {\n" /* threads 0-63 write different values to one word */
+    "        s[0] = v;\n"
+    "        step();\n"
+    "        v = s[0];\n"
+    "    } else if (mode == 10) {\n" /* correct: many threads write the same value (a flag) */
+    "        if (t == 0) s[0] = 0;\n"
+    "        step();\n"
+    "        if (t % 3 == 0) s[0] = 1;\n"
+    "        step();\n"
+    "        v = s[0];\n"
     "    } else if (mode == 6) {\n" /* correct: across warps through __syncthreads */
     "        s[t] = v;\n"
     "        step();\n"
@@ -575,6 +585,8 @@ static void test_checkers_catch_shared_memory_races_and_uninitialised_reads(void
                                                       "which thread 0 read in the same barrier interval (the same warp, and no "
                                                       "__syncwarp or __syncthreads between them)",
                                                       NULL});
+    expect_checked_error(k, 9, (const char *const[]){"race on shared memory: threads 0 and 1 write different values to __shared__ byte",
+                                                      "in the same barrier interval", NULL});
     expect_checked_error(k, 5, (const char *const[]){"kernel checked: block (0,0,0): thread 0 reads __shared__ byte",
                                                       "which no thread of this block has written (uninitialised shared memory)",
                                                       NULL});
@@ -591,6 +603,8 @@ static void test_checkers_pass_correct_kernels(void **state)
     for (int t = 0; t < 64; t++) assert_float_equal(out[t], 2.0f * (float)(63 - (t + 32) % 64), 0);
     launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){7}});
     for (int t = 0; t < 64; t++) assert_float_equal(out[t], (float)((t ^ 2) ^ 1) + 1, 0);
+    launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){10}});
+    for (int t = 0; t < 64; t++) assert_float_equal(out[t], 1, 0);
     memset(out, 0, sizeof out);
     launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){8}});
     for (int t = 0; t < 32; t++) assert_float_equal(out[t], (float)(t + (t ^ 16)), 0);

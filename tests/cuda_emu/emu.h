@@ -143,6 +143,14 @@ struct launch_state {
  * shared-memory checker (below) can tell it from the kernel's __shared__
  * arrays, which are the rest of the library's writable data. */
 #define ALLOY_EMU_RT __attribute__((section("alloy_emu_rt")))
+/* Compiled with -fsanitize=thread, the kernel's accesses call the checker's hooks; the runtime's
+ * own code that reads the kernel's data is kept out of them. */
+#ifdef __SANITIZE_THREAD__
+#define ALLOY_EMU_SHADOW 1
+#define ALLOY_EMU_UNTRACKED __attribute__((no_sanitize_thread))
+#else
+#define ALLOY_EMU_UNTRACKED
+#endif
 
 /* One launch at a time per kernel library (alloy_emu_launch refuses a second). */
 static launch_state launch ALLOY_EMU_RT;
@@ -178,6 +186,16 @@ struct check_state {
      * block's end, unless another thread's write in the interval shows it a race first */
     bool unwritten;
     char unwritten_msg[256];
+    /* bytes two threads wrote in one interval: a race unless both wrote the same value (the GPU
+     * idiom "flag = 1" from many threads), which shows only after the second store, so they are
+     * judged at the next barrier release or the block's end */
+    struct {
+        char *at;
+        unsigned char before; /* the first writer's value */
+        unsigned first, second;
+        char where[200];
+    } waw[64];
+    int nwaw;
 };
 static check_state chk ALLOY_EMU_RT;
 
@@ -279,9 +297,17 @@ static bool describe_early_exits(char *out, size_t len, unsigned from, unsigned 
     return used > 0;
 }
 
-/* A read of shared memory that no thread of the block wrote before the barrier that ends it. */
-static void report_unwritten(void)
+/* A read of shared memory that no thread of the block wrote before the barrier that ends it;
+ * two threads' writes of one byte in an interval that left different values. */
+ALLOY_EMU_UNTRACKED static void report_pending(void)
 {
+    for (int i = 0; i < chk.nwaw; i++)
+        if ((unsigned char)*chk.waw[i].at != chk.waw[i].before)
+            fail("block (%u,%u,%u): race on shared memory: threads %u and %u write different values to %s in the "
+                 "same barrier interval",
+                 launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, chk.waw[i].first, chk.waw[i].second,
+                 chk.waw[i].where);
+    chk.nwaw = 0;
     if (!chk.unwritten) return;
     chk.unwritten = false;
     fail("block (%u,%u,%u): %s, which no thread of this block has written (uninitialised shared memory)",
@@ -294,11 +320,12 @@ static void next_epoch(int warp)
     uint32_t g = ++chk.gen;
     if (warp >= 0) {
         launch.warps[warp].wgen = g;
+        report_pending();
         return;
     }
     chk.bgen = g;
     for (unsigned w = 0; w < (launch.nthreads + lanes - 1) / lanes; w++) launch.warps[w].wgen = g;
-    report_unwritten();
+    report_pending();
 }
 
 /* Every thread not done waits in __syncthreads: all at one call site, or the barrier is divergent.
@@ -446,12 +473,6 @@ template <class T> static T shuffle(unsigned mask, T v, int arg, int width, int 
 
 /* ---- the shared-memory checker's hooks (kernels compiled with -fsanitize=thread call them) ---- */
 
-#ifdef __SANITIZE_THREAD__
-#define ALLOY_EMU_SHADOW 1
-#define ALLOY_EMU_UNTRACKED __attribute__((no_sanitize_thread))
-#else
-#define ALLOY_EMU_UNTRACKED
-#endif
 
 enum access_kind { acc_read, acc_write, acc_atomic };
 
@@ -496,6 +517,20 @@ ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void shadow_access(char *at
                    !(kind == acc_atomic && c->atomic)) {
             problem = "wrote";
             other = c->writer - 1u;
+            if (kind == acc_write && !c->atomic) { /* judged by the values, later; unless too many */
+                int k = 0;
+                while (k < chk.nwaw && chk.waw[k].at != at + i) k++;
+                if (k < chk.nwaw) {
+                    problem = nullptr;
+                } else if (chk.nwaw < (int)(sizeof chk.waw / sizeof chk.waw[0])) {
+                    chk.waw[k].at = at + i;
+                    chk.waw[k].before = (unsigned char)at[i];
+                    chk.waw[k].first = other, chk.waw[k].second = f->id;
+                    describe_access(chk.waw[k].where, sizeof chk.waw[k].where, at + i, pc);
+                    chk.nwaw++;
+                    problem = nullptr;
+                }
+            }
         } else if (kind != acc_read && c->reader && c->reader != me && c->rb >= chk.block_gen &&
                    same_interval(c->reader - 1u, c->rb, c->rw)) {
             problem = "read";
@@ -645,6 +680,7 @@ static bool run_block(void)
     launch.live = launch.nthreads;
     launch.waiting = 0;
     chk.unwritten = false;
+    chk.nwaw = 0;
     next_epoch(-1);
     chk.block_gen = chk.bgen;
     chk.active = true;
@@ -659,7 +695,7 @@ static bool run_block(void)
         if (!ran && !launch.failed) fail_divergent("divergent barrier (no thread can go on)");
     }
     chk.active = false;
-    report_unwritten();
+    report_pending();
     return !launch.failed;
 }
 
