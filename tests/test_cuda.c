@@ -554,10 +554,10 @@ static void emu_sync_names_the_faulting_kernel(void **state)
     st = mlp_run_status(g, synced, sizeof synced);
     alloy_graph_free(g);
     unsetenv("ALLOY_CUDA_SYNC");
-    emu_device_inject_fault(NULL, 0);
     print_message("with ALLOY_CUDA_SYNC=1: %s\n", synced);
     assert_int_equal(st, ALLOY_ERR_CUDA);
     assert_string_equal(emu_device_faulted_kernel(), faulted); /* the same launch faulted */
+    emu_device_inject_fault(NULL, 0);
     char expect[160];
     snprintf(expect, sizeof expect, "kernel %s <<<", faulted);
     assert_non_null(strstr(synced, expect));

@@ -13,8 +13,13 @@
  *
  * What differs from a GPU: threads switch only at barriers, shuffles and mma products, and blocks
  * run one after another, so a thread that spins waiting for another thread or block never returns; __shared__
- * arrays start with the previous block's values; a shuffle that reads a lane which has exited gets
- * the reader's own value; floating point is the host's (no FMA contraction). Each thread has
+ * arrays start with the previous block's values; floating point is the host's (no FMA contraction).
+ * The checkers (below, "the checkers"; ALLOY_EMU_CHECK=0 turns them off) make the rest an error
+ * instead of luck: a barrier reached a different number of times per thread, a full-mask shuffle
+ * reading an exited lane, one warp's shuffles at different call sites, two threads' accesses to a
+ * byte of shared memory in one barrier interval (one of them a write), and a read of shared
+ * memory no thread of the block wrote. Without them a shuffle reading an exited lane gets the
+ * reader's own value. Each thread has
  * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
  * -fstack-clash-protection so that a large frame cannot jump over it. */
 

@@ -627,7 +627,7 @@ alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend *
     }
     if (dev->driver && dev->driver < CUDA_MIN_DRIVER) {
         al_fmt(err, errlen,
-               "cuda: the NVIDIA driver supports CUDA %d.%d; the CUDA backend needs %d.%d or newer (kernel parameter "
+               "the NVIDIA driver supports CUDA %d.%d; the CUDA backend needs %d.%d or newer (kernel parameter "
                "lists over 4 KB): update the driver",
                dev->driver / 1000, dev->driver % 1000 / 10, CUDA_MIN_DRIVER / 1000, CUDA_MIN_DRIVER % 1000 / 10);
         dev->ops->close(dev);
