@@ -516,6 +516,79 @@ static void emu_out_of_memory(void **state)
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* One MLP step's status, its error in err. */
+static alloy_status mlp_run_status(alloy_graph *g, char *err, size_t len)
+{
+    batch b = make_batch(3, 1.0);
+    alloy_host_tensor feeds[2] = {
+        {.name = "x", .dtype = F32, .rank = 2, .dims = {MLP_BATCH, MLP_IN}, .data = b.x},
+        {.name = "targets", .dtype = I32, .rank = 1, .dims = {MLP_BATCH}, .data = b.targets},
+    };
+    alloy_status st = alloy_graph_run(g, feeds, 2, NULL, 0);
+    snprintf(err, len, "%s", st ? alloy_last_error(g) : "");
+    return st;
+}
+
+/* A device fault shows, as on a GPU, at a later call that does not name the kernel; under
+ * ALLOY_CUDA_SYNC=1 the step waits after each action, and the error names the step, the
+ * kernel and its launch shape. */
+static void emu_sync_names_the_faulting_kernel(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    char plain[1024], synced[1024];
+    alloy_graph *g = mlp_step("cuda", F32, true);
+    emu_device_inject_fault(NULL, 3);
+    alloy_status st = mlp_run_status(g, plain, sizeof plain);
+    alloy_graph_free(g);
+    print_message("without ALLOY_CUDA_SYNC: %s\n", plain);
+    assert_int_equal(st, ALLOY_ERR_CUDA);
+    assert_non_null(strstr(plain, "illegal memory access"));
+    char faulted[64];
+    snprintf(faulted, sizeof faulted, "%s", emu_device_faulted_kernel());
+    assert_true(faulted[0]);
+
+    setenv("ALLOY_CUDA_SYNC", "1", 1);
+    g = mlp_step("cuda", F32, true);
+    emu_device_inject_fault(NULL, 3);
+    st = mlp_run_status(g, synced, sizeof synced);
+    alloy_graph_free(g);
+    unsetenv("ALLOY_CUDA_SYNC");
+    print_message("with ALLOY_CUDA_SYNC=1: %s\n", synced);
+    assert_int_equal(st, ALLOY_ERR_CUDA);
+    assert_string_equal(emu_device_faulted_kernel(), faulted); /* the same launch faulted */
+    emu_device_inject_fault(NULL, 0);
+    char expect[160];
+    snprintf(expect, sizeof expect, "kernel %s <<<", faulted);
+    assert_non_null(strstr(synced, expect));
+    assert_non_null(strstr(synced, "cuda: step "));
+    assert_non_null(strstr(synced, "failed on the device (ALLOY_CUDA_SYNC): CUDA_ERROR_ILLEGAL_ADDRESS"));
+    assert_null(strstr(plain, expect)); /* the plain run's error did not name it */
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* A driver older than the backend's floor (12.1) is refused when the device opens. */
+static void emu_old_driver_is_refused(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    char why[1024];
+    emu_device_set_driver(12000);
+    alloy_graph *g = mlp_step("cuda", F32, true);
+    alloy_status st = mlp_run_status(g, why, sizeof why);
+    alloy_graph_free(g);
+    emu_device_set_driver(12010);
+    alloy_graph *ok = mlp_step("cuda", F32, true);
+    alloy_status st_ok = mlp_run_status(ok, why + 512, 512);
+    alloy_graph_free(ok);
+    emu_device_set_driver(0);
+    rt_backend_set_cuda_opener(NULL);
+    print_message("driver 12.0: %s\n", why);
+    assert_int_equal(st, ALLOY_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "the NVIDIA driver supports CUDA 12.0; the CUDA backend needs 12.1 or newer"));
+    assert_int_equal(st_ok, ALLOY_OK);
+}
+
 /* ---- choosing the device ---- */
 
 /* device=auto on a machine without a GPU runs on the CPU and says why; device=cuda is an error naming what is missing. */
@@ -1017,6 +1090,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_injected_inf),
         cmocka_unit_test(emu_replay),
         cmocka_unit_test(emu_out_of_memory),
+        cmocka_unit_test(emu_sync_names_the_faulting_kernel),
+        cmocka_unit_test(emu_old_driver_is_refused),
         cmocka_unit_test(emu_profile_lists_every_launch),
         cmocka_unit_test(emu_profile_every_nth_run),
         cmocka_unit_test(cpu_profile_lists_every_step),

@@ -471,6 +471,165 @@ static void test_divergent_barriers_are_reported_not_hung(void **state)
     emu_free(k);
 }
 
+/* ---- the checkers (on unless ALLOY_EMU_CHECK=0) ---- */
+
+/* One broken kernel per checker and mode, and correct ones beside them; lines matter below. */
+static const char checked_src[] =
+    "static __device__ void step(void) { __syncthreads(); }\n" /* line 1 */
+    "extern \"C\" __global__ void checked(float *out, int mode)\n"
+    "{\n"
+    "    __shared__ float s[64];\n"
+    "    const unsigned t = threadIdx.x;\n"
+    "    float v = (float)t;\n"
+    "    if (mode == 0) {\n" /* a barrier reached once by threads 32-63, twice by 0-31 */
+    "        if (t < 32) step();\n"
+    "        step();\n"
+    "    } else if (mode == 1) {\n" /* lanes 16-31 exit before the shuffle */
+    "        if (t % 32 >= 16) return;\n"
+    "        v = __shfl_xor_sync(0xffffffffu, v, 16);\n" /* line 12 */
+    "    } else if (mode == 2) {\n" /* half the warp shuffles at another call site */
+    "        if (t % 32 < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);\n" /* line 14 */
+    "        else v = __shfl_xor_sync(0xffffffffu, v, 2);\n" /* line 15 */
+    "    } else if (mode == 3) {\n" /* no __syncthreads: thread 32 reads what thread 0 wrote */
+    "        s[t] = v;\n"
+    "        if (t >= 32) v = s[t - 32];\n"
+    "    } else if (mode == 4) {\n" /* an exchange inside a warp without __syncwarp */
+    "        s[t] = v;\n"
+    "        v = s[t ^ 1];\n"
+    "    } else if (mode == 5) {\n" /* shared memory read before anything wrote it */
+    "        v = s[t];\n"
+    "    } else if (mode == 9) {\n" /* threads 0-63 write different values to one word */
+    "        s[0] = v;\n"
+    "        step();\n"
+    "        v = s[0];\n"
+    "    } else if (mode == 10) {\n" /* correct: many threads write the same value (a flag) */
+    "        if (t == 0) s[0] = 0;\n"
+    "        step();\n"
+    "        if (t % 3 == 0) s[0] = 1;\n"
+    "        step();\n"
+    "        v = s[0];\n"
+    "    } else if (mode == 6) {\n" /* correct: across warps through __syncthreads */
+    "        s[t] = v;\n"
+    "        step();\n"
+    "        v = s[63 - t];\n"
+    "        step();\n"
+    "        s[t] = 2 * v;\n"
+    "        step();\n"
+    "        v = s[(t + 32) % 64];\n"
+    "    } else if (mode == 7) {\n" /* correct: inside a warp through __syncwarp */
+    "        s[t] = v;\n"
+    "        __syncwarp();\n"
+    "        v = s[t ^ 1];\n"
+    "        __syncwarp();\n"
+    "        s[t] = v + 1;\n"
+    "        __syncwarp();\n"
+    "        v = s[t ^ 2];\n"
+    "    } else {\n" /* correct: exits before the first barrier, full shuffles among the rest */
+    "        if (t >= 32) return;\n"
+    "        step();\n"
+    "        v += __shfl_xor_sync(0xffffffffu, v, 16);\n"
+    "    }\n"
+    "    out[t] = v;\n"
+    "}\n"
+    "#ifdef ALLOY_HOST_EMULATION\n"
+    "extern \"C\" void checked__host(void **p) { checked(*(float **)p[0], *(int *)p[1]); }\n"
+    "#endif\n";
+
+static int launch_checked(const emu_kernel *k, int mode, float *out)
+{
+    void *params[] = {&out, &mode};
+    return launch(k, 2, 64, params);
+}
+
+static void expect_checked_error(const emu_kernel *k, int mode, const char *const *parts)
+{
+    float out[64];
+    if (launch_checked(k, mode, out) == 0) fail_msg("mode %d: the launch succeeded", mode);
+    print_message("mode %d: %s\n", mode, err);
+    for (; *parts; parts++)
+        if (!strstr(err, *parts)) fail_msg("mode %d: \"%s\" is not in the error: %s", mode, *parts, err);
+}
+
+/* A barrier call site reached a different number of times per thread, a full-mask shuffle
+ * reading an exited lane, and one warp shuffling at two call sites are errors naming the
+ * kernel, block, threads and lines. */
+static void test_checkers_catch_barrier_and_shuffle_misuse(void **state)
+{
+    (void)state;
+    if (!emu_checking()) skip(); /* ALLOY_EMU_CHECK=0 in the environment */
+    emu_kernel *k = compile_kernel(checked_src, "checked");
+    expect_checked_error(k, 0, (const char *const[]){"kernel checked: block (0,0,0): __syncthreads reached a different number",
+                                                      "their barrier 2 (line 1)", "threads 32-63 after 1", NULL});
+    expect_checked_error(k, 1, (const char *const[]){"kernel checked: block (0,0,0) thread 0:",
+                                                      "__shfl_xor_sync (line 12) with the full mask reads lane 16, which has exited",
+                                                      NULL});
+    expect_checked_error(k, 2, (const char *const[]){"kernel checked: block (0,0,0) warp 0: lanes at different warp call sites",
+                                                      "lane 0 in __shfl_xor_sync (line 14)", "lane 16 in __shfl_xor_sync (line 15)",
+                                                      NULL});
+    emu_free(k);
+}
+
+/* The shared-memory checker: a missing __syncthreads where the reader has the higher index
+ * (which in-order fibers run correctly by luck), an exchange inside a warp without __syncwarp,
+ * and a read of shared memory nothing wrote, each named with the kernel, address and threads. */
+static void test_checkers_catch_shared_memory_races_and_uninitialised_reads(void **state)
+{
+    (void)state;
+    if (!emu_checks_shared()) skip(); /* ALLOY_EMU_CHECK=0, or kernels built with ASan */
+    emu_kernel *k = compile_kernel(checked_src, "checked");
+    expect_checked_error(k, 3, (const char *const[]){"kernel checked: block (0,0,0): race on shared memory: thread 32 reads __shared__ byte",
+                                                      "which thread 0 wrote in the same barrier interval (no __syncthreads between them)",
+                                                      NULL});
+    /* thread 0 reads s[1] before thread 1 writes it: the write finds the read */
+    expect_checked_error(k, 4, (const char *const[]){"race on shared memory: thread 1 writes __shared__ byte",
+                                                      "which thread 0 read in the same barrier interval (the same warp, and no "
+                                                      "__syncwarp or __syncthreads between them)",
+                                                      NULL});
+    expect_checked_error(k, 9, (const char *const[]){"race on shared memory: threads 0 and 1 write different values to __shared__ byte",
+                                                      "in the same barrier interval", NULL});
+    expect_checked_error(k, 5, (const char *const[]){"kernel checked: block (0,0,0): thread 0 reads __shared__ byte",
+                                                      "which no thread of this block has written (uninitialised shared memory)",
+                                                      NULL});
+    emu_free(k);
+}
+
+/* Correct kernels pass every checker, with the values a GPU gives. */
+static void test_checkers_pass_correct_kernels(void **state)
+{
+    (void)state;
+    emu_kernel *k = compile_kernel(checked_src, "checked");
+    float out[64];
+    launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){6}});
+    for (int t = 0; t < 64; t++) assert_float_equal(out[t], 2.0f * (float)(63 - (t + 32) % 64), 0);
+    launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){7}});
+    for (int t = 0; t < 64; t++) assert_float_equal(out[t], (float)((t ^ 2) ^ 1) + 1, 0);
+    launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){10}});
+    for (int t = 0; t < 64; t++) assert_float_equal(out[t], 1, 0);
+    memset(out, 0, sizeof out);
+    launch_or_fail(k, 1, 64, (void *[]){&(float *){out}, &(int){8}});
+    for (int t = 0; t < 32; t++) assert_float_equal(out[t], (float)(t + (t ^ 16)), 0);
+    for (int t = 32; t < 64; t++) assert_float_equal(out[t], 0, 0);
+    emu_free(k);
+}
+
+/* ALLOY_EMU_CHECK=0 turns the checkers off: a racy kernel compiled and launched so runs. */
+static void test_checkers_are_off_under_alloy_emu_check_0(void **state)
+{
+    (void)state;
+    if (!emu_checking()) skip();
+    setenv("ALLOY_EMU_CHECK", "0", 1);
+    assert_false(emu_checking());
+    emu_kernel *k = emu_compile(checked_src, "checked", err, sizeof err);
+    float out3[64], out0[64];
+    int rc3 = k ? launch_checked(k, 3, out3) : -1, rc0 = k ? launch_checked(k, 0, out0) : -1;
+    unsetenv("ALLOY_EMU_CHECK");
+    if (!k) fail_msg("%s", err);
+    assert_int_equal(rc3, 0);
+    for (int t = 32; t < 64; t++) assert_float_equal(out3[t], (float)(t - 32), 0); /* in-order luck */
+    assert_int_equal(rc0, 0);
+    emu_free(k);
+}
+
 /* ---- compile errors ---- */
 
 static void test_syntax_error_returns_the_compiler_message(void **state)
@@ -508,6 +667,10 @@ int main(void)
         cmocka_unit_test(test_exited_threads_do_not_hold_up_a_barrier),
         cmocka_unit_test(test_divergent_barriers_are_reported_not_hung),
         cmocka_unit_test(test_syntax_error_returns_the_compiler_message),
+        cmocka_unit_test(test_checkers_catch_barrier_and_shuffle_misuse),
+        cmocka_unit_test(test_checkers_catch_shared_memory_races_and_uninitialised_reads),
+        cmocka_unit_test(test_checkers_pass_correct_kernels),
+        cmocka_unit_test(test_checkers_are_off_under_alloy_emu_check_0),
     };
     return cmocka_run_group_tests_name("cuda_emu", tests, NULL, NULL);
 }

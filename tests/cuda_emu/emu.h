@@ -13,8 +13,13 @@
  *
  * What differs from a GPU: threads switch only at barriers, shuffles and mma products, and blocks
  * run one after another, so a thread that spins waiting for another thread or block never returns; __shared__
- * arrays start with the previous block's values; a shuffle that reads a lane which has exited gets
- * the reader's own value; floating point is the host's (no FMA contraction). Each thread has
+ * arrays start with the previous block's values; floating point is the host's (no FMA contraction).
+ * The checkers (below, "the checkers"; ALLOY_EMU_CHECK=0 turns them off) make the rest an error
+ * instead of luck: a barrier reached a different number of times per thread, a full-mask shuffle
+ * reading an exited lane, one warp's shuffles at different call sites, two threads' accesses to a
+ * byte of shared memory in one barrier interval (one of them a write), and a read of shared
+ * memory no thread of the block wrote. Without them a shuffle reading an exited lane gets the
+ * reader's own value. Each thread has
  * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
  * -fstack-clash-protection so that a large frame cannot jump over it. */
 
@@ -32,6 +37,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -93,6 +100,7 @@ struct fiber {
     uint3 idx;                 /* threadIdx */
     unsigned id, warp, lane;   /* linear id in the block, its warp and lane */
     unsigned shuffles;         /* shuffles done: the tag of this one's deposits */
+    unsigned syncs, wsyncs;    /* __syncthreads reached; warp barriers (__syncwarp, shuffles, mma) reached */
     fiber_state state;
     int line;                  /* source line of the barrier it waits at */
     const char *what;          /* the intrinsic it waits in */
@@ -105,6 +113,7 @@ struct fiber {
  * they all read shuffle k's buffer; so one barrier per shuffle is enough. */
 struct warp_state {
     unsigned live, waiting;
+    uint32_t wgen; /* the checker's epoch of the warp's last barrier (block or warp) */
     unsigned long long slot[2][lanes];
     unsigned tag[2][lanes]; /* the shuffle (count) each deposit belongs to */
     /* an mma's operand registers, double-buffered and tagged as the shuffles' (one count for both) */
@@ -135,10 +144,65 @@ struct launch_state {
     void *altstack;
 };
 
+/* The runtime's own mutable state sits in its own section, so that the
+ * shared-memory checker (below) can tell it from the kernel's __shared__
+ * arrays, which are the rest of the library's writable data. */
+#define ALLOY_EMU_RT __attribute__((section("alloy_emu_rt")))
+/* Compiled with -fsanitize=thread, the kernel's accesses call the checker's hooks; the runtime's
+ * own code that reads the kernel's data is kept out of them. */
+#ifdef __SANITIZE_THREAD__
+#define ALLOY_EMU_SHADOW 1
+#define ALLOY_EMU_UNTRACKED __attribute__((no_sanitize_thread))
+#else
+#define ALLOY_EMU_UNTRACKED
+#endif
+
 /* One launch at a time per kernel library (alloy_emu_launch refuses a second). */
-static launch_state launch;
-static fiber *self; /* the running thread */
-static char no_err[256];
+static launch_state launch ALLOY_EMU_RT;
+static fiber *self ALLOY_EMU_RT; /* the running thread */
+static char no_err[256] ALLOY_EMU_RT;
+
+/* ---- the checkers (ALLOY_EMU_CHECK=0 turns them off) ----
+ *
+ * Always, unless off: every __syncthreads release finds its threads at the same count of
+ * barriers passed, every warp release its lanes at the same count of warp barriers (and a
+ * shuffle's or mma's lanes at one call site), and a full-mask shuffle reads only lanes that take
+ * part. When the loader compiled the kernel with -fsanitize=thread (checks on and no ASan), every
+ * memory access of the kernel calls the hooks below, and each byte of __shared__ memory has a
+ * shadow cell: who wrote it last and who read it last, in which barrier interval. A read or write
+ * by another thread in the same interval (the same warp's lanes: no __syncwarp or __syncthreads
+ * between; other warps: no __syncthreads between) is a race, and a read of a byte no thread of
+ * the block has written is uninitialised shared memory. Epochs only grow (across blocks and
+ * launches), so nothing is cleared between blocks. */
+struct shadow_cell {
+    uint32_t wb, ww, rb, rw;  /* the writer's and the reader's block and warp epochs */
+    uint16_t writer, reader;  /* thread id + 1; 0: none */
+    uint8_t atomic;           /* the last write was an atomic */
+};
+
+struct check_state {
+    bool on;                  /* this launch checks */
+    bool active;              /* a block's fibers are running */
+    char *lo, *hi;            /* the library's writable data */
+    shadow_cell *cells;       /* one per byte of [lo, hi) */
+    uint32_t gen;             /* the last epoch handed out */
+    uint32_t block_gen, bgen; /* the running block's first epoch; its current barrier interval */
+    /* the block's first read of a byte not written yet: reported at the next __syncthreads or the
+     * block's end, unless another thread's write in the interval shows it a race first */
+    bool unwritten;
+    char unwritten_msg[256];
+    /* bytes two threads wrote in one interval: a race unless both wrote the same value (the GPU
+     * idiom "flag = 1" from many threads), which shows only after the second store, so they are
+     * judged at the next barrier release or the block's end */
+    struct {
+        char *at;
+        unsigned char before; /* the first writer's value */
+        unsigned first, second;
+        char where[200];
+    } waw[64];
+    int nwaw;
+};
+static check_state chk ALLOY_EMU_RT;
 
 #ifdef ALLOY_EMU_ASAN
 static void switch_start(void **fake, const void *bottom, size_t size) { __sanitizer_start_switch_fiber(fake, bottom, size); }
@@ -214,27 +278,123 @@ static void fail_divergent(const char *why)
     fail("block (%u,%u,%u): %s: %s", launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, why, waits);
 }
 
-/* Every thread not done waits in __syncthreads: all at one call site, or the barrier is divergent. */
+/* "threads 32-63 after 1, thread 70 after 2" for the threads [from, to) that exited after passing
+ * at least one and fewer than count barriers (__syncthreads, or with warp every warp barrier). */
+static bool describe_early_exits(char *out, size_t len, unsigned from, unsigned to, unsigned count, bool warp)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (unsigned i = from, j; i < to && used < len; i = j) {
+        const fiber *f = &launch.threads[i];
+        unsigned n = warp ? f->wsyncs : f->syncs;
+        bool early = f->state == done && n > 0 && n < count;
+        for (j = i + 1; j < to; j++) {
+            const fiber *g = &launch.threads[j];
+            unsigned m = warp ? g->wsyncs : g->syncs;
+            if ((g->state == done && m > 0 && m < count) != early || (early && m != n)) break;
+        }
+        if (!early) continue;
+        if (j - i > 1)
+            used += (size_t)snprintf(out + used, len - used, "%sthreads %u-%u after %u", used ? ", " : "", i, j - 1, n);
+        else
+            used += (size_t)snprintf(out + used, len - used, "%sthread %u after %u", used ? ", " : "", i, n);
+    }
+    return used > 0;
+}
+
+/* A read of shared memory that no thread of the block wrote before the barrier that ends it;
+ * two threads' writes of one byte in an interval that left different values. */
+ALLOY_EMU_UNTRACKED static void report_pending(void)
+{
+    for (int i = 0; i < chk.nwaw; i++)
+        if ((unsigned char)*chk.waw[i].at != chk.waw[i].before)
+            fail("block (%u,%u,%u): race on shared memory: threads %u and %u write different values to %s in the "
+                 "same barrier interval",
+                 launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, chk.waw[i].first, chk.waw[i].second,
+                 chk.waw[i].where);
+    chk.nwaw = 0;
+    if (!chk.unwritten) return;
+    chk.unwritten = false;
+    fail("block (%u,%u,%u): %s, which no thread of this block has written (uninitialised shared memory)",
+         launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, chk.unwritten_msg);
+}
+
+/* A new barrier interval for the checker: the block's (and so every warp's), or one warp's. */
+static void next_epoch(int warp)
+{
+    uint32_t g = ++chk.gen;
+    if (warp >= 0) {
+        launch.warps[warp].wgen = g;
+        report_pending();
+        return;
+    }
+    chk.bgen = g;
+    for (unsigned w = 0; w < (launch.nthreads + lanes - 1) / lanes; w++) launch.warps[w].wgen = g;
+    report_pending();
+}
+
+/* Every thread not done waits in __syncthreads: all at one call site, or the barrier is divergent.
+ * The live threads have all passed the same barriers, so a barrier reached a different number of
+ * times per thread shows as threads that exited after some barriers but before this one (checking;
+ * exiting before the first barrier, as a bounds check does, is fine). */
 static void release_block(void)
 {
     int line = -1;
+    unsigned count = 0;
     for (unsigned i = 0; i < launch.nthreads; i++) {
         const fiber *f = &launch.threads[i];
         if (f->state != at_sync) continue;
-        if (line < 0) line = f->line;
+        if (line < 0) line = f->line, count = f->syncs;
         if (f->line != line) return fail_divergent("divergent __syncthreads (threads wait at different barriers)");
     }
+    char exits[320];
+    if (chk.on && describe_early_exits(exits, sizeof exits, 0, launch.nthreads, count, false))
+        return fail("block (%u,%u,%u): __syncthreads reached a different number of times per thread: threads wait at "
+                    "their barrier %u (line %d) while some exited after fewer (%s)",
+                    launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, count, line, exits);
     for (unsigned i = 0; i < launch.nthreads; i++)
         if (launch.threads[i].state == at_sync) launch.threads[i].state = runnable;
     launch.waiting = 0;
+    next_epoch(-1);
 }
 
+/* The lanes of warp w not done wait at a warp barrier: (checking) a shuffle's or mma's lanes all
+ * at one call site, and no lane exited after fewer warp barriers. */
 static void release_warp(unsigned w)
 {
     unsigned end = w * lanes + lanes < launch.nthreads ? w * lanes + lanes : launch.nthreads;
+    const fiber *first = nullptr;
+    if (chk.on) {
+        for (unsigned i = w * lanes; i < end; i++) {
+            const fiber *f = &launch.threads[i];
+            if (f->state != at_warp) continue;
+            if (!first) {
+                first = f;
+                continue;
+            }
+            bool sync_only = !strcmp(f->what, "__syncwarp") && !strcmp(first->what, "__syncwarp");
+            if (!sync_only && (strcmp(f->what, first->what) || f->line != first->line)) {
+                char waits[320];
+                describe_waits(waits, sizeof waits);
+                return fail("block (%u,%u,%u) warp %u: lanes at different warp call sites (lane %u in %s (line %d), "
+                            "lane %u in %s (line %d)): %s",
+                            launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, w, first->lane, first->what,
+                            first->line, f->lane, f->what, f->line, waits);
+            }
+        }
+        char exits[320];
+        if (first && describe_early_exits(exits, sizeof exits, w * lanes, end, first->wsyncs, true))
+            return fail("block (%u,%u,%u) warp %u: warp barriers reached a different number of times per lane: lanes "
+                        "wait at their warp barrier %u (%s, line %d; counting every __syncwarp, shuffle and mma) "
+                        "while some exited after fewer (%s)",
+                        launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, w, first->wsyncs, first->what,
+                        first->line, exits);
+    }
     for (unsigned i = w * lanes; i < end; i++)
         if (launch.threads[i].state == at_warp) launch.threads[i].state = runnable;
     launch.warps[w].waiting = 0;
+    /* only __syncwarp orders the lanes' memory accesses; a shuffle exchanges registers */
+    if (first && !strcmp(first->what, "__syncwarp")) next_epoch((int)w);
 }
 
 /* A barrier over the block's threads that have not exited: as on a GPU, a
@@ -246,6 +406,7 @@ static inline void syncthreads(int line)
     f->state = at_sync;
     f->line = line;
     f->what = "__syncthreads";
+    f->syncs++;
     if (++launch.waiting == launch.live) release_block();
     if (f->state != runnable) suspend(false); /* after an error, never resumed */
     __asm__ __volatile__("" ::: "memory");
@@ -260,6 +421,7 @@ static inline void warp_barrier(int line, const char *what)
     f->state = at_warp;
     f->line = line;
     f->what = what;
+    f->wsyncs++;
     if (++w->waiting == w->live) release_warp(f->warp);
     if (f->state != runnable) suspend(false); /* after an error, never resumed */
     __asm__ __volatile__("" ::: "memory");
@@ -298,11 +460,25 @@ template <class T> static T shuffle(unsigned mask, T v, int arg, int width, int 
     case shfl_down: src = lane + arg >= base + width ? lane : lane + arg; break;
     default: src = (lane ^ arg) >= base + width ? lane : lane ^ arg; break;
     }
-    if (src < 0 || src >= lanes || w->tag[parity][src] != tag) return v;
+    if (src < 0 || src >= lanes || w->tag[parity][src] != tag) {
+        if (chk.on && src >= 0 && src < lanes && src != lane) {
+            unsigned id = f->warp * lanes + (unsigned)src;
+            fail("block (%u,%u,%u) thread %u: %s (line %d) with the full mask reads lane %d, which %s",
+                 launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, f->id, what, line, src,
+                 id >= launch.nthreads ? "was not launched (a partial warp)"
+                 : launch.threads[id].state == done ? "has exited" : "did not take part in this shuffle");
+            stop();
+        }
+        return v;
+    }
     T r;
     memcpy(&r, &w->slot[parity][src], sizeof r);
     return r;
 }
+
+/* ---- the shared-memory checker's hooks (kernels compiled with -fsanitize=thread call them) ---- */
+
+#include "emu_shadow.h"
 
 /* Where every thread starts, on its own stack; it never returns. */
 static void thread_main(void)
@@ -333,6 +509,7 @@ static bool run_block(void)
         f->warp = i / lanes;
         f->lane = i % lanes;
         f->shuffles = 0;
+        f->syncs = f->wsyncs = 0;
         f->state = runnable;
         f->line = 0;
         f->what = "start";
@@ -347,6 +524,11 @@ static bool run_block(void)
         launch.warps[w].live = w + 1 < nwarps ? (unsigned)lanes : launch.nthreads - w * lanes;
     launch.live = launch.nthreads;
     launch.waiting = 0;
+    chk.unwritten = false;
+    chk.nwaw = 0;
+    next_epoch(-1);
+    chk.block_gen = chk.bgen;
+    chk.active = chk.on; /* a library compiled checked may be launched with ALLOY_EMU_CHECK=0 */
 
     while (launch.live && !launch.failed) {
         unsigned ran = 0;
@@ -357,6 +539,8 @@ static bool run_block(void)
         }
         if (!ran && !launch.failed) fail_divergent("divergent barrier (no thread can go on)");
     }
+    chk.active = false;
+    report_pending();
     return !launch.failed;
 }
 
@@ -461,7 +645,7 @@ __attribute__((noinline)) static void run_guarded(void)
  * threads), a divergent barrier, a shuffle mask other than full, a thread's
  * stack overflow, out of memory, or a launch already running in this library.
  * The kernel library's only entry besides the trampolines. */
-extern "C" __attribute__((visibility("default"))) int alloy_emu_launch(void (*entry)(void **), const unsigned grid[3],
+extern "C" ALLOY_EMU_UNTRACKED __attribute__((visibility("default"))) int alloy_emu_launch(void (*entry)(void **), const unsigned grid[3],
                                                                        const unsigned block[3], void **params, char *err,
                                                                        size_t errlen)
 {
@@ -478,6 +662,10 @@ extern "C" __attribute__((visibility("default"))) int alloy_emu_launch(void (*en
     launch.err[0] = 0;
     launch.entry = entry;
     launch.params = params;
+    const char *check = getenv("ALLOY_EMU_CHECK");
+    chk.on = !(check && !strcmp(check, "0"));
+    chk.active = false;
+    if (chk.on && !shadow_ready()) fail("alloy_emu_launch: out of memory for the shared-memory checker's shadow");
     if (check_dims("grid", grid, grid_limit) && check_dims("block", block, block_limit)) {
         launch.grid = dim3{grid[0], grid[1], grid[2]};
         launch.block = dim3{block[0], block[1], block[2]};
@@ -609,8 +797,9 @@ static inline void mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, 
 
 /* Fibers switch only at barriers, so a plain read-modify-write is atomic. */
 #define ALLOY_EMU_ATOMIC(name, T, expr)                                                                              \
-    inline T name(T *a, T v)                                                                                         \
+    ALLOY_EMU_UNTRACKED inline T name(T *a, T v)                                                                     \
     {                                                                                                                \
+        ALLOY_EMU_NOTE_ATOMIC(a);                                                                                    \
         T old = *a;                                                                                                  \
         *a = (expr);                                                                                                 \
         return old;                                                                                                  \
@@ -639,8 +828,9 @@ ALLOY_EMU_ATOMIC(atomicExch, unsigned long long, v)
 ALLOY_EMU_ATOMIC(atomicExch, float, v)
 #undef ALLOY_EMU_ATOMIC
 #define ALLOY_EMU_CAS(T)                                                                                             \
-    inline T atomicCAS(T *a, T compare, T v)                                                                         \
+    ALLOY_EMU_UNTRACKED inline T atomicCAS(T *a, T compare, T v)                                                     \
     {                                                                                                                \
+        ALLOY_EMU_NOTE_ATOMIC(a);                                                                                    \
         T old = *a;                                                                                                  \
         if (old == compare) *a = v;                                                                                  \
         return old;                                                                                                  \

@@ -31,6 +31,7 @@ typedef struct emu_dev {
     cdev base;
     emu_device_stats stats;
     emu_graph *capturing; /* calls are recorded here, not run */
+    char fault[160];      /* a fault injected into a launch: sticky, as a GPU's context is after one */
 } emu_dev;
 
 struct cdev_module {
@@ -50,6 +51,14 @@ struct cdev_gemm {
 };
 
 static emu_dev *emu_of(cdev *dev) { return (emu_dev *)dev; }
+
+/* A device with a fault: every later call fails with it, as on a GPU. */
+static alloy_status sticky(cdev *dev)
+{
+    snprintf(dev->error, sizeof dev->error, "%s", emu_of(dev)->fault);
+    return ALLOY_ERR_CUDA;
+}
+
 
 /* What every emulated device opened by emu_backend_opener did, together. */
 static emu_device_stats totals;
@@ -109,6 +118,7 @@ static alloy_status e_upload(cdev *dev, cdev_ptr dst, const void *src, size_t by
 
 static alloy_status e_download(cdev *dev, void *dst, cdev_ptr src, size_t bytes)
 {
+    if (emu_of(dev)->fault[0]) return sticky(dev);
     if (emu_of(dev)->capturing) return fail(dev, ALLOY_ERR_CUDA, "%s", "a synchronous copy while capturing");
     memcpy(dst, (const void *)(uintptr_t)src, bytes);
     return ALLOY_OK;
@@ -232,12 +242,38 @@ static void e_unload(cdev *dev, cdev_module *m)
     free(m);
 }
 
+/* The driver version devices opened next report (0: none), and a fault injected into the
+ * fault_at-th launch (counting from 1) of a kernel whose name contains fault_kernel. */
+static int driver_version;
+static char fault_kernel[64], faulted_kernel[64];
+static long fault_at;
+
+void emu_device_set_driver(int version) { driver_version = version; }
+
+void emu_device_inject_fault(const char *kernel, long nth)
+{
+    snprintf(fault_kernel, sizeof fault_kernel, "%s", kernel ? kernel : "");
+    fault_at = nth;
+    faulted_kernel[0] = 0;
+}
+
+const char *emu_device_faulted_kernel(void) { return faulted_kernel; }
+
 static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params)
 {
     char err[1024];
+    emu_dev *d = emu_of(dev);
+    if (d->fault[0]) return sticky(dev);
+    if (fault_at > 0 && strstr(f->name, fault_kernel) && --fault_at == 0) {
+        /* the launch is queued and returns; the fault shows at the next call or synchronization */
+        snprintf(d->fault, sizeof d->fault,
+                 "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered; injected by the test)");
+        snprintf(faulted_kernel, sizeof faulted_kernel, "%s", f->name);
+        return ALLOY_OK;
+    }
     unsigned g3[3] = {grid, 1, 1}, b3[3] = {block, 1, 1};
     if (emu_select(f->library, f->name, err, sizeof err) || emu_launch(f->library, g3, b3, params, err, sizeof err)) {
-        snprintf(dev->error, sizeof dev->error, "kernel %s: %.900s", f->name, err);
+        snprintf(dev->error, sizeof dev->error, "%.1000s", err); /* "kernel NAME: ..." */
         return ALLOY_ERR_CUDA;
     }
     emu_of(dev)->stats.launches++, totals.launches++;
@@ -391,11 +427,7 @@ static void e_graph_free(cdev *dev, void *graph)
     free_graph(graph);
 }
 
-static alloy_status e_sync(cdev *dev)
-{
-    (void)dev;
-    return ALLOY_OK;
-}
+static alloy_status e_sync(cdev *dev) { return emu_of(dev)->fault[0] ? sticky(dev) : ALLOY_OK; }
 
 /* An event: the host clock when the emulated stream reached it (every call
  * runs at once, so that is when everything queued before it finished). */
@@ -478,6 +510,7 @@ cdev *emu_device_open(int sm, char *err, size_t errlen)
     d->base.ops = &emu_ops;
     d->base.sm = sm;
     d->base.image_kind = BUNDLE_HOST;
+    d->base.driver = driver_version;
     snprintf(d->base.name, sizeof d->base.name, "host emulation of CUDA (sm_%d)", sm);
     return &d->base;
 }

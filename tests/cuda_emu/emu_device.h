@@ -33,6 +33,15 @@ alloy_status emu_backend_opener(const al_options *cfg, rt_backend **out, char *e
  * alloy_graph_save_bundle write them. */
 alloy_status emu_bundle_images(const al_options *cfg, const char *archs, int nmodules, const char *const *names,
                                const char *const *sources, bundle_cuda *x, char *err, size_t errlen);
+/* The CUDA driver version devices opened next report, 13000 for 13.0
+ * (0, the default: none, which the backend does not check). */
+void emu_device_set_driver(int version);
+/* Makes the nth launch (from 1) of a kernel whose name contains kernel
+ * ("" or NULL: any) fault as a GPU does: the launch returns, and that call
+ * and every later one on the device fails with CUDA_ERROR_ILLEGAL_ADDRESS;
+ * nth 0 injects nothing. The kernel it hit: emu_device_faulted_kernel(). */
+void emu_device_inject_fault(const char *kernel, long nth);
+const char *emu_device_faulted_kernel(void);
 /* What all emulated devices have done since the process started. */
 emu_device_stats emu_totals(void);
 

@@ -31,6 +31,7 @@ struct emu_kernel {
     char dir[400]; /* kernel.cu and kernel.so stay until emu_free, for a sanitizer's stack traces */
     void *library;
     void (*entry)(void **);
+    char name[128]; /* the selected kernel's, for errors */
     launch_fn launch;
 };
 
@@ -98,31 +99,24 @@ static void append_file(char *err, size_t errlen, const char *path)
     fclose(f);
 }
 
-/* The compiler's flags besides $CXX's words and ALLOY_EMU_CXXFLAGS. */
-static const char *const compile_flags[] = {"-std=c++17", "-O1", "-shared", "-fPIC", "-fstack-clash-protection",
-                                            "-DALLOY_HOST_EMULATION", "-include", ALLOY_EMU_H};
-
-/* Runs the compiler on dir/kernel.cu into dir/kernel.so; false with its output in err. */
-static bool compile(const char *dir, char *err, size_t errlen)
+bool emu_checking(void)
 {
-    char cxx[256], extra[256], src[512], lib[512], log[512];
-    snprintf(cxx, sizeof cxx, "%s", compiler());
-    snprintf(extra, sizeof extra, "%s", ALLOY_EMU_CXXFLAGS);
-    snprintf(src, sizeof src, "%s/kernel.cu", dir);
-    snprintf(lib, sizeof lib, "%s/kernel.so", dir);
-    snprintf(log, sizeof log, "%s/compile.log", dir);
+    const char *check = getenv("ALLOY_EMU_CHECK");
+    return !(check && !strcmp(check, "0"));
+}
 
-    char *argv[max_words];
-    int n = split_words(cxx, argv, 0);
-    for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++) argv[n++] = (char *)compile_flags[i];
-    n = split_words(extra, argv, n);
-    argv[n++] = "-x";
-    argv[n++] = "c++";
-    argv[n++] = src;
-    argv[n++] = "-o";
-    argv[n++] = lib;
-    argv[n] = NULL;
+/* Whether kernels get the shared-memory checker's instrumentation: checking, and no
+ * AddressSanitizer (the two instrumentations do not mix) or ThreadSanitizer in the flags. */
+static bool shadow_checked(const char *extra)
+{
+    return emu_checking() && !strstr(extra, "sanitize=address") && !strstr(extra, "sanitize=thread");
+}
 
+bool emu_checks_shared(void) { return shadow_checked(ALLOY_EMU_CXXFLAGS); }
+
+/* Runs argv (a compiler) with its output into log; false with that output in err. */
+static bool run_compiler(char **argv, const char *log, char *err, size_t errlen)
+{
     posix_spawn_file_actions_t io;
     posix_spawn_file_actions_init(&io);
     posix_spawn_file_actions_addopen(&io, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -144,6 +138,57 @@ static bool compile(const char *dir, char *err, size_t errlen)
     return false;
 }
 
+/* The compiler's flags besides $CXX's words, ALLOY_EMU_CXXFLAGS and the checker's. */
+static const char *const compile_flags[] = {"-std=c++17", "-O1", "-fPIC", "-fstack-clash-protection",
+                                            "-DALLOY_HOST_EMULATION", "-include", ALLOY_EMU_H};
+
+/* Runs the compiler on dir/kernel.cu into dir/kernel.so; false with its output in err. Checked,
+ * the source is compiled with -fsanitize=thread (its memory accesses call emu.h's hooks) into
+ * kernel.o, and linked apart without the flag, so that no sanitizer runtime is linked in. */
+static bool compile(const char *dir, char *err, size_t errlen)
+{
+    char cxx[256], extra[256], src[512], obj[512], lib[512], log[512];
+    snprintf(cxx, sizeof cxx, "%s", compiler());
+    snprintf(extra, sizeof extra, "%s", ALLOY_EMU_CXXFLAGS);
+    bool shadow = shadow_checked(extra);
+    snprintf(src, sizeof src, "%s/kernel.cu", dir);
+    snprintf(obj, sizeof obj, "%s/kernel.o", dir);
+    snprintf(lib, sizeof lib, "%s/kernel.so", dir);
+    snprintf(log, sizeof log, "%s/compile.log", dir);
+
+    char *argv[max_words];
+    int n = split_words(cxx, argv, 0);
+    for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++) argv[n++] = (char *)compile_flags[i];
+    n = split_words(extra, argv, n);
+    if (shadow) {
+        argv[n++] = "-fsanitize=thread";
+        argv[n++] = "--param=tsan-instrument-func-entry-exit=0";
+        argv[n++] = "-c";
+    } else {
+        argv[n++] = "-shared";
+    }
+    argv[n++] = "-x";
+    argv[n++] = "c++";
+    argv[n++] = src;
+    argv[n++] = "-o";
+    argv[n++] = shadow ? obj : lib;
+    argv[n] = NULL;
+    if (!run_compiler(argv, log, err, errlen)) return false;
+    if (!shadow) return true;
+
+    snprintf(cxx, sizeof cxx, "%s", compiler());
+    snprintf(extra, sizeof extra, "%s", ALLOY_EMU_CXXFLAGS);
+    n = split_words(cxx, argv, 0);
+    n = split_words(extra, argv, n);
+    argv[n++] = "-shared";
+    argv[n++] = "-fPIC";
+    argv[n++] = obj;
+    argv[n++] = "-o";
+    argv[n++] = lib;
+    argv[n] = NULL;
+    return run_compiler(argv, log, err, errlen);
+}
+
 /* The address of symbol in library, stored into *fn (a function pointer); false if absent. */
 static bool find_symbol(void *library, const char *symbol, void *fn, size_t fn_size)
 {
@@ -156,7 +201,7 @@ static bool find_symbol(void *library, const char *symbol, void *fn, size_t fn_s
 /* Removes dir and the files emu_compile writes there. */
 static void remove_dir(const char *dir)
 {
-    static const char *const files[] = {"kernel.cu", "kernel.so", "compile.log"};
+    static const char *const files[] = {"kernel.cu", "kernel.o", "kernel.so", "compile.log"};
     char path[512];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
@@ -169,7 +214,8 @@ static void remove_dir(const char *dir)
  *
  * With ALLOY_EMU_CACHE_DIR set (tests/meson.build sets it to a folder of the
  * build), a compiled library is kept there under the SHA-256 of everything
- * that makes it: the compiler's words, its flags, emu.h and the header it
+ * that makes it: the compiler's words, its flags (the checker's
+ * instrumentation among them), emu.h, emu_shadow.h and the header emu.h
  * includes from src/base, and the source. A run of the suites after the first
  * (or a second suite compiling a source the first did) copies the library
  * instead of running the compiler. Entries are written to a temporary file
@@ -202,7 +248,10 @@ static void hash_headers(void)
     snprintf(vmath, sizeof vmath, "%.*s/../../src/base/vmath.h", slash ? (int)(slash - ALLOY_EMU_H) : 1,
              slash ? ALLOY_EMU_H : ".");
     al_sha256_init(&s);
+    char shadow[600];
+    snprintf(shadow, sizeof shadow, "%.*s/emu_shadow.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
     hash_file(&s, ALLOY_EMU_H);
+    hash_file(&s, shadow);
     hash_file(&s, vmath);
     al_sha256_final(&s, headers_digest);
 }
@@ -224,6 +273,7 @@ static bool cache_path(const char *source, char *path, size_t len)
     al_sha256_update(&s, ALLOY_EMU_CXXFLAGS, strlen(ALLOY_EMU_CXXFLAGS) + 1);
     for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++)
         al_sha256_update(&s, compile_flags[i], strlen(compile_flags[i]) + 1);
+    al_sha256_update(&s, shadow_checked(ALLOY_EMU_CXXFLAGS) ? "shadow" : "plain", 7);
     al_sha256_update(&s, source, strlen(source));
     al_sha256_final(&s, digest);
     int n = snprintf(path, len, "%s/", dir);
@@ -315,6 +365,7 @@ static bool open_library(emu_kernel *k, const char *kernel_name, char *err, size
         return false;
     }
     snprintf(symbol, sizeof symbol, "%s__host", kernel_name ? kernel_name : "");
+    if (kernel_name) snprintf(k->name, sizeof k->name, "%s", kernel_name);
     if (kernel_name && !find_symbol(k->library, symbol, &k->entry, sizeof k->entry)) {
         snprintf(err, errlen, "emu_compile: the source defines no %s (the ALLOY_HOST_EMULATION trampoline)", symbol);
         return false;
@@ -379,7 +430,10 @@ int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen)
 {
     char symbol[256];
     snprintf(symbol, sizeof symbol, "%s__host", kernel_name);
-    if (find_symbol(k->library, symbol, &k->entry, sizeof k->entry)) return 0;
+    if (find_symbol(k->library, symbol, &k->entry, sizeof k->entry)) {
+        snprintf(k->name, sizeof k->name, "%s", kernel_name);
+        return 0;
+    }
     snprintf(err, errlen, "emu_select: the library defines no %s", symbol);
     return -1;
 }
@@ -387,7 +441,17 @@ int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen)
 int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block[3], void **params, char *err,
                size_t errlen)
 {
-    return k->launch(k->entry, grid, block, params, err, errlen);
+    if (k->launch(k->entry, grid, block, params, err, errlen) == 0) return 0;
+    if (err && errlen) { /* "kernel NAME: " before the emulation's message */
+        size_t used = strlen(err), pre = strlen(k->name) + 9;
+        if (used + pre < errlen) {
+            memmove(err + pre, err, used + 1);
+            memcpy(err, "kernel ", 7);
+            memcpy(err + 7, k->name, pre - 9);
+            memcpy(err + pre - 2, ": ", 2);
+        }
+    }
+    return -1;
 }
 
 void emu_free(emu_kernel *k)

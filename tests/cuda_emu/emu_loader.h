@@ -40,9 +40,17 @@ int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen)
 
 /* Runs the kernel on grid x block threads; params as cuLaunchKernel takes
  * them (an array of pointers to each argument). 0, or -1 with the reason in
- * err (bad dimensions, divergent barrier, a thread's stack overflow, ...). */
+ * err, after "kernel NAME: " (bad dimensions, divergent barrier, a thread's
+ * stack overflow, a checker's finding, ...). */
 int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block[3], void **params, char *err,
                size_t errlen);
+
+/* Whether the emulation's checkers are on: unless ALLOY_EMU_CHECK=0 (kernels compiled while it is
+ * 0 lack the shared-memory checker; launches while it is 0 skip the others). */
+bool emu_checking(void);
+/* Whether kernels compiled now get the shared-memory checker (races, uninitialised reads):
+ * checking, and the kernels not built with AddressSanitizer, which it does not mix with. */
+bool emu_checks_shared(void);
 
 /* Unloads the kernel; NULL is fine. */
 void emu_free(emu_kernel *k);

@@ -8,8 +8,7 @@ void blt_close(blt_library *lib)
 {
     if (!lib) return;
     if (lib->handle && lib->cublasLtDestroy) lib->cublasLtDestroy(lib->handle);
-    if (lib->library) dlclose(lib->library);
-    al_free(lib);
+    al_free(lib); /* the library stays loaded for the process, as the driver does (driver.c) */
 }
 
 alloy_status blt_open(blt_library **out, char *err, size_t errlen)

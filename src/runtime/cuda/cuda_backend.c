@@ -1,4 +1,5 @@
 /* cuda_backend.c - the CUDA backend behind the backend interface: a compiled step is its kernels loaded on a device (emitted and compiled now, or a bundle's images) and its launch plan, replayed each run (captured once and replayed as one graph where the device can). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/backend.h"
@@ -16,6 +17,7 @@ typedef struct cuda_backend {
     rt_backend base;
     cdev *dev;
     size_t in_use, peak; /* device bytes allocated through the backend, and the device's own (memory) */
+    bool sync_each;      /* ALLOY_CUDA_SYNC=1: every action launched directly and waited for */
 } cuda_backend;
 
 /* A compiled step: what it runs (not owned), its kernels on the device, its
@@ -266,6 +268,33 @@ static cdev_ptr address(rt_backend *b, rt_exec *e, const lp_place *pl, int64_t b
     return 0;
 }
 
+static rt_profile_row profile_row(const rt_exec *e, int i, double us);
+
+/* "step 3 (row), action 7 of 40: kernel k_row_3 <<<64, 256>>>" for action i of the plan. */
+static void describe_action(const rt_exec *e, int i, char *out, size_t len)
+{
+    const lp_action *a = &e->lp.actions[i];
+    rt_profile_row r = profile_row(e, i, 0);
+    char shape[48] = "";
+    if (a->kind == LP_KERNEL) {
+        const cg_kernel *kn = &e->prog->kernels[a->index];
+        al_fmt(shape, sizeof shape, " <<<%u, %u>>>", kn->grid, kn->block);
+    }
+    al_fmt(out, len, "step %d (%s), action %d of %d: %s %s%s", r.step, r.kind, i + 1, e->lp.nactions, r.action, r.name,
+           shape);
+}
+
+/* After action i under ALLOY_CUDA_SYNC: waits for the device, and a fault names the action. */
+static alloy_status sync_action(rt_backend *b, rt_exec *e, int i)
+{
+    cdev *dev = device_of(b);
+    alloy_status st = dev->ops->sync(dev);
+    if (!st) return ALLOY_OK;
+    char what[256];
+    describe_action(e, i, what, sizeof what);
+    return rt_fail(b, st, "cuda: %s failed on the device (ALLOY_CUDA_SYNC): %s", what, dev->error);
+}
+
 /* Queues actions [from, to) of the launch plan on the device. */
 static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
 {
@@ -282,8 +311,11 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
                 e->argval[p] = address(b, e, &args[p], 1, &st);
                 e->argv[p] = &e->argval[p];
             }
-            if (!st && (st = dev->ops->launch(dev, e->fn[a->index], kn->grid, kn->block, e->argv, kn->nparams)))
-                dev_fail(b, st, kn->name);
+            if (!st && (st = dev->ops->launch(dev, e->fn[a->index], kn->grid, kn->block, e->argv, kn->nparams))) {
+                char what[256];
+                describe_action(e, i, what, sizeof what);
+                dev_fail(b, st, what);
+            }
             break;
         }
         case LP_GEMM: {
@@ -310,6 +342,7 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
         }
         }
         if (!st && e->timing && (st = dev->ops->event_record(dev, e->events[2 * i + 1]))) dev_fail(b, st, "profiling");
+        if (!st && ((cuda_backend *)b)->sync_each) st = sync_action(b, e, i);
     }
     return st;
 }
@@ -502,7 +535,8 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
     bool profiling = rt_profile_due(b->cfg.profile, e->runs + 1) && dev->ops->event_record;
     if (profiling && (st = profile_events(b, e))) return st;
     /* the first run launches directly (modules and the library settle); later ones replay one capture */
-    bool graphs = !profiling && b->cfg.cuda_graph && dev->ops->capture_begin && e->runs > 0;
+    bool graphs = !profiling && !((cuda_backend *)b)->sync_each && b->cfg.cuda_graph && dev->ops->capture_begin &&
+                  e->runs > 0;
     if (graphs) {
         bool changed;
         if ((st = stage_leaves(b, e, args, &changed))) return st;
@@ -594,6 +628,17 @@ alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend *
         al_fmt(err, errlen, "cuda: out of memory opening the backend");
         return ALLOY_ERR_OOM;
     }
+    if (dev->driver && dev->driver < CUDA_MIN_DRIVER) {
+        al_fmt(err, errlen,
+               "the NVIDIA driver supports CUDA %d.%d; the CUDA backend needs %d.%d or newer (kernel parameter "
+               "lists over 4 KB): update the driver",
+               dev->driver / 1000, dev->driver % 1000 / 10, CUDA_MIN_DRIVER / 1000, CUDA_MIN_DRIVER % 1000 / 10);
+        dev->ops->close(dev);
+        al_free(cb);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    const char *sync = getenv("ALLOY_CUDA_SYNC");
+    cb->sync_each = sync && *sync && strcmp(sync, "0") != 0;
     cb->base.ops = &cuda_ops_table;
     cb->base.cfg = *cfg;
     cb->dev = dev;

@@ -5,7 +5,11 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/device.h"
 
-/* The backend over dev (taken: closed with the backend, or here on failure). */
+/* The backend over dev (taken: closed with the backend, or here on failure).
+ * ALLOY_ERR_UNSUPPORTED when dev's driver is older than CUDA_MIN_DRIVER.
+ * With ALLOY_CUDA_SYNC=1 in the environment every action is launched
+ * directly (no graph) and waited for, and a fault names its step, action,
+ * kernel and launch shape. */
 AL_HIDDEN alloy_status cuda_backend_open_on(const al_options *cfg, cdev *dev, rt_backend **out, char *err,
                                             size_t errlen);
 /* The backend over the first GPU (cdev_open_driver with cfg's NVRTC, kernel

@@ -63,6 +63,10 @@ typedef struct cdev_ops {
     void (*event_free)(cdev *dev, cdev_event *ev);
 } cdev_ops;
 
+/* The oldest CUDA driver the backend runs on: 12.1, the first to take kernel parameter lists
+ * over 4 KB (the generated kernels' pointer lists can be longer). */
+enum { CUDA_MIN_DRIVER = 12010 };
+
 struct cdev {
     const cdev_ops *ops;
     char name[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, driver 13.0)" */

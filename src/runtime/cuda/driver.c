@@ -17,10 +17,12 @@ const char *cu_driver_error(const cu_driver *d, CUresult r, char *buf, size_t le
     return buf;
 }
 
+/* The library stays loaded for the process (no dlclose): unloading libcuda.so.1 each time a
+ * graph closes its device and loading it again at the next is slow and leaves the driver's
+ * threads and atexit handlers pointing into unmapped code; a second dlopen only counts up. */
 void cu_driver_close(cu_driver *d)
 {
     if (!d) return;
-    if (d->library) dlclose(d->library);
     al_free(d);
 }
 

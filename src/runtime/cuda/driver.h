@@ -64,6 +64,7 @@ typedef struct cu_driver {
  * NVIDIA driver installed), an entry point (a driver older than CUDA 12.0),
  * or cuInit's error (no GPU, a driver/kernel-module mismatch). */
 AL_HIDDEN alloy_status cu_driver_open(const char *path, cu_driver **out, char *err, size_t errlen);
+/* Frees d; the library itself stays loaded for the process. */
 AL_HIDDEN void cu_driver_close(cu_driver *d);
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" for r, into buf; returns buf. */
 AL_HIDDEN const char *cu_driver_error(const cu_driver *d, CUresult r, char *buf, size_t len);

@@ -1,0 +1,167 @@
+/* emu_shadow.h - the emulation's shared-memory checker: the hooks a kernel compiled with -fsanitize=thread calls on every memory access, and the shadow cells of its __shared__ bytes (included by emu.h inside namespace alloy_emu, after the scheduler). */
+#ifndef ALLOY_EMU_SHADOW_H
+#define ALLOY_EMU_SHADOW_H
+
+
+enum access_kind { acc_read, acc_write, acc_atomic };
+
+#ifdef ALLOY_EMU_SHADOW
+extern "C" char __start_alloy_emu_rt[], __stop_alloy_emu_rt[];
+
+/* Whether thread other's access, made at block epoch b and warp epoch w, falls in the running
+ * thread's current barrier interval. */
+ALLOY_EMU_UNTRACKED static inline bool same_interval(unsigned other, uint32_t b, uint32_t w)
+{
+    return other / lanes == self->warp ? w == launch.warps[self->warp].wgen : b == chk.bgen;
+}
+
+/* Where the kernel's code made the access: an offset in its library, for addr2line. */
+ALLOY_EMU_UNTRACKED static void describe_access(char *out, size_t len, const char *at, const void *pc)
+{
+    Dl_info info;
+    size_t code = dladdr(pc, &info) && info.dli_fbase ? (size_t)((const char *)pc - (const char *)info.dli_fbase) : 0;
+    snprintf(out, len, "__shared__ byte %p (offset %zu in the library's data; code at kernel.so+0x%zx)", (const void *)at,
+             (size_t)(at - chk.lo), code);
+}
+
+ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void shadow_access(char *at, unsigned n, access_kind kind,
+                                                                       const void *pc)
+{
+    fiber *f = self;
+    const uint16_t me = (uint16_t)(f->id + 1);
+    const uint32_t b = chk.bgen, w = launch.warps[f->warp].wgen;
+    for (unsigned i = 0; i < n && at + i < chk.hi; i++) {
+        shadow_cell *c = &chk.cells[at + i - chk.lo];
+        bool written = c->writer && c->wb >= chk.block_gen;
+        const char *problem = nullptr;
+        unsigned other = 0;
+        if (kind == acc_read && !written) {
+            if (!chk.unwritten) {
+                char where[200];
+                describe_access(where, sizeof where, at + i, pc);
+                chk.unwritten = true;
+                snprintf(chk.unwritten_msg, sizeof chk.unwritten_msg, "thread %u reads %s", f->id, where);
+            }
+        } else if (written && c->writer != me && same_interval(c->writer - 1u, c->wb, c->ww) &&
+                   !(kind == acc_atomic && c->atomic)) {
+            problem = "wrote";
+            other = c->writer - 1u;
+            if (kind == acc_write && !c->atomic) { /* judged by the values, later; unless too many */
+                int k = 0;
+                while (k < chk.nwaw && chk.waw[k].at != at + i) k++;
+                if (k < chk.nwaw) {
+                    problem = nullptr;
+                } else if (chk.nwaw < (int)(sizeof chk.waw / sizeof chk.waw[0])) {
+                    chk.waw[k].at = at + i;
+                    chk.waw[k].before = (unsigned char)at[i];
+                    chk.waw[k].first = other, chk.waw[k].second = f->id;
+                    describe_access(chk.waw[k].where, sizeof chk.waw[k].where, at + i, pc);
+                    chk.nwaw++;
+                    problem = nullptr;
+                }
+            }
+        } else if (kind != acc_read && c->reader && c->reader != me && c->rb >= chk.block_gen &&
+                   same_interval(c->reader - 1u, c->rb, c->rw)) {
+            problem = "read";
+            other = c->reader - 1u;
+        }
+        if (problem) {
+            char where[200];
+            describe_access(where, sizeof where, at + i, pc);
+            const char *verb = kind == acc_read ? "reads" : kind == acc_write ? "writes" : "atomically updates";
+            fail("block (%u,%u,%u): race on shared memory: thread %u %s %s, which thread %u %s in the same barrier "
+                     "interval (%s)",
+                     launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, f->id, verb, where, other, problem,
+                     other / lanes == f->warp ? "the same warp, and no __syncwarp or __syncthreads between them"
+                                              : "no __syncthreads between them");
+            stop();
+        }
+        if (kind == acc_read) {
+            c->reader = me, c->rb = b, c->rw = w;
+        } else {
+            c->writer = me, c->wb = b, c->ww = w;
+            c->atomic = kind == acc_atomic;
+        }
+    }
+}
+
+/* An access of n bytes at p: only the library's own writable data (the __shared__ arrays, not
+ * the runtime's section) is shadowed, and only while a block runs. */
+ALLOY_EMU_UNTRACKED static inline void note(void *p, unsigned n, access_kind kind, const void *pc)
+{
+    char *at = (char *)p;
+    if (at + n <= chk.lo || at >= chk.hi || !chk.active) return;
+    if (at >= __start_alloy_emu_rt && at < __stop_alloy_emu_rt) return;
+    shadow_access(at < chk.lo ? chk.lo : at, n, kind, pc);
+}
+
+/* The library's writable PT_LOAD segment: the one holding chk itself. */
+ALLOY_EMU_UNTRACKED static int find_data(struct dl_phdr_info *info, size_t, void *)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        char *lo = (char *)(info->dlpi_addr + ph->p_vaddr);
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W)) continue;
+        if ((char *)&chk < lo || (char *)&chk >= lo + ph->p_memsz) continue;
+        chk.lo = lo;
+        chk.hi = lo + ph->p_memsz;
+        return 1;
+    }
+    return 0;
+}
+
+/* The shadow, made at the library's first checked launch; false when out of memory. */
+ALLOY_EMU_UNTRACKED static bool shadow_ready(void)
+{
+    if (chk.cells) return true;
+    if (!dl_iterate_phdr(find_data, nullptr)) return false;
+    chk.cells = (shadow_cell *)calloc((size_t)(chk.hi - chk.lo), sizeof(shadow_cell));
+    return chk.cells != nullptr;
+}
+
+#define ALLOY_EMU_HOOKS(n)                                                                                           \
+    extern "C" ALLOY_EMU_UNTRACKED void __tsan_read##n(void *p) { note(p, n, acc_read, __builtin_return_address(0)); } \
+    extern "C" ALLOY_EMU_UNTRACKED void __tsan_write##n(void *p) { note(p, n, acc_write, __builtin_return_address(0)); } \
+    extern "C" ALLOY_EMU_UNTRACKED void __tsan_unaligned_read##n(void *p)                                            \
+    {                                                                                                                \
+        note(p, n, acc_read, __builtin_return_address(0));                                                           \
+    }                                                                                                                \
+    extern "C" ALLOY_EMU_UNTRACKED void __tsan_unaligned_write##n(void *p)                                           \
+    {                                                                                                                \
+        note(p, n, acc_write, __builtin_return_address(0));                                                          \
+    }                                                                                                                \
+    extern "C" ALLOY_EMU_UNTRACKED void __tsan_volatile_read##n(void *p)                                             \
+    {                                                                                                                \
+        note(p, n, acc_read, __builtin_return_address(0));                                                           \
+    }                                                                                                                \
+    extern "C" ALLOY_EMU_UNTRACKED void __tsan_volatile_write##n(void *p)                                            \
+    {                                                                                                                \
+        note(p, n, acc_write, __builtin_return_address(0));                                                          \
+    }
+ALLOY_EMU_HOOKS(1)
+ALLOY_EMU_HOOKS(2)
+ALLOY_EMU_HOOKS(4)
+ALLOY_EMU_HOOKS(8)
+ALLOY_EMU_HOOKS(16)
+#undef ALLOY_EMU_HOOKS
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_read_range(void *p, unsigned long n)
+{
+    note(p, (unsigned)n, acc_read, __builtin_return_address(0));
+}
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_write_range(void *p, unsigned long n)
+{
+    note(p, (unsigned)n, acc_write, __builtin_return_address(0));
+}
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_init(void) {}
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_func_entry(void *) {}
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_func_exit(void) {}
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_vptr_update(void **, void *) {}
+extern "C" ALLOY_EMU_UNTRACKED void __tsan_vptr_read(void **) {}
+/* An atomic's access: atomics of other threads in one interval do not race with each other. */
+#define ALLOY_EMU_NOTE_ATOMIC(p) ::alloy_emu::note((p), sizeof *(p), ::alloy_emu::acc_atomic, __builtin_return_address(0))
+#else
+#define ALLOY_EMU_NOTE_ATOMIC(p) ((void)0)
+static bool shadow_ready(void) { return true; }
+#endif
+
+#endif
