@@ -187,6 +187,9 @@ static alloy_status apply_ranges(amp_state *s, const char *path, alloy_dtype low
         s->range_max[i] = e->max;
         s->pin[i] = AMP_DENY;
         s->colourable[i] = 0;
+    }
+    for (int i = 0; i < s->n; i++) { /* then their readers: a node with a max of its own gives that as its reason */
+        if (s->range_max[i] < 0) continue;
         int top = 0;
         s->stack[top++] = i;
         while (top) {
