@@ -62,7 +62,9 @@ typedef struct alloy_amp_report {
 
 /* Compiles g if needed and fills out with the AMP pass's counts. The same
  * summary, plus why each f32 node next to a low-precision one was kept in
- * f32, is printed to stderr when ALLOY_AMP_LOG=1. */
+ * f32 (and each decision of range-aware colouring), is printed when
+ * ALLOY_AMP_LOG=1 (the amp_log option): to stderr, or to the stream
+ * alloy_graph_print_after names. */
 ALLOY_API alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out);
 
 /* Range statistics (the amp_stats option, docs/amp.md "Range statistics"):
