@@ -27,22 +27,51 @@ static void merge(rt_range *r, float max, bool nan, uint64_t tiny, uint64_t n)
     __atomic_fetch_add(&r->count, n, __ATOMIC_RELAXED);
 }
 
+/* f32 bit patterns, read where the floats are */
+typedef uint32_t __attribute__((may_alias)) f32_bits;
+
+/* Over m patterns: the largest |x| pattern that is not a NaN, the count of
+ * nonzero ones below lim, whether a NaN was there. On the bits, |x| being
+ * the pattern less its sign (ordered as the magnitude is), so the loop is
+ * an integer max and compare, which vectorize (a float max does not
+ * without -ffast-math). A NaN's pattern is above inf's: when the max is
+ * one, a second, rare, loop finds the largest that is not. */
+static uint32_t scan_bits(const f32_bits *p, int64_t m, uint32_t lim, uint32_t *tiny_out, bool *nan_out)
+{
+    uint32_t max = 0, tiny = 0;
+    for (int64_t k = 0; k < m; k++) {
+        uint32_t a = p[k] & 0x7fffffffu;
+        max = a > max ? a : max;
+        tiny += a - 1u < lim - 1u; /* 0 < a < lim, in one unsigned compare */
+    }
+    *tiny_out = tiny;
+    *nan_out = max > 0x7f800000u;
+    if (*nan_out) {
+        max = 0;
+        for (int64_t k = 0; k < m; k++) {
+            uint32_t a = p[k] & 0x7fffffffu;
+            if (a <= 0x7f800000u && a > max) max = a;
+        }
+    }
+    return max;
+}
+
 void cpu_range_add_f32(rt_range *r, alloy_dtype dt, const float *y, int64_t n)
 {
     float normal = smallest_normal(dt);
     if (!r || normal == 0 || n <= 0) return;
-    /* written without branches so that the loop vectorizes; a NaN fails
-     * both compares and so moves neither the max nor the count */
-    float max = 0;
-    int64_t tiny = 0;
-    int nan = 0;
-    for (int64_t k = 0; k < n; k++) {
-        float a = fabsf(y[k]);
-        max = a > max ? a : max;
-        tiny += (a > 0) & (a < normal);
-        nan |= a != a;
+    uint32_t lim;
+    memcpy(&lim, &normal, sizeof lim);
+    for (int64_t done = 0; done < n;) { /* blocks of 2^20: the count stays in 32 bits */
+        int64_t m = n - done < (1 << 20) ? n - done : (1 << 20);
+        uint32_t tiny;
+        bool nan;
+        uint32_t max = scan_bits((const f32_bits *)(const void *)(y + done), m, lim, &tiny, &nan);
+        float fmax;
+        memcpy(&fmax, &max, sizeof fmax);
+        merge(r, fmax, nan, tiny, (uint64_t)m);
+        done += m;
     }
-    merge(r, max, nan, (uint64_t)tiny, (uint64_t)n);
 }
 
 void cpu_range_add_f64(rt_range *r, alloy_dtype dt, const double *y, int64_t n)
@@ -67,19 +96,24 @@ void cpu_range_add_f64(rt_range *r, alloy_dtype dt, const double *y, int64_t n)
 void cpu_range_add_stored(rt_range *r, alloy_dtype dt, const void *p, int64_t n)
 {
     if (!r || (dt != ALLOY_F16 && dt != ALLOY_BF16) || n <= 0) return;
-    /* on the bit patterns: |x| is the pattern less its sign, which orders
-     * as the magnitude does; a subnormal has a zero exponent field */
+    /* on the bit patterns as cpu_range_add_f32 does: a subnormal is a
+     * nonzero pattern below the smallest normal's (0x0400 f16, 0x0080 bf16) */
     const uint16_t *h = p;
-    uint16_t expo = dt == ALLOY_F16 ? 0x7c00 : 0x7f80;
+    uint16_t inf = dt == ALLOY_F16 ? 0x7c00 : 0x7f80, normal = dt == ALLOY_F16 ? 0x0400 : 0x0080;
     uint16_t max = 0;
     int64_t tiny = 0;
-    int nan = 0;
     for (int64_t k = 0; k < n; k++) {
         uint16_t a = h[k] & 0x7fff;
-        bool is_nan = (a & expo) == expo && (a & ~expo);
-        max = !is_nan && a > max ? a : max;
-        tiny += a && !(a & expo);
-        nan |= is_nan;
+        max = a > max ? a : max;
+        tiny += (uint16_t)(a - 1u) < (uint16_t)(normal - 1u);
+    }
+    bool nan = max > inf;
+    if (nan) { /* rare: the largest that is not a NaN */
+        max = 0;
+        for (int64_t k = 0; k < n; k++) {
+            uint16_t a = h[k] & 0x7fff;
+            if (a <= inf && a > max) max = a;
+        }
     }
     float m = dt == ALLOY_F16 ? cvt_f16_to_f32(max) : cvt_bf16_to_f32(max);
     merge(r, m, nan, (uint64_t)tiny, (uint64_t)n);
