@@ -20,13 +20,13 @@ enum { N = 8 };
  * no optimizer), loss = reduce_sum(f32(q)): p is x as f16 holds it and q
  * its square before rounding, exact in f32 (a product of two 11-bit
  * significands), so max |x| has an exact f64 reference. */
-static alloy_graph *f16_graph(bool stats)
+static alloy_graph *low_graph(alloy_dtype dt, bool stats)
 {
     alloy_graph *g = alloy_graph_new("stats");
     assert_non_null(g);
-    alloy_tensor *x = alloy_input(g, "x", ALLOY_F16, 1, (int64_t[]){N});
+    alloy_tensor *x = alloy_input(g, "x", dt, 1, (int64_t[]){N});
     alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 1, (int64_t[]){N}, alloy_init_ones());
-    alloy_tensor *p = alloy_set_name(g, alloy_mul(g, x, alloy_cast(g, w, ALLOY_F16)), "p");
+    alloy_tensor *p = alloy_set_name(g, alloy_mul(g, x, alloy_cast(g, w, dt)), "p");
     alloy_tensor *q = alloy_set_name(g, alloy_square(g, p), "q");
     alloy_tensor *loss = alloy_set_name(g, alloy_reduce_sum(g, alloy_cast(g, q, ALLOY_F32), 0, NULL, false), "loss");
     expect_ok(g, alloy_output(g, "loss", loss), "output");
@@ -35,13 +35,17 @@ static alloy_graph *f16_graph(bool stats)
     return g;
 }
 
-static void run_x(alloy_graph *g, const double *v)
+static alloy_graph *f16_graph(bool stats) { return low_graph(ALLOY_F16, stats); }
+
+static void run_x_as(alloy_graph *g, alloy_dtype dt, const double *v)
 {
     uint16_t x[N];
-    for (int i = 0; i < N; i++) x[i] = cvt_f64_to_f16(v[i]);
-    alloy_host_tensor feed = {"x", ALLOY_F16, 1, {N}, x};
+    for (int i = 0; i < N; i++) x[i] = dt == ALLOY_F16 ? cvt_f64_to_f16(v[i]) : cvt_f64_to_bf16(v[i]);
+    alloy_host_tensor feed = {"x", dt, 1, {N}, x};
     expect_ok(g, alloy_graph_run(g, &feed, 1, NULL, 0), "run");
 }
+
+static void run_x(alloy_graph *g, const double *v) { run_x_as(g, ALLOY_F16, v); }
 
 /* The statistics of the value printed as label; fails when untracked. */
 static alloy_amp_stat stat_of(alloy_graph *g, const char *label)
@@ -109,6 +113,25 @@ static void test_underflow_fraction_counts_nonzero_values_below_the_f16_normal(v
     assert_true(stat_of(g, "%q").underflow == (double)tiny_q / N);
     run_x(g, (const double[N]){1, 1, 1, 1, 1, 1, 1, 1}); /* none: the fraction halves */
     assert_true(stat_of(g, "%q").underflow == (double)tiny_q / (2 * N));
+    alloy_graph_free(g);
+}
+
+static void test_bf16_values_measure_against_bf16s_range(void **state)
+{
+    (void)state;
+    alloy_graph *g = low_graph(ALLOY_BF16, true);
+    /* 1e30 fits bf16 (max 3.39e38) but its square 1e60 does not; 1e-20
+     * is normal in bf16 (f16 would flush it), 1e-39 is a bf16 subnormal */
+    static const double v[N] = {1e30, -2, 1e-20, 1e-39, 0, 1, 3, 4};
+    run_x_as(g, ALLOY_BF16, v);
+    double p0 = test_round_to(ALLOY_BF16, 1e30);
+    alloy_amp_stat sp = stat_of(g, "%p"), sq = stat_of(g, "%q");
+    assert_int_equal(sp.dtype, ALLOY_BF16);
+    assert_true(sp.max_abs == p0);
+    assert_true(fabs(sp.headroom - log2(0x1.fep127 / p0)) < 1e-12);
+    assert_true(sp.underflow == 1.0 / N); /* 1e-39 alone */
+    assert_true(isinf(sq.max_abs)); /* 1e60 is inf in the f32 the loop computes in */
+    assert_true(sq.headroom < 0);
     alloy_graph_free(g);
 }
 
@@ -283,6 +306,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_abs_is_the_f64_reference_over_the_steps_before_rounding),
         cmocka_unit_test(test_underflow_fraction_counts_nonzero_values_below_the_f16_normal),
+        cmocka_unit_test(test_bf16_values_measure_against_bf16s_range),
         cmocka_unit_test(test_with_stats_off_a_training_step_leaves_the_same_bits),
         cmocka_unit_test_setup_teardown(test_range_aware_colouring_trains_without_skips_after_a_calibration_run,
                                         test_tmpdir_setup, test_tmpdir_teardown),
