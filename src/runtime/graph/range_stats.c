@@ -152,20 +152,25 @@ alloy_status alloy_graph_save_amp_stats(const alloy_graph *g, const char *path)
     int n;
     bool oom;
     alloy_amp_stat *s = all_stats(g, &n, &oom);
-    size_t cap = 256 + (size_t)n * 192, len = 0;
+    /* a line is at most 63 + 2 * 32 + 150 bytes (node, op, dtype, the numbers); the header 160 */
+    size_t cap = 256 + (size_t)n * 320, len = 0;
     char *text = oom ? NULL : al_malloc(cap);
     if (!text) {
         al_free(s);
         return graph_fail_const(g, ALLOY_ERR_OOM, "save_amp_stats: out of memory");
     }
     /* docs/amp.md, "The stats file": a header, then a line per value */
-    len += (size_t)snprintf(text + len, cap - len, "alloy-amp-stats 1 graph=%s runs=%lld\n",
+    len += (size_t)snprintf(text + len, cap - len, "alloy-amp-stats 1 graph=%.128s runs=%lld\n",
                             g->compiled ? g->compiled->name : "?", (long long)g->range_runs);
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(text + len, cap - len, "%s %s %s %s max=%.9g underflow=%.9g elements=%lld nan=%d\n",
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%s %.32s %s %s max=%.9g underflow=%.9g elements=%lld nan=%d\n",
                                 s[i].node, s[i].op, alloy_dtype_name(s[i].dtype), s[i].backward ? "bwd" : "fwd",
                                 s[i].max_abs, s[i].underflow, (long long)s[i].elements, s[i].nan ? 1 : 0);
     al_free(s);
+    if (len >= cap) { /* cannot happen with the bounds above; never write a cut file */
+        al_free(text);
+        return graph_fail_const(g, ALLOY_ERR_INVALID, "save_amp_stats: a line longer than its bound");
+    }
     char err[512];
     const void *parts[1] = {text};
     alloy_status st = al_file_write(path, parts, &len, 1, 0, err, sizeof err);
