@@ -242,6 +242,16 @@ expect 2 "--scaler: unknown option 'hysteresys' (min_scale=S, hysteresis=N, max_
     train "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 1 --scaler=dynamic,hysteresys=2
 expect 1 "--scaler: stop_at_min_scale needs a min_scale > 0" \
     train "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 1 --scaler=dynamic,stop_at_min_scale
+# range statistics and range-aware colouring (docs/amp.md, "Range statistics"): --amp-stats prints the values and
+# writes the stats file; a run compiled with it as amp_ranges keeps the overflowing nodes f32 and skips no step
+train "$tmp/stats.out" "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 2 --amp-stats "$tmp/overflow.stats" ||
+    failures=$((failures + 1))
+check "--amp-stats prints the ten with the least headroom" grep -q "^least headroom (worst 10):" "$tmp/stats.out"
+check "and writes the stats file" grep -q "^%h matmul f16 fwd max=inf " "$tmp/overflow.stats"
+train "$tmp/ranged.out" "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 4 --log-every 4 \
+    --set amp_ranges="$tmp/overflow.stats" || failures=$((failures + 1))
+check "with amp_ranges no step is skipped" grep -q "^step 4 loss [0-9.]* scale 65536 skipped 0 " "$tmp/ranged.out"
+expect 2 "--amp-stats is given twice" train "$over" --feed "$data/overflow_forward.safetensors" --steps 1 --amp-stats a --amp-stats b
 
 [ "$failures" -eq 0 ] || { echo "$failures alloyc train checks failed"; exit 1; }
 echo "all alloyc train checks passed"

@@ -118,6 +118,10 @@ static void every_call_on_a_null_graph_fails_without_crashing(void **state)
     assert_int_equal(alloy_amp_scope_pop(g), ALLOY_ERR_INVALID);
     assert_null(alloy_graph_device(g));
     assert_int_equal(alloy_graph_amp_report(g, &ar), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_amp_stats(g, stdout), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_amp_stats_count(g), 0);
+    assert_int_equal(alloy_graph_amp_stats_at(g, 0, NULL), ALLOY_ERR_INVALID);
+    assert_int_equal(alloy_graph_save_amp_stats(g, "x.stats"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_export_cuda(g, "sm_80", "/nonexistent/d"), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_cost(g, NULL, NULL, NULL), ALLOY_ERR_INVALID);
     assert_int_equal(alloy_graph_cost_report(g, stderr, "sm_90"), ALLOY_ERR_INVALID);
@@ -442,6 +446,11 @@ typedef struct bad_call {
       alloy_amp_lists_remove(f->g, ALLOY_AMP_DENYLIST, "matmull") == ALLOY_ERR_NOT_FOUND)                               \
     X(amp_set_unlisted_to_list_0, "amp: unknown list 0", alloy_amp_set_unlisted(f->g, (alloy_amp_list)0) == ALLOY_ERR_INVALID) \
     X(amp_report_into_null, "amp_report: out is NULL", alloy_graph_amp_report(f->g, NULL) == ALLOY_ERR_INVALID)         \
+    X(amp_stats_into_null, "amp_stats: out is NULL", alloy_graph_amp_stats(f->g, NULL) == ALLOY_ERR_INVALID)          \
+    X(amp_stats_at_past_the_count, "amp_stats_at: index 0 is not below the count 0",                                   \
+      alloy_graph_amp_stats_at(f->g, 0, &(alloy_amp_stat){0}) == ALLOY_ERR_INVALID)                                    \
+    X(save_amp_stats_to_no_path, "save_amp_stats: path is NULL or empty",                                               \
+      alloy_graph_save_amp_stats(f->g, NULL) == ALLOY_ERR_INVALID)                                                      \
     X(amp_scope_pop_without_a_push, "amp_scope_pop: no scope was pushed", alloy_amp_scope_pop(f->g) == ALLOY_ERR_INVALID) \
     X(amp_scope_push_of_i32, "amp_scope_push: dtype must be f32, f16 or bf16, not i32",                                 \
       alloy_amp_scope_push(f->g, I32) == ALLOY_ERR_INVALID)                                                             \

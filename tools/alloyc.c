@@ -35,7 +35,7 @@ static const char *const usage_text[] = {
     "                            [--momentum X] [--clip-norm X] [--amp=f16|bf16|off]\n"
     "                            [--scaler=dynamic|static:S|none] [--params FILE] [--seed N]\n"
     "                            [--checkpoint FILE [--save-every K]] [--save-params FILE]\n"
-    "                            [--log-every K]\n"
+    "                            [--log-every K] [--amp-stats FILE]\n"
     "                            [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]...\n"
     "       alloyc cost FILE.ir [--train ...] [--amp=...] [--set NAME=VALUE]... [--arch sm_XY]\n"
     "                           [--device h100|h200] [--calibrate PROFILE] [--top N] [--all]\n"
@@ -64,7 +64,8 @@ static const char *const usage_text[] = {
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
     "                    prints what it converted and why nodes stayed f32\n"
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
-    "                    disable_passes, no_fuse, amp_log, amp_check, no_arena, blas,\n"
+    "                    disable_passes, no_fuse, amp_log, amp_check, amp_stats,\n"
+    "                    amp_ranges, amp_range_margin, no_arena, blas,\n"
     "                    num_threads,\n"
     "                    lowp_gemm, device, cache, cache_dir, dump_dir, nvrtc, cuda_graph,\n"
     "                    time_passes, attention, profile; over its ALLOY_* environment\n"
@@ -205,6 +206,12 @@ static const char *const usage_text[] = {
     "  --set amp_check=1 also prints, for every skipped step, 'step S skipped: first\n"
     "                    inf at NODE OP TYPE (forward|backward of OP NODE, gradient of\n"
     "                    PARAM), scale A -> B' (the overflow locator, CPU; docs/amp.md)\n"
+    "  --amp-stats FILE  track each f16/bf16 value's max |x| and underflow over the\n"
+    "                    steps (--set amp_stats=1, CPU), print them at the end (the\n"
+    "                    ten with the least headroom last) and write them to FILE,\n"
+    "                    which a later compile reads with --set amp_ranges=FILE:\n"
+    "                    values whose max |x| times amp_range_margin (2) would\n"
+    "                    overflow stay f32 (docs/amp.md, \"Range statistics\")\n"
     "  train computes on the device option's choice (auto: the GPU when there is one;\n"
     "  --set device=cpu for the CPU).\n"
     "\n"
@@ -357,7 +364,7 @@ static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compil
 /* The options that take a value, and the commands that take each. */
 enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
        F_ARCH, F_EMIT, F_DUMP_DIR, F_LR, F_WEIGHT_DECAY, F_MOMENTUM, F_CLIP_NORM, F_LOSS, F_STEPS, F_CHECKPOINT,
-       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_DEVICE, F_CALIBRATE, F_TOP, F_COUNT };
+       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_AMP_STATS, F_DEVICE, F_CALIBRATE, F_TOP, F_COUNT };
 static const struct {
     const char *name, *alias;
     unsigned commands;
@@ -379,6 +386,7 @@ static const struct {
     [F_CHECKPOINT] = {"--checkpoint", NULL, CMD_TRAIN},
     [F_SAVE_EVERY] = {"--save-every", NULL, CMD_TRAIN},
     [F_SAVE_PARAMS] = {"--save-params", NULL, CMD_TRAIN},
+    [F_AMP_STATS] = {"--amp-stats", NULL, CMD_TRAIN},
     [F_LOG_EVERY] = {"--log-every", NULL, CMD_TRAIN},
     [F_PRINT_AFTER] = {"--print-after", NULL, CMD_PRINT | CMD_COMPILE},
     [F_PRINT_BEFORE] = {"--print-before", NULL, CMD_PRINT | CMD_COMPILE},
@@ -626,6 +634,10 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         case F_CHECKPOINT:
             if (o->checkpoint) return usage_error("--checkpoint is given twice");
             o->checkpoint = value;
+            break;
+        case F_AMP_STATS:
+            if (o->amp_stats) return usage_error("--amp-stats is given twice");
+            o->amp_stats = value;
             break;
         case F_SAVE_PARAMS:
             if (o->save_params) return usage_error("--save-params is given twice");

@@ -48,6 +48,7 @@ typedef struct options {
     long log_every;         /* --log-every K: a progress line every K steps (and the last); 0: not given */
     const char *checkpoint; /* --checkpoint FILE: resume from it if it exists, save it at the end */
     const char *save_params; /* --save-params FILE: write the parameters alone at the end */
+    const char *amp_stats;  /* --amp-stats FILE: range statistics over the steps, printed and written at the end */
     /* cost */
     const char *cost_device; /* --device h100|h200: the constants (NULL: h100) */
     const char *calibrate;   /* --calibrate FILE: an ALLOY_PROFILE table to fit the constants to */

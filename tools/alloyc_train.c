@@ -261,6 +261,7 @@ static int configure_training(trainer *t)
         st = alloy_graph_set_grad_scaler(g, sc);
     }
     if (!st) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));
+    if (!st && o->amp_stats) st = alloy_graph_set_option(g, "amp_stats", "1");
     if (!st) st = alloyc_apply_sets(g, o);
     if (st) return fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
     if (o->have_seed) alloy_graph_set_seed(g, o->seed);
@@ -332,6 +333,8 @@ int alloyc_train(const options *o)
     char err[1024];
     if (o->checkpoint && al_file_check_writable(o->checkpoint, err, sizeof err))
         return fail(EXIT_ERROR, "--checkpoint: %s", err);
+    if (o->amp_stats && al_file_check_writable(o->amp_stats, err, sizeof err))
+        return fail(EXIT_ERROR, "--amp-stats: %s", err);
     t.g = alloyc_load_graph(o->ir_path);
     if (!t.g) return EXIT_ERROR;
     long first = 0;
@@ -396,6 +399,15 @@ int alloyc_train(const options *o)
         if (o->save_every && step % o->save_every == 0 && i != o->steps && rank == 0 && (rc = save(&t, step))) goto done;
     }
     if (o->checkpoint && rank == 0 && (rc = save(&t, first + o->steps))) goto done; /* every rank holds the same state */
+    if (o->amp_stats && rank == 0) {
+        alloy_status st = alloy_graph_amp_stats(t.g, stdout);
+        if (!st) st = alloy_graph_save_amp_stats(t.g, o->amp_stats);
+        if (st) {
+            rc = fail(EXIT_ERROR, "--amp-stats %s: %s", o->amp_stats, alloyc_graph_error(t.g, st));
+            goto done;
+        }
+        printf("saved the range statistics to %s\n", o->amp_stats);
+    }
     if (o->save_params && rank == 0) {
         if ((rc = alloyc_save_params(t.g, o->save_params))) goto done;
         printf("saved the parameters to %s\n", o->save_params);

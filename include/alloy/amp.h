@@ -57,12 +57,45 @@ typedef struct alloy_amp_report {
     int low_nodes;       /* of those, how many run in low precision */
     int casts;           /* inserted casts the compiled step keeps (weight casts included; a folded cast of a constant is not one) */
     int weight_casts;    /* casts of parameters: the per-step low-precision weight copies */
+    int range_kept;      /* nodes kept f32 by range-aware colouring (the amp_ranges option) */
 } alloy_amp_report;
 
 /* Compiles g if needed and fills out with the AMP pass's counts. The same
  * summary, plus why each f32 node next to a low-precision one was kept in
- * f32, is printed to stderr when ALLOY_AMP_LOG=1. */
+ * f32 (and each decision of range-aware colouring), is printed when
+ * ALLOY_AMP_LOG=1 (the amp_log option): to stderr, or to the stream
+ * alloy_graph_print_after names. */
 ALLOY_API alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out);
+
+/* Range statistics (the amp_stats option, docs/amp.md "Range statistics"):
+ * with amp_stats=1 every run on the CPU adds, for each f16/bf16 value the
+ * step computes, its largest |x| (before the store rounds it: a product
+ * of 7.1e4 reads 7.1e4, not inf) and how many of its elements are nonzero
+ * but below the dtype's smallest normal (f16 6.1e-5, bf16 1.2e-38: flushed
+ * to a subnormal or to zero). A recompile starts them again. */
+typedef struct alloy_amp_stat {
+    char node[64];    /* the value as the compiled IR prints it: "%h", "%812" */
+    const char *op;   /* "matmul" */
+    alloy_dtype dtype; /* ALLOY_F16 or ALLOY_BF16 */
+    bool backward;    /* computed by the backward or the update, not the forward */
+    double max_abs;   /* the largest |x| seen (inf: a stored inf) */
+    double headroom;  /* log2(format max / max_abs): powers of two to spare (65504 for f16,
+                         3.39e38 for bf16); negative: it overflowed; inf when max_abs is 0 */
+    double underflow; /* the fraction of the elements seen that were nonzero and below the smallest normal */
+    int64_t elements; /* the elements seen, over every tracked run */
+    bool nan;         /* a NaN was seen */
+} alloy_amp_stat;
+
+/* The values tracked so far (0 before a run with amp_stats=1), in the
+ * compiled step's node order, and the i-th of them. */
+ALLOY_API int alloy_graph_amp_stats_count(const alloy_graph *g);
+ALLOY_API alloy_status alloy_graph_amp_stats_at(const alloy_graph *g, int i, alloy_amp_stat *out);
+/* Prints the statistics to out: a line per value (node, op, dtype, max |x|,
+ * headroom, underflow fraction), then the ten with the least headroom. */
+ALLOY_API alloy_status alloy_graph_amp_stats(const alloy_graph *g, FILE *out);
+/* Writes them to path, atomically, as the text file the amp_ranges option
+ * reads (docs/amp.md, "The stats file"). */
+ALLOY_API alloy_status alloy_graph_save_amp_stats(const alloy_graph *g, const char *path);
 
 #ifdef __cplusplus
 }

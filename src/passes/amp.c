@@ -15,6 +15,11 @@
  * not rounded); allow spreads
  * through clear nodes both ways. Every traversal enters a node at most
  * once, so the pass is linear in nodes + edges.
+ *
+ * With the amp_ranges option (a stats file from a calibration run), a node
+ * whose observed max |x| times the margin would overflow the format is
+ * pinned to f32 before colouring, and so is every clear or allow op that
+ * would read it in low precision (docs/amp.md, "Range-aware colouring").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +39,13 @@ typedef struct amp_state {
     uint8_t *data;    /* an f32 input, a node pinned to f32, or a clear op over only such values */
     uint8_t *promote; /* an infer node with a data operand: runs in f32 (PyTorch's promote rule) */
     int *deny_root; /* the deny node whose propagation painted this one */
+    /* range-aware colouring (amp_ranges): per node, the observed max |x|
+     * that keeps it f32 (-1: none), or for a consumer kept f32 because it
+     * would read such a value in low precision, that value's node (-1) */
+    double *range_max;
+    int *range_reads;
+    double range_limit; /* the format's max / the margin */
+    int range_kept;
     int *stack;
     bool *is_output;
 } amp_state;
@@ -143,8 +155,58 @@ static void free_state(amp_state *s)
     al_free(s->pin);
     al_free(s->promote);
     al_free(s->deny_root);
+    al_free(s->range_max);
+    al_free(s->range_reads);
     al_free(s->stack);
     al_free(s->is_output);
+}
+
+/* Range-aware colouring, before step 1: pins to f32 each colourable node
+ * of the stats file whose max |x| exceeds range_limit, then walks its
+ * consumers through clear ops: a clear or allow op there would read it in
+ * low precision, through a cast that overflows, so it is pinned too (an
+ * infer op is kept f32 by the promote rule: a pinned node is f32 data). */
+static alloy_status apply_ranges(amp_state *s, const char *path, alloy_dtype low, double margin)
+{
+    ir_graph *g = (ir_graph *)s->g;
+    amp_ranges r;
+    alloy_status st = amp_ranges_load(g, path, &r);
+    if (st) return st;
+    size_t nn = (size_t)s->n + 1;
+    s->range_max = al_malloc(nn * sizeof *s->range_max);
+    s->range_reads = al_malloc(nn * sizeof *s->range_reads);
+    if (!s->range_max || !s->range_reads) {
+        amp_ranges_free(&r);
+        return ir_error(g, ALLOY_ERR_OOM, "amp: out of memory for range-aware colouring");
+    }
+    s->range_limit = (low == ALLOY_F16 ? 65504.0 : 0x1.fep127) / margin;
+    for (int i = 0; i < s->n; i++) s->range_max[i] = -1, s->range_reads[i] = -1;
+    for (int i = 0; i < s->n; i++) {
+        const amp_range *e = s->colourable[i] ? amp_ranges_find(&r, g->nodes[i]->name) : NULL;
+        if (!e || !(e->max > s->range_limit)) continue;
+        s->range_max[i] = e->max;
+        s->pin[i] = AMP_DENY;
+        s->colourable[i] = 0;
+    }
+    for (int i = 0; i < s->n; i++) { /* then their readers: a node with a max of its own gives that as its reason */
+        if (s->range_max[i] < 0) continue;
+        int top = 0;
+        s->stack[top++] = i;
+        while (top) {
+            int v = s->stack[--top];
+            for (int k = s->cons_start[v]; k < s->cons_start[v + 1]; k++) {
+                int c = s->cons[k];
+                if (!s->colourable[c] || (s->cls[c] != AMP_CLEAR && s->cls[c] != AMP_ALLOW)) continue;
+                s->range_reads[c] = i;
+                s->pin[c] = AMP_DENY;
+                s->colourable[c] = 0;
+                if (s->cls[c] == AMP_CLEAR) s->stack[top++] = c;
+            }
+        }
+    }
+    for (int i = 0; i < s->n; i++) s->range_kept += s->range_max[i] >= 0 || s->range_reads[i] >= 0;
+    amp_ranges_free(&r);
+    return ALLOY_OK;
 }
 
 /* Step 2a: U = deny/infer nodes and the clear nodes upstream of them
@@ -484,14 +546,67 @@ static const char *deny_reason(const amp_state *s, int i, char *buf, size_t len)
     return "not coloured";
 }
 
+/* x in few characters: "7.1e4", "3.2", "inf". */
+static const char *short_num(double x, char *buf, size_t len)
+{
+    if (x >= 1e4 && x < 1e300) {
+        char m[32];
+        al_fmt(m, sizeof m, "%.1e", x); /* "7.1e+04" */
+        char *e = strchr(m, 'e');
+        int ex = atoi(e + 1);
+        *e = '\0';
+        al_fmt(buf, len, "%se%d", m, ex);
+    } else {
+        al_fmt(buf, len, "%.3g", x);
+    }
+    return buf;
+}
+
+/* Node n as the IR text names it: "%h", "%230". */
+static const char *ir_label(const ir_node *n, char *buf, size_t len)
+{
+    if (n->name) al_fmt(buf, len, "%%%s", n->name);
+    else al_fmt(buf, len, "%%%d", n->id);
+    return buf;
+}
+
+/* The range-aware colouring's decisions, one line each with its reason. */
+static void log_ranges(const amp_state *s, const ir_graph *out, const int *map, double margin, FILE *log)
+{
+    double fmax = s->range_limit * margin;
+    char limit[64], a[32], b[32];
+    if (fmax == 65504.0) al_fmt(limit, sizeof limit, "65504/%g", margin);
+    else al_fmt(limit, sizeof limit, "%s/%g", short_num(fmax, b, sizeof b), margin);
+    for (int i = 0; s->range_max && i < s->n; i++) {
+        int from = s->range_reads[i];
+        if (s->range_max[i] < 0 && from < 0) continue;
+        char label[64], src[64];
+        ir_label(out->nodes[map[i]], label, sizeof label);
+        if (s->range_max[i] >= 0) {
+            fprintf(log, "alloy amp:   %s %s kept f32: max |x| %s > %s\n", label, ir_ops[s->g->nodes[i]->op].name,
+                    short_num(s->range_max[i], a, sizeof a), limit);
+        } else {
+            ir_label(out->nodes[map[from]], src, sizeof src);
+            fprintf(log, "alloy amp:   %s %s kept f32: reads %s (max |x| %s > %s)\n", label,
+                    ir_ops[s->g->nodes[i]->op].name, src, short_num(s->range_max[from], a, sizeof a), limit);
+        }
+    }
+}
+
 /* The summary line, then why each f32 node next to a low-precision node
  * stayed f32, labelled as the rewritten graph `out` prints it. */
 static void log_report(const amp_state *s, const alloy_amp_report *rep, const ir_graph *out,
-                       const int *map, FILE *log)
+                       const int *map, const al_options *cfg, FILE *log)
 {
     fprintf(log, "alloy amp: converted %d/%d nodes to %s with %d casts (%d weight casts)\n",
             rep->low_nodes, rep->float_nodes, alloy_dtype_name(rep->dtype), rep->casts,
             rep->weight_casts);
+    if (s->range_max) {
+        double margin = cfg->amp_range_margin > 0 ? cfg->amp_range_margin : 2;
+        fprintf(log, "alloy amp: range statistics from %s (margin %g): %d node%s kept f32\n", cfg->amp_ranges,
+                margin, s->range_kept, s->range_kept == 1 ? "" : "s");
+        log_ranges(s, out, map, margin, log);
+    }
     for (int i = 0; i < s->n; i++) {
         if (!s->colourable[i] || s->allow[i]) continue;
         const ir_node *v = s->g->nodes[i];
@@ -517,6 +632,9 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
                         alloy_dtype_name(cfg->dtype));
     amp_state s = {0};
     alloy_status st = build_state(&s, g, cfg);
+    const al_options *o = pass_cfg(opts);
+    if (!st && o->amp_ranges[0])
+        st = apply_ranges(&s, o->amp_ranges, cfg->dtype, o->amp_range_margin > 0 ? o->amp_range_margin : 2);
     if (!st) {
         mark_promoted(&s);
         mark_upstream_of_deny_or_infer(&s);
@@ -527,7 +645,8 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
         int *map = NULL;
         rewriter rw;
         st = rewrite(&s, cfg->dtype, &out, &rw, &map);
-        alloy_amp_report rep = {.dtype = cfg->dtype, .casts = rw.casts, .weight_casts = rw.weight_casts};
+        alloy_amp_report rep = {.dtype = cfg->dtype, .casts = rw.casts, .weight_casts = rw.weight_casts,
+                                .range_kept = s.range_kept};
         bool folding = true;
         for (int i = 0; i < pass_count(); i++)
             if (strcmp(pass_name(i), "simplify") == 0) folding = !(pass_cfg(opts)->disabled & 1u << i);
@@ -538,13 +657,14 @@ alloy_status pass_amp(ir_graph **gp, const pass_options *opts)
         }
         if (!st) {
             for (int i = 0; i < s.n; i++) {
-                if (!s.colourable[i] || is_marker(g->nodes[i]->op)) continue;
+                bool ranged = s.range_max && (s.range_max[i] >= 0 || s.range_reads[i] >= 0);
+                if ((!s.colourable[i] && !ranged) || is_marker(g->nodes[i]->op)) continue;
                 rep.float_nodes++;
                 rep.low_nodes += s.allow[i];
             }
             if (opts->amp_report) *opts->amp_report = rep;
             if (pass_cfg(opts)->amp_log)
-                log_report(&s, &rep, out, map, opts->log ? opts->log : stderr);
+                log_report(&s, &rep, out, map, pass_cfg(opts), opts->log ? opts->log : stderr);
             al_free(map);
             ir_graph_free(g);
             *gp = out;

@@ -86,6 +86,23 @@ typedef struct pass {
 AL_HIDDEN alloy_status pass_run_pipeline(ir_graph **g, const pass_options *opts, pass_compiled *out,
                                          FILE *log, pass_timing *timings, int max, int *ntimings);
 
+/* amp_ranges.c: a stats file (docs/amp.md, "The stats file") as the amp
+ * pass reads it for range-aware colouring: the forward values', by name. */
+typedef struct amp_range {
+    char *name; /* the node's name, without the '%' */
+    double max; /* its observed max |x| */
+} amp_range;
+typedef struct amp_ranges {
+    amp_range *entries; /* sorted by name, each name once */
+    int n;
+} amp_ranges;
+/* Reads path into *out; a missing or unreadable file, or a line that is not
+ * a value's, is an error on g naming path and the line. */
+AL_HIDDEN alloy_status amp_ranges_load(ir_graph *g, const char *path, amp_ranges *out);
+/* The entry of the node named name, or NULL. */
+AL_HIDDEN const amp_range *amp_ranges_find(const amp_ranges *r, const char *name);
+AL_HIDDEN void amp_ranges_free(amp_ranges *r);
+
 /* The passes (one file each). */
 AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /* amp.c */
 AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */

@@ -22,6 +22,15 @@ typedef struct rt_download {
     void *dst;
 } rt_download;
 
+/* The range statistics of one value (the amp_stats option), added to by
+ * every run that has them on: any thread may add (cpu_range_add_*). */
+typedef struct rt_range {
+    uint32_t max_bits; /* the largest |x| seen, as f32 bits (an inf counts; a NaN never does) */
+    uint32_t nan;      /* 1 once a NaN was seen */
+    uint64_t tiny;     /* elements nonzero and below the smallest normal of the value's dtype */
+    uint64_t count;    /* elements seen */
+} rt_range;
+
 /* What one run binds and hands back. */
 typedef struct rt_run_args {
     /* per node of the compiled graph: the buffer of each input, param and
@@ -42,8 +51,12 @@ typedef struct rt_run_args {
      * no check. nonfinite_done says the backend did. */
     uint8_t *nonfinite;
     bool *nonfinite_done;
+    /* the amp_stats option: per node of the compiled graph, added to (not
+     * zeroed) for each f16/bf16 value a backend that tracks computes
+     * (cpu_amp_checked's values); NULL: none. ranges_done says it did. */
+    rt_range *ranges;
+    bool *ranges_done;
 } rt_run_args;
-
 
 /* A backend's entry points. Every call returns ALLOY_OK or an error with
  * its message on the backend (rt_backend.error), naming what failed. */

@@ -13,6 +13,9 @@ const opt_key opt_keys[] = {
     {"no_fuse", "ALLOY_NO_FUSE", "fusion kinds row, gemm, multi separated by commas, or 1 (or all) for no fusion"},
     {"amp_log", "ALLOY_AMP_LOG", "0 or 1"},
     {"amp_check", "ALLOY_AMP_CHECK", "0 or 1"},
+    {"amp_stats", "ALLOY_AMP_STATS", "0 or 1"},
+    {"amp_ranges", "ALLOY_AMP_RANGES", "a range statistics file (alloy_graph_save_amp_stats)"},
+    {"amp_range_margin", "ALLOY_AMP_RANGE_MARGIN", "a factor from 1 to 65536 (default 2)"},
     {"no_arena", "ALLOY_NO_ARENA", "0 or 1"},
     {"blas", "ALLOY_BLAS", "0 or 1"},
     {"num_threads", "ALLOY_NUM_THREADS", "a thread count from 1 to 64"},
@@ -159,6 +162,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
     }
     bool *flag = strcmp(name, "amp_log") == 0 ? &o->amp_log
                  : strcmp(name, "amp_check") == 0 ? &o->amp_check
+                 : strcmp(name, "amp_stats") == 0 ? &o->amp_stats
                  : strcmp(name, "no_arena") == 0 ? &o->no_arena
                  : strcmp(name, "blas") == 0 ? &o->blas
                  : strcmp(name, "cache") == 0 ? &o->cache
@@ -168,6 +172,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
     if (flag) {
         bool def = flag == &o->amp_log    ? d.amp_log
                    : flag == &o->amp_check ? d.amp_check
+                   : flag == &o->amp_stats ? d.amp_stats
                    : flag == &o->no_arena ? d.no_arena
                    : flag == &o->blas     ? d.blas
                    : flag == &o->cache    ? d.cache
@@ -192,6 +197,17 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         o->profile = (int)v;
         return ALLOY_OK;
     }
+    if (strcmp(name, "amp_range_margin") == 0) {
+        if (reset) return o->amp_range_margin = 0, ALLOY_OK;
+        char *end;
+        double v = strtod(value, &end);
+        if (*end || end == value || !(v >= 1 && v <= 65536)) {
+            al_fmt(err, errlen, "amp_range_margin=%s: not a factor from 1 to 65536", value);
+            return ALLOY_ERR_INVALID;
+        }
+        o->amp_range_margin = v;
+        return ALLOY_OK;
+    }
     if (strcmp(name, "num_threads") == 0) {
         if (reset) return o->num_threads = 0, ALLOY_OK;
         char *end;
@@ -206,6 +222,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
     char *path = strcmp(name, "cache_dir") == 0  ? o->cache_dir
                  : strcmp(name, "dump_dir") == 0 ? o->dump_dir
                  : strcmp(name, "nvrtc") == 0    ? o->nvrtc
+                 : strcmp(name, "amp_ranges") == 0 ? o->amp_ranges
                                                  : NULL;
     if (path) {
         size_t n = strlen(value);
@@ -273,6 +290,8 @@ void opt_print(const al_options *o, FILE *out)
     }
     if (o->amp_log) fputs(" amp_log=1", out);
     if (o->amp_check) fputs(" amp_check=1", out);
+    if (o->amp_stats) fputs(" amp_stats=1", out);
+    if (o->amp_range_margin > 0) fprintf(out, " amp_range_margin=%g", o->amp_range_margin);
     if (o->no_arena) fputs(" no_arena=1", out);
     if (!o->blas) fputs(" blas=0", out);
     if (o->num_threads) fprintf(out, " num_threads=%d", o->num_threads);
@@ -286,6 +305,7 @@ void opt_print(const al_options *o, FILE *out)
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
     if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);
+    if (o->amp_ranges[0]) fprintf(out, " amp_ranges=%s", o->amp_ranges);
     fputc('\n', out);
 }
 
@@ -307,5 +327,9 @@ uint64_t opt_hash(const al_options *o)
     /* mixed only when set, so every hash from before the option stays the same */
     if (o->lowp_gemm != OPT_LOWP_AUTO) h = mix(h, &(uint8_t){(uint8_t)o->lowp_gemm}, 1);
     if (o->attention_always) h = mix(h, "attention", 9);
+    if (o->amp_ranges[0]) { /* the file's path and margin; its contents are the caller's to add */
+        h = mix(h, o->amp_ranges, strlen(o->amp_ranges));
+        h = mix(h, &o->amp_range_margin, sizeof o->amp_range_margin);
+    }
     return h;
 }

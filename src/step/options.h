@@ -32,6 +32,8 @@ typedef struct al_options {
     uint32_t no_fuse;      /* bit 1 << ir_group_kind: form no groups of that kind; OPT_NO_FUSE_ALL: none */
     bool amp_log;          /* the amp pass reports what it converted and why */
     bool amp_check;        /* runs flag each value that is not finite (the overflow locator; CPU backend) */
+    bool amp_stats;        /* runs track each f16/bf16 value's max |x| and underflow fraction (range statistics; CPU) */
+    double amp_range_margin; /* range-aware colouring: a node whose max |x| times this would overflow stays f32; 0: 2 */
     bool time_passes;      /* the pass manager prints each pass's time and node count */
     bool no_arena;         /* the memory plan gives every value its own slot (no reuse) */
     bool blas;             /* the CPU backend's GEMM uses the BLAS when the build has one */
@@ -48,6 +50,10 @@ typedef struct al_options {
     char cache_dir[OPT_PATH_MAX];     /* the cache's directory; "": the default (runtime/graph resolves it) */
     char dump_dir[OPT_PATH_MAX];      /* every generated source is also written here; "": none */
     char nvrtc[OPT_PATH_MAX];         /* the NVRTC library to load; "": libnvrtc.so.13, .12, .11.2 from the loader's path */
+    /* range-aware colouring (docs/amp.md, "Range statistics"): the stats
+     * file the amp pass reads; "": none. Its contents change what is
+     * compiled: a cache key over compiled code must take them too. */
+    char amp_ranges[OPT_PATH_MAX];
 } al_options;
 
 #define OPT_NO_FUSE_ALL 1u

@@ -77,7 +77,7 @@ bool cpu_amp_checked(const ir_graph *g, const ir_node *n)
     return true;
 }
 
-/* amp_check after a step: the stored values of its members that the
+/* amp_check and amp_stats after a step: the stored values of its members that the
  * chunk loop did not see (a GEMM's product, a row op's, an op kernel's). */
 static void check_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                        const rt_tensor *values)
@@ -88,7 +88,9 @@ static void check_step(cpu_exec *x, const ir_graph *g, const schedule *s, const 
         if (!values[id].data || (step->kind != STEP_KIND_OP && ir_fuse_elementwise(g, n)) || !cpu_amp_checked(g, n))
             continue;
         if (step->kind == STEP_KIND_GEMM && m == step->first) continue; /* its product: cpu_run_gemm checked it */
-        x->nonfinite[id] |= (uint8_t)cpu_nonfinite_bits(n->type.dtype, values[id].data, ir_numel(&n->type));
+        if (x->nonfinite)
+            x->nonfinite[id] |= (uint8_t)cpu_nonfinite_bits(n->type.dtype, values[id].data, ir_numel(&n->type));
+        if (x->ranges) cpu_range_add_stored(cpu_range_of(x, g, n), n->type.dtype, values[id].data, ir_numel(&n->type));
     }
 }
 
@@ -157,7 +159,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         if (x->status) break;
         double t0 = x->step_us ? seconds_now() : 0;
         run_step(x, g, s, step, values, w);
-        if (x->nonfinite && !x->status && step->kind != STEP_KIND_EW) check_step(x, g, s, step, values);
+        if ((x->nonfinite || x->ranges) && !x->status && step->kind != STEP_KIND_EW) check_step(x, g, s, step, values);
         if (x->step_us) x->step_us[k] = 1e6 * (seconds_now() - t0);
         /* values past their last reader are forgotten: their slots are reused */
         for (int i = 0; i < step->nin; i++) {

@@ -5,6 +5,7 @@
 #include "ir/ir.h"
 #include "step/plan.h"
 #include "step/schedule.h"
+#include "runtime/backend.h" /* rt_range */
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;
@@ -41,6 +42,8 @@ struct cpu_exec {
     /* the amp_check option (rt_run_args.nonfinite): per node, the
      * NONFINITE_* bits of each checked value; NULL: not checking */
     uint8_t *nonfinite;
+    /* the amp_stats option (rt_run_args.ranges): per node; NULL: not tracking */
+    rt_range *ranges;
     float *product;
     int64_t product_count;
     void *product_store;
@@ -109,6 +112,16 @@ AL_HIDDEN int cpu_nonfinite_bits(alloy_dtype dt, const void *p, int64_t n);
 /* The same for n f32 values standing for dtype dt: those a store to dt
  * would round to inf count as infs. */
 AL_HIDDEN int cpu_nonfinite_bits_f32(alloy_dtype dt, const float *y, int64_t n);
+/* cpu_range_stats.c: the amp_stats option. r's entry for a value of dtype
+ * dt (f16 or bf16; others add nothing) gets n elements: f32 or f64 values
+ * before the store rounds them (so 7.1e4 reads as 7.1e4, not inf), or the
+ * stored 16-bit patterns. Safe on any thread. */
+AL_HIDDEN void cpu_range_add_f32(rt_range *r, alloy_dtype dt, const float *y, int64_t n);
+AL_HIDDEN void cpu_range_add_f64(rt_range *r, alloy_dtype dt, const double *y, int64_t n);
+AL_HIDDEN void cpu_range_add_stored(rt_range *r, alloy_dtype dt, const void *p, int64_t n);
+/* x's entry for node n when amp_stats tracks it (an f16/bf16 value
+ * cpu_amp_checked looks at), else NULL. */
+AL_HIDDEN rt_range *cpu_range_of(const cpu_exec *x, const ir_graph *g, const ir_node *n);
 /* Sets every element of y (n f32 values standing for dtype dt) that a store
  * to f16/bf16 would round to inf to that inf; other dtypes: nothing. */
 AL_HIDDEN void cpu_range_f32(alloy_dtype dt, float *y, int64_t n);

@@ -167,8 +167,9 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
     }
     gemm_configure(b->cfg.blas, b->cfg.num_threads);
     cpu_exec x = {.nthreads = b->cfg.num_threads, .lowp_gemm = b->cfg.lowp_gemm, .comm = args->comm,
-                  .nonfinite = args->nonfinite};
+                  .nonfinite = args->nonfinite, .ranges = args->ranges};
     if (args->nonfinite_done) *args->nonfinite_done = args->nonfinite != NULL;
+    if (args->ranges_done) *args->ranges_done = args->ranges != NULL;
     bool profiling = rt_profile_due(b->cfg.profile, e->runs + 1);
     if (profiling && !(x.step_us = al_calloc((size_t)e->s->nsteps + 1, sizeof *x.step_us)))
         return rt_fail(b, ALLOY_ERR_OOM, "cpu: out of memory for the profile");

@@ -124,6 +124,7 @@ typedef struct fz_member {
     bool check;  /* found_inf reads it: any non-finite value (as stored) sets the plan's flag */
     bool ranged; /* an unrounded f16/bf16 value: overflows to inf as a store would (cpu_range_f32) */
     uint8_t *flag; /* amp_check: its node's NONFINITE_* bits (cpu_exec.nonfinite), or NULL */
+    rt_range *range; /* amp_stats: its node's statistics (cpu_exec.ranges), or NULL */
     double p[IR_EW_MAX_ATTRS]; /* the op's attributes (ir_ew_params) */
     alloy_dtype dtype;
     size_t es;
@@ -430,6 +431,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             char *back = dst ? dst : roundtrip;
             if (p->wide) {
                 mb->f64(len, y, op[0], op[1], op[2], mb->p);
+                if (mb->range) cpu_range_add_f64(mb->range, mb->dtype, y, len); /* before the range rule */
                 if (mb->ranged) range_f64(mb->dtype, y, len);
                 if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F64))
                     cvt_store_f64(mb->dtype, y, back, (size_t)len);
@@ -438,9 +440,11 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             } else {
                 if (mb->f32 == fz_copy_f32 && mb->exact && !mb->ranged) { /* a rounding cast: no copy first */
+                    if (mb->range) cpu_range_add_f32(mb->range, mb->dtype, op[0], len);
                     cvt_store_f32(mb->dtype, op[0], back, (size_t)len);
                 } else {
                     mb->f32(len, y, op[0], op[1], op[2], mb->p);
+                    if (mb->range) cpu_range_add_f32(mb->range, mb->dtype, y, len); /* before the range rule */
                     if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
                     if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
                         cvt_store_f32(mb->dtype, y, back, (size_t)len);
@@ -859,6 +863,8 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     }
     for (int k = 0; x->nonfinite && k < n; k++) /* amp_check, fused into the chunk loop */
         if (cpu_amp_checked(g, g->nodes[members[k].node])) p.members[k].flag = &x->nonfinite[members[k].node];
+    for (int k = 0; x->ranges && k < n; k++) /* amp_stats, the same way */
+        p.members[k].range = cpu_range_of(x, g, g->nodes[members[k].node]);
     if (!space) space = &last->type;
     p.total = ir_numel(space);
     if (p.total == 0) {

@@ -369,6 +369,8 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
     alloy_status head = mm->op == IR_OP_matmul ? cpu_matmul(x, mm, &acc, in) : cpu_conv(x, mm, &acc, in);
     if (!head && x->nonfinite && cpu_amp_checked(g, mm)) /* amp_check: the product as its dtype holds it */
         x->nonfinite[mm->id] |= (uint8_t)cpu_nonfinite_bits_f32(mm->type.dtype, acc.data, count);
+    if (!head && x->ranges) /* amp_stats: the unrounded product, as it was checked */
+        cpu_range_add_f32(cpu_range_of(x, g, mm), mm->type.dtype, acc.data, count);
     if (!head) {
         /* the epilogue reads the unrounded f32 product; the rounded store of
          * a kept f16/bf16 product and the range rule (f16 precision kept, not

@@ -102,6 +102,7 @@ void graph_invalidate(alloy_graph *g)
     plan_free(&g->comp.plan);
     ir_graph_free(g->compiled);
     g->compiled = NULL;
+    range_stats_drop(g);
 }
 
 void graph_release_device(alloy_graph *g)

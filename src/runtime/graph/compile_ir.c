@@ -30,6 +30,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     opts.cfg = &g->cfg;
+    opts.log = g->print_to; /* the AMP report goes where printed passes go (NULL: stderr) */
     if (g->comm) {
         opts.dp_world = alloy_comm_size(g->comm);
         opts.dp_rank = alloy_comm_rank(g->comm);

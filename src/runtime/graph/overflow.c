@@ -19,6 +19,11 @@ static bool feeds_loss(const ir_graph *c, int id, uint8_t *mark)
     return mark[id] != 0;
 }
 
+bool overflow_is_backward(const ir_graph *c, int id, uint8_t *mark)
+{
+    return c->nodes[id]->origin >= 0 || !feeds_loss(c, id, mark);
+}
+
 /* The first "grad:<name>" output node id reaches (ids are topological),
  * into param; how many gradient outputs it reaches. */
 static int gradient_fed(const ir_graph *c, int id, uint8_t *mark, char *param, size_t len)
@@ -70,7 +75,7 @@ void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked)
     uint8_t *mark = al_malloc((size_t)c->nnodes + 1);
     int fed = 0;
     if (mark) {
-        o->backward = n->origin >= 0 || !feeds_loss(c, first, mark);
+        o->backward = overflow_is_backward(c, first, mark);
         if (o->backward) fed = gradient_fed(c, first, mark, o->param, sizeof o->param);
         al_free(mark);
     }

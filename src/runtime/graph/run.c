@@ -112,7 +112,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     if (!st) st = bind_state(g);
     int nd = 0;
     uint8_t *flags = NULL; /* amp_check's, per compiled node */
-    bool checked = false;
+    bool checked = false, tracked = false; /* the backend did amp_check's, amp_stats' */
     rt_run_args args;
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetch_id[i];
@@ -129,6 +129,8 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
                              .profile_to = g->print_to, .nonfinite_done = &checked, .comm = g->comm};
         if (g->cfg.amp_check && !(args.nonfinite = flags = al_calloc(nn + 1, 1)))
             st = graph_fail(g, ALLOY_ERR_OOM, "out of memory for amp_check's flags (%zu bytes)", nn);
+        if (!st) st = range_stats_prepare(g, &args.ranges);
+        args.ranges_done = &tracked;
     }
     if (!st) {
         rt_backend *b = graph_backend(g);
@@ -139,6 +141,7 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     }
     if (!st) step_info_capture(g);
     if (!st) overflow_capture(g, flags, checked && flags);
+    if (!st && tracked) g->range_runs++;
     al_free(flags);
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetch_id[i];
