@@ -247,7 +247,9 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     for (int q = 0; q < x.prog.nkernels; q++)
         for (int i = 0; i < x.prog.kernels[q].nparams; i++) {
             const cg_param *pa = &x.prog.kernels[q].params[i];
-            aux += pa->kind == CG_PARAM_FLAG ? 4 : pa->kind == CG_PARAM_ROWS ? 4 * pa->count : 0;
+            aux += pa->kind == CG_PARAM_FLAG ? 4
+                   : pa->kind == CG_PARAM_ROWS ? (c->nodes[pa->node]->type.dtype == ALLOY_F64 ? 8 : 4) * pa->count
+                                               : 0;
         }
     for (int i = 0; i < x.lp.nactions; i++)
         if (x.lp.actions[i].kind == LP_ZERO || x.lp.actions[i].kind == LP_COPY)
