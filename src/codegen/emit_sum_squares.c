@@ -21,6 +21,25 @@ static void put_choice(cg_text *t, const int *param, const int64_t *first, const
     put_choice(t, param, first, count, mid, hi, depth + 1);
 }
 
+/* The parameters of both kernels, in order: the output, the partials
+ * (chunks + one per operand), the operands of any elements; fills param,
+ * first and count per such operand and returns how many there are. */
+static int sq_params(cg_params *ps, const ir_graph *g, const ir_node *n, int64_t chunks, const int64_t *start,
+                     int *param, int64_t *first, int64_t *count, int *out, int *part)
+{
+    int ne = 0;
+    *out = cg_param_of(ps, CG_PARAM_NODE, n->id, true, 0);
+    *part = cg_param_of(ps, CG_PARAM_ROWS, n->id, true, chunks + n->nin);
+    for (int i = 0; i < n->nin; i++) {
+        int64_t c = ir_numel(&g->nodes[n->in[i]]->type);
+        if (c == 0) continue;
+        param[ne] = cg_param_of(ps, CG_PARAM_NODE, n->in[i], false, 0);
+        first[ne] = start[i], count[ne] = c;
+        ne++;
+    }
+    return ne;
+}
+
 /* sum_squares n of step k: the first kernel gives each block chunks of
  * SQ_CHUNK elements of all operands at once (the operand found by a
  * balanced tree of comparisons), each block's f32 sum of squares to a
@@ -45,17 +64,7 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
     }
     if (ok) start[nin] = chunks;
     int out = -1, part = -1;
-    if (ok) {
-        out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
-        part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, chunks + nin);
-        for (int i = 0; i < nin; i++) {
-            int64_t c = ir_numel(&g->nodes[n->in[i]]->type);
-            if (c == 0) continue;
-            param[ne] = cg_param_of(&ps, CG_PARAM_NODE, n->in[i], false, 0);
-            first[ne] = start[i], count[ne] = c;
-            ne++;
-        }
-    }
+    if (ok) ne = sq_params(&ps, g, n, chunks, start, param, first, count, &out, &part);
     char kname[48];
     if (ok && ne) { /* the partials: one per chunk */
         cg_put_preamble(&t);
@@ -78,6 +87,9 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
         cg_text_free(&t);
     }
     if (ok) { /* per operand: its partials' f32 sum at partial chunks + i; then the f64 total in order */
+        al_free(ps.at); /* the first kernel took its parameters: the same again, in the same order */
+        ps = (cg_params){0};
+        sq_params(&ps, g, n, chunks, start, param, first, count, &out, &part);
         cg_put_preamble(&t);
         al_fmt(kname, sizeof kname, "%s_final", name);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, kname);
