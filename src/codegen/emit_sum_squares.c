@@ -21,7 +21,7 @@ static void put_choice(cg_text *t, const int *param, const int64_t *first, const
     put_choice(t, param, first, count, mid, hi, depth + 1);
 }
 
-/* The parameters of both kernels, in order: the output, the partials
+/* The first kernel's parameters, in order: the output, the partials
  * (chunks + one per operand), the operands of any elements; fills param,
  * first and count per such operand and returns how many there are. */
 static int sq_params(cg_params *ps, const ir_graph *g, const ir_node *n, int64_t chunks, const int64_t *start,
@@ -87,9 +87,10 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
         cg_text_free(&t);
     }
     if (ok) { /* per operand: its partials' f32 sum at partial chunks + i; then the f64 total in order */
-        al_free(ps.at); /* the first kernel took its parameters: the same again, in the same order */
+        al_free(ps.at); /* the first kernel took its parameters: the output and the partials again, first as there */
         ps = (cg_params){0};
-        sq_params(&ps, g, n, chunks, start, param, first, count, &out, &part);
+        out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+        part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, chunks + nin);
         cg_put_preamble(&t);
         al_fmt(kname, sizeof kname, "%s_final", name);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, kname);
@@ -97,7 +98,6 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
         cg_put(&t, ")\n{\n    const long long start_[%d] = {", nin + 1);
         for (int i = 0; i <= nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)start[i]);
         cg_put(&t, "};\n");
-        for (int i = 0; i < ne; i++) cg_put(&t, "    (void)p%d;\n", param[i]);
         cg_put(&t, "    const int lane_ = threadIdx.x & 31;\n"
                    "    for (int o_ = threadIdx.x >> 5; o_ < %d; o_ += %d) {\n"
                    "        float m_ = 0;\n"
