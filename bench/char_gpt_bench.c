@@ -9,6 +9,7 @@
 
 #include "alloy/alloy.h"
 #include "gpt_model.h"
+#include "proc_threads.h"
 
 #ifndef CHAR_GPT_TORCH_SCRIPT
 #define CHAR_GPT_TORCH_SCRIPT "bench/char_gpt_torch.py"
@@ -17,9 +18,11 @@
 static const char usage[] =
     "usage: char_gpt_bench [options]\n"
     "Times training steps (forward, backward, AdamW) of the char_gpt model on random\n"
-    "tokens, reported from the median timed step; configs:\n"
-    "alloy f32, f16 AMP (dynamic scaler), bf16 AMP, then PyTorch f32 and bf16\n"
-    "autocast through bench/char_gpt_torch.py when `import torch` works.\n"
+    "tokens; configs: alloy f32, f16 AMP (dynamic scaler), bf16 AMP, then PyTorch f32\n"
+    "and bf16 autocast through bench/char_gpt_torch.py when `import torch` works.\n"
+    "Every row shows, on both sides alike, the median over the timed steps of the\n"
+    "wall time and of the process CPU time (user + system, all threads), and how many\n"
+    "threads had at least 1% of that CPU time (/proc/self/task).\n"
     "  --steps N      timed steps per config (default 20)\n"
     "  --warmup N     untimed steps first; alloy compiles on the first (default 3)\n"
     "  --batch N --context N --dim N --layers N --heads N   the model (char_gpt's defaults)\n"
@@ -27,13 +30,16 @@ static const char usage[] =
     "  --python EXE   interpreter for the PyTorch side (default python3)\n"
     "  --no-torch     skip PyTorch\n"
     "  --configs LIST the alloy configs to run, of f32,f16,bf16 (default all three)\n"
-    "  --cpu-time     time each step by the process's CPU time and report the best step\n"
-    "                 (on a shared machine: other processes' time does not count)\n"
-    "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count.\n";
+    "  --cpu-time     tokens/s and the ratio column from the CPU time instead of the\n"
+    "                 wall time (on a shared machine other processes' time does not count)\n"
+    "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count,\n"
+    "with OMP_WAIT_POLICY=PASSIVE at 2 or more unless the environment sets it.\n";
 
+/* One config's medians, ms per step, and the threads that ran (-1: unknown). */
 typedef struct bench_result {
     char config[48];
-    double tokens_per_s;
+    double wall_ms, cpu_ms;
+    int ran;
 } bench_result;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -48,13 +54,11 @@ static void fail(const char *fmt, ...)
     exit(1);
 }
 
-static bool cpu_time; /* --cpu-time */
-
-/* Wall time, or with --cpu-time the CPU time of every thread of the process. */
-static double now_seconds(void)
+/* Seconds on clock id (CLOCK_MONOTONIC or CLOCK_PROCESS_CPUTIME_ID). */
+static double seconds_on(clockid_t id)
 {
     struct timespec t;
-    clock_gettime(cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -74,11 +78,17 @@ static int compare_doubles(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Tokens/s of the model with AMP dtype amp (ALLOY_F32 = off) trained as
- * char_gpt trains it: `warmup` untimed steps, then the median of `steps`
- * timed ones (the median shrugs off steps slowed by other processes), or
- * with --cpu-time the best of them. */
-static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int warmup, int steps)
+/* The median of v[0..n), n >= 1; sorts v. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The model with AMP dtype amp (ALLOY_F32 = off) trained as char_gpt trains
+ * it: `warmup` untimed steps, then the medians of `steps` timed ones (the
+ * median shrugs off steps slowed by other processes) into r. */
+static void time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int warmup, int steps, bench_result *r)
 {
     alloy_graph *g = alloy_graph_new("char_gpt_bench");
     if (!g) fail("out of memory");
@@ -103,24 +113,30 @@ static double time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int 
     }
     alloy_host_tensor feeds[2] = {{"tokens", ALLOY_I32, 2, {batch, cfg->context}, tokens},
                                   {"targets", ALLOY_I32, 1, {(int64_t)n}, targets}};
-    double *seconds = malloc(sizeof(double) * (size_t)steps);
-    if (!seconds) fail("out of memory");
+    double *wall = malloc(sizeof(double) * (size_t)steps), *cpu = malloc(sizeof(double) * (size_t)steps);
+    if (!wall || !cpu) fail("out of memory");
+    proc_threads before, after;
+    double cpu0 = 0.0;
     for (int i = 0; i < warmup + steps; i++) {
-        double start = now_seconds();
+        if (i == warmup) proc_threads_take(&before), cpu0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
+        double w0 = seconds_on(CLOCK_MONOTONIC), c0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
         if (alloy_graph_run(g, feeds, 2, NULL, 0)) fail("training step: %s", alloy_last_error(g));
-        if (i >= warmup) seconds[i - warmup] = now_seconds() - start;
+        if (i >= warmup) {
+            cpu[i - warmup] = seconds_on(CLOCK_PROCESS_CPUTIME_ID) - c0;
+            wall[i - warmup] = seconds_on(CLOCK_MONOTONIC) - w0;
+        }
     }
-    qsort(seconds, (size_t)steps, sizeof(double), compare_doubles);
-    double median = cpu_time    ? seconds[0]
-                    : steps % 2 ? seconds[steps / 2]
-                                : 0.5 * (seconds[steps / 2 - 1] + seconds[steps / 2]);
+    double cpu_all = seconds_on(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    proc_threads_take(&after);
+    r->wall_ms = 1e3 * median(wall, steps);
+    r->cpu_ms = 1e3 * median(cpu, steps);
+    r->ran = proc_threads_ran(&before, &after, (long long)(cpu_all * 1e7));
     alloy_graph_free(g);
-    free(tokens), free(targets), free(seconds);
-    return (double)n / median;
+    free(tokens), free(targets), free(wall), free(cpu);
 }
 
 /* Runs the PyTorch script with the same model and step counts; appends its
- * "tokens_per_s<TAB>config<TAB>value" lines to results and echoes the rest. */
+ * "step_ms<TAB>config<TAB>WALL<TAB>CPU<TAB>RAN" lines to results and echoes the rest. */
 static int time_torch(const char *python, const gpt_config *cfg, int batch, int warmup, int steps,
                       int threads, bench_result *results, int nresults)
 {
@@ -135,6 +151,11 @@ static int time_torch(const char *python, const gpt_config *cfg, int batch, int 
              "--heads %d --vocab %d --threads %d 2>&1",
              python, script, steps, warmup, batch, cfg->context, cfg->dim, cfg->layers, cfg->heads,
              cfg->vocab, threads);
+    /* PyTorch's OpenMP threads spin by default while a partner is
+     * descheduled: on a shared machine that measures the load (the caller's
+     * OMP_WAIT_POLICY wins) */
+    if (threads > 1) setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    printf("torch: OMP_WAIT_POLICY=%s\n", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
     fflush(stdout);
     FILE *pipe = popen(command, "r");
     if (!pipe) {
@@ -144,7 +165,8 @@ static int time_torch(const char *python, const gpt_config *cfg, int batch, int 
     char line[512];
     while (fgets(line, sizeof line, pipe)) {
         bench_result r;
-        if (nresults < 8 && sscanf(line, "tokens_per_s\t%47[^\t]\t%lf", r.config, &r.tokens_per_s) == 2)
+        if (nresults < 8 &&
+            sscanf(line, "step_ms\t%47[^\t]\t%lf\t%lf\t%d", r.config, &r.wall_ms, &r.cpu_ms, &r.ran) == 4)
             results[nresults++] = r;
         else
             printf("torch: %s", line);
@@ -158,7 +180,7 @@ int main(int argc, char **argv)
 {
     gpt_config cfg = {76, 64, 128, 2, 4, 512};
     int batch = 32, warmup = 3, steps = 20;
-    bool torch = true;
+    bool torch = true, cpu_time = false;
     const char *python = "python3", *configs = "f32,f16,bf16";
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -199,15 +221,21 @@ int main(int argc, char **argv)
         snprintf(key, sizeof key, ",%s,", alloy_configs[i].key);
         if (!strstr(list, key)) continue;
         snprintf(results[n].config, sizeof results[n].config, "%s", alloy_configs[i].name);
-        results[n++].tokens_per_s = time_alloy(&cfg, batch, alloy_configs[i].amp, warmup, steps);
+        time_alloy(&cfg, batch, alloy_configs[i].amp, warmup, steps, &results[n++]);
     }
     if (torch) n = time_torch(python, &cfg, batch, warmup, steps, threads, results, n);
+    if (n == 0) return 0;
 
-    printf("\n%-22s | %10s | %8s | %s\n", "config", "tokens/s", "ms/step", "ratio to the first row");
-    for (int i = 0; i < n; i++)
-        printf("%-22s | %10.0f | %8.1f | %.2f\n", results[i].config, results[i].tokens_per_s,
-               1e3 * batch * cfg.context / results[i].tokens_per_s,
-               results[i].tokens_per_s / results[0].tokens_per_s);
-    if (cpu_time) printf("(ms/step: the best step's CPU time, all threads)\n");
+    /* the same quantity on both sides: medians of wall time and of CPU time */
+    const char *by = cpu_time ? "CPU" : "wall";
+    printf("\n%-22s | %10s | %12s | %11s | %11s | %s\n", "config", "tokens/s", "wall ms/step", "CPU ms/step",
+           "threads ran", "step time / the first row's");
+    for (int i = 0; i < n; i++) {
+        double ms = cpu_time ? results[i].cpu_ms : results[i].wall_ms, ms0 = cpu_time ? results[0].cpu_ms : results[0].wall_ms;
+        printf("%-22s | %10.0f | %12.1f | %11.1f | %11d | %.2f\n", results[i].config, 1e3 * batch * cfg.context / ms,
+               results[i].wall_ms, results[i].cpu_ms, results[i].ran, ms / ms0);
+    }
+    printf("(medians over %d timed steps; tokens/s and the last column from the %s time; %d thread(s) asked)\n", steps,
+           by, threads);
     return 0;
 }

@@ -8,16 +8,22 @@ attention, GELU MLP), final LayerNorm, untied head without bias; AdamW
 (matmul, mask, softmax, matmul) as alloy computes it. Works with any
 torch >= 2.0; prints "torch not installed" and exits 0 without it.
 
-Output: a line per config, "tokens_per_s<TAB>config<TAB>value" from the
-median of the timed steps (read by bench/char_gpt_bench.c), after a line
-naming the torch version and threads.
+Output: a line per config, "step_ms<TAB>config<TAB>WALL<TAB>CPU<TAB>RAN":
+the medians over the timed steps of the wall time and of the process CPU
+time (user + system, all threads) in ms, and the threads that had at least
+1% of the process's CPU time during them (read by bench/char_gpt_bench.c),
+after a line naming the torch version and threads.
 """
 import argparse
 import math
+import os
 import sys
 import statistics
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_threads import thread_cpu_ns, threads_ran  # noqa: E402
 
 
 def build_model(torch, vocab, context, dim, layers, heads, mlp_width, attention="written"):
@@ -103,12 +109,15 @@ def time_config(torch, args, autocast_dtype):
 
     for _ in range(args.warmup):
         step()
-    seconds = []
+    wall, cpu = [], []
+    before, cpu0 = thread_cpu_ns(), time.process_time()
     for _ in range(args.steps):
-        start = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         step()
-        seconds.append(time.perf_counter() - start)
-    return args.batch * args.context / statistics.median(seconds)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    ran = threads_ran(before, thread_cpu_ns(), (time.process_time() - cpu0) * 1e7)
+    return 1e3 * statistics.median(wall), 1e3 * statistics.median(cpu), ran
 
 
 def add_model_args(ap):
@@ -141,11 +150,11 @@ def main():
     sys.stdout.flush()
     for name, dtype in (("torch fp32", None), ("torch bf16 autocast", torch.bfloat16)):
         try:
-            rate = time_config(torch, args, dtype)
+            wall_ms, cpu_ms, ran = time_config(torch, args, dtype)
         except RuntimeError as e:  # e.g. an old CPU without bf16 kernels
             print(f"{name}: failed: {str(e).splitlines()[0]}")
             continue
-        print(f"tokens_per_s\t{name}\t{rate:.1f}")
+        print(f"step_ms\t{name}\t{wall_ms:.3f}\t{cpu_ms:.3f}\t{ran}")
         sys.stdout.flush()
     return 0
 

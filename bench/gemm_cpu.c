@@ -1,14 +1,16 @@
-/* gemm_cpu.c - benchmark: the portable f32 GEMM kernel against the BLAS, and the f16/bf16 GEMM against the old convert-then-sgemm path and the vdpbf16ps peak, GFLOP/s per shape. */
+/* gemm_cpu.c - benchmark: the portable f32 GEMM kernel against the BLAS, and the f16/bf16 GEMM against the old convert-then-sgemm path and the vdpbf16ps peak, GFLOP/s per shape, with the threads that ran. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/convert.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_lowp.h"
+#include "proc_threads.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -61,6 +63,13 @@ static double best_time(gemm_fn f, const shape *s, const float *a, const float *
 }
 
 /* ---- f16/bf16 ---- */
+
+static double process_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static double thread_cpu(void)
 {
@@ -154,8 +163,13 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(void)
 }
 #endif
 
+static bool use_blas = true; /* ALLOY_BLAS */
+
+/* The f16/bf16 table, on one thread: thread CPU time counts only the
+ * calling thread, so the old path's f32 GEMM must not start others. */
 static void lowp_table(void)
 {
+    gemm_configure(use_blas, 1);
     double peak = 0.0;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (gemm_lowp_x86_has(OPT_LOWP_AVX512_BF16, ALLOY_BF16))
@@ -212,10 +226,41 @@ static void lowp_table(void)
     }
 }
 
+/* The threads of this process that ran between *before and now (>= 1% of
+ * the CPU time since cpu0), printed after a table; *before is renewed. */
+static void report_threads(proc_threads *before, double *cpu0, int asked)
+{
+    proc_threads now;
+    proc_threads_take(&now);
+    double cpu = process_cpu() - *cpu0;
+    int ran = proc_threads_ran(before, &now, (long long)(cpu * 1e7));
+    printf("threads that ran during the table: %d (%d asked)%s\n", ran, asked,
+           ran > asked ? ": MORE THAN ASKED" : "");
+    *before = now;
+    *cpu0 = process_cpu();
+}
+
 int main(int argc, char **argv)
 {
+    /* ALLOY_NUM_THREADS and ALLOY_BLAS as a graph reads them: the f32 GEMM
+     * runs its pieces on that many threads, the BLAS always on one */
+    const char *env = getenv("ALLOY_NUM_THREADS"), *blas_env = getenv("ALLOY_BLAS");
+    char *end = NULL;
+    long asked = env && *env ? strtol(env, &end, 10) : 0;
+    if (env && *env && (*end || asked < 1 || asked > 64)) {
+        fprintf(stderr, "gemm_cpu: ALLOY_NUM_THREADS wants 1 to 64, got '%s'\n", env);
+        return 2;
+    }
+    use_blas = !(blas_env && (!strcmp(blas_env, "0") || !strcmp(blas_env, "false") || !strcmp(blas_env, "no") ||
+                                   !strcmp(blas_env, "off")));
+    gemm_configure(use_blas, (int)asked);
+    int threads = asked > 0 ? (int)asked : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    proc_threads before;
+    proc_threads_take(&before);
+    double cpu0 = process_cpu();
     if (argc > 1 && strcmp(argv[1], "lowp") == 0) { /* only the f16/bf16 table */
         lowp_table();
+        report_threads(&before, &cpu0, 1);
         return 0;
     }
     if (argc > 1) {
@@ -224,9 +269,8 @@ int main(int argc, char **argv)
     }
     const char *backend = gemm_backend_name();
     bool have_blas = strcmp(backend, "portable") != 0;
-    const char *threads = getenv("ALLOY_NUM_THREADS");
-    printf("f32 GEMM, C = A*B, best of >= 5 runs; portable kernel threads: %s; BLAS: %s\n\n",
-           threads ? threads : "all online CPUs",
+    printf("f32 GEMM, C = A*B, best of >= 5 runs (wall time); threads: %d (ALLOY_NUM_THREADS=%s); BLAS: %s\n\n",
+           threads, env ? env : "unset: every online CPU",
            have_blas ? backend : "none (ALLOY_BLAS=0 or not built)");
     printf("%-18s %-20s %12s %12s %8s %10s\n", "M x N x K (op)", "", "portable", "BLAS", "ratio",
            "max|diff|");
@@ -264,6 +308,8 @@ int main(int argc, char **argv)
         fflush(stdout);
         al_free(a), al_free(b), al_free(c1), al_free(c2);
     }
+    report_threads(&before, &cpu0, threads);
     lowp_table();
+    report_threads(&before, &cpu0, 1);
     return 0;
 }

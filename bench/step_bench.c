@@ -9,14 +9,17 @@
 #include "alloy/alloy.h"
 #include "gpt_model.h"
 #include "mlp_model.h"
+#include "proc_threads.h"
 
 static const char usage[] =
     "usage: step_bench [options]\n"
     "Times one configuration's training steps (forward, backward, AdamW) in alloy on\n"
     "random data and prints, after `warmup` untimed steps (alloy compiles on the first),\n"
     "the median wall time and the median process CPU time (user + system, all threads)\n"
-    "of the timed steps as one line: step_ms<TAB>WALL<TAB>CPU. bench/step_torch.py\n"
-    "builds the same models in PyTorch; bench/cpu_vs_torch.sh runs both.\n"
+    "of the timed steps as one line: step_ms<TAB>WALL<TAB>CPU, then the threads that\n"
+    "ran during the timed steps: threads<TAB>RAN<TAB>ALL, RAN counting those with at least\n"
+    "1% of the process's CPU time there (/proc/self/task), ALL every thread at the end.\n"
+    "bench/step_torch.py builds the same models in PyTorch; bench/cpu_vs_torch.sh runs both.\n"
     "  --model M      char_gpt (examples/gpt_model.c) or mlp (default char_gpt)\n"
     "  --dtype D      f32, f16 (AMP with the dynamic scaler) or bf16 (AMP) (default f32)\n"
     "  --steps N      timed steps (default 20)\n"
@@ -25,7 +28,7 @@ static const char usage[] =
     "char_gpt: --context 64 --dim 128 --layers 2 --heads 4 --vocab 76 (char_gpt's defaults)\n"
     "mlp: --in 784 --hidden 1024 --layers 2 (hidden layers) --classes 10:\n"
     "  x -> [linear + bias -> relu] x layers -> linear + bias -> cross-entropy\n"
-    "Threads: ALLOY_NUM_THREADS (alloy gives OpenBLAS the same count).\n";
+    "Threads: ALLOY_NUM_THREADS (alloy runs every kernel and GEMM on its own pool).\n";
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...)
@@ -146,7 +149,10 @@ int main(int argc, char **argv)
         feeds[0] = (alloy_host_tensor){"x", ALLOY_F32, 2, {batch, mlp.in}, x};
         feeds[1] = (alloy_host_tensor){"labels", ALLOY_I32, 1, {batch}, labels};
     }
+    proc_threads before, after;
+    double cpu0 = 0.0;
     for (int i = 0; i < warmup + steps; i++) {
+        if (i == warmup) proc_threads_take(&before), cpu0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
         double w0 = seconds_on(CLOCK_MONOTONIC), c0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
         if (alloy_graph_run(g, feeds, 2, NULL, 0)) fail("training step %d: %s", i + 1, alloy_last_error(g));
         if (i >= warmup) {
@@ -154,10 +160,13 @@ int main(int argc, char **argv)
             wall[i - warmup] = seconds_on(CLOCK_MONOTONIC) - w0;
         }
     }
+    double cpu_all = seconds_on(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    proc_threads_take(&after);
     const char *threads = getenv("ALLOY_NUM_THREADS");
     printf("alloy %s %s, batch %d, ALLOY_NUM_THREADS=%s, %d warmup + %d timed steps\n", model, dtype,
            batch, threads ? threads : "(unset)", warmup, steps);
     printf("step_ms\t%.3f\t%.3f\n", 1e3 * median(wall, steps), 1e3 * median(cpu, steps));
+    printf("threads\t%d\t%d\n", proc_threads_ran(&before, &after, (long long)(cpu_all * 1e7)), after.n);
     alloy_graph_free(g);
     free(x), free(labels), free(wall), free(cpu);
     return 0;

@@ -9,10 +9,13 @@ implementation for CPU tensors); f16 with torch.amp.GradScaler("cpu") as
 alloy's f16 uses its dynamic scaler, bf16 without a scaler.
 
 Threads: --threads N sets torch.set_num_threads(N) (the caller also sets
-OMP_NUM_THREADS). Output: a line naming torch, then
-"step_ms<TAB>WALL<TAB>CPU": the medians of the timed steps' wall time and
-process CPU time (user + system, all threads), in ms. Without torch it
-prints "torch not installed: REASON" and exits with status 3.
+OMP_NUM_THREADS and chooses OMP_WAIT_POLICY). Output: a line naming torch,
+then "step_ms<TAB>WALL<TAB>CPU": the medians of the timed steps' wall time
+and process CPU time (user + system, all threads), in ms, then
+"threads<TAB>RAN<TAB>ALL": the threads with at least 1% of the process's
+CPU time during the timed steps (/proc/self/task) and all threads at the
+end. Without torch it prints "torch not installed: REASON" and exits with
+status 3.
 """
 import argparse
 import os
@@ -20,6 +23,9 @@ import statistics
 import sys
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_threads import thread_cpu_ns, threads_ran  # noqa: E402
 
 
 def build_mlp(torch, n_in, hidden, layers, classes):
@@ -69,7 +75,6 @@ def main():
         torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     if args.model == "char_gpt":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from char_gpt_torch import build_model
 
         batch = args.batch or 32
@@ -107,6 +112,7 @@ def main():
     for _ in range(args.warmup):
         step()
     wall, cpu = [], []
+    before, cpu0 = thread_cpu_ns(), time.process_time()
     for _ in range(args.steps):
         w0, c0 = time.perf_counter(), time.process_time()
         step()
@@ -114,7 +120,9 @@ def main():
         wall.append(time.perf_counter() - w0)
     print(f"torch {torch.__version__} {args.model} {args.dtype}, batch {batch}, "
           f"{torch.get_num_threads()} threads, {args.warmup} warmup + {args.steps} timed steps")
+    cpu_all, after = time.process_time() - cpu0, thread_cpu_ns()
     print(f"step_ms\t{1e3 * statistics.median(wall):.3f}\t{1e3 * statistics.median(cpu):.3f}")
+    print(f"threads\t{threads_ran(before, after, cpu_all * 1e7)}\t{len(after)}")
     return 0
 
 

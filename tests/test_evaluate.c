@@ -445,6 +445,49 @@ static void test_reduce_sum_of_i64_computes_in_f64_and_saturates(void **state)
     assert_true(out[0] == 0x1p63);
 }
 
+/* The scratch copies eval_node makes (f32 and i64 operands and results of a
+ * reduction, f32 running sums, the kernel's own gathered terms) fail as
+ * ALLOY_ERR_OOM naming the op, each allocation in turn, and leak nothing;
+ * with every allocation granted the values are the hand-worked ones. */
+static void test_scratch_that_cannot_be_had_is_out_of_memory_naming_the_op(void **state)
+{
+    (void)state;
+    ir_type x = ty(F16, (shape){3, {2, 3, 2}}), f = ty(F32, (shape){1, {4}}), i = ty(I32, (shape){1, {4}});
+    int64_t axes[2] = {0, 2};
+    ir_attr red_attrs[1] = {ir_a_ints("axes", 2, axes)}, max_attrs[1] = {ir_a_ints("axes", 1, axes)};
+    ir_attr sum_attrs[1] = {ir_a_int("axis", 0)};
+    ir_node cases[3] = {
+        {.op = IR_OP_reduce_sum, .nin = 1, .type = ty(F16, (shape){1, {3}}), .nattrs = 1, .attrs = red_attrs},
+        {.op = IR_OP_cumsum, .nin = 1, .type = f, .nattrs = 1, .attrs = sum_attrs},
+        {.op = IR_OP_reduce_max, .nin = 1, .type = ty(I32, (shape){0, {0}}), .nattrs = 1, .attrs = max_attrs},
+    };
+    const ir_type *types[3] = {&x, &f, &i};
+    const double values[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, neg[4] = {-3, 7, -1, 2};
+    const double want[3][4] = {{1 + 2 + 7 + 8, 3 + 4 + 9 + 10, 5 + 6 + 11 + 12}, {1, 3, 6, 10}, {7}};
+    for (int c = 0; c < 3; c++) {
+        const double *in[1] = {c == 2 ? neg : values};
+        for (test_fail_at = 0;; test_fail_at++) {
+            double out[4] = {0};
+            char why[256] = "";
+            alloy_set_allocator(test_failing_realloc, NULL);
+            test_alloc_count = 0;
+            alloy_status st = eval_node(&cases[c], &types[c], in, out, why, sizeof why);
+            bool failed = test_alloc_count > test_fail_at;
+            alloy_set_allocator(test_cmocka_realloc, NULL);
+            if (!failed) {
+                assert_int_equal(st, ALLOY_OK);
+                for (int k = 0; k < ir_numel(&cases[c].type); k++) assert_true(out[k] == want[c][k]);
+                break;
+            }
+            assert_int_equal(st, ALLOY_ERR_OOM);
+            assert_non_null(strstr(why, ir_ops[cases[c].op].name));
+            assert_non_null(strstr(why, "out of memory"));
+        }
+        assert_true(test_fail_at >= 1); /* the case allocated, and each allocation's failure was seen */
+    }
+    test_fail_at = -1;
+}
+
 /* ---- what is not evaluated ---- */
 
 static bool evaluated(int op)
@@ -535,6 +578,7 @@ int main(void)
         TEST(test_indexing_ops_and_cumsum_match_the_cpu),
         TEST(test_reductions_match_the_cpu_on_both_of_its_paths),
         TEST(test_reduce_sum_of_i64_computes_in_f64_and_saturates),
+        TEST(test_scratch_that_cannot_be_had_is_out_of_memory_naming_the_op),
         TEST(test_random_ops_draw_the_cpus_bits),
         TEST(test_other_ops_are_unsupported_naming_the_op),
         TEST(test_every_evaluated_op_was_compared),

@@ -1,4 +1,4 @@
-/* test_gemm.c - the CPU GEMM (BLAS, portable f32 kernel, f64) against a long double triple loop. */
+/* test_gemm.c - the CPU GEMM (BLAS, portable f32 kernel, f64, products cut into pieces over threads) against a long double triple loop. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -256,6 +256,84 @@ static void test_deterministic_across_threads(void **state)
     al_free(one);
 }
 
+/* Products big enough to be cut: rows of C when m > n, columns when n >= m. */
+static const int64_t split_shapes[][3] = {{700, 90, 40}, {33, 600, 120}};
+
+/* Pieces follow the shape alone: the longer side in strips of at least
+ * 256 (a multiple of 64), at most 16 of them, one below 128^3 multiply-adds. */
+static void test_products_are_cut_by_their_shape_alone(void **state)
+{
+    (void)state;
+    gemm_product p = {.m = 700, .n = 90, .k = 40};
+    assert_int_equal(gemm_parts(&p), 3);
+    p = (gemm_product){.m = 33, .n = 600, .k = 120};
+    assert_int_equal(gemm_parts(&p), 3);
+    p = (gemm_product){.m = 5000, .n = 8, .k = 100}; /* 16 strips of 320 rows */
+    assert_int_equal(gemm_parts(&p), 16);
+    p = (gemm_product){.m = 127, .n = 128, .k = 128}; /* below 128^3 */
+    assert_int_equal(gemm_parts(&p), 1);
+    p = (gemm_product){.m = 0, .n = 128, .k = 128};
+    assert_int_equal(gemm_parts(&p), 0);
+}
+
+/* Cut products, every transpose, padded operands, on threads started for
+ * the call: each piece's offsets into A, B and C are right. */
+static void test_cut_products_match_the_reference(void **state)
+{
+    (void)state;
+    gemm_configure(use_blas, 2);
+    test_rng = 7;
+    for (size_t s = 0; s < sizeof split_shapes / sizeof split_shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (size_t ab = 0; ab < 2; ab++) {
+                check(&impl_dispatch, t & 1, t & 2, split_shapes[s][0], split_shapes[s][1], split_shapes[s][2],
+                      scalars[ab][0], scalars[ab][1], 1);
+                check(&impl_f64, t & 1, t & 2, split_shapes[s][0], split_shapes[s][1], split_shapes[s][2],
+                      scalars[ab][0], scalars[ab][1], 1);
+            }
+    gemm_configure(use_blas, 0);
+}
+
+/* gemm_run on a worker pool (2 and 3 threads) or on threads of its own
+ * gives the bits of one thread, f32 and f64, each shape and transpose. */
+static void test_pieces_give_the_same_bits_on_any_thread_count(void **state)
+{
+    (void)state;
+    gemm_configure(use_blas, 0);
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    test_rng = 11;
+    for (int f64 = 0; f64 < 2; f64++)
+        for (size_t s = 0; s < sizeof split_shapes / sizeof split_shapes[0]; s++)
+            for (int t = 0; t < 4; t++) {
+                int64_t m = split_shapes[s][0], n = split_shapes[s][1], k = split_shapes[s][2];
+                size_t es = f64 ? sizeof(double) : sizeof(float), na = (size_t)(m * k), nb = (size_t)(k * n);
+                char *a = xalloc(na * es), *b = xalloc(nb * es), *one = xalloc((size_t)(m * n) * es),
+                     *got = xalloc((size_t)(m * n) * es);
+                for (size_t i = 0; i < na; i++)
+                    if (f64) ((double *)(void *)a)[i] = rnd();
+                    else ((float *)(void *)a)[i] = rnd();
+                for (size_t i = 0; i < nb; i++)
+                    if (f64) ((double *)(void *)b)[i] = rnd();
+                    else ((float *)(void *)b)[i] = rnd();
+                bool ta = t & 1, tb = t & 2;
+                gemm_product p = {f64, ta, tb, m, n, k, ta ? m : k, tb ? k : n, n, 0.75, 0.0, a, b, one};
+                gemm_run(&p, NULL, 1);
+                static const struct { bool pool; int threads; } runs[] = {{true, 2}, {true, 3}, {false, 3}};
+                for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+                    memset(got, 0xff, (size_t)(m * n) * es); /* NaN: beta 0 must not read it */
+                    p.c = got;
+                    gemm_run(&p, runs[r].pool ? w : NULL, runs[r].threads);
+                    if (memcmp(got, one, (size_t)(m * n) * es) != 0)
+                        fail_msg("%s %dx%dx%d ta=%d tb=%d: %s, %d threads, differs from one thread",
+                                 f64 ? "f64" : "f32", (int)m, (int)n, (int)k, ta, tb, runs[r].pool ? "pool" : "own threads",
+                                 runs[r].threads);
+                }
+                al_free(a), al_free(b), al_free(one), al_free(got);
+            }
+    cpu_workers_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +344,9 @@ int main(void)
         cmocka_unit_test(test_f32_dispatch),
         cmocka_unit_test(test_f64),
         cmocka_unit_test(test_deterministic_across_threads),
+        cmocka_unit_test(test_products_are_cut_by_their_shape_alone),
+        cmocka_unit_test(test_cut_products_match_the_reference),
+        cmocka_unit_test(test_pieces_give_the_same_bits_on_any_thread_count),
     };
     int failed = cmocka_run_group_tests_name("gemm", tests, NULL, NULL);
     /* With a BLAS, gemm_f32/gemm_f64 take their portable paths only with the

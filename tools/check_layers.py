@@ -2,7 +2,8 @@
 # check_layers.py - the layering of src/ (docs/architecture.md), checked and counted over the include and call graph.
 """Checks src/ against alloy's layers and prints each offence as file:line.
 
-The layers, low to high: base < ir < step < passes < codegen < runtime, and
+The layers, low to high: base < ir < kernels (the reference kernels
+the CPU backend and constant folding share) < step < passes < codegen < runtime, and
 inside runtime/: files and bundles (io/, bundle/, profile) < the backend
 interface (backend.h) < the backends (cpu/, cuda/; the registry backend.c
 beside them) and the cost model (cost/, which reads the CUDA backend's
@@ -20,7 +21,7 @@ name functions defined in files, of its own layer and below. Besides:
   the backends only the JIT files (*_jit.c);
 - nothing below runtime/graph/ includes the builder API (alloy/graph.h,
   alloy/alloy.h);
-- base, ir, step, passes and codegen read no environment;
+- base, ir, kernels, step, passes and codegen read no environment;
 - each folder's meson.build lists exactly the .c files of its folder
   (runtime/meson.build those of runtime/ and its sub-folders);
 - every source path the docs name (docs/*.md and README.md beside SRC_DIR:
@@ -49,31 +50,32 @@ import tempfile
 LAYERS = [
     ("base/", 0, "base"),
     ("ir/", 1, "ir"),
-    ("step/", 2, "step"),
-    ("passes/", 3, "passes"),
-    ("codegen/", 4, "codegen"),
-    ("runtime/io/", 5, "runtime files"),
-    ("runtime/comm/", 5, "runtime files"),
-    ("runtime/bundle/", 5, "runtime files"),
-    ("runtime/profile.", 5, "runtime files"),
-    ("runtime/backend.h", 6, "the backend interface"),
-    ("runtime/backend.c", 6, "the backend registry"),
-    ("runtime/cpu/", 7, "the CPU backend"),
-    ("runtime/cuda/", 7, "the CUDA backend"),
-    ("cost/", 7, "the cost model"),
-    ("runtime/graph/", 8, "the graph object"),
+    ("kernels/", 2, "kernels"),
+    ("step/", 3, "step"),
+    ("passes/", 4, "passes"),
+    ("codegen/", 5, "codegen"),
+    ("runtime/io/", 6, "runtime files"),
+    ("runtime/comm/", 6, "runtime files"),
+    ("runtime/bundle/", 6, "runtime files"),
+    ("runtime/profile.", 6, "runtime files"),
+    ("runtime/backend.h", 7, "the backend interface"),
+    ("runtime/backend.c", 7, "the backend registry"),
+    ("runtime/cpu/", 8, "the CPU backend"),
+    ("runtime/cuda/", 8, "the CUDA backend"),
+    ("cost/", 8, "the cost model"),
+    ("runtime/graph/", 9, "the graph object"),
 ]
 BACKENDS = ("runtime/cpu/", "runtime/cuda/")
 REGISTRY = "runtime/backend.c"
 OPEN_HEADERS = {"runtime/cpu/cpu_backend.h", "runtime/cuda/cuda_backend.h"}
 OPEN_FUNCTIONS = re.compile(r"^(cpu|cuda)_backend_open\w*$")
 BUILDER_HEADERS = {"alloy/graph.h", "alloy/alloy.h"}
-NO_ENV = ("base/", "ir/", "step/", "passes/", "codegen/")
+NO_ENV = ("base/", "ir/", "kernels/", "step/", "passes/", "codegen/")
 COMPILER = ("passes/", "codegen/", "cost/")
 # The cost model reads the CUDA backend's launch plan as data (launch.h), the one header of a backend a file
 # outside it may include besides the registry's open headers.
 PLAN_READERS = {"cost/cost.h": {"runtime/cuda/launch.h"}}
-FOLDER_LISTS = ["base", "ir", "step", "passes", "codegen", "cost", "runtime"]
+FOLDER_LISTS = ["base", "ir", "kernels", "step", "passes", "codegen", "cost", "runtime"]
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "case", "defined"}
 
 
@@ -371,7 +373,7 @@ def check(src, quiet=False):
         for kind, p, line, msg in found:
             print(f"src/{p}:{line}: layering ({kind}): {msg}" if line else f"src/{p}: layering ({kind}): {msg}")
         if not found:
-            print("layers: ok (base < ir < step < passes < codegen < runtime; backends behind the registry)")
+            print("layers: ok (base < ir < kernels < step < passes < codegen < runtime; backends behind the registry)")
     return found
 
 
@@ -386,6 +388,8 @@ def self_test():
         "base/mem.c": '#include "base/base.h"\nvoid *al_mem(void) { return 0; }\n',
         "ir/ir.h": '#include "base/base.h"\nvoid ir_new(void);\n',
         "ir/graph.c": '#include "ir/ir.h"\nvoid ir_new(void)\n{\n    al_mem();\n}\n',
+        "kernels/ref.h": '#include "ir/ir.h"\nvoid ref_copy(void);\n',
+        "kernels/ref.c": '#include "kernels/ref.h"\nvoid ref_copy(void) { ir_new(); }\n',
         "step/plan.h": '#include "ir/ir.h"\n',
         "step/plan.c": '#include "step/plan.h"\nint plan_build(void) { ir_new(); return 0; }\n',
         "passes/pass.h": '#include "step/plan.h"\nint pass_run(void);\n',
@@ -404,7 +408,7 @@ def self_test():
         "runtime/graph/compile_ir.c": '#include "passes/pass.h"\nint graph_compile(void) { return pass_run(); }\n',
     }
     lists = {
-        "base": ["mem.c"], "ir": ["graph.c"], "step": ["plan.c"], "passes": ["pass.c"], "codegen": ["emit.c"],
+        "base": ["mem.c"], "ir": ["graph.c"], "kernels": ["ref.c"], "step": ["plan.c"], "passes": ["pass.c"], "codegen": ["emit.c"],
         "runtime": ["backend.c", "cpu/cpu_backend.c", "graph/graph.c"],
     }
     runtime_compiler = ["cuda/cuda_jit.c", "graph/compile_ir.c"]
@@ -413,6 +417,7 @@ def self_test():
         ("base/mem.c", '#include "ir/ir.h"\n', "back-arrow", 3),
         ("ir/ir.h", '#include "passes/pass.h"\n', "back-arrow", 3),
         ("step/plan.c", "int plan_more(void) { return pass_run(); }\n", "back-arrow", 3),
+        ("kernels/ref.c", '#include "step/plan.h"\n', "back-arrow", 3),
         ("runtime/cuda/cuda_backend.h", '#include "runtime/cpu/cpu_backend.h"\n', "back-arrow", 2),
         ("runtime/graph/graph.c", "int graph_cpu(void) { return cpu_backend_open(); }\n", "reach", 4),
         ("runtime/graph/graph.c", '#include "runtime/cpu/cpu_backend.h"\n', "reach", 4),

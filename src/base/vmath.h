@@ -23,7 +23,16 @@
 
 /* Chunk functions get one clone per ISA (GCC's target_clones: an ifunc picks
  * one when the library loads), so the same binary uses AVX-512 where the CPU
- * has it and runs on any x86-64. Elsewhere (clang, other CPUs): one version. */
+ * has it and runs on any x86-64. Elsewhere (clang, other CPUs): one version.
+ * The files that define them (cpu_elementwise.c, cpu_fused.c) compile
+ * without trapping math (a #pragma at their top, so that these inline
+ * functions get the same options and still inline): while a floating-point
+ * operation may trap, the selects below (x > 100 ? ...) are branches to GCC,
+ * and only AVX-512's masked operations let it vectorize them anyway; the
+ * AVX2 and SSE2 clones stayed one element at a time (GELU 22 ns per element
+ * against 3.3 vectorized, AVX2 clone on an AMD EPYC Zen 4: bench/ew_isa,
+ * bench/RESULTS.md). The values are the same; only floating-point exception
+ * flags, which alloy never reads, may differ. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ALLOY_NO_VECTOR_CLONES)
 #define CPU_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

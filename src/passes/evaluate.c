@@ -1,14 +1,12 @@
 /* evaluate.c - the reference evaluator: one node on constant operands in plain C, bit for bit as the CPU. */
+#include <string.h>
 #include <tgmath.h>
 
 #include "passes/evaluate.h"
 #include "base/convert.h"
 #include "base/vmath_generic.h"
 #include "base/random.h"
-
-/* Sums are added pairwise as cpu_reduce.c adds them: runs of at most LEAF
- * terms in order, longer ones split in halves. */
-enum { LEAF = 16 };
+#include "kernels/ref.h"
 
 /* ---- values as the CPU stores them ---- */
 
@@ -125,43 +123,30 @@ static void cast(const ir_node *n, const ir_type *from, const double *x, double 
         out[i] = a == b ? x[i] : wide ? stored_f64(b, x[i]) : stored_f32(b, (float)x[i]);
 }
 
-/* ---- data movement ---- */
+/* ---- data movement: kernels/ref_movement.c, the CPU's kernels, over doubles ---- */
 
-/* Each result element is one operand element, or pad's zero. */
 static void movement(const ir_node *n, const ir_type *const *t, const double *const *in, double *out)
 {
     const ir_type *o = &n->type;
-    int axis = 0, np;
-    ir_norm_axis(ir_attr_i(n, "axis"), o->rank, &axis);
-    int64_t start = ir_attr_i(n, "start"), before = ir_attr_i(n, "before");
-    const int64_t *perm = ir_attr_ints(n, "perm", &np);
-    double fill = 0;
-    int64_t idx[ALLOY_MAX_RANK], src[ALLOY_MAX_RANK];
-    for (int64_t i = 0; i < ir_numel(o); i++) {
-        unravel(o, i, idx);
-        int j = 0;      /* the operand read */
-        int64_t at = i; /* its flat index, or -1: fill */
-        switch (n->op) {
-        case IR_OP_broadcast_to: at = bcast_index(t[0], o->rank, idx); break;
-        case IR_OP_transpose:
-            for (int d = 0; d < np; d++) src[perm[d]] = idx[d];
-            at = ravel(t[0], src);
-            break;
-        case IR_OP_slice:
-            idx[axis] += start;
-            at = ravel(t[0], idx);
-            break;
-        case IR_OP_pad:
-            idx[axis] -= before;
-            at = idx[axis] >= 0 && idx[axis] < t[0]->dims[axis] ? ravel(t[0], idx) : -1;
-            break;
-        case IR_OP_concat:
-            while (idx[axis] >= t[j]->dims[axis]) idx[axis] -= t[j++]->dims[axis];
-            at = ravel(t[j], idx);
-            break;
-        default: break; /* reshape */
+    size_t es = sizeof *out;
+    switch (n->op) {
+    case IR_OP_broadcast_to: ref_broadcast_to(t[0], o, es, in[0], out); break;
+    case IR_OP_transpose: ref_transpose(n, t[0], es, in[0], out); break;
+    case IR_OP_slice: ref_slice(n, t[0], es, in[0], out); break;
+    case IR_OP_pad: ref_pad(n, t[0], o, es, in[0], out); break;
+    case IR_OP_concat: {
+        int axis = 0;
+        int64_t at = 0;
+        ir_norm_axis(ir_attr_i(n, "axis"), o->rank, &axis);
+        for (int j = 0; j < n->nin; j++) {
+            ref_place(o, axis, at, t[j], es, in[j], out);
+            at += t[j]->dims[axis];
         }
-        out[i] = at < 0 ? fill : in[j][at];
+        break;
+    }
+    default: /* reshape */
+        if (ir_numel(o)) memcpy(out, in[0], es * (size_t)ir_numel(o));
+        break;
     }
 }
 
@@ -221,151 +206,75 @@ static void arange(const ir_node *n, double *out)
     for (int64_t i = 0; i < ir_numel(&n->type); i++) out[i] = stored_f64(n->type.dtype, start + (double)i * step);
 }
 
-/* cumsum: the running sum along axis in order (from the end when reverse),
- * in f32 (f64 for f64 and integers), each prefix stored (cpu_cumsum). */
-static void cumsum(const ir_node *n, const ir_type *t, const double *x, double *out)
+/* Out of memory, in why. */
+static alloy_status out_of_memory(const ir_node *n, char *why, size_t whylen)
 {
-    int axis = 0;
-    ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
-    int64_t len = t->dims[axis], inner = 1, outer = 1;
-    for (int d = 0; d < axis; d++) outer *= t->dims[d];
-    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
-    bool reverse = ir_attr_i(n, "reverse"), wide = t->dtype == ALLOY_F64 || ir_is_int(t->dtype);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < inner; j++) {
-            double sd = 0;
-            float sf = 0;
-            for (int64_t k = 0; k < len; k++) {
-                int64_t at = (o * len + (reverse ? len - 1 - k : k)) * inner + j;
-                out[at] = wide ? stored_f64(t->dtype, sd += x[at]) : stored_f32(t->dtype, sf += (float)x[at]);
-            }
-        }
+    al_fmt(why, whylen, "%s: out of memory", ir_ops[n->op].name);
+    return ALLOY_ERR_OOM;
 }
 
-/* ---- reductions, as cpu_reduce.c computes them ---- */
-
-/* The terms of one result: x at base + the offset of each reduced
- * multi-index, walked row-major (the order cpu_reduce.c adds in, on both of
- * its paths). The reduced dims are listed innermost first. */
-typedef struct reduction {
-    const double *x;
-    int nred;
-    int64_t dims[ALLOY_MAX_RANK], stride[ALLOY_MAX_RANK];
-    int64_t base;
-} reduction;
-
-static double term(const reduction *r, int64_t k)
+/* cumsum: the CPU's running sum (ref_cumsum) in f32 (f64 for f64 and
+ * integers), each prefix stored. */
+static alloy_status cumsum(const ir_node *n, const ir_type *t, const double *x, double *out, char *why,
+                           size_t whylen)
 {
-    int64_t off = r->base;
-    for (int d = 0; d < r->nred; d++) {
-        off += k % r->dims[d] * r->stride[d];
-        k /= r->dims[d];
+    int64_t count = ir_numel(t);
+    if (t->dtype == ALLOY_F64 || ir_is_int(t->dtype)) {
+        if (count) memcpy(out, x, sizeof *out * (size_t)count);
+        ref_cumsum(n, t, true, out);
+        for (int64_t i = 0; i < count; i++) out[i] = stored_f64(t->dtype, out[i]);
+        return ALLOY_OK;
     }
-    return r->x[off];
+    float *v = al_malloc(sizeof *v * (size_t)(count ? count : 1));
+    if (!v) return out_of_memory(n, why, whylen);
+    for (int64_t i = 0; i < count; i++) v[i] = (float)x[i];
+    ref_cumsum(n, t, false, v);
+    for (int64_t i = 0; i < count; i++) out[i] = stored_f32(t->dtype, v[i]);
+    al_free(v);
+    return ALLOY_OK;
 }
 
-/* Per compute type T (accumulator A; LOAD converts a term to T): the pairwise
- * sum of terms [lo, hi), and the result of op over count terms. One term is
- * copied (cpu_reduce.c's nothing-to-reduce path, which keeps -0); no terms
- * sum to 0 and average to EMPTY_MEAN. */
-#define REDUCER(S, T, A, LOAD, IS_NAN, EMPTY_MEAN)                                          \
-    static A sum_##S(const reduction *r, int64_t lo, int64_t hi)                           \
-    {                                                                                      \
-        if (hi - lo > LEAF) {                                                              \
-            int64_t mid = lo + (hi - lo) / 2;                                              \
-            return sum_##S(r, lo, mid) + sum_##S(r, mid, hi);                              \
-        }                                                                                  \
-        A s = 0;                                                                           \
-        for (int64_t k = lo; k < hi; k++) s += (A)LOAD(term(r, k));                        \
-        return s;                                                                          \
-    }                                                                                      \
-    static T reduce_##S(int op, const reduction *r, int64_t count)                          \
-    {                                                                                      \
-        if (count == 1) return LOAD(term(r, 0));                                           \
-        if (op == IR_OP_reduce_sum) return (T)sum_##S(r, 0, count);                        \
-        if (op == IR_OP_reduce_mean) return count ? (T)sum_##S(r, 0, count) / (T)count : EMPTY_MEAN; \
-        T m = count ? LOAD(term(r, 0)) : (T)0;                                             \
-        for (int64_t k = 1; k < count && !IS_NAN(m); k++) {                                \
-            T v = LOAD(term(r, k));                                                        \
-            if (v > m || IS_NAN(v)) m = v;                                                 \
-        }                                                                                  \
-        return m;                                                                          \
-    }
-#define TO_F32(v) ((float)(v))
-#define TO_F64(v) (v)
-#define FLOAT_IS_NAN(v) isnan(v)
-#define INT_IS_NAN(v) false
-REDUCER(f32, float, float, TO_F32, FLOAT_IS_NAN, NAN)
-REDUCER(f64, double, double, TO_F64, FLOAT_IS_NAN, NAN)
-REDUCER(i64, int64_t, uint64_t, as_i64, INT_IS_NAN, 0)
-
-/* reduce_sum / reduce_mean / reduce_max over `axes` (all when absent): in
- * f32 for f16/bf16/f32, f64 for f64 and for sums and means of integers
- * (stored truncated and saturated), int64 for the maximum of integers. */
+/* reduce_sum / reduce_mean / reduce_max: the CPU's kernels
+ * (kernels/ref_reduce.c) in its compute types: f32 for f16/bf16/f32, f64
+ * for f64 and for sums and means of integers (stored truncated and
+ * saturated), int64 for the maximum of integers. */
 static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, double *out, char *why,
                            size_t whylen)
 {
-    bool reduced[ALLOY_MAX_RANK] = {false};
-    int naxes, ax;
-    const int64_t *axes = ir_attr_ints(n, "axes", &naxes);
-    for (int i = 0; i < naxes; i++)
-        if (ir_norm_axis(axes[i], t->rank, &ax)) reduced[ax] = true;
-    for (int d = 0; d < t->rank && !ir_attr_find(n, "axes"); d++) reduced[d] = true;
-    /* Products in unsigned arithmetic: an empty tensor may have other dims
-     * whose product overflows int64 (a fuzzed [0, 2^62, 120]); nothing is
-     * read then, but the product must not be undefined behaviour. */
-    int64_t stride[ALLOY_MAX_RANK];
-    uint64_t step = 1;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        stride[d] = (int64_t)step;
-        step *= (uint64_t)t->dims[d];
-    }
-    /* reduced and kept dims, innermost first */
-    reduction r = {.x = x};
-    int nkept = 0;
-    int64_t kept[ALLOY_MAX_RANK], kept_stride[ALLOY_MAX_RANK];
-    uint64_t ucount = 1;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        if (reduced[d]) {
-            r.dims[r.nred] = t->dims[d];
-            r.stride[r.nred++] = stride[d];
-            ucount *= (uint64_t)t->dims[d];
-        } else {
-            kept[nkept] = t->dims[d];
-            kept_stride[nkept++] = stride[d];
-        }
-    }
-    int64_t count = ir_numel(t) ? (int64_t)ucount : 0; /* terms per output; exact when the input is not empty */
-    for (int64_t o = 0; o < ir_numel(&n->type); o++) {
-        int64_t rest = o;
-        r.base = 0;
-        for (int k = 0; k < nkept; k++) {
-            r.base += rest % kept[k] * kept_stride[k];
-            rest /= kept[k];
-        }
-        alloy_dtype dt = t->dtype;
-        if (dt == ALLOY_F32 || dt == ALLOY_F16 || dt == ALLOY_BF16) {
-            out[o] = stored_f32(dt, reduce_f32(n->op, &r, count));
-        } else if (dt == ALLOY_F64) {
-            out[o] = reduce_f64(n->op, &r, count);
-        } else if (ir_is_int(dt) && n->op != IR_OP_reduce_max) {
-            out[o] = stored_f64(dt, reduce_f64(n->op, &r, count));
-        } else if (dt == ALLOY_I32) {
-            out[o] = (int32_t)reduce_i64(n->op, &r, count);
-        } else if (dt == ALLOY_I64) {
-            int64_t v = reduce_i64(n->op, &r, count);
-            out[o] = (double)v;
-            if (as_i64(out[o]) != v) {
+    alloy_dtype dt = t->dtype;
+    int64_t count = ir_numel(t), nout = ir_numel(&n->type);
+    bool ok = true;
+    if (dt == ALLOY_F64 || (ir_is_int(dt) && n->op != IR_OP_reduce_max)) {
+        ok = ref_reduce_f64(n, t, x, out);
+        for (int64_t o = 0; ok && dt != ALLOY_F64 && o < nout; o++) out[o] = stored_f64(dt, out[o]);
+    } else if (dt == ALLOY_F32 || dt == ALLOY_F16 || dt == ALLOY_BF16) {
+        float *src = al_malloc(sizeof *src * (size_t)(count ? count : 1));
+        float *dst = al_malloc(sizeof *dst * (size_t)(nout ? nout : 1));
+        for (int64_t i = 0; src && i < count; i++) src[i] = (float)x[i];
+        ok = src && dst && ref_reduce_f32(n, t, src, dst);
+        for (int64_t o = 0; ok && o < nout; o++) out[o] = stored_f32(dt, dst[o]);
+        al_free(src), al_free(dst);
+    } else if (dt == ALLOY_I32 || dt == ALLOY_I64) {
+        int64_t *src = al_malloc(sizeof *src * (size_t)(count ? count : 1));
+        int64_t *dst = al_malloc(sizeof *dst * (size_t)(nout ? nout : 1));
+        for (int64_t i = 0; src && i < count; i++) src[i] = as_i64(x[i]);
+        ok = src && dst && ref_reduce_i64(n, t, src, dst);
+        alloy_status st = ALLOY_OK;
+        for (int64_t o = 0; ok && !st && o < nout; o++) {
+            out[o] = dt == ALLOY_I32 ? (int32_t)dst[o] : (double)dst[o];
+            if (as_i64(out[o]) != dst[o]) {
                 al_fmt(why, whylen, "%s: the i64 result %lld has no exact double", ir_ops[n->op].name,
-                       (long long)v);
-                return ALLOY_ERR_UNSUPPORTED;
+                       (long long)dst[o]);
+                st = ALLOY_ERR_UNSUPPORTED;
             }
-        } else {
-            al_fmt(why, whylen, "%s: dtype %s is not evaluated", ir_ops[n->op].name, alloy_dtype_name(dt));
-            return ALLOY_ERR_UNSUPPORTED;
         }
+        al_free(src), al_free(dst);
+        if (st) return st;
+    } else {
+        al_fmt(why, whylen, "%s: dtype %s is not evaluated", ir_ops[n->op].name, alloy_dtype_name(dt));
+        return ALLOY_ERR_UNSUPPORTED;
     }
-    return ALLOY_OK;
+    return ok ? ALLOY_OK : out_of_memory(n, why, whylen);
 }
 
 /* ---- random ops: base/random.h's draws, as cpu_random.c makes them ---- */
@@ -415,7 +324,7 @@ alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const d
     case IR_OP_gather:
     case IR_OP_index_select: return indexed(n, in_types, in, out, why, whylen);
     case IR_OP_arange: arange(n, out); return ALLOY_OK;
-    case IR_OP_cumsum: cumsum(n, in_types[0], in[0], out); return ALLOY_OK;
+    case IR_OP_cumsum: return cumsum(n, in_types[0], in[0], out, why, whylen);
     case IR_OP_reduce_sum:
     case IR_OP_reduce_mean:
     case IR_OP_reduce_max: return reduce(n, in_types[0], in[0], out, why, whylen);

@@ -11,7 +11,10 @@
  * representable in n's dtype: bit for bit what the CPU backend computes for
  * this node. Returns ALLOY_OK; ALLOY_ERR_UNSUPPORTED (why says so) for an op
  * it does not evaluate; ALLOY_ERR_INVALID with why for values the op rejects
- * (an embedding, gather or index_select index out of range, ...). Never touches runtime code.
+ * (an embedding, gather or index_select index out of range, ...);
+ * ALLOY_ERR_OOM when a scratch buffer cannot be had. Never touches runtime
+ * code: data movement, cumsum and the reductions run the CPU backend's own
+ * kernels (kernels/ref.h) on these doubles or on f32/i64 copies of them.
  *
  * Evaluated: every elementwise op, cast, reshape, broadcast_to, transpose,
  * slice, pad, concat, embedding, gather, index_select, arange, cumsum,
@@ -21,8 +24,7 @@
  * well typed (as ir_add_node leaves it). Doubles hold i64 values exactly
  * only up to 2^53: an i64 reduction whose exact result a double cannot hold
  * is ALLOY_ERR_UNSUPPORTED, and i64 operands beyond 2^53 reach this function
- * already rounded, so data movement and reductions of them cannot match.
- * Allocates nothing. */
+ * already rounded, so data movement and reductions of them cannot match. */
 AL_HIDDEN alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const double *const *in,
                                  double *out, char *why, size_t whylen);
 

@@ -150,21 +150,6 @@ AL_HIDDEN alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out
  * (results[rows ..]), or their sum when `sum` (compute type f64 when wide). */
 AL_HIDDEN void cpu_row_mean(bool wide, bool sum, const void *results, int64_t rows, rt_tensor *out);
 
-/* The pairwise sums of reduce_sum (cpu_reduce.c): a sum of more than
- * CPU_SUM_LEAF terms is the sum of its first n/2 and its last n - n/2 terms,
- * a shorter one is added in order from 0; columns go CPU_SUM_COLS at a time. */
-enum {
-    CPU_SUM_LEAF = 16,
-    CPU_SUM_COLS = 256,
-    CPU_SUM_MAX_DEPTH = 64,
-    CPU_COLSUM_STACK = CPU_SUM_COLS * CPU_SUM_MAX_DEPTH,
-};
-/* out[0..ncols) = the column sums of rows [0, nrows) of the f32 matrix at
- * src (row stride ncols), in the order of the unfused reduce_sum over the
- * rows, so a row group summing a subtree's rows gets that subtree's sums
- * bit for bit; stack: CPU_COLSUM_STACK floats. */
-AL_HIDDEN void cpu_column_sums_f32(const float *src, int64_t nrows, int64_t ncols, float *out, float *stack);
-
 /* Kernels compute in f64 when `wide`, else f32:
  * n elements of dtype dt at src into a compute buffer, and back. */
 AL_HIDDEN void cpu_load_compute(bool wide, alloy_dtype dt, const void *src, void *dst, int64_t n);

@@ -1,4 +1,4 @@
-/* cpu_conv.c - conv1d/conv2d and their input and weight gradients: im2col per image and group, then the GEMM (gemm_f32 / gemm_f64), f16/bf16 through f32 rounded once on store. */
+/* cpu_conv.c - conv1d/conv2d and their input and weight gradients: im2col per image and group, then the GEMM's pieces on the run's threads (gemm_run), f16/bf16 through f32 rounded once on store. */
 #include <string.h>
 
 #include "ir/conv.h"
@@ -76,13 +76,23 @@ static bool direct(const ir_conv_geom *g)
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
+/* One product of a convolution, alpha 1, in f32 or f64: its pieces
+ * (gemm_parts, fixed by the shape) on the run's threads, so the same bits
+ * whatever the thread count. */
+static void conv_gemm(cpu_exec *ex, bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                      int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+{
+    gemm_product p = {f64, ta, tb, m, n, k, lda, ldb, ldc, 1.0, beta, a, b, c};
+    gemm_run(&p, ex->workers, ex->nthreads);
+}
+
 /* The three products per image b and group gi, in compute type T:
  *   forward      y_g[og, P]  = w_g[og, K] col[K, P] (+ bias)
  *   grad input   dcol[K, P]  = w_g^T dy_g, then col2im into dx
  *   grad weight  dw_g[og, K] += dy_g col^T
  * with K = (c / groups) kh kw, P = oh ow; y, dx, dw zeroed first. */
-#define CONV(T, GEMM)                                                                                       \
-    static void conv_##T(const ir_conv_geom *g, int which, const T *x, const T *w, const T *dy, const T *bias, \
+#define CONV(T)                                                                                             \
+    static void conv_##T(cpu_exec *ex, const ir_conv_geom *g, int which, const T *x, const T *w, const T *dy, const T *bias, \
                          T *out, T *col)                                                                    \
     {                                                                                                       \
         int64_t cg = g->c / g->groups, og = g->o / g->groups, K = cg * g->kh * g->kw, P = g->oh * g->ow;    \
@@ -95,18 +105,18 @@ static bool direct(const ir_conv_geom *g)
                 if (which == 0) {                                                                           \
                     const T *c = dir ? x + xo : col;                                                        \
                     if (!dir) im2col_##T(g, cg, x + xo, col);                                               \
-                    GEMM(false, false, og, P, K, (T)1, wg, K, c, P, (T)1, out + yo, P);                     \
+                    conv_gemm(ex, sizeof(T) == sizeof(double), false, false, og, P, K, wg, K, c, P, 1.0, out + yo, P);                     \
                 } else if (which == 1) {                                                                    \
                     if (dir) {                                                                              \
-                        GEMM(true, false, K, P, og, (T)1, wg, K, dy + yo, P, (T)1, out + xo, P);            \
+                        conv_gemm(ex, sizeof(T) == sizeof(double), true, false, K, P, og, wg, K, dy + yo, P, 1.0, out + xo, P);            \
                     } else {                                                                                \
-                        GEMM(true, false, K, P, og, (T)1, wg, K, dy + yo, P, (T)0, col, P);                 \
+                        conv_gemm(ex, sizeof(T) == sizeof(double), true, false, K, P, og, wg, K, dy + yo, P, 0.0, col, P);                 \
                         col2im_##T(g, cg, col, out + xo);                                                   \
                     }                                                                                       \
                 } else {                                                                                    \
                     const T *c = dir ? x + xo : col;                                                        \
                     if (!dir) im2col_##T(g, cg, x + xo, col);                                               \
-                    GEMM(false, true, og, K, P, (T)1, dy + yo, P, c, P, (T)1, out + gi * ws, K);            \
+                    conv_gemm(ex, sizeof(T) == sizeof(double), false, true, og, K, P, dy + yo, P, c, P, 1.0, out + gi * ws, K);            \
                 }                                                                                           \
             }                                                                                               \
         if (which == 0 && bias)                                                                             \
@@ -115,8 +125,8 @@ static bool direct(const ir_conv_geom *g)
                     for (int64_t p = 0; p < P; p++) out[(b * g->o + o) * P + p] += bias[o];                 \
     }
 
-CONV(float, gemm_f32)
-CONV(double, gemm_f64)
+CONV(float)
+CONV(double)
 
 /* Runs product `which` (0 forward, 1 grad input, 2 grad weight) of node n
  * with geometry g: x, w, dy, bias the operands (NULL where the product has
@@ -140,8 +150,8 @@ static alloy_status run(cpu_exec *ex, const ir_node *n, const ir_conv_geom *g, i
     if (!st && !direct(g) && !col) st = cpu_out_of_memory(ex, n);
     if (!st) {
         memset(v[4], 0, (wide ? sizeof(double) : sizeof(float)) * (size_t)count);
-        if (wide) conv_double(g, which, v[0], v[1], v[2], v[3], v[4], col);
-        else conv_float(g, which, v[0], v[1], v[2], v[3], v[4], col);
+        if (wide) conv_double(ex, g, which, v[0], v[1], v[2], v[3], v[4], col);
+        else conv_float(ex, g, which, v[0], v[1], v[2], v[3], v[4], col);
         if (own[4]) cpu_store_compute(wide, out->type.dtype, v[4], out->data, count);
     }
     al_free(col);

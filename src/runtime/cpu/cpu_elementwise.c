@@ -1,4 +1,9 @@
 /* cpu_elementwise.c - elementwise ops: chunk functions generated from ops.def and one broadcasting loop. */
+/* No trapping math here (vmath.h, CPU_VECTOR_CLONES): the chunk functions'
+ * selects then vectorize on every ISA level, not only with AVX-512's masks. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <string.h>
 #include <tgmath.h>
 

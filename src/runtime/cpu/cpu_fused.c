@@ -1,4 +1,9 @@
 /* cpu_fused.c - runs a fusion group (or one elementwise node) as one chunked pass over its shape, split across threads. */
+/* No trapping math here (vmath.h, CPU_VECTOR_CLONES): the chunk functions'
+ * selects then vectorize on every ISA level, not only with AVX-512's masks. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <pthread.h>
 #include <string.h>
 #include <tgmath.h>

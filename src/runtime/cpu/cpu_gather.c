@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "base/convert.h"
+#include "kernels/ref.h"
 #include "runtime/cpu/cpu.h"
 
 /* outer, len, inner of t around axis (normalized). */
@@ -126,23 +127,12 @@ alloy_status cpu_arange(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
 alloy_status cpu_cumsum(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     const ir_type *t = &in[0].type;
-    int axis = axis_of(n, t->rank);
-    bool reverse = ir_attr_i(n, "reverse"), wide = t->dtype == ALLOY_F64 || ir_is_int(t->dtype);
-    int64_t outer, len, inner, count = ir_numel(t);
-    around(t, axis, &outer, &len, &inner);
+    bool wide = t->dtype == ALLOY_F64 || ir_is_int(t->dtype);
+    int64_t count = ir_numel(t);
     void *v = cpu_alloc_compute(wide, count);
     if (!v) return cpu_out_of_memory(x, n);
     cpu_load_compute(wide, t->dtype, in[0].data, v, count);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < inner; j++) {
-            double sd = 0;
-            float sf = 0;
-            for (int64_t s = 0; s < len; s++) {
-                int64_t at = (o * len + (reverse ? len - 1 - s : s)) * inner + j;
-                if (wide) ((double *)v)[at] = sd += ((double *)v)[at];
-                else ((float *)v)[at] = sf += ((float *)v)[at];
-            }
-        }
+    ref_cumsum(n, t, wide, v);
     cpu_store_compute(wide, t->dtype, v, out->data, count);
     al_free(v);
     return ALLOY_OK;

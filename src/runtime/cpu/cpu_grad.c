@@ -1,7 +1,6 @@
 /* cpu_grad.c - the backward kernels that are no row program: embedding_grad (a scatter-add) and pad. */
-#include <string.h>
-
 #include "base/convert.h"
+#include "kernels/ref.h"
 #include "runtime/cpu/cpu.h"
 
 /* embedding_grad (ids [...], dy [..., D]) -> dtable [rows, D]: zeros, then
@@ -42,20 +41,6 @@ alloy_status cpu_embedding_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, c
 alloy_status cpu_pad(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     (void)x;
-    const ir_type *t = &in[0].type;
-    int axis = 0;
-    ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
-    size_t bytes = ir_nbytes(&out->type);
-    if (bytes == 0) return ALLOY_OK;
-    memset(out->data, 0, bytes); /* all-zero bytes are +0 in every dtype */
-    int64_t before = ir_attr_i(n, "before"), outer = 1;
-    size_t inner = alloy_dtype_size(t->dtype);
-    for (int d = 0; d < axis; d++) outer *= t->dims[d];
-    for (int d = axis + 1; d < t->rank; d++) inner *= (size_t)t->dims[d];
-    size_t in_block = (size_t)t->dims[axis] * inner, out_block = (size_t)out->type.dims[axis] * inner;
-    if (in_block == 0) return ALLOY_OK;
-    for (int64_t o = 0; o < outer; o++)
-        memcpy((char *)out->data + (size_t)o * out_block + (size_t)before * inner,
-               (const char *)in[0].data + (size_t)o * in_block, in_block);
+    ref_pad(n, &in[0].type, &out->type, alloy_dtype_size(in[0].type.dtype), in[0].data, out->data);
     return ALLOY_OK;
 }

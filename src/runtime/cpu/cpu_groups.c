@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ir/groups.h"
+#include "kernels/ref.h"
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
 
@@ -26,7 +27,7 @@ typedef struct row_thread {
      * workers lend the array; the other entries are stale and never read) */
     rt_tensor *view;
     char *scratch;    /* block buffers of members read by a later step */
-    float *stack;     /* the column sums' pairwise stack (CPU_COLSUM_STACK floats) */
+    float *stack;     /* the column sums' pairwise stack (REF_COLSUM_STACK floats) */
 } row_thread;
 
 typedef struct row_group {
@@ -136,7 +137,7 @@ static void row_block(void *arg, int64_t b, int ti)
                 return;
             }
             float *partial = rg->partials + ((size_t)cs++ * (size_t)rg->nblocks + (size_t)b) * (size_t)rg->C;
-            cpu_column_sums_f32(o->data, rb, rg->C, partial, t->stack);
+            ref_column_sums_f32(o->data, rb, rg->C, partial, t->stack);
             continue;
         }
         rt_tensor in[6]; /* a row op has at most 6 operands (cpu_rows.c) */
@@ -149,8 +150,8 @@ static void row_block(void *arg, int64_t b, int ti)
 }
 
 /* The blocks of a row group with column sums: the subtrees of the pairwise
- * tree of reduce_sum over the rows (cpu_column_sums_f32) that first have at
- * most br rows (br >= CPU_SUM_LEAF, so every node split here is split by the
+ * tree of reduce_sum over the rows (ref_column_sums_f32) that first have at
+ * most br rows (br >= REF_SUM_LEAF, so every node split here is split by the
  * unfused sum too); each block's sums are then that subtree's, and combining
  * them in the tree's order gives the unfused result bit for bit. Counts the
  * blocks into *n, writing their first rows to starts when not NULL, and
@@ -256,7 +257,7 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
         rg->nblocks = (rg->rows + rg->block_rows - 1) / rg->block_rows;
         if (rg->ncolsums && rg->period > 1) rg->block_rows = rg->rows, rg->nblocks = 1; /* one subtree: all rows */
         if (rg->ncolsums && rg->nblocks > 1) { /* blocks along the pairwise tree */
-            if (br < CPU_SUM_LEAF) br = CPU_SUM_LEAF;
+            if (br < REF_SUM_LEAF) br = REF_SUM_LEAF;
             rg->nblocks = 0;
             rg->tree_depth = tree_blocks(0, rg->rows, br, NULL, &rg->nblocks);
             rg->block_rows = br;
@@ -305,7 +306,7 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
             t->w = cpu_workers_new();
             t->view = cpu_workers_views(w, i, g->nnodes);
             t->scratch = al_malloc(rg->scratch_bytes ? rg->scratch_bytes : 1);
-            t->stack = rg->ncolsums ? al_malloc(sizeof(float) * CPU_COLSUM_STACK) : NULL;
+            t->stack = rg->ncolsums ? al_malloc(sizeof(float) * REF_COLSUM_STACK) : NULL;
             if (!t->w || !t->view || !t->scratch || (rg->ncolsums && !t->stack)) why = oom;
         }
     }

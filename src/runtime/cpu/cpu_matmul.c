@@ -1,4 +1,4 @@
-/* cpu_matmul.c - batched matmul with numpy-broadcast batch dims, one gemm per batch. */
+/* cpu_matmul.c - batched matmul with numpy-broadcast batch dims: f32/f64 as pieces of one GEMM per batch on the run's threads, f16/bf16 through the low-precision GEMM. */
 #include <string.h>
 
 #include "runtime/cpu/cpu.h"
@@ -15,25 +15,48 @@ typedef struct mm_plan {
     int64_t batches;
 } mm_plan;
 
-/* Calls GEMM (gemm_f32 or gemm_f64) once per batch: a and b are the operands'
- * data in the compute type T, advanced by the plan's strides; c is the dense
- * [batches, m, n] result. */
-#define FOR_EACH_BATCH(p, T, a, b, c, GEMM)                                                \
-    do {                                                                                   \
-        int64_t idx_[ALLOY_MAX_RANK] = {0}, off_a = 0, off_b = 0;                          \
-        for (int64_t bi = 0; bi < (p)->batches; bi++) {                                    \
-            GEMM((p)->trans_a, (p)->trans_b, (p)->m, (p)->n, (p)->k, (T)1, (a) + off_a,     \
-                 (p)->lda, (b) + off_b, (p)->ldb, (T)0, (c) + bi * (p)->m * (p)->n, (p)->n); \
-            for (int d = (p)->batch_rank - 1; d >= 0; d--) {                               \
-                off_a += (p)->stride_a[d];                                                 \
-                off_b += (p)->stride_b[d];                                                 \
-                if (++idx_[d] < (p)->batch_dims[d]) break;                                 \
-                off_a -= (p)->stride_a[d] * (p)->batch_dims[d];                            \
-                off_b -= (p)->stride_b[d] * (p)->batch_dims[d];                            \
-                idx_[d] = 0;                                                               \
-            }                                                                              \
-        }                                                                                  \
-    } while (0)
+/* The f32/f64 products of one matmul: job j is piece j % parts of batch
+ * j / parts, each one gemm_part on whichever thread claims it. */
+typedef struct mm_jobs {
+    const mm_plan *p;
+    gemm_product one; /* batch 0's product */
+    int64_t parts;
+    size_t esize;
+} mm_jobs;
+
+static void mm_job(void *arg, int64_t j, int thread)
+{
+    (void)thread;
+    const mm_jobs *jb = arg;
+    const mm_plan *p = jb->p;
+    int64_t b = j / jb->parts, off_a = 0, off_b = 0;
+    for (int d = p->batch_rank - 1; d >= 0; d--) { /* b walked row-major over batch_dims */
+        off_a += b % p->batch_dims[d] * p->stride_a[d];
+        off_b += b % p->batch_dims[d] * p->stride_b[d];
+        b /= p->batch_dims[d];
+    }
+    gemm_product q = jb->one;
+    q.a = (const char *)q.a + (size_t)off_a * jb->esize;
+    q.b = (const char *)q.b + (size_t)off_b * jb->esize;
+    q.c = (char *)q.c + (size_t)(j / jb->parts * p->m * p->n) * jb->esize;
+    gemm_part(&q, j % jb->parts);
+}
+
+/* f32/f64: every batch's pieces (gemm_parts) on up to x->nthreads threads,
+ * the threads only where the whole product is worth splitting. */
+static void matmul_wide(cpu_exec *x, const mm_plan *p, bool f64, rt_tensor *out, const rt_tensor *in)
+{
+    mm_jobs jb = {p, {f64, p->trans_a, p->trans_b, p->m, p->n, p->k, p->lda, p->ldb, p->n, 1.0, 0.0, in[0].data,
+                      in[1].data, out->data},
+                  0, f64 ? sizeof(double) : sizeof(float)};
+    jb.parts = gemm_parts(&jb.one);
+    int64_t jobs = p->batches * jb.parts;
+    double macs = (double)p->batches * (double)p->m * (double)p->n * (double)p->k;
+    int threads = 1;
+    if (x->workers && x->nthreads > 1 && jobs > 1 && macs >= (double)GEMM_PAR_MIN_MACS)
+        threads = cpu_workers_threads(x->workers, jobs < x->nthreads ? (int)jobs : x->nthreads);
+    cpu_workers_run(x->workers, threads, jobs, mm_job, &jb);
+}
 
 /* f16/bf16 operands: the low-precision GEMM (gemm_lowp.h), summed in f32,
  * the result f32 or rounded once to the output's dtype. */
@@ -58,7 +81,7 @@ static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm
 }
 
 /* matmul: out[..., M, N] = op(a) op(b) per batch, batch dims broadcast;
- * f32/f64 straight through gemm, f16/bf16 via f32 with one final rounding. */
+ * f32/f64 through gemm_part, f16/bf16 via f32 with one final rounding. */
 alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     const ir_type *ta = &in[0].type, *tb = &in[1].type, *to = &out->type;
@@ -89,12 +112,8 @@ alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     if (ta->dtype == ALLOY_F16 || ta->dtype == ALLOY_BF16) return matmul_low_precision(x, n, &p, out, in);
     switch (to->dtype) {
     case ALLOY_F32:
-        FOR_EACH_BATCH(&p, float, (const float *)in[0].data, (const float *)in[1].data,
-                       (float *)out->data, gemm_f32);
-        return ALLOY_OK;
     case ALLOY_F64:
-        FOR_EACH_BATCH(&p, double, (const double *)in[0].data, (const double *)in[1].data,
-                       (double *)out->data, gemm_f64);
+        matmul_wide(x, &p, to->dtype == ALLOY_F64, out, in);
         return ALLOY_OK;
     case ALLOY_F16:
     case ALLOY_BF16:

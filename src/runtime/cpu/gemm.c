@@ -1,4 +1,4 @@
-/* gemm.c - the CPU backend's matrix multiply: cblas when built with a BLAS, else a blocked C kernel. */
+/* gemm.c - the CPU backend's matrix multiply: cblas on one thread per piece when built with a BLAS, else a blocked C kernel; pieces spread over threads. */
 #include "runtime/cpu/gemm.h"
 
 #include <limits.h>
@@ -38,10 +38,9 @@
  * k-range is cut at multiples of KC, each piece summed from 0 in p order and
  * then added into C. */
 enum { MR = 6, NR = 8, KC = 384, MC = 96, NC = 3072 };
-/* Below this many multiply-adds one thread does it all, and each thread gets
- * at least half of it: starting and joining a thread costs about as much as a
- * 100^3 product on one core (measured: 2 threads lose at 96^3, win at 128^3). */
-#define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
+/* Below GEMM_PAR_MIN_MACS multiply-adds one thread does it all, and each
+ * thread gets at least half of it. */
+#define PAR_MIN_MACS GEMM_PAR_MIN_MACS
 #define MAX_THREADS 64
 
 /* One f32 product: C[m,n] = alpha * op(A) * op(B) + beta * C. */
@@ -312,49 +311,6 @@ void gemm_f32_portable(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     }
 }
 
-#if USE_CBLAS
-/* The BLAS's own pool gets alloy's thread count (num_threads): left alone,
- * OpenBLAS starts one thread per CPU whatever alloy was asked for, and its
- * spinning workers fight alloy's. Set only when it changes. */
-static void blas_threads(int threads)
-{
-#ifdef OPENBLAS_VERSION
-    static _Atomic int set;
-    if (set != threads) {
-        openblas_set_num_threads(threads);
-        set = threads;
-    }
-#else
-    (void)threads;
-#endif
-}
-
-static bool fits_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
-{
-    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-           ldc <= INT_MAX;
-}
-#endif
-
-void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-              int64_t ldc)
-{
-    init_env();
-#if USE_CBLAS
-    /* Degenerate shapes stay here: the BLAS would insist on lda >= 1 and so on. */
-    if (env_blas && m > 0 && n > 0 && k > 0 && alpha != 0.0f &&
-        fits_int(m, n, k, lda, ldb, ldc)) {
-        blas_threads(env_threads);
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
-                    b, (int)ldb, beta, c, (int)ldc);
-        return;
-    }
-#endif
-    gemm_f32_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 /* f64 without a BLAS: C scaled by beta first, then blocks of op(B) (packed
  * row-major, which also undoes a transpose) streamed against rows of op(A). */
 enum { DKC = 128, DNC = 256 };
@@ -405,21 +361,163 @@ static void dgemm_portable(bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
     al_free(abuf);
 }
 
+#if USE_CBLAS
+/* The BLAS runs on one thread: alloy cuts a product into pieces and runs
+ * them on its own threads (gemm_run), so that one pool serves the GEMMs
+ * and the other kernels. Left alone, OpenBLAS would start a thread per CPU
+ * (or OPENBLAS_NUM_THREADS), whose workers spin in sched_yield after each
+ * call and fight alloy's threads for the cores. Set once. */
+static void blas_one_thread(void)
+{
+#ifdef OPENBLAS_VERSION
+    static _Atomic int set;
+    if (!set) {
+        openblas_set_num_threads(1);
+        set = 1;
+    }
+#endif
+}
+
+static bool fits_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
+{
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+           ldc <= INT_MAX;
+}
+#endif
+
+/* ---- pieces ---- */
+
+/* A piece is at least PIECE_MIN wide (a multiple of PIECE_ALIGN: BLAS
+ * register tiles then fall on the same rows and columns as in one call) and
+ * there are at most MAX_PIECES: each piece packs the whole other operand
+ * again, which a strip this wide amortizes. */
+enum { PIECE_MIN = 256, PIECE_ALIGN = 64, MAX_PIECES = 16 };
+
+/* The strip width of p's pieces along the dimension split (n when n >= m). */
+static int64_t piece_width(const gemm_product *p, int64_t *len)
+{
+    *len = p->n >= p->m ? p->n : p->m;
+    int64_t w = round_up((*len + MAX_PIECES - 1) / MAX_PIECES, PIECE_ALIGN);
+    return w < PIECE_MIN ? PIECE_MIN : w;
+}
+
+int64_t gemm_parts(const gemm_product *p)
+{
+    if (p->m <= 0 || p->n <= 0) return 0;
+    if ((double)p->m * (double)p->n * (double)p->k < (double)PAR_MIN_MACS) return 1;
+    int64_t len, w = piece_width(p, &len);
+    return (len + w - 1) / w;
+}
+
+/* The single-threaded product q (gemm_product layout) with its own pointers. */
+static void product_one_thread(const gemm_product *q)
+{
+    if (q->m <= 0 || q->n <= 0) return;
+#if USE_CBLAS
+    /* degenerate shapes stay here: the BLAS would insist on lda >= 1 and so on */
+    if (env_blas && q->k > 0 && q->alpha != 0.0 && fits_int(q->m, q->n, q->k, q->lda, q->ldb, q->ldc)) {
+        blas_one_thread();
+        enum CBLAS_TRANSPOSE ta = q->trans_a ? CblasTrans : CblasNoTrans, tb = q->trans_b ? CblasTrans : CblasNoTrans;
+        if (q->f64)
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)q->m, (int)q->n, (int)q->k, q->alpha, q->a, (int)q->lda, q->b,
+                        (int)q->ldb, q->beta, q->c, (int)q->ldc);
+        else
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)q->m, (int)q->n, (int)q->k, (float)q->alpha, q->a, (int)q->lda,
+                        q->b, (int)q->ldb, (float)q->beta, q->c, (int)q->ldc);
+        return;
+    }
+#endif
+    if (q->f64) {
+        dgemm_portable(q->trans_a, q->trans_b, q->m, q->n, q->k, q->alpha, q->a, q->lda, q->b, q->ldb, q->beta, q->c,
+                       q->ldc);
+        return;
+    }
+    if (q->k <= 0 || q->alpha == 0.0) {
+        scale_f32(q->m, q->n, (float)q->beta, q->c, q->ldc);
+        return;
+    }
+    sgemm_args g = {q->trans_a, q->trans_b, q->m, q->n, q->k, (float)q->alpha, (float)q->beta,
+                    q->a, q->b, q->c, q->lda, q->ldb, q->ldc};
+    sgemm_part whole = {&g, 0, q->m, 0, q->n};
+    run_part(&whole);
+}
+
+void gemm_part(const gemm_product *p, int64_t part)
+{
+    init_env();
+    gemm_product q = *p;
+    size_t es = p->f64 ? sizeof(double) : sizeof(float);
+    int64_t parts = gemm_parts(p);
+    if (parts > 1) {
+        int64_t len, w = piece_width(p, &len), lo = part * w, hi = min64(len, lo + w);
+        if (p->n >= p->m) { /* columns [lo, hi) of C: of op(B) */
+            q.n = hi - lo;
+            q.b = (const char *)p->b + (size_t)(p->trans_b ? lo * p->ldb : lo) * es;
+            q.c = (char *)p->c + (size_t)lo * es;
+        } else {            /* rows [lo, hi) of C: of op(A) */
+            q.m = hi - lo;
+            q.a = (const char *)p->a + (size_t)(p->trans_a ? lo : lo * p->lda) * es;
+            q.c = (char *)p->c + (size_t)(lo * p->ldc) * es;
+        }
+    }
+    product_one_thread(&q);
+}
+
+/* Pieces claimed one at a time by the threads of one gemm_run without a pool. */
+typedef struct piece_claim {
+    const gemm_product *p;
+    int64_t parts;
+    _Atomic int64_t next;
+} piece_claim;
+
+static void *claim_pieces(void *arg)
+{
+    piece_claim *c = arg;
+    for (int64_t i; (i = c->next++) < c->parts;) gemm_part(c->p, i);
+    return NULL;
+}
+
+static void piece_job(void *arg, int64_t part, int thread)
+{
+    (void)thread;
+    gemm_part(arg, part);
+}
+
+void gemm_run(const gemm_product *p, cpu_workers *w, int threads)
+{
+    int64_t parts = gemm_parts(p);
+    if (parts <= 0) return;
+    int64_t nt = min64(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, parts);
+    if (w) {
+        if (nt > 1) nt = cpu_workers_threads(w, (int)nt);
+        cpu_workers_run(w, (int)nt, parts, piece_job, (void *)p);
+        return;
+    }
+    piece_claim c = {p, parts, 0};
+    pthread_t tids[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int64_t t = 1; t < nt; t++) started[t] = pthread_create(&tids[t], NULL, claim_pieces, &c) == 0;
+    claim_pieces(&c); /* a thread that did not start leaves its pieces to the others */
+    for (int64_t t = 1; t < nt; t++)
+        if (started[t]) pthread_join(tids[t], NULL);
+}
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+              int64_t ldc)
+{
+    init_env();
+    gemm_product p = {false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    gemm_run(&p, NULL, env_threads);
+}
+
 void gemm_f64(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
               const double *a, int64_t lda, const double *b, int64_t ldb, double beta, double *c,
               int64_t ldc)
 {
     init_env();
-#if USE_CBLAS
-    if (env_blas && m > 0 && n > 0 && k > 0 && alpha != 0.0 && fits_int(m, n, k, lda, ldb, ldc)) {
-        blas_threads(env_threads);
-        cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
-                    b, (int)ldb, beta, c, (int)ldc);
-        return;
-    }
-#endif
-    dgemm_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_product p = {true, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    gemm_run(&p, NULL, env_threads);
 }
 
 const char *gemm_backend_name(void)

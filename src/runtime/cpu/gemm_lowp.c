@@ -259,9 +259,10 @@ static char *scratch(cpu_workers *w, size_t bytes, void **own)
 }
 
 /* The sgemm kernel: per batch, the spans of A and B the product reads to
- * f32, then gemm_f32 (the BLAS when there is one) into C, or into f32 then
- * rounded when C is f16/bf16. */
-static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_workers *w)
+ * f32, then the f32 GEMM's pieces (the BLAS when there is one) on up to
+ * `threads` threads of w into C, or into f32 then rounded when C is
+ * f16/bf16. */
+static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_workers *w, int threads)
 {
     int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
     int64_t br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
@@ -275,7 +276,8 @@ static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_work
         cvt_load_f32(g->dtype, (const uint16_t *)g->a + batch_offset(g, g->stride_a, bi), a, na);
         cvt_load_f32(g->dtype, (const uint16_t *)g->b + batch_offset(g, g->stride_b, bi), b, nb);
         float *cb = nc ? c : (float *)g->c + bi * g->m * g->n;
-        gemm_f32(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, g->lda, b, g->ldb, 0.0f, cb, g->n);
+        gemm_product prod = {false, g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->n, 1.0, 0.0, a, b, cb};
+        gemm_run(&prod, w, w ? threads : 1);
         if (nc)
             cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)(bi * g->m * g->n) * alloy_dtype_size(g->out_dtype),
                           nc);
@@ -294,7 +296,7 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
         return ALLOY_OK;
     }
     opt_lowp_gemm kind = gemm_lowp_kernel(g->dtype, asked);
-    if (kind == OPT_LOWP_SGEMM) return run_sgemm(g, batches, w);
+    if (kind == OPT_LOWP_SGEMM) return run_sgemm(g, batches, w, threads);
     const lowp_kernel *kn = kind == OPT_LOWP_PORTABLE ? &k_portable : gemm_lowp_x86_kernel(kind);
     if (!kn) kn = &k_portable;
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""ew_torch.py - benchmark: ns per element of PyTorch's f32 elementwise kernels on the CPU (ATen/oneDNN), one thread, to set beside bench/ew_isa's.
+
+usage: ew_torch.py [N]   N elements (default 1000003), a over [-4, 4), dy = 1,
+as bench/ew_isa N. Each op is timed by the best thread CPU time of 15 rounds
+of ~2M elements, calling the ATen op directly with an output tensor given
+(no autograd, no allocation in the loop): gelu and gelu_grad
+(aten.gelu_backward) in both forms (approximate "none" = erf, "tanh"), erf,
+exp, tanh, sigmoid. Prints one row per op, "op<TAB>ns".
+"""
+import sys
+import time
+import warnings
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000003
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    try:
+        import torch
+    except ImportError as e:
+        print(f"torch not installed: {e}")
+        return 3
+    torch.set_num_threads(1)
+    a = torch.linspace(-4.0, 4.0, n + 1, dtype=torch.float32)[:n].contiguous()
+    dy = torch.ones(n, dtype=torch.float32)
+    y = torch.empty(n, dtype=torch.float32)
+    aten = torch.ops.aten
+    ops = {
+        "gelu": lambda: aten.gelu.out(a, approximate="none", out=y),
+        "gelu_grad": lambda: aten.gelu_backward.grad_input(dy, a, approximate="none", grad_input=y),
+        "gelu_tanh": lambda: aten.gelu.out(a, approximate="tanh", out=y),
+        "gelu_tanh_grad": lambda: aten.gelu_backward.grad_input(dy, a, approximate="tanh", grad_input=y),
+        "erf": lambda: torch.erf(a, out=y),
+        "exp": lambda: torch.exp(a, out=y),
+        "tanh": lambda: torch.tanh(a, out=y),
+        "sigmoid": lambda: torch.sigmoid(a, out=y),
+    }
+    reps = (2 << 20) // n + 1
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, f32, {n} elements, best thread CPU time, ns per element")
+    for name, fn in ops.items():
+        best = float("inf")
+        for r in range(16):
+            t0 = time.thread_time()
+            for _ in range(reps):
+                fn()
+            t = time.thread_time() - t0
+            if r > 0:
+                best = min(best, t)
+        print(f"{name}\t{best * 1e9 / (reps * n):.3f}")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+/* ref.h - the reference kernels of the structured ops, shared by the CPU backend and constant folding: raw buffers and ir types in, no backend or graph object. */
+#ifndef ALLOY_REF_H
+#define ALLOY_REF_H
+
+#include "ir/ir.h"
+
+/* ---- data movement (ref_movement.c): each result element is one operand
+ * element of es bytes (or pad's zero), so one kernel serves every dtype and
+ * constant folding's doubles alike (es = sizeof(double)). t is the operand's
+ * type, to the result's; only their dims are read. ---- */
+
+/* Fills count elements of es bytes at dst with copies of the element at dst. */
+AL_HIDDEN void ref_replicate(void *dst, size_t es, int64_t count);
+/* transpose: result dim i is t's dim perm[i] (n's `perm`). */
+AL_HIDDEN void ref_transpose(const ir_node *n, const ir_type *t, size_t es, const void *in, void *out);
+/* broadcast_to: in (type t, aligned right) repeated along its size-1 and missing dims up to `to`. */
+AL_HIDDEN void ref_broadcast_to(const ir_type *t, const ir_type *to, size_t es, const void *in, void *out);
+/* slice: elements start..end-1 of t along n's `axis`. */
+AL_HIDDEN void ref_slice(const ir_node *n, const ir_type *t, size_t es, const void *in, void *out);
+/* One concat operand (type t) into the result (type to) at offset `at` along axis. */
+AL_HIDDEN void ref_place(const ir_type *to, int axis, int64_t at, const ir_type *t, size_t es, const void *in,
+                         void *out);
+/* pad: n's `before` zeros (all-zero bytes: +0 in every dtype), the operand, then zeros along n's `axis`. */
+AL_HIDDEN void ref_pad(const ir_node *n, const ir_type *t, const ir_type *to, size_t es, const void *in, void *out);
+
+/* ---- reductions and the running sum (ref_reduce.c) ---- */
+
+/* The pairwise sums of reduce_sum: a sum of more than REF_SUM_LEAF terms is
+ * the sum of its first n/2 and its last n - n/2 terms, a shorter one is
+ * added in order from 0; columns go REF_SUM_COLS at a time. */
+enum {
+    REF_SUM_LEAF = 16,
+    REF_SUM_COLS = 256,
+    REF_SUM_MAX_DEPTH = 64,
+    REF_COLSUM_STACK = REF_SUM_COLS * REF_SUM_MAX_DEPTH,
+};
+
+/* reduce_sum / reduce_mean / reduce_max (n's op) of src (type t, in the
+ * compute type: f32, f64, or i64 for the maximum of integers) over n's
+ * `axes` (all when absent) into dst (ir_numel(&n->type) values of the same
+ * type), summing pairwise; one term is copied (-0 kept), no terms sum to 0
+ * and average to NaN (0 for i64), a NaN makes the maximum NaN. Rounding to
+ * the dtype is the caller's. False when out of memory (dst then partial). */
+AL_HIDDEN bool ref_reduce_f32(const ir_node *n, const ir_type *t, const float *src, float *dst);
+AL_HIDDEN bool ref_reduce_f64(const ir_node *n, const ir_type *t, const double *src, double *dst);
+AL_HIDDEN bool ref_reduce_i64(const ir_node *n, const ir_type *t, const int64_t *src, int64_t *dst);
+
+/* out[0..ncols) = the column sums of rows [0, nrows) of the f32 matrix at
+ * src (row stride ncols), in the order of the unfused reduce_sum over the
+ * rows, so a row group summing a subtree's rows gets that subtree's sums
+ * bit for bit; stack: REF_COLSUM_STACK floats. */
+AL_HIDDEN void ref_column_sums_f32(const float *src, int64_t nrows, int64_t ncols, float *out, float *stack);
+
+/* cumsum (n's `axis` and `reverse`) of v (type t's dims) in place, in the
+ * compute type: doubles when wide, else floats; each prefix is the running
+ * sum so far, unrounded (rounding to the dtype is the caller's). */
+AL_HIDDEN void ref_cumsum(const ir_node *n, const ir_type *t, bool wide, void *v);
+
+#endif
