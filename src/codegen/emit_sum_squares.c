@@ -21,14 +21,13 @@ static void put_choice(cg_text *t, const int *param, const int64_t *first, const
     put_choice(t, param, first, count, mid, hi, depth + 1);
 }
 
-/* The first kernel's parameters, in order: the output, the partials
- * (chunks + one per operand), the operands of any elements; fills param,
+/* The first kernel's parameters, in order: the partials (chunks + one per
+ * operand), the operands of any elements; fills param,
  * first and count per such operand and returns how many there are. */
 static int sq_params(cg_params *ps, const ir_graph *g, const ir_node *n, int64_t chunks, const int64_t *start,
-                     int *param, int64_t *first, int64_t *count, int *out, int *part)
+                     int *param, int64_t *first, int64_t *count, int *part)
 {
     int ne = 0;
-    *out = cg_param_of(ps, CG_PARAM_NODE, n->id, true, 0);
     *part = cg_param_of(ps, CG_PARAM_ROWS, n->id, true, chunks + n->nin);
     for (int i = 0; i < n->nin; i++) {
         int64_t c = ir_numel(&g->nodes[n->in[i]]->type);
@@ -64,16 +63,16 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
     }
     if (ok) start[nin] = chunks;
     int out = -1, part = -1;
-    if (ok) ne = sq_params(&ps, g, n, chunks, start, param, first, count, &out, &part);
+    if (ok) ne = sq_params(&ps, g, n, chunks, start, param, first, count, &part);
     char kname[48];
     if (ok && ne) { /* the partials: one per chunk */
         cg_put_preamble(&t);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
         cg_param_list(&t, g, &ps);
-        cg_put(&t, ")\n{\n    __shared__ float red_[32];\n    (void)p%d;\n"
+        cg_put(&t, ")\n{\n    __shared__ float red_[32];\n"
                    "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n"
                    "        const float *x_;\n        long long n_, lo_;\n",
-               out, (long long)chunks);
+               (long long)chunks);
         put_choice(&t, param, first, count, 0, ne, 2);
         cg_put(&t, "        const long long hi_ = lo_ + %dll < n_ ? lo_ + %dll : n_;\n"
                    "        float m_ = 0;\n"
@@ -87,10 +86,10 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
         cg_text_free(&t);
     }
     if (ok) { /* per operand: its partials' f32 sum at partial chunks + i; then the f64 total in order */
-        al_free(ps.at); /* the first kernel took its parameters: the output and the partials again, first as there */
+        al_free(ps.at); /* the first kernel took its parameters: the partials and the output */
         ps = (cg_params){0};
-        out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
         part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, chunks + nin);
+        out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
         cg_put_preamble(&t);
         al_fmt(kname, sizeof kname, "%s_final", name);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, kname);
