@@ -210,7 +210,7 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
  * members written once (a slice reads only what it copies; embedding_grad of
  * a small table reads the ids once per table row); a gemm step's f32 product written by
  * the GEMM and read by its epilogue; then the aux block's flags and per-row
- * partials each kernel names, the flags' memsets and the updates' copies
+ * partials each kernel names (8 bytes each for an f64 node), the flags' memsets and the updates' copies
  * (read and written). */
 static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
 {
