@@ -1005,6 +1005,17 @@ static void ref_found_inf(const ir_node *n, const oc_tensor *in, oc_tensor *out)
             if (!isfinite(in[k].v[i])) out->v[0] = 1;
 }
 
+/* sum_squares: an f64 result of f32 sums, so f32's bound on it */
+static const oc_tol tol_f32_sums = {.f32 = 1e-5, .f16 = 1e-5, .bf16 = 1e-5, .f64 = 1e-5};
+
+/* the operands' squares summed, in f64 */
+static void ref_sum_squares(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    out->v[0] = 0;
+    for (int k = 0; k < n->nin; k++)
+        for (int64_t i = 0; i < ir_numel(&in[k].type); i++) out->v[0] += in[k].v[i] * in[k].v[i];
+}
+
 /* ---- the table ----
  *
  * Adding an op: its rows below and its reference. An elementwise op is
@@ -1454,6 +1465,8 @@ const op_case op_cases[] = {
     /* training step: loss scaling */
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", EXACT, .ref = ref_found_inf},
     {"found_inf", "[3,5] [3,5] [3,5]; [17]; [2,3] []", .dom = {SPECIALS, SPECIALS, SPECIALS}, EXACT, .ref = ref_found_inf},
+    {"sum_squares", "f32[3,5] f32[9000] f32[17]; f32[17]; f32[2,3] f32[0]", .dom = {U(-2, 2), U(-2, 2), U(-2, 2)},
+     .tol = &tol_f32_sums, .ref = ref_sum_squares, .flags = OC_NO_GRAD},
 
     /* data-parallel collectives: a run with no communicator is one rank, whose reduction is its own value
      * (tests/test_data_parallel.c runs them over two ranks) */

@@ -210,7 +210,7 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
  * members written once (a slice reads only what it copies; embedding_grad of
  * a small table reads the ids once per table row); a gemm step's f32 product written by
  * the GEMM and read by its epilogue; then the aux block's flags and per-row
- * partials each kernel names, the flags' memsets and the updates' copies
+ * partials each kernel names (8 bytes each for an f64 node), the flags' memsets and the updates' copies
  * (read and written). */
 static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
 {
@@ -247,7 +247,9 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     for (int q = 0; q < x.prog.nkernels; q++)
         for (int i = 0; i < x.prog.kernels[q].nparams; i++) {
             const cg_param *pa = &x.prog.kernels[q].params[i];
-            aux += pa->kind == CG_PARAM_FLAG ? 4 : pa->kind == CG_PARAM_ROWS ? 4 * pa->count : 0;
+            aux += pa->kind == CG_PARAM_FLAG ? 4
+                   : pa->kind == CG_PARAM_ROWS ? (c->nodes[pa->node]->type.dtype == ALLOY_F64 ? 8 : 4) * pa->count
+                                               : 0;
         }
     for (int i = 0; i < x.lp.nactions; i++)
         if (x.lp.actions[i].kind == LP_ZERO || x.lp.actions[i].kind == LP_COPY)

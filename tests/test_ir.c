@@ -152,6 +152,7 @@ static const char *const every_op_lines[] = {
     "  %att = attention(%x4, %x4, %x4) {causal=true, scale=0.5} : f32[1,1,2,4]\n",
     "  %atg = attention_grad(%x4, %x4, %x4, %att, %x4) {causal=false, scale=-0.25} : f32[1,1,6,4]\n",
     "  %fi = found_inf(%x, %w) : bool[]\n",
+    "  %ssq = sum_squares(%x, %x) : f64[]\n",
     "  %mse = mse_loss(%x, %x) : f32[2,4]\n",
     "  %l1l = l1_loss(%x, %x) : f32[2,4]\n",
     "  %sl1 = smooth_l1_loss(%x, %x) {beta=0.5} : f32[2,4]\n",

@@ -774,6 +774,47 @@ static void test_f64_parameters_are_updated_with_the_learning_rate_in_f64(void *
     finish();
 }
 
+/* The gradient norm's sum_squares (one node over every f32 gradient; two
+ * launches on CUDA) gives on the CPU the bits of the chain it replaced in
+ * the optimizer pass: square, reduce_sum in f32, cast to f64, f64 adds in
+ * order; and the f64 sum of squares within f32's bound. */
+static void test_sum_squares_gives_the_bits_of_square_reduce_sum_cast_and_add(void **state)
+{
+    (void)state;
+    char dir[64];
+    assert_true(test_make_dir(dir, sizeof dir, "/tmp/alloy-optim-XXXXXX"));
+    const char *path = test_path_in(dir, "ssq.ir");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("graph ssq {\n  %a = input : f32[3,1000]\n  %b = input : f32[17]\n  %c = input : f32[40000]\n"
+          "  %s = sum_squares(%a, %b, %c) : f64[]\n"
+          "  %qa = square(%a) : f32[3,1000]\n  %ra = reduce_sum(%qa) : f32[]\n  %fa = cast(%ra) : f64[]\n"
+          "  %qb = square(%b) : f32[17]\n  %rb = reduce_sum(%qb) : f32[]\n  %fb = cast(%rb) : f64[]\n"
+          "  %qc = square(%c) : f32[40000]\n  %rc = reduce_sum(%qc) : f32[]\n  %fc = cast(%rc) : f64[]\n"
+          "  %t0 = add(%fa, %fb) : f64[]\n  %t = add(%t0, %fc) : f64[]\n"
+          "  output \"s\" = %s\n  output \"t\" = %t\n}\n",
+          f);
+    fclose(f);
+    char err[512];
+    alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    static float a[3000], b[17], c[40000];
+    double exact = 0;
+    for (int i = 0; i < 3000; i++) a[i] = (float)(test_uniform(-3, 3)), exact += (double)a[i] * a[i];
+    for (int i = 0; i < 17; i++) b[i] = (float)(test_uniform(-1e3, 1e3)), exact += (double)b[i] * b[i];
+    for (int i = 0; i < 40000; i++) c[i] = (float)(test_uniform(-1e-2, 1e-2)), exact += (double)c[i] * c[i];
+    alloy_host_tensor feeds[3] = {{"a", ALLOY_F32, 2, {3, 1000}, a}, {"b", ALLOY_F32, 1, {17}, b},
+                                  {"c", ALLOY_F32, 1, {40000}, c}};
+    alloy_host_tensor fetch[2] = {{.name = "s"}, {.name = "t"}};
+    expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 2), "alloy_graph_run");
+    double got = fetched_scalar(&fetch[0]), chain = fetched_scalar(&fetch[1]);
+    assert_memory_equal(&got, &chain, sizeof got);
+    close_all("sum_squares", &got, &exact, 1, REL_F32);
+    alloy_graph_free(g);
+    test_remove_dir(dir);
+    finish();
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, test_checked_alloc, test_plain_alloc)
 
 int main(void)
@@ -794,6 +835,7 @@ int main(void)
         TEST(test_optimizer_parameters_out_of_range_are_rejected_with_a_message),
         TEST(test_non_finite_or_negative_hyper_parameters_are_rejected_naming_the_field_and_the_optimizer_stays),
         TEST(test_f64_parameters_are_updated_with_the_learning_rate_in_f64),
+        TEST(test_sum_squares_gives_the_bits_of_square_reduce_sum_cast_and_add),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }

@@ -100,6 +100,8 @@ AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const ch
 /* The kernels of the indexing ops (gather, index_select, their gradients,
  * arange, cumsum) for node n of step k, or why none (emit_index.c). */
 AL_HIDDEN const char *cg_emit_index(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
+/* The two kernels of sum_squares n of step k (a multi-tensor reduction), or why none (emit_sum_squares.c). */
+AL_HIDDEN const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
 AL_HIDDEN const char *cg_emit_attention(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_attention.c */
 
 /* Threads per block of the elementwise kernels; their grid is capped so the

@@ -177,15 +177,18 @@ static void put_combine(cg_text *b, int op, const char *x)
     else cg_put(b, "m_ += %s;", x);
 }
 
-/* Appends the statements finishing output e from m_: the mean's division, the store. */
-static void put_finish(cg_text *b, const ir_node *n, const reduction *r, int out)
+/* Appends the statements finishing output `at` (a C index) from m_: the mean's division, the store. */
+static void put_finish_at(cg_text *b, const ir_node *n, const reduction *r, int out, const char *at)
 {
     if (n->op == IR_OP_reduce_mean && r->count > 0) cg_put(b, "        m_ = m_ / (%s)%lldll;\n", r->acc, (long long)r->count);
-    cg_put(b, "        p%d[e] = ", out);
+    cg_put(b, "        p%d[%s] = ", out, at);
     if (r->integer && n->op == IR_OP_reduce_max) cg_put(b, "(%s)m_", cg_storage(n->type.dtype));
     else cg_store(b, n->type.dtype, r->wide, "m_");
     cg_put(b, ";\n");
 }
+
+/* put_finish_at output e. */
+static void put_finish(cg_text *b, const ir_node *n, const reduction *r, int out) { put_finish_at(b, n, r, out, "e"); }
 
 /* The input element loaded as the accumulator type, at C index idx. */
 static void put_value(cg_text *b, const reduction *r, int in, const char *idx)
@@ -260,7 +263,11 @@ static const char *reduce_per_thread(cg_program *prog, const ir_graph *g, int k,
  * block (contiguous) or a thread (outermost) takes. */
 enum { REDUCE_THREADS = 1 << 18, REDUCE_BLOCK_MIN = 8192, REDUCE_THREAD_MIN = 64 };
 
-/* The kernel combining `split` partial results per output (in chunk order) into the output. */
+/* The kernel combining `split` partial results per output into the output:
+ * with at least REDUCE_WARP_MIN partials, a warp per output (each lane
+ * adding every 32nd partial, then a shuffle tree; `total` the threads);
+ * with fewer, a thread per output adding them in chunk order. */
+enum { REDUCE_WARP_MIN = 32 };
 static bool reduce_partials(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const reduction *r,
                             int64_t split, bool contiguous)
 {
@@ -268,6 +275,25 @@ static bool reduce_partials(cg_program *prog, const ir_graph *g, int k, const ir
     cg_text b = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, r->nout * split);
+    if (split >= REDUCE_WARP_MIN) { /* e runs over (output, lane); the grid-stride loop keeps a warp's lanes together */
+        char x[96];
+        cg_put(&b, "        const long long o_ = e / 32, l_ = e %% 32;\n        %s m_ = %s;\n"
+                   "        for (long long c_ = l_; c_ < %lldll; c_ += 32) ",
+               r->acc, n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)split);
+        if (contiguous) al_fmt(x, sizeof x, "p%d[o_ * %lldll + c_]", part, (long long)split);
+        else al_fmt(x, sizeof x, "p%d[c_ * %lldll + o_]", part, (long long)r->nout);
+        put_combine(&b, n->op, x);
+        cg_put(&b, "\n        m_ = %s(m_);\n        if (l_ == 0) {\n",
+               n->op == IR_OP_reduce_max ? "alloy_warp_max" : "alloy_warp_sum");
+        put_finish_at(&b, n, r, out, "o_");
+        cg_put(&b, "        }\n");
+        char name[48];
+        al_fmt(name, sizeof name, "alloy_s%d_%s_final", k, ir_ops[n->op].name);
+        bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout * 32, NULL, NULL);
+        cg_text_free(&b);
+        al_free(ps.at);
+        return ok;
+    }
     cg_put(&b, "        %s m_ = %s;\n        for (long long c_ = 0; c_ < %lldll; c_++) ", r->acc,
            n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)split);
     char x[96];
@@ -736,6 +762,7 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_arange:
     case IR_OP_cumsum: return cg_emit_index(prog, g, k, n, name);
     case IR_OP_found_inf: return cg_emit_multi(prog, g, s, k);
+    case IR_OP_sum_squares: return cg_emit_sum_squares(prog, g, k, n, name);
     case IR_OP_attention:
     case IR_OP_attention_grad: return cg_emit_attention(prog, g, s, k);
     case IR_OP_matmul: return "a library GEMM (cuBLASLt)";

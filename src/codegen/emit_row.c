@@ -527,8 +527,14 @@ static bool colsum_frame(cg_text *pre, cg_text *post, row_kernel *rk, int64_t nt
 }
 
 /* The kernel adding column sum member m's partial rows (one per team) per
- * column, pairwise (halves, runs of at most 16 added in order, as the CPU
- * adds its blocks' and rows' sums), and storing the sum in its dtype. */
+ * column and storing the sum in its dtype: a block per COMBINE_COLS
+ * columns, its threads COMBINE_COLS columns (neighbours reading neighbours)
+ * by COMBINE_LANES lanes; lane r adds partials r, r + COMBINE_LANES, ... in
+ * order, then the lanes' sums meet in a pairwise tree in shared memory
+ * (log2 COMBINE_LANES levels). At most nteams / COMBINE_LANES + log2
+ * COMBINE_LANES additions deep: 16 + 4 for 256 teams, as deep as the
+ * CPU's pairwise sums; no per-thread recursion (no stack, no spills). */
+enum { COMBINE_COLS = 16, COMBINE_LANES = CG_BLOCK / COMBINE_COLS };
 static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, int m, int64_t nteams, cg_text *t)
 {
     const ir_node *x = rk->g->nodes[rk->s->members[m].node];
@@ -540,19 +546,22 @@ static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, i
     cg_put_preamble(t);
     cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(t, rk->g, &fp);
-    cg_put(t, ")\n{\n    typedef float T;\n"
-              "    struct P_ {\n        const T *p;\n        __device__ T sum(long long lo, long long n) const\n        {\n"
-              "            if (n > 16) return sum(lo, n / 2) + sum(lo + n / 2, n - n / 2);\n"
-              "            T s = 0;\n            for (long long i = 0; i < n; i++) s += p[(lo + i) * %lldll];\n"
-              "            return s;\n        }\n    };\n"
-              "    const long long col = (long long)blockIdx.x * %d + threadIdx.x;\n    if (col >= %lldll) return;\n"
-              "    const P_ parts_ = {p%d + col};\n    const T a_ = parts_.sum(0, %lldll);\n    p%d[col] = ",
-           (long long)rk->C, CG_BLOCK, (long long)rk->C, kp, (long long)nteams, ko);
+    int64_t blocks = (rk->C + COMBINE_COLS - 1) / COMBINE_COLS, grid = blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks;
+    cg_put(t, ")\n{\n    typedef float T;\n    __shared__ T sh_[%d][%d];\n"
+              "    const int c_ = threadIdx.x %% %d, r_ = threadIdx.x / %d;\n"
+              "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n"
+              "    const long long col = b_ * %d + c_;\n    T a_ = 0;\n"
+              "    if (col < %lldll)\n        for (long long i_ = r_; i_ < %lldll; i_ += %d) a_ += p%d[i_ * %lldll + col];\n"
+              "    __syncthreads();\n    sh_[r_][c_] = a_;\n"
+              "    for (int h_ = %d; h_ > 0; h_ >>= 1) {\n        __syncthreads();\n"
+              "        if (r_ < h_) sh_[r_][c_] += sh_[r_ + h_][c_];\n    }\n"
+              "    if (r_ == 0 && col < %lldll) {\n        a_ = sh_[0][c_];\n        p%d[col] = ",
+           COMBINE_LANES, COMBINE_COLS + 1, COMBINE_COLS, COMBINE_COLS, (long long)blocks, COMBINE_COLS, (long long)rk->C,
+           (long long)nteams, COMBINE_LANES, kp, (long long)rk->C, COMBINE_LANES / 2, (long long)rk->C, ko);
     cg_store(t, x->type.dtype, false, "a_");
-    cg_put(t, ";\n}\n");
-    int64_t blocks = (rk->C + CG_BLOCK - 1) / CG_BLOCK;
+    cg_put(t, ";\n    }\n    }\n}\n");
     bool ok = !t->oom && !fp.oom &&
-              cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, (unsigned)blocks, CG_BLOCK, nteams * rk->C * 4);
+              cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, (unsigned)grid, CG_BLOCK, nteams * rk->C * 4);
     al_free(fp.at);
     return ok;
 }

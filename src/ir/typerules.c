@@ -639,3 +639,13 @@ RULE(ty_found_inf)
     out->rank = 0;
     return ALLOY_OK;
 }
+
+/* any number of f32 tensors -> f64 scalar */
+RULE(ty_sum_squares)
+{
+    for (int i = 0; i < n->nin; i++)
+        if (in[i]->dtype != ALLOY_F32) FAIL(ALLOY_ERR_DTYPE, "operand %d must be f32, not %s", i, alloy_dtype_name(in[i]->dtype));
+    out->dtype = ALLOY_F64;
+    out->rank = 0;
+    return ALLOY_OK;
+}

@@ -150,15 +150,28 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
     int next = E2(add, done, S(ALLOY_I32, 1));
     ir_add_update(g, STATE_COUNT, apply >= 0 ? E3(where, apply, next, done) : next);
     int lr = learning_rate(c, o, done, pass_state_leaf(g, STATE_BASE_LR, F, 0, NULL, o->lr));
-    /* global norm of the gradients of trained parameters, in f32 */
-    int no = g->noutputs, sumsq = -1;
-    for (int i = 0; i < no && !g->status; i++) {
+    /* global norm of the gradients of trained parameters: each gradient's
+     * squares summed in f32, those sums added in f64; one sum_squares over
+     * all of them (a multi-tensor launch on a GPU) when every gradient is
+     * f32, else square, reduce_sum and cast per gradient */
+    int no = g->noutputs, sumsq = -1, ngrad = 0;
+    int *grads = al_calloc((size_t)no + 1, sizeof(int));
+    if (!grads) return ir_error(g, ALLOY_ERR_OOM, "optimizer: out of memory");
+    bool all_f32 = true;
+    for (int i = 0; i < no; i++) {
         const char *nm = g->outputs[i].name;
         if (strncmp(nm, "grad:", 5) || ir_find_name(g, nm + 5) < 0 || g->nodes[ir_find_name(g, nm + 5)]->op != IR_OP_param)
             continue;
-        int sq = cast_to(c, ad_emit(c, IR_OP_reduce_sum, 1, (int[]){E1(square, g->outputs[i].node)}, 0, NULL, NULL), F);
+        grads[ngrad++] = g->outputs[i].node;
+        all_f32 &= g->nodes[g->outputs[i].node]->type.dtype == ALLOY_F32;
+    }
+    if (ngrad && all_f32) sumsq = ad_emit(c, IR_OP_sum_squares, ngrad, grads, 0, NULL, NULL);
+    for (int i = 0; ngrad && !all_f32 && i < ngrad && !g->status; i++) {
+        int sq = cast_to(c, ad_emit(c, IR_OP_reduce_sum, 1, (int[]){E1(square, grads[i])}, 0, NULL, NULL), F);
         sumsq = sumsq < 0 ? sq : E2(add, sumsq, sq);
     }
+    al_free(grads);
+    if (g->status) return g->status;
     if (sumsq < 0) return ir_error(g, ALLOY_ERR_INVALID, "optimizer: no trainable parameter gets a gradient from the loss");
     int norm = E1(sqrt, sumsq);
     int coef = o->clip_norm > 0 ? E2(minimum, S(F, 1.0), E2(div, S(F, o->clip_norm), E2(add, norm, S(F, 1e-6))))

@@ -1,4 +1,4 @@
-/* cpu_train.c - CPU kernels of the training-step ops: found_inf over all gradients. */
+/* cpu_train.c - CPU kernels of the training-step ops: found_inf over all gradients, the gradient norm's sum of squares. */
 #include <math.h>
 
 #include "base/convert.h"
@@ -38,5 +38,29 @@ alloy_status cpu_found_inf(cpu_exec *x, const ir_node *n, rt_tensor *out, const 
         }
     }
     *(uint8_t *)out->data = found;
+    return ALLOY_OK;
+}
+
+/* The sum of the operands' squares (f32 operands): each operand's squares
+ * rounded to f32 and summed by reduce_sum over all its axes (the same
+ * routine, so the same order and the same f32 result as square followed by
+ * reduce_sum), the per-operand sums then added in f64 in operand order. */
+alloy_status cpu_sum_squares(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    double total = 0;
+    ir_node probe = {.op = IR_OP_reduce_sum, .type = {.dtype = ALLOY_F32}};
+    for (int i = 0; i < n->nin; i++) {
+        int64_t count = ir_numel(&in[i].type);
+        float *sq = al_malloc(sizeof(float) * (size_t)(count ? count : 1)), sum = 0;
+        if (!sq) return cpu_out_of_memory(x, n);
+        const float *p = in[i].data;
+        for (int64_t k = 0; k < count; k++) sq[k] = p[k] * p[k];
+        rt_tensor squares = {in[i].type, sq}, result = {probe.type, &sum};
+        alloy_status st = cpu_reduce(x, &probe, &result, &squares);
+        al_free(sq);
+        if (st) return st;
+        total = i ? total + (double)sum : (double)sum;
+    }
+    *(double *)out->data = total;
     return ALLOY_OK;
 }
