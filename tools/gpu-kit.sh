@@ -92,7 +92,7 @@ for bin in $bins; do
 done
 
 # ---- the kernel cache for sm_90 ----
-export ALLOY_CACHE_DIR=$out/cache
+export ALLOY_CACHE_DIR=$out/cache LD_LIBRARY_PATH="$out/lib:$LD_LIBRARY_PATH"
 scratch=$(mktemp -d) || die "mktemp failed"
 trap 'rm -rf "$scratch"' EXIT
 fill() { # fill WHAT COMMAND...: one compile into the cache, timed
