@@ -84,13 +84,13 @@ elif [ -z "$gpu" ]; then
     [ $rc -eq 0 ] && row char_gpt "SKIP: no GPU ($why); the binary starts" ||
         row char_gpt "FAIL: no GPU, and bin/char_gpt --help exits $rc: $(first_line "$out/char_gpt.log")"
 else
-    stage char_gpt 45 "$out/char_gpt.log" "$kit/bin/char_gpt" --device cuda --steps 300 --log-every 1 --text "$kit/data/GPL-3"
+    stage char_gpt 40 "$out/char_gpt.log" "$kit/bin/char_gpt" --device cuda --steps 300 --log-every 1 --text "$kit/data/GPL-3"
     val=$(awk '/^val_loss/ { v = $2 } END { print v }' "$out/char_gpt.log")
     last=$(awk '/^step / { loss = $4 } END { print loss }' "$out/char_gpt.log")
     toks=$(awk '/^step / && $2 > 10 { print $10 }' "$out/char_gpt.log" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
     if [ $rc -eq 0 ] && [ -n "$val" ] && awk -v v="$val" 'BEGIN { exit !(v < 1.8) }'; then
         row char_gpt "PASS: 300 steps in $took s, last loss $last, val_loss $val (< 1.8), median ${toks:-?} tok/s"
-    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then row char_gpt "FAIL: timed out after 45 s (log: char_gpt.log)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then row char_gpt "FAIL: timed out after 40 s (log: char_gpt.log)"
     else row char_gpt "FAIL: exit $rc, val_loss ${val:--}: $(first_line "$out/char_gpt.log")"
     fi
 fi
@@ -120,7 +120,7 @@ bench() { # bench MODEL LIMIT: the cost model's figures, then the run with ALLOY
 if [ ! -x "$kit/bin/gpu_step" ]; then
     row "cost (mlp f16)" "SKIP: the kit has no bin/gpu_step"
     row "gpu_step (mlp f16)" "SKIP: the kit has no bin/gpu_step"
-else bench mlp 45
+else bench mlp 40
 fi
 if [ -x "$kit/bin/gpu_step" ] && grep -q '^cache: .*gpt2: yes' "$kit/MANIFEST.txt" 2>/dev/null; then bench gpt2 40
 else row "gpt2" "SKIP: the kit's cache has no GPT-2 (tools/gpu-kit.sh --gpt2)"
