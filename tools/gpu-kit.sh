@@ -8,7 +8,8 @@
 #   lib/            the shared libraries those need that such a machine lacks (libcmocka.so.0; each binary's
 #                   ldd is checked against a list of what a base system + the CUDA driver has)
 #   cache/          the kernel cache (ALLOY_CACHE_DIR) filled for sm_90: char_gpt's and the MLPs' training
-#                   steps (alloyc compile, and gpu_step --cost --arch sm_90 for the benchmark's own graphs);
+#                   steps (alloyc compile, and gpu_step --export-cuda for the benchmark's own graphs: the
+#                   cubins a run reads; --cost --arch would cache only ptxas' logs);
 #                   --gpt2 adds GPT-2 124M B8 and its attention-op form B32 (about 60-80 CPU-s each)
 #   run.sh, MANIFEST.txt
 # The binaries come from --build DIR (default build/, built with tests on); the benchmark needs -Dbench=true, so
@@ -111,13 +112,13 @@ if [ $quick = 0 ]; then
     fill "$alloyc" compile "$root/examples/ir/char_gpt.ir" --train --amp=f16 --scaler=dynamic --optimizer=adamw \
         --arch sm_90 -o "$scratch/char_gpt"
     for model in char_gpt mlp; do
-        what="gpu_step $model f16 (--cost --arch sm_90)"
-        fill "$out/bin/gpu_step" --model "$model" --dtype f16 --cost --arch sm_90
+        what="gpu_step $model f16 (--export-cuda --arch sm_90)"
+        fill "$out/bin/gpu_step" --model "$model" --dtype f16 --arch sm_90 --export-cuda "$scratch/$model"
     done
     if [ $gpt2 = 1 ]; then
         for model in gpt2 gpt2_flash; do
-            what="gpu_step $model f16 (--cost --arch sm_90)"
-            fill "$out/bin/gpu_step" --model "$model" --dtype f16 --cost --arch sm_90
+            what="gpu_step $model f16 (--export-cuda --arch sm_90)"
+            fill "$out/bin/gpu_step" --model "$model" --dtype f16 --arch sm_90 --export-cuda "$scratch/$model"
         done
     fi
 fi
