@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "alloy/alloy.h"
+#include "alloy/cuda.h"
 #include "gpt_model.h"
 #include "mlp_model.h"
 
@@ -38,6 +39,9 @@ static const char usage[] =
     "                 FLOPs, modelled ms; no GPU needed) and exit without running it\n"
     "  --arch sm_XY   with --cost: ptxas registers and spills from NVRTC (kernel cache)\n"
     "  --all          with --cost: list every launch, not only the 15 slowest\n"
+    "  --export-cuda DIR  with --arch: compile the step's kernels for that architecture\n"
+    "                 (alloy_graph_export_cuda, through the kernel cache: the entries a\n"
+    "                 run on such a GPU reads) into DIR and exit without running it\n"
     "  --cost-device D  the constants: h100 or h200 (default: h200 when the GPU's name says\n"
     "                 H200, else h100); a run's result line carries the model's figures\n"
     "                 (model_device, model_launches, model_gb, model_ms_lo, model_ms_hi)\n"
@@ -100,7 +104,7 @@ int main(int argc, char **argv)
     const char *model = NULL, *dtype = "f16", *device = "cuda";
     int steps = 20, warmup = 5, batch = -1;
     bool quick = false, cost_only = false, cost_all = false;
-    const char *arch = NULL, *cost_device = NULL, *sets[32];
+    const char *arch = NULL, *cost_device = NULL, *export_dir = NULL, *sets[32];
     int nsets = 0;
     int o_context = -1, o_dim = -1, o_layers = -1, o_heads = -1, o_vocab = -1, o_in = -1, o_hidden = -1, o_classes = -1;
     for (int i = 1; i < argc; i++) {
@@ -118,6 +122,7 @@ int main(int argc, char **argv)
         else if (!strcmp(flag, "--batch")) batch = parse_int(flag, val);
         else if (!strcmp(flag, "--arch") && val) arch = val;
         else if (!strcmp(flag, "--cost-device") && val) cost_device = val;
+        else if (!strcmp(flag, "--export-cuda") && val) export_dir = val;
         else if (!strcmp(flag, "--set") && val && strchr(val, '=') && nsets < 32) sets[nsets++] = val;
         else if (!strcmp(flag, "--context")) o_context = parse_int(flag, val);
         else if (!strcmp(flag, "--dim")) o_dim = parse_int(flag, val);
@@ -175,6 +180,13 @@ int main(int argc, char **argv)
         const char *eq = strchr(sets[i], '=');
         snprintf(name, sizeof name, "%.*s", (int)(eq - sets[i]), sets[i]);
         set_option(g, name, eq + 1);
+    }
+    if (export_dir) { /* the kernels for one architecture: no device, no run */
+        if (!arch) fail(1, "--export-cuda wants --arch sm_XY");
+        if (alloy_graph_export_cuda(g, arch, export_dir)) fail(1, "export: %s", alloy_last_error(g));
+        printf("# %s %s B%d: kernels for %s in %s\n", model, dtype, batch, arch, export_dir);
+        alloy_graph_free(g);
+        return 0;
     }
     if (cost_only) { /* the model alone: no device, no run */
         alloy_cost_options co = {.device = cost_device, .arch = arch, .all = cost_all};

@@ -6,8 +6,21 @@
 # the same char_gpt model (bench/char_gpt_gpu.py, when torch is installed), and prints a table that
 # it also writes to OUT/gpu-check.txt (OUT defaults to gpu-check/); logs go to OUT too.
 # Exit status: 0 when every check passed, 1 otherwise.
+# tools/gpu-check.sh --kit KIT [OUT]: runs a kit that tools/gpu-kit.sh packed elsewhere, in stages that each
+# report as they finish, building nothing (no meson, pkg-config or cmocka needed): tools/gpu-kit-run.sh.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = --kit ]; then
+    [ $# -ge 2 ] || { echo "usage: tools/gpu-check.sh --kit KIT [OUT]"; exit 2; }
+    shift
+    exec sh "$root/tools/gpu-kit-run.sh" "$@"
+fi
+for t in meson pkg-config; do
+    command -v $t >/dev/null 2>&1 && continue
+    echo "gpu-check: no $t on PATH: building here needs meson and pkg-config (for cmocka); on a machine"
+    echo "without them, pack a kit elsewhere (tools/gpu-kit.sh KIT) and run tools/gpu-check.sh --kit KIT"
+    exit 1
+done
 out=${1:-$root/gpu-check}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
