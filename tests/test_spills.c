@@ -21,9 +21,6 @@
 static const struct {
     const char *graph, *kernel, *why;
 } allowed[] = {
-    /* the column-sum finishers' pairwise sum recurses (struct P_'s sum):
-     * 48 B of stack, stored and loaded per level */
-    {"char_gpt", "_colsum", "the column-sum finisher's recursive pairwise sum"},
     /* a reduce_sum kernel of the step: 64 B of stack */
     {"char_gpt", "_reduce_sum", "a reduce_sum kernel's 64 B stack frame"},
 };

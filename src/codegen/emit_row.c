@@ -643,6 +643,23 @@ static bool colsum_frame(cg_text *pre, cg_text *post, row_kernel *rk, int64_t nt
     return any;
 }
 
+/* The sum of partial rows [lo, lo + n) as the CPU adds them: halves
+ * added pairwise down to runs of at most 16 added in order (run_), written
+ * out as one expression (a recursive device function kept a stack frame,
+ * which ptxas reported as spills). */
+static void put_pairwise(cg_text *t, int64_t lo, int64_t n)
+{
+    if (n > 16) {
+        cg_put(t, "(");
+        put_pairwise(t, lo, n / 2);
+        cg_put(t, " + ");
+        put_pairwise(t, lo + n / 2, n - n / 2);
+        cg_put(t, ")");
+        return;
+    }
+    cg_put(t, "run_(%lld, %lld)", (long long)lo, (long long)n);
+}
+
 /* The kernel adding column sum member m's partial rows (one per team) per
  * column, pairwise (halves, runs of at most 16 added in order, as the CPU
  * adds its blocks' and rows' sums), and storing the sum in its dtype. */
@@ -658,13 +675,14 @@ static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, i
     cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(t, rk->g, &fp);
     cg_put(t, ")\n{\n    typedef float T;\n"
-              "    struct P_ {\n        const T *p;\n        __device__ T sum(long long lo, long long n) const\n        {\n"
-              "            if (n > 16) return sum(lo, n / 2) + sum(lo + n / 2, n - n / 2);\n"
-              "            T s = 0;\n            for (long long i = 0; i < n; i++) s += p[(lo + i) * %lldll];\n"
-              "            return s;\n        }\n    };\n"
               "    const long long col = (long long)blockIdx.x * %d + threadIdx.x;\n    if (col >= %lldll) return;\n"
-              "    const P_ parts_ = {p%d + col};\n    const T a_ = parts_.sum(0, %lldll);\n    p%d[col] = ",
-           (long long)rk->C, CG_BLOCK, (long long)rk->C, kp, (long long)nteams, ko);
+              "    const T *parts_ = p%d + col;\n"
+              "    const auto run_ = [&](long long lo, long long n) -> T {\n"
+              "        T s = 0;\n        for (long long i = 0; i < n; i++) s += parts_[(lo + i) * %lldll];\n"
+              "        return s;\n    };\n    const T a_ = ",
+           CG_BLOCK, (long long)rk->C, kp, (long long)rk->C);
+    put_pairwise(t, 0, nteams);
+    cg_put(t, ";\n    p%d[col] = ", ko);
     cg_store(t, x->type.dtype, false, "a_");
     cg_put(t, ";\n}\n");
     int64_t blocks = (rk->C + CG_BLOCK - 1) / CG_BLOCK;
