@@ -172,6 +172,66 @@ static void test_long_rows_run_emulated_as_on_the_cpu(void **state)
     }
 }
 
+/* A vocabulary over 8192 logits (9001 and 8200 columns; 3 rows), trained
+ * in fp32 and under f16 AMP: the classifier's row kernel streams (the
+ * softmax's max and sum in one pass, a running max rescaling the sum; no
+ * per-thread array of columns, so nothing to spill at any width) and its
+ * loss, the per-row results, and its dlogits agree with the CPU's. Also
+ * log_softmax and softmax rows of 8200 columns. */
+static void test_rows_over_8192_columns_stream_as_on_the_cpu(void **state)
+{
+    (void)state;
+    skip_without_emulation();
+    static const struct {
+        int64_t cols;
+        alloy_dtype amp;
+        int op; /* 0 cross_entropy, 1 log_softmax, 2 softmax */
+    } cases[] = {{9001, ALLOY_F16, 0}, {9001, ALLOY_F32, 0}, {8200, ALLOY_F32, 1}, {8200, ALLOY_F16, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t rows = 3, dim = 16, cols = cases[i].cols;
+        alloy_graph *g = alloy_graph_new("vocab");
+        alloy_graph_set_seed(g, 11);
+        alloy_tensor *h = alloy_input(g, "h", ALLOY_F32, 2, DIMS(rows, dim));
+        alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 2, DIMS(dim, cols), alloy_init_uniform(-2, 2));
+        alloy_tensor *logits = alloy_matmul(g, h, w, false, false);
+        alloy_tensor *loss;
+        if (cases[i].op == 0) {
+            loss = alloy_cross_entropy(g, logits, alloy_input(g, "t", ALLOY_I32, 1, DIMS(rows)));
+        } else {
+            alloy_tensor *r = alloy_input(g, "r", ALLOY_F32, 2, DIMS(rows, cols));
+            alloy_tensor *y = cases[i].op == 1 ? alloy_log_softmax(g, logits, -1) : alloy_softmax(g, logits, -1);
+            loss = alloy_reduce_sum(g, alloy_mul(g, y, r), 0, NULL, false);
+        }
+        assert_int_equal(alloy_graph_set_loss(g, loss), ALLOY_OK);
+        if (cases[i].amp != ALLOY_F32) assert_int_equal(alloy_graph_enable_amp(g, cases[i].amp), ALLOY_OK);
+        assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(1e-2, 0.0, 0.0, false)), ALLOY_OK);
+        if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+        feed_set f = random_feeds(g, (int)cols);
+        cgs_step st;
+        cgs_prepare(&st, g, &f);
+        int streaming = 0;
+        for (int k = 0; k < st.prog.nkernels; k++) {
+            if (st.prog.kernels[k].kind != STEP_KIND_ROW || !strstr(st.prog.kernels[k].name, "_row")) continue;
+            const char *src = st.prog.kernels[k].source + st.prog.kernels[k].body;
+            char array[32];
+            snprintf(array, sizeof array, "[%lld];", (long long)((cols + 1023) / 1024));
+            if (strstr(src, array)) fail_msg("%lld columns: row kernel %s holds an array of columns", (long long)cols,
+                                             st.prog.kernels[k].name);
+            streaming += occurrences(src, "= alloy_block_max(m_, red_)");
+        }
+        assert_int_equal(streaming, 1); /* one online max and sum: the forward's (a gradient shares it or has none) */
+        cgs_release(&st);
+        emu_stats es = emulate_step(g, &f);
+        char what[96];
+        snprintf(what, sizeof what, "%s, %lld columns, %s", cases[i].op == 0 ? "cross_entropy" : cases[i].op == 1 ? "log_softmax" : "softmax",
+                 (long long)cols, cases[i].amp == ALLOY_F32 ? "fp32" : "f16 AMP");
+        report(what, &es);
+        assert_true(es.kernels >= 2 && es.values >= 2);
+        free_feeds(&f);
+        alloy_graph_free(g);
+    }
+}
+
 /* A layer_norm and an rms_norm trained (f32, and under f16 AMP): the
  * forward row kernel computes the statistics once and stores them beside y
  * (the statistics ops share the norm's first stages), and the backward's
@@ -708,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_every_kernel_of_the_example_training_steps_compiles_for_sm80_and_sm90),
         cmocka_unit_test(test_the_transformer_training_step_runs_emulated_as_on_the_cpu),
         cmocka_unit_test(test_long_rows_run_emulated_as_on_the_cpu),
+        cmocka_unit_test(test_rows_over_8192_columns_stream_as_on_the_cpu),
         cmocka_unit_test(test_norm_statistics_are_reduced_once_and_kept_for_the_backward),
         cmocka_unit_test(test_convolution_gemm_groups_run_emulated_as_on_the_cpu),
         cmocka_unit_test(test_random_ops_run_emulated_bit_for_bit_as_on_the_cpu),

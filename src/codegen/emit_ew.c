@@ -78,7 +78,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
                 continue;
             }
             if (p->slot && s->step_of[o] == (int)(p->step - s->steps)) { /* an earlier part's value, this lane's */
-                al_fmt(src[j], sizeof src[j], "r%d[%s]", om, p->slot);
+                al_fmt(src[j], sizeof src[j], p->stream ? "r%d(%s)" : "r%d[%s]", om, p->slot);
                 continue;
             }
             int k = cg_param_of(p->ps, CG_PARAM_NODE, o, false, 0);
@@ -106,6 +106,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
         char v[16];
         al_fmt(v, sizeof v, "v%d", m);
         cg_apply_flags(t, x->type.dtype, p->wide, mb->flags, v);
+        if (p->quiet) continue;
         if (mb->flags & MEMBER_STORED) {
             int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
             if (p->vec) {
@@ -118,7 +119,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             cg_store(t, x->type.dtype, p->wide, v);
             cg_put(t, ";\n");
         }
-        if (p->slot && (mb->flags & MEMBER_SPILLED)) /* a later part reads it, rounded */
+        if (p->slot && !p->stream && (mb->flags & MEMBER_SPILLED)) /* a later part reads it, rounded */
             cg_put(t, "        r%d[%s] = %s;\n", m, p->slot, v);
         if (mb->flags & MEMBER_CHECK) {
             alloy_dtype dt = x->type.dtype;

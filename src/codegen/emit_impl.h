@@ -65,6 +65,11 @@ typedef struct cg_ew_part {
     int vbase;
     uint64_t *vload, *vstore;
     bool *vfail;
+    /* streaming row kernels: an earlier part's value is computed again by
+     * the lambda r<m>(slot) instead of read from r<m>[slot], and nothing is
+     * written to r<m>; with `quiet` (a lambda's body) no store and no
+     * found_inf check either */
+    bool stream, quiet;
 } cg_ew_part;
 
 /* Appends the statements computing the part's members at index p->e: loads

@@ -1,12 +1,14 @@
-/* emit_row.c - row kernels: a team of threads per row (one warp for short rows, a block for long ones), each thread holding its columns in registers; row programs from the op table, elementwise parts between them, per-row results averaged by a second kernel. */
+/* emit_row.c - row kernels: a team of threads per row (one warp for short rows, a block for long ones), each thread holding its columns in registers, or for the longest rows streaming them (online max and sum, values computed again where read); row programs from the op table, elementwise parts between them, per-row results averaged by a second kernel. */
 #include <string.h>
 
 #include "codegen/emit_impl.h"
 
 /* Rows up to WARP_MAX_COLS columns get a warp each, WARPS rows to a block;
  * longer rows a block of up to MAX_TEAM threads each, sized so a thread
- * holds at most TEAM_COLS columns (more for the longest rows, up to
- * MAX_COLS_PER_THREAD). */
+ * holds at most TEAM_COLS columns. Rows longer than that (MAX_TEAM *
+ * TEAM_COLS) stream: no column is held, so no width spills (a step the
+ * streaming form cannot take, one with column sums, holds up to
+ * MAX_COLS_PER_THREAD columns a thread instead). */
 enum { WARPS = 4, WARP_MAX_COLS = 1024, TEAM_COLS = 8, MAX_TEAM = 1024, MAX_COLS_PER_THREAD = 64 };
 
 typedef struct row_kernel {
@@ -30,6 +32,13 @@ typedef struct row_kernel {
     uint64_t loaded;
     cg_text *decl;
     bool vfail;
+    /* the streaming form (rows over MAX_TEAM * TEAM_COLS columns; vw is 1):
+     * no per-thread arrays. A MAX, MAP exp(x - max), SUM of the MAP is one
+     * pass (a running max and a sum rescaled when it grows, the team's
+     * combined at the end); V(k) is its MAP's expression, evaluated where
+     * read; a member a later part reads is the lambda r<m>(slot) computing
+     * it again at that column */
+    bool stream;
 } row_kernel;
 
 /* Returned by emit_row when the vectorized kernel needs a bit past 63. */
@@ -114,7 +123,7 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     int o = x->in[q];
     const schedule *s = rk->s;
     if (s->step_of[o] == (int)(rk->st - s->steps)) {
-        cg_put(t, "r%d[%s]", s->member_of[o], slot);
+        cg_put(t, rk->stream ? "r%d(%s)" : "r%d[%s]", s->member_of[o], slot);
         return true;
     }
     const ir_type *ty = &rk->g->nodes[o]->type;
@@ -249,6 +258,13 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
         int owner = m;
         for (int i = 0; i < shared; i++)
             if (prog->stages[i].kind == ROW_MAP && prog->stages[i].slot == k) owner = from;
+        if (rk->stream) { /* the slot's MAP expression (streamable: written once, reading no V) */
+            const char *e = "0";
+            for (int i = 0; i < prog->nstages; i++)
+                if (prog->stages[i].kind == ROW_MAP && prog->stages[i].slot == k) e = prog->stages[i].expr;
+            cg_put(t, "#define V_%d ((T)(%s))\n", k, e);
+            continue;
+        }
         cg_put(t, "#define V_%d rv%d_%d[j_]\n", k, owner, k);
     }
     for (int q = 0; q < (int)strlen(prog->roles); q++) {
@@ -284,10 +300,11 @@ static bool accessors(cg_text *t, row_kernel *rk, const ir_node *x, int m, int s
         cg_put(t, "#define X_%d ", q);
         if (!operand_at(t, rk, x, q, "col", "j_", reg[q])) return false;
         /* AT(q, c): the thread holding column c contributes it, the team sums */
-        char cc[96];
+        char cc[96], bound[32] = "";
         column_of(rk, "jj_", cc, sizeof cc);
+        if (rk->stream) al_fmt(bound, sizeof bound, " && cc_ < %lld", (long long)rk->C); /* a column read, not held */
         cg_put(t, "\n#define AT_%d(c) ([&]() -> T { T a_ = 0; for (int jj_ = 0; jj_ < %d; jj_++) {"
-                  " const int cc_ = %s; if (cc_ == (int)(c)) a_ += ", q, rk->cpl, cc);
+                  " const int cc_ = %s; if (cc_ == (int)(c)%s) a_ += ", q, rk->cpl, cc, bound);
         if (!operand_at(t, rk, x, q, "cc_", "jj_", reg[q])) return false;
         cg_put(t, "; } return %s; }())\n", team_reduce(rk, false));
     }
@@ -338,8 +355,68 @@ static void declare_slots(cg_text *t, const row_kernel *rk, int m)
         bool theirs = false;
         for (int i = 0; i < shared; i++) theirs |= (prog->stages[i].kind == ROW_MAP) == vec && prog->stages[i].slot == slot;
         if (theirs) continue;
+        if (vec && rk->stream) continue; /* V(slot): its expression, where read */
         if (vec) cg_put(t, "        T rv%d_%d[%d];\n", m, slot, rk->cpl);
         else cg_put(t, "        T s%d_%d = 0; (void)s%d_%d;\n", m, slot, m, slot);
+    }
+}
+
+/* Whether stages i, i + 1, i + 2 of p are MAX(a, E), MAP(v, exp(E - S(a))),
+ * SUM(b, V(v)): a softmax's denominator, which streams in one pass. */
+static bool online_softmax(const ir_row_program *p, int i)
+{
+    if (i + 2 >= p->nstages) return false;
+    const ir_row_stage *mx = &p->stages[i], *map = &p->stages[i + 1], *sum = &p->stages[i + 2];
+    if (mx->kind != ROW_MAX || map->kind != ROW_MAP || sum->kind != ROW_SUM) return false;
+    char want[256], v[16];
+    al_fmt(want, sizeof want, "exp(%s - S(%d))", mx->expr, mx->slot);
+    al_fmt(v, sizeof v, "V(%d)", map->slot);
+    return strlen(mx->expr) < 200 && strcmp(map->expr, want) == 0 && strcmp(sum->expr, v) == 0;
+}
+
+/* Stages i..i + 2 of member m's program (online_softmax) in one pass: each
+ * thread keeps a running max m_ and the sum a_ of exp(x - m_), rescaling
+ * the sum when the max grows; the team's max is S(a), and S(b) the sum of
+ * the threads' sums rescaled to it. A -inf column adds nothing (exp(-inf -
+ * m_) is 0) unless the whole row is -inf, which gives NaN as the two-pass
+ * form does; +inf and NaN give NaN as there. */
+static void emit_online_softmax(cg_text *t, const row_kernel *rk, int m, const ir_row_program *p, int i)
+{
+    const ir_row_stage *mx = &p->stages[i], *sum = &p->stages[i + 2];
+    cg_put(t, "        { T m_ = -(T)ALLOY_INF, a_ = 0;\n");
+    put_columns(t, rk);
+    cg_put(t, "            if (col >= %lldll) continue;\n            const T x_ = (T)(%s);\n"
+              "            if (x_ > m_) a_ = a_ * exp(m_ - x_) + exp(x_ - x_), m_ = x_;\n"
+              "            else if (!(x_ == -(T)ALLOY_INF)) a_ += exp(x_ - m_);\n        }\n"
+              "        s%d_%d = alloy_block_max(m_, red_);\n        a_ = a_ * exp(m_ - s%d_%d);\n"
+              "        s%d_%d = alloy_block_sum(a_, red_); }\n",
+           (long long)rk->C, mx->expr, m, mx->slot, m, mx->slot, m, sum->slot);
+}
+
+/* A streaming program's OUT stage sg for member m: stored by a pass over
+ * the row when the member is stored; the lambda r<m>(slot) computing it
+ * at a column when a later part reads it. */
+static void stream_out(cg_text *t, row_kernel *rk, int m, const ir_row_stage *sg)
+{
+    const sched_member *mb = &rk->s->members[m];
+    const ir_node *x = rk->g->nodes[mb->node];
+    char v[16];
+    al_fmt(v, sizeof v, "v%d", m);
+    if (mb->flags & MEMBER_STORED) {
+        char idx[160];
+        element_index(rk, "col", idx, sizeof idx);
+        put_columns(t, rk);
+        cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", (long long)rk->C, m, sg->expr);
+        cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
+        cg_put(t, "            p%d[%s] = ", cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0), idx);
+        cg_store(t, x->type.dtype, rk->wide, v);
+        cg_put(t, ";\n        }\n");
+    }
+    if (mb->flags & MEMBER_SPILLED) {
+        cg_put(t, "        const auto r%d = [&](int j_) -> T {\n            const int col = lane + %d * j_;\n"
+                  "            T v%d = (T)(%s);\n", m, rk->team, m, sg->expr);
+        cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
+        cg_put(t, "            return v%d;\n        };\n", m);
     }
 }
 
@@ -351,13 +428,23 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
     const ir_node *x = rk->g->nodes[mb->node];
     const ir_row_program *prog = ir_ops[x->op].row;
     int from = m, shared = shared_prefix(rk, m, &from), reg[8];
-    cg_put(t, "    {\n");
+    if (!rk->stream) cg_put(t, "    {\n"); /* streaming: at the row's scope, where later parts call its r<m> */
     if (shared) cg_put(t, "        /* stages 0-%d: those of %%%d's program */\n", shared - 1, rk->s->members[from].node);
     if (!accessors(t, rk, x, m, shared, from, reg)) return false;
     for (int i = shared; i < prog->nstages; i++) {
         const ir_row_stage *sg = &prog->stages[i];
         for (int q = 0; q < (int)strlen(prog->roles) && q < x->nin; q++) /* rows read first here */
             if (reg[q] >= 0 && (mentions(sg->expr, "X", q) || mentions(sg->expr, "AT", q))) load_row(t, rk, reg[q]);
+        if (rk->stream && online_softmax(prog, i)) {
+            emit_online_softmax(t, rk, m, prog, i);
+            i += 2;
+            continue;
+        }
+        if (rk->stream && sg->kind == ROW_MAP) continue; /* V(slot) is its expression */
+        if (rk->stream && sg->kind == ROW_OUT) {
+            stream_out(t, rk, m, sg);
+            continue;
+        }
         switch (sg->kind) {
         case ROW_MAX:
         case ROW_SUM: {
@@ -424,15 +511,40 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
         }
     }
     undefine(t, x, rk->space);
-    cg_put(t, "    }\n");
+    if (!rk->stream) cg_put(t, "    }\n");
     return true;
 }
 
 /* ---- the kernels of a step ---- */
 
+/* Whether the step's row kernel can stream (row_kernel's stream): no
+ * column sums (a thread's sums of its columns are held), and every row
+ * program writes each S and V slot once and reads no V in a MAP. */
+static bool streamable(const row_kernel *rk)
+{
+    const schedule *s = rk->s;
+    for (int q = rk->st->first_part; q < rk->st->first_part + rk->st->nparts; q++) {
+        const sched_part *part = &s->parts[q];
+        if (part->kind == PART_COLSUM) return false;
+        if (part->kind != PART_OP) continue;
+        const ir_row_program *p = ir_ops[rk->g->nodes[s->members[part->first].node]->op].row;
+        uint64_t scalars = 0, vectors = 0;
+        for (int i = 0; i < p->nstages; i++) {
+            const ir_row_stage *sg = &p->stages[i];
+            bool vec = sg->kind == ROW_MAP;
+            if (sg->kind != ROW_MAX && sg->kind != ROW_SUM && sg->kind != ROW_LET && !vec) continue;
+            uint64_t *seen = vec ? &vectors : &scalars;
+            if (sg->slot < 0 || sg->slot >= 64 || (*seen >> sg->slot & 1) || (vec && strstr(sg->expr, "V("))) return false;
+            *seen |= 1ull << sg->slot;
+        }
+    }
+    return true;
+}
+
 /* Threads per row and columns per thread for rows of C columns (whole
- * chunks of vw, which divides C); false when a row does not fit in
- * registers. */
+ * chunks of vw, which divides C), streaming (vw 1) rows over MAX_TEAM *
+ * TEAM_COLS columns where the step allows; false when a row neither
+ * streams nor fits in registers. */
 static bool choose_team(row_kernel *rk)
 {
     if (rk->C <= WARP_MAX_COLS) {
@@ -442,8 +554,13 @@ static bool choose_team(row_kernel *rk)
         while (rk->team < MAX_TEAM && (rk->C + rk->team - 1) / rk->team > TEAM_COLS) rk->team *= 2;
     }
     int64_t cpl = (rk->C / rk->vw + rk->team - 1) / rk->team * rk->vw;
+    if (rk->team == MAX_TEAM && cpl > TEAM_COLS && cpl <= INT32_MAX / MAX_TEAM && streamable(rk)) {
+        rk->stream = true;
+        rk->vw = 1;
+        cpl = (rk->C + rk->team - 1) / rk->team;
+    }
     rk->cpl = (int)(cpl > 0 ? cpl : 1);
-    return cpl <= MAX_COLS_PER_THREAD;
+    return rk->stream || cpl <= MAX_COLS_PER_THREAD;
 }
 
 /* The kernel combining member m's per-row results into its value: their
@@ -566,6 +683,36 @@ static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, i
     return ok;
 }
 
+/* An elementwise part of a streaming row kernel: a pass over the row
+ * storing its stored members (and checking those checked), when it has
+ * any; for each member a later part reads, the lambda r<m>(slot)
+ * computing the part again at that column. */
+static void stream_part(cg_text *t, row_kernel *rk, const sched_part *part, const ir_type *space)
+{
+    const schedule *s = rk->s;
+    cg_ew_part ep = {.g = rk->g, .s = s, .step = rk->st, .first = part->first, .n = part->n, .space = space,
+                     .wide = part->wide, .product = -1, .ps = &rk->ps, .e = "e_", .slot = "j_", .stream = true};
+    bool pass = false;
+    for (int m = part->first; m < part->first + part->n; m++)
+        pass |= (s->members[m].flags & (MEMBER_STORED | MEMBER_CHECK)) != 0;
+    if (pass) {
+        put_columns(t, rk);
+        cg_put(t, "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
+               (long long)rk->C, (long long)rk->C);
+        cg_emit_members(t, &ep);
+        cg_put(t, "        }\n");
+    }
+    ep.quiet = true;
+    for (int m = part->first; m < part->first + part->n; m++) {
+        if (!(s->members[m].flags & MEMBER_SPILLED)) continue;
+        cg_put(t, "        const auto r%d = [&](int j_) -> T {\n            const int col = lane + %d * j_;\n"
+                  "            const long long e_ = row * %lldll + col;\n",
+               m, rk->team, (long long)rk->C);
+        cg_emit_members(t, &ep);
+        cg_put(t, "            return v%d;\n        };\n", m);
+    }
+}
+
 /* The kernels of row step k; with `vector`, 16-byte accesses where
  * row_width allows. */
 static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule *s, int k, bool vector)
@@ -600,12 +747,12 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     rk.space = &space;
     rk.rows = rk.C ? ir_numel(&space) / rk.C : 0;
     if (vector) rk.vw = row_width(&rk);
-    if (!choose_team(&rk)) return "rows longer than 65536 elements: no kernel yet";
+    if (!choose_team(&rk)) return "rows longer than 65536 elements in a step with column sums: no kernel yet";
     if (rk.rows == 0) return "no rows";
     cg_text body = {0}, t = {0}, pre = {0}, post = {0};
     int64_t nteams = 0;
     const char *why = NULL;
-    for (int m = st->first; m < st->first + st->n; m++)
+    for (int m = st->first; m < st->first + st->n && !rk.stream; m++)
         if (s->members[m].flags & MEMBER_SPILLED) cg_put(&body, "        T r%d[%d];\n", m, rk.cpl);
     for (int q = st->first_part; q < st->first_part + st->nparts; q++)
         if (s->parts[q].kind == PART_OP) declare_slots(&body, &rk, s->parts[q].first);
@@ -617,6 +764,10 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
         }
         if (part->kind == PART_OP) {
             if (!emit_program(&body, &rk, part->first)) why = "an operand of a row op is broadcast in a way no kernel reads yet";
+            continue;
+        }
+        if (rk.stream) {
+            stream_part(&body, &rk, part, &space);
             continue;
         }
         /* vw > 1: row-shaped operands read from l<k>_[i_] (loaded before
