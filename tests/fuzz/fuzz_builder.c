@@ -337,12 +337,15 @@ static void step(program *pg, reader *r)
     }
     case FB_SET_LOSS: alloy_graph_set_loss(g, tensor_arg(pg, r)); break;
     case FB_SCALER: {
-        alloy_grad_scaler s = {(alloy_scaler_kind)(u8(r) % 4), 0, 0, 0, 0, 0};
+        alloy_grad_scaler s = {.kind = (alloy_scaler_kind)(u8(r) % 4)};
         s.init_scale = real_arg(r);
         s.growth_factor = real_arg(r);
         s.backoff_factor = real_arg(r);
         s.growth_interval = (int)int_arg(r);
         s.min_scale = real_arg(r);
+        s.hysteresis = (int)int_arg(r);
+        s.max_consecutive_skips = (int)int_arg(r);
+        s.stop_at_min_scale = u8(r) & 1;
         alloy_graph_set_grad_scaler(g, s);
         break;
     }
