@@ -273,7 +273,8 @@ static bool cache_path(const char *source, char *path, size_t len)
     al_sha256_update(&s, ALLOY_EMU_CXXFLAGS, strlen(ALLOY_EMU_CXXFLAGS) + 1);
     for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++)
         al_sha256_update(&s, compile_flags[i], strlen(compile_flags[i]) + 1);
-    al_sha256_update(&s, shadow_checked(ALLOY_EMU_CXXFLAGS) ? "shadow" : "plain", 7);
+    const char checked = shadow_checked(ALLOY_EMU_CXXFLAGS) ? 'S' : 'P'; /* the checker's instrumentation */
+    al_sha256_update(&s, &checked, 1);
     al_sha256_update(&s, source, strlen(source));
     al_sha256_final(&s, digest);
     int n = snprintf(path, len, "%s/", dir);
