@@ -11,16 +11,7 @@ alloyc=$1 src=$2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/alloyc-help.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 failures=0
-check() {
-    name=$1
-    shift
-    if "$@"; then
-        echo "ok:   $name"
-    else
-        echo "FAIL: $name"
-        failures=$((failures + 1))
-    fi
-}
+. "$(dirname "$0")/check.sh" # check NAME COMMAND...
 # has_word FILE WORD: WORD stands alone in FILE (not inside a longer name such as --set-x or lowp_gemm_x)
 has_word() { grep -qE -- "(^|[^A-Za-z0-9_-])$2([^A-Za-z0-9_-]|\$)" "$1"; }
 # missing FILE LIST: the words of LIST that FILE lacks

@@ -14,16 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/alloy-exports.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 failures=0
-check() {
-    name=$1
-    shift
-    if "$@"; then
-        echo "ok:   $name"
-    else
-        echo "FAIL: $name"
-        failures=$((failures + 1))
-    fi
-}
+. "$(dirname "$0")/check.sh" # check NAME COMMAND...
 words() { head -20 "$1" | tr '\n' ' '; [ "$(wc -l <"$1")" -le 20 ] || echo "... ($(wc -l <"$1"))"; }
 
 sh "$here/public_functions.sh" "$inc" >"$tmp/declared" || { echo "FAIL: public_functions.sh $inc"; exit 1; }
