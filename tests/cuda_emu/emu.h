@@ -43,6 +43,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "emu_blocks.h"
+
 /* Kernels compiled with AddressSanitizer tell it about every stack switch. */
 #if defined(__SANITIZE_ADDRESS__)
 #define ALLOY_EMU_ASAN 1
@@ -544,9 +546,21 @@ static bool run_block(void)
     return !launch.failed;
 }
 
+/* Runs every block, or only those ALLOY_EMU_BLOCKS names (emu_blocks.h). */
 static void run_grid(void)
 {
     const dim3 g = launch.grid;
+    uint64_t chosen[EMU_BLOCKS_MAX];
+    const uint64_t nblocks = (uint64_t)g.x * g.y * g.z;
+    const int n = emu_blocks_pick(getenv("ALLOY_EMU_BLOCKS"), nblocks, chosen);
+    if (n == -2) return fail("ALLOY_EMU_BLOCKS=%s: not a list of first, last, block indices and random:N:SEED "
+                             "(at most %d blocks)", getenv("ALLOY_EMU_BLOCKS"), (int)EMU_BLOCKS_MAX);
+    for (int i = 0; i < n; i++) {
+        launch.block_idx = uint3{(unsigned)(chosen[i] % g.x), (unsigned)(chosen[i] / g.x % g.y),
+                                 (unsigned)(chosen[i] / g.x / g.y)};
+        if (!run_block()) return;
+    }
+    if (n >= 0) return;
     for (unsigned z = 0; z < g.z; z++)
         for (unsigned y = 0; y < g.y; y++)
             for (unsigned x = 0; x < g.x; x++) {

@@ -215,7 +215,7 @@ static void remove_dir(const char *dir)
  * With ALLOY_EMU_CACHE_DIR set (tests/meson.build sets it to a folder of the
  * build), a compiled library is kept there under the SHA-256 of everything
  * that makes it: the compiler's words, its flags (the checker's
- * instrumentation among them), emu.h, emu_shadow.h and the header emu.h
+ * instrumentation among them), emu.h, emu_shadow.h, emu_blocks.h and the header emu.h
  * includes from src/base, and the source. A run of the suites after the first
  * (or a second suite compiling a source the first did) copies the library
  * instead of running the compiler. Entries are written to a temporary file
@@ -251,6 +251,8 @@ static void hash_headers(void)
     char shadow[600];
     snprintf(shadow, sizeof shadow, "%.*s/emu_shadow.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
     hash_file(&s, ALLOY_EMU_H);
+    hash_file(&s, shadow);
+    snprintf(shadow, sizeof shadow, "%.*s/emu_blocks.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
     hash_file(&s, shadow);
     hash_file(&s, vmath);
     al_sha256_final(&s, headers_digest);
