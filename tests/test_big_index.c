@@ -82,6 +82,16 @@ static const char row_ir[] = "graph big_softmax {\n"
                              "  output \"y\" = %y\n"
                              "}\n";
 
+/* GPT-2 small's loss at B32 T1024: cross-entropy over f16 logits [32768, 50257] (1.65e9 elements,
+ * 3.3e9 bytes: past 2^31 in bytes), one row kernel writing each row's loss and weight. */
+enum { CE_ROWS = 32768 };
+static const char ce_ir[] = "graph big_ce {\n"
+                            "  %logits = input : f16[32768,50257]\n"
+                            "  %targets = input : i32[32768]\n"
+                            "  %loss = cross_entropy(%logits, %targets) : f16[]\n"
+                            "  output \"loss\" = %loss\n"
+                            "}\n";
+
 static void test_no_generated_kernel_narrows_a_64_bit_index(void **state)
 {
     (void)state;
@@ -114,14 +124,16 @@ static void test_no_generated_kernel_narrows_a_64_bit_index(void **state)
             cg_program_free(&prog);
             alloy_graph_free(g);
         }
-    const char *const big[] = {ew_ir, row_ir};
-    for (int i = 0; i < 2; i++) {
+    const char *const big[] = {ew_ir, row_ir, ce_ir};
+    static const char *const big_names[] = {"x * x + b over 45056 x 50257", "softmax over 45056 x 50257",
+                                            "cross-entropy over 32768 x 50257"};
+    for (int i = 0; i < 3; i++) {
         alloy_graph *g = parse(big[i]);
         if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
         cg_program prog = {0};
         char err[1024];
         if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
-        found += scan_program(&prog, i ? "softmax over 45056 x 50257" : "x * x + b over 45056 x 50257", report, len);
+        found += scan_program(&prog, big_names[i], report, len);
         kernels += prog.nkernels;
         cg_program_free(&prog);
         alloy_graph_free(g);
@@ -198,7 +210,7 @@ typedef struct lazy_buf {
     char *map, *base;
     size_t map_len, bytes;
     int id;
-    bool output;
+    bool output, ints; /* ints: i32 targets, target(i) */
     uint8_t *touched; /* a bit per page of [map, map + map_len) */
 } lazy_buf;
 
@@ -217,6 +229,14 @@ static double value(int id, int64_t i)
     uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull + (uint64_t)id * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 29)) * 0x94d049bb133111ebull;
     return (double)((z >> 40) & 1023) / 256.0 - 2.0;
+}
+
+/* Target i of the cross-entropy rows: a class in [0, VOCAB). */
+static int32_t target(int64_t i)
+{
+    uint64_t z = (uint64_t)i * 0xd1b54a32d192ed03ull + 0x8cb92ba72f3d8dd7ull;
+    z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+    return (int32_t)((z >> 33) % VOCAB);
 }
 
 /* f16 bits of a value exact in f16 (|v| < 2, a multiple of 1/256; normal or 0). */
@@ -252,6 +272,11 @@ static void on_fault(int sig, siginfo_t *info, void *uctx)
         memset(pg, 0xff, page);
         if (at < b->base || at >= b->base + b->bytes) {
             if (!stray_count++) stray_at = at;
+        } else if (b->ints) {
+            int32_t *t = (int32_t *)pg;
+            int64_t first = (pg - b->base) / 4;
+            for (size_t k = 0; k < page / 4; k++)
+                if (pg + 4 * k >= b->base && pg + 4 * k < b->base + b->bytes) t[k] = target(first + (int64_t)k);
         } else if (!b->output) {
             uint16_t *h = (uint16_t *)pg;
             int64_t first = (pg - b->base) / 2;
@@ -264,7 +289,7 @@ static void on_fault(int sig, siginfo_t *info, void *uctx)
     sigaction(SIGSEGV, &old_segv, NULL); /* not ours: the default report */
 }
 
-static void *lazy_alloc(size_t bytes, int id, bool output)
+static void *lazy_alloc(size_t bytes, int id, bool output, bool ints)
 {
     assert_true(nbufs < MAX_BUFS);
     lazy_buf *b = &bufs[nbufs];
@@ -274,7 +299,7 @@ static void *lazy_alloc(size_t bytes, int id, bool output)
     assert_true(b->map != MAP_FAILED);
     b->bytes = bytes;
     b->base = b->map + GUARD + body - (bytes + 255) / 256 * 256; /* its end near the guard, 256-byte aligned */
-    b->id = id, b->output = output;
+    b->id = id, b->output = output, b->ints = ints;
     b->touched = test_calloc(b->map_len / page / 8 + 1, 1);
     nbufs++;
     return b->base;
@@ -379,17 +404,42 @@ static check check_softmax(const lazy_buf *y)
     return c;
 }
 
-/* The kernel of a one-step program whose source is the step's only kernel. */
-static emu_kernel *compile_only(const cg_kernel *k)
+/* Cross-entropy's per-row results (f32 [2, CE_ROWS]: each row's loss, then its weight): every
+ * written one against fp64 logsumexp(x_row) - x_row[target], weight 1. */
+static check check_ce(const lazy_buf *y)
 {
-    char err[8192];
-    emu_kernel *e = emu_compile(k->source, k->name, err, sizeof err);
-    if (!e) fail_msg("%s: %s", k->name, err);
-    return e;
+    check c = {0, 0, -1, -1, 0, 0, 0};
+    const uint32_t *bits = (const uint32_t *)y->base;
+    const float *v = (const float *)y->base;
+    for (size_t k = 0; k < y->map_len / page; k++) {
+        if (!(y->touched[k / 8] >> k % 8 & 1)) continue;
+        char *pg = y->map + k * page;
+        for (char *q = pg; q < pg + page; q += 4) {
+            if (q < y->base || q >= y->base + y->bytes) continue;
+            int64_t i = (q - y->base) / 4, r = i % CE_ROWS;
+            if (bits[i] == 0xffffffffu) continue;
+            double want = 1;
+            if (i < CE_ROWS) {
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < VOCAB; j++) m = fmax(m, value(0, r * VOCAB + j));
+                for (int j = 0; j < VOCAB; j++) sum += exp(value(0, r * VOCAB + j) - m);
+                want = m + log(sum) - value(0, r * VOCAB + target(r));
+                c.rows++;
+                if (r > c.high) c.high = r;
+            }
+            c.written++;
+            if (!(fabs(v[i] - want) <= 1e-4 * fmax(1, fabs(want)))) {
+                if (!c.wrong++) c.first_wrong = i, c.got = v[i], c.want = want;
+            }
+        }
+    }
+    return c;
 }
 
-/* The chosen blocks of a grid: first, last and three seeded random ones. */
-static int chosen(unsigned grid, uint64_t *b) { return emu_blocks_pick("first,last,random:3:26", grid, b); }
+/* The chosen blocks of a grid: first, last and three seeded random ones (one for the row kernels,
+ * whose blocks take 1024 threads through a dozen barriers a row). */
+static const char *blocks = "first,last,random:3:26";
+static int chosen(unsigned grid, uint64_t *b) { return emu_blocks_pick(blocks, grid, b); }
 
 /* Runs each chosen block of k alone (ALLOY_EMU_BLOCKS=its index); 0, or -1 with the launch's error. */
 static int run_chosen(const emu_kernel *k, unsigned grid, unsigned block, void **params, char *err, size_t len)
@@ -408,43 +458,90 @@ static int run_chosen(const emu_kernel *k, unsigned grid, unsigned block, void *
     return 0;
 }
 
-/* Emits ir's one kernel, gives each parameter a lazy buffer (x id 0, b id 1, y the output) and runs
- * the chosen blocks; the output's buffer in *y. */
-static void launch_big(const char *ir, const char *what, const lazy_buf **y, long *pages, double *seconds)
+/* Text with every `from` replaced by `to` (test_free it). */
+static char *replace_all(const char *text, const char *from, const char *to)
+{
+    size_t n = 0, lf = strlen(from), lt = strlen(to);
+    for (const char *p = strstr(text, from); p; p = strstr(p + lf, from)) n++;
+    char *out = test_malloc(strlen(text) + n * lt + 1), *o = out;
+    const char *p = text, *q;
+    while ((q = strstr(p, from))) {
+        memcpy(o, p, (size_t)(q - p));
+        o += q - p;
+        memcpy(o, to, lt);
+        o += lt;
+        p = q + lf;
+    }
+    strcpy(o, p);
+    return out;
+}
+
+/* What a full-size launch left: its output buffer, pages touched, seconds, and the kernel's
+ * findings under the static check. */
+typedef struct big_run {
+    const lazy_buf *y;
+    long pages;
+    double seconds;
+    int findings;
+    char report[1024];
+} big_run;
+
+/* Emits ir's kernel whose name ends in suffix, with each `narrow[0]` of its source replaced by
+ * `narrow[1]` (a deliberately narrowed copy) when narrow is not NULL, gives each parameter a lazy
+ * buffer (f16 node "b" id 1, other f16 nodes id 0, i32 nodes targets, a ROWS parameter f32 output)
+ * and runs the chosen blocks; the launch's error in err (0 when it ran). */
+static int launch_big(const char *ir, const char *what, const char *suffix, const char *const *narrow, big_run *r,
+                      char *err, size_t errlen)
 {
     alloy_graph *g = parse(ir);
     if (graph_compile_ir(g)) fail_msg("%s: %s", what, alloy_last_error(g));
     cg_program prog = {0};
-    char err[2048];
-    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s: %s", what, err);
-    assert_int_equal(prog.nkernels, 1);
-    const cg_kernel *k = &prog.kernels[0];
-    emu_kernel *e = compile_only(k);
+    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, errlen)) fail_msg("%s: %s", what, err);
+    const cg_kernel *k = NULL;
+    for (int i = 0; i < prog.nkernels; i++) {
+        size_t n = strlen(prog.kernels[i].name), m = strlen(suffix);
+        if (n >= m && !strcmp(prog.kernels[i].name + n - m, suffix)) k = &prog.kernels[i];
+    }
+    if (!k) fail_msg("%s: no kernel ending in %s", what, suffix);
+    char *source = narrow ? replace_all(k->source, narrow[0], narrow[1]) : NULL;
+    if (narrow) assert_true(strcmp(source, k->source) != 0);
+    r->report[0] = 0;
+    r->findings = iw_scan(k->name, source ? source : k->source, k->body, r->report, sizeof r->report);
+    emu_kernel *e = emu_compile(source ? source : k->source, k->name, err, errlen);
+    if (!e) fail_msg("%s: %s", k->name, err);
     lazy_start();
     void *ptrs[8], *params[8];
     int out = -1;
     assert_true(k->nparams <= 8);
     for (int i = 0; i < k->nparams; i++) {
-        assert_int_equal(k->params[i].kind, CG_PARAM_NODE);
-        const ir_node *n = g->compiled->nodes[k->params[i].node];
-        assert_int_equal(n->type.dtype, ALLOY_F16);
-        int id = n->name && !strcmp(n->name, "b") ? 1 : 0;
-        ptrs[i] = lazy_alloc(ir_nbytes(&n->type), id, k->params[i].written);
-        if (k->params[i].written) out = nbufs - 1;
+        const cg_param *pa = &k->params[i];
+        if (pa->kind == CG_PARAM_ROWS) {
+            ptrs[i] = lazy_alloc((size_t)pa->count * 4, 2, true, false);
+        } else {
+            assert_int_equal(pa->kind, CG_PARAM_NODE);
+            const ir_node *n = g->compiled->nodes[pa->node];
+            assert_true(n->type.dtype == ALLOY_F16 || (n->type.dtype == ALLOY_I32 && !pa->written));
+            int id = n->name && !strcmp(n->name, "b") ? 1 : 0;
+            ptrs[i] = lazy_alloc(ir_nbytes(&n->type), id, pa->written, n->type.dtype == ALLOY_I32);
+        }
+        if (pa->written) out = nbufs - 1;
         params[i] = &ptrs[i];
     }
     assert_true(out >= 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (run_chosen(e, k->grid, k->block, params, err, sizeof err)) fail_msg("%s: %s", what, err);
+    int rc = run_chosen(e, k->grid, k->block, params, err, errlen);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    print_message("%s: kernel %s, grid %u x %u threads, %d params\n", what, k->name, k->grid, k->block, k->nparams);
-    *y = &bufs[out];
-    *pages = lazy_pages();
+    r->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("%s: kernel %s%s, grid %u x %u threads, %d params\n", what, k->name, narrow ? " (narrowed)" : "",
+                  k->grid, k->block, k->nparams);
+    r->y = &bufs[out];
+    r->pages = lazy_pages();
     emu_free(e);
+    if (source) test_free(source);
     cg_program_free(&prog);
     alloy_graph_free(g);
+    return rc;
 }
 
 static void skip_without_compiler(void)
@@ -460,14 +557,13 @@ static void test_full_size_elementwise_kernel_matches_fp64_on_chosen_blocks(void
 {
     (void)state;
     skip_without_compiler();
-    const lazy_buf *y;
-    long pages;
-    double s;
-    launch_big(ew_ir, "x * x + b over 45056 x 50257 f16", &y, &pages, &s);
-    check c = check_ew(y);
+    big_run r;
+    char err[2048];
+    if (launch_big(ew_ir, "x * x + b over 45056 x 50257 f16", "_ew", NULL, &r, err, sizeof err)) fail_msg("%s", err);
+    check c = check_ew(r.y);
     print_message("%lld elements written by the chosen blocks, the highest %lld (2^31 = %lld), %ld pages touched "
-                  "(%.1f MiB), %.2f s\n", (long long)c.written, (long long)c.high, 1ll << 31, pages,
-                  (double)pages * (double)page / 1048576.0, s);
+                  "(%.1f MiB), %.2f s\n", (long long)c.written, (long long)c.high, 1ll << 31, r.pages,
+                  (double)r.pages * (double)page / 1048576.0, r.seconds);
     long strays = stray_count;
     lazy_end();
     assert_int_equal(strays, 0);
@@ -481,21 +577,72 @@ static void test_full_size_softmax_row_kernel_matches_fp64_on_chosen_blocks(void
 {
     (void)state;
     skip_without_compiler();
-    const lazy_buf *y;
-    long pages;
-    double s;
-    launch_big(row_ir, "softmax over 45056 x 50257 f16", &y, &pages, &s);
-    check c = check_softmax(y);
+    big_run r;
+    char err[2048];
+    blocks = "first,last,random:1:26";
+    int rc = launch_big(row_ir, "softmax over 45056 x 50257 f16", "_row", NULL, &r, err, sizeof err);
+    blocks = "first,last,random:3:26";
+    if (rc) fail_msg("%s", err);
+    check c = check_softmax(r.y);
     print_message("%lld rows (%lld elements) written by the chosen blocks, the highest element %lld, %ld pages "
-                  "touched (%.1f MiB), %.2f s\n", (long long)c.rows, (long long)c.written, (long long)c.high, pages,
-                  (double)pages * (double)page / 1048576.0, s);
+                  "touched (%.1f MiB), %.2f s\n", (long long)c.rows, (long long)c.written, (long long)c.high, r.pages,
+                  (double)r.pages * (double)page / 1048576.0, r.seconds);
     long strays = stray_count;
     lazy_end();
     assert_int_equal(strays, 0);
     if (c.wrong) fail_msg("%lld wrong elements, the first y[%lld] = %g, fp64 %g", (long long)c.wrong,
                           (long long)c.first_wrong, c.got, c.want);
-    assert_true(c.rows >= 5);
+    assert_true(c.rows >= 3);
     assert_true(c.high >= (1ll << 31));
+}
+
+static void test_full_size_cross_entropy_kernel_matches_fp64_on_chosen_blocks(void **state)
+{
+    (void)state;
+    skip_without_compiler();
+    big_run r;
+    char err[2048];
+    blocks = "first,last,random:1:26";
+    int rc = launch_big(ce_ir, "cross-entropy over 32768 x 50257 f16", "_row", NULL, &r, err, sizeof err);
+    blocks = "first,last,random:3:26";
+    if (rc) fail_msg("%s", err);
+    check c = check_ce(r.y);
+    print_message("%lld rows' losses (%lld results) written by the chosen blocks, the last row %lld (its logits at "
+                  "byte %lld), %ld pages touched (%.1f MiB), %.2f s\n", (long long)c.rows, (long long)c.written,
+                  (long long)c.high, (long long)c.high * VOCAB * 2, r.pages, (double)r.pages * (double)page / 1048576.0,
+                  r.seconds);
+    long strays = stray_count;
+    lazy_end();
+    assert_int_equal(strays, 0);
+    if (c.wrong) fail_msg("%lld wrong results, the first [%lld] = %.9g, fp64 %.9g", (long long)c.wrong,
+                          (long long)c.first_wrong, c.got, c.want);
+    assert_true(c.rows >= 3);
+    assert_int_equal(c.written, 2 * c.rows); /* each row's weight beside its loss */
+    assert_int_equal(c.high, CE_ROWS - 1);   /* the last block reached the last row, past 2^31 bytes */
+}
+
+/* The emitted elementwise kernel with its grid index narrowed (`int g_ = blockIdx.x * ...`, as an
+ * emitter that forgot the cast would write it): the static check names it, and at full size its
+ * offsets past 2^31 wrap below the buffers, so the chosen blocks write nothing past 2^31. */
+static void test_a_narrowed_emitted_kernel_is_caught_at_full_size(void **state)
+{
+    (void)state;
+    skip_without_compiler();
+    static const char *const narrow[] = {"long long g_ = (long long)blockIdx.x", "int g_ = blockIdx.x"};
+    big_run r;
+    char err[2048];
+    if (launch_big(ew_ir, "x * x + b over 45056 x 50257 f16", "_ew", narrow, &r, err, sizeof err))
+        fail_msg("%s", err);
+    check c = check_ew(r.y);
+    long strays = stray_count;
+    print_message("narrowed: %lld elements written, the highest %lld, %lld wrong, %ld touches out of range, the "
+                  "first at %p\n%s", (long long)c.written, (long long)c.high, (long long)c.wrong, strays,
+                  (void *)stray_at, r.report);
+    lazy_end();
+    assert_true(strays > 0);
+    assert_true(c.high < (1ll << 31));
+    assert_int_equal(r.findings, 2);
+    assert_non_null(strstr(r.report, "`for (int g_ = blockIdx.x * blockDim.x + threadIdx.x;"));
 }
 
 /* y = x * x + b with a 32-bit offset: right below 2^31 elements, wrong past it. */
@@ -534,8 +681,8 @@ static void run_copy(const char *src, const char *name, long *wrong, long *stray
     emu_kernel *e = emu_compile(src, name, err, sizeof err);
     if (!e) fail_msg("%s: %s", name, err);
     lazy_start();
-    void *ptrs[3] = {lazy_alloc((size_t)NUMEL * 2, 0, false), lazy_alloc(VOCAB * 2, 1, false),
-                     lazy_alloc((size_t)NUMEL * 2, 2, true)};
+    void *ptrs[3] = {lazy_alloc((size_t)NUMEL * 2, 0, false, false), lazy_alloc(VOCAB * 2, 1, false, false),
+                     lazy_alloc((size_t)NUMEL * 2, 2, true, false)};
     void *params[3] = {&ptrs[0], &ptrs[1], &ptrs[2]};
     unsigned grid = (unsigned)((NUMEL + 255) / 256);
     if (run_chosen(e, grid, 256, params, err, sizeof err)) fail_msg("%s: %s", name, err);
@@ -591,7 +738,9 @@ int main(void)
         cmocka_unit_test(test_emu_blocks_picks_first_last_listed_and_seeded_blocks),
         cmocka_unit_test(test_full_size_elementwise_kernel_matches_fp64_on_chosen_blocks),
         cmocka_unit_test(test_full_size_softmax_row_kernel_matches_fp64_on_chosen_blocks),
+        cmocka_unit_test(test_full_size_cross_entropy_kernel_matches_fp64_on_chosen_blocks),
         cmocka_unit_test(test_a_32_bit_offset_kernel_is_caught_at_full_size),
+        cmocka_unit_test(test_a_narrowed_emitted_kernel_is_caught_at_full_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
