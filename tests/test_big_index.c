@@ -202,8 +202,8 @@ static void test_emu_blocks_picks_first_last_listed_and_seeded_blocks(void **sta
 
 /* ---- lazily filled device memory ---- */
 
-/* A buffer reserved (PROT_NONE, MAP_NORESERVE) between guard zones of 16 GiB, its end on a page
- * boundary: a page is made readable and filled on its first touch, inputs with value(id, i),
+/* A buffer reserved (PROT_NONE, MAP_NORESERVE) between guard zones of 16 GiB, 256-byte aligned and
+ * ending within 256 bytes of the upper guard: a page is made readable and filled on its first touch, inputs with value(id, i),
  * outputs with 0xff bytes (a NaN that no kernel stores); a touch in a guard zone is an access out
  * of range, recorded. */
 typedef struct lazy_buf {
@@ -311,7 +311,7 @@ static void lazy_start(void)
     nbufs = 0, stray_count = 0, stray_at = NULL;
     struct sigaction sa = {0};
     sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &old_segv);
 }
@@ -335,8 +335,15 @@ static void lazy_end(void)
     nbufs = 0;
 }
 
-/* Calls visit(i, h) for every element of output buffer b on a touched page that a kernel wrote
- * (not the 0xffff fill). */
+/* Whether the page of p (inside b's mapping) was touched. */
+static bool touched_at(const lazy_buf *b, const void *p)
+{
+    size_t k = (size_t)((const char *)p - b->map) / page;
+    return b->touched[k / 8] >> k % 8 & 1;
+}
+
+/* What the check of an output found: elements (or rows) written, wrong ones (the first with its
+ * value and fp64's), the highest written index. */
 typedef struct check {
     int64_t written, wrong, first_wrong, high, rows;
     double got, want;
@@ -391,7 +398,7 @@ static check check_softmax(const lazy_buf *y)
             for (int j = 0; j < VOCAB; j++) {
                 int64_t e = r * VOCAB + j;
                 double want = exp(value(0, e) - m) / sum;
-                bool mapped = y->touched[(size_t)((y->base - y->map) + 2 * e) / page / 8] >> ((size_t)((y->base - y->map) + 2 * e) / page) % 8 & 1;
+                bool mapped = touched_at(y, &h[e]);
                 double got = mapped ? half_value(h[e]) : NAN;
                 c.written += mapped && h[e] != 0xffff;
                 if (e > c.high && mapped && h[e] != 0xffff) c.high = e;
@@ -695,8 +702,7 @@ static void run_copy(const char *src, const char *name, long *wrong, long *stray
         for (int64_t t = 0; t < 256; t++) {
             int64_t at = (int64_t)b[i] * 256 + t;
             if (at >= NUMEL) continue;
-            size_t off = (size_t)((char *)&y[at] - bufs[2].map) / page;
-            bool mapped = bufs[2].touched[off / 8] >> off % 8 & 1;
+            bool mapped = touched_at(&bufs[2], &y[at]);
             if (!mapped || y[at] != half_bits(value(0, at))) ++*wrong;
             else if (at > *high) *high = at;
         }
@@ -704,6 +710,39 @@ static void run_copy(const char *src, const char *name, long *wrong, long *stray
     if (stray_count) print_message("%s: %ld touches outside the buffers, the first at %p\n", name, (long)stray_count,
                                    (void *)stray_at);
     lazy_end();
+    emu_free(e);
+}
+
+/* ALLOY_EMU_BLOCKS on a launch: only the named blocks run (the copy kernel over 1000 blocks of 256
+ * writes exactly their elements), and a malformed list fails the launch, naming it. */
+static void test_alloy_emu_blocks_runs_only_the_named_blocks(void **state)
+{
+    (void)state;
+    skip_without_compiler();
+    char err[8192];
+    emu_kernel *e = emu_compile(fixed_src, "fixed_offset", err, sizeof err);
+    if (!e) fail_msg("%s", err);
+    enum { GRID = 1000, N = GRID * 256 };
+    uint16_t *x = test_calloc(N, 2), *y = test_malloc(N * 2);
+    memset(y, 0xff, N * 2);
+    void *ptrs[3] = {x, x, y}, *params[3] = {&ptrs[0], &ptrs[1], &ptrs[2]};
+    setenv("ALLOY_EMU_BLOCKS", "last,first,500", 1);
+    int rc = emu_launch(e, (unsigned[3]){GRID, 1, 1}, (unsigned[3]){256, 1, 1}, params, err, sizeof err);
+    unsetenv("ALLOY_EMU_BLOCKS");
+    if (rc) fail_msg("%s", err);
+    for (int b = 0; b < GRID; b++) {
+        int ran = 0;
+        for (int t = 0; t < 256; t++) ran += y[b * 256 + t] == 0;
+        assert_int_equal(ran, b == 0 || b == 500 || b == GRID - 1 ? 256 : 0);
+    }
+    setenv("ALLOY_EMU_BLOCKS", "first,middle", 1);
+    rc = emu_launch(e, (unsigned[3]){GRID, 1, 1}, (unsigned[3]){256, 1, 1}, params, err, sizeof err);
+    unsetenv("ALLOY_EMU_BLOCKS");
+    print_message("%s\n", err);
+    assert_int_equal(rc, -1);
+    assert_non_null(strstr(err, "ALLOY_EMU_BLOCKS=first,middle: not a list of"));
+    test_free(x);
+    test_free(y);
     emu_free(e);
 }
 
@@ -736,6 +775,7 @@ int main(void)
         cmocka_unit_test(test_the_static_check_names_each_narrowed_index),
         cmocka_unit_test(test_no_generated_kernel_narrows_a_64_bit_index),
         cmocka_unit_test(test_emu_blocks_picks_first_last_listed_and_seeded_blocks),
+        cmocka_unit_test(test_alloy_emu_blocks_runs_only_the_named_blocks),
         cmocka_unit_test(test_full_size_elementwise_kernel_matches_fp64_on_chosen_blocks),
         cmocka_unit_test(test_full_size_softmax_row_kernel_matches_fp64_on_chosen_blocks),
         cmocka_unit_test(test_full_size_cross_entropy_kernel_matches_fp64_on_chosen_blocks),

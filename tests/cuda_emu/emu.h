@@ -19,7 +19,8 @@
  * reading an exited lane, one warp's shuffles at different call sites, two threads' accesses to a
  * byte of shared memory in one barrier interval (one of them a write), and a read of shared
  * memory no thread of the block wrote. Without them a shuffle reading an exited lane gets the
- * reader's own value. Each thread has
+ * reader's own value. ALLOY_EMU_BLOCKS (emu_blocks.h) runs only the blocks it names (first, last,
+ * indices, seeded random ones), for launches at full size. Each thread has
  * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
  * -fstack-clash-protection so that a large frame cannot jump over it. */
 
