@@ -298,20 +298,28 @@ static void check_grid_products(scan *s)
     }
 }
 
-/* Subscripts of kernel parameters (pN[...]) with a product and no 64-bit operand. */
+/* Subscripts of kernel parameters (pN[...]) and offsets added to them (pN + ...) with a product
+ * and no 64-bit operand. */
 static void check_subscripts(scan *s)
 {
     for (const char *p = s->text; *p; p++) {
         if (*p != 'p' || (p > s->text && ident_char(p[-1])) || !isdigit((unsigned char)p[1])) continue;
         const char *q = p + 1;
         while (isdigit((unsigned char)*q)) q++;
-        if (*q != '[') continue;
-        const char *e = group_end(q);
+        const char *plus = skip_space(q), *from, *e;
+        if (*q == '[') {
+            from = q + 1, e = group_end(q);
+        } else if (*plus == '+' && plus[1] != '+' && plus[1] != '=') {
+            from = plus + 1, e = expr_end(from);
+        } else {
+            continue;
+        }
         bool product = false;
-        for (const char *c = q + 1; c < e; c++) product |= *c == '*';
-        if (product && !mentions_wide(s, q + 1, e, true, true))
-            finding(s, p, "a parameter's subscript multiplied in 32 bits");
-        p = q;
+        for (const char *c = from; c < e; c++) product |= *c == '*';
+        if (product && !mentions_wide(s, from, e, true, true))
+            finding(s, p, *q == '[' ? "a parameter's subscript multiplied in 32 bits"
+                                    : "an offset into a parameter multiplied in 32 bits");
+        p = q - 1;
     }
 }
 

@@ -15,8 +15,9 @@
  *    2^31 is fine);
  *  - a 32-bit loop variable bounded by a 64-bit variable or a literal of
  *    2^31 or more;
- *  - a subscript of a kernel parameter (pN[...]) with a product and no
- *    64-bit operand (no 64-bit variable, `ll` literal or cast).
+ *  - a subscript of a kernel parameter (pN[...]), or an offset added to one
+ *    (pN + ...), with a product and no 64-bit operand (no 64-bit variable,
+ *    `ll` literal or cast).
  * A line holding a comment `/ * int: WHY * /` (no spaces in the markers) is a narrowing the
  * emitter has bounded where it emits it (WHY says how) and is not reported.
  * Returns how many it found. */
