@@ -13,7 +13,9 @@ enum { MAX_WIDE = 256, NAME_LEN = 48 };
 typedef struct scan {
     const char *name, *src, *text; /* text: the kernel's own part of src */
     char wide[MAX_WIDE][NAME_LEN]; /* identifiers of 64-bit integers (and macros of 64-bit values) */
-    int nwide, found;
+    char narrow[MAX_WIDE][NAME_LEN]; /* identifiers of 32-bit integers */
+    int nwide, nnarrow, found;
+    bool collecting; /* check_narrowing's first pass: names only */
     char *report;
     size_t len;
 } scan;
@@ -57,16 +59,26 @@ static const char *group_end(const char *p)
     return p;
 }
 
+/* Whether the name at p (n bytes) is on the 32-bit list (narrow) or the 64-bit one. */
+static bool listed(const scan *s, bool narrow, const char *p, size_t n)
+{
+    for (int i = 0; i < (narrow ? s->nnarrow : s->nwide); i++) {
+        const char *name = narrow ? s->narrow[i] : s->wide[i];
+        if (strlen(name) == n && strncmp(name, p, n) == 0) return true;
+    }
+    return false;
+}
+
+/* A 64-bit name: declared so, and not also declared 32-bit in another scope of the kernel (which
+ * one a use sees is not told apart: such a name counts as 32-bit, so it is never a false finding). */
 static bool is_wide_name(const scan *s, const char *p, size_t n)
 {
-    for (int i = 0; i < s->nwide; i++)
-        if (strlen(s->wide[i]) == n && strncmp(s->wide[i], p, n) == 0) return true;
-    return false;
+    return listed(s, false, p, n) && !listed(s, true, p, n);
 }
 
 static void add_wide(scan *s, const char *p, size_t n)
 {
-    if (n == 0 || n >= NAME_LEN || s->nwide == MAX_WIDE || is_wide_name(s, p, n)) return;
+    if (n == 0 || n >= NAME_LEN || s->nwide == MAX_WIDE || listed(s, false, p, n)) return;
     memcpy(s->wide[s->nwide], p, n);
     s->wide[s->nwide++][n] = 0;
 }
@@ -112,6 +124,7 @@ static void finding(scan *s, const char *at, const char *why)
     b = skip_space(b);
     for (const char *c = b; c + 9 <= e; c++) /* a narrowing the emitter has bounded, marked on its line */
         if (strncmp(c, "/* int: ", 8) == 0) return;
+    if (s->collecting) return;
     size_t used = strlen(s->report);
     if (used + 1 < s->len)
         snprintf(s->report + used, s->len - used, "kernel %s line %d: `%.*s`: %s\n", s->name, line,
@@ -229,6 +242,11 @@ static void check_narrowing(scan *s)
             const char *n = q;
             while (ident_char(*q)) q++;
             size_t nlen = (size_t)(q - n);
+            if (s->collecting && nlen < NAME_LEN && s->nnarrow < MAX_WIDE &&
+                !listed(s, true, n, nlen)) {
+                memcpy(s->narrow[s->nnarrow], n, nlen);
+                s->narrow[s->nnarrow++][nlen] = 0;
+            }
             q = skip_space(q);
             if (*q == '[') break; /* an array: data */
             const char *e = q;
@@ -260,6 +278,29 @@ static void check_narrowing(scan *s)
             }
             if (*e != ',') break;
             q = e + 1;
+        }
+    }
+}
+
+/* Assignments (=, +=, -=, *=) to a 32-bit variable of a 64-bit value, outside its declaration. */
+static void check_assignments(scan *s)
+{
+    for (int v = 0; v < s->nnarrow; v++) {
+        const char *n = s->narrow[v];
+        size_t len = strlen(n);
+        for (const char *p = strstr(s->text, n); p; p = strstr(p + len, n)) {
+            if (!word_at(s->src, p, n)) continue;
+            const char *before = p;
+            while (before > s->text && before[-1] == ' ') before--;
+            if (before > s->text && (ident_char(before[-1]) || before[-1] == '.' || before[-1] == '>' ||
+                                     before[-1] == '*' || before[-1] == '&'))
+                continue; /* a declaration, a member, a pointer's target */
+            const char *op = skip_space(p + len);
+            if (op[0] != '=' && !((op[0] == '+' || op[0] == '-' || op[0] == '*') && op[1] == '=')) continue;
+            if (op[0] == '=' && op[1] == '=') continue;
+            const char *init = skip_space(op + (op[0] == '=' ? 1 : 2)), *e = expr_end(init);
+            if (mentions_wide(s, init, e, false, true) && !narrow_by_value(init, e))
+                finding(s, p, "a 64-bit index assigned to a 32-bit variable");
         }
     }
 }
@@ -330,7 +371,11 @@ int iw_scan(const char *name, const char *source, size_t body, char *report, siz
     s->name = name, s->src = source, s->text = source + body, s->report = report, s->len = len;
     collect_wide(s);
     check_grid_products(s);
+    s->collecting = true; /* the 32-bit names first */
     check_narrowing(s);
+    s->collecting = false;
+    check_narrowing(s);
+    check_assignments(s);
     check_subscripts(s);
     int found = s->found;
     free(s);

@@ -10,9 +10,10 @@
  * "kernel NAME line L: `EXPR`: WHY". Findings:
  *  - a product of blockIdx / gridDim (or blockDim times either) whose first
  *    factor has no 64-bit cast: the grid index computed in 32 bits;
- *  - an int / unsigned variable or cast initialised from a 64-bit variable,
- *    blockIdx or gridDim (subscripts aside; `x % K` with a literal K below
- *    2^31 is fine);
+ *  - an int / unsigned variable or cast initialised from, or later
+ *    assigned (=, +=, -=, *=), a 64-bit variable, blockIdx or gridDim
+ *    (subscripts aside; `x % K` with a literal K below 2^31 and comparisons
+ *    are fine); a name declared both ways in one kernel counts as 32-bit;
  *  - a 32-bit loop variable bounded by a 64-bit variable or a literal of
  *    2^31 or more;
  *  - a subscript of a kernel parameter (pN[...]), or an offset added to one

@@ -159,6 +159,7 @@ static const struct {
     {"{ long long e = (long long)blockIdx.x * blockDim.x; y[(int)(e + 1)] = 0; }", 1},
     {"{ const int row = threadIdx.x; p1[row * 50257 + 3] = p0[row]; }", 1},     /* 32-bit subscript */
     {"{ const int g = threadIdx.x; alloy_vcopy<16>(p1 + g * 8, p0 + (long long)g * 8); }", 1}, /* offset */
+    {"{ long long e = (long long)blockIdx.x * blockDim.x; int o = 0; o += e * 2; p1[o] = 0; }", 1}, /* later */
     {"{ const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; const int c = e % 768;\n"
      "  const int lane = threadIdx.x & 31; p1[e * 2ll + lane] = p0[(long long)c * 4]; }", 0},
     {"{ long long e = (long long)blockIdx.x * blockDim.x; y[(int)e] = 0; /* int: e < 2^20 here */ }", 0},
@@ -649,7 +650,7 @@ static void test_a_narrowed_emitted_kernel_is_caught_at_full_size(void **state)
     lazy_end();
     assert_true(strays > 0);
     assert_true(c.high < (1ll << 31));
-    assert_int_equal(r.findings, 4); /* the product, its int, and the int offsets of the loads and stores */
+    assert_int_equal(r.findings, 5); /* the product, its int, its 64-bit step, the offsets of the loads and stores */
     assert_non_null(strstr(r.report, "`for (int g_ = blockIdx.x * blockDim.x + threadIdx.x;"));
     assert_non_null(strstr(r.report, "`alloy_vcopy<16>(l0_, p0 + g_ * 8);`: an offset into a parameter"));
 }
