@@ -252,8 +252,9 @@ static void hash_headers(void)
     snprintf(shadow, sizeof shadow, "%.*s/emu_shadow.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
     hash_file(&s, ALLOY_EMU_H);
     hash_file(&s, shadow);
-    snprintf(shadow, sizeof shadow, "%.*s/emu_blocks.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
-    hash_file(&s, shadow);
+    char blocks[600];
+    snprintf(blocks, sizeof blocks, "%.*s/emu_blocks.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
+    hash_file(&s, blocks);
     hash_file(&s, vmath);
     al_sha256_final(&s, headers_digest);
 }
