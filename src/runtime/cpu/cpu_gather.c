@@ -1,4 +1,4 @@
-/* cpu_gather.c - the indexing kernels: gather and index_select along an axis and their scatter-add gradients, arange, cumsum; and the refusal of the lowered ops. */
+/* cpu_gather.c - the indexing kernels: gather and index_select along an axis and their scatter-add gradients, arange, cumsum. */
 #include <string.h>
 
 #include "base/convert.h"
@@ -136,13 +136,4 @@ alloy_status cpu_cumsum(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     cpu_store_compute(wide, t->dtype, v, out->data, count);
     al_free(v);
     return ALLOY_OK;
-}
-
-/* batch_norm, group_norm: the lower_norm pass lowers them; one that gets here was not. */
-alloy_status cpu_lowered(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
-{
-    (void)out, (void)in;
-    char label[32];
-    return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s '%s': not lowered (the lower_norm pass rewrites it into other ops before it runs)",
-                    ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
 }

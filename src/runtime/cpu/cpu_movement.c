@@ -1,4 +1,4 @@
-/* cpu_movement.c - data movement kernels: constant, embedding, reshape, cast; transpose, broadcast_to, slice, concat through kernels/ref_movement.c (causal_mask is a row program: cpu_rows.c). */
+/* cpu_movement.c - data movement kernels: constant, embedding, one_hot, reshape, cast; transpose, broadcast_to, slice, concat through kernels/ref_movement.c (causal_mask is a row program: cpu_rows.c). */
 #include <string.h>
 
 #include "base/convert.h"
@@ -120,5 +120,22 @@ alloy_status cpu_cast(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_te
             cvt_store_f32(to, buf.f, dst, len);
         }
     }
+    return ALLOY_OK;
+}
+
+/* one_hot (ids [...], i32/i64) -> [..., depth] of the node's dtype: 1 at
+ * column ids[p] of row p, 0 elsewhere; an id outside [0, depth) is an error
+ * naming the node, the id and its position (PyTorch refuses it too). */
+alloy_status cpu_one_hot(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    int64_t depth = ir_attr_i(n, "depth"), count = ir_numel(&in[0].type);
+    if (cpu_check_indices(x, n, &in[0], depth, "id")) return x->status;
+    size_t es = alloy_dtype_size(out->type.dtype);
+    unsigned char one[8];
+    double v = 1;
+    cvt_store_f64(out->type.dtype, &v, one, 1);
+    if (ir_nbytes(&out->type)) memset(out->data, 0, ir_nbytes(&out->type)); /* every dtype's 0 is all zero bits */
+    for (int64_t p = 0; p < count; p++)
+        memcpy((char *)out->data + (size_t)(p * depth + cpu_index_at(&in[0], p)) * es, one, es);
     return ALLOY_OK;
 }
