@@ -1,4 +1,4 @@
-/* cpu_gather.c - the indexing kernels: gather and index_select along an axis and their scatter-add gradients, arange, cumsum. */
+/* cpu_index.c - the indexing kernels: gather and index_select along an axis and their scatter-add gradients, arange, cumsum. */
 #include <string.h>
 
 #include "base/convert.h"

@@ -128,7 +128,7 @@ static inline rt_backend *graph_backend(const alloy_graph *g) { return g->dev ? 
 AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
 AL_HIDDEN void graph_options_free(alloy_graph *g);
 
-/* dp_api.c */
+/* distributed_api.c */
 /* Data-parallel g: compares g's built graph, training options and
  * data-parallel options with every other rank's (hashes, all-gathered; a
  * collective every rank makes at its compile); ALLOY_ERR_INVALID naming the
