@@ -21,47 +21,24 @@ static int axis_of(const ir_node *n, int rank)
     return axis;
 }
 
-/* The offset in x (dims xt) of index element p (index dims it): p's
- * coordinates with the one along axis replaced by the index's value. */
-static int64_t gather_offset(const ir_type *xt, const ir_type *it, int axis, const rt_tensor *index, int64_t p)
-{
-    int64_t rest = p, off = 0, stride = 1;
-    for (int d = it->rank - 1; d >= 0; d--) {
-        int64_t i = rest % it->dims[d];
-        rest /= it->dims[d];
-        off += (d == axis ? cpu_index_at(index, p) : i) * stride;
-        stride *= xt->dims[d];
-    }
-    return off;
-}
-
-/* gather: out[p] = x[p with coordinate axis = index[p]] (torch.gather). */
+/* gather, index_select: kernels/ref_index.c over the dtype's element size,
+ * an index out of range failing the run with its message. */
 alloy_status cpu_gather(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
-    const ir_type *xt = &in[0].type, *it = &in[1].type;
-    int axis = axis_of(n, xt->rank);
-    if (cpu_check_indices(x, n, &in[1], xt->dims[axis], "index")) return x->status;
-    size_t es = alloy_dtype_size(xt->dtype);
-    for (int64_t p = 0; p < ir_numel(it); p++)
-        memcpy((char *)out->data + (size_t)p * es, (const char *)in[0].data + (size_t)gather_offset(xt, it, axis, &in[1], p) * es, es);
-    return ALLOY_OK;
+    ref_index index = cpu_index(&in[1]);
+    char why[sizeof x->error];
+    alloy_status st = ref_gather(n, &in[0].type, &index, alloy_dtype_size(in[0].type.dtype), in[0].data, out->data,
+                                 why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
 }
 
-/* index_select: out[o, k, i] = x[o, index[k], i] around axis. */
 alloy_status cpu_index_select(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
-    const ir_type *xt = &in[0].type;
-    int axis = axis_of(n, xt->rank);
-    int64_t outer, len, inner, k = in[1].type.dims[0];
-    around(xt, axis, &outer, &len, &inner);
-    if (cpu_check_indices(x, n, &in[1], len, "index")) return x->status;
-    size_t block = (size_t)inner * alloy_dtype_size(xt->dtype);
-    if (!block) return ALLOY_OK;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < k; j++)
-            memcpy((char *)out->data + (size_t)(o * k + j) * block,
-                   (const char *)in[0].data + (size_t)(o * len + cpu_index_at(&in[1], j)) * block, block);
-    return ALLOY_OK;
+    ref_index index = cpu_index(&in[1]);
+    char why[sizeof x->error];
+    alloy_status st = ref_index_select(n, &in[0].type, &index, alloy_dtype_size(in[0].type.dtype), in[0].data,
+                                       out->data, why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
 }
 
 /* The scatter-adds: dx (out, zeros) gets dy added where the forward read,
@@ -73,6 +50,7 @@ static alloy_status scatter_add(cpu_exec *x, const ir_node *n, rt_tensor *out, c
     int64_t outer, len, inner, count = ir_numel(dt);
     around(xt, axis, &outer, &len, &inner);
     if (cpu_check_indices(x, n, &in[0], len, "index")) return x->status;
+    ref_index index = cpu_index(&in[0]);
     bool wide = xt->dtype == ALLOY_F64;
     size_t es = wide ? sizeof(double) : sizeof(float);
     void *acc = al_calloc((size_t)(ir_numel(xt) > 0 ? ir_numel(xt) : 1), es), *dy = cpu_alloc_compute(wide, count);
@@ -85,7 +63,7 @@ static alloy_status scatter_add(cpu_exec *x, const ir_node *n, rt_tensor *out, c
     for (int64_t p = 0; p < count; p++) {
         int64_t at;
         if (n->op == IR_OP_gather_grad) {
-            at = gather_offset(xt, dt, axis, &in[0], p);
+            at = ref_gather_offset(xt, axis, &index, p);
         } else { /* p = (o, j, i) in dy [outer, k, inner] */
             int64_t i = p % inner, j = p / inner % k, o = p / inner / k;
             at = (o * len + cpu_index_at(&in[0], j)) * inner + i;
@@ -108,16 +86,11 @@ alloy_status cpu_index_select_grad(cpu_exec *x, const ir_node *n, rt_tensor *out
     return scatter_add(x, n, out, in);
 }
 
-/* arange: element i = start + i * step in f64, rounded once to the dtype. */
+/* arange: kernels/ref_index.c into the result's dtype. */
 alloy_status cpu_arange(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     (void)x, (void)in;
-    double start = ir_attr_f(n, "start"), step = ir_attr_f(n, "step");
-    size_t es = alloy_dtype_size(out->type.dtype);
-    for (int64_t i = 0; i < ir_numel(&out->type); i++) {
-        double v = start + (double)i * step;
-        cvt_store_f64(out->type.dtype, &v, (char *)out->data + (size_t)i * es, 1);
-    }
+    ref_arange(n, out->type.dtype, out->data);
     return ALLOY_OK;
 }
 

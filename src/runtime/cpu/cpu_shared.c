@@ -33,32 +33,25 @@ void *cpu_alloc_compute(bool wide, int64_t n)
     return al_malloc((wide ? sizeof(double) : sizeof(float)) * (size_t)(n > 0 ? n : 1));
 }
 
+ref_index cpu_index(const rt_tensor *t)
+{
+    return (ref_index){&t->type, t->type.dtype, t->data};
+}
+
 int64_t cpu_index_at(const rt_tensor *t, int64_t i)
 {
-    if (t->type.dtype == ALLOY_I32) return ((const int32_t *)t->data)[i];
-    return ((const int64_t *)t->data)[i];
+    ref_index ix = cpu_index(t);
+    return ref_index_at(&ix, i);
 }
 
 /* cpu_check_indices, allowing the value *skip (when skip is not NULL). */
 static alloy_status check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun,
                                   const int64_t *skip)
 {
-    int64_t count = ir_numel(&t->type);
-    for (int64_t p = 0; p < count; p++) {
-        int64_t v = cpu_index_at(t, p);
-        if ((v >= 0 && v < limit) || (skip && v == *skip)) continue;
-        int64_t idx[ALLOY_MAX_RANK], rest = p;
-        for (int d = t->type.rank - 1; d >= 0; d--) {
-            idx[d] = rest % t->type.dims[d];
-            rest /= t->type.dims[d];
-        }
-        char label[32], where[128];
-        al_fmt_dims(where, sizeof where, t->type.rank, idx);
-        return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': %s %lld out of range [0, %lld) at position %s",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), noun, (long long)v,
-                        (long long)limit, where);
-    }
-    return ALLOY_OK;
+    ref_index ix = cpu_index(t);
+    char why[sizeof x->error];
+    alloy_status st = ref_check_indices(n, &ix, limit, noun, skip, why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
 }
 
 alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun)
