@@ -10,7 +10,7 @@
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;
-/* What one run lends its groups (cpu_fused.c): chunk buffers and worker
+/* What one run lends its kernels and groups (cpu_workers.c): chunk buffers and worker
  * threads, started when a group is first big enough to split. */
 typedef struct cpu_workers cpu_workers;
 

@@ -1,4 +1,5 @@
-/* cpu_shared.c - what the CPU kernels share: failing with the node's name, values in the compute type, index range checks. */
+/* cpu_shared.c - what the CPU kernels share: failing with the node's name, values in the compute type, index range checks, which values amp_check looks at. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -70,4 +71,25 @@ alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n)
     char label[32];
     return cpu_fail(x, ALLOY_ERR_OOM, "%s '%s': out of memory", ir_ops[n->op].name,
                     ir_node_label(n, label, sizeof label));
+}
+
+bool cpu_amp_checked(const ir_graph *g, const ir_node *n)
+{
+    alloy_dtype dt = n->type.dtype;
+    if (dt != ALLOY_F32 && dt != ALLOY_F16 && dt != ALLOY_BF16 && dt != ALLOY_F64) return false;
+    if (n->nin == 0 || n->op == IR_OP_causal_mask) return false;
+    switch (n->op) { /* ops whose values are some of their operands': an inf there was flagged where it was made */
+    case IR_OP_reshape: case IR_OP_transpose: case IR_OP_slice: case IR_OP_concat: case IR_OP_broadcast_to:
+    case IR_OP_gather: case IR_OP_index_select: case IR_OP_embedding: case IR_OP_pad: case IR_OP_max_pool2d:
+    case IR_OP_reduce_max:
+        return false;
+    default: break;
+    }
+    for (int j = 0; j < n->nin; j++) {
+        const ir_node *c = g->nodes[n->in[j]];
+        if (c->op != IR_OP_constant) continue;
+        const ir_attr *v = ir_attr_find(c, "value");
+        if (v && v->kind == IR_ATTR_FLOAT && !isfinite(v->f)) return false;
+    }
+    return true;
 }
