@@ -148,12 +148,14 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
 AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, struct pass_options *opts);
 
-/* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE): how
- * many, and the k-th into buf. */
+/* env_check.c */
+/* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE, k even:
+ * ADD, odd: REMOVE): how many, the k-th into buf, the class its list
+ * edits; and the class of a public list (-1: not a list). */
 AL_HIDDEN int graph_amp_env_count(void);
 AL_HIDDEN const char *graph_amp_env_name(int k, char *buf, size_t len);
-
-/* env_check.c */
+AL_HIDDEN ir_amp_class graph_amp_env_class(int k);
+AL_HIDDEN int graph_amp_list_class(alloy_amp_list list);
 /* Writes a warning to `to` for each ALLOY_* variable of the environment
  * that alloy does not read, suggesting the nearest name; returns how many. */
 AL_HIDDEN int graph_env_unknown(FILE *to);
