@@ -216,12 +216,20 @@ AL_HIDDEN void range_stats_drop(alloy_graph *g);
  * ALLOY_OK otherwise. */
 AL_HIDDEN alloy_status step_diverged(alloy_graph *g);
 
-/* state.c */
-/* Creates and initializes a state tensor for every param node still lacking one. */
+/* compile.c: compiles g when it is not, then creates and initializes a
+ * state tensor for every param node still lacking one (state_init). */
 AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
-/* alloy_graph_load_state from a safetensors file's bytes (a bundle's
- * initial state); where starts the messages. All or nothing. */
+
+/* state_api.c: alloy_graph_load_state from a safetensors file's bytes (a
+ * bundle's initial state); where starts the messages. All or nothing. */
 AL_HIDDEN alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where);
+
+/* state.c */
+/* Creates and initializes the state tensors of g's compiled graph (the
+ * part of state_ensure after the compile). */
+AL_HIDDEN alloy_status state_init(alloy_graph *g);
+/* s as a host tensor, its host copy brought up to date. */
+AL_HIDDEN alloy_status state_describe(alloy_graph *g, rt_state *s, alloy_host_tensor *out);
 /* The state tensor called name, or NULL. */
 AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
 /* The name of state tensor i (the state index's al_name_fn). */
@@ -238,6 +246,9 @@ AL_HIDDEN void state_free_all(alloy_graph *g);
  * nothing moved and `to` holds nothing. g's old backend stays open (the
  * caller closes it); only for a backend no other graph uses. */
 AL_HIDDEN alloy_status state_move(alloy_graph *g, rt_backend *to);
+/* Uploads data (s's dtype and shape) into s's buffer (made when s has
+ * none), leaving its host copy as it is. */
+AL_HIDDEN alloy_status state_upload_bytes(alloy_graph *g, rt_state *s, const void *data);
 /* Writes data (s's dtype and shape) into s, buffer first, then its host
  * copy; on failure s keeps its value. */
 AL_HIDDEN alloy_status state_write(alloy_graph *g, rt_state *s, const void *data);
@@ -270,6 +281,7 @@ AL_HIDDEN void graph_batch_counts_free(alloy_graph *g);
  * tensor and the value, prefixed by where. */
 AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);
 
+/* graph_error.c */
 /* Records the failure of the current call on g (status and message, the
  * most recent failure wins) and returns status. Every public call that
  * fails for a reason other than a builder call's records it here; builder
