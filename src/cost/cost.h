@@ -6,7 +6,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/ptxas.h"
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 
 /* ---- device constants (device_table.c) ---- */
 

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "ir/groups.h"
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 
 /* A growing plan, with the first failure's message. */
 typedef struct lp_builder {
