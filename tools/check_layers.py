@@ -435,6 +435,7 @@ def self_test():
             with open(os.path.join(root, p), "w") as f:
                 f.write(text + (plant[1] if plant and plant[0] == p else ""))
         if plant and plant[0] not in scratch and not plant[0].startswith("docs/"):
+            os.makedirs(os.path.dirname(os.path.join(root, plant[0])), exist_ok=True)
             with open(os.path.join(root, plant[0]), "w") as f:
                 f.write(plant[1])
         for folder, names in lists.items():
