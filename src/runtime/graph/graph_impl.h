@@ -172,6 +172,14 @@ AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
  * attrs, the error on g (and NULL) when it fails, poison passed on. */
 AL_HIDDEN alloy_tensor *graph_add_op(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs,
                                      const ir_attr *attrs);
+/* graph_add_op for an op whose result type the caller declares (a leaf,
+ * a random draw). */
+AL_HIDDEN alloy_tensor *graph_add_declared(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs,
+                                           const ir_attr *attrs, const ir_type *declared);
+/* *t = dtype [dims[0..rank)] for op's builder; false with the error on g
+ * for an unknown dtype or a bad rank. */
+AL_HIDDEN bool graph_declared_type(alloy_graph *g, const char *op, alloy_dtype dtype, int rank, const int64_t *dims,
+                                   ir_type *t);
 /* The pass pipeline alone: g->compiled, its schedule and plan, from the
  * configuration (g->cfg) read now, with no backend opened (ahead-of-time
  * code generation needs no device). A later graph_compile opens the
