@@ -1,4 +1,4 @@
-/* builder.c - the public builder API: one constructor per op, poisoned handles, errors on the graph. */
+/* builder.c - the builder calls of alloy/graph.h: one constructor per op, poisoned handles, errors on the graph (each other public header's builders: the *_api.c of its name). */
 #include <math.h>
 #include <string.h>
 
