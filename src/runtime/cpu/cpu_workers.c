@@ -1,6 +1,8 @@
 /* cpu_workers.c - the worker threads of one CPU run: started when a kernel or a group is first big enough to split, each job's blocks claimed one at a time by the threads and the caller. */
 #include "runtime/cpu/cpu_workers.h"
 
+/* The contracts of the non-static functions are in cpu.h. */
+
 static void *worker_main(void *arg)
 {
     cpu_worker_arg *a = arg;
