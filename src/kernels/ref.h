@@ -67,6 +67,18 @@ AL_HIDDEN alloy_status ref_index_select(const ir_node *n, const ir_type *t, cons
  * once; ALLOY_F64 keeps the unrounded sums). */
 AL_HIDDEN void ref_arange(const ir_node *n, alloy_dtype dtype, void *out);
 
+/* ---- random ops (ref_random.c): n's seed (0 when absent) and stream,
+ * the training step `step`, element i of the result drawing counter i ---- */
+
+/* uniform, normal (n): elements [first, first + len) drawn in f64 into
+ * out[0..len), unrounded (rounding to the dtype is the caller's). */
+AL_HIDDEN void ref_draw(const ir_node *n, unsigned long long step, int64_t first, int64_t len, double *out);
+/* dropout (n): v (elements [first, first + len) of x in the compute type:
+ * doubles when wide, for f64, else floats) times scale where the element is
+ * kept, times 0 where it is dropped (so a NaN or inf stays non-finite, as
+ * PyTorch's x * mask), in place; rounding to the dtype is the caller's. */
+AL_HIDDEN void ref_dropout(const ir_node *n, unsigned long long step, bool wide, int64_t first, int64_t len, void *v);
+
 /* ---- reductions and the running sum (ref_reduce.c) ---- */
 
 /* The pairwise sums of reduce_sum: a sum of more than REF_SUM_LEAF terms is

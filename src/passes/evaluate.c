@@ -5,7 +5,6 @@
 #include "passes/evaluate.h"
 #include "base/convert.h"
 #include "base/vmath_generic.h"
-#include "base/random.h"
 #include "kernels/ref.h"
 
 /* ---- values as the CPU stores them ---- */
@@ -246,31 +245,33 @@ static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, 
     return ok ? ALLOY_OK : out_of_memory(n, why, whylen);
 }
 
-/* ---- random ops: base/random.h's draws, as cpu_random.c makes them ---- */
+/* ---- random ops: kernels/ref_random.c, as cpu_random.c runs them ---- */
 
-static void random_values(const ir_node *n, const ir_type *const *in_types, const double *const *in, double *out)
+/* dropout in f32 (f64 for f64), uniform and normal drawn in f64, each
+ * value rounded once to n's dtype. */
+static alloy_status random_values(const ir_node *n, const double *const *in, double *out, char *why, size_t whylen)
 {
     int at = n->op == IR_OP_dropout ? 1 : 0;
     unsigned long long step = n->nin > at ? (unsigned long long)as_i64(in[at][0]) : 0;
-    unsigned long long seed = (unsigned long long)ir_attr_int(n, "seed", 0);
-    unsigned long long stream = (unsigned long long)ir_attr_i(n, "stream");
     alloy_dtype dt = n->type.dtype;
     int64_t count = ir_numel(&n->type);
-    if (n->op == IR_OP_dropout) {
-        double p = ir_attr_f(n, "p"), threshold = ALLOY_DROPOUT_THRESHOLD(p), scale = ALLOY_DROPOUT_SCALE(p);
-        (void)in_types;
-        for (int64_t i = 0; i < count; i++) {
-            bool keep = alloy_dropout_keep(seed, stream, step, (unsigned long long)i, threshold);
-            out[i] = dt == ALLOY_F64 ? in[0][i] * (keep ? scale : 0.0)
-                                     : stored_f32(dt, (float)in[0][i] * (keep ? (float)scale : 0.0f));
-        }
-        return;
+    if (n->op != IR_OP_dropout) {
+        ref_draw(n, step, 0, count, out);
+        for (int64_t i = 0; i < count; i++) out[i] = stored_f64(dt, out[i]);
+        return ALLOY_OK;
     }
-    bool normal = n->op == IR_OP_normal;
-    double a = ir_attr_f(n, normal ? "mean" : "low"), b = ir_attr_f(n, normal ? "std" : "high");
-    for (int64_t i = 0; i < count; i++)
-        out[i] = stored_f64(dt, normal ? alloy_normal_draw(seed, stream, step, (unsigned long long)i, a, b)
-                                       : alloy_uniform_draw(seed, stream, step, (unsigned long long)i, dt == ALLOY_F64, a, b));
+    if (dt == ALLOY_F64) {
+        if (count) memcpy(out, in[0], sizeof *out * (size_t)count);
+        ref_dropout(n, step, true, 0, count, out);
+        return ALLOY_OK;
+    }
+    float *v = al_malloc(sizeof *v * (size_t)(count ? count : 1));
+    if (!v) return out_of_memory(n, why, whylen);
+    for (int64_t i = 0; i < count; i++) v[i] = (float)in[0][i];
+    ref_dropout(n, step, false, 0, count, v);
+    for (int64_t i = 0; i < count; i++) out[i] = stored_f32(dt, v[i]);
+    al_free(v);
+    return ALLOY_OK;
 }
 
 /* Dispatches on the op; the contract is in evaluate.h. */
@@ -299,7 +300,7 @@ alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const d
     case IR_OP_reduce_max: return reduce(n, in_types[0], in[0], out, why, whylen);
     case IR_OP_dropout:
     case IR_OP_uniform:
-    case IR_OP_normal: random_values(n, in_types, in, out); return ALLOY_OK;
+    case IR_OP_normal: return random_values(n, in, out, why, whylen);
     default:
         al_fmt(why, whylen, "%s has no reference evaluation", ir_ops[n->op].name);
         return ALLOY_ERR_UNSUPPORTED;
