@@ -16,7 +16,7 @@
 #include "base/convert.h"
 #include "codegen_support.h"
 #include "models.h"
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 #include "ir/groups.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"

@@ -533,6 +533,41 @@ static void test_bulk_float_stores_round_to_nearest_even(void **state)
     assert_memory_equal(back, d, sizeof d);
 }
 
+/* cvt_convert, the cast of the CPU backend and of constant folding: f64
+ * and integers go through f64 (rounded once), the others through f32. */
+static void test_cast_rounds_once_through_f64_from_f64_and_integers(void **state)
+{
+    (void)state;
+    /* 1 + 2^-8 + 2^-30 is above bf16's halfway 1 + 2^-8: up to 1 + 2^-7
+     * (0x3f81); through f32 it would first become the tie, then 1.0 */
+    const double d = 1.0 + 0x1p-8 + 0x1p-30;
+    uint16_t b;
+    cvt_convert(ALLOY_F64, &d, ALLOY_BF16, &b, 1);
+    assert_int_equal(b, 0x3f81);
+    /* 2^24 + 2^16 + 1 likewise: 2^24 + 2^17 (0x4b81), where f32 first would tie twice down to 2^24 (0x4b80) */
+    const int64_t i[] = {(1 << 24) + (1 << 16) + 1, -3, 2049, 70000};
+    uint16_t bi[4], hi[4];
+    cvt_convert(ALLOY_I64, i, ALLOY_BF16, bi, 4);
+    assert_int_equal(bi[0], 0x4b81);
+    assert_int_equal(bi[1], 0xc040);
+    cvt_convert(ALLOY_I64, i, ALLOY_F16, hi, 4);
+    assert_true(hi[1] == 0xc200 && hi[2] == 0x6800 && hi[3] == 0x7c00); /* -3; 2049 ties to even 2048; past 65520: inf */
+    /* f16 -> bf16 through f32: 1 + 2^-10 rounds to 1.0 */
+    const uint16_t h = 0x3c01;
+    cvt_convert(ALLOY_F16, &h, ALLOY_BF16, &b, 1);
+    assert_int_equal(b, 0x3f80);
+    /* to integers: truncated toward zero, saturated */
+    const float f[] = {2.7f, -2.7f, 3e9f};
+    int32_t to[3];
+    cvt_convert(ALLOY_F32, f, ALLOY_I32, to, 3);
+    assert_true(to[0] == 2 && to[1] == -2 && to[2] == INT32_MAX);
+    /* the same dtype: the bytes as they are (-0 kept) */
+    const float z[] = {-0.0f, 1.5f};
+    float zc[2];
+    cvt_convert(ALLOY_F32, z, ALLOY_F32, zc, 2);
+    assert_memory_equal(zc, z, sizeof z);
+}
+
 int main(void)
 {
     test_rng = 0x9e3779b97f4a7c15u;
@@ -551,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_bulk_bool_stores_one_for_every_nonzero_value_including_nan),
         cmocka_unit_test(test_bulk_loads_convert_every_dtype_by_value),
         cmocka_unit_test(test_bulk_float_stores_round_to_nearest_even),
+        cmocka_unit_test(test_cast_rounds_once_through_f64_from_f64_and_integers),
     };
     return cmocka_run_group_tests(tests, setup_tables, NULL);
 }

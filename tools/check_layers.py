@@ -6,9 +6,9 @@ The layers, low to high: base < ir < kernels (the reference kernels
 the CPU backend and constant folding share) < step < passes < codegen < runtime, and
 inside runtime/: files and bundles (io/, bundle/, profile) < the backend
 interface (backend.h) < the backends (cpu/, cuda/; the registry backend.c
-beside them) and the cost model (cost/, which reads the CUDA backend's
-launch plan, runtime/cuda/launch.h, and nothing else of it) < the graph
-object (graph/). A file may include headers, and
+beside them) and the cost model (cost/, which reads the launch plan from
+step/, as the CUDA backend does) < the graph object (graph/). A file may
+include headers, and
 name functions defined in files, of its own layer and below. Besides:
 
 - the backends never include or call each other, and nothing outside a
@@ -24,6 +24,9 @@ name functions defined in files, of its own layer and below. Besides:
 - base, ir, kernels, step, passes and codegen read no environment;
 - each folder's meson.build lists exactly the .c files of its folder
   (runtime/meson.build those of runtime/ and its sub-folders);
+- each public header include/alloy/X.h declares only functions defined in
+  runtime/graph/X_api.c, or in the files HEADER_HOMES lists for it (the
+  core builder API of graph.h, the base's types.h, ...);
 - every source path the docs name (docs/*.md and README.md beside SRC_DIR:
   `runtime/cpu/cpu_ops.c`, `src/step/pipeline.def`, `include/alloy/*.h`)
   is there, so a move cannot leave a page (the add-an-op recipe among
@@ -72,9 +75,20 @@ OPEN_FUNCTIONS = re.compile(r"^(cpu|cuda)_backend_open\w*$")
 BUILDER_HEADERS = {"alloy/graph.h", "alloy/alloy.h"}
 NO_ENV = ("base/", "ir/", "kernels/", "step/", "passes/", "codegen/")
 COMPILER = ("passes/", "codegen/", "cost/")
-# The cost model reads the CUDA backend's launch plan as data (launch.h), the one header of a backend a file
-# outside it may include besides the registry's open headers.
-PLAN_READERS = {"cost/cost.h": {"runtime/cuda/launch.h"}}
+# Where the functions a public header declares are defined besides runtime/graph/X_api.c for include/alloy/X.h
+# (a path ending in / stands for its folder).
+HEADER_HOMES = {
+    "graph.h": ("runtime/graph/builder.c", "runtime/graph/graph.c", "runtime/graph/graph_error.c",
+                "runtime/graph/state_api.c", "runtime/graph/run.c", "runtime/graph/config.c",
+                "runtime/graph/compile_ir.c", "runtime/graph/dump_api.c", "runtime/graph/share.c"),
+    "types.h": ("base/",),
+    "safetensors.h": ("runtime/io/",),
+    "mpi.h": ("runtime/comm/",),
+    "distributed.h": ("runtime/comm/",),
+    "amp.h": ("runtime/graph/range_stats.c",),
+    "bundle.h": ("runtime/graph/bundle_save.c",),
+    "train.h": ("runtime/graph/overflow.c", "runtime/graph/optim_api.c"),
+}
 FOLDER_LISTS = ["base", "ir", "kernels", "step", "passes", "codegen", "cost", "runtime"]
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "case", "defined"}
 
@@ -175,7 +189,8 @@ class Tree:
 
 
 def offences(tree):
-    """Every offence as (kind, path, line, message); kinds: back-arrow, reach, compiler, builder, env, meson."""
+    """Every offence as (kind, path, line, message); kinds: back-arrow, reach, compiler, builder, env, meson,
+    header, docs."""
     out = []
     compiler_side = tree.compiler_side()
 
@@ -199,8 +214,6 @@ def offences(tree):
             if their_backend and their_backend != mine_backend:
                 if p == REGISTRY and inc in OPEN_HEADERS:
                     continue
-                if inc in PLAN_READERS.get(p, ()):
-                    continue
                 kind = "back-arrow" if mine_backend else "reach"
                 out.append((kind, p, line, f"includes {inc} ({their_name}: reached through the backend registry)"))
                 continue
@@ -219,8 +232,6 @@ def offences(tree):
             if their_backend and their_backend != mine_backend:
                 if p == REGISTRY and OPEN_FUNCTIONS.match(name):
                     continue
-                if p.startswith("cost/") and where == "runtime/cuda/launch.c":
-                    continue
                 kind = "back-arrow" if mine_backend else "reach"
                 out.append((kind, p, line, f"names {name} ({where}, {their_name}: reached through the backend registry)"))
                 continue
@@ -236,7 +247,30 @@ def offences(tree):
                 out.append(("env", p, line_of(tree.code[p], m.start()), "reads the environment (below the API the "
                             "configuration is the options struct)"))
     out += meson_offences(tree)
+    out += header_offences(tree)
     out += docs_offences(tree)
+    return out
+
+
+def header_offences(tree):
+    """Each function include/alloy/X.h (beside SRC_DIR) declares is defined in runtime/graph/X_api.c or a file
+    HEADER_HOMES lists for X.h (names defined nowhere, as those a macro makes, are not read)."""
+    root = os.path.dirname(os.path.abspath(tree.src))
+    out = []
+    for header in sorted(glob.glob(os.path.join(root, "include", "alloy", "*.h"))):
+        name = os.path.basename(header)
+        homes = ("runtime/graph/" + name[:-2] + "_api.c",) + HEADER_HOMES.get(name, ())
+        code = strip(open(header, encoding="utf-8").read())
+        seen = set()
+        for m in re.finditer(r"\b(alloy_\w+)[ \t]*\(", code):
+            fn = m.group(1)
+            where = tree.defined.get(fn)
+            if fn in seen or not where or where.startswith(homes):
+                continue
+            seen.add(fn)
+            out.append(("header", "../include/alloy/" + name, line_of(code, m.start()),
+                        f"declares {fn}, defined in {where}: a public header's calls live in {homes[0]} "
+                        "(or where tools/check_layers.py's HEADER_HOMES says)"))
     return out
 
 
@@ -406,12 +440,18 @@ def self_test():
         "runtime/graph/graph.c": '#include "alloy/graph.h"\n#include "runtime/backend.h"\n'
                                  'int graph_open(void) { return rt_backend_open(); }\n',
         "runtime/graph/compile_ir.c": '#include "passes/pass.h"\nint graph_compile(void) { return pass_run(); }\n',
+        "runtime/graph/norm_api.c": "int alloy_norm(void) { return 0; }\n",
+    }
+    # beside src/: the pages and public headers, each with its text
+    outside = {
+        "docs/layers.md": "The passes are `passes/pass.c`; the registry is src/runtime/backend.c.\n",
+        "include/alloy/norm.h": "int alloy_norm(void);\n",
     }
     lists = {
         "base": ["mem.c"], "ir": ["graph.c"], "kernels": ["ref.c"], "step": ["plan.c"], "passes": ["pass.c"], "codegen": ["emit.c"],
         "runtime": ["backend.c", "cpu/cpu_backend.c", "graph/graph.c"],
     }
-    runtime_compiler = ["cuda/cuda_jit.c", "graph/compile_ir.c"]
+    runtime_compiler = ["cuda/cuda_jit.c", "graph/compile_ir.c", "graph/norm_api.c"]
     # each plant: (file, text appended, the kind, the line it must name)
     plants = [
         ("base/mem.c", '#include "ir/ir.h"\n', "back-arrow", 3),
@@ -421,6 +461,7 @@ def self_test():
         ("runtime/cuda/cuda_backend.h", '#include "runtime/cpu/cpu_backend.h"\n', "back-arrow", 2),
         ("runtime/graph/graph.c", "int graph_cpu(void) { return cpu_backend_open(); }\n", "reach", 4),
         ("runtime/graph/graph.c", '#include "runtime/cpu/cpu_backend.h"\n', "reach", 4),
+        ("cost/cost.h", '#include "runtime/cuda/cuda_backend.h"\n', "reach", 1),
         ("runtime/backend.h", '#include "codegen/emit.h"\n', "compiler", 2),
         ("runtime/cpu/cpu_backend.c", "int cpu_emit(void) { return cg_emit(); }\n", "compiler", 3),
         ("runtime/backend.h", '#include "runtime/graph/graph_impl.h"\n', "back-arrow", 2),
@@ -428,19 +469,23 @@ def self_test():
         ("passes/pass.c", 'int pass_env(void) { return getenv("X") != 0; }\n', "env", 3),
         ("ir/extra.c", "int ir_extra(void) { return 0; }\n", "meson", 0),
         ("docs/layers.md", "The schedule is `passes/schedule.h`.\n", "docs", 2),
+        ("include/alloy/random.h", "int alloy_norm(void);\n", "header", 1),
     ]
 
     def build(top, plant=None):
         root = os.path.join(top, "src")
-        os.makedirs(os.path.join(top, "docs"))
-        with open(os.path.join(top, "docs", "layers.md"), "w") as f:
-            f.write("The passes are `passes/pass.c`; the registry is src/runtime/backend.c.\n" +
-                    (plant[1] if plant and plant[0] == "docs/layers.md" else ""))
+        for p, text in list(outside.items()) + ([plant[:2]] if plant and plant[0] not in outside else []):
+            if not p.startswith(("docs/", "include/")):
+                continue
+            os.makedirs(os.path.dirname(os.path.join(top, p)), exist_ok=True)
+            with open(os.path.join(top, p), "w") as f:
+                f.write(text + (plant[1] if plant and plant[0] == p and p in outside else ""))
         for p, text in scratch.items():
             os.makedirs(os.path.dirname(os.path.join(root, p)), exist_ok=True)
             with open(os.path.join(root, p), "w") as f:
                 f.write(text + (plant[1] if plant and plant[0] == p else ""))
-        if plant and plant[0] not in scratch and not plant[0].startswith("docs/"):
+        if plant and plant[0] not in scratch and not plant[0].startswith(("docs/", "include/")):
+            os.makedirs(os.path.dirname(os.path.join(root, plant[0])), exist_ok=True)
             with open(os.path.join(root, plant[0]), "w") as f:
                 f.write(plant[1])
         for folder, names in lists.items():
@@ -463,7 +508,7 @@ def self_test():
         for i, plant in enumerate(plants):
             root = build(os.path.join(tmp, f"plant{i}"), plant)
             found = check(root, quiet=True)
-            where = "../" + plant[0] if plant[0].startswith("docs/") else plant[0]
+            where = "../" + plant[0] if plant[0].startswith(("docs/", "include/")) else plant[0]
             hit = [f for f in found if f[0] == plant[2] and f[1] == where and f[2] == plant[3]]
             expect(f"{plant[0]} + {plant[1].strip()!r}: rejected as {plant[2]} at line {plant[3]} "
                    f"({len(found)} offences)", len(hit) == 1 and len(found) == 1)

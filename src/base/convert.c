@@ -357,3 +357,33 @@ void cvt_store_f64(alloy_dtype dtype, const double *src, void *dst, size_t n)
     default: al_assert_fail("valid dtype", __FILE__, __LINE__);
     }
 }
+
+void cvt_convert(alloy_dtype from, const void *src, alloy_dtype to, void *dst, size_t n)
+{
+    enum { CHUNK = 1024 };
+    if (n == 0) return;
+    if (from == to) {
+        memcpy(dst, src, n * alloy_dtype_size(from));
+        return;
+    }
+    /* f64 and integers go through f64 so that nothing rounds twice */
+    bool wide = from == ALLOY_F64 || to == ALLOY_F64 || from == ALLOY_I32 || from == ALLOY_I64 || to == ALLOY_I32 ||
+                to == ALLOY_I64;
+    size_t from_es = alloy_dtype_size(from), to_es = alloy_dtype_size(to);
+    union {
+        float f[CHUNK];
+        double d[CHUNK];
+    } buf;
+    for (size_t i = 0; i < n; i += CHUNK) {
+        size_t len = n - i < CHUNK ? n - i : CHUNK;
+        const char *s = (const char *)src + i * from_es;
+        char *d = (char *)dst + i * to_es;
+        if (wide) {
+            cvt_load_f64(from, s, buf.d, len);
+            cvt_store_f64(to, buf.d, d, len);
+        } else {
+            cvt_load_f32(from, s, buf.f, len);
+            cvt_store_f32(to, buf.f, d, len);
+        }
+    }
+}

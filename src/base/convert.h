@@ -27,6 +27,11 @@ AL_HIDDEN void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, siz
 AL_HIDDEN void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n);
 AL_HIDDEN void cvt_store_f64(alloy_dtype dtype, const double *src, void *dst, size_t n);
 
+/* cast: n elements of dtype `from` at src to dtype `to` at dst, each
+ * rounded once: through f64 when either side is f64 or an integer, else
+ * through f32; a plain copy when the dtypes are equal. src and dst must not overlap. */
+AL_HIDDEN void cvt_convert(alloy_dtype from, const void *src, alloy_dtype to, void *dst, size_t n);
+
 /* For tests and benchmarks: `on` makes the bulk functions take the portable C
  * paths even where a SIMD path (x86 AVX2+F16C) exists; the results are the same
  * bit for bit either way. Returns whether this CPU has a SIMD path. */

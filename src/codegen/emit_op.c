@@ -435,7 +435,7 @@ static const char *embedding(cg_program *prog, const ir_graph *g, int k, const i
 }
 
 /* argmax / argmin: a thread per result walking its axis in order as the CPU
- * does (cpu_index.c): the first extreme wins, a NaN ends the walk; values
+ * does (cpu_reduce.c): the first extreme wins, a NaN ends the walk; values
  * compare as doubles, so the index is the CPU's. */
 static const char *arg(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
 {

@@ -6,7 +6,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/ptxas.h"
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 
 /* ---- device constants (device_table.c) ---- */
 
@@ -100,8 +100,8 @@ AL_HIDDEN alloy_status cost_build(const ir_graph *g, const schedule *s, const cg
                                   const cg_resources *res, cost_model *out, char *err, size_t errlen);
 /* Times every launch with d's constants (cost_time) and sums them. */
 AL_HIDDEN void cost_apply(cost_model *m, const cost_device *d);
-/* The CUDA backend's launch plan of prog over plan p (runtime/cuda/launch.h):
- * the launches the model times, read as data. Fills *lp (cost_plan_free)
+/* The launch plan of prog over plan p (step/launch_plan.h, as the CUDA
+ * backend replays it): the launches the model times, read as data. Fills *lp (cost_plan_free)
  * or returns the error with err. */
 AL_HIDDEN alloy_status cost_plan(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog,
                                  lp_plan *lp, char *err, size_t errlen);

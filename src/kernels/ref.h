@@ -23,6 +23,62 @@ AL_HIDDEN void ref_place(const ir_type *to, int axis, int64_t at, const ir_type 
 /* pad: n's `before` zeros (all-zero bytes: +0 in every dtype), the operand, then zeros along n's `axis`. */
 AL_HIDDEN void ref_pad(const ir_node *n, const ir_type *t, const ir_type *to, size_t es, const void *in, void *out);
 
+/* ---- indexing (ref_index.c) ---- */
+
+/* An index operand: its dims (type's dtype is not read) and its values,
+ * ALLOY_I32 or ALLOY_I64 elements as dtype says (constant folding holds
+ * its indices as i64, whatever the operand's dtype). */
+typedef struct ref_index {
+    const ir_type *type;
+    alloy_dtype dtype;
+    const void *data;
+} ref_index;
+
+/* Index p of ix. */
+static inline int64_t ref_index_at(const ref_index *ix, int64_t p)
+{
+    if (ix->dtype == ALLOY_I32) return ((const int32_t *)ix->data)[p];
+    return ((const int64_t *)ix->data)[p];
+}
+
+/* ALLOY_OK when every index of ix is in [0, limit) (or equals *skip, when
+ * skip is not NULL); else ALLOY_ERR_INVALID, the first bad one in index
+ * order named in why: "<op> '<node>': <noun> <value> out of range [0,
+ * <limit>) at position [<coordinates>]". */
+AL_HIDDEN alloy_status ref_check_indices(const ir_node *n, const ref_index *ix, int64_t limit, const char *noun,
+                                         const int64_t *skip, char *why, size_t whylen);
+/* embedding (n): out[p, :] = table[ids[p], :] for the rows of table (type
+ * table_type, [rows, D], elements of es bytes); an id outside [0, rows) is
+ * ref_check_indices' error and nothing is written. */
+AL_HIDDEN alloy_status ref_embedding(const ir_node *n, const ref_index *ids, const ir_type *table_type, size_t es,
+                                     const void *table, void *out, char *why, size_t whylen);
+/* The offset in x (dims t) of index element p of gather: p's coordinates
+ * with the one along axis replaced by index[p]. */
+AL_HIDDEN int64_t ref_gather_offset(const ir_type *t, int axis, const ref_index *index, int64_t p);
+/* gather (torch.gather, n's `axis`): out[p] = in[p with coordinate axis =
+ * index[p]], in of type t; index_select: out[o, k, i] = in[o, index[k], i]
+ * around the axis. An index outside [0, t's dim) is ref_check_indices'
+ * error and nothing is written. */
+AL_HIDDEN alloy_status ref_gather(const ir_node *n, const ir_type *t, const ref_index *index, size_t es, const void *in,
+                                  void *out, char *why, size_t whylen);
+AL_HIDDEN alloy_status ref_index_select(const ir_node *n, const ir_type *t, const ref_index *index, size_t es,
+                                        const void *in, void *out, char *why, size_t whylen);
+/* arange (n): element i = start + i * step in f64, stored as dtype (rounded
+ * once; ALLOY_F64 keeps the unrounded sums). */
+AL_HIDDEN void ref_arange(const ir_node *n, alloy_dtype dtype, void *out);
+
+/* ---- random ops (ref_random.c): n's seed (0 when absent) and stream,
+ * the training step `step`, element i of the result drawing counter i ---- */
+
+/* uniform, normal (n): elements [first, first + len) drawn in f64 into
+ * out[0..len), unrounded (rounding to the dtype is the caller's). */
+AL_HIDDEN void ref_draw(const ir_node *n, unsigned long long step, int64_t first, int64_t len, double *out);
+/* dropout (n): v (elements [first, first + len) of x in the compute type:
+ * doubles when wide, for f64, else floats) times scale where the element is
+ * kept, times 0 where it is dropped (so a NaN or inf stays non-finite, as
+ * PyTorch's x * mask), in place; rounding to the dtype is the caller's. */
+AL_HIDDEN void ref_dropout(const ir_node *n, unsigned long long step, bool wide, int64_t first, int64_t len, void *v);
+
 /* ---- reductions and the running sum (ref_reduce.c) ---- */
 
 /* The pairwise sums of reduce_sum: a sum of more than REF_SUM_LEAF terms is

@@ -5,7 +5,6 @@
 #include "passes/evaluate.h"
 #include "base/convert.h"
 #include "base/vmath_generic.h"
-#include "base/random.h"
 #include "kernels/ref.h"
 
 /* ---- values as the CPU stores them ---- */
@@ -47,14 +46,6 @@ static void unravel(const ir_type *t, int64_t i, int64_t *idx)
         idx[d] = i % t->dims[d];
         i /= t->dims[d];
     }
-}
-
-/* Flat index in t of the multi-index idx. */
-static int64_t ravel(const ir_type *t, const int64_t *idx)
-{
-    int64_t off = 0;
-    for (int d = 0; d < t->rank; d++) off = off * t->dims[d] + idx[d];
-    return off;
 }
 
 /* Flat index in t of the element that numpy-broadcasts to index idx of a rank-r result. */
@@ -114,13 +105,19 @@ static void elementwise(const ir_node *n, const ir_type *const *t, const double 
     }
 }
 
-/* cast: through f64 when either side is f64 or an integer, else through f32 (cpu_cast). */
+/* cast: base/convert.c's, the CPU's, from values of n's operand's dtype
+ * (exact there) to n's dtype, in chunks. */
 static void cast(const ir_node *n, const ir_type *from, const double *x, double *out)
 {
+    enum { CHUNK = 256 };
     alloy_dtype a = from->dtype, b = n->type.dtype;
-    bool wide = a == ALLOY_F64 || b == ALLOY_F64 || ir_is_int(a) || ir_is_int(b);
-    for (int64_t i = 0; i < ir_numel(&n->type); i++)
-        out[i] = a == b ? x[i] : wide ? stored_f64(b, x[i]) : stored_f32(b, (float)x[i]);
+    unsigned char src[CHUNK * 8], dst[CHUNK * 8];
+    for (int64_t i = 0; i < ir_numel(&n->type); i += CHUNK) {
+        size_t len = (size_t)(ir_numel(&n->type) - i < CHUNK ? ir_numel(&n->type) - i : CHUNK);
+        cvt_store_f64(a, x + i, src, len);
+        cvt_convert(a, src, b, dst, len);
+        cvt_load_f64(b, dst, out + i, len);
+    }
 }
 
 /* ---- data movement: kernels/ref_movement.c, the CPU's kernels, over doubles ---- */
@@ -150,67 +147,38 @@ static void movement(const ir_node *n, const ir_type *const *t, const double *co
     }
 }
 
-/* embedding: row ids[p] of the table for each position p; an id outside
- * [0, rows) is ALLOY_ERR_INVALID (the first, in ids order). */
-static alloy_status embedding(const ir_node *n, const ir_type *const *t, const double *const *in, double *out,
-                              char *why, size_t whylen)
-{
-    int64_t count = ir_numel(t[0]), rows = t[1]->dims[0], dim = t[1]->dims[1];
-    for (int64_t p = 0; p < count; p++) {
-        double id = in[0][p];
-        if (!(id >= 0 && id < (double)rows)) {
-            int64_t idx[ALLOY_MAX_RANK];
-            char label[32], where[128];
-            unravel(t[0], p, idx);
-            al_fmt_dims(where, sizeof where, t[0]->rank, idx);
-            al_fmt(why, whylen, "embedding '%s': id %lld out of range [0, %lld) at position %s",
-                   ir_node_label(n, label, sizeof label), (long long)as_i64(id), (long long)rows, where);
-            return ALLOY_ERR_INVALID;
-        }
-        for (int64_t k = 0; k < dim; k++) out[p * dim + k] = in[1][(int64_t)id * dim + k];
-    }
-    return ALLOY_OK;
-}
-
-/* gather (torch.gather) and index_select along `axis`: each result element
- * is one element of x; an index outside [0, x's dim) is ALLOY_ERR_INVALID
- * with the CPU's message (the first, in index order). */
-static alloy_status indexed(const ir_node *n, const ir_type *const *t, const double *const *in, double *out, char *why,
-                            size_t whylen)
-{
-    int axis = 0;
-    ir_norm_axis(ir_attr_i(n, "axis"), t[0]->rank, &axis);
-    int64_t len = t[0]->dims[axis], idx[ALLOY_MAX_RANK];
-    for (int64_t p = 0; p < ir_numel(t[1]); p++) {
-        double v = in[1][p];
-        if (v >= 0 && v < (double)len) continue;
-        char label[32], where[128];
-        unravel(t[1], p, idx);
-        al_fmt_dims(where, sizeof where, t[1]->rank, idx);
-        al_fmt(why, whylen, "%s '%s': index %lld out of range [0, %lld) at position %s", ir_ops[n->op].name,
-               ir_node_label(n, label, sizeof label), (long long)as_i64(v), (long long)len, where);
-        return ALLOY_ERR_INVALID;
-    }
-    for (int64_t i = 0; i < ir_numel(&n->type); i++) {
-        unravel(&n->type, i, idx);
-        idx[axis] = (int64_t)(n->op == IR_OP_gather ? in[1][i] : in[1][idx[axis]]);
-        out[i] = in[0][ravel(t[0], idx)];
-    }
-    return ALLOY_OK;
-}
-
-/* arange: start + i * step in f64, rounded once (cpu_arange). */
-static void arange(const ir_node *n, double *out)
-{
-    double start = ir_attr_f(n, "start"), step = ir_attr_f(n, "step");
-    for (int64_t i = 0; i < ir_numel(&n->type); i++) out[i] = stored_f64(n->type.dtype, start + (double)i * step);
-}
-
 /* Out of memory, in why. */
 static alloy_status out_of_memory(const ir_node *n, char *why, size_t whylen)
 {
     al_fmt(why, whylen, "%s: out of memory", ir_ops[n->op].name);
     return ALLOY_ERR_OOM;
+}
+
+/* embedding, gather, index_select: kernels/ref_index.c, the CPU's, over
+ * doubles with the indices (operand ix: integers, so exact as doubles) as
+ * i64; an index out of range is ALLOY_ERR_INVALID with the CPU's message. */
+static alloy_status indexed(const ir_node *n, const ir_type *const *t, const double *const *in, double *out, char *why,
+                            size_t whylen)
+{
+    int ix = n->op == IR_OP_embedding ? 0 : 1;
+    int64_t count = ir_numel(t[ix]);
+    int64_t *values = al_malloc(sizeof *values * (size_t)(count ? count : 1));
+    if (!values) return out_of_memory(n, why, whylen);
+    for (int64_t p = 0; p < count; p++) values[p] = as_i64(in[ix][p]);
+    ref_index index = {t[ix], ALLOY_I64, values};
+    size_t es = sizeof *out;
+    alloy_status st = n->op == IR_OP_embedding ? ref_embedding(n, &index, t[1], es, in[1], out, why, whylen)
+                      : n->op == IR_OP_gather  ? ref_gather(n, t[0], &index, es, in[0], out, why, whylen)
+                                               : ref_index_select(n, t[0], &index, es, in[0], out, why, whylen);
+    al_free(values);
+    return st;
+}
+
+/* arange: kernels/ref_index.c's f64 values, each rounded once to n's dtype. */
+static void arange(const ir_node *n, double *out)
+{
+    ref_arange(n, ALLOY_F64, out);
+    for (int64_t i = 0; i < ir_numel(&n->type); i++) out[i] = stored_f64(n->type.dtype, out[i]);
 }
 
 /* cumsum: the CPU's running sum (ref_cumsum) in f32 (f64 for f64 and
@@ -277,31 +245,33 @@ static alloy_status reduce(const ir_node *n, const ir_type *t, const double *x, 
     return ok ? ALLOY_OK : out_of_memory(n, why, whylen);
 }
 
-/* ---- random ops: base/random.h's draws, as cpu_random.c makes them ---- */
+/* ---- random ops: kernels/ref_random.c, as cpu_random.c runs them ---- */
 
-static void random_values(const ir_node *n, const ir_type *const *in_types, const double *const *in, double *out)
+/* dropout in f32 (f64 for f64), uniform and normal drawn in f64, each
+ * value rounded once to n's dtype. */
+static alloy_status random_values(const ir_node *n, const double *const *in, double *out, char *why, size_t whylen)
 {
     int at = n->op == IR_OP_dropout ? 1 : 0;
     unsigned long long step = n->nin > at ? (unsigned long long)as_i64(in[at][0]) : 0;
-    unsigned long long seed = (unsigned long long)ir_attr_int(n, "seed", 0);
-    unsigned long long stream = (unsigned long long)ir_attr_i(n, "stream");
     alloy_dtype dt = n->type.dtype;
     int64_t count = ir_numel(&n->type);
-    if (n->op == IR_OP_dropout) {
-        double p = ir_attr_f(n, "p"), threshold = ALLOY_DROPOUT_THRESHOLD(p), scale = ALLOY_DROPOUT_SCALE(p);
-        (void)in_types;
-        for (int64_t i = 0; i < count; i++) {
-            bool keep = alloy_dropout_keep(seed, stream, step, (unsigned long long)i, threshold);
-            out[i] = dt == ALLOY_F64 ? in[0][i] * (keep ? scale : 0.0)
-                                     : stored_f32(dt, (float)in[0][i] * (keep ? (float)scale : 0.0f));
-        }
-        return;
+    if (n->op != IR_OP_dropout) {
+        ref_draw(n, step, 0, count, out);
+        for (int64_t i = 0; i < count; i++) out[i] = stored_f64(dt, out[i]);
+        return ALLOY_OK;
     }
-    bool normal = n->op == IR_OP_normal;
-    double a = ir_attr_f(n, normal ? "mean" : "low"), b = ir_attr_f(n, normal ? "std" : "high");
-    for (int64_t i = 0; i < count; i++)
-        out[i] = stored_f64(dt, normal ? alloy_normal_draw(seed, stream, step, (unsigned long long)i, a, b)
-                                       : alloy_uniform_draw(seed, stream, step, (unsigned long long)i, dt == ALLOY_F64, a, b));
+    if (dt == ALLOY_F64) {
+        if (count) memcpy(out, in[0], sizeof *out * (size_t)count);
+        ref_dropout(n, step, true, 0, count, out);
+        return ALLOY_OK;
+    }
+    float *v = al_malloc(sizeof *v * (size_t)(count ? count : 1));
+    if (!v) return out_of_memory(n, why, whylen);
+    for (int64_t i = 0; i < count; i++) v[i] = (float)in[0][i];
+    ref_dropout(n, step, false, 0, count, v);
+    for (int64_t i = 0; i < count; i++) out[i] = stored_f32(dt, v[i]);
+    al_free(v);
+    return ALLOY_OK;
 }
 
 /* Dispatches on the op; the contract is in evaluate.h. */
@@ -320,7 +290,7 @@ alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const d
     case IR_OP_slice:
     case IR_OP_pad:
     case IR_OP_concat: movement(n, in_types, in, out); return ALLOY_OK;
-    case IR_OP_embedding: return embedding(n, in_types, in, out, why, whylen);
+    case IR_OP_embedding:
     case IR_OP_gather:
     case IR_OP_index_select: return indexed(n, in_types, in, out, why, whylen);
     case IR_OP_arange: arange(n, out); return ALLOY_OK;
@@ -330,7 +300,7 @@ alloy_status eval_node(const ir_node *n, const ir_type *const *in_types, const d
     case IR_OP_reduce_max: return reduce(n, in_types[0], in[0], out, why, whylen);
     case IR_OP_dropout:
     case IR_OP_uniform:
-    case IR_OP_normal: random_values(n, in_types, in, out); return ALLOY_OK;
+    case IR_OP_normal: return random_values(n, in, out, why, whylen);
     default:
         al_fmt(why, whylen, "%s has no reference evaluation", ir_ops[n->op].name);
         return ALLOY_ERR_UNSUPPORTED;

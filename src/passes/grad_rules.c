@@ -389,3 +389,12 @@ const ad_rule ad_rules[IR_OP_COUNT] = {
 #undef OP
 #undef EW
 };
+
+/* batch_norm and group_norm reach autodiff only when the pass that lowers them did not run */
+RULE(gr_lowered)
+{
+    (void)dy, (void)dx;
+    char label[32];
+    return ir_error(c->g, ALLOY_ERR_VERIFY, "autodiff: %s %s was not lowered (the lower_norm pass lowers it before autodiff)",
+                    ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
+}

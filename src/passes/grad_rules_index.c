@@ -1,4 +1,4 @@
-/* grad_rules_index.c - the gradient rules of the indexing ops (gather, index_select: scatter-adds; cumsum: the reverse cumsum) and of the lowered ops. */
+/* grad_rules_index.c - the gradient rules of the indexing ops (gather, index_select: scatter-adds; cumsum: the reverse cumsum). */
 #include "passes/grad_rules.h"
 
 #define TYPE(id) (&c->g->nodes[id]->type)
@@ -33,13 +33,4 @@ RULE(gr_cumsum)
     ir_attr a[2] = {axis_attr(n), ir_a_bool("reverse", !ir_attr_i(n, "reverse"))};
     dx[0] = ad_emit(c, IR_OP_cumsum, 1, &dy, 2, a, NULL);
     DONE;
-}
-
-/* batch_norm and group_norm reach autodiff only when the pass that lowers them did not run */
-RULE(gr_lowered)
-{
-    (void)dy, (void)dx;
-    char label[32];
-    return ir_error(c->g, ALLOY_ERR_VERIFY, "autodiff: %s %s was not lowered (the lower_norm pass lowers it before autodiff)",
-                    ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
 }

@@ -3,13 +3,14 @@
 #define ALLOY_CPU_H
 
 #include "ir/ir.h"
+#include "kernels/ref.h"
 #include "step/plan.h"
 #include "step/schedule.h"
 #include "runtime/backend.h" /* rt_range */
 
 typedef struct cpu_exec cpu_exec;
 typedef struct rt_tensor rt_tensor;
-/* What one run lends its groups (cpu_fused.c): chunk buffers and worker
+/* What one run lends its kernels and groups (cpu_workers.c): chunk buffers and worker
  * threads, started when a group is first big enough to split. */
 typedef struct cpu_workers cpu_workers;
 
@@ -171,8 +172,11 @@ AL_HIDDEN void cpu_store_compute(bool wide, alloy_dtype dt, const void *src, voi
 AL_HIDDEN void *cpu_alloc_compute(bool wide, int64_t n);
 /* Element i of an i32 or i64 tensor. */
 AL_HIDDEN int64_t cpu_index_at(const rt_tensor *t, int64_t i);
-/* Checks every integer of t is in [0, limit); else the error "op 'node':
- * NOUN v out of range [0, limit) at position [i,j]" (noun: "id", "target"). */
+/* An i32 or i64 tensor as the index operand of kernels/ref.h. */
+AL_HIDDEN ref_index cpu_index(const rt_tensor *t);
+/* Checks every integer of t is in [0, limit); else ref_check_indices' error
+ * "op 'node': NOUN v out of range [0, limit) at position [i,j]" on x (noun:
+ * "id", "index", "target"). */
 AL_HIDDEN alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit,
                                          const char *noun);
 /* The targets of loss n as cpu_check_indices, but for the value of n's

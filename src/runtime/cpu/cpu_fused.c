@@ -4,7 +4,6 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
-#include <pthread.h>
 #include <string.h>
 #include <tgmath.h>
 
@@ -12,6 +11,7 @@
 #include "base/convert.h"
 #include "base/vmath_generic.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/cpu_workers.h"
 
 /* Each EW line of ops.def becomes two more chunk functions for groups of two
  * or more: the expression of cpu_elementwise.c's, so the same values (a NaN's
@@ -89,7 +89,7 @@ static const struct {
  * 12 ms, 256 in 17 ms, 1024 in 20 ms; unfused ops do not care. A thread
  * is worth waking for about MIN_WORK element-visits (loads plus member
  * evaluations). */
-enum { CHUNK = 128, MIN_WORK = 1 << 17, MAX_THREADS = 64 };
+enum { CHUNK = 128, MIN_WORK = 1 << 17, MAX_THREADS = CPU_MAX_THREADS };
 
 /* How an external input walks the iteration space. */
 typedef enum fz_walk {
@@ -459,200 +459,32 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
     }
 }
 
-/* ---- the worker threads of one run ---- */
+/* ---- a group's chunks on the run's threads (cpu_workers.c) ---- */
 
-typedef struct worker_arg {
-    cpu_workers *w;
-    int index; /* 1.. : thread t uses the t-th chunk buffers; the caller is 0 */
-} worker_arg;
+/* Blocks of per_block chunks of p, thread t working in its share of w's
+ * chunk buffers. */
+typedef struct chunk_job {
+    const cpu_workers *w;
+    const fz_plan *p;
+    int64_t per_block, nchunks;
+} chunk_job;
 
-/* The job in flight is split into blocks of chunks that threads claim one
- * at a time under mu, the caller too: a thread that is late (descheduled on
- * a busy machine) finds the blocks taken and costs nothing, and the caller
- * waits only for blocks already claimed. */
-struct cpu_workers {
-    pthread_mutex_t mu;
-    pthread_cond_t wake; /* a job was posted, or stop */
-    pthread_cond_t done; /* the job's last block finished */
-    bool ready;          /* mu and the conditions exist; else one thread */
-    bool stop;
-    int started;         /* worker threads running */
-    pthread_t thread[MAX_THREADS];
-    worker_arg arg[MAX_THREADS];
-    /* the job, under mu: a plan's chunks, or job(job_arg, block, thread) */
-    const fz_plan *plan;
-    void (*job)(void *arg, int64_t block, int thread);
-    void *job_arg;
-    int threads;         /* that take part, the caller included */
-    int64_t nblocks, next, finished, per_block, nchunks;
-    /* chunk buffers: thread t's at scratch + t * share */
-    char *scratch;
-    size_t scratch_bytes, share, ptr_at;
-    /* per thread: the values a row group's blocks see (cpu_workers_views) */
-    rt_tensor *views[MAX_THREADS];
-    int nviews[MAX_THREADS];
-    void *buffer;        /* cpu_workers_buffer's */
-    char *group_block;   /* a group's plan (cpu_run_group_ex), kept once reserved */
-    size_t group_block_bytes;
-    size_t buffer_bytes;
-};
-
-static void run_block(cpu_workers *w, const fz_plan *p, int64_t b, int t)
+static void run_chunk_block(void *arg, int64_t b, int t)
 {
-    if (!p) {
-        w->job(w->job_arg, b, t);
-        return;
-    }
-    int64_t c0 = b * w->per_block, c1 = c0 + w->per_block < w->nchunks ? c0 + w->per_block : w->nchunks;
-    char *mine = w->scratch + w->share * (size_t)t;
-    run_chunks(p, c0, c1, mine, (const void **)(void *)(mine + w->ptr_at));
+    const chunk_job *j = arg;
+    int64_t c0 = b * j->per_block, c1 = c0 + j->per_block < j->nchunks ? c0 + j->per_block : j->nchunks;
+    char *mine = j->w->scratch + j->w->share * (size_t)t;
+    run_chunks(j->p, c0, c1, mine, (const void **)(void *)(mine + j->w->ptr_at));
 }
 
-static void *worker_main(void *arg)
-{
-    worker_arg *a = arg;
-    cpu_workers *w = a->w;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (!w->stop && ((!w->plan && !w->job) || w->next >= w->nblocks || a->index >= w->threads))
-            pthread_cond_wait(&w->wake, &w->mu);
-        if (w->stop) break;
-        int64_t b = w->next++;
-        const fz_plan *p = w->plan;
-        pthread_mutex_unlock(&w->mu);
-        run_block(w, p, b, a->index);
-        pthread_mutex_lock(&w->mu);
-        if (++w->finished == w->nblocks) pthread_cond_signal(&w->done);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-cpu_workers *cpu_workers_new(void)
-{
-    cpu_workers *w = al_calloc(1, sizeof *w);
-    if (!w) return NULL;
-    if (pthread_mutex_init(&w->mu, NULL) == 0) {
-        if (pthread_cond_init(&w->wake, NULL) == 0) {
-            if (pthread_cond_init(&w->done, NULL) == 0) w->ready = true;
-            else pthread_cond_destroy(&w->wake);
-        }
-        if (!w->ready) pthread_mutex_destroy(&w->mu);
-    }
-    return w;
-}
-
-void cpu_workers_free(cpu_workers *w)
-{
-    if (!w) return;
-    if (w->ready) {
-        pthread_mutex_lock(&w->mu);
-        w->stop = true;
-        pthread_cond_broadcast(&w->wake);
-        pthread_mutex_unlock(&w->mu);
-        for (int t = 0; t < w->started; t++) pthread_join(w->thread[t], NULL);
-        pthread_cond_destroy(&w->done);
-        pthread_cond_destroy(&w->wake);
-        pthread_mutex_destroy(&w->mu);
-    }
-    al_free(w->scratch);
-    for (int t = 0; t < MAX_THREADS; t++) al_free(w->views[t]);
-    al_free(w->buffer);
-    al_free(w->group_block);
-    al_free(w);
-}
-
-rt_tensor *cpu_workers_views(cpu_workers *w, int thread, int n)
-{
-    if (thread < 0 || thread >= MAX_THREADS) return NULL;
-    if (w->nviews[thread] < n) {
-        al_free(w->views[thread]);
-        w->views[thread] = al_malloc(sizeof(rt_tensor) * (size_t)n);
-        w->nviews[thread] = w->views[thread] ? n : 0;
-    }
-    return w->views[thread];
-}
-
-void *cpu_workers_buffer(cpu_workers *w, size_t bytes)
-{
-    if (bytes <= w->buffer_bytes) return w->buffer;
-    al_free(w->buffer); /* its contents need not survive */
-    w->buffer = al_malloc(bytes);
-    w->buffer_bytes = w->buffer ? bytes : 0;
-    return w->buffer;
-}
-
-/* Up to `want` threads in all, the caller included; returns how many there are. */
-static int start_workers(cpu_workers *w, int want)
-{
-    if (!w->ready) return 1;
-    while (w->started + 1 < want) {
-        int t = w->started;
-        w->arg[t] = (worker_arg){w, t + 1};
-        if (pthread_create(&w->thread[t], NULL, worker_main, &w->arg[t]) != 0) break;
-        w->started++;
-    }
-    return w->started + 1 < want ? w->started + 1 : want;
-}
-
-/* Runs all of p's chunks on `threads` threads (the caller one of them). */
+/* Runs all of p's chunks on `threads` threads (the caller one of them), in
+ * blocks that threads claim one at a time (cpu_workers_run). */
 static void run_parallel(cpu_workers *w, const fz_plan *p, int threads, int64_t nchunks)
 {
-    w->nchunks = nchunks;
-    w->per_block = nchunks / ((int64_t)threads * 4);
-    if (w->per_block < 1) w->per_block = 1;
-    if (threads == 1) {
-        w->per_block = nchunks;
-        run_block(w, p, 0, 0);
-        return;
-    }
-    pthread_mutex_lock(&w->mu);
-    w->plan = p;
-    w->threads = threads;
-    w->nblocks = (nchunks + w->per_block - 1) / w->per_block;
-    w->next = w->finished = 0;
-    pthread_cond_broadcast(&w->wake);
-    while (w->next < w->nblocks) {
-        int64_t b = w->next++;
-        pthread_mutex_unlock(&w->mu);
-        run_block(w, p, b, 0);
-        pthread_mutex_lock(&w->mu);
-        w->finished++;
-    }
-    while (w->finished < w->nblocks) pthread_cond_wait(&w->done, &w->mu);
-    w->plan = NULL;
-    pthread_mutex_unlock(&w->mu);
-}
-
-int cpu_workers_threads(cpu_workers *w, int want)
-{
-    return want > 1 ? start_workers(w, want) : 1;
-}
-
-void cpu_workers_run(cpu_workers *w, int threads, int64_t nblocks, void (*fn)(void *arg, int64_t block, int thread),
-                     void *arg)
-{
-    if (threads <= 1 || nblocks <= 1) {
-        for (int64_t b = 0; b < nblocks; b++) fn(arg, b, 0);
-        return;
-    }
-    pthread_mutex_lock(&w->mu);
-    w->job = fn;
-    w->job_arg = arg;
-    w->threads = threads;
-    w->nblocks = nblocks;
-    w->next = w->finished = 0;
-    pthread_cond_broadcast(&w->wake);
-    while (w->next < w->nblocks) {
-        int64_t b = w->next++;
-        pthread_mutex_unlock(&w->mu);
-        fn(arg, b, 0);
-        pthread_mutex_lock(&w->mu);
-        w->finished++;
-    }
-    while (w->finished < w->nblocks) pthread_cond_wait(&w->done, &w->mu);
-    w->job = NULL;
-    pthread_mutex_unlock(&w->mu);
+    chunk_job job = {w, p, nchunks / ((int64_t)threads * 4), nchunks};
+    if (job.per_block < 1) job.per_block = 1;
+    if (threads == 1) job.per_block = nchunks;
+    cpu_workers_run(w, threads, (nchunks + job.per_block - 1) / job.per_block, run_chunk_block, &job);
 }
 
 /* Index of member id in members[0..n), or -1. members are ascending. */
@@ -879,7 +711,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
     if (want > work / MIN_WORK) want = work / MIN_WORK;
     if (want > nchunks) want = nchunks;
-    int threads = want > 1 ? start_workers(w, (int)want) : 1;
+    int threads = cpu_workers_threads(w, (int)want);
     size_t cs = p.wide ? sizeof(double) : sizeof(float);
     w->ptr_at = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8;
     w->share = (w->ptr_at + sizeof(void *) * (size_t)(p.ninputs + p.nmembers) + 63) & ~(size_t)63;

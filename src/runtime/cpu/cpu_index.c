@@ -1,58 +1,112 @@
-/* cpu_index.c - index ops: argmax and argmin along an axis, one_hot. */
+/* cpu_index.c - the indexing kernels: gather and index_select along an axis and their scatter-add gradients, arange, cumsum. */
 #include <string.h>
 
 #include "base/convert.h"
+#include "kernels/ref.h"
 #include "runtime/cpu/cpu.h"
 
-/* argmax / argmin (x [outer, len, inner] around `axis`) -> i64 [outer, inner]:
- * the index of the first maximum (minimum) along the axis, a NaN counting as
- * one that nothing later replaces (PyTorch's rule). Values compare as
- * doubles (exact for every float dtype and i32; i64 past 2^53 rounds, as
- * in every op: docs/ir.md, "Integer arithmetic"). The type rule keeps the
- * axis non-empty. */
-alloy_status cpu_arg(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+/* outer, len, inner of t around axis (normalized). */
+static void around(const ir_type *t, int axis, int64_t *outer, int64_t *len, int64_t *inner)
 {
-    const ir_type *t = &in[0].type;
+    *outer = *inner = 1;
+    for (int d = 0; d < axis; d++) *outer *= t->dims[d];
+    for (int d = axis + 1; d < t->rank; d++) *inner *= t->dims[d];
+    *len = t->dims[axis];
+}
+
+static int axis_of(const ir_node *n, int rank)
+{
     int axis = 0;
-    ir_norm_axis(ir_attr_i(n, "axis"), t->rank, &axis);
-    int64_t outer = 1, inner = 1, len = t->dims[axis];
-    for (int d = 0; d < axis; d++) outer *= t->dims[d];
-    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
-    if (outer * inner == 0) return ALLOY_OK;
-    bool max = n->op == IR_OP_argmax;
-    size_t es = alloy_dtype_size(t->dtype);
-    double *v = al_malloc(sizeof(double) * (size_t)(len * inner));
-    if (!v) return cpu_out_of_memory(x, n);
-    int64_t *y = out->data;
-    for (int64_t o = 0; o < outer; o++) {
-        cvt_load_f64(t->dtype, (const char *)in[0].data + (size_t)(o * len * inner) * es, v, (size_t)(len * inner));
-        for (int64_t j = 0; j < inner; j++) {
-            int64_t best = 0;
-            double b = v[j];
-            for (int64_t i = 1; i < len && b == b; i++) {
-                double c = v[i * inner + j];
-                if (c != c || (max ? c > b : c < b)) b = c, best = i;
-            }
-            y[o * inner + j] = best;
-        }
+    ir_norm_axis(ir_attr_i(n, "axis"), rank, &axis);
+    return axis;
+}
+
+/* gather, index_select: kernels/ref_index.c over the dtype's element size,
+ * an index out of range failing the run with its message. */
+alloy_status cpu_gather(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    ref_index index = cpu_index(&in[1]);
+    char why[sizeof x->error];
+    alloy_status st = ref_gather(n, &in[0].type, &index, alloy_dtype_size(in[0].type.dtype), in[0].data, out->data,
+                                 why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
+}
+
+alloy_status cpu_index_select(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    ref_index index = cpu_index(&in[1]);
+    char why[sizeof x->error];
+    alloy_status st = ref_index_select(n, &in[0].type, &index, alloy_dtype_size(in[0].type.dtype), in[0].data,
+                                       out->data, why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
+}
+
+/* The scatter-adds: dx (out, zeros) gets dy added where the forward read,
+ * in dy's order, summed in f32 (f64 for f64) and rounded once. */
+static alloy_status scatter_add(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    const ir_type *xt = &out->type, *dt = &in[1].type;
+    int axis = axis_of(n, xt->rank);
+    int64_t outer, len, inner, count = ir_numel(dt);
+    around(xt, axis, &outer, &len, &inner);
+    if (cpu_check_indices(x, n, &in[0], len, "index")) return x->status;
+    ref_index index = cpu_index(&in[0]);
+    bool wide = xt->dtype == ALLOY_F64;
+    size_t es = wide ? sizeof(double) : sizeof(float);
+    void *acc = al_calloc((size_t)(ir_numel(xt) > 0 ? ir_numel(xt) : 1), es), *dy = cpu_alloc_compute(wide, count);
+    if (!acc || !dy) {
+        al_free(acc), al_free(dy);
+        return cpu_out_of_memory(x, n);
     }
-    al_free(v);
+    cpu_load_compute(wide, dt->dtype, in[1].data, dy, count);
+    int64_t k = n->op == IR_OP_index_select_grad ? in[0].type.dims[0] : 0;
+    for (int64_t p = 0; p < count; p++) {
+        int64_t at;
+        if (n->op == IR_OP_gather_grad) {
+            at = ref_gather_offset(xt, axis, &index, p);
+        } else { /* p = (o, j, i) in dy [outer, k, inner] */
+            int64_t i = p % inner, j = p / inner % k, o = p / inner / k;
+            at = (o * len + cpu_index_at(&in[0], j)) * inner + i;
+        }
+        if (wide) ((double *)acc)[at] += ((const double *)dy)[p];
+        else ((float *)acc)[at] += ((const float *)dy)[p];
+    }
+    cpu_store_compute(wide, xt->dtype, acc, out->data, ir_numel(xt));
+    al_free(acc), al_free(dy);
     return ALLOY_OK;
 }
 
-/* one_hot (ids [...], i32/i64) -> [..., depth] of the node's dtype: 1 at
- * column ids[p] of row p, 0 elsewhere; an id outside [0, depth) is an error
- * naming the node, the id and its position (PyTorch refuses it too). */
-alloy_status cpu_one_hot(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+alloy_status cpu_gather_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
-    int64_t depth = ir_attr_i(n, "depth"), count = ir_numel(&in[0].type);
-    if (cpu_check_indices(x, n, &in[0], depth, "id")) return x->status;
-    size_t es = alloy_dtype_size(out->type.dtype);
-    unsigned char one[8];
-    double v = 1;
-    cvt_store_f64(out->type.dtype, &v, one, 1);
-    if (ir_nbytes(&out->type)) memset(out->data, 0, ir_nbytes(&out->type)); /* every dtype's 0 is all zero bits */
-    for (int64_t p = 0; p < count; p++)
-        memcpy((char *)out->data + (size_t)(p * depth + cpu_index_at(&in[0], p)) * es, one, es);
+    return scatter_add(x, n, out, in);
+}
+
+alloy_status cpu_index_select_grad(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    return scatter_add(x, n, out, in);
+}
+
+/* arange: kernels/ref_index.c into the result's dtype. */
+alloy_status cpu_arange(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    (void)x, (void)in;
+    ref_arange(n, out->type.dtype, out->data);
+    return ALLOY_OK;
+}
+
+/* cumsum along axis, in order from the start (from the end when reverse):
+ * a running sum in f32 for f16/bf16/f32, f64 for f64 and integers (stored
+ * truncated and saturated, as reductions), each prefix rounded once. */
+alloy_status cpu_cumsum(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    const ir_type *t = &in[0].type;
+    bool wide = t->dtype == ALLOY_F64 || ir_is_int(t->dtype);
+    int64_t count = ir_numel(t);
+    void *v = cpu_alloc_compute(wide, count);
+    if (!v) return cpu_out_of_memory(x, n);
+    cpu_load_compute(wide, t->dtype, in[0].data, v, count);
+    ref_cumsum(n, t, wide, v);
+    cpu_store_compute(wide, t->dtype, v, out->data, count);
+    al_free(v);
     return ALLOY_OK;
 }

@@ -1,11 +1,9 @@
-/* cpu_movement.c - data movement kernels: constant, embedding, reshape, cast; transpose, broadcast_to, slice, concat through kernels/ref_movement.c (causal_mask is a row program: cpu_rows.c). */
+/* cpu_movement.c - data movement kernels: constant, embedding, one_hot, reshape, cast; transpose, broadcast_to, slice, concat through kernels/ref_movement.c (causal_mask is a row program: cpu_rows.c). */
 #include <string.h>
 
 #include "base/convert.h"
 #include "kernels/ref.h"
 #include "runtime/cpu/cpu.h"
-
-enum { CHUNK = 1024 };
 
 /* constant: out = the `values` attribute element by element, or the `value`
  * attribute everywhere, each rounded once from double to the dtype. */
@@ -31,21 +29,15 @@ alloy_status cpu_constant(cpu_exec *x, const ir_node *n, rt_tensor *out, const r
     return ALLOY_OK;
 }
 
-/* embedding: out[p, :] = table[ids[p], :]; an id outside [0, rows) is an
- * error naming the node, the id and its position. */
+/* embedding: kernels/ref_index.c over the table's element size, an id
+ * out of range failing the run with its message. */
 alloy_status cpu_embedding(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
-    const rt_tensor *ids = &in[0], *table = &in[1];
-    int64_t count = ir_numel(&ids->type), rows = table->type.dims[0];
-    size_t row_bytes = (size_t)table->type.dims[1] * alloy_dtype_size(table->type.dtype);
-    if (cpu_check_indices(x, n, ids, rows, "id")) return x->status;
-    for (int64_t i = 0; i < count; i++) {
-        int64_t id = cpu_index_at(ids, i);
-        if (row_bytes)
-            memcpy((char *)out->data + (size_t)i * row_bytes,
-                   (const char *)table->data + (size_t)id * row_bytes, row_bytes);
-    }
-    return ALLOY_OK;
+    ref_index ids = cpu_index(&in[0]);
+    char why[sizeof x->error];
+    alloy_status st = ref_embedding(n, &ids, &in[1].type, alloy_dtype_size(in[1].type.dtype), in[1].data, out->data,
+                                    why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
 }
 
 /* reshape: out holds in's bytes unchanged. */
@@ -93,32 +85,27 @@ alloy_status cpu_concat(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     return ALLOY_OK;
 }
 
-/* cast: every element converted to out's dtype, rounded once (through f64
- * when either side is f64 or an integer, else through f32). */
+/* cast: every element converted to out's dtype, rounded once (base/convert.c). */
 alloy_status cpu_cast(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     (void)x, (void)n;
-    alloy_dtype from = in[0].type.dtype, to = out->type.dtype;
-    int64_t count = ir_numel(&out->type);
-    if (from == to) return cpu_copy(x, n, out, in);
-    /* f64 and integers go through f64 so that nothing rounds twice */
-    bool wide = from == ALLOY_F64 || to == ALLOY_F64 || ir_is_int(from) || ir_is_int(to);
-    size_t from_es = alloy_dtype_size(from), to_es = alloy_dtype_size(to);
-    union {
-        float f[CHUNK];
-        double d[CHUNK];
-    } buf;
-    for (int64_t i = 0; i < count; i += CHUNK) {
-        size_t len = (size_t)(count - i < CHUNK ? count - i : CHUNK);
-        const char *src = (const char *)in[0].data + (size_t)i * from_es;
-        char *dst = (char *)out->data + (size_t)i * to_es;
-        if (wide) {
-            cvt_load_f64(from, src, buf.d, len);
-            cvt_store_f64(to, buf.d, dst, len);
-        } else {
-            cvt_load_f32(from, src, buf.f, len);
-            cvt_store_f32(to, buf.f, dst, len);
-        }
-    }
+    cvt_convert(in[0].type.dtype, in[0].data, out->type.dtype, out->data, (size_t)ir_numel(&out->type));
+    return ALLOY_OK;
+}
+
+/* one_hot (ids [...], i32/i64) -> [..., depth] of the node's dtype: 1 at
+ * column ids[p] of row p, 0 elsewhere; an id outside [0, depth) is an error
+ * naming the node, the id and its position (PyTorch refuses it too). */
+alloy_status cpu_one_hot(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    int64_t depth = ir_attr_i(n, "depth"), count = ir_numel(&in[0].type);
+    if (cpu_check_indices(x, n, &in[0], depth, "id")) return x->status;
+    size_t es = alloy_dtype_size(out->type.dtype);
+    unsigned char one[8];
+    double v = 1;
+    cvt_store_f64(out->type.dtype, &v, one, 1);
+    if (ir_nbytes(&out->type)) memset(out->data, 0, ir_nbytes(&out->type)); /* every dtype's 0 is all zero bits */
+    for (int64_t p = 0; p < count; p++)
+        memcpy((char *)out->data + (size_t)(p * depth + cpu_index_at(&in[0], p)) * es, one, es);
     return ALLOY_OK;
 }

@@ -1,4 +1,4 @@
-/* cpu_ops.c - the CPU backend's per-op table, expanded from ops.def's cpu_kernel column and EW expressions. */
+/* cpu_ops.c - the CPU backend's per-op table, expanded from ops.def's cpu_kernel column and EW expressions, and the refusal of the ops a pass lowers. */
 #include "runtime/cpu/cpu.h"
 
 #define cpu_none NULL /* bound leaves: input, param, state */
@@ -9,3 +9,12 @@ const cpu_op cpu_ops[IR_OP_COUNT] = {
 #undef OP
 #undef EW
 };
+
+/* batch_norm, group_norm: the lower_norm pass lowers them; one that gets here was not. */
+alloy_status cpu_lowered(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
+{
+    (void)out, (void)in;
+    char label[32];
+    return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s '%s': not lowered (the lower_norm pass rewrites it into other ops before it runs)",
+                    ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
+}

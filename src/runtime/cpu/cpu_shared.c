@@ -1,4 +1,5 @@
-/* cpu_shared.c - what the CPU kernels share: failing with the node's name, values in the compute type, index range checks. */
+/* cpu_shared.c - what the CPU kernels share: failing with the node's name, values in the compute type, index range checks, which values amp_check looks at. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -33,32 +34,25 @@ void *cpu_alloc_compute(bool wide, int64_t n)
     return al_malloc((wide ? sizeof(double) : sizeof(float)) * (size_t)(n > 0 ? n : 1));
 }
 
+ref_index cpu_index(const rt_tensor *t)
+{
+    return (ref_index){&t->type, t->type.dtype, t->data};
+}
+
 int64_t cpu_index_at(const rt_tensor *t, int64_t i)
 {
-    if (t->type.dtype == ALLOY_I32) return ((const int32_t *)t->data)[i];
-    return ((const int64_t *)t->data)[i];
+    ref_index ix = cpu_index(t);
+    return ref_index_at(&ix, i);
 }
 
 /* cpu_check_indices, allowing the value *skip (when skip is not NULL). */
 static alloy_status check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun,
                                   const int64_t *skip)
 {
-    int64_t count = ir_numel(&t->type);
-    for (int64_t p = 0; p < count; p++) {
-        int64_t v = cpu_index_at(t, p);
-        if ((v >= 0 && v < limit) || (skip && v == *skip)) continue;
-        int64_t idx[ALLOY_MAX_RANK], rest = p;
-        for (int d = t->type.rank - 1; d >= 0; d--) {
-            idx[d] = rest % t->type.dims[d];
-            rest /= t->type.dims[d];
-        }
-        char label[32], where[128];
-        al_fmt_dims(where, sizeof where, t->type.rank, idx);
-        return cpu_fail(x, ALLOY_ERR_INVALID, "%s '%s': %s %lld out of range [0, %lld) at position %s",
-                        ir_ops[n->op].name, ir_node_label(n, label, sizeof label), noun, (long long)v,
-                        (long long)limit, where);
-    }
-    return ALLOY_OK;
+    ref_index ix = cpu_index(t);
+    char why[sizeof x->error];
+    alloy_status st = ref_check_indices(n, &ix, limit, noun, skip, why, sizeof why);
+    return st ? cpu_fail(x, st, "%s", why) : ALLOY_OK;
 }
 
 alloy_status cpu_check_indices(cpu_exec *x, const ir_node *n, const rt_tensor *t, int64_t limit, const char *noun)
@@ -77,4 +71,25 @@ alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n)
     char label[32];
     return cpu_fail(x, ALLOY_ERR_OOM, "%s '%s': out of memory", ir_ops[n->op].name,
                     ir_node_label(n, label, sizeof label));
+}
+
+bool cpu_amp_checked(const ir_graph *g, const ir_node *n)
+{
+    alloy_dtype dt = n->type.dtype;
+    if (dt != ALLOY_F32 && dt != ALLOY_F16 && dt != ALLOY_BF16 && dt != ALLOY_F64) return false;
+    if (n->nin == 0 || n->op == IR_OP_causal_mask) return false;
+    switch (n->op) { /* ops whose values are some of their operands': an inf there was flagged where it was made */
+    case IR_OP_reshape: case IR_OP_transpose: case IR_OP_slice: case IR_OP_concat: case IR_OP_broadcast_to:
+    case IR_OP_gather: case IR_OP_index_select: case IR_OP_embedding: case IR_OP_pad: case IR_OP_max_pool2d:
+    case IR_OP_reduce_max:
+        return false;
+    default: break;
+    }
+    for (int j = 0; j < n->nin; j++) {
+        const ir_node *c = g->nodes[n->in[j]];
+        if (c->op != IR_OP_constant) continue;
+        const ir_attr *v = ir_attr_find(c, "value");
+        if (v && v->kind == IR_ATTR_FLOAT && !isfinite(v->f)) return false;
+    }
+    return true;
 }

@@ -7,7 +7,7 @@
 #include <cublasLt.h>
 #pragma GCC diagnostic pop
 
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 
 /* Bytes of workspace every GEMM may use (what PyTorch and llm.c give Hopper). */
 #define BLT_WORKSPACE (32u << 20)

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "step/options.h"
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 
 typedef uint64_t cdev_ptr; /* a device address; 0 is none */
 typedef struct cdev cdev;

@@ -5,32 +5,6 @@
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 
-static const struct {
-    alloy_amp_list list;
-    ir_amp_class cls;
-    const char *env;
-} lists[] = {
-    {ALLOY_AMP_ALLOWLIST, AMP_ALLOW, "ALLOWLIST"},
-    {ALLOY_AMP_DENYLIST, AMP_DENY, "DENYLIST"},
-    {ALLOY_AMP_INFERLIST, AMP_INFER, "INFERLIST"},
-    {ALLOY_AMP_CLEARLIST, AMP_CLEAR, "CLEARLIST"},
-};
-
-int graph_amp_env_count(void) { return (int)(sizeof lists / sizeof lists[0]) * 2; }
-
-const char *graph_amp_env_name(int k, char *buf, size_t len)
-{
-    al_fmt(buf, len, "ALLOY_AMP_%s_%s", lists[k / 2].env, k % 2 ? "REMOVE" : "ADD");
-    return buf;
-}
-
-static int list_class(alloy_amp_list list)
-{
-    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
-        if (lists[i].list == list) return lists[i].cls;
-    return -1;
-}
-
 alloy_status alloy_graph_enable_amp(alloy_graph *g, alloy_dtype dtype)
 {
     if (!g) return ALLOY_ERR_INVALID;
@@ -58,7 +32,7 @@ static alloy_status edit(amp_config *cfg, int cls, const char *op_name, bool add
 static alloy_status api_edit(alloy_graph *g, alloy_amp_list list, const char *op, bool add)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    int cls = list_class(list);
+    int cls = graph_amp_list_class(list);
     if (cls < 0) return graph_fail(g, ALLOY_ERR_INVALID, "amp lists: unknown list %d", (int)list);
     char err[256];
     alloy_status st = edit(&g->amp, cls, op, add, err, sizeof err);
@@ -80,7 +54,7 @@ alloy_status alloy_amp_lists_remove(alloy_graph *g, alloy_amp_list list, const c
 alloy_status alloy_amp_set_unlisted(alloy_graph *g, alloy_amp_list list)
 {
     if (!g) return ALLOY_ERR_INVALID;
-    int cls = list_class(list);
+    int cls = graph_amp_list_class(list);
     if (cls < 0) return graph_fail(g, ALLOY_ERR_INVALID, "amp: unknown list %d", (int)list);
     g->amp.unlisted = (ir_amp_class)cls;
     graph_invalidate(g);
@@ -93,19 +67,17 @@ alloy_status graph_pass_options(alloy_graph *g, pass_options *opts)
     memset(opts, 0, sizeof *opts);
     opts->amp = g->amp;
     opts->loss_seed = -1;
-    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-        for (int add = 1; add >= 0; add--) {
-            char var[64];
-            al_fmt(var, sizeof var, "ALLOY_AMP_%s_%s", lists[i].env, add ? "ADD" : "REMOVE");
-            const char *val = getenv(var);
-            if (!val || !*val) continue;
-            char buf[1024];
-            al_fmt(buf, sizeof buf, "%s", val);
-            for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-                char err[256];
-                alloy_status st = edit(&opts->amp, lists[i].cls, tok, add, err, sizeof err);
-                if (st) return graph_fail(g, st, "%s=%s: %s", var, val, err);
-            }
+    for (int k = 0; k < graph_amp_env_count(); k++) {
+        char var[64];
+        bool add = k % 2 == 0;
+        const char *val = getenv(graph_amp_env_name(k, var, sizeof var));
+        if (!val || !*val) continue;
+        char buf[1024];
+        al_fmt(buf, sizeof buf, "%s", val);
+        for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+            char err[256];
+            alloy_status st = edit(&opts->amp, graph_amp_env_class(k), tok, add, err, sizeof err);
+            if (st) return graph_fail(g, st, "%s=%s: %s", var, val, err);
         }
     }
     return ALLOY_OK;

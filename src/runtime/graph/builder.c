@@ -1,4 +1,4 @@
-/* builder.c - the public builder API: one constructor per op, poisoned handles, errors on the graph. */
+/* builder.c - the builder calls of alloy/graph.h: one constructor per op, poisoned handles, errors on the graph (each other public header's builders: the *_api.c of its name). */
 #include <math.h>
 #include <string.h>
 
@@ -50,8 +50,13 @@ alloy_tensor *graph_add_op(alloy_graph *g, int op, int n, alloy_tensor *const *x
     return add(g, op, n, xs, nattrs, attrs, NULL);
 }
 
-static bool declared_type(alloy_graph *g, const char *op, alloy_dtype dtype, int rank,
-                          const int64_t *dims, ir_type *t)
+alloy_tensor *graph_add_declared(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs,
+                                 const ir_attr *attrs, const ir_type *declared)
+{
+    return add(g, op, n, xs, nattrs, attrs, declared);
+}
+
+bool graph_declared_type(alloy_graph *g, const char *op, alloy_dtype dtype, int rank, const int64_t *dims, ir_type *t)
 {
     if ((unsigned)dtype >= ALLOY_DTYPE_COUNT) {
         ir_error(g->ir, ALLOY_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dtype);
@@ -73,7 +78,7 @@ static alloy_tensor *leaf(alloy_graph *g, int op, const char *name, alloy_dtype 
 {
     if (!g || g->ir->status) return NULL;
     ir_type t;
-    if (!declared_type(g, ir_ops[op].name, dtype, rank, dims, &t)) return NULL;
+    if (!graph_declared_type(g, ir_ops[op].name, dtype, rank, dims, &t)) return NULL;
     if ((op == IR_OP_input || op == IR_OP_param) && (!name || !*name)) {
         ir_error(g->ir, ALLOY_ERR_INVALID, "%s: a name is required", ir_ops[op].name);
         return NULL;
@@ -155,7 +160,7 @@ alloy_tensor *alloy_constant(alloy_graph *g, alloy_dtype dtype, int rank, const 
 {
     if (!g || g->ir->status) return NULL;
     ir_type t;
-    if (!declared_type(g, "constant", dtype, rank, dims, &t)) return NULL;
+    if (!graph_declared_type(g, "constant", dtype, rank, dims, &t)) return NULL;
     int64_t n = ir_numel(&t);
     if (n < 0 || n > (1 << 24) || (n > 0 && !values)) {
         ir_error(g->ir, ALLOY_ERR_INVALID, "constant: %lld values (at most 2^24, values non-NULL)",
@@ -267,35 +272,6 @@ alloy_tensor *alloy_one_hot(alloy_graph *g, alloy_tensor *ids, int64_t depth, al
     return add(g, IR_OP_one_hot, 1, &ids, 1, &a, &t);
 }
 
-/* Random ops: the stream is the id the node gets, unique in the graph and
- * fixed once built (passes renumber nodes; the attribute stays). */
-alloy_tensor *alloy_dropout(alloy_graph *g, alloy_tensor *x, double p)
-{
-    if (!g || g->ir->status) return NULL;
-    ir_attr a[2] = {ir_a_float("p", p), ir_a_int("stream", g->ir->nnodes)};
-    return add(g, IR_OP_dropout, 1, &x, 2, a, NULL);
-}
-
-static alloy_tensor *draw(alloy_graph *g, int op, alloy_dtype dtype, int rank, const int64_t *dims, const char *an,
-                          double a, const char *bn, double b)
-{
-    if (!g || g->ir->status) return NULL;
-    ir_type t;
-    if (!declared_type(g, ir_ops[op].name, dtype, rank, dims, &t)) return NULL;
-    ir_attr at[3] = {ir_a_float(an, a), ir_a_float(bn, b), ir_a_int("stream", g->ir->nnodes)};
-    return add(g, op, 0, NULL, 3, at, &t);
-}
-
-alloy_tensor *alloy_uniform(alloy_graph *g, alloy_dtype dtype, int rank, const int64_t *dims, double low, double high)
-{
-    return draw(g, IR_OP_uniform, dtype, rank, dims, "low", low, "high", high);
-}
-
-alloy_tensor *alloy_normal(alloy_graph *g, alloy_dtype dtype, int rank, const int64_t *dims, double mean, double std)
-{
-    return draw(g, IR_OP_normal, dtype, rank, dims, "mean", mean, "std", std);
-}
-
 alloy_tensor *alloy_where(alloy_graph *g, alloy_tensor *cond, alloy_tensor *a, alloy_tensor *b)
 {
     alloy_tensor *xs[3] = {cond, a, b};
@@ -404,7 +380,7 @@ alloy_tensor *alloy_reshape(alloy_graph *g, alloy_tensor *x, int rank, const int
 {
     if (!operands_ok(g, "reshape", 1, &x)) return NULL;
     ir_type t;
-    if (!declared_type(g, "reshape", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
+    if (!graph_declared_type(g, "reshape", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
     char where[320];
     int infer = -1;
     int64_t known = 1;
@@ -452,7 +428,7 @@ alloy_tensor *alloy_broadcast_to(alloy_graph *g, alloy_tensor *x, int rank, cons
 {
     if (!operands_ok(g, "broadcast_to", 1, &x)) return NULL;
     ir_type t;
-    if (!declared_type(g, "broadcast_to", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
+    if (!graph_declared_type(g, "broadcast_to", NODE(x)->type.dtype, rank, dims, &t)) return NULL;
     return add(g, IR_OP_broadcast_to, 1, &x, 0, NULL, &t);
 }
 

@@ -181,3 +181,11 @@ static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const sc
     al_fmt(cpu->note, sizeof cpu->note, "%s", why);
     return cpu->ops->compile(cpu, c, s, p, &g->exec);
 }
+
+alloy_status state_ensure(alloy_graph *g)
+{
+    if (g->state_ready) return ALLOY_OK;
+    if (g->ir->status) return graph_built(g);
+    alloy_status st = graph_compile(g);
+    return st ? st : state_init(g);
+}

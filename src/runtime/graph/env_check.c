@@ -17,6 +17,35 @@ static const char *const tool_names[] = {"ALLOY_CUDA_SYNC",     "ALLOY_CI_ASAN",
                                          "ALLOY_GOLDEN_UPDATE", "ALLOY_TEST_ONLY", "ALLOY_TEST_SKIP",
                                          "ALLOY_EMU_BLOCKS", "ALLOY_EMU_CACHE_DIR", "ALLOY_EMU_CHECK"};
 
+/* The AMP lists and their variables' names (ALLOY_AMP_<LIST>_ADD, _REMOVE), which amp_api.c reads. */
+static const struct {
+    alloy_amp_list list;
+    ir_amp_class cls;
+    const char *env;
+} amp_lists[] = {
+    {ALLOY_AMP_ALLOWLIST, AMP_ALLOW, "ALLOWLIST"},
+    {ALLOY_AMP_DENYLIST, AMP_DENY, "DENYLIST"},
+    {ALLOY_AMP_INFERLIST, AMP_INFER, "INFERLIST"},
+    {ALLOY_AMP_CLEARLIST, AMP_CLEAR, "CLEARLIST"},
+};
+
+int graph_amp_env_count(void) { return (int)(sizeof amp_lists / sizeof amp_lists[0]) * 2; }
+
+const char *graph_amp_env_name(int k, char *buf, size_t len)
+{
+    al_fmt(buf, len, "ALLOY_AMP_%s_%s", amp_lists[k / 2].env, k % 2 ? "REMOVE" : "ADD");
+    return buf;
+}
+
+ir_amp_class graph_amp_env_class(int k) { return amp_lists[k / 2].cls; }
+
+int graph_amp_list_class(alloy_amp_list list)
+{
+    for (size_t i = 0; i < sizeof amp_lists / sizeof amp_lists[0]; i++)
+        if (amp_lists[i].list == list) return amp_lists[i].cls;
+    return -1;
+}
+
 /* The k-th name alloy reads (k from 0), or NULL past the last: the
  * options' variables (options.c), the AMP list edits (amp_api.c), the
  * tools' own. */

@@ -128,7 +128,7 @@ static inline rt_backend *graph_backend(const alloy_graph *g) { return g->dev ? 
 AL_HIDDEN alloy_status graph_options(alloy_graph *g, al_options *cfg);
 AL_HIDDEN void graph_options_free(alloy_graph *g);
 
-/* dp_api.c */
+/* distributed_api.c */
 /* Data-parallel g: compares g's built graph, training options and
  * data-parallel options with every other rank's (hashes, all-gathered; a
  * collective every rank makes at its compile); ALLOY_ERR_INVALID naming the
@@ -148,12 +148,14 @@ AL_HIDDEN alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, ch
  * edits (ALLOY_AMP_*LIST_{ADD,REMOVE}) applied on top. */
 AL_HIDDEN alloy_status graph_pass_options(alloy_graph *g, struct pass_options *opts);
 
-/* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE): how
- * many, and the k-th into buf. */
+/* env_check.c */
+/* The AMP list edits' variables (ALLOY_AMP_<LIST>_ADD / _REMOVE, k even:
+ * ADD, odd: REMOVE): how many, the k-th into buf, the class its list
+ * edits; and the class of a public list (-1: not a list). */
 AL_HIDDEN int graph_amp_env_count(void);
 AL_HIDDEN const char *graph_amp_env_name(int k, char *buf, size_t len);
-
-/* env_check.c */
+AL_HIDDEN ir_amp_class graph_amp_env_class(int k);
+AL_HIDDEN int graph_amp_list_class(alloy_amp_list list);
 /* Writes a warning to `to` for each ALLOY_* variable of the environment
  * that alloy does not read, suggesting the nearest name; returns how many. */
 AL_HIDDEN int graph_env_unknown(FILE *to);
@@ -170,6 +172,14 @@ AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
  * attrs, the error on g (and NULL) when it fails, poison passed on. */
 AL_HIDDEN alloy_tensor *graph_add_op(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs,
                                      const ir_attr *attrs);
+/* graph_add_op for an op whose result type the caller declares (a leaf,
+ * a random draw). */
+AL_HIDDEN alloy_tensor *graph_add_declared(alloy_graph *g, int op, int n, alloy_tensor *const *xs, int nattrs,
+                                           const ir_attr *attrs, const ir_type *declared);
+/* *t = dtype [dims[0..rank)] for op's builder; false with the error on g
+ * for an unknown dtype or a bad rank. */
+AL_HIDDEN bool graph_declared_type(alloy_graph *g, const char *op, alloy_dtype dtype, int rank, const int64_t *dims,
+                                   ir_type *t);
 /* The pass pipeline alone: g->compiled, its schedule and plan, from the
  * configuration (g->cfg) read now, with no backend opened (ahead-of-time
  * code generation needs no device). A later graph_compile opens the
@@ -214,12 +224,20 @@ AL_HIDDEN void range_stats_drop(alloy_graph *g);
  * ALLOY_OK otherwise. */
 AL_HIDDEN alloy_status step_diverged(alloy_graph *g);
 
-/* state.c */
-/* Creates and initializes a state tensor for every param node still lacking one. */
+/* compile.c: compiles g when it is not, then creates and initializes a
+ * state tensor for every param node still lacking one (state_init). */
 AL_HIDDEN alloy_status state_ensure(alloy_graph *g);
-/* alloy_graph_load_state from a safetensors file's bytes (a bundle's
- * initial state); where starts the messages. All or nothing. */
+
+/* state_api.c: alloy_graph_load_state from a safetensors file's bytes (a
+ * bundle's initial state); where starts the messages. All or nothing. */
 AL_HIDDEN alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t len, const char *where);
+
+/* state.c */
+/* Creates and initializes the state tensors of g's compiled graph (the
+ * part of state_ensure after the compile). */
+AL_HIDDEN alloy_status state_init(alloy_graph *g);
+/* s as a host tensor, its host copy brought up to date. */
+AL_HIDDEN alloy_status state_describe(alloy_graph *g, rt_state *s, alloy_host_tensor *out);
 /* The state tensor called name, or NULL. */
 AL_HIDDEN rt_state *state_find(alloy_graph *g, const char *name);
 /* The name of state tensor i (the state index's al_name_fn). */
@@ -236,6 +254,9 @@ AL_HIDDEN void state_free_all(alloy_graph *g);
  * nothing moved and `to` holds nothing. g's old backend stays open (the
  * caller closes it); only for a backend no other graph uses. */
 AL_HIDDEN alloy_status state_move(alloy_graph *g, rt_backend *to);
+/* Uploads data (s's dtype and shape) into s's buffer (made when s has
+ * none), leaving its host copy as it is. */
+AL_HIDDEN alloy_status state_upload_bytes(alloy_graph *g, rt_state *s, const void *data);
 /* Writes data (s's dtype and shape) into s, buffer first, then its host
  * copy; on failure s keeps its value. */
 AL_HIDDEN alloy_status state_write(alloy_graph *g, rt_state *s, const void *data);
@@ -268,6 +289,7 @@ AL_HIDDEN void graph_batch_counts_free(alloy_graph *g);
  * tensor and the value, prefixed by where. */
 AL_HIDDEN alloy_status state_check_value(alloy_graph *g, const rt_state *s, const void *data, const char *where);
 
+/* graph_error.c */
 /* Records the failure of the current call on g (status and message, the
  * most recent failure wins) and returns status. Every public call that
  * fails for a reason other than a builder call's records it here; builder

@@ -1,4 +1,4 @@
-/* launch.h - a CUDA executable as data: every kernel launch, library GEMM, memset and copy of one step of a compiled graph, in order, each argument a place in device memory. The CUDA backend replays it on a GPU; the tests replay it under the host emulation. */
+/* launch_plan.h - a CUDA executable as data: every kernel launch, library GEMM, memset and copy of one step of a compiled graph, in order, each argument a place in device memory. The CUDA backend replays it on a GPU; the tests replay it under the host emulation. */
 #ifndef ALLOY_LAUNCH_H
 #define ALLOY_LAUNCH_H
 

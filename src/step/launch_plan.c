@@ -1,8 +1,8 @@
-/* launch.c - building the launch plan (launch.h): places for every kernel argument, GEMMs in the library's convention (a gemm step's convolution is a kernel), flags zeroed, updates copied. */
+/* launch_plan.c - building the launch plan (launch_plan.h): places for every kernel argument, GEMMs in the library's convention (a gemm step's convolution is a kernel), flags zeroed, updates copied. */
 #include <string.h>
 
 #include "ir/groups.h"
-#include "runtime/cuda/launch.h"
+#include "step/launch_plan.h"
 
 /* A growing plan, with the first failure's message. */
 typedef struct lp_builder {

@@ -1,4 +1,4 @@
-/* dp_api.c - the public data-parallel call: a graph's communicator and bucket, ZeRO and timeout options. */
+/* distributed_api.c - the public data-parallel call: a graph's communicator and bucket, ZeRO and timeout options. */
 #include <math.h>
 #include <string.h>
 
