@@ -13,7 +13,7 @@ static nccl_library *open_or_skip(void)
 {
     nccl_library *lib;
     char err[512];
-    alloy_status st = nccl_open(&lib, err, sizeof err);
+    alloy_status st = nccl_open(NULL, &lib, err, sizeof err);
     if (st == ALLOY_ERR_UNSUPPORTED) {
         print_message("skipped: %s\n", err);
         skip();
