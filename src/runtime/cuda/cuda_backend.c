@@ -616,17 +616,20 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The step queued, its collectives among it: waits for the stream while
- * polling NCCL's asynchronous error, until the communicator's timeout
- * (none: the plain wait after it). A peer's failure, or the deadline
- * passed, aborts the communicator (ncclCommAbort) and names the step's
- * collectives. A device whose stream is done at once (the emulation)
- * does not poll. */
+static alloy_status check_collectives(rt_backend *b, rt_exec *e);
+
+/* The step's collectives queued (all but the update copies after them):
+ * waits for the stream while polling NCCL's asynchronous error, until the
+ * communicator's timeout, before anything else waits for the stream with
+ * no deadline (a download). A peer's failure, or the deadline passed,
+ * aborts the communicator (ncclCommAbort) and names the step's
+ * collectives. With no timeout, or a device whose stream is done at once
+ * (the emulation), it only reads the asynchronous error. */
 static alloy_status wait_for_collectives(rt_backend *b, rt_exec *e)
 {
     cdev *dev = device_of(b);
     double timeout = comm_timeout_s(e->comm);
-    if (!dev->ops->query || timeout <= 0) return ALLOY_OK;
+    if (!dev->ops->query || timeout <= 0) return check_collectives(b, e);
     char what[192], err[768];
     collective_label(e, e->first_coll, what, sizeof what);
     if (e->ncoll > 1) al_fmt(what + strlen(what), sizeof what - strlen(what), " and %d more collectives", e->ncoll - 1);
@@ -701,16 +704,17 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
             memcpy(e->captured, e->leaf, sizeof *e->leaf * (size_t)g->nnodes);
         }
         if ((st = dev->ops->replay(dev, e->graph))) return dev_fail(b, st, "replaying the step");
-        st = run_downloads(b, e, args, true, true);
+        if (e->comm) st = wait_for_collectives(b, e); /* before a download waits for the stream, with no deadline */
+        if (!st) st = run_downloads(b, e, args, true, true);
     } else {
         e->timing = profiling;
         st = run_downloads(b, e, args, false, true); /* leaves before updates written in place */
         if (!st) st = enqueue(b, e, 0, e->lp.first_update);
+        if (!st && e->comm) st = wait_for_collectives(b, e);
         if (!st) st = run_downloads(b, e, args, false, false);
         if (!st) st = enqueue(b, e, e->lp.first_update, e->lp.nactions);
         e->timing = false;
     }
-    if (!st && e->comm) st = wait_for_collectives(b, e);
     if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");
     if (!st && e->comm) st = check_collectives(b, e);
     if (!st && profiling) st = profile_print(b, e, e->runs + 1, args->profile_to);
