@@ -86,8 +86,8 @@ typedef struct known_gap {
 
 static const known_gap library_ops[] = {
     {"matmul", "a library GEMM (cuBLASLt)"},
-    /* a library call too, on the CPU backend today (docs/distributed.md) */
-    {"all_reduce", "a collective (data-parallel training runs on the CPU backend; NCCL is not wired in yet)"},
+    /* a library call too: NCCL on the step's stream (docs/distributed.md) */
+    {"all_reduce", "a library collective (NCCL)"},
     {NULL, NULL},
 };
 

@@ -1,4 +1,4 @@
-/* test_nccl.c - NCCL loaded at run time without a GPU: the library loads, reports its version, makes unique ids, and a communicator it cannot make is a clean error naming the call; with a GPU, a one-rank communicator is made and freed. */
+/* test_nccl.c - NCCL loaded at run time without a GPU: the library loads, reports its version, makes unique ids, and a communicator it cannot make is a clean error naming the call, as is a library that does not load or lacks NCCL's calls; with a GPU, a one-rank communicator is made and freed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@ static nccl_library *open_or_skip(void)
 {
     nccl_library *lib;
     char err[512];
-    alloy_status st = nccl_open(&lib, err, sizeof err);
+    alloy_status st = nccl_open(NULL, &lib, err, sizeof err);
     if (st == ALLOY_ERR_UNSUPPORTED) {
         print_message("skipped: %s\n", err);
         skip();
@@ -63,11 +63,25 @@ static void test_a_communicator_nccl_cannot_make_is_an_error_naming_the_call_and
     nccl_close(lib);
 }
 
+static void test_a_library_that_does_not_load_is_an_error_naming_it(void **state)
+{
+    (void)state;
+    nccl_library *lib = (nccl_library *)(uintptr_t)1;
+    char err[512];
+    assert_int_equal(nccl_open("/nonexistent/libnccl.so.2", &lib, err, sizeof err), ALLOY_ERR_UNSUPPORTED);
+    assert_null(lib);
+    assert_non_null(strstr(err, "NCCL (/nonexistent/libnccl.so.2) cannot be loaded ("));
+    /* a library without NCCL's entry points: this process's C library */
+    assert_int_equal(nccl_open("libc.so.6", &lib, err, sizeof err), ALLOY_ERR_UNSUPPORTED);
+    assert_string_equal(err, "NCCL (libc.so.6) has no ncclGetVersion: older than 2.14");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nccl_loads_reports_its_version_and_makes_distinct_unique_ids),
         cmocka_unit_test(test_a_communicator_nccl_cannot_make_is_an_error_naming_the_call_and_the_rank),
+        cmocka_unit_test(test_a_library_that_does_not_load_is_an_error_naming_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,22 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_false(o.cuda_graph);
     assert_int_equal(opt_set(&o, "cuda_graph", "sometimes", err, sizeof err), ALLOY_ERR_INVALID);
     assert_false(o.cuda_graph);
+    /* cuda_device: auto (-1: the local rank of a data-parallel rank, else 0) or an ordinal; nccl: a path;
+     * where the step runs, not what it is: not in the hash */
+    uint64_t before = opt_hash(&o);
+    assert_int_equal(o.cuda_device, -1);
+    assert_int_equal(opt_set(&o, "cuda_device", "3", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.cuda_device, 3);
+    assert_int_equal(opt_set(&o, "cuda_device", "-1", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "cuda_device=-1: not auto or a GPU's ordinal from 0 to 1023"));
+    assert_int_equal(opt_set(&o, "cuda_device", "gpu1", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_int_equal(o.cuda_device, 3);
+    assert_int_equal(opt_set(&o, "nccl", "/opt/nccl/libnccl.so.2", err, sizeof err), ALLOY_OK);
+    assert_string_equal(o.nccl, "/opt/nccl/libnccl.so.2");
+    assert_true(opt_hash(&o) == before);
+    assert_int_equal(opt_set(&o, "cuda_device", "auto", err, sizeof err), ALLOY_OK);
+    assert_int_equal(o.cuda_device, -1);
+    assert_int_equal(opt_set(&o, "nccl", "", err, sizeof err), ALLOY_OK);
     assert_false(o.time_passes); /* off by default; printing only: not in the hash */
     uint64_t hash = opt_hash(&o);
     assert_int_equal(opt_set(&o, "time_passes", "1", err, sizeof err), ALLOY_OK);

@@ -66,7 +66,7 @@ static const char *const usage_text[] = {
     "  --set NAME=VALUE  set one option (docs/options.md): print_after, print_before,\n"
     "                    disable_passes, no_fuse, amp_log, amp_check, amp_stats,\n"
     "                    amp_ranges, amp_range_margin, no_arena, blas,\n"
-    "                    num_threads,\n"
+    "                    num_threads, cuda_device, nccl,\n"
     "                    lowp_gemm, device, cache, cache_dir, dump_dir, nvrtc, cuda_graph,\n"
     "                    time_passes, attention, profile; over its ALLOY_* environment\n"
     "                    variable (run computes on the CPU unless --set device=cuda);\n"

@@ -40,7 +40,7 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
                   : last->op == IR_OP_cast ? cg_emit_ew(out, g, s, k)
                                            : cg_emit_op(out, g, s, k);
             break;
-        case STEP_KIND_COLLECTIVE: why = "a collective (data-parallel training runs on the CPU backend; NCCL is not wired in yet)"; break;
+        case STEP_KIND_COLLECTIVE: why = "a library collective (NCCL)"; break; /* the launch plan's collective action */
         default: why = "unknown step kind"; break;
         }
         if (why && strcmp(why, "out of memory") == 0) {

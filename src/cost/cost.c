@@ -82,7 +82,7 @@ static cost_class kernel_class(const ir_graph *g, const schedule *s, const cg_ke
     case STEP_KIND_GEMM: return COST_EPILOGUE;
     case STEP_KIND_EW: return COST_ELEMENTWISE;
     case STEP_KIND_MULTI: return COST_MULTI;
-    case STEP_KIND_COLLECTIVE: /* a library call on the CPU today; no kernel is emitted for it */
+    case STEP_KIND_COLLECTIVE: /* a library call (MPI, NCCL); no kernel is emitted for it */
     case STEP_KIND_OP:
         if (ir_ops[last->op].row) return COST_ROW;
         if (last->op == IR_OP_cast) return COST_ELEMENTWISE;
@@ -213,6 +213,12 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
                                .read = a->bytes, .written = a->bytes};
             al_fmt(l->name, sizeof l->name, "copy %s", a->dst.node >= 0 && g->nodes[a->dst.node]->name
                                                          ? g->nodes[a->dst.node]->name : "");
+            out->copies++;
+            break;
+        case LP_COLLECTIVE: /* NCCL's reduction over the ranks: its local traffic (the network's is not modelled) */
+            *l = (cost_launch){.action = COST_COPY, .cls = COST_COPY_CLASS, .step = a->step, .index = -1,
+                               .read = a->bytes, .written = a->bytes};
+            al_fmt(l->name, sizeof l->name, "all_reduce %%%d", a->index);
             out->copies++;
             break;
         }

@@ -252,6 +252,20 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         int end = next;
         while (end < prog->nkernels && prog->kernels[end].step == k) end++;
         const ir_node *first = g->nodes[s->members[st->first].node], *last = g->nodes[st->pos];
+        if (st->kind == STEP_KIND_COLLECTIVE && end == next) { /* a library call on the step's stream, no kernel */
+            lp_place src, dst;
+            if (last->nin != 1 || !place_or_fail(&b, g, p, last->in[0], k, &src) ||
+                !place_or_fail(&b, g, p, last->id, k, &dst)) {
+                if (!b.status) {
+                    b.status = ALLOY_ERR_INVALID;
+                    al_fmt(err, errlen, "step %d: a collective of %d operands", k, last->nin);
+                }
+                break;
+            }
+            add_action(&b, (lp_action){.kind = LP_COLLECTIVE, .step = k, .index = last->id, .dst = dst, .src = src,
+                                       .bytes = (int64_t)ir_nbytes(&last->type)});
+            continue;
+        }
         if (st->kind == STEP_KIND_GEMM && end > next) { /* the product into the scratch, then the epilogue */
             if (!ir_gemm_head(first)) {
                 b.status = ALLOY_ERR_INVALID;

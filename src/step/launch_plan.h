@@ -42,6 +42,8 @@ typedef enum lp_kind {
     LP_GEMM,   /* gemms[index] */
     LP_ZERO,   /* bytes at dst set to 0 (a step's flag; an empty sum's result) */
     LP_COPY,   /* bytes from src to dst (an update into its state buffer) */
+    LP_COLLECTIVE, /* a collective step (all_reduce node `index`): its operand at src copied to dst when they
+                    * differ, then reduced over the ranks in place at dst (bytes) by the collective library */
 } lp_kind;
 
 typedef struct lp_action {
@@ -70,7 +72,7 @@ typedef struct lp_plan {
 /* The launch plan of schedule s of g with plan p and its emitted kernels
  * prog: per step, its flags zeroed, its GEMM (a gemm step's f32 product
  * into the plan's scratch, a lone matmul straight into its slot), its
- * kernels with their arguments placed; then one copy per update into the
+ * kernels with their arguments placed, or its collective; then one copy per update into the
  * state leaf it names. A step the emitter left without a kernel (other
  * than a GEMM) is ALLOY_ERR_UNSUPPORTED naming the step, its op and why;
  * a place that cannot be found, ALLOY_ERR_INVALID; OOM, ALLOY_ERR_OOM.

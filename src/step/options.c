@@ -26,6 +26,8 @@ const opt_key opt_keys[] = {
     {"dump_dir", "ALLOY_DUMP_DIR", "a directory"},
     {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
     {"cuda_graph", "ALLOY_CUDA_GRAPH", "0 or 1"},
+    {"cuda_device", "ALLOY_CUDA_DEVICE", "auto, or a GPU's ordinal from 0 to 1023"},
+    {"nccl", "ALLOY_NCCL", "the path of an NCCL library (libnccl.so.2)"},
     {"time_passes", "ALLOY_TIME_PASSES", "0 or 1"},
     {"attention", "ALLOY_ATTENTION", "auto or always"},
     {"profile", "ALLOY_PROFILE", "0, or N: after every N-th run a table of each launch's time (1: every run)"},
@@ -44,6 +46,7 @@ void opt_init(al_options *o)
     o->device = OPT_DEVICE_AUTO;
     o->cache = true;
     o->cuda_graph = true;
+    o->cuda_device = -1;
 }
 
 /* The valid pass names, "a, b, c", into buf. */
@@ -208,6 +211,17 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         o->amp_range_margin = v;
         return ALLOY_OK;
     }
+    if (strcmp(name, "cuda_device") == 0) {
+        if (reset || strcmp(value, "auto") == 0) return o->cuda_device = d.cuda_device, ALLOY_OK;
+        char *end;
+        long v = strtol(value, &end, 10);
+        if (*end || end == value || v < 0 || v > 1023) {
+            al_fmt(err, errlen, "cuda_device=%s: not auto or a GPU's ordinal from 0 to 1023", value);
+            return ALLOY_ERR_INVALID;
+        }
+        o->cuda_device = (int)v;
+        return ALLOY_OK;
+    }
     if (strcmp(name, "num_threads") == 0) {
         if (reset) return o->num_threads = 0, ALLOY_OK;
         char *end;
@@ -222,6 +236,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
     char *path = strcmp(name, "cache_dir") == 0  ? o->cache_dir
                  : strcmp(name, "dump_dir") == 0 ? o->dump_dir
                  : strcmp(name, "nvrtc") == 0    ? o->nvrtc
+                 : strcmp(name, "nccl") == 0     ? o->nccl
                  : strcmp(name, "amp_ranges") == 0 ? o->amp_ranges
                                                  : NULL;
     if (path) {
@@ -299,12 +314,14 @@ void opt_print(const al_options *o, FILE *out)
     if (o->device != d.device) fprintf(out, " device=%s", device_names[o->device]);
     if (!o->cache) fputs(" cache=0", out);
     if (!o->cuda_graph) fputs(" cuda_graph=0", out);
+    if (o->cuda_device >= 0) fprintf(out, " cuda_device=%d", o->cuda_device);
     if (o->time_passes) fputs(" time_passes=1", out);
     if (o->attention_always) fputs(" attention=always", out);
     if (o->profile) fprintf(out, " profile=%d", o->profile);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
     if (o->nvrtc[0]) fprintf(out, " nvrtc=%s", o->nvrtc);
+    if (o->nccl[0]) fprintf(out, " nccl=%s", o->nccl);
     if (o->amp_ranges[0]) fprintf(out, " amp_ranges=%s", o->amp_ranges);
     fputc('\n', out);
 }

@@ -41,6 +41,7 @@ typedef struct al_options {
     opt_lowp_gemm lowp_gemm; /* the CPU's f16/bf16 GEMM kernel */
     opt_device device;
     bool cuda_graph;       /* the CUDA backend captures a step after its first run and replays it (0: launches every call) */
+    int cuda_device;       /* the GPU the CUDA backend opens (its ordinal); -1: a data-parallel rank's local rank, else 0 */
     bool attention_always; /* the attention pass rewrites every match (default: for CUDA, and on the CPU big ones) */
     int profile;           /* N > 0: after every N-th run, a table of what each launch (CPU: each step) took; 0: none */
     /* The kernel cache and source dumps: where generated code goes, not
@@ -50,6 +51,7 @@ typedef struct al_options {
     char cache_dir[OPT_PATH_MAX];     /* the cache's directory; "": the default (runtime/graph resolves it) */
     char dump_dir[OPT_PATH_MAX];      /* every generated source is also written here; "": none */
     char nvrtc[OPT_PATH_MAX];         /* the NVRTC library to load; "": libnvrtc.so.13, .12, .11.2 from the loader's path */
+    char nccl[OPT_PATH_MAX];          /* the NCCL library a data-parallel CUDA step loads; "": libnccl.so.2 */
     /* range-aware colouring (docs/amp.md, "Range statistics"): the stats
      * file the amp pass reads; "": none. Its contents change what is
      * compiled: a cache key over compiled code must take them too. */
@@ -70,7 +72,7 @@ typedef struct opt_key {
 AL_HIDDEN extern const opt_key opt_keys[];
 
 /* Defaults: nothing printed or disabled, fusion on, BLAS on, threads 0 (all
- * CPUs), device auto, CUDA graphs on, kernel cache on in its default directory, no dumps. */
+ * CPUs), device auto, cuda_device -1 (by local rank), CUDA graphs on, kernel cache on in its default directory, no dumps. */
 AL_HIDDEN void opt_init(al_options *o);
 /* Sets option `name` from its text form (pass lists "amp,fuse" or "all",
  * fusion kinds "row,gemm,multi" or "1"/"all", booleans 0/1, a thread

@@ -7,12 +7,13 @@
 #include "base/convert.h"
 #include "emu_device.h"
 #include "emu_loader.h"
+#include "emu_stream.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/graph/bundle_save.h"
 
 /* One queued call while capturing. */
 typedef struct emu_call {
-    enum { CALL_COPY, CALL_ZERO, CALL_LAUNCH, CALL_GEMM } kind;
+    enum { CALL_COPY, CALL_ZERO, CALL_LAUNCH, CALL_GEMM, CALL_HOST } kind;
     cdev_ptr dst, src, a, b;
     size_t bytes;
     cdev_function *fn;
@@ -20,6 +21,8 @@ typedef struct emu_call {
     unsigned grid, block;
     uint64_t *args; /* the launch's argument values (every kernel argument is a pointer) */
     int nargs;
+    void (*host)(void *arg); /* CALL_HOST: a library's work on the stream (the emulated NCCL's), on its copy of arg */
+    void *host_arg;
 } emu_call;
 
 typedef struct emu_graph {
@@ -29,6 +32,7 @@ typedef struct emu_graph {
 
 typedef struct emu_dev {
     cdev base;
+    emu_stream stream;    /* first after base: the stream's enqueue finds the device from it */
     emu_device_stats stats;
     emu_graph *capturing; /* calls are recorded here, not run */
     char fault[160];      /* a fault injected into a launch: sticky, as a GPU's context is after one */
@@ -375,10 +379,31 @@ static void e_gemm_free(cdev *dev, cdev_gemm *h)
 static void free_graph(emu_graph *g)
 {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) free(g->calls[i].args);
+    for (int i = 0; i < g->n; i++) free(g->calls[i].args), free(g->calls[i].host_arg);
     free(g->calls);
     free(g);
 }
+
+/* emu_stream's enqueue: the library's work now, or recorded into the capture. */
+static int stream_enqueue(emu_stream *s, void (*fn)(void *arg), const void *arg, size_t bytes)
+{
+    emu_dev *d = (emu_dev *)((char *)s - offsetof(emu_dev, stream));
+    if (!d->capturing) {
+        d->stats.host_calls++, totals.host_calls++;
+        fn((void *)arg);
+        return 0;
+    }
+    void *copy = malloc(bytes ? bytes : 1);
+    if (!copy) return -1;
+    memcpy(copy, arg, bytes);
+    if (!record(d, (emu_call){.kind = CALL_HOST, .host = fn, .host_arg = copy})) {
+        free(copy);
+        return -1;
+    }
+    return 0;
+}
+
+static void *e_stream(cdev *dev) { return &emu_of(dev)->stream; }
 
 static alloy_status e_capture_begin(cdev *dev)
 {
@@ -407,6 +432,10 @@ static alloy_status e_replay(cdev *dev, void *graph)
         case CALL_COPY: st = e_copy(dev, c->dst, c->src, c->bytes); break;
         case CALL_ZERO: st = e_zero(dev, c->dst, c->bytes); break;
         case CALL_GEMM: st = e_gemm(dev, c->gemm, c->a, c->b, c->dst); break;
+        case CALL_HOST:
+            c->host(c->host_arg);
+            emu_of(dev)->stats.host_calls++, totals.host_calls++;
+            break;
         case CALL_LAUNCH: {
             void **params = malloc(sizeof(void *) * (size_t)(c->nargs + 1));
             if (!params) return ALLOY_ERR_OOM;
@@ -492,6 +521,7 @@ static const cdev_ops emu_ops = {
     .replay = e_replay,
     .graph_free = e_graph_free,
     .sync = e_sync,
+    .stream = e_stream,
     .close = e_close,
     .event_new = e_event_new,
     .event_record = e_event_record,
@@ -508,6 +538,7 @@ cdev *emu_device_open(int sm, char *err, size_t errlen)
         return NULL;
     }
     d->base.ops = &emu_ops;
+    d->stream = (emu_stream){EMU_STREAM_MAGIC, stream_enqueue};
     d->base.sm = sm;
     d->base.image_kind = BUNDLE_HOST;
     d->base.driver = driver_version;
@@ -521,6 +552,7 @@ alloy_status emu_backend_opener(const al_options *cfg, rt_backend **out, char *e
 {
     cdev *dev = emu_device_open(90, err, errlen);
     if (!dev) return ALLOY_ERR_UNSUPPORTED;
+    dev->ordinal = cfg->cuda_device > 0 ? cfg->cuda_device : 0; /* as the driver's device takes it */
     return cuda_backend_open_on(cfg, dev, out, err, errlen);
 }
 

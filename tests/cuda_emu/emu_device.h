@@ -9,6 +9,7 @@
 /* What the emulated device has done since it opened. */
 typedef struct emu_device_stats {
     long launches, gemms, copies, zeros, captures, replays, modules, events;
+    long host_calls; /* libraries' work run on the stream (emu_stream.h: the emulated NCCL's collectives), replays too */
 } emu_device_stats;
 
 /* An emulated device of compute capability sm (memory freshly allocated

@@ -28,5 +28,7 @@ AL_HIDDEN alloy_status comm_all_gather_u64(alloy_comm *c, const uint64_t *v, int
  * sums over more than two ranks go in rank order (alloy_data_parallel's
  * ordered_sum). */
 AL_HIDDEN void comm_configure(alloy_comm *c, double timeout_s, bool ordered);
+/* c's timeout in seconds (0: none), which a backend's own collectives (NCCL's) keep too. */
+AL_HIDDEN double comm_timeout_s(const alloy_comm *c);
 
 #endif

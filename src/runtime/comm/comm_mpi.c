@@ -113,6 +113,8 @@ void comm_configure(alloy_comm *c, double timeout_s, bool ordered)
     if (c) c->timeout_s = timeout_s, c->ordered = ordered;
 }
 
+double comm_timeout_s(const alloy_comm *c) { return c ? c->timeout_s : 0; }
+
 /* Elements per MPI call (its counts are int). */
 #define CHUNK ((int64_t)1 << 30)
 
@@ -332,6 +334,7 @@ int alloy_comm_size(const alloy_comm *c) { return c ? 1 : -1; }
 int alloy_comm_local_rank(const alloy_comm *c) { return c ? 0 : -1; }
 void alloy_comm_free(alloy_comm *c) { (void)c; }
 void comm_configure(alloy_comm *c, double timeout_s, bool ordered) { (void)c, (void)timeout_s, (void)ordered; }
+double comm_timeout_s(const alloy_comm *c) { (void)c; return 0; }
 
 alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
                              const char *what, char *err, size_t errlen)

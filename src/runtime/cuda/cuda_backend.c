@@ -1,9 +1,12 @@
 /* cuda_backend.c - the CUDA backend behind the backend interface: a compiled step is its kernels loaded on a device (emitted and compiled now, or a bundle's images) and its launch plan, replayed each run (captured once and replayed as one graph where the device can). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/backend.h"
+#include "runtime/comm/comm.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_collective.h"
 #include "runtime/cuda/cuda_jit.h"
 #include "runtime/profile.h"
 
@@ -18,6 +21,7 @@ typedef struct cuda_backend {
     cdev *dev;
     size_t in_use, peak; /* device bytes allocated through the backend, and the device's own (memory) */
     bool sync_each;      /* ALLOY_CUDA_SYNC=1: every action launched directly and waited for */
+    cu_coll *coll;       /* NCCL, loaded by the first step with a collective; its communicator made at its first run */
 } cuda_backend;
 
 /* A compiled step: what it runs (not owned), its kernels on the device, its
@@ -52,6 +56,9 @@ struct rt_exec {
      * first profiled run; timing is set while a profiled run queues */
     cdev_event **events;
     bool timing;
+    /* data parallel: the collective actions, and the communicator of this run (NULL: one rank, a collective copies) */
+    int ncoll, first_coll;
+    alloy_comm *comm;
 };
 
 static cdev *device_of(rt_backend *b) { return ((cuda_backend *)b)->dev; }
@@ -188,6 +195,32 @@ static alloy_status load_images(rt_backend *b, rt_exec *e, const bundle_cuda *x)
     return st;
 }
 
+/* "step 17 (collective, all_reduce %32)": the step of collective action i. */
+static void collective_label(const rt_exec *e, int i, char *out, size_t len)
+{
+    const lp_action *a = &e->lp.actions[i];
+    char label[64];
+    const ir_node *n = e->g->nodes[a->index];
+    al_fmt(out, len, "step %d (collective, %s %s)", a->step, ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
+}
+
+/* The step's collectives counted, and NCCL loaded for them (cfg's nccl)
+ * unless the backend has it: a machine or build without NCCL is
+ * ALLOY_ERR_UNSUPPORTED naming the first collective's step (device=auto
+ * then runs the graph on the CPU, over MPI). */
+static alloy_status collectives_ready(rt_backend *b, rt_exec *e)
+{
+    cuda_backend *cb = (cuda_backend *)b;
+    e->first_coll = -1;
+    for (int i = 0; i < e->lp.nactions; i++)
+        if (e->lp.actions[i].kind == LP_COLLECTIVE && e->ncoll++ == 0) e->first_coll = i;
+    if (!e->ncoll || cb->coll) return ALLOY_OK;
+    char err[512], where[128];
+    collective_label(e, e->first_coll, where, sizeof where);
+    alloy_status st = cu_coll_open(b->cfg.nccl, &cb->coll, err, sizeof err);
+    return st ? rt_fail(b, st, "cuda: %s: %s", where, err) : ALLOY_OK;
+}
+
 /* The alignment (bytes) a GEMM operand at place pl can declare: arena, aux
  * and leaf buffers start 256-aligned. */
 static int place_alignment(const lp_place *pl, int64_t stride, alloy_dtype dt, int64_t batch)
@@ -213,6 +246,7 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
     alloy_status st = x ? ALLOY_OK : cuda_jit_make_kernels(b, g, s, &e->jit);
     if (!st && (st = lp_build(g, s, p, e->prog, &e->lp, err, sizeof err)))
         rt_fail(b, st, "cuda: graph '%s': %s", g->name, err);
+    if (!st) st = collectives_ready(b, e);
     if (!st) {
         e->leaf = al_calloc((size_t)g->nnodes + 1, sizeof *e->leaf);
         e->captured = al_calloc((size_t)g->nnodes + 1, sizeof *e->captured);
@@ -340,6 +374,19 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
             if (!st && d != s && (st = dev->ops->copy(dev, d, s, (size_t)a->bytes))) dev_fail(b, st, "an update's copy");
             break;
         }
+        case LP_COLLECTIVE: { /* the operand into the result, reduced there in place over the ranks */
+            cdev_ptr d = address(b, e, &a->dst, a->bytes, &st), s = address(b, e, &a->src, a->bytes, &st);
+            if (!st && d != s && a->bytes && (st = dev->ops->copy(dev, d, s, (size_t)a->bytes)))
+                dev_fail(b, st, "a collective's operand");
+            if (st || !e->comm || !a->bytes) break; /* no communicator: one rank, the copy is the result */
+            char err[512], where[128];
+            void *stream = dev->ops->stream ? dev->ops->stream(dev) : NULL;
+            if ((st = cu_coll_enqueue(((cuda_backend *)b)->coll, e->g->nodes[a->index], d, stream, err, sizeof err))) {
+                collective_label(e, i, where, sizeof where);
+                rt_fail(b, st, "cuda: %s: %s", where, err);
+            }
+            break;
+        }
         }
         if (!st && e->timing && (st = dev->ops->event_record(dev, e->events[2 * i + 1]))) dev_fail(b, st, "profiling");
         if (!st && ((cuda_backend *)b)->sync_each) st = sync_action(b, e, i);
@@ -395,6 +442,10 @@ static rt_profile_row profile_row(const rt_exec *e, int i, double us)
     case LP_COPY:
         r.action = "copy", r.bytes = 2 * a->bytes;
         al_fmt(r.name, sizeof r.name, "copy");
+        break;
+    case LP_COLLECTIVE:
+        r.action = "nccl", r.bytes = 2 * a->bytes;
+        al_fmt(r.name, sizeof r.name, "%s %%%d", ir_ops[e->g->nodes[a->index]->op].name, a->index);
         break;
     }
     return r;
@@ -521,6 +572,93 @@ static bool capture_current(const rt_exec *e)
     return e->graph && memcmp(e->leaf, e->captured, sizeof *e->leaf * (size_t)e->g->nnodes) == 0;
 }
 
+/* The communicator of the step's collectives over e->comm, made at the
+ * first run (collective: every rank's first run makes it), on this
+ * device: NCCL's errors name the first collective's step. */
+static alloy_status connect_collectives(rt_backend *b, rt_exec *e)
+{
+    cdev *dev = device_of(b);
+    char err[768], where[128];
+    if (dev->ops->stream) dev->ops->stream(dev); /* the device's context current: NCCL makes the communicator there */
+    alloy_status st = cu_coll_connect(((cuda_backend *)b)->coll, e->comm, dev->ordinal, err, sizeof err);
+    if (!st) return ALLOY_OK;
+    collective_label(e, e->first_coll, where, sizeof where);
+    return rt_fail(b, st, "cuda: %s: making the NCCL communicator (rank %d of %d): %s", where,
+                   alloy_comm_rank(e->comm), alloy_comm_size(e->comm), err);
+}
+
+/* A step with collectives captured into a CUDA graph: NCCL requires every
+ * rank to capture (and re-capture) together, and to replay or launch
+ * directly alike. Each rank's wish, {launch directly, capture now}, is
+ * reduced by MAX over the ranks (one small MPI all-reduce per run), so
+ * one rank's reason (a leaf moved, profiling, ALLOY_CUDA_SYNC) decides
+ * for all. A rank made to launch directly drops its captured graph, so
+ * the next replay is a fresh capture everywhere. */
+static alloy_status agree_on_graphs(rt_backend *b, rt_exec *e, bool *graphs, bool *capture)
+{
+    int32_t wish[2] = {!*graphs, *graphs && *capture};
+    char err[512];
+    alloy_status st = comm_all_reduce(e->comm, wish, 2, ALLOY_I32, COMM_MAX, "the CUDA graph decision", err, sizeof err);
+    if (st) return rt_fail(b, st, "cuda: agreeing on the step's CUDA graph: %s", err);
+    *graphs = !wish[0];
+    *capture = wish[1] != 0;
+    if (!*graphs && e->graph) {
+        device_of(b)->ops->graph_free(device_of(b), e->graph);
+        e->graph = NULL;
+    }
+    return ALLOY_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static alloy_status check_collectives(rt_backend *b, rt_exec *e);
+
+/* The step's collectives queued (all but the update copies after them):
+ * waits for the stream while polling NCCL's asynchronous error, until the
+ * communicator's timeout, before anything else waits for the stream with
+ * no deadline (a download). A peer's failure, or the deadline passed,
+ * aborts the communicator (ncclCommAbort) and names the step's
+ * collectives. With no timeout, or a device whose stream is done at once
+ * (the emulation), it only reads the asynchronous error. */
+static alloy_status wait_for_collectives(rt_backend *b, rt_exec *e)
+{
+    cdev *dev = device_of(b);
+    double timeout = comm_timeout_s(e->comm);
+    if (!dev->ops->query || timeout <= 0) return check_collectives(b, e);
+    char what[192], err[768];
+    collective_label(e, e->first_coll, what, sizeof what);
+    if (e->ncoll > 1) al_fmt(what + strlen(what), sizeof what - strlen(what), " and %d more collectives", e->ncoll - 1);
+    double deadline = now_s() + timeout;
+    for (long spins = 0;; spins++) {
+        bool done = false;
+        alloy_status st = dev->ops->query(dev, &done);
+        if (st) return dev_fail(b, st, "the step");
+        if (done) return ALLOY_OK;
+        if ((st = cu_coll_check(((cuda_backend *)b)->coll, what, err, sizeof err))) return rt_fail(b, st, "cuda: %s", err);
+        if (now_s() > deadline) {
+            cu_coll_abort(((cuda_backend *)b)->coll);
+            return rt_fail(b, ALLOY_ERR_IO, "cuda: %s: did not finish within %g s on rank %d of %d (a peer died or "
+                           "skipped it); the NCCL communicator was aborted", what, timeout, alloy_comm_rank(e->comm),
+                           alloy_comm_size(e->comm));
+        }
+        if (spins > 100) nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+}
+
+/* NCCL's asynchronous error after the step, naming its collectives. */
+static alloy_status check_collectives(rt_backend *b, rt_exec *e)
+{
+    char what[192], err[768];
+    collective_label(e, e->first_coll, what, sizeof what);
+    alloy_status st = cu_coll_check(((cuda_backend *)b)->coll, what, err, sizeof err);
+    return st ? rt_fail(b, st, "cuda: %s", err) : ALLOY_OK;
+}
+
 static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
 {
     cdev *dev = device_of(b);
@@ -537,10 +675,17 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
     /* the first run launches directly (modules and the library settle); later ones replay one capture */
     bool graphs = !profiling && !((cuda_backend *)b)->sync_each && b->cfg.cuda_graph && dev->ops->capture_begin &&
                   e->runs > 0;
+    e->comm = e->ncoll ? args->comm : NULL;
+    if (e->comm && (st = connect_collectives(b, e))) return st;
+    bool capture = false;
     if (graphs) {
         bool changed;
         if ((st = stage_leaves(b, e, args, &changed))) return st;
-        if (changed || !capture_current(e)) {
+        capture = changed || !capture_current(e);
+    }
+    if (e->comm && (st = agree_on_graphs(b, e, &graphs, &capture))) return st;
+    if (graphs) {
+        if (capture) {
             if (e->graph) dev->ops->graph_free(dev, e->graph);
             e->graph = NULL;
             if ((st = dev->ops->capture_begin(dev))) return dev_fail(b, st, "capturing the step");
@@ -559,16 +704,19 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
             memcpy(e->captured, e->leaf, sizeof *e->leaf * (size_t)g->nnodes);
         }
         if ((st = dev->ops->replay(dev, e->graph))) return dev_fail(b, st, "replaying the step");
-        st = run_downloads(b, e, args, true, true);
+        if (e->comm) st = wait_for_collectives(b, e); /* before a download waits for the stream, with no deadline */
+        if (!st) st = run_downloads(b, e, args, true, true);
     } else {
         e->timing = profiling;
         st = run_downloads(b, e, args, false, true); /* leaves before updates written in place */
         if (!st) st = enqueue(b, e, 0, e->lp.first_update);
+        if (!st && e->comm) st = wait_for_collectives(b, e);
         if (!st) st = run_downloads(b, e, args, false, false);
         if (!st) st = enqueue(b, e, e->lp.first_update, e->lp.nactions);
         e->timing = false;
     }
     if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");
+    if (!st && e->comm) st = check_collectives(b, e);
     if (!st && profiling) st = profile_print(b, e, e->runs + 1, args->profile_to);
     if (!st) e->runs++;
     return st;
@@ -592,6 +740,7 @@ static alloy_status exec_load(rt_backend *b, const ir_graph *g, const schedule *
 static void close_backend(rt_backend *b)
 {
     cdev *dev = device_of(b);
+    cu_coll_close(((cuda_backend *)b)->coll); /* the communicator before its device */
     if (dev) dev->ops->close(dev);
     al_free(b);
 }

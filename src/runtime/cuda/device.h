@@ -52,6 +52,15 @@ typedef struct cdev_ops {
     alloy_status (*replay)(cdev *dev, void *graph);
     void (*graph_free)(cdev *dev, void *graph);
     alloy_status (*sync)(cdev *dev);
+    /* Whether everything queued has finished, without waiting (cuStreamQuery;
+     * NULL where sync returns at once, as on the emulation): *done false
+     * while work is in flight. What a collective's deadline polls. */
+    alloy_status (*query)(cdev *dev, bool *done);
+    /* The device's stream as the libraries take it (a CUstream, which is
+     * NCCL's cudaStream_t; the emulation's own stream object), with the
+     * device's context current on the calling thread (NCCL's communicator
+     * is made on the current device). NULL where the device has none. */
+    void *(*stream)(cdev *dev);
     void (*close)(cdev *dev);
     /* Timing for the profile option (NULL where the device has none): an
      * event recorded on the stream marks the moment the device reaches
@@ -71,6 +80,7 @@ struct cdev {
     const cdev_ops *ops;
     char name[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, driver 13.0)" */
     int sm;           /* compute capability, 90 for 9.0 */
+    int ordinal;      /* which GPU of the machine (cuDeviceGet's ordinal; the options' cuda_device) */
     int driver;       /* the CUDA driver's version, 13000 for 13.0; 0: unknown (an emulated device) */
     uint32_t image_kind; /* 0: a GPU, which loads the cubin or PTX bundle_cuda_pick chooses; else the only
                           * bundle image kind it loads (the tests' emulation: BUNDLE_HOST) */
@@ -79,10 +89,11 @@ struct cdev {
 };
 
 /* The GPU through the driver (driver_device.c): libcuda.so.1, device
- * ordinal 0, a primary context and a stream; cuBLASLt loaded; and in
+ * ordinal cfg->cuda_device (0 when unset), a primary context and a stream; cuBLASLt loaded; and in
  * liballoy NVRTC and cfg's kernel cache (driver_jit.h), nthreads compiling.
  * ALLOY_ERR_UNSUPPORTED with err naming what is missing (the driver, a
- * GPU, a library) when this machine cannot run CUDA. */
+ * GPU, a library) when this machine cannot run CUDA; an ordinal the
+ * machine lacks is ALLOY_ERR_UNSUPPORTED naming it and the GPUs there are. */
 AL_HIDDEN alloy_status cdev_open_driver(const al_options *cfg, int nthreads, cdev **out, char *err, size_t errlen);
 
 #endif

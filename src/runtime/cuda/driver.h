@@ -32,6 +32,7 @@
     X(cuStreamCreate, (CUstream * stream, unsigned int flags))                                                 \
     X(cuStreamDestroy, (CUstream stream))                                                                      \
     X(cuStreamSynchronize, (CUstream stream))                                                                  \
+    X(cuStreamQuery, (CUstream stream))                                                                        \
     X(cuModuleLoadData, (CUmodule * module, const void *image))                                                \
     X(cuModuleUnload, (CUmodule module))                                                                       \
     X(cuModuleGetFunction, (CUfunction * fn, CUmodule module, const char *name))                               \

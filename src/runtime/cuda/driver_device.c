@@ -274,6 +274,23 @@ static alloy_status d_sync(cdev *dev)
     return ALLOY_OK;
 }
 
+static alloy_status d_query(cdev *dev, bool *done)
+{
+    drv_device *d = drv_of(dev);
+    alloy_status st = current(d);
+    if (st) return st;
+    CUresult r = d->drv->cuStreamQuery(d->stream);
+    *done = r != CUDA_ERROR_NOT_READY;
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return drv_fail(d, r, "the step's kernels");
+    return ALLOY_OK;
+}
+
+static void *d_stream(cdev *dev)
+{
+    drv_device *d = drv_of(dev);
+    return current(d) ? NULL : (void *)d->stream;
+}
+
 static alloy_status d_event_new(cdev *dev, cdev_event **out)
 {
     drv_device *d = drv_of(dev);
@@ -343,6 +360,8 @@ static const cdev_ops driver_ops = {
     .replay = d_replay,
     .graph_free = d_graph_free,
     .sync = d_sync,
+    .query = d_query,
+    .stream = d_stream,
     .close = d_close,
     .event_new = d_event_new,
     .event_record = d_event_record,
@@ -381,19 +400,28 @@ alloy_status cdev_open_driver(const al_options *cfg, int nthreads, cdev **out, c
         d_close(&d->base);
         return ALLOY_ERR_UNSUPPORTED;
     }
+    int ordinal = cfg->cuda_device > 0 ? cfg->cuda_device : 0;
+    if (ordinal >= count) {
+        al_fmt(err, errlen, "cuda_device %d: this machine has %d GPU%s (0 to %d)", ordinal, count, count == 1 ? "" : "s",
+               count - 1);
+        d_close(&d->base);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    d->base.ordinal = ordinal;
     int major = 0, minor = 0;
-    char name[96] = "";
-    if ((r = d->drv->cuDeviceGet(&d->device, 0)) || (r = d->drv->cuDeviceGetName(name, sizeof name, d->device)) ||
+    char name[96] = "", what[64];
+    al_fmt(what, sizeof what, "GPU %d", ordinal);
+    if ((r = d->drv->cuDeviceGet(&d->device, ordinal)) || (r = d->drv->cuDeviceGetName(name, sizeof name, d->device)) ||
         (r = d->drv->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->device)) ||
         (r = d->drv->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->device)))
-        return open_fail(d, r, "querying GPU 0", err, errlen);
+        return open_fail(d, r, what, err, errlen);
     d->base.sm = major * 10 + minor;
     if ((r = d->drv->cuDevicePrimaryCtxRetain(&d->ctx, d->device))) {
         d->ctx = NULL;
-        return open_fail(d, r, "creating a context on GPU 0", err, errlen);
+        return open_fail(d, r, "creating a context on the GPU", err, errlen);
     }
     if ((r = d->drv->cuCtxSetCurrent(d->ctx)) || (r = d->drv->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)))
-        return open_fail(d, r, "creating a stream on GPU 0", err, errlen);
+        return open_fail(d, r, "creating a stream on the GPU", err, errlen);
     if ((r = d->drv->cuMemAlloc(&d->workspace, BLT_WORKSPACE)))
         return open_fail(d, r, "allocating cuBLASLt's 32 MiB workspace", err, errlen);
     d->base.reserved = BLT_WORKSPACE;
@@ -410,7 +438,9 @@ alloy_status cdev_open_driver(const al_options *cfg, int nthreads, cdev **out, c
     d->base.driver = d->drv->version;
     char jit[64];
     drv_jit_describe(d->jit, jit, sizeof jit);
-    al_fmt(d->base.name, sizeof d->base.name, "%s (sm_%d, driver %d.%d%s, cuBLASLt %zu)", name, d->base.sm,
+    char at[16] = ""; /* the ordinal where it is not the first GPU */
+    if (ordinal) al_fmt(at, sizeof at, "GPU %d: ", ordinal);
+    al_fmt(d->base.name, sizeof d->base.name, "%s%s (sm_%d, driver %d.%d%s, cuBLASLt %zu)", at, name, d->base.sm,
            d->drv->version / 1000, d->drv->version % 1000 / 10, jit, d->blt->version);
     *out = &d->base;
     return ALLOY_OK;

@@ -15,24 +15,25 @@ void nccl_close(nccl_library *lib)
     al_free(lib);
 }
 
-alloy_status nccl_open(nccl_library **out, char *err, size_t errlen)
+alloy_status nccl_open(const char *path, nccl_library **out, char *err, size_t errlen)
 {
+    const char *file = path && *path ? path : "libnccl.so.2";
     *out = NULL;
     nccl_library *lib = al_calloc(1, sizeof *lib);
     if (!lib) {
         al_fmt(err, errlen, "out of memory loading NCCL");
         return ALLOY_ERR_OOM;
     }
-    if (!(lib->library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL))) {
+    if (!(lib->library = dlopen(file, RTLD_NOW | RTLD_LOCAL))) {
         const char *why = dlerror();
-        al_fmt(err, errlen, "NCCL (libnccl.so.2) cannot be loaded (%s): install NCCL or add the CUDA toolkit's lib64 to "
-                            "LD_LIBRARY_PATH", why ? why : "not found");
+        al_fmt(err, errlen, "NCCL (%s) cannot be loaded (%s): install NCCL or add the CUDA toolkit's lib64 to "
+                            "LD_LIBRARY_PATH", file, why ? why : "not found");
         nccl_close(lib);
         return ALLOY_ERR_UNSUPPORTED;
     }
 #define NCCL_LOAD(name, ret, params)                                                  \
     if (!(*(void **)&lib->name = dlsym(lib->library, #name))) {                       \
-        al_fmt(err, errlen, "NCCL (libnccl.so.2) has no %s: older than 2.14", #name); \
+        al_fmt(err, errlen, "NCCL (%s) has no %s: older than 2.14", file, #name);      \
         nccl_close(lib);                                                              \
         return ALLOY_ERR_UNSUPPORTED;                                                 \
     }
@@ -40,7 +41,7 @@ alloy_status nccl_open(nccl_library **out, char *err, size_t errlen)
 #undef NCCL_LOAD
     ncclResult_t r = lib->ncclGetVersion(&lib->version);
     if (r != ncclSuccess || lib->version < NCCL_MIN_VERSION) {
-        al_fmt(err, errlen, "NCCL (libnccl.so.2) version %d: alloy needs 2.14 (%d) or newer%s%s", lib->version,
+        al_fmt(err, errlen, "NCCL (%s) version %d: alloy needs 2.14 (%d) or newer%s%s", file, lib->version,
                NCCL_MIN_VERSION, r != ncclSuccess ? ": " : "", r != ncclSuccess ? lib->ncclGetErrorString(r) : "");
         nccl_close(lib);
         return ALLOY_ERR_UNSUPPORTED;

@@ -31,10 +31,11 @@ typedef struct nccl_library {
 #undef NCCL_FIELD
 } nccl_library;
 
-/* Loads libnccl.so.2 and its entry points, and reads its version.
- * ALLOY_ERR_UNSUPPORTED with err naming the library (not found, an entry
- * missing, older than 2.14) when it cannot be used; *out NULL then. */
-AL_HIDDEN alloy_status nccl_open(nccl_library **out, char *err, size_t errlen);
+/* Loads path (NULL or "": libnccl.so.2; the options' nccl) and its entry
+ * points, and reads its version. ALLOY_ERR_UNSUPPORTED with err naming the
+ * library (not found, an entry missing, older than 2.14) when it cannot be
+ * used; *out NULL then. */
+AL_HIDDEN alloy_status nccl_open(const char *path, nccl_library **out, char *err, size_t errlen);
 /* Frees lib; the library itself stays loaded (NCCL's threads outlive its calls). */
 AL_HIDDEN void nccl_close(nccl_library *lib);
 /* A new unique id (what rank 0 makes and broadcasts; needs no GPU). */

@@ -47,7 +47,9 @@ static alloy_status open_backend(alloy_graph *g)
                           want, g->ir->name, b->ops->name);
     char err[512];
     rt_backend *next;
-    alloy_status st = rt_backend_open(&g->cfg, &next, err, sizeof err);
+    al_options cfg = g->cfg; /* cuda_device auto: a data-parallel rank's GPU is its local rank */
+    if (cfg.cuda_device < 0 && g->comm) cfg.cuda_device = alloy_comm_local_rank(g->comm);
+    alloy_status st = rt_backend_open(&cfg, &next, err, sizeof err);
     if (st) return graph_fail(g, st, "device %s: %s", want ? want : "auto", err);
     if ((st = switch_backend(g, next))) rt_backend_close(next);
     return st;
