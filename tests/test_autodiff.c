@@ -413,6 +413,41 @@ static int count_op(const ir_graph *c, int op)
     return n;
 }
 
+/* q, k, v: three slices of one projection h (a fused qkv), out = q k v. */
+static alloy_tensor *split_product(alloy_graph *g, alloy_tensor *h)
+{
+    alloy_tensor *q = alloy_slice(g, h, 1, 0, 2), *k = alloy_slice(g, h, 1, 2, 4), *v = alloy_slice(g, h, 1, 4, 6);
+    return alloy_mul(g, alloy_mul(g, q, k), v);
+}
+
+static void test_the_gradient_of_slices_tiling_a_tensor_is_one_concat_not_pads_added(void **state)
+{
+    (void)state;
+    shape s = {2, {3, 6}};
+    /* the backward: one concat of dq, dk, dv (no pad, no add of the pieces) */
+    alloy_graph *g = alloy_graph_new("split");
+    alloy_tensor *h = alloy_param(g, "h", F64, s.rank, s.dims, alloy_init_uniform(-1, 1));
+    alloy_tensor *loss = alloy_reduce_sum(g, split_product(g, h), 0, NULL, false);
+    assert_int_equal(alloy_graph_set_loss(g, loss), ALLOY_OK);
+    if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+    const ir_graph *c = g->compiled;
+    assert_int_equal(count_op(c, IR_OP_pad), 0);
+    assert_int_equal(count_op(c, IR_OP_concat), 1);
+    int grad = -1;
+    for (int i = 0; i < c->noutputs; i++)
+        if (strcmp(c->outputs[i].name, "grad:h") == 0) grad = c->outputs[i].node;
+    assert_true(grad >= 0);
+    const ir_node *mm = c->nodes[grad]; /* grad:h is the concat itself: the sum over rows keeps h's shape */
+    assert_int_equal(mm->op, IR_OP_concat);
+    assert_int_equal(mm->nin, 3);
+    alloy_graph_free(g);
+    /* and its values are the gradient's (central differences) */
+    gcase *k = new_case("q k v of slices of h [3,6]");
+    alloy_tensor *hk = param(k, "h", s, randoms(18, -1, 1, 0.1));
+    assert_true(check_op(k, split_product(k->g, hk)) <= GC_BOUND);
+    finish();
+}
+
 static void test_amp_gradients_of_the_transformer_block_are_f32_and_close_to_the_f32_graph(void **state)
 {
     (void)state;
@@ -664,6 +699,7 @@ int main(void)
     test_rng = 0x9b1d5c2a7e3f4861u;
     const struct CMUnitTest tests[] = {
         TEST(test_a_tensor_reaching_both_operands_of_a_binary_op_gets_both_gradients_summed),
+        TEST(test_the_gradient_of_slices_tiling_a_tensor_is_one_concat_not_pads_added),
         TEST(test_softmax_of_a_causal_mask_differentiates_through_the_unmasked_entries),
         TEST(test_cast_through_f32_passes_the_gradient_straight_through_rounded_to_f32),
         TEST(test_mlp_parameter_gradients_match_finite_differences),

@@ -288,6 +288,44 @@ static void expect_error(const uint8_t *bytes, size_t len, alloy_status want, co
                  needle2 ? needle2 : "");
 }
 
+/* The CNN's reshapes of computed values are views (plan.h): the reader
+ * rebuilds view_of from the schedule's flags, and a view whose offset is
+ * not its owner's slot is an error naming the plan section. */
+static void test_a_view_off_its_owners_slot_is_an_error_naming_the_plan(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("aot_cnn");
+    test_cnn m = build_cnn(g, F32, 8, 6, 8);
+    alloy_graph_set_loss(g, m.loss);
+    alloy_graph_enable_amp(g, ALLOY_F16);
+    alloy_graph_add_optimizer(g, alloy_adamw(0.01, 0.9, 0.999, 1e-8, 0.01));
+    const char *path = test_tmp_path("cnn_views.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    bundle_contents c;
+    char err[1024] = "";
+    if (bundle_decode(bytes, len, "step.alloy", &c, err, sizeof err)) fail_msg("%s", err);
+    int view = -1;
+    for (int i = 0; c.comp.plan.view_of && i < c.comp.plan.nnodes && view < 0; i++)
+        if (c.comp.plan.view_of[i] >= 0) view = i;
+    assert_true(view >= 0);
+    assert_true(c.comp.plan.views > 0);
+    int64_t owner = c.comp.plan.offset[c.comp.plan.view_of[view]];
+    assert_int_equal(c.comp.plan.offset[view], owner);
+    bundle_contents_free(&c);
+    size_t at[16];
+    uint32_t tag[16];
+    sections(bytes, len, at, tag);
+    size_t slot = at[3] + 16 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8 * ALLOY_DTYPE_COUNT + 8 * (size_t)view;
+    assert_int_equal(le32(bytes + slot), (uint32_t)owner);
+    put32(bytes + slot, owner ? 0u : 64u); /* aligned, inside the arena, not the owner's */
+    assert_true(bundle_resign(bytes, len));
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "is not placed at the arena slot", "section plan", "a view moved");
+    test_free(bytes);
+}
+
 static uint8_t *saved_bundle(size_t *len)
 {
     alloy_graph *g = build_step();
@@ -1179,6 +1217,7 @@ int main(void)
         T(test_a_flipped_byte_in_any_section_is_a_checksum_mismatch),
         T(test_wrong_magic_newer_version_and_bad_lengths_are_named),
         T(test_inconsistent_sections_are_errors_naming_the_section),
+        T(test_a_view_off_its_owners_slot_is_an_error_naming_the_plan),
         T(test_save_bundle_refuses_bad_archs_a_missing_nvrtc_and_null_arguments),
         T(test_the_cuda_pick_takes_the_cubin_of_the_gpus_major_else_the_ptx),
         T(test_the_cuda_section_round_trips_and_each_damage_is_named),

@@ -228,9 +228,15 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
     int64_t values = 0, aux = 0, actions = 0;
+    int views = 0;
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
         const ir_node *head = c->nodes[s->members[st->first].node], *last = c->nodes[st->pos];
+        if (s->members[st->first].flags & MEMBER_VIEW) { /* a reshape the plan aliases: moves nothing */
+            assert_int_equal(g->comp.plan.offset[st->pos], g->comp.plan.offset[g->comp.plan.view_of[st->pos]]);
+            views++;
+            continue;
+        }
         for (int i = 0; i < st->nin; i++) {
             const ir_node *in = c->nodes[s->inputs[st->first_in + i]];
             int64_t b = (int64_t)ir_nbytes(&in->type);
@@ -257,8 +263,16 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     int64_t got = 0;
     for (int i = 0; i < x.m.n; i++) got += x.m.launches[i].read + x.m.launches[i].written;
     print_message("char_gpt f16 step: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
-                  "copies %lld\n", x.m.n, (long long)got, (long long)values, (long long)aux, (long long)actions);
+                  "copies %lld; %d views\n", x.m.n, (long long)got, (long long)values, (long long)aux,
+                  (long long)actions, views);
     assert_int_equal(got, values + aux + actions);
+    /* the exact figures of this step: its 18 reshapes are views (a copy
+     * kernel each, they were 227 launches and 341345899 bytes) and each
+     * layer's dq, dk, dv one concat (three pads and two adds, they were 209
+     * launches and 320374379 bytes) */
+    assert_int_equal(views, 18);
+    assert_int_equal(x.m.n, 203);
+    assert_int_equal(got, 301500011);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);
@@ -485,12 +499,70 @@ static void test_alloyc_cost_prints_the_model_of_an_ir_file(void **state)
     assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
 }
 
+/* A reshape of a computed value is a view: no launch and no bytes, its
+ * value at its operand's slot, and that slot lives until the view's last
+ * use. Unfused: exp, neg and sub are one kernel each, of 1024 B per value
+ * read or written (exp and neg 2048 B, sub 3072 B); neg may not write over exp's slot, which the view r
+ * still reads at sub (y = e - (-e) would be 0), and sub takes it instead.
+ * The CPU's run gives y = 2 e^x. */
+static void test_a_reshape_is_a_view_with_no_launch_and_the_same_result(void **state)
+{
+    (void)state;
+    static const char views_ir[] =
+        "graph views {\n"
+        "  %x = input : f32[2,128]\n"
+        "  %a = exp(%x) : f32[2,128]\n"
+        "  %r = reshape(%a) : f32[256]\n"
+        "  %b = neg(%a) : f32[2,128]\n"
+        "  %c = reshape(%b) : f32[256]\n"
+        "  %y = sub(%r, %c) : f32[256]\n"
+        "  output \"y\" = %y\n"
+        "}\n";
+    alloy_graph *g = parse(views_ir);
+    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
+    modelled x;
+    model(&x, g, NULL);
+    const ir_graph *c = g->compiled;
+    const mem_plan *p = &g->comp.plan;
+    int a = ir_find_name(c, "a"), r = ir_find_name(c, "r"), b = ir_find_name(c, "b"), cc = ir_find_name(c, "c"),
+        y = ir_find_name(c, "y");
+    assert_true(a >= 0 && r >= 0 && b >= 0 && cc >= 0 && y >= 0);
+    assert_int_equal(x.m.n, 3); /* exp, neg, sub */
+    assert_int_equal(x.m.kernels, 3);
+    int64_t bytes = 0;
+    for (int i = 0; i < x.m.n; i++) bytes += x.m.launches[i].read + x.m.launches[i].written;
+    assert_int_equal(bytes, 2048 + 2048 + 3072);
+    assert_int_equal(p->views, 2);
+    assert_non_null(p->view_of);
+    assert_int_equal(p->view_of[r], a);
+    assert_int_equal(p->view_of[cc], b);
+    assert_int_equal(p->view_of[a], -1);
+    assert_int_equal(p->offset[r], p->offset[a]);
+    assert_int_equal(p->offset[cc], p->offset[b]);
+    assert_int_not_equal(p->offset[b], p->offset[a]);
+    assert_int_equal(p->offset[y], p->offset[a]); /* in place over the view's slot, its last use */
+    assert_int_equal(p->bytes_by_dtype[ALLOY_F32], 3 * 1024);
+    float xs[256];
+    for (int i = 0; i < 256; i++) xs[i] = (float)(i - 128) / 32.0f;
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {2, 128}, xs}, fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_OK);
+    assert_int_equal(fetch.rank, 1);
+    assert_int_equal(fetch.dims[0], 256);
+    const float *ys = fetch.data;
+    for (int i = 0; i < 256; i++) {
+        double want = 2.0 * exp((double)xs[i]);
+        if (fabs(ys[i] - want) > 1e-6 * want) fail_msg("y[%d] = %.9g, 2 e^x = %.9g", i, (double)ys[i], want);
+    }
+    release(&x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_forward_launches_bytes_and_flops_are_the_hand_worked_ones),
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
+        cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),
         cmocka_unit_test(test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node),
         cmocka_unit_test(test_a_char_gpt_step_moves_what_its_schedule_says),
         cmocka_unit_test(test_ptxas_lines_give_each_kernels_registers_spills_and_shared_memory),

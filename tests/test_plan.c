@@ -624,6 +624,45 @@ static void test_in_place_needs_the_same_shape_and_element_size(void **state)
     ir_graph_free(g);
 }
 
+static void test_a_view_shares_its_owners_slot_which_lives_until_the_views_last_use(void **state)
+{
+    (void)state;
+    /* a -> r (view of a) and b = relu(a); q view of b; c = add(r, q). b may
+     * not take a's slot (r reads it at c); c takes it, the last use of a
+     * and its view. Views add no bytes. */
+    ir_graph *g = ir_graph_new("views");
+    int x = add_input(g, F32, 2, DIMS(2, 128));
+    int a = OP1(g, neg, x);
+    ir_type flat = {.dtype = F32, .rank = 1, .dims = {256}};
+    int r = ir_add_node(g, IR_OP_reshape, 1, &a, 0, NULL, &flat, NULL)->id;
+    int b = OP1(g, relu, a);
+    int q = ir_add_node(g, IR_OP_reshape, 1, &b, 0, NULL, &flat, NULL)->id;
+    int c = OP2(g, add, r, q);
+    uint8_t keep[6] = {0};
+    keep[c] = 1;
+    int view_of[6] = {-1, -1, a, -1, b, -1};
+    plan_schedule s = {.keep = keep, .view_of = view_of};
+    mem_plan p;
+    char err[256];
+    if (plan_build(g, &s, &p, err, sizeof err)) fail_msg("%s", err);
+    assert_offsets(&p, 6, DIMS(-1, 0, 0, 1024, 1024, 0));
+    assert_int_equal(p.views, 2);
+    assert_int_equal(p.inplace, 1);
+    assert_int_equal(p.arena_bytes, 2048);
+    assert_int_equal(p.bytes_by_dtype[F32], 3 * 1024);
+    assert_int_equal(p.view_of[r], a);
+    assert_int_equal(p.view_of[q], b);
+    plan_free(&p);
+    keep[r] = 1; /* a kept view keeps its owner: c goes elsewhere */
+    if (plan_build(g, &s, &p, err, sizeof err)) fail_msg("%s", err);
+    assert_offsets(&p, 6, DIMS(-1, 0, 0, 1024, 1024, 1024));
+    plan_free(&p);
+    view_of[r] = x; /* a leaf has no slot to share */
+    assert_int_equal(plan_build(g, &s, &p, err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "is a view of a value that cannot hold it"));
+    ir_graph_free(g);
+}
+
 static void test_best_fit_takes_the_smallest_hole_and_freed_neighbours_merge(void **state)
 {
     (void)state;
@@ -917,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_four_elementwise_ops_on_f32_256_fit_one_kilobyte_in_place_and_two_without),
         cmocka_unit_test(test_a_value_still_used_later_or_kept_is_not_overwritten_in_place),
         cmocka_unit_test(test_in_place_needs_the_same_shape_and_element_size),
+        cmocka_unit_test(test_a_view_shares_its_owners_slot_which_lives_until_the_views_last_use),
         cmocka_unit_test(test_best_fit_takes_the_smallest_hole_and_freed_neighbours_merge),
         cmocka_unit_test(test_values_of_one_group_are_live_together_and_shared_operands_stay),
         cmocka_unit_test(test_a_bad_schedule_is_refused_with_the_node_named),

@@ -36,6 +36,7 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
         case STEP_KIND_MULTI: why = cg_emit_multi(out, g, s, k); break;
         case STEP_KIND_ROW: why = cg_emit_row(out, g, s, k); break;
         case STEP_KIND_OP:
+            if (s->members[st->first].flags & MEMBER_VIEW) continue; /* no kernel: the plan aliases its value */
             why = ir_ops[last->op].row ? cg_emit_row(out, g, s, k)
                   : last->op == IR_OP_cast ? cg_emit_ew(out, g, s, k)
                                            : cg_emit_op(out, g, s, k);

@@ -7,7 +7,10 @@
  * on such a tensor and reach the loss. A node's gradient has the node's
  * dtype, so under AMP the gradients of low-precision nodes are low precision
  * and the cast back at each weight cast makes parameter gradients f32.
- * Fan-out gradients are summed with add in that dtype. The seed is 1 (or
+ * Fan-out gradients are summed with add in that dtype, except that a sum
+ * of pads of one tensor's gradient along one axis whose pieces tile it
+ * (the slices of a fused projection: q, k, v) is one concat of the pieces
+ * (join_pads; the pads and adds are left to dce). The seed is 1 (or
  * opts->loss_seed when a later pass provides one, e.g. the loss scale).
  */
 #include <string.h>
@@ -35,6 +38,61 @@ static bool broadcasts_to(const ir_type *want, const ir_type *got)
         if (w != h && w != 1) return false;
     }
     return true;
+}
+
+enum { MAX_PIECES = 16 };
+
+/* Collects the pads of a backward sum (nodes from nfwd on) of type t:
+ * node id is a pad of type t (one piece: its operand and where it starts
+ * on the axis), or an add over t of two such sums. Returns the pieces'
+ * count, or -1 when id is not such a sum or the pads' axes differ. */
+static int pad_pieces(const ir_graph *g, int nfwd, int id, const ir_type *t, int *axis, int *piece, int64_t *start,
+                      int n)
+{
+    const ir_node *x = g->nodes[id];
+    if (id < nfwd || !ir_type_eq(&x->type, t)) return -1;
+    if (x->op == IR_OP_add) {
+        if (!ir_type_eq(&g->nodes[x->in[0]]->type, t) || !ir_type_eq(&g->nodes[x->in[1]]->type, t)) return -1;
+        n = pad_pieces(g, nfwd, x->in[0], t, axis, piece, start, n);
+        return n < 0 ? -1 : pad_pieces(g, nfwd, x->in[1], t, axis, piece, start, n);
+    }
+    int a;
+    if (x->op != IR_OP_pad || n == MAX_PIECES || !ir_norm_axis(ir_attr_i(x, "axis"), t->rank, &a) || (n && a != *axis))
+        return -1;
+    *axis = a;
+    piece[n] = x->in[0], start[n] = ir_attr_i(x, "before");
+    return n + 1;
+}
+
+/* The gradient sum id as one concat when it is a sum of pads whose pieces
+ * tile its axis in order with no gap or overlap (pad + add computes the
+ * same values, but for a -0 piece element, which the add made +0); else
+ * id. The concat reads each piece once and writes the result once, where
+ * the pads wrote the whole width per piece and the adds read it back. */
+static int join_pads(ad_ctx *ctx, int nfwd, int id)
+{
+    const ir_graph *g = ctx->g;
+    const ir_type *t = &g->nodes[id]->type;
+    int piece[MAX_PIECES], axis = 0;
+    int64_t start[MAX_PIECES];
+    int n = g->nodes[id]->op == IR_OP_add ? pad_pieces(g, nfwd, id, t, &axis, piece, start, 0) : -1;
+    if (n < 2) return id;
+    for (int i = 1; i < n; i++) /* by start; few pieces */
+        for (int j = i; j > 0 && start[j] < start[j - 1]; j--) {
+            int p = piece[j];
+            int64_t s = start[j];
+            piece[j] = piece[j - 1], start[j] = start[j - 1];
+            piece[j - 1] = p, start[j - 1] = s;
+        }
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (start[i] != at) return id;
+        at += g->nodes[piece[i]]->type.dims[axis];
+    }
+    if (at != t->dims[axis]) return id;
+    ir_attr attr = {.name = "axis", .kind = IR_ATTR_INT, .i = axis};
+    int c = ad_emit(ctx, IR_OP_concat, n, piece, 1, &attr, NULL);
+    return c >= 0 && ir_type_eq(&g->nodes[c]->type, t) ? c : id;
 }
 
 alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
@@ -78,6 +136,10 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
     int dx_small[16];
     for (int i = loss; i >= 0 && !g->status; i--) {
         if (!active[i] || !reach[i] || grad[i] < 0 || g->nodes[i]->nin == 0) continue;
+        int joined = g->nnodes; /* every consumer of i came later: grad[i] is whole */
+        grad[i] = join_pads(&ctx, nfwd, grad[i]);
+        for (int k = joined; k < g->nnodes; k++) g->nodes[k]->origin = i;
+        if (g->status) break;
         const ir_node *n = g->nodes[i];
         ad_rule rule = ad_rules[n->op];
         char label[64];
@@ -119,6 +181,7 @@ alloy_status pass_autodiff(ir_graph **gp, const pass_options *opts)
     for (int i = 0; i < nfwd && !g->status; i++) {
         const ir_node *n = g->nodes[i];
         if (n->nin || !active[i] || grad[i] < 0) continue;
+        grad[i] = join_pads(&ctx, nfwd, grad[i]);
         char name[512];
         al_fmt(name, sizeof name, GRAD_PREFIX "%s", n->name);
         ir_add_output(g, name, grad[i]);

@@ -32,22 +32,28 @@ static void fmt_bytes(char *buf, size_t len, double bytes)
     al_fmt(buf, len, bytes == floor(bytes) ? "%.0f %s" : "%.1f %s", bytes, units[u]);
 }
 
-/* Lifetimes: first[i] / last[i] step of every value with arena bytes (first
- * -1 for the others), and the live bytes per step into live[0..nsteps)
- * (a value written in place over its operand or a step input shares its bytes: counted once). */
+/* The value owning node i's arena bytes: i, or the value i is a view of. */
+static int owner(const mem_plan *p, int i) { return p->view_of && p->view_of[i] >= 0 ? p->view_of[i] : i; }
+
+/* Lifetimes: first[i] / last[i] step of every value with arena bytes of
+ * its own (first -1 for the others: views are drawn as their owner, which
+ * lives until the last use of any of them), and the live bytes per step
+ * into live[0..nsteps) (a value written in place over its operand or a step
+ * input shares its bytes: counted once). */
 static void lifetimes(const ir_graph *g, const schedule *s, const mem_plan *p, int *first, int *last, int64_t *live)
 {
     int n = g->nnodes, last_step = s->nsteps - 1;
     for (int i = 0; i < n; i++) {
         first[i] = last[i] = -1;
-        if (p->offset[i] < 0 || s->step_of[i] < 0 || slot_bytes(g->nodes[i]) == 0) continue;
+        if (p->offset[i] < 0 || s->step_of[i] < 0 || slot_bytes(g->nodes[i]) == 0 || owner(p, i) != i) continue;
         first[i] = last[i] = s->step_of[i];
-        if (s->kept[i]) last[i] = last_step;
     }
+    for (int i = 0; i < n; i++)
+        if (s->kept[i] && first[owner(p, i)] >= 0) last[owner(p, i)] = last_step;
     for (int j = 0; j < n; j++) {
         const ir_node *c = g->nodes[j];
         for (int k = 0; k < c->nin; k++) {
-            int i = c->in[k];
+            int i = owner(p, c->in[k]);
             if (first[i] >= 0 && s->step_of[j] > last[i]) last[i] = s->step_of[j];
         }
     }
@@ -62,7 +68,7 @@ static void lifetimes(const ir_graph *g, const schedule *s, const mem_plan *p, i
         const ir_node *c = g->nodes[i];
         const sched_step *st = &s->steps[s->step_of[i]];
         for (int k = 0; k < c->nin + st->nin; k++) {
-            int j = k < c->nin ? c->in[k] : s->inputs[st->first_in + k - c->nin];
+            int j = owner(p, k < c->nin ? c->in[k] : s->inputs[st->first_in + k - c->nin]);
             if (first[j] >= 0 && j != i && p->offset[j] == p->offset[i] && last[j] == first[i]) {
                 live[first[i]] -= b, live[first[i] + 1] += b;
                 break;

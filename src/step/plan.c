@@ -161,12 +161,13 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-enum { F_MAT = 1, F_KEEP = 2, F_TAKEN = 4, F_FREED = 8 };
+enum { F_MAT = 1, F_KEEP = 2, F_TAKEN = 4, F_FREED = 8, F_VIEWED = 16 };
 
 /* Scratch of one plan_build call. */
 typedef struct planner {
     const ir_graph *g;
     const int *exec_pos;
+    const int *view_of; /* plan_schedule's, or NULL */
     uint8_t *flags;     /* F_* per node */
     int *last;          /* last position the value is needed at (INT_MAX: kept) */
     int *users_at_last; /* distinct consumers at that position */
@@ -177,6 +178,9 @@ typedef struct planner {
 } planner;
 
 static int pos_of(const planner *p, int i) { return p->exec_pos ? p->exec_pos[i] : i; }
+
+/* The value owning node i's slot: i itself, or the value it is a view of. */
+static int owner_of(const planner *p, int i) { return p->view_of && p->view_of[i] >= 0 ? p->view_of[i] : i; }
 
 static int64_t slot_bytes(const ir_node *n)
 {
@@ -207,10 +211,23 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
         p->last[i] = p->flags[i] & F_KEEP ? INT_MAX : pos_of(p, i);
         p->stamp[i] = -1;
     }
+    for (int i = 0; i < g->nnodes && p->view_of; i++) {
+        int o = p->view_of[i];
+        if (o < 0) continue;
+        if (o >= g->nnodes || p->view_of[o] >= 0 || !(p->flags[i] & F_MAT) || !(p->flags[o] & F_MAT) ||
+            pos_of(p, o) >= pos_of(p, i)) {
+            al_fmt(err, errlen, "schedule: %s '%s' is a view of a value that cannot hold it", ir_ops[g->nodes[i]->op].name,
+                   ir_node_label(g->nodes[i], a, sizeof a));
+            return ALLOY_ERR_INVALID;
+        }
+        p->flags[o] |= F_VIEWED;
+        if (p->flags[i] & F_KEEP) p->last[o] = INT_MAX; /* a kept view keeps its owner's bytes */
+    }
+    /* a use of a view is a use of the value that owns its slot */
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
-            int j = n->in[k];
+            int j = owner_of(p, n->in[k]);
             if (is_bound_leaf(g->nodes[j]) || (s && s->bound && s->bound[j])) continue;
             if (pos_of(p, j) > pos_of(p, i) || (!(p->flags[j] & F_MAT) && pos_of(p, j) != pos_of(p, i))) {
                 al_fmt(err, errlen,
@@ -226,7 +243,7 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
-            int j = n->in[k];
+            int j = owner_of(p, n->in[k]);
             if (!(p->flags[j] & F_MAT) || p->stamp[j] == i) continue;
             p->stamp[j] = i;
             p->users_at_last[j] += p->last[j] == pos_of(p, i);
@@ -258,12 +275,15 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
     return ALLOY_OK;
 }
 
-/* Whether node i may take value j's slot: j materialized, not kept, not
- * taken, produced before i's position and last used there (by `users`
- * consumers at most; 0: any number), with i's dims and element size. */
+/* Whether node i may take value j's slot (the slot of j's owner when j is
+ * a view): the owner materialized, not kept, not taken, produced before
+ * i's position and last used there, it and its views (by `users`
+ * consumers at most; 0: any number), and j with i's dims and element
+ * size. */
 static bool may_take(const planner *p, int i, int j, int users)
 {
     const ir_node *n = p->g->nodes[i], *o = p->g->nodes[j];
+    j = owner_of(p, j);
     if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) return false;
     if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || (users && p->users_at_last[j] != users))
         return false;
@@ -277,11 +297,11 @@ static int inplace_operand(const planner *p, const plan_schedule *s, int i)
 {
     const ir_node *n = p->g->nodes[i];
     /* the readers of an alias all run in i's step before i: any number */
-    if (s && s->alias_of && s->alias_of[i] >= 0 && may_take(p, i, s->alias_of[i], 0)) return s->alias_of[i];
+    if (s && s->alias_of && s->alias_of[i] >= 0 && may_take(p, i, s->alias_of[i], 0)) return owner_of(p, s->alias_of[i]);
     bool ok = s && s->inplace_ok ? s->inplace_ok[i] != 0 : ir_ops[n->op].elementwise;
     if (!ok) return -1;
     for (int k = 0; k < n->nin; k++)
-        if (may_take(p, i, n->in[k], 1)) return n->in[k];
+        if (may_take(p, i, n->in[k], 1)) return owner_of(p, n->in[k]);
     return -1;
 }
 
@@ -289,6 +309,12 @@ static int inplace_operand(const planner *p, const plan_schedule *s, int i)
 static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
 {
     const ir_node *n = p->g->nodes[i];
+    if (owner_of(p, i) != i) { /* a view: its owner's bytes, placed at an earlier position */
+        out->offset[i] = out->offset[p->view_of[i]];
+        out->views++;
+        p->flags[i] |= F_FREED; /* nothing of its own to give back */
+        return 0;
+    }
     out->bytes_by_dtype[n->type.dtype] += ir_nbytes(&n->type);
     int64_t bytes = slot_bytes(n);
     if (bytes == 0) {
@@ -307,9 +333,11 @@ static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
     return bytes;
 }
 
-/* Gives back value j's slot if position pos was its last use; returns the bytes freed. */
+/* Gives back the slot of value j (of its owner when j is a view) if
+ * position pos was its last use; returns the bytes freed. */
 static int64_t release(planner *p, const mem_plan *out, int j, int pos)
 {
+    j = owner_of(p, j);
     if ((p->flags[j] & (F_MAT | F_TAKEN | F_FREED)) != F_MAT || p->last[j] != pos) return 0;
     p->flags[j] |= F_FREED;
     int64_t bytes = slot_bytes(p->g->nodes[j]);
@@ -326,7 +354,7 @@ alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out
         return ALLOY_ERR_INVALID;
     }
     size_t n = (size_t)g->nnodes;
-    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL};
+    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL, .view_of = s ? s->view_of : NULL};
     p.flags = al_calloc(n + 1, 1);
     p.last = al_calloc(n + 1, sizeof(int));
     p.users_at_last = al_calloc(n + 1, sizeof(int));
@@ -364,6 +392,15 @@ alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out
         out->arena_bytes = (size_t)p.space.top;
         out->peak_live_bytes = (size_t)peak;
     }
+    if (!st && out->views) {
+        out->view_of = al_malloc(sizeof(int) * (n + 1));
+        if (!out->view_of) {
+            al_fmt(err, errlen, "out of memory planning %d nodes", g->nnodes);
+            st = ALLOY_ERR_OOM;
+        } else {
+            for (size_t i = 0; i < n; i++) out->view_of[i] = p.view_of[i];
+        }
+    }
     al_free(p.flags);
     al_free(p.last);
     al_free(p.users_at_last);
@@ -380,6 +417,7 @@ void plan_free(mem_plan *p)
     if (!p) return;
     al_free(p->offset);
     al_free(p->state_of);
+    al_free(p->view_of);
     memset(p, 0, sizeof *p);
 }
 
@@ -398,10 +436,10 @@ static bool step_cannot_fail(const ir_graph *g, const schedule *s, int k)
 }
 
 /* Fills state_of (nn entries, all -1) with the updates that plan_for_step
- * writes in place; returns the first step writing one, or -1. scratch has
- * 3 nn ints. Steps run in index order, the members of an EW part chunk by
+ * writes in place (none that a view reads: viewed, per node); returns the
+ * first step writing one, or -1. scratch has 3 nn ints. Steps run in index order, the members of an EW part chunk by
  * chunk in member order. Linear in the nodes and operands. */
-static int updates_in_place(const ir_graph *g, const schedule *s, int *state_of, int *scratch)
+static int updates_in_place(const ir_graph *g, const schedule *s, const uint8_t *viewed, int *state_of, int *scratch)
 {
     int nn = g->nnodes, tail = s->nsteps;
     while (tail > 0 && step_cannot_fail(g, s, tail - 1)) tail--;
@@ -417,6 +455,7 @@ static int updates_in_place(const ir_graph *g, const schedule *s, int *state_of,
     for (int u = 0; u < g->nupdates; u++) {
         int t = ir_find_name(g, g->updates[u].name), v = g->updates[u].node, k = v >= 0 ? s->step_of[v] : -1;
         if (t < 0 || t == v || k < tail || part[v] < 0 || !sched_stored(s, v)) continue;
+        if (viewed[v]) continue; /* a view of v reads v's arena slot, so v keeps one */
         const ir_node *leaf = g->nodes[t];
         if ((leaf->op != IR_OP_param && leaf->op != IR_OP_state) || !ir_type_eq(&leaf->type, &g->nodes[v]->type))
             continue;
@@ -459,7 +498,7 @@ alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, 
 /* Per node, the row input whose slot a stored member of a row step may
  * take (-1 none): an input from outside the step with the member's dims
  * whose readers in the step all come before the member and which the
- * member does not read. The row executors compute members in order on a
+ * member does not read (nor any value sharing its slot: views). The row executors compute members in order on a
  * block of whole rows (CPU) or a row per team with each column read and
  * written by one thread (CUDA), so every read of the input's row is done
  * before the member's row is stored over it (a column sum's result is
@@ -467,7 +506,7 @@ alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, 
  * by a kernel after the row kernel). The classifier's case: the
  * logits' row is cast to f32 for cross_entropy and its gradient, whose
  * f16 result then goes where the logits were. NULL when out of memory. */
-static int *row_aliases(const ir_graph *g, const schedule *s, const uint8_t *mat)
+static int *row_aliases(const ir_graph *g, const schedule *s, const uint8_t *mat, const int *view_of)
 {
     int *alias = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
     if (!alias) return NULL;
@@ -477,11 +516,12 @@ static int *row_aliases(const ir_graph *g, const schedule *s, const uint8_t *mat
         if (st->kind != STEP_KIND_ROW) continue;
         for (int q = 0; q < st->nin; q++) {
             int j = s->inputs[st->first_in + q], last_reader = -1;
+            int owner = view_of[j] >= 0 ? view_of[j] : j;
             const ir_type *jt = &g->nodes[j]->type;
-            for (int m = 0; m < st->n; m++) {
+            for (int m = 0; m < st->n; m++) { /* readers of j's slot: of its owner or any view of it */
                 const ir_node *x = g->nodes[s->members[st->first + m].node];
                 for (int e = 0; e < x->nin; e++)
-                    if (x->in[e] == j) last_reader = m;
+                    if (x->in[e] == owner || view_of[x->in[e]] == owner) last_reader = m;
             }
             for (int m = last_reader + 1; m < st->n; m++) {
                 int i = s->members[st->first + m].node;
@@ -506,8 +546,10 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     int *pos = al_calloc((size_t)nn + 1, sizeof(int));
     uint8_t *mat = al_calloc((size_t)nn + 1, 1), *inplace = al_calloc((size_t)nn + 1, 1);
     uint8_t *keep = al_calloc((size_t)nn + 1, 1), *bound = al_calloc((size_t)nn + 1, 1);
+    uint8_t *viewed = al_calloc((size_t)nn + 1, 1);
+    int *view_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
     alloy_status st = ALLOY_OK;
-    if (!pos || !mat || !inplace || !keep || !bound) {
+    if (!pos || !mat || !inplace || !keep || !bound || !viewed || !view_of) {
         al_fmt(err, errlen, "out of memory planning the arena of %d nodes", nn);
         st = ALLOY_ERR_OOM;
     }
@@ -520,7 +562,11 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
         keep[i] = s->kept[i] || (no_reuse && mat[i]);
         inplace[i] = !no_reuse && step->kind == STEP_KIND_EW && step->n == 1;
     }
-    int *alias_of = st || no_reuse ? NULL : row_aliases(g, s, mat);
+    for (int i = 0; i < nn && !st; i++) { /* views share their owner's slot even without reuse */
+        view_of[i] = sched_view_root(g, s, i);
+        if (view_of[i] >= 0) viewed[view_of[i]] = 1;
+    }
+    int *alias_of = st || no_reuse ? NULL : row_aliases(g, s, mat, view_of);
     if (!st && !no_reuse && !alias_of) {
         al_fmt(err, errlen, "out of memory planning the row aliases of %d nodes", nn);
         st = ALLOY_ERR_OOM;
@@ -534,7 +580,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
             st = ALLOY_ERR_OOM;
         } else {
             for (int i = 0; i < nn; i++) state_of[i] = -1;
-            first_write = updates_in_place(g, s, state_of, scratch);
+            first_write = updates_in_place(g, s, viewed, state_of, scratch);
             for (int i = 0; i < nn; i++) /* its value lives in the state's buffer: no slot */
                 if (state_of[i] >= 0) bound[i] = 1;
         }
@@ -543,7 +589,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     }
     if (!st) {
         plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace,
-                            .bound = bound, .alias_of = alias_of};
+                            .bound = bound, .alias_of = alias_of, .view_of = view_of};
         st = plan_build(g, &ps, out, err, errlen);
     }
     size_t scratch = 0;
@@ -560,13 +606,41 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     if (!st) out->state_of = state_of, out->first_write = first_write;
     else al_free(state_of);
     al_free(pos), al_free(mat), al_free(inplace), al_free(keep), al_free(bound), al_free(alias_of);
+    al_free(viewed), al_free(view_of);
     return st;
+}
+
+alloy_status plan_attach_views(const ir_graph *g, const schedule *s, mem_plan *p, char *err, size_t errlen)
+{
+    al_free(p->view_of);
+    p->view_of = NULL;
+    p->views = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        int o = sched_view_root(g, s, i);
+        if (o < 0) continue;
+        if (!p->view_of) {
+            p->view_of = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+            if (!p->view_of) {
+                al_fmt(err, errlen, "out of memory reading the views of %d nodes", g->nnodes);
+                return ALLOY_ERR_OOM;
+            }
+            for (int k = 0; k < g->nnodes; k++) p->view_of[k] = -1;
+        }
+        p->view_of[i] = o;
+        p->views++;
+        if (p->offset[o] < 0 || p->offset[i] != p->offset[o] || (p->state_of && p->state_of[o] >= 0)) {
+            al_fmt(err, errlen, "view %%%d is not placed at the arena slot of %%%d, the value it views", i, o);
+            return ALLOY_ERR_INVALID;
+        }
+    }
+    return ALLOY_OK;
 }
 
 void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
 {
     fprintf(out, "# plan: arena %zu bytes, peak live %zu bytes, in place %d", p->arena_bytes, p->peak_live_bytes,
             p->inplace);
+    if (p->views) fprintf(out, ", views %d", p->views);
     if (p->scratch_bytes) fprintf(out, ", scratch %zu at %zu", p->scratch_bytes, p->scratch_offset);
     int written = 0;
     for (int i = 0; p->state_of && i < p->nnodes; i++) written += p->state_of[i] >= 0;
@@ -575,7 +649,9 @@ void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
         if (p->bytes_by_dtype[d]) fprintf(out, ", %s %zu B", alloy_dtype_name((alloy_dtype)d), p->bytes_by_dtype[d]);
     fputc('\n', out);
     for (int i = 0; per_value && i < g->nnodes && i < p->nnodes; i++)
-        if (p->offset[i] >= 0)
+        if (p->view_of && p->view_of[i] >= 0)
+            fprintf(out, "# view %%%d of %%%d @%lld\n", i, p->view_of[i], (long long)p->offset[i]);
+        else if (p->offset[i] >= 0)
             fprintf(out, "# slot %%%d @%lld +%zu\n", i, (long long)p->offset[i], ir_nbytes(&g->nodes[i]->type));
         else if (p->state_of && p->state_of[i] >= 0)
             fprintf(out, "# update %%%d in state %%%d\n", i, p->state_of[i]);

@@ -27,6 +27,7 @@ typedef struct mem_plan {
      * operand's slot and counts once): a lower bound, arena_bytes >= it */
     size_t peak_live_bytes;
     int inplace; /* how many values reuse their operand's slot in place */
+    int views;   /* how many values are views (view_of) */
     /* scratch at the top of the arena (plan_for_schedule: the f32 product
      * of the largest GEMM step), included in arena_bytes */
     size_t scratch_offset, scratch_bytes;
@@ -34,6 +35,14 @@ typedef struct mem_plan {
      * leaf whose buffer holds its value, or -1; NULL when there are none */
     int *state_of;
     int first_write; /* the first step that writes a state buffer (with state_of) */
+    /* views (MEMBER_VIEW: a reshape of a stored value, no kernel): per node,
+     * the value that owns the slot node i's value shares, or -1; NULL when
+     * there are none. A view's offset is its owner's; it has no bytes of
+     * its own (not in bytes_by_dtype), and its owner's slot stays live
+     * until the last use of the owner or of any view of it, so nothing is
+     * written over the slot while any of them is live. An owner is never a
+     * view, a leaf or an update written in place. */
+    int *view_of;
 } mem_plan;
 
 /* The schedule the plan is for. Every array has g->nnodes entries; NULL
@@ -63,6 +72,12 @@ typedef struct plan_schedule {
      * member reading it reads before i is computed (the classifier's
      * gradient over its logits) */
     const int *alias_of;
+    /* node i's value is the bytes of node view_of[i] (-1: none; may be
+     * NULL): it takes that value's offset and no slot of its own, and its
+     * uses (and being kept) count as uses of that value. view_of[i] is a
+     * materialized, non-bound value produced before i that is no view
+     * itself. */
+    const int *view_of;
 } plan_schedule;
 
 /* Plans the arena for g under schedule s (NULL: node order, the defaults
@@ -104,11 +119,16 @@ AL_HIDDEN alloy_status plan_for_schedule(const ir_graph *g, const schedule *s, b
  * in place. */
 AL_HIDDEN alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool no_reuse, mem_plan *out,
                                      char *err, size_t errlen);
+/* Fills p->view_of (plan.h) from the views of schedule s (MEMBER_VIEW)
+ * for a plan read back from a file, and checks that each view's offset is
+ * its owner's and that the owner has an arena slot: ALLOY_ERR_INVALID with
+ * the node in err otherwise, ALLOY_ERR_OOM. */
+AL_HIDDEN alloy_status plan_attach_views(const ir_graph *g, const schedule *s, mem_plan *p, char *err, size_t errlen);
 /* Prints the plan as comment lines: a summary ("# plan: arena N bytes, peak
- * live N bytes, in place N, scratch N at N, updates in place N, f32 N B,
- * ...") and, when per_value, one "# slot %id @offset +bytes" line per
- * materialized value and "# update %id in state %leaf" per update written
- * in place. */
+ * live N bytes, in place N, views N, scratch N at N, updates in place N,
+ * f32 N B, ...") and, when per_value, one "# slot %id @offset +bytes" line
+ * per materialized value, "# view %id of %owner @offset" per view and
+ * "# update %id in state %leaf" per update written in place. */
 AL_HIDDEN void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out);
 /* Frees what plan_build allocated and empties p (safe on an empty plan). */
 AL_HIDDEN void plan_free(mem_plan *p);

@@ -247,6 +247,14 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
         add_members(&b, step, members, size);
         add_inputs(&b, step);
     }
+    /* a lone reshape of a stored value is that value's bytes read with other
+     * dims (every arena value is contiguous): a view, no kernel */
+    for (int k = 0; k < out->nsteps; k++) {
+        const sched_step *step = &out->steps[k];
+        const ir_node *n = g->nodes[step->pos];
+        if (step->kind == STEP_KIND_OP && n->op == IR_OP_reshape && out->step_of[n->in[0]] >= 0)
+            out->members[step->first].flags |= MEMBER_VIEW;
+    }
     ir_groups_free(&gs);
     al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
     return st;
@@ -257,6 +265,14 @@ void sched_free(schedule *s)
     al_free(s->steps), al_free(s->members), al_free(s->parts), al_free(s->inputs);
     al_free(s->step_of), al_free(s->member_of), al_free(s->kept);
     memset(s, 0, sizeof *s);
+}
+
+int sched_view_root(const ir_graph *g, const schedule *s, int i)
+{
+    int root = -1;
+    for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW);)
+        root = i = g->nodes[i]->in[0];
+    return root;
 }
 
 bool sched_stored(const schedule *s, int i)
@@ -275,7 +291,8 @@ void sched_print(const ir_graph *g, const schedule *s, FILE *out)
     static const struct {
         uint8_t flag;
         char letter;
-    } letters[] = {{MEMBER_STORED, 's'}, {MEMBER_EXACT, 'x'}, {MEMBER_RANGED, 'r'}, {MEMBER_CHECK, 'c'}, {MEMBER_SPILLED, 'p'}};
+    } letters[] = {{MEMBER_STORED, 's'}, {MEMBER_EXACT, 'x'}, {MEMBER_RANGED, 'r'}, {MEMBER_CHECK, 'c'}, {MEMBER_SPILLED, 'p'},
+                   {MEMBER_VIEW, 'v'}};
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
         char ty[96];

@@ -32,6 +32,7 @@ enum {
     MEMBER_RANGED = 4,  /* an unrounded f16/bf16 value: f32 precision, but it overflows to inf where a store would */
     MEMBER_CHECK = 8,   /* the step's found_inf reads it: a non-finite value (as stored) sets the flag */
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
+    MEMBER_VIEW = 32,   /* a reshape of a stored value: no kernel; its value is its operand's bytes (plan.h, view_of) */
 };
 
 /* A part: members run as one unit inside a step. EW parts are one chunked
@@ -85,10 +86,15 @@ AL_HIDDEN void sched_free(schedule *s);
 AL_HIDDEN const char *sched_kind_name(step_kind k);
 /* Whether node i's value is materialized (a stored member; leaves are bound, not stored). */
 AL_HIDDEN bool sched_stored(const schedule *s, int i);
+/* The value whose arena slot node i's value shares as a view (following
+ * views of views to the value that owns the slot; MEMBER_VIEW), or -1 when
+ * i is not a view. sched_build makes a lone reshape a view when its operand
+ * is a stored value (not a leaf: a leaf's buffer is bound at run time). */
+AL_HIDDEN int sched_view_root(const ir_graph *g, const schedule *s, int i);
 /* Prints the schedule as comment lines, one per step:
  *   # step 12 row @%31 f32[2048,64]: in %27 %12; ew %28 %29 | row %30=xs | ew %31=s
  * (parts separated by "|", a column sum's as "colsum %33=s"; each member's flags after "=": s stored, x
- * exact, r ranged, c checked, p spilled). */
+ * exact, r ranged, c checked, p spilled, v a view). */
 AL_HIDDEN void sched_print(const ir_graph *g, const schedule *s, FILE *out);
 
 #endif

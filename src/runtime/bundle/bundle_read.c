@@ -159,7 +159,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
                        next_member + next_part + next_in);
     for (int i = 0; i < s->nmembers && !r->bad; i++) {
         s->members[i].node = rd_int(r, "member node", 0, nn - 1);
-        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 31);
+        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 63);
         if (!r->bad && is_leaf(g, s->members[i].node))
             rd_fail(r, "%s: member %%%" PRId64 " is an input, param or state", "schedule", s->members[i].node);
     }
@@ -193,6 +193,10 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
         else if (!space || !ir_type_eq(space, &t->space))
             rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
         else if ((t->kind == STEP_KIND_OP || t->kind == STEP_KIND_COLLECTIVE) && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
+        for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape of a non-leaf */
+            if ((s->members[m].flags & MEMBER_VIEW) &&
+                (t->kind != STEP_KIND_OP || last->op != IR_OP_reshape || is_leaf(g, last->in[0])))
+                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape of a computed value", "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);
@@ -278,6 +282,14 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
         else if (off < 0 || off % PLAN_ALIGN || (uint64_t)off > p->arena_bytes ||
                  bytes > p->arena_bytes - (size_t)off)
             rd_fail(r, "%s: node %%%" PRId64 "'s slot lies outside the arena or is misaligned", "plan", i);
+    }
+    char msg[160];
+    alloy_status vs = r->bad ? ALLOY_OK : plan_attach_views(g, s, p, msg, sizeof msg);
+    if (vs) { /* the schedule's views, each at the slot of the value it views */
+        r->oom = vs == ALLOY_ERR_OOM;
+        r->bad = true;
+        al_fmt(r->err, r->errlen, "%s: section %s: %s", r->where, r->section, msg);
+        return false;
     }
     return rd_done(r);
 }

@@ -43,6 +43,7 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     case STEP_KIND_OP:
     case STEP_KIND_COLLECTIVE: break;
     }
+    if (members[0].flags & MEMBER_VIEW) return; /* its value is its operand's bytes (the plan's view_of) */
     const ir_node *n = g->nodes[members[0].node];
     rt_tensor in_small[8];
     rt_tensor *in = n->nin <= 8 ? in_small : al_malloc(sizeof(rt_tensor) * (size_t)n->nin);
