@@ -88,6 +88,8 @@ static const known_gap library_ops[] = {
     {"matmul", "a library GEMM (cuBLASLt)"},
     /* a library call too, on the CPU backend today (docs/distributed.md) */
     {"all_reduce", "a collective (data-parallel training runs on the CPU backend; NCCL is not wired in yet)"},
+    {"reduce_scatter", "a collective (data-parallel training runs on the CPU backend; NCCL is not wired in yet)"},
+    {"all_gather", "a collective (data-parallel training runs on the CPU backend; NCCL is not wired in yet)"},
     {NULL, NULL},
 };
 

@@ -289,6 +289,9 @@ static const char collective_ops[] =
     "  %t = all_reduce(%s) {reduce=\"sum\"} : f32[2,4]\n"
     "  %fi = found_inf(%t) : bool[]\n"
     "  %m = all_reduce(%fi) {reduce=\"max\"} : bool[]\n"
+    "  %flat = reshape(%t) : f32[8]\n"
+    "  %shard = reduce_scatter(%flat) {world=4} : f32[2]\n"
+    "  %whole = all_gather(%shard) {world=4} : f32[8]\n"
     "}\n";
 
 static void every_op_round_trips_byte_for_byte(void **state)

@@ -630,6 +630,52 @@ RULE(ty_all_reduce)
     return ALLOY_OK;
 }
 
+/* the world attribute of a reduce_scatter / all_gather and its 1-D numeric
+ * operand, checked */
+static alloy_status world_operand(const ir_node *n, const ir_type *x, int64_t *world, char *err, size_t errlen)
+{
+    *world = ir_attr_i(n, "world");
+    if (*world < 1 || *world > 1 << 20) {
+        al_fmt(err, errlen, "world must be 1 to %d ranks, not %lld", 1 << 20, (long long)*world);
+        return ALLOY_ERR_INVALID;
+    }
+    if (x->rank != 1) {
+        al_fmt(err, errlen, "operand must be 1-D (a flat bucket), not rank %d", x->rank);
+        return ALLOY_ERR_SHAPE;
+    }
+    if (x->dtype == ALLOY_BOOL) {
+        al_fmt(err, errlen, "operand must be numeric, not bool");
+        return ALLOY_ERR_DTYPE;
+    }
+    return ALLOY_OK;
+}
+
+/* x[n] -> x's dtype [n / world]: this rank's shard of the sum over the ranks */
+RULE(ty_reduce_scatter)
+{
+    int64_t world;
+    alloy_status st = world_operand(n, in[0], &world, why, whylen);
+    if (st) return st;
+    if (in[0]->dims[0] % world)
+        FAIL(ALLOY_ERR_SHAPE, "%lld elements do not split into %lld equal shards (pad the bucket to a multiple)",
+             (long long)in[0]->dims[0], (long long)world);
+    *out = *in[0];
+    out->dims[0] = in[0]->dims[0] / world;
+    return ALLOY_OK;
+}
+
+/* x[n] -> x's dtype [world * n]: every rank's x in rank order */
+RULE(ty_all_gather)
+{
+    int64_t world;
+    alloy_status st = world_operand(n, in[0], &world, why, whylen);
+    if (st) return st;
+    if (in[0]->dims[0] > INT64_MAX / world) FAIL(ALLOY_ERR_SHAPE, "the gathered size overflows");
+    *out = *in[0];
+    out->dims[0] = in[0]->dims[0] * world;
+    return ALLOY_OK;
+}
+
 /* any number of floating-point tensors -> bool scalar */
 RULE(ty_found_inf)
 {
