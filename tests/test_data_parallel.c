@@ -96,21 +96,51 @@ static bool run_rows(alloy_graph *g, const float *x, const int32_t *t, alloy_ste
     return ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), what) && ok(g, alloy_graph_step_info(g, info), what);
 }
 
-/* FNV-1a over every state tensor's bytes, in state order. */
-static uint64_t state_hash(alloy_graph *g)
+/* FNV-1a over every state tensor's bytes, in state order, but for ZeRO-1's
+ * shards (the tensors whose size differs from ref's), which differ by rank. */
+static uint64_t state_hash(alloy_graph *g, alloy_graph *ref)
 {
     uint64_t h = 1469598103934665603ull;
     int n = alloy_graph_state_count(g);
     for (int i = 0; i < n; i++) {
-        alloy_host_tensor s;
-        if (alloy_graph_state_at(g, i, &s)) continue;
+        alloy_host_tensor s, r;
+        if (alloy_graph_state_at(g, i, &s) || alloy_graph_get_state(ref, s.name, &r) ||
+            alloy_host_tensor_numel(&s) != alloy_host_tensor_numel(&r))
+            continue;
         size_t bytes = (size_t)alloy_host_tensor_numel(&s) * alloy_dtype_size(s.dtype);
         for (size_t k = 0; k < bytes; k++) h = (h ^ ((const uint8_t *)s.data)[k]) * 1099511628211ull;
     }
     return h;
 }
 
-/* Every state tensor of dp equals the reference's of the same name, bit for bit. */
+/* 0: state must equal the reference's bit for bit; else the relative
+ * difference allowed (ZeRO-1 with clipping: its norm sums each shard's
+ * squares, not each tensor's, so the clip factor may differ in its last
+ * bits; docs/distributed.md) */
+static double tolerance;
+
+static bool same_f32(float a, float b)
+{
+    if (!memcmp(&a, &b, sizeof a)) return true;
+    return tolerance > 0 && fabs((double)a - (double)b) <= tolerance * fmax(fabs((double)a), fabs((double)b));
+}
+
+/* Whether a (n elements) is this rank's ZeRO-1 shard of b (m elements):
+ * elements [rank s, (rank+1) s) of b padded with zeros, s = ceil(m / world). */
+static bool is_shard_of(const alloy_host_tensor *a, const alloy_host_tensor *b)
+{
+    int64_t n = alloy_host_tensor_numel(a), m = alloy_host_tensor_numel(b), s = (m + world - 1) / world;
+    if (n != s || a->dtype != ALLOY_F32 || b->dtype != ALLOY_F32) return false;
+    for (int64_t i = 0; i < s; i++) {
+        int64_t j = rank * s + i;
+        float want = j < m ? ((const float *)b->data)[j] : 0.0f;
+        if (!same_f32(((const float *)a->data)[i], want)) return false;
+    }
+    return true;
+}
+
+/* Every state tensor of dp equals the reference's of the same name, bit for
+ * bit (a ZeRO-1 moment: this rank's shard of the reference's). */
 static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const char *what)
 {
     int n = alloy_graph_state_count(dp);
@@ -123,7 +153,13 @@ static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const cha
             continue;
         }
         size_t bytes = (size_t)alloy_host_tensor_numel(&a) * alloy_dtype_size(a.dtype);
-        if (alloy_host_tensor_numel(&a) != alloy_host_tensor_numel(&b) || memcmp(a.data, b.data, bytes))
+        bool same = alloy_host_tensor_numel(&a) == alloy_host_tensor_numel(&b) && !memcmp(a.data, b.data, bytes);
+        if (!same && tolerance > 0 && a.dtype == ALLOY_F32 && alloy_host_tensor_numel(&a) == alloy_host_tensor_numel(&b)) {
+            same = true;
+            for (int64_t k = 0; k < alloy_host_tensor_numel(&a); k++)
+                same &= same_f32(((const float *)a.data)[k], ((const float *)b.data)[k]);
+        }
+        if (alloy_host_tensor_numel(&a) != alloy_host_tensor_numel(&b) ? !is_shard_of(&a, &b) : !same)
             fail("%s: state %s differs from the accumulating process", what, step, a.name);
     }
 }
@@ -135,14 +171,14 @@ static void compare_state(alloy_graph *dp, alloy_graph *ref, int step, const cha
  * come from rank 0. state_first: its state is made before
  * set_data_parallel (which broadcasts it then), else at the first run. */
 static void train_case(const char *what, bool amp, alloy_optimizer o, size_t bucket_bytes, int inject_step,
-                       bool state_first, alloy_comm *comm)
+                       bool state_first, int zero, alloy_comm *comm)
 {
     alloy_graph *dp = mlp("dp", R, amp, &o, 11 + 1000 * (uint64_t)rank);
     alloy_optimizer acc = o;
     acc.accumulation_steps = world;
     alloy_graph *ref = mlp("ref", R, amp, &acc, 11);
     /* two ranks: MPI's sum is one addition; more: summed in rank order, as the accumulation adds */
-    alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .timeout_s = 120, .ordered_sum = world > 2};
+    alloy_data_parallel opt = {.bucket_bytes = bucket_bytes, .zero_stage = zero, .timeout_s = 120, .ordered_sum = world > 2};
     if (state_first && alloy_graph_state_count(dp) < 4) fail("%s: %s", what, -1, "no state before set_data_parallel");
     ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
     float x[MAXW * R * IN];
@@ -185,7 +221,7 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
         }
         compare_state(dp, ref, step, what);
         /* and the ranks hold the same state */
-        uint64_t h = state_hash(dp), lo = h, hi = h;
+        uint64_t h = state_hash(dp, ref), lo = h, hi = h;
         MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
         MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
         if (lo != hi) fail("%s: %s", what, step, "the ranks' states differ");
@@ -221,6 +257,32 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
     }
     alloy_graph_free(dp);
     alloy_graph_free(ref);
+}
+
+/* ZeRO-1 keeps each rank's shard of the moments: AdamW's state is 412
+ * parameters, 2 moments of them, and the scaler's and counters' scalars;
+ * under ZeRO-1 each moment holds sum ceil(n / world) = 206 (2 ranks) or 138
+ * (3 ranks) elements, so the state is 2 * 4 * (412 - that) bytes smaller. */
+static void zero_memory_case(alloy_comm *comm)
+{
+    alloy_optimizer o = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
+    alloy_memory_info info[2];
+    for (int zero = 0; zero <= 1; zero++) {
+        alloy_graph *g = mlp("dp", R, true, &o, 11);
+        alloy_data_parallel opt = {.zero_stage = zero, .timeout_s = 120, .ordered_sum = world > 2};
+        ok(g, alloy_graph_set_data_parallel(g, comm, &opt), "set_data_parallel");
+        ok(g, alloy_graph_memory_info(g, &info[zero]), "memory_info");
+        alloy_graph_free(g);
+    }
+    size_t shard = world == 2 ? 206 : world == 3 ? 138 : 103, want = 2 * 4 * (412 - shard);
+    if (info[0].state_bytes - info[1].state_bytes != want) {
+        fprintf(stderr, "rank %d: FAIL ZeRO-1 state %zu bytes, without %zu: expected %zu fewer\n", rank,
+                info[1].state_bytes, info[0].state_bytes, want);
+        failures++;
+    } else if (rank == 0) {
+        printf("ZeRO-1 memory: state %zu bytes a rank, %zu without ZeRO (the moments %zu of 412 elements)\n",
+               info[1].state_bytes, info[0].state_bytes, shard);
+    }
 }
 
 /* ordered_sum adds in rank order, whatever MPI's algorithm: over 3 ranks
@@ -456,11 +518,21 @@ int main(int argc, char **argv)
     } else if (comm) {
         ordered_sum_case(comm);
         /* f32 SGD with momentum and weight decay, buckets of 256 bytes (several, each of several gradients) */
-        train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, false, comm);
+        train_case("f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 256, -1, false, 0, comm);
         /* AdamW with f16 AMP, the dynamic scaler and clipping, one bucket; step 5 has an inf on rank 1 alone */
         alloy_optimizer adamw = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
         adamw.clip_norm = 0.5;
-        train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, comm);
+        train_case("f16 AMP AdamW clipped", true, adamw, 0, 5, true, 0, comm);
+        /* the same with ZeRO-1: every parameter sharded (412 elements: 206 a rank over 2, 96 + 8 + 32 + 2 over 3,
+         * b1's 24 and w2's 96 split evenly by 3, w1's 288 too, b2's 4 padded to 6) */
+        alloy_optimizer noclip = adamw;
+        noclip.clip_norm = 0;
+        train_case("ZeRO-1 f16 AMP AdamW", true, noclip, 0, 5, true, 1, comm);
+        tolerance = 1e-5; /* the norm of shards: the clip factor's last bits */
+        train_case("ZeRO-1 f16 AMP AdamW clipped", true, adamw, 0, 5, true, 1, comm);
+        tolerance = 0;
+        train_case("ZeRO-1 f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 0, -1, false, 1, comm);
+        zero_memory_case(comm);
         checkpoint_case(comm);
         dropout_case(comm);
         mismatch_case(comm);

@@ -18,6 +18,11 @@
  * "step.grad_norm" (f64); with clip_norm > 0 gradients are scaled by
  * min(1, clip_norm / (norm + 1e-6)) first (PyTorch's clip_grad_norm_).
  * Updates follow PyTorch's formulas (torch.optim.SGD, Adam, AdamW).
+ * Under ZeRO-1 (dp_zero = 1; data_parallel.c) each "grad:<name>" is this
+ * rank's shard of the flattened, padded gradient: the update runs on the
+ * same shard of the parameter, with moments of the shard's length, and the
+ * updated shards are all-gathered into the parameter; the squared norm is
+ * the sum over the ranks (all_reduce) of each rank's shards' sum_squares.
  */
 #include <math.h>
 #include <string.h>
@@ -173,6 +178,8 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
     al_free(grads);
     if (g->status) return g->status;
     if (sumsq < 0) return ir_error(g, ALLOY_ERR_INVALID, "optimizer: no trainable parameter gets a gradient from the loss");
+    bool zero = opts->dp_zero == 1 && opts->dp_world >= 1;
+    if (zero) sumsq = E1(all_reduce, sumsq); /* the shards' squares of every rank */
     int norm = E1(sqrt, sumsq);
     int coef = o->clip_norm > 0 ? E2(minimum, S(F, 1.0), E2(div, S(F, o->clip_norm), E2(add, norm, S(F, 1e-6))))
                                 : -1;
@@ -186,8 +193,10 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
         bool decay;
         pg_lookup(opts->groups, opts->ngroups, nm + 5, &lr_scale, &decay);
         int plr = lr_scale == 1.0 ? lr : E2(mul, lr, S(F, lr_scale));
-        int np = update_param(c, o, nm + 5, p, grad, plr, decay ? o->weight_decay : 0.0, next, apply);
-        ir_add_update(g, nm + 5, apply >= 0 ? E3(where, apply, np, p) : np);
+        int old = zero ? dp_shard_of(c, p, opts->dp_world, opts->dp_rank) : p;
+        int np = update_param(c, o, nm + 5, old, grad, plr, decay ? o->weight_decay : 0.0, next, apply);
+        if (apply >= 0) np = E3(where, apply, np, old);
+        ir_add_update(g, nm + 5, zero ? dp_unshard(c, np, &g->nodes[p]->type, opts->dp_world) : np);
     }
     if (!g->status) ir_add_output(g, OUT_LR, lr);
     if (!g->status) ir_add_output(g, OUT_GRAD_NORM, norm);
