@@ -387,6 +387,73 @@ static void checkpoint_case(alloy_comm *comm)
     alloy_graph_free(a), alloy_graph_free(single), alloy_graph_free(resumed);
 }
 
+/* One step of the ZeRO-1 ranks (dp, its slice) and of the accumulating
+ * process (ref, every slice in rank order): the loss the ranks report is
+ * the mean of ref's micro-batch losses and the state is ref's (shards of
+ * it), bit for bit. */
+static void zero_step_pair(alloy_graph *dp, alloy_graph *ref, int step, const char *what)
+{
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
+    alloy_step_info di, ri;
+    batch_of(200 + step, x, t);
+    if (!run_rows(dp, x + rank * R * IN, t + rank * R, &di, what)) return;
+    float mean = 0;
+    for (int r = 0; r < world; r++) {
+        if (!run_rows(ref, x + r * R * IN, t + r * R, &ri, what)) return;
+        mean = r ? mean + (float)ri.loss : (float)ri.loss;
+    }
+    mean *= (float)(1.0 / world);
+    float got = (float)di.loss;
+    if (memcmp(&got, &mean, sizeof got)) fail("%s: %s", what, step, "the loss differs from the accumulating process's");
+    compare_state(dp, ref, step, what);
+}
+
+/* Checkpoints and ZeRO-1 across world sizes (AdamW, f16 AMP, the dynamic
+ * scaler): (1) the ranks train 3 steps and save (every rank calls, the
+ * shards are gathered, rank 0 writes a single process's layout); one
+ * process accumulating `world` micro-batches loads it, holds the ranks'
+ * parameters and their moments whole, and its next 3 steps give the ranks'
+ * losses and state, bit for bit. (2) one accumulating process trains 3
+ * steps and saves; fresh ZeRO-1 ranks (another seed) load it (each takes its
+ * shard) and their next 3 steps give the process's losses and state. */
+static void zero_checkpoint_case(alloy_comm *comm)
+{
+    const char *what = "ZeRO-1 checkpoint";
+    char path[64];
+    snprintf(path, sizeof path, "dp_zero_checkpoint_%d.safetensors", world);
+    alloy_optimizer o = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01), acc = o;
+    acc.accumulation_steps = world;
+    alloy_data_parallel opt = {.zero_stage = 1, .timeout_s = 120, .ordered_sum = world > 2};
+    for (int dir = 0; dir < 2; dir++) {
+        alloy_graph *dp = mlp("dp", R, true, &o, 11 + 1000 * (uint64_t)rank), *ref = mlp("ref", R, true, &acc, 11);
+        ok(dp, alloy_graph_set_data_parallel(dp, comm, &opt), "set_data_parallel");
+        for (int step = 0; step < 3; step++) zero_step_pair(dp, ref, step, what); /* the same start */
+        alloy_graph *saver = dir == 0 ? dp : ref, *fresh;
+        if (dir == 0 || rank == 0) ok(saver, alloy_graph_save_checkpoint(saver, path), "save_checkpoint");
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (dir == 0) { /* a fresh accumulating process takes the ranks' place */
+            fresh = mlp("ref", R, true, &acc, 5);
+            ok(fresh, alloy_graph_load_checkpoint(fresh, path), "one process loads the ZeRO-1 ranks' checkpoint");
+            compare_state(dp, fresh, 3, "ZeRO-1 checkpoint: the loaded process");
+            for (int step = 3; step < 6; step++) zero_step_pair(dp, fresh, step, what);
+        } else { /* fresh ZeRO-1 ranks take the process's place */
+            fresh = mlp("dp", R, true, &o, 23 + (uint64_t)rank);
+            ok(fresh, alloy_graph_set_data_parallel(fresh, comm, &opt), "set_data_parallel");
+            ok(fresh, alloy_graph_load_checkpoint(fresh, path), "ZeRO-1 ranks load one process's checkpoint");
+            compare_state(fresh, ref, 3, "ZeRO-1 checkpoint: the loaded ranks");
+            for (int step = 3; step < 6; step++) zero_step_pair(fresh, ref, step, what);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("%s: %s after 3 steps, resumed %s, 3 more steps equal\n", what,
+                   dir == 0 ? "saved by the ranks" : "saved by one process", dir == 0 ? "by one process" : "on the ranks");
+            remove(path);
+        }
+        alloy_graph_free(dp), alloy_graph_free(ref), alloy_graph_free(fresh);
+    }
+}
+
 /* A training step with dropout on its input, the kept values fetched as "dropped". */
 static alloy_graph *dropout_step(uint64_t seed)
 {
@@ -534,6 +601,7 @@ int main(int argc, char **argv)
         train_case("ZeRO-1 f32 SGD momentum", false, alloy_sgd(0.05, 0.9, 1e-3, false), 0, -1, false, 1, comm);
         zero_memory_case(comm);
         checkpoint_case(comm);
+        zero_checkpoint_case(comm);
         dropout_case(comm);
         mismatch_case(comm);
     }

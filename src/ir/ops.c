@@ -12,7 +12,8 @@ static const ir_attr_spec A_PARAM[] = {
     {"std", IR_ATTR_FLOAT, false, false, 0},    {"low", IR_ATTR_FLOAT, false, false, 0},
     {"high", IR_ATTR_FLOAT, false, false, 0},   {"value", IR_ATTR_FLOAT, false, false, 0},
     {"gain", IR_ATTR_FLOAT, false, false, 0},   {"frozen", IR_ATTR_BOOL, false, true, 0},
-    {NULL, 0, false, false, 0}};
+    /* state: ZeRO-1's shard (this rank's part) of a tensor of these dims (passes/data_parallel.c) */
+    {"shard_of", IR_ATTR_INTS, false, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CONSTANT[] = {
     {"value", IR_ATTR_FLOAT, false, false, 0}, {"values", IR_ATTR_FLOATS, false, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_MATMUL[] = {

@@ -84,6 +84,15 @@ RULE(ty_param)
     for (int i = 0; i < n->nattrs; i++) {
         const char *a = n->attrs[i].name;
         if (strcmp(a, "init") == 0 || strcmp(a, "frozen") == 0) continue;
+        if (strcmp(a, "shard_of") == 0) { /* ZeRO-1: a 1-D state of ceil(numel(shard_of) / world) elements */
+            int k2 = 0;
+            const int64_t *d = ir_attr_ints(n, "shard_of", &k2);
+            int64_t whole = 1;
+            for (int j = 0; j < k2; j++) whole = d[j] >= 0 && whole <= INT64_MAX / (d[j] ? d[j] : 1) ? whole * d[j] : -1;
+            if (n->op != IR_OP_state || out->rank != 1 || k2 > ALLOY_MAX_RANK || whole < 0 || out->dims[0] > whole + 1)
+                FAIL(ALLOY_ERR_INVALID, "shard_of marks a 1-D state no longer than the tensor it is a shard of");
+            continue;
+        }
         bool reads = (inits[k].reads[0] && strcmp(a, inits[k].reads[0]) == 0) ||
                      (inits[k].reads[1] && strcmp(a, inits[k].reads[1]) == 0);
         if (!reads)

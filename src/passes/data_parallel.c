@@ -114,6 +114,16 @@ int dp_unshard(ad_ctx *c, int shard, const ir_type *t, int world)
     return ad_reshape(c, all, t);
 }
 
+int dp_state_shard(ir_graph *g, const char *name, const ir_type *whole, int world)
+{
+    int id = ir_find_name(g, name);
+    if (id >= 0) return id;
+    ir_type t = {.dtype = whole->dtype, .rank = 1, .dims = {dp_shard_len(ir_numel(whole), world)}};
+    ir_attr attrs[2] = {ir_a_str("init", "zeros"), ir_a_ints("shard_of", whole->rank, whole->dims)};
+    ir_node *n = ir_add_node(g, IR_OP_state, 0, NULL, 2, attrs, &t, name);
+    return n ? n->id : -1;
+}
+
 /* ZeRO-1: each trained parameter's gradient becomes this rank's shard of its sum. */
 static void scatter_grads(ad_ctx *c, const bool *grad, int world)
 {

@@ -102,10 +102,18 @@ static int learning_rate(ad_ctx *c, const alloy_optimizer *o, int done, int base
     return lr;
 }
 
+/* A moment of p (type t): zeros of t, or under ZeRO-1 (whole, the
+ * parameter's type, not NULL) this rank's shard of one of whole's type. */
+static int moment(ad_ctx *c, const char *name, const ir_type *t, const ir_type *whole, int world)
+{
+    return whole ? dp_state_shard(c->g, name, whole, world) : pass_state_leaf(c->g, name, t->dtype, t->rank, t->dims, 0);
+}
+
 /* p' for one parameter, with learning rate lr (f64) and weight decay wd
- * (its group's); adds the moment updates itself. */
+ * (its group's); adds the moment updates itself. p is the parameter, or
+ * under ZeRO-1 its shard (whole: the parameter's type, over world ranks). */
 static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, int p, int grad,
-                        int lr, double wd, int step_after, int apply)
+                        int lr, double wd, int step_after, int apply, const ir_type *whole, int world)
 {
     const ir_type *t = &c->g->nodes[p]->type;
     alloy_dtype dt = t->dtype;
@@ -117,7 +125,7 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
         int dir = grad;
         if (o->momentum) {
             al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENTUM, name);
-            int buf = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+            int buf = moment(c, sname, t, whole, world);
             int nbuf = E2(add, E2(mul, buf, S(dt, o->momentum)), grad);
             ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nbuf, buf) : nbuf);
             dir = o->nesterov ? E2(add, grad, E2(mul, nbuf, S(dt, o->momentum))) : nbuf;
@@ -128,11 +136,11 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     if (o->kind == ALLOY_OPTIM_ADAM && wd) grad = E2(add, grad, E2(mul, p, S(dt, wd)));
     if (o->kind == ALLOY_OPTIM_ADAMW && wd) p = E2(mul, p, cast_to(c, E2(sub, S(F, 1.0), E2(mul, lr64, S(F, wd))), dt));
     al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENT1, name);
-    int m = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+    int m = moment(c, sname, t, whole, world);
     int nm = E2(add, E2(mul, m, S(dt, o->beta1)), E2(mul, grad, S(dt, 1.0 - o->beta1)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nm, m) : nm);
     al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENT2, name);
-    int v = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+    int v = moment(c, sname, t, whole, world);
     int nv = E2(add, E2(mul, v, S(dt, o->beta2)), E2(mul, E1(square, grad), S(dt, 1.0 - o->beta2)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nv, v) : nv);
     int tf = cast_to(c, step_after, F);
@@ -194,7 +202,8 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
         pg_lookup(opts->groups, opts->ngroups, nm + 5, &lr_scale, &decay);
         int plr = lr_scale == 1.0 ? lr : E2(mul, lr, S(F, lr_scale));
         int old = zero ? dp_shard_of(c, p, opts->dp_world, opts->dp_rank) : p;
-        int np = update_param(c, o, nm + 5, old, grad, plr, decay ? o->weight_decay : 0.0, next, apply);
+        int np = update_param(c, o, nm + 5, old, grad, plr, decay ? o->weight_decay : 0.0, next, apply,
+                              zero ? &g->nodes[p]->type : NULL, opts->dp_world);
         if (apply >= 0) np = E3(where, apply, np, old);
         ir_add_update(g, nm + 5, zero ? dp_unshard(c, np, &g->nodes[p]->type, opts->dp_world) : np);
     }

@@ -44,6 +44,11 @@ AL_HIDDEN int dp_shard_of(struct ad_ctx *c, int x, int world, int rank);
  * padding cut off and t's shape restored). */
 AL_HIDDEN int dp_unshard(struct ad_ctx *c, int shard, const ir_type *t, int world);
 
+/* The state `name` (zeros) holding this rank's shard of a tensor of type
+ * whole: [dp_shard_len] elements, marked shard_of=whole's dims so that
+ * checkpoints gather and scatter it; its id (or the existing node's). */
+AL_HIDDEN int dp_state_shard(ir_graph *g, const char *name, const ir_type *whole, int world);
+
 /* Options every pass may read; filled from the alloy_graph's configuration. */
 typedef struct pass_options {
     amp_config amp;
