@@ -9,6 +9,7 @@ static const char *const class_names[COST_NCLASSES] = {
     [COST_ROW] = "row",                 [COST_LAYOUT] = "layout copy",    [COST_EPILOGUE] = "gemm epilogue",
     [COST_ELEMENTWISE] = "elementwise", [COST_MULTI] = "multi-tensor",    [COST_OTHER_OP] = "other op",
     [COST_TINY] = "tiny (<=4 blocks)",  [COST_MEMSET_CLASS] = "memset",   [COST_COPY_CLASS] = "update copy",
+    [COST_COLLECTIVE_CLASS] = "collective",
 };
 
 const char *cost_class_name(cost_class c) { return c >= 0 && c < COST_NCLASSES ? class_names[c] : "?"; }
@@ -181,7 +182,9 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
                         const cg_resources *res, cost_model *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    out->launches = al_calloc((size_t)lp->nactions + 1, sizeof *out->launches);
+    int ncoll = 0;
+    for (int k = 0; k < s->nsteps; k++) ncoll += s->steps[k].kind == STEP_KIND_COLLECTIVE;
+    out->launches = al_calloc((size_t)lp->nactions + (size_t)ncoll + 1, sizeof *out->launches);
     if (!out->launches) {
         al_fmt(err, errlen, "out of memory for %d launches", lp->nactions);
         return ALLOY_ERR_OOM;
@@ -217,11 +220,45 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
             break;
         }
     }
+    int world = cost_world(g, 2);
+    for (int k = 0; k < s->nsteps; k++) {
+        if (s->steps[k].kind != STEP_KIND_COLLECTIVE) continue;
+        const ir_node *n = g->nodes[s->steps[k].pos];
+        /* the buffer the ring moves: the operand, or all_gather's result */
+        int64_t bytes = (int64_t)ir_nbytes(n->op == IR_OP_all_gather ? &n->type : &g->nodes[n->in[0]]->type);
+        int w = n->op == IR_OP_all_reduce ? world : (int)ir_attr_i(n, "world");
+        cost_launch *l = &out->launches[out->n++];
+        char label[64];
+        *l = (cost_launch){.action = COST_COLLECTIVE, .cls = COST_COLLECTIVE_CLASS, .step = k, .index = -1,
+                           .link = cost_collective_bytes(n->op, bytes, w), .world = w};
+        al_fmt(l->name, sizeof l->name, "%s %s", ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
+        out->collectives++;
+    }
     return ALLOY_OK;
+}
+
+int64_t cost_collective_bytes(int op, int64_t n, int world)
+{
+    if (world <= 1 || n <= 0) return 0;
+    double part = (double)(world - 1) / world * (double)n;
+    return (int64_t)(op == IR_OP_all_reduce ? 2 * part : part);
+}
+
+int cost_world(const ir_graph *g, int world)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_reduce_scatter || g->nodes[i]->op == IR_OP_all_gather)
+            return (int)ir_attr_i(g->nodes[i], "world");
+    return world;
 }
 
 void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *hi)
 {
+    if (l->action == COST_COLLECTIVE) {
+        *lo = (double)l->link / (d->link * d->link_eff_hi) + d->coll_lo + d->node_lo;
+        *hi = (double)l->link / (d->link * d->link_eff_lo) + d->coll_hi + d->node_hi;
+        return;
+    }
     double bytes = (double)(l->read + l->written + l->spill);
     double rate_lo = d->f32_lo, rate_hi = d->f32_hi;
     if (l->tensor && l->action == COST_GEMM) {
@@ -253,7 +290,7 @@ void cost_apply(cost_model *m, const cost_device *d)
         cost_sum *c[2] = {&m->total, &m->by_class[l->cls]};
         for (int j = 0; j < 2; j++) {
             c[j]->launches++;
-            c[j]->bytes += l->read + l->written + l->spill;
+            c[j]->bytes += l->read + l->written + l->spill + l->link;
             c[j]->flops += l->flops;
             c[j]->t_lo += l->t_lo;
             c[j]->t_hi += l->t_hi;
@@ -270,7 +307,23 @@ void cost_free(cost_model *m)
 alloy_status cost_plan(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog, lp_plan *lp,
                        char *err, size_t errlen)
 {
-    return lp_build(g, s, p, prog, lp, err, errlen);
+    /* the collective steps out of the skipped ones: an empty step to the plan, a launch to cost_build */
+    cg_program kept = *prog;
+    kept.skipped = al_calloc((size_t)prog->nskipped + 1, sizeof *kept.skipped);
+    kept.why = al_calloc((size_t)prog->nskipped + 1, sizeof *kept.why);
+    if (!kept.skipped || !kept.why) {
+        al_free(kept.skipped), al_free((void *)kept.why);
+        al_fmt(err, errlen, "out of memory planning the launches");
+        return ALLOY_ERR_OOM;
+    }
+    kept.nskipped = 0;
+    for (int i = 0; i < prog->nskipped; i++) {
+        if (s->steps[prog->skipped[i]].kind == STEP_KIND_COLLECTIVE) continue;
+        kept.skipped[kept.nskipped] = prog->skipped[i], kept.why[kept.nskipped++] = prog->why[i];
+    }
+    alloy_status st = lp_build(g, s, p, &kept, lp, err, errlen);
+    al_free(kept.skipped), al_free((void *)kept.why);
+    return st;
 }
 
 void cost_plan_free(lp_plan *lp) { lp_free(lp); }
