@@ -308,6 +308,29 @@ static void ordered_sum_case(alloy_comm *comm)
             printf("sum over 3 ranks, %s: %a %a\n", ordered ? "ordered" : "MPI's order", v[0], v[1]);
         }
     }
+    /* the same sums as each rank's shard of a reduce_scatter (ordered: an all-to-all, then rank order), and
+     * an all_gather of the ranks' shards back: every rank's shard in rank order */
+    float in[3 * 2], shard[2], all[3 * 2];
+    for (int r = 0; r < 3; r++) in[2 * r] = rank == 0 ? 1.0f : tiny, in[2 * r + 1] = rank == 2 ? 1.0f : tiny;
+    char err[512];
+    comm_configure(comm, 120, true);
+    if (comm_reduce_scatter(comm, in, shard, 2, ALLOY_F32, 3, "ordered reduce_scatter", err, sizeof err) ||
+        comm_all_gather(comm, shard, all, 2, ALLOY_F32, 3, "all_gather", err, sizeof err)) {
+        fprintf(stderr, "rank %d: FAIL %s\n", rank, err);
+        failures++;
+    } else {
+        for (int r = 0; r < 3; r++)
+            if (memcmp(&all[2 * r], want, sizeof want)) {
+                fprintf(stderr, "rank %d: FAIL ordered reduce_scatter + all_gather gave %a %a for rank %d, expected %a %a\n",
+                        rank, all[2 * r], all[2 * r + 1], r, want[0], want[1]);
+                failures++;
+            }
+        if (rank == 0) printf("reduce_scatter over 3 ranks, ordered, and all_gather: %a %a on every rank\n", all[0], all[1]);
+    }
+    if (!comm_all_gather(comm, shard, all, 2, ALLOY_F32, 2, "all_gather", err, sizeof err) || !strstr(err, "compiled for 2 ranks")) {
+        fprintf(stderr, "rank %d: FAIL an all_gather for 2 ranks on 3: '%s'\n", rank, err);
+        failures++;
+    }
     /* a large buffer (MPI picks another algorithm by size): how many of its sums MPI's order changes */
     enum { N = 1 << 20 };
     float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
@@ -317,7 +340,6 @@ static void ordered_sum_case(alloy_comm *comm)
     }
     uint32_t s = 12345u + 777u * (uint32_t)rank;
     for (int i = 0; i < N; i++) s = s * 1664525u + 1013904223u, a[i] = b[i] = (float)((double)(s >> 8) / 16777216.0 - 0.5);
-    char err[512];
     comm_configure(comm, 120, false);
     alloy_status st = comm_all_reduce(comm, a, N, ALLOY_F32, COMM_SUM, "MPI's order", err, sizeof err);
     comm_configure(comm, 120, true);
