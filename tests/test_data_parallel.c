@@ -27,6 +27,7 @@
 #include "alloy/alloy.h"
 #include "alloy/mpi.h"
 #include "runtime/comm/comm.h"
+#include "runtime/graph/graph_impl.h"
 
 /* R rows per rank, at most MAXW ranks: a batch of R * world rows */
 enum { R = 4, MAXW = 4, IN = 12, H = 24, OUT = 4, STEPS = 12 };
@@ -229,6 +230,16 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
             printf("%s: step %d loss %.6f scale %g skipped %d\n", what, step, di.loss, di.scale, di.skipped);
     }
     if (inject_step >= 0 && skipped != 1) fail("%s: %s", what, inject_step, "the injected step was not reached");
+    /* a bucket's all_reduce runs in place on its concat's buffer (the plan gives both one slot) */
+    int buckets = 0;
+    for (int i = 0; dp->compiled && i < dp->compiled->nnodes; i++) {
+        const ir_node *n = dp->compiled->nodes[i];
+        if (n->op != IR_OP_all_reduce || dp->compiled->nodes[n->in[0]]->op != IR_OP_concat) continue;
+        buckets++;
+        if (dp->comp.plan.offset[i] < 0 || dp->comp.plan.offset[i] != dp->comp.plan.offset[n->in[0]])
+            fail("%s: %s", what, -1, "a bucket's all_reduce is not in place on its concat");
+    }
+    if (!zero && buckets < (bucket_bytes ? 2 : 1)) fail("%s: %s", what, -1, "fewer buckets of several gradients than expected");
     if (amp) { /* the compiled step agrees found_inf by MAX: the flag an all_reduce {reduce="max"} of found_inf */
         char *text = NULL;
         size_t len = 0;
