@@ -283,6 +283,22 @@ static void zero_memory_case(alloy_comm *comm)
         alloy_data_parallel opt = {.zero_stage = zero, .timeout_s = 120, .ordered_sum = world > 2};
         ok(g, alloy_graph_set_data_parallel(g, comm, &opt), "set_data_parallel");
         ok(g, alloy_graph_memory_info(g, &info[zero]), "memory_info");
+        /* the cost model's collectives, hand-worked: W = 2: the bucket of 1648 bytes 2 (1/2) 1648, found_inf
+         * 1, the loss 4; ZeRO-1: reduce_scatter and all_gather (1/2) of 1152, 96, 384, 16 each (824 each way),
+         * found_inf 1, the norm's f64 8, the loss 4. W = 3 (int64 truncation): 2197 + 1 + 5; ZeRO-1 with b2
+         * padded to 24 bytes: (2/3) of 1152, 96, 384, 24 (1104 each way) + 1 + 10 + 5 */
+        alloy_cost_totals ct;
+        static const int want_n[2] = {3, 11};
+        static const double want_link[2][2] = {{1653, 2203}, {1661, 2224}};
+        if (ok(g, alloy_graph_cost(g, NULL, &ct, NULL), "cost") && world <= 3 &&
+            (ct.collectives != want_n[zero] || ct.link_bytes != want_link[zero][world - 2])) {
+            fprintf(stderr, "rank %d: FAIL cost (ZeRO %d): %d collectives sending %.0f bytes, expected %d and %.0f\n", rank,
+                    zero, ct.collectives, ct.link_bytes, want_n[zero], want_link[zero][world - 2]);
+            failures++;
+        } else if (rank == 0) {
+            printf("cost model, ZeRO %d: %d collectives, %.0f bytes sent a rank, %.3f - %.3f ms on the H100\n", zero,
+                   ct.collectives, ct.link_bytes, ct.ms_low, ct.ms_high);
+        }
         alloy_graph_free(g);
     }
     size_t shard = world == 2 ? 206 : world == 3 ? 138 : 103, want = 2 * 4 * (412 - shard);

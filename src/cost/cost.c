@@ -230,7 +230,7 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
         cost_launch *l = &out->launches[out->n++];
         char label[64];
         *l = (cost_launch){.action = COST_COLLECTIVE, .cls = COST_COLLECTIVE_CLASS, .step = k, .index = -1,
-                           .link = cost_collective_bytes(n->op, bytes, w), .world = w};
+                           .link = cost_collective_bytes(n->op, bytes, w), .world = w, .node = n->id};
         al_fmt(l->name, sizeof l->name, "%s %s", ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
         out->collectives++;
     }
@@ -242,6 +242,17 @@ int64_t cost_collective_bytes(int op, int64_t n, int world)
     if (world <= 1 || n <= 0) return 0;
     double part = (double)(world - 1) / world * (double)n;
     return (int64_t)(op == IR_OP_all_reduce ? 2 * part : part);
+}
+
+void cost_set_world(cost_model *m, const ir_graph *g, int world)
+{
+    for (int i = 0; i < m->n; i++) {
+        cost_launch *l = &m->launches[i];
+        const ir_node *n = l->action == COST_COLLECTIVE ? g->nodes[m->launches[i].node] : NULL;
+        if (!n || n->op != IR_OP_all_reduce) continue;
+        l->world = world;
+        l->link = cost_collective_bytes(n->op, (int64_t)ir_nbytes(&g->nodes[n->in[0]]->type), world);
+    }
 }
 
 int cost_world(const ir_graph *g, int world)

@@ -78,6 +78,7 @@ typedef struct cost_launch {
     int64_t emitted;       /* kernels: the emitter's own count (cg_kernel.bytes: export summary, profile) */
     int64_t link;          /* collectives: bytes each rank sends over the link (cost_collective_bytes) */
     int world;             /* collectives: the ranks it runs over */
+    int node;              /* collectives: the op's node */
     double flops;          /* GEMMs: 2 m n k x batch; attention: its products; elementwise and rows: counted */
     bool tensor;           /* the FLOPs run on tensor cores */
     bool odd;              /* a GEMM with a leading dimension not a multiple of 16 bytes */
@@ -117,6 +118,8 @@ AL_HIDDEN int64_t cost_collective_bytes(int op, int64_t n, int world);
 /* The ranks the collectives of g run over: the `world` of its first
  * reduce_scatter or all_gather, else `world` (an all_reduce carries none). */
 AL_HIDDEN int cost_world(const ir_graph *g, int world);
+/* Sets the ranks of m's all_reduce launches (g's) to world, with their bytes. */
+AL_HIDDEN void cost_set_world(cost_model *m, const ir_graph *g, int world);
 /* Times every launch with d's constants (cost_time) and sums them. */
 AL_HIDDEN void cost_apply(cost_model *m, const cost_device *d);
 /* The CUDA backend's launch plan of prog over plan p (runtime/cuda/launch.h):
