@@ -56,6 +56,10 @@ set -- "$data/train_mlp.ir" --feed "$data/train_mlp_feeds.safetensors" --params 
     { cat "$tmp/dp1.out"; exit 1; }
 cmp "$tmp/one.st" "$tmp/dp1.st" || { echo "FAIL: alloyc train --data-parallel on one rank wrote another checkpoint"; exit 1; }
 echo "ok:   alloyc train --data-parallel on one rank: the plain run's checkpoint, byte for byte"
+"$mpirun" -np 1 "$alloyc" train "$@" --checkpoint "$tmp/z1.st" --data-parallel --zero >"$tmp/z1.out" 2>&1 ||
+    { cat "$tmp/z1.out"; exit 1; }
+cmp "$tmp/one.st" "$tmp/z1.st" || { echo "FAIL: alloyc train --data-parallel --zero on one rank wrote another checkpoint"; exit 1; }
+echo "ok:   alloyc train --data-parallel --zero on one rank: the plain run's checkpoint, byte for byte"
 "$mpirun" -np 2 $opts "$alloyc" train "$@" --checkpoint "$tmp/dp2.st" --data-parallel >"$tmp/dp2.out" 2>&1 ||
     { cat "$tmp/dp2.out"; exit 1; }
 grep -q "^data-parallel over 2 ranks$" "$tmp/dp2.out" && grep -q "^saved $tmp/dp2.st at step 6$" "$tmp/dp2.out" ||
