@@ -156,6 +156,9 @@ static alloy_status state_reshard(alloy_graph *g, rt_state *s, const ir_type *t)
         ir_fmt_type(have, sizeof have, &s->type), ir_fmt_type(want, sizeof want, t);
         return graph_fail(g, ALLOY_ERR_SHAPE, "state '%s' is %s but the compiled step keeps %s", s->name, have, want);
     }
+    if (s->cell->refs > 1) /* another graph reads the whole tensor (alloy_graph_share_state) */
+        return graph_fail(g, ALLOY_ERR_INVALID, "state '%s' is shared with another graph: ZeRO-1 cannot keep only its shard",
+                          s->name);
     alloy_status st = state_host(g, s);
     if (st) return st;
     size_t es = alloy_dtype_size(t->dtype), bytes = (size_t)k * es;
