@@ -42,6 +42,9 @@ static const char usage[] =
     "                     --batch / ranks of every batch, the gradients are averaged\n"
     "                     over them (docs/distributed.md); rank 0 prints, evaluates,\n"
     "                     samples and writes the checkpoint\n"
+    "  --zero             with --data-parallel: ZeRO-1, each rank keeps and updates\n"
+    "                     its shard of the AdamW moments (every rank then takes part\n"
+    "                     in writing the checkpoint; rank 0 writes it)\n"
     "  --help             this text\n"
     "Prints `step N loss X scale S skipped K tok/s T lr L`: N counts every step run\n"
     "(across resumes), X is that step's training loss, S the loss scale, K the steps\n"
@@ -54,7 +57,7 @@ static const double SAMPLE_TEMPERATURE = 0.8;
 typedef struct options {
     const char *text_path, *checkpoint, *device, *dump_ir;
     int steps, batch, log_every, eval_every;
-    bool data_parallel;
+    bool data_parallel, zero;
     alloy_dtype amp; /* ALLOY_F32 = off */
     unsigned long long seed;
     double lr;
@@ -82,12 +85,13 @@ static long parse_int(const char *flag, const char *s, long min, long max)
 /* Fills o from argv; exits with status 2 and a one-line reason on a bad flag. */
 static void parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", NULL, 300, 32, 10, 100, false, ALLOY_F16,
+    *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", NULL, 300, 32, 10, 100, false, false, ALLOY_F16,
                    1, 3e-3, {0, 64, 128, 2, 4, 512}};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); exit(0); }
         if (!strcmp(flag, "--data-parallel")) { o->data_parallel = true; continue; }
+        if (!strcmp(flag, "--zero")) { o->zero = true; continue; }
         if (strncmp(flag, "--", 2)) cli_fail(2, "unexpected argument '%s' (see --help)", flag);
         if (!val) cli_fail(2, "%s needs a value (see --help)", flag);
         i++;
@@ -117,6 +121,7 @@ static void parse_args(int argc, char **argv, options *o)
             cli_fail(2, "unknown option %s (see --help)", flag);
         }
     }
+    if (o->zero && !o->data_parallel) cli_fail(2, "%s", "--zero needs --data-parallel");
     o->model.mlp_width = 4 * o->model.dim;
 }
 
@@ -302,7 +307,7 @@ int main(int argc, char **argv)
     }
     alloy_graph_add_optimizer(train, adamw);
     if (comm) { /* a peer that dies is an error here within the timeout, not a hang */
-        alloy_data_parallel dp = {.timeout_s = 600};
+        alloy_data_parallel dp = {.timeout_s = 600, .zero_stage = o.zero ? 1 : 0};
         alloy_graph_set_data_parallel(train, comm, &dp);
     }
     if (alloy_graph_status(train)) cli_fail(1, "building the model: %s", alloy_last_error(train));
@@ -375,7 +380,7 @@ int main(int argc, char **argv)
     }
     printf("val_loss %.4f\n", validation_loss(eval, &text, B, T, starts, tokens, targets));
 
-    if (o.checkpoint && rank == 0) { /* every rank holds the same state */
+    if (o.checkpoint && (rank == 0 || o.zero)) { /* every rank holds the same state; ZeRO-1's shards are gathered */
         if (alloy_graph_save_checkpoint(train, o.checkpoint)) cli_fail(1, "%s", alloy_last_error(train));
         printf("saved checkpoint %s at step %ld\n", o.checkpoint, first_step + o.steps);
     }

@@ -562,6 +562,13 @@ static void ref_copy(const ir_node *n, const oc_tensor *in, oc_tensor *out)
     memcpy(out->v, in[0].v, sizeof(double) * (size_t)ir_numel(&out->type));
 }
 
+/* all_gather with no communicator (one rank): x once in each of `world` places */
+static void ref_repeat(const ir_node *n, const oc_tensor *in, oc_tensor *out)
+{
+    int64_t k = ir_numel(&in[0].type), world = ir_attr_int(n, "world", 1);
+    for (int64_t r = 0; r < world; r++) memcpy(out->v + r * k, in[0].v, sizeof(double) * (size_t)k);
+}
+
 /* ---- convolutions and pools ---- */
 
 /* A window op's sizes, read from the node's attributes and operand types
@@ -1471,6 +1478,9 @@ const op_case op_cases[] = {
     /* data-parallel collectives: a run with no communicator is one rank, whose reduction is its own value
      * (tests/test_data_parallel.c runs them over two ranks) */
     {"all_reduce", "[3,5]; [17]; []", "; reduce=sum; reduce=max", EXACT, .ref = ref_copy, .flags = OC_NO_GRAD},
+    /* reduce_scatter: rank 0's shard, x's first n / world elements; all_gather: x world times */
+    {"reduce_scatter", "[12]; [6]", "world=1; world=2; world=3", EXACT, .ref = ref_copy, .flags = OC_NO_GRAD},
+    {"all_gather", "[5]; [0]", "world=1; world=3", EXACT, .ref = ref_repeat, .flags = OC_NO_GRAD},
 };
 
 const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);

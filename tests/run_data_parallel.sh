@@ -5,7 +5,8 @@
 # no mpirun.
 #
 # With ALLOYC and the tests' data directory, also alloyc train --data-parallel on train_mlp.ir: one rank writes the
-# checkpoint a plain alloyc train writes, byte for byte; two ranks train and their checkpoint resumes in one process.
+# checkpoint a plain alloyc train writes, byte for byte; two ranks train and their checkpoint resumes in one process;
+# two ZeRO-1 ranks (--zero) write the plain two ranks' checkpoint, byte for byte.
 #
 # usage: run_data_parallel.sh MPIRUN TEST_DATA_PARALLEL [RANKS [ALLOYC DATA_DIR OUT_DIR]]
 #   (RANKS 2, the default, also runs the dead-peer case)
@@ -55,12 +56,22 @@ set -- "$data/train_mlp.ir" --feed "$data/train_mlp_feeds.safetensors" --params 
     { cat "$tmp/dp1.out"; exit 1; }
 cmp "$tmp/one.st" "$tmp/dp1.st" || { echo "FAIL: alloyc train --data-parallel on one rank wrote another checkpoint"; exit 1; }
 echo "ok:   alloyc train --data-parallel on one rank: the plain run's checkpoint, byte for byte"
+"$mpirun" -np 1 "$alloyc" train "$@" --checkpoint "$tmp/z1.st" --data-parallel --zero >"$tmp/z1.out" 2>&1 ||
+    { cat "$tmp/z1.out"; exit 1; }
+cmp "$tmp/one.st" "$tmp/z1.st" || { echo "FAIL: alloyc train --data-parallel --zero on one rank wrote another checkpoint"; exit 1; }
+echo "ok:   alloyc train --data-parallel --zero on one rank: the plain run's checkpoint, byte for byte"
 "$mpirun" -np 2 $opts "$alloyc" train "$@" --checkpoint "$tmp/dp2.st" --data-parallel >"$tmp/dp2.out" 2>&1 ||
     { cat "$tmp/dp2.out"; exit 1; }
 grep -q "^data-parallel over 2 ranks$" "$tmp/dp2.out" && grep -q "^saved $tmp/dp2.st at step 6$" "$tmp/dp2.out" ||
     { cat "$tmp/dp2.out"; echo "FAIL: alloyc train --data-parallel on two ranks"; exit 1; }
+cp "$tmp/dp2.st" "$tmp/dp2_step6.st" || exit 1 # the resume below writes step 7 over dp2.st
 "$alloyc" train "$data/train_mlp.ir" --feed "$data/train_mlp_feeds.safetensors" --steps 1 --checkpoint "$tmp/dp2.st" \
     >"$tmp/resume.out" 2>&1 && grep -q "^resumed from $tmp/dp2.st at step 6$" "$tmp/resume.out" ||
     { cat "$tmp/resume.out"; echo "FAIL: one process does not resume from the two ranks' checkpoint"; exit 1; }
 echo "ok:   alloyc train --data-parallel on two ranks; one process resumes from their checkpoint"
+# ZeRO-1 (no clipping: the same bits): two ranks write the plain two ranks' checkpoint, byte for byte
+"$mpirun" -np 2 $opts "$alloyc" train "$@" --checkpoint "$tmp/z2.st" --data-parallel --zero >"$tmp/z2.out" 2>&1 ||
+    { cat "$tmp/z2.out"; exit 1; }
+cmp "$tmp/dp2_step6.st" "$tmp/z2.st" || { echo "FAIL: alloyc train --data-parallel --zero wrote another checkpoint"; exit 1; }
+echo "ok:   alloyc train --data-parallel --zero on two ranks: the plain two ranks' checkpoint, byte for byte"
 cat "$tmp/dp2.out"

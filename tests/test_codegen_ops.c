@@ -88,6 +88,8 @@ static const known_gap library_ops[] = {
     {"matmul", "a library GEMM (cuBLASLt)"},
     /* a library call too: NCCL on the step's stream (docs/distributed.md) */
     {"all_reduce", "a library collective (NCCL)"},
+    {"reduce_scatter", "a library collective (NCCL)"},
+    {"all_gather", "a library collective (NCCL)"},
     {NULL, NULL},
 };
 

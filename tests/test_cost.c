@@ -556,10 +556,73 @@ static void test_a_reshape_is_a_view_with_no_launch_and_the_same_result(void **s
     release(&x);
 }
 
+/* Collectives: a reduce_scatter of 1000 f32 over 4 ranks sends 3/4 of its
+ * 4000 bytes (3000), the all_gather of the 250-element shard back the same
+ * 3000, an all_reduce of 1000 f32 (over the graph's 4) twice that, 6000
+ * (ring algorithms). On the H100: 6000 B / (450 GB/s x 0.80) + 10 us + 0.8 us
+ * = 10.8167 us low, 6000 / (450 GB/s x 0.60) + 25 + 1.5 = 26.5222 us high. */
+static void test_collectives_move_the_ring_bytes_at_the_link_rate(void **state)
+{
+    (void)state;
+    alloy_graph *g = parse("graph coll {\n"
+                           "  %x = input : f32[1000]\n"
+                           "  %s = reduce_scatter(%x) {world=4} : f32[250]\n"
+                           "  %t = mul(%s, %s) : f32[250]\n"
+                           "  %a = all_gather(%t) {world=4} : f32[1000]\n"
+                           "  %r = all_reduce(%a) : f32[1000]\n"
+                           "  output \"r\" = %r\n"
+                           "}\n");
+    char err[1024];
+    cg_program prog;
+    lp_plan lp;
+    cost_model m;
+    if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
+    if (cost_plan(g->compiled, &g->comp.sched, &g->comp.plan, &prog, &lp, err, sizeof err)) fail_msg("%s", err);
+    if (cost_build(g->compiled, &g->comp.sched, &prog, &lp, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(m.collectives, 3);
+    assert_int_equal(count_action(&m, COST_COLLECTIVE), 3);
+    int64_t want[] = {3000, 3000, 6000};
+    int k = 0;
+    for (int i = 0; i < m.n; i++) {
+        if (m.launches[i].action != COST_COLLECTIVE) continue;
+        assert_int_equal(m.launches[i].cls, COST_COLLECTIVE_CLASS);
+        assert_int_equal(m.launches[i].world, 4);
+        assert_int_equal(m.launches[i].link, want[k++]);
+    }
+    const cost_device *d = cost_device_find("h100");
+    cost_apply(&m, d);
+    const cost_launch *ar = &m.launches[m.n - 1];
+    assert_true(strncmp(ar->name, "all_reduce", 10) == 0);
+    assert_true(fabs(ar->t_lo - 10.816667e-6) < 1e-11);
+    assert_true(fabs(ar->t_hi - 26.522222e-6) < 1e-11);
+    assert_int_equal(m.by_class[COST_COLLECTIVE_CLASS].launches, 3);
+    assert_int_equal(m.by_class[COST_COLLECTIVE_CLASS].bytes, 12000);
+    /* the report names the class and the link constants */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    assert_int_equal(cost_print(f, "coll", NULL, &m, d, 3, false), ALLOY_OK);
+    fclose(f);
+    assert_non_null(strstr(text, "3 collectives"));
+    assert_non_null(strstr(text, "#   link              450 GB/s"));
+    assert_non_null(strstr(text, "\ncollective "));
+    free(text);
+    /* one rank moves nothing */
+    assert_int_equal(cost_collective_bytes(IR_OP_all_reduce, 4000, 1), 0);
+    assert_int_equal(cost_collective_bytes(IR_OP_all_reduce, 4000, 2), 4000);
+    cost_free(&m);
+    lp_free(&lp);
+    cg_program_free(&prog);
+    alloy_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_forward_launches_bytes_and_flops_are_the_hand_worked_ones),
+        cmocka_unit_test(test_collectives_move_the_ring_bytes_at_the_link_rate),
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
         cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),

@@ -289,6 +289,9 @@ static const char collective_ops[] =
     "  %t = all_reduce(%s) {reduce=\"sum\"} : f32[2,4]\n"
     "  %fi = found_inf(%t) : bool[]\n"
     "  %m = all_reduce(%fi) {reduce=\"max\"} : bool[]\n"
+    "  %flat = reshape(%t) : f32[8]\n"
+    "  %shard = reduce_scatter(%flat) {world=4} : f32[2]\n"
+    "  %whole = all_gather(%shard) {world=4} : f32[8]\n"
     "}\n";
 
 static void every_op_round_trips_byte_for_byte(void **state)
@@ -585,6 +588,15 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
           "t.ir:3:8: loss %x must be a floating-point scalar, found i32[]"},
         {G "  %x = input : f32[]\n  loss %x\n  loss %x\n" END, "t.ir:4:3: loss is declared twice"},
         {G "  %x = input : f32[]\n  loss %x %x\n" END, "t.ir:3:11: expected end of line after loss, found '%x'"},
+        /* the shard collectives' type rules */
+        {HDR "  %y = reduce_scatter(%x) {world=3} : f32[1]\n" END,
+         "t.ir:3:8: reduce_scatter(f32[2]) 'y': 2 elements do not split into 3 equal shards (pad the bucket to a multiple)"},
+        {HDR "  %y = all_gather(%x) {world=0} : f32[2]\n" END, "t.ir:3:8: all_gather(f32[2]) 'y': world must be 1 to 1048576 ranks, not 0"},
+        {HDR "  %y = all_gather(%x) : f32[2]\n" END, "t.ir:3:8: all_gather needs attribute 'world'"},
+        {G "  %x = input : f32[2,2]\n  %y = reduce_scatter(%x) {world=2} : f32[2]\n" END,
+         "t.ir:3:8: reduce_scatter(f32[2,2]) 'y': operand must be 1-D (a flat bucket), not rank 2"},
+        {G "  %s = state {init=\"zeros\", shard_of=[3]} : f32[2,2]\n" END,
+         "t.ir:2:8: state() 's': shard_of marks a 1-D state no longer than the tensor it is a shard of"},
         /* bytes that are not part of the language */
         {G "  %x = input : f32[2] $\n" END, "t.ir:2:23: unexpected character '$'"},
         {G "  %x = input : f32[2] \x01\n" END, "t.ir:2:23: unexpected byte 0x01"},

@@ -203,6 +203,9 @@ static const char *const usage_text[] = {
     "                    (docs/distributed.md); with W ranks, rank r's step s takes\n"
     "                    batch ((s - 1) W + r) mod B, the gradients are averaged over\n"
     "                    the ranks, rank 0 prints and writes the checkpoint\n"
+    "  --zero            with --data-parallel: ZeRO-1, each rank keeps and updates its\n"
+    "                    shard of the optimizer's moments; the checkpoint is the same\n"
+    "                    layout (every rank takes part in writing it)\n"
     "  --set amp_check=1 also prints, for every skipped step, 'step S skipped: first\n"
     "                    inf at NODE OP TYPE (forward|backward of OP NODE, gradient of\n"
     "                    PARAM), scale A -> B' (the overflow locator, CPU; docs/amp.md)\n"
@@ -487,6 +490,11 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         }
         if (strcmp(arg, "--data-parallel") == 0) {
             o->data_parallel = true;
+            note_option(o, command, arg, CMD_TRAIN);
+            continue;
+        }
+        if (strcmp(arg, "--zero") == 0) {
+            o->zero = true;
             note_option(o, command, arg, CMD_TRAIN);
             continue;
         }

@@ -55,6 +55,7 @@ typedef struct options {
     long top;                /* --top N: the slowest launches listed (0: 15) */
     bool all;                /* --all: list every launch */
     bool data_parallel;     /* --data-parallel: one rank of the processes mpirun started (docs/distributed.md) */
+    bool zero;              /* --zero: with --data-parallel, ZeRO-1 (each rank its shard of the moments) */
 } options;
 
 /* Prints "alloyc: <message>" as one line on stderr (control characters in

@@ -331,6 +331,7 @@ int alloyc_train(const options *o)
     /* the checkpoint's destination before any step: a run that cannot
      * save is refused now, not after all its steps (base/file.h) */
     char err[1024];
+    if (o->zero && !o->data_parallel) return fail(EXIT_USAGE, "%s", "--zero needs --data-parallel");
     if (o->checkpoint && al_file_check_writable(o->checkpoint, err, sizeof err))
         return fail(EXIT_ERROR, "--checkpoint: %s", err);
     if (o->amp_stats && al_file_check_writable(o->amp_stats, err, sizeof err))
@@ -345,7 +346,8 @@ int alloyc_train(const options *o)
             goto done;
         }
         rank = alloy_comm_rank(comm), ranks = alloy_comm_size(comm);
-        alloy_status st = alloy_graph_set_data_parallel(t.g, comm, &(alloy_data_parallel){.timeout_s = 600});
+        alloy_status st = alloy_graph_set_data_parallel(t.g, comm,
+                                                        &(alloy_data_parallel){.timeout_s = 600, .zero_stage = o->zero});
         if (st) {
             rc = fail(EXIT_ERROR, "--data-parallel: %s", alloyc_graph_error(t.g, st));
             goto done;
@@ -396,9 +398,11 @@ int alloyc_train(const options *o)
             fflush(stdout);
             since_log = 0, seconds = 0;
         }
-        if (o->save_every && step % o->save_every == 0 && i != o->steps && rank == 0 && (rc = save(&t, step))) goto done;
+        /* every rank holds the same state (ZeRO-1: its shard, which every rank's call gathers) */
+        bool saver = rank == 0 || o->zero;
+        if (o->save_every && step % o->save_every == 0 && i != o->steps && saver && (rc = save(&t, step))) goto done;
     }
-    if (o->checkpoint && rank == 0 && (rc = save(&t, first + o->steps))) goto done; /* every rank holds the same state */
+    if (o->checkpoint && (rank == 0 || o->zero) && (rc = save(&t, first + o->steps))) goto done;
     if (o->amp_stats && rank == 0) {
         alloy_status st = alloy_graph_amp_stats(t.g, stdout);
         if (!st) st = alloy_graph_save_amp_stats(t.g, o->amp_stats);

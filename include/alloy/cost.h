@@ -24,7 +24,7 @@ typedef struct alloy_cost_options {
 
 /* What the model gives for one step. */
 typedef struct alloy_cost_totals {
-    int launches;            /* kernels + GEMMs + memsets + copies: the nodes of the step's CUDA graph */
+    int launches;            /* kernels + GEMMs + memsets + copies (+ collectives): the nodes of the step's CUDA graph */
     int kernels, gemms, memsets, copies;
     int tiny_kernels;        /* generated kernels of at most 4 blocks */
     int spill_kernels;       /* kernels ptxas reports spills for; -1 without arch */
@@ -35,6 +35,8 @@ typedef struct alloy_cost_totals {
                                   * epilogue's read of the f32 product */
     double flops;
     double ms_low, ms_high;  /* modelled step time, milliseconds */
+    int collectives;         /* data-parallel collectives (launches counts them too) */
+    double link_bytes;       /* the bytes each rank sends in them (not in bytes) */
 } alloy_cost_totals;
 
 /* Compiles g as alloy_graph_run would (no backend is opened), emits its

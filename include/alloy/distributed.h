@@ -45,7 +45,9 @@ ALLOY_API void alloy_comm_free(alloy_comm *comm);
  * sets them for every graph that uses it. */
 typedef struct alloy_data_parallel {
     size_t bucket_bytes; /* gradients are all-reduced in buckets of about this many bytes; 0: 25 MiB */
-    int zero_stage;      /* 0: every rank keeps every optimizer state (1, ZeRO-1, is not built yet) */
+    int zero_stage;      /* 0: every rank keeps every optimizer state; 1 (ZeRO-1): each rank keeps and updates its
+                            shard of every parameter's moments, gradients reduce-scattered and the updated shards
+                            all-gathered; checkpoints are then saved by every rank (docs/distributed.md) */
     double timeout_s;    /* a collective not finished in this time is an error; 0: wait forever */
     bool ordered_sum;    /* sum over more than 2 ranks in rank order, ((x0 + x1) + x2) + ..., by an all-gather
                             (size times the bucket's memory): the same bits whatever MPI's algorithm, equal to
@@ -66,7 +68,7 @@ typedef struct alloy_data_parallel {
  * whatever their seeds. The next compile compares every rank's built
  * graph and options with rank 0's (hashes) and fails, naming the first
  * rank and part that differ, on every rank. Errors:
- * ALLOY_ERR_INVALID (NULL g or comm, zero_stage not 0, a negative
+ * ALLOY_ERR_INVALID (NULL g or comm, zero_stage not 0 or 1, a negative
  * timeout), ALLOY_ERR_UNSUPPORTED (built without MPI), ALLOY_ERR_IO (the
  * broadcast failed or timed out). Takes effect at the next compile. */
 ALLOY_API alloy_status alloy_graph_set_data_parallel(alloy_graph *g, alloy_comm *comm, const alloy_data_parallel *opts);

@@ -189,7 +189,12 @@ ALLOY_API alloy_status alloy_graph_overflow_info(const alloy_graph *g, alloy_ove
  * safetensors file, atomically (temp file + rename), with a checksum in its
  * metadata; load checks the checksum, names, dtypes and shapes of every
  * tensor and the values of the counters and the scale before changing
- * anything. Same as alloy_graph_save_state / alloy_graph_load_state. */
+ * anything. Same as alloy_graph_save_state / alloy_graph_load_state.
+ * Under ZeRO-1 (alloy/distributed.h) saving is a collective: every rank
+ * calls it, the moments' shards are gathered and rank 0 writes the layout
+ * one process writes; loading gives each rank its shard. Gradient
+ * accumulation's state may be absent from the file, or present and absent
+ * from the graph when it is zero (a step's boundary). */
 ALLOY_API alloy_status alloy_graph_save_checkpoint(alloy_graph *g, const char *path);
 ALLOY_API alloy_status alloy_graph_load_checkpoint(alloy_graph *g, const char *path);
 

@@ -9,6 +9,7 @@ static const char *const class_names[COST_NCLASSES] = {
     [COST_ROW] = "row",                 [COST_LAYOUT] = "layout copy",    [COST_EPILOGUE] = "gemm epilogue",
     [COST_ELEMENTWISE] = "elementwise", [COST_MULTI] = "multi-tensor",    [COST_OTHER_OP] = "other op",
     [COST_TINY] = "tiny (<=4 blocks)",  [COST_MEMSET_CLASS] = "memset",   [COST_COPY_CLASS] = "update copy",
+    [COST_COLLECTIVE_CLASS] = "collective",
 };
 
 const char *cost_class_name(cost_class c) { return c >= 0 && c < COST_NCLASSES ? class_names[c] : "?"; }
@@ -186,6 +187,7 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
         al_fmt(err, errlen, "out of memory for %d launches", lp->nactions);
         return ALLOY_ERR_OOM;
     }
+    int world = cost_world(g, 2);
     for (int i = 0; i < lp->nactions; i++) {
         const lp_action *a = &lp->actions[i];
         cost_launch *l = &out->launches[out->n++];
@@ -215,19 +217,56 @@ alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *
                                                          ? g->nodes[a->dst.node]->name : "");
             out->copies++;
             break;
-        case LP_COLLECTIVE: /* NCCL's reduction over the ranks: its local traffic (the network's is not modelled) */
-            *l = (cost_launch){.action = COST_COPY, .cls = COST_COPY_CLASS, .step = a->step, .index = -1,
-                               .read = a->bytes, .written = a->bytes};
-            al_fmt(l->name, sizeof l->name, "all_reduce %%%d", a->index);
-            out->copies++;
+        case LP_COLLECTIVE: { /* a ring over the ranks in place: what each rank sends */
+            const ir_node *n = g->nodes[a->index];
+            /* the buffer the ring moves: the operand, or all_gather's result */
+            int64_t bytes = (int64_t)ir_nbytes(n->op == IR_OP_all_gather ? &n->type : &g->nodes[n->in[0]]->type);
+            int w = n->op == IR_OP_all_reduce ? world : (int)ir_attr_i(n, "world");
+            char label[64];
+            *l = (cost_launch){.action = COST_COLLECTIVE, .cls = COST_COLLECTIVE_CLASS, .step = a->step, .index = -1,
+                               .link = cost_collective_bytes(n->op, bytes, w), .world = w, .node = n->id};
+            al_fmt(l->name, sizeof l->name, "%s %s", ir_ops[n->op].name, ir_node_label(n, label, sizeof label));
+            out->collectives++;
             break;
+        }
         }
     }
     return ALLOY_OK;
 }
 
+int64_t cost_collective_bytes(int op, int64_t n, int world)
+{
+    if (world <= 1 || n <= 0) return 0;
+    double part = (double)(world - 1) / world * (double)n;
+    return (int64_t)(op == IR_OP_all_reduce ? 2 * part : part);
+}
+
+void cost_set_world(cost_model *m, const ir_graph *g, int world)
+{
+    for (int i = 0; i < m->n; i++) {
+        cost_launch *l = &m->launches[i];
+        const ir_node *n = l->action == COST_COLLECTIVE ? g->nodes[m->launches[i].node] : NULL;
+        if (!n || n->op != IR_OP_all_reduce) continue;
+        l->world = world;
+        l->link = cost_collective_bytes(n->op, (int64_t)ir_nbytes(&g->nodes[n->in[0]]->type), world);
+    }
+}
+
+int cost_world(const ir_graph *g, int world)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_reduce_scatter || g->nodes[i]->op == IR_OP_all_gather)
+            return (int)ir_attr_i(g->nodes[i], "world");
+    return world;
+}
+
 void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *hi)
 {
+    if (l->action == COST_COLLECTIVE) {
+        *lo = (double)l->link / (d->link * d->link_eff_hi) + d->coll_lo + d->node_lo;
+        *hi = (double)l->link / (d->link * d->link_eff_lo) + d->coll_hi + d->node_hi;
+        return;
+    }
     double bytes = (double)(l->read + l->written + l->spill);
     double rate_lo = d->f32_lo, rate_hi = d->f32_hi;
     if (l->tensor && l->action == COST_GEMM) {
@@ -259,7 +298,7 @@ void cost_apply(cost_model *m, const cost_device *d)
         cost_sum *c[2] = {&m->total, &m->by_class[l->cls]};
         for (int j = 0; j < 2; j++) {
             c[j]->launches++;
-            c[j]->bytes += l->read + l->written + l->spill;
+            c[j]->bytes += l->read + l->written + l->spill + l->link;
             c[j]->flops += l->flops;
             c[j]->t_lo += l->t_lo;
             c[j]->t_hi += l->t_hi;

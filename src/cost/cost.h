@@ -24,6 +24,11 @@ typedef struct cost_device {
     double attn_lo, attn_hi;     /* alloy's mma.sync attention kernels, FLOP/s */
     double floor_lo, floor_hi;   /* shortest time of a kernel or GEMM, seconds */
     double node_lo, node_hi;     /* cost of each node of a replayed CUDA graph, seconds */
+    /* collectives (NCCL, ring algorithm) among the GPUs of one machine */
+    double link;                 /* NVLink bandwidth per GPU and direction, bytes/s */
+    double link_eff_lo, link_eff_hi; /* fraction of link a ring collective reaches (bus bandwidth) */
+    double ib;                   /* between machines: the network per GPU and direction, bytes/s (printed, not used) */
+    double coll_lo, coll_hi;     /* latency of a collective of few bytes, seconds */
 } cost_device;
 
 /* The table of name ("h100", "h200"; case-insensitive), NULL when none. */
@@ -32,10 +37,12 @@ AL_HIDDEN const cost_device *cost_device_find(const char *name);
 AL_HIDDEN const char *cost_device_names(void);
 /* Prints d's constants, one per line with its unit, as '#' lines. */
 AL_HIDDEN void cost_device_print(FILE *out, const cost_device *d);
+/* The same for its collective constants (printed when a step has collectives). */
+AL_HIDDEN void cost_device_print_links(FILE *out, const cost_device *d);
 
 /* ---- launches (cost.c) ---- */
 
-typedef enum cost_action { COST_KERNEL, COST_GEMM, COST_MEMSET, COST_COPY } cost_action;
+typedef enum cost_action { COST_KERNEL, COST_GEMM, COST_MEMSET, COST_COPY, COST_COLLECTIVE } cost_action;
 
 /* What a launch is for, the grouping of the summary (cost_class_name). */
 typedef enum cost_class {
@@ -51,6 +58,7 @@ typedef enum cost_class {
     COST_TINY,         /* any generated kernel of at most COST_TINY_BLOCKS blocks (bookkeeping) */
     COST_MEMSET_CLASS, /* flags zeroed */
     COST_COPY_CLASS,   /* updates copied into state */
+    COST_COLLECTIVE_CLASS, /* data-parallel collectives: all_reduce, reduce_scatter, all_gather over the ranks */
     COST_NCLASSES
 } cost_class;
 
@@ -68,6 +76,9 @@ typedef struct cost_launch {
     int64_t read, written; /* bytes from and to device memory, each element once */
     int64_t spill;         /* bytes of local memory the kernel's spills move (ptxas' per-thread counts x threads x passes) */
     int64_t emitted;       /* kernels: the emitter's own count (cg_kernel.bytes: export summary, profile) */
+    int64_t link;          /* collectives: bytes each rank sends over the link (cost_collective_bytes) */
+    int world;             /* collectives: the ranks it runs over */
+    int node;              /* collectives: the op's node */
     double flops;          /* GEMMs: 2 m n k x batch; attention: its products; elementwise and rows: counted */
     bool tensor;           /* the FLOPs run on tensor cores */
     bool odd;              /* a GEMM with a leading dimension not a multiple of 16 bytes */
@@ -85,7 +96,7 @@ typedef struct cost_sum {
 typedef struct cost_model {
     cost_launch *launches;
     int n;
-    int kernels, gemms, memsets, copies;
+    int kernels, gemms, memsets, copies, collectives;
     int spill_kernels; /* kernels whose ptxas report has spill stores or loads */
     int resources_known; /* kernels with a ptxas report */
     int64_t kernel_bytes, emitted_bytes; /* the generated kernels' bytes: this model's, and the emitter's own count */
@@ -93,15 +104,27 @@ typedef struct cost_model {
 } cost_model;
 
 /* The launches of launch plan lp of g (schedule s, plan p, kernels prog),
- * in plan order, with bytes, FLOPs and class; res (NULL: none) the ptxas
- * report of each kernel of prog. Times are zero until cost_apply.
+ * in plan order, with bytes, FLOPs and class, then one launch per
+ * collective step of s (over cost_world(g, 2) ranks); res (NULL: none) the
+ * ptxas report of each kernel of prog. Times are zero until cost_apply.
  * ALLOY_ERR_OOM with err; fills *out (cost_free). */
 AL_HIDDEN alloy_status cost_build(const ir_graph *g, const schedule *s, const cg_program *prog, const lp_plan *lp,
                                   const cg_resources *res, cost_model *out, char *err, size_t errlen);
+/* The bytes each rank sends in a ring collective of op over world ranks
+ * on a buffer of n bytes (all_reduce's operand, reduce_scatter's operand,
+ * all_gather's result): all_reduce 2 (W-1)/W n (a reduce-scatter and an
+ * all-gather), reduce_scatter and all_gather (W-1)/W n. */
+AL_HIDDEN int64_t cost_collective_bytes(int op, int64_t n, int world);
+/* The ranks the collectives of g run over: the `world` of its first
+ * reduce_scatter or all_gather, else `world` (an all_reduce carries none). */
+AL_HIDDEN int cost_world(const ir_graph *g, int world);
+/* Sets the ranks of m's all_reduce launches (g's) to world, with their bytes. */
+AL_HIDDEN void cost_set_world(cost_model *m, const ir_graph *g, int world);
 /* Times every launch with d's constants (cost_time) and sums them. */
 AL_HIDDEN void cost_apply(cost_model *m, const cost_device *d);
 /* The launch plan of prog over plan p (step/launch_plan.h, as the CUDA
- * backend replays it): the launches the model times, read as data. Fills *lp (cost_plan_free)
+ * backend replays it, collectives included): the launches the model
+ * times, read as data. Fills *lp (cost_plan_free)
  * or returns the error with err. */
 AL_HIDDEN alloy_status cost_plan(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog,
                                  lp_plan *lp, char *err, size_t errlen);
@@ -112,7 +135,8 @@ AL_HIDDEN void cost_plan_free(lp_plan *lp);
  * generated kernel (a kernel of 3 blocks keeps 3 SMs busy, not the GPU),
  * 1 for the rest, scaling the rate too; rate: tensor (odd when a leading dimension is odd),
  * attention or f32 by what the launch runs; floor only for kernels and
- * GEMMs (a memset or copy is a graph node of its own). */
+ * GEMMs (a memset or copy is a graph node of its own). A collective:
+ *   link bytes / (link x link_eff) + coll latency + node. */
 AL_HIDDEN void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *hi);
 AL_HIDDEN void cost_free(cost_model *m);
 /* "gemm", "gemm odd ld", "attention", "row", "layout copy", ... */

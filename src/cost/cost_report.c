@@ -8,13 +8,15 @@ static void put_launch(FILE *out, int i, const cost_launch *l)
 {
     char geom[32] = "-", regs[16] = "-", spill[24] = "-", smem[16] = "-";
     if (l->action == COST_KERNEL) al_fmt(geom, sizeof geom, "%u x %u", l->grid, l->block);
+    if (l->action == COST_COLLECTIVE) al_fmt(geom, sizeof geom, "%d ranks", l->world); /* read, written: sent, received */
     if (l->res.known) {
         al_fmt(regs, sizeof regs, "%d", l->res.registers);
         al_fmt(spill, sizeof spill, "%d/%d", l->res.spill_stores, l->res.spill_loads);
         al_fmt(smem, sizeof smem, "%d", l->res.shared);
     }
     fprintf(out, "%6d %5d %-17s %15s %10.3f %10.3f %9.3f %10.3f %4s %9s %6s %9.1f - %-9.1f %s\n", i, l->step,
-            cost_class_name(l->cls), geom, (double)l->read / 1e6, (double)l->written / 1e6, (double)l->spill / 1e6,
+            cost_class_name(l->cls), geom, (double)(l->read + l->link) / 1e6, (double)(l->written + l->link) / 1e6,
+            (double)l->spill / 1e6,
             l->flops / 1e9, regs, spill, smem, l->t_lo * 1e6, l->t_hi * 1e6, l->name);
 }
 
@@ -51,10 +53,15 @@ alloy_status cost_print(FILE *out, const char *graph, const char *arch, const co
     if (arch) fprintf(out, "ptxas resources for %s (%d of %d kernels)\n", arch, m->resources_known, m->kernels);
     else fprintf(out, "no ptxas resources (no --arch)\n");
     cost_device_print(out, d);
-    fprintf(out, "launches       %d: %d kernels (%d of <= %d blocks), %d GEMMs, %d memsets, %d copies\n", m->n,
+    if (m->collectives) cost_device_print_links(out, d);
+    fprintf(out, "launches       %d: %d kernels (%d of <= %d blocks), %d GEMMs, %d memsets, %d copies", m->n,
             m->kernels, tiny, COST_TINY_BLOCKS, m->gemms, m->memsets, m->copies);
-    fprintf(out, "bytes          %lld (%.3f GB): read %lld, written %lld, spills %lld\n", (long long)m->total.bytes,
+    if (m->collectives) fprintf(out, ", %d collectives", m->collectives);
+    fputc('\n', out);
+    fprintf(out, "bytes          %lld (%.3f GB): read %lld, written %lld, spills %lld", (long long)m->total.bytes,
             (double)m->total.bytes / 1e9, (long long)read, (long long)written, (long long)spill);
+    if (m->collectives) fprintf(out, ", sent by each rank %lld", (long long)(m->total.bytes - read - written - spill));
+    fputc('\n', out);
     fprintf(out, "kernels' bytes %lld (%.3f GB; the emitter's own count, as in summary.txt and the profile: %.3f GB)\n",
             (long long)m->kernel_bytes, (double)m->kernel_bytes / 1e9, (double)m->emitted_bytes / 1e9);
     fprintf(out, "flops          %.0f (%.3f TFLOP)\n", m->total.flops, m->total.flops / 1e12);

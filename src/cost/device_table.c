@@ -4,6 +4,7 @@
 #include "cost/cost.h"
 
 #define TB 1e12
+#define GB 1e9
 #define US 1e-6
 
 /* NVIDIA H100 SXM5 80GB. */
@@ -32,6 +33,14 @@ static const cost_device h100 = {
     .floor_lo = 2.5 * US, .floor_hi = 4 * US,
     /* 0.8-1.5 us per node of a replayed CUDA graph (issue 25's review) */
     .node_lo = 0.8 * US, .node_hi = 1.5 * US,
+    /* NVLink 4: 900 GB/s per GPU, both directions together (datasheet, H100 SXM5): 450 GB/s each way */
+    .link = 450 * GB,
+    /* 0.60-0.80 of it as a ring's bus bandwidth: assumed, not measured (nccl-tests' busbw would calibrate it) */
+    .link_eff_lo = 0.60, .link_eff_hi = 0.80,
+    /* between machines: one 400 Gb/s NDR InfiniBand adapter per GPU (DGX H100's ConnectX-7): 50 GB/s each way */
+    .ib = 50 * GB,
+    /* 10-25 us for a collective of a few bytes (a flag, the loss): assumed for a ring of up to 8 GPUs */
+    .coll_lo = 10 * US, .coll_hi = 25 * US,
 };
 
 /* NVIDIA H200 SXM 141GB: H100's compute, faster memory. */
@@ -49,6 +58,11 @@ static const cost_device h200 = {
     .attn_lo = 150 * TB, .attn_hi = 300 * TB,
     .floor_lo = 2.5 * US, .floor_hi = 4 * US,
     .node_lo = 0.8 * US, .node_hi = 1.5 * US,
+    /* NVLink 4, 900 GB/s per GPU both ways (datasheet, H200 SXM); the rest as the H100's */
+    .link = 450 * GB,
+    .link_eff_lo = 0.60, .link_eff_hi = 0.80,
+    .ib = 50 * GB,
+    .coll_lo = 10 * US, .coll_hi = 25 * US,
 };
 
 static const cost_device *const tables[] = {&h100, &h200};
@@ -61,6 +75,14 @@ const cost_device *cost_device_find(const char *name)
 }
 
 const char *cost_device_names(void) { return "h100, h200"; }
+
+void cost_device_print_links(FILE *out, const cost_device *d)
+{
+    fprintf(out, "#   link         %8.0f GB/s a direction (NVLink, one machine), %.2f - %.2f of it a ring's\n",
+            d->link / GB, d->link_eff_lo, d->link_eff_hi);
+    fprintf(out, "#   network      %8.0f GB/s a direction (InfiniBand between machines; not in the model)\n", d->ib / GB);
+    fprintf(out, "#   collective   %8.2f - %.2f us latency (a collective of few bytes)\n", d->coll_lo / US, d->coll_hi / US);
+}
 
 void cost_device_print(FILE *out, const cost_device *d)
 {

@@ -170,6 +170,9 @@ typedef struct ir_op_info {
 AL_HIDDEN extern const ir_op_info ir_ops[IR_OP_COUNT];
 /* The op named `name`, or -1. */
 AL_HIDDEN int ir_op_lookup(const char *name);
+/* Whether op is a collective over the ranks of a data-parallel step
+ * (all_reduce, reduce_scatter, all_gather): a step of its own kind. */
+AL_HIDDEN bool ir_op_collective(int op);
 
 /* ---- graph.c ---- */
 

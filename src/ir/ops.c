@@ -12,7 +12,8 @@ static const ir_attr_spec A_PARAM[] = {
     {"std", IR_ATTR_FLOAT, false, false, 0},    {"low", IR_ATTR_FLOAT, false, false, 0},
     {"high", IR_ATTR_FLOAT, false, false, 0},   {"value", IR_ATTR_FLOAT, false, false, 0},
     {"gain", IR_ATTR_FLOAT, false, false, 0},   {"frozen", IR_ATTR_BOOL, false, true, 0},
-    {NULL, 0, false, false, 0}};
+    /* state: ZeRO-1's shard (this rank's part) of a tensor of these dims (passes/data_parallel.c) */
+    {"shard_of", IR_ATTR_INTS, false, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CONSTANT[] = {
     {"value", IR_ATTR_FLOAT, false, false, 0}, {"values", IR_ATTR_FLOATS, false, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_MATMUL[] = {
@@ -21,6 +22,8 @@ static const ir_attr_spec A_REDUCE[] = {
     {"axes", IR_ATTR_INTS, false, true, 0}, {"keepdims", IR_ATTR_BOOL, false, true, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_SOFTMAX[] = {{"axis", IR_ATTR_INT, false, true, -1}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_ALL_REDUCE[] = {{"reduce", IR_ATTR_STR, false, false, 0}, {NULL, 0, false, false, 0}};
+/* the number of ranks a reduce_scatter / all_gather splits over */
+static const ir_attr_spec A_WORLD[] = {{"world", IR_ATTR_INT, true, false, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_CONCAT[] = {{"axis", IR_ATTR_INT, false, true, 0}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_NORM[] = {{"eps", IR_ATTR_FLOAT, false, true, 1e-5}, {NULL, 0, false, false, 0}};
 static const ir_attr_spec A_TRANSPOSE[] = {{"perm", IR_ATTR_INTS, true, false, 0}, {NULL, 0, false, false, 0}};
@@ -160,6 +163,11 @@ ir_row_summary ir_row_summarize(const ir_row_program *p)
 bool ir_row_sums(const ir_node *n)
 {
     return ir_attr_schema(n->op, "reduction") && strcmp(ir_attr_str(n, "reduction", "mean"), "sum") == 0;
+}
+
+bool ir_op_collective(int op)
+{
+    return op == IR_OP_all_reduce || op == IR_OP_reduce_scatter || op == IR_OP_all_gather;
 }
 
 int ir_op_lookup(const char *name)

@@ -84,6 +84,15 @@ RULE(ty_param)
     for (int i = 0; i < n->nattrs; i++) {
         const char *a = n->attrs[i].name;
         if (strcmp(a, "init") == 0 || strcmp(a, "frozen") == 0) continue;
+        if (strcmp(a, "shard_of") == 0) { /* ZeRO-1: a 1-D state of ceil(numel(shard_of) / world) elements */
+            int k2 = 0;
+            const int64_t *d = ir_attr_ints(n, "shard_of", &k2);
+            int64_t whole = 1;
+            for (int j = 0; j < k2; j++) whole = d[j] >= 0 && whole <= INT64_MAX / (d[j] ? d[j] : 1) ? whole * d[j] : -1;
+            if (n->op != IR_OP_state || out->rank != 1 || k2 > ALLOY_MAX_RANK || whole < 0 || out->dims[0] > whole + 1)
+                FAIL(ALLOY_ERR_INVALID, "shard_of marks a 1-D state no longer than the tensor it is a shard of");
+            continue;
+        }
         bool reads = (inits[k].reads[0] && strcmp(a, inits[k].reads[0]) == 0) ||
                      (inits[k].reads[1] && strcmp(a, inits[k].reads[1]) == 0);
         if (!reads)
@@ -627,6 +636,52 @@ RULE(ty_all_reduce)
         FAIL(ALLOY_ERR_INVALID, "reduce must be \"sum\" or \"max\", not \"%s\"", reduce);
     if (strcmp(reduce, "sum") == 0 && in[0]->dtype == ALLOY_BOOL) FAIL(ALLOY_ERR_DTYPE, "a sum of bools: use reduce=\"max\"");
     *out = *in[0];
+    return ALLOY_OK;
+}
+
+/* the world attribute of a reduce_scatter / all_gather and its 1-D numeric
+ * operand, checked */
+static alloy_status world_operand(const ir_node *n, const ir_type *x, int64_t *world, char *err, size_t errlen)
+{
+    *world = ir_attr_i(n, "world");
+    if (*world < 1 || *world > 1 << 20) {
+        al_fmt(err, errlen, "world must be 1 to %d ranks, not %lld", 1 << 20, (long long)*world);
+        return ALLOY_ERR_INVALID;
+    }
+    if (x->rank != 1) {
+        al_fmt(err, errlen, "operand must be 1-D (a flat bucket), not rank %d", x->rank);
+        return ALLOY_ERR_SHAPE;
+    }
+    if (x->dtype == ALLOY_BOOL) {
+        al_fmt(err, errlen, "operand must be numeric, not bool");
+        return ALLOY_ERR_DTYPE;
+    }
+    return ALLOY_OK;
+}
+
+/* x[n] -> x's dtype [n / world]: this rank's shard of the sum over the ranks */
+RULE(ty_reduce_scatter)
+{
+    int64_t world;
+    alloy_status st = world_operand(n, in[0], &world, why, whylen);
+    if (st) return st;
+    if (in[0]->dims[0] % world)
+        FAIL(ALLOY_ERR_SHAPE, "%lld elements do not split into %lld equal shards (pad the bucket to a multiple)",
+             (long long)in[0]->dims[0], (long long)world);
+    *out = *in[0];
+    out->dims[0] = in[0]->dims[0] / world;
+    return ALLOY_OK;
+}
+
+/* x[n] -> x's dtype [world * n]: every rank's x in rank order */
+RULE(ty_all_gather)
+{
+    int64_t world;
+    alloy_status st = world_operand(n, in[0], &world, why, whylen);
+    if (st) return st;
+    if (in[0]->dims[0] > INT64_MAX / world) FAIL(ALLOY_ERR_SHAPE, "the gathered size overflows");
+    *out = *in[0];
+    out->dims[0] = in[0]->dims[0] * world;
     return ALLOY_OK;
 }
 

@@ -21,6 +21,13 @@
  * order); with scale factors that are powers of two the step equals a
  * single process accumulating the ranks' micro-batches in rank order
  * (docs/distributed.md). Nothing is emitted for a graph that does not train.
+ *
+ * ZeRO-1 (dp_zero = 1): each parameter's gradient is flattened, padded with
+ * zeros to a multiple of the world and reduce-scattered on its own, so
+ * "grad:<param>" becomes this rank's shard (dp_shard_len elements) times
+ * f(1/world); the loss scaler then unscales and checks shards, and the
+ * optimizer updates this rank's shard of each parameter and all-gathers it
+ * (optimizer.c). Buckets do not apply: one collective per parameter.
  */
 #include <string.h>
 
@@ -74,6 +81,60 @@ static void reduce_bucket(ad_ctx *c, const bucket_item *items, int n)
     }
 }
 
+int64_t dp_shard_len(int64_t n, int world) { return (n + world - 1) / world; }
+
+int dp_flat_padded(ad_ctx *c, int x, int world)
+{
+    const ir_type *t = &c->g->nodes[x]->type;
+    int64_t n = ir_numel(t), pad = dp_shard_len(n, world) * world - n;
+    ir_type flat = *t;
+    flat.rank = 1, flat.dims[0] = n;
+    int f = ad_reshape(c, x, &flat);
+    if (!pad) return f;
+    return ad_emit(c, IR_OP_pad, 1, &f, 3, (ir_attr[]){ir_a_int("axis", 0), ir_a_int("before", 0), ir_a_int("after", pad)},
+                   NULL);
+}
+
+int dp_shard_of(ad_ctx *c, int x, int world, int rank)
+{
+    int64_t s = dp_shard_len(ir_numel(&c->g->nodes[x]->type), world);
+    int f = dp_flat_padded(c, x, world);
+    if (world == 1) return f;
+    return ad_emit(c, IR_OP_slice, 1, &f, 3,
+                   (ir_attr[]){ir_a_int("axis", 0), ir_a_int("start", rank * s), ir_a_int("end", (rank + 1) * s)}, NULL);
+}
+
+int dp_unshard(ad_ctx *c, int shard, const ir_type *t, int world)
+{
+    int64_t n = ir_numel(t), s = dp_shard_len(n, world);
+    int all = world == 1 ? shard : ad_emit(c, IR_OP_all_gather, 1, &shard, 1, (ir_attr[]){ir_a_int("world", world)}, NULL);
+    if (s * world != n)
+        all = ad_emit(c, IR_OP_slice, 1, &all, 3, (ir_attr[]){ir_a_int("axis", 0), ir_a_int("start", 0), ir_a_int("end", n)},
+                      NULL);
+    return ad_reshape(c, all, t);
+}
+
+int dp_state_shard(ir_graph *g, const char *name, const ir_type *whole, int world)
+{
+    int id = ir_find_name(g, name);
+    if (id >= 0) return id;
+    ir_type t = {.dtype = whole->dtype, .rank = 1, .dims = {dp_shard_len(ir_numel(whole), world)}};
+    ir_attr attrs[2] = {ir_a_str("init", "zeros"), ir_a_ints("shard_of", whole->rank, whole->dims)};
+    ir_node *n = ir_add_node(g, IR_OP_state, 0, NULL, 2, attrs, &t, name);
+    return n ? n->id : -1;
+}
+
+/* ZeRO-1: each trained parameter's gradient becomes this rank's shard of its sum. */
+static void scatter_grads(ad_ctx *c, const bool *grad, int world)
+{
+    ir_graph *g = c->g;
+    for (int i = g->noutputs - 1; i >= 0 && !g->status; i--) { /* reverse order: the order the backward finishes them */
+        if (!grad[i]) continue;
+        int f = dp_flat_padded(c, g->outputs[i].node, world);
+        g->outputs[i].node = ad_emit(c, IR_OP_reduce_scatter, 1, &f, 1, (ir_attr[]){ir_a_int("world", world)}, NULL);
+    }
+}
+
 alloy_status pass_data_parallel(ir_graph **gp, const pass_options *opts)
 {
     ir_graph *g = *gp;
@@ -88,6 +149,7 @@ alloy_status pass_data_parallel(ir_graph **gp, const pass_options *opts)
         return ir_error(g, ALLOY_ERR_OOM, "data_parallel: out of memory");
     }
     for (int i = 0; i < no; i++) grad[i] = is_param_grad(g, &g->outputs[i]);
+    if (opts->dp_zero == 1) scatter_grads(&c, grad, world), no = 0; /* no buckets */
     /* buckets in reverse output order, one dtype each: take the latest
      * unbucketed gradient, then earlier ones of its dtype until full */
     for (int start = no - 1; start >= 0 && !g->status; start--) {
@@ -106,6 +168,7 @@ alloy_status pass_data_parallel(ir_graph **gp, const pass_options *opts)
         reduce_bucket(&c, items, n);
     }
     /* the mean over the ranks */
+    no = g->noutputs;
     for (int i = 0; i < no && !g->status; i++) {
         if (!grad[i] || world == 1) continue;
         int gr = g->outputs[i].node;

@@ -182,7 +182,10 @@ alloy_status pass_grad_scaler(ir_graph **gp, const pass_options *opts)
             const ir_type *t = &g->nodes[g->outputs[i].node]->type;
             char name[512];
             al_fmt(name, sizeof name, "%s" SUFFIX_GRAD_ACC, g->outputs[i].name + 5);
-            int acc = pass_state_leaf(g, name, t->dtype, t->rank, t->dims, 0);
+            int param = opts->dp_zero == 1 && opts->dp_world >= 1 ? ir_find_name(g, g->outputs[i].name + 5) : -1;
+            if (param >= 0 && g->nodes[param]->op != IR_OP_param) param = -1; /* an input's gradient stays whole */
+            int acc = param >= 0 ? dp_state_shard(g, name, &g->nodes[param]->type, opts->dp_world) /* ZeRO-1's shard */
+                                 : pass_state_leaf(g, name, t->dtype, t->rank, t->dims, 0);
             int sum = E2(add, acc, g->outputs[i].node);
             ir_add_update(g, name, E3(where, is_last, scalar(&c, t->dtype, 0), sum));
             g->outputs[i].node = E2(mul, sum, scalar(&c, t->dtype, 1.0 / k));

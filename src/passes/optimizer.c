@@ -18,6 +18,11 @@
  * "step.grad_norm" (f64); with clip_norm > 0 gradients are scaled by
  * min(1, clip_norm / (norm + 1e-6)) first (PyTorch's clip_grad_norm_).
  * Updates follow PyTorch's formulas (torch.optim.SGD, Adam, AdamW).
+ * Under ZeRO-1 (dp_zero = 1; data_parallel.c) each "grad:<name>" is this
+ * rank's shard of the flattened, padded gradient: the update runs on the
+ * same shard of the parameter, with moments of the shard's length, and the
+ * updated shards are all-gathered into the parameter; the squared norm is
+ * the sum over the ranks (all_reduce) of each rank's shards' sum_squares.
  */
 #include <math.h>
 #include <string.h>
@@ -97,10 +102,18 @@ static int learning_rate(ad_ctx *c, const alloy_optimizer *o, int done, int base
     return lr;
 }
 
+/* A moment of p (type t): zeros of t, or under ZeRO-1 (whole, the
+ * parameter's type, not NULL) this rank's shard of one of whole's type. */
+static int moment(ad_ctx *c, const char *name, const ir_type *t, const ir_type *whole, int world)
+{
+    return whole ? dp_state_shard(c->g, name, whole, world) : pass_state_leaf(c->g, name, t->dtype, t->rank, t->dims, 0);
+}
+
 /* p' for one parameter, with learning rate lr (f64) and weight decay wd
- * (its group's); adds the moment updates itself. */
+ * (its group's); adds the moment updates itself. p is the parameter, or
+ * under ZeRO-1 its shard (whole: the parameter's type, over world ranks). */
 static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, int p, int grad,
-                        int lr, double wd, int step_after, int apply)
+                        int lr, double wd, int step_after, int apply, const ir_type *whole, int world)
 {
     const ir_type *t = &c->g->nodes[p]->type;
     alloy_dtype dt = t->dtype;
@@ -112,7 +125,7 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
         int dir = grad;
         if (o->momentum) {
             al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENTUM, name);
-            int buf = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+            int buf = moment(c, sname, t, whole, world);
             int nbuf = E2(add, E2(mul, buf, S(dt, o->momentum)), grad);
             ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nbuf, buf) : nbuf);
             dir = o->nesterov ? E2(add, grad, E2(mul, nbuf, S(dt, o->momentum))) : nbuf;
@@ -123,11 +136,11 @@ static int update_param(ad_ctx *c, const alloy_optimizer *o, const char *name, i
     if (o->kind == ALLOY_OPTIM_ADAM && wd) grad = E2(add, grad, E2(mul, p, S(dt, wd)));
     if (o->kind == ALLOY_OPTIM_ADAMW && wd) p = E2(mul, p, cast_to(c, E2(sub, S(F, 1.0), E2(mul, lr64, S(F, wd))), dt));
     al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENT1, name);
-    int m = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+    int m = moment(c, sname, t, whole, world);
     int nm = E2(add, E2(mul, m, S(dt, o->beta1)), E2(mul, grad, S(dt, 1.0 - o->beta1)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nm, m) : nm);
     al_fmt(sname, sizeof sname, "%s" SUFFIX_MOMENT2, name);
-    int v = pass_state_leaf(c->g, sname, dt, t->rank, t->dims, 0);
+    int v = moment(c, sname, t, whole, world);
     int nv = E2(add, E2(mul, v, S(dt, o->beta2)), E2(mul, E1(square, grad), S(dt, 1.0 - o->beta2)));
     ir_add_update(c->g, sname, apply >= 0 ? E3(where, apply, nv, v) : nv);
     int tf = cast_to(c, step_after, F);
@@ -173,6 +186,8 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
     al_free(grads);
     if (g->status) return g->status;
     if (sumsq < 0) return ir_error(g, ALLOY_ERR_INVALID, "optimizer: no trainable parameter gets a gradient from the loss");
+    bool zero = opts->dp_zero == 1 && opts->dp_world >= 1;
+    if (zero) sumsq = E1(all_reduce, sumsq); /* the shards' squares of every rank */
     int norm = E1(sqrt, sumsq);
     int coef = o->clip_norm > 0 ? E2(minimum, S(F, 1.0), E2(div, S(F, o->clip_norm), E2(add, norm, S(F, 1e-6))))
                                 : -1;
@@ -186,8 +201,11 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
         bool decay;
         pg_lookup(opts->groups, opts->ngroups, nm + 5, &lr_scale, &decay);
         int plr = lr_scale == 1.0 ? lr : E2(mul, lr, S(F, lr_scale));
-        int np = update_param(c, o, nm + 5, p, grad, plr, decay ? o->weight_decay : 0.0, next, apply);
-        ir_add_update(g, nm + 5, apply >= 0 ? E3(where, apply, np, p) : np);
+        int old = zero ? dp_shard_of(c, p, opts->dp_world, opts->dp_rank) : p;
+        int np = update_param(c, o, nm + 5, old, grad, plr, decay ? o->weight_decay : 0.0, next, apply,
+                              zero ? &g->nodes[p]->type : NULL, opts->dp_world);
+        if (apply >= 0) np = E3(where, apply, np, old);
+        ir_add_update(g, nm + 5, zero ? dp_unshard(c, np, &g->nodes[p]->type, opts->dp_world) : np);
     }
     if (!g->status) ir_add_output(g, OUT_LR, lr);
     if (!g->status) ir_add_output(g, OUT_GRAD_NORM, norm);

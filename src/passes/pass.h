@@ -15,6 +15,7 @@
 struct alloy_amp_report;
 struct alloy_grad_scaler;
 struct alloy_optimizer;
+struct ad_ctx; /* passes/grad_rules.h */
 
 
 /* param_groups.c */
@@ -29,6 +30,24 @@ AL_HIDDEN bool pg_match(const char *patterns, const char *name);
 /* The lr_scale and decay of param name: from the last of groups[0..n)
  * that matches it, else 1 and true. */
 AL_HIDDEN void pg_lookup(const param_group *groups, int n, const char *name, double *lr_scale, bool *decay);
+
+/* data_parallel.c: ZeRO-1's shards. A tensor of n elements is flattened
+ * and padded with zeros to world * s elements, s = ceil(n / world); rank r
+ * holds elements [r s, (r+1) s) of that. */
+/* s, the shard length of n elements over world ranks. */
+AL_HIDDEN int64_t dp_shard_len(int64_t n, int world);
+/* x (any shape) flattened and padded with zeros to world * s elements. */
+AL_HIDDEN int dp_flat_padded(struct ad_ctx *c, int x, int world);
+/* This rank's shard of x: elements [rank s, (rank+1) s) of dp_flat_padded(x). */
+AL_HIDDEN int dp_shard_of(struct ad_ctx *c, int x, int world, int rank);
+/* The whole tensor of type t from every rank's shard (all_gather, then the
+ * padding cut off and t's shape restored). */
+AL_HIDDEN int dp_unshard(struct ad_ctx *c, int shard, const ir_type *t, int world);
+
+/* The state `name` (zeros) holding this rank's shard of a tensor of type
+ * whole: [dp_shard_len] elements, marked shard_of=whole's dims so that
+ * checkpoints gather and scatter it; its id (or the existing node's). */
+AL_HIDDEN int dp_state_shard(ir_graph *g, const char *name, const ir_type *whole, int world);
 
 /* Options every pass may read; filled from the alloy_graph's configuration. */
 typedef struct pass_options {
@@ -47,6 +66,7 @@ typedef struct pass_options {
     int dp_world;                 /* data-parallel ranks (0: not data-parallel; 1 runs the collectives alone) */
     int dp_rank;                  /* this process's rank among them (random ops are keyed by it) */
     size_t dp_bucket_bytes;       /* gradients all-reduced per bucket of about this many bytes */
+    int dp_zero;                  /* ZeRO stage: 1 shards gradients, moments and the update (data_parallel.c) */
     const al_options *cfg;        /* the configuration (NULL: defaults); read it through pass_cfg */
 } pass_options;
 

@@ -42,8 +42,9 @@ typedef enum lp_kind {
     LP_GEMM,   /* gemms[index] */
     LP_ZERO,   /* bytes at dst set to 0 (a step's flag; an empty sum's result) */
     LP_COPY,   /* bytes from src to dst (an update into its state buffer) */
-    LP_COLLECTIVE, /* a collective step (all_reduce node `index`): its operand at src copied to dst when they
-                    * differ, then reduced over the ranks in place at dst (bytes) by the collective library */
+    LP_COLLECTIVE, /* a collective step (node `index`: all_reduce, reduce_scatter, all_gather): all_reduce's
+                    * operand at src copied to dst when they differ, then reduced over the ranks in place at dst
+                    * (bytes: the result's) by the collective library */
 } lp_kind;
 
 typedef struct lp_action {

@@ -560,7 +560,9 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
         pos[i] = step->pos;
         mat[i] = sched_stored(s, i);
         keep[i] = s->kept[i] || (no_reuse && mat[i]);
-        inplace[i] = !no_reuse && step->kind == STEP_KIND_EW && step->n == 1;
+        /* an elementwise step of one node, or an all_reduce (MPI and NCCL reduce in place: its bucket's buffer) */
+        inplace[i] = !no_reuse && ((step->kind == STEP_KIND_EW && step->n == 1) ||
+                                   (step->kind == STEP_KIND_COLLECTIVE && g->nodes[i]->op == IR_OP_all_reduce));
     }
     for (int i = 0; i < nn && !st; i++) { /* views share their owner's slot even without reuse */
         view_of[i] = sched_view_root(g, s, i);

@@ -59,7 +59,8 @@ typedef struct plan_schedule {
     /* node i must survive the whole run (outputs, updates' values, loss,
      * fetches; may be NULL) */
     const uint8_t *keep;
-    /* node i may write over one of its operands (elementwise ops; NULL =
+    /* node i may write over one of its operands (elementwise ops, and a
+     * data-parallel all_reduce, which reduces in place; NULL =
      * ir_ops[op].elementwise) */
     const uint8_t *inplace_ok;
     /* node i's value is bound from outside like a leaf's (an update written

@@ -239,7 +239,7 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
                                                  [IR_GROUP_GEMM] = STEP_KIND_GEMM, [IR_GROUP_MULTI] = STEP_KIND_MULTI};
             step->kind = by_group[ir_group_kind_of(g, members, size)];
         } else {
-            step->kind = ir_ops[n->op].elementwise ? STEP_KIND_EW : n->op == IR_OP_all_reduce ? STEP_KIND_COLLECTIVE : STEP_KIND_OP;
+            step->kind = ir_ops[n->op].elementwise ? STEP_KIND_EW : ir_op_collective(n->op) ? STEP_KIND_COLLECTIVE : STEP_KIND_OP;
         }
         step->space = step->kind == STEP_KIND_ROW ? *ir_fuse_shape(g, g->nodes[members[0]])
                       : step->kind == STEP_KIND_GEMM ? g->nodes[members[0]]->type

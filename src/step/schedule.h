@@ -16,9 +16,9 @@
  *   GEMM:  a matmul and its epilogue;
  *   MULTI: independent elementwise chains (and a found_inf over them) in
  *          one launch;
- *   COLLECTIVE: one collective (all_reduce) over the ranks of a
- *          data-parallel step, a library call every rank makes in the
- *          same order. */
+ *   COLLECTIVE: one collective (all_reduce, reduce_scatter, all_gather)
+ *          over the ranks of a data-parallel step, a library call every
+ *          rank makes in the same order. */
 typedef enum step_kind { STEP_KIND_OP, STEP_KIND_EW, STEP_KIND_ROW, STEP_KIND_GEMM, STEP_KIND_MULTI, STEP_KIND_COLLECTIVE } step_kind;
 
 /* What the amp_check option records per node in a run: its value held an

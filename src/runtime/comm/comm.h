@@ -17,6 +17,19 @@ typedef enum comm_reduce { COMM_SUM, COMM_MAX } comm_reduce;
  * finished in time is ALLOY_ERR_IO naming it. Errors name `what`. */
 AL_HIDDEN alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtype dt, comm_reduce op,
                                        const char *what, char *err, size_t errlen);
+/* out[0..count) = rank r's shard of the elementwise sum over the ranks of
+ * c of every rank's in[0..world * count), i.e. elements [r count, (r+1)
+ * count) of the sum (MPI_Reduce_scatter_block); world must be c's size.
+ * The order of the sum is comm_all_reduce's (two ranks: one addition; more
+ * with c's ordered option: rank order, by an all-to-all of the shards).
+ * f32 and f64 only (ZeRO-1 shards f32 gradients). Errors name `what`. */
+AL_HIDDEN alloy_status comm_reduce_scatter(alloy_comm *c, const void *in, void *out, int64_t count, alloy_dtype dt,
+                                           int world, const char *what, char *err, size_t errlen);
+/* out[r count .. (r+1) count) = rank r's in[0..count) for every rank r of c
+ * (MPI_Allgather of bytes, so any dtype); world must be c's size. Errors
+ * name `what`. */
+AL_HIDDEN alloy_status comm_all_gather(alloy_comm *c, const void *in, void *out, int64_t count, alloy_dtype dt,
+                                       int world, const char *what, char *err, size_t errlen);
 /* Replaces buf's bytes on every rank of c with rank 0's (MPI_Bcast), within
  * c's timeout (ALLOY_ERR_IO naming `what` when late). */
 AL_HIDDEN alloy_status comm_broadcast(alloy_comm *c, void *buf, size_t bytes, const char *what, char *err, size_t errlen);

@@ -1,4 +1,4 @@
-/* comm_mpi.c - alloy_comm over MPI: making communicators, in-place all-reduce with an optional deadline; "built without MPI" errors when the build has none. */
+/* comm_mpi.c - alloy_comm over MPI: making communicators, in-place all-reduce, reduce-scatter and all-gather with an optional deadline; "built without MPI" errors when the build has none. */
 #include <string.h>
 #include <time.h>
 
@@ -305,6 +305,109 @@ alloy_status comm_all_reduce(alloy_comm *c, void *buf, int64_t count, alloy_dtyp
     return ALLOY_OK;
 }
 
+/* The message for a collective that failed (rc) or ran late; ALLOY_OK when neither. */
+static alloy_status collective_result(alloy_comm *c, int rc, bool late, const char *kind, int64_t count, alloy_dtype dt,
+                                      const char *what, char *err, size_t errlen)
+{
+    if (late) {
+        if (err && errlen)
+            al_fmt(err, errlen, "%s: the %s of %lld %s did not finish within %g s on rank %d of %d (a peer died or skipped it)",
+                   what, kind, (long long)count, alloy_dtype_name(dt), c->timeout_s, c->rank, c->size);
+        return ALLOY_ERR_IO;
+    }
+    if (rc != MPI_SUCCESS) {
+        char where[256];
+        al_fmt(where, sizeof where, "%s: %s on rank %d of %d", what, kind, c->rank, c->size);
+        return mpi_fail(rc, where, err, errlen);
+    }
+    return ALLOY_OK;
+}
+
+/* The checks every shard collective makes: a communicator of `world` ranks,
+ * a shard MPI can count. */
+static alloy_status shard_check(alloy_comm *c, int64_t count, int world, const char *what, char *err, size_t errlen)
+{
+    if (!c) {
+        if (err && errlen) al_fmt(err, errlen, "%s: no communicator (alloy_graph_set_data_parallel)", what);
+        return ALLOY_ERR_INVALID;
+    }
+    if (world != c->size) {
+        if (err && errlen)
+            al_fmt(err, errlen, "%s: compiled for %d ranks, run on a communicator of %d", what, world, c->size);
+        return ALLOY_ERR_INVALID;
+    }
+    if (count < 0 || count > INT32_MAX / 8) {
+        if (err && errlen) al_fmt(err, errlen, "%s: a shard of %lld elements is more than one MPI call moves", what, (long long)count);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    return ALLOY_OK;
+}
+
+alloy_status comm_reduce_scatter(alloy_comm *c, const void *in, void *out, int64_t count, alloy_dtype dt, int world,
+                                 const char *what, char *err, size_t errlen)
+{
+    alloy_status st = shard_check(c, count, world, what, err, errlen);
+    if (st) return st;
+    if (dt != ALLOY_F32 && dt != ALLOY_F64) {
+        if (err && errlen) al_fmt(err, errlen, "%s: a reduce_scatter of %s (f32 and f64 only)", what, alloy_dtype_name(dt));
+        return ALLOY_ERR_DTYPE;
+    }
+    MPI_Datatype t = dt == ALLOY_F32 ? MPI_FLOAT : MPI_DOUBLE;
+    size_t es = alloy_dtype_size(dt);
+    int n = (int)count, rc;
+    bool late = false;
+    if (c->ordered && c->size > 2) { /* every rank's copy of my shard, summed from rank 0 */
+        char *all = al_malloc((size_t)n * es * (size_t)c->size + 1);
+        if (!all) {
+            if (err && errlen) al_fmt(err, errlen, "%s: out of memory for the ordered sum", what);
+            return ALLOY_ERR_OOM;
+        }
+        if (c->timeout_s <= 0) {
+            rc = MPI_Alltoall(in, n, t, all, n, t, c->comm);
+        } else {
+            MPI_Request req;
+            rc = MPI_Ialltoall(in, n, t, all, n, t, c->comm, &req);
+            if (rc == MPI_SUCCESS) rc = wait_until_timeout(c, req, &late);
+        }
+        if (rc == MPI_SUCCESS && !late) {
+#define ORDERED(T)                                                                            \
+    for (int i = 0; i < n; i++) {                                                             \
+        T s = ((const T *)all)[i];                                                            \
+        for (int r = 1; r < c->size; r++) s = (T)(s + ((const T *)all)[(size_t)r * (size_t)n + (size_t)i]); \
+        ((T *)out)[i] = s;                                                                    \
+    }
+            if (t == MPI_FLOAT) ORDERED(float)
+            else ORDERED(double)
+#undef ORDERED
+        }
+        al_free(all);
+    } else if (c->timeout_s <= 0) {
+        rc = MPI_Reduce_scatter_block(in, out, n, t, MPI_SUM, c->comm);
+    } else {
+        MPI_Request req;
+        rc = MPI_Ireduce_scatter_block(in, out, n, t, MPI_SUM, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = wait_until_timeout(c, req, &late);
+    }
+    return collective_result(c, rc, late, "reduce_scatter", count, dt, what, err, errlen);
+}
+
+alloy_status comm_all_gather(alloy_comm *c, const void *in, void *out, int64_t count, alloy_dtype dt, int world,
+                             const char *what, char *err, size_t errlen)
+{
+    alloy_status st = shard_check(c, count, world, what, err, errlen);
+    if (st) return st;
+    int bytes = (int)(count * (int64_t)alloy_dtype_size(dt)), rc;
+    bool late = false;
+    if (c->timeout_s <= 0) {
+        rc = MPI_Allgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, c->comm);
+    } else {
+        MPI_Request req;
+        rc = MPI_Iallgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = wait_until_timeout(c, req, &late);
+    }
+    return collective_result(c, rc, late, "all_gather", count, dt, what, err, errlen);
+}
+
 #else /* built without MPI */
 
 static alloy_status no_mpi(const char *what, char *err, size_t errlen)
@@ -353,6 +456,20 @@ alloy_status comm_all_gather_u64(alloy_comm *c, const uint64_t *v, int n, uint64
                                  char *err, size_t errlen)
 {
     (void)c, (void)v, (void)n, (void)all;
+    return no_mpi(what, err, errlen);
+}
+
+alloy_status comm_reduce_scatter(alloy_comm *c, const void *in, void *out, int64_t count, alloy_dtype dt, int world,
+                                 const char *what, char *err, size_t errlen)
+{
+    (void)c, (void)in, (void)out, (void)count, (void)dt, (void)world;
+    return no_mpi(what, err, errlen);
+}
+
+alloy_status comm_all_gather(alloy_comm *c, const void *in, void *out, int64_t count, alloy_dtype dt, int world,
+                             const char *what, char *err, size_t errlen)
+{
+    (void)c, (void)in, (void)out, (void)count, (void)dt, (void)world;
     return no_mpi(what, err, errlen);
 }
 

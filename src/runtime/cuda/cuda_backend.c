@@ -212,10 +212,17 @@ static alloy_status collectives_ready(rt_backend *b, rt_exec *e)
 {
     cuda_backend *cb = (cuda_backend *)b;
     e->first_coll = -1;
-    for (int i = 0; i < e->lp.nactions; i++)
-        if (e->lp.actions[i].kind == LP_COLLECTIVE && e->ncoll++ == 0) e->first_coll = i;
-    if (!e->ncoll || cb->coll) return ALLOY_OK;
     char err[512], where[128];
+    for (int i = 0; i < e->lp.nactions; i++) {
+        if (e->lp.actions[i].kind != LP_COLLECTIVE) continue;
+        if (e->ncoll++ == 0) e->first_coll = i;
+        if (!cu_coll_has(e->g->nodes[e->lp.actions[i].index]->op)) { /* ZeRO-1's reduce_scatter, all_gather */
+            collective_label(e, i, where, sizeof where);
+            return rt_fail(b, ALLOY_ERR_UNSUPPORTED, "cuda: %s: not built on the CUDA backend, whose collectives are "
+                           "all_reduce only (ZeRO-1 runs on the CPU backend)", where);
+        }
+    }
+    if (!e->ncoll || cb->coll) return ALLOY_OK;
     collective_label(e, e->first_coll, where, sizeof where);
     alloy_status st = cu_coll_open(b->cfg.nccl, &cb->coll, err, sizeof err);
     return st ? rt_fail(b, st, "cuda: %s: %s", where, err) : ALLOY_OK;

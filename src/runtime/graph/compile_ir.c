@@ -35,6 +35,7 @@ alloy_status graph_compile_ir(alloy_graph *g)
         opts.dp_world = alloy_comm_size(g->comm);
         opts.dp_rank = alloy_comm_rank(g->comm);
         opts.dp_bucket_bytes = g->dp.bucket_bytes;
+        opts.dp_zero = g->dp.zero_stage;
     }
     st = pass_run_pipeline(&c, &opts, &g->comp, g->print_to ? g->print_to : stderr, g->timings,
                            (int)(sizeof g->timings / sizeof g->timings[0]), &g->ntimings);

@@ -127,6 +127,7 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     if (arch && !(res = al_calloc((size_t)prog.nkernels + 1, sizeof *res))) st = graph_fail(g, ALLOY_ERR_OOM, "cost: out of memory");
     if (!st && arch) st = resources(g, &prog, arch, res);
     if (!st && (st = cost_build(c, s, &prog, &lp, res, &m, err, sizeof err))) graph_fail(g, st, "cost: %s", err);
+    if (!st && g->comm) cost_set_world(&m, c, alloy_comm_size(g->comm)); /* a data-parallel graph's all_reduce */
     if (!st && o && o->calibrate) st = calibrate(g, o->calibrate, &m, &dev, report);
     if (!st) {
         cost_apply(&m, &dev);
@@ -140,6 +141,9 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
                 const cost_launch *l = &m.launches[i];
                 totals->tiny_kernels += l->action == COST_KERNEL && l->grid <= COST_TINY_BLOCKS;
             }
+            for (int i = 0; i < m.n; i++) totals->link_bytes += (double)m.launches[i].link;
+            totals->bytes -= totals->link_bytes;
+            totals->collectives = m.collectives;
             totals->kernel_bytes = (double)m.kernel_bytes;
             totals->emitted_kernel_bytes = (double)m.emitted_bytes;
         }

@@ -17,8 +17,8 @@ alloy_status alloy_graph_set_data_parallel(alloy_graph *g, alloy_comm *comm, con
                           "-Dmpi=enabled)");
     if (!comm) return graph_fail(g, ALLOY_ERR_INVALID, "set_data_parallel: comm is NULL (alloy_comm_world)");
     alloy_data_parallel o = opts ? *opts : (alloy_data_parallel){0};
-    if (o.zero_stage != 0)
-        return graph_fail(g, ALLOY_ERR_INVALID, "set_data_parallel: zero_stage %d is not built (0 is)", o.zero_stage);
+    if (o.zero_stage != 0 && o.zero_stage != 1)
+        return graph_fail(g, ALLOY_ERR_INVALID, "set_data_parallel: zero_stage %d is not built (0 or 1)", o.zero_stage);
     if (!(o.timeout_s >= 0) || isinf(o.timeout_s))
         return graph_fail(g, ALLOY_ERR_INVALID, "set_data_parallel: timeout_s %g must be finite and >= 0 (0: none)",
                           o.timeout_s);

@@ -142,6 +142,38 @@ alloy_status state_write(alloy_graph *g, rt_state *s, const void *data)
     return ALLOY_OK;
 }
 
+/* ZeRO-1: s holds a whole tensor (a single process's moment, made before
+ * the data-parallel compile or loaded) where the compiled step keeps this
+ * rank's shard of type t: s becomes that shard (elements [r k, (r+1) k) of
+ * its values flattened, zeros past the end; passes/data_parallel.c). Any
+ * other change of type is an error naming the state. */
+static alloy_status state_reshard(alloy_graph *g, rt_state *s, const ir_type *t)
+{
+    int world = g->comm ? alloy_comm_size(g->comm) : 0, rank = g->comm ? alloy_comm_rank(g->comm) : 0;
+    int64_t m = ir_numel(&s->type), k = world ? (m + world - 1) / world : -1;
+    if (!world || g->dp.zero_stage != 1 || t->rank != 1 || t->dtype != s->type.dtype || t->dims[0] != k) {
+        char have[96], want[96];
+        ir_fmt_type(have, sizeof have, &s->type), ir_fmt_type(want, sizeof want, t);
+        return graph_fail(g, ALLOY_ERR_SHAPE, "state '%s' is %s but the compiled step keeps %s", s->name, have, want);
+    }
+    if (s->cell->refs > 1) /* another graph reads the whole tensor (alloy_graph_share_state) */
+        return graph_fail(g, ALLOY_ERR_INVALID, "state '%s' is shared with another graph: ZeRO-1 cannot keep only its shard",
+                          s->name);
+    alloy_status st = state_host(g, s);
+    if (st) return st;
+    size_t es = alloy_dtype_size(t->dtype), bytes = (size_t)k * es;
+    uint8_t *host = al_calloc(bytes ? bytes : 1, 1);
+    if (!host) return graph_fail(g, ALLOY_ERR_OOM, "out of memory taking the shard of state '%s'", s->name);
+    int64_t from = rank * k, n = from >= m ? 0 : (m - from < k ? m - from : k);
+    if (n > 0) memcpy(host, (const uint8_t *)s->cell->host + (size_t)from * es, (size_t)n * es);
+    state_cell *c = s->cell;
+    if (c->buf) graph_backend(g)->ops->buffer_free(graph_backend(g), c->buf), c->buf = NULL;
+    al_free(c->host);
+    c->host = host;
+    s->type = *t;
+    return state_upload(g, s);
+}
+
 /* Creates (or re-uploads) the state of every param and state node of ir. */
 static alloy_status state_create(alloy_graph *g, const ir_graph *ir, const uint8_t *conv_weight)
 {
@@ -151,6 +183,7 @@ static alloy_status state_create(alloy_graph *g, const ir_graph *ir, const uint8
         if (n->op != IR_OP_param && n->op != IR_OP_state) continue;
         rt_state *have = state_find(g, n->name);
         if (have && !have->cell->buf && (st = state_upload(g, have))) return st; /* an earlier call ran out of memory */
+        if (have && !ir_type_eq(&have->type, &n->type) && (st = state_reshard(g, have, &n->type))) return st;
         if (have) continue;
         if (g->nstate == g->state_cap) {
             int cap = g->state_cap ? g->state_cap * 2 : 16;

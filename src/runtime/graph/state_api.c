@@ -82,6 +82,38 @@ static bool state_is_model(const alloy_graph *g, const rt_state *s)
     return id >= 0 && (g->ir->nodes[id]->op == IR_OP_param || g->ir->nodes[id]->op == IR_OP_state);
 }
 
+/* The dims of the tensor s is ZeRO-1's shard of (the compiled state's
+ * shard_of, *rank set), or NULL for a whole tensor. */
+static const int64_t *shard_of(const alloy_graph *g, const rt_state *s, int *rank)
+{
+    *rank = 0;
+    if (!g->compiled || !g->comm) return NULL;
+    int id = ir_find_name(g->compiled, s->name);
+    const ir_node *n = id >= 0 ? g->compiled->nodes[id] : NULL;
+    return n && n->op == IR_OP_state && ir_attr_find(n, "shard_of") ? ir_attr_ints(n, "shard_of", rank) : NULL;
+}
+
+/* t (describing a ZeRO-1 shard s of a tensor of dims[0..rank)) made whole:
+ * every rank's shard all-gathered into *buf (freed by the caller), t's
+ * type the whole one. A collective: every rank makes it. */
+static alloy_status gather_shard(alloy_graph *g, const rt_state *s, const int64_t *dims, int rank,
+                                 alloy_host_tensor *t, void **buf)
+{
+    int world = alloy_comm_size(g->comm);
+    int64_t k = ir_numel(&s->type);
+    size_t es = alloy_dtype_size(s->type.dtype);
+    *buf = al_malloc((size_t)k * es * (size_t)world + 1);
+    if (!*buf) return graph_fail(g, ALLOY_ERR_OOM, "out of memory gathering the shards of state '%s'", s->name);
+    char what[300], err[512];
+    al_fmt(what, sizeof what, "gathering the shards of state '%s'", s->name);
+    alloy_status st = comm_all_gather(g->comm, t->data, *buf, k, s->type.dtype, world, what, err, sizeof err);
+    if (st) return graph_fail(g, st, "%s", err);
+    t->rank = rank;
+    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
+    t->data = *buf;
+    return ALLOY_OK;
+}
+
 /* Writes g's state (params_only: the model's, params and running
  * statistics, with each batch_norm's num_batches_tracked as PyTorch names
  * it) to path with alloy's checksum. */
@@ -105,10 +137,15 @@ static alloy_status save_tensors(alloy_graph *g, const char *path, bool params_o
         al_free(counts);
         return graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
     }
-    int n = 0;
+    int n = 0, whole_rank;
+    void **gathered = al_calloc(nmax, sizeof *gathered);
+    if (!gathered) st = graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
+    bool zero = false; /* ZeRO-1: the shards gathered (on every rank), rank 0 writes */
     for (int i = 0; i < g->nstate && !st; i++) {
         if (params_only && !state_is_model(g, &g->state[i])) continue;
         st = state_describe(g, &g->state[i], &ts[n]);
+        const int64_t *whole = st ? NULL : shard_of(g, &g->state[i], &whole_rank);
+        if (whole) st = gather_shard(g, &g->state[i], whole, whole_rank, &ts[n], &gathered[n]), zero = true;
         order[n] = &ts[n];
         n++;
     }
@@ -123,13 +160,15 @@ static alloy_status save_tensors(alloy_graph *g, const char *path, bool params_o
     char sum[IO_CHECKSUM_LEN] = "";
     if (!st && io_tensors_checksum(order, n, sum)) st = graph_fail(g, ALLOY_ERR_OOM, "out of memory saving state to %s", path);
     al_free(order);
-    if (!st) {
+    if (!st && !(zero && alloy_comm_rank(g->comm) != 0)) {
         const char *keys[] = {"format", "graph", IO_CHECKSUM_KEY};
         const char *vals[] = {params_only ? "alloy-params-1" : "alloy-state-1", g->ir->name, sum};
         char err[512] = "";
         st = alloy_safetensors_save(path, ts, n, keys, vals, 3, err, sizeof err);
         if (st) graph_fail(g, st, "%s", err);
     }
+    for (int i = 0; gathered && i < n; i++) al_free(gathered[i]);
+    al_free(gathered);
     al_free(ts);
     al_free(count_names);
     al_free(counts);
@@ -199,6 +238,46 @@ alloy_status graph_load_state_memory(alloy_graph *g, const void *bytes, size_t l
     return load_from(g, file, where, false, NULL, NULL, "load_state");
 }
 
+/* Whether name is gradient accumulation's state (a gradient's sum, the
+ * micro-batch counter, the inf seen): at a step's boundary it is zeros, so
+ * a graph that accumulates another number of micro-batches (or none)
+ * starts from a checkpoint without it, or ignores it in one. */
+static bool is_accumulation_state(const char *name)
+{
+    size_t n = strlen(name), k = strlen(SUFFIX_GRAD_ACC);
+    return strcmp(name, STATE_MICRO) == 0 || strcmp(name, STATE_FOUND_ACC) == 0 ||
+           (n > k && strcmp(name + n - k, SUFFIX_GRAD_ACC) == 0);
+}
+
+/* Whether t's bytes are all zero. */
+static bool all_zero(const alloy_host_tensor *t)
+{
+    size_t bytes = (size_t)alloy_host_tensor_numel(t) * alloy_dtype_size(t->dtype);
+    for (size_t i = 0; t->data && i < bytes; i++)
+        if (((const uint8_t *)t->data)[i]) return false;
+    return true;
+}
+
+/* ZeRO-1: when s is a shard and src the whole tensor (the layout every
+ * checkpoint has), *out becomes this rank's part of src (data allocated
+ * here, zeros past src's end); else *out is left empty (data NULL). */
+static alloy_status shard_from(alloy_graph *g, const rt_state *s, const alloy_host_tensor *src, alloy_host_tensor *out)
+{
+    int rank;
+    const int64_t *whole = shard_of(g, s, &rank);
+    if (!whole || src->rank != rank || src->dtype != s->type.dtype ||
+        memcmp(src->dims, whole, sizeof(int64_t) * (size_t)rank) != 0)
+        return ALLOY_OK; /* check_match names any mismatch */
+    int64_t m = alloy_host_tensor_numel(src), k = ir_numel(&s->type), from = alloy_comm_rank(g->comm) * k;
+    int64_t n = from >= m ? 0 : (m - from < k ? m - from : k);
+    size_t es = alloy_dtype_size(s->type.dtype);
+    void *data = al_calloc((size_t)k * es + 1, 1);
+    if (!data) return graph_fail(g, ALLOY_ERR_OOM, "out of memory taking the shard of state '%s'", s->name);
+    if (n > 0 && src->data) memcpy(data, (const uint8_t *)src->data + (size_t)from * es, (size_t)n * es);
+    *out = (alloy_host_tensor){.name = s->name, .dtype = s->type.dtype, .rank = 1, .dims = {k}, .data = data};
+    return ALLOY_OK;
+}
+
 /* load_tensors' work once the file is read (freed here). */
 static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const char *path, bool params_only, int *loaded,
                               int *ignored, const char *call)
@@ -211,6 +290,12 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
     }
     char where[800];
     al_fmt(where, sizeof where, "%s: ", path);
+    alloy_host_tensor *shards = al_calloc((size_t)g->nstate + 1, sizeof *shards); /* ZeRO-1: this rank's part */
+    if (!shards) {
+        al_free(src);
+        alloy_safetensors_free(file);
+        return graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory", call);
+    }
     /* validate everything before changing anything: the checksum, every
      * tensor's name, dtype and shape, the values of alloy's own counters */
     st = check_checksum(g, file, path);
@@ -220,7 +305,9 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
         src[i] = alloy_safetensors_find(file, g->state[i].name);
         /* a checkpoint from before the learning rate was state has no
          * optim.lr: the graph keeps its own (the optimizer's lr) */
-        bool optional = strcmp(g->state[i].name, STATE_BASE_LR) == 0;
+        bool optional = strcmp(g->state[i].name, STATE_BASE_LR) == 0 || is_accumulation_state(g->state[i].name);
+        if (src[i] && !(st = shard_from(g, &g->state[i], src[i], &shards[i]))) src[i] = shards[i].data ? &shards[i] : src[i];
+        if (st) break;
         if (!src[i] && !params_only && !optional)
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND, "%sno tensor for state '%s'", where, g->state[i].name);
         else if (src[i] && !(st = check_match(g, &g->state[i], src[i], where))) nload++;
@@ -237,6 +324,7 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
             else if (!graph_batch_count(g, t->name, true)) /* made now (0, as unloaded): nothing fails later */
                 st = graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory keeping '%s'", call, t->name);
         } else if (params_only && (!s || !state_is_model(g, s))) nignored++;
+        else if (!s && is_accumulation_state(t->name) && all_zero(t)) nignored++; /* saved at a step's boundary */
         else if (!s)
             st = graph_fail(g, ALLOY_ERR_NOT_FOUND,
                             "%stensor '%s' matches no state of graph '%s' (to load the params alone, as into a "
@@ -270,6 +358,8 @@ static alloy_status load_from(alloy_graph *g, alloy_safetensors *file, const cha
         if (loaded) *loaded = nload;
         if (ignored) *ignored = nignored;
     }
+    for (int i = 0; i < g->nstate; i++) al_free(shards[i].data);
+    al_free(shards);
     al_free(src);
     alloy_safetensors_free(file);
     return st;
