@@ -515,6 +515,42 @@ static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *
     return st;
 }
 
+/* amp_check and amp_stats after the step: the check words (kernels.h) into
+ * the run's flags and range entries, for the nodes the kernels checked. One
+ * download of 16 bytes per node, after the step's own wait. */
+static alloy_status read_checks(rt_backend *b, rt_exec *e, const rt_run_args *args)
+{
+    const cg_program *prog = e->prog;
+    if (!e->lp.checks_bytes || !prog->covered || (!args->nonfinite && !args->ranges)) return ALLOY_OK;
+    const ir_graph *g = e->g;
+    uint32_t *w = al_malloc(e->lp.checks_bytes);
+    if (!w) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory reading the step's checks");
+    cdev *dev = device_of(b);
+    alloy_status st = dev->ops->download(dev, w, e->aux, e->lp.checks_bytes);
+    if (st) {
+        al_free(w);
+        return dev_fail(b, st, "reading the step's checks");
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const uint32_t *at = w + (size_t)i * CG_CHECK_WORDS;
+        if (args->nonfinite && (prog->covered[i] & CG_CHECK_FINITE))
+            args->nonfinite[i] |= (uint8_t)(at[0] & (NONFINITE_INF | NONFINITE_NAN));
+        if (args->ranges && (prog->covered[i] & CG_CHECK_RANGE)) {
+            rt_range *r = &args->ranges[i];
+            uint64_t tiny;
+            memcpy(&tiny, at + 2, sizeof tiny);
+            if (at[1] > r->max_bits) r->max_bits = at[1];
+            if (at[0] & CG_RANGE_NAN) r->nan = 1;
+            r->tiny += tiny;
+            r->count += (uint64_t)ir_numel(&g->nodes[i]->type);
+        }
+    }
+    al_free(w);
+    if (args->nonfinite && (prog->checks & CG_CHECK_FINITE) && args->nonfinite_done) *args->nonfinite_done = true;
+    if (args->ranges && (prog->checks & CG_CHECK_RANGE) && args->ranges_done) *args->ranges_done = true;
+    return ALLOY_OK;
+}
+
 /* Whether the graph captured earlier still runs this call: every leaf at the address it was captured with. */
 static bool capture_current(const rt_exec *e)
 {
@@ -569,6 +605,7 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
         e->timing = false;
     }
     if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");
+    if (!st) st = read_checks(b, e, args);
     if (!st && profiling) st = profile_print(b, e, e->runs + 1, args->profile_to);
     if (!st) e->runs++;
     return st;
