@@ -73,15 +73,17 @@ bool cg_put_flag(cg_text *t, cg_params *ps, const ir_graph *g, const ir_node *x,
     return true;
 }
 
-/* Whether member m of step k is one the step's check kernel reads: a stored
- * checked value that no chunk loop holds (the CPU's check after a step,
+/* Whether member m of step k is one the step's check kernel reads (for
+ * checks): a stored checked value that no chunk loop holds (the CPU's check after a step,
  * cpu.c): an op step's values, a row or gemm step's row op results. A gemm
  * step's product is checked by its epilogue. */
-static bool checked_after(const ir_graph *g, const schedule *s, int k, int m)
+static bool checked_after(const ir_graph *g, const schedule *s, unsigned checks, int k, int m)
 {
     const sched_step *st = &s->steps[k];
     const ir_node *n = g->nodes[s->members[m].node];
-    if (!(s->members[m].flags & MEMBER_STORED) || !ir_amp_checked(g, n) || !ir_nbytes(&n->type)) return false;
+    alloy_dtype dt = n->type.dtype;
+    bool wanted = (checks & CG_CHECK_FINITE) || ((checks & CG_CHECK_RANGE) && (dt == ALLOY_F16 || dt == ALLOY_BF16));
+    if (!wanted || !(s->members[m].flags & MEMBER_STORED) || !ir_amp_checked(g, n) || !ir_nbytes(&n->type)) return false;
     if (st->kind != STEP_KIND_OP && ir_fuse_elementwise(g, n)) return false;
     return !(st->kind == STEP_KIND_GEMM && m == st->first);
 }
@@ -94,9 +96,9 @@ const char *cg_emit_check_kernel(cg_program *prog, const ir_graph *g, const sche
     int64_t total = 0;
     bool any_wide = false; /* an f64 value: loaded as T = double */
     for (int m = st->first; m < st->first + st->n; m++)
-        any_wide |= checked_after(g, s, k, m) && g->nodes[s->members[m].node]->type.dtype == ALLOY_F64;
+        any_wide |= checked_after(g, s, prog->checks, k, m) && g->nodes[s->members[m].node]->type.dtype == ALLOY_F64;
     for (int m = st->first; m < st->first + st->n; m++) {
-        if (!checked_after(g, s, k, m)) continue;
+        if (!checked_after(g, s, prog->checks, k, m)) continue;
         const ir_node *n = g->nodes[s->members[m].node];
         int64_t count = ir_numel(&n->type);
         bool wide = n->type.dtype == ALLOY_F64;
