@@ -157,6 +157,23 @@ static void test_a_backward_overflow_is_named_with_the_same_forward_node_on_cpu_
     alloy_graph_free(cpu), alloy_graph_free(cuda);
 }
 
+/* With amp_stats on, the report gives the largest |x| among the flagged
+ * node's operands in that run: exp's operand p = 12 .. 48. */
+static void test_the_report_gives_the_operands_max_abs_when_amp_stats_is_on(void **state)
+{
+    (void)state;
+    use_emulation();
+    alloy_graph *cpu = ew_graph("cpu", 'e', true, true), *cuda = ew_graph("cuda", 'e', true, true);
+    run_ew(cpu, 100.0), run_ew(cuda, 100.0); /* an earlier run's larger p is not this run's */
+    run_ew(cpu, 48.0), run_ew(cuda, 48.0);
+    alloy_overflow_info a = info_of(cpu), b = info_of(cuda);
+    assert_true(b.found && b.input_max_known && b.input_max_abs == 48.0);
+    assert_string_equal(b.summary, "first inf at %e exp f16[4] (forward), inputs max |x| 48, scale 512 -> 256");
+    assert_same_report(&a, &b);
+    assert_true(a.input_max_known && a.input_max_abs == b.input_max_abs);
+    alloy_graph_free(cpu), alloy_graph_free(cuda);
+}
+
 static void test_a_gemm_product_that_overflows_is_named_on_cpu_and_cuda(void **state)
 {
     (void)state;
@@ -260,6 +277,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_forward_overflow_is_named_at_the_same_exp_on_cpu_and_cuda),
         cmocka_unit_test(test_a_backward_overflow_is_named_with_the_same_forward_node_on_cpu_and_cuda),
+        cmocka_unit_test(test_the_report_gives_the_operands_max_abs_when_amp_stats_is_on),
         cmocka_unit_test(test_a_gemm_product_that_overflows_is_named_on_cpu_and_cuda),
         cmocka_unit_test(test_amp_check_and_amp_stats_leave_every_bit_of_the_cuda_step_as_it_was),
         cmocka_unit_test(test_range_statistics_are_the_cpus_bit_for_bit_on_the_device),

@@ -141,7 +141,11 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
     }
     if (!st) step_info_capture(g);
     if (!st) overflow_capture(g, flags, checked && flags);
-    if (!st && tracked) g->range_runs++;
+    if (!st && tracked) {
+        overflow_add_input_range(g, args.ranges);
+        range_stats_merge(g);
+        g->range_runs++;
+    }
     al_free(flags);
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetch_id[i];
