@@ -449,6 +449,27 @@ static void printing_to_a_file_writes_the_same_text_as_print_string(void **state
     ir_graph_free(g);
 }
 
+/* A backward node's origin (the forward node whose gradient rule made it)
+ * is text too: a bundle's IR keeps what the overflow locator reports. */
+static void a_nodes_origin_survives_print_and_parse(void **state)
+{
+    (void)state;
+    static const char text[] = "graph g {\n"
+                               "  %x = input : f32[2]\n"
+                               "  %y = neg(%x) : f32[2]\n"
+                               "  %2 = neg(%y) : f32[2] !origin=%y\n"
+                               "  output \"z\" = %2\n"
+                               "}\n";
+    ir_graph *g = parse_ok(text);
+    assert_int_equal(g->nodes[2]->origin, 1);
+    assert_int_equal(g->nodes[1]->origin, -1);
+    char *back = ir_print_string(g);
+    assert_non_null(back);
+    assert_string_equal(back, text);
+    al_free(back);
+    ir_graph_free(g);
+}
+
 #define G "graph g {\n"
 #define HDR G "  %x = input : f32[2]\n"
 #define END "}\n"
@@ -578,7 +599,9 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
         {G "  %x = input : f32[2] !group=-1\n" END,
           "t.ir:2:30: expected a group number in [0, 2147483647], found '-1'"},
         {G "  %x = input : f32[2] !fused\n" END,
-          "t.ir:2:24: expected an annotation (amp, group or inserted) after '!', found 'fused'"},
+          "t.ir:2:24: expected an annotation (amp, group, inserted or origin) after '!', found 'fused'"},
+        {HDR "  %y = neg(%x) : f32[2] !origin=%z\n" END, "t.ir:3:33: %z is not defined"},
+        {HDR "  %y = neg(%x) : f32[2] !origin=%x !origin=%x\n" END, "t.ir:3:37: annotation !origin is given twice"},
         {HDR "  output y = %x\n" END,
           "t.ir:3:10: expected the output's name as a string after 'output', found 'y'"},
         {HDR "  output \"y\" = %x\n  output \"y\" = %x\n" END, "t.ir:4:10: output \"y\" is declared twice"},
@@ -850,6 +873,7 @@ int main(void)
         cmocka_unit_test(labels_are_renumbered_and_names_that_are_not_identifiers_are_quoted),
         cmocka_unit_test(whitespace_comments_crlf_and_a_missing_final_newline_are_accepted),
         cmocka_unit_test(printing_to_a_file_writes_the_same_text_as_print_string),
+        cmocka_unit_test(a_nodes_origin_survives_print_and_parse),
         cmocka_unit_test(malformed_text_reports_file_line_column_and_what_was_expected),
         cmocka_unit_test(a_nul_byte_inside_the_text_is_an_error_not_the_end),
         cmocka_unit_test(errors_fit_any_error_buffer_and_a_null_buffer_is_allowed),

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -99,6 +100,41 @@ static void test_a_backward_overflow_is_named_with_its_forward_node_and_paramete
     alloy_graph_free(g);
 }
 
+/* The IR text of a bundle carries each backward node's origin (!origin=),
+ * so a bundle's report names the forward node as the compiled graph's does. */
+static void test_a_bundles_report_says_backward_of_which_node_as_the_graphs_does(void **state)
+{
+    (void)state;
+    alloy_graph *g = f16_graph('q', true, 1024);
+    char path[] = "/tmp/alloy_locator_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    expect_ok(g, run_x(g, 200.0), "run");
+    alloy_overflow_info want = info_of(g);
+    assert_true(want.found && want.backward && want.forward_node[0]);
+    alloy_bundle *b = NULL;
+    char err[512];
+    setenv("ALLOY_AMP_CHECK", "1", 1);
+    alloy_status st = alloy_bundle_load(path, &b, err, sizeof err);
+    unsetenv("ALLOY_AMP_CHECK");
+    remove(path);
+    if (st) fail_msg("bundle_load: %s", err);
+    uint16_t x[N];
+    for (int i = 0; i < N; i++) x[i] = cvt_f64_to_f16(200.0 * (i + 1) / N);
+    alloy_host_tensor feed = {"x", ALLOY_F16, 1, {N}, x};
+    assert_int_equal(alloy_bundle_run(b, &feed, 1, NULL, 0), ALLOY_OK);
+    alloy_overflow_info o;
+    assert_int_equal(alloy_bundle_overflow_info(b, &o), ALLOY_OK);
+    assert_true(o.found && o.backward);
+    assert_string_equal(o.forward_node, "%q");
+    assert_string_equal(o.forward_op, "square");
+    assert_string_equal(o.summary, want.summary);
+    alloy_bundle_free(b);
+    alloy_graph_free(g);
+}
+
 static void test_the_stop_rules_message_carries_the_locators_line(void **state)
 {
     (void)state;
@@ -181,6 +217,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_forward_overflow_is_named_at_the_exp_that_made_it),
         cmocka_unit_test(test_a_backward_overflow_is_named_with_its_forward_node_and_parameter),
+        cmocka_unit_test(test_a_bundles_report_says_backward_of_which_node_as_the_graphs_does),
         cmocka_unit_test(test_the_stop_rules_message_carries_the_locators_line),
         cmocka_unit_test(test_amp_check_leaves_every_bit_of_the_step_as_it_was),
         cmocka_unit_test(test_a_finite_transformer_step_flags_nothing_though_its_mask_holds_minus_inf),

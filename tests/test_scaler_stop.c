@@ -243,8 +243,7 @@ static void test_a_bundle_keeps_the_stop_rules(void **state)
     assert_int_equal(alloy_bundle_run(b, &feed, 1, NULL, 0), ALLOY_ERR_DIVERGED);
     assert_non_null(strstr(alloy_bundle_last_error(b), "2 skipped steps in a row reached max_consecutive_skips"));
     /* the NaN is x's own (an input: not checked); the first value it makes is
-     * x * w, in the forward; the IR text of a bundle does not say which
-     * forward node a backward one came from, and needs not here */
+     * x * w, in the forward */
     alloy_overflow_info o;
     assert_int_equal(alloy_bundle_overflow_info(b, &o), ALLOY_OK);
     assert_true(o.checked && o.found && o.has_nan && !o.backward);

@@ -178,7 +178,13 @@ typedef struct alloy_overflow_info {
     char param[128];     /* backward: the first parameter (or input) whose gradient it feeds ("" none) */
     double scale, next_scale; /* the loss scale of the step, and the next one */
     char summary[512];   /* one line: "first inf at %812 mul f16[64,256] (backward of gelu %230, gradient of
-                            'w1'), scale 65536 -> 32768" */
+                            'w1'), scale 65536 -> 32768"; with input_max_known, ", inputs max |x| 7.1e+04"
+                            before the scale */
+    /* amp_stats on: the largest |x| (a NaN aside) among the node's operands
+     * that the statistics track (computed f16/bf16 values), in this run;
+     * input_max_known false when none of them is (or amp_stats is off) */
+    bool input_max_known;
+    double input_max_abs;
 } alloy_overflow_info;
 
 /* What the locator found in the last run (found false when nothing or

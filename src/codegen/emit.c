@@ -18,7 +18,18 @@ static bool note_skipped(cg_program *p, int step, const char *why)
 
 alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char *err, size_t errlen)
 {
+    return cg_emit_checked(g, s, 0, out, err, errlen);
+}
+
+alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned checks, cg_program *out, char *err,
+                             size_t errlen)
+{
     memset(out, 0, sizeof *out);
+    if (checks && !(out->covered = al_calloc((size_t)g->nnodes + 1, 1))) {
+        al_fmt(err, errlen, "out of memory for the checks of %d nodes", g->nnodes);
+        return ALLOY_ERR_OOM;
+    }
+    out->checks = checks;
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
         const ir_node *last = g->nodes[st->pos];
@@ -44,6 +55,12 @@ alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char
         case STEP_KIND_COLLECTIVE: why = "a library collective (NCCL)"; break; /* the launch plan's collective action */
         default: why = "unknown step kind"; break;
         }
+        /* amp_check / amp_stats on what no epilogue saw: after the step's
+         * kernels, or after the library GEMM of a lone matmul */
+        if (checks && (!why || (st->kind == STEP_KIND_OP && last->op == IR_OP_matmul))) {
+            const char *cw = cg_emit_check_kernel(out, g, s, k);
+            if (cw) why = cw;
+        }
         if (why && strcmp(why, "out of memory") == 0) {
             cg_program_free(out);
             al_fmt(err, errlen, "out of memory emitting step %d", k);
@@ -64,6 +81,6 @@ void cg_program_free(cg_program *p)
         al_free(p->kernels[i].source);
         al_free(p->kernels[i].params);
     }
-    al_free(p->kernels), al_free(p->skipped), al_free(p->why);
+    al_free(p->kernels), al_free(p->skipped), al_free(p->why), al_free(p->covered);
     memset(p, 0, sizeof *p);
 }

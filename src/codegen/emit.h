@@ -13,6 +13,13 @@
  * library GEMM), multi steps with their found_inf, casts. Fills *out
  * (cg_program_free) or returns ALLOY_ERR_OOM with err. */
 AL_HIDDEN alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program *out, char *err, size_t errlen);
+/* cg_emit with the amp_check / amp_stats statements (CG_CHECK_* in checks)
+ * in the kernels: each checked value's flag, each f16/bf16 value's range,
+ * in the CHECKS words (kernels.h); a check kernel after a step whose
+ * stored values no epilogue holds. checks 0 is cg_emit: the same kernels,
+ * byte for byte. */
+AL_HIDDEN alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned checks, cg_program *out,
+                                       char *err, size_t errlen);
 AL_HIDDEN void cg_program_free(cg_program *p);
 /* One source holding kernels [first, first + n) of p after a single
  * preamble (an NVRTC program or a host-emulation library with many

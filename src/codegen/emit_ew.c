@@ -105,8 +105,11 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
         cg_put(t, "); }\n");
         char v[16];
         al_fmt(v, sizeof v, "v%d", m);
+        if (!p->quiet && cg_put_range(t, p->ps, g, x, p->checks, p->wide, v) && p->covered)
+            p->covered[x->id] |= CG_CHECK_RANGE;
         cg_apply_flags(t, x->type.dtype, p->wide, mb->flags, v);
         if (p->quiet) continue;
+        if (cg_put_flag(t, p->ps, g, x, p->checks, p->wide, v) && p->covered) p->covered[x->id] |= CG_CHECK_FINITE;
         if (mb->flags & MEMBER_STORED) {
             int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
             if (p->vec) {
@@ -175,6 +178,11 @@ static void ew_body(cg_text *body, cg_ew_part *p)
             cg_store(body, x->type.dtype, false, pv);
             cg_put(body, ";\n");
         }
+        char pv[16];
+        al_fmt(pv, sizeof pv, "v%d", p->product);
+        /* the unrounded f32 product, as the CPU checks it (cpu_run_gemm) */
+        if (cg_put_range(body, p->ps, p->g, x, p->checks, false, pv) && p->covered) p->covered[x->id] |= CG_CHECK_RANGE;
+        if (cg_put_flag(body, p->ps, p->g, x, p->checks, false, pv) && p->covered) p->covered[x->id] |= CG_CHECK_FINITE;
         if ((mm->flags & MEMBER_RANGED) && (x->type.dtype == ALLOY_F16 || x->type.dtype == ALLOY_BF16))
             cg_put(body, "        v%d = alloy_range_%s(v%d);\n", p->product, x->type.dtype == ALLOY_F16 ? "f16" : "bf16",
                    p->product);
@@ -215,6 +223,8 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     } else {
         p.wide = s->parts[st->first_part].wide;
     }
+    if (st->kind != STEP_KIND_OP) /* a cast op step is checked after it, as the CPU does (cg_emit_check_kernel) */
+        p.checks = prog->checks, p.covered = prog->covered;
     cg_params ps = {0};
     p.ps = &ps;
     cg_text body = {0}, vbody = {0}, t = {0};
@@ -351,7 +361,8 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         uint64_t vload = 0, vstore = 0;
         bool vfail = false;
         cg_ew_part p = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = space,
-                        .wide = part->wide, .product = -1, .ps = &ps, .e = "i"};
+                        .wide = part->wide, .product = -1, .ps = &ps, .e = "i", .checks = prog->checks,
+                        .covered = prog->covered};
         cg_ew_part vp = p;
         vp.vec = true, vp.vbase = ps.n, vp.vload = &vload, vp.vstore = &vstore, vp.vfail = &vfail;
         cg_text vbody = {0}, sbody = {0};

@@ -70,6 +70,10 @@ typedef struct cg_ew_part {
      * written to r<m>; with `quiet` (a lambda's body) no store and no
      * found_inf check either */
     bool stream, quiet;
+    /* amp_check / amp_stats (CG_CHECK_*; 0: none): each member's value
+     * checked where it is computed, the nodes so checked marked in covered */
+    unsigned checks;
+    uint8_t *covered;
 } cg_ew_part;
 
 /* Appends the statements computing the part's members at index p->e: loads
@@ -108,6 +112,20 @@ AL_HIDDEN const char *cg_emit_index(cg_program *prog, const ir_graph *g, int k, 
 /* The two kernels of sum_squares n of step k (a multi-tensor reduction), or why none (emit_sum_squares.c). */
 AL_HIDDEN const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
 AL_HIDDEN const char *cg_emit_attention(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_attention.c */
+
+/* amp_check and amp_stats (emit_checks.c). Append the statements adding
+ * value v (compute type T: double when wide) of node x to its range
+ * statistics (before the range rule), or setting its NONFINITE_* flag (on
+ * the value as its dtype stores it), when checks asks for them and x is a
+ * value they look at (ir_amp_checked); whether they did. */
+AL_HIDDEN bool cg_put_range(cg_text *t, cg_params *ps, const ir_graph *g, const ir_node *x, unsigned checks, bool wide,
+                            const char *v);
+AL_HIDDEN bool cg_put_flag(cg_text *t, cg_params *ps, const ir_graph *g, const ir_node *x, unsigned checks, bool wide,
+                           const char *v);
+/* The check kernel of step k (p->checks set): reads each stored checked
+ * value of the step that no epilogue holds; none when there is none. NULL,
+ * or "out of memory". */
+AL_HIDDEN const char *cg_emit_check_kernel(cg_program *p, const ir_graph *g, const schedule *s, int k);
 
 /* Threads per block of the elementwise kernels; their grid is capped so the
  * grid-stride loop does the rest. */

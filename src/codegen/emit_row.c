@@ -25,6 +25,9 @@ typedef struct row_kernel {
     bool wide;
     const ir_type *space;
     cg_params ps;
+    /* amp_check / amp_stats on the elementwise parts (cg_ew_part.checks, .covered) */
+    unsigned checks;
+    uint8_t *covered;
     /* vw > 1: the parameters (bit k) whose row this thread holds in
      * l<k>_[cpl], loaded by 16-byte accesses where first read (declared in
      * *decl); vfail: an elementwise part read or wrote a parameter past 63
@@ -691,7 +694,8 @@ static void stream_part(cg_text *t, row_kernel *rk, const sched_part *part, cons
 {
     const schedule *s = rk->s;
     cg_ew_part ep = {.g = rk->g, .s = s, .step = rk->st, .first = part->first, .n = part->n, .space = space,
-                     .wide = part->wide, .product = -1, .ps = &rk->ps, .e = "e_", .slot = "j_", .stream = true};
+                     .wide = part->wide, .product = -1, .ps = &rk->ps, .e = "e_", .slot = "j_", .stream = true,
+                     .checks = rk->checks, .covered = rk->covered};
     bool pass = false;
     for (int m = part->first; m < part->first + part->n; m++)
         pass |= (s->members[m].flags & (MEMBER_STORED | MEMBER_CHECK)) != 0;
@@ -721,6 +725,8 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     const ir_node *last = g->nodes[st->pos];
     cg_text decl = {0};
     row_kernel rk = {.g = g, .s = s, .st = st, .vw = 1, .decl = &decl};
+    if (st->kind != STEP_KIND_OP) /* a row op step's result is checked after it (cg_emit_check_kernel) */
+        rk.checks = prog->checks, rk.covered = prog->covered;
     ir_type space = st->space;
     if (st->kind == STEP_KIND_OP) {
         if (!ir_ops[last->op].row) return "no kernel yet for this op (a library call or an op kernel)";
@@ -776,7 +782,8 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
         uint64_t vload = 0, vstore = 0;
         cg_ew_part ep = {.g = g, .s = s, .step = st, .first = part->first, .n = part->n, .space = &space,
                          .wide = part->wide, .product = -1, .ps = &rk.ps, .e = "e_", .slot = "j_",
-                         .vec = rk.vw > 1, .vload = &vload, .vstore = &vstore, .vfail = &rk.vfail};
+                         .vec = rk.vw > 1, .vload = &vload, .vstore = &vstore, .vfail = &rk.vfail,
+                         .checks = rk.checks, .covered = rk.covered};
         cg_text members = {0};
         cg_emit_members(&members, &ep);
         for (int i = 0; i < 64; i++)

@@ -1,4 +1,5 @@
 /* groups.c - fusion group kinds, membership rules and the printed group table. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -387,4 +388,25 @@ alloy_status ir_check_groups(ir_graph *g)
     ir_groups_free(&gs);
     al_free(parent), al_free(member_at);
     return st;
+}
+
+bool ir_amp_checked(const ir_graph *g, const ir_node *n)
+{
+    alloy_dtype dt = n->type.dtype;
+    if (dt != ALLOY_F32 && dt != ALLOY_F16 && dt != ALLOY_BF16 && dt != ALLOY_F64) return false;
+    if (n->nin == 0 || n->op == IR_OP_causal_mask) return false;
+    switch (n->op) { /* ops whose values are some of their operands': an inf there was flagged where it was made */
+    case IR_OP_reshape: case IR_OP_transpose: case IR_OP_slice: case IR_OP_concat: case IR_OP_broadcast_to:
+    case IR_OP_gather: case IR_OP_index_select: case IR_OP_embedding: case IR_OP_pad: case IR_OP_max_pool2d:
+    case IR_OP_reduce_max:
+        return false;
+    default: break;
+    }
+    for (int j = 0; j < n->nin; j++) {
+        const ir_node *c = g->nodes[n->in[j]];
+        if (c->op != IR_OP_constant) continue;
+        const ir_attr *v = ir_attr_find(c, "value");
+        if (v && v->kind == IR_ATTR_FLOAT && !isfinite(v->f)) return false;
+    }
+    return true;
 }

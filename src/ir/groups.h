@@ -28,6 +28,11 @@ AL_HIDDEN const char *ir_group_kind_name(ir_group_kind k);
 /* An elementwise member: an EW op of ops.def, or a cast between f16, bf16
  * and f32 (computed in f32; an explicit cast still rounds to its dtype). */
 AL_HIDDEN bool ir_fuse_elementwise(const ir_graph *g, const ir_node *n);
+/* Whether the amp_check and amp_stats options look at node n's values (on
+ * every backend alike): a float value computed by an op, not one that only
+ * moves its operands' values (an inf there was flagged where it was made),
+ * nor one whose constant operand is itself not finite (a mask's -inf). */
+AL_HIDDEN bool ir_amp_checked(const ir_graph *g, const ir_node *n);
 /* A row op (one with a row program in ops.def) that may join a ROW group:
  * along the last axis only, on f32/f16/bf16 data (its index operands
  * aside). */

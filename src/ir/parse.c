@@ -492,17 +492,25 @@ static bool dims_could_overflow(const ir_graph *g, int op, const int *in, int ni
 static bool parse_annotation(parser *p, ir_node *n, unsigned *seen)
 {
     static const char *amps[] = {"allow", "deny", "infer", "clear"};
-    static const char *words[] = {"amp", "group", "inserted"};
+    static const char *words[] = {"amp", "group", "inserted", "origin"};
     next(p);
     token w = p->tok;
     int which = 0, k = 0;
-    while (which < 3 && !is_word(p, words[which])) which++;
-    if (which == 3) return fail_expected(p, "an annotation (amp, group or inserted) after '!'");
+    while (which < 4 && !is_word(p, words[which])) which++;
+    if (which == 4) return fail_expected(p, "an annotation (amp, group, inserted or origin) after '!'");
     if (*seen & (1u << which)) return FAIL(&w, "annotation !%s is given twice", words[which]);
     *seen |= 1u << which;
     next(p);
     if (which == 2) return n->flags |= IR_NODE_INSERTED, !p->failed;
-    if (!expect(p, '=', which ? "after !group" : "after !amp")) return false;
+    if (!expect(p, '=', which == 3 ? "after !origin" : which ? "after !group" : "after !amp")) return false;
+    if (which == 3) { /* the forward node whose gradient rule made n: defined before it */
+        token ref = p->tok;
+        int id = parse_use(p);
+        if (id < 0) return false;
+        if (id == n->id) return FAIL(&ref, "a node cannot be its own !origin");
+        n->origin = id;
+        return !p->failed;
+    }
     token *v = &p->tok;
     if (which == 0) {
         while (k < 4 && !is_word(p, amps[k])) k++;

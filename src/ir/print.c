@@ -226,6 +226,10 @@ static void put_node(sink *s, const ir_graph *g, int i)
     if (n->amp != AMP_NONE) putf(s, " !amp=%s", amp_name(n->amp));
     if (n->group >= 0) putf(s, " !group=%d", n->group);
     if (n->flags & IR_NODE_INSERTED) put_str(s, " !inserted");
+    if (n->origin >= 0 && n->origin < g->nnodes) { /* a backward node: the forward node it is the gradient of */
+        put_str(s, " !origin=");
+        put_ref(s, g, n->origin);
+    }
     put(s, "\n", 1);
 }
 

@@ -51,6 +51,10 @@ typedef struct rt_run_args {
      * no check. nonfinite_done says the backend did. */
     uint8_t *nonfinite;
     bool *nonfinite_done;
+    /* with nonfinite set and the backend's read_flags: the caller reads
+     * the flags afterwards, only when it wants them (a skipped step), and
+     * the run leaves nonfinite as it is (nonfinite_done still says it checked) */
+    bool flags_later;
     /* the amp_stats option: per node of the compiled graph, added to (not
      * zeroed) for each f16/bf16 value a backend that tracks computes
      * (cpu_amp_checked's values); NULL: none. ranges_done says it did. */
@@ -73,6 +77,10 @@ typedef struct rt_backend_ops {
      * copied into the state leaf it names. */
     alloy_status (*run)(rt_backend *b, rt_exec *e, const rt_run_args *args);
     void (*exec_free)(rt_backend *b, rt_exec *e);
+    /* amp_check's flags of e's last run into nonfinite (per node, or-ed
+     * in), for a run with flags_later; NULL for a backend that fills them
+     * during the run (the CPU). */
+    alloy_status (*read_flags)(rt_backend *b, rt_exec *e, uint8_t *nonfinite);
     /* A bundle's step: an executable for schedule s of g with plan p (from
      * the file) and the bundle's CUDA executable x (images and kernel
      * table, outliving the executable; NULL or empty when it has none). The

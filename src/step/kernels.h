@@ -16,7 +16,18 @@ typedef enum cg_param_kind {
     CG_PARAM_ROWS,    /* per-row results of a RESULT op, f32 (or f64 when wide), `count` of them, `node` the op;
                        * also a step's own scratch of `count` 4-byte words (embedding_grad's sort) */
     CG_PARAM_FLAG,    /* one zero-initialized int: a step's found_inf flag, `node` the found_inf */
+    CG_PARAM_CHECKS,  /* the run's amp_check/amp_stats words (CG_CHECK_WORDS per node), zeroed once per run; node -1 */
 } cg_param_kind;
+
+/* What the kernels of a step compiled with amp_check or amp_stats also do
+ * (cg_program.checks): flag a value that is not finite, track an f16/bf16
+ * value's range. */
+enum { CG_CHECK_FINITE = 1, CG_CHECK_RANGE = 2 };
+/* The run's check words, per node id i at [CG_CHECK_WORDS * i]: word 0 the
+ * NONFINITE_* bits (and CG_RANGE_NAN: its statistics saw a NaN), word 1 the
+ * largest |x| seen as f32 bits, words 2-3 the count of subnormal elements
+ * (an unsigned long long). */
+enum { CG_CHECK_WORDS = 4, CG_RANGE_NAN = 4 };
 
 typedef struct cg_param {
     cg_param_kind kind;
@@ -37,6 +48,7 @@ typedef struct cg_kernel {
     int nparams;
     unsigned grid, block;
     int64_t bytes; /* bytes the kernel loads and stores per run (each element once) */
+    bool check;    /* a step's check kernel (amp_check/amp_stats on values no epilogue saw), after its own */
 } cg_kernel;
 
 /* The kernels of a compiled step, and the steps no kernel was emitted for
@@ -47,6 +59,10 @@ typedef struct cg_program {
     int *skipped; /* step indices */
     const char **why;
     int nskipped;
+    /* CG_CHECK_* the kernels were emitted with (0: none, the default), and
+     * per node which of them some kernel does for it (NULL when checks is 0) */
+    unsigned checks;
+    uint8_t *covered;
 } cg_program;
 
 #endif

@@ -183,7 +183,7 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
     lp_plan *lp = b->lp;
     aux_slot slots[16];
     int nslots = 0;
-    int64_t aux = 0;
+    int64_t aux = (int64_t)lp->checks_bytes; /* the run's check words stay below every step's slots */
     for (int q = first; q < end; q++) {
         const cg_kernel *kn = &prog->kernels[q];
         for (int i = 0; i < kn->nparams; i++) {
@@ -191,6 +191,10 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
             lp_place *at = &lp->args[lp->first_arg[q] + i];
             if (pa->kind == CG_PARAM_NODE) {
                 if (!place_or_fail(b, g, p, pa->node, k, at) || !aligned_or_fail(b, kn, i, at)) return false;
+                continue;
+            }
+            if (pa->kind == CG_PARAM_CHECKS) {
+                *at = (lp_place){LP_AUX, -1, 0};
                 continue;
             }
             if (pa->kind == CG_PARAM_PRODUCT) {
@@ -246,6 +250,11 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
     }
     out->args = al_calloc((size_t)nargs + 1, sizeof(lp_place));
     if (!out->first_arg || !out->args) oom(&b);
+    if (prog->checks && !b.status) { /* amp_check / amp_stats: the words zeroed once, before the first step */
+        out->checks_bytes = (size_t)round_up((int64_t)g->nnodes * CG_CHECK_WORDS * 4, LP_AUX_ALIGN);
+        out->aux_bytes = out->checks_bytes;
+        add_action(&b, (lp_action){.kind = LP_ZERO, .step = 0, .dst = {LP_AUX, -1, 0}, .bytes = (int64_t)out->checks_bytes});
+    }
     int next = 0;
     for (int k = 0; !b.status && k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
@@ -275,10 +284,10 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
             /* a convolution's product is its step's first kernel (emit_conv.c) */
             if (first->op == IR_OP_matmul)
                 add_gemm(&b, g, p, k, first, (lp_place){LP_ARENA, -1, (int64_t)p->scratch_offset}, ALLOY_F32);
-        } else if (st->kind == STEP_KIND_OP && last->op == IR_OP_matmul && end == next) {
-            lp_place o;
+        } else if (st->kind == STEP_KIND_OP && last->op == IR_OP_matmul && (end == next || prog->kernels[next].check)) {
+            lp_place o; /* the library GEMM into the slot, then its check kernel when there is one */
             if (place_or_fail(&b, g, p, last->id, k, &o)) add_gemm(&b, g, p, k, last, o, last->type.dtype);
-            continue;
+            if (end == next) continue;
         } else if (end == next) {
             const char *why = skipped_why(prog, k);
             if (!why) continue; /* nothing to compute (an empty step) */

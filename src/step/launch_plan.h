@@ -65,6 +65,9 @@ typedef struct lp_plan {
     int *first_arg;
     int nkernels;
     size_t arena_bytes, aux_bytes;
+    /* amp_check / amp_stats: the run's check words (kernels.h) at the aux
+     * block's start, zeroed by the first action; 0 when the kernels have none */
+    size_t checks_bytes;
 } lp_plan;
 
 /* Every aux slot starts at a multiple of this (the library's preferred alignment). */

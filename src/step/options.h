@@ -31,8 +31,8 @@ typedef struct al_options {
     uint32_t disabled;     /* bit i: skip pipeline pass i */
     uint32_t no_fuse;      /* bit 1 << ir_group_kind: form no groups of that kind; OPT_NO_FUSE_ALL: none */
     bool amp_log;          /* the amp pass reports what it converted and why */
-    bool amp_check;        /* runs flag each value that is not finite (the overflow locator; CPU backend) */
-    bool amp_stats;        /* runs track each f16/bf16 value's max |x| and underflow fraction (range statistics; CPU) */
+    bool amp_check;        /* runs flag each value that is not finite (the overflow locator; CPU and CUDA) */
+    bool amp_stats;        /* runs track each f16/bf16 value's max |x| and underflow fraction (range statistics; CPU and CUDA) */
     double amp_range_margin; /* range-aware colouring: a node whose max |x| times this would overflow stays f32; 0: 2 */
     bool time_passes;      /* the pass manager prints each pass's time and node count */
     bool no_arena;         /* the memory plan gives every value its own slot (no reuse) */

@@ -303,6 +303,8 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
         for (int i = 0; i < threads && !why; i++) {
             row_thread *t = &rg->t[i];
             t->x.nthreads = 1;
+            /* amp_check and amp_stats see the elementwise parts' values too */
+            t->x.nonfinite = x->nonfinite, t->x.ranges = x->ranges;
             t->w = cpu_workers_new();
             t->view = cpu_workers_views(w, i, g->nnodes);
             t->scratch = al_malloc(rg->scratch_bytes ? rg->scratch_bytes : 1);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "base/convert.h"
+#include "ir/groups.h"
 #include "runtime/cpu/cpu.h"
 
 alloy_status cpu_fail(cpu_exec *x, alloy_status status, const char *fmt, ...)
@@ -73,23 +74,4 @@ alloy_status cpu_out_of_memory(cpu_exec *x, const ir_node *n)
                     ir_node_label(n, label, sizeof label));
 }
 
-bool cpu_amp_checked(const ir_graph *g, const ir_node *n)
-{
-    alloy_dtype dt = n->type.dtype;
-    if (dt != ALLOY_F32 && dt != ALLOY_F16 && dt != ALLOY_BF16 && dt != ALLOY_F64) return false;
-    if (n->nin == 0 || n->op == IR_OP_causal_mask) return false;
-    switch (n->op) { /* ops whose values are some of their operands': an inf there was flagged where it was made */
-    case IR_OP_reshape: case IR_OP_transpose: case IR_OP_slice: case IR_OP_concat: case IR_OP_broadcast_to:
-    case IR_OP_gather: case IR_OP_index_select: case IR_OP_embedding: case IR_OP_pad: case IR_OP_max_pool2d:
-    case IR_OP_reduce_max:
-        return false;
-    default: break;
-    }
-    for (int j = 0; j < n->nin; j++) {
-        const ir_node *c = g->nodes[n->in[j]];
-        if (c->op != IR_OP_constant) continue;
-        const ir_attr *v = ir_attr_find(c, "value");
-        if (v && v->kind == IR_ATTR_FLOAT && !isfinite(v->f)) return false;
-    }
-    return true;
-}
+bool cpu_amp_checked(const ir_graph *g, const ir_node *n) { return ir_amp_checked(g, n); }

@@ -573,6 +573,58 @@ static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *
     return st;
 }
 
+/* amp_check and amp_stats after the step: the check words (kernels.h) into
+ * nonfinite and ranges (either NULL: not read), for the nodes the kernels
+ * checked. One download of 16 bytes per node, after the step's own wait. */
+static alloy_status read_checks(rt_backend *b, rt_exec *e, uint8_t *nonfinite, rt_range *ranges)
+{
+    const cg_program *prog = e->prog;
+    if (!e->lp.checks_bytes || !prog->covered || (!nonfinite && !ranges)) return ALLOY_OK;
+    const ir_graph *g = e->g;
+    uint32_t *w = al_malloc(e->lp.checks_bytes);
+    if (!w) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory reading the step's checks");
+    cdev *dev = device_of(b);
+    alloy_status st = dev->ops->download(dev, w, e->aux, e->lp.checks_bytes);
+    if (st) {
+        al_free(w);
+        return dev_fail(b, st, "reading the step's checks");
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const uint32_t *at = w + (size_t)i * CG_CHECK_WORDS;
+        if (nonfinite && (prog->covered[i] & CG_CHECK_FINITE))
+            nonfinite[i] |= (uint8_t)(at[0] & (NONFINITE_INF | NONFINITE_NAN));
+        if (ranges && (prog->covered[i] & CG_CHECK_RANGE)) {
+            rt_range *r = &ranges[i];
+            uint64_t tiny;
+            memcpy(&tiny, at + 2, sizeof tiny);
+            if (at[1] > r->max_bits) r->max_bits = at[1];
+            if (at[0] & CG_RANGE_NAN) r->nan = 1;
+            r->tiny += tiny;
+            r->count += (uint64_t)ir_numel(&g->nodes[i]->type);
+        }
+    }
+    al_free(w);
+    return ALLOY_OK;
+}
+
+/* The run's part: the statistics every run (they add up), the flags now
+ * unless the caller reads them later (read_flags, on a skipped step). */
+static alloy_status run_checks(rt_backend *b, rt_exec *e, const rt_run_args *args)
+{
+    unsigned checks = e->prog->checks;
+    bool flags = args->nonfinite && (checks & CG_CHECK_FINITE), ranges = args->ranges && (checks & CG_CHECK_RANGE);
+    bool flags_now = flags && (!args->flags_later || ranges); /* with the statistics: the same download */
+    alloy_status st = read_checks(b, e, flags_now ? args->nonfinite : NULL, ranges ? args->ranges : NULL);
+    if (!st && flags && args->nonfinite_done) *args->nonfinite_done = true;
+    if (!st && ranges && args->ranges_done) *args->ranges_done = true;
+    return st;
+}
+
+static alloy_status read_flags(rt_backend *b, rt_exec *e, uint8_t *nonfinite)
+{
+    return read_checks(b, e, nonfinite, NULL);
+}
+
 /* Whether the graph captured earlier still runs this call: every leaf at the address it was captured with. */
 static bool capture_current(const rt_exec *e)
 {
@@ -724,6 +776,7 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
     }
     if (!st && (st = dev->ops->sync(dev))) dev_fail(b, st, "the step");
     if (!st && e->comm) st = check_collectives(b, e);
+    if (!st) st = run_checks(b, e, args);
     if (!st && profiling) st = profile_print(b, e, e->runs + 1, args->profile_to);
     if (!st) e->runs++;
     return st;
@@ -768,6 +821,7 @@ static const rt_backend_ops cuda_ops_table = {
     .compile = compile,
     .run = run,
     .exec_free = exec_free,
+    .read_flags = read_flags,
     .exec_load = exec_load,
     .close = close_backend,
     .device_caps = device_caps,

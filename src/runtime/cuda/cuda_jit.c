@@ -5,7 +5,8 @@
 alloy_status cuda_jit_make_kernels(rt_backend *b, const ir_graph *g, const schedule *s, cg_program *out)
 {
     char err[1024];
-    alloy_status st = cg_emit(g, s, out, err, sizeof err);
+    unsigned checks = (b->cfg.amp_check ? CG_CHECK_FINITE : 0u) | (b->cfg.amp_stats ? CG_CHECK_RANGE : 0u);
+    alloy_status st = cg_emit_checked(g, s, checks, out, err, sizeof err);
     return st ? rt_fail(b, st, "cuda: emitting the kernels of graph '%s': %s", g->name, err) : ALLOY_OK;
 }
 

@@ -91,9 +91,11 @@ struct alloy_graph {
     alloy_step_info step;        /* what the last run did */
     bool step_ran;               /* a run has filled step */
     alloy_overflow_info overflow; /* the locator's report of the last run (amp_check) */
+    int overflow_node;            /* the compiled node it names (-1: none) */
     rt_range *ranges;            /* amp_stats: per compiled node, over the runs since the compile (NULL: none yet) */
     int nranges;                 /* the compiled node count they were made for */
     int64_t range_runs;          /* the runs that added to them */
+    rt_range *run_ranges;        /* amp_stats: the last run's own, merged into ranges after it (same count) */
     graph_option *options;       /* alloy_graph_set_option's settings, over the environment's */
     int noptions;
     al_options cfg;              /* the configuration of the last compile (graph_options) */
@@ -208,14 +210,20 @@ AL_HIDDEN void step_info_capture(alloy_graph *g);
  * schedule ran, whose NONFINITE_* flags (per compiled node) are set;
  * checked says the backend did check. */
 AL_HIDDEN void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked);
+/* With run (the run's own amp_stats entries, or NULL), the report gains
+ * the largest |x| among the flagged node's operands that have one. */
+AL_HIDDEN void overflow_add_input_range(alloy_graph *g, const rt_range *run);
 /* Whether compiled node id was computed by the backward or the update (an
  * origin, or the loss does not depend on it); mark: scratch of nnodes bytes. */
 AL_HIDDEN bool overflow_is_backward(const ir_graph *c, int id, uint8_t *mark);
 
 /* range_stats.c */
-/* The amp_stats option's entries for a run of the compiled graph (made, zeroed, on
- * the first run after a compile), or NULL when it is off; ALLOY_ERR_OOM. */
+/* The amp_stats option's entries for a run of the compiled graph, zeroed
+ * (the run's own: range_stats_merge adds them to those since the compile),
+ * or NULL when it is off; ALLOY_ERR_OOM. */
 AL_HIDDEN alloy_status range_stats_prepare(alloy_graph *g, rt_range **out);
+/* Adds the run's entries to those since the compile. */
+AL_HIDDEN void range_stats_merge(alloy_graph *g);
 /* Drops them (a recompile). */
 AL_HIDDEN void range_stats_drop(alloy_graph *g);
 

@@ -53,6 +53,7 @@ void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked)
     alloy_overflow_info *o = &g->overflow;
     memset(o, 0, sizeof *o);
     o->checked = checked;
+    g->overflow_node = -1;
     if (!checked || !flags) return;
     const ir_graph *c = g->compiled;
     const schedule *s = run_schedule(g);
@@ -61,6 +62,7 @@ void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked)
         for (int m = s->steps[k].first; m < s->steps[k].first + s->steps[k].n && first < 0; m++)
             if (flags[s->members[m].node]) first = s->members[m].node;
     if (first < 0) return;
+    g->overflow_node = first;
     const ir_node *n = c->nodes[first];
     o->found = true;
     o->has_inf = flags[first] & NONFINITE_INF;
@@ -97,6 +99,33 @@ void overflow_capture(alloy_graph *g, const uint8_t *flags, bool checked)
     al_fmt(o->summary, sizeof o->summary, "first %s at %s %s %s%s, scale %g -> %g",
            o->has_inf && o->has_nan ? "inf/NaN" : o->has_inf ? "inf" : "NaN", o->node, o->op, type, from, o->scale,
            o->next_scale);
+}
+
+void overflow_add_input_range(alloy_graph *g, const rt_range *run)
+{
+    alloy_overflow_info *o = &g->overflow;
+    if (!o->found || !run || o->input_max_known) return;
+    const ir_graph *c = g->compiled;
+    int id = g->overflow_node;
+    if (id < 0 || id >= c->nnodes) return;
+    uint32_t most = 0;
+    for (int j = 0; j < c->nodes[id]->nin; j++) {
+        const rt_range *r = &run[c->nodes[id]->in[j]];
+        if (!r->count) continue;
+        o->input_max_known = true;
+        if (r->max_bits > most) most = r->max_bits;
+    }
+    if (!o->input_max_known) return;
+    float f;
+    memcpy(&f, &most, sizeof f);
+    o->input_max_abs = f;
+    /* the summary says it before the scale */
+    char *at = strstr(o->summary, "), scale "); /* after the "(forward)" or "(backward ...)" part */
+    if (at) at++;
+    if (!at) return;
+    char tail[128];
+    al_fmt(tail, sizeof tail, "%s", at);
+    al_fmt(at, sizeof o->summary - (size_t)(at - o->summary), ", inputs max |x| %.3g%s", o->input_max_abs, tail);
 }
 
 alloy_status alloy_graph_overflow_info(const alloy_graph *g, alloy_overflow_info *out)

@@ -16,18 +16,35 @@ alloy_status range_stats_prepare(alloy_graph *g, rt_range **out)
     int nn = g->compiled->nnodes;
     if (!g->ranges || g->nranges != nn) {
         range_stats_drop(g);
-        if (!(g->ranges = al_calloc((size_t)nn + 1, sizeof *g->ranges)))
+        g->ranges = al_calloc((size_t)nn + 1, sizeof *g->ranges);
+        g->run_ranges = al_calloc((size_t)nn + 1, sizeof *g->run_ranges);
+        if (!g->ranges || !g->run_ranges) {
+            range_stats_drop(g);
             return graph_fail(g, ALLOY_ERR_OOM, "out of memory for amp_stats' entries (%d values)", nn);
+        }
         g->nranges = nn;
     }
-    *out = g->ranges;
+    memset(g->run_ranges, 0, sizeof *g->run_ranges * (size_t)nn);
+    *out = g->run_ranges;
     return ALLOY_OK;
+}
+
+void range_stats_merge(alloy_graph *g)
+{
+    for (int i = 0; g->ranges && g->run_ranges && i < g->nranges; i++) {
+        const rt_range *r = &g->run_ranges[i];
+        rt_range *to = &g->ranges[i];
+        if (r->max_bits > to->max_bits) to->max_bits = r->max_bits; /* non-negative floats order as their bits */
+        to->nan |= r->nan;
+        to->tiny += r->tiny;
+        to->count += r->count;
+    }
 }
 
 void range_stats_drop(alloy_graph *g)
 {
-    al_free(g->ranges);
-    g->ranges = NULL;
+    al_free(g->ranges), al_free(g->run_ranges);
+    g->ranges = NULL, g->run_ranges = NULL;
     g->nranges = 0;
     g->range_runs = 0;
 }

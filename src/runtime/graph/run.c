@@ -131,6 +131,9 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
             st = graph_fail(g, ALLOY_ERR_OOM, "out of memory for amp_check's flags (%zu bytes)", nn);
         if (!st) st = range_stats_prepare(g, &args.ranges);
         args.ranges_done = &tracked;
+        /* a backend that reads its flags back (CUDA) does so only on a
+         * skipped step, when the step has found_inf to say so */
+        args.flags_later = flags && graph_backend(g)->ops->read_flags && g->step_node[SCALAR_FOUND] >= 0 && !args.ranges;
     }
     if (!st) {
         rt_backend *b = graph_backend(g);
@@ -140,8 +143,16 @@ alloy_status alloy_graph_run(alloy_graph *g, const alloy_host_tensor *feeds, int
         if (st) graph_fail(g, st, "running graph '%s': %s", c->name, b->error);
     }
     if (!st) step_info_capture(g);
+    if (!st && checked && args.flags_later && g->step.skipped) {
+        rt_backend *b = graph_backend(g);
+        if ((st = b->ops->read_flags(b, g->exec, flags))) graph_fail(g, st, "running graph '%s': %s", c->name, b->error);
+    }
     if (!st) overflow_capture(g, flags, checked && flags);
-    if (!st && tracked) g->range_runs++;
+    if (!st && tracked) {
+        overflow_add_input_range(g, args.ranges);
+        range_stats_merge(g);
+        g->range_runs++;
+    }
     al_free(flags);
     for (int i = 0; !st && i < nfetches; i++) {
         int id = fetch_id[i];
