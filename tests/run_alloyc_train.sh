@@ -191,7 +191,7 @@ expect 2 "--fetch is an option of 'run', not 'train'" train "$ir" --feed "$feeds
 expect 2 "--checkpoint is an option of 'train', not 'run'" run "$ir" --feed "$batch0" --checkpoint "$ck" --out "$tmp/o.safetensors"
 expect 2 "--lr needs --optimizer" print "$ir" --train --lr 0.1
 expect 2 "input 'x' is fed twice" train "$ir" --feed "$feeds" --feed "x=$batch0" --steps 1
-expect 2 "unknown command 'trian' (commands: print, run, compile, train, cost)" trian "$ir"
+expect 2 "unknown command 'trian' (commands: print, run, compile, train, cost, amp-report)" trian "$ir"
 expect 1 "missing.safetensors" train "$ir" --feed "$tmp/missing.safetensors" --steps 1
 expect 1 "input 'labels' of .*train_mlp.ir is not fed (give --feed labels=FILE, or a --feed FILE holding a tensor named 'labels')" \
     train "$ir" --feed "x=$feeds" --steps 1
@@ -251,6 +251,18 @@ check "and writes the stats file" grep -q "^%h matmul f16 fwd max=inf " "$tmp/ov
 train "$tmp/ranged.out" "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 4 --log-every 4 \
     --set amp_ranges="$tmp/overflow.stats" || failures=$((failures + 1))
 check "with amp_ranges no step is skipped" grep -q "^step 4 loss [0-9.]* scale 65536 skipped 0 " "$tmp/ranged.out"
+# amp-report: the AMP log, the stats file's values for the same step (training on), then range-aware colouring
+"$alloyc" amp-report "$over" --train --stats "$tmp/overflow.stats" >"$tmp/report.out" 2>&1 || failures=$((failures + 1))
+check "amp-report prints the plain colouring's counts" grep -q "^amp-report .*overflow.ir: f16, 3 of 4 float nodes in low precision" "$tmp/report.out"
+check "then the stats file's values, least headroom last" grep -q "^least headroom (worst 10):" "$tmp/report.out"
+check "with the overflowing matmul at no headroom" grep -q "^  %h *matmul *f16  fwd *inf *-inf" "$tmp/report.out"
+check "then each range decision with its reason" grep -q "^alloy amp:   %h matmul kept f32: max |x| inf > 65504/2" "$tmp/report.out"
+check "and the ranged counts" grep -q "0 of 4 float nodes in low precision, 0 casts (0 of weights), 3 kept f32 by the ranges" "$tmp/report.out"
+"$alloyc" amp-report "$over" --stats "$tmp/overflow.stats" >"$tmp/report2.out" 2>&1
+rc=$?
+check "a training step's stats against the forward alone is an error naming the line (exit 1)" \
+    sh -c "[ $rc -eq 1 ] && grep -q 'overflow.stats:[0-9]*: %[0-9a-z]* is no value of the compiled graph' '$tmp/report2.out'"
+expect 2 "--stats is an option of 'amp-report', not 'train'" train "$over" --steps 1 --stats x
 expect 2 "--amp-stats is given twice" train "$over" --feed "$data/overflow_forward.safetensors" --steps 1 --amp-stats a --amp-stats b
 
 [ "$failures" -eq 0 ] || { echo "$failures alloyc train checks failed"; exit 1; }

@@ -281,6 +281,65 @@ static void test_range_aware_colouring_trains_without_skips_after_a_calibration_
     alloy_safetensors_free(f.file);
 }
 
+/* A saved stats file loads into a graph compiled the same way: every
+ * value's max |x| (bit for bit), elements and underflow fraction as saved;
+ * a second load adds to them; a line naming no value, or naming it with
+ * another op, is an error at that line that changes nothing. */
+static void test_a_saved_stats_file_loads_back_into_the_same_step(void **state)
+{
+    (void)state;
+    feeds f = load_feeds("overflow_forward.safetensors");
+    alloy_graph *cal = overflow_graph("1", NULL);
+    assert_int_equal(train(cal, &f, 0, 3), 3);
+    const char *path = test_tmp_path("saved.stats");
+    expect_ok(cal, alloy_graph_save_amp_stats(cal, path), "save_amp_stats");
+    int n = alloy_graph_amp_stats_count(cal);
+    assert_true(n >= 6);
+    alloy_graph *g = overflow_graph(NULL, NULL);
+    assert_int_equal(alloy_graph_amp_stats_count(g), 0);
+    expect_ok(g, alloy_graph_load_amp_stats(g, path), "load_amp_stats");
+    assert_int_equal(alloy_graph_amp_stats_count(g), n);
+    for (int i = 0; i < n; i++) {
+        alloy_amp_stat a, b;
+        expect_ok(cal, alloy_graph_amp_stats_at(cal, i, &a), "amp_stats_at");
+        expect_ok(g, alloy_graph_amp_stats_at(g, i, &b), "amp_stats_at");
+        assert_string_equal(a.node, b.node);
+        assert_string_equal(a.op, b.op);
+        assert_int_equal(a.backward, b.backward);
+        assert_memory_equal(&a.max_abs, &b.max_abs, sizeof a.max_abs);
+        assert_int_equal(a.elements, b.elements);
+        assert_true(fabs(a.underflow - b.underflow) <= 0.5 / (double)a.elements);
+        assert_int_equal(a.nan, b.nan);
+    }
+    expect_ok(g, alloy_graph_load_amp_stats(g, path), "load_amp_stats");
+    alloy_amp_stat a, b;
+    expect_ok(cal, alloy_graph_amp_stats_at(cal, 0, &a), "amp_stats_at");
+    expect_ok(g, alloy_graph_amp_stats_at(g, 0, &b), "amp_stats_at");
+    assert_int_equal(b.elements, 2 * a.elements);
+    static const char *const bad[][2] = {
+        {"alloy-amp-stats 1 graph=overflow runs=1\n%h matmul f16 fwd max=1 underflow=0 elements=4 nan=0\n"
+         "%nowhere add f16 fwd max=1 underflow=0 elements=4 nan=0\n",
+         "bad2.stats:3: %nowhere is no value of the compiled graph 'overflow'"},
+        {"alloy-amp-stats 1 graph=overflow runs=1\n%h gelu f16 fwd max=1 underflow=0 elements=4 nan=0\n",
+         "bad2.stats:2: %h is matmul f16 here but gelu f16 in the file"},
+        {"not a stats file\n", "bad2.stats:1: not a stats file"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *bpath = test_tmp_path("bad2.stats");
+        FILE *out = fopen(bpath, "w");
+        assert_non_null(out);
+        fputs(bad[k][0], out);
+        fclose(out);
+        assert_int_equal(alloy_graph_load_amp_stats(g, bpath), ALLOY_ERR_FORMAT);
+        if (!strstr(alloy_last_error(g), bad[k][1])) fail_msg("got '%s'", alloy_last_error(g));
+        expect_ok(g, alloy_graph_amp_stats_at(g, 0, &b), "amp_stats_at");
+        assert_int_equal(b.elements, 2 * a.elements); /* unchanged */
+    }
+    alloy_graph_free(g);
+    alloy_graph_free(cal);
+    alloy_safetensors_free(f.file);
+}
+
 static void test_a_bad_stats_file_is_an_error_naming_its_line(void **state)
 {
     (void)state;
@@ -310,6 +369,8 @@ int main(void)
         cmocka_unit_test(test_with_stats_off_a_training_step_leaves_the_same_bits),
         cmocka_unit_test_setup_teardown(test_range_aware_colouring_trains_without_skips_after_a_calibration_run,
                                         test_tmpdir_setup, test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_a_saved_stats_file_loads_back_into_the_same_step, test_tmpdir_setup,
+                                        test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_a_bad_stats_file_is_an_error_naming_its_line, test_tmpdir_setup,
                                         test_tmpdir_teardown),
     };

@@ -39,6 +39,8 @@ static const char *const usage_text[] = {
     "                            [--time-passes] [--dump-dir DIR] [--set NAME=VALUE]...\n"
     "       alloyc cost FILE.ir [--train ...] [--amp=...] [--set NAME=VALUE]... [--arch sm_XY]\n"
     "                           [--device h100|h200] [--calibrate PROFILE] [--top N] [--all]\n"
+    "       alloyc amp-report FILE.ir [--amp=f16|bf16] [--train ...] [--set NAME=VALUE]...\n"
+    "                                 [--stats FILE]\n"
     "       alloyc --help | --version\n"
     "\n",
     "Commands:\n"
@@ -59,6 +61,13 @@ static const char *const usage_text[] = {
     "          needed: every kernel, cuBLASLt GEMM, memset and copy with its bytes,\n"
     "          FLOPs and modelled time by a device's constants; totals, a summary\n"
     "          per class of launch and the slowest launches (docs/cuda.md)\n"
+    "  amp-report  compile FILE.ir with AMP (f16 unless --amp says) and print\n"
+    "          what it converted and why each node next to a low-precision one\n"
+    "          stayed f32, then the counts; with --stats FILE (a stats file train\n"
+    "          --amp-stats wrote), colour by its ranges (the amp_ranges option,\n"
+    "          each decision with its reason) and print its values: dtype, max\n"
+    "          |x|, headroom to the format's max, underflow, the ten with least\n"
+    "          headroom (docs/amp.md)\n"
     "\n"
     "Compile options (all commands):\n"
     "  --amp=f16|bf16|off  automatic mixed precision (docs/amp.md); --set amp_log=1\n"
@@ -176,6 +185,13 @@ static const char *const usage_text[] = {
     "  Every figure is modelled, not measured. The IR file fixes the shapes: a\n"
     "  batch size is the IR's (bench/gpu_step --cost --batch N models the\n"
     "  benchmarks' models at any batch).\n"
+    "\n",
+    "Options of amp-report (and those of compile: --train, --optimizer, --scaler,\n"
+    "--amp, --set):\n"
+    "  --amp=f16|bf16    the low-precision dtype (default f16)\n"
+    "  --stats FILE      a stats file (alloyc train --amp-stats FILE, or\n"
+    "                    alloy_graph_save_amp_stats): colour by its observed ranges\n"
+    "                    (--set amp_range_margin=M, default 2) and print its values\n"
     "\n",
     "Options of train (--feed, --params, --seed as in run, except as said):\n"
     "  --steps N         the steps to run now (required); step numbers go on from\n"
@@ -360,14 +376,14 @@ bool alloyc_scaler(const char *text, alloy_grad_scaler *out, char *why, size_t w
 }
 
 /* The commands, as bits of the options each takes. */
-enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_TRAIN = 8, CMD_COST = 16, CMD_ALL = 31 };
-enum { COMMAND_COUNT = 5 };
-static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compile", "train", "cost"};
+enum { CMD_PRINT = 1, CMD_RUN = 2, CMD_COMPILE = 4, CMD_TRAIN = 8, CMD_COST = 16, CMD_AMP_REPORT = 32, CMD_ALL = 63 };
+enum { COMMAND_COUNT = 6 };
+static const char *const command_names[COMMAND_COUNT] = {"print", "run", "compile", "train", "cost", "amp-report"};
 
 /* The options that take a value, and the commands that take each. */
 enum { F_FEED, F_FETCH, F_PARAMS, F_SEED, F_OUT, F_AMP, F_OPTIMIZER, F_SCALER, F_PRINT_AFTER, F_PRINT_BEFORE, F_SET,
        F_ARCH, F_EMIT, F_DUMP_DIR, F_LR, F_WEIGHT_DECAY, F_MOMENTUM, F_CLIP_NORM, F_LOSS, F_STEPS, F_CHECKPOINT,
-       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_AMP_STATS, F_DEVICE, F_CALIBRATE, F_TOP, F_COUNT };
+       F_SAVE_EVERY, F_LOG_EVERY, F_SAVE_PARAMS, F_AMP_STATS, F_DEVICE, F_CALIBRATE, F_TOP, F_STATS, F_COUNT };
 static const struct {
     const char *name, *alias;
     unsigned commands;
@@ -378,12 +394,12 @@ static const struct {
     [F_SEED] = {"--seed", NULL, CMD_RUN | CMD_COMPILE | CMD_TRAIN},
     [F_OUT] = {"--out", "-o", CMD_RUN | CMD_COMPILE},
     [F_AMP] = {"--amp", NULL, CMD_ALL},
-    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
-    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
-    [F_LR] = {"--lr", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
-    [F_WEIGHT_DECAY] = {"--weight-decay", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
-    [F_MOMENTUM] = {"--momentum", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
-    [F_CLIP_NORM] = {"--clip-norm", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST},
+    [F_OPTIMIZER] = {"--optimizer", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST | CMD_AMP_REPORT},
+    [F_SCALER] = {"--scaler", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST | CMD_AMP_REPORT},
+    [F_LR] = {"--lr", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST | CMD_AMP_REPORT},
+    [F_WEIGHT_DECAY] = {"--weight-decay", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST | CMD_AMP_REPORT},
+    [F_MOMENTUM] = {"--momentum", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST | CMD_AMP_REPORT},
+    [F_CLIP_NORM] = {"--clip-norm", NULL, CMD_PRINT | CMD_COMPILE | CMD_TRAIN | CMD_COST | CMD_AMP_REPORT},
     [F_LOSS] = {"--loss", NULL, CMD_ALL},
     [F_STEPS] = {"--steps", NULL, CMD_TRAIN},
     [F_CHECKPOINT] = {"--checkpoint", NULL, CMD_TRAIN},
@@ -398,6 +414,7 @@ static const struct {
     [F_DEVICE] = {"--device", NULL, CMD_COST},
     [F_CALIBRATE] = {"--calibrate", NULL, CMD_COST},
     [F_TOP] = {"--top", NULL, CMD_COST},
+    [F_STATS] = {"--stats", NULL, CMD_AMP_REPORT},
     [F_EMIT] = {"--emit", NULL, CMD_PRINT | CMD_COMPILE},
     [F_DUMP_DIR] = {"--dump-dir", NULL, CMD_ALL},
 };
@@ -454,7 +471,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         if (strcmp(cmd, command_names[c]) == 0) command = 1u << c;
     if (!command) {
         if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
-        return usage_error("unknown command '%s' (commands: print, run, compile, train, cost)", cmd);
+        return usage_error("unknown command '%s' (commands: print, run, compile, train, cost, amp-report)", cmd);
     }
     o->command = cmd;
     o->feeds = calloc((size_t)argc, sizeof *o->feeds);
@@ -476,7 +493,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
         }
         if (strcmp(arg, "--train") == 0) {
             o->train = true;
-            note_option(o, command, arg, CMD_PRINT | CMD_COMPILE | CMD_COST);
+            note_option(o, command, arg, CMD_PRINT | CMD_COMPILE | CMD_COST | CMD_AMP_REPORT);
             continue;
         }
         if (strcmp(arg, "--time-passes") == 0) {
@@ -548,6 +565,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             else if (strcmp(value, "bf16") == 0) o->amp = ALLOY_BF16;
             else if (strcmp(value, "off") == 0 || strcmp(value, "f32") == 0) o->amp = ALLOY_F32;
             else return usage_error("--amp wants f16, bf16 or off, got '%s'", value);
+            o->amp_given = true;
             break;
         case F_OPTIMIZER:
             if (strcmp(value, "sgd") && strcmp(value, "adam") && strcmp(value, "adamw"))
@@ -643,6 +661,10 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
             if (o->checkpoint) return usage_error("--checkpoint is given twice");
             o->checkpoint = value;
             break;
+        case F_STATS:
+            if (o->stats) return usage_error("--stats is given twice");
+            o->stats = value;
+            break;
         case F_AMP_STATS:
             if (o->amp_stats) return usage_error("--amp-stats is given twice");
             o->amp_stats = value;
@@ -667,7 +689,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     }
     if (!o->ir_path) return usage_error("'%s' needs an IR file", cmd);
     if (o->misplaced) {
-        char list[64] = "";
+        char list[128] = "";
         for (int c = 0, k = 0, n = __builtin_popcount(o->misplaced_commands); c < COMMAND_COUNT; c++) {
             if (!(o->misplaced_commands & 1u << c)) continue;
             size_t used = strlen(list);
@@ -1111,6 +1133,7 @@ int main(int argc, char **argv)
              : strcmp(o.command, "run") == 0 ? cmd_run(&o)
              : strcmp(o.command, "train") == 0 ? alloyc_train(&o)
              : strcmp(o.command, "cost") == 0  ? alloyc_cost(&o)
+             : strcmp(o.command, "amp-report") == 0 ? alloyc_amp_report(&o)
                                                : cmd_compile(&o);
     free(o.feeds);
     free(o.fetches);

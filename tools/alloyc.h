@@ -15,7 +15,7 @@ typedef enum emit_kind { EMIT_IR, EMIT_DOT, EMIT_SVG, EMIT_MEMORY_SVG } emit_kin
 
 /* The command line, as parse_args in alloyc.c reads and checks it. */
 typedef struct options {
-    const char *command; /* "print", "run", "compile", "train" or "cost" */
+    const char *command; /* "print", "run", "compile", "train", "cost" or "amp-report" */
     const char *ir_path;
     const char **feeds; /* NAME=FILE or FILE, as given */
     int nfeeds;
@@ -28,6 +28,7 @@ typedef struct options {
     unsigned misplaced_commands; /* the commands that take it */
     const char *arch; /* compile: the --arch list, as given */
     alloy_dtype amp;      /* ALLOY_F32: off */
+    bool amp_given;       /* --amp was on the command line */
     bool train;
     const char *optimizer, *scaler, *print_after, *print_before;
     emit_kind emit;       /* print's --emit */
@@ -54,6 +55,8 @@ typedef struct options {
     const char *calibrate;   /* --calibrate FILE: an ALLOY_PROFILE table to fit the constants to */
     long top;                /* --top N: the slowest launches listed (0: 15) */
     bool all;                /* --all: list every launch */
+    /* amp-report */
+    const char *stats;       /* --stats FILE: a stats file to colour by and print */
     bool data_parallel;     /* --data-parallel: one rank of the processes mpirun started (docs/distributed.md) */
     bool zero;              /* --zero: with --data-parallel, ZeRO-1 (each rank its shard of the moments) */
 } options;
@@ -97,6 +100,9 @@ alloy_status alloyc_configure(alloy_graph *g, const options *o);
 
 /* alloyc_cost.c: the cost command; an exit code. */
 int alloyc_cost(const options *o);
+
+/* alloyc_amp.c: the amp-report command; an exit code. */
+int alloyc_amp_report(const options *o);
 
 /* alloyc_train.c: the train command; an exit code. */
 int alloyc_train(const options *o);

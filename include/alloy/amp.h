@@ -96,6 +96,13 @@ ALLOY_API alloy_status alloy_graph_amp_stats(const alloy_graph *g, FILE *out);
 /* Writes them to path, atomically, as the text file the amp_ranges option
  * reads (docs/amp.md, "The stats file"). */
 ALLOY_API alloy_status alloy_graph_save_amp_stats(const alloy_graph *g, const char *path);
+/* Compiles g if needed and adds the stats file at path (one this graph, or
+ * another compiled the same way, saved) to its statistics, each value
+ * matched by name and checked against its op and dtype, so that
+ * alloy_graph_amp_stats prints them (alloyc amp-report --stats). A file
+ * that is not a stats file, or a line naming no value of g, is
+ * ALLOY_ERR_FORMAT naming the file and line, and changes nothing. */
+ALLOY_API alloy_status alloy_graph_load_amp_stats(alloy_graph *g, const char *path);
 
 #ifdef __cplusplus
 }

@@ -5,37 +5,11 @@
 
 #include "base/file.h"
 #include "passes/pass.h"
-
-/* A stats file is a few lines per value; far past any graph's. */
-#define STATS_MAX_BYTES (256u << 20)
+#include "step/amp_stats_file.h"
 
 static int by_name(const void *a, const void *b)
 {
     return strcmp(((const amp_range *)a)->name, ((const amp_range *)b)->name);
-}
-
-/* Parses one value line into e; NULL, or what is wrong with it. */
-static const char *parse_line(char *line, amp_range *e, bool *forward)
-{
-    char label[256], op[64], dtype[16], part[8];
-    double max, underflow;
-    long long elements;
-    int nan, used = 0;
-    if (sscanf(line, "%255s %63s %15s %7s max=%lf underflow=%lf elements=%lld nan=%d %n", label, op, dtype, part,
-               &max, &underflow, &elements, &nan, &used) != 8 || line[used] != '\0')
-        return "not 'NODE OP DTYPE fwd|bwd max=X underflow=F elements=N nan=0|1'";
-    if (label[0] != '%' || !label[1]) return "the node is not %NAME";
-    if (strcmp(part, "fwd") != 0 && strcmp(part, "bwd") != 0) return "the part is not fwd or bwd";
-    if (!(max >= 0)) return "max is not a number >= 0";
-    if (!(underflow >= 0 && underflow <= 1)) return "underflow is not a fraction from 0 to 1";
-    if (elements < 0 || (nan != 0 && nan != 1)) return "elements or nan is out of range";
-    *forward = part[0] == 'f';
-    e->max = max;
-    size_t n = strlen(label);
-    e->name = al_malloc(n);
-    if (!e->name) return "out of memory";
-    memcpy(e->name, label + 1, n); /* without the '%', with the NUL */
-    return NULL;
 }
 
 alloy_status amp_ranges_load(ir_graph *g, const char *path, amp_ranges *out)
@@ -44,7 +18,7 @@ alloy_status amp_ranges_load(ir_graph *g, const char *path, amp_ranges *out)
     uint8_t *bytes = NULL;
     size_t len = 0;
     char err[512];
-    alloy_status st = al_file_read(path, STATS_MAX_BYTES, &bytes, &len, err, sizeof err);
+    alloy_status st = al_file_read(path, AMP_STATS_MAX_BYTES, &bytes, &len, err, sizeof err);
     if (st) return ir_error(g, st, "amp: amp_ranges: %s", err);
     char *text = (char *)bytes;
     if (strlen(text) != len) {
@@ -64,19 +38,23 @@ alloy_status amp_ranges_load(ir_graph *g, const char *path, amp_ranges *out)
         if (next) *next++ = '\0';
         lineno++;
         if (lineno == 1) {
-            if (strncmp(line, "alloy-amp-stats 1", 17) != 0 || (line[17] != ' ' && line[17] != '\0'))
+            if (!amp_stats_header(line, NULL))
                 st = ir_error(g, ALLOY_ERR_FORMAT,
                               "amp: amp_ranges %s:1: not a stats file (it starts 'alloy-amp-stats 1'; "
                               "alloy_graph_save_amp_stats or alloyc train --amp-stats write one)", path);
             continue;
         }
         if (!line[0] || line[0] == '#') continue;
-        bool forward = false;
-        amp_range e = {0};
-        const char *why = parse_line(line, &e, &forward);
-        if (why) st = ir_error(g, ALLOY_ERR_FORMAT, "amp: amp_ranges %s:%d: %s", path, lineno, why);
-        else if (forward) out->entries[out->n++] = e;
-        else al_free(e.name);
+        amp_stats_line v;
+        const char *why = amp_stats_parse_line(line, &v);
+        if (why) {
+            st = ir_error(g, ALLOY_ERR_FORMAT, "amp: amp_ranges %s:%d: %s", path, lineno, why);
+        } else if (v.forward) {
+            size_t n = strlen(v.node) + 1;
+            amp_range e = {.name = al_malloc(n), .max = v.max};
+            if (!e.name) st = ir_error(g, ALLOY_ERR_OOM, "amp: amp_ranges %s: out of memory", path);
+            else memcpy(e.name, v.node, n), out->entries[out->n++] = e;
+        }
     }
     al_free(bytes);
     if (lineno == 0 && !st)

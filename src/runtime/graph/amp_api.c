@@ -110,6 +110,15 @@ alloy_status alloy_graph_amp_report(alloy_graph *g, alloy_amp_report *out)
     return ALLOY_OK;
 }
 
+alloy_status alloy_graph_load_amp_stats(alloy_graph *g, const char *path)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!path || !*path) return graph_fail(g, ALLOY_ERR_INVALID, "load_amp_stats: path is NULL or empty");
+    if (g->ir->status) return graph_built(g);
+    alloy_status st = graph_compile(g);
+    return st ? st : range_stats_load(g, path);
+}
+
 alloy_status alloy_amp_scope_push(alloy_graph *g, alloy_dtype dtype)
 {
     if (!g) return ALLOY_ERR_INVALID;

@@ -226,6 +226,11 @@ AL_HIDDEN alloy_status range_stats_prepare(alloy_graph *g, rt_range **out);
 AL_HIDDEN void range_stats_merge(alloy_graph *g);
 /* Drops them (a recompile). */
 AL_HIDDEN void range_stats_drop(alloy_graph *g);
+/* Adds the stats file at path (docs/amp.md, "The stats file") to the
+ * entries of the compiled graph, each line matched to its value by name
+ * and checked against its op and dtype; a bad file (named with its line)
+ * changes nothing. */
+AL_HIDDEN alloy_status range_stats_load(alloy_graph *g, const char *path);
 
 /* ALLOY_ERR_DIVERGED with the message saying which stop rule ended the
  * run, at which step and scale, when the last run's step reached one;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "step/amp_stats_file.h"
 #include "runtime/graph/graph_impl.h"
 
 /* The largest finite value of dt (f16 65504, bf16 (2 - 2^-7) 2^127). */
@@ -193,4 +194,97 @@ alloy_status alloy_graph_save_amp_stats(const alloy_graph *g, const char *path)
     alloy_status st = al_file_write(path, parts, &len, 1, 0, err, sizeof err);
     al_free(text);
     return st ? graph_fail_const(g, st, "save_amp_stats: %s", err) : ALLOY_OK;
+}
+
+/* The compiled node the stats file's label (a name, or a number for an
+ * unnamed node) names, or -1. */
+static int node_of_label(const ir_graph *c, const char *label)
+{
+    int id = ir_find_name(c, label);
+    if (id >= 0) return id;
+    char *end;
+    long k = strtol(label, &end, 10);
+    if (*end || end == label || k < 0 || k >= c->nnodes || c->nodes[k]->name) return -1;
+    return (int)k;
+}
+
+/* Checks one parsed line against the compiled graph and adds it to its
+ * entry; NULL, or what is wrong (into why). */
+static const char *load_line(alloy_graph *g, const amp_stats_line *v, char *why, size_t len)
+{
+    const ir_graph *c = g->compiled;
+    int id = node_of_label(c, v->node);
+    if (id < 0) return al_fmt(why, len, "%%%s is no value of the compiled graph '%s' (stats of a step compiled "
+                             "otherwise: a training step's need training on)", v->node, c->name), why;
+    const ir_node *n = c->nodes[id];
+    alloy_dtype dt = n->type.dtype;
+    if (strcmp(ir_ops[n->op].name, v->op) != 0 || strcmp(alloy_dtype_name(dt), v->dtype) != 0)
+        return al_fmt(why, len, "%%%s is %s %s here but %s %s in the file (a stats file of another graph or options?)",
+                      v->node, ir_ops[n->op].name, alloy_dtype_name(dt), v->op, v->dtype), why;
+    if (dt != ALLOY_F16 && dt != ALLOY_BF16) return al_fmt(why, len, "%%%s is not f16 or bf16", v->node), why;
+    rt_range *r = &g->ranges[id];
+    float max = (float)v->max;
+    uint32_t bits;
+    memcpy(&bits, &max, sizeof bits);
+    if (bits > r->max_bits) r->max_bits = bits; /* non-negative floats order as their bits */
+    r->nan |= v->nan;
+    r->tiny += (uint64_t)llround(v->underflow * (double)v->elements);
+    r->count += (uint64_t)v->elements;
+    return NULL;
+}
+
+alloy_status range_stats_load(alloy_graph *g, const char *path)
+{
+    int nn = g->compiled->nnodes;
+    if (!g->ranges || g->nranges != nn) {
+        range_stats_drop(g);
+        g->ranges = al_calloc((size_t)nn + 1, sizeof *g->ranges);
+        g->run_ranges = al_calloc((size_t)nn + 1, sizeof *g->run_ranges);
+        if (!g->ranges || !g->run_ranges) {
+            range_stats_drop(g);
+            return graph_fail(g, ALLOY_ERR_OOM, "load_amp_stats: out of memory for %d values", nn);
+        }
+        g->nranges = nn;
+    }
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    char err[512];
+    alloy_status st = al_file_read(path, AMP_STATS_MAX_BYTES, &bytes, &len, err, sizeof err);
+    if (st) return graph_fail(g, st, "load_amp_stats: %s", err);
+    char *text = (char *)bytes;
+    if (strlen(text) != len) {
+        al_free(bytes);
+        return graph_fail(g, ALLOY_ERR_FORMAT, "load_amp_stats: %s: a NUL byte in the file (not a stats file)", path);
+    }
+    /* check every line before adding any: a bad file changes nothing */
+    rt_range *keep = al_malloc(sizeof *keep * ((size_t)nn + 1));
+    if (!keep) {
+        al_free(bytes);
+        return graph_fail(g, ALLOY_ERR_OOM, "load_amp_stats: out of memory");
+    }
+    memcpy(keep, g->ranges, sizeof *keep * (size_t)nn);
+    long long runs = 0;
+    int lineno = 0;
+    for (char *line = text, *next; line && !st; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        if (++lineno == 1) {
+            if (!amp_stats_header(line, &runs))
+                st = graph_fail(g, ALLOY_ERR_FORMAT, "load_amp_stats: %s:1: not a stats file (it starts "
+                                "'alloy-amp-stats 1')", path);
+            continue;
+        }
+        if (!line[0] || line[0] == '#') continue;
+        amp_stats_line v;
+        char why[400];
+        const char *bad = amp_stats_parse_line(line, &v);
+        if (!bad) bad = load_line(g, &v, why, sizeof why);
+        if (bad) st = graph_fail(g, ALLOY_ERR_FORMAT, "load_amp_stats: %s:%d: %s", path, lineno, bad);
+    }
+    if (!st && lineno == 0) st = graph_fail(g, ALLOY_ERR_FORMAT, "load_amp_stats: %s: the file is empty", path);
+    if (st) memcpy(g->ranges, keep, sizeof *keep * (size_t)nn);
+    else g->range_runs += runs;
+    al_free(keep);
+    al_free(bytes);
+    return st;
 }
