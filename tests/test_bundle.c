@@ -322,7 +322,7 @@ static void test_a_view_off_its_owners_slot_is_an_error_naming_the_plan(void **s
     assert_int_equal(le32(bytes + slot), (uint32_t)owner);
     put32(bytes + slot, owner ? 0u : 64u); /* aligned, inside the arena, not the owner's */
     assert_true(bundle_resign(bytes, len));
-    expect_error(bytes, len, ALLOY_ERR_FORMAT, "is not placed at the arena slot", "section plan", "a view moved");
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "is not placed 0 bytes into the arena slot", "section plan", "a view moved");
     test_free(bytes);
 }
 

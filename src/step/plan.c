@@ -168,6 +168,7 @@ typedef struct planner {
     const ir_graph *g;
     const int *exec_pos;
     const int *view_of; /* plan_schedule's, or NULL */
+    const int64_t *view_off; /* plan_schedule's, or NULL */
     uint8_t *flags;     /* F_* per node */
     int *last;          /* last position the value is needed at (INT_MAX: kept) */
     int *users_at_last; /* distinct consumers at that position */
@@ -284,6 +285,7 @@ static bool may_take(const planner *p, int i, int j, int users)
 {
     const ir_node *n = p->g->nodes[i], *o = p->g->nodes[j];
     j = owner_of(p, j);
+    if (ir_nbytes(&p->g->nodes[j]->type) != ir_nbytes(&o->type)) return false; /* a slice view: part of its owner */
     if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) return false;
     if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || (users && p->users_at_last[j] != users))
         return false;
@@ -310,7 +312,7 @@ static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
 {
     const ir_node *n = p->g->nodes[i];
     if (owner_of(p, i) != i) { /* a view: its owner's bytes, placed at an earlier position */
-        out->offset[i] = out->offset[p->view_of[i]];
+        out->offset[i] = out->offset[p->view_of[i]] + (p->view_off ? p->view_off[i] : 0);
         out->views++;
         p->flags[i] |= F_FREED; /* nothing of its own to give back */
         return 0;
@@ -354,7 +356,8 @@ alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out
         return ALLOY_ERR_INVALID;
     }
     size_t n = (size_t)g->nnodes;
-    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL, .view_of = s ? s->view_of : NULL};
+    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL, .view_of = s ? s->view_of : NULL,
+                 .view_off = s ? s->view_off : NULL};
     p.flags = al_calloc(n + 1, 1);
     p.last = al_calloc(n + 1, sizeof(int));
     p.users_at_last = al_calloc(n + 1, sizeof(int));
@@ -548,8 +551,9 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     uint8_t *keep = al_calloc((size_t)nn + 1, 1), *bound = al_calloc((size_t)nn + 1, 1);
     uint8_t *viewed = al_calloc((size_t)nn + 1, 1);
     int *view_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    int64_t *view_off = al_malloc(sizeof(int64_t) * ((size_t)nn + 1));
     alloy_status st = ALLOY_OK;
-    if (!pos || !mat || !inplace || !keep || !bound || !viewed || !view_of) {
+    if (!pos || !mat || !inplace || !keep || !bound || !viewed || !view_of || !view_off) {
         al_fmt(err, errlen, "out of memory planning the arena of %d nodes", nn);
         st = ALLOY_ERR_OOM;
     }
@@ -566,6 +570,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     }
     for (int i = 0; i < nn && !st; i++) { /* views share their owner's slot even without reuse */
         view_of[i] = sched_view_root(g, s, i);
+        view_off[i] = sched_view_offset(g, s, i);
         if (view_of[i] >= 0) viewed[view_of[i]] = 1;
     }
     int *alias_of = st || no_reuse ? NULL : row_aliases(g, s, mat, view_of);
@@ -591,7 +596,8 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     }
     if (!st) {
         plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace,
-                            .bound = bound, .alias_of = alias_of, .view_of = view_of};
+                            .bound = bound, .alias_of = alias_of, .view_of = view_of,
+                            .view_off = view_off};
         st = plan_build(g, &ps, out, err, errlen);
     }
     size_t scratch = 0;
@@ -608,7 +614,7 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     if (!st) out->state_of = state_of, out->first_write = first_write;
     else al_free(state_of);
     al_free(pos), al_free(mat), al_free(inplace), al_free(keep), al_free(bound), al_free(alias_of);
-    al_free(viewed), al_free(view_of);
+    al_free(viewed), al_free(view_of), al_free(view_off);
     return st;
 }
 
@@ -630,8 +636,10 @@ alloy_status plan_attach_views(const ir_graph *g, const schedule *s, mem_plan *p
         }
         p->view_of[i] = o;
         p->views++;
-        if (p->offset[o] < 0 || p->offset[i] != p->offset[o] || (p->state_of && p->state_of[o] >= 0)) {
-            al_fmt(err, errlen, "view %%%d is not placed at the arena slot of %%%d, the value it views", i, o);
+        int64_t delta = sched_view_offset(g, s, i);
+        if (p->offset[o] < 0 || p->offset[i] != p->offset[o] + delta || (p->state_of && p->state_of[o] >= 0)) {
+            al_fmt(err, errlen, "view %%%d is not placed %lld bytes into the arena slot of %%%d, the value it views", i,
+                   (long long)delta, o);
             return ALLOY_ERR_INVALID;
         }
     }
@@ -652,7 +660,8 @@ void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
     fputc('\n', out);
     for (int i = 0; per_value && i < g->nnodes && i < p->nnodes; i++)
         if (p->view_of && p->view_of[i] >= 0)
-            fprintf(out, "# view %%%d of %%%d @%lld\n", i, p->view_of[i], (long long)p->offset[i]);
+            fprintf(out, "# view %%%d of %%%d @%lld +%lld\n", i, p->view_of[i], (long long)p->offset[p->view_of[i]],
+                    (long long)(p->offset[i] - p->offset[p->view_of[i]]));
         else if (p->offset[i] >= 0)
             fprintf(out, "# slot %%%d @%lld +%zu\n", i, (long long)p->offset[i], ir_nbytes(&g->nodes[i]->type));
         else if (p->state_of && p->state_of[i] >= 0)

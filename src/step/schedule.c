@@ -248,11 +248,12 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
         add_inputs(&b, step);
     }
     /* a lone reshape of a stored value is that value's bytes read with other
-     * dims (every arena value is contiguous): a view, no kernel */
+     * dims (every arena value is contiguous), a lone slice cutting one byte
+     * range out of it those bytes: a view, no kernel */
     for (int k = 0; k < out->nsteps; k++) {
         const sched_step *step = &out->steps[k];
         const ir_node *n = g->nodes[step->pos];
-        if (step->kind == STEP_KIND_OP && n->op == IR_OP_reshape && out->step_of[n->in[0]] >= 0)
+        if (step->kind == STEP_KIND_OP && sched_view_delta(g, n) >= 0 && out->step_of[n->in[0]] >= 0)
             out->members[step->first].flags |= MEMBER_VIEW;
     }
     ir_groups_free(&gs);
@@ -265,6 +266,30 @@ void sched_free(schedule *s)
     al_free(s->steps), al_free(s->members), al_free(s->parts), al_free(s->inputs);
     al_free(s->step_of), al_free(s->member_of), al_free(s->kept);
     memset(s, 0, sizeof *s);
+}
+
+int64_t sched_view_delta(const ir_graph *g, const ir_node *n)
+{
+    if (n->op == IR_OP_reshape) return 0;
+    if (n->op != IR_OP_slice || n->nin != 1) return -1;
+    const ir_type *t = &g->nodes[n->in[0]]->type;
+    int64_t axis = ir_attr_i(n, "axis"), start = ir_attr_i(n, "start"), outer = 1, inner = 1;
+    if (axis < 0 || axis >= t->rank || start < 0 || start > t->dims[axis]) return -1;
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = (int)axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    if (outer != 1) return -1; /* rows cut out of several outer blocks: not one byte range */
+    int64_t delta = start * inner * (int64_t)alloy_dtype_size(t->dtype);
+    return delta % SCHED_VIEW_ALIGN ? -1 : delta;
+}
+
+int64_t sched_view_offset(const ir_graph *g, const schedule *s, int i)
+{
+    int64_t off = 0;
+    for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW);) {
+        off += sched_view_delta(g, g->nodes[i]);
+        i = g->nodes[i]->in[0];
+    }
+    return off;
 }
 
 int sched_view_root(const ir_graph *g, const schedule *s, int i)

@@ -193,10 +193,11 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
         else if (!space || !ir_type_eq(space, &t->space))
             rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
         else if ((t->kind == STEP_KIND_OP || t->kind == STEP_KIND_COLLECTIVE) && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
-        for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape of a non-leaf */
+        for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape or contiguous slice of a non-leaf */
             if ((s->members[m].flags & MEMBER_VIEW) &&
-                (t->kind != STEP_KIND_OP || last->op != IR_OP_reshape || is_leaf(g, last->in[0])))
-                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape of a computed value", "schedule", i);
+                (t->kind != STEP_KIND_OP || sched_view_delta(g, last) < 0 || is_leaf(g, last->in[0])))
+                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape or contiguous slice of a computed value",
+                        "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);
@@ -279,7 +280,8 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
             continue;
         }
         if (is_leaf(g, i)) rd_fail(r, "%s: leaf %%%" PRId64 " has an arena slot", "plan", i);
-        else if (off < 0 || off % PLAN_ALIGN || (uint64_t)off > p->arena_bytes ||
+        else if (off < 0 || off % (sched_view_root(g, s, (int)i) >= 0 ? SCHED_VIEW_ALIGN : PLAN_ALIGN) ||
+                 (uint64_t)off > p->arena_bytes ||
                  bytes > p->arena_bytes - (size_t)off)
             rd_fail(r, "%s: node %%%" PRId64 "'s slot lies outside the arena or is misaligned", "plan", i);
     }
