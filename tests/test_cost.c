@@ -632,6 +632,57 @@ static void test_a_contiguous_slice_is_a_view_at_its_byte_offset(void **state)
     release(&x);
 }
 
+/* A concat along axis 0 whose inputs are computed values read by it alone
+ * is a gather: the planner places a and b at bytes 0 and 512 of c's slot,
+ * where exp and neg write them, and c runs no kernel. d = concat(e, x)
+ * reads the leaf x: a copy kernel. Unfused: exp, neg, mul, d's concat and
+ * add, 5 launches. y[k] = e^x + x^2, y[128 + k] = -x + x = 0 from the CPU. */
+static void test_a_concat_of_values_it_alone_reads_gathers_them_in_place(void **state)
+{
+    (void)state;
+    static const char gather_ir[] =
+        "graph gather {\n"
+        "  %x = input : f32[128]\n"
+        "  %a = exp(%x) : f32[128]\n"
+        "  %b = neg(%x) : f32[128]\n"
+        "  %c = concat(%a, %b) {axis=0} : f32[256]\n"
+        "  %e = mul(%x, %x) : f32[128]\n"
+        "  %d = concat(%e, %x) {axis=0} : f32[256]\n"
+        "  %y = add(%c, %d) : f32[256]\n"
+        "  output \"y\" = %y\n"
+        "}\n";
+    alloy_graph *g = parse(gather_ir);
+    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
+    modelled x;
+    model(&x, g, NULL);
+    const ir_graph *c = g->compiled;
+    const mem_plan *p = &g->comp.plan;
+    int a = ir_find_name(c, "a"), b = ir_find_name(c, "b"), cc = ir_find_name(c, "c"), e = ir_find_name(c, "e"),
+        d = ir_find_name(c, "d");
+    assert_true(a >= 0 && b >= 0 && cc >= 0 && e >= 0 && d >= 0);
+    assert_int_equal(x.m.n, 5);
+    assert_int_equal(x.m.kernels, 5);
+    assert_int_equal(p->views, 2); /* a and b */
+    assert_int_equal(p->view_of[a], cc);
+    assert_int_equal(p->view_of[b], cc);
+    assert_int_equal(p->view_of[e], -1);
+    assert_int_equal(p->offset[a], p->offset[cc]);
+    assert_int_equal(p->offset[b], p->offset[cc] + 512);
+    assert_int_not_equal(p->offset[e], p->offset[d]);
+    float xs[128];
+    for (int i = 0; i < 128; i++) xs[i] = (float)(i - 64) / 32.0f;
+    alloy_host_tensor feed = {"x", ALLOY_F32, 1, {128}, xs}, fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_OK);
+    assert_int_equal(fetch.dims[0], 256);
+    const float *ys = fetch.data;
+    for (int k = 0; k < 128; k++) {
+        double want = exp((double)xs[k]) + (double)xs[k] * xs[k];
+        if (fabs(ys[k] - want) > 1e-5 * want) fail_msg("y[%d] = %.9g, want %.9g", k, (double)ys[k], want);
+        if (ys[128 + k] != 0.0f) fail_msg("y[%d] = %.9g, want 0", 128 + k, (double)ys[128 + k]);
+    }
+    release(&x);
+}
+
 /* Collectives: a reduce_scatter of 1000 f32 over 4 ranks sends 3/4 of its
  * 4000 bytes (3000), the all_gather of the 250-element shard back the same
  * 3000, an all_reduce of 1000 f32 (over the graph's 4) twice that, 6000
@@ -703,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
         cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),
         cmocka_unit_test(test_a_contiguous_slice_is_a_view_at_its_byte_offset),
+        cmocka_unit_test(test_a_concat_of_values_it_alone_reads_gathers_them_in_place),
         cmocka_unit_test(test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node),
         cmocka_unit_test(test_a_char_gpt_step_moves_what_its_schedule_says),
         cmocka_unit_test(test_ptxas_lines_give_each_kernels_registers_spills_and_shared_memory),

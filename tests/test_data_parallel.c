@@ -240,6 +240,25 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
             fail("%s: %s", what, -1, "a bucket's all_reduce is not in place on its concat");
     }
     if (!zero && buckets < (bucket_bytes ? 2 : 1)) fail("%s: %s", what, -1, "fewer buckets of several gradients than expected");
+    /* a bucket's concat gathers its gradients where the backward wrote them:
+     * each flattened gradient (a reshape view of the gradient) lies in the
+     * concat's slot at its offset, and the concat runs no kernel */
+    int gathers = 0;
+    for (int i = 0; dp->compiled && i < dp->compiled->nnodes; i++) {
+        const ir_node *n = dp->compiled->nodes[i];
+        const schedule *sc = &dp->comp.sched;
+        if (n->op != IR_OP_concat || sc->member_of[i] < 0 || !(sc->members[sc->member_of[i]].flags & MEMBER_VIEW)) continue;
+        gathers++;
+        int64_t at = 0;
+        for (int k = 0; k < n->nin; k++) {
+            int in = n->in[k];
+            if (dp->comp.plan.offset[in] != dp->comp.plan.offset[i] + at || dp->comp.plan.view_of[in] != i)
+                fail("%s: %s", what, -1, "a gathered gradient is not at its offset in the bucket's slot");
+            at += (int64_t)ir_nbytes(&dp->compiled->nodes[in]->type);
+        }
+    }
+    if (rank == 0) printf("%s: %d bucket concats of %d gather in place\n", what, gathers, buckets);
+    if (!zero && buckets && !gathers) fail("%s: %s", what, -1, "no bucket concat gathers its gradients in place");
     /* a gradient sliced out of its bucket is a view start * element bytes
      * into the all_reduce's slot (no copy) when that is 16-byte aligned */
     int slices = 0, views = 0;

@@ -32,7 +32,8 @@ enum {
     MEMBER_RANGED = 4,  /* an unrounded f16/bf16 value: f32 precision, but it overflows to inf where a store would */
     MEMBER_CHECK = 8,   /* the step's found_inf reads it: a non-finite value (as stored) sets the flag */
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
-    MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's (plan.h, view_of) */
+    MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's
+                         * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel */
 };
 
 /* A part: members run as one unit inside a step. EW parts are one chunked
@@ -101,6 +102,16 @@ AL_HIDDEN int sched_view_root(const ir_graph *g, const schedule *s, int i);
  * ones whole by construction), start times the bytes of one index of the
  * sliced axis, when a multiple of SCHED_VIEW_ALIGN; -1 otherwise (a copy). */
 AL_HIDDEN int64_t sched_view_delta(const ir_graph *g, const ir_node *n);
+/* The byte offset of input k of concat c inside c's value when c may be a
+ * gather (its inputs placed in its slot): every axis before the concat's of
+ * extent 1 and the offset a multiple of SCHED_VIEW_ALIGN; -1 otherwise. */
+AL_HIDDEN int64_t sched_gather_delta(const ir_graph *g, const ir_node *c, int k);
+/* Per node (g->nnodes entries each), the value whose arena slot node i's
+ * value lies in, or -1, and its byte offset there: a view's (reshape,
+ * slice) is its root's (sched_view_root), a gathered concat's input's (or
+ * the operand of such an input that is a reshape view: a piece) the
+ * concat's, and a view of a piece the piece's concat's. */
+AL_HIDDEN void sched_views(const ir_graph *g, const schedule *s, int *owner, int64_t *off);
 /* The byte offset of view i's value inside the slot of sched_view_root's
  * value (the sum of sched_view_delta along the chain of views), 0 when i
  * is not a view. */
