@@ -36,7 +36,8 @@ typedef struct mem_plan {
     int *state_of;
     int first_write; /* the first step that writes a state buffer (with state_of) */
     /* views (MEMBER_VIEW: a reshape or contiguous slice of a stored value,
-     * no kernel): per node, the value that owns the slot node i's value
+     * no kernel; and the pieces of a gathered concat, whose owner is the
+     * concat: schedule.h, sched_views): per node, the value that owns the slot node i's value
      * shares, or -1; NULL when there are none. A view's offset is its
      * owner's plus the view's byte offset inside it (0 for a reshape,
      * sched_view_offset; offset[i] - offset[view_of[i]]); it has no bytes of
@@ -76,10 +77,12 @@ typedef struct plan_schedule {
      * gradient over its logits) */
     const int *alias_of;
     /* node i's value is the bytes of node view_of[i] (-1: none; may be
-     * NULL): it takes that value's offset and no slot of its own, and its
-     * uses (and being kept) count as uses of that value. view_of[i] is a
-     * materialized, non-bound value produced before i that is no view
-     * itself. */
+     * NULL): it takes that value's offset (plus view_off[i]) and no slot of
+     * its own, and its uses (and being kept) count as uses of that value.
+     * view_of[i] is a materialized, non-bound value that is no view itself,
+     * produced before i, or after i when it is a concat gathering i (a
+     * piece: the concat's slot is allocated when its first piece is
+     * placed, and the concat takes none at its own position). */
     const int *view_of;
     /* the byte offset of view i's value inside its owner's slot (a slice
      * view's start; may be NULL: all 0) */
