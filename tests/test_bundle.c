@@ -322,7 +322,61 @@ static void test_a_view_off_its_owners_slot_is_an_error_naming_the_plan(void **s
     assert_int_equal(le32(bytes + slot), (uint32_t)owner);
     put32(bytes + slot, owner ? 0u : 64u); /* aligned, inside the arena, not the owner's */
     assert_true(bundle_resign(bytes, len));
-    expect_error(bytes, len, ALLOY_ERR_FORMAT, "is not placed at the arena slot", "section plan", "a view moved");
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "is not placed 0 bytes into the arena slot", "section plan", "a view moved");
+    test_free(bytes);
+}
+
+/* A slice view and a gathered concat's pieces travel in a bundle as
+ * offsets inside their owner's slot: the reader rebuilds both (s 512 B
+ * into a's slot; a and b at 0 and 512 of c's) and names a piece moved off
+ * its offset. */
+static void test_slice_views_and_gathered_pieces_round_trip_and_a_moved_piece_is_named(void **state)
+{
+    (void)state;
+    static const char ir[] =
+        "graph gathered {\n"
+        "  %x = input : f32[2,128]\n"
+        "  %a = exp(%x) : f32[2,128]\n"
+        "  %b = neg(%x) : f32[2,128]\n"
+        "  %c = concat(%a, %b) {axis=0} : f32[4,128]\n"
+        "  %s = slice(%c) {axis=0, start=1, end=3} : f32[2,128]\n"
+        "  %y = mul(%s, %s) : f32[2,128]\n"
+        "  output \"y\" = %y\n"
+        "}\n";
+    char err[1024] = "";
+    alloy_graph *g = alloy_graph_parse(ir, strlen(ir), "gathered.ir", err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    expect_ok(g, alloy_graph_set_option(g, "no_fuse", "1"), "no_fuse");
+    const char *path = test_tmp_path("gathered.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    size_t len;
+    uint8_t *bytes = test_read_file(path, &len);
+    bundle_contents c;
+    if (bundle_decode(bytes, len, "step.alloy", &c, err, sizeof err)) fail_msg("%s", err);
+    const mem_plan *p = &c.comp.plan;
+    int a = ir_find_name(c.ir, "a"), b = ir_find_name(c.ir, "b"),
+        cc = ir_find_name(c.ir, "c"), sv = ir_find_name(c.ir, "s");
+    assert_true(a >= 0 && b >= 0 && cc >= 0 && sv >= 0);
+    assert_non_null(p->view_of);
+    assert_int_equal(p->views, 3);
+    assert_int_equal(p->view_of[a], cc);
+    assert_int_equal(p->view_of[b], cc);
+    assert_int_equal(p->view_of[sv], cc);
+    assert_int_equal(p->offset[a], p->offset[cc]);
+    assert_int_equal(p->offset[b], p->offset[cc] + 1024);
+    assert_int_equal(p->offset[sv], p->offset[cc] + 512);
+    int64_t want = p->offset[b];
+    bundle_contents_free(&c);
+    size_t at[16];
+    uint32_t tag[16];
+    sections(bytes, len, at, tag);
+    size_t slot = at[3] + 16 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8 * ALLOY_DTYPE_COUNT + 8 * (size_t)b;
+    assert_int_equal(le32(bytes + slot), (uint32_t)want);
+    put32(bytes + slot, (uint32_t)want + 16u); /* aligned, inside the arena, off the piece's offset */
+    assert_true(bundle_resign(bytes, len));
+    expect_error(bytes, len, ALLOY_ERR_FORMAT, "is not placed 1024 bytes into the arena slot", "section plan",
+                 "a piece moved");
     test_free(bytes);
 }
 
@@ -1218,6 +1272,7 @@ int main(void)
         T(test_wrong_magic_newer_version_and_bad_lengths_are_named),
         T(test_inconsistent_sections_are_errors_naming_the_section),
         T(test_a_view_off_its_owners_slot_is_an_error_naming_the_plan),
+        T(test_slice_views_and_gathered_pieces_round_trip_and_a_moved_piece_is_named),
         T(test_save_bundle_refuses_bad_archs_a_missing_nvrtc_and_null_arguments),
         T(test_the_cuda_pick_takes_the_cubin_of_the_gpus_major_else_the_ptx),
         T(test_the_cuda_section_round_trips_and_each_damage_is_named),

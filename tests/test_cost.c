@@ -556,6 +556,133 @@ static void test_a_reshape_is_a_view_with_no_launch_and_the_same_result(void **s
     release(&x);
 }
 
+/* A slice cutting one byte range out of a computed value is a view at
+ * that range: a = exp(x) f32[4,64] (256 B a row); s = rows 1..3 of a is a
+ * view 256 B into a's slot, and t = reshape(s) one too (a view of a view).
+ * u = columns 0..32 of a (each row's half: not one range) and z = t[1..65]
+ * (4 B in: not 16-byte aligned) stay copies. Unfused, the kernels are exp
+ * (2048 B), u (1024 B: the slice reads what it copies), z (512 B) and sub
+ * (1536 B). y[k] = a[1 + k/64, k%64] - a[k/32, k%32] and
+ * z[k] = a[1 + (k+1)/64, (k+1)%64] from the CPU, against fp64. */
+static void test_a_contiguous_slice_is_a_view_at_its_byte_offset(void **state)
+{
+    (void)state;
+    static const char slices_ir[] =
+        "graph slices {\n"
+        "  %x = input : f32[4,64]\n"
+        "  %a = exp(%x) : f32[4,64]\n"
+        "  %s = slice(%a) {axis=0, start=1, end=3} : f32[2,64]\n"
+        "  %t = reshape(%s) : f32[128]\n"
+        "  %u = slice(%a) {axis=1, start=0, end=32} : f32[4,32]\n"
+        "  %v = reshape(%u) : f32[128]\n"
+        "  %z = slice(%t) {axis=0, start=1, end=65} : f32[64]\n"
+        "  %y = sub(%t, %v) : f32[128]\n"
+        "  output \"y\" = %y\n"
+        "  output \"z\" = %z\n"
+        "}\n";
+    alloy_graph *g = parse(slices_ir);
+    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
+    modelled x;
+    model(&x, g, NULL);
+    const ir_graph *c = g->compiled;
+    const mem_plan *p = &g->comp.plan;
+    int a = ir_find_name(c, "a"), sv = ir_find_name(c, "s"), t = ir_find_name(c, "t"), u = ir_find_name(c, "u"),
+        v = ir_find_name(c, "v"), z = ir_find_name(c, "z"), y = ir_find_name(c, "y");
+    assert_true(a >= 0 && sv >= 0 && t >= 0 && u >= 0 && v >= 0 && z >= 0 && y >= 0);
+    assert_int_equal(x.m.n, 4); /* exp, the copies u and z, sub */
+    assert_int_equal(x.m.kernels, 4);
+    int64_t bytes = 0;
+    for (int i = 0; i < x.m.n; i++) bytes += x.m.launches[i].read + x.m.launches[i].written;
+    assert_int_equal(bytes, 2048 + 1024 + 512 + 1536);
+    assert_int_equal(p->views, 3); /* s, t, v */
+    assert_non_null(p->view_of);
+    assert_int_equal(p->view_of[sv], a);
+    assert_int_equal(p->view_of[t], a);
+    assert_int_equal(p->view_of[v], u);
+    assert_int_equal(p->view_of[u], -1);
+    assert_int_equal(p->view_of[z], -1);
+    assert_int_equal(p->offset[sv], p->offset[a] + 256);
+    assert_int_equal(p->offset[t], p->offset[a] + 256);
+    assert_int_equal(p->offset[v], p->offset[u]);
+    char want[64], line[128];
+    snprintf(want, sizeof want, "# view %%%d of %%%d @%lld +256\n", t, a, (long long)p->offset[a]);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    plan_print(c, p, true, f);
+    rewind(f);
+    bool printed = false;
+    while (fgets(line, sizeof line, f)) printed |= strcmp(line, want) == 0;
+    fclose(f);
+    assert_true(printed);
+    float xs[256];
+    for (int i = 0; i < 256; i++) xs[i] = (float)(i - 128) / 64.0f;
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {4, 64}, xs}, fetch[2] = {{.name = "y"}, {.name = "z"}};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, fetch, 2), ALLOY_OK);
+    assert_int_equal(fetch[0].dims[0], 128);
+    assert_int_equal(fetch[1].dims[0], 64);
+    const float *ys = fetch[0].data, *zs = fetch[1].data;
+    for (int k = 0; k < 128; k++) {
+        double want_y = exp((double)xs[64 + k]) - exp((double)xs[(k / 32) * 64 + k % 32]);
+        if (fabs(ys[k] - want_y) > 1e-5) fail_msg("y[%d] = %.9g, want %.9g", k, (double)ys[k], want_y);
+    }
+    for (int k = 0; k < 64; k++) {
+        double want_z = exp((double)xs[64 + k + 1]);
+        if (fabs(zs[k] - want_z) > 1e-6 * want_z) fail_msg("z[%d] = %.9g, want %.9g", k, (double)zs[k], want_z);
+    }
+    release(&x);
+}
+
+/* A concat along axis 0 whose inputs are computed values read by it alone
+ * is a gather: the planner places a and b at bytes 0 and 512 of c's slot,
+ * where exp and neg write them, and c runs no kernel. d = concat(e, x)
+ * reads the leaf x: a copy kernel. Unfused: exp, neg, mul, d's concat and
+ * add, 5 launches. y[k] = e^x + x^2, y[128 + k] = -x + x = 0 from the CPU. */
+static void test_a_concat_of_values_it_alone_reads_gathers_them_in_place(void **state)
+{
+    (void)state;
+    static const char gather_ir[] =
+        "graph gather {\n"
+        "  %x = input : f32[128]\n"
+        "  %a = exp(%x) : f32[128]\n"
+        "  %b = neg(%x) : f32[128]\n"
+        "  %c = concat(%a, %b) {axis=0} : f32[256]\n"
+        "  %e = mul(%x, %x) : f32[128]\n"
+        "  %d = concat(%e, %x) {axis=0} : f32[256]\n"
+        "  %y = add(%c, %d) : f32[256]\n"
+        "  output \"y\" = %y\n"
+        "}\n";
+    alloy_graph *g = parse(gather_ir);
+    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
+    modelled x;
+    model(&x, g, NULL);
+    const ir_graph *c = g->compiled;
+    const mem_plan *p = &g->comp.plan;
+    int a = ir_find_name(c, "a"), b = ir_find_name(c, "b"), cc = ir_find_name(c, "c"), e = ir_find_name(c, "e"),
+        d = ir_find_name(c, "d");
+    assert_true(a >= 0 && b >= 0 && cc >= 0 && e >= 0 && d >= 0);
+    assert_int_equal(x.m.n, 5);
+    assert_int_equal(x.m.kernels, 5);
+    assert_int_equal(p->views, 2); /* a and b */
+    assert_int_equal(p->view_of[a], cc);
+    assert_int_equal(p->view_of[b], cc);
+    assert_int_equal(p->view_of[e], -1);
+    assert_int_equal(p->offset[a], p->offset[cc]);
+    assert_int_equal(p->offset[b], p->offset[cc] + 512);
+    assert_int_not_equal(p->offset[e], p->offset[d]);
+    float xs[128];
+    for (int i = 0; i < 128; i++) xs[i] = (float)(i - 64) / 32.0f;
+    alloy_host_tensor feed = {"x", ALLOY_F32, 1, {128}, xs}, fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_OK);
+    assert_int_equal(fetch.dims[0], 256);
+    const float *ys = fetch.data;
+    for (int k = 0; k < 128; k++) {
+        double want = exp((double)xs[k]) + (double)xs[k] * xs[k];
+        if (fabs(ys[k] - want) > 1e-5 * want) fail_msg("y[%d] = %.9g, want %.9g", k, (double)ys[k], want);
+        if (ys[128 + k] != 0.0f) fail_msg("y[%d] = %.9g, want 0", 128 + k, (double)ys[128 + k]);
+    }
+    release(&x);
+}
+
 /* Collectives: a reduce_scatter of 1000 f32 over 4 ranks sends 3/4 of its
  * 4000 bytes (3000), the all_gather of the 250-element shard back the same
  * 3000, an all_reduce of 1000 f32 (over the graph's 4) twice that, 6000
@@ -626,6 +753,8 @@ int main(void)
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
         cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),
+        cmocka_unit_test(test_a_contiguous_slice_is_a_view_at_its_byte_offset),
+        cmocka_unit_test(test_a_concat_of_values_it_alone_reads_gathers_them_in_place),
         cmocka_unit_test(test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node),
         cmocka_unit_test(test_a_char_gpt_step_moves_what_its_schedule_says),
         cmocka_unit_test(test_ptxas_lines_give_each_kernels_registers_spills_and_shared_memory),

@@ -240,6 +240,41 @@ static void train_case(const char *what, bool amp, alloy_optimizer o, size_t buc
             fail("%s: %s", what, -1, "a bucket's all_reduce is not in place on its concat");
     }
     if (!zero && buckets < (bucket_bytes ? 2 : 1)) fail("%s: %s", what, -1, "fewer buckets of several gradients than expected");
+    /* a bucket's concat gathers its gradients where the backward wrote them:
+     * each flattened gradient (a reshape view of the gradient) lies in the
+     * concat's slot at its offset, and the concat runs no kernel */
+    int gathers = 0;
+    for (int i = 0; dp->compiled && i < dp->compiled->nnodes; i++) {
+        const ir_node *n = dp->compiled->nodes[i];
+        const schedule *sc = &dp->comp.sched;
+        if (n->op != IR_OP_concat || sc->member_of[i] < 0 || !(sc->members[sc->member_of[i]].flags & MEMBER_VIEW)) continue;
+        gathers++;
+        int64_t at = 0;
+        for (int k = 0; k < n->nin; k++) {
+            int in = n->in[k];
+            if (dp->comp.plan.offset[in] != dp->comp.plan.offset[i] + at || dp->comp.plan.view_of[in] != i)
+                fail("%s: %s", what, -1, "a gathered gradient is not at its offset in the bucket's slot");
+            at += (int64_t)ir_nbytes(&dp->compiled->nodes[in]->type);
+        }
+    }
+    if (rank == 0) printf("%s: %d bucket concats of %d gather in place\n", what, gathers, buckets);
+    if (!zero && buckets && !gathers) fail("%s: %s", what, -1, "no bucket concat gathers its gradients in place");
+    /* a gradient sliced out of its bucket is a view start * element bytes
+     * into the all_reduce's slot (no copy) when that is 16-byte aligned */
+    int slices = 0, views = 0;
+    for (int i = 0; dp->compiled && i < dp->compiled->nnodes; i++) {
+        const ir_node *n = dp->compiled->nodes[i];
+        int r = n->op == IR_OP_slice ? n->in[0] : -1;
+        if (r < 0 || dp->compiled->nodes[r]->op != IR_OP_all_reduce) continue;
+        const mem_plan *pl = &dp->comp.plan;
+        int64_t delta = ir_attr_i(n, "start") * (int64_t)alloy_dtype_size(n->type.dtype);
+        bool view = pl->view_of && pl->view_of[i] == r;
+        slices++, views += view;
+        if (view != (delta % 16 == 0) || (view && pl->offset[i] != pl->offset[r] + delta))
+            fail("%s: %s", what, -1, "a gradient sliced out of its bucket is not a view at its byte offset");
+    }
+    if (rank == 0) printf("%s: %d gradients sliced out of buckets, %d of them views\n", what, slices, views);
+    if (!zero && buckets && !views) fail("%s: %s", what, -1, "no gradient is a view of its bucket");
     if (amp) { /* the compiled step agrees found_inf by MAX: the flag an all_reduce {reduce="max"} of found_inf */
         char *text = NULL;
         size_t len = 0;

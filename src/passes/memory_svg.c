@@ -48,8 +48,12 @@ static void lifetimes(const ir_graph *g, const schedule *s, const mem_plan *p, i
         if (p->offset[i] < 0 || s->step_of[i] < 0 || slot_bytes(g->nodes[i]) == 0 || owner(p, i) != i) continue;
         first[i] = last[i] = s->step_of[i];
     }
-    for (int i = 0; i < n; i++)
-        if (s->kept[i] && first[owner(p, i)] >= 0) last[owner(p, i)] = last_step;
+    for (int i = 0; i < n; i++) {
+        int o = owner(p, i);
+        if (s->kept[i] && first[o] >= 0) last[o] = last_step;
+        /* a gathered concat's slot is live from its first piece's step */
+        if (o != i && first[o] >= 0 && s->step_of[i] >= 0 && s->step_of[i] < first[o]) first[o] = s->step_of[i];
+    }
     for (int j = 0; j < n; j++) {
         const ir_node *c = g->nodes[j];
         for (int k = 0; k < c->nin; k++) {

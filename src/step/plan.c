@@ -161,13 +161,14 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-enum { F_MAT = 1, F_KEEP = 2, F_TAKEN = 4, F_FREED = 8, F_VIEWED = 16 };
+enum { F_MAT = 1, F_KEEP = 2, F_TAKEN = 4, F_FREED = 8, F_VIEWED = 16, F_EARLY = 32 };
 
 /* Scratch of one plan_build call. */
 typedef struct planner {
     const ir_graph *g;
     const int *exec_pos;
     const int *view_of; /* plan_schedule's, or NULL */
+    const int64_t *view_off; /* plan_schedule's, or NULL */
     uint8_t *flags;     /* F_* per node */
     int *last;          /* last position the value is needed at (INT_MAX: kept) */
     int *users_at_last; /* distinct consumers at that position */
@@ -215,7 +216,7 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
         int o = p->view_of[i];
         if (o < 0) continue;
         if (o >= g->nnodes || p->view_of[o] >= 0 || !(p->flags[i] & F_MAT) || !(p->flags[o] & F_MAT) ||
-            pos_of(p, o) >= pos_of(p, i)) {
+            (pos_of(p, o) >= pos_of(p, i) && g->nodes[o]->op != IR_OP_concat) || pos_of(p, o) == pos_of(p, i)) {
             al_fmt(err, errlen, "schedule: %s '%s' is a view of a value that cannot hold it", ir_ops[g->nodes[i]->op].name,
                    ir_node_label(g->nodes[i], a, sizeof a));
             return ALLOY_ERR_INVALID;
@@ -227,14 +228,14 @@ static alloy_status liveness(planner *p, const plan_schedule *s, char *err, size
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
-            int j = owner_of(p, n->in[k]);
+            int x = n->in[k], j = owner_of(p, x); /* a gathered piece's owner comes later: x's position counts */
             if (is_bound_leaf(g->nodes[j]) || (s && s->bound && s->bound[j])) continue;
-            if (pos_of(p, j) > pos_of(p, i) || (!(p->flags[j] & F_MAT) && pos_of(p, j) != pos_of(p, i))) {
+            if (pos_of(p, x) > pos_of(p, i) || (!(p->flags[j] & F_MAT) && pos_of(p, j) != pos_of(p, i))) {
                 al_fmt(err, errlen,
                        "schedule: %s '%s' at position %d uses '%s' at position %d%s",
                        ir_ops[n->op].name, ir_node_label(n, a, sizeof a), pos_of(p, i),
-                       ir_node_label(g->nodes[j], b, sizeof b), pos_of(p, j),
-                       pos_of(p, j) > pos_of(p, i) ? ", produced later" : ", which is not materialized");
+                       ir_node_label(g->nodes[x], b, sizeof b), pos_of(p, x),
+                       pos_of(p, x) > pos_of(p, i) ? ", produced later" : ", which is not materialized");
                 return ALLOY_ERR_INVALID;
             }
             if (p->last[j] < pos_of(p, i)) p->last[j] = pos_of(p, i);
@@ -284,6 +285,7 @@ static bool may_take(const planner *p, int i, int j, int users)
 {
     const ir_node *n = p->g->nodes[i], *o = p->g->nodes[j];
     j = owner_of(p, j);
+    if (ir_nbytes(&p->g->nodes[j]->type) != ir_nbytes(&o->type)) return false; /* a slice view: part of its owner */
     if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) return false;
     if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || (users && p->users_at_last[j] != users))
         return false;
@@ -309,11 +311,21 @@ static int inplace_operand(const planner *p, const plan_schedule *s, int i)
 static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
 {
     const ir_node *n = p->g->nodes[i];
-    if (owner_of(p, i) != i) { /* a view: its owner's bytes, placed at an earlier position */
-        out->offset[i] = out->offset[p->view_of[i]];
+    if (p->flags[i] & F_EARLY) return 0; /* a gathered concat: its slot came with its first piece */
+    if (owner_of(p, i) != i) { /* a view: its owner's bytes (placed earlier, or now for a concat's first piece) */
+        int o = p->view_of[i];
+        int64_t bytes = 0;
+        if (pos_of(p, o) > pos_of(p, i) && !(p->flags[o] & F_EARLY)) {
+            const ir_node *c = p->g->nodes[o];
+            bytes = slot_bytes(c);
+            out->offset[o] = space_alloc(&p->space, bytes);
+            out->bytes_by_dtype[c->type.dtype] += ir_nbytes(&c->type);
+            p->flags[o] |= F_EARLY;
+        }
+        out->offset[i] = out->offset[o] + (p->view_off ? p->view_off[i] : 0);
         out->views++;
         p->flags[i] |= F_FREED; /* nothing of its own to give back */
-        return 0;
+        return bytes;
     }
     out->bytes_by_dtype[n->type.dtype] += ir_nbytes(&n->type);
     int64_t bytes = slot_bytes(n);
@@ -354,7 +366,8 @@ alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out
         return ALLOY_ERR_INVALID;
     }
     size_t n = (size_t)g->nnodes;
-    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL, .view_of = s ? s->view_of : NULL};
+    planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL, .view_of = s ? s->view_of : NULL,
+                 .view_off = s ? s->view_off : NULL};
     p.flags = al_calloc(n + 1, 1);
     p.last = al_calloc(n + 1, sizeof(int));
     p.users_at_last = al_calloc(n + 1, sizeof(int));
@@ -455,7 +468,7 @@ static int updates_in_place(const ir_graph *g, const schedule *s, const uint8_t 
     for (int u = 0; u < g->nupdates; u++) {
         int t = ir_find_name(g, g->updates[u].name), v = g->updates[u].node, k = v >= 0 ? s->step_of[v] : -1;
         if (t < 0 || t == v || k < tail || part[v] < 0 || !sched_stored(s, v)) continue;
-        if (viewed[v]) continue; /* a view of v reads v's arena slot, so v keeps one */
+        if (viewed[v] || sched_view_root(g, s, v) >= 0) continue; /* a view of v reads v's slot: v keeps one */
         const ir_node *leaf = g->nodes[t];
         if ((leaf->op != IR_OP_param && leaf->op != IR_OP_state) || !ir_type_eq(&leaf->type, &g->nodes[v]->type))
             continue;
@@ -548,8 +561,9 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     uint8_t *keep = al_calloc((size_t)nn + 1, 1), *bound = al_calloc((size_t)nn + 1, 1);
     uint8_t *viewed = al_calloc((size_t)nn + 1, 1);
     int *view_of = al_malloc(sizeof(int) * ((size_t)nn + 1));
+    int64_t *view_off = al_malloc(sizeof(int64_t) * ((size_t)nn + 1));
     alloy_status st = ALLOY_OK;
-    if (!pos || !mat || !inplace || !keep || !bound || !viewed || !view_of) {
+    if (!pos || !mat || !inplace || !keep || !bound || !viewed || !view_of || !view_off) {
         al_fmt(err, errlen, "out of memory planning the arena of %d nodes", nn);
         st = ALLOY_ERR_OOM;
     }
@@ -564,10 +578,9 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
         inplace[i] = !no_reuse && ((step->kind == STEP_KIND_EW && step->n == 1) ||
                                    (step->kind == STEP_KIND_COLLECTIVE && g->nodes[i]->op == IR_OP_all_reduce));
     }
-    for (int i = 0; i < nn && !st; i++) { /* views share their owner's slot even without reuse */
-        view_of[i] = sched_view_root(g, s, i);
+    if (!st) sched_views(g, s, view_of, view_off); /* views share their owner's slot even without reuse */
+    for (int i = 0; i < nn && !st; i++)
         if (view_of[i] >= 0) viewed[view_of[i]] = 1;
-    }
     int *alias_of = st || no_reuse ? NULL : row_aliases(g, s, mat, view_of);
     if (!st && !no_reuse && !alias_of) {
         al_fmt(err, errlen, "out of memory planning the row aliases of %d nodes", nn);
@@ -591,7 +604,8 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     }
     if (!st) {
         plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace,
-                            .bound = bound, .alias_of = alias_of, .view_of = view_of};
+                            .bound = bound, .alias_of = alias_of, .view_of = view_of,
+                            .view_off = view_off};
         st = plan_build(g, &ps, out, err, errlen);
     }
     size_t scratch = 0;
@@ -608,34 +622,37 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     if (!st) out->state_of = state_of, out->first_write = first_write;
     else al_free(state_of);
     al_free(pos), al_free(mat), al_free(inplace), al_free(keep), al_free(bound), al_free(alias_of);
-    al_free(viewed), al_free(view_of);
+    al_free(viewed), al_free(view_of), al_free(view_off);
     return st;
 }
 
 alloy_status plan_attach_views(const ir_graph *g, const schedule *s, mem_plan *p, char *err, size_t errlen)
 {
     al_free(p->view_of);
-    p->view_of = NULL;
+    p->view_of = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
+    int64_t *off = al_malloc(sizeof(int64_t) * ((size_t)g->nnodes + 1));
     p->views = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        int o = sched_view_root(g, s, i);
+    if (!p->view_of || !off) {
+        al_free(p->view_of), al_free(off);
+        p->view_of = NULL;
+        al_fmt(err, errlen, "out of memory reading the views of %d nodes", g->nnodes);
+        return ALLOY_ERR_OOM;
+    }
+    sched_views(g, s, p->view_of, off);
+    alloy_status st = ALLOY_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        int o = p->view_of[i];
         if (o < 0) continue;
-        if (!p->view_of) {
-            p->view_of = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1));
-            if (!p->view_of) {
-                al_fmt(err, errlen, "out of memory reading the views of %d nodes", g->nnodes);
-                return ALLOY_ERR_OOM;
-            }
-            for (int k = 0; k < g->nnodes; k++) p->view_of[k] = -1;
-        }
-        p->view_of[i] = o;
         p->views++;
-        if (p->offset[o] < 0 || p->offset[i] != p->offset[o] || (p->state_of && p->state_of[o] >= 0)) {
-            al_fmt(err, errlen, "view %%%d is not placed at the arena slot of %%%d, the value it views", i, o);
-            return ALLOY_ERR_INVALID;
+        if (p->offset[o] < 0 || p->offset[i] != p->offset[o] + off[i] || (p->state_of && p->state_of[o] >= 0)) {
+            al_fmt(err, errlen, "view %%%d is not placed %lld bytes into the arena slot of %%%d, the value it views", i,
+                   (long long)off[i], o);
+            st = ALLOY_ERR_INVALID;
         }
     }
-    return ALLOY_OK;
+    al_free(off);
+    if (!p->views) al_free(p->view_of), p->view_of = NULL;
+    return st;
 }
 
 void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
@@ -652,7 +669,8 @@ void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out)
     fputc('\n', out);
     for (int i = 0; per_value && i < g->nnodes && i < p->nnodes; i++)
         if (p->view_of && p->view_of[i] >= 0)
-            fprintf(out, "# view %%%d of %%%d @%lld\n", i, p->view_of[i], (long long)p->offset[i]);
+            fprintf(out, "# view %%%d of %%%d @%lld +%lld\n", i, p->view_of[i], (long long)p->offset[p->view_of[i]],
+                    (long long)(p->offset[i] - p->offset[p->view_of[i]]));
         else if (p->offset[i] >= 0)
             fprintf(out, "# slot %%%d @%lld +%zu\n", i, (long long)p->offset[i], ir_nbytes(&g->nodes[i]->type));
         else if (p->state_of && p->state_of[i] >= 0)

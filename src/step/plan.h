@@ -35,9 +35,12 @@ typedef struct mem_plan {
      * leaf whose buffer holds its value, or -1; NULL when there are none */
     int *state_of;
     int first_write; /* the first step that writes a state buffer (with state_of) */
-    /* views (MEMBER_VIEW: a reshape of a stored value, no kernel): per node,
-     * the value that owns the slot node i's value shares, or -1; NULL when
-     * there are none. A view's offset is its owner's; it has no bytes of
+    /* views (MEMBER_VIEW: a reshape or contiguous slice of a stored value,
+     * no kernel; and the pieces of a gathered concat, whose owner is the
+     * concat: schedule.h, sched_views): per node, the value that owns the slot node i's value
+     * shares, or -1; NULL when there are none. A view's offset is its
+     * owner's plus the view's byte offset inside it (0 for a reshape,
+     * sched_view_offset; offset[i] - offset[view_of[i]]); it has no bytes of
      * its own (not in bytes_by_dtype), and its owner's slot stays live
      * until the last use of the owner or of any view of it, so nothing is
      * written over the slot while any of them is live. An owner is never a
@@ -74,11 +77,16 @@ typedef struct plan_schedule {
      * gradient over its logits) */
     const int *alias_of;
     /* node i's value is the bytes of node view_of[i] (-1: none; may be
-     * NULL): it takes that value's offset and no slot of its own, and its
-     * uses (and being kept) count as uses of that value. view_of[i] is a
-     * materialized, non-bound value produced before i that is no view
-     * itself. */
+     * NULL): it takes that value's offset (plus view_off[i]) and no slot of
+     * its own, and its uses (and being kept) count as uses of that value.
+     * view_of[i] is a materialized, non-bound value that is no view itself,
+     * produced before i, or after i when it is a concat gathering i (a
+     * piece: the concat's slot is allocated when its first piece is
+     * placed, and the concat takes none at its own position). */
     const int *view_of;
+    /* the byte offset of view i's value inside its owner's slot (a slice
+     * view's start; may be NULL: all 0) */
+    const int64_t *view_off;
 } plan_schedule;
 
 /* Plans the arena for g under schedule s (NULL: node order, the defaults
@@ -122,13 +130,14 @@ AL_HIDDEN alloy_status plan_for_step(const ir_graph *g, const schedule *s, bool 
                                      char *err, size_t errlen);
 /* Fills p->view_of (plan.h) from the views of schedule s (MEMBER_VIEW)
  * for a plan read back from a file, and checks that each view's offset is
- * its owner's and that the owner has an arena slot: ALLOY_ERR_INVALID with
+ * its owner's plus sched_view_offset and that the owner has an arena slot: ALLOY_ERR_INVALID with
  * the node in err otherwise, ALLOY_ERR_OOM. */
 AL_HIDDEN alloy_status plan_attach_views(const ir_graph *g, const schedule *s, mem_plan *p, char *err, size_t errlen);
 /* Prints the plan as comment lines: a summary ("# plan: arena N bytes, peak
  * live N bytes, in place N, views N, scratch N at N, updates in place N,
  * f32 N B, ...") and, when per_value, one "# slot %id @offset +bytes" line
- * per materialized value, "# view %id of %owner @offset" per view and
+ * per materialized value, "# view %id of %owner @offset +delta" per view
+ * (the owner's offset and the view's byte offset inside it) and
  * "# update %id in state %leaf" per update written in place. */
 AL_HIDDEN void plan_print(const ir_graph *g, const mem_plan *p, bool per_value, FILE *out);
 /* Frees what plan_build allocated and empties p (safe on an empty plan). */

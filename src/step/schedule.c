@@ -180,6 +180,78 @@ static void add_inputs(builder *b, sched_step *st)
     st->nin = s->ninputs - st->first_in;
 }
 
+/* The value a gathered concat's input x stands for: x, or the operand of
+ * x when x is a reshape view (the flattened gradient of a bucket). */
+static int piece_base(const ir_graph *g, const schedule *s, int x)
+{
+    const ir_node *n = g->nodes[x];
+    int m = s->member_of[x];
+    return m >= 0 && (s->members[m].flags & MEMBER_VIEW) && n->op == IR_OP_reshape ? n->in[0] : x;
+}
+
+/* Marks MEMBER_VIEW each lone concat whose inputs the planner may place
+ * inside its slot (a gather: no kernel). Every input, or the operand of an
+ * input that is a reshape view, is a stored value computed by a step of
+ * its own kind (no view, no leaf, not kept) read once, by the concat (or
+ * by that reshape, read once by the concat), at a byte offset
+ * sched_gather_delta allows. uses: nn ints of scratch. */
+static void mark_gathers(const ir_graph *g, schedule *s, int *uses)
+{
+    int nn = g->nnodes;
+    for (int i = 0; i < nn; i++) uses[i] = 0;
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]]++;
+    for (int k = 0; k < s->nsteps; k++) {
+        const sched_step *step = &s->steps[k];
+        const ir_node *c = g->nodes[step->pos];
+        if (step->kind != STEP_KIND_OP || c->op != IR_OP_concat || c->nin < 1) continue;
+        bool ok = true;
+        for (int q = 0; q < c->nin && ok; q++) {
+            int x = c->in[q], base = piece_base(g, s, x);
+            int m = s->member_of[base];
+            ok = sched_gather_delta(g, c, q) >= 0 && uses[x] == 1 && !s->kept[x] && s->step_of[x] >= 0 &&
+                 m >= 0 && (s->members[m].flags & (MEMBER_STORED | MEMBER_VIEW)) == MEMBER_STORED &&
+                 uses[base] == 1 && !s->kept[base] && ir_nbytes(&g->nodes[base]->type) == ir_nbytes(&g->nodes[x]->type);
+        }
+        if (ok) s->members[step->first].flags |= MEMBER_VIEW;
+    }
+}
+
+int64_t sched_gather_delta(const ir_graph *g, const ir_node *c, int k)
+{
+    if (c->op != IR_OP_concat || k < 0 || k >= c->nin) return -1;
+    int64_t axis = ir_attr_i(c, "axis"), outer = 1, inner = 1, at = 0;
+    const ir_type *t = &c->type;
+    if (axis < 0 || axis >= t->rank) return -1;
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = (int)axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    if (outer != 1) return -1; /* the pieces interleave: no byte range each */
+    for (int q = 0; q < k; q++) at += g->nodes[c->in[q]]->type.dims[axis];
+    int64_t delta = at * inner * (int64_t)alloy_dtype_size(t->dtype);
+    return delta % SCHED_VIEW_ALIGN ? -1 : delta;
+}
+
+void sched_views(const ir_graph *g, const schedule *s, int *owner, int64_t *off)
+{
+    int nn = g->nnodes;
+    for (int i = 0; i < nn; i++) owner[i] = -1, off[i] = 0;
+    for (int c = 0; c < nn; c++) { /* the pieces of each gathered concat */
+        int m = s->member_of[c];
+        if (m < 0 || !(s->members[m].flags & MEMBER_VIEW) || g->nodes[c]->op != IR_OP_concat) continue;
+        for (int q = 0; q < g->nodes[c]->nin; q++) {
+            int base = piece_base(g, s, g->nodes[c]->in[q]);
+            owner[base] = c, off[base] = sched_gather_delta(g, g->nodes[c], q);
+        }
+    }
+    for (int i = 0; i < nn; i++) { /* reshapes and slices, through a piece to its concat */
+        int r = sched_view_root(g, s, i);
+        if (r < 0) continue;
+        int64_t o = sched_view_offset(g, s, i);
+        owner[i] = owner[r] >= 0 ? owner[r] : r;
+        off[i] = owner[r] >= 0 ? off[r] + o : o;
+    }
+}
+
 alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -248,13 +320,15 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
         add_inputs(&b, step);
     }
     /* a lone reshape of a stored value is that value's bytes read with other
-     * dims (every arena value is contiguous): a view, no kernel */
+     * dims (every arena value is contiguous), a lone slice cutting one byte
+     * range out of it those bytes: a view, no kernel */
     for (int k = 0; k < out->nsteps; k++) {
         const sched_step *step = &out->steps[k];
         const ir_node *n = g->nodes[step->pos];
-        if (step->kind == STEP_KIND_OP && n->op == IR_OP_reshape && out->step_of[n->in[0]] >= 0)
+        if (step->kind == STEP_KIND_OP && sched_view_delta(g, n) >= 0 && out->step_of[n->in[0]] >= 0)
             out->members[step->first].flags |= MEMBER_VIEW;
     }
+    mark_gathers(g, out, b.stamp);
     ir_groups_free(&gs);
     al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
     return st;
@@ -267,10 +341,36 @@ void sched_free(schedule *s)
     memset(s, 0, sizeof *s);
 }
 
+int64_t sched_view_delta(const ir_graph *g, const ir_node *n)
+{
+    if (n->op == IR_OP_reshape) return 0;
+    if (n->op != IR_OP_slice || n->nin != 1) return -1;
+    const ir_type *t = &g->nodes[n->in[0]]->type;
+    int64_t axis = ir_attr_i(n, "axis"), start = ir_attr_i(n, "start"), outer = 1, inner = 1;
+    if (axis < 0 || axis >= t->rank || start < 0 || start > t->dims[axis]) return -1;
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = (int)axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    if (outer != 1) return -1; /* rows cut out of several outer blocks: not one byte range */
+    int64_t delta = start * inner * (int64_t)alloy_dtype_size(t->dtype);
+    return delta % SCHED_VIEW_ALIGN ? -1 : delta;
+}
+
+int64_t sched_view_offset(const ir_graph *g, const schedule *s, int i)
+{
+    int64_t off = 0;
+    for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW) &&
+                g->nodes[i]->op != IR_OP_concat;) {
+        off += sched_view_delta(g, g->nodes[i]);
+        i = g->nodes[i]->in[0];
+    }
+    return off;
+}
+
 int sched_view_root(const ir_graph *g, const schedule *s, int i)
 {
     int root = -1;
-    for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW);)
+    for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW) &&
+                g->nodes[i]->op != IR_OP_concat;)
         root = i = g->nodes[i]->in[0];
     return root;
 }

@@ -32,7 +32,8 @@ enum {
     MEMBER_RANGED = 4,  /* an unrounded f16/bf16 value: f32 precision, but it overflows to inf where a store would */
     MEMBER_CHECK = 8,   /* the step's found_inf reads it: a non-finite value (as stored) sets the flag */
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
-    MEMBER_VIEW = 32,   /* a reshape of a stored value: no kernel; its value is its operand's bytes (plan.h, view_of) */
+    MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's
+                         * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel */
 };
 
 /* A part: members run as one unit inside a step. EW parts are one chunked
@@ -89,8 +90,32 @@ AL_HIDDEN bool sched_stored(const schedule *s, int i);
 /* The value whose arena slot node i's value shares as a view (following
  * views of views to the value that owns the slot; MEMBER_VIEW), or -1 when
  * i is not a view. sched_build makes a lone reshape a view when its operand
- * is a stored value (not a leaf: a leaf's buffer is bound at run time). */
+ * is a stored value (not a leaf: a leaf's buffer is bound at run time), and
+ * a lone slice too when sched_view_delta allows it. */
 AL_HIDDEN int sched_view_root(const ir_graph *g, const schedule *s, int i);
+/* A slice view starts a multiple of this many bytes into its owner's slot
+ * (the generated kernels load 16 bytes at a time: launch_plan.c). */
+#define SCHED_VIEW_ALIGN 16
+/* The byte offset of node n's value inside its operand's when n may be a
+ * view of it: 0 for a reshape; for a slice whose result is one byte range
+ * of its operand (every axis before the sliced one of extent 1, the later
+ * ones whole by construction), start times the bytes of one index of the
+ * sliced axis, when a multiple of SCHED_VIEW_ALIGN; -1 otherwise (a copy). */
+AL_HIDDEN int64_t sched_view_delta(const ir_graph *g, const ir_node *n);
+/* The byte offset of input k of concat c inside c's value when c may be a
+ * gather (its inputs placed in its slot): every axis before the concat's of
+ * extent 1 and the offset a multiple of SCHED_VIEW_ALIGN; -1 otherwise. */
+AL_HIDDEN int64_t sched_gather_delta(const ir_graph *g, const ir_node *c, int k);
+/* Per node (g->nnodes entries each), the value whose arena slot node i's
+ * value lies in, or -1, and its byte offset there: a view's (reshape,
+ * slice) is its root's (sched_view_root), a gathered concat's input's (or
+ * the operand of such an input that is a reshape view: a piece) the
+ * concat's, and a view of a piece the piece's concat's. */
+AL_HIDDEN void sched_views(const ir_graph *g, const schedule *s, int *owner, int64_t *off);
+/* The byte offset of view i's value inside the slot of sched_view_root's
+ * value (the sum of sched_view_delta along the chain of views), 0 when i
+ * is not a view. */
+AL_HIDDEN int64_t sched_view_offset(const ir_graph *g, const schedule *s, int i);
 /* Prints the schedule as comment lines, one per step:
  *   # step 12 row @%31 f32[2048,64]: in %27 %12; ew %28 %29 | row %30=xs | ew %31=s
  * (parts separated by "|", a column sum's as "colsum %33=s"; each member's flags after "=": s stored, x

@@ -121,6 +121,17 @@ static bool is_leaf(const ir_graph *g, int i)
     return op == IR_OP_input || op == IR_OP_param || op == IR_OP_state;
 }
 
+/* Whether node n may carry MEMBER_VIEW: a reshape or contiguous slice of a
+ * computed value, or a concat gathering computed values at aligned byte
+ * offsets (schedule.h). */
+static bool view_fits(const ir_graph *g, const ir_node *n)
+{
+    if (n->op != IR_OP_concat) return sched_view_delta(g, n) >= 0 && !is_leaf(g, n->in[0]);
+    for (int k = 0; k < n->nin; k++)
+        if (sched_gather_delta(g, n, k) < 0 || is_leaf(g, n->in[k])) return false;
+    return true;
+}
+
 static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
 {
     int nn = g->nnodes;
@@ -193,10 +204,10 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
         else if (!space || !ir_type_eq(space, &t->space))
             rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
         else if ((t->kind == STEP_KIND_OP || t->kind == STEP_KIND_COLLECTIVE) && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
-        for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape of a non-leaf */
-            if ((s->members[m].flags & MEMBER_VIEW) &&
-                (t->kind != STEP_KIND_OP || last->op != IR_OP_reshape || is_leaf(g, last->in[0])))
-                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape of a computed value", "schedule", i);
+        for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape or contiguous slice of a non-leaf */
+            if ((s->members[m].flags & MEMBER_VIEW) && (t->kind != STEP_KIND_OP || !view_fits(g, last)))
+                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape, contiguous slice or gathered concat of computed values",
+                        "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);
@@ -264,7 +275,13 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
                        (int64_t)p->arena_bytes);
     if (!rd_need(r, (size_t)nn * 8, "offsets")) return false;
     p->offset = al_calloc((size_t)nn + 1, sizeof *p->offset);
-    if (!p->offset) return rd_oom(r, "plan", nn);
+    int *owner = al_malloc(sizeof(int) * ((size_t)nn + 1)); /* views and gathered pieces: 16-byte aligned */
+    int64_t *delta = al_malloc(sizeof(int64_t) * ((size_t)nn + 1));
+    if (!p->offset || !owner || !delta) {
+        al_free(owner), al_free(delta);
+        return rd_oom(r, "plan", nn);
+    }
+    sched_views(g, s, owner, delta);
     for (int i = 0; i < nn && !r->bad; i++) {
         int64_t off = (int64_t)rd_u64(r, "offset");
         p->offset[i] = off;
@@ -279,10 +296,12 @@ static bool read_plan(rd *r, const ir_graph *g, const schedule *s, mem_plan *p)
             continue;
         }
         if (is_leaf(g, i)) rd_fail(r, "%s: leaf %%%" PRId64 " has an arena slot", "plan", i);
-        else if (off < 0 || off % PLAN_ALIGN || (uint64_t)off > p->arena_bytes ||
+        else if (off < 0 || off % (owner[i] >= 0 ? SCHED_VIEW_ALIGN : PLAN_ALIGN) ||
+                 (uint64_t)off > p->arena_bytes ||
                  bytes > p->arena_bytes - (size_t)off)
             rd_fail(r, "%s: node %%%" PRId64 "'s slot lies outside the arena or is misaligned", "plan", i);
     }
+    al_free(owner), al_free(delta);
     char msg[160];
     alloy_status vs = r->bad ? ALLOY_OK : plan_attach_views(g, s, p, msg, sizeof msg);
     if (vs) { /* the schedule's views, each at the slot of the value it views */
