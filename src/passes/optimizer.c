@@ -22,7 +22,9 @@
  * rank's shard of the flattened, padded gradient: the update runs on the
  * same shard of the parameter, with moments of the shard's length, and the
  * updated shards are all-gathered into the parameter; the squared norm is
- * the sum over the ranks (all_reduce) of each rank's shards' sum_squares.
+ * the sum over the ranks (all_reduce) of each rank's shards' sum_squares,
+ * or, with clip_norm > 0, the whole gradients' (the shards all-gathered),
+ * so that the clipped step is one process's bit for bit.
  */
 #include <math.h>
 #include <string.h>
@@ -171,12 +173,19 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
     int *grads = al_calloc((size_t)no + 1, sizeof(int));
     if (!grads) return ir_error(g, ALLOY_ERR_OOM, "optimizer: out of memory");
     bool all_f32 = true;
+    bool zero = opts->dp_zero == 1 && opts->dp_world >= 1;
+    /* ZeRO-1 with clipping: the norm of the whole gradients, gathered from
+     * the ranks' shards, so that it (and the step) is one process's bit for
+     * bit; without clipping the shards' sums are added over the ranks
+     * (cheaper; only the reported norm's last bits may differ) */
+    bool gather = zero && o->clip_norm > 0;
     for (int i = 0; i < no; i++) {
         const char *nm = g->outputs[i].name;
-        if (strncmp(nm, "grad:", 5) || ir_find_name(g, nm + 5) < 0 || g->nodes[ir_find_name(g, nm + 5)]->op != IR_OP_param)
-            continue;
-        grads[ngrad++] = g->outputs[i].node;
-        all_f32 &= g->nodes[g->outputs[i].node]->type.dtype == ALLOY_F32;
+        int p = strncmp(nm, "grad:", 5) ? -1 : ir_find_name(g, nm + 5);
+        if (p < 0 || g->nodes[p]->op != IR_OP_param) continue;
+        int gr = g->outputs[i].node;
+        grads[ngrad++] = gather ? dp_unshard(c, gr, &g->nodes[p]->type, opts->dp_world) : gr;
+        all_f32 &= g->nodes[gr]->type.dtype == ALLOY_F32;
     }
     if (ngrad && all_f32) sumsq = ad_emit(c, IR_OP_sum_squares, ngrad, grads, 0, NULL, NULL);
     for (int i = 0; ngrad && !all_f32 && i < ngrad && !g->status; i++) {
@@ -186,8 +195,7 @@ alloy_status pass_optimizer(ir_graph **gp, const pass_options *opts)
     al_free(grads);
     if (g->status) return g->status;
     if (sumsq < 0) return ir_error(g, ALLOY_ERR_INVALID, "optimizer: no trainable parameter gets a gradient from the loss");
-    bool zero = opts->dp_zero == 1 && opts->dp_world >= 1;
-    if (zero) sumsq = E1(all_reduce, sumsq); /* the shards' squares of every rank */
+    if (zero && !gather) sumsq = E1(all_reduce, sumsq); /* the shards' squares of every rank */
     int norm = E1(sqrt, sumsq);
     int coef = o->clip_norm > 0 ? E2(minimum, S(F, 1.0), E2(div, S(F, o->clip_norm), E2(add, norm, S(F, 1e-6))))
                                 : -1;
