@@ -33,6 +33,7 @@ struct emu_kernel {
     void (*entry)(void **);
     char name[128]; /* the selected kernel's, for errors */
     launch_fn launch;
+    int (*check_global)(emu_global_check fn, void *ctx); /* emu_shadow.h's alloy_emu_check_global */
 };
 
 enum { max_words = 64 };
@@ -376,6 +377,8 @@ static bool open_library(emu_kernel *k, const char *kernel_name, char *err, size
         k->launch = NULL;
         return false;
     }
+    if (!find_symbol(k->library, "alloy_emu_check_global", &k->check_global, sizeof k->check_global))
+        k->check_global = NULL;
     return true;
 }
 
@@ -453,6 +456,11 @@ int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block
         }
     }
     return -1;
+}
+
+bool emu_check_global(const emu_kernel *k, emu_global_check fn, void *ctx)
+{
+    return k->check_global && k->check_global(fn, ctx);
 }
 
 void emu_free(emu_kernel *k)

@@ -1,0 +1,73 @@
+/* extents.c - the device memory each action of a launch plan touches, as extents for a checking device (extents.h). */
+#include "runtime/cuda/extents.h"
+
+/* The extent of place pl (bytes long) holding node's value (tag node + 1; -1: any value). */
+static cdev_extent extent_at(const ir_graph *g, const lp_place *pl, cu_bases at, int64_t bytes, int node, bool written)
+{
+    cdev_extent x = {.bytes = bytes > 0 ? (uint64_t)bytes : 0, .offset = pl->offset, .space = (uint8_t)pl->space,
+                     .written = written, .tag = node >= 0 ? (uint32_t)node + 1 : 0};
+    switch (pl->space) {
+    case LP_ARENA: x.base = at.arena + (cdev_ptr)pl->offset; break;
+    case LP_AUX: x.base = at.aux + (cdev_ptr)pl->offset; break;
+    case LP_LEAF: x.base = at.leaf[pl->node] ? at.leaf[pl->node] + (cdev_ptr)pl->offset : 0; break;
+    }
+    if (node >= 0) {
+        char label[40];
+        al_fmt(x.name, sizeof x.name, "%s (%s)", ir_node_label(g->nodes[node], label, sizeof label),
+               ir_ops[g->nodes[node]->op].name);
+    } else {
+        al_fmt(x.name, sizeof x.name, "%s", written ? "the destination" : "the source");
+    }
+    return x;
+}
+
+/* The bytes of node's value where it lives: a leaf's whole buffer, else its type's size. */
+static int64_t value_bytes(const ir_graph *g, const lp_place *pl, int node)
+{
+    return (int64_t)ir_nbytes(&g->nodes[pl->space == LP_LEAF ? pl->node : node]->type);
+}
+
+int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, const cg_program *prog,
+                      const lp_action *a, cu_bases at, cdev_extent *out, int max)
+{
+    int n = 0;
+    switch (a->kind) {
+    case LP_KERNEL: {
+        const cg_kernel *kn = &prog->kernels[a->index];
+        const lp_place *args = &lp->args[lp->first_arg[a->index]];
+        for (int i = 0; i < kn->nparams && n < max; i++) {
+            const cg_param *pa = &kn->params[i];
+            int64_t bytes;
+            switch (pa->kind) {
+            case CG_PARAM_NODE: bytes = value_bytes(g, &args[i], pa->node); break;
+            case CG_PARAM_PRODUCT: bytes = (int64_t)p->scratch_bytes; break;
+            case CG_PARAM_FLAG: bytes = 4; break;
+            default: bytes = pa->count * (g->nodes[pa->node]->type.dtype == ALLOY_F64 ? 8 : 4); break;
+            }
+            out[n++] = extent_at(g, &args[i], at, bytes, pa->node, pa->written);
+        }
+        break;
+    }
+    case LP_GEMM: {
+        const lp_gemm *gm = &lp->gemms[a->index];
+        const ir_node *mm = g->nodes[gm->node];
+        bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset == (int64_t)p->scratch_offset;
+        if (max < 3) break;
+        out[n++] = extent_at(g, &gm->a, at, value_bytes(g, &gm->a, mm->in[0]), mm->in[0], false);
+        out[n++] = extent_at(g, &gm->b, at, value_bytes(g, &gm->b, mm->in[1]), mm->in[1], false);
+        out[n++] = extent_at(g, &gm->out, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &gm->out, gm->node),
+                             gm->node, true);
+        break;
+    }
+    case LP_ZERO:
+        if (max >= 1) out[n++] = extent_at(g, &a->dst, at, a->bytes, -1, true);
+        break;
+    case LP_COPY:
+        if (max >= 2) {
+            out[n++] = extent_at(g, &a->dst, at, a->bytes, -1, true);
+            out[n++] = extent_at(g, &a->src, at, a->bytes, -1, false);
+        }
+        break;
+    }
+    return n;
+}
