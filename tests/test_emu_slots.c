@@ -24,6 +24,18 @@ static const char kernels_src[] =
     "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
     "    if (i < n) out[i] = 2.0f * in[i];\n"
     "}\n"
+    /* two blocks of 32 threads over a[0..64): mode 0, block 1 copies what block 0 wrote; 1, block 1
+     * writes what block 0 read; 2, each block writes its index; 3, each writes 1; 4, atomic sums */
+    "extern \"C\" __global__ void blocks(float *a, long long mode)\n"
+    "{\n"
+    "    unsigned t = threadIdx.x, b = blockIdx.x;\n"
+    "    if (mode == 0) { if (b == 0) a[t] = 1.0f; else a[32 + t] = a[t]; }\n"
+    "    if (mode == 1) { if (b == 0) a[32 + t] = a[t]; else a[t] = 2.0f; }\n"
+    "    if (mode == 2) a[t] = (float)b;\n"
+    "    if (mode == 3) a[t] = 1.0f;\n"
+    "    if (mode == 4) atomicAdd(&a[0], 1.0f);\n"
+    "}\n"
+    "extern \"C\" void blocks__host(void **p) { blocks(*(float **)p[0], *(long long *)p[1]); }\n"
     "extern \"C\" void fill__host(void **p) { fill(*(float **)p[0], *(long long *)p[1]); }\n"
     "extern \"C\" void twice__host(void **p) { twice(*(float **)p[0], *(const float **)p[1], *(long long *)p[2]); }\n";
 
@@ -32,7 +44,7 @@ enum { slot_floats = 64, slot_bytes = slot_floats * 4 };
 typedef struct fixture {
     cdev *dev;
     cdev_module *module;
-    cdev_function *fill, *twice;
+    cdev_function *fill, *twice, *blocks;
     cdev_ptr arena, leaf; /* three slots a, b, c one after another; a leaf buffer of one slot */
 } fixture;
 
@@ -50,6 +62,7 @@ static int setup(void **state)
     if (fx.dev->ops->load(fx.dev, 1, names, sources, &fx.module) ||
         fx.dev->ops->function(fx.dev, fx.module, "fill", &fx.fill) ||
         fx.dev->ops->function(fx.dev, fx.module, "twice", &fx.twice) ||
+        fx.dev->ops->function(fx.dev, fx.module, "blocks", &fx.blocks) ||
         fx.dev->ops->alloc(fx.dev, 3 * slot_bytes, &fx.arena) || fx.dev->ops->alloc(fx.dev, slot_bytes, &fx.leaf)) {
         fprintf(stderr, "setup: %s\n", fx.dev->error);
         return -1;
@@ -198,6 +211,53 @@ static void copy_of_unwritten_slot_fails(void **state)
                  (const char *[]){"copy reads 256 bytes", "slot %3 (arena offset 512, 256 bytes), which no action", NULL});
 }
 
+/* blocks<<<2, 32>>> in mode over slot a (written first, as a[i] = i). */
+static alloy_status blocks(long long mode)
+{
+    step_begin();
+    assert_int_equal(fill(fx.arena, slot_floats, slot(0, 1, true)), ALLOY_OK);
+    cdev_ptr a = fx.arena;
+    void *params[] = {&a, &mode};
+    cdev_extent ext = slot(0, 1, true);
+    fx.dev->ops->describe(fx.dev, &ext, 1);
+    return fx.dev->ops->launch(fx.dev, fx.blocks, 2, 32, params, 2);
+}
+
+/* Block 1 reads what block 0 wrote in the launch: correct in the emulation's block order only. */
+static void read_of_another_blocks_write_fails(void **state)
+{
+    (void)state;
+    expect_error(blocks(0), (const char *[]){"kernel blocks: block (1,0,0) thread 0 reads 4 bytes",
+                                             "byte 0 of slot %1 (arena offset 0, 256 bytes), which block 0 wrote in "
+                                             "the same launch (a race on global memory",
+                                             NULL});
+}
+
+static void write_of_what_another_block_read_fails(void **state)
+{
+    (void)state;
+    expect_error(blocks(1), (const char *[]){"block (1,0,0) thread 0 writes 4 bytes", "which block 0 read in the same launch",
+                                             NULL});
+}
+
+static void blocks_writing_different_values_fail(void **state)
+{
+    (void)state;
+    expect_error(blocks(2), (const char *[]){"kernel blocks: race on global memory: blocks 0 and 1 write different values",
+                                             "of slot %1 (arena offset 0, 256 bytes)", NULL});
+}
+
+/* Every block writing the same value (a flag set to 1), and atomic sums, are no race. */
+static void same_value_writes_and_atomics_pass(void **state)
+{
+    (void)state;
+    assert_int_equal(blocks(3), ALLOY_OK);
+    assert_int_equal(blocks(4), ALLOY_OK);
+    float sum;
+    assert_int_equal(fx.dev->ops->download(fx.dev, &sum, fx.arena, sizeof sum), ALLOY_OK);
+    assert_true(sum == 64.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +268,10 @@ int main(void)
         cmocka_unit_test(last_steps_writes_do_not_count),
         cmocka_unit_test(read_of_dead_slot_fails),
         cmocka_unit_test(copy_of_unwritten_slot_fails),
+        cmocka_unit_test(read_of_another_blocks_write_fails),
+        cmocka_unit_test(write_of_what_another_block_read_fails),
+        cmocka_unit_test(blocks_writing_different_values_fail),
+        cmocka_unit_test(same_value_writes_and_atomics_pass),
     };
     if (!emu_checks_shared()) {
         fprintf(stderr, "skipped: the kernels are not compiled with the checker's hooks (ALLOY_EMU_CHECK=0 or ASan)\n");

@@ -321,7 +321,7 @@ static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsig
     }
     unsigned g3[3] = {grid, 1, 1}, b3[3] = {block, 1, 1};
     if (emu_select(f->library, f->name, err, sizeof err) ||
-        emu_slots_launch(f->library, check, g3, b3, params, err, sizeof err)) {
+        emu_slots_launch(f->library, f->name, check, g3, b3, params, err, sizeof err)) {
         snprintf(dev->error, sizeof dev->error, "%.1000s", err); /* "kernel NAME: ..." */
         return ALLOY_ERR_CUDA;
     }

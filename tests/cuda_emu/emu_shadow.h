@@ -6,8 +6,8 @@
 enum access_kind { acc_read, acc_write, acc_atomic };
 
 /* The device's checker of global memory (the tests' emu_slots.h), given for a launch: the access
- * of n bytes at p of kind; nonzero with its finding in msg. */
-typedef int (*global_check_fn)(void *ctx, const void *p, unsigned n, int kind, char *msg, size_t len);
+ * of n bytes at p of kind by a thread of block (linear in the grid); nonzero with its finding in msg. */
+typedef int (*global_check_fn)(void *ctx, const void *p, unsigned n, int kind, unsigned block, char *msg, size_t len);
 
 #ifdef ALLOY_EMU_SHADOW
 extern "C" char __start_alloy_emu_rt[], __stop_alloy_emu_rt[];
@@ -97,7 +97,9 @@ ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void global_access(char *at
                                                                         const void *pc)
 {
     char msg[700];
-    if (!global_check(global_ctx, at, n, (int)kind, msg, sizeof msg)) return;
+    const uint3 b = launch.block_idx;
+    if (!global_check(global_ctx, at, n, (int)kind, b.x + launch.grid.x * (b.y + launch.grid.y * b.z), msg, sizeof msg))
+        return;
     Dl_info info;
     size_t code = dladdr(pc, &info) && info.dli_fbase ? (size_t)((const char *)pc - (const char *)info.dli_fbase) : 0;
     fail("block (%u,%u,%u) thread %u %s (code at kernel.so+0x%zx)", launch.block_idx.x, launch.block_idx.y,

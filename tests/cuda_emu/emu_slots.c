@@ -16,7 +16,13 @@ typedef struct region {
     size_t bytes;
     uint32_t *shadow;
     uint32_t gen; /* 1..255: the step's */
+    /* per byte, the last launch and block that wrote it (plainly) and that read it:
+     * launch serial << 20 | block (the block's low 20 bits) */
+    uint32_t *race;
 } region;
+
+/* The checked launches' serial, 1..4095 (race cells of an older serial are stale). */
+static uint32_t serial;
 
 /* Every allocation of every emulated device, by base address. */
 static region **regions;
@@ -68,6 +74,7 @@ void emu_slots_release(const void *base)
     int i = upper(base) - 1;
     if (i < 0 || regions[i]->base != base) return;
     free(regions[i]->shadow);
+    free(regions[i]->race);
     free(regions[i]);
     memmove(regions + i, regions + i + 1, sizeof *regions * (size_t)(nregions - i - 1));
     nregions--;
@@ -82,6 +89,7 @@ void emu_slots_step_begin(const cdev_ptr *fresh, int n)
         if (i < 0 || regions[i]->base != p) continue;
         region *r = regions[i];
         if (!r->shadow && !(r->shadow = calloc(r->bytes + 1, sizeof *r->shadow))) continue; /* unchecked */
+        if (!r->race) r->race = calloc(2 * r->bytes + 1, sizeof *r->race); /* NULL: no race checks */
         if (++r->gen == 256) { /* generations wrap: clear once every 255 steps */
             memset(r->shadow, 0, sizeof *r->shadow * r->bytes);
             r->gen = 1;
@@ -206,15 +214,64 @@ static void mark(const cdev_extent *x, const region *r, const char *at, size_t n
     for (size_t i = 0; i < n; i++) s[i] = w;
 }
 
-/* One launch's checking: its extents, each one's allocation, the extent hit last. */
+/* One launch's checking: its extents, each one's allocation, the extent hit last; bytes two blocks
+ * wrote, judged at the launch's end by the value left (a race unless both wrote the same). */
 typedef struct launch_check {
     const emu_action *a;
     region **at;
     int last;
+    struct {
+        const char *at;
+        unsigned char before; /* the first writer's value */
+        unsigned first, second;
+        const cdev_extent *x;
+    } waw[64];
+    int nwaw;
 } launch_check;
 
+/* Accesses by different blocks of one launch to the bytes [at, at + n) of fresh region r, through
+ * extent x: a read of what another block wrote, or a write of what another block read, is a race;
+ * two blocks' writes are kept for the launch's end. Atomics race with nothing. */
+static bool race_free(launch_check *c, const cdev_extent *x, region *r, const char *at, unsigned n, int kind,
+                      unsigned block, const char *verb, char *msg, size_t len)
+{
+    const uint32_t me = serial << 20 | (block & 0xfffffu);
+    uint32_t *cell = r->race + 2 * (size_t)(at - r->base);
+    for (unsigned i = 0; i < n; i++, cell += 2) {
+        uint32_t writer = cell[0], reader = cell[1];
+        const char *other = NULL;
+        uint32_t who = 0;
+        if (writer >> 20 == serial && writer != me) {
+            if (kind == acc_read) {
+                other = "wrote", who = writer;
+            } else {
+                int k = 0;
+                while (k < c->nwaw && c->waw[k].at != at + i) k++;
+                if (k == c->nwaw && k < (int)(sizeof c->waw / sizeof c->waw[0])) {
+                    c->waw[k].at = at + i, c->waw[k].before = (unsigned char)at[i];
+                    c->waw[k].first = writer & 0xfffffu, c->waw[k].second = block, c->waw[k].x = x;
+                    c->nwaw++;
+                }
+            }
+        }
+        if (!other && kind == acc_write && reader >> 20 == serial && reader != me) other = "read", who = reader;
+        if (other) {
+            char slot[200];
+            describe_extent(slot, sizeof slot, x);
+            snprintf(msg, len,
+                     "%s %u bytes at %p, byte %td of %s, which block %u %s in the same launch (a race on global "
+                     "memory: blocks are not ordered)",
+                     verb, n, (const void *)at, at + i - (const char *)(uintptr_t)x->base, slot, who & 0xfffffu, other);
+            return false;
+        }
+        if (kind == acc_read) cell[1] = me;
+        else cell[0] = me;
+    }
+    return true;
+}
+
 /* emu_global_check: a kernel's access of n bytes at p; 1 with the finding in msg. */
-static int kernel_access(void *ctx, const void *p, unsigned n, int kind, char *msg, size_t len)
+static int kernel_access(void *ctx, const void *p, unsigned n, int kind, unsigned block, char *msg, size_t len)
 {
     launch_check *c = ctx;
     const emu_action *a = c->a;
@@ -245,22 +302,47 @@ static int kernel_access(void *ctx, const void *p, unsigned n, int kind, char *m
     region *r = c->at[hit];
     if (!r || !r->shadow) return 0;
     if (kind != acc_write && !read_written(a, &a->ext[hit], r, at, n, verb, msg, len)) return 1;
+    if (r->race && kind != acc_atomic && !race_free(c, &a->ext[hit], r, at, n, kind, block, verb, msg, len)) return 1;
     if (kind != acc_read) mark(&a->ext[hit], r, at, n);
     return 0;
 }
 
-int emu_slots_launch(const emu_kernel *k, const emu_action *a, const unsigned grid[3], const unsigned block[3],
-                     void **params, char *err, size_t errlen)
+/* The next launch's serial; at a wrap every region's race cells are cleared. */
+static void next_serial(void)
 {
-    launch_check c = {a, NULL, 0};
-    bool checked = a->n > 0 && emu_checking() && (c.at = calloc((size_t)a->n, sizeof *c.at));
+    if (++serial < 4096) return;
+    serial = 1;
+    for (int i = 0; i < nregions; i++)
+        if (regions[i]->race) memset(regions[i]->race, 0, 2 * sizeof *regions[i]->race * regions[i]->bytes);
+}
+
+int emu_slots_launch(const emu_kernel *k, const char *name, const emu_action *a, const unsigned grid[3],
+                     const unsigned block[3], void **params, char *err, size_t errlen)
+{
+    launch_check *c = calloc(1, sizeof *c);
+    bool checked = c && a->n > 0 && emu_checking() && (c->at = calloc((size_t)a->n, sizeof *c->at));
     if (checked) {
-        for (int i = 0; i < a->n; i++) c.at[i] = region_of((const char *)(uintptr_t)a->ext[i].base);
-        checked = emu_check_global(k, kernel_access, &c);
+        c->a = a;
+        for (int i = 0; i < a->n; i++) c->at[i] = region_of((const char *)(uintptr_t)a->ext[i].base);
+        next_serial();
+        checked = emu_check_global(k, kernel_access, c);
     }
     int rc = emu_launch(k, grid, block, params, err, errlen);
     if (checked) emu_check_global(k, NULL, NULL);
-    free(c.at);
+    for (int i = 0; checked && !rc && i < c->nwaw; i++) {
+        if ((unsigned char)*c->waw[i].at == c->waw[i].before) continue;
+        char slot[200];
+        describe_extent(slot, sizeof slot, c->waw[i].x);
+        snprintf(err, errlen,
+                 "kernel %s: race on global memory: blocks %u and %u write different values to byte %p, byte %td of "
+                 "%s, in the same launch (blocks are not ordered)",
+                 name, c->waw[i].first, c->waw[i].second, (const void *)c->waw[i].at,
+                 c->waw[i].at - (const char *)(uintptr_t)c->waw[i].x->base, slot);
+        rc = -1;
+        break;
+    }
+    if (c) free(c->at);
+    free(c);
     return rc;
 }
 

@@ -24,13 +24,15 @@ void emu_slots_release(const void *base);
  * not written until an action of this step writes it (shadow made at the first call). */
 void emu_slots_step_begin(const cdev_ptr *fresh, int n);
 
-/* emu_launch with each global access of the kernel checked against a's extents: it must fall in
- * one (a write in one the launch writes), and a read of a step's fresh bytes must find them
- * written this step by the value the extent holds. A finding fails the launch with err naming the
+/* emu_launch of kernel name with each global access checked against a's extents: it must fall in
+ * one (a write in one the launch writes); a read of a step's fresh bytes must find them written
+ * this step by the value the extent holds; and in fresh bytes, no block may read what another
+ * block of the launch wrote, or write what another read, or leave a value other than another
+ * block's write of the same byte (atomics excepted). A finding fails the launch with err naming the
  * block, thread, address, slot (offset, size) and the value read. Unchecked when a is empty,
  * checking is off (emu_checking) or the kernel was compiled without the hooks. */
-int emu_slots_launch(const emu_kernel *k, const emu_action *a, const unsigned grid[3], const unsigned block[3],
-                     void **params, char *err, size_t errlen);
+int emu_slots_launch(const emu_kernel *k, const char *name, const emu_action *a, const unsigned grid[3],
+                     const unsigned block[3], void **params, char *err, size_t errlen);
 
 /* A host-side read of bytes at p by a GEMM, memset or copy (what names it): as a kernel's read.
  * 0, or -1 with the finding in err. */

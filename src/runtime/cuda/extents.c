@@ -49,14 +49,19 @@ int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, c
         break;
     }
     case LP_GEMM: {
+        /* row-major out = a b is column-major D = B A: the GEMM's A is the matmul's second operand;
+         * each operand's extent is its whole slot (a GEMM of an outer batch index starts inside it) */
         const lp_gemm *gm = &lp->gemms[a->index];
         const ir_node *mm = g->nodes[gm->node];
-        bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset == (int64_t)p->scratch_offset;
-        if (max < 3) break;
-        out[n++] = extent_at(g, &gm->a, at, value_bytes(g, &gm->a, mm->in[0]), mm->in[0], false);
-        out[n++] = extent_at(g, &gm->b, at, value_bytes(g, &gm->b, mm->in[1]), mm->in[1], false);
-        out[n++] = extent_at(g, &gm->out, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &gm->out, gm->node),
-                             gm->node, true);
+        lp_place pa, pb, pd = gm->out;
+        bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset >= (int64_t)p->scratch_offset &&
+                       gm->out.offset < (int64_t)(p->scratch_offset + p->scratch_bytes);
+        if (max < 3 || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb)) break;
+        if (scratch) pd.offset = (int64_t)p->scratch_offset;
+        else if (!lp_place_of(g, p, gm->node, &pd)) break;
+        out[n++] = extent_at(g, &pa, at, value_bytes(g, &pa, mm->in[1]), mm->in[1], false);
+        out[n++] = extent_at(g, &pb, at, value_bytes(g, &pb, mm->in[0]), mm->in[0], false);
+        out[n++] = extent_at(g, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &pd, gm->node), gm->node, true);
         break;
     }
     case LP_ZERO:
