@@ -258,6 +258,35 @@ static void same_value_writes_and_atomics_pass(void **state)
     assert_true(sum == 64.0f);
 }
 
+/* In a build with AddressSanitizer the checked kernels are compiled without it, and ask the
+ * process's ASan about each access: a write past a host buffer fails the launch, as ASan would
+ * have stopped the process, while the shared-memory checks run too. */
+static void asan_build_catches_a_kernels_heap_overrun(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    char err[2048];
+    emu_kernel *k = emu_compile(kernels_src, "fill", err, sizeof err);
+    if (!k) fail_msg("%s", err);
+    float *out = malloc(slot_bytes);
+    assert_non_null(out);
+    long long n = slot_floats + 1;
+    void *params[] = {&out, &n};
+    const unsigned grid[3] = {2, 1, 1}, block[3] = {64, 1, 1};
+    assert_int_equal(emu_launch(k, grid, block, params, err, sizeof err), -1);
+    if (!strstr(err, "kernel fill: block (1,0,0) thread 0 writes 4 bytes at") ||
+        !strstr(err, "AddressSanitizer marks byte"))
+        fail_msg("%s", err);
+    n = slot_floats;
+    assert_int_equal(emu_launch(k, grid, block, params, err, sizeof err), 0);
+    assert_true(out[slot_floats - 1] == (float)(slot_floats - 1));
+    free(out);
+    emu_free(k);
+#else
+    skip();
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,9 +301,10 @@ int main(void)
         cmocka_unit_test(write_of_what_another_block_read_fails),
         cmocka_unit_test(blocks_writing_different_values_fail),
         cmocka_unit_test(same_value_writes_and_atomics_pass),
+        cmocka_unit_test(asan_build_catches_a_kernels_heap_overrun),
     };
     if (!emu_checks_shared()) {
-        fprintf(stderr, "skipped: the kernels are not compiled with the checker's hooks (ALLOY_EMU_CHECK=0 or ASan)\n");
+        fprintf(stderr, "skipped: the kernels are not compiled with the checker's hooks (ALLOY_EMU_CHECK=0, or a ThreadSanitizer build)\n");
         return 77;
     }
     return cmocka_run_group_tests(tests, setup, teardown);

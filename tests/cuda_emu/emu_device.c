@@ -542,7 +542,7 @@ static void e_describe(cdev *dev, const cdev_extent *ext, int n)
 
 static void e_step_begin(cdev *dev, const cdev_ptr *fresh, int n)
 {
-    (void)dev;
+    emu_action_free(&emu_of(dev)->pending); /* none left over: a step's first calls (staging copies) have none */
     emu_slots_step_begin(fresh, n);
 }
 

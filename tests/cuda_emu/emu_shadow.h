@@ -107,14 +107,39 @@ ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void global_access(char *at
     stop();
 }
 
+/* In a process with AddressSanitizer (the kernel itself is compiled without it, for these hooks):
+ * an access to bytes ASan marks unaddressable, a heap overrun or freed memory, fails the launch as
+ * ASan would have stopped the process. */
+ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void asan_access(char *at, unsigned n, access_kind kind,
+                                                                      const void *pc)
+{
+    const char *bad = (const char *)__asan_region_is_poisoned(at, n);
+    if (!bad) return;
+    Dl_info info;
+    size_t code = dladdr(pc, &info) && info.dli_fbase ? (size_t)((const char *)pc - (const char *)info.dli_fbase) : 0;
+    fail("block (%u,%u,%u) thread %u %s %u bytes at %p: AddressSanitizer marks byte %p unaddressable (past the end "
+         "of a heap buffer, or freed) (code at kernel.so+0x%zx)",
+         launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, self->id,
+         kind == acc_read ? "reads" : kind == acc_write ? "writes" : "atomically updates", n, (void *)at,
+         (const void *)bad, code);
+    stop();
+}
+
 /* An access of n bytes at p: only the library's own writable data (the __shared__ arrays, not
- * the runtime's section) is shadowed, and only while a block runs; the rest goes to the device's
- * checker of global memory when there is one. */
+ * the runtime's section) is shadowed, and only while a block runs; the rest goes to the process's
+ * AddressSanitizer and the device's checker of global memory where there are. */
 ALLOY_EMU_UNTRACKED static inline void note(void *p, unsigned n, access_kind kind, const void *pc)
 {
     char *at = (char *)p;
     if (at + n <= chk.lo || at >= chk.hi) {
-        if (global_check && chk.active) global_access(at, n, kind, pc);
+        /* the threads' stacks, and the runtime's fibers and warps (threadIdx, the shuffles and
+         * barriers inlined into the kernel), are not the kernel's memory */
+        if (!chk.active || (at >= launch.stacks && at < launch.stacks + launch.map_len) ||
+            (at >= (char *)launch.threads && at < (char *)(launch.threads + launch.nthreads)) ||
+            (at >= (char *)launch.warps && at < (char *)(launch.warps + (launch.nthreads + lanes - 1) / lanes)))
+            return;
+        if (__asan_region_is_poisoned) asan_access(at, n, kind, pc);
+        if (global_check) global_access(at, n, kind, pc);
         return;
     }
     if (!chk.active) return;
@@ -144,6 +169,13 @@ ALLOY_EMU_UNTRACKED static bool shadow_ready(void)
     if (!dl_iterate_phdr(find_data, nullptr)) return false;
     chk.cells = (shadow_cell *)calloc((size_t)(chk.hi - chk.lo), sizeof(shadow_cell));
     return chk.cells != nullptr;
+}
+
+/* The shadow goes with the library (dlclose). */
+ALLOY_EMU_UNTRACKED __attribute__((destructor)) static void shadow_free(void)
+{
+    free(chk.cells);
+    chk.cells = nullptr;
 }
 
 #define ALLOY_EMU_HOOKS(n)                                                                                           \

@@ -43,6 +43,9 @@ static int upper(const char *p)
 /* The allocation p lies in, or in the zone around; NULL when none. */
 static region *region_of(const char *p)
 {
+    if (!nregions || p < regions[0]->base - redzone ||
+        p >= regions[nregions - 1]->base + regions[nregions - 1]->bytes + redzone)
+        return NULL;
     int i = upper(p);
     if (i > 0 && p < regions[i - 1]->base + regions[i - 1]->bytes + redzone) return regions[i - 1];
     if (i < nregions && p >= regions[i]->base - redzone) return regions[i];
