@@ -303,6 +303,11 @@ int main(void)
         cmocka_unit_test(same_value_writes_and_atomics_pass),
         cmocka_unit_test(asan_build_catches_a_kernels_heap_overrun),
     };
+    char why[512];
+    if (!emu_available(why, sizeof why)) {
+        fprintf(stderr, "skipped: %s\n", why);
+        return 77;
+    }
     if (!emu_checks_shared()) {
         fprintf(stderr, "skipped: the kernels are not compiled with the checker's hooks (ALLOY_EMU_CHECK=0, or a ThreadSanitizer build)\n");
         return 77;
