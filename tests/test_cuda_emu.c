@@ -575,7 +575,7 @@ static void test_checkers_catch_barrier_and_shuffle_misuse(void **state)
 static void test_checkers_catch_shared_memory_races_and_uninitialised_reads(void **state)
 {
     (void)state;
-    if (!emu_checks_shared()) skip(); /* ALLOY_EMU_CHECK=0, or kernels built with ASan */
+    if (!emu_checks_shared()) skip(); /* ALLOY_EMU_CHECK=0, or a ThreadSanitizer build */
     emu_kernel *k = compile_kernel(checked_src, "checked");
     expect_checked_error(k, 3, (const char *const[]){"kernel checked: block (0,0,0): race on shared memory: thread 32 reads __shared__ byte",
                                                       "which thread 0 wrote in the same barrier interval (no __syncthreads between them)",

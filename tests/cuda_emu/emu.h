@@ -18,9 +18,12 @@
  * instead of luck: a barrier reached a different number of times per thread, a full-mask shuffle
  * reading an exited lane, one warp's shuffles at different call sites, two threads' accesses to a
  * byte of shared memory in one barrier interval (one of them a write), and a read of shared
- * memory no thread of the block wrote. Without them a shuffle reading an exited lane gets the
- * reader's own value. ALLOY_EMU_BLOCKS (emu_blocks.h) runs only the blocks it names (first, last,
- * indices, seeded random ones), for launches at full size. Each thread has
+ * memory no thread of the block wrote; with the emulated device's map of plan slots (the tests'
+ * emu_slots.h), global accesses outside their slots, reads of slots not written this step or
+ * dead, and races between blocks; in a process with AddressSanitizer, an access to what it marks
+ * unaddressable. Without them a shuffle reading an exited lane gets the reader's own value.
+ * ALLOY_EMU_BLOCKS (emu_blocks.h) runs only the blocks it names (first, last, indices, seeded
+ * random ones), for launches at full size. Each thread has
  * ALLOY_EMU_STACK bytes of stack (64 KiB, 256 KiB under ASan) above a guard page; compile with
  * -fstack-clash-protection so that a large frame cannot jump over it. */
 
@@ -57,6 +60,11 @@
 #ifdef ALLOY_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+#else
+/* A kernel compiled for the checkers without ASan may still run in a process that has it (the
+ * tests' sanitizer build): its runtime is then there to ask (emu_shadow.h), else these are null. */
+extern "C" void *__asan_region_is_poisoned(void *beg, size_t size) __attribute__((weak));
+extern "C" void __asan_unpoison_memory_region(void const volatile *addr, size_t size) __attribute__((weak));
 #endif
 
 /* Each emulated thread's stack, with a guard page below it. Instrumented
@@ -170,8 +178,8 @@ static char no_err[256] ALLOY_EMU_RT;
  * Always, unless off: every __syncthreads release finds its threads at the same count of
  * barriers passed, every warp release its lanes at the same count of warp barriers (and a
  * shuffle's or mma's lanes at one call site), and a full-mask shuffle reads only lanes that take
- * part. When the loader compiled the kernel with -fsanitize=thread (checks on and no ASan), every
- * memory access of the kernel calls the hooks below, and each byte of __shared__ memory has a
+ * part. When the loader compiled the kernel with -fsanitize=thread (checks on; under ASan the
+ * kernel is compiled without it), every memory access of the kernel calls the hooks below, and each byte of __shared__ memory has a
  * shadow cell: who wrote it last and who read it last, in which barrier interval. A read or write
  * by another thread in the same interval (the same warp's lanes: no __syncwarp or __syncthreads
  * between; other warps: no __syncthreads between) is a race, and a read of a byte no thread of
@@ -620,9 +628,10 @@ __attribute__((noinline)) static bool init_context(ucontext_t *ctx) { return get
 static void unmap_stacks(void)
 {
     if (!launch.stacks) return;
-#ifdef ALLOY_EMU_ASAN
-    __asan_unpoison_memory_region(launch.stacks, launch.map_len);
+#ifndef ALLOY_EMU_ASAN
+    if (__asan_unpoison_memory_region) /* the process's ASan ran instrumented code on these stacks */
 #endif
+        __asan_unpoison_memory_region(launch.stacks, launch.map_len);
     munmap(launch.stacks, launch.map_len);
     launch.stacks = nullptr;
 }

@@ -8,6 +8,7 @@
 #include "emu_device.h"
 #include "emu_loader.h"
 #include "emu_stream.h"
+#include "emu_slots.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/graph/bundle_save.h"
 
@@ -23,6 +24,7 @@ typedef struct emu_call {
     int nargs;
     void (*host)(void *arg); /* CALL_HOST: a library's work on the stream (the emulated NCCL's), on its copy of arg */
     void *host_arg;
+    emu_action check; /* the extents it touches (emu_slots.h) */
 } emu_call;
 
 typedef struct emu_graph {
@@ -36,6 +38,7 @@ typedef struct emu_dev {
     emu_device_stats stats;
     emu_graph *capturing; /* calls are recorded here, not run */
     char fault[160];      /* a fault injected into a launch: sticky, as a GPU's context is after one */
+    emu_action pending;   /* the extents the next call touches (describe) */
 } emu_dev;
 
 struct cdev_module {
@@ -90,7 +93,7 @@ static alloy_status e_alloc(cdev *dev, size_t bytes, cdev_ptr *out)
                  budget - in_use, budget);
         return ALLOY_ERR_OOM;
     }
-    char *p = aligned_alloc(256, size + 256);
+    char *p = aligned_alloc(256, size + 512); /* and 256 bytes after it, where an overrun lands */
     if (!p) {
         snprintf(dev->error, sizeof dev->error, "out of emulated GPU memory: asked %zu bytes", bytes);
         return ALLOY_ERR_OOM;
@@ -98,6 +101,7 @@ static alloy_status e_alloc(cdev *dev, size_t bytes, cdev_ptr *out)
     memcpy(p, &size, sizeof size);
     memset(p + 256, 0xff, size);
     in_use += size;
+    emu_slots_alloc(p + 256, size);
     *out = (cdev_ptr)(uintptr_t)(p + 256);
     return ALLOY_OK;
 }
@@ -110,6 +114,7 @@ static void e_release(cdev *dev, cdev_ptr ptr)
     size_t size;
     memcpy(&size, p, sizeof size);
     in_use -= size;
+    emu_slots_release(p + 256);
     free(p);
 }
 
@@ -117,6 +122,7 @@ static alloy_status e_upload(cdev *dev, cdev_ptr dst, const void *src, size_t by
 {
     if (emu_of(dev)->capturing) return fail(dev, ALLOY_ERR_CUDA, "%s", "a synchronous copy while capturing");
     memcpy((void *)(uintptr_t)dst, src, bytes);
+    emu_slots_write(NULL, (const void *)(uintptr_t)dst, bytes);
     return ALLOY_OK;
 }
 
@@ -141,23 +147,64 @@ static bool record(emu_dev *d, emu_call c)
     return true;
 }
 
+/* The extents described for the call being made, taken from the device. */
+static emu_action take_pending(emu_dev *d)
+{
+    emu_action a = d->pending;
+    d->pending = (emu_action){NULL, 0};
+    return a;
+}
+
+/* Records call c with the extents described for it; false when out of memory. */
+static bool record_checked(emu_dev *d, emu_call c)
+{
+    c.check = take_pending(d);
+    if (record(d, c)) return true;
+    emu_action_free(&c.check);
+    return false;
+}
+
+static alloy_status run_copy(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes, const emu_action *check)
+{
+    emu_dev *d = emu_of(dev);
+    if (emu_slots_read(check, (const void *)(uintptr_t)src, bytes, "copy", dev->error, sizeof dev->error))
+        return ALLOY_ERR_CUDA;
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+    emu_slots_write(check, (const void *)(uintptr_t)dst, bytes);
+    d->stats.copies++, totals.copies++;
+    return ALLOY_OK;
+}
+
 static alloy_status e_copy(cdev *dev, cdev_ptr dst, cdev_ptr src, size_t bytes)
 {
     emu_dev *d = emu_of(dev);
     if (d->capturing)
-        return record(d, (emu_call){.kind = CALL_COPY, .dst = dst, .src = src, .bytes = bytes}) ? ALLOY_OK : ALLOY_ERR_OOM;
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
-    d->stats.copies++, totals.copies++;
+        return record_checked(d, (emu_call){.kind = CALL_COPY, .dst = dst, .src = src, .bytes = bytes}) ? ALLOY_OK
+                                                                                                          : ALLOY_ERR_OOM;
+    emu_action check = take_pending(d);
+    alloy_status st = run_copy(dev, dst, src, bytes, &check);
+    emu_action_free(&check);
+    return st;
+}
+
+static alloy_status run_zero(cdev *dev, cdev_ptr dst, size_t bytes, const emu_action *check)
+{
+    emu_dev *d = emu_of(dev);
+    memset((void *)(uintptr_t)dst, 0, bytes);
+    emu_slots_write(check, (const void *)(uintptr_t)dst, bytes);
+    d->stats.zeros++, totals.zeros++;
     return ALLOY_OK;
 }
 
 static alloy_status e_zero(cdev *dev, cdev_ptr dst, size_t bytes)
 {
     emu_dev *d = emu_of(dev);
-    if (d->capturing) return record(d, (emu_call){.kind = CALL_ZERO, .dst = dst, .bytes = bytes}) ? ALLOY_OK : ALLOY_ERR_OOM;
-    memset((void *)(uintptr_t)dst, 0, bytes);
-    d->stats.zeros++, totals.zeros++;
-    return ALLOY_OK;
+    if (d->capturing)
+        return record_checked(d, (emu_call){.kind = CALL_ZERO, .dst = dst, .bytes = bytes}) ? ALLOY_OK : ALLOY_ERR_OOM;
+    emu_action check = take_pending(d);
+    alloy_status st = run_zero(dev, dst, bytes, &check);
+    emu_action_free(&check);
+    return st;
 }
 
 /* The name of the first kernel in a module's source, into out. */
@@ -263,7 +310,8 @@ void emu_device_inject_fault(const char *kernel, long nth)
 
 const char *emu_device_faulted_kernel(void) { return faulted_kernel; }
 
-static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params)
+static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params,
+                               const emu_action *check)
 {
     char err[1024];
     emu_dev *d = emu_of(dev);
@@ -276,7 +324,8 @@ static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsig
         return ALLOY_OK;
     }
     unsigned g3[3] = {grid, 1, 1}, b3[3] = {block, 1, 1};
-    if (emu_select(f->library, f->name, err, sizeof err) || emu_launch(f->library, g3, b3, params, err, sizeof err)) {
+    if (emu_select(f->library, f->name, err, sizeof err) ||
+        emu_slots_launch(f->library, f->name, check, g3, b3, params, err, sizeof err)) {
         snprintf(dev->error, sizeof dev->error, "%.1000s", err); /* "kernel NAME: ..." */
         return ALLOY_ERR_CUDA;
     }
@@ -287,12 +336,17 @@ static alloy_status run_launch(cdev *dev, cdev_function *f, unsigned grid, unsig
 static alloy_status e_launch(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params, int n)
 {
     emu_dev *d = emu_of(dev);
-    if (!d->capturing) return run_launch(dev, f, grid, block, params);
+    if (!d->capturing) {
+        emu_action check = take_pending(d);
+        alloy_status st = run_launch(dev, f, grid, block, params, &check);
+        emu_action_free(&check);
+        return st;
+    }
     emu_call c = {.kind = CALL_LAUNCH, .fn = f, .grid = grid, .block = block, .nargs = n};
     c.args = malloc(sizeof(uint64_t) * (size_t)(n + 1));
     if (!c.args) return ALLOY_ERR_OOM;
     for (int i = 0; i < n; i++) c.args[i] = *(const uint64_t *)params[i];
-    if (!record(d, c)) {
+    if (!record_checked(d, c)) {
         free(c.args);
         return ALLOY_ERR_OOM;
     }
@@ -313,7 +367,7 @@ static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
 
 /* D = op(A) op(B), column-major as cuBLASLt defines it, summed in double
  * and rounded once into D's dtype. */
-static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d)
+static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, const emu_action *check)
 {
     size_t ea = alloy_dtype_size(gm->ab), ed = alloy_dtype_size(gm->d);
     int64_t arows = gm->ta ? gm->k : gm->m, acols = gm->ta ? gm->m : gm->k;
@@ -331,6 +385,12 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         const char *pa = (const char *)(uintptr_t)a + bi * gm->stride_a * (int64_t)ea;
         const char *pb = (const char *)(uintptr_t)b + bi * gm->stride_b * (int64_t)ea;
         char *pd = (char *)(uintptr_t)d + bi * gm->stride_d * (int64_t)ed;
+        if (emu_slots_read(check, pa, (size_t)asize * ea, "GEMM operand A", dev->error, sizeof dev->error) ||
+            emu_slots_read(check, pb, (size_t)bsize * ea, "GEMM operand B", dev->error, sizeof dev->error)) {
+            free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
+            return ALLOY_ERR_CUDA;
+        }
+        for (int64_t j = 0; j < gm->n; j++) emu_slots_write(check, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m * ed);
         cvt_load_f64(gm->ab, pa, raw_a, (size_t)asize);
         cvt_load_f64(gm->ab, pb, raw_b, (size_t)bsize);
         /* op(A) as m x k and op(B) as k x n, column-major and dense */
@@ -366,8 +426,12 @@ static alloy_status e_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev
 {
     emu_dev *e = emu_of(dev);
     if (e->capturing)
-        return record(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d}) ? ALLOY_OK : ALLOY_ERR_OOM;
-    return run_gemm(dev, &h->gm, a, b, d);
+        return record_checked(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d}) ? ALLOY_OK
+                                                                                                     : ALLOY_ERR_OOM;
+    emu_action check = take_pending(e);
+    alloy_status st = run_gemm(dev, &h->gm, a, b, d, &check);
+    emu_action_free(&check);
+    return st;
 }
 
 static void e_gemm_free(cdev *dev, cdev_gemm *h)
@@ -379,24 +443,39 @@ static void e_gemm_free(cdev *dev, cdev_gemm *h)
 static void free_graph(emu_graph *g)
 {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) free(g->calls[i].args), free(g->calls[i].host_arg);
+    for (int i = 0; i < g->n; i++) {
+        free(g->calls[i].args), free(g->calls[i].host_arg);
+        emu_action_free(&g->calls[i].check);
+    }
     free(g->calls);
     free(g);
 }
 
 /* emu_stream's enqueue: the library's work now, or recorded into the capture. */
+/* A library's work on the stream (a collective) writes what its action's extents say it writes:
+ * marked written this step for the checker, which sees no access of it. */
+static void host_wrote(const emu_action *a)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->ext[i].written && a->ext[i].base)
+            emu_slots_write(a, (const void *)(uintptr_t)a->ext[i].base, (size_t)a->ext[i].bytes);
+}
+
 static int stream_enqueue(emu_stream *s, void (*fn)(void *arg), const void *arg, size_t bytes)
 {
     emu_dev *d = (emu_dev *)((char *)s - offsetof(emu_dev, stream));
     if (!d->capturing) {
         d->stats.host_calls++, totals.host_calls++;
+        emu_action check = take_pending(d);
         fn((void *)arg);
+        host_wrote(&check);
+        emu_action_free(&check);
         return 0;
     }
     void *copy = malloc(bytes ? bytes : 1);
     if (!copy) return -1;
     memcpy(copy, arg, bytes);
-    if (!record(d, (emu_call){.kind = CALL_HOST, .host = fn, .host_arg = copy})) {
+    if (!record_checked(d, (emu_call){.kind = CALL_HOST, .host = fn, .host_arg = copy})) {
         free(copy);
         return -1;
     }
@@ -429,18 +508,19 @@ static alloy_status e_replay(cdev *dev, void *graph)
     for (int i = 0; !st && i < g->n; i++) {
         emu_call *c = &g->calls[i];
         switch (c->kind) {
-        case CALL_COPY: st = e_copy(dev, c->dst, c->src, c->bytes); break;
-        case CALL_ZERO: st = e_zero(dev, c->dst, c->bytes); break;
-        case CALL_GEMM: st = e_gemm(dev, c->gemm, c->a, c->b, c->dst); break;
+        case CALL_COPY: st = run_copy(dev, c->dst, c->src, c->bytes, &c->check); break;
+        case CALL_ZERO: st = run_zero(dev, c->dst, c->bytes, &c->check); break;
+        case CALL_GEMM: st = run_gemm(dev, &c->gemm->gm, c->a, c->b, c->dst, &c->check); break;
         case CALL_HOST:
             c->host(c->host_arg);
+            host_wrote(&c->check);
             emu_of(dev)->stats.host_calls++, totals.host_calls++;
             break;
         case CALL_LAUNCH: {
             void **params = malloc(sizeof(void *) * (size_t)(c->nargs + 1));
             if (!params) return ALLOY_ERR_OOM;
             for (int k = 0; k < c->nargs; k++) params[k] = &c->args[k];
-            st = run_launch(dev, c->fn, c->grid, c->block, params);
+            st = run_launch(dev, c->fn, c->grid, c->block, params, &c->check);
             free(params);
             break;
         }
@@ -495,8 +575,22 @@ static void e_event_free(cdev *dev, cdev_event *ev)
     free(ev);
 }
 
+static void e_describe(cdev *dev, const cdev_extent *ext, int n)
+{
+    emu_dev *d = emu_of(dev);
+    emu_action_free(&d->pending);
+    d->pending = emu_action_copy(ext, n);
+}
+
+static void e_step_begin(cdev *dev, const cdev_ptr *fresh, int n)
+{
+    emu_action_free(&emu_of(dev)->pending); /* none left over: a step's first calls (staging copies) have none */
+    emu_slots_step_begin(fresh, n);
+}
+
 static void e_close(cdev *dev)
 {
+    emu_action_free(&emu_of(dev)->pending);
     free_graph(emu_of(dev)->capturing);
     free(dev);
 }
@@ -527,6 +621,8 @@ static const cdev_ops emu_ops = {
     .event_record = e_event_record,
     .event_elapsed = e_event_elapsed,
     .event_free = e_event_free,
+    .describe = e_describe,
+    .step_begin = e_step_begin,
 };
 
 cdev *emu_device_open(int sm, char *err, size_t errlen)

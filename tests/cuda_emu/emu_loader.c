@@ -33,6 +33,7 @@ struct emu_kernel {
     void (*entry)(void **);
     char name[128]; /* the selected kernel's, for errors */
     launch_fn launch;
+    int (*check_global)(emu_global_check fn, void *ctx); /* emu_shadow.h's alloy_emu_check_global */
 };
 
 enum { max_words = 64 };
@@ -106,10 +107,35 @@ bool emu_checking(void)
 }
 
 /* Whether kernels get the shared-memory checker's instrumentation: checking, and no
- * AddressSanitizer (the two instrumentations do not mix) or ThreadSanitizer in the flags. */
+ * ThreadSanitizer in the flags (its runtime would take the hooks). Under AddressSanitizer the
+ * checked kernel is compiled without it (the two instrumentations do not mix) and asks the
+ * process's ASan runtime about its accesses instead (emu_shadow.h). */
 static bool shadow_checked(const char *extra)
 {
-    return emu_checking() && !strstr(extra, "sanitize=address") && !strstr(extra, "sanitize=thread");
+    return emu_checking() && !strstr(extra, "sanitize=thread");
+}
+
+/* The words of extra with "address" taken out of each -fsanitize= list (a list of only it is
+ * dropped), into out. */
+static void drop_asan(const char *extra, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = 0;
+    char copy[256], *words[max_words];
+    snprintf(copy, sizeof copy, "%s", extra);
+    int n = split_words(copy, words, 0);
+    for (int i = 0; i < n && used < len; i++) {
+        char kept[256] = "";
+        if (strncmp(words[i], "-fsanitize=", 11) == 0) {
+            char *save = NULL;
+            for (char *s = strtok_r(words[i] + 11, ",", &save); s; s = strtok_r(NULL, ",", &save))
+                if (strcmp(s, "address") != 0)
+                    snprintf(kept + strlen(kept), sizeof kept - strlen(kept), "%s%s", kept[0] ? "," : "-fsanitize=", s);
+        } else {
+            snprintf(kept, sizeof kept, "%s", words[i]);
+        }
+        if (kept[0]) used += (size_t)snprintf(out + used, len - used, "%s%s", used ? " " : "", kept);
+    }
 }
 
 bool emu_checks_shared(void) { return shadow_checked(ALLOY_EMU_CXXFLAGS); }
@@ -151,6 +177,7 @@ static bool compile(const char *dir, char *err, size_t errlen)
     snprintf(cxx, sizeof cxx, "%s", compiler());
     snprintf(extra, sizeof extra, "%s", ALLOY_EMU_CXXFLAGS);
     bool shadow = shadow_checked(extra);
+    if (shadow) drop_asan(ALLOY_EMU_CXXFLAGS, extra, sizeof extra);
     snprintf(src, sizeof src, "%s/kernel.cu", dir);
     snprintf(obj, sizeof obj, "%s/kernel.o", dir);
     snprintf(lib, sizeof lib, "%s/kernel.so", dir);
@@ -379,6 +406,8 @@ static bool open_library(emu_kernel *k, const char *kernel_name, char *err, size
         k->launch = NULL;
         return false;
     }
+    if (!find_symbol(k->library, "alloy_emu_check_global", &k->check_global, sizeof k->check_global))
+        k->check_global = NULL;
     return true;
 }
 
@@ -456,6 +485,11 @@ int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block
         }
     }
     return -1;
+}
+
+bool emu_check_global(const emu_kernel *k, emu_global_check fn, void *ctx)
+{
+    return k->check_global && k->check_global(fn, ctx);
 }
 
 void emu_free(emu_kernel *k)

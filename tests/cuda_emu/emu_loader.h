@@ -45,11 +45,20 @@ int emu_select(emu_kernel *k, const char *kernel_name, char *err, size_t errlen)
 int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block[3], void **params, char *err,
                size_t errlen);
 
+/* A checker of a kernel's global-memory accesses (emu_slots.h): the access of n bytes at p (kind:
+ * 0 a read, 1 a write, 2 an atomic) by a thread of block (its linear index in the grid); nonzero
+ * with the finding in msg fails the launch. */
+typedef int (*emu_global_check)(void *ctx, const void *p, unsigned n, int kind, unsigned block, char *msg, size_t len);
+/* Has fn(ctx, ...) see every access outside k's own data in k's launches from now (NULL: none);
+ * false when k was compiled without the checker's hooks (checking off, or a ThreadSanitizer build). */
+bool emu_check_global(const emu_kernel *k, emu_global_check fn, void *ctx);
+
 /* Whether the emulation's checkers are on: unless ALLOY_EMU_CHECK=0 (kernels compiled while it is
  * 0 lack the shared-memory checker; launches while it is 0 skip the others). */
 bool emu_checking(void);
-/* Whether kernels compiled now get the shared-memory checker (races, uninitialised reads):
- * checking, and the kernels not built with AddressSanitizer, which it does not mix with. */
+/* Whether kernels compiled now get the shared-memory checker (races, uninitialised reads) and the
+ * hooks of the global one: checking, and no ThreadSanitizer in the flags. Under AddressSanitizer
+ * the checked kernels are compiled without it and ask the process's ASan about each access. */
 bool emu_checks_shared(void);
 
 /* Unloads the kernel; NULL is fine. */

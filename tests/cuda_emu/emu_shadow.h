@@ -5,6 +5,10 @@
 
 enum access_kind { acc_read, acc_write, acc_atomic };
 
+/* The device's checker of global memory (the tests' emu_slots.h), given for a launch: the access
+ * of n bytes at p of kind by a thread of block (linear in the grid); nonzero with its finding in msg. */
+typedef int (*global_check_fn)(void *ctx, const void *p, unsigned n, int kind, unsigned block, char *msg, size_t len);
+
 #ifdef ALLOY_EMU_SHADOW
 extern "C" char __start_alloy_emu_rt[], __stop_alloy_emu_rt[];
 
@@ -85,12 +89,60 @@ ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void shadow_access(char *at
     }
 }
 
+static global_check_fn global_check ALLOY_EMU_RT;
+static void *global_ctx ALLOY_EMU_RT;
+
+/* An access outside the library's data, to the device checker: a finding fails the launch. */
+ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void global_access(char *at, unsigned n, access_kind kind,
+                                                                        const void *pc)
+{
+    char msg[700];
+    const uint3 b = launch.block_idx;
+    if (!global_check(global_ctx, at, n, (int)kind, b.x + launch.grid.x * (b.y + launch.grid.y * b.z), msg, sizeof msg))
+        return;
+    Dl_info info;
+    size_t code = dladdr(pc, &info) && info.dli_fbase ? (size_t)((const char *)pc - (const char *)info.dli_fbase) : 0;
+    fail("block (%u,%u,%u) thread %u %s (code at kernel.so+0x%zx)", launch.block_idx.x, launch.block_idx.y,
+         launch.block_idx.z, self->id, msg, code);
+    stop();
+}
+
+/* In a process with AddressSanitizer (the kernel itself is compiled without it, for these hooks):
+ * an access to bytes ASan marks unaddressable, a heap overrun or freed memory, fails the launch as
+ * ASan would have stopped the process. */
+ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void asan_access(char *at, unsigned n, access_kind kind,
+                                                                      const void *pc)
+{
+    const char *bad = (const char *)__asan_region_is_poisoned(at, n);
+    if (!bad) return;
+    Dl_info info;
+    size_t code = dladdr(pc, &info) && info.dli_fbase ? (size_t)((const char *)pc - (const char *)info.dli_fbase) : 0;
+    fail("block (%u,%u,%u) thread %u %s %u bytes at %p: AddressSanitizer marks byte %p unaddressable (past the end "
+         "of a heap buffer, or freed) (code at kernel.so+0x%zx)",
+         launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, self->id,
+         kind == acc_read ? "reads" : kind == acc_write ? "writes" : "atomically updates", n, (void *)at,
+         (const void *)bad, code);
+    stop();
+}
+
 /* An access of n bytes at p: only the library's own writable data (the __shared__ arrays, not
- * the runtime's section) is shadowed, and only while a block runs. */
+ * the runtime's section) is shadowed, and only while a block runs; the rest goes to the process's
+ * AddressSanitizer and the device's checker of global memory where there are. */
 ALLOY_EMU_UNTRACKED static inline void note(void *p, unsigned n, access_kind kind, const void *pc)
 {
     char *at = (char *)p;
-    if (at + n <= chk.lo || at >= chk.hi || !chk.active) return;
+    if (at + n <= chk.lo || at >= chk.hi) {
+        /* the threads' stacks, and the runtime's fibers and warps (threadIdx, the shuffles and
+         * barriers inlined into the kernel), are not the kernel's memory */
+        if (!chk.active || (at >= launch.stacks && at < launch.stacks + launch.map_len) ||
+            (at >= (char *)launch.threads && at < (char *)(launch.threads + launch.nthreads)) ||
+            (at >= (char *)launch.warps && at < (char *)(launch.warps + (launch.nthreads + lanes - 1) / lanes)))
+            return;
+        if (__asan_region_is_poisoned) asan_access(at, n, kind, pc);
+        if (global_check) global_access(at, n, kind, pc);
+        return;
+    }
+    if (!chk.active) return;
     if (at >= __start_alloy_emu_rt && at < __stop_alloy_emu_rt) return;
     shadow_access(at < chk.lo ? chk.lo : at, n, kind, pc);
 }
@@ -117,6 +169,13 @@ ALLOY_EMU_UNTRACKED static bool shadow_ready(void)
     if (!dl_iterate_phdr(find_data, nullptr)) return false;
     chk.cells = (shadow_cell *)calloc((size_t)(chk.hi - chk.lo), sizeof(shadow_cell));
     return chk.cells != nullptr;
+}
+
+/* The shadow goes with the library (dlclose). */
+ALLOY_EMU_UNTRACKED __attribute__((destructor)) static void shadow_free(void)
+{
+    free(chk.cells);
+    chk.cells = nullptr;
 }
 
 #define ALLOY_EMU_HOOKS(n)                                                                                           \
@@ -157,11 +216,20 @@ extern "C" ALLOY_EMU_UNTRACKED void __tsan_func_entry(void *) {}
 extern "C" ALLOY_EMU_UNTRACKED void __tsan_func_exit(void) {}
 extern "C" ALLOY_EMU_UNTRACKED void __tsan_vptr_update(void **, void *) {}
 extern "C" ALLOY_EMU_UNTRACKED void __tsan_vptr_read(void **) {}
+/* Sets the checker of global memory for the launches from now (NULL: none); 1, checked. */
+extern "C" ALLOY_EMU_UNTRACKED __attribute__((visibility("default"))) int alloy_emu_check_global(global_check_fn fn, void *ctx)
+{
+    global_check = fn;
+    global_ctx = ctx;
+    return 1;
+}
 /* An atomic's access: atomics of other threads in one interval do not race with each other. */
 #define ALLOY_EMU_NOTE_ATOMIC(p) ::alloy_emu::note((p), sizeof *(p), ::alloy_emu::acc_atomic, __builtin_return_address(0))
 #else
 #define ALLOY_EMU_NOTE_ATOMIC(p) ((void)0)
 static bool shadow_ready(void) { return true; }
+/* Without the hooks nothing is checked: 0. */
+extern "C" __attribute__((visibility("default"))) int alloy_emu_check_global(global_check_fn, void *) { return 0; }
 #endif
 
 #endif

@@ -8,6 +8,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_collective.h"
 #include "runtime/cuda/cuda_jit.h"
+#include "runtime/cuda/extents.h"
 #include "runtime/profile.h"
 
 struct rt_buffer {
@@ -336,6 +337,16 @@ static alloy_status sync_action(rt_backend *b, rt_exec *e, int i)
     return rt_fail(b, st, "cuda: %s failed on the device (ALLOY_CUDA_SYNC): %s", what, dev->error);
 }
 
+/* On a checking device: the extents action a touches, told to the device before it is queued. */
+static void describe_extents(rt_exec *e, cdev *dev, const lp_action *a)
+{
+    int max = e->maxparams + 3;
+    cdev_extent *ext = al_malloc(sizeof *ext * (size_t)max);
+    int n = ext ? cu_action_extents(e->g, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
+    dev->ops->describe(dev, ext, n); /* none (out of memory): the device checks the action against nothing */
+    al_free(ext);
+}
+
 /* Queues actions [from, to) of the launch plan on the device. */
 static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
 {
@@ -343,6 +354,7 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
     alloy_status st = ALLOY_OK;
     for (int i = from; !st && i < to; i++) {
         const lp_action *a = &e->lp.actions[i];
+        if (dev->ops->describe) describe_extents(e, dev, a);
         if (e->timing && (st = dev->ops->event_record(dev, e->events[2 * i]))) return dev_fail(b, st, "profiling");
         switch (a->kind) {
         case LP_KERNEL: {
@@ -728,6 +740,7 @@ static alloy_status run(rt_backend *b, rt_exec *e, const rt_run_args *args)
         e->leaf[i] = leaf && args->leaf[i] ? args->leaf[i]->ptr : 0;
     }
     alloy_status st = ALLOY_OK;
+    if (dev->ops->step_begin) dev->ops->step_begin(dev, (cdev_ptr[]){e->arena, e->aux}, 2); /* nothing written yet */
     /* a profiled run launches directly, with an event before and after each action */
     bool profiling = rt_profile_due(b->cfg.profile, e->runs + 1) && dev->ops->event_record;
     if (profiling && (st = profile_events(b, e))) return st;

@@ -16,6 +16,18 @@ typedef struct cdev_function cdev_function;
 typedef struct cdev_gemm cdev_gemm;
 typedef struct cdev_event cdev_event;
 
+/* A piece of device memory one action touches, for a checking device (the tests' emulation): the
+ * plan slot (or leaf buffer, aux slot, GEMM scratch) an argument points into. */
+typedef struct cdev_extent {
+    cdev_ptr base;  /* its first byte */
+    uint64_t bytes;
+    int64_t offset; /* its offset in the arena or aux block (0 for a leaf's buffer) */
+    uint32_t tag;   /* the value it holds: node + 1 (a GEMM's product: the matmul's) */
+    uint8_t space;  /* lp_space */
+    bool written;   /* the action stores into it */
+    char name[56];  /* "%12 (add)" */
+} cdev_extent;
+
 /* Every call returns ALLOY_OK, or an error with its message in dev->error
  * naming what failed (and, for memory, the bytes asked and free). Copies,
  * memsets, launches and GEMMs are queued in order on the device's one
@@ -70,6 +82,12 @@ typedef struct cdev_ops {
     alloy_status (*event_record)(cdev *dev, cdev_event *ev);
     alloy_status (*event_elapsed)(cdev *dev, cdev_event *start, cdev_event *end, float *ms);
     void (*event_free)(cdev *dev, cdev_event *ev);
+    /* Checking (NULL on a GPU): the extents the next launch's arguments (or GEMM's a, b, d,
+     * memset's or copy's dst and src) point into, given just before it is queued or captured;
+     * and, before each run of a step, the allocations whose bytes that step defines anew (its
+     * arena and aux block), so that reading what the step has not written is an error. */
+    void (*describe)(cdev *dev, const cdev_extent *ext, int n);
+    void (*step_begin)(cdev *dev, const cdev_ptr *fresh, int n);
 } cdev_ops;
 
 /* The oldest CUDA driver the backend runs on: 12.1, the first to take kernel parameter lists

@@ -1,0 +1,110 @@
+/* extents.c - the device memory each action of a launch plan touches, as extents for a checking device (extents.h). */
+#include "runtime/cuda/extents.h"
+
+/* The extent of place pl (bytes long) holding node's value (tag node + 1; -1: any value). */
+static cdev_extent extent_at(const ir_graph *g, const lp_place *pl, cu_bases at, int64_t bytes, int node, bool written)
+{
+    cdev_extent x = {.bytes = bytes > 0 ? (uint64_t)bytes : 0, .offset = pl->offset, .space = (uint8_t)pl->space,
+                     .written = written, .tag = node >= 0 ? (uint32_t)node + 1 : 0};
+    switch (pl->space) {
+    case LP_ARENA: x.base = at.arena + (cdev_ptr)pl->offset; break;
+    case LP_AUX: x.base = at.aux + (cdev_ptr)pl->offset; break;
+    case LP_LEAF: x.base = at.leaf[pl->node] ? at.leaf[pl->node] + (cdev_ptr)pl->offset : 0; break;
+    }
+    if (node >= 0) {
+        char label[40];
+        al_fmt(x.name, sizeof x.name, "%s (%s)", ir_node_label(g->nodes[node], label, sizeof label),
+               ir_ops[g->nodes[node]->op].name);
+    } else {
+        al_fmt(x.name, sizeof x.name, "%s", written ? "the destination" : "the source");
+    }
+    return x;
+}
+
+/* Whether node shares its bytes with other values (a view, a gathered
+ * piece, or the owner of such): its extent then holds whichever of them
+ * last wrote there (tag 0), not node's own tag. */
+static bool shares_bytes(const mem_plan *p, int node)
+{
+    if (node < 0 || !p->view_of) return false;
+    if (p->view_of[node] >= 0) return true;
+    for (int i = 0; i < p->nnodes; i++)
+        if (p->view_of[i] == node) return true;
+    return false;
+}
+
+/* extent_at with the tag cleared where node shares its bytes. */
+static cdev_extent extent_of(const ir_graph *g, const mem_plan *p, const lp_place *pl, cu_bases at, int64_t bytes,
+                             int node, bool written)
+{
+    cdev_extent x = extent_at(g, pl, at, bytes, node, written);
+    if (shares_bytes(p, node)) x.tag = 0;
+    return x;
+}
+
+/* The bytes of node's value where it lives: a leaf's whole buffer, else its type's size. */
+static int64_t value_bytes(const ir_graph *g, const lp_place *pl, int node)
+{
+    return (int64_t)ir_nbytes(&g->nodes[pl->space == LP_LEAF ? pl->node : node]->type);
+}
+
+int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, const cg_program *prog,
+                      const lp_action *a, cu_bases at, cdev_extent *out, int max)
+{
+    int n = 0;
+    switch (a->kind) {
+    case LP_KERNEL: {
+        const cg_kernel *kn = &prog->kernels[a->index];
+        const lp_place *args = &lp->args[lp->first_arg[a->index]];
+        for (int i = 0; i < kn->nparams && n < max; i++) {
+            const cg_param *pa = &kn->params[i];
+            int64_t bytes;
+            switch (pa->kind) {
+            case CG_PARAM_NODE: bytes = value_bytes(g, &args[i], pa->node); break;
+            case CG_PARAM_PRODUCT: bytes = (int64_t)p->scratch_bytes; break;
+            case CG_PARAM_FLAG: bytes = 4; break;
+            case CG_PARAM_CHECKS: /* the run's check words, atomics of every checked node (no value's) */
+                out[n++] = extent_at(g, &args[i], at, (int64_t)lp->checks_bytes, -1, true);
+                continue;
+            default: bytes = pa->count * (g->nodes[pa->node]->type.dtype == ALLOY_F64 ? 8 : 4); break;
+            }
+            out[n++] = extent_of(g, p, &args[i], at, bytes, pa->node, pa->written);
+        }
+        break;
+    }
+    case LP_GEMM: {
+        /* row-major out = a b is column-major D = B A: the GEMM's A is the matmul's second operand;
+         * each operand's extent is its whole slot (a GEMM of an outer batch index starts inside it) */
+        const lp_gemm *gm = &lp->gemms[a->index];
+        const ir_node *mm = g->nodes[gm->node];
+        lp_place pa, pb, pd = gm->out;
+        bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset >= (int64_t)p->scratch_offset &&
+                       gm->out.offset < (int64_t)(p->scratch_offset + p->scratch_bytes);
+        if (max < 3 || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb)) break;
+        if (scratch) pd.offset = (int64_t)p->scratch_offset;
+        else if (!lp_place_of(g, p, gm->node, &pd)) break;
+        out[n++] = extent_of(g, p, &pa, at, value_bytes(g, &pa, mm->in[1]), mm->in[1], false);
+        out[n++] = extent_of(g, p, &pb, at, value_bytes(g, &pb, mm->in[0]), mm->in[0], false);
+        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &pd, gm->node), gm->node,
+                             true);
+        break;
+    }
+    case LP_ZERO:
+        if (max >= 1) out[n++] = extent_at(g, &a->dst, at, a->bytes, -1, true);
+        break;
+    case LP_COPY:
+        if (max >= 2) {
+            out[n++] = extent_at(g, &a->dst, at, a->bytes, -1, true);
+            out[n++] = extent_at(g, &a->src, at, a->bytes, -1, false);
+        }
+        break;
+    case LP_COLLECTIVE: /* the operand copied into the result unless in place; the library reduces it there */
+        if (max >= 2) {
+            int in = g->nodes[a->index]->in[0];
+            out[n++] = extent_of(g, p, &a->dst, at, a->bytes, a->index, true);
+            out[n++] = extent_of(g, p, &a->src, at, (int64_t)ir_nbytes(&g->nodes[in]->type), in, false);
+        }
+        break;
+    }
+    return n;
+}
