@@ -11,10 +11,11 @@ extern char **environ;
  * (ALLOY_CUDA_SYNC, cuda_backend.c); and by the project's scripts and
  * tests, not the library: the CI script (.ci/run), the golden-test runner
  * (tests/run_golden.sh), the test suites' name filters (tests/support.c),
- * the emulation's library cache and checkers (tests/cuda_emu/). */
+ * the emulation's library cache, checkers and numerics mode (tests/cuda_emu/). */
 static const char *const tool_names[] = {"ALLOY_CUDA_SYNC",     "ALLOY_CI_ASAN",   "ALLOY_CI_FUZZ_SECONDS",
                                          "ALLOY_GOLDEN_UPDATE", "ALLOY_TEST_ONLY", "ALLOY_TEST_SKIP",
-                                         "ALLOY_EMU_CACHE_DIR", "ALLOY_EMU_CHECK"};
+                                         "ALLOY_EMU_CACHE_DIR", "ALLOY_EMU_CHECK", "ALLOY_EMU_NUMERICS",
+                                         "ALLOY_EMU_NUMERICS_SEED"};
 
 /* The k-th name alloy reads (k from 0), or NULL past the last: the
  * options' variables (options.c), the AMP list edits (amp_api.c), the
