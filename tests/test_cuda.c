@@ -1112,6 +1112,28 @@ static void emu_profile_every_nth_run(void **state)
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* An empty input (0 elements) needs no buffer: the CUDA backend launches the
+ * op's kernel over nothing instead of refusing the unbound leaf (the op-case
+ * table's empty cases found it). */
+static void emu_empty_input_runs(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    alloy_graph *g = alloy_graph_new("empty");
+    int64_t dims[2] = {0, 3};
+    alloy_tensor *x = alloy_input(g, "x", F32, 2, dims);
+    expect_ok(g, alloy_output(g, "y", alloy_exp(g, alloy_add(g, x, x))), "output");
+    expect_ok(g, alloy_graph_set_option(g, "device", "cuda"), "device");
+    float none[1] = {0};
+    alloy_host_tensor feed = {.name = "x", .dtype = F32, .rank = 2, .dims = {0, 3}, .data = none};
+    alloy_host_tensor out = {.name = "y"};
+    expect_ok(g, alloy_graph_run(g, &feed, 1, &out, 1), "run");
+    assert_int_equal(out.rank, 2);
+    assert_int_equal(alloy_host_tensor_numel(&out), 0);
+    alloy_graph_free(g);
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* alloy_graph_device_memory counts the backend's allocations: after a run
  * at least the planned arena and the state, and the peak never below what is held. */
 static void emu_device_memory_counts_allocations(void **state)
@@ -1156,6 +1178,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_profile_every_nth_run),
         cmocka_unit_test(cpu_profile_lists_every_step),
         cmocka_unit_test(emu_device_memory_counts_allocations),
+        cmocka_unit_test(emu_empty_input_runs),
         cmocka_unit_test_setup_teardown(emu_checkpoint_to_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(emu_checkpoint_from_cpu, test_tmpdir_setup, test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(emu_bundle_round_trip, test_tmpdir_setup, test_tmpdir_teardown),
