@@ -358,16 +358,14 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         for (int64_t j = 0; j < gm->n; j++) {
             double *col = &D[j * gm->m];
             for (int64_t i = 0; i < gm->m; i++) col[i] = 0;
-            if (gpu) { /* ALLOY_EMU_NUMERICS=gpu: cuBLASLt's 32F (64F) compute type, fused, k in reverse */
+            if (gpu) /* ALLOY_EMU_NUMERICS=gpu: cuBLASLt's 32F (64F) compute type, fused, k in reverse */
                 gpu_numerics_column(gm, A, B, j, col);
-                goto store;
-            }
-            for (int64_t p = 0; p < gm->k; p++) {
+            for (int64_t p = 0; !gpu && p < gm->k; p++) {
                 double x = B[p + j * gm->k];
                 const double *ap = &A[p * gm->m];
                 for (int64_t i = 0; i < gm->m; i++) col[i] += ap[i] * x;
             }
-        store: /* a column of D (ldd apart from the next) */
+            /* a column of D (ldd apart from the next) */
             if (gm->d == ALLOY_F32 || gm->ab != ALLOY_F64) {
                 for (int64_t i = 0; i < gm->m; i++) f32[i] = (float)col[i]; /* the f32 sum, then D's dtype */
                 cvt_store_f32(gm->d, f32, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
