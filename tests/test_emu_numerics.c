@@ -101,6 +101,7 @@ static float *inputs(void)
     float *x = test_malloc(sizeof(float) * N);
     test_rng = 42;
     for (int i = 0; i < N; i++) x[i] = (float)test_uniform(-4, 4);
+    x[0] = -0.0f; /* the exact cases: exp(-0) = 1, sin, tanh, erf, expm1 of -0 are -0 */
     return x;
 }
 
@@ -128,6 +129,11 @@ static void test_gpu_numerics_math_is_within_cudas_bound_and_reaches_it_both_way
     run_math(x, other);
     unsetenv("ALLOY_EMU_NUMERICS_SEED");
     unsetenv("ALLOY_EMU_NUMERICS");
+    static const int keeps_minus_zero[] = {2, 6, 8, 9, 13, 14}; /* expm1 sin tanh erf tanhf erff */
+    for (size_t j = 0; j < sizeof keeps_minus_zero / sizeof *keeps_minus_zero; j++)
+        if (!(out[keeps_minus_zero[j]] == 0 && signbit(out[keeps_minus_zero[j]])))
+            fail_msg("%s(-0) is %a, not -0", fns[keeps_minus_zero[j]].name, (double)out[keeps_minus_zero[j]]);
+    assert_true(out[0] == 1 && out[12] == 1); /* exp(-0), expf(-0): exact */
     for (int f = 0; f < NFN; f++) {
         int up = 0, down = 0, moved = 0;
         for (int i = 0; i < N; i++) {

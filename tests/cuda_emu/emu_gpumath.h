@@ -19,7 +19,7 @@
  * (whose own error, 1 ulp of double, cannot move a float rounding but in ties far below the
  * bound); the double one from long double's (x87 extended precision on x86-64). Left exact:
  * zero, infinite and NaN results, C99 Annex F's exact cases (exp(0) = 1, log(1) = 0, pow(x, 0)
- * = pow(1, y) = 1), and results the step would take past the function's range (|tanh|, |erf|
+ * = pow(1, y) = 1, and -0 through sin, tanh, erf, expm1 and log1p), and results the step would take past the function's range (|tanh|, |erf|
  * <= 1, exp >= 0, sqrt-like >= 0): those move toward the inside only. The fast intrinsics
  * (__expf, __logf, __fdividef) are not modelled: no emitter calls them. */
 
@@ -81,17 +81,18 @@ inline long double wide(long double (*f)(long double), double x) { return f((lon
                        (double)(LO), (double)(HI));                                                                    \
     }
 
-/* name, id, float ulps, double ulps, range, the Annex F input whose result is exact (NaN: none). */
+/* name, id, float ulps, double ulps, range, the Annex F input whose result is exact and that result
+ * (x: the input itself, so that -0 stays -0). */
 ALLOY_EMU_GPU_UNARY(exp, F_EXP, 2, 1, 0, INFINITY, 0, 1)
 ALLOY_EMU_GPU_UNARY(exp2, F_EXP2, 2, 1, 0, INFINITY, 0, 1)
-ALLOY_EMU_GPU_UNARY(expm1, F_EXPM1, 1, 1, -1, INFINITY, 0, 0)
+ALLOY_EMU_GPU_UNARY(expm1, F_EXPM1, 1, 1, -1, INFINITY, 0, x)
 ALLOY_EMU_GPU_UNARY(log, F_LOG, 1, 1, -INFINITY, INFINITY, 1, 0)
 ALLOY_EMU_GPU_UNARY(log2, F_LOG2, 1, 1, -INFINITY, INFINITY, 1, 0)
-ALLOY_EMU_GPU_UNARY(log1p, F_LOG1P, 1, 1, -INFINITY, INFINITY, 0, 0)
-ALLOY_EMU_GPU_UNARY(sin, F_SIN, 2, 2, -1, 1, 0, 0)
+ALLOY_EMU_GPU_UNARY(log1p, F_LOG1P, 1, 1, -INFINITY, INFINITY, 0, x)
+ALLOY_EMU_GPU_UNARY(sin, F_SIN, 2, 2, -1, 1, 0, x)
 ALLOY_EMU_GPU_UNARY(cos, F_COS, 2, 2, -1, 1, 0, 1)
-ALLOY_EMU_GPU_UNARY(tanh, F_TANH, 2, 1, -1, 1, 0, 0)
-ALLOY_EMU_GPU_UNARY(erf, F_ERF, 2, 2, -1, 1, 0, 0)
+ALLOY_EMU_GPU_UNARY(tanh, F_TANH, 2, 1, -1, 1, 0, x)
+ALLOY_EMU_GPU_UNARY(erf, F_ERF, 2, 2, -1, 1, 0, x)
 #undef ALLOY_EMU_GPU_UNARY
 
 inline float pow(float x, float y)
