@@ -201,7 +201,7 @@ static double chain_bound(int depth, int terms, alloy_dtype amp)
  * magnitude) may drift from the CPU's: the chain from a parameter through the forward, the loss,
  * the backward and the update is at most 10 ops deep in these models, and their longest sums are
  * MLP 32 terms (the hidden GEMM; the bias gradients sum 16 rows), the block 64 (its MLP's hidden
- * width 4 x 16) and the CNN 512 (conv2's bias gradient: 8 images x 8 x 8 positions). AdamW's
+ * width 4 x 16) and the CNN 512 (b1's and w1's gradients: 8 images x 8 x 8 positions). AdamW's
  * moments are averages of the gradients, so they differ by at most what one step's gradients do,
  * and the parameters move by lr m / sqrt(v): over s steps at most 2 s lr of that relative
  * difference, under it for s lr <= 0.5 (20 steps at 1e-2). The bound does not grow with steps
