@@ -16,6 +16,9 @@
 #include "op_cases.h"
 #include "passes/grad_rules.h"
 #include "support.h"
+#ifdef ALLOY_OP_CASES_EMULATED /* test_op_cases_emu: the CUDA backend on the emulated device */
+#include "cuda_emu/emu_device.h"
+#endif
 
 /* The gradient check runs on the cases of at most this many operand
  * elements (finite differences evaluate the reference twice per element). */
@@ -579,6 +582,12 @@ static int teardown(void **state)
 
 int main(void)
 {
+#ifdef ALLOY_OP_CASES_EMULATED
+    rt_backend_set_cuda_opener(emu_backend_opener);
+    const char *only_backend = "cuda"; /* the CPU's cases are op_cases' */
+#else
+    const char *only_backend = NULL;
+#endif
     for (int r = 0; r < op_ncases; r++) {
         row_count[r] = oc_expand(&op_cases[r], &row_cases[r], row_error[r], sizeof row_error[r]);
         if (row_count[r] < 0) row_count[r] = 0;
@@ -612,7 +621,7 @@ int main(void)
     static const char *const says[] = {"matches its f64 reference in every dtype it takes",
                                        "gradients match finite differences", "fused gives the unfused bits"};
     for (int b = 0; b < rt_backend_count(); b++)
-        for (int m = EVALUATE; m <= FUSION; m++)
+        for (int m = EVALUATE; m <= FUSION && (!only_backend || !strcmp(rt_backend_name(b), only_backend)); m++)
             for (int op = 0; op < IR_OP_COUNT; op++) {
                 if ((m == EVALUATE && !has_case(op, false)) || (m == GRADIENT && !ad_rules[op]) || (m == FUSION && !fuses[op]))
                     continue;

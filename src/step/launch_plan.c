@@ -228,6 +228,16 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
     return true;
 }
 
+/* Whether every value step k computes has no element (softmax of a [0, 4]
+ * input): nothing to launch, whatever the emitter says of the step. */
+static bool computes_nothing(const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *st = &s->steps[k];
+    for (int m = st->first; m < st->first + st->n; m++)
+        if (ir_numel(&g->nodes[s->members[m].node]->type) > 0) return false;
+    return true;
+}
+
 static const char *skipped_why(const cg_program *prog, int k)
 {
     for (int i = 0; i < prog->nskipped; i++)
@@ -290,7 +300,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
             if (end == next) continue;
         } else if (end == next) {
             const char *why = skipped_why(prog, k);
-            if (!why) continue; /* nothing to compute (an empty step) */
+            if (!why || computes_nothing(g, s, k)) continue; /* nothing to compute (an empty step) */
             char label[64];
             b.status = ALLOY_ERR_UNSUPPORTED;
             al_fmt(err, errlen, "step %d (%s, %s %s): no CUDA kernel: %s", k, sched_kind_name(st->kind),

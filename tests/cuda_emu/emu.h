@@ -13,7 +13,8 @@
  *
  * What differs from a GPU: threads switch only at barriers, shuffles and mma products, and blocks
  * run one after another, so a thread that spins waiting for another thread or block never returns; __shared__
- * arrays start with the previous block's values; floating point is the host's (no FMA contraction).
+ * arrays start with the previous block's values; floating point is the host's (no FMA contraction),
+ * unless ALLOY_EMU_NUMERICS=gpu (emu_gpumath.h: contraction and CUDA's math at its documented bounds).
  * The checkers (below, "the checkers"; ALLOY_EMU_CHECK=0 turns them off) make the rest an error
  * instead of luck: a barrier reached a different number of times per thread, a full-mask shuffle
  * reading an exited lane, one warp's shuffles at different call sites, two threads' accesses to a
@@ -942,12 +943,17 @@ inline double __longlong_as_double(long long x) { double r; memcpy(&r, &x, 8); r
 #define blockDim (static_cast<const dim3 &>(::alloy_emu::launch.block))
 #define gridDim (static_cast<const dim3 &>(::alloy_emu::launch.grid))
 
-/* Last, so that nothing above is rewritten: the kernel's float exp/erf/tanh are vmath.h's. */
+/* Last, so that nothing above is rewritten: the kernel's float exp/erf/tanh are vmath.h's, or
+ * in the GPU-numerics mode (ALLOY_EMU_NUMERICS=gpu) every math function at CUDA's worst legal ulp. */
+#ifdef ALLOY_EMU_GPU_NUMERICS
+#include "emu_gpumath.h"
+#else
 #define exp(x) alloy_emu_exp(x)
 #define erf(x) alloy_emu_erf(x)
 #define tanh(x) alloy_emu_tanh(x)
 #define expf(x) al_vexpf(x)
 #define erff(x) al_verff(x)
 #define tanhf(x) al_vtanhf(x)
+#endif
 
 #endif

@@ -1,4 +1,5 @@
 /* emu_device.c - the CUDA backend's device on the host (emu_device.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,8 +366,25 @@ static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
     return ALLOY_OK;
 }
 
+/* Column j of D in the GPU-numerics mode: each element an f32 (f64 for wide GEMMs) running sum
+ * of fused multiply-adds, the k terms in reverse order; any order is what cuBLASLt may use. */
+static void gpu_numerics_column(const lp_gemm *gm, const double *A, const double *B, int64_t j, double *col)
+{
+    const bool wide = gm->ab == ALLOY_F64;
+    for (int64_t i = 0; i < gm->m; i++) {
+        float s = 0;
+        double w = 0;
+        for (int64_t p = gm->k - 1; p >= 0; p--) {
+            if (wide) w = fma(A[i + p * gm->m], B[p + j * gm->k], w);
+            else s = fmaf((float)A[i + p * gm->m], (float)B[p + j * gm->k], s);
+        }
+        col[i] = wide ? w : (double)s;
+    }
+}
+
 /* D = op(A) op(B), column-major as cuBLASLt defines it, summed in double
- * and rounded once into D's dtype. */
+ * and rounded once into D's dtype (in the GPU-numerics mode as cuBLASLt
+ * sums, gpu_numerics_column). */
 static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, const emu_action *check)
 {
     size_t ea = alloy_dtype_size(gm->ab), ed = alloy_dtype_size(gm->d);
@@ -381,6 +399,7 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
         return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
     }
+    const bool gpu = emu_gpu_numerics();
     for (int64_t bi = 0; bi < gm->batch; bi++) {
         const char *pa = (const char *)(uintptr_t)a + bi * gm->stride_a * (int64_t)ea;
         const char *pb = (const char *)(uintptr_t)b + bi * gm->stride_b * (int64_t)ea;
@@ -403,7 +422,9 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         for (int64_t j = 0; j < gm->n; j++) {
             double *col = &D[j * gm->m];
             for (int64_t i = 0; i < gm->m; i++) col[i] = 0;
-            for (int64_t p = 0; p < gm->k; p++) {
+            if (gpu) /* ALLOY_EMU_NUMERICS=gpu: cuBLASLt's 32F (64F) compute type, fused, k in reverse */
+                gpu_numerics_column(gm, A, B, j, col);
+            for (int64_t p = 0; !gpu && p < gm->k; p++) {
                 double x = B[p + j * gm->k];
                 const double *ap = &A[p * gm->m];
                 for (int64_t i = 0; i < gm->m; i++) col[i] += ap[i] * x;

@@ -164,6 +164,45 @@ static bool run_compiler(char **argv, const char *log, char *err, size_t errlen)
     return false;
 }
 
+/* ---- the GPU-numerics mode (ALLOY_EMU_NUMERICS=gpu) ----
+ *
+ * NVRTC compiles alloy's kernels with its default --fmad=true: a*b+c may become one fused
+ * multiply-add. The mode compiles the kernels the same way (-ffp-contract=fast, which GCC applies
+ * from -fexpensive-optimizations on, and an FMA-capable target where the host has one) and with
+ * emu_gpumath.h's math (CUDA's documented ulp bounds, stepped by ALLOY_EMU_NUMERICS_SEED). */
+
+/* The mode's flags ("" outside it) into buf; false with the reason in err on a bad setting. */
+static bool numerics_flags(char *buf, size_t len, char *err, size_t errlen)
+{
+    const char *mode = getenv("ALLOY_EMU_NUMERICS"), *seed = getenv("ALLOY_EMU_NUMERICS_SEED");
+    buf[0] = 0;
+    if (!mode || !*mode || !strcmp(mode, "host")) return true;
+    if (strcmp(mode, "gpu") != 0) {
+        snprintf(err, errlen, "ALLOY_EMU_NUMERICS=%s: expected host (the default) or gpu", mode);
+        return false;
+    }
+    char *end = NULL;
+    unsigned long long s = seed && *seed ? strtoull(seed, &end, 10) : 1;
+    if (seed && *seed && (*end || seed[0] == '-')) {
+        snprintf(err, errlen, "ALLOY_EMU_NUMERICS_SEED=%s: expected a non-negative integer", seed);
+        return false;
+    }
+    bool fma = false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    fma = __builtin_cpu_supports("fma"); /* -mfma on a host without it would fault at the first fma */
+#endif
+    snprintf(buf, len, "-DALLOY_EMU_GPU_NUMERICS -DALLOY_EMU_GPU_SEED=%lluull -ffp-contract=fast -fexpensive-optimizations%s",
+             s, fma ? " -mfma" : "");
+    return true;
+}
+
+bool emu_gpu_numerics(void)
+{
+    const char *mode = getenv("ALLOY_EMU_NUMERICS");
+    return mode && !strcmp(mode, "gpu");
+}
+
 /* The compiler's flags besides $CXX's words, ALLOY_EMU_CXXFLAGS and the checker's. */
 static const char *const compile_flags[] = {"-std=c++17", "-O1", "-fPIC", "-fstack-clash-protection",
                                             "-DALLOY_HOST_EMULATION", "-include", ALLOY_EMU_H};
@@ -173,7 +212,8 @@ static const char *const compile_flags[] = {"-std=c++17", "-O1", "-fPIC", "-fsta
  * kernel.o, and linked apart without the flag, so that no sanitizer runtime is linked in. */
 static bool compile(const char *dir, char *err, size_t errlen)
 {
-    char cxx[256], extra[256], src[512], obj[512], lib[512], log[512];
+    char cxx[256], extra[256], numerics[256], src[512], obj[512], lib[512], log[512];
+    if (!numerics_flags(numerics, sizeof numerics, err, errlen)) return false;
     snprintf(cxx, sizeof cxx, "%s", compiler());
     snprintf(extra, sizeof extra, "%s", ALLOY_EMU_CXXFLAGS);
     bool shadow = shadow_checked(extra);
@@ -187,6 +227,7 @@ static bool compile(const char *dir, char *err, size_t errlen)
     int n = split_words(cxx, argv, 0);
     for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++) argv[n++] = (char *)compile_flags[i];
     n = split_words(extra, argv, n);
+    n = split_words(numerics, argv, n);
     if (shadow) {
         argv[n++] = "-fsanitize=thread";
         argv[n++] = "--param=tsan-instrument-func-entry-exit=0";
@@ -242,7 +283,8 @@ static void remove_dir(const char *dir)
  * With ALLOY_EMU_CACHE_DIR set (tests/meson.build sets it to a folder of the
  * build), a compiled library is kept there under the SHA-256 of everything
  * that makes it: the compiler's words, its flags (the checker's
- * instrumentation among them), emu.h, emu_shadow.h, emu_blocks.h and the header emu.h
+ * instrumentation and the numerics mode among them), emu.h, emu_shadow.h,
+ * emu_blocks.h, emu_gpumath.h and the header emu.h
  * includes from src/base, and the source. A run of the suites after the first
  * (or a second suite compiling a source the first did) copies the library
  * instead of running the compiler. Entries are written to a temporary file
@@ -282,6 +324,8 @@ static void hash_headers(void)
     char blocks[600];
     snprintf(blocks, sizeof blocks, "%.*s/emu_blocks.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
     hash_file(&s, blocks);
+    snprintf(shadow, sizeof shadow, "%.*s/emu_gpumath.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
+    hash_file(&s, shadow);
     hash_file(&s, vmath);
     al_sha256_final(&s, headers_digest);
 }
@@ -303,6 +347,9 @@ static bool cache_path(const char *source, char *path, size_t len)
     al_sha256_update(&s, ALLOY_EMU_CXXFLAGS, strlen(ALLOY_EMU_CXXFLAGS) + 1);
     for (size_t i = 0; i < sizeof compile_flags / sizeof compile_flags[0]; i++)
         al_sha256_update(&s, compile_flags[i], strlen(compile_flags[i]) + 1);
+    char numerics[256], why[160];
+    if (!numerics_flags(numerics, sizeof numerics, why, sizeof why)) return false; /* compile() reports it */
+    al_sha256_update(&s, numerics, strlen(numerics) + 1);
     const char checked = shadow_checked(ALLOY_EMU_CXXFLAGS) ? 'S' : 'P'; /* the checker's instrumentation */
     al_sha256_update(&s, &checked, 1);
     al_sha256_update(&s, source, strlen(source));

@@ -61,6 +61,11 @@ bool emu_checking(void);
  * the checked kernels are compiled without it and ask the process's ASan about each access. */
 bool emu_checks_shared(void);
 
+/* Whether kernels compiled now get the GPU-numerics mode (ALLOY_EMU_NUMERICS=gpu: FMA
+ * contraction as NVRTC's default --fmad=true, and CUDA's math functions at their documented
+ * maximum ulp error, emu_gpumath.h); a value other than host or gpu fails each compile. */
+bool emu_gpu_numerics(void);
+
 /* Unloads the kernel; NULL is fine. */
 void emu_free(emu_kernel *k);
 

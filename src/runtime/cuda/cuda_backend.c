@@ -293,14 +293,16 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
 }
 
 /* The device address of place pl this run; 0 with an error when a leaf it
- * names is not bound. */
+ * names is not bound. An empty leaf may be unbound (rt_run_args): its
+ * address is 0, which a kernel over no element never reads. */
 static cdev_ptr address(rt_backend *b, rt_exec *e, const lp_place *pl, int64_t bytes, alloy_status *st)
 {
     switch (pl->space) {
     case LP_ARENA: return e->arena + (cdev_ptr)pl->offset;
     case LP_AUX: return e->aux + (cdev_ptr)pl->offset;
     case LP_LEAF:
-        if (e->leaf[pl->node] || !bytes) return e->leaf[pl->node] + (cdev_ptr)pl->offset;
+        if (e->leaf[pl->node] || !bytes || !ir_nbytes(&e->g->nodes[pl->node]->type))
+            return e->leaf[pl->node] + (cdev_ptr)pl->offset;
         break;
     }
     char label[64];

@@ -11,12 +11,12 @@ extern char **environ;
  * (ALLOY_CUDA_SYNC, cuda_backend.c); and by the project's scripts and
  * tests, not the library: the CI script (.ci/run), the golden-test runner
  * (tests/run_golden.sh), the test suites' name filters (tests/support.c),
- * the emulation's library cache, checkers, block selection and NCCL's
- * injected failures (tests/cuda_emu/). */
+ * the emulation's library cache, checkers, block selection, numerics mode
+ * and NCCL's injected failures (tests/cuda_emu/). */
 static const char *const tool_names[] = {"ALLOY_CUDA_SYNC",     "ALLOY_CI_ASAN",   "ALLOY_CI_FUZZ_SECONDS",
                                          "ALLOY_GOLDEN_UPDATE", "ALLOY_TEST_ONLY", "ALLOY_TEST_SKIP",
                                          "ALLOY_EMU_BLOCKS", "ALLOY_EMU_CACHE_DIR", "ALLOY_EMU_CHECK",
-                                         "ALLOY_EMU_NCCL_FAIL"};
+                                         "ALLOY_EMU_NCCL_FAIL", "ALLOY_EMU_NUMERICS", "ALLOY_EMU_NUMERICS_SEED"};
 
 /* The AMP lists and their variables' names (ALLOY_AMP_<LIST>_ADD, _REMOVE), which amp_api.c reads. */
 static const struct {
