@@ -10,7 +10,7 @@
  *
  * Error against the exact value, measured over every 61st f32 (both signs,
  * f64 libm as the reference): al_vexpf 1.03 ulp, al_vtanhf 1.30 ulp,
- * al_verff 1.50 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
+ * al_verff 1.38 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
  * the subnormals to 0) as libm gives them. tests/test_vmath.c checks the
  * bounds on a sparser sweep and the special values.
  *
@@ -111,45 +111,45 @@ static inline float al_vtanhf(float x)
     return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
-/* One coefficient of al_verff's three polynomial pieces, picked per element
- * (one select per statement). */
-static inline float vm_piece(int small, int tail, float c_small, float c_mid, float c_tail)
-{
-    float c = tail ? c_tail : c_mid;
-    return small ? c_small : c;
-}
-
-/* erf x from three polynomial pieces of degree 9 that share one Horner loop,
- * each element picking its piece's coefficients (no exp, no division):
- * x + x p(x^2) for |x| < 0.9, 1 - p(|x| - 1.55) for |x| in [0.9, 2.2) and
- * 1 - p(|x| - 3.06) for |x| in [2.2, 3.92] (p there fits erfc), x's sign
- * restored; +-1 beyond 3.92, where erf rounds to 1. The pieces are Chebyshev
- * interpolants in f64 (of erf(x)/x - 1 in x^2, then erfc), coefficients
- * rounded to f32: largest error 2.7e-15 relative, 4.7e-9 and 8.2e-9
- * absolute. */
+/* erf x from three polynomial pieces, no exp, no division: x + x r(x^2) for
+ * |x| < 1.1 (r of degree 7), else 1 - q(|x| - 1.65) for |x| in [1.1, 2.2)
+ * and 1 - q(|x| - 3.06) for |x| in [2.2, 3.92] (q of degree 8, fitting
+ * erfc; one Horner loop for both, each element picking its piece's
+ * coefficients with one select), x's sign restored; +-1 beyond 3.92, where
+ * erf rounds to 1. The pieces are Chebyshev interpolants in f64 (of
+ * erf(x)/x - 1 in x^2, and of erfc), coefficients rounded to f32: largest
+ * error 1.4e-10 relative, 2.4e-8 and 8.7e-9 absolute. Both r and q are
+ * computed for every element (a vector has both kinds); a single loop over
+ * all three pieces costs more, as GCC splits its selects apart again. */
 static inline float al_verff(float x)
 {
     float ax = x < 0.0f ? -x : x;
     float x2 = x * x;
-    int small = ax < 0.9f;
+    int small = ax < 1.1f;
     int tail = ax >= 2.2f;
     float az = ax > 3.92f ? 3.92f : ax;
-    float m = tail ? 3.06f : 1.55f;
-    float u = small ? x2 : az - m;
-    float p = vm_piece(small, tail, -1.138772418e-07f, -1.400499429e-03f, -3.657616262e-06f);
-    p = p * u + vm_piece(small, tail, 1.565947590e-06f, 1.782470878e-03f, 1.020556524e-04f);
-    p = p * u + vm_piece(small, tail, -1.485160468e-05f, 5.440115610e-03f, -3.410583421e-04f);
-    p = p * u + vm_piece(small, tail, 1.205114866e-04f, -1.757591411e-02f, 6.034240236e-04f);
-    p = p * u + vm_piece(small, tail, -8.548179653e-04f, 9.350283212e-03f, -7.745707246e-04f);
-    p = p * u + vm_piece(small, tail, 5.223974452e-03f, 4.762057652e-02f, 7.720421009e-04f);
-    p = p * u + vm_piece(small, tail, -2.686617025e-02f, -1.295091395e-01f, -5.725782662e-04f);
-    p = p * u + vm_piece(small, tail, 1.128379167e-01f, 1.582680039e-01f, 2.966379044e-04f);
-    p = p * u + vm_piece(small, tail, -3.761263890e-01f, -1.021086296e-01f, -9.678395631e-05f);
-    p = p * u + vm_piece(small, tail, 1.283791671e-01f, 2.837727016e-02f, 1.507534109e-05f);
-    float big = 1.0f - p;
+    float u = az - (tail ? 3.06f : 1.65f);
+    float q = (tail ? 1.020556524e-04f : 5.310624737e-04f);
+    q = q * u + (tail ? -3.471449813e-04f : 5.403813384e-03f);
+    q = q * u + (tail ? 6.034240236e-04f : -1.339084541e-02f);
+    q = q * u + (tail ? -7.711944659e-04f : 2.480302786e-04f);
+    q = q * u + (tail ? 7.720421009e-04f : 4.986103679e-02f);
+    q = q * u + (tail ? -5.732718998e-04f : -1.098759835e-01f);
+    q = q * u + (tail ? 2.966379044e-04f : 1.223408072e-01f);
+    q = q * u + (tail ? -9.674548046e-05f : -7.414573785e-02f);
+    q = q * u + (tail ? 1.507534109e-05f : 1.962441656e-02f);
+    float r = -8.848233909e-06f;
+    r = r * x2 + 1.097230050e-04f;
+    r = r * x2 + -8.442827447e-04f;
+    r = r * x2 + 5.218169669e-03f;
+    r = r * x2 + -2.686441685e-02f;
+    r = r * x2 + 1.128376552e-01f;
+    r = r * x2 + -3.761263741e-01f;
+    r = r * x2 + 1.283791670e-01f;
+    float big = 1.0f - q;
     big = ax > 3.92f ? 1.0f : big;
     big = x < 0.0f ? -big : big;
-    float y = small ? x + x * p : big;
+    float y = small ? x + x * r : big;
     return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
