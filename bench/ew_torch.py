@@ -6,7 +6,11 @@ as bench/ew_isa N. Each op is timed by the best thread CPU time of 15 rounds
 of ~2M elements, calling the ATen op directly with an output tensor given
 (no autograd, no allocation in the loop): gelu and gelu_grad
 (aten.gelu_backward) in both forms (approximate "none" = erf, "tanh"), erf,
-exp, tanh, sigmoid. Prints one row per op, "op<TAB>ns".
+exp, tanh, sigmoid. Then softmax and layer_norm (gamma, beta, eps 1e-5)
+over 4096 rows of 256, forward (no autograd) and forward + backward
+(y.backward(dy), gradients of x, gamma and beta), as bench/ew_cpu's rows;
+these by the process's CPU time.
+Prints one row per op, "op<TAB>ns".
 """
 import sys
 import time
@@ -49,6 +53,37 @@ def main():
                 best = min(best, t)
         print(f"{name}\t{best * 1e9 / (reps * n):.3f}")
         sys.stdout.flush()
+    rows, cols = 4096, 256
+    x = (torch.arange(rows * cols, dtype=torch.float64) * 7919 % 65536 / 65536 * 8 - 4).float().view(rows, cols)
+    rdy = (1 - torch.arange(rows * cols) % 3).float().view(rows, cols)
+    gamma = (1 + 0.01 * torch.arange(cols, dtype=torch.float32))
+    beta = gamma.clone()
+    xg, gg, bg = (t.clone().requires_grad_() for t in (x, gamma, beta))
+
+    def fb(f):
+        xg.grad = gg.grad = bg.grad = None
+        f().backward(rdy)
+
+    nograd = torch.no_grad
+    rowops = {
+        "softmax": lambda: torch.softmax(x, 1),
+        "softmax_fb": lambda: fb(lambda: torch.softmax(xg, 1)),
+        "layer_norm": lambda: torch.nn.functional.layer_norm(x, (cols,), gamma, beta, 1e-5),
+        "l_norm_fb": lambda: fb(lambda: torch.nn.functional.layer_norm(xg, (cols,), gg, bg, 1e-5)),
+    }
+    for name, fn in rowops.items():
+        best = float("inf")
+        for r in range(8):
+            t0 = time.process_time()  # the process's: autograd may run work on its own thread
+            if name.endswith("_fb"):
+                fn()
+            else:
+                with nograd():
+                    fn()
+            t = time.process_time() - t0
+            if r > 0:
+                best = min(best, t)
+        print(f"{name}\t{best * 1e9 / (rows * cols):.3f}")
     return 0
 
 

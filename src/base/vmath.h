@@ -10,7 +10,7 @@
  *
  * Error against the exact value, measured over every 61st f32 (both signs,
  * f64 libm as the reference): al_vexpf 1.03 ulp, al_vtanhf 1.30 ulp,
- * al_verff 2.02 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
+ * al_verff 1.38 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
  * the subnormals to 0) as libm gives them. tests/test_vmath.c checks the
  * bounds on a sparser sweep and the special values.
  *
@@ -111,42 +111,45 @@ static inline float al_vtanhf(float x)
     return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
-/* erf x: x + x r(x^2) for |x| < 1.25, else 1 - erfc(|x|) with
- * erfc from e^{-x^2} times a rational fit (Numerical Recipes' erfcc,
- * relative error < 1.2e-7), x's sign restored; +-1 beyond 3.92, where erf
- * rounds to 1. */
+/* erf x from three polynomial pieces, no exp, no division: x + x r(x^2) for
+ * |x| < 1.1 (r of degree 7), else 1 - q(|x| - 1.65) for |x| in [1.1, 2.2)
+ * and 1 - q(|x| - 3.06) for |x| in [2.2, 3.92] (q of degree 8, fitting
+ * erfc; one Horner loop for both, each element picking its piece's
+ * coefficients with one select), x's sign restored; +-1 beyond 3.92, where
+ * erf rounds to 1. The pieces are Chebyshev interpolants in f64 (of
+ * erf(x)/x - 1 in x^2, and of erfc), coefficients rounded to f32: largest
+ * error 1.4e-10 relative, 2.4e-8 and 8.7e-9 absolute. Both r and q are
+ * computed for every element (a vector has both kinds); a single loop over
+ * all three pieces costs more, as GCC splits its selects apart again. */
 static inline float al_verff(float x)
 {
     float ax = x < 0.0f ? -x : x;
     float x2 = x * x;
-    /* erf(x) = x + x r(x^2), r a least-squares fit of degree 8 to erf(x)/x - 1
-     * on [0, 1.25] (relative error 1.4e-10 in f64); |r| < 0.27 */
-    float r = 8.411879044e-07f;
-    r = r * x2 + -1.288267126e-05f;
-    r = r * x2 + 1.175781646e-04f;
-    r = r * x2 + -8.522411135e-04f;
-    r = r * x2 + 5.222633560e-03f;
-    r = r * x2 + -2.686577579e-02f;
-    r = r * x2 + 1.128378582e-01f;
-    r = r * x2 + -3.761263857e-01f;
-    r = r * x2 + 1.283791671e-01f;
-    float small = x + x * r;
+    int small = ax < 1.1f;
+    int tail = ax >= 2.2f;
     float az = ax > 3.92f ? 3.92f : ax;
-    float t = 1.0f / (1.0f + 0.5f * az);
-    float s = 0.17087277f;
-    s = s * t + -0.82215223f;
-    s = s * t + 1.48851587f;
-    s = s * t + -1.13520398f;
-    s = s * t + 0.27886807f;
-    s = s * t + -0.18628806f;
-    s = s * t + 0.09678418f;
-    s = s * t + 0.37409196f;
-    s = s * t + 1.00002368f;
-    s = s * t + -1.26551223f;
-    float erfc = t * al_vexpf(-az * az + s);
-    float big = ax > 3.92f ? 1.0f : 1.0f - erfc;
+    float u = az - (tail ? 3.06f : 1.65f);
+    float q = (tail ? 1.020556524e-04f : 5.310624737e-04f);
+    q = q * u + (tail ? -3.471449813e-04f : 5.403813384e-03f);
+    q = q * u + (tail ? 6.034240236e-04f : -1.339084541e-02f);
+    q = q * u + (tail ? -7.711944659e-04f : 2.480302786e-04f);
+    q = q * u + (tail ? 7.720421009e-04f : 4.986103679e-02f);
+    q = q * u + (tail ? -5.732718998e-04f : -1.098759835e-01f);
+    q = q * u + (tail ? 2.966379044e-04f : 1.223408072e-01f);
+    q = q * u + (tail ? -9.674548046e-05f : -7.414573785e-02f);
+    q = q * u + (tail ? 1.507534109e-05f : 1.962441656e-02f);
+    float r = -8.848233909e-06f;
+    r = r * x2 + 1.097230050e-04f;
+    r = r * x2 + -8.442827447e-04f;
+    r = r * x2 + 5.218169669e-03f;
+    r = r * x2 + -2.686441685e-02f;
+    r = r * x2 + 1.128376552e-01f;
+    r = r * x2 + -3.761263741e-01f;
+    r = r * x2 + 1.283791670e-01f;
+    float big = 1.0f - q;
+    big = ax > 3.92f ? 1.0f : big;
     big = x < 0.0f ? -big : big;
-    float y = ax < 1.25f ? small : big;
+    float y = small ? x + x * r : big;
     return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
