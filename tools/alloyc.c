@@ -248,17 +248,6 @@ static void print_usage(void)
     for (size_t i = 0; i < sizeof usage_text / sizeof usage_text[0]; i++) fputs(usage_text[i], stdout);
 }
 
-/* alloyc_vfail with the arguments given. */
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = alloyc_vfail(code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* A usage error: the message, a pointer to --help, exit status 2. */
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -268,7 +257,7 @@ static int usage_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return fail(EXIT_USAGE, "%s (see alloyc --help)", msg);
+    return alloyc_fail(EXIT_USAGE, "%s (see alloyc --help)", msg);
 }
 
 /* ---- command line ---- */
@@ -477,7 +466,7 @@ static int parse_args(int argc, char **argv, options *o, bool *done)
     o->feeds = calloc((size_t)argc, sizeof *o->feeds);
     o->fetches = calloc((size_t)argc, sizeof *o->fetches);
     o->sets = calloc((size_t)argc, sizeof *o->sets);
-    if (!o->feeds || !o->fetches || !o->sets) return fail(EXIT_ERROR, "out of memory");
+    if (!o->feeds || !o->fetches || !o->sets) return alloyc_fail(EXIT_ERROR, "out of memory");
     bool emit = false;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i], *value = NULL;
@@ -820,12 +809,12 @@ static bool find_program(const char *name, char *buf, size_t len)
 static int print_svg(alloy_graph *g, const options *o, const char *dot_path)
 {
     int fds[2];
-    if (pipe(fds) != 0) return fail(EXIT_ERROR, "cannot make a pipe to dot: %s", strerror(errno));
+    if (pipe(fds) != 0) return alloyc_fail(EXIT_ERROR, "cannot make a pipe to dot: %s", strerror(errno));
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]), close(fds[1]);
-        return fail(EXIT_ERROR, "cannot start %s: %s", dot_path, strerror(errno));
+        return alloyc_fail(EXIT_ERROR, "cannot start %s: %s", dot_path, strerror(errno));
     }
     if (pid == 0) {
         dup2(fds[0], 0);
@@ -843,12 +832,12 @@ static int print_svg(alloy_graph *g, const options *o, const char *dot_path)
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     signal(SIGPIPE, was);
-    if (st && st != ALLOY_ERR_IO) return fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
+    if (st && st != ALLOY_ERR_IO) return alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return fail(EXIT_ERROR, "%s -Tsvg failed (%s %d) on the DOT text of %s; --emit=dot writes that text", dot_path,
+        return alloyc_fail(EXIT_ERROR, "%s -Tsvg failed (%s %d) on the DOT text of %s; --emit=dot writes that text", dot_path,
                     WIFEXITED(status) ? "exit status" : "signal",
                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), o->ir_path);
-    if (st) return fail(EXIT_ERROR, "%s: writing the DOT text to %s failed", o->ir_path, dot_path);
+    if (st) return alloyc_fail(EXIT_ERROR, "%s: writing the DOT text to %s failed", o->ir_path, dot_path);
     return 0;
 }
 
@@ -863,7 +852,7 @@ static int cmd_print(const options *o)
     char dot_path[4096];
     if (o->emit == EMIT_SVG && !find_program("dot", dot_path, sizeof dot_path)) {
         alloy_graph_free(g);
-        return fail(EXIT_ERROR, "--emit=svg needs Graphviz's dot on the PATH (not found; install graphviz, or write "
+        return alloyc_fail(EXIT_ERROR, "--emit=svg needs Graphviz's dot on the PATH (not found; install graphviz, or write "
                                 "the DOT text with --emit=dot and render it elsewhere)");
     }
     static const alloy_dump_kind kinds[] = {ALLOY_DUMP_IR, ALLOY_DUMP_DOT, ALLOY_DUMP_DOT, ALLOY_DUMP_MEMORY_SVG};
@@ -876,8 +865,8 @@ static int cmd_print(const options *o)
     }
     if (!st) st = alloy_graph_dump(g, stdout, kinds[o->emit]);
     int rc = 0;
-    if (st) rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
-    else if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing the IR to stdout failed");
+    if (st) rc = alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
+    else if (fflush(stdout) || ferror(stdout)) rc = alloyc_fail(EXIT_ERROR, "writing the IR to stdout failed");
     alloy_graph_free(g);
     return rc;
 }
@@ -911,15 +900,15 @@ static int add_feed(run_ctx *r, const alloy_host_tensor *t, const char *file)
 {
     for (int i = 0; i < r->nfeeds; i++)
         if (strcmp(r->feeds[i].name, t->name) == 0)
-            return fail(EXIT_USAGE, "input '%s' is fed twice (from %s and from %s)", t->name,
+            return alloyc_fail(EXIT_USAGE, "input '%s' is fed twice (from %s and from %s)", t->name,
                         r->feed_file[i], file);
     if (r->nfeeds == r->feed_cap) {
         int cap = r->feed_cap ? r->feed_cap * 2 : 8;
         alloy_host_tensor *feeds = realloc(r->feeds, sizeof *feeds * (size_t)cap);
-        if (!feeds) return fail(EXIT_ERROR, "out of memory");
+        if (!feeds) return alloyc_fail(EXIT_ERROR, "out of memory");
         r->feeds = feeds;
         const char **from = realloc(r->feed_file, sizeof *from * (size_t)cap);
-        if (!from) return fail(EXIT_ERROR, "out of memory");
+        if (!from) return alloyc_fail(EXIT_ERROR, "out of memory");
         r->feed_file = from;
         r->feed_cap = cap;
     }
@@ -935,19 +924,19 @@ static int load_feed(run_ctx *r, const char *spec, int i)
     char name[512] = "";
     const char *path = spec;
     if (eq) {
-        if ((size_t)(eq - spec) >= sizeof name) return fail(EXIT_USAGE, "--feed: input name is too long");
+        if ((size_t)(eq - spec) >= sizeof name) return alloyc_fail(EXIT_USAGE, "--feed: input name is too long");
         memcpy(name, spec, (size_t)(eq - spec));
         name[eq - spec] = '\0';
         path = eq + 1;
-        if (!*path) return fail(EXIT_USAGE, "--feed %s: no file after '='", spec);
+        if (!*path) return alloyc_fail(EXIT_USAGE, "--feed %s: no file after '='", spec);
     }
     char err[1024] = "";
     alloy_status st = alloy_safetensors_load(path, &r->files[i], err, sizeof err);
-    if (st) return fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
+    if (st) return alloyc_fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
     const alloy_safetensors *file = r->files[i];
     if (eq) {
         const alloy_host_tensor *t = alloy_safetensors_find(file, name);
-        if (!t) return fail(EXIT_ERROR, "%s: no tensor named '%s' to feed", path, name);
+        if (!t) return alloyc_fail(EXIT_ERROR, "%s: no tensor named '%s' to feed", path, name);
         return add_feed(r, t, path);
     }
     int matched = 0;
@@ -964,7 +953,7 @@ static int load_feed(run_ctx *r, const char *spec, int i)
             size_t used = strlen(list);
             snprintf(list + used, sizeof list - used, "%s'%s'", k ? ", " : "", r->inputs.at[k]);
         }
-        return fail(EXIT_ERROR, "%s: no tensor in it is named like an input of %s (inputs: %s)", path,
+        return alloyc_fail(EXIT_ERROR, "%s: no tensor in it is named like an input of %s (inputs: %s)", path,
                     r->ir_path, r->inputs.n ? list : "none");
     }
     return 0;
@@ -984,7 +973,7 @@ static int setup_grads(alloy_graph *g, const options *o)
         for (int k = 0; t && k < alloy_graph_input_count(g); k++) {
             if (alloy_graph_input_at(g, k, &in) || strcmp(in.name, o->fetches[i] + 5) != 0) continue;
             alloy_status st = alloy_graph_request_grad(g, t);
-            if (st) return fail(EXIT_ERROR, "--fetch %s: %s", o->fetches[i], alloyc_graph_error(g, st));
+            if (st) return alloyc_fail(EXIT_ERROR, "--fetch %s: %s", o->fetches[i], alloyc_graph_error(g, st));
         }
     }
     if (o->loss && alloyc_set_loss(g, o)) return EXIT_ERROR;
@@ -993,7 +982,7 @@ static int setup_grads(alloy_graph *g, const options *o)
         return 0;
     }
     if (alloy_graph_set_training(g, true))
-        return fail(EXIT_ERROR, "--fetch %s needs a loss to differentiate: %s has no 'loss' line; name the loss "
+        return alloyc_fail(EXIT_ERROR, "--fetch %s needs a loss to differentiate: %s has no 'loss' line; name the loss "
                                 "node with --loss NAME", first, o->ir_path);
     return 0;
 }
@@ -1009,11 +998,11 @@ static int cmd_run(const options *o)
         goto done;
     }
     if (!list_names(r.g, &r.outputs, &r.inputs)) {
-        rc = fail(EXIT_ERROR, "out of memory");
+        rc = alloyc_fail(EXIT_ERROR, "out of memory");
         goto done;
     }
     if (o->amp != ALLOY_F32 && alloy_graph_enable_amp(r.g, o->amp)) {
-        rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, ALLOY_ERR_INVALID));
+        rc = alloyc_fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, ALLOY_ERR_INVALID));
         goto done;
     }
     if ((rc = setup_grads(r.g, o))) goto done;
@@ -1021,14 +1010,14 @@ static int cmd_run(const options *o)
     alloy_status set = alloy_graph_set_option(r.g, "device", "cpu");
     if (!set) set = alloyc_apply_sets(r.g, o);
     if (set) {
-        rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, set));
+        rc = alloyc_fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, set));
         goto done;
     }
     if (o->have_seed) alloy_graph_set_seed(r.g, o->seed);
     if (o->params && (rc = alloyc_load_params(r.g, o->params, o->ir_path, NULL))) goto done;
     r.files = calloc((size_t)o->nfeeds + 1, sizeof *r.files);
     if (!r.files) {
-        rc = fail(EXIT_ERROR, "out of memory");
+        rc = alloyc_fail(EXIT_ERROR, "out of memory");
         goto done;
     }
     for (; nfiles < o->nfeeds; nfiles++) {
@@ -1044,25 +1033,25 @@ static int cmd_run(const options *o)
         nfetch = r.outputs.n;
     }
     if (!nfetch) {
-        rc = fail(EXIT_ERROR, "%s declares no output; name what to write with --fetch", o->ir_path);
+        rc = alloyc_fail(EXIT_ERROR, "%s declares no output; name what to write with --fetch", o->ir_path);
         goto done;
     }
     r.fetches = calloc((size_t)nfetch, sizeof *r.fetches);
     if (!r.fetches) {
-        rc = fail(EXIT_ERROR, "out of memory");
+        rc = alloyc_fail(EXIT_ERROR, "out of memory");
         goto done;
     }
     for (int i = 0; i < nfetch; i++) r.fetches[i].name = fetch_names[i];
     alloy_status st = alloy_graph_run(r.g, r.feeds, r.nfeeds, r.fetches, nfetch);
     if (st) {
-        rc = fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, st));
+        rc = alloyc_fail(EXIT_ERROR, "%s", alloyc_graph_error(r.g, st));
         goto done;
     }
     static const char *const keys[] = {"producer", "graph_file"};
     const char *values[] = {"alloyc", o->ir_path};
     st = alloy_safetensors_save(o->out, r.fetches, nfetch, keys, values, 2, err, sizeof err);
     if (st) {
-        rc = fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
+        rc = alloyc_fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
         goto done;
     }
     printf("wrote %s:", o->out);
@@ -1073,7 +1062,7 @@ static int cmd_run(const options *o)
         printf("]");
     }
     printf("\n");
-    if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing to stdout failed");
+    if (fflush(stdout) || ferror(stdout)) rc = alloyc_fail(EXIT_ERROR, "writing to stdout failed");
 done:
     run_free(&r, nfiles);
     return rc;
@@ -1084,18 +1073,18 @@ static int print_summary(const char *dir)
 {
     size_t n = strlen(dir) + sizeof "/summary.txt";
     char *path = malloc(n);
-    if (!path) return fail(EXIT_ERROR, "out of memory");
+    if (!path) return alloyc_fail(EXIT_ERROR, "out of memory");
     snprintf(path, n, "%s/summary.txt", dir);
     size_t len;
     uint8_t *text;
     char err[1024];
     alloy_status st = al_file_read(path, 0, &text, &len, err, sizeof err);
     free(path);
-    if (st) return fail(EXIT_ERROR, "%s", err);
+    if (st) return alloyc_fail(EXIT_ERROR, "%s", err);
     fwrite(text, 1, len, stdout);
     al_free(text);
     printf("wrote %s\n", dir);
-    if (fflush(stdout) || ferror(stdout)) return fail(EXIT_ERROR, "writing to stdout failed");
+    if (fflush(stdout) || ferror(stdout)) return alloyc_fail(EXIT_ERROR, "writing to stdout failed");
     return 0;
 }
 
@@ -1111,13 +1100,13 @@ static int cmd_compile(const options *o)
     if (o->bundle) {
         if (o->have_seed) alloy_graph_set_seed(g, o->seed);
         if (!st) st = alloy_graph_save_bundle_flags(g, o->out, o->arch, o->with_state ? ALLOY_BUNDLE_WITH_STATE : 0);
-        int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
+        int rc = st ? alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
         if (!st) printf("wrote %s\n", o->out);
         alloy_graph_free(g);
         return rc;
     }
     if (!st) st = alloy_graph_export_cuda(g, o->arch, o->out);
-    int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : print_summary(o->out);
+    int rc = st ? alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : print_summary(o->out);
     alloy_graph_free(g);
     return rc;
 }

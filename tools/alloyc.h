@@ -64,6 +64,8 @@ typedef struct options {
 /* Prints "alloyc: <message>" as one line on stderr (control characters in
  * the message become spaces) and returns code. */
 int alloyc_vfail(int code, const char *fmt, va_list ap);
+/* alloyc_vfail with the arguments given. */
+int alloyc_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The scaler of --scaler's text (dynamic or static:S, then ,KEY=VALUE
  * options; not "none"): true and *out, or false with why filled. */
 bool alloyc_scaler(const char *text, alloy_grad_scaler *out, char *why, size_t whylen);

@@ -3,16 +3,6 @@
 
 #include "alloyc.h"
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = alloyc_vfail(code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* Loads and configures the IR file as o says, AMP's log on stdout, with
  * the stats file's ranges when ranges; compiles it and prints its AMP
  * summary. NULL after printing the error. */
@@ -34,7 +24,7 @@ static alloy_graph *report(const options *o, bool ranges)
     alloy_amp_report r;
     if (!st) st = alloy_graph_amp_report(g, &r);
     if (st) {
-        fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
+        alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
         alloy_graph_free(g);
         return NULL;
     }
@@ -47,7 +37,7 @@ static alloy_graph *report(const options *o, bool ranges)
 
 int alloyc_amp_report(const options *o)
 {
-    if (o->amp == ALLOY_F32 && o->amp_given) return fail(EXIT_USAGE, "amp-report: --amp=off leaves nothing to report");
+    if (o->amp == ALLOY_F32 && o->amp_given) return alloyc_fail(EXIT_USAGE, "amp-report: --amp=off leaves nothing to report");
     /* the step as AMP colours it; the statistics belong to that step */
     alloy_graph *g = report(o, false);
     if (!g) return EXIT_ERROR;
@@ -57,7 +47,7 @@ int alloyc_amp_report(const options *o)
         st = alloy_graph_load_amp_stats(g, o->stats);
         if (!st) st = alloy_graph_amp_stats(g, stdout);
     }
-    int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
+    int rc = st ? alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
     alloy_graph_free(g);
     if (!rc && o->stats) { /* then what range-aware colouring makes of them */
         printf("\n");
@@ -65,6 +55,6 @@ int alloyc_amp_report(const options *o)
         if (!g) return EXIT_ERROR;
         alloy_graph_free(g);
     }
-    if (!rc && (fflush(stdout) || ferror(stdout))) rc = fail(EXIT_ERROR, "writing to stdout failed");
+    if (!rc && (fflush(stdout) || ferror(stdout))) rc = alloyc_fail(EXIT_ERROR, "writing to stdout failed");
     return rc;
 }

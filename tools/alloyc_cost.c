@@ -3,16 +3,6 @@
 
 #include "alloyc.h"
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = alloyc_vfail(code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 int alloyc_cost(const options *o)
 {
     alloy_graph *g = alloyc_load_graph(o->ir_path);
@@ -25,8 +15,8 @@ int alloyc_cost(const options *o)
     alloy_cost_options co = {.device = o->cost_device, .arch = o->arch, .calibrate = o->calibrate,
                              .top = (int)o->top, .all = o->all};
     if (!st) st = alloy_graph_cost(g, &co, NULL, stdout);
-    int rc = st ? fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
+    int rc = st ? alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st)) : 0;
     alloy_graph_free(g);
-    if (!rc && (fflush(stdout) || ferror(stdout))) rc = fail(EXIT_ERROR, "writing to stdout failed");
+    if (!rc && (fflush(stdout) || ferror(stdout))) rc = alloyc_fail(EXIT_ERROR, "writing to stdout failed");
     return rc;
 }

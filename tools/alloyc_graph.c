@@ -16,9 +16,8 @@ int alloyc_vfail(int code, const char *fmt, va_list ap)
     return code;
 }
 
-/* alloyc_vfail with the arguments given. */
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
+/* alloyc_vfail with the arguments given (alloyc.h). */
+int alloyc_fail(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -66,7 +65,7 @@ alloy_graph *alloyc_load_graph(const char *path)
 {
     char err[1024] = "";
     alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
-    if (!g) fail(EXIT_ERROR, "%s", err[0] ? err : "cannot parse the IR file");
+    if (!g) alloyc_fail(EXIT_ERROR, "%s", err[0] ? err : "cannot parse the IR file");
     return g;
 }
 
@@ -101,8 +100,8 @@ alloy_optimizer alloyc_optimizer(const options *o)
 int alloyc_set_loss(alloy_graph *g, const options *o)
 {
     alloy_tensor *loss = alloy_graph_find(g, o->loss);
-    if (!loss) return fail(EXIT_ERROR, "--loss %s: %s has no node named '%s'", o->loss, o->ir_path, o->loss);
+    if (!loss) return alloyc_fail(EXIT_ERROR, "--loss %s: %s has no node named '%s'", o->loss, o->ir_path, o->loss);
     alloy_status st = alloy_graph_set_loss(g, loss);
-    if (st) return fail(EXIT_ERROR, "--loss %s: %s", o->loss, alloyc_graph_error(g, st));
+    if (st) return alloyc_fail(EXIT_ERROR, "--loss %s: %s", o->loss, alloyc_graph_error(g, st));
     return 0;
 }

@@ -7,16 +7,6 @@
 
 #define TRACKED ".num_batches_tracked"
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = alloyc_vfail(code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* Whether name is part of g's model: a param or state the model built
  * (batch_norm's running statistics), not state the passes add. */
 static bool is_model(alloy_graph *g, const char *name)
@@ -48,7 +38,7 @@ int alloyc_load_params(alloy_graph *g, const char *path, const char *ir_path, in
     char err[512];
     alloy_safetensors *file = NULL;
     alloy_status st = alloy_safetensors_load(path, &file, err, sizeof err);
-    if (st) return fail(EXIT_ERROR, "--params %s", err);
+    if (st) return alloyc_fail(EXIT_ERROR, "--params %s", err);
     char unknown[512] = "", missing[512] = "";
     int nunknown = 0, nmissing = 0;
     for (int i = 0; i < alloy_safetensors_count(file); i++) {
@@ -62,17 +52,17 @@ int alloyc_load_params(alloy_graph *g, const char *path, const char *ir_path, in
     }
     alloy_safetensors_free(file);
     if (nunknown)
-        return fail(EXIT_ERROR,
+        return alloyc_fail(EXIT_ERROR,
                            "--params %s: %d tensor%s in it name%s no parameter or running statistic of %s: %s (a "
                            "params file holds exactly the model's tensors, as a PyTorch state_dict)",
                            path, nunknown, nunknown == 1 ? "" : "s", nunknown == 1 ? "s" : "", ir_path, unknown);
     if (nmissing)
-        return fail(EXIT_ERROR, "--params %s: it has no tensor for %d of the parameters and running statistics "
+        return alloyc_fail(EXIT_ERROR, "--params %s: it has no tensor for %d of the parameters and running statistics "
                                        "of %s: %s",
                            path, nmissing, ir_path, missing);
     int n = 0, ignored = 0;
     if ((st = alloy_graph_load_params(g, path, &n, &ignored)))
-        return fail(EXIT_ERROR, "--params %s: %s", path, alloyc_graph_error(g, st));
+        return alloyc_fail(EXIT_ERROR, "--params %s: %s", path, alloyc_graph_error(g, st));
     if (loaded) *loaded = n;
     return 0;
 }
@@ -80,6 +70,6 @@ int alloyc_load_params(alloy_graph *g, const char *path, const char *ir_path, in
 int alloyc_save_params(alloy_graph *g, const char *path)
 {
     alloy_status st = alloy_graph_save_params(g, path);
-    if (st) return fail(EXIT_ERROR, "--save-params %s: %s", path, alloyc_graph_error(g, st));
+    if (st) return alloyc_fail(EXIT_ERROR, "--save-params %s: %s", path, alloyc_graph_error(g, st));
     return 0;
 }

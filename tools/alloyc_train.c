@@ -9,16 +9,6 @@
 #include "alloyc.h"
 #include "base/file.h"
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = alloyc_vfail(code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* How one input is fed: a tensor of a --feed file, whole every step or one
  * slice of its leading dimension per step. */
 typedef struct input_feed {
@@ -78,7 +68,7 @@ static int assign(trainer *t, input_feed *f, const alloy_host_tensor *src, const
 {
     const alloy_host_tensor *in = &f->input;
     if (f->src)
-        return fail(EXIT_USAGE, "input '%s' is fed twice (from %s and from %s)", in->name, f->file, file);
+        return alloyc_fail(EXIT_USAGE, "input '%s' is fed twice (from %s and from %s)", in->name, f->file, file);
     char want[160], got[160];
     type_text(in->dtype, in->rank, in->dims, want, sizeof want);
     type_text(src->dtype, src->rank, src->dims, got, sizeof got);
@@ -95,16 +85,16 @@ static int assign(trainer *t, input_feed *f, const alloy_host_tensor *src, const
         type_text(in->dtype, in->rank + 1, dims, batch, sizeof batch);
         char *zero = strstr(batch, "[0");
         if (zero) zero[1] = 'B'; /* f32[B,8,4] */
-        return fail(EXIT_ERROR, "%s: tensor '%s' is %s; input '%s' of %s takes %s (the same batch every step) or %s "
+        return alloyc_fail(EXIT_ERROR, "%s: tensor '%s' is %s; input '%s' of %s takes %s (the same batch every step) or %s "
                                 "(B batches, one per step in turn)", file, src->name, got, in->name, t->o->ir_path,
                     want, batch);
     }
     f->src = src;
     f->file = file;
     if (same) return 0;
-    if (src->dims[0] == 0) return fail(EXIT_ERROR, "%s: tensor '%s' is %s: it holds no batch", file, src->name, got);
+    if (src->dims[0] == 0) return alloyc_fail(EXIT_ERROR, "%s: tensor '%s' is %s: it holds no batch", file, src->name, got);
     if (t->batches && t->batches != src->dims[0])
-        return fail(EXIT_ERROR, "%s: tensor '%s' holds %lld batches, the first batched feed (from %s) %lld; batched "
+        return alloyc_fail(EXIT_ERROR, "%s: tensor '%s' holds %lld batches, the first batched feed (from %s) %lld; batched "
                                 "feeds must hold the same number", file, src->name, (long long)src->dims[0],
                     t->batch_file, (long long)t->batches);
     f->batches = src->dims[0];
@@ -129,22 +119,22 @@ static int load_feed(trainer *t, const char *spec, int i)
     const char *path = eq ? eq + 1 : spec;
     char name[512] = "", list[512];
     if (eq) {
-        if ((size_t)(eq - spec) >= sizeof name) return fail(EXIT_USAGE, "--feed: input name is too long");
+        if ((size_t)(eq - spec) >= sizeof name) return alloyc_fail(EXIT_USAGE, "--feed: input name is too long");
         memcpy(name, spec, (size_t)(eq - spec));
         name[eq - spec] = '\0';
-        if (!*path) return fail(EXIT_USAGE, "--feed %s: no file after '='", spec);
+        if (!*path) return alloyc_fail(EXIT_USAGE, "--feed %s: no file after '='", spec);
     }
     char err[1024] = "";
     alloy_status st = alloy_safetensors_load(path, &t->files[i], err, sizeof err);
-    if (st) return fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
+    if (st) return alloyc_fail(EXIT_ERROR, "%s", err[0] ? err : alloy_status_name(st));
     t->nfiles = i + 1;
     const alloy_safetensors *file = t->files[i];
     if (eq) {
         input_feed *f = find_input(t, name);
-        if (!f) return fail(EXIT_ERROR, "--feed %s: '%s' is not an input of %s (inputs: %s)", spec, name, t->o->ir_path,
+        if (!f) return alloyc_fail(EXIT_ERROR, "--feed %s: '%s' is not an input of %s (inputs: %s)", spec, name, t->o->ir_path,
                             input_list(t, list, sizeof list));
         const alloy_host_tensor *src = alloy_safetensors_find(file, name);
-        if (!src) return fail(EXIT_ERROR, "%s: no tensor named '%s' to feed", path, name);
+        if (!src) return alloyc_fail(EXIT_ERROR, "%s: no tensor named '%s' to feed", path, name);
         return assign(t, f, src, path);
     }
     int matched = 0;
@@ -157,7 +147,7 @@ static int load_feed(trainer *t, const char *spec, int i)
         matched++;
     }
     if (!matched)
-        return fail(EXIT_ERROR, "%s: no tensor in it is named like an input of %s (inputs: %s)", path, t->o->ir_path,
+        return alloyc_fail(EXIT_ERROR, "%s: no tensor in it is named like an input of %s (inputs: %s)", path, t->o->ir_path,
                     input_list(t, list, sizeof list));
     return 0;
 }
@@ -170,10 +160,10 @@ static int load_feeds(trainer *t)
     t->inputs = calloc((size_t)t->ninputs + 1, sizeof *t->inputs);
     t->feeds = calloc((size_t)t->ninputs + 1, sizeof *t->feeds);
     t->files = calloc((size_t)o->nfeeds + 1, sizeof *t->files);
-    if (!t->inputs || !t->feeds || !t->files) return fail(EXIT_ERROR, "out of memory");
+    if (!t->inputs || !t->feeds || !t->files) return alloyc_fail(EXIT_ERROR, "out of memory");
     for (int i = 0; i < t->ninputs; i++)
         if (alloy_graph_input_at(t->g, i, &t->inputs[i].input))
-            return fail(EXIT_ERROR, "%s", alloyc_graph_error(t->g, ALLOY_ERR_INVALID));
+            return alloyc_fail(EXIT_ERROR, "%s", alloyc_graph_error(t->g, ALLOY_ERR_INVALID));
     for (int i = 0; i < o->nfeeds; i++) {
         int rc = load_feed(t, o->feeds[i], i);
         if (rc) return rc;
@@ -181,7 +171,7 @@ static int load_feeds(trainer *t)
     for (int i = 0; i < t->ninputs; i++) {
         const input_feed *f = &t->inputs[i];
         if (!f->src)
-            return fail(EXIT_ERROR, "input '%s' of %s is not fed (give --feed %s=FILE, or a --feed FILE holding a "
+            return alloyc_fail(EXIT_ERROR, "input '%s' of %s is not fed (give --feed %s=FILE, or a --feed FILE holding a "
                                     "tensor named '%s')", f->input.name, o->ir_path, f->input.name, f->input.name);
         t->feeds[i] = *f->src;
         t->feeds[i].name = f->input.name;
@@ -250,7 +240,7 @@ static int configure_training(trainer *t)
     if (o->loss) {
         if (alloyc_set_loss(g, o)) return EXIT_ERROR;
     } else if (alloy_graph_set_training(g, true)) {
-        return fail(EXIT_ERROR, "%s has no 'loss' line to train on; name the loss node with --loss NAME", o->ir_path);
+        return alloyc_fail(EXIT_ERROR, "%s has no 'loss' line to train on; name the loss node with --loss NAME", o->ir_path);
     }
     alloy_status st = o->amp != ALLOY_F32 ? alloy_graph_enable_amp(g, o->amp) : ALLOY_OK;
     const char *scaler = o->scaler ? o->scaler : o->amp == ALLOY_F16 ? "dynamic" : "none";
@@ -263,7 +253,7 @@ static int configure_training(trainer *t)
     if (!st) st = alloy_graph_add_optimizer(g, alloyc_optimizer(o));
     if (!st && o->amp_stats) st = alloy_graph_set_option(g, "amp_stats", "1");
     if (!st) st = alloyc_apply_sets(g, o);
-    if (st) return fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
+    if (st) return alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(g, st));
     if (o->have_seed) alloy_graph_set_seed(g, o->seed);
     return 0;
 }
@@ -277,12 +267,12 @@ static int load_start(trainer *t, long *first_step)
     bool resume = false;
     if (o->checkpoint) {
         if (stat(o->checkpoint, &sb) == 0) resume = true;
-        else if (errno != ENOENT) return fail(EXIT_ERROR, "--checkpoint %s: %s", o->checkpoint, strerror(errno));
+        else if (errno != ENOENT) return alloyc_fail(EXIT_ERROR, "--checkpoint %s: %s", o->checkpoint, strerror(errno));
     }
     if (resume) {
         alloy_status st = alloy_graph_load_checkpoint(t->g, o->checkpoint);
         if (st)
-            return fail(EXIT_ERROR, "--checkpoint %s: %s (a resumed run needs the same IR file, --optimizer and "
+            return alloyc_fail(EXIT_ERROR, "--checkpoint %s: %s (a resumed run needs the same IR file, --optimizer and "
                                     "--scaler as the run that saved it)", o->checkpoint, alloyc_graph_error(t->g, st));
     } else if (o->params) {
         int loaded = 0, rc = alloyc_load_params(t->g, o->params, o->ir_path, &loaded);
@@ -301,7 +291,7 @@ static int load_start(trainer *t, long *first_step)
 static int save(trainer *t, long step)
 {
     alloy_status st = alloy_graph_save_checkpoint(t->g, t->o->checkpoint);
-    if (st) return fail(EXIT_ERROR, "--checkpoint %s: %s", t->o->checkpoint, alloyc_graph_error(t->g, st));
+    if (st) return alloyc_fail(EXIT_ERROR, "--checkpoint %s: %s", t->o->checkpoint, alloyc_graph_error(t->g, st));
     printf("saved %s at step %ld\n", t->o->checkpoint, step);
     fflush(stdout);
     return 0;
@@ -331,35 +321,35 @@ int alloyc_train(const options *o)
     /* the checkpoint's destination before any step: a run that cannot
      * save is refused now, not after all its steps (base/file.h) */
     char err[1024];
-    if (o->zero && !o->data_parallel) return fail(EXIT_USAGE, "%s", "--zero needs --data-parallel");
+    if (o->zero && !o->data_parallel) return alloyc_fail(EXIT_USAGE, "%s", "--zero needs --data-parallel");
     if (o->checkpoint && al_file_check_writable(o->checkpoint, err, sizeof err))
-        return fail(EXIT_ERROR, "--checkpoint: %s", err);
+        return alloyc_fail(EXIT_ERROR, "--checkpoint: %s", err);
     if (o->amp_stats && al_file_check_writable(o->amp_stats, err, sizeof err))
-        return fail(EXIT_ERROR, "--amp-stats: %s", err);
+        return alloyc_fail(EXIT_ERROR, "--amp-stats: %s", err);
     t.g = alloyc_load_graph(o->ir_path);
     if (!t.g) return EXIT_ERROR;
     long first = 0;
     if ((rc = configure_training(&t)) || (rc = load_feeds(&t))) goto done;
     if (o->data_parallel) { /* every rank the same graph and batches; a peer that dies is an error in 600 s */
         if (alloy_comm_world(&comm, err, sizeof err)) {
-            rc = fail(EXIT_ERROR, "--data-parallel: %s", err);
+            rc = alloyc_fail(EXIT_ERROR, "--data-parallel: %s", err);
             goto done;
         }
         rank = alloy_comm_rank(comm), ranks = alloy_comm_size(comm);
         alloy_status st = alloy_graph_set_data_parallel(t.g, comm,
                                                         &(alloy_data_parallel){.timeout_s = 600, .zero_stage = o->zero});
         if (st) {
-            rc = fail(EXIT_ERROR, "--data-parallel: %s", alloyc_graph_error(t.g, st));
+            rc = alloyc_fail(EXIT_ERROR, "--data-parallel: %s", alloyc_graph_error(t.g, st));
             goto done;
         }
         if (rank && !freopen("/dev/null", "w", stdout)) {
-            rc = fail(EXIT_ERROR, "--data-parallel: rank %d cannot silence its output", rank);
+            rc = alloyc_fail(EXIT_ERROR, "--data-parallel: rank %d cannot silence its output", rank);
             goto done;
         }
     }
     const char *device = alloy_graph_device(t.g); /* compiles the step: its time is not a step's */
     if (!device) {
-        rc = fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(t.g, ALLOY_ERR_INVALID));
+        rc = alloyc_fail(EXIT_ERROR, "%s: %s", o->ir_path, alloyc_graph_error(t.g, ALLOY_ERR_INVALID));
         goto done;
     }
     print_header(&t, device);
@@ -384,7 +374,7 @@ int alloyc_train(const options *o)
         }
         if (!st) st = alloy_graph_step_info(t.g, &s);
         if (st) {
-            rc = fail(EXIT_ERROR, "step %ld: %s", step, alloyc_graph_error(t.g, st));
+            rc = alloyc_fail(EXIT_ERROR, "step %ld: %s", step, alloyc_graph_error(t.g, st));
             goto done;
         }
         bool log = step % log_every == 0 || i == o->steps;
@@ -407,7 +397,7 @@ int alloyc_train(const options *o)
         alloy_status st = alloy_graph_amp_stats(t.g, stdout);
         if (!st) st = alloy_graph_save_amp_stats(t.g, o->amp_stats);
         if (st) {
-            rc = fail(EXIT_ERROR, "--amp-stats %s: %s", o->amp_stats, alloyc_graph_error(t.g, st));
+            rc = alloyc_fail(EXIT_ERROR, "--amp-stats %s: %s", o->amp_stats, alloyc_graph_error(t.g, st));
             goto done;
         }
         printf("saved the range statistics to %s\n", o->amp_stats);
@@ -416,7 +406,7 @@ int alloyc_train(const options *o)
         if ((rc = alloyc_save_params(t.g, o->save_params))) goto done;
         printf("saved the parameters to %s\n", o->save_params);
     }
-    if (fflush(stdout) || ferror(stdout)) rc = fail(EXIT_ERROR, "writing to stdout failed");
+    if (fflush(stdout) || ferror(stdout)) rc = alloyc_fail(EXIT_ERROR, "writing to stdout failed");
 done:
     trainer_free(&t);
     alloy_comm_free(comm); /* finalizes MPI */

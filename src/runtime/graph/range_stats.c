@@ -10,22 +10,31 @@
 /* The largest finite value of dt (f16 65504, bf16 (2 - 2^-7) 2^127). */
 static double format_max(alloy_dtype dt) { return dt == ALLOY_F16 ? 65504.0 : 0x1.fep127; }
 
+/* g->ranges and g->run_ranges made for the compiled graph's node count
+ * when they are not (the entries since the compile dropped); ALLOY_ERR_OOM
+ * naming what. */
+static alloy_status entries_for_compiled(alloy_graph *g, const char *what)
+{
+    int nn = g->compiled->nnodes;
+    if (g->ranges && g->nranges == nn) return ALLOY_OK;
+    range_stats_drop(g);
+    g->ranges = al_calloc((size_t)nn + 1, sizeof *g->ranges);
+    g->run_ranges = al_calloc((size_t)nn + 1, sizeof *g->run_ranges);
+    if (!g->ranges || !g->run_ranges) {
+        range_stats_drop(g);
+        return graph_fail(g, ALLOY_ERR_OOM, "%s: out of memory for the entries of %d values", what, nn);
+    }
+    g->nranges = nn;
+    return ALLOY_OK;
+}
+
 alloy_status range_stats_prepare(alloy_graph *g, rt_range **out)
 {
     *out = NULL;
     if (!g->cfg.amp_stats) return ALLOY_OK;
-    int nn = g->compiled->nnodes;
-    if (!g->ranges || g->nranges != nn) {
-        range_stats_drop(g);
-        g->ranges = al_calloc((size_t)nn + 1, sizeof *g->ranges);
-        g->run_ranges = al_calloc((size_t)nn + 1, sizeof *g->run_ranges);
-        if (!g->ranges || !g->run_ranges) {
-            range_stats_drop(g);
-            return graph_fail(g, ALLOY_ERR_OOM, "out of memory for amp_stats' entries (%d values)", nn);
-        }
-        g->nranges = nn;
-    }
-    memset(g->run_ranges, 0, sizeof *g->run_ranges * (size_t)nn);
+    alloy_status st = entries_for_compiled(g, "amp_stats");
+    if (st) return st;
+    memset(g->run_ranges, 0, sizeof *g->run_ranges * (size_t)g->nranges);
     *out = g->run_ranges;
     return ALLOY_OK;
 }
@@ -235,21 +244,13 @@ static const char *load_line(alloy_graph *g, const amp_stats_line *v, char *why,
 
 alloy_status range_stats_load(alloy_graph *g, const char *path)
 {
-    int nn = g->compiled->nnodes;
-    if (!g->ranges || g->nranges != nn) {
-        range_stats_drop(g);
-        g->ranges = al_calloc((size_t)nn + 1, sizeof *g->ranges);
-        g->run_ranges = al_calloc((size_t)nn + 1, sizeof *g->run_ranges);
-        if (!g->ranges || !g->run_ranges) {
-            range_stats_drop(g);
-            return graph_fail(g, ALLOY_ERR_OOM, "load_amp_stats: out of memory for %d values", nn);
-        }
-        g->nranges = nn;
-    }
+    alloy_status st = entries_for_compiled(g, "load_amp_stats");
+    if (st) return st;
+    int nn = g->nranges;
     uint8_t *bytes = NULL;
     size_t len = 0;
     char err[512];
-    alloy_status st = al_file_read(path, AMP_STATS_MAX_BYTES, &bytes, &len, err, sizeof err);
+    st = al_file_read(path, AMP_STATS_MAX_BYTES, &bytes, &len, err, sizeof err);
     if (st) return graph_fail(g, st, "load_amp_stats: %s", err);
     char *text = (char *)bytes;
     if (strlen(text) != len) {
