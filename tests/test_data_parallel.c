@@ -597,6 +597,49 @@ static void mismatch_case(alloy_comm *comm)
     }
 }
 
+/* alloy_graph_check_replicas: ranks that took the same steps hold the same
+ * state (ZeRO-1's shards left out); one element of w1 changed on rank 1 is
+ * named on every rank, with the tensor and the count. */
+static void replicas_case(alloy_comm *comm, int zero)
+{
+    alloy_optimizer o = alloy_adamw(3e-3, 0.9, 0.999, 1e-8, 0.01);
+    alloy_graph *g = mlp("dp", R, false, &o, 11 + (uint64_t)rank);
+    alloy_data_parallel opt = {.timeout_s = 120, .zero_stage = zero};
+    ok(g, alloy_graph_set_data_parallel(g, comm, &opt), "set_data_parallel");
+    float x[MAXW * R * IN];
+    int32_t t[MAXW * R];
+    for (int step = 0; step < 3; step++) {
+        batch_of(step * world + rank, x, t);
+        alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {R, IN}, x}, {"targets", ALLOY_I32, 1, {R}, t}};
+        ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "run");
+    }
+    alloy_status st = alloy_graph_check_replicas(g);
+    if (st) {
+        fprintf(stderr, "rank %d: FAIL replicas (ZeRO %d): equal ranks reported as differing: %s\n", rank, zero,
+                alloy_last_error(g));
+        failures++;
+    }
+    alloy_host_tensor w;
+    ok(g, alloy_graph_get_state(g, "w1", &w), "get_state");
+    size_t bytes = (size_t)alloy_host_tensor_numel(&w) * alloy_dtype_size(w.dtype);
+    float *copy = malloc(bytes);
+    memcpy(copy, w.data, bytes);
+    if (rank == 1) copy[5] += 1.0f;
+    w.data = copy;
+    ok(g, alloy_graph_set_state(g, &w), "set_state");
+    free(copy);
+    st = alloy_graph_check_replicas(g);
+    const char *msg = alloy_last_error(g);
+    if (world > 1 && (st != ALLOY_ERR_INVALID || !strstr(msg, "rank 1's state differs from rank 0's: 'w1' (1 of "))) {
+        fprintf(stderr, "rank %d: FAIL replicas (ZeRO %d): got %d '%s', expected rank 1's w1 named\n", rank, zero,
+                (int)st, msg);
+        failures++;
+    } else if (rank == 0) {
+        printf("replicas (ZeRO %d): %s\n", zero, msg);
+    }
+    alloy_graph_free(g);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -685,6 +728,8 @@ int main(int argc, char **argv)
         zero_checkpoint_case(comm);
         dropout_case(comm);
         mismatch_case(comm);
+        replicas_case(comm, 0);
+        replicas_case(comm, 1);
     }
     int total = failures;
     MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -73,6 +73,15 @@ typedef struct alloy_data_parallel {
  * broadcast failed or timed out). Takes effect at the next compile. */
 ALLOY_API alloy_status alloy_graph_set_data_parallel(alloy_graph *g, alloy_comm *comm, const alloy_data_parallel *opts);
 
+/* Checks that every rank holds the same state (a collective: every rank
+ * calls it): each state tensor's bytes hashed (ZeRO-1's shards, each
+ * rank's own, left out), the hashes all-gathered and compared with rank
+ * 0's. ALLOY_ERR_INVALID on every rank naming the first rank that
+ * differs, its first differing tensor and how many differ; ALLOY_OK for a
+ * graph that is not data-parallel. A run whose ranks took different steps
+ * (another batch count, a rank that skipped a step) shows here. */
+ALLOY_API alloy_status alloy_graph_check_replicas(alloy_graph *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -96,3 +96,44 @@ alloy_status graph_dp_check_ranks(alloy_graph *g)
     al_free(all);
     return st;
 }
+
+/* Whether s is ZeRO-1's shard of a tensor (each rank holds its own part). */
+static bool is_shard(const alloy_graph *g, const rt_state *s)
+{
+    int id = g->compiled ? ir_find_name(g->compiled, s->name) : -1;
+    return id >= 0 && ir_attr_find(g->compiled->nodes[id], "shard_of");
+}
+
+alloy_status alloy_graph_check_replicas(alloy_graph *g)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!g->comm) return ALLOY_OK; /* one process: one replica */
+    alloy_status st = state_ensure(g);
+    if (st) return st;
+    int n = alloy_comm_size(g->comm), k = g->nstate;
+    uint64_t *mine = al_calloc((size_t)k + 1, sizeof *mine), *all = al_calloc((size_t)k * (size_t)n + 1, sizeof *all);
+    if (!mine || !all) {
+        al_free(mine), al_free(all);
+        return graph_fail(g, ALLOY_ERR_OOM, "check_replicas: out of memory for %d hashes", k * n);
+    }
+    for (int i = 0; i < k && !st; i++) {
+        rt_state *s = &g->state[i];
+        if (is_shard(g, s)) continue; /* 0 on every rank */
+        if (!(st = state_host(g, s))) mine[i] = fnv(1469598103934665603ull, s->cell->host, ir_nbytes(&s->type));
+    }
+    char err[512];
+    if (!st && (st = comm_all_gather_u64(g->comm, mine, k, all, "check_replicas", err, sizeof err)))
+        graph_fail(g, st, "check_replicas: %s", err);
+    for (int r = 1; r < n && !st; r++) {
+        int first = -1, differ = 0;
+        for (int i = 0; i < k; i++)
+            if (all[(size_t)r * (size_t)k + (size_t)i] != all[i]) differ++, first = first < 0 ? i : first;
+        if (differ)
+            st = graph_fail(g, ALLOY_ERR_INVALID,
+                            "check_replicas: rank %d's state differs from rank 0's: '%s' (%d of %d state tensors "
+                            "differ); data-parallel ranks must hold the same state",
+                            r, g->state[first].name, differ, k);
+    }
+    al_free(mine), al_free(all);
+    return st;
+}
