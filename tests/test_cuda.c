@@ -533,6 +533,139 @@ static void gemm_layouts(target t)
 static void emu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_EMULATION); }
 static void gpu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_GPU); }
 
+/* ---- the GEMM's bias epilogue ---- */
+
+enum { LIN_IN = 20, LIN_OUT = 36, LIN_STEPS = 3 };
+
+/* A linear layer y = x w + b, x [2, 12, LIN_IN], everything in dt (no
+ * AMP: under AMP the loss's cast to f32 joins the gemm step, and cuBLASLt's
+ * bias must be in D's dtype), and when train the loss the mean of
+ * (y - t)^2 and SGD. When checked, with amp_check on: every
+ * gemm step keeps its generated epilogue kernel (which checks what it
+ * computes; the bias epilogue takes a step only without checks), the
+ * values the same. */
+static alloy_graph *linear_graph(const char *device, alloy_dtype dt, bool train, bool checked)
+{
+    alloy_graph *g = alloy_graph_new("linear");
+    alloy_graph_set_seed(g, 3);
+    alloy_dtype pd = dt;
+    alloy_tensor *x = alloy_input(g, "x", pd, 3, (int64_t[]){2, 12, LIN_IN});
+    alloy_tensor *w = alloy_param(g, "w", pd, 2, (int64_t[]){LIN_IN, LIN_OUT}, alloy_init_uniform(-0.5, 0.5));
+    alloy_tensor *b = alloy_param(g, "b", pd, 1, (int64_t[]){LIN_OUT}, alloy_init_uniform(-1, 1));
+    alloy_tensor *p = alloy_matmul(g, x, w, false, false), *y = alloy_add(g, p, b);
+    expect_ok(g, alloy_output(g, "y", y), "output");
+    if (train) {
+        alloy_tensor *t = alloy_input(g, "t", pd, 3, (int64_t[]){2, 12, LIN_OUT});
+        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
+    }
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
+    return g;
+}
+
+/* One run of a linear graph on x (and t when training); y copied out (test_free), its dtype and count. */
+static void *run_linear(alloy_graph *g, alloy_dtype dt, bool train, const float *xf, const float *tf, alloy_dtype *ydt,
+                        int64_t *yn)
+{
+    alloy_dtype pd = dt;
+    int64_t nx = 2 * 12 * LIN_IN, nt = 2 * 12 * LIN_OUT;
+    size_t es = alloy_dtype_size(pd);
+    double *v = test_malloc(sizeof(double) * (size_t)(nx + nt));
+    void *bx = test_malloc(es * (size_t)nx), *bt = test_malloc(es * (size_t)nt);
+    for (int64_t i = 0; i < nx; i++) v[i] = xf[i];
+    for (int64_t i = 0; i < nt; i++) v[nx + i] = tf[i];
+    test_encode(pd, v, bx, nx);
+    test_encode(pd, v + nx, bt, nt);
+    alloy_host_tensor feeds[2] = {{.name = "x", .dtype = pd, .rank = 3, .dims = {2, 12, LIN_IN}, .data = bx},
+                                  {.name = "t", .dtype = pd, .rank = 3, .dims = {2, 12, LIN_OUT}, .data = bt}};
+    alloy_host_tensor out = {.name = "y"};
+    expect_ok(g, alloy_graph_run(g, feeds, train ? 2 : 1, &out, 1), "run");
+    *ydt = out.dtype, *yn = alloy_host_tensor_numel(&out);
+    size_t bytes = alloy_dtype_size(out.dtype) * (size_t)*yn;
+    void *y = test_malloc(bytes + 1);
+    memcpy(y, out.data, bytes);
+    test_free(v), test_free(bx), test_free(bt);
+    return y;
+}
+
+/* y = x w + b with cuBLASLt's bias epilogue (one GEMM writing y in its dtype, no epilogue kernel)
+ * against the generated epilogue kernel (the same layer with amp_check on) and the CPU: in f32,
+ * f16 and bf16, forward and LIN_STEPS training steps. On the emulated device y agrees bit for bit
+ * with the kernel's at every step (the f32 product plus the bias rounded once into y's dtype, in
+ * both; the states are not compared bit for bit: amp_check's kernels sum some gradients in another
+ * order); against the CPU within one op's chain_bound of the largest |y| (the forward) or the
+ * training bound (y and the state). */
+static void linear_bias(target t)
+{
+    use_target(t);
+    static const alloy_dtype dts[] = {F32, F16, BF16};
+    float xf[2 * 12 * LIN_IN], tf[2 * 12 * LIN_OUT];
+    test_rng = 41;
+    for (size_t i = 0; i < sizeof xf / sizeof xf[0]; i++) xf[i] = (float)test_uniform(-1, 1);
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) tf[i] = (float)test_uniform(-1, 1);
+    for (int train = 0; train < 2; train++)
+        for (size_t di = 0; di < 3; di++) {
+            alloy_dtype dt = dts[di];
+            alloy_graph *epi = linear_graph("cuda", dt, train, false), *kern = linear_graph("cuda", dt, train, true),
+                        *cpu = linear_graph("cpu", dt, train, false);
+            long kernels = 0, gemms = 0, bias_gemms = 0, kernels_kept = 0;
+            double worst = 0;
+            for (int s = 0; s < (train ? LIN_STEPS : 1); s++) {
+                alloy_dtype ydt, kdt, cdt;
+                int64_t n, kn, cn;
+                emu_device_stats s0 = emu_totals();
+                void *ye = run_linear(epi, dt, train, xf, tf, &ydt, &n);
+                emu_device_stats s1 = emu_totals();
+                void *yk = run_linear(kern, dt, train, xf, tf, &kdt, &kn);
+                emu_device_stats s2 = emu_totals();
+                void *yc = run_linear(cpu, dt, train, xf, tf, &cdt, &cn);
+                assert_true(ydt == kdt && ydt == cdt && n == kn && n == cn);
+                kernels += s1.launches - s0.launches, gemms += s1.gemms - s0.gemms;
+                bias_gemms += s1.bias_gemms - s0.bias_gemms;
+                assert_int_equal(s2.bias_gemms, s1.bias_gemms); /* amp_check: no bias epilogue */
+                kernels_kept += s2.launches - s1.launches;
+                double scale = 0;
+                for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(ydt, yc, i)));
+                for (int64_t i = 0; i < n; i++) {
+                    double e = test_decode(ydt, ye, i), k = test_decode(ydt, yk, i),
+                           c = test_decode(ydt, yc, i);
+                    if (t == ON_EMULATION && memcmp((char *)ye + i * (int64_t)alloy_dtype_size(ydt),
+                                                    (char *)yk + i * (int64_t)alloy_dtype_size(ydt),
+                                                    alloy_dtype_size(ydt)) != 0)
+                        fail_msg("%s %s step %d: y[%lld] is %.9g with the bias epilogue, %.9g with the epilogue kernel, %.9g on the CPU",
+                                 alloy_dtype_name(dt), train ? "training" : "forward", s, (long long)i, e, k, c);
+                    worst = fmax(worst, fabs(e - c) / (scale > 0 ? scale : 1));
+                }
+                test_free(ye), test_free(yk), test_free(yc);
+            }
+            double bound = train ? chain_bound(CHAIN_DEPTH, LIN_IN, dt) : chain_bound(1, LIN_IN, dt);
+            char name[64] = "";
+            double d = train ? state_distance(cpu, epi, name, sizeof name) : 0;
+            print_message("linear %s %s on %s: worst y difference from the CPU %.3g, state %.3g (%s), bound %.3g; "
+                          "%ld kernels and %ld GEMMs (%ld with the bias epilogue), %ld kernels with the epilogue kernel\n",
+                          alloy_dtype_name(dt), train ? "training" : "forward", t == ON_GPU ? "the GPU" : "the emulated device",
+                          worst, d, name, bound, kernels, gemms, bias_gemms, kernels_kept);
+            if (!(worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", worst, bound);
+            if (!(d <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", name, d, bound);
+            if (t == ON_EMULATION && !train) { /* the forward: one GEMM and no kernel, against GEMM + epilogue kernel */
+                assert_int_equal(kernels, 0);
+                assert_int_equal(gemms, 1);
+                assert_int_equal(bias_gemms, 1);
+                assert_true(kernels_kept >= 1);
+            }
+            if (t == ON_EMULATION && train) {
+                assert_int_equal(bias_gemms, LIN_STEPS); /* the forward's GEMM each step */
+                assert_true(kernels < kernels_kept);
+            }
+            alloy_graph_free(epi), alloy_graph_free(kern), alloy_graph_free(cpu);
+        }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_linear_bias(void **state) { (void)state; linear_bias(ON_EMULATION); }
+static void gpu_linear_bias(void **state) { (void)state; linear_bias(ON_GPU); }
+
 /* ---- out of device memory ---- */
 
 /* An arena that does not fit: the run fails naming the bytes asked and
@@ -1165,6 +1298,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(device_choice),
         cmocka_unit_test(stub_driver_is_refused),
         cmocka_unit_test(emu_gemm_layouts),
+        cmocka_unit_test(emu_linear_bias),
         cmocka_unit_test(emu_mlp_fp32),
         cmocka_unit_test(emu_mlp_f16),
         cmocka_unit_test(emu_mlp_bf16),
@@ -1190,6 +1324,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest gpu[] = {
         cmocka_unit_test(device_choice),
         cmocka_unit_test(gpu_gemm_layouts),
+        cmocka_unit_test(gpu_linear_bias),
         cmocka_unit_test(gpu_mlp_fp32),
         cmocka_unit_test(gpu_mlp_f16),
         cmocka_unit_test(gpu_mlp_bf16),

@@ -12,6 +12,7 @@
 #include "codegen/cache.h"
 #include "codegen/export.h"
 #include "codegen/text.h"
+#include "step/launch_plan.h"
 
 /* Payloads an export's cache keeps in memory: enough for one graph's
  * modules, so architectures that fall back to the same PTX compile once. */
@@ -297,11 +298,14 @@ static alloy_status report_failure(export_state *x, char *err, size_t errlen)
 
 /* Why a gemm step that has a kernel calls a library too. */
 static const char gemm_epilogue[] = "a library GEMM (cuBLASLt), then the epilogue kernel";
+/* Why a gemm step has no kernel at all (lp_bias_epilogue). */
+static const char gemm_bias[] = "a library GEMM (cuBLASLt) with its bias epilogue";
 
 /* Fills x->library: the steps with no kernel (prog.skipped, with the
  * emitter's reason) and the gemm steps whose matmul a library runs before
  * their epilogue kernel (a convolution head is a kernel of its own, no
- * library call). Returns how many; -1 when out of memory. */
+ * library call), and those the library's bias epilogue computes whole.
+ * Returns how many; -1 when out of memory. */
 static int find_library_calls(export_state *x, const ir_graph *g, const schedule *s)
 {
     if (!(x->library = al_calloc((size_t)s->nsteps + 1, sizeof *x->library))) return -1;
@@ -309,6 +313,10 @@ static int find_library_calls(export_state *x, const ir_graph *g, const schedule
         const sched_step *st = &s->steps[x->prog.kernels[k].step];
         if (x->prog.kernels[k].kind == STEP_KIND_GEMM && g->nodes[s->members[st->first].node]->op == IR_OP_matmul)
             x->library[x->prog.kernels[k].step] = gemm_epilogue;
+    }
+    for (int k = 0; k < s->nsteps; k++) {
+        int bias;
+        if (!x->library[k] && lp_bias_epilogue(g, s, k, x->prog.checks, &bias)) x->library[k] = gemm_bias;
     }
     for (int i = 0; i < x->prog.nskipped; i++) x->library[x->prog.skipped[i]] = x->prog.why[i];
     int n = 0;

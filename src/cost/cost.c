@@ -168,6 +168,10 @@ static void gemm_launch(const lp_plan *lp, int i, cost_launch *l)
     l->read = gm->batch * (gm->m * gm->k + gm->k * gm->n) * ab;
     l->written = gm->batch * gm->m * gm->n * d;
     l->flops = 2.0 * (double)gm->batch * (double)gm->m * (double)gm->n * (double)gm->k;
+    if (gm->epilogue == LP_EPILOGUE_BIAS) { /* the bias vector (D's m values in D's dtype), one add per element */
+        l->read += gm->m * d;
+        l->flops += (double)gm->batch * (double)gm->m * (double)gm->n;
+    }
     l->tensor = is_low(gm->ab);
     l->odd = gm->lda * ab % 16 || gm->ldb * ab % 16 || gm->ldd * d % 16;
     l->cls = l->odd ? COST_GEMM_ODD : COST_GEMM_ALIGNED;

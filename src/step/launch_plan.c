@@ -79,10 +79,12 @@ static bool place_or_fail(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     return false;
 }
 
-/* The GEMMs of matmul n into `out` (dtype d): one strided-batched call per
- * combination of the batch dims that do not fold into one stride. */
-static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
-                     alloy_dtype d)
+/* The GEMMs of matmul n into `out` (dtype d, the value of node result):
+ * one strided-batched call per combination of the batch dims that do not
+ * fold into one stride; with bias >= 0, each with the BIAS epilogue adding
+ * that vector (the same for every batch: cuBLASLt's bias batch stride 0). */
+static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
+                          alloy_dtype d, int result, int bias)
 {
     const ir_type *ta = &g->nodes[n->in[0]]->type, *tb = &g->nodes[n->in[1]]->type, *to = &n->type;
     bool trans_a = ir_attr_i(n, "transpose_a") != 0, trans_b = ir_attr_i(n, "transpose_b") != 0;
@@ -92,8 +94,9 @@ static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int st
     if (k == 0) /* empty sums: +0 */
         return add_action(b, (lp_action){.kind = LP_ZERO, .step = step, .dst = out,
                                          .bytes = (int64_t)alloy_dtype_size(d) * ir_numel(to)});
-    lp_place pa, pb;
+    lp_place pa, pb, pbias = {0};
     if (!place_or_fail(b, g, p, n->in[0], step, &pa) || !place_or_fail(b, g, p, n->in[1], step, &pb)) return false;
+    if (bias >= 0 && !place_or_fail(b, g, p, bias, step, &pbias)) return false;
     /* batch dims of the output, size-1 dims dropped, with each operand's strides */
     int r = to->rank - 2, nb = 0;
     int64_t sa_all[ALLOY_MAX_RANK], sb_all[ALLOY_MAX_RANK], dims[ALLOY_MAX_RANK], sa[ALLOY_MAX_RANK],
@@ -134,7 +137,8 @@ static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int st
             rem /= dims[i];
             off_a += idx * sa[i], off_b += idx * sb[i], off_d += idx * sd[i];
         }
-        lp_gemm gm = {.node = n->id, .step = step, .ab = ta->dtype, .d = d,
+        lp_gemm gm = {.node = n->id, .step = step, .result = result, .bias_node = bias, .bias = pbias,
+                      .epilogue = bias >= 0 ? LP_EPILOGUE_BIAS : LP_EPILOGUE_NONE, .ab = ta->dtype, .d = d,
                       /* row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T */
                       .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
                       .lda = tb->dims[tb->rank - 1], .ldb = ta->dims[ta->rank - 1], .ldd = nn,
@@ -146,6 +150,13 @@ static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int st
         if (!add_action(b, (lp_action){.kind = LP_GEMM, .step = step, .index = lp->ngemms++})) return false;
     }
     return true;
+}
+
+/* add_gemm_bias without a bias: D is matmul n's value. */
+static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
+                     alloy_dtype d)
+{
+    return add_gemm_bias(b, g, p, step, n, out, d, n->id, -1);
 }
 
 /* A step's aux slots: one per (kind, node) of its flags and per-row partials. */
@@ -283,6 +294,13 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
             }
             add_action(&b, (lp_action){.kind = LP_COLLECTIVE, .step = k, .index = last->id, .dst = dst, .src = src,
                                        .bytes = (int64_t)ir_nbytes(&last->type)});
+            continue;
+        }
+        int bias;
+        if (st->kind == STEP_KIND_GEMM && end == next && lp_bias_epilogue(g, s, k, prog->checks, &bias)) {
+            lp_place o; /* the whole step in the library: product + bias straight into the add's slot */
+            if (first->op == IR_OP_matmul && place_or_fail(&b, g, p, last->id, k, &o))
+                add_gemm_bias(&b, g, p, k, first, o, last->type.dtype, last->id, bias);
             continue;
         }
         if (st->kind == STEP_KIND_GEMM && end > next) { /* the product into the scratch, then the epilogue */

@@ -21,15 +21,28 @@ typedef struct lp_place {
     int64_t offset;
 } lp_place;
 
+/* What a library GEMM does after the product (cuBLASLt's epilogue):
+ * NONE: D = the product; BIAS: D = the f32 product + bias[i] for every
+ * column (the vector of D's m rows: the row-major output's last dim, in
+ * D's dtype, as CUBLASLT_EPILOGUE_BIAS defines it), rounded once into D's
+ * dtype. */
+typedef enum lp_epilogue { LP_EPILOGUE_NONE, LP_EPILOGUE_BIAS } lp_epilogue;
+
 /* One library GEMM in the column-major convention cuBLAS(Lt) takes:
  * D[m x n] (leading dim ldd) = op(A) op(B), op(A) m x k, op(B) k x n,
  * ta/tb transposing the stored A (lda) and B (ldb); `batch` of them, the
  * operands advancing by stride_* elements per batch (0: broadcast). A
  * row-major matmul out = a b is D = out with A = b and B = a swapped.
- * Operands are `ab`, D is `d`; the sums are f32 (f64 for f64 operands). */
+ * Operands are `ab`, D is `d`; the sums are f32 (f64 for f64 operands).
+ * D holds node `result`'s value: the matmul's, the plan's scratch (a gemm
+ * step's f32 product), or with a BIAS epilogue the step's stored add. */
 typedef struct lp_gemm {
     int node; /* the matmul */
     int step;
+    int result;           /* the node whose value D is (the matmul, or the add a BIAS epilogue computes) */
+    lp_epilogue epilogue; /* BIAS: bias_node's m values at `bias` */
+    int bias_node;        /* -1 without a bias */
+    lp_place bias;
     alloy_dtype ab, d;
     bool ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
@@ -75,7 +88,9 @@ typedef struct lp_plan {
 
 /* The launch plan of schedule s of g with plan p and its emitted kernels
  * prog: per step, its flags zeroed, its GEMM (a gemm step's f32 product
- * into the plan's scratch, a lone matmul straight into its slot), its
+ * into the plan's scratch, a lone matmul straight into its slot, a gemm
+ * step the emitter left without a kernel that lp_bias_epilogue takes:
+ * product + bias into the add's slot in its dtype), its
  * kernels with their arguments placed, or its collective; then one copy per update into the
  * state leaf it names. A step the emitter left without a kernel (other
  * than a GEMM) is ALLOY_ERR_UNSUPPORTED naming the step, its op and why;
@@ -84,6 +99,15 @@ typedef struct lp_plan {
 AL_HIDDEN alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog,
                                 lp_plan *out, char *err, size_t errlen);
 AL_HIDDEN void lp_free(lp_plan *lp);
+/* Whether gemm step k of s takes cuBLASLt's BIAS epilogue in place of a
+ * generated epilogue kernel: its members are exactly a matmul (f16, bf16 or
+ * f32, a non-empty sum) and the add of it and a bias (a vector of the
+ * output's last dim, every other dim 1, of the add's dtype: cuBLASLt's bias
+ * is D's type), the add stored and the matmul not (nothing else reads the
+ * product), no member checked, and no checks (amp_check / amp_stats) asked.
+ * Sets *bias to the bias node. The emitter emits no kernel for such a step
+ * and lp_build gives its GEMM the epilogue; the one place that decides. */
+AL_HIDDEN bool lp_bias_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, int *bias);
 /* Where node's value lives during a run: its leaf buffer, or its arena
  * slot; false when it has neither (a value fused away). */
 AL_HIDDEN bool lp_place_of(const ir_graph *g, const mem_plan *p, int node, lp_place *out);

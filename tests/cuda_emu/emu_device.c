@@ -16,7 +16,7 @@
 /* One queued call while capturing. */
 typedef struct emu_call {
     enum { CALL_COPY, CALL_ZERO, CALL_LAUNCH, CALL_GEMM, CALL_HOST } kind;
-    cdev_ptr dst, src, a, b;
+    cdev_ptr dst, src, a, b, bias;
     size_t bytes;
     cdev_function *fn;
     cdev_gemm *gemm;
@@ -384,8 +384,11 @@ static void gpu_numerics_column(const lp_gemm *gm, const double *A, const double
 
 /* D = op(A) op(B), column-major as cuBLASLt defines it, summed in double
  * and rounded once into D's dtype (in the GPU-numerics mode as cuBLASLt
- * sums, gpu_numerics_column). */
-static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, const emu_action *check)
+ * sums, gpu_numerics_column); with the BIAS epilogue, the f32 sum plus
+ * bias[i] (D's m values, in D's dtype) in f32 for every column j, then
+ * rounded once into D's dtype, as CUBLASLT_EPILOGUE_BIAS defines it. */
+static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_ptr bias,
+                             const emu_action *check)
 {
     size_t ea = alloy_dtype_size(gm->ab), ed = alloy_dtype_size(gm->d);
     int64_t arows = gm->ta ? gm->k : gm->m, acols = gm->ta ? gm->m : gm->k;
@@ -395,9 +398,21 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     double *raw_a = malloc(sizeof(double) * (size_t)(asize + 1)), *raw_b = malloc(sizeof(double) * (size_t)(bsize + 1));
     double *D = malloc(sizeof(double) * (size_t)(gm->m * gm->n + 1));
     float *f32 = malloc(sizeof(float) * (size_t)(gm->m + 1)); /* one column rounded to f32 */
-    if (!A || !B || !raw_a || !raw_b || !D || !f32) {
-        free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
+    const bool with_bias = gm->epilogue == LP_EPILOGUE_BIAS;
+    float *vb = malloc(sizeof(float) * (size_t)(gm->m + 1)); /* the bias in f32 */
+    if (!A || !B || !raw_a || !raw_b || !D || !f32 || !vb) {
+        free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
         return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
+    }
+    if (with_bias) {
+        bool bad = gm->ab == ALLOY_F64 || gm->d == ALLOY_F64 || !bias;
+        if (bad) snprintf(dev->error, sizeof dev->error, "a BIAS epilogue %s", bias ? "on an f64 GEMM" : "without a bias");
+        if (bad || emu_slots_read(check, (const void *)(uintptr_t)bias, (size_t)gm->m * ed, "GEMM bias", dev->error,
+                                  sizeof dev->error)) {
+            free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
+            return ALLOY_ERR_CUDA;
+        }
+        cvt_load_f32(gm->d, (const void *)(uintptr_t)bias, vb, (size_t)gm->m);
     }
     const bool gpu = emu_gpu_numerics();
     for (int64_t bi = 0; bi < gm->batch; bi++) {
@@ -406,7 +421,7 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         char *pd = (char *)(uintptr_t)d + bi * gm->stride_d * (int64_t)ed;
         if (emu_slots_read(check, pa, (size_t)asize * ea, "GEMM operand A", dev->error, sizeof dev->error) ||
             emu_slots_read(check, pb, (size_t)bsize * ea, "GEMM operand B", dev->error, sizeof dev->error)) {
-            free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
+            free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
             return ALLOY_ERR_CUDA;
         }
         for (int64_t j = 0; j < gm->n; j++) emu_slots_write(check, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m * ed);
@@ -432,25 +447,28 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
             /* a column of D (ldd apart from the next) */
             if (gm->d == ALLOY_F32 || gm->ab != ALLOY_F64) {
                 for (int64_t i = 0; i < gm->m; i++) f32[i] = (float)col[i]; /* the f32 sum, then D's dtype */
+                for (int64_t i = 0; with_bias && i < gm->m; i++) f32[i] += vb[i];
                 cvt_store_f32(gm->d, f32, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
             } else {
                 cvt_store_f64(gm->d, col, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
             }
         }
     }
-    free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32);
+    free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
     emu_of(dev)->stats.gemms++, totals.gemms++;
+    if (with_bias) emu_of(dev)->stats.bias_gemms++, totals.bias_gemms++;
     return ALLOY_OK;
 }
 
-static alloy_status e_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d)
+static alloy_status e_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_ptr bias)
 {
     emu_dev *e = emu_of(dev);
     if (e->capturing)
-        return record_checked(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d}) ? ALLOY_OK
+        return record_checked(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d, .bias = bias})
+                   ? ALLOY_OK
                                                                                                      : ALLOY_ERR_OOM;
     emu_action check = take_pending(e);
-    alloy_status st = run_gemm(dev, &h->gm, a, b, d, &check);
+    alloy_status st = run_gemm(dev, &h->gm, a, b, d, bias, &check);
     emu_action_free(&check);
     return st;
 }
@@ -531,7 +549,7 @@ static alloy_status e_replay(cdev *dev, void *graph)
         switch (c->kind) {
         case CALL_COPY: st = run_copy(dev, c->dst, c->src, c->bytes, &c->check); break;
         case CALL_ZERO: st = run_zero(dev, c->dst, c->bytes, &c->check); break;
-        case CALL_GEMM: st = run_gemm(dev, &c->gemm->gm, c->a, c->b, c->dst, &c->check); break;
+        case CALL_GEMM: st = run_gemm(dev, &c->gemm->gm, c->a, c->b, c->dst, c->bias, &c->check); break;
         case CALL_HOST:
             c->host(c->host_arg);
             host_wrote(&c->check);

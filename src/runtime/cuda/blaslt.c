@@ -121,6 +121,16 @@ alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const i
         s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (s == CUBLAS_STATUS_SUCCESS && gm->epilogue == LP_EPILOGUE_BIAS) {
+        /* D = product + bias per row of D (the row-major output's last dim), the bias in D's dtype; its
+         * pointer is set per run (blt_gemm_run) */
+        int32_t epi = CUBLASLT_EPILOGUE_BIAS, bias_type = (int32_t)d;
+        out->bias = true;
+        s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                    sizeof bias_type);
+    }
     if (s == CUBLAS_STATUS_SUCCESS)
         s = layout(lib, &out->a, ab, gm->ta ? gm->k : gm->m, gm->ta ? gm->m : gm->k, gm->lda, gm->batch, gm->stride_a);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -145,8 +155,16 @@ alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const i
 }
 
 alloy_status blt_gemm_run(const blt_library *lib, const blt_gemm *g, const void *a, const void *b, void *d,
-                          void *workspace, cudaStream_t stream, char *err, size_t errlen)
+                          const void *bias, void *workspace, cudaStream_t stream, char *err, size_t errlen)
 {
+    if (g->bias) { /* the descriptor is host memory: setting the pointer per call is allowed while capturing */
+        cublasStatus_t bs =
+            lib->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+            al_fmt(err, errlen, "cublasLtMatmulDescSetAttribute(BIAS_POINTER): %s", lib->cublasLtGetStatusName(bs));
+            return ALLOY_ERR_CUDA;
+        }
+    }
     const void *alpha = g->wide ? (const void *)&g->alpha : (const void *)&g->alpha32;
     const void *beta = g->wide ? (const void *)&g->beta : (const void *)&g->beta32;
     cublasStatus_t s = lib->cublasLtMatmul(lib->handle, g->desc, alpha, a, g->a, b, g->b, beta, d, g->d, d, g->d,

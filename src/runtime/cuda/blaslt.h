@@ -58,6 +58,7 @@ typedef struct blt_gemm {
     double alpha, beta; /* f64 GEMMs read them as doubles */
     float alpha32, beta32;
     bool wide;
+    bool bias; /* CUBLASLT_EPILOGUE_BIAS: each run sets the bias pointer */
 } blt_gemm;
 
 /* Loads libcublasLt.so.13 (then .12) and creates a handle (which needs a
@@ -73,8 +74,9 @@ AL_HIDDEN void blt_close(blt_library *lib);
 AL_HIDDEN alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const int align[3], blt_gemm *out,
                                         char *err, size_t errlen);
 AL_HIDDEN void blt_gemm_release(const blt_library *lib, blt_gemm *g);
-/* Queues D = op(A) op(B) on stream with the workspace. */
+/* Queues D = op(A) op(B) (+ bias, D's m values, with the BIAS epilogue)
+ * on stream with the workspace. */
 AL_HIDDEN alloy_status blt_gemm_run(const blt_library *lib, const blt_gemm *g, const void *a, const void *b, void *d,
-                                    void *workspace, cudaStream_t stream, char *err, size_t errlen);
+                                    const void *bias, void *workspace, cudaStream_t stream, char *err, size_t errlen);
 
 #endif

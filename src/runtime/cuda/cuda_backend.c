@@ -342,7 +342,7 @@ static alloy_status sync_action(rt_backend *b, rt_exec *e, int i)
 /* On a checking device: the extents action a touches, told to the device before it is queued. */
 static void describe_extents(rt_exec *e, cdev *dev, const lp_action *a)
 {
-    int max = e->maxparams + 3;
+    int max = e->maxparams + 4; /* a GEMM: A, B, D and a bias */
     cdev_extent *ext = al_malloc(sizeof *ext * (size_t)max);
     int n = ext ? cu_action_extents(e->g, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
     dev->ops->describe(dev, ext, n); /* none (out of memory): the device checks the action against nothing */
@@ -377,7 +377,8 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
             const lp_gemm *gm = &e->lp.gemms[a->index];
             cdev_ptr pa = address(b, e, &gm->a, 1, &st), pb = address(b, e, &gm->b, 1, &st),
                      pd = address(b, e, &gm->out, 1, &st);
-            if (!st && (st = dev->ops->gemm(dev, e->gemm[a->index], pa, pb, pd))) {
+            cdev_ptr pbias = gm->epilogue == LP_EPILOGUE_BIAS ? address(b, e, &gm->bias, 1, &st) : 0;
+            if (!st && (st = dev->ops->gemm(dev, e->gemm[a->index], pa, pb, pd, pbias))) {
                 char label[64], what[160];
                 al_fmt(what, sizeof what, "GEMM of matmul %s (step %d)",
                        ir_node_label(e->g->nodes[gm->node], label, sizeof label), gm->step);

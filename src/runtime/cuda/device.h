@@ -53,9 +53,10 @@ typedef struct cdev_ops {
     /* params as cuLaunchKernel takes them: a pointer to each of the nparams arguments */
     alloy_status (*launch)(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params, int nparams);
     /* A GEMM's descriptors and algorithm, chosen once (alignments of the
-     * operands as lp_alignment gives them); then each run only executes. */
+     * operands as lp_alignment gives them); then each run only executes
+     * (bias: the BIAS epilogue's vector, 0 without one). */
     alloy_status (*gemm_prepare)(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out);
-    alloy_status (*gemm)(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d);
+    alloy_status (*gemm)(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_ptr bias);
     void (*gemm_free)(cdev *dev, cdev_gemm *h);
     /* Captured replay (NULL where the device has none): capture_begin,
      * the step's calls, capture_end gives a replayable step; replay runs it. */

@@ -80,13 +80,16 @@ int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, c
         lp_place pa, pb, pd = gm->out;
         bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset >= (int64_t)p->scratch_offset &&
                        gm->out.offset < (int64_t)(p->scratch_offset + p->scratch_bytes);
-        if (max < 3 || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb)) break;
+        if (max < 3 + (gm->bias_node >= 0) || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb))
+            break;
         if (scratch) pd.offset = (int64_t)p->scratch_offset;
-        else if (!lp_place_of(g, p, gm->node, &pd)) break;
+        else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's slot, or the add a BIAS epilogue writes */
         out[n++] = extent_of(g, p, &pa, at, value_bytes(g, &pa, mm->in[1]), mm->in[1], false);
         out[n++] = extent_of(g, p, &pb, at, value_bytes(g, &pb, mm->in[0]), mm->in[0], false);
-        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &pd, gm->node), gm->node,
-                             true);
+        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &pd, gm->result),
+                             gm->result, true);
+        if (gm->bias_node >= 0) /* the BIAS epilogue's vector, read whole */
+            out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, &gm->bias, gm->bias_node), gm->bias_node, false);
         break;
     }
     case LP_ZERO:

@@ -12,7 +12,8 @@ typedef struct cu_bases {
 
 /* The extents action a of plan lp (graph g, memory plan p, kernels prog) touches, into out (at
  * most max; a kernel's one per parameter, in order): each argument's whole plan slot, leaf
- * buffer, aux slot or GEMM scratch, with the value it holds and whether the action writes it.
+ * buffer, aux slot or GEMM scratch (a GEMM: A, B, D, then a BIAS epilogue's vector), with the
+ * value it holds and whether the action writes it.
  * Returns how many. */
 AL_HIDDEN int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, const cg_program *prog,
                                 const lp_action *a, cu_bases at, cdev_extent *out, int max);
