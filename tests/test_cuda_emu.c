@@ -630,6 +630,108 @@ static void test_checkers_are_off_under_alloy_emu_check_0(void **state)
     emu_free(k);
 }
 
+/* ---- __shared__ overruns ---- */
+
+/* Two adjacent __shared__ arrays, declared in the emitters' forms (two declarators in one
+ * declaration, a two-dimensional one, a scalar): mode 0 fills and reads them correctly; mode 1
+ * writes a[n] one past a's end (into b on a GPU), mode 2 reads a[n], mode 3 reads a[-1], mode 4
+ * writes m[4][0] past a two-dimensional array's end. */
+static const char *const overrun_src =
+    "__global__ void overrun(float *out, int mode)\n"
+    "{\n"
+    "    typedef float T;\n"
+    "    __shared__ T a[64], b[64];\n"
+    "    __shared__ int m[4][8];\n"
+    "    __shared__ int any_;\n"
+    "    const int t = threadIdx.x, n = 64;\n"
+    "    a[t] = (float)t;\n"
+    "    b[t] = 100.0f + t;\n"
+    "    if (t < 32) m[t / 8][t % 8] = t;\n"
+    "    if (t == 0) any_ = 7;\n"
+    "    __syncthreads();\n"
+    "    float v = a[63 - t] + b[t] + (float)m[(t / 8) % 4][t % 8] + (float)any_;\n"
+    "    if (mode == 1 && t == 5) a[n] = 1.0f;\n"
+    "    if (mode == 2 && t == 6) v = a[n + t - 6];\n"
+    "    if (mode == 3 && t == 7) v = a[t - 8];\n"
+    "    if (mode == 4 && t == 9) m[4][0] = 1;\n"
+    "    out[t] = v;\n"
+    "}\n"
+    "#ifdef ALLOY_HOST_EMULATION\n"
+    "extern \"C\" void overrun__host(void **p) { overrun(*(float **)p[0], *(int *)p[1]); }\n"
+    "#endif\n";
+
+static int launch_overrun(const emu_kernel *k, int mode, float *out)
+{
+    void *params[] = {&out, &mode};
+    return launch(k, 3, 64, params);
+}
+
+/* A correct kernel with adjacent __shared__ arrays passes with the values a GPU gives. */
+static void test_adjacent_shared_arrays_pass(void **state)
+{
+    (void)state;
+    emu_kernel *k = compile_kernel(overrun_src, "overrun");
+    float out[64];
+    if (launch_overrun(k, 0, out) != 0) fail_msg("%s", err);
+    for (int t = 0; t < 64; t++)
+        assert_float_equal(out[t], (float)(63 - t) + 100.0f + t + (float)((t / 8) % 4 * 8 + t % 8) + 7.0f, 0);
+    emu_free(k);
+}
+
+/* One past a __shared__ array's end (a write, a read), one before its start, and past a
+ * two-dimensional one's end fail the launch naming the kernel, block, thread, array and byte. */
+static void test_shared_overruns_are_caught(void **state)
+{
+    (void)state;
+    if (!emu_checks_shared()) skip(); /* ALLOY_EMU_CHECK=0, or a ThreadSanitizer build */
+    emu_kernel *k = compile_kernel(overrun_src, "overrun");
+    float out[64];
+    static const char *const want[][2] = {
+        {"kernel overrun: block (0,0,0) thread 5: __shared__ overrun: writes 4 bytes at", "byte 0 past the end of __shared__ a (256 bytes)"},
+        {"kernel overrun: block (0,0,0) thread 6: __shared__ overrun: reads 4 bytes at", "byte 0 past the end of __shared__ a (256 bytes)"},
+        {"kernel overrun: block (0,0,0) thread 7: __shared__ overrun: reads 4 bytes at", "4 bytes before the start of __shared__ a (256 bytes)"},
+        {"kernel overrun: block (0,0,0) thread 9: __shared__ overrun: writes 4 bytes at", "byte 0 past the end of __shared__ m (128 bytes)"},
+    };
+    for (int mode = 1; mode <= 4; mode++) {
+        if (launch_overrun(k, mode, out) == 0) fail_msg("mode %d: the launch succeeded", mode);
+        print_message("mode %d: %s\n", mode, err);
+        for (int i = 0; i < 2; i++)
+            if (!strstr(err, want[mode - 1][i])) fail_msg("mode %d: \"%s\" is not in the error: %s", mode, want[mode - 1][i], err);
+    }
+    emu_free(k);
+}
+
+/* The rewrite leaves forms it does not know as they are, with a comment, and rewrites the rest. */
+static void test_redzone_rewrite_leaves_unknown_forms(void **state)
+{
+    (void)state;
+    char *s = emu_redzone_rewrite("extern __shared__ float dyn[];\n__shared__ float *p;\n// __shared__ int c[2];\n"
+                                  "__shared__ alloy_b128 kb_[8 * (2 + 1)], vb_[4];\n");
+    assert_non_null(s);
+    assert_non_null(strstr(s, "/* alloy-emu: this __shared__ declaration has no redzone (a form the rewrite does not "
+                              "know) */ __shared__ float dyn[];"));
+    assert_non_null(strstr(s, "*/ __shared__ float *p;"));
+    assert_non_null(strstr(s, "// __shared__ int c[2];"));
+    assert_non_null(strstr(s, "static struct { unsigned char lead[64]; alloy_b128 v[8 * (2 + 1)]; unsigned char trail[64]; } kb___rz_; auto &kb_ = kb___rz_.v;"));
+    assert_non_null(strstr(s, "alloy_b128 v[4]; unsigned char trail[64]; } vb___rz_; auto &vb_ = vb___rz_.v;"));
+    free(s);
+}
+
+/* With ALLOY_EMU_CHECK=0 the kernel is compiled as it is: the overrun is not checked. */
+static void test_shared_overrun_is_not_checked_under_alloy_emu_check_0(void **state)
+{
+    (void)state;
+    if (!emu_checking()) skip();
+    setenv("ALLOY_EMU_CHECK", "0", 1);
+    emu_kernel *k = emu_compile(overrun_src, "overrun", err, sizeof err);
+    float out[64];
+    int rc = k ? launch_overrun(k, 2, out) : -1;
+    unsetenv("ALLOY_EMU_CHECK");
+    if (!k) fail_msg("%s", err);
+    assert_int_equal(rc, 0);
+    emu_free(k);
+}
+
 /* ---- compile errors ---- */
 
 static void test_syntax_error_returns_the_compiler_message(void **state)
@@ -671,6 +773,10 @@ int main(void)
         cmocka_unit_test(test_checkers_catch_shared_memory_races_and_uninitialised_reads),
         cmocka_unit_test(test_checkers_pass_correct_kernels),
         cmocka_unit_test(test_checkers_are_off_under_alloy_emu_check_0),
+        cmocka_unit_test(test_adjacent_shared_arrays_pass),
+        cmocka_unit_test(test_shared_overruns_are_caught),
+        cmocka_unit_test(test_redzone_rewrite_leaves_unknown_forms),
+        cmocka_unit_test(test_shared_overrun_is_not_checked_under_alloy_emu_check_0),
     };
     return cmocka_run_group_tests_name("cuda_emu", tests, NULL, NULL);
 }

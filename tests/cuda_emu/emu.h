@@ -190,7 +190,19 @@ struct shadow_cell {
     uint32_t wb, ww, rb, rw;  /* the writer's and the reader's block and warp epochs */
     uint16_t writer, reader;  /* thread id + 1; 0: none */
     uint8_t atomic;           /* the last write was an atomic */
+    uint16_t zone;            /* a redzone byte: its array's shared_zone index + 1; 0: none */
 };
+
+/* A __shared__ array the loader's rewrite (emu_redzone.c) put between redzones: at base, 64
+ * bytes of redzone, the array's size bytes, then redzone up to base + whole. The rewrite puts one
+ * per array into the section alloy_emu_rz; any access of the kernel to a redzone byte fails the
+ * launch naming the array. */
+struct shared_zone {
+    const void *base;
+    unsigned long size, whole;
+    const char *name;
+};
+static const unsigned zone_lead = 64;
 
 struct check_state {
     bool on;                  /* this launch checks */

@@ -285,7 +285,8 @@ static void remove_dir(const char *dir)
  * that makes it: the compiler's words, its flags (the checker's
  * instrumentation and the numerics mode among them), emu.h, emu_shadow.h,
  * emu_blocks.h, emu_gpumath.h and the header emu.h
- * includes from src/base, and the source. A run of the suites after the first
+ * includes from src/base, and the source as compiled (checked: after the
+ * redzone rewrite, emu_redzone.c, so a changed rewrite makes new keys). A run of the suites after the first
  * (or a second suite compiling a source the first did) copies the library
  * instead of running the compiler. Entries are written to a temporary file
  * and renamed, so suites running at once share the folder safely; an entry
@@ -402,8 +403,8 @@ static emu_kernel *kernel_new(char *err, size_t errlen)
     return k;
 }
 
-/* Compiles source into k->dir/kernel.so (counted; refused while poisoned). */
-static bool compile_source(emu_kernel *k, const char *source, char *err, size_t errlen)
+/* Compiles source (as it is) into k->dir/kernel.so (counted; refused while poisoned). */
+static bool compile_text(emu_kernel *k, const char *source, char *err, size_t errlen)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/kernel.cu", k->dir);
@@ -431,6 +432,20 @@ static bool compile_source(emu_kernel *k, const char *source, char *err, size_t 
     if (!compile(k->dir, err, errlen)) return false;
     if (cache) copy_file(lib, cached, true); /* a failed store only costs the next run a compile */
     return true;
+}
+
+/* Compiles source into k->dir/kernel.so: checked, with its __shared__ arrays between redzones. */
+static bool compile_source(emu_kernel *k, const char *source, char *err, size_t errlen)
+{
+    if (!emu_checks_shared()) return compile_text(k, source, err, errlen);
+    char *zoned = emu_redzone_rewrite(source); /* the cache key hashes the rewritten text */
+    if (!zoned) {
+        snprintf(err, errlen, "emu: out of memory");
+        return false;
+    }
+    bool ok = compile_text(k, zoned, err, errlen);
+    free(zoned);
+    return ok;
 }
 
 /* dlopens k->dir/kernel.so and finds the launcher (and kernel_name's entry unless NULL). */

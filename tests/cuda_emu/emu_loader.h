@@ -66,6 +66,13 @@ bool emu_checks_shared(void);
  * maximum ulp error, emu_gpumath.h); a value other than host or gpu fails each compile. */
 bool emu_gpu_numerics(void);
 
+/* source with each "__shared__ TYPE a[N], b[M][K], c;" declaration rewritten into statics that put
+ * 64 bytes of redzone before and after each array, registered for the shared-memory checker (an
+ * access to a redzone fails the launch naming the array); a declaration of another form (extern,
+ * pointers, initialisers) stays as it is, after a comment saying so. The loader compiles this
+ * instead of source when kernels get the shared-memory checker. Malloc'd; NULL when out of memory. */
+char *emu_redzone_rewrite(const char *source);
+
 /* Unloads the kernel; NULL is fine. */
 void emu_free(emu_kernel *k);
 

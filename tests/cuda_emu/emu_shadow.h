@@ -11,6 +11,8 @@ typedef int (*global_check_fn)(void *ctx, const void *p, unsigned n, int kind, u
 
 #ifdef ALLOY_EMU_SHADOW
 extern "C" char __start_alloy_emu_rt[], __stop_alloy_emu_rt[];
+/* the redzoned __shared__ arrays (none when the kernel has no __shared__ array) */
+extern "C" __attribute__((weak, visibility("hidden"))) shared_zone __start_alloy_emu_rz[], __stop_alloy_emu_rz[];
 
 /* Whether thread other's access, made at block epoch b and warp epoch w, falls in the running
  * thread's current barrier interval. */
@@ -28,6 +30,25 @@ ALLOY_EMU_UNTRACKED static void describe_access(char *out, size_t len, const cha
              (size_t)(at - chk.lo), code);
 }
 
+/* An access of n bytes at at of kind, whose byte bad is in the redzone of array z: fails the launch. */
+ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void zone_access(const char *at, unsigned n, const char *bad,
+                                                                     const shared_zone *z, access_kind kind, const void *pc)
+{
+    Dl_info info;
+    size_t code = dladdr(pc, &info) && info.dli_fbase ? (size_t)((const char *)pc - (const char *)info.dli_fbase) : 0;
+    const char *begin = (const char *)z->base + zone_lead, *end = begin + z->size;
+    char where[120];
+    if (bad >= end)
+        snprintf(where, sizeof where, "byte %zu past the end", (size_t)(bad - end));
+    else
+        snprintf(where, sizeof where, "%zu bytes before the start", (size_t)(begin - bad));
+    fail("block (%u,%u,%u) thread %u: __shared__ overrun: %s %u bytes at %p, %s of __shared__ %s (%lu bytes) "
+         "(code at kernel.so+0x%zx)",
+         launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, self->id,
+         kind == acc_read ? "reads" : kind == acc_write ? "writes" : "atomically updates", n, (const void *)at, where,
+         z->name, z->size, code);
+}
+
 ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void shadow_access(char *at, unsigned n, access_kind kind,
                                                                        const void *pc)
 {
@@ -36,6 +57,10 @@ ALLOY_EMU_UNTRACKED __attribute__((noinline)) static void shadow_access(char *at
     const uint32_t b = chk.bgen, w = launch.warps[f->warp].wgen;
     for (unsigned i = 0; i < n && at + i < chk.hi; i++) {
         shadow_cell *c = &chk.cells[at + i - chk.lo];
+        if (c->zone) {
+            zone_access(at, n, at + i, &__start_alloy_emu_rz[c->zone - 1], kind, pc);
+            stop();
+        }
         bool written = c->writer && c->wb >= chk.block_gen;
         const char *problem = nullptr;
         unsigned other = 0;
@@ -168,7 +193,15 @@ ALLOY_EMU_UNTRACKED static bool shadow_ready(void)
     if (chk.cells) return true;
     if (!dl_iterate_phdr(find_data, nullptr)) return false;
     chk.cells = (shadow_cell *)calloc((size_t)(chk.hi - chk.lo), sizeof(shadow_cell));
-    return chk.cells != nullptr;
+    if (!chk.cells) return false;
+    /* the redzones before and after each rewritten __shared__ array */
+    for (shared_zone *z = __start_alloy_emu_rz; z && z < __stop_alloy_emu_rz; z++) {
+        char *b = (char *)z->base;
+        for (unsigned long i = 0; i < z->whole; i++)
+            if ((i < zone_lead || i >= zone_lead + z->size) && b + i >= chk.lo && b + i < chk.hi)
+                chk.cells[b + i - chk.lo].zone = (uint16_t)(z - __start_alloy_emu_rz + 1);
+    }
+    return true;
 }
 
 /* The shadow goes with the library (dlclose). */
