@@ -1,4 +1,9 @@
 /* cpu_rows.c - the row ops on the CPU: one function per RW line of ops.def, generated from its program, and the driver that feeds it rows. */
+/* No trapping math here (as in cpu_elementwise.c): the stages' loops, exp
+ * included (base/vmath.h), then vectorize on every ISA level. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <string.h>
 #include <tgmath.h>
 
@@ -7,7 +12,7 @@
 #include "runtime/cpu/cpu.h"
 
 /* Operands, attributes, S and V slots a program may use. */
-enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16 };
+enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
 
 /* One row as a program sees it; buffers in the compute type. */
 typedef struct row_args {
@@ -24,7 +29,7 @@ typedef struct row_args {
     const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
     int64_t pos[ALLOY_MAX_RANK]; /* POS(k): this row's index along the k-th dim from the end (k >= 1) */
     void *v[ROW_MAX_V];
-    void *tmp, *y, *result, *weight;
+    void *tmp, *terms, *y, *result, *weight;
     /* the pairwise sum's tree over a row: its leaves' lengths in order */
     const int64_t *leaf;
     int nleaves;
@@ -82,6 +87,31 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
     return a + combine_f64(leaf_sums, n - n / 2, k);
 }
 
+/* The leaf sums of a SUM: leaf_sums_T(t, leaf, nleaves, out) sets out[l]
+ * to the terms of leaf l added in order from 0, as a running sum over the
+ * row would. Consecutive leaves of the same length are added side by side
+ * (a vector of leaves, one term of each per step): the same additions in
+ * the same order per leaf, so the same bits as one leaf after another. */
+#define LEAF_SUMS(T_)                                                                      \
+    static CPU_VECTOR_CLONES void leaf_sums_##T_(const T_ *t, const int64_t *leaf, int nleaves, T_ *out) \
+    {                                                                                      \
+        int64_t at = 0;                                                                    \
+        for (int l = 0; l < nleaves;) {                                                    \
+            int64_t len = leaf[l];                                                         \
+            int m = 1;                                                                     \
+            while (l + m < nleaves && leaf[l + m] == len) m++;                             \
+            T_ *o = out + l;                                                               \
+            const T_ *base = t + at;                                                       \
+            for (int k = 0; k < m; k++) o[k] = 0;                                          \
+            for (int64_t j = 0; j < len; j++)                                              \
+                for (int k = 0; k < m; k++) o[k] += base[(int64_t)k * len + j];            \
+            at += (int64_t)m * len;                                                        \
+            l += m;                                                                        \
+        }                                                                                  \
+    }
+LEAF_SUMS(float)
+LEAF_SUMS(double)
+
 /* ---- the programs, expanded for T = float and double ---- */
 
 #define X(j) ((const T *)r->x[j])[i]
@@ -99,26 +129,47 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
 #define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
+/* MAX: the terms into r->terms (a vector loop), their largest by lanes of
+ * LANES, and the sum of term * 0 (0 unless a term is NaN or infinite); a
+ * NaN or infinity among them, or a largest value of 0 (whose sign the first
+ * such term decides), takes the row's in-order loop instead, so the result
+ * is that loop's bits. SUM: the terms into r->terms, then their leaf sums. */
 #define MAX(k, e)                                                                          \
     {                                                                                      \
-        T m_ = -INFINITY;                                                                  \
-        for (int64_t i = 0; i < r->n && m_ == m_; i++) {                                   \
-            T e_ = (T)(e);                                                                 \
-            if (e_ > m_ || e_ != e_) m_ = e_;                                              \
+        T *e_ = (T *)r->terms;                                                             \
+        for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                                 \
+        T l_[LANES], z_[LANES];                                                            \
+        for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;                 \
+        int64_t i_ = 0;                                                                    \
+        for (; i_ + LANES <= r->n; i_ += LANES)                                            \
+            for (int q_ = 0; q_ < LANES; q_++) {                                           \
+                T v_ = e_[i_ + q_];                                                        \
+                z_[q_] += v_ * 0;                                                          \
+                l_[q_] = v_ > l_[q_] ? v_ : l_[q_];                                        \
+            }                                                                              \
+        T m_ = -INFINITY, z0_ = 0;                                                         \
+        for (; i_ < r->n; i_++) {                                                          \
+            z0_ += e_[i_] * 0;                                                             \
+            m_ = e_[i_] > m_ ? e_[i_] : m_;                                                \
+        }                                                                                  \
+        for (int q_ = 0; q_ < LANES; q_++) {                                               \
+            z0_ += z_[q_];                                                                 \
+            m_ = l_[q_] > m_ ? l_[q_] : m_;                                                \
+        }                                                                                  \
+        if (z0_ != 0 || m_ == 0) {                                                         \
+            m_ = -INFINITY;                                                                \
+            for (int64_t j_ = 0; j_ < r->n && m_ == m_; j_++)                              \
+                if (e_[j_] > m_ || e_[j_] != e_[j_]) m_ = e_[j_];                          \
         }                                                                                  \
         s_[k] = m_;                                                                        \
     }
 #define SUM(k, e)                                                                          \
     {                                                                                      \
-        T *t_ = (T *)r->tmp;                                                               \
-        int64_t i = 0;                                                                     \
-        for (int l_ = 0; l_ < r->nleaves; l_++) {                                          \
-            T a_ = 0;                                                                      \
-            for (int64_t end_ = i + r->leaf[l_]; i < end_; i++) a_ += (T)(e);              \
-            t_[l_] = a_;                                                                   \
-        }                                                                                  \
+        T *e_ = (T *)r->terms;                                                             \
+        for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                                 \
+        LEAF_SUM(e_, r->leaf, r->nleaves, (T *)r->tmp);                                    \
         int k_ = 0;                                                                        \
-        s_[k] = COMBINE(t_, r->n, &k_);                                                    \
+        s_[k] = COMBINE((T *)r->tmp, r->n, &k_);                                           \
     }
 #define LET(k, e)                                                                          \
     {                                                                                      \
@@ -153,20 +204,21 @@ typedef void (*row_fn)(const row_args *r);
 #define OP(...)
 #define EW(...)
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program)                                  \
-    static void row_##nm##_f32(const row_args *r)                                          \
+    static CPU_VECTOR_CLONES void row_##nm##_f32(const row_args *r)                        \
     {                                                                                      \
         typedef float T;                                                                   \
         T s_[ROW_MAX_S];                                                                   \
         (void)s_;                                                                          \
         program                                                                            \
     }                                                                                      \
-    static void row_##nm##_f64(const row_args *r)                                          \
+    static CPU_VECTOR_CLONES void row_##nm##_f64(const row_args *r)                        \
     {                                                                                      \
         typedef double T;                                                                  \
         T s_[ROW_MAX_S];                                                                   \
         (void)s_;                                                                          \
         program                                                                            \
     }
+#define LEAF_SUM(t, l, nl, o) _Generic((t), float *: leaf_sums_float, double *: leaf_sums_double)(t, l, nl, o)
 #define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
 #undef RW
@@ -207,7 +259,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         r.p[np++] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name) : (double)ir_attr_i(n, a->name);
     /* buffers: a slab per r operand, one for the result, then the row views */
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
-    int nbuf = n->nin + 1 + sum.nvectors + 1 + (inner > 1 ? n->nin + 1 : 0);
+    int nbuf = n->nin + 1 + sum.nvectors + 2 + (inner > 1 ? n->nin + 1 : 0);
     size_t leaf_bytes = sizeof(int64_t) * (size_t)(len + 1);
     char *block = al_malloc(leaf_bytes + cs * slab * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
@@ -216,7 +268,8 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     void *slabs[ROW_MAX_IN + 1] = {NULL}, *cols[ROW_MAX_IN + 1] = {NULL};
     for (int j = 0; j <= n->nin; j++, at += cs * slab) slabs[j] = at; /* slabs[nin]: the result */
     for (int k = 0; k < sum.nvectors; k++, at += cs * slab) r.v[k] = at;
-    r.tmp = at, at += cs * slab; /* the leaf sums of a SUM */
+    r.tmp = at, at += cs * slab;   /* the leaf sums of a SUM */
+    r.terms = at, at += cs * slab; /* the terms of a MAX or a SUM */
     r.nleaves = leaf_plan(len, leaves, 0);
     r.leaf = leaves;
     for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * slab) cols[j] = at;
