@@ -33,6 +33,7 @@ typedef struct row_args {
     /* the pairwise sum's tree over a row: its leaves' lengths in order */
     const int64_t *leaf;
     int nleaves;
+    bool balanced; /* nleaves is a power of 2 and every leaf as long: the tree is complete */
 } row_args;
 
 /* Fills r->pos for row r->row (once per row, for programs that read POS). */
@@ -87,6 +88,18 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
     return a + combine_f64(leaf_sums, n - n / 2, k);
 }
 
+/* combine_T over a complete tree: pairs of neighbours, level by level (the
+ * same additions; in place, no recursion). */
+#define LEVELS(T_)                                                                         \
+    static T_ levels_##T_(T_ *v, int nleaves)                                              \
+    {                                                                                      \
+        for (int w = nleaves; w > 1; w /= 2)                                               \
+            for (int i = 0; i < w / 2; i++) v[i] = v[2 * i] + v[2 * i + 1];                \
+        return v[0];                                                                       \
+    }
+LEVELS(float)
+LEVELS(double)
+
 /* The leaf sums of a SUM: leaf_sums_T(t, leaf, nleaves, out) sets out[l]
  * to the terms of leaf l added in order from 0, as a running sum over the
  * row would. Consecutive leaves of the same length are added side by side
@@ -114,7 +127,7 @@ LEAF_SUMS(double)
 
 /* ---- the programs, expanded for T = float and double ---- */
 
-#define X(j) ((const T *)r->x[j])[i]
+#define X(j) x_[j][i]
 #define V(k) ((T *)r->v[k])[i]
 #define S(k) s_[k]
 #define N ((T)r->n)
@@ -122,7 +135,7 @@ LEAF_SUMS(double)
 #define P(k) ((T)r->p[k])
 #define HAS(j) ((j) < r->nin)
 #define INDEX(j) r->index[j]
-#define AT(j, c) ((const T *)r->x[j])[c]
+#define AT(j, c) x_[j][c]
 #define SCALAR(j) ((T)r->scalar[j])
 #define W(j) ((T)r->w[j])
 #define ROWS r->rows
@@ -137,7 +150,7 @@ LEAF_SUMS(double)
 #define MAX(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
-        for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                                 \
+        IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
         T l_[LANES], z_[LANES];                                                            \
         for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;                 \
         int64_t i_ = 0;                                                                    \
@@ -166,10 +179,10 @@ LEAF_SUMS(double)
 #define SUM(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
-        for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                                 \
+        IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
         LEAF_SUM(e_, r->leaf, r->nleaves, (T *)r->tmp);                                    \
         int k_ = 0;                                                                        \
-        s_[k] = COMBINE((T *)r->tmp, r->n, &k_);                                           \
+        s_[k] = r->balanced ? LEVELS_OF((T *)r->tmp, r->nleaves) : COMBINE((T *)r->tmp, r->n, &k_); \
     }
 #define LET(k, e)                                                                          \
     {                                                                                      \
@@ -178,9 +191,23 @@ LEAF_SUMS(double)
         s_[k] = (T)(e);                                                                    \
     }
 #define MAP(k, e)                                                                          \
-    for (int64_t i = 0; i < r->n; i++) ((T *)r->v[k])[i] = (T)(e);
+    {                                                                                      \
+        T *v_ = (T *)r->v[k];                                                              \
+        IVDEP for (int64_t i = 0; i < r->n; i++) v_[i] = (T)(e);                           \
+    }
+/* IVDEP: a loop's stores go to a buffer that shares no bytes with what its
+ * e reads elsewhere than at column i (cpu_row_run sees to it for the result's
+ * row), so GCC may vectorize without checking */
+#if defined(__GNUC__) && !defined(__clang__)
+#define IVDEP _Pragma("GCC ivdep")
+#else
+#define IVDEP
+#endif
 #define OUT(e)                                                                             \
-    for (int64_t i = 0; i < r->n; i++) ((T *)r->y)[i] = (T)(e);
+    {                                                                                      \
+        T *y_ = (T *)r->y;                                                                 \
+        IVDEP for (int64_t i = 0; i < r->n; i++) y_[i] = (T)(e);                           \
+    }
 #define RESULT(e)                                                                          \
     {                                                                                      \
         const int64_t i = 0;                                                               \
@@ -200,6 +227,14 @@ LEAF_SUMS(double)
         *(T *)r->weight = (T)(e);                                                          \
     }
 
+/* The operands as T; one not given reads operand 0's row instead, so a
+ * `HAS(j) ? ..X(j).. : ..` loads only from memory it may read and its loop
+ * vectorizes with a select (the value read is not used). */
+#define ROW_OPERANDS                                                                       \
+    const T *x_[ROW_MAX_IN];                                                               \
+    for (int j_ = 0; j_ < ROW_MAX_IN; j_++) x_[j_] = j_ < r->nin ? r->x[j_] : r->x[0];     \
+    (void)x_;
+
 typedef void (*row_fn)(const row_args *r);
 #define OP(...)
 #define EW(...)
@@ -209,6 +244,7 @@ typedef void (*row_fn)(const row_args *r);
         typedef float T;                                                                   \
         T s_[ROW_MAX_S];                                                                   \
         (void)s_;                                                                          \
+        ROW_OPERANDS                                                                       \
         program                                                                            \
     }                                                                                      \
     static CPU_VECTOR_CLONES void row_##nm##_f64(const row_args *r)                        \
@@ -216,9 +252,11 @@ typedef void (*row_fn)(const row_args *r);
         typedef double T;                                                                  \
         T s_[ROW_MAX_S];                                                                   \
         (void)s_;                                                                          \
+        ROW_OPERANDS                                                                       \
         program                                                                            \
     }
 #define LEAF_SUM(t, l, nl, o) _Generic((t), float *: leaf_sums_float, double *: leaf_sums_double)(t, l, nl, o)
+#define LEVELS_OF(v, nl) _Generic((v), float *: levels_float, double *: levels_double)(v, nl)
 #define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
 #undef RW
@@ -272,6 +310,8 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     r.terms = at, at += cs * slab; /* the terms of a MAX or a SUM */
     r.nleaves = leaf_plan(len, leaves, 0);
     r.leaf = leaves;
+    r.balanced = (r.nleaves & (r.nleaves - 1)) == 0;
+    for (int l = 1; l < r.nleaves; l++) r.balanced = r.balanced && leaves[l] == leaves[0];
     for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * slab) cols[j] = at;
     r.y = inner > 1 ? cols[n->nin] : slabs[n->nin];
     for (int j = 0; j < n->nin; j++) {
@@ -282,12 +322,29 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     }
     row_fn fn = wide ? row_fns[n->op].f64 : row_fns[n->op].f32;
     size_t out_es = alloy_dtype_size(out->type.dtype);
+    /* rows along the last axis in the compute type are read where they lie,
+     * and the result's rows written where they go (when the result shares
+     * no bytes with an operand): no copies */
+    bool direct_in[ROW_MAX_IN] = {false};
+    for (int j = 0; j < n->nin; j++)
+        direct_in[j] = inner == 1 && prog->roles[j] == 'r' && in[j].type.dtype == (wide ? ALLOY_F64 : ALLOY_F32);
+    bool direct_out = inner == 1 && !sum.per_row_value && !sum.per_row_result &&
+                      out->type.dtype == (wide ? ALLOY_F64 : ALLOY_F32);
+    for (int j = 0; direct_out && j < n->nin; j++) {
+        const char *a = in[j].data, *b = out->data;
+        size_t an = (size_t)ir_numel(&in[j].type) * alloy_dtype_size(in[j].type.dtype);
+        if (a < b + (size_t)(outer * len) * cs && b < a + an) direct_out = false;
+    }
     for (int64_t o = 0; o < outer; o++) {
-        for (int j = 0; j < n->nin; j++)
-            if (prog->roles[j] == 'r')
+        for (int j = 0; j < n->nin; j++) {
+            if (direct_in[j])
+                r.x[j] = (const char *)in[j].data + (size_t)o * slab * cs;
+            else if (prog->roles[j] == 'r')
                 cpu_load_compute(wide, in[j].type.dtype,
                                  (const char *)in[j].data + (size_t)o * slab * alloy_dtype_size(in[j].type.dtype),
                                  slabs[j], (int64_t)slab);
+        }
+        if (direct_out) r.y = (char *)out->data + (size_t)o * slab * cs;
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             if (sum.by_position) set_positions(&r);
@@ -315,7 +372,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         }
         if (sum.per_row_value) /* one value per row (rows run along the last axis: inner is 1) */
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * out_es, 1);
-        else if (!sum.per_row_result)
+        else if (!sum.per_row_result && !direct_out)
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * slab * out_es,
                               (int64_t)slab);
     }
