@@ -115,9 +115,17 @@ LEVELS(double)
             while (l + m < nleaves && leaf[l + m] == len) m++;                             \
             T_ *o = out + l;                                                               \
             const T_ *base = t + at;                                                       \
-            for (int k = 0; k < m; k++) o[k] = 0;                                          \
+            int k0 = 0;                                                                    \
+            if (len == LEAF) /* 16 leaves of LEAF at a time, in registers */               \
+                for (; k0 + 16 <= m; k0 += 16) {                                           \
+                    T_ acc[16] = {0};                                                      \
+                    for (int j = 0; j < LEAF; j++)                                         \
+                        for (int k = 0; k < 16; k++) acc[k] += base[(k0 + k) * LEAF + j];  \
+                    for (int k = 0; k < 16; k++) o[k0 + k] = acc[k];                       \
+                }                                                                          \
+            for (int k = k0; k < m; k++) o[k] = 0;                                         \
             for (int64_t j = 0; j < len; j++)                                              \
-                for (int k = 0; k < m; k++) o[k] += base[(int64_t)k * len + j];            \
+                for (int k = k0; k < m; k++) o[k] += base[(int64_t)k * len + j];           \
             at += (int64_t)m * len;                                                        \
             l += m;                                                                        \
         }                                                                                  \
