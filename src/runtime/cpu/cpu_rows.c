@@ -105,6 +105,13 @@ LEVELS(double)
  * row would. Consecutive leaves of the same length are added side by side
  * (a vector of leaves, one term of each per step): the same additions in
  * the same order per leaf, so the same bits as one leaf after another. */
+#define LEAF_BLOCKS(T_, W)                                                                 \
+    for (; k0 + (W) <= m; k0 += (W)) {                                                     \
+        T_ acc[W] = {0};                                                                   \
+        for (int j = 0; j < LEAF; j++)                                                     \
+            for (int k = 0; k < (W); k++) acc[k] += base[(k0 + k) * LEAF + j];             \
+        for (int k = 0; k < (W); k++) o[k0 + k] = acc[k];                                  \
+    }
 #define LEAF_SUMS(T_)                                                                      \
     static CPU_VECTOR_CLONES void leaf_sums_##T_(const T_ *t, const int64_t *leaf, int nleaves, T_ *out) \
     {                                                                                      \
@@ -116,13 +123,11 @@ LEVELS(double)
             T_ *o = out + l;                                                               \
             const T_ *base = t + at;                                                       \
             int k0 = 0;                                                                    \
-            if (len == LEAF) /* 16 leaves of LEAF at a time, in registers */               \
-                for (; k0 + 16 <= m; k0 += 16) {                                           \
-                    T_ acc[16] = {0};                                                      \
-                    for (int j = 0; j < LEAF; j++)                                         \
-                        for (int k = 0; k < 16; k++) acc[k] += base[(k0 + k) * LEAF + j];  \
-                    for (int k = 0; k < 16; k++) o[k0 + k] = acc[k];                       \
-                }                                                                          \
+            if (len == LEAF) { /* 16, 8 or 4 leaves of LEAF at a time, in registers */     \
+                LEAF_BLOCKS(T_, 16)                                                        \
+                LEAF_BLOCKS(T_, 8)                                                         \
+                LEAF_BLOCKS(T_, 4)                                                         \
+            }                                                                              \
             for (int k = k0; k < m; k++) o[k] = 0;                                         \
             for (int64_t j = 0; j < len; j++)                                              \
                 for (int k = k0; k < m; k++) o[k] += base[(int64_t)k * len + j];           \
