@@ -105,11 +105,11 @@ LEVELS(double)
  * row would. Consecutive leaves of the same length are added side by side
  * (a vector of leaves, one term of each per step): the same additions in
  * the same order per leaf, so the same bits as one leaf after another. */
-#define LEAF_BLOCKS(T_, W)                                                                 \
+#define LEAF_BLOCKS(T_, W, L)                                                              \
     for (; k0 + (W) <= m; k0 += (W)) {                                                     \
         T_ acc[W] = {0};                                                                   \
-        for (int j = 0; j < LEAF; j++)                                                     \
-            for (int k = 0; k < (W); k++) acc[k] += base[(k0 + k) * LEAF + j];             \
+        for (int64_t j = 0; j < (L); j++)                                                  \
+            for (int k = 0; k < (W); k++) acc[k] += base[(k0 + k) * (L) + j];              \
         for (int k = 0; k < (W); k++) o[k0 + k] = acc[k];                                  \
     }
 #define LEAF_SUMS(T_)                                                                      \
@@ -123,14 +123,19 @@ LEVELS(double)
             T_ *o = out + l;                                                               \
             const T_ *base = t + at;                                                       \
             int k0 = 0;                                                                    \
-            if (len == LEAF) { /* 16, 8 or 4 leaves of LEAF at a time, in registers */     \
-                LEAF_BLOCKS(T_, 16)                                                        \
-                LEAF_BLOCKS(T_, 8)                                                         \
-                LEAF_BLOCKS(T_, 4)                                                         \
+            if (len == LEAF) { /* 16, 8 or 4 leaves at a time, in registers */             \
+                LEAF_BLOCKS(T_, 16, LEAF)                                                  \
+                LEAF_BLOCKS(T_, 8, LEAF)                                                   \
+                LEAF_BLOCKS(T_, 4, LEAF)                                                   \
+            } else {                                                                       \
+                LEAF_BLOCKS(T_, 16, len)                                                   \
+                LEAF_BLOCKS(T_, 4, len)                                                    \
             }                                                                              \
-            for (int k = k0; k < m; k++) o[k] = 0;                                         \
-            for (int64_t j = 0; j < len; j++)                                              \
-                for (int k = k0; k < m; k++) o[k] += base[(int64_t)k * len + j];           \
+            for (int k = k0; k < m; k++) { /* the rest one by one */                       \
+                T_ a = 0;                                                                  \
+                for (int64_t j = 0; j < len; j++) a += base[(int64_t)k * len + j];         \
+                o[k] = a;                                                                  \
+            }                                                                              \
             at += (int64_t)m * len;                                                        \
             l += m;                                                                        \
         }                                                                                  \
