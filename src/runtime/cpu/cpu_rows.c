@@ -48,9 +48,10 @@ static void set_positions(row_args *r)
 
 /* Pairwise sums: rounding error grows with log(n). sum_T(v, n) adds runs of
  * at most LEAF values in order and splits longer ones in halves; a program's
- * SUM does the same without storing its terms: leaf_plan lists the leaves
- * of that tree for a row of n, each leaf's terms are added in order as they
- * are computed, and combine_T adds the leaf sums as sum_T would. */
+ * SUM does the same over its terms: leaf_plan lists the leaves of that tree
+ * for a row of n, leaf_sums_T adds each leaf's terms in order, and
+ * combine_T (or levels_T, for a complete tree) adds the leaf sums as sum_T
+ * would. */
 static float sum_f32(const float *v, int64_t n)
 {
     if (n > LEAF) return sum_f32(v, n / 2) + sum_f32(v + n / 2, n - n / 2);
