@@ -1,4 +1,4 @@
-/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused. */
+/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax and layer_norm bit for bit against in-order loops. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "alloy/alloy.h"
+#include "base/vmath.h"
 #include "base/convert.h"
 #include "ir/groups.h"
 #include "runtime/cpu/cpu.h"
@@ -240,6 +241,83 @@ static void test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_b
     test_free(xs), test_free(a), test_free(b);
 }
 
+/* ---- the vector row kernels against the in-order loops ---- */
+
+/* The pairwise sum every SUM stage computes: runs of at most 16 added in
+ * order from 0, longer runs split in halves. */
+static float pairwise(const float *v, int64_t n)
+{
+    if (n > 16) return pairwise(v, n / 2) + pairwise(v + n / 2, n - n / 2);
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    return s;
+}
+
+/* y = softmax (layer_norm false) or layer_norm without gamma and beta
+ * (eps 1e-5) of rows x [rows, n], f32 on the CPU, one thread. */
+static void run_row_op(bool layer_norm, const float *x, int64_t rows, int64_t n, float *y)
+{
+    alloy_graph *g = alloy_graph_new("row");
+    alloy_graph_set_option(g, "num_threads", "1");
+    alloy_tensor *in = alloy_input(g, "x", ALLOY_F32, 2, DIMS(rows, n));
+    alloy_output(g, "y", layer_norm ? alloy_layer_norm(g, in, NULL, NULL, 1e-5) : alloy_softmax(g, in, 1));
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {rows, n}, (void *)x};
+    alloy_host_tensor fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_OK);
+    memcpy(y, fetch.data, sizeof(float) * (size_t)(rows * n));
+    alloy_graph_free(g);
+}
+
+/* Equal bits, or both NaN (a NaN's sign and payload are not kept). */
+static void assert_same_floats(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!(isnan(a[i]) && isnan(b[i]))) assert_memory_equal(&a[i], &b[i], sizeof(float));
+}
+
+static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 3, 17, 37, 64, 100, 256, 1000};
+    enum { ROWS = 7 };
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        int64_t n = lens[l];
+        float *x = test_malloc(sizeof(float) * ROWS * (size_t)n), *y = test_malloc(sizeof(float) * ROWS * (size_t)n);
+        float *want = test_malloc(sizeof(float) * ROWS * (size_t)n), *v = test_malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)uniform(-30, 30);
+        for (int64_t j = 0; j < n; j++) {
+            x[1 * n + j] = j % 2 ? -0.0f : -1.0f; /* the largest is -0 (or -1 when n is 1) */
+            x[2 * n + j] = j % 3 ? 0.0f : -0.0f;  /* zeros of both signs */
+            x[3 * n + j] = j == n / 2 ? NAN : x[3 * n + j];
+            x[4 * n + j] = j == n - 1 ? INFINITY : x[4 * n + j];
+            x[5 * n + j] = 1000.0f + (float)j;    /* large: the shift by the largest matters */
+        }
+        /* softmax: the largest in order (a NaN wins), exp of the shifted values, their sum */
+        for (int r = 0; r < ROWS; r++) {
+            const float *xr = x + r * n;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < n && m == m; j++)
+                if (xr[j] > m || xr[j] != xr[j]) m = xr[j];
+            for (int64_t j = 0; j < n; j++) v[j] = al_vexpf(xr[j] - m);
+            float s = pairwise(v, n);
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = v[j] / s;
+        }
+        run_row_op(false, x, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
+        /* layer_norm: mean, biased variance, 1 / sqrt(variance + eps) */
+        for (int r = 0; r < ROWS; r++) {
+            const float *xr = x + r * n;
+            float mean = pairwise(xr, n) / (float)n;
+            for (int64_t j = 0; j < n; j++) v[j] = (xr[j] - mean) * (xr[j] - mean);
+            float rstd = 1.0f / sqrtf(pairwise(v, n) / (float)n + (float)1e-5);
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = (xr[j] - mean) * rstd;
+        }
+        run_row_op(true, x, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
+        test_free(x), test_free(y), test_free(want), test_free(v);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_matches_a_double_reference_in_every_float_dtype),
         cmocka_unit_test(test_rms_norm_grad_kernel_matches_a_double_reference),
         cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
+        cmocka_unit_test(test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops),
     };
     return cmocka_run_group_tests_name("rows", tests, test_checked_alloc, test_plain_alloc);
 }

@@ -1,4 +1,9 @@
 /* cpu_rows.c - the row ops on the CPU: one function per RW line of ops.def, generated from its program, and the driver that feeds it rows. */
+/* No trapping math here (as in cpu_elementwise.c): the stages' loops, exp
+ * included (base/vmath.h), then vectorize on every ISA level. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <string.h>
 #include <tgmath.h>
 
@@ -7,7 +12,7 @@
 #include "runtime/cpu/cpu.h"
 
 /* Operands, attributes, S and V slots a program may use. */
-enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16 };
+enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
 
 /* One row as a program sees it; buffers in the compute type. */
 typedef struct row_args {
@@ -24,10 +29,11 @@ typedef struct row_args {
     const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
     int64_t pos[ALLOY_MAX_RANK]; /* POS(k): this row's index along the k-th dim from the end (k >= 1) */
     void *v[ROW_MAX_V];
-    void *tmp, *y, *result, *weight;
+    void *tmp, *terms, *y, *result, *weight;
     /* the pairwise sum's tree over a row: its leaves' lengths in order */
     const int64_t *leaf;
     int nleaves;
+    bool balanced; /* nleaves is a power of 2 and every leaf as long: the tree is complete */
 } row_args;
 
 /* Fills r->pos for row r->row (once per row, for programs that read POS). */
@@ -42,9 +48,10 @@ static void set_positions(row_args *r)
 
 /* Pairwise sums: rounding error grows with log(n). sum_T(v, n) adds runs of
  * at most LEAF values in order and splits longer ones in halves; a program's
- * SUM does the same without storing its terms: leaf_plan lists the leaves
- * of that tree for a row of n, each leaf's terms are added in order as they
- * are computed, and combine_T adds the leaf sums as sum_T would. */
+ * SUM does the same over its terms: leaf_plan lists the leaves of that tree
+ * for a row of n, leaf_sums_T adds each leaf's terms in order, and
+ * combine_T (or levels_T, for a complete tree) adds the leaf sums as sum_T
+ * would. */
 static float sum_f32(const float *v, int64_t n)
 {
     if (n > LEAF) return sum_f32(v, n / 2) + sum_f32(v + n / 2, n - n / 2);
@@ -82,9 +89,64 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
     return a + combine_f64(leaf_sums, n - n / 2, k);
 }
 
+/* combine_T over a complete tree: pairs of neighbours, level by level (the
+ * same additions; in place, no recursion). */
+#define LEVELS(T_)                                                                         \
+    static T_ levels_##T_(T_ *v, int nleaves)                                              \
+    {                                                                                      \
+        for (int w = nleaves; w > 1; w /= 2)                                               \
+            for (int i = 0; i < w / 2; i++) v[i] = v[2 * i] + v[2 * i + 1];                \
+        return v[0];                                                                       \
+    }
+LEVELS(float)
+LEVELS(double)
+
+/* The leaf sums of a SUM: leaf_sums_T(t, leaf, nleaves, out) sets out[l]
+ * to the terms of leaf l added in order from 0, as a running sum over the
+ * row would. Consecutive leaves of the same length are added side by side
+ * (a vector of leaves, one term of each per step): the same additions in
+ * the same order per leaf, so the same bits as one leaf after another. */
+#define LEAF_BLOCKS(T_, W, L)                                                              \
+    for (; k0 + (W) <= m; k0 += (W)) {                                                     \
+        T_ acc[W] = {0};                                                                   \
+        for (int64_t j = 0; j < (L); j++)                                                  \
+            for (int k = 0; k < (W); k++) acc[k] += base[(k0 + k) * (L) + j];              \
+        for (int k = 0; k < (W); k++) o[k0 + k] = acc[k];                                  \
+    }
+#define LEAF_SUMS(T_)                                                                      \
+    static CPU_VECTOR_CLONES void leaf_sums_##T_(const T_ *t, const int64_t *leaf, int nleaves, T_ *out) \
+    {                                                                                      \
+        int64_t at = 0;                                                                    \
+        for (int l = 0; l < nleaves;) {                                                    \
+            int64_t len = leaf[l];                                                         \
+            int m = 1;                                                                     \
+            while (l + m < nleaves && leaf[l + m] == len) m++;                             \
+            T_ *o = out + l;                                                               \
+            const T_ *base = t + at;                                                       \
+            int k0 = 0;                                                                    \
+            if (len == LEAF) { /* 16, 8 or 4 leaves at a time, in registers */             \
+                LEAF_BLOCKS(T_, 16, LEAF)                                                  \
+                LEAF_BLOCKS(T_, 8, LEAF)                                                   \
+                LEAF_BLOCKS(T_, 4, LEAF)                                                   \
+            } else {                                                                       \
+                LEAF_BLOCKS(T_, 16, len)                                                   \
+                LEAF_BLOCKS(T_, 4, len)                                                    \
+            }                                                                              \
+            for (int k = k0; k < m; k++) { /* the rest one by one */                       \
+                T_ a = 0;                                                                  \
+                for (int64_t j = 0; j < len; j++) a += base[(int64_t)k * len + j];         \
+                o[k] = a;                                                                  \
+            }                                                                              \
+            at += (int64_t)m * len;                                                        \
+            l += m;                                                                        \
+        }                                                                                  \
+    }
+LEAF_SUMS(float)
+LEAF_SUMS(double)
+
 /* ---- the programs, expanded for T = float and double ---- */
 
-#define X(j) ((const T *)r->x[j])[i]
+#define X(j) x_[j][i]
 #define V(k) ((T *)r->v[k])[i]
 #define S(k) s_[k]
 #define N ((T)r->n)
@@ -92,33 +154,54 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
 #define P(k) ((T)r->p[k])
 #define HAS(j) ((j) < r->nin)
 #define INDEX(j) r->index[j]
-#define AT(j, c) ((const T *)r->x[j])[c]
+#define AT(j, c) x_[j][c]
 #define SCALAR(j) ((T)r->scalar[j])
 #define W(j) ((T)r->w[j])
 #define ROWS r->rows
 #define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
+/* MAX: the terms into r->terms (a vector loop), their largest by lanes of
+ * LANES, and the sum of term * 0 (0 unless a term is NaN or infinite); a
+ * NaN or infinity among them, or a largest value of 0 (whose sign the first
+ * such term decides), takes the row's in-order loop instead, so the result
+ * is that loop's bits. SUM: the terms into r->terms, then their leaf sums. */
 #define MAX(k, e)                                                                          \
     {                                                                                      \
-        T m_ = -INFINITY;                                                                  \
-        for (int64_t i = 0; i < r->n && m_ == m_; i++) {                                   \
-            T e_ = (T)(e);                                                                 \
-            if (e_ > m_ || e_ != e_) m_ = e_;                                              \
+        T *e_ = (T *)r->terms;                                                             \
+        IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
+        T l_[LANES], z_[LANES];                                                            \
+        for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;                 \
+        int64_t i_ = 0;                                                                    \
+        for (; i_ + LANES <= r->n; i_ += LANES)                                            \
+            for (int q_ = 0; q_ < LANES; q_++) {                                           \
+                T v_ = e_[i_ + q_];                                                        \
+                z_[q_] += v_ * 0;                                                          \
+                l_[q_] = v_ > l_[q_] ? v_ : l_[q_];                                        \
+            }                                                                              \
+        T m_ = -INFINITY, z0_ = 0;                                                         \
+        for (; i_ < r->n; i_++) {                                                          \
+            z0_ += e_[i_] * 0;                                                             \
+            m_ = e_[i_] > m_ ? e_[i_] : m_;                                                \
+        }                                                                                  \
+        for (int q_ = 0; q_ < LANES; q_++) {                                               \
+            z0_ += z_[q_];                                                                 \
+            m_ = l_[q_] > m_ ? l_[q_] : m_;                                                \
+        }                                                                                  \
+        if (z0_ != 0 || m_ == 0) {                                                         \
+            m_ = -INFINITY;                                                                \
+            for (int64_t j_ = 0; j_ < r->n && m_ == m_; j_++)                              \
+                if (e_[j_] > m_ || e_[j_] != e_[j_]) m_ = e_[j_];                          \
         }                                                                                  \
         s_[k] = m_;                                                                        \
     }
 #define SUM(k, e)                                                                          \
     {                                                                                      \
-        T *t_ = (T *)r->tmp;                                                               \
-        int64_t i = 0;                                                                     \
-        for (int l_ = 0; l_ < r->nleaves; l_++) {                                          \
-            T a_ = 0;                                                                      \
-            for (int64_t end_ = i + r->leaf[l_]; i < end_; i++) a_ += (T)(e);              \
-            t_[l_] = a_;                                                                   \
-        }                                                                                  \
+        T *e_ = (T *)r->terms;                                                             \
+        IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
+        LEAF_SUM(e_, r->leaf, r->nleaves, (T *)r->tmp);                                    \
         int k_ = 0;                                                                        \
-        s_[k] = COMBINE(t_, r->n, &k_);                                                    \
+        s_[k] = r->balanced ? LEVELS_OF((T *)r->tmp, r->nleaves) : COMBINE((T *)r->tmp, r->n, &k_); \
     }
 #define LET(k, e)                                                                          \
     {                                                                                      \
@@ -127,9 +210,23 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
         s_[k] = (T)(e);                                                                    \
     }
 #define MAP(k, e)                                                                          \
-    for (int64_t i = 0; i < r->n; i++) ((T *)r->v[k])[i] = (T)(e);
+    {                                                                                      \
+        T *v_ = (T *)r->v[k];                                                              \
+        IVDEP for (int64_t i = 0; i < r->n; i++) v_[i] = (T)(e);                           \
+    }
+/* IVDEP: a loop's stores go to a buffer that shares no bytes with what its
+ * e reads elsewhere than at column i (cpu_row_run sees to it for the result's
+ * row), so GCC may vectorize without checking */
+#if defined(__GNUC__) && !defined(__clang__)
+#define IVDEP _Pragma("GCC ivdep")
+#else
+#define IVDEP
+#endif
 #define OUT(e)                                                                             \
-    for (int64_t i = 0; i < r->n; i++) ((T *)r->y)[i] = (T)(e);
+    {                                                                                      \
+        T *y_ = (T *)r->y;                                                                 \
+        IVDEP for (int64_t i = 0; i < r->n; i++) y_[i] = (T)(e);                           \
+    }
 #define RESULT(e)                                                                          \
     {                                                                                      \
         const int64_t i = 0;                                                               \
@@ -149,24 +246,36 @@ static double combine_f64(const double *leaf_sums, int64_t n, int *k)
         *(T *)r->weight = (T)(e);                                                          \
     }
 
+/* The operands as T; one not given reads operand 0's row instead, so a
+ * `HAS(j) ? ..X(j).. : ..` loads only from memory it may read and its loop
+ * vectorizes with a select (the value read is not used). */
+#define ROW_OPERANDS                                                                       \
+    const T *x_[ROW_MAX_IN];                                                               \
+    for (int j_ = 0; j_ < ROW_MAX_IN; j_++) x_[j_] = j_ < r->nin ? r->x[j_] : r->x[0];     \
+    (void)x_;
+
 typedef void (*row_fn)(const row_args *r);
 #define OP(...)
 #define EW(...)
 #define RW(nm, mn, mx, at, ty, amp, grad, roles, program)                                  \
-    static void row_##nm##_f32(const row_args *r)                                          \
+    static CPU_VECTOR_CLONES void row_##nm##_f32(const row_args *r)                        \
     {                                                                                      \
         typedef float T;                                                                   \
         T s_[ROW_MAX_S];                                                                   \
         (void)s_;                                                                          \
+        ROW_OPERANDS                                                                       \
         program                                                                            \
     }                                                                                      \
-    static void row_##nm##_f64(const row_args *r)                                          \
+    static CPU_VECTOR_CLONES void row_##nm##_f64(const row_args *r)                        \
     {                                                                                      \
         typedef double T;                                                                  \
         T s_[ROW_MAX_S];                                                                   \
         (void)s_;                                                                          \
+        ROW_OPERANDS                                                                       \
         program                                                                            \
     }
+#define LEAF_SUM(t, l, nl, o) _Generic((t), float *: leaf_sums_float, double *: leaf_sums_double)(t, l, nl, o)
+#define LEVELS_OF(v, nl) _Generic((v), float *: levels_float, double *: levels_double)(v, nl)
 #define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
 #undef RW
@@ -207,7 +316,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         r.p[np++] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name) : (double)ir_attr_i(n, a->name);
     /* buffers: a slab per r operand, one for the result, then the row views */
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
-    int nbuf = n->nin + 1 + sum.nvectors + 1 + (inner > 1 ? n->nin + 1 : 0);
+    int nbuf = n->nin + 1 + sum.nvectors + 2 + (inner > 1 ? n->nin + 1 : 0);
     size_t leaf_bytes = sizeof(int64_t) * (size_t)(len + 1);
     char *block = al_malloc(leaf_bytes + cs * slab * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
@@ -216,9 +325,12 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     void *slabs[ROW_MAX_IN + 1] = {NULL}, *cols[ROW_MAX_IN + 1] = {NULL};
     for (int j = 0; j <= n->nin; j++, at += cs * slab) slabs[j] = at; /* slabs[nin]: the result */
     for (int k = 0; k < sum.nvectors; k++, at += cs * slab) r.v[k] = at;
-    r.tmp = at, at += cs * slab; /* the leaf sums of a SUM */
+    r.tmp = at, at += cs * slab;   /* the leaf sums of a SUM */
+    r.terms = at, at += cs * slab; /* the terms of a MAX or a SUM */
     r.nleaves = leaf_plan(len, leaves, 0);
     r.leaf = leaves;
+    r.balanced = (r.nleaves & (r.nleaves - 1)) == 0;
+    for (int l = 1; l < r.nleaves; l++) r.balanced = r.balanced && leaves[l] == leaves[0];
     for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * slab) cols[j] = at;
     r.y = inner > 1 ? cols[n->nin] : slabs[n->nin];
     for (int j = 0; j < n->nin; j++) {
@@ -229,12 +341,29 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     }
     row_fn fn = wide ? row_fns[n->op].f64 : row_fns[n->op].f32;
     size_t out_es = alloy_dtype_size(out->type.dtype);
+    /* rows along the last axis in the compute type are read where they lie,
+     * and the result's rows written where they go (when the result shares
+     * no bytes with an operand): no copies */
+    bool direct_in[ROW_MAX_IN] = {false};
+    for (int j = 0; j < n->nin; j++)
+        direct_in[j] = inner == 1 && prog->roles[j] == 'r' && in[j].type.dtype == (wide ? ALLOY_F64 : ALLOY_F32);
+    bool direct_out = inner == 1 && !sum.per_row_value && !sum.per_row_result &&
+                      out->type.dtype == (wide ? ALLOY_F64 : ALLOY_F32);
+    for (int j = 0; direct_out && j < n->nin; j++) {
+        const char *a = in[j].data, *b = out->data;
+        size_t an = (size_t)ir_numel(&in[j].type) * alloy_dtype_size(in[j].type.dtype);
+        if (a < b + (size_t)(outer * len) * cs && b < a + an) direct_out = false;
+    }
     for (int64_t o = 0; o < outer; o++) {
-        for (int j = 0; j < n->nin; j++)
-            if (prog->roles[j] == 'r')
+        for (int j = 0; j < n->nin; j++) {
+            if (direct_in[j])
+                r.x[j] = (const char *)in[j].data + (size_t)o * slab * cs;
+            else if (prog->roles[j] == 'r')
                 cpu_load_compute(wide, in[j].type.dtype,
                                  (const char *)in[j].data + (size_t)o * slab * alloy_dtype_size(in[j].type.dtype),
                                  slabs[j], (int64_t)slab);
+        }
+        if (direct_out) r.y = (char *)out->data + (size_t)o * slab * cs;
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             if (sum.by_position) set_positions(&r);
@@ -262,7 +391,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         }
         if (sum.per_row_value) /* one value per row (rows run along the last axis: inner is 1) */
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * out_es, 1);
-        else if (!sum.per_row_result)
+        else if (!sum.per_row_result && !direct_out)
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * slab * out_es,
                               (int64_t)slab);
     }
