@@ -637,6 +637,11 @@ static void test_a_narrowed_emitted_kernel_is_caught_at_full_size(void **state)
 {
     (void)state;
     skip_without_compiler();
+#if defined(__SANITIZE_ADDRESS__)
+    /* the narrowed kernel's `g_ * 8` overflows an int: in the sanitizer build UBSan stops the process there
+     * (halt_on_error), which is that build's own catch of it; the plain build tests the full-size check */
+    skip();
+#endif
     static const char *const narrow[] = {"long long g_ = (long long)blockIdx.x", "int g_ = blockIdx.x"};
     big_run r;
     char err[2048];

@@ -684,6 +684,11 @@ static void test_shared_overruns_are_caught(void **state)
 {
     (void)state;
     if (!emu_checks_shared()) skip(); /* ALLOY_EMU_CHECK=0, or a ThreadSanitizer build */
+#if defined(__SANITIZE_ADDRESS__)
+    /* the sanitizer build compiles checked kernels with UBSan, whose bounds check stops the process at the
+     * overrun (halt_on_error) before the redzone reports it: the plain build tests the redzones */
+    skip();
+#endif
     emu_kernel *k = compile_kernel(overrun_src, "overrun");
     float out[64];
     static const char *const want[][2] = {
