@@ -281,7 +281,8 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
             int combines = 0, row_step = g->comp.sched.step_of[lng];
             for (int q = 0; q < st.prog.nkernels; q++)
                 combines += st.prog.kernels[q].step == row_step && strstr(st.prog.kernels[q].name, "_colsum") != NULL;
-            if (!st.prog.nkernels || combines < 2) fail_msg("%s: %d column sum kernels in the row step", mode_names[mode], combines);
+            /* dgamma and dbeta: one launch adds both sums' partials */
+            if (!st.prog.nkernels || combines != 1) fail_msg("%s: %d column sum kernels in the row step", mode_names[mode], combines);
             char err[4096];
             char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
             assert_non_null(module);

@@ -75,7 +75,9 @@ alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned chec
             return ALLOY_ERR_OOM;
         }
     }
-    return ALLOY_OK;
+    alloy_status st = cg_chain_kernels(out, g, s, err, errlen);
+    if (st) cg_program_free(out);
+    return st;
 }
 
 void cg_program_free(cg_program *p)

@@ -21,6 +21,14 @@ AL_HIDDEN alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program 
 AL_HIDDEN alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned checks, cg_program *out,
                                        char *err, size_t errlen);
 AL_HIDDEN void cg_program_free(cg_program *p);
+/* Joins each run of one-block kernels of consecutive steps (op or ew steps
+ * of one kernel each, only node buffers as parameters, one block size, no
+ * launch of anything else between them) into one kernel that calls their
+ * code in order with a barrier between: the same statements, so the same
+ * bits, in one launch (emit_chain.c). Programs with checks are left as
+ * they are. ALLOY_ERR_OOM with err. */
+AL_HIDDEN alloy_status cg_chain_kernels(cg_program *p, const ir_graph *g, const schedule *s, char *err,
+                                        size_t errlen);
 /* One source holding kernels [first, first + n) of p after a single
  * preamble (an NVRTC program or a host-emulation library with many
  * kernels); al_free it. NULL on OOM. */

@@ -646,42 +646,63 @@ static bool colsum_frame(cg_text *pre, cg_text *post, row_kernel *rk, int64_t nt
     return any;
 }
 
-/* The kernel adding column sum member m's partial rows (one per team) per
- * column and storing the sum in its dtype: a block per COMBINE_COLS
- * columns, its threads COMBINE_COLS columns (neighbours reading neighbours)
- * by COMBINE_LANES lanes; lane r adds partials r, r + COMBINE_LANES, ... in
- * order, then the lanes' sums meet in a pairwise tree in shared memory
- * (log2 COMBINE_LANES levels). At most nteams / COMBINE_LANES + log2
- * COMBINE_LANES additions deep: 16 + 4 for 256 teams, as deep as the
- * CPU's pairwise sums; no per-thread recursion (no stack, no spills). */
+/* The kernel adding the partial rows (one per team) of the n column sum
+ * members ms[] per column and storing each sum in its dtype, all of them
+ * in one launch: a block per COMBINE_COLS columns of one sum (the sums'
+ * blocks one after another), its threads COMBINE_COLS columns (neighbours
+ * reading neighbours) by COMBINE_LANES lanes; lane r adds partials r, r +
+ * COMBINE_LANES, ... in order, then the lanes' sums meet in a pairwise tree
+ * in shared memory (log2 COMBINE_LANES levels). At most nteams /
+ * COMBINE_LANES + log2 COMBINE_LANES additions deep: 16 + 4 for 256 teams,
+ * as deep as the CPU's pairwise sums; no per-thread recursion (no stack, no
+ * spills). Each column's sum is added in the same order whichever sums
+ * share the launch, so its bits do not depend on them. */
 enum { COMBINE_COLS = 16, COMBINE_LANES = CG_BLOCK / COMBINE_COLS };
-static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, int m, int64_t nteams, cg_text *t)
+static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, const int *ms, int n, int64_t nteams,
+                                cg_text *t)
 {
-    const ir_node *x = rk->g->nodes[rk->s->members[m].node];
     cg_params fp = {0};
-    int kp = cg_param_of(&fp, CG_PARAM_ROWS, x->id, false, nteams * rk->C);
-    int ko = cg_param_of(&fp, CG_PARAM_NODE, x->id, true, 0);
+    int kp[IR_MAX_COLSUMS], ko[IR_MAX_COLSUMS];
+    for (int i = 0; i < n; i++) {
+        int id = rk->s->members[ms[i]].node;
+        kp[i] = cg_param_of(&fp, CG_PARAM_ROWS, id, false, nteams * rk->C);
+        ko[i] = cg_param_of(&fp, CG_PARAM_NODE, id, true, 0);
+    }
     char name[48];
-    al_fmt(name, sizeof name, "alloy_s%d_colsum%d", k, m);
+    al_fmt(name, sizeof name, "alloy_s%d_colsum%d", k, rk->s->members[ms[0]].node);
     cg_put_preamble(t);
     cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(t, rk->g, &fp);
-    int64_t blocks = (rk->C + COMBINE_COLS - 1) / COMBINE_COLS, grid = blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks;
+    int64_t blocks = (rk->C + COMBINE_COLS - 1) / COMBINE_COLS, total = blocks * n;
+    int64_t grid = total > CG_MAX_GRID ? CG_MAX_GRID : total;
     cg_put(t, ")\n{\n    typedef float T;\n    __shared__ T sh_[%d][%d];\n"
               "    const int c_ = threadIdx.x %% %d, r_ = threadIdx.x / %d;\n"
-              "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n"
+              "    for (long long g_ = blockIdx.x; g_ < %lldll; g_ += gridDim.x) {\n"
+              "    const int sum_ = (int)(g_ / %lldll);\n    const long long b_ = g_ %% %lldll;\n"
+              "    const float *__restrict__ part_ = ",
+           COMBINE_LANES, COMBINE_COLS + 1, COMBINE_COLS, COMBINE_COLS, (long long)total, (long long)blocks,
+           (long long)blocks);
+    for (int i = 0; i + 1 < n; i++) cg_put(t, "sum_ == %d ? p%d : ", i, kp[i]);
+    cg_put(t, "p%d;\n"
               "    const long long col = b_ * %d + c_;\n    T a_ = 0;\n"
-              "    if (col < %lldll)\n        for (long long i_ = r_; i_ < %lldll; i_ += %d) a_ += p%d[i_ * %lldll + col];\n"
+              "    if (col < %lldll)\n        for (long long i_ = r_; i_ < %lldll; i_ += %d) a_ += part_[i_ * %lldll + col];\n"
               "    __syncthreads();\n    sh_[r_][c_] = a_;\n"
               "    for (int h_ = %d; h_ > 0; h_ >>= 1) {\n        __syncthreads();\n"
               "        if (r_ < h_) sh_[r_][c_] += sh_[r_ + h_][c_];\n    }\n"
-              "    if (r_ == 0 && col < %lldll) {\n        a_ = sh_[0][c_];\n        p%d[col] = ",
-           COMBINE_LANES, COMBINE_COLS + 1, COMBINE_COLS, COMBINE_COLS, (long long)blocks, COMBINE_COLS, (long long)rk->C,
-           (long long)nteams, COMBINE_LANES, kp, (long long)rk->C, COMBINE_LANES / 2, (long long)rk->C, ko);
-    cg_store(t, x->type.dtype, false, "a_");
-    cg_put(t, ";\n    }\n    }\n}\n");
+              "    if (r_ == 0 && col < %lldll) {\n        a_ = sh_[0][c_];\n",
+           kp[n - 1], COMBINE_COLS, (long long)rk->C, (long long)nteams, COMBINE_LANES, (long long)rk->C,
+           COMBINE_LANES / 2, (long long)rk->C);
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const ir_node *x = rk->g->nodes[rk->s->members[ms[i]].node];
+        cg_put(t, "        if (sum_ == %d) p%d[col] = ", i, ko[i]);
+        cg_store(t, x->type.dtype, false, "a_");
+        cg_put(t, ";\n");
+        bytes += nteams * rk->C * 4;
+    }
+    cg_put(t, "    }\n    }\n}\n");
     bool ok = !t->oom && !fp.oom &&
-              cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, (unsigned)grid, CG_BLOCK, nteams * rk->C * 4);
+              cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, (unsigned)grid, CG_BLOCK, bytes);
     al_free(fp.at);
     return ok;
 }
@@ -842,11 +863,14 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
                            (int64_t)ir_nbytes(&space) * 2))
             why = "out of memory";
     }
-    /* column sums: their partial rows added per column, by a kernel each */
+    /* column sums: their partial rows added per column, all of them by one kernel */
+    int sums[IR_MAX_COLSUMS], nsums = 0;
     for (int q = st->first_part; q < st->first_part + st->nparts && !why && nteams; q++)
-        if (s->parts[q].kind == PART_COLSUM && (s->members[s->parts[q].first].flags & MEMBER_STORED) &&
-            !emit_colsum_combine(prog, &rk, k, s->parts[q].first, nteams, &t))
-            why = "out of memory";
+        if (s->parts[q].kind == PART_COLSUM && (s->members[s->parts[q].first].flags & MEMBER_STORED)) {
+            if (nsums == IR_MAX_COLSUMS) why = "a row step with more than 4 column sums (IR_MAX_COLSUMS)";
+            else sums[nsums++] = s->parts[q].first;
+        }
+    if (!why && nsums && !emit_colsum_combine(prog, &rk, k, sums, nsums, nteams, &t)) why = "out of memory";
     /* ops with a result per row: their mean, by a second kernel */
     for (int m = st->first; m < st->first + st->n && !why; m++) {
         const ir_node *x = g->nodes[s->members[m].node];
