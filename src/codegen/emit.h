@@ -22,7 +22,7 @@ AL_HIDDEN alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, uns
                                        char *err, size_t errlen);
 AL_HIDDEN void cg_program_free(cg_program *p);
 /* Joins each run of one-block kernels of consecutive steps (op or ew steps
- * of one kernel each, only node buffers as parameters, one block size, no
+ * of one kernel each computing scalars, only node buffers as parameters, one block size, no
  * launch of anything else between them) into one kernel that calls their
  * code in order with a barrier between: the same statements, so the same
  * bits, in one launch (emit_chain.c). Programs with checks are left as

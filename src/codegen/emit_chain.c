@@ -22,15 +22,18 @@ static const char *kernel_text(const cg_kernel *kn)
  * parameters (a step's aux slots, flags and partials, are reused by the
  * next step), the whole source of one plain kernel (the preamble, then the
  * kernel with nothing at file scope before it), the only kernel of its
- * step, and a step of one op or an elementwise step. */
-static bool chainable(const cg_program *p, const schedule *s, int q)
+ * step, and a step of one op or an elementwise step whose values are
+ * scalars (one element each). */
+static bool chainable(const cg_program *p, const ir_graph *g, const schedule *s, int q)
 {
     const cg_kernel *kn = &p->kernels[q];
     if (kn->grid != 1 || kn->check || kn->body == 0) return false;
     if ((q > 0 && p->kernels[q - 1].step == kn->step) || (q + 1 < p->nkernels && p->kernels[q + 1].step == kn->step))
         return false;
-    step_kind kind = s->steps[kn->step].kind;
-    if (kind != STEP_KIND_OP && kind != STEP_KIND_EW) return false;
+    const sched_step *st = &s->steps[kn->step];
+    if (st->kind != STEP_KIND_OP && st->kind != STEP_KIND_EW) return false;
+    for (int m = st->first; m < st->first + st->n; m++)
+        if (ir_numel(&g->nodes[s->members[m].node]->type) > 1) return false; /* scalar work only */
     for (int i = 0; i < kn->nparams; i++)
         if (kn->params[i].kind != CG_PARAM_NODE) return false;
     return strncmp(kernel_text(kn), global_head, sizeof global_head - 1) == 0;
@@ -141,8 +144,8 @@ alloy_status cg_chain_kernels(cg_program *p, const ir_graph *g, const schedule *
     bool ok = true;
     for (int q = 0; q < p->nkernels && ok;) {
         int n = 1;
-        if (chainable(p, s, q))
-            while (q + n < p->nkernels && n < CHAIN_MAX_KERNELS && chainable(p, s, q + n) &&
+        if (chainable(p, g, s, q))
+            while (q + n < p->nkernels && n < CHAIN_MAX_KERNELS && chainable(p, g, s, q + n) &&
                    p->kernels[q + n].block == p->kernels[q].block &&
                    adjacent_steps(s, p->kernels[q + n - 1].step, p->kernels[q + n].step) &&
                    distinct_params(p, q, n + 1) <= CHAIN_MAX_PARAMS)

@@ -230,6 +230,7 @@ typedef struct launch_check {
         const cdev_extent *x;
     } waw[64];
     int nwaw;
+    bool overlap; /* two written extents of different values share bytes (one launch running several steps) */
 } launch_check;
 
 /* Accesses by different blocks of one launch to the bytes [at, at + n) of fresh region r, through
@@ -306,7 +307,14 @@ static int kernel_access(void *ctx, const void *p, unsigned n, int kind, unsigne
     if (!r || !r->shadow) return 0;
     if (kind != acc_write && !read_written(a, &a->ext[hit], r, at, n, verb, msg, len)) return 1;
     if (r->race && kind != acc_atomic && !race_free(c, &a->ext[hit], r, at, n, kind, block, verb, msg, len)) return 1;
-    if (kind != acc_read) mark(&a->ext[hit], r, at, n);
+    if (kind != acc_read) {
+        /* bytes that several written extents hold (a value written in place over another, both in
+         * one launch that runs several steps): which value is there now the checker cannot tell */
+        const cdev_extent *x = &a->ext[hit];
+        for (int i = 0; c->overlap && x && i < a->n; i++)
+            if (i != hit && a->ext[i].written && a->ext[i].tag != x->tag && inside(&a->ext[i], at, n)) x = NULL;
+        mark(x, r, at, n);
+    }
     return 0;
 }
 
@@ -327,6 +335,12 @@ int emu_slots_launch(const emu_kernel *k, const char *name, const emu_action *a,
     if (checked) {
         c->a = a;
         for (int i = 0; i < a->n; i++) c->at[i] = region_of((const char *)(uintptr_t)a->ext[i].base);
+        for (int i = 0; i < a->n && !c->overlap; i++)
+            for (int j = i + 1; j < a->n && !c->overlap; j++) {
+                const cdev_extent *x = &a->ext[i], *y = &a->ext[j];
+                c->overlap = x->written && y->written && x->tag != y->tag && x->base && y->base &&
+                             x->base < y->base + y->bytes && y->base < x->base + x->bytes;
+            }
         next_serial();
         checked = emu_check_global(k, kernel_access, c);
     }
