@@ -160,6 +160,72 @@ static double reduction_scale(const ir_node *n, const ir_type *xt, const void *x
     return scale;
 }
 
+/* Compares each value step k of st stores with the CPU's (emu_stats' rules). */
+static void compare_step(emu_stats *stats_out, const cgs_step *st, int k)
+{
+    emu_stats stats = *stats_out;
+    const ir_graph *c = st->g->compiled;
+    const schedule *s = &st->g->comp.sched;
+    const sched_step *step = &s->steps[k];
+    rt_tensor *ref = st->ref;
+    void **buf = st->buf;
+    /* the steps that may sum in an order of their own: row ops, reductions split over blocks or columns, convolutions */
+    int last_op = c->nodes[step->pos]->op;
+    bool sums = last_op == IR_OP_reduce_sum || last_op == IR_OP_reduce_mean;
+    /* (the direct convolution kernels sum in another order than the CPU's im2col GEMM; attention's
+     * blockwise kernels than the CPU's blocks) */
+    bool convs = last_op == IR_OP_conv1d || last_op == IR_OP_conv2d || last_op == IR_OP_conv_grad_input ||
+                 last_op == IR_OP_conv_grad_weight;
+    bool attn = last_op == IR_OP_attention || last_op == IR_OP_attention_grad;
+    /* sum_squares: f32 sums in another order (chunks, block and warp trees), added in f64 */
+    bool squares = last_op == IR_OP_sum_squares;
+    int head_op = c->nodes[s->members[step->first].node]->op; /* a gemm step's convolution head sums too */
+    bool conv_head = step->kind == STEP_KIND_GEMM && (head_op == IR_OP_conv1d || head_op == IR_OP_conv2d);
+    convs |= conv_head;
+    stats.conv_gemm_steps += conv_head;
+    bool reorders = step->kind == STEP_KIND_ROW || (step->kind == STEP_KIND_GEMM && convs) ||
+                    (step->kind == STEP_KIND_OP && (ir_ops[last_op].row || sums || convs || attn || squares));
+    for (int m = step->first; m < step->first + step->n; m++) {
+        int id = s->members[m].node;
+        if (!(s->members[m].flags & MEMBER_STORED)) continue;
+        const ir_node *n = c->nodes[id];
+        int64_t count = ir_numel(&n->type);
+        /* a reduction: the step's own, or a row step's column sum (ir_fuse_colsum) */
+        bool sum_here = (sums && id == step->pos) || (step->kind == STEP_KIND_ROW && ir_fuse_colsum(c, n));
+        const ir_node *x = sum_here && ir_is_float(n->type.dtype) ? c->nodes[n->in[0]] : NULL;
+        double floor = x && ref[x->id].data ? reduction_scale(n, &x->type, ref[x->id].data) : 0;
+        double e = codegen_error_at_scale(n->type.dtype, buf[id], ref[id].data, count, floor),
+               tol = codegen_tolerance(squares && id == step->pos ? ALLOY_F32 : n->type.dtype);
+        stats.values++;
+        stats.bitwise += memcmp(buf[id], ref[id].data, ir_nbytes(&n->type)) == 0;
+        if (e > stats.worst) stats.worst = e;
+        if (!(e <= tol))
+            note_failure(&stats, "step %d (%s) %s %%%d (%s): error %.3g against the CPU", k,
+                         sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype), e);
+        int64_t differs;
+        if (!reorders && !test_same_bits(n->type.dtype, buf[id], ref[id].data, count, &differs) && !stats.inexact++)
+            snprintf(stats.first_inexact, sizeof stats.first_inexact,
+                     "step %d (%s) %s %%%d (%s): element %lld is %.9g, the CPU's %.9g (error %.3g)", k,
+                     sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype),
+                     (long long)differs, test_decode(n->type.dtype, buf[id], differs),
+                     test_decode(n->type.dtype, ref[id].data, differs), e);
+    }
+    *stats_out = stats;
+}
+
+/* The last step kernel q (of step k) computes: a chain kernel's
+ * (emit_chain.c, "alloy_s<k>_chain<N>") N steps are the first N from k
+ * that are not views; any other kernel's, k. */
+static int last_step_of(const cgs_step *st, int q, int k)
+{
+    const schedule *s = &st->g->comp.sched;
+    const char *at = strstr(st->prog.kernels[q].name, "_chain");
+    int n = at ? atoi(at + 6) : 1, last = k;
+    for (int j = k; j < s->nsteps && n > 0; j++)
+        if (!(s->members[s->steps[j].first].flags & MEMBER_VIEW)) last = j, n--;
+    return last;
+}
+
 emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
 {
     emu_stats stats = {0};
@@ -182,11 +248,17 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
             continue;
         }
         stats.steps_emulated++;
-        /* each step on the CPU's values of its inputs: the kernels are compared on the same inputs */
-        for (int i = 0; i < step->nin; i++) {
-            int id = s->inputs[step->first_in + i];
-            if (ref[id].data && ref[id].data != buf[id]) memcpy(buf[id], ref[id].data, ir_nbytes(&c->nodes[id]->type));
-        }
+        /* each step on the CPU's values of its inputs: the kernels are compared on the same inputs (a
+         * chain kernel's steps on those of the values none of them computes, and the CPU's views) */
+        int last = last_step_of(st, next, k);
+        for (int j = k; j <= last; j++)
+            for (int i = 0; i < s->steps[j].nin; i++) {
+                int id = s->inputs[s->steps[j].first_in + i];
+                bool inside = s->step_of[id] >= k && s->step_of[id] <= last &&
+                              !(s->members[s->steps[s->step_of[id]].first].flags & MEMBER_VIEW);
+                if (!inside && ref[id].data && ref[id].data != buf[id])
+                    memcpy(buf[id], ref[id].data, ir_nbytes(&c->nodes[id]->type));
+            }
         /* scratch of the step (a GEMM's product, per-row results, a flag), shared by its kernels */
         struct {
             cg_param_kind kind;
@@ -236,47 +308,9 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
             test_free(ptrs), test_free(params);
         }
         for (int q = 0; q < nscratch; q++) test_free(scratch[q].data);
-        /* the steps that may sum in an order of their own: row ops, reductions split over blocks or columns, convolutions */
-        int last_op = c->nodes[step->pos]->op;
-        bool sums = last_op == IR_OP_reduce_sum || last_op == IR_OP_reduce_mean;
-        /* (the direct convolution kernels sum in another order than the CPU's im2col GEMM; attention's
-         * blockwise kernels than the CPU's blocks) */
-        bool convs = last_op == IR_OP_conv1d || last_op == IR_OP_conv2d || last_op == IR_OP_conv_grad_input ||
-                     last_op == IR_OP_conv_grad_weight;
-        bool attn = last_op == IR_OP_attention || last_op == IR_OP_attention_grad;
-        /* sum_squares: f32 sums in another order (chunks, block and warp trees), added in f64 */
-        bool squares = last_op == IR_OP_sum_squares;
-        int head_op = c->nodes[s->members[step->first].node]->op; /* a gemm step's convolution head sums too */
-        bool conv_head = step->kind == STEP_KIND_GEMM && (head_op == IR_OP_conv1d || head_op == IR_OP_conv2d);
-        convs |= conv_head;
-        stats.conv_gemm_steps += conv_head;
-        bool reorders = step->kind == STEP_KIND_ROW || (step->kind == STEP_KIND_GEMM && convs) ||
-                        (step->kind == STEP_KIND_OP && (ir_ops[last_op].row || sums || convs || attn || squares));
-        for (int m = step->first; m < step->first + step->n; m++) {
-            int id = s->members[m].node;
-            if (!(s->members[m].flags & MEMBER_STORED)) continue;
-            const ir_node *n = c->nodes[id];
-            int64_t count = ir_numel(&n->type);
-            /* a reduction: the step's own, or a row step's column sum (ir_fuse_colsum) */
-            bool sum_here = (sums && id == step->pos) || (step->kind == STEP_KIND_ROW && ir_fuse_colsum(c, n));
-            const ir_node *x = sum_here && ir_is_float(n->type.dtype) ? c->nodes[n->in[0]] : NULL;
-            double floor = x && ref[x->id].data ? reduction_scale(n, &x->type, ref[x->id].data) : 0;
-            double e = codegen_error_at_scale(n->type.dtype, buf[id], ref[id].data, count, floor),
-                   tol = codegen_tolerance(squares && id == step->pos ? ALLOY_F32 : n->type.dtype);
-            stats.values++;
-            stats.bitwise += memcmp(buf[id], ref[id].data, ir_nbytes(&n->type)) == 0;
-            if (e > stats.worst) stats.worst = e;
-            if (!(e <= tol))
-                note_failure(&stats, "step %d (%s) %s %%%d (%s): error %.3g against the CPU", k,
-                             sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype), e);
-            int64_t differs;
-            if (!reorders && !test_same_bits(n->type.dtype, buf[id], ref[id].data, count, &differs) && !stats.inexact++)
-                snprintf(stats.first_inexact, sizeof stats.first_inexact,
-                         "step %d (%s) %s %%%d (%s): element %lld is %.9g, the CPU's %.9g (error %.3g)", k,
-                         sched_kind_name(step->kind), ir_ops[n->op].name, id, alloy_dtype_name(n->type.dtype),
-                         (long long)differs, test_decode(n->type.dtype, buf[id], differs),
-                         test_decode(n->type.dtype, ref[id].data, differs), e);
-        }
+        for (int j = k; j <= last; j++)
+            if (!(s->members[s->steps[j].first].flags & MEMBER_VIEW)) compare_step(&stats, st, j);
+        k = last;
     }
     return stats;
 }
