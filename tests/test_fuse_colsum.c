@@ -317,6 +317,79 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
         }
 }
 
+/* One launch adds the partials of both sums (dgamma, dbeta) of a row step;
+ * 16 x 32775 (odd) takes 2 x 2049 blocks of 16 columns, past the 4096 one
+ * grid pass covers (CG_MAX_GRID): two blocks take a second turn of the
+ * grid-stride loop. Emulated twice, the same bits; dbeta exact, dgamma
+ * within EMU_TOL of the CPU's. */
+static void test_one_launch_adds_every_sum_past_one_grid_pass_with_the_same_bits_twice(void **state)
+{
+    (void)state;
+    char why[256];
+    if (!emu_available(why, sizeof why)) {
+        print_message("no host emulation: %s\n", why);
+        skip();
+    }
+    const ln_shape sh = {16, 32775};
+    fusion(true);
+    ln_data d = make_data(sh, 77);
+    alloy_graph *g = ln_graph(0, sh);
+    const ir_graph *c = compiled(g);
+    int lng, dgamma, dbeta;
+    backward_nodes(c, &lng, &dgamma, &dbeta);
+    feed_set f = {0};
+    for (int i = 0; i < 5; i++) f.t[f.n++] = d.feeds[i];
+    cgs_step st;
+    cgs_prepare(&st, g, &f);
+    int combines = 0, row_step = g->comp.sched.step_of[lng], combine = -1;
+    for (int q = 0; q < st.prog.nkernels; q++)
+        if (st.prog.kernels[q].step == row_step && strstr(st.prog.kernels[q].name, "_colsum")) combines++, combine = q;
+    assert_int_equal(combines, 1);
+    assert_int_equal(st.prog.kernels[combine].grid, 4096);
+    char err[4096];
+    char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
+    assert_non_null(module);
+    emu_kernel *ek = emu_compile(module, st.prog.kernels[0].name, err, sizeof err);
+    al_free(module);
+    if (!ek) fail_msg("%s", err);
+    cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
+    for (int q = 0; q < st.prog.nkernels; q++) {
+        at[q].library = ek;
+        snprintf(at[q].name, sizeof at[q].name, "%s", st.prog.kernels[q].name);
+    }
+    int64_t C = sh.C;
+    float *first = test_malloc(sizeof(float) * (size_t)C * 2);
+    for (int run = 0; run < 2; run++) {
+        memset(st.buf[dgamma], 0, sizeof(float) * (size_t)C);
+        memset(st.buf[dbeta], 0, sizeof(float) * (size_t)C);
+        emu_stats es = cgs_emulate(&st, at);
+        if (es.failed) fail_msg("%s", es.first_failure);
+        if (run == 0) {
+            memcpy(first, st.buf[dgamma], sizeof(float) * (size_t)C);
+            memcpy(first + C, st.buf[dbeta], sizeof(float) * (size_t)C);
+        } else {
+            assert_memory_equal(first, st.buf[dgamma], sizeof(float) * (size_t)C);
+            assert_memory_equal(first + C, st.buf[dbeta], sizeof(float) * (size_t)C);
+        }
+    }
+    double *rg = test_malloc(sizeof(double) * (size_t)C * 3), *rb = rg + C, *sc = rg + 2 * C, worst = 0;
+    reference(&d, rg, rb, sc);
+    const float *eg = st.buf[dgamma], *cg = st.ref[dgamma].data, *eb = st.buf[dbeta];
+    for (int64_t j = 0; j < C; j++) {
+        worst = fmax(worst, fabs((double)eg[j] - cg[j]) / sc[j]);
+        if ((double)eb[j] != rb[j]) fail_msg("emulated dbeta[%lld] %.9g, exactly %.9g", (long long)j, eb[j], rb[j]);
+    }
+    print_message("16 x 32775 emulated twice, the same bits: one combine launch of %u blocks; dbeta exact; dgamma "
+                  "max |device - cpu| %.3g u of sum |dy| (|xhat| + 1)\n",
+                  st.prog.kernels[combine].grid, worst / 0x1p-24);
+    assert_true(worst <= EMU_TOL);
+    test_free(rg), test_free(at), test_free(first);
+    emu_free(ek);
+    cgs_release(&st);
+    alloy_graph_free(g);
+    free_data(&d);
+}
+
 /* ---- 4. a bundle carries the column sums ---- */
 
 static void test_a_bundle_runs_the_column_sums_as_compiled(void **state)
@@ -490,6 +563,7 @@ int main(void)
         FUSE_TEST(test_the_layer_norm_backward_computes_dx_dgamma_and_dbeta_in_one_step),
         FUSE_TEST(test_dgamma_and_dbeta_are_the_unfused_bits_and_near_f64),
         FUSE_TEST(test_the_emulated_kernels_agree_with_the_cpu),
+        FUSE_TEST(test_one_launch_adds_every_sum_past_one_grid_pass_with_the_same_bits_twice),
         FUSE_TEST(test_a_bundle_runs_the_column_sums_as_compiled),
         FUSE_TEST(test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_gives_the_same_bits),
         FUSE_TEST(test_a_product_read_elsewhere_is_still_stored),
