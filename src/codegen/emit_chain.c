@@ -23,7 +23,7 @@ static const char *kernel_text(const cg_kernel *kn)
  * next step), the whole source of one plain kernel (the preamble, then the
  * kernel with nothing at file scope before it), the only kernel of its
  * step, and a step of one op or an elementwise step whose values are
- * scalars (one element each). */
+ * scalars (one element each); and no `return` in its text. */
 static bool chainable(const cg_program *p, const ir_graph *g, const schedule *s, int q)
 {
     const cg_kernel *kn = &p->kernels[q];
@@ -36,7 +36,12 @@ static bool chainable(const cg_program *p, const ir_graph *g, const schedule *s,
         if (ir_numel(&g->nodes[s->members[m].node]->type) > 1) return false; /* scalar work only */
     for (int i = 0; i < kn->nparams; i++)
         if (kn->params[i].kind != CG_PARAM_NODE) return false;
-    return strncmp(kernel_text(kn), global_head, sizeof global_head - 1) == 0;
+    const char *text = kernel_text(kn), *end = strstr(text, "#ifdef ALLOY_HOST_EMULATION");
+    if (strncmp(text, global_head, sizeof global_head - 1) != 0 || !end) return false;
+    /* a thread leaving one function early would wait at the barrier after it
+     * while the others wait at one inside: kernels with a return stay alone */
+    const char *ret = strstr(text, "return");
+    return !ret || ret > end;
 }
 
 /* Whether the steps strictly between steps a and b launch nothing: each is
@@ -58,6 +63,8 @@ static void put_device_function(cg_text *t, const cg_kernel *kn)
 {
     const char *text = kernel_text(kn) + sizeof global_head - 1;
     const char *after = strchr(text, ')'); /* the launch bound's closing parenthesis */
+    if (after)
+        for (after++; *after == ' ';) after++;
     char host[80];
     al_fmt(host, sizeof host, "#ifdef ALLOY_HOST_EMULATION\nextern \"C\" void %s__host(", kn->name);
     const char *end = strstr(text, host);
@@ -65,7 +72,7 @@ static void put_device_function(cg_text *t, const cg_kernel *kn)
         t->oom = true;
         return;
     }
-    cg_put(t, "static __device__ __forceinline__ void %.*s\n", (int)(end - (after + 2)), after + 2);
+    cg_put(t, "static __device__ __forceinline__ void %.*s\n", (int)(end - after), after);
 }
 
 /* The merged kernel of p's kernels [first, first + n), appended to out. */
