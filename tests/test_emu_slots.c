@@ -199,6 +199,27 @@ static void read_of_dead_slot_fails(void **state)
                      ALLOY_OK);
 }
 
+/* One launch holding two values in slot a, both written (a chain kernel of several scalar steps,
+ * one value written in place over another): what it leaves there counts as any value, so a later
+ * read as either passes; written as one of them alone, a read as the other is dead. */
+static void a_launch_writing_two_values_into_one_slot_leaves_any_value(void **state)
+{
+    (void)state;
+    step_begin();
+    long long n = slot_floats;
+    cdev_ptr out = fx.arena;
+    void *params[] = {&out, &n};
+    cdev_extent both[] = {slot(0, 1, true), slot(0, 4, true)};
+    fx.dev->ops->describe(fx.dev, both, 2);
+    assert_int_equal(fx.dev->ops->launch(fx.dev, fx.fill, 2, 64, params, 2), ALLOY_OK);
+    assert_int_equal(twice(fx.arena + slot_bytes, fx.arena, slot_floats, slot(1, 2, true), slot(0, 4, false)), ALLOY_OK);
+    assert_int_equal(twice(fx.arena + slot_bytes, fx.arena, slot_floats, slot(1, 2, true), slot(0, 1, false)), ALLOY_OK);
+    step_begin();
+    assert_int_equal(fill(fx.arena, slot_floats, slot(0, 1, true)), ALLOY_OK);
+    expect_error(twice(fx.arena + slot_bytes, fx.arena, slot_floats, slot(1, 2, true), slot(0, 4, false)),
+                 (const char *[]){"which is dead", "the value of node 1 over it", NULL});
+}
+
 /* A copy (an update into its state) of a value not written this step. */
 static void copy_of_unwritten_slot_fails(void **state)
 {
@@ -296,6 +317,7 @@ int main(void)
         cmocka_unit_test(read_of_unwritten_slot_fails),
         cmocka_unit_test(last_steps_writes_do_not_count),
         cmocka_unit_test(read_of_dead_slot_fails),
+        cmocka_unit_test(a_launch_writing_two_values_into_one_slot_leaves_any_value),
         cmocka_unit_test(copy_of_unwritten_slot_fails),
         cmocka_unit_test(read_of_another_blocks_write_fails),
         cmocka_unit_test(write_of_what_another_block_read_fails),
