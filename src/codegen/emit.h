@@ -29,6 +29,9 @@ AL_HIDDEN void cg_program_free(cg_program *p);
  * they are. ALLOY_ERR_OOM with err. */
 AL_HIDDEN alloy_status cg_chain_kernels(cg_program *p, const ir_graph *g, const schedule *s, char *err,
                                         size_t errlen);
+/* How many steps kernel kn computes: N for a chain kernel
+ * (`alloy_s<k>_chain<N>`: the N steps from k that are not views), else 1. */
+AL_HIDDEN int cg_chain_steps(const cg_kernel *kn);
 /* One source holding kernels [first, first + n) of p after a single
  * preamble (an NVRTC program or a host-emulation library with many
  * kernels); al_free it. NULL on OOM. */

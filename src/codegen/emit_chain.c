@@ -1,4 +1,5 @@
 /* emit_chain.c - one launch for a run of one-block kernels of consecutive steps (the scalar tail: the loss scaler's and clipping's bookkeeping, constants, casts): each kernel's text kept as a device function, called in order by one kernel. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/emit_impl.h"
@@ -175,4 +176,11 @@ alloy_status cg_chain_kernels(cg_program *p, const ir_graph *g, const schedule *
     al_free(p->kernels);
     p->kernels = out.kernels, p->nkernels = out.nkernels, p->cap = out.cap;
     return ALLOY_OK;
+}
+
+int cg_chain_steps(const cg_kernel *kn)
+{
+    const char *at = strstr(kn->name, "_chain");
+    int n = at ? atoi(at + 6) : 0;
+    return n > 0 ? n : 1;
 }

@@ -383,7 +383,13 @@ static void format_summary(export_state *x, const ir_graph *g, const schedule *s
             al_fmt(source, sizeof source, "%s.cu:%d", x->names[m], kernel_line(x, m, k));
             cg_put(t, "%-*s %5d %-5s %17s %12lld  %-18s ", wname, kn->name, kn->step, sched_kind_name(kn->kind), grid,
                 (long long)kn->bytes, source);
-            put_members(t, s, &s->steps[kn->step]);
+            /* a chain kernel: the members of every step it computes */
+            for (int j = kn->step, left = cg_chain_steps(kn), any = 0; j < s->nsteps && left > 0; j++) {
+                if (s->members[s->steps[j].first].flags & MEMBER_VIEW) continue;
+                if (any++) cg_put(t, ",");
+                put_members(t, s, &s->steps[j]);
+                left--;
+            }
             cg_put(t, "\n");
         }
     }
