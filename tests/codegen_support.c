@@ -219,8 +219,7 @@ static void compare_step(emu_stats *stats_out, const cgs_step *st, int k)
 static int last_step_of(const cgs_step *st, int q, int k)
 {
     const schedule *s = &st->g->comp.sched;
-    const char *at = strstr(st->prog.kernels[q].name, "_chain");
-    int n = at ? atoi(at + 6) : 1, last = k;
+    int n = cg_chain_steps(&st->prog.kernels[q]), last = k;
     for (int j = k; j < s->nsteps && n > 0; j++)
         if (!(s->members[s->steps[j].first].flags & MEMBER_VIEW)) last = j, n--;
     return last;
