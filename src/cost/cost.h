@@ -82,6 +82,8 @@ typedef struct cost_launch {
     double flops;          /* GEMMs: 2 m n k x batch; attention: its products; elementwise and rows: counted */
     bool tensor;           /* the FLOPs run on tensor cores */
     bool odd;              /* a GEMM with a leading dimension not a multiple of 16 bytes */
+    int64_t lda, ldb, ldd; /* GEMMs: the launch plan's leading dimensions (padded rows: sched_pad) */
+    bool padded;           /* GEMMs: some leading dimension is a padded row stride, longer than the rows it holds */
     cg_resources res;      /* ptxas' report (res.known false when not compiled) */
     double t_lo, t_hi;     /* modelled seconds (cost_apply) */
 } cost_launch;
