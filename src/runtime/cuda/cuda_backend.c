@@ -344,7 +344,7 @@ static void describe_extents(rt_exec *e, cdev *dev, const lp_action *a)
 {
     int max = e->maxparams + 4; /* a GEMM: A, B, D and a bias */
     cdev_extent *ext = al_malloc(sizeof *ext * (size_t)max);
-    int n = ext ? cu_action_extents(e->g, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
+    int n = ext ? cu_action_extents(e->g, e->s, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
     dev->ops->describe(dev, ext, n); /* none (out of memory): the device checks the action against nothing */
     al_free(ext);
 }
