@@ -113,6 +113,7 @@ alloy_status sched_pad(const ir_graph *g, schedule *s, char *err, size_t errlen)
         if (!product && !sched_stored(s, v)) continue;
         size_t size = product ? sizeof(float) : alloy_dtype_size(n->type.dtype);
         if ((int64_t)size * c % 16 == 0) continue; /* aligned already */
+        if (c < SCHED_PAD_MIN_COLS) continue;      /* a narrow GEMM: padding would multiply its bytes for nothing */
         if (owner[v] >= 0 || (s->members[s->member_of[v]].flags & MEMBER_VIEW)) continue;
         bool ok = feeds_gemm(g, s, v, readers, first) && producer_takes_stride(g, s, v);
         /* kept: fetched values are copied out row by row; an update's value is copied whole into its state */

@@ -90,8 +90,12 @@ AL_HIDDEN alloy_status sched_build(const ir_graph *g, const bool *keep, schedule
 AL_HIDDEN void sched_free(schedule *s);
 /* Padded rows are a multiple of this many elements (llm.c's 50257 -> 50304). */
 #define SCHED_PAD_ELEMS 64
+/* Rows narrower than this many elements are never padded: such GEMMs are
+ * latency-bound, and 64 elements would be up to 21 times their width. */
+#define SCHED_PAD_MIN_COLS 32
 /* Sets s->row_stride (pad.c): a padded row stride for every stored rank-2
- * value whose rows are not a multiple of 16 bytes (for a gemm step's
+ * value whose rows are not a multiple of 16 bytes and at least
+ * SCHED_PAD_MIN_COLS elements long (for a gemm step's
  * unstored matmul: its f32 product in the scratch) when an f16/bf16
  * library GEMM reads or writes it, its producer is that GEMM or an
  * elementwise, cast or row kernel over the value's own shape, and every
