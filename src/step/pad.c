@@ -17,7 +17,7 @@ static bool same_dims(const ir_type *a, const ir_type *b)
     return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
 
-/* Whether step k computes value v in a way that can write rows ld apart:
+/* Whether v's step computes it in a way that can write rows ld apart:
  * the library GEMM (a lone matmul, a gemm step's product or its bias
  * epilogue's sum), or an elementwise or row kernel storing v over the
  * step's own shape (its index goes through cg_value_index). */
@@ -57,8 +57,8 @@ static bool consumer_takes_stride(const ir_graph *g, const schedule *s, int k, i
             if (!low_gemm(g, x)) return false;
             continue;
         }
-        bool kernel = st->kind == STEP_KIND_EW || st->kind == STEP_KIND_GEMM || st->kind == STEP_KIND_ROW ||
-                      (st->kind == STEP_KIND_OP && x->op == IR_OP_cast);
+        bool kernel = st->kind == STEP_KIND_EW || (st->kind == STEP_KIND_GEMM && m > st->first) || /* an epilogue */
+                      st->kind == STEP_KIND_ROW || (st->kind == STEP_KIND_OP && x->op == IR_OP_cast);
         if (!kernel || !same_dims(t, st->kind == STEP_KIND_OP ? &x->type : &st->space)) return false;
     }
     return true;
