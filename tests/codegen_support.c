@@ -91,6 +91,9 @@ void cgs_prepare(cgs_step *st, alloy_graph *g, const feed_set *f)
     }
     cpu_exec x = {.nthreads = 1};
     if (cpu_run_graph(&x, c, st->ref, st->all)) fail_msg("cpu: %s", x.error);
+    /* every value here has a dense buffer of its own, so the kernels are emitted for dense rows;
+     * padded rows (sched_pad) run through the launch plan in test_pad_cuda.c */
+    al_free(g->comp.sched.row_stride), g->comp.sched.row_stride = NULL;
     char err[4096];
     if (cg_emit(c, &g->comp.sched, &st->prog, err, sizeof err)) fail_msg("emit: %s", err);
 }

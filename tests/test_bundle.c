@@ -272,6 +272,45 @@ static void test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan(void *
     alloy_graph_free(g);
 }
 
+/* A step with padded rows (h w over 101 f16 classes, cross_entropy, SGD): the bundle's schedule,
+ * read back, has the row strides sched_build gives (they are chosen again, not stored), and its
+ * plan the slots sized for them. */
+static void test_a_bundles_padded_rows_come_back_as_built(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("padded");
+    assert_non_null(g);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){16, 24});
+    alloy_tensor *w = alloy_param(g, "w", ALLOY_F32, 2, (int64_t[]){24, 101}, alloy_init_normal(0.1));
+    alloy_tensor *logits = alloy_set_name(g, alloy_matmul(g, x, w, false, false), "logits");
+    alloy_tensor *loss = alloy_cross_entropy(g, logits, alloy_input(g, "t", ALLOY_I32, 1, (int64_t[]){16}));
+    alloy_graph_set_loss(g, loss);
+    alloy_graph_enable_amp(g, ALLOY_BF16);
+    alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false));
+    assert_int_equal(alloy_graph_status(g), ALLOY_OK);
+    const char *path = test_tmp_path("padded.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    bundle_contents c;
+    char err[1024] = "";
+    if (bundle_read_file(path, &c, err, sizeof err)) fail_msg("%s", err);
+    schedule s;
+    mem_plan p;
+    assert_int_equal(sched_build(c.ir, NULL, &s, err, sizeof err), ALLOY_OK);
+    assert_int_equal(plan_for_step(c.ir, &s, false, &p, err, sizeof err), ALLOY_OK);
+    int at = ir_find_name(c.ir, "logits");
+    assert_true(at >= 0);
+    assert_non_null(s.row_stride);
+    assert_non_null(c.comp.sched.row_stride);
+    assert_int_equal(s.row_stride[at], 128);
+    assert_memory_equal(s.row_stride, c.comp.sched.row_stride, sizeof(int64_t) * (size_t)s.nnodes);
+    assert_int_equal(p.arena_bytes, c.comp.plan.arena_bytes);
+    assert_memory_equal(p.offset, c.comp.plan.offset, sizeof(int64_t) * (size_t)p.nnodes);
+    sched_free(&s);
+    plan_free(&p);
+    bundle_contents_free(&c);
+    alloy_graph_free(g);
+}
+
 /* Decodes bytes[0..len) and expects status with every needle in the message. */
 static void expect_error(const uint8_t *bytes, size_t len, alloy_status want, const char *needle, const char *needle2,
                          const char *what)
@@ -1267,6 +1306,7 @@ int main(void)
         T(test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bit_for_bit),
         T(test_a_cnn_bundle_with_conv_gemm_groups_trains_as_the_jit_graph),
         T(test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan),
+        T(test_a_bundles_padded_rows_come_back_as_built),
         T(test_truncated_bundles_are_errors_at_every_header_byte_and_section_boundary),
         T(test_a_flipped_byte_in_any_section_is_a_checksum_mismatch),
         T(test_wrong_magic_newer_version_and_bad_lengths_are_named),

@@ -813,11 +813,79 @@ static void test_collectives_move_the_ring_bytes_at_the_link_rate(void **state)
     alloy_graph_free(g);
 }
 
+/* A classifier over a vocabulary of v classes, trained (SGD) with AMP in amp (F32: off): h = x w1,
+ * logits = h w, cross_entropy; its vocabulary GEMMs are the forward (logits), w's gradient and h's. */
+static alloy_graph *classifier(int v, alloy_dtype amp)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "graph classifier {\n"
+             "  %%x = input : f32[64,32]\n"
+             "  %%t = input : i32[64]\n"
+             "  %%w1 = param {init=\"normal\", std=0.1} : f32[32,32]\n"
+             "  %%w = param {init=\"normal\", std=0.1} : f32[32,%d]\n"
+             "  %%h = matmul(%%x, %%w1) : f32[64,32]\n"
+             "  %%logits = matmul(%%h, %%w) : f32[64,%d]\n"
+             "  %%loss = cross_entropy(%%logits, %%t) : f32[]\n"
+             "  output \"loss\" = %%loss\n"
+             "  loss %%loss\n"
+             "}\n",
+             v, v);
+    alloy_graph *g = parse(text);
+    if (amp != ALLOY_F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
+    expect_ok(g, alloy_graph_set_training(g, true), "set_training");
+    expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0, 0, false)), "add_optimizer");
+    return g;
+}
+
+/* 101 f16/bf16 classes (202 bytes a row): the plan pads the rows of the vocabulary GEMMs' values to
+ * 128 elements, so all three GEMMs see leading dimensions of whole 16 bytes and are modelled as
+ * aligned; 128 classes need no padding; f32 GEMMs are not padded (404 bytes: still odd). */
+static void test_an_odd_vocabulary_pads_its_gemms_to_aligned_leading_dimensions(void **state)
+{
+    (void)state;
+    static const struct {
+        int v;
+        alloy_dtype amp;
+        int padded, odd;
+    } cases[] = {{101, ALLOY_F16, 3, 0}, {101, ALLOY_BF16, 3, 0}, {37, ALLOY_F16, 3, 0}, {128, ALLOY_F16, 0, 0},
+                 {101, ALLOY_F32, 0, 3}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        modelled x;
+        model(&x, classifier(cases[c].v, cases[c].amp), NULL);
+        int padded = 0, odd = 0, forward = 0;
+        int logits = ir_find_name(x.g->compiled, "logits");
+        assert_true(logits >= 0);
+        int64_t ld = (cases[c].v + 63) / 64 * 64;
+        for (int i = 0; i < x.m.n; i++) {
+            const cost_launch *l = &x.m.launches[i];
+            if (l->action != COST_GEMM) continue;
+            const lp_gemm *gm = &x.lp.gemms[l->index];
+            padded += l->padded;
+            odd += l->cls == COST_GEMM_ODD;
+            assert_true(l->odd == (l->cls == COST_GEMM_ODD));
+            if (gm->node != logits) continue;
+            forward++;
+            /* logits = h w: cuBLAS's A is w (its f16 copy), B is h, D the logits */
+            assert_int_equal(gm->lda, cases[c].padded ? ld : cases[c].v);
+            assert_int_equal(gm->ldb, 32);
+            assert_int_equal(gm->ldd, cases[c].padded ? ld : cases[c].v);
+            assert_int_equal(gm->m, cases[c].v);
+        }
+        if (padded != cases[c].padded || odd != cases[c].odd)
+            fail_msg("%d classes, %s: %d padded GEMMs (want %d), %d odd (want %d)", cases[c].v,
+                     alloy_dtype_name(cases[c].amp), padded, cases[c].padded, odd, cases[c].odd);
+        assert_int_equal(forward, 1);
+        release(&x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_forward_launches_bytes_and_flops_are_the_hand_worked_ones),
         cmocka_unit_test(test_a_linear_layer_with_bias_is_one_gemm_in_its_dtype),
+        cmocka_unit_test(test_an_odd_vocabulary_pads_its_gemms_to_aligned_leading_dimensions),
         cmocka_unit_test(test_collectives_move_the_ring_bytes_at_the_link_rate),
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),

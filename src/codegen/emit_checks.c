@@ -107,7 +107,9 @@ const char *cg_emit_check_kernel(cg_program *prog, const ir_graph *g, const sche
                wide ? "double" : "float");
         char pk[16];
         al_fmt(pk, sizeof pk, "p%d", p);
-        cg_load(&body, n->type.dtype, pk, "e");
+        char idx[160];
+        cg_value_index(g, s, n->id, "e", idx, sizeof idx);
+        cg_load(&body, n->type.dtype, pk, idx);
         cg_put(&body, ";\n");
         uint8_t done = 0;
         if (cg_put_range(&body, &ps, g, n, prog->checks, wide, "v_")) done |= CG_CHECK_RANGE;

@@ -9,17 +9,30 @@ static bool in_part(const cg_ew_part *p, int node)
     return m >= p->first && m < p->first + p->n;
 }
 
-/* Appends the element offset of an operand of type t broadcast against the
- * part's space (coordinates c<d> are declared when `coords`). */
-static void offset_of(cg_text *t, const cg_ew_part *p, const ir_type *ty)
+void cg_value_index(const ir_graph *g, const schedule *s, int node, const char *e, char *buf, size_t len)
 {
-    const ir_type *sp = p->space;
+    if (!sched_padded(s, node)) {
+        al_fmt(buf, len, "%s", e);
+        return;
+    }
+    const ir_type *t = &g->nodes[node]->type;
+    long long c = (long long)t->dims[t->rank - 1];
+    al_fmt(buf, len, "((%s) / %lldll * %lldll + (%s) %% %lldll)", e, c, (long long)s->row_stride[node], e, c);
+}
+
+/* Appends the element offset of operand node o broadcast against the
+ * part's space (coordinates c<d> are declared when `coords`). */
+static void offset_of(cg_text *t, const cg_ew_part *p, int o)
+{
+    const ir_type *sp = p->space, *ty = &p->g->nodes[o]->type;
     if (ir_numel(ty) == 1) {
         cg_put(t, "0");
         return;
     }
     if (ty->rank == sp->rank && memcmp(ty->dims, sp->dims, sizeof(int64_t) * (size_t)sp->rank) == 0) {
-        cg_put(t, "%s", p->e);
+        char idx[160];
+        cg_value_index(p->g, p->s, o, p->e, idx, sizeof idx);
+        cg_put(t, "%s", idx);
         return;
     }
     int64_t stride = 1;
@@ -83,7 +96,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             }
             int k = cg_param_of(p->ps, CG_PARAM_NODE, o, false, 0);
             cg_text idx = {0};
-            offset_of(&idx, p, &g->nodes[o]->type);
+            offset_of(&idx, p, o);
             cg_put(t, "        const T x%d_%d = ", m, j);
             char pk[16];
             al_fmt(pk, sizeof pk, "p%d", k);
@@ -112,12 +125,15 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
         if (cg_put_flag(t, p->ps, g, x, p->checks, p->wide, v) && p->covered) p->covered[x->id] |= CG_CHECK_FINITE;
         if (mb->flags & MEMBER_STORED) {
             int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
+            char idx[160];
+            cg_value_index(g, s, x->id, p->e, idx, sizeof idx);
+            if (p->vec && sched_padded(s, x->id)) *p->vfail = true; /* its rows are not whole vectors */
             if (p->vec) {
                 if (k >= p->vbase && k - p->vbase < 64) *p->vstore |= 1ull << (k - p->vbase);
                 else *p->vfail = true;
                 cg_put(t, "        s%d_[i_] = ", k);
             } else {
-                cg_put(t, "        p%d[%s] = ", k, p->e);
+                cg_put(t, "        p%d[%s] = ", k, idx);
             }
             cg_store(t, x->type.dtype, p->wide, v);
             cg_put(t, ";\n");
@@ -163,16 +179,18 @@ static void ew_body(cg_text *body, cg_ew_part *p)
         const sched_member *mm = &s->members[p->product];
         const ir_node *x = p->g->nodes[mm->node];
         int kp = cg_param_of(p->ps, CG_PARAM_PRODUCT, x->id, false, 0);
-        if (p->vec && kp < 64) {
+        char idx[160]; /* the product's and the stored matmul's rows: the matmul's row stride (sched_pad) */
+        cg_value_index(p->g, s, x->id, "e", idx, sizeof idx);
+        if (p->vec && kp < 64 && !sched_padded(s, x->id)) {
             *p->vload |= 1ull << kp;
             cg_put(body, "        T v%d = (T)l%d_[i_];\n", p->product, kp);
         } else {
             if (p->vec) *p->vfail = true;
-            cg_put(body, "        T v%d = (T)p%d[e];\n", p->product, kp);
+            cg_put(body, "        T v%d = (T)p%d[%s];\n", p->product, kp, idx);
         }
         if (mm->flags & MEMBER_STORED) {
             int ko = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
-            cg_put(body, "        p%d[e] = ", ko);
+            cg_put(body, "        p%d[%s] = ", ko, idx);
             char pv[16];
             al_fmt(pv, sizeof pv, "v%d", p->product);
             cg_store(body, x->type.dtype, false, pv);

@@ -83,9 +83,11 @@ static int row_width(const row_kernel *rk)
     size_t widest = 0;
     for (int m = rk->st->first; m < rk->st->first + rk->st->n; m++) {
         const ir_node *x = rk->g->nodes[s->members[m].node];
+        if (sched_padded(s, x->id)) return 1; /* its rows are not C elements apart */
         if ((s->members[m].flags & MEMBER_STORED) && ir_numel(&x->type) == n && alloy_dtype_size(x->type.dtype) > widest)
             widest = alloy_dtype_size(x->type.dtype);
         for (int j = 0; j < x->nin; j++) {
+            if (sched_padded(s, x->in[j])) return 1;
             const ir_type *ty = &rk->g->nodes[x->in[j]]->type;
             if (s->step_of[x->in[j]] != (int)(rk->st - s->steps) && ir_numel(ty) == n && alloy_dtype_size(ty->dtype) > widest)
                 widest = alloy_dtype_size(ty->dtype);
@@ -109,10 +111,12 @@ static void load_row(cg_text *t, row_kernel *rk, int k)
            (long long)rk->C);
 }
 
-/* The flat index of column `col` (C text) of this thread's row, into buf. */
-static void element_index(const row_kernel *rk, const char *col, char *buf, size_t len)
+/* The index of column `col` (C text) of this thread's row in node's value, into buf. */
+static void element_index(const row_kernel *rk, int node, const char *col, char *buf, size_t len)
 {
-    if (rk->inner == 1) al_fmt(buf, len, "row * %lldll + %s", (long long)rk->C, col);
+    /* a padded value's rows lie its row stride apart (sched_pad; only steps with rows along the last axis read them) */
+    int64_t ld = sched_padded(rk->s, node) ? rk->s->row_stride[node] : rk->C;
+    if (rk->inner == 1) al_fmt(buf, len, "row * %lldll + %s", (long long)ld, col);
     else /* rows along an inner axis: row = outer * inner + position after the axis */
         al_fmt(buf, len, "(row / %lldll) * %lldll + (long long)(%s) * %lldll + row %% %lldll", (long long)rk->inner,
                (long long)(rk->C * rk->inner), col, (long long)rk->inner, (long long)rk->inner);
@@ -132,7 +136,7 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     const ir_type *ty = &rk->g->nodes[o]->type;
     int64_t n = ir_numel(ty);
     char idx[160];
-    if (n == rk->rows * rk->C) element_index(rk, col, idx, sizeof idx);
+    if (n == rk->rows * rk->C) element_index(rk, o, col, idx, sizeof idx);
     else if (n == rk->C && ty->dims[ty->rank - 1] == rk->C) al_fmt(idx, sizeof idx, "%s", col);
     else if (n == rk->rows) al_fmt(idx, sizeof idx, "row");
     else if (n == 1) al_fmt(idx, sizeof idx, "0");
@@ -407,7 +411,7 @@ static void stream_out(cg_text *t, row_kernel *rk, int m, const ir_row_stage *sg
     al_fmt(v, sizeof v, "v%d", m);
     if (mb->flags & MEMBER_STORED) {
         char idx[160];
-        element_index(rk, "col", idx, sizeof idx);
+        element_index(rk, x->id, "col", idx, sizeof idx);
         put_columns(t, rk);
         cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", (long long)rk->C, m, sg->expr);
         cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
@@ -477,7 +481,7 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
             if (mb->flags & MEMBER_STORED) {
                 char idx[160];
-                element_index(rk, "col", idx, sizeof idx);
+                element_index(rk, x->id, "col", idx, sizeof idx);
                 int ko = cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0);
                 if (chunks) cg_put(t, "            o%d_[j_] = ", m);
                 else cg_put(t, "            p%d[%s] = ", ko, idx);

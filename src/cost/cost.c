@@ -173,7 +173,10 @@ static void gemm_launch(const lp_plan *lp, int i, cost_launch *l)
         l->flops += (double)gm->batch * (double)gm->m * (double)gm->n;
     }
     l->tensor = is_low(gm->ab);
+    /* the real leading dimensions, padded where the plan padded the rows (sched_pad) */
     l->odd = gm->lda * ab % 16 || gm->ldb * ab % 16 || gm->ldd * d % 16;
+    l->lda = gm->lda, l->ldb = gm->ldb, l->ldd = gm->ldd;
+    l->padded = gm->lda > (gm->ta ? gm->k : gm->m) || gm->ldb > (gm->tb ? gm->n : gm->k) || gm->ldd > gm->m;
     l->cls = l->odd ? COST_GEMM_ODD : COST_GEMM_ALIGNED;
     /* named as the profile names it: the row-major product out[M, N] is cuBLAS's D[m = N, n = M] */
     char batch[32] = "";

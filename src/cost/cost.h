@@ -82,6 +82,8 @@ typedef struct cost_launch {
     double flops;          /* GEMMs: 2 m n k x batch; attention: its products; elementwise and rows: counted */
     bool tensor;           /* the FLOPs run on tensor cores */
     bool odd;              /* a GEMM with a leading dimension not a multiple of 16 bytes */
+    int64_t lda, ldb, ldd; /* GEMMs: the launch plan's leading dimensions (padded rows: sched_pad) */
+    bool padded;           /* GEMMs: some leading dimension is a padded row stride, longer than the rows it holds */
     cg_resources res;      /* ptxas' report (res.known false when not compiled) */
     double t_lo, t_hi;     /* modelled seconds (cost_apply) */
 } cost_launch;
@@ -166,8 +168,9 @@ typedef struct cost_fit {
  * (their bytes over time over hbm, 25th-75th percentile; a kernel's bytes
  * are m's launch of the same name when m (may be NULL) has one, since the
  * profile's column is the emitter's count), GEMM rates from GEMMs of at
- * least 1 GFLOP (TFLOP/s, 25th-75th percentile; odd when a dimension of
- * its name is not a multiple of 8), the floor from kernels of under 64 KiB
+ * least 1 GFLOP (TFLOP/s, 25th-75th percentile; odd as m's GEMM of the
+ * same name is, whose leading dimensions may be padded, else when a
+ * dimension of its name is not a multiple of 8), the floor from kernels of under 64 KiB
  * (their time, 25th-75th percentile). Constants without rows keep base's
  * value; the graph node cost is not in a profile (its launches are direct)
  * and stays. ALLOY_ERR_INVALID when text has no profile rows. */

@@ -68,6 +68,15 @@ static int64_t model_bytes(const cost_model *m, const char *name)
     return -1;
 }
 
+/* Whether m's GEMM `name` has an odd leading dimension (1), an aligned one (0: a padded row
+ * stride makes an odd M, N or K aligned), or -1 when m has no such GEMM. */
+static int model_odd(const cost_model *m, const char *name)
+{
+    for (int i = 0; m && i < m->n; i++)
+        if (m->launches[i].action == COST_GEMM && strcmp(m->launches[i].name, name) == 0) return m->launches[i].odd;
+    return -1;
+}
+
 alloy_status cost_calibrate(const char *text, const cost_device *base, const cost_model *m, cost_device *out,
                             cost_fit *fit, char *err, size_t errlen)
 {
@@ -98,7 +107,8 @@ alloy_status cost_calibrate(const char *text, const cost_device *base, const cos
                     size_t n = strlen(name);
                     bool low = n > 4 && (strcmp(name + n - 4, ".f16") == 0 || strcmp(name + n - 5, ".bf16") == 0);
                     if (!low) add(&f32, tf * 1e12);
-                    else if (odd_dims(name)) add(&odd, tf * 1e12), fit->odd_rows++;
+                    else if (model_odd(m, name) == 1 || (model_odd(m, name) < 0 && odd_dims(name)))
+                        add(&odd, tf * 1e12), fit->odd_rows++;
                     else add(&aligned, tf * 1e12), fit->gemm_rows++;
                 }
             }

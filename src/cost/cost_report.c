@@ -8,6 +8,9 @@ static void put_launch(FILE *out, int i, const cost_launch *l)
 {
     char geom[32] = "-", regs[16] = "-", spill[24] = "-", smem[16] = "-";
     if (l->action == COST_KERNEL) al_fmt(geom, sizeof geom, "%u x %u", l->grid, l->block);
+    if (l->action == COST_GEMM) /* A/B/D, "+" when the plan padded a row stride (sched_pad) */
+        al_fmt(geom, sizeof geom, "ld %lld/%lld/%lld%s", (long long)l->lda, (long long)l->ldb, (long long)l->ldd,
+               l->padded ? "+" : "");
     if (l->action == COST_COLLECTIVE) al_fmt(geom, sizeof geom, "%d ranks", l->world); /* read, written: sent, received */
     if (l->res.known) {
         al_fmt(regs, sizeof regs, "%d", l->res.registers);

@@ -7,6 +7,7 @@
 /* A growing plan, with the first failure's message. */
 typedef struct lp_builder {
     lp_plan *lp;
+    const schedule *s; /* the padded row strides (sched_ld) */
     int acap, gcap;
     char *err;
     size_t errlen;
@@ -141,7 +142,9 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
                       .epilogue = bias >= 0 ? LP_EPILOGUE_BIAS : LP_EPILOGUE_NONE, .ab = ta->dtype, .d = d,
                       /* row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T */
                       .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
-                      .lda = tb->dims[tb->rank - 1], .ldb = ta->dims[ta->rank - 1], .ldd = nn,
+                      /* the row strides: padded values' (sched_pad) */
+                      .lda = sched_ld(g, b->s, n->in[1]), .ldb = sched_ld(g, b->s, n->in[0]),
+                      .ldd = sched_ld(g, b->s, result),
                       .batch = batch, .stride_a = strb, .stride_b = stra, .stride_d = strd,
                       .a = pb, .b = pa, .out = out};
         gm.a.offset += off_b * (int64_t)ea, gm.b.offset += off_a * (int64_t)ea, gm.out.offset += off_d * (int64_t)ed;
@@ -260,7 +263,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
                       char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    lp_builder b = {.lp = out, .err = err, .errlen = errlen};
+    lp_builder b = {.lp = out, .s = s, .err = err, .errlen = errlen};
     out->arena_bytes = p->arena_bytes;
     out->nkernels = prog->nkernels;
     out->first_arg = al_malloc(sizeof(int) * ((size_t)prog->nkernels + 1));

@@ -169,6 +169,7 @@ typedef struct planner {
     const int *exec_pos;
     const int *view_of; /* plan_schedule's, or NULL */
     const int64_t *view_off; /* plan_schedule's, or NULL */
+    const int64_t *row_stride; /* plan_schedule's, or NULL */
     uint8_t *flags;     /* F_* per node */
     int *last;          /* last position the value is needed at (INT_MAX: kept) */
     int *users_at_last; /* distinct consumers at that position */
@@ -183,9 +184,21 @@ static int pos_of(const planner *p, int i) { return p->exec_pos ? p->exec_pos[i]
 /* The value owning node i's slot: i itself, or the value it is a view of. */
 static int owner_of(const planner *p, int i) { return p->view_of && p->view_of[i] >= 0 ? p->view_of[i] : i; }
 
-static int64_t slot_bytes(const ir_node *n)
+static int64_t stride_of(const planner *p, int i) { return p->row_stride ? p->row_stride[i] : 0; }
+
+/* The bytes of node i's value: its rows row_stride apart when padded. */
+static size_t value_bytes(const planner *p, int i)
 {
-    size_t b = ir_nbytes(&n->type);
+    const ir_type *t = &p->g->nodes[i]->type;
+    size_t b = ir_nbytes(t);
+    int64_t ld = stride_of(p, i);
+    if (ld > 0 && t->rank && t->dims[t->rank - 1] > 0) b = b / (size_t)t->dims[t->rank - 1] * (size_t)ld;
+    return b;
+}
+
+static int64_t slot_bytes(const planner *p, int i)
+{
+    size_t b = value_bytes(p, i);
     return (int64_t)((b + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN);
 }
 
@@ -287,6 +300,7 @@ static bool may_take(const planner *p, int i, int j, int users)
     j = owner_of(p, j);
     if (ir_nbytes(&p->g->nodes[j]->type) != ir_nbytes(&o->type)) return false; /* a slice view: part of its owner */
     if ((p->flags[j] & (F_MAT | F_KEEP | F_TAKEN)) != F_MAT) return false;
+    if (stride_of(p, i) != stride_of(p, j)) return false; /* one index for both: the same row stride */
     if (p->last[j] != pos_of(p, i) || pos_of(p, j) >= pos_of(p, i) || (users && p->users_at_last[j] != users))
         return false;
     return ir_nbytes(&o->type) != 0 && o->type.rank == n->type.rank &&
@@ -317,7 +331,7 @@ static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
         int64_t bytes = 0;
         if (pos_of(p, o) > pos_of(p, i) && !(p->flags[o] & F_EARLY)) {
             const ir_node *c = p->g->nodes[o];
-            bytes = slot_bytes(c);
+            bytes = slot_bytes(p, o);
             out->offset[o] = space_alloc(&p->space, bytes);
             out->bytes_by_dtype[c->type.dtype] += ir_nbytes(&c->type);
             p->flags[o] |= F_EARLY;
@@ -328,7 +342,7 @@ static int64_t place(planner *p, const plan_schedule *s, mem_plan *out, int i)
         return bytes;
     }
     out->bytes_by_dtype[n->type.dtype] += ir_nbytes(&n->type);
-    int64_t bytes = slot_bytes(n);
+    int64_t bytes = slot_bytes(p, i);
     if (bytes == 0) {
         out->offset[i] = 0;
         p->flags[i] |= F_FREED; /* nothing to give back */
@@ -352,7 +366,7 @@ static int64_t release(planner *p, const mem_plan *out, int j, int pos)
     j = owner_of(p, j);
     if ((p->flags[j] & (F_MAT | F_TAKEN | F_FREED)) != F_MAT || p->last[j] != pos) return 0;
     p->flags[j] |= F_FREED;
-    int64_t bytes = slot_bytes(p->g->nodes[j]);
+    int64_t bytes = slot_bytes(p, j);
     space_free(&p->space, out->offset[j], bytes);
     return bytes;
 }
@@ -367,7 +381,7 @@ alloy_status plan_build(const ir_graph *g, const plan_schedule *s, mem_plan *out
     }
     size_t n = (size_t)g->nnodes;
     planner p = {.g = g, .exec_pos = s ? s->exec_pos : NULL, .view_of = s ? s->view_of : NULL,
-                 .view_off = s ? s->view_off : NULL};
+                 .view_off = s ? s->view_off : NULL, .row_stride = s ? s->row_stride : NULL};
     p.flags = al_calloc(n + 1, 1);
     p.last = al_calloc(n + 1, sizeof(int));
     p.users_at_last = al_calloc(n + 1, sizeof(int));
@@ -605,13 +619,13 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
     if (!st) {
         plan_schedule ps = {.exec_pos = pos, .materialized = mat, .keep = keep, .inplace_ok = inplace,
                             .bound = bound, .alias_of = alias_of, .view_of = view_of,
-                            .view_off = view_off};
+                            .view_off = view_off, .row_stride = s->row_stride};
         st = plan_build(g, &ps, out, err, errlen);
     }
     size_t scratch = 0;
     for (int k = 0; k < s->nsteps && !st; k++) {
         const sched_step *step = &s->steps[k];
-        size_t bytes = sizeof(float) * (size_t)ir_numel(&g->nodes[s->members[step->first].node]->type);
+        size_t bytes = sizeof(float) * (size_t)sched_padded_numel(g, s, s->members[step->first].node);
         if (step->kind == STEP_KIND_GEMM && bytes > scratch) scratch = bytes;
     }
     if (!st && scratch) {

@@ -87,6 +87,12 @@ typedef struct plan_schedule {
     /* the byte offset of view i's value inside its owner's slot (a slice
      * view's start; may be NULL: all 0) */
     const int64_t *view_off;
+    /* node i's rows lie row_stride[i] elements apart (a padded value,
+     * schedule.h; 0 or NULL: dense): its slot holds rows * row_stride[i]
+     * elements, and it takes no slot in place of a value whose row stride
+     * differs (an elementwise kernel writing over its operand reads and
+     * writes each element at one index) */
+    const int64_t *row_stride;
 } plan_schedule;
 
 /* Plans the arena for g under schedule s (NULL: node order, the defaults

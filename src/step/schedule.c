@@ -329,6 +329,7 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
             out->members[step->first].flags |= MEMBER_VIEW;
     }
     mark_gathers(g, out, b.stamp);
+    if (!st && (st = sched_pad(g, out, err, errlen))) sched_free(out);
     ir_groups_free(&gs);
     al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
     return st;
@@ -337,7 +338,7 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
 void sched_free(schedule *s)
 {
     al_free(s->steps), al_free(s->members), al_free(s->parts), al_free(s->inputs);
-    al_free(s->step_of), al_free(s->member_of), al_free(s->kept);
+    al_free(s->step_of), al_free(s->member_of), al_free(s->kept), al_free(s->row_stride);
     memset(s, 0, sizeof *s);
 }
 
@@ -412,6 +413,8 @@ void sched_print(const ir_graph *g, const schedule *s, FILE *out)
                 if (s->members[m].flags) fputc('=', out);
                 for (size_t l = 0; l < sizeof letters / sizeof letters[0]; l++)
                     if (s->members[m].flags & letters[l].flag) fputc(letters[l].letter, out);
+                if (sched_padded(s, s->members[m].node))
+                    fprintf(out, "%sld%lld", s->members[m].flags ? "," : "=", (long long)s->row_stride[s->members[m].node]);
             }
         }
         fputc('\n', out);

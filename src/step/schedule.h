@@ -74,6 +74,10 @@ typedef struct schedule {
     int *step_of;     /* per node: its step, -1 for the bound leaves (input, param, state) */
     int *member_of;   /* per node: its index in members, -1 for leaves */
     uint8_t *kept;    /* per node: must survive the whole run (outputs, updates, loss, the keep set) */
+    /* per node: the elements from one row of its value to the next when
+     * sched_pad padded it (a multiple of SCHED_PAD_ELEMS above its last
+     * dim), 0 when dense; NULL when no value is padded */
+    int64_t *row_stride;
 } schedule;
 
 /* Builds the schedule of g (verified, with its fusion groups) for the keep
@@ -84,6 +88,28 @@ typedef struct schedule {
  * ALLOY_ERR_VERIFY with err. */
 AL_HIDDEN alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen);
 AL_HIDDEN void sched_free(schedule *s);
+/* Padded rows are a multiple of this many elements (llm.c's 50257 -> 50304). */
+#define SCHED_PAD_ELEMS 64
+/* Rows narrower than this many elements are never padded: such GEMMs are
+ * latency-bound, and 64 elements would be up to 21 times their width. */
+#define SCHED_PAD_MIN_COLS 32
+/* Sets s->row_stride (pad.c): a padded row stride for every stored rank-2
+ * value whose rows are not a multiple of 16 bytes and at least
+ * SCHED_PAD_MIN_COLS elements long (for a gemm step's
+ * unstored matmul: its f32 product in the scratch) when an f16/bf16
+ * library GEMM reads or writes it, its producer is that GEMM or an
+ * elementwise, cast or row kernel over the value's own shape, and every
+ * step that reads it is a matmul taking it as an operand or such a kernel
+ * (no column sums, no view of it, not an update's value). The padding
+ * columns are never written nor read. sched_build calls it;
+ * ALLOY_ERR_OOM with err. */
+AL_HIDDEN alloy_status sched_pad(const ir_graph *g, schedule *s, char *err, size_t errlen);
+/* The row stride of node's value in elements: the padded one, else its last dim (1 for a scalar). */
+AL_HIDDEN int64_t sched_ld(const ir_graph *g, const schedule *s, int node);
+/* Whether node's value has a padded row stride. */
+AL_HIDDEN bool sched_padded(const schedule *s, int node);
+/* The elements node's value spans with its row stride: rows * sched_ld. */
+AL_HIDDEN int64_t sched_padded_numel(const ir_graph *g, const schedule *s, int node);
 AL_HIDDEN const char *sched_kind_name(step_kind k);
 /* Whether node i's value is materialized (a stored member; leaves are bound, not stored). */
 AL_HIDDEN bool sched_stored(const schedule *s, int i);
@@ -119,7 +145,8 @@ AL_HIDDEN int64_t sched_view_offset(const ir_graph *g, const schedule *s, int i)
 /* Prints the schedule as comment lines, one per step:
  *   # step 12 row @%31 f32[2048,64]: in %27 %12; ew %28 %29 | row %30=xs | ew %31=s
  * (parts separated by "|", a column sum's as "colsum %33=s"; each member's flags after "=": s stored, x
- * exact, r ranged, c checked, p spilled, v a view). */
+ * exact, r ranged, c checked, p spilled, v a view; ",ld50304": a padded
+ * row stride, sched_pad). */
 AL_HIDDEN void sched_print(const ir_graph *g, const schedule *s, FILE *out);
 
 #endif

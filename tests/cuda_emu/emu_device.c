@@ -419,14 +419,24 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         const char *pa = (const char *)(uintptr_t)a + bi * gm->stride_a * (int64_t)ea;
         const char *pb = (const char *)(uintptr_t)b + bi * gm->stride_b * (int64_t)ea;
         char *pd = (char *)(uintptr_t)d + bi * gm->stride_d * (int64_t)ed;
-        if (emu_slots_read(check, pa, (size_t)asize * ea, "GEMM operand A", dev->error, sizeof dev->error) ||
-            emu_slots_read(check, pb, (size_t)bsize * ea, "GEMM operand B", dev->error, sizeof dev->error)) {
+        /* each stored column's rows alone: the elements between a column's end and the next (a
+         * padded row stride, ld above the rows) are neither read nor written, as in cuBLASLt */
+        bool bad = false;
+        for (int64_t c = 0; !bad && c < acols; c++)
+            bad = emu_slots_read(check, pa + c * gm->lda * (int64_t)ea, (size_t)arows * ea, "GEMM operand A", dev->error,
+                                 sizeof dev->error);
+        for (int64_t c = 0; !bad && c < bcols; c++)
+            bad = emu_slots_read(check, pb + c * gm->ldb * (int64_t)ea, (size_t)brows * ea, "GEMM operand B", dev->error,
+                                 sizeof dev->error);
+        if (bad) {
             free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
             return ALLOY_ERR_CUDA;
         }
         for (int64_t j = 0; j < gm->n; j++) emu_slots_write(check, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m * ed);
-        cvt_load_f64(gm->ab, pa, raw_a, (size_t)asize);
-        cvt_load_f64(gm->ab, pb, raw_b, (size_t)bsize);
+        for (int64_t c = 0; c < acols; c++)
+            cvt_load_f64(gm->ab, pa + c * gm->lda * (int64_t)ea, raw_a + c * gm->lda, (size_t)arows);
+        for (int64_t c = 0; c < bcols; c++)
+            cvt_load_f64(gm->ab, pb + c * gm->ldb * (int64_t)ea, raw_b + c * gm->ldb, (size_t)brows);
         /* op(A) as m x k and op(B) as k x n, column-major and dense */
         for (int64_t i = 0; i < gm->m; i++)
             for (int64_t p = 0; p < gm->k; p++)

@@ -232,6 +232,10 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
             if (r->p[r->pos + (size_t)i] > 1) rd_fail(r, "%s: kept of node %" PRId64 " is not 0 or 1", "schedule", i);
         if (!r->bad) memcpy(s->kept, r->p + r->pos, (size_t)nn), r->pos += (size_t)nn;
     }
+    /* the padded row strides are a function of the graph and the schedule, as when the bundle was
+     * written (its plan's slots and kernels have them): chosen again, not stored */
+    char why[160];
+    if (!r->bad && sched_pad(g, s, why, sizeof why)) return rd_oom(r, "padded row strides", nn);
     return rd_done(r);
 }
 

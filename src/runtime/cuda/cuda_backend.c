@@ -344,7 +344,7 @@ static void describe_extents(rt_exec *e, cdev *dev, const lp_action *a)
 {
     int max = e->maxparams + 4; /* a GEMM: A, B, D and a bias */
     cdev_extent *ext = al_malloc(sizeof *ext * (size_t)max);
-    int n = ext ? cu_action_extents(e->g, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
+    int n = ext ? cu_action_extents(e->g, e->s, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
     dev->ops->describe(dev, ext, n); /* none (out of memory): the device checks the action against nothing */
     al_free(ext);
 }
@@ -564,6 +564,24 @@ static alloy_status enqueue_staging(rt_backend *b, rt_exec *e)
     return st;
 }
 
+/* Downloads a value with a padded row stride (sched_pad) at src into dst
+ * with its rows dense: the padded block at once, then each row's columns
+ * (the padding columns, never written, are left behind). */
+static alloy_status download_rows(rt_backend *b, rt_exec *e, int node, cdev_ptr src, void *dst)
+{
+    cdev *dev = device_of(b);
+    const ir_type *t = &e->g->nodes[node]->type;
+    size_t size = alloy_dtype_size(t->dtype), c = (size_t)t->dims[t->rank - 1], ld = (size_t)e->s->row_stride[node];
+    size_t rows = (size_t)ir_numel(t) / c;
+    unsigned char *block = al_malloc(rows * ld * size + 1);
+    if (!block) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory downloading %zu padded rows", rows);
+    alloy_status st = dev->ops->download(dev, block, src, rows * ld * size);
+    if (st) dev_fail(b, st, "downloading a value");
+    for (size_t r = 0; !st && r < rows; r++) memcpy((unsigned char *)dst + r * c * size, block + r * ld * size, c * size);
+    al_free(block);
+    return st;
+}
+
 /* Copies downloads to the host: staged leaves from the staging buffer
  * when staged is set, other values from where they live; with leaves set,
  * only the state leaves, else (unstaged) only the rest. */
@@ -583,7 +601,8 @@ static alloy_status run_downloads(rt_backend *b, rt_exec *e, const rt_run_args *
                            ir_node_label(n, label, sizeof label));
         }
         cdev_ptr src = staged && is_state_leaf(n) ? staged_copy(e, d->node) : address(b, e, &pl, (int64_t)bytes, &st);
-        if (!st && (st = dev->ops->download(dev, d->dst, src, bytes))) dev_fail(b, st, "downloading a value");
+        if (!st && sched_padded(e->s, d->node)) st = download_rows(b, e, d->node, src, d->dst);
+        else if (!st && (st = dev->ops->download(dev, d->dst, src, bytes))) dev_fail(b, st, "downloading a value");
     }
     return st;
 }

@@ -42,14 +42,16 @@ static cdev_extent extent_of(const ir_graph *g, const mem_plan *p, const lp_plac
     return x;
 }
 
-/* The bytes of node's value where it lives: a leaf's whole buffer, else its type's size. */
-static int64_t value_bytes(const ir_graph *g, const lp_place *pl, int node)
+/* The bytes of node's value where it lives: a leaf's whole buffer, else its type's size (its
+ * rows at their padded row stride when sched_pad padded it). */
+static int64_t value_bytes(const ir_graph *g, const schedule *s, const lp_place *pl, int node)
 {
-    return (int64_t)ir_nbytes(&g->nodes[pl->space == LP_LEAF ? pl->node : node]->type);
+    if (pl->space == LP_LEAF) return (int64_t)ir_nbytes(&g->nodes[pl->node]->type);
+    return sched_padded_numel(g, s, node) * (int64_t)alloy_dtype_size(g->nodes[node]->type.dtype);
 }
 
-int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, const cg_program *prog,
-                      const lp_action *a, cu_bases at, cdev_extent *out, int max)
+int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, const lp_plan *lp,
+                      const cg_program *prog, const lp_action *a, cu_bases at, cdev_extent *out, int max)
 {
     int n = 0;
     switch (a->kind) {
@@ -60,7 +62,7 @@ int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, c
             const cg_param *pa = &kn->params[i];
             int64_t bytes;
             switch (pa->kind) {
-            case CG_PARAM_NODE: bytes = value_bytes(g, &args[i], pa->node); break;
+            case CG_PARAM_NODE: bytes = value_bytes(g, s, &args[i], pa->node); break;
             case CG_PARAM_PRODUCT: bytes = (int64_t)p->scratch_bytes; break;
             case CG_PARAM_FLAG: bytes = 4; break;
             case CG_PARAM_CHECKS: /* the run's check words, atomics of every checked node (no value's) */
@@ -84,12 +86,12 @@ int cu_action_extents(const ir_graph *g, const mem_plan *p, const lp_plan *lp, c
             break;
         if (scratch) pd.offset = (int64_t)p->scratch_offset;
         else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's slot, or the add a BIAS epilogue writes */
-        out[n++] = extent_of(g, p, &pa, at, value_bytes(g, &pa, mm->in[1]), mm->in[1], false);
-        out[n++] = extent_of(g, p, &pb, at, value_bytes(g, &pb, mm->in[0]), mm->in[0], false);
-        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, &pd, gm->result),
+        out[n++] = extent_of(g, p, &pa, at, value_bytes(g, s, &pa, mm->in[1]), mm->in[1], false);
+        out[n++] = extent_of(g, p, &pb, at, value_bytes(g, s, &pb, mm->in[0]), mm->in[0], false);
+        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, s, &pd, gm->result),
                              gm->result, true);
         if (gm->bias_node >= 0) /* the BIAS epilogue's vector, read whole */
-            out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, &gm->bias, gm->bias_node), gm->bias_node, false);
+            out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, s, &gm->bias, gm->bias_node), gm->bias_node, false);
         break;
     }
     case LP_ZERO:
