@@ -292,8 +292,8 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
         for (int i = 0; i < st->n; i++)
             if (s->members[st->first + i].flags & MEMBER_STORED)
                 values += (int64_t)ir_nbytes(&c->nodes[s->members[st->first + i].node]->type);
-        int bias; /* the f32 product written and read back, unless cuBLASLt's bias epilogue computes the step */
-        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul && !lp_bias_epilogue(c, s, k, 0, &bias))
+        lp_library lib; /* the f32 product written and read back, unless cuBLASLt computes the step whole */
+        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul && !lp_library_epilogue(c, s, k, 0, &lib))
             values += 2 * 4 * ir_numel(&head->type);
     }
     for (int q = 0; q < x.prog.nkernels; q++)

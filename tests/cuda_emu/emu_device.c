@@ -457,6 +457,7 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
     emu_of(dev)->stats.gemms++, totals.gemms++;
     if (with_bias) emu_of(dev)->stats.bias_gemms++, totals.bias_gemms++;
+    if (gm->result != gm->node) emu_of(dev)->stats.whole_gemms++, totals.whole_gemms++;
     return ALLOY_OK;
 }
 
