@@ -666,6 +666,105 @@ static void linear_bias(target t)
 static void emu_linear_bias(void **state) { (void)state; linear_bias(ON_EMULATION); }
 static void gpu_linear_bias(void **state) { (void)state; linear_bias(ON_GPU); }
 
+/* The mixed-precision linear layer y = f32(x' w') + b as AMP writes it:
+ * x [2, 12, LIN_IN] and the parameters w, b in f32, x' and w' their
+ * casts to amp (x' as 24 rows: the weight gradient one GEMM), the product in amp cast to f32 for the f32 bias (matmul,
+ * cast, add: one cuBLASLt call writing f32 with the f32 bias); when train,
+ * linear_graph's loss and SGD, the weight gradient (in amp) cast to f32
+ * for w (matmul, cast: one call writing f32). */
+static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool train, bool checked)
+{
+    alloy_graph *g = alloy_graph_new("linear_amp");
+    alloy_graph_set_seed(g, 5);
+    alloy_tensor *x = alloy_input(g, "x", F32, 3, (int64_t[]){2, 12, LIN_IN});
+    alloy_tensor *w = alloy_param(g, "w", F32, 2, (int64_t[]){LIN_IN, LIN_OUT}, alloy_init_uniform(-0.5, 0.5));
+    alloy_tensor *b = alloy_param(g, "b", F32, 1, (int64_t[]){LIN_OUT}, alloy_init_uniform(-1, 1));
+    alloy_tensor *rows = alloy_reshape(g, alloy_cast(g, x, amp), 2, (int64_t[]){2 * 12, LIN_IN});
+    alloy_tensor *p = alloy_matmul(g, rows, alloy_cast(g, w, amp), false, false);
+    alloy_tensor *y = alloy_reshape(g, alloy_add(g, alloy_cast(g, p, F32), b), 3, (int64_t[]){2, 12, LIN_OUT});
+    expect_ok(g, alloy_output(g, "y", y), "output");
+    if (train) {
+        alloy_tensor *t = alloy_input(g, "t", F32, 3, (int64_t[]){2, 12, LIN_OUT});
+        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
+    }
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
+    return g;
+}
+
+/* linear_bias under AMP: the gemm steps whose epilogue is a cast to f32
+ * (and the f32 bias) are one GEMM writing f32 (emu_device_stats'
+ * whole_gemms: the forward's with the bias, the weight gradient's without),
+ * against the generated epilogue kernel (amp_check on keeps it) bit for
+ * bit on the emulated device, and against the CPU within the bounds of
+ * linear_bias, in f16 and bf16. */
+static void linear_amp(target t)
+{
+    use_target(t);
+    static const alloy_dtype amps[] = {F16, BF16};
+    float xf[2 * 12 * LIN_IN], tf[2 * 12 * LIN_OUT];
+    test_rng = 43;
+    for (size_t i = 0; i < sizeof xf / sizeof xf[0]; i++) xf[i] = (float)test_uniform(-1, 1);
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) tf[i] = (float)test_uniform(-1, 1);
+    for (int train = 0; train < 2; train++)
+        for (size_t ai = 0; ai < 2; ai++) {
+            alloy_dtype amp = amps[ai];
+            alloy_graph *epi = linear_amp_graph("cuda", amp, train, false),
+                        *kern = linear_amp_graph("cuda", amp, train, true),
+                        *cpu = linear_amp_graph("cpu", amp, train, false);
+            long gemms = 0, whole = 0, bias_gemms = 0, kernels = 0, kernels_kept = 0;
+            double worst = 0;
+            for (int s = 0; s < (train ? LIN_STEPS : 1); s++) {
+                alloy_dtype ydt, kdt, cdt;
+                int64_t n, kn, cn;
+                emu_device_stats s0 = emu_totals();
+                void *ye = run_linear(epi, F32, train, xf, tf, &ydt, &n);
+                emu_device_stats s1 = emu_totals();
+                void *yk = run_linear(kern, F32, train, xf, tf, &kdt, &kn);
+                emu_device_stats s2 = emu_totals();
+                void *yc = run_linear(cpu, F32, train, xf, tf, &cdt, &cn);
+                assert_true(ydt == F32 && kdt == F32 && cdt == F32 && n == kn && n == cn);
+                gemms += s1.gemms - s0.gemms, whole += s1.whole_gemms - s0.whole_gemms;
+                bias_gemms += s1.bias_gemms - s0.bias_gemms;
+                kernels += s1.launches - s0.launches, kernels_kept += s2.launches - s1.launches;
+                assert_int_equal(s2.whole_gemms, s1.whole_gemms); /* amp_check: every epilogue a kernel */
+                double scale = 0;
+                for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(F32, yc, i)));
+                for (int64_t i = 0; i < n; i++) {
+                    double e = test_decode(F32, ye, i), k = test_decode(F32, yk, i), c = test_decode(F32, yc, i);
+                    if (t == ON_EMULATION && memcmp((char *)ye + 4 * i, (char *)yk + 4 * i, 4) != 0)
+                        fail_msg("amp %s %s step %d: y[%lld] is %.9g from the library GEMM, %.9g with the epilogue "
+                                 "kernel, %.9g on the CPU", alloy_dtype_name(amp), train ? "training" : "forward", s,
+                                 (long long)i, e, k, c);
+                    worst = fmax(worst, fabs(e - c) / (scale > 0 ? scale : 1));
+                }
+                test_free(ye), test_free(yk), test_free(yc);
+            }
+            double bound = train ? chain_bound(CHAIN_DEPTH, LIN_IN, amp) : chain_bound(1, LIN_IN, amp);
+            char name[64] = "";
+            double d = train ? state_distance(cpu, epi, name, sizeof name) : 0;
+            print_message("linear, amp %s, %s on %s: worst y difference from the CPU %.3g, state %.3g (%s), bound "
+                          "%.3g; %ld kernels, %ld GEMMs (%ld whole steps, %ld with the bias), %ld kernels with the "
+                          "epilogue kernels\n",
+                          alloy_dtype_name(amp), train ? "training" : "forward",
+                          t == ON_GPU ? "the GPU" : "the emulated device", worst, d, name, bound, kernels, gemms, whole,
+                          bias_gemms, kernels_kept);
+            if (!(worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", worst, bound);
+            if (!(d <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", name, d, bound);
+            if (t == ON_EMULATION) { /* the forward's GEMM (cast, bias), and training's weight gradient (cast) */
+                assert_int_equal(bias_gemms, train ? LIN_STEPS : 1);
+                assert_int_equal(whole, train ? 2 * LIN_STEPS : 1);
+                assert_true(kernels < kernels_kept);
+            }
+            alloy_graph_free(epi), alloy_graph_free(kern), alloy_graph_free(cpu);
+        }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_linear_amp(void **state) { (void)state; linear_amp(ON_EMULATION); }
+static void gpu_linear_amp(void **state) { (void)state; linear_amp(ON_GPU); }
+
 /* ---- out of device memory ---- */
 
 /* An arena that does not fit: the run fails naming the bytes asked and
@@ -1299,6 +1398,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(stub_driver_is_refused),
         cmocka_unit_test(emu_gemm_layouts),
         cmocka_unit_test(emu_linear_bias),
+        cmocka_unit_test(emu_linear_amp),
         cmocka_unit_test(emu_mlp_fp32),
         cmocka_unit_test(emu_mlp_f16),
         cmocka_unit_test(emu_mlp_bf16),
@@ -1325,6 +1425,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(device_choice),
         cmocka_unit_test(gpu_gemm_layouts),
         cmocka_unit_test(gpu_linear_bias),
+        cmocka_unit_test(gpu_linear_amp),
         cmocka_unit_test(gpu_mlp_fp32),
         cmocka_unit_test(gpu_mlp_f16),
         cmocka_unit_test(gpu_mlp_bf16),
