@@ -151,8 +151,9 @@ static void test_a_linear_layer_with_bias_is_one_gemm_in_its_dtype(void **state)
  * and an f32 bias added (y = f32(x w) + b), and a product cast alone
  * (z = f32(x w)) are one GEMM each writing f32 (the bias f32 too), no
  * epilogue kernel: its A and B in the low dtype, D and the bias 4 bytes
- * an element. A cast to f16 after the bias (the kernel would round twice)
- * keeps its epilogue kernel: the f32 product written and read back. */
+ * an element. A cast to f16 after the bias (the kernel rounds twice), and
+ * an f32 product cast to f16 (cuBLASLt has no f32 A and B into f16 D),
+ * keep their epilogue kernels: the f32 product written and read back. */
 static void test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm(void **state)
 {
     (void)state;
@@ -175,22 +176,26 @@ static void test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm(void **stat
                  "  %%9 = cast(%%8) : f32[64,40]\n"
                  "  %%10 = add(%%9, %%b) : f32[64,40]\n"
                  "  %%u = cast(%%10) : f16[64,40]\n"
+                 "  %%x32 = input : f32[64,96]\n"
+                 "  %%13 = matmul(%%x32, %%x32) {transpose_b=true} : f32[64,64]\n"
+                 "  %%h = cast(%%13) : f16[64,64]\n"
                  "  output \"y\" = %%y\n"
                  "  output \"z\" = %%z\n"
                  "  output \"u\" = %%u\n"
+                 "  output \"h\" = %%h\n"
                  "}\n",
                  d, d, d, d, d, d);
         modelled x;
         model(&x, parse(text), NULL);
-        assert_int_equal(x.m.gemms, 3);
-        assert_int_equal(x.m.kernels, 1); /* u's epilogue alone */
-        assert_int_equal(x.lp.ngemms, 3);
+        assert_int_equal(x.m.gemms, 4);
+        assert_int_equal(x.m.kernels, 2); /* u's and h's epilogues */
+        assert_int_equal(x.lp.ngemms, 4);
         int whole = 0;
         for (int k = 0; k < x.lp.ngemms; k++) {
             const lp_gemm *gm = &x.lp.gemms[k];
-            assert_int_equal(gm->ab, i == 0 ? ALLOY_F16 : ALLOY_BF16);
             assert_int_equal(gm->d, ALLOY_F32);
-            if (gm->result == gm->node) continue; /* u's product, into the scratch */
+            if (gm->result == gm->node) continue; /* u's and h's products, into the scratch */
+            assert_int_equal(gm->ab, i == 0 ? ALLOY_F16 : ALLOY_BF16);
             whole++;
             const cost_launch *l = NULL;
             for (int q = 0; q < x.m.n; q++)

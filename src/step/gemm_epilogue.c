@@ -31,8 +31,11 @@ bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned c
     int cur = mat->id;
     for (int i = 1; i < st->n; i++) {
         const ir_node *n = g->nodes[s->members[st->first + i].node], *c = g->nodes[cur];
-        if (n->op == IR_OP_cast && i == 1 && n->nin == 1 && library_dtype(n->type.dtype)) {
-            lib.d = n->type.dtype; /* D in the cast's dtype: the f32 sum rounded once into it */
+        if (n->op == IR_OP_cast && i == 1 && n->nin == 1 &&
+            (n->type.dtype == ALLOY_F32 || n->type.dtype == mat->type.dtype)) {
+            /* D in the cast's dtype, the f32 sum rounded once into it; cuBLASLt's D is A and B's dtype or
+             * f32 (f16 A and B into bf16 D, or f32 into f16, is no combination it has) */
+            lib.d = n->type.dtype;
         } else if (n->op == IR_OP_add && n->nin == 2 && (i == 1 || lib.d == ALLOY_F32)) {
             /* a bias after the product, or after its widening to f32 (after a narrowing cast the kernel
              * rounds twice, the library once) */

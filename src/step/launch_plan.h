@@ -111,8 +111,9 @@ typedef struct lp_library {
 
 /* Whether gemm step k of s is computed whole by cuBLASLt in place of a
  * generated epilogue kernel: its members are a matmul (f16, bf16 or f32, a
- * non-empty sum) and then one of: the add of a bias; a cast to f16, bf16
- * or f32; a cast to f32 and the add of a bias. The bias is a vector of the
+ * non-empty sum) and then one of: the add of a bias; a cast to f32 (or to
+ * the matmul's own dtype: D is A and B's dtype or f32, cuBLASLt's type
+ * combinations); a cast to f32 and the add of a bias. The bias is a vector of the
  * output's last dim (every other dim 1) in the add's dtype (cuBLASLt's
  * bias is D's dtype). Each member is read by the next alone, the last is
  * stored, none is checked, and no checks (amp_check / amp_stats) are
