@@ -762,6 +762,33 @@ static void linear_amp(target t)
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* The emulated cuBLASLt prepares only the type combinations cuBLASLt has
+ * for the 32F/64F compute types: D is A and B's dtype, or f32 for f16 and
+ * bf16 A and B; f32 into f16 and f16 into bf16 are refused by name. */
+static void emu_gemm_types_are_cublaslts(void **state)
+{
+    (void)state;
+    char why[512];
+    cdev *dev = emu_device_open(90, why, sizeof why);
+    if (!dev) skip();
+    static const struct {
+        alloy_dtype ab, d;
+        alloy_status want;
+    } cases[] = {{F16, F16, ALLOY_OK},   {F16, F32, ALLOY_OK},   {BF16, F32, ALLOY_OK},
+                 {F32, F32, ALLOY_OK},   {F64, F64, ALLOY_OK},   {F32, F16, ALLOY_ERR_UNSUPPORTED},
+                 {F16, BF16, ALLOY_ERR_UNSUPPORTED}, {BF16, F16, ALLOY_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lp_gemm gm = {.node = 0, .result = 0, .bias_node = -1, .ab = cases[i].ab, .d = cases[i].d, .m = 4, .n = 4,
+                      .k = 4, .lda = 4, .ldb = 4, .ldd = 4, .batch = 1};
+        cdev_gemm *h = NULL;
+        alloy_status st = dev->ops->gemm_prepare(dev, &gm, (const int[3]){16, 16, 16}, &h);
+        assert_int_equal(st, cases[i].want);
+        if (st == ALLOY_OK) dev->ops->gemm_free(dev, h);
+        else assert_non_null(strstr(dev->error, alloy_dtype_name(cases[i].d)));
+    }
+    dev->ops->close(dev);
+}
+
 static void emu_linear_amp(void **state) { (void)state; linear_amp(ON_EMULATION); }
 static void gpu_linear_amp(void **state) { (void)state; linear_amp(ON_GPU); }
 
@@ -1399,6 +1426,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_gemm_layouts),
         cmocka_unit_test(emu_linear_bias),
         cmocka_unit_test(emu_linear_amp),
+        cmocka_unit_test(emu_gemm_types_are_cublaslts),
         cmocka_unit_test(emu_mlp_fp32),
         cmocka_unit_test(emu_mlp_f16),
         cmocka_unit_test(emu_mlp_bf16),
