@@ -34,6 +34,18 @@ static void model(modelled *x, alloy_graph *g, const cg_resources *res)
     if (cost_build(g->compiled, &g->comp.sched, &x->prog, &x->lp, res, &x->m, err, sizeof err)) fail_msg("%s", err);
 }
 
+/* model with the emitter's LP_WIDEN (the option cuda_gemm_f32). */
+static void model_widened(modelled *x, alloy_graph *g)
+{
+    char err[1024];
+    x->g = g;
+    if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+    if (cg_emit_checked(g->compiled, &g->comp.sched, LP_WIDEN, &x->prog, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(x->prog.checks, 0); /* LP_WIDEN is no check */
+    if (lp_build(g->compiled, &g->comp.sched, &g->comp.plan, &x->prog, &x->lp, err, sizeof err)) fail_msg("%s", err);
+    if (cost_build(g->compiled, &g->comp.sched, &x->prog, &x->lp, NULL, &x->m, err, sizeof err)) fail_msg("%s", err);
+}
+
 static void release(modelled *x)
 {
     cost_free(&x->m);
@@ -147,11 +159,12 @@ static void test_a_linear_layer_with_bias_is_one_gemm_in_its_dtype(void **state)
     }
 }
 
-/* A mixed-precision linear layer, the product in f16 or bf16 cast to f32
- * and an f32 bias added (y = f32(x w) + b), and a product cast alone
- * (z = f32(x w)) are one GEMM each writing f32 (the bias f32 too), no
- * epilogue kernel: its A and B in the low dtype, D and the bias 4 bytes
- * an element. A cast to f16 after the bias (the kernel rounds twice), and
+/* With cuda_gemm_f32 (LP_WIDEN) a mixed-precision linear layer, the
+ * product in f16 or bf16 cast to f32 and an f32 bias added (y = f32(x w)
+ * + b), and a product cast alone (z = f32(x w)) are one GEMM each writing
+ * f32 (the bias f32 too), no epilogue kernel: its A and B in the low
+ * dtype, D and the bias 4 bytes an element; without it every one keeps
+ * its kernel (the range rule). A cast to f16 after the bias (the kernel rounds twice), and
  * an f32 product cast to f16 (cuBLASLt has no f32 A and B into f16 D),
  * keep their epilogue kernels: the f32 product written and read back. */
 static void test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm(void **state)
@@ -186,7 +199,12 @@ static void test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm(void **stat
                  "}\n",
                  d, d, d, d, d, d);
         modelled x;
-        model(&x, parse(text), NULL);
+        model(&x, parse(text), NULL); /* the default: the range rule keeps every epilogue kernel */
+        assert_int_equal(x.m.gemms, 4);
+        assert_int_equal(x.m.kernels, 4);
+        for (int k = 0; k < x.lp.ngemms; k++) assert_int_equal(x.lp.gemms[k].result, x.lp.gemms[k].node);
+        release(&x);
+        model_widened(&x, parse(text));
         assert_int_equal(x.m.gemms, 4);
         assert_int_equal(x.m.kernels, 2); /* u's and h's epilogues */
         assert_int_equal(x.lp.ngemms, 4);
@@ -324,9 +342,9 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
  * the GEMM and read by its epilogue; then the aux block's flags and per-row
  * partials each kernel names (8 bytes each for an f64 node), the flags' memsets and the updates' copies
  * (read and written). */
-static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
+/* One char_gpt f16 step's model (with cuda_gemm_f32 when widen) against its schedule. */
+static void char_gpt_step(bool widen)
 {
-    (void)state;
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/char_gpt.ir", ALLOY_EXAMPLES_IR);
     alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
@@ -336,7 +354,8 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
     modelled x;
-    model(&x, g, NULL);
+    if (widen) model_widened(&x, g);
+    else model(&x, g, NULL);
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
     int64_t values = 0, aux = 0, actions = 0;
@@ -361,7 +380,7 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
             if (s->members[st->first + i].flags & MEMBER_STORED)
                 values += (int64_t)ir_nbytes(&c->nodes[s->members[st->first + i].node]->type);
         lp_library lib; /* the f32 product written and read back, unless cuBLASLt computes the step whole */
-        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul && !lp_library_epilogue(c, s, k, 0, &lib))
+        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul && !lp_library_epilogue(c, s, k, widen ? LP_WIDEN : 0, &lib))
             values += 2 * 4 * ir_numel(&head->type);
     }
     for (int q = 0; q < x.prog.nkernels; q++)
@@ -376,9 +395,9 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
             actions += x.lp.actions[i].bytes * (x.lp.actions[i].kind == LP_COPY ? 2 : 1);
     int64_t got = 0;
     for (int i = 0; i < x.m.n; i++) got += x.m.launches[i].read + x.m.launches[i].written;
-    print_message("char_gpt f16 step: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
-                  "copies %lld; %d views\n", x.m.n, (long long)got, (long long)values, (long long)aux,
-                  (long long)actions, views);
+    print_message("char_gpt f16 step%s: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
+                  "copies %lld; %d views\n", widen ? " (cuda_gemm_f32)" : "", x.m.n, (long long)got, (long long)values,
+                  (long long)aux, (long long)actions, views);
     assert_int_equal(got, values + aux + actions);
     /* the exact figures of this step: its 18 reshapes are views (a copy
      * kernel each, they were 227 launches and 341345899 bytes) and each
@@ -386,19 +405,24 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
      * launches and 320374379 bytes), and its 4 linear layers with a bias
      * alone after the GEMM take cuBLASLt's bias epilogue (an epilogue
      * kernel each, reading back the f32 product, they were 203 launches
-     * and 301500011 bytes), and its 20 other gemm steps, a cast of the
-     * product to f32 (the weight gradients, the forward's other layers
-     * with their f32 bias after the cast), are one cuBLASLt call writing
-     * f32 (an epilogue kernel each, they were 199 launches and 272139883
-     * bytes: 8 bytes per element of those products, read back and
-     * written, no more) */
+     * and 301500011 bytes); its 20 other gemm steps, an f16 product cast
+     * to f32, keep their epilogue kernel (the range rule; with
+     * cuda_gemm_f32 they are 179 launches and 241653355 bytes:
+     * test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm) */
     assert_int_equal(views, 18);
-    assert_int_equal(x.m.n, 179);
-    assert_int_equal(got, 241653355);
+    assert_int_equal(x.m.n, widen ? 179 : 199);
+    assert_int_equal(got, widen ? 241653355 : 272139883);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);
     release(&x);
+}
+
+static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
+{
+    (void)state;
+    char_gpt_step(false);
+    char_gpt_step(true);
 }
 
 static const char canned_log[] =

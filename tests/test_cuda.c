@@ -666,13 +666,14 @@ static void linear_bias(target t)
 static void emu_linear_bias(void **state) { (void)state; linear_bias(ON_EMULATION); }
 static void gpu_linear_bias(void **state) { (void)state; linear_bias(ON_GPU); }
 
-/* The mixed-precision linear layer y = f32(x' w') + b as AMP writes it:
+/* The mixed-precision linear layer y = f32(x' w') + b as AMP writes it, on
+ * device, with cuda_gemm_f32 when widen:
  * x [2, 12, LIN_IN] and the parameters w, b in f32, x' and w' their
  * casts to amp (x' as 24 rows: the weight gradient one GEMM), the product in amp cast to f32 for the f32 bias (matmul,
  * cast, add: one cuBLASLt call writing f32 with the f32 bias); when train,
  * linear_graph's loss and SGD, the weight gradient (in amp) cast to f32
  * for w (matmul, cast: one call writing f32). */
-static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool train, bool checked)
+static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool train, bool widen)
 {
     alloy_graph *g = alloy_graph_new("linear_amp");
     alloy_graph_set_seed(g, 5);
@@ -689,16 +690,17 @@ static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool t
         expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
     }
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
-    if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
+    if (widen) expect_ok(g, alloy_graph_set_option(g, "cuda_gemm_f32", "1"), "cuda_gemm_f32");
     return g;
 }
 
-/* linear_bias under AMP: the gemm steps whose epilogue is a cast to f32
- * (and the f32 bias) are one GEMM writing f32 (emu_device_stats'
- * whole_gemms: the forward's with the bias, the weight gradient's without),
- * against the generated epilogue kernel (amp_check on keeps it) bit for
- * bit on the emulated device, and against the CPU within the bounds of
- * linear_bias, in f16 and bf16. */
+/* linear_bias under AMP: with cuda_gemm_f32 the gemm steps whose epilogue
+ * is a cast to f32 (and the f32 bias) are one GEMM writing f32
+ * (emu_device_stats' whole_gemms: the forward's with the bias, the weight
+ * gradient's without), against the generated epilogue kernel (the
+ * default, which applies the range rule) bit for bit on the emulated
+ * device (no value here nears the f16 range), and against the CPU within
+ * the bounds of linear_bias, in f16 and bf16. */
 static void linear_amp(target t)
 {
     use_target(t);
@@ -710,8 +712,8 @@ static void linear_amp(target t)
     for (int train = 0; train < 2; train++)
         for (size_t ai = 0; ai < 2; ai++) {
             alloy_dtype amp = amps[ai];
-            alloy_graph *epi = linear_amp_graph("cuda", amp, train, false),
-                        *kern = linear_amp_graph("cuda", amp, train, true),
+            alloy_graph *epi = linear_amp_graph("cuda", amp, train, true),
+                        *kern = linear_amp_graph("cuda", amp, train, false),
                         *cpu = linear_amp_graph("cpu", amp, train, false);
             long gemms = 0, whole = 0, bias_gemms = 0, kernels = 0, kernels_kept = 0;
             double worst = 0;
@@ -728,7 +730,7 @@ static void linear_amp(target t)
                 gemms += s1.gemms - s0.gemms, whole += s1.whole_gemms - s0.whole_gemms;
                 bias_gemms += s1.bias_gemms - s0.bias_gemms;
                 kernels += s1.launches - s0.launches, kernels_kept += s2.launches - s1.launches;
-                assert_int_equal(s2.whole_gemms, s1.whole_gemms); /* amp_check: every epilogue a kernel */
+                assert_int_equal(s2.whole_gemms, s1.whole_gemms); /* the default: every epilogue a kernel */
                 double scale = 0;
                 for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(F32, yc, i)));
                 for (int64_t i = 0; i < n; i++) {
@@ -787,6 +789,46 @@ static void emu_gemm_types_are_cublaslts(void **state)
         else assert_non_null(strstr(dev->error, alloy_dtype_name(cases[i].d)));
     }
     dev->ops->close(dev);
+}
+
+/* The range rule, which cuda_gemm_f32 gives up: an f16 product beyond
+ * f16's range (20 terms of 4000 x ~0.95, about 76000 > 65504) cast to f32
+ * is inf on the CPU and by default on the emulated device (the epilogue
+ * kernel, so the loss scaler skips such a step as unfused), and finite
+ * with cuda_gemm_f32 (cuBLASLt's f32 D). */
+static void emu_widened_gemm_gives_up_the_range_rule(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    double got[3][2];
+    for (int run = 0; run < 3; run++) { /* the CPU, the default, cuda_gemm_f32 */
+        alloy_graph *g = alloy_graph_new("wide");
+        alloy_graph_set_seed(g, 9);
+        alloy_tensor *x = alloy_input(g, "x", F32, 2, (int64_t[]){4, LIN_IN});
+        alloy_tensor *w = alloy_param(g, "w", F32, 2, (int64_t[]){LIN_IN, 8}, alloy_init_uniform(0.9, 1.0));
+        alloy_tensor *p = alloy_matmul(g, alloy_cast(g, x, F16), alloy_cast(g, w, F16), false, false);
+        expect_ok(g, alloy_output(g, "y", alloy_cast(g, p, F32)), "output");
+        expect_ok(g, alloy_graph_set_option(g, "device", run ? "cuda" : "cpu"), "device");
+        if (run == 2) expect_ok(g, alloy_graph_set_option(g, "cuda_gemm_f32", "1"), "cuda_gemm_f32");
+        float xs[4 * LIN_IN];
+        for (int i = 0; i < 4 * LIN_IN; i++) xs[i] = 4000;
+        alloy_host_tensor feed = {.name = "x", .dtype = F32, .rank = 2, .dims = {4, LIN_IN}, .data = xs},
+                          out = {.name = "y"};
+        emu_device_stats s0 = emu_totals();
+        expect_ok(g, alloy_graph_run(g, &feed, 1, &out, 1), "run");
+        emu_device_stats s1 = emu_totals();
+        assert_int_equal(s1.whole_gemms - s0.whole_gemms, run == 2);
+        got[run][0] = test_decode(F32, out.data, 0), got[run][1] = test_decode(F32, out.data, 31);
+        alloy_graph_free(g);
+    }
+    print_message("f16 product of about 76000 cast to f32: CPU %g, emulated default %g, cuda_gemm_f32 %g\n",
+                  got[0][0], got[1][0], got[2][0]);
+    for (int i = 0; i < 2; i++) {
+        assert_true(isinf(got[0][i]) && got[0][i] > 0);
+        assert_true(got[1][i] == got[0][i]);
+        assert_true(isfinite(got[2][i]) && got[2][i] > 65504 && got[2][i] < 4000.0 * LIN_IN);
+    }
+    rt_backend_set_cuda_opener(NULL);
 }
 
 static void emu_linear_amp(void **state) { (void)state; linear_amp(ON_EMULATION); }
@@ -1427,6 +1469,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(emu_linear_bias),
         cmocka_unit_test(emu_linear_amp),
         cmocka_unit_test(emu_gemm_types_are_cublaslts),
+        cmocka_unit_test(emu_widened_gemm_gives_up_the_range_rule),
         cmocka_unit_test(emu_mlp_fp32),
         cmocka_unit_test(emu_mlp_f16),
         cmocka_unit_test(emu_mlp_bf16),

@@ -317,7 +317,7 @@ static int find_library_calls(export_state *x, const ir_graph *g, const schedule
     }
     for (int k = 0; k < s->nsteps; k++) {
         lp_library lib;
-        if (!x->library[k] && lp_library_epilogue(g, s, k, x->prog.checks, &lib))
+        if (!x->library[k] && lp_library_epilogue(g, s, k, x->prog.checks | LP_WIDEN, &lib))
             x->library[k] = lib.bias >= 0 ? gemm_bias : gemm_cast;
     }
     for (int i = 0; i < x->prog.nskipped; i++) x->library[x->prog.skipped[i]] = x->prog.why[i];

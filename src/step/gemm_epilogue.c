@@ -15,7 +15,7 @@ static bool library_dtype(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLO
 bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, lp_library *out)
 {
     const sched_step *st = &s->steps[k];
-    if (checks || st->kind != STEP_KIND_GEMM || st->n < 2 || st->n > 3) return false;
+    if (checks & ~LP_WIDEN || st->kind != STEP_KIND_GEMM || st->n < 2 || st->n > 3) return false;
     const sched_member *mm = &s->members[st->first], *ml = &s->members[st->first + st->n - 1];
     const ir_node *mat = g->nodes[mm->node];
     if (mat->op != IR_OP_matmul || !library_dtype(mat->type.dtype) || mat->type.rank < 2) return false;
@@ -34,7 +34,9 @@ bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned c
         if (n->op == IR_OP_cast && i == 1 && n->nin == 1 &&
             (n->type.dtype == ALLOY_F32 || n->type.dtype == mat->type.dtype)) {
             /* D in the cast's dtype, the f32 sum rounded once into it; cuBLASLt's D is A and B's dtype or
-             * f32 (f16 A and B into bf16 D, or f32 into f16, is no combination it has) */
+             * f32 (f16 A and B into bf16 D, or f32 into f16, is no combination it has); widening a
+             * product under the range rule only when asked (LP_WIDEN) */
+            if (n->type.dtype != mat->type.dtype && mm->flags & MEMBER_RANGED && !(checks & LP_WIDEN)) return false;
             lib.d = n->type.dtype;
         } else if (n->op == IR_OP_add && n->nin == 2 && (i == 1 || lib.d == ALLOY_F32)) {
             /* a bias after the product, or after its widening to f32 (after a narrowing cast the kernel

@@ -297,7 +297,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
             continue;
         }
         lp_library lib;
-        if (st->kind == STEP_KIND_GEMM && end == next && lp_library_epilogue(g, s, k, prog->checks, &lib)) {
+        if (st->kind == STEP_KIND_GEMM && end == next && lp_library_epilogue(g, s, k, prog->checks | LP_WIDEN, &lib)) {
             lp_place o; /* the whole step in the library: product (+ bias) straight into the last member's slot */
             if (first->op == IR_OP_matmul && place_or_fail(&b, g, p, lib.result, k, &o))
                 add_gemm_bias(&b, g, p, k, first, o, lib.d, lib.result, lib.bias);

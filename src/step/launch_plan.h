@@ -109,20 +109,27 @@ typedef struct lp_library {
     alloy_dtype d;
 } lp_library;
 
+/* In lp_library_epilogue's checks (and cg_emit_checked's): a product under
+ * the range rule (an f16/bf16 matmul's, MEMBER_RANGED) may be cast to f32
+ * by the library (the option cuda_gemm_f32); lp_build always passes it, for
+ * a gemm step the emitter left without a kernel was decided with it. */
+#define LP_WIDEN 0x100u
+
 /* Whether gemm step k of s is computed whole by cuBLASLt in place of a
  * generated epilogue kernel: its members are a matmul (f16, bf16 or f32, a
  * non-empty sum) and then one of: the add of a bias; a cast to f32 (or to
  * the matmul's own dtype: D is A and B's dtype or f32, cuBLASLt's type
- * combinations); a cast to f32 and the add of a bias. The bias is a vector of the
- * output's last dim (every other dim 1) in the add's dtype (cuBLASLt's
- * bias is D's dtype). Each member is read by the next alone, the last is
- * stored, none is checked, and no checks (amp_check / amp_stats) are
- * asked. The value is the kernel's: the f32 sum (+ the bias in f32)
- * rounded once into the last member's dtype; only a product beyond the
- * matmul's f16/bf16 range differs (the kernel makes it inf before the
- * cast, the library keeps it in f32). Fills *out. The emitter emits no
- * kernel for such a step and lp_build gives its GEMM the epilogue; the
- * one place that decides. */
+ * combinations); a cast to f32 and the add of a bias. The bias is a vector
+ * of the output's last dim (every other dim 1) in the add's dtype
+ * (cuBLASLt's bias is D's dtype). Each member is read by the next alone,
+ * the last is stored, none is checked, and no checks (amp_check /
+ * amp_stats) are asked. The value is the kernel's: the f32 sum (+ the bias
+ * in f32) rounded once into the last member's dtype. An f16/bf16 product
+ * cast to f32 only with LP_WIDEN in checks: the kernel applies the range
+ * rule to it (beyond the f16/bf16 range it is inf before the cast, so the
+ * loss scaler skips the step as unfused), cuBLASLt's f32 D cannot and
+ * keeps it finite. Fills *out. The emitter emits no kernel for such a step
+ * and lp_build gives its GEMM the epilogue; the one place that decides. */
 AL_HIDDEN bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, lp_library *out);
 /* Where node's value lives during a run: its leaf buffer, or its arena
  * slot; false when it has neither (a value fused away). */
