@@ -348,6 +348,7 @@ uint64_t opt_hash(const al_options *o)
     /* mixed only when set, so every hash from before the option stays the same */
     if (o->lowp_gemm != OPT_LOWP_AUTO) h = mix(h, &(uint8_t){(uint8_t)o->lowp_gemm}, 1);
     if (o->attention_always) h = mix(h, "attention", 9);
+    if (o->cuda_gemm_f32) h = mix(h, "cuda_gemm_f32", 13); /* which gemm steps have a kernel */
     if (o->amp_ranges[0]) { /* the file's path and margin; its contents are the caller's to add */
         h = mix(h, o->amp_ranges, strlen(o->amp_ranges));
         h = mix(h, &o->amp_range_margin, sizeof o->amp_range_margin);
