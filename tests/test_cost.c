@@ -34,6 +34,18 @@ static void model(modelled *x, alloy_graph *g, const cg_resources *res)
     if (cost_build(g->compiled, &g->comp.sched, &x->prog, &x->lp, res, &x->m, err, sizeof err)) fail_msg("%s", err);
 }
 
+/* model with the emitter's LP_WIDEN (the option cuda_gemm_f32). */
+static void model_widened(modelled *x, alloy_graph *g)
+{
+    char err[1024];
+    x->g = g;
+    if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+    if (cg_emit_checked(g->compiled, &g->comp.sched, LP_WIDEN, &x->prog, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(x->prog.checks, 0); /* LP_WIDEN is no check */
+    if (lp_build(g->compiled, &g->comp.sched, &g->comp.plan, &x->prog, &x->lp, err, sizeof err)) fail_msg("%s", err);
+    if (cost_build(g->compiled, &g->comp.sched, &x->prog, &x->lp, NULL, &x->m, err, sizeof err)) fail_msg("%s", err);
+}
+
 static void release(modelled *x)
 {
     cost_free(&x->m);
@@ -147,6 +159,80 @@ static void test_a_linear_layer_with_bias_is_one_gemm_in_its_dtype(void **state)
     }
 }
 
+/* With cuda_gemm_f32 (LP_WIDEN) a mixed-precision linear layer, the
+ * product in f16 or bf16 cast to f32 and an f32 bias added (y = f32(x w)
+ * + b), and a product cast alone (z = f32(x w)) are one GEMM each writing
+ * f32 (the bias f32 too), no epilogue kernel: its A and B in the low
+ * dtype, D and the bias 4 bytes an element; without it every one keeps
+ * its kernel (the range rule). A cast to f16 after the bias (the kernel rounds twice), and
+ * an f32 product cast to f16 (cuBLASLt has no f32 A and B into f16 D),
+ * keep their epilogue kernels: the f32 product written and read back. */
+static void test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm(void **state)
+{
+    (void)state;
+    static const char *const dtypes[] = {"f16", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        char text[1024];
+        const char *d = dtypes[i];
+        snprintf(text, sizeof text,
+                 "graph linear {\n"
+                 "  %%x = input : %s[64,96]\n"
+                 "  %%w = input : %s[96,40]\n"
+                 "  %%b = param {init=\"zeros\"} : f32[40]\n"
+                 "  %%3 = matmul(%%x, %%w) : %s[64,40]\n"
+                 "  %%4 = cast(%%3) : f32[64,40]\n"
+                 "  %%y = add(%%4, %%b) : f32[64,40]\n"
+                 "  %%6 = matmul(%%w, %%w) {transpose_a=true} : %s[40,40]\n"
+                 "  %%z = cast(%%6) : f32[40,40]\n"
+                 "  %%v = input : %s[64,96]\n"
+                 "  %%8 = matmul(%%v, %%w) : %s[64,40]\n"
+                 "  %%9 = cast(%%8) : f32[64,40]\n"
+                 "  %%10 = add(%%9, %%b) : f32[64,40]\n"
+                 "  %%u = cast(%%10) : f16[64,40]\n"
+                 "  %%x32 = input : f32[64,96]\n"
+                 "  %%13 = matmul(%%x32, %%x32) {transpose_b=true} : f32[64,64]\n"
+                 "  %%h = cast(%%13) : f16[64,64]\n"
+                 "  output \"y\" = %%y\n"
+                 "  output \"z\" = %%z\n"
+                 "  output \"u\" = %%u\n"
+                 "  output \"h\" = %%h\n"
+                 "}\n",
+                 d, d, d, d, d, d);
+        modelled x;
+        model(&x, parse(text), NULL); /* the default: the range rule keeps every epilogue kernel */
+        assert_int_equal(x.m.gemms, 4);
+        assert_int_equal(x.m.kernels, 4);
+        for (int k = 0; k < x.lp.ngemms; k++) assert_int_equal(x.lp.gemms[k].result, x.lp.gemms[k].node);
+        release(&x);
+        model_widened(&x, parse(text));
+        assert_int_equal(x.m.gemms, 4);
+        assert_int_equal(x.m.kernels, 2); /* u's and h's epilogues */
+        assert_int_equal(x.lp.ngemms, 4);
+        int whole = 0;
+        for (int k = 0; k < x.lp.ngemms; k++) {
+            const lp_gemm *gm = &x.lp.gemms[k];
+            assert_int_equal(gm->d, ALLOY_F32);
+            if (gm->result == gm->node) continue; /* u's and h's products, into the scratch */
+            assert_int_equal(gm->ab, i == 0 ? ALLOY_F16 : ALLOY_BF16);
+            whole++;
+            const cost_launch *l = NULL;
+            for (int q = 0; q < x.m.n; q++)
+                if (x.m.launches[q].action == COST_GEMM && x.m.launches[q].index == k) l = &x.m.launches[q];
+            assert_non_null(l);
+            if (gm->epilogue == LP_EPILOGUE_BIAS) { /* y: x w + b */
+                assert_int_equal(gm->m, 40);
+                assert_int_equal(l->read, (64 * 96 + 96 * 40) * 2 + 40 * 4);
+                assert_int_equal(l->written, 64 * 40 * 4);
+            } else { /* z: w^T w */
+                assert_int_equal(l->read, (96 * 40 + 96 * 40) * 2);
+                assert_int_equal(l->written, 40 * 40 * 4);
+            }
+        }
+        assert_int_equal(whole, 2);
+        release(&x);
+    }
+}
+
 /* The training step: forward 2 GEMMs, backward 3 (dw1 = x^T dh, dh = dy w2^T, dw2 = h^T dy; no dx for an input). */
 static void test_mlp_training_step_gemm_flops_are_the_five_products(void **state)
 {
@@ -256,9 +342,9 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
  * the GEMM and read by its epilogue; then the aux block's flags and per-row
  * partials each kernel names (8 bytes each for an f64 node), the flags' memsets and the updates' copies
  * (read and written). */
-static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
+/* One char_gpt f16 step's model (with cuda_gemm_f32 when widen) against its schedule. */
+static void char_gpt_step(bool widen)
 {
-    (void)state;
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/char_gpt.ir", ALLOY_EXAMPLES_IR);
     alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
@@ -268,7 +354,8 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
     modelled x;
-    model(&x, g, NULL);
+    if (widen) model_widened(&x, g);
+    else model(&x, g, NULL);
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
     int64_t values = 0, aux = 0, actions = 0;
@@ -292,8 +379,8 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
         for (int i = 0; i < st->n; i++)
             if (s->members[st->first + i].flags & MEMBER_STORED)
                 values += (int64_t)ir_nbytes(&c->nodes[s->members[st->first + i].node]->type);
-        int bias; /* the f32 product written and read back, unless cuBLASLt's bias epilogue computes the step */
-        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul && !lp_bias_epilogue(c, s, k, 0, &bias))
+        lp_library lib; /* the f32 product written and read back, unless cuBLASLt computes the step whole */
+        if (st->kind == STEP_KIND_GEMM && head->op == IR_OP_matmul && !lp_library_epilogue(c, s, k, widen ? LP_WIDEN : 0, &lib))
             values += 2 * 4 * ir_numel(&head->type);
     }
     for (int q = 0; q < x.prog.nkernels; q++)
@@ -323,9 +410,9 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     }
     int64_t got = 0;
     for (int i = 0; i < x.m.n; i++) got += x.m.launches[i].read + x.m.launches[i].written;
-    print_message("char_gpt f16 step: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
-                  "copies %lld; %d views\n", x.m.n, (long long)got, (long long)values, (long long)aux,
-                  (long long)actions, views);
+    print_message("char_gpt f16 step%s: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
+                  "copies %lld; %d views\n", widen ? " (cuda_gemm_f32)" : "", x.m.n, (long long)got, (long long)values,
+                  (long long)aux, (long long)actions, views);
     assert_int_equal(got, values + aux + actions - chained);
     /* the exact figures of this step: its 18 reshapes are views (a copy
      * kernel each, they were 227 launches and 341345899 bytes) and each
@@ -336,14 +423,24 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
      * and 301500011 bytes), the 36 one-block kernels of its scalar tail
      * (the scaler's and clipping's bookkeeping, the bias corrections) run
      * as 3 chain kernels and each row step's column sums as one combine
-     * kernel (they were 199 launches and 272139883 bytes) */
+     * kernel (they were 199 launches and 272139883 bytes); its 20 other
+     * gemm steps, an f16 product cast to f32, keep their epilogue kernel
+     * (the range rule; with cuda_gemm_f32 they are 137 launches and 241653164
+     * bytes: test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm) */
     assert_int_equal(views, 18);
-    assert_int_equal(x.m.n, 157);
-    assert_int_equal(got, 272139692);
+    assert_int_equal(x.m.n, widen ? 137 : 157);
+    assert_int_equal(got, widen ? 241653164 : 272139692);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);
     release(&x);
+}
+
+static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
+{
+    (void)state;
+    char_gpt_step(false);
+    char_gpt_step(true);
 }
 
 static const char canned_log[] =
@@ -886,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_mlp_forward_launches_bytes_and_flops_are_the_hand_worked_ones),
         cmocka_unit_test(test_a_linear_layer_with_bias_is_one_gemm_in_its_dtype),
         cmocka_unit_test(test_an_odd_vocabulary_pads_its_gemms_to_aligned_leading_dimensions),
+        cmocka_unit_test(test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm),
         cmocka_unit_test(test_collectives_move_the_ring_bytes_at_the_link_rate),
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),

@@ -666,6 +666,174 @@ static void linear_bias(target t)
 static void emu_linear_bias(void **state) { (void)state; linear_bias(ON_EMULATION); }
 static void gpu_linear_bias(void **state) { (void)state; linear_bias(ON_GPU); }
 
+/* The mixed-precision linear layer y = f32(x' w') + b as AMP writes it, on
+ * device, with cuda_gemm_f32 when widen:
+ * x [2, 12, LIN_IN] and the parameters w, b in f32, x' and w' their
+ * casts to amp (x' as 24 rows: the weight gradient one GEMM), the product in amp cast to f32 for the f32 bias (matmul,
+ * cast, add: one cuBLASLt call writing f32 with the f32 bias); when train,
+ * linear_graph's loss and SGD, the weight gradient (in amp) cast to f32
+ * for w (matmul, cast: one call writing f32). */
+static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool train, bool widen)
+{
+    alloy_graph *g = alloy_graph_new("linear_amp");
+    alloy_graph_set_seed(g, 5);
+    alloy_tensor *x = alloy_input(g, "x", F32, 3, (int64_t[]){2, 12, LIN_IN});
+    alloy_tensor *w = alloy_param(g, "w", F32, 2, (int64_t[]){LIN_IN, LIN_OUT}, alloy_init_uniform(-0.5, 0.5));
+    alloy_tensor *b = alloy_param(g, "b", F32, 1, (int64_t[]){LIN_OUT}, alloy_init_uniform(-1, 1));
+    alloy_tensor *rows = alloy_reshape(g, alloy_cast(g, x, amp), 2, (int64_t[]){2 * 12, LIN_IN});
+    alloy_tensor *p = alloy_matmul(g, rows, alloy_cast(g, w, amp), false, false);
+    alloy_tensor *y = alloy_reshape(g, alloy_add(g, alloy_cast(g, p, F32), b), 3, (int64_t[]){2, 12, LIN_OUT});
+    expect_ok(g, alloy_output(g, "y", y), "output");
+    if (train) {
+        alloy_tensor *t = alloy_input(g, "t", F32, 3, (int64_t[]){2, 12, LIN_OUT});
+        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
+    }
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    if (widen) expect_ok(g, alloy_graph_set_option(g, "cuda_gemm_f32", "1"), "cuda_gemm_f32");
+    return g;
+}
+
+/* linear_bias under AMP: with cuda_gemm_f32 the gemm steps whose epilogue
+ * is a cast to f32 (and the f32 bias) are one GEMM writing f32
+ * (emu_device_stats' whole_gemms: the forward's with the bias, the weight
+ * gradient's without), against the generated epilogue kernel (the
+ * default, which applies the range rule) bit for bit on the emulated
+ * device (no value here nears the f16 range), and against the CPU within
+ * the bounds of linear_bias, in f16 and bf16. */
+static void linear_amp(target t)
+{
+    use_target(t);
+    static const alloy_dtype amps[] = {F16, BF16};
+    float xf[2 * 12 * LIN_IN], tf[2 * 12 * LIN_OUT];
+    test_rng = 43;
+    for (size_t i = 0; i < sizeof xf / sizeof xf[0]; i++) xf[i] = (float)test_uniform(-1, 1);
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) tf[i] = (float)test_uniform(-1, 1);
+    for (int train = 0; train < 2; train++)
+        for (size_t ai = 0; ai < 2; ai++) {
+            alloy_dtype amp = amps[ai];
+            alloy_graph *epi = linear_amp_graph("cuda", amp, train, true),
+                        *kern = linear_amp_graph("cuda", amp, train, false),
+                        *cpu = linear_amp_graph("cpu", amp, train, false);
+            long gemms = 0, whole = 0, bias_gemms = 0, kernels = 0, kernels_kept = 0;
+            double worst = 0;
+            for (int s = 0; s < (train ? LIN_STEPS : 1); s++) {
+                alloy_dtype ydt, kdt, cdt;
+                int64_t n, kn, cn;
+                emu_device_stats s0 = emu_totals();
+                void *ye = run_linear(epi, F32, train, xf, tf, &ydt, &n);
+                emu_device_stats s1 = emu_totals();
+                void *yk = run_linear(kern, F32, train, xf, tf, &kdt, &kn);
+                emu_device_stats s2 = emu_totals();
+                void *yc = run_linear(cpu, F32, train, xf, tf, &cdt, &cn);
+                assert_true(ydt == F32 && kdt == F32 && cdt == F32 && n == kn && n == cn);
+                gemms += s1.gemms - s0.gemms, whole += s1.whole_gemms - s0.whole_gemms;
+                bias_gemms += s1.bias_gemms - s0.bias_gemms;
+                kernels += s1.launches - s0.launches, kernels_kept += s2.launches - s1.launches;
+                assert_int_equal(s2.whole_gemms, s1.whole_gemms); /* the default: every epilogue a kernel */
+                double scale = 0;
+                for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(F32, yc, i)));
+                for (int64_t i = 0; i < n; i++) {
+                    double e = test_decode(F32, ye, i), k = test_decode(F32, yk, i), c = test_decode(F32, yc, i);
+                    if (t == ON_EMULATION && memcmp((char *)ye + 4 * i, (char *)yk + 4 * i, 4) != 0)
+                        fail_msg("amp %s %s step %d: y[%lld] is %.9g from the library GEMM, %.9g with the epilogue "
+                                 "kernel, %.9g on the CPU", alloy_dtype_name(amp), train ? "training" : "forward", s,
+                                 (long long)i, e, k, c);
+                    worst = fmax(worst, fabs(e - c) / (scale > 0 ? scale : 1));
+                }
+                test_free(ye), test_free(yk), test_free(yc);
+            }
+            double bound = train ? chain_bound(CHAIN_DEPTH, LIN_IN, amp) : chain_bound(1, LIN_IN, amp);
+            char name[64] = "";
+            double d = train ? state_distance(cpu, epi, name, sizeof name) : 0;
+            print_message("linear, amp %s, %s on %s: worst y difference from the CPU %.3g, state %.3g (%s), bound "
+                          "%.3g; %ld kernels, %ld GEMMs (%ld whole steps, %ld with the bias), %ld kernels with the "
+                          "epilogue kernels\n",
+                          alloy_dtype_name(amp), train ? "training" : "forward",
+                          t == ON_GPU ? "the GPU" : "the emulated device", worst, d, name, bound, kernels, gemms, whole,
+                          bias_gemms, kernels_kept);
+            if (!(worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", worst, bound);
+            if (!(d <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", name, d, bound);
+            if (t == ON_EMULATION) { /* the forward's GEMM (cast, bias), and training's weight gradient (cast) */
+                assert_int_equal(bias_gemms, train ? LIN_STEPS : 1);
+                assert_int_equal(whole, train ? 2 * LIN_STEPS : 1);
+                assert_true(kernels < kernels_kept);
+            }
+            alloy_graph_free(epi), alloy_graph_free(kern), alloy_graph_free(cpu);
+        }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* The emulated cuBLASLt prepares only the type combinations cuBLASLt has
+ * for the 32F/64F compute types: D is A and B's dtype, or f32 for f16 and
+ * bf16 A and B; f32 into f16 and f16 into bf16 are refused by name. */
+static void emu_gemm_types_are_cublaslts(void **state)
+{
+    (void)state;
+    char why[512];
+    cdev *dev = emu_device_open(90, why, sizeof why);
+    if (!dev) skip();
+    static const struct {
+        alloy_dtype ab, d;
+        alloy_status want;
+    } cases[] = {{F16, F16, ALLOY_OK},   {F16, F32, ALLOY_OK},   {BF16, F32, ALLOY_OK},
+                 {F32, F32, ALLOY_OK},   {F64, F64, ALLOY_OK},   {F32, F16, ALLOY_ERR_UNSUPPORTED},
+                 {F16, BF16, ALLOY_ERR_UNSUPPORTED}, {BF16, F16, ALLOY_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lp_gemm gm = {.node = 0, .result = 0, .bias_node = -1, .ab = cases[i].ab, .d = cases[i].d, .m = 4, .n = 4,
+                      .k = 4, .lda = 4, .ldb = 4, .ldd = 4, .batch = 1};
+        cdev_gemm *h = NULL;
+        alloy_status st = dev->ops->gemm_prepare(dev, &gm, (const int[3]){16, 16, 16}, &h);
+        assert_int_equal(st, cases[i].want);
+        if (st == ALLOY_OK) dev->ops->gemm_free(dev, h);
+        else assert_non_null(strstr(dev->error, alloy_dtype_name(cases[i].d)));
+    }
+    dev->ops->close(dev);
+}
+
+/* The range rule, which cuda_gemm_f32 gives up: an f16 product beyond
+ * f16's range (20 terms of 4000 x ~0.95, about 76000 > 65504) cast to f32
+ * is inf on the CPU and by default on the emulated device (the epilogue
+ * kernel, so the loss scaler skips such a step as unfused), and finite
+ * with cuda_gemm_f32 (cuBLASLt's f32 D). */
+static void emu_widened_gemm_gives_up_the_range_rule(void **state)
+{
+    (void)state;
+    use_target(ON_EMULATION);
+    double got[3][2];
+    for (int run = 0; run < 3; run++) { /* the CPU, the default, cuda_gemm_f32 */
+        alloy_graph *g = alloy_graph_new("wide");
+        alloy_graph_set_seed(g, 9);
+        alloy_tensor *x = alloy_input(g, "x", F32, 2, (int64_t[]){4, LIN_IN});
+        alloy_tensor *w = alloy_param(g, "w", F32, 2, (int64_t[]){LIN_IN, 8}, alloy_init_uniform(0.9, 1.0));
+        alloy_tensor *p = alloy_matmul(g, alloy_cast(g, x, F16), alloy_cast(g, w, F16), false, false);
+        expect_ok(g, alloy_output(g, "y", alloy_cast(g, p, F32)), "output");
+        expect_ok(g, alloy_graph_set_option(g, "device", run ? "cuda" : "cpu"), "device");
+        if (run == 2) expect_ok(g, alloy_graph_set_option(g, "cuda_gemm_f32", "1"), "cuda_gemm_f32");
+        float xs[4 * LIN_IN];
+        for (int i = 0; i < 4 * LIN_IN; i++) xs[i] = 4000;
+        alloy_host_tensor feed = {.name = "x", .dtype = F32, .rank = 2, .dims = {4, LIN_IN}, .data = xs},
+                          out = {.name = "y"};
+        emu_device_stats s0 = emu_totals();
+        expect_ok(g, alloy_graph_run(g, &feed, 1, &out, 1), "run");
+        emu_device_stats s1 = emu_totals();
+        assert_int_equal(s1.whole_gemms - s0.whole_gemms, run == 2);
+        got[run][0] = test_decode(F32, out.data, 0), got[run][1] = test_decode(F32, out.data, 31);
+        alloy_graph_free(g);
+    }
+    print_message("f16 product of about 76000 cast to f32: CPU %g, emulated default %g, cuda_gemm_f32 %g\n",
+                  got[0][0], got[1][0], got[2][0]);
+    for (int i = 0; i < 2; i++) {
+        assert_true(isinf(got[0][i]) && got[0][i] > 0);
+        assert_true(got[1][i] == got[0][i]);
+        assert_true(isfinite(got[2][i]) && got[2][i] > 65504 && got[2][i] < 4000.0 * LIN_IN);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_linear_amp(void **state) { (void)state; linear_amp(ON_EMULATION); }
+static void gpu_linear_amp(void **state) { (void)state; linear_amp(ON_GPU); }
+
 /* ---- out of device memory ---- */
 
 /* An arena that does not fit: the run fails naming the bytes asked and
@@ -1307,6 +1475,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(stub_driver_is_refused),
         cmocka_unit_test(emu_gemm_layouts),
         cmocka_unit_test(emu_linear_bias),
+        cmocka_unit_test(emu_linear_amp),
+        cmocka_unit_test(emu_gemm_types_are_cublaslts),
+        cmocka_unit_test(emu_widened_gemm_gives_up_the_range_rule),
         cmocka_unit_test(emu_mlp_fp32),
         cmocka_unit_test(emu_mlp_f16),
         cmocka_unit_test(emu_mlp_bf16),
@@ -1333,6 +1504,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(device_choice),
         cmocka_unit_test(gpu_gemm_layouts),
         cmocka_unit_test(gpu_linear_bias),
+        cmocka_unit_test(gpu_linear_amp),
         cmocka_unit_test(gpu_mlp_fp32),
         cmocka_unit_test(gpu_mlp_f16),
         cmocka_unit_test(gpu_mlp_bf16),

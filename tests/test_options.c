@@ -100,6 +100,16 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
     assert_false(o.cuda_graph);
     assert_int_equal(opt_set(&o, "cuda_graph", "sometimes", err, sizeof err), ALLOY_ERR_INVALID);
     assert_false(o.cuda_graph);
+    /* cuda_gemm_f32: off by default; it changes which kernels a step has, so the hash */
+    assert_false(o.cuda_gemm_f32);
+    uint64_t narrow = opt_hash(&o);
+    assert_int_equal(opt_set(&o, "cuda_gemm_f32", "1", err, sizeof err), ALLOY_OK);
+    assert_true(o.cuda_gemm_f32);
+    assert_true(opt_hash(&o) != narrow);
+    assert_int_equal(opt_set(&o, "cuda_gemm_f32", "maybe", err, sizeof err), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(err, "cuda_gemm_f32=maybe: not a boolean"));
+    assert_int_equal(opt_set(&o, "cuda_gemm_f32", "0", err, sizeof err), ALLOY_OK);
+    assert_true(opt_hash(&o) == narrow);
     /* cuda_device: auto (-1: the local rank of a data-parallel rank, else 0) or an ordinal; nccl: a path;
      * where the step runs, not what it is: not in the hash */
     uint64_t before = opt_hash(&o);

@@ -77,6 +77,7 @@ static const char *const usage_text[] = {
     "                    amp_ranges, amp_range_margin, no_arena, blas,\n"
     "                    num_threads, cuda_device, nccl,\n"
     "                    lowp_gemm, device, cache, cache_dir, dump_dir, nvrtc, cuda_graph,\n"
+    "                    cuda_gemm_f32,\n"
     "                    time_passes, attention, profile; over its ALLOY_* environment\n"
     "                    variable (run computes on the CPU unless --set device=cuda);\n"
     "                    repeats\n"

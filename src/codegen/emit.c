@@ -26,6 +26,8 @@ alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned chec
                              size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    const unsigned widen = checks & LP_WIDEN; /* not a check: which gemm steps the library takes */
+    checks &= ~LP_WIDEN;
     if (checks && !(out->covered = al_calloc((size_t)g->nnodes + 1, 1))) {
         al_fmt(err, errlen, "out of memory for the checks of %d nodes", g->nnodes);
         return ALLOY_ERR_OOM;
@@ -39,8 +41,8 @@ alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned chec
         case STEP_KIND_EW: why = cg_emit_ew(out, g, s, k); break;
         case STEP_KIND_GEMM: { /* a matmul's product comes from the library; a convolution's from its kernel */
             const ir_node *head = g->nodes[s->members[st->first].node];
-            int bias;
-            if (lp_bias_epilogue(g, s, k, checks, &bias)) continue; /* the library's bias epilogue: no kernel */
+            lp_library lib;
+            if (lp_library_epilogue(g, s, k, checks | widen, &lib)) continue; /* the library computes it whole: no kernel */
             why = !ir_gemm_head(head)           ? "a gemm step that does not start with a matmul or convolution"
                   : head->op == IR_OP_matmul ? NULL
                                              : cg_emit_conv_product(out, g, k, head);

@@ -17,7 +17,9 @@ AL_HIDDEN alloy_status cg_emit(const ir_graph *g, const schedule *s, cg_program 
  * in the kernels: each checked value's flag, each f16/bf16 value's range,
  * in the CHECKS words (kernels.h); a check kernel after a step whose
  * stored values no epilogue holds. checks 0 is cg_emit: the same kernels,
- * byte for byte. */
+ * byte for byte. LP_WIDEN in checks (launch_plan.h, the option
+ * cuda_gemm_f32) is no check: an f16/bf16 product's cast to f32 is left to
+ * the library GEMM, no kernel. */
 AL_HIDDEN alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned checks, cg_program *out,
                                        char *err, size_t errlen);
 AL_HIDDEN void cg_program_free(cg_program *p);

@@ -298,8 +298,9 @@ static alloy_status report_failure(export_state *x, char *err, size_t errlen)
 
 /* Why a gemm step that has a kernel calls a library too. */
 static const char gemm_epilogue[] = "a library GEMM (cuBLASLt), then the epilogue kernel";
-/* Why a gemm step has no kernel at all (lp_bias_epilogue). */
+/* Why a gemm step has no kernel at all (lp_library_epilogue). */
 static const char gemm_bias[] = "a library GEMM (cuBLASLt) with its bias epilogue";
+static const char gemm_cast[] = "a library GEMM (cuBLASLt) writing its dtype";
 
 /* Fills x->library: the steps with no kernel (prog.skipped, with the
  * emitter's reason) and the gemm steps whose matmul a library runs before
@@ -315,8 +316,9 @@ static int find_library_calls(export_state *x, const ir_graph *g, const schedule
             x->library[x->prog.kernels[k].step] = gemm_epilogue;
     }
     for (int k = 0; k < s->nsteps; k++) {
-        int bias;
-        if (!x->library[k] && lp_bias_epilogue(g, s, k, x->prog.checks, &bias)) x->library[k] = gemm_bias;
+        lp_library lib;
+        if (!x->library[k] && lp_library_epilogue(g, s, k, x->prog.checks | LP_WIDEN, &lib))
+            x->library[k] = lib.bias >= 0 ? gemm_bias : gemm_cast;
     }
     for (int i = 0; i < x->prog.nskipped; i++) x->library[x->prog.skipped[i]] = x->prog.why[i];
     int n = 0;

@@ -1,4 +1,4 @@
-/* gemm_epilogue.c - which gemm steps cuBLASLt's epilogue computes whole (launch_plan.h, lp_bias_epilogue). */
+/* gemm_epilogue.c - which gemm steps one cuBLASLt call computes whole, product, cast and bias (launch_plan.h, lp_library_epilogue). */
 #include "step/launch_plan.h"
 
 /* Whether t is a vector of n values: every dim but the last 1, the last n. */
@@ -10,25 +10,49 @@ static bool is_row_vector(const ir_type *t, int64_t n)
     return true;
 }
 
-bool lp_bias_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, int *bias)
+static bool library_dtype(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLOY_BF16 || dt == ALLOY_F32; }
+
+bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, lp_library *out)
 {
     const sched_step *st = &s->steps[k];
-    if (checks || st->kind != STEP_KIND_GEMM || st->n != 2) return false;
-    const sched_member *mm = &s->members[st->first], *ma = &s->members[st->first + 1];
-    const ir_node *mat = g->nodes[mm->node], *add = g->nodes[ma->node];
-    if (mat->op != IR_OP_matmul || add->op != IR_OP_add || add->nin != 2) return false;
-    if (mm->flags & (MEMBER_STORED | MEMBER_CHECK) || !(ma->flags & MEMBER_STORED) || ma->flags & MEMBER_CHECK)
-        return false;
-    const ir_type *to = &mat->type;
-    alloy_dtype dt = to->dtype;
-    if (dt != ALLOY_F16 && dt != ALLOY_BF16 && dt != ALLOY_F32) return false;
-    if (to->rank < 2 || !ir_type_eq(&add->type, to)) return false;
+    if (checks & ~LP_WIDEN || st->kind != STEP_KIND_GEMM || st->n < 2 || st->n > 3) return false;
+    const sched_member *mm = &s->members[st->first], *ml = &s->members[st->first + st->n - 1];
+    const ir_node *mat = g->nodes[mm->node];
+    if (mat->op != IR_OP_matmul || !library_dtype(mat->type.dtype) || mat->type.rank < 2) return false;
+    /* every member but the last is read by the next alone, none is checked */
+    for (int i = 0; i < st->n; i++) {
+        unsigned f = s->members[st->first + i].flags;
+        if (f & MEMBER_CHECK || (i + 1 < st->n && f & MEMBER_STORED)) return false;
+    }
+    if (!(ml->flags & MEMBER_STORED)) return false;
     const ir_type *ta = &g->nodes[mat->in[0]]->type;
     if (ta->dims[ta->rank - (ir_attr_i(mat, "transpose_a") ? 2 : 1)] == 0) return false; /* an empty sum: bias alone */
-    int other = add->in[0] == mat->id ? add->in[1] : add->in[1] == mat->id ? add->in[0] : -1;
-    if (other < 0 || other == mat->id) return false;
-    const ir_type *tb = &g->nodes[other]->type;
-    if (tb->dtype != dt || !is_row_vector(tb, to->dims[to->rank - 1])) return false;
-    *bias = other;
+    lp_library lib = {.bias = -1, .result = ml->node, .d = mat->type.dtype};
+    int cur = mat->id;
+    for (int i = 1; i < st->n; i++) {
+        const ir_node *n = g->nodes[s->members[st->first + i].node], *c = g->nodes[cur];
+        if (n->op == IR_OP_cast && i == 1 && n->nin == 1 &&
+            (n->type.dtype == ALLOY_F32 || n->type.dtype == mat->type.dtype)) {
+            /* D in the cast's dtype, the f32 sum rounded once into it; cuBLASLt's D is A and B's dtype or
+             * f32 (f16 A and B into bf16 D, or f32 into f16, is no combination it has); widening a
+             * product under the range rule only when asked (LP_WIDEN) */
+            if (n->type.dtype != mat->type.dtype && mm->flags & MEMBER_RANGED && !(checks & LP_WIDEN)) return false;
+            lib.d = n->type.dtype;
+        } else if (n->op == IR_OP_add && n->nin == 2 && (i == 1 || lib.d == ALLOY_F32)) {
+            /* a bias after the product, or after its widening to f32 (after a narrowing cast the kernel
+             * rounds twice, the library once) */
+            int other = n->in[0] == cur ? n->in[1] : n->in[1] == cur ? n->in[0] : -1;
+            if (other < 0 || other == cur || !ir_type_eq(&n->type, &c->type)) return false;
+            const ir_type *tb = &g->nodes[other]->type;
+            if (tb->dtype != lib.d || !is_row_vector(tb, c->type.dims[c->type.rank - 1]))
+                return false; /* cuBLASLt's bias is D's dtype, along D's m rows */
+            lib.bias = other;
+        } else {
+            return false;
+        }
+        if (n->in[0] != cur && (n->nin < 2 || n->in[1] != cur)) return false;
+        cur = n->id;
+    }
+    *out = lib;
     return true;
 }

@@ -299,11 +299,11 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
                                        .bytes = (int64_t)ir_nbytes(&last->type)});
             continue;
         }
-        int bias;
-        if (st->kind == STEP_KIND_GEMM && end == next && lp_bias_epilogue(g, s, k, prog->checks, &bias)) {
-            lp_place o; /* the whole step in the library: product + bias straight into the add's slot */
-            if (first->op == IR_OP_matmul && place_or_fail(&b, g, p, last->id, k, &o))
-                add_gemm_bias(&b, g, p, k, first, o, last->type.dtype, last->id, bias);
+        lp_library lib;
+        if (st->kind == STEP_KIND_GEMM && end == next && lp_library_epilogue(g, s, k, prog->checks | LP_WIDEN, &lib)) {
+            lp_place o; /* the whole step in the library: product (+ bias) straight into the last member's slot */
+            if (first->op == IR_OP_matmul && place_or_fail(&b, g, p, lib.result, k, &o))
+                add_gemm_bias(&b, g, p, k, first, o, lib.d, lib.result, lib.bias);
             continue;
         }
         if (st->kind == STEP_KIND_GEMM && end > next) { /* the product into the scratch, then the epilogue */

@@ -35,11 +35,12 @@ typedef enum lp_epilogue { LP_EPILOGUE_NONE, LP_EPILOGUE_BIAS } lp_epilogue;
  * row-major matmul out = a b is D = out with A = b and B = a swapped.
  * Operands are `ab`, D is `d`; the sums are f32 (f64 for f64 operands).
  * D holds node `result`'s value: the matmul's, the plan's scratch (a gemm
- * step's f32 product), or with a BIAS epilogue the step's stored add. */
+ * step's f32 product), or for a step lp_library_epilogue takes, the
+ * step's last member (a cast or the add of a BIAS epilogue). */
 typedef struct lp_gemm {
     int node; /* the matmul */
     int step;
-    int result;           /* the node whose value D is (the matmul, or the add a BIAS epilogue computes) */
+    int result;           /* the node whose value D is (the matmul, or a library step's last member) */
     lp_epilogue epilogue; /* BIAS: bias_node's m values at `bias` */
     int bias_node;        /* -1 without a bias */
     lp_place bias;
@@ -89,8 +90,8 @@ typedef struct lp_plan {
 /* The launch plan of schedule s of g with plan p and its emitted kernels
  * prog: per step, its flags zeroed, its GEMM (a gemm step's f32 product
  * into the plan's scratch, a lone matmul straight into its slot, a gemm
- * step the emitter left without a kernel that lp_bias_epilogue takes:
- * product + bias into the add's slot in its dtype), its
+ * step the emitter left without a kernel that lp_library_epilogue takes:
+ * product (+ bias) into the last member's slot in its dtype), its
  * kernels with their arguments placed, or its collective; then one copy per update into the
  * state leaf it names. A step the emitter left without a kernel (other
  * than a GEMM) is ALLOY_ERR_UNSUPPORTED naming the step, its op and why;
@@ -99,15 +100,37 @@ typedef struct lp_plan {
 AL_HIDDEN alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, const cg_program *prog,
                                 lp_plan *out, char *err, size_t errlen);
 AL_HIDDEN void lp_free(lp_plan *lp);
-/* Whether gemm step k of s takes cuBLASLt's BIAS epilogue in place of a
- * generated epilogue kernel: its members are exactly a matmul (f16, bf16 or
- * f32, a non-empty sum) and the add of it and a bias (a vector of the
- * output's last dim, every other dim 1, of the add's dtype: cuBLASLt's bias
- * is D's type), the add stored and the matmul not (nothing else reads the
- * product), no member checked, and no checks (amp_check / amp_stats) asked.
- * Sets *bias to the bias node. The emitter emits no kernel for such a step
+/* A gemm step one library call computes whole: D is node `result`'s
+ * value in dtype d, plus the vector `bias` (-1: none) by cuBLASLt's BIAS
+ * epilogue. */
+typedef struct lp_library {
+    int bias;
+    int result;
+    alloy_dtype d;
+} lp_library;
+
+/* In lp_library_epilogue's checks (and cg_emit_checked's): a product under
+ * the range rule (an f16/bf16 matmul's, MEMBER_RANGED) may be cast to f32
+ * by the library (the option cuda_gemm_f32); lp_build always passes it, for
+ * a gemm step the emitter left without a kernel was decided with it. */
+#define LP_WIDEN 0x100u
+
+/* Whether gemm step k of s is computed whole by cuBLASLt in place of a
+ * generated epilogue kernel: its members are a matmul (f16, bf16 or f32, a
+ * non-empty sum) and then one of: the add of a bias; a cast to f32 (or to
+ * the matmul's own dtype: D is A and B's dtype or f32, cuBLASLt's type
+ * combinations); a cast to f32 and the add of a bias. The bias is a vector
+ * of the output's last dim (every other dim 1) in the add's dtype
+ * (cuBLASLt's bias is D's dtype). Each member is read by the next alone,
+ * the last is stored, none is checked, and no checks (amp_check /
+ * amp_stats) are asked. The value is the kernel's: the f32 sum (+ the bias
+ * in f32) rounded once into the last member's dtype. An f16/bf16 product
+ * cast to f32 only with LP_WIDEN in checks: the kernel applies the range
+ * rule to it (beyond the f16/bf16 range it is inf before the cast, so the
+ * loss scaler skips the step as unfused), cuBLASLt's f32 D cannot and
+ * keeps it finite. Fills *out. The emitter emits no kernel for such a step
  * and lp_build gives its GEMM the epilogue; the one place that decides. */
-AL_HIDDEN bool lp_bias_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, int *bias);
+AL_HIDDEN bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, lp_library *out);
 /* Where node's value lives during a run: its leaf buffer, or its arena
  * slot; false when it has neither (a value fused away). */
 AL_HIDDEN bool lp_place_of(const ir_graph *g, const mem_plan *p, int node, lp_place *out);

@@ -26,6 +26,7 @@ const opt_key opt_keys[] = {
     {"dump_dir", "ALLOY_DUMP_DIR", "a directory"},
     {"nvrtc", "ALLOY_NVRTC", "the path of an NVRTC library (libnvrtc.so.13)"},
     {"cuda_graph", "ALLOY_CUDA_GRAPH", "0 or 1"},
+    {"cuda_gemm_f32", "ALLOY_CUDA_GEMM_F32", "0 or 1"},
     {"cuda_device", "ALLOY_CUDA_DEVICE", "auto, or a GPU's ordinal from 0 to 1023"},
     {"nccl", "ALLOY_NCCL", "the path of an NCCL library (libnccl.so.2)"},
     {"time_passes", "ALLOY_TIME_PASSES", "0 or 1"},
@@ -170,6 +171,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
                  : strcmp(name, "blas") == 0 ? &o->blas
                  : strcmp(name, "cache") == 0 ? &o->cache
                  : strcmp(name, "cuda_graph") == 0 ? &o->cuda_graph
+                 : strcmp(name, "cuda_gemm_f32") == 0 ? &o->cuda_gemm_f32
                  : strcmp(name, "time_passes") == 0 ? &o->time_passes
                                              : NULL;
     if (flag) {
@@ -180,6 +182,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
                    : flag == &o->blas     ? d.blas
                    : flag == &o->cache    ? d.cache
                    : flag == &o->time_passes ? d.time_passes
+                   : flag == &o->cuda_gemm_f32 ? d.cuda_gemm_f32
                                           : d.cuda_graph;
         if (reset) return *flag = def, ALLOY_OK;
         if (parse_bool(value, flag)) return ALLOY_OK;
@@ -314,6 +317,7 @@ void opt_print(const al_options *o, FILE *out)
     if (o->device != d.device) fprintf(out, " device=%s", device_names[o->device]);
     if (!o->cache) fputs(" cache=0", out);
     if (!o->cuda_graph) fputs(" cuda_graph=0", out);
+    if (o->cuda_gemm_f32) fputs(" cuda_gemm_f32=1", out);
     if (o->cuda_device >= 0) fprintf(out, " cuda_device=%d", o->cuda_device);
     if (o->time_passes) fputs(" time_passes=1", out);
     if (o->attention_always) fputs(" attention=always", out);
@@ -344,6 +348,7 @@ uint64_t opt_hash(const al_options *o)
     /* mixed only when set, so every hash from before the option stays the same */
     if (o->lowp_gemm != OPT_LOWP_AUTO) h = mix(h, &(uint8_t){(uint8_t)o->lowp_gemm}, 1);
     if (o->attention_always) h = mix(h, "attention", 9);
+    if (o->cuda_gemm_f32) h = mix(h, "cuda_gemm_f32", 13); /* which gemm steps have a kernel */
     if (o->amp_ranges[0]) { /* the file's path and margin; its contents are the caller's to add */
         h = mix(h, o->amp_ranges, strlen(o->amp_ranges));
         h = mix(h, &o->amp_range_margin, sizeof o->amp_range_margin);

@@ -41,6 +41,7 @@ typedef struct al_options {
     opt_lowp_gemm lowp_gemm; /* the CPU's f16/bf16 GEMM kernel */
     opt_device device;
     bool cuda_graph;       /* the CUDA backend captures a step after its first run and replays it (0: launches every call) */
+    bool cuda_gemm_f32;    /* cuBLASLt writes an f16/bf16 product's cast to f32 itself (no range rule; docs/cuda.md) */
     int cuda_device;       /* the GPU the CUDA backend opens (its ordinal); -1: a data-parallel rank's local rank, else 0 */
     bool attention_always; /* the attention pass rewrites every match (default: for CUDA, and on the CPU big ones) */
     int profile;           /* N > 0: after every N-th run, a table of what each launch (CPU: each step) took; 0: none */

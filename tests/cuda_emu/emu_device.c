@@ -359,6 +359,13 @@ static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
     for (int i = 0; i < 3; i++)
         if (align[i] < 1 || align[i] > 256 || (align[i] & (align[i] - 1)))
             return fail(dev, ALLOY_ERR_INVALID, "%s", "a GEMM operand alignment that is not a power of two up to 256");
+    /* cuBLASLt's type combinations for the 32F (64F) compute types: D is A and B's dtype, or f32 for f16/bf16 */
+    bool low = gm->ab == ALLOY_F16 || gm->ab == ALLOY_BF16;
+    if (gm->d != gm->ab && !(low && gm->d == ALLOY_F32)) {
+        snprintf(dev->error, sizeof dev->error, "cuBLASLt has no GEMM of %s A and B into %s D",
+                 alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d));
+        return ALLOY_ERR_UNSUPPORTED;
+    }
     cdev_gemm *h = calloc(1, sizeof *h);
     if (!h) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
     h->gm = *gm;
@@ -467,6 +474,7 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
     emu_of(dev)->stats.gemms++, totals.gemms++;
     if (with_bias) emu_of(dev)->stats.bias_gemms++, totals.bias_gemms++;
+    if (gm->result != gm->node) emu_of(dev)->stats.whole_gemms++, totals.whole_gemms++;
     return ALLOY_OK;
 }
 

@@ -11,6 +11,7 @@ typedef struct emu_device_stats {
     long launches, gemms, copies, zeros, captures, replays, modules, events;
     long host_calls; /* libraries' work run on the stream (emu_stream.h: the emulated NCCL's collectives), replays too */
     long bias_gemms; /* of gemms, those with the BIAS epilogue */
+    long whole_gemms; /* of gemms, those computing a gemm step whole: D a later member's value (a cast, a bias add) */
 } emu_device_stats;
 
 /* An emulated device of compute capability sm (memory freshly allocated

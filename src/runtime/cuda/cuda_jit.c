@@ -1,11 +1,13 @@
 /* cuda_jit.c - the CUDA backend's compiler half in liballoy (cuda_jit.h): the step's kernels emitted now and compiled on the device through its load (NVRTC and the kernel cache on a GPU). */
 #include "codegen/export.h"
 #include "runtime/cuda/cuda_jit.h"
+#include "step/launch_plan.h"
 
 alloy_status cuda_jit_make_kernels(rt_backend *b, const ir_graph *g, const schedule *s, cg_program *out)
 {
     char err[1024];
-    unsigned checks = (b->cfg.amp_check ? CG_CHECK_FINITE : 0u) | (b->cfg.amp_stats ? CG_CHECK_RANGE : 0u);
+    unsigned checks = (b->cfg.amp_check ? CG_CHECK_FINITE : 0u) | (b->cfg.amp_stats ? CG_CHECK_RANGE : 0u) |
+                      (b->cfg.cuda_gemm_f32 ? LP_WIDEN : 0u);
     alloy_status st = cg_emit_checked(g, s, checks, out, err, sizeof err);
     return st ? rt_fail(b, st, "cuda: emitting the kernels of graph '%s': %s", g->name, err) : ALLOY_OK;
 }

@@ -85,7 +85,7 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
         if (max < 3 + (gm->bias_node >= 0) || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb))
             break;
         if (scratch) pd.offset = (int64_t)p->scratch_offset;
-        else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's slot, or the add a BIAS epilogue writes */
+        else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's, or a library step's last member's */
         out[n++] = extent_of(g, p, &pa, at, value_bytes(g, s, &pa, mm->in[1]), mm->in[1], false);
         out[n++] = extent_of(g, p, &pb, at, value_bytes(g, s, &pb, mm->in[0]), mm->in[0], false);
         out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, s, &pd, gm->result),

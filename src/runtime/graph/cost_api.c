@@ -120,7 +120,8 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
     /* the kernels the CUDA backend would run, amp_check's and amp_stats' included (cuda_jit.c) */
-    unsigned checks = (g->cfg.amp_check ? CG_CHECK_FINITE : 0u) | (g->cfg.amp_stats ? CG_CHECK_RANGE : 0u);
+    unsigned checks = (g->cfg.amp_check ? CG_CHECK_FINITE : 0u) | (g->cfg.amp_stats ? CG_CHECK_RANGE : 0u) |
+                      (g->cfg.cuda_gemm_f32 ? LP_WIDEN : 0u);
     if ((st = cg_emit_checked(c, s, checks, &prog, err, sizeof err)))
         return graph_fail(g, st, "cost: emitting the kernels: %s", err);
     if ((st = cost_plan(c, s, &g->comp.plan, &prog, &lp, err, sizeof err))) {
