@@ -35,7 +35,7 @@ const opt_key opt_keys[] = {
 };
 
 static const char *const device_names[] = {"auto", "cpu", "cuda"};
-static const char *const lowp_gemm_names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
+static const char *const lowp_gemm_names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "avx2", "portable", "sgemm"};
 /* the fusion kinds a user may switch off (ew groups go only with all of them) */
 static const ir_group_kind fuse_kinds[] = {IR_GROUP_ROW, IR_GROUP_GEMM, IR_GROUP_MULTI};
 

@@ -18,6 +18,7 @@ typedef enum opt_lowp_gemm {
     OPT_LOWP_AUTO,
     OPT_LOWP_AVX512_BF16, /* vdpbf16ps on K-pair panels (bf16; f16 takes avx512) */
     OPT_LOWP_AVX512,      /* AVX-512 FMA on f32 panels converted while packing */
+    OPT_LOWP_AVX2,        /* AVX2 FMA on the same f32 panels (the same bits as avx512) */
     OPT_LOWP_PORTABLE,    /* C on f32 panels: any CPU */
     OPT_LOWP_SGEMM,       /* both operands converted to f32, then the f32 GEMM (the BLAS) */
     OPT_LOWP_COUNT
