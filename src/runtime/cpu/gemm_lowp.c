@@ -55,7 +55,9 @@ opt_lowp_gemm gemm_lowp_kernel(alloy_dtype dt, opt_lowp_gemm asked)
     if (asked == OPT_LOWP_AUTO) {
         if (gemm_lowp_x86_has(OPT_LOWP_AVX512_BF16, dt)) return OPT_LOWP_AVX512_BF16;
         if (gemm_lowp_x86_has(OPT_LOWP_AVX512, dt)) return OPT_LOWP_AVX512;
-        if (gemm_lowp_x86_has(OPT_LOWP_AVX2, dt)) return OPT_LOWP_AVX2;
+        /* without AVX-512 the BLAS's own AVX2 kernels on converted operands
+         * ran char_gpt's f16 and bf16 steps faster than the avx2 kernel
+         * (bench/RESULTS.md): avx2 is for avx512's bits, forced */
         return OPT_LOWP_SGEMM;
     }
     if (asked == OPT_LOWP_AVX512_BF16 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_AVX512;
@@ -66,7 +68,7 @@ opt_lowp_gemm gemm_lowp_kernel(alloy_dtype dt, opt_lowp_gemm asked)
 
 const char *gemm_lowp_kernel_name(opt_lowp_gemm k)
 {
-    static const char *const names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "avx2", "portable", "sgemm"};
+    static const char *const names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm", "avx2"};
     return k >= 0 && k < OPT_LOWP_COUNT ? names[k] : "?";
 }
 
