@@ -19,7 +19,7 @@ const opt_key opt_keys[] = {
     {"no_arena", "ALLOY_NO_ARENA", "0 or 1"},
     {"blas", "ALLOY_BLAS", "0 or 1"},
     {"num_threads", "ALLOY_NUM_THREADS", "a thread count from 1 to 64"},
-    {"lowp_gemm", "ALLOY_LOWP_GEMM", "auto, avx512_bf16, avx512, portable or sgemm"},
+    {"lowp_gemm", "ALLOY_LOWP_GEMM", "auto, avx512_bf16, avx512, avx2, portable or sgemm"},
     {"device", "ALLOY_DEVICE", "auto, cpu or cuda"},
     {"cache", "ALLOY_CACHE", "0 or 1"},
     {"cache_dir", "ALLOY_CACHE_DIR", "a directory"},
