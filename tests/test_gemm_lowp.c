@@ -14,7 +14,8 @@
 #include "support.h"
 
 /* The kernels a test forces in turn; those this CPU lacks are skipped. */
-static const opt_lowp_gemm kernels[] = {OPT_LOWP_AVX512_BF16, OPT_LOWP_AVX512, OPT_LOWP_PORTABLE, OPT_LOWP_SGEMM};
+static const opt_lowp_gemm kernels[] = {OPT_LOWP_AVX512_BF16, OPT_LOWP_AVX512, OPT_LOWP_AVX2, OPT_LOWP_PORTABLE,
+                                        OPT_LOWP_SGEMM};
 enum { NKERNELS = sizeof kernels / sizeof kernels[0] };
 
 static void *xalloc(size_t n)
@@ -258,6 +259,8 @@ static void test_kernel_choice(void **state)
     assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO), OPT_LOWP_AVX512_BF16);
     assert_int_equal(gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_PORTABLE), OPT_LOWP_PORTABLE);
     assert_int_equal(gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_SGEMM), OPT_LOWP_SGEMM);
+    assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO), OPT_LOWP_AVX2); /* forced only */
+    assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AVX2), OPT_LOWP_AVX512); /* only down */
     opt_lowp_gemm best = gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AUTO);
     if (gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AVX512_BF16) == OPT_LOWP_AVX512_BF16)
         assert_int_equal(best, OPT_LOWP_AVX512_BF16);
@@ -267,6 +270,46 @@ static void test_kernel_choice(void **state)
         assert_int_equal(best, OPT_LOWP_SGEMM);
     print_message("bf16 kernel: %s, f16 kernel: %s\n", gemm_lowp_kernel_name(best),
                   gemm_lowp_kernel_name(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO)));
+}
+
+/* avx2 and avx512 sum each element over the same k blocks in the same
+ * order with fused multiply-adds: the same bits, f32 and rounded, for
+ * every transpose and dtype, on shapes off both kernels' tiles. */
+static void test_avx2_gives_the_bits_of_avx512(void **state)
+{
+    (void)state;
+    if (!runs_here(OPT_LOWP_AVX2, ALLOY_F16) || !runs_here(OPT_LOWP_AVX512, ALLOY_F16)) skip();
+    static const int64_t shapes[][3] = {{1, 1, 1}, {7, 17, 5}, {13, 31, 193}, {29, 65, 400}, {120, 260, 33}};
+    for (int dti = 0; dti < 2; dti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int tr = 0; tr < 4; tr++) {
+                alloy_dtype dt = dti ? ALLOY_BF16 : ALLOY_F16;
+                int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                bool ta = tr & 1, tb = tr & 2;
+                int64_t lda = (ta ? m : k) + 1, ldb = tb ? k : n;
+                size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb);
+                double *v = xalloc((na + nb) * sizeof *v);
+                uint16_t *a = xalloc(na * 2), *b = xalloc(nb * 2);
+                test_rng = (uint64_t)(si * 8 + (size_t)tr + 1);
+                for (size_t i = 0; i < na + nb; i++) v[i] = test_round_to(dt, test_uniform(-1, 1));
+                test_encode(dt, v, a, (int64_t)na);
+                test_encode(dt, v + na, b, (int64_t)nb);
+                size_t nc = (size_t)(m * n);
+                float *c512 = xalloc(nc * 4), *c2 = xalloc(nc * 4);
+                uint16_t *l512 = xalloc(nc * 2), *l2 = xalloc(nc * 2);
+                gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c512};
+                assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512, NULL, 1), ALLOY_OK);
+                g.c = c2;
+                assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX2, NULL, 1), ALLOY_OK);
+                g.out_dtype = dt, g.c = l512;
+                assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512, NULL, 1), ALLOY_OK);
+                g.c = l2;
+                assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX2, NULL, 1), ALLOY_OK);
+                if (memcmp(c512, c2, nc * 4) != 0 || memcmp(l512, l2, nc * 2) != 0)
+                    fail_msg("%s %c%c %lldx%lldx%lld: avx2 and avx512 differ", alloy_dtype_name(dt), ta ? 'T' : 'N',
+                             tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k);
+                al_free(v), al_free(a), al_free(b), al_free(c512), al_free(c2), al_free(l512), al_free(l2);
+            }
 }
 
 /* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
@@ -297,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_f16_odd_shapes_match_f64_on_every_kernel),
         cmocka_unit_test(test_batches_follow_their_strides),
         cmocka_unit_test(test_same_bits_on_any_thread_count),
+        cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

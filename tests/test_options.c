@@ -152,7 +152,7 @@ static void test_every_option_parses_its_documented_values_and_resets_on_empty(v
 static void test_lowp_gemm_takes_the_kernel_names(void **state)
 {
     (void)state;
-    static const char *const names[] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
+    static const char *const names[] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm", "avx2"};
     char err[256], text[256];
     for (int i = 0; i < 5; i++) {
         al_options o, d;

@@ -19,7 +19,7 @@ const opt_key opt_keys[] = {
     {"no_arena", "ALLOY_NO_ARENA", "0 or 1"},
     {"blas", "ALLOY_BLAS", "0 or 1"},
     {"num_threads", "ALLOY_NUM_THREADS", "a thread count from 1 to 64"},
-    {"lowp_gemm", "ALLOY_LOWP_GEMM", "auto, avx512_bf16, avx512, portable or sgemm"},
+    {"lowp_gemm", "ALLOY_LOWP_GEMM", "auto, avx512_bf16, avx512, avx2, portable or sgemm"},
     {"device", "ALLOY_DEVICE", "auto, cpu or cuda"},
     {"cache", "ALLOY_CACHE", "0 or 1"},
     {"cache_dir", "ALLOY_CACHE_DIR", "a directory"},
@@ -36,7 +36,7 @@ const opt_key opt_keys[] = {
 };
 
 static const char *const device_names[] = {"auto", "cpu", "cuda"};
-static const char *const lowp_gemm_names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
+static const char *const lowp_gemm_names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm", "avx2"};
 /* the fusion kinds a user may switch off (ew groups go only with all of them) */
 static const ir_group_kind fuse_kinds[] = {IR_GROUP_ROW, IR_GROUP_GEMM, IR_GROUP_MULTI};
 
@@ -256,7 +256,7 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         if (reset) return o->lowp_gemm = d.lowp_gemm, ALLOY_OK;
         for (int i = 0; i < OPT_LOWP_COUNT; i++)
             if (strcmp(value, lowp_gemm_names[i]) == 0) return o->lowp_gemm = (opt_lowp_gemm)i, ALLOY_OK;
-        al_fmt(err, errlen, "lowp_gemm=%s: unknown kernel (auto, avx512_bf16, avx512, portable or sgemm)", value);
+        al_fmt(err, errlen, "lowp_gemm=%s: unknown kernel (auto, avx512_bf16, avx512, avx2, portable or sgemm)", value);
         return ALLOY_ERR_INVALID;
     }
     if (strcmp(name, "attention") == 0) {

@@ -13,13 +13,14 @@
 typedef enum opt_device { OPT_DEVICE_AUTO, OPT_DEVICE_CPU, OPT_DEVICE_CUDA } opt_device;
 /* The CPU's f16/bf16 GEMM kernel (runtime/cpu/gemm_lowp.h): auto picks the
  * fastest this CPU has; the others force one (one the CPU lacks gives the
- * next one down, in this order). */
+ * next one down: avx512_bf16, avx512, avx2, portable). */
 typedef enum opt_lowp_gemm {
     OPT_LOWP_AUTO,
     OPT_LOWP_AVX512_BF16, /* vdpbf16ps on K-pair panels (bf16; f16 takes avx512) */
     OPT_LOWP_AVX512,      /* AVX-512 FMA on f32 panels converted while packing */
     OPT_LOWP_PORTABLE,    /* C on f32 panels: any CPU */
     OPT_LOWP_SGEMM,       /* both operands converted to f32, then the f32 GEMM (the BLAS) */
+    OPT_LOWP_AVX2,        /* AVX2 FMA on avx512's f32 panels, its bits (forced only; below avx512) */
     OPT_LOWP_COUNT
 } opt_lowp_gemm;
 

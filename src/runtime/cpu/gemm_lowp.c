@@ -55,16 +55,20 @@ opt_lowp_gemm gemm_lowp_kernel(alloy_dtype dt, opt_lowp_gemm asked)
     if (asked == OPT_LOWP_AUTO) {
         if (gemm_lowp_x86_has(OPT_LOWP_AVX512_BF16, dt)) return OPT_LOWP_AVX512_BF16;
         if (gemm_lowp_x86_has(OPT_LOWP_AVX512, dt)) return OPT_LOWP_AVX512;
+        /* without AVX-512 the BLAS's own AVX2 kernels on converted operands
+         * ran char_gpt's f16 and bf16 steps faster than the avx2 kernel
+         * (bench/RESULTS.md): avx2 is for avx512's bits, forced */
         return OPT_LOWP_SGEMM;
     }
     if (asked == OPT_LOWP_AVX512_BF16 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_AVX512;
-    if (asked == OPT_LOWP_AVX512 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_PORTABLE;
+    if (asked == OPT_LOWP_AVX512 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_AVX2;
+    if (asked == OPT_LOWP_AVX2 && !gemm_lowp_x86_has(asked, dt)) asked = OPT_LOWP_PORTABLE;
     return asked;
 }
 
 const char *gemm_lowp_kernel_name(opt_lowp_gemm k)
 {
-    static const char *const names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm"};
+    static const char *const names[OPT_LOWP_COUNT] = {"auto", "avx512_bf16", "avx512", "portable", "sgemm", "avx2"};
     return k >= 0 && k < OPT_LOWP_COUNT ? names[k] : "?";
 }
 
@@ -217,11 +221,14 @@ static void tile_job(void *arg, int64_t t, int thread)
                      (size_t)(i0 / kn->mr) * r->a_strip;
     const char *bp = r->bpack + (size_t)(r->b_copies > 1 ? b : 0) * (size_t)r->nstrips * r->b_strip +
                      (size_t)(j0 / kn->nr) * r->b_strip;
-    /* the sums go to this thread's tile buffer, rows a little over nc apart
-     * (a power-of-two row stride would put a tile's rows in one L1 set),
-     * then once to C, rounded when C is f16/bf16 */
-    int64_t ldc = r->ldt;
-    float *c = r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
+    /* An f32 C takes the sums in place (k block after k block adds to
+     * them); for an f16/bf16 C they go to this thread's tile buffer, rows a
+     * little over nc apart (a power-of-two row stride would put a tile's
+     * rows in one L1 set), then once to C, rounded. */
+    bool direct = g->out_dtype == ALLOY_F32;
+    int64_t ldc = direct ? g->n : r->ldt;
+    float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0
+                      : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
     size_t a_unit = (size_t)kn->mr * (size_t)kn->ku * (size_t)kn->esize;
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
@@ -234,6 +241,7 @@ static void tile_job(void *arg, int64_t t, int thread)
                          ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), pc > 0);
         }
     }
+    if (direct) return;
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
         cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)((b * g->m + i0 + i) * g->n + j0) * es,
@@ -320,7 +328,7 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
     size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
     r.ldt = r.nc + 16;
-    size_t ctile = sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
+    size_t ctile = g->out_dtype == ALLOY_F32 ? 0 : sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
     void *own;
     char *buf = scratch(w, apack + bpack + ctile, &own);
     if (!buf) return ALLOY_ERR_OOM;

@@ -28,8 +28,9 @@ typedef struct gemm_lowp_args {
 /* The kernel `asked` gives for operands of dtype dt on this CPU: auto is
  * avx512_bf16 for bf16 where the CPU has AVX512_BF16, avx512 where it has
  * AVX-512 (F, with F16C for f16), else sgemm (the BLAS, or the f32 GEMM's
- * own threaded kernel); a forced kernel the CPU lacks (or avx512_bf16 for
- * f16) gives the next one down (avx512_bf16, avx512, portable). */
+ * own threaded kernel); avx2 (AVX2, FMA and F16C: avx512's bits) only
+ * when forced. A forced kernel the CPU lacks (or avx512_bf16 for f16)
+ * gives the next one down (avx512_bf16, avx512, avx2, portable). */
 AL_HIDDEN opt_lowp_gemm gemm_lowp_kernel(alloy_dtype dt, opt_lowp_gemm asked);
 /* The option's name of kernel k ("avx512_bf16", ...). */
 AL_HIDDEN const char *gemm_lowp_kernel_name(opt_lowp_gemm k);

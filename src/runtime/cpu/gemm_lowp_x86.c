@@ -1,4 +1,4 @@
-/* gemm_lowp_x86.c - the AVX-512 micro-kernels of the f16/bf16 GEMM (vdpbf16ps, f32 FMA), compiled with target attributes and picked at run time. */
+/* gemm_lowp_x86.c - the AVX-512 and AVX2 micro-kernels of the f16/bf16 GEMM (vdpbf16ps, f32 FMA), compiled with target attributes and picked at run time. */
 #include "runtime/cpu/gemm_lowp.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -10,6 +10,7 @@
  * after gemm_lowp_x86_has has asked the CPU. */
 #define TARGET_F32 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,fma,avx512bf16")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 /* The tile: 14 rows x 32 columns, 28 zmm accumulators, 2 zmm of B, and each
  * row's A value broadcast from memory into the multiply-add: 31 of the 32
@@ -212,18 +213,93 @@ TARGET_F32 static int64_t pack_f32_x86(const strip_src *s, int R, int64_t u0, in
     return u1;
 }
 
+/* ---- AVX2: the same f32 panels for CPUs without AVX-512 ---- */
+
+/* The tile: 6 rows x 16 columns, 12 ymm accumulators, 2 ymm of B and one
+ * broadcast of A: 15 of the 16 registers. */
+enum { MR2 = 6, NR2 = 16 };
+
+#define ZERO_ROW2(i) __m256 d##i##_0 = _mm256_setzero_ps(), d##i##_1 = _mm256_setzero_ps();
+#define F32_ROW2(i)                                                                                \
+    {                                                                                              \
+        __m256 ai = _mm256_broadcast_ss(ap + (i));                                                 \
+        d##i##_0 = _mm256_fmadd_ps(ai, b0, d##i##_0);                                              \
+        d##i##_1 = _mm256_fmadd_ps(ai, b1, d##i##_1);                                              \
+    }
+/* A whole row of 16 (c + acc, or acc), or the row's sums to t for the
+ * valid part to be written after. */
+#define STORE_ROW2(i)                                                                              \
+    if (nr == NR2) {                                                                               \
+        if (i < mr) {                                                                              \
+            float *ci = c + (int64_t)(i) * ldc;                                                    \
+            if (add) {                                                                             \
+                d##i##_0 = _mm256_add_ps(d##i##_0, _mm256_loadu_ps(ci));                           \
+                d##i##_1 = _mm256_add_ps(d##i##_1, _mm256_loadu_ps(ci + 8));                       \
+            }                                                                                      \
+            _mm256_storeu_ps(ci, d##i##_0);                                                        \
+            _mm256_storeu_ps(ci + 8, d##i##_1);                                                    \
+        }                                                                                          \
+    } else {                                                                                       \
+        _mm256_storeu_ps(t[i], d##i##_0);                                                          \
+        _mm256_storeu_ps(t[i] + 8, d##i##_1);                                                      \
+    }
+#define FOR_ROWS2(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+TARGET_AVX2 static void tile_avx2(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc, int mr,
+                                  int nr, bool add)
+{
+    const float *ap = a, *bp = b;
+    FOR_ROWS2(ZERO_ROW2)
+    for (int64_t p = 0; p < kunits; p++, ap += MR2, bp += NR2) {
+        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+        FOR_ROWS2(F32_ROW2)
+    }
+    float t[MR2][NR2];
+    FOR_ROWS2(STORE_ROW2)
+    if (nr < NR2) /* c + acc, as the vector rows add */
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? t[i][j] + c[i * ldc + j] : t[i][j];
+}
+
+/* f32 panels of r-contiguous strips, 8 rows at a time (F16C's vcvtph2ps,
+ * or a shift for bf16); k-contiguous ones go to the driver's packing. */
+TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst)
+{
+    float *d = dst;
+    if (s->ks == 1) return u0;
+    for (int64_t p = u0; p < u1; p++)
+        for (int r0 = 0; r0 < R; r0 += 8) {
+            const uint16_t *src = s->base + p * s->ks + r0;
+            __m128i h;
+            if (s->readable - r0 >= 8) {
+                h = _mm_loadu_si128((const void *)src);
+            } else { /* the matrix ends inside these 8: zeros past it */
+                uint16_t part[8] = {0};
+                for (int64_t r = 0; r < s->rows - r0; r++) part[r] = src[r];
+                h = _mm_loadu_si128((const void *)part);
+            }
+            __m256 v = s->dt == ALLOY_F16 ? _mm256_cvtph_ps(h)
+                                          : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+            _mm256_storeu_ps(d + p * R + r0, v); /* whole stores, as in pack_by_rows */
+        }
+    return u1;
+}
+
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
 static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86};
 static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86};
+/* The same kc as k_f32: each sum runs through the same k blocks in the
+ * same order, so the two give the same bits (12 KiB of B in L1). */
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
-    return k == OPT_LOWP_AVX512_BF16 ? &k_bf16 : k == OPT_LOWP_AVX512 ? &k_f32 : NULL;
+    return k == OPT_LOWP_AVX512_BF16 ? &k_bf16 : k == OPT_LOWP_AVX512 ? &k_f32 : k == OPT_LOWP_AVX2 ? &k_avx2 : NULL;
 }
 
 /* Bit 0: AVX-512 F+BW+VL (the OS saving zmm state), 1: AVX512_BF16, 2:
- * F16C; -1 until read. */
+ * F16C, 3: AVX2 and FMA (the OS saving ymm state); -1 until read. */
 static atomic_int features = -1;
 
 static int read_features(void)
@@ -239,6 +315,7 @@ static int read_features(void)
     unsigned a, b, c, d;
     if ((f & 1) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5))) f |= 2; /* AVX512_BF16 */
     if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)) f |= 4;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= 8;
     atomic_store_explicit(&features, f, memory_order_relaxed);
     return f;
 }
@@ -248,6 +325,7 @@ bool gemm_lowp_x86_has(opt_lowp_gemm k, alloy_dtype dt)
     int f = read_features();
     if (k == OPT_LOWP_AVX512_BF16) return dt == ALLOY_BF16 && (f & 3) == 3;
     if (k == OPT_LOWP_AVX512) return (f & 1) && (dt == ALLOY_BF16 || (f & 4));
+    if (k == OPT_LOWP_AVX2) return (f & 8) && (f & 4); /* F16C: the kernel is compiled for it */
     return false;
 }
 
