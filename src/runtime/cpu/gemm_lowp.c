@@ -217,11 +217,14 @@ static void tile_job(void *arg, int64_t t, int thread)
                      (size_t)(i0 / kn->mr) * r->a_strip;
     const char *bp = r->bpack + (size_t)(r->b_copies > 1 ? b : 0) * (size_t)r->nstrips * r->b_strip +
                      (size_t)(j0 / kn->nr) * r->b_strip;
-    /* the sums go to this thread's tile buffer, rows a little over nc apart
-     * (a power-of-two row stride would put a tile's rows in one L1 set),
-     * then once to C, rounded when C is f16/bf16 */
-    int64_t ldc = r->ldt;
-    float *c = r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
+    /* an f32 C takes the sums where they go (the kernel adds each k block
+     * to what C holds: the same sums as through a buffer, and no copy);
+     * an f16/bf16 one has them in this thread's tile buffer, rows a little
+     * over nc apart (a power-of-two row stride would put a tile's rows in
+     * one L1 set), then rounded once into C */
+    bool direct = g->out_dtype == ALLOY_F32;
+    int64_t ldc = direct ? g->n : r->ldt;
+    float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
     size_t a_unit = (size_t)kn->mr * (size_t)kn->ku * (size_t)kn->esize;
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
@@ -234,6 +237,7 @@ static void tile_job(void *arg, int64_t t, int thread)
                          ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), pc > 0);
         }
     }
+    if (direct) return;
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
         cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)((b * g->m + i0 + i) * g->n + j0) * es,
@@ -320,7 +324,7 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
     size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
     r.ldt = r.nc + 16;
-    size_t ctile = sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
+    size_t ctile = g->out_dtype == ALLOY_F32 ? 0 : sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
     void *own;
     char *buf = scratch(w, apack + bpack + ctile, &own);
     if (!buf) return ALLOY_ERR_OOM;
