@@ -248,34 +248,20 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
  * bit set; a store rounds to nearest even, overflowing to inf. A fused
  * typed loop (each op reading bf16 and writing bf16 itself) measured no
  * faster: bench/RESULTS.md, "Conversions at group edges". */
-static inline float bf16_value(uint16_t h)
-{
-    uint32_t u = h;
-    return vm_from_bits(((u & 0x7fffu) > 0x7f80u ? u | 0x40u : u) << 16);
-}
-
-static inline uint16_t bf16_rounded(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)((int32_t)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x40u : r);
-}
-
 CPU_VECTOR_CLONES static void bf16_load_chunk(const uint16_t *restrict s, float *restrict d, int64_t n)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) d[i + j] = bf16_value(s[i + j]);
-    for (; i < n; i++) d[i] = bf16_value(s[i]);
+        for (int j = 0; j < 16; j++) d[i + j] = cvt_bf16_value(s[i + j]);
+    for (; i < n; i++) d[i] = cvt_bf16_value(s[i]);
 }
 
 CPU_VECTOR_CLONES static void bf16_store_chunk(const float *restrict s, uint16_t *restrict d, int64_t n)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) d[i + j] = bf16_rounded(s[i + j]);
-    for (; i < n; i++) d[i] = bf16_rounded(s[i]);
+        for (int j = 0; j < 16; j++) d[i + j] = cvt_bf16_rounded(s[i + j]);
+    for (; i < n; i++) d[i] = cvt_bf16_rounded(s[i]);
 }
 
 /* cvt_load_f32 / cvt_store_f32 of one chunk, bf16 done in place. */
