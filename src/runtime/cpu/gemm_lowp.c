@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "base/convert.h"
-#include "base/vmath.h"
 #include "runtime/cpu/gemm.h"
 
 /* The hot loop pinned to -O2 with the vectorizer, as in gemm.c: -O3
@@ -204,23 +203,6 @@ static void pack_job(void *arg, int64_t j, int thread)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
 
-/* rows x cols f32 sums (row stride lds) rounded to bf16 into d (row stride
- * ldd): the whole tile in one call, in vectors of each ISA clone, the bits
- * of cvt_store_f32 (whose per-row call cost more than the rounding on the
- * narrow tiles of attention products). */
-CPU_VECTOR_CLONES static void round_tile_bf16(const float *s, int64_t lds, uint16_t *d, int64_t ldd, int64_t rows,
-                                              int64_t cols)
-{
-    for (int64_t i = 0; i < rows; i++) {
-        const float *restrict si = s + i * lds;
-        uint16_t *restrict di = d + i * ldd;
-        int64_t j = 0;
-        for (; j + 16 <= cols; j += 16)
-            for (int64_t q = j; q < j + 16; q++) di[q] = cvt_bf16_rounded(si[q]);
-        for (; j < cols; j++) di[j] = cvt_bf16_rounded(si[j]);
-    }
-}
-
 /* Whether tiles are summed straight into C (see tile_job). */
 static bool direct_c(const gemm_lowp_args *g) { return g->out_dtype == ALLOY_F32 && g->n % 1024 != 0; }
 
@@ -261,10 +243,6 @@ static void tile_job(void *arg, int64_t t, int thread)
         }
     }
     if (direct) return;
-    if (g->out_dtype == ALLOY_BF16) {
-        round_tile_bf16(c, ldc, (uint16_t *)g->c + (b * g->m + i0) * g->n + j0, g->n, mc, nc);
-        return;
-    }
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
         cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)((b * g->m + i0 + i) * g->n + j0) * es,
