@@ -16,7 +16,7 @@ AL_HIDDEN float cvt_bf16_to_f32(uint16_t h);
 AL_HIDDEN uint16_t cvt_f32_to_bf16(float f);
 /* cvt_bf16_to_f32 and cvt_f32_to_bf16 inline, in integer operations only:
  * the same bits, for loops that the compiler turns into vector code in
- * each ISA clone of their caller (a chunk, a GEMM tile). */
+ * each ISA clone of their caller (cpu_fused.c's chunks). */
 static inline float cvt_bf16_value(uint16_t h)
 {
     uint32_t u = h;
