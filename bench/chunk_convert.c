@@ -6,22 +6,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/convert.h"
 #include "base/vmath.h"
 
-/* bf16 <-> f32 as base/convert.c (and cpu_fused.c) convert them. */
-static inline float widen(uint16_t h)
-{
-    uint32_t u = h;
-    return vm_from_bits(((u & 0x7fffu) > 0x7f80u ? u | 0x40u : u) << 16);
-}
-
-static inline uint16_t narrow(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)((int32_t)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x40u : r);
-}
+/* bf16 <-> f32 as cpu_fused.c converts them (base/convert.h's inline ones). */
+#define widen cvt_bf16_value
+#define narrow cvt_bf16_rounded
 
 /* Every loop in blocks of 16, as cpu_fused.c's, one clone per ISA level. */
 #define BLOCKS(n, body)                                                                            \
