@@ -1,4 +1,4 @@
-/* test_convert.c - f16/bf16 conversions against a double-arithmetic reference; bulk load/store. */
+/* test_convert.c - f16/bf16 conversions against a double-arithmetic reference; the inline bf16 ones against the scalar ones; bulk load/store. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -174,6 +174,27 @@ static void test_every_bf16_pattern_round_trips_through_f32(void **state)
             assert_int_equal(back, p);
         }
     }
+}
+
+/* The header's inline bf16 conversions (for vector loops) against the
+ * scalar functions: every bf16 pattern widened, and every f32 whose low 16
+ * bits are one of the rounding cases (below, at and above the half, zero,
+ * all ones) rounded, every sign, exponent and NaN payload among them. */
+static void test_the_inline_bf16_conversions_give_the_scalar_functions_bits(void **state)
+{
+    (void)state;
+    static const uint32_t low[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+    int64_t bad = 0;
+    for (uint32_t p = 0; p <= 0xffffu; p++) {
+        bad += f32_bits(cvt_bf16_value((uint16_t)p)) != f32_bits(cvt_bf16_to_f32((uint16_t)p));
+        for (size_t l = 0; l < sizeof low / sizeof low[0]; l++) {
+            uint32_t x = p << 16 | low[l];
+            float f;
+            memcpy(&f, &x, sizeof f);
+            bad += cvt_bf16_rounded(f) != cvt_f32_to_bf16(f);
+        }
+    }
+    assert_int_equal(bad, 0);
 }
 
 static void test_f32_to_f16_and_bf16_match_the_double_reference_on_random_values(void **state)
@@ -574,6 +595,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_f16_pattern_round_trips_through_f32),
         cmocka_unit_test(test_every_bf16_pattern_round_trips_through_f32),
+        cmocka_unit_test(test_the_inline_bf16_conversions_give_the_scalar_functions_bits),
         cmocka_unit_test(test_f32_to_f16_and_bf16_match_the_double_reference_on_random_values),
         cmocka_unit_test(test_f32_to_f16_rounds_hand_picked_cases_to_nearest_even),
         cmocka_unit_test(test_f32_to_bf16_rounds_hand_picked_cases_to_nearest_even),

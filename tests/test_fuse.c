@@ -1,4 +1,4 @@
-/* test_fuse.c - fusion groups: which nodes the fuse pass groups and refuses, the fused executor against the unfused one (bits, threads, broadcasts, out of memory), the pass on 100k random nodes. */
+/* test_fuse.c - fusion groups: which nodes the fuse pass groups and refuses, the fused executor against the unfused one (bits, threads, broadcasts, out of memory), every bf16 pattern through a group's loads and stores, the pass on 100k random nodes. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -220,6 +220,77 @@ static void test_a_fused_f16_chain_stays_within_two_f16_ulps_of_the_unfused_run(
     assert_true(exact_worst <= 0.5 + 1e-3);
     free_executor_run(c, got);
     free_reference(c, ref);
+    alloy_graph_free(g);
+}
+
+/* Every bf16 pattern through a fused group's loads and stores: "wide" = x
+ * cast to f32 (the load itself: a signalling NaN comes back quiet), "sq" =
+ * wide * wide cast to bf16 (exact in f32, so the cast rounds: ties, overflow
+ * to inf, NaNs, zeros and subnormals), "sum" = sq + y, "narrow" = an f32 z
+ * cast to bf16 (z: every bf16 pattern with low halves that round up, down
+ * and to even, signalling NaNs among them) and "tail" = narrow + y (so that
+ * the cast runs in a group), checked bit for bit
+ * against convert.c's scalar conversions around the same f32 arithmetic.
+ * NB is no multiple of 16 or of the chunk, so the tails run too. */
+enum { NB = 65536 + 37 };
+
+static void test_a_fused_bf16_group_loads_and_stores_every_bf16_pattern_as_the_scalar_conversions_do(void **state)
+{
+    (void)state;
+    alloy_graph *g = alloy_graph_new("bf16_edges");
+    alloy_tensor *x = alloy_input(g, "x", BF16, 1, DIMS(NB));
+    alloy_tensor *y = alloy_input(g, "y", BF16, 1, DIMS(NB));
+    alloy_tensor *wide = alloy_set_name(g, alloy_cast(g, x, F32), "wide");
+    alloy_tensor *sq = alloy_set_name(g, alloy_cast(g, alloy_mul(g, wide, wide), BF16), "sq");
+    alloy_output(g, "wide", wide);
+    alloy_output(g, "sq", sq);
+    alloy_output(g, "sum", alloy_set_name(g, alloy_add(g, sq, y), "sum"));
+    alloy_tensor *z = alloy_input(g, "z", F32, 1, DIMS(NB));
+    alloy_tensor *narrow = alloy_set_name(g, alloy_cast(g, z, BF16), "narrow");
+    alloy_output(g, "narrow", narrow);
+    alloy_output(g, "tail", alloy_set_name(g, alloy_add(g, narrow, y), "tail"));
+    const ir_graph *c = compiled(g);
+    assert_int_equal(group_of(c, "sq"), group_of(c, "sum"));
+    assert_int_equal(group_of(c, "wide"), group_of(c, "sum"));
+    assert_true(group_of(c, "narrow") >= 0);
+    uint16_t *xs = test_malloc(sizeof(uint16_t) * NB), *ys = test_malloc(sizeof(uint16_t) * NB);
+    float *zs = test_malloc(sizeof(float) * NB);
+    static const uint32_t low[] = {0x0000, 0x7fff, 0x8000, 0x8001, 0xffff, 0x0001, 0x4000};
+    for (uint32_t i = 0; i < NB; i++) {
+        xs[i] = (uint16_t)i;
+        uint32_t zb = (uint32_t)(uint16_t)i << 16 | low[i % 7];
+        memcpy(&zs[i], &zb, sizeof zb);
+        uint16_t h = (uint16_t)(i * 40503u); /* finite: a NaN of sq alone decides the sum's NaN */
+        ys[i] = (h & 0x7f80) == 0x7f80 ? h ^ 0x4000 : h;
+    }
+    alloy_host_tensor feeds[3] = {{"x", BF16, 1, {NB}, xs}, {"y", BF16, 1, {NB}, ys}, {"z", F32, 1, {NB}, zs}};
+    alloy_status st;
+    rt_tensor *got = executor_run(c, feeds, 3, &st, NULL, 0);
+    assert_int_equal(st, ALLOY_OK);
+    const uint16_t *gsq = got[node_named(c, "sq")].data, *gsum = got[node_named(c, "sum")].data;
+    const float *gwide = got[node_named(c, "wide")].data;
+    const uint16_t *gnarrow = got[node_named(c, "narrow")].data, *gtail = got[node_named(c, "tail")].data;
+    int64_t bad_sq = 0, bad_sum = 0, bad_wide = 0, bad_narrow = 0;
+    for (int64_t i = 0; i < NB; i++) {
+        uint16_t n = cvt_f32_to_bf16(zs[i]);
+        bad_narrow += gnarrow[i] != n || gtail[i] != cvt_f32_to_bf16(cvt_bf16_to_f32(n) + cvt_bf16_to_f32(ys[i]));
+        float want = cvt_bf16_to_f32(xs[i]);
+        bad_wide += memcmp(&gwide[i], &want, sizeof want) != 0;
+        uint16_t p = cvt_f32_to_bf16(want * want), q = cvt_f32_to_bf16(cvt_bf16_to_f32(p) + cvt_bf16_to_f32(ys[i]));
+        bad_sq += gsq[i] != p;
+        bad_sum += gsum[i] != q;
+        if ((gsq[i] != p || gsum[i] != q) && bad_sq + bad_sum <= 4)
+            printf("x 0x%04x y 0x%04x: sq 0x%04x want 0x%04x, sum 0x%04x want 0x%04x\n", xs[i], ys[i], gsq[i], p,
+                   gsum[i], q);
+    }
+    assert_int_equal(bad_wide, 0);
+    assert_int_equal(bad_narrow, 0);
+    assert_int_equal(bad_sq, 0);
+    assert_int_equal(bad_sum, 0);
+    free_executor_run(c, got);
+    test_free(xs);
+    test_free(ys);
+    test_free(zs);
     alloy_graph_free(g);
 }
 
@@ -647,6 +718,7 @@ int main(void)
         FUSE_TEST(test_a_mul_add_tanh_mul_chain_is_one_group_whose_intermediates_are_never_materialized),
         FUSE_TEST(test_a_fused_f32_chain_gives_the_bits_of_the_unfused_run),
         FUSE_TEST(test_a_fused_f16_chain_stays_within_two_f16_ulps_of_the_unfused_run),
+        FUSE_TEST(test_a_fused_bf16_group_loads_and_stores_every_bf16_pattern_as_the_scalar_conversions_do),
         FUSE_TEST(test_a_fetched_intermediate_is_stored_and_equals_its_unfused_value),
         FUSE_TEST(test_a_member_read_by_a_reduction_outside_its_group_is_stored),
         FUSE_TEST(test_no_group_crosses_a_shape_change),

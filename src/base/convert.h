@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/base.h"
 
@@ -13,6 +14,26 @@ AL_HIDDEN float cvt_f16_to_f32(uint16_t h);
 AL_HIDDEN uint16_t cvt_f32_to_f16(float f);
 AL_HIDDEN float cvt_bf16_to_f32(uint16_t h);
 AL_HIDDEN uint16_t cvt_f32_to_bf16(float f);
+/* cvt_bf16_to_f32 and cvt_f32_to_bf16 inline, in integer operations only:
+ * the same bits, for loops that the compiler turns into vector code in
+ * each ISA clone of their caller (cpu_fused.c's chunks). */
+static inline float cvt_bf16_value(uint16_t h)
+{
+    uint32_t u = h;
+    u = ((u & 0x7fffu) > 0x7f80u ? u | 0x40u : u) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t cvt_bf16_rounded(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* overflow carries into inf */
+    return (uint16_t)((int32_t)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x40u : r);
+}
+
 /* f64 -> f16/bf16 rounded once (not via f32, which would round twice). */
 AL_HIDDEN uint16_t cvt_f64_to_f16(double d);
 AL_HIDDEN uint16_t cvt_f64_to_bf16(double d);

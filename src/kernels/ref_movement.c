@@ -103,8 +103,8 @@ void ref_transpose(const ir_node *n, const ir_type *t, size_t es, const void *in
     char *dst = out;
     if (rank == 0 || stride[rank - 1] == 1) { /* rows stay contiguous */
         int64_t row = rank ? dims[rank - 1] : 1, idx[ALLOY_MAX_RANK] = {0}, off = 0;
-        int64_t zero[ALLOY_MAX_RANK] = {0}, unused = 0;
-        for (int64_t o = 0; o < ir_numel(t); o += row) {
+        int64_t zero[ALLOY_MAX_RANK] = {0}, unused = 0, total = ir_numel(t);
+        for (int64_t o = 0; o < total; o += row) {
             memcpy(dst + (size_t)o * es, src + (size_t)off * es, (size_t)row * es);
             advance(rank - 1, dims, idx, stride, &off, zero, &unused);
         }

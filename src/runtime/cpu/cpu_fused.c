@@ -240,6 +240,43 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
     }
 }
 
+/* bf16 <-> f32 of one chunk, written here rather than called through
+ * convert.c's dispatcher (a switch, a CPU check and a call for 128
+ * elements): each ISA clone converts in its own vectors, inside the chunk
+ * loop, in blocks of 16 as the chunk functions (vector code at -O2 too).
+ * Bit for bit convert.c's: a NaN keeps its sign and payload with the quiet
+ * bit set; a store rounds to nearest even, overflowing to inf. A fused
+ * typed loop (each op reading bf16 and writing bf16 itself) measured no
+ * faster: bench/RESULTS.md, "Conversions at group edges". */
+CPU_VECTOR_CLONES static void bf16_load_chunk(const uint16_t *restrict s, float *restrict d, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) d[i + j] = cvt_bf16_value(s[i + j]);
+    for (; i < n; i++) d[i] = cvt_bf16_value(s[i]);
+}
+
+CPU_VECTOR_CLONES static void bf16_store_chunk(const float *restrict s, uint16_t *restrict d, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) d[i + j] = cvt_bf16_rounded(s[i + j]);
+    for (; i < n; i++) d[i] = cvt_bf16_rounded(s[i]);
+}
+
+/* cvt_load_f32 / cvt_store_f32 of one chunk, bf16 done in place. */
+static void load_chunk_f32(alloy_dtype dt, const void *src, float *dst, int64_t n)
+{
+    if (dt == ALLOY_BF16) bf16_load_chunk(src, dst, n);
+    else cvt_load_f32(dt, src, dst, (size_t)n);
+}
+
+static void store_chunk_f32(alloy_dtype dt, const float *src, void *dst, int64_t n)
+{
+    if (dt == ALLOY_BF16) bf16_store_chunk(src, dst, n);
+    else cvt_store_f32(dt, src, dst, (size_t)n);
+}
+
 /* The range rule of an unrounded f16/bf16 intermediate (docs/fusion.md): it
  * keeps its f32 precision but not more range than its dtype, so a value
  * that a store would round to inf becomes that inf (|x| >= 65520 for f16,
@@ -400,9 +437,8 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             void *b = inbuf + (size_t)k * bufbytes;
             if (in->walk == WALK_DENSE) {
                 const char *src = in->data + (size_t)start * in->es;
-                if (in->store) cvt_store_f32(in->store_dtype, (const float *)(const void *)src,
-                                             in->store + (size_t)start * alloy_dtype_size(in->store_dtype),
-                                             (size_t)len);
+                if (in->store) store_chunk_f32(in->store_dtype, (const float *)(const void *)src,
+                                               in->store + (size_t)start * alloy_dtype_size(in->store_dtype), len);
                 if (in->ranged) {
                     range_copy_f32(in->range_dtype, (const float *)(const void *)src, b, len);
                     ptr[k] = b;
@@ -410,7 +446,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     ptr[k] = src;
                 } else {
                     if (p->wide) cvt_load_f64(in->dtype, src, b, (size_t)len);
-                    else cvt_load_f32(in->dtype, src, b, (size_t)len);
+                    else load_chunk_f32(in->dtype, src, b, len);
                     ptr[k] = b;
                 }
             } else if (in->walk == WALK_STRIDED) {
@@ -441,15 +477,20 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             } else {
                 if (mb->f32 == fz_copy_f32 && mb->exact && !mb->ranged) { /* a rounding cast: no copy first */
                     if (mb->range) cpu_range_add_f32(mb->range, mb->dtype, op[0], len);
-                    cvt_store_f32(mb->dtype, op[0], back, (size_t)len);
+                    store_chunk_f32(mb->dtype, op[0], back, len);
+                } else if (mb->f32 == fz_copy_f32 && mb->ranged) { /* the range rule as the copy */
+                    if (mb->range) cpu_range_add_f32(mb->range, mb->dtype, op[0], len);
+                    range_copy_f32(mb->dtype, op[0], y, len);
+                    if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
+                        store_chunk_f32(mb->dtype, y, back, len);
                 } else {
                     mb->f32(len, y, op[0], op[1], op[2], mb->p);
                     if (mb->range) cpu_range_add_f32(mb->range, mb->dtype, y, len); /* before the range rule */
                     if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
                     if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
-                        cvt_store_f32(mb->dtype, y, back, (size_t)len);
+                        store_chunk_f32(mb->dtype, y, back, len);
                 }
-                if (mb->exact) cvt_load_f32(mb->dtype, back, y, (size_t)len);
+                if (mb->exact) load_chunk_f32(mb->dtype, back, y, len);
                 if (mb->check && any_nonfinite(mb->dtype, mb->dtype == ALLOY_F32 ? (const void *)y : back, len))
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             }

@@ -207,6 +207,9 @@ static void pack_job(void *arg, int64_t j, int thread)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
 
+/* Whether tiles are summed straight into C (see tile_job). */
+static bool direct_c(const gemm_lowp_args *g) { return g->out_dtype == ALLOY_F32 && g->n % 1024 != 0; }
+
 /* Tile job t: rows [i0, i0+mc) x columns [j0, j0+nc) of one batch's C,
  * k block by k block, B strip by B strip (in L1), A strip by A strip. */
 static void tile_job(void *arg, int64_t t, int thread)
@@ -221,14 +224,16 @@ static void tile_job(void *arg, int64_t t, int thread)
                      (size_t)(i0 / kn->mr) * r->a_strip;
     const char *bp = r->bpack + (size_t)(r->b_copies > 1 ? b : 0) * (size_t)r->nstrips * r->b_strip +
                      (size_t)(j0 / kn->nr) * r->b_strip;
-    /* An f32 C takes the sums in place (k block after k block adds to
-     * them); for an f16/bf16 C they go to this thread's tile buffer, rows a
-     * little over nc apart (a power-of-two row stride would put a tile's
-     * rows in one L1 set), then once to C, rounded. */
-    bool direct = g->out_dtype == ALLOY_F32;
+    /* an f32 C takes the sums where they go (the kernel adds each k block
+     * to what C holds: the same sums as through a buffer, and no copy)
+     * unless its rows are a multiple of 4 KiB apart (a tile's rows would
+     * all fall in one L1 set: 2-7% slower measured at n = 1024, 2048); an
+     * f16/bf16 one, or such an f32 one, has them in this thread's tile
+     * buffer, rows a little over nc apart, then copied or rounded once
+     * into C */
+    bool direct = direct_c(g);
     int64_t ldc = direct ? g->n : r->ldt;
-    float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0
-                      : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
+    float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
     size_t a_unit = (size_t)kn->mr * (size_t)kn->ku * (size_t)kn->esize;
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
@@ -328,7 +333,7 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
     size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
     r.ldt = r.nc + 16;
-    size_t ctile = g->out_dtype == ALLOY_F32 ? 0 : sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
+    size_t ctile = direct_c(g) ? 0 : sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
     void *own;
     char *buf = scratch(w, apack + bpack + ctile, &own);
     if (!buf) return ALLOY_ERR_OOM;
