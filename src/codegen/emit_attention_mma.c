@@ -1,4 +1,4 @@
-/* emit_attention_mma.c - the attention forward for f16 and bf16 on tensor cores: FlashAttention-2's loop over mma.sync.m16n8k16 (inline PTX, f32 accumulators and statistics), a warp per 16 query rows. */
+/* emit_attention_mma.c - the attention forward for f16 and bf16 on tensor cores: FlashAttention-2's loop over mma.sync.m16n8k16 (inline PTX, f32 accumulators and statistics), a warp per 16 query rows, the rows' logsumexp kept for the backward. */
 #include "codegen/emit_impl.h"
 
 /* 64 query rows per block (4 warps of 16), key/value tiles of 64 rows in
@@ -118,7 +118,7 @@ static const char *const mma_body[] = {
     "        float o_[DN_][4];\n"
     "#pragma unroll\n"
     "        for (int dn = 0; dn < DN_; dn++) o_[dn][0] = o_[dn][1] = o_[dn][2] = o_[dn][3] = 0.f;\n"
-    "        float m0_ = -ALLOY_INF, m1_ = -ALLOY_INF, l0_ = 0.f, l1_ = 0.f;\n"
+    "        float m0_ = -ALLOY_INF, m1_ = -ALLOY_INF, l0_ = 0.f, l1_ = 0.f, u0_ = 0.f, u1_ = 0.f;\n"
     ,
     "        for (long long j0_ = 0; j0_ < blim_; j0_ += TILE_) {\n"
     "            __syncthreads();\n"
@@ -165,7 +165,7 @@ static const char *const mma_body[] = {
     "            /* a row that has seen no key yet subtracts 0: its P are exp2(-inf) = 0 */\n"
     "            const float b0_ = x0_ == -ALLOY_INF ? 0.f : x0_, b1_ = x1_ == -ALLOY_INF ? 0.f : x1_;\n"
     "            const float c0_ = exp2f(m0_ - b0_), c1_ = exp2f(m1_ - b1_);\n"
-    "            m0_ = x0_, m1_ = x1_, l0_ *= c0_, l1_ *= c1_;\n"
+    "            m0_ = x0_, m1_ = x1_, l0_ *= c0_, l1_ *= c1_, u0_ *= c0_, u1_ *= c1_;\n"
     "#pragma unroll\n"
     "            for (int dn = 0; dn < DN_; dn++) o_[dn][0] *= c0_, o_[dn][1] *= c0_, o_[dn][2] *= c1_, o_[dn][3] *= c1_;\n"
     ,
@@ -175,9 +175,10 @@ static const char *const mma_body[] = {
     "#pragma unroll\n"
     "                for (int h = 0; h < 4; h++) { /* A register h: n-tile 2kk + h / 2, row g (even h) or g + 8 */\n"
     "                    const float *sv_ = s_[2 * kk + h / 2] + (h & 1) * 2, b_ = h & 1 ? b1_ : b0_;\n"
-    "                    const unsigned short lo_ = TO_(exp2f(sv_[0] - b_)), hi_ = TO_(exp2f(sv_[1] - b_));\n"
+    "                    const float e0_ = exp2f(sv_[0] - b_), e1_ = exp2f(sv_[1] - b_);\n"
+    "                    const unsigned short lo_ = TO_(e0_), hi_ = TO_(e1_);\n"
     "                    const float sum_ = FROM_(lo_) + FROM_(hi_);\n"
-    "                    if (h & 1) l1_ += sum_; else l0_ += sum_;\n"
+    "                    if (h & 1) l1_ += sum_, u1_ += e0_ + e1_; else l0_ += sum_, u0_ += e0_ + e1_;\n"
     "                    pa_[h] = (unsigned)lo_ | (unsigned)hi_ << 16;\n"
     "                }\n"
     "#pragma unroll\n"
@@ -195,6 +196,13 @@ static const char *const mma_body[] = {
     "        l0_ += __shfl_xor_sync(0xffffffffu, l0_, 2);\n"
     "        l1_ += __shfl_xor_sync(0xffffffffu, l1_, 1);\n"
     "        l1_ += __shfl_xor_sync(0xffffffffu, l1_, 2);\n"
+    "        u0_ += __shfl_xor_sync(0xffffffffu, u0_, 1);\n"
+    "        u0_ += __shfl_xor_sync(0xffffffffu, u0_, 2);\n"
+    "        u1_ += __shfl_xor_sync(0xffffffffu, u1_, 1);\n"
+    "        u1_ += __shfl_xor_sync(0xffffffffu, u1_, 2);\n"
+    "        /* the rows' logsumexp (log2 units, of the unrounded weights) kept for the backward: -inf where no key */\n"
+    "        if (t4_ == 0 && r0_ < T_) PL_[LSEOFF_(bh_) + r0_ * LSEROW_] = u0_ > 0.f ? m0_ + log2f(u0_) : -ALLOY_INF;\n"
+    "        if (t4_ == 0 && r1_ < T_) PL_[LSEOFF_(bh_) + r1_ * LSEROW_] = u1_ > 0.f ? m1_ + log2f(u1_) : -ALLOY_INF;\n"
     "        unsigned short *out_ = PO_ + OOFF_(bh_);\n"
     "#pragma unroll\n"
     "        for (int dn = 0; dn < DN_; dn++) {\n"
@@ -266,12 +274,14 @@ const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int pq = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0), pk = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0),
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0);
+    const ir_type *qt = &g->nodes[n->in[0]]->type;
+    int pl = cg_param_of(&ps, CG_PARAM_KEPT, n->id, true, qt->dims[0] * qt->dims[1] * qt->dims[2]);
     cg_attention_mma_open(&t, g, n, &ps, name);
     cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8], vb_[TILE_ * PS_ / 8];\n");
-    cg_put(&t, "#define PQ_ p%d\n#define PK_ p%d\n#define PV_ p%d\n#define PO_ p%d\n", pq, pk, pv, out);
+    cg_put(&t, "#define PQ_ p%d\n#define PK_ p%d\n#define PV_ p%d\n#define PO_ p%d\n#define PL_ p%d\n", pq, pk, pv, out, pl);
     for (size_t i = 0; i < sizeof mma_body / sizeof mma_body[0]; i++) cg_put(&t, "%s", mma_body[i]);
-    cg_put(&t, "#undef PQ_\n#undef PK_\n#undef PV_\n#undef PO_\n");
-    int64_t bytes = (int64_t)(ir_nbytes(&n->type) * 2 + 2 * ir_nbytes(&g->nodes[n->in[1]]->type));
+    cg_put(&t, "#undef PQ_\n#undef PK_\n#undef PV_\n#undef PO_\n#undef PL_\n");
+    int64_t bytes = (int64_t)(ir_nbytes(&n->type) * 2 + 2 * ir_nbytes(&g->nodes[n->in[1]]->type) + 4 * ir_numel(qt) / qt->dims[3]);
     bool ok = cg_attention_mma_close(prog, g, n, k, name, &t, &ps, g->nodes[n->in[0]]->type.dims[2], bytes);
     cg_text_free(&t);
     al_free(ps.at);

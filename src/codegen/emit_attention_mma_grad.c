@@ -117,23 +117,37 @@ static int64_t scratch_words(const ir_type *q)
     return 2 * q->dims[0] * q->dims[1] * q->dims[2] + ir_numel(q);
 }
 
-/* Kernel 1, a warp per 16 query rows: one pass over the key tiles gives
- * each row's logsumexp with the forward's online max and sum (one product,
- * S = Q K^T); delta = do.o; both to the scratch, and the rows' dq
- * accumulator zeroed for kernel 2's atomics. */
-static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+/* Whether attention_grad n's o is the output of the attention forward of
+ * the same q, k, v and attributes, whose kernel keeps the rows' logsumexp
+ * (a CG_PARAM_KEPT slot of that node): then the backward reads it instead of
+ * recomputing it. */
+static bool forward_kept(const ir_graph *g, const ir_node *n)
+{
+    const ir_node *f = g->nodes[n->in[3]];
+    return f->op == IR_OP_attention && f->nin == 3 && f->in[0] == n->in[0] && f->in[1] == n->in[1] &&
+           f->in[2] == n->in[2] && ir_attr_i(f, "causal") == ir_attr_i(n, "causal") &&
+           ir_attr_f(f, "scale") == ir_attr_f(n, "scale");
+}
+
+/* Kernel 1, a warp per 16 query rows: delta = do.o to the scratch and the
+ * rows' dq accumulator zeroed for kernel 2's atomics; and, unless the
+ * forward kept it (KEPT), each row's logsumexp from one pass over the key
+ * tiles with the forward's online max and sum (one product, S = Q K^T). */
+static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, bool kept)
 {
     cg_params ps = {0};
     cg_text t = {0};
-    int pq = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0), pk = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0),
-        po = cg_param_of(&ps, CG_PARAM_NODE, n->in[3], false, 0), pd = cg_param_of(&ps, CG_PARAM_NODE, n->in[4], false, 0);
+    int po = cg_param_of(&ps, CG_PARAM_NODE, n->in[3], false, 0), pd = cg_param_of(&ps, CG_PARAM_NODE, n->in[4], false, 0);
+    int pq = kept ? 0 : cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+    int pk = kept ? 0 : cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int64_t T = qt->dims[2];
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(qt));
     cg_attention_mma_open(&t, g, n, &ps, name);
-    cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8];\n"
-               "    unsigned short *ks_ = (unsigned short *)kb_;\n"
-               "    const int warp_ = threadIdx.x >> 5, lane_ = threadIdx.x & 31, g_ = lane_ >> 2, t4_ = lane_ & 3;\n"
+    if (!kept)
+        cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8];\n"
+                   "    unsigned short *ks_ = (unsigned short *)kb_;\n");
+    cg_put(&t, "    const int warp_ = threadIdx.x >> 5, lane_ = threadIdx.x & 31, g_ = lane_ >> 2, t4_ = lane_ & 3;\n"
                "    const long long nb_ = (T_ + ROWS_ - 1) / ROWS_, LEN_ = T_, LEN2_ = S_;\n"
                "    float *lse_ = p%d, *delta_ = p%d + BH_ * T_, *dqa_ = p%d + 2 * BH_ * T_;\n"
                "    for (long long blk_ = blockIdx.x; blk_ < BH_ * nb_; blk_ += gridDim.x) {\n"
@@ -143,14 +157,16 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        const long long wlast_ = w0_ + 15 < T_ - 1 ? w0_ + 15 : T_ - 1;\n"
                "        const long long blim_ = LIM_(last_), wlim_ = w0_ < T_ ? LIM_(wlast_) : 0;\n"
                "        const long long lim0_ = r0_ < T_ ? LIM_(r0_) : 0, lim1_ = r1_ < T_ ? LIM_(r1_) : 0;\n"
-               "        const unsigned short *q_ = p%d + QOFF_(bh_), *do_ = p%d + DOOFF_(bh_), *o_ = p%d + OOFF_(bh_);\n"
-               "        const unsigned short *k_ = p%d + KOFF_(bh_);\n"
+               "        const unsigned short *do_ = p%d + DOOFF_(bh_), *o_ = p%d + OOFF_(bh_);\n"
                "        for (int c_ = t4_; c_ < D_; c_ += 4) {\n"
                "            if (r0_ < T_) dqa_[(bh_ * T_ + r0_) * D_ + c_] = 0.f;\n"
                "            if (r1_ < T_) dqa_[(bh_ * T_ + r1_) * D_ + c_] = 0.f;\n"
                "        }\n",
-           rows, rows, rows, pq, pd, po, pk);
-    load_a(&t, "qa_", "q_", "QROW_");
+           rows, rows, rows, pd, po);
+    if (!kept) {
+        cg_put(&t, "        const unsigned short *q_ = p%d + QOFF_(bh_), *k_ = p%d + KOFF_(bh_);\n", pq, pk);
+        load_a(&t, "qa_", "q_", "QROW_");
+    }
     /* delta over the lane's 4 columns per k-block, then the group's 4 lanes */
     cg_put(&t, "        float d0_ = 0.f, d1_ = 0.f;\n"
                "#pragma unroll\n"
@@ -168,7 +184,13 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        d0_ += __shfl_xor_sync(0xffffffffu, d0_, 2);\n"
                "        d1_ += __shfl_xor_sync(0xffffffffu, d1_, 1);\n"
                "        d1_ += __shfl_xor_sync(0xffffffffu, d1_, 2);\n"
-               "        float m0_ = -ALLOY_INF, m1_ = -ALLOY_INF, l0_ = 0.f, l1_ = 0.f;\n"
+               "        if (t4_ == 0 && r0_ < T_) delta_[bh_ * T_ + r0_] = d0_;\n"
+               "        if (t4_ == 0 && r1_ < T_) delta_[bh_ * T_ + r1_] = d1_;\n");
+    if (kept) {
+        cg_put(&t, "        (void)lse_, (void)blim_, (void)wlim_, (void)lim0_, (void)lim1_;\n"
+                   "    }\n");
+    } else {
+        cg_put(&t, "        float m0_ = -ALLOY_INF, m1_ = -ALLOY_INF, l0_ = 0.f, l1_ = 0.f;\n"
                "        for (long long x0_ = 0; x0_ < blim_; x0_ += TILE_) {\n"
                "            __syncthreads();\n"
                "            for (int e_ = threadIdx.x; e_ < TILE_ * (D_ / 8); e_ += blockDim.x) {\n"
@@ -208,11 +230,12 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        l1_ += __shfl_xor_sync(0xffffffffu, l1_, 2);\n"
                "        /* a row that sees no key: lse -inf, P = 0 everywhere */\n"
                "        const float e0_ = l0_ > 0.f ? m0_ + log2f(l0_) : -ALLOY_INF, e1_ = l1_ > 0.f ? m1_ + log2f(l1_) : -ALLOY_INF;\n"
-               "        if (t4_ == 0 && r0_ < T_) lse_[LSEOFF_(bh_) + r0_ * LSEROW_] = e0_, delta_[bh_ * T_ + r0_] = d0_;\n"
-               "        if (t4_ == 0 && r1_ < T_) lse_[LSEOFF_(bh_) + r1_ * LSEROW_] = e1_, delta_[bh_ * T_ + r1_] = d1_;\n"
+               "        if (t4_ == 0 && r0_ < T_) lse_[LSEOFF_(bh_) + r0_ * LSEROW_] = e0_;\n"
+               "        if (t4_ == 0 && r1_ < T_) lse_[LSEOFF_(bh_) + r1_ * LSEROW_] = e1_;\n"
                "    }\n");
+    }
     const ir_type *kt = &g->nodes[n->in[1]]->type;
-    int64_t bytes = (int64_t)(3 * ir_nbytes(qt) + ir_nbytes(kt) + 4 * ir_numel(qt));
+    int64_t bytes = (int64_t)((kept ? 2 : 3) * ir_nbytes(qt) + (kept ? 0 : ir_nbytes(kt)) + 4 * ir_numel(qt));
     bool ok = cg_attention_mma_close(prog, g, n, k, name, &t, &ps, T, bytes);
     cg_text_free(&t);
     al_free(ps.at);
@@ -227,7 +250,7 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
  * and the block's K rows in shared memory, each warp adds dS K for 16 of
  * the tile's queries into the f32 dq accumulator (atomics: every key block
  * adds to the same rows). Five products per tile; dk = scale dK. */
-static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, bool kept)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -236,6 +259,7 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0), pd = cg_param_of(&ps, CG_PARAM_NODE, n->in[4], false, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type, *kt = &g->nodes[n->in[1]]->type;
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(qt));
+    int lse = kept ? cg_param_of(&ps, CG_PARAM_KEPT, n->in[3], false, qt->dims[0] * qt->dims[1] * qt->dims[2]) : rows;
     cg_attention_mma_open(&t, g, n, &ps, name);
     /* query i sees key j when j < LIM_(i), that is from query j - (S_ - T_) on when causal; the do tile's
      * buffer holds dS [query][key] (pitch DSP_) for the dq product, so it is the larger of the two */
@@ -254,7 +278,7 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        start_ = start_ < 0 ? 0 : start_ - start_ %% TILE_;\n"
                "        const unsigned short *q_ = p%d + QOFF_(bh_), *do_ = p%d + DOOFF_(bh_);\n"
                "        const unsigned short *k_ = p%d + KOFF_(bh_), *v_ = p%d + VOFF_(bh_);\n",
-           rows, rows, rows, ir_attr_i(n, "causal") ? "j0_ - (S_ - T_)" : "0", pq, pd, pk, pv);
+           lse, rows, rows, ir_attr_i(n, "causal") ? "j0_ - (S_ - T_)" : "0", pq, pd, pk, pv);
     load_a(&t, "ka_", "k_", "KROW_");
     load_a(&t, "va_", "v_", "VROW_");
     zero_acc(&t, "dk_");
@@ -369,10 +393,11 @@ const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, cons
 {
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
-    const char *why = rows_kernel(prog, g, n, k, name);
+    bool kept = forward_kept(g, n);
+    const char *why = rows_kernel(prog, g, n, k, name, kept);
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);
-    if ((why = keys_kernel(prog, g, n, k, name))) return why;
+    if ((why = keys_kernel(prog, g, n, k, name, kept))) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_dq", k, ir_ops[n->op].name);
     return dq_kernel(prog, g, n, k, name);
 }
