@@ -83,11 +83,57 @@ static const char mma_defs[] =
     "#endif\n"
     "#endif\n";
 
+/* The fragment loads and tile copies, defined once per module on the GPU
+ * (the host emulation, tests/cuda_emu/emu.h, defines the same names):
+ * alloy_ldmatrix_x4[_trans](r, row) is ldmatrix.sync.aligned.m8n8.x4[.trans]
+ * .shared.b16, lanes 8m..8m+7 giving the 16-byte rows of matrix m, r[m] per
+ * lane as the PTX ISA lays it out (row lane / 4, columns 2 (lane % 4) + {0,
+ * 1}; transposed: rows 2 (lane % 4) + {0, 1} of column lane / 4); sm_75 on.
+ * alloy_cp_async_16(dst, src) is cp.async.cg.shared.global of 16 bytes,
+ * with cp.async.commit_group and cp.async.wait_group 0 / 1 (sm_80 on; a
+ * plain copy before). */
+static const char ldmatrix_defs[] =
+    "#if !defined(ALLOY_LDMATRIX) && defined(__CUDA_ARCH__)\n"
+    "#define ALLOY_LDMATRIX\n"
+    "static __device__ __forceinline__ unsigned alloy_smem_addr(const void *p)\n"
+    "{\n"
+    "    unsigned a;\n"
+    "    asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(p));\n"
+    "    return a;\n"
+    "}\n"
+    "static __device__ __forceinline__ void alloy_ldmatrix_x4(unsigned *r, const void *row)\n"
+    "{\n"
+    "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+    "                 : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(alloy_smem_addr(row)) : \"memory\");\n"
+    "}\n"
+    "static __device__ __forceinline__ void alloy_ldmatrix_x4_trans(unsigned *r, const void *row)\n"
+    "{\n"
+    "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+    "                 : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(alloy_smem_addr(row)) : \"memory\");\n"
+    "}\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "static __device__ __forceinline__ void alloy_cp_async_16(void *dst, const void *src)\n"
+    "{\n"
+    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\\n\" : : \"r\"(alloy_smem_addr(dst)), \"l\"(src) : \"memory\");\n"
+    "}\n"
+    "static __device__ __forceinline__ void alloy_cp_async_commit() { asm volatile(\"cp.async.commit_group;\\n\" : : : \"memory\"); }\n"
+    "static __device__ __forceinline__ void alloy_cp_async_wait_all() { asm volatile(\"cp.async.wait_group 0;\\n\" : : : \"memory\"); }\n"
+    "static __device__ __forceinline__ void alloy_cp_async_wait_1() { asm volatile(\"cp.async.wait_group 1;\\n\" : : : \"memory\"); }\n"
+    "#else /* before sm_80: a plain 16-byte copy, nothing to wait for */\n"
+    "static __device__ __forceinline__ void alloy_cp_async_16(void *dst, const void *src) { alloy_vcopy<16>(dst, src); }\n"
+    "static __device__ __forceinline__ void alloy_cp_async_commit() {}\n"
+    "static __device__ __forceinline__ void alloy_cp_async_wait_all() {}\n"
+    "static __device__ __forceinline__ void alloy_cp_async_wait_1() {}\n"
+    "#endif\n"
+    "#endif\n";
+
 /* The kernel after its signature. Per block: 64 query rows of one (batch,
  * head); warp w owns rows i0 + 16 w .. + 15, and lane (g = lane >> 2,
  * t = lane % 4) holds rows g and g + 8 of them. The warp's Q stays in
- * registers as A fragments; per key tile (K and V through shared memory):
- * S = Q K^T (8 n-tiles of 8 keys), scaled into log2 units, masked, the rows'
+ * registers as A fragments; per key tile (K and V copied into shared memory
+ * by cp.async, double-buffered at D_ <= 64 so that the next tile's copies
+ * fly while this one is computed; their B fragments loaded by ldmatrix, V's
+ * transposed): S = Q K^T (8 n-tiles of 8 keys), scaled into log2 units, masked, the rows'
  * maxima over the 4 lanes of a group, the accumulator rescaled, P =
  * exp2(S - m) rounded to f16/bf16 (the rounded values summed into l, so the
  * weights divide by their own sum), and O += P V with P's C fragments of
@@ -120,30 +166,51 @@ static const char *const mma_body[] = {
     "        for (int dn = 0; dn < DN_; dn++) o_[dn][0] = o_[dn][1] = o_[dn][2] = o_[dn][3] = 0.f;\n"
     "        float m0_ = -ALLOY_INF, m1_ = -ALLOY_INF, l0_ = 0.f, l1_ = 0.f, u0_ = 0.f, u1_ = 0.f;\n"
     ,
-    "        for (long long j0_ = 0; j0_ < blim_; j0_ += TILE_) {\n"
-    "            __syncthreads();\n"
-    "            for (int e_ = threadIdx.x; e_ < TILE_ * (D_ / 8); e_ += blockDim.x) {\n"
-    "                const int r_ = e_ / (D_ / 8), c_ = e_ % (D_ / 8) * 8;\n"
-    "                const long long j_ = j0_ + r_;\n"
-    "                if (j_ < S_) {\n"
-    "                    alloy_vcopy<16>(ks_ + r_ * PS_ + c_, k_ + j_ * KROW_ + c_);\n"
-    "                    alloy_vcopy<16>(vs_ + r_ * PS_ + c_, v_ + j_ * VROW_ + c_);\n"
-    "                } else { /* zeros: 0 * a stale NaN would reach O */\n"
-    "                    *(alloy_b128 *)(ks_ + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
-    "                    *(alloy_b128 *)(vs_ + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
-    "                }\n"
+    /* the K and V rows [j0, j0 + TILE_) into stage st by 16-byte cp.async copies (zeros past S_:
+     * 0 * a stale NaN would reach O), committed as one group */
+    "#define ISSUE_(j0, st)                                                                               \\\n"
+    "    do {                                                                                             \\\n"
+    "        for (int e_ = threadIdx.x; e_ < TILE_ * (D_ / 8); e_ += blockDim.x) {                        \\\n"
+    "            const int r_ = e_ / (D_ / 8), c_ = e_ % (D_ / 8) * 8;                                    \\\n"
+    "            const long long j_ = (j0) + r_;                                                          \\\n"
+    "            unsigned short *kd_ = ks_ + (st) * TILE_ * PS_ + r_ * PS_ + c_;                          \\\n"
+    "            unsigned short *vd_ = vs_ + (st) * TILE_ * PS_ + r_ * PS_ + c_;                          \\\n"
+    "            if (j_ < S_) {                                                                           \\\n"
+    "                alloy_cp_async_16(kd_, k_ + j_ * KROW_ + c_);                                         \\\n"
+    "                alloy_cp_async_16(vd_, v_ + j_ * VROW_ + c_);                                         \\\n"
+    "            } else {                                                                                 \\\n"
+    "                *(alloy_b128 *)kd_ = alloy_b128{0, 0};                                               \\\n"
+    "                *(alloy_b128 *)vd_ = alloy_b128{0, 0};                                               \\\n"
+    "            }                                                                                        \\\n"
+    "        }                                                                                            \\\n"
+    "        alloy_cp_async_commit();                                                                     \\\n"
+    "    } while (0)\n"
+    /* two stages (D_ <= 64): tile j + 1's copies fly while tile j is computed; one stage: issued
+     * after the tile's last reader */
+    "        if (blim_ > 0) ISSUE_(0, 0);\n"
+    "        for (long long j0_ = 0, it_ = 0; j0_ < blim_; j0_ += TILE_, it_++) {\n"
+    "            const int st_ = STAGES_ == 2 ? (int)(it_ & 1) : 0;\n"
+    "            if (STAGES_ == 2 && j0_ + TILE_ < blim_) {\n"
+    "                ISSUE_(j0_ + TILE_, st_ ^ 1);\n"
+    "                alloy_cp_async_wait_1();\n"
+    "            } else {\n"
+    "                alloy_cp_async_wait_all();\n"
     "            }\n"
     "            __syncthreads();\n"
-    "            if (j0_ >= wlim_) continue; /* the whole warp: its rows see none of these keys */\n"
+    "            const unsigned short *kt_ = ks_ + st_ * TILE_ * PS_, *vt_ = vs_ + st_ * TILE_ * PS_;\n"
+    "            if (j0_ < wlim_) { /* else the whole warp: its rows see none of these keys */\n"
     "            float s_[NT_][4];\n"
     "#pragma unroll\n"
-    "            for (int nt = 0; nt < NT_; nt++) {\n"
-    "                s_[nt][0] = s_[nt][1] = s_[nt][2] = s_[nt][3] = 0.f;\n"
+    "            for (int np = 0; np < NT_; np += 2) {\n"
+    "#pragma unroll\n"
+    "                for (int h = 0; h < 8; h++) s_[np + h / 4][h % 4] = 0.f;\n"
     "#pragma unroll\n"
     "                for (int kk = 0; kk < KS_; kk++) {\n"
-    "                    const unsigned short *kr_ = ks_ + (nt * 8 + g_) * PS_ + kk * 16 + 2 * t4_;\n"
-    "                    const unsigned kf_[2] = {*(const unsigned *)kr_, *(const unsigned *)(kr_ + 8)};\n"
-    "                    MMA_(s_[nt], qa_[kk], kf_);\n"
+    "                    /* B fragments of n-tiles np and np + 1: lanes 8m..8m+7 give the rows of matrix m */\n"
+    "                    unsigned kf_[4];\n"
+    "                    alloy_ldmatrix_x4(kf_, kt_ + ((np + (lane_ >> 4)) * 8 + (lane_ & 7)) * PS_ + kk * 16 + ((lane_ >> 3) & 1) * 8);\n"
+    "#pragma unroll\n"
+    "                    for (int h = 0; h < 2; h++) MMA_(s_[np + h], qa_[kk], kf_ + 2 * h);\n"
     "                }\n"
     "            }\n"
     ,
@@ -182,14 +249,19 @@ static const char *const mma_body[] = {
     "                    pa_[h] = (unsigned)lo_ | (unsigned)hi_ << 16;\n"
     "                }\n"
     "#pragma unroll\n"
-    "                for (int dn = 0; dn < DN_; dn++) {\n"
-    "                    const unsigned short *vc_ = vs_ + (kk * 16 + 2 * t4_) * PS_ + dn * 8 + g_;\n"
-    "                    const unsigned vf_[2] = {(unsigned)vc_[0] | (unsigned)vc_[PS_] << 16,\n"
-    "                                             (unsigned)vc_[8 * PS_] | (unsigned)vc_[9 * PS_] << 16};\n"
-    "                    MMA_(o_[dn], pa_, vf_);\n"
+    "                for (int dn = 0; dn < DN_; dn += 2) {\n"
+    "                    /* B fragments of column tiles dn and dn + 1, V's rows (keys) transposed */\n"
+    "                    unsigned vf_[4];\n"
+    "                    alloy_ldmatrix_x4_trans(vf_, vt_ + (kk * 16 + ((lane_ >> 3) & 1) * 8 + (lane_ & 7)) * PS_ + (dn + (lane_ >> 4)) * 8);\n"
+    "#pragma unroll\n"
+    "                    for (int h = 0; h < 2; h++) MMA_(o_[dn + h], pa_, vf_ + 2 * h);\n"
     "                }\n"
     "            }\n"
+    "            }\n"
+    "            __syncthreads();\n"
+    "            if (STAGES_ == 1 && j0_ + TILE_ < blim_) ISSUE_(j0_ + TILE_, 0);\n"
     "        }\n"
+    "#undef ISSUE_\n"
     ,
     "        /* each lane summed its own columns: the row's sum is over the 4 lanes of its group */\n"
     "        l0_ += __shfl_xor_sync(0xffffffffu, l0_, 1);\n"
@@ -225,6 +297,7 @@ void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, cons
     double scale = ir_attr_f(n, "scale");
     cg_put_preamble(t);
     cg_put(t, "%s", mma_defs);
+    cg_put(t, "%s", ldmatrix_defs);
     cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", MMA_THREADS, name);
     cg_param_list(t, g, ps);
     cg_put(t, ")\n{\n    typedef float T;\n");
@@ -277,7 +350,9 @@ const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int pl = cg_param_of(&ps, CG_PARAM_KEPT, n->id, true, qt->dims[0] * qt->dims[1] * qt->dims[2]);
     cg_attention_mma_open(&t, g, n, &ps, name);
-    cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8], vb_[TILE_ * PS_ / 8];\n");
+    /* K and V tiles double-buffered where they fit the 48 KB of static shared memory (D_ <= 64) */
+    cg_put(&t, "    enum { STAGES_ = D_ <= 64 ? 2 : 1 };\n"
+               "    __shared__ alloy_b128 kb_[STAGES_ * TILE_ * PS_ / 8], vb_[STAGES_ * TILE_ * PS_ / 8];\n");
     cg_put(&t, "#define PQ_ p%d\n#define PK_ p%d\n#define PV_ p%d\n#define PO_ p%d\n#define PL_ p%d\n", pq, pk, pv, out, pl);
     for (size_t i = 0; i < sizeof mma_body / sizeof mma_body[0]; i++) cg_put(&t, "%s", mma_body[i]);
     cg_put(&t, "#undef PQ_\n#undef PK_\n#undef PV_\n#undef PO_\n#undef PL_\n");
