@@ -12,6 +12,7 @@
 
 #include "alloy/alloy.h"
 #include "base/convert.h"
+#include "codegen/ptxas.h"
 #include "codegen_support.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
@@ -463,6 +464,49 @@ static void test_the_kernels_compile_for_sm80_and_sm90(void **state)
     cg_nvrtc_close(nv);
 }
 
+/* ptxas's resources of the tensor-core kernels (forward, the backward's
+ * three) for sm_80 and sm_90 at head dims 64 and 128, f16 and bf16: no
+ * spill at head dim 64; at 128 what ptxas reports is printed. */
+static void test_the_kernels_spill_nothing_at_head_dim_64(void **state)
+{
+    (void)state;
+    cg_nvrtc *nv = nvrtc_or_skip();
+    static const mcase cases[] = {{ALLOY_F16, 1, 2, 65, 65, 64, true, true, true},
+                                  {ALLOY_BF16, 1, 2, 65, 65, 64, false, true, true},
+                                  {ALLOY_F16, 1, 1, 33, 33, 128, true, true, true},
+                                  {ALLOY_BF16, 1, 1, 33, 33, 128, false, true, true}};
+    feed_set f;
+    alloy_graph *g = cases_graph(cases, 4, &f);
+    if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+    cg_program prog;
+    char err[1024];
+    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
+    const ir_graph *c = g->compiled;
+    cg_resources *res = test_calloc((size_t)prog.nkernels + 1, sizeof *res);
+    static const int archs[] = {80, 90};
+    for (int a = 0; a < 2; a++) {
+        if (cg_ptxas_resources(nv, NULL, &prog, archs[a], 0, res, err, sizeof err)) fail_msg("%s", err);
+        for (int q = 0; q < prog.nkernels; q++) {
+            const ir_node *node = c->nodes[g->comp.sched.steps[prog.kernels[q].step].pos];
+            if (node->op != IR_OP_attention && node->op != IR_OP_attention_grad) continue;
+            const mcase *mc = &cases[case_of(c, node)];
+            const cg_resources *r = &res[q];
+            if (!r->known) fail_msg("sm_%d %s: ptxas reported nothing", archs[a], prog.kernels[q].name);
+            print_message("# sm_%d %s %s head dim %lld: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes smem\n",
+                          archs[a], alloy_dtype_name(mc->dt), prog.kernels[q].name, (long long)mc->d, r->registers,
+                          r->spill_stores, r->spill_loads, r->shared);
+            if (mc->d <= 64 && (r->spill_stores || r->spill_loads))
+                fail_msg("sm_%d %s (head dim %lld) spills: %d bytes stored, %d loaded", archs[a], prog.kernels[q].name,
+                         (long long)mc->d, r->spill_stores, r->spill_loads);
+        }
+    }
+    test_free(res);
+    cg_program_free(&prog);
+    free_feeds(&f);
+    alloy_graph_free(g);
+    cg_nvrtc_close(nv);
+}
+
 /* "emulate": the kernels on the host emulation; "nvrtc": their NVRTC compiles; no argument: both. */
 int main(int argc, char **argv)
 {
@@ -474,6 +518,7 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest compiled[] = {
         cmocka_unit_test(test_the_kernels_compile_for_sm80_and_sm90),
+        cmocka_unit_test(test_the_kernels_spill_nothing_at_head_dim_64),
     };
     const char *part = argc > 1 ? argv[1] : "";
     if (*part && strcmp(part, "emulate") != 0 && strcmp(part, "nvrtc") != 0) {

@@ -20,7 +20,8 @@ static void load_a(cg_text *t, const char *name, const char *base, const char *r
 
 /* Copies rows [x0_, x0_ + TILE_) of two matrices of LEN2_ rows (GA and GB,
  * RA and RB elements between rows) into shared tiles A and B (rows padded
- * to PS_, zeros past LEN2_) after a barrier. */
+ * to PS_, zeros past LEN2_) after a barrier, by 16-byte cp.async copies
+ * that the thread waits for (the caller's next barrier publishes them). */
 static void load_tiles(cg_text *t, const char *a, const char *ga, const char *ra, const char *b, const char *gb,
                        const char *rb)
 {
@@ -30,39 +31,46 @@ static void load_tiles(cg_text *t, const char *a, const char *ga, const char *ra
            "                const int r_ = e_ / (D_ / 8), c_ = e_ %% (D_ / 8) * 8;\n"
            "                const long long x_ = x0_ + r_;\n"
            "                if (x_ < LEN2_) {\n"
-           "                    alloy_vcopy<16>(%s + r_ * PS_ + c_, %s + x_ * %s + c_);\n"
-           "                    alloy_vcopy<16>(%s + r_ * PS_ + c_, %s + x_ * %s + c_);\n"
+           "                    alloy_cp_async_16(%s + r_ * PS_ + c_, %s + x_ * %s + c_);\n"
+           "                    alloy_cp_async_16(%s + r_ * PS_ + c_, %s + x_ * %s + c_);\n"
            "                } else {\n"
            "                    *(alloy_b128 *)(%s + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
            "                    *(alloy_b128 *)(%s + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
            "                }\n"
-           "            }\n",
+           "            }\n"
+           "            alloy_cp_async_commit();\n"
+           "            alloy_cp_async_wait_all();\n",
            a, ga, ra, b, gb, rb, a, b);
 }
 
 /* C[NT_][4] (declared by the caller) = A B^T over a 16 x D_ A in registers
  * (AF[KS_][4]) and the tile's 64 rows of B in shared memory (SH): 8 n-tiles
- * of 8 rows. */
+ * of 8 rows, the B fragments of two n-tiles per ldmatrix.x4 (lanes 8m..8m+7
+ * give the rows of matrix m: n-tile np + m / 2, columns + 8 (m % 2)). */
 static void product_nt(cg_text *t, const char *c, const char *af, const char *sh)
 {
     cg_put(t,
            "#pragma unroll\n"
-           "            for (int nt = 0; nt < NT_; nt++) {\n"
-           "                %s[nt][0] = %s[nt][1] = %s[nt][2] = %s[nt][3] = 0.f;\n"
+           "            for (int np = 0; np < NT_; np += 2) {\n"
+           "#pragma unroll\n"
+           "                for (int h = 0; h < 8; h++) %s[np + h / 4][h %% 4] = 0.f;\n"
            "#pragma unroll\n"
            "                for (int kk = 0; kk < KS_; kk++) {\n"
-           "                    const unsigned short *br_ = %s + (nt * 8 + g_) * PS_ + kk * 16 + 2 * t4_;\n"
-           "                    const unsigned bf_[2] = {*(const unsigned *)br_, *(const unsigned *)(br_ + 8)};\n"
-           "                    MMA_(%s[nt], %s[kk], bf_);\n"
+           "                    unsigned bf_[4];\n"
+           "                    alloy_ldmatrix_x4(bf_, %s + ((np + (lane_ >> 4)) * 8 + (lane_ & 7)) * PS_ + kk * 16 + ((lane_ >> 3) & 1) * 8);\n"
+           "#pragma unroll\n"
+           "                    for (int h = 0; h < 2; h++) MMA_(%s[np + h], %s[kk], bf_ + 2 * h);\n"
            "                }\n"
            "            }\n",
-           c, c, c, c, sh, c, af);
+           c, sh, c, af);
 }
 
 /* ACC[DN_][4] += X B over the tile: X [16, TILE_] given per n-tile pair as
  * f32 C fragments (X_[NT_][4], rounded here to the dtype: the C fragments of
  * n-tiles 2kk and 2kk + 1 are the A fragment of k-block kk), B the tile's
- * [TILE_, D_] rows in shared memory (SH). */
+ * [TILE_, D_] rows in shared memory (SH), its B fragments of two column
+ * tiles per ldmatrix.x4.trans (matrix m: rows + 8 (m % 2), column tile dn +
+ * m / 2). */
 static void product_acc(cg_text *t, const char *acc, const char *x, const char *sh)
 {
     cg_put(t,
@@ -75,11 +83,11 @@ static void product_acc(cg_text *t, const char *acc, const char *x, const char *
            "                    xa_[h] = (unsigned)TO_(xv_[0]) | (unsigned)TO_(xv_[1]) << 16;\n"
            "                }\n"
            "#pragma unroll\n"
-           "                for (int dn = 0; dn < DN_; dn++) {\n"
-           "                    const unsigned short *bc_ = %s + (kk * 16 + 2 * t4_) * PS_ + dn * 8 + g_;\n"
-           "                    const unsigned bf_[2] = {(unsigned)bc_[0] | (unsigned)bc_[PS_] << 16,\n"
-           "                                             (unsigned)bc_[8 * PS_] | (unsigned)bc_[9 * PS_] << 16};\n"
-           "                    MMA_(%s[dn], xa_, bf_);\n"
+           "                for (int dn = 0; dn < DN_; dn += 2) {\n"
+           "                    unsigned bf_[4];\n"
+           "                    alloy_ldmatrix_x4_trans(bf_, %s + (kk * 16 + ((lane_ >> 3) & 1) * 8 + (lane_ & 7)) * PS_ + (dn + (lane_ >> 4)) * 8);\n"
+           "#pragma unroll\n"
+           "                    for (int h = 0; h < 2; h++) MMA_(%s[dn + h], xa_, bf_ + 2 * h);\n"
            "                }\n"
            "            }\n",
            x, sh, acc);
@@ -196,9 +204,11 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "            for (int e_ = threadIdx.x; e_ < TILE_ * (D_ / 8); e_ += blockDim.x) {\n"
                "                const int r_ = e_ / (D_ / 8), c_ = e_ %% (D_ / 8) * 8;\n"
                "                const long long x_ = x0_ + r_;\n"
-               "                if (x_ < S_) alloy_vcopy<16>(ks_ + r_ * PS_ + c_, k_ + x_ * KROW_ + c_);\n"
+               "                if (x_ < S_) alloy_cp_async_16(ks_ + r_ * PS_ + c_, k_ + x_ * KROW_ + c_);\n"
                "                else *(alloy_b128 *)(ks_ + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
                "            }\n"
+               "            alloy_cp_async_commit();\n"
+               "            alloy_cp_async_wait_all();\n"
                "            __syncthreads();\n"
                "            if (x0_ >= wlim_) continue;\n"
                "            float s_[NT_][4];\n");
@@ -324,29 +334,33 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "                    ds_[(nt * 8 + 2 * t4_ + (c & 1)) * DSP_ + warp_ * 16 + g_ + (c >> 1) * 8] = TO_(dp_[nt][c]);\n"
                "            for (int e_ = threadIdx.x; e_ < ROWS_ * (D_ / 8); e_ += blockDim.x) {\n"
                "                const int r_ = e_ / (D_ / 8), c_ = e_ %% (D_ / 8) * 8;\n"
-               "                if (j0_ + r_ < S_) alloy_vcopy<16>(qs_ + r_ * PS_ + c_, k_ + (j0_ + r_) * KROW_ + c_);\n"
+               "                if (j0_ + r_ < S_) alloy_cp_async_16(qs_ + r_ * PS_ + c_, k_ + (j0_ + r_) * KROW_ + c_);\n"
                "                else *(alloy_b128 *)(qs_ + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
                "            }\n"
+               "            alloy_cp_async_commit();\n"
+               "            alloy_cp_async_wait_all();\n"
                "            __syncthreads();\n"
-               "            /* dQ rows x0_ + 16 warp_ + g_ (+ 8) of the tile: A = dS (row-major in ds_), B = K (k = key, n = column) */\n"
+               "            /* dQ rows x0_ + 16 warp_ + g_ (+ 8) of the tile: A = dS (row-major in ds_; ldmatrix matrix m: rows\n"
+               "             * + 8 (m %% 2), columns + 8 (m / 2)), B = K (k = key, n = column: transposed, as V in the forward) */\n"
                "            const long long qi0_ = x0_ + warp_ * 16 + g_, qi1_ = qi0_ + 8;\n"
                "            if (x0_ + warp_ * 16 < T_) {\n"
                "#pragma unroll\n"
-               "                for (int dn = 0; dn < DN_; dn++) {\n"
-               "                    float acc_[4] = {0.f, 0.f, 0.f, 0.f};\n"
+               "                for (int dn = 0; dn < DN_; dn += 2) {\n"
+               "                    float acc_[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};\n"
                "#pragma unroll\n"
                "                    for (int kk = 0; kk < ROWS_ / 16; kk++) {\n"
-               "                        const unsigned short *ar_ = ds_ + (warp_ * 16 + g_) * DSP_ + kk * 16 + 2 * t4_;\n"
-               "                        const unsigned af_[4] = {*(const unsigned *)ar_, *(const unsigned *)(ar_ + 8 * DSP_),\n"
-               "                                                 *(const unsigned *)(ar_ + 8), *(const unsigned *)(ar_ + 8 * DSP_ + 8)};\n"
-               "                        const unsigned short *bc_ = qs_ + (kk * 16 + 2 * t4_) * PS_ + dn * 8 + g_;\n"
-               "                        const unsigned bf_[2] = {(unsigned)bc_[0] | (unsigned)bc_[PS_] << 16,\n"
-               "                                                 (unsigned)bc_[8 * PS_] | (unsigned)bc_[9 * PS_] << 16};\n"
-               "                        MMA_(acc_, af_, bf_);\n"
+               "                        unsigned af_[4], bf_[4];\n"
+               "                        alloy_ldmatrix_x4(af_, ds_ + (warp_ * 16 + (lane_ & 7) + ((lane_ >> 3) & 1) * 8) * DSP_ + kk * 16 + (lane_ >> 4) * 8);\n"
+               "                        alloy_ldmatrix_x4_trans(bf_, qs_ + (kk * 16 + ((lane_ >> 3) & 1) * 8 + (lane_ & 7)) * PS_ + (dn + (lane_ >> 4)) * 8);\n"
+               "#pragma unroll\n"
+               "                        for (int h = 0; h < 2; h++) MMA_(acc_[h], af_, bf_ + 2 * h);\n"
                "                    }\n"
-               "                    const int c_ = dn * 8 + 2 * t4_;\n"
-               "                    if (qi0_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_, acc_[0]), atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_ + 1, acc_[1]);\n"
-               "                    if (qi1_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_, acc_[2]), atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_ + 1, acc_[3]);\n"
+               "#pragma unroll\n"
+               "                    for (int h = 0; h < 2; h++) {\n"
+               "                        const int c_ = (dn + h) * 8 + 2 * t4_;\n"
+               "                        if (qi0_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_, acc_[h][0]), atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_ + 1, acc_[h][1]);\n"
+               "                        if (qi1_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_, acc_[h][2]), atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_ + 1, acc_[h][3]);\n"
+               "                    }\n"
                "                }\n"
                "            }\n"
                "        }\n"
