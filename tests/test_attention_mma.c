@@ -292,9 +292,9 @@ static void run_cases(const mcase *c, int n, const char *what, bool shuffles)
             fail_msg("%s: %s the forward's kept logsumexp", ker->name, reads_kept ? "reads" : "does not read");
         seen++;
     }
-    /* the forward's kernel; the backward's two (SIMT) or three (mma: the row pass, the key blocks, dq) */
+    /* the forward's kernel; the backward's two (SIMT) or, mma, the row pass, the key blocks and (over 64 keys) dq */
     int want = 0;
-    for (int i = 0; i < n; i++) want += c[i].mma ? 4 : 3;
+    for (int i = 0; i < n; i++) want += c[i].mma && c[i].s > 64 ? 4 : 3;
     assert_int_equal(seen, want);
     char err[4096];
     char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
@@ -380,7 +380,8 @@ static int products_in(const cg_kernel *kn)
  * per tile (S = Q K^T, O += P V) and keeps the rows' logsumexp; the backward
  * is one kernel over key blocks with the other 5 (S, dP = dO V^T, dV += P^T
  * dO, dK += dS^T Q, dQ += dS K, dQ in f32 through atomicAdd), beside a row
- * pass with none (delta, the accumulator zeroed) and dq's rounding; the
+ * pass with none (delta, the accumulator zeroed) and, over 64 keys, dq's
+ * rounding; the
  * fragments of the shared tiles load with ldmatrix (.trans for V, dO and K
  * as B operands), the K/V (forward) and Q/dO (backward) tiles with
  * cp.async 16-byte copies, double-buffered. */
@@ -412,7 +413,8 @@ static void test_attention_runs_at_seven_products_per_tile_with_ldmatrix_and_cp_
             forward++;
         } else if (node->op == IR_OP_attention_grad && strstr(kn->name, "_keys")) {
             assert_int_equal(products_in(kn), 5);
-            assert_non_null(strstr(body, "atomicAdd("));
+            /* over 64 keys, several key blocks add into dq's f32 accumulator; at most 64, the one stores dq */
+            assert_true((strstr(body, "atomicAdd(") != NULL) == (cases[case_of(c, node)].s > 64));
             assert_non_null(strstr(body, "alloy_ldmatrix_x4_trans("));
             assert_non_null(strstr(body, "alloy_cp_async_16("));
             keys++;
@@ -424,7 +426,7 @@ static void test_attention_runs_at_seven_products_per_tile_with_ldmatrix_and_cp_
             rows++;
         }
     }
-    assert_int_equal(forward, 2), assert_int_equal(keys, 2), assert_int_equal(rows, 2), assert_int_equal(dq, 2);
+    assert_int_equal(forward, 2), assert_int_equal(keys, 2), assert_int_equal(rows, 2), assert_int_equal(dq, 1);
     cg_program_free(&prog);
     free_feeds(&f);
     alloy_graph_free(g);
@@ -492,8 +494,9 @@ static void test_the_kernels_spill_nothing_at_head_dim_64(void **state)
             const mcase *mc = &cases[case_of(c, node)];
             const cg_resources *r = &res[q];
             if (!r->known) fail_msg("sm_%d %s: ptxas reported nothing", archs[a], prog.kernels[q].name);
-            print_message("# sm_%d %s %s head dim %lld: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes smem\n",
-                          archs[a], alloy_dtype_name(mc->dt), prog.kernels[q].name, (long long)mc->d, r->registers,
+            print_message("# sm_%d %s %s head dim %lld: %d registers, %d bytes stack, %d bytes spill stores, %d bytes spill "
+                          "loads, %d bytes smem\n",
+                          archs[a], alloy_dtype_name(mc->dt), prog.kernels[q].name, (long long)mc->d, r->registers, r->stack,
                           r->spill_stores, r->spill_loads, r->shared);
             if (mc->d <= 64 && (r->spill_stores || r->spill_loads))
                 fail_msg("sm_%d %s (head dim %lld) spills: %d bytes stored, %d loaded", archs[a], prog.kernels[q].name,

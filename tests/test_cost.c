@@ -182,8 +182,8 @@ static void test_mlp_training_step_gemm_flops_are_the_five_products(void **state
     release(&x);
 }
 
-/* f16 attention on tensor cores, [1, 2, 64, 64] over 64 keys, causal: 2 B H T
- * S D / 2 FLOPs per QK^T-sized product; the forward 2 products and the
+/* f16 attention on tensor cores, [1, 2, 128, 64] over 128 keys, causal: 2 B H
+ * T S D / 2 FLOPs per QK^T-sized product; the forward 2 products and the
  * backward 5 (S, dP, dV, dK, dQ in its key kernel) when its o is the
  * forward's output (the forward keeps the logsumexp), 6 when o is another
  * value (the row pass recomputes the logsumexp). */
@@ -192,21 +192,21 @@ static void test_attention_is_counted_at_seven_products_with_the_kept_logsumexp(
     (void)state;
     static const char ir[] =
         "graph att {\n"
-        "  %q = input : f16[1,2,64,64]\n"
-        "  %k = input : f16[1,2,64,64]\n"
-        "  %v = input : f16[1,2,64,64]\n"
-        "  %o = input : f16[1,2,64,64]\n"
-        "  %dy = input : f16[1,2,64,64]\n"
-        "  %y = attention(%q, %k, %v) {causal=true, scale=0.125} : f16[1,2,64,64]\n"
-        "  %g = attention_grad(%q, %k, %v, %y, %dy) {causal=true, scale=0.125} : f16[1,2,192,64]\n"
-        "  %h = attention_grad(%q, %k, %v, %o, %dy) {causal=true, scale=0.125} : f16[1,2,192,64]\n"
+        "  %q = input : f16[1,2,128,64]\n"
+        "  %k = input : f16[1,2,128,64]\n"
+        "  %v = input : f16[1,2,128,64]\n"
+        "  %o = input : f16[1,2,128,64]\n"
+        "  %dy = input : f16[1,2,128,64]\n"
+        "  %y = attention(%q, %k, %v) {causal=true, scale=0.125} : f16[1,2,128,64]\n"
+        "  %g = attention_grad(%q, %k, %v, %y, %dy) {causal=true, scale=0.125} : f16[1,2,384,64]\n"
+        "  %h = attention_grad(%q, %k, %v, %o, %dy) {causal=true, scale=0.125} : f16[1,2,384,64]\n"
         "  output \"y\" = %y\n"
         "  output \"g\" = %g\n"
         "  output \"h\" = %h\n"
         "}\n";
     modelled x;
     model(&x, parse(ir), NULL);
-    const double product = 2.0 * 1 * 2 * 64 * 64 * 64 / 2;
+    const double product = 2.0 * 1 * 2 * 128 * 128 * 64 / 2;
     double by_node[3] = {0, 0, 0};
     int kernels[3] = {0, 0, 0};
     const ir_graph *c = x.g->compiled;

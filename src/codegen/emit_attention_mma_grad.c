@@ -117,12 +117,21 @@ static void zero_acc(cg_text *t, const char *acc)
            acc, acc, acc, acc, acc);
 }
 
+/* Whether more than one key block (64 keys) adds to each query's dq, so
+ * that they add into an f32 accumulator with atomics and a third kernel
+ * rounds it; with one (S <= 64) the key kernel stores dq itself. */
+static bool dq_accumulates(const ir_graph *g, const ir_node *n)
+{
+    return g->nodes[n->in[1]]->type.dims[2] > 64;
+}
+
 /* The step's scratch (a CG_PARAM_ROWS slot of the node, f32): each row's
  * logsumexp (log2 units) at LSEOFF_(bh), its delta = do.o BH_ T_ further on,
- * then the [BH_, T_, D_] dq accumulator. */
-static int64_t scratch_words(const ir_type *q)
+ * then (dq_accumulates) the [BH_, T_, D_] dq accumulator. */
+static int64_t scratch_words(const ir_graph *g, const ir_node *n)
 {
-    return 2 * q->dims[0] * q->dims[1] * q->dims[2] + ir_numel(q);
+    const ir_type *q = &g->nodes[n->in[0]]->type;
+    return 2 * q->dims[0] * q->dims[1] * q->dims[2] + (dq_accumulates(g, n) ? ir_numel(q) : 0);
 }
 
 /* Whether attention_grad n's o is the output of the attention forward of
@@ -150,7 +159,7 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     int pk = kept ? 0 : cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int64_t T = qt->dims[2];
-    int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(qt));
+    int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(g, n));
     cg_attention_mma_open(&t, g, n, &ps, name);
     if (!kept)
         cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8];\n"
@@ -166,11 +175,13 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        const long long blim_ = LIM_(last_), wlim_ = w0_ < T_ ? LIM_(wlast_) : 0;\n"
                "        const long long lim0_ = r0_ < T_ ? LIM_(r0_) : 0, lim1_ = r1_ < T_ ? LIM_(r1_) : 0;\n"
                "        const unsigned short *do_ = p%d + DOOFF_(bh_), *o_ = p%d + OOFF_(bh_);\n"
-               "        for (int c_ = t4_; c_ < D_; c_ += 4) {\n"
-               "            if (r0_ < T_) dqa_[(bh_ * T_ + r0_) * D_ + c_] = 0.f;\n"
-               "            if (r1_ < T_) dqa_[(bh_ * T_ + r1_) * D_ + c_] = 0.f;\n"
-               "        }\n",
-           rows, rows, rows, pd, po);
+               "%s",
+           rows, rows, rows, pd, po,
+           dq_accumulates(g, n) ? "        for (int c_ = t4_; c_ < D_; c_ += 4) {\n"
+                                  "            if (r0_ < T_) dqa_[(bh_ * T_ + r0_) * D_ + c_] = 0.f;\n"
+                                  "            if (r1_ < T_) dqa_[(bh_ * T_ + r1_) * D_ + c_] = 0.f;\n"
+                                  "        }\n"
+                                : "        (void)dqa_;\n");
     if (!kept) {
         cg_put(&t, "        const unsigned short *q_ = p%d + QOFF_(bh_), *k_ = p%d + KOFF_(bh_);\n", pq, pk);
         load_a(&t, "qa_", "q_", "QROW_");
@@ -268,7 +279,7 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     int pq = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0), pk = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0),
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0), pd = cg_param_of(&ps, CG_PARAM_NODE, n->in[4], false, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type, *kt = &g->nodes[n->in[1]]->type;
-    int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(qt));
+    int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(g, n));
     int lse = kept ? cg_param_of(&ps, CG_PARAM_KEPT, n->in[3], false, qt->dims[0] * qt->dims[1] * qt->dims[2]) : rows;
     cg_attention_mma_open(&t, g, n, &ps, name);
     /* query i sees key j when j < LIM_(i), that is from query j - (S_ - T_) on when causal; the do tile's
@@ -281,6 +292,8 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "    const long long nb_ = (S_ + ROWS_ - 1) / ROWS_, LEN_ = S_, LEN2_ = T_;\n"
                "    const float *lsep_ = p%d, *deltap_ = p%d + BH_ * T_;\n"
                "    float *dqa_ = p%d + 2 * BH_ * T_;\n"
+               "    unsigned short *const dqp_ = p%d;\n"
+               "    (void)dqa_, (void)dqp_;\n"
                "    for (long long blk_ = blockIdx.x; blk_ < BH_ * nb_; blk_ += gridDim.x) {\n"
                "        const long long bh_ = blk_ / nb_, j0_ = (blk_ %% nb_) * ROWS_, w0_ = j0_ + warp_ * 16;\n"
                "        const long long r0_ = w0_ + g_, r1_ = r0_ + 8;\n"
@@ -288,7 +301,7 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        start_ = start_ < 0 ? 0 : start_ - start_ %% TILE_;\n"
                "        const unsigned short *q_ = p%d + QOFF_(bh_), *do_ = p%d + DOOFF_(bh_);\n"
                "        const unsigned short *k_ = p%d + KOFF_(bh_), *v_ = p%d + VOFF_(bh_);\n",
-           lse, rows, rows, ir_attr_i(n, "causal") ? "j0_ - (S_ - T_)" : "0", pq, pd, pk, pv);
+           lse, rows, rows, out, ir_attr_i(n, "causal") ? "j0_ - (S_ - T_)" : "0", pq, pd, pk, pv);
     load_a(&t, "ka_", "k_", "KROW_");
     load_a(&t, "va_", "v_", "VROW_");
     zero_acc(&t, "dk_");
@@ -358,13 +371,19 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "#pragma unroll\n"
                "                    for (int h = 0; h < 2; h++) {\n"
                "                        const int c_ = (dn + h) * 8 + 2 * t4_;\n"
-               "                        if (qi0_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_, acc_[h][0]), atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_ + 1, acc_[h][1]);\n"
-               "                        if (qi1_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_, acc_[h][2]), atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_ + 1, acc_[h][3]);\n"
+               "%s"
                "                    }\n"
                "                }\n"
                "            }\n"
                "        }\n"
                "        unsigned short *dko_ = p%d + DKOFF_(bh_), *dvo_ = p%d + DVOFF_(bh_);\n",
+           dq_accumulates(g, n)
+               ? "                        if (qi0_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_, acc_[h][0]), atomicAdd(dqa_ + (bh_ * T_ + qi0_) * D_ + c_ + 1, acc_[h][1]);\n"
+                 "                        if (qi1_ < T_) atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_, acc_[h][2]), atomicAdd(dqa_ + (bh_ * T_ + qi1_) * D_ + c_ + 1, acc_[h][3]);\n"
+               : "                        /* the only key block of these queries: dq = scale dQ, rounded once */\n"
+                 "                        unsigned short *dqo_ = dqp_ + DQOFF_(bh_);\n"
+                 "                        if (qi0_ < T_) *(unsigned *)(dqo_ + qi0_ * DQROW_ + c_) = (unsigned)TO_(acc_[h][0] * SCALE_) | (unsigned)TO_(acc_[h][1] * SCALE_) << 16;\n"
+                 "                        if (qi1_ < T_) *(unsigned *)(dqo_ + qi1_ * DQROW_ + c_) = (unsigned)TO_(acc_[h][2] * SCALE_) | (unsigned)TO_(acc_[h][3] * SCALE_) << 16;\n",
            out, out);
     store_acc(&t, "dk_", "dko_", "DKROW_", "SCALE_");
     store_acc(&t, "dv_", "dvo_", "DVROW_", "1.f");
@@ -385,7 +404,7 @@ static const char *dq_kernel(cg_program *prog, const ir_graph *g, const ir_node 
     cg_text t = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type;
-    int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, scratch_words(qt));
+    int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, scratch_words(g, n));
     cg_attention_mma_open(&t, g, n, &ps, name);
     cg_put(&t, "    const float *dqa_ = p%d + 2 * BH_ * T_;\n"
                "    for (long long e_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; e_ < BH_ * T_ * (D_ / 2);\n"
@@ -412,6 +431,7 @@ const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, cons
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);
     if ((why = keys_kernel(prog, g, n, k, name, kept))) return why;
+    if (!dq_accumulates(g, n)) return NULL;
     al_fmt(name, sizeof name, "alloy_s%d_%s_dq", k, ir_ops[n->op].name);
     return dq_kernel(prog, g, n, k, name);
 }
