@@ -1,4 +1,4 @@
-/* test_attention_mma.c - attention's tensor-core kernels (emit_attention_mma.c and _grad.c, mma.sync.m16n8k16 on f16/bf16), forward and backward, run on the host emulation against attention and its gradient written out in f64, causal or not, at odd lengths and head dims 16-128; the SIMT kernels where the mma ones do not apply; all NVRTC-compiled for sm_80 and sm_90. */
+/* test_attention_mma.c - attention's tensor-core kernels (emit_attention_mma.c and _grad.c, mma.sync.m16n8k16 on f16/bf16, ldmatrix, cp.async), forward and backward (also on the forward's kept logsumexp), run on the host emulation against attention and its gradient written out in f64, causal or not, at odd lengths and head dims 16-128; the SIMT kernels where the mma ones do not apply; the 7 products per tile in the emitted source; all NVRTC-compiled for sm_80 and sm_90, ptxas' spills read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
