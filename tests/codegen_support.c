@@ -239,6 +239,8 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
     char err[4096];
     stats.kernels = prog->nkernels;
     int next = 0; /* the next kernel, by step */
+    /* statistics a step keeps for a later one (CG_PARAM_KEPT), per writing node, for the whole run */
+    void **kept = test_calloc((size_t)c->nnodes + 1, sizeof(void *));
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *step = &s->steps[k];
         if (next >= prog->nkernels || prog->kernels[next].step != k) { /* a library call: the CPU's values */
@@ -279,6 +281,11 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
                     ptrs[p] = buf[pa->node];
                     continue;
                 }
+                if (pa->kind == CG_PARAM_KEPT) {
+                    if (!kept[pa->node]) kept[pa->node] = test_calloc((size_t)(pa->count > 0 ? pa->count : 1) + 1, sizeof(float));
+                    ptrs[p] = kept[pa->node];
+                    continue;
+                }
                 int q = 0;
                 while (q < nscratch && !(scratch[q].kind == pa->kind && scratch[q].node == pa->node)) q++;
                 if (q == nscratch) {
@@ -314,6 +321,9 @@ emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at)
             if (!(s->members[s->steps[j].first].flags & MEMBER_VIEW)) compare_step(&stats, st, j);
         k = last;
     }
+    for (int i = 0; i < c->nnodes; i++)
+        if (kept[i]) test_free(kept[i]);
+    test_free(kept);
     return stats;
 }
 

@@ -1,4 +1,4 @@
-/* test_attention_mma.c - attention's tensor-core kernels (emit_attention_mma.c and _grad.c, mma.sync.m16n8k16 on f16/bf16), forward and backward, run on the host emulation against attention and its gradient written out in f64, causal or not, at odd lengths and head dims 16-128; the SIMT kernels where the mma ones do not apply; all NVRTC-compiled for sm_80 and sm_90. */
+/* test_attention_mma.c - attention's tensor-core kernels (emit_attention_mma.c and _grad.c, mma.sync.m16n8k16 on f16/bf16, ldmatrix, cp.async), forward and backward (also on the forward's kept logsumexp), run on the host emulation against attention and its gradient written out in f64, causal or not, at odd lengths and head dims 16-128; the SIMT kernels where the mma ones do not apply; the 7 products per tile in the emitted source; all NVRTC-compiled for sm_80 and sm_90, ptxas' spills read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,16 +12,19 @@
 
 #include "alloy/alloy.h"
 #include "base/convert.h"
+#include "codegen/ptxas.h"
 #include "codegen_support.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
 /* One attention of a test graph: dtype, [b, h, t, d] queries over s keys,
- * and whether the emitter should give it the tensor-core kernel. */
+ * whether the emitter should give it the tensor-core kernel, and whether
+ * its attention_grad takes the forward's own output as o (so the backward
+ * reads the logsumexp the forward kept) rather than an o of its own. */
 typedef struct mcase {
     alloy_dtype dt;
     int64_t b, h, t, s, d;
-    bool causal, mma;
+    bool causal, mma, kept;
 } mcase;
 
 /* f16 and bf16 at lengths 17, 63, 65, 129 (no multiple of the 16-row warp
@@ -29,12 +32,14 @@ typedef struct mcase {
  * first causal rows see no key: zeros) and T < S; then what the mma kernel
  * does not take: head dims 24 and 8, and f32. */
 #define MMA_CASES(DT)                                                                                                  \
-    {DT, 1, 2, 17, 17, 16, true, true}, {DT, 2, 1, 17, 17, 16, false, true}, {DT, 1, 3, 63, 63, 32, true, true},      \
-        {DT, 2, 2, 65, 65, 64, false, true}, {DT, 1, 2, 129, 129, 128, true, true}, {DT, 1, 1, 129, 129, 128, false, true}, \
-        {DT, 1, 2, 65, 17, 64, true, true}, {DT, 2, 1, 17, 63, 32, true, true}, {DT, 1, 2, 33, 33, 24, true, false},    \
-        {DT, 1, 1, 20, 20, 8, false, false}
-static const mcase f16_cases[] = {MMA_CASES(ALLOY_F16), {ALLOY_F32, 1, 2, 17, 17, 64, true, false}};
-static const mcase bf16_cases[] = {MMA_CASES(ALLOY_BF16)};
+    {DT, 1, 2, 17, 17, 16, true, true, false}, {DT, 2, 1, 17, 17, 16, false, true, false}, {DT, 1, 3, 63, 63, 32, true, true, false},      \
+        {DT, 2, 2, 65, 65, 64, false, true, false}, {DT, 1, 2, 129, 129, 128, true, true, false}, {DT, 1, 1, 129, 129, 128, false, true, false}, \
+        {DT, 1, 2, 65, 17, 64, true, true, false}, {DT, 2, 1, 17, 63, 32, true, true, false}, {DT, 1, 2, 33, 33, 24, true, false, false},    \
+        {DT, 1, 1, 20, 20, 8, false, false, false}
+/* (the backward on the forward's kept logsumexp: head dims 64 and 128, causal and not) */
+#define KEPT_CASES(DT) {DT, 1, 2, 65, 65, 64, true, true, true}, {DT, 1, 1, 33, 47, 128, false, true, true}
+static const mcase f16_cases[] = {MMA_CASES(ALLOY_F16), KEPT_CASES(ALLOY_F16), {ALLOY_F32, 1, 2, 17, 17, 64, true, false, false}};
+static const mcase bf16_cases[] = {MMA_CASES(ALLOY_BF16), KEPT_CASES(ALLOY_BF16)};
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double uniform(double lo, double hi)
@@ -76,8 +81,9 @@ static alloy_graph *cases_graph(const mcase *c, int n, feed_set *f)
         snprintf(name, sizeof name, "y%d", i);
         assert_int_equal(alloy_output(g, name, y), ALLOY_OK);
         /* attention_grad(q, k, v, o, do) on o and do of their own (any o: delta = do.o is an input of the formulas) */
-        int ids[5] = {((ir_node *)(void *)x[0])->id, ((ir_node *)(void *)x[1])->id, ((ir_node *)(void *)x[2])->id, 0, 0};
-        for (int j = 0; j < 2; j++) {
+        int ids[5] = {((ir_node *)(void *)x[0])->id, ((ir_node *)(void *)x[1])->id, ((ir_node *)(void *)x[2])->id,
+                      ((ir_node *)(void *)y)->id, 0};
+        for (int j = c[i].kept; j < 2; j++) {
             alloy_host_tensor *t = &f->t[f->n++];
             char *in_name = test_malloc(16);
             snprintf(in_name, 16, "%c%d", "od"[j], i);
@@ -279,9 +285,17 @@ static void run_cases(const mcase *c, int n, const char *what, bool shuffles)
             fail_msg("%s head_dim %lld: the %s kernel, expected the %s one", alloy_dtype_name(mc->dt), (long long)mc->d,
                      mma ? "mma" : "SIMT", mc->mma ? "mma" : "SIMT");
         if (mma) assert_int_equal(ker->block, 128);
+        /* a kept case's key kernel reads the forward's logsumexp; the others' read the one their row pass computed */
+        bool reads_kept = false;
+        for (int p = 0; p < ker->nparams; p++) reads_kept |= ker->params[p].kind == CG_PARAM_KEPT && !ker->params[p].written;
+        if (node->op == IR_OP_attention_grad && mma && strstr(ker->name, "_keys") && reads_kept != mc->kept)
+            fail_msg("%s: %s the forward's kept logsumexp", ker->name, reads_kept ? "reads" : "does not read");
         seen++;
     }
-    assert_int_equal(seen, 3 * n); /* the forward's kernel, the backward's two */
+    /* the forward's kernel; the backward's two (SIMT) or, mma, the row pass, the key blocks and (over 64 keys) dq */
+    int want = 0;
+    for (int i = 0; i < n; i++) want += c[i].mma && c[i].s > 64 ? 4 : 3;
+    assert_int_equal(seen, want);
     char err[4096];
     char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
     assert_non_null(module);
@@ -353,6 +367,71 @@ static void test_the_shuffle_form_for_gpus_before_sm80_matches_too(void **state)
     run_cases(bf16_cases, (int)(sizeof bf16_cases / sizeof bf16_cases[0]), "bf16, mma by shuffles", true);
 }
 
+/* How many tensor-core products kernel kn's body calls (MMA_ sites, each
+ * once per 16 x 8 x 16 block of a tile's product). */
+static int products_in(const cg_kernel *kn)
+{
+    int count = 0;
+    for (const char *at = kn->source + kn->body; (at = strstr(at, "MMA_(")) != NULL; at++) count++;
+    return count;
+}
+
+/* FlashAttention-2's structure: the forward computes 2 QK^T-sized products
+ * per tile (S = Q K^T, O += P V) and keeps the rows' logsumexp; the backward
+ * is one kernel over key blocks with the other 5 (S, dP = dO V^T, dV += P^T
+ * dO, dK += dS^T Q, dQ += dS K, dQ in f32 through atomicAdd), beside a row
+ * pass with none (delta, the accumulator zeroed) and, over 64 keys, dq's
+ * rounding; the
+ * fragments of the shared tiles load with ldmatrix (.trans for V, dO and K
+ * as B operands), the K/V (forward) and Q/dO (backward) tiles with
+ * cp.async 16-byte copies, double-buffered. */
+static void test_attention_runs_at_seven_products_per_tile_with_ldmatrix_and_cp_async(void **state)
+{
+    (void)state;
+    static const mcase cases[] = {{ALLOY_F16, 1, 2, 65, 65, 64, true, true, true}, {ALLOY_BF16, 1, 1, 33, 33, 128, false, true, true}};
+    feed_set f;
+    alloy_graph *g = cases_graph(cases, 2, &f);
+    if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+    cg_program prog;
+    char err[1024];
+    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
+    const ir_graph *c = g->compiled;
+    int forward = 0, keys = 0, rows = 0, dq = 0;
+    for (int q = 0; q < prog.nkernels; q++) {
+        const cg_kernel *kn = &prog.kernels[q];
+        const ir_node *node = c->nodes[g->comp.sched.steps[kn->step].pos];
+        const char *body = kn->source + kn->body;
+        if (node->op == IR_OP_attention) {
+            assert_int_equal(products_in(kn), 2);
+            bool keeps = false;
+            for (int p = 0; p < kn->nparams; p++) keeps |= kn->params[p].kind == CG_PARAM_KEPT && kn->params[p].written;
+            assert_true(keeps);
+            assert_non_null(strstr(body, "alloy_ldmatrix_x4("));
+            assert_non_null(strstr(body, "alloy_ldmatrix_x4_trans("));
+            assert_non_null(strstr(body, "alloy_cp_async_16("));
+            assert_non_null(strstr(body, "alloy_cp_async_wait_"));
+            forward++;
+        } else if (node->op == IR_OP_attention_grad && strstr(kn->name, "_keys")) {
+            assert_int_equal(products_in(kn), 5);
+            /* over 64 keys, several key blocks add into dq's f32 accumulator; at most 64, the one stores dq */
+            assert_true((strstr(body, "atomicAdd(") != NULL) == (cases[case_of(c, node)].s > 64));
+            assert_non_null(strstr(body, "alloy_ldmatrix_x4_trans("));
+            assert_non_null(strstr(body, "alloy_cp_async_16("));
+            keys++;
+        } else if (node->op == IR_OP_attention_grad && strstr(kn->name, "_dq")) {
+            assert_int_equal(products_in(kn), 0);
+            dq++;
+        } else if (node->op == IR_OP_attention_grad) {
+            assert_int_equal(products_in(kn), 0);
+            rows++;
+        }
+    }
+    assert_int_equal(forward, 2), assert_int_equal(keys, 2), assert_int_equal(rows, 2), assert_int_equal(dq, 1);
+    cg_program_free(&prog);
+    free_feeds(&f);
+    alloy_graph_free(g);
+}
+
 /* Both groups' kernels (mma and SIMT) through NVRTC for sm_80 and sm_90, f16's for sm_75. */
 static void test_the_kernels_compile_for_sm80_and_sm90(void **state)
 {
@@ -387,6 +466,51 @@ static void test_the_kernels_compile_for_sm80_and_sm90(void **state)
     cg_nvrtc_close(nv);
 }
 
+/* ptxas's resources of the tensor-core kernels (forward, the backward's
+ * two or three) for sm_80 and sm_90 at head dims 64 and 128, f16 and bf16: no
+ * spill at head dim 64; at 128 what ptxas reports is printed. */
+static void test_the_kernels_spill_nothing_at_head_dim_64(void **state)
+{
+    (void)state;
+    cg_nvrtc *nv = nvrtc_or_skip();
+    /* over 64 keys (dq through the f32 accumulator and its own kernel) and at most 64 (the key kernel stores it) */
+    static const mcase cases[] = {{ALLOY_F16, 1, 2, 65, 65, 64, true, true, true},
+                                  {ALLOY_BF16, 1, 2, 33, 33, 64, false, true, true},
+                                  {ALLOY_F16, 1, 1, 33, 97, 128, true, true, true},
+                                  {ALLOY_BF16, 1, 1, 33, 33, 128, false, true, true}};
+    feed_set f;
+    alloy_graph *g = cases_graph(cases, 4, &f);
+    if (graph_compile(g)) fail_msg("%s", alloy_last_error(g));
+    cg_program prog;
+    char err[1024];
+    if (cg_emit(g->compiled, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
+    const ir_graph *c = g->compiled;
+    cg_resources *res = test_calloc((size_t)prog.nkernels + 1, sizeof *res);
+    static const int archs[] = {80, 90};
+    for (int a = 0; a < 2; a++) {
+        if (cg_ptxas_resources(nv, NULL, &prog, archs[a], 0, res, err, sizeof err)) fail_msg("%s", err);
+        for (int q = 0; q < prog.nkernels; q++) {
+            const ir_node *node = c->nodes[g->comp.sched.steps[prog.kernels[q].step].pos];
+            if (node->op != IR_OP_attention && node->op != IR_OP_attention_grad) continue;
+            const mcase *mc = &cases[case_of(c, node)];
+            const cg_resources *r = &res[q];
+            if (!r->known) fail_msg("sm_%d %s: ptxas reported nothing", archs[a], prog.kernels[q].name);
+            print_message("# sm_%d %s %s head dim %lld: %d registers, %d bytes stack, %d bytes spill stores, %d bytes spill "
+                          "loads, %d bytes smem\n",
+                          archs[a], alloy_dtype_name(mc->dt), prog.kernels[q].name, (long long)mc->d, r->registers, r->stack,
+                          r->spill_stores, r->spill_loads, r->shared);
+            if (mc->d <= 64 && (r->spill_stores || r->spill_loads))
+                fail_msg("sm_%d %s (head dim %lld) spills: %d bytes stored, %d loaded", archs[a], prog.kernels[q].name,
+                         (long long)mc->d, r->spill_stores, r->spill_loads);
+        }
+    }
+    test_free(res);
+    cg_program_free(&prog);
+    free_feeds(&f);
+    alloy_graph_free(g);
+    cg_nvrtc_close(nv);
+}
+
 /* "emulate": the kernels on the host emulation; "nvrtc": their NVRTC compiles; no argument: both. */
 int main(int argc, char **argv)
 {
@@ -394,9 +518,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_f16_attention_on_tensor_cores_matches_the_f64_reference),
         cmocka_unit_test(test_bf16_attention_on_tensor_cores_matches_the_f64_reference),
         cmocka_unit_test(test_the_shuffle_form_for_gpus_before_sm80_matches_too),
+        cmocka_unit_test(test_attention_runs_at_seven_products_per_tile_with_ldmatrix_and_cp_async),
     };
     const struct CMUnitTest compiled[] = {
         cmocka_unit_test(test_the_kernels_compile_for_sm80_and_sm90),
+        cmocka_unit_test(test_the_kernels_spill_nothing_at_head_dim_64),
     };
     const char *part = argc > 1 ? argv[1] : "";
     if (*part && strcmp(part, "emulate") != 0 && strcmp(part, "nvrtc") != 0) {

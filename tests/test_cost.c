@@ -268,6 +268,52 @@ static void test_mlp_training_step_gemm_flops_are_the_five_products(void **state
     release(&x);
 }
 
+/* f16 attention on tensor cores, [1, 2, 128, 64] over 128 keys, causal: 2 B H
+ * T S D / 2 FLOPs per QK^T-sized product; the forward 2 products and the
+ * backward 5 (S, dP, dV, dK, dQ in its key kernel) when its o is the
+ * forward's output (the forward keeps the logsumexp), 6 when o is another
+ * value (the row pass recomputes the logsumexp). */
+static void test_attention_is_counted_at_seven_products_with_the_kept_logsumexp(void **state)
+{
+    (void)state;
+    static const char ir[] =
+        "graph att {\n"
+        "  %q = input : f16[1,2,128,64]\n"
+        "  %k = input : f16[1,2,128,64]\n"
+        "  %v = input : f16[1,2,128,64]\n"
+        "  %o = input : f16[1,2,128,64]\n"
+        "  %dy = input : f16[1,2,128,64]\n"
+        "  %y = attention(%q, %k, %v) {causal=true, scale=0.125} : f16[1,2,128,64]\n"
+        "  %g = attention_grad(%q, %k, %v, %y, %dy) {causal=true, scale=0.125} : f16[1,2,384,64]\n"
+        "  %h = attention_grad(%q, %k, %v, %o, %dy) {causal=true, scale=0.125} : f16[1,2,384,64]\n"
+        "  output \"y\" = %y\n"
+        "  output \"g\" = %g\n"
+        "  output \"h\" = %h\n"
+        "}\n";
+    modelled x;
+    model(&x, parse(ir), NULL);
+    const double product = 2.0 * 1 * 2 * 128 * 128 * 64 / 2;
+    double by_node[3] = {0, 0, 0};
+    int kernels[3] = {0, 0, 0};
+    const ir_graph *c = x.g->compiled;
+    for (int i = 0; i < x.m.n; i++) {
+        const cost_launch *l = &x.m.launches[i];
+        if (l->action != COST_KERNEL) continue;
+        const ir_node *n = c->nodes[x.g->comp.sched.steps[l->step].pos];
+        const char *name = n->name ? n->name : "";
+        int at = strcmp(name, "y") == 0 ? 0 : strcmp(name, "g") == 0 ? 1 : strcmp(name, "h") == 0 ? 2 : -1;
+        if (at < 0) continue;
+        assert_true(l->tensor);
+        by_node[at] += l->flops;
+        kernels[at]++;
+    }
+    assert_int_equal(kernels[0], 1), assert_int_equal(kernels[1], 3), assert_int_equal(kernels[2], 3);
+    assert_true(by_node[0] == 2 * product);
+    assert_true(by_node[1] == 5 * product);
+    assert_true(by_node[2] == 6 * product);
+    release(&x);
+}
+
 /* One elementwise step, y = relu(a * b + c): reads a, b, c once, writes y once; 3 FLOPs per element. */
 static void test_an_elementwise_kernel_moves_its_operands_once(void **state)
 {
@@ -388,6 +434,7 @@ static void char_gpt_step(bool widen)
             const cg_param *pa = &x.prog.kernels[q].params[i];
             aux += pa->kind == CG_PARAM_FLAG ? 4
                    : pa->kind == CG_PARAM_ROWS ? (c->nodes[pa->node]->type.dtype == ALLOY_F64 ? 8 : 4) * pa->count
+                   : pa->kind == CG_PARAM_KEPT ? 4 * pa->count
                                                : 0;
         }
     for (int i = 0; i < x.lp.nactions; i++)
@@ -986,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm),
         cmocka_unit_test(test_collectives_move_the_ring_bytes_at_the_link_rate),
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
+        cmocka_unit_test(test_attention_is_counted_at_seven_products_with_the_kept_logsumexp),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
         cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),
         cmocka_unit_test(test_a_contiguous_slice_is_a_view_at_its_byte_offset),

@@ -266,6 +266,53 @@ static void test_warp_shuffles_sum_every_type(void **state)
     emu_free(k);
 }
 
+/* ---- ldmatrix: the PTX ISA's fragment layout ---- */
+
+/* Four 8x8 matrices of b16 in shared memory, element (m, r, c) = 64 m + 8 r + c;
+ * lanes 8m..8m+7 give matrix m's row addresses; each lane writes its four
+ * registers of ldmatrix.x4 and of ldmatrix.x4.trans. */
+static const char ldmatrix_src[] =
+    "struct alignas(16) b16x8 { unsigned short e[8]; };\n"
+    "extern \"C\" __global__ void ldm(unsigned *out)\n"
+    "{\n"
+    "    __shared__ b16x8 sm[32];\n"
+    "    for (int i = threadIdx.x; i < 256; i += blockDim.x) sm[i / 8].e[i % 8] = (unsigned short)i;\n"
+    "    __syncthreads();\n"
+    "    const int l = threadIdx.x & 31;\n"
+    "    unsigned r[4], t[4];\n"
+    "    alloy_ldmatrix_x4(r, sm[(l >> 3) * 8 + (l & 7)].e);\n"
+    "    alloy_ldmatrix_x4_trans(t, sm[(l >> 3) * 8 + (l & 7)].e);\n"
+    "    for (int m = 0; m < 4; m++) out[l * 8 + m] = r[m], out[l * 8 + 4 + m] = t[m];\n"
+    "}\n"
+    "#ifdef ALLOY_HOST_EMULATION\n"
+    "extern \"C\" void ldm__host(void **p) { ldm(*(unsigned **)p[0]); }\n"
+    "#endif\n";
+
+/* The PTX ISA ("ldmatrix"): lane l's register m holds row l / 4 of matrix m,
+ * columns 2 (l % 4) and 2 (l % 4) + 1 (the lower in the low half); with
+ * .trans, column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1. */
+static void test_ldmatrix_gives_each_lane_the_isa_fragment_plain_and_transposed(void **state)
+{
+    (void)state;
+    emu_kernel *k = compile_kernel(ldmatrix_src, "ldm");
+    unsigned out[32 * 8], *out_p = out;
+    memset(out, 0xff, sizeof out);
+    void *params[] = {&out_p};
+    launch_or_fail(k, 1, 32, params);
+    for (unsigned l = 0; l < 32; l++)
+        for (unsigned m = 0; m < 4; m++) {
+            unsigned plain = 64 * m + 8 * (l / 4) + 2 * (l % 4);
+            unsigned want = plain | (plain + 1) << 16;
+            unsigned lo = 64 * m + 8 * (2 * (l % 4)) + l / 4, hi = 64 * m + 8 * (2 * (l % 4) + 1) + l / 4;
+            if (out[l * 8 + m] != want)
+                test_case_failed("lane %u matrix %u: 0x%08x, expected 0x%08x", l, m, out[l * 8 + m], want);
+            if (out[l * 8 + 4 + m] != (lo | hi << 16))
+                test_case_failed("lane %u matrix %u, .trans: 0x%08x, expected 0x%08x", l, m, out[l * 8 + 4 + m], lo | hi << 16);
+        }
+    test_end_cases();
+    emu_free(k);
+}
+
 /* ---- softmax: one warp per row ---- */
 
 static const char softmax_src[] =
@@ -772,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_block_reduction_sums_a_million_floats),
         cmocka_unit_test(test_block_reduction_sums_integers_exactly),
         cmocka_unit_test(test_warp_shuffles_sum_every_type),
+        cmocka_unit_test(test_ldmatrix_gives_each_lane_the_isa_fragment_plain_and_transposed),
         cmocka_unit_test(test_softmax_runs_one_warp_per_row),
         cmocka_unit_test(test_kernel_reads_parameters_of_several_types),
         cmocka_unit_test(test_block_of_1024_threads_runs_and_1025_is_an_error),

@@ -141,14 +141,18 @@ enum { CG_BLOCK = 256, CG_MAX_GRID = 4096 };
 AL_HIDDEN bool cg_attention_mma_takes(alloy_dtype dt, int64_t head_dim);
 /* Emits that kernel for attention node n, step k, named name; NULL or why not. */
 AL_HIDDEN const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name);
-/* The same for attention_grad node n: two kernels (per query rows, then per
- * key rows, the second named name_keys). */
+/* The same for attention_grad node n: a row pass (delta, and the logsumexp
+ * unless n's o is the output of an attention forward of the same operands
+ * that kept it), one kernel over key blocks (name_keys: dV, dK and dQ) and,
+ * over 64 keys, dq rounded from its f32 accumulator (name_dq). */
 AL_HIDDEN const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k);
-/* What every tensor-core attention kernel opens with (preamble, the mma
- * definitions, the signature over ps, the shapes BH_ T_ S_ D_, the tiles
- * ROWS_ TILE_ PS_ KS_ DN_ NT_, SCALE_ and SL2_ (scale * log2 e), the macros
- * MMA_, TO_, FROM_ and LIM_), and its close (those macros undefined, the
- * kernel added with a 128-thread block per 64 of `rows` per (batch, head)). */
+/* What every tensor-core attention kernel opens with (preamble, the mma,
+ * ldmatrix and cp.async definitions, the signature over ps, the shapes BH_
+ * T_ S_ D_, the tiles ROWS_ TILE_ PS_ KS_ DN_ NT_, SCALE_ and SL2_ (scale *
+ * log2 e), the macros MMA_, TO_, FROM_ and LIM_, and per operand X in Q K V
+ * O DO DQ DK DV LSE the address macros XOFF_(bh) and XROW_), and its close
+ * (those macros undefined, the kernel added with a 128-thread block per 64
+ * of `rows` per (batch, head)). */
 AL_HIDDEN void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name);
 AL_HIDDEN bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
                                       cg_text *t, cg_params *ps, int64_t rows, int64_t bytes);

@@ -50,18 +50,31 @@ static double member_flops(const ir_graph *g, const ir_node *n)
 }
 
 /* The attention op's FLOPs in kernel kn of its step: 2 B H T S D per
- * product, the forward 2 products (q k^T, p v), the backward's query
- * kernel 4 (q k^T for the logsumexp and again for dq, do v^T, ds k) and
- * key kernel 4 (q k^T, do v^T, p^T do, ds^T q); causal halves them (the
- * kernels skip the tiles above the diagonal). */
-static double attention_flops(const ir_graph *g, const ir_node *n)
+ * QK^T-sized product; causal halves them (the kernels skip the tiles above
+ * the diagonal). The tensor-core kernels (mma): the forward 2 products (q
+ * k^T, p v); attention_grad's row pass 1 (q k^T for the logsumexp) or none
+ * when it reads the one its forward kept (the key kernel takes a
+ * CG_PARAM_KEPT), its key kernel 5 (q k^T, do v^T, p^T do, ds^T q, ds k)
+ * and its dq kernel none. The SIMT kernels: the forward 2, the backward's
+ * query and key kernels 4 each. */
+static double attention_flops(const ir_graph *g, const ir_node *n, const cg_program *prog, int q, bool mma)
 {
-    const ir_type *q = &g->nodes[n->in[0]]->type, *k = &g->nodes[n->in[1]]->type;
-    if (q->rank != 4 || k->rank != 4) return 0;
-    double product = 2.0 * (double)q->dims[0] * (double)q->dims[1] * (double)q->dims[2] * (double)k->dims[2] *
-                     (double)q->dims[3];
+    const ir_type *qt = &g->nodes[n->in[0]]->type, *k = &g->nodes[n->in[1]]->type;
+    if (qt->rank != 4 || k->rank != 4) return 0;
+    double product = 2.0 * (double)qt->dims[0] * (double)qt->dims[1] * (double)qt->dims[2] * (double)k->dims[2] *
+                     (double)qt->dims[3];
     if (ir_attr_i(n, "causal")) product *= 0.5;
-    return (n->op == IR_OP_attention ? 2 : 4) * product;
+    if (n->op == IR_OP_attention) return 2 * product;
+    if (!mma) return 4 * product;
+    const char *name = prog->kernels[q].name;
+    size_t len = strlen(name);
+    if (len > 5 && strcmp(name + len - 5, "_keys") == 0) return 5 * product;
+    if (len > 3 && strcmp(name + len - 3, "_dq") == 0) return 0;
+    /* the row pass: its key kernel comes next */
+    const cg_kernel *keys = q + 1 < prog->nkernels ? &prog->kernels[q + 1] : NULL;
+    for (int i = 0; keys && i < keys->nparams; i++)
+        if (keys->params[i].kind == CG_PARAM_KEPT) return 0;
+    return product;
 }
 
 static double step_flops(const ir_graph *g, const schedule *s, int k)
@@ -120,6 +133,7 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
         int64_t b = pa->kind == CG_PARAM_NODE      ? (int64_t)ir_nbytes(&n->type)
                     : pa->kind == CG_PARAM_PRODUCT ? 4 * ir_numel(&n->type)
                     : pa->kind == CG_PARAM_ROWS    ? pa->count * (n->type.dtype == ALLOY_F64 ? 8 : 4)
+                    : pa->kind == CG_PARAM_KEPT    ? pa->count * 4
                                                    : 4;
         if (pa->written) l->written += b;
         else l->read += b;
@@ -128,9 +142,9 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
     const ir_node *last = g->nodes[st->pos];
     l->cls = kernel_class(g, s, kn);
     if (last->op == IR_OP_attention || last->op == IR_OP_attention_grad) {
-        l->flops = attention_flops(g, last);
         l->tensor = is_low(g->nodes[last->in[0]]->type.dtype) &&
                     cg_attention_mma_takes(g->nodes[last->in[0]]->type.dtype, g->nodes[last->in[0]]->type.dims[3]);
+        l->flops = attention_flops(g, last, prog, q, l->tensor);
     } else if (q == 0 || prog->kernels[q - 1].step != kn->step) { /* the step's FLOPs on its first kernel */
         l->flops = step_flops(g, s, kn->step);
     }

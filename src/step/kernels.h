@@ -17,6 +17,9 @@ typedef enum cg_param_kind {
                        * also a step's own scratch of `count` 4-byte words (embedding_grad's sort) */
     CG_PARAM_FLAG,    /* one zero-initialized int: a step's found_inf flag, `node` the found_inf */
     CG_PARAM_CHECKS,  /* the run's amp_check/amp_stats words (CG_CHECK_WORDS per node), zeroed once per run; node -1 */
+    CG_PARAM_KEPT,    /* per-row statistics a step keeps for a later step of the run (attention's logsumexp for
+                       * attention_grad), f32, `count` of them, `node` the op that writes them; one slot per node
+                       * for the whole run */
 } cg_param_kind;
 
 /* What the kernels of a step compiled with amp_check or amp_stats also do

@@ -12,6 +12,9 @@ typedef struct lp_builder {
     char *err;
     size_t errlen;
     alloy_status status;
+    int *kept_node;       /* the nodes with a kept slot, */
+    int64_t *kept_offset; /* and where each starts in the aux block */
+    int nkept;
 } lp_builder;
 
 static bool grow(void **arr, int *cap, int need, size_t size)
@@ -197,7 +200,7 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
     lp_plan *lp = b->lp;
     aux_slot slots[16];
     int nslots = 0;
-    int64_t aux = (int64_t)lp->checks_bytes; /* the run's check words stay below every step's slots */
+    int64_t aux = (int64_t)(lp->checks_bytes + lp->kept_bytes); /* the run's words stay below every step's slots */
     for (int q = first; q < end; q++) {
         const cg_kernel *kn = &prog->kernels[q];
         for (int i = 0; i < kn->nparams; i++) {
@@ -209,6 +212,12 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
             }
             if (pa->kind == CG_PARAM_CHECKS) {
                 *at = (lp_place){LP_AUX, -1, 0};
+                continue;
+            }
+            if (pa->kind == CG_PARAM_KEPT) {
+                int s = 0;
+                while (s < b->nkept && b->kept_node[s] != pa->node) s++;
+                *at = (lp_place){LP_AUX, -1, s < b->nkept ? b->kept_offset[s] : 0};
                 continue;
             }
             if (pa->kind == CG_PARAM_PRODUCT) {
@@ -279,6 +288,26 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         out->aux_bytes = out->checks_bytes;
         add_action(&b, (lp_action){.kind = LP_ZERO, .step = 0, .dst = {LP_AUX, -1, 0}, .bytes = (int64_t)out->checks_bytes});
     }
+    /* the kept slots: one per node that kernels keep statistics of, sized by its largest count */
+    b.kept_node = al_malloc(sizeof(int) * ((size_t)nargs + 1));
+    b.kept_offset = al_malloc(sizeof(int64_t) * ((size_t)nargs + 1));
+    int64_t *kept_size = al_calloc((size_t)nargs + 1, sizeof(int64_t));
+    if (!b.kept_node || !b.kept_offset || !kept_size) oom(&b);
+    for (int q = 0; !b.status && q < prog->nkernels; q++)
+        for (int i = 0; i < prog->kernels[q].nparams; i++) {
+            const cg_param *pa = &prog->kernels[q].params[i];
+            if (pa->kind != CG_PARAM_KEPT) continue;
+            int j = 0;
+            while (j < b.nkept && b.kept_node[j] != pa->node) j++;
+            if (j == b.nkept) b.kept_node[b.nkept++] = pa->node;
+            if (4 * pa->count > kept_size[j]) kept_size[j] = 4 * pa->count;
+        }
+    for (int j = 0; !b.status && j < b.nkept; j++) {
+        b.kept_offset[j] = (int64_t)(out->checks_bytes + out->kept_bytes);
+        out->kept_bytes += (size_t)round_up(kept_size[j] > 0 ? kept_size[j] : 1, LP_AUX_ALIGN);
+    }
+    if (out->checks_bytes + out->kept_bytes > out->aux_bytes) out->aux_bytes = out->checks_bytes + out->kept_bytes;
+    al_free(kept_size);
     int next = 0;
     for (int k = 0; !b.status && k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
@@ -345,6 +374,8 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         if (!place_or_fail(&b, g, p, v, -1, &src)) break;
         add_action(&b, (lp_action){.kind = LP_COPY, .step = -1, .dst = {LP_LEAF, t, 0}, .src = src, .bytes = bytes});
     }
+    al_free(b.kept_node);
+    al_free(b.kept_offset);
     if (b.status) lp_free(out);
     return b.status;
 }

@@ -82,6 +82,9 @@ typedef struct lp_plan {
     /* amp_check / amp_stats: the run's check words (kernels.h) at the aux
      * block's start, zeroed by the first action; 0 when the kernels have none */
     size_t checks_bytes;
+    /* the kept statistics (CG_PARAM_KEPT), a slot per writing node for the
+     * whole run, right above the check words; every step's own slots above them */
+    size_t kept_bytes;
 } lp_plan;
 
 /* Every aux slot starts at a multiple of this (the library's preferred alignment). */

@@ -6,12 +6,14 @@
  * blockDim, gridDim, warpSize; __syncthreads, __syncwarp; __shfl_sync, __shfl_up_sync,
  * __shfl_down_sync, __shfl_xor_sync (full mask only; int, unsigned, long, long long and their
  * unsigned, float, double); the warp's tensor-core product mma.sync.m16n8k16 (f16 and bf16 in, f32
- * accumulators) as the generated source names it, alloy_mma_m16n8k16_f16/_bf16; atomicAdd/Sub/Max/Min/Or/And/Exch/CAS; __threadfence; __ldg; the math
+ * accumulators) as the generated source names it, alloy_mma_m16n8k16_f16/_bf16; the fragment loads
+ * ldmatrix.x4 (and .trans) as alloy_ldmatrix_x4/_trans, the 16-byte cp.async copies with their commit and
+ * wait (alloy_cp_async_16, _commit, _wait_all, _wait_1); atomicAdd/Sub/Max/Min/Or/And/Exch/CAS; __threadfence; __ldg; the math
  * of <cmath> with float overloads (exp(float) is float) and rsqrtf/rsqrt, __expf, __logf,
  * __fdividef, min/max, __float_as_int and its kin. Not here: extern __shared__ (dynamic shared
  * memory), __ballot_sync, __any_sync, __activemask, cooperative groups, half types, textures.
  *
- * What differs from a GPU: threads switch only at barriers, shuffles and mma products, and blocks
+ * What differs from a GPU: threads switch only at barriers, shuffles, mma products and ldmatrix, and blocks
  * run one after another, so a thread that spins waiting for another thread or block never returns; __shared__
  * arrays start with the previous block's values; floating point is the host's (no FMA contraction),
  * unless ALLOY_EMU_NUMERICS=gpu (emu_gpumath.h: contraction and CUDA's math at its documented bounds).
@@ -131,6 +133,9 @@ struct warp_state {
     /* an mma's operand registers, double-buffered and tagged as the shuffles' (one count for both) */
     unsigned mma_a[2][lanes][4], mma_b[2][lanes][2];
     unsigned mma_tag[2][lanes];
+    /* an ldmatrix's rows, each lane's 8 b16 elements, double-buffered and tagged the same way */
+    unsigned ldm_row[2][lanes][4];
+    unsigned ldm_tag[2][lanes];
 };
 
 struct launch_state {
@@ -831,6 +836,73 @@ static inline void mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, 
 #define alloy_mma_m16n8k16_bf16(d, a, b) \
     ::alloy_emu::mma_m16n8k16((d), (a), (b), true, __LINE__, "mma.sync.m16n8k16.bf16")
 #endif
+
+/* ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 ----
+ *
+ * The generated source calls alloy_ldmatrix_x4(r, row) and alloy_ldmatrix_x4_trans(r, row): four
+ * 8x8 matrices of 16-bit elements from shared memory, lanes 8i..8i+7 giving the addresses of matrix
+ * i's rows 0..7 (16 bytes each, 16-byte aligned); on a GPU the inline PTX. As the PTX ISA lays out
+ * the result ("Warp-level matrix load instruction: ldmatrix"), lane l's register r[i] holds row
+ * l / 4 of matrix i, columns 2 (l % 4) and 2 (l % 4) + 1 (the lower column in the low half); with
+ * .trans, the matrix is transposed on the way: rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4.
+ * Here every lane reads its own row (tracked by the shared-memory checker as that lane's reads),
+ * deposits it, the warp meets at a barrier, and each lane assembles its registers from the 32 rows.
+ * Every lane must take part (.aligned). */
+namespace alloy_emu {
+
+static inline void ldmatrix_x4(unsigned *r, const void *row, bool trans, int line, const char *what)
+{
+    fiber *f = self;
+    warp_state *w = &launch.warps[f->warp];
+    if (((uintptr_t)row & 15u) != 0) {
+        fail("block (%u,%u,%u) thread %u: %s (line %d): row address %p is not 16-byte aligned", launch.block_idx.x,
+             launch.block_idx.y, launch.block_idx.z, f->id, what, line, row);
+        stop();
+    }
+    unsigned parity = f->shuffles & 1, tag = ++f->shuffles;
+    const unsigned *src = (const unsigned *)row;
+    for (int i = 0; i < 4; i++) w->ldm_row[parity][f->lane][i] = src[i];
+    w->ldm_tag[parity][f->lane] = tag;
+    warp_barrier(line, what);
+    for (unsigned l = 0; l < lanes; l++)
+        if (w->ldm_tag[parity][l] != tag) {
+            fail("block (%u,%u,%u) warp %u: %s (line %d) without lane %u: ldmatrix.sync.aligned needs all 32 lanes",
+                 launch.block_idx.x, launch.block_idx.y, launch.block_idx.z, f->warp, what, line, l);
+            stop();
+        }
+    const unsigned l = f->lane;
+    for (unsigned m = 0; m < 4; m++) {
+        unsigned lo, hi;
+        if (!trans) { /* row l / 4, columns 2 (l % 4) + {0, 1}: one 32-bit word of that row */
+            unsigned word = w->ldm_row[parity][8 * m + l / 4][l % 4];
+            lo = word & 0xffffu, hi = word >> 16;
+        } else { /* column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1 */
+            const unsigned *r0 = w->ldm_row[parity][8 * m + 2 * (l % 4)], *r1 = w->ldm_row[parity][8 * m + 2 * (l % 4) + 1];
+            unsigned c = l / 4;
+            lo = (r0[c / 2] >> (16 * (c % 2))) & 0xffffu;
+            hi = (r1[c / 2] >> (16 * (c % 2))) & 0xffffu;
+        }
+        r[m] = lo | hi << 16;
+    }
+}
+
+} /* namespace alloy_emu */
+
+#define alloy_ldmatrix_x4(r, row) ::alloy_emu::ldmatrix_x4((r), (row), false, __LINE__, "ldmatrix.x4")
+#define alloy_ldmatrix_x4_trans(r, row) ::alloy_emu::ldmatrix_x4((r), (row), true, __LINE__, "ldmatrix.x4.trans")
+
+/* ---- cp.async.cg.shared.global (16 bytes), cp.async.commit_group, cp.async.wait_group ----
+ *
+ * On a GPU the copy lands in shared memory some time before the issuing thread's
+ * cp.async.wait_group lets fewer groups than N stay pending, and the other threads see it after
+ * the barrier that follows. Here the copy is done at once by the issuing thread (a plain 16-byte
+ * load and store, seen by the shared-memory checker as that thread's write): a kernel that reads
+ * a tile before its barrier still races with the copy in the checker's eyes. Commit and wait
+ * have nothing left to do. */
+#define alloy_cp_async_16(dst, src) alloy_vcopy<16>((dst), (src))
+#define alloy_cp_async_commit() ((void)0)
+#define alloy_cp_async_wait_all() ((void)0)
+#define alloy_cp_async_wait_1() ((void)0)
 
 /* Fibers switch only at barriers, so a plain read-modify-write is atomic. */
 #define ALLOY_EMU_ATOMIC(name, T, expr)                                                                              \
