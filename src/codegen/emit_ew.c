@@ -9,17 +9,6 @@ static bool in_part(const cg_ew_part *p, int node)
     return m >= p->first && m < p->first + p->n;
 }
 
-void cg_value_index(const ir_graph *g, const schedule *s, int node, const char *e, char *buf, size_t len)
-{
-    if (!sched_padded(s, node)) {
-        al_fmt(buf, len, "%s", e);
-        return;
-    }
-    const ir_type *t = &g->nodes[node]->type;
-    long long c = (long long)t->dims[t->rank - 1];
-    al_fmt(buf, len, "((%s) / %lldll * %lldll + (%s) %% %lldll)", e, c, (long long)s->row_stride[node], e, c);
-}
-
 /* Appends the element offset of operand node o broadcast against the
  * part's space (coordinates c<d> are declared when `coords`). */
 static void offset_of(cg_text *t, const cg_ew_part *p, int o)

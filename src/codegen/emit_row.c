@@ -682,7 +682,7 @@ static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, c
     cg_put(t, ")\n{\n    typedef float T;\n    __shared__ T sh_[%d][%d];\n"
               "    const int c_ = threadIdx.x %% %d, r_ = threadIdx.x / %d;\n"
               "    for (long long g_ = blockIdx.x; g_ < %lldll; g_ += gridDim.x) {\n"
-              "    const int sum_ = (int)(g_ / %lldll);\n    const long long b_ = g_ %% %lldll;\n"
+              "    const long long sum_ = g_ / %lldll;\n    const long long b_ = g_ %% %lldll;\n"
               "    const float *__restrict__ part_ = ",
            COMBINE_LANES, COMBINE_COLS + 1, COMBINE_COLS, COMBINE_COLS, (long long)total, (long long)blocks,
            (long long)blocks);

@@ -1,4 +1,4 @@
-/* emit_text.c - the emitter's text tools: the kernel preamble, loads and stores per dtype, the member flags, parameters, and the single-op kernel's frame (cg_op_kernel). */
+/* emit_text.c - the emitter's text tools: the kernel preamble, loads and stores per dtype, the member flags, parameters, and the single-op kernel's frame (cg_op_kernel), and a value's element index (padded rows). */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -356,4 +356,15 @@ bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, 
     bool ok = !body->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, ps, grid_for(total), CG_BLOCK, bytes);
     cg_text_free(&t);
     return ok;
+}
+
+void cg_value_index(const ir_graph *g, const schedule *s, int node, const char *e, char *buf, size_t len)
+{
+    if (!sched_padded(s, node)) {
+        al_fmt(buf, len, "%s", e);
+        return;
+    }
+    const ir_type *t = &g->nodes[node]->type;
+    long long c = (long long)t->dims[t->rank - 1];
+    al_fmt(buf, len, "((%s) / %lldll * %lldll + (%s) %% %lldll)", e, c, (long long)s->row_stride[node], e, c);
 }
