@@ -15,7 +15,9 @@
  *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
  *     then siblings once more (those kept apart by such sums);
  *   - multi groups join found_inf with the unscale chains it reads, and
- *     merge the update groups of all parameters that compute alike;
+ *     merge the update groups of all parameters that compute alike; the
+ *     forward's parameter casts, moved to the front of the graph first,
+ *     are one more (fuse_casts.c);
  * and every group can run at the position of its last member: every
  * consumer of a member that is not itself a member comes after the group's
  * last member. Then every value a member reads from outside the group is
@@ -515,6 +517,11 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     for (int i = 0; i < g->nnodes; i++) g->nodes[i]->group = -1;
     unsigned off = pass_cfg(opts)->no_fuse; /* OPT_NO_FUSE_ALL, or 1 << kind per kind off */
     if ((off & 1) || g->nnodes == 0) return ALLOY_OK;
+    if (!(off & 1u << IR_GROUP_MULTI)) { /* the parameter casts first, as one launch (fuse_casts.c) */
+        alloy_status st = fuse_hoist_param_casts(gp);
+        if (st) return st;
+        g = *gp;
+    }
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
     int *gemm = al_malloc(sizeof(int) * nn), *row_readers = al_malloc(sizeof(int) * nn);
@@ -580,6 +587,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
             if (g->nodes[i]->op == IR_OP_found_inf && !(off & 1u << IR_GROUP_MULTI))
                 multi_found_inf(g, i, min_reader, label, f.sealed);
         ok = ok && ((off & 1u << IR_GROUP_MULTI) || multi_updates(g, label));
+        if (ok && !(off & 1u << IR_GROUP_MULTI)) fuse_group_param_casts(g, label);
         /* number the groups in the order of their first member */
         for (size_t i = 0; i < nn; i++) f.tail[i] = -1;
         int ngroups = 0;
