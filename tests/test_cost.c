@@ -318,9 +318,10 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
      * launches and 320374379 bytes), and its 4 linear layers with a bias
      * alone after the GEMM take cuBLASLt's bias epilogue (an epilogue
      * kernel each, reading back the f32 product, they were 203 launches
-     * and 301500011 bytes) */
+     * and 301500011 bytes), and its 13 casts of f32 weights to f16 are one
+     * multi-tensor launch at the start (they were 199 launches, same bytes) */
     assert_int_equal(views, 18);
-    assert_int_equal(x.m.n, 199);
+    assert_int_equal(x.m.n, 187);
     assert_int_equal(got, 272139883);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);

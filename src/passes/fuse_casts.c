@@ -36,10 +36,11 @@ alloy_status fuse_hoist_param_casts(ir_graph **gp)
     }
     int n = 0;
     bool changed = false;
+    /* every param and state leaf (their order among themselves is the order
+     * of alloy_graph_state_at: kept), then the casts, then the rest, each
+     * in id order */
     for (int i = 0; i < nn; i++)
-        if (param_cast(g, i)) moved[g->nodes[i]->in[0]] = 1;
-    for (int i = 0; i < nn; i++) /* the params the casts read, then the casts, then the rest, each in id order */
-        if (moved[i]) order[n++] = i;
+        if (g->nodes[i]->op == IR_OP_param || g->nodes[i]->op == IR_OP_state) order[n++] = i, moved[i] = 1;
     for (int i = 0; i < nn; i++)
         if (param_cast(g, i)) order[n++] = i, moved[i] = 1;
     for (int i = 0; i < nn; i++)
