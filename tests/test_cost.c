@@ -319,10 +319,14 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
      * alone after the GEMM take cuBLASLt's bias epilogue (an epilogue
      * kernel each, reading back the f32 product, they were 203 launches
      * and 301500011 bytes), and its 13 casts of f32 weights to f16 are one
-     * multi-tensor launch at the start (they were 199 launches, same bytes) */
+     * multi-tensor launch at the start (they were 199 launches, same
+     * bytes), and the gradient norm's squares are summed by the unscale +
+     * found_inf launch, whose last kernel also writes found_inf (the
+     * gradients were read a second time by sum_squares' own kernel, and a
+     * one-thread kernel wrote found_inf: 187 launches, 272139883 bytes) */
     assert_int_equal(views, 18);
-    assert_int_equal(x.m.n, 187);
-    assert_int_equal(got, 272139883);
+    assert_int_equal(x.m.n, 185);
+    assert_int_equal(got, 270442091);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);
