@@ -496,8 +496,10 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     bool ok = !body.oom && cg_add_kernel(prog, g, name, k, STEP_KIND_MULTI, &t, &ps, grid, CG_BLOCK,
                                          part_bytes(g, &ps) + 8 * chunks * (norm != NULL));
     cg_text_free(&body), cg_text_free(&t);
-    if (ok && norm) /* the partials summed per gradient, then in f64; found_inf's bool from the flag */
+    if (ok && norm) { /* the partials summed per gradient, then in f64; found_inf's bool from the flag */
+        al_fmt(name, sizeof name, "alloy_s%d_norm", k);
         ok = !cg_emit_norm_final(prog, g, k, norm, fi, name, chunks, lo, hi);
+    }
     al_free(lo), al_free(hi);
     if (ok && fi && !norm) { /* the flag becomes found_inf's bool */
         cg_params fp = {0};
