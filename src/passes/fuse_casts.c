@@ -36,11 +36,17 @@ alloy_status fuse_hoist_param_casts(ir_graph **gp)
     }
     int n = 0;
     bool changed = false;
-    /* every param and state leaf (their order among themselves is the order
-     * of alloy_graph_state_at: kept), then the casts, then the rest, each
-     * in id order */
+    /* every param, and every state leaf before the last param (the leaves'
+     * order among themselves, that of alloy_graph_state_at, is kept; the
+     * states the training passes add after the graph stay put, so the ids
+     * of the forward and backward do not depend on the optimizer or the
+     * scaler), then the casts, then the rest, each in id order */
+    int last_param = -1;
     for (int i = 0; i < nn; i++)
-        if (g->nodes[i]->op == IR_OP_param || g->nodes[i]->op == IR_OP_state) order[n++] = i, moved[i] = 1;
+        if (g->nodes[i]->op == IR_OP_param) last_param = i;
+    for (int i = 0; i < nn; i++)
+        if (g->nodes[i]->op == IR_OP_param || (g->nodes[i]->op == IR_OP_state && i < last_param))
+            order[n++] = i, moved[i] = 1;
     for (int i = 0; i < nn; i++)
         if (param_cast(g, i)) order[n++] = i, moved[i] = 1;
     for (int i = 0; i < nn; i++)

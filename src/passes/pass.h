@@ -155,8 +155,9 @@ AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstar
  * last (fuse_siblings.c; the sibling and column-sum rules walk them). */
 AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next, int *last);
 /* fuse_casts.c, for fuse.c: moves the casts of f32 params to f16/bf16
- * (when there are two or more) to the front of *gp, after every param and
- * state leaf (those in their own order), and replaces *gp; the error recorded on the graph when out of
+ * (when there are two or more) to the front of *gp, after every param
+ * and every state leaf before the last param (the leaves in their own
+ * order), and replaces *gp; the error recorded on the graph when out of
  * memory. */
 AL_HIDDEN alloy_status fuse_hoist_param_casts(ir_graph **gp);
 /* fuse_casts.c: makes the param casts in no group (label -1) one group, as
