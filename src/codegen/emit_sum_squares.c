@@ -104,24 +104,28 @@ const char *cg_emit_norm_final(cg_program *prog, const ir_graph *g, int k, const
     int found = fi ? cg_param_of(&ps, CG_PARAM_NODE, fi->id, true, 0) : -1;
     cg_put_preamble(&t);
     al_fmt(kname, sizeof kname, "%s_final", name);
+    /* each operand's partials [lo, hi): a table in device memory, not a
+     * local array (one indexed by the operand spills at GPT-2's 148) */
+    cg_put(&t, "\nstatic __device__ const long long %s_lo[%d] = {", kname, nin > 0 ? nin : 1);
+    for (int i = 0; i < nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)lo[i]);
+    cg_put(&t, "%s};\nstatic __device__ const long long %s_hi[%d] = {", nin > 0 ? "" : "0", kname, nin > 0 ? nin : 1);
+    for (int i = 0; i < nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)hi[i]);
+    cg_put(&t, "%s};\n", nin > 0 ? "" : "0");
     cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, kname);
     cg_param_list(&t, g, &ps);
-    cg_put(&t, ")\n{\n    const long long lo_[%d] = {", nin);
-    for (int i = 0; i < nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)lo[i]);
-    cg_put(&t, "};\n    const long long hi_[%d] = {", nin);
-    for (int i = 0; i < nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)hi[i]);
-    cg_put(&t, "};\n");
+    cg_put(&t, ")\n{\n");
     cg_put(&t, "    const int lane_ = threadIdx.x & 31;\n"
                "    for (int o_ = threadIdx.x >> 5; o_ < %d; o_ += %d) {\n"
                "        float m_ = 0;\n"
-               "        for (long long c_ = lo_[o_] + lane_; c_ < hi_[o_]; c_ += 32) m_ += (float)p%d[c_];\n"
+               "        const long long lo_ = %s_lo[o_], hi_ = %s_hi[o_];\n"
+               "        for (long long c_ = lo_ + lane_; c_ < hi_; c_ += 32) m_ += (float)p%d[c_];\n"
                "        m_ = alloy_warp_sum(m_);\n"
                "        if (lane_ == 0) p%d[%lldll + o_] = (double)m_;\n    }\n"
                "    __syncthreads();\n"
                "    if (threadIdx.x == 0) {\n        double total_ = 0;\n"
                "        for (int o_ = 0; o_ < %d; o_++) total_ = o_ ? total_ + p%d[%lldll + o_] : p%d[%lldll + o_];\n"
                "        p%d[0] = total_;\n",
-           nin, CG_BLOCK / 32, part, part, (long long)chunks, nin, part, (long long)chunks, part,
+           nin, CG_BLOCK / 32, kname, kname, part, part, (long long)chunks, nin, part, (long long)chunks, part,
            (long long)chunks, out);
     if (fi) cg_put(&t, "        p%d[0] = (unsigned char)(p%d[0] != 0u);\n", found, flag);
     cg_put(&t, "    }\n}\n");
