@@ -467,16 +467,20 @@ static void char_gpt_step(bool widen)
      * launches and 320374379 bytes), and its 4 linear layers with a bias
      * alone after the GEMM take cuBLASLt's bias epilogue (an epilogue
      * kernel each, reading back the f32 product, they were 203 launches
-     * and 301500011 bytes), the 36 one-block kernels of its scalar tail
-     * (the scaler's and clipping's bookkeeping, the bias corrections) run
-     * as 3 chain kernels and each row step's column sums as one combine
-     * kernel (they were 199 launches and 272139883 bytes); its 20 other
-     * gemm steps, an f16 product cast to f32, keep their epilogue kernel
-     * (the range rule; with cuda_gemm_f32 they are 137 launches and 241653164
-     * bytes: test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm) */
+     * and 301500011 bytes), 12 of its 13 casts of f32 weights to f16
+     * are one multi-tensor launch at the start (the head's, whose rows the
+     * plan pads, stays a cast kernel that writes them), the gradient norm's squares are
+     * summed by the unscale + found_inf launch, whose last kernel also
+     * writes found_inf (they were 187 launches, 272139883 bytes), the 36
+     * one-block kernels of its scalar tail (the scaler's and clipping's
+     * bookkeeping, the bias corrections) run as chain kernels and each row
+     * step's column sums as one combine kernel; its 20 other gemm steps,
+     * an f16 product cast to f32, keep their epilogue kernel (the range
+     * rule; with cuda_gemm_f32 they are 123 launches and 239955368 bytes:
+     * test_a_product_cast_to_f32_and_its_f32_bias_are_one_gemm) */
     assert_int_equal(views, 18);
-    assert_int_equal(x.m.n, widen ? 137 : 157);
-    assert_int_equal(got, widen ? 241653164 : 272139692);
+    assert_int_equal(x.m.n, widen ? 123 : 143);
+    assert_int_equal(got, widen ? 239955368 : 270441896);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);
@@ -488,6 +492,116 @@ static void test_a_char_gpt_step_moves_what_its_schedule_says(void **state)
     (void)state;
     char_gpt_step(false);
     char_gpt_step(true);
+}
+
+static const char amp_mlp_ir[] =
+    "graph mlp {\n"
+    "  %x = input : f32[4,8]\n"
+    "  %targets = input : i32[4]\n"
+    "  %w1 = param {init=\"normal\", std=0.1} : f32[8,16]\n"
+    "  %b1 = param {init=\"zeros\"} : f32[16]\n"
+    "  %w2 = param {init=\"normal\", std=0.1} : f32[16,3]\n"
+    "  %b2 = param {init=\"zeros\"} : f32[3]\n"
+    "  %mm1 = matmul(%x, %w1) : f32[4,16]\n"
+    "  %pre = add(%mm1, %b1) : f32[4,16]\n"
+    "  %h = gelu_tanh(%pre) : f32[4,16]\n"
+    "  %mm2 = matmul(%h, %w2) : f32[4,3]\n"
+    "  %logits = add(%mm2, %b2) : f32[4,3]\n"
+    "  %loss = cross_entropy(%logits, %targets) : f32[]\n"
+    "  output \"loss\" = %loss\n"
+    "  loss %loss\n"
+    "}\n";
+
+/* What a step of the compiled graph holds. */
+typedef struct step_census {
+    int param_casts; /* casts of a param */
+    bool norm, found_inf, update; /* a sum_squares; a found_inf; a param's update */
+} step_census;
+
+static step_census census(const ir_graph *c, const schedule *s, int k)
+{
+    step_census z = {0};
+    for (int m = s->steps[k].first; m < s->steps[k].first + s->steps[k].n; m++) {
+        const ir_node *n = c->nodes[s->members[m].node];
+        z.param_casts += n->op == IR_OP_cast && c->nodes[n->in[0]]->op == IR_OP_param;
+        z.norm |= n->op == IR_OP_sum_squares;
+        z.found_inf |= n->op == IR_OP_found_inf;
+        for (int u = 0; u < c->nupdates; u++)
+            z.update |= c->updates[u].node == n->id && c->nodes[ir_find_name(c, c->updates[u].name)]->op == IR_OP_param;
+    }
+    return z;
+}
+
+/* Per kind of step (param casts, norm, found_inf, update): how many steps and launches. */
+typedef struct step_launches {
+    int cast_steps, casts, cast_launches;
+    int norm_steps, norm_launches, found_inf_steps, found_inf_launches, update_steps, update_launches;
+    bool norm_with_found_inf;
+} step_launches;
+
+static step_launches count_step_launches(const modelled *x)
+{
+    const ir_graph *c = x->g->compiled;
+    const schedule *s = &x->g->comp.sched;
+    step_launches r = {0};
+    for (int k = 0; k < s->nsteps; k++) {
+        step_census z = census(c, s, k);
+        int n = 0;
+        for (int i = 0; i < x->m.n; i++) n += x->m.launches[i].step == k;
+        if (z.param_casts) r.cast_steps++, r.casts += z.param_casts, r.cast_launches += n;
+        if (z.norm) r.norm_steps++, r.norm_launches += n;
+        if (z.found_inf) r.found_inf_steps++, r.found_inf_launches += n;
+        if (z.update) r.update_steps++, r.update_launches += n;
+        r.norm_with_found_inf |= z.norm && z.found_inf;
+    }
+    return r;
+}
+
+/* A small AMP f16 step (dynamic scaler, AdamW), by hand: its three f16
+ * working copies (w1, b1, w2; b2 is added in f32) are one launch; the
+ * unscale of the four gradients, their inf/NaN check and their sums of
+ * squares one multi kernel, with the flag's memset before it and the final
+ * kernel (the norm in f64, found_inf's bool) after: 3 launches, and no other
+ * step reads the gradients for the norm; the AdamW update of all four one
+ * launch. With the multi-tensor groups off: a launch per cast and per update,
+ * the norm's own two kernels apart from found_inf's. */
+static void test_an_amp_step_casts_in_one_launch_and_unscales_checks_and_norms_in_one_pass(void **state)
+{
+    (void)state;
+    for (int fused = 1; fused >= 0; fused--) {
+        alloy_graph *g = parse(amp_mlp_ir);
+        assert_int_equal(alloy_graph_set_training(g, true), ALLOY_OK);
+        assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
+        assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+        assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+        if (!fused) assert_int_equal(alloy_graph_set_option(g, "no_fuse", "multi"), ALLOY_OK);
+        modelled x;
+        model(&x, g, NULL);
+        step_launches r = count_step_launches(&x);
+        print_message("%s: casts %d in %d steps, %d launches; norm %d steps, %d launches (with found_inf: %d); "
+                      "found_inf %d launches; updates %d steps, %d launches\n",
+                      fused ? "multi-tensor" : "no_fuse=multi", r.casts, r.cast_steps, r.cast_launches, r.norm_steps,
+                      r.norm_launches, r.norm_with_found_inf, r.found_inf_launches, r.update_steps, r.update_launches);
+        assert_int_equal(r.casts, 3);
+        assert_int_equal(r.norm_steps, 1);
+        assert_int_equal(r.found_inf_steps, 1);
+        if (fused) {
+            assert_int_equal(r.cast_steps, 1);
+            assert_int_equal(r.cast_launches, 1);
+            assert_true(r.norm_with_found_inf);
+            assert_int_equal(r.found_inf_launches, 3);
+            assert_int_equal(r.update_steps, 1);
+            assert_int_equal(r.update_launches, 1);
+        } else {
+            assert_int_equal(r.cast_steps, 3);
+            assert_int_equal(r.cast_launches, 3);
+            assert_false(r.norm_with_found_inf);
+            assert_int_equal(r.norm_launches, 2);
+            assert_int_equal(r.update_steps, 4);
+            assert_int_equal(r.update_launches, 4);
+        }
+        release(&x);
+    }
 }
 
 static const char canned_log[] =
@@ -1047,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_alloy_graph_cost_reports_totals_and_names_bad_options),
         cmocka_unit_test(test_alloyc_cost_prints_the_model_of_an_ir_file),
         cmocka_unit_test(test_every_allocation_failure_of_the_cost_model_is_a_clean_error),
+        cmocka_unit_test(test_an_amp_step_casts_in_one_launch_and_unscales_checks_and_norms_in_one_pass),
     };
     return cmocka_run_group_tests(tests, test_checked_alloc, test_plain_alloc);
 }

@@ -41,8 +41,8 @@
 /* The transformer training graph (AMP f16 + dynamic scaler + AdamW) after
  * the whole pipeline (amp, autodiff, grad_scaler, optimizer, simplify, dce,
  * fuse), read off its printed group table: 34 groups, listed by kind, dtype
- * and op sequence in block_groups below (9 row, 14 gemm, 2 multi, 10 ew). */
-enum { BLOCK_GROUPS = 33, ADAMW_MEMBERS = 17, PARAMS = 17 };
+ * and op sequence in block_groups below (9 row, 14 gemm, 3 multi, 8 ew). */
+enum { BLOCK_GROUPS = 34, ADAMW_MEMBERS = 17, PARAMS = 17 };
 
 /* ---- the transformer block ---- */
 
@@ -116,16 +116,19 @@ static const expected_group block_groups[] = {
     {"softmax backward, causal mask, scale, cast", "row f16: softmax_grad causal_mask mul cast", 1},
     {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum, ln1's dgamma and dbeta",
      "row f32: add add cast layer_norm_grad_stats sub mul mul add reduce_sum reduce_sum", 1},
+    /* the forward's casts of the f32 weights to f16 (the gammas and betas
+     * stay f32), moved to the front of the step: one launch (fuse_casts.c) */
+    {"every f16 working copy of a weight", "multi f16: cast cast cast cast cast cast cast cast", 1},
     /* the step: unscale + found_inf over all 17 gradients (mlp.b1's has an
-     * f16 -> f32 cast), bookkeeping, the norm, the bias corrections */
-    {"unscale all gradients (mlp.b1's cast first: its id is lowest) + found_inf",
-     "multi bool: cast mul mul mul mul mul mul mul mul mul mul mul mul mul mul mul mul mul found_inf", 1},
+     * f16 -> f32 cast) with the global norm's sum of squares over them
+     * (fuse_norm.c), bookkeeping, the bias corrections */
+    {"unscale all gradients (mlp.b1's cast first: its id is lowest) + their sum of squares + found_inf",
+     "multi bool: cast mul mul mul mul mul mul mul mul mul mul mul mul mul mul mul mul mul sum_squares found_inf", 1},
     {"skipped_steps + 1 and its where; optim.step + 1 and its where", "ew i32: add where", 2},
     {"growth_tracker + 1 == growth_interval", "ew bool: add equal", 1},
     {"next loss scale", "ew f32: isfinite where where where", 1}, /* (f32: the last where's) */
     {"next growth tracker", "ew i32: where where", 1},
-    /* the global gradient norm is one sum_squares op over all 17 gradients
-     * (every one f32) and its sqrt, a lone node: no group */
+    /* the global gradient norm's sqrt is a lone node: no group */
     {"1 - lr*wd (lr is the state optim.lr, read at run time)", "ew f64: mul sub", 1},
     {"lr / (1 - b1^t)", "ew f64: pow sub div", 1},
     {"sqrt(1 - b2^t)", "ew f64: pow sub sqrt", 1},

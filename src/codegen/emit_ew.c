@@ -1,4 +1,4 @@
-/* emit_ew.c - elementwise kernels: ew steps, casts, GEMM epilogues after the library GEMM, and multi steps (every chain in one launch, found_inf on the way). */
+/* emit_ew.c - elementwise kernels: ew steps, casts, GEMM epilogues after the library GEMM, and multi steps (every chain in one launch, found_inf and the gradient norm's squares on the way). */
 #include <string.h>
 
 #include "codegen/emit_impl.h"
@@ -291,8 +291,34 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
  * at unit u_. */
 typedef struct multi_segment {
     int64_t start, units;
+    int64_t chunk; /* with a gradient norm in the step: its first chunk (NORM_CHUNK units each) */
     cg_text body;
 } multi_segment;
+
+/* Units (vectors or tail elements) one block sums at a time when the step
+ * holds the gradient norm: each such chunk's f32 sum of squares is one
+ * partial, so each gradient's sum is over a fixed tree of chunks. */
+enum { NORM_CHUNK = 2048 };
+
+/* Appends segments [lo, hi) chunk by chunk: block iteration b_ finds its
+ * segment by a balanced tree of comparisons on the chunks' starts, then
+ * its threads run the segment's units of that chunk. */
+static void put_chunks(cg_text *t, const multi_segment *sg, int lo, int hi, int depth)
+{
+    if (hi - lo == 1) {
+        cg_put(t, "%*s{\n%*s    const long long c0_ = (b_ - %lldll) * %d, c1_ = c0_ + %d < %lldll ? c0_ + %d : %lldll;\n"
+                  "%*s    for (long long u_ = c0_ + threadIdx.x; u_ < c1_; u_ += blockDim.x) {\n%s%*s    }\n%*s}\n",
+               depth * 4, "", depth * 4, "", (long long)sg[lo].chunk, NORM_CHUNK, NORM_CHUNK, (long long)sg[lo].units,
+               NORM_CHUNK, (long long)sg[lo].units, depth * 4, "", sg[lo].body.s ? sg[lo].body.s : "", depth * 4, "",
+               depth * 4, "");
+        return;
+    }
+    int mid = (lo + hi) / 2;
+    cg_put(t, "%*sif (b_ < %lldll)\n", depth * 4, "", (long long)sg[mid].chunk);
+    put_chunks(t, sg, lo, mid, depth + 1);
+    cg_put(t, "%*selse\n", depth * 4, "");
+    put_chunks(t, sg, mid, hi, depth + 1);
+}
 
 /* Appends segments [lo, hi) dispatched on e by a balanced tree of
  * comparisons (log2 of the chain count per element, not a linear scan). */
@@ -350,12 +376,23 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
     const sched_step *st = &s->steps[k];
     const sched_part *lastp = &s->parts[st->first_part + st->nparts - 1];
     const ir_node *fi = lastp->kind == PART_OP ? g->nodes[s->members[lastp->first].node] : NULL;
+    /* the gradient norm's sum_squares over found_inf's operands (fuse_norm.c), the part before it */
+    const sched_part *normp = fi && st->nparts >= 2 ? lastp - 1 : NULL;
+    const ir_node *norm = normp && normp->kind == PART_OP ? g->nodes[s->members[normp->first].node] : NULL;
+    if (norm && norm->op != IR_OP_sum_squares) norm = NULL;
     cg_params ps = {0};
     cg_text body = {0}, t = {0};
-    int64_t start = 0;
+    int64_t start = 0, chunks = 0;
     int nseg = st->nparts + (fi ? fi->nin : 0), at = 0;
     multi_segment *sg = al_calloc((size_t)nseg + 1, sizeof *sg);
-    if (!sg) return "out of memory";
+    int *seg_of = norm ? al_malloc(sizeof(int) * ((size_t)g->nnodes + 1)) : NULL; /* a norm operand -> its segment */
+    uint8_t *squared = norm ? al_calloc((size_t)g->nnodes + 1, 1) : NULL;
+    if (!sg || (norm && (!seg_of || !squared))) {
+        al_free(sg), al_free(seg_of), al_free(squared);
+        return "out of memory";
+    }
+    for (int i = 0; norm && i < g->nnodes; i++) seg_of[i] = -1;
+    for (int j = 0; norm && j < norm->nin; j++) squared[norm->in[j]] = 1;
     bool oom = false;
     for (int q = st->first_part; q < st->first_part + st->nparts; q++) {
         const sched_part *part = &s->parts[q];
@@ -375,6 +412,13 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         cg_text vbody = {0}, sbody = {0};
         cg_emit_members(&vbody, &vp);
         cg_emit_members(&sbody, &p);
+        for (int mb = part->first; norm && mb < part->first + part->n; mb++) { /* a gradient's squares, in f32 */
+            int x = s->members[mb].node;
+            if (!squared[x]) continue;
+            cg_put(&vbody, "        ss_ += v%d * v%d;\n", mb, mb);
+            cg_put(&sbody, "        ss_ += v%d * v%d;\n", mb, mb);
+            seg_of[x] = at;
+        }
         multi_segment *m = &sg[at++];
         m->start = start;
         if (part->wide) cg_put(&m->body, "        typedef double T;\n");
@@ -395,12 +439,15 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         al_fmt(pk, sizeof pk, "p%d", kp);
         al_fmt(lk, sizeof lk, "l%d_", kp);
         cg_text vbody = {0}, sbody = {0};
-        cg_put(&vbody, "        if (!isfinite(");
+        bool sq = norm && squared[o] && seg_of[o] < 0; /* a norm operand from outside: its squares here, once */
+        const char *qt = g->nodes[o]->type.dtype == ALLOY_F64 ? "double" : "float"; /* f64 stays f64: no inf made */
+        cg_put(&vbody, "        { const %s q_ = ", qt);
         cg_load(&vbody, g->nodes[o]->type.dtype, lk, "i_");
-        cg_put(&vbody, ")) bad_ = 1;\n");
-        cg_put(&sbody, "        if (!isfinite(");
+        cg_put(&vbody, "; if (!isfinite(q_)) bad_ = 1;%s }\n", sq ? " ss_ += q_ * q_;" : "");
+        cg_put(&sbody, "        { const %s q_ = ", qt);
         cg_load(&sbody, g->nodes[o]->type.dtype, pk, "i");
-        cg_put(&sbody, ")) bad_ = 1;\n");
+        cg_put(&sbody, "; if (!isfinite(q_)) bad_ = 1;%s }\n", sq ? " ss_ += q_ * q_;" : "");
+        if (sq) seg_of[o] = at;
         multi_segment *m = &sg[at++];
         m->start = start;
         put_segment(m, g, &ps, n, vector_width(g, &ps, 1, kp), kp, 1, 0, vbody.s ? vbody.s : "", sbody.s ? sbody.s : "");
@@ -408,27 +455,60 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
         cg_text_free(&vbody), cg_text_free(&sbody);
         start += m->units;
     }
-    for (int i = 0; i < at; i++) oom |= sg[i].body.oom;
-    if (at) put_segments(&body, sg, 0, at, 1);
+    for (int i = 0; i < at; i++) {
+        oom |= sg[i].body.oom;
+        sg[i].chunk = chunks;
+        chunks += (sg[i].units + NORM_CHUNK - 1) / NORM_CHUNK;
+    }
+    int64_t *lo = norm ? al_calloc((size_t)norm->nin + 1, sizeof *lo) : NULL;
+    int64_t *hi = norm ? al_calloc((size_t)norm->nin + 1, sizeof *hi) : NULL;
+    const char *why = norm && (!lo || !hi) ? "out of memory" : NULL;
+    for (int j = 0; norm && !why && j < norm->nin; j++) { /* each operand's chunks; none when it has no element */
+        int x = norm->in[j], q = seg_of[x];
+        if (q >= 0) lo[j] = sg[q].chunk, hi[j] = q + 1 < at ? sg[q + 1].chunk : chunks;
+        else if (ir_numel(&g->nodes[x]->type) > 0) why = "a sum_squares operand is not computed or read by its multi step";
+    }
+    if (norm) al_free(seg_of), al_free(squared);
+    if (why) {
+        for (int i = 0; i < at; i++) cg_text_free(&sg[i].body);
+        al_free(sg), al_free(lo), al_free(hi), al_free(ps.at);
+        return why;
+    }
+    if (at && norm) put_chunks(&body, sg, 0, at, 2);
+    else if (at) put_segments(&body, sg, 0, at, 1);
     for (int i = 0; i < at; i++) cg_text_free(&sg[i].body);
     al_free(sg);
     if (oom) body.oom = true;
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_multi", k);
     int flag = fi ? cg_param_of(&ps, CG_PARAM_FLAG, fi->id, true, 1) : -1;
+    int partial = norm ? cg_param_of(&ps, CG_PARAM_ROWS, norm->id, true, chunks + norm->nin) : -1;
     cg_put_preamble(&t);
     cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(&t, g, &ps);
     cg_put(&t, ")\n{\n    typedef float T;\n    int bad_ = 0;\n");
-    cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
-               " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n", (long long)start, body.s ? body.s : "");
+    if (norm) /* chunk by chunk, each chunk's sum of squares a partial */
+        cg_put(&t, "    __shared__ float red_[32];\n"
+                   "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n        float ss_ = 0;\n%s"
+                   "        ss_ = alloy_block_sum(ss_, red_);\n"
+                   "        if (threadIdx.x == 0) p%d[b_] = (double)ss_;\n    }\n",
+               (long long)chunks, body.s ? body.s : "", partial);
+    else
+        cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
+                   " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n", (long long)start, body.s ? body.s : "");
     if (flag >= 0) cg_put(&t, "    if (bad_) atomicOr(p%d, 1u);\n", flag);
     else cg_put(&t, "    (void)bad_;\n");
     cg_put(&t, "}\n");
-    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, STEP_KIND_MULTI, &t, &ps, grid_for(start), CG_BLOCK,
-                                         part_bytes(g, &ps));
+    unsigned grid = norm ? (unsigned)(chunks < 1 ? 1 : chunks > CG_MAX_GRID ? CG_MAX_GRID : chunks) : grid_for(start);
+    bool ok = !body.oom && cg_add_kernel(prog, g, name, k, STEP_KIND_MULTI, &t, &ps, grid, CG_BLOCK,
+                                         part_bytes(g, &ps) + 8 * chunks * (norm != NULL));
     cg_text_free(&body), cg_text_free(&t);
-    if (ok && fi) { /* the flag becomes found_inf's bool */
+    if (ok && norm) { /* the partials summed per gradient, then in f64; found_inf's bool from the flag */
+        al_fmt(name, sizeof name, "alloy_s%d_norm", k);
+        ok = !cg_emit_norm_final(prog, g, k, norm, fi, name, chunks, lo, hi);
+    }
+    al_free(lo), al_free(hi);
+    if (ok && fi && !norm) { /* the flag becomes found_inf's bool */
         cg_params fp = {0};
         int kf = cg_param_of(&fp, CG_PARAM_FLAG, fi->id, false, 1);
         int ko = cg_param_of(&fp, CG_PARAM_NODE, fi->id, true, 0);

@@ -115,6 +115,14 @@ AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const ch
 AL_HIDDEN const char *cg_emit_index(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
 /* The two kernels of sum_squares n of step k (a multi-tensor reduction), or why none (emit_sum_squares.c). */
 AL_HIDDEN const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
+/* The last kernel of a gradient norm n (sum_squares) whose first kernel
+ * wrote per-chunk f32 sums to n's partials (CG_PARAM_ROWS, chunks + n->nin
+ * of them): per operand i the f32 sum of partials [lo[i], hi[i]) (a warp
+ * each), those added in f64 in operand order into n; with fi (a found_inf
+ * in the same multi step) also fi's bool from its flag. "<name>_final". */
+AL_HIDDEN const char *cg_emit_norm_final(cg_program *prog, const ir_graph *g, int k, const ir_node *n,
+                                         const ir_node *fi, const char *name, int64_t chunks, const int64_t *lo,
+                                         const int64_t *hi);
 AL_HIDDEN const char *cg_emit_attention(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_attention.c */
 
 /* amp_check and amp_stats (emit_checks.c). Append the statements adding

@@ -1,4 +1,4 @@
-/* emit_sum_squares.c - the gradient norm's sum of squares over every gradient in two launches (a multi-tensor reduction). */
+/* emit_sum_squares.c - the gradient norm's sum of squares over every gradient in two launches (a multi-tensor reduction), and the final kernel the unscale + found_inf multi launch shares. */
 #include "codegen/emit_impl.h"
 
 /* Elements one block iteration of the first kernel squares and sums. */
@@ -62,9 +62,8 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
         bytes += c * 4;
     }
     if (ok) start[nin] = chunks;
-    int out = -1, part = -1;
+    int part = -1;
     if (ok) ne = sq_params(&ps, g, n, chunks, start, param, first, count, &part);
-    char kname[48];
     if (ok && ne) { /* the partials: one per chunk */
         cg_put_preamble(&t);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
@@ -85,34 +84,54 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
                                      bytes + 8 * chunks);
         cg_text_free(&t);
     }
-    if (ok) { /* per operand: its partials' f32 sum at partial chunks + i; then the f64 total in order */
-        al_free(ps.at); /* the first kernel took its parameters: the partials and the output */
-        ps = (cg_params){0};
-        part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, chunks + nin);
-        out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
-        cg_put_preamble(&t);
-        al_fmt(kname, sizeof kname, "%s_final", name);
-        cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, kname);
-        cg_param_list(&t, g, &ps);
-        cg_put(&t, ")\n{\n    const long long start_[%d] = {", nin + 1);
-        for (int i = 0; i <= nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)start[i]);
-        cg_put(&t, "};\n");
-        cg_put(&t, "    const int lane_ = threadIdx.x & 31;\n"
-                   "    for (int o_ = threadIdx.x >> 5; o_ < %d; o_ += %d) {\n"
-                   "        float m_ = 0;\n"
-                   "        for (long long c_ = start_[o_] + lane_; c_ < start_[o_ + 1]; c_ += 32) m_ += (float)p%d[c_];\n"
-                   "        m_ = alloy_warp_sum(m_);\n"
-                   "        if (lane_ == 0) p%d[%lldll + o_] = (double)m_;\n    }\n"
-                   "    __syncthreads();\n"
-                   "    if (threadIdx.x == 0) {\n        double total_ = 0;\n"
-                   "        for (int o_ = 0; o_ < %d; o_++) total_ = o_ ? total_ + p%d[%lldll + o_] : p%d[%lldll + o_];\n"
-                   "        p%d[0] = total_;\n    }\n}\n",
-               nin, CG_BLOCK / 32, part, part, (long long)chunks, nin, part, (long long)chunks, part,
-               (long long)chunks, out);
-        ok = !t.oom && cg_add_kernel(prog, g, kname, k, STEP_KIND_OP, &t, &ps, 1, CG_BLOCK, 16 * (chunks + nin) + 8);
-        cg_text_free(&t);
-    }
+    al_free(ps.at);
+    ps = (cg_params){0};
+    if (ok) ok = !cg_emit_norm_final(prog, g, k, n, NULL, name, chunks, start, start + 1);
     al_free(param), al_free(first), al_free(count), al_free(start);
+    return ok ? NULL : "out of memory";
+}
+
+const char *cg_emit_norm_final(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const ir_node *fi,
+                               const char *name, int64_t chunks, const int64_t *lo, const int64_t *hi)
+{
+    int nin = n->nin;
+    cg_params ps = {0};
+    cg_text t = {0};
+    char kname[48];
+    int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, chunks + nin);
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int flag = fi ? cg_param_of(&ps, CG_PARAM_FLAG, fi->id, false, 1) : -1;
+    int found = fi ? cg_param_of(&ps, CG_PARAM_NODE, fi->id, true, 0) : -1;
+    cg_put_preamble(&t);
+    al_fmt(kname, sizeof kname, "%s_final", name);
+    /* each operand's partials [lo, hi): a table in device memory, not a
+     * local array (one indexed by the operand spills at GPT-2's 148) */
+    cg_put(&t, "\nstatic __device__ const long long %s_lo[%d] = {", kname, nin > 0 ? nin : 1);
+    for (int i = 0; i < nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)lo[i]);
+    cg_put(&t, "%s};\nstatic __device__ const long long %s_hi[%d] = {", nin > 0 ? "" : "0", kname, nin > 0 ? nin : 1);
+    for (int i = 0; i < nin; i++) cg_put(&t, "%s%lldll", i ? ", " : "", (long long)hi[i]);
+    cg_put(&t, "%s};\n", nin > 0 ? "" : "0");
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, kname);
+    cg_param_list(&t, g, &ps);
+    cg_put(&t, ")\n{\n");
+    cg_put(&t, "    const int lane_ = threadIdx.x & 31;\n"
+               "    for (int o_ = threadIdx.x >> 5; o_ < %d; o_ += %d) {\n"
+               "        float m_ = 0;\n"
+               "        const long long lo_ = %s_lo[o_], hi_ = %s_hi[o_];\n"
+               "        for (long long c_ = lo_ + lane_; c_ < hi_; c_ += 32) m_ += (float)p%d[c_];\n"
+               "        m_ = alloy_warp_sum(m_);\n"
+               "        if (lane_ == 0) p%d[%lldll + o_] = (double)m_;\n    }\n"
+               "    __syncthreads();\n"
+               "    if (threadIdx.x == 0) {\n        double total_ = 0;\n"
+               "        for (int o_ = 0; o_ < %d; o_++) total_ = o_ ? total_ + p%d[%lldll + o_] : p%d[%lldll + o_];\n"
+               "        p%d[0] = total_;\n",
+           nin, CG_BLOCK / 32, kname, kname, part, part, (long long)chunks, nin, part, (long long)chunks, part,
+           (long long)chunks, out);
+    if (fi) cg_put(&t, "        p%d[0] = (unsigned char)(p%d[0] != 0u);\n", found, flag);
+    cg_put(&t, "    }\n}\n");
+    bool ok = !t.oom && cg_add_kernel(prog, g, kname, k, fi ? STEP_KIND_MULTI : STEP_KIND_OP, &t, &ps, 1, CG_BLOCK,
+                                      16 * (chunks + nin) + 8 + (fi ? 5 : 0));
+    cg_text_free(&t);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
 }

@@ -268,6 +268,11 @@ static const char *kind_violation(const ir_graph *g, const int *members, int n, 
                 if (m != n - 1) return "is a found_inf that is not the last member of its multi group";
                 break;
             }
+            if (x->op == IR_OP_sum_squares) { /* the gradient norm over found_inf's operands */
+                if (m != n - 2 || g->nodes[members[n - 1]]->op != IR_OP_found_inf)
+                    return "is a sum_squares that is not right before its multi group's found_inf";
+                break;
+            }
             if (!ew) return "is not elementwise, which multi groups need";
             parent[m] = m;
             for (int j = 0; j < x->nin; j++) {

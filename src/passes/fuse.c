@@ -14,8 +14,11 @@
  *     and a reduce_sum over the rows of a value of a row group joins it as
  *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
  *     then siblings once more (those kept apart by such sums);
- *   - multi groups join found_inf with the unscale chains it reads, and
- *     merge the update groups of all parameters that compute alike;
+ *   - multi groups join found_inf with the unscale chains it reads (and
+ *     the gradient norm's sum_squares over them, moved next to it first:
+ *     fuse_norm.c), and merge the update groups of all parameters that compute alike; the
+ *     forward's parameter casts, moved to the front of the graph first,
+ *     are one more (fuse_casts.c);
  * and every group can run at the position of its last member: every
  * consumer of a member that is not itself a member comes after the group's
  * last member. Then every value a member reads from outside the group is
@@ -361,31 +364,35 @@ static void place(fuser *f, int n)
 /* found_inf F and those of its operands that are elementwise nodes in no
  * group, or whose elementwise group (in f32) is read by nothing outside it
  * before F: the unscale muls (with an f16 gradient's cast) of every
- * gradient and the isfinite check over them, one launch. mark: scratch of
- * nnodes bytes, zero on entry and on return. */
-static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, int *label, uint8_t *mark)
+ * gradient and the isfinite check over them, one launch. With norm >= 0
+ * (the sum_squares right before F, fuse_norm.c) that sum joins too, and its
+ * reading the operands does not count as a reader from outside. mark:
+ * scratch of nnodes bytes, zero on entry and on return. */
+static void multi_found_inf_with(const ir_graph *g, int fi, int norm, const int *min_reader, int *label,
+                                 uint8_t *mark)
 {
     const ir_node *F = g->nodes[fi];
+    int lo = norm >= 0 ? norm : fi; /* members' readers from here on are F and the sum */
     for (int j = 0; j < F->nin; j++) {
         const ir_node *o = g->nodes[F->in[j]];
         if (!ir_fuse_elementwise(g, o) || ir_fuse_wide(g, o) || o->type.rank == 0) continue;
-        if (label[o->id] < 0 && min_reader[o->id] >= fi) mark[o->id] = 1;
+        if (label[o->id] < 0 && min_reader[o->id] >= lo) mark[o->id] = 1;
         else if (label[o->id] >= 0 && !ir_gemm_head(g->nodes[label[o->id]])) mark[label[o->id]] = 2;
     }
     /* a group is taken when its members are all elementwise in f32 (no row
      * op) and none is read from outside it before F; its members all come
      * before F, since F reads one of them from outside */
-    for (int i = 0; i < fi; i++) {
+    for (int i = 0; i < lo; i++) {
         const ir_node *n = g->nodes[i];
         if (label[i] >= 0 && mark[label[i]] == 2 && !(ir_fuse_elementwise(g, n) && !ir_fuse_wide(g, n)))
             mark[label[i]] = 0;
         for (int j = 0; j < n->nin; j++) {
-            int lo = label[n->in[j]];
-            if (lo >= 0 && mark[lo] == 2 && label[i] != lo) mark[lo] = 0;
+            int lg = label[n->in[j]];
+            if (lg >= 0 && mark[lg] == 2 && label[i] != lg) mark[lg] = 0;
         }
     }
     int taken = 0;
-    for (int i = 0; i < fi; i++) {
+    for (int i = 0; i < lo; i++) {
         int l = label[i];
         if ((l < 0 && mark[i] == 1) || (l >= 0 && mark[l] == 2)) {
             label[i] = fi;
@@ -395,6 +402,39 @@ static void multi_found_inf(const ir_graph *g, int fi, const int *min_reader, in
     for (int j = 0; j < F->nin; j++) mark[F->in[j]] = 0;
     for (int i = 0; i < fi; i++) mark[i] = 0;
     if (taken) label[fi] = fi;
+    if (taken && norm >= 0) label[norm] = fi;
+}
+
+/* multi_found_inf_with, taking in the sum_squares right before F (placed
+ * there by fuse_hoist_sum_squares) when each chain holds at most one of its
+ * operands (fuse_norm_fits); else F's group as without it. false when out
+ * of memory. */
+static bool multi_found_inf(const ir_graph *g, int fi, const int *min_reader, int *label, uint8_t *mark)
+{
+    int norm = fi > 0 && g->nodes[fi - 1]->op == IR_OP_sum_squares && label[fi - 1] < 0 ? fi - 1 : -1;
+    if (norm >= 0) { /* its operands are F's (fuse_norm.c): only hoisted sums sit there */
+        const ir_node *s = g->nodes[norm], *f = g->nodes[fi];
+        for (int j = 0; j < s->nin && norm >= 0; j++) {
+            bool in = false;
+            for (int k = 0; k < f->nin && !in; k++) in = f->in[k] == s->in[j];
+            if (!in) norm = -1;
+        }
+    }
+    int *saved = norm >= 0 ? al_malloc(sizeof(int) * ((size_t)fi + 1)) : NULL;
+    if (norm >= 0 && !saved) return false;
+    if (saved) memcpy(saved, label, sizeof(int) * ((size_t)fi + 1));
+    multi_found_inf_with(g, fi, norm, min_reader, label, mark);
+    bool fits = true;
+    if (saved && label[norm] == fi && !fuse_norm_fits(g, label, fi, norm, &fits)) {
+        al_free(saved);
+        return false;
+    }
+    if (saved && (!fits || label[norm] != fi)) { /* no: F's group alone, the sum a reader before it */
+        memcpy(label, saved, sizeof(int) * ((size_t)fi + 1));
+        multi_found_inf_with(g, fi, -1, min_reader, label, mark);
+    }
+    al_free(saved);
+    return true;
 }
 
 /* The shape of group `name`'s computation, as ints: per member (ascending)
@@ -515,6 +555,13 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     for (int i = 0; i < g->nnodes; i++) g->nodes[i]->group = -1;
     unsigned off = pass_cfg(opts)->no_fuse; /* OPT_NO_FUSE_ALL, or 1 << kind per kind off */
     if ((off & 1) || g->nnodes == 0) return ALLOY_OK;
+    if (!(off & 1u << IR_GROUP_MULTI)) { /* the parameter casts first, as one launch (fuse_casts.c); the
+                                             * gradient norm next to found_inf (fuse_norm.c) */
+        alloy_status st = fuse_hoist_param_casts(gp);
+        if (!st) st = fuse_hoist_sum_squares(gp);
+        if (st) return st;
+        g = *gp;
+    }
     size_t nn = (size_t)g->nnodes, edges = 1;
     for (int i = 0; i < g->nnodes; i++) edges += (size_t)g->nodes[i]->nin;
     int *gemm = al_malloc(sizeof(int) * nn), *row_readers = al_malloc(sizeof(int) * nn);
@@ -577,9 +624,10 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->op == IR_OP_found_inf && !(off & 1u << IR_GROUP_MULTI))
-                multi_found_inf(g, i, min_reader, label, f.sealed);
+            if (ok && g->nodes[i]->op == IR_OP_found_inf && !(off & 1u << IR_GROUP_MULTI))
+                ok = multi_found_inf(g, i, min_reader, label, f.sealed);
         ok = ok && ((off & 1u << IR_GROUP_MULTI) || multi_updates(g, label));
+        if (ok && !(off & 1u << IR_GROUP_MULTI)) fuse_group_param_casts(g, label);
         /* number the groups in the order of their first member */
         for (size_t i = 0; i < nn; i++) f.tail[i] = -1;
         int ngroups = 0;

@@ -154,6 +154,25 @@ AL_HIDDEN bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstar
  * first (-1 none), next[member] the next (-1 at the end), last[name] the
  * last (fuse_siblings.c; the sibling and column-sum rules walk them). */
 AL_HIDDEN void fuse_member_lists(const int *label, int nn, int *first, int *next, int *last);
+/* fuse_casts.c, for fuse.c: moves the casts of f32 params to f16/bf16
+ * (when there are two or more) to the front of *gp, after every param
+ * and every state leaf before the last param (the leaves in their own
+ * order), and replaces *gp; the error recorded on the graph when out of
+ * memory. */
+AL_HIDDEN alloy_status fuse_hoist_param_casts(ir_graph **gp);
+/* fuse_casts.c: makes the param casts in no group (label -1) one group, as
+ * fuse_hoist_param_casts placed them (so it is legal: every reader comes
+ * after the last of them). */
+AL_HIDDEN void fuse_group_param_casts(const ir_graph *g, int *label);
+/* fuse_norm.c, for fuse.c: moves each sum_squares whose operands are all
+ * f32 operands of an earlier found_inf right before that found_inf, and
+ * replaces *gp; the error recorded on the graph when out of memory. */
+AL_HIDDEN alloy_status fuse_hoist_sum_squares(ir_graph **gp);
+/* fuse_norm.c: *fits says whether the operands of sum_squares s that are
+ * in found_inf fi's group (label[x] == label[fi]) lie each in a chain of
+ * their own (members joined by reading one another), so that the multi
+ * kernel sums each alone; false when out of memory. */
+AL_HIDDEN bool fuse_norm_fits(const ir_graph *g, const int *label, int fi, int s, bool *fits);
 /* fuse_colsum.c: reduce_sums over the rows of a row group's [rows, C]
  * value (ir_fuse_colsum) join that group where legal; same arguments;
  * false when out of memory. */

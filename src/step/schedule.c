@@ -101,9 +101,11 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
         }
         break;
     case STEP_KIND_MULTI: {
-        /* the chains, in the order of their first member; found_inf last */
+        /* the chains, in the order of their first member; the gradient
+         * norm's sum_squares (fuse_norm.c) and found_inf last */
         bool fi = g->nodes[order[n - 1]]->op == IR_OP_found_inf;
-        int ns = fi ? n - 1 : n, at = st->first;
+        bool norm = fi && n >= 2 && g->nodes[order[n - 2]]->op == IR_OP_sum_squares;
+        int ns = n - fi - norm, at = st->first;
         /* union-find joins members that read one another; each chain is
          * then a list threaded through next[] (stamp, free until the inputs
          * below) from its first member, so placing them is linear however
@@ -136,7 +138,17 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
             add_part(b, PART_EW, at, len);
             at += len;
         }
+        if (norm) { /* its operands in the step are stored: the CPU sums them as the op does */
+            s->member_of[order[n - 2]] = at;
+            s->members[at] = (sched_member){order[n - 2], b->must_store[order[n - 2]] ? MEMBER_STORED : 0};
+            add_part(b, PART_OP, at++, 1);
+            const ir_node *q = g->nodes[order[n - 2]];
+            for (int j = 0; j < q->nin; j++)
+                if (s->step_of[q->in[j]] == (int)(st - s->steps)) s->members[s->member_of[q->in[j]]].flags |= MEMBER_STORED;
+        }
         if (fi) {
+            s->member_of[order[n - 1]] = at;
+            s->members[at] = (sched_member){order[n - 1], b->must_store[order[n - 1]] ? MEMBER_STORED : 0};
             add_part(b, PART_OP, at, 1);
             const ir_node *f = g->nodes[order[n - 1]];
             for (int j = 0; j < f->nin; j++)

@@ -44,7 +44,11 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     case STEP_KIND_COLLECTIVE: break;
     }
     if (members[0].flags & MEMBER_VIEW) return; /* its value is its operand's bytes (the plan's view_of) */
-    const ir_node *n = g->nodes[members[0].node];
+    cpu_run_op(x, g->nodes[members[0].node], values);
+}
+
+void cpu_run_op(cpu_exec *x, const ir_node *n, rt_tensor *values)
+{
     rt_tensor in_small[8];
     rt_tensor *in = n->nin <= 8 ? in_small : al_malloc(sizeof(rt_tensor) * (size_t)n->nin);
     if (!in) {

@@ -151,6 +151,10 @@ AL_HIDDEN alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedu
                                     rt_tensor *values, cpu_workers *w);
 AL_HIDDEN alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                                      rt_tensor *values, cpu_workers *w);
+/* Runs node n by its op's kernel (cpu_ops) on its operands' values into
+ * values[n->id] (cpu.c): a lone op step, or a MULTI step's sum_squares;
+ * errors go to x. */
+AL_HIDDEN void cpu_run_op(cpu_exec *x, const ir_node *n, rt_tensor *values);
 
 /* Runs row op n's program (cpu_rows.c, from ops.def) over every row of its
  * operands in[] (whole rows along its axis) into out; `total_rows` is what

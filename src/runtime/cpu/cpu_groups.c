@@ -392,7 +392,7 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
     return x->status;
 }
 
-/* ---- MULTI steps: chain by chain, found_inf checked on the way ---- */
+/* ---- MULTI steps: chain by chain, found_inf checked on the way, a sum_squares over them after ---- */
 
 alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                            rt_tensor *values, cpu_workers *w)
@@ -404,6 +404,8 @@ alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, co
         const sched_part *part = &s->parts[p];
         if (part->kind == PART_EW)
             cpu_run_group_ex(x, g, &s->members[part->first], part->n, values, w, NULL, fi ? &nonfinite : NULL);
+        else if (p < step->first_part + step->nparts - 1) /* the gradient norm's sum_squares, as a lone op */
+            cpu_run_op(x, g->nodes[s->members[part->first].node], values);
     }
     if (!fi || x->status || !values[fi->id].data) return x->status;
     /* found_inf over its operands from outside the step */
