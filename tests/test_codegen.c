@@ -586,6 +586,10 @@ static void check_multi_kernel(const char *src, const char *what, int tails)
     if (occurrences(src, "alloy_vcopy<16>(l") < 1 ||
         occurrences(src, "alloy_vcopy<16>(p") + occurrences(src, "alloy_vcopy<8>(p") < 1)
         fail_msg("%s: no chain moved 16 bytes at a time:\n%s", what, src);
+    /* the casts' kernel (8-byte stores) holds the chains of 64 and 3: the
+     * 69-element weight's copy, whose rows the plan may pad, is a cast
+     * kernel of its own (fuse_casts.c) */
+    if (occurrences(src, "alloy_vcopy<8>(p") > 0) tails = 0;
     if (occurrences(src, "if (u_ < ") != tails) fail_msg("%s: not %d chains with a tail:\n%s", what, tails, src);
 }
 

@@ -26,7 +26,7 @@ static const struct {
     /* the head's AdamW update as one elementwise kernel (a lone parameter: no multi step) with 16-byte
      * accesses: five 4-float operand arrays and the update's square of the gradient (the norm's
      * sum_squares no longer shares it) leave 16 B of stack, 12 B stored, 44 B loaded a thread */
-    {"vocab_ce", "_s43_ew", "the lone parameter's AdamW ew kernel: 16 B of stack"},
+    {"vocab_ce", "_s42_ew", "the lone parameter's AdamW ew kernel: 16 B of stack"},
 };
 
 /* A vocabulary of GPT-2's width (50257 logits a row) over 8 rows: the

@@ -6,7 +6,7 @@
 
 /* The most kernels one chain takes, and the most parameters (a bundle's
  * kernel has at most 256). */
-enum { CHAIN_MAX_KERNELS = 64, CHAIN_MAX_PARAMS = 256 };
+enum { CHAIN_MAX_KERNELS = 24, CHAIN_MAX_PARAMS = 256 };
 
 static const char global_head[] = "extern \"C\" __global__ void __launch_bounds__(";
 
