@@ -105,15 +105,15 @@ static const char *const mma_body[] = {
     "        /* keys the block loads, keys this warp's rows see, keys each of the lane's rows sees */\n"
     "        const long long blim_ = LIM_(last_), wlim_ = w0_ < T_ ? LIM_(wlast_) : 0;\n"
     "        const long long lim0_ = r0_ < T_ ? LIM_(r0_) : 0, lim1_ = r1_ < T_ ? LIM_(r1_) : 0;\n"
-    "        const unsigned short *q_ = PQ_ + bh_ * T_ * D_, *k_ = PK_ + bh_ * S_ * D_, *v_ = PV_ + bh_ * S_ * D_;\n"
+    "        const unsigned short *q_ = PQ_ + QOFF_(bh_), *k_ = PK_ + KOFF_(bh_), *v_ = PV_ + VOFF_(bh_);\n"
     "        unsigned qa_[KS_][4];\n"
     "#pragma unroll\n"
     "        for (int kk = 0; kk < KS_; kk++) {\n"
     "            const int c_ = kk * 16 + 2 * t4_;\n"
-    "            qa_[kk][0] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * D_ + c_) : 0u;\n"
-    "            qa_[kk][1] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * D_ + c_) : 0u;\n"
-    "            qa_[kk][2] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * D_ + c_ + 8) : 0u;\n"
-    "            qa_[kk][3] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * D_ + c_ + 8) : 0u;\n"
+    "            qa_[kk][0] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * QROW_ + c_) : 0u;\n"
+    "            qa_[kk][1] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * QROW_ + c_) : 0u;\n"
+    "            qa_[kk][2] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * QROW_ + c_ + 8) : 0u;\n"
+    "            qa_[kk][3] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * QROW_ + c_ + 8) : 0u;\n"
     "        }\n"
     "        float o_[DN_][4];\n"
     "#pragma unroll\n"
@@ -126,8 +126,8 @@ static const char *const mma_body[] = {
     "                const int r_ = e_ / (D_ / 8), c_ = e_ % (D_ / 8) * 8;\n"
     "                const long long j_ = j0_ + r_;\n"
     "                if (j_ < S_) {\n"
-    "                    alloy_vcopy<16>(ks_ + r_ * PS_ + c_, k_ + j_ * D_ + c_);\n"
-    "                    alloy_vcopy<16>(vs_ + r_ * PS_ + c_, v_ + j_ * D_ + c_);\n"
+    "                    alloy_vcopy<16>(ks_ + r_ * PS_ + c_, k_ + j_ * KROW_ + c_);\n"
+    "                    alloy_vcopy<16>(vs_ + r_ * PS_ + c_, v_ + j_ * VROW_ + c_);\n"
     "                } else { /* zeros: 0 * a stale NaN would reach O */\n"
     "                    *(alloy_b128 *)(ks_ + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
     "                    *(alloy_b128 *)(vs_ + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
@@ -195,21 +195,22 @@ static const char *const mma_body[] = {
     "        l0_ += __shfl_xor_sync(0xffffffffu, l0_, 2);\n"
     "        l1_ += __shfl_xor_sync(0xffffffffu, l1_, 1);\n"
     "        l1_ += __shfl_xor_sync(0xffffffffu, l1_, 2);\n"
-    "        unsigned short *out_ = PO_ + bh_ * T_ * D_;\n"
+    "        unsigned short *out_ = PO_ + OOFF_(bh_);\n"
     "#pragma unroll\n"
     "        for (int dn = 0; dn < DN_; dn++) {\n"
     "            const int c_ = dn * 8 + 2 * t4_;\n"
     "            if (r0_ < T_)\n"
-    "                *(unsigned *)(out_ + r0_ * D_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
     "                                                      (unsigned)TO_(l0_ > 0.f ? o_[dn][1] / l0_ : 0.f) << 16;\n"
     "            if (r1_ < T_)\n"
-    "                *(unsigned *)(out_ + r1_ * D_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
     "                                                      (unsigned)TO_(l1_ > 0.f ? o_[dn][3] / l1_ : 0.f) << 16;\n"
     "        }\n"
     "    }\n",
 };
 
-void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name)
+void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name,
+                           const attn_strides *st)
 {
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t BH = q->dims[0] * q->dims[1], T = q->dims[2], S = g->nodes[n->in[1]]->type.dims[2], D = q->dims[3];
@@ -235,26 +236,30 @@ void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, cons
         cg_put(t, "#define LIM_(i) ((i) + S_ - T_ + 1 < 0 ? 0ll : (i) + S_ - T_ + 1 > S_ ? S_ : (i) + S_ - T_ + 1)\n");
     else
         cg_put(t, "#define LIM_(i) S_\n");
+    cg_attention_strides(t, st);
 }
 
 bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, cg_text *t,
                             cg_params *ps, int64_t rows, int64_t bytes)
 {
-    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n}\n");
+    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n");
+    cg_attention_strides_end(t);
+    cg_put(t, "}\n");
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t blocks = q->dims[0] * q->dims[1] * ((rows + MMA_ROWS - 1) / MMA_ROWS);
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
     return !t->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, t, ps, grid, MMA_THREADS, bytes);
 }
 
-const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                                  const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int pq = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0), pk = cg_param_of(&ps, CG_PARAM_NODE, n->in[1], false, 0),
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0);
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8], vb_[TILE_ * PS_ / 8];\n");
     cg_put(&t, "#define PQ_ p%d\n#define PK_ p%d\n#define PV_ p%d\n#define PO_ p%d\n", pq, pk, pv, out);
     for (size_t i = 0; i < sizeof mma_body / sizeof mma_body[0]; i++) cg_put(&t, "%s", mma_body[i]);

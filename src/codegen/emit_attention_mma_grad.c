@@ -2,25 +2,27 @@
 #include "codegen/emit_impl.h"
 
 /* Loads this lane's A fragments of rows r0_ and r1_ (rows >= LEN_ zero) of
- * the [rows, D_] matrix at BASE into NAME[KS_][4]. */
-static void load_a(cg_text *t, const char *name, const char *base)
+ * the [rows, D_] matrix at BASE, ROW elements from row to row, into NAME[KS_][4]. */
+static void load_a(cg_text *t, const char *name, const char *base, const char *row)
 {
     cg_put(t,
            "        unsigned %s[KS_][4];\n"
            "#pragma unroll\n"
            "        for (int kk = 0; kk < KS_; kk++) {\n"
            "            const int c_ = kk * 16 + 2 * t4_;\n"
-           "            %s[kk][0] = r0_ < LEN_ ? *(const unsigned *)(%s + r0_ * D_ + c_) : 0u;\n"
-           "            %s[kk][1] = r1_ < LEN_ ? *(const unsigned *)(%s + r1_ * D_ + c_) : 0u;\n"
-           "            %s[kk][2] = r0_ < LEN_ ? *(const unsigned *)(%s + r0_ * D_ + c_ + 8) : 0u;\n"
-           "            %s[kk][3] = r1_ < LEN_ ? *(const unsigned *)(%s + r1_ * D_ + c_ + 8) : 0u;\n"
+           "            %s[kk][0] = r0_ < LEN_ ? *(const unsigned *)(%s + r0_ * %s + c_) : 0u;\n"
+           "            %s[kk][1] = r1_ < LEN_ ? *(const unsigned *)(%s + r1_ * %s + c_) : 0u;\n"
+           "            %s[kk][2] = r0_ < LEN_ ? *(const unsigned *)(%s + r0_ * %s + c_ + 8) : 0u;\n"
+           "            %s[kk][3] = r1_ < LEN_ ? *(const unsigned *)(%s + r1_ * %s + c_ + 8) : 0u;\n"
            "        }\n",
-           name, name, base, name, base, name, base, name, base);
+           name, name, base, row, name, base, row, name, base, row, name, base, row);
 }
 
-/* Copies rows [x0_, x0_ + TILE_) of two [LEN_, D_] matrices into shared
- * tiles A and B (rows padded to PS_, zeros past LEN_) between barriers. */
-static void load_tiles(cg_text *t, const char *a, const char *ga, const char *b, const char *gb)
+/* Copies rows [x0_, x0_ + TILE_) of two [LEN_, D_] matrices (GA, GB, rows
+ * RA, RB elements apart) into shared tiles A and B (rows padded to PS_,
+ * zeros past LEN_) between barriers. */
+static void load_tiles(cg_text *t, const char *a, const char *ga, const char *ra, const char *b, const char *gb,
+                       const char *rb)
 {
     cg_put(t,
            "            __syncthreads();\n"
@@ -28,14 +30,14 @@ static void load_tiles(cg_text *t, const char *a, const char *ga, const char *b,
            "                const int r_ = e_ / (D_ / 8), c_ = e_ %% (D_ / 8) * 8;\n"
            "                const long long x_ = x0_ + r_;\n"
            "                if (x_ < LEN2_) {\n"
-           "                    alloy_vcopy<16>(%s + r_ * PS_ + c_, %s + x_ * D_ + c_);\n"
-           "                    alloy_vcopy<16>(%s + r_ * PS_ + c_, %s + x_ * D_ + c_);\n"
+           "                    alloy_vcopy<16>(%s + r_ * PS_ + c_, %s + x_ * %s + c_);\n"
+           "                    alloy_vcopy<16>(%s + r_ * PS_ + c_, %s + x_ * %s + c_);\n"
            "                } else {\n"
            "                    *(alloy_b128 *)(%s + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
            "                    *(alloy_b128 *)(%s + r_ * PS_ + c_) = alloy_b128{0, 0};\n"
            "                }\n"
            "            }\n",
-           a, ga, b, gb, a, b);
+           a, ga, ra, b, gb, rb, a, b);
 }
 
 /* C[NT_][4] = A B^T over a 16 x D_ A in registers (AF[KS_][4]) and the
@@ -83,19 +85,19 @@ static void product_acc(cg_text *t, const char *acc, const char *x, const char *
            x, sh, acc);
 }
 
-/* Stores ACC[DN_][4] * MUL for rows r0_, r1_ (< LEN_) of the [.., D_] matrix at BASE. */
-static void store_acc(cg_text *t, const char *acc, const char *base, const char *mul)
+/* Stores ACC[DN_][4] * MUL for rows r0_, r1_ (< LEN_) of the [.., D_] matrix at BASE, rows ROW elements apart. */
+static void store_acc(cg_text *t, const char *acc, const char *base, const char *row, const char *mul)
 {
     cg_put(t,
            "#pragma unroll\n"
            "        for (int dn = 0; dn < DN_; dn++) {\n"
            "            const int c_ = dn * 8 + 2 * t4_;\n"
            "            if (r0_ < LEN_)\n"
-           "                *(unsigned *)(%s + r0_ * D_ + c_) = (unsigned)TO_(%s[dn][0] * %s) | (unsigned)TO_(%s[dn][1] * %s) << 16;\n"
+           "                *(unsigned *)(%s + r0_ * %s + c_) = (unsigned)TO_(%s[dn][0] * %s) | (unsigned)TO_(%s[dn][1] * %s) << 16;\n"
            "            if (r1_ < LEN_)\n"
-           "                *(unsigned *)(%s + r1_ * D_ + c_) = (unsigned)TO_(%s[dn][2] * %s) | (unsigned)TO_(%s[dn][3] * %s) << 16;\n"
+           "                *(unsigned *)(%s + r1_ * %s + c_) = (unsigned)TO_(%s[dn][2] * %s) | (unsigned)TO_(%s[dn][3] * %s) << 16;\n"
            "        }\n",
-           base, acc, mul, acc, mul, base, acc, mul, acc, mul);
+           base, row, acc, mul, acc, mul, base, row, acc, mul, acc, mul);
 }
 
 static void zero_acc(cg_text *t, const char *acc)
@@ -112,7 +114,8 @@ static void zero_acc(cg_text *t, const char *acc)
  * = do.o; pass 2 recomputes P = exp2(S - lse), dP = dO V^T, dS = P (dP -
  * delta) rounded to the dtype, dQ += dS K; dq = scale dQ. lse and delta go
  * to the rows buffer for kernel 2. */
-static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                               const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -123,7 +126,7 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int64_t BH = qt->dims[0] * qt->dims[1], T = qt->dims[2];
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, 2 * BH * T);
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8], vb_[TILE_ * PS_ / 8];\n"
                "    unsigned short *ks_ = (unsigned short *)kb_, *vs_ = (unsigned short *)vb_;\n"
                "    const int warp_ = threadIdx.x >> 5, lane_ = threadIdx.x & 31, g_ = lane_ >> 2, t4_ = lane_ & 3;\n"
@@ -135,11 +138,11 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        const long long wlast_ = w0_ + 15 < T_ - 1 ? w0_ + 15 : T_ - 1;\n"
                "        const long long blim_ = LIM_(last_), wlim_ = w0_ < T_ ? LIM_(wlast_) : 0;\n"
                "        const long long lim0_ = r0_ < T_ ? LIM_(r0_) : 0, lim1_ = r1_ < T_ ? LIM_(r1_) : 0;\n"
-               "        const unsigned short *q_ = p%d + bh_ * T_ * D_, *do_ = p%d + bh_ * T_ * D_, *o_ = p%d + bh_ * T_ * D_;\n"
-               "        const unsigned short *k_ = p%d + bh_ * S_ * D_, *v_ = p%d + bh_ * S_ * D_;\n",
+               "        const unsigned short *q_ = p%d + QOFF_(bh_), *do_ = p%d + DOOFF_(bh_), *o_ = p%d + OOFF_(bh_);\n"
+               "        const unsigned short *k_ = p%d + KOFF_(bh_), *v_ = p%d + VOFF_(bh_);\n",
            pq, pd, po, pk, pv);
-    load_a(&t, "qa_", "q_");
-    load_a(&t, "da_", "do_");
+    load_a(&t, "qa_", "q_", "QROW_");
+    load_a(&t, "da_", "do_", "DOROW_");
     /* delta over the lane's 4 columns per k-block, then the group's 4 lanes */
     cg_put(&t, "        float d0_ = 0.f, d1_ = 0.f;\n"
                "#pragma unroll\n"
@@ -149,8 +152,8 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "                const long long r_ = h & 1 ? r1_ : r0_;\n"
                "                if (r_ >= T_) continue;\n"
                "                const int c_ = kk * 16 + 2 * t4_ + (h >> 1) * 8;\n"
-               "                const float x_ = FROM_((unsigned short)da_[kk][h]) * FROM_(o_[r_ * D_ + c_]) +\n"
-               "                                 FROM_((unsigned short)(da_[kk][h] >> 16)) * FROM_(o_[r_ * D_ + c_ + 1]);\n"
+               "                const float x_ = FROM_((unsigned short)da_[kk][h]) * FROM_(o_[r_ * OROW_ + c_]) +\n"
+               "                                 FROM_((unsigned short)(da_[kk][h] >> 16)) * FROM_(o_[r_ * OROW_ + c_ + 1]);\n"
                "                if (h & 1) d1_ += x_; else d0_ += x_;\n"
                "            }\n"
                "        d0_ += __shfl_xor_sync(0xffffffffu, d0_, 1);\n"
@@ -159,7 +162,7 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        d1_ += __shfl_xor_sync(0xffffffffu, d1_, 2);\n"
                "        float m0_ = -ALLOY_INF, m1_ = -ALLOY_INF, l0_ = 0.f, l1_ = 0.f;\n"
                "        for (long long x0_ = 0; x0_ < blim_; x0_ += TILE_) {\n");
-    load_tiles(&t, "ks_", "k_", "vs_", "v_");
+    load_tiles(&t, "ks_", "k_", "KROW_", "vs_", "v_", "VROW_");
     cg_put(&t, "            __syncthreads();\n"
                "            if (x0_ >= wlim_) continue;\n");
     product_nt(&t, "s_", "qa_", "ks_");
@@ -190,12 +193,12 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        l1_ += __shfl_xor_sync(0xffffffffu, l1_, 2);\n"
                "        /* a row that sees no key: lse -inf, P = 0 everywhere */\n"
                "        const float e0_ = l0_ > 0.f ? m0_ + log2f(l0_) : -ALLOY_INF, e1_ = l1_ > 0.f ? m1_ + log2f(l1_) : -ALLOY_INF;\n"
-               "        if (t4_ == 0 && r0_ < T_) p%d[bh_ * T_ + r0_] = e0_, p%d[BH_ * T_ + bh_ * T_ + r0_] = d0_;\n"
-               "        if (t4_ == 0 && r1_ < T_) p%d[bh_ * T_ + r1_] = e1_, p%d[BH_ * T_ + bh_ * T_ + r1_] = d1_;\n",
+               "        if (t4_ == 0 && r0_ < T_) p%d[LSEOFF_(bh_) + r0_ * LSEROW_] = e0_, p%d[BH_ * T_ + LSEOFF_(bh_) + r0_ * LSEROW_] = d0_;\n"
+               "        if (t4_ == 0 && r1_ < T_) p%d[LSEOFF_(bh_) + r1_ * LSEROW_] = e1_, p%d[BH_ * T_ + LSEOFF_(bh_) + r1_ * LSEROW_] = d1_;\n",
            rows, rows, rows, rows);
     zero_acc(&t, "dq_");
     cg_put(&t, "        for (long long x0_ = 0; x0_ < blim_; x0_ += TILE_) {\n");
-    load_tiles(&t, "ks_", "k_", "vs_", "v_");
+    load_tiles(&t, "ks_", "k_", "KROW_", "vs_", "v_", "VROW_");
     cg_put(&t, "            __syncthreads();\n"
                "            if (x0_ >= wlim_) continue;\n");
     product_nt(&t, "s_", "qa_", "ks_");
@@ -212,9 +215,9 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "                }\n");
     product_acc(&t, "dq_", "s_", "ks_");
     cg_put(&t, "        }\n"
-               "        unsigned short *dqo_ = p%d + bh_ * (T_ + 2 * S_) * D_;\n",
+               "        unsigned short *dqo_ = p%d + DQOFF_(bh_);\n",
            out);
-    store_acc(&t, "dq_", "dqo_", "SCALE_");
+    store_acc(&t, "dq_", "dqo_", "DQROW_", "SCALE_");
     cg_put(&t, "    }\n");
     const ir_type *kt = &g->nodes[n->in[1]]->type;
     int64_t bytes = (int64_t)(4 * ir_nbytes(qt) + 4 * ir_nbytes(kt));
@@ -229,7 +232,8 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
  * memory, with their lse and delta), S^T = K Q^T, P^T = exp2(S^T - lse_i),
  * dP^T = V dO^T, dS^T = P^T (dP^T - delta_i); dV += P^T dO and dK += dS^T Q,
  * both rounded to the dtype first; dk = scale dK. */
-static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                               const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -239,7 +243,7 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     const ir_type *qt = &g->nodes[n->in[0]]->type, *kt = &g->nodes[n->in[1]]->type;
     int64_t BH = qt->dims[0] * qt->dims[1], T = qt->dims[2];
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, 2 * BH * T);
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     /* query i sees key j when j < LIM_(i), that is from query j - (S_ - T_) on when causal */
     cg_put(&t, "    __shared__ alloy_b128 qb_[TILE_ * PS_ / 8], db_[TILE_ * PS_ / 8];\n"
                "    __shared__ float lse_[TILE_], dl_[TILE_];\n"
@@ -251,19 +255,19 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
                "        const long long r0_ = w0_ + g_, r1_ = r0_ + 8;\n"
                "        long long start_ = %s;\n"
                "        start_ = start_ < 0 ? 0 : start_ - start_ %% TILE_;\n"
-               "        const unsigned short *q_ = p%d + bh_ * T_ * D_, *do_ = p%d + bh_ * T_ * D_;\n"
-               "        const unsigned short *k_ = p%d + bh_ * S_ * D_, *v_ = p%d + bh_ * S_ * D_;\n",
+               "        const unsigned short *q_ = p%d + QOFF_(bh_), *do_ = p%d + DOOFF_(bh_);\n"
+               "        const unsigned short *k_ = p%d + KOFF_(bh_), *v_ = p%d + VOFF_(bh_);\n",
            ir_attr_i(n, "causal") ? "j0_ - (S_ - T_)" : "0", pq, pd, pk, pv);
-    load_a(&t, "ka_", "k_");
-    load_a(&t, "va_", "v_");
+    load_a(&t, "ka_", "k_", "KROW_");
+    load_a(&t, "va_", "v_", "VROW_");
     zero_acc(&t, "dk_");
     zero_acc(&t, "dv_");
     cg_put(&t, "        for (long long x0_ = start_; x0_ < T_; x0_ += TILE_) {\n");
-    load_tiles(&t, "qs_", "q_", "ds_", "do_");
+    load_tiles(&t, "qs_", "q_", "QROW_", "ds_", "do_", "DOROW_");
     cg_put(&t, "            for (int e_ = threadIdx.x; e_ < TILE_; e_ += blockDim.x) {\n"
                "                const long long i_ = x0_ + e_;\n"
-               "                lse_[e_] = i_ < T_ ? p%d[bh_ * T_ + i_] : -ALLOY_INF;\n"
-               "                dl_[e_] = i_ < T_ ? p%d[BH_ * T_ + bh_ * T_ + i_] : 0.f;\n"
+               "                lse_[e_] = i_ < T_ ? p%d[LSEOFF_(bh_) + i_ * LSEROW_] : -ALLOY_INF;\n"
+               "                dl_[e_] = i_ < T_ ? p%d[BH_ * T_ + LSEOFF_(bh_) + i_ * LSEROW_] : 0.f;\n"
                "            }\n"
                "            __syncthreads();\n"
                "            /* the whole warp: no query of the tile sees its first key */\n"
@@ -286,10 +290,10 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     product_acc(&t, "dv_", "s_", "ds_");
     product_acc(&t, "dk_", "dp_", "qs_");
     cg_put(&t, "        }\n"
-               "        unsigned short *dko_ = p%d + (bh_ * (T_ + 2 * S_) + T_) * D_, *dvo_ = dko_ + S_ * D_;\n",
-           out);
-    store_acc(&t, "dk_", "dko_", "SCALE_");
-    store_acc(&t, "dv_", "dvo_", "1.f");
+               "        unsigned short *dko_ = p%d + DKOFF_(bh_), *dvo_ = p%d + DVOFF_(bh_);\n",
+           out, out);
+    store_acc(&t, "dk_", "dko_", "DKROW_", "SCALE_");
+    store_acc(&t, "dv_", "dvo_", "DVROW_", "1.f");
     cg_put(&t, "    }\n");
     int64_t bytes = (int64_t)(2 * ir_nbytes(qt) + 4 * ir_nbytes(kt));
     bool ok = cg_attention_mma_close(prog, g, n, k, name, &t, &ps, kt->dims[2], bytes);
@@ -298,12 +302,13 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     return ok ? NULL : "out of memory";
 }
 
-const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k)
+const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k,
+                                       const attn_strides *st)
 {
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
-    const char *why = rows_kernel(prog, g, n, k, name);
+    const char *why = rows_kernel(prog, g, n, k, name, st);
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);
-    return keys_kernel(prog, g, n, k, name);
+    return keys_kernel(prog, g, n, k, name, st);
 }
