@@ -164,9 +164,12 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
     if (!s || !(flags_of(s, x) & MEMBER_STRIDED)) return contiguous(H, R, D);
     if (g->nodes[x]->op == IR_OP_attention) return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
-    /* transpose(reshape([slice(] X [)])): rows of X are W wide */
-    const ir_node *src = g->nodes[g->nodes[g->nodes[x]->in[0]]->in[0]];
-    if (src->op == IR_OP_slice && (flags_of(s, src->id) & MEMBER_STRIDED)) src = g->nodes[src->in[0]];
+    /* transpose(reshape([slice(] X [)])): rows of X are W wide (any other
+     * chain, as a damaged bundle could flag, reads contiguous) */
+    const ir_node *r = g->nodes[x]->nin == 1 ? g->nodes[g->nodes[x]->in[0]] : NULL;
+    const ir_node *src = r && r->op == IR_OP_reshape && r->nin == 1 ? g->nodes[r->in[0]] : NULL;
+    if (src && src->op == IR_OP_slice && src->nin == 1 && (flags_of(s, src->id) & MEMBER_STRIDED)) src = g->nodes[src->in[0]];
+    if (!src || g->nodes[x]->op != IR_OP_transpose || src->type.rank < 1) return contiguous(H, R, D);
     int64_t W = src->type.dims[src->type.rank - 1];
     return (attn_stride){0, R * W, D, W};
 }
@@ -194,7 +197,7 @@ void attn_strides_of(const ir_graph *g, const schedule *s, const ir_node *n, att
         return;
     }
     out->o = operand(g, s, n->in[3]), out->dout = operand(g, s, n->in[4]);
-    if (s && (flags_of(s, n->id) & MEMBER_STRIDED)) { /* stored as [B, T, 3, H, D]: the concat's rows */
+    if (s && (flags_of(s, n->id) & MEMBER_STRIDED) && T == g->nodes[n->in[1]]->type.dims[2]) { /* stored as [B, T, 3, H, D]: the concat's rows */
         out->dq = (attn_stride){0, T * 3 * C, D, 3 * C};
         out->dk = (attn_stride){C, T * 3 * C, D, 3 * C};
         out->dv = (attn_stride){2 * C, T * 3 * C, D, 3 * C};
@@ -220,7 +223,7 @@ int64_t attn_view_delta(const ir_graph *g, const schedule *s, int i)
     const ir_node *x = g->nodes[n->in[0]];
     size_t es = alloy_dtype_size(n->type.dtype);
     if (x->op == IR_OP_attention_grad) { /* dq, dk, dv: at 0, C, 2C of each row of the concat's order */
-        int64_t part = ir_attr_i(n, "start") / n->type.dims[2];
+        int64_t part = n->type.rank == 4 && n->type.dims[2] > 0 ? ir_attr_i(n, "start") / n->type.dims[2] : 0;
         return part * x->type.dims[1] * x->type.dims[3] * (int64_t)es;
     }
     return ir_attr_i(n, "start") * (int64_t)es; /* a slice of the last axis of a row-major value */
