@@ -137,7 +137,7 @@ static data make_data(alloy_dtype dt, unsigned seed)
 
 static void free_data(data *d) { test_free(d->x), test_free(d->w), test_free(d->r); }
 
-/* Whether a and b hold the same values (bit for bit: both decode the same dtype exactly). */
+/* Whether a (views) and b (copies) hold the same values (bit for bit: both decode the same dtype exactly). */
 static void expect_same(const result *a, const result *b, const char *what)
 {
     const struct {
@@ -227,11 +227,38 @@ static void test_views_on_the_emulated_device_match_the_copies_and_the_cpu(void 
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* A CPU bundle of the step keeps its strided views (the reader accepts
+ * them) and runs to the graph's bits. */
+static void test_a_bundle_keeps_the_views_and_the_bits(void **state)
+{
+    (void)state;
+    data d = make_data(ALLOY_F16, 50);
+    int copies, strided;
+    result want = run(&d, true, false, "cpu", &copies, &strided);
+    alloy_graph *g = build(ALLOY_F16, true, false, "cpu");
+    const char *path = test_tmp_path("attn.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    alloy_bundle *b = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
+    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    if (alloy_bundle_run(b, feeds, 3, fetch, 3)) fail_msg("alloy_bundle_run: %s", alloy_bundle_last_error(b));
+    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    alloy_bundle_free(b);
+    expect_same(&got, &want, "the bundle");
+    free_result(&got), free_result(&want);
+    free_data(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_views_give_the_copies_bits_on_the_cpu),
         cmocka_unit_test(test_views_on_the_emulated_device_match_the_copies_and_the_cpu),
+        cmocka_unit_test_setup_teardown(test_a_bundle_keeps_the_views_and_the_bits, test_tmpdir_setup,
+                                        test_tmpdir_teardown),
     };
     return cmocka_run_group_tests_name("attn_views", tests, NULL, NULL);
 }

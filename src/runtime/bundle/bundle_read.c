@@ -189,7 +189,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
                        next_member + next_part + next_in);
     for (int i = 0; i < s->nmembers && !r->bad; i++) {
         s->members[i].node = rd_int(r, "member node", 0, nn - 1);
-        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 63);
+        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 127);
         if (!r->bad && is_leaf(g, s->members[i].node))
             rd_fail(r, "%s: member %%%" PRId64 " is an input, param or state", "schedule", s->members[i].node);
     }
