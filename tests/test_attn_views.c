@@ -155,8 +155,8 @@ static void expect_same(const result *a, const result *b, const char *what)
 static const struct {
     alloy_dtype dt;
     bool causal;
-} configs[] = {{ALLOY_F32, true}, {ALLOY_F32, false}, {ALLOY_F16, true}, {ALLOY_F16, false}, {ALLOY_BF16, true},
-               {ALLOY_BF16, false}};
+} configs[] = {{ALLOY_F32, true}, {ALLOY_F32, false}, {ALLOY_F16, true}, {ALLOY_F16, false}, {ALLOY_BF16, false},
+               {ALLOY_BF16, true}};
 
 /* On the CPU: the views leave no layout copy (7 forward, 8 backward with
  * the copies), both attention ops strided, and the same bits as the copies. */
@@ -204,7 +204,11 @@ static void test_views_on_the_emulated_device_match_the_copies_and_the_cpu(void 
         skip();
     }
     rt_backend_set_cuda_opener(emu_backend_opener);
-    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c += 1) {
+    /* f32 causal (the SIMT kernels), f16 not causal and bf16 causal (the tensor-core ones): each compile of
+     * the emulation costs seconds */
+    static const size_t on_device[] = {0, 3, 5};
+    for (size_t i = 0; i < sizeof on_device / sizeof on_device[0]; i++) {
+        size_t c = on_device[i];
         data d = make_data(configs[c].dt, 40 + (unsigned)c);
         int copies[3], strided[3];
         result views = run(&d, configs[c].causal, false, "cuda", &copies[0], &strided[0]);
