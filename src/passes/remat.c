@@ -1,12 +1,13 @@
 /* remat.c - rematerialization: a softmax's backward recomputes the softmax from its narrower input instead of reading a stored wider output.
  *
  * A softmax_grad(y, dy) reads y = softmax(x) row by row. Under mixed
- * precision x is cast(f32, [causal_mask(]s[)]) of a half-precision s (the
+ * precision x is a chain of casts, causal masks and elementwise ops with
+ * scalar constants (the 1/sqrt(d) scale) from a half-precision s (the
  * scores a matmul stores anyway), and y is an f32 tensor as large as the
  * scores that the forward writes only for the backward. Where y is read by
- * the softmax_grad and by nothing that needs it stored (not an output or
- * the loss), and the chain x .. s is only casts and causal masks of y's
- * shape ending at a value narrower than y, this pass clones the chain and
+ * the softmax_grad and by another node, nothing else needs it stored (not
+ * an output, update or the loss), and the chain x .. s has y's shape and
+ * ends at a value narrower than y, this pass clones the chain and
  * the softmax right before the softmax_grad and makes it read the clone:
  * fuse then puts the clones into the backward's row kernel, which reads s
  * (half the bytes of y) and recomputes y with the same ops, and the
@@ -22,25 +23,51 @@
 
 enum { REMAT_CHAIN_MAX = 8 };
 
-/* The chain softmax <- (cast | causal_mask)* <- root of softmax y, as ids
- * from y outward into chain[0..*len) (root excluded): true when every link
- * has y's shape, each a single operand, and the root is narrower than y. */
-static bool remat_chain(const ir_graph *g, const ir_node *y, int *chain, int *len, int *root)
+/* Whether operand j of n is on the chain: n is a cast, a causal mask or
+ * an elementwise op whose other operands are scalar constants, of shape
+ * t; then *j is the operand that carries the row. */
+static bool chain_link(const ir_graph *g, const ir_node *n, const ir_type *t, int *j)
 {
-    int k = 0, cur = y->id;
-    chain[k++] = cur;
-    int x = y->in[0];
-    while (k < REMAT_CHAIN_MAX) {
-        const ir_node *n = g->nodes[x];
-        if ((n->op != IR_OP_cast && n->op != IR_OP_causal_mask) || n->nin != 1) break;
-        if (n->type.rank != y->type.rank) return false;
-        for (int d = 0; d < n->type.rank; d++)
-            if (n->type.dims[d] != y->type.dims[d]) return false;
-        chain[k++] = x;
-        x = n->in[0];
+    if (n->type.rank != t->rank) return false;
+    for (int d = 0; d < t->rank; d++)
+        if (n->type.dims[d] != t->dims[d]) return false;
+    /* a cast of a matmul is its GEMM's epilogue (the product unrounded, stored): the root, not a link */
+    if (n->op == IR_OP_cast && n->nin == 1 && g->nodes[n->in[0]]->op == IR_OP_matmul) return false;
+    if ((n->op == IR_OP_cast || n->op == IR_OP_causal_mask) && n->nin == 1) {
+        *j = 0;
+        return true;
+    }
+    if (!ir_fuse_elementwise(g, n) || n->nin > 3) return false;
+    int at = -1;
+    for (int k = 0; k < n->nin; k++) {
+        const ir_node *o = g->nodes[n->in[k]];
+        if (o->op == IR_OP_constant && o->type.rank == 0) continue;
+        if (at >= 0) return false; /* a second tensor operand: not a chain */
+        at = k;
+    }
+    *j = at;
+    return at >= 0;
+}
+
+/* The chain softmax <- link* <- root of softmax y (chain_link), as ids
+ * from y outward into chain[0..*len) (root excluded), with the operand
+ * index each reads the chain through in via[]: true when the root is
+ * narrower than y (a half-precision value to recompute from) or a GEMM's
+ * result (a matmul, or its cast the GEMM writes), stored anyway. */
+static bool remat_chain(const ir_graph *g, const ir_node *y, int *chain, int *via, int *len, int *root)
+{
+    int k = 0, x = y->in[0];
+    chain[k] = y->id, via[k++] = 0;
+    int j = 0;
+    while (k < REMAT_CHAIN_MAX && chain_link(g, g->nodes[x], &y->type, &j)) {
+        chain[k] = x, via[k++] = j;
+        x = g->nodes[x]->in[j];
     }
     const ir_node *r = g->nodes[x];
-    if (!ir_is_float(r->type.dtype) || alloy_dtype_size(r->type.dtype) >= alloy_dtype_size(y->type.dtype)) return false;
+    bool gemm = r->op == IR_OP_matmul || (r->op == IR_OP_cast && g->nodes[r->in[0]]->op == IR_OP_matmul);
+    if (!ir_is_float(r->type.dtype) ||
+        (!gemm && alloy_dtype_size(r->type.dtype) >= alloy_dtype_size(y->type.dtype)))
+        return false;
     *len = k, *root = x;
     return true;
 }
@@ -81,14 +108,16 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         ir_node *sg = g->nodes[i];
         if (sg->op != IR_OP_softmax_grad || sg->nin != 2) continue;
         const ir_node *y = g->nodes[sg->in[0]];
-        int chain[REMAT_CHAIN_MAX], len = 0, root = -1;
+        int chain[REMAT_CHAIN_MAX], via[REMAT_CHAIN_MAX], len = 0, root = -1;
         if (y->op != IR_OP_softmax || kept(g, y->id) || !read_elsewhere(g, y->id, i) ||
-            !remat_chain(g, y, chain, &len, &root))
+            !remat_chain(g, y, chain, via, &len, &root))
             continue;
         int prev = root, first = g->nnodes;
         for (int c = len - 1; c >= 0 && !g->status; c--) { /* from the root outward */
             const ir_node *src = g->nodes[chain[c]];
-            ir_node *m = ir_add_node(g, src->op, 1, &prev, src->nattrs, src->attrs, &src->type, NULL);
+            int ins[3]; /* chain_link: at most 3 operands */
+            for (int j = 0; j < src->nin; j++) ins[j] = j == via[c] ? prev : src->in[j];
+            ir_node *m = ir_add_node(g, src->op, src->nin, ins, src->nattrs, src->attrs, &src->type, NULL);
             if (!m) break;
             m->amp = src->amp, m->flags = src->flags;
             m->origin = sg->origin >= 0 ? sg->origin : y->id;
