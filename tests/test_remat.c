@@ -29,7 +29,8 @@ static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x)
 
 /* Attention as a user writes it: q, k, v = x wq, x wk, x wv split into
  * heads, softmax(causal_mask(q k^T / sqrt(D))) v, the heads joined back;
- * loss = sum(y * r); mixed precision in `amp`; remat off: the pass disabled. */
+ * loss = sum(y * r); mixed precision in `amp` (f32: none); remat off: the
+ * pass disabled. */
 static alloy_graph *build(alloy_dtype amp, bool remat, const char *device)
 {
     alloy_graph *g = alloy_graph_new("remat");
@@ -47,7 +48,7 @@ static alloy_graph *build(alloy_dtype amp, bool remat, const char *device)
     expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, y, r), 0, NULL, false)), "loss");
     expect_ok(g, alloy_graph_request_grad(g, x), "grad x");
     expect_ok(g, alloy_graph_request_grad(g, w), "grad w");
-    expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
+    if (amp != ALLOY_F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", remat ? "attention" : "attention,remat"), "disable");
     return g;
@@ -142,6 +143,22 @@ static void test_the_cpu_gives_the_same_bits_and_stores_no_f32_scores(void **sta
     }
 }
 
+/* In an f32 step the softmax's output is a GEMM's operand, stored anyway:
+ * the pass leaves the graph as it is (the same nodes, the same schedule). */
+static void test_an_f32_step_keeps_its_stored_softmax(void **state)
+{
+    (void)state;
+    int nodes[2], steps[2];
+    for (int on = 0; on < 2; on++) {
+        alloy_graph *g = build(ALLOY_F32, on, "cpu");
+        if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+        nodes[on] = g->compiled->nnodes, steps[on] = g->comp.sched.nsteps;
+        alloy_graph_free(g);
+    }
+    assert_int_equal(nodes[1], nodes[0]);
+    assert_int_equal(steps[1], steps[0]);
+}
+
 /* The cost model of the step compiled for the device: the same launches,
  * and B*H*T*T*6 bytes fewer (hand-worked): the forward's row kernel no
  * longer writes the f32 softmax output (4 bytes an element), and the
@@ -211,6 +228,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_cpu_gives_the_same_bits_and_stores_no_f32_scores),
+        cmocka_unit_test(test_an_f32_step_keeps_its_stored_softmax),
         cmocka_unit_test(test_the_modelled_step_moves_six_bytes_fewer_per_score),
         cmocka_unit_test(test_the_emulated_device_agrees_with_the_cpu),
     };

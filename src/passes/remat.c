@@ -1,18 +1,20 @@
-/* remat.c - rematerialization: a softmax's backward recomputes the softmax from its narrower input instead of reading a stored wider output.
+/* remat.c - rematerialization: a softmax's backward recomputes the softmax from the scores instead of reading an f32 softmax the forward stores for it.
  *
  * A softmax_grad(y, dy) reads y = softmax(x) row by row. Under mixed
  * precision x is a chain of casts, causal masks and elementwise ops with
  * scalar constants (the 1/sqrt(d) scale) from a half-precision s (the
  * scores a matmul stores anyway), and y is an f32 tensor as large as the
  * scores that the forward writes only for the backward. Where y is read by
- * the softmax_grad and by another node, nothing else needs it stored (not
- * an output, update or the loss), and the chain x .. s has y's shape and
- * ends at a value narrower than y, this pass clones the chain and
- * the softmax right before the softmax_grad and makes it read the clone:
- * fuse then puts the clones into the backward's row kernel, which reads s
- * (half the bytes of y) and recomputes y with the same ops, and the
- * forward stores only what its other readers need. No value changes: the
- * clones are the same ops on the same operands.
+ * the softmax_grad and otherwise only by casts (its cast to f16 for the
+ * next matmul), nothing else needs it stored (not an output, update or
+ * the loss), and the chain x .. s has y's shape and ends at a value
+ * narrower than y or at a GEMM's result (a matmul, or a cast of one, which
+ * its GEMM writes whole: a cast is not cloned away from its epilogue), this
+ * pass clones the chain and the softmax right before the softmax_grad and
+ * makes it read the clone: fuse then puts the clones into the backward's
+ * row kernel, which reads s (half the bytes of y when s is f16) and
+ * recomputes y with the same ops, and the forward stores no y. No value
+ * changes: the clones are the same ops on the same operands.
  *
  * After this pass every softmax_grad that matches reads a softmax that has
  * no other reader and directly precedes it; the rest of the graph is as
@@ -82,14 +84,24 @@ static bool kept(const ir_graph *g, int i)
     return g->loss == i;
 }
 
-/* Whether a node other than `except` reads node v (else the clone would leave v dead). */
-static bool read_elsewhere(const ir_graph *g, int v, int except)
+/* Whether node v has readers besides `except` and all of them are casts
+ * (the softmax's cast to f16 for the next matmul, which fuses with it):
+ * then v is stored only for `except`. A GEMM reading v needs it stored
+ * anyway (an f32 step), and with no other reader the clone would leave v
+ * dead. */
+static bool read_by_casts(const ir_graph *g, int v, int except)
 {
-    for (int i = v + 1; i < g->nnodes; i++)
-        if (i != except)
-            for (int j = 0; j < g->nodes[i]->nin; j++)
-                if (g->nodes[i]->in[j] == v) return true;
-    return false;
+    int casts = 0;
+    for (int i = v + 1; i < g->nnodes; i++) {
+        if (i == except) continue;
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            if (n->in[j] != v) continue;
+            if (n->op != IR_OP_cast) return false;
+            casts++;
+        }
+    }
+    return casts > 0;
 }
 
 alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
@@ -109,7 +121,7 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         if (sg->op != IR_OP_softmax_grad || sg->nin != 2) continue;
         const ir_node *y = g->nodes[sg->in[0]];
         int chain[REMAT_CHAIN_MAX], via[REMAT_CHAIN_MAX], len = 0, root = -1;
-        if (y->op != IR_OP_softmax || kept(g, y->id) || !read_elsewhere(g, y->id, i) ||
+        if (y->op != IR_OP_softmax || kept(g, y->id) || !read_by_casts(g, y->id, i) ||
             !remat_chain(g, y, chain, via, &len, &root))
             continue;
         int prev = root, first = g->nnodes;
