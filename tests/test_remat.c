@@ -159,6 +159,35 @@ static void test_an_f32_step_keeps_its_stored_softmax(void **state)
     assert_int_equal(steps[1], steps[0]);
 }
 
+/* Compiling the step with allocation number k failing, for every k in
+ * turn until a compile needs no more: each one OK or ALLOY_ERR_OOM with
+ * everything freed (cmocka's allocator, leak-checked), the last one OK;
+ * the pass's own allocations among them. */
+static void test_compiling_fails_cleanly_at_every_allocation(void **state)
+{
+    (void)state;
+    int failures = 0;
+    for (test_fail_at = 0;; test_fail_at++) {
+        alloy_graph *g = build(ALLOY_F16, true, "cpu");
+        alloy_set_allocator(test_failing_realloc, NULL);
+        test_alloc_count = 0;
+        alloy_status st = graph_compile_ir(g);
+        bool failed = test_alloc_count > test_fail_at;
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        alloy_graph_free(g);
+        if (!failed) {
+            assert_int_equal(st, ALLOY_OK);
+            break;
+        }
+        failures++;
+        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
+            fail_msg("allocation %ld failed: %s instead of OK or OOM", test_fail_at, alloy_status_name(st));
+    }
+    test_fail_at = -1;
+    print_message("# failed each of %d allocations in turn\n", failures);
+    assert_true(failures > 10);
+}
+
 /* The cost model of the step compiled for the device: the same launches,
  * and B*H*T*T*6 bytes fewer (hand-worked): the forward's row kernel no
  * longer writes the f32 softmax output (4 bytes an element), and the
@@ -229,6 +258,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_cpu_gives_the_same_bits_and_stores_no_f32_scores),
         cmocka_unit_test(test_an_f32_step_keeps_its_stored_softmax),
+        cmocka_unit_test_setup_teardown(test_compiling_fails_cleanly_at_every_allocation, test_checked_alloc,
+                                        test_plain_alloc),
         cmocka_unit_test(test_the_modelled_step_moves_six_bytes_fewer_per_score),
         cmocka_unit_test(test_the_emulated_device_agrees_with_the_cpu),
     };
