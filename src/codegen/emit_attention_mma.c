@@ -289,7 +289,8 @@ static const char *const mma_body[] = {
     "    }\n",
 };
 
-void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name)
+void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name,
+                           const attn_strides *st)
 {
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t BH = q->dims[0] * q->dims[1], T = q->dims[2], S = g->nodes[n->in[1]]->type.dims[2], D = q->dims[3];
@@ -312,35 +313,29 @@ void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, cons
     cg_put(t, ";\n    (void)SCALE_;\n");
     cg_put(t, "#define MMA_ alloy_mma_m16n8k16_%s\n#define TO_ %s\n#define FROM_ %s\n", bf ? "bf16" : "f16",
            bf ? "alloy_f2bf" : "alloy_f2h", bf ? "alloy_bf2f" : "alloy_h2f");
-    /* where each operand of head bh (batch x head) starts and the stride between its rows, in elements:
-     * every global address of an operand goes through these */
-    cg_put(t, "#define QOFF_(bh) ((bh) * T_ * D_)\n#define QROW_ D_\n#define KOFF_(bh) ((bh) * S_ * D_)\n#define KROW_ D_\n"
-              "#define VOFF_(bh) ((bh) * S_ * D_)\n#define VROW_ D_\n#define OOFF_(bh) ((bh) * T_ * D_)\n#define OROW_ D_\n"
-              "#define DOOFF_(bh) ((bh) * T_ * D_)\n#define DOROW_ D_\n"
-              "#define DQOFF_(bh) ((bh) * (T_ + 2 * S_) * D_)\n#define DQROW_ D_\n"
-              "#define DKOFF_(bh) (((bh) * (T_ + 2 * S_) + T_) * D_)\n#define DKROW_ D_\n"
-              "#define DVOFF_(bh) (((bh) * (T_ + 2 * S_) + T_ + S_) * D_)\n#define DVROW_ D_\n"
-              "#define LSEOFF_(bh) ((bh) * T_)\n#define LSEROW_ 1\n");
     if (ir_attr_i(n, "causal") != 0)
         cg_put(t, "#define LIM_(i) ((i) + S_ - T_ + 1 < 0 ? 0ll : (i) + S_ - T_ + 1 > S_ ? S_ : (i) + S_ - T_ + 1)\n");
     else
         cg_put(t, "#define LIM_(i) S_\n");
+    /* where each operand of head bh (batch x head) starts and the stride between its rows, in elements,
+     * from the operands' layouts: every global address of an operand goes through these */
+    cg_attention_strides(t, st);
 }
 
 bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, cg_text *t,
                             cg_params *ps, int64_t rows, int64_t bytes)
 {
-    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n"
-              "#undef QOFF_\n#undef QROW_\n#undef KOFF_\n#undef KROW_\n#undef VOFF_\n#undef VROW_\n#undef OOFF_\n#undef OROW_\n"
-              "#undef DOOFF_\n#undef DOROW_\n#undef DQOFF_\n#undef DQROW_\n#undef DKOFF_\n#undef DKROW_\n#undef DVOFF_\n"
-              "#undef DVROW_\n#undef LSEOFF_\n#undef LSEROW_\n}\n");
+    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n");
+    cg_attention_strides_end(t);
+    cg_put(t, "}\n");
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t blocks = q->dims[0] * q->dims[1] * ((rows + MMA_ROWS - 1) / MMA_ROWS);
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
     return !t->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, t, ps, grid, MMA_THREADS, bytes);
 }
 
-const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                                  const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -349,7 +344,7 @@ const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int pl = cg_param_of(&ps, CG_PARAM_KEPT, n->id, true, qt->dims[0] * qt->dims[1] * qt->dims[2]);
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     /* K and V tiles double-buffered where they fit the 48 KB of static shared memory (D_ <= 64) */
     cg_put(&t, "    enum { STAGES_ = D_ <= 64 ? 2 : 1 };\n"
                "    __shared__ alloy_b128 kb_[STAGES_ * TILE_ * PS_ / 8], vb_[STAGES_ * TILE_ * PS_ / 8];\n");

@@ -33,7 +33,12 @@ enum {
     MEMBER_CHECK = 8,   /* the step's found_inf reads it: a non-finite value (as stored) sets the flag */
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
     MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's
-                         * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel */
+                         * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel;
+                         * around the attention ops also a transpose, and a concat aliasing its inputs' strided
+                         * root (attn_views.h) */
+    MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention operand or result read and
+                          * written through strides, or a view of one (attn_views.h); only the attention ops and
+                          * views read it */
 };
 
 /* A part: members run as one unit inside a step. EW parts are one chunked

@@ -97,6 +97,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
                         s->nnodes, plan->nnodes, g->nnodes);
     x->nthreads = resolve_threads(x->nthreads);
     x->workers = w;
+    x->graph = g, x->sched = s; /* the attention ops read their strided views through them */
     x->scratch = plan->scratch_bytes ? arena + plan->scratch_offset : NULL;
     x->scratch_bytes = plan->scratch_bytes;
     int *last = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1)); /* the last step reading each value */
@@ -147,6 +148,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         }
     }
     al_free(last);
+    x->graph = NULL, x->sched = NULL;
     return x->status;
 }
 
