@@ -200,10 +200,10 @@ static const char *const mma_body[] = {
     "        for (int dn = 0; dn < DN_; dn++) {\n"
     "            const int c_ = dn * 8 + 2 * t4_;\n"
     "            if (r0_ < T_)\n"
-    "                *(unsigned *)(out_ + r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + (int)r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
     "                                                      (unsigned)TO_(l0_ > 0.f ? o_[dn][1] / l0_ : 0.f) << 16;\n"
     "            if (r1_ < T_)\n"
-    "                *(unsigned *)(out_ + r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + (int)r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
     "                                                      (unsigned)TO_(l1_ > 0.f ? o_[dn][3] / l1_ : 0.f) << 16;\n"
     "        }\n"
     "    }\n",
