@@ -74,7 +74,7 @@ static void load_tile(cg_text *t, const char *xa, const char *ba, const char *ra
 
 /* One operand's XOFF_ and XROW_ (emit_impl.h) over `rows` rows. XROW_ is
  * an int when every row's offset fits one (then (int)r * XROW_ is a 32-bit
- * product: a 64-bit one held across the forward's key loop costs the
+ * product: the tensor-core forward's 64-bit ones for q and o cost the
  * registers that made it spill on sm_80 at GPT-2's shapes). */
 static void put_stride(cg_text *t, const char *x, int64_t H, int64_t rows, const attn_stride *l)
 {
@@ -327,6 +327,8 @@ const char *cg_emit_attention(cg_program *prog, const ir_graph *g, const schedul
     att a = {g, n, q->dims[0] * q->dims[1], q->dims[2], g->nodes[n->in[1]]->type.dims[2], q->dims[3],
              ir_attr_i(n, "causal") != 0, q->dtype == ALLOY_F64, ir_attr_f(n, "scale"), q->dtype, {0}};
     if (a.D > ATT_MAX_D) return "attention with head_dim over 128: no kernel yet";
+    if (a.T > INT32_MAX - 128 || a.S > INT32_MAX - 128) /* the kernels take a row index for an int */
+        return "attention with 2^31 - 128 rows or more: no kernel";
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
     if (a.BH == 0 || a.T == 0 || a.S == 0 || a.D == 0) return zeros(prog, &a, k, name);
