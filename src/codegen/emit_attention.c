@@ -1,4 +1,6 @@
 /* emit_attention.c - FlashAttention-style kernels for attention and attention_grad (SIMT FMA, f32 statistics): key/value tiles in shared memory, a thread per query row (or key row in the backward) with its accumulators in registers, never a score matrix in memory. f16/bf16 at head dims 16, 32, ..., 128 go to the tensor-core kernels instead (emit_attention_mma.c, emit_attention_mma_grad.c). */
+#include <stdint.h>
+
 #include "codegen/emit_impl.h"
 
 /* Query rows per block (a thread each) and key rows per shared tile (half
@@ -70,25 +72,29 @@ static void load_tile(cg_text *t, const char *xa, const char *ba, const char *ra
            sa, xa, ba, ra, sb, xb, bb, rb);
 }
 
-/* One operand's XOFF_ and XROW_ (emit_impl.h). */
-static void put_stride(cg_text *t, const char *x, int64_t H, const attn_stride *l)
+/* One operand's XOFF_ and XROW_ (emit_impl.h) over `rows` rows. XROW_ is
+ * an int when every row's offset fits one (then (int)r * XROW_ is a 32-bit
+ * product: the tensor-core forward's 64-bit ones for q and o cost the
+ * registers that made it spill on sm_80 at GPT-2's shapes). */
+static void put_stride(cg_text *t, const char *x, int64_t H, int64_t rows, const attn_stride *l)
 {
     if (l->batch == H * l->head) /* heads one after another: bh alone says where */
         cg_put(t, "#define %sOFF_(bh) (%lldll + (bh) * %lldll)\n", x, (long long)l->base, (long long)l->head);
     else
         cg_put(t, "#define %sOFF_(bh) (%lldll + (bh) / %lldll * %lldll + (bh) %% %lldll * %lldll)\n", x,
                (long long)l->base, (long long)H, (long long)l->batch, (long long)H, (long long)l->head);
-    cg_put(t, "#define %sROW_ %lldll\n", x, (long long)l->row);
+    cg_put(t, "#define %sROW_ %lld%s\n", x, (long long)l->row, rows * l->row <= INT32_MAX ? "" : "ll");
 }
 
 void cg_attention_strides(cg_text *t, const attn_strides *st)
 {
     const struct {
         const char *x;
+        int64_t rows;
         const attn_stride *l;
-    } ops[] = {{"Q", &st->q},   {"K", &st->k},   {"V", &st->v},   {"O", &st->o},
-               {"DO", &st->dout}, {"DQ", &st->dq}, {"DK", &st->dk}, {"DV", &st->dv}};
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) put_stride(t, ops[i].x, st->H, ops[i].l);
+    } ops[] = {{"Q", st->T, &st->q},     {"K", st->S, &st->k},   {"V", st->S, &st->v},   {"O", st->T, &st->o},
+               {"DO", st->T, &st->dout}, {"DQ", st->T, &st->dq}, {"DK", st->S, &st->dk}, {"DV", st->S, &st->dv}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) put_stride(t, ops[i].x, st->H, ops[i].rows, ops[i].l);
     cg_put(t, "#define LSEOFF_(bh) ((bh) * T_)\n#define LSEROW_ 1ll\n");
 }
 
@@ -321,6 +327,8 @@ const char *cg_emit_attention(cg_program *prog, const ir_graph *g, const schedul
     att a = {g, n, q->dims[0] * q->dims[1], q->dims[2], g->nodes[n->in[1]]->type.dims[2], q->dims[3],
              ir_attr_i(n, "causal") != 0, q->dtype == ALLOY_F64, ir_attr_f(n, "scale"), q->dtype, {0}};
     if (a.D > ATT_MAX_D) return "attention with head_dim over 128: no kernel yet";
+    if (a.T > INT32_MAX - 128 || a.S > INT32_MAX - 128) /* the kernels take a row index for an int */
+        return "attention with 2^31 - 128 rows or more: no kernel";
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
     if (a.BH == 0 || a.T == 0 || a.S == 0 || a.D == 0) return zeros(prog, &a, k, name);

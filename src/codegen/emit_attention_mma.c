@@ -156,10 +156,10 @@ static const char *const mma_body[] = {
     "#pragma unroll\n"
     "        for (int kk = 0; kk < KS_; kk++) {\n"
     "            const int c_ = kk * 16 + 2 * t4_;\n"
-    "            qa_[kk][0] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * QROW_ + c_) : 0u;\n"
-    "            qa_[kk][1] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * QROW_ + c_) : 0u;\n"
-    "            qa_[kk][2] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * QROW_ + c_ + 8) : 0u;\n"
-    "            qa_[kk][3] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * QROW_ + c_ + 8) : 0u;\n"
+    "            qa_[kk][0] = r0_ < T_ ? *(const unsigned *)(q_ + (int)r0_ * QROW_ + c_) : 0u;\n"
+    "            qa_[kk][1] = r1_ < T_ ? *(const unsigned *)(q_ + (int)r1_ * QROW_ + c_) : 0u;\n"
+    "            qa_[kk][2] = r0_ < T_ ? *(const unsigned *)(q_ + (int)r0_ * QROW_ + c_ + 8) : 0u;\n"
+    "            qa_[kk][3] = r1_ < T_ ? *(const unsigned *)(q_ + (int)r1_ * QROW_ + c_ + 8) : 0u;\n"
     "        }\n"
     "        float o_[DN_][4];\n"
     "#pragma unroll\n"
@@ -280,10 +280,10 @@ static const char *const mma_body[] = {
     "        for (int dn = 0; dn < DN_; dn++) {\n"
     "            const int c_ = dn * 8 + 2 * t4_;\n"
     "            if (r0_ < T_)\n"
-    "                *(unsigned *)(out_ + r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + (int)r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
     "                                                      (unsigned)TO_(l0_ > 0.f ? o_[dn][1] / l0_ : 0.f) << 16;\n"
     "            if (r1_ < T_)\n"
-    "                *(unsigned *)(out_ + r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + (int)r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
     "                                                      (unsigned)TO_(l1_ > 0.f ? o_[dn][3] / l1_ : 0.f) << 16;\n"
     "        }\n"
     "    }\n",
@@ -299,7 +299,9 @@ void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, cons
     cg_put_preamble(t);
     cg_put(t, "%s", mma_defs);
     cg_put(t, "%s", ldmatrix_defs);
-    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", MMA_THREADS, name);
+    /* at least 2 blocks of MMA_THREADS per SM (up to 255 registers): with the bound alone ptxas held the
+     * strided forward to 128 registers and spilled 12-16 bytes at GPT-2's shapes */
+    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d, 2) %s(", MMA_THREADS, name);
     cg_param_list(t, g, ps);
     cg_put(t, ")\n{\n    typedef float T;\n");
     cg_put(t, "    const long long BH_ = %lldll, T_ = %lldll, S_ = %lldll;\n", (long long)BH, (long long)T, (long long)S);

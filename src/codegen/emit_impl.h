@@ -153,8 +153,9 @@ AL_HIDDEN const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_grap
 /* Every attention kernel's operand addressing, defined once in its
  * prologue (emit_attention.c): for X in Q K V O DO DQ DK DV LSE, XOFF_(bh)
  * the element offset of (batch, head) bh = b * H + h from the operand's
- * pointer, XROW_ the elements from one row to the next (LSE: the rows
- * buffer's logsumexp part, BH_ * T_ on from it the deltas); then the
+ * pointer, XROW_ the elements from one row to the next (an int when every
+ * row's offset fits one; LSE: the rows buffer's logsumexp part, BH_ * T_
+ * on from it the deltas); then the
  * matching #undefs. Needs T_ (cg_attention_strides_end: none). */
 AL_HIDDEN void cg_attention_strides(cg_text *t, const attn_strides *st);
 AL_HIDDEN void cg_attention_strides_end(cg_text *t);

@@ -178,7 +178,7 @@ void attn_strides_plain(int64_t H, int64_t T, int64_t S, int64_t D, attn_strides
 {
     int64_t rows = T + 2 * S;
     memset(out, 0, sizeof *out);
-    out->H = H;
+    out->H = H, out->T = T, out->S = S;
     out->q = out->o = out->dout = contiguous(H, T, D);
     out->k = out->v = contiguous(H, S, D);
     out->dq = (attn_stride){0, H * rows * D, rows * D, D};

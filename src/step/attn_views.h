@@ -20,7 +20,7 @@ typedef struct attn_stride {
  * three at the address of the node's value (contiguous: dk at base T*D and
  * dv at (T+S)*D of the [B, H, T + 2S, D] result). */
 typedef struct attn_strides {
-    int64_t H;
+    int64_t H, T, S; /* heads; query and key rows */
     attn_stride q, k, v, o, dout, dq, dk, dv;
 } attn_strides;
 
