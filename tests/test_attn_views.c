@@ -16,8 +16,10 @@
 #include "step/attn_views.h"
 #include "support.h"
 
-/* Batch, context, heads, head dim: C = H * D, the projection [B*T, 3C]. */
-enum { B = 2, T = 24, H = 2, D = 16, C = H * D, N = B * T };
+/* Batch, context, heads, head dim: C = H * D, the projection [B*T, 3C].
+ * T over 64: the tensor-core backward sums dq over two key blocks in its
+ * contiguous f32 accumulator and its dq kernel writes the concat's rows. */
+enum { B = 2, T = 72, H = 2, D = 16, C = H * D, N = B * T };
 
 /* One configuration's data: x [N, C], w [C, 3C], r [N, C] (loss = sum(y * y * r)). */
 typedef struct data {
