@@ -113,7 +113,9 @@ static const expected_group block_groups[] = {
      * pass joins them, taking dgamma's sum in on the way */
     {"ln2 backward, its gamma gradient, the residual gradient sum, ln2's dgamma and dbeta, cast",
      "row f16: layer_norm_grad_stats sub mul mul add reduce_sum reduce_sum cast", 1},
-    {"softmax backward, causal mask, scale, cast", "row f16: softmax_grad causal_mask mul cast", 1},
+    /* the softmax recomputed from the f32 scores its GEMM stored (remat.c): the forward stores no f32 softmax */
+    {"scale, causal mask, softmax recomputed, softmax backward, causal mask, scale, cast",
+     "row f16: mul causal_mask softmax softmax_grad causal_mask mul cast", 1},
     {"q/k/v gradient sum, cast, ln1 backward and gamma gradient, residual gradient sum, ln1's dgamma and dbeta",
      "row f32: add add cast layer_norm_grad_stats sub mul mul add reduce_sum reduce_sum", 1},
     /* the forward's casts of the f32 weights to f16 (the gammas and betas

@@ -21,7 +21,7 @@
 /* The pipeline's stages as the dump files name them (docs/inspect.md). */
 static const char *const stages[] = {"input",    "verify",        "random",      "lower_norm", "attention",
                                      "amp",      "autodiff",      "data_parallel", "grad_scaler", "optimizer",
-                                     "simplify", "dce",           "fuse",        "schedule",   "plan"};
+                                     "simplify", "dce",           "remat",       "fuse",       "schedule",   "plan"};
 enum { NSTAGES = sizeof stages / sizeof stages[0] };
 
 /* The fill colour docs/inspect.md gives each AMP class (none, allow, deny, infer, clear). */
@@ -288,9 +288,9 @@ static void test_every_stage_of_the_char_gpt_step_is_a_numbered_file_that_parses
         char want[64];
         snprintf(want, sizeof want, k ? "# after %s (" : "# input", stages[k]);
         if (strncmp(text, want, strlen(want)) != 0) fail_msg("stage %d starts '%.40s', not '%s'", k, text, want);
-        if (k == 12) assert_true(count_lines(text, "# group ") > 0);
-        if (k == 13) assert_int_equal(count_lines(text, "# step "), g->comp.sched.nsteps);
-        if (k == 14) {
+        if (k == 13) assert_true(count_lines(text, "# group ") > 0);
+        if (k == 14) assert_int_equal(count_lines(text, "# step "), g->comp.sched.nsteps);
+        if (k == 15) {
             int slots = 0, views = 0; /* a view shares its owner's slot: a line of its own */
             for (int i = 0; i < g->compiled->nnodes; i++) {
                 bool view = g->comp.plan.view_of && g->comp.plan.view_of[i] >= 0;
@@ -425,7 +425,7 @@ static void test_time_passes_prints_each_pass_with_its_node_count(void **state)
         ir_graph *ir = parse_dump(stage_path(dir, "char_gpt", k));
         assert_int_equal(nodes, ir->nnodes);
         ir_graph_free(ir);
-        if (k == 13) { /* schedule */
+        if (k == 14) { /* schedule */
             char want[32];
             snprintf(want, sizeof want, "  %d steps\n", g->comp.sched.nsteps);
             assert_int_equal(strncmp(strchr(row, '\n') - strlen(want) + 1, want, strlen(want)), 0);

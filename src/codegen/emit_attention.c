@@ -1,4 +1,6 @@
 /* emit_attention.c - FlashAttention-style kernels for attention and attention_grad (SIMT FMA, f32 statistics): key/value tiles in shared memory, a thread per query row (or key row in the backward) with its accumulators in registers, never a score matrix in memory. f16/bf16 at head dims 16, 32, ..., 128 go to the tensor-core kernels instead (emit_attention_mma.c, emit_attention_mma_grad.c). */
+#include <stdint.h>
+
 #include "codegen/emit_impl.h"
 
 /* Query rows per block (a thread each) and key rows per shared tile (half
@@ -14,6 +16,7 @@ typedef struct att {
     bool causal, wide;
     double scale;
     alloy_dtype dt;
+    attn_strides st; /* the operands' layouts */
 } att;
 
 /* Appends `#define NAME(i) <load of parameter p at i>` in the compute type. */
@@ -43,6 +46,7 @@ static void open_kernel(cg_text *t, const att *a, const char *name, const cg_par
         cg_put(t, "#define LIM_(i) ((i) + S_ - T_ + 1 < 0 ? 0ll : (i) + S_ - T_ + 1 > S_ ? S_ : (i) + S_ - T_ + 1)\n");
     else
         cg_put(t, "#define LIM_(i) S_\n");
+    cg_attention_strides(t, &a->st);
 }
 
 static bool add(cg_program *prog, const att *a, int k, const char *name, cg_text *t, cg_params *ps, int64_t units,
@@ -53,17 +57,19 @@ static bool add(cg_program *prog, const att *a, int k, const char *name, cg_text
     return !t->oom && cg_add_kernel(prog, a->g, name, k, STEP_KIND_OP, t, ps, grid, ATT_ROWS, bytes);
 }
 
-/* Loads tile [j0, j0 + TILE) of the key-length tensors into shared arrays
- * (zeros past S) between barriers; MACRO_A/B load the two tensors. */
-static void load_tile(cg_text *t, const char *base, const char *xa, const char *sa, const char *xb, const char *sb)
+/* Loads tile [j0, j0 + TILE) of two tensors into shared arrays SA, SB
+ * (zeros past LEN_) between barriers: macro XA loads the first at BA +
+ * row * RA + column, XB the second at BB + row * RB + column. */
+static void load_tile(cg_text *t, const char *xa, const char *ba, const char *ra, const char *sa, const char *xb,
+                      const char *bb, const char *rb, const char *sb)
 {
     cg_put(t, "            __syncthreads();\n"
               "            for (int e_ = threadIdx.x; e_ < TILE_ * D_; e_ += blockDim.x) {\n"
               "                const long long j_ = j0_ + e_ / D_;\n"
-              "                %s[e_] = j_ < %s ? %s(%s + j_ * D_ + e_ %% D_) : (T)0;\n"
-              "                %s[e_] = j_ < %s ? %s(%s + j_ * D_ + e_ %% D_) : (T)0;\n"
+              "                %s[e_] = j_ < LEN_ ? %s(%s + j_ * %s + e_ %% D_) : (T)0;\n"
+              "                %s[e_] = j_ < LEN_ ? %s(%s + j_ * %s + e_ %% D_) : (T)0;\n"
               "            }\n            __syncthreads();\n",
-           sa, "LEN_", xa, base, sb, "LEN_", xb, base);
+           sa, xa, ba, ra, sb, xb, bb, rb);
 }
 
 /* attention: a thread per query row keeps q, the running max m, sum l and
@@ -84,14 +90,14 @@ static const char *forward(cg_program *prog, const att *a, int k, const char *na
                "    for (long long blk_ = blockIdx.x; blk_ < BH_ * nb_; blk_ += gridDim.x) {\n"
                "        const long long bh_ = blk_ / nb_, i0_ = (blk_ %% nb_) * %d, i_ = i0_ + threadIdx.x;\n"
                "        const bool row_ = i_ < T_;\n"
-               "        const long long kv_ = bh_ * S_ * D_, qo_ = (bh_ * T_ + i_) * D_;\n"
+               "        const long long ko_ = KOFF_(bh_), vo_ = VOFF_(bh_), qo_ = QOFF_(bh_) + i_ * QROW_;\n"
                "        const long long last_ = i0_ + %d - 1 < T_ - 1 ? i0_ + %d - 1 : T_ - 1;\n"
                "        const long long lim_ = row_ ? LIM_(i_) : 0, blim_ = LIM_(last_);\n"
                "        T q_[D_], a_[D_], s_[TILE_], m_ = -ALLOY_INF, l_ = 0;\n"
                "        for (int d = 0; d < D_; d++) { q_[d] = row_ ? LQ_(qo_ + d) : (T)0; a_[d] = 0; }\n"
                "        for (long long j0_ = 0; j0_ < blim_; j0_ += TILE_) {\n",
            ATT_ROWS, ATT_ROWS, ATT_ROWS, ATT_ROWS, ATT_ROWS);
-    load_tile(&t, "kv_", "LK_", "ks_", "LV_", "vs_");
+    load_tile(&t, "LK_", "ko_", "KROW_", "ks_", "LV_", "vo_", "VROW_", "vs_");
     cg_put(&t, "            T mt_ = m_;\n"
                "            for (int c = 0; c < TILE_; c++) {\n"
                "                T sc_ = -ALLOY_INF;\n"
@@ -116,10 +122,12 @@ static const char *forward(cg_program *prog, const att *a, int k, const char *na
                "            m_ = mt_;\n"
                "        }\n"
                "        if (row_)\n"
-               "            for (int d = 0; d < D_; d++) p%d[qo_ + d] = ",
+               "            for (int d = 0; d < D_; d++) p%d[OOFF_(bh_) + i_ * OROW_ + d] = ",
            out);
     cg_store(&t, a->dt, a->wide, "l_ > 0 ? a_[d] / l_ : (T)0");
-    cg_put(&t, ";\n    }\n#undef LQ_\n#undef LK_\n#undef LV_\n#undef LIM_\n}\n");
+    cg_put(&t, ";\n    }\n#undef LQ_\n#undef LK_\n#undef LV_\n#undef LIM_\n");
+    cg_attention_strides_end(&t);
+    cg_put(&t, "}\n");
     int64_t bytes = (int64_t)(ir_nbytes(&n->type) * 2 + 2 * ir_nbytes(&a->g->nodes[n->in[1]]->type));
     bool ok = add(prog, a, k, name, &t, &ps, a->BH * ((a->T + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
     cg_text_free(&t);
@@ -148,17 +156,18 @@ static const char *backward_rows(cg_program *prog, const att *a, int k, const ch
                "    for (long long blk_ = blockIdx.x; blk_ < BH_ * nb_; blk_ += gridDim.x) {\n"
                "        const long long bh_ = blk_ / nb_, i0_ = (blk_ %% nb_) * %d, i_ = i0_ + threadIdx.x;\n"
                "        const bool row_ = i_ < T_;\n"
-               "        const long long kv_ = bh_ * S_ * D_, qo_ = (bh_ * T_ + i_) * D_;\n"
+               "        const long long ko_ = KOFF_(bh_), vo_ = VOFF_(bh_), qo_ = QOFF_(bh_) + i_ * QROW_;\n"
+               "        const long long dd_ = DOOFF_(bh_) + i_ * DOROW_, oo_ = OOFF_(bh_) + i_ * OROW_;\n"
                "        const long long last_ = i0_ + %d - 1 < T_ - 1 ? i0_ + %d - 1 : T_ - 1;\n"
                "        const long long lim_ = row_ ? LIM_(i_) : 0, blim_ = LIM_(last_);\n"
                "        T q_[D_], do_[D_], g_[D_], m_ = -ALLOY_INF, l_ = 0, delta_ = 0;\n"
                "        for (int d = 0; d < D_; d++) {\n"
-               "            q_[d] = row_ ? LQ_(qo_ + d) : (T)0; do_[d] = row_ ? LD_(qo_ + d) : (T)0; g_[d] = 0;\n"
-               "            delta_ += do_[d] * (row_ ? LO_(qo_ + d) : (T)0);\n"
+               "            q_[d] = row_ ? LQ_(qo_ + d) : (T)0; do_[d] = row_ ? LD_(dd_ + d) : (T)0; g_[d] = 0;\n"
+               "            delta_ += do_[d] * (row_ ? LO_(oo_ + d) : (T)0);\n"
                "        }\n"
                "        for (long long j0_ = 0; j0_ < blim_; j0_ += TILE_) {\n",
            ATT_ROWS, ATT_ROWS, ATT_ROWS, ATT_ROWS, ATT_ROWS);
-    load_tile(&t, "kv_", "LK_", "ks_", "LV_", "vs_");
+    load_tile(&t, "LK_", "ko_", "KROW_", "ks_", "LV_", "vo_", "VROW_", "vs_");
     cg_put(&t, "            for (int c = 0; c < TILE_ && j0_ + c < lim_; c++) {\n"
                "                T acc_ = 0;\n"
                "                for (int d = 0; d < D_; d++) acc_ += q_[d] * ks_[c * D_ + d];\n"
@@ -168,10 +177,10 @@ static const char *backward_rows(cg_program *prog, const att *a, int k, const ch
                "            }\n"
                "        }\n"
                "        const T lse_ = l_ > 0 ? m_ + log(l_) : -ALLOY_INF;\n"
-               "        if (row_) { p%d[bh_ * T_ + i_] = lse_; p%d[BH_ * T_ + bh_ * T_ + i_] = delta_; }\n"
+               "        if (row_) { p%d[LSEOFF_(bh_) + i_ * LSEROW_] = lse_; p%d[BH_ * T_ + LSEOFF_(bh_) + i_ * LSEROW_] = delta_; }\n"
                "        for (long long j0_ = 0; j0_ < blim_; j0_ += TILE_) {\n",
            rows, rows);
-    load_tile(&t, "kv_", "LK_", "ks_", "LV_", "vs_");
+    load_tile(&t, "LK_", "ko_", "KROW_", "ks_", "LV_", "vo_", "VROW_", "vs_");
     cg_put(&t, "            if (lse_ == -ALLOY_INF) continue;\n"
                "            for (int c = 0; c < TILE_ && j0_ + c < lim_; c++) {\n"
                "                T acc_ = 0, dp_ = 0;\n"
@@ -181,10 +190,12 @@ static const char *backward_rows(cg_program *prog, const att *a, int k, const ch
                "            }\n"
                "        }\n"
                "        if (row_)\n"
-               "            for (int d = 0; d < D_; d++) p%d[(bh_ * (T_ + 2 * S_) + i_) * D_ + d] = ",
+               "            for (int d = 0; d < D_; d++) p%d[DQOFF_(bh_) + i_ * DQROW_ + d] = ",
            out);
     cg_store(&t, a->dt, a->wide, "g_[d]");
-    cg_put(&t, ";\n    }\n#undef LQ_\n#undef LK_\n#undef LV_\n#undef LO_\n#undef LD_\n#undef LIM_\n}\n");
+    cg_put(&t, ";\n    }\n#undef LQ_\n#undef LK_\n#undef LV_\n#undef LO_\n#undef LD_\n#undef LIM_\n");
+    cg_attention_strides_end(&t);
+    cg_put(&t, "}\n");
     int64_t bytes = (int64_t)(4 * ir_nbytes(&a->g->nodes[n->in[0]]->type) + 4 * ir_nbytes(&a->g->nodes[n->in[1]]->type));
     bool ok = add(prog, a, k, name, &t, &ps, a->BH * ((a->T + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
     cg_text_free(&t);
@@ -213,23 +224,24 @@ static const char *backward_cols(cg_program *prog, const att *a, int k, const ch
                "    for (long long blk_ = blockIdx.x; blk_ < BH_ * nb_; blk_ += gridDim.x) {\n"
                "        const long long bh_ = blk_ / nb_, j_ = (blk_ %% nb_) * %d + threadIdx.x;\n"
                "        const bool col_ = j_ < S_;\n"
-               "        const long long ko_ = (bh_ * S_ + j_) * D_, qb_ = bh_ * T_ * D_;\n"
+               "        const long long ko_ = KOFF_(bh_) + j_ * KROW_, vo_ = VOFF_(bh_) + j_ * VROW_;\n"
+               "        const long long qb_ = QOFF_(bh_), db_ = DOOFF_(bh_);\n"
                "        const long long jmin_ = (blk_ %% nb_) * %d;\n"
                "        long long start_ = %s;\n"
                "        if (start_ < 0) start_ = 0;\n"
                "        start_ -= start_ %% TILE_;\n"
                "        T k_[D_], v_[D_], dk_[D_], dv_[D_];\n"
                "        for (int d = 0; d < D_; d++) {\n"
-               "            k_[d] = col_ ? LK_(ko_ + d) : (T)0; v_[d] = col_ ? LV_(ko_ + d) : (T)0; dk_[d] = 0; dv_[d] = 0;\n"
+               "            k_[d] = col_ ? LK_(ko_ + d) : (T)0; v_[d] = col_ ? LV_(vo_ + d) : (T)0; dk_[d] = 0; dv_[d] = 0;\n"
                "        }\n"
                "        for (long long j0_ = start_; j0_ < T_; j0_ += TILE_) {\n",
            ATT_ROWS, ATT_ROWS, ATT_ROWS, ATT_ROWS, a->causal ? "jmin_ - (S_ - T_)" : "0");
-    load_tile(&t, "qb_", "LQ_", "qs_", "LD_", "ds_");
+    load_tile(&t, "LQ_", "qb_", "QROW_", "qs_", "LD_", "db_", "DOROW_", "ds_");
     cg_put(&t, "            if (!col_) continue;\n"
                "            for (int c = 0; c < TILE_ && j0_ + c < T_; c++) {\n"
                "                const long long i_ = j0_ + c;\n"
                "                if (j_ >= LIM_(i_)) continue;\n"
-               "                const T lse_ = p%d[bh_ * T_ + i_], delta_ = p%d[BH_ * T_ + bh_ * T_ + i_];\n"
+               "                const T lse_ = p%d[LSEOFF_(bh_) + i_ * LSEROW_], delta_ = p%d[BH_ * T_ + LSEOFF_(bh_) + i_ * LSEROW_];\n"
                "                if (lse_ == -ALLOY_INF) continue;\n"
                "                T acc_ = 0, dp_ = 0;\n"
                "                for (int d = 0; d < D_; d++) { acc_ += qs_[c * D_ + d] * k_[d]; dp_ += ds_[c * D_ + d] * v_[d]; }\n"
@@ -238,14 +250,16 @@ static const char *backward_cols(cg_program *prog, const att *a, int k, const ch
                "            }\n"
                "        }\n"
                "        if (col_) {\n"
-               "            const long long o_ = (bh_ * (T_ + 2 * S_) + T_ + j_) * D_;\n"
+               "            const long long ok_ = DKOFF_(bh_) + j_ * DKROW_, ov_ = DVOFF_(bh_) + j_ * DVROW_;\n"
                "            for (int d = 0; d < D_; d++) {\n"
-               "                p%d[o_ + d] = ",
+               "                p%d[ok_ + d] = ",
            rows, rows, out);
     cg_store(&t, a->dt, a->wide, "dk_[d]");
-    cg_put(&t, ";\n                p%d[o_ + S_ * D_ + d] = ", out);
+    cg_put(&t, ";\n                p%d[ov_ + d] = ", out);
     cg_store(&t, a->dt, a->wide, "dv_[d]");
-    cg_put(&t, ";\n            }\n        }\n    }\n#undef LQ_\n#undef LK_\n#undef LV_\n#undef LD_\n#undef LIM_\n}\n");
+    cg_put(&t, ";\n            }\n        }\n    }\n#undef LQ_\n#undef LK_\n#undef LV_\n#undef LD_\n#undef LIM_\n");
+    cg_attention_strides_end(&t);
+    cg_put(&t, "}\n");
     int64_t bytes = (int64_t)(2 * ir_nbytes(&a->g->nodes[n->in[0]]->type) + 4 * ir_nbytes(&a->g->nodes[n->in[1]]->type));
     bool ok = add(prog, a, k, name, &t, &ps, a->BH * ((a->S + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
     cg_text_free(&t);
@@ -279,14 +293,17 @@ const char *cg_emit_attention(cg_program *prog, const ir_graph *g, const schedul
     const ir_node *n = g->nodes[s->steps[k].pos];
     const ir_type *q = &g->nodes[n->in[0]]->type;
     att a = {g, n, q->dims[0] * q->dims[1], q->dims[2], g->nodes[n->in[1]]->type.dims[2], q->dims[3],
-             ir_attr_i(n, "causal") != 0, q->dtype == ALLOY_F64, ir_attr_f(n, "scale"), q->dtype};
+             ir_attr_i(n, "causal") != 0, q->dtype == ALLOY_F64, ir_attr_f(n, "scale"), q->dtype, {0}};
     if (a.D > ATT_MAX_D) return "attention with head_dim over 128: no kernel yet";
+    if (a.T > INT32_MAX - 128 || a.S > INT32_MAX - 128) /* the kernels take a row index for an int */
+        return "attention with 2^31 - 128 rows or more: no kernel";
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
     if (a.BH == 0 || a.T == 0 || a.S == 0 || a.D == 0) return zeros(prog, &a, k, name);
+    attn_strides_of(g, s, n, &a.st);
     if (n->op == IR_OP_attention)
-        return cg_attention_mma_takes(a.dt, a.D) ? cg_emit_attention_mma(prog, g, n, k, name) : forward(prog, &a, k, name);
-    if (cg_attention_mma_takes(a.dt, a.D)) return cg_emit_attention_grad_mma(prog, g, n, k);
+        return cg_attention_mma_takes(a.dt, a.D) ? cg_emit_attention_mma(prog, g, n, k, name, &a.st) : forward(prog, &a, k, name);
+    if (cg_attention_mma_takes(a.dt, a.D)) return cg_emit_attention_grad_mma(prog, g, n, k, &a.st);
     const char *why = backward_rows(prog, &a, k, name);
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);

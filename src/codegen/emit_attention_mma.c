@@ -156,10 +156,10 @@ static const char *const mma_body[] = {
     "#pragma unroll\n"
     "        for (int kk = 0; kk < KS_; kk++) {\n"
     "            const int c_ = kk * 16 + 2 * t4_;\n"
-    "            qa_[kk][0] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * QROW_ + c_) : 0u;\n"
-    "            qa_[kk][1] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * QROW_ + c_) : 0u;\n"
-    "            qa_[kk][2] = r0_ < T_ ? *(const unsigned *)(q_ + r0_ * QROW_ + c_ + 8) : 0u;\n"
-    "            qa_[kk][3] = r1_ < T_ ? *(const unsigned *)(q_ + r1_ * QROW_ + c_ + 8) : 0u;\n"
+    "            qa_[kk][0] = r0_ < T_ ? *(const unsigned *)(q_ + (int)r0_ * QROW_ + c_) : 0u; /* int: rows * QROW_ < 2^31, checked at emit */\n"
+    "            qa_[kk][1] = r1_ < T_ ? *(const unsigned *)(q_ + (int)r1_ * QROW_ + c_) : 0u; /* int: rows * QROW_ < 2^31, checked at emit */\n"
+    "            qa_[kk][2] = r0_ < T_ ? *(const unsigned *)(q_ + (int)r0_ * QROW_ + c_ + 8) : 0u; /* int: rows * QROW_ < 2^31, checked at emit */\n"
+    "            qa_[kk][3] = r1_ < T_ ? *(const unsigned *)(q_ + (int)r1_ * QROW_ + c_ + 8) : 0u; /* int: rows * QROW_ < 2^31, checked at emit */\n"
     "        }\n"
     "        float o_[DN_][4];\n"
     "#pragma unroll\n"
@@ -189,7 +189,7 @@ static const char *const mma_body[] = {
      * after the tile's last reader */
     "        if (blim_ > 0) ISSUE_(0, 0);\n"
     "        for (long long j0_ = 0, it_ = 0; j0_ < blim_; j0_ += TILE_, it_++) {\n"
-    "            const int st_ = STAGES_ == 2 ? (int)(it_ & 1) : 0;\n"
+    "            const int st_ = STAGES_ == 2 ? (int)(it_ & 1) : 0; /* int: a parity */\n"
     "            if (STAGES_ == 2 && j0_ + TILE_ < blim_) {\n"
     "                ISSUE_(j0_ + TILE_, st_ ^ 1);\n"
     "                alloy_cp_async_wait_1();\n"
@@ -280,16 +280,17 @@ static const char *const mma_body[] = {
     "        for (int dn = 0; dn < DN_; dn++) {\n"
     "            const int c_ = dn * 8 + 2 * t4_;\n"
     "            if (r0_ < T_)\n"
-    "                *(unsigned *)(out_ + r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + (int)r0_ * OROW_ + c_) = (unsigned)TO_(l0_ > 0.f ? o_[dn][0] / l0_ : 0.f) | /* int: rows * OROW_ < 2^31, checked at emit */\n"
     "                                                      (unsigned)TO_(l0_ > 0.f ? o_[dn][1] / l0_ : 0.f) << 16;\n"
     "            if (r1_ < T_)\n"
-    "                *(unsigned *)(out_ + r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) |\n"
+    "                *(unsigned *)(out_ + (int)r1_ * OROW_ + c_) = (unsigned)TO_(l1_ > 0.f ? o_[dn][2] / l1_ : 0.f) | /* int: rows * OROW_ < 2^31, checked at emit */\n"
     "                                                      (unsigned)TO_(l1_ > 0.f ? o_[dn][3] / l1_ : 0.f) << 16;\n"
     "        }\n"
     "    }\n",
 };
 
-void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name)
+void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name,
+                           const attn_strides *st)
 {
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t BH = q->dims[0] * q->dims[1], T = q->dims[2], S = g->nodes[n->in[1]]->type.dims[2], D = q->dims[3];
@@ -298,7 +299,9 @@ void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, cons
     cg_put_preamble(t);
     cg_put(t, "%s", mma_defs);
     cg_put(t, "%s", ldmatrix_defs);
-    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", MMA_THREADS, name);
+    /* at least 2 blocks of MMA_THREADS per SM (up to 255 registers): with the bound alone ptxas held the
+     * strided forward to 128 registers and spilled 12-16 bytes at GPT-2's shapes */
+    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d, 2) %s(", MMA_THREADS, name);
     cg_param_list(t, g, ps);
     cg_put(t, ")\n{\n    typedef float T;\n");
     cg_put(t, "    const long long BH_ = %lldll, T_ = %lldll, S_ = %lldll;\n", (long long)BH, (long long)T, (long long)S);
@@ -312,35 +315,29 @@ void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, cons
     cg_put(t, ";\n    (void)SCALE_;\n");
     cg_put(t, "#define MMA_ alloy_mma_m16n8k16_%s\n#define TO_ %s\n#define FROM_ %s\n", bf ? "bf16" : "f16",
            bf ? "alloy_f2bf" : "alloy_f2h", bf ? "alloy_bf2f" : "alloy_h2f");
-    /* where each operand of head bh (batch x head) starts and the stride between its rows, in elements:
-     * every global address of an operand goes through these */
-    cg_put(t, "#define QOFF_(bh) ((bh) * T_ * D_)\n#define QROW_ D_\n#define KOFF_(bh) ((bh) * S_ * D_)\n#define KROW_ D_\n"
-              "#define VOFF_(bh) ((bh) * S_ * D_)\n#define VROW_ D_\n#define OOFF_(bh) ((bh) * T_ * D_)\n#define OROW_ D_\n"
-              "#define DOOFF_(bh) ((bh) * T_ * D_)\n#define DOROW_ D_\n"
-              "#define DQOFF_(bh) ((bh) * (T_ + 2 * S_) * D_)\n#define DQROW_ D_\n"
-              "#define DKOFF_(bh) (((bh) * (T_ + 2 * S_) + T_) * D_)\n#define DKROW_ D_\n"
-              "#define DVOFF_(bh) (((bh) * (T_ + 2 * S_) + T_ + S_) * D_)\n#define DVROW_ D_\n"
-              "#define LSEOFF_(bh) ((bh) * T_)\n#define LSEROW_ 1\n");
     if (ir_attr_i(n, "causal") != 0)
         cg_put(t, "#define LIM_(i) ((i) + S_ - T_ + 1 < 0 ? 0ll : (i) + S_ - T_ + 1 > S_ ? S_ : (i) + S_ - T_ + 1)\n");
     else
         cg_put(t, "#define LIM_(i) S_\n");
+    /* where each operand of head bh (batch x head) starts and the stride between its rows, in elements,
+     * from the operands' layouts: every global address of an operand goes through these */
+    cg_attention_strides(t, st);
 }
 
 bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, cg_text *t,
                             cg_params *ps, int64_t rows, int64_t bytes)
 {
-    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n"
-              "#undef QOFF_\n#undef QROW_\n#undef KOFF_\n#undef KROW_\n#undef VOFF_\n#undef VROW_\n#undef OOFF_\n#undef OROW_\n"
-              "#undef DOOFF_\n#undef DOROW_\n#undef DQOFF_\n#undef DQROW_\n#undef DKOFF_\n#undef DKROW_\n#undef DVOFF_\n"
-              "#undef DVROW_\n#undef LSEOFF_\n#undef LSEROW_\n}\n");
+    cg_put(t, "#undef MMA_\n#undef TO_\n#undef FROM_\n#undef LIM_\n");
+    cg_attention_strides_end(t);
+    cg_put(t, "}\n");
     const ir_type *q = &g->nodes[n->in[0]]->type;
     int64_t blocks = q->dims[0] * q->dims[1] * ((rows + MMA_ROWS - 1) / MMA_ROWS);
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
     return !t->oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, t, ps, grid, MMA_THREADS, bytes);
 }
 
-const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                                  const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -349,7 +346,7 @@ const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_
         pv = cg_param_of(&ps, CG_PARAM_NODE, n->in[2], false, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int pl = cg_param_of(&ps, CG_PARAM_KEPT, n->id, true, qt->dims[0] * qt->dims[1] * qt->dims[2]);
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     /* K and V tiles double-buffered where they fit the 48 KB of static shared memory (D_ <= 64) */
     cg_put(&t, "    enum { STAGES_ = D_ <= 64 ? 2 : 1 };\n"
                "    __shared__ alloy_b128 kb_[STAGES_ * TILE_ * PS_ / 8], vb_[STAGES_ * TILE_ * PS_ / 8];\n");

@@ -150,7 +150,8 @@ static bool forward_kept(const ir_graph *g, const ir_node *n)
  * rows' dq accumulator zeroed for kernel 2's atomics; and, unless the
  * forward kept it (KEPT), each row's logsumexp from one pass over the key
  * tiles with the forward's online max and sum (one product, S = Q K^T). */
-static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, bool kept)
+static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, bool kept,
+                               const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -160,7 +161,7 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int64_t T = qt->dims[2];
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(g, n));
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     if (!kept)
         cg_put(&t, "    __shared__ alloy_b128 kb_[TILE_ * PS_ / 8];\n"
                    "    unsigned short *ks_ = (unsigned short *)kb_;\n");
@@ -271,7 +272,8 @@ static const char *rows_kernel(cg_program *prog, const ir_graph *g, const ir_nod
  * and the block's K rows in shared memory, each warp adds dS K for 16 of
  * the tile's queries into the f32 dq accumulator (atomics: every key block
  * adds to the same rows). Five products per tile; dk = scale dK. */
-static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, bool kept)
+static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name, bool kept,
+                               const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
@@ -281,7 +283,7 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
     const ir_type *qt = &g->nodes[n->in[0]]->type, *kt = &g->nodes[n->in[1]]->type;
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, scratch_words(g, n));
     int lse = kept ? cg_param_of(&ps, CG_PARAM_KEPT, n->in[3], false, qt->dims[0] * qt->dims[1] * qt->dims[2]) : rows;
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     /* query i sees key j when j < LIM_(i), that is from query j - (S_ - T_) on when causal; the do tile's
      * buffer holds dS [query][key] (pitch DSP_) for the dq product, so it is the larger of the two */
     cg_put(&t, "    enum { DSP_ = TILE_ + 8, DB_ = TILE_ * (PS_ > DSP_ ? PS_ : DSP_) / 8 };\n"
@@ -398,14 +400,15 @@ static const char *keys_kernel(cg_program *prog, const ir_graph *g, const ir_nod
 
 /* Kernel 3: dq = scale dQ, rounded once from the f32 accumulator into
  * rows [0, T_) of each head's output. */
-static const char *dq_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name)
+static const char *dq_kernel(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                             const attn_strides *st)
 {
     cg_params ps = {0};
     cg_text t = {0};
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     const ir_type *qt = &g->nodes[n->in[0]]->type;
     int rows = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, scratch_words(g, n));
-    cg_attention_mma_open(&t, g, n, &ps, name);
+    cg_attention_mma_open(&t, g, n, &ps, name, st);
     cg_put(&t, "    const float *dqa_ = p%d + 2 * BH_ * T_;\n"
                "    for (long long e_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; e_ < BH_ * T_ * (D_ / 2);\n"
                "         e_ += (long long)gridDim.x * blockDim.x) {\n"
@@ -422,16 +425,16 @@ static const char *dq_kernel(cg_program *prog, const ir_graph *g, const ir_node 
     return ok ? NULL : "out of memory";
 }
 
-const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k)
+const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const attn_strides *st)
 {
     char name[48];
     al_fmt(name, sizeof name, "alloy_s%d_%s", k, ir_ops[n->op].name);
     bool kept = forward_kept(g, n);
-    const char *why = rows_kernel(prog, g, n, k, name, kept);
+    const char *why = rows_kernel(prog, g, n, k, name, kept, st);
     if (why) return why;
     al_fmt(name, sizeof name, "alloy_s%d_%s_keys", k, ir_ops[n->op].name);
-    if ((why = keys_kernel(prog, g, n, k, name, kept))) return why;
+    if ((why = keys_kernel(prog, g, n, k, name, kept, st))) return why;
     if (!dq_accumulates(g, n)) return NULL;
     al_fmt(name, sizeof name, "alloy_s%d_%s_dq", k, ir_ops[n->op].name);
-    return dq_kernel(prog, g, n, k, name);
+    return dq_kernel(prog, g, n, k, name, st);
 }

@@ -4,7 +4,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/text.h"
-
+#include "step/attn_views.h"
 
 /* Appends the source every kernel starts with: alloy's f16/bf16 conversions
  * (inline PTX on the device, the CPU's bit-exact integer rules elsewhere),
@@ -147,21 +147,35 @@ enum { CG_BLOCK = 256, CG_MAX_GRID = 4096 };
  * emit_attention_mma_grad.c, backward) take operands of dtype dt and this
  * head_dim: f16 or bf16, a multiple of 16 up to 128. */
 AL_HIDDEN bool cg_attention_mma_takes(alloy_dtype dt, int64_t head_dim);
-/* Emits that kernel for attention node n, step k, named name; NULL or why not. */
-AL_HIDDEN const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name);
+/* Emits that kernel for attention node n, step k, named name, its operands
+ * in layouts st; NULL or why not. */
+AL_HIDDEN const char *cg_emit_attention_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
+                                            const attn_strides *st);
 /* The same for attention_grad node n: a row pass (delta, and the logsumexp
  * unless n's o is the output of an attention forward of the same operands
  * that kept it), one kernel over key blocks (name_keys: dV, dK and dQ) and,
- * over 64 keys, dq rounded from its f32 accumulator (name_dq). */
-AL_HIDDEN const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k);
+ * over 64 keys, dq rounded from its f32 accumulator (name_dq). The
+ * accumulator and the logsumexp stay contiguous scratch whatever st says. */
+AL_HIDDEN const char *cg_emit_attention_grad_mma(cg_program *prog, const ir_graph *g, const ir_node *n, int k,
+                                                 const attn_strides *st);
+/* Every attention kernel's operand addressing, defined once in its
+ * prologue (emit_attention.c): for X in Q K V O DO DQ DK DV LSE, XOFF_(bh)
+ * the element offset of (batch, head) bh = b * H + h from the operand's
+ * pointer, XROW_ the elements from one row to the next (an int when every
+ * row's offset fits one; LSE: the rows buffer's logsumexp part, BH_ * T_
+ * on from it the deltas); then the
+ * matching #undefs. Needs T_ (cg_attention_strides_end: none). */
+AL_HIDDEN void cg_attention_strides(cg_text *t, const attn_strides *st);
+AL_HIDDEN void cg_attention_strides_end(cg_text *t);
 /* What every tensor-core attention kernel opens with (preamble, the mma,
  * ldmatrix and cp.async definitions, the signature over ps, the shapes BH_
  * T_ S_ D_, the tiles ROWS_ TILE_ PS_ KS_ DN_ NT_, SCALE_ and SL2_ (scale *
- * log2 e), the macros MMA_, TO_, FROM_ and LIM_, and per operand X in Q K V
- * O DO DQ DK DV LSE the address macros XOFF_(bh) and XROW_), and its close
- * (those macros undefined, the kernel added with a 128-thread block per 64
- * of `rows` per (batch, head)). */
-AL_HIDDEN void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name);
+ * log2 e), the macros MMA_, TO_, FROM_ and LIM_, and the operands' address
+ * macros from st, cg_attention_strides), and its close (those macros
+ * undefined, the kernel added with a 128-thread block per 64 of `rows` per
+ * (batch, head)). */
+AL_HIDDEN void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_node *n, const cg_params *ps, const char *name,
+                                     const attn_strides *st);
 AL_HIDDEN bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
                                       cg_text *t, cg_params *ps, int64_t rows, int64_t bytes);
 

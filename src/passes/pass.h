@@ -128,6 +128,8 @@ AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /*
 AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */
 AL_HIDDEN alloy_status pass_data_parallel(ir_graph **g, const pass_options *opts); /* data_parallel.c */
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
+/* Clones a softmax (and the casts and causal masks before it) in front of a softmax_grad reading it when the clone reads a narrower stored value (remat.c). */
+AL_HIDDEN alloy_status pass_remat(ir_graph **g, const pass_options *opts);    /* remat.c */
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
 AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */

@@ -140,7 +140,6 @@ int64_t sched_ld(const ir_graph *g, const schedule *s, int node)
     return t->rank ? t->dims[t->rank - 1] : 1;
 }
 
-bool sched_padded(const schedule *s, int node) { return s && s->row_stride && s->row_stride[node] > 0; }
 
 int64_t sched_padded_numel(const ir_graph *g, const schedule *s, int node)
 {

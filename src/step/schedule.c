@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "step/schedule.h"
+#include "step/attn_views.h"
 
 const char *sched_kind_name(step_kind k)
 {
@@ -249,7 +250,8 @@ void sched_views(const ir_graph *g, const schedule *s, int *owner, int64_t *off)
     for (int i = 0; i < nn; i++) owner[i] = -1, off[i] = 0;
     for (int c = 0; c < nn; c++) { /* the pieces of each gathered concat */
         int m = s->member_of[c];
-        if (m < 0 || !(s->members[m].flags & MEMBER_VIEW) || g->nodes[c]->op != IR_OP_concat) continue;
+        if (m < 0 || !(s->members[m].flags & MEMBER_VIEW) || g->nodes[c]->op != IR_OP_concat || attn_view_alias(g, s, c))
+            continue;
         for (int q = 0; q < g->nodes[c]->nin; q++) {
             int base = piece_base(g, s, g->nodes[c]->in[q]);
             owner[base] = c, off[base] = sched_gather_delta(g, g->nodes[c], q);
@@ -264,7 +266,7 @@ void sched_views(const ir_graph *g, const schedule *s, int *owner, int64_t *off)
     }
 }
 
-alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen)
+alloy_status sched_build_steps(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     int nn = g->nnodes;
@@ -341,7 +343,7 @@ alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, cha
             out->members[step->first].flags |= MEMBER_VIEW;
     }
     mark_gathers(g, out, b.stamp);
-    if (!st && (st = sched_pad(g, out, err, errlen))) sched_free(out);
+    if (!st) attn_views_mark(g, out, b.stamp);
     ir_groups_free(&gs);
     al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
     return st;
@@ -372,8 +374,9 @@ int64_t sched_view_offset(const ir_graph *g, const schedule *s, int i)
 {
     int64_t off = 0;
     for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW) &&
-                g->nodes[i]->op != IR_OP_concat;) {
-        off += sched_view_delta(g, g->nodes[i]);
+                (g->nodes[i]->op != IR_OP_concat || attn_view_alias(g, s, i));) {
+        int64_t strided = attn_view_delta(g, s, i);
+        off += strided >= 0 ? strided : sched_view_delta(g, g->nodes[i]);
         i = g->nodes[i]->in[0];
     }
     return off;
@@ -383,14 +386,9 @@ int sched_view_root(const ir_graph *g, const schedule *s, int i)
 {
     int root = -1;
     for (int m; i >= 0 && i < s->nnodes && (m = s->member_of[i]) >= 0 && (s->members[m].flags & MEMBER_VIEW) &&
-                g->nodes[i]->op != IR_OP_concat;)
+                (g->nodes[i]->op != IR_OP_concat || attn_view_alias(g, s, i));)
         root = i = g->nodes[i]->in[0];
     return root;
-}
-
-bool sched_stored(const schedule *s, int i)
-{
-    return s->member_of[i] >= 0 && (s->members[s->member_of[i]].flags & MEMBER_STORED);
 }
 
 void sched_print(const ir_graph *g, const schedule *s, FILE *out)
@@ -405,7 +403,7 @@ void sched_print(const ir_graph *g, const schedule *s, FILE *out)
         uint8_t flag;
         char letter;
     } letters[] = {{MEMBER_STORED, 's'}, {MEMBER_EXACT, 'x'}, {MEMBER_RANGED, 'r'}, {MEMBER_CHECK, 'c'}, {MEMBER_SPILLED, 'p'},
-                   {MEMBER_VIEW, 'v'}};
+                   {MEMBER_VIEW, 'v'}, {MEMBER_STRIDED, 'w'}};
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
         char ty[96];

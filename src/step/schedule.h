@@ -33,7 +33,12 @@ enum {
     MEMBER_CHECK = 8,   /* the step's found_inf reads it: a non-finite value (as stored) sets the flag */
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
     MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's
-                         * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel */
+                         * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel;
+                         * around the attention ops also a transpose, and a concat aliasing its inputs' strided
+                         * root (attn_views.h) */
+    MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention operand or result read and
+                          * written through strides, or a view of one (attn_views.h); only the attention ops and
+                          * views read it */
 };
 
 /* A part: members run as one unit inside a step. EW parts are one chunked
@@ -87,6 +92,11 @@ typedef struct schedule {
  * external inputs. Fills *out (sched_free) or returns ALLOY_ERR_OOM /
  * ALLOY_ERR_VERIFY with err. */
 AL_HIDDEN alloy_status sched_build(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen);
+/* sched_build's first half (schedule.c): the steps, their members and
+ * views (attention's strided ones included), without padded rows; the same
+ * contract. sched_build (schedule_build.c) then chooses the padded rows
+ * (sched_pad). */
+AL_HIDDEN alloy_status sched_build_steps(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen);
 AL_HIDDEN void sched_free(schedule *s);
 /* Padded rows are a multiple of this many elements (llm.c's 50257 -> 50304). */
 #define SCHED_PAD_ELEMS 64
@@ -107,12 +117,15 @@ AL_HIDDEN alloy_status sched_pad(const ir_graph *g, schedule *s, char *err, size
 /* The row stride of node's value in elements: the padded one, else its last dim (1 for a scalar). */
 AL_HIDDEN int64_t sched_ld(const ir_graph *g, const schedule *s, int node);
 /* Whether node's value has a padded row stride. */
-AL_HIDDEN bool sched_padded(const schedule *s, int node);
+static inline bool sched_padded(const schedule *s, int node) { return s && s->row_stride && s->row_stride[node] > 0; }
 /* The elements node's value spans with its row stride: rows * sched_ld. */
 AL_HIDDEN int64_t sched_padded_numel(const ir_graph *g, const schedule *s, int node);
 AL_HIDDEN const char *sched_kind_name(step_kind k);
 /* Whether node i's value is materialized (a stored member; leaves are bound, not stored). */
-AL_HIDDEN bool sched_stored(const schedule *s, int i);
+static inline bool sched_stored(const schedule *s, int i)
+{
+    return s->member_of[i] >= 0 && (s->members[s->member_of[i]].flags & MEMBER_STORED);
+}
 /* The value whose arena slot node i's value shares as a view (following
  * views of views to the value that owns the slot; MEMBER_VIEW), or -1 when
  * i is not a view. sched_build makes a lone reshape a view when its operand

@@ -121,15 +121,34 @@ static bool is_leaf(const ir_graph *g, int i)
     return op == IR_OP_input || op == IR_OP_param || op == IR_OP_state;
 }
 
-/* Whether node n may carry MEMBER_VIEW: a reshape or contiguous slice of a
- * computed value, or a concat gathering computed values at aligned byte
- * offsets (schedule.h). */
-static bool view_fits(const ir_graph *g, const ir_node *n)
+/* Whether n is a transpose [0, 2, 1, 3] of a rank-4 value (a view around the attention ops). */
+static bool heads_transpose(const ir_node *n)
 {
-    if (n->op != IR_OP_concat) return sched_view_delta(g, n) >= 0 && !is_leaf(g, n->in[0]);
-    for (int k = 0; k < n->nin; k++)
-        if (sched_gather_delta(g, n, k) < 0 || is_leaf(g, n->in[k])) return false;
-    return true;
+    int np = 0;
+    const int64_t *perm = n->op == IR_OP_transpose ? ir_attr_ints(n, "perm", &np) : NULL;
+    return perm && np == 4 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && perm[3] == 3;
+}
+
+/* Whether node n may carry MEMBER_VIEW (with flags, its member's): a
+ * reshape or contiguous slice of a computed value, a concat gathering
+ * computed values at aligned byte offsets, or around the attention ops a
+ * transpose [0, 2, 1, 3], a strided slice, a concat of reshapes (schedule.h,
+ * step/attn_views.h); and MEMBER_STRIDED only on an attention op or such a
+ * view. */
+static bool view_fits(const ir_graph *g, const ir_node *n, uint8_t flags)
+{
+    bool attn = n->op == IR_OP_attention || n->op == IR_OP_attention_grad;
+    if (!(flags & MEMBER_VIEW)) return !(flags & MEMBER_STRIDED) || attn;
+    if (attn || n->nin < 1 || is_leaf(g, n->in[0])) return false;
+    if (heads_transpose(n)) return true;
+    if (flags & MEMBER_STRIDED) return n->op == IR_OP_reshape || n->op == IR_OP_slice;
+    if (n->op != IR_OP_concat) return sched_view_delta(g, n) >= 0;
+    bool gather = true, alias = n->nin == 3;
+    for (int k = 0; k < n->nin; k++) {
+        if (sched_gather_delta(g, n, k) < 0 || is_leaf(g, n->in[k])) gather = false;
+        if (g->nodes[n->in[k]]->op != IR_OP_reshape) alias = false;
+    }
+    return gather || alias;
 }
 
 static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
@@ -170,7 +189,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
                        next_member + next_part + next_in);
     for (int i = 0; i < s->nmembers && !r->bad; i++) {
         s->members[i].node = rd_int(r, "member node", 0, nn - 1);
-        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 63);
+        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 127);
         if (!r->bad && is_leaf(g, s->members[i].node))
             rd_fail(r, "%s: member %%%" PRId64 " is an input, param or state", "schedule", s->members[i].node);
     }
@@ -205,9 +224,10 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
             rd_fail(r, "%s: step %" PRId64 "'s iteration shape does not fit its members", "schedule", i);
         else if ((t->kind == STEP_KIND_OP || t->kind == STEP_KIND_COLLECTIVE) && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
         for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape or contiguous slice of a non-leaf */
-            if ((s->members[m].flags & MEMBER_VIEW) && (t->kind != STEP_KIND_OP || !view_fits(g, last)))
-                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape, contiguous slice or gathered concat of computed values",
-                        "schedule", i);
+            if ((s->members[m].flags & (MEMBER_VIEW | MEMBER_STRIDED)) &&
+                (t->kind != STEP_KIND_OP || !view_fits(g, last, s->members[m].flags)))
+                rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape, contiguous slice or gathered concat of "
+                        "computed values, nor a strided view around an attention op", "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);

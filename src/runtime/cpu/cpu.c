@@ -47,19 +47,6 @@ static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sc
     cpu_run_op(x, g->nodes[members[0].node], values);
 }
 
-void cpu_run_op(cpu_exec *x, const ir_node *n, rt_tensor *values)
-{
-    rt_tensor in_small[8];
-    rt_tensor *in = n->nin <= 8 ? in_small : al_malloc(sizeof(rt_tensor) * (size_t)n->nin);
-    if (!in) {
-        cpu_out_of_memory(x, n);
-        return;
-    }
-    for (int j = 0; j < n->nin; j++) in[j] = values[n->in[j]];
-    cpu_ops[n->op].kernel(x, n, &values[n->id], in);
-    if (in != in_small) al_free(in);
-}
-
 /* amp_check and amp_stats after a step: the stored values of its members that the
  * chunk loop did not see (a GEMM's product, a row op's, an op kernel's). */
 static void check_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
@@ -101,6 +88,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
                         s->nnodes, plan->nnodes, g->nnodes);
     x->nthreads = resolve_threads(x->nthreads);
     x->workers = w;
+    x->graph = g, x->sched = s; /* the attention ops read their strided views through them */
     x->scratch = plan->scratch_bytes ? arena + plan->scratch_offset : NULL;
     x->scratch_bytes = plan->scratch_bytes;
     int *last = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1)); /* the last step reading each value */
@@ -151,6 +139,7 @@ alloy_status cpu_run_schedule(cpu_exec *x, const ir_graph *g, const schedule *s,
         }
     }
     al_free(last);
+    x->graph = NULL, x->sched = NULL;
     return x->status;
 }
 

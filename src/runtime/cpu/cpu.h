@@ -28,6 +28,11 @@ struct cpu_exec {
     char *scratch; /* the arena's scratch (mem_plan.scratch_*), or NULL: GEMM groups then al_malloc */
     size_t scratch_bytes;
     cpu_workers *workers;  /* the run's threads, for kernels (matmul); NULL: one thread */
+    /* while cpu_run_schedule runs: its graph and schedule, whose strided
+     * views (MEMBER_STRIDED, step/attn_views.h) the attention ops read and
+     * write through strides; NULL: every value row-major */
+    const ir_graph *graph;
+    const schedule *sched;
     int lowp_gemm;         /* opt_lowp_gemm: the f16/bf16 GEMM kernel asked for */
     double *step_us;       /* the profile option: per schedule step, the microseconds it took (NULL: not timed) */
     struct alloy_comm *comm; /* the run's communicator for collectives (NULL: one process, a collective is a copy) */
@@ -152,7 +157,7 @@ AL_HIDDEN alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedu
 AL_HIDDEN alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                                      rt_tensor *values, cpu_workers *w);
 /* Runs node n by its op's kernel (cpu_ops) on its operands' values into
- * values[n->id] (cpu.c): a lone op step, or a MULTI step's sum_squares;
+ * values[n->id] (cpu_ops.c): a lone op step, or a MULTI step's sum_squares;
  * errors go to x. */
 AL_HIDDEN void cpu_run_op(cpu_exec *x, const ir_node *n, rt_tensor *values);
 

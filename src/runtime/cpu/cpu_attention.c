@@ -4,6 +4,7 @@
 
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
+#include "step/attn_views.h"
 
 /* Rows and columns of a score block. */
 enum { BR = 32, BC = 64 };
@@ -30,6 +31,7 @@ typedef struct attn_shape {
  * scratch of `per_thread` compute elements per thread. */
 typedef struct attn_job {
     attn_shape a;
+    attn_strides st; /* where each operand's rows lie (contiguous unless the schedule made views) */
     bool grad, wide;
     alloy_dtype dt;
     const rt_tensor *in;
@@ -47,21 +49,45 @@ static int64_t scratch_elems(const attn_shape *a, bool grad)
     return tensors + a->T * a->D + 2 * BR * BC + 2 * a->T;
 }
 
+/* Element offset of (batch, head) bh's first row in layout l. */
+static int64_t head_at(const attn_job *j, const attn_stride *l, int64_t bh)
+{
+    return l->base + bh / j->st.H * l->batch + bh % j->st.H * l->head;
+}
+
+/* Loads `rows` rows of D elements of (batch, head) bh in layout l of src to the compute type at dst. */
+static void load_rows(const attn_job *j, const void *src, const attn_stride *l, int64_t bh, int64_t rows, void *dst)
+{
+    size_t es = alloy_dtype_size(j->dt), cs = j->wide ? sizeof(double) : sizeof(float);
+    int64_t at = head_at(j, l, bh), D = j->a.D;
+    for (int64_t t = 0; t < rows; t++)
+        cpu_load_compute(j->wide, j->dt, (const char *)src + (size_t)(at + t * l->row) * es, (char *)dst + (size_t)(t * D) * cs, D);
+}
+
+/* Stores `rows` rows of D compute elements at src, rounded, into (batch, head) bh in layout l of dst. */
+static void store_rows(const attn_job *j, const void *src, const attn_stride *l, int64_t bh, int64_t rows, void *dst)
+{
+    size_t es = alloy_dtype_size(j->dt), cs = j->wide ? sizeof(double) : sizeof(float);
+    int64_t at = head_at(j, l, bh), D = j->a.D;
+    for (int64_t t = 0; t < rows; t++)
+        cpu_store_compute(j->wide, j->dt, (const char *)src + (size_t)(t * D) * cs, (char *)dst + (size_t)(at + t * l->row) * es, D);
+}
+
 /* Runs (batch, head) `block` on thread `thread`: loads its slices to the
  * compute type, runs the forward or backward, stores rounded once. */
 static void attn_block(void *arg, int64_t block, int thread)
 {
     attn_job *j = arg;
     const attn_shape *a = &j->a;
-    size_t es = alloy_dtype_size(j->dt), cs = j->wide ? sizeof(double) : sizeof(float);
+    size_t cs = j->wide ? sizeof(double) : sizeof(float);
     int64_t td = a->T * a->D, sd = a->S * a->D;
     char *base = j->scratch + (size_t)thread * (size_t)j->per_thread * cs;
     char *at = base;
 #define TAKE(n) (at += (size_t)(n) * cs, at - (size_t)(n) * cs)
     void *q = TAKE(td), *k = TAKE(sd), *v = TAKE(sd);
-    cpu_load_compute(j->wide, j->dt, (const char *)j->in[0].data + (size_t)(block * td) * es, q, td);
-    cpu_load_compute(j->wide, j->dt, (const char *)j->in[1].data + (size_t)(block * sd) * es, k, sd);
-    cpu_load_compute(j->wide, j->dt, (const char *)j->in[2].data + (size_t)(block * sd) * es, v, sd);
+    load_rows(j, j->in[0].data, &j->st.q, block, a->T, q);
+    load_rows(j, j->in[1].data, &j->st.k, block, a->S, k);
+    load_rows(j, j->in[2].data, &j->st.v, block, a->S, v);
     void *s = TAKE(BR * BC), *dp = TAKE(BR * BC), *lse = TAKE(a->T), *delta = TAKE(a->T), *kt = TAKE(sd);
     if (j->wide) transpose_f64(k, a->S, a->D, kt);
     else transpose_f32(k, a->S, a->D, kt);
@@ -69,21 +95,20 @@ static void attn_block(void *arg, int64_t block, int thread)
         void *o = TAKE(td);
         if (j->wide) forward_f64(a, q, kt, v, o, lse, s);
         else forward_f32(a, q, kt, v, o, lse, s);
-        cpu_store_compute(j->wide, j->dt, o, (char *)j->out->data + (size_t)(block * td) * es, td);
+        store_rows(j, o, &j->st.o, block, a->T, j->out->data);
         return;
     }
     void *o = TAKE(td), *dout = TAKE(td), *dq = TAKE(td), *dk = TAKE(sd), *dv = TAKE(sd), *vt = TAKE(sd);
 #undef TAKE
     if (j->wide) transpose_f64(v, a->S, a->D, vt);
     else transpose_f32(v, a->S, a->D, vt);
-    cpu_load_compute(j->wide, j->dt, (const char *)j->in[3].data + (size_t)(block * td) * es, o, td);
-    cpu_load_compute(j->wide, j->dt, (const char *)j->in[4].data + (size_t)(block * td) * es, dout, td);
+    load_rows(j, j->in[3].data, &j->st.o, block, a->T, o);
+    load_rows(j, j->in[4].data, &j->st.dout, block, a->T, dout);
     if (j->wide) backward_f64(a, q, k, kt, vt, o, dout, dq, dk, dv, lse, delta, s, dp);
     else backward_f32(a, q, k, kt, vt, o, dout, dq, dk, dv, lse, delta, s, dp);
-    char *dst = (char *)j->out->data + (size_t)(block * (td + 2 * sd)) * es;
-    cpu_store_compute(j->wide, j->dt, dq, dst, td);
-    cpu_store_compute(j->wide, j->dt, dk, dst + (size_t)td * es, sd);
-    cpu_store_compute(j->wide, j->dt, dv, dst + (size_t)(td + sd) * es, sd);
+    store_rows(j, dq, &j->st.dq, block, a->T, j->out->data);
+    store_rows(j, dk, &j->st.dk, block, a->S, j->out->data);
+    store_rows(j, dv, &j->st.dv, block, a->S, j->out->data);
 }
 
 /* Both ops: the (batch, head) pairs split over up to x->nthreads workers,
@@ -95,6 +120,8 @@ static alloy_status run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     attn_job j = {.a = {qt->dims[0], qt->dims[1], qt->dims[2], in[1].type.dims[2], qt->dims[3],
                         ir_attr_i(n, "causal") != 0, ir_attr_f(n, "scale")},
                   .grad = grad, .wide = qt->dtype == ALLOY_F64, .dt = qt->dtype, .in = in, .out = out};
+    if (x->graph && x->sched) attn_strides_of(x->graph, x->sched, n, &j.st);
+    else attn_strides_plain(j.a.H, j.a.T, j.a.S, j.a.D, &j.st);
     int64_t pairs = j.a.B * j.a.H;
     if (pairs == 0 || j.a.T == 0 || j.a.S == 0 || j.a.D == 0) { /* no query, key or feature: every result is 0 */
         memset(out->data, 0, (size_t)ir_numel(&out->type) * alloy_dtype_size(out->type.dtype));

@@ -42,11 +42,17 @@ static cdev_extent extent_of(const ir_graph *g, const mem_plan *p, const lp_plac
     return x;
 }
 
-/* The bytes of node's value where it lives: a leaf's whole buffer, else its type's size (its
+/* The bytes of node's value where it lives: a leaf's whole buffer; a
+ * transpose view (an attention operand read through strides, or a plain
+ * view of an attention result stored in its order: step/attn_views.h) the
+ * rest of its owner's slot from where it starts; else its type's size (its
  * rows at their padded row stride when sched_pad padded it). */
-static int64_t value_bytes(const ir_graph *g, const schedule *s, const lp_place *pl, int node)
+static int64_t value_bytes(const ir_graph *g, const schedule *s, const mem_plan *p, const lp_place *pl, int node)
 {
     if (pl->space == LP_LEAF) return (int64_t)ir_nbytes(&g->nodes[pl->node]->type);
+    int owner = p->view_of && pl->space == LP_ARENA ? p->view_of[node] : -1;
+    if (owner >= 0 && g->nodes[node]->op == IR_OP_transpose)
+        return (int64_t)ir_nbytes(&g->nodes[owner]->type) - (p->offset[node] - p->offset[owner]);
     return sched_padded_numel(g, s, node) * (int64_t)alloy_dtype_size(g->nodes[node]->type.dtype);
 }
 
@@ -62,7 +68,7 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
             const cg_param *pa = &kn->params[i];
             int64_t bytes;
             switch (pa->kind) {
-            case CG_PARAM_NODE: bytes = value_bytes(g, s, &args[i], pa->node); break;
+            case CG_PARAM_NODE: bytes = value_bytes(g, s, p, &args[i], pa->node); break;
             case CG_PARAM_PRODUCT: bytes = (int64_t)p->scratch_bytes; break;
             case CG_PARAM_FLAG: bytes = 4; break;
             case CG_PARAM_CHECKS: /* the run's check words, atomics of every checked node (no value's) */
@@ -86,12 +92,12 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
             break;
         if (scratch) pd.offset = (int64_t)p->scratch_offset;
         else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's, or a library step's last member's */
-        out[n++] = extent_of(g, p, &pa, at, value_bytes(g, s, &pa, mm->in[1]), mm->in[1], false);
-        out[n++] = extent_of(g, p, &pb, at, value_bytes(g, s, &pb, mm->in[0]), mm->in[0], false);
-        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, s, &pd, gm->result),
+        out[n++] = extent_of(g, p, &pa, at, value_bytes(g, s, p, &pa, mm->in[1]), mm->in[1], false);
+        out[n++] = extent_of(g, p, &pb, at, value_bytes(g, s, p, &pb, mm->in[0]), mm->in[0], false);
+        out[n++] = extent_of(g, p, &pd, at, scratch ? (int64_t)p->scratch_bytes : value_bytes(g, s, p, &pd, gm->result),
                              gm->result, true);
         if (gm->bias_node >= 0) /* the BIAS epilogue's vector, read whole */
-            out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, s, &gm->bias, gm->bias_node), gm->bias_node, false);
+            out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, s, p, &gm->bias, gm->bias_node), gm->bias_node, false);
         break;
     }
     case LP_ZERO:

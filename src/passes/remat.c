@@ -1,0 +1,162 @@
+/* remat.c - rematerialization: a softmax's backward recomputes the softmax from the scores instead of reading an f32 softmax the forward stores for it.
+ *
+ * A softmax_grad(y, dy) reads y = softmax(x) row by row. Under mixed
+ * precision x is a chain of casts, causal masks and elementwise ops with
+ * scalar constants (the 1/sqrt(d) scale) from a half-precision s (the
+ * scores a matmul stores anyway), and y is an f32 tensor as large as the
+ * scores that the forward writes only for the backward. Where y is read by
+ * the softmax_grad and otherwise only by casts (its cast to f16 for the
+ * next matmul), nothing else needs it stored (not an output, update or
+ * the loss), and the chain x .. s has y's shape and ends at a value
+ * narrower than y or at a GEMM's result (a matmul, or a cast of one, which
+ * its GEMM writes whole: a cast is not cloned away from its epilogue), this
+ * pass clones the chain and the softmax right before the softmax_grad and
+ * makes it read the clone: fuse then puts the clones into the backward's
+ * row kernel, which reads s (half the bytes of y when s is f16) and
+ * recomputes y with the same ops, and the forward stores no y. No value
+ * changes: the clones are the same ops on the same operands.
+ *
+ * After this pass every softmax_grad that matches reads a softmax that has
+ * no other reader and directly precedes it; the rest of the graph is as
+ * before. Runs after dce (which keeps the clones, they are read) and
+ * before fuse; simplify, which would merge the clones back, runs earlier.
+ */
+#include "passes/pass.h"
+
+enum { REMAT_CHAIN_MAX = 8 };
+
+/* Whether operand j of n is on the chain: n is a cast, a causal mask or
+ * an elementwise op whose other operands are scalar constants, of shape
+ * t; then *j is the operand that carries the row. */
+static bool chain_link(const ir_graph *g, const ir_node *n, const ir_type *t, int *j)
+{
+    if (n->type.rank != t->rank) return false;
+    for (int d = 0; d < t->rank; d++)
+        if (n->type.dims[d] != t->dims[d]) return false;
+    /* a cast of a matmul is its GEMM's epilogue (the product unrounded, stored): the root, not a link */
+    if (n->op == IR_OP_cast && n->nin == 1 && g->nodes[n->in[0]]->op == IR_OP_matmul) return false;
+    if ((n->op == IR_OP_cast || n->op == IR_OP_causal_mask) && n->nin == 1) {
+        *j = 0;
+        return true;
+    }
+    if (!ir_fuse_elementwise(g, n) || n->nin > 3) return false;
+    int at = -1;
+    for (int k = 0; k < n->nin; k++) {
+        const ir_node *o = g->nodes[n->in[k]];
+        if (o->op == IR_OP_constant && o->type.rank == 0) continue;
+        if (at >= 0) return false; /* a second tensor operand: not a chain */
+        at = k;
+    }
+    *j = at;
+    return at >= 0;
+}
+
+/* The chain softmax <- link* <- root of softmax y (chain_link), as ids
+ * from y outward into chain[0..*len) (root excluded), with the operand
+ * index each reads the chain through in via[]: true when the root is
+ * narrower than y (a half-precision value to recompute from) or a GEMM's
+ * result (a matmul, or its cast the GEMM writes), stored anyway. */
+static bool remat_chain(const ir_graph *g, const ir_node *y, int *chain, int *via, int *len, int *root)
+{
+    int k = 0, x = y->in[0];
+    chain[k] = y->id, via[k++] = 0;
+    int j = 0;
+    while (k < REMAT_CHAIN_MAX && chain_link(g, g->nodes[x], &y->type, &j)) {
+        chain[k] = x, via[k++] = j;
+        x = g->nodes[x]->in[j];
+    }
+    const ir_node *r = g->nodes[x];
+    bool gemm = r->op == IR_OP_matmul || (r->op == IR_OP_cast && g->nodes[r->in[0]]->op == IR_OP_matmul);
+    if (!ir_is_float(r->type.dtype) ||
+        (!gemm && alloy_dtype_size(r->type.dtype) >= alloy_dtype_size(y->type.dtype)))
+        return false;
+    *len = k, *root = x;
+    return true;
+}
+
+/* Whether node i's value must be stored for a reason other than its readers. */
+static bool kept(const ir_graph *g, int i)
+{
+    for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o].node == i) return true;
+    for (int u = 0; u < g->nupdates; u++)
+        if (g->updates[u].node == i) return true;
+    return g->loss == i;
+}
+
+/* Whether node v has readers besides `except` and all of them are casts
+ * (the softmax's cast to f16 for the next matmul, which fuses with it):
+ * then v is stored only for `except`. A GEMM reading v needs it stored
+ * anyway (an f32 step), and with no other reader the clone would leave v
+ * dead. */
+static bool read_by_casts(const ir_graph *g, int v, int except)
+{
+    int casts = 0;
+    for (int i = v + 1; i < g->nnodes; i++) {
+        if (i == except) continue;
+        const ir_node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            if (n->in[j] != v) continue;
+            if (n->op != IR_OP_cast) return false;
+            casts++;
+        }
+    }
+    return casts > 0;
+}
+
+alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
+{
+    (void)opts;
+    ir_graph *g = *gp;
+    int n0 = g->nnodes, found = 0;
+    /* before[i]: the first clone placed right before node i, or -1; clones of one site are consecutive ids */
+    int *before = al_malloc(sizeof(int) * ((size_t)n0 + 1)), *count = al_malloc(sizeof(int) * ((size_t)n0 + 1));
+    if (!before || !count) {
+        al_free(before), al_free(count);
+        return ir_error(g, ALLOY_ERR_OOM, "remat: out of memory");
+    }
+    for (int i = 0; i < n0; i++) before[i] = -1, count[i] = 0;
+    for (int i = 0; i < n0 && !g->status; i++) {
+        ir_node *sg = g->nodes[i];
+        if (sg->op != IR_OP_softmax_grad || sg->nin != 2) continue;
+        const ir_node *y = g->nodes[sg->in[0]];
+        int chain[REMAT_CHAIN_MAX], via[REMAT_CHAIN_MAX], len = 0, root = -1;
+        if (y->op != IR_OP_softmax || kept(g, y->id) || !read_by_casts(g, y->id, i) ||
+            !remat_chain(g, y, chain, via, &len, &root))
+            continue;
+        int prev = root, first = g->nnodes;
+        for (int c = len - 1; c >= 0 && !g->status; c--) { /* from the root outward */
+            const ir_node *src = g->nodes[chain[c]];
+            int ins[3]; /* chain_link: at most 3 operands */
+            for (int j = 0; j < src->nin; j++) ins[j] = j == via[c] ? prev : src->in[j];
+            ir_node *m = ir_add_node(g, src->op, src->nin, ins, src->nattrs, src->attrs, &src->type, NULL);
+            if (!m) break;
+            m->amp = src->amp, m->flags = src->flags;
+            m->origin = sg->origin >= 0 ? sg->origin : y->id;
+            prev = m->id;
+        }
+        if (g->status) break;
+        g->nodes[i]->in[0] = prev; /* sg may have moved with the node array: index again */
+        before[i] = first, count[i] = len;
+        found++;
+    }
+    if (g->status || !found) {
+        al_free(before), al_free(count);
+        return g->status;
+    }
+    int *order = al_malloc(sizeof(int) * ((size_t)g->nnodes + 1)), n = 0;
+    if (!order) {
+        al_free(before), al_free(count);
+        return ir_error(g, ALLOY_ERR_OOM, "remat: out of memory");
+    }
+    for (int i = 0; i < n0; i++) {
+        for (int c = 0; c < count[i]; c++) order[n++] = before[i] + c;
+        order[n++] = i;
+    }
+    ir_graph *out = ir_graph_reordered(g, order, n, "remat");
+    al_free(order), al_free(before), al_free(count);
+    if (!out) return g->status;
+    ir_graph_free(g);
+    *gp = out;
+    return ALLOY_OK;
+}

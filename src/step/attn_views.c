@@ -1,0 +1,230 @@
+/* attn_views.c - strided views around the attention ops: the layout copies of a multi-head block (q/k/v sliced and transposed, o transposed back, dq/dk/dv concatenated) become strides the attention kernels read and write through. */
+#include <string.h>
+
+#include "step/attn_views.h"
+
+static bool is_attention(const ir_node *n) { return n->op == IR_OP_attention || n->op == IR_OP_attention_grad; }
+
+/* Whether n is transpose(x, perm [0, 2, 1, 3]). */
+static bool swaps_heads(const ir_node *n)
+{
+    int np = 0;
+    const int64_t *perm = n->op == IR_OP_transpose ? ir_attr_ints(n, "perm", &np) : NULL;
+    return perm && np == 4 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && perm[3] == 3;
+}
+
+static uint8_t flags_of(const schedule *s, int i) { return s->member_of[i] >= 0 ? s->members[s->member_of[i]].flags : 0; }
+
+/* Whether i is computed by a lone OP step of its own, stored, not kept,
+ * not yet a view: a copy kernel this pass may remove. */
+static bool lone_copy(const schedule *s, int i)
+{
+    int k = s->step_of[i];
+    return k >= 0 && s->steps[k].kind == STEP_KIND_OP && s->steps[k].n == 1 && !s->kept[i] &&
+           (flags_of(s, i) & (MEMBER_STORED | MEMBER_VIEW)) == MEMBER_STORED;
+}
+
+static void add_flags(schedule *s, int i, uint8_t f) { s->members[s->member_of[i]].flags |= f; }
+
+static bool aligned(int64_t elems, size_t es) { return (elems * (int64_t)es) % SCHED_VIEW_ALIGN == 0; }
+
+/* How many operand slots of attention ops read x. */
+static int attention_reads(const ir_graph *g, int x)
+{
+    int k = 0;
+    for (int i = x + 1; i < g->nnodes; i++)
+        if (is_attention(g->nodes[i]))
+            for (int j = 0; j < g->nodes[i]->nin; j++) k += g->nodes[i]->in[j] == x;
+    return k;
+}
+
+/* The consumers of x into list[0..max) (each once per operand slot); returns the count. */
+static int readers(const ir_graph *g, int x, int *list, int max)
+{
+    int k = 0;
+    for (int i = x + 1; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            if (g->nodes[i]->in[j] == x) {
+                if (k < max) list[k] = i;
+                k++;
+            }
+    return k;
+}
+
+/* Operand x of an attention op: transpose(reshape([slice(] X [)])) of a
+ * row-major X read only by attention ops becomes a strided view of X. */
+static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
+{
+    const ir_node *t = g->nodes[x];
+    if (!swaps_heads(t) || !lone_copy(s, x) || attention_reads(g, x) != uses[x]) return;
+    const ir_node *r = g->nodes[t->in[0]];
+    if (r->op != IR_OP_reshape || s->kept[r->id] || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+        return;
+    const ir_node *src = g->nodes[r->in[0]], *sl = NULL;
+    int64_t H = t->type.dims[1], D = t->type.dims[3];
+    size_t es = alloy_dtype_size(t->type.dtype);
+    if (src->op == IR_OP_slice && lone_copy(s, src->id)) {
+        sl = src;
+        src = g->nodes[sl->in[0]];
+        int64_t axis = ir_attr_i(sl, "axis");
+        if (axis != sl->type.rank - 1 || uses[sl->id] != 1 || uses[r->id] != 1 || !aligned(ir_attr_i(sl, "start"), es))
+            return;
+    }
+    /* X is a stored value whose bytes are row-major (a plain view at most) */
+    if (s->step_of[src->id] < 0 || !sched_stored(s, src->id) || (flags_of(s, src->id) & MEMBER_STRIDED)) return;
+    const ir_type *cut = sl ? &sl->type : &src->type;
+    int64_t W = src->type.dims[src->type.rank - 1];
+    if (cut->rank < 1 || cut->dims[cut->rank - 1] != H * D || !aligned(W, es) || !aligned(D, es)) return;
+    if (sl) add_flags(s, sl->id, MEMBER_VIEW | MEMBER_STRIDED), add_flags(s, r->id, MEMBER_STRIDED);
+    add_flags(s, x, MEMBER_VIEW | MEMBER_STRIDED);
+}
+
+/* attention o read by one transpose [0, 2, 1, 3] and otherwise only as
+ * attention_grad's o: stored in the transpose's order. */
+static void mark_output(const ir_graph *g, schedule *s, const int *uses, int o)
+{
+    const ir_node *n = g->nodes[o];
+    int list[8], k = readers(g, o, list, 8), tr = -1;
+    if (k > 8 || k != uses[o] || s->kept[o] || (flags_of(s, o) & (MEMBER_STORED | MEMBER_VIEW)) != MEMBER_STORED) return;
+    for (int i = 0; i < k; i++) {
+        const ir_node *c = g->nodes[list[i]];
+        if (swaps_heads(c) && tr < 0 && lone_copy(s, c->id)) tr = c->id;
+        else if (c->op != IR_OP_attention_grad || c->in[3] != o || c->in[0] == o || c->in[1] == o || c->in[2] == o ||
+                 c->in[4] == o)
+            return;
+    }
+    size_t es = alloy_dtype_size(n->type.dtype);
+    if (tr < 0 || !aligned(n->type.dims[1] * n->type.dims[3], es) || !aligned(n->type.dims[3], es)) return;
+    add_flags(s, o, MEMBER_STRIDED);
+    add_flags(s, tr, MEMBER_VIEW);
+}
+
+/* attention_grad G whose dq, dk, dv slices go through transpose and
+ * reshape into one concat: G stored in the concat's order. */
+static void mark_grads(const ir_graph *g, schedule *s, const int *uses, int id)
+{
+    const ir_node *n = g->nodes[id];
+    int64_t H = n->type.dims[1], T = g->nodes[n->in[0]]->type.dims[2], S = g->nodes[n->in[1]]->type.dims[2],
+            D = n->type.dims[3];
+    int list[4], chain[3][3], concat = -1; /* per part: slice, transpose, reshape */
+    size_t es = alloy_dtype_size(n->type.dtype);
+    if (T != S || readers(g, id, list, 4) != 3 || uses[id] != 3 || s->kept[id] ||
+        (flags_of(s, id) & (MEMBER_STORED | MEMBER_VIEW)) != MEMBER_STORED || !aligned(H * D, es) || !aligned(D, es))
+        return;
+    for (int i = 0; i < 3; i++) {
+        const ir_node *sl = g->nodes[list[i]];
+        int64_t start = sl->op == IR_OP_slice ? ir_attr_i(sl, "start") : -1;
+        int part = start == 0 ? 0 : start == T ? 1 : start == 2 * T ? 2 : -1;
+        int next[2];
+        if (part < 0 || ir_attr_i(sl, "axis") != 2 || ir_attr_i(sl, "end") != start + T || !lone_copy(s, sl->id) ||
+            uses[sl->id] != 1 || readers(g, sl->id, next, 2) != 1)
+            return;
+        const ir_node *tr = g->nodes[next[0]];
+        if (!swaps_heads(tr) || !lone_copy(s, tr->id) || uses[tr->id] != 1 || readers(g, tr->id, next, 2) != 1) return;
+        const ir_node *rs = g->nodes[next[0]];
+        if (rs->op != IR_OP_reshape || s->kept[rs->id] || uses[rs->id] != 1 || readers(g, rs->id, next, 2) != 1 ||
+            (flags_of(s, rs->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW || rs->type.rank < 1 ||
+            rs->type.dims[rs->type.rank - 1] != H * D)
+            return;
+        const ir_node *c = g->nodes[next[0]];
+        if (c->op != IR_OP_concat || c->nin != 3 || c->in[part] != rs->id || ir_attr_i(c, "axis") != c->type.rank - 1 ||
+            (concat >= 0 && concat != c->id) || !lone_copy(s, c->id))
+            return;
+        concat = c->id;
+        chain[part][0] = sl->id, chain[part][1] = tr->id, chain[part][2] = rs->id;
+    }
+    add_flags(s, id, MEMBER_STRIDED);
+    for (int p = 0; p < 3; p++)
+        for (int j = 0; j < 3; j++) add_flags(s, chain[p][j], MEMBER_VIEW | MEMBER_STRIDED);
+    add_flags(s, concat, MEMBER_VIEW);
+}
+
+void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
+{
+    int nn = g->nnodes;
+    for (int i = 0; i < nn; i++) uses[i] = 0;
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]]++;
+    for (int k = 0; k < s->nsteps; k++) {
+        const ir_node *n = g->nodes[s->steps[k].pos];
+        if (s->steps[k].kind != STEP_KIND_OP || !is_attention(n) || n->type.rank != 4) continue;
+        for (int j = 0; j < n->nin; j++) mark_operand(g, s, uses, n->in[j]);
+        if (n->op == IR_OP_attention) mark_output(g, s, uses, n->id);
+        else mark_grads(g, s, uses, n->id);
+    }
+}
+
+/* Contiguous [B, H, R, D]. */
+static attn_stride contiguous(int64_t H, int64_t R, int64_t D) { return (attn_stride){0, H * R * D, R * D, D}; }
+
+/* The layout of operand x ([B, H, R, D]) as its node's value holds it. */
+static attn_stride operand(const ir_graph *g, const schedule *s, int x)
+{
+    const ir_type *t = &g->nodes[x]->type;
+    int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
+    if (!s || !(flags_of(s, x) & MEMBER_STRIDED)) return contiguous(H, R, D);
+    if (g->nodes[x]->op == IR_OP_attention) return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
+    /* transpose(reshape([slice(] X [)])): rows of X are W wide (any other
+     * chain, as a damaged bundle could flag, reads contiguous) */
+    const ir_node *r = g->nodes[x]->nin == 1 ? g->nodes[g->nodes[x]->in[0]] : NULL;
+    const ir_node *src = r && r->op == IR_OP_reshape && r->nin == 1 ? g->nodes[r->in[0]] : NULL;
+    if (src && src->op == IR_OP_slice && src->nin == 1 && (flags_of(s, src->id) & MEMBER_STRIDED)) src = g->nodes[src->in[0]];
+    if (!src || g->nodes[x]->op != IR_OP_transpose || src->type.rank < 1) return contiguous(H, R, D);
+    int64_t W = src->type.dims[src->type.rank - 1];
+    return (attn_stride){0, R * W, D, W};
+}
+
+void attn_strides_plain(int64_t H, int64_t T, int64_t S, int64_t D, attn_strides *out)
+{
+    int64_t rows = T + 2 * S;
+    memset(out, 0, sizeof *out);
+    out->H = H, out->T = T, out->S = S;
+    out->q = out->o = out->dout = contiguous(H, T, D);
+    out->k = out->v = contiguous(H, S, D);
+    out->dq = (attn_stride){0, H * rows * D, rows * D, D};
+    out->dk = (attn_stride){T * D, H * rows * D, rows * D, D};
+    out->dv = (attn_stride){(T + S) * D, H * rows * D, rows * D, D};
+}
+
+void attn_strides_of(const ir_graph *g, const schedule *s, const ir_node *n, attn_strides *out)
+{
+    const ir_type *q = &g->nodes[n->in[0]]->type;
+    int64_t H = q->dims[1], T = q->dims[2], D = q->dims[3], C = H * D;
+    attn_strides_plain(H, T, g->nodes[n->in[1]]->type.dims[2], D, out);
+    out->q = operand(g, s, n->in[0]), out->k = operand(g, s, n->in[1]), out->v = operand(g, s, n->in[2]);
+    if (n->op == IR_OP_attention) {
+        out->o = operand(g, s, n->id);
+        return;
+    }
+    out->o = operand(g, s, n->in[3]), out->dout = operand(g, s, n->in[4]);
+    if (s && (flags_of(s, n->id) & MEMBER_STRIDED) && T == g->nodes[n->in[1]]->type.dims[2]) { /* stored as [B, T, 3, H, D]: the concat's rows */
+        out->dq = (attn_stride){0, T * 3 * C, D, 3 * C};
+        out->dk = (attn_stride){C, T * 3 * C, D, 3 * C};
+        out->dv = (attn_stride){2 * C, T * 3 * C, D, 3 * C};
+    }
+}
+
+bool attn_view_alias(const ir_graph *g, const schedule *s, int c)
+{
+    const ir_node *n = g->nodes[c];
+    return n->op == IR_OP_concat && n->nin > 0 && (flags_of(s, c) & MEMBER_VIEW) &&
+           (flags_of(s, n->in[0]) & MEMBER_STRIDED);
+}
+
+int64_t attn_view_delta(const ir_graph *g, const schedule *s, int i)
+{
+    const ir_node *n = g->nodes[i];
+    uint8_t f = flags_of(s, i);
+    if (!(f & MEMBER_VIEW)) return -1;
+    if (n->op == IR_OP_transpose || attn_view_alias(g, s, i)) return 0;
+    if (!(f & MEMBER_STRIDED)) return -1;
+    if (n->op == IR_OP_reshape) return 0;
+    if (n->op != IR_OP_slice) return -1;
+    const ir_node *x = g->nodes[n->in[0]];
+    size_t es = alloy_dtype_size(n->type.dtype);
+    if (x->op == IR_OP_attention_grad) { /* dq, dk, dv: at 0, C, 2C of each row of the concat's order */
+        int64_t part = n->type.rank == 4 && n->type.dims[2] > 0 ? ir_attr_i(n, "start") / n->type.dims[2] : 0;
+        return part * x->type.dims[1] * x->type.dims[3] * (int64_t)es;
+    }
+    return ir_attr_i(n, "start") * (int64_t)es; /* a slice of the last axis of a row-major value */
+}
