@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 unset ALLOY_DUMP_DIR ALLOY_TIME_PASSES ALLOY_PRINT_AFTER ALLOY_PRINT_BEFORE
 export ALLOY_CACHE_DIR="$tmp/cache"
 step="--train --amp=f16 --scaler=dynamic --optimizer=adamw"
-stages="input verify random lower_norm attention amp autodiff data_parallel grad_scaler optimizer simplify dce fuse schedule plan"
+stages="input verify random lower_norm attention amp autodiff data_parallel grad_scaler optimizer simplify dce remat fuse schedule plan"
 
 fail() {
     echo "FAIL: $*"
@@ -27,16 +27,16 @@ for s in $stages; do
     [ -s "$f" ] || fail "--dump-dir wrote no $f"
     n=$((n + 1))
 done
-[ "$(ls "$tmp/dump" | wc -l)" -eq 15 ] || fail "--dump-dir holds $(ls "$tmp/dump" | wc -l) files, want 15"
+[ "$(ls "$tmp/dump" | wc -l)" -eq 16 ] || fail "--dump-dir holds $(ls "$tmp/dump" | wc -l) files, want 16"
 # the last stage's IR is what print prints (after its header and options lines)
-sed -n '/^graph /,/^}$/p' "$tmp/dump/char_gpt.14-plan.ir" | cmp -s - "$tmp/ir.txt" || fail "14-plan.ir's IR is not print's"
+sed -n '/^graph /,/^}$/p' "$tmp/dump/char_gpt.15-plan.ir" | cmp -s - "$tmp/ir.txt" || fail "15-plan.ir's IR is not print's"
 # a dump is an IR file alloyc reads
 "$alloyc" print "$tmp/dump/char_gpt.06-autodiff.ir" >/dev/null 2>"$tmp/err" || fail "06-autodiff.ir does not read back: $(cat "$tmp/err")"
 
 # --time-passes: on stderr alone, on stdout with --print-after
 "$alloyc" print "$ir" $step --time-passes >"$tmp/out" 2>"$tmp/err" || fail "print --time-passes: $(cat "$tmp/err")"
 grep -q '^# pass times: graph char_gpt, ' "$tmp/err" || fail "--time-passes wrote no table to stderr"
-[ "$(grep -c '^#   ' "$tmp/err")" -eq 15 ] || fail "--time-passes: not a heading and 14 rows: $(cat "$tmp/err")"
+[ "$(grep -c '^#   ' "$tmp/err")" -eq 16 ] || fail "--time-passes: not a heading and 15 rows: $(cat "$tmp/err")"
 cmp -s "$tmp/out" "$tmp/ir.txt" || fail "--time-passes changed stdout"
 "$alloyc" print "$ir" $step --time-passes --print-after=plan >"$tmp/out" 2>"$tmp/err" || fail "print --time-passes --print-after"
 [ -s "$tmp/err" ] && fail "--time-passes --print-after wrote to stderr: $(cat "$tmp/err")"
@@ -54,7 +54,7 @@ nodes=$(grep -c '^  %' "$tmp/ir.txt")
 # --emit=memory-svg: an SVG alloy draws, a slot rectangle per "# slot" line of a value with bytes
 "$alloyc" print "$ir" $step --emit=memory-svg >"$tmp/m.svg" 2>"$tmp/err" || fail "--emit=memory-svg: $(cat "$tmp/err")"
 head -n 2 "$tmp/m.svg" | grep -q '^<svg ' || fail "--emit=memory-svg is not an SVG"
-slots=$(grep -c '^# slot .* +[1-9]' "$tmp/dump/char_gpt.14-plan.ir")
+slots=$(grep -c '^# slot .* +[1-9]' "$tmp/dump/char_gpt.15-plan.ir")
 [ "$(grep -c '<rect class="slot"' "$tmp/m.svg")" -eq "$slots" ] || fail "--emit=memory-svg: not $slots slot rectangles"
 
 # --emit=svg: the error naming dot without it on the PATH; Graphviz's drawing with it
@@ -85,7 +85,7 @@ expect_usage print "$ir" --dump-dir a --dump-dir b
 
 # compile: the stages land next to the kernel sources (when NVRTC is there)
 if "$alloyc" compile "$data/mlp2.ir" --arch sm_80 -o "$tmp/k" --dump-dir "$tmp/kdump" >/dev/null 2>"$tmp/err"; then
-    [ -s "$tmp/kdump/alloy_m0.cu" ] && [ -s "$tmp/kdump/mlp2.14-plan.ir" ] || fail "compile --dump-dir: $(ls "$tmp/kdump")"
+    [ -s "$tmp/kdump/alloy_m0.cu" ] && [ -s "$tmp/kdump/mlp2.15-plan.ir" ] || fail "compile --dump-dir: $(ls "$tmp/kdump")"
     kernels="with kernel sources"
 elif grep -q 'NVRTC is not available' "$tmp/err"; then
     kernels="no NVRTC: compile's dump not checked"
