@@ -176,22 +176,35 @@ static void test_every_bf16_pattern_round_trips_through_f32(void **state)
     }
 }
 
-/* The header's inline bf16 conversions (for vector loops) against the
- * scalar functions: every bf16 pattern widened, and every f32 whose low 16
- * bits are one of the rounding cases (below, at and above the half, zero,
- * all ones) rounded, every sign, exponent and NaN payload among them. */
+/* The header's inline bf16 conversions (for vector loops, and under
+ * convert.c's own) against independent references: every bf16 pattern
+ * widened, against its value decoded by hand (sign, exponent, mantissa; a
+ * NaN quiet with its sign kept), and every f32 whose low 16 bits are one of
+ * the rounding cases (below, at and above the half, zero, all ones)
+ * rounded, against the double reference ref_narrow (a NaN quiet with its
+ * sign kept): every sign, exponent and NaN payload among them. */
 static void test_the_inline_bf16_conversions_give_the_scalar_functions_bits(void **state)
 {
     (void)state;
     static const uint32_t low[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
     int64_t bad = 0;
     for (uint32_t p = 0; p <= 0xffffu; p++) {
-        bad += f32_bits(cvt_bf16_value((uint16_t)p)) != f32_bits(cvt_bf16_to_f32((uint16_t)p));
+        float w = cvt_bf16_value((uint16_t)p);
+        unsigned sign = p >> 15, ex = (p >> 7) & 0xffu, man = p & 0x7fu;
+        if (ex == 0xffu && man) {
+            bad += !(isnan(w) && (f32_bits(w) & 0x00400000u) && (f32_bits(w) >> 31) == sign);
+        } else {
+            double v = ex == 0xffu ? INFINITY : ex ? ldexp(1.0 + man / 128.0, (int)ex - 127) : ldexp(man, -133);
+            bad += (double)w != (sign ? -v : v) || (signbit(w) != 0) != (sign != 0);
+        }
+        bad += f32_bits(w) != f32_bits(cvt_bf16_to_f32((uint16_t)p));
         for (size_t l = 0; l < sizeof low / sizeof low[0]; l++) {
             uint32_t x = p << 16 | low[l];
             float f;
             memcpy(&f, &x, sizeof f);
-            bad += cvt_bf16_rounded(f) != cvt_f32_to_bf16(f);
+            uint16_t r = cvt_bf16_rounded(f);
+            if (isnan(f)) bad += !(bf16_is_nan(r) && (r & 0x0040u) && (r >> 15) == (x >> 31));
+            else bad += r != ref_narrow(f, true);
         }
     }
     assert_int_equal(bad, 0);

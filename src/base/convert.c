@@ -86,17 +86,6 @@ static inline uint32_t f2h(uint32_t x)
     return sign | r;
 }
 
-static inline uint32_t bf2f(uint32_t h)
-{
-    return ((h & 0x7fffu) > 0x7f80u ? h | 0x40u : h) << 16;
-}
-
-static inline uint32_t f2bf(uint32_t x)
-{
-    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* overflow carries into inf */
-    return (x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r;
-}
-
 static inline uint64_t rne_shift(uint64_t v, unsigned s)
 {
     return (v + ((uint64_t)1 << (s - 1)) - 1u + ((v >> s) & 1u)) >> s;
@@ -124,8 +113,8 @@ static uint16_t narrow_f64(uint64_t x, unsigned mbits, unsigned bias)
 
 float cvt_f16_to_f32(uint16_t h) { return bits_f32(h2f(h)); }
 uint16_t cvt_f32_to_f16(float f) { return (uint16_t)f2h(f32_bits(f)); }
-float cvt_bf16_to_f32(uint16_t h) { return bits_f32(bf2f(h)); }
-uint16_t cvt_f32_to_bf16(float f) { return (uint16_t)f2bf(f32_bits(f)); }
+float cvt_bf16_to_f32(uint16_t h) { return bits_f32(cvt_bf16_bits_to_f32(h)); }
+uint16_t cvt_f32_to_bf16(float f) { return (uint16_t)cvt_f32_bits_to_bf16(f32_bits(f)); }
 uint16_t cvt_f64_to_f16(double d) { return narrow_f64(f64_bits(d), 10, 15); }
 uint16_t cvt_f64_to_bf16(double d) { return narrow_f64(f64_bits(d), 7, 127); }
 
@@ -168,9 +157,9 @@ static inline int64_t sat_i64(double d)
         for (; i < n; i++) st_u16(d + 2 * i, (uint16_t)conv(f32_bits(s[i])));            \
     }
 PORTABLE_LOAD(f16_load, h2f)
-PORTABLE_LOAD(bf16_load, bf2f)
+PORTABLE_LOAD(bf16_load, cvt_bf16_bits_to_f32)
 PORTABLE_STORE(f16_store, f2h)
-PORTABLE_STORE(bf16_store, f2bf)
+PORTABLE_STORE(bf16_store, cvt_f32_bits_to_bf16)
 #undef PORTABLE_LOAD
 #undef PORTABLE_STORE
 
@@ -332,7 +321,7 @@ void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n)
     switch (dtype) {
     case ALLOY_F32: for (; i < n; i++) dst[i] = ld_f32(s + 4 * i); return;
     case ALLOY_F16: for (; i < n; i++) dst[i] = bits_f32(h2f(ld_u16(s + 2 * i))); return;
-    case ALLOY_BF16: for (; i < n; i++) dst[i] = bits_f32(bf2f(ld_u16(s + 2 * i))); return;
+    case ALLOY_BF16: for (; i < n; i++) dst[i] = bits_f32(cvt_bf16_bits_to_f32(ld_u16(s + 2 * i))); return;
     case ALLOY_F64: memmove(dst, src, n * sizeof(double)); return;
     case ALLOY_I32: for (; i < n; i++) dst[i] = ld_i32(s + 4 * i); return;
     case ALLOY_I64: for (; i < n; i++) dst[i] = (double)ld_i64(s + 8 * i); return;

@@ -14,13 +14,22 @@ AL_HIDDEN float cvt_f16_to_f32(uint16_t h);
 AL_HIDDEN uint16_t cvt_f32_to_f16(float f);
 AL_HIDDEN float cvt_bf16_to_f32(uint16_t h);
 AL_HIDDEN uint16_t cvt_f32_to_bf16(float f);
-/* cvt_bf16_to_f32 and cvt_f32_to_bf16 inline, in integer operations only:
- * the same bits, for loops that the compiler turns into vector code in
- * each ISA clone of their caller (cpu_fused.c's chunks). */
+/* bf16 <-> f32 on the bits, in integer operations only (a NaN quieted, the
+ * rest rounded to nearest even; overflow carries into inf): the one
+ * definition convert.c's conversions and cpu_fused.c's chunk loops use, so
+ * that a loop of them turns into vector code in each ISA clone. */
+static inline uint32_t cvt_bf16_bits_to_f32(uint32_t h) { return ((h & 0x7fffu) > 0x7f80u ? h | 0x40u : h) << 16; }
+
+static inline uint32_t cvt_f32_bits_to_bf16(uint32_t x)
+{
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    return (int32_t)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x40u : r;
+}
+
+/* cvt_bf16_to_f32 and cvt_f32_to_bf16 inline. */
 static inline float cvt_bf16_value(uint16_t h)
 {
-    uint32_t u = h;
-    u = ((u & 0x7fffu) > 0x7f80u ? u | 0x40u : u) << 16;
+    uint32_t u = cvt_bf16_bits_to_f32(h);
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
@@ -30,8 +39,7 @@ static inline uint16_t cvt_bf16_rounded(float f)
 {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
-    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* overflow carries into inf */
-    return (uint16_t)((int32_t)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x40u : r);
+    return (uint16_t)cvt_f32_bits_to_bf16(x);
 }
 
 /* f64 -> f16/bf16 rounded once (not via f32, which would round twice). */
