@@ -25,7 +25,10 @@ static const char kernels_src[] =
     "    if (i < n) out[i] = 2.0f * in[i];\n"
     "}\n"
     /* two blocks of 32 threads over a[0..64): mode 0, block 1 copies what block 0 wrote; 1, block 1
-     * writes what block 0 read; 2, each block writes its index; 3, each writes 1; 4, atomic sums */
+     * writes what block 0 read; 2, each block writes its index; 3, each writes 1; 4, atomic sums;
+     * 5, block 0 writes, fences and counts itself done on a[0] (an atomic), block 1 counts, fences and
+     * reads what block 0 wrote (a one-launch reduction's last block); 6, block 0 without its fence;
+     * 7, block 1 without its fence */
     "extern \"C\" __global__ void blocks(float *a, long long mode)\n"
     "{\n"
     "    unsigned t = threadIdx.x, b = blockIdx.x;\n"
@@ -34,6 +37,18 @@ static const char kernels_src[] =
     "    if (mode == 2) a[t] = (float)b;\n"
     "    if (mode == 3) a[t] = 1.0f;\n"
     "    if (mode == 4) atomicAdd(&a[0], 1.0f);\n"
+    "    if (mode >= 5 && b == 0) {\n"
+    "        a[32 + t] = 1.0f;\n"
+    "        if (mode != 6) __threadfence();\n"
+    "        __syncthreads();\n"
+    "        if (t == 0) atomicAdd(&a[0], 1.0f);\n"
+    "    }\n"
+    "    if (mode >= 5 && b == 1) {\n"
+    "        if (t == 0) atomicAdd(&a[0], 1.0f);\n"
+    "        __syncthreads();\n"
+    "        if (mode != 7) __threadfence();\n"
+    "        if (a[32 + t] != 1.0f) a[1] = 7.0f;\n"
+    "    }\n"
     "}\n"
     "extern \"C\" void blocks__host(void **p) { blocks(*(float **)p[0], *(long long *)p[1]); }\n"
     "extern \"C\" void fill__host(void **p) { fill(*(float **)p[0], *(long long *)p[1]); }\n"
@@ -279,6 +294,22 @@ static void same_value_writes_and_atomics_pass(void **state)
     assert_true(sum == 64.0f);
 }
 
+/* A block's writes, a __threadfence, then an atomic publish them; another block's atomic, then a
+ * __threadfence, lets it read them (the last block of a one-launch reduction reading the others'
+ * partials). Without either fence the read is a race. */
+static void reads_ordered_by_a_fence_and_an_atomic_pass_and_fail_without_a_fence(void **state)
+{
+    (void)state;
+    assert_int_equal(blocks(5), ALLOY_OK);
+    float a[2];
+    assert_int_equal(fx.dev->ops->download(fx.dev, a, fx.arena, sizeof a), ALLOY_OK);
+    assert_true(a[0] == 2.0f && a[1] == 1.0f); /* both counted; block 1 read 1s */
+    expect_error(blocks(6), (const char *[]){"block (1,0,0) thread", "reads 4 bytes", "which block 0 wrote in the same launch",
+                                             NULL});
+    expect_error(blocks(7), (const char *[]){"block (1,0,0) thread", "reads 4 bytes", "which block 0 wrote in the same launch",
+                                             NULL});
+}
+
 /* In a build with AddressSanitizer the checked kernels are compiled without it, and ask the
  * process's ASan about each access: a write past a host buffer fails the launch, as ASan would
  * have stopped the process, while the shared-memory checks run too. */
@@ -323,6 +354,7 @@ int main(void)
         cmocka_unit_test(write_of_what_another_block_read_fails),
         cmocka_unit_test(blocks_writing_different_values_fail),
         cmocka_unit_test(same_value_writes_and_atomics_pass),
+        cmocka_unit_test(reads_ordered_by_a_fence_and_an_atomic_pass_and_fail_without_a_fence),
         cmocka_unit_test(asan_build_catches_a_kernels_heap_overrun),
     };
     char why[512];

@@ -263,58 +263,67 @@ static const char *reduce_per_thread(cg_program *prog, const ir_graph *g, int k,
  * block (contiguous) or a thread (outermost) takes. */
 enum { REDUCE_THREADS = 1 << 18, REDUCE_BLOCK_MIN = 8192, REDUCE_THREAD_MIN = 64 };
 
-/* The kernel combining `split` partial results per output into the output:
- * with at least REDUCE_WARP_MIN partials, a warp per output (each lane
- * adding every 32nd partial, then a shuffle tree; `total` the threads);
- * with fewer, a thread per output adding them in chunk order. */
-enum { REDUCE_WARP_MIN = 32 };
-static bool reduce_partials(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const reduction *r,
-                            int64_t split, bool contiguous)
+/* The split reductions finish in their own launch: each block writes its
+ * partial results, then counts itself done on its outputs' counter
+ * (CG_PARAM_COUNTER: zeroed when the step is loaded); the block that
+ * counts last (after a __threadfence, so every other block's partials are
+ * visible to it) adds the partials of those outputs in a fixed order and
+ * sets the counter back to 0 for the next run. */
+
+/* Appends the counting: after the block's partials are stored, thread 0
+ * counts the block done on counter cnt[idx] (`parts` blocks count there);
+ * last_ (a __shared__ unsigned) says whether it was the last, the counter
+ * set back to 0 then. */
+static void put_count_done(cg_text *b, int cnt, const char *idx, int64_t parts, const char *indent)
 {
-    cg_params ps = {0};
-    cg_text b = {0};
-    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
-    int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, false, r->nout * split);
-    if (split >= REDUCE_WARP_MIN) { /* e runs over (output, lane); the grid-stride loop keeps a warp's lanes together */
-        char x[96];
-        cg_put(&b, "        const long long o_ = e / 32, l_ = e %% 32;\n        %s m_ = %s;\n"
-                   "        for (long long c_ = l_; c_ < %lldll; c_ += 32) ",
-               r->acc, n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)split);
-        if (contiguous) al_fmt(x, sizeof x, "p%d[o_ * %lldll + c_]", part, (long long)split);
-        else al_fmt(x, sizeof x, "p%d[c_ * %lldll + o_]", part, (long long)r->nout);
-        put_combine(&b, n->op, x);
-        cg_put(&b, "\n        m_ = %s(m_);\n        if (l_ == 0) {\n",
-               n->op == IR_OP_reduce_max ? "alloy_warp_max" : "alloy_warp_sum");
-        put_finish_at(&b, n, r, out, "o_");
-        cg_put(&b, "        }\n");
-        char name[48];
-        al_fmt(name, sizeof name, "alloy_s%d_%s_final", k, ir_ops[n->op].name);
-        bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout * 32, NULL, NULL);
-        cg_text_free(&b);
-        al_free(ps.at);
-        return ok;
+    cg_put(b, "%s__threadfence();\n%s__syncthreads();\n%sif (threadIdx.x == 0) {\n"
+              "%s    last_ = atomicAdd(&p%d[%s], 1u) == %lldu;\n%s    if (last_) p%d[%s] = 0u;\n%s}\n"
+              "%s__syncthreads();\n",
+           indent, indent, indent, indent, cnt, idx, (long long)(parts - 1), indent, cnt, idx, indent, indent);
+}
+
+/* Appends the adding of the `split` partials of output o_ (C text, a
+ * variable) into its result, as the finishing block does: with at least
+ * REDUCE_WARP_MIN partials a warp per output (lane l_ adding every 32nd
+ * partial from l_, then a shuffle tree), with fewer a thread per output
+ * adding them in order. Partial c of output o is at part[o * split + c]
+ * (contiguous) or part[c * nout + o]; read through volatile, as other
+ * blocks wrote them. */
+enum { REDUCE_WARP_MIN = 32 };
+static void put_partials(cg_text *b, const ir_node *n, const reduction *r, int out, int part, int64_t split,
+                         bool contiguous)
+{
+    char x[128];
+    const char *pt = r->wide ? "double" : "float";
+    if (contiguous) al_fmt(x, sizeof x, "((const volatile %s *)p%d)[o_ * %lldll + c_]", pt, part, (long long)split);
+    else al_fmt(x, sizeof x, "((const volatile %s *)p%d)[c_ * %lldll + o_]", pt, part, (long long)r->nout);
+    bool warp = split >= REDUCE_WARP_MIN;
+    cg_put(b, "            %s m_ = %s;\n            for (long long c_ = %s; c_ < %lldll; c_ += %d) ", r->acc,
+           n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", warp ? "l_" : "0", (long long)split, warp ? 32 : 1);
+    put_combine(b, n->op, x);
+    cg_put(b, "\n");
+    if (warp) {
+        cg_put(b, "            m_ = %s(m_);\n            if (l_ == 0) {\n", n->op == IR_OP_reduce_max ? "alloy_warp_max" : "alloy_warp_sum");
+        cg_text f = {0};
+        put_finish_at(&f, n, r, out, "o_");
+        cg_put(b, "        %s            }\n", f.s ? f.s : "");
+        b->oom |= f.oom;
+        cg_text_free(&f);
+    } else {
+        cg_text f = {0};
+        put_finish_at(&f, n, r, out, "o_");
+        cg_put(b, "    %s", f.s ? f.s : "");
+        b->oom |= f.oom;
+        cg_text_free(&f);
     }
-    cg_put(&b, "        %s m_ = %s;\n        for (long long c_ = 0; c_ < %lldll; c_++) ", r->acc,
-           n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)split);
-    char x[96];
-    if (contiguous) al_fmt(x, sizeof x, "p%d[e * %lldll + c_]", part, (long long)split);
-    else al_fmt(x, sizeof x, "p%d[c_ * %lldll + e]", part, (long long)r->nout);
-    put_combine(&b, n->op, x);
-    cg_put(&b, "\n");
-    put_finish(&b, n, r, out);
-    char name[48];
-    al_fmt(name, sizeof name, "alloy_s%d_%s_final", k, ir_ops[n->op].name);
-    bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout, NULL, NULL);
-    cg_text_free(&b);
-    al_free(ps.at);
-    return ok;
 }
 
 /* Reduced elements contiguous per output: a block of CG_BLOCK threads per
  * (output, chunk), each thread adding its strided elements in order, then
  * the block's sum (alloy_block_sum); with more than one chunk per output
- * (few outputs, many elements) the chunks' results go to partials and a
- * second kernel adds them in chunk order. */
+ * (few outputs, many elements) the chunks' results go to partials, and the
+ * last of an output's blocks adds them in chunk order (a warp: lane l
+ * chunks l, l + 32, ..., then a shuffle tree), one launch in all. */
 static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name,
                                     const reduction *r)
 {
@@ -326,12 +335,14 @@ static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, 
     cg_text t = {0};
     bool max = n->op == IR_OP_reduce_max;
     int in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
-    int out = split > 1 ? cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * split)
-                        : cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int part = split > 1 ? cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * split) : -1;
+    int cnt = split > 1 ? cg_param_of(&ps, CG_PARAM_COUNTER, n->id, true, r->nout) : -1;
     cg_put_preamble(&t);
     cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(&t, g, &ps);
-    cg_put(&t, ")\n{\n    typedef %s T;\n    __shared__ T red_[32];\n", r->wide ? "double" : "float");
+    cg_put(&t, ")\n{\n    typedef %s T;\n    __shared__ T red_[32];\n%s", r->wide ? "double" : "float",
+           split > 1 ? "    __shared__ unsigned last_;\n    const int l_ = threadIdx.x & 31; (void)l_;\n" : "");
     cg_put(&t, "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n"
                "        const long long e = b_ / %lldll, lo_ = (b_ %% %lldll) * %lldll;\n"
                "        const long long hi_ = lo_ + %lldll < %lldll ? lo_ + %lldll : %lldll;\n"
@@ -345,27 +356,38 @@ static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, 
     put_combine(&t, n->op, x.s ? x.s : "0");
     cg_text_free(&x);
     cg_put(&t, " }\n        m_ = %s(m_, red_);\n        if (threadIdx.x == 0) {\n", max ? "alloy_block_max" : "alloy_block_sum");
-    if (split > 1) cg_put(&t, "            p%d[b_] = m_;\n", out);
-    else {
+    if (split > 1) {
+        cg_put(&t, "            p%d[b_] = m_;\n        }\n", part);
+        put_count_done(&t, cnt, "e", split, "        ");
+        cg_put(&t, "        if (last_ && threadIdx.x < %d) {\n            __threadfence();\n"
+                   "            const long long o_ = e;\n",
+               split >= REDUCE_WARP_MIN ? 32 : 1);
+        put_partials(&t, n, r, out, part, split, true);
+        cg_put(&t, "        }\n        __syncthreads();\n    }\n}\n");
+    } else {
         cg_text f = {0};
         put_finish(&f, n, r, out);
         cg_put(&t, "    %s", f.s ? f.s : "");
+        t.oom |= f.oom;
         cg_text_free(&f);
+        cg_put(&t, "        }\n    }\n}\n");
     }
-    cg_put(&t, "        }\n    }\n}\n");
     int64_t blocks = r->nout * split;
     bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)(blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks),
                             CG_BLOCK, (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
     cg_text_free(&t);
     al_free(ps.at);
-    if (ok && split > 1) ok = reduce_partials(prog, g, k, n, r, split, true);
     return ok ? NULL : "out of memory";
 }
 
 /* Reduced axes outermost (a bias gradient: [rows, C] -> [C]): a thread per
  * (output, chunk of rows), neighbouring threads reading neighbouring
- * outputs, each adding its rows in order; chunks' results to partials and a
- * second kernel adding them in chunk order. */
+ * outputs, each adding its rows in order; a block per CG_BLOCK outputs of
+ * one chunk. With more than one chunk the chunks' results go to partials,
+ * and the last of the blocks of those CG_BLOCK outputs adds their partials
+ * in chunk order (a warp per output, lane l adding chunks l, l + 32, ...,
+ * then a shuffle tree; with fewer than 32 chunks a thread per output), one
+ * launch in all. */
 static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name,
                                      const reduction *r)
 {
@@ -373,30 +395,68 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
     if (split > most) split = most;
     if (split < 1) split = 1;
     int64_t chunk = (r->count + split - 1) / split;
+    int64_t groups = (r->nout + CG_BLOCK - 1) / CG_BLOCK, blocks = groups * split;
+    if (split == 1 || blocks > INT32_MAX) { /* one chunk (or a grid too large to count): a thread per output */
+        cg_params ps = {0};
+        cg_text b = {0};
+        int in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
+        int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+        cg_put(&b, "        const long long o_ = e;\n        %s m_ = %s;\n        for (long long i_ = 0; i_ < %lldll; i_++) { ",
+               r->acc, n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)r->count);
+        char idx[64];
+        al_fmt(idx, sizeof idx, "i_ * %lldll + o_", (long long)r->nout);
+        cg_text x = {0};
+        put_value(&x, r, in, idx);
+        put_combine(&b, n->op, x.s ? x.s : "0");
+        cg_text_free(&x);
+        cg_put(&b, " }\n");
+        put_finish(&b, n, r, out);
+        bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout, NULL, NULL);
+        cg_text_free(&b);
+        al_free(ps.at);
+        return ok ? NULL : "out of memory";
+    }
     cg_params ps = {0};
-    cg_text b = {0};
+    cg_text t = {0};
     int in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
-    int out = split > 1 ? cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * split)
-                        : cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
-    /* e runs over (chunk, output), outputs fastest */
-    cg_put(&b, "        const long long o_ = e %% %lldll, lo_ = (e / %lldll) * %lldll;\n"
-               "        const long long hi_ = lo_ + %lldll < %lldll ? lo_ + %lldll : %lldll;\n"
-               "        %s m_ = %s;\n        for (long long i_ = lo_; i_ < hi_; i_++) { ",
-           (long long)r->nout, (long long)r->nout, (long long)chunk, (long long)chunk, (long long)r->count,
-           (long long)chunk, (long long)r->count, r->acc, n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0");
+    int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
+    int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * split);
+    int cnt = cg_param_of(&ps, CG_PARAM_COUNTER, n->id, true, groups);
+    cg_put_preamble(&t);
+    cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
+    cg_param_list(&t, g, &ps);
+    /* block b: chunk b / groups, outputs (b %% groups) * CG_BLOCK + thread */
+    cg_put(&t, ")\n{\n    typedef %s T;\n    __shared__ unsigned last_;\n"
+               "    const long long s_ = blockIdx.x / %lldll, g_ = blockIdx.x %% %lldll;\n"
+               "    {\n        const long long o_ = g_ * %d + threadIdx.x;\n"
+               "        const long long lo_ = s_ * %lldll, hi_ = lo_ + %lldll < %lldll ? lo_ + %lldll : %lldll;\n"
+               "        %s m_ = %s;\n        if (o_ < %lldll) {\n            for (long long i_ = lo_; i_ < hi_; i_++) { ",
+           r->wide ? "double" : "float", (long long)groups, (long long)groups, CG_BLOCK, (long long)chunk,
+           (long long)chunk, (long long)r->count, (long long)chunk, (long long)r->count, r->acc,
+           n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)r->nout);
     char idx[64];
     al_fmt(idx, sizeof idx, "i_ * %lldll + o_", (long long)r->nout);
     cg_text x = {0};
     put_value(&x, r, in, idx);
-    put_combine(&b, n->op, x.s ? x.s : "0");
+    put_combine(&t, n->op, x.s ? x.s : "0");
     cg_text_free(&x);
-    cg_put(&b, " }\n");
-    if (split > 1) cg_put(&b, "        p%d[e] = m_;\n", out);
-    else put_finish(&b, n, r, out);
-    bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout * split, NULL, NULL);
-    cg_text_free(&b);
+    cg_put(&t, " }\n            p%d[s_ * %lldll + o_] = m_;\n        }\n    }\n", part, (long long)r->nout);
+    put_count_done(&t, cnt, "g_", split, "    ");
+    cg_put(&t, "    if (!last_) return;\n    __threadfence();\n");
+    int64_t hi = r->nout;
+    if (split >= REDUCE_WARP_MIN)
+        cg_put(&t, "    const int l_ = threadIdx.x & 31;\n"
+                   "    for (long long o_ = g_ * %d + (threadIdx.x >> 5); o_ < (g_ + 1) * %d && o_ < %lldll; o_ += %d) {\n",
+               CG_BLOCK, CG_BLOCK, (long long)hi, CG_BLOCK / 32);
+    else
+        cg_put(&t, "    {\n        const long long o_ = g_ * %d + threadIdx.x;\n        if (o_ < %lldll) {\n", CG_BLOCK,
+               (long long)hi);
+    put_partials(&t, n, r, out, part, split, false);
+    cg_put(&t, "%s    }\n}\n", split >= REDUCE_WARP_MIN ? "" : "        }\n");
+    bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)blocks, CG_BLOCK,
+                            (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
+    cg_text_free(&t);
     al_free(ps.at);
-    if (ok && split > 1) ok = reduce_partials(prog, g, k, n, r, split, false);
     return ok ? NULL : "out of memory";
 }
 

@@ -282,7 +282,8 @@ void cg_param_list(cg_text *t, const ir_graph *g, const cg_params *ps)
 static void param_type(cg_text *t, const ir_graph *g, const cg_param *p)
 {
     const char *ty = p->kind == CG_PARAM_PRODUCT ? "float"
-                     : p->kind == CG_PARAM_FLAG || p->kind == CG_PARAM_CHECKS ? "unsigned int"
+                     : p->kind == CG_PARAM_FLAG || p->kind == CG_PARAM_CHECKS || p->kind == CG_PARAM_COUNTER
+                         ? "unsigned int"
                      : p->kind == CG_PARAM_ROWS  ? (g->nodes[p->node]->type.dtype == ALLOY_F64 ? "double" : "float")
                      : p->kind == CG_PARAM_KEPT  ? "float"
                                                  : cg_storage(g->nodes[p->node]->type.dtype);

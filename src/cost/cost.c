@@ -133,11 +133,17 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
         int64_t b = pa->kind == CG_PARAM_NODE      ? (int64_t)ir_nbytes(&n->type)
                     : pa->kind == CG_PARAM_PRODUCT ? 4 * ir_numel(&n->type)
                     : pa->kind == CG_PARAM_ROWS    ? pa->count * (n->type.dtype == ALLOY_F64 ? 8 : 4)
-                    : pa->kind == CG_PARAM_KEPT    ? pa->count * 4
+                    : pa->kind == CG_PARAM_KEPT || pa->kind == CG_PARAM_COUNTER ? pa->count * 4
                                                    : 4;
         if (pa->written) l->written += b;
         else l->read += b;
     }
+    /* a one-launch reduction (a block counter among its parameters): its last blocks read the partials back */
+    bool counted = false;
+    for (int i = 0; i < kn->nparams; i++) counted |= kn->params[i].kind == CG_PARAM_COUNTER;
+    for (int i = 0; counted && i < kn->nparams; i++)
+        if (kn->params[i].kind == CG_PARAM_ROWS && kn->params[i].written)
+            l->read += kn->params[i].count * (g->nodes[kn->params[i].node]->type.dtype == ALLOY_F64 ? 8 : 4);
     const sched_step *st = &s->steps[kn->step];
     const ir_node *last = g->nodes[st->pos];
     l->cls = kernel_class(g, s, kn);

@@ -20,6 +20,9 @@ typedef enum cg_param_kind {
     CG_PARAM_KEPT,    /* per-row statistics a step keeps for a later step of the run (attention's logsumexp for
                        * attention_grad), f32, `count` of them, `node` the op that writes them; one slot per node
                        * for the whole run */
+    CG_PARAM_COUNTER, /* `count` unsigned ints a one-launch reduction counts its finished blocks in, `node` the op:
+                       * one slot per node for the whole run, zeroed when the step is loaded; the kernel's last
+                       * block sets each back to 0, so every run starts from 0 */
 } cg_param_kind;
 
 /* What the kernels of a step compiled with amp_check or amp_stats also do

@@ -12,7 +12,8 @@ typedef struct lp_builder {
     char *err;
     size_t errlen;
     alloy_status status;
-    int *kept_node;       /* the nodes with a kept slot, */
+    int *kept_node;       /* the nodes with a kept or counter slot, */
+    cg_param_kind *kept_kind; /* which of the two, */
     int64_t *kept_offset; /* and where each starts in the aux block */
     int nkept;
 } lp_builder;
@@ -200,7 +201,7 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
     lp_plan *lp = b->lp;
     aux_slot slots[16];
     int nslots = 0;
-    int64_t aux = (int64_t)(lp->checks_bytes + lp->kept_bytes); /* the run's words stay below every step's slots */
+    int64_t aux = (int64_t)(lp->checks_bytes + lp->kept_bytes + lp->counter_bytes); /* the run's words stay below every step's slots */
     for (int q = first; q < end; q++) {
         const cg_kernel *kn = &prog->kernels[q];
         for (int i = 0; i < kn->nparams; i++) {
@@ -214,9 +215,9 @@ static bool add_kernels(lp_builder *b, const ir_graph *g, const mem_plan *p, con
                 *at = (lp_place){LP_AUX, -1, 0};
                 continue;
             }
-            if (pa->kind == CG_PARAM_KEPT) {
+            if (pa->kind == CG_PARAM_KEPT || pa->kind == CG_PARAM_COUNTER) {
                 int s = 0;
-                while (s < b->nkept && b->kept_node[s] != pa->node) s++;
+                while (s < b->nkept && !(b->kept_node[s] == pa->node && b->kept_kind[s] == pa->kind)) s++;
                 *at = (lp_place){LP_AUX, -1, s < b->nkept ? b->kept_offset[s] : 0};
                 continue;
             }
@@ -288,25 +289,34 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         out->aux_bytes = out->checks_bytes;
         add_action(&b, (lp_action){.kind = LP_ZERO, .step = 0, .dst = {LP_AUX, -1, 0}, .bytes = (int64_t)out->checks_bytes});
     }
-    /* the kept slots: one per node that kernels keep statistics of, sized by its largest count */
+    /* the kept slots: one per node that kernels keep statistics of, sized by its largest count; then the
+     * counter slots, one per node whose one-launch reduction counts its blocks */
     b.kept_node = al_malloc(sizeof(int) * ((size_t)nargs + 1));
+    b.kept_kind = al_malloc(sizeof(cg_param_kind) * ((size_t)nargs + 1));
     b.kept_offset = al_malloc(sizeof(int64_t) * ((size_t)nargs + 1));
     int64_t *kept_size = al_calloc((size_t)nargs + 1, sizeof(int64_t));
-    if (!b.kept_node || !b.kept_offset || !kept_size) oom(&b);
+    if (!b.kept_node || !b.kept_kind || !b.kept_offset || !kept_size) oom(&b);
     for (int q = 0; !b.status && q < prog->nkernels; q++)
         for (int i = 0; i < prog->kernels[q].nparams; i++) {
             const cg_param *pa = &prog->kernels[q].params[i];
-            if (pa->kind != CG_PARAM_KEPT) continue;
+            if (pa->kind != CG_PARAM_KEPT && pa->kind != CG_PARAM_COUNTER) continue;
             int j = 0;
-            while (j < b.nkept && b.kept_node[j] != pa->node) j++;
-            if (j == b.nkept) b.kept_node[b.nkept++] = pa->node;
+            while (j < b.nkept && !(b.kept_node[j] == pa->node && b.kept_kind[j] == pa->kind)) j++;
+            if (j == b.nkept) b.kept_node[b.nkept] = pa->node, b.kept_kind[b.nkept++] = pa->kind;
             if (4 * pa->count > kept_size[j]) kept_size[j] = 4 * pa->count;
         }
     for (int j = 0; !b.status && j < b.nkept; j++) {
+        if (b.kept_kind[j] != CG_PARAM_KEPT) continue;
         b.kept_offset[j] = (int64_t)(out->checks_bytes + out->kept_bytes);
         out->kept_bytes += (size_t)round_up(kept_size[j] > 0 ? kept_size[j] : 1, LP_AUX_ALIGN);
     }
-    if (out->checks_bytes + out->kept_bytes > out->aux_bytes) out->aux_bytes = out->checks_bytes + out->kept_bytes;
+    for (int j = 0; !b.status && j < b.nkept; j++) {
+        if (b.kept_kind[j] != CG_PARAM_COUNTER) continue;
+        b.kept_offset[j] = (int64_t)(out->checks_bytes + out->kept_bytes + out->counter_bytes);
+        out->counter_bytes += (size_t)round_up(kept_size[j] > 0 ? kept_size[j] : 1, LP_AUX_ALIGN);
+    }
+    size_t run_words = out->checks_bytes + out->kept_bytes + out->counter_bytes;
+    if (run_words > out->aux_bytes) out->aux_bytes = run_words;
     al_free(kept_size);
     int next = 0;
     for (int k = 0; !b.status && k < s->nsteps; k++) {
@@ -375,6 +385,7 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         add_action(&b, (lp_action){.kind = LP_COPY, .step = -1, .dst = {LP_LEAF, t, 0}, .src = src, .bytes = bytes});
     }
     al_free(b.kept_node);
+    al_free(b.kept_kind);
     al_free(b.kept_offset);
     if (b.status) lp_free(out);
     return b.status;

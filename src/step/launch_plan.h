@@ -85,6 +85,10 @@ typedef struct lp_plan {
     /* the kept statistics (CG_PARAM_KEPT), a slot per writing node for the
      * whole run, right above the check words; every step's own slots above them */
     size_t kept_bytes;
+    /* the one-launch reductions' block counters (CG_PARAM_COUNTER), a slot
+     * per node right above the kept statistics: zeroed once when the step is
+     * loaded (each kernel's last block sets its counters back to 0) */
+    size_t counter_bytes;
 } lp_plan;
 
 /* Every aux slot starts at a multiple of this (the library's preferred alignment). */

@@ -952,8 +952,13 @@ ALLOY_EMU_CAS(unsigned long long)
 /* Read-only cached loads are plain loads. */
 template <class T> inline T __ldg(const T *p) { return *p; }
 
-/* One OS thread: fences only keep the compiler from moving memory accesses. */
-inline void __threadfence(void) { __asm__ __volatile__("" ::: "memory"); }
+/* One OS thread: fences only keep the compiler from moving memory accesses; __threadfence is told
+ * to the device's checker, which orders blocks by it and the atomics (emu_slots.c). */
+inline void __threadfence(void)
+{
+    ALLOY_EMU_NOTE_FENCE();
+    __asm__ __volatile__("" ::: "memory");
+}
 inline void __threadfence_block(void) { __asm__ __volatile__("" ::: "memory"); }
 
 /* ---- math: the C names for float (expf), and the C++ overloads (exp(float) is float) ---- */

@@ -46,7 +46,8 @@ int emu_launch(const emu_kernel *k, const unsigned grid[3], const unsigned block
                size_t errlen);
 
 /* A checker of a kernel's global-memory accesses (emu_slots.h): the access of n bytes at p (kind:
- * 0 a read, 1 a write, 2 an atomic) by a thread of block (its linear index in the grid); nonzero
+ * 0 a read, 1 a write, 2 an atomic, 3 a __threadfence: p NULL, n 0) by a thread of block (its
+ * linear index in the grid); nonzero
  * with the finding in msg fails the launch. */
 typedef int (*emu_global_check)(void *ctx, const void *p, unsigned n, int kind, unsigned block, char *msg, size_t len);
 /* Has fn(ctx, ...) see every access outside k's own data in k's launches from now (NULL: none);

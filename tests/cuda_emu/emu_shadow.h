@@ -3,7 +3,7 @@
 #define ALLOY_EMU_SHADOW_H
 
 
-enum access_kind { acc_read, acc_write, acc_atomic };
+enum access_kind { acc_read, acc_write, acc_atomic, acc_fence }; /* acc_fence: a __threadfence, no bytes */
 
 /* The device's checker of global memory (the tests' emu_slots.h), given for a launch: the access
  * of n bytes at p of kind by a thread of block (linear in the grid); nonzero with its finding in msg. */
@@ -258,8 +258,16 @@ extern "C" ALLOY_EMU_UNTRACKED __attribute__((visibility("default"))) int alloy_
 }
 /* An atomic's access: atomics of other threads in one interval do not race with each other. */
 #define ALLOY_EMU_NOTE_ATOMIC(p) ::alloy_emu::note((p), sizeof *(p), ::alloy_emu::acc_atomic, __builtin_return_address(0))
+/* A __threadfence, to the device's checker: with atomics it orders one block's global writes before
+ * another block's reads (emu_slots.c). */
+ALLOY_EMU_UNTRACKED static inline void note_fence(void)
+{
+    if (chk.active && global_check) global_access(NULL, 0, acc_fence, __builtin_return_address(0));
+}
+#define ALLOY_EMU_NOTE_FENCE() ::alloy_emu::note_fence()
 #else
 #define ALLOY_EMU_NOTE_ATOMIC(p) ((void)0)
+#define ALLOY_EMU_NOTE_FENCE() ((void)0)
 static bool shadow_ready(void) { return true; }
 /* Without the hooks nothing is checked: 0. */
 extern "C" __attribute__((visibility("default"))) int alloy_emu_check_global(global_check_fn, void *) { return 0; }

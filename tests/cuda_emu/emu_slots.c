@@ -1,5 +1,6 @@
 /* emu_slots.c - the emulated device's global-memory checker (emu_slots.h). */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +116,7 @@ void emu_action_free(emu_action *a)
     a->ext = NULL, a->n = 0;
 }
 
-enum { acc_read, acc_write, acc_atomic }; /* emu_shadow.h's access_kind */
+enum { acc_read, acc_write, acc_atomic, acc_fence }; /* emu_shadow.h's access_kind */
 
 static bool inside(const cdev_extent *x, const char *at, size_t n)
 {
@@ -231,7 +232,46 @@ typedef struct launch_check {
     } waw[64];
     int nwaw;
     bool overlap; /* two written extents of different values share bytes (one launch running several steps) */
+    /* blocks ordered by a fence and an atomic, as a one-launch reduction's last block reads the others'
+     * partials: a block that ran __threadfence after its last plain global write and then an atomic
+     * has published its writes (published[block]); a block that ran an atomic and then __threadfence
+     * (acquired) may read what published blocks wrote. Blocks run one after another here, so the
+     * running block's state is enough, and a published block has finished before the reader starts. */
+    uint8_t *published;
+    unsigned npublished;
+    unsigned block;            /* the block the state below is of */
+    bool fenced, atomic, acquired;
 } launch_check;
+
+
+/* The ordering state of block, reset when a new block starts. */
+static void order_track(launch_check *c, unsigned block)
+{
+    if (block == c->block) return;
+    c->block = block, c->fenced = c->atomic = c->acquired = false;
+}
+
+/* Whether the block with race cell `writer` published its writes. */
+static bool published(const launch_check *c, uint32_t writer)
+{
+    unsigned b = writer & 0xfffffu;
+    return b < c->npublished && c->published[b];
+}
+
+static void set_published(launch_check *c, unsigned block, bool on)
+{
+    block &= 0xfffffu;
+    if (block >= c->npublished) {
+        if (!on) return;
+        unsigned n = c->npublished ? c->npublished : 1024;
+        while (n <= block) n *= 2;
+        uint8_t *grown = realloc(c->published, n);
+        if (!grown) return; /* unknown: the read is then a race, as before */
+        memset(grown + c->npublished, 0, n - c->npublished);
+        c->published = grown, c->npublished = n;
+    }
+    c->published[block] = on;
+}
 
 /* Accesses by different blocks of one launch to the bytes [at, at + n) of fresh region r, through
  * extent x: a read of what another block wrote, or a write of what another block read, is a race;
@@ -247,7 +287,7 @@ static bool race_free(launch_check *c, const cdev_extent *x, region *r, const ch
         uint32_t who = 0;
         if (writer >> 20 == serial && writer != me) {
             if (kind == acc_read) {
-                other = "wrote", who = writer;
+                if (!(c->acquired && published(c, writer))) other = "wrote", who = writer;
             } else {
                 int k = 0;
                 while (k < c->nwaw && c->waw[k].at != at + i) k++;
@@ -280,6 +320,17 @@ static int kernel_access(void *ctx, const void *p, unsigned n, int kind, unsigne
     launch_check *c = ctx;
     const emu_action *a = c->a;
     const char *at = p;
+    order_track(c, block);
+    if (kind == acc_fence) {
+        c->fenced = true;
+        c->acquired |= c->atomic;
+        return 0;
+    }
+    if (kind == acc_write) c->fenced = false, set_published(c, block, false);
+    if (kind == acc_atomic) {
+        if (c->fenced) set_published(c, block, true);
+        c->atomic = true;
+    }
     int hit = inside(&a->ext[c->last], at, n) ? c->last : -1;
     for (int i = 0; hit < 0 && i < a->n; i++)
         if (inside(&a->ext[i], at, n)) hit = i;
@@ -305,7 +356,7 @@ static int kernel_access(void *ctx, const void *p, unsigned n, int kind, unsigne
     }
     region *r = c->at[hit];
     if (!r || !r->shadow) return 0;
-    if (kind != acc_write && !read_written(a, &a->ext[hit], r, at, n, verb, msg, len)) return 1;
+    if (kind != acc_write && !a->ext[hit].kept && !read_written(a, &a->ext[hit], r, at, n, verb, msg, len)) return 1;
     if (r->race && kind != acc_atomic && !race_free(c, &a->ext[hit], r, at, n, kind, block, verb, msg, len)) return 1;
     if (kind != acc_read) {
         /* bytes that several written extents hold (a value written in place over another, both in
@@ -331,6 +382,7 @@ int emu_slots_launch(const emu_kernel *k, const char *name, const emu_action *a,
                      const unsigned block[3], void **params, char *err, size_t errlen)
 {
     launch_check *c = calloc(1, sizeof *c);
+    if (c) c->block = UINT_MAX;
     bool checked = c && a->n > 0 && emu_checking() && (c->at = calloc((size_t)a->n, sizeof *c->at));
     if (checked) {
         c->a = a;
@@ -358,7 +410,7 @@ int emu_slots_launch(const emu_kernel *k, const char *name, const emu_action *a,
         rc = -1;
         break;
     }
-    if (c) free(c->at);
+    if (c) free(c->at), free(c->published);
     free(c);
     return rc;
 }

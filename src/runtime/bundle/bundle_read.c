@@ -479,7 +479,7 @@ static bool read_kernels(rd *r, const ir_graph *g, const schedule *s, bundle_cud
         if (!(k->params = al_calloc((size_t)k->nparams + 1, sizeof *k->params))) return rd_oom(r, "params", k->nparams);
         for (int i = 0; i < k->nparams && !r->bad; i++) {
             cg_param *pa = &k->params[i];
-            pa->kind = (cg_param_kind)rd_int(r, "param kind", CG_PARAM_NODE, CG_PARAM_KEPT);
+            pa->kind = (cg_param_kind)rd_int(r, "param kind", CG_PARAM_NODE, CG_PARAM_COUNTER);
             if (!r->bad && pa->kind == CG_PARAM_CHECKS) return rd_fail(r, "%s = %" PRId64 ": the run's check words, which no bundle carries", "param kind", (int64_t)pa->kind);
             pa->node = rd_int(r, "param node", 0, g->nnodes - 1);
             pa->written = rd_int(r, "param written", 0, 1) != 0;

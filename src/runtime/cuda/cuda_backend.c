@@ -284,6 +284,9 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
         dev_fail(b, st, "the step's arena");
     if (!st && e->lp.aux_bytes && (st = dev_alloc(b, e->lp.aux_bytes, &e->aux)))
         dev_fail(b, st, "the step's flags and partial sums");
+    if (!st && e->lp.counter_bytes &&
+        (st = dev->ops->zero(dev, e->aux + (cdev_ptr)(e->lp.checks_bytes + e->lp.kept_bytes), e->lp.counter_bytes)))
+        dev_fail(b, st, "zeroing the reductions' block counters");
     if (st) {
         exec_free(b, e);
         return st;

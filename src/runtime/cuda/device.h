@@ -25,6 +25,7 @@ typedef struct cdev_extent {
     uint32_t tag;   /* the value it holds: node + 1 (a GEMM's product: the matmul's) */
     uint8_t space;  /* lp_space */
     bool written;   /* the action stores into it */
+    bool kept;      /* its bytes last from run to run (a reduction's block counters): read before this run writes them */
     char name[56];  /* "%12 (add)" */
 } cdev_extent;
 

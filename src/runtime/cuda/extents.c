@@ -71,6 +71,10 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
             case CG_PARAM_NODE: bytes = value_bytes(g, s, p, &args[i], pa->node); break;
             case CG_PARAM_PRODUCT: bytes = (int64_t)p->scratch_bytes; break;
             case CG_PARAM_FLAG: bytes = 4; break;
+            case CG_PARAM_COUNTER: /* zeroed when loaded, set back to 0 by each run: read before written */
+                out[n] = extent_at(g, &args[i], at, 4 * pa->count, pa->node, true);
+                out[n++].kept = true;
+                continue;
             case CG_PARAM_CHECKS: /* the run's check words, atomics of every checked node (no value's) */
                 out[n++] = extent_at(g, &args[i], at, (int64_t)lp->checks_bytes, -1, true);
                 continue;

@@ -1,0 +1,208 @@
+/* test_reduce_launch.c - the split reductions in one launch on the emulated device: column sums (bias gradients) and long contiguous sums, f32/f16/bf16, against an f64 sum of the same operand and the CPU backend; the same bits run after run (the block counters back at 0), and one launch each in the plan. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloy/alloy.h"
+#include "cuda_emu/emu_device.h"
+#include "cuda_emu/emu_loader.h"
+#include "runtime/backend.h"
+#include "support.h"
+
+/* Every graph built after this runs its "cuda" device on the emulation. */
+static void use_emulation(void)
+{
+    char why[512];
+    if (!emu_available(why, sizeof why)) {
+        print_message("SKIP: no host emulation of the device: %s\n", why);
+        skip();
+    }
+    rt_backend_set_cuda_opener(emu_backend_opener);
+}
+
+/* A reduction to try: x [rows, cols] f32 cast to dt, then op over axis
+ * (-1: all axes) into "y"; the cast's result is fetched as "h". */
+typedef struct reduce_case {
+    int64_t rows, cols;
+    int axis;
+    alloy_dtype dt;
+    int op; /* 0 sum, 1 mean, 2 max */
+} reduce_case;
+
+static alloy_graph *build(const reduce_case *c, const char *device)
+{
+    alloy_graph *g = alloy_graph_new("reduce");
+    assert_non_null(g);
+    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){c->rows, c->cols});
+    alloy_tensor *h = alloy_set_name(g, c->dt == ALLOY_F32 ? alloy_neg(g, x) : alloy_cast(g, x, c->dt), "h");
+    int64_t axes[1] = {c->axis};
+    int naxes = c->axis >= 0 ? 1 : 0;
+    const int64_t *ax = c->axis >= 0 ? axes : NULL;
+    alloy_tensor *y = c->op == 0   ? alloy_reduce_sum(g, h, naxes, ax, false)
+                      : c->op == 1 ? alloy_reduce_mean(g, h, naxes, ax, false)
+                                   : alloy_reduce_max(g, h, naxes, ax, false);
+    expect_ok(g, alloy_output(g, "h", h), "output h");
+    expect_ok(g, alloy_output(g, "y", y), "output y");
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    return g;
+}
+
+/* Runs g on x; *h and *y get copies of the fetched values (free them). */
+static void run(alloy_graph *g, const reduce_case *c, const float *x, void **h, void **y, int64_t *ny)
+{
+    alloy_host_tensor feed = {"x", ALLOY_F32, 2, {c->rows, c->cols}, (void *)x};
+    alloy_host_tensor out[2] = {{.name = "h"}, {.name = "y"}};
+    expect_ok(g, alloy_graph_run(g, &feed, 1, out, 2), "run");
+    size_t hb = (size_t)alloy_host_tensor_numel(&out[0]) * alloy_dtype_size(out[0].dtype);
+    *ny = alloy_host_tensor_numel(&out[1]);
+    size_t yb = (size_t)*ny * alloy_dtype_size(out[1].dtype);
+    *h = malloc(hb + 1), *y = malloc(yb + 1);
+    assert_true(*h && *y);
+    memcpy(*h, out[0].data, hb);
+    memcpy(*y, out[1].data, yb);
+}
+
+/* The unit roundoff of dt. */
+static double unit(alloy_dtype dt) { return dt == ALLOY_F16 ? 0x1p-11 : dt == ALLOY_BF16 ? 0x1p-8 : 0x1p-24; }
+
+/* Output o of c from the operand h (dtype c->dt) in f64, and the sum of its terms' magnitudes. */
+static double reference(const reduce_case *c, const void *h, int64_t o, double *mag)
+{
+    int64_t count = c->axis < 0 ? c->rows * c->cols : c->axis == 0 ? c->rows : c->cols;
+    double s = c->op == 2 ? -INFINITY : 0;
+    *mag = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t at = c->axis < 0 ? i : c->axis == 0 ? i * c->cols + o : o * c->cols + i;
+        double v = test_decode(c->dt, h, at);
+        s = c->op == 2 ? fmax(s, v) : s + v;
+        *mag += fabs(v);
+    }
+    if (c->op == 1) s /= (double)count, *mag /= (double)count;
+    return s;
+}
+
+/* How many launches of the plan are kernels whose name holds `part`, and the total. */
+static int kernels_named(alloy_graph *g, const char *part, int *launches)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *report = open_memstream(&text, &len);
+    assert_non_null(report);
+    alloy_cost_options o = {.all = 1, .top = -1};
+    alloy_cost_totals t;
+    expect_ok(g, alloy_graph_cost(g, &o, &t, report), "cost");
+    fclose(report);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) n += strstr(line, part) != NULL;
+    free(text);
+    *launches = t.launches;
+    return n;
+}
+
+/* c on the emulated device three times and on the CPU: every output within
+ * its bound of the f64 sum of the operand (the output's rounding, and f32
+ * additions of at most a few hundred terms deep), as close to the CPU's,
+ * the same bits in each of the three runs (each run's last blocks set the
+ * counters back to 0: a counter left at any other value would finish
+ * early or never); one reduction kernel and no "_final" kernel. */
+static void against_cpu(const reduce_case *c)
+{
+    use_emulation();
+    alloy_graph *cpu = build(c, "cpu"), *gpu = build(c, "cuda");
+    int64_t n = c->rows * c->cols;
+    float *x = malloc(sizeof *x * (size_t)n);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(sin(0.7 * (double)i + 0.3) * (1.0 + (double)(i % 7) / 3.0));
+    void *h0, *hc, *yc, *y[3];
+    int64_t ny;
+    run(cpu, c, x, &hc, &yc, &ny);
+    run(gpu, c, x, &h0, &y[0], &ny);
+    free(h0);
+    for (int r = 1; r < 3; r++) {
+        run(gpu, c, x, &h0, &y[r], &ny);
+        free(h0);
+    }
+    alloy_dtype out = c->dt;
+    double worst = 0, worst_cpu = 0;
+    for (int64_t o = 0; o < ny; o++) {
+        double mag, ref = reference(c, hc, o, &mag);
+        double got = test_decode(out, y[0], o), cpu_v = test_decode(out, yc, o);
+        double bound = unit(out) * fabs(ref) + (c->op == 2 ? 0 : 256 * 0x1p-24 * mag) + 1e-30;
+        double e = fabs(got - ref) / bound, ec = fabs(got - cpu_v) / (2 * bound);
+        if (!(e <= 1)) fail_msg("output %lld: %.9g emulated, %.9g in f64 (bound %.3g)", (long long)o, got, ref, bound);
+        if (!(ec <= 1)) fail_msg("output %lld: %.9g emulated, %.9g on the CPU", (long long)o, got, cpu_v);
+        worst = fmax(worst, e), worst_cpu = fmax(worst_cpu, ec);
+    }
+    for (int r = 1; r < 3; r++) {
+        int64_t at;
+        if (!test_same_bits(out, y[0], y[r], ny, &at))
+            fail_msg("run %d differs from run 1 at output %lld: %.9g, then %.9g", r + 1, (long long)at,
+                     test_decode(out, y[0], at), test_decode(out, y[r], at));
+    }
+    int launches, finals = kernels_named(gpu, "_final", &launches);
+    int reduces = kernels_named(gpu, c->op == 0 ? "_reduce_sum" : c->op == 1 ? "_reduce_mean" : "_reduce_max", &launches);
+    assert_int_equal(finals, 0);
+    assert_int_equal(reduces, 1);
+    print_message("[%lld, %lld] %s over %d, %s: %lld outputs, worst %.3g of the f64 bound, %.3g of the CPU's; "
+                  "3 runs bitwise equal; %d launches\n",
+                  (long long)c->rows, (long long)c->cols, c->op == 0 ? "sum" : c->op == 1 ? "mean" : "max", c->axis,
+                  alloy_dtype_name(c->dt), (long long)ny, worst, worst_cpu, launches);
+    for (int r = 0; r < 3; r++) free(y[r]);
+    free(hc), free(yc), free(x);
+    alloy_graph_free(cpu);
+    alloy_graph_free(gpu);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* Columns (a bias gradient), 2999 rows in 47 chunks: the last block of
+ * each 256 columns adds 47 partials a warp per column (lanes past 32 loop);
+ * 300 columns, the second group part full. */
+static void test_a_column_sum_over_47_chunks_matches_f64_and_the_cpu_run_after_run(void **state)
+{
+    (void)state;
+    const alloy_dtype dts[3] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
+    for (int i = 0; i < 3; i++) against_cpu(&(reduce_case){2999, 300, 0, dts[i], 0});
+}
+
+/* 700 rows: 11 chunks, a thread per column adds them in order. */
+static void test_a_column_sum_over_11_chunks_adds_them_a_thread_per_column(void **state)
+{
+    (void)state;
+    against_cpu(&(reduce_case){700, 517, 0, ALLOY_F16, 0});
+}
+
+/* The mean and the maximum take the same kernel. */
+static void test_a_column_mean_and_maximum_finish_in_the_same_launch(void **state)
+{
+    (void)state;
+    against_cpu(&(reduce_case){2049, 33, 0, ALLOY_F32, 1});
+    against_cpu(&(reduce_case){2049, 33, 0, ALLOY_BF16, 2});
+}
+
+/* Contiguous: 2 rows of 300001 (37 blocks each, a warp adds their sums),
+ * 3 rows of 50001 (7 blocks, a thread), and all of [517, 1031] (66 blocks). */
+static void test_long_rows_and_a_whole_tensor_sum_in_one_launch(void **state)
+{
+    (void)state;
+    against_cpu(&(reduce_case){2, 300001, 1, ALLOY_F32, 0});
+    against_cpu(&(reduce_case){3, 50001, 1, ALLOY_F16, 0});
+    against_cpu(&(reduce_case){517, 1031, -1, ALLOY_BF16, 0});
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_column_sum_over_47_chunks_matches_f64_and_the_cpu_run_after_run),
+        cmocka_unit_test(test_a_column_sum_over_11_chunks_adds_them_a_thread_per_column),
+        cmocka_unit_test(test_a_column_mean_and_maximum_finish_in_the_same_launch),
+        cmocka_unit_test(test_long_rows_and_a_whole_tensor_sum_in_one_launch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
