@@ -1,4 +1,4 @@
-/* test_reduce_launch.c - the split reductions in one launch on the emulated device: column sums (bias gradients) and long contiguous sums, f32/f16/bf16, against an f64 sum of the same operand and the CPU backend; the same bits run after run (the block counters back at 0), and one launch each in the plan. */
+/* test_reduce_launch.c - the split reductions in one launch on the emulated device: column sums (bias gradients; alone, and in the kernel of the elementwise step computing their operand) and long contiguous sums, f32/f16/bf16, against an f64 sum of the same operand and the CPU backend; the same bits run after run (the block counters back at 0), and one launch each in the plan. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,13 +27,16 @@ static void use_emulation(void)
     rt_backend_set_cuda_opener(emu_backend_opener);
 }
 
-/* A reduction to try: x [rows, cols] f32 cast to dt, then op over axis
- * (-1: all axes) into "y"; the cast's result is fetched as "h". */
+/* A reduction to try: op over axis (-1: all axes) into "y" of h, x [rows,
+ * cols] f32 as dt: h is x itself (f32) or a lone cast (its own step), or
+ * with `fused` the negation of that (an elementwise step, whose kernel
+ * then computes the column reduction too); h is fetched. */
 typedef struct reduce_case {
     int64_t rows, cols;
     int axis;
     alloy_dtype dt;
     int op; /* 0 sum, 1 mean, 2 max */
+    bool fused;
 } reduce_case;
 
 static alloy_graph *build(const reduce_case *c, const char *device)
@@ -41,7 +44,8 @@ static alloy_graph *build(const reduce_case *c, const char *device)
     alloy_graph *g = alloy_graph_new("reduce");
     assert_non_null(g);
     alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){c->rows, c->cols});
-    alloy_tensor *h = alloy_set_name(g, c->dt == ALLOY_F32 ? alloy_neg(g, x) : alloy_cast(g, x, c->dt), "h");
+    alloy_tensor *h = c->dt == ALLOY_F32 ? x : alloy_cast(g, x, c->dt);
+    if (c->fused) h = alloy_neg(g, h);
     int64_t axes[1] = {c->axis};
     int naxes = c->axis >= 0 ? 1 : 0;
     const int64_t *ax = c->axis >= 0 ? axes : NULL;
@@ -111,7 +115,8 @@ static int kernels_named(alloy_graph *g, const char *part, int *launches)
  * additions of at most a few hundred terms deep), as close to the CPU's,
  * the same bits in each of the three runs (each run's last blocks set the
  * counters back to 0: a counter left at any other value would finish
- * early or never); one reduction kernel and no "_final" kernel. */
+ * early or never); one reduction kernel, no "_final" kernel, and with
+ * `fused` the reduction in the elementwise step's kernel (one launch). */
 static void against_cpu(const reduce_case *c)
 {
     use_emulation();
@@ -148,11 +153,14 @@ static void against_cpu(const reduce_case *c)
     }
     int launches, finals = kernels_named(gpu, "_final", &launches);
     int reduces = kernels_named(gpu, c->op == 0 ? "_reduce_sum" : c->op == 1 ? "_reduce_mean" : "_reduce_max", &launches);
+    int joined = kernels_named(gpu, "_chain2_ew_reduce", &launches);
     assert_int_equal(finals, 0);
     assert_int_equal(reduces, 1);
-    print_message("[%lld, %lld] %s over %d, %s: %lld outputs, worst %.3g of the f64 bound, %.3g of the CPU's; "
+    assert_int_equal(joined, c->fused ? 1 : 0);
+    if (c->fused) assert_int_equal(launches, 1); /* the cast, the negation and the sum: one kernel */
+    print_message("[%lld, %lld] %s%s over %d, %s: %lld outputs, worst %.3g of the f64 bound, %.3g of the CPU's; "
                   "3 runs bitwise equal; %d launches\n",
-                  (long long)c->rows, (long long)c->cols, c->op == 0 ? "sum" : c->op == 1 ? "mean" : "max", c->axis,
+                  (long long)c->rows, (long long)c->cols, c->fused ? "elementwise + " : "", c->op == 0 ? "sum" : c->op == 1 ? "mean" : "max", c->axis,
                   alloy_dtype_name(c->dt), (long long)ny, worst, worst_cpu, launches);
     for (int r = 0; r < 3; r++) free(y[r]);
     free(hc), free(yc), free(x);
@@ -161,47 +169,84 @@ static void against_cpu(const reduce_case *c)
     rt_backend_set_cuda_opener(NULL);
 }
 
-/* Columns (a bias gradient), 2999 rows in 47 chunks: the last block of
- * each 256 columns adds 47 partials a warp per column (lanes past 32 loop);
- * 300 columns, the second group part full. */
-static void test_a_column_sum_over_47_chunks_matches_f64_and_the_cpu_run_after_run(void **state)
+/* Columns (a bias gradient): 2049 rows in 33 chunks, the last block adds
+ * them a warp per column (lane 0 takes chunks 0 and 32); alone, and in the
+ * elementwise step that computes its operand. */
+static void test_a_column_sum_over_33_chunks_matches_f64_and_the_cpu_run_after_run(void **state)
 {
     (void)state;
     const alloy_dtype dts[3] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
-    for (int i = 0; i < 3; i++) against_cpu(&(reduce_case){2999, 300, 0, dts[i], 0});
+    for (int i = 0; i < 3; i++) {
+        against_cpu(&(reduce_case){2049, 33, 0, dts[i], 0, false});
+        against_cpu(&(reduce_case){2049, 33, 0, dts[i], 0, true});
+    }
 }
 
-/* 700 rows: 11 chunks, a thread per column adds them in order. */
-static void test_a_column_sum_over_11_chunks_adds_them_a_thread_per_column(void **state)
+/* 700 rows: 11 chunks, a thread per column adds them in order; 300
+ * columns, two groups (two counters), the second part full. */
+static void test_a_column_sum_over_11_chunks_and_two_groups_adds_them_a_thread_per_column(void **state)
 {
     (void)state;
-    against_cpu(&(reduce_case){700, 517, 0, ALLOY_F16, 0});
+    against_cpu(&(reduce_case){700, 300, 0, ALLOY_F16, 0, false});
+    against_cpu(&(reduce_case){700, 300, 0, ALLOY_BF16, 0, true});
 }
 
-/* The mean and the maximum take the same kernel. */
+/* The mean and the maximum take the same kernels. */
 static void test_a_column_mean_and_maximum_finish_in_the_same_launch(void **state)
 {
     (void)state;
-    against_cpu(&(reduce_case){2049, 33, 0, ALLOY_F32, 1});
-    against_cpu(&(reduce_case){2049, 33, 0, ALLOY_BF16, 2});
+    against_cpu(&(reduce_case){2049, 33, 0, ALLOY_F32, 1, true});
+    against_cpu(&(reduce_case){2049, 33, 0, ALLOY_BF16, 2, false});
+    against_cpu(&(reduce_case){700, 300, 0, ALLOY_F16, 2, true});
 }
 
-/* Contiguous: 2 rows of 300001 (37 blocks each, a warp adds their sums),
- * 3 rows of 50001 (7 blocks, a thread), and all of [517, 1031] (66 blocks). */
+/* The elementwise step's kernel sums as the reduction's own kernel does:
+ * the sum of -h, fused, is bit for bit minus the sum of h alone (negation
+ * is exact, and each addition rounds symmetrically). */
+static void test_a_fused_column_sum_has_the_bits_of_the_sum_alone(void **state)
+{
+    (void)state;
+    use_emulation();
+    const alloy_dtype dts[3] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
+    for (int i = 0; i < 3; i++) {
+        reduce_case alone = {2049, 33, 0, dts[i], 0, false}, fused = alone;
+        fused.fused = true;
+        alloy_graph *a = build(&alone, "cuda"), *b = build(&fused, "cuda");
+        int64_t n = alone.rows * alone.cols, ny;
+        float *x = malloc(sizeof *x * (size_t)n);
+        assert_non_null(x);
+        for (int64_t j = 0; j < n; j++) x[j] = (float)(cos(0.3 * (double)j) * (1.0 + (double)(j % 5)));
+        void *ha, *ya, *hb, *yb;
+        run(a, &alone, x, &ha, &ya, &ny);
+        run(b, &fused, x, &hb, &yb, &ny);
+        for (int64_t o = 0; o < ny; o++) {
+            double u = test_decode(dts[i], ya, o), v = test_decode(dts[i], yb, o);
+            if (!(u == -v)) fail_msg("%s column %lld: %.9g alone, %.9g fused", alloy_dtype_name(dts[i]), (long long)o, u, v);
+        }
+        free(x), free(ha), free(ya), free(hb), free(yb);
+        alloy_graph_free(a);
+        alloy_graph_free(b);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* Contiguous: a row of 270001 (33 blocks, a warp adds their sums), 3 rows
+ * of 50001 (7 blocks each, a thread), and all of [263, 1031] (34 blocks). */
 static void test_long_rows_and_a_whole_tensor_sum_in_one_launch(void **state)
 {
     (void)state;
-    against_cpu(&(reduce_case){2, 300001, 1, ALLOY_F32, 0});
-    against_cpu(&(reduce_case){3, 50001, 1, ALLOY_F16, 0});
-    against_cpu(&(reduce_case){517, 1031, -1, ALLOY_BF16, 0});
+    against_cpu(&(reduce_case){1, 270001, 1, ALLOY_F32, 0, false});
+    against_cpu(&(reduce_case){3, 50001, 1, ALLOY_F16, 0, false});
+    against_cpu(&(reduce_case){263, 1031, -1, ALLOY_BF16, 0, false});
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_a_column_sum_over_47_chunks_matches_f64_and_the_cpu_run_after_run),
-        cmocka_unit_test(test_a_column_sum_over_11_chunks_adds_them_a_thread_per_column),
+        cmocka_unit_test(test_a_column_sum_over_33_chunks_matches_f64_and_the_cpu_run_after_run),
+        cmocka_unit_test(test_a_column_sum_over_11_chunks_and_two_groups_adds_them_a_thread_per_column),
         cmocka_unit_test(test_a_column_mean_and_maximum_finish_in_the_same_launch),
+        cmocka_unit_test(test_a_fused_column_sum_has_the_bits_of_the_sum_alone),
         cmocka_unit_test(test_long_rows_and_a_whole_tensor_sum_in_one_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

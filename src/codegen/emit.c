@@ -38,7 +38,18 @@ alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned chec
         const ir_node *last = g->nodes[st->pos];
         const char *why;
         switch (st->kind) {
-        case STEP_KIND_EW: why = cg_emit_ew(out, g, s, k); break;
+        case STEP_KIND_EW:
+            /* a column reduction of one of its values next: one kernel for the two steps, none for the next */
+            if (!checks && cg_ew_colsum_of(g, s, k)) {
+                why = cg_emit_ew_colsum(out, g, s, k);
+                if (!why) {
+                    k++;
+                    continue;
+                }
+            } else {
+                why = cg_emit_ew(out, g, s, k);
+            }
+            break;
         case STEP_KIND_GEMM: { /* a matmul's product comes from the library; a convolution's from its kernel */
             const ir_node *head = g->nodes[s->members[st->first].node];
             lp_library lib;

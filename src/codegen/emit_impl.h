@@ -110,6 +110,21 @@ AL_HIDDEN const char *cg_emit_conv_product(cg_program *p, const ir_graph *g, int
  * NULL); false on OOM. (emit_text.c) */
 AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
                             cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before);
+/* The kernel of reduce_sum / reduce_mean / reduce_max n of step k, named
+ * name, or why none (emit_reduce.c). */
+AL_HIDDEN const char *cg_emit_reduce(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
+/* The reduction of step k + 1 that the kernel of elementwise step k can
+ * compute too: a lone reduce_sum / mean / max (floating point, split over
+ * chunks of rows: the column kernel) whose operand is a value step k
+ * stores, of step k's space; else NULL (emit_reduce.c). */
+AL_HIDDEN const ir_node *cg_ew_colsum_of(const ir_graph *g, const schedule *s, int k);
+/* That one kernel ("alloy_s<k>_chain2_ew_<op>", steps k and k + 1): a
+ * thread per (chunk of rows, column) computes step k's members row by row,
+ * stores them, and adds the operand as stored; the chunks' partials are
+ * added by the last block of each CG_BLOCK columns, as the column kernel
+ * does, so the reduction's bits are the same and its operand is not read
+ * again. NULL, or why not (emit_reduce.c). */
+AL_HIDDEN const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedule *s, int k);
 /* The kernels of the indexing ops (gather, index_select, their gradients,
  * arange, cumsum) for node n of step k, or why none (emit_index.c). */
 AL_HIDDEN const char *cg_emit_index(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
