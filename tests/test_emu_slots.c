@@ -28,7 +28,7 @@ static const char kernels_src[] =
      * writes what block 0 read; 2, each block writes its index; 3, each writes 1; 4, atomic sums;
      * 5, block 0 writes, fences and counts itself done on a[0] (an atomic), block 1 counts, fences and
      * reads what block 0 wrote (a one-launch reduction's last block); 6, block 0 without its fence;
-     * 7, block 1 without its fence */
+     * 7, block 1 without its fence; 8, as 5 but block 1 then writes over what block 0 wrote */
     "extern \"C\" __global__ void blocks(float *a, long long mode)\n"
     "{\n"
     "    unsigned t = threadIdx.x, b = blockIdx.x;\n"
@@ -48,6 +48,7 @@ static const char kernels_src[] =
     "        __syncthreads();\n"
     "        if (mode != 7) __threadfence();\n"
     "        if (a[32 + t] != 1.0f) a[1] = 7.0f;\n"
+    "        if (mode == 8) a[32 + t] = 3.0f;\n"
     "    }\n"
     "}\n"
     "extern \"C\" void blocks__host(void **p) { blocks(*(float **)p[0], *(long long *)p[1]); }\n"
@@ -304,6 +305,10 @@ static void reads_ordered_by_a_fence_and_an_atomic_pass_and_fail_without_a_fence
     float a[2];
     assert_int_equal(fx.dev->ops->download(fx.dev, a, fx.arena, sizeof a), ALLOY_OK);
     assert_true(a[0] == 2.0f && a[1] == 1.0f); /* both counted; block 1 read 1s */
+    assert_int_equal(blocks(8), ALLOY_OK); /* a write over the published block's write: ordered, no race */
+    float third;
+    assert_int_equal(fx.dev->ops->download(fx.dev, &third, fx.arena + 40 * sizeof(float), sizeof third), ALLOY_OK);
+    assert_true(third == 3.0f);
     expect_error(blocks(6), (const char *[]){"block (1,0,0) thread", "reads 4 bytes", "which block 0 wrote in the same launch",
                                              NULL});
     expect_error(blocks(7), (const char *[]){"block (1,0,0) thread", "reads 4 bytes", "which block 0 wrote in the same launch",

@@ -230,6 +230,45 @@ static void test_a_fused_column_sum_has_the_bits_of_the_sum_alone(void **state)
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* A cast of the column sum after it (a bf16 bias gradient to its f32
+ * parameter's dtype) joins the same kernel: the thread storing a sum
+ * stores its cast too, which is that sum exactly in f32; one launch. */
+static void test_the_cast_of_a_fused_column_sum_joins_its_kernel(void **state)
+{
+    (void)state;
+    use_emulation();
+    const alloy_dtype dts[2] = {ALLOY_BF16, ALLOY_F16};
+    for (int i = 0; i < 2; i++) {
+        reduce_case c = {700, 300, 0, dts[i], 0, true};
+        alloy_graph *g = alloy_graph_new("reduce_cast");
+        assert_non_null(g);
+        alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){c.rows, c.cols});
+        alloy_tensor *h = alloy_neg(g, alloy_cast(g, x, c.dt));
+        alloy_tensor *y = alloy_reduce_sum(g, h, 1, (int64_t[]){0}, false);
+        expect_ok(g, alloy_output(g, "y", y), "output y");
+        expect_ok(g, alloy_output(g, "z", alloy_cast(g, y, ALLOY_F32)), "output z");
+        expect_ok(g, alloy_graph_set_option(g, "device", "cuda"), "device");
+        int64_t n = c.rows * c.cols;
+        float *xs = malloc(sizeof *xs * (size_t)n);
+        assert_non_null(xs);
+        for (int64_t j = 0; j < n; j++) xs[j] = (float)sin(0.11 * (double)j);
+        alloy_host_tensor feed = {"x", ALLOY_F32, 2, {c.rows, c.cols}, xs};
+        alloy_host_tensor out[2] = {{.name = "y"}, {.name = "z"}};
+        expect_ok(g, alloy_graph_run(g, &feed, 1, out, 2), "run");
+        assert_int_equal(out[1].dtype, ALLOY_F32);
+        for (int64_t o = 0; o < c.cols; o++) {
+            double u = test_decode(c.dt, out[0].data, o), v = test_decode(ALLOY_F32, out[1].data, o);
+            if (!(u == v)) fail_msg("%s column %lld: the sum %.9g, its cast %.9g", alloy_dtype_name(c.dt), (long long)o, u, v);
+        }
+        int launches;
+        assert_int_equal(kernels_named(g, "_chain3_ew_reduce_sum", &launches), 1);
+        assert_int_equal(launches, 1);
+        free(xs);
+        alloy_graph_free(g);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* Contiguous: a row of 270001 (33 blocks, a warp adds their sums), 3 rows
  * of 50001 (7 blocks each, a thread), and all of [263, 1031] (34 blocks). */
 static void test_long_rows_and_a_whole_tensor_sum_in_one_launch(void **state)
@@ -247,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_a_column_sum_over_11_chunks_and_two_groups_adds_them_a_thread_per_column),
         cmocka_unit_test(test_a_column_mean_and_maximum_finish_in_the_same_launch),
         cmocka_unit_test(test_a_fused_column_sum_has_the_bits_of_the_sum_alone),
+        cmocka_unit_test(test_the_cast_of_a_fused_column_sum_joins_its_kernel),
         cmocka_unit_test(test_long_rows_and_a_whole_tensor_sum_in_one_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

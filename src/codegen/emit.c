@@ -41,9 +41,10 @@ alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned chec
         case STEP_KIND_EW:
             /* a column reduction of one of its values next: one kernel for the two steps, none for the next */
             if (!checks && cg_ew_colsum_of(g, s, k)) {
+                int joined = cg_ew_colsum_cast(g, s, k) ? 2 : 1;
                 why = cg_emit_ew_colsum(out, g, s, k);
                 if (!why) {
-                    k++;
+                    k += joined;
                     continue;
                 }
             } else {

@@ -118,12 +118,17 @@ AL_HIDDEN const char *cg_emit_reduce(cg_program *prog, const ir_graph *g, int k,
  * chunks of rows: the column kernel) whose operand is a value step k
  * stores, of step k's space; else NULL (emit_reduce.c). */
 AL_HIDDEN const ir_node *cg_ew_colsum_of(const ir_graph *g, const schedule *s, int k);
-/* That one kernel ("alloy_s<k>_chain2_ew_<op>", steps k and k + 1): a
- * thread per (chunk of rows, column) computes step k's members row by row,
- * stores them, and adds the operand as stored; the chunks' partials are
- * added by the last block of each CG_BLOCK columns, as the column kernel
- * does, so the reduction's bits are the same and its operand is not read
- * again. NULL, or why not (emit_reduce.c). */
+/* With that reduction, the lone cast of its result (between float dtypes,
+ * not f64) that step k + 2 is, or NULL (emit_reduce.c). */
+AL_HIDDEN const ir_node *cg_ew_colsum_cast(const ir_graph *g, const schedule *s, int k);
+/* That one kernel ("alloy_s<k>_chain2_ew_<op>", steps k and k + 1; with
+ * the cast, "chain3", step k + 2 too): a thread per (chunk of rows,
+ * column) computes step k's members row by row, stores them, and adds the
+ * operand as stored; the chunks' partials are added by the last block of
+ * each CG_BLOCK columns, as the column kernel does, so the reduction's bits
+ * are the same and its operand is not read again; the thread storing an
+ * output casts it as the cast's kernel would. NULL, or why not
+ * (emit_reduce.c). */
 AL_HIDDEN const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedule *s, int k);
 /* The kernels of the indexing ops (gather, index_select, their gradients,
  * arange, cumsum) for node n of step k, or why none (emit_index.c). */

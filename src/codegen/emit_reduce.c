@@ -175,10 +175,11 @@ static void put_count_done(cg_text *b, int cnt, const char *idx, int64_t parts, 
  * partial from l_, then a shuffle tree), with fewer a thread per output
  * adding them in order. Partial c of output o is at part[o * split + c]
  * (contiguous) or part[c * nout + o]; read through volatile, as other
- * blocks wrote them. */
+ * blocks wrote them. `after` (NULL: none): statements after the output's
+ * store, in the thread that stored it. */
 enum { REDUCE_WARP_MIN = 32 };
 static void put_partials(cg_text *b, const ir_node *n, const reduction *r, int out, int part, int64_t split,
-                         bool contiguous)
+                         bool contiguous, const char *after)
 {
     char x[128];
     const char *pt = r->wide ? "double" : "float";
@@ -193,13 +194,13 @@ static void put_partials(cg_text *b, const ir_node *n, const reduction *r, int o
         cg_put(b, "            m_ = %s(m_);\n            if (l_ == 0) {\n", n->op == IR_OP_reduce_max ? "alloy_warp_max" : "alloy_warp_sum");
         cg_text f = {0};
         put_finish_at(&f, n, r, out, "o_");
-        cg_put(b, "        %s            }\n", f.s ? f.s : "");
+        cg_put(b, "        %s%s            }\n", f.s ? f.s : "", after ? after : "");
         b->oom |= f.oom;
         cg_text_free(&f);
     } else {
         cg_text f = {0};
         put_finish_at(&f, n, r, out, "o_");
-        cg_put(b, "    %s", f.s ? f.s : "");
+        cg_put(b, "    %s%s", f.s ? f.s : "", after ? after : "");
         b->oom |= f.oom;
         cg_text_free(&f);
     }
@@ -249,7 +250,7 @@ static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, 
         cg_put(&t, "        if (last_ && threadIdx.x < %d) {\n            __threadfence();\n"
                    "            const long long o_ = e;\n",
                split >= REDUCE_WARP_MIN ? 32 : 1);
-        put_partials(&t, n, r, out, part, split, true);
+        put_partials(&t, n, r, out, part, split, true, NULL);
         cg_put(&t, "        }\n        __syncthreads();\n    }\n}\n");
     } else {
         cg_text f = {0};
@@ -306,9 +307,9 @@ static void put_column_open(cg_text *t, const ir_node *n, const reduction *r, co
  * block counted done on counter g_, and the last block of group g_ adding
  * the group's partials in chunk order (a warp per output, lane l adding
  * chunks l, l + 32, ..., then a shuffle tree; with fewer than 32 chunks a
- * thread per output). */
+ * thread per output), then `after` (may be NULL) at output o_. */
 static void put_column_close(cg_text *t, const ir_node *n, const reduction *r, const column_split *c, int out, int part,
-                             int cnt)
+                             int cnt, const char *after)
 {
     cg_put(t, " }\n            p%d[s_ * %lldll + o_] = m_;\n        }\n    }\n", part, (long long)r->nout);
     put_count_done(t, cnt, "g_", c->split, "    ");
@@ -320,7 +321,7 @@ static void put_column_close(cg_text *t, const ir_node *n, const reduction *r, c
     else
         cg_put(t, "    {\n        const long long o_ = g_ * %d + threadIdx.x;\n        if (o_ < %lldll) {\n", CG_BLOCK,
                (long long)r->nout);
-    put_partials(t, n, r, out, part, c->split, false);
+    put_partials(t, n, r, out, part, c->split, false, after);
     cg_put(t, "%s    }\n}\n", c->split >= REDUCE_WARP_MIN ? "" : "        }\n");
 }
 
@@ -370,7 +371,7 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
     put_value(&x, r, in, idx);
     put_combine(&t, n->op, x.s ? x.s : "0");
     cg_text_free(&x);
-    put_column_close(&t, n, r, &c, out, part, cnt);
+    put_column_close(&t, n, r, &c, out, part, cnt, NULL);
     bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)c.blocks, CG_BLOCK,
                             (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
     cg_text_free(&t);
@@ -418,9 +419,21 @@ const ir_node *cg_ew_colsum_of(const ir_graph *g, const schedule *s, int k)
     return c.split > 1 && c.blocks <= INT32_MAX ? n : NULL;
 }
 
-const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+const ir_node *cg_ew_colsum_cast(const ir_graph *g, const schedule *s, int k)
 {
     const ir_node *n = cg_ew_colsum_of(g, s, k);
+    if (!n || k + 2 >= s->nsteps) return NULL;
+    const sched_step *nx = &s->steps[k + 2];
+    const ir_node *c = g->nodes[nx->pos];
+    if (nx->kind != STEP_KIND_OP || nx->n != 1 || c->op != IR_OP_cast || c->in[0] != n->id) return NULL;
+    alloy_dtype a = n->type.dtype, b = c->type.dtype; /* through f32, as the cast's own kernel (cg_emit_ew) */
+    if (!ir_is_float(a) || !ir_is_float(b) || a == ALLOY_F64 || b == ALLOY_F64) return NULL;
+    return ir_numel(&c->type) == ir_numel(&n->type) ? c : NULL;
+}
+
+const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+{
+    const ir_node *n = cg_ew_colsum_of(g, s, k), *cast = cg_ew_colsum_cast(g, s, k);
     if (!n) return "no column reduction of this step's values after it";
     const sched_step *st = &s->steps[k];
     reduction r = reduction_of(g, n);
@@ -438,8 +451,15 @@ const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedul
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r.nout * c.split);
     int cnt = cg_param_of(&ps, CG_PARAM_COUNTER, n->id, true, c.groups);
+    /* the cast after the reduction: its own kernel's statements, at output o_, reading the output just stored */
+    cg_text after = {0};
+    if (cast) {
+        cg_ew_part cp = {.g = g, .s = s, .step = &s->steps[k + 2], .first = s->steps[k + 2].first, .n = 1,
+                         .space = &s->steps[k + 2].space, .product = -1, .e = "o_", .ps = &ps};
+        cg_emit_members(&after, &cp);
+    }
     char name[48];
-    al_fmt(name, sizeof name, "alloy_s%d_chain2_ew_%s", k, ir_ops[n->op].name);
+    al_fmt(name, sizeof name, "alloy_s%d_chain%d_ew_%s", k, cast ? 3 : 2, ir_ops[n->op].name);
     cg_put_preamble(&t);
     cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(&t, g, &ps);
@@ -447,13 +467,13 @@ const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedul
     cg_put(&t, "\n        const long long e = i_ * %lldll + o_;\n%s        ", (long long)r.nout, body.s ? body.s : "");
     put_combine(&t, n->op, x.s ? x.s : "0");
     cg_put(&t, "\n           ");
-    put_column_close(&t, n, &r, &c, out, part, cnt);
+    put_column_close(&t, n, &r, &c, out, part, cnt, after.s);
     int64_t bytes = (int64_t)ir_nbytes(&n->type);
     for (int i = 0; i < ps.n; i++)
         if (ps.at[i].kind == CG_PARAM_NODE && ps.at[i].node != n->id) bytes += (int64_t)ir_nbytes(&g->nodes[ps.at[i].node]->type);
-    bool ok = !body.oom && !x.oom && !ps.oom &&
+    bool ok = !body.oom && !x.oom && !after.oom && !ps.oom &&
               cg_add_kernel(prog, g, name, k, st->kind, &t, &ps, (unsigned)c.blocks, CG_BLOCK, bytes);
-    cg_text_free(&body), cg_text_free(&t), cg_text_free(&x);
+    cg_text_free(&body), cg_text_free(&t), cg_text_free(&x), cg_text_free(&after);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
 }

@@ -234,9 +234,10 @@ typedef struct launch_check {
     bool overlap; /* two written extents of different values share bytes (one launch running several steps) */
     /* blocks ordered by a fence and an atomic, as a one-launch reduction's last block reads the others'
      * partials: a block that ran __threadfence after its last plain global write and then an atomic
-     * has published its writes (published[block]); a block that ran an atomic and then __threadfence
-     * (acquired) may read what published blocks wrote. Blocks run one after another here, so the
-     * running block's state is enough, and a published block has finished before the reader starts. */
+     * has published its accesses (published[block]); a block that ran an atomic and then
+     * __threadfence (acquired) may read what published blocks wrote and write over what they read or
+     * wrote. Blocks run one after another here, so the running block's state is enough, and a
+     * published block has finished before the other starts. */
     uint8_t *published;
     unsigned npublished;
     unsigned block;            /* the block the state below is of */
@@ -285,9 +286,11 @@ static bool race_free(launch_check *c, const cdev_extent *x, region *r, const ch
         uint32_t writer = cell[0], reader = cell[1];
         const char *other = NULL;
         uint32_t who = 0;
-        if (writer >> 20 == serial && writer != me) {
+        /* another block's access ordered before this one by a fence and an atomic (launch_check) */
+        bool ordered_w = c->acquired && published(c, writer), ordered_r = c->acquired && published(c, reader);
+        if (writer >> 20 == serial && writer != me && !ordered_w) {
             if (kind == acc_read) {
-                if (!(c->acquired && published(c, writer))) other = "wrote", who = writer;
+                other = "wrote", who = writer;
             } else {
                 int k = 0;
                 while (k < c->nwaw && c->waw[k].at != at + i) k++;
@@ -298,7 +301,7 @@ static bool race_free(launch_check *c, const cdev_extent *x, region *r, const ch
                 }
             }
         }
-        if (!other && kind == acc_write && reader >> 20 == serial && reader != me) other = "read", who = reader;
+        if (!other && kind == acc_write && reader >> 20 == serial && reader != me && !ordered_r) other = "read", who = reader;
         if (other) {
             char slot[200];
             describe_extent(slot, sizeof slot, x);
