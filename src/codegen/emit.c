@@ -65,6 +65,11 @@ alloy_status cg_emit_checked(const ir_graph *g, const schedule *s, unsigned chec
         case STEP_KIND_ROW: why = cg_emit_row(out, g, s, k); break;
         case STEP_KIND_OP:
             if (s->members[st->first].flags & MEMBER_VIEW) continue; /* no kernel: the plan aliases its value */
+            /* a column reduction with a cast of its result next: one kernel for the two */
+            if (!checks && cg_reduce_cast_of(g, s, k) && !(why = cg_emit_reduce_cast(out, g, s, k))) {
+                k++;
+                continue;
+            }
             why = ir_ops[last->op].row ? cg_emit_row(out, g, s, k)
                   : last->op == IR_OP_cast ? cg_emit_ew(out, g, s, k)
                                            : cg_emit_op(out, g, s, k);

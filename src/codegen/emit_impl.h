@@ -113,6 +113,14 @@ AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const ch
 /* The kernel of reduce_sum / reduce_mean / reduce_max n of step k, named
  * name, or why none (emit_reduce.c). */
 AL_HIDDEN const char *cg_emit_reduce(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
+/* The lone cast (between float dtypes, not f64) that step k + 1 is of the
+ * result of step k, a reduction split over chunks of rows (the column
+ * kernel); else NULL. cg_emit_reduce_cast: the column kernel of step k
+ * whose threads storing an output store its cast too, with the cast
+ * kernel's statements ("alloy_s<k>_chain2_<op>", steps k and k + 1); NULL
+ * or why not (emit_reduce.c). */
+AL_HIDDEN const ir_node *cg_reduce_cast_of(const ir_graph *g, const schedule *s, int k);
+AL_HIDDEN const char *cg_emit_reduce_cast(cg_program *prog, const ir_graph *g, const schedule *s, int k);
 /* The reduction of step k + 1 that the kernel of elementwise step k can
  * compute too: a lone reduce_sum / mean / max (floating point, split over
  * chunks of rows: the column kernel) whose operand is a value step k

@@ -332,7 +332,7 @@ static void put_column_close(cg_text *t, const ir_node *n, const reduction *r, c
  * and the last of the blocks of those CG_BLOCK outputs adds their partials
  * (put_column_close), one launch in all. */
 static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name,
-                                     const reduction *r)
+                                     const reduction *r, const cg_ew_part *cast)
 {
     column_split c = column_split_of(r);
     if (c.split == 1 || c.blocks > INT32_MAX) { /* one chunk (or a grid too large to count): a thread per output */
@@ -356,11 +356,16 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
         return ok ? NULL : "out of memory";
     }
     cg_params ps = {0};
-    cg_text t = {0};
+    cg_text t = {0}, after = {0};
     int in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0);
     int part = cg_param_of(&ps, CG_PARAM_ROWS, n->id, true, r->nout * c.split);
     int cnt = cg_param_of(&ps, CG_PARAM_COUNTER, n->id, true, c.groups);
+    if (cast) {
+        cg_ew_part cp = *cast;
+        cp.ps = &ps;
+        cg_emit_members(&after, &cp);
+    }
     cg_put_preamble(&t);
     cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
     cg_param_list(&t, g, &ps);
@@ -371,10 +376,11 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
     put_value(&x, r, in, idx);
     put_combine(&t, n->op, x.s ? x.s : "0");
     cg_text_free(&x);
-    put_column_close(&t, n, r, &c, out, part, cnt, NULL);
-    bool ok = cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)c.blocks, CG_BLOCK,
-                            (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type)));
-    cg_text_free(&t);
+    put_column_close(&t, n, r, &c, out, part, cnt, after.s);
+    int64_t bytes = (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type));
+    if (cast) bytes += (int64_t)ir_nbytes(&g->nodes[cast->s->members[cast->first].node]->type);
+    bool ok = !after.oom && cg_add_kernel(prog, g, name, k, STEP_KIND_OP, &t, &ps, (unsigned)c.blocks, CG_BLOCK, bytes);
+    cg_text_free(&t), cg_text_free(&after);
     al_free(ps.at);
     return ok ? NULL : "out of memory";
 }
@@ -396,7 +402,50 @@ const char *cg_emit_reduce(cg_program *prog, const ir_graph *g, int k, const ir_
     char layout = layout_of(&r);
     bool busy = r.nout >= REDUCE_THREADS / 4 && r.count <= 256; /* outputs enough, short loops */
     if (r.integer || r.count <= 32 || busy || layout == 'x') return reduce_per_thread(prog, g, k, n, name, &r);
-    return layout == 'i' ? reduce_by_blocks(prog, g, k, n, name, &r) : reduce_by_columns(prog, g, k, n, name, &r);
+    return layout == 'i' ? reduce_by_blocks(prog, g, k, n, name, &r) : reduce_by_columns(prog, g, k, n, name, &r, NULL);
+}
+
+/* The lone cast of reduction n's result (between float dtypes, not f64:
+ * through f32, as the cast's own kernel) that step k is, or NULL. */
+static const ir_node *cast_of(const ir_graph *g, const schedule *s, int k, const ir_node *n)
+{
+    if (k >= s->nsteps) return NULL;
+    const sched_step *st = &s->steps[k];
+    const ir_node *c = g->nodes[st->pos];
+    if (st->kind != STEP_KIND_OP || st->n != 1 || c->op != IR_OP_cast || c->in[0] != n->id) return NULL;
+    alloy_dtype a = n->type.dtype, b = c->type.dtype;
+    if (!ir_is_float(a) || !ir_is_float(b) || a == ALLOY_F64 || b == ALLOY_F64) return NULL;
+    return ir_numel(&c->type) == ir_numel(&n->type) ? c : NULL;
+}
+
+/* The statements of cast step k (cast_of) at output o_, as its own kernel's. */
+static cg_ew_part cast_part(const ir_graph *g, const schedule *s, int k)
+{
+    return (cg_ew_part){.g = g, .s = s, .step = &s->steps[k], .first = s->steps[k].first, .n = 1,
+                        .space = &s->steps[k].space, .product = -1, .e = "o_"};
+}
+
+const ir_node *cg_reduce_cast_of(const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *st = &s->steps[k];
+    const ir_node *n = g->nodes[st->pos];
+    if (st->kind != STEP_KIND_OP || st->n != 1 || (s->members[st->first].flags & MEMBER_VIEW)) return NULL;
+    if (n->op != IR_OP_reduce_sum && n->op != IR_OP_reduce_mean && n->op != IR_OP_reduce_max) return NULL;
+    reduction r = reduction_of(g, n);
+    if (!by_columns(&r, layout_of(&r))) return NULL;
+    column_split c = column_split_of(&r);
+    return c.split > 1 && c.blocks <= INT32_MAX ? cast_of(g, s, k + 1, n) : NULL;
+}
+
+const char *cg_emit_reduce_cast(cg_program *prog, const ir_graph *g, const schedule *s, int k)
+{
+    if (!cg_reduce_cast_of(g, s, k)) return "no cast of this step's column reduction after it";
+    const ir_node *n = g->nodes[s->steps[k].pos];
+    reduction r = reduction_of(g, n);
+    cg_ew_part cp = cast_part(g, s, k + 1);
+    char name[48];
+    al_fmt(name, sizeof name, "alloy_s%d_chain2_%s", k, ir_ops[n->op].name);
+    return reduce_by_columns(prog, g, k, n, name, &r, &cp);
 }
 
 const ir_node *cg_ew_colsum_of(const ir_graph *g, const schedule *s, int k)
@@ -422,13 +471,7 @@ const ir_node *cg_ew_colsum_of(const ir_graph *g, const schedule *s, int k)
 const ir_node *cg_ew_colsum_cast(const ir_graph *g, const schedule *s, int k)
 {
     const ir_node *n = cg_ew_colsum_of(g, s, k);
-    if (!n || k + 2 >= s->nsteps) return NULL;
-    const sched_step *nx = &s->steps[k + 2];
-    const ir_node *c = g->nodes[nx->pos];
-    if (nx->kind != STEP_KIND_OP || nx->n != 1 || c->op != IR_OP_cast || c->in[0] != n->id) return NULL;
-    alloy_dtype a = n->type.dtype, b = c->type.dtype; /* through f32, as the cast's own kernel (cg_emit_ew) */
-    if (!ir_is_float(a) || !ir_is_float(b) || a == ALLOY_F64 || b == ALLOY_F64) return NULL;
-    return ir_numel(&c->type) == ir_numel(&n->type) ? c : NULL;
+    return n ? cast_of(g, s, k + 2, n) : NULL;
 }
 
 const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedule *s, int k)
@@ -454,8 +497,8 @@ const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, const schedul
     /* the cast after the reduction: its own kernel's statements, at output o_, reading the output just stored */
     cg_text after = {0};
     if (cast) {
-        cg_ew_part cp = {.g = g, .s = s, .step = &s->steps[k + 2], .first = s->steps[k + 2].first, .n = 1,
-                         .space = &s->steps[k + 2].space, .product = -1, .e = "o_", .ps = &ps};
+        cg_ew_part cp = cast_part(g, s, k + 2);
+        cp.ps = &ps;
         cg_emit_members(&after, &cp);
     }
     char name[48];
