@@ -339,6 +339,38 @@ static void test_an_elementwise_kernel_moves_its_operands_once(void **state)
     release(&x);
 }
 
+/* A bias gradient by hand: relu's gradient of [2048, 300] (an elementwise
+ * step) summed over its rows (reduce_sum over axis 0) and cast to f16.
+ * Before: the elementwise kernel, the column kernel re-reading its result,
+ * the `_final` kernel and the cast's, 4 launches. Now one: 2048 rows in 32
+ * chunks of 64 (REDUCE_THREAD_MIN) over 2 groups of 256 columns, 64 blocks;
+ * it reads a and b, writes the gradient, the sum and its cast, writes the
+ * 32 x 300 f32 partials and reads them back, and counts on 2 counters. */
+static void test_a_bias_gradient_and_its_cast_are_one_launch_by_hand(void **state)
+{
+    (void)state;
+    modelled x;
+    model(&x, parse("graph bias_grad {\n"
+                    "  %a = input : f32[2048,300]\n"
+                    "  %b = input : f32[2048,300]\n"
+                    "  %2 = relu_grad(%a, %b) : f32[2048,300]\n"
+                    "  %3 = reduce_sum(%2) {axes=[0]} : f32[300]\n"
+                    "  %4 = cast(%3) : f16[300]\n"
+                    "  output \"dx\" = %2\n"
+                    "  output \"db\" = %4\n"
+                    "}\n"),
+          NULL);
+    assert_int_equal(x.m.n, 1);
+    const cost_launch *l = &x.m.launches[0];
+    assert_int_equal(l->action, COST_KERNEL);
+    assert_int_equal(l->grid, 64);
+    assert_int_equal(l->block, 256);
+    assert_non_null(strstr(l->name, "_chain3_ew_reduce_sum"));
+    assert_int_equal(l->read, 2 * 2048 * 300 * 4 + 32 * 300 * 4);
+    assert_int_equal(l->written, 2048 * 300 * 4 + 300 * 4 + 300 * 2 + 32 * 300 * 4 + 2 * 4);
+    release(&x);
+}
+
 /* max(bytes / (hbm x eff), flops / rate, floor) + node, each end of the range by hand. */
 static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node(void **state)
 {
@@ -1169,6 +1201,7 @@ int main(void)
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
         cmocka_unit_test(test_attention_is_counted_at_seven_products_with_the_kept_logsumexp),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
+        cmocka_unit_test(test_a_bias_gradient_and_its_cast_are_one_launch_by_hand),
         cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),
         cmocka_unit_test(test_a_contiguous_slice_is_a_view_at_its_byte_offset),
         cmocka_unit_test(test_a_concat_of_values_it_alone_reads_gathers_them_in_place),
