@@ -14,6 +14,7 @@
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
 #include "runtime/backend.h"
+#include "runtime/graph/bundle_save.h"
 #include "support.h"
 
 /* Every graph built after this runs its "cuda" device on the emulation. */
@@ -281,6 +282,47 @@ static void test_long_rows_and_a_whole_tensor_sum_in_one_launch(void **state)
     against_cpu(&(reduce_case){263, 1031, -1, ALLOY_BF16, 0, false});
 }
 
+/* A bundle carries the kernels with their block counters: loaded, its
+ * counters zeroed, three runs give the JIT's bits (the fused column sum,
+ * and a contiguous sum over 33 blocks). */
+static void test_a_bundle_runs_the_one_launch_reductions_as_the_jit_does(void **state)
+{
+    (void)state;
+    use_emulation();
+    const reduce_case cases[2] = {{2049, 33, 0, ALLOY_F16, 0, true}, {1, 270001, 1, ALLOY_BF16, 0, false}};
+    for (int i = 0; i < 2; i++) {
+        const reduce_case *c = &cases[i];
+        char path[256], err[1024];
+        snprintf(path, sizeof path, "%s/reduce%d.alloy", test_tmpdir, i);
+        alloy_graph *g = build(c, "cuda");
+        int64_t n = c->rows * c->cols, ny;
+        float *x = malloc(sizeof *x * (size_t)n);
+        assert_non_null(x);
+        for (int64_t j = 0; j < n; j++) x[j] = (float)sin(0.013 * (double)j + 1.0);
+        void *h, *want;
+        run(g, c, x, &h, &want, &ny);
+        bundle_image_builder old = bundle_set_image_builder(emu_bundle_images);
+        alloy_status st = alloy_graph_save_bundle(g, path, "host");
+        bundle_set_image_builder(old);
+        if (st) fail_msg("save_bundle: %s", alloy_last_error(g));
+        alloy_bundle *b;
+        if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("bundle_load: %s", err);
+        for (int r = 0; r < 3; r++) {
+            alloy_host_tensor feed = {"x", ALLOY_F32, 2, {c->rows, c->cols}, x};
+            alloy_host_tensor out = {.name = "y"};
+            if (alloy_bundle_run(b, &feed, 1, &out, 1)) fail_msg("run %d: %s", r + 1, alloy_bundle_last_error(b));
+            int64_t at;
+            if (!test_same_bits(c->dt, want, out.data, ny, &at))
+                fail_msg("case %d run %d: output %lld is %.9g, the JIT's %.9g", i, r + 1, (long long)at,
+                         test_decode(c->dt, out.data, at), test_decode(c->dt, want, at));
+        }
+        alloy_bundle_free(b);
+        free(x), free(h), free(want);
+        alloy_graph_free(g);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +332,8 @@ int main(void)
         cmocka_unit_test(test_a_fused_column_sum_has_the_bits_of_the_sum_alone),
         cmocka_unit_test(test_the_cast_of_a_fused_column_sum_joins_its_kernel),
         cmocka_unit_test(test_long_rows_and_a_whole_tensor_sum_in_one_launch),
+        cmocka_unit_test_setup_teardown(test_a_bundle_runs_the_one_launch_reductions_as_the_jit_does, test_tmpdir_setup,
+                                        test_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
