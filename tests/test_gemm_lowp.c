@@ -330,44 +330,6 @@ static void test_out_of_memory_is_an_error(void **state)
     }
 }
 
-/* avx512_bf16 reads a bf16 A whose rows are k-contiguous (not
- * transposed, k even) where it lies, whole 14-row strips of it, and packs
- * only a last partial strip; a transposed A is packed. The same values
- * through both (A, and its transpose stored as such) give the same bits:
- * the same multiply-adds in the same order. Shapes: a partial last strip
- * and two row blocks (113), k over three k blocks (600), one unit (2),
- * and an odd k (packed either way). */
-static void test_bf16_rows_read_in_place_give_the_bits_of_packed_ones(void **state)
-{
-    (void)state;
-    if (!runs_here(OPT_LOWP_AVX512_BF16, ALLOY_BF16)) skip();
-    static const int64_t shapes[][3] = {{113, 70, 130}, {28, 64, 600}, {14, 32, 2}, {29, 33, 17}};
-    test_rng = 41;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], lda = k + 3;
-        double *v = xalloc(sizeof(double) * (size_t)(m * lda)), *vt = xalloc(sizeof(double) * (size_t)(k * m));
-        double *bv = xalloc(sizeof(double) * (size_t)(k * n));
-        for (int64_t i = 0; i < m * lda; i++) v[i] = i % lda < k ? test_round_to(ALLOY_BF16, test_uniform(-1, 1)) : NAN;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t p = 0; p < k; p++) vt[p * m + i] = v[i * lda + p];
-        for (int64_t i = 0; i < k * n; i++) bv[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
-        uint16_t *a = xalloc(2 * (size_t)(m * lda)), *at = xalloc(2 * (size_t)(k * m)), *b = xalloc(2 * (size_t)(k * n));
-        test_encode(ALLOY_BF16, v, a, m * lda);
-        test_encode(ALLOY_BF16, vt, at, k * m);
-        test_encode(ALLOY_BF16, bv, b, k * n);
-        float *c = xalloc(sizeof(float) * (size_t)(m * n)), *ct = xalloc(sizeof(float) * (size_t)(m * n));
-        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, m, n, k, lda, n, 0, NULL, NULL, NULL, a, b, c};
-        gemm_lowp_args gt = {ALLOY_BF16, ALLOY_F32, true, false, m, n, k, m, n, 0, NULL, NULL, NULL, at, b, ct};
-        assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
-        assert_int_equal(gemm_lowp(&gt, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
-        for (int64_t e = 0; e < m * n; e++)
-            if (memcmp(&c[e], &ct[e], sizeof(float)) != 0 || isnan(c[e]))
-                fail_msg("%lldx%lldx%lld: C[%lld, %lld] = %.9g in place, %.9g packed", (long long)m, (long long)n,
-                         (long long)k, (long long)(e / n), (long long)(e % n), c[e], ct[e]);
-        al_free(v), al_free(vt), al_free(bv), al_free(a), al_free(at), al_free(b), al_free(c), al_free(ct);
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,7 +341,6 @@ int main(void)
         cmocka_unit_test(test_batches_follow_their_strides),
         cmocka_unit_test(test_same_bits_on_any_thread_count),
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
-        cmocka_unit_test(test_bf16_rows_read_in_place_give_the_bits_of_packed_ones),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -46,7 +46,7 @@ HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, fl
         for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL};
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL};
 
 /* ---- choosing ---- */
 
@@ -138,7 +138,6 @@ typedef struct lowp_run {
     int64_t mstrips, nstrips;    /* per copy */
     size_t a_strip, b_strip;     /* bytes of one packed strip */
     int64_t a_groups, b_groups;  /* pack jobs per copy */
-    bool a_direct;               /* whole A strips read in place (tile_rows); only a last partial one packed */
     int64_t mc, nc, mblocks, nblocks;
     char *apack, *bpack;
     int64_t ldt;                 /* row stride of a tile buffer */
@@ -202,7 +201,6 @@ static void pack_job(void *arg, int64_t j, int thread)
     if (!is_a) j -= r->a_copies * r->a_groups;
     int64_t groups = is_a ? r->a_groups : r->b_groups, strips = is_a ? r->mstrips : r->nstrips;
     int64_t copy = j / groups, s0 = j % groups * PACK_STRIPS, s1 = min64(s0 + PACK_STRIPS, strips);
-    if (is_a && r->a_direct) s0 = strips - 1, s1 = strips; /* the partial strip, the one job of its copy */
     bool k_rows = is_a ? !g->ta : g->tb;
     int64_t step = k_rows ? r->kunits : UNITS_AT_ONCE;
     for (int64_t u0 = 0; u0 < r->kunits; u0 += step)
@@ -234,7 +232,6 @@ static void tile_job(void *arg, int64_t t, int thread)
      * buffer, rows a little over nc apart, then copied or rounded once
      * into C */
     bool direct = direct_c(g);
-    const uint16_t *arow = (const uint16_t *)g->a + batch_offset(g, g->stride_a, b); /* A in place (a_direct) */
     int64_t ldc = direct ? g->n : r->ldt;
     float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
@@ -244,14 +241,9 @@ static void tile_job(void *arg, int64_t t, int thread)
         int64_t ku = min64(kcu, r->kunits - pc);
         for (int64_t jr = 0; jr < nc; jr += kn->nr) {
             const char *bs = bp + (size_t)(jr / kn->nr) * r->b_strip + (size_t)pc * b_unit;
-            for (int64_t ir = 0; ir < mc; ir += kn->mr) {
-                if (r->a_direct && i0 + ir + kn->mr <= g->m)
-                    kn->tile_rows(ku, arow + (i0 + ir) * g->lda + 2 * pc, g->lda, bs, c + ir * ldc + jr, ldc,
-                                  (int)min64(kn->nr, nc - jr), pc > 0);
-                else
-                    kn->tile(ku, ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit, bs,
-                             c + ir * ldc + jr, ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), pc > 0);
-            }
+            for (int64_t ir = 0; ir < mc; ir += kn->mr)
+                kn->tile(ku, ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit, bs, c + ir * ldc + jr,
+                         ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), pc > 0);
         }
     }
     if (direct) return;
@@ -329,11 +321,7 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     /* and the slack a kernel's packing may write past a strip */
     r.a_strip = (size_t)(r.kunits * kn->mr * kn->ku * kn->esize) + ALIGN;
     r.b_strip = (size_t)(r.kunits * kn->nr * kn->ku * kn->esize) + ALIGN;
-    /* a k-contiguous bf16 A with k even is read in place by whole strips:
-     * no copy of it (char_gpt's bf16 step spent 4% in packing such rows) */
-    r.a_direct = kn->tile_rows && !g->ta && g->k % 2 == 0;
-    r.a_groups = r.a_direct ? (g->m % kn->mr != 0) : cdiv(r.mstrips, PACK_STRIPS);
-    r.b_groups = cdiv(r.nstrips, PACK_STRIPS);
+    r.a_groups = cdiv(r.mstrips, PACK_STRIPS), r.b_groups = cdiv(r.nstrips, PACK_STRIPS);
     r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
     r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);
     r.mblocks = cdiv(g->m, r.mc), r.nblocks = cdiv(g->n, r.nc);

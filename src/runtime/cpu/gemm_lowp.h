@@ -75,13 +75,6 @@ typedef struct lowp_kernel {
      * bytes past unit u1 - 1 (a strip is followed by that much slack), and
      * runs with u0 ascending for each strip. NULL: none. */
     int64_t (*pack)(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst);
-    /* tile for a whole mr-row strip of op(A) read where it lies, not
-     * packed: row i's unit p is a[i * lda + 2p .. 2p + 1] (A not
-     * transposed, k even: a bf16 pair as the kernel takes it), the same
-     * multiply-adds in the same order as tile on the packed strip. NULL:
-     * A is always packed. */
-    void (*tile_rows)(int64_t kunits, const uint16_t *a, int64_t lda, const void *b, float *c, int64_t ldc,
-                      int nr_valid, bool add);
 } lowp_kernel;
 
 /* The x86 kernels, NULL when the build is not for x86-64 with GCC or clang.

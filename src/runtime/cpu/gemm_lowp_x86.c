@@ -5,7 +5,6 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdatomic.h>
-#include <string.h>
 
 /* No -march anywhere: only these functions use the instructions, and only
  * after gemm_lowp_x86_has has asked the CPU. */
@@ -70,34 +69,6 @@ TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, 
         _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
         FOR_ROWS(BF16_ROW)
-    }
-    __mmask16 m0, m1;
-    col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW)
-}
-
-/* tile_bf16 with row i's pair of unit p read from a[i * lda + 2p]: the
- * same vdpbf16ps sequence on the same words, so the same bits. */
-#define BF16_ROW_AT(i)                                                                             \
-    {                                                                                              \
-        int32_t w;                                                                                 \
-        memcpy(&w, ar + (i) * lda, sizeof w);                                                      \
-        __m512bh ai = (__m512bh)_mm512_set1_epi32(w);                                              \
-        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                             \
-        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                                             \
-    }
-
-TARGET_BF16 static void tile_bf16_rows(int64_t kunits, const uint16_t *a, int64_t lda, const void *b, float *c,
-                                       int64_t ldc, int nr, bool add)
-{
-    const int mr = MR;
-    const char *bp = b;
-    FOR_ROWS(PREFETCH_ROW)
-    FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, bp += NR * 4) {
-        const uint16_t *ar = a + 2 * p;
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
-        FOR_ROWS(BF16_ROW_AT)
     }
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
@@ -316,11 +287,11 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
-static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, tile_bf16_rows};
-static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, NULL};
+static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86};
+static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
-static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL};
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
