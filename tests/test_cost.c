@@ -431,6 +431,8 @@ static void char_gpt_step(bool widen)
     assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
     assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+    /* each softmax's backward recomputes it, as a CUDA compile's does (remat.c; device=auto takes the CPU's choice) */
+    assert_int_equal(alloy_graph_set_option(g, "remat", "always"), ALLOY_OK);
     modelled x;
     if (widen) model_widened(&x, g);
     else model(&x, g, NULL);

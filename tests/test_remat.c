@@ -1,4 +1,4 @@
-/* test_remat.c - the softmax's backward recomputing the softmax from the half-precision scores (passes/remat.c) in a written-out causal attention under mixed precision: no f32 T x T value stored, the CPU's bits unchanged, the emulated device against the CPU. */
+/* test_remat.c - the softmax's backward recomputing the softmax from the half-precision scores (passes/remat.c) in a written-out causal attention under mixed precision: no f32 T x T value stored, the CPU's bits unchanged, the emulated device against the CPU, which softmaxes each device recomputes by default. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,7 +29,8 @@ static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x)
 
 /* Attention as a user writes it: q, k, v = x wq, x wk, x wv split into
  * heads, softmax(causal_mask(q k^T / sqrt(D))) v, the heads joined back;
- * loss = sum(y * r); mixed precision in `amp` (f32: none); remat off: the
+ * loss = sum(y * r); mixed precision in `amp` (f32: none); remat on:
+ * remat=always (the CPU's default recomputes only big softmaxes), off: the
  * pass disabled. */
 static alloy_graph *build(alloy_dtype amp, bool remat, const char *device)
 {
@@ -51,6 +52,7 @@ static alloy_graph *build(alloy_dtype amp, bool remat, const char *device)
     if (amp != ALLOY_F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", remat ? "attention" : "attention,remat"), "disable");
+    if (remat) expect_ok(g, alloy_graph_set_option(g, "remat", "always"), "remat");
     return g;
 }
 
@@ -253,11 +255,57 @@ static void test_the_emulated_device_agrees_with_the_cpu(void **state)
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* A causal attention [1, 1, t, 8] under bf16 AMP, written out, on `device`
+ * with the option remat at `remat` (NULL: its default), compiled: how many
+ * softmaxes it has (2: the backward's recomputed one too). */
+static int softmaxes(int64_t t, const char *device, const char *remat)
+{
+    alloy_graph *g = alloy_graph_new("scores");
+    int64_t dims[4] = {1, 1, t, 8};
+    alloy_tensor *q = alloy_input(g, "q", ALLOY_F32, 4, dims), *k = alloy_input(g, "k", ALLOY_F32, 4, dims),
+                 *v = alloy_input(g, "v", ALLOY_F32, 4, dims);
+    alloy_tensor *p = alloy_softmax(g, alloy_causal_mask(g, alloy_matmul(g, q, k, false, true)), -1);
+    expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_matmul(g, p, v, false, false), 0, NULL, false)),
+              "loss");
+    expect_ok(g, alloy_graph_request_grad(g, q), "grad q");
+    expect_ok(g, alloy_graph_enable_amp(g, ALLOY_BF16), "enable_amp");
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    expect_ok(g, alloy_graph_set_option(g, "disable_passes", "attention"), "disable");
+    if (remat) expect_ok(g, alloy_graph_set_option(g, "remat", remat), "remat");
+    if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+    int n = 0;
+    for (int i = 0; i < g->compiled->nnodes; i++) n += g->compiled->nodes[i]->op == IR_OP_softmax;
+    alloy_graph_free(g);
+    return n;
+}
+
+/* By default a CUDA compile recomputes every softmax it can; the CPU (and
+ * device=auto, which compiles before the device is known) only one whose
+ * f32 output takes at least 64 MiB (t = 4096: 4096 * 4096 * 4 bytes, one
+ * short of it at 4095); remat=always recomputes the small one on the CPU
+ * too, and a misspelt value names the valid ones. */
+static void test_the_cpu_recomputes_only_big_softmaxes_by_default(void **state)
+{
+    (void)state;
+    assert_int_equal(softmaxes(16, "cuda", NULL), 2);
+    assert_int_equal(softmaxes(16, "cpu", NULL), 1);
+    assert_int_equal(softmaxes(16, "auto", NULL), 1);
+    assert_int_equal(softmaxes(4095, "cpu", NULL), 1);
+    assert_int_equal(softmaxes(4096, "cpu", NULL), 2);
+    assert_int_equal(softmaxes(16, "cpu", "always"), 2);
+    assert_int_equal(softmaxes(16, "cuda", "auto"), 2);
+    alloy_graph *g = alloy_graph_new("bogus");
+    assert_int_equal(alloy_graph_set_option(g, "remat", "never"), ALLOY_ERR_INVALID);
+    assert_non_null(strstr(alloy_last_error(g), "auto or always"));
+    alloy_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_cpu_gives_the_same_bits_and_stores_no_f32_scores),
         cmocka_unit_test(test_an_f32_step_keeps_its_stored_softmax),
+        cmocka_unit_test(test_the_cpu_recomputes_only_big_softmaxes_by_default),
         cmocka_unit_test_setup_teardown(test_compiling_fails_cleanly_at_every_allocation, test_checked_alloc,
                                         test_plain_alloc),
         cmocka_unit_test(test_the_modelled_step_moves_six_bytes_fewer_per_score),

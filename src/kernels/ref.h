@@ -100,6 +100,10 @@ enum {
 AL_HIDDEN bool ref_reduce_f32(const ir_node *n, const ir_type *t, const float *src, float *dst);
 AL_HIDDEN bool ref_reduce_f64(const ir_node *n, const ir_type *t, const double *src, double *dst);
 AL_HIDDEN bool ref_reduce_i64(const ir_node *n, const ir_type *t, const int64_t *src, int64_t *dst);
+/* ref_reduce_f32 of the f16 or bf16 (t->dtype) values at src, converted
+ * to f32 a few thousand at a time as the reduction reaches them: the same
+ * bits as ref_reduce_f32 over their widened copy, without that copy. */
+AL_HIDDEN bool ref_reduce_half(const ir_node *n, const ir_type *t, const uint16_t *src, float *dst);
 
 /* out[0..ncols) = the column sums of rows [0, nrows) of the f32 matrix at
  * src (row stride ncols), in the order of the unfused reduce_sum over the

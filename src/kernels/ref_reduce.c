@@ -1,19 +1,23 @@
-/* ref_reduce.c - reduce_sum, reduce_mean and reduce_max over any set of axes, accumulating wide and pairwise; cumsum. */
+/* ref_reduce.c - reduce_sum, reduce_mean and reduce_max over any set of axes, accumulating wide and pairwise (f16/bf16 converted a run at a time); cumsum. */
 #include <math.h>
 #include <string.h>
 
+#include "base/convert.h"
 #include "kernels/ref.h"
 
 /* LEAF: sums of at most this many terms are added in order; longer ones are
  * split in halves, so rounding error grows with log(n), not n. COLS: output
  * columns reduced together when the reduced axes are not the innermost. */
 enum { LEAF = REF_SUM_LEAF, COLS = REF_SUM_COLS, MAX_DEPTH = REF_SUM_MAX_DEPTH };
+/* CHUNK: f16/bf16 elements converted to f32 at a time (at least COLS). */
+enum { CHUNK = 4096 };
 
 /* The reduction with size-1 dims dropped and contiguous neighbours merged:
  * the kept dims (walked in output order) and the reduced dims, each with its
  * stride in the input, in elements. */
 typedef struct reduce_plan {
     int op;
+    alloy_dtype dtype; /* the input's (f16 or bf16 for the half reducer) */
     int nkept, nred;
     int64_t kept[ALLOY_MAX_RANK], kept_stride[ALLOY_MAX_RANK];
     int64_t red[ALLOY_MAX_RANK], red_stride[ALLOY_MAX_RANK];
@@ -56,6 +60,7 @@ static void make_plan(const ir_node *n, const ir_type *t, reduce_plan *p)
         step *= (uint64_t)t->dims[d];
     }
     p->op = n->op;
+    p->dtype = t->dtype;
     p->nkept = p->nred = 0;
     for (int d = 0; d < t->rank; d++) {
         if (reduced[d]) {
@@ -95,10 +100,18 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
     }
 }
 
-/* The typed reducers: T is the compute type, A the accumulator (unsigned for
- * integers, so overflow wraps instead of being undefined), IS_NAN tests T,
- * EMPTY_MEAN is the mean of no elements. */
-#define DEFINE_REDUCER(S, T, A, IS_NAN, EMPTY_MEAN)                                          \
+/* The typed reducers: E is the stored element, T the compute type, A the
+ * accumulator (unsigned for integers, so overflow wraps instead of being
+ * undefined), IS_NAN tests T, EMPTY_MEAN is the mean of no elements. WIDE
+ * is 1 when E is narrower than T (f16, bf16): then elements are converted
+ * as they are reached, at most CHUNK at a time (a subtree of a pairwise
+ * sum, a stretch of a maximum, one row of up to COLS columns), into a
+ * buffer of T, never the whole input at once. LOAD(p, d, s, n) converts n
+ * elements from s to d; VIEW(p, buf, s, n) is s read as T (s itself, or
+ * its n elements converted into buf). The additions are the same, in the
+ * same order, as over a widened copy: a pairwise sum splits at n / 2
+ * whether it converts or not. */
+#define DEFINE_REDUCER(S, E, T, A, IS_NAN, EMPTY_MEAN, WIDE, LOAD, VIEW)                   \
     static A sum_##S(const T *v, int64_t n)                                                \
     {                                                                                      \
         if (n > LEAF) return sum_##S(v, n / 2) + sum_##S(v + n / 2, n - n / 2);            \
@@ -106,110 +119,139 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
         for (int64_t i = 0; i < n; i++) s += (A)v[i];                                      \
         return s;                                                                          \
     }                                                                                      \
-    static T finish_##S(int op, const T *v, int64_t n)                                     \
+    /* sum_ over stored elements: subtrees of up to CHUNK terms read as T */              \
+    static A sum_stored_##S(const reduce_plan *p, const E *v, int64_t n, T *buf)           \
     {                                                                                      \
-        if (op == IR_OP_reduce_sum) return (T)sum_##S(v, n);                               \
-        if (op == IR_OP_reduce_mean) return (T)sum_##S(v, n) / (T)n;                       \
-        T m = v[0];                                                                        \
-        for (int64_t i = 1; i < n && !IS_NAN(m); i++)                                      \
-            if (v[i] > m || IS_NAN(v[i])) m = v[i];                                        \
+        if (n > CHUNK)                                                                     \
+            return sum_stored_##S(p, v, n / 2, buf) + sum_stored_##S(p, v + n / 2, n - n / 2, buf); \
+        return sum_##S(VIEW(p, buf, v, n), n);                                             \
+    }                                                                                      \
+    static T finish_##S(const reduce_plan *p, const E *v, int64_t n, T *buf)               \
+    {                                                                                      \
+        if (p->op == IR_OP_reduce_sum) return (T)sum_stored_##S(p, v, n, buf);             \
+        if (p->op == IR_OP_reduce_mean) return (T)sum_stored_##S(p, v, n, buf) / (T)n;     \
+        const T *c = VIEW(p, buf, v, n < CHUNK ? n : CHUNK);                               \
+        T m = c[0];                                                                        \
+        for (int64_t i0 = 0; i0 < n && !IS_NAN(m); i0 += CHUNK) {                          \
+            int64_t k = n - i0 < CHUNK ? n - i0 : CHUNK;                                   \
+            if (i0) c = VIEW(p, buf, v + i0, k);                                           \
+            for (int64_t i = i0 ? 0 : 1; i < k && !IS_NAN(m); i++)                         \
+                if (c[i] > m || IS_NAN(c[i])) m = c[i];                                    \
+        }                                                                                  \
         return m;                                                                          \
     }                                                                                      \
     /* reduced dims innermost: each output's elements are runs of contiguous ones */       \
-    static void reduce_rows_##S(const reduce_plan *p, const T *src, T *dst, T *gathered)   \
+    static void reduce_rows_##S(const reduce_plan *p, const E *src, T *dst, E *gathered, T *buf) \
     {                                                                                      \
         int64_t kidx[ALLOY_MAX_RANK] = {0}, base = 0, run = p->red[p->nred - 1];           \
         for (int64_t o = 0; o < p->nout; o++) {                                            \
-            const T *v = src + base;                                                       \
+            const E *v = src + base;                                                       \
             if (p->nred > 1) {                                                             \
                 int64_t ridx[ALLOY_MAX_RANK] = {0}, off = 0;                               \
                 for (int64_t r = 0; r < p->count; r += run) {                              \
-                    memcpy(gathered + r, src + base + off, sizeof(T) * (size_t)run);       \
+                    memcpy(gathered + r, src + base + off, sizeof(E) * (size_t)run);       \
                     advance(p->nred - 1, p->red, p->red_stride, ridx, &off);               \
                 }                                                                          \
                 v = gathered;                                                              \
             }                                                                              \
-            dst[o] = finish_##S(p->op, v, p->count);                                       \
+            dst[o] = finish_##S(p, v, p->count, buf);                                      \
             advance(p->nkept, p->kept, p->kept_stride, kidx, &base);                       \
         }                                                                                  \
     }                                                                                      \
     /* out[0..w) = pairwise column sums of reduced rows [lo, hi) of the w columns at      \
-     * src; stack holds one w-vector per recursion level */                               \
-    static void column_sums_##S(const reduce_plan *p, const T *src, int64_t lo, int64_t hi, \
-                                int64_t w, A *out, A *stack)                               \
+     * src; stack holds one w-vector per recursion level, buf one row read as T */        \
+    static void column_sums_##S(const reduce_plan *p, const E *src, int64_t lo, int64_t hi, \
+                                int64_t w, A *out, A *stack, T *buf)                       \
     {                                                                                      \
         if (hi - lo > LEAF) {                                                              \
             int64_t mid = lo + (hi - lo) / 2;                                              \
-            column_sums_##S(p, src, lo, mid, w, out, stack + COLS);                        \
-            column_sums_##S(p, src, mid, hi, w, stack, stack + COLS);                      \
+            column_sums_##S(p, src, lo, mid, w, out, stack + COLS, buf);                   \
+            column_sums_##S(p, src, mid, hi, w, stack, stack + COLS, buf);                 \
             for (int64_t j = 0; j < w; j++) out[j] += stack[j];                            \
             return;                                                                        \
         }                                                                                  \
         for (int64_t j = 0; j < w; j++) out[j] = 0;                                        \
         for (int64_t r = lo; r < hi; r++) {                                                \
-            const T *row = src + red_offset(p, r);                                         \
+            const T *row = VIEW(p, buf, src + red_offset(p, r), w);                        \
             for (int64_t j = 0; j < w; j++) out[j] += (A)row[j];                           \
         }                                                                                  \
     }                                                                                      \
     /* innermost dim kept: reduce blocks of up to COLS neighbouring outputs at once */     \
-    static void reduce_columns_##S(const reduce_plan *p, const T *src, T *dst, A *acc)     \
+    static void reduce_columns_##S(const reduce_plan *p, const E *src, T *dst, A *acc, T *buf) \
     {                                                                                      \
         int64_t width = p->kept[p->nkept - 1], outer = p->nout / width;                    \
         int64_t kidx[ALLOY_MAX_RANK] = {0}, base = 0;                                      \
         for (int64_t o = 0; o < outer; o++, dst += width) {                                \
             for (int64_t j0 = 0; j0 < width; j0 += COLS) {                                 \
                 int64_t w = width - j0 < COLS ? width - j0 : COLS;                         \
-                const T *col = src + base + j0;                                            \
+                const E *col = src + base + j0;                                            \
                 if (p->op == IR_OP_reduce_max) {                                           \
                     T *m = dst + j0;                                                       \
-                    memcpy(m, col, sizeof(T) * (size_t)w);                                 \
+                    LOAD(p, m, col, w);                                                    \
                     for (int64_t r = 1; r < p->count; r++) {                               \
-                        const T *row = col + red_offset(p, r);                             \
+                        const T *row = VIEW(p, buf, col + red_offset(p, r), w);            \
                         for (int64_t j = 0; j < w; j++)                                    \
                             if (!IS_NAN(m[j]) && (row[j] > m[j] || IS_NAN(row[j]))) m[j] = row[j]; \
                     }                                                                      \
                     continue;                                                              \
                 }                                                                          \
-                column_sums_##S(p, col, 0, p->count, w, acc, acc + COLS);                  \
+                column_sums_##S(p, col, 0, p->count, w, acc, acc + COLS, buf);             \
                 for (int64_t j = 0; j < w; j++)                                            \
                     dst[j0 + j] = p->op == IR_OP_reduce_sum ? (T)acc[j] : (T)acc[j] / (T)p->count; \
             }                                                                              \
             advance(p->nkept - 1, p->kept, p->kept_stride, kidx, &base);                   \
         }                                                                                  \
     }                                                                                      \
-    static bool run_##S(const reduce_plan *p, const T *src, T *dst)                        \
+    static bool run_##S(const reduce_plan *p, const E *src, T *dst)                        \
     {                                                                                      \
         if (p->count == 0) {                                                               \
             for (int64_t o = 0; o < p->nout; o++)                                          \
                 dst[o] = p->op == IR_OP_reduce_mean ? EMPTY_MEAN : (T)0;                   \
-        } else if (p->nred == 0) {                                                         \
-            memcpy(dst, src, sizeof(T) * (size_t)p->nout);                                 \
-        } else if (p->red_stride[p->nred - 1] == 1) {                                      \
-            T *gathered = NULL;                                                            \
-            if (p->nred > 1 && !(gathered = al_malloc(sizeof(T) * (size_t)p->count)))      \
-                return false;                                                              \
-            reduce_rows_##S(p, src, dst, gathered);                                        \
+            return true;                                                                   \
+        }                                                                                  \
+        if (p->nred == 0) {                                                                \
+            LOAD(p, dst, src, p->nout);                                                    \
+            return true;                                                                   \
+        }                                                                                  \
+        T *buf = WIDE ? al_malloc(sizeof(T) * CHUNK) : NULL;                               \
+        if (WIDE && !buf) return false;                                                    \
+        bool ok = true;                                                                    \
+        if (p->red_stride[p->nred - 1] == 1) {                                             \
+            E *gathered = NULL;                                                            \
+            if (p->nred > 1 && !(gathered = al_malloc(sizeof(E) * (size_t)p->count)))      \
+                ok = false;                                                                \
+            else                                                                           \
+                reduce_rows_##S(p, src, dst, gathered, buf);                               \
             al_free(gathered);                                                             \
         } else {                                                                           \
             A *acc = al_malloc(sizeof(A) * COLS * (MAX_DEPTH + 1));                        \
-            if (!acc) return false;                                                        \
-            reduce_columns_##S(p, src, dst, acc);                                          \
+            if (acc)                                                                       \
+                reduce_columns_##S(p, src, dst, acc, buf);                                 \
+            ok = acc != NULL;                                                              \
             al_free(acc);                                                                  \
         }                                                                                  \
-        return true;                                                                       \
+        al_free(buf);                                                                      \
+        return ok;                                                                         \
     }
 
 #define FLOAT_IS_NAN(v) isnan(v)
 #define INT_IS_NAN(v) false
-DEFINE_REDUCER(f32, float, float, FLOAT_IS_NAN, NAN)
-DEFINE_REDUCER(f64, double, double, FLOAT_IS_NAN, NAN)
-DEFINE_REDUCER(i64, int64_t, uint64_t, INT_IS_NAN, 0)
+/* same type: runs copied, read in place */
+#define COPY_LOAD(p, d, s, n) memcpy((d), (s), sizeof *(d) * (size_t)(n))
+#define COPY_VIEW(p, buf, s, n) ((void)(buf), (s))
+/* f16, bf16 (p->dtype) to f32: convert.c's bulk conversion, n at a time */
+#define HALF_LOAD(p, d, s, n) cvt_load_f32((p)->dtype, (s), (d), (size_t)(n))
+#define HALF_VIEW(p, buf, s, n) (HALF_LOAD(p, buf, s, n), (const float *)(buf))
+DEFINE_REDUCER(f32, float, float, float, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW)
+DEFINE_REDUCER(f64, double, double, double, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW)
+DEFINE_REDUCER(i64, int64_t, int64_t, uint64_t, INT_IS_NAN, 0, 0, COPY_LOAD, COPY_VIEW)
+DEFINE_REDUCER(half, uint16_t, float, float, FLOAT_IS_NAN, NAN, 1, HALF_LOAD, HALF_VIEW)
 
 void ref_column_sums_f32(const float *src, int64_t nrows, int64_t ncols, float *out, float *stack)
 {
     reduce_plan p = {.op = IR_OP_reduce_sum, .nred = 1, .red = {nrows}, .red_stride = {ncols}, .count = nrows};
     for (int64_t j0 = 0; j0 < ncols; j0 += COLS)
-        column_sums_f32(&p, src + j0, 0, nrows, ncols - j0 < COLS ? ncols - j0 : COLS, out + j0, stack);
+        column_sums_f32(&p, src + j0, 0, nrows, ncols - j0 < COLS ? ncols - j0 : COLS, out + j0, stack, NULL);
 }
 
 /* The typed entry points: the contract is in ref.h. */
@@ -225,6 +267,13 @@ bool ref_reduce_f64(const ir_node *n, const ir_type *t, const double *src, doubl
     reduce_plan p;
     make_plan(n, t, &p);
     return p.nout == 0 || run_f64(&p, src, dst);
+}
+
+bool ref_reduce_half(const ir_node *n, const ir_type *t, const uint16_t *src, float *dst)
+{
+    reduce_plan p;
+    make_plan(n, t, &p);
+    return p.nout == 0 || run_half(&p, src, dst);
 }
 
 bool ref_reduce_i64(const ir_node *n, const ir_type *t, const int64_t *src, int64_t *dst)

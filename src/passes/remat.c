@@ -16,6 +16,17 @@
  * recomputes y with the same ops, and the forward stores no y. No value
  * changes: the clones are the same ops on the same operands.
  *
+ * Where it applies (the option `remat`): every match by default for a
+ * CUDA compile (device=cuda), and elsewhere only one whose f32 softmax
+ * takes at least REMAT_CPU_MIN_BYTES. On the CPU the stored softmax costs
+ * little (it is read back from the cache or memory at a few GB/s, inside a
+ * step of GEMMs) while the recompute is a second exp per score in the
+ * backward's row kernel: char_gpt's bf16 step took longer with it
+ * (bench/RESULTS.md), so there it is for memory, at the attention pass's
+ * threshold. device=auto counts as the CPU, as for the attention pass: the
+ * device is known only once the backend opens, after compiling.
+ * `remat=always` recomputes every match; disable_passes=remat none.
+ *
  * After this pass every softmax_grad that matches reads a softmax that has
  * no other reader and directly precedes it; the rest of the graph is as
  * before. Runs after dce (which keeps the clones, they are read) and
@@ -24,6 +35,16 @@
 #include "passes/pass.h"
 
 enum { REMAT_CHAIN_MAX = 8 };
+/* On the CPU, the smallest f32 softmax (bytes) worth recomputing: the
+ * attention pass's ATTN_CPU_MIN_BYTES (fuse_attention.c). */
+#define REMAT_CPU_MIN_BYTES (64.0 * 1024 * 1024)
+
+/* Whether a match whose softmax is y is recomputed (see the top). */
+static bool want_remat(const ir_node *y, const al_options *cfg)
+{
+    if (cfg->remat_always || cfg->device == OPT_DEVICE_CUDA) return true;
+    return (double)ir_numel(&y->type) * 4.0 >= REMAT_CPU_MIN_BYTES;
+}
 
 /* Whether operand j of n is on the chain: n is a cast, a causal mask or
  * an elementwise op whose other operands are scalar constants, of shape
@@ -106,7 +127,7 @@ static bool read_by_casts(const ir_graph *g, int v, int except)
 
 alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
 {
-    (void)opts;
+    const al_options *cfg = pass_cfg(opts);
     ir_graph *g = *gp;
     int n0 = g->nnodes, found = 0;
     /* before[i]: the first clone placed right before node i, or -1; clones of one site are consecutive ids */
@@ -121,7 +142,7 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         if (sg->op != IR_OP_softmax_grad || sg->nin != 2) continue;
         const ir_node *y = g->nodes[sg->in[0]];
         int chain[REMAT_CHAIN_MAX], via[REMAT_CHAIN_MAX], len = 0, root = -1;
-        if (y->op != IR_OP_softmax || kept(g, y->id) || !read_by_casts(g, y->id, i) ||
+        if (y->op != IR_OP_softmax || !want_remat(y, cfg) || kept(g, y->id) || !read_by_casts(g, y->id, i) ||
             !remat_chain(g, y, chain, via, &len, &root))
             continue;
         int prev = root, first = g->nnodes;

@@ -31,6 +31,7 @@ const opt_key opt_keys[] = {
     {"nccl", "ALLOY_NCCL", "the path of an NCCL library (libnccl.so.2)"},
     {"time_passes", "ALLOY_TIME_PASSES", "0 or 1"},
     {"attention", "ALLOY_ATTENTION", "auto or always"},
+    {"remat", "ALLOY_REMAT", "auto or always"},
     {"profile", "ALLOY_PROFILE", "0, or N: after every N-th run a table of each launch's time (1: every run)"},
     {NULL, NULL, NULL},
 };
@@ -265,6 +266,12 @@ alloy_status opt_set(al_options *o, const char *name, const char *value, char *e
         al_fmt(err, errlen, "attention=%s: unknown value (auto or always; disable_passes=attention rewrites none)", value);
         return ALLOY_ERR_INVALID;
     }
+    if (strcmp(name, "remat") == 0) {
+        if (reset || strcmp(value, "auto") == 0) return o->remat_always = false, ALLOY_OK;
+        if (strcmp(value, "always") == 0) return o->remat_always = true, ALLOY_OK;
+        al_fmt(err, errlen, "remat=%s: unknown value (auto or always; disable_passes=remat recomputes none)", value);
+        return ALLOY_ERR_INVALID;
+    }
     if (strcmp(name, "device") == 0) {
         for (int i = 0; i < 3; i++)
             if (strcmp(value, device_names[i]) == 0) return o->device = (opt_device)i, ALLOY_OK;
@@ -321,6 +328,7 @@ void opt_print(const al_options *o, FILE *out)
     if (o->cuda_device >= 0) fprintf(out, " cuda_device=%d", o->cuda_device);
     if (o->time_passes) fputs(" time_passes=1", out);
     if (o->attention_always) fputs(" attention=always", out);
+    if (o->remat_always) fputs(" remat=always", out);
     if (o->profile) fprintf(out, " profile=%d", o->profile);
     if (o->cache_dir[0]) fprintf(out, " cache_dir=%s", o->cache_dir);
     if (o->dump_dir[0]) fprintf(out, " dump_dir=%s", o->dump_dir);
@@ -348,6 +356,7 @@ uint64_t opt_hash(const al_options *o)
     /* mixed only when set, so every hash from before the option stays the same */
     if (o->lowp_gemm != OPT_LOWP_AUTO) h = mix(h, &(uint8_t){(uint8_t)o->lowp_gemm}, 1);
     if (o->attention_always) h = mix(h, "attention", 9);
+    if (o->remat_always) h = mix(h, "remat", 5);
     if (o->cuda_gemm_f32) h = mix(h, "cuda_gemm_f32", 13); /* which gemm steps have a kernel */
     if (o->amp_ranges[0]) { /* the file's path and margin; its contents are the caller's to add */
         h = mix(h, o->amp_ranges, strlen(o->amp_ranges));

@@ -48,12 +48,10 @@ alloy_status cpu_reduce(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
         if (ok) cvt_store_f64(dt, dst, out->data, nout);
         break;
     case ALLOY_F16:
-    case ALLOY_BF16:
-        src = al_malloc(sizeof(float) * (numel ? numel : 1));
+    case ALLOY_BF16: /* read a few thousand at a time, widened as reached: no f32 copy of the input */
         dst = al_malloc(sizeof(float) * nout);
-        if (!src || !dst) break;
-        cvt_load_f32(dt, in[0].data, src, numel);
-        ok = ref_reduce_f32(n, t, src, dst);
+        if (!dst) break;
+        ok = ref_reduce_half(n, t, in[0].data, dst);
         if (ok) cvt_store_f32(dt, dst, out->data, nout);
         break;
     default: {
