@@ -33,7 +33,6 @@
  * as before. Runs after dce (which keeps the clones, they are read) and
  * before fuse; simplify, which would merge the clones back, runs earlier.
  */
-#include "ir/groups.h"
 #include "passes/pass.h"
 
 enum { REMAT_CHAIN_MAX = 8 };
@@ -127,18 +126,6 @@ static bool unscale_of(const ir_graph *g, const ir_node *x)
            a->type.rank == x->type.rank;
 }
 
-/* Whether a is a cast from a narrower float that its own step stores
- * rounded whatever reads it (an f16 bias-gradient sum widened to f32 for its
- * unscale): no GEMM head, whose epilogue casts the unrounded product, nor
- * anything fuse may keep unrounded inside a group. */
-static bool widened(const ir_graph *g, const ir_node *a)
-{
-    if (a->op != IR_OP_cast || a->nin != 1) return false;
-    const ir_node *h = g->nodes[a->in[0]];
-    if (ir_gemm_head(h) || ir_fuse_elementwise(g, h) || ir_fuse_row_op(g, h) || ir_fuse_colsum(g, h)) return false;
-    return ir_is_float(h->type.dtype) && alloy_dtype_size(h->type.dtype) < alloy_dtype_size(a->type.dtype);
-}
-
 static bool checks(const ir_node *n) { return n->op == IR_OP_found_inf || n->op == IR_OP_sum_squares; }
 
 /* The unscale rule (see the top): clones each unscale that found_inf and
@@ -172,17 +159,8 @@ static int remat_unscales(ir_graph *g, int n0, int *before, int *count)
         for (int j = 0; j < g->nodes[i]->nin && !g->status; j++) {
             int x = g->nodes[i]->in[j];
             if (x >= n0 || first[x] != i || clone[x] >= 0) continue;
-            const ir_node *src = g->nodes[x], *a = g->nodes[src->in[0]];
+            const ir_node *src = g->nodes[x];
             int ins[2] = {src->in[0], src->in[1]}; /* unscale_of: two operands */
-            if (widened(g, a)) { /* g = cast(h) from a narrower h: the clone reads h, not g stored for it */
-                ir_node *c = ir_add_node(g, a->op, 1, a->in, a->nattrs, a->attrs, &a->type, NULL);
-                if (!c) break;
-                c->amp = a->amp, c->flags = a->flags, c->origin = a->origin;
-                ins[0] = c->id;
-                if (before[i] < 0) before[i] = c->id;
-                count[i]++;
-                src = g->nodes[x];
-            }
             ir_node *m = ir_add_node(g, src->op, src->nin, ins, src->nattrs, src->attrs, &src->type, NULL);
             if (!m) break;
             m->amp = src->amp, m->flags = src->flags, m->origin = src->origin;
