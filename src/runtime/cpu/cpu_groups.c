@@ -398,7 +398,8 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
  * NULL). A norm operand the part computes but does not store (the unscale
  * whose only other reader, the update, recomputes it: remat.c) is written
  * to a buffer of its own while the part runs, its squares summed into
- * sums[j] (done[j] set) and the buffer freed: the sum the lone
+ * sums[j] (done[j] set; squared in that buffer) and the buffer freed:
+ * one allocation per operand, as the lone op makes, and the sum the lone
  * sum_squares would take of it stored, bit for bit, with no slot. */
 static void run_multi_part(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_part *part,
                            const ir_node *norm, float *sums, uint8_t *done, rt_tensor *values, cpu_workers *w,
@@ -423,11 +424,12 @@ static void run_multi_part(cpu_exec *x, const ir_graph *g, const schedule *s, co
     }
     if (!x->status) cpu_run_group_ex(x, g, &s->members[part->first], part->n, values, w, NULL, nonfinite);
     for (int k = 0; k < nown; k++) {
-        int id = own[k];
+        int id = own[k], uses = 0;
+        for (int j = 0; j < norm->nin; j++) uses += norm->in[j] == id;
         for (int j = 0; j < norm->nin && !x->status; j++) {
             if (norm->in[j] != id) continue;
-            alloy_status st = ALLOY_OK;
-            sums[j] = cpu_square_sum_in_f32(x, norm, &values[id], &st);
+            alloy_status st = ALLOY_OK; /* squared in place when this is its one use: no second buffer */
+            sums[j] = cpu_square_sum_in_f32(x, norm, &values[id], uses == 1, &st);
             done[j] = !st;
         }
         al_free(values[id].data);
@@ -445,7 +447,7 @@ static void run_multi_norm(cpu_exec *x, const ir_node *norm, const float *sums, 
     double total = 0;
     for (int j = 0; j < norm->nin && !x->status; j++) {
         alloy_status st = ALLOY_OK;
-        float sum = done[j] ? sums[j] : cpu_square_sum_in_f32(x, norm, &values[norm->in[j]], &st);
+        float sum = done[j] ? sums[j] : cpu_square_sum_in_f32(x, norm, &values[norm->in[j]], false, &st);
         total = j ? total + (double)sum : (double)sum;
     }
     if (!x->status && values[norm->id].data) *(double *)values[norm->id].data = total;

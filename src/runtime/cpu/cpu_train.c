@@ -41,11 +41,11 @@ alloy_status cpu_found_inf(cpu_exec *x, const ir_node *n, rt_tensor *out, const 
     return ALLOY_OK;
 }
 
-float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_tensor *t, alloy_status *st)
+float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_tensor *t, bool own, alloy_status *st)
 {
     ir_node probe = {.op = IR_OP_reduce_sum, .type = {.dtype = ALLOY_F32}};
     int64_t count = ir_numel(&t->type);
-    float *sq = al_malloc(sizeof(float) * (size_t)(count ? count : 1)), sum = 0;
+    float *sq = own ? t->data : al_malloc(sizeof(float) * (size_t)(count ? count : 1)), sum = 0;
     if (!sq) {
         *st = cpu_out_of_memory(x, n);
         return 0;
@@ -54,7 +54,7 @@ float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_tensor *t, a
     for (int64_t k = 0; k < count; k++) sq[k] = p[k] * p[k];
     rt_tensor squares = {t->type, sq}, result = {probe.type, &sum};
     *st = cpu_reduce(x, &probe, &result, &squares);
-    al_free(sq);
+    if (!own) al_free(sq);
     return sum;
 }
 
@@ -68,7 +68,7 @@ alloy_status cpu_sum_squares(cpu_exec *x, const ir_node *n, rt_tensor *out, cons
     double total = 0;
     for (int i = 0; i < n->nin; i++) {
         alloy_status st = ALLOY_OK;
-        float sum = cpu_square_sum_in_f32(x, n, &in[i], &st);
+        float sum = cpu_square_sum_in_f32(x, n, &in[i], false, &st);
         if (st) return st;
         total = i ? total + (double)sum : (double)sum;
     }
