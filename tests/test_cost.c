@@ -531,10 +531,14 @@ static void char_gpt_step(bool widen)
      * first bias, [2048, 512] f16 through the GELU's gradient) are summed
      * by that step's kernel, which does not read the operand back (2
      * launches and 4194304 bytes fewer: they were 140 and 120 launches,
-     * 264150492 and 233663964 bytes) */
+     * 264150492 and 233663964 bytes), and the unscale + found_inf launch
+     * writes no unscaled gradient: AdamW's launch unscales as it reads the
+     * scaled ones (passes/remat.c; 1690620 bytes fewer, nearly 4 bytes for
+     * each of the 424448 parameters; the f16 bias sums' f32 casts are still
+     * written) */
     assert_int_equal(views, 18);
     assert_int_equal(x.m.n, widen ? 118 : 138);
-    assert_int_equal(got, widen ? 229469660 : 259956188);
+    assert_int_equal(got, widen ? 227779040 : 258265568);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);

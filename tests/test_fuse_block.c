@@ -42,7 +42,7 @@
  * the whole pipeline (amp, autodiff, grad_scaler, optimizer, simplify, dce,
  * fuse), read off its printed group table: 34 groups, listed by kind, dtype
  * and op sequence in block_groups below (9 row, 14 gemm, 3 multi, 8 ew). */
-enum { BLOCK_GROUPS = 34, ADAMW_MEMBERS = 17, PARAMS = 17 };
+enum { BLOCK_GROUPS = 34, ADAMW_MEMBERS = 18, PARAMS = 17 };
 
 /* ---- the transformer block ---- */
 
@@ -134,13 +134,16 @@ static const expected_group block_groups[] = {
     {"1 - lr*wd (lr is the state optim.lr, read at run time)", "ew f64: mul sub", 1},
     {"lr / (1 - b1^t)", "ew f64: pow sub div", 1},
     {"sqrt(1 - b2^t)", "ew f64: pow sub sqrt", 1},
-    /* the AdamW update of all 17 parameters, 17 members each */
+    /* the AdamW update of all 17 parameters, 18 members each */
     {"AdamW over all parameters", NULL, 1},
 };
 
 /* The AdamW update of one parameter p (a segment of the one multi group):
  *   mul            p * (1 - lr*wd)
- *   mul mul add    m' = m*b1 + g*(1-b1)
+ *   mul            m*b1
+ *   mul            g = the scaled gradient * (1/scale): the unscale again,
+ *                  as it reads (remat.c), not read back stored
+ *   mul add        m' = m*b1 + g*(1-b1)
  *   where          where(apply, m', m)            -> update "<p>.m"
  *   mul square mul add  v' = v*b2 + g^2*(1-b2) (g^2 its own: the norm's
  *                  sum_squares squares inside the op)
@@ -148,8 +151,8 @@ static const expected_group block_groups[] = {
  *   sqrt div add   sqrt(v') / sqrt(1-b2^t) + eps
  *   div mul sub    p*(1-lr*wd) - lr/(1-b1^t) * m' / that
  *   where          where(apply, p', p)            -> update "<p>" */
-static const char *const adamw_ops[] = {"mul",  "mul",  "mul", "add", "where", "mul", "square", "mul", "add",
-                                        "where", "sqrt", "div", "add", "div",   "mul", "sub",    "where", NULL};
+static const char *const adamw_ops[] = {"mul", "mul",   "mul",  "mul", "add", "where", "mul", "square", "mul", "add",
+                                        "where", "sqrt", "div", "add", "div", "mul",   "sub", "where",  NULL};
 
 static const char *const block_params[PARAMS] = {"tok_emb", "pos_emb", "ln1.g", "ln1.b", "attn.wq", "attn.wk",
                                                  "attn.wv", "attn.wo", "ln2.g", "ln2.b", "mlp.b1", "mlp.b2",
@@ -229,7 +232,7 @@ static void expect_block_grouping(const ir_graph *c)
         printf("group %d: %.160s%s\n", k, sig, strlen(sig) > 160 ? " ..." : "");
         int e = 0;
         while (e < NEXPECTED && !(block_groups[e].signature && strcmp(block_groups[e].signature, sig) == 0)) e++;
-        if (e == NEXPECTED && strncmp(sig, "multi f32: mul mul mul add where", 32) == 0 && adamw < 0) {
+        if (e == NEXPECTED && strncmp(sig, "multi f32: mul mul mul mul add where", 36) == 0 && adamw < 0) {
             adamw = k;
             e = NEXPECTED - 1;
         }
@@ -265,6 +268,17 @@ static void expect_block_grouping(const ir_graph *c)
         assert_int_equal(unscale->op, IR_OP_mul);
         assert_true(unscale->group >= 0);
         assert_int_equal(c->nodes[group_last(c, unscale->group)]->op, IR_OP_found_inf);
+        /* and the update reads none of it: its own mul of the same operands */
+        int again = -1;
+        for (int k = 0; k < c->nnodes; k++) {
+            const ir_node *n = c->nodes[k];
+            for (int j = 0; j < n->nin; j++)
+                if (n->in[j] == unscale->id && n->op != IR_OP_found_inf && n->op != IR_OP_sum_squares)
+                    fail_msg("'%s': %%%d reads the unscaled gradient %%%d", gr, k, unscale->id);
+            if (n->op == IR_OP_mul && n->group == adamw && n->in[0] == unscale->in[0] && n->in[1] == unscale->in[1])
+                again = k;
+        }
+        if (again < 0) fail_msg("'%s': the update does not unscale the gradient as it reads it", gr);
     }
     test_free(ids);
 }

@@ -27,9 +27,21 @@
  * device is known only once the backend opens, after compiling.
  * `remat=always` recomputes every match; disable_passes=remat none.
  *
+ * The loss scaler's unscale gets the same treatment: a gradient's
+ * x = mul(g, s) (s a scalar: the f32 reciprocal of the scale, grad_scaler.c)
+ * that found_inf reads (and the norm's sum_squares) is also read by the
+ * optimizer's update. The check's multi group computes x in registers; the
+ * update would read it stored. Here the readers other than found_inf and
+ * sum_squares read a clone mul(g, s) placed right before the first of
+ * them, so fuse puts the clone into the update's group, which multiplies
+ * as it reads g, and x is stored only when a run fetches its "grad:"
+ * output (schedule.c keeps it then). Same op, same operands: the same
+ * bits.
+ *
  * After this pass every softmax_grad that matches reads a softmax that has
- * no other reader and directly precedes it; the rest of the graph is as
- * before. Runs after dce (which keeps the clones, they are read) and
+ * no other reader and directly precedes it, and every such unscale is read
+ * only by found_inf and sum_squares (and outputs); the rest of the graph is
+ * as before. Runs after dce (which keeps the clones, they are read) and
  * before fuse; simplify, which would merge the clones back, runs earlier.
  */
 #include "passes/pass.h"
@@ -125,6 +137,69 @@ static bool read_by_casts(const ir_graph *g, int v, int except)
     return casts > 0;
 }
 
+/* Whether x is an unscale that found_inf reads: mul(g, s) with s a scalar
+ * and g of x's type. */
+static bool unscale_of(const ir_graph *g, const ir_node *x)
+{
+    if (x->op != IR_OP_mul || x->nin != 2) return false;
+    const ir_node *a = g->nodes[x->in[0]], *s = g->nodes[x->in[1]];
+    return s->type.rank == 0 && a->type.dtype == x->type.dtype && ir_numel(&a->type) == ir_numel(&x->type) &&
+           a->type.rank == x->type.rank;
+}
+
+static bool checks(const ir_node *n) { return n->op == IR_OP_found_inf || n->op == IR_OP_sum_squares; }
+
+/* The unscale rule (see the top): clones each unscale that found_inf and
+ * another node read right before that node's first reader among the
+ * nodes [0, n0), recorded in before[]/count[] like the softmax sites
+ * (skipping a reader that already has one). Returns how many it made. */
+static int remat_unscales(ir_graph *g, int n0, int *before, int *count)
+{
+    int *first = al_malloc(sizeof(int) * ((size_t)n0 + 1)), *clone = al_malloc(sizeof(int) * ((size_t)n0 + 1));
+    int made = 0;
+    if (!first || !clone) {
+        al_free(first), al_free(clone);
+        ir_error(g, ALLOY_ERR_OOM, "remat: out of memory");
+        return 0;
+    }
+    for (int i = 0; i < n0; i++) first[i] = clone[i] = -1;
+    for (int i = 0; i < n0; i++) { /* first[x] = -2: an unscale found_inf reads */
+        const ir_node *n = g->nodes[i];
+        if (n->op != IR_OP_found_inf) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (unscale_of(g, g->nodes[n->in[j]])) first[n->in[j]] = -2;
+    }
+    for (int i = 0; i < n0; i++) { /* then its first reader other than the checks */
+        const ir_node *n = g->nodes[i];
+        if (checks(n)) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] < n0 && first[n->in[j]] == -2) first[n->in[j]] = i;
+    }
+    for (int i = 0; i < n0 && !g->status; i++) {
+        if (before[i] >= 0) continue; /* a softmax site: its clones must stay consecutive */
+        for (int j = 0; j < g->nodes[i]->nin && !g->status; j++) {
+            int x = g->nodes[i]->in[j];
+            if (x >= n0 || first[x] != i || clone[x] >= 0) continue;
+            const ir_node *src = g->nodes[x];
+            int ins[2] = {src->in[0], src->in[1]}; /* unscale_of: two operands */
+            ir_node *m = ir_add_node(g, src->op, src->nin, ins, src->nattrs, src->attrs, &src->type, NULL);
+            if (!m) break;
+            m->amp = src->amp, m->flags = src->flags, m->origin = src->origin;
+            clone[x] = m->id;
+            if (before[i] < 0) before[i] = m->id;
+            count[i]++, made++;
+        }
+    }
+    for (int i = 0; i < n0 && made && !g->status; i++) { /* every reader but the checks reads the clone */
+        ir_node *n = g->nodes[i];
+        if (checks(n)) continue;
+        for (int j = 0; j < n->nin; j++) /* (a softmax clone, id n0 or more, is no unscale) */
+            if (n->in[j] < n0 && clone[n->in[j]] >= 0) n->in[j] = clone[n->in[j]];
+    }
+    al_free(first), al_free(clone);
+    return made;
+}
+
 alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
 {
     const al_options *cfg = pass_cfg(opts);
@@ -161,6 +236,7 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         before[i] = first, count[i] = len;
         found++;
     }
+    if (!g->status) found += remat_unscales(g, n0, before, count);
     if (g->status || !found) {
         al_free(before), al_free(count);
         return g->status;

@@ -11,6 +11,7 @@
 
 #include "step/schedule.h"
 #include "step/attn_views.h"
+#include "step/state_names.h"
 
 const char *sched_kind_name(step_kind k)
 {
@@ -19,6 +20,20 @@ const char *sched_kind_name(step_kind k)
 }
 
 static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
+
+/* Whether output o is kept only by a run that fetches it: the gradient
+ * "grad:<p>" of a parameter p the step updates. Its reader is then the
+ * optimizer, which may compute it again as it reads (remat.c), so the step
+ * itself need not store it (docs/fusion.md, "The memory plan"); a fetch
+ * adds it to the keep set (alloy_graph_run). Every other output is kept. */
+static bool kept_on_fetch(const ir_graph *g, const ir_output *o)
+{
+    size_t n = strlen(GRAD_PREFIX);
+    if (strncmp(o->name, GRAD_PREFIX, n) != 0) return false;
+    for (int u = 0; u < g->nupdates; u++)
+        if (strcmp(g->updates[u].name, o->name + n) == 0) return true;
+    return false;
+}
 
 static bool low_float(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLOY_BF16; }
 
@@ -139,13 +154,11 @@ static void add_members(builder *b, sched_step *st, const int *order, int n)
             add_part(b, PART_EW, at, len);
             at += len;
         }
-        if (norm) { /* its operands in the step are stored: the CPU sums them as the op does */
+        if (norm) { /* its operands in the step are stored only as they would be without it: a backend sums
+                     * their squares as it computes them (the CPU in the op's order, cpu_run_multi) */
             s->member_of[order[n - 2]] = at;
             s->members[at] = (sched_member){order[n - 2], b->must_store[order[n - 2]] ? MEMBER_STORED : 0};
             add_part(b, PART_OP, at++, 1);
-            const ir_node *q = g->nodes[order[n - 2]];
-            for (int j = 0; j < q->nin; j++)
-                if (s->step_of[q->in[j]] == (int)(st - s->steps)) s->members[s->member_of[q->in[j]]].flags |= MEMBER_STORED;
         }
         if (fi) {
             s->member_of[order[n - 1]] = at;
@@ -295,7 +308,8 @@ alloy_status sched_build_steps(const ir_graph *g, const bool *keep, schedule *ou
         al_fmt(err, errlen, "out of memory scheduling %d nodes", nn);
         return ALLOY_ERR_OOM;
     }
-    for (int i = 0; i < g->noutputs; i++) out->kept[g->outputs[i].node] = 1;
+    for (int i = 0; i < g->noutputs; i++)
+        if (!kept_on_fetch(g, &g->outputs[i])) out->kept[g->outputs[i].node] = 1;
     for (int i = 0; i < g->nupdates; i++) out->kept[g->updates[i].node] = 1;
     if (g->loss >= 0) out->kept[g->loss] = 1;
     for (int i = 0; i < nn; i++) {

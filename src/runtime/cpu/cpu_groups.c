@@ -394,19 +394,90 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
 
 /* ---- MULTI steps: chain by chain, found_inf checked on the way, a sum_squares over them after ---- */
 
+/* Runs EW part `part` of a multi step whose gradient norm is `norm` (or
+ * NULL). A norm operand the part computes but does not store (the unscale
+ * whose only other reader, the update, recomputes it: remat.c) is written
+ * to a buffer of its own while the part runs, its squares summed into
+ * sums[j] (done[j] set; squared in that buffer) and the buffer freed:
+ * one allocation per operand, as the lone op makes, and the sum the lone
+ * sum_squares would take of it stored, bit for bit, with no slot. */
+static void run_multi_part(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_part *part,
+                           const ir_node *norm, float *sums, uint8_t *done, rt_tensor *values, cpu_workers *w,
+                           int *nonfinite)
+{
+    int *own = norm ? al_malloc(sizeof(int) * (size_t)part->n) : NULL, nown = 0;
+    if (norm && !own) {
+        cpu_out_of_memory(x, norm);
+        return;
+    }
+    for (int m = part->first; norm && m < part->first + part->n && !x->status; m++) {
+        int id = s->members[m].node;
+        if (values[id].data || !ir_nbytes(&g->nodes[id]->type)) continue;
+        bool operand = false;
+        for (int j = 0; j < norm->nin; j++) operand |= norm->in[j] == id;
+        if (!operand) continue;
+        if (!(values[id].data = al_malloc(ir_nbytes(&g->nodes[id]->type)))) {
+            cpu_out_of_memory(x, norm);
+            break;
+        }
+        own[nown++] = id;
+    }
+    if (!x->status) cpu_run_group_ex(x, g, &s->members[part->first], part->n, values, w, NULL, nonfinite);
+    for (int k = 0; k < nown; k++) {
+        int id = own[k], uses = 0;
+        for (int j = 0; j < norm->nin; j++) uses += norm->in[j] == id;
+        for (int j = 0; j < norm->nin && !x->status; j++) {
+            if (norm->in[j] != id) continue;
+            alloy_status st = ALLOY_OK; /* squared in place when this is its one use: no second buffer */
+            sums[j] = cpu_square_sum_in_f32(x, norm, &values[id], uses == 1, &st);
+            done[j] = !st;
+        }
+        al_free(values[id].data);
+        values[id].data = NULL;
+    }
+    al_free(own);
+}
+
+/* The gradient norm's f64 sum: each operand's f32 sum (sums[j] where
+ * done[j], else of its stored value) added in operand order, as
+ * cpu_sum_squares adds them. */
+static void run_multi_norm(cpu_exec *x, const ir_node *norm, const float *sums, const uint8_t *done,
+                           rt_tensor *values)
+{
+    double total = 0;
+    for (int j = 0; j < norm->nin && !x->status; j++) {
+        alloy_status st = ALLOY_OK;
+        float sum = done[j] ? sums[j] : cpu_square_sum_in_f32(x, norm, &values[norm->in[j]], false, &st);
+        total = j ? total + (double)sum : (double)sum;
+    }
+    if (!x->status && values[norm->id].data) *(double *)values[norm->id].data = total;
+}
+
 alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                            rt_tensor *values, cpu_workers *w)
 {
     const sched_part *last_part = &s->parts[step->first_part + step->nparts - 1];
     const ir_node *fi = last_part->kind == PART_OP ? g->nodes[s->members[last_part->first].node] : NULL;
+    const sched_part *norm_part = fi && step->nparts >= 2 && last_part[-1].kind == PART_OP ? last_part - 1 : NULL;
+    const ir_node *norm = norm_part ? g->nodes[s->members[norm_part->first].node] : NULL;
+    if (norm && norm->op != IR_OP_sum_squares) norm = NULL;
+    float *sums = norm ? al_malloc(sizeof(float) * ((size_t)norm->nin + 1)) : NULL;
+    uint8_t *done = norm ? al_calloc((size_t)norm->nin + 1, 1) : NULL;
+    if (norm && (!sums || !done)) {
+        al_free(sums), al_free(done);
+        return cpu_out_of_memory(x, norm);
+    }
     int nonfinite = 0;
     for (int p = step->first_part; p < step->first_part + step->nparts && !x->status; p++) {
         const sched_part *part = &s->parts[p];
         if (part->kind == PART_EW)
-            cpu_run_group_ex(x, g, &s->members[part->first], part->n, values, w, NULL, fi ? &nonfinite : NULL);
-        else if (p < step->first_part + step->nparts - 1) /* the gradient norm's sum_squares, as a lone op */
+            run_multi_part(x, g, s, part, norm, sums, done, values, w, fi ? &nonfinite : NULL);
+        else if (norm && part == norm_part)
+            run_multi_norm(x, norm, sums, done, values);
+        else if (p < step->first_part + step->nparts - 1) /* another op before found_inf, as a lone op */
             cpu_run_op(x, g->nodes[s->members[part->first].node], values);
     }
+    al_free(sums), al_free(done);
     if (!fi || x->status || !values[fi->id].data) return x->status;
     /* found_inf over its operands from outside the step */
     rt_tensor *outside = al_malloc(sizeof(rt_tensor) * (size_t)fi->nin + 1);

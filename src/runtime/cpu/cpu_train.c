@@ -41,23 +41,34 @@ alloy_status cpu_found_inf(cpu_exec *x, const ir_node *n, rt_tensor *out, const 
     return ALLOY_OK;
 }
 
+float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_tensor *t, bool own, alloy_status *st)
+{
+    ir_node probe = {.op = IR_OP_reduce_sum, .type = {.dtype = ALLOY_F32}};
+    int64_t count = ir_numel(&t->type);
+    float *sq = own ? t->data : al_malloc(sizeof(float) * (size_t)(count ? count : 1)), sum = 0;
+    if (!sq) {
+        *st = cpu_out_of_memory(x, n);
+        return 0;
+    }
+    const float *p = t->data;
+    for (int64_t k = 0; k < count; k++) sq[k] = p[k] * p[k];
+    rt_tensor squares = {t->type, sq}, result = {probe.type, &sum};
+    *st = cpu_reduce(x, &probe, &result, &squares);
+    if (!own) al_free(sq);
+    return sum;
+}
+
 /* The sum of the operands' squares (f32 operands): each operand's squares
  * rounded to f32 and summed by reduce_sum over all its axes (the same
  * routine, so the same order and the same f32 result as square followed by
- * reduce_sum), the per-operand sums then added in f64 in operand order. */
+ * reduce_sum; cpu_square_sum_in_f32), the per-operand sums then added in
+ * f64 in operand order. */
 alloy_status cpu_sum_squares(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
     double total = 0;
-    ir_node probe = {.op = IR_OP_reduce_sum, .type = {.dtype = ALLOY_F32}};
     for (int i = 0; i < n->nin; i++) {
-        int64_t count = ir_numel(&in[i].type);
-        float *sq = al_malloc(sizeof(float) * (size_t)(count ? count : 1)), sum = 0;
-        if (!sq) return cpu_out_of_memory(x, n);
-        const float *p = in[i].data;
-        for (int64_t k = 0; k < count; k++) sq[k] = p[k] * p[k];
-        rt_tensor squares = {in[i].type, sq}, result = {probe.type, &sum};
-        alloy_status st = cpu_reduce(x, &probe, &result, &squares);
-        al_free(sq);
+        alloy_status st = ALLOY_OK;
+        float sum = cpu_square_sum_in_f32(x, n, &in[i], false, &st);
         if (st) return st;
         total = i ? total + (double)sum : (double)sum;
     }
