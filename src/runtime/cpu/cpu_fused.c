@@ -264,16 +264,21 @@ CPU_VECTOR_CLONES static void bf16_store_chunk(const float *restrict s, uint16_t
     for (; i < n; i++) d[i] = cvt_bf16_rounded(s[i]);
 }
 
-/* cvt_load_f32 / cvt_store_f32 of one chunk, bf16 done in place. */
+/* cvt_load_f32 / cvt_store_f32 of one chunk, bf16 done in place, f16
+ * straight to convert.c's runs (AVX-512 or F16C: GCC 12 turns a loop of
+ * _Float16 conversions into one vcvtph2ps per element, and the integer
+ * conversions of convert.h into many instructions per vector). */
 static void load_chunk_f32(alloy_dtype dt, const void *src, float *dst, int64_t n)
 {
     if (dt == ALLOY_BF16) bf16_load_chunk(src, dst, n);
+    else if (dt == ALLOY_F16) cvt_f16_load(src, dst, (size_t)n);
     else cvt_load_f32(dt, src, dst, (size_t)n);
 }
 
 static void store_chunk_f32(alloy_dtype dt, const float *src, void *dst, int64_t n)
 {
     if (dt == ALLOY_BF16) bf16_store_chunk(src, dst, n);
+    else if (dt == ALLOY_F16) cvt_f16_store(src, dst, (size_t)n);
     else cvt_store_f32(dt, src, dst, (size_t)n);
 }
 
