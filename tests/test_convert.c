@@ -1,4 +1,4 @@
-/* test_convert.c - f16/bf16 conversions against a double-arithmetic reference; the inline bf16 ones against the scalar ones; bulk load/store. */
+/* test_convert.c - f16/bf16 conversions against a double-arithmetic reference; the inline bf16 ones against the scalar ones; bulk load/store on every instruction set. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -404,6 +404,93 @@ static void test_simd_and_portable_paths_agree_bit_for_bit(void **state)
     cvt_force_portable(false);
 }
 
+/* What a widening of f16 pattern p must give: the hand decoding (f16_vals)
+ * for numbers, for a NaN its sign and payload with the quiet bit set. */
+static uint32_t want_widened(uint32_t p)
+{
+    if (f16_is_nan((uint16_t)p)) return (p & 0x8000u) << 16 | 0x7fc00000u | (p & 0x3ffu) << 13;
+    uint32_t sign = (p & 0x8000u) << 16;
+    if ((p & 0x7fffu) == F16_INF) return sign | 0x7f800000u;
+    return sign | f32_bits((float)f16_vals[p & 0x7fffu]); /* every f16 value is an f32 */
+}
+
+/* What a narrowing of f32 f must give: the nearest-value reference, for a
+ * NaN its sign and the top of its payload with the quiet bit set. */
+static uint16_t want_narrowed(float f)
+{
+    uint32_t u = f32_bits(f);
+    if (isnan(f)) return (uint16_t)((u >> 16 & 0x8000u) | 0x7e00u | (u >> 13 & 0x3ffu));
+    return ref_narrow(f, false);
+}
+
+/* f32 inputs for the narrowing: every 4093rd pattern (all exponents, both
+ * signs, NaNs), and around every f16 rounding boundary (the midpoint of two
+ * neighbours, exact in f32, and one f32 ulp either side) with both signs. */
+static size_t narrowing_sweep(float *in, size_t cap)
+{
+    size_t n = 0;
+    for (uint64_t u = 0; u <= 0xffffffffu && n < cap; u += 4093) in[n++] = bits_f32((uint32_t)u);
+    for (uint32_t p = 0; p < F16_INF && n + 6 <= cap; p++) {
+        uint32_t mid = f32_bits((float)((f16_vals[p] + f16_vals[p + 1]) / 2));
+        for (uint32_t d = 0; d < 3; d++) {
+            in[n++] = bits_f32(mid + d - 1);
+            in[n++] = bits_f32((mid + d - 1) | 0x80000000u);
+        }
+    }
+    return n;
+}
+
+/* cvt_f16_load and cvt_f16_store on each instruction set this CPU has
+ * (AVX-512, AVX2 + F16C, portable): every one of the 65,536 f16 patterns
+ * widened against the hand decoding, and ~1.2M f32 (every 4093rd pattern,
+ * every rounding boundary of f16 give or take an ulp) narrowed against the
+ * nearest-value reference, bit for bit; then every length 0-40 from a
+ * misaligned address (the vector loops' tails and masks). */
+static void test_f16_runs_on_every_isa_match_the_decoding_and_the_reference(void **state)
+{
+    (void)state;
+    enum { N = (1 << 20) + (6 << 15) };
+    static uint16_t bits[65536 + 64], h[N + 64];
+    static float f[N + 64], in[N];
+    static unsigned char raw[2 * 64 + 2];
+    for (uint32_t p = 0; p <= 0xffffu; p++) bits[p] = (uint16_t)p;
+    size_t nin = narrowing_sweep(in, N);
+    assert_true(nin > (1u << 20) + 180000u);
+    int levels = 0;
+    for (int isa = CVT_ISA_PORTABLE; isa <= CVT_ISA_AVX512; isa++) {
+        if (cvt_force_isa((cvt_isa)isa) != (cvt_isa)isa) continue; /* this CPU lacks it */
+        levels++;
+        cvt_f16_load(bits, f, 65536);
+        for (uint32_t p = 0; p <= 0xffffu; p++)
+            if (f32_bits(f[p]) != want_widened(p))
+                fail_msg("isa %d: f16 0x%04x widened to 0x%08x, want 0x%08x", isa, (unsigned)p,
+                         (unsigned)f32_bits(f[p]), (unsigned)want_widened(p));
+        cvt_f16_store(in, h, nin);
+        for (size_t i = 0; i < nin; i++)
+            if (h[i] != want_narrowed(in[i]))
+                fail_msg("isa %d: f32 0x%08x narrowed to 0x%04x, want 0x%04x", isa, (unsigned)f32_bits(in[i]),
+                         h[i], want_narrowed(in[i]));
+        for (size_t n = 0; n <= 40; n++) {
+            uint16_t src[40], back[41];
+            float wide[41];
+            for (size_t i = 0; i < n; i++) src[i] = (uint16_t)test_next_u64();
+            memcpy(raw + 1, src, 2 * n);
+            wide[n] = 7.0f; /* past the end: left alone */
+            cvt_f16_load(raw + 1, wide, n);
+            for (size_t i = 0; i < n; i++) assert_int_equal(f32_bits(wide[i]), want_widened(src[i]));
+            assert_true(wide[n] == 7.0f);
+            memset(raw, 0xab, sizeof raw);
+            cvt_f16_store(wide, raw + 1, n);
+            memcpy(back, raw + 1, 2 * n + 2);
+            for (size_t i = 0; i < n; i++) assert_int_equal(back[i], want_narrowed(wide[i]));
+            assert_int_equal(back[n], 0xabab);
+        }
+    }
+    cvt_force_isa(CVT_ISA_AVX512);
+    print_message("f16 runs checked on %d instruction sets (this CPU's widest: %d)\n", levels, (int)cvt_isa_now());
+    assert_true(levels >= 1);
+}
+
 /* Both paths must give the same bits whatever the FP environment says. */
 static void test_f16_and_bf16_results_ignore_the_rounding_mode_and_ftz_daz(void **state)
 {
@@ -425,26 +512,26 @@ static void test_f16_and_bf16_results_ignore_the_rounding_mode_and_ftz_daz(void 
         if (m == 3) _mm_setcsr(csr | 0x8040u); /* flush to zero, denormals are zero */
 #endif
         assert_int_equal(fesetround(modes[m]), 0);
-        for (int k = 0; k < 4; k++) { /* k: portable?, bf16? */
+        for (int k = 0; k < 6; k++) { /* k: bf16?, instruction set (k >> 1) */
             alloy_dtype dt = k & 1 ? ALLOY_BF16 : ALLOY_F16;
-            cvt_force_portable(k & 2);
+            cvt_force_isa((cvt_isa)(k >> 1));
             cvt_load_f32(dt, bits, got, N);
             cvt_store_f32(dt, in, got16, N);
             bool same = !memcmp(got, want[k & 1], sizeof got) &&
                         !memcmp(got16, want16[k & 1], sizeof got16);
             for (size_t i = 0; i < N && same; i += 97) /* and the scalar functions */
                 same = (k & 1 ? cvt_f32_to_bf16(in[i]) : cvt_f32_to_f16(in[i])) == want16[k & 1][i];
-            if (!same && bad < 0) bad = m * 4 + k;
+            if (!same && bad < 0) bad = m * 8 + k;
         }
-        cvt_force_portable(false);
+        cvt_force_isa(CVT_ISA_AVX512);
         fesetround(FE_TONEAREST);
 #if defined(__SSE2__)
         _mm_setcsr(csr);
 #endif
     }
     if (bad >= 0)
-        fail_msg("FP environment %d changed %s results (bulk on the %s path, or scalar)", bad / 4,
-                 bad & 1 ? "bf16" : "f16", bad & 2 ? "portable" : "simd");
+        fail_msg("FP environment %d changed %s results (bulk at instruction set %d, or scalar)", bad / 8,
+                 bad & 1 ? "bf16" : "f16", (bad & 7) >> 1);
 }
 
 static void test_bulk_integer_stores_truncate_toward_zero_and_saturate(void **state)
@@ -616,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_f64_to_f16_and_bf16_match_the_double_reference_on_random_values),
         cmocka_unit_test(test_bulk_f16_and_bf16_match_scalar_results_at_any_offset_and_length),
         cmocka_unit_test(test_simd_and_portable_paths_agree_bit_for_bit),
+        cmocka_unit_test(test_f16_runs_on_every_isa_match_the_decoding_and_the_reference),
         cmocka_unit_test(test_f16_and_bf16_results_ignore_the_rounding_mode_and_ftz_daz),
         cmocka_unit_test(test_bulk_integer_stores_truncate_toward_zero_and_saturate),
         cmocka_unit_test(test_bulk_bool_stores_one_for_every_nonzero_value_including_nan),

@@ -54,38 +54,10 @@ STORER(st_i32, int32_t)
 STORER(st_i64, int64_t)
 #undef STORER
 
-/* The scalar kernels work on bit patterns in integer arithmetic (the one FP
- * multiply is exact with a normal result), so the FP rounding mode and
- * FTZ/DAZ do not change them, and they treat NaNs the way x86 F16C does:
- * quiet bit set, payload shifted (truncated when narrowing), sign kept. */
-
-static inline uint32_t h2f(uint32_t h)
-{
-    uint32_t sign = (h & 0x8000u) << 16, a = h & 0x7fffu;
-    uint32_t r = (a << 13) + 0x38000000u; /* normal: rebias exponent 15 -> 127 */
-    if (a >= 0x7c00u) r = (a << 13) | 0x7f800000u | (a > 0x7c00u ? 0x400000u : 0u);
-    if (a < 0x0400u) r = f32_bits((float)(int32_t)a * 0x1p-24f); /* zero and subnormals, exact */
-    return sign | r;
-}
-
-static inline uint32_t f2h(uint32_t x)
-{
-    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    /* normal result: rebias 127 -> 15, round the 13 dropped bits to nearest even;
-     * a carry out of the mantissa correctly bumps the exponent */
-    uint32_t n = a - 0x38000000u;
-    n = (n + 0xfffu + ((n >> 13) & 1u)) >> 13;
-    /* subnormal result (a < 2^-14): m * 2^(e-150) in units of 2^-24 is m >> (126-e);
-     * shifts of 25 and more give 0 (below half the smallest subnormal) */
-    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    uint32_t s = 126u - (e < 101u || e > 112u ? 101u : e);
-    uint32_t sub = (m + (1u << (s - 1)) - 1u + ((m >> s) & 1u)) >> s;
-    uint32_t r = a < 0x38800000u ? sub : n;
-    r = a >= 0x477ff000u ? 0x7c00u : r; /* >= 65520 rounds to infinity */
-    r = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : r;
-    return sign | r;
-}
-
+/* The scalar kernels are convert.h's, on bit patterns in integer
+ * arithmetic, so the FP rounding mode and FTZ/DAZ do not change them, and
+ * they treat NaNs the way x86 F16C does: quiet bit set, payload shifted
+ * (truncated when narrowing), sign kept. */
 static inline uint64_t rne_shift(uint64_t v, unsigned s)
 {
     return (v + ((uint64_t)1 << (s - 1)) - 1u + ((v >> s) & 1u)) >> s;
@@ -111,8 +83,8 @@ static uint16_t narrow_f64(uint64_t x, unsigned mbits, unsigned bias)
     return (uint16_t)(sign | rne_shift((a & 0xfffffffffffffu) | (uint64_t)1 << 52, s));
 }
 
-float cvt_f16_to_f32(uint16_t h) { return bits_f32(h2f(h)); }
-uint16_t cvt_f32_to_f16(float f) { return (uint16_t)f2h(f32_bits(f)); }
+float cvt_f16_to_f32(uint16_t h) { return bits_f32(cvt_f16_bits_to_f32(h)); }
+uint16_t cvt_f32_to_f16(float f) { return (uint16_t)cvt_f32_bits_to_f16(f32_bits(f)); }
 float cvt_bf16_to_f32(uint16_t h) { return bits_f32(cvt_bf16_bits_to_f32(h)); }
 uint16_t cvt_f32_to_bf16(float f) { return (uint16_t)cvt_f32_bits_to_bf16(f32_bits(f)); }
 uint16_t cvt_f64_to_f16(double d) { return narrow_f64(f64_bits(d), 10, 15); }
@@ -137,7 +109,8 @@ static inline int64_t sat_i64(double d)
 /* Portable bulk kernels for f16/bf16 in blocks of a fixed 16, with restrict,
  * so that GCC vectorizes them even at -O2 (its cheapest cost model adds no
  * epilogue loop and no aliasing check). The bf16 ones vectorize with plain
- * SSE2 (3-5x faster); the f16 ones stay scalar on x86, which has F16C. */
+ * SSE2 (3-5x faster); the f16 ones stay scalar on x86, and run only where
+ * the CPU lacks F16C (cvt_f16_load/cvt_f16_store below). */
 #define PORTABLE_LOAD(name, conv)                                                        \
     static void name(const unsigned char *restrict s, float *restrict d, size_t n)       \
     {                                                                                    \
@@ -156,42 +129,19 @@ static inline int64_t sat_i64(double d)
                 st_u16(d + 2 * j, (uint16_t)conv(f32_bits(s[j])));                       \
         for (; i < n; i++) st_u16(d + 2 * i, (uint16_t)conv(f32_bits(s[i])));            \
     }
-PORTABLE_LOAD(f16_load, h2f)
+PORTABLE_LOAD(f16_load, cvt_f16_bits_to_f32)
 PORTABLE_LOAD(bf16_load, cvt_bf16_bits_to_f32)
-PORTABLE_STORE(f16_store, f2h)
+PORTABLE_STORE(f16_store, cvt_f32_bits_to_f16)
 PORTABLE_STORE(bf16_store, cvt_f32_bits_to_bf16)
 #undef PORTABLE_LOAD
 #undef PORTABLE_STORE
-
-static atomic_bool portable_only;
 
 #if HAVE_X86_SIMD
 /* x86 AVX2 + F16C paths. Each handles a multiple of 8 elements and returns how
  * many; the caller finishes with the scalar kernels, which agree bit for bit. */
 #define SIMD __attribute__((target("avx2,f16c")))
-
-/* 0: not looked yet, 1: no, 2: yes. AVX2 through the builtin, which also
- * checks that the OS saves ymm state; F16C through cpuid, since older
- * clangs do not know the builtin's "f16c". */
-static atomic_int simd_present;
-
-static bool simd_present_now(void)
-{
-    int p = atomic_load_explicit(&simd_present, memory_order_relaxed);
-    if (p == 0) {
-        unsigned a, b, c = 0, d;
-        __builtin_cpu_init();
-        bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-        p = f16c && __builtin_cpu_supports("avx2") ? 2 : 1;
-        atomic_store_explicit(&simd_present, p, memory_order_relaxed);
-    }
-    return p == 2;
-}
-
-static bool simd_ok(void)
-{
-    return !atomic_load_explicit(&portable_only, memory_order_relaxed) && simd_present_now();
-}
+/* AVX-512 F, BW and VL: 16 f16 per vcvtph2ps/vcvtps2ph, masked tails. */
+#define SIMD512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 
 SIMD static size_t f16_load_simd(const unsigned char *s, float *d, size_t n)
 {
@@ -207,6 +157,29 @@ SIMD static size_t f16_store_simd(const float *s, unsigned char *d, size_t n)
     for (; i + 8 <= n; i += 8) /* imm 0: round to nearest even whatever MXCSR says */
         _mm_storeu_si128((void *)(d + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), 0));
     return i;
+}
+
+/* All n, the last n % 16 under a mask (no scalar tail). */
+SIMD512 static void f16_load_avx512(const unsigned char *s, float *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(s + 2 * i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + 2 * i)));
+    }
+}
+
+SIMD512 static void f16_store_avx512(const float *s, unsigned char *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) /* imm 0: round to nearest even whatever MXCSR says */
+        _mm256_storeu_si256((void *)(d + 2 * i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), 0));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(d + 2 * i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, s + i), 0));
+    }
 }
 
 SIMD static size_t bf16_load_simd(const unsigned char *s, float *d, size_t n)
@@ -249,20 +222,91 @@ SIMD static size_t bf16_store_simd(const float *s, unsigned char *d, size_t n)
     }
     return i;
 }
+
+/* The widest level this CPU runs. AVX2 and AVX-512 through the builtin,
+ * which also checks that the OS saves ymm/zmm state; F16C through cpuid,
+ * since older clangs do not know the builtin's "f16c". */
+static cvt_isa isa_present(void)
+{
+    unsigned a, b, c = 0, d;
+    __builtin_cpu_init();
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    if (!f16c || !__builtin_cpu_supports("avx2")) return CVT_ISA_PORTABLE;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return CVT_ISA_AVX512;
+    return CVT_ISA_F16C;
+}
+#else
+static cvt_isa isa_present(void) { return CVT_ISA_PORTABLE; }
 #endif
+
+/* The level in use (min of isa_present and the cap), -1 until first read;
+ * one relaxed load per bulk call. */
+static atomic_int isa_cap = CVT_ISA_AVX512;
+static atomic_int isa_used = -1;
+static atomic_int isa_best = -1;
+
+static cvt_isa isa_set(void)
+{
+    int best = atomic_load_explicit(&isa_best, memory_order_relaxed);
+    if (best < 0) atomic_store_explicit(&isa_best, best = (int)isa_present(), memory_order_relaxed);
+    int cap = atomic_load_explicit(&isa_cap, memory_order_relaxed);
+    int used = best < cap ? best : cap;
+    atomic_store_explicit(&isa_used, used, memory_order_relaxed);
+    return (cvt_isa)used;
+}
+
+cvt_isa cvt_isa_now(void)
+{
+    int used = atomic_load_explicit(&isa_used, memory_order_relaxed);
+    return used >= 0 ? (cvt_isa)used : isa_set();
+}
+
+cvt_isa cvt_force_isa(cvt_isa cap)
+{
+    atomic_store_explicit(&isa_cap, (int)cap, memory_order_relaxed);
+    return isa_set();
+}
 
 bool cvt_force_portable(bool on)
 {
-    atomic_store_explicit(&portable_only, on, memory_order_relaxed);
+    cvt_force_isa(on ? CVT_ISA_PORTABLE : CVT_ISA_AVX512);
+    return atomic_load_explicit(&isa_best, memory_order_relaxed) > CVT_ISA_PORTABLE;
+}
+
+void cvt_f16_load(const void *src, float *dst, size_t n)
+{
+    const unsigned char *s = src;
+    size_t i = 0;
 #if HAVE_X86_SIMD
-    return simd_present_now();
-#else
-    return false;
+    cvt_isa isa = cvt_isa_now();
+    if (isa == CVT_ISA_AVX512) {
+        f16_load_avx512(s, dst, n);
+        return;
+    }
+    if (isa == CVT_ISA_F16C) i = f16_load_simd(s, dst, n);
 #endif
+    f16_load(s + 2 * i, dst + i, n - i);
+}
+
+void cvt_f16_store(const float *src, void *dst, size_t n)
+{
+    unsigned char *d = dst;
+    size_t i = 0;
+#if HAVE_X86_SIMD
+    cvt_isa isa = cvt_isa_now();
+    if (isa == CVT_ISA_AVX512) {
+        f16_store_avx512(src, d, n);
+        return;
+    }
+    if (isa == CVT_ISA_F16C) i = f16_store_simd(src, d, n);
+#endif
+    f16_store(src + i, d + 2 * i, n - i);
 }
 
 #if HAVE_X86_SIMD
-#define TRY_SIMD(fn, s, d, n) (simd_ok() ? fn(s, d, n) : 0)
+#define TRY_SIMD(fn, s, d, n) (cvt_isa_now() >= CVT_ISA_F16C ? fn(s, d, n) : 0)
 #else
 #define TRY_SIMD(fn, s, d, n) ((void)(s), (void)(d), (size_t)0 * (n))
 #endif
@@ -274,10 +318,7 @@ void cvt_load_f32(alloy_dtype dtype, const void *src, float *dst, size_t n)
     size_t i = 0;
     switch (dtype) {
     case ALLOY_F32: memmove(dst, src, n * sizeof(float)); return;
-    case ALLOY_F16:
-        i = TRY_SIMD(f16_load_simd, s, dst, n);
-        f16_load(s + 2 * i, dst + i, n - i);
-        return;
+    case ALLOY_F16: cvt_f16_load(s, dst, n); return;
     case ALLOY_BF16:
         i = TRY_SIMD(bf16_load_simd, s, dst, n);
         bf16_load(s + 2 * i, dst + i, n - i);
@@ -297,10 +338,7 @@ void cvt_store_f32(alloy_dtype dtype, const float *src, void *dst, size_t n)
     size_t i = 0;
     switch (dtype) {
     case ALLOY_F32: memmove(dst, src, n * sizeof(float)); return;
-    case ALLOY_F16:
-        i = TRY_SIMD(f16_store_simd, src, d, n);
-        f16_store(src + i, d + 2 * i, n - i);
-        return;
+    case ALLOY_F16: cvt_f16_store(src, d, n); return;
     case ALLOY_BF16:
         i = TRY_SIMD(bf16_store_simd, src, d, n);
         bf16_store(src + i, d + 2 * i, n - i);
@@ -320,7 +358,7 @@ void cvt_load_f64(alloy_dtype dtype, const void *src, double *dst, size_t n)
     size_t i = 0;
     switch (dtype) {
     case ALLOY_F32: for (; i < n; i++) dst[i] = ld_f32(s + 4 * i); return;
-    case ALLOY_F16: for (; i < n; i++) dst[i] = bits_f32(h2f(ld_u16(s + 2 * i))); return;
+    case ALLOY_F16: for (; i < n; i++) dst[i] = bits_f32(cvt_f16_bits_to_f32(ld_u16(s + 2 * i))); return;
     case ALLOY_BF16: for (; i < n; i++) dst[i] = bits_f32(cvt_bf16_bits_to_f32(ld_u16(s + 2 * i))); return;
     case ALLOY_F64: memmove(dst, src, n * sizeof(double)); return;
     case ALLOY_I32: for (; i < n; i++) dst[i] = ld_i32(s + 4 * i); return;

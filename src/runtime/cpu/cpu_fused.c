@@ -110,6 +110,7 @@ typedef struct fz_input {
     alloy_dtype range_dtype, store_dtype;
     char *store;
     bool aliased; /* a member is stored over it (an update written in place): read through a copy */
+    int into;     /* >= 0: its chunks are converted straight into that member's destination (load_into_dst) */
     int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
 } fz_input;
 
@@ -118,7 +119,8 @@ typedef struct fz_member {
     fz_f64 f64;
     int src[3];  /* >= 0: external input; < 0: member -src-1; unused operands -0x7fff */
     int nin;
-    int slot;    /* chunk buffer holding its value, or -1: computed straight into dst */
+    int slot;    /* chunk buffer holding its value, or -1: computed straight into dst (or passed) */
+    bool passed; /* a cast whose value is its input's chunk as loaded: that chunk, not a copy */
     char *dst;   /* where it is stored, or NULL: never materialized */
     bool exact;  /* a bool or integer result, or a cast to f16/bf16: rounded to its dtype in the buffer too */
     bool check;  /* found_inf reads it: any non-finite value (as stored) sets the plan's flag */
@@ -264,16 +266,21 @@ CPU_VECTOR_CLONES static void bf16_store_chunk(const float *restrict s, uint16_t
     for (; i < n; i++) d[i] = cvt_bf16_rounded(s[i]);
 }
 
-/* cvt_load_f32 / cvt_store_f32 of one chunk, bf16 done in place. */
+/* cvt_load_f32 / cvt_store_f32 of one chunk, bf16 done in place, f16
+ * straight to convert.c's runs (AVX-512 or F16C: GCC 12 turns a loop of
+ * _Float16 conversions into one vcvtph2ps per element, and the integer
+ * conversions of convert.h into many instructions per vector). */
 static void load_chunk_f32(alloy_dtype dt, const void *src, float *dst, int64_t n)
 {
     if (dt == ALLOY_BF16) bf16_load_chunk(src, dst, n);
+    else if (dt == ALLOY_F16) cvt_f16_load(src, dst, (size_t)n);
     else cvt_load_f32(dt, src, dst, (size_t)n);
 }
 
 static void store_chunk_f32(alloy_dtype dt, const float *src, void *dst, int64_t n)
 {
     if (dt == ALLOY_BF16) bf16_store_chunk(src, dst, n);
+    else if (dt == ALLOY_F16) cvt_f16_store(src, dst, (size_t)n);
     else cvt_store_f32(dt, src, dst, (size_t)n);
 }
 
@@ -434,7 +441,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
         int64_t start = c * CHUNK, len = p->total - start < CHUNK ? p->total - start : CHUNK;
         for (int k = 0; k < p->ninputs; k++) {
             const fz_input *in = &p->inputs[k];
-            void *b = inbuf + (size_t)k * bufbytes;
+            void *b = in->into >= 0 ? p->members[in->into].dst + (size_t)start * cs : inbuf + (size_t)k * bufbytes;
             if (in->walk == WALK_DENSE) {
                 const char *src = in->data + (size_t)start * in->es;
                 if (in->store) store_chunk_f32(in->store_dtype, (const float *)(const void *)src,
@@ -461,12 +468,12 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 op[j] = mb->src[j] >= 0 ? ptr[mb->src[j]] : val[-mb->src[j] - 1];
             for (int j = mb->nin; j < 3; j++) op[j] = op[0];
             char *dst = mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
-            void *y = mb->slot >= 0 ? slotbuf + (size_t)mb->slot * bufbytes : dst;
+            void *y = mb->passed ? (void *)op[0] : mb->slot >= 0 ? slotbuf + (size_t)mb->slot * bufbytes : dst;
             /* a bool/integer value is what a store and a load give back; a
              * float one stays unrounded (docs/fusion.md) */
             char *back = dst ? dst : roundtrip;
             if (p->wide) {
-                mb->f64(len, y, op[0], op[1], op[2], mb->p);
+                if (!mb->passed) mb->f64(len, y, op[0], op[1], op[2], mb->p);
                 if (mb->range) cpu_range_add_f64(mb->range, mb->dtype, y, len); /* before the range rule */
                 if (mb->ranged) range_f64(mb->dtype, y, len);
                 if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F64))
@@ -484,7 +491,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
                         store_chunk_f32(mb->dtype, y, back, len);
                 } else {
-                    mb->f32(len, y, op[0], op[1], op[2], mb->p);
+                    if (!mb->passed) mb->f32(len, y, op[0], op[1], op[2], mb->p);
                     if (mb->range) cpu_range_add_f32(mb->range, mb->dtype, y, len); /* before the range rule */
                     if (mb->ranged) cpu_range_f32(mb->dtype, y, len);
                     if ((dst && y != dst) || mb->exact || (mb->check && mb->dtype != ALLOY_F32))
@@ -606,7 +613,7 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
                 ext_id[e] = id;
                 in_types[e] = &v->type;
                 p->inputs[e] = (fz_input){.dtype = v->type.dtype, .es = alloy_dtype_size(v->type.dtype),
-                                          .data = v->data};
+                                          .data = v->data, .into = -1};
                 p->ninputs++;
             }
             mb->src[j] = e;
@@ -617,7 +624,13 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
     p->nslots = 0;
     for (int k = 0; k < n; k++) {
         fz_member *mb = &p->members[k];
-        if (!(mb->dst && mb->dtype == ct)) mb->slot = nfree ? free_slots[--nfree] : p->nslots++;
+        /* a cast of an external input that neither rounds nor limits
+         * the range nor is computed into its destination: the input's
+         * chunk buffer (or its data) holds the value for the whole chunk,
+         * and no member writes into it */
+        mb->passed = mb->f32 == fz_copy_f32 && mb->src[0] >= 0 && !mb->exact && !mb->ranged &&
+                     !(mb->dst && mb->dtype == ct);
+        if (!(mb->dst && mb->dtype == ct) && !mb->passed) mb->slot = nfree ? free_slots[--nfree] : p->nslots++;
         for (int j = 0; j < mb->nin; j++) {
             int mi = mb->src[j] < 0 && mb->src[j] != NO_OPERAND ? -mb->src[j] - 1 : -1;
             if (mi < 0 || last_use[mi] != k || p->members[mi].slot < 0) continue;
@@ -647,6 +660,29 @@ static void fold_product(cpu_exec *x, fz_plan *p)
     }
     if (x->product_store) cvt_store_f32(x->product_dtype, x->product, x->product_store, (size_t)x->product_count);
     if (x->product_ranged) cpu_range_f32(x->product_dtype, x->product, x->product_count);
+}
+
+/* A cast member that stores its input as loaded (a widening to the
+ * compute type: an f16 or bf16 value cast to f32, alone or in a group)
+ * takes its input's chunks converted straight into its destination, and
+ * passes them on, instead of converting into a chunk buffer and copying
+ * that out. Only for a dense input that is converted (not read in place)
+ * and does not overlap the destination. */
+static void load_into_dst(fz_plan *p)
+{
+    alloy_dtype ct = p->wide ? ALLOY_F64 : ALLOY_F32;
+    size_t cs = p->wide ? sizeof(double) : sizeof(float);
+    for (int k = 0; k < p->nmembers; k++) {
+        fz_member *mb = &p->members[k];
+        if (mb->f32 != fz_copy_f32 || mb->src[0] < 0 || mb->exact || mb->ranged || !mb->dst || mb->dtype != ct)
+            continue;
+        fz_input *in = &p->inputs[mb->src[0]];
+        if (in->walk != WALK_DENSE || in->into >= 0 || (in->dtype == ct && !in->aliased && !in->ranged)) continue;
+        const char *lo = in->data, *hi = lo + (size_t)p->total * in->es;
+        if (mb->dst < hi && lo < mb->dst + (size_t)p->total * cs) continue;
+        in->into = k;
+        mb->passed = true;
+    }
 }
 
 /* Bytes of the plan block of a group of n members (members, inputs, input
@@ -747,6 +783,7 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     build_space(&p, space, in_types);
     if (x->product) fold_product(x, &p);
     if (x->state_of) mark_aliased(&p, members, n, x->state_of, ext_slots, last_use + n, ext_cap - 1);
+    load_into_dst(&p);
     int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;

@@ -46,7 +46,7 @@ HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, fl
         for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL};
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL};
 
 /* ---- choosing ---- */
 
@@ -232,6 +232,10 @@ static void tile_job(void *arg, int64_t t, int thread)
      * buffer, rows a little over nc apart, then copied or rounded once
      * into C */
     bool direct = direct_c(g);
+    /* an f16 C with a kernel that rounds in registers: the last k block
+     * goes straight to C (the earlier ones, if any, into the buffer) */
+    bool round16 = !direct && g->out_dtype == ALLOY_F16 && kn->tile_f16;
+    uint16_t *out16 = round16 ? (uint16_t *)g->c + (b * g->m + i0) * g->n + j0 : NULL;
     int64_t ldc = direct ? g->n : r->ldt;
     float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
@@ -239,14 +243,21 @@ static void tile_job(void *arg, int64_t t, int thread)
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
     for (int64_t pc = 0; pc < r->kunits; pc += kcu) {
         int64_t ku = min64(kcu, r->kunits - pc);
+        bool to16 = round16 && pc + ku >= r->kunits;
         for (int64_t jr = 0; jr < nc; jr += kn->nr) {
             const char *bs = bp + (size_t)(jr / kn->nr) * r->b_strip + (size_t)pc * b_unit;
-            for (int64_t ir = 0; ir < mc; ir += kn->mr)
-                kn->tile(ku, ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit, bs, c + ir * ldc + jr,
-                         ldc, (int)min64(kn->mr, mc - ir), (int)min64(kn->nr, nc - jr), pc > 0);
+            for (int64_t ir = 0; ir < mc; ir += kn->mr) {
+                const char *as = ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit;
+                int mv = (int)min64(kn->mr, mc - ir), nv = (int)min64(kn->nr, nc - jr);
+                if (to16)
+                    kn->tile_f16(ku, as, bs, pc > 0 ? c + ir * ldc + jr : NULL, ldc, out16 + ir * g->n + jr, g->n, mv,
+                                 nv);
+                else
+                    kn->tile(ku, as, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);
+            }
         }
     }
-    if (direct) return;
+    if (direct || round16) return;
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
         cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)((b * g->m + i0 + i) * g->n + j0) * es,

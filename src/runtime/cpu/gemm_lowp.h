@@ -75,6 +75,13 @@ typedef struct lowp_kernel {
      * bytes past unit u1 - 1 (a strip is followed by that much slack), and
      * runs with u0 ascending for each strip. NULL: none. */
     int64_t (*pack)(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst);
+    /* tile's last k block of an f16 C: out[0..mr_valid, 0..nr_valid) (row
+     * stride ldo) = the sums (plus cin, the earlier blocks' sums, row
+     * stride ldin, when not NULL) rounded to f16 in registers: tile into
+     * an f32 buffer and cvt_f16_store after it, bit for bit, without the
+     * buffer's round trip. NULL: none (the driver rounds the buffer). */
+    void (*tile_f16)(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin, uint16_t *out,
+                     int64_t ldo, int mr_valid, int nr_valid);
 } lowp_kernel;
 
 /* The x86 kernels, NULL when the build is not for x86-64 with GCC or clang.

@@ -98,6 +98,43 @@ TARGET_F32 static void tile_f32(int64_t kunits, const void *a, const void *b, fl
     FOR_ROWS(STORE_ROW)
 }
 
+/* Row i of an f16 C: (cin + acc, or acc) rounded to nearest even by
+ * vcvtps2ph (imm 0: whatever MXCSR says), the additions those of STORE_ROW;
+ * whole rows unmasked (AMD's masked stores are slow). */
+#define STORE_ROW_F16(i)                                                                           \
+    if (i < mr) {                                                                                  \
+        if (cin) {                                                                                 \
+            const float *ci = cin + (int64_t)(i) * ldin;                                           \
+            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
+            c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16));               \
+        }                                                                                          \
+        uint16_t *oi = out + (int64_t)(i) * ldo;                                                   \
+        __m256i h0 = _mm512_cvtps_ph(c##i##_0, 0), h1 = _mm512_cvtps_ph(c##i##_1, 0);            \
+        if (nr == NR) {                                                                            \
+            _mm256_storeu_si256((void *)oi, h0);                                                   \
+            _mm256_storeu_si256((void *)(oi + 16), h1);                                            \
+        } else {                                                                                   \
+            _mm256_mask_storeu_epi16(oi, m0, h0);                                                  \
+            _mm256_mask_storeu_epi16(oi + 16, m1, h1);                                             \
+        }                                                                                          \
+    }
+
+/* tile_f32's sums, rounded to f16 into out (lowp_kernel.tile_f16). */
+TARGET_F32 static void tile_f32_to_f16(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
+                                       uint16_t *out, int64_t ldo, int mr, int nr)
+{
+    const float *ap = a, *bp = b;
+    FOR_ROWS(ZERO_ROW)
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        FOR_ROWS(F32_ROW)
+    }
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
+    FOR_ROWS(STORE_ROW_F16)
+}
+
 /* ---- packing: 16 x 16 transposes of 32-bit words for k-contiguous rows,
  * interleaves and conversions for r-contiguous ones ---- */
 
@@ -287,11 +324,11 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
-static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86};
-static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86};
+static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL};
+static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
-static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2};
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
