@@ -256,9 +256,11 @@ static void test_the_emulated_device_agrees_with_the_cpu(void **state)
 }
 
 /* A causal attention [1, 1, t, 8] under bf16 AMP, written out, on `device`
- * with the option remat at `remat` (NULL: its default), compiled: how many
- * softmaxes it has (2: the backward's recomputed one too). */
-static int softmaxes(int64_t t, const char *device, const char *remat)
+ * with the option remat at `remat` (NULL: its default), compiled (with
+ * `open`, as a run compiles it: the backend opens first; `nvrtc` the
+ * option's value, NULL: its default): how many softmaxes it has (2: the
+ * backward's recomputed one too). */
+static int softmaxes_opened(int64_t t, const char *device, const char *remat, bool open, const char *nvrtc)
 {
     alloy_graph *g = alloy_graph_new("scores");
     int64_t dims[4] = {1, 1, t, 8};
@@ -272,15 +274,40 @@ static int softmaxes(int64_t t, const char *device, const char *remat)
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", "attention"), "disable");
     if (remat) expect_ok(g, alloy_graph_set_option(g, "remat", remat), "remat");
-    if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+    if (nvrtc) expect_ok(g, alloy_graph_set_option(g, "nvrtc", nvrtc), "nvrtc");
+    if (open ? graph_compile(g) : graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
     int n = 0;
     for (int i = 0; i < g->compiled->nnodes; i++) n += g->compiled->nodes[i]->op == IR_OP_softmax;
     alloy_graph_free(g);
     return n;
 }
 
+static int softmaxes(int64_t t, const char *device, const char *remat)
+{
+    return softmaxes_opened(t, device, remat, false, NULL);
+}
+
+/* device=auto opens the backend before the passes run and compiles for
+ * it: where the (emulated) GPU opens, every softmax is recomputed, as for
+ * device=cuda; where no CUDA backend can open (an NVRTC that does not
+ * load), the step is the CPU's. */
+static void test_auto_compiles_for_the_device_that_opens(void **state)
+{
+    (void)state;
+    assert_int_equal(softmaxes_opened(16, "auto", NULL, true, "/nonexistent/libnvrtc.so"), 1);
+    char why[512];
+    if (!emu_available(why, sizeof why)) {
+        print_message("SKIP: no host emulation of the device: %s\n", why);
+        skip();
+    }
+    rt_backend_set_cuda_opener(emu_backend_opener);
+    assert_int_equal(softmaxes_opened(16, "auto", NULL, true, NULL), 2);
+    assert_int_equal(softmaxes_opened(16, "cpu", NULL, true, NULL), 1);
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* By default a CUDA compile recomputes every softmax it can; the CPU (and
- * device=auto, which compiles before the device is known) only one whose
+ * device=auto compiled with no backend open) only one whose
  * f32 output takes at least 64 MiB (t = 4096: 4096 * 4096 * 4 bytes, one
  * short of it at 4095); remat=always recomputes the small one on the CPU
  * too, and a misspelt value names the valid ones. */
@@ -310,6 +337,7 @@ int main(void)
                                         test_plain_alloc),
         cmocka_unit_test(test_the_modelled_step_moves_six_bytes_fewer_per_score),
         cmocka_unit_test(test_the_emulated_device_agrees_with_the_cpu),
+        cmocka_unit_test(test_auto_compiles_for_the_device_that_opens),
     };
     return cmocka_run_group_tests_name("remat", tests, NULL, NULL);
 }

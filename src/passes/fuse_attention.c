@@ -125,8 +125,9 @@ static bool match_at(const ir_graph *g, const int *uses, const ir_node *n, match
  * attention's f32 scores take at least ATTN_CPU_MIN_BYTES. On the CPU the
  * written-out form is the faster one at small sizes (its two products are
  * the BLAS's GEMMs; char_gpt's fp32 step took 15-20% longer with the op),
- * so there the rewrite is for memory. device=auto counts as the CPU: the
- * device is known only once the backend opens, after compiling. */
+ * so there the rewrite is for memory. device=auto compiles for the backend
+ * that opened before the passes ran (graph_compile): the GPU where one
+ * runs, else the CPU. */
 enum { ATTN_CPU_MIN_BYTES = 64 << 20 };
 
 static bool want_rewrite(const ir_graph *g, const match *m, const al_options *cfg)

@@ -23,8 +23,8 @@
  * step of GEMMs) while the recompute is a second exp per score in the
  * backward's row kernel: char_gpt's bf16 step took longer with it
  * (bench/RESULTS.md), so there it is for memory, at the attention pass's
- * threshold. device=auto counts as the CPU, as for the attention pass: the
- * device is known only once the backend opens, after compiling.
+ * threshold. device=auto compiles for the backend that opened before the
+ * passes ran (graph_compile): the GPU where one runs, else the CPU.
  * `remat=always` recomputes every match; disable_passes=remat none.
  *
  * The loss scaler's unscale gets the same treatment: a gradient's

@@ -58,7 +58,11 @@ static alloy_status open_backend(alloy_graph *g)
 alloy_status graph_compile(alloy_graph *g)
 {
     bool fresh = !g->compiled;
-    alloy_status st = graph_compile_ir(g);
+    alloy_status st = ALLOY_OK;
+    /* device=auto: the backend opens first, so that the passes compile for the device that runs the step */
+    if (fresh && !g->dev && !g->from_bundle && !(st = graph_options(g, &g->cfg)) && g->cfg.device == OPT_DEVICE_AUTO)
+        st = open_backend(g);
+    if (!st) st = graph_compile_ir(g);
     if (!st && (fresh || !g->dev)) st = open_backend(g); /* a new compile may change the device */
     return st;
 }

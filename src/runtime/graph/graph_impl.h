@@ -166,7 +166,9 @@ AL_HIDDEN void graph_env_warn_once(void);
 
 /* compile.c (graph_compile_ir: compile_ir.c, in liballoy-runtime compile_bundle.c) */
 /* Compiles g's built graph into g->compiled (and its schedule and plan)
- * unless it is already, opening the backend when none is open for it. */
+ * unless it is already, opening the backend when none is open for it;
+ * with device=auto the backend opens before the passes run, and they
+ * compile for the device it chose. */
 AL_HIDDEN alloy_status graph_compile(alloy_graph *g);
 
 /* builder.c */
@@ -184,7 +186,8 @@ AL_HIDDEN bool graph_declared_type(alloy_graph *g, const char *op, alloy_dtype d
                                    ir_type *t);
 /* The pass pipeline alone: g->compiled, its schedule and plan, from the
  * configuration (g->cfg) read now, with no backend opened (ahead-of-time
- * code generation needs no device). A later graph_compile opens the
+ * code generation needs no device); device=auto compiles for the backend
+ * already open, else as for the CPU. A later graph_compile opens the
  * backend for what this compiled. */
 AL_HIDDEN alloy_status graph_compile_ir(alloy_graph *g);
 /* Drops the compiled step and its executable (after the graph or its
