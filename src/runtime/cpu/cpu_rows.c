@@ -113,6 +113,69 @@ LEVELS(double)
             for (int k = 0; k < (W); k++) acc[k] += base[(k0 + k) * (L) + j];              \
         for (int k = 0; k < (W); k++) o[k0 + k] = acc[k];                                  \
     }
+/* f32 leaves of LEAF terms, 4 side by side in a vector: each group of 4
+ * leaves' terms read as 4 vectors of 4 neighbours, a 4 x 4 transpose turns
+ * them into 4 vectors of one term of each leaf, added in order; 4 groups
+ * (16 leaves) at a time hide the additions' latency. Contiguous loads and
+ * shuffles instead of a load per term and lane: the same additions in the
+ * same order, the same bits. GCC's vector extension, so every ISA level
+ * (SSE2 included) has it; elsewhere the loops below. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LEAF_TRANSPOSE 1
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* acc (lane l: leaf l of the 4 leaves of LEAF terms at base) += their
+ * terms j..j+3, one term of every leaf per addition */
+static inline v4f add4_terms(v4f acc, const float *base, int j)
+{
+    v4f a = load4(base + j), b = load4(base + LEAF + j), c = load4(base + 2 * LEAF + j),
+        d = load4(base + 3 * LEAF + j);
+    v4f ab_lo = __builtin_shuffle(a, b, (v4i){0, 4, 1, 5}), ab_hi = __builtin_shuffle(a, b, (v4i){2, 6, 3, 7});
+    v4f cd_lo = __builtin_shuffle(c, d, (v4i){0, 4, 1, 5}), cd_hi = __builtin_shuffle(c, d, (v4i){2, 6, 3, 7});
+    acc += __builtin_shuffle(ab_lo, cd_lo, (v4i){0, 1, 4, 5});
+    acc += __builtin_shuffle(ab_lo, cd_lo, (v4i){2, 3, 6, 7});
+    acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){0, 1, 4, 5});
+    acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){2, 3, 6, 7});
+    return acc;
+}
+
+/* The sums of m leaves of LEAF terms at t into o[0..m) (m a multiple of 4);
+ * returns m. */
+static inline int leaf_groups_f32(const float *t, int m, float *o)
+{
+    int k = 0;
+    for (; k + 16 <= m; k += 16) {
+        const float *b = t + (int64_t)k * LEAF;
+        v4f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+        for (int j = 0; j < LEAF; j += 4) {
+            s0 = add4_terms(s0, b, j);
+            s1 = add4_terms(s1, b + 4 * LEAF, j);
+            s2 = add4_terms(s2, b + 8 * LEAF, j);
+            s3 = add4_terms(s3, b + 12 * LEAF, j);
+        }
+        memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 4, &s1, sizeof s1);
+        memcpy(o + k + 8, &s2, sizeof s2), memcpy(o + k + 12, &s3, sizeof s3);
+    }
+    for (; k + 4 <= m; k += 4) {
+        v4f s0 = {0};
+        for (int j = 0; j < LEAF; j += 4) s0 = add4_terms(s0, t + (int64_t)k * LEAF, j);
+        memcpy(o + k, &s0, sizeof s0);
+    }
+    return k;
+}
+#define LEAF_GROUPS(T_, base, m, o) (sizeof(T_) == sizeof(float) ? leaf_groups_f32((const float *)(const void *)(base), (m) & ~3, (float *)(void *)(o)) : 0)
+#else
+#define LEAF_GROUPS(T_, base, m, o) 0
+#endif
+
 #define LEAF_SUMS(T_)                                                                      \
     static CPU_VECTOR_CLONES void leaf_sums_##T_(const T_ *t, const int64_t *leaf, int nleaves, T_ *out) \
     {                                                                                      \
@@ -125,6 +188,7 @@ LEVELS(double)
             const T_ *base = t + at;                                                       \
             int k0 = 0;                                                                    \
             if (len == LEAF) { /* 16, 8 or 4 leaves at a time, in registers */             \
+                k0 = LEAF_GROUPS(T_, base, m, o);                                          \
                 LEAF_BLOCKS(T_, 16, LEAF)                                                  \
                 LEAF_BLOCKS(T_, 8, LEAF)                                                   \
                 LEAF_BLOCKS(T_, 4, LEAF)                                                   \
@@ -144,6 +208,86 @@ LEVELS(double)
 LEAF_SUMS(float)
 LEAF_SUMS(double)
 
+/* The largest of v[0..n) as the in-order loop `if (v > m || v != v) m = v`
+ * from -inf finds it (NaN wins, the first of equal zeros): by lanes of
+ * LANES (v > largest ? v : largest), the lanes and the rest then combined;
+ * a NaN or infinity (the sum of v * 0 is not 0) or a largest of 0 takes the
+ * in-order loop. The f32 lanes are one vector (GCC's vector extension: its
+ * compare and select stay vector code on every ISA level, where GCC made
+ * the array form scalar conditional moves). */
+#define MAX_TAIL(T_)                                                                       \
+    for (; i_ < n; i_++) {                                                                 \
+        z0_ += v[i_] * 0;                                                                  \
+        m_ = v[i_] > m_ ? v[i_] : m_;                                                      \
+    }                                                                                      \
+    if (z0_ != 0 || m_ == 0) {                                                             \
+        m_ = -INFINITY;                                                                    \
+        for (int64_t j_ = 0; j_ < n && m_ == m_; j_++)                                     \
+            if (v[j_] > m_ || v[j_] != v[j_]) m_ = v[j_];                                  \
+    }                                                                                      \
+    return m_;
+
+static inline double max_of_f64(const double *v, int64_t n)
+{
+    double l_[LANES], z_[LANES];
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;
+    int64_t i_ = 0;
+    for (; i_ + LANES <= n; i_ += LANES)
+        for (int q_ = 0; q_ < LANES; q_++) {
+            double v_ = v[i_ + q_];
+            z_[q_] += v_ * 0;
+            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
+        }
+    double m_ = -INFINITY, z0_ = 0;
+    for (int q_ = 0; q_ < LANES; q_++) {
+        z0_ += z_[q_];
+        m_ = l_[q_] > m_ ? l_[q_] : m_;
+    }
+    MAX_TAIL(double)
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* lanes 4a..4a+3 in l[a] and z[a]: 16-byte vectors, which every level has */
+static inline float max_of_f32(const float *v, int64_t n)
+{
+    v4f l[LANES / 4], z[LANES / 4];
+    for (int a = 0; a < LANES / 4; a++) l[a] = (v4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY}, z[a] = (v4f){0};
+    int64_t i_ = 0;
+    for (; i_ + LANES <= n; i_ += LANES)
+        for (int a = 0; a < LANES / 4; a++) {
+            v4f x = load4(v + i_ + 4 * a);
+            z[a] += x * 0;
+            v4i gt = x > l[a];
+            l[a] = (v4f)(((v4i)x & gt) | ((v4i)l[a] & ~gt));
+        }
+    float m_ = -INFINITY, z0_ = 0;
+    for (int q_ = 0; q_ < LANES; q_++) {
+        z0_ += z[q_ / 4][q_ % 4];
+        m_ = l[q_ / 4][q_ % 4] > m_ ? l[q_ / 4][q_ % 4] : m_;
+    }
+    MAX_TAIL(float)
+}
+#else
+static inline float max_of_f32(const float *v, int64_t n)
+{
+    float l_[LANES], z_[LANES];
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;
+    int64_t i_ = 0;
+    for (; i_ + LANES <= n; i_ += LANES)
+        for (int q_ = 0; q_ < LANES; q_++) {
+            float v_ = v[i_ + q_];
+            z_[q_] += v_ * 0;
+            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
+        }
+    float m_ = -INFINITY, z0_ = 0;
+    for (int q_ = 0; q_ < LANES; q_++) {
+        z0_ += z_[q_];
+        m_ = l_[q_] > m_ ? l_[q_] : m_;
+    }
+    MAX_TAIL(float)
+}
+#endif
+
 /* ---- the programs, expanded for T = float and double ---- */
 
 #define X(j) x_[j][i]
@@ -161,39 +305,17 @@ LEAF_SUMS(double)
 #define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
-/* MAX: the terms into r->terms (a vector loop), their largest by lanes of
- * LANES, and the sum of term * 0 (0 unless a term is NaN or infinite); a
- * NaN or infinity among them, or a largest value of 0 (whose sign the first
- * such term decides), takes the row's in-order loop instead, so the result
- * is that loop's bits. SUM: the terms into r->terms, then their leaf sums. */
+/* MAX: the terms into r->terms (a vector loop), then MAX_OF: their largest
+ * by lanes of LANES, and the sum of term * 0 (0 unless a term is NaN or
+ * infinite); a NaN or infinity among them, or a largest value of 0 (whose
+ * sign the first such term decides), takes the row's in-order loop
+ * instead, so the result is that loop's bits. SUM: the terms into
+ * r->terms, then their leaf sums. */
 #define MAX(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
         IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
-        T l_[LANES], z_[LANES];                                                            \
-        for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;                 \
-        int64_t i_ = 0;                                                                    \
-        for (; i_ + LANES <= r->n; i_ += LANES)                                            \
-            for (int q_ = 0; q_ < LANES; q_++) {                                           \
-                T v_ = e_[i_ + q_];                                                        \
-                z_[q_] += v_ * 0;                                                          \
-                l_[q_] = v_ > l_[q_] ? v_ : l_[q_];                                        \
-            }                                                                              \
-        T m_ = -INFINITY, z0_ = 0;                                                         \
-        for (; i_ < r->n; i_++) {                                                          \
-            z0_ += e_[i_] * 0;                                                             \
-            m_ = e_[i_] > m_ ? e_[i_] : m_;                                                \
-        }                                                                                  \
-        for (int q_ = 0; q_ < LANES; q_++) {                                               \
-            z0_ += z_[q_];                                                                 \
-            m_ = l_[q_] > m_ ? l_[q_] : m_;                                                \
-        }                                                                                  \
-        if (z0_ != 0 || m_ == 0) {                                                         \
-            m_ = -INFINITY;                                                                \
-            for (int64_t j_ = 0; j_ < r->n && m_ == m_; j_++)                              \
-                if (e_[j_] > m_ || e_[j_] != e_[j_]) m_ = e_[j_];                          \
-        }                                                                                  \
-        s_[k] = m_;                                                                        \
+        s_[k] = MAX_OF(e_, r->n);                                                          \
     }
 #define SUM(k, e)                                                                          \
     {                                                                                      \
@@ -276,6 +398,7 @@ typedef void (*row_fn)(const row_args *r);
     }
 #define LEAF_SUM(t, l, nl, o) _Generic((t), float *: leaf_sums_float, double *: leaf_sums_double)(t, l, nl, o)
 #define LEVELS_OF(v, nl) _Generic((v), float *: levels_float, double *: levels_double)(v, nl)
+#define MAX_OF(v, n) _Generic((v), float *: max_of_f32, double *: max_of_f64)(v, n)
 #define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
 #undef RW
