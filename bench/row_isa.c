@@ -1,6 +1,7 @@
 /* row_isa.c - benchmark: ns per element of the CPU row kernels alone (softmax, layer_norm and their gradients, f32) for each x86-64 level, one thread.
  *
- *   row_isa [ROWS [N]]   ROWS rows of N (default 4096 x 256, as bench/ew_torch.py)
+ *   row_isa [ROWS [N [OP ...]]]   ROWS rows of N (default 4096 x 256, as
+ *                                 bench/ew_torch.py --rows), the ops named (default all)
  *
  * Calls cpu_row_run (runtime/cpu/cpu_rows.c, compiled once per level by
  * row_isa_level.c) on one op node over tensors already in place: no graph
@@ -63,7 +64,7 @@ static bool same_floats(const float *a, const float *b, int64_t n)
 int main(int argc, char **argv)
 {
     int64_t rows = argc > 1 ? atoll(argv[1]) : 4096, n = argc > 2 ? atoll(argv[2]) : 256;
-    if (rows <= 0 || n <= 0) return fprintf(stderr, "usage: row_isa [ROWS [N]]\n"), 2;
+    if (rows <= 0 || n <= 0) return fprintf(stderr, "usage: row_isa [ROWS [N [OP ...]]]\n"), 2;
     int64_t total = rows * n;
     float *x = malloc(sizeof(float) * (size_t)total), *dy = malloc(sizeof(float) * (size_t)total);
     float *sm = malloc(sizeof(float) * (size_t)total), *y = malloc(sizeof(float) * (size_t)total);
@@ -117,6 +118,9 @@ int main(int argc, char **argv)
     for (int l = 0; l < LEVELS; l++) printf(" %20s", level_names[l]);
     printf(" same bits\n");
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        bool asked = argc <= 3;
+        for (int a = 3; a < argc; a++) asked = asked || !strcmp(argv[a], ops[o].name);
+        if (!asked) continue;
         const ir_node *node = ops[o].node;
         if (!node) return fprintf(stderr, "row_isa: %s: %s\n", ops[o].name, g->error), 1;
         rt_tensor in[5], out = {node->type, y};

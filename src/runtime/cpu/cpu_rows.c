@@ -171,9 +171,24 @@ static inline int leaf_groups_f32(const float *t, int m, float *o)
     }
     return k;
 }
+/* levels_float over 8 leaf sums or more, 4 new sums at a time: the
+ * neighbours of 8 sums split into their even and odd ones by two shuffles
+ * and added (the same additions, in place); the last 4 as levels_float. */
+static inline float levels_f32(float *v, int nleaves)
+{
+    int w = nleaves;
+    for (; w >= 8; w /= 2)
+        for (int i = 0; i < w / 2; i += 4) {
+            v4f a = load4(v + 2 * i), b = load4(v + 2 * i + 4);
+            v4f sum = __builtin_shuffle(a, b, (v4i){0, 2, 4, 6}) + __builtin_shuffle(a, b, (v4i){1, 3, 5, 7});
+            memcpy(v + i, &sum, sizeof sum);
+        }
+    return levels_float(v, w);
+}
 #define LEAF_GROUPS(T_, base, m, o) (sizeof(T_) == sizeof(float) ? leaf_groups_f32((const float *)(const void *)(base), (m) & ~3, (float *)(void *)(o)) : 0)
 #else
 #define LEAF_GROUPS(T_, base, m, o) 0
+#define levels_f32 levels_float
 #endif
 
 #define LEAF_SUMS(T_)                                                                      \
@@ -397,7 +412,7 @@ typedef void (*row_fn)(const row_args *r);
         program                                                                            \
     }
 #define LEAF_SUM(t, l, nl, o) _Generic((t), float *: leaf_sums_float, double *: leaf_sums_double)(t, l, nl, o)
-#define LEVELS_OF(v, nl) _Generic((v), float *: levels_float, double *: levels_double)(v, nl)
+#define LEVELS_OF(v, nl) _Generic((v), float *: levels_f32, double *: levels_double)(v, nl)
 #define MAX_OF(v, n) _Generic((v), float *: max_of_f32, double *: max_of_f64)(v, n)
 #define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
