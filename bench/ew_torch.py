@@ -15,7 +15,8 @@ these by the process's CPU time.
 Prints one row per op, "op<TAB>ns".
 
 --rows times the row kernels alone, as bench/row_isa does alloy's: ATen's
-ops called with out= where they have one (softmax, softmax_backward_data,
+ops called with out= where they have one (softmax, also with a causal
+mask's -inf above each row's diagonal as row_isa's softmax_causal, softmax_backward_data,
 native_layer_norm, native_layer_norm_backward with only dx asked for), on
 the same x, dy and gamma = beta as row_isa, best thread CPU time of 15
 rounds of >= 2M elements, ns per element.
@@ -33,12 +34,14 @@ def rows_only(torch, rows, cols):
     dy = (1 - i % 3).float().view(rows, cols)
     gamma = 1 + 0.01 * torch.arange(cols, dtype=torch.float32)
     beta = gamma.clone()
+    xm = torch.where(i % cols > (i // cols) % cols, float("-inf"), x.view(-1)).view(rows, cols)
     y = torch.empty(rows, cols)
     sm = torch.softmax(x, 1)
     _, mean, rstd = aten.native_layer_norm(x, [cols], gamma, beta, 1e-5)
     mean_o, rstd_o = torch.empty_like(mean), torch.empty_like(rstd)
     ops = {
         "softmax": lambda: aten._softmax.out(x, 1, False, out=y),
+        "softmax_causal": lambda: aten._softmax.out(xm, 1, False, out=y),
         "softmax_grad": lambda: aten._softmax_backward_data.out(dy, sm, 1, torch.float32, grad_input=y),
         "layer_norm": lambda: aten.native_layer_norm.out(x, [cols], gamma, beta, 1e-5, out0=y, out1=mean_o, out2=rstd_o),
         "layer_norm_grad": lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, gamma, beta,

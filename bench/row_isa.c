@@ -7,7 +7,9 @@
  * row_isa_level.c) on one op node over tensors already in place: no graph
  * run, no feeds or fetches copied, so the figure is the kernel's, to set
  * beside bench/ew_torch.py --rows (ATen's kernels called with out=). Ops:
- * softmax (x), softmax_grad (y, dy), layer_norm (x, gamma, beta),
+ * softmax (x), softmax_causal (x with -inf above row r's diagonal, column
+ * j > r mod N: an attention's masked scores), softmax_grad (y, dy),
+ * layer_norm (x, gamma, beta),
  * layer_norm_grad_stats (x, dy, mean, rstd, gamma: dx only, as autodiff
  * emits it). x = ((i * 7919) mod 65536) / 65536 * 8 - 4, dy = 1 - i mod 3,
  * gamma = beta = 1 + 0.01 j, as ew_torch.py. Best of 15 rounds of >= 2M
@@ -69,11 +71,13 @@ int main(int argc, char **argv)
     float *x = malloc(sizeof(float) * (size_t)total), *dy = malloc(sizeof(float) * (size_t)total);
     float *sm = malloc(sizeof(float) * (size_t)total), *y = malloc(sizeof(float) * (size_t)total);
     float *y0 = malloc(sizeof(float) * (size_t)total), *gamma = malloc(sizeof(float) * (size_t)n);
+    float *xm = malloc(sizeof(float) * (size_t)total);
     float *mean = malloc(sizeof(float) * (size_t)rows), *rstd = malloc(sizeof(float) * (size_t)rows);
-    if (!x || !dy || !sm || !y || !y0 || !gamma || !mean || !rstd) return fprintf(stderr, "row_isa: out of memory\n"), 1;
+    if (!x || !dy || !sm || !y || !y0 || !gamma || !mean || !rstd || !xm) return fprintf(stderr, "row_isa: out of memory\n"), 1;
     for (int64_t i = 0; i < total; i++) {
         x[i] = (float)((double)((i * 7919) % 65536) / 65536 * 8 - 4);
         dy[i] = (float)(1 - i % 3);
+        xm[i] = i % n > (i / n) % n ? -INFINITY : x[i];
     }
     for (int64_t j = 0; j < n; j++) gamma[j] = 1.0f + 0.01f * (float)j;
     for (int64_t r = 0; r < rows; r++) { /* the statistics layer_norm_grad_stats reads, in f64 */
@@ -107,6 +111,7 @@ int main(int argc, char **argv)
         const float *in[5];
     } ops[] = {
         {"softmax", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "sm"), {x}},
+        {"softmax_causal", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "smc"), {xm}},
         {"softmax_grad", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){ix, idy}, 1, &axis, NULL, "smg"), {sm, dy}},
         {"layer_norm", ir_add_node(g, IR_OP_layer_norm, 3, (int[]){ix, igm, igm}, 1, &eps, NULL, "ln"), {x, gamma, gamma}},
         {"layer_norm_grad", ir_add_node(g, IR_OP_layer_norm_grad_stats, 5, (int[]){ix, idy, imean, irstd, igm}, 0, NULL,
@@ -151,6 +156,6 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     ir_graph_free(g);
-    free(x), free(dy), free(sm), free(y), free(y0), free(gamma), free(mean), free(rstd);
+    free(x), free(dy), free(sm), free(y), free(y0), free(gamma), free(mean), free(rstd), free(xm);
     return 0;
 }

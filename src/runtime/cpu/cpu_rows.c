@@ -226,16 +226,19 @@ LEAF_SUMS(double)
 /* The largest of v[0..n) as the in-order loop `if (v > m || v != v) m = v`
  * from -inf finds it (NaN wins, the first of equal zeros): by lanes of
  * LANES (v > largest ? v : largest), the lanes and the rest then combined;
- * a NaN or infinity (the sum of v * 0 is not 0) or a largest of 0 takes the
- * in-order loop. The f32 lanes are one vector (GCC's vector extension: its
- * compare and select stay vector code on every ISA level, where GCC made
- * the array form scalar conditional moves). */
+ * a NaN among them (nan counts them) or a largest of 0 takes the in-order
+ * loop. Infinities need no loop of their own: -inf never replaces the
+ * largest, +inf always does, in either order (a causal mask's -inf scores
+ * are in most rows of an attention's softmax). The f32 lanes are 16-byte
+ * vectors (GCC's vector extension: its compare and select stay vector
+ * code on every ISA level, where GCC made the array form scalar conditional
+ * moves). */
 #define MAX_TAIL(T_)                                                                       \
     for (; i_ < n; i_++) {                                                                 \
-        z0_ += v[i_] * 0;                                                                  \
+        nan += v[i_] != v[i_];                                                             \
         m_ = v[i_] > m_ ? v[i_] : m_;                                                      \
     }                                                                                      \
-    if (z0_ != 0 || m_ == 0) {                                                             \
+    if (nan || m_ == 0) {                                                                  \
         m_ = -INFINITY;                                                                    \
         for (int64_t j_ = 0; j_ < n && m_ == m_; j_++)                                     \
             if (v[j_] > m_ || v[j_] != v[j_]) m_ = v[j_];                                  \
@@ -244,59 +247,62 @@ LEAF_SUMS(double)
 
 static inline double max_of_f64(const double *v, int64_t n)
 {
-    double l_[LANES], z_[LANES];
-    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;
+    double l_[LANES];
+    int64_t nans[LANES];
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;
     int64_t i_ = 0;
     for (; i_ + LANES <= n; i_ += LANES)
         for (int q_ = 0; q_ < LANES; q_++) {
             double v_ = v[i_ + q_];
-            z_[q_] += v_ * 0;
+            nans[q_] += v_ != v_;
             l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
         }
-    double m_ = -INFINITY, z0_ = 0;
+    double m_ = -INFINITY;
+    int64_t nan = 0;
     for (int q_ = 0; q_ < LANES; q_++) {
-        z0_ += z_[q_];
+        nan += nans[q_];
         m_ = l_[q_] > m_ ? l_[q_] : m_;
     }
     MAX_TAIL(double)
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
-/* lanes 4a..4a+3 in l[a] and z[a]: 16-byte vectors, which every level has */
+/* lanes 4a..4a+3 in l[a]; nans: -1 in the lanes that saw a NaN */
 static inline float max_of_f32(const float *v, int64_t n)
 {
-    v4f l[LANES / 4], z[LANES / 4];
-    for (int a = 0; a < LANES / 4; a++) l[a] = (v4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY}, z[a] = (v4f){0};
+    v4f l[LANES / 4];
+    v4i nans = {0};
+    for (int a = 0; a < LANES / 4; a++) l[a] = (v4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     int64_t i_ = 0;
     for (; i_ + LANES <= n; i_ += LANES)
         for (int a = 0; a < LANES / 4; a++) {
             v4f x = load4(v + i_ + 4 * a);
-            z[a] += x * 0;
+            nans |= x != x;
             v4i gt = x > l[a];
             l[a] = (v4f)(((v4i)x & gt) | ((v4i)l[a] & ~gt));
         }
-    float m_ = -INFINITY, z0_ = 0;
-    for (int q_ = 0; q_ < LANES; q_++) {
-        z0_ += z[q_ / 4][q_ % 4];
-        m_ = l[q_ / 4][q_ % 4] > m_ ? l[q_ / 4][q_ % 4] : m_;
-    }
+    float m_ = -INFINITY;
+    int64_t nan = (nans[0] | nans[1] | nans[2] | nans[3]) != 0;
+    for (int q_ = 0; q_ < LANES; q_++) m_ = l[q_ / 4][q_ % 4] > m_ ? l[q_ / 4][q_ % 4] : m_;
     MAX_TAIL(float)
 }
 #else
 static inline float max_of_f32(const float *v, int64_t n)
 {
-    float l_[LANES], z_[LANES];
-    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;
+    float l_[LANES];
+    int64_t nans[LANES];
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;
     int64_t i_ = 0;
     for (; i_ + LANES <= n; i_ += LANES)
         for (int q_ = 0; q_ < LANES; q_++) {
             float v_ = v[i_ + q_];
-            z_[q_] += v_ * 0;
+            nans[q_] += v_ != v_;
             l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
         }
-    float m_ = -INFINITY, z0_ = 0;
+    float m_ = -INFINITY;
+    int64_t nan = 0;
     for (int q_ = 0; q_ < LANES; q_++) {
-        z0_ += z_[q_];
+        nan += nans[q_];
         m_ = l_[q_] > m_ ? l_[q_] : m_;
     }
     MAX_TAIL(float)
@@ -321,11 +327,10 @@ static inline float max_of_f32(const float *v, int64_t n)
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
 /* MAX: the terms into r->terms (a vector loop), then MAX_OF: their largest
- * by lanes of LANES, and the sum of term * 0 (0 unless a term is NaN or
- * infinite); a NaN or infinity among them, or a largest value of 0 (whose
- * sign the first such term decides), takes the row's in-order loop
- * instead, so the result is that loop's bits. SUM: the terms into
- * r->terms, then their leaf sums. */
+ * by lanes of LANES; a NaN among them, or a largest value of 0 (whose sign
+ * the first such term decides), takes the row's in-order loop instead, so
+ * the result is that loop's bits. SUM: the terms into r->terms, then their
+ * leaf sums. */
 #define MAX(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
