@@ -10,6 +10,9 @@
 #include "base/convert.h"
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu.h"
+#if defined(__SSE2__)
+#include <emmintrin.h> /* every x86-64 level has SSE2: MAX's lanes (max_of_f32) */
+#endif
 
 /* Operands, attributes, S and V slots a program may use. */
 enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
@@ -266,24 +269,25 @@ static inline double max_of_f64(const double *v, int64_t n)
     MAX_TAIL(double)
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-/* lanes 4a..4a+3 in l[a]; nans: -1 in the lanes that saw a NaN */
+#if defined(__SSE2__)
+/* lanes 4a..4a+3 in la: SSE's maxps is x > l ? x : l, lane by lane (and
+ * every x86-64 level has it; GCC's vector extension spilled the select's
+ * masks to memory); nans: all ones in the lanes that saw a NaN */
 static inline float max_of_f32(const float *v, int64_t n)
 {
-    v4f l[LANES / 4];
-    v4i nans = {0};
-    for (int a = 0; a < LANES / 4; a++) l[a] = (v4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    __m128 l0 = _mm_set1_ps(-INFINITY), l1 = l0, l2 = l0, l3 = l0, nans = _mm_setzero_ps();
     int64_t i_ = 0;
-    for (; i_ + LANES <= n; i_ += LANES)
-        for (int a = 0; a < LANES / 4; a++) {
-            v4f x = load4(v + i_ + 4 * a);
-            nans |= x != x;
-            v4i gt = x > l[a];
-            l[a] = (v4f)(((v4i)x & gt) | ((v4i)l[a] & ~gt));
-        }
+    for (; i_ + LANES <= n; i_ += LANES) {
+        __m128 x0 = _mm_loadu_ps(v + i_), x1 = _mm_loadu_ps(v + i_ + 4), x2 = _mm_loadu_ps(v + i_ + 8),
+               x3 = _mm_loadu_ps(v + i_ + 12);
+        l0 = _mm_max_ps(x0, l0), l1 = _mm_max_ps(x1, l1), l2 = _mm_max_ps(x2, l2), l3 = _mm_max_ps(x3, l3);
+        nans = _mm_or_ps(nans, _mm_or_ps(_mm_cmpunord_ps(x0, x1), _mm_cmpunord_ps(x2, x3)));
+    }
+    float lanes[LANES];
+    _mm_storeu_ps(lanes, l0), _mm_storeu_ps(lanes + 4, l1), _mm_storeu_ps(lanes + 8, l2), _mm_storeu_ps(lanes + 12, l3);
     float m_ = -INFINITY;
-    int64_t nan = (nans[0] | nans[1] | nans[2] | nans[3]) != 0;
-    for (int q_ = 0; q_ < LANES; q_++) m_ = l[q_ / 4][q_ % 4] > m_ ? l[q_ / 4][q_ % 4] : m_;
+    int64_t nan = _mm_movemask_ps(nans) != 0;
+    for (int q_ = 0; q_ < LANES; q_++) m_ = lanes[q_] > m_ ? lanes[q_] : m_;
     MAX_TAIL(float)
 }
 #else
