@@ -2,6 +2,8 @@
 """ew_torch.py - benchmark: ns per element of PyTorch's f32 elementwise kernels on the CPU (ATen/oneDNN), one thread, to set beside bench/ew_isa's.
 
 usage: ew_torch.py [N]   N elements (default 1000003), a over [-4, 4), dy = 1,
+       ew_torch.py --rows [ROWS [COLS]]   the row kernels alone (default 4096 x 256)
+
 as bench/ew_isa N. Each op is timed by the best thread CPU time of 15 rounds
 of ~2M elements, calling the ATen op directly with an output tensor given
 (no autograd, no allocation in the loop): gelu and gelu_grad
@@ -11,13 +13,65 @@ over 4096 rows of 256, forward (no autograd) and forward + backward
 (y.backward(dy), gradients of x, gamma and beta), as bench/ew_cpu's rows;
 these by the process's CPU time.
 Prints one row per op, "op<TAB>ns".
+
+--rows times the row kernels alone, as bench/row_isa does alloy's: ATen's
+ops called with out= where they have one (softmax, also with a causal
+mask's -inf above each row's diagonal as row_isa's softmax_causal, softmax_backward_data,
+native_layer_norm, native_layer_norm_backward with only dx asked for), on
+the same x, dy and gamma = beta as row_isa, best thread CPU time of 15
+rounds of >= 2M elements, ns per element.
 """
 import sys
 import time
 import warnings
 
 
+def rows_only(torch, rows, cols):
+    """The row kernels alone: ATen's ops on tensors already in place."""
+    aten = torch.ops.aten
+    i = torch.arange(rows * cols, dtype=torch.int64)
+    x = ((i * 7919 % 65536).double() / 65536 * 8 - 4).float().view(rows, cols)
+    dy = (1 - i % 3).float().view(rows, cols)
+    gamma = 1 + 0.01 * torch.arange(cols, dtype=torch.float32)
+    beta = gamma.clone()
+    xm = torch.where(i % cols > (i // cols) % cols, float("-inf"), x.view(-1)).view(rows, cols)
+    y = torch.empty(rows, cols)
+    sm = torch.softmax(x, 1)
+    _, mean, rstd = aten.native_layer_norm(x, [cols], gamma, beta, 1e-5)
+    mean_o, rstd_o = torch.empty_like(mean), torch.empty_like(rstd)
+    ops = {
+        "softmax": lambda: aten._softmax.out(x, 1, False, out=y),
+        "softmax_causal": lambda: aten._softmax.out(xm, 1, False, out=y),
+        "softmax_grad": lambda: aten._softmax_backward_data.out(dy, sm, 1, torch.float32, grad_input=y),
+        "layer_norm": lambda: aten.native_layer_norm.out(x, [cols], gamma, beta, 1e-5, out0=y, out1=mean_o, out2=rstd_o),
+        "layer_norm_grad": lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, gamma, beta,
+                                                                   [True, False, False]),
+    }
+    reps = (2 << 20) // (rows * cols) + 1
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, f32, {rows} rows of {cols}, "
+          "the kernel alone, best thread CPU time, ns per element")
+    for name, fn in ops.items():
+        best = float("inf")
+        with torch.no_grad():
+            for r in range(16):
+                t0 = time.thread_time()
+                for _ in range(reps):
+                    fn()
+                t = time.thread_time() - t0
+                if r > 0:
+                    best = min(best, t)
+        print(f"{name}\t{best * 1e9 / (reps * rows * cols):.3f}")
+        sys.stdout.flush()
+    return 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--rows":
+        import torch
+        torch.set_num_threads(1)
+        rows = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
+        cols = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+        return rows_only(torch, rows, cols)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000003
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:

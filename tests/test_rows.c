@@ -279,7 +279,7 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
 {
     (void)state;
     static const int64_t lens[] = {1, 3, 17, 37, 64, 100, 256, 1000};
-    enum { ROWS = 7 };
+    enum { ROWS = 9 };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
         float *x = test_malloc(sizeof(float) * ROWS * (size_t)n), *y = test_malloc(sizeof(float) * ROWS * (size_t)n);
@@ -291,6 +291,8 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
             x[3 * n + j] = j == n / 2 ? NAN : x[3 * n + j];
             x[4 * n + j] = j == n - 1 ? INFINITY : x[4 * n + j];
             x[5 * n + j] = 1000.0f + (float)j;    /* large: the shift by the largest matters */
+            x[7 * n + j] = j > n / 3 ? -INFINITY : x[7 * n + j]; /* a causal mask's row */
+            x[8 * n + j] = -INFINITY;             /* a row masked whole */
         }
         /* softmax: the largest in order (a NaN wins), exp of the shifted values, their sum */
         for (int r = 0; r < ROWS; r++) {

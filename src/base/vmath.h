@@ -68,8 +68,7 @@ static inline float al_vexpf(float x)
      * microcode assist per operation (a causal mask's -inf scores are half
      * of a softmax's inputs). */
     float xc = x > 100.0f ? 100.0f : x;
-    xc = xc < -104.0f ? 0.0f : xc;
-    xc = x != x ? 0.0f : xc;
+    xc = x >= -104.0f ? xc : 0.0f; /* false for a NaN too: e^0 computed there */
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float kf = (xc * 1.44269504088896341f + shifter) - shifter;
     float r = xc - kf * 0.693145751953125f; /* ln2's high part: 15 bits, exact product */
@@ -83,10 +82,12 @@ static inline float al_vexpf(float x)
     p = p * r * r + r; /* e^r - 1, kept apart from the 1 for accuracy */
     p = p + 1.0f;
     int32_t k = (int32_t)kf;
-    int32_t k1 = k / 2, k2 = k - k1;
+    /* halves k1 = floor(k / 2) (GCC and clang shift signed integers
+     * arithmetically; no sign fix-up as for k / 2), k2 = k - k1: p 2^k1 is
+     * exact, so the product rounds once, as any split of k would */
+    int32_t k1 = k >> 1, k2 = k - k1;
     float y = p * vm_pow2i(k1) * vm_pow2i(k2);
-    y = x < -104.0f ? 0.0f : y;
-    return x != x ? x : y;
+    return x >= -104.0f ? y : x != x ? x : 0.0f; /* the same test as above: one compare */
 }
 
 /* tanh x: x - x^3 q(x^2) for |x| < 0.625 (q a least-squares fit of

@@ -10,6 +10,9 @@
 #include "base/convert.h"
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu.h"
+#if defined(__SSE2__)
+#include <emmintrin.h> /* every x86-64 level has SSE2: MAX's lanes (max_of_f32) */
+#endif
 
 /* Operands, attributes, S and V slots a program may use. */
 enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
@@ -113,6 +116,84 @@ LEVELS(double)
             for (int k = 0; k < (W); k++) acc[k] += base[(k0 + k) * (L) + j];              \
         for (int k = 0; k < (W); k++) o[k0 + k] = acc[k];                                  \
     }
+/* f32 leaves of LEAF terms, 4 side by side in a vector: each group of 4
+ * leaves' terms read as 4 vectors of 4 neighbours, a 4 x 4 transpose turns
+ * them into 4 vectors of one term of each leaf, added in order; 4 groups
+ * (16 leaves) at a time hide the additions' latency. Contiguous loads and
+ * shuffles instead of a load per term and lane: the same additions in the
+ * same order, the same bits. GCC's vector extension, so every ISA level
+ * (SSE2 included) has it; elsewhere the loops below. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define LEAF_TRANSPOSE 1
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* acc (lane l: leaf l of the 4 leaves of LEAF terms at base) += their
+ * terms j..j+3, one term of every leaf per addition */
+static inline v4f add4_terms(v4f acc, const float *base, int j)
+{
+    v4f a = load4(base + j), b = load4(base + LEAF + j), c = load4(base + 2 * LEAF + j),
+        d = load4(base + 3 * LEAF + j);
+    v4f ab_lo = __builtin_shuffle(a, b, (v4i){0, 4, 1, 5}), ab_hi = __builtin_shuffle(a, b, (v4i){2, 6, 3, 7});
+    v4f cd_lo = __builtin_shuffle(c, d, (v4i){0, 4, 1, 5}), cd_hi = __builtin_shuffle(c, d, (v4i){2, 6, 3, 7});
+    acc += __builtin_shuffle(ab_lo, cd_lo, (v4i){0, 1, 4, 5});
+    acc += __builtin_shuffle(ab_lo, cd_lo, (v4i){2, 3, 6, 7});
+    acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){0, 1, 4, 5});
+    acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){2, 3, 6, 7});
+    return acc;
+}
+
+/* The sums of m leaves of LEAF terms at t into o[0..m) (m a multiple of 4);
+ * returns m. */
+static inline int leaf_groups_f32(const float *t, int m, float *o)
+{
+    int k = 0;
+    for (; k + 16 <= m; k += 16) {
+        const float *b = t + (int64_t)k * LEAF;
+        v4f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+        for (int j = 0; j < LEAF; j += 4) {
+            s0 = add4_terms(s0, b, j);
+            s1 = add4_terms(s1, b + 4 * LEAF, j);
+            s2 = add4_terms(s2, b + 8 * LEAF, j);
+            s3 = add4_terms(s3, b + 12 * LEAF, j);
+        }
+        memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 4, &s1, sizeof s1);
+        memcpy(o + k + 8, &s2, sizeof s2), memcpy(o + k + 12, &s3, sizeof s3);
+    }
+    for (; k + 4 <= m; k += 4) {
+        v4f s0 = {0};
+        for (int j = 0; j < LEAF; j += 4) s0 = add4_terms(s0, t + (int64_t)k * LEAF, j);
+        memcpy(o + k, &s0, sizeof s0);
+    }
+    return k;
+}
+/* levels_float over 8 leaf sums or more, 4 new sums at a time: the
+ * neighbours of 8 sums split into their even and odd ones by two shuffles
+ * and added (the same additions, in place); the last 4 as levels_float. */
+static inline float levels_f32(float *v, int nleaves)
+{
+    int w = nleaves;
+    for (; w >= 8; w /= 2)
+        for (int i = 0; i < w / 2; i += 4) {
+            v4f a = load4(v + 2 * i), b = load4(v + 2 * i + 4);
+            v4f sum = __builtin_shuffle(a, b, (v4i){0, 2, 4, 6}) + __builtin_shuffle(a, b, (v4i){1, 3, 5, 7});
+            memcpy(v + i, &sum, sizeof sum);
+        }
+    return levels_float(v, w);
+}
+#define LEAF_GROUPS(T_, base, m, o) (sizeof(T_) == sizeof(float) ? leaf_groups_f32((const float *)(const void *)(base), (m) & ~3, (float *)(void *)(o)) : 0)
+#else
+#define LEAF_GROUPS(T_, base, m, o) 0
+#define levels_f32 levels_float
+#endif
+
 #define LEAF_SUMS(T_)                                                                      \
     static CPU_VECTOR_CLONES void leaf_sums_##T_(const T_ *t, const int64_t *leaf, int nleaves, T_ *out) \
     {                                                                                      \
@@ -125,6 +206,7 @@ LEVELS(double)
             const T_ *base = t + at;                                                       \
             int k0 = 0;                                                                    \
             if (len == LEAF) { /* 16, 8 or 4 leaves at a time, in registers */             \
+                k0 = LEAF_GROUPS(T_, base, m, o);                                          \
                 LEAF_BLOCKS(T_, 16, LEAF)                                                  \
                 LEAF_BLOCKS(T_, 8, LEAF)                                                   \
                 LEAF_BLOCKS(T_, 4, LEAF)                                                   \
@@ -144,6 +226,93 @@ LEVELS(double)
 LEAF_SUMS(float)
 LEAF_SUMS(double)
 
+/* The largest of v[0..n) as the in-order loop `if (v > m || v != v) m = v`
+ * from -inf finds it (NaN wins, the first of equal zeros): by lanes of
+ * LANES (v > largest ? v : largest), the lanes and the rest then combined;
+ * a NaN among them (nan counts them) or a largest of 0 takes the in-order
+ * loop. Infinities need no loop of their own: -inf never replaces the
+ * largest, +inf always does, in either order (a causal mask's -inf scores
+ * are in most rows of an attention's softmax). The f32 lanes are 16-byte
+ * vectors (GCC's vector extension: its compare and select stay vector
+ * code on every ISA level, where GCC made the array form scalar conditional
+ * moves). */
+#define MAX_TAIL(T_)                                                                       \
+    for (; i_ < n; i_++) {                                                                 \
+        nan += v[i_] != v[i_];                                                             \
+        m_ = v[i_] > m_ ? v[i_] : m_;                                                      \
+    }                                                                                      \
+    if (nan || m_ == 0) {                                                                  \
+        m_ = -INFINITY;                                                                    \
+        for (int64_t j_ = 0; j_ < n && m_ == m_; j_++)                                     \
+            if (v[j_] > m_ || v[j_] != v[j_]) m_ = v[j_];                                  \
+    }                                                                                      \
+    return m_;
+
+static inline double max_of_f64(const double *v, int64_t n)
+{
+    double l_[LANES];
+    int64_t nans[LANES];
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;
+    int64_t i_ = 0;
+    for (; i_ + LANES <= n; i_ += LANES)
+        for (int q_ = 0; q_ < LANES; q_++) {
+            double v_ = v[i_ + q_];
+            nans[q_] += v_ != v_;
+            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
+        }
+    double m_ = -INFINITY;
+    int64_t nan = 0;
+    for (int q_ = 0; q_ < LANES; q_++) {
+        nan += nans[q_];
+        m_ = l_[q_] > m_ ? l_[q_] : m_;
+    }
+    MAX_TAIL(double)
+}
+
+#if defined(__SSE2__)
+/* lanes 4a..4a+3 in la: SSE's maxps is x > l ? x : l, lane by lane (and
+ * every x86-64 level has it; GCC's vector extension spilled the select's
+ * masks to memory); nans: all ones in the lanes that saw a NaN */
+static inline float max_of_f32(const float *v, int64_t n)
+{
+    __m128 l0 = _mm_set1_ps(-INFINITY), l1 = l0, l2 = l0, l3 = l0, nans = _mm_setzero_ps();
+    int64_t i_ = 0;
+    for (; i_ + LANES <= n; i_ += LANES) {
+        __m128 x0 = _mm_loadu_ps(v + i_), x1 = _mm_loadu_ps(v + i_ + 4), x2 = _mm_loadu_ps(v + i_ + 8),
+               x3 = _mm_loadu_ps(v + i_ + 12);
+        l0 = _mm_max_ps(x0, l0), l1 = _mm_max_ps(x1, l1), l2 = _mm_max_ps(x2, l2), l3 = _mm_max_ps(x3, l3);
+        nans = _mm_or_ps(nans, _mm_or_ps(_mm_cmpunord_ps(x0, x1), _mm_cmpunord_ps(x2, x3)));
+    }
+    float lanes[LANES];
+    _mm_storeu_ps(lanes, l0), _mm_storeu_ps(lanes + 4, l1), _mm_storeu_ps(lanes + 8, l2), _mm_storeu_ps(lanes + 12, l3);
+    float m_ = -INFINITY;
+    int64_t nan = _mm_movemask_ps(nans) != 0;
+    for (int q_ = 0; q_ < LANES; q_++) m_ = lanes[q_] > m_ ? lanes[q_] : m_;
+    MAX_TAIL(float)
+}
+#else
+static inline float max_of_f32(const float *v, int64_t n)
+{
+    float l_[LANES];
+    int64_t nans[LANES];
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;
+    int64_t i_ = 0;
+    for (; i_ + LANES <= n; i_ += LANES)
+        for (int q_ = 0; q_ < LANES; q_++) {
+            float v_ = v[i_ + q_];
+            nans[q_] += v_ != v_;
+            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
+        }
+    float m_ = -INFINITY;
+    int64_t nan = 0;
+    for (int q_ = 0; q_ < LANES; q_++) {
+        nan += nans[q_];
+        m_ = l_[q_] > m_ ? l_[q_] : m_;
+    }
+    MAX_TAIL(float)
+}
+#endif
+
 /* ---- the programs, expanded for T = float and double ---- */
 
 #define X(j) x_[j][i]
@@ -161,39 +330,16 @@ LEAF_SUMS(double)
 #define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
-/* MAX: the terms into r->terms (a vector loop), their largest by lanes of
- * LANES, and the sum of term * 0 (0 unless a term is NaN or infinite); a
- * NaN or infinity among them, or a largest value of 0 (whose sign the first
- * such term decides), takes the row's in-order loop instead, so the result
- * is that loop's bits. SUM: the terms into r->terms, then their leaf sums. */
+/* MAX: the terms into r->terms (a vector loop), then MAX_OF: their largest
+ * by lanes of LANES; a NaN among them, or a largest value of 0 (whose sign
+ * the first such term decides), takes the row's in-order loop instead, so
+ * the result is that loop's bits. SUM: the terms into r->terms, then their
+ * leaf sums. */
 #define MAX(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
         IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
-        T l_[LANES], z_[LANES];                                                            \
-        for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, z_[q_] = 0;                 \
-        int64_t i_ = 0;                                                                    \
-        for (; i_ + LANES <= r->n; i_ += LANES)                                            \
-            for (int q_ = 0; q_ < LANES; q_++) {                                           \
-                T v_ = e_[i_ + q_];                                                        \
-                z_[q_] += v_ * 0;                                                          \
-                l_[q_] = v_ > l_[q_] ? v_ : l_[q_];                                        \
-            }                                                                              \
-        T m_ = -INFINITY, z0_ = 0;                                                         \
-        for (; i_ < r->n; i_++) {                                                          \
-            z0_ += e_[i_] * 0;                                                             \
-            m_ = e_[i_] > m_ ? e_[i_] : m_;                                                \
-        }                                                                                  \
-        for (int q_ = 0; q_ < LANES; q_++) {                                               \
-            z0_ += z_[q_];                                                                 \
-            m_ = l_[q_] > m_ ? l_[q_] : m_;                                                \
-        }                                                                                  \
-        if (z0_ != 0 || m_ == 0) {                                                         \
-            m_ = -INFINITY;                                                                \
-            for (int64_t j_ = 0; j_ < r->n && m_ == m_; j_++)                              \
-                if (e_[j_] > m_ || e_[j_] != e_[j_]) m_ = e_[j_];                          \
-        }                                                                                  \
-        s_[k] = m_;                                                                        \
+        s_[k] = MAX_OF(e_, r->n);                                                          \
     }
 #define SUM(k, e)                                                                          \
     {                                                                                      \
@@ -275,7 +421,8 @@ typedef void (*row_fn)(const row_args *r);
         program                                                                            \
     }
 #define LEAF_SUM(t, l, nl, o) _Generic((t), float *: leaf_sums_float, double *: leaf_sums_double)(t, l, nl, o)
-#define LEVELS_OF(v, nl) _Generic((v), float *: levels_float, double *: levels_double)(v, nl)
+#define LEVELS_OF(v, nl) _Generic((v), float *: levels_f32, double *: levels_double)(v, nl)
+#define MAX_OF(v, n) _Generic((v), float *: max_of_f32, double *: max_of_f64)(v, n)
 #define COMBINE(v, n, k) _Generic((v), float *: combine_f32, double *: combine_f64)(v, n, k)
 #include "ir/ops.def"
 #undef RW
