@@ -144,6 +144,10 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     char pk[16];
     al_fmt(pk, sizeof pk, "p%d", cg_param_of(&rk->ps, CG_PARAM_NODE, o, false, 0));
     if (reg >= 0 && n == rk->rows * rk->C) al_fmt(pk, sizeof pk, "l%d_", reg), al_fmt(idx, sizeof idx, "%s", slot);
+    /* a widened product stored before its range rule: the rule as it is loaded (sched_mark_ranged_reads) */
+    int om = s->member_of[o];
+    if (om >= 0 && (s->members[om].flags & MEMBER_RANGED_READ))
+        cg_put(t, "alloy_range_%s", rk->g->nodes[rk->g->nodes[o]->in[0]]->type.dtype == ALLOY_F16 ? "f16" : "bf16");
     cg_put(t, "(");
     cg_load(t, ty->dtype, pk, idx);
     cg_put(t, ")");
