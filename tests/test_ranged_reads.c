@@ -120,6 +120,52 @@ static void test_a_widened_product_past_the_range_is_inf_on_the_device_without_a
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* p = f(x) f(w) output in amp itself: a lone matmul, cuBLASLt's D in amp (the f32 sum rounded once,
+ * as the CPU stores its product). cuBLASLt converts its f32 result into a 16-bit D with round to
+ * nearest even and no saturation (docs/cuda.md, "Whole steps in cuBLASLt"), so the emulated one
+ * does: the sums of fill_rows past the range are inf in D, the others rounded: 65510 -> 65504 in
+ * f16 (the range rule kept it unrounded above), 0x1.fep127 and 6 stay in bf16; bit for bit the
+ * CPU's. */
+static void test_a_lone_half_product_past_the_range_is_inf_in_cublaslts_d_as_on_the_cpu(void **state)
+{
+    (void)state;
+    use_emulation();
+    static const alloy_dtype amps[] = {ALLOY_F16, ALLOY_BF16};
+    for (int a = 0; a < 2; a++) {
+        float x[ROWS * K], w[K * OUT];
+        double want[ROWS];
+        fill_rows(amps[a], x, want);
+        for (int i = 0; i < K * OUT; i++) w[i] = 1;
+        uint16_t got[2][ROWS * OUT];
+        for (int run = 0; run < 2; run++) {
+            alloy_graph *g = alloy_graph_new("lone");
+            alloy_tensor *xt = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){ROWS, K});
+            alloy_tensor *wt = alloy_input(g, "w", ALLOY_F32, 2, (int64_t[]){K, OUT});
+            expect_ok(g, alloy_output(g, "p", alloy_matmul(g, alloy_cast(g, xt, amps[a]), alloy_cast(g, wt, amps[a]),
+                                                           false, false)),
+                      "output");
+            expect_ok(g, alloy_graph_set_option(g, "device", run ? "cuda" : "cpu"), "device");
+            alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {ROWS, K}, x}, {"w", ALLOY_F32, 2, {K, OUT}, w}},
+                              out = {.name = "p"};
+            expect_ok(g, alloy_graph_run(g, feeds, 2, &out, 1), "run");
+            memcpy(got[run], out.data, sizeof got[run]);
+            alloy_graph_free(g);
+        }
+        double d[ROWS];
+        for (int r = 0; r < ROWS; r++) d[r] = test_decode(amps[a], got[1], r * OUT);
+        print_message("%s lone product rows on the device: %.9g %.9g %.9g %.9g\n", alloy_dtype_name(amps[a]), d[0], d[1],
+                      d[2], d[3]);
+        /* the rounded values by hand: want[] less the bias 0.5, rounded into amp */
+        double hand[ROWS] = {want[0], amps[a] == ALLOY_F16 ? 65504 : 0x1.fep127, want[2], want[3]};
+        if (amps[a] == ALLOY_BF16) hand[2] = 6;
+        for (int r = 0; r < ROWS; r++) {
+            if (d[r] != hand[r]) fail_msg("%s row %d: %.9g, by hand %.9g", alloy_dtype_name(amps[a]), r, d[r], hand[r]);
+            assert_memory_equal(&got[1][r * OUT], &got[0][r * OUT], OUT * sizeof(uint16_t));
+        }
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* y = x w + b under AMP (amp) with the dynamic scaler (2^16) and SGD; x [TROWS, K] input,
  * w [K, TOUT] and b zeros, loss = mse(y, t). */
 static alloy_graph *trainer(const char *device, alloy_dtype amp)
@@ -201,6 +247,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_widened_product_past_the_range_is_inf_on_the_device_without_an_epilogue_kernel),
         cmocka_unit_test(test_a_weight_gradient_past_the_range_skips_the_step_on_the_device_as_on_the_cpu),
+        cmocka_unit_test(test_a_lone_half_product_past_the_range_is_inf_in_cublaslts_d_as_on_the_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
