@@ -42,3 +42,15 @@ void sched_mark_ranged_reads(const ir_graph *g, schedule *s)
         }
     }
 }
+
+void sched_align_ranged_reads(const ir_graph *g, schedule *s)
+{
+    for (int m = 0; m < s->nmembers; m++) {
+        if (!(s->members[m].flags & MEMBER_RANGED_READ)) continue;
+        int v = s->members[m].node;
+        const ir_type *t = &g->nodes[v]->type;
+        int64_t c = t->dims[t->rank - 1]; /* narrower rows are never padded (latency-bound GEMMs): left as they are */
+        if (c >= SCHED_PAD_MIN_COLS && c * (int64_t)sizeof(float) % 16 != 0 && !sched_padded(s, v))
+            s->members[m].flags &= (uint8_t)~MEMBER_RANGED_READ;
+    }
+}

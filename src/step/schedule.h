@@ -110,6 +110,14 @@ AL_HIDDEN void sched_free(schedule *s);
  * before the rule (cuBLASLt's f32 D) and its readers see the values the
  * CPU stores (the rule applied in the step). sched_build_steps calls it. */
 AL_HIDDEN void sched_mark_ranged_reads(const ir_graph *g, schedule *s);
+/* Clears MEMBER_RANGED_READ (ranged_reads.c) where the value's f32 rows are
+ * not a whole number of 16 bytes, at least SCHED_PAD_MIN_COLS long, and
+ * sched_pad gave it no padded stride:
+ * cuBLASLt writing it would be an odd leading dimension (no aligned
+ * tensor-core kernel), where the epilogue kernel's path writes the product
+ * into the scratch at a padded stride (a vocabulary-wide weight gradient).
+ * sched_build calls it after sched_pad. */
+AL_HIDDEN void sched_align_ranged_reads(const ir_graph *g, schedule *s);
 /* Padded rows are a multiple of this many elements (llm.c's 50257 -> 50304). */
 #define SCHED_PAD_ELEMS 64
 /* Rows narrower than this many elements are never padded: such GEMMs are

@@ -275,6 +275,12 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
      * written (its plan's slots and kernels have them): chosen again, not stored */
     char why[160];
     if (!r->bad && sched_pad(g, s, why, sizeof why)) return rd_oom(r, "padded row strides", nn);
+    int marked = 0; /* and never at an odd leading dimension */
+    for (int m = 0; m < s->nmembers; m++) marked += (s->members[m].flags & MEMBER_RANGED_READ) != 0;
+    if (!r->bad) sched_align_ranged_reads(g, s);
+    for (int m = 0; m < s->nmembers; m++) marked -= (s->members[m].flags & MEMBER_RANGED_READ) != 0;
+    if (!r->bad && marked) rd_fail(r, "%s: %" PRId64 " widened products marked as ranged by their readers at unaligned rows",
+                                   "schedule", marked);
     return rd_done(r);
 }
 
