@@ -700,11 +700,10 @@ static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool t
  * the forward's too, whose one reader (the bias add's kernel) applies the
  * range rule as it loads it (step/ranged_reads.c), so the f32 bias after
  * the widening is that kernel's, no cuBLASLt bias epilogue; the weight
- * gradient, read by the gradient norm's sum_squares too (no scaler: not
- * through an unscale), keeps its epilogue kernel. Both bit for bit on the
- * emulated device (no value here nears the f16 range), and against the CPU
- * within the bounds of linear_bias, in f16 and bf16
- * (tests/test_ranged_reads.c has values past the range). */
+ * gradient, an output here (grad:w, fetched as stored), keeps its epilogue
+ * kernel. Both bit for bit on the emulated device (no value here nears the
+ * f16 range), and against the CPU within the bounds of linear_bias, in f16
+ * and bf16 (tests/test_ranged_reads.c has values past the range). */
 static void linear_amp(target t)
 {
     use_target(t);
