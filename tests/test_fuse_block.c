@@ -91,13 +91,16 @@ static const expected_group block_groups[] = {
     /* forward */
     /* each layer_norm's group also stores the mean and rstd its gradient reads */
     {"ln1 + its kept statistics + cast to f16", "row f16: layer_norm layer_norm_mean layer_norm_rstd cast", 1},
-    {"residual add + ln2 / lnf + their kept statistics + cast to f16",
-     "row f16: add layer_norm layer_norm_mean layer_norm_rstd cast", 2},
+    {"residual add + ln2 + its kept statistics + cast to f16",
+     "row f16: add layer_norm layer_norm_mean layer_norm_rstd cast", 1},
+    {"mlp.w2's bias add + residual add + lnf + its kept statistics + cast to f16",
+     "row f16: add add layer_norm layer_norm_mean layer_norm_rstd cast", 1},
     {"scale, causal mask, softmax, cast to f16", "row f16: mul causal_mask softmax cast", 1},
-    {"f16 matmuls written in f32: the forward's attention scores and attn.wo, the backward's 11",
-     "gemm f32: matmul cast", 12},
+    /* each f32 product is read by kernels that apply the f16 range rule as they load it: cuBLASLt
+     * writes it, no epilogue kernel (step/ranged_reads.c) */
+    {"f16 matmuls written in f32: the forward's attention scores, attn.wo and mlp.w2, the backward's 11",
+     "gemm f32: matmul cast", 13},
     {"mlp.w1 matmul + f16 bias add (the erf GELU is no cuBLASLt epilogue)", "gemm f16: matmul add", 1},
-    {"mlp.w2 matmul written in f32 + its bias", "gemm f32: matmul cast add", 1},
     /* backward */
     {"the logits' cast to f32, cross_entropy, cross_entropy_grad, cast to f16: the f32 logits never stored",
      "row f16: cast cross_entropy cross_entropy_grad cast", 1},

@@ -87,6 +87,9 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             cg_text idx = {0};
             offset_of(&idx, p, o);
             cg_put(t, "        const T x%d_%d = ", m, j);
+            /* a widened product stored before its range rule: the rule as it is loaded (sched_mark_ranged_reads) */
+            bool ranged = om >= 0 && (s->members[om].flags & MEMBER_RANGED_READ);
+            if (ranged) cg_put(t, "alloy_range_%s(", g->nodes[g->nodes[o]->in[0]]->type.dtype == ALLOY_F16 ? "f16" : "bf16");
             char pk[16];
             al_fmt(pk, sizeof pk, "p%d", k);
             if (p->vec && idx.s && strcmp(idx.s, p->e) == 0 && ir_numel(p->space) > 1) {
@@ -97,7 +100,7 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             } else {
                 cg_load(t, g->nodes[o]->type.dtype, pk, idx.s ? idx.s : "0");
             }
-            cg_put(t, ";\n");
+            cg_put(t, ranged ? ");\n" : ";\n");
             cg_text_free(&idx);
             al_fmt(src[j], sizeof src[j], "x%d_%d", m, j);
         }

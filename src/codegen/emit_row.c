@@ -97,6 +97,16 @@ static int row_width(const row_kernel *rk)
     return w > 1 && rk->C % w == 0 ? w : 1;
 }
 
+/* "f16" or "bf16" when node's value is a widened product stored before its
+ * range rule (MEMBER_RANGED_READ: sched_mark_ranged_reads), whose loads
+ * apply the rule of that dtype; else NULL. */
+static const char *ranged_row(const row_kernel *rk, int node)
+{
+    int m = rk->s->member_of[node];
+    if (m < 0 || !(rk->s->members[m].flags & MEMBER_RANGED_READ)) return NULL;
+    return rk->g->nodes[rk->g->nodes[node]->in[0]]->type.dtype == ALLOY_F16 ? "f16" : "bf16";
+}
+
 /* Loads parameter k's row into this thread's l<k>_ (its chunks, one
  * 16-byte access each; vw > 1) unless an earlier stage did. */
 static void load_row(cg_text *t, row_kernel *rk, int k)
@@ -109,6 +119,10 @@ static void load_row(cg_text *t, row_kernel *rk, int k)
               "            if (col0_ < %lldll) alloy_vcopy<%d>(l%d_ + c_ * %d, p%d + row * %lldll + col0_);\n        }\n",
            rk->cpl / rk->vw, rk->team, rk->vw, (long long)rk->C, (int)alloy_dtype_size(dt) * rk->vw, k, rk->vw, k,
            (long long)rk->C);
+    /* a widened product stored before its range rule: the rule once on the held row (ranged_row) */
+    const char *rule = ranged_row(rk, rk->ps.at[k].node);
+    if (rule)
+        cg_put(t, "        for (int e_ = 0; e_ < %d; e_++) l%d_[e_] = alloy_range_%s(l%d_[e_]);\n", rk->cpl, k, rule, k);
 }
 
 /* The index of column `col` (C text) of this thread's row in node's value, into buf. */
@@ -144,6 +158,10 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     char pk[16];
     al_fmt(pk, sizeof pk, "p%d", cg_param_of(&rk->ps, CG_PARAM_NODE, o, false, 0));
     if (reg >= 0 && n == rk->rows * rk->C) al_fmt(pk, sizeof pk, "l%d_", reg), al_fmt(idx, sizeof idx, "%s", slot);
+    /* a widened product stored before its range rule: the rule as it is loaded from memory (a row held in
+     * registers had it applied once, load_row) */
+    const char *rule = reg >= 0 && n == rk->rows * rk->C ? NULL : ranged_row(rk, o);
+    if (rule) cg_put(t, "alloy_range_%s", rule);
     cg_put(t, "(");
     cg_load(t, ty->dtype, pk, idx);
     cg_put(t, ")");

@@ -157,6 +157,12 @@ static void gemm_epilogue(const ir_graph *g, const int *sole, const int *row_rea
         cur = r;
         stage = next;
         if (stage == 4) break;
+        /* an f16/bf16 product widened to f32 keeps its dtype's range (the range rule), which no library
+         * epilogue applies: what follows the widening joins its readers' groups, which apply the rule
+         * as they load it (sched_mark_ranged_reads), and the library writes the f32 sum */
+        if (stage == 1 && !conv && (m->type.dtype == ALLOY_F16 || m->type.dtype == ALLOY_BF16) &&
+            n->type.dtype == ALLOY_F32)
+            break;
     }
     /* a final cast read by row ops only (the logits' cast read by
      * cross_entropy and its gradient) is left to their row group, which

@@ -35,8 +35,11 @@ bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned c
             (n->type.dtype == ALLOY_F32 || n->type.dtype == mat->type.dtype)) {
             /* D in the cast's dtype, the f32 sum rounded once into it; cuBLASLt's D is A and B's dtype or
              * f32 (f16 A and B into bf16 D, or f32 into f16, is no combination it has); widening a
-             * product under the range rule only when asked (LP_WIDEN) */
-            if (n->type.dtype != mat->type.dtype && mm->flags & MEMBER_RANGED && !(checks & LP_WIDEN)) return false;
+             * product under the range rule when its readers apply the rule (MEMBER_RANGED_READ), or when
+             * asked to drop it (LP_WIDEN) */
+            if (n->type.dtype != mat->type.dtype && mm->flags & MEMBER_RANGED && !(checks & LP_WIDEN) &&
+                !(s->members[st->first + i].flags & MEMBER_RANGED_READ))
+                return false;
             lib.d = n->type.dtype;
         } else if (n->op == IR_OP_add && n->nin == 2 && (i == 1 || lib.d == ALLOY_F32)) {
             /* a bias after the product, or after its widening to f32 (after a narrowing cast the kernel

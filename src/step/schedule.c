@@ -358,6 +358,7 @@ alloy_status sched_build_steps(const ir_graph *g, const bool *keep, schedule *ou
     }
     mark_gathers(g, out, b.stamp);
     if (!st) attn_views_mark(g, out, b.stamp);
+    if (!st) sched_mark_ranged_reads(g, out);
     ir_groups_free(&gs);
     al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
     return st;
@@ -417,7 +418,7 @@ void sched_print(const ir_graph *g, const schedule *s, FILE *out)
         uint8_t flag;
         char letter;
     } letters[] = {{MEMBER_STORED, 's'}, {MEMBER_EXACT, 'x'}, {MEMBER_RANGED, 'r'}, {MEMBER_CHECK, 'c'}, {MEMBER_SPILLED, 'p'},
-                   {MEMBER_VIEW, 'v'}, {MEMBER_STRIDED, 'w'}};
+                   {MEMBER_VIEW, 'v'}, {MEMBER_STRIDED, 'w'}, {MEMBER_RANGED_READ, 'l'}};
     for (int k = 0; k < s->nsteps; k++) {
         const sched_step *st = &s->steps[k];
         char ty[96];

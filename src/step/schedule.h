@@ -39,6 +39,9 @@ enum {
     MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention operand or result read and
                           * written through strides, or a view of one (attn_views.h); only the attention ops and
                           * views read it */
+    MEMBER_RANGED_READ = 128, /* a gemm step's cast to f32 of its f16/bf16 product, whose readers apply the product's
+                               * range rule as they load it (sched_mark_ranged_reads): a backend may store it before
+                               * the rule (cuBLASLt's f32 D, no epilogue kernel) */
 };
 
 /* A part: members run as one unit inside a step. EW parts are one chunked
@@ -98,6 +101,23 @@ AL_HIDDEN alloy_status sched_build(const ir_graph *g, const bool *keep, schedule
  * (sched_pad). */
 AL_HIDDEN alloy_status sched_build_steps(const ir_graph *g, const bool *keep, schedule *out, char *err, size_t errlen);
 AL_HIDDEN void sched_free(schedule *s);
+/* Flags MEMBER_RANGED_READ (ranged_reads.c) on the cast of every gemm step
+ * that is [matmul (f16/bf16), cast to f32] and whose value is stored, not
+ * kept, and read only where a generated kernel loads it through one of two
+ * paths: elementwise members of ew, row and multi steps (cg_emit_members),
+ * row ops and column sums (emit_row.c). Those readers apply the range rule
+ * of the product's dtype as they load it, so the step may store the f32 sum
+ * before the rule (cuBLASLt's f32 D) and its readers see the values the
+ * CPU stores (the rule applied in the step). sched_build_steps calls it. */
+AL_HIDDEN void sched_mark_ranged_reads(const ir_graph *g, schedule *s);
+/* Clears MEMBER_RANGED_READ (ranged_reads.c) where the value's f32 rows are
+ * not a whole number of 16 bytes, at least SCHED_PAD_MIN_COLS long, and
+ * sched_pad gave it no padded stride:
+ * cuBLASLt writing it would be an odd leading dimension (no aligned
+ * tensor-core kernel), where the epilogue kernel's path writes the product
+ * into the scratch at a padded stride (a vocabulary-wide weight gradient).
+ * sched_build calls it after sched_pad. */
+AL_HIDDEN void sched_align_ranged_reads(const ir_graph *g, schedule *s);
 /* Padded rows are a multiple of this many elements (llm.c's 50257 -> 50304). */
 #define SCHED_PAD_ELEMS 64
 /* Rows narrower than this many elements are never padded: such GEMMs are
@@ -158,7 +178,7 @@ AL_HIDDEN int64_t sched_view_offset(const ir_graph *g, const schedule *s, int i)
 /* Prints the schedule as comment lines, one per step:
  *   # step 12 row @%31 f32[2048,64]: in %27 %12; ew %28 %29 | row %30=xs | ew %31=s
  * (parts separated by "|", a column sum's as "colsum %33=s"; each member's flags after "=": s stored, x
- * exact, r ranged, c checked, p spilled, v a view; ",ld50304": a padded
+ * exact, r ranged, c checked, p spilled, v a view, w strided, l ranged as loaded; ",ld50304": a padded
  * row stride, sched_pad). */
 AL_HIDDEN void sched_print(const ir_graph *g, const schedule *s, FILE *out);
 

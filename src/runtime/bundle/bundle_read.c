@@ -189,7 +189,7 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
                        next_member + next_part + next_in);
     for (int i = 0; i < s->nmembers && !r->bad; i++) {
         s->members[i].node = rd_int(r, "member node", 0, nn - 1);
-        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 127);
+        s->members[i].flags = (uint8_t)rd_int(r, "member flags", 0, 255);
         if (!r->bad && is_leaf(g, s->members[i].node))
             rd_fail(r, "%s: member %%%" PRId64 " is an input, param or state", "schedule", s->members[i].node);
     }
@@ -252,10 +252,35 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
             if (r->p[r->pos + (size_t)i] > 1) rd_fail(r, "%s: kept of node %" PRId64 " is not 0 or 1", "schedule", i);
         if (!r->bad) memcpy(s->kept, r->p + r->pos, (size_t)nn), r->pos += (size_t)nn;
     }
+    /* a product stored before its range rule only where its readers apply the rule (the kernels the
+     * bundle carries were emitted for these flags: a bundle without one keeps its epilogue kernel) */
+    if (!r->bad) {
+        uint8_t *had = al_malloc((size_t)s->nmembers + 1);
+        if (!had) return rd_oom(r, "schedule", s->nmembers);
+        for (int m = 0; m < s->nmembers; m++) {
+            had[m] = s->members[m].flags & MEMBER_RANGED_READ;
+            s->members[m].flags &= (uint8_t)~MEMBER_RANGED_READ;
+        }
+        sched_mark_ranged_reads(g, s);
+        for (int m = 0; m < s->nmembers; m++) {
+            if (had[m] && !(s->members[m].flags & MEMBER_RANGED_READ) && !r->bad)
+                rd_fail(r, "%s: node %%%" PRId64 " is marked as ranged by its readers, which do not all load it so",
+                        "schedule", s->members[m].node);
+            s->members[m].flags = (uint8_t)((s->members[m].flags & ~MEMBER_RANGED_READ) | had[m]);
+        }
+        al_free(had);
+        if (r->bad) return rd_done(r);
+    }
     /* the padded row strides are a function of the graph and the schedule, as when the bundle was
      * written (its plan's slots and kernels have them): chosen again, not stored */
     char why[160];
     if (!r->bad && sched_pad(g, s, why, sizeof why)) return rd_oom(r, "padded row strides", nn);
+    int marked = 0; /* and never at an odd leading dimension */
+    for (int m = 0; m < s->nmembers; m++) marked += (s->members[m].flags & MEMBER_RANGED_READ) != 0;
+    if (!r->bad) sched_align_ranged_reads(g, s);
+    for (int m = 0; m < s->nmembers; m++) marked -= (s->members[m].flags & MEMBER_RANGED_READ) != 0;
+    if (!r->bad && marked) rd_fail(r, "%s: %" PRId64 " widened products marked as ranged by their readers at unaligned rows",
+                                   "schedule", marked);
     return rd_done(r);
 }
 
