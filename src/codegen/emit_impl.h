@@ -142,7 +142,8 @@ AL_HIDDEN const char *cg_emit_ew_colsum(cg_program *prog, const ir_graph *g, con
  * arange, cumsum) for node n of step k, or why none (emit_index.c). */
 AL_HIDDEN const char *cg_emit_index(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
 /* The two kernels of sum_squares n of step k (a multi-tensor reduction), or why none (emit_sum_squares.c). */
-AL_HIDDEN const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);
+AL_HIDDEN const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, const schedule *s, int k, const ir_node *n,
+                                           const char *name);
 /* The last kernel of a gradient norm n (sum_squares) whose first kernel
  * wrote per-chunk f32 sums to n's partials (CG_PARAM_ROWS, chunks + n->nin
  * of them): per operand i the f32 sum of partials [lo[i], hi[i]) (a warp

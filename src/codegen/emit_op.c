@@ -463,7 +463,7 @@ const char *cg_emit_op(cg_program *prog, const ir_graph *g, const schedule *s, i
     case IR_OP_arange:
     case IR_OP_cumsum: return cg_emit_index(prog, g, k, n, name);
     case IR_OP_found_inf: return cg_emit_multi(prog, g, s, k);
-    case IR_OP_sum_squares: return cg_emit_sum_squares(prog, g, k, n, name);
+    case IR_OP_sum_squares: return cg_emit_sum_squares(prog, g, s, k, n, name);
     case IR_OP_attention:
     case IR_OP_attention_grad: return cg_emit_attention(prog, g, s, k);
     case IR_OP_matmul: return "a library GEMM (cuBLASLt)";

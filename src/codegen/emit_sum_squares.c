@@ -6,26 +6,29 @@ enum { SQ_CHUNK = 8192 };
 
 /* Appends the branches choosing block b_'s operand among ops [lo, hi) by
  * comparisons on their first chunk (log2 of the operand count deep): the
- * operand's pointer x_, its element count n_ and the chunk's first element lo_. */
-static void put_choice(cg_text *t, const int *param, const int64_t *first, const int64_t *count, int lo, int hi, int depth)
+ * operand's pointer x_, its element count n_, the chunk's first element lo_
+ * and the range rule its loads apply, rg_ (range[]: 0 none, 1 f16, 2 bf16:
+ * a widened product stored before its rule, sched_mark_ranged_reads). */
+static void put_choice(cg_text *t, const int *param, const int64_t *first, const int64_t *count, const int *range,
+                       int lo, int hi, int depth)
 {
     if (hi - lo == 1) {
-        cg_put(t, "%*s{ x_ = p%d; n_ = %lldll; lo_ = (b_ - %lldll) * %d; }\n", depth * 4, "", param[lo],
-               (long long)count[lo], (long long)first[lo], SQ_CHUNK);
+        cg_put(t, "%*s{ x_ = p%d; n_ = %lldll; lo_ = (b_ - %lldll) * %d; rg_ = %d; }\n", depth * 4, "", param[lo],
+               (long long)count[lo], (long long)first[lo], SQ_CHUNK, range[lo]);
         return;
     }
     int mid = (lo + hi) / 2;
     cg_put(t, "%*sif (b_ < %lldll)\n", depth * 4, "", (long long)first[mid]);
-    put_choice(t, param, first, count, lo, mid, depth + 1);
+    put_choice(t, param, first, count, range, lo, mid, depth + 1);
     cg_put(t, "%*selse\n", depth * 4, "");
-    put_choice(t, param, first, count, mid, hi, depth + 1);
+    put_choice(t, param, first, count, range, mid, hi, depth + 1);
 }
 
 /* The first kernel's parameters, in order: the partials (chunks + one per
  * operand), the operands of any elements; fills param,
  * first and count per such operand and returns how many there are. */
-static int sq_params(cg_params *ps, const ir_graph *g, const ir_node *n, int64_t chunks, const int64_t *start,
-                     int *param, int64_t *first, int64_t *count, int *part)
+static int sq_params(cg_params *ps, const ir_graph *g, const schedule *s, const ir_node *n, int64_t chunks,
+                     const int64_t *start, int *param, int64_t *first, int64_t *count, int *range, int *part)
 {
     int ne = 0;
     *part = cg_param_of(ps, CG_PARAM_ROWS, n->id, true, chunks + n->nin);
@@ -34,6 +37,10 @@ static int sq_params(cg_params *ps, const ir_graph *g, const ir_node *n, int64_t
         if (c == 0) continue;
         param[ne] = cg_param_of(ps, CG_PARAM_NODE, n->in[i], false, 0);
         first[ne] = start[i], count[ne] = c;
+        int m = s->member_of[n->in[i]];
+        range[ne] = m < 0 || !(s->members[m].flags & MEMBER_RANGED_READ)       ? 0
+                    : g->nodes[g->nodes[n->in[i]]->in[0]]->type.dtype == ALLOY_F16 ? 1
+                                                                                 : 2;
         ne++;
     }
     return ne;
@@ -45,15 +52,16 @@ static int sq_params(cg_params *ps, const ir_graph *g, const ir_node *n, int64_t
  * partial; the second, one block, sums each operand's partials in f32 (a
  * warp per operand, a shuffle tree) and adds those sums in f64 in operand
  * order, as the CPU does. Operands of no elements have no chunk and add 0. */
-const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name)
+const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, const schedule *s, int k, const ir_node *n,
+                                const char *name)
 {
     int nin = n->nin, ne = 0;
-    int *param = al_calloc((size_t)nin + 1, sizeof *param);
+    int *param = al_calloc((size_t)nin + 1, sizeof *param), *range = al_calloc((size_t)nin + 1, sizeof *range);
     int64_t *first = al_calloc((size_t)nin + 2, sizeof *first), *count = al_calloc((size_t)nin + 1, sizeof *count);
     int64_t *start = al_calloc((size_t)nin + 2, sizeof *start);
     cg_params ps = {0};
     cg_text t = {0};
-    bool ok = param && first && count && start;
+    bool ok = param && range && first && count && start;
     int64_t chunks = 0, bytes = 0;
     for (int i = 0; ok && i < nin; i++) { /* start[i]: operand i's first chunk */
         int64_t c = ir_numel(&g->nodes[n->in[i]]->type);
@@ -63,19 +71,19 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
     }
     if (ok) start[nin] = chunks;
     int part = -1;
-    if (ok) ne = sq_params(&ps, g, n, chunks, start, param, first, count, &part);
+    if (ok) ne = sq_params(&ps, g, s, n, chunks, start, param, first, count, range, &part);
     if (ok && ne) { /* the partials: one per chunk */
         cg_put_preamble(&t);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
         cg_param_list(&t, g, &ps);
         cg_put(&t, ")\n{\n    __shared__ float red_[32];\n"
                    "    for (long long b_ = blockIdx.x; b_ < %lldll; b_ += gridDim.x) {\n"
-                   "        const float *x_;\n        long long n_, lo_;\n",
+                   "        const float *x_;\n        long long n_, lo_;\n        int rg_;\n",
                (long long)chunks);
-        put_choice(&t, param, first, count, 0, ne, 2);
+        put_choice(&t, param, first, count, range, 0, ne, 2);
         cg_put(&t, "        const long long hi_ = lo_ + %dll < n_ ? lo_ + %dll : n_;\n"
                    "        float m_ = 0;\n"
-                   "        for (long long i_ = lo_ + threadIdx.x; i_ < hi_; i_ += %d) { const float v_ = x_[i_]; m_ += v_ * v_; }\n"
+                   "        for (long long i_ = lo_ + threadIdx.x; i_ < hi_; i_ += %d) { float v_ = x_[i_]; if (rg_) v_ = rg_ == 1 ? alloy_range_f16(v_) : alloy_range_bf16(v_); m_ += v_ * v_; }\n"
                    "        m_ = alloy_block_sum(m_, red_);\n"
                    "        if (threadIdx.x == 0) p%d[b_] = (double)m_;\n    }\n}\n",
                SQ_CHUNK, SQ_CHUNK, CG_BLOCK, part);
@@ -87,7 +95,7 @@ const char *cg_emit_sum_squares(cg_program *prog, const ir_graph *g, int k, cons
     al_free(ps.at);
     ps = (cg_params){0};
     if (ok) ok = !cg_emit_norm_final(prog, g, k, n, NULL, name, chunks, start, start + 1);
-    al_free(param), al_free(first), al_free(count), al_free(start);
+    al_free(param), al_free(range), al_free(first), al_free(count), al_free(start);
     return ok ? NULL : "out of memory";
 }
 

@@ -6,10 +6,9 @@ static bool low_float(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLOY_BF
 /* Whether node r loads its operands where a generated kernel can apply
  * the range rule: an elementwise member of an ew, row or multi step
  * (cg_emit_members), a row op (operand_at in emit_row.c: a row step, or
- * one alone), a column sum of a row step (the same); not found_inf, the
- * gradient norm's sum_squares (without a scaler it reads the widened
- * weight gradients, which are then the grad: outputs anyway), a GEMM, a
- * collective or a view. */
+ * one alone), a column sum of a row step (the same), the gradient norm's
+ * sum_squares alone (emit_sum_squares.c); not found_inf, a sum_squares in
+ * the unscale + found_inf launch, a GEMM, a collective or a view. */
 static bool loads_with_rule(const ir_graph *g, const schedule *s, const ir_node *r)
 {
     int k = s->step_of[r->id];
@@ -17,6 +16,7 @@ static bool loads_with_rule(const ir_graph *g, const schedule *s, const ir_node 
     step_kind kind = s->steps[k].kind;
     if (ir_fuse_elementwise(g, r)) return kind == STEP_KIND_EW || kind == STEP_KIND_ROW || kind == STEP_KIND_MULTI;
     if (ir_ops[r->op].row) return kind == STEP_KIND_ROW || kind == STEP_KIND_OP;
+    if (r->op == IR_OP_sum_squares) return kind == STEP_KIND_OP;
     return kind == STEP_KIND_ROW && ir_fuse_colsum(g, r);
 }
 
