@@ -166,9 +166,9 @@ static void test_a_lone_half_product_past_the_range_is_inf_in_cublaslts_d_as_on_
     rt_backend_set_cuda_opener(NULL);
 }
 
-/* y = x w + b under AMP (amp) with the dynamic scaler (2^16) and SGD; x [TROWS, K] input,
- * w [K, TOUT] and b zeros, loss = mse(y, t). */
-static alloy_graph *trainer(const char *device, alloy_dtype amp)
+/* y = x w + b under AMP (amp) with the dynamic scaler (2^16; none without `scaled`) and SGD;
+ * x [TROWS, K] input, w [K, TOUT] and b zeros, loss = mse(y, t). */
+static alloy_graph *trainer_scaled(const char *device, alloy_dtype amp, bool scaled)
 {
     alloy_graph *g = alloy_graph_new("ranged_step");
     alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){TROWS, K});
@@ -178,19 +178,21 @@ static alloy_graph *trainer(const char *device, alloy_dtype amp)
     alloy_tensor *y = alloy_add(g, alloy_matmul(g, x, w, false, false), b);
     expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
     expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
-    expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
+    if (scaled) expect_ok(g, alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), "set_grad_scaler");
     expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.01, 0, 0, false)), "add_optimizer");
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
     return g;
 }
 
-/* One step with every x = xv and t = -0.25; its info, w after it into w[K * TOUT], the device's
+static alloy_graph *trainer(const char *device, alloy_dtype amp) { return trainer_scaled(device, amp, true); }
+
+/* One step with every x = xv and t = tv; its info, w after it into w[K * TOUT], the device's
  * GEMMs that wrote a widened value into *whole. */
-static alloy_step_info step(alloy_graph *g, float xv, float *w, long *whole)
+static alloy_step_info step_to(alloy_graph *g, float xv, float tv, float *w, long *whole)
 {
     float x[TROWS * K], t[TROWS * TOUT];
     for (int i = 0; i < TROWS * K; i++) x[i] = xv;
-    for (int i = 0; i < TROWS * TOUT; i++) t[i] = -0.25f;
+    for (int i = 0; i < TROWS * TOUT; i++) t[i] = tv;
     alloy_host_tensor feeds[2] = {{"x", ALLOY_F32, 2, {TROWS, K}, x}, {"t", ALLOY_F32, 2, {TROWS, TOUT}, t}}, out;
     emu_device_stats s0 = emu_totals();
     expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "training step");
@@ -201,6 +203,8 @@ static alloy_step_info step(alloy_graph *g, float xv, float *w, long *whole)
     expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
     return info;
 }
+
+static alloy_step_info step(alloy_graph *g, float xv, float *w, long *whole) { return step_to(g, xv, -0.25f, w, whole); }
 
 /* The weight gradient x^T dy in amp, widened to f32 for the unscale: with w = b = 0 and t =
  * -0.25, dy = 2 (y - t) / 32 * 2^16 = 1024 in every element (exact), so with x = 20 each
@@ -242,12 +246,46 @@ static void test_a_weight_gradient_past_the_range_skips_the_step_on_the_device_a
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* Without a scaler the widened weight gradient is read by the update and the gradient norm's
+ * lone sum_squares kernel, which apply the range rule as they load it: with w = b = 0, x = 1000
+ * and t = -30000, dy = 2 * 30000 / 32 = 1875 and each product is 8 * 1000 * 1875 = 1.5e7, past
+ * f16's range: the norm is inf and w becomes -inf on the CPU and on the device alike; within
+ * bf16's the norm is finite and the same on both (to f32 sums in another order). The device's GEMMs write both widened products
+ * (no epilogue kernel), and w is bit for bit the CPU's. */
+static void test_the_norm_applies_the_range_rule_to_a_weight_gradient_without_a_scaler(void **state)
+{
+    (void)state;
+    use_emulation();
+    static const alloy_dtype amps[] = {ALLOY_F16, ALLOY_BF16};
+    for (int a = 0; a < 2; a++) {
+        alloy_graph *cpu = trainer_scaled("cpu", amps[a], false), *dev = trainer_scaled("cuda", amps[a], false);
+        float wc[K * TOUT], wd[K * TOUT];
+        long whole, unused;
+        alloy_step_info c = step_to(cpu, 1000, -30000, wc, &unused), d = step_to(dev, 1000, -30000, wd, &whole);
+        print_message("%s without a scaler: CPU grad norm %g, w[0] %g; device grad norm %g, w[0] %g; %ld GEMMs "
+                      "writing a widened value\n",
+                      alloy_dtype_name(amps[a]), c.grad_norm, wc[0], d.grad_norm, wd[0], whole);
+        if (amps[a] == ALLOY_F16) {
+            assert_true(isinf(c.grad_norm) && isinf(d.grad_norm));
+            assert_true(isinf(wc[0]) && wc[0] < 0);
+        } else {
+            assert_true(isfinite(c.grad_norm) && c.grad_norm > 1e7);
+            assert_true(fabs(c.grad_norm - d.grad_norm) <= 1e-6 * c.grad_norm); /* sums in another order */
+        }
+        assert_int_equal(whole, 2);
+        assert_memory_equal(wd, wc, sizeof wc);
+        alloy_graph_free(cpu), alloy_graph_free(dev);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_widened_product_past_the_range_is_inf_on_the_device_without_an_epilogue_kernel),
         cmocka_unit_test(test_a_weight_gradient_past_the_range_skips_the_step_on_the_device_as_on_the_cpu),
         cmocka_unit_test(test_a_lone_half_product_past_the_range_is_inf_in_cublaslts_d_as_on_the_cpu),
+        cmocka_unit_test(test_the_norm_applies_the_range_rule_to_a_weight_gradient_without_a_scaler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
