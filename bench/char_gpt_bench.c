@@ -215,8 +215,8 @@ int main(int argc, char **argv)
 
     printf("char_gpt model: vocab %d, context %d, batch %d, dim %d, %d layers, %d heads, MLP %d; "
            "%d warmup + %d timed steps%s; %d threads\n", cfg.vocab, cfg.context, batch, cfg.dim,
-           cfg.layers, cfg.heads, cfg.mlp_width, warmup, steps, fetch_grad ? ", every other one fetching grad:tok_emb" : "",
-           threads);
+           cfg.layers, cfg.heads, cfg.mlp_width, warmup, steps,
+           fetch_grad ? ", every other one fetching grad:tok_emb" : "", threads);
     bench_result results[8];
     int n = 0;
     const struct { const char *name, *key; alloy_dtype amp; } alloy_configs[] = {

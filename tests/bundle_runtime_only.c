@@ -100,9 +100,11 @@ int main(int argc, char **argv)
         alloy_host_tensor fetch[3] = {{.name = "loss"}, {.name = "grad:w2"}, {.name = "grad:b2"}};
         check(!alloy_bundle_run(b, feeds, 2, fetch, k == 0 ? 3 : 1), "run", b);
         if (k == 0 && params_ok && fetch[1].data && fetch[2].data) {
-            check(fetch[1].dtype == ALLOY_F32 && fetch[1].rank == 2 && fetch[1].dims[0] == 256 && fetch[1].dims[1] == 3 &&
-                      fetch[2].rank == 1 && fetch[2].dims[0] == 3, "grad:w2 is f32[256,3], grad:b2 f32[3]", b);
-            double dw = worst_difference(fetch[1].data, want_w2, 256 * 3), db = worst_difference(fetch[2].data, want_b2, 3);
+            check(fetch[1].dtype == ALLOY_F32 && fetch[1].rank == 2 && fetch[1].dims[0] == 256 &&
+                      fetch[1].dims[1] == 3 && fetch[2].rank == 1 && fetch[2].dims[0] == 3,
+                  "grad:w2 is f32[256,3], grad:b2 f32[3]", b);
+            double dw = worst_difference(fetch[1].data, want_w2, 256 * 3);
+            double db = worst_difference(fetch[2].data, want_b2, 3);
             printf("grad:w2, grad:b2 from the bundle: %.3g, %.3g of the largest from fp64's\n", dw, db);
             check(dw < 1e-2 && db < 1e-2, "the fetched gradients are fp64's within f16 AMP's rounding", b);
         }

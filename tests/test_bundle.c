@@ -167,12 +167,14 @@ static void test_a_bundles_runs_fetch_the_gradients_the_jit_graphs_fetch_bit_for
         for (int i = 0; i < NF; i++) jit[i] = aot[i] = (alloy_host_tensor){.name = names[i]};
         int n = k % 2 ? NF : 1;
         expect_ok(g, alloy_graph_run(g, feeds, 2, jit, n), "jit run");
-        if (alloy_bundle_run(b, feeds, 2, aot, n)) fail_msg("step %d from the bundle: %s", k, alloy_bundle_last_error(b));
+        if (alloy_bundle_run(b, feeds, 2, aot, n))
+            fail_msg("step %d from the bundle: %s", k, alloy_bundle_last_error(b));
         for (int i = 0; i < n; i++) {
             assert_int_equal(aot[i].dtype, jit[i].dtype);
             assert_int_equal(aot[i].rank, jit[i].rank);
             size_t bytes = (size_t)alloy_host_tensor_numel(&jit[i]) * alloy_dtype_size(jit[i].dtype);
-            if (memcmp(jit[i].data, aot[i].data, bytes) != 0) fail_msg("step %d: the bundle's %s is not the JIT's", k, names[i]);
+            if (memcmp(jit[i].data, aot[i].data, bytes) != 0)
+                fail_msg("step %d: the bundle's %s is not the JIT's", k, names[i]);
         }
     }
     alloy_step_info info;

@@ -294,7 +294,8 @@ alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, con
         st = graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: unknown flags 0x%x", path, flags);
     if (!st && (flags & ALLOY_BUNDLE_WITH_STATE)) st = state_bytes(g, path, &c.init_state, &c.init_state_len);
     if (!st && archs && *archs) st = cuda_images(g, &comp.sched, path, archs, &c.cuda);
-    if (!st && !(c.options = options_text(&g->cfg))) st = graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+    if (!st && !(c.options = options_text(&g->cfg)))
+        st = graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
     if (!st && (st = bundle_write_file(path, &c, err, sizeof err))) graph_fail(g, st, "save_bundle: %s", err);
     al_free(c.options);
     al_free(c.init_state);

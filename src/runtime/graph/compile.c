@@ -180,7 +180,8 @@ alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
     rt_backend *b = graph_backend(g);
     b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
     /* a bundle's own schedule: its backend's executable from the file (CUDA: the images, no compiler) */
-    st = g->from_bundle && !keep ? b->ops->exec_load(b, c, s, p, g->bundle_exec, slot) : b->ops->compile(b, c, s, p, slot);
+    st = g->from_bundle && !keep ? b->ops->exec_load(b, c, s, p, g->bundle_exec, slot)
+                                 : b->ops->compile(b, c, s, p, slot);
     if (st == ALLOY_ERR_UNSUPPORTED && g->cfg.device == OPT_DEVICE_AUTO && strcmp(b->ops->name, "cpu") != 0)
         st = fall_back_to_cpu(g, c, s, p, slot);
     if (st) {
