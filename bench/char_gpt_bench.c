@@ -30,6 +30,8 @@ static const char usage[] =
     "  --python EXE   interpreter for the PyTorch side (default python3)\n"
     "  --no-torch     skip PyTorch\n"
     "  --configs LIST the alloy configs to run, of f32,f16,bf16 (default all three)\n"
+    "  --fetch-grad   every other step (warmup and timed) also fetches grad:tok_emb, a\n"
+    "                 gradient the default step does not store (a run of its own schedule)\n"
     "  --cpu-time     tokens/s and the ratio column from the CPU time instead of the\n"
     "                 wall time (on a shared machine other processes' time does not count)\n"
     "Threads: ALLOY_NUM_THREADS (default: all cores) for alloy; PyTorch gets the same count,\n"
@@ -88,6 +90,8 @@ static double median(double *v, int n)
 /* The model with AMP dtype amp (ALLOY_F32 = off) trained as char_gpt trains
  * it: `warmup` untimed steps, then the medians of `steps` timed ones (the
  * median shrugs off steps slowed by other processes) into r. */
+static bool fetch_grad; /* --fetch-grad */
+
 static void time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int warmup, int steps, bench_result *r)
 {
     alloy_graph *g = alloy_graph_new("char_gpt_bench");
@@ -120,7 +124,8 @@ static void time_alloy(const gpt_config *cfg, int batch, alloy_dtype amp, int wa
     for (int i = 0; i < warmup + steps; i++) {
         if (i == warmup) proc_threads_take(&before), cpu0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
         double w0 = seconds_on(CLOCK_MONOTONIC), c0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
-        if (alloy_graph_run(g, feeds, 2, NULL, 0)) fail("training step: %s", alloy_last_error(g));
+        alloy_host_tensor grad = {.name = "grad:tok_emb"};
+        if (alloy_graph_run(g, feeds, 2, &grad, fetch_grad && i % 2)) fail("training step: %s", alloy_last_error(g));
         if (i >= warmup) {
             cpu[i - warmup] = seconds_on(CLOCK_PROCESS_CPUTIME_ID) - c0;
             wall[i - warmup] = seconds_on(CLOCK_MONOTONIC) - w0;
@@ -187,6 +192,7 @@ int main(int argc, char **argv)
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); return 0; }
         if (!strcmp(flag, "--no-torch")) { torch = false; continue; }
         if (!strcmp(flag, "--cpu-time")) { cpu_time = true; continue; }
+        if (!strcmp(flag, "--fetch-grad")) { fetch_grad = true; continue; }
         i++;
         if (!strcmp(flag, "--steps")) steps = parse_int(flag, val);
         else if (!strcmp(flag, "--warmup")) warmup = parse_int(flag, val);
@@ -208,8 +214,9 @@ int main(int argc, char **argv)
     int threads = env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
 
     printf("char_gpt model: vocab %d, context %d, batch %d, dim %d, %d layers, %d heads, MLP %d; "
-           "%d warmup + %d timed steps; %d threads\n", cfg.vocab, cfg.context, batch, cfg.dim,
-           cfg.layers, cfg.heads, cfg.mlp_width, warmup, steps, threads);
+           "%d warmup + %d timed steps%s; %d threads\n", cfg.vocab, cfg.context, batch, cfg.dim,
+           cfg.layers, cfg.heads, cfg.mlp_width, warmup, steps,
+           fetch_grad ? ", every other one fetching grad:tok_emb" : "", threads);
     bench_result results[8];
     int n = 0;
     const struct { const char *name, *key; alloy_dtype amp; } alloy_configs[] = {

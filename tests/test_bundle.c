@@ -142,6 +142,48 @@ static void test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bi
     alloy_graph_free(g);
 }
 
+/* A bundle's run fetches the parameters' gradients from the bundle's own
+ * executable (its schedule stores them: no other is built, which a
+ * bundle's CUDA step could not do without a compiler): every other step
+ * fetches all four, and they are the JIT graph's bit for bit, its losses
+ * too, skipped step included. */
+static void test_a_bundles_runs_fetch_the_gradients_the_jit_graphs_fetch_bit_for_bit(void **state)
+{
+    (void)state;
+    alloy_graph *g = build_step();
+    const char *path = test_tmp_path("step.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_bundle *b = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    static const char *const names[] = {"loss", "grad:w1", "grad:b1", "grad:w2", "grad:b2"};
+    enum { NF = sizeof names / sizeof names[0] };
+    for (int k = 0; k < STEPS; k++) {
+        float x[BATCH * IN];
+        int32_t t[BATCH];
+        batch(k, x, t);
+        alloy_host_tensor feeds[2] = {{"x", F32, 2, {BATCH, IN}, x}, {"targets", I32, 1, {BATCH}, t}};
+        alloy_host_tensor jit[NF], aot[NF];
+        for (int i = 0; i < NF; i++) jit[i] = aot[i] = (alloy_host_tensor){.name = names[i]};
+        int n = k % 2 ? NF : 1;
+        expect_ok(g, alloy_graph_run(g, feeds, 2, jit, n), "jit run");
+        if (alloy_bundle_run(b, feeds, 2, aot, n))
+            fail_msg("step %d from the bundle: %s", k, alloy_bundle_last_error(b));
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(aot[i].dtype, jit[i].dtype);
+            assert_int_equal(aot[i].rank, jit[i].rank);
+            size_t bytes = (size_t)alloy_host_tensor_numel(&jit[i]) * alloy_dtype_size(jit[i].dtype);
+            if (memcmp(jit[i].data, aot[i].data, bytes) != 0)
+                fail_msg("step %d: the bundle's %s is not the JIT's", k, names[i]);
+        }
+    }
+    alloy_step_info info;
+    assert_int_equal(alloy_graph_step_info(g, &info), ALLOY_OK);
+    assert_true(info.skipped_steps >= 1); /* step 3's overflow: a skipped step's gradients came back too */
+    alloy_bundle_free(b);
+    alloy_graph_free(g);
+}
+
 /* The small CNN of models.c (its convolutions head gemm groups: conv1 with
  * its [C, 1, 1] bias add) under f16 AMP with AdamW, saved as a bundle: 4
  * steps from the bundle give the JIT graph's losses and state bit for bit
@@ -210,7 +252,9 @@ static int sections(const uint8_t *bytes, size_t len, size_t *at, uint32_t *tag)
 }
 
 /* The file as bytes and decoded; the IR section parses back to a graph
- * whose schedule and plan, built again, are the bundle's. */
+ * whose schedule and plan, built again for a run that fetches every
+ * output, are the bundle's: it stores the gradient outputs, which the
+ * default schedule stores only for a run that fetches them. */
 static void test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan(void **state)
 {
     (void)state;
@@ -220,11 +264,29 @@ static void test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan(void *
     bundle_contents c;
     char err[1024] = "";
     if (bundle_read_file(path, &c, err, sizeof err)) fail_msg("%s", err);
-    schedule s;
+    /* the schedule of a run that fetches every output: the gradients the
+     * default schedule stores only when fetched are kept */
+    schedule s, plain;
     mem_plan p;
-    assert_int_equal(sched_build(c.ir, NULL, &s, err, sizeof err), ALLOY_OK);
+    bool every_output[256] = {0};
+    assert_true(c.ir->nnodes < 256);
+    for (int i = 0; i < c.ir->noutputs; i++) every_output[c.ir->outputs[i].node] = true;
+    assert_int_equal(sched_build(c.ir, every_output, &s, err, sizeof err), ALLOY_OK);
     assert_int_equal(plan_for_step(c.ir, &s, false, &p, err, sizeof err), ALLOY_OK);
+    assert_int_equal(sched_build(c.ir, NULL, &plain, err, sizeof err), ALLOY_OK);
     const schedule *b = &c.comp.sched;
+    int grads = 0, left_out = 0;
+    for (int i = 0; i < c.ir->noutputs; i++) {
+        int id = c.ir->outputs[i].node;
+        bool grad = strncmp(c.ir->outputs[i].name, "grad:", 5) == 0;
+        assert_true(b->kept[id]);
+        assert_true(!grad || sched_stored(b, id));
+        grads += grad;
+        left_out += !plain.kept[id];
+    }
+    assert_int_equal(grads, 4); /* w1 b1 w2 b2: what a bundle's run may fetch with nothing compiled */
+    assert_int_equal(left_out, 4); /* the default schedule stores none of them */
+    sched_free(&plain);
     assert_int_equal(s.nsteps, b->nsteps);
     assert_true(b->nsteps > 5);
     assert_int_equal(s.nmembers, b->nmembers);
@@ -1305,6 +1367,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, test_tmpdir_setup, test_tmpdir_teardown)
         T(test_training_from_a_bundle_gives_the_jit_graphs_losses_and_state_bit_for_bit),
         T(test_a_cnn_bundle_with_conv_gemm_groups_trains_as_the_jit_graph),
+        T(test_a_bundles_runs_fetch_the_gradients_the_jit_graphs_fetch_bit_for_bit),
         T(test_the_bundles_ir_parses_back_to_the_same_schedule_and_plan),
         T(test_a_bundles_padded_rows_come_back_as_built),
         T(test_truncated_bundles_are_errors_at_every_header_byte_and_section_boundary),

@@ -153,6 +153,19 @@ static alloy_step_info run_cnn(alloy_graph *g, batch *b)
     return info;
 }
 
+/* One step of the mlp on batch b, fetching fetches[0..nfetches). */
+static alloy_step_info run_mlp_fetching(alloy_graph *g, batch *b, alloy_host_tensor *fetches, int nfetches)
+{
+    alloy_host_tensor feeds[2] = {
+        {.name = "x", .dtype = F32, .rank = 2, .dims = {MLP_BATCH, MLP_IN}, .data = b->x},
+        {.name = "targets", .dtype = I32, .rank = 1, .dims = {MLP_BATCH}, .data = b->targets},
+    };
+    expect_ok(g, alloy_graph_run(g, feeds, 2, fetches, nfetches), "run");
+    alloy_step_info info;
+    expect_ok(g, alloy_graph_step_info(g, &info), "step_info");
+    return info;
+}
+
 static alloy_step_info run_mlp(alloy_graph *g, batch *b)
 {
     alloy_host_tensor feeds[2] = {
@@ -1006,9 +1019,14 @@ static void gpu_arch(char *out, size_t len)
 /* Eight steps of the mlp's f16 AMP step (dynamic scaler, a skipped step
  * at step 3) saved as a bundle with the device's images and run from it on
  * the same device: the JIT graph's losses, step info and every state
- * tensor bit for bit. The bundle's step is built from its images and
- * kernel table: on the emulation every compile is counted, and poisoned
- * while the bundle loads and runs (a compile would fail the run). */
+ * tensor bit for bit. Every other step fetches the gradients grad:w1 and
+ * grad:b2, which the default step does not store: the bundle's, from its
+ * own executable, are the JIT's bit for bit, and the JIT graph builds two
+ * executables (the default and the fetching run's), not one per step. The
+ * bundle's step is built from its images and kernel table: on the
+ * emulation every compile is counted, and poisoned while the bundle loads
+ * and runs (a compile would fail the run). */
+enum { MLP_GRADS = 2 };
 static void bundle_round_trip(target t)
 {
     use_target(t);
@@ -1024,11 +1042,25 @@ static void bundle_round_trip(target t)
     /* the JIT's run first: it compiles its kernels, which the bundle's path must not */
     alloy_step_info want[8];
     batch bt[8];
+    static const char *const grad_names[MLP_GRADS] = {"grad:w1", "grad:b2"};
+    void *grads[8][MLP_GRADS] = {{0}};
+    size_t grad_bytes[MLP_GRADS] = {0};
+    long jit_compiles = 0;
     for (int s = 0; s < 8; s++) {
         bt[s] = make_batch(300 + (uint64_t)s, s == 3 ? 1e6 : 1.5);
-        want[s] = run_mlp(jit, &bt[s]);
+        alloy_host_tensor fetch[MLP_GRADS] = {{.name = grad_names[0]}, {.name = grad_names[1]}};
+        if (s == 2) jit_compiles = emu_compile_count();
+        want[s] = run_mlp_fetching(jit, &bt[s], fetch, s % 2 ? MLP_GRADS : 0);
         assert_int_equal(want[s].skipped, s == 3);
+        for (int j = 0; s % 2 && j < MLP_GRADS; j++) {
+            grad_bytes[j] = (size_t)alloy_host_tensor_numel(&fetch[j]) * alloy_dtype_size(fetch[j].dtype);
+            grads[s][j] = test_malloc(grad_bytes[j]);
+            memcpy(grads[s][j], fetch[j].data, grad_bytes[j]);
+        }
     }
+    /* after its first two steps the JIT graph built no executable and no kernel again */
+    assert_int_equal(jit->exec_builds, 2);
+    if (t == ON_EMULATION) assert_int_equal(emu_compile_count(), jit_compiles);
     snapshot jit_state = take_snapshot(jit);
     long compiles = emu_compile_count(), modules = emu_totals().modules;
     if (t == ON_EMULATION) emu_poison_compiles(true);
@@ -1044,13 +1076,20 @@ static void bundle_round_trip(target t)
             {.name = "x", .dtype = F32, .rank = 2, .dims = {MLP_BATCH, MLP_IN}, .data = bt[s].x},
             {.name = "targets", .dtype = I32, .rank = 1, .dims = {MLP_BATCH}, .data = bt[s].targets},
         };
-        if (alloy_bundle_run(b, feeds, 2, NULL, 0) || alloy_bundle_step_info(b, &c)) {
+        alloy_host_tensor fetch[MLP_GRADS] = {{.name = grad_names[0]}, {.name = grad_names[1]}};
+        if (alloy_bundle_run(b, feeds, 2, fetch, s % 2 ? MLP_GRADS : 0) || alloy_bundle_step_info(b, &c)) {
             emu_poison_compiles(false);
             fail_msg("step %d from the bundle: %s", s, alloy_bundle_last_error(b));
         }
         if (memcmp(&a.loss, &c.loss, sizeof a.loss) != 0 || a.skipped != c.skipped || a.scale != c.scale)
             fail_msg("step %d: JIT loss %.9g (skipped %d, scale %g), bundle %.9g (skipped %d, scale %g)", s, a.loss,
                      a.skipped, a.scale, c.loss, c.skipped, c.scale);
+        for (int j = 0; s % 2 && j < MLP_GRADS; j++) {
+            size_t bytes = (size_t)alloy_host_tensor_numel(&fetch[j]) * alloy_dtype_size(fetch[j].dtype);
+            if (bytes != grad_bytes[j] || memcmp(fetch[j].data, grads[s][j], bytes) != 0)
+                fail_msg("step %d: the bundle's %s differs from the JIT's", s, grad_names[j]);
+            test_free(grads[s][j]);
+        }
     }
     emu_poison_compiles(false);
     if (t == ON_EMULATION) {
@@ -1069,8 +1108,9 @@ static void bundle_round_trip(target t)
         same++;
     }
     free_snapshot(&jit_state);
-    print_message("bundle %s for %s on %s: 8 steps, %d state tensors bit for bit with the JIT, %ld compiles on the bundle's "
-                  "path\n", path, arch, alloy_graph_device(jit), same, emu_compile_count() - compiles);
+    print_message("bundle %s for %s on %s: 8 steps, %d state tensors and 4 steps' %s, %s bit for bit with the JIT, %ld "
+                  "compiles on the bundle's path\n", path, arch, alloy_graph_device(jit), same, grad_names[0],
+                  grad_names[1], emu_compile_count() - compiles);
     alloy_bundle_free(b);
     alloy_graph_free(jit);
     rt_backend_set_cuda_opener(NULL);

@@ -226,12 +226,60 @@ static void test_a_fetched_gradient_is_the_unscaled_one(void **state)
     alloy_graph_free(amp), alloy_graph_free(f32);
 }
 
+/* Runs that alternate between fetching every gradient and fetching none
+ * build two executables, the default and the fetching run's, and reuse
+ * them: no build per run. Their losses and state are a never-fetching
+ * graph's, their gradients an always-fetching graph's, bit for bit. A run
+ * with a third keep set (one gradient) builds once more, in place of the
+ * fetching one; the default stays. */
+static void test_alternating_fetches_build_two_executables_not_one_per_run(void **state)
+{
+    (void)state;
+    alloy_graph *g = trainer(F16, 1024, NULL), *never = trainer(F16, 1024, NULL), *always = trainer(F16, 1024, NULL);
+    for (int step = 0; step < 8; step++) {
+        void *grads[2][NPARAMS];
+        alloy_step_info a = run_step(g, step, step % 2 ? grads[0] : NULL), b = run_step(never, step, NULL);
+        run_step(always, step, grads[1]);
+        assert_int_equal(bits(a.loss), bits(b.loss));
+        assert_int_equal(bits(a.next_scale), bits(b.next_scale));
+        assert_int_equal(state_hash(g), state_hash(never));
+        for (int i = 0; step % 2 && i < NPARAMS; i++) {
+            alloy_host_tensor t;
+            expect_ok(g, alloy_graph_get_state(g, params[i], &t), "get_state");
+            size_t bytes = sizeof(float);
+            for (int d = 0; d < t.rank; d++) bytes *= (size_t)t.dims[d];
+            assert_memory_equal(grads[0][i], grads[1][i], bytes);
+        }
+        for (int i = 0; i < NPARAMS; i++) {
+            if (step % 2) test_free(grads[0][i]);
+            test_free(grads[1][i]);
+        }
+        assert_int_equal(g->exec_builds, step ? 2 : 1);
+    }
+    assert_int_equal(never->exec_builds, 1);
+    assert_int_equal(always->exec_builds, 1);
+    /* another keep set takes the fetching run's place; the default is still there */
+    int32_t tokens[BB * BT], targets[BB * BT];
+    alloy_host_tensor feeds[2], one = {.name = "grad:head.w"};
+    batch(8, tokens, targets, feeds);
+    expect_ok(g, alloy_graph_run(g, feeds, 2, &one, 1), "run fetching grad:head.w");
+    assert_int_equal(g->exec_builds, 3);
+    run_step(g, 9, NULL);
+    assert_int_equal(g->exec_builds, 3);
+    void *grads[NPARAMS];
+    run_step(g, 10, grads); /* every gradient again: built again, in place of grad:head.w's */
+    for (int i = 0; i < NPARAMS; i++) test_free(grads[i]);
+    assert_int_equal(g->exec_builds, 4);
+    alloy_graph_free(g), alloy_graph_free(never), alloy_graph_free(always);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_step_stores_no_unscaled_gradient_unless_one_is_fetched),
         cmocka_unit_test(test_the_cpu_step_is_bit_for_bit_the_stored_path),
         cmocka_unit_test(test_a_fetched_gradient_is_the_unscaled_one),
+        cmocka_unit_test(test_alternating_fetches_build_two_executables_not_one_per_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,9 @@ alloy_status cuda_jit_make_kernels(rt_backend *b, const ir_graph *g, const sched
     (void)s, (void)out;
     return rt_fail(b, ALLOY_ERR_UNSUPPORTED,
                    "cuda: graph '%s': liballoy-runtime runs a bundle's CUDA images only and this step has none (the "
-                   "bundle was saved without --arch, or a run fetches a value the bundle's schedule does not keep); "
+                   "bundle was saved without --arch, or a run fetches a value the bundle's schedule does not keep: "
+                   "a named node that no output is, or a gradient of a bundle saved before bundles kept every "
+                   "output); "
                    "save it with --arch, or link liballoy to compile kernels", g->name);
 }
 

@@ -159,16 +159,52 @@ alloy_status bundle_kernel_table(const cg_program *prog, bundle_cuda *x)
     return ALLOY_OK;
 }
 
-/* g's CUDA executable for archs ("sm_80,sm_90") into x: its kernels
- * (cg_emit) in modules (cg_module_range), their images from the image
- * builder (NVRTC's unless a test put a device's under it), and the kernel
- * table from which the runtime rebuilds the launch plan with no emitter.
- * A step with no kernel (every step a library call) gives no images. */
-static alloy_status cuda_images(alloy_graph *g, const char *path, const char *archs, bundle_cuda *x)
+/* The schedule and plan a bundle of g holds into *out: those of a run that
+ * fetches every output. The default schedule stores a gradient output of a
+ * parameter the step updates only in a run that fetches it (schedule.c),
+ * and a run that fetches one gets a schedule of its own; a bundle's step
+ * runs where nothing compiles (liballoy-runtime: no kernels for another
+ * schedule), so it keeps them all, and a bundle's run fetches any output
+ * from the one executable it holds. The cost: the step stores those
+ * gradients in every run. *own says whether *out is a new schedule and
+ * plan (pass_compiled_free it) or g->comp itself (no output left out). */
+static alloy_status bundle_schedule(alloy_graph *g, const char *path, pass_compiled *out, bool *own)
+{
+    const ir_graph *c = g->compiled;
+    *out = g->comp, *own = false;
+    bool *want = NULL;
+    for (int i = 0; i < c->noutputs; i++) {
+        int id = c->outputs[i].node;
+        if (g->comp.sched.kept[id]) continue;
+        if (!want && !(want = al_calloc((size_t)c->nnodes + 1, sizeof *want)))
+            return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+        want[id] = true;
+    }
+    if (!want) return ALLOY_OK;
+    char err[256];
+    pass_compiled made = {0};
+    alloy_status st = sched_build(c, want, &made.sched, err, sizeof err);
+    if (!st) st = plan_for_step(c, &made.sched, g->cfg.no_arena, &made.plan, err, sizeof err);
+    al_free(want);
+    if (st) {
+        pass_compiled_free(&made);
+        return graph_fail(g, st, "save_bundle %s: scheduling the step with every output kept: %s", path, err);
+    }
+    *out = made, *own = true;
+    return ALLOY_OK;
+}
+
+/* g's CUDA executable of schedule s for archs ("sm_80,sm_90") into x: its
+ * kernels (cg_emit) in modules (cg_module_range), their images from the
+ * image builder (NVRTC's unless a test put a device's under it), and the
+ * kernel table from which the runtime rebuilds the launch plan with no
+ * emitter. A step with no kernel (every step a library call) gives no
+ * images. */
+static alloy_status cuda_images(alloy_graph *g, const schedule *s, const char *path, const char *archs, bundle_cuda *x)
 {
     char msg[1024];
     cg_program prog;
-    alloy_status st = cg_emit(g->compiled, &g->comp.sched, &prog, msg, sizeof msg);
+    alloy_status st = cg_emit(g->compiled, s, &prog, msg, sizeof msg);
     if (st) return graph_fail(g, st, "save_bundle %s: %s", path, msg);
     int nmodules = cg_module_count(prog.nkernels);
     char (*names)[32] = al_calloc((size_t)nmodules + 1, 32), **sources = al_calloc((size_t)nmodules + 1, sizeof *sources);
@@ -242,31 +278,28 @@ alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, con
     alloy_status st = al_file_check_writable(path, err, sizeof err);
     if (st) return graph_fail(g, st, "save_bundle: %s", err);
     if ((st = graph_compile_ir(g))) return st;
-    bundle_contents c = {.ir = g->compiled, .comp = g->comp, .seed = g->seed, .training = g->training,
+    pass_compiled comp;
+    bool own_comp;
+    if ((st = bundle_schedule(g, path, &comp, &own_comp))) return st;
+    bundle_contents c = {.ir = g->compiled, .comp = comp, .seed = g->seed, .training = g->training,
                          .scaler_kind = (int)g->scaler.kind, .growth_interval = g->scaler.growth_interval,
                          .hysteresis = g->scaler.hysteresis, .max_consecutive_skips = g->scaler.max_consecutive_skips,
                          .optimizer_kind = (int)g->optimizer.kind,
                          .accumulation_steps = g->optimizer.accumulation_steps};
     al_fmt(c.graph_name, sizeof c.graph_name, "%s", g->ir->name);
     if (strlen(g->ir->name) >= sizeof c.graph_name || strchr(g->ir->name, '\n'))
-        return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: graph name over %zu bytes or with a newline", path,
-                          sizeof c.graph_name - 1);
-    if (flags & ~(unsigned)ALLOY_BUNDLE_WITH_STATE)
-        return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: unknown flags 0x%x", path, flags);
-    if ((flags & ALLOY_BUNDLE_WITH_STATE) && (st = state_bytes(g, path, &c.init_state, &c.init_state_len))) return st;
-    if (archs && *archs && (st = cuda_images(g, path, archs, &c.cuda))) {
-        al_free(c.init_state);
-        return st;
-    }
-    c.options = options_text(&g->cfg);
-    if (!c.options) {
-        bundle_cuda_free(&c.cuda);
-        al_free(c.init_state);
-        return graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
-    }
-    st = bundle_write_file(path, &c, err, sizeof err);
+        st = graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: graph name over %zu bytes or with a newline", path,
+                        sizeof c.graph_name - 1);
+    else if (flags & ~(unsigned)ALLOY_BUNDLE_WITH_STATE)
+        st = graph_fail(g, ALLOY_ERR_INVALID, "save_bundle %s: unknown flags 0x%x", path, flags);
+    if (!st && (flags & ALLOY_BUNDLE_WITH_STATE)) st = state_bytes(g, path, &c.init_state, &c.init_state_len);
+    if (!st && archs && *archs) st = cuda_images(g, &comp.sched, path, archs, &c.cuda);
+    if (!st && !(c.options = options_text(&g->cfg)))
+        st = graph_fail(g, ALLOY_ERR_OOM, "save_bundle %s: out of memory", path);
+    if (!st && (st = bundle_write_file(path, &c, err, sizeof err))) graph_fail(g, st, "save_bundle: %s", err);
     al_free(c.options);
     al_free(c.init_state);
     bundle_cuda_free(&c.cuda);
-    return st ? graph_fail(g, st, "save_bundle: %s", err) : ALLOY_OK;
+    if (own_comp) pass_compiled_free(&comp);
+    return st;
 }

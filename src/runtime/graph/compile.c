@@ -3,7 +3,8 @@
 
 #include "runtime/graph/graph_impl.h"
 
-static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p);
+static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p,
+                                     rt_exec **out);
 
 /* The name of the device backend the options ask for, NULL for auto. */
 static const char *wanted_device(const alloy_graph *g)
@@ -67,15 +68,32 @@ alloy_status graph_compile(alloy_graph *g)
     return st;
 }
 
-/* Drops the executable and its own schedule and plan. */
-static void drop_exec(alloy_graph *g)
+/* Frees both executables (their schedules and plans stay). */
+static void free_execs(alloy_graph *g)
 {
-    if (g->exec) graph_backend(g)->ops->exec_free(graph_backend(g), g->exec);
-    g->exec = NULL;
+    rt_backend *b = graph_backend(g);
+    if (g->exec_default) b->ops->exec_free(b, g->exec_default);
+    if (g->exec_kept) b->ops->exec_free(b, g->exec_kept);
+    g->exec = g->exec_default = g->exec_kept = NULL;
+}
+
+/* Drops the executable of the other keep set, its schedule and plan. */
+static void drop_kept_exec(alloy_graph *g)
+{
+    if (g->exec_kept) graph_backend(g)->ops->exec_free(graph_backend(g), g->exec_kept);
+    if (g->exec == g->exec_kept) g->exec = NULL;
+    g->exec_kept = NULL;
     al_free(g->exec_keep);
     g->exec_keep = NULL;
     sched_free(&g->exec_sched);
     plan_free(&g->exec_plan);
+}
+
+/* Drops both executables and the other keep set's schedule and plan. */
+static void drop_exec(alloy_graph *g)
+{
+    free_execs(g);
+    drop_kept_exec(g);
 }
 
 /* Frees the buffers the feeds were uploaded into; a run makes them again. */
@@ -120,55 +138,69 @@ void graph_release_device(alloy_graph *g)
     g->dev = NULL;
 }
 
-alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
+/* Builds the schedule and plan of a run that keeps keep[0..nnodes) into
+ * exec_sched / exec_plan (exec_keep its copy). */
+static alloy_status plan_kept(alloy_graph *g, const uint8_t *keep)
 {
     const ir_graph *c = g->compiled;
     size_t n = (size_t)c->nnodes;
-    bool same = g->exec && (keep ? g->exec_keep && memcmp(keep, g->exec_keep, n) == 0 : !g->exec_keep);
-    if (same) return ALLOY_OK;
-    drop_exec(g);
+    bool *want = al_calloc(n + 1, sizeof(bool));
+    g->exec_keep = al_malloc(n + 1);
+    if (!want || !g->exec_keep) {
+        al_free(want);
+        return graph_fail(g, ALLOY_ERR_OOM, "out of memory planning a run of graph '%s'", c->name);
+    }
+    memcpy(g->exec_keep, keep, n);
+    for (size_t i = 0; i < n; i++) want[i] = keep[i];
+    char err[256];
+    alloy_status st = sched_build(c, want, &g->exec_sched, err, sizeof err);
+    if (!st) st = plan_for_step(c, &g->exec_sched, g->cfg.no_arena, &g->exec_plan, err, sizeof err);
+    al_free(want);
+    return st ? graph_fail(g, st, "planning a run of graph '%s': %s", c->name, err) : ALLOY_OK;
+}
+
+alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep)
+{
+    const ir_graph *c = g->compiled;
+    g->exec = keep ? g->exec_kept : g->exec_default;
+    if (g->exec && (!keep || memcmp(keep, g->exec_keep, (size_t)c->nnodes) == 0)) return ALLOY_OK;
     const schedule *s = &g->comp.sched;
     const mem_plan *p = &g->comp.plan;
-    if (keep) { /* a run that keeps more: its own schedule and plan */
-        bool *want = al_calloc(n + 1, sizeof(bool));
-        g->exec_keep = al_malloc(n + 1);
-        if (!want || !g->exec_keep) {
-            al_free(want);
-            drop_exec(g);
-            return graph_fail(g, ALLOY_ERR_OOM, "out of memory planning a run of graph '%s'", c->name);
-        }
-        memcpy(g->exec_keep, keep, n);
-        for (size_t i = 0; i < n; i++) want[i] = keep[i];
-        char err[256];
-        alloy_status st = sched_build(c, want, &g->exec_sched, err, sizeof err);
-        if (!st) st = plan_for_step(c, &g->exec_sched, g->cfg.no_arena, &g->exec_plan, err, sizeof err);
-        al_free(want);
-        if (st) {
-            drop_exec(g);
-            return graph_fail(g, st, "planning a run of graph '%s': %s", c->name, err);
+    alloy_status st = ALLOY_OK;
+    if (keep) { /* a run that keeps more: its own schedule and plan, in place of the last such run's */
+        drop_kept_exec(g);
+        if ((st = plan_kept(g, keep))) {
+            drop_kept_exec(g);
+            return st;
         }
         s = &g->exec_sched;
         p = &g->exec_plan;
     }
+    rt_exec **slot = keep ? &g->exec_kept : &g->exec_default;
     rt_backend *b = graph_backend(g);
     b->cfg = g->cfg; /* a backend shared with other graphs has the last one's options */
     /* a bundle's own schedule: its backend's executable from the file (CUDA: the images, no compiler) */
-    alloy_status st = g->from_bundle && !keep ? b->ops->exec_load(b, c, s, p, g->bundle_exec, &g->exec)
-                                              : b->ops->compile(b, c, s, p, &g->exec);
+    st = g->from_bundle && !keep ? b->ops->exec_load(b, c, s, p, g->bundle_exec, slot)
+                                 : b->ops->compile(b, c, s, p, slot);
     if (st == ALLOY_ERR_UNSUPPORTED && g->cfg.device == OPT_DEVICE_AUTO && strcmp(b->ops->name, "cpu") != 0)
-        st = fall_back_to_cpu(g, c, s, p);
+        st = fall_back_to_cpu(g, c, s, p, slot);
     if (st) {
-        drop_exec(g);
+        *slot = NULL;
+        if (keep) drop_kept_exec(g);
         return graph_fail(g, st, "%s", graph_backend(g)->error);
     }
+    g->exec = *slot;
+    g->exec_builds++;
     return ALLOY_OK;
 }
 
 /* device=auto, and the preferred backend cannot run this graph (an op it
  * has no kernel for): the CPU runs it instead, the state moved there, and
- * the backend's note says why. A backend shared with other graphs stays:
- * the graph cannot run, and the error says why. */
-static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p)
+ * the backend's note says why; the other executable, the old backend's, is
+ * freed first. A backend shared with other graphs stays: the graph cannot
+ * run, and the error says why. */
+static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const schedule *s, const mem_plan *p,
+                                     rt_exec **out)
 {
     rt_backend *b = graph_backend(g);
     char why[512], err[512];
@@ -178,14 +210,14 @@ static alloy_status fall_back_to_cpu(alloy_graph *g, const ir_graph *c, const sc
                        "other graphs on the %s backend", why, b->ops->name);
     rt_backend *cpu;
     alloy_status st = rt_backend_open_named("cpu", &g->cfg, &cpu, err, sizeof err);
-    if (!st) drop_inputs(g); /* inputs are uploaded again, into the CPU's buffers */
+    if (!st) drop_inputs(g), free_execs(g); /* inputs are uploaded again, into the CPU's buffers */
     if (!st && (st = switch_backend(g, cpu))) {
         rt_backend_close(cpu);
         al_fmt(err, sizeof err, "%s", g->error);
     }
     if (st) return rt_fail(b, st, "%s; and the CPU could not take over: %s", why, err);
     al_fmt(cpu->note, sizeof cpu->note, "%s", why);
-    return cpu->ops->compile(cpu, c, s, p, &g->exec);
+    return cpu->ops->compile(cpu, c, s, p, out);
 }
 
 alloy_status state_ensure(alloy_graph *g)

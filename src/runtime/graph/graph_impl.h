@@ -63,10 +63,15 @@ struct alloy_graph {
     int ntimings;
     graph_device *dev;   /* opened at the first compile, kept with the state it holds; NULL before */
     bool shares_state;   /* alloy_graph_share_state made g use another graph's state */
-    /* The executable of the last run: for the default schedule, or for
-     * exec_sched / exec_plan when that run kept more (fetches of values the
-     * default does not keep); exec_keep is what it keeps (NULL: default). */
-    rt_exec *exec;
+    /* The executables of the last runs, two at most: exec_default for the
+     * default schedule (comp), exec_kept for exec_sched / exec_plan, those
+     * of a run that kept more (fetches of values the default does not keep;
+     * exec_keep is what it keeps). exec is the one the last run used. Both
+     * stay, so runs that alternate between fetching such a value and not
+     * build nothing again (graph_exec_ready); each holds its own arena.
+     * exec_builds counts the executables built (tests read it). */
+    rt_exec *exec, *exec_default, *exec_kept;
+    long exec_builds;
     uint8_t *exec_keep;
     schedule exec_sched;
     mem_plan exec_plan;
@@ -194,7 +199,9 @@ AL_HIDDEN alloy_status graph_compile_ir(alloy_graph *g);
  * configuration changed); state stays. */
 AL_HIDDEN void graph_invalidate(alloy_graph *g);
 /* Makes g->exec an executable that keeps keep[0..nnodes) (NULL: only the
- * default keep set), reusing the last one when it keeps the same. */
+ * default keep set): the one kept for the default, or the one kept for the
+ * last other keep set when it is the same, else built (and kept in place of
+ * that other one). */
 AL_HIDDEN alloy_status graph_exec_ready(alloy_graph *g, const uint8_t *keep);
 /* Drops the executable and the input buffers (the backend's objects a run
  * makes again); the compiled step and the state stay. */

@@ -5,7 +5,10 @@
 #include "runtime/graph/graph_impl.h"
 
 /* The schedule the last run executed. */
-static const schedule *run_schedule(const alloy_graph *g) { return g->exec_keep ? &g->exec_sched : &g->comp.sched; }
+static const schedule *run_schedule(const alloy_graph *g)
+{
+    return g->exec && g->exec == g->exec_kept ? &g->exec_sched : &g->comp.sched;
+}
 
 /* Whether node id feeds the loss (a forward node): a walk back from it. */
 static bool feeds_loss(const ir_graph *c, int id, uint8_t *mark)
