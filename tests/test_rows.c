@@ -377,6 +377,14 @@ static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bit
         }
         run_row_node(IR_OP_layer_norm_grad_stats, 5, (const float *const[]){x, dy, mean, rstd, gamma}, ROWS, n, y);
         assert_same_floats(y, want, ROWS * n);
+        for (int r = 0; r < ROWS; r++) { /* without gamma: g = dy */
+            const float *xr = x + r * n, *dr = dy + r * n;
+            for (int64_t j = 0; j < n; j++) v1[j] = (xr[j] - mean[r]) * rstd[r], want[r * n + j] = dr[j] * v1[j];
+            float s1 = pairwise(dr, n) / (float)n, s3 = pairwise(want + r * n, n) / (float)n;
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = rstd[r] * (dr[j] - s1 - v1[j] * s3);
+        }
+        run_row_node(IR_OP_layer_norm_grad_stats, 4, (const float *const[]){x, dy, mean, rstd}, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
         test_free(x), test_free(dy), test_free(y), test_free(want), test_free(gamma), test_free(v0), test_free(v1);
     }
 }

@@ -470,6 +470,53 @@ static const struct {
 #undef OP
 #undef EW
 
+/* layer_norm_grad_stats in f32 as its program computes it, with the terms
+ * of both SUMs written in the pass that computes V(0) and V(1) (the first
+ * SUM's terms are V(0) itself) and their leaves added in one call per SUM:
+ * two passes over each row fewer, the same operations in the same order,
+ * the same bits (tests/test_rows.c checks them against in-order loops). */
+static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    const float *gamma = r->nin > 4 ? r->x[4] : NULL;
+    float *g = r->v[0], *h = r->v[1], *gh = (float *)r->terms, *leaf_sums = r->tmp;
+    float s1[ROW_BATCH], s3[ROW_BATCH];
+    for (int b = 0; b < r->nb; b++) {
+        const float *x = (const float *)r->x[0] + b * n, *dy = (const float *)r->x[1] + b * n;
+        float mean = (float)r->w[b][2], rstd = (float)r->w[b][3];
+        float *gb = g + b * n, *hb = h + b * n, *ghb = gh + b * n;
+        if (gamma) {
+            IVDEP for (int64_t i = 0; i < n; i++) gb[i] = dy[i] * gamma[i];
+        } else {
+            IVDEP for (int64_t i = 0; i < n; i++) gb[i] = dy[i];
+        }
+        IVDEP for (int64_t i = 0; i < n; i++) {
+            hb[i] = (x[i] - mean) * rstd;
+            ghb[i] = gb[i] * hb[i];
+        }
+    }
+    float *sums[2] = {s1, s3};
+    const float *terms[2] = {g, gh};
+    for (int q = 0; q < 2; q++) {
+        leaf_sums_float(terms[q], r->leaf, r->nleaves * r->nb, leaf_sums);
+        for (int b = 0; b < r->nb; b++) {
+            float *l = leaf_sums + b * r->nleaves;
+            int k = 0;
+            sums[q][b] = (r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k)) / (float)n;
+        }
+    }
+    for (int b = 0; b < r->nb; b++) {
+        const float *gb = g + b * n, *hb = h + b * n;
+        float *y = (float *)r->y + b * n, rstd = (float)r->w[b][3];
+        IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (gb[i] - s1[b] - hb[i] * s3[b]);
+    }
+}
+
+/* f32 row functions written out by hand in place of the generated one */
+static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
+    [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+};
+
 /* ---- the driver ---- */
 
 alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in, int64_t total_rows,
@@ -528,7 +575,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         r.x[j] = inner > 1 && role == 'r' ? cols[j] : slabs[j];
         r.xs[j] = role == 'r' ? len : 0;
     }
-    row_fn fn = wide ? row_fns[n->op].f64 : row_fns[n->op].f32;
+    row_fn fn = wide ? row_fns[n->op].f64 : row_f32_by_hand[n->op] ? row_f32_by_hand[n->op] : row_fns[n->op].f32;
     size_t out_es = alloy_dtype_size(out->type.dtype);
     /* rows along the last axis in the compute type are read where they lie,
      * and the result's rows written where they go (when the result shares
