@@ -1,4 +1,4 @@
-/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax and layer_norm bit for bit against in-order loops. */
+/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax and layer_norm and their gradients bit for bit against in-order loops, short rows among them. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -279,7 +279,7 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
 {
     (void)state;
     static const int64_t lens[] = {1, 3, 17, 37, 64, 100, 256, 1000};
-    enum { ROWS = 9 };
+    enum { ROWS = 37 }; /* rows of 64 run 16 at a time: two batches and a part, the odd rows among the first */
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
         float *x = test_malloc(sizeof(float) * ROWS * (size_t)n), *y = test_malloc(sizeof(float) * ROWS * (size_t)n);
@@ -320,6 +320,75 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
     }
 }
 
+/* Row op `op` of f32 operands in[0..nin) (rows [rows, n], gamma [n],
+ * mean and rstd [rows, 1]) by cpu_row_run on one thread, into y. */
+static void run_row_node(int op, int nin, const float *const *in, int64_t rows, int64_t n, float *y)
+{
+    ir_graph *g = ir_graph_new("grad");
+    assert_non_null(g);
+    ir_type rt = {.dtype = ALLOY_F32, .rank = 2, .dims = {rows, n}}, vt = {.dtype = ALLOY_F32, .rank = 1, .dims = {n}};
+    ir_type st = {.dtype = ALLOY_F32, .rank = 2, .dims = {rows, 1}};
+    const ir_type *types[5] = {&rt, &rt, &st, &st, &vt}; /* layer_norm_grad_stats: x, dy, mean, rstd, gamma */
+    int ids[5];
+    static const char *const names[5] = {"x", "dy", "mean", "rstd", "gamma"};
+    for (int j = 0; j < nin; j++) ids[j] = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, types[j], names[j])->id;
+    ir_attr axis = ir_a_int("axis", 1);
+    ir_node *node = ir_add_node(g, op, nin, ids, op == IR_OP_softmax_grad, &axis, NULL, "grad");
+    assert_non_null(node);
+    rt_tensor ts[5], out = {node->type, y};
+    for (int j = 0; j < nin; j++) ts[j] = (rt_tensor){g->nodes[ids[j]]->type, (void *)in[j]};
+    cpu_exec x = {.nthreads = 1};
+    assert_int_equal(cpu_row_run(&x, node, &out, ts, rows, NULL), ALLOY_OK);
+    ir_graph_free(g);
+}
+
+static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 256};
+    enum { ROWS = 37 };
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        int64_t n = lens[l];
+        size_t bytes = sizeof(float) * ROWS * (size_t)n;
+        float *x = test_malloc(bytes), *dy = test_malloc(bytes), *y = test_malloc(bytes), *want = test_malloc(bytes);
+        float *gamma = test_malloc(sizeof(float) * (size_t)n), *v0 = test_malloc(sizeof(float) * (size_t)n);
+        float *v1 = test_malloc(sizeof(float) * (size_t)n), mean[ROWS], rstd[ROWS];
+        for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)uniform(0, 0.2), dy[i] = (float)uniform(-3, 3);
+        for (int64_t j = 0; j < n; j++) gamma[j] = (float)uniform(0.5, 1.5);
+        for (int r = 0; r < ROWS; r++) mean[r] = (float)uniform(-1, 1), rstd[r] = (float)uniform(0.5, 4);
+        /* softmax_grad (y, dy): y (dy - sum(dy y)) */
+        for (int r = 0; r < ROWS; r++) {
+            const float *yr = x + r * n, *dr = dy + r * n;
+            for (int64_t j = 0; j < n; j++) v0[j] = dr[j] * yr[j];
+            float s = pairwise(v0, n);
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = yr[j] * (dr[j] - s);
+        }
+        run_row_node(IR_OP_softmax_grad, 2, (const float *const[]){x, dy}, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
+        /* layer_norm_grad_stats (x, dy, mean, rstd, gamma): g = dy gamma, h = (x - mean) rstd,
+         * rstd (g - sum(g) / n - h sum(g h) / n) */
+        for (int r = 0; r < ROWS; r++) {
+            const float *xr = x + r * n, *dr = dy + r * n;
+            for (int64_t j = 0; j < n; j++) v0[j] = dr[j] * gamma[j], v1[j] = (xr[j] - mean[r]) * rstd[r];
+            float s1 = pairwise(v0, n) / (float)n;
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = v0[j] * v1[j];
+            float s3 = pairwise(want + r * n, n) / (float)n;
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = rstd[r] * (v0[j] - s1 - v1[j] * s3);
+        }
+        run_row_node(IR_OP_layer_norm_grad_stats, 5, (const float *const[]){x, dy, mean, rstd, gamma}, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
+        for (int r = 0; r < ROWS; r++) { /* without gamma: g = dy */
+            const float *xr = x + r * n, *dr = dy + r * n;
+            for (int64_t j = 0; j < n; j++) v1[j] = (xr[j] - mean[r]) * rstd[r], want[r * n + j] = dr[j] * v1[j];
+            float s1 = pairwise(dr, n) / (float)n, s3 = pairwise(want + r * n, n) / (float)n;
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = rstd[r] * (dr[j] - s1 - v1[j] * s3);
+        }
+        run_row_node(IR_OP_layer_norm_grad_stats, 4, (const float *const[]){x, dy, mean, rstd}, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
+        test_free(x), test_free(dy), test_free(y), test_free(want), test_free(gamma), test_free(v0), test_free(v1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_grad_kernel_matches_a_double_reference),
         cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops),
+        cmocka_unit_test(test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops),
     };
     return cmocka_run_group_tests_name("rows", tests, test_checked_alloc, test_plain_alloc);
 }

@@ -16,24 +16,35 @@
 
 /* Operands, attributes, S and V slots a program may use. */
 enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
+/* Short rows go to a program up to ROW_BATCH at a time (at most ROW_BATCH_ELEMS
+ * elements in all): each stage runs over every row of the batch before the
+ * next, so a SUM's leaves of all of them are added side by side (a row of
+ * 64 has only 4 leaves, one vector; 4 rows fill the 16 independent chains
+ * leaf_sums_T keeps) and a stage's loop overhead is paid once per batch.
+ * Every row still gets the same additions in the same order: the same
+ * bits. */
+enum { ROW_BATCH = 16, ROW_BATCH_ELEMS = 256 };
 
 /* One row as a program sees it; buffers in the compute type. */
 typedef struct row_args {
     int64_t n;    /* the row's length */
-    int64_t row;  /* its index among the op's rows (of this call) */
+    int nb;       /* rows in this call: 1, or a batch of rows n apart in every r operand, V slot and y */
+    int64_t row;  /* the first one's index among the op's rows (of this call) */
     int64_t rows; /* ROWS: the op's row count */
     int nin;
     const void *x[ROW_MAX_IN]; /* r operands: this row; v operands: the whole vector */
+    int64_t xs[ROW_MAX_IN];    /* the distance from one row to the next in x[j]: n for r operands, else 0 */
     int64_t index[ROW_MAX_IN]; /* i operands: this row's integer */
     double scalar[ROW_MAX_IN]; /* s operands */
-    double w[ROW_MAX_IN];      /* w operands: this row's value */
+    double w[ROW_BATCH][ROW_MAX_IN]; /* w operands: each row's value */
     double p[ROW_MAX_ATTRS];   /* the op's attributes in schema order */
     int rank;
     const int64_t *dims; /* the shape the rows come from (its last dim is the row) */
     int64_t pos[ALLOY_MAX_RANK]; /* POS(k): this row's index along the k-th dim from the end (k >= 1) */
     void *v[ROW_MAX_V];
     void *tmp, *terms, *y, *result, *weight;
-    /* the pairwise sum's tree over a row: its leaves' lengths in order */
+    /* the pairwise sum's tree over a row: its leaves' lengths in order
+     * (nleaves of them, then the same again for each further row of the batch) */
     const int64_t *leaf;
     int nleaves;
     bool balanced; /* nleaves is a power of 2 and every leaf as long: the tree is complete */
@@ -315,51 +326,69 @@ static inline float max_of_f32(const float *v, int64_t n)
 
 /* ---- the programs, expanded for T = float and double ---- */
 
-#define X(j) x_[j][i]
-#define V(k) ((T *)r->v[k])[i]
-#define S(k) s_[k]
+#define X(j) xb_[j][i]
+#define V(k) ((T *)r->v[k])[b_ * r->n + i]
+#define S(k) s_[k][b_]
 #define N ((T)r->n)
 #define COL i
 #define P(k) ((T)r->p[k])
 #define HAS(j) ((j) < r->nin)
 #define INDEX(j) r->index[j]
-#define AT(j, c) x_[j][c]
+#define AT(j, c) xb_[j][c]
 #define SCALAR(j) ((T)r->scalar[j])
-#define W(j) ((T)r->w[j])
+#define W(j) ((T)r->w[b_][j])
 #define ROWS r->rows
 #define POS(k) r->pos[k]
 #define DIM(k) r->dims[r->rank - 1 - (k)]
 
-/* MAX: the terms into r->terms (a vector loop), then MAX_OF: their largest
- * by lanes of LANES; a NaN among them, or a largest value of 0 (whose sign
- * the first such term decides), takes the row's in-order loop instead, so
- * the result is that loop's bits. SUM: the terms into r->terms, then their
- * leaf sums. */
+/* Each stage runs over the call's rows in turn (EACH_ROW: row b_, its
+ * operands' rows at xb_). MAX: the terms into r->terms (a vector loop),
+ * then MAX_OF: their largest by lanes of LANES; a NaN among them, or a
+ * largest value of 0 (whose sign the first such term decides), takes the
+ * row's in-order loop instead, so the result is that loop's bits. SUM: the
+ * terms of every row into r->terms, row after row, then the leaf sums of all
+ * of them at once (the leaf list holds each row's leaves in turn), then each
+ * row's leaf sums combined. */
+#define EACH_ROW_DO(...)                                                                   \
+    for (int b_ = 0; b_ < r->nb; b_++) {                                                   \
+        const T *xb_[ROW_MAX_IN];                                                          \
+        for (int j_ = 0; j_ < ROW_MAX_IN; j_++) xb_[j_] = x_[j_] + b_ * xs_[j_];           \
+        (void)xb_;                                                                         \
+        __VA_ARGS__                                                                        \
+    }
 #define MAX(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
-        IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
-        s_[k] = MAX_OF(e_, r->n);                                                          \
+        EACH_ROW_DO({                                                                      \
+            IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                       \
+            s_[k][b_] = MAX_OF(e_, r->n);                                                  \
+        })                                                                                 \
     }
 #define SUM(k, e)                                                                          \
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
-        IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                           \
-        LEAF_SUM(e_, r->leaf, r->nleaves, (T *)r->tmp);                                    \
-        int k_ = 0;                                                                        \
-        s_[k] = r->balanced ? LEVELS_OF((T *)r->tmp, r->nleaves) : COMBINE((T *)r->tmp, r->n, &k_); \
+        EACH_ROW_DO({                                                                      \
+            T *t_ = e_ + b_ * r->n;                                                        \
+            IVDEP for (int64_t i = 0; i < r->n; i++) t_[i] = (T)(e);                       \
+        })                                                                                 \
+        LEAF_SUM(e_, r->leaf, r->nleaves * r->nb, (T *)r->tmp);                            \
+        for (int b_ = 0; b_ < r->nb; b_++) {                                               \
+            T *l_ = (T *)r->tmp + b_ * r->nleaves;                                         \
+            int k_ = 0;                                                                    \
+            s_[k][b_] = r->balanced ? LEVELS_OF(l_, r->nleaves) : COMBINE(l_, r->n, &k_);  \
+        }                                                                                  \
     }
 #define LET(k, e)                                                                          \
-    {                                                                                      \
+    EACH_ROW_DO({                                                                          \
         const int64_t i = 0;                                                               \
         (void)i;                                                                           \
-        s_[k] = (T)(e);                                                                    \
-    }
+        s_[k][b_] = (T)(e);                                                                \
+    })
 #define MAP(k, e)                                                                          \
-    {                                                                                      \
-        T *v_ = (T *)r->v[k];                                                              \
+    EACH_ROW_DO({                                                                          \
+        T *v_ = (T *)r->v[k] + b_ * r->n;                                                  \
         IVDEP for (int64_t i = 0; i < r->n; i++) v_[i] = (T)(e);                           \
-    }
+    })
 /* IVDEP: a loop's stores go to a buffer that shares no bytes with what its
  * e reads elsewhere than at column i (cpu_row_run sees to it for the result's
  * row), so GCC may vectorize without checking */
@@ -369,36 +398,40 @@ static inline float max_of_f32(const float *v, int64_t n)
 #define IVDEP
 #endif
 #define OUT(e)                                                                             \
-    {                                                                                      \
-        T *y_ = (T *)r->y;                                                                 \
+    EACH_ROW_DO({                                                                          \
+        T *y_ = (T *)r->y + b_ * r->n;                                                     \
         IVDEP for (int64_t i = 0; i < r->n; i++) y_[i] = (T)(e);                           \
-    }
+    })
+/* the per-row values (a program with one of these gets one row per call) */
 #define RESULT(e)                                                                          \
-    {                                                                                      \
+    EACH_ROW_DO({                                                                          \
         const int64_t i = 0;                                                               \
         (void)i;                                                                           \
         *(T *)r->result = (T)(e);                                                          \
-    }
+    })
 #define KEEP(e)                                                                            \
-    {                                                                                      \
+    EACH_ROW_DO({                                                                          \
         const int64_t i = 0;                                                               \
         (void)i;                                                                           \
         *(T *)r->y = (T)(e);                                                               \
-    }
+    })
 #define WEIGHT(e)                                                                          \
-    {                                                                                      \
+    EACH_ROW_DO({                                                                          \
         const int64_t i = 0;                                                               \
         (void)i;                                                                           \
         *(T *)r->weight = (T)(e);                                                          \
-    }
+    })
 
 /* The operands as T; one not given reads operand 0's row instead, so a
  * `HAS(j) ? ..X(j).. : ..` loads only from memory it may read and its loop
  * vectorizes with a select (the value read is not used). */
 #define ROW_OPERANDS                                                                       \
     const T *x_[ROW_MAX_IN];                                                               \
-    for (int j_ = 0; j_ < ROW_MAX_IN; j_++) x_[j_] = j_ < r->nin ? r->x[j_] : r->x[0];     \
-    (void)x_;
+    int64_t xs_[ROW_MAX_IN];                                                               \
+    for (int j_ = 0; j_ < ROW_MAX_IN; j_++) {                                              \
+        x_[j_] = j_ < r->nin ? r->x[j_] : r->x[0];                                         \
+        xs_[j_] = j_ < r->nin ? r->xs[j_] : r->xs[0];                                      \
+    }
 
 typedef void (*row_fn)(const row_args *r);
 #define OP(...)
@@ -407,7 +440,7 @@ typedef void (*row_fn)(const row_args *r);
     static CPU_VECTOR_CLONES void row_##nm##_f32(const row_args *r)                        \
     {                                                                                      \
         typedef float T;                                                                   \
-        T s_[ROW_MAX_S];                                                                   \
+        T s_[ROW_MAX_S][ROW_BATCH];                                                        \
         (void)s_;                                                                          \
         ROW_OPERANDS                                                                       \
         program                                                                            \
@@ -415,7 +448,7 @@ typedef void (*row_fn)(const row_args *r);
     static CPU_VECTOR_CLONES void row_##nm##_f64(const row_args *r)                        \
     {                                                                                      \
         typedef double T;                                                                  \
-        T s_[ROW_MAX_S];                                                                   \
+        T s_[ROW_MAX_S][ROW_BATCH];                                                        \
         (void)s_;                                                                          \
         ROW_OPERANDS                                                                       \
         program                                                                            \
@@ -437,6 +470,53 @@ static const struct {
 #undef OP
 #undef EW
 
+/* layer_norm_grad_stats in f32 as its program computes it, with the terms
+ * of both SUMs written in the pass that computes V(0) and V(1) (the first
+ * SUM's terms are V(0) itself) and their leaves added in one call per SUM:
+ * two passes over each row fewer, the same operations in the same order,
+ * the same bits (tests/test_rows.c checks them against in-order loops). */
+static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    const float *gamma = r->nin > 4 ? r->x[4] : NULL;
+    float *g = r->v[0], *h = r->v[1], *gh = (float *)r->terms, *leaf_sums = r->tmp;
+    float s1[ROW_BATCH], s3[ROW_BATCH];
+    for (int b = 0; b < r->nb; b++) {
+        const float *x = (const float *)r->x[0] + b * n, *dy = (const float *)r->x[1] + b * n;
+        float mean = (float)r->w[b][2], rstd = (float)r->w[b][3];
+        float *gb = g + b * n, *hb = h + b * n, *ghb = gh + b * n;
+        if (gamma) {
+            IVDEP for (int64_t i = 0; i < n; i++) gb[i] = dy[i] * gamma[i];
+        } else {
+            IVDEP for (int64_t i = 0; i < n; i++) gb[i] = dy[i];
+        }
+        IVDEP for (int64_t i = 0; i < n; i++) {
+            hb[i] = (x[i] - mean) * rstd;
+            ghb[i] = gb[i] * hb[i];
+        }
+    }
+    float *sums[2] = {s1, s3};
+    const float *terms[2] = {g, gh};
+    for (int q = 0; q < 2; q++) {
+        leaf_sums_float(terms[q], r->leaf, r->nleaves * r->nb, leaf_sums);
+        for (int b = 0; b < r->nb; b++) {
+            float *l = leaf_sums + b * r->nleaves;
+            int k = 0;
+            sums[q][b] = (r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k)) / (float)n;
+        }
+    }
+    for (int b = 0; b < r->nb; b++) {
+        const float *gb = g + b * n, *hb = h + b * n;
+        float *y = (float *)r->y + b * n, rstd = (float)r->w[b][3];
+        IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (gb[i] - s1[b] - hb[i] * s3[b]);
+    }
+}
+
+/* f32 row functions written out by hand in place of the generated one */
+static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
+    [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+};
+
 /* ---- the driver ---- */
 
 alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in, int64_t total_rows,
@@ -457,36 +537,45 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     if (n->nin > ROW_MAX_IN || sum.nscalars > ROW_MAX_S || sum.nvectors > ROW_MAX_V)
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
                         ir_ops[n->op].name);
-    row_args r = {.n = len, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims};
+    /* short rows along the last axis, ROW_BATCH at a time, for programs
+     * whose rows need nothing of their own but their w operands */
+    bool batchable = inner == 1 && !sum.per_row_result && !sum.per_row_value && !sum.by_position;
+    for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
+    int64_t nb = batchable ? ROW_BATCH_ELEMS / len : 1;
+    nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
+    row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims};
     int np = 0;
     for (const ir_attr_spec *a = ir_ops[n->op].attrs; a && a->name && np < ROW_MAX_ATTRS; a++)
         r.p[np++] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name) : (double)ir_attr_i(n, a->name);
     /* buffers: a slab per r operand, one for the result, then the row views */
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
+    size_t cap = slab > (size_t)(nb * len) ? slab : (size_t)(nb * len); /* each buffer's elements */
     int nbuf = n->nin + 1 + sum.nvectors + 2 + (inner > 1 ? n->nin + 1 : 0);
-    size_t leaf_bytes = sizeof(int64_t) * (size_t)(len + 1);
-    char *block = al_malloc(leaf_bytes + cs * slab * (size_t)nbuf + cs);
+    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1);
+    char *block = al_malloc(leaf_bytes + cs * cap * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
     int64_t *leaves = (int64_t *)(void *)block; /* first: al_malloc aligns it */
     char *at = block + leaf_bytes;
     void *slabs[ROW_MAX_IN + 1] = {NULL}, *cols[ROW_MAX_IN + 1] = {NULL};
-    for (int j = 0; j <= n->nin; j++, at += cs * slab) slabs[j] = at; /* slabs[nin]: the result */
-    for (int k = 0; k < sum.nvectors; k++, at += cs * slab) r.v[k] = at;
-    r.tmp = at, at += cs * slab;   /* the leaf sums of a SUM */
-    r.terms = at, at += cs * slab; /* the terms of a MAX or a SUM */
+    for (int j = 0; j <= n->nin; j++, at += cs * cap) slabs[j] = at; /* slabs[nin]: the result */
+    for (int k = 0; k < sum.nvectors; k++, at += cs * cap) r.v[k] = at;
+    r.tmp = at, at += cs * cap;   /* the leaf sums of a SUM */
+    r.terms = at, at += cs * cap; /* the terms of a MAX or a SUM */
     r.nleaves = leaf_plan(len, leaves, 0);
+    for (int64_t b = 1; b < nb; b++) memcpy(leaves + b * r.nleaves, leaves, sizeof(int64_t) * (size_t)r.nleaves);
     r.leaf = leaves;
     r.balanced = (r.nleaves & (r.nleaves - 1)) == 0;
     for (int l = 1; l < r.nleaves; l++) r.balanced = r.balanced && leaves[l] == leaves[0];
-    for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * slab) cols[j] = at;
+    for (int j = 0; inner > 1 && j <= n->nin; j++, at += cs * cap) cols[j] = at;
     r.y = inner > 1 ? cols[n->nin] : slabs[n->nin];
     for (int j = 0; j < n->nin; j++) {
         char role = prog->roles[j];
         if (role == 'v') cpu_load_compute(wide, in[j].type.dtype, in[j].data, slabs[j], len);
         if (role == 's') cvt_load_f64(in[j].type.dtype, in[j].data, &r.scalar[j], 1);
         r.x[j] = inner > 1 && role == 'r' ? cols[j] : slabs[j];
+        r.xs[j] = role == 'r' ? len : 0;
     }
-    row_fn fn = wide ? row_fns[n->op].f64 : row_fns[n->op].f32;
+    row_fn fn = wide ? row_fns[n->op].f64 : row_f32_by_hand[n->op] ? row_f32_by_hand[n->op] : row_fns[n->op].f32;
     size_t out_es = alloy_dtype_size(out->type.dtype);
     /* rows along the last axis in the compute type are read where they lie,
      * and the result's rows written where they go (when the result shares
@@ -501,14 +590,15 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         size_t an = (size_t)ir_numel(&in[j].type) * alloy_dtype_size(in[j].type.dtype);
         if (a < b + (size_t)(outer * len) * cs && b < a + an) direct_out = false;
     }
-    for (int64_t o = 0; o < outer; o++) {
+    for (int64_t o = 0; o < outer; o += r.nb) {
+        r.nb = (int)(outer - o < nb ? outer - o : nb); /* nb > 1: inner is 1, slab is len */
         for (int j = 0; j < n->nin; j++) {
             if (direct_in[j])
                 r.x[j] = (const char *)in[j].data + (size_t)o * slab * cs;
             else if (prog->roles[j] == 'r')
                 cpu_load_compute(wide, in[j].type.dtype,
                                  (const char *)in[j].data + (size_t)o * slab * alloy_dtype_size(in[j].type.dtype),
-                                 slabs[j], (int64_t)slab);
+                                 slabs[j], (int64_t)slab * r.nb);
         }
         if (direct_out) r.y = (char *)out->data + (size_t)o * slab * cs;
         for (int64_t c = 0; c < inner; c++) {
@@ -517,8 +607,10 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
             for (int j = 0; j < n->nin; j++) {
                 if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
                 if (prog->roles[j] == 'w')
-                    cvt_load_f64(in[j].type.dtype, (const char *)in[j].data + (size_t)r.row * alloy_dtype_size(in[j].type.dtype),
-                                 &r.w[j], 1);
+                    for (int b = 0; b < r.nb; b++)
+                        cvt_load_f64(in[j].type.dtype,
+                                     (const char *)in[j].data + (size_t)(r.row + b) * alloy_dtype_size(in[j].type.dtype),
+                                     &r.w[b][j], 1);
             }
             if (inner > 1) /* a column of the slab as a row */
                 for (int j = 0; j < n->nin; j++)
@@ -540,7 +632,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * out_es, 1);
         else if (!sum.per_row_result && !direct_out)
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * slab * out_es,
-                              (int64_t)slab);
+                              (int64_t)slab * r.nb);
     }
     al_free(block);
     return ALLOY_OK;
