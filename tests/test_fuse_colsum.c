@@ -342,8 +342,11 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
  * it has more than 32 blocks: 3001 x 45 (odd) takes 375 warp teams in 93
  * blocks, 10 groups of 10 blocks (the last of 3); 264 x 1100, a block a
  * row team, 33 blocks in 6 groups of 6 (the last of 3). f32, f16 and bf16
- * AMP, each emulated three times: the same bits each time (whichever block
- * finishes last), dbeta exact, dgamma within EMU_TOL of the CPU's. */
+ * AMP, each emulated three times: the same bits each time, dbeta exact,
+ * dgamma within EMU_TOL of the CPU's. The emulator runs blocks in index
+ * order; on a GPU another block may finish last, and it adds the same rows
+ * in the same (index) order; the emulator's race check holds each block's
+ * reads of the others' rows to their fence and count. */
 static void test_one_launch_adds_the_blocks_partials_with_the_same_bits_three_times(void **state)
 {
     (void)state;
