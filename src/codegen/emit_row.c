@@ -652,12 +652,13 @@ static bool colsum_add(cg_text *t, row_kernel *rk, int m)
 }
 
 /* Appends the counting of this block done on counter p<cnt>[idx] (C text)
- * among `parts` (C text) blocks, after the stores before it: the blocks
- * but the last return; the last sets the counter back to 0. */
+ * among `parts` (C text, an unsigned value) blocks, after the stores
+ * before it: the blocks but the last return; the last sets the counter
+ * back to 0. */
 static void put_counted(cg_text *t, int cnt, const char *idx, const char *parts)
 {
     cg_put(t, "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0) {\n"
-              "        last_ = atomicAdd(&p%d[%s], 1u) == (unsigned)(%s) - 1u;\n        if (last_) p%d[%s] = 0u;\n    }\n"
+              "        last_ = atomicAdd(&p%d[%s], 1u) == %s - 1u;\n        if (last_) p%d[%s] = 0u;\n    }\n"
               "    __syncthreads();\n    if (!last_) return;\n    __threadfence();\n",
            cnt, idx, parts, cnt, idx);
 }
@@ -713,12 +714,14 @@ static void colsum_frame(cg_text *post, row_kernel *rk, const int *ms, int n, co
                    (long long)rk->C, kp[i], (long long)rk->C, m);
     }
     int cnt = cg_param_of(&rk->ps, CG_PARAM_COUNTER, rk->s->members[ms[0]].node, true, c->groups + (c->groups > 1));
-    char lo[64], hi[128], parts[32], to[48];
+    char lo[64], hi[128], parts[80], to[48];
     cg_put(post, "    const long long grp_ = blockIdx.x / %lldll;\n", (long long)c->group);
     al_fmt(lo, sizeof lo, "grp_ * %lldll", (long long)c->group);
     al_fmt(hi, sizeof hi, "(grp_ + 1) * %lldll < %lldll ? (grp_ + 1) * %lldll : %lldll", (long long)c->group,
            (long long)c->blocks, (long long)c->group, (long long)c->blocks);
-    al_fmt(parts, sizeof parts, "hi_ - lo_");
+    int64_t tail = c->blocks - (c->groups - 1) * c->group; /* the last group's blocks */
+    al_fmt(parts, sizeof parts, "(grp_ < %lldll ? %lldu : %lldu)", (long long)(c->groups - 1), (long long)c->group,
+           (long long)tail);
     cg_put(post, "    const long long lo_ = %s, hi_ = %s;\n", lo, hi);
     put_counted(post, cnt, "grp_", parts);
     if (c->groups == 1) {
@@ -729,7 +732,7 @@ static void colsum_frame(cg_text *post, row_kernel *rk, const int *ms, int n, co
     put_rows_added(post, rk, ms, n, kp, ko, "lo_", "hi_", to);
     al_fmt(lo, sizeof lo, "%lldll", (long long)c->blocks);
     al_fmt(hi, sizeof hi, "%lldll", (long long)(c->blocks + c->groups));
-    al_fmt(parts, sizeof parts, "%lld", (long long)c->groups);
+    al_fmt(parts, sizeof parts, "%lldu", (long long)c->groups);
     al_fmt(to, sizeof to, "%lld", (long long)c->groups);
     put_counted(post, cnt, to, parts);
     put_rows_added(post, rk, ms, n, kp, ko, lo, hi, NULL);
