@@ -387,6 +387,39 @@ static void test_a_bias_gradient_and_its_cast_are_one_launch_by_hand(void **stat
     release(&x);
 }
 
+/* A row step's column sum by hand: softmax over [4096, 96] and the sum
+ * over its rows of its product with dy, one launch. 4096 rows in 512 warp
+ * teams of 8 (COLSUM_TEAM_ROWS), 4 to a block: 128 blocks of 128 threads,
+ * each writing one partial row of 96 f32; past 32 blocks they go in 11
+ * groups of 12 (ceil(sqrt(128)); the last of 8), whose last blocks write
+ * a group row each: 139 rows written and read back, and 12 counters (one
+ * a group, one for the last of them). The product is not stored. */
+static void test_a_row_steps_column_sum_is_one_launch_by_hand(void **state)
+{
+    (void)state;
+    modelled x;
+    model(&x, parse("graph row_colsum {\n"
+                    "  %x = input : f32[4096,96]\n"
+                    "  %dy = input : f32[4096,96]\n"
+                    "  %2 = softmax(%x) {axis=-1} : f32[4096,96]\n"
+                    "  %3 = mul(%2, %dy) : f32[4096,96]\n"
+                    "  %4 = reduce_sum(%3) {axes=[0]} : f32[96]\n"
+                    "  output \"s\" = %2\n"
+                    "  output \"c\" = %4\n"
+                    "}\n"),
+          NULL);
+    assert_int_equal(x.m.n, 1);
+    const cost_launch *l = &x.m.launches[0];
+    assert_int_equal(l->action, COST_KERNEL);
+    assert_int_equal(l->cls, COST_ROW);
+    assert_int_equal(l->grid, 128);
+    assert_int_equal(l->block, 128);
+    assert_non_null(strstr(l->name, "_row"));
+    assert_int_equal(l->read, 2 * 4096 * 96 * 4 + 139 * 96 * 4);
+    assert_int_equal(l->written, 4096 * 96 * 4 + 96 * 4 + 139 * 96 * 4 + 12 * 4);
+    release(&x);
+}
+
 /* max(bytes / (hbm x eff), flops / rate, floor) + node, each end of the range by hand. */
 static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor_plus_the_node(void **state)
 {
@@ -530,7 +563,7 @@ static void char_gpt_step(bool widen)
      * writes found_inf (they were 187 launches, 272139883 bytes), the 36
      * one-block kernels of its scalar tail (the scaler's and clipping's
      * bookkeeping, the bias corrections) run as chain kernels (of at most 24
-     * kernels each) and each row step's column sums as one combine kernel;
+     * kernels each), each row step's column sums in its row kernel (below);
      * its 20 other gemm steps, an f16 product cast to f32, are cuBLASLt
      * writing the f32 sum whose readers apply the range rule as they load
      * it (an epilogue kernel each, they were 144 launches and 264150460
@@ -552,10 +585,20 @@ static void char_gpt_step(bool widen)
      * writes no unscaled gradient: AdamW's launch unscales as it reads the
      * scaled ones (passes/remat.c; 1690620 bytes fewer, nearly 4 bytes for
      * each of the 424448 parameters; the f16 bias sums' f32 casts are still
-     * written) */
+     * written), and the 5 row steps with column sums (14 sums of 128
+     * columns over 2048 rows) add them in the row kernel's launch: each of
+     * its 64 blocks (4 warp teams of 8 rows) writes one partial row per sum
+     * (no longer each of 256 teams), and the last block of each of 8
+     * groups of 8 adds its group's rows into a group row, the last of
+     * those the 8 group rows: 72 rows of 512 bytes written and read back
+     * per sum, 73728 bytes, where 256 were written and read by the
+     * combine kernel, 262144, and a counter word per group and one more
+     * per step, 36 bytes (5 launches and 14 * 188416 - 5 * 36 = 2637644
+     * bytes fewer: they were 138 and 118 launches, 258265568 and
+     * 227779040 bytes) */
     assert_int_equal(views, 18);
-    assert_int_equal(x.m.n, 118); /* cuda_gemm_f32 or not: every widened product's readers apply the rule */
-    assert_int_equal(got, 227779040);
+    assert_int_equal(x.m.n, 113); /* cuda_gemm_f32 or not: every widened product's readers apply the rule */
+    assert_int_equal(got, 225141396);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);
@@ -1225,6 +1268,7 @@ int main(void)
         cmocka_unit_test(test_attention_is_counted_at_seven_products_with_the_kept_logsumexp),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
         cmocka_unit_test(test_a_bias_gradient_and_its_cast_are_one_launch_by_hand),
+        cmocka_unit_test(test_a_row_steps_column_sum_is_one_launch_by_hand),
         cmocka_unit_test(test_a_reshape_is_a_view_with_no_launch_and_the_same_result),
         cmocka_unit_test(test_a_contiguous_slice_is_a_view_at_its_byte_offset),
         cmocka_unit_test(test_a_concat_of_values_it_alone_reads_gathers_them_in_place),

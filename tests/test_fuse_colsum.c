@@ -250,13 +250,57 @@ static void test_dgamma_and_dbeta_are_the_unfused_bits_and_near_f64(void **state
 /* ---- 3. the device, emulated ---- */
 
 /* Per column, |device - CPU| <= EMU_TOL * sum_r |dy| (|xhat| + 1). Both add
- * the same kind of f32 terms in different orders: a team adds its rows in
- * order (8 here: 2048 rows, 256 teams), the combine its partials pairwise
- * (16-term leaves, 4 levels over 256 teams): at most (8 + 15 + 4) u of
- * sum |dy xhat| off the exact sum, the CPU at most (15 + 7) u; and the
- * kernel's xhat (its warp's sums of the row) differs from the CPU's by a few
- * u of (|xhat| + 1). 64 u = 3.8e-6 covers the two sums and the terms. */
+ * the same kind of f32 terms in different orders: a team (a warp) adds its
+ * rows in order (at most 9 here), a block its 4 warps' sums in a tree (2
+ * levels), then the last block of each group of blocks the group's rows in
+ * order and the last of those the groups' in order (at most 10 and 10: 93
+ * blocks in 10 groups), at most (9 + 2 + 9 + 9) u of sum |dy xhat| off the
+ * exact sum, the CPU at most (15 + 7) u; and the kernel's xhat (its warp's
+ * sums of the row) differs from the CPU's by a few u of (|xhat| + 1). 64 u
+ * = 3.8e-6 covers the two sums and the terms. */
 #define EMU_TOL (64 * 0x1p-24)
+
+/* The step's kernels compiled for the emulated device: the row step is one
+ * kernel (alloy_s<k>_row), no column sum kernel after it. */
+static emu_kernel *emulated(cgs_step *st, const alloy_graph *g, int lng, cgs_kernel_at **at)
+{
+    int row_step = g->comp.sched.step_of[lng], kernels = 0;
+    for (int q = 0; q < st->prog.nkernels; q++)
+        if (st->prog.kernels[q].step == row_step) {
+            kernels++;
+            if (!strstr(st->prog.kernels[q].name, "_row")) fail_msg("a second kernel in the row step: %s", st->prog.kernels[q].name);
+        }
+    if (kernels != 1) fail_msg("%d kernels in the row step", kernels);
+    char err[4096];
+    char *module = cg_module_source(&st->prog, 0, st->prog.nkernels);
+    assert_non_null(module);
+    emu_kernel *ek = emu_compile(module, st->prog.kernels[0].name, err, sizeof err);
+    al_free(module);
+    if (!ek) fail_msg("%s", err);
+    *at = test_calloc((size_t)st->prog.nkernels + 1, sizeof **at);
+    for (int q = 0; q < st->prog.nkernels; q++) {
+        (*at)[q].library = ek;
+        snprintf((*at)[q].name, sizeof (*at)[q].name, "%s", st->prog.kernels[q].name);
+    }
+    return ek;
+}
+
+/* dbeta exactly the f64 reference, dgamma within EMU_TOL of the CPU's;
+ * returns dgamma's worst error in u of its scale. */
+static double check_sums(const cgs_step *st, const ln_data *d, int dgamma, int dbeta, const char *what)
+{
+    int64_t C = d->sh.C;
+    double *rg = test_malloc(sizeof(double) * (size_t)C * 3), *rb = rg + C, *sc = rg + 2 * C, worst = 0;
+    reference(d, rg, rb, sc);
+    const float *eg = st->buf[dgamma], *cg = st->ref[dgamma].data, *eb = st->buf[dbeta];
+    for (int64_t j = 0; j < C; j++) {
+        worst = fmax(worst, fabs((double)eg[j] - cg[j]) / sc[j]);
+        if ((double)eb[j] != rb[j]) fail_msg("%s: emulated dbeta[%lld] %.9g, exactly %.9g", what, (long long)j, eb[j], rb[j]);
+    }
+    test_free(rg);
+    assert_true(worst <= EMU_TOL);
+    return worst / 0x1p-24;
+}
 
 static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
 {
@@ -266,7 +310,7 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
         print_message("no host emulation: %s\n", why);
         skip();
     }
-    for (int mode = 0; mode < 2; mode++)
+    for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < NSHAPES; k++) {
             fusion(true);
             ln_data d = make_data(shapes[k], 29 + (uint64_t)k);
@@ -278,38 +322,15 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
             for (int i = 0; i < 5; i++) f.t[f.n++] = d.feeds[i];
             cgs_step st;
             cgs_prepare(&st, g, &f);
-            int combines = 0, row_step = g->comp.sched.step_of[lng];
-            for (int q = 0; q < st.prog.nkernels; q++)
-                combines += st.prog.kernels[q].step == row_step && strstr(st.prog.kernels[q].name, "_colsum") != NULL;
-            /* dgamma and dbeta: one launch adds both sums' partials */
-            if (!st.prog.nkernels || combines != 1) fail_msg("%s: %d column sum kernels in the row step", mode_names[mode], combines);
-            char err[4096];
-            char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
-            assert_non_null(module);
-            emu_kernel *ek = emu_compile(module, st.prog.kernels[0].name, err, sizeof err);
-            al_free(module);
-            if (!ek) fail_msg("%s", err);
-            cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
-            for (int q = 0; q < st.prog.nkernels; q++) {
-                at[q].library = ek;
-                snprintf(at[q].name, sizeof at[q].name, "%s", st.prog.kernels[q].name);
-            }
+            cgs_kernel_at *at;
+            emu_kernel *ek = emulated(&st, g, lng, &at);
             emu_stats es = cgs_emulate(&st, at);
             if (es.failed) fail_msg("%s", es.first_failure);
-            int64_t C = shapes[k].C;
-            double *rg = test_malloc(sizeof(double) * (size_t)C * 3), *rb = rg + C, *sc = rg + 2 * C, worst = 0;
-            reference(&d, rg, rb, sc);
-            const float *eg = st.buf[dgamma], *cg = st.ref[dgamma].data, *eb = st.buf[dbeta];
-            for (int64_t j = 0; j < C; j++) {
-                worst = fmax(worst, fabs((double)eg[j] - cg[j]) / sc[j]);
-                if ((double)eb[j] != rb[j])
-                    fail_msg("%s: emulated dbeta[%lld] %.9g, exactly %.9g", mode_names[mode], (long long)j, eb[j], rb[j]);
-            }
+            double worst = check_sums(&st, &d, dgamma, dbeta, mode_names[mode]);
             printf("%s %lld x %lld emulated: %d kernels, %d stored values; dbeta exact; dgamma max |device - cpu| "
                    "%.3g u of sum |dy| (|xhat| + 1)\n",
-                   mode_names[mode], (long long)shapes[k].rows, (long long)C, es.kernels, es.values, worst / 0x1p-24);
-            assert_true(worst <= EMU_TOL);
-            test_free(rg), test_free(at);
+                   mode_names[mode], (long long)shapes[k].rows, (long long)shapes[k].C, es.kernels, es.values, worst);
+            test_free(at);
             emu_free(ek);
             cgs_release(&st);
             alloy_graph_free(g);
@@ -317,12 +338,16 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
         }
 }
 
-/* One launch adds the partials of both sums (dgamma, dbeta) of a row step;
- * 16 x 32775 (odd) takes 2 x 2049 blocks of 16 columns, past the 4096 one
- * grid pass covers (CG_MAX_GRID): two blocks take a second turn of the
- * grid-stride loop. Emulated twice, the same bits; dbeta exact, dgamma
- * within EMU_TOL of the CPU's. */
-static void test_one_launch_adds_every_sum_past_one_grid_pass_with_the_same_bits_twice(void **state)
+/* The row kernel adds its blocks' partial rows itself, in two levels when
+ * it has more than 32 blocks: 3001 x 45 (odd) takes 375 warp teams in 93
+ * blocks, 10 groups of 10 blocks (the last of 3); 264 x 1100, a block a
+ * row team, 33 blocks in 6 groups of 6 (the last of 3). f32, f16 and bf16
+ * AMP, each emulated three times: the same bits each time, dbeta exact,
+ * dgamma within EMU_TOL of the CPU's. The emulator runs blocks in index
+ * order; on a GPU another block may finish last, and it adds the same rows
+ * in the same (index) order; the emulator's race check holds each block's
+ * reads of the others' rows to their fence and count. */
+static void test_one_launch_adds_the_blocks_partials_with_the_same_bits_three_times(void **state)
 {
     (void)state;
     char why[256];
@@ -330,64 +355,51 @@ static void test_one_launch_adds_every_sum_past_one_grid_pass_with_the_same_bits
         print_message("no host emulation: %s\n", why);
         skip();
     }
-    const ln_shape sh = {16, 32775};
-    fusion(true);
-    ln_data d = make_data(sh, 77);
-    alloy_graph *g = ln_graph(0, sh);
-    const ir_graph *c = compiled(g);
-    int lng, dgamma, dbeta;
-    backward_nodes(c, &lng, &dgamma, &dbeta);
-    feed_set f = {0};
-    for (int i = 0; i < 5; i++) f.t[f.n++] = d.feeds[i];
-    cgs_step st;
-    cgs_prepare(&st, g, &f);
-    int combines = 0, row_step = g->comp.sched.step_of[lng], combine = -1;
-    for (int q = 0; q < st.prog.nkernels; q++)
-        if (st.prog.kernels[q].step == row_step && strstr(st.prog.kernels[q].name, "_colsum")) combines++, combine = q;
-    assert_int_equal(combines, 1);
-    assert_int_equal(st.prog.kernels[combine].grid, 4096);
-    char err[4096];
-    char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
-    assert_non_null(module);
-    emu_kernel *ek = emu_compile(module, st.prog.kernels[0].name, err, sizeof err);
-    al_free(module);
-    if (!ek) fail_msg("%s", err);
-    cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
-    for (int q = 0; q < st.prog.nkernels; q++) {
-        at[q].library = ek;
-        snprintf(at[q].name, sizeof at[q].name, "%s", st.prog.kernels[q].name);
-    }
-    int64_t C = sh.C;
-    float *first = test_malloc(sizeof(float) * (size_t)C * 2);
-    for (int run = 0; run < 2; run++) {
-        memset(st.buf[dgamma], 0, sizeof(float) * (size_t)C);
-        memset(st.buf[dbeta], 0, sizeof(float) * (size_t)C);
-        emu_stats es = cgs_emulate(&st, at);
-        if (es.failed) fail_msg("%s", es.first_failure);
-        if (run == 0) {
-            memcpy(first, st.buf[dgamma], sizeof(float) * (size_t)C);
-            memcpy(first + C, st.buf[dbeta], sizeof(float) * (size_t)C);
-        } else {
-            assert_memory_equal(first, st.buf[dgamma], sizeof(float) * (size_t)C);
-            assert_memory_equal(first + C, st.buf[dbeta], sizeof(float) * (size_t)C);
+    static const ln_shape many[] = {{3001, 45}, {264, 1100}};
+    for (int mode = 0; mode < MODES; mode++)
+        for (int k = 0; k < 2; k++) {
+            const ln_shape sh = many[k];
+            fusion(true);
+            ln_data d = make_data(sh, 77 + (uint64_t)k);
+            alloy_graph *g = ln_graph(mode, sh);
+            const ir_graph *c = compiled(g);
+            int lng, dgamma, dbeta;
+            backward_nodes(c, &lng, &dgamma, &dbeta);
+            feed_set f = {0};
+            for (int i = 0; i < 5; i++) f.t[f.n++] = d.feeds[i];
+            cgs_step st;
+            cgs_prepare(&st, g, &f);
+            cgs_kernel_at *at;
+            emu_kernel *ek = emulated(&st, g, lng, &at);
+            unsigned grid = 0;
+            for (int q = 0; q < st.prog.nkernels; q++)
+                if (st.prog.kernels[q].step == g->comp.sched.step_of[lng]) grid = st.prog.kernels[q].grid;
+            assert_int_equal(grid, k == 0 ? 93 : 33);
+            int64_t C = sh.C;
+            float *first = test_malloc(sizeof(float) * (size_t)C * 2);
+            for (int run = 0; run < 3; run++) {
+                memset(st.buf[dgamma], 0, sizeof(float) * (size_t)C);
+                memset(st.buf[dbeta], 0, sizeof(float) * (size_t)C);
+                emu_stats es = cgs_emulate(&st, at);
+                if (es.failed) fail_msg("%s", es.first_failure);
+                if (run == 0) {
+                    memcpy(first, st.buf[dgamma], sizeof(float) * (size_t)C);
+                    memcpy(first + C, st.buf[dbeta], sizeof(float) * (size_t)C);
+                } else {
+                    assert_memory_equal(first, st.buf[dgamma], sizeof(float) * (size_t)C);
+                    assert_memory_equal(first + C, st.buf[dbeta], sizeof(float) * (size_t)C);
+                }
+            }
+            double worst = check_sums(&st, &d, dgamma, dbeta, mode_names[mode]);
+            print_message("%s %lld x %lld emulated three times, the same bits: %u blocks, one launch; dbeta exact; "
+                          "dgamma max |device - cpu| %.3g u of sum |dy| (|xhat| + 1)\n",
+                          mode_names[mode], (long long)sh.rows, (long long)C, grid, worst);
+            test_free(at), test_free(first);
+            emu_free(ek);
+            cgs_release(&st);
+            alloy_graph_free(g);
+            free_data(&d);
         }
-    }
-    double *rg = test_malloc(sizeof(double) * (size_t)C * 3), *rb = rg + C, *sc = rg + 2 * C, worst = 0;
-    reference(&d, rg, rb, sc);
-    const float *eg = st.buf[dgamma], *cg = st.ref[dgamma].data, *eb = st.buf[dbeta];
-    for (int64_t j = 0; j < C; j++) {
-        worst = fmax(worst, fabs((double)eg[j] - cg[j]) / sc[j]);
-        if ((double)eb[j] != rb[j]) fail_msg("emulated dbeta[%lld] %.9g, exactly %.9g", (long long)j, eb[j], rb[j]);
-    }
-    print_message("16 x 32775 emulated twice, the same bits: one combine launch of %u blocks; dbeta exact; dgamma "
-                  "max |device - cpu| %.3g u of sum |dy| (|xhat| + 1)\n",
-                  st.prog.kernels[combine].grid, worst / 0x1p-24);
-    assert_true(worst <= EMU_TOL);
-    test_free(rg), test_free(at), test_free(first);
-    emu_free(ek);
-    cgs_release(&st);
-    alloy_graph_free(g);
-    free_data(&d);
 }
 
 /* ---- 4. a bundle carries the column sums ---- */
@@ -563,7 +575,7 @@ int main(void)
         FUSE_TEST(test_the_layer_norm_backward_computes_dx_dgamma_and_dbeta_in_one_step),
         FUSE_TEST(test_dgamma_and_dbeta_are_the_unfused_bits_and_near_f64),
         FUSE_TEST(test_the_emulated_kernels_agree_with_the_cpu),
-        FUSE_TEST(test_one_launch_adds_every_sum_past_one_grid_pass_with_the_same_bits_twice),
+        FUSE_TEST(test_one_launch_adds_the_blocks_partials_with_the_same_bits_three_times),
         FUSE_TEST(test_a_bundle_runs_the_column_sums_as_compiled),
         FUSE_TEST(test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_gives_the_same_bits),
         FUSE_TEST(test_a_product_read_elsewhere_is_still_stored),

@@ -614,14 +614,41 @@ static bool emit_mean(cg_program *prog, const row_kernel *rk, int k, int m, cg_t
     return ok;
 }
 
-/* ---- column sums (PART_COLSUM): per team in registers, then per column ---- */
+/* ---- column sums (PART_COLSUM): per team in registers, per block, then per column ---- */
 
-/* Row teams of a step with column sums: each writes a partial row of C
- * sums to the scratch, which the combine reads back; at most
- * COLSUM_MAX_TEAMS of them, each with COLSUM_TEAM_ROWS rows or more where
- * there are rows enough, so the partials are at most 1/8 of the summed
- * value's bytes (char_gpt's [2048, 128]: 256 teams, 128 KiB of partials). */
+/* Row teams of a step with column sums: COLSUM_MAX_TEAMS of them at most,
+ * each with COLSUM_TEAM_ROWS rows or more where there are rows enough. A
+ * block adds its teams' sums (a tree over its warps) into one partial row
+ * of C sums in the scratch, so the partials are per block (gpt2 at B8,
+ * 8192 rows: 1024 teams, 256 blocks). */
 enum { COLSUM_MAX_TEAMS = 1024, COLSUM_TEAM_ROWS = 8 };
+
+/* The blocks' partial rows are added in the same launch, counted done on
+ * block counters (CG_PARAM_COUNTER, zeroed when the step is loaded, set
+ * back to 0 by the block that counts last): up to COLSUM_ONE_LEVEL blocks,
+ * the last block to finish adds them all; more, in groups of `group`
+ * (ceil(sqrt(blocks))) blocks, the last block of each group adds its
+ * group's rows into a group row (after the blocks' rows in the scratch),
+ * and the last of those adds the group rows. Each sum is added in a fixed
+ * order (rows in block order, then groups in order) whichever block
+ * finishes last, so its bits are the same run to run. */
+enum { COLSUM_ONE_LEVEL = 32 };
+typedef struct colsum_plan {
+    int64_t blocks, group, groups; /* groups == 1: one level */
+} colsum_plan;
+
+static colsum_plan colsum_plan_of(int64_t blocks)
+{
+    colsum_plan c = {.blocks = blocks, .group = blocks, .groups = 1};
+    if (blocks > COLSUM_ONE_LEVEL) {
+        while (c.group > 1 && (c.group - 1) * (c.group - 1) >= blocks) c.group--;
+        c.groups = (blocks + c.group - 1) / c.group;
+    }
+    return c;
+}
+
+/* Partial rows in a column sum's scratch: the blocks' and the groups'. */
+static int64_t colsum_rows(const colsum_plan *c) { return c->blocks + (c->groups > 1 ? c->groups : 0); }
 
 /* Adds this row's columns of column sum member m's operand to the
  * thread's sums cs<m>[] (declared before the row loop). */
@@ -642,91 +669,91 @@ static bool colsum_add(cg_text *t, row_kernel *rk, int m)
     return true;
 }
 
-/* Text before the row loop (the sums at 0) and after it (each team's sums
- * to its partial row p[team * C + col]) for the step's column sums;
- * false when it has none. */
-static bool colsum_frame(cg_text *pre, cg_text *post, row_kernel *rk, int64_t nteams)
+/* Appends the counting of this block done on counter p<cnt>[idx] (C text)
+ * among `parts` (C text, an unsigned value) blocks, after the stores
+ * before it: the blocks but the last return; the last sets the counter
+ * back to 0. */
+static void put_counted(cg_text *t, int cnt, const char *idx, const char *parts)
 {
-    const schedule *s = rk->s;
-    bool any = false;
-    for (int q = rk->st->first_part; q < rk->st->first_part + rk->st->nparts; q++) {
-        if (s->parts[q].kind != PART_COLSUM) continue;
-        int m = s->parts[q].first, node = s->members[m].node;
-        int kp = cg_param_of(&rk->ps, CG_PARAM_ROWS, node, true, nteams * rk->C);
-        if (!any && rk->team == 32)
-            cg_put(post, "    const long long team_ = (long long)blockIdx.x * %d + (threadIdx.x >> 5);\n", WARPS);
-        else if (!any)
-            cg_put(post, "    const long long team_ = blockIdx.x;\n");
-        any = true;
-        char col[96];
-        column_of(rk, "j_", col, sizeof col); /* the columns this thread summed (put_columns') */
-        cg_put(pre, "    T cs%d[%d];\n    for (int j_ = 0; j_ < %d; j_++) cs%d[j_] = 0;\n", m, rk->cpl, rk->cpl, m);
-        cg_put(post, "    for (int j_ = 0; j_ < %d; j_++) {\n        const int col = %s;\n"
-                     "        if (col < %lldll && team_ < %lldll) p%d[team_ * %lldll + col] = cs%d[j_];\n    }\n",
-               rk->cpl, col, (long long)rk->C, (long long)nteams, kp, (long long)rk->C, m);
-    }
-    return any;
+    cg_put(t, "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0) {\n"
+              "        last_ = atomicAdd(&p%d[%s], 1u) == %s - 1u;\n        if (last_) p%d[%s] = 0u;\n    }\n"
+              "    __syncthreads();\n    if (!last_) return;\n    __threadfence();\n",
+           cnt, idx, parts, cnt, idx);
 }
 
-/* The kernel adding the partial rows (one per team) of the n column sum
- * members ms[] per column and storing each sum in its dtype, all of them
- * in one launch: a block per COMBINE_COLS columns of one sum (the sums'
- * blocks one after another), its threads COMBINE_COLS columns (neighbours
- * reading neighbours) by COMBINE_LANES lanes; lane r adds partials r, r +
- * COMBINE_LANES, ... in order, then the lanes' sums meet in a pairwise tree
- * in shared memory (log2 COMBINE_LANES levels). At most nteams /
- * COMBINE_LANES + log2 COMBINE_LANES additions deep: 16 + 4 for 256 teams,
- * as deep as the CPU's pairwise sums; no per-thread recursion (no stack, no
- * spills). Each column's sum is added in the same order whichever sums
- * share the launch, so its bits do not depend on them. */
-enum { COMBINE_COLS = 16, COMBINE_LANES = CG_BLOCK / COMBINE_COLS };
-static bool emit_colsum_combine(cg_program *prog, const row_kernel *rk, int k, const int *ms, int n, int64_t nteams,
-                                cg_text *t)
+/* Appends, for each column sum m in ms[n] (scratch p<kp[i]>, result
+ * p<ko[i]>), the adding of partial rows [lo, hi) (C text) of its scratch
+ * per column into row `to` of the scratch (C text) or, with `to` NULL,
+ * into its result in its dtype; a thread per column, rows in order, read
+ * through volatile (other blocks wrote them). */
+static void put_rows_added(cg_text *t, const row_kernel *rk, const int *ms, int n, const int *kp, const int *ko,
+                           const char *lo, const char *hi, const char *to)
 {
-    cg_params fp = {0};
-    int kp[IR_MAX_COLSUMS], ko[IR_MAX_COLSUMS];
-    for (int i = 0; i < n; i++) {
-        int id = rk->s->members[ms[i]].node;
-        kp[i] = cg_param_of(&fp, CG_PARAM_ROWS, id, false, nteams * rk->C);
-        ko[i] = cg_param_of(&fp, CG_PARAM_NODE, id, true, 0);
-    }
-    char name[48];
-    al_fmt(name, sizeof name, "alloy_s%d_colsum%d", k, rk->s->members[ms[0]].node);
-    cg_put_preamble(t);
-    cg_put(t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", CG_BLOCK, name);
-    cg_param_list(t, rk->g, &fp);
-    int64_t blocks = (rk->C + COMBINE_COLS - 1) / COMBINE_COLS, total = blocks * n;
-    int64_t grid = total > CG_MAX_GRID ? CG_MAX_GRID : total;
-    cg_put(t, ")\n{\n    typedef float T;\n    __shared__ T sh_[%d][%d];\n"
-              "    const int c_ = threadIdx.x %% %d, r_ = threadIdx.x / %d;\n"
-              "    for (long long g_ = blockIdx.x; g_ < %lldll; g_ += gridDim.x) {\n"
-              "    const long long sum_ = g_ / %lldll;\n    const long long b_ = g_ %% %lldll;\n"
-              "    const float *__restrict__ part_ = ",
-           COMBINE_LANES, COMBINE_COLS + 1, COMBINE_COLS, COMBINE_COLS, (long long)total, (long long)blocks,
-           (long long)blocks);
-    for (int i = 0; i + 1 < n; i++) cg_put(t, "sum_ == %d ? p%d : ", i, kp[i]);
-    cg_put(t, "p%d;\n"
-              "    const long long col = b_ * %d + c_;\n    T a_ = 0;\n"
-              "    if (col < %lldll)\n        for (long long i_ = r_; i_ < %lldll; i_ += %d) a_ += part_[i_ * %lldll + col];\n"
-              "    __syncthreads();\n    sh_[r_][c_] = a_;\n"
-              "    for (int h_ = %d; h_ > 0; h_ >>= 1) {\n        __syncthreads();\n"
-              "        if (r_ < h_) sh_[r_][c_] += sh_[r_ + h_][c_];\n    }\n"
-              "    if (r_ == 0 && col < %lldll) {\n        a_ = sh_[0][c_];\n",
-           kp[n - 1], COMBINE_COLS, (long long)rk->C, (long long)nteams, COMBINE_LANES, (long long)rk->C,
-           COMBINE_LANES / 2, (long long)rk->C);
-    int64_t bytes = 0;
     for (int i = 0; i < n; i++) {
         const ir_node *x = rk->g->nodes[rk->s->members[ms[i]].node];
-        cg_put(t, "        if (sum_ == %d) p%d[col] = ", i, ko[i]);
-        cg_store(t, x->type.dtype, false, "a_");
-        cg_put(t, ";\n");
-        bytes += nteams * rk->C * 4;
+        cg_put(t, "    for (long long c_ = threadIdx.x; c_ < %lldll; c_ += blockDim.x) {\n        T a_ = 0;\n"
+                  "        for (long long b_ = %s; b_ < %s; b_++) a_ += ((const volatile %s *)p%d)[b_ * %lldll + c_];\n",
+               (long long)rk->C, lo, hi, x->type.dtype == ALLOY_F64 ? "double" : "float", kp[i], (long long)rk->C);
+        if (to) {
+            cg_put(t, "        p%d[(%s) * %lldll + c_] = a_;\n    }\n", kp[i], to, (long long)rk->C);
+            continue;
+        }
+        cg_put(t, "        p%d[c_] = ", ko[i]);
+        cg_store(t, x->type.dtype, rk->wide, "a_");
+        cg_put(t, ";\n    }\n");
     }
-    cg_put(t, "    }\n    }\n}\n");
-    bool ok = !t->oom && !fp.oom &&
-              cg_add_kernel(prog, rk->g, name, k, rk->st->kind, t, &fp, (unsigned)grid, CG_BLOCK, bytes);
-    al_free(fp.at);
-    return ok;
+}
+
+/* Text after the row loop for the n stored column sums ms[] of the step
+ * (their sums cs<m>[] at 0 before it): the block's sums (its warps' added in a
+ * tree in shared memory) to its partial row p[block * C + col], then the
+ * partial rows added per column by the last blocks (colsum_plan). */
+static void colsum_frame(cg_text *post, row_kernel *rk, const int *ms, int n, const colsum_plan *c)
+{
+    int kp[IR_MAX_COLSUMS], ko[IR_MAX_COLSUMS];
+    bool warp = rk->team == 32;
+    char col[96];
+    column_of(rk, "j_", col, sizeof col); /* the columns this thread summed (put_columns') */
+    cg_put(post, "    __shared__ unsigned last_;\n");
+    if (warp) cg_put(post, "    __shared__ T cst_[%d][32];\n    const int w_ = threadIdx.x >> 5;\n", WARPS);
+    for (int i = 0; i < n; i++) {
+        int m = ms[i], node = rk->s->members[m].node;
+        kp[i] = cg_param_of(&rk->ps, CG_PARAM_ROWS, node, true, colsum_rows(c) * rk->C);
+        ko[i] = cg_param_of(&rk->ps, CG_PARAM_NODE, node, true, 0);
+        cg_put(post, "    for (int j_ = 0; j_ < %d; j_++) {\n        const int col = %s;\n", rk->cpl, col);
+        if (warp)
+            cg_put(post, "        __syncthreads();\n        cst_[w_][lane] = cs%d[j_];\n"
+                         "        for (int h_ = %d; h_ > 0; h_ >>= 1) {\n            __syncthreads();\n"
+                         "            if (w_ < h_) cst_[w_][lane] += cst_[w_ + h_][lane];\n        }\n"
+                         "        if (w_ == 0 && col < %lldll) p%d[(long long)blockIdx.x * %lldll + col] = cst_[0][lane];\n    }\n",
+                   m, WARPS / 2, (long long)rk->C, kp[i], (long long)rk->C);
+        else
+            cg_put(post, "        if (col < %lldll) p%d[(long long)blockIdx.x * %lldll + col] = cs%d[j_];\n    }\n",
+                   (long long)rk->C, kp[i], (long long)rk->C, m);
+    }
+    int cnt = cg_param_of(&rk->ps, CG_PARAM_COUNTER, rk->s->members[ms[0]].node, true, c->groups + (c->groups > 1));
+    char lo[64], hi[128], parts[80], to[48];
+    cg_put(post, "    const long long grp_ = blockIdx.x / %lldll;\n", (long long)c->group);
+    al_fmt(lo, sizeof lo, "grp_ * %lldll", (long long)c->group);
+    al_fmt(hi, sizeof hi, "(grp_ + 1) * %lldll < %lldll ? (grp_ + 1) * %lldll : %lldll", (long long)c->group,
+           (long long)c->blocks, (long long)c->group, (long long)c->blocks);
+    int64_t tail = c->blocks - (c->groups - 1) * c->group; /* the last group's blocks */
+    al_fmt(parts, sizeof parts, "(grp_ < %lldll ? %lldu : %lldu)", (long long)(c->groups - 1), (long long)c->group,
+           (long long)tail);
+    cg_put(post, "    const long long lo_ = %s, hi_ = %s;\n", lo, hi);
+    put_counted(post, cnt, "grp_", parts);
+    if (c->groups == 1) {
+        put_rows_added(post, rk, ms, n, kp, ko, "lo_", "hi_", NULL);
+        return;
+    }
+    al_fmt(to, sizeof to, "%lldll + grp_", (long long)c->blocks);
+    put_rows_added(post, rk, ms, n, kp, ko, "lo_", "hi_", to);
+    al_fmt(lo, sizeof lo, "%lldll", (long long)c->blocks);
+    al_fmt(hi, sizeof hi, "%lldll", (long long)(c->blocks + c->groups));
+    al_fmt(parts, sizeof parts, "%lldu", (long long)c->groups);
+    al_fmt(to, sizeof to, "%lld", (long long)c->groups);
+    put_counted(post, cnt, to, parts);
+    put_rows_added(post, rk, ms, n, kp, ko, lo, hi, NULL);
 }
 
 /* An elementwise part of a streaming row kernel: a pass over the row
@@ -799,7 +826,6 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     if (!choose_team(&rk)) return "rows longer than 65536 elements in a step with column sums: no kernel yet";
     if (rk.rows == 0) return "no rows";
     cg_text body = {0}, t = {0}, pre = {0}, post = {0};
-    int64_t nteams = 0;
     const char *why = NULL;
     for (int m = st->first; m < st->first + st->n && !rk.stream; m++)
         if (s->members[m].flags & MEMBER_SPILLED) cg_put(&body, "        T r%d[%d];\n", m, rk.cpl);
@@ -858,14 +884,25 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
         int block = warp ? 32 * WARPS : rk.team, per_block = warp ? WARPS : 1;
         int64_t blocks = (rk.rows + per_block - 1) / per_block;
         if (blocks > CG_MAX_GRID) blocks = CG_MAX_GRID;
-        /* column sums: a partial row per team, so fewer teams */
-        int64_t teams = rk.rows / COLSUM_TEAM_ROWS < COLSUM_MAX_TEAMS ? rk.rows / COLSUM_TEAM_ROWS : COLSUM_MAX_TEAMS;
-        if (blocks > teams / per_block) blocks = teams / per_block > 0 ? teams / per_block : 1;
-        nteams = blocks * per_block;
-        if (!colsum_frame(&pre, &post, &rk, nteams)) {
-            blocks = (rk.rows + per_block - 1) / per_block;
-            if (blocks > CG_MAX_GRID) blocks = CG_MAX_GRID;
-            nteams = 0;
+        /* column sums (the stored ones): a partial row per block, so fewer teams */
+        int sums[IR_MAX_COLSUMS], nsums = 0;
+        for (int q = st->first_part; q < st->first_part + st->nparts; q++)
+            if (s->parts[q].kind == PART_COLSUM)
+                cg_put(&pre, "    T cs%d[%d];\n    for (int j_ = 0; j_ < %d; j_++) cs%d[j_] = 0;\n", s->parts[q].first,
+                       rk.cpl, rk.cpl, s->parts[q].first);
+        for (int q = st->first_part; q < st->first_part + st->nparts && !why; q++)
+            if (s->parts[q].kind == PART_COLSUM && (s->members[s->parts[q].first].flags & MEMBER_STORED)) {
+                if (nsums == IR_MAX_COLSUMS) why = "a row step with more than 4 column sums (IR_MAX_COLSUMS)";
+                else sums[nsums++] = s->parts[q].first;
+            }
+        int64_t bytes = (int64_t)ir_nbytes(&space) * 2;
+        if (nsums) {
+            int64_t teams = rk.rows / COLSUM_TEAM_ROWS < COLSUM_MAX_TEAMS ? rk.rows / COLSUM_TEAM_ROWS : COLSUM_MAX_TEAMS;
+            if (blocks > teams / per_block) blocks = teams / per_block > 0 ? teams / per_block : 1;
+            colsum_plan cp = colsum_plan_of(blocks);
+            colsum_frame(&post, &rk, sums, nsums, &cp);
+            for (int i = 0; i < nsums; i++) /* the partial rows written and read back, the sum stored */
+                bytes += 2 * 4 * colsum_rows(&cp) * rk.C + (int64_t)ir_nbytes(&g->nodes[s->members[sums[i]].node]->type);
         }
         cg_put_preamble(&t);
         cg_put(&t, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(", block, name);
@@ -880,19 +917,10 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
                    "    for (long long row = row0_; row < %lldll; row += (long long)gridDim.x * %d) {\n%s%s    }\n%s}\n",
                pre.s ? pre.s : "", (long long)rk.rows, per_block, decl.s ? decl.s : "", body.s ? body.s : "",
                post.s ? post.s : "");
-        if (body.oom || decl.oom || pre.oom || post.oom ||
-            !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps, (unsigned)blocks, (unsigned)block,
-                           (int64_t)ir_nbytes(&space) * 2))
+        if (!why && (body.oom || decl.oom || pre.oom || post.oom || rk.ps.oom ||
+                     !cg_add_kernel(prog, g, name, k, st->kind, &t, &rk.ps, (unsigned)blocks, (unsigned)block, bytes)))
             why = "out of memory";
     }
-    /* column sums: their partial rows added per column, all of them by one kernel */
-    int sums[IR_MAX_COLSUMS], nsums = 0;
-    for (int q = st->first_part; q < st->first_part + st->nparts && !why && nteams; q++)
-        if (s->parts[q].kind == PART_COLSUM && (s->members[s->parts[q].first].flags & MEMBER_STORED)) {
-            if (nsums == IR_MAX_COLSUMS) why = "a row step with more than 4 column sums (IR_MAX_COLSUMS)";
-            else sums[nsums++] = s->parts[q].first;
-        }
-    if (!why && nsums && !emit_colsum_combine(prog, &rk, k, sums, nsums, nteams, &t)) why = "out of memory";
     /* ops with a result per row: their mean, by a second kernel */
     for (int m = st->first; m < st->first + st->n && !why; m++) {
         const ir_node *x = g->nodes[s->members[m].node];
