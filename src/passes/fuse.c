@@ -627,6 +627,9 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
          * dgamma product with its sum, become one) */
         if (!(off & 1u << IR_GROUP_ROW))
             ok = ok && fuse_row_colsums(g, label, rstart, rlist) && fuse_row_siblings(g, label, rstart, rlist);
+        /* and the f16/bf16 casts of their values that the sums kept out
+         * (fuse_rowcast.c): the row kernel stores dx and its cast */
+        if (!(off & 1u << IR_GROUP_ROW)) ok = ok && fuse_row_casts(g, label, rstart, rlist);
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)
