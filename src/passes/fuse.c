@@ -13,7 +13,9 @@
  *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
  *     and a reduce_sum over the rows of a value of a row group joins it as
  *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
- *     then siblings once more (those kept apart by such sums);
+ *     then siblings once more (those kept apart by such sums); and a
+ *     cast to f16/bf16 of a row group's f32 value that such a sum kept
+ *     out joins it (fuse_rowcast.c): the row kernel stores dx's cast;
  *   - multi groups join found_inf with the unscale chains it reads (and
  *     the gradient norm's sum_squares over them, moved next to it first:
  *     fuse_norm.c), and merge the update groups of all parameters that compute alike; the
