@@ -108,8 +108,11 @@ static const expected_group block_groups[] = {
     /* and the column sums over its rows join it (fuse_colsum.c): dgamma,
      * dbeta and mlp.b2's gradient are summed in the same pass, the product
      * dy * normalized x never stored */
-    {"lnf backward, its gamma gradient dy * (x - mean) * rstd and the sums of that, dy and dx over the rows",
-     "row f32: layer_norm_grad_stats sub mul mul reduce_sum reduce_sum reduce_sum", 1},
+    /* dx's cast to f16 for the mlp.w2 GEMMs comes after those sums too, which
+     * sealed the group before it in the union; it joins once they are in
+     * (fuse_rowcast.c): the kernel stores dx and its cast */
+    {"lnf backward, its gamma gradient dy * (x - mean) * rstd, the sums of that, dy and dx over the rows, dx's cast",
+     "row f16: layer_norm_grad_stats sub mul mul reduce_sum reduce_sum reduce_sum cast", 1},
     /* ln2's are siblings too, but its gradient's cast to f16 comes after the
      * column sums of dgamma and dbeta: as one group it would run after them;
      * once dbeta's sum is a member (fuse_colsum.c), the second sibling

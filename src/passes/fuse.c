@@ -13,7 +13,9 @@
  *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
  *     and a reduce_sum over the rows of a value of a row group joins it as
  *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
- *     then siblings once more (those kept apart by such sums);
+ *     then siblings once more (those kept apart by such sums); and a
+ *     cast to f16/bf16 of a row group's f32 value that such a sum kept
+ *     out joins it (fuse_rowcast.c): the row kernel stores dx's cast;
  *   - multi groups join found_inf with the unscale chains it reads (and
  *     the gradient norm's sum_squares over them, moved next to it first:
  *     fuse_norm.c), and merge the update groups of all parameters that compute alike; the
@@ -627,6 +629,9 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
          * dgamma product with its sum, become one) */
         if (!(off & 1u << IR_GROUP_ROW))
             ok = ok && fuse_row_colsums(g, label, rstart, rlist) && fuse_row_siblings(g, label, rstart, rlist);
+        /* and the f16/bf16 casts of their values that the sums kept out
+         * (fuse_rowcast.c): the row kernel stores dx and its cast */
+        if (!(off & 1u << IR_GROUP_ROW)) ok = ok && fuse_row_casts(g, label, rstart, rlist);
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)
