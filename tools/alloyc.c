@@ -78,7 +78,7 @@ static const char *const usage_text[] = {
     "                    num_threads, cuda_device, nccl,\n"
     "                    lowp_gemm, device, cache, cache_dir, dump_dir, nvrtc, cuda_graph,\n"
     "                    cuda_gemm_f32,\n"
-    "                    time_passes, attention, profile; over its ALLOY_* environment\n"
+    "                    time_passes, attention, remat, profile; over its ALLOY_* environment\n"
     "                    variable (run computes on the CPU unless --set device=cuda);\n"
     "                    repeats\n"
     "  --time-passes     (--set time_passes=1, ALLOY_TIME_PASSES=1) print a table of\n"

@@ -29,10 +29,7 @@ static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == 
 static bool kept_on_fetch(const ir_graph *g, const ir_output *o)
 {
     size_t n = strlen(GRAD_PREFIX);
-    if (strncmp(o->name, GRAD_PREFIX, n) != 0) return false;
-    for (int u = 0; u < g->nupdates; u++)
-        if (strcmp(g->updates[u].name, o->name + n) == 0) return true;
-    return false;
+    return strncmp(o->name, GRAD_PREFIX, n) == 0 && ir_find_update(g, o->name + n) >= 0; /* the index: O(1) */
 }
 
 static bool low_float(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLOY_BF16; }
