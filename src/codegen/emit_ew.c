@@ -493,6 +493,11 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
                    "        ss_ = alloy_block_sum(ss_, red_);\n"
                    "        if (threadIdx.x == 0) p%d[b_] = (double)ss_;\n    }\n",
                (long long)chunks, body.s ? body.s : "", partial);
+    else if (start + (int64_t)CG_MAX_GRID * CG_BLOCK <= INT32_MAX)
+        /* e in 32 bits where it fits: a 64-bit e, live across the slow
+         * paths of every division and sqrt, spilled (8 B at B32, sm_90) */
+        cg_put(&t, "    for (int e = (int)(blockIdx.x * blockDim.x + threadIdx.x); e < %lld; e += (int)(gridDim.x * blockDim.x)) {\n"
+                   "%s    }\n", (long long)start, body.s ? body.s : "");
     else
         cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
                    " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n", (long long)start, body.s ? body.s : "");
