@@ -413,7 +413,7 @@ static void test_elementwise_groups_move_16_bytes_a_time_when_they_can(void **st
                     fail_msg("%s, %lld elements: a, b and y are not moved 16 bytes at a time:\n%s", alloy_dtype_name(dt),
                              (long long)n, src);
                 char tail[64];
-                snprintf(tail, sizeof tail, "long long e = %lldll +", (long long)(n / width * width));
+                snprintf(tail, sizeof tail, "for (int e32_ = %lld +", (long long)(n / width * width));
                 assert_int_equal(occurrences(src, tail), n % width ? 1 : 0);
             } else {
                 assert_int_equal(occurrences(src, "alloy_vcopy"), 0);

@@ -1,4 +1,4 @@
-/* test_reduce_launch.c - the split reductions in one launch on the emulated device: column sums (bias gradients; alone, and in the kernel of the elementwise step computing their operand) and long contiguous sums, f32/f16/bf16, against an f64 sum of the same operand and the CPU backend; the same bits run after run (the block counters back at 0), and one launch each in the plan. */
+/* test_reduce_launch.c - the split reductions in one launch on the emulated device: column sums (bias gradients; alone, and in the kernel of the elementwise step computing their operand) and long contiguous sums, f32/f16/bf16, and a per-thread sum over strided axes (the CPU's pairwise order, bit for bit), against an f64 sum of the same operand and the CPU backend; the same bits run after run (the block counters back at 0), and one launch each in the plan. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -282,6 +282,59 @@ static void test_long_rows_and_a_whole_tensor_sum_in_one_launch(void **state)
     against_cpu(&(reduce_case){263, 1031, -1, ALLOY_BF16, 0, false});
 }
 
+/* The sum over the outer and inner axes of x [a, b, c] (axes 0 and 2: no
+ * contiguous or column layout) takes one thread per output, summing in the
+ * CPU's pairwise order without recursion: each output has the CPU's bits,
+ * and is within a pairwise bound of its f64 sum. Counts a * c of 16 (one
+ * run), 17 and 33 (a half of 17 split once more), 32, and 1073 (six levels
+ * of halves, runs of 16 and 17 split into 8 + 9). */
+static void test_a_strided_sum_per_thread_has_the_cpus_bits(void **state)
+{
+    (void)state;
+    use_emulation();
+    static const int64_t shapes[][3] = {{4, 3, 4}, {17, 5, 1}, {3, 2, 11}, {8, 6, 4}, {37, 3, 29}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *d = shapes[s], n = d[0] * d[1] * d[2];
+        float *x = malloc(sizeof *x * (size_t)n);
+        assert_non_null(x);
+        for (int64_t i = 0; i < n; i++) x[i] = (float)(sin(0.37 * (double)i + 0.1) * (1.0 + (double)(i % 5) * 1e3));
+        float *y[2];
+        for (int dev = 0; dev < 2; dev++) {
+            alloy_graph *g = alloy_graph_new("strided_sum");
+            assert_non_null(g);
+            alloy_tensor *xt = alloy_input(g, "x", ALLOY_F32, 3, d);
+            alloy_tensor *yt = alloy_reduce_sum(g, xt, 2, (int64_t[]){0, 2}, false);
+            expect_ok(g, alloy_output(g, "y", yt), "output y");
+            expect_ok(g, alloy_graph_set_option(g, "device", dev ? "cuda" : "cpu"), "device");
+            alloy_host_tensor feed = {"x", ALLOY_F32, 3, {d[0], d[1], d[2]}, x};
+            alloy_host_tensor out = {.name = "y"};
+            expect_ok(g, alloy_graph_run(g, &feed, 1, &out, 1), "run");
+            assert_int_equal(alloy_host_tensor_numel(&out), d[1]);
+            y[dev] = malloc(sizeof(float) * (size_t)d[1]);
+            assert_non_null(y[dev]);
+            memcpy(y[dev], out.data, sizeof(float) * (size_t)d[1]);
+            alloy_graph_free(g);
+        }
+        for (int64_t o = 0; o < d[1]; o++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < d[0]; i++)
+                for (int64_t k = 0; k < d[2]; k++) {
+                    double v = x[(i * d[1] + o) * d[2] + k];
+                    ref += v, mag += fabs(v);
+                }
+            if (memcmp(&y[0][o], &y[1][o], sizeof(float)) != 0)
+                fail_msg("[%lld, %lld, %lld] output %lld: %.9g emulated, %.9g on the CPU", (long long)d[0],
+                         (long long)d[1], (long long)d[2], (long long)o, y[1][o], y[0][o]);
+            if (!(fabs(y[1][o] - ref) <= 32 * 0x1p-24 * mag)) /* runs of 16 and log2(1073 / 16) levels: 23 roundings deep */
+                fail_msg("output %lld: %.9g emulated, %.9g in f64", (long long)o, y[1][o], ref);
+        }
+        print_message("[%lld, %lld, %lld] summed over axes 0 and 2 (%lld terms): the CPU's bits\n", (long long)d[0],
+                      (long long)d[1], (long long)d[2], (long long)(d[0] * d[2]));
+        free(x), free(y[0]), free(y[1]);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
 /* A bundle carries the kernels with their block counters: loaded, its
  * counters zeroed, three runs give the JIT's bits (the fused column sum,
  * and a contiguous sum over 33 blocks). */
@@ -332,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_a_fused_column_sum_has_the_bits_of_the_sum_alone),
         cmocka_unit_test(test_the_cast_of_a_fused_column_sum_joins_its_kernel),
         cmocka_unit_test(test_long_rows_and_a_whole_tensor_sum_in_one_launch),
+        cmocka_unit_test(test_a_strided_sum_per_thread_has_the_cpus_bits),
         cmocka_unit_test_setup_teardown(test_a_bundle_runs_the_one_launch_reductions_as_the_jit_does, test_tmpdir_setup,
                                         test_tmpdir_teardown),
     };

@@ -153,6 +153,31 @@ static unsigned grid_for(int64_t total)
     return (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
 }
 
+/* Appends the opening of a grid-stride loop (`{` left open) over [from,
+ * to) that sets `const long long var`. Where every element index the loop
+ * reaches fits in 32 bits (to plus a grid's stride, times the elements
+ * per var, scale) the counter itself is an int: a 64-bit counter, live
+ * across the slow paths of divisions and square roots, spilled (the
+ * optimizer's updates: 8 B a thread for sm_90 in GPT-2 B32's multi
+ * kernel, 12 / 44 B for sm_80 in a lone parameter's AdamW kernel). The
+ * body sees the same 64-bit var either way. */
+static void put_grid_loop(cg_text *t, const char *var, int64_t from, int64_t to, int scale)
+{
+    if ((to + (int64_t)CG_MAX_GRID * CG_BLOCK) * scale <= INT32_MAX)
+        cg_put(t, "    for (int %s32_ = %lld + (int)(blockIdx.x * blockDim.x + threadIdx.x); %s32_ < %lld;"
+                  " %s32_ += (int)(gridDim.x * blockDim.x)) { /* int: (%lld + a grid's stride) x %d < 2^31 */\n"
+                  "        const long long %s = %s32_;\n",
+               var, (long long)from, var, (long long)to, var, (long long)to, scale, var, var);
+    else if (from == 0)
+        cg_put(t, "    for (long long %s = (long long)blockIdx.x * blockDim.x + threadIdx.x; %s < %lldll;"
+                  " %s += (long long)gridDim.x * blockDim.x) {\n",
+               var, var, (long long)to, var);
+    else
+        cg_put(t, "    for (long long %s = %lldll + (long long)blockIdx.x * blockDim.x + threadIdx.x; %s < %lldll;"
+                  " %s += (long long)gridDim.x * blockDim.x) {\n",
+               var, (long long)from, var, (long long)to, var);
+}
+
 static int64_t part_bytes(const ir_graph *g, const cg_params *ps)
 {
     int64_t b = 0;
@@ -256,8 +281,7 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
     cg_put(&t, ")\n{\n    typedef %s T;\n    int bad_ = 0; (void)bad_;\n", p.wide ? "double" : "float");
     int64_t nvec = width > 1 ? total / width : 0;
     if (nvec > 0) {
-        cg_put(&t, "    for (long long g_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; g_ < %lldll;"
-                   " g_ += (long long)gridDim.x * blockDim.x) {\n", (long long)nvec);
+        put_grid_loop(&t, "g_", 0, nvec, width);
         for (int i = 0; i < ps.n && i < 64; i++) {
             if (!((vload | vstore) >> i & 1)) continue;
             alloy_dtype dt = param_dtype(g, &ps.at[i]);
@@ -276,10 +300,10 @@ const char *cg_emit_ew(cg_program *prog, const ir_graph *g, const schedule *s, i
         cg_put(&t, "    }\n");
     }
     int64_t done = nvec * (width > 1 ? width : 1);
-    if (done < total) /* the elements no vector covers */
-        cg_put(&t, "    for (long long e = %lldll + (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
-                   " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n",
-               (long long)done, (long long)total, body.s ? body.s : "");
+    if (done < total) { /* the elements no vector covers */
+        put_grid_loop(&t, "e", done, total, 1);
+        cg_put(&t, "%s    }\n", body.s ? body.s : "");
+    }
     cg_put(&t, "}\n");
     if (nvec > 0) total = nvec;
     bool ok = !body.oom && !vbody.oom && cg_add_kernel(prog, g, name, k, st->kind, &t, &ps, grid_for(total), CG_BLOCK,
@@ -496,9 +520,10 @@ const char *cg_emit_multi(cg_program *prog, const ir_graph *g, const schedule *s
                    "        ss_ = alloy_block_sum(ss_, red_);\n"
                    "        if (threadIdx.x == 0) p%d[b_] = (double)ss_;\n    }\n",
                (long long)chunks, body.s ? body.s : "", partial);
-    else
-        cg_put(&t, "    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < %lldll;"
-                   " e += (long long)gridDim.x * blockDim.x) {\n%s    }\n", (long long)start, body.s ? body.s : "");
+    else {
+        put_grid_loop(&t, "e", 0, start, 16); /* a unit: at most 16 elements */
+        cg_put(&t, "%s    }\n", body.s ? body.s : "");
+    }
     if (flag >= 0) cg_put(&t, "    if (bad_) atomicOr(p%d, 1u);\n", flag);
     else cg_put(&t, "    (void)bad_;\n");
     cg_put(&t, "}\n");

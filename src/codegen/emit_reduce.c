@@ -89,6 +89,43 @@ static void put_value(cg_text *b, const reduction *r, int in, const char *idx)
     cg_load(b, r->t->dtype, p, idx);
 }
 
+/* Runs the CPU's pairwise sum adds in order: a run of at most 16 elements. */
+enum { PAIRWISE_RUN = 16 };
+
+/* Appends member `sum(lo, n)` of struct R_ for n == count: the CPU's
+ * pairwise order (halves split while longer than PAIRWISE_RUN, each run
+ * added in order, each node's halves added left + right) without
+ * recursion, which costs a call stack and its spills on the GPU. The
+ * levels where every node splits (all sizes at a depth are floor or ceil
+ * of count / 2^depth) are nested loops over the two halves, one partial a
+ * level, the deepest three unrolled; at depth `levels` a node (of at
+ * most PAIRWISE_RUN + 1 elements) splits once more if still longer than a
+ * run (leaf). */
+static void put_pairwise_sum(cg_text *b, const char *acc, int64_t count)
+{
+    int levels = 0;
+    for (int64_t m = count; m > PAIRWISE_RUN; m /= 2) levels++; /* every node above depth `levels` splits */
+    cg_put(b, "        __device__ %s run(long long lo, long long n) const\n        {\n"
+              "            %s s = 0;\n            for (long long i = 0; i < n; i++) s += v(lo + i);\n"
+              "            return s;\n        }\n"
+              "        __device__ %s leaf(long long lo, long long n) const\n        {\n"
+              "            return n > %d ? run(lo, n / 2) + run(lo + n / 2, n - n / 2) : run(lo, n);\n        }\n"
+              "        __device__ %s sum(long long lo0, long long n0) const\n        {\n",
+           acc, acc, acc, PAIRWISE_RUN, acc);
+    for (int l = 0; l < levels; l++) {
+        int in = 12 + 4 * l;
+        cg_put(b, "%*s%s s%d = 0;\n%*s#pragma unroll %d\n%*sfor (int c%d = 0; c%d < 2; c%d++) {\n"
+                  "%*s    const long long lo%d = c%d ? lo%d + n%d / 2 : lo%d, n%d = c%d ? n%d - n%d / 2 : n%d / 2;\n",
+               in, "", acc, l, in, "", l >= levels - 3 ? 2 : 1, in, "", l, l, l, in, "", l + 1, l, l, l, l, l + 1, l, l,
+               l, l);
+    }
+    cg_put(b, "%*sconst %s x%d = leaf(lo%d, n%d);\n", 12 + 4 * levels, "", acc, levels, levels, levels);
+    for (int l = levels - 1; l >= 0; l--)
+        cg_put(b, "%*s    s%d = c%d ? s%d + x%d : x%d;\n%*s}\n%*sconst %s x%d = s%d;\n", 12 + 4 * l, "", l, l, l, l + 1,
+               l + 1, 12 + 4 * l, "", 12 + 4 * l, "", acc, l, l);
+    cg_put(b, "            return x0;\n        }\n");
+}
+
 /* reduce_sum / mean / max, one thread per output element: sums pairwise in
  * the CPU's order (halves, runs of at most 16 added in order), bit for bit
  * the CPU's; for integers, few elements per output, or outputs enough to
@@ -102,13 +139,20 @@ static const char *reduce_per_thread(cg_program *prog, const ir_graph *g, int k,
     int out = cg_param_of(&ps, CG_PARAM_NODE, n->id, true, 0), in = cg_param_of(&ps, CG_PARAM_NODE, n->in[0], false, 0);
     cg_text b = {0}, before = {0};
     /* the element r of the reduced set, and the output's kept coordinates, as an offset in the operand */
+    /* r < count: where that fits in 32 bits its divisions are unsigned 32-bit ones, as 64-bit divisions are
+     * calls whose saved registers spilled (100 B a thread over 1.1M terms, sm_90) */
+    bool narrow = r->count <= UINT32_MAX;
     cg_put(&before, "    struct R_ {\n        const %s *p; long long base;\n"
                     "        __device__ long long at(long long r) const\n        {\n            long long o_ = base;\n",
            cg_storage(t->dtype));
+    if (narrow) cg_put(&before, "            unsigned q_ = (unsigned)r; /* int: r < %lld */\n", (long long)r->count);
     int64_t stride = 1, rstride[ALLOY_MAX_RANK];
     for (int d = t->rank - 1; d >= 0; d--) rstride[d] = stride, stride *= t->dims[d];
     for (int d = t->rank - 1; d >= 0; d--)
-        if (r->reduced[d])
+        if (r->reduced[d] && narrow)
+            cg_put(&before, "            o_ += (long long)(q_ %% %lluu) * %lldll; q_ /= %lluu;\n",
+                   (unsigned long long)t->dims[d], (long long)rstride[d], (unsigned long long)t->dims[d]);
+        else if (r->reduced[d])
             cg_put(&before, "            o_ += (r %% %lldll) * %lldll; r /= %lldll;\n", (long long)t->dims[d],
                    (long long)rstride[d], (long long)t->dims[d]);
     cg_put(&before, "            return o_;\n        }\n        __device__ %s v(long long r) const { return ", acc);
@@ -116,11 +160,9 @@ static const char *reduce_per_thread(cg_program *prog, const ir_graph *g, int k,
     else if (t->dtype == ALLOY_F16) cg_put(&before, "alloy_h2f(p[at(r)])");
     else if (t->dtype == ALLOY_BF16) cg_put(&before, "alloy_bf2f(p[at(r)])");
     else cg_put(&before, "p[at(r)]");
-    cg_put(&before, "; }\n        __device__ %s sum(long long lo, long long n) const\n        {\n"
-                    "            if (n > 16) return sum(lo, n / 2) + sum(lo + n / 2, n - n / 2);\n"
-                    "            %s s = 0;\n            for (long long i = 0; i < n; i++) s += v(lo + i);\n"
-                    "            return s;\n        }\n    };\n",
-           acc, acc);
+    cg_put(&before, "; }\n");
+    put_pairwise_sum(&before, acc, r->count);
+    cg_put(&before, "    };\n");
     /* the kept coordinates of output e */
     cg_put(&b, "        long long q_ = e, base_ = 0; (void)q_;\n");
     for (int d = t->rank - 1; d >= 0; d--)
