@@ -15,22 +15,12 @@
 #include "base/convert.h"
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
+#include "cuda_emu/emu_use.h"
 #include "models.h"
 #include "runtime/backend.h"
 #include "support.h"
 
 enum { N = 4, ROWS = 4, IN = 8, OUT = 4 };
-
-/* Every graph built after this runs its "cuda" device on the emulation. */
-static void use_emulation(void)
-{
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
-}
 
 /* The graphs of test_overflow_locator: p = x * f16(w) (w = 1), then e =
  * exp(p) (kind 'e') or q = square(p) (kind 'q') in f16; loss =

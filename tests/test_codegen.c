@@ -505,8 +505,8 @@ static void check_row_kernel(const char *src, const char *what, int chunks)
     bool rows_stored = occurrences(src, "alloy_vcopy<16>(p") >= 1;
     if (occurrences(src, "alloy_vcopy<16>(l") < 1 || (!rows_stored && !occurrences(src, "if (lane == 0) p")))
         fail_msg("%s: rows not loaded and stored 16 bytes at a time:\n%s", what, src);
-    /* (a column sum's partial row, stored once per team after the row loop, counts not) */
-    int partials = occurrences(src, "[team_ * ");
+    /* (a column sum's partial row, stored once per block after the row loop, counts not) */
+    int partials = occurrences(src, "[(long long)blockIdx.x * ");
     if (occurrences(src, "+ col]") > partials || occurrences(src, "[e_]") || occurrences(src, "+ cc_]"))
         fail_msg("%s: a row-shaped value moved a column at a time:\n%s", what, src);
 }

@@ -13,21 +13,11 @@
 #include "alloy/alloy.h"
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
+#include "cuda_emu/emu_use.h"
 #include "runtime/backend.h"
 #include "support.h"
 
 enum { ROWS = 16, DIM = 24, STEPS = 2 };
-
-/* Every graph built after this runs its "cuda" device on the emulation. */
-static void use_emulation(void)
-{
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
-}
 
 /* h = x w1, logits = h w (v classes), loss = cross_entropy(logits, t);
  * AMP in amp (f16 with the dynamic scaler at 1024), SGD at 0.5, on device. */

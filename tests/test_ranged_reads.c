@@ -13,21 +13,11 @@
 #include "alloy/alloy.h"
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
+#include "cuda_emu/emu_use.h"
 #include "runtime/backend.h"
 #include "support.h"
 
 enum { ROWS = 4, K = 20, OUT = 8, TROWS = 8, TOUT = 4 };
-
-/* Every graph built after this runs its "cuda" device on the emulation. */
-static void use_emulation(void)
-{
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
-}
 
 /* y = f32(f(x) f(w)) + b, f the cast to amp; x [ROWS, K], w [K, OUT], b [OUT] inputs in f32. The
  * widened product's one reader is the add (an ew kernel): cuBLASLt writes it, no epilogue kernel. */

@@ -13,20 +13,10 @@
 #include "alloy/alloy.h"
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
+#include "cuda_emu/emu_use.h"
 #include "runtime/backend.h"
 #include "runtime/graph/bundle_save.h"
 #include "support.h"
-
-/* Every graph built after this runs its "cuda" device on the emulation. */
-static void use_emulation(void)
-{
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
-}
 
 /* A reduction to try: op over axis (-1: all axes) into "y" of h, x [rows,
  * cols] f32 as dt: h is x itself (f32) or a lone cast (its own step), or
