@@ -110,6 +110,13 @@ AL_HIDDEN const char *cg_emit_conv_product(cg_program *p, const ir_graph *g, int
  * NULL); false on OOM. (emit_text.c) */
 AL_HIDDEN bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, const char *compute_type,
                             cg_text *body, cg_params *ps, int64_t total, const char *file_scope, const char *before);
+/* Appends the counting of a one-launch reduction's block done (after the
+ * stores before it): thread 0 adds 1 to counter p<cnt>[idx] (idx C text)
+ * and the block was the last when the old value equals `last` (C text, an
+ * unsigned: the blocks counting there, less 1); last_ (a __shared__
+ * unsigned) says so, and the last sets the counter back to 0 for the next
+ * run; fenced both sides, every thread past it (emit_reduce.c). */
+AL_HIDDEN void cg_put_count_done(cg_text *b, int cnt, const char *idx, const char *last, const char *indent);
 /* The kernel of reduce_sum / reduce_mean / reduce_max n of step k, named
  * name, or why none (emit_reduce.c). */
 AL_HIDDEN const char *cg_emit_reduce(cg_program *prog, const ir_graph *g, int k, const ir_node *n, const char *name);

@@ -199,16 +199,20 @@ enum { REDUCE_THREADS = 1 << 18, REDUCE_BLOCK_MIN = 8192, REDUCE_THREAD_MIN = 64
  * visible to it) adds the partials of those outputs in a fixed order and
  * sets the counter back to 0 for the next run. */
 
-/* Appends the counting: after the block's partials are stored, thread 0
- * counts the block done on counter cnt[idx] (`parts` blocks count there);
- * last_ (a __shared__ unsigned) says whether it was the last, the counter
- * set back to 0 then. */
-static void put_count_done(cg_text *b, int cnt, const char *idx, int64_t parts, const char *indent)
+void cg_put_count_done(cg_text *b, int cnt, const char *idx, const char *last, const char *indent)
 {
     cg_put(b, "%s__threadfence();\n%s__syncthreads();\n%sif (threadIdx.x == 0) {\n"
-              "%s    last_ = atomicAdd(&p%d[%s], 1u) == %lldu;\n%s    if (last_) p%d[%s] = 0u;\n%s}\n"
+              "%s    last_ = atomicAdd(&p%d[%s], 1u) == %s;\n%s    if (last_) p%d[%s] = 0u;\n%s}\n"
               "%s__syncthreads();\n",
-           indent, indent, indent, indent, cnt, idx, (long long)(parts - 1), indent, cnt, idx, indent, indent);
+           indent, indent, indent, indent, cnt, idx, last, indent, cnt, idx, indent, indent);
+}
+
+/* cg_put_count_done among `parts` blocks (a number). */
+static void put_count_done(cg_text *b, int cnt, const char *idx, int64_t parts, const char *indent)
+{
+    char last[32];
+    al_fmt(last, sizeof last, "%lldu", (long long)(parts - 1));
+    cg_put_count_done(b, cnt, idx, last, indent);
 }
 
 /* Appends the adding of the `split` partials of output o_ (C text, a

@@ -675,10 +675,10 @@ static bool colsum_add(cg_text *t, row_kernel *rk, int m)
  * back to 0. */
 static void put_counted(cg_text *t, int cnt, const char *idx, const char *parts)
 {
-    cg_put(t, "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0) {\n"
-              "        last_ = atomicAdd(&p%d[%s], 1u) == %s - 1u;\n        if (last_) p%d[%s] = 0u;\n    }\n"
-              "    __syncthreads();\n    if (!last_) return;\n    __threadfence();\n",
-           cnt, idx, parts, cnt, idx);
+    char last[160];
+    al_fmt(last, sizeof last, "%s - 1u", parts);
+    cg_put_count_done(t, cnt, idx, last, "    ");
+    cg_put(t, "    if (!last_) return;\n    __threadfence();\n");
 }
 
 /* Appends, for each column sum m in ms[n] (scratch p<kp[i]>, result

@@ -259,26 +259,29 @@ LEAF_SUMS(double)
     }                                                                                      \
     return m_;
 
-static inline double max_of_f64(const double *v, int64_t n)
-{
-    double l_[LANES];
-    int64_t nans[LANES];
-    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;
-    int64_t i_ = 0;
-    for (; i_ + LANES <= n; i_ += LANES)
-        for (int q_ = 0; q_ < LANES; q_++) {
-            double v_ = v[i_ + q_];
-            nans[q_] += v_ != v_;
-            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
-        }
-    double m_ = -INFINITY;
-    int64_t nan = 0;
-    for (int q_ = 0; q_ < LANES; q_++) {
-        nan += nans[q_];
-        m_ = l_[q_] > m_ ? l_[q_] : m_;
-    }
-    MAX_TAIL(double)
-}
+/* The largest of v[0..n) in T by LANES lanes (a select per lane, NaNs
+ * counted), then MAX_TAIL: the body of max_of_f64, and of max_of_f32
+ * where SSE is not there. */
+#define MAX_BY_LANES(T)                                                                    \
+    T l_[LANES];                                                                           \
+    int64_t nans[LANES];                                                                   \
+    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;                   \
+    int64_t i_ = 0;                                                                        \
+    for (; i_ + LANES <= n; i_ += LANES)                                                   \
+        for (int q_ = 0; q_ < LANES; q_++) {                                               \
+            T v_ = v[i_ + q_];                                                             \
+            nans[q_] += v_ != v_;                                                          \
+            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];                                            \
+        }                                                                                  \
+    T m_ = -INFINITY;                                                                      \
+    int64_t nan = 0;                                                                       \
+    for (int q_ = 0; q_ < LANES; q_++) {                                                   \
+        nan += nans[q_];                                                                   \
+        m_ = l_[q_] > m_ ? l_[q_] : m_;                                                    \
+    }                                                                                      \
+    MAX_TAIL(T)
+
+static inline double max_of_f64(const double *v, int64_t n) { MAX_BY_LANES(double) }
 
 #if defined(__SSE2__)
 /* lanes 4a..4a+3 in la: SSE's maxps is x > l ? x : l, lane by lane (and
@@ -302,26 +305,7 @@ static inline float max_of_f32(const float *v, int64_t n)
     MAX_TAIL(float)
 }
 #else
-static inline float max_of_f32(const float *v, int64_t n)
-{
-    float l_[LANES];
-    int64_t nans[LANES];
-    for (int q_ = 0; q_ < LANES; q_++) l_[q_] = -INFINITY, nans[q_] = 0;
-    int64_t i_ = 0;
-    for (; i_ + LANES <= n; i_ += LANES)
-        for (int q_ = 0; q_ < LANES; q_++) {
-            float v_ = v[i_ + q_];
-            nans[q_] += v_ != v_;
-            l_[q_] = v_ > l_[q_] ? v_ : l_[q_];
-        }
-    float m_ = -INFINITY;
-    int64_t nan = 0;
-    for (int q_ = 0; q_ < LANES; q_++) {
-        nan += nans[q_];
-        m_ = l_[q_] > m_ ? l_[q_] : m_;
-    }
-    MAX_TAIL(float)
-}
+static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) }
 #endif
 
 /* ---- the programs, expanded for T = float and double ---- */
