@@ -445,6 +445,11 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
     cost_launch t = {.action = COST_KERNEL, .read = 64};
     cost_time(&t, &d, &lo, &hi);
     assert_true(fabs(lo - 3e-6) < 1e-15 && fabs(hi - 5e-6) < 1e-15);
+    /* a one-launch reduction of 1e6 bytes (1 us at eff 1.0, 2 us at 0.5): its last block's finish
+     * waits for the rest, one more floor: max(1, 2) + 2 + 1 and max(2, 3) + 3 + 2 us */
+    cost_launch r = {.action = COST_KERNEL, .grid = 1000, .read = 1000000, .finish = true};
+    cost_time(&r, &d, &lo, &hi);
+    assert_true(fabs(lo - 5e-6) < 1e-15 && fabs(hi - 8e-6) < 1e-15);
     /* an aligned f16 GEMM of 2e12 FLOPs: 10 ms at 200 TF/s, 20 ms at 100; its bytes are less */
     cost_launch g = {.action = COST_GEMM, .tensor = true, .flops = 2e12, .read = 1000};
     cost_time(&g, &d, &lo, &hi);
@@ -545,7 +550,12 @@ static void char_gpt_step(bool widen)
         }
     }
     int64_t got = 0;
-    for (int i = 0; i < x.m.n; i++) got += x.m.launches[i].read + x.m.launches[i].written;
+    int finishing = 0, counters = 0; /* every one-launch reduction, and nothing else, pays its finish */
+    for (int i = 0; i < x.m.n; i++) got += x.m.launches[i].read + x.m.launches[i].written, finishing += x.m.launches[i].finish;
+    for (int q = 0; q < x.prog.nkernels; q++)
+        for (int i = 0; i < x.prog.kernels[q].nparams; i++) counters += x.prog.kernels[q].params[i].kind == CG_PARAM_COUNTER;
+    assert_true(counters > 0);
+    assert_int_equal(finishing, counters);
     print_message("char_gpt f16 step%s: %d launches, model %lld bytes; schedule: values %lld, aux %lld, memsets and "
                   "copies %lld; %d views\n", widen ? " (cuda_gemm_f32)" : "", x.m.n, (long long)got, (long long)values,
                   (long long)aux, (long long)actions, views);

@@ -144,6 +144,7 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
     for (int i = 0; counted && i < kn->nparams; i++)
         if (kn->params[i].kind == CG_PARAM_ROWS && kn->params[i].written)
             l->read += kn->params[i].count * (g->nodes[kn->params[i].node]->type.dtype == ALLOY_F64 ? 8 : 4);
+    l->finish = counted;
     const sched_step *st = &s->steps[kn->step];
     const ir_node *last = g->nodes[st->pos];
     l->cls = kernel_class(g, s, kn);
@@ -311,6 +312,9 @@ void cost_time(const cost_launch *l, const cost_device *d, double *lo, double *h
     if (l->flops / rate_lo > t_hi) t_hi = l->flops / rate_lo;
     if (launch && d->floor_lo > t_lo) t_lo = d->floor_lo;
     if (launch && d->floor_hi > t_hi) t_hi = d->floor_hi;
+    /* the last block of a one-launch reduction starts its finish only when every other block has
+     * written its partial: a dependent pass of its own, charged as one more floor */
+    if (l->finish) t_lo += d->floor_lo, t_hi += d->floor_hi;
     *lo = t_lo + d->node_lo;
     *hi = t_hi + d->node_hi;
 }

@@ -84,6 +84,7 @@ typedef struct cost_launch {
     bool odd;              /* a GEMM with a leading dimension not a multiple of 16 bytes */
     int64_t lda, ldb, ldd; /* GEMMs: the launch plan's leading dimensions (padded rows: sched_pad) */
     bool padded;           /* GEMMs: some leading dimension is a padded row stride, longer than the rows it holds */
+    bool finish;           /* a one-launch reduction: its last block finishes the sum after the others (one more floor) */
     cg_resources res;      /* ptxas' report (res.known false when not compiled) */
     double t_lo, t_hi;     /* modelled seconds (cost_apply) */
 } cost_launch;
