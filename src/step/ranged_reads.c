@@ -3,21 +3,24 @@
 
 static bool low_float(alloy_dtype dt) { return dt == ALLOY_F16 || dt == ALLOY_BF16; }
 
-/* Whether node r loads its operands where a generated kernel can apply
- * the range rule: an elementwise member of an ew, row or multi step
- * (cg_emit_members), a row op (operand_at in emit_row.c: a row step, or
- * one alone), a column sum of a row step (the same), the gradient norm's
- * sum_squares alone (emit_sum_squares.c); not found_inf, a sum_squares in
- * the unscale + found_inf launch, a GEMM, a collective or a view. */
+/* Which reader r is, in step_kinds.def's terms: an elementwise op, a row
+ * op, a sum_squares, a column sum (ir_fuse_colsum); 0 for any other. */
+static unsigned reader_kind(const ir_graph *g, const ir_node *r)
+{
+    if (ir_fuse_elementwise(g, r)) return RULE_LOADS_EW;
+    if (ir_ops[r->op].row) return RULE_LOADS_ROW;
+    if (r->op == IR_OP_sum_squares) return RULE_LOADS_SUM_SQUARES;
+    return ir_fuse_colsum(g, r) ? RULE_LOADS_COLSUM : 0;
+}
+
+/* Whether node r loads its operands where a generated kernel applies the
+ * range rule: its step kind's emitter loads its kind of reader so
+ * (step_kinds.def); never a view's or a strided member's loads. */
 static bool loads_with_rule(const ir_graph *g, const schedule *s, const ir_node *r)
 {
     int k = s->step_of[r->id];
     if (k < 0 || s->members[s->member_of[r->id]].flags & (MEMBER_VIEW | MEMBER_STRIDED)) return false;
-    step_kind kind = s->steps[k].kind;
-    if (ir_fuse_elementwise(g, r)) return kind == STEP_KIND_EW || kind == STEP_KIND_ROW || kind == STEP_KIND_MULTI;
-    if (ir_ops[r->op].row) return kind == STEP_KIND_ROW || kind == STEP_KIND_OP;
-    if (r->op == IR_OP_sum_squares) return kind == STEP_KIND_OP;
-    return kind == STEP_KIND_ROW && ir_fuse_colsum(g, r);
+    return (sched_kind_rule_loads(s->steps[k].kind) & reader_kind(g, r)) != 0;
 }
 
 void sched_mark_ranged_reads(const ir_graph *g, schedule *s)

@@ -13,12 +13,6 @@
 #include "step/attn_views.h"
 #include "step/state_names.h"
 
-const char *sched_kind_name(step_kind k)
-{
-    static const char *const names[] = {"op", "ew", "row", "gemm", "multi", "collective"};
-    return k <= STEP_KIND_COLLECTIVE ? names[k] : "?";
-}
-
 static bool is_leaf(const ir_node *n) { return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state; }
 
 /* Whether output o is kept only by a run that fetches it: the gradient

@@ -19,7 +19,14 @@
  *   COLLECTIVE: one collective (all_reduce, reduce_scatter, all_gather)
  *          over the ranks of a data-parallel step, a library call every
  *          rank makes in the same order. */
-typedef enum step_kind { STEP_KIND_OP, STEP_KIND_EW, STEP_KIND_ROW, STEP_KIND_GEMM, STEP_KIND_MULTI, STEP_KIND_COLLECTIVE } step_kind;
+typedef enum step_kind {
+#define STEP(kind, name, rule_loads) STEP_KIND_##kind,
+#include "step/step_kinds.def"
+#undef STEP
+} step_kind;
+
+/* The readers a step kind's emitter loads through the range rule (step_kinds.def). */
+enum { RULE_LOADS_EW = 1, RULE_LOADS_ROW = 2, RULE_LOADS_SUM_SQUARES = 4, RULE_LOADS_COLSUM = 8 };
 
 /* What the amp_check option records per node in a run: its value held an
  * inf, a NaN. */
@@ -141,6 +148,8 @@ static inline bool sched_padded(const schedule *s, int node) { return s && s->ro
 /* The elements node's value spans with its row stride: rows * sched_ld. */
 AL_HIDDEN int64_t sched_padded_numel(const ir_graph *g, const schedule *s, int node);
 AL_HIDDEN const char *sched_kind_name(step_kind k);
+/* The RULE_LOADS_* of step kind k's emitter (step_kinds.def); 0 for an unknown kind. */
+AL_HIDDEN unsigned sched_kind_rule_loads(step_kind k);
 /* Whether node i's value is materialized (a stored member; leaves are bound, not stored). */
 static inline bool sched_stored(const schedule *s, int i)
 {
