@@ -340,22 +340,29 @@ void cgs_release(cgs_step *st)
     memset(st, 0, sizeof *st);
 }
 
+emu_kernel *cgs_compile(const cgs_step *st, cgs_kernel_at **at)
+{
+    char err[4096];
+    /* every kernel in one library: one compile */
+    char *module = cg_module_source(&st->prog, 0, st->prog.nkernels);
+    assert_non_null(module);
+    emu_kernel *ek = st->prog.nkernels ? emu_compile(module, st->prog.kernels[0].name, err, sizeof err) : NULL;
+    al_free(module);
+    if (st->prog.nkernels && !ek) fail_msg("%s", err);
+    *at = test_calloc((size_t)st->prog.nkernels + 1, sizeof **at);
+    for (int k = 0; k < st->prog.nkernels; k++) {
+        (*at)[k].library = ek;
+        snprintf((*at)[k].name, sizeof (*at)[k].name, "%s", st->prog.kernels[k].name);
+    }
+    return ek;
+}
+
 emu_stats emulate_step(alloy_graph *g, const feed_set *f)
 {
     cgs_step st;
     cgs_prepare(&st, g, f);
-    char err[4096];
-    /* every kernel in one library: one compile */
-    char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
-    assert_non_null(module);
-    emu_kernel *ek = st.prog.nkernels ? emu_compile(module, st.prog.kernels[0].name, err, sizeof err) : NULL;
-    al_free(module);
-    if (st.prog.nkernels && !ek) fail_msg("%s", err);
-    cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
-    for (int k = 0; k < st.prog.nkernels; k++) {
-        at[k].library = ek;
-        snprintf(at[k].name, sizeof at[k].name, "%s", st.prog.kernels[k].name);
-    }
+    cgs_kernel_at *at;
+    emu_kernel *ek = cgs_compile(&st, &at);
     emu_stats stats = cgs_emulate(&st, at);
     test_free(at);
     if (stats.failed) fail_msg("%s", stats.first_failure);

@@ -65,6 +65,11 @@ typedef struct cgs_kernel_at {
  * matmul, as the library would give it), comparing each value a kernel
  * stores with the CPU's. */
 emu_stats cgs_emulate(cgs_step *st, const cgs_kernel_at *at);
+/* Every kernel of st's program compiled for the emulation into one library
+ * (NULL when there are none), and *at (test_calloc'd; the caller
+ * test_frees it) naming each kernel there for cgs_emulate; fails the test
+ * on a compile error. */
+emu_kernel *cgs_compile(const cgs_step *st, cgs_kernel_at **at);
 /* Frees what st holds (a program emitted into a zeroed st too). */
 void cgs_release(cgs_step *st);
 /* text (al_malloc'd; NULL on OOM) with every emitted kernel name in it,

@@ -2,12 +2,14 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "fuse_support.h"
+#include "ir/groups.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
@@ -47,6 +49,35 @@ int node_named(const ir_graph *c, const char *name)
     int id = ir_find_name(c, name);
     if (id < 0) fail_msg("no node named '%s'", name);
     return id;
+}
+
+int first_node_of(const ir_graph *c, ir_op op)
+{
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i]->op == op) return i;
+    fail_msg("no %s node", ir_ops[op].name);
+    return -1;
+}
+
+int expect_one_row_step(const alloy_graph *g, const int *nodes, int n, const char *fmt, ...)
+{
+    const schedule *s = &g->comp.sched;
+    int st = s->step_of[nodes[0]];
+    bool one = st >= 0 && s->steps[st].kind == STEP_KIND_ROW;
+    for (int i = 1; i < n; i++) one &= s->step_of[nodes[i]] == st;
+    if (one) return st;
+    ir_print_groups(g->compiled, stdout);
+    sched_print(g->compiled, s, stdout);
+    char what[256], steps[256];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(what, sizeof what, fmt, args);
+    va_end(args);
+    size_t at = 0;
+    for (int i = 0; i < n && at < sizeof steps; i++)
+        at += (size_t)snprintf(steps + at, sizeof steps - at, " %d", s->step_of[nodes[i]]);
+    fail_msg("%s: not one row step (steps%s)", what, steps);
+    return -1;
 }
 
 int group_of(const ir_graph *c, const char *name) { return c->nodes[node_named(c, name)]->group; }

@@ -1,4 +1,4 @@
-/* fuse_support.h - what the fusion suites (test_fuse.c, test_fuse_block.c, test_fuse_kinds.c) share: setup, switches, compiled-graph lookups, the legality of every group, random floats. */
+/* fuse_support.h - what the fusion suites (test_fuse.c, test_fuse_block.c, test_fuse_kinds.c, test_fuse_conv.c, test_fuse_colsum.c, test_fuse_rowcast.c) share: setup, switches, compiled-graph lookups, the legality of every group, random floats. */
 #ifndef ALLOY_TEST_FUSE_SUPPORT_H
 #define ALLOY_TEST_FUSE_SUPPORT_H
 
@@ -21,6 +21,13 @@ void fusion(bool on);
 const ir_graph *compiled(alloy_graph *g);
 /* The id of the node called name (the test fails when there is none). */
 int node_named(const ir_graph *c, const char *name);
+/* The first node of op `op` (the test fails when there is none). */
+int first_node_of(const ir_graph *c, ir_op op);
+/* The step of nodes[0] in g's schedule, which must be a row step holding
+ * every node of nodes[0..n); else the test fails, naming them as the
+ * printf-style fmt says, after printing the groups and the schedule. */
+int expect_one_row_step(const alloy_graph *g, const int *nodes, int n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* The group of the node called name, or -1. */
 int group_of(const ir_graph *c, const char *name);
 /* How many groups c has (its highest group id + 1). */

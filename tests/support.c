@@ -60,6 +60,32 @@ void *test_failing_realloc(void *ptr, size_t size, void *user)
     return test_realloc(ptr, size);
 }
 
+int test_fail_each_allocation(alloy_graph *(*make)(void *ctx), alloy_status (*attempt)(alloy_graph **g, void *ctx),
+                              void *ctx)
+{
+    int failures = 0;
+    for (test_fail_at = 0;; test_fail_at++) {
+        alloy_graph *g = make ? make(ctx) : NULL;
+        alloy_set_allocator(test_failing_realloc, NULL);
+        test_alloc_count = 0;
+        alloy_status st = attempt(&g, ctx);
+        bool failed = test_alloc_count > test_fail_at;
+        alloy_set_allocator(test_cmocka_realloc, NULL);
+        alloy_graph_free(g);
+        if (!failed) {
+            assert_int_equal(st, ALLOY_OK);
+            break;
+        }
+        failures++;
+        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
+            fail_msg("allocation %ld failed: %s instead of OK or OOM", test_fail_at, alloy_status_name(st));
+    }
+    test_fail_at = -1;
+    printf("failed each of %d allocations in turn\n", failures);
+    assert_true(failures > 10);
+    return failures;
+}
+
 long test_alloc_budget = -1;
 
 void *test_budget_realloc(void *ptr, size_t size, void *user)

@@ -36,6 +36,15 @@ int test_plain_alloc(void **state);
  * that fail each allocation of a call in turn. */
 extern long test_alloc_count, test_fail_at;
 void *test_failing_realloc(void *ptr, size_t size, void *user);
+/* Allocation failure at each allocation in turn: for test_fail_at = 0, 1,
+ * ..., *g = make(ctx) (NULL without make) with every allocation served,
+ * then attempt(g, ctx) through test_failing_realloc (attempt may build *g
+ * itself), then *g freed under cmocka's leak-checked allocator; until an
+ * attempt needs no more allocations. Each attempt must return ALLOY_OK or
+ * ALLOY_ERR_OOM, the last ALLOY_OK, and more than 10 must have failed
+ * (else the test fails); prints and returns that count. */
+int test_fail_each_allocation(alloy_graph *(*make)(void *ctx), alloy_status (*attempt)(alloy_graph **g, void *ctx),
+                              void *ctx);
 /* An alloy_realloc_fn through the C library that fails every allocation
  * once test_alloc_budget allocations have succeeded (-1: never). */
 extern long test_alloc_budget;

@@ -587,33 +587,30 @@ static void test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two(void *
     alloy_graph_free(g);
 }
 
-/* Builds make()'s graph and runs it once with allocation number test_fail_at
- * failing, for test_fail_at = 0, 1, ... until a run needs no more: every run
- * must come back OK or ALLOY_ERR_OOM and free everything (the allocator
- * is cmocka's, leak-checked), the last one OK. */
+/* A graph make() builds and one run of it, to fail at each allocation. */
+typedef struct oom_run {
+    alloy_graph *(*make)(void);
+    const alloy_host_tensor *feeds;
+    int nfeeds;
+    alloy_host_tensor *fetch;
+    int nfetch;
+} oom_run;
+
+static alloy_status build_and_run(alloy_graph **g, void *ctx)
+{
+    const oom_run *r = ctx;
+    *g = r->make();
+    return *g ? alloy_graph_run(*g, r->feeds, r->nfeeds, r->fetch, r->nfetch) : ALLOY_ERR_OOM;
+}
+
+/* Builds make()'s graph and runs it once with each of its allocations
+ * failing in turn (test_fail_each_allocation): every run OK or
+ * ALLOY_ERR_OOM, freeing everything, the last one OK. */
 static void expect_clean_oom(alloy_graph *(*make)(void), const alloy_host_tensor *feeds, int nfeeds,
                              alloy_host_tensor *fetch, int nfetch)
 {
-    int failures = 0;
-    for (test_fail_at = 0;; test_fail_at++) {
-        alloy_set_allocator(test_failing_realloc, NULL);
-        test_alloc_count = 0;
-        alloy_graph *g = make();
-        alloy_status st = g ? alloy_graph_run(g, feeds, nfeeds, fetch, nfetch) : ALLOY_ERR_OOM;
-        bool failed = test_alloc_count > test_fail_at;
-        alloy_graph_free(g);
-        alloy_set_allocator(test_cmocka_realloc, NULL);
-        if (!failed) {
-            assert_int_equal(st, ALLOY_OK);
-            break;
-        }
-        failures++;
-        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
-            fail_msg("allocation %ld failed: %s instead of OK or OOM", test_fail_at, alloy_status_name(st));
-    }
-    test_fail_at = -1;
-    printf("failed each of %d allocations in turn\n", failures);
-    assert_true(failures > 10);
+    oom_run r = {make, feeds, nfeeds, fetch, nfetch};
+    test_fail_each_allocation(NULL, build_and_run, &r);
 }
 
 static alloy_graph *chain_f32_graph(void) { return chain_graph(F32); }

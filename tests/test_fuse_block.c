@@ -12,6 +12,7 @@
 
 #include "alloy/alloy.h"
 #include "base/convert.h"
+#include "block_support.h"
 #include "fuse_support.h"
 #include "ir/groups.h"
 #include "models.h"
@@ -46,31 +47,11 @@ enum { BLOCK_GROUPS = 34, ADAMW_MEMBERS = 18, PARAMS = 17 };
 
 /* ---- the transformer block ---- */
 
-enum { BB = 2, BT = 8, BV = 16, BD = 16, BH = 2 };
-
-static alloy_graph *block_trainer(alloy_dtype amp, double lr)
+/* AdamW at lr; under AMP the dynamic scaler from 1024 (2^16 overflows this block's first f16 gradients: a skipped
+ * step) */
+static alloy_graph *trainer(alloy_dtype amp, double lr)
 {
-    alloy_graph *g = alloy_graph_new("block");
-    alloy_graph_set_seed(g, 42);
-    test_block m = build_transformer_block(g, F32, BB, BT, BV, BD, BH);
-    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
-    if (amp != F32) {
-        expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
-        alloy_grad_scaler s = alloy_dynamic_scaler();
-        s.init_scale = 1024; /* 2^16 overflows this block's first f16 gradients: a skipped step */
-        expect_ok(g, alloy_graph_set_grad_scaler(g, s), "set_grad_scaler");
-    }
-    expect_ok(g, alloy_graph_add_optimizer(g, alloy_adamw(lr, 0.9, 0.999, 1e-8, 0.01)), "add_optimizer");
-    return g;
-}
-
-static void block_batch(int step, int32_t *tokens, int32_t *targets, alloy_host_tensor feeds[2])
-{
-    test_rng = 1000 + (uint64_t)step;
-    for (int i = 0; i < BB * BT; i++) tokens[i] = (int32_t)(test_uniform(0, 1) * BV);
-    for (int i = 0; i < BB * BT; i++) targets[i] = (tokens[i] * 3 + 1) % BV;
-    feeds[0] = (alloy_host_tensor){"tokens", ALLOY_I32, 2, {BB, BT}, tokens};
-    feeds[1] = (alloy_host_tensor){"targets", ALLOY_I32, 1, {BB * BT}, targets};
+    return block_trainer(amp, 1024, alloy_adamw(lr, 0.9, 0.999, 1e-8, 0.01));
 }
 
 /* ---- the transformer block's grouping, written down ----
@@ -292,7 +273,7 @@ static void expect_block_grouping(const ir_graph *c)
 static void test_the_transformer_training_graph_has_the_stated_groups_of_each_kind(void **state)
 {
     (void)state;
-    alloy_graph *g = block_trainer(F16, 1e-3);
+    alloy_graph *g = trainer(F16, 1e-3);
     /* the groups of the written-out attention (test_attention covers the op) */
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", "attention"), "disable_passes");
     /* the softmax's backward recomputing it, as a CUDA compile does by default (remat.c) */
@@ -335,12 +316,12 @@ typedef struct step_record {
 static void train_block(alloy_dtype amp, double lr, int steps, bool fused, step_record *r)
 {
     fusion(fused);
-    alloy_graph *g = block_trainer(amp, lr);
+    alloy_graph *g = trainer(amp, lr);
     memset(r, 0, sizeof *r);
     for (int s = 0; s < steps; s++) {
         int32_t tokens[BB * BT], targets[BB * BT];
         alloy_host_tensor feeds[2];
-        block_batch(s, tokens, targets, feeds);
+        block_batch(1000 + (uint64_t)s, 3, 1, tokens, targets, feeds);
         expect_ok(g, alloy_graph_run(g, feeds, 2, NULL, 0), "training step");
         alloy_step_info info;
         expect_ok(g, alloy_graph_step_info(g, &info), "step_info");

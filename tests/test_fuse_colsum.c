@@ -142,10 +142,7 @@ static void run_grads(int mode, const ln_data *d, bool fused, int nthreads, floa
 /* The compiled graph's nodes: layer_norm_grad_stats, dgamma, dbeta. */
 static void backward_nodes(const ir_graph *c, int *lng, int *dgamma, int *dbeta)
 {
-    *lng = -1;
-    for (int i = 0; i < c->nnodes && *lng < 0; i++)
-        if (c->nodes[i]->op == IR_OP_layer_norm_grad_stats) *lng = i;
-    assert_true(*lng >= 0);
+    *lng = first_node_of(c, IR_OP_layer_norm_grad_stats);
     *dgamma = output_node(c, "grad:gamma");
     *dbeta = output_node(c, "grad:beta");
 }
@@ -171,14 +168,8 @@ static void test_the_layer_norm_backward_computes_dx_dgamma_and_dbeta_in_one_ste
                     alloy_graph_free(g);
                     continue;
                 }
-                int st = s->step_of[lng];
-                if (s->steps[st].kind != STEP_KIND_ROW || s->step_of[dgamma] != st || s->step_of[dbeta] != st) {
-                    ir_print_groups(c, stdout);
-                    sched_print(c, s, stdout);
-                    fail_msg("%s %lldx%lld: dx (step %d), dgamma (%d) and dbeta (%d) not one row step", mode_names[mode],
-                             (long long)shapes[k].rows, (long long)shapes[k].C, st, s->step_of[dgamma],
-                             s->step_of[dbeta]);
-                }
+                int st = expect_one_row_step(g, (int[]){lng, dgamma, dbeta}, 3, "%s %lldx%lld: dx, dgamma and dbeta",
+                                             mode_names[mode], (long long)shapes[k].rows, (long long)shapes[k].C);
                 /* dgamma's product dy * xhat: summed in the step, never stored */
                 int product = c->nodes[dgamma]->in[0];
                 assert_int_equal(c->nodes[product]->op, IR_OP_mul);
@@ -271,18 +262,7 @@ static emu_kernel *emulated(cgs_step *st, const alloy_graph *g, int lng, cgs_ker
             if (!strstr(st->prog.kernels[q].name, "_row")) fail_msg("a second kernel in the row step: %s", st->prog.kernels[q].name);
         }
     if (kernels != 1) fail_msg("%d kernels in the row step", kernels);
-    char err[4096];
-    char *module = cg_module_source(&st->prog, 0, st->prog.nkernels);
-    assert_non_null(module);
-    emu_kernel *ek = emu_compile(module, st->prog.kernels[0].name, err, sizeof err);
-    al_free(module);
-    if (!ek) fail_msg("%s", err);
-    *at = test_calloc((size_t)st->prog.nkernels + 1, sizeof **at);
-    for (int q = 0; q < st->prog.nkernels; q++) {
-        (*at)[q].library = ek;
-        snprintf((*at)[q].name, sizeof (*at)[q].name, "%s", st->prog.kernels[q].name);
-    }
-    return ek;
+    return cgs_compile(st, at);
 }
 
 /* dbeta exactly the f64 reference, dgamma within EMU_TOL of the CPU's;

@@ -93,13 +93,10 @@ static void free_data(rc_data *r)
  * the low dtype (the test fails when either is missing). */
 static void dh_and_cast(const ir_graph *c, int *lng, int *cast)
 {
-    *lng = *cast = -1;
-    for (int i = 0; i < c->nnodes; i++) {
-        const ir_node *n = c->nodes[i];
-        if (n->op == IR_OP_layer_norm_grad_stats && *lng < 0) *lng = i;
-        if (n->op == IR_OP_cast && *lng >= 0 && n->in[0] == *lng && *cast < 0) *cast = i;
-    }
-    assert_true(*lng >= 0);
+    *lng = first_node_of(c, IR_OP_layer_norm_grad_stats);
+    *cast = -1;
+    for (int i = *lng + 1; i < c->nnodes && *cast < 0; i++)
+        if (c->nodes[i]->op == IR_OP_cast && c->nodes[i]->in[0] == *lng) *cast = i;
     if (*cast < 0) fail_msg("no cast of the layer_norm gradient");
 }
 
@@ -141,13 +138,7 @@ static void test_the_row_step_stores_dh_and_its_cast(void **state)
                     expect_groups_legal(c);
                     int lng, cast;
                     dh_and_cast(c, &lng, &cast);
-                    int st = s->step_of[lng];
-                    if (s->steps[st].kind != STEP_KIND_ROW || s->step_of[cast] != st) {
-                        ir_print_groups(c, stdout);
-                        sched_print(c, s, stdout);
-                        fail_msg("%s: dh (step %d) and its cast (step %d) are not one row step", mode_names[mode], st,
-                                 s->step_of[cast]);
-                    }
+                    int st = expect_one_row_step(g, (int[]){lng, cast}, 2, "%s: dh and its cast", mode_names[mode]);
                     /* dh for the residual's add, its cast for the GEMMs: both stored */
                     assert_true(sched_stored(s, lng) && sched_stored(s, cast));
                     int colsums = 0;
@@ -248,17 +239,8 @@ static void test_the_emulated_row_kernel_stores_the_cast_of_its_own_dh(void **st
             dh_and_cast(compiled(g), &lng, &cast);
             cgs_step st;
             cgs_prepare(&st, g, &d.f);
-            char err[4096];
-            char *module = cg_module_source(&st.prog, 0, st.prog.nkernels);
-            assert_non_null(module);
-            emu_kernel *ek = emu_compile(module, st.prog.kernels[0].name, err, sizeof err);
-            al_free(module);
-            if (!ek) fail_msg("%s", err);
-            cgs_kernel_at *at = test_calloc((size_t)st.prog.nkernels + 1, sizeof *at);
-            for (int q = 0; q < st.prog.nkernels; q++) {
-                at[q].library = ek;
-                snprintf(at[q].name, sizeof at[q].name, "%s", st.prog.kernels[q].name);
-            }
+            cgs_kernel_at *at;
+            emu_kernel *ek = cgs_compile(&st, &at);
             emu_stats es = cgs_emulate(&st, at);
             if (es.failed) fail_msg("%s", es.first_failure);
             /* the kernel's cast is its own stored dh rounded (the same bits as a cast kernel reading dh back) */

@@ -161,6 +161,18 @@ static void test_an_f32_step_keeps_its_stored_softmax(void **state)
     assert_int_equal(steps[1], steps[0]);
 }
 
+static alloy_graph *build_step(void *ctx)
+{
+    (void)ctx;
+    return build(ALLOY_F16, true, "cpu");
+}
+
+static alloy_status compile_step(alloy_graph **g, void *ctx)
+{
+    (void)ctx;
+    return graph_compile_ir(*g);
+}
+
 /* Compiling the step with allocation number k failing, for every k in
  * turn until a compile needs no more: each one OK or ALLOY_ERR_OOM with
  * everything freed (cmocka's allocator, leak-checked), the last one OK;
@@ -168,26 +180,7 @@ static void test_an_f32_step_keeps_its_stored_softmax(void **state)
 static void test_compiling_fails_cleanly_at_every_allocation(void **state)
 {
     (void)state;
-    int failures = 0;
-    for (test_fail_at = 0;; test_fail_at++) {
-        alloy_graph *g = build(ALLOY_F16, true, "cpu");
-        alloy_set_allocator(test_failing_realloc, NULL);
-        test_alloc_count = 0;
-        alloy_status st = graph_compile_ir(g);
-        bool failed = test_alloc_count > test_fail_at;
-        alloy_set_allocator(test_cmocka_realloc, NULL);
-        alloy_graph_free(g);
-        if (!failed) {
-            assert_int_equal(st, ALLOY_OK);
-            break;
-        }
-        failures++;
-        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
-            fail_msg("allocation %ld failed: %s instead of OK or OOM", test_fail_at, alloy_status_name(st));
-    }
-    test_fail_at = -1;
-    print_message("# failed each of %d allocations in turn\n", failures);
-    assert_true(failures > 10);
+    test_fail_each_allocation(build_step, compile_step, NULL);
 }
 
 /* The cost model of the step compiled for the device: the same launches,

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "alloy/alloy.h"
-#include "models.h"
+#include "block_support.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
@@ -18,7 +18,7 @@
  * dynamic scaler and AdamW with clipping (the norm is used, not only
  * reported). At the PyTorch default scale 2^16 its first gradients
  * overflow f16: the first steps are skipped, later ones applied. */
-enum { BB = 2, BT = 8, BV = 16, BD = 16, BH = 2, STEPS = 10, MAX_STATE = 64 };
+enum { STEPS = 10, MAX_STATE = 64 };
 
 static const char *const params[] = {"tok_emb", "pos_emb", "ln1.g", "ln1.b", "attn.wq", "attn.wk",
                                      "attn.wv", "attn.wo", "ln2.g", "ln2.b", "mlp.b1", "mlp.b2",
@@ -29,30 +29,17 @@ enum { NPARAMS = sizeof params / sizeof params[0] };
  * init_scale, or F32 with none; `passes`: a disable_passes value or NULL. */
 static alloy_graph *trainer(alloy_dtype amp, double init_scale, const char *passes)
 {
-    alloy_graph *g = alloy_graph_new("block");
-    alloy_graph_set_seed(g, 42);
-    test_block m = build_transformer_block(g, F32, BB, BT, BV, BD, BH);
-    expect_ok(g, alloy_graph_set_loss(g, m.loss), "set_loss");
-    if (amp != F32) {
-        expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
-        alloy_grad_scaler s = alloy_dynamic_scaler();
-        s.init_scale = init_scale;
-        expect_ok(g, alloy_graph_set_grad_scaler(g, s), "set_grad_scaler");
-    }
     alloy_optimizer o = alloy_adamw(3e-2, 0.9, 0.999, 1e-8, 0.01);
     o.clip_norm = 0.5;
-    expect_ok(g, alloy_graph_add_optimizer(g, o), "add_optimizer");
+    alloy_graph *g = block_trainer(amp, init_scale, o);
     if (passes) expect_ok(g, alloy_graph_set_option(g, "disable_passes", passes), "disable_passes");
     return g;
 }
 
+/* Batch `step` of the block's task: seeds from 2000, targets (5 token + 2) % BV. */
 static void batch(int step, int32_t *tokens, int32_t *targets, alloy_host_tensor feeds[2])
 {
-    test_rng = 2000 + (uint64_t)step;
-    for (int i = 0; i < BB * BT; i++) tokens[i] = (int32_t)(test_uniform(0, 1) * BV);
-    for (int i = 0; i < BB * BT; i++) targets[i] = (tokens[i] * 5 + 2) % BV;
-    feeds[0] = (alloy_host_tensor){"tokens", ALLOY_I32, 2, {BB, BT}, tokens};
-    feeds[1] = (alloy_host_tensor){"targets", ALLOY_I32, 1, {BB * BT}, targets};
+    block_batch(2000 + (uint64_t)step, 5, 2, tokens, targets, feeds);
 }
 
 /* One step on batch `step`, fetching every parameter's gradient into
