@@ -62,6 +62,34 @@ static alloy_graph *parse(const char *text)
     return g;
 }
 
+/* text parsed with fusion off (no_fuse) and modelled into x; the test
+ * fails unless it is `kernels` launches, each a kernel. */
+static void model_unfused(modelled *x, const char *text, int kernels)
+{
+    alloy_graph *g = parse(text);
+    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
+    model(x, g, NULL);
+    assert_int_equal(x->m.n, kernels);
+    assert_int_equal(x->m.kernels, kernels);
+}
+
+/* The bytes x's launches read and write. */
+static int64_t bytes_moved(const modelled *x)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < x->m.n; i++) bytes += x->m.launches[i].read + x->m.launches[i].written;
+    return bytes;
+}
+
+/* text modelled into x as one kernel (the test fails otherwise): that launch. */
+static const cost_launch *model_one_kernel(modelled *x, const char *text)
+{
+    model(x, parse(text), NULL);
+    assert_int_equal(x->m.n, 1);
+    assert_int_equal(x->m.launches[0].action, COST_KERNEL);
+    return &x->m.launches[0];
+}
+
 static int count_action(const cost_model *m, cost_action a)
 {
     int n = 0;
@@ -335,19 +363,15 @@ static void test_an_elementwise_kernel_moves_its_operands_once(void **state)
 {
     (void)state;
     modelled x;
-    model(&x, parse("graph ew {\n"
-                    "  %a = input : f32[256,128]\n"
-                    "  %b = input : f32[256,128]\n"
-                    "  %c = input : f32[128]\n"
-                    "  %3 = mul(%a, %b) : f32[256,128]\n"
-                    "  %4 = add(%3, %c) : f32[256,128]\n"
-                    "  %5 = relu(%4) : f32[256,128]\n"
-                    "  output \"y\" = %5\n"
-                    "}\n"),
-          NULL);
-    assert_int_equal(x.m.n, 1);
-    const cost_launch *l = &x.m.launches[0];
-    assert_int_equal(l->action, COST_KERNEL);
+    const cost_launch *l = model_one_kernel(&x, "graph ew {\n"
+                                                "  %a = input : f32[256,128]\n"
+                                                "  %b = input : f32[256,128]\n"
+                                                "  %c = input : f32[128]\n"
+                                                "  %3 = mul(%a, %b) : f32[256,128]\n"
+                                                "  %4 = add(%3, %c) : f32[256,128]\n"
+                                                "  %5 = relu(%4) : f32[256,128]\n"
+                                                "  output \"y\" = %5\n"
+                                                "}\n");
     assert_int_equal(l->cls, COST_ELEMENTWISE);
     assert_int_equal(l->read, 2 * 256 * 128 * 4 + 128 * 4);
     assert_int_equal(l->written, 256 * 128 * 4);
@@ -366,19 +390,15 @@ static void test_a_bias_gradient_and_its_cast_are_one_launch_by_hand(void **stat
 {
     (void)state;
     modelled x;
-    model(&x, parse("graph bias_grad {\n"
-                    "  %a = input : f32[2048,300]\n"
-                    "  %b = input : f32[2048,300]\n"
-                    "  %2 = relu_grad(%a, %b) : f32[2048,300]\n"
-                    "  %3 = reduce_sum(%2) {axes=[0]} : f32[300]\n"
-                    "  %4 = cast(%3) : f16[300]\n"
-                    "  output \"dx\" = %2\n"
-                    "  output \"db\" = %4\n"
-                    "}\n"),
-          NULL);
-    assert_int_equal(x.m.n, 1);
-    const cost_launch *l = &x.m.launches[0];
-    assert_int_equal(l->action, COST_KERNEL);
+    const cost_launch *l = model_one_kernel(&x, "graph bias_grad {\n"
+                                                "  %a = input : f32[2048,300]\n"
+                                                "  %b = input : f32[2048,300]\n"
+                                                "  %2 = relu_grad(%a, %b) : f32[2048,300]\n"
+                                                "  %3 = reduce_sum(%2) {axes=[0]} : f32[300]\n"
+                                                "  %4 = cast(%3) : f16[300]\n"
+                                                "  output \"dx\" = %2\n"
+                                                "  output \"db\" = %4\n"
+                                                "}\n");
     assert_int_equal(l->grid, 64);
     assert_int_equal(l->block, 256);
     assert_non_null(strstr(l->name, "_chain3_ew_reduce_sum"));
@@ -398,19 +418,15 @@ static void test_a_row_steps_column_sum_is_one_launch_by_hand(void **state)
 {
     (void)state;
     modelled x;
-    model(&x, parse("graph row_colsum {\n"
-                    "  %x = input : f32[4096,96]\n"
-                    "  %dy = input : f32[4096,96]\n"
-                    "  %2 = softmax(%x) {axis=-1} : f32[4096,96]\n"
-                    "  %3 = mul(%2, %dy) : f32[4096,96]\n"
-                    "  %4 = reduce_sum(%3) {axes=[0]} : f32[96]\n"
-                    "  output \"s\" = %2\n"
-                    "  output \"c\" = %4\n"
-                    "}\n"),
-          NULL);
-    assert_int_equal(x.m.n, 1);
-    const cost_launch *l = &x.m.launches[0];
-    assert_int_equal(l->action, COST_KERNEL);
+    const cost_launch *l = model_one_kernel(&x, "graph row_colsum {\n"
+                                                "  %x = input : f32[4096,96]\n"
+                                                "  %dy = input : f32[4096,96]\n"
+                                                "  %2 = softmax(%x) {axis=-1} : f32[4096,96]\n"
+                                                "  %3 = mul(%2, %dy) : f32[4096,96]\n"
+                                                "  %4 = reduce_sum(%3) {axes=[0]} : f32[96]\n"
+                                                "  output \"s\" = %2\n"
+                                                "  output \"c\" = %4\n"
+                                                "}\n");
     assert_int_equal(l->cls, COST_ROW);
     assert_int_equal(l->grid, 128);
     assert_int_equal(l->block, 128);
@@ -977,20 +993,15 @@ static void test_a_reshape_is_a_view_with_no_launch_and_the_same_result(void **s
         "  %y = sub(%r, %c) : f32[256]\n"
         "  output \"y\" = %y\n"
         "}\n";
-    alloy_graph *g = parse(views_ir);
-    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
     modelled x;
-    model(&x, g, NULL);
+    model_unfused(&x, views_ir, 3); /* exp, neg, sub */
+    alloy_graph *g = x.g;
     const ir_graph *c = g->compiled;
     const mem_plan *p = &g->comp.plan;
     int a = ir_find_name(c, "a"), r = ir_find_name(c, "r"), b = ir_find_name(c, "b"), cc = ir_find_name(c, "c"),
         y = ir_find_name(c, "y");
     assert_true(a >= 0 && r >= 0 && b >= 0 && cc >= 0 && y >= 0);
-    assert_int_equal(x.m.n, 3); /* exp, neg, sub */
-    assert_int_equal(x.m.kernels, 3);
-    int64_t bytes = 0;
-    for (int i = 0; i < x.m.n; i++) bytes += x.m.launches[i].read + x.m.launches[i].written;
-    assert_int_equal(bytes, 2048 + 2048 + 3072);
+    assert_int_equal(bytes_moved(&x), 2048 + 2048 + 3072);
     assert_int_equal(p->views, 2);
     assert_non_null(p->view_of);
     assert_int_equal(p->view_of[r], a);
@@ -1039,20 +1050,15 @@ static void test_a_contiguous_slice_is_a_view_at_its_byte_offset(void **state)
         "  output \"y\" = %y\n"
         "  output \"z\" = %z\n"
         "}\n";
-    alloy_graph *g = parse(slices_ir);
-    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
     modelled x;
-    model(&x, g, NULL);
+    model_unfused(&x, slices_ir, 4); /* exp, the copies u and z, sub */
+    alloy_graph *g = x.g;
     const ir_graph *c = g->compiled;
     const mem_plan *p = &g->comp.plan;
     int a = ir_find_name(c, "a"), sv = ir_find_name(c, "s"), t = ir_find_name(c, "t"), u = ir_find_name(c, "u"),
         v = ir_find_name(c, "v"), z = ir_find_name(c, "z"), y = ir_find_name(c, "y");
     assert_true(a >= 0 && sv >= 0 && t >= 0 && u >= 0 && v >= 0 && z >= 0 && y >= 0);
-    assert_int_equal(x.m.n, 4); /* exp, the copies u and z, sub */
-    assert_int_equal(x.m.kernels, 4);
-    int64_t bytes = 0;
-    for (int i = 0; i < x.m.n; i++) bytes += x.m.launches[i].read + x.m.launches[i].written;
-    assert_int_equal(bytes, 2048 + 1024 + 512 + 1536);
+    assert_int_equal(bytes_moved(&x), 2048 + 1024 + 512 + 1536);
     assert_int_equal(p->views, 3); /* s, t, v */
     assert_non_null(p->view_of);
     assert_int_equal(p->view_of[sv], a);
@@ -1110,17 +1116,14 @@ static void test_a_concat_of_values_it_alone_reads_gathers_them_in_place(void **
         "  %y = add(%c, %d) : f32[256]\n"
         "  output \"y\" = %y\n"
         "}\n";
-    alloy_graph *g = parse(gather_ir);
-    assert_int_equal(alloy_graph_set_option(g, "no_fuse", "1"), ALLOY_OK);
     modelled x;
-    model(&x, g, NULL);
+    model_unfused(&x, gather_ir, 5);
+    alloy_graph *g = x.g;
     const ir_graph *c = g->compiled;
     const mem_plan *p = &g->comp.plan;
     int a = ir_find_name(c, "a"), b = ir_find_name(c, "b"), cc = ir_find_name(c, "c"), e = ir_find_name(c, "e"),
         d = ir_find_name(c, "d");
     assert_true(a >= 0 && b >= 0 && cc >= 0 && e >= 0 && d >= 0);
-    assert_int_equal(x.m.n, 5);
-    assert_int_equal(x.m.kernels, 5);
     assert_int_equal(p->views, 2); /* a and b */
     assert_int_equal(p->view_of[a], cc);
     assert_int_equal(p->view_of[b], cc);
