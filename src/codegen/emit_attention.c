@@ -49,12 +49,17 @@ static void open_kernel(cg_text *t, const att *a, const char *name, const cg_par
     cg_attention_strides(t, &a->st);
 }
 
-static bool add(cg_program *prog, const att *a, int k, const char *name, cg_text *t, cg_params *ps, int64_t units,
-                int64_t bytes)
+/* The kernel in t (parameters ps) added to prog, units threads in blocks of
+ * ATT_ROWS, moving bytes; t and ps freed. NULL, or "out of memory". */
+static const char *add(cg_program *prog, const att *a, int k, const char *name, cg_text *t, cg_params *ps,
+                       int64_t units, int64_t bytes)
 {
     int64_t blocks = (units + ATT_ROWS - 1) / ATT_ROWS;
     unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > CG_MAX_GRID ? CG_MAX_GRID : blocks);
-    return !t->oom && cg_add_kernel(prog, a->g, name, k, STEP_KIND_OP, t, ps, grid, ATT_ROWS, bytes);
+    bool ok = !t->oom && cg_add_kernel(prog, a->g, name, k, STEP_KIND_OP, t, ps, grid, ATT_ROWS, bytes);
+    cg_text_free(t);
+    al_free(ps->at);
+    return ok ? NULL : "out of memory";
 }
 
 /* Loads tile [j0, j0 + TILE) of two tensors into shared arrays SA, SB
@@ -129,10 +134,7 @@ static const char *forward(cg_program *prog, const att *a, int k, const char *na
     cg_attention_strides_end(&t);
     cg_put(&t, "}\n");
     int64_t bytes = (int64_t)(ir_nbytes(&n->type) * 2 + 2 * ir_nbytes(&a->g->nodes[n->in[1]]->type));
-    bool ok = add(prog, a, k, name, &t, &ps, a->BH * ((a->T + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
-    cg_text_free(&t);
-    al_free(ps.at);
-    return ok ? NULL : "out of memory";
+    return add(prog, a, k, name, &t, &ps, a->BH * ((a->T + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
 }
 
 /* attention_grad, kernel 1: a thread per query row. One pass over the key
@@ -197,10 +199,7 @@ static const char *backward_rows(cg_program *prog, const att *a, int k, const ch
     cg_attention_strides_end(&t);
     cg_put(&t, "}\n");
     int64_t bytes = (int64_t)(4 * ir_nbytes(&a->g->nodes[n->in[0]]->type) + 4 * ir_nbytes(&a->g->nodes[n->in[1]]->type));
-    bool ok = add(prog, a, k, name, &t, &ps, a->BH * ((a->T + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
-    cg_text_free(&t);
-    al_free(ps.at);
-    return ok ? NULL : "out of memory";
+    return add(prog, a, k, name, &t, &ps, a->BH * ((a->T + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
 }
 
 /* attention_grad, kernel 2: a thread per key row j keeps k_j, v_j and its
@@ -261,10 +260,7 @@ static const char *backward_cols(cg_program *prog, const att *a, int k, const ch
     cg_attention_strides_end(&t);
     cg_put(&t, "}\n");
     int64_t bytes = (int64_t)(2 * ir_nbytes(&a->g->nodes[n->in[0]]->type) + 4 * ir_nbytes(&a->g->nodes[n->in[1]]->type));
-    bool ok = add(prog, a, k, name, &t, &ps, a->BH * ((a->S + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
-    cg_text_free(&t);
-    al_free(ps.at);
-    return ok ? NULL : "out of memory";
+    return add(prog, a, k, name, &t, &ps, a->BH * ((a->S + ATT_ROWS - 1) / ATT_ROWS) * ATT_ROWS, bytes);
 }
 
 /* A result over no query, key or feature: zeros (dk and dv of T = 0), one
@@ -282,10 +278,7 @@ static const char *zeros(cg_program *prog, const att *a, int k, const char *name
                " e += (long long)gridDim.x * blockDim.x) p%d[e] = ", (long long)count, out);
     cg_store(&t, a->dt, false, "(T)0");
     cg_put(&t, ";\n}\n");
-    bool ok = add(prog, a, k, name, &t, &ps, count, (int64_t)ir_nbytes(&a->n->type));
-    cg_text_free(&t);
-    al_free(ps.at);
-    return ok ? NULL : "out of memory";
+    return add(prog, a, k, name, &t, &ps, count, (int64_t)ir_nbytes(&a->n->type));
 }
 
 const char *cg_emit_attention(cg_program *prog, const ir_graph *g, const schedule *s, int k)
