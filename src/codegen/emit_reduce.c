@@ -89,6 +89,15 @@ static void put_value(cg_text *b, const reduction *r, int in, const char *idx)
     cg_load(b, r->t->dtype, p, idx);
 }
 
+/* Appends the combine of the input element at C index idx into m_ (put_value, put_combine). */
+static void put_term(cg_text *b, const ir_node *n, const reduction *r, int in, const char *idx)
+{
+    cg_text x = {0};
+    put_value(&x, r, in, idx);
+    put_combine(b, n->op, x.s ? x.s : "0");
+    cg_text_free(&x);
+}
+
 /* Runs the CPU's pairwise sum adds in order: a run of at most 16 elements. */
 enum { PAIRWISE_RUN = 16 };
 
@@ -283,12 +292,9 @@ static const char *reduce_by_blocks(cg_program *prog, const ir_graph *g, int k, 
                "        T m_ = %s;\n        for (long long i_ = lo_ + threadIdx.x; i_ < hi_; i_ += %d) { ",
            (long long)(r->nout * split), (long long)split, (long long)split, (long long)chunk, (long long)chunk,
            (long long)r->count, (long long)chunk, (long long)r->count, max ? "-(T)ALLOY_INF" : "0", CG_BLOCK);
-    cg_text x = {0};
     char idx[64];
     al_fmt(idx, sizeof idx, "e * %lldll + i_", (long long)r->count);
-    put_value(&x, r, in, idx);
-    put_combine(&t, n->op, x.s ? x.s : "0");
-    cg_text_free(&x);
+    put_term(&t, n, r, in, idx);
     cg_put(&t, " }\n        m_ = %s(m_, red_);\n        if (threadIdx.x == 0) {\n", max ? "alloy_block_max" : "alloy_block_sum");
     if (split > 1) {
         cg_put(&t, "            p%d[b_] = m_;\n        }\n", part);
@@ -390,10 +396,7 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
                r->acc, n->op == IR_OP_reduce_max ? "-(T)ALLOY_INF" : "0", (long long)r->count);
         char idx[64];
         al_fmt(idx, sizeof idx, "i_ * %lldll + o_", (long long)r->nout);
-        cg_text x = {0};
-        put_value(&x, r, in, idx);
-        put_combine(&b, n->op, x.s ? x.s : "0");
-        cg_text_free(&x);
+        put_term(&b, n, r, in, idx);
         cg_put(&b, " }\n");
         put_finish(&b, n, r, out);
         bool ok = cg_op_kernel(prog, g, k, name, r->wide ? "double" : "float", &b, &ps, r->nout, NULL, NULL);
@@ -418,10 +421,7 @@ static const char *reduce_by_columns(cg_program *prog, const ir_graph *g, int k,
     put_column_open(&t, n, r, &c, r->wide);
     char idx[64];
     al_fmt(idx, sizeof idx, "i_ * %lldll + o_", (long long)r->nout);
-    cg_text x = {0};
-    put_value(&x, r, in, idx);
-    put_combine(&t, n->op, x.s ? x.s : "0");
-    cg_text_free(&x);
+    put_term(&t, n, r, in, idx);
     put_column_close(&t, n, r, &c, out, part, cnt, after.s);
     int64_t bytes = (int64_t)(ir_nbytes(r->t) + ir_nbytes(&n->type));
     if (cast) bytes += (int64_t)ir_nbytes(&g->nodes[cast->s->members[cast->first].node]->type);
