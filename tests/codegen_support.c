@@ -412,6 +412,15 @@ double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, in
     return ms;
 }
 
+void emu_or_skip(void)
+{
+    char why[256];
+    if (!emu_available(why, sizeof why)) {
+        print_message("no host emulation: %s\n", why);
+        skip();
+    }
+}
+
 cg_nvrtc *nvrtc_or_skip(void)
 {
     cg_nvrtc *nv;

@@ -82,6 +82,8 @@ char *cgs_rename(const char *text, const char *prefix);
  * cgs_emulate does; fails the test on a value beyond codegen_tolerance. */
 emu_stats emulate_step(alloy_graph *g, const feed_set *f);
 
+/* Skips the test, saying why, where the host emulation cannot run. */
+void emu_or_skip(void);
 /* NVRTC from the loader's path, or the test skipped saying why. */
 cg_nvrtc *nvrtc_or_skip(void);
 

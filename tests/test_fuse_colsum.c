@@ -285,11 +285,7 @@ static double check_sums(const cgs_step *st, const ln_data *d, int dgamma, int d
 static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
 {
     (void)state;
-    char why[256];
-    if (!emu_available(why, sizeof why)) {
-        print_message("no host emulation: %s\n", why);
-        skip();
-    }
+    emu_or_skip();
     for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < NSHAPES; k++) {
             fusion(true);
@@ -330,11 +326,7 @@ static void test_the_emulated_kernels_agree_with_the_cpu(void **state)
 static void test_one_launch_adds_the_blocks_partials_with_the_same_bits_three_times(void **state)
 {
     (void)state;
-    char why[256];
-    if (!emu_available(why, sizeof why)) {
-        print_message("no host emulation: %s\n", why);
-        skip();
-    }
+    emu_or_skip();
     static const ln_shape many[] = {{3001, 45}, {264, 1100}};
     for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < 2; k++) {

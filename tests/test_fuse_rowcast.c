@@ -225,11 +225,7 @@ static void test_the_cpu_gives_the_same_bits_on_any_threads_and_a_correctly_roun
 static void test_the_emulated_row_kernel_stores_the_cast_of_its_own_dh(void **state)
 {
     (void)state;
-    char why[256];
-    if (!emu_available(why, sizeof why)) {
-        print_message("no host emulation: %s\n", why);
-        skip();
-    }
+    emu_or_skip();
     for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < NSHAPES; k++) {
             fusion(true);
