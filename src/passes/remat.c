@@ -237,6 +237,7 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         found++;
     }
     if (!g->status) found += remat_unscales(g, n0, before, count);
+    if (!g->status) found += remat_casts(g, n0, before, count);
     if (g->status || !found) {
         al_free(before), al_free(count);
         return g->status;

@@ -1,0 +1,141 @@
+/* remat_casts.c - the remat pass's cast rule: a half-precision cast the backward reads is recomputed there from a value the backward keeps anyway.
+ *
+ * Under mixed precision the forward rounds some f32 values v to f16/bf16
+ * (c = cast(v)) for its GEMMs, and the backward's GEMMs read c again:
+ * the attention's probabilities P (dV = P^T dO) and a layer norm's output
+ * (the dW of the linear layer after it). Stored from the forward to the
+ * backward, c is live across the whole middle of the step, next to what
+ * it was cast from: the f32 softmax that the softmax's backward reads,
+ * the f32 residual x that the layer norm's backward reads. Here c's
+ * readers in the backward read a clone instead, placed right before the
+ * first of them, when the clone's operands are live there anyway:
+ *
+ * - c = cast(v), v read again at or after that point (the f32 softmax,
+ *   read by its softmax_grad after dV): the clone is cast(v);
+ * - c = cast(v), v = layer_norm(x, weight, bias) or rms_norm(x, weight)
+ *   read only by c, each tensor operand a leaf or read again at or after
+ *   that point (x by the norm's backward): the clones are the norm and
+ *   the cast, which fuse puts into a row step of the backward.
+ *
+ * The forward's c is then read only by the forward and dies there; the
+ * backward's clone lives from its GEMM's step to its last reader's. Same
+ * ops on the same operands, each stored value rounded once where the
+ * original is (a cast of a stored f32 value rounds it as the forward's
+ * group rounds the unrounded one: the f32 value is the same): the same
+ * bits. Each f32 -> half cast is one more pass over c's elements in the
+ * backward (a norm's also its row statistics again), at half the bytes
+ * c holds; a leaf's cast (the weight copies) is not cloned.
+ */
+#include "passes/pass.h"
+
+/* Marks (fwd[i] = 1) the loss and every node it depends on among [0, n). */
+static void mark_forward(const ir_graph *g, int n, uint8_t *fwd)
+{
+    if (g->loss < 0 || g->loss >= n) return;
+    fwd[g->loss] = 1;
+    for (int i = g->loss; i >= 0; i--) {
+        if (!fwd[i]) continue;
+        const ir_node *m = g->nodes[i];
+        for (int k = 0; k < m->nin; k++) fwd[m->in[k]] = 1;
+    }
+}
+
+static bool is_leaf(const ir_node *n)
+{
+    return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state || n->op == IR_OP_constant;
+}
+
+/* Whether node i's value must be stored for a reason other than its readers. */
+static bool kept(const ir_graph *g, int i)
+{
+    for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o].node == i) return true;
+    for (int u = 0; u < g->nupdates; u++)
+        if (g->updates[u].node == i) return true;
+    return g->loss == i;
+}
+
+/* Per node of [0, n): the last node reading it, the first backward node
+ * reading it, the last forward node reading it (-1: none) and how many
+ * nodes read it. */
+typedef struct reads {
+    int *last, *first_bwd, *last_fwd, *count;
+} reads;
+
+/* Whether v is available at node `at` without being kept longer: a leaf,
+ * or read at or after `at` by a node the clone leaves as it is. */
+static bool live_at(const ir_graph *g, const reads *r, int v, int at) { return is_leaf(g->nodes[v]) || r->last[v] >= at; }
+
+/* The clone's chain for c = cast(v) whose first backward reader is `at`:
+ * 1 (cast(v), v live there), 2 (a norm and the cast, the norm's tensor
+ * operands live there), 0 (none: c stays stored). */
+static int cast_chain(const ir_graph *g, const reads *r, int c, int at)
+{
+    const ir_node *cn = g->nodes[c], *v = g->nodes[cn->in[0]];
+    if (v->op == IR_OP_constant || !ir_is_float(v->type.dtype) || !ir_is_float(cn->type.dtype) ||
+        alloy_dtype_size(cn->type.dtype) >= alloy_dtype_size(v->type.dtype))
+        return 0;
+    if (is_leaf(v) || r->last[v->id] >= at) return 1; /* a leaf (a weight's copy) is there all step */
+    if ((v->op != IR_OP_layer_norm && v->op != IR_OP_rms_norm) || v->nin > 3 || kept(g, v->id) || r->count[v->id] != 1)
+        return 0;
+    for (int k = 0; k < v->nin; k++)
+        if (!live_at(g, r, v->in[k], at)) return 0;
+    return 2;
+}
+
+int remat_casts(ir_graph *g, int n0, int *before, int *count)
+{
+    if (g->loss < 0) return 0;
+    uint8_t *fwd = al_calloc((size_t)n0 + 1, 1);
+    int *scratch = al_malloc(sizeof(int) * (4 * (size_t)n0 + 1));
+    if (!fwd || !scratch) {
+        al_free(fwd), al_free(scratch);
+        ir_error(g, ALLOY_ERR_OOM, "remat: out of memory");
+        return 0;
+    }
+    reads r = {scratch, scratch + n0, scratch + 2 * n0, scratch + 3 * n0};
+    mark_forward(g, n0, fwd);
+    for (int i = 0; i < n0; i++) r.last[i] = r.first_bwd[i] = r.last_fwd[i] = -1, r.count[i] = 0;
+    for (int i = 0; i < n0; i++) {
+        const ir_node *m = g->nodes[i];
+        for (int k = 0; k < m->nin; k++) {
+            int v = m->in[k];
+            if (v >= n0) continue; /* a clone of the softmax rule: it reads no cast this rule clones */
+            r.last[v] = i, r.count[v]++;
+            if (fwd[i]) r.last_fwd[v] = i;
+            else if (r.first_bwd[v] < 0) r.first_bwd[v] = i;
+        }
+    }
+    int made = 0;
+    for (int c = 0; c < n0 && !g->status; c++) {
+        const ir_node *cn = g->nodes[c];
+        int at = r.first_bwd[c];
+        if (cn->op != IR_OP_cast || cn->nin != 1 || !fwd[c] || at < 0 || r.last_fwd[c] > at || before[at] >= 0 ||
+            kept(g, c))
+            continue;
+        int len = cast_chain(g, &r, c, at);
+        if (!len) continue;
+        int prev = cn->in[0], first = g->nnodes;
+        for (int s = len - 1; s >= 0 && !g->status; s--) { /* the norm (len 2), then the cast */
+            const ir_node *src = g->nodes[s ? g->nodes[c]->in[0] : c];
+            int ins[3]; /* cast_chain: at most 3 operands */
+            for (int k = 0; k < src->nin; k++) ins[k] = src->in[k];
+            if (!s) ins[0] = prev;
+            ir_node *m = ir_add_node(g, src->op, src->nin, ins, src->nattrs, src->attrs, &src->type, NULL);
+            if (!m) break;
+            m->amp = src->amp, m->flags = src->flags, m->origin = src->id;
+            prev = m->id;
+        }
+        if (g->status) break;
+        for (int i = at; i < n0; i++) { /* the backward reads the clone */
+            ir_node *m = g->nodes[i];
+            if (fwd[i]) continue;
+            for (int k = 0; k < m->nin; k++)
+                if (m->in[k] == c) m->in[k] = prev;
+        }
+        before[at] = first, count[at] = len;
+        made++;
+    }
+    al_free(fwd), al_free(scratch);
+    return made;
+}
