@@ -237,7 +237,7 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         found++;
     }
     if (!g->status) found += remat_unscales(g, n0, before, count);
-    if (!g->status) found += remat_casts(g, n0, before, count);
+    if (!g->status && cfg->device != OPT_DEVICE_CUDA && !cfg->remat_always) found += remat_casts(g, n0, before, count);
     if (g->status || !found) {
         al_free(before), al_free(count);
         return g->status;

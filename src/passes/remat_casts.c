@@ -28,31 +28,29 @@
  */
 #include "passes/pass.h"
 
-/* Marks (fwd[i] = 1) the loss and every node it depends on among [0, n). */
-static void mark_forward(const ir_graph *g, int n, uint8_t *fwd)
+enum { FORWARD = 1, KEPT = 2 };
+
+/* Marks in part[] (n entries) the loss and every node it depends on
+ * (FORWARD) and the values stored for a reason other than their readers:
+ * outputs, updates, the loss (KEPT). */
+static void mark_parts(const ir_graph *g, int n, uint8_t *part)
 {
+    for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o].node >= 0 && g->outputs[o].node < n) part[g->outputs[o].node] |= KEPT;
+    for (int u = 0; u < g->nupdates; u++)
+        if (g->updates[u].node >= 0 && g->updates[u].node < n) part[g->updates[u].node] |= KEPT;
     if (g->loss < 0 || g->loss >= n) return;
-    fwd[g->loss] = 1;
+    part[g->loss] |= FORWARD | KEPT;
     for (int i = g->loss; i >= 0; i--) {
-        if (!fwd[i]) continue;
+        if (!(part[i] & FORWARD)) continue;
         const ir_node *m = g->nodes[i];
-        for (int k = 0; k < m->nin; k++) fwd[m->in[k]] = 1;
+        for (int k = 0; k < m->nin; k++) part[m->in[k]] |= FORWARD;
     }
 }
 
 static bool is_leaf(const ir_node *n)
 {
     return n->op == IR_OP_input || n->op == IR_OP_param || n->op == IR_OP_state || n->op == IR_OP_constant;
-}
-
-/* Whether node i's value must be stored for a reason other than its readers. */
-static bool kept(const ir_graph *g, int i)
-{
-    for (int o = 0; o < g->noutputs; o++)
-        if (g->outputs[o].node == i) return true;
-    for (int u = 0; u < g->nupdates; u++)
-        if (g->updates[u].node == i) return true;
-    return g->loss == i;
 }
 
 /* Per node of [0, n): the last node reading it, the first backward node
@@ -69,14 +67,15 @@ static bool live_at(const ir_graph *g, const reads *r, int v, int at) { return i
 /* The clone's chain for c = cast(v) whose first backward reader is `at`:
  * 1 (cast(v), v live there), 2 (a norm and the cast, the norm's tensor
  * operands live there), 0 (none: c stays stored). */
-static int cast_chain(const ir_graph *g, const reads *r, int c, int at)
+static int cast_chain(const ir_graph *g, const reads *r, const uint8_t *part, int c, int at)
 {
     const ir_node *cn = g->nodes[c], *v = g->nodes[cn->in[0]];
     if (v->op == IR_OP_constant || !ir_is_float(v->type.dtype) || !ir_is_float(cn->type.dtype) ||
         alloy_dtype_size(cn->type.dtype) >= alloy_dtype_size(v->type.dtype))
         return 0;
     if (is_leaf(v) || r->last[v->id] >= at) return 1; /* a leaf (a weight's copy) is there all step */
-    if ((v->op != IR_OP_layer_norm && v->op != IR_OP_rms_norm) || v->nin > 3 || kept(g, v->id) || r->count[v->id] != 1)
+    if ((v->op != IR_OP_layer_norm && v->op != IR_OP_rms_norm) || v->nin > 3 || (part[v->id] & KEPT) ||
+        r->count[v->id] != 1)
         return 0;
     for (int k = 0; k < v->nin; k++)
         if (!live_at(g, r, v->in[k], at)) return 0;
@@ -86,23 +85,24 @@ static int cast_chain(const ir_graph *g, const reads *r, int c, int at)
 int remat_casts(ir_graph *g, int n0, int *before, int *count)
 {
     if (g->loss < 0) return 0;
-    uint8_t *fwd = al_calloc((size_t)n0 + 1, 1);
-    int *scratch = al_malloc(sizeof(int) * (4 * (size_t)n0 + 1));
-    if (!fwd || !scratch) {
-        al_free(fwd), al_free(scratch);
+    uint8_t *part = al_calloc((size_t)n0 + 1, 1);
+    int *scratch = al_malloc(sizeof(int) * (5 * (size_t)n0 + 1));
+    if (!part || !scratch) {
+        al_free(part), al_free(scratch);
         ir_error(g, ALLOY_ERR_OOM, "remat: out of memory");
         return 0;
     }
     reads r = {scratch, scratch + n0, scratch + 2 * n0, scratch + 3 * n0};
-    mark_forward(g, n0, fwd);
-    for (int i = 0; i < n0; i++) r.last[i] = r.first_bwd[i] = r.last_fwd[i] = -1, r.count[i] = 0;
+    int *clone = scratch + 4 * n0; /* per cast: the clone the backward reads instead, or -1 */
+    mark_parts(g, n0, part);
+    for (int i = 0; i < n0; i++) r.last[i] = r.first_bwd[i] = r.last_fwd[i] = clone[i] = -1, r.count[i] = 0;
     for (int i = 0; i < n0; i++) {
         const ir_node *m = g->nodes[i];
         for (int k = 0; k < m->nin; k++) {
             int v = m->in[k];
             if (v >= n0) continue; /* a clone of the softmax rule: it reads no cast this rule clones */
             r.last[v] = i, r.count[v]++;
-            if (fwd[i]) r.last_fwd[v] = i;
+            if (part[i] & FORWARD) r.last_fwd[v] = i;
             else if (r.first_bwd[v] < 0) r.first_bwd[v] = i;
         }
     }
@@ -110,10 +110,10 @@ int remat_casts(ir_graph *g, int n0, int *before, int *count)
     for (int c = 0; c < n0 && !g->status; c++) {
         const ir_node *cn = g->nodes[c];
         int at = r.first_bwd[c];
-        if (cn->op != IR_OP_cast || cn->nin != 1 || !fwd[c] || at < 0 || r.last_fwd[c] > at || before[at] >= 0 ||
-            kept(g, c))
+        if (cn->op != IR_OP_cast || cn->nin != 1 || !(part[c] & FORWARD) || (part[c] & KEPT) || at < 0 ||
+            r.last_fwd[c] > at || before[at] >= 0)
             continue;
-        int len = cast_chain(g, &r, c, at);
+        int len = cast_chain(g, &r, part, c, at);
         if (!len) continue;
         int prev = cn->in[0], first = g->nnodes;
         for (int s = len - 1; s >= 0 && !g->status; s--) { /* the norm (len 2), then the cast */
@@ -127,15 +127,16 @@ int remat_casts(ir_graph *g, int n0, int *before, int *count)
             prev = m->id;
         }
         if (g->status) break;
-        for (int i = at; i < n0; i++) { /* the backward reads the clone */
-            ir_node *m = g->nodes[i];
-            if (fwd[i]) continue;
-            for (int k = 0; k < m->nin; k++)
-                if (m->in[k] == c) m->in[k] = prev;
-        }
+        clone[c] = prev;
         before[at] = first, count[at] = len;
         made++;
     }
-    al_free(fwd), al_free(scratch);
+    for (int i = 0; i < n0 && made && !g->status; i++) { /* the backward reads the clones */
+        ir_node *m = g->nodes[i];
+        if (part[i] & FORWARD) continue;
+        for (int k = 0; k < m->nin; k++)
+            if (m->in[k] < n0 && clone[m->in[k]] >= 0) m->in[k] = clone[m->in[k]];
+    }
+    al_free(part), al_free(scratch);
     return made;
 }
