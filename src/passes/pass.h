@@ -128,7 +128,7 @@ AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /*
 AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */
 AL_HIDDEN alloy_status pass_data_parallel(ir_graph **g, const pass_options *opts); /* data_parallel.c */
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
-/* Clones a softmax (and the casts and causal masks before it) in front of a softmax_grad reading it when the clone reads a narrower stored value (remat.c). */
+/* Clones a softmax (and the casts and causal masks before it) in front of a softmax_grad reading it when the clone reads a narrower stored value, an unscale in front of the update, and (CPU) a half-precision cast in front of the backward (remat.c). */
 AL_HIDDEN alloy_status pass_remat(ir_graph **g, const pass_options *opts);    /* remat.c */
 /* The remat pass's cast rule (remat_casts.c): clones, in front of the first
  * backward reader of each half-precision cast the forward makes, the cast
