@@ -1,30 +1,31 @@
-/* remat_casts.c - the remat pass's cast rule: a half-precision cast the backward reads is recomputed there from a value the backward keeps anyway.
+/* remat_casts.c - the remat pass's cast rule: a half-precision copy the backward reads is cast again there from a value the backward keeps anyway.
  *
- * Under mixed precision the forward rounds some f32 values v to f16/bf16
- * (c = cast(v)) for its GEMMs, and the backward's GEMMs read c again:
- * the attention's probabilities P (dV = P^T dO) and a layer norm's output
- * (the dW of the linear layer after it). Stored from the forward to the
- * backward, c is live across the whole middle of the step, next to what
- * it was cast from: the f32 softmax that the softmax's backward reads,
- * the f32 residual x that the layer norm's backward reads. Here c's
- * readers in the backward read a clone instead, placed right before the
- * first of them, when the clone's operands are live there anyway:
+ * Under mixed precision the forward rounds f32 values v to f16/bf16
+ * (c = cast(v)) for its GEMMs, and the backward's GEMMs read c again: the
+ * attention's probabilities P (dV = P^T dO), a layer norm's output (the dW
+ * of the linear layer after it), a weight's working copy (dX). Kept from
+ * the forward to the backward, c is live across the whole middle of the
+ * step, next to what it was cast from: the f32 softmax that the softmax's
+ * backward reads, the f32 residual x that the norm's backward reads, the
+ * f32 parameter. Here c's readers in the backward (the nodes that are no
+ * ancestor of the loss) read a clone instead, placed right before the
+ * first of them, when the clone's operands are there anyway:
  *
- * - c = cast(v), v read again at or after that point (the f32 softmax,
- *   read by its softmax_grad after dV): the clone is cast(v);
+ * - c = cast(v), v a leaf (a parameter: fuse_casts.c leaves a backward
+ *   copy where it is) or read again at or after that point (the f32
+ *   softmax, read by its softmax_grad after dV): the clone is cast(v);
  * - c = cast(v), v = layer_norm(x, weight, bias) or rms_norm(x, weight)
- *   read only by c, each tensor operand a leaf or read again at or after
- *   that point (x by the norm's backward): the clones are the norm and
- *   the cast, which fuse puts into a row step of the backward.
+ *   read only by c, each operand a leaf or read again at or after that
+ *   point (x by the norm's backward): the clones are the norm and the
+ *   cast, which fuse puts into a row step of the backward.
  *
  * The forward's c is then read only by the forward and dies there; the
- * backward's clone lives from its GEMM's step to its last reader's. Same
- * ops on the same operands, each stored value rounded once where the
- * original is (a cast of a stored f32 value rounds it as the forward's
- * group rounds the unrounded one: the f32 value is the same): the same
- * bits. Each f32 -> half cast is one more pass over c's elements in the
- * backward (a norm's also its row statistics again), at half the bytes
- * c holds; a leaf's cast (the weight copies) is not cloned.
+ * clone lives from its first reader's step to its last's. The clones are
+ * the same ops on the same values (a stored f32 value is the f32 value the
+ * forward's group cast unrounded), so the results keep their bits
+ * (tests/test_remat_casts.c). The cost is one more f32 -> half pass over
+ * each copy in the backward, and for a norm its row statistics again.
+ * pass_remat runs this rule on the CPU with remat=auto only (remat.c).
  */
 #include "passes/pass.h"
 
