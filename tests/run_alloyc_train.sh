@@ -233,7 +233,7 @@ expect 2 "--checkpoint needs a non-empty value" train "$ir" --feed "$feeds" --st
 over=$data/overflow.ir
 train "$tmp/overflow.out" "$over" --amp=f16 --feed "$data/overflow_backward.safetensors" --steps 10 --set amp_check=1 ||
     failures=$((failures + 1))
-check "every skipped step names the backward GEMM that overflowed" test "$(grep -c "^step [1-7] skipped: first inf at %16 matmul f16\[16,3\] (backward of matmul %logits, gradient of 'w2'), scale" "$tmp/overflow.out")" -eq 7
+check "every skipped step names the backward GEMM that overflowed" test "$(grep -c "^step [1-7] skipped: first inf at %17 matmul f16\[16,3\] (backward of matmul %logits, gradient of 'w2'), scale" "$tmp/overflow.out")" -eq 7
 check "then the steps apply" grep -q "^step 10 loss [0-9.]* scale 512 skipped 7 " "$tmp/overflow.out"
 expect 1 "step 3: training diverged at step 3: 3 skipped steps in a row reached max_consecutive_skips (scale 16384); the state is the last good step's (optimizer step 0, scale 65536); first inf at %h matmul f16\[4,16\] (forward)" \
     train "$over" --amp=f16 --feed "$data/overflow_forward.safetensors" --steps 5 --set amp_check=1 --scaler=dynamic,max_consecutive_skips=3

@@ -9,6 +9,9 @@
  * at its last member, before anything reads one of them. The values are the
  * same (a cast of a parameter does not depend on where it runs); the working
  * copies live from the start of the step instead of from their first use.
+ * The backward's copies (the remat pass casts a parameter again right
+ * before the backward's first reader: a backward node, its origin set) stay
+ * where they are, so that the forward's copies die with the forward.
  */
 #include "ir/groups.h"
 #include "passes/pass.h"
@@ -17,11 +20,12 @@
 /* Whether node i is a cast of a param to f16 or bf16 that joins the group:
  * a copy whose rows the plan may pad (sched_pad: rows of 32 elements or
  * more that are not whole 16 bytes) stays a cast kernel of its own, which
- * can write padded rows, as a multi-tensor kernel cannot. */
+ * can write padded rows, as a multi-tensor kernel cannot; nor does a
+ * backward node's copy (remat_casts.c). */
 static bool param_cast(const ir_graph *g, int i)
 {
     const ir_node *n = g->nodes[i];
-    if (!(n->op == IR_OP_cast && n->nin == 1 && g->nodes[n->in[0]]->op == IR_OP_param &&
+    if (!(n->op == IR_OP_cast && n->nin == 1 && n->origin < 0 && g->nodes[n->in[0]]->op == IR_OP_param &&
           (n->type.dtype == ALLOY_F16 || n->type.dtype == ALLOY_BF16) && g->nodes[n->in[0]]->type.dtype == ALLOY_F32))
         return false;
     int64_t cols = n->type.rank == 2 ? n->type.dims[1] : 0;

@@ -128,8 +128,16 @@ AL_HIDDEN alloy_status pass_amp(ir_graph **g, const pass_options *opts);      /*
 AL_HIDDEN alloy_status pass_autodiff(ir_graph **g, const pass_options *opts); /* autodiff.c */
 AL_HIDDEN alloy_status pass_data_parallel(ir_graph **g, const pass_options *opts); /* data_parallel.c */
 AL_HIDDEN alloy_status pass_dce(ir_graph **g, const pass_options *opts);      /* dce.c */
-/* Clones a softmax (and the casts and causal masks before it) in front of a softmax_grad reading it when the clone reads a narrower stored value (remat.c). */
+/* Clones a softmax (and the casts and causal masks before it) in front of a softmax_grad reading it when the clone reads a narrower stored value, an unscale in front of the update, and (CPU) a half-precision cast in front of the backward (remat.c). */
 AL_HIDDEN alloy_status pass_remat(ir_graph **g, const pass_options *opts);    /* remat.c */
+/* The remat pass's cast rule (remat_casts.c): clones, in front of the first
+ * backward reader of each half-precision cast the forward makes, the cast
+ * (and the layer_norm/rms_norm it casts) when the clone's operands are live
+ * there anyway, and makes the backward read the clone; records the clones
+ * in before[]/count[] as pass_remat orders them (a node that already has
+ * clones before it gets none). Returns how many casts it cloned; on OOM
+ * sets g's error and returns 0. */
+AL_HIDDEN int remat_casts(ir_graph *g, int n0, int *before, int *count); /* remat_casts.c */
 AL_HIDDEN alloy_status pass_grad_scaler(ir_graph **g, const pass_options *opts); /* grad_scaler.c */
 AL_HIDDEN alloy_status pass_optimizer(ir_graph **g, const pass_options *opts);   /* optimizer.c */
 AL_HIDDEN alloy_status pass_random(ir_graph **g, const pass_options *opts);      /* random.c */

@@ -38,10 +38,18 @@
  * output (schedule.c keeps it then). Same op, same operands: the same
  * bits.
  *
+ * On the CPU with remat=auto the backward also casts to f16/bf16 again
+ * what the forward cast for a GEMM, where the clone's operands are live
+ * anyway (remat_casts.c): the forward's copies then die with the forward.
+ * A CUDA compile (and remat=always, which compiles the CUDA choices on any
+ * device) keeps them: its kernels, launches and modelled costs stay as
+ * they were.
+ *
  * After this pass every softmax_grad that matches reads a softmax that has
- * no other reader and directly precedes it, and every such unscale is read
- * only by found_inf and sum_squares (and outputs); the rest of the graph is
- * as before. Runs after dce (which keeps the clones, they are read) and
+ * no other reader and directly precedes it, every such unscale is read
+ * only by found_inf and sum_squares (and outputs), and (CPU) every cast
+ * remat_casts.c clones is read only by the forward; the rest of the graph
+ * is as before. Runs after dce (which keeps the clones, they are read) and
  * before fuse; simplify, which would merge the clones back, runs earlier.
  */
 #include "passes/pass.h"
@@ -237,6 +245,7 @@ alloy_status pass_remat(ir_graph **gp, const pass_options *opts)
         found++;
     }
     if (!g->status) found += remat_unscales(g, n0, before, count);
+    if (!g->status && cfg->device != OPT_DEVICE_CUDA && !cfg->remat_always) found += remat_casts(g, n0, before, count);
     if (g->status || !found) {
         al_free(before), al_free(count);
         return g->status;

@@ -45,7 +45,7 @@ typedef struct al_options {
     bool cuda_gemm_f32;    /* cuBLASLt writes an f16/bf16 product's cast to f32 itself (no range rule; docs/cuda.md) */
     int cuda_device;       /* the GPU the CUDA backend opens (its ordinal); -1: a data-parallel rank's local rank, else 0 */
     bool attention_always; /* the attention pass rewrites every match (default: for CUDA, and on the CPU big ones) */
-    bool remat_always;     /* the remat pass recomputes every softmax it can (default: for CUDA, and on the CPU big ones) */
+    bool remat_always;     /* the remat pass recomputes every softmax it can (default: for CUDA, and on the CPU big ones) and keeps the forward's f16/bf16 copies, as for CUDA */
     int profile;           /* N > 0: after every N-th run, a table of what each launch (CPU: each step) took; 0: none */
     /* The kernel cache and source dumps: where generated code goes, not
      * what it is, so they stay out of opt_hash. Strings are NUL-padded to
