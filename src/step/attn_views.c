@@ -1,4 +1,4 @@
-/* attn_views.c - strided views around the attention ops: the layout copies of a multi-head block (q/k/v sliced and transposed, o transposed back, dq/dk/dv concatenated) become strides the attention kernels read and write through. */
+/* attn_views.c - strided views around the attention ops and the batched products of a written-out attention: the layout copies of a multi-head block (q/k/v sliced and transposed, o transposed back, dq/dk/dv concatenated) become strides the attention kernels and the GEMMs read and write through. */
 #include <string.h>
 
 #include "step/attn_views.h"
@@ -28,13 +28,37 @@ static void add_flags(schedule *s, int i, uint8_t f) { s->members[s->member_of[i
 
 static bool aligned(int64_t elems, size_t es) { return (elems * (int64_t)es) % SCHED_VIEW_ALIGN == 0; }
 
-/* How many operand slots of attention ops read x. */
-static int attention_reads(const ir_graph *g, int x)
+bool attn_strided_matmul(const ir_graph *g, const ir_node *n)
+{
+    if (n->op != IR_OP_matmul || n->nin != 2 || n->type.rank != 4) return false;
+    for (int j = 0; j < 2; j++) {
+        const ir_type *t = &g->nodes[n->in[j]]->type;
+        if (t->rank != 4 || t->dims[0] != n->type.dims[0] || t->dims[1] != n->type.dims[1]) return false;
+    }
+    return true;
+}
+
+/* Whether the step of matmul n hands its operands to the library GEMM
+ * whole: a lone matmul, or the head of a gemm step. */
+static bool library_matmul(const schedule *s, const ir_node *n)
+{
+    int k = s->step_of[n->id];
+    if (k < 0) return false;
+    const sched_step *st = &s->steps[k];
+    return (st->kind == STEP_KIND_OP && st->n == 1) || (st->kind == STEP_KIND_GEMM && s->members[st->first].node == n->id);
+}
+
+/* How many operand slots of ops that read through strides read x: the
+ * attention ops, and batched matmuls of [B, H, R, D] operands whose step
+ * gives them to the library GEMM. */
+static int strided_reads(const ir_graph *g, const schedule *s, int x)
 {
     int k = 0;
-    for (int i = x + 1; i < g->nnodes; i++)
-        if (is_attention(g->nodes[i]))
-            for (int j = 0; j < g->nodes[i]->nin; j++) k += g->nodes[i]->in[j] == x;
+    for (int i = x + 1; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (is_attention(n) || (attn_strided_matmul(g, n) && library_matmul(s, n)))
+            for (int j = 0; j < n->nin; j++) k += n->in[j] == x;
+    }
     return k;
 }
 
@@ -51,12 +75,12 @@ static int readers(const ir_graph *g, int x, int *list, int max)
     return k;
 }
 
-/* Operand x of an attention op: transpose(reshape([slice(] X [)])) of a
- * row-major X read only by attention ops becomes a strided view of X. */
+/* Operand x of an attention op or batched matmul: transpose(reshape([slice(]
+ * X [)])) of a row-major X read only by such ops becomes a strided view of X. */
 static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
 {
     const ir_node *t = g->nodes[x];
-    if (!swaps_heads(t) || !lone_copy(s, x) || attention_reads(g, x) != uses[x]) return;
+    if (!swaps_heads(t) || !lone_copy(s, x) || strided_reads(g, s, x) != uses[x]) return;
     const ir_node *r = g->nodes[t->in[0]];
     if (r->op != IR_OP_reshape || s->kept[r->id] || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
         return;
@@ -97,6 +121,26 @@ static void mark_output(const ir_graph *g, schedule *s, const int *uses, int o)
     if (tr < 0 || !aligned(n->type.dims[1] * n->type.dims[3], es) || !aligned(n->type.dims[3], es)) return;
     add_flags(s, o, MEMBER_STRIDED);
     add_flags(s, tr, MEMBER_VIEW);
+}
+
+/* A lone batched matmul whose result o only one transpose [0, 2, 1, 3]
+ * reads: the GEMM writes o in the transpose's [B, T, H, D] order. */
+static void mark_product(const ir_graph *g, schedule *s, const int *uses, int o)
+{
+    const ir_node *n = g->nodes[o];
+    int list[2];
+    int k = s->step_of[o];
+    if (k < 0 || s->steps[k].kind != STEP_KIND_OP || s->steps[k].n != 1 || s->kept[o] ||
+        (flags_of(s, o) & (MEMBER_STORED | MEMBER_VIEW | MEMBER_CHECK)) != MEMBER_STORED || uses[o] != 1 ||
+        readers(g, o, list, 2) != 1)
+        return;
+    const ir_node *c = g->nodes[list[0]];
+    size_t es = alloy_dtype_size(n->type.dtype);
+    if (!swaps_heads(c) || !lone_copy(s, c->id) || !aligned(n->type.dims[1] * n->type.dims[3], es) ||
+        !aligned(n->type.dims[3], es))
+        return;
+    add_flags(s, o, MEMBER_STRIDED);
+    add_flags(s, c->id, MEMBER_VIEW);
 }
 
 /* attention_grad G whose dq, dk, dv slices go through transpose and
@@ -146,7 +190,13 @@ void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
     for (int i = 0; i < nn; i++)
         for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]]++;
     for (int k = 0; k < s->nsteps; k++) {
-        const ir_node *n = g->nodes[s->steps[k].pos];
+        const ir_node *n = g->nodes[s->members[s->steps[k].first].node];
+        if (attn_strided_matmul(g, n) && library_matmul(s, n)) {
+            for (int j = 0; j < 2; j++) mark_operand(g, s, uses, n->in[j]);
+            mark_product(g, s, uses, n->id);
+            continue;
+        }
+        n = g->nodes[s->steps[k].pos];
         if (s->steps[k].kind != STEP_KIND_OP || !is_attention(n) || n->type.rank != 4) continue;
         for (int j = 0; j < n->nin; j++) mark_operand(g, s, uses, n->in[j]);
         if (n->op == IR_OP_attention) mark_output(g, s, uses, n->id);
@@ -163,7 +213,8 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     const ir_type *t = &g->nodes[x]->type;
     int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
     if (!s || !(flags_of(s, x) & MEMBER_STRIDED)) return contiguous(H, R, D);
-    if (g->nodes[x]->op == IR_OP_attention) return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
+    if (g->nodes[x]->op == IR_OP_attention || g->nodes[x]->op == IR_OP_matmul)
+        return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
     /* transpose(reshape([slice(] X [)])): rows of X are W wide (any other
      * chain, as a damaged bundle could flag, reads contiguous) */
     const ir_node *r = g->nodes[x]->nin == 1 ? g->nodes[g->nodes[x]->in[0]] : NULL;
@@ -173,6 +224,8 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     int64_t W = src->type.dims[src->type.rank - 1];
     return (attn_stride){0, R * W, D, W};
 }
+
+attn_stride attn_layout_of(const ir_graph *g, const schedule *s, int x) { return operand(g, s, x); }
 
 void attn_strides_plain(int64_t H, int64_t T, int64_t S, int64_t D, attn_strides *out)
 {

@@ -36,9 +36,9 @@ enum {
                          * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel;
                          * around the attention ops also a transpose, and a concat aliasing its inputs' strided
                          * root (attn_views.h) */
-    MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention operand or result read and
-                          * written through strides, or a view of one (attn_views.h); only the attention ops and
-                          * views read it */
+    MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention or batched matmul's operand
+                          * or result read and written through strides, or a view of one (attn_views.h); only the
+                          * attention ops, those matmuls and views read it */
     MEMBER_RANGED_READ = 128, /* a gemm step's cast to f32 of its f16/bf16 product, whose readers apply the product's
                                * range rule as they load it (sched_mark_ranged_reads): a backend may store it before
                                * the rule (cuBLASLt's f32 D, no epilogue kernel) */

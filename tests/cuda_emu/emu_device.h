@@ -12,6 +12,7 @@ typedef struct emu_device_stats {
     long host_calls; /* libraries' work run on the stream (emu_stream.h: the emulated NCCL's collectives), replays too */
     long bias_gemms; /* of gemms, those with the BIAS epilogue */
     long whole_gemms; /* of gemms, those computing a gemm step whole: D a later member's value (a cast, a bias add) */
+    long pointer_gemms; /* of gemms, those batched by arrays of pointers (CUBLASLT_BATCH_MODE_POINTER_ARRAY) */
 } emu_device_stats;
 
 /* An emulated device of compute capability sm (memory freshly allocated
