@@ -317,6 +317,7 @@ static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and
         assert_int_equal(z[0].copies, KEPT_COPIES);
         assert_int_equal(z[1].copies, ALL_COPIES);
         assert_int_equal(pointer_gemms, 12); /* 6 a run */
+        assert_true(replays >= 1);          /* the second run replayed the captured graph, arrays and all */
         expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
         double tol = chain_bound(8, 3 * C, dtypes[c]);
         double dy = rel_diff(views.y, cpu.y, N * C), dx = rel_diff(views.gx, cpu.gx, N * C),

@@ -102,8 +102,11 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
                              gm->result, true);
         if (gm->bias_node >= 0) /* the BIAS epilogue's vector, read whole */
             out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, s, p, &gm->bias, gm->bias_node), gm->bias_node, false);
-        if (gm->pointers && n < max) /* the arrays of the batch's matrix addresses (A's, B's, D's) */
-            out[n++] = extent_at(g, &gm->ptr_at, at, 3 * 8 * gm->batch, -1, false);
+        if (gm->pointers && n < max) { /* the arrays of the batch's matrix addresses (A's, B's, D's), written when built */
+            out[n] = extent_at(g, &gm->ptr_at, at, 3 * 8 * gm->batch, -1, false);
+            al_fmt(out[n].name, sizeof out[n].name, "the GEMM's pointer arrays");
+            out[n++].kept = true;
+        }
         break;
     }
     case LP_ZERO:
