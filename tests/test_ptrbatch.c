@@ -268,6 +268,33 @@ static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
     assert_int_equal(layout[1], ALL_COPIES);
 }
 
+/* A CPU bundle of the step keeps its strided products and views (the
+ * reader accepts MEMBER_STRIDED on such a matmul) and runs to the
+ * graph's bits. */
+static void test_a_bundle_keeps_the_strided_products_and_the_bits(void **state)
+{
+    (void)state;
+    data d = make_data(ALLOY_F16, 80);
+    census z;
+    result want = run(&d, false, "cpu", 1, &z);
+    alloy_graph *g = build(ALLOY_F16, false, "cpu");
+    const char *path = test_tmp_path("ptrbatch.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    alloy_bundle *b = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
+    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    if (alloy_bundle_run(b, feeds, 3, fetch, 3)) fail_msg("alloy_bundle_run: %s", alloy_bundle_last_error(b));
+    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    alloy_bundle_free(b);
+    assert_int_equal(z.strided_results, STRIDED_RESULTS);
+    expect_same(&got, &want, "the bundle");
+    free_result(&got), free_result(&want);
+    free_data(&d);
+}
+
 /* The largest |a - b| relative to the largest |b| over n values. */
 static double rel_diff(const double *a, const double *b, int64_t n)
 {
@@ -337,6 +364,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest cpu[] = {
         cmocka_unit_test(test_strided_products_give_the_copies_bits_on_the_cpu),
         cmocka_unit_test(test_the_pointer_arrays_address_each_heads_matrix),
+        cmocka_unit_test_setup_teardown(test_a_bundle_keeps_the_strided_products_and_the_bits, test_tmpdir_setup,
+                                        test_tmpdir_teardown),
     };
     const struct CMUnitTest device[] = {
         cmocka_unit_test(test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and_the_cpu),
