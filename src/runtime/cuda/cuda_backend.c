@@ -475,6 +475,7 @@ static rt_profile_row profile_row(const rt_exec *e, int i, double us)
         int64_t ab = (int64_t)alloy_dtype_size(gm->ab), d = (int64_t)alloy_dtype_size(gm->d);
         r.action = "gemm";
         r.bytes = gm->batch * ((gm->m * gm->k + gm->k * gm->n) * ab + gm->m * gm->n * d);
+        if (gm->pointers) r.bytes += 24 * gm->batch; /* the arrays of the matrices' addresses, as the cost model counts */
         r.flops = 2.0 * (double)gm->batch * (double)gm->m * (double)gm->n * (double)gm->k;
         char batch[32] = "";
         if (gm->batch > 1) al_fmt(batch, sizeof batch, "%lldx", (long long)gm->batch);
