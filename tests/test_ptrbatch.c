@@ -359,6 +359,48 @@ static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and
     rt_backend_set_cuda_opener(NULL);
 }
 
+/* A cuBLASLt whose heuristic has no algorithm for pointer arrays: the
+ * CUDA compile fails naming the matmul, its step and the batch mode
+ * (ALLOY_ERR_UNSUPPORTED), and device=auto runs the step on the CPU, to
+ * the CPU's bits. */
+static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(void **state)
+{
+    (void)state;
+    char why[512];
+    if (!emu_available(why, sizeof why)) {
+        print_message("SKIP: no host emulation of the device: %s\n", why);
+        skip();
+    }
+    rt_backend_set_cuda_opener(emu_backend_opener);
+    emu_device_set_pointer_arrays(false);
+    data d = make_data(ALLOY_F16, 90);
+    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
+    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    alloy_graph *g = build(ALLOY_F16, false, "cuda");
+    assert_int_equal(alloy_graph_run(g, feeds, 3, fetch, 3), ALLOY_ERR_UNSUPPORTED);
+    const char *msg = alloy_last_error(g);
+    print_message("# %s\n", msg);
+    assert_non_null(strstr(msg, "the GEMM of matmul"));
+    assert_non_null(strstr(msg, "(step "));
+    assert_non_null(strstr(msg, "CUBLASLT_BATCH_MODE_POINTER_ARRAY"));
+    alloy_graph_free(g);
+    census z;
+    g = build(ALLOY_F16, false, "auto");
+    expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 3), "run under auto");
+    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    const char *device = alloy_graph_device(g);
+    print_message("# device=auto ran on %s\n", device ? device : "?");
+    assert_non_null(device);
+    assert_null(strstr(device, "emulat"));
+    alloy_graph_free(g);
+    result cpu = run(&d, false, "cpu", 1, &z);
+    expect_same(&got, &cpu, "device=auto");
+    free_result(&got), free_result(&cpu);
+    free_data(&d);
+    emu_device_set_pointer_arrays(true);
+    rt_backend_set_cuda_opener(NULL);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest cpu[] = {
@@ -369,6 +411,7 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest device[] = {
         cmocka_unit_test(test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and_the_cpu),
+        cmocka_unit_test(test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step),
     };
     if (argc > 1 && !strcmp(argv[1], "device")) return cmocka_run_group_tests_name("ptrbatch2", device, NULL, NULL);
     return cmocka_run_group_tests_name("ptrbatch1", cpu, NULL, NULL);

@@ -354,8 +354,22 @@ static alloy_status e_launch(cdev *dev, cdev_function *f, unsigned grid, unsigne
     return ALLOY_OK;
 }
 
+/* Whether the emulated cuBLASLt's heuristic finds algorithms for pointer-array layouts (emu_device_set_pointer_arrays). */
+static bool pointer_arrays = true;
+
+void emu_device_set_pointer_arrays(bool found) { pointer_arrays = found; }
+
 static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out)
 {
+    if (gm->pointers && !pointer_arrays) { /* as blt_gemm_prepare words it when the heuristic returns none */
+        snprintf(dev->error, sizeof dev->error,
+                 "cuBLASLt found no algorithm for %s x %s -> %s, m %lld n %lld k %lld (lda %lld ldb %lld ldd %lld, batch "
+                 "%lld as arrays of pointers, CUBLASLT_BATCH_MODE_POINTER_ARRAY)",
+                 alloy_dtype_name(gm->ab), alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d), (long long)gm->m,
+                 (long long)gm->n, (long long)gm->k, (long long)gm->lda, (long long)gm->ldb, (long long)gm->ldd,
+                 (long long)gm->batch);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
     for (int i = 0; i < 3; i++)
         if (align[i] < 1 || align[i] > 256 || (align[i] & (align[i] - 1)))
             return fail(dev, ALLOY_ERR_INVALID, "%s", "a GEMM operand alignment that is not a power of two up to 256");

@@ -40,6 +40,10 @@ alloy_status emu_bundle_images(const al_options *cfg, const char *archs, int nmo
 /* The CUDA driver version devices opened next report, 13000 for 13.0
  * (0, the default: none, which the backend does not check). */
 void emu_device_set_driver(int version);
+/* Whether the emulated cuBLASLt's heuristic returns an algorithm for a
+ * pointer-array GEMM (CUBLASLT_BATCH_MODE_POINTER_ARRAY; default true):
+ * false makes preparing one fail as cuBLASLt's empty answer does. */
+void emu_device_set_pointer_arrays(bool found);
 /* Makes the nth launch (from 1) of a kernel whose name contains kernel
  * ("" or NULL: any) fault as a GPU does: the launch returns, and that call
  * and every later one on the device fails with CUDA_ERROR_ILLEGAL_ADDRESS;
