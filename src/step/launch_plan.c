@@ -125,8 +125,9 @@ static void strided_operand(const ir_graph *g, const schedule *s, int x, size_t 
 
 /* The GEMMs of matmul n into `out` (dtype d, the value of node result):
  * one strided-batched call per combination of the batch dims that do not
- * fold into one stride (one pointer-array call for them all where every
- * place is the arena's and there is no bias); with bias >= 0, each with the BIAS epilogue adding
+ * fold into one stride (one pointer-array call for them all where a
+ * strided view gives them two batch strides, every place is the arena's
+ * and there is no bias); with bias >= 0, each with the BIAS epilogue adding
  * that vector (the same for every batch: cuBLASLt's bias batch stride 0). */
 static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
                           alloy_dtype d, int result, int bias)
@@ -155,7 +156,9 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     }
     /* the row strides: padded values' (sched_pad), or a strided view's (attn_views.h) */
     int64_t ld_a = sched_ld(g, b->s, n->in[0]), ld_b = sched_ld(g, b->s, n->in[1]), ld_d = sched_ld(g, b->s, result);
-    if (attn_strided_matmul(g, n)) { /* [B, H, R, D] values stored in another order: two batch strides each */
+    bool viewed = attn_strided_matmul(g, n) &&
+                  (strided(b->s, n->in[0]) || strided(b->s, n->in[1]) || (result == n->id && strided(b->s, n->id)));
+    if (viewed) { /* [B, H, R, D] values stored in another order: two batch strides each */
         size_t es = alloy_dtype_size(ta->dtype);
         if (strided(b->s, n->in[0])) strided_operand(g, b->s, n->in[0], es, sa_all, &ld_a, &pa);
         if (strided(b->s, n->in[1])) strided_operand(g, b->s, n->in[1], es, sb_all, &ld_b, &pb);
@@ -183,8 +186,9 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     for (int i = 0; i < inner; i++) outer *= dims[i];
     size_t ea = alloy_dtype_size(ta->dtype), ed = alloy_dtype_size(d);
     lp_plan *lp = b->lp;
-    if (outer > 1 && bias < 0 && pa.space == LP_ARENA && pb.space == LP_ARENA && out.space == LP_ARENA) {
-        /* two batch levels or more, places the executable keeps: one call over arrays of pointers */
+    if (viewed && outer > 1 && bias < 0 && pa.space == LP_ARENA && pb.space == LP_ARENA && out.space == LP_ARENA) {
+        /* strided views with two batch levels, places the executable keeps: one call over arrays of pointers
+         * (any other product keeps its plan: strided calls) */
         lp_gemm gm = {.node = n->id, .step = step, .result = result, .bias_node = -1, .epilogue = LP_EPILOGUE_NONE,
                       .ab = ta->dtype, .d = d, .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
                       .lda = ld_b, .ldb = ld_a, .ldd = ld_d, .batch = outer * batch, .a = pb, .b = pa, .out = out,

@@ -117,7 +117,8 @@ typedef struct lp_plan {
  * state leaf it names. A batched matmul whose operands or result have
  * two batch strides (strided views, step/attn_views.h) is one
  * pointer-array GEMM where its places are in the arena and it has no
- * bias, else one strided GEMM per index of its outer batch dims. A step the emitter left without a kernel (other
+ * bias, else (as any other product whose batch dims do not fold into one
+ * stride) one strided GEMM per index of its outer batch dims. A step the emitter left without a kernel (other
  * than a GEMM) is ALLOY_ERR_UNSUPPORTED naming the step, its op and why;
  * a place that cannot be found, ALLOY_ERR_INVALID; OOM, ALLOY_ERR_OOM.
  * Fills *out (lp_free) or leaves it empty. */
