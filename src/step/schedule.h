@@ -34,8 +34,8 @@ enum {
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
     MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's
                          * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel;
-                         * around the attention ops also a transpose, and a concat aliasing its inputs' strided
-                         * root (attn_views.h) */
+                         * around the attention ops and batched products also a transpose, and a concat aliasing
+                         * its inputs' strided root (attn_views.h) */
     MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention or batched matmul's operand
                           * or result read and written through strides, or a view of one (attn_views.h); only the
                           * attention ops, those matmuls and views read it */
