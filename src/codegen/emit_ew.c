@@ -19,7 +19,7 @@ static void offset_of(cg_text *t, const cg_ew_part *p, int o)
         return;
     }
     if (ty->rank == sp->rank && memcmp(ty->dims, sp->dims, sizeof(int64_t) * (size_t)sp->rank) == 0) {
-        char idx[160];
+        char idx[256]; /* a strided view's (cg_value_index) takes up to ~200 */
         cg_value_index(p->g, p->s, o, p->e, idx, sizeof idx);
         cg_put(t, "%s", idx);
         return;

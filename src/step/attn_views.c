@@ -75,12 +75,39 @@ static int readers(const ir_graph *g, int x, int *list, int max)
     return k;
 }
 
-/* Operand x of an attention op or batched matmul: transpose(reshape([slice(]
- * X [)])) of a row-major X read only by such ops becomes a strided view of X. */
+static bool same_dims(const ir_type *a, const ir_type *b)
+{
+    return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank);
+}
+
+/* How many operand slots of elementwise ops read x whole: members of an
+ * ew step over x's own shape (no broadcast). */
+static int elementwise_reads(const ir_graph *g, const schedule *s, int x)
+{
+    int k = 0;
+    const ir_type *t = &g->nodes[x]->type;
+    for (int i = x + 1; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        int st = s->step_of[i];
+        if (st < 0 || s->steps[st].kind != STEP_KIND_EW || !same_dims(&s->steps[st].space, t) ||
+            !same_dims(&n->type, t) || !ir_ops[n->op].elementwise)
+            continue;
+        for (int j = 0; j < n->nin; j++) k += n->in[j] == x;
+    }
+    return k;
+}
+
+/* Operand x of an attention op, batched matmul or (sliced out of X only)
+ * elementwise step: transpose(reshape([slice(] X [)])) of a row-major X
+ * read only by such ops becomes a strided view of X. An elementwise
+ * reader may write its result over its operand's slot where the operand
+ * dies (plan.h), never over a slice view's owner: so only a slice's. */
 static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
 {
     const ir_node *t = g->nodes[x];
-    if (!swaps_heads(t) || !lone_copy(s, x) || strided_reads(g, s, x) != uses[x]) return;
+    if (!swaps_heads(t) || !lone_copy(s, x)) return;
+    int reads = strided_reads(g, s, x), ew = elementwise_reads(g, s, x);
+    if (reads + ew != uses[x]) return;
     const ir_node *r = g->nodes[t->in[0]];
     if (r->op != IR_OP_reshape || s->kept[r->id] || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
         return;
@@ -94,6 +121,7 @@ static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
         if (axis != sl->type.rank - 1 || uses[sl->id] != 1 || uses[r->id] != 1 || !aligned(ir_attr_i(sl, "start"), es))
             return;
     }
+    if (ew && !sl) return;
     /* X is a stored value whose bytes are row-major (a plain view at most) */
     if (s->step_of[src->id] < 0 || !sched_stored(s, src->id) || (flags_of(s, src->id) & MEMBER_STRIDED)) return;
     const ir_type *cut = sl ? &sl->type : &src->type;
@@ -192,7 +220,13 @@ void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
     for (int k = 0; k < s->nsteps; k++) {
         const ir_node *n = g->nodes[s->members[s->steps[k].first].node];
         if (attn_strided_matmul(g, n) && library_matmul(s, n)) {
-            for (int j = 0; j < 2; j++) mark_operand(g, s, uses, n->in[j]);
+            for (int j = 0; j < 2; j++) {
+                mark_operand(g, s, uses, n->in[j]);
+                /* an operand an ew step computes from such a view (q scaled before q k^T) */
+                int e = s->step_of[n->in[j]];
+                if (e >= 0 && s->steps[e].kind == STEP_KIND_EW)
+                    for (int i = 0; i < s->steps[e].nin; i++) mark_operand(g, s, uses, s->inputs[s->steps[e].first_in + i]);
+            }
             mark_product(g, s, uses, n->id);
             continue;
         }
