@@ -101,7 +101,8 @@ static int elementwise_reads(const ir_graph *g, const schedule *s, int x)
  * elementwise step: transpose(reshape([slice(] X [)])) of a row-major X
  * read only by such ops becomes a strided view of X. An elementwise
  * reader may write its result over its operand's slot where the operand
- * dies (plan.h), never over a slice view's owner: so only a slice's. */
+ * dies (plan.c), never over the owner of a view of part of it: so only a
+ * proper slice's. */
 static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
 {
     const ir_node *t = g->nodes[x];
@@ -121,7 +122,8 @@ static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
         if (axis != sl->type.rank - 1 || uses[sl->id] != 1 || uses[r->id] != 1 || !aligned(ir_attr_i(sl, "start"), es))
             return;
     }
-    if (ew && !sl) return;
+    /* an ew reader may take its operand's slot where that dies, whole (plan.c, may_take): a proper slice's never */
+    if (ew && (!sl || ir_nbytes(&sl->type) >= ir_nbytes(&src->type))) return;
     /* X is a stored value whose bytes are row-major (a plain view at most) */
     if (s->step_of[src->id] < 0 || !sched_stored(s, src->id) || (flags_of(s, src->id) & MEMBER_STRIDED)) return;
     const ir_type *cut = sl ? &sl->type : &src->type;
