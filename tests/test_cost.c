@@ -606,17 +606,18 @@ static void char_gpt_step(bool widen)
      * 4194304 bytes fewer (they were 113 launches and 225141396 bytes),
      * and the batched products of its written-out attention read k and v
      * out of the qkv projection and write p v, dv and dk in their
-     * transposes' order through arrays of pointers, and q's scale reads q
-     * out of it too (step/attn_views.c): per layer the slices and
-     * transposes of q, k and v, the output's transpose, dO's, dv's and
-     * dk's are views, 10 copy kernels of a [32, 4, 64, 32] f16 value
-     * (524288 bytes read and written each), and 6 GEMMs read their 3
-     * arrays of 128 addresses (3072 bytes): 20 launches and 2 x (10 x
-     * 1048576 - 6 x 3072) = 20934656 bytes fewer (they were 18 views, 109
-     * launches and 220947092 bytes) */
-    assert_int_equal(views, 38);
-    assert_int_equal(x.m.n, 89); /* cuda_gemm_f32 or not: every widened product's readers apply the rule */
-    assert_int_equal(got, 200012436);
+     * transposes' order through arrays of pointers, q's scale reads q out
+     * of it too and dq's scale writes dq in its transpose's order
+     * (step/attn_views.c): per layer the slices and transposes of q, k and
+     * v, the output's transpose, dO's, dq's, dv's and dk's are views, 11
+     * copy kernels of a [32, 4, 64, 32] f16 value (524288 bytes read and
+     * written each), and 6 GEMMs read their 3 arrays of 128 addresses
+     * (3072 bytes): 22 launches and 2 x (11 x 1048576 - 6 x 3072) =
+     * 23031808 bytes fewer (they were 18 views, 109 launches and
+     * 220947092 bytes) */
+    assert_int_equal(views, 40);
+    assert_int_equal(x.m.n, 87); /* cuda_gemm_f32 or not: every widened product's readers apply the rule */
+    assert_int_equal(got, 197915284);
     assert_true(aux < got / 50 && actions < got / 1000); /* the values are nearly all of it */
     assert_int_equal(x.m.n, x.lp.nactions);
     assert_int_equal(x.m.kernels, x.prog.nkernels);

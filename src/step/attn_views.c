@@ -153,14 +153,16 @@ static void mark_output(const ir_graph *g, schedule *s, const int *uses, int o)
     add_flags(s, tr, MEMBER_VIEW);
 }
 
-/* A lone batched matmul whose result o only one transpose [0, 2, 1, 3]
- * reads: the GEMM writes o in the transpose's [B, T, H, D] order. */
+/* A lone batched matmul (or a lone elementwise op over such a product:
+ * dq scaled) whose result o only one transpose [0, 2, 1, 3] reads: the
+ * GEMM (the kernel) writes o in the transpose's [B, T, H, D] order. */
 static void mark_product(const ir_graph *g, schedule *s, const int *uses, int o)
 {
     const ir_node *n = g->nodes[o];
     int list[2];
     int k = s->step_of[o];
-    if (k < 0 || s->steps[k].kind != STEP_KIND_OP || s->steps[k].n != 1 || s->kept[o] ||
+    step_kind kind = n->op == IR_OP_matmul ? STEP_KIND_OP : STEP_KIND_EW;
+    if (k < 0 || s->steps[k].kind != kind || s->steps[k].n != 1 || s->kept[o] || n->type.rank != 4 ||
         (flags_of(s, o) & (MEMBER_STORED | MEMBER_VIEW | MEMBER_CHECK)) != MEMBER_STORED || uses[o] != 1 ||
         readers(g, o, list, 2) != 1)
         return;
@@ -232,6 +234,14 @@ void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
             mark_product(g, s, uses, n->id);
             continue;
         }
+        if (s->steps[k].kind == STEP_KIND_EW && s->steps[k].n == 1 && ir_ops[n->op].elementwise) {
+            /* an elementwise op of a strided product's operands' kind: dq = (dS k) scaled */
+            bool of_product = false;
+            for (int j = 0; j < n->nin; j++)
+                of_product |= attn_strided_matmul(g, g->nodes[n->in[j]]) && same_dims(&g->nodes[n->in[j]]->type, &n->type);
+            if (of_product) mark_product(g, s, uses, n->id);
+            continue;
+        }
         n = g->nodes[s->steps[k].pos];
         if (s->steps[k].kind != STEP_KIND_OP || !is_attention(n) || n->type.rank != 4) continue;
         for (int j = 0; j < n->nin; j++) mark_operand(g, s, uses, n->in[j]);
@@ -249,7 +259,8 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     const ir_type *t = &g->nodes[x]->type;
     int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
     if (!s || !(flags_of(s, x) & MEMBER_STRIDED)) return contiguous(H, R, D);
-    if (g->nodes[x]->op == IR_OP_attention || g->nodes[x]->op == IR_OP_matmul)
+    int op = g->nodes[x]->op;
+    if (op == IR_OP_attention || op == IR_OP_matmul || (ir_ops[op].elementwise && !(flags_of(s, x) & MEMBER_VIEW)))
         return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
     /* transpose(reshape([slice(] X [)])): rows of X are W wide (any other
      * chain, as a damaged bundle could flag, reads contiguous) */
