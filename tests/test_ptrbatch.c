@@ -162,17 +162,18 @@ static void expect_same(const result *a, const result *b, const char *what)
 
 static const alloy_dtype dtypes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
 
-/* The copy a written-out attention keeps (the concat of dq, dk, dv: its
- * pieces interleave; 12 without views) and the 9 of the
- * bypass (its backward's multiplications by 1 are elementwise ops of the
- * products, which write dq, dk, dv strided as the scale of dq does); the results
+/* The copies a written-out attention keeps: none (12 without views: the
+ * concat of dq, dk, dv is an interleave, each written into its columns),
+ * and the 9 of the bypass (its backward's multiplications by 1 are
+ * elementwise ops of the products, which write dk and dv strided as the
+ * scale of dq does); the results
  * written strided (p v, dv, dk; dq, the scale's gradient, an elementwise
  * kernel) and the operand slots read through strides (k in q k^T and dS
  * k, v in p v and dO v^T, dO in dO v^T and p^T dO; q by its scale's
  * elementwise kernel). */
-enum { KEPT_COPIES = 1, ALL_COPIES = 12, BYPASS_COPIES = 9, STRIDED_RESULTS = 4, STRIDED_READS = 7 };
+enum { KEPT_COPIES = 0, BYPASS_COPIES = 9, STRIDED_RESULTS = 4, STRIDED_READS = 7 };
 
-/* On the CPU: the views leave 1 of the 12 layout copies, the products
+/* On the CPU: the views leave none of the 12 layout copies, the products
  * read and write through strides, and the values are the copies' bits. */
 static void test_strided_products_give_the_copies_bits_on_the_cpu(void **state)
 {
@@ -200,9 +201,11 @@ static void test_strided_products_give_the_copies_bits_on_the_cpu(void **state)
  * q k^T's A (k, the matmul's second operand) is matrix (b, h) at b * T *
  * 3C + h * D elements from k's place (C elements into the projection),
  * its D (the scores, dense) at (b * H + h) * T * T; p v's D (stored [B,
- * T, H, D]) at b * T * C + h * D with ldd C; the arrays lie in the aux
+ * T, H, D]) at b * T * C + h * D with ldd C; p^T dO's D (dv) in the
+ * concat of dq, dk, dv, 2C into its rows, at b * T * 3C + h * D with ldd
+ * 3C; the arrays lie in the aux
  * block above every other slot; the cost model charges each GEMM its 3
- * arrays and has 1 layout copy (against 12 without the views). */
+ * arrays and has no layout copy (against 12 without the views). */
 static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
 {
     (void)state;
@@ -237,6 +240,7 @@ static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
             const int64_t *po = &lp.ptr_offsets[gm->ptrs];
             bool qk = ir_attr_i(mm, "transpose_b") && c->nodes[mm->in[0]]->op == IR_OP_mul; /* the forward's q k^T */
             bool pv = gm->ldd == C && !ir_attr_i(mm, "transpose_a");                        /* the forward's p v */
+            bool dv = ir_attr_i(mm, "transpose_a") && c->nodes[mm->in[1]]->op == IR_OP_transpose; /* p^T dO */
             for (int64_t b = 0; b < B; b++)
                 for (int64_t h = 0; h < H; h++) {
                     int64_t j = b * H + h;
@@ -245,6 +249,14 @@ static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
                         assert_int_equal(po[j], (b * T * 3 * C + h * D) * 2);
                         assert_int_equal(po[2 * gm->batch + j], (b * H + h) * T * T * 2);
                         checked |= 1;
+                    }
+                    if (dv) { /* into the concat of dq, dk, dv: its rows 3C apart, 2C in */
+                        assert_int_equal(gm->ldd, 3 * C);
+                        assert_int_equal(po[2 * gm->batch + j], (b * T * 3 * C + h * D) * 2);
+                        int cat = c->nodes[mm->id]->id, at = g->comp.plan.view_of[cat];
+                        assert_true(at >= 0 && c->nodes[at]->op == IR_OP_concat);
+                        assert_int_equal(gm->out.offset, g->comp.plan.offset[at] + 2 * C * 2);
+                        checked |= 4;
                     }
                     if (pv) {
                         assert_int_equal(po[2 * gm->batch + j], (b * T * C + h * D) * 2);
@@ -262,7 +274,7 @@ static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
                       (int)layout[bypass]);
         if (!bypass) {
             assert_int_equal(pointers, 6); /* q k^T, p v; dO v^T, p^T dO, dS k, dS^T q */
-            assert_int_equal(checked, 3);
+            assert_int_equal(checked, 7);
         } else {
             assert_int_equal(pointers, 0);
             assert_int_equal(lp.ptr_bytes, 0);

@@ -215,6 +215,79 @@ static void mark_grads(const ir_graph *g, schedule *s, const int *uses, int id)
     add_flags(s, concat, MEMBER_VIEW);
 }
 
+int64_t attn_interleave_piece(const ir_graph *g, const schedule *s, int c, int q, int *piece)
+{
+    const ir_node *n = g->nodes[c];
+    if (n->op != IR_OP_concat || q < 0 || q >= n->nin || n->type.rank != 2 || !(flags_of(s, c) & MEMBER_VIEW)) return -1;
+    const ir_node *r = g->nodes[n->in[q]];
+    if (r->op != IR_OP_reshape || r->nin != 1 || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+        return -1;
+    const ir_node *t = g->nodes[r->in[0]];
+    if (!swaps_heads(t) || (flags_of(s, t->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW) return -1;
+    const ir_node *p = g->nodes[t->in[0]];
+    if ((flags_of(s, p->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_STRIDED || p->type.rank != 4 ||
+        p->op == IR_OP_attention || p->op == IR_OP_attention_grad)
+        return -1;
+    int64_t col = 0;
+    for (int j = 0; j < q; j++) col += g->nodes[n->in[j]]->type.dims[1];
+    *piece = p->id;
+    return col;
+}
+
+/* Whether strided result x ([B, H, T, D], stored in [B, T, H, D] order)
+ * is a piece of an interleaving concat: its transpose's reshape is input
+ * q of concat c, at column *col of c's rows (W wide). */
+static bool piece_of(const ir_graph *g, const schedule *s, int x, int64_t *col, int64_t *W)
+{
+    int list[2];
+    if (readers(g, x, list, 2) != 1) return false;
+    int t = list[0];
+    if (readers(g, t, list, 2) != 1) return false;
+    int r = list[0];
+    if (readers(g, r, list, 2) != 1) return false;
+    const ir_node *c = g->nodes[list[0]];
+    for (int q = 0; c->op == IR_OP_concat && q < c->nin; q++) {
+        int piece = -1;
+        int64_t at = c->in[q] == r ? attn_interleave_piece(g, s, c->id, q, &piece) : -1;
+        if (at >= 0 && piece == x) {
+            *col = at, *W = c->type.dims[1];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A lone concat of [B*T, H*D] values along its last axis, each the
+ * reshape of a transpose view of a strided result (mark_product: dq, dk,
+ * dv in their transposes' order): each result written into the concat's
+ * rows at its columns, the concat a view (MEMBER_VIEW) owning them. */
+static void mark_interleave(const ir_graph *g, schedule *s, const int *uses, int c)
+{
+    const ir_node *n = g->nodes[c];
+    if (n->op != IR_OP_concat || n->type.rank != 2 || ir_attr_i(n, "axis") != 1 || !lone_copy(s, c)) return;
+    size_t es = alloy_dtype_size(n->type.dtype);
+    int64_t col = 0, W = n->type.dims[1];
+    if (!aligned(W, es)) return;
+    for (int q = 0; q < n->nin; q++) {
+        const ir_node *r = g->nodes[n->in[q]];
+        if (r->op != IR_OP_reshape || uses[r->id] != 1 || s->kept[r->id] ||
+            (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+            return;
+        const ir_node *t = g->nodes[r->in[0]];
+        if (!swaps_heads(t) || uses[t->id] != 1 || s->kept[t->id] ||
+            (flags_of(s, t->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+            return;
+        const ir_node *p = g->nodes[t->in[0]];
+        if ((flags_of(s, p->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_STRIDED || uses[p->id] != 1 || s->kept[p->id] ||
+            p->type.rank != 4 || p->op == IR_OP_attention || p->op == IR_OP_attention_grad ||
+            p->type.dims[0] * p->type.dims[2] != n->type.dims[0] || r->type.dims[1] != p->type.dims[1] * p->type.dims[3] ||
+            !aligned(col, es))
+            return;
+        col += r->type.dims[1];
+    }
+    add_flags(s, c, MEMBER_VIEW);
+}
+
 void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
 {
     int nn = g->nnodes;
@@ -248,6 +321,8 @@ void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
         if (n->op == IR_OP_attention) mark_output(g, s, uses, n->id);
         else mark_grads(g, s, uses, n->id);
     }
+    for (int k = 0; k < s->nsteps; k++) /* after every product's marks: dq, dk, dv written into their concat */
+        if (s->steps[k].kind == STEP_KIND_OP) mark_interleave(g, s, uses, s->steps[k].pos);
 }
 
 /* Contiguous [B, H, R, D]. */
@@ -260,6 +335,9 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
     if (!s || !(flags_of(s, x) & MEMBER_STRIDED)) return contiguous(H, R, D);
     int op = g->nodes[x]->op;
+    int64_t col, rows;
+    if ((op == IR_OP_matmul || ir_ops[op].elementwise) && !(flags_of(s, x) & MEMBER_VIEW) && piece_of(g, s, x, &col, &rows))
+        return (attn_stride){0, R * rows, D, rows}; /* in a concat's [B, T, rows] rows, at its address (col in) */
     if (op == IR_OP_attention || op == IR_OP_matmul || (ir_ops[op].elementwise && !(flags_of(s, x) & MEMBER_VIEW)))
         return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
     /* transpose(reshape([slice(] X [)])): rows of X are W wide (any other

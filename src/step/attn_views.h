@@ -43,6 +43,11 @@ typedef struct attn_strides {
  *   - an attention o read only by one transpose [0, 2, 1, 3] (and as
  *     attention_grad's o): o is stored in the transpose's [B, T, H, D]
  *     order (MEMBER_STRIDED) and the transpose is a plain view of it;
+ *   - a lone concat along the last axis of [B*T, H*D] values, each the
+ *     reshape of such a transpose view of a strided result (dq, dk, dv of a
+ *     written-out attention): each result written into the concat's rows
+ *     at its columns (attn_interleave_piece), the concat a view owning
+ *     them (MEMBER_VIEW, no kernel);
  *   - an attention_grad whose dq, dk, dv slices are each transposed
  *     [0, 2, 1, 3], reshaped to [.., H*D] and concatenated along the last
  *     axis in that order (T == S): its result is stored in the concat's
@@ -71,6 +76,13 @@ AL_HIDDEN void attn_strides_of(const ir_graph *g, const schedule *s, const ir_no
  * view attn_views_mark made: a transpose, an aliasing concat) inside its
  * operand's value (in[0]'s), or -1 when i is none of them. */
 AL_HIDDEN int64_t attn_view_delta(const ir_graph *g, const schedule *s, int i);
+/* For input q of concat c that attn_views_mark made an interleave (dq, dk,
+ * dv each written by its own step in its transpose's order into the
+ * concat's [B*T, W] rows: a strided result P whose transpose's reshape is
+ * the input): P into *piece and the column of c's rows it starts at
+ * (elements); -1 for any other concat or input. The planner places P at
+ * that byte offset of c's slot, a piece as a gather's (sched_views). */
+AL_HIDDEN int64_t attn_interleave_piece(const ir_graph *g, const schedule *s, int c, int q, int *piece);
 /* Whether concat c is an alias attn_views_mark made (a plain view of its
  * first operand's strided root), not a gather. */
 AL_HIDDEN bool attn_view_alias(const ir_graph *g, const schedule *s, int c);

@@ -51,7 +51,8 @@ static int64_t value_bytes(const ir_graph *g, const schedule *s, const mem_plan 
 {
     if (pl->space == LP_LEAF) return (int64_t)ir_nbytes(&g->nodes[pl->node]->type);
     int owner = p->view_of && pl->space == LP_ARENA ? p->view_of[node] : -1;
-    if (owner >= 0 && g->nodes[node]->op == IR_OP_transpose)
+    bool strided = s->member_of[node] >= 0 && (s->members[s->member_of[node]].flags & MEMBER_STRIDED);
+    if (owner >= 0 && (g->nodes[node]->op == IR_OP_transpose || strided)) /* a strided piece too: written in its owner's rows */
         return (int64_t)ir_nbytes(&g->nodes[owner]->type) - (p->offset[node] - p->offset[owner]);
     return sched_padded_numel(g, s, node) * (int64_t)alloy_dtype_size(g->nodes[node]->type.dtype);
 }
