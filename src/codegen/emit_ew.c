@@ -19,7 +19,7 @@ static void offset_of(cg_text *t, const cg_ew_part *p, int o)
         return;
     }
     if (ty->rank == sp->rank && memcmp(ty->dims, sp->dims, sizeof(int64_t) * (size_t)sp->rank) == 0) {
-        char idx[160];
+        char idx[256]; /* a strided view's (cg_value_index) takes up to ~200 */
         cg_value_index(p->g, p->s, o, p->e, idx, sizeof idx);
         cg_put(t, "%s", idx);
         return;
@@ -119,7 +119,8 @@ void cg_emit_members(cg_text *t, const cg_ew_part *p)
             int k = cg_param_of(p->ps, CG_PARAM_NODE, x->id, true, 0);
             char idx[160];
             cg_value_index(g, s, x->id, p->e, idx, sizeof idx);
-            if (p->vec && sched_padded(s, x->id)) *p->vfail = true; /* its rows are not whole vectors */
+            if (p->vec && (sched_padded(s, x->id) || (mb->flags & MEMBER_STRIDED))) /* its rows are not whole vectors */
+                *p->vfail = true;
             if (p->vec) {
                 if (k >= p->vbase && k - p->vbase < 64) *p->vstore |= 1ull << (k - p->vbase);
                 else *p->vfail = true;

@@ -82,8 +82,10 @@ typedef struct cg_ew_part {
  * found_inf check (setting the kernel's `bad_`). */
 AL_HIDDEN void cg_emit_members(cg_text *t, const cg_ew_part *p);
 /* The memory index of element e (C text: a flat index over the value's
- * own dims) of node's value, into buf: e itself, or for a value with a
- * padded row stride (sched_pad) its row times that stride plus its column. */
+ * own dims) of node's value, into buf: e itself, for a value with a
+ * padded row stride (sched_pad) its row times that stride plus its
+ * column, for a strided [B, H, R, D] value (MEMBER_STRIDED:
+ * step/attn_views.h) its place through the value's strides. */
 AL_HIDDEN void cg_value_index(const ir_graph *g, const schedule *s, int node, const char *e, char *buf, size_t len);
 
 /* Appends the host emulation's entry `NAME__host(void **params)` (under

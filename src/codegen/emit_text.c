@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codegen/emit_impl.h"
+#include "step/attn_views.h"
 
 /* The preamble: storage types are plain integers and floats; conversions
  * follow src/base/convert.c bit for bit on the host (integer arithmetic),
@@ -361,6 +362,16 @@ bool cg_op_kernel(cg_program *prog, const ir_graph *g, int k, const char *name, 
 
 void cg_value_index(const ir_graph *g, const schedule *s, int node, const char *e, char *buf, size_t len)
 {
+    const ir_type *v = &g->nodes[node]->type;
+    if (s && s->member_of[node] >= 0 && (s->members[s->member_of[node]].flags & MEMBER_STRIDED) && v->rank == 4) {
+        /* a strided view or result [B, H, R, D] (step/attn_views.h): element (b, h, r, d) of the flat index */
+        attn_stride l = attn_layout_of(g, s, node);
+        long long H = (long long)v->dims[1], R = (long long)v->dims[2], D = (long long)v->dims[3];
+        al_fmt(buf, len, "(%lld + (%s) / %lld * %lld + (%s) / %lld %% %lld * %lld + (%s) / %lld %% %lld * %lld + (%s) %% %lld)",
+               (long long)l.base, e, H * R * D, (long long)l.batch, e, R * D, H, (long long)l.head, e, D, R,
+               (long long)l.row, e, D);
+        return;
+    }
     if (!sched_padded(s, node)) {
         al_fmt(buf, len, "%s", e);
         return;

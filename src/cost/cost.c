@@ -193,6 +193,7 @@ static void gemm_launch(const lp_plan *lp, int i, cost_launch *l)
         l->read += gm->m * d;
         l->flops += (double)gm->batch * (double)gm->m * (double)gm->n;
     }
+    if (gm->pointers) l->read += 3 * gm->batch * 8; /* the arrays of the matrices' addresses (written once, when built) */
     l->tensor = is_low(gm->ab);
     /* the real leading dimensions, padded where the plan padded the rows (sched_pad) */
     l->odd = gm->lda * ab % 16 || gm->ldb * ab % 16 || gm->ldd * d % 16;

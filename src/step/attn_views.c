@@ -1,4 +1,4 @@
-/* attn_views.c - strided views around the attention ops: the layout copies of a multi-head block (q/k/v sliced and transposed, o transposed back, dq/dk/dv concatenated) become strides the attention kernels read and write through. */
+/* attn_views.c - strided views around the attention ops and the batched products of a written-out attention: the layout copies of a multi-head block (q/k/v sliced and transposed, o transposed back, dq/dk/dv concatenated) become strides the attention kernels and the GEMMs read and write through. */
 #include <string.h>
 
 #include "step/attn_views.h"
@@ -28,13 +28,37 @@ static void add_flags(schedule *s, int i, uint8_t f) { s->members[s->member_of[i
 
 static bool aligned(int64_t elems, size_t es) { return (elems * (int64_t)es) % SCHED_VIEW_ALIGN == 0; }
 
-/* How many operand slots of attention ops read x. */
-static int attention_reads(const ir_graph *g, int x)
+bool attn_strided_matmul(const ir_graph *g, const ir_node *n)
+{
+    if (n->op != IR_OP_matmul || n->nin != 2 || n->type.rank != 4) return false;
+    for (int j = 0; j < 2; j++) {
+        const ir_type *t = &g->nodes[n->in[j]]->type;
+        if (t->rank != 4 || t->dims[0] != n->type.dims[0] || t->dims[1] != n->type.dims[1]) return false;
+    }
+    return true;
+}
+
+/* Whether the step of matmul n hands its operands to the library GEMM
+ * whole: a lone matmul, or the head of a gemm step. */
+static bool library_matmul(const schedule *s, const ir_node *n)
+{
+    int k = s->step_of[n->id];
+    if (k < 0) return false;
+    const sched_step *st = &s->steps[k];
+    return (st->kind == STEP_KIND_OP && st->n == 1) || (st->kind == STEP_KIND_GEMM && s->members[st->first].node == n->id);
+}
+
+/* How many operand slots of ops that read through strides read x: the
+ * attention ops, and batched matmuls of [B, H, R, D] operands whose step
+ * gives them to the library GEMM. */
+static int strided_reads(const ir_graph *g, const schedule *s, int x)
 {
     int k = 0;
-    for (int i = x + 1; i < g->nnodes; i++)
-        if (is_attention(g->nodes[i]))
-            for (int j = 0; j < g->nodes[i]->nin; j++) k += g->nodes[i]->in[j] == x;
+    for (int i = x + 1; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (is_attention(n) || (attn_strided_matmul(g, n) && library_matmul(s, n)))
+            for (int j = 0; j < n->nin; j++) k += n->in[j] == x;
+    }
     return k;
 }
 
@@ -51,12 +75,40 @@ static int readers(const ir_graph *g, int x, int *list, int max)
     return k;
 }
 
-/* Operand x of an attention op: transpose(reshape([slice(] X [)])) of a
- * row-major X read only by attention ops becomes a strided view of X. */
+static bool same_dims(const ir_type *a, const ir_type *b)
+{
+    return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank);
+}
+
+/* How many operand slots of elementwise ops read x whole: members of an
+ * ew step over x's own shape (no broadcast). */
+static int elementwise_reads(const ir_graph *g, const schedule *s, int x)
+{
+    int k = 0;
+    const ir_type *t = &g->nodes[x]->type;
+    for (int i = x + 1; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        int st = s->step_of[i];
+        if (st < 0 || s->steps[st].kind != STEP_KIND_EW || !same_dims(&s->steps[st].space, t) ||
+            !same_dims(&n->type, t) || !ir_ops[n->op].elementwise)
+            continue;
+        for (int j = 0; j < n->nin; j++) k += n->in[j] == x;
+    }
+    return k;
+}
+
+/* Operand x of an attention op, batched matmul or (sliced out of X only)
+ * elementwise step: transpose(reshape([slice(] X [)])) of a row-major X
+ * read only by such ops becomes a strided view of X. An elementwise
+ * reader may write its result over its operand's slot where the operand
+ * dies (plan.c), never over the owner of a view of part of it: so only a
+ * proper slice's. */
 static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
 {
     const ir_node *t = g->nodes[x];
-    if (!swaps_heads(t) || !lone_copy(s, x) || attention_reads(g, x) != uses[x]) return;
+    if (!swaps_heads(t) || !lone_copy(s, x)) return;
+    int reads = strided_reads(g, s, x), ew = elementwise_reads(g, s, x);
+    if (reads + ew != uses[x]) return;
     const ir_node *r = g->nodes[t->in[0]];
     if (r->op != IR_OP_reshape || s->kept[r->id] || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
         return;
@@ -70,6 +122,8 @@ static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
         if (axis != sl->type.rank - 1 || uses[sl->id] != 1 || uses[r->id] != 1 || !aligned(ir_attr_i(sl, "start"), es))
             return;
     }
+    /* an ew reader may take its operand's slot where that dies, whole (plan.c, may_take): a proper slice's never */
+    if (ew && (!sl || ir_nbytes(&sl->type) >= ir_nbytes(&src->type))) return;
     /* X is a stored value whose bytes are row-major (a plain view at most) */
     if (s->step_of[src->id] < 0 || !sched_stored(s, src->id) || (flags_of(s, src->id) & MEMBER_STRIDED)) return;
     const ir_type *cut = sl ? &sl->type : &src->type;
@@ -97,6 +151,28 @@ static void mark_output(const ir_graph *g, schedule *s, const int *uses, int o)
     if (tr < 0 || !aligned(n->type.dims[1] * n->type.dims[3], es) || !aligned(n->type.dims[3], es)) return;
     add_flags(s, o, MEMBER_STRIDED);
     add_flags(s, tr, MEMBER_VIEW);
+}
+
+/* A lone batched matmul (or a lone elementwise op over such a product:
+ * dq scaled) whose result o only one transpose [0, 2, 1, 3] reads: the
+ * GEMM (the kernel) writes o in the transpose's [B, T, H, D] order. */
+static void mark_product(const ir_graph *g, schedule *s, const int *uses, int o)
+{
+    const ir_node *n = g->nodes[o];
+    int list[2];
+    int k = s->step_of[o];
+    step_kind kind = n->op == IR_OP_matmul ? STEP_KIND_OP : STEP_KIND_EW;
+    if (k < 0 || s->steps[k].kind != kind || s->steps[k].n != 1 || s->kept[o] || n->type.rank != 4 ||
+        (flags_of(s, o) & (MEMBER_STORED | MEMBER_VIEW | MEMBER_CHECK)) != MEMBER_STORED || uses[o] != 1 ||
+        readers(g, o, list, 2) != 1)
+        return;
+    const ir_node *c = g->nodes[list[0]];
+    size_t es = alloy_dtype_size(n->type.dtype);
+    if (!swaps_heads(c) || !lone_copy(s, c->id) || !aligned(n->type.dims[1] * n->type.dims[3], es) ||
+        !aligned(n->type.dims[3], es))
+        return;
+    add_flags(s, o, MEMBER_STRIDED);
+    add_flags(s, c->id, MEMBER_VIEW);
 }
 
 /* attention_grad G whose dq, dk, dv slices go through transpose and
@@ -139,6 +215,79 @@ static void mark_grads(const ir_graph *g, schedule *s, const int *uses, int id)
     add_flags(s, concat, MEMBER_VIEW);
 }
 
+int64_t attn_interleave_piece(const ir_graph *g, const schedule *s, int c, int q, int *piece)
+{
+    const ir_node *n = g->nodes[c];
+    if (n->op != IR_OP_concat || q < 0 || q >= n->nin || n->type.rank != 2 || !(flags_of(s, c) & MEMBER_VIEW)) return -1;
+    const ir_node *r = g->nodes[n->in[q]];
+    if (r->op != IR_OP_reshape || r->nin != 1 || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+        return -1;
+    const ir_node *t = g->nodes[r->in[0]];
+    if (!swaps_heads(t) || (flags_of(s, t->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW) return -1;
+    const ir_node *p = g->nodes[t->in[0]];
+    if ((flags_of(s, p->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_STRIDED || p->type.rank != 4 ||
+        p->op == IR_OP_attention || p->op == IR_OP_attention_grad)
+        return -1;
+    int64_t col = 0;
+    for (int j = 0; j < q; j++) col += g->nodes[n->in[j]]->type.dims[1];
+    *piece = p->id;
+    return col;
+}
+
+/* Whether strided result x ([B, H, T, D], stored in [B, T, H, D] order)
+ * is a piece of an interleaving concat: its transpose's reshape is input
+ * q of concat c, at column *col of c's rows (W wide). */
+static bool piece_of(const ir_graph *g, const schedule *s, int x, int64_t *col, int64_t *W)
+{
+    int list[2];
+    if (readers(g, x, list, 2) != 1) return false;
+    int t = list[0];
+    if (readers(g, t, list, 2) != 1) return false;
+    int r = list[0];
+    if (readers(g, r, list, 2) != 1) return false;
+    const ir_node *c = g->nodes[list[0]];
+    for (int q = 0; c->op == IR_OP_concat && q < c->nin; q++) {
+        int piece = -1;
+        int64_t at = c->in[q] == r ? attn_interleave_piece(g, s, c->id, q, &piece) : -1;
+        if (at >= 0 && piece == x) {
+            *col = at, *W = c->type.dims[1];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A lone concat of [B*T, H*D] values along its last axis, each the
+ * reshape of a transpose view of a strided result (mark_product: dq, dk,
+ * dv in their transposes' order): each result written into the concat's
+ * rows at its columns, the concat a view (MEMBER_VIEW) owning them. */
+static void mark_interleave(const ir_graph *g, schedule *s, const int *uses, int c)
+{
+    const ir_node *n = g->nodes[c];
+    if (n->op != IR_OP_concat || n->type.rank != 2 || ir_attr_i(n, "axis") != 1 || !lone_copy(s, c)) return;
+    size_t es = alloy_dtype_size(n->type.dtype);
+    int64_t col = 0, W = n->type.dims[1];
+    if (!aligned(W, es)) return;
+    for (int q = 0; q < n->nin; q++) {
+        const ir_node *r = g->nodes[n->in[q]];
+        if (r->op != IR_OP_reshape || uses[r->id] != 1 || s->kept[r->id] ||
+            (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+            return;
+        const ir_node *t = g->nodes[r->in[0]];
+        if (!swaps_heads(t) || uses[t->id] != 1 || s->kept[t->id] ||
+            (flags_of(s, t->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
+            return;
+        const ir_node *p = g->nodes[t->in[0]];
+        if ((flags_of(s, p->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_STRIDED || uses[p->id] != 1 || s->kept[p->id] ||
+            p->type.rank != 4 || p->op == IR_OP_attention || p->op == IR_OP_attention_grad ||
+            p->type.dims[0] * p->type.dims[2] != n->type.dims[0] || r->type.dims[1] != p->type.dims[1] * p->type.dims[3] ||
+            !aligned(col, es))
+            return;
+        col += r->type.dims[1];
+    }
+    add_flags(s, c, MEMBER_VIEW);
+}
+
 void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
 {
     int nn = g->nnodes;
@@ -146,12 +295,34 @@ void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
     for (int i = 0; i < nn; i++)
         for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]]++;
     for (int k = 0; k < s->nsteps; k++) {
-        const ir_node *n = g->nodes[s->steps[k].pos];
+        const ir_node *n = g->nodes[s->members[s->steps[k].first].node];
+        if (attn_strided_matmul(g, n) && library_matmul(s, n)) {
+            for (int j = 0; j < 2; j++) {
+                mark_operand(g, s, uses, n->in[j]);
+                /* an operand an ew step computes from such a view (q scaled before q k^T) */
+                int e = s->step_of[n->in[j]];
+                if (e >= 0 && s->steps[e].kind == STEP_KIND_EW)
+                    for (int i = 0; i < s->steps[e].nin; i++) mark_operand(g, s, uses, s->inputs[s->steps[e].first_in + i]);
+            }
+            mark_product(g, s, uses, n->id);
+            continue;
+        }
+        if (s->steps[k].kind == STEP_KIND_EW && s->steps[k].n == 1 && ir_ops[n->op].elementwise) {
+            /* an elementwise op of a strided product's operands' kind: dq = (dS k) scaled */
+            bool of_product = false;
+            for (int j = 0; j < n->nin; j++)
+                of_product |= attn_strided_matmul(g, g->nodes[n->in[j]]) && same_dims(&g->nodes[n->in[j]]->type, &n->type);
+            if (of_product) mark_product(g, s, uses, n->id);
+            continue;
+        }
+        n = g->nodes[s->steps[k].pos];
         if (s->steps[k].kind != STEP_KIND_OP || !is_attention(n) || n->type.rank != 4) continue;
         for (int j = 0; j < n->nin; j++) mark_operand(g, s, uses, n->in[j]);
         if (n->op == IR_OP_attention) mark_output(g, s, uses, n->id);
         else mark_grads(g, s, uses, n->id);
     }
+    for (int k = 0; k < s->nsteps; k++) /* after every product's marks: dq, dk, dv written into their concat */
+        if (s->steps[k].kind == STEP_KIND_OP) mark_interleave(g, s, uses, s->steps[k].pos);
 }
 
 /* Contiguous [B, H, R, D]. */
@@ -163,7 +334,12 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     const ir_type *t = &g->nodes[x]->type;
     int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
     if (!s || !(flags_of(s, x) & MEMBER_STRIDED)) return contiguous(H, R, D);
-    if (g->nodes[x]->op == IR_OP_attention) return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
+    int op = g->nodes[x]->op;
+    int64_t col, rows;
+    if ((op == IR_OP_matmul || ir_ops[op].elementwise) && !(flags_of(s, x) & MEMBER_VIEW) && piece_of(g, s, x, &col, &rows))
+        return (attn_stride){0, R * rows, D, rows}; /* in a concat's [B, T, rows] rows, at its address (col in) */
+    if (op == IR_OP_attention || op == IR_OP_matmul || (ir_ops[op].elementwise && !(flags_of(s, x) & MEMBER_VIEW)))
+        return (attn_stride){0, R * H * D, D, H * D}; /* stored [B, T, H, D] */
     /* transpose(reshape([slice(] X [)])): rows of X are W wide (any other
      * chain, as a damaged bundle could flag, reads contiguous) */
     const ir_node *r = g->nodes[x]->nin == 1 ? g->nodes[g->nodes[x]->in[0]] : NULL;
@@ -173,6 +349,8 @@ static attn_stride operand(const ir_graph *g, const schedule *s, int x)
     int64_t W = src->type.dims[src->type.rank - 1];
     return (attn_stride){0, R * W, D, W};
 }
+
+attn_stride attn_layout_of(const ir_graph *g, const schedule *s, int x) { return operand(g, s, x); }
 
 void attn_strides_plain(int64_t H, int64_t T, int64_t S, int64_t D, attn_strides *out)
 {

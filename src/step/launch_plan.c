@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ir/groups.h"
+#include "step/attn_views.h"
 #include "step/launch_plan.h"
 
 /* A growing plan, with the first failure's message. */
@@ -9,6 +10,8 @@ typedef struct lp_builder {
     lp_plan *lp;
     const schedule *s; /* the padded row strides (sched_ld) */
     int acap, gcap;
+    int64_t pcap;   /* ptr_offsets' capacity */
+    int64_t ptr_at; /* the pointer arrays' bytes so far (their offsets are made absolute at the end) */
     char *err;
     size_t errlen;
     alloy_status status;
@@ -72,6 +75,28 @@ int lp_alignment(int64_t offset, int64_t stride_bytes, int64_t batch)
     return a;
 }
 
+int lp_gemm_alignment(const lp_plan *lp, const lp_gemm *gm, int which)
+{
+    const lp_place *pl = which == 0 ? &gm->a : which == 1 ? &gm->b : &gm->out;
+    alloy_dtype dt = which == 2 ? gm->d : gm->ab;
+    if (!gm->pointers) {
+        int64_t stride = which == 0 ? gm->stride_a : which == 1 ? gm->stride_b : gm->stride_d;
+        return lp_alignment(pl->offset, stride * (int64_t)alloy_dtype_size(dt), gm->batch);
+    }
+    int a = lp_alignment(pl->offset, 0, 1);
+    const int64_t *po = &lp->ptr_offsets[gm->ptrs + which * gm->batch];
+    for (int64_t i = 0; i < gm->batch; i++)
+        while (a > 1 && (pl->offset + po[i]) % a) a /= 2;
+    return a;
+}
+
+void lp_gemm_pointers(const lp_plan *lp, const lp_gemm *gm, uint64_t a, uint64_t b, uint64_t out, uint64_t *ptrs)
+{
+    const int64_t *po = &lp->ptr_offsets[gm->ptrs];
+    for (int64_t i = 0; i < 3 * gm->batch; i++)
+        ptrs[i] = (i < gm->batch ? a : i < 2 * gm->batch ? b : out) + (uint64_t)po[i];
+}
+
 static bool place_or_fail(lp_builder *b, const ir_graph *g, const mem_plan *p, int node, int step, lp_place *out)
 {
     if (lp_place_of(g, p, node, out)) return true;
@@ -84,9 +109,25 @@ static bool place_or_fail(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     return false;
 }
 
+static bool strided(const schedule *s, int i)
+{
+    return s->member_of[i] >= 0 && (s->members[s->member_of[i]].flags & MEMBER_STRIDED);
+}
+
+/* Strided value x ([B, H, R, D]) as a GEMM operand: its two batch strides
+ * into st[0..1] (elements), its row stride into *ld, its base into *at. */
+static void strided_operand(const ir_graph *g, const schedule *s, int x, size_t es, int64_t *st, int64_t *ld, lp_place *at)
+{
+    attn_stride l = attn_layout_of(g, s, x);
+    st[0] = l.batch, st[1] = l.head, *ld = l.row;
+    at->offset += l.base * (int64_t)es;
+}
+
 /* The GEMMs of matmul n into `out` (dtype d, the value of node result):
  * one strided-batched call per combination of the batch dims that do not
- * fold into one stride; with bias >= 0, each with the BIAS epilogue adding
+ * fold into one stride (one pointer-array call for them all where a
+ * strided view gives them two batch strides, every place is the arena's
+ * and there is no bias); with bias >= 0, each with the BIAS epilogue adding
  * that vector (the same for every batch: cuBLASLt's bias batch stride 0). */
 static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
                           alloy_dtype d, int result, int bias)
@@ -113,6 +154,16 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
         sd_all[i] = step_d;
         step_d *= to->dims[i];
     }
+    /* the row strides: padded values' (sched_pad), or a strided view's (attn_views.h) */
+    int64_t ld_a = sched_ld(g, b->s, n->in[0]), ld_b = sched_ld(g, b->s, n->in[1]), ld_d = sched_ld(g, b->s, result);
+    bool viewed = attn_strided_matmul(g, n) &&
+                  (strided(b->s, n->in[0]) || strided(b->s, n->in[1]) || (result == n->id && strided(b->s, n->id)));
+    if (viewed) { /* [B, H, R, D] values stored in another order: two batch strides each */
+        size_t es = alloy_dtype_size(ta->dtype);
+        if (strided(b->s, n->in[0])) strided_operand(g, b->s, n->in[0], es, sa_all, &ld_a, &pa);
+        if (strided(b->s, n->in[1])) strided_operand(g, b->s, n->in[1], es, sb_all, &ld_b, &pb);
+        if (result == n->id && strided(b->s, n->id)) strided_operand(g, b->s, n->id, alloy_dtype_size(d), sd_all, &ld_d, &out);
+    }
     for (int i = 0; i < r; i++) {
         if (to->dims[i] == 1) continue;
         dims[nb] = to->dims[i], sa[nb] = sa_all[i], sb[nb] = sb_all[i], sd[nb] = sd_all[i];
@@ -135,6 +186,37 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     for (int i = 0; i < inner; i++) outer *= dims[i];
     size_t ea = alloy_dtype_size(ta->dtype), ed = alloy_dtype_size(d);
     lp_plan *lp = b->lp;
+    if (viewed && outer > 1 && bias < 0 && pa.space == LP_ARENA && pb.space == LP_ARENA && out.space == LP_ARENA) {
+        /* strided views with two batch levels, places the executable keeps: one call over arrays of pointers
+         * (any other product keeps its plan: strided calls) */
+        lp_gemm gm = {.node = n->id, .step = step, .result = result, .bias_node = -1, .epilogue = LP_EPILOGUE_NONE,
+                      .ab = ta->dtype, .d = d, .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
+                      .lda = ld_b, .ldb = ld_a, .ldd = ld_d, .batch = outer * batch, .a = pb, .b = pa, .out = out,
+                      .pointers = true, .ptrs = lp->nptr_offsets, .ptr_at = {LP_AUX, -1, b->ptr_at}};
+        int64_t need = lp->nptr_offsets + 3 * gm.batch;
+        if (need > b->pcap) {
+            int64_t cap = b->pcap ? 2 * b->pcap : 256;
+            while (cap < need) cap *= 2;
+            int64_t *q = al_realloc(lp->ptr_offsets, sizeof(int64_t) * (size_t)cap);
+            if (!q) return oom(b);
+            lp->ptr_offsets = q, b->pcap = cap;
+        }
+        int64_t *po = &lp->ptr_offsets[gm.ptrs];
+        for (int64_t j = 0; j < gm.batch; j++) { /* matrix j: outer index j / batch, inner j % batch */
+            int64_t rem = j / batch, ii = j % batch, off_a = ii * stra, off_b = ii * strb, off_d = ii * strd;
+            for (int i = inner - 1; i >= 0; i--) {
+                int64_t idx = rem % dims[i];
+                rem /= dims[i];
+                off_a += idx * sa[i], off_b += idx * sb[i], off_d += idx * sd[i];
+            }
+            po[j] = off_b * (int64_t)ea, po[gm.batch + j] = off_a * (int64_t)ea, po[2 * gm.batch + j] = off_d * (int64_t)ed;
+        }
+        lp->nptr_offsets = need;
+        b->ptr_at += round_up(3 * gm.batch * (int64_t)sizeof(uint64_t), LP_AUX_ALIGN);
+        if (!grow((void **)&lp->gemms, &b->gcap, lp->ngemms + 1, sizeof gm)) return oom(b);
+        lp->gemms[lp->ngemms] = gm;
+        return add_action(b, (lp_action){.kind = LP_GEMM, .step = step, .index = lp->ngemms++});
+    }
     for (int64_t o = 0; o < outer; o++) {
         int64_t rem = o, off_a = 0, off_b = 0, off_d = 0;
         for (int i = inner - 1; i >= 0; i--) {
@@ -146,9 +228,7 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
                       .epilogue = bias >= 0 ? LP_EPILOGUE_BIAS : LP_EPILOGUE_NONE, .ab = ta->dtype, .d = d,
                       /* row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T */
                       .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
-                      /* the row strides: padded values' (sched_pad) */
-                      .lda = sched_ld(g, b->s, n->in[1]), .ldb = sched_ld(g, b->s, n->in[0]),
-                      .ldd = sched_ld(g, b->s, result),
+                      .lda = ld_b, .ldb = ld_a, .ldd = ld_d,
                       .batch = batch, .stride_a = strb, .stride_b = stra, .stride_d = strd,
                       .a = pb, .b = pa, .out = out};
         gm.a.offset += off_b * (int64_t)ea, gm.b.offset += off_a * (int64_t)ea, gm.out.offset += off_d * (int64_t)ed;
@@ -370,6 +450,14 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         if (!b.status) add_kernels(&b, g, p, prog, k, next, end);
         next = end;
     }
+    /* the pointer arrays above everything else in the aux block */
+    if (!b.status && b.ptr_at) {
+        int64_t base = round_up((int64_t)out->aux_bytes, LP_AUX_ALIGN);
+        for (int i = 0; i < out->ngemms; i++)
+            if (out->gemms[i].pointers) out->gemms[i].ptr_at.offset += base;
+        out->ptr_bytes = (size_t)b.ptr_at;
+        out->aux_bytes = (size_t)base + out->ptr_bytes;
+    }
     out->first_update = out->nactions;
     for (int i = 0; !b.status && i < g->nupdates; i++) {
         int t = ir_find_name(g, g->updates[i].name), v = g->updates[i].node;
@@ -393,6 +481,6 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
 
 void lp_free(lp_plan *lp)
 {
-    al_free(lp->actions), al_free(lp->gemms), al_free(lp->args), al_free(lp->first_arg);
+    al_free(lp->actions), al_free(lp->gemms), al_free(lp->args), al_free(lp->first_arg), al_free(lp->ptr_offsets);
     memset(lp, 0, sizeof *lp);
 }

@@ -10,7 +10,7 @@
 /* The device memory a run addresses: the planned arena (values, and the
  * GEMM product scratch at its top), the buffers bound to leaves (inputs,
  * params, state), and the aux block (per-step flags and per-row partials,
- * reused by every step). */
+ * reused by every step; the pointer-array GEMMs' arrays at its top). */
 typedef enum lp_space { LP_ARENA, LP_LEAF, LP_AUX } lp_space;
 
 /* A place: byte `offset` into the arena or aux block, or into the buffer
@@ -36,7 +36,15 @@ typedef enum lp_epilogue { LP_EPILOGUE_NONE, LP_EPILOGUE_BIAS } lp_epilogue;
  * Operands are `ab`, D is `d`; the sums are f32 (f64 for f64 operands).
  * D holds node `result`'s value: the matmul's, the plan's scratch (a gemm
  * step's f32 product), or for a step lp_library_epilogue takes, the
- * step's last member (a cast or the add of a BIAS epilogue). */
+ * step's last member (a cast or the add of a BIAS epilogue).
+ * With `pointers` the batch is cuBLASLt's pointer-array mode
+ * (CUBLASLT_BATCH_MODE_POINTER_ARRAY; stride_* unused): matrix i of A is
+ * at a plus ptr_offsets[ptrs + i] bytes, of B at b plus ptr_offsets[ptrs +
+ * batch + i], of D at out plus ptr_offsets[ptrs + 2 batch + i]; the three
+ * device arrays of those addresses (A's, B's, D's, batch 8-byte pointers
+ * each) lie at ptr_at in the aux block, written once when the executable
+ * is built (a, b and out are arena places, whose addresses an executable
+ * keeps); the GEMM is called with the arrays' addresses for A, B and D. */
 typedef struct lp_gemm {
     int node; /* the matmul */
     int step;
@@ -49,6 +57,9 @@ typedef struct lp_gemm {
     int64_t m, n, k, lda, ldb, ldd;
     int64_t batch, stride_a, stride_b, stride_d;
     lp_place a, b, out;
+    bool pointers; /* false: strided batch */
+    int64_t ptrs;
+    lp_place ptr_at;
 } lp_gemm;
 
 typedef enum lp_kind {
@@ -75,6 +86,9 @@ typedef struct lp_plan {
     int first_update; /* actions [first_update, nactions) copy the updates into state */
     lp_gemm *gemms;
     int ngemms;
+    int64_t *ptr_offsets; /* the pointer-array GEMMs' byte offsets (lp_gemm.ptrs) */
+    int64_t nptr_offsets;
+    size_t ptr_bytes;     /* their device arrays, at the top of the aux block */
     lp_place *args; /* per kernel k of the program: its nparams places from first_arg[k] */
     int *first_arg;
     int nkernels;
@@ -100,7 +114,11 @@ typedef struct lp_plan {
  * step the emitter left without a kernel that lp_library_epilogue takes:
  * product (+ bias) into the last member's slot in its dtype), its
  * kernels with their arguments placed, or its collective; then one copy per update into the
- * state leaf it names. A step the emitter left without a kernel (other
+ * state leaf it names. A batched matmul whose operands or result have
+ * two batch strides (strided views, step/attn_views.h) is one
+ * pointer-array GEMM where its places are in the arena and it has no
+ * bias, else (as any other product whose batch dims do not fold into one
+ * stride) one strided GEMM per index of its outer batch dims. A step the emitter left without a kernel (other
  * than a GEMM) is ALLOY_ERR_UNSUPPORTED naming the step, its op and why;
  * a place that cannot be found, ALLOY_ERR_INVALID; OOM, ALLOY_ERR_OOM.
  * Fills *out (lp_free) or leaves it empty. */
@@ -145,5 +163,13 @@ AL_HIDDEN bool lp_place_of(const ir_graph *g, const mem_plan *p, int node, lp_pl
  * operand takes: its offset and each batch's stride, given a base aligned
  * to 256 (a GEMM's declared alignment). */
 AL_HIDDEN int lp_alignment(int64_t offset, int64_t stride_bytes, int64_t batch);
+/* lp_alignment for operand `which` (0: A, 1: B, 2: D) of GEMM gm of lp:
+ * its place's offset and, strided, each batch's stride; with pointer
+ * arrays every matrix's offset. */
+AL_HIDDEN int lp_gemm_alignment(const lp_plan *lp, const lp_gemm *gm, int which);
+/* The device addresses of pointer-array GEMM gm's matrices (A's, B's,
+ * D's: 3 * batch), given the addresses of its places a, b and out. */
+AL_HIDDEN void lp_gemm_pointers(const lp_plan *lp, const lp_gemm *gm, uint64_t a, uint64_t b, uint64_t out,
+                                uint64_t *ptrs);
 
 #endif

@@ -589,7 +589,8 @@ static alloy_status plan_schedule_core(const ir_graph *g, const schedule *s, boo
         mat[i] = sched_stored(s, i);
         keep[i] = s->kept[i] || (no_reuse && mat[i]);
         /* an elementwise step of one node, or an all_reduce (MPI and NCCL reduce in place: its bucket's buffer) */
-        inplace[i] = !no_reuse && ((step->kind == STEP_KIND_EW && step->n == 1) ||
+        /* (not a result stored through strides, attn_views.h: its elements land elsewhere than it reads them) */
+        inplace[i] = !no_reuse && ((step->kind == STEP_KIND_EW && step->n == 1 && !(s->members[s->member_of[i]].flags & MEMBER_STRIDED)) ||
                                    (step->kind == STEP_KIND_COLLECTIVE && g->nodes[i]->op == IR_OP_all_reduce));
     }
     if (!st) sched_views(g, s, view_of, view_off); /* views share their owner's slot even without reuse */

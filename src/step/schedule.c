@@ -258,7 +258,12 @@ void sched_views(const ir_graph *g, const schedule *s, int *owner, int64_t *off)
             continue;
         for (int q = 0; q < g->nodes[c]->nin; q++) {
             int base = piece_base(g, s, g->nodes[c]->in[q]);
-            owner[base] = c, off[base] = sched_gather_delta(g, g->nodes[c], q);
+            int64_t d = sched_gather_delta(g, g->nodes[c], q);
+            if (d < 0) { /* an interleave's piece: a strided result in the concat's rows (attn_views.h) */
+                int64_t col = attn_interleave_piece(g, s, c, q, &base);
+                d = col < 0 ? -1 : col * (int64_t)alloy_dtype_size(g->nodes[c]->type.dtype);
+            }
+            owner[base] = c, off[base] = d;
         }
     }
     for (int i = 0; i < nn; i++) { /* reshapes and slices, through a piece to its concat */

@@ -41,11 +41,11 @@ enum {
     MEMBER_SPILLED = 16, /* a later part of its step reads it: handed over rounded to its dtype */
     MEMBER_VIEW = 32,   /* a reshape or contiguous slice of a stored value: no kernel; its value is bytes of its operand's
                          * (plan.h, view_of); on a concat: a gather, its inputs placed in its slot, no kernel;
-                         * around the attention ops also a transpose, and a concat aliasing its inputs' strided
-                         * root (attn_views.h) */
-    MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention operand or result read and
-                          * written through strides, or a view of one (attn_views.h); only the attention ops and
-                          * views read it */
+                         * around the attention ops and batched products also a transpose, and a concat aliasing
+                         * its inputs' strided root (attn_views.h) */
+    MEMBER_STRIDED = 64, /* its bytes are not its type's row-major order: an attention or batched matmul's operand
+                          * or result read and written through strides, or a view of one (attn_views.h); only the
+                          * attention ops, those matmuls and views read it */
     MEMBER_RANGED_READ = 128, /* a gemm step's cast to f32 of its f16/bf16 product, whose readers apply the product's
                                * range rule as they load it (sched_mark_ranged_reads): a backend may store it before
                                * the rule (cuBLASLt's f32 D, no epilogue kernel) */

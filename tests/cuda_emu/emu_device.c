@@ -354,8 +354,22 @@ static alloy_status e_launch(cdev *dev, cdev_function *f, unsigned grid, unsigne
     return ALLOY_OK;
 }
 
+/* Whether the emulated cuBLASLt's heuristic finds algorithms for pointer-array layouts (emu_device_set_pointer_arrays). */
+static bool pointer_arrays = true;
+
+void emu_device_set_pointer_arrays(bool found) { pointer_arrays = found; }
+
 static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out)
 {
+    if (gm->pointers && !pointer_arrays) { /* as blt_gemm_prepare words it when the heuristic returns none */
+        snprintf(dev->error, sizeof dev->error,
+                 "cuBLASLt found no algorithm for %s x %s -> %s, m %lld n %lld k %lld (lda %lld ldb %lld ldd %lld, batch "
+                 "%lld as arrays of pointers, CUBLASLT_BATCH_MODE_POINTER_ARRAY)",
+                 alloy_dtype_name(gm->ab), alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d), (long long)gm->m,
+                 (long long)gm->n, (long long)gm->k, (long long)gm->lda, (long long)gm->ldb, (long long)gm->ldd,
+                 (long long)gm->batch);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
     for (int i = 0; i < 3; i++)
         if (align[i] < 1 || align[i] > 256 || (align[i] & (align[i] - 1)))
             return fail(dev, ALLOY_ERR_INVALID, "%s", "a GEMM operand alignment that is not a power of two up to 256");
@@ -389,7 +403,8 @@ static void gpu_numerics_column(const lp_gemm *gm, const double *A, const double
     }
 }
 
-/* D = op(A) op(B), column-major as cuBLASLt defines it, summed in double
+/* D = op(A) op(B), column-major as cuBLASLt defines it (a batch by
+ * strides, or by arrays of pointers read from device memory), summed in double
  * and rounded once into D's dtype (in the GPU-numerics mode as cuBLASLt
  * sums, gpu_numerics_column); with the BIAS epilogue, the f32 sum plus
  * bias[i] (D's m values, in D's dtype) in f32 for every column j, then
@@ -422,10 +437,30 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
         cvt_load_f32(gm->d, (const void *)(uintptr_t)bias, vb, (size_t)gm->m);
     }
     const bool gpu = emu_gpu_numerics();
+    if (gm->pointers) { /* CUBLASLT_BATCH_MODE_POINTER_ARRAY: a, b, d are device arrays of batch pointers each */
+        bool bad = false;
+        const cdev_ptr arrays[3] = {a, b, d};
+        static const char *const names[3] = {"GEMM pointer array A", "GEMM pointer array B", "GEMM pointer array D"};
+        for (int q = 0; !bad && q < 3; q++)
+            bad = !arrays[q] || emu_slots_read(check, (const void *)(uintptr_t)arrays[q], (size_t)gm->batch * sizeof(uint64_t),
+                                               names[q], dev->error, sizeof dev->error);
+        if (bad) {
+            if (!dev->error[0]) snprintf(dev->error, sizeof dev->error, "a pointer-array GEMM without its arrays");
+            free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
+            return ALLOY_ERR_CUDA;
+        }
+    }
     for (int64_t bi = 0; bi < gm->batch; bi++) {
         const char *pa = (const char *)(uintptr_t)a + bi * gm->stride_a * (int64_t)ea;
         const char *pb = (const char *)(uintptr_t)b + bi * gm->stride_b * (int64_t)ea;
         char *pd = (char *)(uintptr_t)d + bi * gm->stride_d * (int64_t)ed;
+        if (gm->pointers) { /* matrix bi's addresses, read from the device arrays as cuBLASLt reads them */
+            uint64_t at[3];
+            memcpy(&at[0], (const char *)(uintptr_t)a + bi * 8, 8);
+            memcpy(&at[1], (const char *)(uintptr_t)b + bi * 8, 8);
+            memcpy(&at[2], (const char *)(uintptr_t)d + bi * 8, 8);
+            pa = (const char *)(uintptr_t)at[0], pb = (const char *)(uintptr_t)at[1], pd = (char *)(uintptr_t)at[2];
+        }
         /* each stored column's rows alone: the elements between a column's end and the next (a
          * padded row stride, ld above the rows) are neither read nor written, as in cuBLASLt */
         bool bad = false;
@@ -475,6 +510,7 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     emu_of(dev)->stats.gemms++, totals.gemms++;
     if (with_bias) emu_of(dev)->stats.bias_gemms++, totals.bias_gemms++;
     if (gm->result != gm->node) emu_of(dev)->stats.whole_gemms++, totals.whole_gemms++;
+    if (gm->pointers) emu_of(dev)->stats.pointer_gemms++, totals.pointer_gemms++;
     return ALLOY_OK;
 }
 

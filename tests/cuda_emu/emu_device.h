@@ -12,6 +12,7 @@ typedef struct emu_device_stats {
     long host_calls; /* libraries' work run on the stream (emu_stream.h: the emulated NCCL's collectives), replays too */
     long bias_gemms; /* of gemms, those with the BIAS epilogue */
     long whole_gemms; /* of gemms, those computing a gemm step whole: D a later member's value (a cast, a bias add) */
+    long pointer_gemms; /* of gemms, those batched by arrays of pointers (CUBLASLT_BATCH_MODE_POINTER_ARRAY) */
 } emu_device_stats;
 
 /* An emulated device of compute capability sm (memory freshly allocated
@@ -39,6 +40,10 @@ alloy_status emu_bundle_images(const al_options *cfg, const char *archs, int nmo
 /* The CUDA driver version devices opened next report, 13000 for 13.0
  * (0, the default: none, which the backend does not check). */
 void emu_device_set_driver(int version);
+/* Whether the emulated cuBLASLt's heuristic returns an algorithm for a
+ * pointer-array GEMM (CUBLASLT_BATCH_MODE_POINTER_ARRAY; default true):
+ * false makes preparing one fail as cuBLASLt's empty answer does. */
+void emu_device_set_pointer_arrays(bool found);
 /* Makes the nth launch (from 1) of a kernel whose name contains kernel
  * ("" or NULL: any) fault as a GPU does: the launch returns, and that call
  * and every later one on the device fails with CUDA_ERROR_ILLEGAL_ADDRESS;

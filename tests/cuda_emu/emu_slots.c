@@ -427,7 +427,7 @@ int emu_slots_read(const emu_action *a, const void *p, size_t bytes, const char 
     for (int i = 0; i < a->n; i++) {
         if (!inside(&a->ext[i], at, bytes)) continue;
         char msg[600];
-        if (!r->shadow || read_written(a, &a->ext[i], r, at, bytes, "reads", msg, sizeof msg)) return 0;
+        if (!r->shadow || a->ext[i].kept || read_written(a, &a->ext[i], r, at, bytes, "reads", msg, sizeof msg)) return 0;
         snprintf(err, errlen, "%s %s", what, msg);
         return -1;
     }

@@ -13,6 +13,7 @@
 #include "runtime/io/checksum.h"
 #include "runtime/io/safetensors_memory.h"
 #include "runtime/bundle/bundle.h"
+#include "step/attn_views.h"
 
 /* A cursor over one section; the first failure is recorded and sticks. */
 typedef struct rd {
@@ -133,12 +134,14 @@ static bool heads_transpose(const ir_node *n)
  * reshape or contiguous slice of a computed value, a concat gathering
  * computed values at aligned byte offsets, or around the attention ops a
  * transpose [0, 2, 1, 3], a strided slice, a concat of reshapes (schedule.h,
- * step/attn_views.h); and MEMBER_STRIDED only on an attention op or such a
- * view. */
+ * step/attn_views.h); and MEMBER_STRIDED only on an attention op, a
+ * batched matmul attn_views_mark may stride (attn_strided_matmul), a
+ * rank-4 elementwise op (a product scaled) or such a view. */
 static bool view_fits(const ir_graph *g, const ir_node *n, uint8_t flags)
 {
     bool attn = n->op == IR_OP_attention || n->op == IR_OP_attention_grad;
-    if (!(flags & MEMBER_VIEW)) return !(flags & MEMBER_STRIDED) || attn;
+    if (!(flags & MEMBER_VIEW))
+        return !(flags & MEMBER_STRIDED) || attn || attn_strided_matmul(g, n) || (ir_ops[n->op].elementwise && n->type.rank == 4);
     if (attn || n->nin < 1 || is_leaf(g, n->in[0])) return false;
     if (heads_transpose(n)) return true;
     if (flags & MEMBER_STRIDED) return n->op == IR_OP_reshape || n->op == IR_OP_slice;
@@ -225,9 +228,10 @@ static bool read_schedule(rd *r, const ir_graph *g, schedule *s)
         else if ((t->kind == STEP_KIND_OP || t->kind == STEP_KIND_COLLECTIVE) && t->n != 1) rd_fail(r, "%s: op step %" PRId64 " has several members", "schedule", i);
         for (int m = t->first; m < t->first + t->n && !r->bad; m++) /* a view: a lone reshape or contiguous slice of a non-leaf */
             if ((s->members[m].flags & (MEMBER_VIEW | MEMBER_STRIDED)) &&
-                (t->kind != STEP_KIND_OP || !view_fits(g, last, s->members[m].flags)))
+                ((t->kind != STEP_KIND_OP && !(t->kind == STEP_KIND_EW && t->n == 1 && !(s->members[m].flags & MEMBER_VIEW))) ||
+                 !view_fits(g, last, s->members[m].flags)))
                 rd_fail(r, "%s: step %" PRId64 " has a view that is not a lone reshape, contiguous slice or gathered concat of "
-                        "computed values, nor a strided view around an attention op", "schedule", i);
+                        "computed values, nor a strided view around an attention op or batched product", "schedule", i);
     }
     for (int i = 0; i < nn && !r->bad; i++) {
         s->step_of[i] = rd_int(r, "step_of", -1, s->nsteps - 1);

@@ -1,7 +1,8 @@
-/* cpu_matmul.c - batched matmul with numpy-broadcast batch dims: f32/f64 as pieces of one GEMM per batch on the run's threads, f16/bf16 through the low-precision GEMM. */
+/* cpu_matmul.c - batched matmul with numpy-broadcast batch dims: f32/f64 as pieces of one GEMM per batch on the run's threads, f16/bf16 through the low-precision GEMM; operands read through the strides of the schedule's strided views. */
 #include <string.h>
 
 #include "runtime/cpu/cpu.h"
+#include "step/attn_views.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_lowp.h"
 
@@ -80,6 +81,54 @@ static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm
     return ALLOY_OK;
 }
 
+static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out, const rt_tensor *in);
+
+static bool strided(const schedule *s, int i)
+{
+    return s->member_of[i] >= 0 && (s->members[s->member_of[i]].flags & MEMBER_STRIDED);
+}
+
+/* A [B, H, R, D] matmul under a schedule that may store its operands or
+ * result in another order (step/attn_views.h): the operands are read
+ * through their strides while packing; a strided result is computed
+ * row-major into a buffer of its own and its rows copied to their places
+ * (the same sums, so the same bits as over the copies). */
+static alloy_status strided_matmul(cpu_exec *x, const ir_node *n, mm_plan *p, rt_tensor *out, const rt_tensor *in)
+{
+    const ir_graph *g = x->graph;
+    const schedule *s = x->sched;
+    for (int j = 0; j < 2; j++) {
+        if (!strided(s, n->in[j])) continue;
+        attn_stride l = attn_layout_of(g, s, n->in[j]);
+        int64_t *st = j ? p->stride_b : p->stride_a;
+        st[0] = l.batch, st[1] = l.head;
+        *(j ? &p->ldb : &p->lda) = l.row;
+    }
+    rt_tensor a[2] = {in[0], in[1]};
+    for (int j = 0; j < 2; j++)
+        if (strided(s, n->in[j]))
+            a[j].data = (char *)a[j].data + attn_layout_of(g, s, n->in[j]).base * (int64_t)alloy_dtype_size(a[j].type.dtype);
+    if (!strided(s, n->id) || ir_numel(&out->type) == 0) return run_matmul(x, n, p, out, a);
+    size_t es = alloy_dtype_size(out->type.dtype), bytes = ir_nbytes(&out->type);
+    rt_tensor dense = *out;
+    if (!(dense.data = al_malloc(bytes))) {
+        char label[32];
+        return cpu_fail(x, ALLOY_ERR_OOM, "matmul '%s': out of memory for its strided result",
+                        ir_node_label(n, label, sizeof label));
+    }
+    alloy_status st = run_matmul(x, n, p, &dense, a);
+    attn_stride l = attn_layout_of(g, s, n->id);
+    const ir_type *t = &out->type;
+    int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
+    for (int64_t b = 0; !st && b < t->dims[0]; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t r = 0; r < R; r++)
+                memcpy((char *)out->data + (size_t)(l.base + b * l.batch + h * l.head + r * l.row) * es,
+                       (const char *)dense.data + (size_t)(((b * H + h) * R + r) * D) * es, (size_t)D * es);
+    al_free(dense.data);
+    return st;
+}
+
 /* matmul: out[..., M, N] = op(a) op(b) per batch, batch dims broadcast;
  * f32/f64 through gemm_part, f16/bf16 via f32 with one final rounding. */
 alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
@@ -101,23 +150,30 @@ alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     }
     ir_matmul_batch_strides(ta, p.batch_rank, p.stride_a);
     ir_matmul_batch_strides(tb, p.batch_rank, p.stride_b);
+    if (x->graph && x->sched && attn_strided_matmul(x->graph, n)) return strided_matmul(x, n, &p, out, in);
+    return run_matmul(x, n, &p, out, in);
+}
 
+/* The product of plan p into out. */
+static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out, const rt_tensor *in)
+{
+    const ir_type *ta = &in[0].type, *to = &out->type;
     if (ir_numel(to) == 0) return ALLOY_OK;
-    if (p.k == 0) { /* empty sums: all-zero bytes are +0 in every float dtype */
+    if (p->k == 0) { /* empty sums: all-zero bytes are +0 in every float dtype */
         memset(out->data, 0, ir_nbytes(to));
         return ALLOY_OK;
     }
     /* f16/bf16 operands go through f32 whatever the result's dtype: a GEMM
      * epilogue group (cpu_groups.c) asks for the unrounded f32 product */
-    if (ta->dtype == ALLOY_F16 || ta->dtype == ALLOY_BF16) return matmul_low_precision(x, n, &p, out, in);
+    if (ta->dtype == ALLOY_F16 || ta->dtype == ALLOY_BF16) return matmul_low_precision(x, n, p, out, in);
     switch (to->dtype) {
     case ALLOY_F32:
     case ALLOY_F64:
-        matmul_wide(x, &p, to->dtype == ALLOY_F64, out, in);
+        matmul_wide(x, p, to->dtype == ALLOY_F64, out, in);
         return ALLOY_OK;
     case ALLOY_F16:
     case ALLOY_BF16:
-        return matmul_low_precision(x, n, &p, out, in);
+        return matmul_low_precision(x, n, p, out, in);
     default: {
         char label[32];
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "matmul '%s': dtype %s is not supported",

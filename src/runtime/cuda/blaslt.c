@@ -68,17 +68,22 @@ void blt_gemm_release(const blt_library *lib, blt_gemm *g)
     memset(g, 0, sizeof *g);
 }
 
-/* A layout of rows x cols (leading dim ld) of type t, batched when batch > 1. */
+/* A layout of rows x cols (leading dim ld) of type t, batched when batch > 1: by a stride, or
+ * (pointers) through arrays of per-matrix pointers the call is given in place of the matrix. */
 static cublasStatus_t layout(const blt_library *lib, cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
-                             int64_t cols, int64_t ld, int64_t batch, int64_t stride)
+                             int64_t cols, int64_t ld, int64_t batch, int64_t stride, bool pointers)
 {
     cublasStatus_t s = lib->cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld);
-    if (s == CUBLAS_STATUS_SUCCESS && batch > 1) {
+    if (s == CUBLAS_STATUS_SUCCESS && (batch > 1 || pointers)) {
         int32_t count = (int32_t)batch;
         s = lib->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
-        if (s == CUBLAS_STATUS_SUCCESS)
+        if (s == CUBLAS_STATUS_SUCCESS && pointers) {
+            uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+            s = lib->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof mode);
+        } else if (s == CUBLAS_STATUS_SUCCESS) {
             s = lib->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                       sizeof stride);
+        }
     }
     return s;
 }
@@ -132,10 +137,12 @@ alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const i
                                                     sizeof bias_type);
     }
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout(lib, &out->a, ab, gm->ta ? gm->k : gm->m, gm->ta ? gm->m : gm->k, gm->lda, gm->batch, gm->stride_a);
+        s = layout(lib, &out->a, ab, gm->ta ? gm->k : gm->m, gm->ta ? gm->m : gm->k, gm->lda, gm->batch, gm->stride_a,
+                   gm->pointers);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout(lib, &out->b, ab, gm->tb ? gm->n : gm->k, gm->tb ? gm->k : gm->n, gm->ldb, gm->batch, gm->stride_b);
-    if (s == CUBLAS_STATUS_SUCCESS) s = layout(lib, &out->d, d, gm->m, gm->n, gm->ldd, gm->batch, gm->stride_d);
+        s = layout(lib, &out->b, ab, gm->tb ? gm->n : gm->k, gm->tb ? gm->k : gm->n, gm->ldb, gm->batch, gm->stride_b,
+                   gm->pointers);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(lib, &out->d, d, gm->m, gm->n, gm->ldd, gm->batch, gm->stride_d, gm->pointers);
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS) s = choose(lib, out, align, &found);
     if (s == CUBLAS_STATUS_SUCCESS && !found) { /* the fallback: declare only element alignment */
@@ -143,11 +150,11 @@ alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const i
         s = choose(lib, out, elem, &found);
     }
     if (s != CUBLAS_STATUS_SUCCESS || !found) {
-        al_fmt(err, errlen, "cuBLASLt %s for %s x %s -> %s, m %lld n %lld k %lld (lda %lld ldb %lld ldd %lld, batch %lld)",
+        al_fmt(err, errlen, "cuBLASLt %s for %s x %s -> %s, m %lld n %lld k %lld (lda %lld ldb %lld ldd %lld, batch %lld%s)",
                s != CUBLAS_STATUS_SUCCESS ? lib->cublasLtGetStatusName(s) : "found no algorithm",
                alloy_dtype_name(gm->ab), alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d), (long long)gm->m,
                (long long)gm->n, (long long)gm->k, (long long)gm->lda, (long long)gm->ldb, (long long)gm->ldd,
-               (long long)gm->batch);
+               (long long)gm->batch, gm->pointers ? " as arrays of pointers, CUBLASLT_BATCH_MODE_POINTER_ARRAY" : "");
         blt_gemm_release(lib, out);
         return ALLOY_ERR_UNSUPPORTED;
     }

@@ -75,7 +75,8 @@ AL_HIDDEN alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *g
                                         char *err, size_t errlen);
 AL_HIDDEN void blt_gemm_release(const blt_library *lib, blt_gemm *g);
 /* Queues D = op(A) op(B) (+ bias, D's m values, with the BIAS epilogue)
- * on stream with the workspace. */
+ * on stream with the workspace; for a pointer-array GEMM (lp_gemm's
+ * pointers) a, b and d are device arrays of the batch's matrix addresses. */
 AL_HIDDEN alloy_status blt_gemm_run(const blt_library *lib, const blt_gemm *g, const void *a, const void *b, void *d,
                                     const void *bias, void *workspace, cudaStream_t stream, char *err, size_t errlen);
 

@@ -229,11 +229,30 @@ static alloy_status collectives_ready(rt_backend *b, rt_exec *e)
     return st ? rt_fail(b, st, "cuda: %s: %s", where, err) : ALLOY_OK;
 }
 
-/* The alignment (bytes) a GEMM operand at place pl can declare: arena, aux
- * and leaf buffers start 256-aligned. */
-static int place_alignment(const lp_place *pl, int64_t stride, alloy_dtype dt, int64_t batch)
+static cdev_ptr address(rt_backend *b, rt_exec *e, const lp_place *pl, int64_t bytes, alloy_status *st);
+
+/* The pointer-array GEMMs' arrays of matrix addresses, written into the
+ * aux block once the arena and aux block are allocated: their addresses
+ * stay for the executable's life (a captured graph replays the same). */
+static alloy_status upload_pointers(rt_backend *b, rt_exec *e)
 {
-    return lp_alignment(pl->offset, stride * (int64_t)alloy_dtype_size(dt), batch);
+    cdev *dev = device_of(b);
+    for (int i = 0; i < e->lp.ngemms; i++) {
+        const lp_gemm *gm = &e->lp.gemms[i];
+        if (!gm->pointers) continue;
+        alloy_status st = ALLOY_OK;
+        uint64_t *ptrs = al_malloc(sizeof *ptrs * (size_t)(3 * gm->batch));
+        if (!ptrs) return rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory for a GEMM's pointer arrays");
+        uint64_t pa = address(b, e, &gm->a, 1, &st), pb = address(b, e, &gm->b, 1, &st), pd = address(b, e, &gm->out, 1, &st);
+        if (!st) {
+            lp_gemm_pointers(&e->lp, gm, pa, pb, pd, ptrs);
+            if ((st = dev->ops->upload(dev, e->aux + (cdev_ptr)gm->ptr_at.offset, ptrs, sizeof *ptrs * (size_t)(3 * gm->batch))))
+                dev_fail(b, st, "a GEMM's pointer arrays");
+        }
+        al_free(ptrs);
+        if (st) return st;
+    }
+    return ALLOY_OK;
 }
 
 /* An executable for schedule s of g with plan p: its kernels emitted and
@@ -270,9 +289,7 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
     if (!st) st = x ? load_images(b, e, x) : cuda_jit_load(b, dev, &e->jit, &e->modules, &e->nmodules, e->fn);
     for (int i = 0; !st && i < e->lp.ngemms; i++) {
         const lp_gemm *gm = &e->lp.gemms[i];
-        int align[3] = {place_alignment(&gm->a, gm->stride_a, gm->ab, gm->batch),
-                        place_alignment(&gm->b, gm->stride_b, gm->ab, gm->batch),
-                        place_alignment(&gm->out, gm->stride_d, gm->d, gm->batch)};
+        int align[3] = {lp_gemm_alignment(&e->lp, gm, 0), lp_gemm_alignment(&e->lp, gm, 1), lp_gemm_alignment(&e->lp, gm, 2)};
         if ((st = dev->ops->gemm_prepare(dev, gm, align, &e->gemm[i]))) {
             char label[64], what[160];
             al_fmt(what, sizeof what, "the GEMM of matmul %s (step %d)", ir_node_label(g->nodes[gm->node], label, sizeof label),
@@ -287,6 +304,7 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
     if (!st && e->lp.counter_bytes &&
         (st = dev->ops->zero(dev, e->aux + (cdev_ptr)(e->lp.checks_bytes + e->lp.kept_bytes), e->lp.counter_bytes)))
         dev_fail(b, st, "zeroing the reductions' block counters");
+    if (!st && e->lp.ptr_bytes) st = upload_pointers(b, e);
     if (st) {
         exec_free(b, e);
         return st;
@@ -345,7 +363,7 @@ static alloy_status sync_action(rt_backend *b, rt_exec *e, int i)
 /* On a checking device: the extents action a touches, told to the device before it is queued. */
 static void describe_extents(rt_exec *e, cdev *dev, const lp_action *a)
 {
-    int max = e->maxparams + 4; /* a GEMM: A, B, D and a bias */
+    int max = e->maxparams + 5; /* a GEMM: A, B, D, a bias and the pointer arrays */
     cdev_extent *ext = al_malloc(sizeof *ext * (size_t)max);
     int n = ext ? cu_action_extents(e->g, e->s, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
     dev->ops->describe(dev, ext, n); /* none (out of memory): the device checks the action against nothing */
@@ -380,6 +398,10 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
             const lp_gemm *gm = &e->lp.gemms[a->index];
             cdev_ptr pa = address(b, e, &gm->a, 1, &st), pb = address(b, e, &gm->b, 1, &st),
                      pd = address(b, e, &gm->out, 1, &st);
+            if (gm->pointers) { /* the arrays of the batch's addresses (upload_pointers) */
+                cdev_ptr arrays = e->aux + (cdev_ptr)gm->ptr_at.offset, each = (cdev_ptr)(8 * gm->batch);
+                pa = arrays, pb = arrays + each, pd = arrays + 2 * each;
+            }
             cdev_ptr pbias = gm->epilogue == LP_EPILOGUE_BIAS ? address(b, e, &gm->bias, 1, &st) : 0;
             if (!st && (st = dev->ops->gemm(dev, e->gemm[a->index], pa, pb, pd, pbias))) {
                 char label[64], what[160];
@@ -453,6 +475,7 @@ static rt_profile_row profile_row(const rt_exec *e, int i, double us)
         int64_t ab = (int64_t)alloy_dtype_size(gm->ab), d = (int64_t)alloy_dtype_size(gm->d);
         r.action = "gemm";
         r.bytes = gm->batch * ((gm->m * gm->k + gm->k * gm->n) * ab + gm->m * gm->n * d);
+        if (gm->pointers) r.bytes += 24 * gm->batch; /* the arrays of the matrices' addresses, as the cost model counts */
         r.flops = 2.0 * (double)gm->batch * (double)gm->m * (double)gm->n * (double)gm->k;
         char batch[32] = "";
         if (gm->batch > 1) al_fmt(batch, sizeof batch, "%lldx", (long long)gm->batch);

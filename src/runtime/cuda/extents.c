@@ -51,7 +51,8 @@ static int64_t value_bytes(const ir_graph *g, const schedule *s, const mem_plan 
 {
     if (pl->space == LP_LEAF) return (int64_t)ir_nbytes(&g->nodes[pl->node]->type);
     int owner = p->view_of && pl->space == LP_ARENA ? p->view_of[node] : -1;
-    if (owner >= 0 && g->nodes[node]->op == IR_OP_transpose)
+    bool strided = s->member_of[node] >= 0 && (s->members[s->member_of[node]].flags & MEMBER_STRIDED);
+    if (owner >= 0 && (g->nodes[node]->op == IR_OP_transpose || strided)) /* a strided piece too: written in its owner's rows */
         return (int64_t)ir_nbytes(&g->nodes[owner]->type) - (p->offset[node] - p->offset[owner]);
     return sched_padded_numel(g, s, node) * (int64_t)alloy_dtype_size(g->nodes[node]->type.dtype);
 }
@@ -92,7 +93,7 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
         lp_place pa, pb, pd = gm->out;
         bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset >= (int64_t)p->scratch_offset &&
                        gm->out.offset < (int64_t)(p->scratch_offset + p->scratch_bytes);
-        if (max < 3 + (gm->bias_node >= 0) || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb))
+        if (max < 3 + (gm->bias_node >= 0) + gm->pointers || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb))
             break;
         if (scratch) pd.offset = (int64_t)p->scratch_offset;
         else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's, or a library step's last member's */
@@ -102,6 +103,11 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
                              gm->result, true);
         if (gm->bias_node >= 0) /* the BIAS epilogue's vector, read whole */
             out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, s, p, &gm->bias, gm->bias_node), gm->bias_node, false);
+        if (gm->pointers && n < max) { /* the arrays of the batch's matrix addresses (A's, B's, D's), written when built */
+            out[n] = extent_at(g, &gm->ptr_at, at, 3 * 8 * gm->batch, -1, false);
+            al_fmt(out[n].name, sizeof out[n].name, "the GEMM's pointer arrays");
+            out[n++].kept = true;
+        }
         break;
     }
     case LP_ZERO:

@@ -1,0 +1,438 @@
+/* test_ptrbatch.c - the batched products of a written-out attention over strided views: k and v read out of a fused projection, p v, dv and dk written in their transposes' order, the GEMMs with two batch strides one pointer-array call each; the copies' bits on the CPU, the pointer arrays by hand, and the emulated device against the CPU. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "alloy/alloy.h"
+#include "codegen/emit.h"
+#include "cost/cost.h"
+#include "cuda_emu/emu_device.h"
+#include "cuda_emu/emu_loader.h"
+#include "runtime/backend.h"
+#include "runtime/graph/graph_impl.h"
+#include "step/launch_plan.h"
+#include "support.h"
+
+/* Batch, context, heads, head dim: C = H * D, the projection [B*T, 3C]. */
+enum { B = 2, T = 24, H = 2, D = 16, C = H * D, N = B * T };
+
+/* One configuration's data: x [N, C], w [C, 3C], r [N, C] (loss = sum(y * y * r)). */
+typedef struct data {
+    alloy_dtype dt;
+    void *x, *w, *r;
+} data;
+
+/* What a run gives back: y [N, C], grad:x [N, C], grad:w [C, 3C], as doubles. */
+typedef struct result {
+    double *y, *gx, *gw;
+} result;
+
+/* [N, C] -> [B, H, T, D]; `one` (bypass) multiplies by 1 after it (exact)
+ * and sums it into an output of its own (`probe`), a reader that needs
+ * the copy. */
+static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x, alloy_tensor *one, const char *probe)
+{
+    x = alloy_transpose(g, alloy_reshape(g, x, 4, (int64_t[]){B, T, H, D}), (int64_t[]){0, 2, 1, 3});
+    if (!one) return x;
+    expect_ok(g, alloy_output(g, probe, alloy_reduce_sum(g, x, 0, NULL, false)), "probe");
+    return alloy_mul(g, x, one);
+}
+
+/* GPT-2's attention as a user writes it (examples/gpt_model.c): qkv = x w,
+ * q/k/v its column blocks split into heads, q scaled, softmax(causal(q
+ * k^T)) v, the heads joined back to [N, C]; bypass: the same values
+ * through exact multiplications by 1 (and sums of q, k, v as outputs)
+ * that keep the copies, 9 of the 12 (BYPASS_COPIES). The attention
+ * rewrite is off (the products stay written out), simplify too (it would
+ * take the multiplications by 1 out). */
+static alloy_graph *build(alloy_dtype dt, bool bypass, const char *device)
+{
+    alloy_graph *g = alloy_graph_new("ptrbatch");
+    alloy_tensor *x = alloy_input(g, "x", dt, 2, (int64_t[]){N, C}), *w = alloy_input(g, "w", dt, 2, (int64_t[]){C, 3 * C});
+    alloy_tensor *r = alloy_input(g, "r", dt, 2, (int64_t[]){N, C});
+    alloy_tensor *one = bypass ? alloy_scalar(g, dt, 1.0) : NULL;
+    alloy_tensor *qkv = alloy_matmul(g, x, w, false, false);
+    alloy_tensor *q = heads(g, alloy_slice(g, qkv, 1, 0, C), one, "probe_q"),
+                 *k = heads(g, alloy_slice(g, qkv, 1, C, 2 * C), one, "probe_k"),
+                 *v = heads(g, alloy_slice(g, qkv, 1, 2 * C, 3 * C), one, "probe_v");
+    q = alloy_mul(g, q, alloy_scalar(g, dt, 0.25)); /* 1 / sqrt(D), exact */
+    alloy_tensor *p = alloy_softmax(g, alloy_causal_mask(g, alloy_matmul(g, q, k, false, true)), -1);
+    alloy_tensor *o = alloy_matmul(g, p, v, false, false);
+    if (bypass) o = alloy_mul(g, o, one);
+    alloy_tensor *y = alloy_reshape(g, alloy_transpose(g, o, (int64_t[]){0, 2, 1, 3}), 2, (int64_t[]){N, C});
+    expect_ok(g, alloy_output(g, "y", y), "output");
+    expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, alloy_mul(g, y, r), y), 0, NULL, false)), "loss");
+    expect_ok(g, alloy_graph_request_grad(g, x), "grad x");
+    expect_ok(g, alloy_graph_request_grad(g, w), "grad w");
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    expect_ok(g, alloy_graph_set_option(g, "disable_passes", "attention,simplify"), "disable_passes");
+    return g;
+}
+
+static void *random_values(alloy_dtype dt, int64_t n, double lo, double hi)
+{
+    double *v = test_malloc(sizeof(double) * (size_t)n);
+    void *out = test_malloc(alloy_dtype_size(dt) * (size_t)n);
+    for (int64_t e = 0; e < n; e++) v[e] = test_uniform(lo, hi);
+    test_encode(dt, v, out, n);
+    test_free(v);
+    return out;
+}
+
+static double *decoded(const alloy_host_tensor *t, int64_t n)
+{
+    double *v = test_malloc(sizeof(double) * (size_t)n);
+    for (int64_t e = 0; e < n; e++) v[e] = test_decode(t->dtype, t->data, e);
+    return v;
+}
+
+/* What the compiled schedule of g holds: steps running a copy kernel for
+ * a transpose, slice or concat; matmuls and elementwise ops storing their
+ * result strided, and reading a strided operand. */
+typedef struct census {
+    int copies, strided_results, strided_reads;
+} census;
+
+static census count(const alloy_graph *g)
+{
+    const ir_graph *c = g->compiled;
+    const schedule *s = &g->comp.sched;
+    census z = {0};
+    for (int k = 0; k < s->nsteps; k++) {
+        const ir_node *n = c->nodes[s->steps[k].pos];
+        uint8_t f = s->members[s->steps[k].first].flags;
+        if (s->steps[k].kind == STEP_KIND_OP && !(f & MEMBER_VIEW) &&
+            (n->op == IR_OP_transpose || n->op == IR_OP_slice || n->op == IR_OP_concat))
+            z.copies++;
+    }
+    for (int i = 0; i < c->nnodes; i++) {
+        const ir_node *n = c->nodes[i];
+        if ((n->op != IR_OP_matmul && !ir_ops[n->op].elementwise) || s->member_of[i] < 0) continue;
+        z.strided_results += (s->members[s->member_of[i]].flags & (MEMBER_STRIDED | MEMBER_VIEW)) == MEMBER_STRIDED;
+        for (int j = 0; j < n->nin; j++)
+            z.strided_reads += s->member_of[n->in[j]] >= 0 && (s->members[s->member_of[n->in[j]]].flags & MEMBER_STRIDED);
+    }
+    return z;
+}
+
+/* Runs `runs` steps of the pattern on `device` (the same feeds) and
+ * returns the last one's y and gradients; *z from its schedule. */
+static result run(const data *d, bool bypass, const char *device, int runs, census *z)
+{
+    alloy_graph *g = build(d->dt, bypass, device);
+    alloy_host_tensor feeds[3] = {{"x", d->dt, 2, {N, C}, d->x}, {"w", d->dt, 2, {C, 3 * C}, d->w}, {"r", d->dt, 2, {N, C}, d->r}};
+    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    for (int i = 0; i < runs; i++) expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 3), "run");
+    *z = count(g);
+    result out = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    alloy_graph_free(g);
+    return out;
+}
+
+static void free_result(result *r) { test_free(r->y), test_free(r->gx), test_free(r->gw); }
+
+static data make_data(alloy_dtype dt, unsigned seed)
+{
+    test_rng = seed;
+    data d = {dt, random_values(dt, N * C, -1, 1), random_values(dt, C * 3 * C, -0.5, 0.5), random_values(dt, N * C, -1, 1)};
+    return d;
+}
+
+static void free_data(data *d) { test_free(d->x), test_free(d->w), test_free(d->r); }
+
+/* Whether a and b hold the same values, bit for bit (both decode the same dtype exactly). */
+static void expect_same(const result *a, const result *b, const char *what)
+{
+    const struct {
+        const char *name;
+        const double *x, *y;
+        int64_t n;
+    } parts[] = {{"y", a->y, b->y, N * C}, {"grad:x", a->gx, b->gx, N * C}, {"grad:w", a->gw, b->gw, C * 3 * C}};
+    for (size_t p = 0; p < 3; p++)
+        for (int64_t e = 0; e < parts[p].n; e++)
+            if (memcmp(&parts[p].x[e], &parts[p].y[e], sizeof(double)) != 0)
+                fail_msg("%s: %s[%lld] is %.9g, against %.9g", what, parts[p].name, (long long)e, parts[p].x[e],
+                         parts[p].y[e]);
+}
+
+static const alloy_dtype dtypes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
+
+/* The copies a written-out attention keeps: none (12 without views: the
+ * concat of dq, dk, dv is an interleave, each written into its columns),
+ * and the 9 of the bypass (its backward's multiplications by 1 are
+ * elementwise ops of the products, which write dk and dv strided as the
+ * scale of dq does); the results
+ * written strided (p v, dv, dk; dq, the scale's gradient, an elementwise
+ * kernel) and the operand slots read through strides (k in q k^T and dS
+ * k, v in p v and dO v^T, dO in dO v^T and p^T dO; q by its scale's
+ * elementwise kernel). */
+enum { KEPT_COPIES = 0, BYPASS_COPIES = 9, STRIDED_RESULTS = 4, STRIDED_READS = 7 };
+
+/* On the CPU: the views leave none of the 12 layout copies, the products
+ * read and write through strides, and the values are the copies' bits. */
+static void test_strided_products_give_the_copies_bits_on_the_cpu(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof dtypes / sizeof dtypes[0]; c++) {
+        data d = make_data(dtypes[c], 60 + (unsigned)c);
+        census z[2];
+        result views = run(&d, false, "cpu", 1, &z[0]);
+        result plain = run(&d, true, "cpu", 1, &z[1]);
+        print_message("# cpu %s: layout copies %d with views, %d without; strided results %d, strided reads %d\n",
+                      alloy_dtype_name(dtypes[c]), z[0].copies, z[1].copies, z[0].strided_results, z[0].strided_reads);
+        assert_int_equal(z[0].copies, KEPT_COPIES);
+        assert_int_equal(z[1].copies, BYPASS_COPIES);
+        assert_int_equal(z[0].strided_results, STRIDED_RESULTS);
+        assert_int_equal(z[0].strided_reads, STRIDED_READS);
+        assert_int_equal(z[1].strided_reads, 0);
+        expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
+        free_result(&views), free_result(&plain);
+        free_data(&d);
+    }
+}
+
+/* The launch plan of the f16 step for CUDA, by hand: every product with
+ * a strided operand or result is one pointer-array GEMM of B*H matrices;
+ * q k^T's A (k, the matmul's second operand) is matrix (b, h) at b * T *
+ * 3C + h * D elements from k's place (C elements into the projection),
+ * its D (the scores, dense) at (b * H + h) * T * T; p v's D (stored [B,
+ * T, H, D]) at b * T * C + h * D with ldd C; p^T dO's D (dv) in the
+ * concat of dq, dk, dv, 2C into its rows, at b * T * 3C + h * D with ldd
+ * 3C; the arrays lie in the aux
+ * block above every other slot; the cost model charges each GEMM its 3
+ * arrays and has no layout copy (against 12 without the views). */
+static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
+{
+    (void)state;
+    int64_t layout[2];
+    for (int bypass = 0; bypass < 2; bypass++) {
+        alloy_graph *g = build(ALLOY_F16, bypass, "cpu");
+        expect_ok(g, alloy_graph_set_option(g, "remat", "always"), "remat"); /* as a CUDA compile chooses */
+        char err[1024];
+        cg_program prog;
+        lp_plan lp;
+        cost_model m;
+        if (graph_compile_ir(g)) fail_msg("%s", alloy_last_error(g));
+        const ir_graph *c = g->compiled;
+        if (cg_emit(c, &g->comp.sched, &prog, err, sizeof err)) fail_msg("%s", err);
+        if (lp_build(c, &g->comp.sched, &g->comp.plan, &prog, &lp, err, sizeof err)) fail_msg("%s", err);
+        if (cost_build(c, &g->comp.sched, &prog, &lp, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+        layout[bypass] = 0;
+        for (int i = 0; i < m.n; i++) { /* the layout copies around the products (not the loss's broadcast_to) */
+            int op = m.launches[i].step >= 0 ? c->nodes[g->comp.sched.steps[m.launches[i].step].pos]->op : -1;
+            layout[bypass] += m.launches[i].cls == COST_LAYOUT && op != IR_OP_broadcast_to;
+        }
+        int pointers = 0, checked = 0;
+        for (int i = 0; i < lp.ngemms; i++) {
+            const lp_gemm *gm = &lp.gemms[i];
+            if (!gm->pointers) continue;
+            pointers++;
+            assert_int_equal(gm->batch, B * H);
+            assert_int_equal(gm->ptr_at.space, LP_AUX);
+            assert_true(gm->ptr_at.offset + 24 * gm->batch <= (int64_t)lp.aux_bytes);
+            assert_true(gm->ptr_at.offset >= (int64_t)(lp.aux_bytes - lp.ptr_bytes));
+            const ir_node *mm = c->nodes[gm->node];
+            const int64_t *po = &lp.ptr_offsets[gm->ptrs];
+            bool qk = ir_attr_i(mm, "transpose_b") && c->nodes[mm->in[0]]->op == IR_OP_mul; /* the forward's q k^T */
+            bool pv = gm->ldd == C && !ir_attr_i(mm, "transpose_a");                        /* the forward's p v */
+            bool dv = ir_attr_i(mm, "transpose_a") && c->nodes[mm->in[1]]->op == IR_OP_transpose; /* p^T dO */
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++) {
+                    int64_t j = b * H + h;
+                    if (qk) {
+                        assert_int_equal(gm->lda, 3 * C);
+                        assert_int_equal(po[j], (b * T * 3 * C + h * D) * 2);
+                        assert_int_equal(po[2 * gm->batch + j], (b * H + h) * T * T * 2);
+                        checked |= 1;
+                    }
+                    if (dv) { /* into the concat of dq, dk, dv: its rows 3C apart, 2C in */
+                        assert_int_equal(gm->ldd, 3 * C);
+                        assert_int_equal(po[2 * gm->batch + j], (b * T * 3 * C + h * D) * 2);
+                        int cat = c->nodes[mm->id]->id, at = g->comp.plan.view_of[cat];
+                        assert_true(at >= 0 && c->nodes[at]->op == IR_OP_concat);
+                        assert_int_equal(gm->out.offset, g->comp.plan.offset[at] + 2 * C * 2);
+                        checked |= 4;
+                    }
+                    if (pv) {
+                        assert_int_equal(po[2 * gm->batch + j], (b * T * C + h * D) * 2);
+                        assert_int_equal(po[gm->batch + j], (b * H + h) * T * T * 2);
+                        checked |= 2;
+                    }
+                }
+            int li = 0;
+            while (li < lp.nactions && !(lp.actions[li].kind == LP_GEMM && lp.actions[li].index == i)) li++;
+            const cost_launch *l = &m.launches[li];
+            int64_t bytes = gm->batch * ((gm->m * gm->k + gm->k * gm->n) * 2 + gm->m * gm->n * (int64_t)alloy_dtype_size(gm->d));
+            assert_int_equal(l->read + l->written, bytes + 3 * 8 * gm->batch);
+        }
+        print_message("# %s: %d pointer-array GEMMs, %d layout-copy launches\n", bypass ? "copies" : "views", pointers,
+                      (int)layout[bypass]);
+        if (!bypass) {
+            assert_int_equal(pointers, 6); /* q k^T, p v; dO v^T, p^T dO, dS k, dS^T q */
+            assert_int_equal(checked, 7);
+        } else {
+            assert_int_equal(pointers, 0);
+            assert_int_equal(lp.ptr_bytes, 0);
+        }
+        cost_free(&m);
+        lp_free(&lp);
+        cg_program_free(&prog);
+        alloy_graph_free(g);
+    }
+    assert_int_equal(layout[0], KEPT_COPIES);
+    assert_int_equal(layout[1], BYPASS_COPIES);
+}
+
+/* A CPU bundle of the step keeps its strided products and views (the
+ * reader accepts MEMBER_STRIDED on such a matmul) and runs to the
+ * graph's bits. */
+static void test_a_bundle_keeps_the_strided_products_and_the_bits(void **state)
+{
+    (void)state;
+    data d = make_data(ALLOY_F16, 80);
+    census z;
+    result want = run(&d, false, "cpu", 1, &z);
+    alloy_graph *g = build(ALLOY_F16, false, "cpu");
+    const char *path = test_tmp_path("ptrbatch.alloy");
+    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    alloy_graph_free(g);
+    alloy_bundle *b = NULL;
+    char err[1024] = "";
+    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
+    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
+    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    if (alloy_bundle_run(b, feeds, 3, fetch, 3)) fail_msg("alloy_bundle_run: %s", alloy_bundle_last_error(b));
+    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    alloy_bundle_free(b);
+    assert_int_equal(z.strided_results, STRIDED_RESULTS);
+    expect_same(&got, &want, "the bundle");
+    free_result(&got), free_result(&want);
+    free_data(&d);
+}
+
+/* The largest |a - b| relative to the largest |b| over n values. */
+static double rel_diff(const double *a, const double *b, int64_t n)
+{
+    double scale = 0, worst = 0;
+    for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(b[e]));
+    for (int64_t e = 0; e < n; e++) worst = fmax(worst, fabs(a[e] - b[e]));
+    return worst / (scale > 0 ? scale : 1);
+}
+
+/* How far a value may drift from the CPU's through `depth` ops whose
+ * longest sum has `terms` terms, relative to the largest magnitude (as
+ * test_attn_views.c's: per op each side's rounding of the stored result,
+ * 2u; the sums in another order, 2 n u32; CUDA's math at 2 ulp, 4 u32). */
+static double chain_bound(int depth, int terms, alloy_dtype dt)
+{
+    const double u32 = 0x1p-24;
+    double u = dt == ALLOY_F16 ? 0x1p-11 : dt == ALLOY_BF16 ? 0x1p-8 : u32;
+    return depth * (2 * u + 2.0 * terms * u32 + 4 * u32);
+}
+
+/* On the emulated device (its cuBLASLt reads each matrix's address from
+ * the arrays in device memory): the pointer-array GEMMs give the bits of
+ * the strided ones over the copies, a second run (the captured graph
+ * replayed) the first's, and both agree with the CPU within chain_bound
+ * over the longest chain (the projection, the scores, softmax, p v, the
+ * backward's products and the gradient's GEMM, sums of up to 3C terms). */
+static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and_the_cpu(void **state)
+{
+    (void)state;
+    char why[512];
+    if (!emu_available(why, sizeof why)) {
+        print_message("SKIP: no host emulation of the device: %s\n", why);
+        skip();
+    }
+    rt_backend_set_cuda_opener(emu_backend_opener);
+    for (size_t c = 0; c < sizeof dtypes / sizeof dtypes[0]; c++) {
+        data d = make_data(dtypes[c], 70 + (unsigned)c);
+        census z[3];
+        emu_device_stats before = emu_totals();
+        result views = run(&d, false, "cuda", 2, &z[0]);
+        emu_device_stats after = emu_totals();
+        result plain = run(&d, true, "cuda", 1, &z[1]);
+        result cpu = run(&d, false, "cpu", 1, &z[2]);
+        long pointer_gemms = after.pointer_gemms - before.pointer_gemms, replays = after.replays - before.replays;
+        print_message("# emulated %s: %ld pointer-array GEMMs over 2 runs, %ld replays; layout copies %d\n",
+                      alloy_dtype_name(dtypes[c]), pointer_gemms, replays, z[0].copies);
+        assert_int_equal(z[0].copies, KEPT_COPIES);
+        assert_int_equal(z[1].copies, BYPASS_COPIES);
+        assert_int_equal(pointer_gemms, 12); /* 6 a run */
+        assert_true(replays >= 1);          /* the second run replayed the captured graph, arrays and all */
+        expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
+        double tol = chain_bound(8, 3 * C, dtypes[c]);
+        double dy = rel_diff(views.y, cpu.y, N * C), dx = rel_diff(views.gx, cpu.gx, N * C),
+               dw = rel_diff(views.gw, cpu.gw, C * 3 * C);
+        print_message("# emulated %s: against the CPU y %.3g, grad:x %.3g, grad:w %.3g of their largest (bound %.3g)\n",
+                      alloy_dtype_name(dtypes[c]), dy, dx, dw, tol);
+        if (!(dy <= tol && dx <= tol && dw <= tol))
+            fail_msg("%s: the emulated device differs from the CPU by more than %.3g", alloy_dtype_name(dtypes[c]), tol);
+        free_result(&views), free_result(&plain), free_result(&cpu);
+        free_data(&d);
+    }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+/* A cuBLASLt whose heuristic has no algorithm for pointer arrays: the
+ * CUDA compile fails naming the matmul, its step and the batch mode
+ * (ALLOY_ERR_UNSUPPORTED), and device=auto runs the step on the CPU, to
+ * the CPU's bits. */
+static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(void **state)
+{
+    (void)state;
+    char why[512];
+    if (!emu_available(why, sizeof why)) {
+        print_message("SKIP: no host emulation of the device: %s\n", why);
+        skip();
+    }
+    rt_backend_set_cuda_opener(emu_backend_opener);
+    emu_device_set_pointer_arrays(false);
+    data d = make_data(ALLOY_F16, 90);
+    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
+    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    alloy_graph *g = build(ALLOY_F16, false, "cuda");
+    assert_int_equal(alloy_graph_run(g, feeds, 3, fetch, 3), ALLOY_ERR_UNSUPPORTED);
+    const char *msg = alloy_last_error(g);
+    print_message("# %s\n", msg);
+    assert_non_null(strstr(msg, "the GEMM of matmul"));
+    assert_non_null(strstr(msg, "(step "));
+    assert_non_null(strstr(msg, "CUBLASLT_BATCH_MODE_POINTER_ARRAY"));
+    alloy_graph_free(g);
+    census z;
+    g = build(ALLOY_F16, false, "auto");
+    expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 3), "run under auto");
+    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    const char *device = alloy_graph_device(g);
+    print_message("# device=auto ran on %s\n", device ? device : "?");
+    assert_non_null(device);
+    assert_null(strstr(device, "emulat"));
+    alloy_graph_free(g);
+    result cpu = run(&d, false, "cpu", 1, &z);
+    expect_same(&got, &cpu, "device=auto");
+    free_result(&got), free_result(&cpu);
+    free_data(&d);
+    emu_device_set_pointer_arrays(true);
+    rt_backend_set_cuda_opener(NULL);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest cpu[] = {
+        cmocka_unit_test(test_strided_products_give_the_copies_bits_on_the_cpu),
+        cmocka_unit_test(test_the_pointer_arrays_address_each_heads_matrix),
+        cmocka_unit_test_setup_teardown(test_a_bundle_keeps_the_strided_products_and_the_bits, test_tmpdir_setup,
+                                        test_tmpdir_teardown),
+    };
+    const struct CMUnitTest device[] = {
+        cmocka_unit_test(test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and_the_cpu),
+        cmocka_unit_test(test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step),
+    };
+    if (argc > 1 && !strcmp(argv[1], "device")) return cmocka_run_group_tests_name("ptrbatch2", device, NULL, NULL);
+    return cmocka_run_group_tests_name("ptrbatch1", cpu, NULL, NULL);
+}
