@@ -8,6 +8,7 @@
 #include <tgmath.h>
 
 #include "base/convert.h"
+#include "ir/groups.h"
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu.h"
 #if defined(__SSE2__)
@@ -48,6 +49,14 @@ typedef struct row_args {
     const int64_t *leaf;
     int nleaves;
     bool balanced; /* nleaves is a power of 2 and every leaf as long: the tree is complete */
+    /* each row's live columns (ir_row_causal): n, or for causal rows their
+     * ir_causal_live; MAX, SUM and MAP see only those, OUT stores 0 past them.
+     * A causal row's SUM adds its first live_leaves[b] leaves (the last one's
+     * terms past the live ones are 0, up to column pad[b]) and takes 0 for the
+     * rest: the tree of the whole row, whose dead leaves added 0, the same bits */
+    bool causal;
+    int64_t live[ROW_BATCH], pad[ROW_BATCH];
+    int live_leaves[ROW_BATCH];
 } row_args;
 
 /* Fills r->pos for row r->row (once per row, for programs that read POS). */
@@ -344,8 +353,9 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
         EACH_ROW_DO({                                                                      \
-            IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                       \
-            s_[k][b_] = MAX_OF(e_, r->n);                                                  \
+            const int64_t n_ = r->live[b_];                                                \
+            IVDEP for (int64_t i = 0; i < n_; i++) e_[i] = (T)(e);                         \
+            s_[k][b_] = MAX_OF(e_, n_);                                                    \
         })                                                                                 \
     }
 #define SUM(k, e)                                                                          \
@@ -353,9 +363,18 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
         T *e_ = (T *)r->terms;                                                             \
         EACH_ROW_DO({                                                                      \
             T *t_ = e_ + b_ * r->n;                                                        \
-            IVDEP for (int64_t i = 0; i < r->n; i++) t_[i] = (T)(e);                       \
+            const int64_t n_ = r->live[b_];                                                \
+            IVDEP for (int64_t i = 0; i < n_; i++) t_[i] = (T)(e);                         \
+            for (int64_t i = n_; i < r->pad[b_]; i++) t_[i] = 0;                           \
         })                                                                                 \
-        LEAF_SUM(e_, r->leaf, r->nleaves * r->nb, (T *)r->tmp);                            \
+        if (!r->causal)                                                                    \
+            LEAF_SUM(e_, r->leaf, r->nleaves * r->nb, (T *)r->tmp);                        \
+        else                                                                               \
+            for (int b_ = 0; b_ < r->nb; b_++) {                                           \
+                T *l_ = (T *)r->tmp + b_ * r->nleaves;                                     \
+                LEAF_SUM(e_ + b_ * r->n, r->leaf, r->live_leaves[b_], l_);                 \
+                for (int q_ = r->live_leaves[b_]; q_ < r->nleaves; q_++) l_[q_] = 0;       \
+            }                                                                              \
         for (int b_ = 0; b_ < r->nb; b_++) {                                               \
             T *l_ = (T *)r->tmp + b_ * r->nleaves;                                         \
             int k_ = 0;                                                                    \
@@ -371,7 +390,8 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
 #define MAP(k, e)                                                                          \
     EACH_ROW_DO({                                                                          \
         T *v_ = (T *)r->v[k] + b_ * r->n;                                                  \
-        IVDEP for (int64_t i = 0; i < r->n; i++) v_[i] = (T)(e);                           \
+        const int64_t n_ = r->live[b_];                                                    \
+        IVDEP for (int64_t i = 0; i < n_; i++) v_[i] = (T)(e);                             \
     })
 /* IVDEP: a loop's stores go to a buffer that shares no bytes with what its
  * e reads elsewhere than at column i (cpu_row_run sees to it for the result's
@@ -384,7 +404,9 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
 #define OUT(e)                                                                             \
     EACH_ROW_DO({                                                                          \
         T *y_ = (T *)r->y + b_ * r->n;                                                     \
-        IVDEP for (int64_t i = 0; i < r->n; i++) y_[i] = (T)(e);                           \
+        const int64_t n_ = r->live[b_];                                                    \
+        IVDEP for (int64_t i = 0; i < n_; i++) y_[i] = (T)(e);                             \
+        for (int64_t i = n_; i < r->n; i++) y_[i] = 0;                                     \
     })
 /* the per-row values (a program with one of these gets one row per call) */
 #define RESULT(e)                                                                          \
@@ -503,8 +525,30 @@ static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
 
 /* ---- the driver ---- */
 
+/* Sets the live columns of the call's rows (row_args.live): all n, or for
+ * causal rows each one's ir_causal_live, the leaves of the pairwise tree
+ * that hold them and the end of the last (leaf_end: the leaves' ends). */
+static void set_live(row_args *r, const ir_type *t, const int64_t *leaf_end)
+{
+    for (int b = 0; b < r->nb; b++) {
+        if (!r->causal) {
+            r->live[b] = r->pad[b] = r->n;
+            r->live_leaves[b] = r->nleaves;
+            continue;
+        }
+        int64_t live = ir_causal_live(t, r->row + b);
+        int lo = 0, hi = r->nleaves - 1; /* the first leaf ending at or past live */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (leaf_end[mid] >= live) hi = mid;
+            else lo = mid + 1;
+        }
+        r->live[b] = live, r->pad[b] = leaf_end[lo], r->live_leaves[b] = lo + 1;
+    }
+}
+
 alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in, int64_t total_rows,
-                         void *results)
+                         void *results, bool causal)
 {
     const ir_row_program *prog = ir_ops[n->op].row;
     ir_row_summary sum = ir_row_summarize(prog);
@@ -518,6 +562,9 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int j = 0; j < n->nin; j++)
         if (prog->roles[j] == 'i' && cpu_check_targets(x, n, &in[j], len)) return x->status;
     if (outer * len * inner == 0) return ALLOY_OK;
+    if (causal && (t->rank < 2 || axis != t->rank - 1 || t->dims[t->rank - 2] > len))
+        return cpu_fail(x, ALLOY_ERR_VERIFY, "%s: causal rows need [.., queries, keys] rows along the last axis",
+                        ir_ops[n->op].name);
     if (n->nin > ROW_MAX_IN || sum.nscalars > ROW_MAX_S || sum.nvectors > ROW_MAX_V)
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
                         ir_ops[n->op].name);
@@ -527,7 +574,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
     int64_t nb = batchable ? ROW_BATCH_ELEMS / len : 1;
     nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
-    row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims};
+    row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims, .causal = causal};
     int np = 0;
     for (const ir_attr_spec *a = ir_ops[n->op].attrs; a && a->name && np < ROW_MAX_ATTRS; a++)
         r.p[np++] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name) : (double)ir_attr_i(n, a->name);
@@ -535,7 +582,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
     size_t cap = slab > (size_t)(nb * len) ? slab : (size_t)(nb * len); /* each buffer's elements */
     int nbuf = n->nin + 1 + sum.nvectors + 2 + (inner > 1 ? n->nin + 1 : 0);
-    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1);
+    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1 + len);
     char *block = al_malloc(leaf_bytes + cs * cap * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
     int64_t *leaves = (int64_t *)(void *)block; /* first: al_malloc aligns it */
@@ -546,6 +593,9 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     r.tmp = at, at += cs * cap;   /* the leaf sums of a SUM */
     r.terms = at, at += cs * cap; /* the terms of a MAX or a SUM */
     r.nleaves = leaf_plan(len, leaves, 0);
+    int64_t *leaf_end = leaves + nb * len + 1; /* each leaf's end in the row */
+    int64_t at_end = 0;
+    for (int l = 0; l < r.nleaves; l++) leaf_end[l] = at_end += leaves[l];
     for (int64_t b = 1; b < nb; b++) memcpy(leaves + b * r.nleaves, leaves, sizeof(int64_t) * (size_t)r.nleaves);
     r.leaf = leaves;
     r.balanced = (r.nleaves & (r.nleaves - 1)) == 0;
@@ -588,6 +638,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             if (sum.by_position) set_positions(&r);
+            set_live(&r, t, leaf_end);
             for (int j = 0; j < n->nin; j++) {
                 if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
                 if (prog->roles[j] == 'w')
@@ -641,11 +692,12 @@ alloy_status cpu_row(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_ten
 {
     const ir_type *t = &in[0].type;
     int64_t len = t->rank ? t->dims[t->rank - 1] : 1, rows = len ? ir_numel(t) / len : 0;
-    if (!ir_row_summarize(ir_ops[n->op].row).per_row_result) return cpu_row_run(x, n, out, in, rows, NULL);
+    bool causal = x->graph && ir_row_causal(x->graph, n);
+    if (!ir_row_summarize(ir_ops[n->op].row).per_row_result) return cpu_row_run(x, n, out, in, rows, NULL, causal);
     bool wide = t->dtype == ALLOY_F64;
     void *results = cpu_alloc_compute(wide, 2 * rows);
     if (!results) return cpu_out_of_memory(x, n);
-    alloy_status st = cpu_row_run(x, n, out, in, rows, results);
+    alloy_status st = cpu_row_run(x, n, out, in, rows, results, causal);
     if (!st) cpu_row_mean(wide, ir_row_sums(n), results, rows, out);
     al_free(results);
     return st;
