@@ -518,9 +518,60 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
     }
 }
 
+/* The pairwise sums of the call's rows of terms t (n apart; each row's
+ * terms past its live ones 0 up to its pad) into sums[b], as a program's
+ * SUM adds them. */
+static void row_sums_f32(const row_args *r, const float *t, float *sums)
+{
+    float *leaf_sums = r->tmp;
+    if (!r->causal)
+        leaf_sums_float(t, r->leaf, r->nleaves * r->nb, leaf_sums);
+    else
+        for (int b = 0; b < r->nb; b++) {
+            float *l = leaf_sums + b * r->nleaves;
+            leaf_sums_float(t + b * r->n, r->leaf, r->live_leaves[b], l);
+            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+        }
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        sums[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+    }
+}
+
+/* softmax in f32 as its program computes it, without the program's copies
+ * of x and of V(0) into the terms buffer: the largest of x read in place,
+ * the leaf sums read from V(0) itself. The same operations in the same
+ * order, the same bits. */
+static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    float m[ROW_BATCH], s[ROW_BATCH];
+    float *v = r->v[0];
+    for (int b = 0; b < r->nb; b++) {
+        const float *x = (const float *)r->x[0] + b * r->xs[0];
+        float *vb = v + b * n;
+        const int64_t live = r->live[b];
+        m[b] = max_of_f32(x, live);
+        const float mb = m[b];
+        IVDEP for (int64_t i = 0; i < live; i++) vb[i] = exp(x[i] - mb);
+        for (int64_t i = live; i < r->pad[b]; i++) vb[i] = 0;
+    }
+    row_sums_f32(r, v, s);
+    for (int b = 0; b < r->nb; b++) {
+        const float *vb = v + b * n;
+        float *y = (float *)r->y + b * n;
+        const int64_t live = r->live[b];
+        const float sb = s[b];
+        IVDEP for (int64_t i = 0; i < live; i++) y[i] = vb[i] / sb;
+        for (int64_t i = live; i < n; i++) y[i] = 0;
+    }
+}
+
 /* f32 row functions written out by hand in place of the generated one */
 static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+    [IR_OP_softmax] = row_softmax_by_hand_f32,
 };
 
 /* ---- the driver ---- */
