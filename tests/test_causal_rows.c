@@ -60,7 +60,63 @@ static void test_a_softmax_of_masked_scores_and_its_gradient_have_causal_rows(vo
     ir_graph_free(g);
 }
 
-/* ---- 2. the hand-worked case: dy inf at a masked column ---- */
+/* ---- 2. the CPU's causal rows give the bits of whole rows ---- */
+
+/* Row op `op` (softmax of x, or softmax_grad of y, dy) over [2, t, t] f32
+ * rows by cpu_row_run on one thread, causal or over whole rows, into out. */
+static void run_rows(int op, const float *a, const float *b, int64_t t, bool causal, float *out)
+{
+    ir_graph *g = ir_graph_new("rows");
+    assert_non_null(g);
+    ir_type ty = {.dtype = ALLOY_F32, .rank = 3, .dims = {2, t, t}};
+    int ids[2] = {ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &ty, "a")->id,
+                  ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &ty, "b")->id};
+    ir_attr axis = ir_a_int("axis", -1);
+    int nin = op == IR_OP_softmax_grad ? 2 : 1;
+    ir_node *node = ir_add_node(g, op, nin, ids, 1, &axis, NULL, "row");
+    assert_non_null(node);
+    rt_tensor in[2] = {{ty, (void *)a}, {ty, (void *)b}}, y = {ty, out};
+    cpu_exec x = {.nthreads = 1};
+    assert_int_equal(cpu_row_run(&x, node, &y, in, 2 * t, NULL, causal), ALLOY_OK);
+    ir_graph_free(g);
+}
+
+/* Rows of 1 to 300 (one leaf of the pairwise sum, several, a partial last
+ * live leaf): the causal softmax of masked scores, and the causal gradient
+ * with dy finite everywhere, are the whole rows' results bit for bit (a
+ * zero's sign aside: the gradient's masked 0 * (dy - s) was -0 where
+ * dy < s, now +0). */
+static void test_causal_rows_on_the_cpu_give_the_bits_of_whole_rows_where_dy_is_finite(void **state)
+{
+    (void)state;
+    static const int64_t sizes[] = {1, 2, 15, 16, 17, 33, 64, 100, 255, 300};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int64_t t = sizes[k], n = 2 * t * t;
+        float *x = test_malloc(sizeof(float) * (size_t)n), *dy = test_malloc(sizeof(float) * (size_t)n);
+        float *y = test_malloc(sizeof(float) * (size_t)n), *whole = test_malloc(sizeof(float) * (size_t)n);
+        float *live = test_malloc(sizeof(float) * (size_t)n);
+        test_rng = 5 + (uint64_t)k;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t row = i / t, col = i % t;
+            x[i] = col > row % t ? -INFINITY : (float)test_uniform(-4, 4);
+            dy[i] = (float)test_uniform(-2, 2);
+        }
+        for (int op = 0; op < 2; op++) {
+            int code = op ? IR_OP_softmax_grad : IR_OP_softmax;
+            run_rows(code, op ? y : x, dy, t, false, whole);
+            run_rows(code, op ? y : x, dy, t, true, live);
+            for (int64_t i = 0; i < n; i++)
+                if (whole[i] != live[i] || (whole[i] != 0 && memcmp(&whole[i], &live[i], sizeof(float))))
+                    fail_msg("%s, rows of %lld: element %lld: causal %.9g, whole row %.9g", op ? "softmax_grad" : "softmax",
+                             (long long)t, (long long)i, live[i], whole[i]);
+            if (!op) memcpy(y, whole, sizeof(float) * (size_t)n); /* the gradient's probabilities */
+        }
+        test_free(x), test_free(dy), test_free(y), test_free(whole), test_free(live);
+    }
+    printf("softmax and softmax_grad over causal rows of 1 to 300: the whole rows' bits\n");
+}
+
+/* ---- 2b. the hand-worked case: dy inf at a masked column ---- */
 
 /* x [1, 2, 3] (T 2, S 3: row 0 sees columns 0-1, row 1 all three), a NaN
  * at the masked column; loss = sum(softmax(causal_mask(x)) * R), R inf at
@@ -297,6 +353,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_softmax_of_masked_scores_and_its_gradient_have_causal_rows),
+        cmocka_unit_test(test_causal_rows_on_the_cpu_give_the_bits_of_whole_rows_where_dy_is_finite),
         FUSE_TEST(test_an_inf_dy_at_a_masked_column_leaves_the_gradient_finite),
         FUSE_TEST(test_the_cpu_causal_softmax_matches_fp64_over_the_live_columns),
         FUSE_TEST(test_the_emulated_row_kernels_agree_with_the_cpu_causal_and_not),

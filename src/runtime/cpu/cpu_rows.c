@@ -155,12 +155,10 @@ static inline v4f load4(const float *p)
     return v;
 }
 
-/* acc (lane l: leaf l of the 4 leaves of LEAF terms at base) += their
- * terms j..j+3, one term of every leaf per addition */
-static inline v4f add4_terms(v4f acc, const float *base, int j)
+/* acc (lane l: leaf l of 4 leaves) += terms j..j+3 of each, given as
+ * a, b, c, d (those of leaves 0-3), one term of every leaf per addition */
+static inline v4f add4_vectors(v4f acc, v4f a, v4f b, v4f c, v4f d)
 {
-    v4f a = load4(base + j), b = load4(base + LEAF + j), c = load4(base + 2 * LEAF + j),
-        d = load4(base + 3 * LEAF + j);
     v4f ab_lo = __builtin_shuffle(a, b, (v4i){0, 4, 1, 5}), ab_hi = __builtin_shuffle(a, b, (v4i){2, 6, 3, 7});
     v4f cd_lo = __builtin_shuffle(c, d, (v4i){0, 4, 1, 5}), cd_hi = __builtin_shuffle(c, d, (v4i){2, 6, 3, 7});
     acc += __builtin_shuffle(ab_lo, cd_lo, (v4i){0, 1, 4, 5});
@@ -168,6 +166,44 @@ static inline v4f add4_terms(v4f acc, const float *base, int j)
     acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){0, 1, 4, 5});
     acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){2, 3, 6, 7});
     return acc;
+}
+
+/* acc (lane l: leaf l of the 4 leaves of LEAF terms at base) += their
+ * terms j..j+3 */
+static inline v4f add4_terms(v4f acc, const float *base, int j)
+{
+    return add4_vectors(acc, load4(base + j), load4(base + LEAF + j), load4(base + 2 * LEAF + j),
+                        load4(base + 3 * LEAF + j));
+}
+
+/* the same for the terms p[i] * q[i] of the 4 leaves at p and q, each
+ * product rounded to float before it is added, as a stored term is */
+static inline v4f add4_products(v4f acc, const float *p, const float *q, int j)
+{
+    v4f a = load4(p + j) * load4(q + j), b = load4(p + LEAF + j) * load4(q + LEAF + j);
+    v4f c = load4(p + 2 * LEAF + j) * load4(q + 2 * LEAF + j), d = load4(p + 3 * LEAF + j) * load4(q + 3 * LEAF + j);
+    return add4_vectors(acc, a, b, c, d);
+}
+
+/* leaf_groups_f32 over the terms p[i] * q[i] */
+static inline int leaf_groups_products_f32(const float *p, const float *q, int m, float *o)
+{
+    int k = 0;
+    for (; k + 8 <= m; k += 8) {
+        const float *bp = p + (int64_t)k * LEAF, *bq = q + (int64_t)k * LEAF;
+        v4f s0 = {0}, s1 = {0};
+        for (int j = 0; j < LEAF; j += 4) {
+            s0 = add4_products(s0, bp, bq, j);
+            s1 = add4_products(s1, bp + 4 * LEAF, bq + 4 * LEAF, j);
+        }
+        memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 4, &s1, sizeof s1);
+    }
+    for (; k + 4 <= m; k += 4) {
+        v4f s0 = {0};
+        for (int j = 0; j < LEAF; j += 4) s0 = add4_products(s0, p + (int64_t)k * LEAF, q + (int64_t)k * LEAF, j);
+        memcpy(o + k, &s0, sizeof s0);
+    }
+    return k;
 }
 
 /* The sums of m leaves of LEAF terms at t into o[0..m) (m a multiple of 4);
@@ -209,8 +245,10 @@ static inline float levels_f32(float *v, int nleaves)
     return levels_float(v, w);
 }
 #define LEAF_GROUPS(T_, base, m, o) (sizeof(T_) == sizeof(float) ? leaf_groups_f32((const float *)(const void *)(base), (m) & ~3, (float *)(void *)(o)) : 0)
+#define LEAF_GROUPS_PRODUCTS(p, q, m, o) leaf_groups_products_f32(p, q, (m) & ~3, o)
 #else
 #define LEAF_GROUPS(T_, base, m, o) 0
+#define LEAF_GROUPS_PRODUCTS(p, q, m, o) 0
 #define levels_f32 levels_float
 #endif
 
@@ -245,6 +283,36 @@ static inline float levels_f32(float *v, int nleaves)
     }
 LEAF_SUMS(float)
 LEAF_SUMS(double)
+
+/* leaf_sums_float over the terms p[i] * q[i] (each product rounded to
+ * float, then added in order): a SUM of a product without its terms
+ * stored, the same bits. */
+static CPU_VECTOR_CLONES void leaf_sums_products_f32(const float *p, const float *q, const int64_t *leaf, int nleaves,
+                                                     float *out)
+{
+    int64_t at = 0;
+    for (int l = 0; l < nleaves;) {
+        int64_t len = leaf[l];
+        int m = 1;
+        while (l + m < nleaves && leaf[l + m] == len) m++;
+        float *o = out + l;
+        const float *bp = p + at, *bq = q + at;
+        int k0 = len == LEAF ? LEAF_GROUPS_PRODUCTS(bp, bq, m, o) : 0;
+        for (; k0 + 4 <= m; k0 += 4) { /* 4 leaves side by side */
+            float acc[4] = {0};
+            for (int64_t j = 0; j < len; j++)
+                for (int k = 0; k < 4; k++) acc[k] += bp[(k0 + k) * len + j] * bq[(k0 + k) * len + j];
+            for (int k = 0; k < 4; k++) o[k0 + k] = acc[k];
+        }
+        for (int k = k0; k < m; k++) {
+            float a = 0;
+            for (int64_t j = 0; j < len; j++) a += bp[(int64_t)k * len + j] * bq[(int64_t)k * len + j];
+            o[k] = a;
+        }
+        at += (int64_t)m * len;
+        l += m;
+    }
+}
 
 /* The largest of v[0..n) as the in-order loop `if (v > m || v != v) m = v`
  * from -inf finds it (NaN wins, the first of equal zeros): by lanes of
@@ -568,10 +636,53 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
     }
 }
 
+/* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
+ * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
+ * they are made (leaf_sums_products_f32): no terms written and read back,
+ * the same bits. A causal row's last live leaf is added up to its live
+ * columns alone (its terms past them were 0: the same sum), never
+ * reading y or dy past them. */
+static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    const float *y = r->x[0], *dy = r->x[1];
+    float s[ROW_BATCH], *leaf_sums = r->tmp;
+    if (!r->causal) {
+        leaf_sums_products_f32(y, dy, r->leaf, r->nleaves * r->nb, leaf_sums);
+    } else {
+        for (int b = 0; b < r->nb; b++) {
+            const float *yb = y + b * n, *dyb = dy + b * n;
+            float *l = leaf_sums + b * r->nleaves;
+            int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
+            leaf_sums_products_f32(yb, dyb, r->leaf, full, l);
+            if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
+                float a = 0;
+                for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
+                l[full] = a;
+            }
+            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+        }
+    }
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+    }
+    for (int b = 0; b < r->nb; b++) {
+        const float *yb = y + b * n, *dyb = dy + b * n;
+        float *out = (float *)r->y + b * n;
+        const int64_t live = r->live[b];
+        const float sb = s[b];
+        IVDEP for (int64_t i = 0; i < live; i++) out[i] = yb[i] * (dyb[i] - sb);
+        for (int64_t i = live; i < n; i++) out[i] = 0;
+    }
+}
+
 /* f32 row functions written out by hand in place of the generated one */
 static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
     [IR_OP_softmax] = row_softmax_by_hand_f32,
+    [IR_OP_softmax_grad] = row_softmax_grad_by_hand_f32,
 };
 
 /* ---- the driver ---- */
