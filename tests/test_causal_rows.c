@@ -82,10 +82,12 @@ static void run_rows(int op, const float *a, const float *b, int64_t t, bool cau
 }
 
 /* Rows of 1 to 300 (one leaf of the pairwise sum, several, a partial last
- * live leaf): the causal softmax of masked scores, and the causal gradient
- * with dy finite everywhere, are the whole rows' results bit for bit (a
- * zero's sign aside: the gradient's masked 0 * (dy - s) was -0 where
- * dy < s, now +0). */
+ * live leaf; short rows run whole and masked, rows of 256 or more to their
+ * live columns): the causal softmax of masked scores, and the causal
+ * gradient with dy finite everywhere, are the whole rows' results bit for
+ * bit (a zero's sign aside: the gradient's masked 0 * (dy - s) was -0
+ * where dy < s, now +0); with dy inf or NaN at the masked columns the
+ * causal gradient is the same bits again. */
 static void test_causal_rows_on_the_cpu_give_the_bits_of_whole_rows_where_dy_is_finite(void **state)
 {
     (void)state;
@@ -111,6 +113,11 @@ static void test_causal_rows_on_the_cpu_give_the_bits_of_whole_rows_where_dy_is_
                              (long long)t, (long long)i, live[i], whole[i]);
             if (!op) memcpy(y, whole, sizeof(float) * (size_t)n); /* the gradient's probabilities */
         }
+        /* dy inf and NaN at the masked columns: the causal gradient's bits do not move */
+        for (int64_t i = 0; i < n; i++)
+            if (i % t > (i / t) % t) dy[i] = i % 2 ? INFINITY : NAN;
+        run_rows(IR_OP_softmax_grad, y, dy, t, true, whole);
+        if (memcmp(whole, live, sizeof(float) * (size_t)n)) fail_msg("rows of %lld: a non-finite masked dy moved the gradient", (long long)t);
         test_free(x), test_free(dy), test_free(y), test_free(whole), test_free(live);
     }
     printf("softmax and softmax_grad over causal rows of 1 to 300: the whole rows' bits\n");
