@@ -643,6 +643,10 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
         float *y = (float *)r->y + b * n;
         const int64_t live = r->live[b];
         const float sb = s[b];
+        if (whole) { /* one full-length loop */
+            IVDEP for (int64_t i = 0; i < n; i++) y[i] = i < live ? vb[i] / sb : 0;
+            continue;
+        }
         IVDEP for (int64_t i = 0; i < live; i++) y[i] = vb[i] / sb;
         for (int64_t i = live; i < n; i++) y[i] = 0;
     }
@@ -651,29 +655,31 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
 /* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
  * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
  * they are made (leaf_sums_products_f32): no terms written and read back,
- * the same bits. A causal row's last live leaf is added up to its live
- * columns alone (its terms past them were 0: the same sum), never
- * reading y or dy past them. */
+ * the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
+ * only at its live columns, its last live leaf added up to them (its
+ * terms past them were 0: the same sum). */
 static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
 {
     const int64_t n = r->n;
     const float *y = r->x[0], *dy = r->x[1];
     float s[ROW_BATCH], *leaf_sums = r->tmp;
-    if (!r->causal) {
+    /* Short causal rows whole: y is exactly 0 past the live columns, so
+     * each product there is 0 (adding it changes no sum) unless dy is not
+     * finite there, which makes the row's sum NaN (0 * inf); only such a
+     * row's sum is added again over its live columns alone. */
+    const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    if (!r->causal || whole)
         leaf_sums_products_f32(y, dy, r->leaf, r->nleaves * r->nb, leaf_sums);
-    } else if (n < CAUSAL_LIVE_MIN) { /* short rows whole, the terms past the live columns 0 */
-        float *t = r->terms;
-        for (int b = 0; b < r->nb; b++) {
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        if (r->causal) {
+            if (whole) {
+                s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+                if (isfinite(s[b])) continue;
+                k = 0;
+            }
             const float *yb = y + b * n, *dyb = dy + b * n;
-            float *tb = t + b * n;
-            const int64_t live = r->live[b];
-            IVDEP for (int64_t i = 0; i < n; i++) tb[i] = i < live ? yb[i] * dyb[i] : 0;
-        }
-        leaf_sums_float(t, r->leaf, r->nleaves * r->nb, leaf_sums);
-    } else {
-        for (int b = 0; b < r->nb; b++) {
-            const float *yb = y + b * n, *dyb = dy + b * n;
-            float *l = leaf_sums + b * r->nleaves;
             int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
             leaf_sums_products_f32(yb, dyb, r->leaf, full, l);
             if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
@@ -683,10 +689,6 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
             }
             for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
         }
-    }
-    for (int b = 0; b < r->nb; b++) {
-        float *l = leaf_sums + b * r->nleaves;
-        int k = 0;
         s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
     }
     for (int b = 0; b < r->nb; b++) {
@@ -694,6 +696,10 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
         float *out = (float *)r->y + b * n;
         const int64_t live = r->live[b];
         const float sb = s[b];
+        if (whole) { /* one full-length loop */
+            IVDEP for (int64_t i = 0; i < n; i++) out[i] = i < live ? yb[i] * (dyb[i] - sb) : 0;
+            continue;
+        }
         IVDEP for (int64_t i = 0; i < live; i++) out[i] = yb[i] * (dyb[i] - sb);
         for (int64_t i = live; i < n; i++) out[i] = 0;
     }
@@ -708,25 +714,35 @@ static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
 
 /* ---- the driver ---- */
 
-/* Sets the live columns of the call's rows (row_args.live): all n, or for
- * causal rows each one's ir_causal_live, the leaves of the pairwise tree
- * that hold them and the end of the last (leaf_end: the leaves' ends). */
-static void set_live(row_args *r, const ir_type *t, const int64_t *leaf_end)
+/* The live columns of causal rows by the row's position p along the
+ * queries (T of them): live[p] (ir_causal_live), the leaves of the
+ * pairwise tree that hold them (leaves[p]) and the end of the last
+ * (pad[p]); leaf_end: the leaves' ends in the row. */
+static void live_table(const ir_type *t, const int64_t *leaf_end, int nleaves, int64_t *live, int64_t *pad,
+                       int64_t *leaves)
 {
+    int l = 0;
+    for (int64_t p = 0; p < t->dims[t->rank - 2]; p++) {
+        live[p] = ir_causal_live(t, p);
+        while (l < nleaves - 1 && leaf_end[l] < live[p]) l++; /* the first leaf ending at or past it */
+        pad[p] = leaf_end[l], leaves[p] = l + 1;
+    }
+}
+
+/* Sets the live columns of the call's rows (row_args.live): all n, or for
+ * causal rows each one's from the table (live_table, by[0..2] its live,
+ * pad and leaves; rows of T positions). */
+static void set_live(row_args *r, int64_t T, int64_t *const by[3])
+{
+    int64_t p = r->causal ? r->row % T : 0;
     for (int b = 0; b < r->nb; b++) {
         if (!r->causal) {
             r->live[b] = r->pad[b] = r->n;
             r->live_leaves[b] = r->nleaves;
             continue;
         }
-        int64_t live = ir_causal_live(t, r->row + b);
-        int lo = 0, hi = r->nleaves - 1; /* the first leaf ending at or past live */
-        while (lo < hi) {
-            int mid = (lo + hi) / 2;
-            if (leaf_end[mid] >= live) hi = mid;
-            else lo = mid + 1;
-        }
-        r->live[b] = live, r->pad[b] = leaf_end[lo], r->live_leaves[b] = lo + 1;
+        r->live[b] = by[0][p], r->pad[b] = by[1][p], r->live_leaves[b] = (int)by[2][p];
+        if (++p == T) p = 0;
     }
 }
 
@@ -765,7 +781,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
     size_t cap = slab > (size_t)(nb * len) ? slab : (size_t)(nb * len); /* each buffer's elements */
     int nbuf = n->nin + 1 + sum.nvectors + 2 + (inner > 1 ? n->nin + 1 : 0);
-    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1 + len);
+    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1 + len + (causal ? 3 * len : 0));
     char *block = al_malloc(leaf_bytes + cs * cap * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
     int64_t *leaves = (int64_t *)(void *)block; /* first: al_malloc aligns it */
@@ -779,6 +795,9 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     int64_t *leaf_end = leaves + nb * len + 1; /* each leaf's end in the row */
     int64_t at_end = 0;
     for (int l = 0; l < r.nleaves; l++) leaf_end[l] = at_end += leaves[l];
+    int64_t T = causal ? t->dims[t->rank - 2] : 1; /* <= len (causal_mask's rule, checked above) */
+    int64_t *const by_position[3] = {leaf_end + len, leaf_end + 2 * len, leaf_end + 3 * len};
+    if (causal) live_table(t, leaf_end, r.nleaves, by_position[0], by_position[1], by_position[2]);
     for (int64_t b = 1; b < nb; b++) memcpy(leaves + b * r.nleaves, leaves, sizeof(int64_t) * (size_t)r.nleaves);
     r.leaf = leaves;
     r.balanced = (r.nleaves & (r.nleaves - 1)) == 0;
@@ -821,7 +840,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             if (sum.by_position) set_positions(&r);
-            set_live(&r, t, leaf_end);
+            set_live(&r, T, by_position);
             for (int j = 0; j < n->nin; j++) {
                 if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
                 if (prog->roles[j] == 'w')
