@@ -133,11 +133,11 @@ static void test_causal_rows_on_the_cpu_give_the_bits_of_whole_rows_where_dy_is_
  *   row 1: y = [1/3, 1/3, 1/3], dy = [0, 3, 6], sum = 3, dx = [-1, 0, 1].
  * Summing y dy over the whole row, as alloy did before, made row 0's sum
  * 0 * inf = NaN and dx NaN at every column of that row. */
-static alloy_graph *hand_graph(void)
+static alloy_graph *hand_graph(alloy_dtype dt)
 {
     alloy_graph *g = alloy_graph_new("hand");
-    alloy_tensor *x = alloy_input(g, "x", F32, 3, DIMS(1, 2, 3));
-    alloy_tensor *r = alloy_input(g, "R", F32, 3, DIMS(1, 2, 3));
+    alloy_tensor *x = alloy_input(g, "x", dt, 3, DIMS(1, 2, 3));
+    alloy_tensor *r = alloy_input(g, "R", dt, 3, DIMS(1, 2, 3));
     alloy_tensor *y = alloy_set_name(g, alloy_softmax(g, alloy_causal_mask(g, x), -1), "y");
     alloy_tensor *loss = alloy_set_name(g, alloy_reduce_sum(g, alloy_mul(g, y, r), 0, NULL, false), "loss");
     alloy_output(g, "y", y);
@@ -157,7 +157,7 @@ static void test_an_inf_dy_at_a_masked_column_leaves_the_gradient_finite(void **
     static const float want_dx[6] = {-0.5f, 0.5f, 0, -1, 0, 1};
     for (int fused = 0; fused < 2; fused++) {
         fusion(fused);
-        alloy_graph *g = hand_graph();
+        alloy_graph *g = hand_graph(F32);
         alloy_host_tensor in[2] = {{"x", F32, 3, {1, 2, 3}, hand_x}, {"R", F32, 3, {1, 2, 3}, hand_r}};
         alloy_host_tensor out[2] = {{.name = "y"}, {.name = "grad:x"}};
         expect_ok(g, alloy_graph_run(g, in, 2, out, 2), "run");
@@ -171,6 +171,19 @@ static void test_an_inf_dy_at_a_masked_column_leaves_the_gradient_finite(void **
         assert_true(y[2] == 0 && !signbit(y[2]));
         printf("%s: y and grad:x as worked by hand; the masked column's dy = inf leaves row 0's gradient finite\n",
                fused ? "fused" : "unfused");
+        alloy_graph_free(g);
+        /* f64 (the row programs as generated, not the f32 functions written out by hand) */
+        double x64[6], r64[6];
+        for (int i = 0; i < 6; i++) x64[i] = hand_x[i], r64[i] = hand_r[i];
+        g = hand_graph(ALLOY_F64);
+        alloy_host_tensor in64[2] = {{"x", ALLOY_F64, 3, {1, 2, 3}, x64}, {"R", ALLOY_F64, 3, {1, 2, 3}, r64}};
+        alloy_host_tensor out64[2] = {{.name = "y"}, {.name = "grad:x"}};
+        expect_ok(g, alloy_graph_run(g, in64, 2, out64, 2), "run f64");
+        const double *y64 = out64[0].data, *dx64 = out64[1].data;
+        for (int i = 0; i < 6; i++)
+            if (fabs(y64[i] - want_y[i]) > 1e-7 || fabs(dx64[i] - want_dx[i]) > 1e-12)
+                fail_msg("f64 %s: element %d: y %.17g dx %.17g, by hand %.9g and %.9g", fused ? "fused" : "unfused", i,
+                         y64[i], dx64[i], want_y[i], want_dx[i]);
         alloy_graph_free(g);
     }
 }
@@ -345,7 +358,7 @@ static void test_the_emulated_hand_case_gives_the_cpu_values(void **state)
     }
     for (int fused = 0; fused < 2; fused++) {
         fusion(fused);
-        alloy_graph *g = hand_graph();
+        alloy_graph *g = hand_graph(F32);
         feed_set f = {.n = 2};
         f.t[0] = (alloy_host_tensor){"x", F32, 3, {1, 2, 3}, hand_x};
         f.t[1] = (alloy_host_tensor){"R", F32, 3, {1, 2, 3}, hand_r};
