@@ -203,8 +203,8 @@ typedef struct att_shape {
 } att_shape;
 
 /* T = S = 64 (a warp per row, 16-byte accesses), T 5 < S 9 (odd rows, a
- * column at a time), T 6 < S 1536 (a block per row) */
-static const att_shape att_shapes[] = {{4, 64, 64, 8}, {2, 5, 9, 4}, {1, 6, 1536, 4}};
+ * column at a time), T 6 < S 1536 (a block per row), T 3 < S 9000 (rows that stream) */
+static const att_shape att_shapes[] = {{4, 64, 64, 8}, {2, 5, 9, 4}, {1, 6, 1536, 4}, {1, 3, 9000, 4}};
 enum { NSHAPES = sizeof att_shapes / sizeof att_shapes[0] };
 
 static alloy_graph *att_graph(int mode, att_shape sh, bool causal)
