@@ -145,9 +145,9 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
         const ir_type *sp = rs->kind == STEP_KIND_ROW ? &rs->space : &g->nodes[g->nodes[rs->pos]->in[0]]->type;
         for (int i = 0; share < 1 && i < kn->nparams; i++) {
             const cg_param *pa = &kn->params[i];
+            if (pa->kind != CG_PARAM_NODE || pa->written) continue;
             const ir_type *t = &g->nodes[pa->node]->type;
-            if (pa->kind == CG_PARAM_NODE && !pa->written && ir_numel(t) == ir_numel(sp))
-                l->read -= (int64_t)((double)ir_nbytes(t) * (1 - share));
+            if (ir_numel(t) == ir_numel(sp)) l->read -= (int64_t)((double)ir_nbytes(t) * (1 - share));
         }
     }
     /* a one-launch reduction (a block counter among its parameters): its last blocks read the partials back */
