@@ -8,8 +8,8 @@
 #include <tgmath.h>
 
 #include "base/convert.h"
-#include "ir/groups.h"
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
+#include "ir/groups.h" /* ir_row_causal, ir_causal_live */
 #include "runtime/cpu/cpu.h"
 #if defined(__SSE2__)
 #include <emmintrin.h> /* every x86-64 level has SSE2: MAX's lanes (max_of_f32) */
