@@ -8,7 +8,12 @@
  * run, no feeds or fetches copied, so the figure is the kernel's, to set
  * beside bench/ew_torch.py --rows (ATen's kernels called with out=). Ops:
  * softmax (x), softmax_causal (x with -inf above row r's diagonal, column
- * j > r mod N: an attention's masked scores), softmax_grad (y, dy),
+ * j > r mod N: an attention's masked scores, every column computed),
+ * softmax_causal_live (the same rows as a causal softmax's, [ROWS / N, N, N]:
+ * only columns j <= r mod N read, zeros stored past them), softmax_grad (y, dy),
+ * softmax_grad_causal (y the causal softmax of those scores, dy; every
+ * column) and softmax_grad_causal_live (the same as a causal softmax's
+ * gradient: columns j <= r mod N),
  * layer_norm (x, gamma, beta),
  * layer_norm_grad_stats (x, dy, mean, rstd, gamma: dx only, as autodiff
  * emits it). x = ((i * 7919) mod 65536) / 65536 * 8 - 4, dy = 1 - i mod 3,
@@ -28,10 +33,10 @@
 #include "runtime/graph/graph_impl.h"
 
 typedef alloy_status (*row_run_fn)(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in,
-                                   int64_t total_rows, void *results);
-alloy_status row_isa_run_0(cpu_exec *, const ir_node *, rt_tensor *, const rt_tensor *, int64_t, void *);
-alloy_status row_isa_run_1(cpu_exec *, const ir_node *, rt_tensor *, const rt_tensor *, int64_t, void *);
-alloy_status row_isa_run_2(cpu_exec *, const ir_node *, rt_tensor *, const rt_tensor *, int64_t, void *);
+                                   int64_t total_rows, void *results, bool causal);
+alloy_status row_isa_run_0(cpu_exec *, const ir_node *, rt_tensor *, const rt_tensor *, int64_t, void *, bool);
+alloy_status row_isa_run_1(cpu_exec *, const ir_node *, rt_tensor *, const rt_tensor *, int64_t, void *, bool);
+alloy_status row_isa_run_2(cpu_exec *, const ir_node *, rt_tensor *, const rt_tensor *, int64_t, void *, bool);
 
 enum { LEVELS = 3 };
 static const char *const level_names[LEVELS] = {"x86-64-v4 (AVX-512)", "x86-64-v3 (AVX2)", "baseline (SSE2)"};
@@ -71,9 +76,9 @@ int main(int argc, char **argv)
     float *x = malloc(sizeof(float) * (size_t)total), *dy = malloc(sizeof(float) * (size_t)total);
     float *sm = malloc(sizeof(float) * (size_t)total), *y = malloc(sizeof(float) * (size_t)total);
     float *y0 = malloc(sizeof(float) * (size_t)total), *gamma = malloc(sizeof(float) * (size_t)n);
-    float *xm = malloc(sizeof(float) * (size_t)total);
+    float *xm = malloc(sizeof(float) * (size_t)total), *smm = malloc(sizeof(float) * (size_t)total);
     float *mean = malloc(sizeof(float) * (size_t)rows), *rstd = malloc(sizeof(float) * (size_t)rows);
-    if (!x || !dy || !sm || !y || !y0 || !gamma || !mean || !rstd || !xm) return fprintf(stderr, "row_isa: out of memory\n"), 1;
+    if (!x || !dy || !sm || !y || !y0 || !gamma || !mean || !rstd || !xm || !smm) return fprintf(stderr, "row_isa: out of memory\n"), 1;
     for (int64_t i = 0; i < total; i++) {
         x[i] = (float)((double)((i * 7919) % 65536) / 65536 * 8 - 4);
         dy[i] = (float)(1 - i % 3);
@@ -92,6 +97,10 @@ int main(int argc, char **argv)
         for (int64_t j = 0; j < n; j++) m = fmax(m, x[r * n + j]);
         for (int64_t j = 0; j < n; j++) s += exp(x[r * n + j] - m);
         for (int64_t j = 0; j < n; j++) sm[r * n + j] = (float)(exp(x[r * n + j] - m) / s);
+        m = -INFINITY, s = 0; /* and of the masked scores */
+        for (int64_t j = 0; j < n; j++) m = fmax(m, xm[r * n + j]);
+        for (int64_t j = 0; j < n; j++) s += exp(xm[r * n + j] - m);
+        for (int64_t j = 0; j < n; j++) smm[r * n + j] = (float)(exp(xm[r * n + j] - m) / s);
     }
 
     /* one node per op in a graph of its own; its operands are the arrays above */
@@ -99,24 +108,36 @@ int main(int argc, char **argv)
     if (!g) return fprintf(stderr, "row_isa: out of memory\n"), 1;
     ir_type rt = {.dtype = ALLOY_F32, .rank = 2, .dims = {rows, n}}, vt = {.dtype = ALLOY_F32, .rank = 1, .dims = {n}};
     ir_type st = {.dtype = ALLOY_F32, .rank = 2, .dims = {rows, 1}};
+    /* the causal rows as [ROWS / N, N, N] (rows a multiple of N) */
+    ir_type ct = {.dtype = ALLOY_F32, .rank = 3, .dims = {rows / n, n, n}};
+    bool whole = rows % n == 0;
     ir_attr eps = ir_a_float("eps", 1e-5), axis = ir_a_int("axis", 1);
     int ix = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &rt, "x")->id;
     int idy = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &rt, "dy")->id;
     int igm = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &vt, "gamma")->id;
     int imean = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &st, "mean")->id;
     int irstd = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &st, "rstd")->id;
+    ir_attr axis3 = ir_a_int("axis", 2);
+    int icx = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, whole ? &ct : &rt, "xc")->id;
+    int icdy = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, whole ? &ct : &rt, "dyc")->id;
     const struct {
         const char *name;
         ir_node *node;
         const float *in[5];
+        bool causal;
     } ops[] = {
-        {"softmax", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "sm"), {x}},
-        {"softmax_causal", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "smc"), {xm}},
-        {"softmax_grad", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){ix, idy}, 1, &axis, NULL, "smg"), {sm, dy}},
+        {"softmax", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "sm"), {x}, false},
+        {"softmax_causal", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "smc"), {xm}, false},
+        {"softmax_causal_live", ir_add_node(g, IR_OP_softmax, 1, (int[]){icx}, 1, &axis3, NULL, "smcl"), {xm}, whole},
+        {"softmax_grad", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){ix, idy}, 1, &axis, NULL, "smg"), {sm, dy}, false},
+        {"softmax_grad_causal", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){ix, idy}, 1, &axis, NULL, "smgc"),
+         {smm, dy}, false},
+        {"softmax_grad_causal_live", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){icx, icdy}, 1, &axis3, NULL, "smgcl"),
+         {smm, dy}, whole},
         {"layer_norm", ir_add_node(g, IR_OP_layer_norm, 3, (int[]){ix, igm, igm}, 1, &eps, NULL, "ln"), {x, gamma, gamma}},
         {"layer_norm_grad", ir_add_node(g, IR_OP_layer_norm_grad_stats, 5, (int[]){ix, idy, imean, irstd, igm}, 0, NULL,
                                         NULL, "lng"),
-         {x, dy, mean, rstd, gamma}},
+         {x, dy, mean, rstd, gamma}, false},
     };
     printf("f32, %lld rows of %lld, one thread, the kernel alone (cpu_row_run), best thread CPU time, ns per element\n%-16s",
            (long long)rows, (long long)n, "op");
@@ -142,7 +163,7 @@ int main(int argc, char **argv)
             double best = 1e30;
             for (int r = 0; r < 16; r++) {
                 double t0 = thread_cpu();
-                for (int64_t i = 0; i < reps; i++) level_fns[l](&ex, node, &out, in, rows, NULL);
+                for (int64_t i = 0; i < reps; i++) level_fns[l](&ex, node, &out, in, rows, NULL, ops[o].causal);
                 double t = thread_cpu() - t0;
                 if (r > 0 && t < best) best = t; /* the first round warms up */
             }
@@ -156,6 +177,6 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     ir_graph_free(g);
-    free(x), free(dy), free(sm), free(y), free(y0), free(gamma), free(mean), free(rstd), free(xm);
+    free(x), free(dy), free(sm), free(y), free(y0), free(gamma), free(mean), free(rstd), free(xm), free(smm);
     return 0;
 }

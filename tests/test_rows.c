@@ -338,7 +338,7 @@ static void run_row_node(int op, int nin, const float *const *in, int64_t rows, 
     rt_tensor ts[5], out = {node->type, y};
     for (int j = 0; j < nin; j++) ts[j] = (rt_tensor){g->nodes[ids[j]]->type, (void *)in[j]};
     cpu_exec x = {.nthreads = 1};
-    assert_int_equal(cpu_row_run(&x, node, &out, ts, rows, NULL), ALLOY_OK);
+    assert_int_equal(cpu_row_run(&x, node, &out, ts, rows, NULL, false), ALLOY_OK);
     ir_graph_free(g);
 }
 

@@ -99,6 +99,11 @@ AL_HIDDEN bool cg_add_kernel(cg_program *p, const ir_graph *g, const char *name,
 AL_HIDDEN const char *cg_emit_ew(cg_program *p, const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_multi(cg_program *p, const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedule *s, int k);
+/* The share of the elements of each row-shaped operand row step k's kernel
+ * reads: 1, or for a step of causal rows that needs no column past a row's
+ * live ones (emit_row.c's limited_step) their share of the row, (T + 1) / 2T
+ * for [.., T, T] rows (the cost model's and the kernel's byte counts). */
+AL_HIDDEN double cg_row_read_share(const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_op(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_op.c */
 /* The direct kernel of a convolution, pool or backward op node n (step k, kernel `name`), or why none. (emit_conv.c) */
 AL_HIDDEN const char *cg_emit_conv(cg_program *p, const ir_graph *g, int k, const ir_node *n, const char *name);

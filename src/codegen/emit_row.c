@@ -1,4 +1,5 @@
 /* emit_row.c - row kernels: a team of threads per row (one warp for short rows, a block for long ones), each thread holding its columns in registers, or for the longest rows streaming them (online max and sum, values computed again where read); row programs from the op table, elementwise parts between them, per-row results averaged by a second kernel. */
+#include <math.h>
 #include <string.h>
 
 #include "codegen/emit_impl.h"
@@ -42,7 +43,77 @@ typedef struct row_kernel {
      * read; a member a later part reads is the lambda r<m>(slot) computing
      * it again at that column */
     bool stream;
+    /* causal rows (ir_row_causal): some member is causal, and lim_ (the
+     * row's live columns, ir_causal_live) is declared at the row's scope;
+     * `limited` (limited_step): the row's operands are loaded only up to lim_ */
+    bool causal, limited;
 } row_kernel;
+
+/* ---- causal rows ---- */
+
+/* Whether node (a member of step st) is exactly 0 past each row's live
+ * columns: a causal row op, a causal_mask with value +0 (a gradient's:
+ * its expression gives 0 there without reading its operand), or a cast
+ * between float dtypes of one. */
+static bool zero_past_live(const ir_graph *g, const schedule *s, const sched_step *st, int node)
+{
+    const ir_node *n = g->nodes[node];
+    if (s->step_of[node] != (int)(st - s->steps)) return false;
+    if (n->op == IR_OP_causal_mask) return ir_attr_f(n, "value") == 0 && !signbit(ir_attr_f(n, "value"));
+    if (ir_ops[n->op].row) return ir_row_causal(g, n);
+    return n->op == IR_OP_cast && n->nin == 1 && ir_is_float(n->type.dtype) &&
+           ir_is_float(g->nodes[n->in[0]]->type.dtype) && zero_past_live(g, s, st, n->in[0]);
+}
+
+/* Whether row step st needs no column past a row's live ones but to store
+ * zeros there: it has a causal row op, its other row ops are causal_masks
+ * (their masked columns are read by causal ops alone), every value it
+ * stores is zero_past_live, no column sums, and each elementwise part is
+ * all zero_past_live members (computed at every column, from the causal
+ * ops' zeros) or none (computed at the live ones only: only causal ops
+ * read them). Its row-shaped operands are then loaded only up to lim_. */
+static bool limited_step(const ir_graph *g, const schedule *s, const sched_step *st)
+{
+    bool any = false;
+    for (int q = st->first_part; q < st->first_part + st->nparts; q++) {
+        const sched_part *part = &s->parts[q];
+        if (part->kind == PART_COLSUM) return false;
+        int zeros = 0;
+        for (int m = part->first; m < part->first + part->n; m++) {
+            const ir_node *x = g->nodes[s->members[m].node];
+            bool zero = zero_past_live(g, s, st, x->id);
+            if (part->kind == PART_OP) {
+                if (ir_row_causal(g, x)) any = true;
+                else if (x->op != IR_OP_causal_mask) return false;
+            }
+            if ((s->members[m].flags & MEMBER_STORED) && !zero) return false;
+            zeros += zero;
+        }
+        if (part->kind == PART_EW && zeros && zeros != part->n) return false;
+    }
+    return any;
+}
+
+double cg_row_read_share(const ir_graph *g, const schedule *s, int k)
+{
+    const sched_step *st = &s->steps[k];
+    const ir_type *sp = st->kind == STEP_KIND_OP ? &g->nodes[g->nodes[st->pos]->in[0]]->type : &st->space;
+    if ((st->kind != STEP_KIND_ROW && st->kind != STEP_KIND_OP) || sp->rank < 2 || !limited_step(g, s, st)) return 1;
+    double q = (double)sp->dims[sp->rank - 2], c = (double)sp->dims[sp->rank - 1];
+    return c > 0 ? (q * (q + 1) / 2 + q * (c - q)) / (q * c) : 1; /* live columns: row i of q sees i + c - q + 1 */
+}
+
+/* The bound of member x's columns in its stages (C text, into buf): lim_ for
+ * a causal row op, or a causal_mask of a limited step that is not 0 past
+ * the live columns (read there by no one); else C. */
+static const char *column_bound(const row_kernel *rk, const ir_node *x, char *buf, size_t len)
+{
+    if (rk->causal && (ir_row_causal(rk->g, x) || (rk->limited && x->op == IR_OP_causal_mask &&
+                                                   !zero_past_live(rk->g, rk->s, rk->st, x->id))))
+        return "lim_";
+    al_fmt(buf, len, "%lldll", (long long)rk->C);
+    return buf;
+}
 
 /* Returned by emit_row when the vectorized kernel needs a bit past 63. */
 static const char VECTOR_FAILED[] = "a row kernel's vector accesses name a parameter past 63";
@@ -115,9 +186,12 @@ static void load_row(cg_text *t, row_kernel *rk, int k)
     rk->loaded |= 1ull << k;
     alloy_dtype dt = rk->g->nodes[rk->ps.at[k].node]->type.dtype;
     cg_put(rk->decl, "        alignas(16) %s l%d_[%d];\n", cg_storage(dt), k, rk->cpl);
+    char lim[32];
+    if (rk->limited) al_fmt(lim, sizeof lim, "lim_"); /* past the live columns: never read (limited_step) */
+    else al_fmt(lim, sizeof lim, "%lldll", (long long)rk->C);
     cg_put(t, "        for (int c_ = 0; c_ < %d; c_++) {\n            const int col0_ = (lane + %d * c_) * %d;\n"
-              "            if (col0_ < %lldll) alloy_vcopy<%d>(l%d_ + c_ * %d, p%d + row * %lldll + col0_);\n        }\n",
-           rk->cpl / rk->vw, rk->team, rk->vw, (long long)rk->C, (int)alloy_dtype_size(dt) * rk->vw, k, rk->vw, k,
+              "            if (col0_ < %s) alloy_vcopy<%d>(l%d_ + c_ * %d, p%d + row * %lldll + col0_);\n        }\n",
+           rk->cpl / rk->vw, rk->team, rk->vw, lim, (int)alloy_dtype_size(dt) * rk->vw, k, rk->vw, k,
            (long long)rk->C);
     /* a widened product stored before its range rule: the rule once on the held row (ranged_row) */
     const char *rule = ranged_row(rk, rk->ps.at[k].node);
@@ -166,6 +240,16 @@ static bool operand_at(cg_text *t, row_kernel *rk, const ir_node *x, int q, cons
     cg_load(t, ty->dtype, pk, idx);
     cg_put(t, ")");
     return true;
+}
+
+/* The bound of an elementwise part's columns (C text, into buf): lim_ in a
+ * limited step for a part of no zero_past_live member (only causal row ops
+ * read it, at the live columns); else C. */
+static const char *ew_bound(const row_kernel *rk, const sched_part *part, char *buf, size_t len)
+{
+    if (rk->limited && !zero_past_live(rk->g, rk->s, rk->st, rk->s->members[part->first].node)) return "lim_";
+    al_fmt(buf, len, "%lldll", (long long)rk->C);
+    return buf;
 }
 
 /* ---- programs sharing their first stages ---- */
@@ -408,14 +492,16 @@ static bool online_softmax(const ir_row_program *p, int i)
 static void emit_online_softmax(cg_text *t, const row_kernel *rk, int m, const ir_row_program *p, int i)
 {
     const ir_row_stage *mx = &p->stages[i], *sum = &p->stages[i + 2];
+    char cb[32];
+    const char *bound = column_bound(rk, rk->g->nodes[rk->s->members[m].node], cb, sizeof cb);
     cg_put(t, "        { T m_ = -(T)ALLOY_INF, a_ = 0;\n");
     put_columns(t, rk);
-    cg_put(t, "            if (col >= %lldll) continue;\n            const T x_ = (T)(%s);\n"
+    cg_put(t, "            if (col >= %s) continue;\n            const T x_ = (T)(%s);\n"
               "            if (x_ > m_) a_ = a_ * exp(m_ - x_) + exp(x_ - x_), m_ = x_;\n"
               "            else if (!(x_ == -(T)ALLOY_INF)) a_ += exp(x_ - m_);\n        }\n"
               "        s%d_%d = alloy_block_max(m_, red_);\n        a_ = a_ * exp(m_ - s%d_%d);\n"
               "        s%d_%d = alloy_block_sum(a_, red_); }\n",
-           (long long)rk->C, mx->expr, m, mx->slot, m, mx->slot, m, sum->slot);
+           bound, mx->expr, m, mx->slot, m, mx->slot, m, sum->slot);
 }
 
 /* A streaming program's OUT stage sg for member m: stored by a pass over
@@ -425,13 +511,15 @@ static void stream_out(cg_text *t, row_kernel *rk, int m, const ir_row_stage *sg
 {
     const sched_member *mb = &rk->s->members[m];
     const ir_node *x = rk->g->nodes[mb->node];
-    char v[16];
+    char v[16], e[32];
     al_fmt(v, sizeof v, "v%d", m);
+    /* a causal row op: 0 past the live columns, its expression not evaluated there */
+    al_fmt(e, sizeof e, "%s", rk->causal && ir_row_causal(rk->g, x) ? "col >= lim_ ? (T)0 : " : "");
     if (mb->flags & MEMBER_STORED) {
         char idx[160];
         element_index(rk, x->id, "col", idx, sizeof idx);
         put_columns(t, rk);
-        cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", (long long)rk->C, m, sg->expr);
+        cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = %s(T)(%s);\n", (long long)rk->C, m, e, sg->expr);
         cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
         cg_put(t, "            p%d[%s] = ", cg_param_of(&rk->ps, CG_PARAM_NODE, x->id, true, 0), idx);
         cg_store(t, x->type.dtype, rk->wide, v);
@@ -439,7 +527,7 @@ static void stream_out(cg_text *t, row_kernel *rk, int m, const ir_row_stage *sg
     }
     if (mb->flags & MEMBER_SPILLED) {
         cg_put(t, "        const auto r%d = [&](int j_) -> T {\n            const int col = lane + %d * j_;\n"
-                  "            T v%d = (T)(%s);\n", m, rk->team, m, sg->expr);
+                  "            T v%d = %s(T)(%s);\n", m, rk->team, m, e, sg->expr);
         cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
         cg_put(t, "            return v%d;\n        };\n", m);
     }
@@ -456,6 +544,10 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
     if (!rk->stream) cg_put(t, "    {\n"); /* streaming: at the row's scope, where later parts call its r<m> */
     if (shared) cg_put(t, "        /* stages 0-%d: those of %%%d's program */\n", shared - 1, rk->s->members[from].node);
     if (!accessors(t, rk, x, m, shared, from, reg)) return false;
+    char cb[32], cfull[32];
+    const char *bound = column_bound(rk, x, cb, sizeof cb); /* lim_: the stages see the live columns alone */
+    bool live = rk->causal && ir_row_causal(rk->g, x); /* and OUT stores 0 past them */
+    al_fmt(cfull, sizeof cfull, "%lldll", (long long)rk->C);
     for (int i = shared; i < prog->nstages; i++) {
         const ir_row_stage *sg = &prog->stages[i];
         for (int q = 0; q < (int)strlen(prog->roles) && q < x->nin; q++) /* rows read first here */
@@ -476,24 +568,25 @@ static bool emit_program(cg_text *t, row_kernel *rk, int m)
             bool max = sg->kind == ROW_MAX;
             cg_put(t, "        { T a_ = %s;\n", max ? "-(T)ALLOY_INF" : "0");
             put_columns(t, rk);
-            cg_put(t, "            if (col < %lldll) a_ = %s(T)(%s)%s;\n        }\n        s%d_%d = %s; }\n",
-                   (long long)rk->C, max ? "alloy_max(a_, " : "a_ + ", sg->expr, max ? ")" : "", m, sg->slot,
+            cg_put(t, "            if (col < %s) a_ = %s(T)(%s)%s;\n        }\n        s%d_%d = %s; }\n",
+                   bound, max ? "alloy_max(a_, " : "a_ + ", sg->expr, max ? ")" : "", m, sg->slot,
                    team_reduce(rk, max));
             break;
         }
         case ROW_LET: cg_put(t, "        s%d_%d = (T)(%s);\n", m, sg->slot, sg->expr); break;
         case ROW_MAP:
             put_columns(t, rk);
-            cg_put(t, "            if (col < %lldll) rv%d_%d[j_] = (T)(%s);\n        }\n", (long long)rk->C, m, sg->slot,
-                   sg->expr);
+            cg_put(t, "            if (col < %s) rv%d_%d[j_] = (T)(%s);\n        }\n", bound, m, sg->slot, sg->expr);
             break;
         case ROW_OUT: {
             /* vw > 1: stored through o<m>_, a chunk per 16-byte access */
             bool chunks = rk->vw > 1 && (mb->flags & MEMBER_STORED) && ir_numel(&x->type) == rk->rows * rk->C;
             if (chunks) cg_put(t, "        alignas(16) %s o%d_[%d];\n", cg_storage(x->type.dtype), m, rk->cpl);
             put_columns(t, rk);
-            cg_put(t, "            if (col >= %lldll) continue;\n            T v%d = (T)(%s);\n", (long long)rk->C, m,
-                   sg->expr);
+            /* a causal row op stores 0 past the live columns (its expression not evaluated there); a
+             * causal_mask of a limited step is read there by no one */
+            cg_put(t, "            if (col >= %s) continue;\n            T v%d = %s(T)(%s);\n", live ? cfull : bound, m,
+                   live ? "col >= lim_ ? (T)0 : " : "", sg->expr);
             char v[16];
             al_fmt(v, sizeof v, "v%d", m);
             cg_apply_flags(t, x->type.dtype, rk->wide, mb->flags, v);
@@ -770,9 +863,10 @@ static void stream_part(cg_text *t, row_kernel *rk, const sched_part *part, cons
     for (int m = part->first; m < part->first + part->n; m++)
         pass |= (s->members[m].flags & (MEMBER_STORED | MEMBER_CHECK)) != 0;
     if (pass) {
+        char cb[32];
         put_columns(t, rk);
-        cg_put(t, "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
-               (long long)rk->C, (long long)rk->C);
+        cg_put(t, "            if (col >= %s) continue;\n            const long long e_ = row * %lldll + col;\n",
+               ew_bound(rk, part, cb, sizeof cb), (long long)rk->C);
         cg_emit_members(t, &ep);
         cg_put(t, "        }\n");
     }
@@ -827,6 +921,13 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
     if (rk.rows == 0) return "no rows";
     cg_text body = {0}, t = {0}, pre = {0}, post = {0};
     const char *why = NULL;
+    for (int m = st->first; m < st->first + st->n; m++)
+        rk.causal |= ir_ops[g->nodes[s->members[m].node]->op].row && ir_row_causal(g, g->nodes[s->members[m].node]);
+    rk.causal = rk.causal && rk.inner == 1 && space.rank >= 2;
+    rk.limited = rk.causal && limited_step(g, s, st);
+    if (rk.causal) /* the row's live columns (ir_causal_live) */
+        cg_put(&body, "        const long long lim_ = row %% %lldll + %lldll; (void)lim_;\n",
+               (long long)space.dims[space.rank - 2], (long long)(rk.C - space.dims[space.rank - 2] + 1));
     for (int m = st->first; m < st->first + st->n && !rk.stream; m++)
         if (s->members[m].flags & MEMBER_SPILLED) cg_put(&body, "        T r%d[%d];\n", m, rk.cpl);
     for (int q = st->first_part; q < st->first_part + st->nparts; q++)
@@ -862,9 +963,10 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
             if (vstore >> i & 1)
                 cg_put(&body, "        alignas(16) %s s%d_[%d];\n", cg_storage(g->nodes[rk.ps.at[i].node]->type.dtype), i,
                        rk.cpl);
+        char cb[32];
         put_columns(&body, &rk);
-        cg_put(&body, "            if (col >= %lldll) continue;\n            const long long e_ = row * %lldll + col;\n",
-               (long long)rk.C, (long long)rk.C);
+        cg_put(&body, "            if (col >= %s) continue;\n            const long long e_ = row * %lldll + col;\n",
+               ew_bound(&rk, part, cb, sizeof cb), (long long)rk.C);
         if (rk.vw > 1) cg_put(&body, "            const int i_ = j_; (void)i_;\n");
         cg_put(&body, "%s", members.s ? members.s : "");
         body.oom |= members.oom;
@@ -895,7 +997,8 @@ static const char *emit_row(cg_program *prog, const ir_graph *g, const schedule 
                 if (nsums == IR_MAX_COLSUMS) why = "a row step with more than 4 column sums (IR_MAX_COLSUMS)";
                 else sums[nsums++] = s->parts[q].first;
             }
-        int64_t bytes = (int64_t)ir_nbytes(&space) * 2;
+        /* read and written once; a limited step reads its rows' live columns alone */
+        int64_t bytes = (int64_t)((double)ir_nbytes(&space) * (1 + cg_row_read_share(g, s, k)));
         if (nsums) {
             int64_t teams = rk.rows / COLSUM_TEAM_ROWS < COLSUM_MAX_TEAMS ? rk.rows / COLSUM_TEAM_ROWS : COLSUM_MAX_TEAMS;
             if (blocks > teams / per_block) blocks = teams / per_block > 0 ? teams / per_block : 1;

@@ -138,6 +138,18 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
         if (pa->written) l->written += b;
         else l->read += b;
     }
+    /* causal rows read each row-shaped operand up to the row's live columns alone (cg_row_read_share) */
+    const sched_step *rs = &s->steps[kn->step];
+    if (rs->kind == STEP_KIND_ROW || (rs->kind == STEP_KIND_OP && ir_ops[g->nodes[rs->pos]->op].row)) {
+        double share = cg_row_read_share(g, s, kn->step);
+        const ir_type *sp = rs->kind == STEP_KIND_ROW ? &rs->space : &g->nodes[g->nodes[rs->pos]->in[0]]->type;
+        for (int i = 0; share < 1 && i < kn->nparams; i++) {
+            const cg_param *pa = &kn->params[i];
+            if (pa->kind != CG_PARAM_NODE || pa->written) continue;
+            const ir_type *t = &g->nodes[pa->node]->type;
+            if (ir_numel(t) == ir_numel(sp)) l->read -= (int64_t)((double)ir_nbytes(t) * (1 - share));
+        }
+    }
     /* a one-launch reduction (a block counter among its parameters): its last blocks read the partials back */
     bool counted = false;
     for (int i = 0; i < kn->nparams; i++) counted |= kn->params[i].kind == CG_PARAM_COUNTER;

@@ -72,6 +72,21 @@ AL_HIDDEN bool ir_row_keeps(const ir_node *n);
  * of cpu_ew_uses_f64, read from the IR types. */
 AL_HIDDEN bool ir_fuse_wide(const ir_graph *g, const ir_node *n);
 
+/* Whether row op n has causal rows (causal_rows.c; docs/fusion.md, "Causal
+ * rows"): a softmax along the last axis of causal_mask(x) with value -inf
+ * (through casts between float dtypes), or the softmax_grad along the last
+ * axis whose probabilities are (through such casts) such a softmax. Every
+ * backend then reads and computes row `row` of n's [.., T, S] rows only at
+ * its ir_causal_live columns and stores exact zeros past them: the mask
+ * gives -inf there whatever x holds, so the softmax is exactly 0, and the
+ * gradient's masked columns contribute nothing (a non-finite dy there
+ * included, as in a fused attention). */
+AL_HIDDEN bool ir_row_causal(const ir_graph *g, const ir_node *n);
+/* The live columns of row `row` (counted over all but the last axis) of a
+ * causal row op of type t [.., T, S]: (row mod T) + S - T + 1, in [1, S]
+ * (causal_mask hides column j > i + S - T of query i; T <= S). */
+AL_HIDDEN int64_t ir_causal_live(const ir_type *t, int64_t row);
+
 /* Whether n may head a GEMM group: a matmul, conv1d or conv2d (the
  * forward convolutions; their gradients are not heads). */
 AL_HIDDEN bool ir_gemm_head(const ir_node *n);

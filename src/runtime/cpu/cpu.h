@@ -172,9 +172,12 @@ AL_HIDDEN void cpu_run_op(cpu_exec *x, const ir_node *n, rt_tensor *values);
  * the program reads as ROWS (the row count of the whole op when in[] are
  * views of some of its rows). An op whose program gives a result per row
  * writes those, in the compute type, to results[row] instead of out, and
- * each row's weight (1 without a WEIGHT stage) to results[total_rows + row]. */
+ * each row's weight (1 without a WEIGHT stage) to results[total_rows + row].
+ * causal (ir_row_causal(graph, n)): in[]'s rows start at a multiple of
+ * T of n's [.., T, S] rows, and each row is read only at its
+ * ir_causal_live columns, its result 0 past them. */
 AL_HIDDEN alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in,
-                                   int64_t total_rows, void *results);
+                                   int64_t total_rows, void *results, bool causal);
 /* out = the sum of rows per-row results divided by the sum of their weights
  * (results[rows ..]), or their sum when `sum` (compute type f64 when wide). */
 AL_HIDDEN void cpu_row_mean(bool wide, bool sum, const void *results, int64_t rows, rt_tensor *out);

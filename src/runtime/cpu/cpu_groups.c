@@ -145,7 +145,7 @@ static void row_block(void *arg, int64_t b, int ti)
         float *results = NULL; /* a per-row result (cross_entropy's losses): this block's rows of them */
         if (ir_row_summarize(ir_ops[m->op].row).per_row_result)
             results = (float *)rg->losses + (size_t)ce++ * 2 * (size_t)rg->rows + r0;
-        cpu_row_run(&t->x, m, &t->view[m->id], in, rg->rows, results);
+        cpu_row_run(&t->x, m, &t->view[m->id], in, rg->rows, results, ir_row_causal(g, m));
     }
 }
 
@@ -242,7 +242,8 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
         const ir_node *m = g->nodes[members[k].node];
         ir_row_summary rs = ir_ops[m->op].row ? ir_row_summarize(ir_ops[m->op].row) : (ir_row_summary){0};
         /* a program that reads its row's place needs whole [.., queries, keys] blocks */
-        if (rs.by_position) rg->period = rg->full.dims[rg->full.rank - 2];
+        /* (a causal softmax or its gradient too: its rows' live columns) */
+        if (rs.by_position || ir_row_causal(g, m)) rg->period = rg->full.dims[rg->full.rank - 2];
         nce += rs.per_row_result;
         /* a row op's result, and a value a later part reads, need a block
          * buffer when not stored (a per-row result has its own) */

@@ -9,6 +9,7 @@
 
 #include "base/convert.h"
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
+#include "ir/groups.h" /* ir_row_causal, ir_causal_live */
 #include "runtime/cpu/cpu.h"
 #if defined(__SSE2__)
 #include <emmintrin.h> /* every x86-64 level has SSE2: MAX's lanes (max_of_f32) */
@@ -48,6 +49,14 @@ typedef struct row_args {
     const int64_t *leaf;
     int nleaves;
     bool balanced; /* nleaves is a power of 2 and every leaf as long: the tree is complete */
+    /* each row's live columns (ir_row_causal): n, or for causal rows their
+     * ir_causal_live; MAX, SUM and MAP see only those, OUT stores 0 past them.
+     * A causal row's SUM adds its first live_leaves[b] leaves (the last one's
+     * terms past the live ones are 0, up to column pad[b]) and takes 0 for the
+     * rest: the tree of the whole row, whose dead leaves added 0, the same bits */
+    bool causal;
+    int64_t live[ROW_BATCH], pad[ROW_BATCH];
+    int live_leaves[ROW_BATCH];
 } row_args;
 
 /* Fills r->pos for row r->row (once per row, for programs that read POS). */
@@ -146,12 +155,10 @@ static inline v4f load4(const float *p)
     return v;
 }
 
-/* acc (lane l: leaf l of the 4 leaves of LEAF terms at base) += their
- * terms j..j+3, one term of every leaf per addition */
-static inline v4f add4_terms(v4f acc, const float *base, int j)
+/* acc (lane l: leaf l of 4 leaves) += terms j..j+3 of each, given as
+ * a, b, c, d (those of leaves 0-3), one term of every leaf per addition */
+static inline v4f add4_vectors(v4f acc, v4f a, v4f b, v4f c, v4f d)
 {
-    v4f a = load4(base + j), b = load4(base + LEAF + j), c = load4(base + 2 * LEAF + j),
-        d = load4(base + 3 * LEAF + j);
     v4f ab_lo = __builtin_shuffle(a, b, (v4i){0, 4, 1, 5}), ab_hi = __builtin_shuffle(a, b, (v4i){2, 6, 3, 7});
     v4f cd_lo = __builtin_shuffle(c, d, (v4i){0, 4, 1, 5}), cd_hi = __builtin_shuffle(c, d, (v4i){2, 6, 3, 7});
     acc += __builtin_shuffle(ab_lo, cd_lo, (v4i){0, 1, 4, 5});
@@ -159,6 +166,44 @@ static inline v4f add4_terms(v4f acc, const float *base, int j)
     acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){0, 1, 4, 5});
     acc += __builtin_shuffle(ab_hi, cd_hi, (v4i){2, 3, 6, 7});
     return acc;
+}
+
+/* acc (lane l: leaf l of the 4 leaves of LEAF terms at base) += their
+ * terms j..j+3 */
+static inline v4f add4_terms(v4f acc, const float *base, int j)
+{
+    return add4_vectors(acc, load4(base + j), load4(base + LEAF + j), load4(base + 2 * LEAF + j),
+                        load4(base + 3 * LEAF + j));
+}
+
+/* the same for the terms p[i] * q[i] of the 4 leaves at p and q, each
+ * product rounded to float before it is added, as a stored term is */
+static inline v4f add4_products(v4f acc, const float *p, const float *q, int j)
+{
+    v4f a = load4(p + j) * load4(q + j), b = load4(p + LEAF + j) * load4(q + LEAF + j);
+    v4f c = load4(p + 2 * LEAF + j) * load4(q + 2 * LEAF + j), d = load4(p + 3 * LEAF + j) * load4(q + 3 * LEAF + j);
+    return add4_vectors(acc, a, b, c, d);
+}
+
+/* leaf_groups_f32 over the terms p[i] * q[i] */
+static inline int leaf_groups_products_f32(const float *p, const float *q, int m, float *o)
+{
+    int k = 0;
+    for (; k + 8 <= m; k += 8) {
+        const float *bp = p + (int64_t)k * LEAF, *bq = q + (int64_t)k * LEAF;
+        v4f s0 = {0}, s1 = {0};
+        for (int j = 0; j < LEAF; j += 4) {
+            s0 = add4_products(s0, bp, bq, j);
+            s1 = add4_products(s1, bp + 4 * LEAF, bq + 4 * LEAF, j);
+        }
+        memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 4, &s1, sizeof s1);
+    }
+    for (; k + 4 <= m; k += 4) {
+        v4f s0 = {0};
+        for (int j = 0; j < LEAF; j += 4) s0 = add4_products(s0, p + (int64_t)k * LEAF, q + (int64_t)k * LEAF, j);
+        memcpy(o + k, &s0, sizeof s0);
+    }
+    return k;
 }
 
 /* The sums of m leaves of LEAF terms at t into o[0..m) (m a multiple of 4);
@@ -200,8 +245,10 @@ static inline float levels_f32(float *v, int nleaves)
     return levels_float(v, w);
 }
 #define LEAF_GROUPS(T_, base, m, o) (sizeof(T_) == sizeof(float) ? leaf_groups_f32((const float *)(const void *)(base), (m) & ~3, (float *)(void *)(o)) : 0)
+#define LEAF_GROUPS_PRODUCTS(p, q, m, o) leaf_groups_products_f32(p, q, (m) & ~3, o)
 #else
 #define LEAF_GROUPS(T_, base, m, o) 0
+#define LEAF_GROUPS_PRODUCTS(p, q, m, o) 0
 #define levels_f32 levels_float
 #endif
 
@@ -236,6 +283,36 @@ static inline float levels_f32(float *v, int nleaves)
     }
 LEAF_SUMS(float)
 LEAF_SUMS(double)
+
+/* leaf_sums_float over the terms p[i] * q[i] (each product rounded to
+ * float, then added in order): a SUM of a product without its terms
+ * stored, the same bits. */
+static CPU_VECTOR_CLONES void leaf_sums_products_f32(const float *p, const float *q, const int64_t *leaf, int nleaves,
+                                                     float *out)
+{
+    int64_t at = 0;
+    for (int l = 0; l < nleaves;) {
+        int64_t len = leaf[l];
+        int m = 1;
+        while (l + m < nleaves && leaf[l + m] == len) m++;
+        float *o = out + l;
+        const float *bp = p + at, *bq = q + at;
+        int k0 = len == LEAF ? LEAF_GROUPS_PRODUCTS(bp, bq, m, o) : 0;
+        for (; k0 + 4 <= m; k0 += 4) { /* 4 leaves side by side */
+            float acc[4] = {0};
+            for (int64_t j = 0; j < len; j++)
+                for (int k = 0; k < 4; k++) acc[k] += bp[(k0 + k) * len + j] * bq[(k0 + k) * len + j];
+            for (int k = 0; k < 4; k++) o[k0 + k] = acc[k];
+        }
+        for (int k = k0; k < m; k++) {
+            float a = 0;
+            for (int64_t j = 0; j < len; j++) a += bp[(int64_t)k * len + j] * bq[(int64_t)k * len + j];
+            o[k] = a;
+        }
+        at += (int64_t)m * len;
+        l += m;
+    }
+}
 
 /* The largest of v[0..n) as the in-order loop `if (v > m || v != v) m = v`
  * from -inf finds it (NaN wins, the first of equal zeros): by lanes of
@@ -344,8 +421,9 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
     {                                                                                      \
         T *e_ = (T *)r->terms;                                                             \
         EACH_ROW_DO({                                                                      \
-            IVDEP for (int64_t i = 0; i < r->n; i++) e_[i] = (T)(e);                       \
-            s_[k][b_] = MAX_OF(e_, r->n);                                                  \
+            const int64_t n_ = r->live[b_];                                                \
+            IVDEP for (int64_t i = 0; i < n_; i++) e_[i] = (T)(e);                         \
+            s_[k][b_] = MAX_OF(e_, n_);                                                    \
         })                                                                                 \
     }
 #define SUM(k, e)                                                                          \
@@ -353,9 +431,18 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
         T *e_ = (T *)r->terms;                                                             \
         EACH_ROW_DO({                                                                      \
             T *t_ = e_ + b_ * r->n;                                                        \
-            IVDEP for (int64_t i = 0; i < r->n; i++) t_[i] = (T)(e);                       \
+            const int64_t n_ = r->live[b_];                                                \
+            IVDEP for (int64_t i = 0; i < n_; i++) t_[i] = (T)(e);                         \
+            for (int64_t i = n_; i < r->pad[b_]; i++) t_[i] = 0;                           \
         })                                                                                 \
-        LEAF_SUM(e_, r->leaf, r->nleaves * r->nb, (T *)r->tmp);                            \
+        if (!r->causal)                                                                    \
+            LEAF_SUM(e_, r->leaf, r->nleaves * r->nb, (T *)r->tmp);                        \
+        else                                                                               \
+            for (int b_ = 0; b_ < r->nb; b_++) {                                           \
+                T *l_ = (T *)r->tmp + b_ * r->nleaves;                                     \
+                LEAF_SUM(e_ + b_ * r->n, r->leaf, r->live_leaves[b_], l_);                 \
+                for (int q_ = r->live_leaves[b_]; q_ < r->nleaves; q_++) l_[q_] = 0;       \
+            }                                                                              \
         for (int b_ = 0; b_ < r->nb; b_++) {                                               \
             T *l_ = (T *)r->tmp + b_ * r->nleaves;                                         \
             int k_ = 0;                                                                    \
@@ -371,7 +458,8 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
 #define MAP(k, e)                                                                          \
     EACH_ROW_DO({                                                                          \
         T *v_ = (T *)r->v[k] + b_ * r->n;                                                  \
-        IVDEP for (int64_t i = 0; i < r->n; i++) v_[i] = (T)(e);                           \
+        const int64_t n_ = r->live[b_];                                                    \
+        IVDEP for (int64_t i = 0; i < n_; i++) v_[i] = (T)(e);                             \
     })
 /* IVDEP: a loop's stores go to a buffer that shares no bytes with what its
  * e reads elsewhere than at column i (cpu_row_run sees to it for the result's
@@ -384,7 +472,9 @@ static inline float max_of_f32(const float *v, int64_t n) { MAX_BY_LANES(float) 
 #define OUT(e)                                                                             \
     EACH_ROW_DO({                                                                          \
         T *y_ = (T *)r->y + b_ * r->n;                                                     \
-        IVDEP for (int64_t i = 0; i < r->n; i++) y_[i] = (T)(e);                           \
+        const int64_t n_ = r->live[b_];                                                    \
+        IVDEP for (int64_t i = 0; i < n_; i++) y_[i] = (T)(e);                             \
+        for (int64_t i = n_; i < r->n; i++) y_[i] = 0;                                     \
     })
 /* the per-row values (a program with one of these gets one row per call) */
 #define RESULT(e)                                                                          \
@@ -496,15 +586,168 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
     }
 }
 
+/* Causal rows shorter than this run the f32 softmax and softmax_grad over
+ * whole rows, masked (the live columns' values, zeros past them), rather
+ * than each row to its live columns: the batch's leaves added side by
+ * side and full-length vector loops beat half the work there (bench/row_isa,
+ * rows of 64: 1.21 and 0.52 ns an element live, against 1.01 and 0.32 for
+ * whole rows). The same bits either way. */
+enum { CAUSAL_LIVE_MIN = 256 };
+
+/* The pairwise sums of the call's rows of terms t (n apart; each row's
+ * terms past its live ones 0 up to its pad, or up to n when `whole`) into
+ * sums[b], as a program's SUM adds them. */
+static void row_sums_f32(const row_args *r, const float *t, float *sums, bool whole)
+{
+    float *leaf_sums = r->tmp;
+    if (!r->causal || whole)
+        leaf_sums_float(t, r->leaf, r->nleaves * r->nb, leaf_sums);
+    else
+        for (int b = 0; b < r->nb; b++) {
+            float *l = leaf_sums + b * r->nleaves;
+            leaf_sums_float(t + b * r->n, r->leaf, r->live_leaves[b], l);
+            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+        }
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        sums[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+    }
+}
+
+/* softmax in f32 as its program computes it, without the program's copies
+ * of x and of V(0) into the terms buffer: the largest of x read in place,
+ * the leaf sums read from V(0) itself. The same operations in the same
+ * order, the same bits. */
+static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    float m[ROW_BATCH], s[ROW_BATCH];
+    float *v = r->v[0];
+    /* short causal rows whole: x holds the mask's -inf past the live columns
+     * (the CPU stores causal_mask's value), which change neither the largest
+     * nor the sum (exp(-inf - m) is 0, or NaN only where the live part is) */
+    const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    for (int b = 0; b < r->nb; b++) {
+        const float *x = (const float *)r->x[0] + b * r->xs[0];
+        float *vb = v + b * n;
+        const int64_t cols = whole ? n : r->live[b];
+        m[b] = max_of_f32(x, cols);
+        const float mb = m[b];
+        IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = exp(x[i] - mb);
+        for (int64_t i = cols; i < r->pad[b]; i++) vb[i] = 0;
+    }
+    row_sums_f32(r, v, s, whole);
+    for (int b = 0; b < r->nb; b++) {
+        const float *vb = v + b * n;
+        float *y = (float *)r->y + b * n;
+        const int64_t live = r->live[b];
+        const float sb = s[b];
+        if (whole) { /* one full-length loop */
+            IVDEP for (int64_t i = 0; i < n; i++) y[i] = i < live ? vb[i] / sb : 0;
+            continue;
+        }
+        IVDEP for (int64_t i = 0; i < live; i++) y[i] = vb[i] / sb;
+        for (int64_t i = live; i < n; i++) y[i] = 0;
+    }
+}
+
+/* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
+ * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
+ * they are made (leaf_sums_products_f32): no terms written and read back,
+ * the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
+ * only at its live columns, its last live leaf added up to them (its
+ * terms past them were 0: the same sum). */
+static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    const float *y = r->x[0], *dy = r->x[1];
+    float s[ROW_BATCH], *leaf_sums = r->tmp;
+    /* Short causal rows whole: y is exactly 0 past the live columns, so
+     * each product there is 0 (adding it changes no sum) unless dy is not
+     * finite there, which makes the row's sum NaN (0 * inf); only such a
+     * row's sum is added again over its live columns alone. */
+    const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    if (!r->causal || whole)
+        leaf_sums_products_f32(y, dy, r->leaf, r->nleaves * r->nb, leaf_sums);
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        if (r->causal) {
+            if (whole) {
+                s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+                if (isfinite(s[b])) continue;
+                k = 0;
+            }
+            const float *yb = y + b * n, *dyb = dy + b * n;
+            int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
+            leaf_sums_products_f32(yb, dyb, r->leaf, full, l);
+            if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
+                float a = 0;
+                for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
+                l[full] = a;
+            }
+            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+        }
+        s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+    }
+    for (int b = 0; b < r->nb; b++) {
+        const float *yb = y + b * n, *dyb = dy + b * n;
+        float *out = (float *)r->y + b * n;
+        const int64_t live = r->live[b];
+        const float sb = s[b];
+        if (whole) { /* one full-length loop */
+            IVDEP for (int64_t i = 0; i < n; i++) out[i] = i < live ? yb[i] * (dyb[i] - sb) : 0;
+            continue;
+        }
+        IVDEP for (int64_t i = 0; i < live; i++) out[i] = yb[i] * (dyb[i] - sb);
+        for (int64_t i = live; i < n; i++) out[i] = 0;
+    }
+}
+
 /* f32 row functions written out by hand in place of the generated one */
 static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+    [IR_OP_softmax] = row_softmax_by_hand_f32,
+    [IR_OP_softmax_grad] = row_softmax_grad_by_hand_f32,
 };
 
 /* ---- the driver ---- */
 
+/* The live columns of causal rows by the row's position p along the
+ * queries (T of them): live[p] (ir_causal_live), the leaves of the
+ * pairwise tree that hold them (leaves[p]) and the end of the last
+ * (pad[p]); leaf_end: the leaves' ends in the row. */
+static void live_table(const ir_type *t, const int64_t *leaf_end, int nleaves, int64_t *live, int64_t *pad,
+                       int64_t *leaves)
+{
+    int l = 0;
+    for (int64_t p = 0; p < t->dims[t->rank - 2]; p++) {
+        live[p] = ir_causal_live(t, p);
+        while (l < nleaves - 1 && leaf_end[l] < live[p]) l++; /* the first leaf ending at or past it */
+        pad[p] = leaf_end[l], leaves[p] = l + 1;
+    }
+}
+
+/* Sets the live columns of the call's rows (row_args.live): all n, or for
+ * causal rows each one's from the table (live_table, by[0..2] its live,
+ * pad and leaves; rows of T positions). */
+static void set_live(row_args *r, int64_t T, int64_t *const by[3])
+{
+    int64_t p = r->causal ? r->row % T : 0;
+    for (int b = 0; b < r->nb; b++) {
+        if (!r->causal) {
+            r->live[b] = r->pad[b] = r->n;
+            r->live_leaves[b] = r->nleaves;
+            continue;
+        }
+        r->live[b] = by[0][p], r->pad[b] = by[1][p], r->live_leaves[b] = (int)by[2][p];
+        if (++p == T) p = 0;
+    }
+}
+
 alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in, int64_t total_rows,
-                         void *results)
+                         void *results, bool causal)
 {
     const ir_row_program *prog = ir_ops[n->op].row;
     ir_row_summary sum = ir_row_summarize(prog);
@@ -518,6 +761,9 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int j = 0; j < n->nin; j++)
         if (prog->roles[j] == 'i' && cpu_check_targets(x, n, &in[j], len)) return x->status;
     if (outer * len * inner == 0) return ALLOY_OK;
+    if (causal && (t->rank < 2 || axis != t->rank - 1 || t->dims[t->rank - 2] > len))
+        return cpu_fail(x, ALLOY_ERR_VERIFY, "%s: causal rows need [.., queries, keys] rows along the last axis",
+                        ir_ops[n->op].name);
     if (n->nin > ROW_MAX_IN || sum.nscalars > ROW_MAX_S || sum.nvectors > ROW_MAX_V)
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
                         ir_ops[n->op].name);
@@ -527,7 +773,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
     int64_t nb = batchable ? ROW_BATCH_ELEMS / len : 1;
     nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
-    row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims};
+    row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims, .causal = causal};
     int np = 0;
     for (const ir_attr_spec *a = ir_ops[n->op].attrs; a && a->name && np < ROW_MAX_ATTRS; a++)
         r.p[np++] = a->kind == IR_ATTR_FLOAT ? ir_attr_f(n, a->name) : (double)ir_attr_i(n, a->name);
@@ -535,7 +781,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     size_t cs = wide ? sizeof(double) : sizeof(float), slab = (size_t)(len * inner);
     size_t cap = slab > (size_t)(nb * len) ? slab : (size_t)(nb * len); /* each buffer's elements */
     int nbuf = n->nin + 1 + sum.nvectors + 2 + (inner > 1 ? n->nin + 1 : 0);
-    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1);
+    size_t leaf_bytes = sizeof(int64_t) * (size_t)(nb * len + 1 + len + (causal ? 3 * len : 0));
     char *block = al_malloc(leaf_bytes + cs * cap * (size_t)nbuf + cs);
     if (!block) return cpu_out_of_memory(x, n);
     int64_t *leaves = (int64_t *)(void *)block; /* first: al_malloc aligns it */
@@ -546,6 +792,12 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     r.tmp = at, at += cs * cap;   /* the leaf sums of a SUM */
     r.terms = at, at += cs * cap; /* the terms of a MAX or a SUM */
     r.nleaves = leaf_plan(len, leaves, 0);
+    int64_t *leaf_end = leaves + nb * len + 1; /* each leaf's end in the row */
+    int64_t at_end = 0;
+    for (int l = 0; l < r.nleaves; l++) leaf_end[l] = at_end += leaves[l];
+    int64_t T = causal ? t->dims[t->rank - 2] : 1; /* <= len (causal_mask's rule, checked above) */
+    int64_t *const by_position[3] = {leaf_end + len, leaf_end + 2 * len, leaf_end + 3 * len};
+    if (causal) live_table(t, leaf_end, r.nleaves, by_position[0], by_position[1], by_position[2]);
     for (int64_t b = 1; b < nb; b++) memcpy(leaves + b * r.nleaves, leaves, sizeof(int64_t) * (size_t)r.nleaves);
     r.leaf = leaves;
     r.balanced = (r.nleaves & (r.nleaves - 1)) == 0;
@@ -588,6 +840,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         for (int64_t c = 0; c < inner; c++) {
             r.row = o * inner + c;
             if (sum.by_position) set_positions(&r);
+            set_live(&r, T, by_position);
             for (int j = 0; j < n->nin; j++) {
                 if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
                 if (prog->roles[j] == 'w')
@@ -641,11 +894,12 @@ alloy_status cpu_row(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_ten
 {
     const ir_type *t = &in[0].type;
     int64_t len = t->rank ? t->dims[t->rank - 1] : 1, rows = len ? ir_numel(t) / len : 0;
-    if (!ir_row_summarize(ir_ops[n->op].row).per_row_result) return cpu_row_run(x, n, out, in, rows, NULL);
+    bool causal = x->graph && ir_row_causal(x->graph, n);
+    if (!ir_row_summarize(ir_ops[n->op].row).per_row_result) return cpu_row_run(x, n, out, in, rows, NULL, causal);
     bool wide = t->dtype == ALLOY_F64;
     void *results = cpu_alloc_compute(wide, 2 * rows);
     if (!results) return cpu_out_of_memory(x, n);
-    alloy_status st = cpu_row_run(x, n, out, in, rows, results);
+    alloy_status st = cpu_row_run(x, n, out, in, rows, results, causal);
     if (!st) cpu_row_mean(wide, ir_row_sums(n), results, rows, out);
     al_free(results);
     return st;
