@@ -71,8 +71,10 @@ bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const in
     bool ok = c.first && c.next && c.last && c.count && c.shape;
     if (ok) {
         fuse_member_lists(label, nn, c.first, c.next, c.last);
-        for (int i = 0; i < nn; i++)
+        for (int i = 0; i < nn; i++) {
             if (label[i] >= 0 && ir_fuse_row_op(g, g->nodes[i])) c.shape[label[i]] = ir_fuse_shape(g, g->nodes[i]);
+            if (label[i] >= 0 && ir_fuse_colsum(g, g->nodes[i])) c.count[label[i]]++; /* the union's, the siblings' */
+        }
         for (int n = 0; n < nn; n++) {
             const ir_node *x = g->nodes[n];
             if (label[n] >= 0 || !ir_fuse_colsum(g, x)) continue;
