@@ -6,6 +6,10 @@
  *   - ew and row groups come from one union over the nodes in order: their
  *     members share one iteration shape and one compute type (all f64 or
  *     all f32), so fusing never changes the precision an op computes in;
+ *     a column sum of a row group's member joins it there (take_colsum)
+ *     and leaves it open, so the cast of dx to f16/bf16 for the next
+ *     GEMM, after dx's sum for the bias gradient, still joins: the row
+ *     kernel stores dx's cast;
  *   - gemm groups are a matmul or a forward convolution and the
  *     single-reader chain after it that a cuBLASLt epilogue computes
  *     (formed first, off limits to the union);
@@ -13,9 +17,7 @@
  *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
  *     and a reduce_sum over the rows of a value of a row group joins it as
  *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
- *     then siblings once more (those kept apart by such sums); and a
- *     cast to f16/bf16 of a row group's f32 value that such a sum kept
- *     out joins it (fuse_rowcast.c): the row kernel stores dx's cast;
+ *     then siblings once more (those kept apart by such sums);
  *   - multi groups join found_inf with the unscale chains it reads (and
  *     the gradient norm's sum_squares over them, moved next to it first:
  *     fuse_norm.c), and merge the update groups of all parameters that compute alike; the
