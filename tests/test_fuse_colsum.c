@@ -448,9 +448,15 @@ static void test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_
 
 enum { PR = 300, PC = 40 };
 
-/* p = dy * layer_norm(x), s = its column sums, and e read after them:
- * exp(p), or with reads_sum p * s, which reads the group's sum. */
-static alloy_graph *shared_product_graph(bool reads_sum)
+/* What reads the product p after its column sums s: exp(p); p * s, which
+ * reads the group's sum; exp(p) after t = s * s, a reader of the sum that
+ * runs before it; or p + dy * s, whose other operand reads the sum (as one
+ * group with p's, a member would read the sum). */
+typedef enum product_reader { READ_EXP, READ_WITH_SUM, READ_AFTER_SUM_READER, READ_BESIDE_SUM_READER } product_reader;
+
+/* p = dy * layer_norm(x), s = its column sums, and e read after them
+ * (product_reader); outputs s, e and with READ_AFTER_SUM_READER t. */
+static alloy_graph *shared_product_graph(product_reader how)
 {
     alloy_graph *g = alloy_graph_new("shared");
     alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(PR, PC));
@@ -458,14 +464,21 @@ static alloy_graph *shared_product_graph(bool reads_sum)
     alloy_tensor *p = alloy_set_name(g, alloy_mul(g, dy, alloy_layer_norm(g, x, NULL, NULL, 1e-5)), "p");
     alloy_tensor *s = alloy_set_name(g, alloy_reduce_sum(g, p, 1, DIMS(0), false), "s");
     alloy_output(g, "s", s);
-    alloy_output(g, "e", alloy_set_name(g, reads_sum ? alloy_mul(g, p, s) : alloy_exp(g, p), "e"));
+    if (how == READ_AFTER_SUM_READER) alloy_output(g, "t", alloy_mul(g, s, s));
+    alloy_tensor *e = how == READ_WITH_SUM            ? alloy_mul(g, p, s)
+                      : how == READ_BESIDE_SUM_READER ? alloy_add(g, p, alloy_mul(g, dy, s))
+                                                      : alloy_exp(g, p);
+    alloy_output(g, "e", alloy_set_name(g, e, "e"));
     return g;
 }
 
-/* The product's case: fused, s in p's group; e there too (p never stored)
- * unless it reads s (then p is stored for it); s and e the unfused bits. */
-static void product_case(bool reads_sum)
+/* The product's case: fused, s in p's group; e there too (p never stored,
+ * one step) unless it reads s or a reader of s comes first (then p is
+ * stored for it: 2 steps, 3 with t's of READ_AFTER_SUM_READER); s and e
+ * the unfused bits. */
+static void product_case(product_reader how)
 {
+    bool joins = how == READ_EXP;
     float *x = test_malloc(sizeof(float) * PR * PC), *dy = test_malloc(sizeof(float) * PR * PC);
     test_rng = 5;
     fill(x, PR * PC, -2, 2);
@@ -475,7 +488,7 @@ static void product_case(bool reads_sum)
     int steps[2];
     for (int fused = 0; fused < 2; fused++) {
         fusion(fused);
-        alloy_graph *g = shared_product_graph(reads_sum);
+        alloy_graph *g = shared_product_graph(how);
         const ir_graph *c = compiled(g);
         const schedule *s = &g->comp.sched;
         int p = node_named(c, "p"), sum = node_named(c, "s"), e = node_named(c, "e");
@@ -494,16 +507,17 @@ static void product_case(bool reads_sum)
         alloy_graph_free(g);
         if (fused) {
             assert_true(in_group);
-            assert_int_equal(e_in, !reads_sum); /* a member reads no column sum of its group */
-            assert_int_equal(stored, reads_sum);
+            /* a member reads no column sum of its group, and every reader of one runs after the group */
+            assert_int_equal(e_in, joins);
+            assert_int_equal(stored, !joins);
         }
     }
     assert_memory_equal(res[0][0], res[1][0], sizeof(float) * PC);
     assert_memory_equal(res[0][1], res[1][1], sizeof(float) * PR * PC);
-    assert_int_equal(steps[1], reads_sum ? 2 : 1);
-    printf("%s after the column sums: %s; %d step(s) (%d unfused); s and e = unfused bit for bit\n",
-           reads_sum ? "p * s" : "exp(p)", reads_sum ? "outside the group, p stored" : "in the group, p not stored",
-           steps[1], steps[0]);
+    assert_int_equal(steps[1], joins ? 1 : how == READ_AFTER_SUM_READER ? 3 : 2);
+    static const char *const what[] = {"exp(p)", "p * s", "exp(p) after s * s", "p + dy * s"};
+    printf("%s after the column sums: %s; %d step(s) (%d unfused); s and e = unfused bit for bit\n", what[how],
+           joins ? "in the group, p not stored" : "outside the group, p stored", steps[1], steps[0]);
     for (int i = 0; i < 4; i++) test_free(res[i / 2][i % 2]);
     test_free(x), test_free(dy);
 }
@@ -511,13 +525,20 @@ static void product_case(bool reads_sum)
 static void test_a_reader_of_the_product_after_its_sums_joins_the_group(void **state)
 {
     (void)state;
-    product_case(false);
+    product_case(READ_EXP);
 }
 
 static void test_a_product_read_with_its_sum_is_stored(void **state)
 {
     (void)state;
-    product_case(true);
+    product_case(READ_WITH_SUM);
+}
+
+static void test_a_reader_of_the_sum_closes_the_group(void **state)
+{
+    (void)state;
+    product_case(READ_AFTER_SUM_READER);
+    product_case(READ_BESIDE_SUM_READER);
 }
 
 /* IR text parsed and verified (the verifier runs ir_check_groups): NULL and
@@ -576,6 +597,7 @@ int main(void)
         FUSE_TEST(test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_gives_the_same_bits),
         FUSE_TEST(test_a_reader_of_the_product_after_its_sums_joins_the_group),
         FUSE_TEST(test_a_product_read_with_its_sum_is_stored),
+        FUSE_TEST(test_a_reader_of_the_sum_closes_the_group),
         FUSE_TEST(test_the_verifier_refuses_a_member_reading_its_groups_column_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
