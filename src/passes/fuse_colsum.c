@@ -14,7 +14,10 @@
  * row by row by layer_norm_grad). Legality is the rule of every group
  * (docs/fusion.md): the group runs at its last member, so every reader of a
  * member from outside it must come after the later of that member and the
- * reduce_sum; and no member may read the sum (ir_check_groups).
+ * reduce_sum; and no member may read the sum (ir_check_groups). The union
+ * (fuse.c, take_colsum) has already taken the sums that a later member of
+ * their group needs (the cast of dx after dx's sum); they, and those the
+ * sibling rule took in, count towards a group's IR_MAX_COLSUMS here.
  */
 #include <string.h>
 
