@@ -637,7 +637,7 @@ static void char_gpt_step(bool widen)
      * bytes fewer: they were 138 and 118 launches, 258265568 and
      * 227779040 bytes), and the 4 layer_norm backwards whose dx the next
      * GEMM reads in f16 store that cast from their row kernel
-     * (passes/fuse_rowcast.c): 4 cast kernels fewer, each of which read the
+     * (the union of passes/fuse.c): 4 cast kernels fewer, each of which read the
      * [2048, 128] f32 dx back (4 bytes an element) and wrote the f16 copy
      * (2) that the row kernel now writes itself: 4 x 2048 x 128 x 4 =
      * 4194304 bytes fewer (they were 113 launches and 225141396 bytes),

@@ -89,15 +89,15 @@ static const expected_group block_groups[] = {
     /* and the column sums over its rows join it (fuse_colsum.c): dgamma,
      * dbeta and mlp.b2's gradient are summed in the same pass, the product
      * dy * normalized x never stored */
-    /* dx's cast to f16 for the mlp.w2 GEMMs comes after those sums too, which
-     * sealed the group before it in the union; it joins once they are in
-     * (fuse_rowcast.c): the kernel stores dx and its cast */
+    /* dx's cast to f16 for the mlp.w2 GEMMs comes after those sums too; the
+     * union takes mlp.b2's sum and then the cast (fuse.c): the kernel stores
+     * dx and its cast */
     {"lnf backward, its gamma gradient dy * (x - mean) * rstd, the sums of that, dy and dx over the rows, dx's cast",
      "row f16: layer_norm_grad_stats sub mul mul reduce_sum reduce_sum reduce_sum cast", 1},
-    /* ln2's are siblings too, but its gradient's cast to f16 comes after the
-     * column sums of dgamma and dbeta: as one group it would run after them;
-     * once dbeta's sum is a member (fuse_colsum.c), the second sibling
-     * pass joins them, taking dgamma's sum in on the way */
+    /* ln2's are siblings too; its gradient's cast to f16 comes after the
+     * column sum of its residual gradient sum, which the union takes with
+     * the cast, so the sibling pass joins them, taking dgamma's sum in on
+     * the way, and dbeta's follows (fuse_colsum.c) */
     {"ln2 backward, its gamma gradient, the residual gradient sum, ln2's dgamma and dbeta, cast",
      "row f16: layer_norm_grad_stats sub mul mul add reduce_sum reduce_sum cast", 1},
     /* the softmax recomputed from the f32 scores its GEMM stored (remat.c): the forward stores no f32 softmax */

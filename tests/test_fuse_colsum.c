@@ -1,4 +1,4 @@
-/* test_fuse_colsum.c - column sums in row groups (ir_fuse_colsum, fuse_colsum.c): layer_norm's backward computes dx, dgamma and dbeta in one step, the product dy * xhat never stored; on the CPU bit for bit the unfused sums and near an f64 reference, emulated on the device near the CPU; a product read elsewhere is still stored; the verifier's rule. */
+/* test_fuse_colsum.c - column sums in row groups (ir_fuse_colsum, fuse_colsum.c): layer_norm's backward computes dx, dgamma and dbeta in one step, the product dy * xhat never stored; on the CPU bit for bit the unfused sums and near an f64 reference, emulated on the device near the CPU; a reader of the product after its sums joins the group, and one reading a sum leaves the product stored; the verifier's rule. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -444,42 +444,59 @@ static void test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_
     free_data(&d);
 }
 
-/* ---- 6. a product read elsewhere is stored; what the verifier refuses ---- */
+/* ---- 6. what reads the product after its sums; what the verifier refuses ---- */
 
 enum { PR = 300, PC = 40 };
 
-/* p = dy * layer_norm(x), s = its column sums, and exp(p) read after them. */
-static alloy_graph *shared_product_graph(void)
+/* What reads the product p after its column sums s: exp(p); p * s, which
+ * reads the group's sum; exp(p) after t = s * s, a reader of the sum that
+ * runs before it; or p + dy * s, whose other operand reads the sum (as one
+ * group with p's, a member would read the sum). */
+typedef enum product_reader { READ_EXP, READ_WITH_SUM, READ_AFTER_SUM_READER, READ_BESIDE_SUM_READER } product_reader;
+
+/* p = dy * layer_norm(x), s = its column sums, and e read after them
+ * (product_reader); outputs s, e and with READ_AFTER_SUM_READER t. */
+static alloy_graph *shared_product_graph(product_reader how)
 {
     alloy_graph *g = alloy_graph_new("shared");
     alloy_tensor *x = alloy_input(g, "x", F32, 2, DIMS(PR, PC));
     alloy_tensor *dy = alloy_input(g, "dy", F32, 2, DIMS(PR, PC));
     alloy_tensor *p = alloy_set_name(g, alloy_mul(g, dy, alloy_layer_norm(g, x, NULL, NULL, 1e-5)), "p");
-    alloy_output(g, "s", alloy_set_name(g, alloy_reduce_sum(g, p, 1, DIMS(0), false), "s"));
-    alloy_output(g, "e", alloy_exp(g, p));
+    alloy_tensor *s = alloy_set_name(g, alloy_reduce_sum(g, p, 1, DIMS(0), false), "s");
+    alloy_output(g, "s", s);
+    if (how == READ_AFTER_SUM_READER) alloy_output(g, "t", alloy_mul(g, s, s));
+    alloy_tensor *e = how == READ_WITH_SUM            ? alloy_mul(g, p, s)
+                      : how == READ_BESIDE_SUM_READER ? alloy_add(g, p, alloy_mul(g, dy, s))
+                                                      : alloy_exp(g, p);
+    alloy_output(g, "e", alloy_set_name(g, e, "e"));
     return g;
 }
 
-static void test_a_product_read_elsewhere_is_still_stored(void **state)
+/* The product's case: fused, s in p's group; e there too (p never stored,
+ * one step) unless it reads s or a reader of s comes first (then p is
+ * stored for it: 2 steps, 3 with t's of READ_AFTER_SUM_READER); s and e
+ * the unfused bits. */
+static void product_case(product_reader how)
 {
-    (void)state;
+    bool joins = how == READ_EXP;
     float *x = test_malloc(sizeof(float) * PR * PC), *dy = test_malloc(sizeof(float) * PR * PC);
     test_rng = 5;
     fill(x, PR * PC, -2, 2);
     fill(dy, PR * PC, -1, 1);
     alloy_host_tensor feeds[2] = {{"x", F32, 2, {PR, PC}, x}, {"dy", F32, 2, {PR, PC}, dy}};
     float *res[2][2];
+    int steps[2];
     for (int fused = 0; fused < 2; fused++) {
         fusion(fused);
-        alloy_graph *g = shared_product_graph();
+        alloy_graph *g = shared_product_graph(how);
         const ir_graph *c = compiled(g);
         const schedule *s = &g->comp.sched;
-        int p = node_named(c, "p"), sum = node_named(c, "s");
-        if (fused) {
-            ir_print_groups(c, stdout);
-            assert_true(c->nodes[sum]->group >= 0 && c->nodes[sum]->group == c->nodes[p]->group);
-            assert_true(sched_stored(s, p)); /* exp reads it outside the group */
-        }
+        int p = node_named(c, "p"), sum = node_named(c, "s"), e = node_named(c, "e");
+        steps[fused] = s->nsteps;
+        bool in_group = c->nodes[sum]->group >= 0 && c->nodes[sum]->group == c->nodes[p]->group;
+        bool e_in = c->nodes[e]->group >= 0 && c->nodes[e]->group == c->nodes[p]->group;
+        bool stored = sched_stored(s, p);
+        if (fused) ir_print_groups(c, stdout);
         alloy_host_tensor f[2] = {{.name = "s"}, {.name = "e"}};
         expect_ok(g, alloy_graph_run(g, feeds, 2, f, 2), "run");
         for (int i = 0; i < 2; i++) {
@@ -488,12 +505,40 @@ static void test_a_product_read_elsewhere_is_still_stored(void **state)
             memcpy(res[fused][i], f[i].data, bytes);
         }
         alloy_graph_free(g);
+        if (fused) {
+            assert_true(in_group);
+            /* a member reads no column sum of its group, and every reader of one runs after the group */
+            assert_int_equal(e_in, joins);
+            assert_int_equal(stored, !joins);
+        }
     }
     assert_memory_equal(res[0][0], res[1][0], sizeof(float) * PC);
     assert_memory_equal(res[0][1], res[1][1], sizeof(float) * PR * PC);
-    printf("the product read by exp after its column sums: in the group, stored; s and exp(p) = unfused bit for bit\n");
+    assert_int_equal(steps[1], joins ? 1 : how == READ_AFTER_SUM_READER ? 3 : 2);
+    static const char *const what[] = {"exp(p)", "p * s", "exp(p) after s * s", "p + dy * s"};
+    printf("%s after the column sums: %s; %d step(s) (%d unfused); s and e = unfused bit for bit\n", what[how],
+           joins ? "in the group, p not stored" : "outside the group, p stored", steps[1], steps[0]);
     for (int i = 0; i < 4; i++) test_free(res[i / 2][i % 2]);
     test_free(x), test_free(dy);
+}
+
+static void test_a_reader_of_the_product_after_its_sums_joins_the_group(void **state)
+{
+    (void)state;
+    product_case(READ_EXP);
+}
+
+static void test_a_product_read_with_its_sum_is_stored(void **state)
+{
+    (void)state;
+    product_case(READ_WITH_SUM);
+}
+
+static void test_a_reader_of_the_sum_closes_the_group(void **state)
+{
+    (void)state;
+    product_case(READ_AFTER_SUM_READER);
+    product_case(READ_BESIDE_SUM_READER);
 }
 
 /* IR text parsed and verified (the verifier runs ir_check_groups): NULL and
@@ -550,7 +595,9 @@ int main(void)
         FUSE_TEST(test_one_launch_adds_the_blocks_partials_with_the_same_bits_three_times),
         FUSE_TEST(test_a_bundle_runs_the_column_sums_as_compiled),
         FUSE_TEST(test_every_allocation_failure_of_a_run_is_an_error_and_the_next_run_gives_the_same_bits),
-        FUSE_TEST(test_a_product_read_elsewhere_is_still_stored),
+        FUSE_TEST(test_a_reader_of_the_product_after_its_sums_joins_the_group),
+        FUSE_TEST(test_a_product_read_with_its_sum_is_stored),
+        FUSE_TEST(test_a_reader_of_the_sum_closes_the_group),
         FUSE_TEST(test_the_verifier_refuses_a_member_reading_its_groups_column_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

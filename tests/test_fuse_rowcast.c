@@ -1,4 +1,4 @@
-/* test_fuse_rowcast.c - the row-cast rule (fuse_rowcast.c): a layer_norm backward whose column sums sealed its group stores dx's f16/bf16 cast from its row kernel; on the CPU the same bits on any threads, near the unfused run, and a correctly rounded cast, emulated on the device near the CPU, its cast that of its own stored dx bit for bit. */
+/* test_fuse_rowcast.c - the cast after the column sums (fuse.c's union takes the sums and leaves the group open): a layer_norm backward stores dx's f16/bf16 cast from its row kernel; on the CPU the same bits on any threads, near the unfused run, and a correctly rounded cast, emulated on the device near the CPU, its cast that of its own stored dx bit for bit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,9 +24,9 @@
  * gradient (f32, summed over the rows for dgamma, dbeta and db1 in the
  * same row group), is read by the residual's add in f32 and, cast to f16,
  * by the two GEMMs of W1's layer (dx's other term, dW1). That cast comes
- * after db1's sum, which sealed the group in the union: a transformer's
- * lnf and ln2 backwards have this form (db1 the bias gradient of the
- * linear layer before them). */
+ * after db1's sum, which the union takes without closing the group: a
+ * transformer's lnf and ln2 backwards have this form (db1 the bias
+ * gradient of the linear layer before them). */
 enum { N = 8, MODES = 2 };
 static const char *const mode_names[MODES] = {"f16 AMP", "bf16 AMP"};
 static const alloy_dtype mode_dtype[MODES] = {ALLOY_F16, ALLOY_BF16};

@@ -6,6 +6,10 @@
  *   - ew and row groups come from one union over the nodes in order: their
  *     members share one iteration shape and one compute type (all f64 or
  *     all f32), so fusing never changes the precision an op computes in;
+ *     a column sum of a row group's member joins it there (take_colsum)
+ *     and leaves it open, so the cast of dx to f16/bf16 for the next
+ *     GEMM, after dx's sum for the bias gradient, still joins: the row
+ *     kernel stores dx's cast;
  *   - gemm groups are a matmul or a forward convolution and the
  *     single-reader chain after it that a cuBLASLt epilogue computes
  *     (formed first, off limits to the union);
@@ -13,9 +17,7 @@
  *     joined (fuse_siblings.c): layer_norm's backward reads x and dy once;
  *     and a reduce_sum over the rows of a value of a row group joins it as
  *     a column sum (fuse_colsum.c): dgamma and dbeta in the same pass;
- *     then siblings once more (those kept apart by such sums); and a
- *     cast to f16/bf16 of a row group's f32 value that such a sum kept
- *     out joins it (fuse_rowcast.c): the row kernel stores dx's cast;
+ *     then siblings once more (those kept apart by such sums);
  *   - multi groups join found_inf with the unscale chains it reads (and
  *     the gradient norm's sum_squares over them, moved next to it first:
  *     fuse_norm.c), and merge the update groups of all parameters that compute alike; the
@@ -203,7 +205,9 @@ typedef struct fuser {
     int *next;     /* next member of the same group, -1 at the tail */
     int *head;     /* group -> first member */
     int *tail;
-    int *size;
+    int *size;     /* members but column sums */
+    int *colsums;  /* group -> column sums it holds (take_colsum) */
+    uint8_t *row;  /* group -> it has a row op */
     uint8_t *sealed;
     int *out_head; /* group -> first listed outgoing edge, -1 none */
     int *out_tail;
@@ -244,6 +248,9 @@ static bool in_set(int x, const int *set, int k)
  * edge moves to the front, where the next test meets it first. */
 static bool legal_merge(fuser *f, const int *cand, int k)
 {
+    int colsums = 0;
+    for (int i = 0; i < k; i++) colsums += f->colsums[cand[i]];
+    if (colsums > IR_MAX_COLSUMS) return false;
     for (int i = 0; i < k; i++) {
         int gi = cand[i];
         if (f->sealed[gi]) return false;
@@ -282,6 +289,8 @@ static void merge(fuser *f, int n, int into, const int *cand, int k)
         f->next[f->tail[into]] = f->head[gi];
         f->tail[into] = f->tail[gi];
         f->size[into] += f->size[gi];
+        f->colsums[into] += f->colsums[gi];
+        f->row[into] |= f->row[gi];
         f->head[gi] = -1;
         f->size[gi] = 0;
         if (f->out_head[gi] >= 0) {
@@ -295,14 +304,23 @@ static void merge(fuser *f, int n, int into, const int *cand, int k)
     f->next[f->tail[into]] = n;
     f->tail[into] = n;
     f->size[into]++;
+    f->row[into] |= ir_fuse_row_op(f->g, f->g->nodes[n]);
 }
 
-/* Whether node reads a per-row statistic (ir_row_keeps) of group go, which
- * it then may not join: kept values are read by later steps only. */
+/* Whether node n is a member that later steps only read: a per-row
+ * statistic (ir_row_keeps) or a column sum (take_colsum). */
+static bool read_later(const fuser *f, int n)
+{
+    const ir_node *node = f->g->nodes[n];
+    return f->grp[n] >= 0 && (ir_row_keeps(node) || ir_fuse_colsum(f->g, node));
+}
+
+/* Whether node reads a member of group go that later steps only read
+ * (read_later), which it then may not join. */
 static bool reads_kept_of(const fuser *f, const ir_node *node, int go)
 {
     for (int j = 0; j < node->nin; j++)
-        if (f->grp[node->in[j]] == go && ir_row_keeps(f->g->nodes[node->in[j]])) return true;
+        if (f->grp[node->in[j]] == go && read_later(f, node->in[j])) return true;
     return false;
 }
 
@@ -339,6 +357,33 @@ static void join(fuser *f, int n)
     f->grp[n] = n; /* a new group, named by its first member */
     f->head[n] = f->tail[n] = n;
     f->size[n] = 1;
+    f->row[n] = ir_fuse_row_op(g, node);
+}
+
+/* Column sum n (ir_fuse_colsum) joins the row group of its operand when
+ * that group iterates over the operand's shape, holds fewer than
+ * IR_MAX_COLSUMS sums, and nothing outside it has read a member yet
+ * (legal_merge: the sum is computed at the group's last member, so a
+ * reader before n would run before the sums' rows are in). It is then no
+ * reason to close the group: a later node reading a member may still join
+ * (the layer norm backward's dx, cast to f16 for the next GEMM after the
+ * sums of its rows: the row kernel stores the cast). Its own readers seal
+ * the group (place), so no member reads it and every reader comes after
+ * the group's last member. Only a sum that a later member needs keeps its
+ * place after the union; the others go back to no group, where
+ * fuse_colsum.c takes them as it takes sums of groups formed later. */
+static bool take_colsum(fuser *f, int n)
+{
+    const ir_graph *g = f->g;
+    int o = g->nodes[n]->in[0], go = f->grp[o];
+    if (go < 0 || !f->row[go] || f->colsums[go] >= IR_MAX_COLSUMS || read_later(f, o) ||
+        !ir_same_dims(ir_fuse_shape(g, g->nodes[o]), &g->nodes[o]->type) || !legal_merge(f, &go, 1))
+        return false;
+    f->grp[n] = go;
+    f->next[f->tail[go]] = n;
+    f->tail[go] = n;
+    f->colsums[go]++;
+    return true;
 }
 
 /* Places node n (fusible or not) and records the edges from its operands'
@@ -347,11 +392,12 @@ static void place(fuser *f, int n)
 {
     const ir_node *node = f->g->nodes[n];
     if (fusible(f, node)) join(f, n);
+    else if (!f->no_row && ir_fuse_colsum(f->g, node)) take_colsum(f, n);
     int gn = f->grp[n];
     for (int j = 0; j < node->nin; j++) {
         int go = f->grp[node->in[j]];
         if (go < 0 || go == gn) continue;
-        if (gn < 0) {
+        if (gn < 0 || ir_fuse_colsum(f->g, f->g->nodes[node->in[j]])) { /* a column sum's reader: no more members */
             f->sealed[go] = 1;
             continue;
         }
@@ -575,7 +621,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     int *gemm = al_malloc(sizeof(int) * nn), *row_readers = al_malloc(sizeof(int) * nn);
     int *rstart = al_malloc(sizeof(int) * (nn + 1)), *rlist = al_malloc(sizeof(int) * edges);
     fuser f = {.g = g, .gemm = gemm, .no_row = off & 1u << IR_GROUP_ROW};
-    int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.out_head, &f.out_tail};
+    int **per_node[] = {&f.grp, &f.next, &f.head, &f.tail, &f.size, &f.colsums, &f.out_head, &f.out_tail};
     bool ok = true;
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) {
         *per_node[a] = al_malloc(sizeof(int) * nn);
@@ -584,11 +630,12 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
     f.out_next = al_malloc(sizeof(int) * edges);
     f.out_node = al_malloc(sizeof(int) * edges);
     f.sealed = al_calloc(nn, 1);
-    ok &= f.out_next && f.out_node && f.sealed && gemm && row_readers && rstart && rlist;
+    f.row = al_calloc(nn, 1);
+    ok &= f.out_next && f.out_node && f.sealed && f.row && gemm && row_readers && rstart && rlist;
     if (ok) {
         for (size_t i = 0; i < nn; i++) {
             f.grp[i] = f.next[i] = f.head[i] = f.tail[i] = f.out_head[i] = f.out_tail[i] = -1;
-            f.size[i] = 0;
+            f.size[i] = f.colsums[i] = 0;
         }
         /* GEMM epilogues first; the union below treats their members as
          * nodes it may not take (they run at their group's last member,
@@ -613,12 +660,18 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         for (int i = 0; i < g->nnodes; i++) place(&f, i);
         /* names: the union's groups of two or more, the GEMM groups (named
          * by their head, never a union member), then the multi-tensor
-         * groups; min_reader (in f.head, no longer needed) for found_inf */
-        int *label = f.next, *min_reader = f.head;
+         * groups; min_reader (in f.head, no longer needed) for found_inf.
+         * A column sum the union took stays only where a later member
+         * needs it there (take_colsum); last (in f.out_tail): each group's
+         * last member that is no column sum */
+        int *label = f.next, *min_reader = f.head, *last = f.out_tail;
         memset(f.sealed, 0, nn);
+        for (int i = 0; i < g->nnodes; i++)
+            if (f.grp[i] >= 0 && !ir_fuse_colsum(g, g->nodes[i])) last[f.grp[i]] = i;
         for (int i = 0; i < g->nnodes; i++) {
             int gi = f.grp[i];
             label[i] = gemm[i] >= 0 ? gemm[i] : gi >= 0 && f.size[gi] >= 2 ? gi : -1;
+            if (label[i] >= 0 && ir_fuse_colsum(g, g->nodes[i]) && last[gi] < i) label[i] = -1;
             min_reader[i] = g->nnodes;
         }
         /* row groups that read the same tensor row by row: one group */
@@ -629,9 +682,6 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
          * dgamma product with its sum, become one) */
         if (!(off & 1u << IR_GROUP_ROW))
             ok = ok && fuse_row_colsums(g, label, rstart, rlist) && fuse_row_siblings(g, label, rstart, rlist);
-        /* and the f16/bf16 casts of their values that the sums kept out
-         * (fuse_rowcast.c): the row kernel stores dx and its cast */
-        if (!(off & 1u << IR_GROUP_ROW)) ok = ok && fuse_row_casts(g, label, rstart, rlist);
         for (int i = g->nnodes - 1; i >= 0; i--)
             for (int j = 0; j < g->nodes[i]->nin; j++) min_reader[g->nodes[i]->in[j]] = i;
         for (int i = 0; i < g->nnodes; i++)
@@ -650,7 +700,7 @@ alloy_status pass_fuse(ir_graph **gp, const pass_options *opts)
         }
     }
     for (size_t a = 0; a < sizeof per_node / sizeof per_node[0]; a++) al_free(*per_node[a]);
-    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(gemm), al_free(row_readers);
+    al_free(f.out_next), al_free(f.out_node), al_free(f.sealed), al_free(f.row), al_free(gemm), al_free(row_readers);
     al_free(rstart), al_free(rlist);
     if (!ok) return ir_error(g, ALLOY_ERR_OOM, "fuse: out of memory for %d nodes", g->nnodes);
     return ALLOY_OK;

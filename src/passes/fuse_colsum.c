@@ -14,7 +14,10 @@
  * row by row by layer_norm_grad). Legality is the rule of every group
  * (docs/fusion.md): the group runs at its last member, so every reader of a
  * member from outside it must come after the later of that member and the
- * reduce_sum; and no member may read the sum (ir_check_groups).
+ * reduce_sum; and no member may read the sum (ir_check_groups). The union
+ * (fuse.c, take_colsum) has already taken the sums that a later member of
+ * their group needs (the cast of dx after dx's sum); they, and those the
+ * sibling rule took in, count towards a group's IR_MAX_COLSUMS here.
  */
 #include <string.h>
 
@@ -71,8 +74,10 @@ bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const in
     bool ok = c.first && c.next && c.last && c.count && c.shape;
     if (ok) {
         fuse_member_lists(label, nn, c.first, c.next, c.last);
-        for (int i = 0; i < nn; i++)
+        for (int i = 0; i < nn; i++) {
             if (label[i] >= 0 && ir_fuse_row_op(g, g->nodes[i])) c.shape[label[i]] = ir_fuse_shape(g, g->nodes[i]);
+            if (label[i] >= 0 && ir_fuse_colsum(g, g->nodes[i])) c.count[label[i]]++; /* the union's, the siblings' */
+        }
         for (int n = 0; n < nn; n++) {
             const ir_node *x = g->nodes[n];
             if (label[n] >= 0 || !ir_fuse_colsum(g, x)) continue;

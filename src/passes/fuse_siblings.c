@@ -138,6 +138,7 @@ bool fuse_row_siblings(const ir_graph *g, int *label, const int *rstart, const i
             if (name < 0) continue;
             const ir_node *m = g->nodes[i];
             if (ir_fuse_row_op(g, m)) s.row[name] = 1, s.shape[name] = ir_fuse_shape(g, m);
+            else if (ir_fuse_colsum(g, m)) continue; /* a row group's column sum (fuse.c's union, fuse_colsum.c) */
             else if (!ir_fuse_elementwise(g, m) || ir_fuse_wide(g, m) || ir_gemm_head(m)) other[name] = 1;
             else if (!s.row[name]) s.shape[name] = &m->type;
         }

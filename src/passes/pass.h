@@ -187,11 +187,6 @@ AL_HIDDEN bool fuse_norm_fits(const ir_graph *g, const int *label, int fi, int s
  * value (ir_fuse_colsum) join that group where legal; same arguments;
  * false when out of memory. */
 AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
-/* fuse_rowcast.c: a cast of an f32 value of a row group to f16/bf16 in no
- * group (one left out by the column sums) joins that group where legal,
- * which then stores the cast too; same arguments; false when out of
- * memory. */
-AL_HIDDEN bool fuse_row_casts(const ir_graph *g, int *label, const int *rstart, const int *rlist);
 
 /* reserved.c: whether the user may not give the name `name` (used as
  * `use`) in ir, because the training passes make it (step/state_names.h):
