@@ -307,6 +307,17 @@ CPU_VECTOR_CLONES static void range_copy_f32(alloy_dtype dt, const float *x, flo
 
 void cpu_range_f32(alloy_dtype dt, float *y, int64_t n) { range_copy_f32(dt, y, y, n); }
 
+/* Whether any of x[0..n) is one that the range rule of dt changes (an
+ * or-reduction, no stores, so it vectorizes): a GEMM product's chunk is
+ * then read in place unless one is. */
+CPU_VECTOR_CLONES static bool range_changes(alloy_dtype dt, const float *x, int64_t n)
+{
+    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+    int over = 0;
+    for (int64_t i = 0; i < n; i++) over |= fabsf(x[i]) >= limit && fabsf(x[i]) < INFINITY;
+    return over != 0;
+}
+
 static void range_f64(alloy_dtype dt, double *y, int64_t n)
 {
     double limit = dt == ALLOY_F16 ? 65520.0 : dt == ALLOY_BF16 ? 0x1.ffp127 : 0.0;
@@ -446,9 +457,13 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 const char *src = in->data + (size_t)start * in->es;
                 if (in->store) store_chunk_f32(in->store_dtype, (const float *)(const void *)src,
                                                in->store + (size_t)start * alloy_dtype_size(in->store_dtype), len);
-                if (in->ranged) {
+                bool rule = in->ranged && (in->aliased || in->into >= 0 ||
+                                           range_changes(in->range_dtype, (const void *)src, len));
+                if (rule) {
                     range_copy_f32(in->range_dtype, (const float *)(const void *)src, b, len);
                     ptr[k] = b;
+                } else if (in->ranged) {
+                    ptr[k] = src; /* the rule leaves every value of the chunk as it is */
                 } else if (in->dtype == ct && !in->aliased) {
                     ptr[k] = src;
                 } else {
