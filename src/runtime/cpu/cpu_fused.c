@@ -305,17 +305,20 @@ CPU_VECTOR_CLONES static void range_copy_f32(alloy_dtype dt, const float *x, flo
     }
 }
 
-void cpu_range_f32(alloy_dtype dt, float *y, int64_t n) { range_copy_f32(dt, y, y, n); }
-
 /* Whether any of x[0..n) is one that the range rule of dt changes (an
  * or-reduction, no stores, so it vectorizes): a GEMM product's chunk is
- * then read in place unless one is. */
+ * then read in place, and a ranged value left as it is, unless one is. */
 CPU_VECTOR_CLONES static bool range_changes(alloy_dtype dt, const float *x, int64_t n)
 {
     float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
     int over = 0;
     for (int64_t i = 0; i < n; i++) over |= fabsf(x[i]) >= limit && fabsf(x[i]) < INFINITY;
     return over != 0;
+}
+
+void cpu_range_f32(alloy_dtype dt, float *y, int64_t n)
+{
+    if (range_changes(dt, y, n)) range_copy_f32(dt, y, y, n);
 }
 
 static void range_f64(alloy_dtype dt, double *y, int64_t n)
