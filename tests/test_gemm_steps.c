@@ -12,8 +12,9 @@
 #include "support.h"
 
 /* Enough rows that the products span many chunks of the epilogue's loop, some with a value past
- * the range and some without; every row one of the four patterns of fill_rows. */
-enum { ROWS = 300, K = 20, OUT = 40, PATTERNS = 4 };
+ * the range and some without, and more than one block of the widened product's range rule (64Ki
+ * elements, on the run's threads); every row one of the four patterns of fill_rows. */
+enum { ROWS = 1800, K = 20, OUT = 40, PATTERNS = 4 };
 
 /* Row r of x, pattern r % 4, each row's sum against a column of ones hand-worked: in f16 (a store
  * rounds |s| >= 65520 to inf) 20 x 4000 = 80000 -> inf; 32768 + 32736 + 6 = 65510, kept unrounded by

@@ -350,6 +350,23 @@ static bool overlaps(const void *p, size_t n, const void *q, size_t m)
     return p && q && (const char *)p < (const char *)q + m && (const char *)q < (const char *)p + n;
 }
 
+/* The range rule of dtype over n f32 values at y, RANGE_BLOCK at a time
+ * on the run's threads (block j one job). */
+enum { RANGE_BLOCK = 1 << 16 };
+typedef struct range_job {
+    alloy_dtype dtype;
+    float *y;
+    int64_t n;
+} range_job;
+
+static void range_block(void *arg, int64_t j, int thread)
+{
+    (void)thread;
+    const range_job *r = arg;
+    int64_t i0 = j * RANGE_BLOCK, len = r->n - i0 < RANGE_BLOCK ? r->n - i0 : RANGE_BLOCK;
+    cpu_range_f32(r->dtype, r->y + i0, len);
+}
+
 /* The f32 value a GEMM step's epilogue only widens its f16/bf16 product
  * into (its one member a cast to f32 of the product, stored, not checked,
  * not a state, and not over the product's operands or its own slot), or
@@ -394,7 +411,13 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
         for (int j = 0; j < mm->nin && j < 3; j++) in[j] = values[mm->in[j]];
         if (cpu_matmul(x, mm, &wide, in)) return x->status;
         if (saved.data) cvt_store_f32(mm->type.dtype, widened, saved.data, (size_t)count);
-        if (members[0].flags & MEMBER_RANGED) cpu_range_f32(mm->type.dtype, widened, count);
+        if (members[0].flags & MEMBER_RANGED) {
+            range_job r = {mm->type.dtype, widened, count};
+            int64_t blocks = (count + RANGE_BLOCK - 1) / RANGE_BLOCK;
+            int want = blocks < x->nthreads ? (int)blocks : x->nthreads;
+            int threads = w && want > 1 ? cpu_workers_threads(w, want) : 1;
+            cpu_workers_run(w, threads, blocks, range_block, &r);
+        }
         return ALLOY_OK;
     }
     /* an f32 product kept in the arena is computed there and read there;
