@@ -197,6 +197,8 @@ static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in
     }
 }
 
+static void load_chunk_f32(alloy_dtype dt, const void *src, float *dst, int64_t n);
+
 /* Loads len elements of in from flat iteration index start into buf (compute
  * type), one row segment at a time. */
 static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t len, void *buf)
@@ -228,7 +230,7 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
         } else if (p->wide) {
             cvt_load_f64(in->dtype, src, (double *)(void *)dst, (size_t)seg);
         } else {
-            cvt_load_f32(in->dtype, src, (float *)(void *)dst, (size_t)seg);
+            load_chunk_f32(in->dtype, src, (float *)(void *)dst, seg);
         }
         done += seg;
         idx[r - 1] += seg;
