@@ -82,14 +82,17 @@ static const struct {
 };
 #undef OP
 
-/* CHUNK elements per step: every buffer of a chunk (one per input that is
- * converted, gathered or a broadcast scalar, one per live member) must stay
- * in L1 while the members run, and an AdamW update has ~20 of them. On an
- * AdamW-like chain of 4M f32 (bench notes in docs/fusion.md) 128 ran in
- * 12 ms, 256 in 17 ms, 1024 in 20 ms; unfused ops do not care. A thread
- * is worth waking for about MIN_WORK element-visits (loads plus member
- * evaluations). */
-enum { CHUNK = 128, MIN_WORK = 1 << 17, MAX_THREADS = CPU_MAX_THREADS };
+/* Elements per step (a plan's chunk, CHUNK or CHUNK / 2): every buffer of
+ * a chunk (one per input that is converted, gathered or a broadcast
+ * scalar, one per live member) must stay in L1 while the members run. An
+ * AdamW update has ~20 of them: on an AdamW-like chain of 4M f32 (bench
+ * notes in docs/fusion.md) 128 ran in 12 ms, 256 in 17 ms, 1024 in 20 ms.
+ * A group whose buffers take at most SMALL_BUFFERS bytes at CHUNK (the
+ * bf16 step's epilogues and gradient groups) runs CHUNK at a time, half
+ * as many trips through the members' loop (bench/RESULTS.md, "char_gpt's
+ * bf16 step"); unfused ops do not care. A thread is worth waking for
+ * about MIN_WORK element-visits (loads plus member evaluations). */
+enum { CHUNK = 256, SMALL_BUFFERS = 16 << 10, MIN_WORK = 1 << 17, MAX_THREADS = CPU_MAX_THREADS };
 
 /* How an external input walks the iteration space. */
 typedef enum fz_walk {
@@ -137,6 +140,7 @@ typedef struct fz_plan {
     int rank;  /* of the coalesced iteration space (>= 1) */
     int64_t dims[ALLOY_MAX_RANK];
     int64_t total;
+    int64_t chunk; /* elements per chunk: CHUNK, or CHUNK / 2 for a group of many buffers */
     int ninputs, nmembers, nslots;
     fz_input *inputs;
     fz_member *members;
@@ -193,6 +197,8 @@ static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in
     }
 }
 
+static void load_chunk_f32(alloy_dtype dt, const void *src, float *dst, int64_t n);
+
 /* Loads len elements of in from flat iteration index start into buf (compute
  * type), one row segment at a time. */
 static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t len, void *buf)
@@ -224,7 +230,7 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
         } else if (p->wide) {
             cvt_load_f64(in->dtype, src, (double *)(void *)dst, (size_t)seg);
         } else {
-            cvt_load_f32(in->dtype, src, (float *)(void *)dst, (size_t)seg);
+            load_chunk_f32(in->dtype, src, (float *)(void *)dst, seg);
         }
         done += seg;
         idx[r - 1] += seg;
@@ -305,7 +311,21 @@ CPU_VECTOR_CLONES static void range_copy_f32(alloy_dtype dt, const float *x, flo
     }
 }
 
-void cpu_range_f32(alloy_dtype dt, float *y, int64_t n) { range_copy_f32(dt, y, y, n); }
+/* Whether any of x[0..n) is one that the range rule of dt changes (an
+ * or-reduction, no stores, so it vectorizes): a GEMM product's chunk is
+ * then read in place, and a ranged value left as it is, unless one is. */
+CPU_VECTOR_CLONES static bool range_changes(alloy_dtype dt, const float *x, int64_t n)
+{
+    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+    int over = 0;
+    for (int64_t i = 0; i < n; i++) over |= fabsf(x[i]) >= limit && fabsf(x[i]) < INFINITY;
+    return over != 0;
+}
+
+void cpu_range_f32(alloy_dtype dt, float *y, int64_t n)
+{
+    if (range_changes(dt, y, n)) range_copy_f32(dt, y, y, n);
+}
 
 static void range_f64(alloy_dtype dt, double *y, int64_t n)
 {
@@ -410,18 +430,19 @@ static void flag_nonfinite(const fz_member *mb, bool wide, const void *y, const 
 }
 
 /* Runs chunks [c0, c1) of p on one thread. scratch holds ninputs + nslots
- * chunk buffers of the compute type and one of CHUNK * 8 bytes (any dtype);
+ * chunk buffers of the compute type and one of p->chunk * 8 bytes (any dtype);
  * ptr has room for ninputs + nmembers pointers. */
 static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, const void **ptr)
 {
     size_t cs = p->wide ? sizeof(double) : sizeof(float);
-    size_t bufbytes = (size_t)CHUNK * cs;
+    const int64_t chunk = p->chunk;
+    size_t bufbytes = (size_t)chunk * cs;
     alloy_dtype ct = p->wide ? ALLOY_F64 : ALLOY_F32;
     char *inbuf = scratch, *slotbuf = scratch + (size_t)p->ninputs * bufbytes;
-    char *roundtrip = slotbuf + (size_t)p->nslots * bufbytes; /* CHUNK * 8 bytes */
+    char *roundtrip = slotbuf + (size_t)p->nslots * bufbytes; /* chunk * 8 bytes */
     const void **val = ptr + p->ninputs;
     /* uniform inputs are filled once for all chunks [c0, c1) */
-    int64_t fill = p->total - c0 * CHUNK < CHUNK ? p->total - c0 * CHUNK : CHUNK;
+    int64_t fill = p->total - c0 * chunk < chunk ? p->total - c0 * chunk : chunk;
     for (int k = 0; k < p->ninputs; k++) {
         const fz_input *in = &p->inputs[k];
         if (in->walk != WALK_UNIFORM) continue;
@@ -438,7 +459,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
         ptr[k] = b;
     }
     for (int64_t c = c0; c < c1; c++) {
-        int64_t start = c * CHUNK, len = p->total - start < CHUNK ? p->total - start : CHUNK;
+        int64_t start = c * chunk, len = p->total - start < chunk ? p->total - start : chunk;
         for (int k = 0; k < p->ninputs; k++) {
             const fz_input *in = &p->inputs[k];
             void *b = in->into >= 0 ? p->members[in->into].dst + (size_t)start * cs : inbuf + (size_t)k * bufbytes;
@@ -446,9 +467,13 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                 const char *src = in->data + (size_t)start * in->es;
                 if (in->store) store_chunk_f32(in->store_dtype, (const float *)(const void *)src,
                                                in->store + (size_t)start * alloy_dtype_size(in->store_dtype), len);
-                if (in->ranged) {
+                bool rule = in->ranged && (in->aliased || in->into >= 0 ||
+                                           range_changes(in->range_dtype, (const void *)src, len));
+                if (rule) {
                     range_copy_f32(in->range_dtype, (const float *)(const void *)src, b, len);
                     ptr[k] = b;
+                } else if (in->ranged) {
+                    ptr[k] = src; /* the rule leaves every value of the chunk as it is */
                 } else if (in->dtype == ct && !in->aliased) {
                     ptr[k] = src;
                 } else {
@@ -784,14 +809,15 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     if (x->product) fold_product(x, &p);
     if (x->state_of) mark_aliased(&p, members, n, x->state_of, ext_slots, last_use + n, ext_cap - 1);
     load_into_dst(&p);
-    int64_t nchunks = (p.total + CHUNK - 1) / CHUNK;
+    size_t cs = p.wide ? sizeof(double) : sizeof(float);
+    p.chunk = (size_t)(p.ninputs + p.nslots) * CHUNK * cs <= SMALL_BUFFERS ? CHUNK : CHUNK / 2;
+    int64_t nchunks = (p.total + p.chunk - 1) / p.chunk;
     int64_t work = p.total * (p.ninputs + p.nmembers);
     int64_t want = x->nthreads < 1 ? 1 : x->nthreads > MAX_THREADS ? MAX_THREADS : x->nthreads;
     if (want > work / MIN_WORK) want = work / MIN_WORK;
     if (want > nchunks) want = nchunks;
     int threads = cpu_workers_threads(w, (int)want);
-    size_t cs = p.wide ? sizeof(double) : sizeof(float);
-    w->ptr_at = (size_t)(p.ninputs + p.nslots) * CHUNK * cs + (size_t)CHUNK * 8;
+    w->ptr_at = (size_t)(p.ninputs + p.nslots) * (size_t)p.chunk * cs + (size_t)p.chunk * 8;
     w->share = (w->ptr_at + sizeof(void *) * (size_t)(p.ninputs + p.nmembers) + 63) & ~(size_t)63;
     if (w->scratch_bytes < w->share * (size_t)threads) {
         void *bigger = al_realloc(w->scratch, w->share * (size_t)threads);

@@ -345,6 +345,53 @@ alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, cons
 
 /* ---- GEMM steps: the matmul or convolution into f32, then its epilogue as one EW pass ---- */
 
+/* Whether bytes [p, p + n) and [q, q + m) overlap. */
+static bool overlaps(const void *p, size_t n, const void *q, size_t m)
+{
+    return p && q && (const char *)p < (const char *)q + m && (const char *)q < (const char *)p + n;
+}
+
+/* The range rule of dtype over n f32 values at y, RANGE_BLOCK at a time
+ * on the run's threads (block j one job). */
+enum { RANGE_BLOCK = 1 << 16 };
+typedef struct range_job {
+    alloy_dtype dtype;
+    float *y;
+    int64_t n;
+} range_job;
+
+static void range_block(void *arg, int64_t j, int thread)
+{
+    (void)thread;
+    const range_job *r = arg;
+    int64_t i0 = j * RANGE_BLOCK, len = r->n - i0 < RANGE_BLOCK ? r->n - i0 : RANGE_BLOCK;
+    cpu_range_f32(r->dtype, r->y + i0, len);
+}
+
+/* The f32 value a GEMM step's epilogue only widens its f16/bf16 product
+ * into (its one member a cast to f32 of the product, stored, not checked,
+ * not a state, and not over the product's operands or its own slot), or
+ * NULL. The product is then computed straight into it: the cast's value is
+ * the product with its range rule, which is applied in place. */
+static void *widened_into(const cpu_exec *x, const ir_graph *g, const sched_step *step, const sched_member *members,
+                          const rt_tensor *values)
+{
+    const ir_node *mm = g->nodes[members[0].node];
+    if (step->n != 2 || mm->op != IR_OP_matmul || x->nonfinite || x->ranges) return NULL;
+    if (mm->type.dtype != ALLOY_F16 && mm->type.dtype != ALLOY_BF16) return NULL;
+    const ir_node *cast = g->nodes[members[1].node];
+    if (cast->op != IR_OP_cast || cast->type.dtype != ALLOY_F32 || cast->in[0] != mm->id) return NULL;
+    if (members[1].flags & (MEMBER_CHECK | MEMBER_EXACT | MEMBER_SPILLED | MEMBER_STRIDED | MEMBER_VIEW)) return NULL;
+    if (x->state_of && x->state_of[cast->id] >= 0) return NULL;
+    void *dst = values[cast->id].data;
+    size_t bytes = ir_nbytes(&cast->type);
+    if (!dst || ir_numel(&cast->type) != ir_numel(&mm->type)) return NULL;
+    for (int j = 0; j < mm->nin; j++)
+        if (overlaps(dst, bytes, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return NULL;
+    if (overlaps(dst, bytes, values[mm->id].data, ir_nbytes(&mm->type))) return NULL;
+    return dst;
+}
+
 alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                           rt_tensor *values, cpu_workers *w)
 {
@@ -358,6 +405,22 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
     int64_t count = ir_numel(&mm->type);
     size_t bytes = sizeof(float) * (size_t)(count ? count : 1);
     rt_tensor saved = values[mm->id];
+    void *widened = widened_into(x, g, step, members, values);
+    if (widened) { /* the cast's value is the product, ranged: no product buffer, no copy */
+        rt_tensor wide = {mm->type, widened}, in[3];
+        wide.type.dtype = ALLOY_F32;
+        for (int j = 0; j < mm->nin && j < 3; j++) in[j] = values[mm->in[j]];
+        if (cpu_matmul(x, mm, &wide, in)) return x->status;
+        if (saved.data) cvt_store_f32(mm->type.dtype, widened, saved.data, (size_t)count);
+        if (members[0].flags & MEMBER_RANGED) {
+            range_job r = {mm->type.dtype, widened, count};
+            int64_t blocks = (count + RANGE_BLOCK - 1) / RANGE_BLOCK;
+            int want = blocks < x->nthreads ? (int)blocks : x->nthreads;
+            int threads = w && want > 1 ? cpu_workers_threads(w, want) : 1;
+            cpu_workers_run(w, threads, blocks, range_block, &r);
+        }
+        return ALLOY_OK;
+    }
     /* an f32 product kept in the arena is computed there and read there;
      * else into the arena's scratch, or a block of its own */
     bool direct = saved.data && mm->type.dtype == ALLOY_F32;

@@ -46,7 +46,7 @@ HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, fl
         for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL};
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL};
 
 /* ---- choosing ---- */
 
@@ -232,9 +232,11 @@ static void tile_job(void *arg, int64_t t, int thread)
      * buffer, rows a little over nc apart, then copied or rounded once
      * into C */
     bool direct = direct_c(g);
-    /* an f16 C with a kernel that rounds in registers: the last k block
-     * goes straight to C (the earlier ones, if any, into the buffer) */
-    bool round16 = !direct && g->out_dtype == ALLOY_F16 && kn->tile_f16;
+    /* an f16 or bf16 C with a kernel that rounds in registers: the last k
+     * block goes straight to C (the earlier ones, if any, into the buffer) */
+    void (*tile_round)(int64_t, const void *, const void *, const float *, int64_t, uint16_t *, int64_t, int, int) =
+        direct ? NULL : g->out_dtype == ALLOY_F16 ? kn->tile_f16 : g->out_dtype == ALLOY_BF16 ? kn->tile_bf16 : NULL;
+    bool round16 = tile_round != NULL;
     uint16_t *out16 = round16 ? (uint16_t *)g->c + (b * g->m + i0) * g->n + j0 : NULL;
     int64_t ldc = direct ? g->n : r->ldt;
     float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
@@ -250,7 +252,7 @@ static void tile_job(void *arg, int64_t t, int thread)
                 const char *as = ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit;
                 int mv = (int)min64(kn->mr, mc - ir), nv = (int)min64(kn->nr, nc - jr);
                 if (to16)
-                    kn->tile_f16(ku, as, bs, pc > 0 ? c + ir * ldc + jr : NULL, ldc, out16 + ir * g->n + jr, g->n, mv,
+                    tile_round(ku, as, bs, pc > 0 ? c + ir * ldc + jr : NULL, ldc, out16 + ir * g->n + jr, g->n, mv,
                                  nv);
                 else
                     kn->tile(ku, as, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);

@@ -82,6 +82,10 @@ typedef struct lowp_kernel {
      * buffer's round trip. NULL: none (the driver rounds the buffer). */
     void (*tile_f16)(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin, uint16_t *out,
                      int64_t ldo, int mr_valid, int nr_valid);
+    /* tile_f16's contract for a bf16 C (cvt_f32_bits_to_bf16's rounding,
+     * bit for bit cvt_store_f32's). NULL: none. */
+    void (*tile_bf16)(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin, uint16_t *out,
+                      int64_t ldo, int mr_valid, int nr_valid);
 } lowp_kernel;
 
 /* The x86 kernels, NULL when the build is not for x86-64 with GCC or clang.

@@ -135,6 +135,74 @@ TARGET_F32 static void tile_f32_to_f16(int64_t kunits, const void *a, const void
     FOR_ROWS(STORE_ROW_F16)
 }
 
+/* 16 f32 sums rounded to bf16 on their bits, as convert.h's
+ * cvt_f32_bits_to_bf16 (nearest even, overflow to inf, a NaN keeps its sign
+ * and payload top with the quiet bit set): integer operations, so neither
+ * MXCSR nor vcvtneps2bf16's flushing of subnormals changes them. */
+TARGET_F32 static inline __m256i round_bf16(__m512 v)
+{
+    __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
+    __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* Row i of a bf16 C: STORE_ROW_F16 with round_bf16 for vcvtps2ph. */
+#define STORE_ROW_BF16(i)                                                                          \
+    if (i < mr) {                                                                                  \
+        if (cin) {                                                                                 \
+            const float *ci = cin + (int64_t)(i) * ldin;                                           \
+            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
+            c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16));               \
+        }                                                                                          \
+        uint16_t *oi = out + (int64_t)(i) * ldo;                                                   \
+        __m256i h0 = round_bf16(c##i##_0), h1 = round_bf16(c##i##_1);                              \
+        if (nr == NR) {                                                                            \
+            _mm256_storeu_si256((void *)oi, h0);                                                   \
+            _mm256_storeu_si256((void *)(oi + 16), h1);                                            \
+        } else {                                                                                   \
+            _mm256_mask_storeu_epi16(oi, m0, h0);                                                  \
+            _mm256_mask_storeu_epi16(oi + 16, m1, h1);                                             \
+        }                                                                                          \
+    }
+
+/* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
+TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
+                                          int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
+{
+    const int32_t *ap = a;
+    const char *bp = b;
+    FOR_ROWS(ZERO_ROW)
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
+        FOR_ROWS(BF16_ROW)
+    }
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
+    FOR_ROWS(STORE_ROW_BF16)
+}
+
+/* tile_f32's sums, rounded to bf16 into out (the avx512 kernel on bf16
+ * operands with a bf16 C). */
+TARGET_F32 static void tile_f32_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
+                                        uint16_t *out, int64_t ldo, int mr, int nr)
+{
+    const float *ap = a, *bp = b;
+    FOR_ROWS(ZERO_ROW)
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        FOR_ROWS(F32_ROW)
+    }
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
+    FOR_ROWS(STORE_ROW_BF16)
+}
+
 /* ---- packing: 16 x 16 transposes of 32-bit words for k-contiguous rows,
  * interleaves and conversions for r-contiguous ones ---- */
 
@@ -324,11 +392,11 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
-static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL};
-static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16};
+static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16};
+static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
-static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL};
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
