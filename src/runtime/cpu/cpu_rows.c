@@ -454,11 +454,36 @@ static const struct {
 #undef OP
 #undef EW
 
-/* layer_norm_grad_stats in f32 as its program computes it, with the terms
- * of both SUMs written in the pass that computes V(0) and V(1) (the first
- * SUM's terms are V(0) itself) and their leaves added in one call per SUM:
- * two passes over each row fewer, the same operations in the same order,
- * the same bits (tests/test_rows.c checks them against in-order loops). */
+/* levels_f32's sum of a complete tree of up to 16 leaf sums, in
+ * registers: the same pairs of neighbours level by level, without the
+ * stores and reloads between levels (a chain of store-to-load forwards,
+ * which cost a row of 64's 4 leaves more than their additions). */
+static inline float tree_f32(const float *v, int nleaves)
+{
+    switch (nleaves) {
+    case 1: return v[0];
+    case 2: return v[0] + v[1];
+    case 4: return (v[0] + v[1]) + (v[2] + v[3]);
+    case 8: return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    case 16:
+        return (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) +
+               (((v[8] + v[9]) + (v[10] + v[11])) + ((v[12] + v[13]) + (v[14] + v[15])));
+    default: return levels_f32((float *)v, nleaves);
+    }
+}
+
+/* layer_norm_grad_stats in f32 as its program computes it: g = dy gamma,
+ * h = (x - mean) rstd and the second SUM's terms g h in one pass over the
+ * row (the first SUM's terms are g itself), the leaves of each SUM added in
+ * one call for the whole batch, each row's leaf sums combined in registers,
+ * then dx = rstd (g - mean(g) - h mean(g h)): two passes over each row, the
+ * same operations in the same order as the program, the same bits
+ * (tests/test_rows.c checks them against in-order loops). */
+#define LN_GRAD_TERMS(G)                                                                   \
+    IVDEP for (int64_t i = 0; i < n; i++) {                                                \
+        float g_ = (G), h_ = (x[i] - mean) * rstd;                                         \
+        gb[i] = g_, hb[i] = h_, ghb[i] = g_ * h_;                                          \
+    }
 static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_args *r)
 {
     const int64_t n = r->n;
@@ -470,13 +495,9 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
         float mean = (float)r->w[b][2], rstd = (float)r->w[b][3];
         float *gb = g + b * n, *hb = h + b * n, *ghb = gh + b * n;
         if (gamma) {
-            IVDEP for (int64_t i = 0; i < n; i++) gb[i] = dy[i] * gamma[i];
+            LN_GRAD_TERMS(dy[i] * gamma[i])
         } else {
-            IVDEP for (int64_t i = 0; i < n; i++) gb[i] = dy[i];
-        }
-        IVDEP for (int64_t i = 0; i < n; i++) {
-            hb[i] = (x[i] - mean) * rstd;
-            ghb[i] = gb[i] * hb[i];
+            LN_GRAD_TERMS(dy[i])
         }
     }
     float *sums[2] = {s1, s3};
@@ -486,15 +507,16 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
         for (int b = 0; b < r->nb; b++) {
             float *l = leaf_sums + b * r->nleaves;
             int k = 0;
-            sums[q][b] = (r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k)) / (float)n;
+            sums[q][b] = (r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k)) / (float)n;
         }
     }
     for (int b = 0; b < r->nb; b++) {
         const float *gb = g + b * n, *hb = h + b * n;
-        float *y = (float *)r->y + b * n, rstd = (float)r->w[b][3];
-        IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (gb[i] - s1[b] - hb[i] * s3[b]);
+        float *y = (float *)r->y + b * n, rstd = (float)r->w[b][3], m1 = s1[b], m3 = s3[b];
+        IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (gb[i] - m1 - hb[i] * m3);
     }
 }
+#undef LN_GRAD_TERMS
 
 /* f32 row functions written out by hand in place of the generated one */
 static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
