@@ -5,14 +5,21 @@
  * table lookups), so the CPU backend's chunk loops (cpu_elementwise.c,
  * cpu_fused.c) turn into vector code, for whichever ISA the chunk function is
  * compiled for (CPU_VECTOR_CLONES below picks AVX-512, AVX2 or SSE2 at load
- * time). They use no fused multiply-add (C11 mode: no contraction), so every
- * clone gives the same bits, and constant folding (evaluate.c) the same too.
+ * time). Each Horner step is an explicit fmaf(), one rounding: C11 mode
+ * contracts nothing else, and fmaf is correctly rounded wherever it runs
+ * (a vfmadd instruction in the x86-64-v3 and v4 clones, libm's exact fmaf
+ * call in the SSE2 baseline clone and in constant folding, evaluate.c), so
+ * every clone and the folder give the same bits. Only the baseline clone
+ * pays for it: a call per fmaf keeps its loops scalar (GELU about 27 ns per
+ * element there against 3.1 without fmaf, 0.66 on AVX-512; bench/ew_isa on
+ * an AMD EPYC Zen 4, bench/RESULTS.md).
  *
- * Error against the exact value, measured over every 61st f32 (both signs,
- * f64 libm as the reference): al_vexpf 1.03 ulp, al_vtanhf 1.30 ulp,
- * al_verff 1.38 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
- * the subnormals to 0) as libm gives them. tests/test_vmath.c checks the
- * bounds on a sparser sweep and the special values.
+ * Error against the exact value, measured over every 257th f32 (both signs,
+ * f64 libm as the reference; tests/test_vmath.c's sweep): al_vexpf 1.014 ulp,
+ * al_vtanhf 1.250 ulp, al_verff 1.127 ulp (CUDA documents 2 ulp for its expf,
+ * erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf,
+ * underflow through the subnormals to 0) as libm gives them. That test
+ * checks the bounds and the special values.
  *
  * Only for float: the f64 chunk functions keep libm's double functions. */
 #ifndef ALLOY_BASE_VMATH_H
