@@ -611,9 +611,74 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
 }
 #undef LN_GRAD_TERMS
 
+/* The sum of a row's terms t[0..n) as a SUM adds them (the leaf list of
+ * one row, n as r->n). */
+static inline float row_sum_f32(const row_args *r, const float *t, float *leaf_sums)
+{
+    leaf_sums_float(t, r->leaf, r->nleaves, leaf_sums);
+    int k = 0;
+    return r->balanced ? tree_f32(leaf_sums, r->nleaves) : combine_f32(leaf_sums, r->n, &k);
+}
+
+/* cross_entropy in f32 without class weights or label smoothing (else the
+ * generated function): its program's operations in the same order, with
+ * the largest and the sum of the exponentials taken from x and V(0) where
+ * they lie (no copy into the terms buffer) and the smoothing sum, whose
+ * terms are all +0 then, as the +0 it adds up to. The same bits
+ * (tests/test_rows.c checks them against in-order loops). */
+static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
+{
+    if (r->nin > 2 || (float)r->p[1] != 0) {
+        row_cross_entropy_f32(r);
+        return;
+    }
+    typedef float T;
+    const int64_t n = r->n;
+    const T *x = r->x[0];
+    T *e = r->v[0];
+    T s0 = max_of_f32(x, n);
+    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
+    T s1 = row_sum_f32(r, e, r->tmp), s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
+    bool ignored = r->index[1] == (long long)(T)r->p[0];
+    T s4 = ignored ? (T)0 : (T)1;
+    *(T *)r->weight = s4;
+    *(T *)r->result = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[r->index[1]]) - p1 / (T)n * s3;
+}
+
+/* cross_entropy_grad in f32 without class weights (else the generated
+ * function): the same operations in the same order, the largest and the
+ * sum of the exponentials taken where they lie, and the sum of n ones
+ * (exact in f32 below 2^24) as n. The same bits. */
+static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    if (r->nin > 4 || n >= (1 << 24)) {
+        row_cross_entropy_grad_f32(r);
+        return;
+    }
+    typedef float T;
+    const T *x = r->x[0];
+    T *e = r->v[0], *y = r->y;
+    T s0 = max_of_f32(x, n);
+    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
+    T s1 = row_sum_f32(r, e, r->tmp);
+    T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n, p1 = (T)r->p[1];
+    int64_t t = r->index[1];
+    bool ignored = t == (long long)(T)r->p[0];
+    T s4 = ignored ? (T)0 : (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
+    T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
+    if (ignored) {
+        for (int64_t i = 0; i < n; i++) y[i] = 0;
+        return;
+    }
+    IVDEP for (int64_t i = 0; i < n; i++) y[i] = (s5 * (e[i] / s1) - (i == t ? hot : (T)0) - rest) * s2;
+}
+
 /* f32 row functions written out by hand in place of the generated one */
 static const row_fn row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+    [IR_OP_cross_entropy] = row_cross_entropy_by_hand_f32,
+    [IR_OP_cross_entropy_grad] = row_cross_entropy_grad_by_hand_f32,
 };
 
 /* ---- the driver ---- */
