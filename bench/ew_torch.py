@@ -17,8 +17,11 @@ Prints one row per op, "op<TAB>ns".
 --rows times the row kernels alone, as bench/row_isa does alloy's: ATen's
 ops called with out= where they have one (softmax, also with a causal
 mask's -inf above each row's diagonal as row_isa's softmax_causal, softmax_backward_data,
-native_layer_norm, native_layer_norm_backward with only dx asked for), on
-the same x, dy and gamma = beta as row_isa, best thread CPU time of 15
+native_layer_norm, native_layer_norm_backward with only dx asked for;
+cross_entropy as cross_entropy_loss without reduction, each row's loss, and
+its gradient as autograd runs it for the mean loss from the saved log-softmax:
+nll_loss_backward then _log_softmax_backward_data, both with out=), on
+the same x, dy, gamma = beta and targets ((r * 31) mod COLS) as row_isa, best thread CPU time of 15
 rounds of >= 2M elements, ns per element.
 """
 import sys
@@ -39,6 +42,14 @@ def rows_only(torch, rows, cols):
     sm = torch.softmax(x, 1)
     _, mean, rstd = aten.native_layer_norm(x, [cols], gamma, beta, 1e-5)
     mean_o, rstd_o = torch.empty_like(mean), torch.empty_like(rstd)
+    targets = torch.arange(rows, dtype=torch.int64) * 31 % cols
+    logp = torch.log_softmax(x, 1)
+    dloss, total_weight, dlogp = torch.tensor(1.0), torch.tensor(float(rows)), torch.empty(rows, cols)
+
+    def cross_entropy_grad():
+        aten.nll_loss_backward.grad_input(dloss, logp, targets, None, 1, -100, total_weight, grad_input=dlogp)
+        aten._log_softmax_backward_data.out(dlogp, logp, 1, torch.float32, out=y)
+
     ops = {
         "softmax": lambda: aten._softmax.out(x, 1, False, out=y),
         "softmax_causal": lambda: aten._softmax.out(xm, 1, False, out=y),
@@ -46,6 +57,8 @@ def rows_only(torch, rows, cols):
         "layer_norm": lambda: aten.native_layer_norm.out(x, [cols], gamma, beta, 1e-5, out0=y, out1=mean_o, out2=rstd_o),
         "layer_norm_grad": lambda: aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, gamma, beta,
                                                                    [True, False, False]),
+        "cross_entropy": lambda: aten.cross_entropy_loss(x, targets, None, 0, -100, 0.0),
+        "cross_entropy_grad": cross_entropy_grad,
     }
     reps = (2 << 20) // (rows * cols) + 1
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, f32, {rows} rows of {cols}, "

@@ -1,4 +1,4 @@
-/* row_isa.c - benchmark: ns per element of the CPU row kernels alone (softmax, layer_norm and their gradients, f32) for each x86-64 level, one thread.
+/* row_isa.c - benchmark: ns per element of the CPU row kernels alone (softmax, layer_norm, cross_entropy and their gradients, f32) for each x86-64 level, one thread.
  *
  *   row_isa [ROWS [N [OP ...]]]   ROWS rows of N (default 4096 x 256, as
  *                                 bench/ew_torch.py --rows), the ops named (default all)
@@ -16,7 +16,9 @@
  * gradient: columns j <= r mod N),
  * layer_norm (x, gamma, beta),
  * layer_norm_grad_stats (x, dy, mean, rstd, gamma: dx only, as autodiff
- * emits it). x = ((i * 7919) mod 65536) / 65536 * 8 - 4, dy = 1 - i mod 3,
+ * emits it), cross_entropy (x, targets: each row's loss, the mean over rows
+ * not timed), cross_entropy_grad (x, targets, dloss 1: dx of the mean loss);
+ * targets (r * 31) mod N, i64. x = ((i * 7919) mod 65536) / 65536 * 8 - 4, dy = 1 - i mod 3,
  * gamma = beta = 1 + 0.01 j, as ew_torch.py. Best of 15 rounds of >= 2M
  * elements, thread CPU time; the last column says whether every level this
  * CPU runs gave the same bits (NaN signs aside). */
@@ -78,7 +80,12 @@ int main(int argc, char **argv)
     float *y0 = malloc(sizeof(float) * (size_t)total), *gamma = malloc(sizeof(float) * (size_t)n);
     float *xm = malloc(sizeof(float) * (size_t)total), *smm = malloc(sizeof(float) * (size_t)total);
     float *mean = malloc(sizeof(float) * (size_t)rows), *rstd = malloc(sizeof(float) * (size_t)rows);
-    if (!x || !dy || !sm || !y || !y0 || !gamma || !mean || !rstd || !xm || !smm) return fprintf(stderr, "row_isa: out of memory\n"), 1;
+    float *res = malloc(sizeof(float) * (size_t)(2 * rows)), *res0 = malloc(sizeof(float) * (size_t)(2 * rows));
+    int64_t *targets = malloc(sizeof(int64_t) * (size_t)rows);
+    float dloss = 1;
+    if (!x || !dy || !sm || !y || !y0 || !gamma || !mean || !rstd || !xm || !smm || !res || !res0 || !targets)
+        return fprintf(stderr, "row_isa: out of memory\n"), 1;
+    for (int64_t r = 0; r < rows; r++) targets[r] = r * 31 % n;
     for (int64_t i = 0; i < total; i++) {
         x[i] = (float)((double)((i * 7919) % 65536) / 65536 * 8 - 4);
         dy[i] = (float)(1 - i % 3);
@@ -120,10 +127,13 @@ int main(int argc, char **argv)
     ir_attr axis3 = ir_a_int("axis", 2);
     int icx = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, whole ? &ct : &rt, "xc")->id;
     int icdy = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, whole ? &ct : &rt, "dyc")->id;
+    ir_type tt = {.dtype = ALLOY_I64, .rank = 1, .dims = {rows}}, sc = {.dtype = ALLOY_F32, .rank = 0};
+    int itg = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &tt, "targets")->id;
+    int idl = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &sc, "dloss")->id;
     const struct {
         const char *name;
         ir_node *node;
-        const float *in[5];
+        const void *in[5];
         bool causal;
     } ops[] = {
         {"softmax", ir_add_node(g, IR_OP_softmax, 1, (int[]){ix}, 1, &axis, NULL, "sm"), {x}, false},
@@ -134,10 +144,13 @@ int main(int argc, char **argv)
          {smm, dy}, false},
         {"softmax_grad_causal_live", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){icx, icdy}, 1, &axis3, NULL, "smgcl"),
          {smm, dy}, whole},
-        {"layer_norm", ir_add_node(g, IR_OP_layer_norm, 3, (int[]){ix, igm, igm}, 1, &eps, NULL, "ln"), {x, gamma, gamma}},
+        {"layer_norm", ir_add_node(g, IR_OP_layer_norm, 3, (int[]){ix, igm, igm}, 1, &eps, NULL, "ln"), {x, gamma, gamma}, false},
         {"layer_norm_grad", ir_add_node(g, IR_OP_layer_norm_grad_stats, 5, (int[]){ix, idy, imean, irstd, igm}, 0, NULL,
                                         NULL, "lng"),
          {x, dy, mean, rstd, gamma}, false},
+        {"cross_entropy", ir_add_node(g, IR_OP_cross_entropy, 2, (int[]){ix, itg}, 0, NULL, NULL, "ce"), {x, targets}, false},
+        {"cross_entropy_grad", ir_add_node(g, IR_OP_cross_entropy_grad, 3, (int[]){ix, itg, idl}, 0, NULL, NULL, "ceg"),
+         {x, targets, &dloss}, false},
     };
     printf("f32, %lld rows of %lld, one thread, the kernel alone (cpu_row_run), best thread CPU time, ns per element\n%-16s",
            (long long)rows, (long long)n, "op");
@@ -150,6 +163,10 @@ int main(int argc, char **argv)
         const ir_node *node = ops[o].node;
         if (!node) return fprintf(stderr, "row_isa: %s: %s\n", ops[o].name, g->error), 1;
         rt_tensor in[5], out = {node->type, y};
+        /* a per-row loss: each row's value and weight into res, as cpu_row gives them to its mean */
+        bool per_row = ir_row_summarize(ir_ops[node->op].row).per_row_result;
+        float *got = per_row ? res : y, *want = per_row ? res0 : y0;
+        int64_t compared = per_row ? 2 * rows : total;
         for (int j = 0; j < node->nin; j++) in[j] = (rt_tensor){g->nodes[node->in[j]]->type, (void *)ops[o].in[j]};
         printf("%-16s", ops[o].name);
         bool first = true, same = true;
@@ -163,20 +180,21 @@ int main(int argc, char **argv)
             double best = 1e30;
             for (int r = 0; r < 16; r++) {
                 double t0 = thread_cpu();
-                for (int64_t i = 0; i < reps; i++) level_fns[l](&ex, node, &out, in, rows, NULL, ops[o].causal);
+                for (int64_t i = 0; i < reps; i++) level_fns[l](&ex, node, &out, in, rows, per_row ? res : NULL, ops[o].causal);
                 double t = thread_cpu() - t0;
                 if (r > 0 && t < best) best = t; /* the first round warms up */
             }
             if (ex.status) return fprintf(stderr, "row_isa: %s: %s\n", ops[o].name, ex.error), 1;
             printf(" %20.3f", best * 1e9 / (double)(reps * total));
-            if (!first) same = same && same_floats(y, y0, total);
-            else memcpy(y0, y, sizeof(float) * (size_t)total);
+            if (!first) same = same && same_floats(got, want, compared);
+            else memcpy(want, got, sizeof(float) * (size_t)compared);
             first = false;
         }
         printf(" %s\n", same ? "yes" : "NO");
         fflush(stdout);
     }
     ir_graph_free(g);
-    free(x), free(dy), free(sm), free(y), free(y0), free(gamma), free(mean), free(rstd), free(xm), free(smm);
+    free(x), free(dy), free(sm), free(y), free(y0), free(gamma), free(mean), free(rstd), free(xm), free(smm), free(res),
+        free(res0), free(targets);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax and layer_norm and their gradients bit for bit against in-order loops, short rows among them. */
+/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax, layer_norm, cross_entropy and their gradients bit for bit against in-order loops, short rows among them. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -345,7 +345,7 @@ static void run_row_node(int op, int nin, const float *const *in, int64_t rows, 
 static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops(void **state)
 {
     (void)state;
-    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 256};
+    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 128, 256, 512};
     enum { ROWS = 37 };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
@@ -389,6 +389,85 @@ static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bit
     }
 }
 
+/* cross_entropy (per_row: each row's loss and weight into res) or
+ * cross_entropy_grad (dx into y) of f32 logits x [rows, n] and i64 targets,
+ * by cpu_row_run on one thread; with_weight: a class weight of all ones
+ * (the grad also gets its divisor, rows), which takes the generated program
+ * where without it f32 has a function of its own. */
+static void run_cross_entropy(bool grad, bool with_weight, const float *x, const int64_t *targets, int64_t rows,
+                              int64_t n, float *y, float *res)
+{
+    ir_graph *g = ir_graph_new("ce");
+    assert_non_null(g);
+    float *ones = test_malloc(sizeof(float) * (size_t)n), dloss = 1, divisor = (float)rows;
+    for (int64_t j = 0; j < n; j++) ones[j] = 1;
+    ir_type rt = {.dtype = ALLOY_F32, .rank = 2, .dims = {rows, n}}, tt = {.dtype = ALLOY_I64, .rank = 1, .dims = {rows}};
+    ir_type vt = {.dtype = ALLOY_F32, .rank = 1, .dims = {n}}, sc = {.dtype = ALLOY_F32, .rank = 0};
+    int ids[5];
+    ids[0] = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &rt, "x")->id;
+    ids[1] = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &tt, "t")->id;
+    const void *data[5] = {x, targets};
+    int nin = 2;
+    if (grad) {
+        ids[nin] = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &sc, "dloss")->id, data[nin++] = &dloss;
+        if (with_weight) ids[nin] = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &sc, "div")->id, data[nin++] = &divisor;
+    }
+    if (with_weight) ids[nin] = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &vt, "w")->id, data[nin++] = ones;
+    ir_attr ignore = ir_a_int("ignore_index", -1);
+    ir_node *node = ir_add_node(g, grad ? IR_OP_cross_entropy_grad : IR_OP_cross_entropy, nin, ids, 1, &ignore, NULL, "ce");
+    assert_non_null(node);
+    rt_tensor ts[5], out = {node->type, grad ? (void *)y : (void *)res};
+    for (int j = 0; j < nin; j++) ts[j] = (rt_tensor){g->nodes[ids[j]]->type, (void *)data[j]};
+    cpu_exec ex = {.nthreads = 1};
+    assert_int_equal(cpu_row_run(&ex, node, &out, ts, rows, grad ? NULL : res, false), ALLOY_OK);
+    ir_graph_free(g);
+    test_free(ones);
+}
+
+static void test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_loops(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 256, 1000};
+    enum { ROWS = 37 };
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        int64_t n = lens[l];
+        size_t bytes = sizeof(float) * ROWS * (size_t)n;
+        float *x = test_malloc(bytes), *y = test_malloc(bytes), *y_weighted = test_malloc(bytes), *want = test_malloc(bytes);
+        float *v = test_malloc(sizeof(float) * (size_t)n), res[2 * ROWS], res_weighted[2 * ROWS], want_res[2 * ROWS];
+        int64_t targets[ROWS];
+        for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)uniform(-8, 8);
+        for (int r = 0; r < ROWS; r++) targets[r] = r == 3 ? -1 : (int64_t)(uniform(0, 1) * (double)n); /* row 3: ignore_index */
+        /* the program in f32, p1 (label smoothing) 0: max, exp(x - max), their pairwise sum s1,
+         * loss (1 - p1) w (log s1 + max - x[t]) - p1 / n * 0, weight w (0 for an ignored row);
+         * dx = (s5 (e / s1) - [j == t] (1 - p1) w - p1 / n) dloss / rows, s5 = (1 - p1) w + p1 / n * n */
+        const float p1 = 0;
+        for (int r = 0; r < ROWS; r++) {
+            const float *xr = x + r * n;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < n && m == m; j++)
+                if (xr[j] > m || xr[j] != xr[j]) m = xr[j];
+            for (int64_t j = 0; j < n; j++) v[j] = al_vexpf(xr[j] - m);
+            float s1 = pairwise(v, n), w = targets[r] == -1 ? 0.0f : 1.0f;
+            want_res[r] = targets[r] == -1 ? 0.0f : (1.0f - p1) * w * (logf(s1) + m - xr[targets[r]]) - p1 / (float)n * 0.0f;
+            want_res[ROWS + r] = w;
+            float s5 = (1.0f - p1) * w + p1 / (float)n * (float)n, s2 = 1.0f / (float)ROWS;
+            for (int64_t j = 0; j < n; j++)
+                want[r * n + j] = targets[r] == -1 ? 0.0f
+                                                   : (s5 * (v[j] / s1) - (j == targets[r] ? (1.0f - p1) * w : 0.0f) -
+                                                      p1 / (float)n * 1.0f) * s2;
+        }
+        run_cross_entropy(false, false, x, targets, ROWS, n, y, res);
+        run_cross_entropy(false, true, x, targets, ROWS, n, y, res_weighted);
+        assert_same_floats(res, want_res, 2 * ROWS);
+        assert_same_floats(res_weighted, want_res, 2 * ROWS);
+        run_cross_entropy(true, false, x, targets, ROWS, n, y, res);
+        run_cross_entropy(true, true, x, targets, ROWS, n, y_weighted, res);
+        assert_same_floats(y, want, ROWS * n);
+        assert_same_floats(y_weighted, want, ROWS * n);
+        test_free(x), test_free(y), test_free(y_weighted), test_free(want), test_free(v);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops),
+        cmocka_unit_test(test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_loops),
     };
     return cmocka_run_group_tests_name("rows", tests, test_checked_alloc, test_plain_alloc);
 }

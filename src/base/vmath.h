@@ -5,19 +5,27 @@
  * table lookups), so the CPU backend's chunk loops (cpu_elementwise.c,
  * cpu_fused.c) turn into vector code, for whichever ISA the chunk function is
  * compiled for (CPU_VECTOR_CLONES below picks AVX-512, AVX2 or SSE2 at load
- * time). They use no fused multiply-add (C11 mode: no contraction), so every
- * clone gives the same bits, and constant folding (evaluate.c) the same too.
+ * time). Each Horner step is an explicit fmaf(), one rounding: C11 mode
+ * contracts nothing else, and fmaf is correctly rounded wherever it runs
+ * (a vfmadd instruction in the x86-64-v3 and v4 clones, libm's exact fmaf
+ * call in the SSE2 baseline clone and in constant folding, evaluate.c), so
+ * every clone and the folder give the same bits. Only the baseline clone
+ * pays for it: a call per fmaf keeps its loops scalar (GELU about 27 ns per
+ * element there against 3.1 without fmaf, 0.66 on AVX-512; bench/ew_isa on
+ * an AMD EPYC Zen 4, bench/RESULTS.md).
  *
- * Error against the exact value, measured over every 61st f32 (both signs,
- * f64 libm as the reference): al_vexpf 1.03 ulp, al_vtanhf 1.30 ulp,
- * al_verff 1.38 ulp (CUDA documents 2 ulp for its expf, erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf, underflow through
- * the subnormals to 0) as libm gives them. tests/test_vmath.c checks the
- * bounds on a sparser sweep and the special values.
+ * Error against the exact value, measured over every 257th f32 (both signs,
+ * f64 libm as the reference; tests/test_vmath.c's sweep): al_vexpf 1.014 ulp,
+ * al_vtanhf 1.250 ulp, al_verff 1.127 ulp (CUDA documents 2 ulp for its expf,
+ * erff and tanhf); special values (NaN, +-inf, +-0, overflow to inf,
+ * underflow through the subnormals to 0) as libm gives them. That test
+ * checks the bounds and the special values.
  *
  * Only for float: the f64 chunk functions keep libm's double functions. */
 #ifndef ALLOY_BASE_VMATH_H
 #define ALLOY_BASE_VMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -70,16 +78,16 @@ static inline float al_vexpf(float x)
     float xc = x > 100.0f ? 100.0f : x;
     xc = x >= -104.0f ? xc : 0.0f; /* false for a NaN too: e^0 computed there */
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float kf = (xc * 1.44269504088896341f + shifter) - shifter;
-    float r = xc - kf * 0.693145751953125f; /* ln2's high part: 15 bits, exact product */
-    r = r - kf * 1.42860682030941723212e-6f;
+    float kf = fmaf(xc, 1.44269504088896341f, shifter) - shifter;
+    float r = fmaf(-kf, 0.693145751953125f, xc); /* ln2's high part: 15 bits, exact product */
+    r = fmaf(-kf, 1.42860682030941723212e-6f, r);
     float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r * r + r; /* e^r - 1, kept apart from the 1 for accuracy */
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r * r, r); /* e^r - 1, kept apart from the 1 for accuracy */
     p = p + 1.0f;
     int32_t k = (int32_t)kf;
     /* halves k1 = floor(k / 2) (GCC and clang shift signed integers
@@ -98,12 +106,12 @@ static inline float al_vtanhf(float x)
     float ax = x < 0.0f ? -x : x;
     float x2 = x * x;
     float q = -2.178023523e-03f;
-    q = q * x2 + 8.214972292e-03f;
-    q = q * x2 + -2.171555269e-02f;
-    q = q * x2 + 5.394939667e-02f;
-    q = q * x2 + -1.333322606e-01f;
-    q = q * x2 + 3.333333129e-01f;
-    float small = x - x * x2 * q;
+    q = fmaf(q, x2, 8.214972292e-03f);
+    q = fmaf(q, x2, -2.171555269e-02f);
+    q = fmaf(q, x2, 5.394939667e-02f);
+    q = fmaf(q, x2, -1.333322606e-01f);
+    q = fmaf(q, x2, 3.333333129e-01f);
+    float small = fmaf(-x * x2, q, x);
     float e = al_vexpf(2.0f * (ax > 9.1f ? 9.1f : ax));
     float big = 1.0f - 2.0f / (e + 1.0f);
     big = ax > 9.1f ? 1.0f : big;
@@ -131,26 +139,26 @@ static inline float al_verff(float x)
     float az = ax > 3.92f ? 3.92f : ax;
     float u = az - (tail ? 3.06f : 1.65f);
     float q = (tail ? 1.020556524e-04f : 5.310624737e-04f);
-    q = q * u + (tail ? -3.471449813e-04f : 5.403813384e-03f);
-    q = q * u + (tail ? 6.034240236e-04f : -1.339084541e-02f);
-    q = q * u + (tail ? -7.711944659e-04f : 2.480302786e-04f);
-    q = q * u + (tail ? 7.720421009e-04f : 4.986103679e-02f);
-    q = q * u + (tail ? -5.732718998e-04f : -1.098759835e-01f);
-    q = q * u + (tail ? 2.966379044e-04f : 1.223408072e-01f);
-    q = q * u + (tail ? -9.674548046e-05f : -7.414573785e-02f);
-    q = q * u + (tail ? 1.507534109e-05f : 1.962441656e-02f);
+    q = fmaf(q, u, tail ? -3.471449813e-04f : 5.403813384e-03f);
+    q = fmaf(q, u, tail ? 6.034240236e-04f : -1.339084541e-02f);
+    q = fmaf(q, u, tail ? -7.711944659e-04f : 2.480302786e-04f);
+    q = fmaf(q, u, tail ? 7.720421009e-04f : 4.986103679e-02f);
+    q = fmaf(q, u, tail ? -5.732718998e-04f : -1.098759835e-01f);
+    q = fmaf(q, u, tail ? 2.966379044e-04f : 1.223408072e-01f);
+    q = fmaf(q, u, tail ? -9.674548046e-05f : -7.414573785e-02f);
+    q = fmaf(q, u, tail ? 1.507534109e-05f : 1.962441656e-02f);
     float r = -8.848233909e-06f;
-    r = r * x2 + 1.097230050e-04f;
-    r = r * x2 + -8.442827447e-04f;
-    r = r * x2 + 5.218169669e-03f;
-    r = r * x2 + -2.686441685e-02f;
-    r = r * x2 + 1.128376552e-01f;
-    r = r * x2 + -3.761263741e-01f;
-    r = r * x2 + 1.283791670e-01f;
+    r = fmaf(r, x2, 1.097230050e-04f);
+    r = fmaf(r, x2, -8.442827447e-04f);
+    r = fmaf(r, x2, 5.218169669e-03f);
+    r = fmaf(r, x2, -2.686441685e-02f);
+    r = fmaf(r, x2, 1.128376552e-01f);
+    r = fmaf(r, x2, -3.761263741e-01f);
+    r = fmaf(r, x2, 1.283791670e-01f);
     float big = 1.0f - q;
     big = ax > 3.92f ? 1.0f : big;
     big = x < 0.0f ? -big : big;
-    float y = small ? x + x * r : big;
+    float y = small ? fmaf(x, r, x) : big;
     return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
 
