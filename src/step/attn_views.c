@@ -48,18 +48,12 @@ static bool library_matmul(const schedule *s, const ir_node *n)
     return (st->kind == STEP_KIND_OP && st->n == 1) || (st->kind == STEP_KIND_GEMM && s->members[st->first].node == n->id);
 }
 
-/* How many operand slots of ops that read through strides read x: the
- * attention ops, and batched matmuls of [B, H, R, D] operands whose step
- * gives them to the library GEMM. */
-static int strided_reads(const ir_graph *g, const schedule *s, int x)
+/* Whether reader n of a value reads it through strides: an attention op,
+ * or a batched matmul of [B, H, R, D] operands whose step gives them to the
+ * library GEMM. */
+static bool strided_reader(const schedule *s, const ir_graph *g, const ir_node *n)
 {
-    int k = 0;
-    for (int i = x + 1; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (is_attention(n) || (attn_strided_matmul(g, n) && library_matmul(s, n)))
-            for (int j = 0; j < n->nin; j++) k += n->in[j] == x;
-    }
-    return k;
+    return is_attention(n) || (attn_strided_matmul(g, n) && library_matmul(s, n));
 }
 
 /* The consumers of x into list[0..max) (each once per operand slot); returns the count. */
@@ -75,27 +69,40 @@ static int readers(const ir_graph *g, int x, int *list, int max)
     return k;
 }
 
+/* readers with the count known (uses[x]): the walk stops at the last
+ * consumer, or does not start when there are more than max. */
+static int counted_readers(const ir_graph *g, const int *uses, int x, int *list, int max)
+{
+    int k = 0;
+    if (uses[x] > max) return uses[x];
+    for (int i = x + 1; i < g->nnodes && k < uses[x]; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            if (g->nodes[i]->in[j] == x) list[k++] = i;
+    return uses[x];
+}
+
 static bool same_dims(const ir_type *a, const ir_type *b)
 {
     return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank);
 }
 
-/* How many operand slots of elementwise ops read x whole: members of an
- * ew step over x's own shape (no broadcast). */
-static int elementwise_reads(const ir_graph *g, const schedule *s, int x)
+/* Whether reader n of x reads it whole as an elementwise member: a
+ * member of an ew step over x's own shape (no broadcast). */
+static bool elementwise_reader(const ir_graph *g, const schedule *s, const ir_node *n, const ir_type *t)
 {
-    int k = 0;
-    const ir_type *t = &g->nodes[x]->type;
-    for (int i = x + 1; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        int st = s->step_of[i];
-        if (st < 0 || s->steps[st].kind != STEP_KIND_EW || !same_dims(&s->steps[st].space, t) ||
-            !same_dims(&n->type, t) || !ir_ops[n->op].elementwise)
-            continue;
-        for (int j = 0; j < n->nin; j++) k += n->in[j] == x;
-    }
-    return k;
+    int st = s->step_of[n->id];
+    return st >= 0 && s->steps[st].kind == STEP_KIND_EW && same_dims(&s->steps[st].space, t) &&
+           same_dims(&n->type, t) && ir_ops[n->op].elementwise;
 }
+
+/* The scratch of attn_views_mark, per node: its consumers' operand slots
+ * (uses), those that read it through strides (strided_reader) and those
+ * that read it whole as elementwise members (elementwise_reader); counted
+ * once, in one pass over the graph (the schedule's steps do not change
+ * while the views are marked). */
+typedef struct {
+    int *uses, *strided, *ew;
+} reads;
 
 /* Operand x of an attention op, batched matmul or (sliced out of X only)
  * elementwise step: transpose(reshape([slice(] X [)])) of a row-major X
@@ -103,12 +110,13 @@ static int elementwise_reads(const ir_graph *g, const schedule *s, int x)
  * reader may write its result over its operand's slot where the operand
  * dies (plan.c), never over the owner of a view of part of it: so only a
  * proper slice's. */
-static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
+static void mark_operand(const ir_graph *g, schedule *s, const reads *rd, int x)
 {
+    const int *uses = rd->uses;
     const ir_node *t = g->nodes[x];
     if (!swaps_heads(t) || !lone_copy(s, x)) return;
-    int reads = strided_reads(g, s, x), ew = elementwise_reads(g, s, x);
-    if (reads + ew != uses[x]) return;
+    int ew = rd->ew[x];
+    if (rd->strided[x] + ew != uses[x]) return;
     const ir_node *r = g->nodes[t->in[0]];
     if (r->op != IR_OP_reshape || s->kept[r->id] || (flags_of(s, r->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW)
         return;
@@ -138,7 +146,7 @@ static void mark_operand(const ir_graph *g, schedule *s, const int *uses, int x)
 static void mark_output(const ir_graph *g, schedule *s, const int *uses, int o)
 {
     const ir_node *n = g->nodes[o];
-    int list[8], k = readers(g, o, list, 8), tr = -1;
+    int list[8], k = counted_readers(g, uses, o, list, 8), tr = -1;
     if (k > 8 || k != uses[o] || s->kept[o] || (flags_of(s, o) & (MEMBER_STORED | MEMBER_VIEW)) != MEMBER_STORED) return;
     for (int i = 0; i < k; i++) {
         const ir_node *c = g->nodes[list[i]];
@@ -164,7 +172,7 @@ static void mark_product(const ir_graph *g, schedule *s, const int *uses, int o)
     step_kind kind = n->op == IR_OP_matmul ? STEP_KIND_OP : STEP_KIND_EW;
     if (k < 0 || s->steps[k].kind != kind || s->steps[k].n != 1 || s->kept[o] || n->type.rank != 4 ||
         (flags_of(s, o) & (MEMBER_STORED | MEMBER_VIEW | MEMBER_CHECK)) != MEMBER_STORED || uses[o] != 1 ||
-        readers(g, o, list, 2) != 1)
+        counted_readers(g, uses, o, list, 2) != 1)
         return;
     const ir_node *c = g->nodes[list[0]];
     size_t es = alloy_dtype_size(n->type.dtype);
@@ -184,7 +192,7 @@ static void mark_grads(const ir_graph *g, schedule *s, const int *uses, int id)
             D = n->type.dims[3];
     int list[4], chain[3][3], concat = -1; /* per part: slice, transpose, reshape */
     size_t es = alloy_dtype_size(n->type.dtype);
-    if (T != S || readers(g, id, list, 4) != 3 || uses[id] != 3 || s->kept[id] ||
+    if (T != S || counted_readers(g, uses, id, list, 4) != 3 || uses[id] != 3 || s->kept[id] ||
         (flags_of(s, id) & (MEMBER_STORED | MEMBER_VIEW)) != MEMBER_STORED || !aligned(H * D, es) || !aligned(D, es))
         return;
     for (int i = 0; i < 3; i++) {
@@ -193,12 +201,12 @@ static void mark_grads(const ir_graph *g, schedule *s, const int *uses, int id)
         int part = start == 0 ? 0 : start == T ? 1 : start == 2 * T ? 2 : -1;
         int next[2];
         if (part < 0 || ir_attr_i(sl, "axis") != 2 || ir_attr_i(sl, "end") != start + T || !lone_copy(s, sl->id) ||
-            uses[sl->id] != 1 || readers(g, sl->id, next, 2) != 1)
+            uses[sl->id] != 1 || counted_readers(g, uses, sl->id, next, 2) != 1)
             return;
         const ir_node *tr = g->nodes[next[0]];
-        if (!swaps_heads(tr) || !lone_copy(s, tr->id) || uses[tr->id] != 1 || readers(g, tr->id, next, 2) != 1) return;
+        if (!swaps_heads(tr) || !lone_copy(s, tr->id) || uses[tr->id] != 1 || counted_readers(g, uses, tr->id, next, 2) != 1) return;
         const ir_node *rs = g->nodes[next[0]];
-        if (rs->op != IR_OP_reshape || s->kept[rs->id] || uses[rs->id] != 1 || readers(g, rs->id, next, 2) != 1 ||
+        if (rs->op != IR_OP_reshape || s->kept[rs->id] || uses[rs->id] != 1 || counted_readers(g, uses, rs->id, next, 2) != 1 ||
             (flags_of(s, rs->id) & (MEMBER_VIEW | MEMBER_STRIDED)) != MEMBER_VIEW || rs->type.rank < 1 ||
             rs->type.dims[rs->type.rank - 1] != H * D)
             return;
@@ -288,21 +296,30 @@ static void mark_interleave(const ir_graph *g, schedule *s, const int *uses, int
     add_flags(s, c, MEMBER_VIEW);
 }
 
-void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
+void attn_views_mark(const ir_graph *g, schedule *s, int *uses, int *strided, int *ew)
 {
     int nn = g->nnodes;
-    for (int i = 0; i < nn; i++) uses[i] = 0;
-    for (int i = 0; i < nn; i++)
-        for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]]++;
+    reads rd = {uses, strided, ew};
+    for (int i = 0; i < nn; i++) uses[i] = strided[i] = ew[i] = 0;
+    for (int i = 0; i < nn; i++) {
+        const ir_node *n = g->nodes[i];
+        bool by_strides = strided_reader(s, g, n);
+        for (int k = 0; k < n->nin; k++) {
+            int x = n->in[k];
+            uses[x]++;
+            strided[x] += by_strides;
+            ew[x] += elementwise_reader(g, s, n, &g->nodes[x]->type);
+        }
+    }
     for (int k = 0; k < s->nsteps; k++) {
         const ir_node *n = g->nodes[s->members[s->steps[k].first].node];
         if (attn_strided_matmul(g, n) && library_matmul(s, n)) {
             for (int j = 0; j < 2; j++) {
-                mark_operand(g, s, uses, n->in[j]);
+                mark_operand(g, s, &rd, n->in[j]);
                 /* an operand an ew step computes from such a view (q scaled before q k^T) */
                 int e = s->step_of[n->in[j]];
                 if (e >= 0 && s->steps[e].kind == STEP_KIND_EW)
-                    for (int i = 0; i < s->steps[e].nin; i++) mark_operand(g, s, uses, s->inputs[s->steps[e].first_in + i]);
+                    for (int i = 0; i < s->steps[e].nin; i++) mark_operand(g, s, &rd, s->inputs[s->steps[e].first_in + i]);
             }
             mark_product(g, s, uses, n->id);
             continue;
@@ -317,7 +334,7 @@ void attn_views_mark(const ir_graph *g, schedule *s, int *uses)
         }
         n = g->nodes[s->steps[k].pos];
         if (s->steps[k].kind != STEP_KIND_OP || !is_attention(n) || n->type.rank != 4) continue;
-        for (int j = 0; j < n->nin; j++) mark_operand(g, s, uses, n->in[j]);
+        for (int j = 0; j < n->nin; j++) mark_operand(g, s, &rd, n->in[j]);
         if (n->op == IR_OP_attention) mark_output(g, s, uses, n->id);
         else mark_grads(g, s, uses, n->id);
     }

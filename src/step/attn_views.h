@@ -56,8 +56,10 @@ typedef struct attn_strides {
  * A MEMBER_STRIDED value's bytes are not its type's row-major order: only
  * attention ops (through attn_strides_of), those matmuls (attn_layout_of)
  * and the views above read them.
- * uses: g->nnodes ints of scratch. */
-AL_HIDDEN void attn_views_mark(const ir_graph *g, schedule *s, int *uses);
+ * uses, strided, ew: g->nnodes ints of scratch each (the readers of each
+ * node, counted once: the pass is linear in the graph but for the short
+ * walks from a view to its few readers). */
+AL_HIDDEN void attn_views_mark(const ir_graph *g, schedule *s, int *uses, int *strided, int *ew);
 /* Whether n is a batched matmul attn_views_mark may give strided operands
  * or result: rank 4, both operands [B, H, .., ..] with its own batch dims
  * (no broadcast). */

@@ -353,7 +353,7 @@ alloy_status sched_build_steps(const ir_graph *g, const bool *keep, schedule *ou
             out->members[step->first].flags |= MEMBER_VIEW;
     }
     mark_gathers(g, out, b.stamp);
-    if (!st) attn_views_mark(g, out, b.stamp);
+    if (!st) attn_views_mark(g, out, b.stamp, b.parent, b.tail); /* the builder's scratch, free again here */
     if (!st) sched_mark_ranged_reads(g, out);
     ir_groups_free(&gs);
     al_free(b.must_store), al_free(b.stamp), al_free(b.parent), al_free(b.tail);
