@@ -197,7 +197,7 @@ static void run_from_plan(const ir_graph *g, const plan_schedule *s, const mem_p
         if (g->nodes[i]->nin > max_in) max_in = g->nodes[i]->nin;
     rt_tensor *in = al_malloc(sizeof(rt_tensor) * (size_t)max_in);
     assert_non_null(in);
-    cpu_exec x = {.nthreads = 1};
+    cpu_exec x = {.nthreads = 1, .graph = g}; /* the graph: a causal softmax's rows are computed as in a run */
     for (int k = 0; k < n; k++) {
         int i = (int)(order[k] & 0xffffffffu);
         const ir_node *node = g->nodes[i];

@@ -30,7 +30,11 @@ struct cpu_exec {
     cpu_workers *workers;  /* the run's threads, for kernels (matmul); NULL: one thread */
     /* while cpu_run_schedule runs: its graph and schedule, whose strided
      * views (MEMBER_STRIDED, step/attn_views.h) the attention ops read and
-     * write through strides; NULL: every value row-major */
+     * write through strides; NULL: every value row-major. The graph also
+     * says which softmax rows are causal (ir_row_causal: live columns only,
+     * +0 past them); a kernel run without it computes whole rows (a masked
+     * column's gradient may then be -0), so an executor of single nodes
+     * that must give a run's bits sets it. */
     const ir_graph *graph;
     const schedule *sched;
     int lowp_gemm;         /* opt_lowp_gemm: the f16/bf16 GEMM kernel asked for */
