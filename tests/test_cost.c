@@ -947,6 +947,17 @@ static void test_alloy_graph_cost_reports_totals_and_names_bad_options(void **st
     assert_non_null(strstr(alloy_last_error(g), "/nonexistent/profile.txt"));
     alloy_graph_free(g);
     assert_int_equal(alloy_graph_cost(NULL, NULL, &t, NULL), ALLOY_ERR_INVALID);
+    /* with amp_check the kernels carry the checks' flags (CG_PARAM_CHECKS, a parameter of no node, which the
+     * model indexed g->nodes with, -1, before it looked at the kind): both GEMMs' epilogues are
+     * kernels that check what they store (the second no longer cuBLASLt's bias epilogue), and a memset clears
+     * the flags first */
+    g = parse(mlp_ir);
+    assert_int_equal(alloy_graph_set_option(g, "amp_check", "1"), ALLOY_OK);
+    assert_int_equal(alloy_graph_cost(g, NULL, &t, NULL), ALLOY_OK);
+    assert_int_equal(t.gemms, 2);
+    assert_int_equal(t.kernels, 2);
+    assert_int_equal(t.launches, 5);
+    alloy_graph_free(g);
 }
 
 /* Each allocation of alloy_graph_cost (emit, launch plan, model, report) failed in turn: out of memory (or,

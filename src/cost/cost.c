@@ -129,7 +129,7 @@ static void kernel_launch(const ir_graph *g, const schedule *s, const cg_program
     al_fmt(l->name, sizeof l->name, "%s", kn->name);
     for (int i = 0; i < kn->nparams; i++) {
         const cg_param *pa = &kn->params[i];
-        const ir_node *n = g->nodes[pa->node];
+        const ir_node *n = pa->node >= 0 ? g->nodes[pa->node] : NULL; /* amp_check's CG_PARAM_CHECKS has no node */
         int64_t b = pa->kind == CG_PARAM_NODE      ? (int64_t)ir_nbytes(&n->type)
                     : pa->kind == CG_PARAM_PRODUCT ? 4 * ir_numel(&n->type)
                     : pa->kind == CG_PARAM_ROWS    ? pa->count * (n->type.dtype == ALLOY_F64 ? 8 : 4)
