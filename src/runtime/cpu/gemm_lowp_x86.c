@@ -98,43 +98,6 @@ TARGET_F32 static void tile_f32(int64_t kunits, const void *a, const void *b, fl
     FOR_ROWS(STORE_ROW)
 }
 
-/* Row i of an f16 C: (cin + acc, or acc) rounded to nearest even by
- * vcvtps2ph (imm 0: whatever MXCSR says), the additions those of STORE_ROW;
- * whole rows unmasked (AMD's masked stores are slow). */
-#define STORE_ROW_F16(i)                                                                           \
-    if (i < mr) {                                                                                  \
-        if (cin) {                                                                                 \
-            const float *ci = cin + (int64_t)(i) * ldin;                                           \
-            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
-            c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16));               \
-        }                                                                                          \
-        uint16_t *oi = out + (int64_t)(i) * ldo;                                                   \
-        __m256i h0 = _mm512_cvtps_ph(c##i##_0, 0), h1 = _mm512_cvtps_ph(c##i##_1, 0);            \
-        if (nr == NR) {                                                                            \
-            _mm256_storeu_si256((void *)oi, h0);                                                   \
-            _mm256_storeu_si256((void *)(oi + 16), h1);                                            \
-        } else {                                                                                   \
-            _mm256_mask_storeu_epi16(oi, m0, h0);                                                  \
-            _mm256_mask_storeu_epi16(oi + 16, m1, h1);                                             \
-        }                                                                                          \
-    }
-
-/* tile_f32's sums, rounded to f16 into out (lowp_kernel.tile_f16). */
-TARGET_F32 static void tile_f32_to_f16(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
-                                       uint16_t *out, int64_t ldo, int mr, int nr)
-{
-    const float *ap = a, *bp = b;
-    FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        FOR_ROWS(F32_ROW)
-    }
-    __mmask16 m0, m1;
-    col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW_F16)
-}
-
 /* 16 f32 sums rounded to bf16 on their bits, as convert.h's
  * cvt_f32_bits_to_bf16 (nearest even, overflow to inf, a NaN keeps its sign
  * and payload top with the quiet bit set): integer operations, so neither
@@ -150,8 +113,10 @@ TARGET_F32 static inline __m256i round_bf16(__m512 v)
     return _mm512_cvtepi32_epi16(r);
 }
 
-/* Row i of a bf16 C: STORE_ROW_F16 with round_bf16 for vcvtps2ph. */
-#define STORE_ROW_BF16(i)                                                                          \
+/* Row i of an f16 or bf16 C: (cin + acc, or acc) rounded by ROUND (16
+ * f32 to 16 halves), the additions those of STORE_ROW; whole rows
+ * unmasked (AMD's masked stores are slow). */
+#define STORE_ROW_ROUNDED(i, ROUND)                                                                \
     if (i < mr) {                                                                                  \
         if (cin) {                                                                                 \
             const float *ci = cin + (int64_t)(i) * ldin;                                           \
@@ -159,7 +124,7 @@ TARGET_F32 static inline __m256i round_bf16(__m512 v)
             c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16));               \
         }                                                                                          \
         uint16_t *oi = out + (int64_t)(i) * ldo;                                                   \
-        __m256i h0 = round_bf16(c##i##_0), h1 = round_bf16(c##i##_1);                              \
+        __m256i h0 = ROUND(c##i##_0), h1 = ROUND(c##i##_1);                                        \
         if (nr == NR) {                                                                            \
             _mm256_storeu_si256((void *)oi, h0);                                                   \
             _mm256_storeu_si256((void *)(oi + 16), h1);                                            \
@@ -168,6 +133,32 @@ TARGET_F32 static inline __m256i round_bf16(__m512 v)
             _mm256_mask_storeu_epi16(oi + 16, m1, h1);                                             \
         }                                                                                          \
     }
+/* f16: to nearest even by vcvtps2ph (imm 0: whatever MXCSR says); bf16: round_bf16. */
+#define ROUND_F16(v) _mm512_cvtps_ph((v), 0)
+#define STORE_ROW_F16(i) STORE_ROW_ROUNDED(i, ROUND_F16)
+#define STORE_ROW_BF16(i) STORE_ROW_ROUNDED(i, round_bf16)
+
+/* The function `name`: tile_f32's sums, rounded into out by STORE (STORE_ROW_F16 or STORE_ROW_BF16). */
+#define TILE_F32_ROUNDED(name, STORE)                                                              \
+    TARGET_F32 static void name(int64_t kunits, const void *a, const void *b, const float *cin,    \
+                                int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)          \
+    {                                                                                              \
+        const float *ap = a, *bp = b;                                                              \
+        FOR_ROWS(ZERO_ROW)                                                                         \
+        for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {                                 \
+            _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);                               \
+            __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);                        \
+            FOR_ROWS(F32_ROW)                                                                      \
+        }                                                                                          \
+        __mmask16 m0, m1;                                                                          \
+        col_masks(nr, &m0, &m1);                                                                   \
+        FOR_ROWS(STORE)                                                                            \
+    }
+
+/* An f16 C (lowp_kernel.tile_f16). */
+TILE_F32_ROUNDED(tile_f32_to_f16, STORE_ROW_F16)
+/* A bf16 C from the avx512 kernel on bf16 operands (lowp_kernel.tile_bf16). */
+TILE_F32_ROUNDED(tile_f32_to_bf16, STORE_ROW_BF16)
 
 /* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
 TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
@@ -180,23 +171,6 @@ TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const v
         _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
         FOR_ROWS(BF16_ROW)
-    }
-    __mmask16 m0, m1;
-    col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW_BF16)
-}
-
-/* tile_f32's sums, rounded to bf16 into out (the avx512 kernel on bf16
- * operands with a bf16 C). */
-TARGET_F32 static void tile_f32_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
-                                        uint16_t *out, int64_t ldo, int mr, int nr)
-{
-    const float *ap = a, *bp = b;
-    FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        FOR_ROWS(F32_ROW)
     }
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
