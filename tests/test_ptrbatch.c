@@ -15,29 +15,22 @@
 #include "cuda_emu/emu_loader.h"
 #include "runtime/backend.h"
 #include "runtime/graph/graph_impl.h"
+#include "mha_support.h"
 #include "step/launch_plan.h"
 #include "support.h"
 
 /* Batch, context, heads, head dim: C = H * D, the projection [B*T, 3C]. */
 enum { B = 2, T = 24, H = 2, D = 16, C = H * D, N = B * T };
 
-/* One configuration's data: x [N, C], w [C, 3C], r [N, C] (loss = sum(y * y * r)). */
-typedef struct data {
-    alloy_dtype dt;
-    void *x, *w, *r;
-} data;
+static const mha_shape shape = {B, T, H, D};
 
-/* What a run gives back: y [N, C], grad:x [N, C], grad:w [C, 3C], as doubles. */
-typedef struct result {
-    double *y, *gx, *gw;
-} result;
-
-/* [N, C] -> [B, H, T, D]; `one` (bypass) multiplies by 1 after it (exact)
- * and sums it into an output of its own (`probe`), a reader that needs
- * the copy. */
-static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x, alloy_tensor *one, const char *probe)
+/* Column block `block` of qkv split into heads; `one` (bypass) multiplies
+ * by 1 after it (exact) and sums it into an output of its own (`probe`),
+ * a reader that needs the copy. */
+static alloy_tensor *heads(const mha_graph *m, alloy_tensor *qkv, int block, alloy_tensor *one, const char *probe)
 {
-    x = alloy_transpose(g, alloy_reshape(g, x, 4, (int64_t[]){B, T, H, D}), (int64_t[]){0, 2, 1, 3});
+    alloy_graph *g = m->g;
+    alloy_tensor *x = mha_heads(m, qkv, block);
     if (!one) return x;
     expect_ok(g, alloy_output(g, probe, alloy_reduce_sum(g, x, 0, NULL, false)), "probe");
     return alloy_mul(g, x, one);
@@ -52,43 +45,18 @@ static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x, alloy_tensor *one, c
  * take the multiplications by 1 out). */
 static alloy_graph *build(alloy_dtype dt, bool bypass, const char *device)
 {
-    alloy_graph *g = alloy_graph_new("ptrbatch");
-    alloy_tensor *x = alloy_input(g, "x", dt, 2, (int64_t[]){N, C}), *w = alloy_input(g, "w", dt, 2, (int64_t[]){C, 3 * C});
-    alloy_tensor *r = alloy_input(g, "r", dt, 2, (int64_t[]){N, C});
+    mha_graph m = mha_graph_new("ptrbatch", shape, dt);
+    alloy_graph *g = m.g;
     alloy_tensor *one = bypass ? alloy_scalar(g, dt, 1.0) : NULL;
-    alloy_tensor *qkv = alloy_matmul(g, x, w, false, false);
-    alloy_tensor *q = heads(g, alloy_slice(g, qkv, 1, 0, C), one, "probe_q"),
-                 *k = heads(g, alloy_slice(g, qkv, 1, C, 2 * C), one, "probe_k"),
-                 *v = heads(g, alloy_slice(g, qkv, 1, 2 * C, 3 * C), one, "probe_v");
-    q = alloy_mul(g, q, alloy_scalar(g, dt, 0.25)); /* 1 / sqrt(D), exact */
-    alloy_tensor *p = alloy_softmax(g, alloy_causal_mask(g, alloy_matmul(g, q, k, false, true)), -1);
-    alloy_tensor *o = alloy_matmul(g, p, v, false, false);
+    alloy_tensor *qkv = alloy_matmul(g, m.x, m.w, false, false);
+    alloy_tensor *q = heads(&m, qkv, 0, one, "probe_q"), *k = heads(&m, qkv, 1, one, "probe_k"),
+                 *v = heads(&m, qkv, 2, one, "probe_v");
+    alloy_tensor *o = mha_written_out(&m, q, k, v); /* q scaled by 1 / sqrt(D) = 0.25, exact */
     if (bypass) o = alloy_mul(g, o, one);
-    alloy_tensor *y = alloy_reshape(g, alloy_transpose(g, o, (int64_t[]){0, 2, 1, 3}), 2, (int64_t[]){N, C});
-    expect_ok(g, alloy_output(g, "y", y), "output");
-    expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, alloy_mul(g, y, r), y), 0, NULL, false)), "loss");
-    expect_ok(g, alloy_graph_request_grad(g, x), "grad x");
-    expect_ok(g, alloy_graph_request_grad(g, w), "grad w");
+    mha_graph_finish(&m, o, true);
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", "attention,simplify"), "disable_passes");
     return g;
-}
-
-static void *random_values(alloy_dtype dt, int64_t n, double lo, double hi)
-{
-    double *v = test_malloc(sizeof(double) * (size_t)n);
-    void *out = test_malloc(alloy_dtype_size(dt) * (size_t)n);
-    for (int64_t e = 0; e < n; e++) v[e] = test_uniform(lo, hi);
-    test_encode(dt, v, out, n);
-    test_free(v);
-    return out;
-}
-
-static double *decoded(const alloy_host_tensor *t, int64_t n)
-{
-    double *v = test_malloc(sizeof(double) * (size_t)n);
-    for (int64_t e = 0; e < n; e++) v[e] = test_decode(t->dtype, t->data, e);
-    return v;
 }
 
 /* What the compiled schedule of g holds: steps running a copy kernel for
@@ -102,14 +70,7 @@ static census count(const alloy_graph *g)
 {
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
-    census z = {0};
-    for (int k = 0; k < s->nsteps; k++) {
-        const ir_node *n = c->nodes[s->steps[k].pos];
-        uint8_t f = s->members[s->steps[k].first].flags;
-        if (s->steps[k].kind == STEP_KIND_OP && !(f & MEMBER_VIEW) &&
-            (n->op == IR_OP_transpose || n->op == IR_OP_slice || n->op == IR_OP_concat))
-            z.copies++;
-    }
+    census z = {mha_layout_copies(g), 0, 0};
     for (int i = 0; i < c->nnodes; i++) {
         const ir_node *n = c->nodes[i];
         if ((n->op != IR_OP_matmul && !ir_ops[n->op].elementwise) || s->member_of[i] < 0) continue;
@@ -122,42 +83,13 @@ static census count(const alloy_graph *g)
 
 /* Runs `runs` steps of the pattern on `device` (the same feeds) and
  * returns the last one's y and gradients; *z from its schedule. */
-static result run(const data *d, bool bypass, const char *device, int runs, census *z)
+static mha_result run(const mha_data *d, bool bypass, const char *device, int runs, census *z)
 {
     alloy_graph *g = build(d->dt, bypass, device);
-    alloy_host_tensor feeds[3] = {{"x", d->dt, 2, {N, C}, d->x}, {"w", d->dt, 2, {C, 3 * C}, d->w}, {"r", d->dt, 2, {N, C}, d->r}};
-    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
-    for (int i = 0; i < runs; i++) expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 3), "run");
+    mha_result out = mha_run(g, d, runs);
     *z = count(g);
-    result out = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
     alloy_graph_free(g);
     return out;
-}
-
-static void free_result(result *r) { test_free(r->y), test_free(r->gx), test_free(r->gw); }
-
-static data make_data(alloy_dtype dt, unsigned seed)
-{
-    test_rng = seed;
-    data d = {dt, random_values(dt, N * C, -1, 1), random_values(dt, C * 3 * C, -0.5, 0.5), random_values(dt, N * C, -1, 1)};
-    return d;
-}
-
-static void free_data(data *d) { test_free(d->x), test_free(d->w), test_free(d->r); }
-
-/* Whether a and b hold the same values, bit for bit (both decode the same dtype exactly). */
-static void expect_same(const result *a, const result *b, const char *what)
-{
-    const struct {
-        const char *name;
-        const double *x, *y;
-        int64_t n;
-    } parts[] = {{"y", a->y, b->y, N * C}, {"grad:x", a->gx, b->gx, N * C}, {"grad:w", a->gw, b->gw, C * 3 * C}};
-    for (size_t p = 0; p < 3; p++)
-        for (int64_t e = 0; e < parts[p].n; e++)
-            if (memcmp(&parts[p].x[e], &parts[p].y[e], sizeof(double)) != 0)
-                fail_msg("%s: %s[%lld] is %.9g, against %.9g", what, parts[p].name, (long long)e, parts[p].x[e],
-                         parts[p].y[e]);
 }
 
 static const alloy_dtype dtypes[] = {ALLOY_F32, ALLOY_F16, ALLOY_BF16};
@@ -179,10 +111,10 @@ static void test_strided_products_give_the_copies_bits_on_the_cpu(void **state)
 {
     (void)state;
     for (size_t c = 0; c < sizeof dtypes / sizeof dtypes[0]; c++) {
-        data d = make_data(dtypes[c], 60 + (unsigned)c);
+        mha_data d = mha_make_data(shape, dtypes[c], 60 + (unsigned)c);
         census z[2];
-        result views = run(&d, false, "cpu", 1, &z[0]);
-        result plain = run(&d, true, "cpu", 1, &z[1]);
+        mha_result views = run(&d, false, "cpu", 1, &z[0]);
+        mha_result plain = run(&d, true, "cpu", 1, &z[1]);
         print_message("# cpu %s: layout copies %d with views, %d without; strided results %d, strided reads %d\n",
                       alloy_dtype_name(dtypes[c]), z[0].copies, z[1].copies, z[0].strided_results, z[0].strided_reads);
         assert_int_equal(z[0].copies, KEPT_COPIES);
@@ -190,9 +122,9 @@ static void test_strided_products_give_the_copies_bits_on_the_cpu(void **state)
         assert_int_equal(z[0].strided_results, STRIDED_RESULTS);
         assert_int_equal(z[0].strided_reads, STRIDED_READS);
         assert_int_equal(z[1].strided_reads, 0);
-        expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
-        free_result(&views), free_result(&plain);
-        free_data(&d);
+        mha_expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
+        mha_free_result(&views), mha_free_result(&plain);
+        mha_free_data(&d);
     }
 }
 
@@ -294,70 +226,36 @@ static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
 static void test_a_bundle_keeps_the_strided_products_and_the_bits(void **state)
 {
     (void)state;
-    data d = make_data(ALLOY_F16, 80);
+    mha_data d = mha_make_data(shape, ALLOY_F16, 80);
     census z;
-    result want = run(&d, false, "cpu", 1, &z);
+    mha_result want = run(&d, false, "cpu", 1, &z);
     alloy_graph *g = build(ALLOY_F16, false, "cpu");
-    const char *path = test_tmp_path("ptrbatch.alloy");
-    expect_ok(g, alloy_graph_save_bundle(g, path, NULL), "save_bundle");
+    mha_result got = mha_run_bundle(g, &d, test_tmp_path("ptrbatch.alloy"));
     alloy_graph_free(g);
-    alloy_bundle *b = NULL;
-    char err[1024] = "";
-    if (alloy_bundle_load(path, &b, err, sizeof err)) fail_msg("alloy_bundle_load: %s", err);
-    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
-    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
-    if (alloy_bundle_run(b, feeds, 3, fetch, 3)) fail_msg("alloy_bundle_run: %s", alloy_bundle_last_error(b));
-    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
-    alloy_bundle_free(b);
     assert_int_equal(z.strided_results, STRIDED_RESULTS);
-    expect_same(&got, &want, "the bundle");
-    free_result(&got), free_result(&want);
-    free_data(&d);
-}
-
-/* The largest |a - b| relative to the largest |b| over n values. */
-static double rel_diff(const double *a, const double *b, int64_t n)
-{
-    double scale = 0, worst = 0;
-    for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(b[e]));
-    for (int64_t e = 0; e < n; e++) worst = fmax(worst, fabs(a[e] - b[e]));
-    return worst / (scale > 0 ? scale : 1);
-}
-
-/* How far a value may drift from the CPU's through `depth` ops whose
- * longest sum has `terms` terms, relative to the largest magnitude (as
- * test_attn_views.c's: per op each side's rounding of the stored result,
- * 2u; the sums in another order, 2 n u32; CUDA's math at 2 ulp, 4 u32). */
-static double chain_bound(int depth, int terms, alloy_dtype dt)
-{
-    const double u32 = 0x1p-24;
-    double u = dt == ALLOY_F16 ? 0x1p-11 : dt == ALLOY_BF16 ? 0x1p-8 : u32;
-    return depth * (2 * u + 2.0 * terms * u32 + 4 * u32);
+    mha_expect_same(&got, &want, "the bundle");
+    mha_free_result(&got), mha_free_result(&want);
+    mha_free_data(&d);
 }
 
 /* On the emulated device (its cuBLASLt reads each matrix's address from
  * the arrays in device memory): the pointer-array GEMMs give the bits of
  * the strided ones over the copies, a second run (the captured graph
- * replayed) the first's, and both agree with the CPU within chain_bound
+ * replayed) the first's, and both agree with the CPU within mha_chain_bound
  * over the longest chain (the projection, the scores, softmax, p v, the
  * backward's products and the gradient's GEMM, sums of up to 3C terms). */
 static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and_the_cpu(void **state)
 {
     (void)state;
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
+    mha_emulated_device_or_skip();
     for (size_t c = 0; c < sizeof dtypes / sizeof dtypes[0]; c++) {
-        data d = make_data(dtypes[c], 70 + (unsigned)c);
+        mha_data d = mha_make_data(shape, dtypes[c], 70 + (unsigned)c);
         census z[3];
         emu_device_stats before = emu_totals();
-        result views = run(&d, false, "cuda", 2, &z[0]);
+        mha_result views = run(&d, false, "cuda", 2, &z[0]);
         emu_device_stats after = emu_totals();
-        result plain = run(&d, true, "cuda", 1, &z[1]);
-        result cpu = run(&d, false, "cpu", 1, &z[2]);
+        mha_result plain = run(&d, true, "cuda", 1, &z[1]);
+        mha_result cpu = run(&d, false, "cpu", 1, &z[2]);
         long pointer_gemms = after.pointer_gemms - before.pointer_gemms, replays = after.replays - before.replays;
         print_message("# emulated %s: %ld pointer-array GEMMs over 2 runs, %ld replays; layout copies %d\n",
                       alloy_dtype_name(dtypes[c]), pointer_gemms, replays, z[0].copies);
@@ -365,16 +263,16 @@ static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and
         assert_int_equal(z[1].copies, BYPASS_COPIES);
         assert_int_equal(pointer_gemms, 12); /* 6 a run */
         assert_true(replays >= 1);          /* the second run replayed the captured graph, arrays and all */
-        expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
-        double tol = chain_bound(8, 3 * C, dtypes[c]);
-        double dy = rel_diff(views.y, cpu.y, N * C), dx = rel_diff(views.gx, cpu.gx, N * C),
-               dw = rel_diff(views.gw, cpu.gw, C * 3 * C);
+        mha_expect_same(&views, &plain, alloy_dtype_name(dtypes[c]));
+        double tol = mha_chain_bound(8, 3 * C, dtypes[c]);
+        double dy = mha_rel_diff(views.y, cpu.y, N * C), dx = mha_rel_diff(views.gx, cpu.gx, N * C),
+               dw = mha_rel_diff(views.gw, cpu.gw, C * 3 * C);
         print_message("# emulated %s: against the CPU y %.3g, grad:x %.3g, grad:w %.3g of their largest (bound %.3g)\n",
                       alloy_dtype_name(dtypes[c]), dy, dx, dw, tol);
         if (!(dy <= tol && dx <= tol && dw <= tol))
             fail_msg("%s: the emulated device differs from the CPU by more than %.3g", alloy_dtype_name(dtypes[c]), tol);
-        free_result(&views), free_result(&plain), free_result(&cpu);
-        free_data(&d);
+        mha_free_result(&views), mha_free_result(&plain), mha_free_result(&cpu);
+        mha_free_data(&d);
     }
     rt_backend_set_cuda_opener(NULL);
 }
@@ -386,16 +284,11 @@ static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and
 static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(void **state)
 {
     (void)state;
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
+    mha_emulated_device_or_skip();
     emu_device_set_pointer_arrays(false);
-    data d = make_data(ALLOY_F16, 90);
-    alloy_host_tensor feeds[3] = {{"x", d.dt, 2, {N, C}, d.x}, {"w", d.dt, 2, {C, 3 * C}, d.w}, {"r", d.dt, 2, {N, C}, d.r}};
-    alloy_host_tensor fetch[3] = {{.name = "y"}, {.name = "grad:x"}, {.name = "grad:w"}};
+    mha_data d = mha_make_data(shape, ALLOY_F16, 90);
+    alloy_host_tensor feeds[3], fetch[3];
+    mha_io(&d, feeds, fetch);
     alloy_graph *g = build(ALLOY_F16, false, "cuda");
     assert_int_equal(alloy_graph_run(g, feeds, 3, fetch, 3), ALLOY_ERR_UNSUPPORTED);
     const char *msg = alloy_last_error(g);
@@ -407,16 +300,16 @@ static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(voi
     census z;
     g = build(ALLOY_F16, false, "auto");
     expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 3), "run under auto");
-    result got = {decoded(&fetch[0], N * C), decoded(&fetch[1], N * C), decoded(&fetch[2], C * 3 * C)};
+    mha_result got = mha_fetched(shape, fetch);
     const char *device = alloy_graph_device(g);
     print_message("# device=auto ran on %s\n", device ? device : "?");
     assert_non_null(device);
     assert_null(strstr(device, "emulat"));
     alloy_graph_free(g);
-    result cpu = run(&d, false, "cpu", 1, &z);
-    expect_same(&got, &cpu, "device=auto");
-    free_result(&got), free_result(&cpu);
-    free_data(&d);
+    mha_result cpu = run(&d, false, "cpu", 1, &z);
+    mha_expect_same(&got, &cpu, "device=auto");
+    mha_free_result(&got), mha_free_result(&cpu);
+    mha_free_data(&d);
     emu_device_set_pointer_arrays(true);
     rt_backend_set_cuda_opener(NULL);
 }

@@ -13,6 +13,7 @@
 #include "cuda_emu/emu_device.h"
 #include "cuda_emu/emu_loader.h"
 #include "ir/ir.h"
+#include "mha_support.h"
 #include "runtime/backend.h"
 #include "runtime/graph/graph_impl.h"
 #include "step/schedule.h"
@@ -21,11 +22,7 @@
 /* Batch, context, heads, head dim: C = H * D, x [N, C]. */
 enum { B = 2, T = 17, H = 2, D = 8, C = H * D, N = B * T };
 
-/* [N, C] -> [B, H, T, D]. */
-static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x)
-{
-    return alloy_transpose(g, alloy_reshape(g, x, 4, (int64_t[]){B, T, H, D}), (int64_t[]){0, 2, 1, 3});
-}
+static const mha_shape shape = {B, T, H, D};
 
 /* Attention as a user writes it: q, k, v = x wq, x wk, x wv split into
  * heads, softmax(causal_mask(q k^T / sqrt(D))) v, the heads joined back;
@@ -34,21 +31,10 @@ static alloy_tensor *heads(alloy_graph *g, alloy_tensor *x)
  * pass disabled. */
 static alloy_graph *build(alloy_dtype amp, bool remat, const char *device)
 {
-    alloy_graph *g = alloy_graph_new("remat");
-    alloy_tensor *x = alloy_input(g, "x", ALLOY_F32, 2, (int64_t[]){N, C});
-    alloy_tensor *w = alloy_input(g, "w", ALLOY_F32, 2, (int64_t[]){C, 3 * C});
-    alloy_tensor *r = alloy_input(g, "r", ALLOY_F32, 2, (int64_t[]){N, C});
-    alloy_tensor *qkv = alloy_matmul(g, x, w, false, false);
-    alloy_tensor *q = heads(g, alloy_slice(g, qkv, 1, 0, C)), *k = heads(g, alloy_slice(g, qkv, 1, C, 2 * C)),
-                 *v = heads(g, alloy_slice(g, qkv, 1, 2 * C, 3 * C));
-    q = alloy_mul(g, q, alloy_scalar(g, ALLOY_F32, 1 / sqrt((double)D)));
-    alloy_tensor *p = alloy_softmax(g, alloy_causal_mask(g, alloy_matmul(g, q, k, false, true)), -1);
-    alloy_tensor *o = alloy_matmul(g, p, v, false, false);
-    alloy_tensor *y = alloy_reshape(g, alloy_transpose(g, o, (int64_t[]){0, 2, 1, 3}), 2, (int64_t[]){N, C});
-    expect_ok(g, alloy_output(g, "y", y), "output");
-    expect_ok(g, alloy_graph_set_loss(g, alloy_reduce_sum(g, alloy_mul(g, y, r), 0, NULL, false)), "loss");
-    expect_ok(g, alloy_graph_request_grad(g, x), "grad x");
-    expect_ok(g, alloy_graph_request_grad(g, w), "grad w");
+    mha_graph m = mha_graph_new("remat", shape, ALLOY_F32);
+    alloy_tensor *qkv = alloy_matmul(m.g, m.x, m.w, false, false);
+    alloy_tensor *q = mha_heads(&m, qkv, 0), *k = mha_heads(&m, qkv, 1), *v = mha_heads(&m, qkv, 2);
+    alloy_graph *g = mha_graph_finish(&m, mha_written_out(&m, q, k, v), false);
     if (amp != ALLOY_F32) expect_ok(g, alloy_graph_enable_amp(g, amp), "enable_amp");
     expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
     expect_ok(g, alloy_graph_set_option(g, "disable_passes", remat ? "attention" : "attention,remat"), "disable");
@@ -105,14 +91,6 @@ static void make_feeds(float *f[3], unsigned seed)
         f[i] = test_malloc(sizeof(float) * (size_t)feed_sizes[i]);
         for (int64_t e = 0; e < feed_sizes[i]; e++) f[i][e] = (float)test_uniform(-1, 1);
     }
-}
-
-/* Largest |a - b| over the largest |b|. */
-static double rel_diff(const double *a, const double *b, int64_t n)
-{
-    double d = 0, m = 0;
-    for (int64_t e = 0; e < n; e++) d = fmax(d, fabs(a[e] - b[e])), m = fmax(m, fabs(b[e]));
-    return m > 0 ? d / m : d;
 }
 
 static const alloy_dtype amps[] = {ALLOY_F16, ALLOY_BF16};
@@ -223,22 +201,16 @@ static void test_the_modelled_step_moves_the_softmax_output_and_half_its_live_re
 static void test_the_emulated_device_agrees_with_the_cpu(void **state)
 {
     (void)state;
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
+    mha_emulated_device_or_skip();
     for (size_t a = 0; a < 2; a++) {
         float *f[3];
         make_feeds(f, 7 + (unsigned)a);
         result dev = run(amps[a], true, "cuda", f), stored = run(amps[a], false, "cuda", f), cpu = run(amps[a], true, "cpu", f);
         assert_int_equal(dev.wide_tt, 1);
         assert_int_equal(stored.wide_tt, 2);
-        const double u32 = 0x1p-24, u = amps[a] == ALLOY_F16 ? 0x1p-11 : 0x1p-8;
-        double tol = 6 * (2 * u + 2.0 * 3 * C * u32 + 4 * u32);
+        double tol = mha_chain_bound(6, 3 * C, amps[a]);
         for (int i = 0; i < 3; i++) {
-            double d = rel_diff(dev.v[i], cpu.v[i], sizes[i]), s = rel_diff(dev.v[i], stored.v[i], sizes[i]);
+            double d = mha_rel_diff(dev.v[i], cpu.v[i], sizes[i]), s = mha_rel_diff(dev.v[i], stored.v[i], sizes[i]);
             print_message("# emulated %s %s: against the CPU %.3g (bound %.3g), against the stored softmax %.3g\n",
                           alloy_dtype_name(amps[a]), names[i], d, tol, s);
             if (!(d <= tol)) fail_msg("%s %s: the device differs from the CPU by %.3g", alloy_dtype_name(amps[a]), names[i], d);
@@ -290,12 +262,7 @@ static void test_auto_compiles_for_the_device_that_opens(void **state)
 {
     (void)state;
     assert_int_equal(softmaxes_opened(16, "auto", NULL, true, "/nonexistent/libnvrtc.so"), 1);
-    char why[512];
-    if (!emu_available(why, sizeof why)) {
-        print_message("SKIP: no host emulation of the device: %s\n", why);
-        skip();
-    }
-    rt_backend_set_cuda_opener(emu_backend_opener);
+    mha_emulated_device_or_skip();
     assert_int_equal(softmaxes_opened(16, "auto", NULL, true, NULL), 2);
     assert_int_equal(softmaxes_opened(16, "cpu", NULL, true, NULL), 1);
     rt_backend_set_cuda_opener(NULL);
