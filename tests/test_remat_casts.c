@@ -12,6 +12,15 @@
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
+/* The end both steps share: the second layer's residual, x2 = x1 + y1, and loss = sum(x2 * r). */
+#define SECOND_RESIDUAL_AND_LOSS                                                                   \
+    "  %x2 = add(%x1, %y1) : f32[64,32]\n"                                                         \
+    "  %p = mul(%x2, %r) : f32[64,32]\n"                                                           \
+    "  %loss = reduce_sum(%p) {axes=[0, 1], keepdims=false} : f32[]\n"                             \
+    "  output \"loss\" = %loss\n"                                                                  \
+    "  loss %loss\n"                                                                               \
+    "}\n"
+
 /* Two pre-norm residual layers, x1 = x + ln(x) w0, x2 = x1 + ln(x1) w1, of
  * 64 rows of 32 (an f32 row tensor 8192 bytes, f16 4096, a weight's f16
  * copy 2048, a layer norm's mean or rstd 256); loss = sum(x2 * r). */
@@ -29,13 +38,7 @@ static const char residual_ir[] =
     "  %y0 = matmul(%h0, %w0) : f32[64,32]\n"
     "  %x1 = add(%x, %y0) : f32[64,32]\n"
     "  %h1 = layer_norm(%x1, %g1, %b1) {eps=1e-5} : f32[64,32]\n"
-    "  %y1 = matmul(%h1, %w1) : f32[64,32]\n"
-    "  %x2 = add(%x1, %y1) : f32[64,32]\n"
-    "  %p = mul(%x2, %r) : f32[64,32]\n"
-    "  %loss = reduce_sum(%p) {axes=[0, 1], keepdims=false} : f32[]\n"
-    "  output \"loss\" = %loss\n"
-    "  loss %loss\n"
-    "}\n";
+    "  %y1 = matmul(%h1, %w1) : f32[64,32]\n" SECOND_RESIDUAL_AND_LOSS;
 
 /* The same with one-head attention in the second layer (the probabilities
  * a = softmax(q h1^T) cast to f16 for a h1 and for the backward's dV),
@@ -62,13 +65,7 @@ static const char block_ir[] =
     "  %s = matmul(%q, %h1) {transpose_a=false, transpose_b=true} : f32[64,64]\n"
     "  %a = softmax(%s) {axis=-1} : f32[64,64]\n"
     "  %o = matmul(%a, %h1) : f32[64,32]\n"
-    "  %y1 = matmul(%o, %w1) : f32[64,32]\n"
-    "  %x2 = add(%x1, %y1) : f32[64,32]\n"
-    "  %p = mul(%x2, %r) : f32[64,32]\n"
-    "  %loss = reduce_sum(%p) {axes=[0, 1], keepdims=false} : f32[]\n"
-    "  output \"loss\" = %loss\n"
-    "  loss %loss\n"
-    "}\n";
+    "  %y1 = matmul(%o, %w1) : f32[64,32]\n" SECOND_RESIDUAL_AND_LOSS;
 
 /* text's step: AMP in `amp` (f32: none), SGD with momentum, no loss
  * scaler; the remat pass on (the default) or disabled. */
@@ -182,31 +179,25 @@ static void test_an_f32_step_is_left_alone(void **state)
     assert_int_equal(nodes[1], nodes[0]);
 }
 
+static alloy_graph *amp_step(void *ctx)
+{
+    (void)ctx;
+    return build(block_ir, ALLOY_F16, true);
+}
+
+static alloy_status compile_step(alloy_graph **g, void *ctx)
+{
+    (void)ctx;
+    return graph_compile_ir(*g);
+}
+
 /* Compiling the AMP step with allocation number k failing, for every k in
  * turn: OK or ALLOY_ERR_OOM with everything freed (leak-checked), the
  * rule's own allocations among them. */
 static void test_compiling_fails_cleanly_at_every_allocation(void **state)
 {
     (void)state;
-    int failures = 0;
-    for (test_fail_at = 0;; test_fail_at++) {
-        alloy_graph *g = build(block_ir, ALLOY_F16, true);
-        alloy_set_allocator(test_failing_realloc, NULL);
-        test_alloc_count = 0;
-        alloy_status st = graph_compile_ir(g);
-        bool failed = test_alloc_count > test_fail_at;
-        alloy_set_allocator(test_cmocka_realloc, NULL);
-        alloy_graph_free(g);
-        if (!failed) {
-            assert_int_equal(st, ALLOY_OK);
-            break;
-        }
-        failures++;
-        if (st != ALLOY_OK && st != ALLOY_ERR_OOM)
-            fail_msg("allocation %ld failed: %s instead of OK or OOM", test_fail_at, alloy_status_name(st));
-    }
-    test_fail_at = -1;
-    assert_true(failures > 10);
+    test_fail_each_allocation(amp_step, compile_step, NULL);
 }
 
 int main(void)
