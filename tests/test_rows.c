@@ -253,6 +253,19 @@ static float pairwise(const float *v, int64_t n)
     return s;
 }
 
+/* Row xr of n as the row programs start a softmax, in order: its largest
+ * (a NaN wins) into *max, exp of each value less it into v; returns their
+ * pairwise sum. */
+static float shifted_exps(const float *xr, int64_t n, float *v, float *max)
+{
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n && m == m; j++)
+        if (xr[j] > m || xr[j] != xr[j]) m = xr[j];
+    for (int64_t j = 0; j < n; j++) v[j] = al_vexpf(xr[j] - m);
+    *max = m;
+    return pairwise(v, n);
+}
+
 /* y = softmax (layer_norm false) or layer_norm without gamma and beta
  * (eps 1e-5) of rows x [rows, n], f32 on the CPU, one thread. */
 static void run_row_op(bool layer_norm, const float *x, int64_t rows, int64_t n, float *y)
@@ -296,12 +309,7 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
         }
         /* softmax: the largest in order (a NaN wins), exp of the shifted values, their sum */
         for (int r = 0; r < ROWS; r++) {
-            const float *xr = x + r * n;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < n && m == m; j++)
-                if (xr[j] > m || xr[j] != xr[j]) m = xr[j];
-            for (int64_t j = 0; j < n; j++) v[j] = al_vexpf(xr[j] - m);
-            float s = pairwise(v, n);
+            float m, s = shifted_exps(x + r * n, n, v, &m);
             for (int64_t j = 0; j < n; j++) want[r * n + j] = v[j] / s;
         }
         run_row_op(false, x, ROWS, n, y);
@@ -443,11 +451,7 @@ static void test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_lo
         const float p1 = 0;
         for (int r = 0; r < ROWS; r++) {
             const float *xr = x + r * n;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < n && m == m; j++)
-                if (xr[j] > m || xr[j] != xr[j]) m = xr[j];
-            for (int64_t j = 0; j < n; j++) v[j] = al_vexpf(xr[j] - m);
-            float s1 = pairwise(v, n), w = targets[r] == -1 ? 0.0f : 1.0f;
+            float m, s1 = shifted_exps(xr, n, v, &m), w = targets[r] == -1 ? 0.0f : 1.0f;
             want_res[r] = targets[r] == -1 ? 0.0f : (1.0f - p1) * w * (logf(s1) + m - xr[targets[r]]) - p1 / (float)n * 0.0f;
             want_res[ROWS + r] = w;
             float s5 = (1.0f - p1) * w + p1 / (float)n * (float)n, s2 = 1.0f / (float)ROWS;
