@@ -412,6 +412,17 @@ double compile_all(const cg_nvrtc *nv, const char *dir, cg_program *programs, in
     return ms;
 }
 
+float *feed_floats(feed_set *f, const char *name, int rank, const int64_t *dims, int64_t *n)
+{
+    if (f->n >= (int)(sizeof f->t / sizeof f->t[0])) fail_msg("feed %s: the feed set is full", name);
+    alloy_host_tensor *t = &f->t[f->n++];
+    *t = (alloy_host_tensor){name, ALLOY_F32, rank, {0}, NULL};
+    *n = 1;
+    for (int d = 0; d < rank; d++) *n *= t->dims[d] = dims[d];
+    t->data = test_malloc(sizeof(float) * (size_t)*n);
+    return t->data;
+}
+
 void emu_or_skip(void)
 {
     char why[256];

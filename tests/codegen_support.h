@@ -16,6 +16,9 @@ typedef struct feed_set {
     alloy_host_tensor t[64];
     int n;
 } feed_set;
+/* A new f32 feed called name of rank dims appended to f: its values
+ * (test_malloc'd, for the caller to fill and test_free), *n of them. */
+float *feed_floats(feed_set *f, const char *name, int rank, const int64_t *dims, int64_t *n);
 
 /* What an emulated step did. A stored value further from the CPU's than
  * codegen_tolerance counts in failed; so does a kernel that did not launch

@@ -238,10 +238,9 @@ static att_data att_make(att_shape sh, uint64_t seed)
     att_data r = {0};
     test_rng = seed;
     for (int i = 0; i < 4; i++) {
-        int64_t n = d[i][0] * d[i][1] * d[i][2];
-        r.buf[i] = test_malloc(sizeof(float) * (size_t)n);
+        int64_t n;
+        r.buf[i] = feed_floats(&r.f, names[i], 3, d[i], &n);
         fill(r.buf[i], n, -1.5, 1.5);
-        r.f.t[r.f.n++] = (alloy_host_tensor){names[i], F32, 3, {d[i][0], d[i][1], d[i][2]}, r.buf[i]};
     }
     return r;
 }
@@ -313,11 +312,7 @@ static void test_the_cpu_causal_softmax_matches_fp64_over_the_live_columns(void 
 static void test_the_emulated_row_kernels_agree_with_the_cpu_causal_and_not(void **state)
 {
     (void)state;
-    char why[256];
-    if (!emu_available(why, sizeof why)) {
-        print_message("no host emulation: %s\n", why);
-        skip();
-    }
+    emu_or_skip();
     fusion(true);
     for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < NSHAPES; k++)
@@ -351,11 +346,7 @@ static void test_the_emulated_row_kernels_agree_with_the_cpu_causal_and_not(void
 static void test_the_emulated_hand_case_gives_the_cpu_values(void **state)
 {
     (void)state;
-    char why[256];
-    if (!emu_available(why, sizeof why)) {
-        print_message("no host emulation: %s\n", why);
-        skip();
-    }
+    emu_or_skip();
     for (int fused = 0; fused < 2; fused++) {
         fusion(fused);
         alloy_graph *g = hand_graph(F32);

@@ -72,14 +72,13 @@ static rc_data make_data(shape sh, uint64_t seed)
     rc_data r = {0};
     test_rng = seed;
     for (int i = 0; i < 7; i++) {
-        int64_t n = d[i][0] * (d[i][1] ? d[i][1] : 1);
-        r.buf[i] = test_malloc(sizeof(float) * (size_t)n);
+        int64_t n;
+        r.buf[i] = feed_floats(&r.f, names[i], d[i][1] ? 2 : 1, d[i], &n);
         if (i == 1) fill(r.buf[i], n, -0.2, 0.2);
         else if (i == 2) fill(r.buf[i], n, 0.5, 1.5);
         else if (i == 5)
             for (int64_t k = 0; k < n; k++) r.buf[i][k] = 0.5f * (float)test_irand(-1, 1);
         else fill(r.buf[i], n, -2, 2);
-        r.f.t[r.f.n++] = (alloy_host_tensor){names[i], F32, d[i][1] ? 2 : 1, {d[i][0], d[i][1]}, r.buf[i]};
     }
     return r;
 }
