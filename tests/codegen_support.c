@@ -423,6 +423,12 @@ float *feed_floats(feed_set *f, const char *name, int rank, const int64_t *dims,
     return t->data;
 }
 
+void feed_set_free(feed_set *f)
+{
+    for (int i = 0; i < f->n; i++) test_free(f->t[i].data);
+    f->n = 0;
+}
+
 void emu_or_skip(void)
 {
     char why[256];

@@ -19,6 +19,8 @@ typedef struct feed_set {
 /* A new f32 feed called name of rank dims appended to f: its values
  * (test_malloc'd, for the caller to fill and test_free), *n of them. */
 float *feed_floats(feed_set *f, const char *name, int rank, const int64_t *dims, int64_t *n);
+/* Frees the values of f's feeds (each made by feed_floats). */
+void feed_set_free(feed_set *f);
 
 /* What an emulated step did. A stored value further from the CPU's than
  * codegen_tolerance counts in failed; so does a kernel that did not launch

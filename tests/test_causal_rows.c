@@ -226,28 +226,19 @@ static alloy_graph *att_graph(int mode, att_shape sh, bool causal)
     return g;
 }
 
-typedef struct att_data {
-    float *buf[4];
-    feed_set f;
-} att_data;
-
-static att_data att_make(att_shape sh, uint64_t seed)
+/* The feeds a, b, v, R, uniform in [-1.5, 1.5) from test_rng = seed (feed_set_free frees them). */
+static feed_set att_make(att_shape sh, uint64_t seed)
 {
     static const char *const names[4] = {"a", "b", "v", "R"};
     int64_t d[4][3] = {{sh.b, sh.t, sh.d}, {sh.b, sh.d, sh.s}, {sh.b, sh.s, sh.d}, {sh.b, sh.t, sh.d}};
-    att_data r = {0};
+    feed_set f = {0};
     test_rng = seed;
     for (int i = 0; i < 4; i++) {
         int64_t n;
-        r.buf[i] = feed_floats(&r.f, names[i], 3, d[i], &n);
-        fill(r.buf[i], n, -1.5, 1.5);
+        float *x = feed_floats(&f, names[i], 3, d[i], &n);
+        fill(x, n, -1.5, 1.5);
     }
-    return r;
-}
-
-static void att_free(att_data *r)
-{
-    for (int i = 0; i < 4; i++) test_free(r->buf[i]);
+    return f;
 }
 
 /* The first softmax and softmax_grad of compiled graph c (-1 when none). */
@@ -268,14 +259,14 @@ static void test_the_cpu_causal_softmax_matches_fp64_over_the_live_columns(void 
     (void)state;
     for (int k = 0; k < NSHAPES; k++) {
         att_shape sh = att_shapes[k];
-        att_data d = att_make(sh, 7 + (uint64_t)k);
+        feed_set d = att_make(sh, 7 + (uint64_t)k);
         for (int fused = 0; fused < 2; fused++) {
             fusion(fused);
             alloy_graph *g = att_graph(0, sh, true);
             int sm, grad;
             row_ops(compiled(g), &sm, &grad);
             cgs_step st;
-            cgs_prepare(&st, g, &d.f);
+            cgs_prepare(&st, g, &d);
             const ir_graph *c = g->compiled;
             assert_true(ir_row_causal(c, c->nodes[sm]) && ir_row_causal(c, c->nodes[grad]));
             const float *x = st.ref[c->nodes[c->nodes[sm]->in[0]]->in[0]].data; /* the mask's operand: the scores */
@@ -301,7 +292,7 @@ static void test_the_cpu_causal_softmax_matches_fp64_over_the_live_columns(void 
             cgs_release(&st);
             alloy_graph_free(g);
         }
-        att_free(&d);
+        feed_set_free(&d);
     }
 }
 
@@ -318,7 +309,7 @@ static void test_the_emulated_row_kernels_agree_with_the_cpu_causal_and_not(void
         for (int k = 0; k < NSHAPES; k++)
             for (int causal = 0; causal < 2; causal++) {
                 att_shape sh = att_shapes[k];
-                att_data d = att_make(sh, 31 + (uint64_t)k);
+                feed_set d = att_make(sh, 31 + (uint64_t)k);
                 alloy_graph *g = att_graph(mode, sh, causal);
                 int sm, grad;
                 const ir_graph *c = compiled(g);
@@ -332,13 +323,13 @@ static void test_the_emulated_row_kernels_agree_with_the_cpu_causal_and_not(void
                         fail_msg("%s %s step of %s rows reads %.4f of its rows, want %.4f", mode_names[mode],
                                  q ? "softmax_grad" : "softmax", causal ? "causal" : "full", share[q], want);
                     }
-                emu_stats es = emulate_step(g, &d.f);
+                emu_stats es = emulate_step(g, &d);
                 printf("%s %lldx%lldx%lld %s: %d kernels, %d stored values within tolerance (worst %.3g), rows read %.3f\n",
                        mode_names[mode], (long long)sh.b, (long long)sh.t, (long long)sh.s, causal ? "causal" : "full",
                        es.kernels, es.values, es.worst, share[0]);
                 assert_int_equal(es.failed, 0);
                 alloy_graph_free(g);
-                att_free(&d);
+                feed_set_free(&d);
             }
 }
 

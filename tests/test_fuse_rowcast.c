@@ -60,32 +60,23 @@ static alloy_graph *rc_graph(int mode, shape sh)
     return g;
 }
 
-typedef struct rc_data {
-    float *buf[7];
-    feed_set f;
-} rc_data;
-
-static rc_data make_data(shape sh, uint64_t seed)
+/* The feeds from test_rng = seed (feed_set_free frees them). */
+static feed_set make_data(shape sh, uint64_t seed)
 {
     static const char *const names[7] = {"x", "W1", "gamma", "beta", "W", "R", "b1"};
     int64_t d[7][2] = {{sh.rows, sh.C}, {sh.C, sh.C}, {sh.C, 0}, {sh.C, 0}, {sh.C, N}, {sh.rows, N}, {sh.C, 0}};
-    rc_data r = {0};
+    feed_set f = {0};
     test_rng = seed;
     for (int i = 0; i < 7; i++) {
         int64_t n;
-        r.buf[i] = feed_floats(&r.f, names[i], d[i][1] ? 2 : 1, d[i], &n);
-        if (i == 1) fill(r.buf[i], n, -0.2, 0.2);
-        else if (i == 2) fill(r.buf[i], n, 0.5, 1.5);
+        float *x = feed_floats(&f, names[i], d[i][1] ? 2 : 1, d[i], &n);
+        if (i == 1) fill(x, n, -0.2, 0.2);
+        else if (i == 2) fill(x, n, 0.5, 1.5);
         else if (i == 5)
-            for (int64_t k = 0; k < n; k++) r.buf[i][k] = 0.5f * (float)test_irand(-1, 1);
-        else fill(r.buf[i], n, -2, 2);
+            for (int64_t k = 0; k < n; k++) x[k] = 0.5f * (float)test_irand(-1, 1);
+        else fill(x, n, -2, 2);
     }
-    return r;
-}
-
-static void free_data(rc_data *r)
-{
-    for (int i = 0; i < 7; i++) test_free(r->buf[i]);
+    return f;
 }
 
 /* The compiled graph's layer_norm_grad_stats (dh) and the cast of it to
@@ -166,7 +157,7 @@ static void test_the_cpu_gives_the_same_bits_on_any_threads_and_a_correctly_roun
     static const char *const grads[5] = {"grad:x", "grad:W1", "grad:b1", "grad:gamma", "grad:beta"};
     for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < NSHAPES; k++) {
-            rc_data d = make_data(shapes[k], 41 + (uint64_t)k);
+            feed_set d = make_data(shapes[k], 41 + (uint64_t)k);
             float *want[5] = {0};
             double worst = 0;
             for (int run = 0; run < 3; run++) { /* fused on 1 and 2 threads; unfused */
@@ -175,7 +166,7 @@ static void test_the_cpu_gives_the_same_bits_on_any_threads_and_a_correctly_roun
                 alloy_graph *g = rc_graph(mode, shapes[k]);
                 alloy_host_tensor f[5];
                 for (int i = 0; i < 5; i++) f[i] = (alloy_host_tensor){.name = grads[i]};
-                expect_ok(g, alloy_graph_run(g, d.f.t, d.f.n, f, 5), "run");
+                expect_ok(g, alloy_graph_run(g, d.t, d.n, f, 5), "run");
                 for (int i = 0; i < 5; i++) {
                     int64_t n = alloy_host_tensor_numel(&f[i]), at;
                     if (!run) {
@@ -203,7 +194,7 @@ static void test_the_cpu_gives_the_same_bits_on_any_threads_and_a_correctly_roun
             int lng, cast;
             dh_and_cast(compiled(g), &lng, &cast);
             cgs_step st;
-            cgs_prepare(&st, g, &d.f);
+            cgs_prepare(&st, g, &d);
             const float *dh = st.ref[lng].data;
             const uint16_t *lo = st.ref[cast].data;
             int64_t n = shapes[k].rows * shapes[k].C;
@@ -215,7 +206,7 @@ static void test_the_cpu_gives_the_same_bits_on_any_threads_and_a_correctly_roun
                    mode_names[mode], (long long)shapes[k].rows, (long long)shapes[k].C, (long long)n);
             cgs_release(&st);
             alloy_graph_free(g);
-            free_data(&d);
+            feed_set_free(&d);
         }
 }
 
@@ -228,12 +219,12 @@ static void test_the_emulated_row_kernel_stores_the_cast_of_its_own_dh(void **st
     for (int mode = 0; mode < MODES; mode++)
         for (int k = 0; k < NSHAPES; k++) {
             fusion(true);
-            rc_data d = make_data(shapes[k], 53 + (uint64_t)k);
+            feed_set d = make_data(shapes[k], 53 + (uint64_t)k);
             alloy_graph *g = rc_graph(mode, shapes[k]);
             int lng, cast;
             dh_and_cast(compiled(g), &lng, &cast);
             cgs_step st;
-            cgs_prepare(&st, g, &d.f);
+            cgs_prepare(&st, g, &d);
             cgs_kernel_at *at;
             emu_kernel *ek = cgs_compile(&st, &at);
             emu_stats es = cgs_emulate(&st, at);
@@ -259,7 +250,7 @@ static void test_the_emulated_row_kernel_stores_the_cast_of_its_own_dh(void **st
             emu_free(ek);
             cgs_release(&st);
             alloy_graph_free(g);
-            free_data(&d);
+            feed_set_free(&d);
         }
 }
 
