@@ -161,17 +161,19 @@ double mha_chain_bound(int depth, int terms, alloy_dtype dt)
     return depth * (2 * u + 2.0 * terms * u32 + 4 * u32);
 }
 
-int mha_layout_copies(const alloy_graph *g)
+int mha_layout_copies(const alloy_graph *g, int *strided)
 {
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
-    int copies = 0;
+    int copies = 0, attention = 0;
     for (int k = 0; k < s->nsteps; k++) {
         const ir_node *n = c->nodes[s->steps[k].pos];
         uint8_t f = s->members[s->steps[k].first].flags;
         copies += s->steps[k].kind == STEP_KIND_OP && !(f & MEMBER_VIEW) &&
                   (n->op == IR_OP_transpose || n->op == IR_OP_slice || n->op == IR_OP_concat);
+        attention += (n->op == IR_OP_attention || n->op == IR_OP_attention_grad) && (f & MEMBER_STRIDED);
     }
+    if (strided) *strided = attention;
     return copies;
 }
 

@@ -68,8 +68,10 @@ double mha_rel_diff(const double *a, const double *b, int64_t n);
  * 2 n u32; CUDA's math at 2 ulp, 4 u32). */
 double mha_chain_bound(int depth, int terms, alloy_dtype dt);
 
-/* Steps of g's compiled schedule running a kernel for a transpose, slice or concat (layout copies). */
-int mha_layout_copies(const alloy_graph *g);
+/* Steps of g's compiled schedule running a kernel for a transpose, slice
+ * or concat (layout copies); *strided (unless NULL) its attention ops
+ * (forward and backward) that read or write through strides. */
+int mha_layout_copies(const alloy_graph *g, int *strided);
 
 /* The CUDA backend opened on the host emulation of the device from now on,
  * or the test skipped, saying why, where the emulation cannot run. */

@@ -49,28 +49,13 @@ static alloy_graph *build(alloy_dtype dt, bool causal, bool bypass, const char *
     return g;
 }
 
-/* How many attention ops of g's compiled schedule are strided. */
-static int strided_attention(const alloy_graph *g)
-{
-    const ir_graph *c = g->compiled;
-    const schedule *s = &g->comp.sched;
-    int strided = 0;
-    for (int k = 0; k < s->nsteps; k++) {
-        const ir_node *n = c->nodes[s->steps[k].pos];
-        uint8_t f = s->members[s->steps[k].first].flags;
-        strided += (n->op == IR_OP_attention || n->op == IR_OP_attention_grad) && (f & MEMBER_STRIDED);
-    }
-    return strided;
-}
-
 /* Runs one step of the pattern on `device` and returns y and the gradients;
  * *copies (layout copies) and *strided from its schedule. */
 static mha_result run(const mha_data *d, bool causal, bool bypass, const char *device, int *copies, int *strided)
 {
     alloy_graph *g = build(d->dt, causal, bypass, device);
     mha_result out = mha_run(g, d, 1);
-    *copies = mha_layout_copies(g);
-    *strided = strided_attention(g);
+    *copies = mha_layout_copies(g, strided);
     alloy_graph_free(g);
     return out;
 }

@@ -70,7 +70,7 @@ static census count(const alloy_graph *g)
 {
     const ir_graph *c = g->compiled;
     const schedule *s = &g->comp.sched;
-    census z = {mha_layout_copies(g), 0, 0};
+    census z = {mha_layout_copies(g, NULL), 0, 0};
     for (int i = 0; i < c->nnodes; i++) {
         const ir_node *n = c->nodes[i];
         if ((n->op != IR_OP_matmul && !ir_ops[n->op].elementwise) || s->member_of[i] < 0) continue;
