@@ -1,4 +1,4 @@
-/* codegen_support.h - what the emitter's tests share (test_codegen.c, test_codegen_ops.c): a compiled graph's step run on the CPU and its emitted kernels under the host emulation against it, and a program's kernels NVRTC-compiled in modules. */
+/* codegen_support.h - what the emitter's tests share (test_codegen.c, test_codegen_ops.c and the suites that emulate a step): f32 feeds, a compiled graph's step run on the CPU and its emitted kernels under the host emulation against it, and a program's kernels NVRTC-compiled in modules. */
 #ifndef ALLOY_TEST_CODEGEN_SUPPORT_H
 #define ALLOY_TEST_CODEGEN_SUPPORT_H
 
