@@ -960,6 +960,42 @@ static void test_alloy_graph_cost_reports_totals_and_names_bad_options(void **st
     alloy_graph_free(g);
 }
 
+/* char_gpt's f16 training step with the option device=dev (set through the API, so it wins over the
+ * suites' ALLOY_DEVICE=cpu) modelled by alloy_graph_cost into *t; whether the graph is left compiled. */
+static bool char_gpt_cost(const char *dev, alloy_cost_totals *t)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/char_gpt.ir", ALLOY_EXAMPLES_IR);
+    alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    assert_int_equal(alloy_graph_set_training(g, true), ALLOY_OK);
+    assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
+    assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_option(g, "device", dev), ALLOY_OK);
+    assert_int_equal(alloy_graph_cost(g, NULL, t, NULL), ALLOY_OK);
+    bool compiled = g->compiled != NULL;
+    alloy_graph_free(g);
+    return compiled;
+}
+
+/* alloy_graph_cost models the GPU step: with device=auto on a machine without a GPU it compiles as
+ * device=cuda does (the attention rewrite, every softmax recomputed), not the CPU's plan, and drops
+ * that compile after, so a run compiles for its own device. */
+static void test_the_cost_of_a_step_on_device_auto_is_the_gpu_plan(void **state)
+{
+    (void)state;
+    alloy_cost_totals as_auto, as_cuda, as_cpu;
+    assert_false(char_gpt_cost("auto", &as_auto));
+    char_gpt_cost("cuda", &as_cuda);
+    char_gpt_cost("cpu", &as_cpu);
+    print_message("char_gpt f16 step: auto %d launches, %.0f bytes; cuda %d, %.0f; cpu %d, %.0f\n", as_auto.launches,
+                  as_auto.bytes, as_cuda.launches, as_cuda.bytes, as_cpu.launches, as_cpu.bytes);
+    assert_int_equal(as_auto.launches, as_cuda.launches);
+    assert_true(as_auto.bytes == as_cuda.bytes && as_auto.flops == as_cuda.flops);
+    assert_true(as_cpu.launches != as_cuda.launches || as_cpu.bytes != as_cuda.bytes);
+}
+
 /* Each allocation of alloy_graph_cost (emit, launch plan, model, report) failed in turn: out of memory (or,
  * where the emitter falls back, the same totals), no leak; until a call makes fewer allocations than the one
  * failed. */
@@ -1342,6 +1378,7 @@ int main(void)
         cmocka_unit_test(test_a_spilling_kernel_is_charged_its_local_traffic),
         cmocka_unit_test(test_calibration_fits_efficiency_gemm_rates_and_floor_to_a_profile),
         cmocka_unit_test(test_alloy_graph_cost_reports_totals_and_names_bad_options),
+        cmocka_unit_test(test_the_cost_of_a_step_on_device_auto_is_the_gpu_plan),
         cmocka_unit_test(test_alloyc_cost_prints_the_model_of_an_ir_file),
         cmocka_unit_test(test_every_allocation_failure_of_the_cost_model_is_a_clean_error),
         cmocka_unit_test(test_an_amp_step_casts_in_one_launch_and_unscales_checks_and_norms_in_one_pass),

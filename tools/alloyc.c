@@ -183,6 +183,8 @@ static const char *const usage_text[] = {
     "                    hold other lines), print the fit, then model with it\n"
     "  --top N           the slowest launches listed (default 15)\n"
     "  --all             also list every launch in plan order\n"
+    "  The step is compiled as for a GPU (device=auto: the GPU's pass choices on\n"
+    "  any machine; --set device=cpu models the CPU's plan).\n"
     "  Every figure is modelled, not measured. The IR file fixes the shapes: a\n"
     "  batch size is the IR's (bench/gpu_step --cost --batch N models the\n"
     "  benchmarks' models at any batch).\n"

@@ -39,8 +39,11 @@ typedef struct alloy_cost_totals {
     double link_bytes;       /* the bytes each rank sends in them (not in bytes) */
 } alloy_cost_totals;
 
-/* Compiles g as alloy_graph_run would (no backend is opened), emits its
- * CUDA kernels, builds the launch plan the CUDA backend would replay and
+/* Compiles g as alloy_graph_run would on a GPU (no backend is opened; with
+ * the option device=auto, the default, the passes choose as for a GPU,
+ * whatever the machine has, and that compile is dropped after, so a later
+ * run compiles for its own device; a graph already compiled is modelled as
+ * it is), emits its CUDA kernels, builds the launch plan the CUDA backend would replay and
  * models every launch (docs/cuda.md, "The cost model"): its bytes, FLOPs,
  * class, ptxas resources (with o->arch), and time by the device's
  * constants. Fills *totals (may be NULL) and, when report is not NULL,

@@ -30,9 +30,10 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     /* device=auto compiles for the GPU when the backend already open is CUDA's (graph_compile opens it
-     * first), else as for the CPU */
+     * first) or when the cost model asks (the GPU step it models), else as for the CPU */
     al_options cfg = g->cfg;
-    if (cfg.device == OPT_DEVICE_AUTO && g->dev && strcmp(graph_backend(g)->ops->name, "cuda") == 0)
+    if (cfg.device == OPT_DEVICE_AUTO &&
+        (g->compile_for_cuda || (g->dev && strcmp(graph_backend(g)->ops->name, "cuda") == 0)))
         cfg.device = OPT_DEVICE_CUDA;
     opts.cfg = &cfg;
     opts.log = g->print_to; /* the AMP report goes where printed passes go (NULL: stderr) */

@@ -109,9 +109,18 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     if (g->ir->status) return graph_built(g);
     const char *arch = o && o->arch && o->arch[0] ? o->arch : NULL;
     cost_device dev;
+    /* a graph not compiled yet is compiled as for a GPU (device=auto would choose the CPU's plan on a
+     * machine without one), and that compile is dropped again after, so that a run compiles for its own
+     * device; one already compiled is modelled as it is */
+    bool own = !g->compiled && !g->from_bundle;
+    g->compile_for_cuda = own;
     alloy_status st = graph_compile_ir(g);
+    g->compile_for_cuda = false;
     if (!st) st = device_of(g, o, &dev);
-    if (st) return st;
+    if (st) {
+        if (own) graph_invalidate(g);
+        return st;
+    }
     cg_program prog;
     lp_plan lp;
     cost_model m = {0};
@@ -122,11 +131,16 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     /* the kernels the CUDA backend would run, amp_check's and amp_stats' included (cuda_jit.c) */
     unsigned checks = (g->cfg.amp_check ? CG_CHECK_FINITE : 0u) | (g->cfg.amp_stats ? CG_CHECK_RANGE : 0u) |
                       (g->cfg.cuda_gemm_f32 ? LP_WIDEN : 0u);
-    if ((st = cg_emit_checked(c, s, checks, &prog, err, sizeof err)))
-        return graph_fail(g, st, "cost: emitting the kernels: %s", err);
+    if ((st = cg_emit_checked(c, s, checks, &prog, err, sizeof err))) {
+        graph_fail(g, st, "cost: emitting the kernels: %s", err);
+        if (own) graph_invalidate(g);
+        return st;
+    }
     if ((st = cost_plan(c, s, &g->comp.plan, &prog, &lp, err, sizeof err))) {
         cg_program_free(&prog);
-        return graph_fail(g, st, "cost: graph '%s': %s", g->ir->name, err);
+        graph_fail(g, st, "cost: graph '%s': %s", g->ir->name, err);
+        if (own) graph_invalidate(g);
+        return st;
     }
     if (arch && !(res = al_calloc((size_t)prog.nkernels + 1, sizeof *res))) st = graph_fail(g, ALLOY_ERR_OOM, "cost: out of memory");
     if (!st && arch) st = resources(g, &prog, arch, res);
@@ -162,6 +176,7 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     al_free(res);
     cost_plan_free(&lp);
     cg_program_free(&prog);
+    if (own) graph_invalidate(g);
     return st;
 }
 

@@ -114,6 +114,7 @@ struct alloy_graph {
     alloy_data_parallel dp;      /* its options */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
+    bool compile_for_cuda; /* while alloy_graph_cost compiles: device=auto compiles as for a GPU (the step it models) */
     bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
     /* The one error record of the API (docs/errors.md, "One rule"): the
      * status and message of the most recent call on g that failed. A
