@@ -410,11 +410,11 @@ static void test_a_bias_gradient_and_its_cast_are_one_launch_by_hand(void **stat
 
 /* A row step's column sum by hand: softmax over [4096, 96] and the sum
  * over its rows of its product with dy, one launch. 4096 rows in 512 warp
- * teams of 8 (COLSUM_TEAM_ROWS), 4 to a block: 128 blocks of 128 threads,
- * each writing one partial row of 96 f32; past 32 blocks they go in 11
- * groups of 12 (ceil(sqrt(128)); the last of 8), whose last blocks write
- * a group row each: 139 rows written and read back, and 12 counters (one
- * a group, one for the last of them). The product is not stored. */
+ * teams of 8 (CG_ROW_COLSUM_TEAM_ROWS), 4 to a block: 128 blocks of 128
+ * threads, each writing one partial row of 96 f32; past 32 blocks they go
+ * in 11 groups of 12 (ceil(sqrt(128)); the last of 8), whose last blocks
+ * write a group row each: 139 rows written and read back, and 12 counters
+ * (one a group, one for the last of them). The product is not stored. */
 static void test_a_row_steps_column_sum_is_one_launch_by_hand(void **state)
 {
     (void)state;

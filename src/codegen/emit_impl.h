@@ -101,7 +101,7 @@ AL_HIDDEN const char *cg_emit_multi(cg_program *p, const ir_graph *g, const sche
 AL_HIDDEN const char *cg_emit_row(cg_program *p, const ir_graph *g, const schedule *s, int k);
 /* The share of the elements of each row-shaped operand row step k's kernel
  * reads: 1, or for a step of causal rows that needs no column past a row's
- * live ones (emit_row.c's limited_step) their share of the row, (T + 1) / 2T
+ * live ones (cg_row_limited, emit_row_causal.c) their share of the row, (T + 1) / 2T
  * for [.., T, T] rows (the cost model's and the kernel's byte counts). */
 AL_HIDDEN double cg_row_read_share(const ir_graph *g, const schedule *s, int k);
 AL_HIDDEN const char *cg_emit_op(cg_program *p, const ir_graph *g, const schedule *s, int k); /* emit_op.c */
@@ -221,5 +221,133 @@ AL_HIDDEN void cg_attention_mma_open(cg_text *t, const ir_graph *g, const ir_nod
                                      const attn_strides *st);
 AL_HIDDEN bool cg_attention_mma_close(cg_program *prog, const ir_graph *g, const ir_node *n, int k, const char *name,
                                       cg_text *t, cg_params *ps, int64_t rows, int64_t bytes);
+
+/* ---- row kernels (emit_row.c; the emit_row_*.c files each hold one part) ---- */
+
+/* Rows up to CG_ROW_WARP_MAX_COLS columns get a warp each, CG_ROW_WARPS
+ * rows to a block; longer rows a block of up to CG_ROW_MAX_TEAM threads
+ * each, sized so a thread holds at most CG_ROW_TEAM_COLS columns. Rows
+ * longer than that (CG_ROW_MAX_TEAM * CG_ROW_TEAM_COLS) stream: no column
+ * is held, so no width spills (a step the streaming form cannot take, one
+ * with column sums, holds up to CG_ROW_MAX_COLS_PER_THREAD columns a thread
+ * instead). */
+enum {
+    CG_ROW_WARPS = 4,
+    CG_ROW_WARP_MAX_COLS = 1024,
+    CG_ROW_TEAM_COLS = 8,
+    CG_ROW_MAX_TEAM = 1024,
+    CG_ROW_MAX_COLS_PER_THREAD = 64
+};
+
+/* A row step's kernel being emitted: its rows, team, chunks and form, the
+ * parameters so far (emit_row.c fills it, the emit_row_*.c files read it). */
+typedef struct cg_row_kernel {
+    const ir_graph *g;
+    const schedule *s;
+    const sched_step *st;
+    int64_t C, rows;
+    int64_t inner; /* elements after the row's axis: 1 when rows run along the last axis */
+    int team; /* threads per row: 32 (a warp) or a whole block */
+    int cpl;  /* columns per thread: j_ < cpl, at cg_row_column_of(j_) */
+    /* columns in chunks of vw (1: one at a time): 16 bytes of the widest
+     * row-shaped operand or stored member (row_width) */
+    int vw;
+    bool wide;
+    const ir_type *space;
+    cg_params ps;
+    /* amp_check / amp_stats on the elementwise parts (cg_ew_part.checks, .covered) */
+    unsigned checks;
+    uint8_t *covered;
+    /* vw > 1: the parameters (bit k) whose row this thread holds in
+     * l<k>_[cpl], loaded by 16-byte accesses where first read (declared in
+     * *decl); vfail: an elementwise part read or wrote a parameter past 63
+     * (the kernel is emitted again a column at a time) */
+    uint64_t loaded;
+    cg_text *decl;
+    bool vfail;
+    /* the streaming form (rows over CG_ROW_MAX_TEAM * CG_ROW_TEAM_COLS
+     * columns; vw is 1): no per-thread arrays. A MAX, MAP exp(x - max), SUM of the MAP is one
+     * pass (a running max and a sum rescaled when it grows, the team's
+     * combined at the end); V(k) is its MAP's expression, evaluated where
+     * read; a member a later part reads is the lambda r<m>(slot) computing
+     * it again at that column */
+    bool stream;
+    /* causal rows (ir_row_causal): some member is causal, and lim_ (the
+     * row's live columns, ir_causal_live) is declared at the row's scope;
+     * `limited` (cg_row_limited): the row's operands are loaded only up to lim_ */
+    bool causal, limited;
+} cg_row_kernel;
+
+/* A row kernel's columns and operands (emit_row_operands.c).
+ * cg_row_team_reduce: the call reducing this thread's a_ over the row's
+ * team (max or sum). cg_row_column_of: the column of this thread's slot j
+ * (C text) into buf. cg_row_put_columns: opens the loop over this
+ * thread's columns (j_, col). */
+AL_HIDDEN const char *cg_row_team_reduce(const cg_row_kernel *rk, bool max);
+AL_HIDDEN void cg_row_column_of(const cg_row_kernel *rk, const char *j, char *buf, size_t len);
+AL_HIDDEN void cg_row_put_columns(cg_text *t, const cg_row_kernel *rk);
+/* Loads parameter k's row into this thread's l<k>_ by 16-byte chunks
+ * (vw > 1) unless done already (emit_row_operands.c). */
+AL_HIDDEN void cg_row_load(cg_text *t, cg_row_kernel *rk, int k);
+/* The index of column `col` (C text) of this thread's row in node's value,
+ * into buf (emit_row_operands.c). */
+AL_HIDDEN void cg_row_element_index(const cg_row_kernel *rk, int node, const char *col, char *buf, size_t len);
+/* Appends operand q of row op x at column `col`, slot `slot` (from l<reg>_
+ * when reg >= 0); false when no row kernel reads its shape
+ * (emit_row_operands.c). */
+AL_HIDDEN bool cg_row_operand_at(cg_text *t, cg_row_kernel *rk, const ir_node *x, int q, const char *col,
+                                 const char *slot, int reg);
+
+/* Causal rows (emit_row_causal.c). cg_row_limited: whether row step st
+ * reads no column past a row's live ones (its operands loaded up to lim_).
+ * cg_row_column_bound, cg_row_ew_bound: the bound (C text, lim_ or C, into
+ * buf) of row op x's stages and of an elementwise part's columns. */
+AL_HIDDEN bool cg_row_limited(const ir_graph *g, const schedule *s, const sched_step *st);
+AL_HIDDEN const char *cg_row_column_bound(const cg_row_kernel *rk, const ir_node *x, char *buf, size_t len);
+AL_HIDDEN const char *cg_row_ew_bound(const cg_row_kernel *rk, const sched_part *part, char *buf, size_t len);
+
+/* Row programs (emit_row_program.c). cg_row_declare_slots: declares row op
+ * member m's S and V slots before every program of the row.
+ * cg_row_program: appends member m's program, its stages in order (those
+ * shared with an earlier program skipped); false when an operand is
+ * broadcast in a way no kernel reads. */
+AL_HIDDEN void cg_row_declare_slots(cg_text *t, const cg_row_kernel *rk, int m);
+AL_HIDDEN bool cg_row_program(cg_text *t, cg_row_kernel *rk, int m);
+
+/* The streaming form (emit_row_stream.c). cg_row_streamable: whether the
+ * step's kernel can stream. cg_row_online_softmax: whether stages i..i + 2
+ * of p are a softmax's max, exp and sum; cg_row_put_online_softmax appends
+ * them as one pass. cg_row_stream_out: a streaming program's OUT stage.
+ * cg_row_stream_part: an elementwise part of a streaming kernel. */
+AL_HIDDEN bool cg_row_streamable(const cg_row_kernel *rk);
+AL_HIDDEN bool cg_row_online_softmax(const ir_row_program *p, int i);
+AL_HIDDEN void cg_row_put_online_softmax(cg_text *t, const cg_row_kernel *rk, int m, const ir_row_program *p, int i);
+AL_HIDDEN void cg_row_stream_out(cg_text *t, cg_row_kernel *rk, int m, const ir_row_stage *sg);
+AL_HIDDEN void cg_row_stream_part(cg_text *t, cg_row_kernel *rk, const sched_part *part, const ir_type *space);
+
+/* Row teams of a step with column sums: CG_ROW_COLSUM_MAX_TEAMS of them at
+ * most, each with CG_ROW_COLSUM_TEAM_ROWS rows or more where there are rows
+ * enough. A block adds its teams' sums (a tree over its warps) into one
+ * partial row of C sums in the scratch, so the partials are per block
+ * (gpt2 at B8, 8192 rows: 1024 teams, 256 blocks). */
+enum { CG_ROW_COLSUM_MAX_TEAMS = 1024, CG_ROW_COLSUM_TEAM_ROWS = 8 };
+/* How the blocks' partial rows of a step's column sums are added in the
+ * same launch (emit_row_colsum.c): by the last of `blocks` blocks, or with
+ * groups > 1 by the last of each group of `group` blocks and then the
+ * last of the groups. */
+typedef struct cg_row_colsum_plan {
+    int64_t blocks, group, groups; /* groups == 1: one level */
+} cg_row_colsum_plan;
+/* Column sums (emit_row_colsum.c). cg_row_colsum_plan_of: the plan for
+ * `blocks` blocks; cg_row_colsum_rows: the partial rows in a sum's scratch.
+ * cg_row_colsum_add: appends the adding of this row's columns of column
+ * sum member m's operand to the thread's cs<m>[]; false when no row kernel
+ * reads its shape. cg_row_colsum_frame: the text after the row loop for
+ * the n stored column sums ms[]: the block's partial row, then the partial
+ * rows added per column by the last blocks. */
+AL_HIDDEN cg_row_colsum_plan cg_row_colsum_plan_of(int64_t blocks);
+AL_HIDDEN int64_t cg_row_colsum_rows(const cg_row_colsum_plan *c);
+AL_HIDDEN bool cg_row_colsum_add(cg_text *t, cg_row_kernel *rk, int m);
+AL_HIDDEN void cg_row_colsum_frame(cg_text *post, cg_row_kernel *rk, const int *ms, int n, const cg_row_colsum_plan *c);
 
 #endif

@@ -4,7 +4,7 @@
  * their value is the forward's: layer_norm computes the same mean and rstd.
  * Placed right after the forward layer_norm of x, the fuse pass's sibling
  * rule puts them in its row group, which computes the statistics once (the
- * programs share their first stages, codegen/emit_row.c) and stores two
+ * programs share their first stages, codegen/emit_row_program.c) and stores two
  * numbers per row; the backward then reads those instead of two reductions
  * per row. With no such forward reader they go right after x itself.
  *

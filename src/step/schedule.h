@@ -112,7 +112,7 @@ AL_HIDDEN void sched_free(schedule *s);
  * that is [matmul (f16/bf16), cast to f32] and whose value is stored, not
  * kept, and read only where a generated kernel loads it through one of two
  * paths: elementwise members of ew, row and multi steps (cg_emit_members),
- * row ops and column sums (emit_row.c). Those readers apply the range rule
+ * row ops and column sums (emit_row_operands.c). Those readers apply the range rule
  * of the product's dtype as they load it, so the step may store the f32 sum
  * before the rule (cuBLASLt's f32 D) and its readers see the values the
  * CPU stores (the rule applied in the step). sched_build_steps calls it. */
