@@ -1,6 +1,7 @@
 /* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
-/* No trapping math here (as in cpu_elementwise.c): the stages' loops, exp
- * included (base/vmath.h), then vectorize on every ISA level. */
+/* No trapping math here (as in cpu_row_programs.c): these functions' loops,
+ * exp included (base/vmath.h), then vectorize on every ISA level, and
+ * cpu_rows.h's inline pieces compile with the options they have there. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif

@@ -1,6 +1,7 @@
 /* cpu_rows.c - the row ops on the CPU: the driver that feeds a row op's function (cpu_row_programs.c, cpu_row_by_hand.c) its rows, in batches, causal rows by their live columns, and a per-row result's mean. */
-/* No trapping math here (as in cpu_elementwise.c): the stages' loops, exp
- * included (base/vmath.h), then vectorize on every ISA level. */
+/* Compiled as the row functions' files are (no trapping math, the #pragma
+ * cpu_rows.h asks of its includers): the driver builds as it did beside
+ * them. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
