@@ -3,8 +3,9 @@
  *   row_isa [ROWS [N [OP ...]]]   ROWS rows of N (default 4096 x 256, as
  *                                 bench/ew_torch.py --rows), the ops named (default all)
  *
- * Calls cpu_row_run (runtime/cpu/cpu_rows.c, compiled once per level by
- * row_isa_level.c) on one op node over tensors already in place: no graph
+ * Calls cpu_row_run (runtime/cpu/cpu_rows.c with the row functions of
+ * cpu_row_programs.c and cpu_row_by_hand.c, compiled once per level by
+ * row_isa_level.h) on one op node over tensors already in place: no graph
  * run, no feeds or fetches copied, so the figure is the kernel's, to set
  * beside bench/ew_torch.py --rows (ATen's kernels called with out=). Ops:
  * softmax (x), softmax_causal (x with -inf above row r's diagonal, column

@@ -171,8 +171,9 @@ AL_HIDDEN float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_te
  * errors go to x. */
 AL_HIDDEN void cpu_run_op(cpu_exec *x, const ir_node *n, rt_tensor *values);
 
-/* Runs row op n's program (cpu_rows.c, from ops.def) over every row of its
- * operands in[] (whole rows along its axis) into out; `total_rows` is what
+/* Runs row op n's program (cpu_rows.c; the programs of ops.def:
+ * cpu_row_programs.c) over every row of its operands in[] (whole rows
+ * along its axis) into out; `total_rows` is what
  * the program reads as ROWS (the row count of the whole op when in[] are
  * views of some of its rows). An op whose program gives a result per row
  * writes those, in the compute type, to results[row] instead of out, and

@@ -140,7 +140,7 @@ static void row_block(void *arg, int64_t b, int ti)
             ref_column_sums_f32(o->data, rb, rg->C, partial, t->stack);
             continue;
         }
-        rt_tensor in[6]; /* a row op has at most 6 operands (cpu_rows.c) */
+        rt_tensor in[6]; /* a row op has at most 6 operands (cpu_rows.h) */
         for (int j = 0; j < m->nin && j < 6; j++) in[j] = t->view[m->in[j]];
         float *results = NULL; /* a per-row result (cross_entropy's losses): this block's rows of them */
         if (ir_row_summarize(ir_ops[m->op].row).per_row_result)

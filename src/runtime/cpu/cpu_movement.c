@@ -1,4 +1,4 @@
-/* cpu_movement.c - data movement kernels: constant, embedding, one_hot, reshape, cast; transpose, broadcast_to, slice, concat through kernels/ref_movement.c (causal_mask is a row program: cpu_rows.c). */
+/* cpu_movement.c - data movement kernels: constant, embedding, one_hot, reshape, cast; transpose, broadcast_to, slice, concat through kernels/ref_movement.c (causal_mask is a row program: cpu_row_programs.c). */
 #include <string.h>
 
 #include "base/convert.h"

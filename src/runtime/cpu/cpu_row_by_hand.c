@@ -1,0 +1,390 @@
+/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
+/* No trapping math here (as in cpu_row_programs.c): these functions' loops,
+ * exp included (base/vmath.h), then vectorize on every ISA level, and
+ * cpu_rows.h's inline pieces compile with the options they have there. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+#include <string.h>
+#include <tgmath.h>
+
+#include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
+#include "runtime/cpu/cpu_rows.h"
+
+/* cpu_leaf_sums_float over the terms p[i] * q[i] (each product rounded to
+ * float, then added in order): a SUM of a product without its terms
+ * stored, the same bits. */
+static CPU_VECTOR_CLONES void leaf_sums_products_f32(const float *p, const float *q, const int64_t *leaf, int nleaves,
+                                                     float *out)
+{
+    int64_t at = 0;
+    for (int l = 0; l < nleaves;) {
+        int64_t len = leaf[l];
+        int m = 1;
+        while (l + m < nleaves && leaf[l + m] == len) m++;
+        float *o = out + l;
+        const float *bp = p + at, *bq = q + at;
+        int k0 = len == LEAF ? LEAF_GROUPS_PRODUCTS(bp, bq, m, o) : 0;
+        for (; k0 + 4 <= m; k0 += 4) { /* 4 leaves side by side */
+            float acc[4] = {0};
+            for (int64_t j = 0; j < len; j++)
+                for (int k = 0; k < 4; k++) acc[k] += bp[(k0 + k) * len + j] * bq[(k0 + k) * len + j];
+            for (int k = 0; k < 4; k++) o[k0 + k] = acc[k];
+        }
+        for (int k = k0; k < m; k++) {
+            float a = 0;
+            for (int64_t j = 0; j < len; j++) a += bp[(int64_t)k * len + j] * bq[(int64_t)k * len + j];
+            o[k] = a;
+        }
+        at += (int64_t)m * len;
+        l += m;
+    }
+}
+
+/* The leaf sums of two SUMs at once, 8 leaves of LEAF terms side by side
+ * in a 32-byte vector: each 8 x 8 block of terms transposed in registers
+ * (unpacks, shufps, 128-bit halves) and added one term of every leaf per
+ * addition, so each leaf is still added in order from 0: the same bits as
+ * cpu_leaf_sums_float. Both SUMs' chains (4 in all for 16 leaves) run side by
+ * side. Only where the CPU has x86-64-v3 (AVX2): GCC makes scalar code of
+ * these shuffles for SSE2, whose clone keeps cpu_leaf_sums_float's 4 x 4
+ * transposes. oa and ob: 2 m floats in all. wide_leaves() says whether to call it: the library's v3 and v4
+ * clones run where __builtin_cpu_supports("x86-64-v3") holds, and a build
+ * without clones for one level (bench/row_isa_level.c) knows its own. */
+#if defined(LEAF_TRANSPOSE) && defined(__x86_64__)
+#define LEAF8 1
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
+#define LOAD8(p) (*(const v8f_unaligned *)(const void *)(p)) /* straight from memory, not through a copy */
+#define SH8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+/* acc (lane l: leaf l of the 8 leaves of LEAF terms at base) += their terms j..j+7 in order */
+#define ADD8_TERMS(acc, base, j)                                                           \
+    {                                                                                      \
+        const float *p_ = (base) + (j);                                                    \
+        v8f a_[8] = {LOAD8(p_), LOAD8(p_ + LEAF), LOAD8(p_ + 2 * LEAF), LOAD8(p_ + 3 * LEAF),  \
+                     LOAD8(p_ + 4 * LEAF), LOAD8(p_ + 5 * LEAF), LOAD8(p_ + 6 * LEAF), LOAD8(p_ + 7 * LEAF)}; \
+        v8f t0 = SH8(a_[0], a_[1], 0, 8, 1, 9, 4, 12, 5, 13), t1 = SH8(a_[0], a_[1], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t2 = SH8(a_[2], a_[3], 0, 8, 1, 9, 4, 12, 5, 13), t3 = SH8(a_[2], a_[3], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t4 = SH8(a_[4], a_[5], 0, 8, 1, 9, 4, 12, 5, 13), t5 = SH8(a_[4], a_[5], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t6 = SH8(a_[6], a_[7], 0, 8, 1, 9, 4, 12, 5, 13), t7 = SH8(a_[6], a_[7], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f u0 = SH8(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), u1 = SH8(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15); \
+        v8f u2 = SH8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SH8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15); \
+        v8f u4 = SH8(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SH8(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15); \
+        v8f u6 = SH8(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SH8(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15); \
+        acc += SH8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
+        acc += SH8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
+        acc += SH8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
+        acc += SH8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
+        acc += SH8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
+        acc += SH8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
+        acc += SH8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
+        acc += SH8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
+    }
+/* o1[0..m), o2[0..m): the sums of the m leaves of LEAF terms at t1, t2 (m a multiple of 8) */
+__attribute__((target("avx2,fma"))) static void leaf8_sums2_f32(const float *ta, const float *tb, int m, float *oa,
+                                                                float *ob)
+{
+    for (int q = 0; q < 2; q++) {
+        const float *t = q ? tb : ta;
+        float *o = q ? ob : oa;
+        int k = 0;
+        for (; k + 16 <= m; k += 16) {
+            const float *b = t + (int64_t)k * LEAF;
+            v8f s0 = {0}, s1 = {0};
+            for (int j = 0; j < LEAF; j += 8) {
+                ADD8_TERMS(s0, b, j)
+                ADD8_TERMS(s1, b + 8 * LEAF, j)
+            }
+            memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 8, &s1, sizeof s1);
+        }
+        for (; k + 8 <= m; k += 8) {
+            v8f s0 = {0};
+            for (int j = 0; j < LEAF; j += 8) ADD8_TERMS(s0, t + (int64_t)k * LEAF, j)
+            memcpy(o + k, &s0, sizeof s0);
+        }
+    }
+}
+#undef ADD8_TERMS
+#undef LOAD8
+#undef SH8
+static bool wide_leaves(void)
+{
+#if defined(ALLOY_NO_VECTOR_CLONES)
+#if defined(__AVX2__) && defined(__FMA__)
+    return true;
+#else
+    return false;
+#endif
+#else
+    return __builtin_cpu_supports("x86-64-v3");
+#endif
+}
+#endif
+
+/* levels_f32's sum of a complete tree of up to 16 leaf sums, in
+ * registers: the same pairs of neighbours level by level, without the
+ * stores and reloads between levels (a chain of store-to-load forwards,
+ * which cost a row of 64's 4 leaves more than their additions). */
+static inline float tree_f32(const float *v, int nleaves)
+{
+    switch (nleaves) {
+    case 1: return v[0];
+    case 2: return v[0] + v[1];
+    case 4: return (v[0] + v[1]) + (v[2] + v[3]);
+    case 8: return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    case 16:
+        return (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) +
+               (((v[8] + v[9]) + (v[10] + v[11])) + ((v[12] + v[13]) + (v[14] + v[15])));
+    default: return levels_f32((float *)v, nleaves);
+    }
+}
+
+/* layer_norm_grad_stats in f32 as its program computes it: g = dy gamma,
+ * h = (x - mean) rstd and the second SUM's terms g h in one pass over the
+ * row (the first SUM's terms are g itself), the leaves of each SUM added in
+ * one call for the whole batch, each row's leaf sums combined in registers,
+ * then dx = rstd (g - mean(g) - h mean(g h)): two passes over each row, the
+ * same operations in the same order as the program, the same bits
+ * (tests/test_rows.c checks them against in-order loops). */
+#define LN_GRAD_TERMS(G)                                                                   \
+    IVDEP for (int64_t i = 0; i < n; i++) {                                                \
+        float g_ = (G), h_ = (x[i] - mean) * rstd;                                         \
+        gb[i] = g_, hb[i] = h_, ghb[i] = g_ * h_;                                          \
+    }
+static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    const float *gamma = r->nin > 4 ? r->x[4] : NULL;
+    float *g = r->v[0], *h = r->v[1], *gh = (float *)r->terms, *leaf_sums = r->tmp;
+    float s1[ROW_BATCH], s3[ROW_BATCH];
+    for (int b = 0; b < r->nb; b++) {
+        const float *x = (const float *)r->x[0] + b * n, *dy = (const float *)r->x[1] + b * n;
+        float mean = (float)r->w[b][2], rstd = (float)r->w[b][3];
+        float *gb = g + b * n, *hb = h + b * n, *ghb = gh + b * n;
+        if (gamma) {
+            LN_GRAD_TERMS(dy[i] * gamma[i])
+        } else {
+            LN_GRAD_TERMS(dy[i])
+        }
+    }
+    float *sums[2] = {s1, s3};
+    const float *terms[2] = {g, gh};
+    int m = r->nleaves * r->nb;
+    /* both SUMs' leaves at once where they are leaves of LEAF: r->tmp holds a
+     * batch's elements, 16 times their leaves, room for both; else one SUM
+     * after the other in the same place */
+    float *leaf_sums2 = leaf_sums;
+#if defined(LEAF8)
+    bool both = r->balanced && r->leaf[0] == LEAF && m % 8 == 0 && wide_leaves();
+    if (both) leaf_sums2 = leaf_sums + m, leaf8_sums2_f32(g, gh, m, leaf_sums, leaf_sums2);
+#else
+    bool both = false;
+#endif
+    for (int q = 0; q < 2; q++) {
+        float *ls = q ? leaf_sums2 : leaf_sums;
+        if (!both) cpu_leaf_sums_float(terms[q], r->leaf, m, ls);
+        for (int b = 0; b < r->nb; b++) {
+            float *l = ls + b * r->nleaves;
+            int k = 0;
+            sums[q][b] = (r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k)) / (float)n;
+        }
+    }
+    for (int b = 0; b < r->nb; b++) {
+        const float *gb = g + b * n, *hb = h + b * n;
+        float *y = (float *)r->y + b * n, rstd = (float)r->w[b][3], m1 = s1[b], m3 = s3[b];
+        IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (gb[i] - m1 - hb[i] * m3);
+    }
+}
+#undef LN_GRAD_TERMS
+
+/* The sum of a row's terms t[0..n) as a SUM adds them (the leaf list of
+ * one row, n as r->n). */
+static inline float row_sum_f32(const row_args *r, const float *t, float *leaf_sums)
+{
+    cpu_leaf_sums_float(t, r->leaf, r->nleaves, leaf_sums);
+    int k = 0;
+    return r->balanced ? tree_f32(leaf_sums, r->nleaves) : combine_f32(leaf_sums, r->n, &k);
+}
+
+/* cross_entropy in f32 without class weights or label smoothing (else the
+ * generated function): its program's operations in the same order, with
+ * the largest and the sum of the exponentials taken from x and V(0) where
+ * they lie (no copy into the terms buffer) and the smoothing sum, whose
+ * terms are all +0 then, as the +0 it adds up to. The same bits
+ * (tests/test_rows.c checks them against in-order loops). */
+static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
+{
+    if (r->nin > 2 || (float)r->p[1] != 0) {
+        cpu_row_fns[IR_OP_cross_entropy].f32(r);
+        return;
+    }
+    typedef float T;
+    const int64_t n = r->n;
+    const T *x = r->x[0];
+    T *e = r->v[0];
+    T s0 = max_of_f32(x, n);
+    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
+    T s1 = row_sum_f32(r, e, r->tmp), s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
+    bool ignored = r->index[1] == (long long)(T)r->p[0];
+    T s4 = ignored ? (T)0 : (T)1;
+    *(T *)r->weight = s4;
+    *(T *)r->result = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[r->index[1]]) - p1 / (T)n * s3;
+}
+
+/* cross_entropy_grad in f32 without class weights (else the generated
+ * function): the same operations in the same order, the largest and the
+ * sum of the exponentials taken where they lie, and the sum of n ones
+ * (exact in f32 below 2^24) as n. The same bits. */
+static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    if (r->nin > 4 || n >= (1 << 24)) {
+        cpu_row_fns[IR_OP_cross_entropy_grad].f32(r);
+        return;
+    }
+    typedef float T;
+    const T *x = r->x[0];
+    T *e = r->v[0], *y = r->y;
+    T s0 = max_of_f32(x, n);
+    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
+    T s1 = row_sum_f32(r, e, r->tmp);
+    T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n, p1 = (T)r->p[1];
+    int64_t t = r->index[1];
+    bool ignored = t == (long long)(T)r->p[0];
+    T s4 = ignored ? (T)0 : (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
+    T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
+    if (ignored) {
+        for (int64_t i = 0; i < n; i++) y[i] = 0;
+        return;
+    }
+    IVDEP for (int64_t i = 0; i < n; i++) y[i] = (s5 * (e[i] / s1) - (i == t ? hot : (T)0) - rest) * s2;
+}
+
+/* Causal rows shorter than this run the f32 softmax and softmax_grad over
+ * whole rows, masked (the live columns' values, zeros past them), rather
+ * than each row to its live columns: the batch's leaves added side by
+ * side and full-length vector loops beat half the work there (bench/row_isa,
+ * rows of 64: 1.21 and 0.52 ns an element live, against 1.01 and 0.32 for
+ * whole rows). The same bits either way. */
+enum { CAUSAL_LIVE_MIN = 256 };
+
+/* The pairwise sums of the call's rows of terms t (n apart; each row's
+ * terms past its live ones 0 up to its pad, or up to n when `whole`) into
+ * sums[b], as a program's SUM adds them. */
+static void row_sums_f32(const row_args *r, const float *t, float *sums, bool whole)
+{
+    float *leaf_sums = r->tmp;
+    if (!r->causal || whole)
+        cpu_leaf_sums_float(t, r->leaf, r->nleaves * r->nb, leaf_sums);
+    else
+        for (int b = 0; b < r->nb; b++) {
+            float *l = leaf_sums + b * r->nleaves;
+            cpu_leaf_sums_float(t + b * r->n, r->leaf, r->live_leaves[b], l);
+            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+        }
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        sums[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+    }
+}
+
+/* softmax in f32 as its program computes it, without the program's copies
+ * of x and of V(0) into the terms buffer: the largest of x read in place,
+ * the leaf sums read from V(0) itself. The same operations in the same
+ * order, the same bits. */
+static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    float m[ROW_BATCH], s[ROW_BATCH];
+    float *v = r->v[0];
+    /* short causal rows whole: x holds the mask's -inf past the live columns
+     * (the CPU stores causal_mask's value), which change neither the largest
+     * nor the sum (exp(-inf - m) is 0, or NaN only where the live part is) */
+    const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    for (int b = 0; b < r->nb; b++) {
+        const float *x = (const float *)r->x[0] + b * r->xs[0];
+        float *vb = v + b * n;
+        const int64_t cols = whole ? n : r->live[b];
+        m[b] = max_of_f32(x, cols);
+        const float mb = m[b];
+        IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = exp(x[i] - mb);
+        for (int64_t i = cols; i < r->pad[b]; i++) vb[i] = 0;
+    }
+    row_sums_f32(r, v, s, whole);
+    for (int b = 0; b < r->nb; b++) {
+        const float *vb = v + b * n;
+        float *y = (float *)r->y + b * n;
+        const int64_t live = r->live[b];
+        const float sb = s[b];
+        if (whole) { /* one full-length loop */
+            IVDEP for (int64_t i = 0; i < n; i++) y[i] = i < live ? vb[i] / sb : 0;
+            continue;
+        }
+        IVDEP for (int64_t i = 0; i < live; i++) y[i] = vb[i] / sb;
+        for (int64_t i = live; i < n; i++) y[i] = 0;
+    }
+}
+
+/* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
+ * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
+ * they are made (leaf_sums_products_f32): no terms written and read back,
+ * the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
+ * only at its live columns, its last live leaf added up to them (its
+ * terms past them were 0: the same sum). */
+static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    const float *y = r->x[0], *dy = r->x[1];
+    float s[ROW_BATCH], *leaf_sums = r->tmp;
+    /* Short causal rows whole: y is exactly 0 past the live columns, so
+     * each product there is 0 (adding it changes no sum) unless dy is not
+     * finite there, which makes the row's sum NaN (0 * inf); only such a
+     * row's sum is added again over its live columns alone. */
+    const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    if (!r->causal || whole)
+        leaf_sums_products_f32(y, dy, r->leaf, r->nleaves * r->nb, leaf_sums);
+    for (int b = 0; b < r->nb; b++) {
+        float *l = leaf_sums + b * r->nleaves;
+        int k = 0;
+        if (r->causal) {
+            if (whole) {
+                s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+                if (isfinite(s[b])) continue;
+                k = 0;
+            }
+            const float *yb = y + b * n, *dyb = dy + b * n;
+            int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
+            leaf_sums_products_f32(yb, dyb, r->leaf, full, l);
+            if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
+                float a = 0;
+                for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
+                l[full] = a;
+            }
+            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+        }
+        s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+    }
+    for (int b = 0; b < r->nb; b++) {
+        const float *yb = y + b * n, *dyb = dy + b * n;
+        float *out = (float *)r->y + b * n;
+        const int64_t live = r->live[b];
+        const float sb = s[b];
+        if (whole) { /* one full-length loop */
+            IVDEP for (int64_t i = 0; i < n; i++) out[i] = i < live ? yb[i] * (dyb[i] - sb) : 0;
+            continue;
+        }
+        IVDEP for (int64_t i = 0; i < live; i++) out[i] = yb[i] * (dyb[i] - sb);
+        for (int64_t i = live; i < n; i++) out[i] = 0;
+    }
+}
+
+/* f32 row functions written out by hand in place of the generated one */
+const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
+    [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+    [IR_OP_softmax] = row_softmax_by_hand_f32,
+    [IR_OP_softmax_grad] = row_softmax_grad_by_hand_f32,
+    [IR_OP_cross_entropy] = row_cross_entropy_by_hand_f32,
+    [IR_OP_cross_entropy_grad] = row_cross_entropy_grad_by_hand_f32,
+};
