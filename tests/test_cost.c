@@ -491,8 +491,8 @@ static void test_the_time_of_a_launch_is_the_larger_of_its_bytes_flops_and_floor
  * the GEMM and read by its epilogue; then the aux block's flags and per-row
  * partials each kernel names (8 bytes each for an f64 node), the flags' memsets and the updates' copies
  * (read and written). */
-/* One char_gpt f16 step's model (with cuda_gemm_f32 when widen) against its schedule. */
-static void char_gpt_step(bool widen)
+/* examples/ir/char_gpt.ir as an f16 AMP training step: dynamic scaler, AdamW. */
+static alloy_graph *char_gpt_f16_training(void)
 {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/char_gpt.ir", ALLOY_EXAMPLES_IR);
@@ -502,6 +502,13 @@ static void char_gpt_step(bool widen)
     assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
     assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
     assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+    return g;
+}
+
+/* One char_gpt f16 step's model (with cuda_gemm_f32 when widen) against its schedule. */
+static void char_gpt_step(bool widen)
+{
+    alloy_graph *g = char_gpt_f16_training();
     /* each softmax's backward recomputes it, as a CUDA compile's does (remat.c; device=auto takes the CPU's choice) */
     assert_int_equal(alloy_graph_set_option(g, "remat", "always"), ALLOY_OK);
     modelled x;
@@ -964,14 +971,7 @@ static void test_alloy_graph_cost_reports_totals_and_names_bad_options(void **st
  * suites' ALLOY_DEVICE=cpu) modelled by alloy_graph_cost into *t; whether the graph is left compiled. */
 static bool char_gpt_cost(const char *dev, alloy_cost_totals *t)
 {
-    char path[512], err[512];
-    snprintf(path, sizeof path, "%s/char_gpt.ir", ALLOY_EXAMPLES_IR);
-    alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
-    if (!g) fail_msg("%s", err);
-    assert_int_equal(alloy_graph_set_training(g, true), ALLOY_OK);
-    assert_int_equal(alloy_graph_enable_amp(g, ALLOY_F16), ALLOY_OK);
-    assert_int_equal(alloy_graph_set_grad_scaler(g, alloy_dynamic_scaler()), ALLOY_OK);
-    assert_int_equal(alloy_graph_add_optimizer(g, alloy_adamw(1e-3, 0.9, 0.999, 1e-8, 0.01)), ALLOY_OK);
+    alloy_graph *g = char_gpt_f16_training();
     assert_int_equal(alloy_graph_set_option(g, "device", dev), ALLOY_OK);
     assert_int_equal(alloy_graph_cost(g, NULL, t, NULL), ALLOY_OK);
     bool compiled = g->compiled != NULL;
