@@ -1261,6 +1261,38 @@ static void test_save_bundle_with_archs_compiles_a_cubin_per_arch_and_ptx_with_n
     alloy_bundle_free(b);
 }
 
+/* A bundle with CUDA images is compiled with the GPU's choices under device=auto on a machine without a
+ * GPU (char_gpt's block: its written-out attention becomes the attention op), and that compile is dropped
+ * after (test_export checks that), so that the graph's own run compiles for its device; without images,
+ * the CPU's plan. */
+static void test_a_bundle_with_cuda_images_under_device_auto_has_the_gpu_plan(void **state)
+{
+    (void)state;
+    char ir[512], err[1024] = "";
+    snprintf(ir, sizeof ir, "%s/char_gpt_block.ir", ALLOY_EXAMPLES_IR);
+    for (int images = 1; images >= 0; images--) {
+        alloy_graph *g = alloy_graph_load_ir(ir, err, sizeof err);
+        if (!g) fail_msg("%s", err);
+        expect_ok(g, alloy_graph_set_option(g, "device", "auto"), "set_option device"); /* over ALLOY_DEVICE */
+        expect_ok(g, alloy_graph_set_option(g, "cache_dir", test_tmp_path("cache")), "set_option cache_dir");
+        const char *path = test_tmp_path("block.alloy");
+        alloy_status st = alloy_graph_save_bundle(g, path, images ? "sm_80" : NULL);
+        if (st == ALLOY_ERR_UNSUPPORTED && strstr(alloy_last_error(g), "need NVRTC")) {
+            alloy_graph_free(g);
+            skip(); /* no NVRTC on this machine */
+        }
+        expect_ok(g, st, "save_bundle");
+        alloy_graph_free(g);
+        bundle_contents c;
+        if (bundle_read_file(path, &c, err, sizeof err)) fail_msg("%s", err);
+        int attention = 0;
+        for (int i = 0; i < c.ir->nnodes; i++) attention += c.ir->nodes[i]->op == IR_OP_attention;
+        assert_int_equal(attention, images ? 1 : 0);
+        bundle_contents_free(&c);
+    }
+    test_remove_dir(test_tmp_path("cache"));
+}
+
 /* alloyc compile -o FILE.alloy writes the bundle alloy_graph_save_bundle
  * would: the example MLP's f16 AdamW training step trains from it as the
  * JIT graph of the same IR and settings does, bit for bit. */
@@ -1382,6 +1414,7 @@ int main(void)
         T(test_the_kernel_table_round_trips_and_each_damage_is_named),
         T(test_a_bundle_with_its_state_starts_from_it),
         T(test_save_bundle_with_archs_compiles_a_cubin_per_arch_and_ptx_with_nvrtc),
+        T(test_a_bundle_with_cuda_images_under_device_auto_has_the_gpu_plan),
         T(test_loading_on_a_gpu_no_image_runs_on_is_an_error_naming_the_targets),
         T(test_alloyc_compile_writes_a_bundle_that_trains_as_the_jit_graph),
         T(test_every_allocation_failure_in_save_load_and_run_is_a_clean_error),

@@ -281,6 +281,63 @@ static void test_the_public_call_checks_its_arguments_and_reports_on_the_graph(v
     alloy_graph_free(g);
 }
 
+/* examples/ir/char_gpt_block.ir (one transformer block, its attention written out) with the option
+ * device=dev set through the API (so it wins over the suites' ALLOY_DEVICE=cpu). */
+static alloy_graph *block_on(const char *dev)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/char_gpt_block.ir", ALLOY_EXAMPLES_IR);
+    alloy_graph *g = alloy_graph_load_ir(path, err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    assert_int_equal(alloy_graph_set_option(g, "device", dev), ALLOY_OK);
+    assert_int_equal(alloy_graph_set_option(g, "cache_dir", cache_dir), ALLOY_OK);
+    return g;
+}
+
+/* Whether the export in out_dir has the attention op's kernel (the rewrite a GPU's compile makes). */
+static bool exported_attention(void)
+{
+    size_t len;
+    char *summary = (char *)test_read_file(test_path_in(out_dir, "summary.txt"), &len);
+    bool found = strstr(summary, "_attention ") != NULL;
+    test_free(summary);
+    test_remove_dir(out_dir);
+    return found;
+}
+
+/* An export is for a GPU: under device=auto on a machine without one it compiles with the GPU's choices
+ * (the attention rewrite), not the CPU's, and drops that compile after, also when a run had compiled the
+ * graph for the CPU first; device=cpu keeps the CPU's plan. */
+static void test_an_export_under_device_auto_has_the_gpu_plan(void **state)
+{
+    (void)state;
+    NEED_NVRTC();
+    alloy_graph *g = block_on("auto");
+    alloy_status st = alloy_graph_export_cuda(g, "sm_80", out_dir);
+    if (st) fail_msg("%s", alloy_last_error(g));
+    assert_true(exported_attention());
+    assert_null(g->compiled); /* the next run compiles for its own device */
+
+    /* compiled for the CPU (device=auto, no GPU) first: the CPU's plan has no attention op */
+    assert_int_equal(graph_compile_ir(g), ALLOY_OK);
+    assert_false(g->compiled_for_gpu);
+    bool cpu_attention = false;
+    for (int i = 0; i < g->compiled->nnodes; i++) cpu_attention |= g->compiled->nodes[i]->op == IR_OP_attention;
+    assert_false(cpu_attention);
+    st = alloy_graph_export_cuda(g, "sm_80", out_dir);
+    if (st) fail_msg("%s", alloy_last_error(g));
+    assert_true(exported_attention());
+    assert_null(g->compiled);
+    alloy_graph_free(g);
+
+    g = block_on("cpu");
+    st = alloy_graph_export_cuda(g, "sm_80", out_dir);
+    if (st) fail_msg("%s", alloy_last_error(g));
+    assert_false(exported_attention());
+    assert_non_null(g->compiled); /* its own plan, kept */
+    alloy_graph_free(g);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -291,6 +348,7 @@ int main(void)
         T(test_an_export_writes_sources_binaries_and_a_summary_and_the_second_comes_from_the_cache),
         T(test_a_failing_compile_returns_the_log_and_the_source_path_and_leaves_no_binary),
         T(test_the_public_call_checks_its_arguments_and_reports_on_the_graph),
+        T(test_an_export_under_device_auto_has_the_gpu_plan),
     };
     return cmocka_run_group_tests_name("export", tests, group_setup, group_teardown);
 }

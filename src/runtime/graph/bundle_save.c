@@ -267,17 +267,11 @@ alloy_status alloy_graph_save_bundle(alloy_graph *g, const char *path, const cha
     return alloy_graph_save_bundle_flags(g, path, archs, 0);
 }
 
-alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
+/* Writes g's bundle, g compiled, to path (alloy_graph_save_bundle_flags). */
+static alloy_status save_compiled(alloy_graph *g, const char *path, const char *archs, unsigned flags)
 {
-    if (!g) return ALLOY_ERR_INVALID;
-    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
-    if (g->ir->status) return graph_built(g);
-    /* the target first: nothing is compiled for a path that cannot take
-     * the bundle (a FIFO, a device, a directory, a missing folder) */
     char err[1024];
-    alloy_status st = al_file_check_writable(path, err, sizeof err);
-    if (st) return graph_fail(g, st, "save_bundle: %s", err);
-    if ((st = graph_compile_ir(g))) return st;
+    alloy_status st;
     pass_compiled comp;
     bool own_comp;
     if ((st = bundle_schedule(g, path, &comp, &own_comp))) return st;
@@ -301,5 +295,23 @@ alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, con
     al_free(c.init_state);
     bundle_cuda_free(&c.cuda);
     if (own_comp) pass_compiled_free(&comp);
+    return st;
+}
+
+alloy_status alloy_graph_save_bundle_flags(alloy_graph *g, const char *path, const char *archs, unsigned flags)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (!path) return graph_fail(g, ALLOY_ERR_INVALID, "save_bundle: path is NULL");
+    if (g->ir->status) return graph_built(g);
+    /* the target first: nothing is compiled for a path that cannot take
+     * the bundle (a FIFO, a device, a directory, a missing folder) */
+    char err[1024];
+    alloy_status st = al_file_check_writable(path, err, sizeof err);
+    if (st) return graph_fail(g, st, "save_bundle: %s", err);
+    /* with CUDA images, the GPU's plan (device=auto), that compile dropped again after if made for the bundle */
+    bool gpu = archs && *archs, own_compile = false;
+    if ((st = gpu ? graph_compile_for_gpu(g, &own_compile) : graph_compile_ir(g))) return st;
+    st = save_compiled(g, path, archs, flags);
+    if (own_compile) graph_invalidate(g);
     return st;
 }

@@ -4,7 +4,8 @@
 #include "passes/pass.h"
 #include "runtime/graph/graph_impl.h"
 
-alloy_status graph_compile_ir(alloy_graph *g)
+/* g's IR through the pass pipeline; for_gpu: device=auto takes the GPU's choices. */
+static alloy_status compile_ir(alloy_graph *g, bool for_gpu)
 {
     if (g->compiled) return ALLOY_OK;
     if (g->from_bundle) return graph_fail(g, ALLOY_ERR_INVALID, "graph '%s' came from a bundle and cannot be compiled again", g->ir->name);
@@ -30,10 +31,9 @@ alloy_status graph_compile_ir(alloy_graph *g)
     opts.grad_inputs = (const char *const *)g->grad_inputs;
     opts.ngrad_inputs = g->ngrad_inputs;
     /* device=auto compiles for the GPU when the backend already open is CUDA's (graph_compile opens it
-     * first) or when the cost model asks (the GPU step it models), else as for the CPU */
+     * first) or when the caller writes or models a GPU's step, else as for the CPU */
     al_options cfg = g->cfg;
-    if (cfg.device == OPT_DEVICE_AUTO &&
-        (g->compile_for_cuda || (g->dev && strcmp(graph_backend(g)->ops->name, "cuda") == 0)))
+    if (cfg.device == OPT_DEVICE_AUTO && (for_gpu || (g->dev && strcmp(graph_backend(g)->ops->name, "cuda") == 0)))
         cfg.device = OPT_DEVICE_CUDA;
     opts.cfg = &cfg;
     opts.log = g->print_to; /* the AMP report goes where printed passes go (NULL: stderr) */
@@ -58,12 +58,27 @@ alloy_status graph_compile_ir(alloy_graph *g)
     g->input_buf = al_calloc(n, sizeof *g->input_buf);
     g->fetched = al_calloc(n, sizeof *g->fetched);
     g->compiled = c;
+    g->compiled_for_gpu = cfg.device == OPT_DEVICE_CUDA;
     if (!g->leaf || !g->input_buf || !g->fetched) {
         graph_invalidate(g);
         return graph_fail(g, ALLOY_ERR_OOM, "out of memory preparing graph '%s' to run", g->ir->name);
     }
     step_info_nodes(g);
     return ALLOY_OK;
+}
+
+alloy_status graph_compile_ir(alloy_graph *g) { return compile_ir(g, false); }
+
+alloy_status graph_compile_for_gpu(alloy_graph *g, bool *temporary)
+{
+    *temporary = false;
+    if (g->from_bundle || (g->compiled && g->compiled_for_gpu)) return graph_compile_ir(g);
+    alloy_status st = graph_options(g, &g->cfg); /* the device option as the environment and the API set it */
+    if (st || g->cfg.device == OPT_DEVICE_CPU) return st ? st : graph_compile_ir(g);
+    if (g->compiled) graph_invalidate(g); /* device=auto compiled it for the CPU */
+    st = compile_ir(g, true);
+    *temporary = !st;
+    return st;
 }
 
 const char *alloy_graph_device(alloy_graph *g)

@@ -109,13 +109,10 @@ alloy_status alloy_graph_cost(alloy_graph *g, const alloy_cost_options *o, alloy
     if (g->ir->status) return graph_built(g);
     const char *arch = o && o->arch && o->arch[0] ? o->arch : NULL;
     cost_device dev;
-    /* a graph not compiled yet is compiled as for a GPU (device=auto would choose the CPU's plan on a
-     * machine without one), and that compile is dropped again after, so that a run compiles for its own
-     * device; one already compiled is modelled as it is */
-    bool own = !g->compiled && !g->from_bundle;
-    g->compile_for_cuda = own;
-    alloy_status st = graph_compile_ir(g);
-    g->compile_for_cuda = false;
+    /* the GPU's plan (device=auto would choose the CPU's on a machine without one), dropped again after
+     * if made for this call */
+    bool own;
+    alloy_status st = graph_compile_for_gpu(g, &own);
     if (!st) st = device_of(g, o, &dev);
     if (st) {
         if (own) graph_invalidate(g);

@@ -1,4 +1,4 @@
-/* cuda_api.c - alloy_graph_export_cuda: the graph compiled, NVRTC loaded, the options applied, the export written (codegen/export.c). */
+/* cuda_api.c - alloy_graph_export_cuda: the graph compiled with the GPU's choices, NVRTC loaded, the options applied, the export written (codegen/export.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,16 +15,11 @@ alloy_status graph_cache_dir(alloy_graph *g, const al_options *cfg, char *out, s
     return ALLOY_OK; /* ALLOY_ERR_NOT_FOUND: out is "", a cache in memory only */
 }
 
-alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const char *dir)
+/* The export of g's compiled step for the architectures sms[0..nsms) into dir. */
+static alloy_status export_compiled(alloy_graph *g, const int *sms, int nsms, const char *dir)
 {
-    if (!g) return ALLOY_ERR_INVALID;
-    if (g->ir->status) return graph_built(g);
-    if (!dir || !*dir) return graph_fail(g, ALLOY_ERR_INVALID, "export_cuda: no output directory given");
-    int sms[CG_MAX_ARCHS], nsms;
     char msg[1024];
-    alloy_status st = cg_parse_archs(archs, sms, CG_MAX_ARCHS, &nsms, msg, sizeof msg);
-    if (st) return graph_fail(g, st, "export_cuda: %s", msg);
-    if ((st = graph_compile_ir(g))) return st;
+    alloy_status st;
     char cache_dir[OPT_PATH_MAX + 16] = "";
     if (g->cfg.cache && (st = graph_cache_dir(g, &g->cfg, cache_dir, sizeof cache_dir))) return st;
     cg_nvrtc *nv;
@@ -43,5 +38,21 @@ alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const ch
     if (st) graph_fail(g, st, "export_cuda: graph '%s' to %s: %s", g->ir->name, dir, err);
     al_free(err);
     cg_nvrtc_close(nv);
+    return st;
+}
+
+alloy_status alloy_graph_export_cuda(alloy_graph *g, const char *archs, const char *dir)
+{
+    if (!g) return ALLOY_ERR_INVALID;
+    if (g->ir->status) return graph_built(g);
+    if (!dir || !*dir) return graph_fail(g, ALLOY_ERR_INVALID, "export_cuda: no output directory given");
+    int sms[CG_MAX_ARCHS], nsms;
+    char msg[1024];
+    alloy_status st = cg_parse_archs(archs, sms, CG_MAX_ARCHS, &nsms, msg, sizeof msg);
+    if (st) return graph_fail(g, st, "export_cuda: %s", msg);
+    bool own; /* the GPU's plan (device=auto), dropped again after if made for the export */
+    if ((st = graph_compile_for_gpu(g, &own))) return st;
+    st = export_compiled(g, sms, nsms, dir);
+    if (own) graph_invalidate(g);
     return st;
 }

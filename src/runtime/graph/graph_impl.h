@@ -114,7 +114,7 @@ struct alloy_graph {
     alloy_data_parallel dp;      /* its options */
     int ngroups;
     bool from_bundle;  /* compiled, comp came from a bundle: no pass pipeline, never recompiled */
-    bool compile_for_cuda; /* while alloy_graph_cost compiles: device=auto compiles as for a GPU (the step it models) */
+    bool compiled_for_gpu; /* compiled with the GPU's choices: device=cuda, or device=auto on CUDA or for a GPU's output */
     bundle_cuda *bundle_exec; /* the bundle's CUDA executable (images, kernel table) for exec_load; NULL: none */
     /* The one error record of the API (docs/errors.md, "One rule"): the
      * status and message of the most recent call on g that failed. A
@@ -196,6 +196,15 @@ AL_HIDDEN bool graph_declared_type(alloy_graph *g, const char *op, alloy_dtype d
  * already open, else as for the CPU. A later graph_compile opens the
  * backend for what this compiled. */
 AL_HIDDEN alloy_status graph_compile_ir(alloy_graph *g);
+/* compile_ir.c (liballoy only): compiles g with the GPU's choices for what is
+ * written or modelled for a GPU (a CUDA export, a bundle's CUDA images, the
+ * cost model). A graph compiled with them already, one from a bundle, and one
+ * whose device option is cpu are taken as they are; one not compiled, or
+ * compiled under device=auto with the CPU's choices, is compiled (again) with
+ * the GPU's, and *temporary says so: the caller drops that compile
+ * (graph_invalidate, which keeps the state) when done, so that a run compiles
+ * for its own device. */
+AL_HIDDEN alloy_status graph_compile_for_gpu(alloy_graph *g, bool *temporary);
 /* Drops the compiled step and its executable (after the graph or its
  * configuration changed); state stays. */
 AL_HIDDEN void graph_invalidate(alloy_graph *g);
