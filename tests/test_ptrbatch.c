@@ -196,6 +196,24 @@ static void test_the_pointer_arrays_address_each_heads_matrix(void **state)
                         checked |= 2;
                     }
                 }
+            /* without an algorithm for pointer arrays, strided runs: each [b][h] view's heads are one run
+             * (the matrices of a b D elements apart, b's further), and every matrix's offsets follow */
+            lp_gemm each;
+            assert_int_equal(lp_gemm_runs(&lp, gm, &each), H);
+            assert_false(each.pointers);
+            assert_int_equal(each.batch, H);
+            if (qk) {
+                assert_int_equal(each.stride_a, D);
+                assert_int_equal(each.stride_d, T * T);
+            }
+            for (int64_t j = 0; j < gm->batch; j++) {
+                int64_t at[3];
+                lp_gemm_run_offsets(&lp, gm, H, j / H, at);
+                if (qk && j % H == 0) assert_int_equal(at[0], j / H * T * 3 * C * 2);
+                assert_int_equal(po[j], at[0] + j % H * each.stride_a * 2);
+                assert_int_equal(po[gm->batch + j], at[1] + j % H * each.stride_b * 2);
+                assert_int_equal(po[2 * gm->batch + j], at[2] + j % H * each.stride_d * (int64_t)alloy_dtype_size(gm->d));
+            }
             int li = 0;
             while (li < lp.nactions && !(lp.actions[li].kind == LP_GEMM && lp.actions[li].index == i)) li++;
             const cost_launch *l = &m.launches[li];
@@ -277,16 +295,32 @@ static void test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and
     rt_backend_set_cuda_opener(NULL);
 }
 
-/* A cuBLASLt whose heuristic has no algorithm for pointer arrays: the
- * CUDA compile fails naming the matmul, its step and the batch mode
+/* A cuBLASLt whose heuristic has no algorithm for pointer arrays: each
+ * such GEMM runs as strided batches instead, one call per b over its
+ * heads (B calls where there was one), to the pointer-array run's bits
+ * (the same products per matrix); a cuBLASLt with no algorithm for those
+ * either fails the CUDA compile naming the matmul, its step and both forms
  * (ALLOY_ERR_UNSUPPORTED), and device=auto runs the step on the CPU, to
  * the CPU's bits. */
-static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(void **state)
+static void test_no_algorithm_for_pointer_arrays_runs_strided_batches_else_names_the_step(void **state)
 {
     (void)state;
     mha_emulated_device_or_skip();
-    emu_device_set_pointer_arrays(false);
     mha_data d = mha_make_data(shape, ALLOY_F16, 90);
+    census z;
+    mha_result arrays = run(&d, false, "cuda", 1, &z);
+    emu_device_set_pointer_arrays(false);
+    emu_device_stats before = emu_totals();
+    mha_result runs = run(&d, false, "cuda", 2, &z);
+    emu_device_stats after = emu_totals();
+    long gemms = after.gemms - before.gemms, pointer_gemms = after.pointer_gemms - before.pointer_gemms;
+    print_message("# no pointer arrays: %ld GEMM calls over 2 runs, %ld of them pointer arrays\n", gemms, pointer_gemms);
+    assert_int_equal(pointer_gemms, 0);
+    assert_int_equal(gemms, 2 * (6 * B + 2 + 1)); /* the 6 products B calls each; the projection's 3 GEMMs */
+    mha_expect_same(&runs, &arrays, "strided runs against pointer arrays");
+    mha_free_result(&runs), mha_free_result(&arrays);
+
+    emu_device_set_strided_batches(false);
     alloy_host_tensor feeds[3], fetch[3];
     mha_io(&d, feeds, fetch);
     alloy_graph *g = build(ALLOY_F16, false, "cuda");
@@ -296,8 +330,8 @@ static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(voi
     assert_non_null(strstr(msg, "the GEMM of matmul"));
     assert_non_null(strstr(msg, "(step "));
     assert_non_null(strstr(msg, "CUBLASLT_BATCH_MODE_POINTER_ARRAY"));
+    assert_non_null(strstr(msg, "strided calls of 2"));
     alloy_graph_free(g);
-    census z;
     g = build(ALLOY_F16, false, "auto");
     expect_ok(g, alloy_graph_run(g, feeds, 3, fetch, 3), "run under auto");
     mha_result got = mha_fetched(shape, fetch);
@@ -311,6 +345,7 @@ static void test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step(voi
     mha_free_result(&got), mha_free_result(&cpu);
     mha_free_data(&d);
     emu_device_set_pointer_arrays(true);
+    emu_device_set_strided_batches(true);
     rt_backend_set_cuda_opener(NULL);
 }
 
@@ -324,7 +359,7 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest device[] = {
         cmocka_unit_test(test_pointer_array_gemms_on_the_emulated_device_match_the_copies_and_the_cpu),
-        cmocka_unit_test(test_no_algorithm_for_pointer_arrays_is_an_error_naming_the_step),
+        cmocka_unit_test(test_no_algorithm_for_pointer_arrays_runs_strided_batches_else_names_the_step),
     };
     if (argc > 1 && !strcmp(argv[1], "device")) return cmocka_run_group_tests_name("ptrbatch2", device, NULL, NULL);
     return cmocka_run_group_tests_name("ptrbatch1", cpu, NULL, NULL);

@@ -171,5 +171,17 @@ AL_HIDDEN int lp_gemm_alignment(const lp_plan *lp, const lp_gemm *gm, int which)
  * D's: 3 * batch), given the addresses of its places a, b and out. */
 AL_HIDDEN void lp_gemm_pointers(const lp_plan *lp, const lp_gemm *gm, uint64_t a, uint64_t b, uint64_t out,
                                 uint64_t *ptrs);
+/* Pointer-array GEMM gm (gm->pointers) as runs of strided-batch calls
+ * (gemm_runs.c), for a cuBLASLt with no algorithm for pointer arrays: the
+ * longest run length dividing the batch such that, in every run, the
+ * matrices of A, B and D each lie a constant, non-negative number of
+ * elements apart, the same in every run (a view with two batch strides,
+ * [b][h], gives runs of the heads); *each the strided GEMM of one run (its
+ * places gm's, offset per run by lp_gemm_run_offsets). Returns the run
+ * length (1 at worst: a call per matrix). */
+AL_HIDDEN int64_t lp_gemm_runs(const lp_plan *lp, const lp_gemm *gm, lp_gemm *each);
+/* The byte offsets from gm's places a, b and out of run `run` of length len
+ * (lp_gemm_runs): its first matrix's A, B and D. */
+AL_HIDDEN void lp_gemm_run_offsets(const lp_plan *lp, const lp_gemm *gm, int64_t len, int64_t run, int64_t offsets[3]);
 
 #endif

@@ -359,6 +359,11 @@ static bool pointer_arrays = true;
 
 void emu_device_set_pointer_arrays(bool found) { pointer_arrays = found; }
 
+/* Whether it finds algorithms for strided batches of more than one matrix (emu_device_set_strided_batches). */
+static bool strided_batches = true;
+
+void emu_device_set_strided_batches(bool found) { strided_batches = found; }
+
 static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out)
 {
     if (gm->pointers && !pointer_arrays) { /* as blt_gemm_prepare words it when the heuristic returns none */
@@ -367,6 +372,11 @@ static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
                  "%lld as arrays of pointers, CUBLASLT_BATCH_MODE_POINTER_ARRAY)",
                  alloy_dtype_name(gm->ab), alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d), (long long)gm->m,
                  (long long)gm->n, (long long)gm->k, (long long)gm->lda, (long long)gm->ldb, (long long)gm->ldd,
+                 (long long)gm->batch);
+        return ALLOY_ERR_UNSUPPORTED;
+    }
+    if (!gm->pointers && gm->batch > 1 && !strided_batches) {
+        snprintf(dev->error, sizeof dev->error, "cuBLASLt found no algorithm for a strided batch of %lld",
                  (long long)gm->batch);
         return ALLOY_ERR_UNSUPPORTED;
     }

@@ -44,6 +44,10 @@ void emu_device_set_driver(int version);
  * pointer-array GEMM (CUBLASLT_BATCH_MODE_POINTER_ARRAY; default true):
  * false makes preparing one fail as cuBLASLt's empty answer does. */
 void emu_device_set_pointer_arrays(bool found);
+/* Whether the emulated cuBLASLt's heuristic finds an algorithm for a
+ * strided batch of more than one matrix (default true): false simulates a
+ * library with none, so that a pointer-array GEMM's strided runs fail too. */
+void emu_device_set_strided_batches(bool found);
 /* Makes the nth launch (from 1) of a kernel whose name contains kernel
  * ("" or NULL: any) fault as a GPU does: the launch returns, and that call
  * and every later one on the device fails with CUDA_ERROR_ILLEGAL_ADDRESS;

@@ -38,6 +38,7 @@ struct rt_exec {
     int nmodules;
     cdev_function **fn; /* per kernel */
     cdev_gemm **gemm;   /* per GEMM of the plan */
+    int64_t *gemm_run;  /* per GEMM: 0, or the run length of a pointer-array GEMM called as strided runs (lp_gemm_runs) */
     cdev_ptr arena, aux;
     cdev_ptr *leaf;     /* per node: the address bound to it this run */
     cdev_ptr *captured; /* per node: the address bound when the graph was captured */
@@ -154,7 +155,7 @@ static void exec_free(rt_backend *b, rt_exec *e)
     al_free(e->events);
     cuda_jit_free(&e->jit);
     lp_free(&e->lp);
-    al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->leaf), al_free(e->captured);
+    al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->gemm_run), al_free(e->leaf), al_free(e->captured);
     al_free(e->argval), al_free(e->argv), al_free(e->staged), al_free(e->staged_at);
     al_free(e);
 }
@@ -255,6 +256,35 @@ static alloy_status upload_pointers(rt_backend *b, rt_exec *e)
     return ALLOY_OK;
 }
 
+/* GEMM i of e's plan prepared on the device; a pointer-array GEMM for which
+ * the library has no algorithm as runs of strided batches instead
+ * (lp_gemm_runs: one call per run, for a [b][h] view one per b), else an
+ * error naming the matmul, its step and both forms. */
+static alloy_status prepare_gemm(rt_backend *b, rt_exec *e, int i)
+{
+    cdev *dev = device_of(b);
+    const lp_gemm *gm = &e->lp.gemms[i];
+    int align[3] = {lp_gemm_alignment(&e->lp, gm, 0), lp_gemm_alignment(&e->lp, gm, 1), lp_gemm_alignment(&e->lp, gm, 2)};
+    alloy_status st = dev->ops->gemm_prepare(dev, gm, align, &e->gemm[i]);
+    char label[64], what[1024 + 192];
+    al_fmt(what, sizeof what, "the GEMM of matmul %s (step %d)", ir_node_label(e->g->nodes[gm->node], label, sizeof label),
+           gm->step);
+    if (st == ALLOY_ERR_UNSUPPORTED && gm->pointers) {
+        lp_gemm each;
+        int64_t len = lp_gemm_runs(&e->lp, gm, &each);
+        char first[sizeof dev->error];
+        al_fmt(first, sizeof first, "%s", dev->error);
+        if (!(st = dev->ops->gemm_prepare(dev, &each, align, &e->gemm[i]))) {
+            e->gemm_run[i] = len;
+            return ALLOY_OK;
+        }
+        size_t n = strlen(what);
+        al_fmt(what + n, sizeof what - n, ": %s; as %lld strided calls of %lld", first, (long long)(gm->batch / len),
+               (long long)len);
+    }
+    return st ? dev_fail(b, st, what) : ALLOY_OK;
+}
+
 /* An executable for schedule s of g with plan p: its kernels emitted and
  * compiled now (x NULL: cuda_jit.h, the full library's) or a bundle's
  * kernel table and images (x, which outlives the executable: no emitter,
@@ -278,25 +308,17 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
         e->leaf = al_calloc((size_t)g->nnodes + 1, sizeof *e->leaf);
         e->captured = al_calloc((size_t)g->nnodes + 1, sizeof *e->captured);
         e->gemm = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm);
+        e->gemm_run = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm_run);
         e->fn = al_calloc((size_t)e->prog->nkernels + 1, sizeof *e->fn);
         for (int q = 0; q < e->prog->nkernels; q++)
             if (e->prog->kernels[q].nparams > e->maxparams) e->maxparams = e->prog->kernels[q].nparams;
         e->argval = al_calloc((size_t)e->maxparams + 1, sizeof *e->argval);
         e->argv = al_calloc((size_t)e->maxparams + 1, sizeof *e->argv);
-        if (!e->leaf || !e->captured || !e->gemm || !e->fn || !e->argval || !e->argv)
+        if (!e->leaf || !e->captured || !e->gemm || !e->gemm_run || !e->fn || !e->argval || !e->argv)
             st = rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
     }
     if (!st) st = x ? load_images(b, e, x) : cuda_jit_load(b, dev, &e->jit, &e->modules, &e->nmodules, e->fn);
-    for (int i = 0; !st && i < e->lp.ngemms; i++) {
-        const lp_gemm *gm = &e->lp.gemms[i];
-        int align[3] = {lp_gemm_alignment(&e->lp, gm, 0), lp_gemm_alignment(&e->lp, gm, 1), lp_gemm_alignment(&e->lp, gm, 2)};
-        if ((st = dev->ops->gemm_prepare(dev, gm, align, &e->gemm[i]))) {
-            char label[64], what[160];
-            al_fmt(what, sizeof what, "the GEMM of matmul %s (step %d)", ir_node_label(g->nodes[gm->node], label, sizeof label),
-                   gm->step);
-            dev_fail(b, st, what);
-        }
-    }
+    for (int i = 0; !st && i < e->lp.ngemms; i++) st = prepare_gemm(b, e, i);
     if (!st && e->lp.arena_bytes && (st = dev_alloc(b, e->lp.arena_bytes, &e->arena)))
         dev_fail(b, st, "the step's arena");
     if (!st && e->lp.aux_bytes && (st = dev_alloc(b, e->lp.aux_bytes, &e->aux)))
@@ -396,18 +418,25 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
         }
         case LP_GEMM: {
             const lp_gemm *gm = &e->lp.gemms[a->index];
+            /* len: strided runs in place of the pointer arrays (prepare_gemm), a call each from the places */
+            int64_t len = e->gemm_run[a->index], calls = len ? gm->batch / len : 1;
             cdev_ptr pa = address(b, e, &gm->a, 1, &st), pb = address(b, e, &gm->b, 1, &st),
                      pd = address(b, e, &gm->out, 1, &st);
-            if (gm->pointers) { /* the arrays of the batch's addresses (upload_pointers) */
+            if (gm->pointers && !len) { /* the arrays of the batch's addresses (upload_pointers) */
                 cdev_ptr arrays = e->aux + (cdev_ptr)gm->ptr_at.offset, each = (cdev_ptr)(8 * gm->batch);
                 pa = arrays, pb = arrays + each, pd = arrays + 2 * each;
             }
             cdev_ptr pbias = gm->epilogue == LP_EPILOGUE_BIAS ? address(b, e, &gm->bias, 1, &st) : 0;
-            if (!st && (st = dev->ops->gemm(dev, e->gemm[a->index], pa, pb, pd, pbias))) {
-                char label[64], what[160];
-                al_fmt(what, sizeof what, "GEMM of matmul %s (step %d)",
-                       ir_node_label(e->g->nodes[gm->node], label, sizeof label), gm->step);
-                dev_fail(b, st, what);
+            for (int64_t r = 0; !st && r < calls; r++) {
+                int64_t at[3] = {0, 0, 0};
+                if (len) lp_gemm_run_offsets(&e->lp, gm, len, r, at);
+                if ((st = dev->ops->gemm(dev, e->gemm[a->index], pa + (cdev_ptr)at[0], pb + (cdev_ptr)at[1],
+                                         pd + (cdev_ptr)at[2], pbias))) {
+                    char label[64], what[160];
+                    al_fmt(what, sizeof what, "GEMM of matmul %s (step %d)",
+                           ir_node_label(e->g->nodes[gm->node], label, sizeof label), gm->step);
+                    dev_fail(b, st, what);
+                }
             }
             break;
         }
