@@ -38,7 +38,7 @@ struct rt_exec {
     int nmodules;
     cdev_function **fn; /* per kernel */
     cdev_gemm **gemm;   /* per GEMM of the plan */
-    int64_t *gemm_run;  /* per GEMM: 0, or the run length of a pointer-array GEMM called as strided runs (lp_gemm_runs) */
+    int64_t *gemm_run_len; /* per GEMM: 0, or the run length of a pointer-array GEMM called as strided runs (lp_gemm_runs) */
     cdev_ptr arena, aux;
     cdev_ptr *leaf;     /* per node: the address bound to it this run */
     cdev_ptr *captured; /* per node: the address bound when the graph was captured */
@@ -155,7 +155,8 @@ static void exec_free(rt_backend *b, rt_exec *e)
     al_free(e->events);
     cuda_jit_free(&e->jit);
     lp_free(&e->lp);
-    al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->gemm_run), al_free(e->leaf), al_free(e->captured);
+    al_free(e->modules), al_free(e->fn), al_free(e->gemm), al_free(e->gemm_run_len);
+    al_free(e->leaf), al_free(e->captured);
     al_free(e->argval), al_free(e->argv), al_free(e->staged), al_free(e->staged_at);
     al_free(e);
 }
@@ -275,7 +276,7 @@ static alloy_status prepare_gemm(rt_backend *b, rt_exec *e, int i)
         char first[sizeof dev->error];
         al_fmt(first, sizeof first, "%s", dev->error);
         if (!(st = dev->ops->gemm_prepare(dev, &each, align, &e->gemm[i]))) {
-            e->gemm_run[i] = len;
+            e->gemm_run_len[i] = len;
             return ALLOY_OK;
         }
         size_t n = strlen(what);
@@ -308,13 +309,13 @@ static alloy_status build(rt_backend *b, const ir_graph *g, const schedule *s, c
         e->leaf = al_calloc((size_t)g->nnodes + 1, sizeof *e->leaf);
         e->captured = al_calloc((size_t)g->nnodes + 1, sizeof *e->captured);
         e->gemm = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm);
-        e->gemm_run = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm_run);
+        e->gemm_run_len = al_calloc((size_t)e->lp.ngemms + 1, sizeof *e->gemm_run_len);
         e->fn = al_calloc((size_t)e->prog->nkernels + 1, sizeof *e->fn);
         for (int q = 0; q < e->prog->nkernels; q++)
             if (e->prog->kernels[q].nparams > e->maxparams) e->maxparams = e->prog->kernels[q].nparams;
         e->argval = al_calloc((size_t)e->maxparams + 1, sizeof *e->argval);
         e->argv = al_calloc((size_t)e->maxparams + 1, sizeof *e->argv);
-        if (!e->leaf || !e->captured || !e->gemm || !e->gemm_run || !e->fn || !e->argval || !e->argv)
+        if (!e->leaf || !e->captured || !e->gemm || !e->gemm_run_len || !e->fn || !e->argval || !e->argv)
             st = rt_fail(b, ALLOY_ERR_OOM, "cuda: out of memory compiling graph '%s'", g->name);
     }
     if (!st) st = x ? load_images(b, e, x) : cuda_jit_load(b, dev, &e->jit, &e->modules, &e->nmodules, e->fn);
@@ -419,7 +420,7 @@ static alloy_status enqueue(rt_backend *b, rt_exec *e, int from, int to)
         case LP_GEMM: {
             const lp_gemm *gm = &e->lp.gemms[a->index];
             /* len: strided runs in place of the pointer arrays (prepare_gemm), a call each from the places */
-            int64_t len = e->gemm_run[a->index], calls = len ? gm->batch / len : 1;
+            int64_t len = e->gemm_run_len[a->index], calls = len ? gm->batch / len : 1;
             cdev_ptr pa = address(b, e, &gm->a, 1, &st), pb = address(b, e, &gm->b, 1, &st),
                      pd = address(b, e, &gm->out, 1, &st);
             if (gm->pointers && !len) { /* the arrays of the batch's addresses (upload_pointers) */
