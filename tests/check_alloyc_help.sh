@@ -1,6 +1,6 @@
 #!/bin/sh
 # check_alloyc_help.sh - meson test that `alloyc --help` names everything alloyc accepts: every flag of its
-# flag table and every flag it compares by name (tools/alloyc.c), every option --set takes (the option table,
+# flag table and every flag it compares by name (tools/alloyc_args.c), every option --set takes (the option table,
 # src/step/options.c) in the --set paragraph, and every pass --print-after takes (src/step/pipeline.def) in
 # the passes list. The names are read from the sources, so a new flag, option or pass without its line in
 # --help fails here.
@@ -25,8 +25,8 @@ awk '/passes: / { on = 1; sub(/.*passes: /, "") } on { print } on && /\(/ { exit
 
 # the flags: the table's names and aliases, and those compared with strcmp(arg, ...) or strcmp(cmd, ...)
 {
-    grep -oE '^ *\[F_[A-Z_]+\] = \{"[^"]+", ("[^"]+"|NULL)' "$src/tools/alloyc.c" | grep -oE '"[^"]+"' | tr -d '"'
-    grep -oE 'strcmp\((arg|cmd), "-[^"]*"\)' "$src/tools/alloyc.c" | grep -oE '"[^"]+"' | tr -d '"'
+    grep -oE '^ *\[F_[A-Z_]+\] = \{"[^"]+", ("[^"]+"|NULL)' "$src/tools/alloyc_args.c" | grep -oE '"[^"]+"' | tr -d '"'
+    grep -oE 'strcmp\((arg|cmd), "-[^"]*"\)' "$src/tools/alloyc_args.c" | grep -oE '"[^"]+"' | tr -d '"'
 } | sort -u >"$tmp/flags"
 grep -oE '^ *\{"[a-z_]+", "ALLOY_[A-Z_]+"' "$src/src/step/options.c" | grep -oE '"[a-z_]+"' | tr -d '"' >"$tmp/options"
 grep -oE '^PASS\([a-z_]+' "$src/src/step/pipeline.def" | sed 's/PASS(//' >"$tmp/pass_names"

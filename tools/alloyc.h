@@ -13,7 +13,7 @@ enum { EXIT_ERROR = 1, EXIT_USAGE = 2 };
 /* What print writes (--emit). */
 typedef enum emit_kind { EMIT_IR, EMIT_DOT, EMIT_SVG, EMIT_MEMORY_SVG } emit_kind;
 
-/* The command line, as parse_args in alloyc.c reads and checks it. */
+/* The command line, as alloyc_parse_args (alloyc_args.c) reads and checks it. */
 typedef struct options {
     const char *command; /* "print", "run", "compile", "train", "cost" or "amp-report" */
     const char *ir_path;
@@ -94,6 +94,14 @@ int alloyc_load_params(alloy_graph *g, const char *path, const char *ir_path, in
 /* --save-params FILE: g's parameters and running statistics alone
  * (alloy_graph_save_params); an exit code after printing. */
 int alloyc_save_params(alloy_graph *g, const char *path);
+
+/* alloyc_args.c: fills o from argv; returns 0, or an exit code after
+ * printing (help, version or a usage error). *done is set when the program
+ * should exit. */
+int alloyc_parse_args(int argc, char **argv, options *o, bool *done);
+
+/* alloyc_usage.c: prints the help text (alloyc --help) on stdout. */
+void alloyc_print_usage(void);
 
 /* alloyc.c: applies the compile options (--amp, --train, --optimizer,
  * --scaler, --print-after, --print-before, then --set) to g; returns the
