@@ -5,8 +5,8 @@
  * update), so as groups go it cannot join found_inf's: a group runs at its
  * last member, and found_inf's readers come before the sum. Moving the sum
  * right before found_inf is a valid order (its operands are found_inf's, so
- * they come before it; its readers come after found_inf); then fuse.c's
- * multi_found_inf takes it in as the member just before found_inf, and the
+ * they come before it; its readers come after found_inf); then
+ * fuse_multi_found_inf (fuse_multi.c) takes it in as the member just before found_inf, and the
  * multi kernel sums the squares of each gradient while it has them in
  * registers (codegen: cg_emit_multi). Its value is the same op on the same
  * operands: the CPU backend still runs sum_squares itself.

@@ -187,6 +187,16 @@ AL_HIDDEN bool fuse_norm_fits(const ir_graph *g, const int *label, int fi, int s
  * value (ir_fuse_colsum) join that group where legal; same arguments;
  * false when out of memory. */
 AL_HIDDEN bool fuse_row_colsums(const ir_graph *g, int *label, const int *rstart, const int *rlist);
+/* fuse_multi.c, for fuse.c: joins found_inf fi with the unscale chains of
+ * the gradients it reads (and the sum_squares of the gradient norm right
+ * before it, fuse_norm.c) into one multi group, given min_reader[i] the
+ * first reader of node i; mark: scratch of nnodes bytes, zero on entry and
+ * on return; false when out of memory. */
+AL_HIDDEN bool fuse_multi_found_inf(const ir_graph *g, int fi, const int *min_reader, int *label, uint8_t *mark);
+/* fuse_multi.c: merges the elementwise groups that compute parameter
+ * updates alike (the same shape of computation, signature by signature)
+ * into multi groups; false when out of memory. */
+AL_HIDDEN bool fuse_multi_updates(const ir_graph *g, int *label);
 
 /* reserved.c: whether the user may not give the name `name` (used as
  * `use`) in ir, because the training passes make it (step/state_names.h):
