@@ -1,4 +1,4 @@
-/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
+/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm and layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
 /* No trapping math here (as in cpu_row_programs.c): these functions' loops,
  * exp included (base/vmath.h), then vectorize on every ISA level, and
  * cpu_rows.h's inline pieces compile with the options they have there. */
@@ -41,6 +41,24 @@ static CPU_VECTOR_CLONES void leaf_sums_products_f32(const float *p, const float
     }
 }
 
+/* levels_f32's sum of a complete tree of up to 16 leaf sums, in
+ * registers: the same pairs of neighbours level by level, without the
+ * stores and reloads between levels (a chain of store-to-load forwards,
+ * which cost a row of 64's 4 leaves more than their additions). */
+static inline float tree_f32(const float *v, int nleaves)
+{
+    switch (nleaves) {
+    case 1: return v[0];
+    case 2: return v[0] + v[1];
+    case 4: return (v[0] + v[1]) + (v[2] + v[3]);
+    case 8: return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    case 16:
+        return (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) +
+               (((v[8] + v[9]) + (v[10] + v[11])) + ((v[12] + v[13]) + (v[14] + v[15])));
+    default: return levels_f32((float *)v, nleaves);
+    }
+}
+
 /* The leaf sums of two SUMs at once, 8 leaves of LEAF terms side by side
  * in a 32-byte vector: each 8 x 8 block of terms transposed in registers
  * (unpacks, shufps, 128-bit halves) and added one term of every leaf per
@@ -58,8 +76,9 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
 #define LOAD8(p) (*(const v8f_unaligned *)(const void *)(p)) /* straight from memory, not through a copy */
 #define SH8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
-/* acc (lane l: leaf l of the 8 leaves of LEAF terms at base) += their terms j..j+7 in order */
-#define ADD8_TERMS(acc, base, j)                                                           \
+/* tr[q] (q = 0..7; lane l: leaf l of the 8 leaves of LEAF terms at base) =
+ * their term j + q: an 8 x 8 transpose in registers */
+#define TRANSPOSE8(tr, base, j)                                                            \
     {                                                                                      \
         const float *p_ = (base) + (j);                                                    \
         v8f a_[8] = {LOAD8(p_), LOAD8(p_ + LEAF), LOAD8(p_ + 2 * LEAF), LOAD8(p_ + 3 * LEAF),  \
@@ -72,14 +91,21 @@ typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alia
         v8f u2 = SH8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SH8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15); \
         v8f u4 = SH8(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SH8(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15); \
         v8f u6 = SH8(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SH8(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15); \
-        acc += SH8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-        acc += SH8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-        acc += SH8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-        acc += SH8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
+        tr[0] = SH8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[1] = SH8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[2] = SH8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[3] = SH8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[4] = SH8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+        tr[5] = SH8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+        tr[6] = SH8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+        tr[7] = SH8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+    }
+/* acc (lane l: leaf l of the 8 leaves of LEAF terms at base) += their terms j..j+7 in order */
+#define ADD8_TERMS(acc, base, j)                                                           \
+    {                                                                                      \
+        v8f tr_[8];                                                                        \
+        TRANSPOSE8(tr_, base, j)                                                           \
+        for (int q_ = 0; q_ < 8; q_++) acc += tr_[q_];                                     \
     }
 /* o1[0..m), o2[0..m): the sums of the m leaves of LEAF terms at t1, t2 (m a multiple of 8) */
 __attribute__((target("avx2,fma"))) static void leaf8_sums2_f32(const float *ta, const float *tb, int m, float *oa,
@@ -105,7 +131,53 @@ __attribute__((target("avx2,fma"))) static void leaf8_sums2_f32(const float *ta,
         }
     }
 }
+
+/* layer_norm's two sums over the call's rows as its program adds them
+ * (SUM(0, X(0)), then SUM(2, (X(0) - S(1)) (X(0) - S(1)))), their leaves 8
+ * at a time: each 8 x 8 block of x transposed once (TRANSPOSE8), its leaves
+ * added one term of every leaf per addition and the transposed block kept
+ * in r->terms, from where the second sum's terms are made lane by lane
+ * (lane l: the mean of leaf l's row). Each leaf is still added in order
+ * from 0 and each row's leaf sums combined as levels_f32 does: the same
+ * bits. The row's mean and rstd into mean[b], rstd[b]. Only for a complete
+ * tree of leaves of LEAF, the call's leaves (m) a multiple of 8. */
+__attribute__((target("avx2,fma"))) static void layer_norm_stats8_f32(const row_args *r, float *mean, float *rstd)
+{
+    typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+    const float *x = r->x[0];
+    const int nl = r->nleaves, m = nl * r->nb;
+    float *ls = r->tmp, *xt = r->terms;
+    for (int k = 0; k < m; k += 8) {
+        const float *b = x + (int64_t)k * LEAF;
+        v8f_u *t = (v8f_u *)(void *)(xt + (int64_t)k * LEAF);
+        v8f s = {0};
+        for (int j = 0; j < LEAF; j += 8) {
+            v8f tr[8];
+            TRANSPOSE8(tr, b, j)
+            for (int q = 0; q < 8; q++) s += tr[q], t[j + q] = tr[q];
+        }
+        *(v8f_u *)(void *)(ls + k) = s;
+    }
+    for (int b = 0; b < r->nb; b++) mean[b] = tree_f32(ls + b * nl, nl) / (float)r->n;
+    for (int k = 0; k < m; k += 8) {
+        const v8f_u *t = (const v8f_u *)(const void *)(xt + (int64_t)k * LEAF);
+        v8f mv = {0};
+        if (nl >= 8)
+            mv += mean[k / nl];
+        else
+            for (int l = 0; l < 8; l++) mv[l] = mean[(k + l) / nl];
+        v8f s = {0};
+        for (int q = 0; q < LEAF; q++) {
+            v8f d = t[q] - mv;
+            s += d * d;
+        }
+        *(v8f_u *)(void *)(ls + k) = s;
+    }
+    const float eps = (float)r->p[0];
+    for (int b = 0; b < r->nb; b++) rstd[b] = 1.0f / sqrtf(tree_f32(ls + b * nl, nl) / (float)r->n + eps);
+}
 #undef ADD8_TERMS
+#undef TRANSPOSE8
 #undef LOAD8
 #undef SH8
 static bool wide_leaves(void)
@@ -121,24 +193,6 @@ static bool wide_leaves(void)
 #endif
 }
 #endif
-
-/* levels_f32's sum of a complete tree of up to 16 leaf sums, in
- * registers: the same pairs of neighbours level by level, without the
- * stores and reloads between levels (a chain of store-to-load forwards,
- * which cost a row of 64's 4 leaves more than their additions). */
-static inline float tree_f32(const float *v, int nleaves)
-{
-    switch (nleaves) {
-    case 1: return v[0];
-    case 2: return v[0] + v[1];
-    case 4: return (v[0] + v[1]) + (v[2] + v[3]);
-    case 8: return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-    case 16:
-        return (((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))) +
-               (((v[8] + v[9]) + (v[10] + v[11])) + ((v[12] + v[13]) + (v[14] + v[15])));
-    default: return levels_f32((float *)v, nleaves);
-    }
-}
 
 /* layer_norm_grad_stats in f32 as its program computes it: g = dy gamma,
  * h = (x - mean) rstd and the second SUM's terms g h in one pass over the
@@ -197,6 +251,37 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
     }
 }
 #undef LN_GRAD_TERMS
+
+/* layer_norm in f32 as its program computes it (SUM(0, X(0)) LET(1, S(0) /
+ * N) SUM(2, (X(0) - S(1)) (X(0) - S(1))) LET(3, 1 / sqrt(S(2) / N + eps))
+ * OUT((X(0) - S(1)) S(3) gamma + beta)): where the rows' leaves go 8 at a
+ * time (layer_norm_stats8_f32), x is read once for both sums and the
+ * program's copies of x and of the squared differences into the terms
+ * buffer are gone; else the generated function. The same operations in
+ * the same order, the same bits (tests/test_rows.c checks them against
+ * in-order loops). */
+static CPU_VECTOR_CLONES void row_layer_norm_by_hand_f32(const row_args *r)
+{
+#if defined(LEAF8)
+    if (!r->causal && r->balanced && r->leaf[0] == LEAF && (r->nleaves * r->nb) % 8 == 0 && wide_leaves()) {
+        const int64_t n = r->n;
+        float mean[ROW_BATCH], rstd[ROW_BATCH];
+        layer_norm_stats8_f32(r, mean, rstd);
+        const float *gamma = r->x[1], *beta = r->x[2];
+        for (int b = 0; b < r->nb; b++) {
+            const float *x = (const float *)r->x[0] + b * n;
+            float *y = (float *)r->y + b * n, mb = mean[b], sb = rstd[b];
+            if (r->nin > 2) {
+                IVDEP for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mb) * sb * gamma[i] + beta[i];
+            } else {
+                IVDEP for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mb) * sb;
+            }
+        }
+        return;
+    }
+#endif
+    cpu_row_fns[IR_OP_layer_norm].f32(r);
+}
 
 /* The sum of a row's terms t[0..n) as a SUM adds them (the leaf list of
  * one row, n as r->n). */
@@ -383,6 +468,7 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
 /* f32 row functions written out by hand in place of the generated one */
 const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+    [IR_OP_layer_norm] = row_layer_norm_by_hand_f32,
     [IR_OP_softmax] = row_softmax_by_hand_f32,
     [IR_OP_softmax_grad] = row_softmax_grad_by_hand_f32,
     [IR_OP_cross_entropy] = row_cross_entropy_by_hand_f32,
