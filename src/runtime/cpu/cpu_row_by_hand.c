@@ -1,4 +1,4 @@
-/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm and layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
+/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm, its statistics and layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
 /* No trapping math here (as in cpu_row_programs.c): these functions' loops,
  * exp included (base/vmath.h), then vectorize on every ISA level, and
  * cpu_rows.h's inline pieces compile with the options they have there. */
@@ -132,6 +132,29 @@ __attribute__((target("avx2,fma"))) static void leaf8_sums2_f32(const float *ta,
     }
 }
 
+/* whether the AVX2 functions here run: the library's v3 and v4 clones run
+ * where the CPU has x86-64-v3, and a build without clones for one level
+ * (bench/row_isa_level.c) knows its own */
+static bool wide_leaves(void)
+{
+#if defined(ALLOY_NO_VECTOR_CLONES)
+#if defined(__AVX2__) && defined(__FMA__)
+    return true;
+#else
+    return false;
+#endif
+#else
+    return __builtin_cpu_supports("x86-64-v3");
+#endif
+}
+
+/* Whether layer_norm_stats8_f32 takes the call's rows: a complete tree of
+ * leaves of LEAF, the call's leaves a multiple of 8, a CPU with AVX2 */
+static bool layer_norm_stats8_fits(const row_args *r)
+{
+    return !r->causal && r->balanced && r->leaf[0] == LEAF && (r->nleaves * r->nb) % 8 == 0 && wide_leaves();
+}
+
 /* layer_norm's two sums over the call's rows as its program adds them
  * (SUM(0, X(0)), then SUM(2, (X(0) - S(1)) (X(0) - S(1)))), their leaves 8
  * at a time: each 8 x 8 block of x transposed once (TRANSPOSE8), its leaves
@@ -139,8 +162,8 @@ __attribute__((target("avx2,fma"))) static void leaf8_sums2_f32(const float *ta,
  * in r->terms, from where the second sum's terms are made lane by lane
  * (lane l: the mean of leaf l's row). Each leaf is still added in order
  * from 0 and each row's leaf sums combined as levels_f32 does: the same
- * bits. The row's mean and rstd into mean[b], rstd[b]. Only for a complete
- * tree of leaves of LEAF, the call's leaves (m) a multiple of 8. */
+ * bits. The row's mean and rstd into mean[b], rstd[b] (rstd NULL: the mean
+ * alone). Only where layer_norm_stats8_fits. */
 __attribute__((target("avx2,fma"))) static void layer_norm_stats8_f32(const row_args *r, float *mean, float *rstd)
 {
     typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
@@ -159,6 +182,7 @@ __attribute__((target("avx2,fma"))) static void layer_norm_stats8_f32(const row_
         *(v8f_u *)(void *)(ls + k) = s;
     }
     for (int b = 0; b < r->nb; b++) mean[b] = tree_f32(ls + b * nl, nl) / (float)r->n;
+    if (!rstd) return;
     for (int k = 0; k < m; k += 8) {
         const v8f_u *t = (const v8f_u *)(const void *)(xt + (int64_t)k * LEAF);
         const float *mk = mean + k / nl; /* the means of the rows of leaves k..k+7 */
@@ -183,18 +207,6 @@ __attribute__((target("avx2,fma"))) static void layer_norm_stats8_f32(const row_
 #undef TRANSPOSE8
 #undef LOAD8
 #undef SH8
-static bool wide_leaves(void)
-{
-#if defined(ALLOY_NO_VECTOR_CLONES)
-#if defined(__AVX2__) && defined(__FMA__)
-    return true;
-#else
-    return false;
-#endif
-#else
-    return __builtin_cpu_supports("x86-64-v3");
-#endif
-}
 #endif
 
 /* layer_norm_grad_stats in f32 as its program computes it: g = dy gamma,
@@ -266,7 +278,7 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
 static CPU_VECTOR_CLONES void row_layer_norm_by_hand_f32(const row_args *r)
 {
 #if defined(LEAF8)
-    if (!r->causal && r->balanced && r->leaf[0] == LEAF && (r->nleaves * r->nb) % 8 == 0 && wide_leaves()) {
+    if (layer_norm_stats8_fits(r)) {
         const int64_t n = r->n;
         float mean[ROW_BATCH], rstd[ROW_BATCH];
         layer_norm_stats8_f32(r, mean, rstd);
@@ -284,6 +296,33 @@ static CPU_VECTOR_CLONES void row_layer_norm_by_hand_f32(const row_args *r)
     }
 #endif
     cpu_row_fns[IR_OP_layer_norm].f32(r);
+}
+
+/* layer_norm_mean and layer_norm_rstd in f32 (the statistics a layer_norm
+ * keeps for its gradient: its program's first stages, then KEEP), from
+ * layer_norm_stats8_f32 where it takes the rows, else the generated
+ * functions: the same bits as layer_norm's own mean and rstd. */
+static CPU_VECTOR_CLONES void row_layer_norm_mean_by_hand_f32(const row_args *r)
+{
+#if defined(LEAF8)
+    if (layer_norm_stats8_fits(r)) {
+        layer_norm_stats8_f32(r, r->y, NULL);
+        return;
+    }
+#endif
+    cpu_row_fns[IR_OP_layer_norm_mean].f32(r);
+}
+
+static CPU_VECTOR_CLONES void row_layer_norm_rstd_by_hand_f32(const row_args *r)
+{
+#if defined(LEAF8)
+    if (layer_norm_stats8_fits(r)) {
+        float mean[ROW_BATCH];
+        layer_norm_stats8_f32(r, mean, r->y);
+        return;
+    }
+#endif
+    cpu_row_fns[IR_OP_layer_norm_rstd].f32(r);
 }
 
 /* The sum of a row's terms t[0..n) as a SUM adds them (the leaf list of
@@ -472,6 +511,8 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
 const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
     [IR_OP_layer_norm] = row_layer_norm_by_hand_f32,
+    [IR_OP_layer_norm_mean] = row_layer_norm_mean_by_hand_f32,
+    [IR_OP_layer_norm_rstd] = row_layer_norm_rstd_by_hand_f32,
     [IR_OP_softmax] = row_softmax_by_hand_f32,
     [IR_OP_softmax_grad] = row_softmax_grad_by_hand_f32,
     [IR_OP_cross_entropy] = row_cross_entropy_by_hand_f32,
@@ -485,4 +526,6 @@ const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
  * against 0.44 one row at a time). */
 const int cpu_row_f32_batch_elems[IR_OP_COUNT] = {
     [IR_OP_layer_norm] = 1024,
+    [IR_OP_layer_norm_mean] = 1024,
+    [IR_OP_layer_norm_rstd] = 1024,
 };
