@@ -106,8 +106,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
      * or what the op's f32 function by hand asks for */
     bool batchable = inner == 1 && !sum.per_row_result && !sum.by_position;
     for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
-    int64_t batch_elems = !wide && cpu_row_f32_batch_elems[n->op] ? cpu_row_f32_batch_elems[n->op] : ROW_BATCH_ELEMS;
-    int64_t nb = batchable ? batch_elems / len : 1;
+    int64_t nb = batchable ? (wide ? ROW_BATCH_ELEMS : cpu_row_f32_batch_elems(n->op)) / len : 1;
     nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
     row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims, .causal = causal};
     int np = 0;
