@@ -135,8 +135,8 @@ static bool layer_norm_stats8_fits(const row_args *r)
  * (lane l: the mean of leaf l's row). Each leaf is still added in order
  * from 0 and each row's leaf sums combined as levels_f32 does: the same
  * bits. The row's mean and rstd into mean[b], rstd[b] (rstd NULL: the mean
- * alone). Only where layer_norm_stats8_fits. */
-__attribute__((target("avx2,fma"))) static void layer_norm_stats8_f32(const row_args *r, float *mean, float *rstd)
+ * alone). Only where layer_norm_stats8_fits (layer_norm_stats8_f32 below). */
+static inline __attribute__((always_inline)) void layer_norm_stats8_body(const row_args *r, float *mean, float *rstd)
 {
     typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
     const float *x = r->x[0];
@@ -184,7 +184,7 @@ __attribute__((target("avx2,fma"))) static void layer_norm_stats8_f32(const row_
  * written out. Each leaf is still added in order from 0 and each row's leaf
  * sums combined as levels_f32 does: the same bits. Each row's sum(g) / n
  * and sum(g h) / n into s1[b], s3[b]. Only where layer_norm_stats8_fits. */
-__attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_f32(const row_args *r, float *s1, float *s3)
+static inline __attribute__((always_inline)) void layer_norm_grad_sums8_body(const row_args *r, float *s1, float *s3)
 {
     const float *x = r->x[0], *dy = r->x[1], *gamma = r->nin > 4 ? r->x[4] : NULL;
     const int nl = r->nleaves, m = nl * r->nb;
@@ -225,6 +225,49 @@ __attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_f32(const 
         s1[b] = tree_f32(ls1 + b * nl, nl) / (float)r->n;
         s3[b] = tree_f32(ls3 + b * nl, nl) / (float)r->n;
     }
+}
+
+/* The two functions above compiled for x86-64-v3 and for x86-64-v4 (the
+ * same vectors of 8; v4's 32 registers hold a block's 16 vectors of g and g
+ * h without spills), the one the CPU runs chosen as the library's clones
+ * are: the same bits either way. */
+__attribute__((target("avx2,fma"))) static void layer_norm_stats8_v3(const row_args *r, float *mean, float *rstd)
+{
+    layer_norm_stats8_body(r, mean, rstd);
+}
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_stats8_v4(const row_args *r, float *mean, float *rstd)
+{
+    layer_norm_stats8_body(r, mean, rstd);
+}
+__attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_v3(const row_args *r, float *s1, float *s3)
+{
+    layer_norm_grad_sums8_body(r, s1, s3);
+}
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_grad_sums8_v4(const row_args *r, float *s1, float *s3)
+{
+    layer_norm_grad_sums8_body(r, s1, s3);
+}
+static bool wide512(void)
+{
+#if defined(ALLOY_NO_VECTOR_CLONES)
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+    return true;
+#else
+    return false;
+#endif
+#else
+    return __builtin_cpu_supports("x86-64-v4");
+#endif
+}
+static void layer_norm_stats8_f32(const row_args *r, float *mean, float *rstd)
+{
+    if (wide512()) layer_norm_stats8_v4(r, mean, rstd);
+    else layer_norm_stats8_v3(r, mean, rstd);
+}
+static void layer_norm_grad_sums8_f32(const row_args *r, float *s1, float *s3)
+{
+    if (wide512()) layer_norm_grad_sums8_v4(r, s1, s3);
+    else layer_norm_grad_sums8_v3(r, s1, s3);
 }
 #undef TRANSPOSE8
 #undef TRANSPOSE8_REGS
