@@ -15,7 +15,9 @@
  * softmax_grad_causal (y the causal softmax of those scores, dy; every
  * column) and softmax_grad_causal_live (the same as a causal softmax's
  * gradient: columns j <= r mod N),
- * layer_norm (x, gamma, beta),
+ * layer_norm (x, gamma, beta), layer_norm_mean and layer_norm_rstd (x: the
+ * statistics a training step's row group computes beside layer_norm, one
+ * value per row; ns per element of x),
  * layer_norm_grad_stats (x, dy, mean, rstd, gamma: dx only, as autodiff
  * emits it), cross_entropy (x, targets: each row's loss, the mean over rows
  * not timed), cross_entropy_grad (x, targets, dloss 1: dx of the mean loss);
@@ -146,6 +148,8 @@ int main(int argc, char **argv)
         {"softmax_grad_causal_live", ir_add_node(g, IR_OP_softmax_grad, 2, (int[]){icx, icdy}, 1, &axis3, NULL, "smgcl"),
          {smm, dy}, whole},
         {"layer_norm", ir_add_node(g, IR_OP_layer_norm, 3, (int[]){ix, igm, igm}, 1, &eps, NULL, "ln"), {x, gamma, gamma}, false},
+        {"layer_norm_mean", ir_add_node(g, IR_OP_layer_norm_mean, 1, (int[]){ix}, 0, NULL, NULL, "lnm"), {x}, false},
+        {"layer_norm_rstd", ir_add_node(g, IR_OP_layer_norm_rstd, 1, (int[]){ix}, 1, &eps, NULL, "lnr"), {x}, false},
         {"layer_norm_grad", ir_add_node(g, IR_OP_layer_norm_grad_stats, 5, (int[]){ix, idy, imean, irstd, igm}, 0, NULL,
                                         NULL, "lng"),
          {x, dy, mean, rstd, gamma}, false},

@@ -353,7 +353,7 @@ static void run_row_node(int op, int nin, const float *const *in, int64_t rows, 
 static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops(void **state)
 {
     (void)state;
-    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 128, 256, 512};
+    static const int64_t lens[] = {1, 5, 16, 32, 37, 64, 76, 128, 256, 512};
     enum { ROWS = 37 };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
@@ -394,6 +394,68 @@ static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bit
         run_row_node(IR_OP_layer_norm_grad_stats, 4, (const float *const[]){x, dy, mean, rstd}, ROWS, n, y);
         assert_same_floats(y, want, ROWS * n);
         test_free(x), test_free(dy), test_free(y), test_free(want), test_free(gamma), test_free(v0), test_free(v1);
+    }
+}
+
+/* layer_norm (x [rows, n], gamma, beta [n], eps 1e-5) or, op not
+ * layer_norm, its statistic layer_norm_mean or layer_norm_rstd of x ([rows,
+ * 1] into y) by cpu_row_run on one thread, into y. */
+static void run_layer_norm_node(int op, const float *x, const float *gamma, const float *beta, int64_t rows, int64_t n,
+                                float *y)
+{
+    ir_graph *g = ir_graph_new("layer_norm");
+    assert_non_null(g);
+    ir_type rt = {.dtype = ALLOY_F32, .rank = 2, .dims = {rows, n}}, vt = {.dtype = ALLOY_F32, .rank = 1, .dims = {n}};
+    int ids[3] = {ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &rt, "x")->id,
+                  ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &vt, "gamma")->id,
+                  ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &vt, "beta")->id};
+    ir_attr eps = ir_a_float("eps", 1e-5);
+    ir_node *node = ir_add_node(g, op, op == IR_OP_layer_norm ? 3 : 1, ids, op != IR_OP_layer_norm_mean, &eps, NULL, "ln");
+    assert_non_null(node);
+    rt_tensor ts[3] = {{rt, (void *)x}, {vt, (void *)gamma}, {vt, (void *)beta}}, out = {node->type, y};
+    cpu_exec ex = {.nthreads = 1};
+    assert_int_equal(cpu_row_run(&ex, node, &out, ts, rows, NULL, false), ALLOY_OK);
+    ir_graph_free(g);
+}
+
+/* layer_norm with gamma and beta, and its statistics layer_norm_mean and
+ * layer_norm_rstd, over rows whose leaves the CPU adds 8 at a time (16 to
+ * 1024: rows of 64 16 to a batch, 37 rows so the last batch has 5, whose 20
+ * leaves go to the generated function) and rows of uneven trees: the bits
+ * of in-order loops, ((x - mean) rstd) gamma + beta. */
+static void test_f32_layer_norm_with_gamma_and_beta_gives_the_bits_of_in_order_loops(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 5, 16, 32, 37, 64, 128, 200, 256, 512, 1024};
+    enum { ROWS = 37 };
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        int64_t n = lens[l];
+        size_t bytes = sizeof(float) * ROWS * (size_t)n;
+        float *x = test_malloc(bytes), *y = test_malloc(bytes), *want = test_malloc(bytes);
+        float *gamma = test_malloc(sizeof(float) * (size_t)n), *beta = test_malloc(sizeof(float) * (size_t)n);
+        float *v = test_malloc(sizeof(float) * (size_t)n), means[ROWS], rstds[ROWS], got[ROWS];
+        for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)uniform(-3, 5);
+        for (int64_t j = 0; j < n; j++) {
+            gamma[j] = (float)uniform(0.5, 1.5), beta[j] = (float)uniform(-1, 1);
+            x[2 * n + j] = 1000.0f + (float)uniform(0, 0.01); /* a large mean: the shift matters */
+            x[3 * n + j] = j == n / 2 ? NAN : x[3 * n + j];
+            x[4 * n + j] = 0.25f;                              /* constant: variance 0, rstd 1 / sqrt(eps) */
+        }
+        for (int r = 0; r < ROWS; r++) {
+            const float *xr = x + r * n;
+            float mean = pairwise(xr, n) / (float)n;
+            for (int64_t j = 0; j < n; j++) v[j] = (xr[j] - mean) * (xr[j] - mean);
+            float rstd = 1.0f / sqrtf(pairwise(v, n) / (float)n + (float)1e-5);
+            for (int64_t j = 0; j < n; j++) want[r * n + j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+            means[r] = mean, rstds[r] = rstd;
+        }
+        run_layer_norm_node(IR_OP_layer_norm, x, gamma, beta, ROWS, n, y);
+        assert_same_floats(y, want, ROWS * n);
+        run_layer_norm_node(IR_OP_layer_norm_mean, x, NULL, NULL, ROWS, n, got);
+        assert_same_floats(got, means, ROWS);
+        run_layer_norm_node(IR_OP_layer_norm_rstd, x, NULL, NULL, ROWS, n, got);
+        assert_same_floats(got, rstds, ROWS);
+        test_free(x), test_free(y), test_free(want), test_free(gamma), test_free(beta), test_free(v);
     }
 }
 
@@ -481,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops),
+        cmocka_unit_test(test_f32_layer_norm_with_gamma_and_beta_gives_the_bits_of_in_order_loops),
         cmocka_unit_test(test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_loops),
     };
     return cmocka_run_group_tests_name("rows", tests, test_checked_alloc, test_plain_alloc);

@@ -1,4 +1,4 @@
-/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
+/* cpu_row_by_hand.c - f32 row functions written out by hand in place of the generated ones (softmax, softmax_grad, layer_norm, its statistics and layer_norm_grad_stats, cross_entropy and its gradient), the same bits with fewer passes over the row. */
 /* No trapping math here (as in cpu_row_programs.c): these functions' loops,
  * exp included (base/vmath.h), then vectorize on every ISA level, and
  * cpu_rows.h's inline pieces compile with the options they have there. */
@@ -41,87 +41,6 @@ static CPU_VECTOR_CLONES void leaf_sums_products_f32(const float *p, const float
     }
 }
 
-/* The leaf sums of two SUMs at once, 8 leaves of LEAF terms side by side
- * in a 32-byte vector: each 8 x 8 block of terms transposed in registers
- * (unpacks, shufps, 128-bit halves) and added one term of every leaf per
- * addition, so each leaf is still added in order from 0: the same bits as
- * cpu_leaf_sums_float. Both SUMs' chains (4 in all for 16 leaves) run side by
- * side. Only where the CPU has x86-64-v3 (AVX2): GCC makes scalar code of
- * these shuffles for SSE2, whose clone keeps cpu_leaf_sums_float's 4 x 4
- * transposes. oa and ob: 2 m floats in all. wide_leaves() says whether to call it: the library's v3 and v4
- * clones run where __builtin_cpu_supports("x86-64-v3") holds, and a build
- * without clones for one level (bench/row_isa_level.c) knows its own. */
-#if defined(LEAF_TRANSPOSE) && defined(__x86_64__)
-#define LEAF8 1
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
-#define LOAD8(p) (*(const v8f_unaligned *)(const void *)(p)) /* straight from memory, not through a copy */
-#define SH8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
-/* acc (lane l: leaf l of the 8 leaves of LEAF terms at base) += their terms j..j+7 in order */
-#define ADD8_TERMS(acc, base, j)                                                           \
-    {                                                                                      \
-        const float *p_ = (base) + (j);                                                    \
-        v8f a_[8] = {LOAD8(p_), LOAD8(p_ + LEAF), LOAD8(p_ + 2 * LEAF), LOAD8(p_ + 3 * LEAF),  \
-                     LOAD8(p_ + 4 * LEAF), LOAD8(p_ + 5 * LEAF), LOAD8(p_ + 6 * LEAF), LOAD8(p_ + 7 * LEAF)}; \
-        v8f t0 = SH8(a_[0], a_[1], 0, 8, 1, 9, 4, 12, 5, 13), t1 = SH8(a_[0], a_[1], 2, 10, 3, 11, 6, 14, 7, 15); \
-        v8f t2 = SH8(a_[2], a_[3], 0, 8, 1, 9, 4, 12, 5, 13), t3 = SH8(a_[2], a_[3], 2, 10, 3, 11, 6, 14, 7, 15); \
-        v8f t4 = SH8(a_[4], a_[5], 0, 8, 1, 9, 4, 12, 5, 13), t5 = SH8(a_[4], a_[5], 2, 10, 3, 11, 6, 14, 7, 15); \
-        v8f t6 = SH8(a_[6], a_[7], 0, 8, 1, 9, 4, 12, 5, 13), t7 = SH8(a_[6], a_[7], 2, 10, 3, 11, 6, 14, 7, 15); \
-        v8f u0 = SH8(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), u1 = SH8(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15); \
-        v8f u2 = SH8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SH8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15); \
-        v8f u4 = SH8(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SH8(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15); \
-        v8f u6 = SH8(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SH8(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15); \
-        acc += SH8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);                                      \
-        acc += SH8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-        acc += SH8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-        acc += SH8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-        acc += SH8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);                                    \
-    }
-/* o1[0..m), o2[0..m): the sums of the m leaves of LEAF terms at t1, t2 (m a multiple of 8) */
-__attribute__((target("avx2,fma"))) static void leaf8_sums2_f32(const float *ta, const float *tb, int m, float *oa,
-                                                                float *ob)
-{
-    for (int q = 0; q < 2; q++) {
-        const float *t = q ? tb : ta;
-        float *o = q ? ob : oa;
-        int k = 0;
-        for (; k + 16 <= m; k += 16) {
-            const float *b = t + (int64_t)k * LEAF;
-            v8f s0 = {0}, s1 = {0};
-            for (int j = 0; j < LEAF; j += 8) {
-                ADD8_TERMS(s0, b, j)
-                ADD8_TERMS(s1, b + 8 * LEAF, j)
-            }
-            memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 8, &s1, sizeof s1);
-        }
-        for (; k + 8 <= m; k += 8) {
-            v8f s0 = {0};
-            for (int j = 0; j < LEAF; j += 8) ADD8_TERMS(s0, t + (int64_t)k * LEAF, j)
-            memcpy(o + k, &s0, sizeof s0);
-        }
-    }
-}
-#undef ADD8_TERMS
-#undef LOAD8
-#undef SH8
-static bool wide_leaves(void)
-{
-#if defined(ALLOY_NO_VECTOR_CLONES)
-#if defined(__AVX2__) && defined(__FMA__)
-    return true;
-#else
-    return false;
-#endif
-#else
-    return __builtin_cpu_supports("x86-64-v3");
-#endif
-}
-#endif
-
 /* levels_f32's sum of a complete tree of up to 16 leaf sums, in
  * registers: the same pairs of neighbours level by level, without the
  * stores and reloads between levels (a chain of store-to-load forwards,
@@ -140,13 +59,232 @@ static inline float tree_f32(const float *v, int nleaves)
     }
 }
 
-/* layer_norm_grad_stats in f32 as its program computes it: g = dy gamma,
- * h = (x - mean) rstd and the second SUM's terms g h in one pass over the
- * row (the first SUM's terms are g itself), the leaves of each SUM added in
- * one call for the whole batch, each row's leaf sums combined in registers,
- * then dx = rstd (g - mean(g) - h mean(g h)): two passes over each row, the
- * same operations in the same order as the program, the same bits
- * (tests/test_rows.c checks them against in-order loops). */
+/* layer_norm's and layer_norm_grad_stats' sums, 8 leaves of LEAF terms side
+ * by side in a 32-byte vector: each 8 x 8 block of terms transposed in
+ * registers (unpacks, shufps, 128-bit halves) and added one term of every
+ * leaf per addition, so each leaf is still added in order from 0: the same
+ * bits as cpu_leaf_sums_float. Only where the CPU has x86-64-v3 (AVX2),
+ * as wide_leaves() says: GCC makes scalar code of these shuffles for SSE2,
+ * whose clone runs the generated functions (or, for the gradient, the
+ * 4 x 4 transposes of cpu_leaf_sums_float). */
+#if defined(LEAF_TRANSPOSE) && defined(__x86_64__)
+#define LEAF8 1
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
+#define LOAD8(p) (*(const v8f_unaligned *)(const void *)(p)) /* straight from memory, not through a copy */
+#define SH8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+/* tr[q] (q = 0..7; lane l: term q of a[l]) = the 8 x 8 transpose of the
+ * vectors a[0..8) in registers */
+#define TRANSPOSE8_REGS(tr, a_)                                                            \
+    {                                                                                      \
+        v8f t0 = SH8(a_[0], a_[1], 0, 8, 1, 9, 4, 12, 5, 13), t1 = SH8(a_[0], a_[1], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t2 = SH8(a_[2], a_[3], 0, 8, 1, 9, 4, 12, 5, 13), t3 = SH8(a_[2], a_[3], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t4 = SH8(a_[4], a_[5], 0, 8, 1, 9, 4, 12, 5, 13), t5 = SH8(a_[4], a_[5], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t6 = SH8(a_[6], a_[7], 0, 8, 1, 9, 4, 12, 5, 13), t7 = SH8(a_[6], a_[7], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f u0 = SH8(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), u1 = SH8(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15); \
+        v8f u2 = SH8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SH8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15); \
+        v8f u4 = SH8(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SH8(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15); \
+        v8f u6 = SH8(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SH8(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15); \
+        tr[0] = SH8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[1] = SH8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[2] = SH8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[3] = SH8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);                                     \
+        tr[4] = SH8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+        tr[5] = SH8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+        tr[6] = SH8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+        tr[7] = SH8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
+    }
+/* tr[q] (lane l: leaf l of the 8 leaves of LEAF terms at base) = their term
+ * j + q */
+#define TRANSPOSE8(tr, base, j)                                                            \
+    {                                                                                      \
+        const float *p_ = (base) + (j);                                                    \
+        v8f a8_[8] = {LOAD8(p_), LOAD8(p_ + LEAF), LOAD8(p_ + 2 * LEAF), LOAD8(p_ + 3 * LEAF), \
+                      LOAD8(p_ + 4 * LEAF), LOAD8(p_ + 5 * LEAF), LOAD8(p_ + 6 * LEAF), LOAD8(p_ + 7 * LEAF)}; \
+        TRANSPOSE8_REGS(tr, a8_)                                                           \
+    }
+/* whether the AVX2 functions here run: the library's v3 and v4 clones run
+ * where the CPU has x86-64-v3, and a build without clones for one level
+ * (bench/row_isa_level.c) knows its own */
+static bool wide_leaves(void)
+{
+#if defined(ALLOY_NO_VECTOR_CLONES)
+#if defined(__AVX2__) && defined(__FMA__)
+    return true;
+#else
+    return false;
+#endif
+#else
+    return __builtin_cpu_supports("x86-64-v3");
+#endif
+}
+
+/* Whether layer_norm_stats8_f32 takes the call's rows: a complete tree of
+ * leaves of LEAF, the call's leaves a multiple of 8, a CPU with AVX2 */
+static bool layer_norm_stats8_fits(const row_args *r)
+{
+    return !r->causal && r->balanced && r->leaf[0] == LEAF && (r->nleaves * r->nb) % 8 == 0 && wide_leaves();
+}
+
+/* layer_norm's two sums over the call's rows as its program adds them
+ * (SUM(0, X(0)), then SUM(2, (X(0) - S(1)) (X(0) - S(1)))), their leaves 8
+ * at a time: each 8 x 8 block of x transposed once (TRANSPOSE8), its leaves
+ * added one term of every leaf per addition and the transposed block kept
+ * in r->terms, from where the second sum's terms are made lane by lane
+ * (lane l: the mean of leaf l's row). Each leaf is still added in order
+ * from 0 and each row's leaf sums combined as levels_f32 does: the same
+ * bits. The row's mean and rstd into mean[b], rstd[b] (rstd NULL: the mean
+ * alone). Only where layer_norm_stats8_fits (layer_norm_stats8_f32 below). */
+static inline __attribute__((always_inline)) void layer_norm_stats8_body(const row_args *r, float *mean, float *rstd)
+{
+    typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+    const float *x = r->x[0];
+    const int nl = r->nleaves, m = nl * r->nb;
+    float *ls = r->tmp, *xt = r->terms;
+    for (int k = 0; k < m; k += 8) {
+        const float *b = x + (int64_t)k * LEAF;
+        v8f_u *t = (v8f_u *)(void *)(xt + (int64_t)k * LEAF);
+        v8f s = {0};
+        for (int j = 0; j < LEAF; j += 8) {
+            v8f tr[8];
+            TRANSPOSE8(tr, b, j)
+            for (int q = 0; q < 8; q++) s += tr[q], t[j + q] = tr[q];
+        }
+        *(v8f_u *)(void *)(ls + k) = s;
+    }
+    for (int b = 0; b < r->nb; b++) mean[b] = tree_f32(ls + b * nl, nl) / (float)r->n;
+    if (!rstd) return;
+    for (int k = 0; k < m; k += 8) {
+        const v8f_u *t = (const v8f_u *)(const void *)(xt + (int64_t)k * LEAF);
+        const float *mk = mean + k / nl; /* the means of the rows of leaves k..k+7 */
+        v8f mv;
+        switch (nl) { /* a power of 2: 8 or more leaves to a row, or 4, 2, 1 */
+        case 4: mv = (v8f){mk[0], mk[0], mk[0], mk[0], mk[1], mk[1], mk[1], mk[1]}; break;
+        case 2: mv = (v8f){mk[0], mk[0], mk[1], mk[1], mk[2], mk[2], mk[3], mk[3]}; break;
+        case 1: mv = (v8f){mk[0], mk[1], mk[2], mk[3], mk[4], mk[5], mk[6], mk[7]}; break;
+        default: mv = (v8f){0} + mk[0];
+        }
+        v8f s = {0};
+        for (int q = 0; q < LEAF; q++) {
+            v8f d = t[q] - mv;
+            s += d * d;
+        }
+        *(v8f_u *)(void *)(ls + k) = s;
+    }
+    const float eps = (float)r->p[0];
+    for (int b = 0; b < r->nb; b++) rstd[b] = 1.0f / sqrtf(tree_f32(ls + b * nl, nl) / (float)r->n + eps);
+}
+
+/* layer_norm_grad_stats' two sums over the call's rows as its program adds
+ * them (SUM(0, g), SUM(2, g h) with g = dy gamma, h = (x - mean) rstd), their
+ * leaves 8 at a time: each leaf's 8 terms made in a vector from x, dy and
+ * gamma where they lie, 8 leaves' vectors of g and of g h transposed in
+ * registers and added one term of every leaf per addition: no g, h or g h
+ * written out. Each leaf is still added in order from 0 and each row's leaf
+ * sums combined as levels_f32 does: the same bits. Each row's sum(g) / n
+ * and sum(g h) / n into s1[b], s3[b]. Only where layer_norm_stats8_fits. */
+static inline __attribute__((always_inline)) void layer_norm_grad_sums8_body(const row_args *r, float *s1, float *s3)
+{
+    const float *x = r->x[0], *dy = r->x[1], *gamma = r->nin > 4 ? r->x[4] : NULL;
+    const int nl = r->nleaves, m = nl * r->nb;
+    float *ls1 = r->tmp, *ls3 = ls1 + m; /* r->tmp holds a batch's elements, 16 times its leaves */
+    float mean[ROW_BATCH], rstd[ROW_BATCH];
+    for (int b = 0; b < r->nb; b++) mean[b] = (float)r->w[b][2], rstd[b] = (float)r->w[b][3];
+    int shift = 0; /* leaf L of the call is in row L >> shift (nl a power of 2) */
+    while ((1 << shift) < nl) shift++;
+    for (int k = 0; k < m; k += 8) {
+        v8f a1 = {0}, a3 = {0};
+        for (int j = 0; j < LEAF; j += 8) {
+            v8f g[8], gh[8];
+            const int64_t at = (int64_t)k * LEAF + j;
+            const float *gm = gamma ? gamma + (k & (nl - 1)) * LEAF + j : NULL; /* leaf q's: gm + q LEAF (nl >= 8) */
+            if (nl >= 8) { /* the 8 leaves in one row */
+                const float mb = mean[k >> shift], rb = rstd[k >> shift];
+                for (int q = 0; q < 8; q++) {
+                    v8f d = LOAD8(dy + at + q * LEAF);
+                    v8f gq = gamma ? d * LOAD8(gm + q * LEAF) : d;
+                    g[q] = gq, gh[q] = gq * ((LOAD8(x + at + q * LEAF) - mb) * rb);
+                }
+            } else
+                for (int q = 0; q < 8; q++) {
+                    int b = (k + q) >> shift;
+                    v8f d = LOAD8(dy + at + q * LEAF);
+                    v8f gq = gamma ? d * LOAD8(gamma + (q & (nl - 1)) * LEAF + j) : d;
+                    g[q] = gq, gh[q] = gq * ((LOAD8(x + at + q * LEAF) - mean[b]) * rstd[b]);
+                }
+            v8f tr[8];
+            TRANSPOSE8_REGS(tr, g)
+            for (int q = 0; q < 8; q++) a1 += tr[q];
+            TRANSPOSE8_REGS(tr, gh)
+            for (int q = 0; q < 8; q++) a3 += tr[q];
+        }
+        memcpy(ls1 + k, &a1, sizeof a1), memcpy(ls3 + k, &a3, sizeof a3);
+    }
+    for (int b = 0; b < r->nb; b++) {
+        s1[b] = tree_f32(ls1 + b * nl, nl) / (float)r->n;
+        s3[b] = tree_f32(ls3 + b * nl, nl) / (float)r->n;
+    }
+}
+
+/* The two functions above compiled for x86-64-v3 and for x86-64-v4 (the
+ * same vectors of 8; v4's 32 registers hold a block's 16 vectors of g and g
+ * h without spills), the one the CPU runs chosen as the library's clones
+ * are: the same bits either way. */
+__attribute__((target("avx2,fma"))) static void layer_norm_stats8_v3(const row_args *r, float *mean, float *rstd)
+{
+    layer_norm_stats8_body(r, mean, rstd);
+}
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_stats8_v4(const row_args *r, float *mean, float *rstd)
+{
+    layer_norm_stats8_body(r, mean, rstd);
+}
+__attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_v3(const row_args *r, float *s1, float *s3)
+{
+    layer_norm_grad_sums8_body(r, s1, s3);
+}
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_grad_sums8_v4(const row_args *r, float *s1, float *s3)
+{
+    layer_norm_grad_sums8_body(r, s1, s3);
+}
+static bool wide512(void)
+{
+#if defined(ALLOY_NO_VECTOR_CLONES)
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+    return true;
+#else
+    return false;
+#endif
+#else
+    return __builtin_cpu_supports("x86-64-v4");
+#endif
+}
+static void layer_norm_stats8_f32(const row_args *r, float *mean, float *rstd)
+{
+    if (wide512()) layer_norm_stats8_v4(r, mean, rstd);
+    else layer_norm_stats8_v3(r, mean, rstd);
+}
+static void layer_norm_grad_sums8_f32(const row_args *r, float *s1, float *s3)
+{
+    if (wide512()) layer_norm_grad_sums8_v4(r, s1, s3);
+    else layer_norm_grad_sums8_v3(r, s1, s3);
+}
+#undef TRANSPOSE8
+#undef TRANSPOSE8_REGS
+#undef LOAD8
+#undef SH8
+#endif
+
+/* layer_norm_grad_stats in f32 as its program computes it, dx = rstd (g -
+ * mean(g) - h mean(g h)) with g = dy gamma, h = (x - mean) rstd. Where the
+ * rows' leaves go 8 at a time, both sums from x, dy and gamma where they
+ * lie (layer_norm_grad_sums8_f32), then g and h made again in the loop
+ * that stores dx: no buffers. Else g, h and the second SUM's terms g h in
+ * one pass over the row (the first SUM's terms are g itself), the leaves of
+ * each SUM added in one call for the whole batch, each row's leaf sums
+ * combined in registers, then dx. The same operations in the same order as
+ * the program, the same bits (tests/test_rows.c checks them against
+ * in-order loops). */
 #define LN_GRAD_TERMS(G)                                                                   \
     IVDEP for (int64_t i = 0; i < n; i++) {                                                \
         float g_ = (G), h_ = (x[i] - mean) * rstd;                                         \
@@ -156,6 +294,23 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
 {
     const int64_t n = r->n;
     const float *gamma = r->nin > 4 ? r->x[4] : NULL;
+#if defined(LEAF8)
+    if (layer_norm_stats8_fits(r)) { /* the sums from x, dy and gamma where they lie, then dx */
+        float m1[ROW_BATCH], m3[ROW_BATCH];
+        layer_norm_grad_sums8_f32(r, m1, m3);
+        for (int b = 0; b < r->nb; b++) {
+            const float *x = (const float *)r->x[0] + b * n, *dy = (const float *)r->x[1] + b * n;
+            float *y = (float *)r->y + b * n, mean = (float)r->w[b][2], rstd = (float)r->w[b][3];
+            const float s1 = m1[b], s3 = m3[b];
+            if (gamma) {
+                IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (dy[i] * gamma[i] - s1 - (x[i] - mean) * rstd * s3);
+            } else {
+                IVDEP for (int64_t i = 0; i < n; i++) y[i] = rstd * (dy[i] - s1 - (x[i] - mean) * rstd * s3);
+            }
+        }
+        return;
+    }
+#endif
     float *g = r->v[0], *h = r->v[1], *gh = (float *)r->terms, *leaf_sums = r->tmp;
     float s1[ROW_BATCH], s3[ROW_BATCH];
     for (int b = 0; b < r->nb; b++) {
@@ -170,22 +325,10 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
     }
     float *sums[2] = {s1, s3};
     const float *terms[2] = {g, gh};
-    int m = r->nleaves * r->nb;
-    /* both SUMs' leaves at once where they are leaves of LEAF: r->tmp holds a
-     * batch's elements, 16 times their leaves, room for both; else one SUM
-     * after the other in the same place */
-    float *leaf_sums2 = leaf_sums;
-#if defined(LEAF8)
-    bool both = r->balanced && r->leaf[0] == LEAF && m % 8 == 0 && wide_leaves();
-    if (both) leaf_sums2 = leaf_sums + m, leaf8_sums2_f32(g, gh, m, leaf_sums, leaf_sums2);
-#else
-    bool both = false;
-#endif
     for (int q = 0; q < 2; q++) {
-        float *ls = q ? leaf_sums2 : leaf_sums;
-        if (!both) cpu_leaf_sums_float(terms[q], r->leaf, m, ls);
+        cpu_leaf_sums_float(terms[q], r->leaf, r->nleaves * r->nb, leaf_sums);
         for (int b = 0; b < r->nb; b++) {
-            float *l = ls + b * r->nleaves;
+            float *l = leaf_sums + b * r->nleaves;
             int k = 0;
             sums[q][b] = (r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k)) / (float)n;
         }
@@ -197,6 +340,64 @@ static CPU_VECTOR_CLONES void row_layer_norm_grad_stats_one_pass_f32(const row_a
     }
 }
 #undef LN_GRAD_TERMS
+
+/* layer_norm in f32 as its program computes it (SUM(0, X(0)) LET(1, S(0) /
+ * N) SUM(2, (X(0) - S(1)) (X(0) - S(1))) LET(3, 1 / sqrt(S(2) / N + eps))
+ * OUT((X(0) - S(1)) S(3) gamma + beta)): where the rows' leaves go 8 at a
+ * time (layer_norm_stats8_f32), x is read once for both sums and the
+ * program's copies of x and of the squared differences into the terms
+ * buffer are gone; else the generated function. The same operations in
+ * the same order, the same bits (tests/test_rows.c checks them against
+ * in-order loops). */
+static CPU_VECTOR_CLONES void row_layer_norm_by_hand_f32(const row_args *r)
+{
+#if defined(LEAF8)
+    if (layer_norm_stats8_fits(r)) {
+        const int64_t n = r->n;
+        float mean[ROW_BATCH], rstd[ROW_BATCH];
+        layer_norm_stats8_f32(r, mean, rstd);
+        const float *gamma = r->x[1], *beta = r->x[2];
+        for (int b = 0; b < r->nb; b++) {
+            const float *x = (const float *)r->x[0] + b * n;
+            float *y = (float *)r->y + b * n, mb = mean[b], sb = rstd[b];
+            if (r->nin > 2) {
+                IVDEP for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mb) * sb * gamma[i] + beta[i];
+            } else {
+                IVDEP for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mb) * sb;
+            }
+        }
+        return;
+    }
+#endif
+    cpu_row_fns[IR_OP_layer_norm].f32(r);
+}
+
+/* layer_norm_mean and layer_norm_rstd in f32 (the statistics a layer_norm
+ * keeps for its gradient: its program's first stages, then KEEP), from
+ * layer_norm_stats8_f32 where it takes the rows, else the generated
+ * functions: the same bits as layer_norm's own mean and rstd. */
+static CPU_VECTOR_CLONES void row_layer_norm_mean_by_hand_f32(const row_args *r)
+{
+#if defined(LEAF8)
+    if (layer_norm_stats8_fits(r)) {
+        layer_norm_stats8_f32(r, r->y, NULL);
+        return;
+    }
+#endif
+    cpu_row_fns[IR_OP_layer_norm_mean].f32(r);
+}
+
+static CPU_VECTOR_CLONES void row_layer_norm_rstd_by_hand_f32(const row_args *r)
+{
+#if defined(LEAF8)
+    if (layer_norm_stats8_fits(r)) {
+        float mean[ROW_BATCH];
+        layer_norm_stats8_f32(r, mean, r->y);
+        return;
+    }
+#endif
+    cpu_row_fns[IR_OP_layer_norm_rstd].f32(r);
+}
 
 /* The sum of a row's terms t[0..n) as a SUM adds them (the leaf list of
  * one row, n as r->n). */
@@ -383,8 +584,39 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
 /* f32 row functions written out by hand in place of the generated one */
 const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
+    [IR_OP_layer_norm] = row_layer_norm_by_hand_f32,
+    [IR_OP_layer_norm_mean] = row_layer_norm_mean_by_hand_f32,
+    [IR_OP_layer_norm_rstd] = row_layer_norm_rstd_by_hand_f32,
     [IR_OP_softmax] = row_softmax_by_hand_f32,
     [IR_OP_softmax_grad] = row_softmax_grad_by_hand_f32,
     [IR_OP_cross_entropy] = row_cross_entropy_by_hand_f32,
     [IR_OP_cross_entropy_grad] = row_cross_entropy_grad_by_hand_f32,
 };
+
+/* Elements of short rows per call for the f32 functions above that run
+ * several rows side by side, where not 0 (wide: only where their AVX2 code
+ * runs). layer_norm's two sums are a chain of dependent steps per row (leaf
+ * sums, mean, leaf sums, rstd), and so are layer_norm_grad_stats' two sums
+ * and its output; 4 rows of 256 at a time overlap their chains. The
+ * generated layer_norm_grad_stats keeps ROW_BATCH_ELEMS: its buffers of g,
+ * h and g h 4 KiB apart would alias. */
+static const struct {
+    int elems;
+    bool wide;
+} batch_elems[IR_OP_COUNT] = {
+    [IR_OP_layer_norm] = {1024, false},
+    [IR_OP_layer_norm_mean] = {1024, false},
+    [IR_OP_layer_norm_rstd] = {1024, false},
+    [IR_OP_layer_norm_grad_stats] = {1024, true},
+};
+
+int64_t cpu_row_f32_batch_elems(int op)
+{
+    if (!batch_elems[op].elems) return ROW_BATCH_ELEMS;
+#if defined(LEAF8)
+    if (batch_elems[op].wide && !wide_leaves()) return ROW_BATCH_ELEMS;
+#else
+    if (batch_elems[op].wide) return ROW_BATCH_ELEMS;
+#endif
+    return batch_elems[op].elems;
+}

@@ -137,7 +137,8 @@ LEAF_SUMS(double)
         IVDEP for (int64_t i = 0; i < n_; i++) y_[i] = (T)(e);                             \
         for (int64_t i = n_; i < r->n; i++) y_[i] = 0;                                     \
     })
-/* the per-row values (a program with one of these gets one row per call) */
+/* the per-row values: RESULT and WEIGHT get one row per call; KEEP's
+ * rows may come in a batch, each row's value at r->y[b] */
 #define RESULT(e)                                                                          \
     EACH_ROW_DO({                                                                          \
         const int64_t i = 0;                                                               \
@@ -148,7 +149,7 @@ LEAF_SUMS(double)
     EACH_ROW_DO({                                                                          \
         const int64_t i = 0;                                                               \
         (void)i;                                                                           \
-        *(T *)r->y = (T)(e);                                                               \
+        ((T *)r->y)[b_] = (T)(e);                                                          \
     })
 #define WEIGHT(e)                                                                          \
     EACH_ROW_DO({                                                                          \

@@ -101,10 +101,12 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "%s: its row program needs more slots than the CPU has",
                         ir_ops[n->op].name);
     /* short rows along the last axis, ROW_BATCH at a time, for programs
-     * whose rows need nothing of their own but their w operands */
-    bool batchable = inner == 1 && !sum.per_row_result && !sum.per_row_value && !sum.by_position;
+     * whose rows need nothing of their own but their w operands (a KEEP
+     * stage's values: one per row of the batch); ROW_BATCH_ELEMS elements,
+     * or what the op's f32 function by hand asks for */
+    bool batchable = inner == 1 && !sum.per_row_result && !sum.by_position;
     for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
-    int64_t nb = batchable ? ROW_BATCH_ELEMS / len : 1;
+    int64_t nb = batchable ? (wide ? ROW_BATCH_ELEMS : cpu_row_f32_batch_elems(n->op)) / len : 1;
     nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
     row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims, .causal = causal};
     int np = 0;
@@ -202,7 +204,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
                     memcpy((char *)slabs[n->nin] + ((size_t)(i * inner + c)) * cs, (char *)r.y + (size_t)i * cs, cs);
         }
         if (sum.per_row_value) /* one value per row (rows run along the last axis: inner is 1) */
-            cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * out_es, 1);
+            cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * out_es, r.nb);
         else if (!sum.per_row_result && !direct_out)
             cpu_store_compute(wide, out->type.dtype, slabs[n->nin], (char *)out->data + (size_t)o * slab * out_es,
                               (int64_t)slab * r.nb);

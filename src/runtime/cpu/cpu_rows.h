@@ -78,6 +78,10 @@ AL_HIDDEN extern const struct row_fn_pair {
 /* f32 row functions written out by hand in place of cpu_row_fns[op].f32
  * where not NULL (cpu_row_by_hand.c): the same bits. */
 AL_HIDDEN extern const row_fn cpu_row_f32_by_hand[IR_OP_COUNT];
+/* Elements of short rows per call (at most ROW_BATCH rows) of op's f32
+ * function: ROW_BATCH_ELEMS, or more for those by hand whose row is a chain
+ * of dependent steps, to run several rows side by side (cpu_row_by_hand.c). */
+AL_HIDDEN int64_t cpu_row_f32_batch_elems(int op);
 /* A SUM's leaf sums: out[l] = the terms t of leaf l (of the nleaves whose
  * lengths leaf[] lists, one after another in t) added in order from 0
  * (cpu_row_programs.c). */
