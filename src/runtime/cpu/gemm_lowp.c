@@ -127,6 +127,60 @@ static void pack_f32(const strip_src *s, int R, int64_t p0, int64_t p1, float *r
         for (int64_t p = p0; p < p1; p++) memset(dst + p * R + s->rows, 0, sizeof(float) * (size_t)(R - s->rows));
 }
 
+/* ---- bench-only: per-shape CPU time (built with -DALLOY_GEMM_PROFILE) ---- */
+
+#ifdef ALLOY_GEMM_PROFILE
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* One row per distinct product: the calling thread's CPU seconds in the
+ * pack and tile phases (meaningful at 1 thread), printed at exit to
+ * stderr. Not thread-safe: a profiling build's 1-thread runs only. */
+typedef struct prof_row {
+    int64_t m, n, k, batches;
+    bool ta, tb, bcast_a, bcast_b;
+    alloy_dtype out;
+    int64_t calls;
+    double pack_s, tile_s;
+} prof_row;
+enum { PROF_ROWS = 128 };
+static prof_row prof[PROF_ROWS];
+static int nprof;
+
+static double prof_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void prof_print(void)
+{
+    fprintf(stderr, "gemm_lowp profile: m n k batches ta tb bcast_a bcast_b out calls pack_ms tile_ms\n");
+    for (int i = 0; i < nprof; i++) {
+        const prof_row *p = &prof[i];
+        fprintf(stderr, "gemm_lowp profile: %lld %lld %lld %lld %d %d %d %d %s %lld %.3f %.3f\n", (long long)p->m,
+                (long long)p->n, (long long)p->k, (long long)p->batches, p->ta, p->tb, p->bcast_a, p->bcast_b,
+                alloy_dtype_name(p->out), (long long)p->calls, 1e3 * p->pack_s, 1e3 * p->tile_s);
+    }
+}
+
+static prof_row *prof_find(const gemm_lowp_args *g, int64_t batches, bool bca, bool bcb)
+{
+    for (int i = 0; i < nprof; i++) {
+        prof_row *p = &prof[i];
+        if (p->m == g->m && p->n == g->n && p->k == g->k && p->batches == batches && p->ta == g->ta &&
+            p->tb == g->tb && p->bcast_a == bca && p->bcast_b == bcb && p->out == g->out_dtype)
+            return p;
+    }
+    if (nprof == PROF_ROWS) return NULL;
+    if (nprof == 0) atexit(prof_print);
+    prof[nprof] = (prof_row){g->m, g->n, g->k, batches, g->ta, g->tb, bca, bcb, g->out_dtype, 0, 0.0, 0.0};
+    return &prof[nprof++];
+}
+#endif
+
 /* ---- one run ---- */
 
 typedef struct lowp_run {
@@ -138,6 +192,7 @@ typedef struct lowp_run {
     int64_t mstrips, nstrips;    /* per copy */
     size_t a_strip, b_strip;     /* bytes of one packed strip */
     int64_t a_groups, b_groups;  /* pack jobs per copy */
+    int64_t a_per_job, b_per_job; /* strips per pack job */
     int64_t mc, nc, mblocks, nblocks;
     char *apack, *bpack;
     int64_t ldt;                 /* row stride of a tile buffer */
@@ -187,10 +242,15 @@ static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip
     else pack_f32(&s, R, done, u1, (float *)(void *)dst);
 }
 
-/* Pack job j: PACK_STRIPS strips of one copy of A (the first jobs) or B.
- * Where a strip's rows are contiguous in k each strip goes whole; else the
- * strips go UNITS_AT_ONCE units at a time, so that every row of op(X)
- * read is read along all the job's strips at once. */
+/* Whether op(X)'s strips have their rows contiguous in k (A not
+ * transposed, B transposed); else each k is a contiguous row of X. */
+static bool k_rows(const gemm_lowp_args *g, bool is_a) { return is_a ? !g->ta : g->tb; }
+
+/* Pack job j: a_per_job (b_per_job) strips of one copy of A (the first
+ * jobs) or B. Where a strip's rows are contiguous in k each strip goes
+ * whole; else the strips go UNITS_AT_ONCE units at a time, so that every
+ * row of X read is read along all the job's strips at once (all the
+ * strips of a copy at one thread: each row of X streamed once). */
 static void pack_job(void *arg, int64_t j, int thread)
 {
     (void)thread;
@@ -200,9 +260,9 @@ static void pack_job(void *arg, int64_t j, int thread)
     bool is_a = j < r->a_copies * r->a_groups;
     if (!is_a) j -= r->a_copies * r->a_groups;
     int64_t groups = is_a ? r->a_groups : r->b_groups, strips = is_a ? r->mstrips : r->nstrips;
-    int64_t copy = j / groups, s0 = j % groups * PACK_STRIPS, s1 = min64(s0 + PACK_STRIPS, strips);
-    bool k_rows = is_a ? !g->ta : g->tb;
-    int64_t step = k_rows ? r->kunits : UNITS_AT_ONCE;
+    int64_t per = is_a ? r->a_per_job : r->b_per_job;
+    int64_t copy = j / groups, s0 = j % groups * per, s1 = min64(s0 + per, strips);
+    int64_t step = k_rows(g, is_a) ? r->kunits : UNITS_AT_ONCE;
     for (int64_t u0 = 0; u0 < r->kunits; u0 += step)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
@@ -334,7 +394,6 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     /* and the slack a kernel's packing may write past a strip */
     r.a_strip = (size_t)(r.kunits * kn->mr * kn->ku * kn->esize) + ALIGN;
     r.b_strip = (size_t)(r.kunits * kn->nr * kn->ku * kn->esize) + ALIGN;
-    r.a_groups = cdiv(r.mstrips, PACK_STRIPS), r.b_groups = cdiv(r.nstrips, PACK_STRIPS);
     r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
     r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);
     r.mblocks = cdiv(g->m, r.mc), r.nblocks = cdiv(g->n, r.nc);
@@ -342,6 +401,12 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
     int nt = w ? pick_threads(threads, macs, tiles) : 1;
     if (nt > 1) nt = cpu_workers_threads(w, nt);
+    /* strips read along k go PACK_STRIPS to a job; strips cut across rows
+     * of X go all of a copy to a job, or a share per thread when there is
+     * one copy */
+    r.a_per_job = k_rows(g, true) ? PACK_STRIPS : r.a_copies > 1 ? r.mstrips : cdiv(r.mstrips, nt);
+    r.b_per_job = k_rows(g, false) ? PACK_STRIPS : r.b_copies > 1 ? r.nstrips : cdiv(r.nstrips, nt);
+    r.a_groups = cdiv(r.mstrips, r.a_per_job), r.b_groups = cdiv(r.nstrips, r.b_per_job);
 
     size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
     size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
@@ -351,8 +416,18 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     char *buf = scratch(w, apack + bpack + ctile, &own);
     if (!buf) return ALLOY_ERR_OOM;
     r.apack = buf, r.bpack = buf + apack, r.ctile = (float *)(void *)(buf + apack + bpack);
+#ifdef ALLOY_GEMM_PROFILE
+    prof_row *pr = prof_find(g, batches, r.a_copies == 1 && batches > 1, r.b_copies == 1 && batches > 1);
+    double t0 = prof_now();
+#endif
     cpu_workers_run(w, nt, r.a_copies * r.a_groups + r.b_copies * r.b_groups, pack_job, &r);
+#ifdef ALLOY_GEMM_PROFILE
+    double t1 = prof_now();
+#endif
     cpu_workers_run(w, nt, tiles, tile_job, &r);
+#ifdef ALLOY_GEMM_PROFILE
+    if (pr) pr->calls++, pr->pack_s += t1 - t0, pr->tile_s += prof_now() - t1;
+#endif
     al_free(own);
     return ALLOY_OK;
 }

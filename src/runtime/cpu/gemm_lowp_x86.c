@@ -50,29 +50,60 @@ enum { A_AHEAD = MR * 16 };
 #define ZERO_ROW(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
 
 /* bf16: each unit is a k pair; A holds MR 32-bit pairs, B NR of them, and
- * vdpbf16ps adds both products of a pair into the f32 accumulator. */
+ * vdpbf16ps adds both products of a pair into the f32 accumulator. ROWS
+ * and HALVES (constants where the shape's kernel is inlined) leave out the
+ * rows past an edge tile's last and the second 16 columns: each sum that
+ * is kept runs through the same multiply-adds in the same order. */
 #define BF16_ROW(i)                                                                                \
-    {                                                                                              \
+    if (i < ROWS) {                                                                                \
         __m512bh ai = (__m512bh)_mm512_set1_epi32(ap[i]);                                          \
         c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                             \
-        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                                             \
+        if (HALVES == 2) c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                            \
+    }
+#define BF16_LOOP                                                                                  \
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {                                 \
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);                                   \
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);                                            \
+        __m512bh b1 = HALVES == 2 ? (__m512bh)_mm512_loadu_si512(bp + 64) : b0;                    \
+        FOR_ROWS(BF16_ROW)                                                                         \
     }
 
-TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
-                                  int mr, int nr, bool add)
+/* The edge tiles' kernels: at most EDGE_ROWS rows, or 16 columns (the
+ * attention's 64-row products: 4 x 14 + 8; a 76-wide head: 32 + 32 + 12). */
+enum { EDGE_ROWS = 8 };
+
+/* Calls name##_shape(ROWS, HALVES, args) with the smallest shape that
+ * holds mr x nr. */
+#define BY_SHAPE(name, ...)                                                                        \
+    do {                                                                                           \
+        if (mr <= EDGE_ROWS) {                                                                     \
+            if (nr <= 16) name##_shape(EDGE_ROWS, 1, __VA_ARGS__);                                 \
+            else name##_shape(EDGE_ROWS, 2, __VA_ARGS__);                                          \
+        } else if (nr <= 16) {                                                                     \
+            name##_shape(MR, 1, __VA_ARGS__);                                                      \
+        } else {                                                                                   \
+            name##_shape(MR, 2, __VA_ARGS__);                                                      \
+        }                                                                                          \
+    } while (0)
+
+TARGET_BF16 static inline __attribute__((always_inline)) void
+tile_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a, const void *b, float *c,
+                int64_t ldc, int mr, int nr, bool add)
 {
     const int32_t *ap = a;
     const char *bp = b;
     FOR_ROWS(PREFETCH_ROW)
     FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
-        FOR_ROWS(BF16_ROW)
-    }
+    BF16_LOOP
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
     FOR_ROWS(STORE_ROW)
+}
+
+TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
+                                  int mr, int nr, bool add)
+{
+    BY_SHAPE(tile_bf16, kunits, a, b, c, ldc, mr, nr, add);
 }
 
 #define F32_ROW(i)                                                                                 \
@@ -161,20 +192,23 @@ TILE_F32_ROUNDED(tile_f32_to_f16, STORE_ROW_F16)
 TILE_F32_ROUNDED(tile_f32_to_bf16, STORE_ROW_BF16)
 
 /* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
-TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
-                                          int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
+TARGET_BF16 static inline __attribute__((always_inline)) void
+tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a, const void *b,
+                        const float *cin, int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
 {
     const int32_t *ap = a;
     const char *bp = b;
     FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
-        FOR_ROWS(BF16_ROW)
-    }
+    BF16_LOOP
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
     FOR_ROWS(STORE_ROW_BF16)
+}
+
+TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
+                                          int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
+{
+    BY_SHAPE(tile_bf16_to_bf16, kunits, a, b, cin, ldin, out, ldo, mr, nr);
 }
 
 /* ---- packing: 16 x 16 transposes of 32-bit words for k-contiguous rows,
@@ -232,6 +266,7 @@ TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, in
             __m512i v[16];
             for (int i = 0; i < 16; i++) {
                 const uint16_t *src = s->base + (r0 + i) * s->rs + bl * (pairs ? 32 : 16);
+                _mm_prefetch((const char *)(src + 64), _MM_HINT_T0);
                 v[i] = r0 + i >= s->rows ? _mm512_setzero_si512()
                        : pairs           ? _mm512_loadu_si512(src)
                                          : load16_f32(s->dt, src);
@@ -262,6 +297,8 @@ TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t u0, 
             bool whole = s->readable - r0 >= 32;
             __mmask32 lm = first32(s->rows - r0);
             const uint16_t *k0 = s->base + 2 * p * s->ks + r0, *k1 = k0 + s->ks;
+            _mm_prefetch((const char *)(k0 + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(k1 + 64), _MM_HINT_T0);
             __m512i x0 = 2 * p >= s->k ? _mm512_setzero_si512()
                          : whole       ? _mm512_loadu_si512(k0)
                                        : _mm512_maskz_loadu_epi16(lm, k0);
