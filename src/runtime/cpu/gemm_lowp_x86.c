@@ -191,6 +191,35 @@ TILE_F32_ROUNDED(tile_f32_to_f16, STORE_ROW_F16)
 /* A bf16 C from the avx512 kernel on bf16 operands (lowp_kernel.tile_bf16). */
 TILE_F32_ROUNDED(tile_f32_to_bf16, STORE_ROW_BF16)
 
+/* 32 f32 sums (lo's 16, then hi's) rounded to bf16 as round_bf16 does:
+ * vcvtne2ps2bf16 rounds to nearest even, overflows to inf and quiets a
+ * NaN as cvt_f32_bits_to_bf16 does, but takes a subnormal for zero: a
+ * tile row with one goes through round_bf16 instead. */
+TARGET_BF16 static inline __m512i round2_bf16(__m512 lo, __m512 hi)
+{
+    __m512i xl = _mm512_castps_si512(lo), xh = _mm512_castps_si512(hi);
+    __m512i mag = _mm512_set1_epi32(0x7fffffff), expo = _mm512_set1_epi32(0x7f800000);
+    __mmask16 sl = _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(xl, mag), xl, expo);
+    __mmask16 sh = _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(xh, mag), xh, expo);
+    if (__builtin_expect((sl | sh) != 0, 0))
+        return _mm512_inserti64x4(_mm512_castsi256_si512(round_bf16(lo)), round_bf16(hi), 1);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* Row i of a bf16 C by round2_bf16: one store of the row's 32 halves. */
+#define STORE_ROW_BF16_NE(i)                                                                       \
+    if (i < mr) {                                                                                  \
+        if (cin) {                                                                                 \
+            const float *ci = cin + (int64_t)(i) * ldin;                                           \
+            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
+            if (HALVES == 2) c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16)); \
+        }                                                                                          \
+        uint16_t *oi = out + (int64_t)(i) * ldo;                                                   \
+        __m512i h = round2_bf16(c##i##_0, c##i##_1);                                               \
+        if (nr == NR) _mm512_storeu_si512(oi, h);                                                  \
+        else _mm512_mask_storeu_epi16(oi, m01, h);                                                 \
+    }
+
 /* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
 TARGET_BF16 static inline __attribute__((always_inline)) void
 tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a, const void *b,
@@ -202,7 +231,8 @@ tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const 
     BF16_LOOP
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW_BF16)
+    __mmask32 m01 = (__mmask32)m0 | (__mmask32)m1 << 16;
+    FOR_ROWS(STORE_ROW_BF16_NE)
 }
 
 TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
