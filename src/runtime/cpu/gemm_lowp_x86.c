@@ -5,6 +5,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdatomic.h>
+#include <string.h>
 
 /* No -march anywhere: only these functions use the instructions, and only
  * after gemm_lowp_x86_has has asked the CPU. */
@@ -68,6 +69,35 @@ enum { A_AHEAD = MR * 16 };
         FOR_ROWS(BF16_ROW)                                                                         \
     }
 
+/* op(A) read in place (k-contiguous bf16 rows): unit p of row i is the
+ * pair at ar[i] + 2p, broadcast as one 32-bit word. */
+static inline int32_t load32(const uint16_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+#define BF16_ROW_IN_PLACE(i)                                                                       \
+    if (i < ROWS) {                                                                                \
+        __m512bh ai = (__m512bh)_mm512_set1_epi32(load32(ar[i] + 2 * p));                          \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                             \
+        if (HALVES == 2) c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                            \
+    }
+#define BF16_LOOP_IN_PLACE                                                                         \
+    for (int64_t p = 0, pf = 0; p < kunits; p++, bp += NR * 4, pf = pf == ROWS - 1 ? 0 : pf + 1) { \
+        _mm_prefetch((const char *)(ar[pf] + 2 * p + A_ROW_AHEAD), _MM_HINT_T0);                   \
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);                                            \
+        __m512bh b1 = HALVES == 2 ? (__m512bh)_mm512_loadu_si512(bp + 64) : b0;                    \
+        FOR_ROWS(BF16_ROW_IN_PLACE)                                                                \
+    }
+/* Each row's next lines fetched ahead (one row a unit, in turn: a row
+ * moves 4 bytes a unit, so every line is asked for before it is read). */
+enum { A_ROW_AHEAD = 64 };
+/* The rows of A in place: lda apart, those past mr on row 0 (read, never stored). */
+#define A_ROWS                                                                                     \
+    const uint16_t *ar[MR];                                                                        \
+    for (int i = 0; i < MR; i++) ar[i] = (const uint16_t *)a + (i < mr ? i : 0) * lda;
+
 /* The edge tiles' kernels: at most EDGE_ROWS rows, or 16 columns (the
  * attention's 64-row products: 4 x 14 + 8; a 76-wide head: 32 + 32 + 12). */
 enum { EDGE_ROWS = 8 };
@@ -86,15 +116,21 @@ enum { EDGE_ROWS = 8 };
         }                                                                                          \
     } while (0)
 
+/* IN_PLACE: A read where it is (lda apart) instead of from a panel. */
 TARGET_BF16 static inline __attribute__((always_inline)) void
-tile_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a, const void *b, float *c,
-                int64_t ldc, int mr, int nr, bool add)
+tile_bf16_shape(const int ROWS, const int HALVES, const bool IN_PLACE, int64_t kunits, const void *a, int64_t lda,
+                const void *b, float *c, int64_t ldc, int mr, int nr, bool add)
 {
-    const int32_t *ap = a;
     const char *bp = b;
     FOR_ROWS(PREFETCH_ROW)
     FOR_ROWS(ZERO_ROW)
-    BF16_LOOP
+    if (IN_PLACE) {
+        A_ROWS
+        BF16_LOOP_IN_PLACE
+    } else {
+        const int32_t *ap = a;
+        BF16_LOOP
+    }
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
     FOR_ROWS(STORE_ROW)
@@ -103,7 +139,14 @@ tile_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a,
 TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
                                   int mr, int nr, bool add)
 {
-    BY_SHAPE(tile_bf16, kunits, a, b, c, ldc, mr, nr, add);
+    BY_SHAPE(tile_bf16, false, kunits, a, 0, b, c, ldc, mr, nr, add);
+}
+
+/* lowp_kernel.tile_in_place */
+TARGET_BF16 static void tile_bf16_in_place(int64_t kunits, const uint16_t *a, int64_t lda, const void *b, float *c,
+                                           int64_t ldc, int mr, int nr, bool add)
+{
+    BY_SHAPE(tile_bf16, true, kunits, a, lda, b, c, ldc, mr, nr, add);
 }
 
 #define F32_ROW(i)                                                                                 \
@@ -222,13 +265,19 @@ TARGET_BF16 static inline __m512i round2_bf16(__m512 lo, __m512 hi)
 
 /* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
 TARGET_BF16 static inline __attribute__((always_inline)) void
-tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a, const void *b,
-                        const float *cin, int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
+tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, const bool IN_PLACE, int64_t kunits, const void *a,
+                        int64_t lda, const void *b, const float *cin, int64_t ldin, uint16_t *out, int64_t ldo,
+                        int mr, int nr)
 {
-    const int32_t *ap = a;
     const char *bp = b;
     FOR_ROWS(ZERO_ROW)
-    BF16_LOOP
+    if (IN_PLACE) {
+        A_ROWS
+        BF16_LOOP_IN_PLACE
+    } else {
+        const int32_t *ap = a;
+        BF16_LOOP
+    }
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
     __mmask32 m01 = (__mmask32)m0 | (__mmask32)m1 << 16;
@@ -238,7 +287,15 @@ tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, int64_t kunits, const 
 TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
                                           int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
 {
-    BY_SHAPE(tile_bf16_to_bf16, kunits, a, b, cin, ldin, out, ldo, mr, nr);
+    BY_SHAPE(tile_bf16_to_bf16, false, kunits, a, 0, b, cin, ldin, out, ldo, mr, nr);
+}
+
+/* lowp_kernel.tile_bf16_in_place */
+TARGET_BF16 static void tile_bf16_to_bf16_in_place(int64_t kunits, const uint16_t *a, int64_t lda, const void *b,
+                                                   const float *cin, int64_t ldin, uint16_t *out, int64_t ldo, int mr,
+                                                   int nr)
+{
+    BY_SHAPE(tile_bf16_to_bf16, true, kunits, a, lda, b, cin, ldin, out, ldo, mr, nr);
 }
 
 /* ---- packing: 16 x 16 transposes of 32-bit words for k-contiguous rows,
@@ -433,11 +490,13 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
-static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16};
-static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16};
+static const lowp_kernel k_bf16 = {MR,   NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16,
+                                   tile_bf16_in_place, tile_bf16_to_bf16_in_place};
+static const lowp_kernel k_f32 = {MR,   NR,   1,   4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16,
+                                  NULL, NULL};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
-static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL};
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL, NULL, NULL};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
