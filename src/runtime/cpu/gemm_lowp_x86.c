@@ -490,9 +490,9 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
-static const lowp_kernel k_bf16 = {MR,   NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16,
+static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16,
                                    tile_bf16_in_place, tile_bf16_to_bf16_in_place};
-static const lowp_kernel k_f32 = {MR,   NR,   1,   4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16,
+static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16,
                                   NULL, NULL};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
