@@ -353,7 +353,6 @@ TARGET_F32 static int64_t pack_by_rows(const strip_src *s, int R, bool pairs, in
             __m512i v[16];
             for (int i = 0; i < 16; i++) {
                 const uint16_t *src = s->base + (r0 + i) * s->rs + bl * (pairs ? 32 : 16);
-                _mm_prefetch((const char *)(src + 64), _MM_HINT_T0);
                 v[i] = r0 + i >= s->rows ? _mm512_setzero_si512()
                        : pairs           ? _mm512_loadu_si512(src)
                                          : load16_f32(s->dt, src);
@@ -384,8 +383,10 @@ TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t u0, 
             bool whole = s->readable - r0 >= 32;
             __mmask32 lm = first32(s->rows - r0);
             const uint16_t *k0 = s->base + 2 * p * s->ks + r0, *k1 = k0 + s->ks;
-            _mm_prefetch((const char *)(k0 + 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(k1 + 64), _MM_HINT_T0);
+            if (s->readable - r0 >= 96) { /* the two rows go on past this strip: their next lines */
+                _mm_prefetch((const char *)(k0 + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(k1 + 64), _MM_HINT_T0);
+            }
             __m512i x0 = 2 * p >= s->k ? _mm512_setzero_si512()
                          : whole       ? _mm512_loadu_si512(k0)
                                        : _mm512_maskz_loadu_epi16(lm, k0);
