@@ -17,8 +17,9 @@
 /* Below this many multiply-adds one thread does it all (gemm.c measured
  * where a second thread starts to pay). Threads take whole tiles of
  * MC_ROWS x NC_COLS (rounded to the kernel's tile), which also bound the
- * f32 buffer a low-precision result is summed in; packing goes by groups
- * of PACK_STRIPS strips. */
+ * f32 buffer a low-precision result is summed in; packing of strips read
+ * along k goes by groups of PACK_STRIPS strips. A bf16 A is read in place
+ * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns. */
 #define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
 enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64, A_IN_PLACE_STRIPS = 4 };
 
