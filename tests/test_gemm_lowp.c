@@ -247,6 +247,15 @@ static void test_same_bits_on_any_thread_count(void **state)
     lowp_shape big = {130, 300, 70, 0, {0}, {0}, {0}};
     for (int ki = 0; ki < NKERNELS; ki++) /* and the threaded runs are right */
         if (runs_here(kernels[ki], ALLOY_F16)) check(kernels[ki], ALLOY_F16, true, false, &big, w, 2);
+    /* bf16 at most 128 wide (A read in place by avx512_bf16; X^T's strips
+     * split between the threads), and batched (a batch's strips to a job) */
+    lowp_shape narrow = {300, 100, 200, 0, {0}, {0}, {0}}, heads = {64, 32, 64, 2, {4, 8}, {8, 1}, {8, 1}};
+    for (int ki = 0; ki < NKERNELS; ki++)
+        if (runs_here(kernels[ki], ALLOY_BF16))
+            for (int tr = 0; tr < 4; tr++) {
+                check(kernels[ki], ALLOY_BF16, tr & 1, tr & 2, &narrow, w, 2);
+                check(kernels[ki], ALLOY_BF16, tr & 1, tr & 2, &heads, w, 3);
+            }
     cpu_workers_free(w);
     al_free(a), al_free(b), al_free(v), al_free(one), al_free(many);
 }
