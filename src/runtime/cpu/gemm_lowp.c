@@ -17,8 +17,8 @@
 /* Below this many multiply-adds one thread does it all (gemm.c measured
  * where a second thread starts to pay). Threads take whole tiles of
  * MC_ROWS x NC_COLS (rounded to the kernel's tile), which also bound the
- * f32 buffer a low-precision result is summed in; packing of strips read
- * along k goes by groups of PACK_STRIPS strips. A bf16 A is read in place
+ * f32 buffer a low-precision result is summed in; packing goes by groups
+ * of PACK_STRIPS strips. A bf16 A is read in place
  * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns. */
 #define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
 enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64, A_IN_PLACE_STRIPS = 4 };
@@ -193,7 +193,6 @@ typedef struct lowp_run {
     int64_t mstrips, nstrips;    /* per copy */
     size_t a_strip, b_strip;     /* bytes of one packed strip */
     int64_t a_groups, b_groups;  /* pack jobs per copy */
-    int64_t a_per_job, b_per_job; /* strips per pack job */
     bool a_in_place;             /* A read where it is by the kernel: not packed */
     int64_t mc, nc, mblocks, nblocks;
     char *apack, *bpack;
@@ -244,15 +243,10 @@ static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip
     else pack_f32(&s, R, done, u1, (float *)(void *)dst);
 }
 
-/* Whether op(X)'s strips have their rows contiguous in k (A not
- * transposed, B transposed); else each k is a contiguous row of X. */
-static bool k_rows(const gemm_lowp_args *g, bool is_a) { return is_a ? !g->ta : g->tb; }
-
-/* Pack job j: a_per_job (b_per_job) strips of one copy of A (the first
- * jobs) or B. Where a strip's rows are contiguous in k each strip goes
- * whole; else the strips go UNITS_AT_ONCE units at a time, so that every
- * row of X read is read along all the job's strips at once (all the
- * strips of a copy at one thread: each row of X streamed once). */
+/* Pack job j: PACK_STRIPS strips of one copy of A (the first jobs) or B.
+ * Where a strip's rows are contiguous in k each strip goes whole; else the
+ * strips go UNITS_AT_ONCE units at a time, so that every row of op(X)
+ * read is read along all the job's strips at once. */
 static void pack_job(void *arg, int64_t j, int thread)
 {
     (void)thread;
@@ -262,9 +256,9 @@ static void pack_job(void *arg, int64_t j, int thread)
     bool is_a = j < r->a_copies * r->a_groups;
     if (!is_a) j -= r->a_copies * r->a_groups;
     int64_t groups = is_a ? r->a_groups : r->b_groups, strips = is_a ? r->mstrips : r->nstrips;
-    int64_t per = is_a ? r->a_per_job : r->b_per_job;
-    int64_t copy = j / groups, s0 = j % groups * per, s1 = min64(s0 + per, strips);
-    int64_t step = k_rows(g, is_a) ? r->kunits : UNITS_AT_ONCE;
+    int64_t copy = j / groups, s0 = j % groups * PACK_STRIPS, s1 = min64(s0 + PACK_STRIPS, strips);
+    bool k_rows = is_a ? !g->ta : g->tb;
+    int64_t step = k_rows ? r->kunits : UNITS_AT_ONCE;
     for (int64_t u0 = 0; u0 < r->kunits; u0 += step)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
@@ -403,6 +397,7 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     /* and the slack a kernel's packing may write past a strip */
     r.a_strip = (size_t)(r.kunits * kn->mr * kn->ku * kn->esize) + ALIGN;
     r.b_strip = (size_t)(r.kunits * kn->nr * kn->ku * kn->esize) + ALIGN;
+    r.a_groups = cdiv(r.mstrips, PACK_STRIPS), r.b_groups = cdiv(r.nstrips, PACK_STRIPS);
     r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
     r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);
     r.mblocks = cdiv(g->m, r.mc), r.nblocks = cdiv(g->n, r.nc);
@@ -410,12 +405,6 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
     int nt = w ? pick_threads(threads, macs, tiles) : 1;
     if (nt > 1) nt = cpu_workers_threads(w, nt);
-    /* strips read along k go PACK_STRIPS to a job; strips cut across rows
-     * of X go all of a copy to a job, or a share per thread when there is
-     * one copy */
-    r.a_per_job = k_rows(g, true) ? PACK_STRIPS : r.a_copies > 1 ? r.mstrips : cdiv(r.mstrips, nt);
-    r.b_per_job = k_rows(g, false) ? PACK_STRIPS : r.b_copies > 1 ? r.nstrips : cdiv(r.nstrips, nt);
-    r.a_groups = cdiv(r.mstrips, r.a_per_job), r.b_groups = cdiv(r.nstrips, r.b_per_job);
     /* bf16 pairs of k-contiguous rows are what the kernel broadcasts: it
      * reads them where they are (k even: no pair past a row's end) where
      * each is read at most A_IN_PLACE_STRIPS times (once per B strip of a
