@@ -150,7 +150,8 @@ static void test_f16_odd_shapes_match_f64_on_every_kernel(void **state)
 }
 
 /* [2, 3] batches: A and B each batch their own, B broadcast to every
- * batch (a weight), and [2, 1] x [1, 3] broadcasting, with transposes. */
+ * batch (a weight), [2, 1] x [1, 3] broadcasting, and A broadcast, with
+ * transposes. */
 static void test_batches_follow_their_strides(void **state)
 {
     (void)state;
@@ -158,6 +159,7 @@ static void test_batches_follow_their_strides(void **state)
         {9, 35, 19, 2, {2, 3}, {3, 1}, {3, 1}},
         {17, 33, 6, 2, {2, 3}, {3, 1}, {0, 0}},
         {5, 40, 31, 2, {2, 3}, {1, 0}, {0, 1}},
+        {12, 40, 8, 2, {2, 3}, {0, 0}, {3, 1}}, /* A broadcast, k even: read in place by avx512_bf16 */
     };
     test_rng = 11;
     for (int ki = 0; ki < NKERNELS; ki++)
