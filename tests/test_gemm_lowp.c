@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/convert.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm_lowp.h"
 #include "support.h"
@@ -149,7 +150,8 @@ static void test_f16_odd_shapes_match_f64_on_every_kernel(void **state)
 }
 
 /* [2, 3] batches: A and B each batch their own, B broadcast to every
- * batch (a weight), and [2, 1] x [1, 3] broadcasting, with transposes. */
+ * batch (a weight), [2, 1] x [1, 3] broadcasting, and A broadcast, with
+ * transposes. */
 static void test_batches_follow_their_strides(void **state)
 {
     (void)state;
@@ -157,6 +159,7 @@ static void test_batches_follow_their_strides(void **state)
         {9, 35, 19, 2, {2, 3}, {3, 1}, {3, 1}},
         {17, 33, 6, 2, {2, 3}, {3, 1}, {0, 0}},
         {5, 40, 31, 2, {2, 3}, {1, 0}, {0, 1}},
+        {12, 40, 8, 2, {2, 3}, {0, 0}, {3, 1}}, /* A broadcast, k even: read in place by avx512_bf16 */
     };
     test_rng = 11;
     for (int ki = 0; ki < NKERNELS; ki++)
@@ -246,6 +249,15 @@ static void test_same_bits_on_any_thread_count(void **state)
     lowp_shape big = {130, 300, 70, 0, {0}, {0}, {0}};
     for (int ki = 0; ki < NKERNELS; ki++) /* and the threaded runs are right */
         if (runs_here(kernels[ki], ALLOY_F16)) check(kernels[ki], ALLOY_F16, true, false, &big, w, 2);
+    /* bf16 at most 128 wide (A read in place by avx512_bf16; X^T's strips
+     * split between the threads), and batched (a batch's strips to a job) */
+    lowp_shape narrow = {300, 100, 200, 0, {0}, {0}, {0}}, heads = {64, 32, 64, 2, {4, 8}, {8, 1}, {8, 1}};
+    for (int ki = 0; ki < NKERNELS; ki++)
+        if (runs_here(kernels[ki], ALLOY_BF16))
+            for (int tr = 0; tr < 4; tr++) {
+                check(kernels[ki], ALLOY_BF16, tr & 1, tr & 2, &narrow, w, 2);
+                check(kernels[ki], ALLOY_BF16, tr & 1, tr & 2, &heads, w, 3);
+            }
     cpu_workers_free(w);
     al_free(a), al_free(b), al_free(v), al_free(one), al_free(many);
 }
@@ -312,6 +324,68 @@ static void test_avx2_gives_the_bits_of_avx512(void **state)
             }
 }
 
+/* The avx512_bf16 kernel's bf16 C is its own f32 C rounded once by
+ * cvt_f32_to_bf16, bit for bit, on edge tiles of every shape (rows past 8
+ * or not, columns past 16 or not) and every transpose, and where the sums
+ * are subnormal (the last k block's sum added to the earlier blocks'
+ * cancels to below 2^-126: every 9th row), overflow to inf (row 1) or are
+ * NaN (row 2). */
+static void test_bf16_c_is_the_f32_sums_rounded(void **state)
+{
+    (void)state;
+    if (!runs_here(OPT_LOWP_AVX512_BF16, ALLOY_BF16)) skip();
+    static const int64_t shapes[][3] = {{64, 32, 64}, {64, 64, 32}, {10, 76, 600}, {8, 16, 520},
+                                        {23, 45, 7},  {14, 32, 520}, {30, 17, 513}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int tr = 0; tr < 4; tr++) {
+            int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+            bool ta = tr & 1, tb = tr & 2;
+            int64_t lda = ta ? m : k, ldb = tb ? k : n;
+            double *av = xalloc((size_t)(m * k) * sizeof *av), *bv = xalloc((size_t)(k * n) * sizeof *bv);
+            test_rng = (uint64_t)(si * 4 + (size_t)tr + 77);
+            for (int64_t i = 0; i < m * k; i++) av[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
+            for (int64_t i = 0; i < k * n; i++) bv[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
+            /* av and bv as op(A) (m x k) and op(B) (k x n); planted rows */
+            if (k > 512) /* kc is 256 k: blocks [0, 256), [256, 512), [512, k) */
+                for (int64_t kk = 0; kk < k; kk++)
+                    for (int64_t row = 0; row < m; row += 9) {
+                        av[row * k + kk] = kk == 0 ? 0x1p-63 : kk == 512 ? -0x1p-63 : 0.0;
+                        if (row == 0)
+                            for (int64_t j = 0; j < n; j++)
+                                bv[kk * n + j] = kk == 0 ? 0x1.8p-63 : kk == 512 ? 0x1p-63 : bv[kk * n + j];
+                    }
+            if (m > 2) {
+                av[1 * k] = 0x1p100, bv[0] = 0x1p100; /* and the rest of row 1 finite: inf */
+                av[2 * k + k - 1] = NAN;
+            }
+            uint16_t *a = xalloc((size_t)(m * k) * 2), *b = xalloc((size_t)(k * n) * 2);
+            double *t = xalloc((size_t)(m * k + k * n) * sizeof *t);
+            for (int64_t i = 0; i < m; i++) /* stored as A (k x m when ta) */
+                for (int64_t kk = 0; kk < k; kk++) t[ta ? kk * lda + i : i * lda + kk] = av[i * k + kk];
+            test_encode(ALLOY_BF16, t, a, m * k);
+            for (int64_t kk = 0; kk < k; kk++)
+                for (int64_t j = 0; j < n; j++) t[tb ? j * ldb + kk : kk * ldb + j] = bv[kk * n + j];
+            test_encode(ALLOY_BF16, t, b, k * n);
+            float *c = xalloc((size_t)(m * n) * 4);
+            uint16_t *h = xalloc((size_t)(m * n) * 2);
+            gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c};
+            assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
+            g.out_dtype = ALLOY_BF16, g.c = h;
+            assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
+            int subnormal = 0;
+            for (int64_t i = 0; i < m * n; i++) {
+                if (c[i] != 0.0f && fabsf(c[i]) < 0x1p-126f) subnormal++;
+                if (h[i] != cvt_f32_to_bf16(c[i]))
+                    fail_msg("%c%c %lldx%lldx%lld: element %lld is %#x, its f32 sum %a rounds to %#x", ta ? 'T' : 'N',
+                             tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (long long)i, h[i], (double)c[i],
+                             cvt_f32_to_bf16(c[i]));
+            }
+            if (k > 512) assert_true(subnormal >= n - 1); /* the planted rows did reach the rounding */
+            if (m > 2) assert_true(isinf(c[n]) && isnan(c[2 * n]));
+            al_free(av), al_free(bv), al_free(a), al_free(b), al_free(t), al_free(c), al_free(h);
+        }
+}
+
 /* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
 static void test_out_of_memory_is_an_error(void **state)
 {
@@ -341,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_batches_follow_their_strides),
         cmocka_unit_test(test_same_bits_on_any_thread_count),
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
+        cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

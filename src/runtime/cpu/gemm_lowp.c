@@ -18,9 +18,10 @@
  * where a second thread starts to pay). Threads take whole tiles of
  * MC_ROWS x NC_COLS (rounded to the kernel's tile), which also bound the
  * f32 buffer a low-precision result is summed in; packing goes by groups
- * of PACK_STRIPS strips. */
+ * of PACK_STRIPS strips. A bf16 A is read in place
+ * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns. */
 #define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
-enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64 };
+enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64, A_IN_PLACE_STRIPS = 4 };
 
 static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 static int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
@@ -46,7 +47,7 @@ HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, fl
         for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL};
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- choosing ---- */
 
@@ -127,17 +128,72 @@ static void pack_f32(const strip_src *s, int R, int64_t p0, int64_t p1, float *r
         for (int64_t p = p0; p < p1; p++) memset(dst + p * R + s->rows, 0, sizeof(float) * (size_t)(R - s->rows));
 }
 
+/* ---- bench-only: per-shape CPU time (built with -DALLOY_GEMM_PROFILE) ---- */
+
+#ifdef ALLOY_GEMM_PROFILE
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* One row per distinct product: the calling thread's CPU seconds in the
+ * pack and tile phases (meaningful at 1 thread), printed at exit to
+ * stderr. Not thread-safe: a profiling build's 1-thread runs only. */
+typedef struct prof_row {
+    int64_t m, n, k, batches;
+    bool ta, tb, bcast_a, bcast_b;
+    alloy_dtype out;
+    int64_t calls;
+    double pack_s, tile_s;
+} prof_row;
+enum { PROF_ROWS = 128 };
+static prof_row prof[PROF_ROWS];
+static int nprof;
+
+static double prof_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void prof_print(void)
+{
+    fprintf(stderr, "gemm_lowp profile: m n k batches ta tb bcast_a bcast_b out calls pack_ms tile_ms\n");
+    for (int i = 0; i < nprof; i++) {
+        const prof_row *p = &prof[i];
+        fprintf(stderr, "gemm_lowp profile: %lld %lld %lld %lld %d %d %d %d %s %lld %.3f %.3f\n", (long long)p->m,
+                (long long)p->n, (long long)p->k, (long long)p->batches, p->ta, p->tb, p->bcast_a, p->bcast_b,
+                alloy_dtype_name(p->out), (long long)p->calls, 1e3 * p->pack_s, 1e3 * p->tile_s);
+    }
+}
+
+static prof_row *prof_find(const gemm_lowp_args *g, int64_t batches, bool bca, bool bcb)
+{
+    for (int i = 0; i < nprof; i++) {
+        prof_row *p = &prof[i];
+        if (p->m == g->m && p->n == g->n && p->k == g->k && p->batches == batches && p->ta == g->ta &&
+            p->tb == g->tb && p->bcast_a == bca && p->bcast_b == bcb && p->out == g->out_dtype)
+            return p;
+    }
+    if (nprof == PROF_ROWS) return NULL;
+    if (nprof == 0) atexit(prof_print);
+    prof[nprof] = (prof_row){g->m, g->n, g->k, batches, g->ta, g->tb, bca, bcb, g->out_dtype, 0, 0.0, 0.0};
+    return &prof[nprof++];
+}
+#endif
+
 /* ---- one run ---- */
 
 typedef struct lowp_run {
     const gemm_lowp_args *g;
     const lowp_kernel *kern;
     int64_t batches;
-    int64_t a_copies, b_copies;  /* packed copies of A, B: batches, or 1 when broadcast to all */
+    int64_t a_copies, b_copies;  /* packed copies of A, B: batches, 1 when broadcast to all, 0 in place */
     int64_t kunits;              /* k in kernel units, rounded up */
     int64_t mstrips, nstrips;    /* per copy */
     size_t a_strip, b_strip;     /* bytes of one packed strip */
     int64_t a_groups, b_groups;  /* pack jobs per copy */
+    bool a_in_place;             /* A read where it is by the kernel: not packed */
     int64_t mc, nc, mblocks, nblocks;
     char *apack, *bpack;
     int64_t ldt;                 /* row stride of a tile buffer */
@@ -237,6 +293,8 @@ static void tile_job(void *arg, int64_t t, int thread)
     void (*tile_round)(int64_t, const void *, const void *, const float *, int64_t, uint16_t *, int64_t, int, int) =
         direct ? NULL : g->out_dtype == ALLOY_F16 ? kn->tile_f16 : g->out_dtype == ALLOY_BF16 ? kn->tile_bf16 : NULL;
     bool round16 = tile_round != NULL;
+    /* A in place: the tile's rows of this batch's op(A), k-contiguous */
+    const uint16_t *a0 = r->a_in_place ? (const uint16_t *)g->a + batch_offset(g, g->stride_a, b) + i0 * g->lda : NULL;
     uint16_t *out16 = round16 ? (uint16_t *)g->c + (b * g->m + i0) * g->n + j0 : NULL;
     int64_t ldc = direct ? g->n : r->ldt;
     float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
@@ -251,9 +309,14 @@ static void tile_job(void *arg, int64_t t, int thread)
             for (int64_t ir = 0; ir < mc; ir += kn->mr) {
                 const char *as = ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit;
                 int mv = (int)min64(kn->mr, mc - ir), nv = (int)min64(kn->nr, nc - jr);
-                if (to16)
-                    tile_round(ku, as, bs, pc > 0 ? c + ir * ldc + jr : NULL, ldc, out16 + ir * g->n + jr, g->n, mv,
-                                 nv);
+                const uint16_t *ai = a0 ? a0 + ir * g->lda + 2 * pc : NULL;
+                const float *cin = pc > 0 ? c + ir * ldc + jr : NULL;
+                if (to16 && ai)
+                    kn->tile_bf16_in_place(ku, ai, g->lda, bs, cin, ldc, out16 + ir * g->n + jr, g->n, mv, nv);
+                else if (to16)
+                    tile_round(ku, as, bs, cin, ldc, out16 + ir * g->n + jr, g->n, mv, nv);
+                else if (ai)
+                    kn->tile_in_place(ku, ai, g->lda, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);
                 else
                     kn->tile(ku, as, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);
             }
@@ -342,6 +405,14 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
     int nt = w ? pick_threads(threads, macs, tiles) : 1;
     if (nt > 1) nt = cpu_workers_threads(w, nt);
+    /* bf16 pairs of k-contiguous rows are what the kernel broadcasts: it
+     * reads them where they are (k even: no pair past a row's end) where
+     * each is read at most A_IN_PLACE_STRIPS times (once per B strip of a
+     * tile); past that, 14 rows' streams from L2 cost the tiles more than
+     * the packing saves (2048x512x128: the tiles +5%, the packing 3% of the time) */
+    r.a_in_place = kn->tile_in_place && kn->tile_bf16_in_place && !g->ta && g->k % 2 == 0 &&
+                   g->out_dtype != ALLOY_F16 && r.nstrips <= A_IN_PLACE_STRIPS;
+    if (r.a_in_place) r.a_copies = 0;
 
     size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
     size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
@@ -351,8 +422,18 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     char *buf = scratch(w, apack + bpack + ctile, &own);
     if (!buf) return ALLOY_ERR_OOM;
     r.apack = buf, r.bpack = buf + apack, r.ctile = (float *)(void *)(buf + apack + bpack);
+#ifdef ALLOY_GEMM_PROFILE
+    prof_row *pr = prof_find(g, batches, r.a_copies == 1 && batches > 1, r.b_copies == 1 && batches > 1);
+    double t0 = prof_now();
+#endif
     cpu_workers_run(w, nt, r.a_copies * r.a_groups + r.b_copies * r.b_groups, pack_job, &r);
+#ifdef ALLOY_GEMM_PROFILE
+    double t1 = prof_now();
+#endif
     cpu_workers_run(w, nt, tiles, tile_job, &r);
+#ifdef ALLOY_GEMM_PROFILE
+    if (pr) pr->calls++, pr->pack_s += t1 - t0, pr->tile_s += prof_now() - t1;
+#endif
     al_free(own);
     return ALLOY_OK;
 }

@@ -86,6 +86,14 @@ typedef struct lowp_kernel {
      * bit for bit cvt_store_f32's). NULL: none. */
     void (*tile_bf16)(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin, uint16_t *out,
                       int64_t ldo, int mr_valid, int nr_valid);
+    /* tile and tile_bf16 with op(A) read where it is instead of from a
+     * panel (bf16 pairs only, rows k-contiguous, k even): unit p of row i
+     * (i < mr_valid) is the pair at a + i * lda + 2p. The same products in
+     * the same order, so the same bits. NULL: none (A is packed). */
+    void (*tile_in_place)(int64_t kunits, const uint16_t *a, int64_t lda, const void *b, float *c, int64_t ldc,
+                          int mr_valid, int nr_valid, bool add);
+    void (*tile_bf16_in_place)(int64_t kunits, const uint16_t *a, int64_t lda, const void *b, const float *cin,
+                               int64_t ldin, uint16_t *out, int64_t ldo, int mr_valid, int nr_valid);
 } lowp_kernel;
 
 /* The x86 kernels, NULL when the build is not for x86-64 with GCC or clang.

@@ -5,6 +5,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdatomic.h>
+#include <string.h>
 
 /* No -march anywhere: only these functions use the instructions, and only
  * after gemm_lowp_x86_has has asked the CPU. */
@@ -50,29 +51,102 @@ enum { A_AHEAD = MR * 16 };
 #define ZERO_ROW(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
 
 /* bf16: each unit is a k pair; A holds MR 32-bit pairs, B NR of them, and
- * vdpbf16ps adds both products of a pair into the f32 accumulator. */
+ * vdpbf16ps adds both products of a pair into the f32 accumulator. ROWS
+ * and HALVES (constants where the shape's kernel is inlined) leave out the
+ * rows past an edge tile's last and the second 16 columns: each sum that
+ * is kept runs through the same multiply-adds in the same order. */
 #define BF16_ROW(i)                                                                                \
-    {                                                                                              \
+    if (i < ROWS) {                                                                                \
         __m512bh ai = (__m512bh)_mm512_set1_epi32(ap[i]);                                          \
         c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                             \
-        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                                             \
+        if (HALVES == 2) c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                            \
+    }
+#define BF16_LOOP                                                                                  \
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {                                 \
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);                                   \
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);                                            \
+        __m512bh b1 = HALVES == 2 ? (__m512bh)_mm512_loadu_si512(bp + 64) : b0;                    \
+        FOR_ROWS(BF16_ROW)                                                                         \
     }
 
-TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
-                                  int mr, int nr, bool add)
+/* op(A) read in place (k-contiguous bf16 rows): unit p of row i is the
+ * pair at ar[i] + 2p, broadcast as one 32-bit word. */
+static inline int32_t load32(const uint16_t *p)
 {
-    const int32_t *ap = a;
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+#define BF16_ROW_IN_PLACE(i)                                                                       \
+    if (i < ROWS) {                                                                                \
+        __m512bh ai = (__m512bh)_mm512_set1_epi32(load32(ar[i] + 2 * p));                          \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                             \
+        if (HALVES == 2) c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                            \
+    }
+#define BF16_LOOP_IN_PLACE                                                                         \
+    for (int64_t p = 0, pf = 0; p < kunits; p++, bp += NR * 4, pf = pf == ROWS - 1 ? 0 : pf + 1) { \
+        _mm_prefetch((const char *)(ar[pf] + 2 * p + A_ROW_AHEAD), _MM_HINT_T0);                   \
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);                                            \
+        __m512bh b1 = HALVES == 2 ? (__m512bh)_mm512_loadu_si512(bp + 64) : b0;                    \
+        FOR_ROWS(BF16_ROW_IN_PLACE)                                                                \
+    }
+/* Each row's next lines fetched ahead (one row a unit, in turn: a row
+ * moves 4 bytes a unit, so every line is asked for before it is read). */
+enum { A_ROW_AHEAD = 64 };
+/* The rows of A in place: lda apart, those past mr on row 0 (read, never stored). */
+#define A_ROWS                                                                                     \
+    const uint16_t *ar[MR];                                                                        \
+    for (int i = 0; i < MR; i++) ar[i] = (const uint16_t *)a + (i < mr ? i : 0) * lda;
+
+/* The edge tiles' kernels: at most EDGE_ROWS rows, or 16 columns (the
+ * attention's 64-row products: 4 x 14 + 8; a 76-wide head: 32 + 32 + 12). */
+enum { EDGE_ROWS = 8 };
+
+/* Calls name##_shape(ROWS, HALVES, args) with the smallest shape that
+ * holds mr x nr. */
+#define BY_SHAPE(name, ...)                                                                        \
+    do {                                                                                           \
+        if (mr <= EDGE_ROWS) {                                                                     \
+            if (nr <= 16) name##_shape(EDGE_ROWS, 1, __VA_ARGS__);                                 \
+            else name##_shape(EDGE_ROWS, 2, __VA_ARGS__);                                          \
+        } else if (nr <= 16) {                                                                     \
+            name##_shape(MR, 1, __VA_ARGS__);                                                      \
+        } else {                                                                                   \
+            name##_shape(MR, 2, __VA_ARGS__);                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* IN_PLACE: A read where it is (lda apart) instead of from a panel. */
+TARGET_BF16 static inline __attribute__((always_inline)) void
+tile_bf16_shape(const int ROWS, const int HALVES, const bool IN_PLACE, int64_t kunits, const void *a, int64_t lda,
+                const void *b, float *c, int64_t ldc, int mr, int nr, bool add)
+{
     const char *bp = b;
     FOR_ROWS(PREFETCH_ROW)
     FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
-        FOR_ROWS(BF16_ROW)
+    if (IN_PLACE) {
+        A_ROWS
+        BF16_LOOP_IN_PLACE
+    } else {
+        const int32_t *ap = a;
+        BF16_LOOP
     }
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
     FOR_ROWS(STORE_ROW)
+}
+
+TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
+                                  int mr, int nr, bool add)
+{
+    BY_SHAPE(tile_bf16, false, kunits, a, 0, b, c, ldc, mr, nr, add);
+}
+
+/* lowp_kernel.tile_in_place */
+TARGET_BF16 static void tile_bf16_in_place(int64_t kunits, const uint16_t *a, int64_t lda, const void *b, float *c,
+                                           int64_t ldc, int mr, int nr, bool add)
+{
+    BY_SHAPE(tile_bf16, true, kunits, a, lda, b, c, ldc, mr, nr, add);
 }
 
 #define F32_ROW(i)                                                                                 \
@@ -160,21 +234,68 @@ TILE_F32_ROUNDED(tile_f32_to_f16, STORE_ROW_F16)
 /* A bf16 C from the avx512 kernel on bf16 operands (lowp_kernel.tile_bf16). */
 TILE_F32_ROUNDED(tile_f32_to_bf16, STORE_ROW_BF16)
 
-/* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
-TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
-                                          int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
+/* 32 f32 sums (lo's 16, then hi's) rounded to bf16 as round_bf16 does:
+ * vcvtne2ps2bf16 rounds to nearest even, overflows to inf and quiets a
+ * NaN as cvt_f32_bits_to_bf16 does, but takes a subnormal for zero: a
+ * tile row with one goes through round_bf16 instead. */
+TARGET_BF16 static inline __m512i round2_bf16(__m512 lo, __m512 hi)
 {
-    const int32_t *ap = a;
+    __m512i xl = _mm512_castps_si512(lo), xh = _mm512_castps_si512(hi);
+    __m512i mag = _mm512_set1_epi32(0x7fffffff), expo = _mm512_set1_epi32(0x7f800000);
+    __mmask16 sl = _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(xl, mag), xl, expo);
+    __mmask16 sh = _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(xh, mag), xh, expo);
+    if (__builtin_expect((sl | sh) != 0, 0))
+        return _mm512_inserti64x4(_mm512_castsi256_si512(round_bf16(lo)), round_bf16(hi), 1);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* Row i of a bf16 C by round2_bf16: one store of the row's 32 halves. */
+#define STORE_ROW_BF16_NE(i)                                                                       \
+    if (i < mr) {                                                                                  \
+        if (cin) {                                                                                 \
+            const float *ci = cin + (int64_t)(i) * ldin;                                           \
+            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
+            if (HALVES == 2) c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16)); \
+        }                                                                                          \
+        uint16_t *oi = out + (int64_t)(i) * ldo;                                                   \
+        __m512i h = round2_bf16(c##i##_0, c##i##_1);                                               \
+        if (nr == NR) _mm512_storeu_si512(oi, h);                                                  \
+        else _mm512_mask_storeu_epi16(oi, m01, h);                                                 \
+    }
+
+/* tile_bf16's sums, rounded to bf16 into out (lowp_kernel.tile_bf16). */
+TARGET_BF16 static inline __attribute__((always_inline)) void
+tile_bf16_to_bf16_shape(const int ROWS, const int HALVES, const bool IN_PLACE, int64_t kunits, const void *a,
+                        int64_t lda, const void *b, const float *cin, int64_t ldin, uint16_t *out, int64_t ldo,
+                        int mr, int nr)
+{
     const char *bp = b;
     FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR * 4) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 64);
-        FOR_ROWS(BF16_ROW)
+    if (IN_PLACE) {
+        A_ROWS
+        BF16_LOOP_IN_PLACE
+    } else {
+        const int32_t *ap = a;
+        BF16_LOOP
     }
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW_BF16)
+    __mmask32 m01 = (__mmask32)m0 | (__mmask32)m1 << 16;
+    FOR_ROWS(STORE_ROW_BF16_NE)
+}
+
+TARGET_BF16 static void tile_bf16_to_bf16(int64_t kunits, const void *a, const void *b, const float *cin,
+                                          int64_t ldin, uint16_t *out, int64_t ldo, int mr, int nr)
+{
+    BY_SHAPE(tile_bf16_to_bf16, false, kunits, a, 0, b, cin, ldin, out, ldo, mr, nr);
+}
+
+/* lowp_kernel.tile_bf16_in_place */
+TARGET_BF16 static void tile_bf16_to_bf16_in_place(int64_t kunits, const uint16_t *a, int64_t lda, const void *b,
+                                                   const float *cin, int64_t ldin, uint16_t *out, int64_t ldo, int mr,
+                                                   int nr)
+{
+    BY_SHAPE(tile_bf16_to_bf16, true, kunits, a, lda, b, cin, ldin, out, ldo, mr, nr);
 }
 
 /* ---- packing: 16 x 16 transposes of 32-bit words for k-contiguous rows,
@@ -262,6 +383,10 @@ TARGET_F32 static int64_t pack_pairs_x86(const strip_src *s, int R, int64_t u0, 
             bool whole = s->readable - r0 >= 32;
             __mmask32 lm = first32(s->rows - r0);
             const uint16_t *k0 = s->base + 2 * p * s->ks + r0, *k1 = k0 + s->ks;
+            if (s->readable - r0 >= 96) { /* the two rows go on past this strip: their next lines */
+                _mm_prefetch((const char *)(k0 + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(k1 + 64), _MM_HINT_T0);
+            }
             __m512i x0 = 2 * p >= s->k ? _mm512_setzero_si512()
                          : whole       ? _mm512_loadu_si512(k0)
                                        : _mm512_maskz_loadu_epi16(lm, k0);
@@ -366,11 +491,13 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
-static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16};
-static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16};
+static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16,
+                                   tile_bf16_in_place, tile_bf16_to_bf16_in_place};
+static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16,
+                                  NULL, NULL};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
-static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL};
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL, NULL, NULL};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
