@@ -116,6 +116,7 @@ typedef struct fz_input {
     bool aliased; /* a member is stored over it (an update written in place): read through a copy */
     int into;     /* >= 0: its chunks are converted straight into that member's destination (load_into_dst) */
     bool laid_out; /* a strided view (step/attn_views.h): stride starts as its layout (laid_out_strides) */
+    bool row;      /* strided along the last iteration dim only, with stride 1: a row broadcast to every row (a bias) */
     int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
 } fz_input;
 
@@ -227,6 +228,8 @@ static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in
             acc *= p->dims[d];
         }
         in->walk = uniform ? WALK_UNIFORM : dense ? WALK_DENSE : WALK_STRIDED;
+        in->row = in->walk == WALK_STRIDED && in->stride[p->rank - 1] == 1;
+        for (int d = 0; d < p->rank - 1; d++) in->row &= in->stride[d] == 0;
     }
 }
 
@@ -552,8 +555,17 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     ptr[k] = b;
                 }
             } else if (in->walk == WALK_STRIDED) {
-                gather(p, in, start, len, b);
-                ptr[k] = b;
+                /* a row broadcast to every row: a chunk inside one row of
+                 * the compute type is read in place; where every chunk
+                 * starts a row, the first one's gathered values serve all
+                 * (the last, shorter, reads a prefix of them) */
+                int64_t inner = p->dims[p->rank - 1], at = start % inner;
+                if (in->row && !in->aliased && in->dtype == ct && at + len <= inner) {
+                    ptr[k] = in->data + (size_t)at * in->es;
+                } else if (!(in->row && !in->aliased && chunk % inner == 0 && c > c0)) {
+                    gather(p, in, start, len, b);
+                    ptr[k] = b;
+                }
             }
         }
         for (int m = 0; m < p->nmembers; m++) {
