@@ -46,8 +46,9 @@ struct cpu_exec {
      * product_store is not NULL, stores it rounded to product_dtype there,
      * in the chunk loop that reads it (cpu_run_group_ex); NULL otherwise */
     /* while the steps that write state buffers in place run: the plan's
-     * state_of (a group reads an input it is stored over through a copy,
-     * cpu_run_group_ex); NULL otherwise */
+     * state_of (a group reads an input it is stored over through a copy
+     * where a member reads it after the store, cpu_run_group_ex); NULL
+     * otherwise */
     const int *state_of;
     /* the amp_check option (rt_run_args.nonfinite): per node, the
      * NONFINITE_* bits of each checked value; NULL: not checking */

@@ -873,11 +873,27 @@ alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
     return ALLOY_OK;
 }
 
+/* Whether input e may be read in place although member k is stored over
+ * it: every member reading it comes before k, or is k computed in a chunk
+ * buffer of its own (the chunk functions' operands alias no output), and
+ * none passes it on (a passed value is the input's chunk itself, which
+ * k's store changes). Each chunk is then read before it is overwritten,
+ * element for element at the same index. */
+static bool read_before_store(const fz_plan *p, int e, int k)
+{
+    for (int j = 0; j < p->nmembers; j++) {
+        const fz_member *mb = &p->members[j];
+        for (int q = 0; q < mb->nin; q++)
+            if (mb->src[q] == e && (j > k || (j == k && mb->slot < 0) || mb->passed)) return false;
+    }
+    return true;
+}
+
 /* Marks the inputs a member is stored over (an update written into its
- * state's buffer, state_of from the plan, which it reads): the chunk
- * functions' operands alias no output, so those inputs are read through
- * their chunk buffer. ext_slots / ext_id / ext_mask: make_plan's index of
- * the inputs by node id. */
+ * state's buffer, state_of from the plan, which it reads) and read after
+ * that store (read_before_store): those are read through their chunk
+ * buffer. ext_slots / ext_id / ext_mask: make_plan's index of the inputs
+ * by node id. */
 static void mark_aliased(fz_plan *p, const sched_member *members, int n, const int *state_of, const int *ext_slots,
                          const int *ext_id, uint32_t ext_mask)
 {
@@ -886,7 +902,8 @@ static void mark_aliased(fz_plan *p, const sched_member *members, int n, const i
         if (t < 0) continue;
         uint32_t h = ((uint32_t)t * 0x9e3779b1u) >> 7 & ext_mask;
         while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != t) h = (h + 1) & ext_mask;
-        if (ext_slots[h] >= 0) p->inputs[ext_slots[h]].aliased = true;
+        int e = ext_slots[h];
+        if (e >= 0 && (p->inputs[e].walk != WALK_DENSE || !read_before_store(p, e, k))) p->inputs[e].aliased = true;
     }
 }
 
