@@ -137,9 +137,9 @@ typedef struct fz_member {
     alloy_dtype dtype;
     size_t es;
     /* stored through strides (a result written in its transpose's order,
-     * step/attn_views.h): computed into a chunk buffer, stored into the
-     * round-trip buffer and scattered from there, row segment by row
-     * segment, to dst + the elements per step of each iteration dim */
+     * step/attn_views.h): computed into a chunk buffer and stored from it,
+     * row segment by row segment, to dst + the elements per step of each
+     * iteration dim */
     bool scatter;
     int64_t stride[ALLOY_MAX_RANK];
 } fz_member;
@@ -284,43 +284,6 @@ static void gather(const fz_plan *p, const fz_input *in, int64_t start, int64_t 
     }
 }
 
-/* Stores len elements of member mb (its dtype, stored in iteration order
- * at buf) from flat iteration index start to their strided places, one
- * row segment at a time. */
-static void scatter(const fz_plan *p, const fz_member *mb, int64_t start, int64_t len, const char *buf)
-{
-    int r = p->rank;
-    int64_t idx[ALLOY_MAX_RANK], rem = start, off = 0;
-    for (int d = r - 1; d >= 0; d--) {
-        idx[d] = rem % p->dims[d];
-        rem /= p->dims[d];
-        off += idx[d] * mb->stride[d];
-    }
-    int64_t inner = p->dims[r - 1], sin = mb->stride[r - 1];
-    for (int64_t done = 0; done < len;) {
-        int64_t seg = inner - idx[r - 1];
-        if (seg > len - done) seg = len - done;
-        if (sin == 1)
-            memcpy(mb->dst + (size_t)off * mb->es, buf + (size_t)done * mb->es, (size_t)seg * mb->es);
-        else
-            for (int64_t i = 0; i < seg; i++)
-                memcpy(mb->dst + (size_t)(off + i * sin) * mb->es, buf + (size_t)(done + i) * mb->es, mb->es);
-        done += seg;
-        idx[r - 1] += seg;
-        off += seg * sin;
-        if (idx[r - 1] < inner) continue;
-        off -= inner * sin;
-        idx[r - 1] = 0;
-        for (int d = r - 2; d >= 0; d--) {
-            idx[d]++;
-            off += mb->stride[d];
-            if (idx[d] < p->dims[d]) break;
-            off -= mb->stride[d] * p->dims[d];
-            idx[d] = 0;
-        }
-    }
-}
-
 /* bf16 <-> f32 of one chunk, written here rather than called through
  * convert.c's dispatcher (a switch, a CPU check and a call for 128
  * elements): each ISA clone converts in its own vectors, inside the chunk
@@ -361,6 +324,47 @@ static void store_chunk_f32(alloy_dtype dt, const float *src, void *dst, int64_t
     if (dt == ALLOY_BF16) bf16_store_chunk(src, dst, n);
     else if (dt == ALLOY_F16) cvt_f16_store(src, dst, (size_t)n);
     else cvt_store_f32(dt, src, dst, (size_t)n);
+}
+
+/* Stores len elements of member mb's chunk y (the compute type, in
+ * iteration order from flat index start) to their strided places, rounded
+ * to its dtype as store_chunk_f32 / cvt_store_f64 do, one row segment at
+ * a time. */
+static void scatter(const fz_plan *p, const fz_member *mb, int64_t start, int64_t len, const void *y)
+{
+    int r = p->rank;
+    size_t cs = p->wide ? sizeof(double) : sizeof(float);
+    int64_t idx[ALLOY_MAX_RANK], rem = start, off = 0;
+    for (int d = r - 1; d >= 0; d--) {
+        idx[d] = rem % p->dims[d];
+        rem /= p->dims[d];
+        off += idx[d] * mb->stride[d];
+    }
+    int64_t inner = p->dims[r - 1], sin = mb->stride[r - 1];
+    for (int64_t done = 0; done < len;) {
+        int64_t seg = inner - idx[r - 1];
+        if (seg > len - done) seg = len - done;
+        for (int64_t i = 0; i < seg; i += sin == 1 ? seg : 1) {
+            const char *from = (const char *)y + (size_t)(done + i) * cs;
+            char *to = mb->dst + (size_t)(off + i * sin) * mb->es;
+            int64_t n = sin == 1 ? seg : 1;
+            if (p->wide) cvt_store_f64(mb->dtype, (const double *)(const void *)from, to, (size_t)n);
+            else store_chunk_f32(mb->dtype, (const float *)(const void *)from, to, n);
+        }
+        done += seg;
+        idx[r - 1] += seg;
+        off += seg * sin;
+        if (idx[r - 1] < inner) continue;
+        off -= inner * sin;
+        idx[r - 1] = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            idx[d]++;
+            off += mb->stride[d];
+            if (idx[d] < p->dims[d]) break;
+            off -= mb->stride[d] * p->dims[d];
+            idx[d] = 0;
+        }
+    }
 }
 
 /* The range rule of an unrounded f16/bf16 intermediate (docs/fusion.md): it
@@ -574,8 +578,10 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             for (int j = 0; j < mb->nin; j++)
                 op[j] = mb->src[j] >= 0 ? ptr[mb->src[j]] : val[-mb->src[j] - 1];
             for (int j = mb->nin; j < 3; j++) op[j] = op[0];
-            /* a strided member is stored in order into roundtrip, then scattered */
-            char *dst = mb->scatter ? roundtrip : mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
+            /* a strided member is computed as one never stored, then its
+             * chunk (as a store and a load give it back where exact) stored
+             * to its places by scatter */
+            char *dst = mb->scatter ? NULL : mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
             void *y = mb->passed ? (void *)op[0] : mb->slot >= 0 ? slotbuf + (size_t)mb->slot * bufbytes : dst;
             /* a bool/integer value is what a store and a load give back; a
              * float one stays unrounded (docs/fusion.md) */
@@ -610,7 +616,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             }
             if (mb->flag) flag_nonfinite(mb, p->wide, y, dst, roundtrip, len);
-            if (mb->scatter) scatter(p, mb, start, len, roundtrip);
+            if (mb->scatter) scatter(p, mb, start, len, y);
             val[m] = y;
         }
     }
