@@ -194,7 +194,7 @@ static void lowp_table(void)
         int64_t sa[1] = {lc->m * lc->k}, sb[1] = {lc->k * lc->n}, dims[1] = {lc->batch};
         gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, lc->ta, lc->tb, lc->m, lc->n, lc->k,
                             lc->ta ? lc->m : lc->k, lc->tb ? lc->k : lc->n, lc->batch > 1 ? 1 : 0,
-                            dims, sa, sb, a, b, c1};
+                            dims, sa, sb, a, b, c1, NULL, 0};
         double flops = 2.0 * (double)nc * (double)lc->k, gf[4];
         double diff = 0.0, mag = 0.0;
         for (int d = 0; d < 2; d++) {

@@ -708,6 +708,56 @@ static void test_the_pass_groups_100k_random_nodes_in_milliseconds_and_every_gro
     ir_graph_free(g);
 }
 
+/* An update stored over the input it reads (an optimizer's state written
+ * in place) as a member of a group: a member reading that input before the
+ * update's member reads it in place, one reading it after (or the update
+ * itself, computed in its destination) reads the chunk as it was loaded,
+ * not the update's store. Over [3, 300] f32 (several chunks):
+ * s' = s + y stored over s, then before = s * y (read first) and after =
+ * s - y (read after the store), each by hand. */
+static void test_an_update_stored_over_its_input_leaves_later_readers_the_old_values(void **state)
+{
+    (void)state;
+    enum { R = 3, C = 300, NN = R * C };
+    for (int order = 0; order < 2; order++) {
+        ir_graph *g = ir_graph_new("in_place");
+        assert_non_null(g);
+        ir_type t = {.dtype = ALLOY_F32, .rank = 2, .dims = {R, C}};
+        int s = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &t, "s")->id;
+        int y = ir_add_node(g, IR_OP_input, 0, NULL, 0, NULL, &t, "y")->id;
+        int before = -1, update, after = -1;
+        if (order == 0) before = ir_add_node(g, IR_OP_mul, 2, (int[]){s, y}, 0, NULL, NULL, "before")->id;
+        update = ir_add_node(g, IR_OP_add, 2, (int[]){s, y}, 0, NULL, NULL, "update")->id;
+        if (order == 1) after = ir_add_node(g, IR_OP_sub, 2, (int[]){s, y}, 0, NULL, NULL, "after")->id;
+        int other = order == 0 ? before : after;
+        float *sv = test_malloc(sizeof(float) * NN), *yv = test_malloc(sizeof(float) * NN);
+        float *s0 = test_malloc(sizeof(float) * NN), *ov = test_malloc(sizeof(float) * NN);
+        test_rng = 40 + (uint64_t)order;
+        for (int i = 0; i < NN; i++) s0[i] = sv[i] = (float)test_uniform(-2, 2), yv[i] = (float)test_uniform(-2, 2);
+        rt_tensor values[5];
+        memset(values, 0, sizeof values);
+        for (int i = 0; i < g->nnodes; i++) values[i].type = g->nodes[i]->type;
+        values[s].data = sv, values[y].data = yv, values[update].data = sv, values[other].data = ov;
+        int state_of[5] = {-1, -1, -1, -1, -1};
+        state_of[update] = s;
+        sched_member members[2] = {{order == 0 ? before : update, 0}, {order == 0 ? update : after, 0}};
+        cpu_workers *w = cpu_workers_new();
+        assert_non_null(w);
+        cpu_exec x = {.nthreads = 1, .state_of = state_of};
+        assert_int_equal(cpu_run_group_ex(&x, g, members, 2, values, w, NULL, NULL), ALLOY_OK);
+        for (int i = 0; i < NN; i++) {
+            float want = order == 0 ? s0[i] * yv[i] : s0[i] - yv[i];
+            if (sv[i] != s0[i] + yv[i] || ov[i] != want)
+                fail_msg("%s the update, element %d: s' = %.9g (want %.9g), %s = %.9g (want %.9g)",
+                         order ? "after" : "before", i, (double)sv[i], (double)(s0[i] + yv[i]),
+                         order ? "after" : "before", (double)ov[i], (double)want);
+        }
+        cpu_workers_free(w);
+        test_free(sv), test_free(yv), test_free(s0), test_free(ov);
+        ir_graph_free(g);
+    }
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* the printed IR interleaves with cmocka's lines */
@@ -727,6 +777,7 @@ int main(void)
         FUSE_TEST(test_alloy_no_fuse_leaves_every_node_ungrouped),
         FUSE_TEST(test_broadcast_inputs_of_every_shape_load_as_the_unfused_kernel_loads_them),
         FUSE_TEST(test_a_big_group_gives_the_same_bits_on_one_thread_and_on_two),
+        FUSE_TEST(test_an_update_stored_over_its_input_leaves_later_readers_the_old_values),
         FUSE_TEST(test_a_fused_run_that_runs_out_of_memory_fails_cleanly_at_every_allocation),
         FUSE_TEST(test_a_gemm_and_a_row_group_that_run_out_of_memory_fail_cleanly_at_every_allocation),
         FUSE_TEST(test_the_pass_groups_100k_random_nodes_in_milliseconds_and_every_group_is_legal),

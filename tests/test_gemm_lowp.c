@@ -69,7 +69,7 @@ static void check(opt_lowp_gemm kernel, alloy_dtype dt, bool ta, bool tb, const 
     float *c = xalloc((nc + 16) * sizeof *c);
     uint16_t *cl = xalloc((nc + 16) * 2);
     for (size_t i = 0; i < nc + 16; i++) c[i] = NAN, cl[i] = 0x7e01;
-    gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, s->batch_rank, s->dims, sa, sb, a, b, c};
+    gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, s->batch_rank, s->dims, sa, sb, a, b, c, NULL, 0};
     assert_int_equal(gemm_lowp(&g, kernel, w, threads), ALLOY_OK);
     g.out_dtype = dt, g.c = cl;
     assert_int_equal(gemm_lowp(&g, kernel, w, threads), ALLOY_OK);
@@ -180,7 +180,7 @@ static void test_empty_dimensions(void **state)
     for (int ki = 0; ki < NKERNELS; ki++) {
         float c[8];
         for (int i = 0; i < 8; i++) c[i] = 7.0f;
-        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, 0, 2, 2, 2, 2, 0, NULL, NULL, NULL, a, b, c};
+        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, 0, 2, 2, 2, 2, 0, NULL, NULL, NULL, a, b, c, NULL, 0};
         assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
         g.m = 2, g.n = 0;
         assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
@@ -210,7 +210,7 @@ static void test_exact_small_product(void **state)
             test_encode(dt, bv, b, 6);
             float c[4];
             /* A [2,3] x B^T where B is [2,3]: c[i][j] = sum_p a[i][p] b[j][p] */
-            gemm_lowp_args g = {dt, ALLOY_F32, false, true, 2, 2, 3, 3, 3, 0, NULL, NULL, NULL, a, b, c};
+            gemm_lowp_args g = {dt, ALLOY_F32, false, true, 2, 2, 3, 3, 3, 0, NULL, NULL, NULL, a, b, c, NULL, 0};
             assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
             assert_true(c[0] == 14.0f);           /* 1 + 4 + 9 */
             assert_true(c[1] == 0.25f - 4 + 24);  /* 20.25 */
@@ -237,7 +237,7 @@ static void test_same_bits_on_any_thread_count(void **state)
     float *one = xalloc((size_t)(m * n) * 4), *many = xalloc((size_t)(m * n) * 4);
     for (int ki = 0; ki < NKERNELS - 1; ki++) { /* sgemm's threads are the BLAS's */
         if (!runs_here(kernels[ki], ALLOY_BF16)) continue;
-        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, one};
+        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, one, NULL, 0};
         assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
         for (int t = 2; t <= 3; t++) {
             g.c = many;
@@ -309,7 +309,7 @@ static void test_avx2_gives_the_bits_of_avx512(void **state)
                 size_t nc = (size_t)(m * n);
                 float *c512 = xalloc(nc * 4), *c2 = xalloc(nc * 4);
                 uint16_t *l512 = xalloc(nc * 2), *l2 = xalloc(nc * 2);
-                gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c512};
+                gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c512, NULL, 0};
                 assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512, NULL, 1), ALLOY_OK);
                 g.c = c2;
                 assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX2, NULL, 1), ALLOY_OK);
@@ -368,7 +368,7 @@ static void test_bf16_c_is_the_f32_sums_rounded(void **state)
             test_encode(ALLOY_BF16, t, b, k * n);
             float *c = xalloc((size_t)(m * n) * 4);
             uint16_t *h = xalloc((size_t)(m * n) * 2);
-            gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c};
+            gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c, NULL, 0};
             assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
             g.out_dtype = ALLOY_BF16, g.c = h;
             assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
@@ -386,13 +386,73 @@ static void test_bf16_c_is_the_f32_sums_rounded(void **state)
         }
 }
 
+/* C laid out by stride_c and ldc (a [2, 3, m, n] product stored as [2,
+ * m, 3, n] rows with a gap after each, as the attention's products write
+ * their transposes' order): every element the dense product's bits in its
+ * place, nothing else written (the gaps keep their NaN), for f32 and
+ * rounded results, on every kernel, 1 and 2 threads, and zeros in place
+ * for k == 0. */
+static void test_a_laid_out_c_gets_the_dense_bits_in_its_places(void **state)
+{
+    (void)state;
+    enum { M = 13, N = 20, K = 9, GAP = 5, W = 3 * N + GAP, TOTAL = 2 * M * W };
+    static const int64_t dims[2] = {2, 3}, sa[2] = {3 * M * K, M * K}, sb[2] = {3 * K * N, K * N};
+    static const int64_t sc[2] = {M * W, N};
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    test_rng = 21;
+    for (int ki = 0; ki < NKERNELS; ki++)
+        for (int d = 0; d < 2; d++) {
+            alloy_dtype dt = d ? ALLOY_F16 : ALLOY_BF16;
+            if (!runs_here(kernels[ki], dt)) continue;
+            double av[6 * M * K], bv[6 * K * N];
+            uint16_t a[6 * M * K], b[6 * K * N];
+            for (int i = 0; i < 6 * M * K; i++) av[i] = test_round_to(dt, test_uniform(-1, 1));
+            for (int i = 0; i < 6 * K * N; i++) bv[i] = test_round_to(dt, test_uniform(-1, 1));
+            test_encode(dt, av, a, 6 * M * K);
+            test_encode(dt, bv, b, 6 * K * N);
+            for (int o = 0; o < 2; o++)
+                for (int threads = 1; threads <= 2; threads++)
+                    for (int64_t k = K; k >= 0; k -= K) {
+                        alloy_dtype out = o ? dt : ALLOY_F32;
+                        size_t es = alloy_dtype_size(out);
+                        char dense[6 * M * N * 4], laid[TOTAL * 4];
+                        memset(laid, 0xff, sizeof laid); /* NaN in every dtype */
+                        gemm_lowp_args g = {dt, out, false, false, M, N, k, K, N, 2, dims, sa, sb, a, b, dense, NULL, 0};
+                        assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                        g.c = laid, g.stride_c = sc, g.ldc = W;
+                        assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                        bool written[TOTAL] = {false};
+                        for (int bi = 0; bi < 6; bi++)
+                            for (int i = 0; i < M; i++) {
+                                int64_t at = bi / 3 * sc[0] + bi % 3 * sc[1] + i * W;
+                                for (int j = 0; j < N; j++) written[at + j] = true;
+                                if (memcmp(laid + (size_t)at * es, dense + (size_t)((bi * M + i) * N) * es, N * es))
+                                    fail_msg("%s %s -> %s k %lld, %d threads: batch %d row %d differs from the dense "
+                                             "product",
+                                             gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt),
+                                             alloy_dtype_name(out), (long long)k, threads, bi, i);
+                            }
+                        for (int i = 0; i < TOTAL; i++) {
+                            static const char nan_bytes[4] = {-1, -1, -1, -1};
+                            if (!written[i] && memcmp(laid + (size_t)i * es, nan_bytes, es))
+                                fail_msg("%s: element %d between the laid-out rows was written",
+                                         gemm_lowp_kernel_name(kernels[ki]), i);
+                        }
+                        if (k == 0)
+                            for (int i = 0; i < 6 * M * N * (int)es; i++) assert_int_equal(dense[i], 0);
+                    }
+        }
+    cpu_workers_free(w);
+}
+
 /* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
 static void test_out_of_memory_is_an_error(void **state)
 {
     (void)state;
     uint16_t a[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
     float c[4] = {7, 7, 7, 7};
-    gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, 2, 2, 2, 2, 2, 0, NULL, NULL, NULL, a, a, c};
+    gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, 2, 2, 2, 2, 2, 0, NULL, NULL, NULL, a, a, c, NULL, 0};
     for (int ki = 0; ki < NKERNELS; ki++) {
         test_alloc_budget = 0;
         alloy_set_allocator(test_budget_realloc, NULL);
@@ -416,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_same_bits_on_any_thread_count),
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
         cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
+        cmocka_unit_test(test_a_laid_out_c_gets_the_dense_bits_in_its_places),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,6 @@
 
 #include "ir/groups.h"
 #include "runtime/cpu/cpu.h"
-#include "step/attn_views.h"
 #include "step/plan.h"
 
 enum { MAX_THREADS = 64 };
@@ -31,64 +30,16 @@ static double seconds_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Copies the rows of [B, H, R, D] value o between its strided place
- * `strided` (layout l) and a row-major buffer `dense`, into the latter
- * when gather. */
-static void copy_rows(const ir_type *t, attn_stride l, char *strided, char *dense, bool gather)
-{
-    size_t es = alloy_dtype_size(t->dtype);
-    int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
-    for (int64_t b = 0; b < t->dims[0]; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t r = 0; r < R; r++) {
-                char *at = strided + (size_t)(l.base + b * l.batch + h * l.head + r * l.row) * es,
-                     *row = dense + (size_t)(((b * H + h) * R + r) * D) * es;
-                memcpy(gather ? row : at, gather ? at : row, (size_t)D * es);
-            }
-}
-
-/* An ew step reading strided views or storing a strided result
- * (step/attn_views.h: q sliced out of a fused projection and scaled, dq
- * scaled into its transpose's order): each such operand gathered
- * row-major into a buffer of its own for the step (the copy the view took
- * the place of, made here), each such result computed into one and its
- * rows then copied to their places; the step as over any value. */
-static void run_ew_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step, rt_tensor *values,
-                        cpu_workers *w)
-{
-    int moved[8], nmoved = 0;
-    void *kept[8];
-    int nin = step->nin;
-    for (int i = 0; i < nin + step->n && !x->status; i++) {
-        int o = i < nin ? s->inputs[step->first_in + i] : s->members[step->first + i - nin].node, m = s->member_of[o];
-        const ir_type *t = &g->nodes[o]->type;
-        if (m < 0 || !(s->members[m].flags & MEMBER_STRIDED) || t->rank != 4 || !values[o].data) continue;
-        char *dense = nmoved < 8 ? al_malloc(ir_nbytes(t) + 1) : NULL;
-        if (!dense) {
-            cpu_fail(x, ALLOY_ERR_OOM, "out of memory for a strided value of step %d", (int)(step - s->steps));
-            break;
-        }
-        if (i < nin) copy_rows(t, attn_layout_of(g, s, o), values[o].data, dense, true);
-        kept[nmoved] = values[o].data, moved[nmoved++] = o;
-        values[o].data = dense;
-    }
-    if (!x->status) cpu_run_group_ex(x, g, &s->members[step->first], step->n, values, w, NULL, NULL);
-    for (int i = 0; i < nmoved; i++) {
-        int o = moved[i];
-        if (s->step_of[o] == (int)(step - s->steps) && !x->status) /* a result: its rows to their places */
-            copy_rows(&g->nodes[o]->type, attn_layout_of(g, s, o), kept[i], values[o].data, false);
-        al_free(values[o].data);
-        values[o].data = kept[i];
-    }
-}
-
 /* Runs one step whose stored members already have memory. */
 static void run_step(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step, rt_tensor *values,
                      cpu_workers *w)
 {
     const sched_member *members = &s->members[step->first];
     switch (step->kind) {
-    case STEP_KIND_EW: run_ew_step(x, g, s, step, values, w); return;
+    /* strided operands and results (step/attn_views.h: q sliced out of a
+     * fused projection and scaled, dq scaled into its transpose's order)
+     * are read and stored through their strides by the chunk loop */
+    case STEP_KIND_EW: cpu_run_group_ex(x, g, members, step->n, values, w, NULL, NULL); return;
     case STEP_KIND_ROW: cpu_run_row(x, g, s, step, values, w); return;
     case STEP_KIND_GEMM: cpu_run_gemm(x, g, s, step, values, w); return;
     case STEP_KIND_MULTI: cpu_run_multi(x, g, s, step, values, w); return;

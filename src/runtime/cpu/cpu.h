@@ -46,8 +46,9 @@ struct cpu_exec {
      * product_store is not NULL, stores it rounded to product_dtype there,
      * in the chunk loop that reads it (cpu_run_group_ex); NULL otherwise */
     /* while the steps that write state buffers in place run: the plan's
-     * state_of (a group reads an input it is stored over through a copy,
-     * cpu_run_group_ex); NULL otherwise */
+     * state_of (a group reads an input it is stored over through a copy
+     * where a member reads it after the store, cpu_run_group_ex); NULL
+     * otherwise */
     const int *state_of;
     /* the amp_check option (rt_run_args.nonfinite): per node, the
      * NONFINITE_* bits of each checked value; NULL: not checking */
@@ -92,8 +93,10 @@ AL_HIDDEN void cpu_workers_free(cpu_workers *w);
 
 /* Runs members[0..n) (an EW part of a schedule, or one elementwise node:
  * ascending ids, one result shape and one compute type) as one pass over
- * `space` (NULL: the last member's type; the row executor passes a block of
- * rows) in chunks: each input from outside the list is loaded once per
+ * `space` (NULL: the last member's type, whole values: those x's schedule
+ * stores through strides, step/attn_views.h, are then read and stored
+ * through them; the row executor passes a block of rows) in chunks: each
+ * input from outside the list is loaded once per
  * chunk, converted to the compute type, the members are evaluated in order
  * into chunk buffers, honouring their flags (MEMBER_EXACT values rounded to
  * their dtype, MEMBER_RANGED ones overflowing to inf as a store would), and

@@ -9,6 +9,7 @@
 
 #include "ir/groups.h"
 #include "base/convert.h"
+#include "step/attn_views.h"
 #include "base/vmath_generic.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/cpu_workers.h"
@@ -114,6 +115,8 @@ typedef struct fz_input {
     char *store;
     bool aliased; /* a member is stored over it (an update written in place): read through a copy */
     int into;     /* >= 0: its chunks are converted straight into that member's destination (load_into_dst) */
+    bool laid_out; /* a strided view (step/attn_views.h): stride starts as its layout (laid_out_strides) */
+    bool row;      /* strided along the last iteration dim only, with stride 1: a row broadcast to every row (a bias) */
     int64_t stride[ALLOY_MAX_RANK]; /* elements per step of each iteration dim */
 } fz_input;
 
@@ -133,6 +136,12 @@ typedef struct fz_member {
     double p[IR_EW_MAX_ATTRS]; /* the op's attributes (ir_ew_params) */
     alloy_dtype dtype;
     size_t es;
+    /* stored through strides (a result written in its transpose's order,
+     * step/attn_views.h): computed into a chunk buffer and stored from it,
+     * row segment by row segment, to dst + the elements per step of each
+     * iteration dim */
+    bool scatter;
+    int64_t stride[ALLOY_MAX_RANK];
 } fz_member;
 
 typedef struct fz_plan {
@@ -149,32 +158,54 @@ typedef struct fz_plan {
 
 enum { NO_OPERAND = -0x7fff };
 
-/* Coalesced iteration space of shape `out` over the inputs (cpu_elementwise.c's
- * build_space for any number of inputs): size-1 dims dropped, neighbouring
- * dims merged where every input walks them as one. */
+/* The strides array of walker k of p (its inputs, then its members), or
+ * NULL for a member stored densely (or not at all): those walk the space
+ * as its own order. */
+static int64_t *walker(fz_plan *p, int k)
+{
+    if (k < p->ninputs) return p->inputs[k].stride;
+    fz_member *mb = &p->members[k - p->ninputs];
+    return mb->scatter ? mb->stride : NULL;
+}
+
+/* Coalesced iteration space of shape `out` over the inputs and the members
+ * stored through strides (cpu_elementwise.c's build_space for any number
+ * of walkers): size-1 dims dropped, neighbouring dims merged where every
+ * walker walks them as one. A walker laid out by strides (an input's
+ * laid_out, a member's scatter) holds them per dim of out in its stride
+ * array on entry; it is rewritten in place, never ahead of the dim being
+ * read. */
 static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in_types)
 {
-    int r = out->rank;
+    int r = out->rank, nw = p->ninputs + p->nmembers;
     p->rank = 0;
     for (int d = 0; d < r; d++) {
         if (out->dims[d] == 1) continue;
         bool merge = p->rank > 0;
-        for (int k = 0; k < p->ninputs; k++) {
-            /* the input's stride at out dim d */
-            const ir_type *t = in_types[k];
-            int64_t acc = 1;
-            for (int e = r - 1; e > d; e--) {
-                int te = e - (r - t->rank);
-                acc *= te >= 0 ? t->dims[te] : 1;
+        for (int k = 0; k < nw; k++) {
+            int64_t *st = walker(p, k), s;
+            if (!st) continue;
+            if (k >= p->ninputs || p->inputs[k].laid_out) {
+                s = st[d];
+            } else { /* the input's stride at out dim d */
+                const ir_type *t = in_types[k];
+                int64_t acc = 1;
+                for (int e = r - 1; e > d; e--) {
+                    int te = e - (r - t->rank);
+                    acc *= te >= 0 ? t->dims[te] : 1;
+                }
+                int td = d - (r - t->rank);
+                s = (td >= 0 ? t->dims[td] : 1) == 1 ? 0 : acc;
             }
-            int td = d - (r - t->rank);
-            int64_t s = (td >= 0 ? t->dims[td] : 1) == 1 ? 0 : acc;
-            if (merge && p->inputs[k].stride[p->rank - 1] != s * out->dims[d]) merge = false;
-            p->inputs[k].stride[p->rank] = s; /* tentative next dim */
+            if (merge && st[p->rank - 1] != s * out->dims[d]) merge = false;
+            st[p->rank] = s; /* tentative next dim */
         }
         if (merge) {
             p->dims[p->rank - 1] *= out->dims[d];
-            for (int k = 0; k < p->ninputs; k++) p->inputs[k].stride[p->rank - 1] = p->inputs[k].stride[p->rank];
+            for (int k = 0; k < nw; k++) {
+                int64_t *st = walker(p, k);
+                if (st) st[p->rank - 1] = st[p->rank];
+            }
         } else {
             p->dims[p->rank++] = out->dims[d];
         }
@@ -182,7 +213,10 @@ static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in
     if (p->rank == 0) {
         p->rank = 1;
         p->dims[0] = 1;
-        for (int k = 0; k < p->ninputs; k++) p->inputs[k].stride[0] = 0;
+        for (int k = 0; k < nw; k++) {
+            int64_t *st = walker(p, k);
+            if (st) st[0] = 0;
+        }
     }
     for (int k = 0; k < p->ninputs; k++) {
         fz_input *in = &p->inputs[k];
@@ -194,6 +228,8 @@ static void build_space(fz_plan *p, const ir_type *out, const ir_type *const *in
             acc *= p->dims[d];
         }
         in->walk = uniform ? WALK_UNIFORM : dense ? WALK_DENSE : WALK_STRIDED;
+        in->row = in->walk == WALK_STRIDED && in->stride[p->rank - 1] == 1;
+        for (int d = 0; d < p->rank - 1; d++) in->row &= in->stride[d] == 0;
     }
 }
 
@@ -288,6 +324,47 @@ static void store_chunk_f32(alloy_dtype dt, const float *src, void *dst, int64_t
     if (dt == ALLOY_BF16) bf16_store_chunk(src, dst, n);
     else if (dt == ALLOY_F16) cvt_f16_store(src, dst, (size_t)n);
     else cvt_store_f32(dt, src, dst, (size_t)n);
+}
+
+/* Stores len elements of member mb's chunk y (the compute type, in
+ * iteration order from flat index start) to their strided places, rounded
+ * to its dtype as store_chunk_f32 / cvt_store_f64 do, one row segment at
+ * a time. */
+static void scatter(const fz_plan *p, const fz_member *mb, int64_t start, int64_t len, const void *y)
+{
+    int r = p->rank;
+    size_t cs = p->wide ? sizeof(double) : sizeof(float);
+    int64_t idx[ALLOY_MAX_RANK], rem = start, off = 0;
+    for (int d = r - 1; d >= 0; d--) {
+        idx[d] = rem % p->dims[d];
+        rem /= p->dims[d];
+        off += idx[d] * mb->stride[d];
+    }
+    int64_t inner = p->dims[r - 1], sin = mb->stride[r - 1];
+    for (int64_t done = 0; done < len;) {
+        int64_t seg = inner - idx[r - 1];
+        if (seg > len - done) seg = len - done;
+        for (int64_t i = 0; i < seg; i += sin == 1 ? seg : 1) {
+            const char *from = (const char *)y + (size_t)(done + i) * cs;
+            char *to = mb->dst + (size_t)(off + i * sin) * mb->es;
+            int64_t n = sin == 1 ? seg : 1;
+            if (p->wide) cvt_store_f64(mb->dtype, (const double *)(const void *)from, to, (size_t)n);
+            else store_chunk_f32(mb->dtype, (const float *)(const void *)from, to, n);
+        }
+        done += seg;
+        idx[r - 1] += seg;
+        off += seg * sin;
+        if (idx[r - 1] < inner) continue;
+        off -= inner * sin;
+        idx[r - 1] = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            idx[d]++;
+            off += mb->stride[d];
+            if (idx[d] < p->dims[d]) break;
+            off -= mb->stride[d] * p->dims[d];
+            idx[d] = 0;
+        }
+    }
 }
 
 /* The range rule of an unrounded f16/bf16 intermediate (docs/fusion.md): it
@@ -482,8 +559,17 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     ptr[k] = b;
                 }
             } else if (in->walk == WALK_STRIDED) {
-                gather(p, in, start, len, b);
-                ptr[k] = b;
+                /* a row broadcast to every row: a chunk inside one row of
+                 * the compute type is read in place; where every chunk
+                 * starts a row, the first one's gathered values serve all
+                 * (the last, shorter, reads a prefix of them) */
+                int64_t inner = p->dims[p->rank - 1], at = start % inner;
+                if (in->row && !in->aliased && in->dtype == ct && at + len <= inner) {
+                    ptr[k] = in->data + (size_t)at * in->es;
+                } else if (!(in->row && !in->aliased && chunk % inner == 0 && c > c0)) {
+                    gather(p, in, start, len, b);
+                    ptr[k] = b;
+                }
             }
         }
         for (int m = 0; m < p->nmembers; m++) {
@@ -492,7 +578,10 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
             for (int j = 0; j < mb->nin; j++)
                 op[j] = mb->src[j] >= 0 ? ptr[mb->src[j]] : val[-mb->src[j] - 1];
             for (int j = mb->nin; j < 3; j++) op[j] = op[0];
-            char *dst = mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
+            /* a strided member is computed as one never stored, then its
+             * chunk (as a store and a load give it back where exact) stored
+             * to its places by scatter */
+            char *dst = mb->scatter ? NULL : mb->dst ? mb->dst + (size_t)start * mb->es : NULL;
             void *y = mb->passed ? (void *)op[0] : mb->slot >= 0 ? slotbuf + (size_t)mb->slot * bufbytes : dst;
             /* a bool/integer value is what a store and a load give back; a
              * float one stays unrounded (docs/fusion.md) */
@@ -527,6 +616,7 @@ static void run_chunks(const fz_plan *p, int64_t c0, int64_t c1, char *scratch, 
                     __atomic_store_n(p->nonfinite, 1, __ATOMIC_RELAXED);
             }
             if (mb->flag) flag_nonfinite(mb, p->wide, y, dst, roundtrip, len);
+            if (mb->scatter) scatter(p, mb, start, len, y);
             val[m] = y;
         }
     }
@@ -581,15 +671,40 @@ static bool member_wide(const ir_node *n, const rt_tensor *values)
     return cpu_ew_uses_f64(n, in);
 }
 
+/* Whether value id is stored through strides under x's schedule
+ * (MEMBER_STRIDED, rank 4: step/attn_views.h); then the elements per step
+ * of each dim of out (0 along a dim it broadcasts) into stride, and the
+ * offset of its first element from its value's address into *base. */
+static bool laid_out_strides(const cpu_exec *x, const ir_graph *g, int id, const ir_type *out, int64_t *stride,
+                             int64_t *base)
+{
+    const schedule *s = x->sched;
+    const ir_type *t = &g->nodes[id]->type;
+    if (!s || x->graph != g || s->member_of[id] < 0 || !(s->members[s->member_of[id]].flags & MEMBER_STRIDED) ||
+        t->rank != 4 || out->rank < 4)
+        return false;
+    attn_stride l = attn_layout_of(g, s, id);
+    const int64_t per_dim[4] = {l.batch, l.head, l.row, 1};
+    for (int d = 0; d < out->rank; d++) {
+        int td = d - (out->rank - 4);
+        stride[d] = td < 0 || t->dims[td] == 1 ? 0 : per_dim[td];
+    }
+    *base = l.base;
+    return true;
+}
+
 /* Fills p's members and external inputs (arrays already sized for n members
  * and 3n inputs) and gives each member a chunk buffer: one per value live at
  * a time, none for a stored member of the compute type (computed in place
  * in its destination). ext_slots (ext_mask + 1 of them, all -1, at least
  * twice 3n) index the inputs by node id, so that a group of many inputs
  * (the global gradient norm's sum over every parameter) is planned in time
- * linear in its size. Returns NULL, or why the group cannot run. */
-static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *members, int n,
-                             const rt_tensor *values, const ir_type **in_types, int *last_use,
+ * linear in its size. whole: the group's space when it runs over whole
+ * values (x's strided ones then read and stored through their strides,
+ * laid_out_strides), NULL for a block of rows. Returns NULL, or why the
+ * group cannot run. */
+static const char *make_plan(fz_plan *p, const cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
+                             const rt_tensor *values, const ir_type *whole, const ir_type **in_types, int *last_use,
                              int *free_slots, int *ext_slots, uint32_t ext_mask)
 {
     const ir_node *first = g->nodes[members[0].node];
@@ -619,6 +734,11 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
                           .es = alloy_dtype_size(m->type.dtype),
                           .src = {NO_OPERAND, NO_OPERAND, NO_OPERAND}};
         ir_ew_params(m, mb->p);
+        int64_t base;
+        if (whole && mb->dst && laid_out_strides(x, g, m->id, whole, mb->stride, &base)) {
+            mb->scatter = true;
+            mb->dst += (size_t)base * mb->es;
+        }
         last_use[k] = -1;
         for (int j = 0; j < m->nin; j++) {
             int id = m->in[j], mi = member_index(members, n, id);
@@ -637,8 +757,14 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
                 e = ext_slots[h] = p->ninputs;
                 ext_id[e] = id;
                 in_types[e] = &v->type;
-                p->inputs[e] = (fz_input){.dtype = v->type.dtype, .es = alloy_dtype_size(v->type.dtype),
-                                          .data = v->data, .into = -1};
+                fz_input *in = &p->inputs[e];
+                *in = (fz_input){.dtype = v->type.dtype, .es = alloy_dtype_size(v->type.dtype), .data = v->data,
+                                 .into = -1};
+                int64_t at;
+                if (whole && laid_out_strides(x, g, id, whole, in->stride, &at)) {
+                    in->laid_out = true;
+                    in->data += (size_t)at * in->es;
+                }
                 p->ninputs++;
             }
             mb->src[j] = e;
@@ -654,8 +780,9 @@ static const char *make_plan(fz_plan *p, const ir_graph *g, const sched_member *
          * chunk buffer (or its data) holds the value for the whole chunk,
          * and no member writes into it */
         mb->passed = mb->f32 == fz_copy_f32 && mb->src[0] >= 0 && !mb->exact && !mb->ranged &&
-                     !(mb->dst && mb->dtype == ct);
-        if (!(mb->dst && mb->dtype == ct) && !mb->passed) mb->slot = nfree ? free_slots[--nfree] : p->nslots++;
+                     !(mb->dst && mb->dtype == ct) && !mb->scatter;
+        if ((mb->scatter || !(mb->dst && mb->dtype == ct)) && !mb->passed)
+            mb->slot = nfree ? free_slots[--nfree] : p->nslots++;
         for (int j = 0; j < mb->nin; j++) {
             int mi = mb->src[j] < 0 && mb->src[j] != NO_OPERAND ? -mb->src[j] - 1 : -1;
             if (mi < 0 || last_use[mi] != k || p->members[mi].slot < 0) continue;
@@ -699,7 +826,8 @@ static void load_into_dst(fz_plan *p)
     size_t cs = p->wide ? sizeof(double) : sizeof(float);
     for (int k = 0; k < p->nmembers; k++) {
         fz_member *mb = &p->members[k];
-        if (mb->f32 != fz_copy_f32 || mb->src[0] < 0 || mb->exact || mb->ranged || !mb->dst || mb->dtype != ct)
+        if (mb->f32 != fz_copy_f32 || mb->src[0] < 0 || mb->exact || mb->ranged || !mb->dst || mb->dtype != ct ||
+            mb->scatter)
             continue;
         fz_input *in = &p->inputs[mb->src[0]];
         if (in->walk != WALK_DENSE || in->into >= 0 || (in->dtype == ct && !in->aliased && !in->ranged)) continue;
@@ -751,11 +879,27 @@ alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
     return ALLOY_OK;
 }
 
+/* Whether input e may be read in place although member k is stored over
+ * it: every member reading it comes before k, or is k computed in a chunk
+ * buffer of its own (the chunk functions' operands alias no output), and
+ * none passes it on (a passed value is the input's chunk itself, which
+ * k's store changes). Each chunk is then read before it is overwritten,
+ * element for element at the same index. */
+static bool read_before_store(const fz_plan *p, int e, int k)
+{
+    for (int j = 0; j < p->nmembers; j++) {
+        const fz_member *mb = &p->members[j];
+        for (int q = 0; q < mb->nin; q++)
+            if (mb->src[q] == e && (j > k || (j == k && mb->slot < 0) || mb->passed)) return false;
+    }
+    return true;
+}
+
 /* Marks the inputs a member is stored over (an update written into its
- * state's buffer, state_of from the plan, which it reads): the chunk
- * functions' operands alias no output, so those inputs are read through
- * their chunk buffer. ext_slots / ext_id / ext_mask: make_plan's index of
- * the inputs by node id. */
+ * state's buffer, state_of from the plan, which it reads) and read after
+ * that store (read_before_store): those are read through their chunk
+ * buffer. ext_slots / ext_id / ext_mask: make_plan's index of the inputs
+ * by node id. */
 static void mark_aliased(fz_plan *p, const sched_member *members, int n, const int *state_of, const int *ext_slots,
                          const int *ext_id, uint32_t ext_mask)
 {
@@ -764,7 +908,8 @@ static void mark_aliased(fz_plan *p, const sched_member *members, int n, const i
         if (t < 0) continue;
         uint32_t h = ((uint32_t)t * 0x9e3779b1u) >> 7 & ext_mask;
         while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != t) h = (h + 1) & ext_mask;
-        if (ext_slots[h] >= 0) p->inputs[ext_slots[h]].aliased = true;
+        int e = ext_slots[h];
+        if (e >= 0 && (p->inputs[e].walk != WALK_DENSE || !read_before_store(p, e, k))) p->inputs[e].aliased = true;
     }
 }
 
@@ -789,7 +934,8 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     int *free_slots = last_use + 4 * (size_t)n, *ext_slots = free_slots + n;
     for (uint32_t i = 0; i < ext_cap; i++) ext_slots[i] = -1;
     p.nonfinite = nonfinite;
-    const char *why = make_plan(&p, g, members, n, values, in_types, last_use, free_slots, ext_slots, ext_cap - 1);
+    const char *why = make_plan(&p, x, g, members, n, values, space ? NULL : &last->type, in_types, last_use,
+                                free_slots, ext_slots, ext_cap - 1);
     if (why) {
         if (own) al_free(block);
         return cpu_fail(x, ALLOY_ERR_VERIFY, "fusion group ending at %s '%s' cannot run: %s",

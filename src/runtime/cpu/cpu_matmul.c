@@ -1,4 +1,4 @@
-/* cpu_matmul.c - batched matmul with numpy-broadcast batch dims: f32/f64 as pieces of one GEMM per batch on the run's threads, f16/bf16 through the low-precision GEMM; operands read through the strides of the schedule's strided views. */
+/* cpu_matmul.c - batched matmul with numpy-broadcast batch dims: f32/f64 as pieces of one GEMM per batch on the run's threads, f16/bf16 through the low-precision GEMM; operands read and results written through the strides of the schedule's strided views. */
 #include <string.h>
 
 #include "runtime/cpu/cpu.h"
@@ -6,13 +6,15 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_lowp.h"
 
-/* What one matmul needs: sizes, leading dims and the batch walk. */
+/* What one matmul needs: sizes, leading dims and the batch walk. The
+ * result is dense [batches, m, n] unless strided_c: then batch b's row i
+ * starts at sum_d idx_d(b) * stride_c[d] + i * ldc. */
 typedef struct mm_plan {
-    bool trans_a, trans_b;
-    int64_t m, n, k, lda, ldb;
+    bool trans_a, trans_b, strided_c;
+    int64_t m, n, k, lda, ldb, ldc;
     int batch_rank;
     int64_t batch_dims[ALLOY_MAX_RANK];
-    int64_t stride_a[ALLOY_MAX_RANK], stride_b[ALLOY_MAX_RANK];
+    int64_t stride_a[ALLOY_MAX_RANK], stride_b[ALLOY_MAX_RANK], stride_c[ALLOY_MAX_RANK];
     int64_t batches;
 } mm_plan;
 
@@ -30,16 +32,18 @@ static void mm_job(void *arg, int64_t j, int thread)
     (void)thread;
     const mm_jobs *jb = arg;
     const mm_plan *p = jb->p;
-    int64_t b = j / jb->parts, off_a = 0, off_b = 0;
+    int64_t b = j / jb->parts, off_a = 0, off_b = 0, off_c = 0;
     for (int d = p->batch_rank - 1; d >= 0; d--) { /* b walked row-major over batch_dims */
         off_a += b % p->batch_dims[d] * p->stride_a[d];
         off_b += b % p->batch_dims[d] * p->stride_b[d];
+        off_c += b % p->batch_dims[d] * p->stride_c[d];
         b /= p->batch_dims[d];
     }
+    if (!p->strided_c) off_c = j / jb->parts * p->m * p->n;
     gemm_product q = jb->one;
     q.a = (const char *)q.a + (size_t)off_a * jb->esize;
     q.b = (const char *)q.b + (size_t)off_b * jb->esize;
-    q.c = (char *)q.c + (size_t)(j / jb->parts * p->m * p->n) * jb->esize;
+    q.c = (char *)q.c + (size_t)off_c * jb->esize;
     gemm_part(&q, j % jb->parts);
 }
 
@@ -47,8 +51,8 @@ static void mm_job(void *arg, int64_t j, int thread)
  * the threads only where the whole product is worth splitting. */
 static void matmul_wide(cpu_exec *x, const mm_plan *p, bool f64, rt_tensor *out, const rt_tensor *in)
 {
-    mm_jobs jb = {p, {f64, p->trans_a, p->trans_b, p->m, p->n, p->k, p->lda, p->ldb, p->n, 1.0, 0.0, in[0].data,
-                      in[1].data, out->data},
+    mm_jobs jb = {p, {f64, p->trans_a, p->trans_b, p->m, p->n, p->k, p->lda, p->ldb, p->strided_c ? p->ldc : p->n, 1.0,
+                      0.0, in[0].data, in[1].data, out->data},
                   0, f64 ? sizeof(double) : sizeof(float)};
     jb.parts = gemm_parts(&jb.one);
     int64_t jobs = p->batches * jb.parts;
@@ -66,7 +70,7 @@ static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm
 {
     gemm_lowp_args g = {in[0].type.dtype, out->type.dtype, p->trans_a, p->trans_b, p->m, p->n, p->k,
                         p->lda, p->ldb, p->batch_rank, p->batch_dims, p->stride_a, p->stride_b,
-                        in[0].data, in[1].data, out->data};
+                        in[0].data, in[1].data, out->data, p->strided_c ? p->stride_c : NULL, p->ldc};
     if (in[1].type.dtype != g.dtype || (g.out_dtype != ALLOY_F32 && g.out_dtype != g.dtype)) {
         char label[32];
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "matmul '%s': %s x %s -> %s is not supported",
@@ -90,43 +94,25 @@ static bool strided(const schedule *s, int i)
 
 /* A [B, H, R, D] matmul under a schedule that may store its operands or
  * result in another order (step/attn_views.h): the operands are read
- * through their strides while packing; a strided result is computed
- * row-major into a buffer of its own and its rows copied to their places
- * (the same sums, so the same bits as over the copies). */
+ * through their strides while packing, a strided result written through
+ * its own (row stride and two batch strides) by the GEMM: the same sums
+ * as over contiguous copies, so the same bits, with no copy. */
 static alloy_status strided_matmul(cpu_exec *x, const ir_node *n, mm_plan *p, rt_tensor *out, const rt_tensor *in)
 {
     const ir_graph *g = x->graph;
     const schedule *s = x->sched;
-    for (int j = 0; j < 2; j++) {
-        if (!strided(s, n->in[j])) continue;
-        attn_stride l = attn_layout_of(g, s, n->in[j]);
-        int64_t *st = j ? p->stride_b : p->stride_a;
+    rt_tensor a[3] = {in[0], in[1], *out};
+    for (int j = 0; j < 3; j++) {
+        int id = j < 2 ? n->in[j] : n->id;
+        if (!strided(s, id)) continue;
+        attn_stride l = attn_layout_of(g, s, id);
+        int64_t *st = j == 0 ? p->stride_a : j == 1 ? p->stride_b : p->stride_c;
         st[0] = l.batch, st[1] = l.head;
-        *(j ? &p->ldb : &p->lda) = l.row;
+        *(j == 0 ? &p->lda : j == 1 ? &p->ldb : &p->ldc) = l.row;
+        a[j].data = (char *)a[j].data + l.base * (int64_t)alloy_dtype_size(a[j].type.dtype);
     }
-    rt_tensor a[2] = {in[0], in[1]};
-    for (int j = 0; j < 2; j++)
-        if (strided(s, n->in[j]))
-            a[j].data = (char *)a[j].data + attn_layout_of(g, s, n->in[j]).base * (int64_t)alloy_dtype_size(a[j].type.dtype);
-    if (!strided(s, n->id) || ir_numel(&out->type) == 0) return run_matmul(x, n, p, out, a);
-    size_t es = alloy_dtype_size(out->type.dtype), bytes = ir_nbytes(&out->type);
-    rt_tensor dense = *out;
-    if (!(dense.data = al_malloc(bytes))) {
-        char label[32];
-        return cpu_fail(x, ALLOY_ERR_OOM, "matmul '%s': out of memory for its strided result",
-                        ir_node_label(n, label, sizeof label));
-    }
-    alloy_status st = run_matmul(x, n, p, &dense, a);
-    attn_stride l = attn_layout_of(g, s, n->id);
-    const ir_type *t = &out->type;
-    int64_t H = t->dims[1], R = t->dims[2], D = t->dims[3];
-    for (int64_t b = 0; !st && b < t->dims[0]; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t r = 0; r < R; r++)
-                memcpy((char *)out->data + (size_t)(l.base + b * l.batch + h * l.head + r * l.row) * es,
-                       (const char *)dense.data + (size_t)(((b * H + h) * R + r) * D) * es, (size_t)D * es);
-    al_free(dense.data);
-    return st;
+    p->strided_c = strided(s, n->id);
+    return run_matmul(x, n, p, &a[2], a);
 }
 
 /* matmul: out[..., M, N] = op(a) op(b) per batch, batch dims broadcast;
@@ -142,6 +128,8 @@ alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_
     p.k = ta->dims[ta->rank - (p.trans_a ? 2 : 1)];
     p.lda = ta->dims[ta->rank - 1];
     p.ldb = tb->dims[tb->rank - 1];
+    p.strided_c = false;
+    p.ldc = p.n;
     p.batch_rank = to->rank - 2;
     p.batches = 1;
     for (int d = 0; d < p.batch_rank; d++) {
@@ -159,7 +147,9 @@ static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, 
 {
     const ir_type *ta = &in[0].type, *to = &out->type;
     if (ir_numel(to) == 0) return ALLOY_OK;
-    if (p->k == 0) { /* empty sums: all-zero bytes are +0 in every float dtype */
+    /* empty sums: all-zero bytes are +0 in every float dtype (a strided
+     * result gets its zeros from the GEMMs, row by row) */
+    if (p->k == 0 && !p->strided_c) {
         memset(out->data, 0, ir_nbytes(to));
         return ALLOY_OK;
     }

@@ -211,6 +211,15 @@ static int64_t batch_offset(const gemm_lowp_args *g, const int64_t *stride, int6
     return off;
 }
 
+/* C's row stride, and the element offset of row i of batch b's C (dense,
+ * or placed by stride_c and ldc). */
+static int64_t c_ld(const gemm_lowp_args *g) { return g->stride_c ? g->ldc : g->n; }
+
+static int64_t c_row(const gemm_lowp_args *g, int64_t b, int64_t i)
+{
+    return g->stride_c ? batch_offset(g, g->stride_c, b) + i * g->ldc : (b * g->m + i) * g->n;
+}
+
 static bool all_zero(const int64_t *v, int n)
 {
     for (int i = 0; i < n; i++)
@@ -264,7 +273,7 @@ static void pack_job(void *arg, int64_t j, int thread)
 }
 
 /* Whether tiles are summed straight into C (see tile_job). */
-static bool direct_c(const gemm_lowp_args *g) { return g->out_dtype == ALLOY_F32 && g->n % 1024 != 0; }
+static bool direct_c(const gemm_lowp_args *g) { return g->out_dtype == ALLOY_F32 && c_ld(g) % 1024 != 0; }
 
 /* Tile job t: rows [i0, i0+mc) x columns [j0, j0+nc) of one batch's C,
  * k block by k block, B strip by B strip (in L1), A strip by A strip. */
@@ -295,9 +304,10 @@ static void tile_job(void *arg, int64_t t, int thread)
     bool round16 = tile_round != NULL;
     /* A in place: the tile's rows of this batch's op(A), k-contiguous */
     const uint16_t *a0 = r->a_in_place ? (const uint16_t *)g->a + batch_offset(g, g->stride_a, b) + i0 * g->lda : NULL;
-    uint16_t *out16 = round16 ? (uint16_t *)g->c + (b * g->m + i0) * g->n + j0 : NULL;
-    int64_t ldc = direct ? g->n : r->ldt;
-    float *c = direct ? (float *)g->c + (b * g->m + i0) * g->n + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
+    int64_t ldo = c_ld(g);
+    uint16_t *out16 = round16 ? (uint16_t *)g->c + c_row(g, b, i0) + j0 : NULL;
+    int64_t ldc = direct ? ldo : r->ldt;
+    float *c = direct ? (float *)g->c + c_row(g, b, i0) + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
     size_t a_unit = (size_t)kn->mr * (size_t)kn->ku * (size_t)kn->esize;
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
@@ -312,9 +322,9 @@ static void tile_job(void *arg, int64_t t, int thread)
                 const uint16_t *ai = a0 ? a0 + ir * g->lda + 2 * pc : NULL;
                 const float *cin = pc > 0 ? c + ir * ldc + jr : NULL;
                 if (to16 && ai)
-                    kn->tile_bf16_in_place(ku, ai, g->lda, bs, cin, ldc, out16 + ir * g->n + jr, g->n, mv, nv);
+                    kn->tile_bf16_in_place(ku, ai, g->lda, bs, cin, ldc, out16 + ir * ldo + jr, ldo, mv, nv);
                 else if (to16)
-                    tile_round(ku, as, bs, cin, ldc, out16 + ir * g->n + jr, g->n, mv, nv);
+                    tile_round(ku, as, bs, cin, ldc, out16 + ir * ldo + jr, ldo, mv, nv);
                 else if (ai)
                     kn->tile_in_place(ku, ai, g->lda, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);
                 else
@@ -325,8 +335,7 @@ static void tile_job(void *arg, int64_t t, int thread)
     if (direct || round16) return;
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
-        cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)((b * g->m + i0 + i) * g->n + j0) * es,
-                      (size_t)nc);
+        cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)(c_row(g, b, i0 + i) + j0) * es, (size_t)nc);
 }
 
 /* Threads worth using for `macs` multiply-adds in `jobs` pieces. */
@@ -364,12 +373,15 @@ static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_work
     for (int64_t bi = 0; bi < batches; bi++) {
         cvt_load_f32(g->dtype, (const uint16_t *)g->a + batch_offset(g, g->stride_a, bi), a, na);
         cvt_load_f32(g->dtype, (const uint16_t *)g->b + batch_offset(g, g->stride_b, bi), b, nb);
-        float *cb = nc ? c : (float *)g->c + bi * g->m * g->n;
-        gemm_product prod = {false, g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->n, 1.0, 0.0, a, b, cb};
+        float *cb = nc ? c : (float *)g->c + c_row(g, bi, 0);
+        gemm_product prod = {false, g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, nc ? g->n : c_ld(g), 1.0, 0.0,
+                             a, b, cb};
         gemm_run(&prod, w, w ? threads : 1);
-        if (nc)
-            cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)(bi * g->m * g->n) * alloy_dtype_size(g->out_dtype),
-                          nc);
+        size_t es = alloy_dtype_size(g->out_dtype);
+        if (nc && !g->stride_c) cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)c_row(g, bi, 0) * es, nc);
+        else if (nc)
+            for (int64_t i = 0; i < g->m; i++)
+                cvt_store_f32(g->out_dtype, c + i * g->n, (char *)g->c + (size_t)c_row(g, bi, i) * es, (size_t)g->n);
     }
     al_free(own);
     return ALLOY_OK;
@@ -381,7 +393,11 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     for (int d = 0; d < g->batch_rank; d++) batches *= g->batch_dims[d];
     if (g->m <= 0 || g->n <= 0 || batches <= 0) return ALLOY_OK;
     if (g->k <= 0) { /* empty sums: all-zero bytes are +0 in every float dtype */
-        memset(g->c, 0, (size_t)(batches * g->m * g->n) * alloy_dtype_size(g->out_dtype));
+        size_t es = alloy_dtype_size(g->out_dtype);
+        if (!g->stride_c) memset(g->c, 0, (size_t)(batches * g->m * g->n) * es);
+        else
+            for (int64_t bi = 0; bi < batches; bi++)
+                for (int64_t i = 0; i < g->m; i++) memset((char *)g->c + (size_t)c_row(g, bi, i) * es, 0, (size_t)g->n * es);
         return ALLOY_OK;
     }
     opt_lowp_gemm kind = gemm_lowp_kernel(g->dtype, asked);

@@ -13,7 +13,11 @@
  * summed in f32. op(A) is m x k (A is k x m, leading dimension lda, when
  * ta), op(B) k x n likewise; batch b of A starts at element offset
  * sum_d idx_d(b) * stride_a[d] (b walked row-major over batch_dims; a
- * stride 0 broadcasts), likewise B; C is dense [batches, m, n]. */
+ * stride 0 broadcasts), likewise B. C is dense [batches, m, n] unless
+ * stride_c is given: then row i of batch b's C starts at element offset
+ * sum_d idx_d(b) * stride_c[d] + i * ldc (ldc >= n; the batch strides and
+ * ldc place every element apart, no two batches' rows overlapping), so a
+ * product can write its rows where a strided layout keeps them. */
 typedef struct gemm_lowp_args {
     alloy_dtype dtype;     /* of A and B: ALLOY_F16 or ALLOY_BF16 */
     alloy_dtype out_dtype; /* of C: ALLOY_F32 (the sums), or dtype (each sum rounded once) */
@@ -23,6 +27,8 @@ typedef struct gemm_lowp_args {
     const int64_t *batch_dims, *stride_a, *stride_b; /* batch_rank each (NULL when 0) */
     const void *a, *b;
     void *c;
+    const int64_t *stride_c; /* batch_rank of them, or NULL: C dense */
+    int64_t ldc;             /* with stride_c: C's row stride in elements */
 } gemm_lowp_args;
 
 /* The kernel `asked` gives for operands of dtype dt on this CPU: auto is
