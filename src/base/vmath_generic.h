@@ -21,5 +21,8 @@
 #define exp(x) _Generic((x), float: al_vexpf, default: exp)(x)
 #define erf(x) _Generic((x), float: al_verff, default: erf)(x)
 #define tanh(x) _Generic((x), float: al_vtanhf, default: tanh)(x)
+/* ops.def's gelu and gelu_grad: vgelu.h's pieces for float, the erf formula for double */
+#define gelu_erf(x) _Generic((x), float: al_vgeluf, default: al_vgelu_f64)(x)
+#define gelu_erf_grad(x) _Generic((x), float: al_vgelu_gradf, default: al_vgelu_grad_f64)(x)
 
 #endif
