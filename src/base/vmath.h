@@ -165,7 +165,7 @@ static inline float al_verff(float x)
 /* GELU (erf form) and its derivative directly, not through al_verff:
  * al_vgeluf, al_vgelu_gradf (float), al_vgelu_f64, al_vgelu_grad_f64
  * (double, libm); vgelu.h says how and how well. */
-#include "base/vgelu.h"
+#include "vgelu.h" /* beside this file: emu.h includes vmath.h by its path */
 AL_VGELU_FUNCTIONS(static inline, al_vgeluf, al_vgelu_gradf, al_vgelu_f64, al_vgelu_grad_f64)
 
 #endif
