@@ -6,9 +6,10 @@
  *
  *   |x| < 1.8:   Phi(x) = 1/2 + x p(x^2), GELU'(x) = 1/2 + x w(x^2)
  *               (p of degree 7, w of degree 9);
- *   |x| >= 1.8:  t = |x| clamped to 5.5 (GELU) or 6 (GELU') and mapped onto
- *               u in [-1, 1]; c(u) ~ Phi(-t) (degree 12), v(u) ~ Phi(-t) -
- *               t phi(t) (degree 14), set to 0 beyond the clamp (where
+ *   |x| >= 1.8:  t = |x| clamped to 5.5 (GELU) or 6 (GELU'), u = t minus
+ *               the piece's middle (a subtraction, not an FMA: the FMA
+ *               pipes are the bottleneck); c(u) ~ Phi(-t) (degree 12), v(u)
+ *               ~ Phi(-t) - t phi(t) (degree 14), set to 0 beyond the clamp (where
  *               Phi(-t) < 1.9e-8 and t phi(t) < 3.7e-8); then Phi(x) = c for
  *               x < 0 and 1 - c for x > 0, GELU'(x) = v and 1 - v. So GELU(x)
  *               = x and GELU'(x) = 1 exactly above the clamp, 0 below -5.5
@@ -22,14 +23,15 @@
  * against f64 erfc (tests/test_vmath.c's sweep; bench/RESULTS.md has the
  * table), against the erf form with al_verff/al_vexpf it replaces:
  *   GELU:  x >= 0 1.52 ulp (1.63); x in [-1.5, 0) 10.5 (8.6: Phi = 1/2 +
- *          x p cancels near -1.5 in both); [-3, -1.5) 56 (162);
+ *          x p cancels near -1.5 in both); [-3, -1.5) 51 (162);
  *          |error| / (2^-24 max(1, |x|)) 1.82 (1.80) everywhere;
  *   GELU': x >= 0 1.29 ulp (1.66); [-3, -1.5) 15 (30); |error| /
  *          (2^-24 max(1, |x|)) 1.80 (2.33) everywhere, the bound that holds
  *          around GELU''s zero near x = -0.75 too.
- * Cost (bench/ew_isa, AMD EPYC Zen 4): about 36 vector operations per 16
- * elements for GELU (the erf form: about 52), 0.46 ns per element on
- * AVX-512 (0.66 before), GELU' 0.53 (1.19).
+ * Cost (bench/ew_isa, AMD EPYC Zen 4; bench/RESULTS.md): the AVX-512 loop
+ * is 37 instructions per 16 elements for GELU, 41 for GELU' (the erf form's
+ * GELU' 96), 0.44 and 0.52 ns per element (0.66 and 1.18 before); the
+ * baseline (SSE2) clone calls libm's fmaf for each step: about 37 and 43 ns.
  *
  * Each Horner step is an explicit fmaf and nothing else contracts, so every
  * CPU clone (vmath.h), constant folding and the host emulation of the
@@ -65,20 +67,20 @@
         p = fmaf(p, x2, 3.989422917e-01f);                                                                  \
         float small = fmaf(x, p, 0.5f);                                                                     \
         float t = ax > 5.5f ? 5.5f : ax;                                                                    \
-        float u = fmaf(t, 5.405405405e-01f, -1.972972973e+00f);                                             \
-        float c = 1.093430037e-04f;                                                                         \
-        c = fmaf(c, u, -1.066103432e-04f);                                                                  \
-        c = fmaf(c, u, -5.467472947e-04f);                                                                  \
-        c = fmaf(c, u, 1.219519298e-03f);                                                                   \
-        c = fmaf(c, u, -4.602782137e-04f);                                                                  \
-        c = fmaf(c, u, -2.249673707e-03f);                                                                  \
-        c = fmaf(c, u, 6.158291828e-03f);                                                                   \
-        c = fmaf(c, u, -9.243165143e-03f);                                                                  \
-        c = fmaf(c, u, 9.384909645e-03f);                                                                   \
-        c = fmaf(c, u, -6.640956737e-03f);                                                                  \
-        c = fmaf(c, u, 3.188531613e-03f);                                                                   \
-        c = fmaf(c, u, -9.442549781e-04f);                                                                  \
-        c = fmaf(c, u, 1.311186206e-04f);                                                                   \
+        float u = t - 3.65f;                                                                                \
+        float c = 6.803466590e-08f;                                                                         \
+        c = fmaf(c, u, -1.227185038e-07f);                                                                  \
+        c = fmaf(c, u, -1.164312152e-06f);                                                                  \
+        c = fmaf(c, u, 4.804443051e-06f);                                                                   \
+        c = fmaf(c, u, -3.354641194e-06f);                                                                  \
+        c = fmaf(c, u, -3.033314897e-05f);                                                                  \
+        c = fmaf(c, u, 1.536136697e-04f);                                                                   \
+        c = fmaf(c, u, -4.265421885e-04f);                                                                  \
+        c = fmaf(c, u, 8.012038888e-04f);                                                                   \
+        c = fmaf(c, u, -1.048854785e-03f);                                                                  \
+        c = fmaf(c, u, 9.316378855e-04f);                                                                   \
+        c = fmaf(c, u, -5.104079028e-04f);                                                                  \
+        c = fmaf(c, u, 1.311185770e-04f);                                                                   \
         c = ax > 5.5f ? 0.0f : c;                                                                           \
         float big = x < 0.0f ? c : 1.0f - c;                                                                \
         return x * (ax < 1.8f ? small : big);                                                               \
@@ -98,23 +100,23 @@
         w = fmaf(w, x2, -2.659615278e-01f);                                                                 \
         w = fmaf(w, x2, 7.978845835e-01f);                                                                  \
         float small = fmaf(x, w, 0.5f);                                                                     \
-        float t = ax > 6.0f ? 6.0f : ax;                                                                      \
-        float u = fmaf(t, 4.761904762e-01f, -1.857142857e+00f);                                             \
-        float v = 9.432850638e-04f;                                                                         \
-        v = fmaf(v, u, -1.572130830e-03f);                                                                  \
-        v = fmaf(v, u, -3.353247419e-03f);                                                                  \
-        v = fmaf(v, u, 9.843878448e-03f);                                                                   \
-        v = fmaf(v, u, -4.022009671e-03f);                                                                  \
-        v = fmaf(v, u, -1.498911437e-02f);                                                                  \
-        v = fmaf(v, u, 3.023931012e-02f);                                                                   \
-        v = fmaf(v, u, -2.405169979e-02f);                                                                  \
-        v = fmaf(v, u, -5.536513869e-03f);                                                                  \
-        v = fmaf(v, u, 3.882878274e-02f);                                                                   \
-        v = fmaf(v, u, -5.148278177e-02f);                                                                  \
-        v = fmaf(v, u, 3.951943293e-02f);                                                                   \
-        v = fmaf(v, u, -1.915139146e-02f);                                                                  \
-        v = fmaf(v, u, 5.510821473e-03f);                                                                   \
-        v = fmaf(v, u, -7.266527973e-04f);                                                                  \
+        float t = ax > 6.0f ? 6.0f : ax;                                                                    \
+        float u = t - 3.9f;                                                                                 \
+        float v = 2.907855468e-08f;                                                                         \
+        v = fmaf(v, u, -1.017741980e-07f);                                                                  \
+        v = fmaf(v, u, -4.558628177e-07f);                                                                  \
+        v = fmaf(v, u, 2.810308160e-06f);                                                                   \
+        v = fmaf(v, u, -2.411291007e-06f);                                                                  \
+        v = fmaf(v, u, -1.887132385e-05f);                                                                  \
+        v = fmaf(v, u, 7.994980842e-05f);                                                                   \
+        v = fmaf(v, u, -1.335397392e-04f);                                                                  \
+        v = fmaf(v, u, -6.455371476e-05f);                                                                  \
+        v = fmaf(v, u, 9.507302311e-04f);                                                                   \
+        v = fmaf(v, u, -2.647187794e-03f);                                                                  \
+        v = fmaf(v, u, 4.267295823e-03f);                                                                   \
+        v = fmaf(v, u, -4.342717584e-03f);                                                                  \
+        v = fmaf(v, u, 2.624199959e-03f);                                                                   \
+        v = fmaf(v, u, -7.266525645e-04f);                                                                  \
         v = ax > 6.0f ? 0.0f : v;                                                                           \
         float big = x < 0.0f ? v : 1.0f - v;                                                                \
         return ax < 1.8f ? small : big;                                                                     \
