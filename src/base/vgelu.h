@@ -16,8 +16,8 @@
  *               (-6).
  *
  * The pieces are near-minimax fits (Lawson's iteration on 2000 Chebyshev
- * points, from mpmath's values; absolute error for c and v, relative to
- * Phi for p and w), coefficients rounded to f32. The negative tail takes
+ * points, from mpmath's values; the absolute error of x p, x w, c and v
+ * minimized), coefficients rounded to f32. The negative tail takes
  * Phi(-t) from its own polynomial, not as 1 + erf: GELU's relative error
  * there no longer grows with the cancellation. Error over every 257th f32
  * against f64 erfc (tests/test_vmath.c's sweep; bench/RESULTS.md has the
