@@ -1,4 +1,4 @@
-/* vmath.h - exp, erf and tanh for f32 written so a compiler can vectorize the loops that call them.
+/* vmath.h - exp, erf, tanh (and, from vgelu.h, GELU and its gradient) for f32 written so a compiler can vectorize the loops that call them.
  *
  * libm's expf/erff/tanhf are opaque calls: a loop over a GELU or a softmax
  * stays one element at a time. These are branch-free (selects, no calls, no
@@ -10,9 +10,9 @@
  * (a vfmadd instruction in the x86-64-v3 and v4 clones, libm's exact fmaf
  * call in the SSE2 baseline clone and in constant folding, evaluate.c), so
  * every clone and the folder give the same bits. Only the baseline clone
- * pays for it: a call per fmaf keeps its loops scalar (GELU about 27 ns per
- * element there against 3.1 without fmaf, 0.66 on AVX-512; bench/ew_isa on
- * an AMD EPYC Zen 4, bench/RESULTS.md).
+ * pays for it: a call per fmaf keeps its loops scalar (erf about 25 ns per
+ * element there against 2.9 without fmaf, 0.58 on AVX-512; GELU 37 against
+ * 0.44; bench/ew_isa on an AMD EPYC Zen 4, bench/RESULTS.md).
  *
  * Error against the exact value, measured over every 257th f32 (both signs,
  * f64 libm as the reference; tests/test_vmath.c's sweep): al_vexpf 1.014 ulp,
@@ -161,5 +161,11 @@ static inline float al_verff(float x)
     float y = small ? fmaf(x, r, x) : big;
     return ((x != x) | (x == 0.0f)) ? x : y; /* NaN and -0 pass through */
 }
+
+/* GELU (erf form) and its derivative directly, not through al_verff:
+ * al_vgeluf, al_vgelu_gradf (float), al_vgelu_f64, al_vgelu_grad_f64
+ * (double, libm); vgelu.h says how and how well. */
+#include "vgelu.h" /* beside this file: emu.h includes vmath.h by its path */
+AL_VGELU_FUNCTIONS(static inline, al_vgeluf, al_vgelu_gradf, al_vgelu_f64, al_vgelu_grad_f64)
 
 #endif

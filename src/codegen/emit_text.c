@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vgelu.h"
 #include "codegen/emit_impl.h"
 #include "step/attn_views.h"
 
@@ -158,6 +159,8 @@ static const char *const preamble[] = {
     "{\n"
     "    *(typename alloy_bits<B>::t *)dst = *(const typename alloy_bits<B>::t *)src;\n"
     "}\n",
+    "/* GELU (erf form) and its derivative: the CPU backend's functions (src/base/vgelu.h), as its text */\n"
+    AL_VGELU_TEXT "\n",
 };
 
 void cg_put_preamble(cg_text *t)

@@ -293,7 +293,7 @@ static void remove_dir(const char *dir)
  * that does not load is compiled again. */
 
 static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
-static uint8_t headers_digest[32]; /* emu.h and vmath.h, read once */
+static uint8_t headers_digest[32]; /* emu.h, vmath.h and vgelu.h, read once */
 
 /* Adds path's bytes (or its absence) to s. */
 static void hash_file(al_sha256_ctx *s, const char *path)
@@ -327,6 +327,10 @@ static void hash_headers(void)
     hash_file(&s, blocks);
     snprintf(shadow, sizeof shadow, "%.*s/emu_gpumath.h", slash ? (int)(slash - ALLOY_EMU_H) : 1, slash ? ALLOY_EMU_H : ".");
     hash_file(&s, shadow);
+    hash_file(&s, vmath);
+    /* vmath.h's include: the GELU functions whose text the kernel preamble also carries */
+    snprintf(vmath, sizeof vmath, "%.*s/../../src/base/vgelu.h", slash ? (int)(slash - ALLOY_EMU_H) : 1,
+             slash ? ALLOY_EMU_H : ".");
     hash_file(&s, vmath);
     al_sha256_final(&s, headers_digest);
 }
