@@ -261,6 +261,93 @@ static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args 
     IVDEP for (int64_t i = 0; i < n; i++) y[i] = (s5 * (e[i] / s1) - (i == t ? hot : (T)0) - rest) * s2;
 }
 
+#if defined(LEAF8)
+#define SHUF8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+/* acc (lane l: leaf l of 8) += t[0..8) in order, where t[k] holds 8 terms
+ * of leaf k in order: the 8 x 8 transpose of leaf8_sums2_f32 (unpacks,
+ * shufps, 128-bit halves), then one term of every leaf per addition. */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_transposed(v8f acc, const v8f t[8])
+{
+    v8f t0 = SHUF8(t[0], t[1], 0, 8, 1, 9, 4, 12, 5, 13), t1 = SHUF8(t[0], t[1], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f t2 = SHUF8(t[2], t[3], 0, 8, 1, 9, 4, 12, 5, 13), t3 = SHUF8(t[2], t[3], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f t4 = SHUF8(t[4], t[5], 0, 8, 1, 9, 4, 12, 5, 13), t5 = SHUF8(t[4], t[5], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f t6 = SHUF8(t[6], t[7], 0, 8, 1, 9, 4, 12, 5, 13), t7 = SHUF8(t[6], t[7], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f u0 = SHUF8(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), u1 = SHUF8(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f u2 = SHUF8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SHUF8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f u4 = SHUF8(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SHUF8(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f u6 = SHUF8(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SHUF8(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+    acc += SHUF8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+    acc += SHUF8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+    acc += SHUF8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+    acc += SHUF8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+    return acc;
+}
+#undef SHUF8
+
+/* acc (lane l: leaf l of the 8 leaves of LEAF terms at p, q) += the
+ * products p[i] * q[i] of their terms j..j+7, each rounded to float before
+ * it is added, as a stored term is */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_products(v8f acc, const float *p,
+                                                                                    const float *q, int j)
+{
+    v8f t[8];
+    for (int k = 0; k < 8; k++) {
+        v8f a, b;
+        memcpy(&a, p + k * LEAF + j, sizeof a), memcpy(&b, q + k * LEAF + j, sizeof b);
+        t[k] = a * b;
+    }
+    return add8_transposed(acc, t);
+}
+
+/* o[0..m): the sums of the products p[i] * q[i] of the m leaves of LEAF
+ * terms at p, q (m a multiple of 8), 8 leaves side by side in a 32-byte
+ * vector (16 at a time: two chains), each leaf in order from 0: the same
+ * bits as leaf_sums_products_f32, with 3 shuffles of 8 terms where its
+ * 4 x 4 transposes take 2 of 4. Only where the CPU has x86-64-v3
+ * (wide_leaves), as leaf8_sums2_f32. */
+__attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const float *p, const float *q, int m, float *o)
+{
+    int k = 0;
+    for (; k + 16 <= m; k += 16) {
+        const float *bp = p + (int64_t)k * LEAF, *bq = q + (int64_t)k * LEAF;
+        v8f s0 = {0}, s1 = {0};
+        for (int j = 0; j < LEAF; j += 8) {
+            s0 = add8_products(s0, bp, bq, j);
+            s1 = add8_products(s1, bp + 8 * LEAF, bq + 8 * LEAF, j);
+        }
+        memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 8, &s1, sizeof s1);
+    }
+    for (; k + 8 <= m; k += 8) {
+        v8f s0 = {0};
+        for (int j = 0; j < LEAF; j += 8) s0 = add8_products(s0, p + (int64_t)k * LEAF, q + (int64_t)k * LEAF, j);
+        memcpy(o + k, &s0, sizeof s0);
+    }
+}
+#endif
+
+/* softmax_grad's leaf sums of the products y[i] * dy[i] over the nleaves
+ * leaves that leaf[] lists: by leaf8_product_sums_f32 where they are leaves
+ * of LEAF and the CPU has x86-64-v3, the rest (fewer than 8, or every one
+ * elsewhere) by leaf_sums_products_f32. The same bits either way. */
+static void product_leaf_sums_f32(const float *y, const float *dy, const int64_t *leaf, int nleaves, bool balanced,
+                                  float *out)
+{
+    int k = 0;
+#if defined(LEAF8)
+    if (balanced && leaf[0] == LEAF && nleaves >= 8 && wide_leaves()) {
+        k = nleaves & ~7;
+        leaf8_product_sums_f32(y, dy, k, out);
+    }
+#else
+    (void)balanced;
+#endif
+    if (k < nleaves) leaf_sums_products_f32(y + (int64_t)k * LEAF, dy + (int64_t)k * LEAF, leaf + k, nleaves - k, out + k);
+}
+
 /* Causal rows shorter than this run the f32 softmax and softmax_grad over
  * whole rows, masked (the live columns' values, zeros past them), rather
  * than each row to its live columns: the batch's leaves added side by
@@ -286,7 +373,7 @@ static void row_sums_f32(const row_args *r, const float *t, float *sums, bool wh
     for (int b = 0; b < r->nb; b++) {
         float *l = leaf_sums + b * r->nleaves;
         int k = 0;
-        sums[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+        sums[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
     }
 }
 
@@ -344,19 +431,19 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
      * row's sum is added again over its live columns alone. */
     const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
     if (!r->causal || whole)
-        leaf_sums_products_f32(y, dy, r->leaf, r->nleaves * r->nb, leaf_sums);
+        product_leaf_sums_f32(y, dy, r->leaf, r->nleaves * r->nb, r->balanced, leaf_sums);
     for (int b = 0; b < r->nb; b++) {
         float *l = leaf_sums + b * r->nleaves;
         int k = 0;
         if (r->causal) {
             if (whole) {
-                s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+                s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
                 if (isfinite(s[b])) continue;
                 k = 0;
             }
             const float *yb = y + b * n, *dyb = dy + b * n;
             int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
-            leaf_sums_products_f32(yb, dyb, r->leaf, full, l);
+            product_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
             if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
                 float a = 0;
                 for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
@@ -364,7 +451,7 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
             }
             for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
         }
-        s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+        s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
     }
     for (int b = 0; b < r->nb; b++) {
         const float *yb = y + b * n, *dyb = dy + b * n;
