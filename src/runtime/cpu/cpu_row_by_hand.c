@@ -10,6 +10,7 @@
 
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu_rows.h"
+#include "runtime/cpu/cpu_softmax_exp.h"
 
 /* cpu_leaf_sums_float over the terms p[i] * q[i] (each product rounded to
  * float, then added in order): a SUM of a product without its terms
@@ -288,64 +289,83 @@ __attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_transp
 }
 #undef SHUF8
 
-/* acc (lane l: leaf l of the 8 leaves of LEAF terms at p, q) += the
- * products p[i] * q[i] of their terms j..j+7, each rounded to float before
- * it is added, as a stored term is */
-__attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_products(v8f acc, const float *p,
+/* acc (lane l: leaf l of the 8 leaves of LEAF terms at p) += their terms
+ * j..j+7, or with q the products p[i] * q[i] of those terms, each rounded
+ * to float before it is added, as a stored term is */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_terms_of(v8f acc, const float *p,
                                                                                     const float *q, int j)
 {
     v8f t[8];
     for (int k = 0; k < 8; k++) {
         v8f a, b;
-        memcpy(&a, p + k * LEAF + j, sizeof a), memcpy(&b, q + k * LEAF + j, sizeof b);
-        t[k] = a * b;
+        memcpy(&a, p + k * LEAF + j, sizeof a);
+        if (q) memcpy(&b, q + k * LEAF + j, sizeof b), a = a * b;
+        t[k] = a;
     }
     return add8_transposed(acc, t);
 }
 
-/* o[0..m): the sums of the products p[i] * q[i] of the m leaves of LEAF
- * terms at p, q (m a multiple of 8), 8 leaves side by side in a 32-byte
- * vector (16 at a time: two chains), each leaf in order from 0: the same
- * bits as leaf_sums_products_f32, with 3 shuffles of 8 terms where its
- * 4 x 4 transposes take 2 of 4. Only where the CPU has x86-64-v3
- * (wide_leaves), as leaf8_sums2_f32. */
-__attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const float *p, const float *q, int m, float *o)
+/* o[0..m): the sums of the m leaves of LEAF terms at p, or of the products
+ * p[i] * q[i] (q not NULL), m a multiple of 8: 8 leaves side by side in a
+ * 32-byte vector (16 at a time: two chains), each leaf in order from 0:
+ * the same bits as cpu_leaf_sums_float and leaf_sums_products_f32, with 3
+ * shuffles of 8 terms where their 4 x 4 transposes take 2 of 4. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void leaf8_sums_of(const float *p, const float *q,
+                                                                                     int m, float *o)
 {
     int k = 0;
     for (; k + 16 <= m; k += 16) {
-        const float *bp = p + (int64_t)k * LEAF, *bq = q + (int64_t)k * LEAF;
+        const float *bp = p + (int64_t)k * LEAF, *bq = q ? q + (int64_t)k * LEAF : NULL;
         v8f s0 = {0}, s1 = {0};
         for (int j = 0; j < LEAF; j += 8) {
-            s0 = add8_products(s0, bp, bq, j);
-            s1 = add8_products(s1, bp + 8 * LEAF, bq + 8 * LEAF, j);
+            s0 = add8_terms_of(s0, bp, bq, j);
+            s1 = add8_terms_of(s1, bp + 8 * LEAF, bq ? bq + 8 * LEAF : NULL, j);
         }
         memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 8, &s1, sizeof s1);
     }
     for (; k + 8 <= m; k += 8) {
         v8f s0 = {0};
-        for (int j = 0; j < LEAF; j += 8) s0 = add8_products(s0, p + (int64_t)k * LEAF, q + (int64_t)k * LEAF, j);
+        for (int j = 0; j < LEAF; j += 8) s0 = add8_terms_of(s0, p + (int64_t)k * LEAF, q ? q + (int64_t)k * LEAF : NULL, j);
         memcpy(o + k, &s0, sizeof s0);
     }
 }
+
+/* leaf8_sums_of for softmax's sum and softmax_grad's: only where the CPU
+ * has x86-64-v3 (wide_leaves), as leaf8_sums2_f32. */
+__attribute__((target("avx2,fma"))) static void leaf8_sums_f32(const float *t, int m, float *o)
+{
+    leaf8_sums_of(t, NULL, m, o);
+}
+
+__attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const float *p, const float *q, int m, float *o)
+{
+    leaf8_sums_of(p, q, m, o);
+}
 #endif
 
-/* softmax_grad's leaf sums of the products y[i] * dy[i] over the nleaves
- * leaves that leaf[] lists: by leaf8_product_sums_f32 where they are leaves
- * of LEAF and the CPU has x86-64-v3, the rest (fewer than 8, or every one
- * elsewhere) by leaf_sums_products_f32. The same bits either way. */
-static void product_leaf_sums_f32(const float *y, const float *dy, const int64_t *leaf, int nleaves, bool balanced,
+/* The leaf sums of a softmax's sum over the nleaves leaves that leaf[]
+ * lists (t's terms, or with q the products t[i] * q[i]): 8 leaves at a
+ * time (leaf8_sums_f32, leaf8_product_sums_f32) where they are leaves of
+ * LEAF and the CPU has x86-64-v3, the rest (fewer than 8, or every one
+ * elsewhere) by cpu_leaf_sums_float or leaf_sums_products_f32. The same
+ * bits either way. */
+static void softmax_leaf_sums_f32(const float *t, const float *q, const int64_t *leaf, int nleaves, bool balanced,
                                   float *out)
 {
     int k = 0;
 #if defined(LEAF8)
     if (balanced && leaf[0] == LEAF && nleaves >= 8 && wide_leaves()) {
         k = nleaves & ~7;
-        leaf8_product_sums_f32(y, dy, k, out);
+        if (q) leaf8_product_sums_f32(t, q, k, out);
+        else leaf8_sums_f32(t, k, out);
     }
 #else
     (void)balanced;
 #endif
-    if (k < nleaves) leaf_sums_products_f32(y + (int64_t)k * LEAF, dy + (int64_t)k * LEAF, leaf + k, nleaves - k, out + k);
+    if (k == nleaves) return;
+    const float *tk = t + (int64_t)k * LEAF;
+    if (q) leaf_sums_products_f32(tk, q + (int64_t)k * LEAF, leaf + k, nleaves - k, out + k);
+    else cpu_leaf_sums_float(tk, leaf + k, nleaves - k, out + k);
 }
 
 /* Causal rows shorter than this run the f32 softmax and softmax_grad over
@@ -363,11 +383,11 @@ static void row_sums_f32(const row_args *r, const float *t, float *sums, bool wh
 {
     float *leaf_sums = r->tmp;
     if (!r->causal || whole)
-        cpu_leaf_sums_float(t, r->leaf, r->nleaves * r->nb, leaf_sums);
+        softmax_leaf_sums_f32(t, NULL, r->leaf, r->nleaves * r->nb, r->balanced, leaf_sums);
     else
         for (int b = 0; b < r->nb; b++) {
             float *l = leaf_sums + b * r->nleaves;
-            cpu_leaf_sums_float(t + b * r->n, r->leaf, r->live_leaves[b], l);
+            softmax_leaf_sums_f32(t + b * r->n, NULL, r->leaf, r->live_leaves[b], r->balanced, l);
             for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
         }
     for (int b = 0; b < r->nb; b++) {
@@ -396,7 +416,7 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
         const int64_t cols = whole ? n : r->live[b];
         m[b] = max_of_f32(x, cols);
         const float mb = m[b];
-        IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = exp(x[i] - mb);
+        IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = cpu_softmax_exp_f32(x[i] - mb);
         for (int64_t i = cols; i < r->pad[b]; i++) vb[i] = 0;
     }
     row_sums_f32(r, v, s, whole);
@@ -431,7 +451,7 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
      * row's sum is added again over its live columns alone. */
     const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
     if (!r->causal || whole)
-        product_leaf_sums_f32(y, dy, r->leaf, r->nleaves * r->nb, r->balanced, leaf_sums);
+        softmax_leaf_sums_f32(y, dy, r->leaf, r->nleaves * r->nb, r->balanced, leaf_sums);
     for (int b = 0; b < r->nb; b++) {
         float *l = leaf_sums + b * r->nleaves;
         int k = 0;
@@ -443,7 +463,7 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
             }
             const float *yb = y + b * n, *dyb = dy + b * n;
             int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
-            product_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
+            softmax_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
             if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
                 float a = 0;
                 for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
