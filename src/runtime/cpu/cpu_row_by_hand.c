@@ -7,6 +7,9 @@
 #endif
 #include <string.h>
 #include <tgmath.h>
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h> /* softmax's largest by 32-byte lanes (max_of_f32_lanes8) */
+#endif
 
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu_rows.h"
@@ -341,7 +344,50 @@ __attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const flo
 {
     leaf8_sums_of(p, q, m, o);
 }
+/* Each of the nb rows of n at x (n apart)'s largest into m[b], as
+ * max_of_f32 finds it, by 32-byte lanes (4 vectors of 8: a quarter of
+ * max_of_f32's 16-byte instructions): lanes keep x > l ? x : l and count
+ * NaNs, then MAX_TAIL combines them and takes the in-order loop where a NaN
+ * or a largest of 0 makes the lanes' answer differ from it. Any other
+ * largest value is one value with one sign, whichever lanes saw it: the
+ * same bits. Only where the CPU has x86-64-v3 (wide_leaves). */
+__attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *v, int64_t n)
+{
+    __m256 l0 = _mm256_set1_ps(-INFINITY), l1 = l0, l2 = l0, l3 = l0, nans = _mm256_setzero_ps();
+    int64_t i_ = 0;
+    for (; i_ + 32 <= n; i_ += 32) {
+        __m256 x0 = _mm256_loadu_ps(v + i_), x1 = _mm256_loadu_ps(v + i_ + 8), x2 = _mm256_loadu_ps(v + i_ + 16),
+               x3 = _mm256_loadu_ps(v + i_ + 24);
+        l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1), l2 = _mm256_max_ps(x2, l2), l3 = _mm256_max_ps(x3, l3);
+        nans = _mm256_or_ps(nans, _mm256_or_ps(_mm256_cmp_ps(x0, x1, _CMP_UNORD_Q), _mm256_cmp_ps(x2, x3, _CMP_UNORD_Q)));
+    }
+    __m256 l = _mm256_max_ps(_mm256_max_ps(l0, l1), _mm256_max_ps(l2, l3)); /* lanes without NaNs: any order */
+    float lanes[8];
+    _mm256_storeu_ps(lanes, l);
+    float m_ = -INFINITY;
+    int64_t nan = _mm256_movemask_ps(nans) != 0;
+    for (int q_ = 0; q_ < 8; q_++) m_ = lanes[q_] > m_ ? lanes[q_] : m_;
+    MAX_TAIL(float)
+}
+
+__attribute__((target("avx2,fma"))) static void max_rows_f32_lanes8(const float *x, int64_t n, int nb, float *m)
+{
+    for (int b = 0; b < nb; b++) m[b] = max_of_f32_lanes8(x + b * n, n);
+}
 #endif
+
+/* The largest of each of the nb rows of n at x (n apart) into m[b], as
+ * max_of_f32 finds it: by max_rows_f32_lanes8 where the CPU has x86-64-v3. */
+static void softmax_row_max_f32(const float *x, int64_t n, int nb, float *m)
+{
+#if defined(LEAF8)
+    if (wide_leaves()) {
+        max_rows_f32_lanes8(x, n, nb, m);
+        return;
+    }
+#endif
+    for (int b = 0; b < nb; b++) m[b] = max_of_f32(x + b * n, n);
+}
 
 /* The leaf sums of a softmax's sum over the nleaves leaves that leaf[]
  * lists (t's terms, or with q the products t[i] * q[i]): 8 leaves at a
@@ -410,11 +456,28 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
      * (the CPU stores causal_mask's value), which change neither the largest
      * nor the sum (exp(-inf - m) is 0, or NaN only where the live part is) */
     const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    if (n % 16 == 0 && !r->causal) { /* whole rows of 16s: loops of 16 with nothing left over */
+        const float *x = r->x[0];
+        softmax_row_max_f32(x, n, r->nb, m);
+        for (int b = 0; b < r->nb; b++) {
+            const float mb = m[b];
+            for (int64_t c = b * n; c < (b + 1) * n; c += 16)
+                for (int i = 0; i < 16; i++) v[c + i] = cpu_softmax_exp_f32(x[c + i] - mb);
+        }
+        row_sums_f32(r, v, s, false);
+        float *y = r->y;
+        for (int b = 0; b < r->nb; b++) {
+            const float sb = s[b];
+            for (int64_t c = b * n; c < (b + 1) * n; c += 16)
+                for (int i = 0; i < 16; i++) y[c + i] = v[c + i] / sb;
+        }
+        return;
+    }
     for (int b = 0; b < r->nb; b++) {
         const float *x = (const float *)r->x[0] + b * r->xs[0];
         float *vb = v + b * n;
         const int64_t cols = whole ? n : r->live[b];
-        m[b] = max_of_f32(x, cols);
+        softmax_row_max_f32(x, cols, 1, &m[b]);
         const float mb = m[b];
         IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = cpu_softmax_exp_f32(x[i] - mb);
         for (int64_t i = cols; i < r->pad[b]; i++) vb[i] = 0;
