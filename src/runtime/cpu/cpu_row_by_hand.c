@@ -456,7 +456,7 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
      * (the CPU stores causal_mask's value), which change neither the largest
      * nor the sum (exp(-inf - m) is 0, or NaN only where the live part is) */
     const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
-    if (n % 16 == 0 && !r->causal) { /* whole rows of 16s: loops of 16 with nothing left over */
+    if (n % 16 == 0 && (!r->causal || whole)) { /* whole rows of 16s: loops of 16 with nothing left over */
         const float *x = r->x[0];
         softmax_row_max_f32(x, n, r->nb, m);
         for (int b = 0; b < r->nb; b++) {
@@ -464,12 +464,19 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
             for (int64_t c = b * n; c < (b + 1) * n; c += 16)
                 for (int i = 0; i < 16; i++) v[c + i] = cpu_softmax_exp_f32(x[c + i] - mb);
         }
-        row_sums_f32(r, v, s, false);
+        row_sums_f32(r, v, s, whole);
         float *y = r->y;
         for (int b = 0; b < r->nb; b++) {
             const float sb = s[b];
-            for (int64_t c = b * n; c < (b + 1) * n; c += 16)
-                for (int i = 0; i < 16; i++) y[c + i] = v[c + i] / sb;
+            const float *vb = v + b * n;
+            float *yb = y + b * n;
+            if (whole) { /* 0 past the live columns */
+                const int64_t live = r->live[b];
+                IVDEP for (int64_t i = 0; i < n; i++) yb[i] = i < live ? vb[i] / sb : 0;
+                continue;
+            }
+            for (int64_t c = 0; c < n; c += 16)
+                for (int i = 0; i < 16; i++) yb[c + i] = vb[c + i] / sb;
         }
         return;
     }
