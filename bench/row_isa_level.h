@@ -20,6 +20,7 @@
 #define cpu_row row_isa_row_0
 #define cpu_row_fns row_isa_fns_0
 #define cpu_row_f32_by_hand row_isa_f32_by_hand_0
+#define cpu_row_f32_by_hand_batch row_isa_f32_by_hand_batch_0
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_0
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_0
 #elif ROW_LEVEL == 1
@@ -29,6 +30,7 @@
 #define cpu_row row_isa_row_1
 #define cpu_row_fns row_isa_fns_1
 #define cpu_row_f32_by_hand row_isa_f32_by_hand_1
+#define cpu_row_f32_by_hand_batch row_isa_f32_by_hand_batch_1
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_1
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_1
 #else
@@ -37,6 +39,7 @@
 #define cpu_row row_isa_row_2
 #define cpu_row_fns row_isa_fns_2
 #define cpu_row_f32_by_hand row_isa_f32_by_hand_2
+#define cpu_row_f32_by_hand_batch row_isa_f32_by_hand_batch_2
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_2
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_2
 #endif

@@ -574,3 +574,14 @@ const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_cross_entropy] = row_cross_entropy_by_hand_f32,
     [IR_OP_cross_entropy_grad] = row_cross_entropy_grad_by_hand_f32,
 };
+
+/* Batches of 1024 elements for the softmax and its gradient (rows of 64
+ * sixteen at a time, of 256 four): at ROW_BATCH_ELEMS (256) their rows of
+ * 64 and 256 spent the time of the call and of their sums' addition
+ * chains once per 256 elements (bench/row_isa, AVX-512: softmax_grad 0.25
+ * -> 0.20 ns an element at rows of 64, 0.25 -> 0.19 at rows of 256;
+ * bench/RESULTS.md). The same additions per row: the same bits. */
+const int cpu_row_f32_by_hand_batch[IR_OP_COUNT] = {
+    [IR_OP_softmax] = 1024,
+    [IR_OP_softmax_grad] = 1024,
+};

@@ -104,7 +104,10 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
      * whose rows need nothing of their own but their w operands */
     bool batchable = inner == 1 && !sum.per_row_result && !sum.per_row_value && !sum.by_position;
     for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
-    int64_t nb = batchable ? ROW_BATCH_ELEMS / len : 1;
+    int64_t batch_elems = !wide && cpu_row_f32_by_hand[n->op] && cpu_row_f32_by_hand_batch[n->op]
+                              ? cpu_row_f32_by_hand_batch[n->op]
+                              : ROW_BATCH_ELEMS;
+    int64_t nb = batchable ? batch_elems / len : 1;
     nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
     row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims, .causal = causal};
     int np = 0;

@@ -18,17 +18,13 @@
 /* Operands, attributes, S and V slots a program may use. */
 enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
 /* Short rows go to a program up to ROW_BATCH at a time (at most ROW_BATCH_ELEMS
- * elements in all): each stage runs over every row of the batch before the
- * next, so a SUM's leaves of all of them are added side by side (a row of
- * 64 has only 4 leaves; 16 rows give 64, 4 groups of the 16 independent
- * chains cpu_leaf_sums_T keeps) and a stage's loop overhead and the call
- * are paid once per batch. 1024 elements (4 KiB an f32 buffer, a few of
- * them in L1): at 256, rows of 64 and 256 spent the time of their sums'
- * addition chains and of the call itself between batches (bench/row_isa:
- * softmax_grad 0.25 -> 0.21 ns an element at rows of 64, 0.25 -> 0.19 at
- * rows of 256, AVX-512, bench/RESULTS.md). Every row still gets the same
- * additions in the same order: the same bits. */
-enum { ROW_BATCH = 16, ROW_BATCH_ELEMS = 1024 };
+ * elements in all, or what cpu_row_f32_by_hand_batch asks): each stage runs
+ * over every row of the batch before the next, so a SUM's leaves of all of
+ * them are added side by side (a row of 64 has only 4 leaves, one vector;
+ * 4 rows fill the 16 independent chains cpu_leaf_sums_T keeps) and a
+ * stage's loop overhead is paid once per batch. Every row still gets the
+ * same additions in the same order: the same bits. */
+enum { ROW_BATCH = 16, ROW_BATCH_ELEMS = 256 };
 
 /* One row as a program sees it; buffers in the compute type. */
 typedef struct row_args {
@@ -82,6 +78,9 @@ AL_HIDDEN extern const struct row_fn_pair {
 /* f32 row functions written out by hand in place of cpu_row_fns[op].f32
  * where not NULL (cpu_row_by_hand.c): the same bits. */
 AL_HIDDEN extern const row_fn cpu_row_f32_by_hand[IR_OP_COUNT];
+/* The elements in a batch of short rows that cpu_row_f32_by_hand[op] asks
+ * for in place of ROW_BATCH_ELEMS where not 0 (cpu_row_by_hand.c). */
+AL_HIDDEN extern const int cpu_row_f32_by_hand_batch[IR_OP_COUNT];
 /* A SUM's leaf sums: out[l] = the terms t of leaf l (of the nleaves whose
  * lengths leaf[] lists, one after another in t) added in order from 0
  * (cpu_row_programs.c). */
