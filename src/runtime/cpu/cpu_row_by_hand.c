@@ -310,23 +310,15 @@ __attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_terms_
 
 /* o[0..m): the sums of the m leaves of LEAF terms at p, or of the products
  * p[i] * q[i] (q not NULL), m a multiple of 8: 8 leaves side by side in a
- * 32-byte vector (16 at a time: two chains), each leaf in order from 0:
- * the same bits as cpu_leaf_sums_float and leaf_sums_products_f32, with 3
- * shuffles of 8 terms where their 4 x 4 transposes take 2 of 4. */
+ * 32-byte vector, each leaf in order from 0: the same bits as
+ * cpu_leaf_sums_float and leaf_sums_products_f32, with 3 shuffles of 8
+ * terms where their 4 x 4 transposes take 2 of 4. One chain of 8 leaves
+ * at a time, each group's independent of the last (two side by side, as
+ * leaf8_sums2_f32, ran 5-10% slower: more registers live than AVX2 has). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void leaf8_sums_of(const float *p, const float *q,
                                                                                      int m, float *o)
 {
-    int k = 0;
-    for (; k + 16 <= m; k += 16) {
-        const float *bp = p + (int64_t)k * LEAF, *bq = q ? q + (int64_t)k * LEAF : NULL;
-        v8f s0 = {0}, s1 = {0};
-        for (int j = 0; j < LEAF; j += 8) {
-            s0 = add8_terms_of(s0, bp, bq, j);
-            s1 = add8_terms_of(s1, bp + 8 * LEAF, bq ? bq + 8 * LEAF : NULL, j);
-        }
-        memcpy(o + k, &s0, sizeof s0), memcpy(o + k + 8, &s1, sizeof s1);
-    }
-    for (; k + 8 <= m; k += 8) {
+    for (int k = 0; k + 8 <= m; k += 8) {
         v8f s0 = {0};
         for (int j = 0; j < LEAF; j += 8) s0 = add8_terms_of(s0, p + (int64_t)k * LEAF, q ? q + (int64_t)k * LEAF : NULL, j);
         memcpy(o + k, &s0, sizeof s0);
