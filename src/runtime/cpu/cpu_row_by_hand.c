@@ -336,13 +336,14 @@ __attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const flo
 {
     leaf8_sums_of(p, q, m, o);
 }
-/* Each of the nb rows of n at x (n apart)'s largest into m[b], as
- * max_of_f32 finds it, by 32-byte lanes (4 vectors of 8: a quarter of
- * max_of_f32's 16-byte instructions): lanes keep x > l ? x : l and count
- * NaNs, then MAX_TAIL combines them and takes the in-order loop where a NaN
- * or a largest of 0 makes the lanes' answer differ from it. Any other
- * largest value is one value with one sign, whichever lanes saw it: the
- * same bits. Only where the CPU has x86-64-v3 (wide_leaves). */
+
+/* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
+ * vectors of 8, then one pair for 16 more: half of max_of_f32's 16-byte
+ * instructions): lanes keep x > l ? x : l and count NaNs, then MAX_TAIL
+ * combines them and takes the in-order loop where a NaN or a largest of 0
+ * makes the lanes' answer differ from it. Any other largest value is one
+ * value with one sign, whichever lanes saw it: the same bits. Only where
+ * the CPU has x86-64-v3 (wide_leaves). */
 __attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *v, int64_t n)
 {
     __m256 l0 = _mm256_set1_ps(-INFINITY), l1 = l0, l2 = l0, l3 = l0, nans = _mm256_setzero_ps();
@@ -353,6 +354,12 @@ __attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *
         l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1), l2 = _mm256_max_ps(x2, l2), l3 = _mm256_max_ps(x3, l3);
         nans = _mm256_or_ps(nans, _mm256_or_ps(_mm256_cmp_ps(x0, x1, _CMP_UNORD_Q), _mm256_cmp_ps(x2, x3, _CMP_UNORD_Q)));
     }
+    if (i_ + 16 <= n) {
+        __m256 x0 = _mm256_loadu_ps(v + i_), x1 = _mm256_loadu_ps(v + i_ + 8);
+        l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1);
+        nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+        i_ += 16;
+    }
     __m256 l = _mm256_max_ps(_mm256_max_ps(l0, l1), _mm256_max_ps(l2, l3)); /* lanes without NaNs: any order */
     float lanes[8];
     _mm256_storeu_ps(lanes, l);
@@ -362,6 +369,7 @@ __attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *
     MAX_TAIL(float)
 }
 
+/* max_of_f32_lanes8 of each of the nb rows of n at x (n apart) into m[b] */
 __attribute__((target("avx2,fma"))) static void max_rows_f32_lanes8(const float *x, int64_t n, int nb, float *m)
 {
     for (int b = 0; b < nb; b++) m[b] = max_of_f32_lanes8(x + b * n, n);
