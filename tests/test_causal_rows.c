@@ -81,7 +81,8 @@ static void run_rows(int op, const float *a, const float *b, int64_t t, bool cau
     ir_graph_free(g);
 }
 
-/* Rows of 1 to 300 (one leaf of the pairwise sum, several, a partial last
+/* Rows of 1 to 300 (one leaf of the pairwise sum, several, a complete
+ * tree of them (256: its live leaves 8 at a time), a partial last
  * live leaf; short rows run whole and masked, rows of 256 or more to their
  * live columns): the causal softmax of masked scores, and the causal
  * gradient with dy finite everywhere, are the whole rows' results bit for
@@ -91,7 +92,7 @@ static void run_rows(int op, const float *a, const float *b, int64_t t, bool cau
 static void test_causal_rows_on_the_cpu_give_the_bits_of_whole_rows_where_dy_is_finite(void **state)
 {
     (void)state;
-    static const int64_t sizes[] = {1, 2, 15, 16, 17, 33, 64, 100, 255, 300};
+    static const int64_t sizes[] = {1, 2, 15, 16, 17, 33, 64, 100, 255, 256, 300};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         int64_t t = sizes[k], n = 2 * t * t;
         float *x = test_malloc(sizeof(float) * (size_t)n), *dy = test_malloc(sizeof(float) * (size_t)n);

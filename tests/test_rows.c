@@ -1,4 +1,4 @@
-/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax, layer_norm, cross_entropy and their gradients bit for bit against in-order loops, short rows among them. */
+/* test_rows.c - row programs (ops.def RW lines): their shape as data, rms_norm forward and backward against f64 references, rms_norm and silu fused in a row group as unfused, f32 softmax, layer_norm, cross_entropy and their gradients bit for bit against in-order loops, short rows among them, and the softmax's exp against al_vexpf. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +16,7 @@
 #include "base/convert.h"
 #include "ir/groups.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/cpu_softmax_exp.h"
 #include "runtime/graph/graph_impl.h"
 #include "support.h"
 
@@ -291,7 +292,7 @@ static void assert_same_floats(const float *a, const float *b, int64_t n)
 static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void **state)
 {
     (void)state;
-    static const int64_t lens[] = {1, 3, 17, 37, 64, 100, 256, 1000};
+    static const int64_t lens[] = {1, 3, 17, 37, 48, 64, 80, 100, 256, 1000};
     enum { ROWS = 37 }; /* rows of 64 run 16 at a time: two batches and a part, the odd rows among the first */
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
@@ -328,6 +329,35 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
     }
 }
 
+/* The softmax's exp (x - max: 0 or less, or NaN) against al_vexpf, bit
+ * for bit: every 257th float from -0 to -NaN, every float from -86 to -105
+ * (where results turn subnormal, then 0: k past -126, then d below -104),
+ * and +0, -inf and NaNs of both signs. */
+static void test_the_softmax_exp_gives_the_bits_of_al_vexpf_at_zero_and_below(void **state)
+{
+    (void)state;
+    uint32_t lo86, hi105;
+    float f86 = -86.0f, f105 = -105.0f;
+    memcpy(&lo86, &f86, sizeof lo86), memcpy(&hi105, &f105, sizeof hi105);
+    int64_t checked = 0;
+    for (uint64_t u = 0x80000000u; u <= 0xffffffffu; u += u >= lo86 && u < hi105 ? 1 : 257) {
+        uint32_t bits = (uint32_t)u;
+        float d, want, got;
+        memcpy(&d, &bits, sizeof d);
+        want = al_vexpf(d), got = cpu_softmax_exp_f32(d);
+        if (memcmp(&want, &got, sizeof want) && !(isnan(want) && isnan(got)))
+            fail_msg("exp(%a): al_vexpf %a, the softmax's %a", (double)d, (double)want, (double)got);
+        checked++;
+    }
+    const float special[] = {0.0f, -0.0f, -INFINITY, NAN, -NAN, -104.0f, -103.99999f, -104.00001f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
+        float want = al_vexpf(special[i]), got = cpu_softmax_exp_f32(special[i]);
+        if (memcmp(&want, &got, sizeof want) && !(isnan(want) && isnan(got)))
+            fail_msg("exp(%a): al_vexpf %a, the softmax's %a", (double)special[i], (double)want, (double)got);
+    }
+    assert_true(checked > 10000000); /* the sweep ran: 8.4M strided and 2.5M around -86..-105 */
+}
+
 /* Row op `op` of f32 operands in[0..nin) (rows [rows, n], gamma [n],
  * mean and rstd [rows, 1]) by cpu_row_run on one thread, into y. */
 static void run_row_node(int op, int nin, const float *const *in, int64_t rows, int64_t n, float *y)
@@ -353,7 +383,7 @@ static void run_row_node(int op, int nin, const float *const *in, int64_t rows, 
 static void test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops(void **state)
 {
     (void)state;
-    static const int64_t lens[] = {1, 5, 16, 32, 37, 64, 76, 128, 256, 512};
+    static const int64_t lens[] = {1, 5, 16, 32, 37, 48, 64, 76, 128, 256, 512};
     enum { ROWS = 37 };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
@@ -541,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_matches_a_double_reference_in_every_float_dtype),
         cmocka_unit_test(test_rms_norm_grad_kernel_matches_a_double_reference),
         cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
+        cmocka_unit_test(test_the_softmax_exp_gives_the_bits_of_al_vexpf_at_zero_and_below),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops),
         cmocka_unit_test(test_f32_layer_norm_with_gamma_and_beta_gives_the_bits_of_in_order_loops),

@@ -7,9 +7,13 @@
 #endif
 #include <string.h>
 #include <tgmath.h>
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h> /* softmax's largest by 32-byte lanes (max_of_f32_lanes8) */
+#endif
 
 #include "base/vmath_generic.h" /* float exp/erf/tanh as every f32 evaluation of ops.def computes them */
 #include "runtime/cpu/cpu_rows.h"
+#include "runtime/cpu/cpu_softmax_exp.h"
 
 /* cpu_leaf_sums_float over the terms p[i] * q[i] (each product rounded to
  * float, then added in order): a SUM of a product without its terms
@@ -462,6 +466,155 @@ static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args 
     IVDEP for (int64_t i = 0; i < n; i++) y[i] = (s5 * (e[i] / s1) - (i == t ? hot : (T)0) - rest) * s2;
 }
 
+#if defined(LEAF8)
+#define SHUF8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+/* acc (lane l: leaf l of 8) += t[0..8) in order, where t[k] holds 8 terms
+ * of leaf k in order: the 8 x 8 transpose of leaf8_sums2_f32 (unpacks,
+ * shufps, 128-bit halves), then one term of every leaf per addition. */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_transposed(v8f acc, const v8f t[8])
+{
+    v8f t0 = SHUF8(t[0], t[1], 0, 8, 1, 9, 4, 12, 5, 13), t1 = SHUF8(t[0], t[1], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f t2 = SHUF8(t[2], t[3], 0, 8, 1, 9, 4, 12, 5, 13), t3 = SHUF8(t[2], t[3], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f t4 = SHUF8(t[4], t[5], 0, 8, 1, 9, 4, 12, 5, 13), t5 = SHUF8(t[4], t[5], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f t6 = SHUF8(t[6], t[7], 0, 8, 1, 9, 4, 12, 5, 13), t7 = SHUF8(t[6], t[7], 2, 10, 3, 11, 6, 14, 7, 15);
+    v8f u0 = SHUF8(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), u1 = SHUF8(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f u2 = SHUF8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SHUF8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f u4 = SHUF8(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SHUF8(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f u6 = SHUF8(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SHUF8(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+    acc += SHUF8(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+    acc += SHUF8(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+    acc += SHUF8(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+    acc += SHUF8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+    acc += SHUF8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+    return acc;
+}
+#undef SHUF8
+
+/* acc (lane l: leaf l of the 8 leaves of LEAF terms at p) += their terms
+ * j..j+7, or with q the products p[i] * q[i] of those terms, each rounded
+ * to float before it is added, as a stored term is */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f add8_terms_of(v8f acc, const float *p,
+                                                                                    const float *q, int j)
+{
+    v8f t[8];
+    for (int k = 0; k < 8; k++) {
+        v8f a, b;
+        memcpy(&a, p + k * LEAF + j, sizeof a);
+        if (q) memcpy(&b, q + k * LEAF + j, sizeof b), a = a * b;
+        t[k] = a;
+    }
+    return add8_transposed(acc, t);
+}
+
+/* o[0..m): the sums of the m leaves of LEAF terms at p, or of the products
+ * p[i] * q[i] (q not NULL), m a multiple of 8: 8 leaves side by side in a
+ * 32-byte vector, each leaf in order from 0: the same bits as
+ * cpu_leaf_sums_float and leaf_sums_products_f32, with 3 shuffles of 8
+ * terms where their 4 x 4 transposes take 2 of 4. One chain of 8 leaves
+ * at a time, each group's independent of the last (two side by side, as
+ * leaf8_sums2_f32, ran 5-10% slower: more registers live than AVX2 has). */
+__attribute__((target("avx2,fma"), always_inline)) static inline void leaf8_sums_of(const float *p, const float *q,
+                                                                                     int m, float *o)
+{
+    for (int k = 0; k + 8 <= m; k += 8) {
+        v8f s0 = {0};
+        for (int j = 0; j < LEAF; j += 8) s0 = add8_terms_of(s0, p + (int64_t)k * LEAF, q ? q + (int64_t)k * LEAF : NULL, j);
+        memcpy(o + k, &s0, sizeof s0);
+    }
+}
+
+/* leaf8_sums_of for softmax's sum and softmax_grad's: only where the CPU
+ * has x86-64-v3 (wide_leaves), as leaf8_sums2_f32. */
+__attribute__((target("avx2,fma"))) static void leaf8_sums_f32(const float *t, int m, float *o)
+{
+    leaf8_sums_of(t, NULL, m, o);
+}
+
+__attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const float *p, const float *q, int m, float *o)
+{
+    leaf8_sums_of(p, q, m, o);
+}
+
+/* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
+ * vectors of 8, then one pair for 16 more: half of max_of_f32's 16-byte
+ * instructions): lanes keep x > l ? x : l and count NaNs, then MAX_TAIL
+ * combines them and takes the in-order loop where a NaN or a largest of 0
+ * makes the lanes' answer differ from it. Any other largest value is one
+ * value with one sign, whichever lanes saw it: the same bits. Only where
+ * the CPU has x86-64-v3 (wide_leaves). */
+__attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *v, int64_t n)
+{
+    __m256 l0 = _mm256_set1_ps(-INFINITY), l1 = l0, l2 = l0, l3 = l0, nans = _mm256_setzero_ps();
+    int64_t i_ = 0;
+    for (; i_ + 32 <= n; i_ += 32) {
+        __m256 x0 = _mm256_loadu_ps(v + i_), x1 = _mm256_loadu_ps(v + i_ + 8), x2 = _mm256_loadu_ps(v + i_ + 16),
+               x3 = _mm256_loadu_ps(v + i_ + 24);
+        l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1), l2 = _mm256_max_ps(x2, l2), l3 = _mm256_max_ps(x3, l3);
+        nans = _mm256_or_ps(nans, _mm256_or_ps(_mm256_cmp_ps(x0, x1, _CMP_UNORD_Q), _mm256_cmp_ps(x2, x3, _CMP_UNORD_Q)));
+    }
+    if (i_ + 16 <= n) {
+        __m256 x0 = _mm256_loadu_ps(v + i_), x1 = _mm256_loadu_ps(v + i_ + 8);
+        l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1);
+        nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+        i_ += 16;
+    }
+    __m256 l = _mm256_max_ps(_mm256_max_ps(l0, l1), _mm256_max_ps(l2, l3)); /* lanes without NaNs: any order */
+    float lanes[8];
+    _mm256_storeu_ps(lanes, l);
+    float m_ = -INFINITY;
+    int64_t nan = _mm256_movemask_ps(nans) != 0;
+    for (int q_ = 0; q_ < 8; q_++) m_ = lanes[q_] > m_ ? lanes[q_] : m_;
+    MAX_TAIL(float)
+}
+
+/* max_of_f32_lanes8 of each of the nb rows of n at x (n apart) into m[b] */
+__attribute__((target("avx2,fma"))) static void max_rows_f32_lanes8(const float *x, int64_t n, int nb, float *m)
+{
+    for (int b = 0; b < nb; b++) m[b] = max_of_f32_lanes8(x + b * n, n);
+}
+#endif
+
+/* The largest of each of the nb rows of n at x (n apart) into m[b], as
+ * max_of_f32 finds it: by max_rows_f32_lanes8 where the CPU has x86-64-v3. */
+static void softmax_row_max_f32(const float *x, int64_t n, int nb, float *m)
+{
+#if defined(LEAF8)
+    if (wide_leaves()) {
+        max_rows_f32_lanes8(x, n, nb, m);
+        return;
+    }
+#endif
+    for (int b = 0; b < nb; b++) m[b] = max_of_f32(x + b * n, n);
+}
+
+/* The leaf sums of a softmax's sum over the nleaves leaves that leaf[]
+ * lists (t's terms, or with q the products t[i] * q[i]): 8 leaves at a
+ * time (leaf8_sums_f32, leaf8_product_sums_f32) where they are leaves of
+ * LEAF and the CPU has x86-64-v3, the rest (fewer than 8, or every one
+ * elsewhere) by cpu_leaf_sums_float or leaf_sums_products_f32. The same
+ * bits either way. */
+static void softmax_leaf_sums_f32(const float *t, const float *q, const int64_t *leaf, int nleaves, bool balanced,
+                                  float *out)
+{
+    int k = 0;
+#if defined(LEAF8)
+    if (balanced && leaf[0] == LEAF && nleaves >= 8 && wide_leaves()) {
+        k = nleaves & ~7;
+        if (q) leaf8_product_sums_f32(t, q, k, out);
+        else leaf8_sums_f32(t, k, out);
+    }
+#else
+    (void)balanced;
+#endif
+    if (k == nleaves) return;
+    const float *tk = t + (int64_t)k * LEAF;
+    if (q) leaf_sums_products_f32(tk, q + (int64_t)k * LEAF, leaf + k, nleaves - k, out + k);
+    else cpu_leaf_sums_float(tk, leaf + k, nleaves - k, out + k);
+}
+
 /* Causal rows shorter than this run the f32 softmax and softmax_grad over
  * whole rows, masked (the live columns' values, zeros past them), rather
  * than each row to its live columns: the batch's leaves added side by
@@ -477,17 +630,17 @@ static void row_sums_f32(const row_args *r, const float *t, float *sums, bool wh
 {
     float *leaf_sums = r->tmp;
     if (!r->causal || whole)
-        cpu_leaf_sums_float(t, r->leaf, r->nleaves * r->nb, leaf_sums);
+        softmax_leaf_sums_f32(t, NULL, r->leaf, r->nleaves * r->nb, r->balanced, leaf_sums);
     else
         for (int b = 0; b < r->nb; b++) {
             float *l = leaf_sums + b * r->nleaves;
-            cpu_leaf_sums_float(t + b * r->n, r->leaf, r->live_leaves[b], l);
+            softmax_leaf_sums_f32(t + b * r->n, NULL, r->leaf, r->live_leaves[b], r->balanced, l);
             for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
         }
     for (int b = 0; b < r->nb; b++) {
         float *l = leaf_sums + b * r->nleaves;
         int k = 0;
-        sums[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+        sums[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
     }
 }
 
@@ -504,13 +657,37 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
      * (the CPU stores causal_mask's value), which change neither the largest
      * nor the sum (exp(-inf - m) is 0, or NaN only where the live part is) */
     const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
+    if (n % 16 == 0 && (!r->causal || whole)) { /* whole rows of 16s: loops of 16 with nothing left over */
+        const float *x = r->x[0];
+        softmax_row_max_f32(x, n, r->nb, m);
+        for (int b = 0; b < r->nb; b++) {
+            const float mb = m[b];
+            for (int64_t c = b * n; c < (b + 1) * n; c += 16)
+                for (int i = 0; i < 16; i++) v[c + i] = cpu_softmax_exp_f32(x[c + i] - mb);
+        }
+        row_sums_f32(r, v, s, whole);
+        float *y = r->y;
+        for (int b = 0; b < r->nb; b++) {
+            const float sb = s[b];
+            const float *vb = v + b * n;
+            float *yb = y + b * n;
+            if (whole) { /* 0 past the live columns */
+                const int64_t live = r->live[b];
+                IVDEP for (int64_t i = 0; i < n; i++) yb[i] = i < live ? vb[i] / sb : 0;
+                continue;
+            }
+            for (int64_t c = 0; c < n; c += 16)
+                for (int i = 0; i < 16; i++) yb[c + i] = vb[c + i] / sb;
+        }
+        return;
+    }
     for (int b = 0; b < r->nb; b++) {
         const float *x = (const float *)r->x[0] + b * r->xs[0];
         float *vb = v + b * n;
         const int64_t cols = whole ? n : r->live[b];
-        m[b] = max_of_f32(x, cols);
+        softmax_row_max_f32(x, cols, 1, &m[b]);
         const float mb = m[b];
-        IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = exp(x[i] - mb);
+        IVDEP for (int64_t i = 0; i < cols; i++) vb[i] = cpu_softmax_exp_f32(x[i] - mb);
         for (int64_t i = cols; i < r->pad[b]; i++) vb[i] = 0;
     }
     row_sums_f32(r, v, s, whole);
@@ -545,19 +722,19 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
      * row's sum is added again over its live columns alone. */
     const bool whole = r->causal && n < CAUSAL_LIVE_MIN;
     if (!r->causal || whole)
-        leaf_sums_products_f32(y, dy, r->leaf, r->nleaves * r->nb, leaf_sums);
+        softmax_leaf_sums_f32(y, dy, r->leaf, r->nleaves * r->nb, r->balanced, leaf_sums);
     for (int b = 0; b < r->nb; b++) {
         float *l = leaf_sums + b * r->nleaves;
         int k = 0;
         if (r->causal) {
             if (whole) {
-                s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+                s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
                 if (isfinite(s[b])) continue;
                 k = 0;
             }
             const float *yb = y + b * n, *dyb = dy + b * n;
             int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
-            leaf_sums_products_f32(yb, dyb, r->leaf, full, l);
+            softmax_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
             if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
                 float a = 0;
                 for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
@@ -565,7 +742,16 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
             }
             for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
         }
-        s[b] = r->balanced ? levels_f32(l, r->nleaves) : combine_f32(l, n, &k);
+        s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
+    }
+    if (n % 16 == 0 && !r->causal) { /* whole rows of 16s: loops of 16 with nothing left over */
+        float *out = r->y;
+        for (int b = 0; b < r->nb; b++) {
+            const float sb = s[b];
+            for (int64_t c = b * n; c < (b + 1) * n; c += 16)
+                for (int i = 0; i < 16; i++) out[c + i] = y[c + i] * (dy[c + i] - sb);
+        }
+        return;
     }
     for (int b = 0; b < r->nb; b++) {
         const float *yb = y + b * n, *dyb = dy + b * n;
@@ -599,7 +785,12 @@ const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
  * sums, mean, leaf sums, rstd), and so are layer_norm_grad_stats' two sums
  * and its output; 4 rows of 256 at a time overlap their chains. The
  * generated layer_norm_grad_stats keeps ROW_BATCH_ELEMS: its buffers of g,
- * h and g h 4 KiB apart would alias. */
+ * h and g h 4 KiB apart would alias. The softmax and its gradient: rows of
+ * 64 sixteen at a time, of 256 four; at ROW_BATCH_ELEMS (256) they spent
+ * the call and their sums' addition chains once per 256 elements
+ * (bench/row_isa, AVX-512: softmax_grad 0.25 -> 0.20 ns an element at rows
+ * of 64, 0.25 -> 0.19 at rows of 256; bench/RESULTS.md). The same
+ * additions per row: the same bits. */
 static const struct {
     int elems;
     bool wide;
@@ -608,6 +799,8 @@ static const struct {
     [IR_OP_layer_norm_mean] = {1024, false},
     [IR_OP_layer_norm_rstd] = {1024, false},
     [IR_OP_layer_norm_grad_stats] = {1024, true},
+    [IR_OP_softmax] = {1024, false},
+    [IR_OP_softmax_grad] = {1024, false},
 };
 
 int64_t cpu_row_f32_batch_elems(int op)

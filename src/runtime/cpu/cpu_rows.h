@@ -18,12 +18,12 @@
 /* Operands, attributes, S and V slots a program may use. */
 enum { ROW_MAX_IN = 6, ROW_MAX_ATTRS = 4, ROW_MAX_S = 16, ROW_MAX_V = 8, LEAF = 16, COLS = 16, LANES = 16 };
 /* Short rows go to a program up to ROW_BATCH at a time (at most ROW_BATCH_ELEMS
- * elements in all): each stage runs over every row of the batch before the
- * next, so a SUM's leaves of all of them are added side by side (a row of
- * 64 has only 4 leaves, one vector; 4 rows fill the 16 independent chains
- * cpu_leaf_sums_T keeps) and a stage's loop overhead is paid once per batch.
- * Every row still gets the same additions in the same order: the same
- * bits. */
+ * elements in all, or what cpu_row_f32_batch_elems asks): each stage runs
+ * over every row of the batch before the next, so a SUM's leaves of all of
+ * them are added side by side (a row of 64 has only 4 leaves, one vector;
+ * 4 rows fill the 16 independent chains cpu_leaf_sums_T keeps) and a
+ * stage's loop overhead is paid once per batch. Every row still gets the
+ * same additions in the same order: the same bits. */
 enum { ROW_BATCH = 16, ROW_BATCH_ELEMS = 256 };
 
 /* One row as a program sees it; buffers in the compute type. */
