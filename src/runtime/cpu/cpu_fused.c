@@ -879,19 +879,35 @@ alloy_status cpu_workers_reserve(cpu_workers *w, int n, int threads)
     return ALLOY_OK;
 }
 
+/* For each input of p: the last member reading it (-1: none) in last[],
+ * and in passed[] whether a member reading it passes it on; one pass over
+ * the members (a group of every parameter's update has thousands). */
+static void input_readers(const fz_plan *p, int *last, uint8_t *passed)
+{
+    for (int e = 0; e < p->ninputs; e++) last[e] = -1, passed[e] = 0;
+    for (int j = 0; j < p->nmembers; j++) {
+        const fz_member *mb = &p->members[j];
+        for (int q = 0; q < mb->nin; q++) {
+            int e = mb->src[q];
+            if (e < 0 || e >= p->ninputs) continue;
+            last[e] = j;
+            passed[e] |= mb->passed;
+        }
+    }
+}
+
 /* Whether input e may be read in place although member k is stored over
  * it: every member reading it comes before k, or is k computed in a chunk
  * buffer of its own (the chunk functions' operands alias no output), and
  * none passes it on (a passed value is the input's chunk itself, which
  * k's store changes). Each chunk is then read before it is overwritten,
- * element for element at the same index. */
-static bool read_before_store(const fz_plan *p, int e, int k)
+ * element for element at the same index. last, passed: input_readers'. */
+static bool read_before_store(const fz_plan *p, const int *last, const uint8_t *passed, int e, int k)
 {
-    for (int j = 0; j < p->nmembers; j++) {
-        const fz_member *mb = &p->members[j];
-        for (int q = 0; q < mb->nin; q++)
-            if (mb->src[q] == e && (j > k || (j == k && mb->slot < 0) || mb->passed)) return false;
-    }
+    if (passed[e] || last[e] > k) return false;
+    const fz_member *mb = &p->members[k];
+    for (int q = 0; mb->slot < 0 && q < mb->nin; q++)
+        if (mb->src[q] == e) return false;
     return true;
 }
 
@@ -903,14 +919,25 @@ static bool read_before_store(const fz_plan *p, int e, int k)
 static void mark_aliased(fz_plan *p, const sched_member *members, int n, const int *state_of, const int *ext_slots,
                          const int *ext_id, uint32_t ext_mask)
 {
+    int *last = NULL;
+    uint8_t *passed = NULL;
+    bool known = false; /* input_readers ran (out of memory: every such input is read through its buffer) */
     for (int k = 0; k < n; k++) {
         int t = state_of[members[k].node];
         if (t < 0) continue;
         uint32_t h = ((uint32_t)t * 0x9e3779b1u) >> 7 & ext_mask;
         while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != t) h = (h + 1) & ext_mask;
         int e = ext_slots[h];
-        if (e >= 0 && (p->inputs[e].walk != WALK_DENSE || !read_before_store(p, e, k))) p->inputs[e].aliased = true;
+        if (e < 0) continue;
+        if (!last && !passed) {
+            last = al_malloc(sizeof *last * (size_t)(p->ninputs + 1));
+            passed = al_malloc((size_t)p->ninputs + 1);
+            if ((known = last && passed)) input_readers(p, last, passed);
+        }
+        if (p->inputs[e].walk != WALK_DENSE || !known || !read_before_store(p, last, passed, e, k))
+            p->inputs[e].aliased = true;
     }
+    al_free(last), al_free(passed);
 }
 
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
