@@ -840,14 +840,15 @@ static void load_into_dst(fz_plan *p)
 
 /* Bytes of the plan block of a group of n members (members, inputs, input
  * types, last uses + input ids, free slots, the index of the inputs of
- * ext_cap entries). */
+ * ext_cap entries, then each input's last reader and whether a reader
+ * passes it on: mark_aliased's). */
 static size_t group_block_bytes(int n, uint32_t *ext_cap)
 {
     uint32_t cap = 16;
     while (cap < 6 * (uint32_t)n) cap *= 2;
     if (ext_cap) *ext_cap = cap;
     return sizeof(fz_member) * (size_t)n + sizeof(fz_input) * 3 * (size_t)n + sizeof(ir_type *) * 3 * (size_t)n +
-           sizeof(int) * 5 * (size_t)n + sizeof(int) * cap;
+           sizeof(int) * 5 * (size_t)n + sizeof(int) * cap + (sizeof(int) + 1) * 3 * (size_t)n;
 }
 
 /* The most chunk-buffer bytes one thread needs for a group of n members:
@@ -915,13 +916,12 @@ static bool read_before_store(const fz_plan *p, const int *last, const uint8_t *
  * state's buffer, state_of from the plan, which it reads) and read after
  * that store (read_before_store): those are read through their chunk
  * buffer. ext_slots / ext_id / ext_mask: make_plan's index of the inputs
- * by node id. */
+ * by node id. last, passed: room for input_readers' (the plan block's:
+ * a run allocates nothing here, so a step fails before any update). */
 static void mark_aliased(fz_plan *p, const sched_member *members, int n, const int *state_of, const int *ext_slots,
-                         const int *ext_id, uint32_t ext_mask)
+                         const int *ext_id, uint32_t ext_mask, int *last, uint8_t *passed)
 {
-    int *last = NULL;
-    uint8_t *passed = NULL;
-    bool known = false; /* input_readers ran (out of memory: every such input is read through its buffer) */
+    bool known = false;
     for (int k = 0; k < n; k++) {
         int t = state_of[members[k].node];
         if (t < 0) continue;
@@ -929,15 +929,9 @@ static void mark_aliased(fz_plan *p, const sched_member *members, int n, const i
         while (ext_slots[h] >= 0 && ext_id[ext_slots[h]] != t) h = (h + 1) & ext_mask;
         int e = ext_slots[h];
         if (e < 0) continue;
-        if (!last && !passed) {
-            last = al_malloc(sizeof *last * (size_t)(p->ninputs + 1));
-            passed = al_malloc((size_t)p->ninputs + 1);
-            if ((known = last && passed)) input_readers(p, last, passed);
-        }
-        if (p->inputs[e].walk != WALK_DENSE || !known || !read_before_store(p, last, passed, e, k))
-            p->inputs[e].aliased = true;
+        if (!known) input_readers(p, last, passed), known = true;
+        if (p->inputs[e].walk != WALK_DENSE || !read_before_store(p, last, passed, e, k)) p->inputs[e].aliased = true;
     }
-    al_free(last), al_free(passed);
 }
 
 alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member *members, int n,
@@ -980,7 +974,9 @@ alloy_status cpu_run_group_ex(cpu_exec *x, const ir_graph *g, const sched_member
     }
     build_space(&p, space, in_types);
     if (x->product) fold_product(x, &p);
-    if (x->state_of) mark_aliased(&p, members, n, x->state_of, ext_slots, last_use + n, ext_cap - 1);
+    if (x->state_of)
+        mark_aliased(&p, members, n, x->state_of, ext_slots, last_use + n, ext_cap - 1, ext_slots + ext_cap,
+                     (uint8_t *)(ext_slots + ext_cap + 3 * (size_t)n));
     load_into_dst(&p);
     size_t cs = p.wide ? sizeof(double) : sizeof(float);
     p.chunk = (size_t)(p.ninputs + p.nslots) * CHUNK * cs <= SMALL_BUFFERS ? CHUNK : CHUNK / 2;
