@@ -1,7 +1,7 @@
 /* vmath_generic.h - makes exp, erf, tanh and gelu_erf(_grad) in expressions written once for float and double (ops.def's) take vmath.h's functions for float.
  *
  * Include after <tgmath.h>, only in files that evaluate ops.def's
- * expressions and row programs (cpu_elementwise.c, cpu_fused.c, cpu_row_programs.c, cpu_row_by_hand.c,
+ * expressions and row programs (cpu_elementwise.c, cpu_fused_kernels.c, cpu_row_programs.c, cpu_row_by_hand.c,
  * evaluate.c): a float argument gets al_vexpf/al_verff/al_vtanhf
  * (vectorizable), a double one libm's function as before; GELU and its
  * gradient get vgelu.h's al_vgeluf/al_vgelu_gradf for float and the erf
