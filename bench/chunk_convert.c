@@ -9,11 +9,11 @@
 #include "base/convert.h"
 #include "base/vmath.h"
 
-/* bf16 <-> f32 as cpu_fused.c converts them (base/convert.h's inline ones). */
+/* bf16 <-> f32 as cpu_fused_convert.c converts them (base/convert.h's inline ones). */
 #define widen cvt_bf16_value
 #define narrow cvt_bf16_rounded
 
-/* Every loop in blocks of 16, as cpu_fused.c's, one clone per ISA level. */
+/* Every loop in blocks of 16, as cpu_fused_kernels.c's, one clone per ISA level. */
 #define BLOCKS(n, body)                                                                            \
     int64_t i = 0;                                                                                 \
     for (; i + 16 <= (n); i += 16)                                                                 \

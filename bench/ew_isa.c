@@ -4,7 +4,7 @@
  *                         time (default gelu, gelu_grad, gelu_tanh,
  *                         gelu_tanh_grad, erf, exp, tanh, sigmoid)
  *
- * Each ops.def expression becomes the loop cpu_fused.c runs for it (blocks
+ * Each ops.def expression becomes the loop cpu_fused_kernels.c runs for it (blocks
  * of 16, no contraction, no trapping math: the #pragma below, as there)
  * three times over: for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and the
  * baseline (SSE2), the three clones the library picks from at load time. Levels this CPU lacks print "-". The rows are the
@@ -13,7 +13,7 @@
  * are 1 (a gradient's dy). The last column says whether every level this
  * CPU runs gave the same bits for every element (they must: no contraction,
  * and vmath.h is exact arithmetic on any of them). */
-/* as cpu_fused.c and cpu_elementwise.c compile their chunk functions */
+/* as cpu_fused_kernels.c and cpu_elementwise.c compile their chunk functions */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif

@@ -16,7 +16,7 @@ AL_HIDDEN float cvt_bf16_to_f32(uint16_t h);
 AL_HIDDEN uint16_t cvt_f32_to_bf16(float f);
 /* bf16 <-> f32 on the bits, in integer operations only (a NaN quieted, the
  * rest rounded to nearest even; overflow carries into inf): the one
- * definition convert.c's conversions and cpu_fused.c's chunk loops use, so
+ * definition convert.c's conversions and cpu_fused_convert.c's chunk loops use, so
  * that a loop of them turns into vector code in each ISA clone. */
 static inline uint32_t cvt_bf16_bits_to_f32(uint32_t h) { return ((h & 0x7fffu) > 0x7f80u ? h | 0x40u : h) << 16; }
 

@@ -3,7 +3,7 @@
  * libm's expf/erff/tanhf are opaque calls: a loop over a GELU or a softmax
  * stays one element at a time. These are branch-free (selects, no calls, no
  * table lookups), so the CPU backend's chunk loops (cpu_elementwise.c,
- * cpu_fused.c) turn into vector code, for whichever ISA the chunk function is
+ * cpu_fused_kernels.c) turn into vector code, for whichever ISA the chunk function is
  * compiled for (CPU_VECTOR_CLONES below picks AVX-512, AVX2 or SSE2 at load
  * time). Each Horner step is an explicit fmaf(), one rounding: C11 mode
  * contracts nothing else, and fmaf is correctly rounded wherever it runs
@@ -32,7 +32,7 @@
 /* Chunk functions get one clone per ISA (GCC's target_clones: an ifunc picks
  * one when the library loads), so the same binary uses AVX-512 where the CPU
  * has it and runs on any x86-64. Elsewhere (clang, other CPUs): one version.
- * The files that define them (cpu_elementwise.c, cpu_fused.c) compile
+ * The files that define them (cpu_elementwise.c, cpu_fused*.c) compile
  * without trapping math (a #pragma at their top, so that these inline
  * functions get the same options and still inline): while a floating-point
  * operation may trap, the selects below (x > 100 ? ...) are branches to GCC,

@@ -1,4 +1,4 @@
-/* cpu_workers.h - the worker threads of one CPU run, as the pool (cpu_workers.c) and the fused groups that keep their chunk buffers in it (cpu_fused.c) see them. */
+/* cpu_workers.h - the worker threads of one CPU run, as the pool (cpu_workers.c) and the fused groups that keep their chunk buffers in it (cpu_fused*.c) see them. */
 #ifndef ALLOY_CPU_WORKERS_H
 #define ALLOY_CPU_WORKERS_H
 
@@ -31,7 +31,7 @@ struct cpu_workers {
     void *job_arg;
     int threads;         /* that take part, the caller included */
     int64_t nblocks, next, finished;
-    /* a fused group's chunk buffers (cpu_fused.c): thread t's at scratch + t * share */
+    /* a fused group's chunk buffers (cpu_fused_chunks.c): thread t's at scratch + t * share */
     char *scratch;
     size_t scratch_bytes, share, ptr_at;
     /* per thread: the values a row group's blocks see (cpu_workers_views) */
