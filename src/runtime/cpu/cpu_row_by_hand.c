@@ -412,60 +412,6 @@ static inline float row_sum_f32(const row_args *r, const float *t, float *leaf_s
     return r->balanced ? tree_f32(leaf_sums, r->nleaves) : combine_f32(leaf_sums, r->n, &k);
 }
 
-/* cross_entropy in f32 without class weights or label smoothing (else the
- * generated function): its program's operations in the same order, with
- * the largest and the sum of the exponentials taken from x and V(0) where
- * they lie (no copy into the terms buffer) and the smoothing sum, whose
- * terms are all +0 then, as the +0 it adds up to. The same bits
- * (tests/test_rows.c checks them against in-order loops). */
-static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
-{
-    if (r->nin > 2 || (float)r->p[1] != 0) {
-        cpu_row_fns[IR_OP_cross_entropy].f32(r);
-        return;
-    }
-    typedef float T;
-    const int64_t n = r->n;
-    const T *x = r->x[0];
-    T *e = r->v[0];
-    T s0 = max_of_f32(x, n);
-    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
-    T s1 = row_sum_f32(r, e, r->tmp), s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
-    bool ignored = r->index[1] == (long long)(T)r->p[0];
-    T s4 = ignored ? (T)0 : (T)1;
-    *(T *)r->weight = s4;
-    *(T *)r->result = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[r->index[1]]) - p1 / (T)n * s3;
-}
-
-/* cross_entropy_grad in f32 without class weights (else the generated
- * function): the same operations in the same order, the largest and the
- * sum of the exponentials taken where they lie, and the sum of n ones
- * (exact in f32 below 2^24) as n. The same bits. */
-static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
-{
-    const int64_t n = r->n;
-    if (r->nin > 4 || n >= (1 << 24)) {
-        cpu_row_fns[IR_OP_cross_entropy_grad].f32(r);
-        return;
-    }
-    typedef float T;
-    const T *x = r->x[0];
-    T *e = r->v[0], *y = r->y;
-    T s0 = max_of_f32(x, n);
-    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
-    T s1 = row_sum_f32(r, e, r->tmp);
-    T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n, p1 = (T)r->p[1];
-    int64_t t = r->index[1];
-    bool ignored = t == (long long)(T)r->p[0];
-    T s4 = ignored ? (T)0 : (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
-    T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
-    if (ignored) {
-        for (int64_t i = 0; i < n; i++) y[i] = 0;
-        return;
-    }
-    IVDEP for (int64_t i = 0; i < n; i++) y[i] = (s5 * (e[i] / s1) - (i == t ? hot : (T)0) - rest) * s2;
-}
-
 #if defined(LEAF8)
 #define SHUF8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
 /* acc (lane l: leaf l of 8) += t[0..8) in order, where t[k] holds 8 terms
@@ -765,6 +711,147 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
         IVDEP for (int64_t i = 0; i < live; i++) out[i] = yb[i] * (dyb[i] - sb);
         for (int64_t i = live; i < n; i++) out[i] = 0;
     }
+}
+
+/* e[i] = exp(x[i] - m), i < n, by the softmax's exp (m the row's largest:
+ * every argument 0 or less, or NaN): loops of 16, and the last fewer than
+ * 16 as the 16 ending at n, whose first ones are computed again from the
+ * same x: the same values, and no scalar remainder (a row of 76 has 12). */
+static inline void shifted_exps_f32(const float *x, int64_t n, float m, float *e)
+{
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int i = 0; i < 16; i++) e[c + i] = cpu_softmax_exp_f32(x[c + i] - m);
+    if (c == n) return;
+    if (n >= 16)
+        for (int i = 0; i < 16; i++) e[n - 16 + i] = cpu_softmax_exp_f32(x[n - 16 + i] - m);
+    else
+        for (int64_t i = c; i < n; i++) e[i] = cpu_softmax_exp_f32(x[i] - m);
+}
+
+#if defined(LEAF8)
+/* o[0..8): the sums of the 8 leaves that leaf[] lists for a row of 65 to
+ * 127 exponentials at t (each leaf 8 to 16 of them: a row of 76 has 9, 10,
+ * 9, 10, ...), leaf l in lane l: its first 8 terms loaded from its start
+ * and added 8 x 8 transposed (add8_transposed), then 8 more from 8 past its
+ * start, those past its end (the next leaf's) made +0 first. Each leaf in
+ * order from 0, plus +0s, which leave a sum of exponentials (+0 or more,
+ * or NaN) as it was: the same bits as cpu_leaf_sums_float, which adds
+ * leaves of different lengths one at a time. t must be readable 16 terms
+ * past the row (CE_OWN_EXPS). Only where the CPU has x86-64-v3
+ * (wide_leaves). */
+__attribute__((target("avx2,fma"))) static void leaf8_sums_unequal_f32(const float *t, const int64_t *leaf, float *o)
+{
+    int64_t start[8], at = 0;
+    for (int l = 0; l < 8; l++) start[l] = at, at += leaf[l];
+    v8f a[8];
+    for (int l = 0; l < 8; l++) memcpy(&a[l], t + start[l], sizeof a[l]);
+    v8f acc = add8_transposed((v8f){0}, a);
+    const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int l = 0; l < 8; l++) {
+        v8f b;
+        memcpy(&b, t + start[l] + 8, sizeof b);
+        v8i in = lane < (v8i){0} + (int32_t)(leaf[l] - 8); /* all ones where term 8 + j is the leaf's */
+        a[l] = (v8f)((v8i)b & in);
+    }
+    acc = add8_transposed(acc, a);
+    memcpy(o, &acc, sizeof acc);
+}
+#endif
+
+/* Rows of at most this many take their exponentials into a buffer of the
+ * function's own, 16 terms longer (zeros), which leaf8_sums_unequal_f32 may
+ * read past the row. */
+enum { CE_OWN_EXPS = 128 };
+
+/* The pairwise sum of a row of n terms e as a SUM adds them: leaves of
+ * LEAF 8 at a time where there are 8 or more (softmax_leaf_sums_f32), the
+ * 8 shorter leaves of a row of 65 to 127 side by side
+ * (leaf8_sums_unequal_f32; e then the CE_OWN_EXPS buffer), else
+ * cpu_leaf_sums_float; then the tree over the leaf sums. The same bits. */
+static inline float cross_entropy_sum_f32(const row_args *r, const float *e)
+{
+    float *l = r->tmp;
+    int k = 0;
+#if defined(LEAF8)
+    if (r->nleaves == 8 && r->leaf[0] != LEAF && r->n <= CE_OWN_EXPS && wide_leaves())
+        leaf8_sums_unequal_f32(e, r->leaf, l);
+    else
+#endif
+        softmax_leaf_sums_f32(e, NULL, r->leaf, r->nleaves, r->balanced, l);
+    return r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+}
+
+/* cross_entropy in f32 without class weights or label smoothing (else the
+ * generated function): its program's operations in the same order, with
+ * the largest (softmax_row_max_f32) and the sum of the exponentials
+ * (shifted_exps_f32, cross_entropy_sum_f32) taken from x and V(0) where
+ * they lie (no copy into the terms buffer) and the smoothing sum, whose
+ * terms are all +0 then, as the +0 it adds up to. The same bits
+ * (tests/test_rows.c checks them against in-order loops). */
+static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
+{
+    if (r->nin > 2 || (float)r->p[1] != 0) {
+        cpu_row_fns[IR_OP_cross_entropy].f32(r);
+        return;
+    }
+    typedef float T;
+    const int64_t n = r->n;
+    const T *x = r->x[0];
+    T own[CE_OWN_EXPS + 16] __attribute__((aligned(64)));
+    T *e = n <= CE_OWN_EXPS ? own : r->v[0];
+    if (n <= CE_OWN_EXPS) memset(own + n, 0, sizeof(T) * 16);
+    T s0;
+    softmax_row_max_f32(x, n, 1, &s0);
+    shifted_exps_f32(x, n, s0, e);
+    T s1 = cross_entropy_sum_f32(r, e), s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
+    bool ignored = r->index[1] == (long long)(T)r->p[0];
+    T s4 = ignored ? (T)0 : (T)1;
+    *(T *)r->weight = s4;
+    *(T *)r->result = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[r->index[1]]) - p1 / (T)n * s3;
+}
+
+/* cross_entropy_grad in f32 without class weights (else the generated
+ * function): the same operations in the same order, the largest and the
+ * sum of the exponentials as cross_entropy takes them, and the sum of n
+ * ones (exact in f32 below 2^24) as n. The one-hot term is subtracted at
+ * the target alone: elsewhere the program subtracts +0, which leaves every
+ * value as it was (-0 included). The same bits. */
+static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    if (r->nin > 4 || n >= (1 << 24)) {
+        cpu_row_fns[IR_OP_cross_entropy_grad].f32(r);
+        return;
+    }
+    typedef float T;
+    const T *x = r->x[0];
+    T *y = r->y;
+    int64_t t = r->index[1];
+    T p1 = (T)r->p[1];
+    bool ignored = t == (long long)(T)r->p[0];
+    if (ignored) {
+        memset(y, 0, sizeof(T) * (size_t)n);
+        return;
+    }
+    T own[CE_OWN_EXPS + 16] __attribute__((aligned(64)));
+    T *e = n <= CE_OWN_EXPS ? own : r->v[0];
+    if (n <= CE_OWN_EXPS) memset(own + n, 0, sizeof(T) * 16);
+    T s0;
+    softmax_row_max_f32(x, n, 1, &s0);
+    shifted_exps_f32(x, n, s0, e);
+    T s1 = cross_entropy_sum_f32(r, e);
+    T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n;
+    T s4 = (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
+    T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int i = 0; i < 16; i++) y[c + i] = (s5 * (e[c + i] / s1) - rest) * s2;
+    if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
+        for (int i = 0; i < 16; i++) y[n - 16 + i] = (s5 * (e[n - 16 + i] / s1) - rest) * s2;
+    else
+        for (int64_t i = c; i < n; i++) y[i] = (s5 * (e[i] / s1) - rest) * s2;
+    if (t >= 0 && t < n) y[t] = (s5 * (e[t] / s1) - hot - rest) * s2;
 }
 
 /* f32 row functions written out by hand in place of the generated one */
