@@ -527,7 +527,9 @@ static void run_cross_entropy(bool grad, bool with_weight, const float *x, const
 static void test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_loops(void **state)
 {
     (void)state;
-    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 256, 1000};
+    /* 65 to 127: 8 leaves of 8 to 16 terms, side by side on AVX2 (72: all
+     * of 9; 76: 9, 10, ...); 17 and 100: the last 16 computed as one vector */
+    static const int64_t lens[] = {1, 5, 16, 17, 37, 64, 65, 72, 76, 100, 127, 128, 256, 1000, 1024};
     enum { ROWS = 37 };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
