@@ -759,56 +759,95 @@ __attribute__((target("avx2,fma"))) static void leaf8_sums_unequal_f32(const flo
 }
 #endif
 
-/* Rows of at most this many take their exponentials into a buffer of the
- * function's own, 16 terms longer (zeros), which leaf8_sums_unequal_f32 may
- * read past the row. */
-enum { CE_OWN_EXPS = 128 };
+/* Batches of at most this many elements take their exponentials into a
+ * buffer of the function's own, 16 terms longer (zeros), which
+ * leaf8_sums_unequal_f32 may read past the last row. */
+enum { CE_OWN_EXPS = 1024 };
 
-/* The pairwise sum of a row of n terms e as a SUM adds them: leaves of
- * LEAF 8 at a time where there are 8 or more (softmax_leaf_sums_f32), the
- * 8 shorter leaves of a row of 65 to 127 side by side
- * (leaf8_sums_unequal_f32; e then the CE_OWN_EXPS buffer), else
- * cpu_leaf_sums_float; then the tree over the leaf sums. The same bits. */
-static inline float cross_entropy_sum_f32(const row_args *r, const float *e)
+/* The pairwise sums s[b] of the call's rows of n terms e (n apart) as a
+ * SUM adds them: leaves of LEAF 8 at a time where there are 8 or more
+ * (softmax_leaf_sums_f32, over every row's leaves), the 8 shorter leaves
+ * of a row of 65 to 127 side by side (leaf8_sums_unequal_f32, `padded`:
+ * e is the CE_OWN_EXPS buffer), else cpu_leaf_sums_float; then each
+ * row's tree over its leaf sums. The same bits. */
+static inline void cross_entropy_sums_f32(const row_args *r, const float *e, bool padded, float *s)
 {
     float *l = r->tmp;
-    int k = 0;
 #if defined(LEAF8)
-    if (r->nleaves == 8 && r->leaf[0] != LEAF && r->n <= CE_OWN_EXPS && wide_leaves())
-        leaf8_sums_unequal_f32(e, r->leaf, l);
+    if (padded && r->nleaves == 8 && r->leaf[0] != LEAF && r->n < 128 && wide_leaves())
+        for (int b = 0; b < r->nb; b++) leaf8_sums_unequal_f32(e + b * r->n, r->leaf, l + 8 * b);
     else
+#else
+    (void)padded;
 #endif
-        softmax_leaf_sums_f32(e, NULL, r->leaf, r->nleaves, r->balanced, l);
-    return r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+        softmax_leaf_sums_f32(e, NULL, r->leaf, r->nleaves * r->nb, r->balanced, l);
+    for (int b = 0; b < r->nb; b++) {
+        int k = 0;
+        const float *lb = l + b * r->nleaves;
+        s[b] = r->balanced ? tree_f32(lb, r->nleaves) : combine_f32(lb, r->n, &k);
+    }
+}
+
+/* The generated f32 function of op over the call's rows one at a time (a
+ * batch's rows each as a call of one: it reads one row's i operands and
+ * writes one result) */
+static void cross_entropy_generated_f32(const row_args *r, int op)
+{
+    if (r->nb == 1) {
+        cpu_row_fns[op].f32(r);
+        return;
+    }
+    for (int b = 0; b < r->nb; b++) {
+        row_args one = *r;
+        one.nb = 1, one.row = r->row + b;
+        for (int j = 0; j < r->nin; j++) {
+            one.x[j] = (const float *)r->x[j] + b * r->xs[j];
+            one.index[j] = r->index_of[b][j];
+            one.w[0][j] = r->w[b][j];
+        }
+        one.live[0] = r->live[b], one.pad[0] = r->pad[b], one.live_leaves[0] = r->live_leaves[b];
+        one.y = (float *)r->y + b * r->n;
+        if (r->result) one.result = (float *)r->result + b, one.weight = (float *)r->weight + b;
+        cpu_row_fns[op].f32(&one);
+    }
 }
 
 /* cross_entropy in f32 without class weights or label smoothing (else the
  * generated function): its program's operations in the same order, with
  * the largest (softmax_row_max_f32) and the sum of the exponentials
- * (shifted_exps_f32, cross_entropy_sum_f32) taken from x and V(0) where
+ * (shifted_exps_f32, cross_entropy_sums_f32) taken from x and V(0) where
  * they lie (no copy into the terms buffer) and the smoothing sum, whose
- * terms are all +0 then, as the +0 it adds up to. The same bits
- * (tests/test_rows.c checks them against in-order loops). */
+ * terms are all +0 then, as the +0 it adds up to. Short rows come in
+ * batches (cpu_row_f32_batch_indexed): each stage over every row of the
+ * batch before the next. The same bits (tests/test_rows.c checks them
+ * against in-order loops). */
 static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
 {
     if (r->nin > 2 || (float)r->p[1] != 0) {
-        cpu_row_fns[IR_OP_cross_entropy].f32(r);
+        cross_entropy_generated_f32(r, IR_OP_cross_entropy);
         return;
     }
     typedef float T;
     const int64_t n = r->n;
+    const int nb = r->nb;
     const T *x = r->x[0];
     T own[CE_OWN_EXPS + 16] __attribute__((aligned(64)));
-    T *e = n <= CE_OWN_EXPS ? own : r->v[0];
-    if (n <= CE_OWN_EXPS) memset(own + n, 0, sizeof(T) * 16);
-    T s0;
-    softmax_row_max_f32(x, n, 1, &s0);
-    shifted_exps_f32(x, n, s0, e);
-    T s1 = cross_entropy_sum_f32(r, e), s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
-    bool ignored = r->index[1] == (long long)(T)r->p[0];
-    T s4 = ignored ? (T)0 : (T)1;
-    *(T *)r->weight = s4;
-    *(T *)r->result = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[r->index[1]]) - p1 / (T)n * s3;
+    const bool padded = nb * n <= CE_OWN_EXPS;
+    T *e = padded ? own : r->v[0];
+    if (padded) memset(own + nb * n, 0, sizeof(T) * 16);
+    T m[ROW_BATCH], s[ROW_BATCH];
+    softmax_row_max_f32(x, n, nb, m);
+    for (int b = 0; b < nb; b++) shifted_exps_f32(x + b * n, n, m[b], e + b * n);
+    cross_entropy_sums_f32(r, e, padded, s);
+    T *result = r->result, *weight = r->weight;
+    for (int b = 0; b < nb; b++) {
+        T s0 = m[b], s1 = s[b], s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
+        int64_t t = r->index_of[b][1];
+        bool ignored = t == (long long)(T)r->p[0];
+        T s4 = ignored ? (T)0 : (T)1;
+        weight[b] = s4;
+        result[b] = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[b * n + t]) - p1 / (T)n * s3;
+    }
 }
 
 /* cross_entropy_grad in f32 without class weights (else the generated
@@ -816,42 +855,47 @@ static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
  * sum of the exponentials as cross_entropy takes them, and the sum of n
  * ones (exact in f32 below 2^24) as n. The one-hot term is subtracted at
  * the target alone: elsewhere the program subtracts +0, which leaves every
- * value as it was (-0 included). The same bits. */
+ * value as it was (-0 included). In batches as cross_entropy. The same
+ * bits. */
 static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
 {
     const int64_t n = r->n;
     if (r->nin > 4 || n >= (1 << 24)) {
-        cpu_row_fns[IR_OP_cross_entropy_grad].f32(r);
+        cross_entropy_generated_f32(r, IR_OP_cross_entropy_grad);
         return;
     }
     typedef float T;
+    const int nb = r->nb;
     const T *x = r->x[0];
-    T *y = r->y;
-    int64_t t = r->index[1];
-    T p1 = (T)r->p[1];
-    bool ignored = t == (long long)(T)r->p[0];
-    if (ignored) {
-        memset(y, 0, sizeof(T) * (size_t)n);
-        return;
-    }
     T own[CE_OWN_EXPS + 16] __attribute__((aligned(64)));
-    T *e = n <= CE_OWN_EXPS ? own : r->v[0];
-    if (n <= CE_OWN_EXPS) memset(own + n, 0, sizeof(T) * 16);
-    T s0;
-    softmax_row_max_f32(x, n, 1, &s0);
-    shifted_exps_f32(x, n, s0, e);
-    T s1 = cross_entropy_sum_f32(r, e);
-    T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n;
-    T s4 = (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
-    T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
-    int64_t c = 0;
-    for (; c + 16 <= n; c += 16)
-        for (int i = 0; i < 16; i++) y[c + i] = (s5 * (e[c + i] / s1) - rest) * s2;
-    if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
-        for (int i = 0; i < 16; i++) y[n - 16 + i] = (s5 * (e[n - 16 + i] / s1) - rest) * s2;
-    else
-        for (int64_t i = c; i < n; i++) y[i] = (s5 * (e[i] / s1) - rest) * s2;
-    if (t >= 0 && t < n) y[t] = (s5 * (e[t] / s1) - hot - rest) * s2;
+    const bool padded = nb * n <= CE_OWN_EXPS;
+    T *e = padded ? own : r->v[0];
+    if (padded) memset(own + nb * n, 0, sizeof(T) * 16);
+    T m[ROW_BATCH], s[ROW_BATCH];
+    softmax_row_max_f32(x, n, nb, m);
+    for (int b = 0; b < nb; b++) shifted_exps_f32(x + b * n, n, m[b], e + b * n);
+    cross_entropy_sums_f32(r, e, padded, s);
+    const T p1 = (T)r->p[1];
+    const T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n;
+    for (int b = 0; b < nb; b++) {
+        const T *eb = e + b * n;
+        T *y = (T *)r->y + b * n;
+        int64_t t = r->index_of[b][1];
+        if (t == (long long)(T)r->p[0]) { /* ignored: no gradient */
+            memset(y, 0, sizeof(T) * (size_t)n);
+            continue;
+        }
+        const T s1 = s[b], s4 = (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
+        const T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
+        int64_t c = 0;
+        for (; c + 16 <= n; c += 16)
+            for (int i = 0; i < 16; i++) y[c + i] = (s5 * (eb[c + i] / s1) - rest) * s2;
+        if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
+            for (int i = 0; i < 16; i++) y[n - 16 + i] = (s5 * (eb[n - 16 + i] / s1) - rest) * s2;
+        else
+            for (int64_t i = c; i < n; i++) y[i] = (s5 * (eb[i] / s1) - rest) * s2;
+        if (t >= 0 && t < n) y[t] = (s5 * (eb[t] / s1) - hot - rest) * s2;
+    }
 }
 
 /* f32 row functions written out by hand in place of the generated one */
@@ -880,7 +924,7 @@ const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
  * additions per row: the same bits. */
 static const struct {
     int elems;
-    bool wide;
+    bool wide, indexed; /* indexed: see cpu_row_f32_batch_indexed */
 } batch_elems[IR_OP_COUNT] = {
     [IR_OP_layer_norm] = {1024, false},
     [IR_OP_layer_norm_mean] = {1024, false},
@@ -888,6 +932,8 @@ static const struct {
     [IR_OP_layer_norm_grad_stats] = {1024, true},
     [IR_OP_softmax] = {1024, false},
     [IR_OP_softmax_grad] = {1024, false},
+    [IR_OP_cross_entropy] = {1024, false, true},
+    [IR_OP_cross_entropy_grad] = {1024, false, true},
 };
 
 int64_t cpu_row_f32_batch_elems(int op)
@@ -899,4 +945,9 @@ int64_t cpu_row_f32_batch_elems(int op)
     if (batch_elems[op].wide) return ROW_BATCH_ELEMS;
 #endif
     return batch_elems[op].elems;
+}
+
+bool cpu_row_f32_batch_indexed(int op)
+{
+    return batch_elems[op].indexed;
 }
