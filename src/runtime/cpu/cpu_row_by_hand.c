@@ -890,7 +890,13 @@ static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args 
         int64_t c = 0;
         for (; c + 16 <= n; c += 16)
             for (int i = 0; i < 16; i++) y[c + i] = (s5 * (eb[c + i] / s1) - rest) * s2;
-        if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
+        if (c < n && padded) { /* the last fewer than 16 as one vector, masked stores (eb readable past n) */
+            const int64_t left = n - c;
+            for (int i = 0; i < 16; i++) {
+                T v = (s5 * (eb[c + i] / s1) - rest) * s2;
+                if (i < left) y[c + i] = v;
+            }
+        } else if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
             for (int i = 0; i < 16; i++) y[n - 16 + i] = (s5 * (eb[n - 16 + i] / s1) - rest) * s2;
         else
             for (int64_t i = c; i < n; i++) y[i] = (s5 * (eb[i] / s1) - rest) * s2;
