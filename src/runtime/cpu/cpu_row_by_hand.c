@@ -485,8 +485,11 @@ __attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const flo
 }
 
 /* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
- * vectors of 8, then one pair for 16 more: half of max_of_f32's 16-byte
- * instructions): lanes keep x > l ? x : l and count NaNs, then MAX_TAIL
+ * vectors of 8, then one pair for 16 more, then where fewer than 16 are
+ * left one pair for the last 16, some seen again, which changes neither
+ * the largest nor whether a NaN was seen: half of max_of_f32's 16-byte
+ * instructions, and no scalar remainder in a row of 76): lanes keep
+ * x > l ? x : l and count NaNs, then MAX_TAIL
  * combines them and takes the in-order loop where a NaN or a largest of 0
  * makes the lanes' answer differ from it. Any other largest value is one
  * value with one sign, whichever lanes saw it: the same bits. Only where
@@ -506,6 +509,12 @@ __attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *
         l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1);
         nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
         i_ += 16;
+    }
+    if (i_ < n && n >= 16) { /* the last 16, some seen already: a largest and a NaN count the same */
+        __m256 x0 = _mm256_loadu_ps(v + n - 16), x1 = _mm256_loadu_ps(v + n - 8);
+        l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1);
+        nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+        i_ = n;
     }
     __m256 l = _mm256_max_ps(_mm256_max_ps(l0, l1), _mm256_max_ps(l2, l3)); /* lanes without NaNs: any order */
     float lanes[8];
