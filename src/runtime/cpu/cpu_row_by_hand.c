@@ -859,6 +859,29 @@ static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
     }
 }
 
+/* y[0..left) = v[0..left), left < 16: by two 32-byte masked stores where
+ * the CPU has x86-64-v3 (GCC made the loop's conditional stores scalar,
+ * one at a time), else in order. */
+#if defined(LEAF8)
+__attribute__((target("avx2,fma"))) static void store_first_f32_lanes8(float *y, const float *v, int left)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane), _mm256_loadu_ps(v));
+    _mm256_maskstore_ps(y + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), lane), _mm256_loadu_ps(v + 8));
+}
+#endif
+
+static inline void store_first_f32(float *y, const float *v, int left)
+{
+#if defined(LEAF8)
+    if (wide_leaves()) {
+        store_first_f32_lanes8(y, v, left);
+        return;
+    }
+#endif
+    memcpy(y, v, sizeof(float) * (size_t)left);
+}
+
 /* cross_entropy_grad in f32 without class weights (else the generated
  * function): the same operations in the same order, the largest and the
  * sum of the exponentials as cross_entropy takes them, and the sum of n
@@ -899,12 +922,10 @@ static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args 
         int64_t c = 0;
         for (; c + 16 <= n; c += 16)
             for (int i = 0; i < 16; i++) y[c + i] = (s5 * (eb[c + i] / s1) - rest) * s2;
-        if (c < n && padded) { /* the last fewer than 16 as one vector, masked stores (eb readable past n) */
-            const int64_t left = n - c;
-            for (int i = 0; i < 16; i++) {
-                T v = (s5 * (eb[c + i] / s1) - rest) * s2;
-                if (i < left) y[c + i] = v;
-            }
+        if (c < n && padded) { /* the last fewer than 16 as one vector (eb readable past n), then stored */
+            T v[16] __attribute__((aligned(64)));
+            for (int i = 0; i < 16; i++) v[i] = (s5 * (eb[c + i] / s1) - rest) * s2;
+            store_first_f32(y + c, v, (int)(n - c));
         } else if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
             for (int i = 0; i < 16; i++) y[n - 16 + i] = (s5 * (eb[n - 16 + i] / s1) - rest) * s2;
         else
