@@ -21,6 +21,7 @@
 #define cpu_row_fns row_isa_fns_0
 #define cpu_row_f32_by_hand row_isa_f32_by_hand_0
 #define cpu_row_f32_batch_elems row_isa_f32_batch_elems_0
+#define cpu_row_f32_batch_indexed row_isa_f32_batch_indexed_0
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_0
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_0
 #elif ROW_LEVEL == 1
@@ -31,6 +32,7 @@
 #define cpu_row_fns row_isa_fns_1
 #define cpu_row_f32_by_hand row_isa_f32_by_hand_1
 #define cpu_row_f32_batch_elems row_isa_f32_batch_elems_1
+#define cpu_row_f32_batch_indexed row_isa_f32_batch_indexed_1
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_1
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_1
 #else
@@ -40,6 +42,7 @@
 #define cpu_row_fns row_isa_fns_2
 #define cpu_row_f32_by_hand row_isa_f32_by_hand_2
 #define cpu_row_f32_batch_elems row_isa_f32_batch_elems_2
+#define cpu_row_f32_batch_indexed row_isa_f32_batch_indexed_2
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_2
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_2
 #endif

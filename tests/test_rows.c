@@ -527,7 +527,9 @@ static void run_cross_entropy(bool grad, bool with_weight, const float *x, const
 static void test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_loops(void **state)
 {
     (void)state;
-    static const int64_t lens[] = {1, 5, 16, 37, 64, 76, 256, 1000};
+    /* 65 to 127: 8 leaves of 8 to 16 terms, side by side on AVX2 (72: all
+     * of 9; 76: 9, 10, ...); 17 and 100: the last 16 computed as one vector */
+    static const int64_t lens[] = {1, 5, 16, 17, 37, 64, 65, 72, 76, 100, 127, 128, 256, 1000, 1024};
     enum { ROWS = 37 };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         int64_t n = lens[l];
@@ -536,6 +538,11 @@ static void test_f32_cross_entropy_and_its_gradient_give_the_bits_of_in_order_lo
         float *v = test_malloc(sizeof(float) * (size_t)n), res[2 * ROWS], res_weighted[2 * ROWS], want_res[2 * ROWS];
         int64_t targets[ROWS];
         for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)uniform(-8, 8);
+        for (int64_t j = 0; j < n; j++) {
+            x[1 * n + j] = j % 2 ? -0.0f : -1.0f;                 /* the largest is -0 (or -1 when n is 1) */
+            x[2 * n + j] = 1000.0f + (float)j;                    /* large: the shift by the largest matters */
+            x[7 * n + j] = j > n / 3 ? -INFINITY : x[7 * n + j]; /* -inf past a third of the row */
+        }
         for (int r = 0; r < ROWS; r++) targets[r] = r == 3 ? -1 : (int64_t)(uniform(0, 1) * (double)n); /* row 3: ignore_index */
         /* the program in f32, p1 (label smoothing) 0: max, exp(x - max), their pairwise sum s1,
          * loss (1 - p1) w (log s1 + max - x[t]) - p1 / n * 0, weight w (0 for an ignored row);

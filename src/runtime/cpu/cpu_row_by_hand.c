@@ -412,60 +412,6 @@ static inline float row_sum_f32(const row_args *r, const float *t, float *leaf_s
     return r->balanced ? tree_f32(leaf_sums, r->nleaves) : combine_f32(leaf_sums, r->n, &k);
 }
 
-/* cross_entropy in f32 without class weights or label smoothing (else the
- * generated function): its program's operations in the same order, with
- * the largest and the sum of the exponentials taken from x and V(0) where
- * they lie (no copy into the terms buffer) and the smoothing sum, whose
- * terms are all +0 then, as the +0 it adds up to. The same bits
- * (tests/test_rows.c checks them against in-order loops). */
-static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
-{
-    if (r->nin > 2 || (float)r->p[1] != 0) {
-        cpu_row_fns[IR_OP_cross_entropy].f32(r);
-        return;
-    }
-    typedef float T;
-    const int64_t n = r->n;
-    const T *x = r->x[0];
-    T *e = r->v[0];
-    T s0 = max_of_f32(x, n);
-    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
-    T s1 = row_sum_f32(r, e, r->tmp), s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
-    bool ignored = r->index[1] == (long long)(T)r->p[0];
-    T s4 = ignored ? (T)0 : (T)1;
-    *(T *)r->weight = s4;
-    *(T *)r->result = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[r->index[1]]) - p1 / (T)n * s3;
-}
-
-/* cross_entropy_grad in f32 without class weights (else the generated
- * function): the same operations in the same order, the largest and the
- * sum of the exponentials taken where they lie, and the sum of n ones
- * (exact in f32 below 2^24) as n. The same bits. */
-static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
-{
-    const int64_t n = r->n;
-    if (r->nin > 4 || n >= (1 << 24)) {
-        cpu_row_fns[IR_OP_cross_entropy_grad].f32(r);
-        return;
-    }
-    typedef float T;
-    const T *x = r->x[0];
-    T *e = r->v[0], *y = r->y;
-    T s0 = max_of_f32(x, n);
-    IVDEP for (int64_t i = 0; i < n; i++) e[i] = exp(x[i] - s0);
-    T s1 = row_sum_f32(r, e, r->tmp);
-    T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n, p1 = (T)r->p[1];
-    int64_t t = r->index[1];
-    bool ignored = t == (long long)(T)r->p[0];
-    T s4 = ignored ? (T)0 : (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
-    T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
-    if (ignored) {
-        for (int64_t i = 0; i < n; i++) y[i] = 0;
-        return;
-    }
-    IVDEP for (int64_t i = 0; i < n; i++) y[i] = (s5 * (e[i] / s1) - (i == t ? hot : (T)0) - rest) * s2;
-}
-
 #if defined(LEAF8)
 #define SHUF8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
 /* acc (lane l: leaf l of 8) += t[0..8) in order, where t[k] holds 8 terms
@@ -539,8 +485,11 @@ __attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const flo
 }
 
 /* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
- * vectors of 8, then one pair for 16 more: half of max_of_f32's 16-byte
- * instructions): lanes keep x > l ? x : l and count NaNs, then MAX_TAIL
+ * vectors of 8, then one pair for 16 more, then where fewer than 16 are
+ * left one pair for the last 16, some seen again, which changes neither
+ * the largest nor whether a NaN was seen: half of max_of_f32's 16-byte
+ * instructions, and no scalar remainder in a row of 76): lanes keep
+ * x > l ? x : l and count NaNs, then MAX_TAIL
  * combines them and takes the in-order loop where a NaN or a largest of 0
  * makes the lanes' answer differ from it. Any other largest value is one
  * value with one sign, whichever lanes saw it: the same bits. Only where
@@ -560,6 +509,12 @@ __attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *
         l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1);
         nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
         i_ += 16;
+    }
+    if (i_ < n && n >= 16) { /* the last 16, some seen already: a largest and a NaN count the same */
+        __m256 x0 = _mm256_loadu_ps(v + n - 16), x1 = _mm256_loadu_ps(v + n - 8);
+        l0 = _mm256_max_ps(x0, l0), l1 = _mm256_max_ps(x1, l1);
+        nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+        i_ = n;
     }
     __m256 l = _mm256_max_ps(_mm256_max_ps(l0, l1), _mm256_max_ps(l2, l3)); /* lanes without NaNs: any order */
     float lanes[8];
@@ -767,6 +722,218 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
     }
 }
 
+/* e[i] = exp(x[i] - m), i < n, by the softmax's exp (m the row's largest:
+ * every argument 0 or less, or NaN): loops of 16, and the last fewer than
+ * 16 as the 16 ending at n, whose first ones are computed again from the
+ * same x: the same values, and no scalar remainder (a row of 76 has 12). */
+static inline void shifted_exps_f32(const float *x, int64_t n, float m, float *e)
+{
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int i = 0; i < 16; i++) e[c + i] = cpu_softmax_exp_f32(x[c + i] - m);
+    if (c == n) return;
+    if (n >= 16)
+        for (int i = 0; i < 16; i++) e[n - 16 + i] = cpu_softmax_exp_f32(x[n - 16 + i] - m);
+    else
+        for (int64_t i = c; i < n; i++) e[i] = cpu_softmax_exp_f32(x[i] - m);
+}
+
+#if defined(LEAF8)
+/* o[0..8): the sums of the 8 leaves that leaf[] lists for a row of 65 to
+ * 127 exponentials at t (each leaf 8 to 16 of them: a row of 76 has 9, 10,
+ * 9, 10, ...), leaf l in lane l: its first 8 terms loaded from its start
+ * and added 8 x 8 transposed (add8_transposed), then 8 more from 8 past its
+ * start, those past its end (the next leaf's) made +0 first. Each leaf in
+ * order from 0, plus +0s, which leave a sum of exponentials (+0 or more,
+ * or NaN) as it was: the same bits as cpu_leaf_sums_float, which adds
+ * leaves of different lengths one at a time. t must be readable 16 terms
+ * past the row (CE_OWN_EXPS). Only where the CPU has x86-64-v3
+ * (wide_leaves). */
+__attribute__((target("avx2,fma"))) static void leaf8_sums_unequal_f32(const float *t, const int64_t *leaf, float *o)
+{
+    int64_t start[8], at = 0;
+    for (int l = 0; l < 8; l++) start[l] = at, at += leaf[l];
+    v8f a[8];
+    for (int l = 0; l < 8; l++) memcpy(&a[l], t + start[l], sizeof a[l]);
+    v8f acc = add8_transposed((v8f){0}, a);
+    const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int l = 0; l < 8; l++) {
+        v8f b;
+        memcpy(&b, t + start[l] + 8, sizeof b);
+        v8i in = lane < (v8i){0} + (int32_t)(leaf[l] - 8); /* all ones where term 8 + j is the leaf's */
+        a[l] = (v8f)((v8i)b & in);
+    }
+    acc = add8_transposed(acc, a);
+    memcpy(o, &acc, sizeof acc);
+}
+#endif
+
+/* Batches of at most this many elements take their exponentials into a
+ * buffer of the function's own, 16 terms longer (zeros), which
+ * leaf8_sums_unequal_f32 may read past the last row. */
+enum { CE_OWN_EXPS = 1024 };
+
+/* The pairwise sums s[b] of the call's rows of n terms e (n apart) as a
+ * SUM adds them: leaves of LEAF 8 at a time where there are 8 or more
+ * (softmax_leaf_sums_f32, over every row's leaves), the 8 shorter leaves
+ * of a row of 65 to 127 side by side (leaf8_sums_unequal_f32, `padded`:
+ * e is the CE_OWN_EXPS buffer), else cpu_leaf_sums_float; then each
+ * row's tree over its leaf sums. The same bits. */
+static inline void cross_entropy_sums_f32(const row_args *r, const float *e, bool padded, float *s)
+{
+    float *l = r->tmp;
+#if defined(LEAF8)
+    if (padded && r->nleaves == 8 && r->leaf[0] != LEAF && r->n < 128 && wide_leaves())
+        for (int b = 0; b < r->nb; b++) leaf8_sums_unequal_f32(e + b * r->n, r->leaf, l + 8 * b);
+    else
+#else
+    (void)padded;
+#endif
+        softmax_leaf_sums_f32(e, NULL, r->leaf, r->nleaves * r->nb, r->balanced, l);
+    for (int b = 0; b < r->nb; b++) {
+        int k = 0;
+        const float *lb = l + b * r->nleaves;
+        s[b] = r->balanced ? tree_f32(lb, r->nleaves) : combine_f32(lb, r->n, &k);
+    }
+}
+
+/* The generated f32 function of op over the call's rows one at a time (a
+ * batch's rows each as a call of one: it reads one row's i operands and
+ * writes one result) */
+static void cross_entropy_generated_f32(const row_args *r, int op)
+{
+    if (r->nb == 1) {
+        cpu_row_fns[op].f32(r);
+        return;
+    }
+    for (int b = 0; b < r->nb; b++) {
+        row_args one = *r;
+        one.nb = 1, one.row = r->row + b;
+        for (int j = 0; j < r->nin; j++) {
+            one.x[j] = (const float *)r->x[j] + b * r->xs[j];
+            one.index[j] = r->index_of[b][j];
+            one.w[0][j] = r->w[b][j];
+        }
+        one.live[0] = r->live[b], one.pad[0] = r->pad[b], one.live_leaves[0] = r->live_leaves[b];
+        one.y = (float *)r->y + b * r->n;
+        if (r->result) one.result = (float *)r->result + b, one.weight = (float *)r->weight + b;
+        cpu_row_fns[op].f32(&one);
+    }
+}
+
+/* cross_entropy in f32 without class weights or label smoothing (else the
+ * generated function): its program's operations in the same order, with
+ * the largest (softmax_row_max_f32) and the sum of the exponentials
+ * (shifted_exps_f32, cross_entropy_sums_f32) taken from x and V(0) where
+ * they lie (no copy into the terms buffer) and the smoothing sum, whose
+ * terms are all +0 then, as the +0 it adds up to. Short rows come in
+ * batches (cpu_row_f32_batch_indexed): each stage over every row of the
+ * batch before the next. The same bits (tests/test_rows.c checks them
+ * against in-order loops). */
+static CPU_VECTOR_CLONES void row_cross_entropy_by_hand_f32(const row_args *r)
+{
+    if (r->nin > 2 || (float)r->p[1] != 0) {
+        cross_entropy_generated_f32(r, IR_OP_cross_entropy);
+        return;
+    }
+    typedef float T;
+    const int64_t n = r->n;
+    const int nb = r->nb;
+    const T *x = r->x[0];
+    T own[CE_OWN_EXPS + 16] __attribute__((aligned(64)));
+    const bool padded = nb * n <= CE_OWN_EXPS;
+    T *e = padded ? own : r->v[0];
+    if (padded) memset(own + nb * n, 0, sizeof(T) * 16);
+    T m[ROW_BATCH], s[ROW_BATCH];
+    softmax_row_max_f32(x, n, nb, m);
+    for (int b = 0; b < nb; b++) shifted_exps_f32(x + b * n, n, m[b], e + b * n);
+    cross_entropy_sums_f32(r, e, padded, s);
+    T *result = r->result, *weight = r->weight;
+    for (int b = 0; b < nb; b++) {
+        T s0 = m[b], s1 = s[b], s2 = log(s1), s3 = 0, p1 = (T)r->p[1];
+        int64_t t = r->index_of[b][1];
+        bool ignored = t == (long long)(T)r->p[0];
+        T s4 = ignored ? (T)0 : (T)1;
+        weight[b] = s4;
+        result[b] = ignored ? (T)0 : ((T)1 - p1) * s4 * (s2 + s0 - x[b * n + t]) - p1 / (T)n * s3;
+    }
+}
+
+/* y[0..left) = v[0..left), left < 16: by two 32-byte masked stores where
+ * the CPU has x86-64-v3 (GCC made the loop's conditional stores scalar,
+ * one at a time), else in order. */
+#if defined(LEAF8)
+__attribute__((target("avx2,fma"))) static void store_first_f32_lanes8(float *y, const float *v, int left)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane), _mm256_loadu_ps(v));
+    _mm256_maskstore_ps(y + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), lane), _mm256_loadu_ps(v + 8));
+}
+#endif
+
+static inline void store_first_f32(float *y, const float *v, int left)
+{
+#if defined(LEAF8)
+    if (wide_leaves()) {
+        store_first_f32_lanes8(y, v, left);
+        return;
+    }
+#endif
+    memcpy(y, v, sizeof(float) * (size_t)left);
+}
+
+/* cross_entropy_grad in f32 without class weights (else the generated
+ * function): the same operations in the same order, the largest and the
+ * sum of the exponentials as cross_entropy takes them, and the sum of n
+ * ones (exact in f32 below 2^24) as n. The one-hot term is subtracted at
+ * the target alone: elsewhere the program subtracts +0, which leaves every
+ * value as it was (-0 included). In batches as cross_entropy. The same
+ * bits. */
+static CPU_VECTOR_CLONES void row_cross_entropy_grad_by_hand_f32(const row_args *r)
+{
+    const int64_t n = r->n;
+    if (r->nin > 4 || n >= (1 << 24)) {
+        cross_entropy_generated_f32(r, IR_OP_cross_entropy_grad);
+        return;
+    }
+    typedef float T;
+    const int nb = r->nb;
+    const T *x = r->x[0];
+    T own[CE_OWN_EXPS + 16] __attribute__((aligned(64)));
+    const bool padded = nb * n <= CE_OWN_EXPS;
+    T *e = padded ? own : r->v[0];
+    if (padded) memset(own + nb * n, 0, sizeof(T) * 16);
+    T m[ROW_BATCH], s[ROW_BATCH];
+    softmax_row_max_f32(x, n, nb, m);
+    for (int b = 0; b < nb; b++) shifted_exps_f32(x + b * n, n, m[b], e + b * n);
+    cross_entropy_sums_f32(r, e, padded, s);
+    const T p1 = (T)r->p[1];
+    const T s2 = (T)r->scalar[2] / (r->nin > 3 ? (T)r->scalar[3] : (T)r->rows), s3 = (T)n;
+    for (int b = 0; b < nb; b++) {
+        const T *eb = e + b * n;
+        T *y = (T *)r->y + b * n;
+        int64_t t = r->index_of[b][1];
+        if (t == (long long)(T)r->p[0]) { /* ignored: no gradient */
+            memset(y, 0, sizeof(T) * (size_t)n);
+            continue;
+        }
+        const T s1 = s[b], s4 = (T)1, s5 = ((T)1 - p1) * s4 + p1 / (T)n * s3;
+        const T hot = ((T)1 - p1) * s4, rest = p1 / (T)n * (T)1;
+        int64_t c = 0;
+        for (; c + 16 <= n; c += 16)
+            for (int i = 0; i < 16; i++) y[c + i] = (s5 * (eb[c + i] / s1) - rest) * s2;
+        if (c < n && padded) { /* the last fewer than 16 as one vector (eb readable past n), then stored */
+            T v[16] __attribute__((aligned(64)));
+            for (int i = 0; i < 16; i++) v[i] = (s5 * (eb[c + i] / s1) - rest) * s2;
+            store_first_f32(y + c, v, (int)(n - c));
+        } else if (c < n && n >= 16) /* the last 16, the first of them again: the same values */
+            for (int i = 0; i < 16; i++) y[n - 16 + i] = (s5 * (eb[n - 16 + i] / s1) - rest) * s2;
+        else
+            for (int64_t i = c; i < n; i++) y[i] = (s5 * (eb[i] / s1) - rest) * s2;
+        if (t >= 0 && t < n) y[t] = (s5 * (eb[t] / s1) - hot - rest) * s2;
+    }
+}
+
 /* f32 row functions written out by hand in place of the generated one */
 const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
     [IR_OP_layer_norm_grad_stats] = row_layer_norm_grad_stats_one_pass_f32,
@@ -789,11 +956,14 @@ const row_fn cpu_row_f32_by_hand[IR_OP_COUNT] = {
  * 64 sixteen at a time, of 256 four; at ROW_BATCH_ELEMS (256) they spent
  * the call and their sums' addition chains once per 256 elements
  * (bench/row_isa, AVX-512: softmax_grad 0.25 -> 0.20 ns an element at rows
- * of 64, 0.25 -> 0.19 at rows of 256; bench/RESULTS.md). The same
- * additions per row: the same bits. */
+ * of 64, 0.25 -> 0.19 at rows of 256; bench/RESULTS.md). The cross-entropy
+ * pair (indexed: their targets and per-row results come in batches too)
+ * took one row per call before: now rows of 76 thirteen at a time, of 64
+ * sixteen (bench/row_isa, AVX-512, rows of 64: cross_entropy 1.05 -> 0.59
+ * ns an element). The same additions per row: the same bits. */
 static const struct {
     int elems;
-    bool wide;
+    bool wide, indexed; /* indexed: see cpu_row_f32_batch_indexed */
 } batch_elems[IR_OP_COUNT] = {
     [IR_OP_layer_norm] = {1024, false},
     [IR_OP_layer_norm_mean] = {1024, false},
@@ -801,6 +971,8 @@ static const struct {
     [IR_OP_layer_norm_grad_stats] = {1024, true},
     [IR_OP_softmax] = {1024, false},
     [IR_OP_softmax_grad] = {1024, false},
+    [IR_OP_cross_entropy] = {1024, false, true},
+    [IR_OP_cross_entropy_grad] = {1024, false, true},
 };
 
 int64_t cpu_row_f32_batch_elems(int op)
@@ -812,4 +984,9 @@ int64_t cpu_row_f32_batch_elems(int op)
     if (batch_elems[op].wide) return ROW_BATCH_ELEMS;
 #endif
     return batch_elems[op].elems;
+}
+
+bool cpu_row_f32_batch_indexed(int op)
+{
+    return batch_elems[op].indexed;
 }

@@ -102,10 +102,13 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
                         ir_ops[n->op].name);
     /* short rows along the last axis, ROW_BATCH at a time, for programs
      * whose rows need nothing of their own but their w operands (a KEEP
-     * stage's values: one per row of the batch); ROW_BATCH_ELEMS elements,
-     * or what the op's f32 function by hand asks for */
-    bool batchable = inner == 1 && !sum.per_row_result && !sum.by_position;
-    for (int j = 0; j < n->nin; j++) batchable = batchable && prog->roles[j] != 'i';
+     * stage's values: one per row of the batch), or for an f32 function by
+     * hand that takes them, i operands and a result per row too
+     * (cpu_row_f32_batch_indexed); ROW_BATCH_ELEMS elements, or what the
+     * op's f32 function by hand asks for */
+    bool indexed = !wide && cpu_row_f32_by_hand[n->op] && cpu_row_f32_batch_indexed(n->op);
+    bool batchable = inner == 1 && !sum.by_position && (indexed || !sum.per_row_result);
+    for (int j = 0; j < n->nin; j++) batchable = batchable && (indexed || prog->roles[j] != 'i');
     int64_t nb = batchable ? (wide ? ROW_BATCH_ELEMS : cpu_row_f32_batch_elems(n->op)) / len : 1;
     nb = nb < 1 ? 1 : nb > ROW_BATCH ? ROW_BATCH : nb;
     row_args r = {.n = len, .nb = 1, .rows = total_rows, .nin = n->nin, .rank = t->rank, .dims = t->dims, .causal = causal};
@@ -178,7 +181,11 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
             if (sum.by_position) set_positions(&r);
             set_live(&r, T, by_position);
             for (int j = 0; j < n->nin; j++) {
-                if (prog->roles[j] == 'i') r.index[j] = cpu_index_at(&in[j], r.row);
+                if (prog->roles[j] == 'i') {
+                    r.index[j] = cpu_index_at(&in[j], r.row);
+                    for (int b = 0; indexed && b < r.nb; b++)
+                        r.index_of[b][j] = b ? cpu_index_at(&in[j], r.row + b) : r.index[j];
+                }
                 if (prog->roles[j] == 'w') { /* the batch's values in one call */
                     double w[ROW_BATCH];
                     cvt_load_f64(in[j].type.dtype,
@@ -194,10 +201,11 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
                             memcpy((char *)cols[j] + (size_t)i * cs, (char *)slabs[j] + ((size_t)(i * inner + c)) * cs, cs);
             r.result = results ? (char *)results + (size_t)r.row * cs : NULL;
             r.weight = results ? (char *)results + (size_t)(total_rows + r.row) * cs : NULL;
-            if (results && !sum.weighted) { /* no WEIGHT stage: every row weighs 1 */
-                if (wide) *(double *)r.weight = 1;
-                else *(float *)r.weight = 1;
-            }
+            if (results && !sum.weighted) /* no WEIGHT stage: every row weighs 1 */
+                for (int b = 0; b < r.nb; b++) {
+                    if (wide) ((double *)r.weight)[b] = 1;
+                    else ((float *)r.weight)[b] = 1;
+                }
             fn(&r);
             if (inner > 1 && !sum.per_row_result)
                 for (int64_t i = 0; i < len; i++)

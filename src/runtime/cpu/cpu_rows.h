@@ -36,6 +36,7 @@ typedef struct row_args {
     const void *x[ROW_MAX_IN]; /* r operands: this row; v operands: the whole vector */
     int64_t xs[ROW_MAX_IN];    /* the distance from one row to the next in x[j]: n for r operands, else 0 */
     int64_t index[ROW_MAX_IN]; /* i operands: this row's integer */
+    int64_t index_of[ROW_BATCH][ROW_MAX_IN]; /* i operands: each row's, in a batch (cpu_row_f32_batch_indexed) */
     double scalar[ROW_MAX_IN]; /* s operands */
     double w[ROW_BATCH][ROW_MAX_IN]; /* w operands: each row's value */
     double p[ROW_MAX_ATTRS];   /* the op's attributes in schema order */
@@ -82,6 +83,10 @@ AL_HIDDEN extern const row_fn cpu_row_f32_by_hand[IR_OP_COUNT];
  * function: ROW_BATCH_ELEMS, or more for those by hand whose row is a chain
  * of dependent steps, to run several rows side by side (cpu_row_by_hand.c). */
 AL_HIDDEN int64_t cpu_row_f32_batch_elems(int op);
+/* Whether op's f32 function by hand takes batches of rows with i operands
+ * (each row's in index_of) and one result per row (each row's at result +
+ * b and weight + b): cpu_row_run batches such rows only for it. */
+AL_HIDDEN bool cpu_row_f32_batch_indexed(int op);
 /* A SUM's leaf sums: out[l] = the terms t of leaf l (of the nleaves whose
  * lengths leaf[] lists, one after another in t) added in order from 0
  * (cpu_row_programs.c). */
