@@ -5,7 +5,6 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
 #endif
-#include <limits.h>
 #include <string.h>
 #include <tgmath.h>
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -241,11 +240,8 @@ ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, in
  * registers and added one term of every leaf per addition: no g, h or g h
  * written out. Each leaf is still added in order from 0 and each row's leaf
  * sums combined as levels_f32 does: the same bits. Each row's sum(g) / n
- * and sum(g h) / n into s1[b], s3[b]. Rows of 4 to halves_up_to leaves
- * go through ln_grad_leaf_sums_halves instead (no 128-bit swaps). Only
- * where layer_norm_stats8_fits. */
-__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
-layer_norm_grad_sums8_body(const row_args *r, float *s1, float *s3, const int halves_up_to)
+ * and sum(g h) / n into s1[b], s3[b]. Only where layer_norm_stats8_fits. */
+static inline __attribute__((always_inline)) void layer_norm_grad_sums8_body(const row_args *r, float *s1, float *s3)
 {
     const float *x = r->x[0], *dy = r->x[1], *gamma = r->nin > 4 ? r->x[4] : NULL;
     const int nl = r->nleaves, m = nl * r->nb;
@@ -254,12 +250,6 @@ layer_norm_grad_sums8_body(const row_args *r, float *s1, float *s3, const int ha
     for (int b = 0; b < r->nb; b++) mean[b] = (float)r->w[b][2], rstd[b] = (float)r->w[b][3];
     int shift = 0; /* leaf L of the call is in row L >> shift (nl a power of 2) */
     while ((1 << shift) < nl) shift++;
-    if (nl >= 4 && nl <= halves_up_to) { /* leaves k..k+3 in the low 16 bytes, k+4..k+7 in the high */
-        if (nl >= 8 && gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, true);
-        else if (nl >= 8) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, false);
-        else if (gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, true);
-        else ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, false);
-    } else
     for (int k = 0; k < m; k += 8) {
         v8f a1 = {0}, a3 = {0};
         for (int j = 0; j < LEAF; j += 8) {
@@ -294,7 +284,30 @@ layer_norm_grad_sums8_body(const row_args *r, float *s1, float *s3, const int ha
     }
 }
 
-/* The two functions above compiled for x86-64-v3 and for x86-64-v4 (the
+/* layer_norm_grad_sums8_body's sums for rows of 4 or more leaves through
+ * ln_grad_leaf_sums_halves (no 128-bit swaps): the same bits. Only where
+ * layer_norm_stats8_fits and r->nleaves >= 4. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+layer_norm_grad_sums_halves_body(const row_args *r, float *s1, float *s3)
+{
+    const float *x = r->x[0], *dy = r->x[1], *gamma = r->nin > 4 ? r->x[4] : NULL;
+    const int nl = r->nleaves, m = nl * r->nb;
+    float *ls1 = r->tmp, *ls3 = ls1 + m; /* r->tmp holds a batch's elements, 16 times its leaves */
+    float mean[ROW_BATCH], rstd[ROW_BATCH];
+    for (int b = 0; b < r->nb; b++) mean[b] = (float)r->w[b][2], rstd[b] = (float)r->w[b][3];
+    int shift = 0; /* leaf L of the call is in row L >> shift (nl a power of 2) */
+    while ((1 << shift) < nl) shift++;
+    if (nl >= 8 && gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, true);
+    else if (nl >= 8) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, false);
+    else if (gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, true);
+    else ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, false);
+    for (int b = 0; b < r->nb; b++) {
+        s1[b] = tree_f32(ls1 + b * nl, nl) / (float)r->n;
+        s3[b] = tree_f32(ls3 + b * nl, nl) / (float)r->n;
+    }
+}
+
+/* The functions above compiled for x86-64-v3 and for x86-64-v4 (the
  * same vectors of 8; v4's 32 registers hold a block's 16 vectors of g and g
  * h without spills), the one the CPU runs chosen as the library's clones
  * are: the same bits either way. The gradient's sums without the 128-bit
@@ -313,11 +326,13 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static vo
 }
 __attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_v3(const row_args *r, float *s1, float *s3)
 {
-    layer_norm_grad_sums8_body(r, s1, s3, INT_MAX);
+    if (r->nleaves >= 4) layer_norm_grad_sums_halves_body(r, s1, s3);
+    else layer_norm_grad_sums8_body(r, s1, s3);
 }
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_grad_sums8_v4(const row_args *r, float *s1, float *s3)
 {
-    layer_norm_grad_sums8_body(r, s1, s3, 4);
+    if (r->nleaves == 4) layer_norm_grad_sums_halves_body(r, s1, s3);
+    else layer_norm_grad_sums8_body(r, s1, s3);
 }
 static bool wide512(void)
 {
