@@ -311,11 +311,13 @@ layer_norm_grad_sums_halves_body(const row_args *r, float *s1, float *s3)
  * same vectors of 8; v4's 32 registers hold a block's 16 vectors of g and g
  * h without spills), the one the CPU runs chosen as the library's clones
  * are: the same bits either way. The gradient's sums without the 128-bit
- * swaps (ln_grad_leaf_sums_halves) on v3 for rows of 4 or more leaves, on
- * v4 for rows of 4 only: on Zen 4 they took layer_norm_grad at rows of 64
- * from 0.386 to 0.346 ns an element on v3 and 0.343 to 0.335 on v4, at rows
- * of 128 and 256 from 0.341 and 0.338 to 0.328 and 0.322 on v3, but were
- * slower on v4 there (0.310 to 0.318; bench/RESULTS.md). */
+ * swaps (layer_norm_grad_sums_halves_body) on v3 for rows of 4 or more
+ * leaves, on v4 for rows of 4 only. On Zen 4 (bench/row_isa, medians of 3
+ * interleaved rounds; bench/RESULTS.md) they took layer_norm_grad from
+ * 0.389 to 0.349 ns an element at rows of 64 on v3 and 0.347 to 0.327 on
+ * v4, from 0.341 to 0.330 and 0.339 to 0.327 at rows of 128 and 256 on v3;
+ * on v4 at rows of 128 and 256 they were slower than the 8 x 8 transposes
+ * (0.310 -> 0.318 at rows of 128), which v4 keeps there. */
 __attribute__((target("avx2,fma"))) static void layer_norm_stats8_v3(const row_args *r, float *mean, float *rstd)
 {
     layer_norm_stats8_body(r, mean, rstd);
