@@ -209,7 +209,7 @@ ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, in
 {
     for (int k = 0; k < m; k += 8) {
         v8f a1 = {0}, a3 = {0};
-        const float *gm = with_gamma ? gamma + (k & (nl - 1)) * LEAF : NULL;
+        const float *gm = with_gamma ? gamma + (one_row ? 2 : 1) * (k & (nl - 1)) * LEAF : NULL;
         const int b = k >> shift, hi = one_row ? b : b + 1; /* the rows of leaves k and k + 4 */
         const v8f mv = {mean[b], mean[b], mean[b], mean[b], mean[hi], mean[hi], mean[hi], mean[hi]};
         const v8f rv = {rstd[b], rstd[b], rstd[b], rstd[b], rstd[hi], rstd[hi], rstd[hi], rstd[hi]};
@@ -219,7 +219,7 @@ ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, in
             for (int q = 0; q < 4; q++) {
                 v8f gq = LOAD4X2(dy + at + q * LEAF, dy + at + (q + 4) * LEAF);
                 if (with_gamma)
-                    gq *= one_row ? LOAD4X2(gm + q * LEAF + j, gm + (q + 4) * LEAF + j)
+                    gq *= one_row ? (v8f)LOAD8(gm + 2 * (q * LEAF + j))
                                   : (v8f)_mm256_broadcast_ps((const __m128 *)(const void *)(gm + q * LEAF + j));
                 g[q] = gq, gh[q] = gq * ((LOAD4X2(x + at + q * LEAF, x + at + (q + 4) * LEAF) - mv) * rv);
             }
@@ -284,6 +284,9 @@ static inline __attribute__((always_inline)) void layer_norm_grad_sums8_body(con
     }
 }
 
+/* the longest row whose gamma layer_norm_grad_sums_halves_body copies into
+ * the order its loads take (rows of 8 or more leaves) */
+enum { HALVES_GAMMA_MAX_N = 512 };
 /* layer_norm_grad_sums8_body's sums for rows of 4 or more leaves through
  * ln_grad_leaf_sums_halves (no 128-bit swaps): the same bits. Only where
  * layer_norm_stats8_fits and r->nleaves >= 4. */
@@ -297,6 +300,16 @@ layer_norm_grad_sums_halves_body(const row_args *r, float *s1, float *s3)
     for (int b = 0; b < r->nb; b++) mean[b] = (float)r->w[b][2], rstd[b] = (float)r->w[b][3];
     int shift = 0; /* leaf L of the call is in row L >> shift (nl a power of 2) */
     while ((1 << shift) < nl) shift++;
+    float gh[2 * HALVES_GAMMA_MAX_N] __attribute__((aligned(32)));
+    if (nl >= 8 && gamma) { /* gamma as the halves load it, once a call (n <= HALVES_GAMMA_MAX_N) */
+        for (int l = 0; l < nl; l += 8)
+            for (int j = 0; j < LEAF; j += 4)
+                for (int q = 0; q < 4; q++) {
+                    float *o = gh + 2 * ((l + q) * LEAF + j);
+                    memcpy(o, gamma + (l + q) * LEAF + j, 16), memcpy(o + 4, gamma + (l + q + 4) * LEAF + j, 16);
+                }
+        gamma = gh;
+    }
     if (nl >= 8 && gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, true);
     else if (nl >= 8) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, false);
     else if (gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, true);
@@ -328,7 +341,8 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static vo
 }
 __attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_v3(const row_args *r, float *s1, float *s3)
 {
-    if (r->nleaves >= 4) layer_norm_grad_sums_halves_body(r, s1, s3);
+    if (r->nleaves == 4 || (r->nleaves > 4 && (r->nin <= 4 || r->n <= HALVES_GAMMA_MAX_N)))
+        layer_norm_grad_sums_halves_body(r, s1, s3);
     else layer_norm_grad_sums8_body(r, s1, s3);
 }
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_grad_sums8_v4(const row_args *r, float *s1, float *s3)
