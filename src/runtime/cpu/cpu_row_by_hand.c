@@ -200,8 +200,11 @@ static inline __attribute__((always_inline)) void layer_norm_stats8_body(const r
  * high 16, loaded so (a 16-byte load into each half), so the first two
  * steps of the transpose leave term j of leaves k..k+7 in lanes 0..7. Each
  * leaf still added in order from 0: the same bits. one_row: the 8 leaves in
- * one row (rows of 8 or more leaves; else 4 leaves to a row); with_gamma:
- * g = dy gamma, else g = dy. */
+ * one row (rows of 8 or more leaves; gamma then already in the order of the
+ * loads, 8 floats for leaves q and q + 4 at 2 (q LEAF + j), as
+ * layer_norm_grad_sums_halves_body copies it; else 4 leaves to a row, gamma
+ * as it lies, one 16-byte load into both halves); with_gamma: g = dy
+ * gamma, else g = dy. */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, int m, int nl, int shift,
                          const float *mean, const float *rstd, float *ls1, float *ls3, const bool one_row,
@@ -325,12 +328,12 @@ layer_norm_grad_sums_halves_body(const row_args *r, float *s1, float *s3)
  * h without spills), the one the CPU runs chosen as the library's clones
  * are: the same bits either way. The gradient's sums without the 128-bit
  * swaps (layer_norm_grad_sums_halves_body) on v3 for rows of 4 or more
- * leaves, on v4 for rows of 4 only. On Zen 4 (bench/row_isa, medians of 3
- * interleaved rounds; bench/RESULTS.md) they took layer_norm_grad from
- * 0.389 to 0.349 ns an element at rows of 64 on v3 and 0.347 to 0.327 on
- * v4, from 0.341 to 0.330 and 0.339 to 0.327 at rows of 128 and 256 on v3;
- * on v4 at rows of 128 and 256 they were slower than the 8 x 8 transposes
- * (0.310 -> 0.318 at rows of 128), which v4 keeps there. */
+ * leaves (with gamma, rows of up to HALVES_GAMMA_MAX_N; longer ones the
+ * 8 x 8 transposes), on v4 for rows of 4 only. On Zen 4 they took
+ * layer_norm_grad at rows of 64, 128 and 256 below the 8 x 8 transposes'
+ * time on v3 and at rows of 64 on v4; on v4 at rows of 128 and 256 they
+ * were slower (bench/row_isa; bench/RESULTS.md), so v4 keeps the 8 x 8
+ * transposes there. */
 __attribute__((target("avx2,fma"))) static void layer_norm_stats8_v3(const row_args *r, float *mean, float *rstd)
 {
     layer_norm_stats8_body(r, mean, rstd);
