@@ -99,6 +99,19 @@ typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alia
         tr[6] = SH8(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
         tr[7] = SH8(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);                                   \
     }
+/* the 4 floats at lo, then the 4 at hi: one load and one load into the
+ * high 16 bytes */
+#define LOAD4X2(lo, hi) ((v8f)_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1))
+/* tr[q] (q = 0..3; lane l: term q of a[l & 3]'s half l >> 2) = the two
+ * 4 x 4 transposes of the halves of a[0..4) in registers: the first two
+ * steps of TRANSPOSE8_REGS */
+#define TRANSPOSE4X2_REGS(tr, a_)                                                          \
+    {                                                                                      \
+        v8f t0 = SH8(a_[0], a_[1], 0, 8, 1, 9, 4, 12, 5, 13), t1 = SH8(a_[0], a_[1], 2, 10, 3, 11, 6, 14, 7, 15); \
+        v8f t2 = SH8(a_[2], a_[3], 0, 8, 1, 9, 4, 12, 5, 13), t3 = SH8(a_[2], a_[3], 2, 10, 3, 11, 6, 14, 7, 15); \
+        tr[0] = SH8(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), tr[1] = SH8(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15); \
+        tr[2] = SH8(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), tr[3] = SH8(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15); \
+    }
 /* tr[q] (lane l: leaf l of the 8 leaves of LEAF terms at base) = their term
  * j + q */
 #define TRANSPOSE8(tr, base, j)                                                            \
@@ -180,6 +193,49 @@ static inline __attribute__((always_inline)) void layer_norm_stats8_body(const r
     for (int b = 0; b < r->nb; b++) rstd[b] = 1.0f / sqrtf(tree_f32(ls + b * nl, nl) / (float)r->n + eps);
 }
 
+/* layer_norm_grad_stats' leaf sums of g and of g h (lane l of each 8: leaf
+ * l of the call's leaves k..k+7) for rows of 4 or more leaves, with the
+ * 8 x 8 transposes' third step (the 128-bit swaps) gone: each vector holds
+ * 4 terms of leaf k + q in its low 16 bytes and of leaf k + q + 4 in its
+ * high 16, loaded so (a 16-byte load into each half), so the first two
+ * steps of the transpose leave term j of leaves k..k+7 in lanes 0..7. Each
+ * leaf still added in order from 0: the same bits. one_row: the 8 leaves in
+ * one row (rows of 8 or more leaves; gamma then already in the order of the
+ * loads, 8 floats for leaves q and q + 4 at 2 (q LEAF + j), as
+ * layer_norm_grad_sums_halves_body copies it; else 4 leaves to a row, gamma
+ * as it lies, one 16-byte load into both halves); with_gamma: g = dy
+ * gamma, else g = dy. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, int m, int nl, int shift,
+                         const float *mean, const float *rstd, float *ls1, float *ls3, const bool one_row,
+                         const bool with_gamma)
+{
+    for (int k = 0; k < m; k += 8) {
+        v8f a1 = {0}, a3 = {0};
+        const float *gm = with_gamma ? gamma + (one_row ? 2 : 1) * (k & (nl - 1)) * LEAF : NULL;
+        const int b = k >> shift, hi = one_row ? b : b + 1; /* the rows of leaves k and k + 4 */
+        const v8f mv = {mean[b], mean[b], mean[b], mean[b], mean[hi], mean[hi], mean[hi], mean[hi]};
+        const v8f rv = {rstd[b], rstd[b], rstd[b], rstd[b], rstd[hi], rstd[hi], rstd[hi], rstd[hi]};
+        for (int j = 0; j < LEAF; j += 4) {
+            v8f g[4], gh[4];
+            const int64_t at = (int64_t)k * LEAF + j;
+            for (int q = 0; q < 4; q++) {
+                v8f gq = LOAD4X2(dy + at + q * LEAF, dy + at + (q + 4) * LEAF);
+                if (with_gamma)
+                    gq *= one_row ? (v8f)LOAD8(gm + 2 * (q * LEAF + j))
+                                  : (v8f)_mm256_broadcast_ps((const __m128 *)(const void *)(gm + q * LEAF + j));
+                g[q] = gq, gh[q] = gq * ((LOAD4X2(x + at + q * LEAF, x + at + (q + 4) * LEAF) - mv) * rv);
+            }
+            v8f tr[4];
+            TRANSPOSE4X2_REGS(tr, g)
+            for (int q = 0; q < 4; q++) a1 += tr[q];
+            TRANSPOSE4X2_REGS(tr, gh)
+            for (int q = 0; q < 4; q++) a3 += tr[q];
+        }
+        memcpy(ls1 + k, &a1, sizeof a1), memcpy(ls3 + k, &a3, sizeof a3);
+    }
+}
+
 /* layer_norm_grad_stats' two sums over the call's rows as its program adds
  * them (SUM(0, g), SUM(2, g h) with g = dy gamma, h = (x - mean) rstd), their
  * leaves 8 at a time: each leaf's 8 terms made in a vector from x, dy and
@@ -231,10 +287,53 @@ static inline __attribute__((always_inline)) void layer_norm_grad_sums8_body(con
     }
 }
 
-/* The two functions above compiled for x86-64-v3 and for x86-64-v4 (the
+/* the longest row whose gamma layer_norm_grad_sums_halves_body copies into
+ * the order its loads take (rows of 8 or more leaves) */
+enum { HALVES_GAMMA_MAX_N = 512 };
+/* layer_norm_grad_sums8_body's sums for rows of 4 or more leaves through
+ * ln_grad_leaf_sums_halves (no 128-bit swaps): the same bits. Only where
+ * layer_norm_stats8_fits and r->nleaves >= 4. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+layer_norm_grad_sums_halves_body(const row_args *r, float *s1, float *s3)
+{
+    const float *x = r->x[0], *dy = r->x[1], *gamma = r->nin > 4 ? r->x[4] : NULL;
+    const int nl = r->nleaves, m = nl * r->nb;
+    float *ls1 = r->tmp, *ls3 = ls1 + m; /* r->tmp holds a batch's elements, 16 times its leaves */
+    float mean[ROW_BATCH], rstd[ROW_BATCH];
+    for (int b = 0; b < r->nb; b++) mean[b] = (float)r->w[b][2], rstd[b] = (float)r->w[b][3];
+    int shift = 0; /* leaf L of the call is in row L >> shift (nl a power of 2) */
+    while ((1 << shift) < nl) shift++;
+    float gh[2 * HALVES_GAMMA_MAX_N] __attribute__((aligned(32)));
+    if (nl >= 8 && gamma) { /* gamma as the halves load it, once a call (n <= HALVES_GAMMA_MAX_N) */
+        for (int l = 0; l < nl; l += 8)
+            for (int j = 0; j < LEAF; j += 4)
+                for (int q = 0; q < 4; q++) {
+                    float *o = gh + 2 * ((l + q) * LEAF + j);
+                    memcpy(o, gamma + (l + q) * LEAF + j, 16), memcpy(o + 4, gamma + (l + q + 4) * LEAF + j, 16);
+                }
+        gamma = gh;
+    }
+    if (nl >= 8 && gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, true);
+    else if (nl >= 8) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, true, false);
+    else if (gamma) ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, true);
+    else ln_grad_leaf_sums_halves(x, dy, gamma, m, nl, shift, mean, rstd, ls1, ls3, false, false);
+    for (int b = 0; b < r->nb; b++) {
+        s1[b] = tree_f32(ls1 + b * nl, nl) / (float)r->n;
+        s3[b] = tree_f32(ls3 + b * nl, nl) / (float)r->n;
+    }
+}
+
+/* The functions above compiled for x86-64-v3 and for x86-64-v4 (the
  * same vectors of 8; v4's 32 registers hold a block's 16 vectors of g and g
  * h without spills), the one the CPU runs chosen as the library's clones
- * are: the same bits either way. */
+ * are: the same bits either way. The gradient's sums without the 128-bit
+ * swaps (layer_norm_grad_sums_halves_body) on v3 for rows of 4 or more
+ * leaves (with gamma, rows of up to HALVES_GAMMA_MAX_N; longer ones the
+ * 8 x 8 transposes), on v4 for rows of 4 only. On Zen 4 they took
+ * layer_norm_grad at rows of 64, 128 and 256 below the 8 x 8 transposes'
+ * time on v3 and at rows of 64 on v4; on v4 at rows of 128 and 256 they
+ * were slower (bench/row_isa; bench/RESULTS.md), so v4 keeps the 8 x 8
+ * transposes there. */
 __attribute__((target("avx2,fma"))) static void layer_norm_stats8_v3(const row_args *r, float *mean, float *rstd)
 {
     layer_norm_stats8_body(r, mean, rstd);
@@ -245,11 +344,14 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static vo
 }
 __attribute__((target("avx2,fma"))) static void layer_norm_grad_sums8_v3(const row_args *r, float *s1, float *s3)
 {
-    layer_norm_grad_sums8_body(r, s1, s3);
+    if (r->nleaves == 4 || (r->nleaves > 4 && (r->nin <= 4 || r->n <= HALVES_GAMMA_MAX_N)))
+        layer_norm_grad_sums_halves_body(r, s1, s3);
+    else layer_norm_grad_sums8_body(r, s1, s3);
 }
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void layer_norm_grad_sums8_v4(const row_args *r, float *s1, float *s3)
 {
-    layer_norm_grad_sums8_body(r, s1, s3);
+    if (r->nleaves == 4) layer_norm_grad_sums_halves_body(r, s1, s3);
+    else layer_norm_grad_sums8_body(r, s1, s3);
 }
 static bool wide512(void)
 {
@@ -275,6 +377,8 @@ static void layer_norm_grad_sums8_f32(const row_args *r, float *s1, float *s3)
 }
 #undef TRANSPOSE8
 #undef TRANSPOSE8_REGS
+#undef TRANSPOSE4X2_REGS
+#undef LOAD4X2
 #undef LOAD8
 #undef SH8
 #endif
