@@ -507,15 +507,6 @@ static CPU_VECTOR_CLONES void row_layer_norm_rstd_by_hand_f32(const row_args *r)
     cpu_row_fns[IR_OP_layer_norm_rstd].f32(r);
 }
 
-/* The sum of a row's terms t[0..n) as a SUM adds them (the leaf list of
- * one row, n as r->n). */
-static inline float row_sum_f32(const row_args *r, const float *t, float *leaf_sums)
-{
-    cpu_leaf_sums_float(t, r->leaf, r->nleaves, leaf_sums);
-    int k = 0;
-    return r->balanced ? tree_f32(leaf_sums, r->nleaves) : combine_f32(leaf_sums, r->n, &k);
-}
-
 #if defined(LEAF8)
 #define SHUF8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
 /* acc (lane l: leaf l of 8) += t[0..8) in order, where t[k] holds 8 terms
@@ -1069,12 +1060,12 @@ static const struct {
     int elems;
     bool wide, indexed; /* indexed: see cpu_row_f32_batch_indexed */
 } batch_elems[IR_OP_COUNT] = {
-    [IR_OP_layer_norm] = {1024, false},
-    [IR_OP_layer_norm_mean] = {1024, false},
-    [IR_OP_layer_norm_rstd] = {1024, false},
-    [IR_OP_layer_norm_grad_stats] = {1024, true},
-    [IR_OP_softmax] = {1024, false},
-    [IR_OP_softmax_grad] = {1024, false},
+    [IR_OP_layer_norm] = {1024, false, false},
+    [IR_OP_layer_norm_mean] = {1024, false, false},
+    [IR_OP_layer_norm_rstd] = {1024, false, false},
+    [IR_OP_layer_norm_grad_stats] = {1024, true, false},
+    [IR_OP_softmax] = {1024, false, false},
+    [IR_OP_softmax_grad] = {1024, false, false},
     [IR_OP_cross_entropy] = {1024, false, true},
     [IR_OP_cross_entropy_grad] = {1024, false, true},
 };
