@@ -260,6 +260,38 @@ CPU_VECTOR_CLONES static void leaf_rows_f32(const float *src, int64_t ld, int64_
     }
 }
 
+/* leaf_rows_f32 over bf16 elements, each widened exactly (its bits the
+ * high half of the f32's). */
+CPU_VECTOR_CLONES static void leaf_rows_bf16(const uint16_t *src, int64_t ld, int64_t rows, int64_t w,
+                                             float *restrict out)
+{
+    int64_t j0 = 0;
+    for (; j0 + 16 <= w; j0 += 16) {
+        float acc[16];
+        for (int k = 0; k < 16; k++) acc[k] = 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            const uint16_t *row = src + r * ld + j0;
+            for (int k = 0; k < 16; k++) {
+                uint32_t bits = (uint32_t)row[k] << 16;
+                float v;
+                memcpy(&v, &bits, sizeof v);
+                acc[k] += v;
+            }
+        }
+        for (int k = 0; k < 16; k++) out[j0 + k] = acc[k];
+    }
+    for (; j0 < w; j0++) {
+        float a = 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            uint32_t bits = (uint32_t)src[r * ld + j0] << 16;
+            float v;
+            memcpy(&v, &bits, sizeof v);
+            a += v;
+        }
+        out[j0] = a;
+    }
+}
+
 /* out[0..w) += in[0..w) (a node of the pairwise tree joining its halves). */
 CPU_VECTOR_CLONES static void add_cols_f32(float *restrict out, const float *restrict in, int64_t w)
 {
@@ -273,6 +305,13 @@ CPU_VECTOR_CLONES static void add_cols_f32(float *restrict out, const float *res
                        true)                                                               \
                     : false)
 #define F32_ADD(out, in, w) add_cols_f32((out), (in), (w))
+/* bf16 likewise (f16 takes the generic loops: its widening is not a shift) */
+#define HALF_LEAF(p, src, lo, hi, w, out)                                                   \
+    ((p)->nred == 1 && (p)->dtype == ALLOY_BF16                                            \
+         ? (leaf_rows_bf16((src) + (lo) * (p)->red_stride[0], (p)->red_stride[0], (hi) - (lo), \
+                           (w), (out)),                                                    \
+            true)                                                                          \
+         : false)
 /* the other types: the generic loops */
 #define NO_LEAF(p, src, lo, hi, w, out) ((void)(p), (void)(src), false)
 #define PLAIN_ADD(out, in, w)                                                               \
@@ -291,7 +330,7 @@ CPU_VECTOR_CLONES static void add_cols_f32(float *restrict out, const float *res
 DEFINE_REDUCER(f32, float, float, float, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW, F32_LEAF, F32_ADD)
 DEFINE_REDUCER(f64, double, double, double, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW, NO_LEAF, PLAIN_ADD)
 DEFINE_REDUCER(i64, int64_t, int64_t, uint64_t, INT_IS_NAN, 0, 0, COPY_LOAD, COPY_VIEW, NO_LEAF, PLAIN_ADD)
-DEFINE_REDUCER(half, uint16_t, float, float, FLOAT_IS_NAN, NAN, 1, HALF_LOAD, HALF_VIEW, NO_LEAF, F32_ADD)
+DEFINE_REDUCER(half, uint16_t, float, float, FLOAT_IS_NAN, NAN, 1, HALF_LOAD, HALF_VIEW, HALF_LEAF, F32_ADD)
 
 void ref_column_sums_f32(const float *src, int64_t nrows, int64_t ncols, float *out, float *stack)
 {
