@@ -236,61 +236,41 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
         return ok;                                                                         \
     }
 
-/* f32 column sums at vector width, one clone per ISA level: the same
- * additions in the same order as the generic loops (each column from 0, row
- * after row), so the same bits. out[0..w) = sums of rows [0, rows) of the w
- * columns at src, rows ld apart. */
-CPU_VECTOR_CLONES static void leaf_rows_f32(const float *src, int64_t ld, int64_t rows, int64_t w,
-                                            float *restrict out)
+/* Column sums at vector width, one clone per ISA level: the same additions
+ * in the same order as the generic loops (each column from 0, row after
+ * row), so the same bits. out[0..w) = sums of rows [0, rows) of the w
+ * columns at src, rows ld apart, each element E widened by WIDEN to f32:
+ * leaf_rows_f32, and leaf_rows_bf16 (exact: its bits the f32's high half). */
+static inline float widen_f32(float v) { return v; }
+
+static inline float widen_bf16(uint16_t v)
 {
-    int64_t j0 = 0;
-    for (; j0 + 16 <= w; j0 += 16) {
-        float acc[16];
-        for (int k = 0; k < 16; k++) acc[k] = 0.0f;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *row = src + r * ld + j0;
-            for (int k = 0; k < 16; k++) acc[k] += row[k];
-        }
-        for (int k = 0; k < 16; k++) out[j0 + k] = acc[k];
-    }
-    for (; j0 < w; j0++) {
-        float a = 0.0f;
-        for (int64_t r = 0; r < rows; r++) a += src[r * ld + j0];
-        out[j0] = a;
-    }
+    uint32_t bits = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
-/* leaf_rows_f32 over bf16 elements, each widened exactly (its bits the
- * high half of the f32's). */
-CPU_VECTOR_CLONES static void leaf_rows_bf16(const uint16_t *src, int64_t ld, int64_t rows, int64_t w,
-                                             float *restrict out)
-{
-    int64_t j0 = 0;
-    for (; j0 + 16 <= w; j0 += 16) {
-        float acc[16];
-        for (int k = 0; k < 16; k++) acc[k] = 0.0f;
-        for (int64_t r = 0; r < rows; r++) {
-            const uint16_t *row = src + r * ld + j0;
-            for (int k = 0; k < 16; k++) {
-                uint32_t bits = (uint32_t)row[k] << 16;
-                float v;
-                memcpy(&v, &bits, sizeof v);
-                acc[k] += v;
-            }
-        }
-        for (int k = 0; k < 16; k++) out[j0 + k] = acc[k];
+#define LEAF_ROWS(S, E)                                                                    \
+    CPU_VECTOR_CLONES static void leaf_rows_##S(const E *src, int64_t ld, int64_t rows, int64_t w, \
+                                                float *restrict out)                       \
+    {                                                                                      \
+        int64_t j0 = 0;                                                                    \
+        for (; j0 + 16 <= w; j0 += 16) {                                                   \
+            float acc[16];                                                                 \
+            for (int k = 0; k < 16; k++) acc[k] = 0.0f;                                    \
+            for (int64_t r = 0; r < rows; r++)                                             \
+                for (int k = 0; k < 16; k++) acc[k] += widen_##S(src[r * ld + j0 + k]);    \
+            for (int k = 0; k < 16; k++) out[j0 + k] = acc[k];                             \
+        }                                                                                  \
+        for (; j0 < w; j0++) {                                                             \
+            float a = 0.0f;                                                                \
+            for (int64_t r = 0; r < rows; r++) a += widen_##S(src[r * ld + j0]);           \
+            out[j0] = a;                                                                   \
+        }                                                                                  \
     }
-    for (; j0 < w; j0++) {
-        float a = 0.0f;
-        for (int64_t r = 0; r < rows; r++) {
-            uint32_t bits = (uint32_t)src[r * ld + j0] << 16;
-            float v;
-            memcpy(&v, &bits, sizeof v);
-            a += v;
-        }
-        out[j0] = a;
-    }
-}
+LEAF_ROWS(f32, float)
+LEAF_ROWS(bf16, uint16_t)
 
 /* out[0..w) += in[0..w) (a node of the pairwise tree joining its halves). */
 CPU_VECTOR_CLONES static void add_cols_f32(float *restrict out, const float *restrict in, int64_t w)
