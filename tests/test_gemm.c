@@ -257,9 +257,9 @@ static void test_deterministic_across_threads(void **state)
 }
 
 /* Products big enough to be cut: rows of C when m > n, columns when n >= m. */
-/* Shapes cut into pieces: the first two off every tile (a BLAS's small
- * kernels for the pieces of 33 x 600 x 120, not for the whole: one thread
- * runs the pieces too); a tall product with short k, pieces of 0.54M
+/* Shapes cut into pieces: the first two off every tile (33 x 600 x 120 in
+ * one call gave other bits than its pieces with OpenBLAS: one thread runs
+ * the pieces too); a tall product with short k, pieces of 0.54M
  * multiply-adds; then products one thread runs whole (gemm_whole_is_pieces:
  * every piece >= 2^23), square and with edges off the tiles. */
 static const int64_t split_shapes[][3] = {{700, 90, 40}, {33, 600, 120}, {1024, 64, 33}, {1024, 320, 160}, {1152, 1000, 129}};
