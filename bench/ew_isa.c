@@ -125,8 +125,10 @@ int main(int argc, char **argv)
                                            "erf", "exp", "tanh", "sigmoid"};
     const char *const *ops = argc > 2 ? (const char *const *)argv + 2 : defaults;
     int nops = argc > 2 ? argc - 2 : (int)(sizeof defaults / sizeof defaults[0]);
-    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n),
-          *y = malloc(sizeof(float) * (size_t)n), *y0 = malloc(sizeof(float) * (size_t)n);
+    /* 64-byte aligned, as the plan places values (and bench/row_isa's buffers) */
+    size_t bytes = (sizeof(float) * (size_t)n + 63) / 64 * 64;
+    float *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes), *y = aligned_alloc(64, bytes),
+          *y0 = aligned_alloc(64, bytes);
     if (!a || !b || !y || !y0) return fprintf(stderr, "ew_isa: out of memory\n"), 1;
     for (int64_t i = 0; i < n; i++) a[i] = -4.0f + 8.0f * (float)((double)i / (double)n), b[i] = 1.0f;
     printf("f32, %lld elements, one thread, best thread CPU time, ns per element\n%-16s", (long long)n, "op");

@@ -24,6 +24,7 @@
 #define cpu_row_f32_batch_indexed row_isa_f32_batch_indexed_0
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_0
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_0
+#define cpu_leaf_plan row_isa_leaf_plan_0
 #elif ROW_LEVEL == 1
 #pragma GCC target("arch=x86-64-v3")
 #define cpu_row_run row_isa_run_1
@@ -35,6 +36,7 @@
 #define cpu_row_f32_batch_indexed row_isa_f32_batch_indexed_1
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_1
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_1
+#define cpu_leaf_plan row_isa_leaf_plan_1
 #else
 #define cpu_row_run row_isa_run_2
 #define cpu_row_mean row_isa_mean_2
@@ -45,6 +47,7 @@
 #define cpu_row_f32_batch_indexed row_isa_f32_batch_indexed_2
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_2
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_2
+#define cpu_leaf_plan row_isa_leaf_plan_2
 #endif
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/convert.h"
+#include "base/vmath.h"
 #include "kernels/ref.h"
 
 /* LEAF: sums of at most this many terms are added in order; longer ones are
@@ -111,7 +112,7 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
  * its n elements converted into buf). The additions are the same, in the
  * same order, as over a widened copy: a pairwise sum splits at n / 2
  * whether it converts or not. */
-#define DEFINE_REDUCER(S, E, T, A, IS_NAN, EMPTY_MEAN, WIDE, LOAD, VIEW)                   \
+#define DEFINE_REDUCER(S, E, T, A, IS_NAN, EMPTY_MEAN, WIDE, LOAD, VIEW, LEAF_FAST, ADD_FAST)                   \
     static A sum_##S(const T *v, int64_t n)                                                \
     {                                                                                      \
         if (n > LEAF) return sum_##S(v, n / 2) + sum_##S(v + n / 2, n - n / 2);            \
@@ -167,9 +168,10 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
             int64_t mid = lo + (hi - lo) / 2;                                              \
             column_sums_##S(p, src, lo, mid, w, out, stack + COLS, buf);                   \
             column_sums_##S(p, src, mid, hi, w, stack, stack + COLS, buf);                 \
-            for (int64_t j = 0; j < w; j++) out[j] += stack[j];                            \
+            ADD_FAST(out, stack, w);                                                       \
             return;                                                                        \
         }                                                                                  \
+        if (LEAF_FAST(p, src, lo, hi, w, out)) return;                                      \
         for (int64_t j = 0; j < w; j++) out[j] = 0;                                        \
         for (int64_t r = lo; r < hi; r++) {                                                \
             const T *row = VIEW(p, buf, src + red_offset(p, r), w);                        \
@@ -234,6 +236,69 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
         return ok;                                                                         \
     }
 
+/* Column sums at vector width, one clone per ISA level: the same additions
+ * in the same order as the generic loops (each column from 0, row after
+ * row), so the same bits. out[0..w) = sums of rows [0, rows) of the w
+ * columns at src, rows ld apart, each element E widened by WIDEN to f32:
+ * leaf_rows_f32, and leaf_rows_bf16 (exact: its bits the f32's high half). */
+static inline float widen_f32(float v) { return v; }
+
+static inline float widen_bf16(uint16_t v)
+{
+    uint32_t bits = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+#define LEAF_ROWS(S, E)                                                                    \
+    CPU_VECTOR_CLONES static void leaf_rows_##S(const E *src, int64_t ld, int64_t rows, int64_t w, \
+                                                float *restrict out)                       \
+    {                                                                                      \
+        int64_t j0 = 0;                                                                    \
+        for (; j0 + 16 <= w; j0 += 16) {                                                   \
+            float acc[16];                                                                 \
+            for (int k = 0; k < 16; k++) acc[k] = 0.0f;                                    \
+            for (int64_t r = 0; r < rows; r++)                                             \
+                for (int k = 0; k < 16; k++) acc[k] += widen_##S(src[r * ld + j0 + k]);    \
+            for (int k = 0; k < 16; k++) out[j0 + k] = acc[k];                             \
+        }                                                                                  \
+        for (; j0 < w; j0++) {                                                             \
+            float a = 0.0f;                                                                \
+            for (int64_t r = 0; r < rows; r++) a += widen_##S(src[r * ld + j0]);           \
+            out[j0] = a;                                                                   \
+        }                                                                                  \
+    }
+LEAF_ROWS(f32, float)
+LEAF_ROWS(bf16, uint16_t)
+
+/* out[0..w) += in[0..w) (a node of the pairwise tree joining its halves). */
+CPU_VECTOR_CLONES static void add_cols_f32(float *restrict out, const float *restrict in, int64_t w)
+{
+    for (int64_t j = 0; j < w; j++) out[j] += in[j];
+}
+
+/* A leaf by leaf_rows_f32 where the reduced rows are one stride apart. */
+#define F32_LEAF(p, src, lo, hi, w, out)                                                    \
+    ((p)->nred == 1 ? (leaf_rows_f32((src) + (lo) * (p)->red_stride[0], (p)->red_stride[0], \
+                                     (hi) - (lo), (w), (out)),                             \
+                       true)                                                               \
+                    : false)
+#define F32_ADD(out, in, w) add_cols_f32((out), (in), (w))
+/* bf16 likewise (f16 takes the generic loops: its widening is not a shift) */
+#define HALF_LEAF(p, src, lo, hi, w, out)                                                   \
+    ((p)->nred == 1 && (p)->dtype == ALLOY_BF16                                            \
+         ? (leaf_rows_bf16((src) + (lo) * (p)->red_stride[0], (p)->red_stride[0], (hi) - (lo), \
+                           (w), (out)),                                                    \
+            true)                                                                          \
+         : false)
+/* the other types: the generic loops */
+#define NO_LEAF(p, src, lo, hi, w, out) ((void)(p), (void)(src), false)
+#define PLAIN_ADD(out, in, w)                                                               \
+    do {                                                                                   \
+        for (int64_t j_ = 0; j_ < (w); j_++) (out)[j_] += (in)[j_];                       \
+    } while (0)
+
 #define FLOAT_IS_NAN(v) isnan(v)
 #define INT_IS_NAN(v) false
 /* same type: runs copied, read in place */
@@ -242,10 +307,10 @@ static void advance(int rank, const int64_t *dims, const int64_t *stride, int64_
 /* f16, bf16 (p->dtype) to f32: convert.c's bulk conversion, n at a time */
 #define HALF_LOAD(p, d, s, n) cvt_load_f32((p)->dtype, (s), (d), (size_t)(n))
 #define HALF_VIEW(p, buf, s, n) (HALF_LOAD(p, buf, s, n), (const float *)(buf))
-DEFINE_REDUCER(f32, float, float, float, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW)
-DEFINE_REDUCER(f64, double, double, double, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW)
-DEFINE_REDUCER(i64, int64_t, int64_t, uint64_t, INT_IS_NAN, 0, 0, COPY_LOAD, COPY_VIEW)
-DEFINE_REDUCER(half, uint16_t, float, float, FLOAT_IS_NAN, NAN, 1, HALF_LOAD, HALF_VIEW)
+DEFINE_REDUCER(f32, float, float, float, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW, F32_LEAF, F32_ADD)
+DEFINE_REDUCER(f64, double, double, double, FLOAT_IS_NAN, NAN, 0, COPY_LOAD, COPY_VIEW, NO_LEAF, PLAIN_ADD)
+DEFINE_REDUCER(i64, int64_t, int64_t, uint64_t, INT_IS_NAN, 0, 0, COPY_LOAD, COPY_VIEW, NO_LEAF, PLAIN_ADD)
+DEFINE_REDUCER(half, uint16_t, float, float, FLOAT_IS_NAN, NAN, 1, HALF_LOAD, HALF_VIEW, HALF_LEAF, F32_ADD)
 
 void ref_column_sums_f32(const float *src, int64_t nrows, int64_t ncols, float *out, float *stack)
 {

@@ -1,7 +1,7 @@
 /* gemm_runs.c - a pointer-array GEMM of the launch plan as runs of strided-batch calls, for a cuBLASLt whose heuristic has no algorithm for pointer arrays. */
 #include "step/launch_plan.h"
 
-/* Whether matrices [first, first + len) of operand `which` of gm (0: A, 1: B, 2: D) lie `stride` bytes apart. */
+/* Whether the offsets po[first .. first + len) (one operand's matrices, in bytes) step by exactly `stride`. */
 static bool evenly_spaced(const int64_t *po, int64_t first, int64_t len, int64_t stride)
 {
     for (int64_t i = 1; i < len; i++)

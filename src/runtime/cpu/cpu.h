@@ -165,10 +165,8 @@ AL_HIDDEN alloy_status cpu_run_multi(cpu_exec *x, const ir_graph *g, const sched
                                      rt_tensor *values, cpu_workers *w);
 /* The f32 sum of t's squares (f32 elements) in the order cpu_sum_squares
  * sums one operand of n (n names the op in an error; *st says whether it
- * ran: out of memory is the one failure). `own`: t's buffer is the
- * caller's scratch, squared in place (else the squares get a buffer). */
-AL_HIDDEN float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_tensor *t, bool own,
-                                      alloy_status *st);
+ * ran: out of memory for its few KiB of scratch is the one failure). */
+AL_HIDDEN float cpu_square_sum_in_f32(cpu_exec *x, const ir_node *n, const rt_tensor *t, alloy_status *st);
 /* Runs node n by its op's kernel (cpu_ops) on its operands' values into
  * values[n->id] (cpu_ops.c): a lone op step, or a MULTI step's sum_squares;
  * errors go to x. */

@@ -488,12 +488,11 @@ static void run_multi_part(cpu_exec *x, const ir_graph *g, const schedule *s, co
     }
     if (!x->status) cpu_run_group_ex(x, g, &s->members[part->first], part->n, values, w, NULL, nonfinite);
     for (int k = 0; k < nown; k++) {
-        int id = own[k], uses = 0;
-        for (int j = 0; j < norm->nin; j++) uses += norm->in[j] == id;
+        int id = own[k];
         for (int j = 0; j < norm->nin && !x->status; j++) {
             if (norm->in[j] != id) continue;
-            alloy_status st = ALLOY_OK; /* squared in place when this is its one use: no second buffer */
-            sums[j] = cpu_square_sum_in_f32(x, norm, &values[id], uses == 1, &st);
+            alloy_status st = ALLOY_OK;
+            sums[j] = cpu_square_sum_in_f32(x, norm, &values[id], &st);
             done[j] = !st;
         }
         al_free(values[id].data);
@@ -511,7 +510,7 @@ static void run_multi_norm(cpu_exec *x, const ir_node *norm, const float *sums, 
     double total = 0;
     for (int j = 0; j < norm->nin && !x->status; j++) {
         alloy_status st = ALLOY_OK;
-        float sum = done[j] ? sums[j] : cpu_square_sum_in_f32(x, norm, &values[norm->in[j]], false, &st);
+        float sum = done[j] ? sums[j] : cpu_square_sum_in_f32(x, norm, &values[norm->in[j]], &st);
         total = j ? total + (double)sum : (double)sum;
     }
     if (!x->status && values[norm->id].data) *(double *)values[norm->id].data = total;

@@ -19,12 +19,14 @@ typedef struct mm_plan {
 } mm_plan;
 
 /* The f32/f64 products of one matmul: job j is piece j % parts of batch
- * j / parts, each one gemm_part on whichever thread claims it. */
+ * j / parts, each one gemm_part on whichever thread claims it (on one
+ * thread, each batch whole). */
 typedef struct mm_jobs {
     const mm_plan *p;
     gemm_product one; /* batch 0's product */
-    int64_t parts;
+    int64_t parts;    /* per batch (1 when whole) */
     size_t esize;
+    bool whole;       /* one thread: each batch's product in one call (gemm_whole) */
 } mm_jobs;
 
 static void mm_job(void *arg, int64_t j, int thread)
@@ -44,7 +46,8 @@ static void mm_job(void *arg, int64_t j, int thread)
     q.a = (const char *)q.a + (size_t)off_a * jb->esize;
     q.b = (const char *)q.b + (size_t)off_b * jb->esize;
     q.c = (char *)q.c + (size_t)off_c * jb->esize;
-    gemm_part(&q, j % jb->parts);
+    if (jb->whole) gemm_whole(&q);
+    else gemm_part(&q, j % jb->parts);
 }
 
 /* f32/f64: every batch's pieces (gemm_parts) on up to x->nthreads threads,
@@ -53,13 +56,18 @@ static void matmul_wide(cpu_exec *x, const mm_plan *p, bool f64, rt_tensor *out,
 {
     mm_jobs jb = {p, {f64, p->trans_a, p->trans_b, p->m, p->n, p->k, p->lda, p->ldb, p->strided_c ? p->ldc : p->n, 1.0,
                       0.0, in[0].data, in[1].data, out->data},
-                  0, f64 ? sizeof(double) : sizeof(float)};
+                  0, f64 ? sizeof(double) : sizeof(float), false};
     jb.parts = gemm_parts(&jb.one);
     int64_t jobs = p->batches * jb.parts;
     double macs = (double)p->batches * (double)p->m * (double)p->n * (double)p->k;
     int threads = 1;
     if (x->workers && x->nthreads > 1 && jobs > 1 && macs >= (double)GEMM_PAR_MIN_MACS)
         threads = cpu_workers_threads(x->workers, jobs < x->nthreads ? (int)jobs : x->nthreads);
+    if (threads == 1 && jb.parts > 1 && gemm_whole_is_pieces(&jb.one)) { /* the pieces' sums, one packing */
+        jb.whole = true;
+        jb.parts = 1;
+        jobs = p->batches;
+    }
     cpu_workers_run(x->workers, threads, jobs, mm_job, &jb);
 }
 

@@ -22,7 +22,7 @@ static void set_positions(row_args *r)
 }
 
 /* Pairwise sums (cpu_rows.h): sum_T(v, n) adds runs of at most LEAF values
- * in order and splits longer ones in halves; leaf_plan lists the leaves of
+ * in order and splits longer ones in halves; cpu_leaf_plan lists the leaves of
  * that tree for a row of n. */
 static float sum_f32(const float *v, int64_t n)
 {
@@ -40,9 +40,9 @@ static double sum_f64(const double *v, int64_t n)
     return s;
 }
 
-static int leaf_plan(int64_t n, int64_t *len, int k)
+int cpu_leaf_plan(int64_t n, int64_t *len, int k)
 {
-    if (n > LEAF) return leaf_plan(n - n / 2, len, leaf_plan(n / 2, len, k));
+    if (n > LEAF) return cpu_leaf_plan(n - n / 2, len, cpu_leaf_plan(n / 2, len, k));
     len[k] = n;
     return k + 1;
 }
@@ -129,7 +129,7 @@ alloy_status cpu_row_run(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt
     for (int k = 0; k < sum.nvectors; k++, at += cs * cap) r.v[k] = at;
     r.tmp = at, at += cs * cap;   /* the leaf sums of a SUM */
     r.terms = at, at += cs * cap; /* the terms of a MAX or a SUM */
-    r.nleaves = leaf_plan(len, leaves, 0);
+    r.nleaves = cpu_leaf_plan(len, leaves, 0);
     int64_t *leaf_end = leaves + nb * len + 1; /* each leaf's end in the row */
     int64_t at_end = 0;
     for (int l = 0; l < r.nleaves; l++) leaf_end[l] = at_end += leaves[l];

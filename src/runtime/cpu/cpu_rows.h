@@ -91,11 +91,15 @@ AL_HIDDEN bool cpu_row_f32_batch_indexed(int op);
  * lengths leaf[] lists, one after another in t) added in order from 0
  * (cpu_row_programs.c). */
 AL_HIDDEN void cpu_leaf_sums_float(const float *t, const int64_t *leaf, int nleaves, float *out);
+/* The leaves of the pairwise tree of a sum of n terms (n > LEAF: the
+ * halves n / 2 and n - n / 2, in order), their lengths written from
+ * len[k] on (at most n / 8 + 1 of them); returns k plus their count. */
+AL_HIDDEN int cpu_leaf_plan(int64_t n, int64_t *len, int k);
 AL_HIDDEN void cpu_leaf_sums_double(const double *t, const int64_t *leaf, int nleaves, double *out);
 
 /* Pairwise sums: rounding error grows with log(n). sum_T(v, n) adds runs of
  * at most LEAF values in order and splits longer ones in halves; a program's
- * SUM does the same over its terms: leaf_plan lists the leaves of that tree
+ * SUM does the same over its terms: cpu_leaf_plan lists the leaves of that tree
  * for a row of n (those two: cpu_rows.c), cpu_leaf_sums_T adds each leaf's
  * terms in order, and combine_T (or levels_T, for a complete tree) adds the
  * leaf sums as sum_T would. */

@@ -388,9 +388,11 @@ static bool fits_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, 
 /* ---- pieces ---- */
 
 /* A piece is at least PIECE_MIN wide (a multiple of PIECE_ALIGN: BLAS
- * register tiles then fall on the same rows and columns as in one call) and
- * there are at most MAX_PIECES: each piece packs the whole other operand
- * again, which a strip this wide amortizes. */
+ * register tiles then fall on the same rows and columns as in one call, so
+ * each element gets the same sums as from the whole product in one call
+ * where the pieces are large: gemm_whole_is_pieces) and there are at most
+ * MAX_PIECES: each piece packs the whole other operand again, which a strip
+ * this wide amortizes. */
 enum { PIECE_MIN = 256, PIECE_ALIGN = 64, MAX_PIECES = 16 };
 
 /* The strip width of p's pieces along the dimension split (n when n >= m). */
@@ -442,6 +444,26 @@ static void product_one_thread(const gemm_product *q)
     run_part(&whole);
 }
 
+void gemm_whole(const gemm_product *p)
+{
+    init_env();
+    product_one_thread(p);
+}
+
+/* A BLAS may take another kernel for a small product (OpenBLAS below about
+ * 100^3 multiply-adds), with other sums: one call is then the pieces' sums
+ * only where every piece is at least this large. */
+#define WHOLE_MIN_PIECE_MACS ((double)(1 << 23))
+
+bool gemm_whole_is_pieces(const gemm_product *p)
+{
+    int64_t parts = gemm_parts(p);
+    if (parts <= 1) return true;
+    int64_t len, w = piece_width(p, &len), last = len - (parts - 1) * w;
+    double other = (double)(p->n >= p->m ? p->m : p->n) * (double)p->k;
+    return (double)last * other >= WHOLE_MIN_PIECE_MACS;
+}
+
 void gemm_part(const gemm_product *p, int64_t part)
 {
     init_env();
@@ -488,6 +510,10 @@ void gemm_run(const gemm_product *p, cpu_workers *w, int threads)
     int64_t parts = gemm_parts(p);
     if (parts <= 0) return;
     int64_t nt = min64(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, parts);
+    if (nt == 1 && gemm_whole_is_pieces(p)) { /* one thread: one call, without the pieces' packing again */
+        gemm_whole(p);
+        return;
+    }
     if (w) {
         if (nt > 1) nt = cpu_workers_threads(w, (int)nt);
         cpu_workers_run(w, (int)nt, parts, piece_job, (void *)p);
