@@ -446,6 +446,69 @@ static void test_a_laid_out_c_gets_the_dense_bits_in_its_places(void **state)
     cpu_workers_free(w);
 }
 
+/* An f32 C whose rows are 4 KiB apart (ldc 1024: its tiles' sums wait in
+ * a buffer, the last k block written from it by the kernel) against the
+ * same product into a dense C (summed in place): the same bits in every
+ * place, the rest of each row untouched; both within f32 rounding of the
+ * f64 sums. Shapes past one k block and with edge tiles, A packed (n > 128)
+ * or transposed, on every kernel, 1 and 2 threads. */
+static void test_an_f32_c_of_4_kib_rows_gets_the_dense_bits(void **state)
+{
+    (void)state;
+    enum { LDC = 1024 };
+    static const int64_t shapes[][4] = {{40, 200, 600, 0}, {29, 70, 601, 1}, {120, 300, 257, 1}, {3, 1000, 2, 0}};
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    test_rng = 31;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        bool ta = shapes[si][3] != 0;
+        double *av = xalloc(sizeof(double) * (size_t)(m * k)), *bv = xalloc(sizeof(double) * (size_t)(k * n));
+        uint16_t *a = xalloc(2 * (size_t)(m * k)), *b = xalloc(2 * (size_t)(k * n));
+        float *dense = xalloc(4 * (size_t)(m * n)), *laid = xalloc(4 * (size_t)(m * LDC));
+        for (int di = 0; di < 2; di++) {
+            alloy_dtype dt = di ? ALLOY_F16 : ALLOY_BF16;
+            for (int64_t i = 0; i < m * k; i++) av[i] = test_round_to(dt, test_uniform(-1, 1));
+            for (int64_t i = 0; i < k * n; i++) bv[i] = test_round_to(dt, test_uniform(-1, 1));
+            test_encode(dt, av, a, (size_t)(m * k));
+            test_encode(dt, bv, b, (size_t)(k * n));
+            for (int ki = 0; ki < NKERNELS; ki++) {
+                if (gemm_lowp_kernel(dt, kernels[ki]) != kernels[ki]) continue;
+                for (int threads = 1; threads <= 2; threads++) {
+                    gemm_lowp_args g = {dt, ALLOY_F32, ta, false, m, n, k, ta ? m : k, n, 0, NULL, NULL, NULL,
+                                        a, b, dense, NULL, 0};
+                    assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                    static const int64_t no_batch[1] = {0};
+                    memset(laid, 0xff, 4 * (size_t)(m * LDC)); /* NaN */
+                    g.c = laid, g.stride_c = no_batch, g.ldc = LDC;
+                    assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                    for (int64_t i = 0; i < m; i++) {
+                        if (memcmp(laid + i * LDC, dense + i * n, 4 * (size_t)n))
+                            fail_msg("%s %s %lldx%lldx%lld%s, %d threads: row %lld differs from the dense C's",
+                                     gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), (long long)m,
+                                     (long long)n, (long long)k, ta ? " (A^T)" : "", threads, (long long)i);
+                        for (int64_t j = n; j < LDC; j++)
+                            if (!isnan(laid[i * LDC + j])) fail_msg("row %lld: column %lld written", (long long)i, (long long)j);
+                    }
+                }
+            }
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double ref = 0.0, mag = 0.0;
+                    for (int64_t kk = 0; kk < k; kk++) {
+                        double x = ta ? av[kk * m + i] : av[i * k + kk];
+                        ref += x * bv[kk * n + j], mag += fabs(x * bv[kk * n + j]);
+                    }
+                    if (fabs((double)dense[i * n + j] - ref) > (double)(k + 2) * 0x1p-24 * mag)
+                        fail_msg("%s %lldx%lldx%lld: C[%lld, %lld] = %g, f64 %g", alloy_dtype_name(dt), (long long)m,
+                                 (long long)n, (long long)k, (long long)i, (long long)j, (double)dense[i * n + j], ref);
+                }
+        }
+        al_free(av), al_free(bv), al_free(a), al_free(b), al_free(dense), al_free(laid);
+    }
+    cpu_workers_free(w);
+}
+
 /* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
 static void test_out_of_memory_is_an_error(void **state)
 {
@@ -477,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
         cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
         cmocka_unit_test(test_a_laid_out_c_gets_the_dense_bits_in_its_places),
+        cmocka_unit_test(test_an_f32_c_of_4_kib_rows_gets_the_dense_bits),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -47,7 +47,7 @@ HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, fl
         for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL, NULL, NULL};
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- choosing ---- */
 
@@ -302,10 +302,15 @@ static void tile_job(void *arg, int64_t t, int thread)
     void (*tile_round)(int64_t, const void *, const void *, const float *, int64_t, uint16_t *, int64_t, int, int) =
         direct ? NULL : g->out_dtype == ALLOY_F16 ? kn->tile_f16 : g->out_dtype == ALLOY_BF16 ? kn->tile_bf16 : NULL;
     bool round16 = tile_round != NULL;
+    /* likewise an f32 C whose rows are 4 KiB apart, with a kernel that
+     * writes the last block's sums apart from the buffer (A packed): each
+     * element of C written once, never read, and no copy after */
+    bool to32 = !direct && g->out_dtype == ALLOY_F32 && kn->tile_to && !r->a_in_place;
     /* A in place: the tile's rows of this batch's op(A), k-contiguous */
     const uint16_t *a0 = r->a_in_place ? (const uint16_t *)g->a + batch_offset(g, g->stride_a, b) + i0 * g->lda : NULL;
     int64_t ldo = c_ld(g);
     uint16_t *out16 = round16 ? (uint16_t *)g->c + c_row(g, b, i0) + j0 : NULL;
+    float *out32 = to32 ? (float *)g->c + c_row(g, b, i0) + j0 : NULL;
     int64_t ldc = direct ? ldo : r->ldt;
     float *c = direct ? (float *)g->c + c_row(g, b, i0) + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
@@ -313,7 +318,7 @@ static void tile_job(void *arg, int64_t t, int thread)
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
     for (int64_t pc = 0; pc < r->kunits; pc += kcu) {
         int64_t ku = min64(kcu, r->kunits - pc);
-        bool to16 = round16 && pc + ku >= r->kunits;
+        bool to16 = round16 && pc + ku >= r->kunits, to_c32 = to32 && pc + ku >= r->kunits;
         for (int64_t jr = 0; jr < nc; jr += kn->nr) {
             const char *bs = bp + (size_t)(jr / kn->nr) * r->b_strip + (size_t)pc * b_unit;
             for (int64_t ir = 0; ir < mc; ir += kn->mr) {
@@ -325,6 +330,8 @@ static void tile_job(void *arg, int64_t t, int thread)
                     kn->tile_bf16_in_place(ku, ai, g->lda, bs, cin, ldc, out16 + ir * ldo + jr, ldo, mv, nv);
                 else if (to16)
                     tile_round(ku, as, bs, cin, ldc, out16 + ir * ldo + jr, ldo, mv, nv);
+                else if (to_c32)
+                    kn->tile_to(ku, as, bs, cin, ldc, out32 + ir * ldo + jr, ldo, mv, nv);
                 else if (ai)
                     kn->tile_in_place(ku, ai, g->lda, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);
                 else
@@ -332,7 +339,7 @@ static void tile_job(void *arg, int64_t t, int thread)
             }
         }
     }
-    if (direct || round16) return;
+    if (direct || round16 || to32) return;
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
         cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)(c_row(g, b, i0 + i) + j0) * es, (size_t)nc);
