@@ -509,6 +509,58 @@ static void test_an_f32_c_of_4_kib_rows_gets_the_dense_bits(void **state)
     cpu_workers_free(w);
 }
 
+/* Operands packed by the one tile that reads them, a k block at a time
+ * (A where C is one tile block wide, B where it is one high, each packed
+ * at least 256 KiB), against f64, and bit for bit against the same
+ * product with both operands broadcast over 2 batches (packed whole
+ * first, as an operand every batch reads is): k odd and past several k
+ * blocks, every transpose, every kernel, 1 and 2 threads. */
+static void test_operands_packed_by_their_tile_give_the_bits_of_whole_panels(void **state)
+{
+    (void)state;
+    static const lowp_shape shapes[] = {{300, 20, 1201, 0, {0}, {0}, {0}}, {20, 300, 1201, 0, {0}, {0}, {0}}};
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    test_rng = 41;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;
+        uint16_t *a = xalloc(2 * (size_t)(m * k)), *b = xalloc(2 * (size_t)(k * n));
+        float *one = xalloc(4 * (size_t)(m * n)), *two = xalloc(8 * (size_t)(m * n));
+        for (int ki = 0; ki < NKERNELS; ki++)
+            for (int d = 0; d < 2; d++) {
+                alloy_dtype dt = d ? ALLOY_F16 : ALLOY_BF16;
+                if (gemm_lowp_kernel(dt, kernels[ki]) != kernels[ki]) continue;
+                for (int64_t i = 0; i < m * k; i++) {
+                    double v = test_uniform(-1, 1);
+                    test_encode(dt, &v, a + i, 1);
+                }
+                for (int64_t i = 0; i < k * n; i++) {
+                    double v = test_uniform(-1, 1);
+                    test_encode(dt, &v, b + i, 1);
+                }
+                for (int t = 0; t < 4; t++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        bool ta = t & 1, tb = t & 2;
+                        check(kernels[ki], dt, ta, tb, &shapes[si], w, threads);
+                        static const int64_t dims[1] = {2}, zero[1] = {0};
+                        gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, ta ? m : k, tb ? k : n, 0, NULL, NULL,
+                                            NULL, a, b, one, NULL, 0};
+                        assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                        g.batch_rank = 1, g.batch_dims = dims, g.stride_a = zero, g.stride_b = zero, g.c = two;
+                        assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                        for (int bi = 0; bi < 2; bi++)
+                            if (memcmp(two + bi * m * n, one, 4 * (size_t)(m * n)))
+                                fail_msg("%s %s %c%c %lldx%lldx%lld, %d threads: batch %d of the broadcast product "
+                                         "differs",
+                                         gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), ta ? 'T' : 'N',
+                                         tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, threads, bi);
+                    }
+            }
+        al_free(a), al_free(b), al_free(one), al_free(two);
+    }
+    cpu_workers_free(w);
+}
+
 /* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
 static void test_out_of_memory_is_an_error(void **state)
 {
@@ -541,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
         cmocka_unit_test(test_a_laid_out_c_gets_the_dense_bits_in_its_places),
         cmocka_unit_test(test_an_f32_c_of_4_kib_rows_gets_the_dense_bits),
+        cmocka_unit_test(test_operands_packed_by_their_tile_give_the_bits_of_whole_panels),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
