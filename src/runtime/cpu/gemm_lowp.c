@@ -453,6 +453,13 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
     r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);
     r.mblocks = cdiv(g->m, r.mc), r.nblocks = cdiv(g->n, r.nc);
+    /* a C of at most 2 strips more than MC_ROWS is one block high where
+     * that leaves a tile for each thread (the weight gradients' 128 rows:
+     * 10 strips, not 8 + 2, so that B is one tile's alone, below); the
+     * tiles' shape changes no sum */
+    if (r.mblocks == 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr &&
+        batches * r.nblocks >= (w && threads > 1 ? threads : 1))
+        r.mc = r.mstrips * kn->mr, r.mblocks = 1;
     int64_t tiles = batches * r.mblocks * r.nblocks;
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
     int nt = w ? pick_threads(threads, macs, tiles) : 1;
