@@ -268,6 +268,22 @@ TARGET_F32 static inline __m256i round_bf16(__m512 v)
         FOR_ROWS(STORE)                                                                            \
     }
 
+/* tile_f32's sums, plus cin, into an f32 out (lowp_kernel.tile_to). */
+TARGET_F32 static void tile_f32_to(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
+                                   float *out, int64_t ldo, int mr, int nr)
+{
+    const float *ap = a, *bp = b;
+    FOR_ROWS(ZERO_ROW)
+    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
+        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        FOR_ROWS(F32_ROW)
+    }
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
+    FOR_ROWS(STORE_ROW_TO)
+}
+
 /* An f16 C (lowp_kernel.tile_f16). */
 TILE_F32_ROUNDED(tile_f32_to_f16, STORE_ROW_F16)
 /* A bf16 C from the avx512 kernel on bf16 operands (lowp_kernel.tile_bf16). */
@@ -533,7 +549,7 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16,
                                    tile_bf16_to, tile_bf16_in_place, tile_bf16_to_bf16_in_place};
 static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16,
-                                  NULL, NULL, NULL};
+                                  tile_f32_to, NULL, NULL};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
 static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL, NULL, NULL, NULL};
