@@ -47,7 +47,7 @@ HOT static void tile_portable(int64_t kunits, const void *pa, const void *pb, fl
         for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL, NULL, NULL, NULL};
+static const lowp_kernel k_portable = {P_MR, P_NR, 1, 4, 384, tile_portable, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- choosing ---- */
 
@@ -314,22 +314,19 @@ static void tile_job(void *arg, int64_t t, int thread)
      * all fall in one L1 set: 2-7% slower measured at n = 1024, 2048); an
      * f16/bf16 one, or such an f32 one, has them in this thread's tile
      * buffer, rows a little over nc apart, then copied or rounded once
-     * into C */
+     * into C (such an f32 one's last k block written by the kernel from
+     * the buffer into C, no copy after, ran no faster: 1024 x 1024 x 1024
+     * within +-2%, its stores then 14 rows in one L1 set) */
     bool direct = direct_c(g);
     /* an f16 or bf16 C with a kernel that rounds in registers: the last k
      * block goes straight to C (the earlier ones, if any, into the buffer) */
     void (*tile_round)(int64_t, const void *, const void *, const float *, int64_t, uint16_t *, int64_t, int, int) =
         direct ? NULL : g->out_dtype == ALLOY_F16 ? kn->tile_f16 : g->out_dtype == ALLOY_BF16 ? kn->tile_bf16 : NULL;
     bool round16 = tile_round != NULL;
-    /* likewise an f32 C whose rows are 4 KiB apart, with a kernel that
-     * writes the last block's sums apart from the buffer (A packed): each
-     * element of C written once, never read, and no copy after */
-    bool to32 = !direct && g->out_dtype == ALLOY_F32 && kn->tile_to && !r->a_in_place;
     /* A in place: the tile's rows of this batch's op(A), k-contiguous */
     const uint16_t *a0 = r->a_in_place ? (const uint16_t *)g->a + batch_offset(g, g->stride_a, b) + i0 * g->lda : NULL;
     int64_t ldo = c_ld(g);
     uint16_t *out16 = round16 ? (uint16_t *)g->c + c_row(g, b, i0) + j0 : NULL;
-    float *out32 = to32 ? (float *)g->c + c_row(g, b, i0) + j0 : NULL;
     int64_t ldc = direct ? ldo : r->ldt;
     float *c = direct ? (float *)g->c + c_row(g, b, i0) + j0 : r->ctile + (size_t)thread * (size_t)(r->mc * ldc);
     int64_t kcu = kn->kc / kn->ku;
@@ -345,7 +342,7 @@ static void tile_job(void *arg, int64_t t, int thread)
             for (int64_t jr = 0; jr < nc; jr += kn->nr)
                 pack_strip_to(r, false, b, (j0 + jr) / kn->nr, pc * kn->ku, 0, ku,
                               bblock + (size_t)(jr / kn->nr) * r->b_block);
-        bool to16 = round16 && pc + ku >= r->kunits, to_c32 = to32 && pc + ku >= r->kunits;
+        bool to16 = round16 && pc + ku >= r->kunits;
         for (int64_t jr = 0; jr < nc; jr += kn->nr) {
             const char *bs = r->b_by_tile ? bblock + (size_t)(jr / kn->nr) * bstride
                                           : bp + (size_t)(jr / kn->nr) * bstride + (size_t)pc * b_unit;
@@ -359,8 +356,6 @@ static void tile_job(void *arg, int64_t t, int thread)
                     kn->tile_bf16_in_place(ku, ai, g->lda, bs, cin, ldc, out16 + ir * ldo + jr, ldo, mv, nv);
                 else if (to16)
                     tile_round(ku, as, bs, cin, ldc, out16 + ir * ldo + jr, ldo, mv, nv);
-                else if (to_c32)
-                    kn->tile_to(ku, as, bs, cin, ldc, out32 + ir * ldo + jr, ldo, mv, nv);
                 else if (ai)
                     kn->tile_in_place(ku, ai, g->lda, bs, c + ir * ldc + jr, ldc, mv, nv, pc > 0);
                 else
@@ -368,7 +363,7 @@ static void tile_job(void *arg, int64_t t, int thread)
             }
         }
     }
-    if (direct || round16 || to32) return;
+    if (direct || round16) return;
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++)
         cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)(c_row(g, b, i0 + i) + j0) * es, (size_t)nc);

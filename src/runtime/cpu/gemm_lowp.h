@@ -92,12 +92,6 @@ typedef struct lowp_kernel {
      * bit for bit cvt_store_f32's). NULL: none. */
     void (*tile_bf16)(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin, uint16_t *out,
                       int64_t ldo, int mr_valid, int nr_valid);
-    /* tile's last k block of an f32 C kept apart from its earlier blocks'
-     * sums: out[0..mr_valid, 0..nr_valid) (row stride ldo) = the sums plus
-     * cin (row stride ldin) when not NULL, the additions tile's with add
-     * (the same bits), written once, no read of out. NULL: none. */
-    void (*tile_to)(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin, float *out,
-                    int64_t ldo, int mr_valid, int nr_valid);
     /* tile and tile_bf16 with op(A) read where it is instead of from a
      * panel (bf16 pairs only, rows k-contiguous, k even): unit p of row i
      * (i < mr_valid) is the pair at a + i * lda + 2p. The same products in

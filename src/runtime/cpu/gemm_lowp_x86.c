@@ -136,45 +136,6 @@ tile_bf16_shape(const int ROWS, const int HALVES, const bool IN_PLACE, int64_t k
     FOR_ROWS(STORE_ROW)
 }
 
-/* Row i of an f32 C from tile_to: (cin + acc, or acc), the additions of
- * STORE_ROW, into out; whole rows unmasked where the tile is whole. */
-#define STORE_ROW_TO(i)                                                                            \
-    if (i < mr) {                                                                                  \
-        if (cin) {                                                                                 \
-            const float *ci = cin + (int64_t)(i) * ldin;                                           \
-            c##i##_0 = _mm512_add_ps(c##i##_0, _mm512_maskz_loadu_ps(m0, ci));                    \
-            c##i##_1 = _mm512_add_ps(c##i##_1, _mm512_maskz_loadu_ps(m1, ci + 16));               \
-        }                                                                                          \
-        float *oi = out + (int64_t)(i) * ldo;                                                      \
-        if (nr == NR) {                                                                            \
-            _mm512_storeu_ps(oi, c##i##_0);                                                        \
-            _mm512_storeu_ps(oi + 16, c##i##_1);                                                   \
-        } else {                                                                                   \
-            _mm512_mask_storeu_ps(oi, m0, c##i##_0);                                               \
-            _mm512_mask_storeu_ps(oi + 16, m1, c##i##_1);                                          \
-        }                                                                                          \
-    }
-
-/* tile_bf16's sums (packed A), plus cin, into an f32 out (lowp_kernel.tile_to). */
-TARGET_BF16 static inline __attribute__((always_inline)) void
-tile_bf16_to_shape(const int ROWS, const int HALVES, int64_t kunits, const void *a, const void *b, const float *cin,
-                   int64_t ldin, float *out, int64_t ldo, int mr, int nr)
-{
-    const char *bp = b;
-    const int32_t *ap = a;
-    FOR_ROWS(ZERO_ROW)
-    BF16_LOOP
-    __mmask16 m0, m1;
-    col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW_TO)
-}
-
-TARGET_BF16 static void tile_bf16_to(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
-                                     float *out, int64_t ldo, int mr, int nr)
-{
-    BY_SHAPE(tile_bf16_to, kunits, a, b, cin, ldin, out, ldo, mr, nr);
-}
-
 TARGET_BF16 static void tile_bf16(int64_t kunits, const void *a, const void *b, float *c, int64_t ldc,
                                   int mr, int nr, bool add)
 {
@@ -267,22 +228,6 @@ TARGET_F32 static inline __m256i round_bf16(__m512 v)
         col_masks(nr, &m0, &m1);                                                                   \
         FOR_ROWS(STORE)                                                                            \
     }
-
-/* tile_f32's sums, plus cin, into an f32 out (lowp_kernel.tile_to). */
-TARGET_F32 static void tile_f32_to(int64_t kunits, const void *a, const void *b, const float *cin, int64_t ldin,
-                                   float *out, int64_t ldo, int mr, int nr)
-{
-    const float *ap = a, *bp = b;
-    FOR_ROWS(ZERO_ROW)
-    for (int64_t p = 0; p < kunits; p++, ap += MR, bp += NR) {
-        _mm_prefetch((const char *)(ap + A_AHEAD), _MM_HINT_T0);
-        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        FOR_ROWS(F32_ROW)
-    }
-    __mmask16 m0, m1;
-    col_masks(nr, &m0, &m1);
-    FOR_ROWS(STORE_ROW_TO)
-}
 
 /* An f16 C (lowp_kernel.tile_f16). */
 TILE_F32_ROUNDED(tile_f32_to_f16, STORE_ROW_F16)
@@ -547,12 +492,12 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
 /* kc: the B strip of a block (kc x NR: 16 KiB of bf16, 24 KiB of f32)
  * stays in L1 while the A strips of the block stream past it. */
 static const lowp_kernel k_bf16 = {MR, NR, 2, 2, 256, tile_bf16, pack_pairs_x86, NULL, tile_bf16_to_bf16,
-                                   tile_bf16_to, tile_bf16_in_place, tile_bf16_to_bf16_in_place};
+                                   tile_bf16_in_place, tile_bf16_to_bf16_in_place};
 static const lowp_kernel k_f32 = {MR, NR, 1, 4, 192, tile_f32, pack_f32_x86, tile_f32_to_f16, tile_f32_to_bf16,
-                                  tile_f32_to, NULL, NULL};
+                                  NULL, NULL};
 /* The same kc as k_f32: each sum runs through the same k blocks in the
  * same order, so the two give the same bits (12 KiB of B in L1). */
-static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL, NULL, NULL, NULL};
+static const lowp_kernel k_avx2 = {MR2, NR2, 1, 4, 192, tile_avx2, pack_f32_avx2, NULL, NULL, NULL, NULL};
 
 const lowp_kernel *gemm_lowp_x86_kernel(opt_lowp_gemm k)
 {
