@@ -446,9 +446,9 @@ static void test_a_laid_out_c_gets_the_dense_bits_in_its_places(void **state)
     cpu_workers_free(w);
 }
 
-/* An f32 C whose rows are 4 KiB apart (ldc 1024: its tiles' sums wait in
- * a buffer, the last k block written from it by the kernel) against the
- * same product into a dense C (summed in place): the same bits in every
+/* An f32 C whose rows are 4 KiB apart (ldc 1024: its tiles' sums are
+ * made in a buffer and copied) against the same product into a dense C
+ * (summed in place): the same bits in every
  * place, the rest of each row untouched; both within f32 rounding of the
  * f64 sums. Shapes past one k block and with edge tiles, A packed (n > 128)
  * or transposed, on every kernel, 1 and 2 threads. */
