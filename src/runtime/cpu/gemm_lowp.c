@@ -19,9 +19,19 @@
  * MC_ROWS x NC_COLS (rounded to the kernel's tile), which also bound the
  * f32 buffer a low-precision result is summed in; packing goes by groups
  * of PACK_STRIPS strips. A bf16 A is read in place
- * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns. */
+ * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns;
+ * an operand one tile reads alone, BY_TILE_BYTES or more packed, is
+ * packed by that tile a k block at a time. */
 #define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
-enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64, A_IN_PLACE_STRIPS = 4, BY_TILE_BYTES = 256 << 10 };
+enum {
+    MAX_THREADS = 64,
+    MC_ROWS = 112,
+    NC_COLS = 256,
+    PACK_STRIPS = 8,
+    ALIGN = 64,
+    A_IN_PLACE_STRIPS = 4,
+    BY_TILE_BYTES = 256 << 10
+};
 
 static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 static int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
@@ -136,7 +146,8 @@ static void pack_f32(const strip_src *s, int R, int64_t p0, int64_t p1, float *r
 #include <time.h>
 
 /* One row per distinct product: the calling thread's CPU seconds in the
- * pack and tile phases (meaningful at 1 thread), printed at exit to
+ * pack and tile phases (meaningful at 1 thread; an operand packed by its
+ * tile counts in the tile phase), printed at exit to
  * stderr. Not thread-safe: a profiling build's 1-thread runs only. */
 typedef struct prof_row {
     int64_t m, n, k, batches;
