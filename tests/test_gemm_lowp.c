@@ -446,6 +446,129 @@ static void test_a_laid_out_c_gets_the_dense_bits_in_its_places(void **state)
     cpu_workers_free(w);
 }
 
+/* An f32 C whose rows are 4 KiB apart (ldc 1024: its tiles' sums are
+ * made in a buffer and copied) against the same product into a dense C
+ * (summed in place): the same bits in every
+ * place, the rest of each row untouched; both within f32 rounding of the
+ * f64 sums. Shapes past one k block and with edge tiles, A packed (n > 128)
+ * or transposed, on every kernel, 1 and 2 threads. */
+static void test_an_f32_c_of_4_kib_rows_gets_the_dense_bits(void **state)
+{
+    (void)state;
+    enum { LDC = 1024 };
+    static const int64_t shapes[][4] = {{40, 200, 600, 0}, {29, 70, 601, 1}, {120, 300, 257, 1}, {3, 1000, 2, 0}};
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    test_rng = 31;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        bool ta = shapes[si][3] != 0;
+        double *av = xalloc(sizeof(double) * (size_t)(m * k)), *bv = xalloc(sizeof(double) * (size_t)(k * n));
+        uint16_t *a = xalloc(2 * (size_t)(m * k)), *b = xalloc(2 * (size_t)(k * n));
+        float *dense = xalloc(4 * (size_t)(m * n)), *laid = xalloc(4 * (size_t)(m * LDC));
+        for (int di = 0; di < 2; di++) {
+            alloy_dtype dt = di ? ALLOY_F16 : ALLOY_BF16;
+            for (int64_t i = 0; i < m * k; i++) av[i] = test_round_to(dt, test_uniform(-1, 1));
+            for (int64_t i = 0; i < k * n; i++) bv[i] = test_round_to(dt, test_uniform(-1, 1));
+            test_encode(dt, av, a, (size_t)(m * k));
+            test_encode(dt, bv, b, (size_t)(k * n));
+            for (int ki = 0; ki < NKERNELS; ki++) {
+                if (gemm_lowp_kernel(dt, kernels[ki]) != kernels[ki]) continue;
+                for (int threads = 1; threads <= 2; threads++) {
+                    gemm_lowp_args g = {dt, ALLOY_F32, ta, false, m, n, k, ta ? m : k, n, 0, NULL, NULL, NULL,
+                                        a, b, dense, NULL, 0};
+                    assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                    static const int64_t no_batch[1] = {0};
+                    memset(laid, 0xff, 4 * (size_t)(m * LDC)); /* NaN */
+                    g.c = laid, g.stride_c = no_batch, g.ldc = LDC;
+                    assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                    for (int64_t i = 0; i < m; i++) {
+                        if (memcmp(laid + i * LDC, dense + i * n, 4 * (size_t)n))
+                            fail_msg("%s %s %lldx%lldx%lld%s, %d threads: row %lld differs from the dense C's",
+                                     gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), (long long)m,
+                                     (long long)n, (long long)k, ta ? " (A^T)" : "", threads, (long long)i);
+                        for (int64_t j = n; j < LDC; j++)
+                            if (!isnan(laid[i * LDC + j])) fail_msg("row %lld: column %lld written", (long long)i, (long long)j);
+                    }
+                }
+            }
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double ref = 0.0, mag = 0.0;
+                    for (int64_t kk = 0; kk < k; kk++) {
+                        double x = ta ? av[kk * m + i] : av[i * k + kk];
+                        ref += x * bv[kk * n + j], mag += fabs(x * bv[kk * n + j]);
+                    }
+                    if (fabs((double)dense[i * n + j] - ref) > (double)(k + 2) * 0x1p-24 * mag)
+                        fail_msg("%s %lldx%lldx%lld: C[%lld, %lld] = %g, f64 %g", alloy_dtype_name(dt), (long long)m,
+                                 (long long)n, (long long)k, (long long)i, (long long)j, (double)dense[i * n + j], ref);
+                }
+        }
+        al_free(av), al_free(bv), al_free(a), al_free(b), al_free(dense), al_free(laid);
+    }
+    cpu_workers_free(w);
+}
+
+/* Operands packed by the one tile that reads them, a k block at a time
+ * (A where C is one tile block wide, B where it is one high, each packed
+ * at least 256 KiB), against f64, and bit for bit against the same
+ * product with both operands broadcast over 2 batches (packed whole
+ * first, as an operand every batch reads is) and on 1 and 2 threads (a C
+ * of 128 rows is one block high on 1 thread, two on 2): k odd and past
+ * several k blocks, every transpose, every kernel. */
+static void test_operands_packed_by_their_tile_give_the_bits_of_whole_panels(void **state)
+{
+    (void)state;
+    static const lowp_shape shapes[] = {{300, 20, 1201, 0, {0}, {0}, {0}},
+                                        {20, 300, 1201, 0, {0}, {0}, {0}},
+                                        {128, 200, 1201, 0, {0}, {0}, {0}}}; /* one block high on 1 thread only */
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    test_rng = 41;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;
+        uint16_t *a = xalloc(2 * (size_t)(m * k)), *b = xalloc(2 * (size_t)(k * n));
+        float *one = xalloc(4 * (size_t)(m * n)), *two = xalloc(8 * (size_t)(m * n)), *first = xalloc(4 * (size_t)(m * n));
+        for (int ki = 0; ki < NKERNELS; ki++)
+            for (int d = 0; d < 2; d++) {
+                alloy_dtype dt = d ? ALLOY_F16 : ALLOY_BF16;
+                if (gemm_lowp_kernel(dt, kernels[ki]) != kernels[ki]) continue;
+                for (int64_t i = 0; i < m * k; i++) {
+                    double v = test_uniform(-1, 1);
+                    test_encode(dt, &v, a + i, 1);
+                }
+                for (int64_t i = 0; i < k * n; i++) {
+                    double v = test_uniform(-1, 1);
+                    test_encode(dt, &v, b + i, 1);
+                }
+                for (int t = 0; t < 4; t++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        bool ta = t & 1, tb = t & 2;
+                        if (threads == 1) check(kernels[ki], dt, ta, tb, &shapes[si], w, 1);
+                        static const int64_t dims[1] = {2}, zero[1] = {0};
+                        gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, ta ? m : k, tb ? k : n, 0, NULL, NULL,
+                                            NULL, a, b, one, NULL, 0};
+                        assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                        if (threads == 1) memcpy(first, one, 4 * (size_t)(m * n));
+                        else if (kernels[ki] != OPT_LOWP_SGEMM && memcmp(first, one, 4 * (size_t)(m * n)))
+                            fail_msg("%s %s %c%c %lldx%lldx%lld: 2 threads give other bits than 1",
+                                     gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), ta ? 'T' : 'N',
+                                     tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k);
+                        g.batch_rank = 1, g.batch_dims = dims, g.stride_a = zero, g.stride_b = zero, g.c = two;
+                        assert_int_equal(gemm_lowp(&g, kernels[ki], w, threads), ALLOY_OK);
+                        for (int bi = 0; bi < 2; bi++)
+                            if (memcmp(two + bi * m * n, one, 4 * (size_t)(m * n)))
+                                fail_msg("%s %s %c%c %lldx%lldx%lld, %d threads: batch %d of the broadcast product "
+                                         "differs",
+                                         gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), ta ? 'T' : 'N',
+                                         tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, threads, bi);
+                    }
+            }
+        al_free(a), al_free(b), al_free(one), al_free(two), al_free(first);
+    }
+    cpu_workers_free(w);
+}
+
 /* Out of memory for the packing buffer: ALLOY_ERR_OOM, C untouched. */
 static void test_out_of_memory_is_an_error(void **state)
 {
@@ -477,6 +600,8 @@ int main(void)
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
         cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
         cmocka_unit_test(test_a_laid_out_c_gets_the_dense_bits_in_its_places),
+        cmocka_unit_test(test_an_f32_c_of_4_kib_rows_gets_the_dense_bits),
+        cmocka_unit_test(test_operands_packed_by_their_tile_give_the_bits_of_whole_panels),
         cmocka_unit_test(test_out_of_memory_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,9 +19,19 @@
  * MC_ROWS x NC_COLS (rounded to the kernel's tile), which also bound the
  * f32 buffer a low-precision result is summed in; packing goes by groups
  * of PACK_STRIPS strips. A bf16 A is read in place
- * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns. */
+ * (not packed) where C has at most A_IN_PLACE_STRIPS strips of columns;
+ * an operand one tile reads alone, BY_TILE_BYTES or more packed, is
+ * packed by that tile a k block at a time. */
 #define PAR_MIN_MACS ((int64_t)128 * 128 * 128)
-enum { MAX_THREADS = 64, MC_ROWS = 112, NC_COLS = 256, PACK_STRIPS = 8, ALIGN = 64, A_IN_PLACE_STRIPS = 4 };
+enum {
+    MAX_THREADS = 64,
+    MC_ROWS = 112,
+    NC_COLS = 256,
+    PACK_STRIPS = 8,
+    ALIGN = 64,
+    A_IN_PLACE_STRIPS = 4,
+    BY_TILE_BYTES = 256 << 10
+};
 
 static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 static int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
@@ -136,7 +146,8 @@ static void pack_f32(const strip_src *s, int R, int64_t p0, int64_t p1, float *r
 #include <time.h>
 
 /* One row per distinct product: the calling thread's CPU seconds in the
- * pack and tile phases (meaningful at 1 thread), printed at exit to
+ * pack and tile phases (meaningful at 1 thread; an operand packed by its
+ * tile counts in the tile phase), printed at exit to
  * stderr. Not thread-safe: a profiling build's 1-thread runs only. */
 typedef struct prof_row {
     int64_t m, n, k, batches;
@@ -194,8 +205,12 @@ typedef struct lowp_run {
     size_t a_strip, b_strip;     /* bytes of one packed strip */
     int64_t a_groups, b_groups;  /* pack jobs per copy */
     bool a_in_place;             /* A read where it is by the kernel: not packed */
+    bool a_by_tile, b_by_tile;   /* packed by the tile that reads it, one k block at a time (see tile_job) */
+    size_t a_block, b_block;     /* bytes of one strip of a k block so packed */
     int64_t mc, nc, mblocks, nblocks;
     char *apack, *bpack;
+    char *tpack;                 /* per thread: a k block's A strips then B strips, those packed by tile */
+    size_t tpack_bytes;          /* per thread */
     int64_t ldt;                 /* row stride of a tile buffer */
     float *ctile;                /* per thread: mc x ldt, a tile's sums */
 } lowp_run;
@@ -227,8 +242,11 @@ static bool all_zero(const int64_t *v, int n)
     return true;
 }
 
-/* Units [u0, u1) of one strip of one copy of A or B. */
-static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip, int64_t u0, int64_t u1)
+/* Units [u0, u1) of one strip of one copy of A or B, op(X)'s k counted
+ * from kfirst (a k block packed by its tile: units from its start), into
+ * dst. */
+static void pack_strip_to(const lowp_run *r, bool is_a, int64_t copy, int64_t strip, int64_t kfirst, int64_t u0,
+                          int64_t u1, char *dst)
 {
     const gemm_lowp_args *g = r->g;
     const lowp_kernel *kn = r->kern;
@@ -236,20 +254,26 @@ static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip
     int64_t len = is_a ? g->m : g->n, r0 = strip * R;
     int64_t off = batch_offset(g, is_a ? g->stride_a : g->stride_b, copy);
     const uint16_t *x = (const uint16_t *)(is_a ? g->a : g->b) + off;
-    strip_src s = {g->dtype, NULL, 0, 0, min64(R, len - r0), g->k, len - r0};
+    strip_src s = {g->dtype, NULL, 0, 0, min64(R, len - r0), g->k - kfirst, len - r0};
     if (is_a) { /* op(A)(i, kk) = a[i * lda + kk], or a[kk * lda + i] */
         s.rs = g->ta ? 1 : g->lda, s.ks = g->ta ? g->lda : 1;
     } else {    /* op(B)(kk, j) = b[kk * ldb + j], or b[j * ldb + kk] */
         s.rs = g->tb ? g->ldb : 1, s.ks = g->tb ? 1 : g->ldb;
     }
-    s.base = x + r0 * s.rs;
-    char *dst = (is_a ? r->apack + (size_t)copy * (size_t)r->mstrips * r->a_strip
-                      : r->bpack + (size_t)copy * (size_t)r->nstrips * r->b_strip) +
-                (size_t)strip * (is_a ? r->a_strip : r->b_strip);
+    s.base = x + r0 * s.rs + kfirst * s.ks;
     int64_t done = kn->pack ? kn->pack(&s, R, u0, u1, dst) : u0;
     if (done >= u1) return;
     if (kn->ku == 2) pack_pairs(&s, R, done, u1, (uint32_t *)(void *)dst);
     else pack_f32(&s, R, done, u1, (float *)(void *)dst);
+}
+
+/* Units [u0, u1) of one strip of one copy of A or B, into its panel. */
+static void pack_strip(const lowp_run *r, bool is_a, int64_t copy, int64_t strip, int64_t u0, int64_t u1)
+{
+    char *dst = (is_a ? r->apack + (size_t)copy * (size_t)r->mstrips * r->a_strip
+                      : r->bpack + (size_t)copy * (size_t)r->nstrips * r->b_strip) +
+                (size_t)strip * (is_a ? r->a_strip : r->b_strip);
+    pack_strip_to(r, is_a, copy, strip, 0, u0, u1, dst);
 }
 
 /* Pack job j: PACK_STRIPS strips of one copy of A (the first jobs) or B.
@@ -289,13 +313,21 @@ static void tile_job(void *arg, int64_t t, int thread)
                      (size_t)(i0 / kn->mr) * r->a_strip;
     const char *bp = r->bpack + (size_t)(r->b_copies > 1 ? b : 0) * (size_t)r->nstrips * r->b_strip +
                      (size_t)(j0 / kn->nr) * r->b_strip;
+    /* an operand that only this tile reads is packed here, a k block at a
+     * time, into this thread's buffer (L2 holds it, and the tiles read it
+     * from there) instead of all of k into the shared panels first */
+    char *ablock = r->tpack + (size_t)thread * r->tpack_bytes;
+    char *bblock = ablock + (r->a_by_tile ? (size_t)cdiv(mc, kn->mr) * r->a_block : 0);
+    size_t astride = r->a_by_tile ? r->a_block : r->a_strip, bstride = r->b_by_tile ? r->b_block : r->b_strip;
     /* an f32 C takes the sums where they go (the kernel adds each k block
      * to what C holds: the same sums as through a buffer, and no copy)
      * unless its rows are a multiple of 4 KiB apart (a tile's rows would
      * all fall in one L1 set: 2-7% slower measured at n = 1024, 2048); an
      * f16/bf16 one, or such an f32 one, has them in this thread's tile
      * buffer, rows a little over nc apart, then copied or rounded once
-     * into C */
+     * into C (such an f32 one's last k block written by the kernel from
+     * the buffer into C, no copy after, ran no faster: 1024 x 1024 x 1024
+     * within +-2%, its stores then 14 rows in one L1 set) */
     bool direct = direct_c(g);
     /* an f16 or bf16 C with a kernel that rounds in registers: the last k
      * block goes straight to C (the earlier ones, if any, into the buffer) */
@@ -313,11 +345,21 @@ static void tile_job(void *arg, int64_t t, int thread)
     size_t b_unit = (size_t)kn->nr * (size_t)kn->ku * (size_t)kn->esize;
     for (int64_t pc = 0; pc < r->kunits; pc += kcu) {
         int64_t ku = min64(kcu, r->kunits - pc);
+        if (r->a_by_tile)
+            for (int64_t ir = 0; ir < mc; ir += kn->mr)
+                pack_strip_to(r, true, b, (i0 + ir) / kn->mr, pc * kn->ku, 0, ku,
+                              ablock + (size_t)(ir / kn->mr) * r->a_block);
+        if (r->b_by_tile)
+            for (int64_t jr = 0; jr < nc; jr += kn->nr)
+                pack_strip_to(r, false, b, (j0 + jr) / kn->nr, pc * kn->ku, 0, ku,
+                              bblock + (size_t)(jr / kn->nr) * r->b_block);
         bool to16 = round16 && pc + ku >= r->kunits;
         for (int64_t jr = 0; jr < nc; jr += kn->nr) {
-            const char *bs = bp + (size_t)(jr / kn->nr) * r->b_strip + (size_t)pc * b_unit;
+            const char *bs = r->b_by_tile ? bblock + (size_t)(jr / kn->nr) * bstride
+                                          : bp + (size_t)(jr / kn->nr) * bstride + (size_t)pc * b_unit;
             for (int64_t ir = 0; ir < mc; ir += kn->mr) {
-                const char *as = ap + (size_t)(ir / kn->mr) * r->a_strip + (size_t)pc * a_unit;
+                const char *as = r->a_by_tile ? ablock + (size_t)(ir / kn->mr) * astride
+                                              : ap + (size_t)(ir / kn->mr) * astride + (size_t)pc * a_unit;
                 int mv = (int)min64(kn->mr, mc - ir), nv = (int)min64(kn->nr, nc - jr);
                 const uint16_t *ai = a0 ? a0 + ir * g->lda + 2 * pc : NULL;
                 const float *cin = pc > 0 ? c + ir * ldc + jr : NULL;
@@ -417,6 +459,13 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     r.mc = min64(cdiv(MC_ROWS, kn->mr) * kn->mr, r.mstrips * kn->mr);
     r.nc = min64(cdiv(NC_COLS, kn->nr) * kn->nr, r.nstrips * kn->nr);
     r.mblocks = cdiv(g->m, r.mc), r.nblocks = cdiv(g->n, r.nc);
+    /* a C of at most 2 strips more than MC_ROWS is one block high where
+     * that leaves a tile for each thread (the weight gradients' 128 rows:
+     * 10 strips, not 8 + 2, so that B is one tile's alone, below); the
+     * tiles' shape changes no sum */
+    if (r.mblocks == 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr &&
+        batches * r.nblocks >= (w && threads > 1 ? threads : 1))
+        r.mc = r.mstrips * kn->mr, r.mblocks = 1;
     int64_t tiles = batches * r.mblocks * r.nblocks;
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
     int nt = w ? pick_threads(threads, macs, tiles) : 1;
@@ -429,15 +478,31 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
     r.a_in_place = kn->tile_in_place && kn->tile_bf16_in_place && !g->ta && g->k % 2 == 0 &&
                    g->out_dtype != ALLOY_F16 && r.nstrips <= A_IN_PLACE_STRIPS;
     if (r.a_in_place) r.a_copies = 0;
+    /* an operand that is one tile's alone (A: C one block wide; B: one
+     * block high; neither broadcast across batches) and large is packed by
+     * that tile, k block by k block: packed whole up front it would not
+     * stay in L2 for the tiles (and its stores went out to L3) */
+    size_t a_copy = (size_t)r.mstrips * r.a_strip, b_copy = (size_t)r.nstrips * r.b_strip;
+    r.a_by_tile = r.a_copies == batches && r.nblocks == 1 && a_copy >= BY_TILE_BYTES;
+    r.b_by_tile = r.b_copies == batches && r.mblocks == 1 && b_copy >= BY_TILE_BYTES;
+    int64_t kcu = kn->kc / kn->ku;
+    r.a_block = (size_t)(kcu * kn->mr * kn->ku * kn->esize) + ALIGN;
+    r.b_block = (size_t)(kcu * kn->nr * kn->ku * kn->esize) + ALIGN;
+    r.tpack_bytes = (r.a_by_tile ? (size_t)(r.mc / kn->mr) * r.a_block : 0) +
+                    (r.b_by_tile ? (size_t)(r.nc / kn->nr) * r.b_block : 0);
+    if (r.a_by_tile) r.a_copies = 0;
+    if (r.b_by_tile) r.b_copies = 0;
 
     size_t apack = ((size_t)r.a_copies * (size_t)r.mstrips * r.a_strip + ALIGN - 1) / ALIGN * ALIGN;
     size_t bpack = ((size_t)r.b_copies * (size_t)r.nstrips * r.b_strip + ALIGN - 1) / ALIGN * ALIGN;
     r.ldt = r.nc + 16;
     size_t ctile = direct_c(g) ? 0 : sizeof(float) * (size_t)(r.mc * r.ldt) * (size_t)nt;
+    size_t tpack = r.tpack_bytes * (size_t)nt;
     void *own;
-    char *buf = scratch(w, apack + bpack + ctile, &own);
+    char *buf = scratch(w, apack + bpack + ctile + tpack, &own);
     if (!buf) return ALLOY_ERR_OOM;
     r.apack = buf, r.bpack = buf + apack, r.ctile = (float *)(void *)(buf + apack + bpack);
+    r.tpack = buf + apack + bpack + ctile;
 #ifdef ALLOY_GEMM_PROFILE
     prof_row *pr = prof_find(g, batches, r.a_copies == 1 && batches > 1, r.b_copies == 1 && batches > 1);
     double t0 = prof_now();
