@@ -509,6 +509,9 @@ static void malformed_text_reports_file_line_column_and_what_was_expected(void *
         {G "  %1 = input : f32[2]\n  %a = relu(%1) : f32[2]\n  %1 = relu(%1) : f32[2]\n" END,
           "t.ir:4:3: %1 is defined twice (first on line 2)"},
         {G "  %\"\" = input : f32[2]\n" END, "t.ir:2:3: node name must not be empty"},
+        {G "  %3 = param {init=\"zeros\"} : f32[2]\n" END,
+          "t.ir:3:1: graph fails verification: %0 (param): has no name: a param or state is saved, restored and "
+          "looked up by its name (write it as %name = ..., not %number)"},
         /* types */
         {G "  %x = input\n" END, "t.ir:2:13: expected ':' before the node's type, found end of line"},
         {G "  %x = input :\n" END, "t.ir:2:15: expected a type such as f32[4,8] after ':', found end of line"},

@@ -121,6 +121,9 @@ static alloy_status check_node(ir_graph *g, int i)
     if (n->amp > AMP_CLEAR) return bad(g, n, "unknown amp class", "");
     if (n->group < -1) return bad(g, n, "negative fusion group", "");
     if (n->name && !n->name[0]) return bad(g, n, "empty name", "");
+    if (!n->name && (n->op == IR_OP_param || n->op == IR_OP_state))
+        return bad(g, n, "has no name: a param or state is saved, restored and looked up by its name",
+                   " (write it as %name = ..., not %number)");
     alloy_status st = check_attrs(g, n);
     return st ? st : check_type(g, n);
 }
