@@ -262,7 +262,7 @@ static void test_deterministic_across_threads(void **state)
  * the pieces too); a tall product with short k, pieces of 0.54M
  * multiply-adds; then products one thread runs whole (gemm_whole_is_pieces:
  * every piece >= 2^23), square and with edges off the tiles. */
-static const int64_t split_shapes[][3] = {{700, 90, 40}, {33, 600, 120}, {1024, 64, 33}, {1024, 320, 160}, {1152, 1000, 129}};
+static const int64_t split_shapes[][3] = {{700, 90, 40}, {33, 600, 120}, {1024, 64, 33}, {1024, 320, 160}, {1152, 600, 129}};
 
 /* Pieces follow the shape alone: the longer side in strips of at least
  * 256 (a multiple of 64), at most 16 of them, one below 128^3 multiply-adds. */
