@@ -565,6 +565,31 @@ static void a_failing_call_after_a_builder_error_reports_its_own_message(void **
     alloy_graph_free(f.g);
 }
 
+/* Leaves that IR text left without a name (%2 = param, %0 = input): the
+ * param fails verification, the input fails the run with its own message
+ * (both once reached a NULL name: al_strdup, strcmp). */
+static void unnamed_leaves_fail_with_a_message_not_a_crash(void **state)
+{
+    (void)state;
+    char err[256];
+    static const char param_text[] = "graph p {\n  %x = input : f32[3]\n  %2 = param {init=\"zeros\"} : f32[3]\n"
+                                     "  %y = add(%x, %2) : f32[3]\n  output \"y\" = %y\n}\n";
+    assert_null(alloy_graph_parse(param_text, sizeof param_text - 1, "p.ir", err, sizeof err));
+    assert_non_null(strstr(err, "(param): has no name: a param or state is saved, restored and looked up by its name"));
+    static const char input_text[] = "graph i {\n  %0 = input : f32[3]\n  %y = relu(%0) : f32[3]\n"
+                                     "  output \"y\" = %y\n}\n";
+    alloy_graph *g = alloy_graph_parse(input_text, sizeof input_text - 1, "i.ir", err, sizeof err);
+    if (!g) fail_msg("%s", err);
+    float x[3] = {1, -2, 3};
+    alloy_host_tensor feed = {"x", ALLOY_F32, 1, {3}, x}, fetch = {.name = "y"};
+    assert_int_equal(alloy_graph_run(g, &feed, 1, &fetch, 1), ALLOY_ERR_NOT_FOUND);
+    assert_non_null(strstr(alloy_last_error(g), "feed 'x': graph 'i' has no input of that name"));
+    assert_int_equal(alloy_graph_run(g, NULL, 0, &fetch, 1), ALLOY_ERR_INVALID);
+    assert_string_equal(alloy_last_error(g),
+                        "input %0 of graph 'i' has no name, so it cannot be fed (write it as %name = input ...)");
+    alloy_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +598,7 @@ int main(void)
         cmocka_unit_test(every_bad_argument_fails_with_its_own_message_not_the_last_one),
         cmocka_unit_test(a_graph_that_rejected_bad_arguments_still_runs),
         cmocka_unit_test(a_failing_call_after_a_builder_error_reports_its_own_message),
+        cmocka_unit_test(unnamed_leaves_fail_with_a_message_not_a_crash),
     };
     return cmocka_run_group_tests_name("api_null", tests, test_checked_alloc, test_plain_alloc);
 }

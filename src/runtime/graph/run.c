@@ -50,6 +50,10 @@ static alloy_status upload_feeds(alloy_graph *g, const alloy_host_tensor *feeds,
     for (int i = 0; i < c->nnodes; i++) {
         const ir_node *n = c->nodes[i];
         if (n->op != IR_OP_input || !ir_nbytes(&n->type)) continue;
+        if (!n->name) /* IR text may leave one unnamed (%3 = input ...); nothing can feed it */
+            return graph_fail(g, ALLOY_ERR_INVALID,
+                              "input %%%d of graph '%s' has no name, so it cannot be fed (write it as %%name = input ...)",
+                              n->id, c->name);
         bool fed = false;
         for (int j = 0; j < nfeeds && !fed; j++) fed = strcmp(feeds[j].name, n->name) == 0;
         if (!fed) return graph_fail(g, ALLOY_ERR_NOT_FOUND, "input '%s' was not fed", n->name);
