@@ -450,9 +450,10 @@ void gemm_whole(const gemm_product *p)
     product_one_thread(p);
 }
 
-/* A BLAS may take another kernel for a small product (OpenBLAS below about
- * 100^3 multiply-adds), with other sums: one call is then the pieces' sums
- * only where every piece is at least this large. */
+/* A BLAS may sum a small product otherwise than a large one (OpenBLAS
+ * 0.3.21: 33 x 600 x 120 in one call and in pieces of about 1M multiply-adds
+ * gave other bits, tests/test_gemm.c): one call is taken for the pieces'
+ * sums only where every piece is at least this large. */
 #define WHOLE_MIN_PIECE_MACS ((double)(1 << 23))
 
 bool gemm_whole_is_pieces(const gemm_product *p)
