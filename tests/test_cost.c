@@ -313,6 +313,107 @@ static void test_mlp_training_step_gemm_flops_are_the_five_products(void **state
     release(&x);
 }
 
+/* An MLP layer h = gelu_tanh(x w1 + b1), y = h w2 + b2 ([8, 16] -> width
+ * -> [8, 4]) in dtype d; trained (an mse loss and SGD) when train. */
+static alloy_graph *gelu_mlp(const char *d, int width, bool train)
+{
+    char text[1536];
+    snprintf(text, sizeof text,
+             "graph gelu_mlp {\n"
+             "  %%x = input : %s[8,16]\n"
+             "  %%t = input : %s[8,4]\n"
+             "  %%w1 = param {init=\"normal\", std=0.1} : %s[16,%d]\n"
+             "  %%b1 = param {init=\"normal\", std=0.1} : %s[%d]\n"
+             "  %%w2 = param {init=\"normal\", std=0.1} : %s[%d,4]\n"
+             "  %%b2 = param {init=\"zeros\"} : %s[4]\n"
+             "  %%p = matmul(%%x, %%w1) : %s[8,%d]\n"
+             "  %%pre = add(%%p, %%b1) : %s[8,%d]\n"
+             "  %%h = gelu_tanh(%%pre) : %s[8,%d]\n"
+             "  %%q = matmul(%%h, %%w2) : %s[8,4]\n"
+             "  %%y = add(%%q, %%b2) : %s[8,4]\n"
+             "  %%e = mse_loss(%%y, %%t) : %s[8,4]\n"
+             "  %%loss = reduce_mean(%%e) {axes=[0, 1]} : %s[]\n"
+             "  output \"y\" = %%y\n"
+             "  loss %%loss\n"
+             "}\n",
+             d, d, d, width, d, width, d, width, d, d, width, d, width, d, width, d, d, d, d);
+    alloy_graph *g = parse(text);
+    if (train) {
+        assert_int_equal(alloy_graph_set_training(g, true), ALLOY_OK);
+        assert_int_equal(alloy_graph_add_optimizer(g, alloy_sgd(0.1, 0.0, 0.0, false)), ALLOY_OK);
+    }
+    return g;
+}
+
+/* The GEMM of x w1 in gelu_mlp's plan, and its launch in the model. */
+static const cost_launch *first_gemm(const modelled *x, const lp_gemm **gm)
+{
+    for (int k = 0; k < x->lp.ngemms; k++)
+        if (!strcmp(x->g->compiled->nodes[x->lp.gemms[k].node]->name ? x->g->compiled->nodes[x->lp.gemms[k].node]->name : "", "p"))
+            *gm = &x->lp.gemms[k];
+    assert_non_null(*gm);
+    for (int q = 0; q < x->m.n; q++)
+        if (x->m.launches[q].action == COST_GEMM && &x->lp.gemms[x->m.launches[q].index] == *gm) return &x->m.launches[q];
+    fail_msg("no launch of the first GEMM");
+    return NULL;
+}
+
+/* gelu_tanh after a linear layer is cuBLASLt's GELU epilogue in f32 and
+ * bf16, by hand: the forward's x w1 + b1 -> GELU is one GEMM (GELU_BIAS)
+ * and its step no kernel; it reads x, w1 and b1 and
+ * writes h, with 2 x 8 x 32 x 16 + 256 (bias) + 256 (GELU) FLOPs. In
+ * training the backward's gelu_tanh_grad reads the GELU's input too, so
+ * the GEMM writes it beside h (GELU_AUX_BIAS, its row stride 32: a
+ * multiple of 8): 2 x 8 x 32 elements written. f16 keeps its epilogue
+ * kernel (the range rule: lp_library_epilogue), and so does an f32 width
+ * of 36 in training (the input's rows 36 apart: cuBLASLt's AUX_LD must be
+ * a multiple of 8; bf16 rows of 36 are padded to 64, which is); a forward
+ * of width 36 stores no input and takes GELU_BIAS. */
+static void test_a_linear_layer_and_gelu_tanh_are_one_gemm_with_the_gelu_epilogue(void **state)
+{
+    (void)state;
+    static const char *const dtypes[] = {"f32", "bf16", "f16"};
+    for (int i = 0; i < 3; i++)
+        for (int train = 0; train < 2; train++)
+            for (int width = 32; width <= 36; width += 4) {
+                const char *d = dtypes[i];
+                int64_t e = i == 0 ? 4 : 2;
+                modelled x;
+                model(&x, gelu_mlp(d, width, train), NULL);
+                const lp_gemm *gm = NULL;
+                const cost_launch *l = first_gemm(&x, &gm);
+                /* the input's row stride: bf16 rows of 36 (72 bytes, feeding a GEMM) are padded to 64 (sched_pad) */
+                int64_t ld = i == 1 && width == 36 ? 64 : width;
+                bool epilogue = i < 2 && (!train || ld % 8 == 0), aux = epilogue && train;
+                int own = 0; /* kernels of the GEMM's step: its epilogue kernel */
+                for (int q = 0; q < x.prog.nkernels; q++) own += x.prog.kernels[q].step == gm->step;
+                print_message("%s width %d%s: first GEMM epilogue %d, %d kernels of its step\n", d, width,
+                              train ? " training" : "", gm->epilogue, own);
+                if (!epilogue) {
+                    assert_int_equal(gm->epilogue, LP_EPILOGUE_NONE);
+                    assert_int_equal(gm->d, ALLOY_F32); /* the f32 product into the scratch for the kernel */
+                    assert_int_equal(l->written, 8 * width * 4);
+                    assert_int_equal(own, 1);
+                    release(&x);
+                    continue;
+                }
+                assert_int_equal(own, 0);
+                assert_int_equal(gm->epilogue, aux ? LP_EPILOGUE_GELU_AUX_BIAS : LP_EPILOGUE_GELU_BIAS);
+                assert_int_equal(gm->d, i == 0 ? ALLOY_F32 : ALLOY_BF16);
+                assert_int_equal(gm->m, width); /* the bias and GELU run along D's m rows: the output's last dim */
+                assert_int_equal(l->read, (8 * 16 + 16 * width + width) * e);
+                assert_int_equal(l->written, (aux ? 2 : 1) * 8 * width * e);
+                assert_true(l->flops == 2.0 * 8 * width * 16 + 2.0 * 8 * width);
+                if (aux) {
+                    assert_int_equal(gm->ld_aux, ld);
+                    assert_int_equal(gm->ldd, ld);
+                    assert_string_equal(x.g->compiled->nodes[gm->aux_node]->name, "pre");
+                    assert_true(gm->aux.space == LP_ARENA);
+                }
+                release(&x);
+            }
+}
+
 /* f16 attention on tensor cores, [1, 2, 128, 64] over 128 keys, causal: 2 B H
  * T S D / 2 FLOPs per QK^T-sized product; the forward 2 products and the
  * backward 5 (S, dP, dV, dK, dQ in its key kernel) when its o is the
@@ -1364,6 +1465,7 @@ int main(void)
         cmocka_unit_test(test_a_product_widened_for_readers_that_apply_the_range_rule_has_no_epilogue_kernel),
         cmocka_unit_test(test_collectives_move_the_ring_bytes_at_the_link_rate),
         cmocka_unit_test(test_mlp_training_step_gemm_flops_are_the_five_products),
+        cmocka_unit_test(test_a_linear_layer_and_gelu_tanh_are_one_gemm_with_the_gelu_epilogue),
         cmocka_unit_test(test_attention_is_counted_at_seven_products_with_the_kept_logsumexp),
         cmocka_unit_test(test_an_elementwise_kernel_moves_its_operands_once),
         cmocka_unit_test(test_a_bias_gradient_and_its_cast_are_one_launch_by_hand),

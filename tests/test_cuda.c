@@ -679,6 +679,109 @@ static void linear_bias(target t)
 static void emu_linear_bias(void **state) { (void)state; linear_bias(ON_EMULATION); }
 static void gpu_linear_bias(void **state) { (void)state; linear_bias(ON_GPU); }
 
+/* ---- the GEMM's GELU epilogue ---- */
+
+enum { GELU_HIDDEN = 40 }; /* a multiple of 8: GELU's input rows 40 apart fit cuBLASLt's AUX_LD */
+
+/* An MLP layer y = gelu_tanh(x w1 + b1) w2 + b2, x [2, 12, LIN_IN], the
+ * hidden width GELU_HIDDEN, everything in dt, and when train linear_graph's
+ * mse loss and SGD; checked: amp_check on, every gemm step keeping its
+ * generated epilogue kernel. */
+static alloy_graph *gelu_graph(const char *device, alloy_dtype dt, bool train, bool checked)
+{
+    alloy_graph *g = alloy_graph_new("gelu_mlp");
+    alloy_graph_set_seed(g, 7);
+    alloy_tensor *x = alloy_input(g, "x", dt, 3, (int64_t[]){2, 12, LIN_IN});
+    alloy_tensor *w1 = alloy_param(g, "w1", dt, 2, (int64_t[]){LIN_IN, GELU_HIDDEN}, alloy_init_uniform(-0.5, 0.5));
+    alloy_tensor *b1 = alloy_param(g, "b1", dt, 1, (int64_t[]){GELU_HIDDEN}, alloy_init_uniform(-1, 1));
+    alloy_tensor *w2 = alloy_param(g, "w2", dt, 2, (int64_t[]){GELU_HIDDEN, LIN_OUT}, alloy_init_uniform(-0.3, 0.3));
+    alloy_tensor *b2 = alloy_param(g, "b2", dt, 1, (int64_t[]){LIN_OUT}, alloy_init_uniform(-1, 1));
+    alloy_tensor *h = alloy_gelu_tanh(g, alloy_add(g, alloy_matmul(g, x, w1, false, false), b1));
+    alloy_tensor *y = alloy_add(g, alloy_matmul(g, h, w2, false, false), b2);
+    expect_ok(g, alloy_output(g, "y", y), "output");
+    if (train) {
+        alloy_tensor *t = alloy_input(g, "t", dt, 3, (int64_t[]){2, 12, LIN_OUT});
+        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
+    }
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
+    return g;
+}
+
+/* x w1 + b1 -> gelu_tanh with cuBLASLt's GELU epilogue (GELU_BIAS in the forward; GELU_AUX_BIAS in
+ * training, where gelu_tanh_grad reads GELU's input, which the GEMM writes beside its output),
+ * against the generated epilogue kernel (amp_check on) and the CPU, in f32 and bf16, forward and
+ * LIN_STEPS training steps; f16 keeps its kernel (the range rule) and is checked to. On the
+ * emulated device y agrees bit for bit with the kernel's at every step (both take GELU of the f32
+ * sum plus the bias with the CPU's tanh, rounding once on store; in the GPU-numerics mode the
+ * kernel's tanhf is moved by CUDA's 2 ulp and the library's is not, so there only the bound
+ * holds); against the CPU within the chain bound of its depth (the forward 3 ops: the two layers
+ * and GELU) or the training bound. */
+static void gelu_epilogue(target t)
+{
+    use_target(t);
+    static const alloy_dtype dts[] = {F32, BF16, F16};
+    float xf[2 * 12 * LIN_IN], tf[2 * 12 * LIN_OUT];
+    test_rng = 43;
+    for (size_t i = 0; i < sizeof xf / sizeof xf[0]; i++) xf[i] = (float)test_uniform(-2, 2);
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) tf[i] = (float)test_uniform(-1, 1);
+    for (int train = 0; train < 2; train++)
+        for (size_t di = 0; di < 3; di++) {
+            alloy_dtype dt = dts[di];
+            alloy_graph *epi = gelu_graph("cuda", dt, train, false), *kern = gelu_graph("cuda", dt, train, true),
+                        *cpu = gelu_graph("cpu", dt, train, false);
+            long gelu_gemms = 0, kernels = 0, kernels_kept = 0;
+            double worst = 0;
+            for (int s = 0; s < (train ? LIN_STEPS : 1); s++) {
+                alloy_dtype ydt, kdt, cdt;
+                int64_t n, kn, cn;
+                emu_device_stats s0 = emu_totals();
+                void *ye = run_linear(epi, dt, train, xf, tf, &ydt, &n);
+                emu_device_stats s1 = emu_totals();
+                void *yk = run_linear(kern, dt, train, xf, tf, &kdt, &kn);
+                emu_device_stats s2 = emu_totals();
+                void *yc = run_linear(cpu, dt, train, xf, tf, &cdt, &cn);
+                assert_true(ydt == kdt && ydt == cdt && n == kn && n == cn);
+                gelu_gemms += s1.gelu_gemms - s0.gelu_gemms;
+                kernels += s1.launches - s0.launches, kernels_kept += s2.launches - s1.launches;
+                assert_int_equal(s2.gelu_gemms, s1.gelu_gemms); /* amp_check: no GELU epilogue */
+                double scale = 0;
+                for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(ydt, yc, i)));
+                size_t es = alloy_dtype_size(ydt);
+                for (int64_t i = 0; i < n; i++) {
+                    double e = test_decode(ydt, ye, i), k = test_decode(ydt, yk, i), c = test_decode(ydt, yc, i);
+                    if (t == ON_EMULATION && !emu_gpu_numerics() &&
+                        memcmp((char *)ye + i * (int64_t)es, (char *)yk + i * (int64_t)es, es) != 0)
+                        fail_msg("%s %s step %d: y[%lld] is %.9g with the GELU epilogue, %.9g with the epilogue kernel, "
+                                 "%.9g on the CPU",
+                                 alloy_dtype_name(dt), train ? "training" : "forward", s, (long long)i, e, k, c);
+                    worst = fmax(worst, fabs(e - c) / (scale > 0 ? scale : 1));
+                }
+                test_free(ye), test_free(yk), test_free(yc);
+            }
+            double bound = train ? chain_bound(CHAIN_DEPTH, GELU_HIDDEN, dt) : chain_bound(3, GELU_HIDDEN, dt);
+            char name[64] = "";
+            double d = train ? state_distance(cpu, epi, name, sizeof name) : 0;
+            print_message("gelu mlp %s %s on %s: worst y difference from the CPU %.3g, state %.3g (%s), bound %.3g; "
+                          "%ld GEMMs with the GELU epilogue, %ld kernels (%ld with the epilogue kernels)\n",
+                          alloy_dtype_name(dt), train ? "training" : "forward", t == ON_GPU ? "the GPU" : "the emulated device",
+                          worst, d, name, bound, gelu_gemms, kernels, kernels_kept);
+            if (!(worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", worst, bound);
+            if (!(d <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", name, d, bound);
+            if (t == ON_EMULATION) {
+                assert_int_equal(gelu_gemms, dt == F16 ? 0 : train ? LIN_STEPS : 1); /* the forward's first GEMM a step */
+                if (dt != F16) assert_true(kernels < kernels_kept);
+                if (dt != F16 && !train) assert_int_equal(kernels, 0); /* two GEMMs, no kernel */
+            }
+            alloy_graph_free(epi), alloy_graph_free(kern), alloy_graph_free(cpu);
+        }
+    rt_backend_set_cuda_opener(NULL);
+}
+
+static void emu_gelu_epilogue(void **state) { (void)state; gelu_epilogue(ON_EMULATION); }
+static void gpu_gelu_epilogue(void **state) { (void)state; gelu_epilogue(ON_GPU); }
+
 /* The mixed-precision linear layer y = f32(x' w') + b as AMP writes it, on
  * device, with cuda_gemm_f32 when widen:
  * x [2, 12, LIN_IN] and the parameters w, b in f32, x' and w' their
@@ -1520,6 +1623,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(stub_driver_is_refused),
         cmocka_unit_test(emu_gemm_layouts),
         cmocka_unit_test(emu_linear_bias),
+        cmocka_unit_test(emu_gelu_epilogue),
         cmocka_unit_test(emu_linear_amp),
         cmocka_unit_test(emu_gemm_types_are_cublaslts),
         cmocka_unit_test(emu_widened_gemm_gives_up_the_range_rule),
@@ -1549,6 +1653,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(device_choice),
         cmocka_unit_test(gpu_gemm_layouts),
         cmocka_unit_test(gpu_linear_bias),
+        cmocka_unit_test(gpu_gelu_epilogue),
         cmocka_unit_test(gpu_linear_amp),
         cmocka_unit_test(gpu_mlp_fp32),
         cmocka_unit_test(gpu_mlp_f16),

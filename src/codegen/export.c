@@ -300,12 +300,14 @@ static alloy_status report_failure(export_state *x, char *err, size_t errlen)
 static const char gemm_epilogue[] = "a library GEMM (cuBLASLt), then the epilogue kernel";
 /* Why a gemm step has no kernel at all (lp_library_epilogue). */
 static const char gemm_bias[] = "a library GEMM (cuBLASLt) with its bias epilogue";
+static const char gemm_gelu[] = "a library GEMM (cuBLASLt) with its GELU epilogue";
 static const char gemm_cast[] = "a library GEMM (cuBLASLt) writing its dtype";
 
 /* Fills x->library: the steps with no kernel (prog.skipped, with the
  * emitter's reason) and the gemm steps whose matmul a library runs before
  * their epilogue kernel (a convolution head is a kernel of its own, no
- * library call), and those the library's bias epilogue computes whole.
+ * library call), and those the library's bias or GELU epilogue computes
+ * whole.
  * Returns how many; -1 when out of memory. */
 static int find_library_calls(export_state *x, const ir_graph *g, const schedule *s)
 {
@@ -318,7 +320,7 @@ static int find_library_calls(export_state *x, const ir_graph *g, const schedule
     for (int k = 0; k < s->nsteps; k++) {
         lp_library lib;
         if (!x->library[k] && lp_library_epilogue(g, s, k, x->prog.checks | LP_WIDEN, &lib))
-            x->library[k] = lib.bias >= 0 ? gemm_bias : gemm_cast;
+            x->library[k] = lib.gelu ? gemm_gelu : lib.bias >= 0 ? gemm_bias : gemm_cast;
     }
     for (int i = 0; i < x->prog.nskipped; i++) x->library[x->prog.skipped[i]] = x->prog.why[i];
     int n = 0;

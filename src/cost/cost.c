@@ -201,10 +201,13 @@ static void gemm_launch(const lp_plan *lp, int i, cost_launch *l)
     l->read = gm->batch * (gm->m * gm->k + gm->k * gm->n) * ab;
     l->written = gm->batch * gm->m * gm->n * d;
     l->flops = 2.0 * (double)gm->batch * (double)gm->m * (double)gm->n * (double)gm->k;
-    if (gm->epilogue == LP_EPILOGUE_BIAS) { /* the bias vector (D's m values in D's dtype), one add per element */
+    if (lp_epilogue_bias(gm->epilogue)) { /* the bias vector (D's m values in D's dtype), one add per element */
         l->read += gm->m * d;
         l->flops += (double)gm->batch * (double)gm->m * (double)gm->n;
     }
+    if (lp_epilogue_gelu(gm->epilogue)) /* one FLOP an element, as any elementwise member (member_flops) */
+        l->flops += (double)gm->batch * (double)gm->m * (double)gm->n;
+    if (lp_epilogue_aux(gm->epilogue)) l->written += gm->batch * gm->m * gm->n * d; /* GELU's input beside D */
     if (gm->pointers) l->read += 3 * gm->batch * 8; /* the arrays of the matrices' addresses (written once, when built) */
     l->tensor = is_low(gm->ab);
     /* the real leading dimensions, padded where the plan padded the rows (sched_pad) */

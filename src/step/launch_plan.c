@@ -127,11 +127,19 @@ static void strided_operand(const ir_graph *g, const schedule *s, int x, size_t 
  * one strided-batched call per combination of the batch dims that do not
  * fold into one stride (one pointer-array call for them all where a
  * strided view gives them two batch strides, every place is the arena's
- * and there is no bias); with bias >= 0, each with the BIAS epilogue adding
- * that vector (the same for every batch: cuBLASLt's bias batch stride 0). */
-static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
-                          alloy_dtype d, int result, int bias)
+ * and there is no epilogue); with lib (a step lp_library_epilogue takes),
+ * each with its epilogue: the bias vector added (the same for every batch:
+ * cuBLASLt's bias batch stride 0), GELU, and GELU's input written at its
+ * slot beside D (as D, a batch stride apart). D is node result's value. */
+static bool add_gemm_epilogue(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n,
+                              lp_place out, alloy_dtype d, int result, const lp_library *lib)
 {
+    int bias = lib ? lib->bias : -1, aux = lib ? lib->aux : -1;
+    bool gelu = lib && lib->gelu;
+    lp_epilogue epi = gelu ? (aux >= 0 ? (bias >= 0 ? LP_EPILOGUE_GELU_AUX_BIAS : LP_EPILOGUE_GELU_AUX)
+                                       : (bias >= 0 ? LP_EPILOGUE_GELU_BIAS : LP_EPILOGUE_GELU))
+                          : bias >= 0 ? LP_EPILOGUE_BIAS
+                                      : LP_EPILOGUE_NONE;
     const ir_type *ta = &g->nodes[n->in[0]]->type, *tb = &g->nodes[n->in[1]]->type, *to = &n->type;
     bool trans_a = ir_attr_i(n, "transpose_a") != 0, trans_b = ir_attr_i(n, "transpose_b") != 0;
     int64_t m = to->dims[to->rank - 2], nn = to->dims[to->rank - 1];
@@ -140,9 +148,10 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     if (k == 0) /* empty sums: +0 */
         return add_action(b, (lp_action){.kind = LP_ZERO, .step = step, .dst = out,
                                          .bytes = (int64_t)alloy_dtype_size(d) * ir_numel(to)});
-    lp_place pa, pb, pbias = {0};
+    lp_place pa, pb, pbias = {0}, paux = {0};
     if (!place_or_fail(b, g, p, n->in[0], step, &pa) || !place_or_fail(b, g, p, n->in[1], step, &pb)) return false;
     if (bias >= 0 && !place_or_fail(b, g, p, bias, step, &pbias)) return false;
+    if (aux >= 0 && !place_or_fail(b, g, p, aux, step, &paux)) return false;
     /* batch dims of the output, size-1 dims dropped, with each operand's strides */
     int r = to->rank - 2, nb = 0;
     int64_t sa_all[ALLOY_MAX_RANK], sb_all[ALLOY_MAX_RANK], dims[ALLOY_MAX_RANK], sa[ALLOY_MAX_RANK],
@@ -186,10 +195,11 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     for (int i = 0; i < inner; i++) outer *= dims[i];
     size_t ea = alloy_dtype_size(ta->dtype), ed = alloy_dtype_size(d);
     lp_plan *lp = b->lp;
-    if (viewed && outer > 1 && bias < 0 && pa.space == LP_ARENA && pb.space == LP_ARENA && out.space == LP_ARENA) {
+    if (viewed && outer > 1 && epi == LP_EPILOGUE_NONE && pa.space == LP_ARENA && pb.space == LP_ARENA && out.space == LP_ARENA) {
         /* strided views with two batch levels, places the executable keeps: one call over arrays of pointers
          * (any other product keeps its plan: strided calls) */
-        lp_gemm gm = {.node = n->id, .step = step, .result = result, .bias_node = -1, .epilogue = LP_EPILOGUE_NONE,
+        lp_gemm gm = {.node = n->id, .step = step, .result = result, .bias_node = -1, .aux_node = -1,
+                      .epilogue = LP_EPILOGUE_NONE,
                       .ab = ta->dtype, .d = d, .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
                       .lda = ld_b, .ldb = ld_a, .ldd = ld_d, .batch = outer * batch, .a = pb, .b = pa, .out = out,
                       .pointers = true, .ptrs = lp->nptr_offsets, .ptr_at = {LP_AUX, -1, b->ptr_at}};
@@ -225,13 +235,14 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
             off_a += idx * sa[i], off_b += idx * sb[i], off_d += idx * sd[i];
         }
         lp_gemm gm = {.node = n->id, .step = step, .result = result, .bias_node = bias, .bias = pbias,
-                      .epilogue = bias >= 0 ? LP_EPILOGUE_BIAS : LP_EPILOGUE_NONE, .ab = ta->dtype, .d = d,
+                      .aux_node = aux, .aux = paux, .ld_aux = aux >= 0 ? ld_d : 0, .epilogue = epi, .ab = ta->dtype, .d = d,
                       /* row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T */
                       .ta = trans_b, .tb = trans_a, .m = nn, .n = m, .k = k,
                       .lda = ld_b, .ldb = ld_a, .ldd = ld_d,
                       .batch = batch, .stride_a = strb, .stride_b = stra, .stride_d = strd,
                       .a = pb, .b = pa, .out = out};
         gm.a.offset += off_b * (int64_t)ea, gm.b.offset += off_a * (int64_t)ea, gm.out.offset += off_d * (int64_t)ed;
+        if (aux >= 0) gm.aux.offset += off_d * (int64_t)ed; /* GELU's input: D's type and layout (lp_library_epilogue) */
         if (!grow((void **)&lp->gemms, &b->gcap, lp->ngemms + 1, sizeof gm)) return oom(b);
         lp->gemms[lp->ngemms] = gm;
         if (!add_action(b, (lp_action){.kind = LP_GEMM, .step = step, .index = lp->ngemms++})) return false;
@@ -239,11 +250,11 @@ static bool add_gemm_bias(lp_builder *b, const ir_graph *g, const mem_plan *p, i
     return true;
 }
 
-/* add_gemm_bias without a bias: D is matmul n's value. */
+/* add_gemm_epilogue without an epilogue: D is matmul n's value. */
 static bool add_gemm(lp_builder *b, const ir_graph *g, const mem_plan *p, int step, const ir_node *n, lp_place out,
                      alloy_dtype d)
 {
-    return add_gemm_bias(b, g, p, step, n, out, d, n->id, -1);
+    return add_gemm_epilogue(b, g, p, step, n, out, d, n->id, NULL);
 }
 
 /* A step's aux slots: one per (kind, node) of its flags and per-row partials. */
@@ -420,9 +431,9 @@ alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_plan *p, c
         }
         lp_library lib;
         if (st->kind == STEP_KIND_GEMM && end == next && lp_library_epilogue(g, s, k, prog->checks | LP_WIDEN, &lib)) {
-            lp_place o; /* the whole step in the library: product (+ bias) straight into the last member's slot */
+            lp_place o; /* the whole step in the library: product (+ bias, GELU) straight into the last member's slot */
             if (first->op == IR_OP_matmul && place_or_fail(&b, g, p, lib.result, k, &o))
-                add_gemm_bias(&b, g, p, k, first, o, lib.d, lib.result, lib.bias);
+                add_gemm_epilogue(&b, g, p, k, first, o, lib.d, lib.result, &lib);
             continue;
         }
         if (st->kind == STEP_KIND_GEMM && end > next) { /* the product into the scratch, then the epilogue */

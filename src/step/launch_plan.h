@@ -25,8 +25,27 @@ typedef struct lp_place {
  * NONE: D = the product; BIAS: D = the f32 product + bias[i] for every
  * column (the vector of D's m rows: the row-major output's last dim, in
  * D's dtype, as CUBLASLT_EPILOGUE_BIAS defines it), rounded once into D's
- * dtype. */
-typedef enum lp_epilogue { LP_EPILOGUE_NONE, LP_EPILOGUE_BIAS } lp_epilogue;
+ * dtype. The GELU ones apply gelu_tanh (cuBLASLt's GELU is the tanh form)
+ * to the f32 sum (+ the bias), rounded once into D's dtype; with AUX the
+ * GELU's input, rounded once into D's dtype, is written too, at `aux`
+ * (ld_aux apart, cuBLASLt's EPILOGUE_AUX_POINTER / _AUX_LD / batch stride
+ * stride_d): CUBLASLT_EPILOGUE_GELU, _GELU_BIAS, _GELU_AUX, _GELU_AUX_BIAS. */
+typedef enum lp_epilogue {
+    LP_EPILOGUE_NONE,
+    LP_EPILOGUE_BIAS,
+    LP_EPILOGUE_GELU,
+    LP_EPILOGUE_GELU_BIAS,
+    LP_EPILOGUE_GELU_AUX,
+    LP_EPILOGUE_GELU_AUX_BIAS,
+} lp_epilogue;
+
+/* Whether epilogue e adds a bias, applies GELU, writes GELU's input. */
+static inline bool lp_epilogue_bias(lp_epilogue e)
+{
+    return e == LP_EPILOGUE_BIAS || e == LP_EPILOGUE_GELU_BIAS || e == LP_EPILOGUE_GELU_AUX_BIAS;
+}
+static inline bool lp_epilogue_gelu(lp_epilogue e) { return e >= LP_EPILOGUE_GELU; }
+static inline bool lp_epilogue_aux(lp_epilogue e) { return e == LP_EPILOGUE_GELU_AUX || e == LP_EPILOGUE_GELU_AUX_BIAS; }
 
 /* One library GEMM in the column-major convention cuBLAS(Lt) takes:
  * D[m x n] (leading dim ldd) = op(A) op(B), op(A) m x k, op(B) k x n,
@@ -36,7 +55,7 @@ typedef enum lp_epilogue { LP_EPILOGUE_NONE, LP_EPILOGUE_BIAS } lp_epilogue;
  * Operands are `ab`, D is `d`; the sums are f32 (f64 for f64 operands).
  * D holds node `result`'s value: the matmul's, the plan's scratch (a gemm
  * step's f32 product), or for a step lp_library_epilogue takes, the
- * step's last member (a cast or the add of a BIAS epilogue).
+ * step's last member (a cast, the add of a BIAS epilogue, a GELU's).
  * With `pointers` the batch is cuBLASLt's pointer-array mode
  * (CUBLASLT_BATCH_MODE_POINTER_ARRAY; stride_* unused): matrix i of A is
  * at a plus ptr_offsets[ptrs + i] bytes, of B at b plus ptr_offsets[ptrs +
@@ -49,9 +68,12 @@ typedef struct lp_gemm {
     int node; /* the matmul */
     int step;
     int result;           /* the node whose value D is (the matmul, or a library step's last member) */
-    lp_epilogue epilogue; /* BIAS: bias_node's m values at `bias` */
+    lp_epilogue epilogue; /* with a bias: bias_node's m values at `bias` */
     int bias_node;        /* -1 without a bias */
     lp_place bias;
+    int aux_node;         /* with AUX: the GELU input's node, its value at `aux`, ld_aux apart; else -1 */
+    lp_place aux;
+    int64_t ld_aux;
     alloy_dtype ab, d;
     bool ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
@@ -127,11 +149,14 @@ AL_HIDDEN alloy_status lp_build(const ir_graph *g, const schedule *s, const mem_
 AL_HIDDEN void lp_free(lp_plan *lp);
 /* A gemm step one library call computes whole: D is node `result`'s
  * value in dtype d, plus the vector `bias` (-1: none) by cuBLASLt's BIAS
- * epilogue. */
+ * epilogue, through gelu_tanh when `gelu` (cuBLASLt's GELU epilogues),
+ * its input node `aux` (-1: not stored) written too. */
 typedef struct lp_library {
     int bias;
     int result;
     alloy_dtype d;
+    bool gelu;
+    int aux;
 } lp_library;
 
 /* In lp_library_epilogue's checks (and cg_emit_checked's): a product under
@@ -144,17 +169,25 @@ typedef struct lp_library {
  * generated epilogue kernel: its members are a matmul (f16, bf16 or f32, a
  * non-empty sum) and then one of: the add of a bias; a cast to f32 (or to
  * the matmul's own dtype: D is A and B's dtype or f32, cuBLASLt's type
- * combinations); a cast to f32 and the add of a bias. The bias is a vector
- * of the output's last dim (every other dim 1) in the add's dtype
- * (cuBLASLt's bias is D's dtype). Each member is read by the next alone,
- * the last is stored, none is checked, and no checks (amp_check /
- * amp_stats) are asked. The value is the kernel's: the f32 sum (+ the bias
- * in f32) rounded once into the last member's dtype. An f16/bf16 product
- * cast to f32 only with LP_WIDEN in checks: the kernel applies the range
- * rule to it (beyond the f16/bf16 range it is inf before the cast, so the
- * loss scaler skips the step as unfused), cuBLASLt's f32 D cannot and
- * keeps it finite. Fills *out. The emitter emits no kernel for such a step
- * and lp_build gives its GEMM the epilogue; the one place that decides. */
+ * combinations); a cast to f32 and the add of a bias; gelu_tanh, or the
+ * add of a bias and gelu_tanh, all in the matmul's dtype, f32 or bf16
+ * (cuBLASLt's GELU epilogues; an f16 product keeps its kernel: the range
+ * rule makes one at or below -65520 -inf, whose GELU is NaN, where
+ * cuBLASLt's GELU of the f32 sum is -0). The bias is a vector of the output's last dim (every other
+ * dim 1) in the add's dtype (cuBLASLt's bias is D's dtype). Each member is
+ * read by the next alone, the last is stored, none is checked, and no
+ * checks (amp_check / amp_stats) are asked; the one exception is GELU's
+ * input, which may be stored too (the backward's gelu_tanh_grad reads
+ * it): the GELU_AUX epilogues write it, where its row stride is D's and a
+ * multiple of 8 elements (cuBLASLt's AUX_LD rule). The values are the
+ * kernel's: the f32 sum (+ the bias in f32) rounded once into each stored
+ * member's dtype, GELU taken of the unrounded f32 value. An f16/bf16
+ * product cast to f32 only with LP_WIDEN in checks: the kernel applies
+ * the range rule to it (beyond the f16/bf16 range it is inf before the
+ * cast, so the loss scaler skips the step as unfused), cuBLASLt's f32 D
+ * cannot and keeps it finite. Fills *out. The emitter emits no kernel for
+ * such a step and lp_build gives its GEMM the epilogue; the one place
+ * that decides. */
 AL_HIDDEN bool lp_library_epilogue(const ir_graph *g, const schedule *s, int k, unsigned checks, lp_library *out);
 /* Where node's value lives during a run: its leaf buffer, or its arena
  * slot; false when it has neither (a value fused away). */

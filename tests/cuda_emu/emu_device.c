@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "base/convert.h"
+#include "base/vmath.h"
 #include "emu_device.h"
 #include "emu_loader.h"
 #include "emu_stream.h"
@@ -16,7 +17,8 @@
 /* One queued call while capturing. */
 typedef struct emu_call {
     enum { CALL_COPY, CALL_ZERO, CALL_LAUNCH, CALL_GEMM, CALL_HOST } kind;
-    cdev_ptr dst, src, a, b, bias;
+    cdev_ptr dst, src, a, b;
+    cdev_gemm_extra ex; /* CALL_GEMM: its epilogue's bias and GELU input */
     size_t bytes;
     cdev_function *fn;
     cdev_gemm *gemm;
@@ -390,6 +392,18 @@ static alloy_status e_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
                  alloy_dtype_name(gm->ab), alloy_dtype_name(gm->d));
         return ALLOY_ERR_UNSUPPORTED;
     }
+    /* the GELU epilogues as cuBLASLt documents them: not for f64; GELU's input in D's type, AUX_LD (and
+     * its batch stride) a multiple of 8 elements and at least D's m rows; no pointer-array batches here */
+    if (lp_epilogue_gelu(gm->epilogue) && (gm->ab == ALLOY_F64 || gm->pointers))
+        return fail(dev, ALLOY_ERR_INVALID, "a GELU epilogue %s", gm->pointers ? "on a pointer-array GEMM" : "on an f64 GEMM");
+    if (lp_epilogue_aux(gm->epilogue) &&
+        (gm->ld_aux % 8 || gm->ld_aux < gm->m || (gm->batch > 1 && gm->stride_d % 8)))
+    {
+        snprintf(dev->error, sizeof dev->error,
+                 "a GELU_AUX epilogue with AUX_LD %lld (m %lld, batch stride %lld): cuBLASLt wants multiples of 8, "
+                 "AUX_LD at least m", (long long)gm->ld_aux, (long long)gm->m, (long long)gm->stride_d);
+        return ALLOY_ERR_INVALID;
+    }
     cdev_gemm *h = calloc(1, sizeof *h);
     if (!h) return fail(dev, ALLOY_ERR_OOM, "%s", "out of memory");
     h->gm = *gm;
@@ -416,12 +430,17 @@ static void gpu_numerics_column(const lp_gemm *gm, const double *A, const double
 /* D = op(A) op(B), column-major as cuBLASLt defines it (a batch by
  * strides, or by arrays of pointers read from device memory), summed in double
  * and rounded once into D's dtype (in the GPU-numerics mode as cuBLASLt
- * sums, gpu_numerics_column); with the BIAS epilogue, the f32 sum plus
+ * sums, gpu_numerics_column); with a bias epilogue, the f32 sum plus
  * bias[i] (D's m values, in D's dtype) in f32 for every column j, then
- * rounded once into D's dtype, as CUBLASLT_EPILOGUE_BIAS defines it. */
-static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_ptr bias,
+ * rounded once into D's dtype, as CUBLASLT_EPILOGUE_BIAS defines it; with
+ * a GELU one, that f32 value rounded once into D's dtype at ex.aux (the
+ * AUX epilogues: GELU's input, ld_aux apart, a batch stride_d apart) and
+ * its gelu_tanh (alloy's formula and tanh: cuBLASLt's own tanh is not
+ * known here) rounded once into D. */
+static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_gemm_extra ex,
                              const emu_action *check)
 {
+    const cdev_ptr bias = ex.bias;
     size_t ea = alloy_dtype_size(gm->ab), ed = alloy_dtype_size(gm->d);
     int64_t arows = gm->ta ? gm->k : gm->m, acols = gm->ta ? gm->m : gm->k;
     int64_t brows = gm->tb ? gm->n : gm->k, bcols = gm->tb ? gm->k : gm->n;
@@ -430,7 +449,8 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     double *raw_a = malloc(sizeof(double) * (size_t)(asize + 1)), *raw_b = malloc(sizeof(double) * (size_t)(bsize + 1));
     double *D = malloc(sizeof(double) * (size_t)(gm->m * gm->n + 1));
     float *f32 = malloc(sizeof(float) * (size_t)(gm->m + 1)); /* one column rounded to f32 */
-    const bool with_bias = gm->epilogue == LP_EPILOGUE_BIAS;
+    const bool with_bias = lp_epilogue_bias(gm->epilogue), gelu = lp_epilogue_gelu(gm->epilogue),
+               aux = lp_epilogue_aux(gm->epilogue);
     float *vb = malloc(sizeof(float) * (size_t)(gm->m + 1)); /* the bias in f32 */
     if (!A || !B || !raw_a || !raw_b || !D || !f32 || !vb) {
         free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
@@ -438,13 +458,18 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     }
     if (with_bias) {
         bool bad = gm->ab == ALLOY_F64 || gm->d == ALLOY_F64 || !bias;
-        if (bad) snprintf(dev->error, sizeof dev->error, "a BIAS epilogue %s", bias ? "on an f64 GEMM" : "without a bias");
+        if (bad) snprintf(dev->error, sizeof dev->error, "a bias epilogue %s", bias ? "on an f64 GEMM" : "without a bias");
         if (bad || emu_slots_read(check, (const void *)(uintptr_t)bias, (size_t)gm->m * ed, "GEMM bias", dev->error,
                                   sizeof dev->error)) {
             free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
             return ALLOY_ERR_CUDA;
         }
         cvt_load_f32(gm->d, (const void *)(uintptr_t)bias, vb, (size_t)gm->m);
+    }
+    if (aux && !ex.aux) {
+        snprintf(dev->error, sizeof dev->error, "a GELU_AUX epilogue without its EPILOGUE_AUX_POINTER");
+        free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
+        return ALLOY_ERR_CUDA;
     }
     const bool gpu = emu_gpu_numerics();
     if (gm->pointers) { /* CUBLASLT_BATCH_MODE_POINTER_ARRAY: a, b, d are device arrays of batch pointers each */
@@ -485,6 +510,8 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
             return ALLOY_ERR_CUDA;
         }
         for (int64_t j = 0; j < gm->n; j++) emu_slots_write(check, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m * ed);
+        char *px = aux ? (char *)(uintptr_t)ex.aux + bi * gm->stride_d * (int64_t)ed : NULL;
+        for (int64_t j = 0; aux && j < gm->n; j++) emu_slots_write(check, px + j * gm->ld_aux * (int64_t)ed, (size_t)gm->m * ed);
         for (int64_t c = 0; c < acols; c++)
             cvt_load_f64(gm->ab, pa + c * gm->lda * (int64_t)ea, raw_a + c * gm->lda, (size_t)arows);
         for (int64_t c = 0; c < bcols; c++)
@@ -510,6 +537,11 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
             if (gm->d == ALLOY_F32 || gm->ab != ALLOY_F64) {
                 for (int64_t i = 0; i < gm->m; i++) f32[i] = (float)col[i]; /* the f32 sum, then D's dtype */
                 for (int64_t i = 0; with_bias && i < gm->m; i++) f32[i] += vb[i];
+                if (aux) cvt_store_f32(gm->d, f32, px + j * gm->ld_aux * (int64_t)ed, (size_t)gm->m);
+                for (int64_t i = 0; gelu && i < gm->m; i++) {
+                    float x = f32[i];
+                    f32[i] = 0.5f * x * (1.0f + al_vtanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+                }
                 cvt_store_f32(gm->d, f32, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
             } else {
                 cvt_store_f64(gm->d, col, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
@@ -519,20 +551,21 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
     free(A), free(B), free(raw_a), free(raw_b), free(D), free(f32), free(vb);
     emu_of(dev)->stats.gemms++, totals.gemms++;
     if (with_bias) emu_of(dev)->stats.bias_gemms++, totals.bias_gemms++;
+    if (gelu) emu_of(dev)->stats.gelu_gemms++, totals.gelu_gemms++;
     if (gm->result != gm->node) emu_of(dev)->stats.whole_gemms++, totals.whole_gemms++;
     if (gm->pointers) emu_of(dev)->stats.pointer_gemms++, totals.pointer_gemms++;
     return ALLOY_OK;
 }
 
-static alloy_status e_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_ptr bias)
+static alloy_status e_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_gemm_extra ex)
 {
     emu_dev *e = emu_of(dev);
     if (e->capturing)
-        return record_checked(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d, .bias = bias})
+        return record_checked(e, (emu_call){.kind = CALL_GEMM, .gemm = h, .a = a, .b = b, .dst = d, .ex = ex})
                    ? ALLOY_OK
                                                                                                      : ALLOY_ERR_OOM;
     emu_action check = take_pending(e);
-    alloy_status st = run_gemm(dev, &h->gm, a, b, d, bias, &check);
+    alloy_status st = run_gemm(dev, &h->gm, a, b, d, ex, &check);
     emu_action_free(&check);
     return st;
 }
@@ -613,7 +646,7 @@ static alloy_status e_replay(cdev *dev, void *graph)
         switch (c->kind) {
         case CALL_COPY: st = run_copy(dev, c->dst, c->src, c->bytes, &c->check); break;
         case CALL_ZERO: st = run_zero(dev, c->dst, c->bytes, &c->check); break;
-        case CALL_GEMM: st = run_gemm(dev, &c->gemm->gm, c->a, c->b, c->dst, c->bias, &c->check); break;
+        case CALL_GEMM: st = run_gemm(dev, &c->gemm->gm, c->a, c->b, c->dst, c->ex, &c->check); break;
         case CALL_HOST:
             c->host(c->host_arg);
             host_wrote(&c->check);

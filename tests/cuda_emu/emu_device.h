@@ -10,7 +10,8 @@
 typedef struct emu_device_stats {
     long launches, gemms, copies, zeros, captures, replays, modules, events;
     long host_calls; /* libraries' work run on the stream (emu_stream.h: the emulated NCCL's collectives), replays too */
-    long bias_gemms; /* of gemms, those with the BIAS epilogue */
+    long bias_gemms; /* of gemms, those with an epilogue adding a bias (BIAS, GELU_BIAS, GELU_AUX_BIAS) */
+    long gelu_gemms; /* of gemms, those with a GELU epilogue (GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS) */
     long whole_gemms; /* of gemms, those computing a gemm step whole: D a later member's value (a cast, a bias add) */
     long pointer_gemms; /* of gemms, those batched by arrays of pointers (CUBLASLT_BATCH_MODE_POINTER_ARRAY) */
 } emu_device_stats;

@@ -112,6 +112,33 @@ static cublasStatus_t choose(const blt_library *lib, blt_gemm *g, const int alig
     return s;
 }
 
+/* gm's epilogue on out's descriptor: D = product + bias per row of D (the
+ * row-major output's last dim), the bias in D's dtype; GELU (the tanh
+ * form) after it; GELU's input written beside D in D's dtype, AUX_LD
+ * elements apart (and a batch stride as D's). The bias and aux pointers
+ * are set per run (blt_gemm_run). */
+static cublasStatus_t set_epilogue(const blt_library *lib, const lp_gemm *gm, cudaDataType_t d, blt_gemm *out)
+{
+    static const int32_t kinds[] = {
+        [LP_EPILOGUE_NONE] = CUBLASLT_EPILOGUE_DEFAULT,         [LP_EPILOGUE_BIAS] = CUBLASLT_EPILOGUE_BIAS,
+        [LP_EPILOGUE_GELU] = CUBLASLT_EPILOGUE_GELU,            [LP_EPILOGUE_GELU_BIAS] = CUBLASLT_EPILOGUE_GELU_BIAS,
+        [LP_EPILOGUE_GELU_AUX] = CUBLASLT_EPILOGUE_GELU_AUX,    [LP_EPILOGUE_GELU_AUX_BIAS] = CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+    };
+    int32_t epi = kinds[gm->epilogue], type = (int32_t)d;
+    out->bias = lp_epilogue_bias(gm->epilogue), out->aux = lp_epilogue_aux(gm->epilogue);
+    cublasStatus_t s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (s == CUBLAS_STATUS_SUCCESS && out->bias)
+        s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
+    if (s == CUBLAS_STATUS_SUCCESS && out->aux) {
+        int64_t ld = gm->ld_aux, stride = gm->stride_d;
+        s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+        if (s == CUBLAS_STATUS_SUCCESS && gm->batch > 1)
+            s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &stride,
+                                                    sizeof stride);
+    }
+    return s;
+}
+
 alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const int align[3], blt_gemm *out, char *err,
                               size_t errlen)
 {
@@ -126,16 +153,7 @@ alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const i
         s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (s == CUBLAS_STATUS_SUCCESS && gm->epilogue == LP_EPILOGUE_BIAS) {
-        /* D = product + bias per row of D (the row-major output's last dim), the bias in D's dtype; its
-         * pointer is set per run (blt_gemm_run) */
-        int32_t epi = CUBLASLT_EPILOGUE_BIAS, bias_type = (int32_t)d;
-        out->bias = true;
-        s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-        if (s == CUBLAS_STATUS_SUCCESS)
-            s = lib->cublasLtMatmulDescSetAttribute(out->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                    sizeof bias_type);
-    }
+    if (s == CUBLAS_STATUS_SUCCESS && gm->epilogue != LP_EPILOGUE_NONE) s = set_epilogue(lib, gm, d, out);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = layout(lib, &out->a, ab, gm->ta ? gm->k : gm->m, gm->ta ? gm->m : gm->k, gm->lda, gm->batch, gm->stride_a,
                    gm->pointers);
@@ -162,15 +180,19 @@ alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const i
 }
 
 alloy_status blt_gemm_run(const blt_library *lib, const blt_gemm *g, const void *a, const void *b, void *d,
-                          const void *bias, void *workspace, cudaStream_t stream, char *err, size_t errlen)
+                          const void *bias, void *aux, void *workspace, cudaStream_t stream, char *err, size_t errlen)
 {
-    if (g->bias) { /* the descriptor is host memory: setting the pointer per call is allowed while capturing */
-        cublasStatus_t bs =
-            lib->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-        if (bs != CUBLAS_STATUS_SUCCESS) {
-            al_fmt(err, errlen, "cublasLtMatmulDescSetAttribute(BIAS_POINTER): %s", lib->cublasLtGetStatusName(bs));
-            return ALLOY_ERR_CUDA;
-        }
+    /* the descriptor is host memory: setting its pointers per call is allowed while capturing */
+    cublasStatus_t ps = CUBLAS_STATUS_SUCCESS;
+    const char *which = "BIAS_POINTER";
+    if (g->bias) ps = lib->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (ps == CUBLAS_STATUS_SUCCESS && g->aux) {
+        which = "EPILOGUE_AUX_POINTER";
+        ps = lib->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    }
+    if (ps != CUBLAS_STATUS_SUCCESS) {
+        al_fmt(err, errlen, "cublasLtMatmulDescSetAttribute(%s): %s", which, lib->cublasLtGetStatusName(ps));
+        return ALLOY_ERR_CUDA;
     }
     const void *alpha = g->wide ? (const void *)&g->alpha : (const void *)&g->alpha32;
     const void *beta = g->wide ? (const void *)&g->beta : (const void *)&g->beta32;

@@ -58,7 +58,8 @@ typedef struct blt_gemm {
     double alpha, beta; /* f64 GEMMs read them as doubles */
     float alpha32, beta32;
     bool wide;
-    bool bias; /* CUBLASLT_EPILOGUE_BIAS: each run sets the bias pointer */
+    bool bias; /* an epilogue with a bias: each run sets the bias pointer */
+    bool aux;  /* a GELU_AUX epilogue: each run sets the pointer to GELU's input */
 } blt_gemm;
 
 /* Loads libcublasLt.so.13 (then .12) and creates a handle (which needs a
@@ -74,10 +75,12 @@ AL_HIDDEN void blt_close(blt_library *lib);
 AL_HIDDEN alloy_status blt_gemm_prepare(const blt_library *lib, const lp_gemm *gm, const int align[3], blt_gemm *out,
                                         char *err, size_t errlen);
 AL_HIDDEN void blt_gemm_release(const blt_library *lib, blt_gemm *g);
-/* Queues D = op(A) op(B) (+ bias, D's m values, with the BIAS epilogue)
- * on stream with the workspace; for a pointer-array GEMM (lp_gemm's
- * pointers) a, b and d are device arrays of the batch's matrix addresses. */
+/* Queues D = op(A) op(B) (+ bias, D's m values, then GELU, GELU's input
+ * written at aux: the epilogue lp_gemm names) on stream with the
+ * workspace; for a pointer-array GEMM (lp_gemm's pointers) a, b and d are
+ * device arrays of the batch's matrix addresses. */
 AL_HIDDEN alloy_status blt_gemm_run(const blt_library *lib, const blt_gemm *g, const void *a, const void *b, void *d,
-                                    const void *bias, void *workspace, cudaStream_t stream, char *err, size_t errlen);
+                                    const void *bias, void *aux, void *workspace, cudaStream_t stream, char *err,
+                                    size_t errlen);
 
 #endif

@@ -52,7 +52,7 @@ static alloy_status sync_action(rt_backend *b, rt_exec *e, int i)
 /* On a checking device: the extents action a touches, told to the device before it is queued. */
 static void describe_extents(rt_exec *e, cdev *dev, const lp_action *a)
 {
-    int max = e->maxparams + 5; /* a GEMM: A, B, D, a bias and the pointer arrays */
+    int max = e->maxparams + 6; /* a GEMM: A, B, D, a bias, GELU's input and the pointer arrays */
     cdev_extent *ext = al_malloc(sizeof *ext * (size_t)max);
     int n = ext ? cu_action_extents(e->g, e->s, e->p, &e->lp, e->prog, a, (cu_bases){e->arena, e->aux, e->leaf}, ext, max) : 0;
     dev->ops->describe(dev, ext, n); /* none (out of memory): the device checks the action against nothing */
@@ -93,12 +93,13 @@ alloy_status cu_enqueue(rt_backend *b, rt_exec *e, int from, int to)
                 cdev_ptr arrays = e->aux + (cdev_ptr)gm->ptr_at.offset, each = (cdev_ptr)(8 * gm->batch);
                 pa = arrays, pb = arrays + each, pd = arrays + 2 * each;
             }
-            cdev_ptr pbias = gm->epilogue == LP_EPILOGUE_BIAS ? cu_address(b, e, &gm->bias, 1, &st) : 0;
+            cdev_gemm_extra ex = {.bias = lp_epilogue_bias(gm->epilogue) ? cu_address(b, e, &gm->bias, 1, &st) : 0,
+                                  .aux = lp_epilogue_aux(gm->epilogue) ? cu_address(b, e, &gm->aux, 1, &st) : 0};
             for (int64_t r = 0; !st && r < calls; r++) {
                 int64_t at[3] = {0, 0, 0};
                 if (len) lp_gemm_run_offsets(&e->lp, gm, len, r, at);
                 if ((st = dev->ops->gemm(dev, e->gemm[a->index], pa + (cdev_ptr)at[0], pb + (cdev_ptr)at[1],
-                                         pd + (cdev_ptr)at[2], pbias))) {
+                                         pd + (cdev_ptr)at[2], ex))) {
                     char label[64], what[160];
                     al_fmt(what, sizeof what, "GEMM of matmul %s (step %d)",
                            ir_node_label(e->g->nodes[gm->node], label, sizeof label), gm->step);

@@ -14,6 +14,11 @@ typedef struct cdev cdev;
 typedef struct cdev_module cdev_module;
 typedef struct cdev_function cdev_function;
 typedef struct cdev_gemm cdev_gemm;
+/* A GEMM run's epilogue addresses (launch_plan.h, lp_epilogue): the bias
+ * vector it adds and where GELU's input goes (GELU_AUX), 0 where unused. */
+typedef struct cdev_gemm_extra {
+    cdev_ptr bias, aux;
+} cdev_gemm_extra;
 typedef struct cdev_event cdev_event;
 
 /* A piece of device memory one action touches, for a checking device (the tests' emulation): the
@@ -55,9 +60,9 @@ typedef struct cdev_ops {
     alloy_status (*launch)(cdev *dev, cdev_function *f, unsigned grid, unsigned block, void **params, int nparams);
     /* A GEMM's descriptors and algorithm, chosen once (alignments of the
      * operands as lp_alignment gives them); then each run only executes
-     * (bias: the BIAS epilogue's vector, 0 without one). */
+     * (ex: the epilogue's bias vector and GELU's input, 0 without). */
     alloy_status (*gemm_prepare)(cdev *dev, const lp_gemm *gm, const int align[3], cdev_gemm **out);
-    alloy_status (*gemm)(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_ptr bias);
+    alloy_status (*gemm)(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_gemm_extra ex);
     void (*gemm_free)(cdev *dev, cdev_gemm *h);
     /* Captured replay (NULL where the device has none): capture_begin,
      * the step's calls, capture_end gives a replayable step; replay runs it. */

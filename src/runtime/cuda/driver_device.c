@@ -211,13 +211,13 @@ static alloy_status d_gemm_prepare(cdev *dev, const lp_gemm *gm, const int align
     return ALLOY_OK;
 }
 
-static alloy_status d_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr out, cdev_ptr bias)
+static alloy_status d_gemm(cdev *dev, cdev_gemm *h, cdev_ptr a, cdev_ptr b, cdev_ptr out, cdev_gemm_extra ex)
 {
     drv_device *d = drv_of(dev);
     alloy_status st = current(d);
     if (st) return st;
     return blt_gemm_run(d->blt, &h->g, (const void *)(uintptr_t)a, (const void *)(uintptr_t)b, (void *)(uintptr_t)out,
-                        (const void *)(uintptr_t)bias,
+                        (const void *)(uintptr_t)ex.bias, (void *)(uintptr_t)ex.aux,
                         (void *)(uintptr_t)d->workspace, (cudaStream_t)d->stream, dev->error, sizeof dev->error);
 }
 

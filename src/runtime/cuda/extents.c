@@ -93,7 +93,8 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
         lp_place pa, pb, pd = gm->out;
         bool scratch = gm->out.space == LP_ARENA && p->scratch_bytes && gm->out.offset >= (int64_t)p->scratch_offset &&
                        gm->out.offset < (int64_t)(p->scratch_offset + p->scratch_bytes);
-        if (max < 3 + (gm->bias_node >= 0) + gm->pointers || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb))
+        bool aux = lp_epilogue_aux(gm->epilogue);
+        if (max < 3 + (gm->bias_node >= 0) + aux + gm->pointers || !lp_place_of(g, p, mm->in[1], &pa) || !lp_place_of(g, p, mm->in[0], &pb))
             break;
         if (scratch) pd.offset = (int64_t)p->scratch_offset;
         else if (!lp_place_of(g, p, gm->result, &pd)) break; /* the matmul's, or a library step's last member's */
@@ -103,6 +104,9 @@ int cu_action_extents(const ir_graph *g, const schedule *s, const mem_plan *p, c
                              gm->result, true);
         if (gm->bias_node >= 0) /* the BIAS epilogue's vector, read whole */
             out[n++] = extent_of(g, p, &gm->bias, at, value_bytes(g, s, p, &gm->bias, gm->bias_node), gm->bias_node, false);
+        lp_place px; /* a GELU_AUX epilogue's second output: GELU's input, its whole slot as D's */
+        if (aux && lp_place_of(g, p, gm->aux_node, &px))
+            out[n++] = extent_of(g, p, &px, at, value_bytes(g, s, p, &px, gm->aux_node), gm->aux_node, true);
         if (gm->pointers && n < max) { /* the arrays of the batch's matrix addresses (A's, B's, D's), written when built */
             out[n] = extent_at(g, &gm->ptr_at, at, 3 * 8 * gm->batch, -1, false);
             al_fmt(out[n].name, sizeof out[n].name, "the GEMM's pointer arrays");
