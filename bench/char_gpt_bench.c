@@ -183,7 +183,7 @@ static int time_torch(const char *python, const gpt_config *cfg, int batch, int 
 
 int main(int argc, char **argv)
 {
-    gpt_config cfg = {76, 64, 128, 2, 4, 512};
+    gpt_config cfg = {76, 64, 128, 2, 4, 512, false};
     int batch = 32, warmup = 3, steps = 20;
     bool torch = true, cpu_time = false;
     const char *python = "python3", *configs = "f32,f16,bf16";

@@ -26,9 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from proc_threads import thread_cpu_ns, threads_ran  # noqa: E402
 
 
-def build_model(torch, vocab, context, dim, layers, heads, mlp_width, attention="written"):
+def build_model(torch, vocab, context, dim, layers, heads, mlp_width, attention="written", gelu="erf"):
     """examples/gpt_model.c's model; attention "written" (matmul, mask, softmax, matmul, as alloy writes it) or
-    "sdpa" (F.scaled_dot_product_attention, causal: flash attention on a GPU, as alloy's attention op)."""
+    "sdpa" (F.scaled_dot_product_attention, causal: flash attention on a GPU, as alloy's attention op); gelu
+    "erf" (F.gelu's default) or "tanh" (approximate="tanh", as gpt_config's gelu_tanh)."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -59,7 +60,7 @@ def build_model(torch, vocab, context, dim, layers, heads, mlp_width, attention=
 
         def forward(self, x):
             x = x + self.attention(self.ln1(x))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x))))
+            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="none" if gelu == "erf" else "tanh"))
 
     class GPT(nn.Module):
         def __init__(self):

@@ -28,6 +28,8 @@ static const char usage[] =
     "  --model M      char_gpt, mlp, gpt2 (attention written out: disable_passes=attention),\n"
     "                 gpt2_flash (the attention op: attention=always)\n"
     "  --dtype D      f32, f16 or bf16 (default f16)\n"
+    "  --gelu G       the GPTs' MLP activation: erf (default, as char_gpt) or tanh (GPT-2's\n"
+    "                 own approximation, which cuBLASLt's GELU epilogues compute)\n"
     "  --device D     cuda (default) or cpu\n"
     "  --steps N      timed steps (default 20); --warmup N  untimed runs first (default 5, >= 1)\n"
     "  --quick        tiny shapes (for checking the scripts on a CPU)\n"
@@ -101,7 +103,7 @@ static void set_option(alloy_graph *g, const char *name, const char *value)
 
 int main(int argc, char **argv)
 {
-    const char *model = NULL, *dtype = "f16", *device = "cuda";
+    const char *model = NULL, *dtype = "f16", *device = "cuda", *gelu = "erf";
     int steps = 20, warmup = 5, batch = -1;
     bool quick = false, cost_only = false, cost_all = false;
     const char *arch = NULL, *cost_device = NULL, *export_dir = NULL, *sets[32];
@@ -116,6 +118,7 @@ int main(int argc, char **argv)
         i++;
         if (!strcmp(flag, "--model") && val) model = val;
         else if (!strcmp(flag, "--dtype") && val) dtype = val;
+        else if (!strcmp(flag, "--gelu") && val) gelu = val;
         else if (!strcmp(flag, "--device") && val) device = val;
         else if (!strcmp(flag, "--steps")) steps = parse_int(flag, val);
         else if (!strcmp(flag, "--warmup")) warmup = parse_int(flag, val);
@@ -143,10 +146,11 @@ int main(int argc, char **argv)
                       : !strcmp(dtype, "bf16") ? ALLOY_BF16 : ALLOY_I32;
     if (amp == ALLOY_I32) fail(1, "--dtype wants f32, f16 or bf16, got '%s'", dtype);
     if (strcmp(device, "cuda") && strcmp(device, "cpu")) fail(1, "--device wants cuda or cpu, got '%s'", device);
+    if (strcmp(gelu, "erf") && strcmp(gelu, "tanh")) fail(1, "--gelu wants erf or tanh, got '%s'", gelu);
     if (steps < 1 || warmup < 1) fail(1, "--steps and --warmup must be at least 1 (the first run compiles)");
 
-    gpt_config gpt = is_char ? (quick ? (gpt_config){76, 16, 32, 1, 2, 128} : (gpt_config){76, 64, 128, 2, 4, 512})
-                             : (quick ? (gpt_config){128, 32, 32, 2, 2, 128} : (gpt_config){50257, 1024, 768, 12, 12, 3072});
+    gpt_config gpt = is_char ? (quick ? (gpt_config){76, 16, 32, 1, 2, 128, false} : (gpt_config){76, 64, 128, 2, 4, 512, false})
+                             : (quick ? (gpt_config){128, 32, 32, 2, 2, 128, false} : (gpt_config){50257, 1024, 768, 12, 12, 3072, false});
     mlp_config mlp = quick ? (mlp_config){64, 64, 2, 10} : (mlp_config){4096, 4096, 4, 1000};
     if (batch < 0) batch = is_char ? (quick ? 4 : 32) : is_mlp ? (quick ? 64 : 8192) : is_gpt2 ? (quick ? 2 : 8) : (quick ? 4 : 32);
     if (o_context >= 0) gpt.context = o_context;
@@ -158,6 +162,7 @@ int main(int argc, char **argv)
     if (o_hidden >= 0) mlp.hidden = o_hidden;
     if (o_classes >= 0) mlp.classes = o_classes;
     gpt.mlp_width = 4 * gpt.dim;
+    gpt.gelu_tanh = !strcmp(gelu, "tanh");
     if (!is_mlp && gpt_config_problem(&gpt)) fail(1, "%s", gpt_config_problem(&gpt));
     if (is_mlp && (mlp.in < 1 || mlp.hidden < 1 || mlp.classes < 1)) fail(1, "--in, --hidden and --classes must be at least 1");
     if (batch < 1) fail(1, "--batch must be at least 1");

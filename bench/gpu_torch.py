@@ -60,7 +60,7 @@ def make_step(torch, args, shape, dtype, mode, dev):
     else:
         attention = "sdpa" if args.model == "gpt2_flash" else "written"
         model = build_model(torch, shape["vocab"], shape["context"], shape["dim"], shape["layers"], shape["heads"],
-                            4 * shape["dim"], attention=attention).to(dev)
+                            4 * shape["dim"], attention=attention, gelu=args.gelu).to(dev)
         x = torch.randint(0, shape["vocab"], (shape["batch"], shape["context"]), device=dev)
         y = torch.randint(0, shape["vocab"], (shape["batch"], shape["context"]), device=dev)
         loss_fn = model
@@ -139,6 +139,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="tiny shapes, as gpu_step --quick")
+    ap.add_argument("--gelu", choices=("erf", "tanh"), default="erf", help="the GPTs' MLP activation, as gpu_step --gelu")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]

@@ -82,7 +82,7 @@ static unsigned next_seed(unsigned *seed)
 
 int main(int argc, char **argv)
 {
-    gpt_config gpt = {76, 64, 128, 2, 4, 512};
+    gpt_config gpt = {76, 64, 128, 2, 4, 512, false};
     mlp_config mlp = {784, 1024, 2, 10};
     int batch = -1, warmup = 5, steps = 20;
     const char *model = "char_gpt", *dtype = "f32";

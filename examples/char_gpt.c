@@ -86,7 +86,7 @@ static long parse_int(const char *flag, const char *s, long min, long max)
 static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){"/usr/share/common-licenses/GPL-3", NULL, "auto", NULL, 300, 32, 10, 100, false, false, ALLOY_F16,
-                   1, 3e-3, {0, 64, 128, 2, 4, 512}};
+                   1, 3e-3, {0, 64, 128, 2, 4, 512, false}};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help")) { fputs(usage, stdout); exit(0); }

@@ -86,13 +86,14 @@ static alloy_tensor *attention(builder *b, alloy_tensor *x, const char *prefix)
     return linear(b, y, name, D, D, b->residual_std);
 }
 
-/* The position-wise MLP: linear to mlp_width, GELU, linear back to dim. */
+/* The position-wise MLP: linear to mlp_width, GELU (erf, or the tanh form), linear back to dim. */
 static alloy_tensor *mlp(builder *b, alloy_tensor *x, const char *prefix)
 {
     int D = b->cfg->dim, W = b->cfg->mlp_width;
     char name[64];
     snprintf(name, sizeof name, "%s.fc", prefix);
-    alloy_tensor *h = alloy_gelu(b->g, linear(b, x, name, D, W, 0.02));
+    alloy_tensor *pre = linear(b, x, name, D, W, 0.02);
+    alloy_tensor *h = b->cfg->gelu_tanh ? alloy_gelu_tanh(b->g, pre) : alloy_gelu(b->g, pre);
     snprintf(name, sizeof name, "%s.proj", prefix);
     return linear(b, h, name, W, D, b->residual_std);
 }

@@ -12,6 +12,7 @@ typedef struct gpt_config {
     int layers;    /* transformer blocks */
     int heads;     /* attention heads per block */
     int mlp_width; /* hidden width of each block's GELU MLP */
+    bool gelu_tanh; /* the MLP's GELU in its tanh form (GPT-2's own); false: the erf form */
 } gpt_config;
 
 /* The handles a caller feeds, fetches or trains on. */

@@ -193,7 +193,7 @@ static alloy_graph *gpt2(int batch, bool flash)
     alloy_graph *g = alloy_graph_new(flash ? "gpt2_flash_b32_l1" : "gpt2_b8_l1");
     assert_non_null(g);
     alloy_graph_set_seed(g, 1);
-    gpt_config cfg = {50257, 1024, 768, 1, 12, 3072};
+    gpt_config cfg = {50257, 1024, 768, 1, 12, 3072, false};
     alloy_tensor *loss = gpt_build(g, &cfg, batch, true).loss;
     assert_int_equal(alloy_graph_set_loss(g, loss), ALLOY_OK);
     assert_int_equal(alloy_graph_set_option(g, "device", "cuda"), ALLOY_OK);
