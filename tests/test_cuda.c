@@ -550,6 +550,19 @@ static void gpu_gemm_layouts(void **state) { (void)state; gemm_layouts(ON_GPU); 
 
 enum { LIN_IN = 20, LIN_OUT = 36, LIN_STEPS = 3 };
 
+/* Output y of a linear test graph, and when train the mse loss against the input t ([2, 12,
+ * LIN_OUT] in tdt) and SGD; on device. */
+static void finish_linear(alloy_graph *g, alloy_tensor *y, alloy_dtype tdt, bool train, const char *device)
+{
+    expect_ok(g, alloy_output(g, "y", y), "output");
+    if (train) {
+        alloy_tensor *t = alloy_input(g, "t", tdt, 3, (int64_t[]){2, 12, LIN_OUT});
+        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
+        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
+    }
+    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+}
+
 /* A linear layer y = x w + b, x [2, 12, LIN_IN], everything in dt (no
  * AMP: under AMP the loss's cast to f32 joins the gemm step, and cuBLASLt's
  * bias must be in D's dtype), and when train the loss the mean of
@@ -566,13 +579,7 @@ static alloy_graph *linear_graph(const char *device, alloy_dtype dt, bool train,
     alloy_tensor *w = alloy_param(g, "w", pd, 2, (int64_t[]){LIN_IN, LIN_OUT}, alloy_init_uniform(-0.5, 0.5));
     alloy_tensor *b = alloy_param(g, "b", pd, 1, (int64_t[]){LIN_OUT}, alloy_init_uniform(-1, 1));
     alloy_tensor *p = alloy_matmul(g, x, w, false, false), *y = alloy_add(g, p, b);
-    expect_ok(g, alloy_output(g, "y", y), "output");
-    if (train) {
-        alloy_tensor *t = alloy_input(g, "t", pd, 3, (int64_t[]){2, 12, LIN_OUT});
-        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
-        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
-    }
-    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    finish_linear(g, y, pd, train, device);
     if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
     return g;
 }
@@ -602,6 +609,69 @@ static void *run_linear(alloy_graph *g, alloy_dtype dt, bool train, const float 
     return y;
 }
 
+/* run_linear's feeds: x uniform in [-xr, xr], t in [-1, 1], from seed. */
+static void linear_feeds(float *xf, float *tf, uint64_t seed, double xr)
+{
+    test_rng = seed;
+    for (int i = 0; i < 2 * 12 * LIN_IN; i++) xf[i] = (float)test_uniform(-xr, xr);
+    for (int i = 0; i < 2 * 12 * LIN_OUT; i++) tf[i] = (float)test_uniform(-1, 1);
+}
+
+/* What compare_library_steps saw: the emulated device's counts over the library graph's runs
+ * (lib) and the kernel graph's (kern), and y's worst difference from the CPU's, relative to the
+ * CPU's largest |y|. */
+typedef struct library_steps {
+    emu_device_stats lib, kern;
+    double worst, state; /* y against the CPU; the state (training) as state_distance gives it */
+    char name[64];       /* the state tensor furthest from the CPU's */
+} library_steps;
+
+static emu_device_stats stats_add(emu_device_stats a, emu_device_stats from, emu_device_stats to)
+{
+    a.launches += to.launches - from.launches, a.gemms += to.gemms - from.gemms;
+    a.bias_gemms += to.bias_gemms - from.bias_gemms, a.gelu_gemms += to.gelu_gemms - from.gelu_gemms;
+    return a;
+}
+
+/* `steps` runs of three graphs of one layer (run_linear's feeds, x and t): lib, whose gemm steps
+ * cuBLASLt computes whole, kern, the same with amp_check on (every gemm step keeping its epilogue
+ * kernel), and cpu. On the emulated device y of lib and kern must agree bit for bit at every step
+ * when bitwise (the library's epilogue computing what the kernel does); `what` names the epilogue
+ * in the failure. y, and when training lib's state, must be within bound of the CPU's. */
+static library_steps compare_library_steps(target t, alloy_graph *lib, alloy_graph *kern, alloy_graph *cpu,
+                                           alloy_dtype dt, bool train, int steps, const float *xf, const float *tf,
+                                           bool bitwise, const char *what, double bound)
+{
+    library_steps r = {{0}, {0}, 0, 0, ""};
+    for (int s = 0; s < steps; s++) {
+        alloy_dtype ydt, kdt, cdt;
+        int64_t n, kn, cn;
+        emu_device_stats s0 = emu_totals();
+        void *ye = run_linear(lib, dt, train, xf, tf, &ydt, &n);
+        emu_device_stats s1 = emu_totals();
+        void *yk = run_linear(kern, dt, train, xf, tf, &kdt, &kn);
+        emu_device_stats s2 = emu_totals();
+        void *yc = run_linear(cpu, dt, train, xf, tf, &cdt, &cn);
+        assert_true(ydt == kdt && ydt == cdt && n == kn && n == cn);
+        r.lib = stats_add(r.lib, s0, s1), r.kern = stats_add(r.kern, s1, s2);
+        double scale = 0;
+        for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(ydt, yc, i)));
+        size_t es = alloy_dtype_size(ydt);
+        for (int64_t i = 0; i < n; i++) {
+            double e = test_decode(ydt, ye, i), k = test_decode(ydt, yk, i), c = test_decode(ydt, yc, i);
+            if (t == ON_EMULATION && bitwise && memcmp((char *)ye + i * (int64_t)es, (char *)yk + i * (int64_t)es, es) != 0)
+                fail_msg("%s %s step %d: y[%lld] is %.9g with the %s, %.9g with the epilogue kernel, %.9g on the CPU",
+                         alloy_dtype_name(dt), train ? "training" : "forward", s, (long long)i, e, what, k, c);
+            r.worst = fmax(r.worst, fabs(e - c) / (scale > 0 ? scale : 1));
+        }
+        test_free(ye), test_free(yk), test_free(yc);
+    }
+    if (train) r.state = state_distance(cpu, lib, r.name, sizeof r.name);
+    if (!(r.worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", r.worst, bound);
+    if (!(r.state <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", r.name, r.state, bound);
+    return r;
+}
+
 /* y = x w + b with cuBLASLt's bias epilogue (one GEMM writing y in its dtype, no epilogue kernel)
  * against the generated epilogue kernel (the same layer with amp_check on) and the CPU: in f32,
  * f16 and bf16, forward and LIN_STEPS training steps. On the emulated device y agrees bit for bit
@@ -614,53 +684,24 @@ static void linear_bias(target t)
     use_target(t);
     static const alloy_dtype dts[] = {F32, F16, BF16};
     float xf[2 * 12 * LIN_IN], tf[2 * 12 * LIN_OUT];
-    test_rng = 41;
-    for (size_t i = 0; i < sizeof xf / sizeof xf[0]; i++) xf[i] = (float)test_uniform(-1, 1);
-    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) tf[i] = (float)test_uniform(-1, 1);
+    linear_feeds(xf, tf, 41, 1);
     for (int train = 0; train < 2; train++)
         for (size_t di = 0; di < 3; di++) {
             alloy_dtype dt = dts[di];
             alloy_graph *epi = linear_graph("cuda", dt, train, false), *kern = linear_graph("cuda", dt, train, true),
                         *cpu = linear_graph("cpu", dt, train, false);
-            long kernels = 0, gemms = 0, bias_gemms = 0, kernels_kept = 0;
-            double worst = 0;
-            for (int s = 0; s < (train ? LIN_STEPS : 1); s++) {
-                alloy_dtype ydt, kdt, cdt;
-                int64_t n, kn, cn;
-                emu_device_stats s0 = emu_totals();
-                void *ye = run_linear(epi, dt, train, xf, tf, &ydt, &n);
-                emu_device_stats s1 = emu_totals();
-                void *yk = run_linear(kern, dt, train, xf, tf, &kdt, &kn);
-                emu_device_stats s2 = emu_totals();
-                void *yc = run_linear(cpu, dt, train, xf, tf, &cdt, &cn);
-                assert_true(ydt == kdt && ydt == cdt && n == kn && n == cn);
-                kernels += s1.launches - s0.launches, gemms += s1.gemms - s0.gemms;
-                bias_gemms += s1.bias_gemms - s0.bias_gemms;
-                assert_int_equal(s2.bias_gemms, s1.bias_gemms); /* amp_check: no bias epilogue */
-                kernels_kept += s2.launches - s1.launches;
-                double scale = 0;
-                for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(ydt, yc, i)));
-                for (int64_t i = 0; i < n; i++) {
-                    double e = test_decode(ydt, ye, i), k = test_decode(ydt, yk, i),
-                           c = test_decode(ydt, yc, i);
-                    if (t == ON_EMULATION && memcmp((char *)ye + i * (int64_t)alloy_dtype_size(ydt),
-                                                    (char *)yk + i * (int64_t)alloy_dtype_size(ydt),
-                                                    alloy_dtype_size(ydt)) != 0)
-                        fail_msg("%s %s step %d: y[%lld] is %.9g with the bias epilogue, %.9g with the epilogue kernel, %.9g on the CPU",
-                                 alloy_dtype_name(dt), train ? "training" : "forward", s, (long long)i, e, k, c);
-                    worst = fmax(worst, fabs(e - c) / (scale > 0 ? scale : 1));
-                }
-                test_free(ye), test_free(yk), test_free(yc);
-            }
             double bound = train ? chain_bound(CHAIN_DEPTH, LIN_IN, dt) : chain_bound(1, LIN_IN, dt);
-            char name[64] = "";
-            double d = train ? state_distance(cpu, epi, name, sizeof name) : 0;
+            library_steps r = compare_library_steps(t, epi, kern, cpu, dt, train, train ? LIN_STEPS : 1, xf, tf, true,
+                                                    "bias epilogue", bound);
+            long kernels = r.lib.launches, gemms = r.lib.gemms, bias_gemms = r.lib.bias_gemms,
+                 kernels_kept = r.kern.launches;
+            double worst = r.worst, d = r.state;
+            const char *name = r.name;
+            assert_int_equal(r.kern.bias_gemms, 0); /* amp_check: no bias epilogue */
             print_message("linear %s %s on %s: worst y difference from the CPU %.3g, state %.3g (%s), bound %.3g; "
                           "%ld kernels and %ld GEMMs (%ld with the bias epilogue), %ld kernels with the epilogue kernel\n",
                           alloy_dtype_name(dt), train ? "training" : "forward", t == ON_GPU ? "the GPU" : "the emulated device",
                           worst, d, name, bound, kernels, gemms, bias_gemms, kernels_kept);
-            if (!(worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", worst, bound);
-            if (!(d <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", name, d, bound);
             if (t == ON_EMULATION && !train) { /* the forward: one GEMM and no kernel, against GEMM + epilogue kernel */
                 assert_int_equal(kernels, 0);
                 assert_int_equal(gemms, 1);
@@ -698,13 +739,7 @@ static alloy_graph *gelu_graph(const char *device, alloy_dtype dt, bool train, b
     alloy_tensor *b2 = alloy_param(g, "b2", dt, 1, (int64_t[]){LIN_OUT}, alloy_init_uniform(-1, 1));
     alloy_tensor *h = alloy_gelu_tanh(g, alloy_add(g, alloy_matmul(g, x, w1, false, false), b1));
     alloy_tensor *y = alloy_add(g, alloy_matmul(g, h, w2, false, false), b2);
-    expect_ok(g, alloy_output(g, "y", y), "output");
-    if (train) {
-        alloy_tensor *t = alloy_input(g, "t", dt, 3, (int64_t[]){2, 12, LIN_OUT});
-        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
-        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
-    }
-    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    finish_linear(g, y, dt, train, device);
     if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
     return g;
 }
@@ -723,52 +758,22 @@ static void gelu_epilogue(target t)
     use_target(t);
     static const alloy_dtype dts[] = {F32, BF16, F16};
     float xf[2 * 12 * LIN_IN], tf[2 * 12 * LIN_OUT];
-    test_rng = 43;
-    for (size_t i = 0; i < sizeof xf / sizeof xf[0]; i++) xf[i] = (float)test_uniform(-2, 2);
-    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) tf[i] = (float)test_uniform(-1, 1);
+    linear_feeds(xf, tf, 43, 2);
     for (int train = 0; train < 2; train++)
         for (size_t di = 0; di < 3; di++) {
             alloy_dtype dt = dts[di];
             alloy_graph *epi = gelu_graph("cuda", dt, train, false), *kern = gelu_graph("cuda", dt, train, true),
                         *cpu = gelu_graph("cpu", dt, train, false);
-            long gelu_gemms = 0, kernels = 0, kernels_kept = 0;
-            double worst = 0;
-            for (int s = 0; s < (train ? LIN_STEPS : 1); s++) {
-                alloy_dtype ydt, kdt, cdt;
-                int64_t n, kn, cn;
-                emu_device_stats s0 = emu_totals();
-                void *ye = run_linear(epi, dt, train, xf, tf, &ydt, &n);
-                emu_device_stats s1 = emu_totals();
-                void *yk = run_linear(kern, dt, train, xf, tf, &kdt, &kn);
-                emu_device_stats s2 = emu_totals();
-                void *yc = run_linear(cpu, dt, train, xf, tf, &cdt, &cn);
-                assert_true(ydt == kdt && ydt == cdt && n == kn && n == cn);
-                gelu_gemms += s1.gelu_gemms - s0.gelu_gemms;
-                kernels += s1.launches - s0.launches, kernels_kept += s2.launches - s1.launches;
-                assert_int_equal(s2.gelu_gemms, s1.gelu_gemms); /* amp_check: no GELU epilogue */
-                double scale = 0;
-                for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(test_decode(ydt, yc, i)));
-                size_t es = alloy_dtype_size(ydt);
-                for (int64_t i = 0; i < n; i++) {
-                    double e = test_decode(ydt, ye, i), k = test_decode(ydt, yk, i), c = test_decode(ydt, yc, i);
-                    if (t == ON_EMULATION && !emu_gpu_numerics() &&
-                        memcmp((char *)ye + i * (int64_t)es, (char *)yk + i * (int64_t)es, es) != 0)
-                        fail_msg("%s %s step %d: y[%lld] is %.9g with the GELU epilogue, %.9g with the epilogue kernel, "
-                                 "%.9g on the CPU",
-                                 alloy_dtype_name(dt), train ? "training" : "forward", s, (long long)i, e, k, c);
-                    worst = fmax(worst, fabs(e - c) / (scale > 0 ? scale : 1));
-                }
-                test_free(ye), test_free(yk), test_free(yc);
-            }
+            /* bit for bit but in the GPU-numerics mode, where the kernel's tanhf moves and the library's does not */
             double bound = train ? chain_bound(CHAIN_DEPTH, GELU_HIDDEN, dt) : chain_bound(3, GELU_HIDDEN, dt);
-            char name[64] = "";
-            double d = train ? state_distance(cpu, epi, name, sizeof name) : 0;
+            library_steps r = compare_library_steps(t, epi, kern, cpu, dt, train, train ? LIN_STEPS : 1, xf, tf,
+                                                    !emu_gpu_numerics(), "GELU epilogue", bound);
+            long gelu_gemms = r.lib.gelu_gemms, kernels = r.lib.launches, kernels_kept = r.kern.launches;
+            assert_int_equal(r.kern.gelu_gemms, 0); /* amp_check: no GELU epilogue */
             print_message("gelu mlp %s %s on %s: worst y difference from the CPU %.3g, state %.3g (%s), bound %.3g; "
                           "%ld GEMMs with the GELU epilogue, %ld kernels (%ld with the epilogue kernels)\n",
                           alloy_dtype_name(dt), train ? "training" : "forward", t == ON_GPU ? "the GPU" : "the emulated device",
-                          worst, d, name, bound, gelu_gemms, kernels, kernels_kept);
-            if (!(worst <= bound)) fail_msg("y differs from the CPU's by %.3g (> %.3g)", worst, bound);
-            if (!(d <= bound)) fail_msg("state '%s' differs from the CPU's by %.3g (> %.3g)", name, d, bound);
+                          r.worst, r.state, r.name, bound, gelu_gemms, kernels, kernels_kept);
             if (t == ON_EMULATION) {
                 assert_int_equal(gelu_gemms, dt == F16 ? 0 : train ? LIN_STEPS : 1); /* the forward's first GEMM a step */
                 if (dt != F16) assert_true(kernels < kernels_kept);
@@ -799,13 +804,7 @@ static alloy_graph *linear_amp_graph(const char *device, alloy_dtype amp, bool t
     alloy_tensor *rows = alloy_reshape(g, alloy_cast(g, x, amp), 2, (int64_t[]){2 * 12, LIN_IN});
     alloy_tensor *p = alloy_matmul(g, rows, alloy_cast(g, w, amp), false, false);
     alloy_tensor *y = alloy_reshape(g, alloy_add(g, alloy_cast(g, p, F32), b), 3, (int64_t[]){2, 12, LIN_OUT});
-    expect_ok(g, alloy_output(g, "y", y), "output");
-    if (train) {
-        alloy_tensor *t = alloy_input(g, "t", F32, 3, (int64_t[]){2, 12, LIN_OUT});
-        expect_ok(g, alloy_graph_set_loss(g, alloy_mse_loss(g, y, t, ALLOY_REDUCTION_MEAN)), "set_loss");
-        expect_ok(g, alloy_graph_add_optimizer(g, alloy_sgd(0.05, 0.0, 0.0, false)), "add_optimizer");
-    }
-    expect_ok(g, alloy_graph_set_option(g, "device", device), "device");
+    finish_linear(g, y, F32, train, device);
     if (widen) expect_ok(g, alloy_graph_set_option(g, "cuda_gemm_f32", "1"), "cuda_gemm_f32");
     return g;
 }
