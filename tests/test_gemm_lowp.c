@@ -587,6 +587,80 @@ static void test_out_of_memory_is_an_error(void **state)
     }
 }
 
+/* gemm_lowp_epi (a bias GEMM step's epilogue in the tiles) gives, bit
+ * for bit, the f32 sums from gemm_lowp into f32 with the range rule
+ * (fz_range_copy_f32's: |x| >= 65520 in f16, >= 0x1.ffp127 in bf16 is
+ * that inf), the bias added in f32 and one cvt_store_f32: on every kernel
+ * this CPU runs, shapes with edge tiles and several k blocks, one and two
+ * threads, with and without the range rule and without a bias. Row 0 of C
+ * sums to the rule's bound exactly (f16: 256 x 256 = 65536; bf16: 2^127 x
+ * 0x1.fep0 + 2^119 = 0x1.ffp127) and every third column's bias brings it
+ * back under the bound (-32768; -2^127): inf under the rule, a finite
+ * value without it, so dropping the rule fails here. */
+static void test_an_epilogue_in_the_tiles_gives_the_epilogue_groups_bits(void **state)
+{
+    (void)state;
+    cpu_workers *w = cpu_workers_new();
+    assert_non_null(w);
+    static const int64_t shapes[][3] = {{37, 45, 70}, {150, 96, 600}, {20, 512, 128}};
+    for (int di = 0; di < 2; di++)
+        for (size_t ki = 0; ki < NKERNELS; ki++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int mode = 0; mode < 3; mode++) { /* range rule + bias, bias alone, range rule alone */
+                    alloy_dtype dt = di ? ALLOY_BF16 : ALLOY_F16;
+                    opt_lowp_gemm kernel = kernels[ki];
+                    if (gemm_lowp_kernel(dt, kernel) != kernel && kernel != OPT_LOWP_SGEMM) continue;
+                    int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                    bool bf = dt == ALLOY_BF16;
+                    double a0 = bf ? 0x1p127 : 256, a1 = bf ? 0x1p119 : 0, b0 = bf ? 0x1.fep0 : 256;
+                    double pull = bf ? -0x1p127 : -32768;
+                    double *av = xalloc(sizeof(double) * (size_t)(m * k)), *bv = xalloc(sizeof(double) * (size_t)(k * n));
+                    uint16_t *a = xalloc(2 * (size_t)(m * k)), *b = xalloc(2 * (size_t)(k * n));
+                    test_rng = 7 + (uint64_t)si;
+                    for (int64_t i = 0; i < m * k; i++) /* row 0: a0, a1, then zeros */
+                        av[i] = i < k ? (i == 0 ? a0 : i == 1 ? a1 : 0) : test_round_to(dt, test_uniform(-1, 1));
+                    for (int64_t i = 0; i < k * n; i++) /* B's row 0 b0, row 1 ones */
+                        bv[i] = i < n ? b0 : i < 2 * n ? 1 : test_round_to(dt, test_uniform(-1, 1));
+                    test_encode(dt, av, a, m * k);
+                    test_encode(dt, bv, b, k * n);
+                    float *bias = xalloc(sizeof(float) * (size_t)n), *sums = xalloc(sizeof(float) * (size_t)(m * n));
+                    for (int64_t j = 0; j < n; j++)
+                        bias[j] = (float)(j % 3 == 0 ? pull : test_round_to(dt, test_uniform(-2, 2)));
+                    uint16_t *got = xalloc(2 * (size_t)(m * n)), *want = xalloc(2 * (size_t)(m * n));
+                    gemm_lowp_args g = {dt, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, sums, NULL, 0};
+                    for (int threads = 1; threads <= 2; threads++) {
+                        g.out_dtype = ALLOY_F32, g.c = sums;
+                        assert_int_equal(gemm_lowp(&g, kernel, w, threads), ALLOY_OK);
+                        gemm_lowp_epilogue epi = {mode == 1 ? ALLOY_F32 : dt, mode == 2 ? NULL : bias};
+                        float limit = epi.range == ALLOY_F16 ? 65520.0f : epi.range == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+                        int passed = 0;
+                        for (int64_t i = 0; i < m * n; i++) {
+                            float v = sums[i];
+                            passed += fabsf(v) >= limit;
+                            v = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
+                            sums[i] = epi.bias ? v + epi.bias[i % n] : v;
+                        }
+                        cvt_store_f32(dt, sums, want, (size_t)(m * n));
+                        g.out_dtype = dt, g.c = got;
+                        memset(got, 0x7e, 2 * (size_t)(m * n));
+                        assert_int_equal(gemm_lowp_epi(&g, &epi, kernel, w, threads), ALLOY_OK);
+                        if (mode != 1) assert_int_equal(passed, n); /* row 0 reaches the bound, no other row */
+                        for (int64_t i = 0; i < m * n; i++)
+                            if (got[i] != want[i])
+                                fail_msg("%s %s %lldx%lldx%lld mode %d, %d threads: C[%lld] is 0x%04x, the epilogue "
+                                         "group's 0x%04x", gemm_lowp_kernel_name(gemm_lowp_kernel(dt, kernel)),
+                                         alloy_dtype_name(dt), (long long)m, (long long)n, (long long)k, mode, threads,
+                                         (long long)i, got[i], want[i]);
+                    }
+                    g.out_dtype = ALLOY_F32, g.c = sums; /* an f32 C has no such epilogue */
+                    gemm_lowp_epilogue none = {ALLOY_F32, NULL};
+                    assert_int_equal(gemm_lowp_epi(&g, &none, kernel, w, 1), ALLOY_ERR_INVALID);
+                    al_free(av), al_free(bv), al_free(a), al_free(b), al_free(bias), al_free(sums), al_free(got),
+                        al_free(want);
+                }
+    cpu_workers_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_an_f32_c_of_4_kib_rows_gets_the_dense_bits),
         cmocka_unit_test(test_operands_packed_by_their_tile_give_the_bits_of_whole_panels),
         cmocka_unit_test(test_out_of_memory_is_an_error),
+        cmocka_unit_test(test_an_epilogue_in_the_tiles_gives_the_epilogue_groups_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

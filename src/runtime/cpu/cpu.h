@@ -155,6 +155,14 @@ AL_HIDDEN int cpu_workers_threads(cpu_workers *w, int want);
 AL_HIDDEN void cpu_workers_run(cpu_workers *w, int threads, int64_t nblocks,
                                void (*fn)(void *arg, int64_t block, int thread), void *arg);
 
+/* matmul n of in into out (an f16/bf16 product in its own dtype, k > 0,
+ * not over strided views) with epi applied to each f32 sum in the GEMM's
+ * tiles before the one rounding (gemm_lowp_epi); ALLOY_ERR_INVALID, with
+ * the reason, for any other matmul. */
+struct gemm_lowp_epilogue;
+AL_HIDDEN alloy_status cpu_matmul_epilogue(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in,
+                                           const struct gemm_lowp_epilogue *epi);
+
 /* The ROW, GEMM and MULTI steps (cpu_groups.c), their stored members given
  * memory in values by the caller, as cpu_run_group_ex does for EW. */
 AL_HIDDEN alloy_status cpu_run_row(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,

@@ -5,6 +5,8 @@
 #include "kernels/ref.h"
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm_lowp.h"
+#include "step/attn_views.h"
 
 /* Elements of one row block: the block's values of every member stay in L2
  * while its steps run (16k f32 = 64 KB per value). */
@@ -392,6 +394,43 @@ static void *widened_into(const cpu_exec *x, const ir_graph *g, const sched_step
     return dst;
 }
 
+/* The bias a GEMM step adds in the GEMM's tiles, or -1: its members an
+ * f16/bf16 matmul in its operands' dtype (a non-empty sum, not stored,
+ * not checked, not over strided views) and the add of a vector of its
+ * last dim in the same dtype, stored and not checked; no amp_check /
+ * amp_stats; the add's slot apart from every operand's. The step's value
+ * is then the tiles' (gemm_lowp_epi: the product's range rule, the bias
+ * added in f32, one rounding), the epilogue group's bit for bit, with no
+ * f32 product written out and read back. */
+static int bias_in_tiles(const cpu_exec *x, const ir_graph *g, const sched_step *step, const sched_member *members,
+                         const rt_tensor *values)
+{
+    if (step->n != 2 || x->nonfinite || x->ranges) return -1;
+    const ir_node *mm = g->nodes[members[0].node], *add = g->nodes[members[1].node];
+    alloy_dtype dt = mm->type.dtype;
+    if (mm->op != IR_OP_matmul || (dt != ALLOY_F16 && dt != ALLOY_BF16) || mm->nin != 2) return -1;
+    if (g->nodes[mm->in[0]]->type.dtype != dt || g->nodes[mm->in[1]]->type.dtype != dt) return -1;
+    const ir_type *ta = &g->nodes[mm->in[0]]->type;
+    if (ta->dims[ta->rank - (ir_attr_i(mm, "transpose_a") ? 2 : 1)] == 0 || attn_strided_matmul(g, mm)) return -1;
+    if (members[0].flags & (MEMBER_STORED | MEMBER_CHECK) || !(members[1].flags & MEMBER_STORED) ||
+        members[1].flags & (MEMBER_CHECK | MEMBER_SPILLED | MEMBER_STRIDED | MEMBER_VIEW))
+        return -1;
+    if (add->op != IR_OP_add || add->nin != 2 || !ir_type_eq(&add->type, &mm->type)) return -1;
+    int bias = add->in[0] == mm->id ? add->in[1] : add->in[1] == mm->id ? add->in[0] : -1;
+    if (bias < 0 || bias == mm->id) return -1;
+    const ir_type *tb = &g->nodes[bias]->type;
+    int64_t n = mm->type.dims[mm->type.rank - 1];
+    if (tb->dtype != dt || tb->rank < 1 || tb->dims[tb->rank - 1] != n || ir_numel(tb) != n) return -1;
+    if (x->state_of && x->state_of[add->id] >= 0) return -1;
+    const void *dst = values[add->id].data;
+    size_t bytes = ir_nbytes(&add->type);
+    if (!dst) return -1;
+    for (int j = 0; j < 2; j++)
+        if (overlaps(dst, bytes, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return -1;
+    if (overlaps(dst, bytes, values[bias].data, ir_nbytes(tb))) return -1;
+    return bias;
+}
+
 alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
                           rt_tensor *values, cpu_workers *w)
 {
@@ -401,6 +440,18 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
         char label[64];
         return cpu_fail(x, ALLOY_ERR_VERIFY, "gemm step headed by %s '%s', not a matmul or convolution",
                         ir_ops[mm->op].name, ir_node_label(mm, label, sizeof label));
+    }
+    int bias = mm->op == IR_OP_matmul ? bias_in_tiles(x, g, step, members, values) : -1;
+    if (bias >= 0) { /* the product, its range rule and the bias in the GEMM's tiles, straight into the add's slot */
+        int64_t n = ir_numel(&g->nodes[bias]->type);
+        float *b32 = al_malloc(sizeof(float) * (size_t)n);
+        if (!b32) return cpu_out_of_memory(x, mm);
+        cvt_load_f32(mm->type.dtype, values[bias].data, b32, (size_t)n);
+        gemm_lowp_epilogue epi = {members[0].flags & MEMBER_RANGED ? mm->type.dtype : ALLOY_F32, b32};
+        rt_tensor in[2] = {values[mm->in[0]], values[mm->in[1]]};
+        cpu_matmul_epilogue(x, mm, &values[members[1].node], in, &epi);
+        al_free(b32);
+        return x->status;
     }
     int64_t count = ir_numel(&mm->type);
     size_t bytes = sizeof(float) * (size_t)(count ? count : 1);

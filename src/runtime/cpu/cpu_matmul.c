@@ -73,8 +73,8 @@ static void matmul_wide(cpu_exec *x, const mm_plan *p, bool f64, rt_tensor *out,
 
 /* f16/bf16 operands: the low-precision GEMM (gemm_lowp.h), summed in f32,
  * the result f32 or rounded once to the output's dtype. */
-static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm_plan *p,
-                                         rt_tensor *out, const rt_tensor *in)
+static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out,
+                                         const rt_tensor *in, const gemm_lowp_epilogue *epi)
 {
     gemm_lowp_args g = {in[0].type.dtype, out->type.dtype, p->trans_a, p->trans_b, p->m, p->n, p->k,
                         p->lda, p->ldb, p->batch_rank, p->batch_dims, p->stride_a, p->stride_b,
@@ -85,7 +85,7 @@ static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm
                         ir_node_label(n, label, sizeof label), alloy_dtype_name(g.dtype),
                         alloy_dtype_name(in[1].type.dtype), alloy_dtype_name(g.out_dtype));
     }
-    if (gemm_lowp(&g, (opt_lowp_gemm)x->lowp_gemm, x->workers, x->nthreads)) {
+    if (gemm_lowp_epi(&g, epi, (opt_lowp_gemm)x->lowp_gemm, x->workers, x->nthreads)) {
         char label[32];
         return cpu_fail(x, ALLOY_ERR_OOM, "matmul '%s': out of memory packing the operands",
                         ir_node_label(n, label, sizeof label));
@@ -93,7 +93,8 @@ static alloy_status matmul_low_precision(cpu_exec *x, const ir_node *n, const mm
     return ALLOY_OK;
 }
 
-static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out, const rt_tensor *in);
+static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out, const rt_tensor *in,
+                               const gemm_lowp_epilogue *epi);
 
 static bool strided(const schedule *s, int i)
 {
@@ -120,38 +121,62 @@ static alloy_status strided_matmul(cpu_exec *x, const ir_node *n, mm_plan *p, rt
         a[j].data = (char *)a[j].data + l.base * (int64_t)alloy_dtype_size(a[j].type.dtype);
     }
     p->strided_c = strided(s, n->id);
-    return run_matmul(x, n, p, &a[2], a);
+    return run_matmul(x, n, p, &a[2], a, NULL);
 }
+
+/* The mm_plan of matmul n of in into out. */
+static void plan_of(const ir_node *n, const rt_tensor *out, const rt_tensor *in, mm_plan *p);
 
 /* matmul: out[..., M, N] = op(a) op(b) per batch, batch dims broadcast;
  * f32/f64 through gemm_part, f16/bf16 via f32 with one final rounding. */
 alloy_status cpu_matmul(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in)
 {
-    const ir_type *ta = &in[0].type, *tb = &in[1].type, *to = &out->type;
     mm_plan p;
-    p.trans_a = ir_attr_i(n, "transpose_a") != 0;
-    p.trans_b = ir_attr_i(n, "transpose_b") != 0;
-    p.m = to->dims[to->rank - 2];
-    p.n = to->dims[to->rank - 1];
-    p.k = ta->dims[ta->rank - (p.trans_a ? 2 : 1)];
-    p.lda = ta->dims[ta->rank - 1];
-    p.ldb = tb->dims[tb->rank - 1];
-    p.strided_c = false;
-    p.ldc = p.n;
-    p.batch_rank = to->rank - 2;
-    p.batches = 1;
-    for (int d = 0; d < p.batch_rank; d++) {
-        p.batch_dims[d] = to->dims[d];
-        p.batches *= to->dims[d];
-    }
-    ir_matmul_batch_strides(ta, p.batch_rank, p.stride_a);
-    ir_matmul_batch_strides(tb, p.batch_rank, p.stride_b);
+    plan_of(n, out, in, &p);
     if (x->graph && x->sched && attn_strided_matmul(x->graph, n)) return strided_matmul(x, n, &p, out, in);
-    return run_matmul(x, n, &p, out, in);
+    return run_matmul(x, n, &p, out, in, NULL);
+}
+
+alloy_status cpu_matmul_epilogue(cpu_exec *x, const ir_node *n, rt_tensor *out, const rt_tensor *in,
+                                 const gemm_lowp_epilogue *epi)
+{
+    mm_plan p;
+    plan_of(n, out, in, &p);
+    bool low = in[0].type.dtype == ALLOY_F16 || in[0].type.dtype == ALLOY_BF16;
+    if (!low || out->type.dtype != in[0].type.dtype || p.k == 0 || (x->graph && x->sched && attn_strided_matmul(x->graph, n))) {
+        char label[32];
+        return cpu_fail(x, ALLOY_ERR_INVALID, "matmul '%s': no epilogue in its tiles (%s into %s, k %lld)",
+                        ir_node_label(n, label, sizeof label), alloy_dtype_name(in[0].type.dtype),
+                        alloy_dtype_name(out->type.dtype), (long long)p.k);
+    }
+    return run_matmul(x, n, &p, out, in, epi);
+}
+
+static void plan_of(const ir_node *n, const rt_tensor *out, const rt_tensor *in, mm_plan *p)
+{
+    const ir_type *ta = &in[0].type, *tb = &in[1].type, *to = &out->type;
+    p->trans_a = ir_attr_i(n, "transpose_a") != 0;
+    p->trans_b = ir_attr_i(n, "transpose_b") != 0;
+    p->m = to->dims[to->rank - 2];
+    p->n = to->dims[to->rank - 1];
+    p->k = ta->dims[ta->rank - (p->trans_a ? 2 : 1)];
+    p->lda = ta->dims[ta->rank - 1];
+    p->ldb = tb->dims[tb->rank - 1];
+    p->strided_c = false;
+    p->ldc = p->n;
+    p->batch_rank = to->rank - 2;
+    p->batches = 1;
+    for (int d = 0; d < p->batch_rank; d++) {
+        p->batch_dims[d] = to->dims[d];
+        p->batches *= to->dims[d];
+    }
+    ir_matmul_batch_strides(ta, p->batch_rank, p->stride_a);
+    ir_matmul_batch_strides(tb, p->batch_rank, p->stride_b);
 }
 
 /* The product of plan p into out. */
-static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out, const rt_tensor *in)
+static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, rt_tensor *out, const rt_tensor *in,
+                               const gemm_lowp_epilogue *epi)
 {
     const ir_type *ta = &in[0].type, *to = &out->type;
     if (ir_numel(to) == 0) return ALLOY_OK;
@@ -163,7 +188,7 @@ static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, 
     }
     /* f16/bf16 operands go through f32 whatever the result's dtype: a GEMM
      * epilogue group (cpu_groups.c) asks for the unrounded f32 product */
-    if (ta->dtype == ALLOY_F16 || ta->dtype == ALLOY_BF16) return matmul_low_precision(x, n, p, out, in);
+    if (ta->dtype == ALLOY_F16 || ta->dtype == ALLOY_BF16) return matmul_low_precision(x, n, p, out, in, epi);
     switch (to->dtype) {
     case ALLOY_F32:
     case ALLOY_F64:
@@ -171,7 +196,7 @@ static alloy_status run_matmul(cpu_exec *x, const ir_node *n, const mm_plan *p, 
         return ALLOY_OK;
     case ALLOY_F16:
     case ALLOY_BF16:
-        return matmul_low_precision(x, n, p, out, in);
+        return matmul_low_precision(x, n, p, out, in, NULL);
     default: {
         char label[32];
         return cpu_fail(x, ALLOY_ERR_UNSUPPORTED, "matmul '%s': dtype %s is not supported",

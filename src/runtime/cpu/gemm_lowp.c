@@ -1,9 +1,11 @@
 /* gemm_lowp.c - the f16/bf16 GEMM's driver: kernel choice, packing (with conversion), cache blocks over threads, the portable kernel. */
 #include "runtime/cpu/gemm_lowp.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "base/convert.h"
+#include "base/vmath.h"
 #include "runtime/cpu/gemm.h"
 
 /* The hot loop pinned to -O2 with the vectorizer, as in gemm.c: -O3
@@ -197,6 +199,7 @@ static prof_row *prof_find(const gemm_lowp_args *g, int64_t batches, bool bca, b
 
 typedef struct lowp_run {
     const gemm_lowp_args *g;
+    const gemm_lowp_epilogue *epi; /* NULL: none */
     const lowp_kernel *kern;
     int64_t batches;
     int64_t a_copies, b_copies;  /* packed copies of A, B: batches, 1 when broadcast to all, 0 in place */
@@ -296,6 +299,21 @@ static void pack_job(void *arg, int64_t j, int thread)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
 
+/* Row of n sums c (f32) into C's row out: epi's range rule and bias
+ * (bias[0..n): the row's columns), in f32, then rounded once into C's
+ * dtype (cvt_store_f32), n at most the tile's width. */
+static CPU_VECTOR_CLONES void epilogue_row(const gemm_lowp_epilogue *epi, alloy_dtype dt, float *c, const float *bias, void *out,
+                             int64_t n)
+{
+    float limit = epi->range == ALLOY_F16 ? 65520.0f : epi->range == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        float v = c[i];
+        v = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
+        c[i] = bias ? v + bias[i] : v;
+    }
+    cvt_store_f32(dt, c, out, (size_t)n);
+}
+
 /* Whether tiles are summed straight into C (see tile_job). */
 static bool direct_c(const gemm_lowp_args *g) { return g->out_dtype == ALLOY_F32 && c_ld(g) % 1024 != 0; }
 
@@ -332,7 +350,7 @@ static void tile_job(void *arg, int64_t t, int thread)
     /* an f16 or bf16 C with a kernel that rounds in registers: the last k
      * block goes straight to C (the earlier ones, if any, into the buffer) */
     void (*tile_round)(int64_t, const void *, const void *, const float *, int64_t, uint16_t *, int64_t, int, int) =
-        direct ? NULL : g->out_dtype == ALLOY_F16 ? kn->tile_f16 : g->out_dtype == ALLOY_BF16 ? kn->tile_bf16 : NULL;
+        direct || r->epi ? NULL : g->out_dtype == ALLOY_F16 ? kn->tile_f16 : g->out_dtype == ALLOY_BF16 ? kn->tile_bf16 : NULL;
     bool round16 = tile_round != NULL;
     /* A in place: the tile's rows of this batch's op(A), k-contiguous */
     const uint16_t *a0 = r->a_in_place ? (const uint16_t *)g->a + batch_offset(g, g->stride_a, b) + i0 * g->lda : NULL;
@@ -376,8 +394,11 @@ static void tile_job(void *arg, int64_t t, int thread)
     }
     if (direct || round16) return;
     size_t es = alloy_dtype_size(g->out_dtype);
-    for (int64_t i = 0; i < mc; i++)
-        cvt_store_f32(g->out_dtype, c + i * ldc, (char *)g->c + (size_t)(c_row(g, b, i0 + i) + j0) * es, (size_t)nc);
+    for (int64_t i = 0; i < mc; i++) {
+        void *out = (char *)g->c + (size_t)(c_row(g, b, i0 + i) + j0) * es;
+        if (r->epi) epilogue_row(r->epi, g->out_dtype, c + i * ldc, r->epi->bias ? r->epi->bias + j0 : NULL, out, nc);
+        else cvt_store_f32(g->out_dtype, c + i * ldc, out, (size_t)nc);
+    }
 }
 
 /* Threads worth using for `macs` multiply-adds in `jobs` pieces. */
@@ -402,7 +423,8 @@ static char *scratch(cpu_workers *w, size_t bytes, void **own)
  * f32, then the f32 GEMM's pieces (the BLAS when there is one) on up to
  * `threads` threads of w into C, or into f32 then rounded when C is
  * f16/bf16. */
-static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_workers *w, int threads)
+static alloy_status run_sgemm(const gemm_lowp_args *g, const gemm_lowp_epilogue *epi, int64_t batches, cpu_workers *w,
+                              int threads)
 {
     int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
     int64_t br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
@@ -420,7 +442,10 @@ static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_work
                              a, b, cb};
         gemm_run(&prod, w, w ? threads : 1);
         size_t es = alloy_dtype_size(g->out_dtype);
-        if (nc && !g->stride_c) cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)c_row(g, bi, 0) * es, nc);
+        if (nc && epi)
+            for (int64_t i = 0; i < g->m; i++)
+                epilogue_row(epi, g->out_dtype, c + i * g->n, epi->bias, (char *)g->c + (size_t)c_row(g, bi, i) * es, g->n);
+        else if (nc && !g->stride_c) cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)c_row(g, bi, 0) * es, nc);
         else if (nc)
             for (int64_t i = 0; i < g->m; i++)
                 cvt_store_f32(g->out_dtype, c + i * g->n, (char *)g->c + (size_t)c_row(g, bi, i) * es, (size_t)g->n);
@@ -431,6 +456,13 @@ static alloy_status run_sgemm(const gemm_lowp_args *g, int64_t batches, cpu_work
 
 alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers *w, int threads)
 {
+    return gemm_lowp_epi(g, NULL, asked, w, threads);
+}
+
+alloy_status gemm_lowp_epi(const gemm_lowp_args *g, const gemm_lowp_epilogue *epi, opt_lowp_gemm asked, cpu_workers *w,
+                           int threads)
+{
+    if (epi && g->out_dtype == ALLOY_F32) return ALLOY_ERR_INVALID; /* the epilogue rounds into an f16/bf16 C */
     int64_t batches = 1;
     for (int d = 0; d < g->batch_rank; d++) batches *= g->batch_dims[d];
     if (g->m <= 0 || g->n <= 0 || batches <= 0) return ALLOY_OK;
@@ -443,11 +475,11 @@ alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers
         return ALLOY_OK;
     }
     opt_lowp_gemm kind = gemm_lowp_kernel(g->dtype, asked);
-    if (kind == OPT_LOWP_SGEMM) return run_sgemm(g, batches, w, threads);
+    if (kind == OPT_LOWP_SGEMM) return run_sgemm(g, epi, batches, w, threads);
     const lowp_kernel *kn = kind == OPT_LOWP_PORTABLE ? &k_portable : gemm_lowp_x86_kernel(kind);
     if (!kn) kn = &k_portable;
 
-    lowp_run r = {.g = g, .kern = kn, .batches = batches};
+    lowp_run r = {.g = g, .epi = epi, .kern = kn, .batches = batches};
     r.a_copies = all_zero(g->stride_a, g->batch_rank) ? 1 : batches;
     r.b_copies = all_zero(g->stride_b, g->batch_rank) ? 1 : batches;
     r.kunits = cdiv(g->k, kn->ku);

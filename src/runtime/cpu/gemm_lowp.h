@@ -51,6 +51,23 @@ AL_HIDDEN const char *gemm_lowp_kernel_name(opt_lowp_gemm k);
  * the packing buffer cannot be had (C is then unchanged). */
 AL_HIDDEN alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers *w, int threads);
 
+/* What a GEMM step's epilogue of a bias does to each f32 sum before C's
+ * rounding: the range rule of `range` (ALLOY_F16 or ALLOY_BF16: a sum that
+ * a store would make inf becomes that inf, as the fused groups' rule;
+ * ALLOY_F32: none), then bias[j] added (f32, one per column j of C; NULL:
+ * none), in f32. */
+typedef struct gemm_lowp_epilogue {
+    alloy_dtype range;
+    const float *bias;
+} gemm_lowp_epilogue;
+
+/* gemm_lowp with epi applied to every sum of an f16 or bf16 C before its
+ * one rounding (in each tile, while its sums are in cache: the f32 product
+ * is never written out): the bits of the sums into f32, then
+ * fz_range_copy_f32 and the add, then cvt_store_f32. epi NULL: gemm_lowp. */
+AL_HIDDEN alloy_status gemm_lowp_epi(const gemm_lowp_args *g, const gemm_lowp_epilogue *epi, opt_lowp_gemm asked,
+                                     cpu_workers *w, int threads);
+
 /* ---- between gemm_lowp.c and the x86 kernels (gemm_lowp_x86.c) ---- */
 
 /* A strip of an operand to pack: element (r, kk) of op(X), r < rows, is
