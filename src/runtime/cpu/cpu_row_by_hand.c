@@ -579,6 +579,93 @@ __attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const flo
     leaf8_sums_of(p, q, m, o);
 }
 
+/* v's lanes added as tree_f32 adds runs of w of them (w = 1, 2, 4 or 8):
+ * each run's sum in its first lane, its leftmost leaf on the left of every
+ * addition, as tree_f32 (v[0] + v[1], ...) */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f tree8_lanes(v8f v, int w)
+{
+    if (w >= 2) v = v + __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
+    if (w >= 4) v = v + __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
+    if (w >= 8) v = v + __builtin_shuffle(v, (v8i){4, 5, 6, 7, 0, 1, 2, 3});
+    return v;
+}
+
+/* softmax_grad's whole rows of a complete tree of w or more leaves of LEAF
+ * (w = 1, 2, 4: rows of exactly w; 8: of 8 or more): the leaf sums of
+ * y dy 8 leaves at a time (add8_transposed), each group's rows' trees in
+ * registers (tree8_lanes: a row's sum straight to the output loop, no
+ * store and reload of its leaf sums), a longer row's sums of 8 leaves
+ * combined by tree_f32; then the output y (dy - s) of every row of the
+ * call. Each leaf in order from 0, each row's tree as levels_f32: the
+ * same bits. Only where softmax_grad_rows8 takes the call. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void softmax_grad_rows8_body(const row_args *r, int w)
+{
+    const int64_t n = r->n;
+    const int nl = r->nleaves, nb = r->nb;
+    const float *y = r->x[0], *dy = r->x[1];
+    float *out = r->y, s[ROW_BATCH], *groups = r->tmp; /* a long row's sums of 8 leaves */
+    for (int g = 0; g < nl * nb / 8; g++) { /* leaves 8g..8g+7 */
+        const float *py = y + (int64_t)g * 8 * LEAF, *pdy = dy + (int64_t)g * 8 * LEAF;
+        v8f acc = {0};
+        for (int j = 0; j < LEAF; j += 8) {
+            v8f t[8];
+            for (int k = 0; k < 8; k++) {
+                v8f a, d;
+                memcpy(&a, py + k * LEAF + j, sizeof a);
+                memcpy(&d, pdy + k * LEAF + j, sizeof d);
+                t[k] = a * d;
+            }
+            acc = add8_transposed(acc, t);
+        }
+        acc = tree8_lanes(acc, w);
+        if (w == 8) groups[g] = acc[0];
+        else
+            for (int b = 0; b < 8 / w; b++) s[g * 8 / w + b] = acc[b * w];
+    }
+    for (int b = 0; w == 8 && b < nb; b++) s[b] = tree_f32(groups + b * nl / 8, nl / 8);
+    for (int b = 0; b < nb; b++) {
+        const float sb = s[b];
+        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16)
+            for (int i = 0; i < 16; i++) out[c + i] = y[c + i] * (dy[c + i] - sb);
+    }
+}
+/* softmax_grad_rows8_body for x86-64-v3 and for x86-64-v4 (its output in
+ * 64-byte vectors), w as a constant */
+#define SOFTMAX_GRAD_ROWS8(r)                                                              \
+    switch ((r)->nleaves) {                                                                \
+    case 1: softmax_grad_rows8_body(r, 1); break;                                          \
+    case 2: softmax_grad_rows8_body(r, 2); break;                                          \
+    case 4: softmax_grad_rows8_body(r, 4); break;                                          \
+    default: softmax_grad_rows8_body(r, 8);                                                \
+    }
+__attribute__((target("avx2,fma"))) static void softmax_grad_rows8_v3(const row_args *r)
+{
+    SOFTMAX_GRAD_ROWS8(r)
+}
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void softmax_grad_rows8_v4(const row_args *r)
+{
+    SOFTMAX_GRAD_ROWS8(r)
+}
+#undef SOFTMAX_GRAD_ROWS8
+#endif
+
+/* softmax_grad over the call's rows by softmax_grad_rows8_body, returning
+ * true, where they are whole rows (not causal) of a complete tree of leaves
+ * of LEAF, the call's leaves a multiple of 8, on a CPU with AVX2; else
+ * false, having done nothing */
+static bool softmax_grad_rows8(const row_args *r)
+{
+#if defined(LEAF8)
+    if (r->causal || !r->balanced || r->leaf[0] != LEAF || (r->nleaves * r->nb) % 8 || !wide_leaves()) return false;
+    if (wide512()) softmax_grad_rows8_v4(r);
+    else softmax_grad_rows8_v3(r);
+    return true;
+#else
+    (void)r;
+    return false;
+#endif
+}
+#if defined(LEAF8)
 /* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
  * vectors of 8, then one pair for 16 more, then where fewer than 16 are
  * left one pair for the last 16, some seen again, which changes neither
@@ -757,13 +844,14 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
 
 /* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
  * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
- * they are made (leaf_sums_products_f32): no terms written and read back,
- * the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
+ * they are made (softmax_grad_rows8 where it fits, else
+ * leaf_sums_products_f32): no terms written and read back, the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
  * only at its live columns, its last live leaf added up to them (its
  * terms past them were 0: the same sum). */
 static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
 {
     const int64_t n = r->n;
+    if (softmax_grad_rows8(r)) return;
     const float *y = r->x[0], *dy = r->x[1];
     float s[ROW_BATCH], *leaf_sums = r->tmp;
     /* Short causal rows whole: y is exactly 0 past the live columns, so
