@@ -604,6 +604,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_gr
     const int nl = r->nleaves, nb = r->nb;
     const float *y = r->x[0], *dy = r->x[1];
     float *out = r->y, s[ROW_BATCH], *groups = r->tmp; /* a long row's sums of 8 leaves */
+    float left = 0;                                     /* a row of 16 leaves: its first 8's sum */
     for (int g = 0; g < nl * nb / 8; g++) { /* leaves 8g..8g+7 */
         const float *py = y + (int64_t)g * 8 * LEAF, *pdy = dy + (int64_t)g * 8 * LEAF;
         v8f acc = {0};
@@ -618,11 +619,14 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_gr
             acc = add8_transposed(acc, t);
         }
         acc = tree8_lanes(acc, w);
-        if (w == 8) groups[g] = acc[0];
-        else
+        if (w < 8)
             for (int b = 0; b < 8 / w; b++) s[g * 8 / w + b] = acc[b * w];
+        else if (nl == 8) s[g] = acc[0];
+        else if (nl == 16 && g % 2 == 0) left = acc[0];
+        else if (nl == 16) s[g / 2] = left + acc[0];
+        else groups[g] = acc[0];
     }
-    for (int b = 0; w == 8 && b < nb; b++) s[b] = tree_f32(groups + b * nl / 8, nl / 8);
+    for (int b = 0; w == 8 && nl > 16 && b < nb; b++) s[b] = tree_f32(groups + b * nl / 8, nl / 8);
     for (int b = 0; b < nb; b++) {
         const float sb = s[b];
         for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16)
