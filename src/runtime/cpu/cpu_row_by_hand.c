@@ -755,6 +755,55 @@ softmax_exps_v4(const float *x, int64_t n, int nb, const float *m, float *v)
         }
     }
 }
+
+/* cpu_softmax_exp_f32 of the 8 lanes of d in AVX2 registers, its
+ * operations in its order; `normal`: every lane of d is -86 or above
+ * (k >= -124: p 2^k is normal and exact), so that p 2^k is one product
+ * and no lane needs the clamp or the select. The same bits either way. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 softmax_exp8(__m256 d, bool normal)
+{
+    const __m256 shifter = _mm256_set1_ps(12582912.0f);
+    __m256 in = _mm256_cmp_ps(d, _mm256_set1_ps(-104.0f), _CMP_GE_OQ);
+    __m256 dc = normal ? d : _mm256_and_ps(d, in);
+    __m256 kf = _mm256_sub_ps(_mm256_fmadd_ps(dc, _mm256_set1_ps(1.44269504088896341f), shifter), shifter);
+    __m256 r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(0.693145751953125f), dc);
+    r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(1.42860682030941723212e-6f), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040.0f), r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i k = _mm256_cvttps_epi32(kf);
+    if (normal) return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)));
+    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127 + 64)), 23)));
+    y = _mm256_mul_ps(y, _mm256_set1_ps(0x1p-64f));
+    __m256 nan = _mm256_and_ps(d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q)); /* d where NaN, else +0 */
+    return _mm256_blendv_ps(nan, y, in);
+}
+
+/* softmax_exps_v4 for x86-64-v3: 16 values at a time, as two vectors of 8
+ * by softmax_exp8, whose shorter form (`normal`) where all 16 are -86 or
+ * above. Only where the CPU has x86-64-v3 (wide_leaves). */
+__attribute__((target("avx2,fma"))) static void softmax_exps_v3(const float *x, int64_t n, int nb, const float *m,
+                                                              float *v)
+{
+    const __m256 low = _mm256_set1_ps(-86.0f);
+    for (int b = 0; b < nb; b++) {
+        const __m256 mb = _mm256_set1_ps(m[b]);
+        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16) {
+            __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + c), mb), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + c + 8), mb);
+            __m256 ok = _mm256_and_ps(_mm256_cmp_ps(d0, low, _CMP_GE_OQ), _mm256_cmp_ps(d1, low, _CMP_GE_OQ));
+            if (_mm256_movemask_ps(ok) == 0xff) {
+                _mm256_storeu_ps(v + c, softmax_exp8(d0, true));
+                _mm256_storeu_ps(v + c + 8, softmax_exp8(d1, true));
+            } else {
+                _mm256_storeu_ps(v + c, softmax_exp8(d0, false));
+                _mm256_storeu_ps(v + c + 8, softmax_exp8(d1, false));
+            }
+        }
+    }
+}
 #endif
 
 /* The largest of each of the nb rows of n at x (n apart) into m[b], as
@@ -842,6 +891,7 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
         softmax_row_max_f32(x, n, r->nb, m);
 #if defined(LEAF8)
         if (wide512()) softmax_exps_v4(x, n, r->nb, m, v);
+        else if (wide_leaves()) softmax_exps_v3(x, n, r->nb, m, v);
         else
 #endif
             for (int b = 0; b < r->nb; b++) {
