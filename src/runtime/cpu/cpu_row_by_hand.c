@@ -628,29 +628,27 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_gr
     }
     for (int b = 0; w == 8 && nl > 16 && b < nb; b++) s[b] = tree_f32(groups + b * nl / 8, nl / 8);
     for (int b = 0; b < nb; b++) {
-        const float sb = s[b];
-        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16)
-            for (int i = 0; i < 16; i++) out[c + i] = y[c + i] * (dy[c + i] - sb);
+        const __m256 sv = _mm256_set1_ps(s[b]);
+        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16) {
+            _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_loadu_ps(y + c), _mm256_sub_ps(_mm256_loadu_ps(dy + c), sv)));
+            __asm__ volatile("" ::: "memory"); /* each 64 bytes' first half stored first */
+            _mm256_storeu_ps(out + c + 8,
+                             _mm256_mul_ps(_mm256_loadu_ps(y + c + 8), _mm256_sub_ps(_mm256_loadu_ps(dy + c + 8), sv)));
+        }
     }
 }
-/* softmax_grad_rows8_body for x86-64-v3 and for x86-64-v4 (its output in
- * 64-byte vectors), w as a constant */
-#define SOFTMAX_GRAD_ROWS8(r)                                                              \
-    switch ((r)->nleaves) {                                                                \
-    case 1: softmax_grad_rows8_body(r, 1); break;                                          \
-    case 2: softmax_grad_rows8_body(r, 2); break;                                          \
-    case 4: softmax_grad_rows8_body(r, 4); break;                                          \
-    default: softmax_grad_rows8_body(r, 8);                                                \
+/* softmax_grad_rows8_body with w as a constant. In AVX2 registers on
+ * x86-64-v4 too: its 32 registers and 64-byte stores gained nothing here
+ * (bench/row_isa). */
+__attribute__((target("avx2,fma"))) static void softmax_grad_rows8_avx2(const row_args *r)
+{
+    switch (r->nleaves) {
+    case 1: softmax_grad_rows8_body(r, 1); break;
+    case 2: softmax_grad_rows8_body(r, 2); break;
+    case 4: softmax_grad_rows8_body(r, 4); break;
+    default: softmax_grad_rows8_body(r, 8);
     }
-__attribute__((target("avx2,fma"))) static void softmax_grad_rows8_v3(const row_args *r)
-{
-    SOFTMAX_GRAD_ROWS8(r)
 }
-__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void softmax_grad_rows8_v4(const row_args *r)
-{
-    SOFTMAX_GRAD_ROWS8(r)
-}
-#undef SOFTMAX_GRAD_ROWS8
 #endif
 
 /* softmax_grad over the call's rows by softmax_grad_rows8_body, returning
@@ -661,8 +659,7 @@ static bool softmax_grad_rows8(const row_args *r)
 {
 #if defined(LEAF8)
     if (r->causal || !r->balanced || r->leaf[0] != LEAF || (r->nleaves * r->nb) % 8 || !wide_leaves()) return false;
-    if (wide512()) softmax_grad_rows8_v4(r);
-    else softmax_grad_rows8_v3(r);
+    softmax_grad_rows8_avx2(r);
     return true;
 #else
     (void)r;
