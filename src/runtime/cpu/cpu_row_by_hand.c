@@ -598,7 +598,8 @@ __attribute__((target("avx2,fma"), always_inline)) static inline v8f tree8_lanes
  * combined by tree_f32; then the output y (dy - s) of every row of the
  * call. Each leaf in order from 0, each row's tree as levels_f32: the
  * same bits. Only where softmax_grad_rows8 takes the call. */
-__attribute__((target("avx2,fma"), always_inline)) static inline void softmax_grad_rows8_body(const row_args *r, int w)
+static float softmax_grad_live_sum(const row_args *r, int b);
+__attribute__((target("avx2,fma"), always_inline)) static inline void softmax_grad_rows8_body(const row_args *r, int w, bool causal)
 {
     const int64_t n = r->n;
     const int nl = r->nleaves, nb = r->nb;
@@ -627,13 +628,23 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_gr
         else groups[g] = acc[0];
     }
     for (int b = 0; w == 8 && nl > 16 && b < nb; b++) s[b] = tree_f32(groups + b * nl / 8, nl / 8);
+    for (int b = 0; causal && b < nb; b++)
+        if (!isfinite(s[b])) s[b] = softmax_grad_live_sum(r, b);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int b = 0; b < nb; b++) {
         const __m256 sv = _mm256_set1_ps(s[b]);
-        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16) {
-            _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_loadu_ps(y + c), _mm256_sub_ps(_mm256_loadu_ps(dy + c), sv)));
+        const int64_t row = (int64_t)b * n;
+        for (int64_t c = row; c < row + n; c += 16) {
+            __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(y + c), _mm256_sub_ps(_mm256_loadu_ps(dy + c), sv));
+            __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(y + c + 8), _mm256_sub_ps(_mm256_loadu_ps(dy + c + 8), sv));
+            if (causal) { /* +0 past the live columns */
+                const __m256i live = _mm256_set1_epi32((int32_t)(r->live[b] - (c - row))); /* from c on */
+                lo = _mm256_and_ps(lo, _mm256_castsi256_ps(_mm256_cmpgt_epi32(live, lane)));
+                hi = _mm256_and_ps(hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_sub_epi32(live, _mm256_set1_epi32(8)), lane)));
+            }
+            _mm256_storeu_ps(out + c, lo);
             __asm__ volatile("" ::: "memory"); /* each 64 bytes' first half stored first */
-            _mm256_storeu_ps(out + c + 8,
-                             _mm256_mul_ps(_mm256_loadu_ps(y + c + 8), _mm256_sub_ps(_mm256_loadu_ps(dy + c + 8), sv)));
+            _mm256_storeu_ps(out + c + 8, hi);
         }
     }
 }
@@ -642,30 +653,20 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_gr
  * (bench/row_isa). */
 __attribute__((target("avx2,fma"))) static void softmax_grad_rows8_avx2(const row_args *r)
 {
-    switch (r->nleaves) {
-    case 1: softmax_grad_rows8_body(r, 1); break;
-    case 2: softmax_grad_rows8_body(r, 2); break;
-    case 4: softmax_grad_rows8_body(r, 4); break;
-    default: softmax_grad_rows8_body(r, 8);
+    switch (r->nleaves * (r->causal ? -1 : 1)) {
+    case 1: softmax_grad_rows8_body(r, 1, false); break;
+    case 2: softmax_grad_rows8_body(r, 2, false); break;
+    case 4: softmax_grad_rows8_body(r, 4, false); break;
+    case -1: softmax_grad_rows8_body(r, 1, true); break;
+    case -2: softmax_grad_rows8_body(r, 2, true); break;
+    case -4: softmax_grad_rows8_body(r, 4, true); break;
+    default:
+        if (r->causal) softmax_grad_rows8_body(r, 8, true);
+        else softmax_grad_rows8_body(r, 8, false);
     }
 }
 #endif
 
-/* softmax_grad over the call's rows by softmax_grad_rows8_body, returning
- * true, where they are whole rows (not causal) of a complete tree of leaves
- * of LEAF, the call's leaves a multiple of 8, on a CPU with AVX2; else
- * false, having done nothing */
-static bool softmax_grad_rows8(const row_args *r)
-{
-#if defined(LEAF8)
-    if (r->causal || !r->balanced || r->leaf[0] != LEAF || (r->nleaves * r->nb) % 8 || !wide_leaves()) return false;
-    softmax_grad_rows8_avx2(r);
-    return true;
-#else
-    (void)r;
-    return false;
-#endif
-}
 #if defined(LEAF8)
 /* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
  * vectors of 8, then one pair for 16 more, then where fewer than 16 are
@@ -936,6 +937,45 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
     }
 }
 
+/* softmax_grad over the call's rows by softmax_grad_rows8_body, returning
+ * true, where they are rows of a complete tree of leaves of LEAF, whole
+ * (not causal, or causal rows shorter than CAUSAL_LIVE_MIN), the call's
+ * leaves a multiple of 8, on a CPU with AVX2; else false, having done
+ * nothing */
+static bool softmax_grad_rows8(const row_args *r)
+{
+#if defined(LEAF8)
+    if ((r->causal && r->n >= CAUSAL_LIVE_MIN) || !r->balanced || r->leaf[0] != LEAF || (r->nleaves * r->nb) % 8 ||
+        !wide_leaves())
+        return false;
+    softmax_grad_rows8_avx2(r);
+    return true;
+#else
+    (void)r;
+    return false;
+#endif
+}
+
+/* The sum of y dy over causal row b's live columns alone, as its program
+ * adds it (a whole row's sum is NaN where dy is not finite past them): its
+ * leaves whose every column is live, then the last in order up to the live
+ * columns, and 0 for the dead ones, combined by the row's tree; its leaf
+ * sums in r->tmp, row b's place */
+static float softmax_grad_live_sum(const row_args *r, int b)
+{
+    const float *yb = (const float *)r->x[0] + b * r->n, *dyb = (const float *)r->x[1] + b * r->n;
+    float *l = (float *)r->tmp + b * r->nleaves;
+    int full = r->live_leaves[b] - (r->pad[b] > r->live[b]), k = 0; /* leaves whose every column is live */
+    softmax_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
+    if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
+        float a = 0;
+        for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
+        l[full] = a;
+    }
+    for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+    return r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+}
+
 /* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
  * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
  * they are made (softmax_grad_rows8 where it fits, else
@@ -962,17 +1002,9 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
             if (whole) {
                 s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
                 if (isfinite(s[b])) continue;
-                k = 0;
             }
-            const float *yb = y + b * n, *dyb = dy + b * n;
-            int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
-            softmax_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
-            if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
-                float a = 0;
-                for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
-                l[full] = a;
-            }
-            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+            s[b] = softmax_grad_live_sum(r, b);
+            continue;
         }
         s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
     }
