@@ -722,10 +722,10 @@ __attribute__((target("avx2,fma"))) static void max_rows_f32_lanes8(const float 
  * exact): the same bits, subnormal results included. Where d = x - m is
  * below -104 or NaN the lanes' result is 0 or d, as there (their p is
  * computed from d itself, never used, and no trap is raised: alloy never
- * unmasks floating-point exceptions). 20 operations per 16 exponentials,
- * where GCC's vectors of cpu_softmax_exp_f32 take 29 (the clamp's select,
- * the exponent's integer steps, the two products). Only where the CPU has
- * x86-64-v4 (wide512). */
+ * unmasks floating-point exceptions). About 20 vector instructions per 16
+ * exponentials, where GCC's vectors of cpu_softmax_exp_f32 took about 33
+ * (the clamp's select, the exponent's integer steps, the two products, the
+ * last selects). Only where the CPU has x86-64-v4 (wide512). */
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void
 softmax_exps_v4(const float *x, int64_t n, int nb, const float *m, float *v)
 {
