@@ -590,15 +590,20 @@ __attribute__((target("avx2,fma"), always_inline)) static inline v8f tree8_lanes
     return v;
 }
 
+static float softmax_grad_live_sum(const row_args *r, int b);
+
 /* softmax_grad's whole rows of a complete tree of w or more leaves of LEAF
  * (w = 1, 2, 4: rows of exactly w; 8: of 8 or more): the leaf sums of
  * y dy 8 leaves at a time (add8_transposed), each group's rows' trees in
  * registers (tree8_lanes: a row's sum straight to the output loop, no
  * store and reload of its leaf sums), a longer row's sums of 8 leaves
  * combined by tree_f32; then the output y (dy - s) of every row of the
- * call. Each leaf in order from 0, each row's tree as levels_f32: the
- * same bits. Only where softmax_grad_rows8 takes the call. */
-static float softmax_grad_live_sum(const row_args *r, int b);
+ * call in 32-byte vectors, each 64 bytes' first half stored first (GCC
+ * stored the second first, slower on AVX2). `causal`: short causal rows
+ * whole, a row whose sum is not finite added again over its live columns
+ * (softmax_grad_live_sum), +0 stored past them. Each leaf in order from 0,
+ * each row's tree as levels_f32: the same bits. Only where
+ * softmax_grad_rows8 takes the call. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_grad_rows8_body(const row_args *r, int w, bool causal)
 {
     const int64_t n = r->n;
@@ -643,7 +648,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void softmax_gr
                 hi = _mm256_and_ps(hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_sub_epi32(live, _mm256_set1_epi32(8)), lane)));
             }
             _mm256_storeu_ps(out + c, lo);
-            __asm__ volatile("" ::: "memory"); /* each 64 bytes' first half stored first */
+            __asm__ volatile("" ::: "memory"); /* the first half first */
             _mm256_storeu_ps(out + c + 8, hi);
         }
     }
@@ -665,9 +670,7 @@ __attribute__((target("avx2,fma"))) static void softmax_grad_rows8_avx2(const ro
         else softmax_grad_rows8_body(r, 8, false);
     }
 }
-#endif
 
-#if defined(LEAF8)
 /* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
  * vectors of 8, then one pair for 16 more, then where fewer than 16 are
  * left one pair for the last 16, some seen again, which changes neither
