@@ -329,6 +329,56 @@ static void test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops(void
     }
 }
 
+/* The softmax's exponentials in its vector loops (each level's own: on
+ * AVX-512 by vscalefps) against al_vexpf, bit for bit: rows of 16 whose
+ * largest is 0 and whose other 15 values are at or below -25 (each exp
+ * under 2^-36, their sum with e^0 exactly 1), so that each result is the
+ * exp itself: every 257th float from -25 to -inf and every float from -86
+ * to -105 (subnormal results, then 0). Then rows of 16 values from -25 to
+ * 0 (every 257th float) against the in-order loops. */
+static void test_f32_softmax_rows_give_al_vexpf_bit_for_bit_at_every_257th_float(void **state)
+{
+    (void)state;
+    enum { N = 16 };
+    float f25 = -25.0f, f86 = -86.0f, f105 = -105.0f;
+    uint32_t lo25, lo86, hi105;
+    memcpy(&lo25, &f25, sizeof lo25), memcpy(&lo86, &f86, sizeof lo86), memcpy(&hi105, &f105, sizeof hi105);
+    int64_t count = 0;
+    for (uint64_t u = lo25; u <= 0xff800000u; u += u >= lo86 && u < hi105 ? 1 : 257) count++;
+    int64_t rows = (count + N - 2) / (N - 1);
+    float *x = test_malloc(sizeof(float) * (size_t)(rows * N)), *y = test_malloc(sizeof(float) * (size_t)(rows * N));
+    int64_t at = 0;
+    for (uint64_t u = lo25; u <= 0xff800000u; u += u >= lo86 && u < hi105 ? 1 : 257, at++) {
+        uint32_t bits = (uint32_t)u;
+        if (at % (N - 1) == 0) x[at / (N - 1) * N] = 0.0f; /* each row's largest */
+        memcpy(&x[at / (N - 1) * N + 1 + at % (N - 1)], &bits, sizeof bits);
+    }
+    for (; at % (N - 1); at++) x[at / (N - 1) * N + 1 + at % (N - 1)] = -INFINITY;
+    run_row_op(false, x, rows, N, y);
+    for (int64_t i = 0; i < rows * N; i++) {
+        float want = i % N ? al_vexpf(x[i]) : 1.0f;
+        if (memcmp(&want, &y[i], sizeof want)) fail_msg("softmax at x - max = %a: %a, al_vexpf %a", (double)x[i], (double)y[i], (double)want);
+    }
+    assert_true(count > 6000000); /* 4.0M strided and 2.5M from -86 to -105 */
+    test_free(x), test_free(y);
+    /* from -0 to -25, against the in-order loops (each row's sum is no longer 1) */
+    rows = ((int64_t)lo25 - 0x80000000 + 257 * N - 1) / (257 * N);
+    x = test_malloc(sizeof(float) * (size_t)(rows * N)), y = test_malloc(sizeof(float) * (size_t)(rows * N));
+    float *want = test_malloc(sizeof(float) * (size_t)(rows * N)), v[N];
+    for (int64_t i = 0; i < rows * N; i++) {
+        uint32_t bits = (uint32_t)(0x80000000u + 257 * (uint64_t)i);
+        memcpy(&x[i], &bits, sizeof bits);
+        x[i] = bits < lo25 ? x[i] : -25.0f;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float m, s = shifted_exps(x + r * N, N, v, &m);
+        for (int j = 0; j < N; j++) want[r * N + j] = v[j] / s;
+    }
+    run_row_op(false, x, rows, N, y);
+    assert_same_floats(y, want, rows * N);
+    test_free(x), test_free(y), test_free(want);
+}
+
 /* The softmax's exp (x - max: 0 or less, or NaN) against al_vexpf, bit
  * for bit: every 257th float from -0 to -NaN, every float from -86 to -105
  * (where results turn subnormal, then 0: k past -126, then d below -104),
@@ -578,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm_matches_a_double_reference_in_every_float_dtype),
         cmocka_unit_test(test_rms_norm_grad_kernel_matches_a_double_reference),
         cmocka_unit_test(test_rms_norm_and_silu_fuse_into_one_row_step_and_give_the_unfused_bits),
+        cmocka_unit_test(test_f32_softmax_rows_give_al_vexpf_bit_for_bit_at_every_257th_float),
         cmocka_unit_test(test_the_softmax_exp_gives_the_bits_of_al_vexpf_at_zero_and_below),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_give_the_bits_of_in_order_loops),
         cmocka_unit_test(test_f32_softmax_and_layer_norm_gradients_of_short_rows_give_the_bits_of_in_order_loops),

@@ -579,6 +579,98 @@ __attribute__((target("avx2,fma"))) static void leaf8_product_sums_f32(const flo
     leaf8_sums_of(p, q, m, o);
 }
 
+/* v's lanes added as tree_f32 adds runs of w of them (w = 1, 2, 4 or 8):
+ * each run's sum in its first lane, its leftmost leaf on the left of every
+ * addition, as tree_f32 (v[0] + v[1], ...) */
+__attribute__((target("avx2,fma"), always_inline)) static inline v8f tree8_lanes(v8f v, int w)
+{
+    if (w >= 2) v = v + __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
+    if (w >= 4) v = v + __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
+    if (w >= 8) v = v + __builtin_shuffle(v, (v8i){4, 5, 6, 7, 0, 1, 2, 3});
+    return v;
+}
+
+static float softmax_grad_live_sum(const row_args *r, int b);
+
+/* softmax_grad's whole rows of a complete tree of w or more leaves of LEAF
+ * (w = 1, 2, 4: rows of exactly w; 8: of 8 or more): the leaf sums of
+ * y dy 8 leaves at a time (add8_transposed), each group's rows' trees in
+ * registers (tree8_lanes: a row's sum straight to the output loop, no
+ * store and reload of its leaf sums), a longer row's sums of 8 leaves
+ * combined by tree_f32; then the output y (dy - s) of every row of the
+ * call in 32-byte vectors, each 64 bytes' first half stored first (GCC
+ * stored the second first, slower on AVX2). `causal`: short causal rows
+ * whole, a row whose sum is not finite added again over its live columns
+ * (softmax_grad_live_sum), +0 stored past them. Each leaf in order from 0,
+ * each row's tree as levels_f32: the same bits. Only where
+ * softmax_grad_rows8 takes the call. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void softmax_grad_rows8_body(const row_args *r, int w, bool causal)
+{
+    const int64_t n = r->n;
+    const int nl = r->nleaves, nb = r->nb;
+    const float *y = r->x[0], *dy = r->x[1];
+    float *out = r->y, s[ROW_BATCH], *groups = r->tmp; /* a long row's sums of 8 leaves */
+    float left = 0;                                     /* a row of 16 leaves: its first 8's sum */
+    for (int g = 0; g < nl * nb / 8; g++) { /* leaves 8g..8g+7 */
+        const float *py = y + (int64_t)g * 8 * LEAF, *pdy = dy + (int64_t)g * 8 * LEAF;
+        v8f acc = {0};
+        for (int j = 0; j < LEAF; j += 8) {
+            v8f t[8];
+            for (int k = 0; k < 8; k++) {
+                v8f a, d;
+                memcpy(&a, py + k * LEAF + j, sizeof a);
+                memcpy(&d, pdy + k * LEAF + j, sizeof d);
+                t[k] = a * d;
+            }
+            acc = add8_transposed(acc, t);
+        }
+        acc = tree8_lanes(acc, w);
+        if (w < 8)
+            for (int b = 0; b < 8 / w; b++) s[g * 8 / w + b] = acc[b * w];
+        else if (nl == 8) s[g] = acc[0];
+        else if (nl == 16 && g % 2 == 0) left = acc[0];
+        else if (nl == 16) s[g / 2] = left + acc[0];
+        else groups[g] = acc[0];
+    }
+    for (int b = 0; w == 8 && nl > 16 && b < nb; b++) s[b] = tree_f32(groups + b * nl / 8, nl / 8);
+    for (int b = 0; causal && b < nb; b++)
+        if (!isfinite(s[b])) s[b] = softmax_grad_live_sum(r, b);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int b = 0; b < nb; b++) {
+        const __m256 sv = _mm256_set1_ps(s[b]);
+        const int64_t row = (int64_t)b * n;
+        for (int64_t c = row; c < row + n; c += 16) {
+            __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(y + c), _mm256_sub_ps(_mm256_loadu_ps(dy + c), sv));
+            __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(y + c + 8), _mm256_sub_ps(_mm256_loadu_ps(dy + c + 8), sv));
+            if (causal) { /* +0 past the live columns */
+                const __m256i live = _mm256_set1_epi32((int32_t)(r->live[b] - (c - row))); /* from c on */
+                lo = _mm256_and_ps(lo, _mm256_castsi256_ps(_mm256_cmpgt_epi32(live, lane)));
+                hi = _mm256_and_ps(hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_sub_epi32(live, _mm256_set1_epi32(8)), lane)));
+            }
+            _mm256_storeu_ps(out + c, lo);
+            __asm__ volatile("" ::: "memory"); /* the first half first */
+            _mm256_storeu_ps(out + c + 8, hi);
+        }
+    }
+}
+/* softmax_grad_rows8_body with w as a constant. In AVX2 registers on
+ * x86-64-v4 too: its 32 registers and 64-byte stores gained nothing here
+ * (bench/row_isa). */
+__attribute__((target("avx2,fma"))) static void softmax_grad_rows8_avx2(const row_args *r)
+{
+    switch (r->nleaves * (r->causal ? -1 : 1)) {
+    case 1: softmax_grad_rows8_body(r, 1, false); break;
+    case 2: softmax_grad_rows8_body(r, 2, false); break;
+    case 4: softmax_grad_rows8_body(r, 4, false); break;
+    case -1: softmax_grad_rows8_body(r, 1, true); break;
+    case -2: softmax_grad_rows8_body(r, 2, true); break;
+    case -4: softmax_grad_rows8_body(r, 4, true); break;
+    default:
+        if (r->causal) softmax_grad_rows8_body(r, 8, true);
+        else softmax_grad_rows8_body(r, 8, false);
+    }
+}
+
 /* The largest of v[0..n) as max_of_f32 finds it, by 32-byte lanes (4
  * vectors of 8, then one pair for 16 more, then where fewer than 16 are
  * left one pair for the last 16, some seen again, which changes neither
@@ -624,6 +716,94 @@ __attribute__((target("avx2,fma"))) static float max_of_f32_lanes8(const float *
 __attribute__((target("avx2,fma"))) static void max_rows_f32_lanes8(const float *x, int64_t n, int nb, float *m)
 {
     for (int b = 0; b < nb; b++) m[b] = max_of_f32_lanes8(x + b * n, n);
+}
+
+/* v[i] = cpu_softmax_exp_f32(x[i] - m[b]) over the nb rows of n at x (n a
+ * multiple of 16), 16 at a time in AVX-512 registers: the same operations
+ * up to p, then p 2^k by vscalefps, which rounds the exact p 2^k once, as
+ * cpu_softmax_exp_f32's (p 2^(k + 64)) 2^-64 does (its first product is
+ * exact): the same bits, subnormal results included. Where d = x - m is
+ * below -104 or NaN the lanes' result is 0 or d, as there (their p is
+ * computed from d itself, never used, and no trap is raised: alloy never
+ * unmasks floating-point exceptions). About 20 vector instructions per 16
+ * exponentials, where GCC's vectors of cpu_softmax_exp_f32 took about 33
+ * (the clamp's select, the exponent's integer steps, the two products, the
+ * last selects). Only where the CPU has x86-64-v4 (wide512). */
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static void
+softmax_exps_v4(const float *x, int64_t n, int nb, const float *m, float *v)
+{
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f), shifter = _mm512_set1_ps(12582912.0f);
+    const __m512 ln2hi = _mm512_set1_ps(0.693145751953125f), ln2lo = _mm512_set1_ps(1.42860682030941723212e-6f);
+    const __m512 c6 = _mm512_set1_ps(1.0f / 5040.0f), c5 = _mm512_set1_ps(1.0f / 720.0f);
+    const __m512 c4 = _mm512_set1_ps(1.0f / 120.0f), c3 = _mm512_set1_ps(1.0f / 24.0f);
+    const __m512 c2 = _mm512_set1_ps(1.0f / 6.0f), c1 = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    const __m512 lowest = _mm512_set1_ps(-104.0f);
+    for (int b = 0; b < nb; b++) {
+        const __m512 mb = _mm512_set1_ps(m[b]);
+        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + c), mb);
+            __mmask16 in = _mm512_cmp_ps_mask(d, lowest, _CMP_GE_OQ), nan = _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
+            __m512 kf = _mm512_sub_ps(_mm512_fmadd_ps(d, log2e, shifter), shifter);
+            __m512 r = _mm512_fnmadd_ps(kf, ln2lo, _mm512_fnmadd_ps(kf, ln2hi, d));
+            __m512 p = _mm512_fmadd_ps(c6, r, c5);
+            p = _mm512_fmadd_ps(p, r, c4);
+            p = _mm512_fmadd_ps(p, r, c3);
+            p = _mm512_fmadd_ps(p, r, c2);
+            p = _mm512_fmadd_ps(p, r, c1);
+            p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), one);
+            __m512 e = _mm512_maskz_mov_ps(in, _mm512_scalef_ps(p, kf));
+            _mm512_storeu_ps(v + c, _mm512_mask_mov_ps(e, nan, d));
+        }
+    }
+}
+
+/* cpu_softmax_exp_f32 of the 8 lanes of d in AVX2 registers, its
+ * operations in its order; `normal`: every lane of d is -86 or above
+ * (k >= -124: p 2^k is normal and exact), so that p 2^k is one product
+ * and no lane needs the clamp or the select. The same bits either way. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 softmax_exp8(__m256 d, bool normal)
+{
+    const __m256 shifter = _mm256_set1_ps(12582912.0f);
+    __m256 in = _mm256_cmp_ps(d, _mm256_set1_ps(-104.0f), _CMP_GE_OQ);
+    __m256 dc = normal ? d : _mm256_and_ps(d, in);
+    __m256 kf = _mm256_sub_ps(_mm256_fmadd_ps(dc, _mm256_set1_ps(1.44269504088896341f), shifter), shifter);
+    __m256 r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(0.693145751953125f), dc);
+    r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(1.42860682030941723212e-6f), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040.0f), r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i k = _mm256_cvttps_epi32(kf);
+    if (normal) return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)));
+    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127 + 64)), 23)));
+    y = _mm256_mul_ps(y, _mm256_set1_ps(0x1p-64f));
+    __m256 nan = _mm256_and_ps(d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q)); /* d where NaN, else +0 */
+    return _mm256_blendv_ps(nan, y, in);
+}
+
+/* softmax_exps_v4 for x86-64-v3: 16 values at a time, as two vectors of 8
+ * by softmax_exp8, whose shorter form (`normal`) where all 16 are -86 or
+ * above. Only where the CPU has x86-64-v3 (wide_leaves). */
+__attribute__((target("avx2,fma"))) static void softmax_exps_v3(const float *x, int64_t n, int nb, const float *m,
+                                                              float *v)
+{
+    const __m256 low = _mm256_set1_ps(-86.0f);
+    for (int b = 0; b < nb; b++) {
+        const __m256 mb = _mm256_set1_ps(m[b]);
+        for (int64_t c = (int64_t)b * n; c < (int64_t)(b + 1) * n; c += 16) {
+            __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + c), mb), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + c + 8), mb);
+            __m256 ok = _mm256_and_ps(_mm256_cmp_ps(d0, low, _CMP_GE_OQ), _mm256_cmp_ps(d1, low, _CMP_GE_OQ));
+            if (_mm256_movemask_ps(ok) == 0xff) {
+                _mm256_storeu_ps(v + c, softmax_exp8(d0, true));
+                _mm256_storeu_ps(v + c + 8, softmax_exp8(d1, true));
+            } else {
+                _mm256_storeu_ps(v + c, softmax_exp8(d0, false));
+                _mm256_storeu_ps(v + c + 8, softmax_exp8(d1, false));
+            }
+        }
+    }
 }
 #endif
 
@@ -710,11 +890,16 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
     if (n % 16 == 0 && (!r->causal || whole)) { /* whole rows of 16s: loops of 16 with nothing left over */
         const float *x = r->x[0];
         softmax_row_max_f32(x, n, r->nb, m);
-        for (int b = 0; b < r->nb; b++) {
-            const float mb = m[b];
-            for (int64_t c = b * n; c < (b + 1) * n; c += 16)
-                for (int i = 0; i < 16; i++) v[c + i] = cpu_softmax_exp_f32(x[c + i] - mb);
-        }
+#if defined(LEAF8)
+        if (wide512()) softmax_exps_v4(x, n, r->nb, m, v);
+        else if (wide_leaves()) softmax_exps_v3(x, n, r->nb, m, v);
+        else
+#endif
+            for (int b = 0; b < r->nb; b++) {
+                const float mb = m[b];
+                for (int64_t c = b * n; c < (b + 1) * n; c += 16)
+                    for (int i = 0; i < 16; i++) v[c + i] = cpu_softmax_exp_f32(x[c + i] - mb);
+            }
         row_sums_f32(r, v, s, whole);
         float *y = r->y;
         for (int b = 0; b < r->nb; b++) {
@@ -755,15 +940,55 @@ static CPU_VECTOR_CLONES void row_softmax_by_hand_f32(const row_args *r)
     }
 }
 
+/* softmax_grad over the call's rows by softmax_grad_rows8_body, returning
+ * true, where they are rows of a complete tree of leaves of LEAF, whole
+ * (not causal, or causal rows shorter than CAUSAL_LIVE_MIN), the call's
+ * leaves a multiple of 8, on a CPU with AVX2; else false, having done
+ * nothing */
+static bool softmax_grad_rows8(const row_args *r)
+{
+#if defined(LEAF8)
+    if ((r->causal && r->n >= CAUSAL_LIVE_MIN) || !r->balanced || r->leaf[0] != LEAF || (r->nleaves * r->nb) % 8 ||
+        !wide_leaves())
+        return false;
+    softmax_grad_rows8_avx2(r);
+    return true;
+#else
+    (void)r;
+    return false;
+#endif
+}
+
+/* The sum of y dy over causal row b's live columns alone, as its program
+ * adds it (a whole row's sum is NaN where dy is not finite past them): its
+ * leaves whose every column is live, then the last in order up to the live
+ * columns, and 0 for the dead ones, combined by the row's tree; its leaf
+ * sums in r->tmp, row b's place */
+static float softmax_grad_live_sum(const row_args *r, int b)
+{
+    const float *yb = (const float *)r->x[0] + b * r->n, *dyb = (const float *)r->x[1] + b * r->n;
+    float *l = (float *)r->tmp + b * r->nleaves;
+    int full = r->live_leaves[b] - (r->pad[b] > r->live[b]), k = 0; /* leaves whose every column is live */
+    softmax_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
+    if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
+        float a = 0;
+        for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
+        l[full] = a;
+    }
+    for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+    return r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, r->n, &k);
+}
+
 /* softmax_grad in f32 as its program computes it (SUM(0, X(1) * X(0))
  * OUT(X(0) * (X(1) - S(0)))), the sum's leaves added from the products as
- * they are made (leaf_sums_products_f32): no terms written and read back,
- * the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
+ * they are made (softmax_grad_rows8 where it fits, else
+ * leaf_sums_products_f32): no terms written and read back, the same bits. A causal row of CAUSAL_LIVE_MIN or more reads y and dy
  * only at its live columns, its last live leaf added up to them (its
  * terms past them were 0: the same sum). */
 static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
 {
     const int64_t n = r->n;
+    if (softmax_grad_rows8(r)) return;
     const float *y = r->x[0], *dy = r->x[1];
     float s[ROW_BATCH], *leaf_sums = r->tmp;
     /* Short causal rows whole: y is exactly 0 past the live columns, so
@@ -780,17 +1005,9 @@ static CPU_VECTOR_CLONES void row_softmax_grad_by_hand_f32(const row_args *r)
             if (whole) {
                 s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
                 if (isfinite(s[b])) continue;
-                k = 0;
             }
-            const float *yb = y + b * n, *dyb = dy + b * n;
-            int full = r->live_leaves[b] - (r->pad[b] > r->live[b]); /* leaves whose every column is live */
-            softmax_leaf_sums_f32(yb, dyb, r->leaf, full, r->balanced, l);
-            if (full < r->live_leaves[b]) { /* the last, in order up to the live columns */
-                float a = 0;
-                for (int64_t j = r->pad[b] - r->leaf[full]; j < r->live[b]; j++) a += yb[j] * dyb[j];
-                l[full] = a;
-            }
-            for (int q = r->live_leaves[b]; q < r->nleaves; q++) l[q] = 0;
+            s[b] = softmax_grad_live_sum(r, b);
+            continue;
         }
         s[b] = r->balanced ? tree_f32(l, r->nleaves) : combine_f32(l, n, &k);
     }
