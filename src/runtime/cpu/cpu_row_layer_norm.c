@@ -131,13 +131,19 @@ static inline __attribute__((always_inline)) void layer_norm_stats8_body(const r
  * one row (rows of 8 or more leaves; gamma then already in the order of the
  * loads, 8 floats for leaves q and q + 4 at 2 (q LEAF + j), as
  * layer_norm_grad_sums_halves_body copies it; else 4 leaves to a row, gamma
- * as it lies, one 16-byte load into both halves); with_gamma: g = dy
- * gamma, else g = dy. */
+ * as it lies, its 16 vectors (4 terms of a leaf in both halves) broadcast
+ * once a call, the same for every group); with_gamma: g = dy gamma, else
+ * g = dy. */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, int m, int nl, int shift,
                          const float *mean, const float *rstd, float *ls1, float *ls3, const bool one_row,
                          const bool with_gamma)
 {
+    v8f gv[4][4]; /* rows of 4 leaves: gamma of leaves q and q + 4 at term j, in both halves */
+    if (with_gamma && !one_row)
+        for (int q = 0; q < 4; q++)
+            for (int j = 0; j < LEAF; j += 4)
+                gv[q][j / 4] = (v8f)_mm256_broadcast_ps((const __m128 *)(const void *)(gamma + q * LEAF + j));
     for (int k = 0; k < m; k += 8) {
         v8f a1 = {0}, a3 = {0};
         const float *gm = with_gamma ? gamma + (one_row ? 2 : 1) * (k & (nl - 1)) * LEAF : NULL;
@@ -150,8 +156,7 @@ ln_grad_leaf_sums_halves(const float *x, const float *dy, const float *gamma, in
             for (int q = 0; q < 4; q++) {
                 v8f gq = LOAD4X2(dy + at + q * LEAF, dy + at + (q + 4) * LEAF);
                 if (with_gamma)
-                    gq *= one_row ? (v8f)LOAD8(gm + 2 * (q * LEAF + j))
-                                  : (v8f)_mm256_broadcast_ps((const __m128 *)(const void *)(gm + q * LEAF + j));
+                    gq *= one_row ? (v8f)LOAD8(gm + 2 * (q * LEAF + j)) : gv[q][j / 4];
                 g[q] = gq, gh[q] = gq * ((LOAD4X2(x + at + q * LEAF, x + at + (q + 4) * LEAF) - mv) * rv);
             }
             v8f tr[4];
