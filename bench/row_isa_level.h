@@ -1,9 +1,10 @@
 /* row_isa_level.h - the names of their own that one x86-64 level's build of the CPU row files takes, for bench/row_isa.
  *
- * Each of row_isa_level.c, row_isa_level_programs.c and
- * row_isa_level_by_hand.c includes this, then one file of runtime/cpu
- * (cpu_rows.c, cpu_row_programs.c, cpu_row_by_hand.c): three translation
- * units per level, as in the library. Built three times (ROW_LEVEL 0:
+ * Each of row_isa_level.c, row_isa_level_programs.c,
+ * row_isa_level_by_hand.c and row_isa_level_layer_norm.c includes this,
+ * then one file of runtime/cpu (cpu_rows.c, cpu_row_programs.c,
+ * cpu_row_by_hand.c, cpu_row_layer_norm.c): four translation units per
+ * level, as in the library. Built three times (ROW_LEVEL 0:
  * x86-64-v4, AVX-512; 1: x86-64-v3, AVX2 + FMA; 2: the baseline, SSE2),
  * each without the library's target clones, so that bench/row_isa times
  * every level's code on one CPU, as the library's clones would run it
@@ -25,6 +26,10 @@
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_0
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_0
 #define cpu_leaf_plan row_isa_leaf_plan_0
+#define cpu_row_layer_norm_f32 row_isa_layer_norm_0
+#define cpu_row_layer_norm_mean_f32 row_isa_layer_norm_mean_0
+#define cpu_row_layer_norm_rstd_f32 row_isa_layer_norm_rstd_0
+#define cpu_row_layer_norm_grad_stats_f32 row_isa_layer_norm_grad_stats_0
 #elif ROW_LEVEL == 1
 #pragma GCC target("arch=x86-64-v3")
 #define cpu_row_run row_isa_run_1
@@ -37,6 +42,10 @@
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_1
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_1
 #define cpu_leaf_plan row_isa_leaf_plan_1
+#define cpu_row_layer_norm_f32 row_isa_layer_norm_1
+#define cpu_row_layer_norm_mean_f32 row_isa_layer_norm_mean_1
+#define cpu_row_layer_norm_rstd_f32 row_isa_layer_norm_rstd_1
+#define cpu_row_layer_norm_grad_stats_f32 row_isa_layer_norm_grad_stats_1
 #else
 #define cpu_row_run row_isa_run_2
 #define cpu_row_mean row_isa_mean_2
@@ -48,6 +57,10 @@
 #define cpu_leaf_sums_float row_isa_leaf_sums_float_2
 #define cpu_leaf_sums_double row_isa_leaf_sums_double_2
 #define cpu_leaf_plan row_isa_leaf_plan_2
+#define cpu_row_layer_norm_f32 row_isa_layer_norm_2
+#define cpu_row_layer_norm_mean_f32 row_isa_layer_norm_mean_2
+#define cpu_row_layer_norm_rstd_f32 row_isa_layer_norm_rstd_2
+#define cpu_row_layer_norm_grad_stats_f32 row_isa_layer_norm_grad_stats_2
 #endif
 
 #endif

@@ -79,6 +79,14 @@ AL_HIDDEN extern const struct row_fn_pair {
 /* f32 row functions written out by hand in place of cpu_row_fns[op].f32
  * where not NULL (cpu_row_by_hand.c): the same bits. */
 AL_HIDDEN extern const row_fn cpu_row_f32_by_hand[IR_OP_COUNT];
+/* layer_norm, layer_norm_mean, layer_norm_rstd and layer_norm_grad_stats
+ * of f32 rows, by hand (cpu_row_layer_norm.c; in cpu_row_f32_by_hand):
+ * the bits of cpu_row_fns[op].f32, which they call for the rows their own
+ * code does not take. */
+AL_HIDDEN void cpu_row_layer_norm_f32(const row_args *r);
+AL_HIDDEN void cpu_row_layer_norm_mean_f32(const row_args *r);
+AL_HIDDEN void cpu_row_layer_norm_rstd_f32(const row_args *r);
+AL_HIDDEN void cpu_row_layer_norm_grad_stats_f32(const row_args *r);
 /* Elements of short rows per call (at most ROW_BATCH rows) of op's f32
  * function: ROW_BATCH_ELEMS, or more for those by hand whose row is a chain
  * of dependent steps, to run several rows side by side (cpu_row_by_hand.c). */
