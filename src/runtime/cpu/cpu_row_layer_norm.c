@@ -286,18 +286,6 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq"))) static vo
     if (r->nleaves == 4) layer_norm_grad_sums_halves_body(r, s1, s3);
     else layer_norm_grad_sums8_body(r, s1, s3);
 }
-static bool wide512(void)
-{
-#if defined(ALLOY_NO_VECTOR_CLONES)
-#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
-    return true;
-#else
-    return false;
-#endif
-#else
-    return __builtin_cpu_supports("x86-64-v4");
-#endif
-}
 static void layer_norm_stats8_f32(const row_args *r, float *mean, float *rstd)
 {
     if (wide512()) layer_norm_stats8_v4(r, mean, rstd);

@@ -51,6 +51,19 @@ static inline bool wide_leaves(void)
     return __builtin_cpu_supports("x86-64-v3");
 #endif
 }
+/* whether their AVX-512 functions run (x86-64-v4), likewise */
+static inline bool wide512(void)
+{
+#if defined(ALLOY_NO_VECTOR_CLONES)
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+    return true;
+#else
+    return false;
+#endif
+#else
+    return __builtin_cpu_supports("x86-64-v4");
+#endif
+}
 #endif
 
 #endif
