@@ -429,8 +429,7 @@ static int tile_epilogue(const cpu_exec *x, const ir_graph *g, const sched_step 
     const ir_type *ta = &g->nodes[mm->in[0]]->type;
     if (ta->dims[ta->rank - (ir_attr_i(mm, "transpose_a") ? 2 : 1)] == 0 || attn_strided_matmul(g, mm)) return -1;
     if (members[0].flags & (MEMBER_STORED | MEMBER_CHECK)) return -1;
-    *epi = (gemm_lowp_epilogue){.range = members[0].flags & MEMBER_RANGED ? dt : ALLOY_F32,
-                                .bias_range = ALLOY_F32, .act_range = ALLOY_F32};
+    *epi = (gemm_lowp_epilogue){.range = members[0].flags & MEMBER_RANGED ? dt : ALLOY_F32, .bias_range = ALLOY_F32};
     int cur = mm->id;
     for (int i = 1; i < step->n; i++) {
         const ir_node *n = g->nodes[members[i].node];
@@ -449,7 +448,7 @@ static int tile_epilogue(const cpu_exec *x, const ir_graph *g, const sched_step 
             *bias = b, epi->bias_range = ranged;
             if (!last && f & MEMBER_STORED && !(epi->sum_out = values[n->id].data)) return -1;
         } else if ((n->op == IR_OP_relu || n->op == IR_OP_gelu_tanh) && last && n->nin == 1 && n->in[0] == cur) {
-            epi->act = fz_kernels[n->op].f32, epi->act_range = ranged;
+            epi->act = fz_kernels[n->op].f32; /* ranged or not: its store rounds past the range to inf */
         } else {
             return -1;
         }
