@@ -720,63 +720,74 @@ static void test_a_gemm_product_beyond_the_f16_range_is_inf_fused_as_unfused_and
     free_record(&u);
 }
 
-/* A linear layer y = bias + a w in dt (f16 or bf16), a [2, 24, 48], w [48, 40]: a gemm step whose
- * bias the CPU adds in the GEMM's tiles (gemm_lowp_epi: no f32 product written out), and with
- * amp_check on (which keeps the epilogue group, checking what it computes) the group's chunk loop.
- * y bit for bit the same on 1 and 2 threads. In f16 a's first row is 16 and w's first 20 columns
- * 100, so those 20 products are 16 x 100 x 48 = 76800, past f16's range, and the bias of -30000
- * would bring them back to 46800: the range rule makes each inf before the add, on both paths. */
-static void linear_bias_run(alloy_dtype dt, bool checked, int nthreads, const uint16_t *a, const uint16_t *w,
-                            const uint16_t *bias, uint16_t *y)
+/* A linear layer pre = bias + a w in dt (f16 or bf16), a [2, 24, 48], w [48, 40], and y = act(pre)
+ * (act 0: none, y = pre; 1: relu; 2: gelu_tanh), pre fetched too when act (so stored, as for an
+ * activation's gradient): a gemm step the CPU runs whole in the GEMM's tiles (gemm_lowp_epi: no f32
+ * product written out), and with amp_check on (which keeps the fused group, checking what it
+ * computes) the group's chunk loop. y and pre bit for bit the same on 1 and 2 threads. In f16 a's
+ * first row is 16 and w's first 20 columns 100, so those 20 products are 16 x 100 x 48 = 76800, past
+ * f16's range, and the bias of -30000 would bring them back to 46800: the range rule makes each inf
+ * before the add, on both paths. */
+static void linear_act_run(alloy_dtype dt, int act, bool checked, int nthreads, const uint16_t *a, const uint16_t *w,
+                           const uint16_t *bias, uint16_t *y, uint16_t *pre)
 {
     threads(nthreads);
-    alloy_graph *g = alloy_graph_new("linear_bias");
+    alloy_graph *g = alloy_graph_new("linear_act");
     alloy_tensor *ta = alloy_input(g, "a", dt, 3, DIMS(2, 24, 48)), *tw = alloy_input(g, "w", dt, 2, DIMS(48, 40));
     alloy_tensor *tb = alloy_input(g, "bias", dt, 1, DIMS(40));
-    alloy_output(g, "y", alloy_add(g, tb, alloy_matmul(g, ta, tw, false, false)));
+    alloy_tensor *p = alloy_add(g, tb, alloy_matmul(g, ta, tw, false, false));
+    alloy_output(g, "y", act == 1 ? alloy_relu(g, p) : act == 2 ? alloy_gelu_tanh(g, p) : p);
+    if (act) alloy_output(g, "pre", p);
     if (checked) expect_ok(g, alloy_graph_set_option(g, "amp_check", "1"), "amp_check");
     alloy_host_tensor feeds[3] = {{"a", dt, 3, {2, 24, 48}, (void *)a}, {"w", dt, 2, {48, 40}, (void *)w},
                                   {"bias", dt, 1, {40}, (void *)bias}};
-    alloy_host_tensor out = {.name = "y"};
-    expect_ok(g, alloy_graph_run(g, feeds, 3, &out, 1), "run");
-    assert_int_equal(out.dtype, dt);
-    memcpy(y, out.data, sizeof(uint16_t) * 2 * 24 * 40);
+    alloy_host_tensor out[2] = {{.name = "y"}, {.name = "pre"}};
+    expect_ok(g, alloy_graph_run(g, feeds, 3, out, act ? 2 : 1), "run");
+    assert_int_equal(out[0].dtype, dt);
+    memcpy(y, out[0].data, sizeof(uint16_t) * 2 * 24 * 40);
+    if (act) memcpy(pre, out[1].data, sizeof(uint16_t) * 2 * 24 * 40);
     alloy_graph_free(g);
     unsetenv("ALLOY_NUM_THREADS");
 }
 
-static void test_a_bias_added_in_the_gemm_tiles_gives_the_epilogue_groups_bits_and_range_rule(void **state)
+static void test_a_linear_layer_in_the_gemm_tiles_gives_the_fused_groups_bits_and_range_rule(void **state)
 {
     (void)state;
     enum { NA = 2 * 24 * 48, NW = 48 * 40, NY = 2 * 24 * 40 };
-    static uint16_t a[NA], w[NW], bias[40], want[NY], got[NY];
-    for (int di = 0; di < 2; di++) {
-        alloy_dtype dt = di ? ALLOY_BF16 : F16;
-        double va[NA], vw[NW], vb[40];
-        test_rng = 83;
-        for (int i = 0; i < NA; i++) va[i] = test_uniform(-1, 1);
-        for (int i = 0; i < NW; i++) vw[i] = test_uniform(-1, 1);
-        for (int j = 0; j < 40; j++) vb[j] = test_uniform(-1, 1);
-        if (dt == F16) {
-            for (int p = 0; p < 48; p++) va[p] = 16;
-            for (int p = 0; p < 48; p++)
-                for (int j = 0; j < 20; j++) vw[p * 40 + j] = 100;
-            for (int j = 0; j < 20; j++) vb[j] = -30000;
+    static uint16_t a[NA], w[NW], bias[40], want[NY], got[NY], want_pre[NY], got_pre[NY];
+    static const char *const acts[] = {"bias", "bias + relu", "bias + gelu_tanh"};
+    for (int di = 0; di < 2; di++)
+        for (int act = 0; act < 3; act++) {
+            alloy_dtype dt = di ? ALLOY_BF16 : F16;
+            double va[NA], vw[NW], vb[40];
+            test_rng = 83;
+            for (int i = 0; i < NA; i++) va[i] = test_uniform(-1, 1);
+            for (int i = 0; i < NW; i++) vw[i] = test_uniform(-1, 1);
+            for (int j = 0; j < 40; j++) vb[j] = test_uniform(-1, 1);
+            if (dt == F16) {
+                for (int p = 0; p < 48; p++) va[p] = 16;
+                for (int p = 0; p < 48; p++)
+                    for (int j = 0; j < 20; j++) vw[p * 40 + j] = 100;
+                for (int j = 0; j < 20; j++) vb[j] = -30000;
+            }
+            test_encode(dt, va, a, NA), test_encode(dt, vw, w, NW), test_encode(dt, vb, bias, 40);
+            linear_act_run(dt, act, true, 1, a, w, bias, want, want_pre);
+            for (int t = 1; t <= 2; t++) {
+                linear_act_run(dt, act, false, t, a, w, bias, got, got_pre);
+                for (int i = 0; i < NY; i++)
+                    if (got[i] != want[i] || (act && got_pre[i] != want_pre[i]))
+                        fail_msg("%s %s, %d thread(s): y[%d] is 0x%04x in the tiles, 0x%04x from the fused group "
+                                 "(pre 0x%04x, 0x%04x)", alloy_dtype_name(dt), acts[act], t, i, got[i], want[i],
+                                 got_pre[i], want_pre[i]);
+            }
+            if (dt == F16)
+                for (int j = 0; j < 20; j++) {
+                    double v = test_decode(dt, act ? got_pre : got, j);
+                    assert_true(isinf(v) && v > 0);
+                }
+            printf("%s linear layer (%s) in the GEMM's tiles: the fused group's bits on 1 and 2 threads%s\n",
+                   alloy_dtype_name(dt), acts[act], dt == F16 ? "; 20 products past f16's range inf despite a bias of -30000" : "");
         }
-        test_encode(dt, va, a, NA), test_encode(dt, vw, w, NW), test_encode(dt, vb, bias, 40);
-        linear_bias_run(dt, true, 1, a, w, bias, want);
-        for (int t = 1; t <= 2; t++) {
-            linear_bias_run(dt, false, t, a, w, bias, got);
-            for (int i = 0; i < NY; i++)
-                if (got[i] != want[i])
-                    fail_msg("%s, %d thread(s): y[%d] is 0x%04x in the tiles, 0x%04x from the epilogue group",
-                             alloy_dtype_name(dt), t, i, got[i], want[i]);
-        }
-        if (dt == F16)
-            for (int j = 0; j < 20; j++) assert_true(isinf(test_decode(dt, got, j)) && test_decode(dt, got, j) > 0);
-        printf("%s linear layer with its bias in the GEMM's tiles: the epilogue group's bits on 1 and 2 threads%s\n",
-               alloy_dtype_name(dt), dt == F16 ? "; 20 products past f16's range inf despite a bias of -30000" : "");
-    }
 }
 
 /* ---- 6. row group inputs a block can and cannot slice ---- */
@@ -862,7 +873,7 @@ int main(void)
         FUSE_TEST(test_a_gemm_epilogue_stores_the_preactivation_another_node_reads_and_goes_on_through_gelu),
         FUSE_TEST(test_the_unscale_and_found_inf_multi_group_skips_an_inf_step_as_the_unfused_run_does),
         FUSE_TEST(test_a_gemm_product_beyond_the_f16_range_is_inf_fused_as_unfused_and_both_skip_the_step),
-        FUSE_TEST(test_a_bias_added_in_the_gemm_tiles_gives_the_epilogue_groups_bits_and_range_rule),
+        FUSE_TEST(test_a_linear_layer_in_the_gemm_tiles_gives_the_fused_groups_bits_and_range_rule),
         FUSE_TEST(test_a_row_group_input_no_row_block_can_slice_runs_as_one_block_and_gives_the_unfused_bits),
         FUSE_TEST(test_per_row_and_whole_row_inputs_of_a_row_group_are_sliced_per_block_and_give_the_unfused_bits),
     };

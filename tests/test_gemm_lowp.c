@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/cpu_fused.h"
 #include "runtime/cpu/gemm_lowp.h"
 #include "support.h"
 
@@ -587,16 +588,19 @@ static void test_out_of_memory_is_an_error(void **state)
     }
 }
 
-/* gemm_lowp_epi (a bias GEMM step's epilogue in the tiles) gives, bit
- * for bit, the f32 sums from gemm_lowp into f32 with the range rule
- * (fz_range_copy_f32's: |x| >= 65520 in f16, >= 0x1.ffp127 in bf16 is
- * that inf), the bias added in f32 and one cvt_store_f32: on every kernel
- * this CPU runs, shapes with edge tiles and several k blocks, one and two
- * threads, with and without the range rule and without a bias. Row 0 of C
- * sums to the rule's bound exactly (f16: 256 x 256 = 65536; bf16: 2^127 x
- * 0x1.fep0 + 2^119 = 0x1.ffp127) and every third column's bias brings it
- * back under the bound (-32768; -2^127): inf under the rule, a finite
- * value without it, so dropping the rule fails here. */
+/* gemm_lowp_epi (a GEMM step's epilogue in the tiles) gives, bit for bit,
+ * the f32 sums from gemm_lowp put through the same steps by hand: the
+ * range rule (fz_range_copy_f32's: |x| >= 65520 in f16, >= 0x1.ffp127 in
+ * bf16 is that inf), the bias added in f32, the sum stored rounded, the
+ * activation's chunk function (relu, gelu_tanh) and one cvt_store_f32: on
+ * every kernel this CPU runs, shapes with edge tiles and several k blocks,
+ * one and two threads. Modes: 0 range rule + bias, 1 bias alone, 2 range
+ * rule alone, 3 range rule + bias (stored, ranged) + gelu_tanh (ranged),
+ * 4 bias + relu. Row 0 of C sums to the rule's bound exactly (f16: 256 x
+ * 256 = 65536; bf16: 2^127 x 0x1.fep0 + 2^119 = 0x1.ffp127) and every
+ * third column's bias brings it back under the bound (-32768; -2^127):
+ * inf under the rule, a finite value without it, so dropping the rule
+ * fails here. */
 static void test_an_epilogue_in_the_tiles_gives_the_epilogue_groups_bits(void **state)
 {
     (void)state;
@@ -606,7 +610,7 @@ static void test_an_epilogue_in_the_tiles_gives_the_epilogue_groups_bits(void **
     for (int di = 0; di < 2; di++)
         for (size_t ki = 0; ki < NKERNELS; ki++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-                for (int mode = 0; mode < 3; mode++) { /* range rule + bias, bias alone, range rule alone */
+                for (int mode = 0; mode < 5; mode++) {
                     alloy_dtype dt = di ? ALLOY_BF16 : ALLOY_F16;
                     opt_lowp_gemm kernel = kernels[ki];
                     if (gemm_lowp_kernel(dt, kernel) != kernel && kernel != OPT_LOWP_SGEMM) continue;
@@ -627,36 +631,52 @@ static void test_an_epilogue_in_the_tiles_gives_the_epilogue_groups_bits(void **
                     for (int64_t j = 0; j < n; j++)
                         bias[j] = (float)(j % 3 == 0 ? pull : test_round_to(dt, test_uniform(-2, 2)));
                     uint16_t *got = xalloc(2 * (size_t)(m * n)), *want = xalloc(2 * (size_t)(m * n));
+                    uint16_t *gsum = xalloc(2 * (size_t)(m * n)), *wsum = xalloc(2 * (size_t)(m * n));
+                    float *y = xalloc(sizeof(float) * (size_t)(m * n));
                     gemm_lowp_args g = {dt, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, sums, NULL, 0};
                     for (int threads = 1; threads <= 2; threads++) {
                         g.out_dtype = ALLOY_F32, g.c = sums;
                         assert_int_equal(gemm_lowp(&g, kernel, w, threads), ALLOY_OK);
-                        gemm_lowp_epilogue epi = {mode == 1 ? ALLOY_F32 : dt, mode == 2 ? NULL : bias};
-                        float limit = epi.range == ALLOY_F16 ? 65520.0f : epi.range == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+                        gemm_lowp_epilogue epi = {.range = mode == 1 || mode == 4 ? ALLOY_F32 : dt,
+                                                  .bias = mode == 2 ? NULL : bias,
+                                                  .bias_range = mode == 3 ? dt : ALLOY_F32,
+                                                  .sum_out = mode == 3 ? gsum : NULL,
+                                                  .act = mode == 3   ? fz_kernels[IR_OP_gelu_tanh].f32
+                                                         : mode == 4 ? fz_kernels[IR_OP_relu].f32
+                                                                     : NULL};
+                        float limit = dt == ALLOY_F16 ? 65520.0f : 0x1.ffp127f;
                         int passed = 0;
                         for (int64_t i = 0; i < m * n; i++) {
                             float v = sums[i];
                             passed += fabsf(v) >= limit;
-                            v = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
-                            sums[i] = epi.bias ? v + epi.bias[i % n] : v;
+                            if (epi.range != ALLOY_F32) v = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
+                            if (epi.bias) v = v + epi.bias[i % n];
+                            if (epi.bias_range != ALLOY_F32) v = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
+                            sums[i] = v;
+                        }
+                        if (epi.sum_out) cvt_store_f32(dt, sums, wsum, (size_t)(m * n));
+                        if (epi.act) {
+                            epi.act(m * n, y, sums, sums, sums, NULL);
+                            for (int64_t i = 0; i < m * n; i++) /* the act's range rule (mode 3) before the store */
+                                sums[i] = mode == 3 && fabsf(y[i]) >= limit ? copysignf(INFINITY, y[i]) : y[i];
                         }
                         cvt_store_f32(dt, sums, want, (size_t)(m * n));
                         g.out_dtype = dt, g.c = got;
                         memset(got, 0x7e, 2 * (size_t)(m * n));
                         assert_int_equal(gemm_lowp_epi(&g, &epi, kernel, w, threads), ALLOY_OK);
-                        if (mode != 1) assert_int_equal(passed, n); /* row 0 reaches the bound, no other row */
+                        if (mode != 1 && mode != 4) assert_int_equal(passed, n); /* row 0 reaches the bound, no other row */
                         for (int64_t i = 0; i < m * n; i++)
-                            if (got[i] != want[i])
-                                fail_msg("%s %s %lldx%lldx%lld mode %d, %d threads: C[%lld] is 0x%04x, the epilogue "
-                                         "group's 0x%04x", gemm_lowp_kernel_name(gemm_lowp_kernel(dt, kernel)),
+                            if (got[i] != want[i] || (epi.sum_out && gsum[i] != wsum[i]))
+                                fail_msg("%s %s %lldx%lldx%lld mode %d, %d threads: C[%lld] is 0x%04x (sum 0x%04x), by "
+                                         "hand 0x%04x (0x%04x)", gemm_lowp_kernel_name(gemm_lowp_kernel(dt, kernel)),
                                          alloy_dtype_name(dt), (long long)m, (long long)n, (long long)k, mode, threads,
-                                         (long long)i, got[i], want[i]);
+                                         (long long)i, got[i], gsum[i], want[i], wsum[i]);
                     }
                     g.out_dtype = ALLOY_F32, g.c = sums; /* an f32 C has no such epilogue */
-                    gemm_lowp_epilogue none = {ALLOY_F32, NULL};
+                    gemm_lowp_epilogue none = {.range = ALLOY_F32};
                     assert_int_equal(gemm_lowp_epi(&g, &none, kernel, w, 1), ALLOY_ERR_INVALID);
                     al_free(av), al_free(bv), al_free(a), al_free(b), al_free(bias), al_free(sums), al_free(got),
-                        al_free(want);
+                        al_free(want), al_free(gsum), al_free(wsum), al_free(y);
                 }
     cpu_workers_free(w);
 }

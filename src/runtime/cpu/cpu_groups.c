@@ -5,12 +5,13 @@
 #include "kernels/ref.h"
 #include "base/convert.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/cpu_fused.h"
 #include "runtime/cpu/gemm_lowp.h"
 #include "step/attn_views.h"
 
 /* Elements of one row block: the block's values of every member stay in L2
  * while its steps run (16k f32 = 64 KB per value). */
-enum { ROW_BLOCK_ELEMS = 16384, MIN_ROW_WORK = 1 << 16, MAX_THREADS = 64 };
+enum { ROW_BLOCK_ELEMS = 16384, MIN_ROW_WORK = 1 << 16 }; /* MAX_THREADS: cpu_fused.h */
 
 /* ---- ROW groups ---- */
 
@@ -394,41 +395,72 @@ static void *widened_into(const cpu_exec *x, const ir_graph *g, const sched_step
     return dst;
 }
 
-/* The bias a GEMM step adds in the GEMM's tiles, or -1: its members an
- * f16/bf16 matmul in its operands' dtype (a non-empty sum, not stored,
- * not checked, not over strided views) and the add of a vector of its
- * last dim in the same dtype, stored and not checked; no amp_check /
- * amp_stats; the add's slot apart from every operand's. The step's value
- * is then the tiles' (gemm_lowp_epi: the product's range rule, the bias
- * added in f32, one rounding), the epilogue group's bit for bit, with no
- * f32 product written out and read back. */
-static int bias_in_tiles(const cpu_exec *x, const ir_graph *g, const sched_step *step, const sched_member *members,
-                         const rt_tensor *values)
+/* Whether bytes [p, p + n) overlap an operand of a step's matmul mm or its bias (-1: none). */
+static bool overlaps_operands(const rt_tensor *values, const ir_node *mm, int bias, const void *p, size_t n)
 {
-    if (step->n != 2 || x->nonfinite || x->ranges) return -1;
-    const ir_node *mm = g->nodes[members[0].node], *add = g->nodes[members[1].node];
+    for (int j = 0; j < 2; j++)
+        if (overlaps(p, n, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return true;
+    return bias >= 0 && overlaps(p, n, values[bias].data, ir_nbytes(&values[bias].type));
+}
+
+/* A GEMM step the CPU runs whole in the GEMM's tiles (gemm_lowp_epi):
+ * its members an f16/bf16 matmul in its operands' dtype (a non-empty sum,
+ * not stored, not checked, not over strided views), then the add of a
+ * vector of its last dim in that dtype, or relu / gelu_tanh, or both in
+ * that order, all of the matmul's type; the last stored, the add stored
+ * or not (an activation's gradient reads it), none checked, rounded for
+ * its readers (MEMBER_EXACT) but the last, spilled, strided or a view; no
+ * amp_check / amp_stats; the stored values' slots apart from every
+ * operand's and each other's. Fills *epi (but the bias's f32 copy) and
+ * *bias (-1: none) and returns the last member, or returns -1. The
+ * step's values are then the tiles', its fused group's bit for bit: the
+ * same operations (the members' chunk functions, the range rule where a
+ * member has it) in the same order on each element, with no f32 product
+ * written out and read back. */
+static int tile_epilogue(const cpu_exec *x, const ir_graph *g, const sched_step *step, const sched_member *members,
+                         const rt_tensor *values, gemm_lowp_epilogue *epi, int *bias)
+{
+    *bias = -1;
+    if (step->n < 2 || step->n > 3 || x->nonfinite || x->ranges) return -1;
+    const ir_node *mm = g->nodes[members[0].node];
     alloy_dtype dt = mm->type.dtype;
     if (mm->op != IR_OP_matmul || (dt != ALLOY_F16 && dt != ALLOY_BF16) || mm->nin != 2) return -1;
     if (g->nodes[mm->in[0]]->type.dtype != dt || g->nodes[mm->in[1]]->type.dtype != dt) return -1;
     const ir_type *ta = &g->nodes[mm->in[0]]->type;
     if (ta->dims[ta->rank - (ir_attr_i(mm, "transpose_a") ? 2 : 1)] == 0 || attn_strided_matmul(g, mm)) return -1;
-    if (members[0].flags & (MEMBER_STORED | MEMBER_CHECK) || !(members[1].flags & MEMBER_STORED) ||
-        members[1].flags & (MEMBER_CHECK | MEMBER_SPILLED | MEMBER_STRIDED | MEMBER_VIEW))
+    if (members[0].flags & (MEMBER_STORED | MEMBER_CHECK)) return -1;
+    *epi = (gemm_lowp_epilogue){.range = members[0].flags & MEMBER_RANGED ? dt : ALLOY_F32, .bias_range = ALLOY_F32};
+    int cur = mm->id;
+    for (int i = 1; i < step->n; i++) {
+        const ir_node *n = g->nodes[members[i].node];
+        unsigned f = members[i].flags;
+        bool last = i + 1 == step->n;
+        if (f & (MEMBER_CHECK | MEMBER_SPILLED | MEMBER_STRIDED | MEMBER_VIEW) || (!last && f & MEMBER_EXACT) ||
+            (last && !(f & MEMBER_STORED)) || !ir_type_eq(&n->type, &mm->type))
+            return -1;
+        alloy_dtype ranged = f & MEMBER_RANGED ? dt : ALLOY_F32;
+        if (n->op == IR_OP_add && i == 1 && n->nin == 2) {
+            int b = n->in[0] == cur ? n->in[1] : n->in[1] == cur ? n->in[0] : -1;
+            if (b < 0 || b == cur) return -1;
+            const ir_type *tb = &g->nodes[b]->type;
+            int64_t cols = mm->type.dims[mm->type.rank - 1];
+            if (tb->dtype != dt || tb->rank < 1 || tb->dims[tb->rank - 1] != cols || ir_numel(tb) != cols) return -1;
+            *bias = b, epi->bias_range = ranged;
+            if (!last && f & MEMBER_STORED && !(epi->sum_out = values[n->id].data)) return -1;
+        } else if ((n->op == IR_OP_relu || n->op == IR_OP_gelu_tanh) && last && n->nin == 1 && n->in[0] == cur) {
+            epi->act = fz_kernels[n->op].f32; /* ranged or not: its store rounds past the range to inf */
+        } else {
+            return -1;
+        }
+        cur = n->id;
+    }
+    if (x->state_of && (x->state_of[cur] >= 0 || (epi->sum_out && x->state_of[members[1].node] >= 0))) return -1;
+    const void *dst = values[cur].data;
+    size_t bytes = ir_nbytes(&mm->type);
+    if (!dst || overlaps_operands(values, mm, *bias, dst, bytes)) return -1;
+    if (epi->sum_out && (overlaps_operands(values, mm, *bias, epi->sum_out, bytes) || overlaps(dst, bytes, epi->sum_out, bytes)))
         return -1;
-    if (add->op != IR_OP_add || add->nin != 2 || !ir_type_eq(&add->type, &mm->type)) return -1;
-    int bias = add->in[0] == mm->id ? add->in[1] : add->in[1] == mm->id ? add->in[0] : -1;
-    if (bias < 0 || bias == mm->id) return -1;
-    const ir_type *tb = &g->nodes[bias]->type;
-    int64_t n = mm->type.dims[mm->type.rank - 1];
-    if (tb->dtype != dt || tb->rank < 1 || tb->dims[tb->rank - 1] != n || ir_numel(tb) != n) return -1;
-    if (x->state_of && x->state_of[add->id] >= 0) return -1;
-    const void *dst = values[add->id].data;
-    size_t bytes = ir_nbytes(&add->type);
-    if (!dst) return -1;
-    for (int j = 0; j < 2; j++)
-        if (overlaps(dst, bytes, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return -1;
-    if (overlaps(dst, bytes, values[bias].data, ir_nbytes(tb))) return -1;
-    return bias;
+    return cur;
 }
 
 alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, const sched_step *step,
@@ -441,15 +473,16 @@ alloy_status cpu_run_gemm(cpu_exec *x, const ir_graph *g, const schedule *s, con
         return cpu_fail(x, ALLOY_ERR_VERIFY, "gemm step headed by %s '%s', not a matmul or convolution",
                         ir_ops[mm->op].name, ir_node_label(mm, label, sizeof label));
     }
-    int bias = mm->op == IR_OP_matmul ? bias_in_tiles(x, g, step, members, values) : -1;
-    if (bias >= 0) { /* the product, its range rule and the bias in the GEMM's tiles, straight into the add's slot */
-        int64_t n = ir_numel(&g->nodes[bias]->type);
-        float *b32 = al_malloc(sizeof(float) * (size_t)n);
-        if (!b32) return cpu_out_of_memory(x, mm);
-        cvt_load_f32(mm->type.dtype, values[bias].data, b32, (size_t)n);
-        gemm_lowp_epilogue epi = {members[0].flags & MEMBER_RANGED ? mm->type.dtype : ALLOY_F32, b32};
+    gemm_lowp_epilogue epi;
+    int bias, out = mm->op == IR_OP_matmul ? tile_epilogue(x, g, step, members, values, &epi, &bias) : -1;
+    if (out >= 0) { /* the product and its epilogue in the GEMM's tiles, straight into the stored members' slots */
+        int64_t n = bias >= 0 ? ir_numel(&g->nodes[bias]->type) : 0;
+        float *b32 = bias >= 0 ? al_malloc(sizeof(float) * (size_t)n) : NULL;
+        if (bias >= 0 && !b32) return cpu_out_of_memory(x, mm);
+        if (b32) cvt_load_f32(mm->type.dtype, values[bias].data, b32, (size_t)n);
+        epi.bias = b32;
         rt_tensor in[2] = {values[mm->in[0]], values[mm->in[1]]};
-        cpu_matmul_epilogue(x, mm, &values[members[1].node], in, &epi);
+        cpu_matmul_epilogue(x, mm, &values[out], in, &epi);
         al_free(b32);
         return x->status;
     }

@@ -299,17 +299,49 @@ static void pack_job(void *arg, int64_t j, int thread)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
 
-/* Row of n sums c (f32) into C's row out: epi's range rule and bias
- * (bias[0..n): the row's columns), in f32, then rounded once into C's
- * dtype (cvt_store_f32), n at most the tile's width. */
-static CPU_VECTOR_CLONES void epilogue_row(const gemm_lowp_epilogue *epi, alloy_dtype dt, float *c, const float *bias, void *out,
-                             int64_t n)
+/* The range rule's bound of dt: a value at or past it is that inf (INFINITY for F32: none). */
+static float range_limit(alloy_dtype dt) { return dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : INFINITY; }
+
+/* c[0..n): the range rule of `before` (fz_range_copy_f32's select), then
+ * + bias[i] in f32 (bias NULL: none), then the rule of `after`, in one pass. */
+static CPU_VECTOR_CLONES void range_add_row(float *restrict c, const float *restrict bias, float before, float after,
+                                            int64_t n)
 {
-    float limit = epi->range == ALLOY_F16 ? 65520.0f : epi->range == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+    if (!bias) {
+        for (int64_t i = 0; i < n; i++) c[i] = fabsf(c[i]) >= before ? copysignf(INFINITY, c[i]) : c[i];
+        return;
+    }
+    if (after == INFINITY) { /* no rule after the add: one select less */
+        for (int64_t i = 0; i < n; i++) {
+            float v = fabsf(c[i]) >= before ? copysignf(INFINITY, c[i]) : c[i];
+            c[i] = v + bias[i];
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
-        float v = c[i];
-        v = fabsf(v) >= limit ? copysignf(INFINITY, v) : v;
-        c[i] = bias ? v + bias[i] : v;
+        float v = fabsf(c[i]) >= before ? copysignf(INFINITY, c[i]) : c[i];
+        v = v + bias[i];
+        c[i] = fabsf(v) >= after ? copysignf(INFINITY, v) : v;
+    }
+}
+
+/* Row of n sums c (f32) of a tile into C's row out: epi's steps (bias[0..n)
+ * and sum_out the row's columns, NULL where epi has none), in f32, then
+ * rounded once into C's dtype (cvt_store_f32); n at most NC_COLS. */
+static void epilogue_row(const gemm_lowp_epilogue *epi, alloy_dtype dt, float *c, const float *bias, void *sum_out,
+                         void *out, int64_t n)
+{
+    /* a last member's range rule is its store's rounding to inf already: only a value read on is ranged */
+    if (epi->range != ALLOY_F32 || bias)
+        range_add_row(c, bias, range_limit(epi->range), range_limit(epi->act ? epi->bias_range : ALLOY_F32), n);
+    if (sum_out) cvt_store_f32(dt, c, sum_out, (size_t)n);
+    if (epi->act) {
+        float y[NC_COLS];
+        for (int64_t i0 = 0; i0 < n; i0 += NC_COLS) { /* the chunk function needs y apart from its operand */
+            int64_t len = n - i0 < NC_COLS ? n - i0 : NC_COLS;
+            epi->act(len, y, c + i0, c + i0, c + i0, NULL);
+            memcpy(c + i0, y, sizeof(float) * (size_t)len);
+        }
     }
     cvt_store_f32(dt, c, out, (size_t)n);
 }
@@ -396,7 +428,10 @@ static void tile_job(void *arg, int64_t t, int thread)
     size_t es = alloy_dtype_size(g->out_dtype);
     for (int64_t i = 0; i < mc; i++) {
         void *out = (char *)g->c + (size_t)(c_row(g, b, i0 + i) + j0) * es;
-        if (r->epi) epilogue_row(r->epi, g->out_dtype, c + i * ldc, r->epi->bias ? r->epi->bias + j0 : NULL, out, nc);
+        if (r->epi)
+            epilogue_row(r->epi, g->out_dtype, c + i * ldc, r->epi->bias ? r->epi->bias + j0 : NULL,
+                         r->epi->sum_out ? (char *)r->epi->sum_out + (size_t)(c_row(g, b, i0 + i) + j0) * es : NULL,
+                         out, nc);
         else cvt_store_f32(g->out_dtype, c + i * ldc, out, (size_t)nc);
     }
 }
@@ -444,7 +479,9 @@ static alloy_status run_sgemm(const gemm_lowp_args *g, const gemm_lowp_epilogue 
         size_t es = alloy_dtype_size(g->out_dtype);
         if (nc && epi)
             for (int64_t i = 0; i < g->m; i++)
-                epilogue_row(epi, g->out_dtype, c + i * g->n, epi->bias, (char *)g->c + (size_t)c_row(g, bi, i) * es, g->n);
+                epilogue_row(epi, g->out_dtype, c + i * g->n, epi->bias,
+                             epi->sum_out ? (char *)epi->sum_out + (size_t)c_row(g, bi, i) * es : NULL,
+                             (char *)g->c + (size_t)c_row(g, bi, i) * es, g->n);
         else if (nc && !g->stride_c) cvt_store_f32(g->out_dtype, c, (char *)g->c + (size_t)c_row(g, bi, 0) * es, nc);
         else if (nc)
             for (int64_t i = 0; i < g->m; i++)

@@ -51,14 +51,23 @@ AL_HIDDEN const char *gemm_lowp_kernel_name(opt_lowp_gemm k);
  * the packing buffer cannot be had (C is then unchanged). */
 AL_HIDDEN alloy_status gemm_lowp(const gemm_lowp_args *g, opt_lowp_gemm asked, cpu_workers *w, int threads);
 
-/* What a GEMM step's epilogue of a bias does to each f32 sum before C's
- * rounding: the range rule of `range` (ALLOY_F16 or ALLOY_BF16: a sum that
- * a store would make inf becomes that inf, as the fused groups' rule;
- * ALLOY_F32: none), then bias[j] added (f32, one per column j of C; NULL:
- * none), in f32. */
+/* What a GEMM step's epilogue does to each f32 sum before C's rounding, as
+ * its fused group does (docs/fusion.md): the range rule of `range` on the
+ * product (ALLOY_F16 or ALLOY_BF16: a value that a store would make inf
+ * becomes that inf; ALLOY_F32: none); then bias[j] added in f32 (one per
+ * column j of C; NULL: none), that sum's range rule (bias_range) where an
+ * activation reads it on, and the sum stored rounded into sum_out (C's
+ * dtype and layout; NULL: not stored); then the activation `act` (a fused
+ * member's chunk function, cpu_fused.h; NULL: none) of the value so far.
+ * C gets the last value, rounded once (a last member's range rule is that
+ * store's own rounding to inf, so it is not applied first). */
 typedef struct gemm_lowp_epilogue {
     alloy_dtype range;
     const float *bias;
+    alloy_dtype bias_range;
+    void *sum_out;
+    void (*act)(int64_t n, float *restrict y, const float *restrict a, const float *restrict b, const float *restrict c,
+                const double *p);
 } gemm_lowp_epilogue;
 
 /* gemm_lowp with epi applied to every sum of an f16 or bf16 C before its
