@@ -405,25 +405,19 @@ CPU_VECTOR_CLONES void cpu_row_layer_norm_f32(const row_args *r)
  * keeps for its gradient: its program's first stages, then KEEP), from
  * layer_norm_stats8_f32 where it takes the rows, else the generated
  * functions: the same bits as layer_norm's own mean and rstd. */
-CPU_VECTOR_CLONES void cpu_row_layer_norm_mean_f32(const row_args *r)
-{
-#if defined(LEAF8)
-    if (layer_norm_stats8_fits(r)) {
-        layer_norm_stats8_f32(r, r->y, NULL);
-        return;
-    }
-#endif
-    cpu_row_fns[IR_OP_layer_norm_mean].f32(r);
-}
-
-CPU_VECTOR_CLONES void cpu_row_layer_norm_rstd_f32(const row_args *r)
+static CPU_VECTOR_CLONES void layer_norm_stat_f32(const row_args *r, int op)
 {
 #if defined(LEAF8)
     if (layer_norm_stats8_fits(r)) {
         float mean[ROW_BATCH];
-        layer_norm_stats8_f32(r, mean, r->y);
+        if (op == IR_OP_layer_norm_mean) layer_norm_stats8_f32(r, r->y, NULL);
+        else layer_norm_stats8_f32(r, mean, r->y);
         return;
     }
 #endif
-    cpu_row_fns[IR_OP_layer_norm_rstd].f32(r);
+    cpu_row_fns[op].f32(r);
 }
+
+void cpu_row_layer_norm_mean_f32(const row_args *r) { layer_norm_stat_f32(r, IR_OP_layer_norm_mean); }
+
+void cpu_row_layer_norm_rstd_f32(const row_args *r) { layer_norm_stat_f32(r, IR_OP_layer_norm_rstd); }
