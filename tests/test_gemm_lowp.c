@@ -223,29 +223,40 @@ static void test_exact_small_product(void **state)
 /* A product big enough to be split over threads gives the same bits on
  * 1, 2 and 3 threads (each element summed by one thread in k order), and
  * the workers' buffer is reused from call to call. */
+/* The same bits on 1, 2 and 3 threads: a C of 300 x 290, and C's one
+ * block high (the weight gradients' 128 rows, A transposed as x^T is),
+ * which several threads cut into columns of equal strips (128 x 128: two
+ * tiles of 64; 128 x 384: 192 + 192; 128 x 76: 64 + 12). */
 static void test_same_bits_on_any_thread_count(void **state)
 {
     (void)state;
     cpu_workers *w = cpu_workers_new();
     assert_non_null(w);
-    int64_t m = 300, n = 290, k = 200;
-    uint16_t *a = xalloc((size_t)(m * k) * 2), *b = xalloc((size_t)(k * n) * 2);
-    double *v = xalloc((size_t)(m * k + k * n) * sizeof *v);
-    test_rng = 5;
-    for (int64_t i = 0; i < m * k + k * n; i++) v[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
-    test_encode(ALLOY_BF16, v, a, m * k);
-    test_encode(ALLOY_BF16, v + m * k, b, k * n);
-    float *one = xalloc((size_t)(m * n) * 4), *many = xalloc((size_t)(m * n) * 4);
-    for (int ki = 0; ki < NKERNELS - 1; ki++) { /* sgemm's threads are the BLAS's */
-        if (!runs_here(kernels[ki], ALLOY_BF16)) continue;
-        gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, one, NULL, 0};
-        assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
-        for (int t = 2; t <= 3; t++) {
-            g.c = many;
-            assert_int_equal(gemm_lowp(&g, kernels[ki], w, t), ALLOY_OK);
-            if (memcmp(one, many, (size_t)(m * n) * 4) != 0)
-                fail_msg("%s: the result differs on %d threads", gemm_lowp_kernel_name(kernels[ki]), t);
+    static const int64_t shapes[][4] = {{300, 290, 200, 0}, {128, 128, 2048, 1}, {128, 384, 512, 1}, {128, 76, 600, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        bool ta = shapes[si][3] != 0;
+        uint16_t *a = xalloc((size_t)(m * k) * 2), *b = xalloc((size_t)(k * n) * 2);
+        double *v = xalloc((size_t)(m * k + k * n) * sizeof *v);
+        test_rng = 5;
+        for (int64_t i = 0; i < m * k + k * n; i++) v[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
+        test_encode(ALLOY_BF16, v, a, m * k);
+        test_encode(ALLOY_BF16, v + m * k, b, k * n);
+        float *one = xalloc((size_t)(m * n) * 4), *many = xalloc((size_t)(m * n) * 4);
+        for (int ki = 0; ki < NKERNELS - 1; ki++) { /* sgemm's threads are the BLAS's */
+            if (!runs_here(kernels[ki], ALLOY_BF16)) continue;
+            gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, ta, false, m, n, k, ta ? m : k, n, 0, NULL, NULL, NULL, a, b, one,
+                                NULL, 0};
+            assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+            for (int t = 2; t <= 3; t++) {
+                g.c = many;
+                assert_int_equal(gemm_lowp(&g, kernels[ki], w, t), ALLOY_OK);
+                if (memcmp(one, many, (size_t)(m * n) * 4) != 0)
+                    fail_msg("%s %lldx%lldx%lld: the result differs on %d threads", gemm_lowp_kernel_name(kernels[ki]),
+                             (long long)m, (long long)n, (long long)k, t);
+            }
         }
+        al_free(a), al_free(b), al_free(v), al_free(one), al_free(many);
     }
     lowp_shape big = {130, 300, 70, 0, {0}, {0}, {0}};
     for (int ki = 0; ki < NKERNELS; ki++) /* and the threaded runs are right */
@@ -260,7 +271,6 @@ static void test_same_bits_on_any_thread_count(void **state)
                 check(kernels[ki], ALLOY_BF16, tr & 1, tr & 2, &heads, w, 3);
             }
     cpu_workers_free(w);
-    al_free(a), al_free(b), al_free(v), al_free(one), al_free(many);
 }
 
 /* auto takes the fastest kernel the CPU has; a forced one the CPU lacks

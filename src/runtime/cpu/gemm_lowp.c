@@ -532,8 +532,17 @@ alloy_status gemm_lowp_epi(const gemm_lowp_args *g, const gemm_lowp_epilogue *ep
      * that leaves a tile for each thread (the weight gradients' 128 rows:
      * 10 strips, not 8 + 2, so that B is one tile's alone, below); the
      * tiles' shape changes no sum */
-    if (r.mblocks == 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr &&
-        batches * r.nblocks >= (w && threads > 1 ? threads : 1))
+    int want = w && threads > 1 ? threads : 1;
+    /* such a C on several threads is cut into as many column blocks of equal
+     * strips as the threads at least (the weight gradients' 128 x 128: two
+     * tiles of 64 columns, not one; 128 x 384: 192 + 192, not 256 + 128) */
+    if (r.mblocks <= 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr && batches == 1 && want > 1 && r.nstrips > 1) {
+        int64_t blocks = cdiv(r.nstrips * kn->nr, NC_COLS);
+        blocks = cdiv(blocks < want ? want : blocks, want) * want;
+        if (blocks > r.nstrips) blocks = r.nstrips;
+        r.nc = cdiv(r.nstrips, blocks) * kn->nr, r.nblocks = cdiv(g->n, r.nc);
+    }
+    if (r.mblocks == 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr && batches * r.nblocks >= want)
         r.mc = r.mstrips * kn->mr, r.mblocks = 1;
     int64_t tiles = batches * r.mblocks * r.nblocks;
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
