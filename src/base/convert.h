@@ -18,6 +18,14 @@ AL_HIDDEN uint16_t cvt_f32_to_bf16(float f);
  * rest rounded to nearest even; overflow carries into inf): the one
  * definition convert.c's conversions and cpu_fused_convert.c's chunk loops use, so
  * that a loop of them turns into vector code in each ISA clone. */
+/* The smallest magnitude an f32 value's store into dt rounds to inf
+ * (65520 for f16, 0x1.ffp127 for bf16; INFINITY for f32 and wider): the
+ * bound of the fused groups' range rule. */
+static inline float cvt_inf_bound_f32(alloy_dtype dt)
+{
+    return dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : __builtin_inff();
+}
+
 static inline uint32_t cvt_bf16_bits_to_f32(uint32_t h) { return ((h & 0x7fffu) > 0x7f80u ? h | 0x40u : h) << 16; }
 
 static inline uint32_t cvt_f32_bits_to_bf16(uint32_t x)

@@ -6,11 +6,11 @@
 #include <time.h>
 
 #include "base/convert.h"
-#include "base/vmath.h"
 #include "emu_device.h"
 #include "emu_loader.h"
 #include "emu_stream.h"
 #include "emu_slots.h"
+#include "runtime/cpu/cpu.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/graph/bundle_save.h"
 
@@ -435,8 +435,8 @@ static void gpu_numerics_column(const lp_gemm *gm, const double *A, const double
  * rounded once into D's dtype, as CUBLASLT_EPILOGUE_BIAS defines it; with
  * a GELU one, that f32 value rounded once into D's dtype at ex.aux (the
  * AUX epilogues: GELU's input, ld_aux apart, a batch stride_d apart) and
- * its gelu_tanh (alloy's formula and tanh: cuBLASLt's own tanh is not
- * known here) rounded once into D. */
+ * its gelu_tanh (the op table's expression, the CPU's tanh: cuBLASLt's own
+ * tanh is not known here) rounded once into D. */
 static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr b, cdev_ptr d, cdev_gemm_extra ex,
                              const emu_action *check)
 {
@@ -538,10 +538,7 @@ static alloy_status run_gemm(cdev *dev, const lp_gemm *gm, cdev_ptr a, cdev_ptr 
                 for (int64_t i = 0; i < gm->m; i++) f32[i] = (float)col[i]; /* the f32 sum, then D's dtype */
                 for (int64_t i = 0; with_bias && i < gm->m; i++) f32[i] += vb[i];
                 if (aux) cvt_store_f32(gm->d, f32, px + j * gm->ld_aux * (int64_t)ed, (size_t)gm->m);
-                for (int64_t i = 0; gelu && i < gm->m; i++) {
-                    float x = f32[i];
-                    f32[i] = 0.5f * x * (1.0f + al_vtanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
-                }
+                if (gelu) ew_gelu_tanh_f32(gm->m, f32, f32, f32, f32, NULL); /* the op table's gelu_tanh */
                 cvt_store_f32(gm->d, f32, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);
             } else {
                 cvt_store_f64(gm->d, col, pd + j * gm->ldd * (int64_t)ed, (size_t)gm->m);

@@ -63,8 +63,8 @@ void fz_store_chunk_f32(alloy_dtype dt, const float *src, void *dst, int64_t n)
  * compares false and stays. */
 CPU_VECTOR_CLONES void fz_range_copy_f32(alloy_dtype dt, const float *x, float *y, int64_t n)
 {
-    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : 0.0f;
-    if (limit == 0.0f) {
+    float limit = cvt_inf_bound_f32(dt);
+    if (limit == INFINITY) {
         if (x != y) memcpy(y, x, sizeof(float) * (size_t)n);
         return;
     }
@@ -79,7 +79,7 @@ CPU_VECTOR_CLONES void fz_range_copy_f32(alloy_dtype dt, const float *x, float *
  * then read in place, and a ranged value left as it is, unless one is. */
 CPU_VECTOR_CLONES bool fz_range_changes(alloy_dtype dt, const float *x, int64_t n)
 {
-    float limit = dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : INFINITY;
+    float limit = cvt_inf_bound_f32(dt);
     int over = 0;
     for (int64_t i = 0; i < n; i++) over |= fabsf(x[i]) >= limit && fabsf(x[i]) < INFINITY;
     return over != 0;

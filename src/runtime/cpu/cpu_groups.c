@@ -371,6 +371,14 @@ static void range_block(void *arg, int64_t j, int thread)
     cpu_range_f32(r->dtype, r->y + i0, len);
 }
 
+/* Whether bytes [p, p + n) overlap an operand of a step's matmul mm or its bias (-1: none). */
+static bool overlaps_operands(const rt_tensor *values, const ir_node *mm, int bias, const void *p, size_t n)
+{
+    for (int j = 0; j < 2; j++)
+        if (overlaps(p, n, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return true;
+    return bias >= 0 && overlaps(p, n, values[bias].data, ir_nbytes(&values[bias].type));
+}
+
 /* The f32 value a GEMM step's epilogue only widens its f16/bf16 product
  * into (its one member a cast to f32 of the product, stored, not checked,
  * not a state, and not over the product's operands or its own slot), or
@@ -389,18 +397,9 @@ static void *widened_into(const cpu_exec *x, const ir_graph *g, const sched_step
     void *dst = values[cast->id].data;
     size_t bytes = ir_nbytes(&cast->type);
     if (!dst || ir_numel(&cast->type) != ir_numel(&mm->type)) return NULL;
-    for (int j = 0; j < mm->nin; j++)
-        if (overlaps(dst, bytes, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return NULL;
-    if (overlaps(dst, bytes, values[mm->id].data, ir_nbytes(&mm->type))) return NULL;
+    if (overlaps_operands(values, mm, -1, dst, bytes) || overlaps(dst, bytes, values[mm->id].data, ir_nbytes(&mm->type)))
+        return NULL;
     return dst;
-}
-
-/* Whether bytes [p, p + n) overlap an operand of a step's matmul mm or its bias (-1: none). */
-static bool overlaps_operands(const rt_tensor *values, const ir_node *mm, int bias, const void *p, size_t n)
-{
-    for (int j = 0; j < 2; j++)
-        if (overlaps(p, n, values[mm->in[j]].data, ir_nbytes(&values[mm->in[j]].type))) return true;
-    return bias >= 0 && overlaps(p, n, values[bias].data, ir_nbytes(&values[bias].type));
 }
 
 /* A GEMM step the CPU runs whole in the GEMM's tiles (gemm_lowp_epi):

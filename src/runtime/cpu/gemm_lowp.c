@@ -299,9 +299,6 @@ static void pack_job(void *arg, int64_t j, int thread)
         for (int64_t s = s0; s < s1; s++) pack_strip(r, is_a, copy, s, u0, min64(u0 + step, r->kunits));
 }
 
-/* The range rule's bound of dt: a value at or past it is that inf (INFINITY for F32: none). */
-static float range_limit(alloy_dtype dt) { return dt == ALLOY_F16 ? 65520.0f : dt == ALLOY_BF16 ? 0x1.ffp127f : INFINITY; }
-
 /* c[0..n): the range rule of `before` (fz_range_copy_f32's select), then
  * + bias[i] in f32 (bias NULL: none), then the rule of `after`, in one pass. */
 static CPU_VECTOR_CLONES void range_add_row(float *restrict c, const float *restrict bias, float before, float after,
@@ -333,7 +330,7 @@ static void epilogue_row(const gemm_lowp_epilogue *epi, alloy_dtype dt, float *c
 {
     /* a last member's range rule is its store's rounding to inf already: only a value read on is ranged */
     if (epi->range != ALLOY_F32 || bias)
-        range_add_row(c, bias, range_limit(epi->range), range_limit(epi->act ? epi->bias_range : ALLOY_F32), n);
+        range_add_row(c, bias, cvt_inf_bound_f32(epi->range), cvt_inf_bound_f32(epi->act ? epi->bias_range : ALLOY_F32), n);
     if (sum_out) cvt_store_f32(dt, c, sum_out, (size_t)n);
     if (epi->act) {
         float y[NC_COLS];
