@@ -13,8 +13,9 @@ extern char **environ;
  * (tests/run_golden.sh), the test suites' name filters (tests/support.c),
  * the emulation's library cache, checkers, block selection, numerics mode
  * and NCCL's injected failures (tests/cuda_emu/). */
-static const char *const tool_names[] = {"ALLOY_CUDA_SYNC",     "ALLOY_CI_ASAN",   "ALLOY_CI_FUZZ_SECONDS",
-                                         "ALLOY_GOLDEN_UPDATE", "ALLOY_TEST_ONLY", "ALLOY_TEST_SKIP",
+static const char *const tool_names[] = {"ALLOY_CUDA_SYNC",      "ALLOY_CI_ASAN",       "ALLOY_CI_FUZZ_SECONDS",
+                                         "ALLOY_CI_KEEP_BUILDS", "ALLOY_GOLDEN_UPDATE", "ALLOY_TEST_ONLY",
+                                         "ALLOY_TEST_SKIP",
                                          "ALLOY_EMU_BLOCKS", "ALLOY_EMU_CACHE_DIR", "ALLOY_EMU_CHECK",
                                          "ALLOY_EMU_NCCL_FAIL", "ALLOY_EMU_NUMERICS", "ALLOY_EMU_NUMERICS_SEED"};
 
