@@ -335,6 +335,47 @@ static void test_avx2_gives_the_bits_of_avx512(void **state)
             }
 }
 
+/* An operand's layout changes no bit: each kernel packs op(A) and op(B)
+ * into the same panels whether their rows run along k (the 8 x 8 register
+ * transposes of avx2's packing, avx512's pack_by_rows) or across it, so
+ * the product of the transposed operands, copied, is the product of the
+ * originals bit for bit; k and the strips' rows off the 8 x 8 blocks, f16
+ * and bf16, every kernel this CPU runs. */
+static void test_an_operands_layout_changes_no_bit(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][3] = {{1, 1, 1}, {7, 17, 9}, {13, 31, 23}, {29, 65, 200}, {6, 16, 8}};
+    for (int ki = 0; ki < NKERNELS; ki++)
+        for (int dti = 0; dti < 2; dti++) {
+            alloy_dtype dt = dti ? ALLOY_BF16 : ALLOY_F16;
+            if (!runs_here(kernels[ki], dt)) continue;
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
+                double *v = xalloc((na + nb) * sizeof *v);
+                uint16_t *a = xalloc(na * 2), *b = xalloc(nb * 2), *at = xalloc(na * 2), *bt = xalloc(nb * 2);
+                test_rng = (uint64_t)(si + 1);
+                for (size_t i = 0; i < na + nb; i++) v[i] = test_round_to(dt, test_uniform(-1, 1));
+                test_encode(dt, v, a, (int64_t)na);
+                test_encode(dt, v + na, b, (int64_t)nb);
+                for (int64_t i = 0; i < m; i++) /* at: A^T, [k, m]; bt: B^T, [n, k] */
+                    for (int64_t p = 0; p < k; p++) at[p * m + i] = a[i * k + p];
+                for (int64_t p = 0; p < k; p++)
+                    for (int64_t j = 0; j < n; j++) bt[j * k + p] = b[p * n + j];
+                float *c = xalloc(nc * 4), *ct = xalloc(nc * 4);
+                gemm_lowp_args g = {dt, ALLOY_F32, false, false, m, n, k, k, n, 0, NULL, NULL, NULL, a, b, c, NULL, 0};
+                assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+                gemm_lowp_args gt = {dt, ALLOY_F32, true, true, m, n, k, m, k, 0, NULL, NULL, NULL, at, bt, ct, NULL, 0};
+                assert_int_equal(gemm_lowp(&gt, kernels[ki], NULL, 1), ALLOY_OK);
+                if (memcmp(c, ct, nc * 4) != 0)
+                    fail_msg("%s %s %lldx%lldx%lld: the transposed operands' product differs",
+                             gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), (long long)m, (long long)n,
+                             (long long)k);
+                al_free(v), al_free(a), al_free(b), al_free(at), al_free(bt), al_free(c), al_free(ct);
+            }
+        }
+}
+
 /* The avx512_bf16 kernel's bf16 C is its own f32 C rounded once by
  * cvt_f32_to_bf16, bit for bit, on edge tiles of every shape (rows past 8
  * or not, columns past 16 or not) and every transpose, and where the sums
@@ -702,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_batches_follow_their_strides),
         cmocka_unit_test(test_same_bits_on_any_thread_count),
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
+        cmocka_unit_test(test_an_operands_layout_changes_no_bit),
         cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
         cmocka_unit_test(test_a_laid_out_c_gets_the_dense_bits_in_its_places),
         cmocka_unit_test(test_an_f32_c_of_4_kib_rows_gets_the_dense_bits),

@@ -465,12 +465,59 @@ TARGET_AVX2 static void tile_avx2(int64_t kunits, const void *a, const void *b, 
             for (int j = 0; j < nr; j++) c[i * ldc + j] = add ? t[i][j] + c[i * ldc + j] : t[i][j];
 }
 
-/* f32 panels of r-contiguous strips, 8 rows at a time (F16C's vcvtph2ps,
- * or a shift for bf16); k-contiguous ones go to the driver's packing. */
+/* 8 f16 (F16C's vcvtph2ps) or bf16 (a shift) as 8 f32. */
+TARGET_AVX2 static inline __m256 cvt8_avx2(alloy_dtype dt, __m128i h)
+{
+    return dt == ALLOY_F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* k-contiguous strips: 8 rows x 8 k at a time, each row's 8 converted and
+ * the 8 x 8 block transposed in registers, so each k's rows are one store
+ * (6 lanes of it for A's 6-row strips, R = 6 or 16); rows past the matrix
+ * are zero.
+ * Returns the first unit not packed (the last u1 - u0 mod 8 go to the
+ * driver's packing). */
+TARGET_AVX2 static int64_t pack_k_rows_avx2(const strip_src *s, int R, int64_t u0, int64_t u1, float *d)
+{
+    int64_t p = u0;
+    for (; p + 8 <= u1; p += 8)
+        for (int r0 = 0; r0 < R; r0 += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = r0 + i < s->rows && r0 + i < R
+                           ? cvt8_avx2(s->dt, _mm_loadu_si128((const void *)(s->base + (r0 + i) * s->rs + p)))
+                           : _mm256_setzero_ps();
+            __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+            __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+            __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+            __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+            __m256 q0 = _mm256_shuffle_ps(t0, t2, 0x44), q1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 q2 = _mm256_shuffle_ps(t1, t3, 0x44), q3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 q4 = _mm256_shuffle_ps(t4, t6, 0x44), q5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 q6 = _mm256_shuffle_ps(t5, t7, 0x44), q7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            __m256 col[8] = {_mm256_permute2f128_ps(q0, q4, 0x20), _mm256_permute2f128_ps(q1, q5, 0x20),
+                             _mm256_permute2f128_ps(q2, q6, 0x20), _mm256_permute2f128_ps(q3, q7, 0x20),
+                             _mm256_permute2f128_ps(q0, q4, 0x31), _mm256_permute2f128_ps(q1, q5, 0x31),
+                             _mm256_permute2f128_ps(q2, q6, 0x31), _mm256_permute2f128_ps(q3, q7, 0x31)};
+            float *o = d + p * R + r0; /* col[j]: rows r0.. at k p + j */
+            if (R - r0 >= 8) {
+                for (int j = 0; j < 8; j++) _mm256_storeu_ps(o + j * R, col[j]);
+            } else { /* A's 6-row strips: each k's 8 lanes in order, the next k overwriting the 2 past its 6 (a
+                      * masked store is microcoded on some CPUs), the last k's 6 alone */
+                for (int j = 0; j < 7; j++) _mm256_storeu_ps(o + j * 6, col[j]);
+                _mm_storeu_ps(o + 42, _mm256_castps256_ps128(col[7]));
+                _mm_storel_pi((__m64 *)(void *)(o + 46), _mm256_extractf128_ps(col[7], 1));
+            }
+        }
+    return p;
+}
+
+/* f32 panels: r-contiguous strips 8 rows at a time, k-contiguous ones 8 x 8
+ * through registers (pack_k_rows_avx2). */
 TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, int64_t u1, void *dst)
 {
     float *d = dst;
-    if (s->ks == 1) return u0;
+    if (s->ks == 1) return pack_k_rows_avx2(s, R, u0, u1, d);
     for (int64_t p = u0; p < u1; p++)
         for (int r0 = 0; r0 < R; r0 += 8) {
             const uint16_t *src = s->base + p * s->ks + r0;
@@ -482,9 +529,7 @@ TARGET_AVX2 static int64_t pack_f32_avx2(const strip_src *s, int R, int64_t u0, 
                 for (int64_t r = 0; r < s->rows - r0; r++) part[r] = src[r];
                 h = _mm_loadu_si128((const void *)part);
             }
-            __m256 v = s->dt == ALLOY_F16 ? _mm256_cvtph_ps(h)
-                                          : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-            _mm256_storeu_ps(d + p * R + r0, v); /* whole stores, as in pack_by_rows */
+            _mm256_storeu_ps(d + p * R + r0, cvt8_avx2(s->dt, h)); /* whole stores, as in pack_by_rows */
         }
     return u1;
 }
