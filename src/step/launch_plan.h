@@ -44,7 +44,11 @@ static inline bool lp_epilogue_bias(lp_epilogue e)
 {
     return e == LP_EPILOGUE_BIAS || e == LP_EPILOGUE_GELU_BIAS || e == LP_EPILOGUE_GELU_AUX_BIAS;
 }
-static inline bool lp_epilogue_gelu(lp_epilogue e) { return e >= LP_EPILOGUE_GELU; }
+static inline bool lp_epilogue_gelu(lp_epilogue e)
+{
+    return e == LP_EPILOGUE_GELU || e == LP_EPILOGUE_GELU_BIAS || e == LP_EPILOGUE_GELU_AUX ||
+           e == LP_EPILOGUE_GELU_AUX_BIAS;
+}
 static inline bool lp_epilogue_aux(lp_epilogue e) { return e == LP_EPILOGUE_GELU_AUX || e == LP_EPILOGUE_GELU_AUX_BIAS; }
 
 /* One library GEMM in the column-major convention cuBLAS(Lt) takes:
