@@ -282,15 +282,19 @@ static void test_kernel_choice(void **state)
     assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO), OPT_LOWP_AVX512_BF16);
     assert_int_equal(gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_PORTABLE), OPT_LOWP_PORTABLE);
     assert_int_equal(gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_SGEMM), OPT_LOWP_SGEMM);
-    assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO), OPT_LOWP_AVX2); /* forced only */
     assert_int_not_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AVX2), OPT_LOWP_AVX512); /* only down */
     opt_lowp_gemm best = gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AUTO);
     if (gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AVX512_BF16) == OPT_LOWP_AVX512_BF16)
         assert_int_equal(best, OPT_LOWP_AVX512_BF16);
     else if (gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AVX512) == OPT_LOWP_AVX512)
         assert_int_equal(best, OPT_LOWP_AVX512);
+    else if (gemm_lowp_kernel(ALLOY_BF16, OPT_LOWP_AVX2) == OPT_LOWP_AVX2)
+        assert_int_equal(best, OPT_LOWP_AVX2); /* without AVX-512 */
     else
         assert_int_equal(best, OPT_LOWP_SGEMM);
+    if (gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AVX512) != OPT_LOWP_AVX512 &&
+        gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AVX2) == OPT_LOWP_AVX2)
+        assert_int_equal(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO), OPT_LOWP_AVX2);
     print_message("bf16 kernel: %s, f16 kernel: %s\n", gemm_lowp_kernel_name(best),
                   gemm_lowp_kernel_name(gemm_lowp_kernel(ALLOY_F16, OPT_LOWP_AUTO)));
 }
