@@ -387,10 +387,9 @@ static bool fits_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, 
 
 /* ---- pieces ---- */
 
-/* A piece is at least PIECE_MIN wide (a multiple of PIECE_ALIGN: BLAS
- * register tiles then fall on the same rows and columns as in one call, so
- * each element gets the same sums as from the whole product in one call
- * where the pieces are large: gemm_whole_is_pieces) and there are at most
+/* A piece is at least PIECE_MIN wide (a multiple of PIECE_ALIGN, so BLAS
+ * register tiles fall on the same rows and columns in every piece) and
+ * there are at most
  * MAX_PIECES: each piece packs the whole other operand again, which a strip
  * this wide amortizes. */
 enum { PIECE_MIN = 256, PIECE_ALIGN = 64, MAX_PIECES = 16 };
@@ -450,19 +449,17 @@ void gemm_whole(const gemm_product *p)
     product_one_thread(p);
 }
 
-/* A BLAS may sum a small product otherwise than a large one (OpenBLAS
- * 0.3.21: 33 x 600 x 120 in one call and in pieces of about 1M multiply-adds
- * gave other bits, tests/test_gemm.c): one call is taken for the pieces'
- * sums only where every piece is at least this large. */
-#define WHOLE_MIN_PIECE_MACS ((double)(1 << 23))
-
+/* One call sums like the pieces only where there is one piece: a BLAS may
+ * sum an element of a product otherwise than the same element of a piece
+ * of it (OpenBLAS 0.3.21: 33 x 600 x 120 against pieces of 256, 256 and 88
+ * columns on a Zen 4; 1024 x 320 x 160 against pieces of 256 rows, 2.4% of
+ * the elements, rows 252-767, with its Zen kernels on an AVX2-only EPYC,
+ * though not with its Cooper Lake ones), so a product of several pieces is
+ * run in its pieces on one thread too, and C's bits never depend on the
+ * thread count (tests/test_gemm.c). */
 bool gemm_whole_is_pieces(const gemm_product *p)
 {
-    int64_t parts = gemm_parts(p);
-    if (parts <= 1) return true;
-    int64_t len, w = piece_width(p, &len), last = len - (parts - 1) * w;
-    double other = (double)(p->n >= p->m ? p->m : p->n) * (double)p->k;
-    return (double)last * other >= WHOLE_MIN_PIECE_MACS;
+    return gemm_parts(p) <= 1;
 }
 
 void gemm_part(const gemm_product *p, int64_t part)
@@ -511,7 +508,7 @@ void gemm_run(const gemm_product *p, cpu_workers *w, int threads)
     int64_t parts = gemm_parts(p);
     if (parts <= 0) return;
     int64_t nt = min64(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, parts);
-    if (nt == 1 && gemm_whole_is_pieces(p)) { /* one thread: one call, without the pieces' packing again */
+    if (nt == 1 && gemm_whole_is_pieces(p)) { /* one piece: one call */
         gemm_whole(p);
         return;
     }

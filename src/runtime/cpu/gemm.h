@@ -32,10 +32,9 @@ AL_HIDDEN int64_t gemm_parts(const gemm_product *p);
  * portable kernel): what a run on one thread does where
  * gemm_whole_is_pieces(p), without packing an operand again per piece. */
 AL_HIDDEN void gemm_whole(const gemm_product *p);
-/* Whether gemm_whole(p) gives the bits of p's pieces: one piece, or every
- * piece at least 2^23 multiply-adds (a BLAS's large-product kernels, whose
- * register tiles fall where the pieces' edges do; tests/test_gemm.c holds
- * the two to the same bits). */
+/* Whether gemm_whole(p) gives the bits of p's pieces: where p is one piece
+ * (a BLAS may sum an element of a whole product otherwise than in a piece
+ * of it: gemm.c). */
 AL_HIDDEN bool gemm_whole_is_pieces(const gemm_product *p);
 /* Piece `part` (0 <= part < gemm_parts(p)) of p on the calling thread: one
  * BLAS call on one thread (the BLAS's own threads are never used: alloy
