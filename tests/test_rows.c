@@ -79,7 +79,7 @@ static void test_every_row_program_names_each_operand_role_and_fits_the_cpu_slot
         /* a slot is written before it is read */
         for (int i = 0; i < p->nstages; i++)
             for (int k = 0; k < 16; k++) {
-                char use[8];
+                char use[16];
                 snprintf(use, sizeof use, "S(%d)", k);
                 const char *text = p->stages[i].expr, *hit = text;
                 /* S(k) itself, not the end of POS(k) or HAS(k) */
