@@ -172,6 +172,10 @@ static void plan_of(const ir_node *n, const rt_tensor *out, const rt_tensor *in,
     }
     ir_matmul_batch_strides(ta, p->batch_rank, p->stride_a);
     ir_matmul_batch_strides(tb, p->batch_rank, p->stride_b);
+    /* the dense result's (strided_matmul sets a strided one's): mm_job walks
+     * all three, so none may be left unset */
+    for (int64_t d = p->batch_rank - 1, step = p->m * p->n; d >= 0; step *= p->batch_dims[d], d--)
+        p->stride_c[d] = step;
 }
 
 /* The product of plan p into out. */
