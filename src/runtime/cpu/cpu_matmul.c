@@ -6,9 +6,9 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_lowp.h"
 
-/* What one matmul needs: sizes, leading dims and the batch walk. The
- * result is dense [batches, m, n] unless strided_c: then batch b's row i
- * starts at sum_d idx_d(b) * stride_c[d] + i * ldc. */
+/* What one matmul needs: sizes, leading dims and the batch walk: batch b's
+ * row i of C starts at sum_d idx_d(b) * stride_c[d] + i * ldc (a dense
+ * [batches, m, n] result, or strided_c's). */
 typedef struct mm_plan {
     bool trans_a, trans_b, strided_c;
     int64_t m, n, k, lda, ldb, ldc;
@@ -19,14 +19,12 @@ typedef struct mm_plan {
 } mm_plan;
 
 /* The f32/f64 products of one matmul: job j is piece j % parts of batch
- * j / parts, each one gemm_part on whichever thread claims it (on one
- * thread, each batch whole). */
+ * j / parts, each one gemm_part on whichever thread claims it. */
 typedef struct mm_jobs {
     const mm_plan *p;
     gemm_product one; /* batch 0's product */
-    int64_t parts;    /* per batch (1 when whole) */
+    int64_t parts;    /* per batch */
     size_t esize;
-    bool whole;       /* one thread: each batch's product in one call (gemm_whole) */
 } mm_jobs;
 
 static void mm_job(void *arg, int64_t j, int thread)
@@ -41,13 +39,11 @@ static void mm_job(void *arg, int64_t j, int thread)
         off_c += b % p->batch_dims[d] * p->stride_c[d];
         b /= p->batch_dims[d];
     }
-    if (!p->strided_c) off_c = j / jb->parts * p->m * p->n;
     gemm_product q = jb->one;
     q.a = (const char *)q.a + (size_t)off_a * jb->esize;
     q.b = (const char *)q.b + (size_t)off_b * jb->esize;
     q.c = (char *)q.c + (size_t)off_c * jb->esize;
-    if (jb->whole) gemm_whole(&q);
-    else gemm_part(&q, j % jb->parts);
+    gemm_part(&q, j % jb->parts);
 }
 
 /* f32/f64: every batch's pieces (gemm_parts) on up to x->nthreads threads,
@@ -56,18 +52,13 @@ static void matmul_wide(cpu_exec *x, const mm_plan *p, bool f64, rt_tensor *out,
 {
     mm_jobs jb = {p, {f64, p->trans_a, p->trans_b, p->m, p->n, p->k, p->lda, p->ldb, p->strided_c ? p->ldc : p->n, 1.0,
                       0.0, in[0].data, in[1].data, out->data},
-                  0, f64 ? sizeof(double) : sizeof(float), false};
+                  0, f64 ? sizeof(double) : sizeof(float)};
     jb.parts = gemm_parts(&jb.one);
     int64_t jobs = p->batches * jb.parts;
     double macs = (double)p->batches * (double)p->m * (double)p->n * (double)p->k;
     int threads = 1;
     if (x->workers && x->nthreads > 1 && jobs > 1 && macs >= (double)GEMM_PAR_MIN_MACS)
         threads = cpu_workers_threads(x->workers, jobs < x->nthreads ? (int)jobs : x->nthreads);
-    if (threads == 1 && jb.parts > 1 && gemm_whole_is_pieces(&jb.one)) { /* the pieces' sums, one packing */
-        jb.whole = true;
-        jb.parts = 1;
-        jobs = p->batches;
-    }
     cpu_workers_run(x->workers, threads, jobs, mm_job, &jb);
 }
 
@@ -172,8 +163,7 @@ static void plan_of(const ir_node *n, const rt_tensor *out, const rt_tensor *in,
     }
     ir_matmul_batch_strides(ta, p->batch_rank, p->stride_a);
     ir_matmul_batch_strides(tb, p->batch_rank, p->stride_b);
-    /* the dense result's (strided_matmul sets a strided one's): mm_job walks
-     * all three, so none may be left unset */
+    /* the dense result's (strided_matmul sets a strided one's) */
     for (int64_t d = p->batch_rank - 1, step = p->m * p->n; d >= 0; step *= p->batch_dims[d], d--)
         p->stride_c[d] = step;
 }

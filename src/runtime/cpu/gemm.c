@@ -443,25 +443,14 @@ static void product_one_thread(const gemm_product *q)
     run_part(&whole);
 }
 
-void gemm_whole(const gemm_product *p)
-{
-    init_env();
-    product_one_thread(p);
-}
-
-/* One call sums like the pieces only where there is one piece: a BLAS may
- * sum an element of a product otherwise than the same element of a piece
- * of it (OpenBLAS 0.3.21: 33 x 600 x 120 against pieces of 256, 256 and 88
- * columns on a Zen 4; 1024 x 320 x 160 against pieces of 256 rows, 2.4% of
- * the elements, rows 252-767, with its Zen kernels on an AVX2-only EPYC,
- * though not with its Cooper Lake ones), so a product of several pieces is
- * run in its pieces on one thread too, and C's bits never depend on the
- * thread count (tests/test_gemm.c). */
-bool gemm_whole_is_pieces(const gemm_product *p)
-{
-    return gemm_parts(p) <= 1;
-}
-
+/* A product of several pieces runs in its pieces on one thread too (one
+ * piece is the whole product, one call): a BLAS may sum an element of a
+ * product otherwise than the same element of a piece of it (OpenBLAS
+ * 0.3.21: 33 x 600 x 120 against pieces of 256, 256 and 88 columns on a
+ * Zen 4; 1024 x 320 x 160 against pieces of 256 rows, 2.4% of the
+ * elements, rows 252-767, with its Zen kernels on an AVX2-only EPYC, though
+ * not with its Cooper Lake ones), so C's bits never depend on the thread
+ * count (tests/test_gemm.c). */
 void gemm_part(const gemm_product *p, int64_t part)
 {
     init_env();
@@ -508,10 +497,6 @@ void gemm_run(const gemm_product *p, cpu_workers *w, int threads)
     int64_t parts = gemm_parts(p);
     if (parts <= 0) return;
     int64_t nt = min64(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads, parts);
-    if (nt == 1 && gemm_whole_is_pieces(p)) { /* one piece: one call */
-        gemm_whole(p);
-        return;
-    }
     if (w) {
         if (nt > 1) nt = cpu_workers_threads(w, (int)nt);
         cpu_workers_run(w, (int)nt, parts, piece_job, (void *)p);

@@ -28,22 +28,13 @@ typedef struct gemm_product {
  * below 128^3 multiply-adds. A function of the shape alone, so each
  * element of C comes from the same call whatever the thread count. */
 AL_HIDDEN int64_t gemm_parts(const gemm_product *p);
-/* All of p in one call on the calling thread (BLAS on one thread, or the
- * portable kernel): what a run on one thread does where
- * gemm_whole_is_pieces(p), without packing an operand again per piece. */
-AL_HIDDEN void gemm_whole(const gemm_product *p);
-/* Whether gemm_whole(p) gives the bits of p's pieces: where p is one piece
- * (a BLAS may sum an element of a whole product otherwise than in a piece
- * of it: gemm.c). */
-AL_HIDDEN bool gemm_whole_is_pieces(const gemm_product *p);
 /* Piece `part` (0 <= part < gemm_parts(p)) of p on the calling thread: one
  * BLAS call on one thread (the BLAS's own threads are never used: alloy
  * runs the pieces on its threads), or the portable kernel. */
 AL_HIDDEN void gemm_part(const gemm_product *p, int64_t part);
 /* All of p's pieces on up to `threads` threads of w, the caller one of
  * them (w NULL: threads started for this call and joined before it
- * returns), or on one thread gemm_whole where gemm_whole_is_pieces;
- * bit-identical whatever the thread count. */
+ * returns), on one thread too: bit-identical whatever the thread count. */
 AL_HIDDEN void gemm_run(const gemm_product *p, cpu_workers *w, int threads);
 
 /* C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.

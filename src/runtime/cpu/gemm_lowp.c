@@ -69,9 +69,9 @@ opt_lowp_gemm gemm_lowp_kernel(alloy_dtype dt, opt_lowp_gemm asked)
         if (gemm_lowp_x86_has(OPT_LOWP_AVX512_BF16, dt)) return OPT_LOWP_AVX512_BF16;
         if (gemm_lowp_x86_has(OPT_LOWP_AVX512, dt)) return OPT_LOWP_AVX512;
         /* without AVX-512: avx2 (operands converted while packing) ran
-         * char_gpt's f16 and bf16 steps in 4-6% less CPU time than the
+         * char_gpt's f16 and bf16 steps in 3-6% less CPU time than the
          * BLAS on operands converted first, on a CPU without AVX-512
-         * (bench/RESULTS.md, "AVX2 without AVX-512") */
+         * (bench/RESULTS.md, "An AVX2-only CPU") */
         if (gemm_lowp_x86_has(OPT_LOWP_AVX2, dt)) return OPT_LOWP_AVX2;
         return OPT_LOWP_SGEMM;
     }
@@ -532,16 +532,17 @@ alloy_status gemm_lowp_epi(const gemm_lowp_args *g, const gemm_lowp_epilogue *ep
      * 10 strips, not 8 + 2, so that B is one tile's alone, below); the
      * tiles' shape changes no sum */
     int want = w && threads > 1 ? threads : 1;
+    bool one_high = r.mblocks <= 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr;
     /* such a C on several threads is cut into as many column blocks of equal
      * strips as the threads at least (the weight gradients' 128 x 128: two
      * tiles of 64 columns, not one; 128 x 384: 192 + 192, not 256 + 128) */
-    if (r.mblocks <= 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr && batches == 1 && want > 1 && r.nstrips > 1) {
+    if (one_high && batches == 1 && want > 1 && r.nstrips > 1) {
         int64_t blocks = cdiv(r.nstrips * kn->nr, NC_COLS);
         blocks = cdiv(blocks < want ? want : blocks, want) * want;
         if (blocks > r.nstrips) blocks = r.nstrips;
         r.nc = cdiv(r.nstrips, blocks) * kn->nr, r.nblocks = cdiv(g->n, r.nc);
     }
-    if (r.mblocks == 2 && r.mstrips * kn->mr <= r.mc + 2 * kn->mr && batches * r.nblocks >= want)
+    if (one_high && r.mblocks == 2 && batches * r.nblocks >= want)
         r.mc = r.mstrips * kn->mr, r.mblocks = 1;
     int64_t tiles = batches * r.mblocks * r.nblocks;
     double macs = (double)batches * (double)g->m * (double)g->n * (double)g->k;
