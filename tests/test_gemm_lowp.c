@@ -380,66 +380,84 @@ static void test_an_operands_layout_changes_no_bit(void **state)
         }
 }
 
-/* The avx512_bf16 kernel's bf16 C is its own f32 C rounded once by
- * cvt_f32_to_bf16, bit for bit, on edge tiles of every shape (rows past 8
- * or not, columns past 16 or not) and every transpose, and where the sums
- * are subnormal (the last k block's sum added to the earlier blocks'
- * cancels to below 2^-126: every 9th row), overflow to inf (row 1) or are
- * NaN (row 2). */
-static void test_bf16_c_is_the_f32_sums_rounded(void **state)
+/* Each kernel's f16 or bf16 C is its own f32 C rounded once by
+ * cvt_f32_to_f16 / cvt_f32_to_bf16, bit for bit (the kernels that round in
+ * registers, avx512's and avx2's, and those that round a buffer), on edge
+ * tiles of every shape (rows past a tile's or not, columns past 16 or not)
+ * and every transpose, and where the sums are subnormal in C's dtype (the
+ * last k block's sum added to the earlier blocks' cancels to below its
+ * smallest normal: every 9th row), overflow to inf (row 1) or are NaN
+ * (row 2). */
+static void test_a_rounded_c_is_the_f32_sums_rounded(void **state)
 {
     (void)state;
-    if (!runs_here(OPT_LOWP_AVX512_BF16, ALLOY_BF16)) skip();
     static const int64_t shapes[][3] = {{64, 32, 64}, {64, 64, 32}, {10, 76, 600}, {8, 16, 520},
-                                        {23, 45, 7},  {14, 32, 520}, {30, 17, 513}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int tr = 0; tr < 4; tr++) {
-            int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
-            bool ta = tr & 1, tb = tr & 2;
-            int64_t lda = ta ? m : k, ldb = tb ? k : n;
-            double *av = xalloc((size_t)(m * k) * sizeof *av), *bv = xalloc((size_t)(k * n) * sizeof *bv);
-            test_rng = (uint64_t)(si * 4 + (size_t)tr + 77);
-            for (int64_t i = 0; i < m * k; i++) av[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
-            for (int64_t i = 0; i < k * n; i++) bv[i] = test_round_to(ALLOY_BF16, test_uniform(-1, 1));
-            /* av and bv as op(A) (m x k) and op(B) (k x n); planted rows */
-            if (k > 512) /* kc is 256 k: blocks [0, 256), [256, 512), [512, k) */
-                for (int64_t kk = 0; kk < k; kk++)
-                    for (int64_t row = 0; row < m; row += 9) {
-                        av[row * k + kk] = kk == 0 ? 0x1p-63 : kk == 512 ? -0x1p-63 : 0.0;
-                        if (row == 0)
-                            for (int64_t j = 0; j < n; j++)
-                                bv[kk * n + j] = kk == 0 ? 0x1.8p-63 : kk == 512 ? 0x1p-63 : bv[kk * n + j];
+                                        {23, 45, 7},  {14, 32, 520}, {30, 17, 513}, {7, 21, 400}};
+    int ran = 0;
+    for (int ki = 0; ki < NKERNELS; ki++)
+        for (int dti = 0; dti < 2; dti++) {
+            alloy_dtype dt = dti ? ALLOY_F16 : ALLOY_BF16;
+            if (!runs_here(kernels[ki], dt)) continue;
+            ran++;
+            /* planted: p * 1.5p in the first k block, -p * p in the last: a sum of p^2 / 2, below the smallest
+             * normal of dt (2^-126 for bf16, 2^-14 for f16); big * big past dt's largest finite */
+            double p = dt == ALLOY_F16 ? 0x1p-8 : 0x1p-63, big = dt == ALLOY_F16 ? 0x1p15 : 0x1p100;
+            float tiny = dt == ALLOY_F16 ? 0x1p-14f : 0x1p-126f;
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int tr = 0; tr < 4; tr++) {
+                    int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                    bool ta = tr & 1, tb = tr & 2;
+                    int64_t lda = ta ? m : k, ldb = tb ? k : n;
+                    double *av = xalloc((size_t)(m * k) * sizeof *av), *bv = xalloc((size_t)(k * n) * sizeof *bv);
+                    test_rng = (uint64_t)(si * 4 + (size_t)tr + 77);
+                    for (int64_t i = 0; i < m * k; i++) av[i] = test_round_to(dt, test_uniform(-1, 1));
+                    for (int64_t i = 0; i < k * n; i++) bv[i] = test_round_to(dt, test_uniform(-1, 1));
+                    /* av and bv as op(A) (m x k) and op(B) (k x n); planted rows (k > 256: k 0 and k - 1 in
+                     * different k blocks of every kernel) */
+                    bool planted = k > 256;
+                    if (planted)
+                        for (int64_t kk = 0; kk < k; kk++)
+                            for (int64_t row = 0; row < m; row += 9) {
+                                av[row * k + kk] = kk == 0 ? p : kk == k - 1 ? -p : 0.0;
+                                if (row == 0)
+                                    for (int64_t j = 0; j < n; j++)
+                                        bv[kk * n + j] = kk == 0 ? 1.5 * p : kk == k - 1 ? p : bv[kk * n + j];
+                            }
+                    if (m > 2) {
+                        av[1 * k] = big, bv[0] = big; /* and the rest of row 1 finite: inf once rounded */
+                        av[2 * k + k - 1] = NAN;
                     }
-            if (m > 2) {
-                av[1 * k] = 0x1p100, bv[0] = 0x1p100; /* and the rest of row 1 finite: inf */
-                av[2 * k + k - 1] = NAN;
-            }
-            uint16_t *a = xalloc((size_t)(m * k) * 2), *b = xalloc((size_t)(k * n) * 2);
-            double *t = xalloc((size_t)(m * k + k * n) * sizeof *t);
-            for (int64_t i = 0; i < m; i++) /* stored as A (k x m when ta) */
-                for (int64_t kk = 0; kk < k; kk++) t[ta ? kk * lda + i : i * lda + kk] = av[i * k + kk];
-            test_encode(ALLOY_BF16, t, a, m * k);
-            for (int64_t kk = 0; kk < k; kk++)
-                for (int64_t j = 0; j < n; j++) t[tb ? j * ldb + kk : kk * ldb + j] = bv[kk * n + j];
-            test_encode(ALLOY_BF16, t, b, k * n);
-            float *c = xalloc((size_t)(m * n) * 4);
-            uint16_t *h = xalloc((size_t)(m * n) * 2);
-            gemm_lowp_args g = {ALLOY_BF16, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c, NULL, 0};
-            assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
-            g.out_dtype = ALLOY_BF16, g.c = h;
-            assert_int_equal(gemm_lowp(&g, OPT_LOWP_AVX512_BF16, NULL, 1), ALLOY_OK);
-            int subnormal = 0;
-            for (int64_t i = 0; i < m * n; i++) {
-                if (c[i] != 0.0f && fabsf(c[i]) < 0x1p-126f) subnormal++;
-                if (h[i] != cvt_f32_to_bf16(c[i]))
-                    fail_msg("%c%c %lldx%lldx%lld: element %lld is %#x, its f32 sum %a rounds to %#x", ta ? 'T' : 'N',
-                             tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (long long)i, h[i], (double)c[i],
-                             cvt_f32_to_bf16(c[i]));
-            }
-            if (k > 512) assert_true(subnormal >= n - 1); /* the planted rows did reach the rounding */
-            if (m > 2) assert_true(isinf(c[n]) && isnan(c[2 * n]));
-            al_free(av), al_free(bv), al_free(a), al_free(b), al_free(t), al_free(c), al_free(h);
+                    uint16_t *a = xalloc((size_t)(m * k) * 2), *b = xalloc((size_t)(k * n) * 2);
+                    double *t = xalloc((size_t)(m * k + k * n) * sizeof *t);
+                    for (int64_t i = 0; i < m; i++) /* stored as A (k x m when ta) */
+                        for (int64_t kk = 0; kk < k; kk++) t[ta ? kk * lda + i : i * lda + kk] = av[i * k + kk];
+                    test_encode(dt, t, a, m * k);
+                    for (int64_t kk = 0; kk < k; kk++)
+                        for (int64_t j = 0; j < n; j++) t[tb ? j * ldb + kk : kk * ldb + j] = bv[kk * n + j];
+                    test_encode(dt, t, b, k * n);
+                    float *c = xalloc((size_t)(m * n) * 4);
+                    uint16_t *h = xalloc((size_t)(m * n) * 2);
+                    gemm_lowp_args g = {dt, ALLOY_F32, ta, tb, m, n, k, lda, ldb, 0, NULL, NULL, NULL, a, b, c, NULL, 0};
+                    assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+                    g.out_dtype = dt, g.c = h;
+                    assert_int_equal(gemm_lowp(&g, kernels[ki], NULL, 1), ALLOY_OK);
+                    int subnormal = 0;
+                    for (int64_t i = 0; i < m * n; i++) {
+                        if (c[i] != 0.0f && fabsf(c[i]) < tiny) subnormal++;
+                        uint16_t want = dt == ALLOY_F16 ? cvt_f32_to_f16(c[i]) : cvt_f32_to_bf16(c[i]);
+                        if (h[i] != want)
+                            fail_msg("%s %s %c%c %lldx%lldx%lld: element %lld is %#x, its f32 sum %a rounds to %#x",
+                                     gemm_lowp_kernel_name(kernels[ki]), alloy_dtype_name(dt), ta ? 'T' : 'N',
+                                     tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (long long)i, h[i],
+                                     (double)c[i], want);
+                    }
+                    if (planted) assert_true(subnormal >= n - 1); /* the planted rows did reach the rounding */
+                    if (m > 2) /* row 1's first sum rounds to inf, row 2's are NaN */
+                        assert_true(h[n] == (dt == ALLOY_F16 ? 0x7c00 : 0x7f80) && isnan(c[2 * n]));
+                    al_free(av), al_free(bv), al_free(a), al_free(b), al_free(t), al_free(c), al_free(h);
+                }
         }
+    assert_true(ran > 0); /* the portable kernel runs everywhere */
 }
 
 /* C laid out by stride_c and ldc (a [2, 3, m, n] product stored as [2,
@@ -748,7 +766,7 @@ int main(void)
         cmocka_unit_test(test_same_bits_on_any_thread_count),
         cmocka_unit_test(test_avx2_gives_the_bits_of_avx512),
         cmocka_unit_test(test_an_operands_layout_changes_no_bit),
-        cmocka_unit_test(test_bf16_c_is_the_f32_sums_rounded),
+        cmocka_unit_test(test_a_rounded_c_is_the_f32_sums_rounded),
         cmocka_unit_test(test_a_laid_out_c_gets_the_dense_bits_in_its_places),
         cmocka_unit_test(test_an_f32_c_of_4_kib_rows_gets_the_dense_bits),
         cmocka_unit_test(test_operands_packed_by_their_tile_give_the_bits_of_whole_panels),
