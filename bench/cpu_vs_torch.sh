@@ -7,7 +7,7 @@
 #
 # usage: bench/cpu_vs_torch.sh [--build DIR] [--python EXE] [--rounds N] [--steps N] [--warmup N]
 #                              [--threads "1 2"] [--models "char_gpt mlp"] [--dtypes "f32 bf16 f16"]
-#                              [--torch-f16 auto|yes|no]
+#                              [--torch-f16 auto|yes|no] [--batch N]
 #   --build    a build with the benchmarks (default build):
 #                meson setup build -Dbench=true && ninja -C build bench/step_bench
 #   --python   the interpreter with torch (default python3). PyTorch is for the benchmark only,
@@ -18,6 +18,8 @@
 #              Without torch the PyTorch columns say "skipped" and the reason is printed.
 #   --rounds   times each process runs (default 2); the table shows each side's best round
 #   --steps, --warmup   timed and untimed steps per process (defaults 20 and 5)
+#   --batch    sequences (char_gpt) or rows (mlp) on both sides; 0 (the default) keeps each model's
+#              own (32 sequences, 256 rows): the MLP's targets are at --batch 1024
 #   --torch-f16  PyTorch's f16 rows; auto (the default) runs them only on a CPU with AVX512_FP16 or
 #              AMX_FP16: elsewhere torch's f16 autocast on the CPU has no fast kernels (on an AMD
 #              EPYC Zen 5 with AVX512_BF16 it took 900 ms/step on char_gpt, 10x its fp32)
@@ -35,18 +37,20 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=build python=python3 rounds=2 steps=20 warmup=5 threads="1 2" models="char_gpt mlp" dtypes="f32 bf16 f16"
-torch_f16=auto omp_wait=passive
+torch_f16=auto omp_wait=passive batch=0
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "cpu_vs_torch.sh: $1 wants a value (see the comment at the top)" >&2; exit 2; }
     case $1 in
     --build) build=$2 ;; --python) python=$2 ;; --rounds) rounds=$2 ;; --steps) steps=$2 ;;
     --warmup) warmup=$2 ;; --threads) threads=$2 ;; --models) models=$2 ;; --dtypes) dtypes=$2 ;;
-    --torch-f16) torch_f16=$2 ;; --omp-wait) omp_wait=$2 ;;
+    --torch-f16) torch_f16=$2 ;; --omp-wait) omp_wait=$2 ;; --batch) batch=$2 ;;
     *) echo "cpu_vs_torch.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
     esac
     shift 2
 done
 alloy=$build/bench/step_bench
+batch_args=
+[ "$batch" = 0 ] || batch_args="--batch $batch"
 [ -x "$alloy" ] || { echo "cpu_vs_torch.sh: no $alloy; build it: meson setup $build -Dbench=true && ninja -C $build bench/step_bench" >&2; exit 2; }
 tmp=${TMPDIR:-/tmp}/cpu_vs_torch.$$
 trap 'rm -f "$tmp".*' EXIT
@@ -79,7 +83,7 @@ done
 cpu="$(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(nproc) CPUs;$isa)"
 commit="alloy $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$here" diff --quiet HEAD 2>/dev/null || echo ' with local changes')"
 echo "date $(date -u '+%Y-%m-%d %H:%M UTC'); $cpu; $commit; torch ${torch_version:-none};" \
-    "OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-unset}; load $(cut -d' ' -f1-3 /proc/loadavg)"
+    "OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-unset}; batch ${batch_args:-each model's default}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # run SIDE MODEL DTYPE THREADS ROUND [WAIT]: one process (PyTorch's with OMP_WAIT_POLICY=WAIT);
 # appends "MODEL DTYPE THREADS SIDE WALL CPU RAN" to the results, SIDE alloy or torch-WAIT.
@@ -91,8 +95,9 @@ run() {
         side=torch-$wait
         set -- env OMP_WAIT_POLICY="$(echo "$wait" | tr a-z A-Z)" "$python" "$here/step_torch.py" --threads "$n"
     fi
+    # shellcheck disable=SC2086 # batch_args: nothing, or --batch and its value
     if OMP_NUM_THREADS=$n OPENBLAS_NUM_THREADS=$n MKL_NUM_THREADS=$n \
-        "$@" --model "$model" --dtype "$dtype" --steps "$steps" --warmup "$warmup" >"$tmp.out" 2>&1 &&
+        "$@" --model "$model" --dtype "$dtype" --steps "$steps" --warmup "$warmup" $batch_args >"$tmp.out" 2>&1 &&
         line=$(grep '^step_ms' "$tmp.out"); then
         ran=$(awk '$1 == "threads" { print $2 }' "$tmp.out")
         echo "$line" | awk -v k="$model $dtype $n $side" -v ran="${ran:--1}" '{ print k, $2, $3, ran }' >>"$tmp.res"

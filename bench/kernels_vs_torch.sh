@@ -50,8 +50,10 @@ echo "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown
 # alloy's rows: "op <v4> <v3> <baseline> same-bits"; torch's: "op<TAB>ns". Results go to $tmp.res as
 # "shape op side value".
 alloy_rows() { # shape, then the benchmark's output on stdin
-    awk -v shape="$1" -v ops=" $2 " '$1 != "op" && index(ops, " " $1 " ") && $2 ~ /^[0-9.]+$/ {
-        print shape, $1, "alloy_avx512", $2; print shape, $1, "alloy_avx2", $3 }' >>"$tmp.res"
+    # a level this CPU lacks prints "-" (no AVX-512: only the AVX2 column)
+    awk -v shape="$1" -v ops=" $2 " '$1 != "op" && index(ops, " " $1 " ") {
+        if ($2 ~ /^[0-9.]+$/) print shape, $1, "alloy_avx512", $2
+        if ($3 ~ /^[0-9.]+$/) print shape, $1, "alloy_avx2", $3 }' >>"$tmp.res"
 }
 torch_rows() { # shape, side, ops, then the script's output on stdin
     awk -v shape="$1" -v side="$2" -v ops=" $3 " 'NF == 2 && index(ops, " " $1 " ") && $2 ~ /^[0-9.]+$/ {
