@@ -366,16 +366,67 @@ static void dgemm_portable(bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
  * them on its own threads (gemm_run), so that one pool serves the GEMMs
  * and the other kernels. Left alone, OpenBLAS would start a thread per CPU
  * (or OPENBLAS_NUM_THREADS), whose workers spin in sched_yield after each
- * call and fight alloy's threads for the cores. Set once. */
-static void blas_one_thread(void)
+ * call and fight alloy's threads for the cores.
+ *
+ * Then one product of 64 x 1024 x 512 (67 MFLOP, about 1.5 ms) on each of
+ * the threads the GEMMs may use, all at once: OpenBLAS 0.3.21 with its Zen
+ * kernels (an AVX2-only EPYC, Zen 1) ran every product at a third of its
+ * speed (1024 x 256 x 784: 12-14 against 42 GFLOP/s, the time in its
+ * micro-kernel) until a call of 384 or more columns with a deep k had
+ * used the same work buffer, which alloy's pieces of 256 columns never
+ * do; after one, every product on that buffer ran at full speed, with the
+ * same bits (the call faulted in 25 pages of the buffer that the narrow
+ * ones never touched). OpenBLAS gives each of the calls running at once a
+ * buffer of its own, the first free one, so the priming calls start
+ * together to reach as many buffers as alloy's threads can use (the MLP
+ * 784-1024-1024-10's f32 step at batch 1024: bench/RESULTS.md). */
+enum { PRIME_M = 64, PRIME_N = 1024, PRIME_K = 512, PRIME_FLOATS = PRIME_M * PRIME_K + PRIME_K * PRIME_N + PRIME_M * PRIME_N };
+
+/* The priming threads start their calls together when go is set. */
+typedef struct prime_start {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool go;
+} prime_start;
+
+static void *blas_prime(void *arg)
+{
+    prime_start *start = arg;
+    float *a = calloc(PRIME_FLOATS, sizeof(float));
+    if (start) {
+        pthread_mutex_lock(&start->lock);
+        while (!start->go) pthread_cond_wait(&start->cond, &start->lock);
+        pthread_mutex_unlock(&start->lock);
+    }
+    if (a) /* without it, only slower */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, PRIME_M, PRIME_N, PRIME_K, 1.0f, a, PRIME_K,
+                    a + PRIME_M * PRIME_K, PRIME_N, 0.0f, a + PRIME_M * PRIME_K + PRIME_K * PRIME_N, PRIME_N);
+    free(a);
+    return NULL;
+}
+
+static void blas_setup(void)
 {
 #ifdef OPENBLAS_VERSION
-    static _Atomic int set;
-    if (!set) {
-        openblas_set_num_threads(1);
-        set = 1;
-    }
+    openblas_set_num_threads(1);
 #endif
+    prime_start start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    pthread_t tids[MAX_THREADS];
+    int started = 1; /* this thread, then those that start (one that does not: a buffer left as it is) */
+    for (; started < env_threads && started < MAX_THREADS; started++)
+        if (pthread_create(&tids[started], NULL, blas_prime, &start) != 0) break;
+    pthread_mutex_lock(&start.lock);
+    start.go = true;
+    pthread_cond_broadcast(&start.cond);
+    pthread_mutex_unlock(&start.lock);
+    blas_prime(NULL);
+    for (int t = 1; t < started; t++) pthread_join(tids[t], NULL);
+}
+
+static void blas_one_thread(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, blas_setup);
 }
 
 static bool fits_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
