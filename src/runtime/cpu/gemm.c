@@ -380,7 +380,8 @@ static void dgemm_portable(bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
  * buffer of its own, the first free one, so the priming calls start
  * together to reach as many buffers as alloy's threads can use (the MLP
  * 784-1024-1024-10's f32 step at batch 1024: bench/RESULTS.md). */
-enum { PRIME_M = 64, PRIME_N = 1024, PRIME_K = 512, PRIME_FLOATS = PRIME_M * PRIME_K + PRIME_K * PRIME_N + PRIME_M * PRIME_N };
+enum { PRIME_M = 64, PRIME_N = 1024, PRIME_K = 512 };
+enum { PRIME_FLOATS = PRIME_M * PRIME_K + PRIME_K * PRIME_N + PRIME_M * PRIME_N };
 
 /* The priming threads start their calls together when go is set. */
 typedef struct prime_start {
